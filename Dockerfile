@@ -1,0 +1,25 @@
+# syntax=docker/dockerfile:1
+# Build: docker build -t sluice .
+# Run:   docker run -p 8080:8080 -p 9090:9090 -v $PWD/sluice.toml:/etc/sluice/sluice.toml:ro sluice
+# The config is read from /etc/sluice/sluice.toml (override with SLUICE_CONFIG).
+# In the container, set [server] listen = "0.0.0.0:8080" and [admin] listen = "0.0.0.0:9090".
+
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY benches ./benches
+COPY config ./config
+RUN cargo build --release --locked --bin sluice && strip target/release/sluice
+
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin sluice \
+ && mkdir -p /etc/sluice
+COPY --from=build /src/target/release/sluice /usr/local/bin/sluice
+COPY config/sluice.toml /etc/sluice/sluice.toml
+ENV SLUICE_CONFIG=/etc/sluice/sluice.toml
+USER sluice
+EXPOSE 8080 9090
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/sluice"]
+CMD ["run"]

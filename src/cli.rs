@@ -1,0 +1,122 @@
+//! The command line (clap derive) and the `check` report.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::config::{Config, MatchConfig};
+use crate::policy::format_period;
+
+/// sluice: a rate-limiting reverse proxy.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+pub struct Cli {
+    /// Log format on stderr (`RUST_LOG` filters).
+    #[arg(long, global = true, value_enum, env = "SLUICE_LOG_FORMAT", default_value = "text")]
+    pub log: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// What to do.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve: proxy traffic to the upstream, enforcing the rules.
+    Run {
+        /// Config file [default: $SLUICE_CONFIG, then ./sluice.toml]
+        #[arg(long, short, env = "SLUICE_CONFIG", default_value = "sluice.toml")]
+        config: PathBuf,
+    },
+    /// Validate a config file and print the effective rules (exit 0), or the
+    /// errors with line and column (exit 1).
+    Check {
+        /// Config file [default: $SLUICE_CONFIG, then ./sluice.toml]
+        #[arg(long, short, env = "SLUICE_CONFIG", default_value = "sluice.toml")]
+        config: PathBuf,
+    },
+    /// A self-contained tour: starts a built-in upstream and sluice with the
+    /// demo config on free 127.0.0.1 ports, sends a burst, prints what was
+    /// allowed and limited, then keeps serving until Ctrl-C.
+    Demo {
+        /// Exit after the tour instead of serving.
+        #[arg(long)]
+        once: bool,
+    },
+}
+
+/// The effective rules as a table, for `sluice check`.
+pub fn describe_rules(config: &Config) -> String {
+    let mut rows = vec![[
+        "rule".to_owned(),
+        "match".to_owned(),
+        "key".to_owned(),
+        "missing".to_owned(),
+        "algorithm".to_owned(),
+        "limit".to_owned(),
+        "burst".to_owned(),
+        "mode".to_owned(),
+    ]];
+    for rule in &config.rules {
+        rows.push([
+            rule.name.clone(),
+            describe_match(&rule.matcher),
+            rule.key
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("+"),
+            format!("{:?}", rule.missing).to_lowercase(),
+            "token_bucket".to_owned(),
+            format!("{}/{}", rule.rate.count, format_period(rule.rate.period)),
+            rule.burst.to_string(),
+            if rule.shadow { "shadow" } else { "enforce" }.to_owned(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|column| rows.iter().map(|row| row[column].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        for (column, cell) in row.iter().enumerate() {
+            let _ = write!(out, "{cell:<width$}  ", width = widths[column]);
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "upstream {}  listen {}  admin {}  max_keys {}",
+        config.server.upstream, config.server.listen, config.admin.listen, config.store.max_keys
+    );
+    out
+}
+
+fn describe_match(matcher: &MatchConfig) -> String {
+    let mut parts = Vec::new();
+    let mut field = |name: &str, values: Vec<String>| {
+        if !values.is_empty() {
+            parts.push(format!("{name}={}", values.join("|")));
+        }
+    };
+    field("method", matcher.method.iter().map(ToString::to_string).collect());
+    field("host", matcher.host.clone());
+    field("path", matcher.path.clone());
+    field("prefix", matcher.path_prefix.clone());
+    field("glob", matcher.path_glob.clone());
+    if parts.is_empty() {
+        "*".to_owned()
+    } else {
+        parts.join(" ")
+    }
+}

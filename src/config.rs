@@ -1,0 +1,198 @@
+//! Configuration: the TOML file as written by the operator ([`raw`]) and the
+//! validated domain types the rest of sluice is built from (this module).
+//!
+//! Loading is split load → parse → validate. [`Config::from_toml`] never
+//! touches the filesystem, so tests feed it strings. Every problem found is
+//! reported at once, each with the line and column of the offending value
+//! ([`ConfigErrors`]). This module must not know about requests or stores; the
+//! proxy compiles a [`Config`] into its own request-path snapshot.
+
+pub mod raw;
+mod units;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use http::{Method, Uri};
+use ipnet::IpNet;
+
+pub use units::{parse_duration, parse_rate};
+pub use validate::{ConfigError, ConfigErrors};
+
+/// The whole validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub admin: AdminConfig,
+    pub store: StoreConfig,
+    pub response: ResponseConfig,
+    pub access: AccessConfig,
+    /// Rules in file order.
+    pub rules: Vec<RuleConfig>,
+    /// Non-fatal findings (`check` prints them to stderr).
+    pub warnings: Vec<String>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// Scheme + authority of the protected service (`http://host:port`), no path.
+    pub upstream: Uri,
+    /// Runtime worker threads; 0 = one per CPU.
+    pub workers: usize,
+    pub trusted_proxies: Vec<IpNet>,
+    pub connect_timeout: Duration,
+    pub upstream_timeout: Duration,
+    pub header_read_timeout: Duration,
+    pub max_connections: usize,
+    pub shutdown_grace: Duration,
+    pub normalize_path: bool,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub max_uri_bytes: usize,
+    /// 0 = no limit.
+    pub max_body_bytes: u64,
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub send_timeout: Duration,
+    pub forwarded_header: ForwardedHeader,
+    pub ipv6_prefix: u8,
+}
+
+/// Which header carries the forwarding chain (`server.forwarded_header`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardedHeader {
+    XForwardedFor,
+    /// RFC 7239 `Forwarded`.
+    Forwarded,
+}
+
+/// `[admin]`.
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+    /// Name of the environment variable holding the admin bearer token.
+    pub token_env: String,
+}
+
+/// `[store]`.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub backend: StoreBackend,
+    /// Bound on tracked buckets, all rules together.
+    pub max_keys: usize,
+}
+
+/// `store.backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreBackend {
+    Memory,
+}
+
+/// `[response]`.
+#[derive(Debug, Clone)]
+pub struct ResponseConfig {
+    /// Status for limited requests (default 429).
+    pub status: http::StatusCode,
+    pub headers: HeaderStyle,
+    /// Also add the rate-limit headers to forwarded responses.
+    pub on_success: bool,
+}
+
+/// `response.headers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderStyle {
+    /// `X-RateLimit-*` only.
+    Legacy,
+    /// `RateLimit-Policy` / `RateLimit` only.
+    Ietf,
+    Both,
+    None,
+}
+
+/// `[access]`.
+#[derive(Debug, Clone, Default)]
+pub struct AccessConfig {
+    pub allow: Vec<IpNet>,
+    pub deny: Vec<IpNet>,
+}
+
+/// One `[[rule]]`.
+#[derive(Debug, Clone)]
+pub struct RuleConfig {
+    pub name: String,
+    pub matcher: MatchConfig,
+    /// Key sources, joined in this order into one bucket key. Never empty.
+    pub key: Vec<KeySource>,
+    pub missing: MissingPolicy,
+    pub rate: Rate,
+    /// Token-bucket capacity; defaults to `rate.count`.
+    pub burst: u64,
+    pub shadow: bool,
+}
+
+/// `match = { ... }`: every given field must fit. Empty lists mean "any".
+#[derive(Debug, Clone, Default)]
+pub struct MatchConfig {
+    /// Exact, normalised paths.
+    pub path: Vec<String>,
+    pub path_prefix: Vec<String>,
+    /// Globs: `*` is one segment, `**` zero or more segments.
+    pub path_glob: Vec<String>,
+    pub method: Vec<Method>,
+    /// Lower-cased, without port.
+    pub host: Vec<String>,
+}
+
+/// One element of `key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    Ip,
+    Path,
+    Method,
+    Host,
+    /// Lower-cased header name.
+    Header(http::HeaderName),
+    Query(String),
+    Global,
+}
+
+/// `missing`: what to do when a key source is absent from the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingPolicy {
+    /// One bucket for all requests missing that source.
+    Shared,
+    /// The rule does not apply.
+    Skip,
+    /// 400 with a problem document.
+    Reject,
+}
+
+/// `"COUNT/PERIOD"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    /// May be 0: the route is closed.
+    pub count: u64,
+    /// Never zero.
+    pub period: Duration,
+}
+
+impl Config {
+    /// Parses and validates a config held in memory. `origin` names the file in
+    /// error messages (`origin:LINE:COLUMN: sentence`).
+    pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
+        validate::from_toml(text, origin)
+    }
+
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let origin = path.display().to_string();
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::from_toml(&text, &origin),
+            Err(err) => Err(ConfigErrors::io(&origin, err)),
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! `sluice demo`: a self-contained tour. Starts a built-in upstream and
+//! sluice with `config/demo.toml` (compiled in, so it works from any
+//! directory) on free 127.0.0.1 ports, sends a few bursts, prints a table of
+//! what was allowed and limited with the headers seen, and keeps serving until
+//! Ctrl-C (or exits with `--once`).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::server::Server;
+
+/// The demo config, as shipped in `config/demo.toml`.
+pub const DEMO_CONFIG: &str = include_str!("../config/demo.toml");
+
+/// Errors the tour can hit.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("the built-in demo config is invalid:\n{0}")]
+    Config(#[from] crate::config::ConfigErrors),
+    #[error("could not bind a local port: {0}")]
+    Bind(#[from] std::io::Error),
+    #[error("a demo request failed: {0}")]
+    Request(#[from] hyper_util::client::legacy::Error),
+    #[error("could not build a demo request: {0}")]
+    Build(#[from] http::Error),
+}
+
+/// One request of the tour.
+struct Step {
+    path: &'static str,
+    api_key: Option<&'static str>,
+    note: &'static str,
+}
+
+const TOUR: &[(usize, Step)] = &[
+    (
+        5,
+        Step {
+            path: "/api/search?q=rust",
+            api_key: Some("alice"),
+            note: "alice searches (3 per 10s per API key)",
+        },
+    ),
+    (
+        2,
+        Step {
+            path: "/api/search?q=tokio",
+            api_key: Some("bob"),
+            note: "bob has his own bucket",
+        },
+    ),
+    (
+        6,
+        Step {
+            path: "/api/orders",
+            api_key: None,
+            note: "everything from this IP (10 per 10s)",
+        },
+    ),
+];
+
+/// Runs the tour; with `once`, returns after it, otherwise serves until Ctrl-C.
+pub async fn run(once: bool) -> Result<(), DemoError> {
+    let upstream = start_upstream().await?;
+    let mut config = Config::from_toml(DEMO_CONFIG, "config/demo.toml")?;
+    config.server.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.admin.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.server.upstream = format!("http://{upstream}")
+        .parse()
+        .map_err(http::Error::from)?;
+    config.server.shutdown_grace = Duration::from_secs(2);
+    let server = Server::bind(config).await?;
+    let proxy = server.local_addr()?;
+    let admin = server.admin_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve(async {
+        let _ = stopped.await;
+    }));
+
+    println!("built-in upstream  http://{upstream}");
+    println!("sluice             http://{proxy}   (config/demo.toml)");
+    println!("admin              http://{admin}/metrics\n");
+    tour(proxy).await?;
+
+    if !once {
+        println!("\nsluice keeps serving; try:");
+        println!("  curl -i http://{proxy}/api/search -H 'x-api-key: alice'");
+        println!("  curl http://{admin}/metrics");
+        println!("Ctrl-C to stop.");
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    let _ = stop.send(());
+    let _ = serving.await;
+    Ok(())
+}
+
+async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    println!(
+        "{:>2}  {:<22} {:<7} {:>6} {:>5} {:>9} {:>11}  {:<28} note",
+        "#", "request", "status", "limit", "left", "reset in", "retry-after", "RateLimit"
+    );
+    let mut number = 0;
+    for (count, step) in TOUR {
+        for _ in 0..*count {
+            number += 1;
+            let mut request = Request::get(format!("http://{proxy}{}", step.path));
+            if let Some(key) = step.api_key {
+                request = request.header("x-api-key", key);
+            }
+            let response = client.request(request.body(Empty::new())?).await?;
+            let headers = response.headers();
+            let text = |name: &str| {
+                headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-")
+                    .to_owned()
+            };
+            let reset_in = text("x-ratelimit-reset")
+                .parse::<u64>()
+                .ok()
+                .map(|reset| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_secs();
+                    format!("{}s", reset.saturating_sub(now))
+                })
+                .unwrap_or_else(|| "-".to_owned());
+            let status = response.status();
+            println!(
+                "{:>2}  {:<22} {:<7} {:>6} {:>5} {:>9} {:>11}  {:<28} {}",
+                number,
+                format!(
+                    "{}{}",
+                    step.path.split('?').next().unwrap_or(step.path),
+                    step.api_key.map(|k| format!(" [{k}]")).unwrap_or_default()
+                ),
+                format!(
+                    "{} {}",
+                    status.as_u16(),
+                    if status.is_success() { "ok" } else { "limit" }
+                ),
+                text("x-ratelimit-limit"),
+                text("x-ratelimit-remaining"),
+                reset_in,
+                text("retry-after"),
+                text("ratelimit"),
+                step.note
+            );
+            // Drain the body so the connection goes back to the pool.
+            let _ = response.into_body().collect().await;
+        }
+    }
+    Ok(())
+}
+
+/// A tiny upstream that answers every request with 200 and a JSON line.
+async fn start_upstream() -> Result<SocketAddr, std::io::Error> {
+    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    let address = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = service_fn(|request: Request<Incoming>| async move {
+                    let body = format!("{{\"upstream\":\"demo\",\"path\":\"{}\"}}\n", request.uri().path());
+                    let mut response = Response::new(Full::new(Bytes::from(body)));
+                    *response.status_mut() = StatusCode::OK;
+                    Ok::<_, Infallible>(response)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(address)
+}

@@ -1,0 +1,358 @@
+//! Who is calling: from a request to a bucket key.
+//!
+//! - [`path`]: path normalisation (what is matched, keyed and forwarded).
+//! - [`glob`]: `match.path_glob` patterns.
+//! - [`client_ip`]: the client address behind trusted proxies.
+//! - this module: [`RequestFacts`], the borrowed view of a request that rules
+//!   match and key on, and [`KeyHasher`], which turns a rule's key sources
+//!   into a 64-bit bucket key without building a string.
+//!
+//! A bucket key is the rule's source values, in `key` order, hashed with a
+//! per-process random seed (so clients cannot aim for collisions). Each value
+//! is length-prefixed, so `("ab","c")` and `("a","bc")` differ, and a missing
+//! source hashes as a marker distinct from every value (`missing = "shared"`
+//! puts all such requests in one bucket). JWT claims plug in here as one more
+//! [`KeySource`] reading a verified token.
+
+pub mod client_ip;
+pub mod glob;
+pub mod path;
+
+use std::hash::{BuildHasher, Hasher};
+use std::net::IpAddr;
+
+use http::{HeaderMap, Method};
+
+use crate::config::KeySource;
+use crate::store::BucketKey;
+
+/// The parts of a request that rules match and key on, borrowed from it.
+#[derive(Debug)]
+pub struct RequestFacts<'a> {
+    pub method: &'a Method,
+    /// The normalised path.
+    pub path: &'a str,
+    /// The raw query string, if any.
+    pub query: Option<&'a str>,
+    /// Host without port, as sent (compare case-insensitively).
+    pub host: Option<&'a str>,
+    pub headers: &'a HeaderMap,
+    /// The client IP (already resolved through trusted proxies).
+    pub client_ip: IpAddr,
+}
+
+/// Why a key could not be derived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MissingSource(pub usize);
+
+/// Hashes key sources into bucket keys with a per-process random seed.
+#[derive(Debug, Clone)]
+pub struct KeyHasher {
+    state: foldhash::fast::RandomState,
+    ipv6_prefix: u8,
+}
+
+/// Marks a missing source in the hash; values are prefixed with their length,
+/// which is never `u64::MAX`.
+const MISSING_MARKER: u64 = u64::MAX;
+
+impl KeyHasher {
+    /// A hasher with a fresh random seed. IPv6 clients are keyed by their
+    /// `/ipv6_prefix` network.
+    pub fn new(ipv6_prefix: u8) -> KeyHasher {
+        KeyHasher {
+            state: foldhash::fast::RandomState::default(),
+            ipv6_prefix,
+        }
+    }
+
+    /// Derives the bucket key for `sources`. With `allow_missing`, an absent
+    /// source hashes as a shared marker; otherwise the first absent source is
+    /// returned as the error.
+    pub fn derive(
+        &self,
+        sources: &[KeySource],
+        facts: &RequestFacts<'_>,
+        allow_missing: bool,
+    ) -> Result<BucketKey, MissingSource> {
+        let mut hasher = self.state.build_hasher();
+        for (index, source) in sources.iter().enumerate() {
+            let present = match source {
+                KeySource::Ip => {
+                    self.hash_ip(&mut hasher, facts.client_ip);
+                    true
+                }
+                KeySource::Global => {
+                    hash_bytes(&mut hasher, b"");
+                    true
+                }
+                KeySource::Path => {
+                    hash_bytes(&mut hasher, facts.path.as_bytes());
+                    true
+                }
+                KeySource::Method => {
+                    hash_bytes(&mut hasher, facts.method.as_str().as_bytes());
+                    true
+                }
+                KeySource::Host => match facts.host {
+                    Some(host) if !host.is_empty() => {
+                        hash_lowercase(&mut hasher, host.as_bytes());
+                        true
+                    }
+                    _ => false,
+                },
+                KeySource::Header(name) => match facts.headers.get(name) {
+                    Some(value) if !value.is_empty() => {
+                        hash_bytes(&mut hasher, value.as_bytes());
+                        true
+                    }
+                    _ => false,
+                },
+                KeySource::Query(name) => match query_value(facts.query, name) {
+                    Some(value) if !value.is_empty() => {
+                        hash_query_value(&mut hasher, value.as_bytes());
+                        true
+                    }
+                    _ => false,
+                },
+            };
+            if !present {
+                if !allow_missing {
+                    return Err(MissingSource(index));
+                }
+                hasher.write_u64(MISSING_MARKER);
+            }
+        }
+        Ok(hasher.finish())
+    }
+
+    fn hash_ip(&self, hasher: &mut impl Hasher, ip: IpAddr) {
+        match client_ip::canonical(ip) {
+            IpAddr::V4(v4) => hash_bytes(hasher, &v4.octets()),
+            IpAddr::V6(v6) => {
+                // Key by the client's network: one host usually owns a /64.
+                let prefix = u32::from(self.ipv6_prefix.min(128));
+                let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
+                hash_bytes(hasher, &(u128::from(v6) & mask).to_be_bytes());
+            }
+        }
+    }
+}
+
+#[inline]
+fn hash_bytes(hasher: &mut impl Hasher, bytes: &[u8]) {
+    hasher.write_u64(bytes.len() as u64);
+    hasher.write(bytes);
+}
+
+/// Host names compare case-insensitively, so they hash lower-cased.
+fn hash_lowercase(hasher: &mut impl Hasher, bytes: &[u8]) {
+    hasher.write_u64(bytes.len() as u64);
+    let mut buffer = [0u8; 64];
+    for chunk in bytes.chunks(buffer.len()) {
+        let lower = &mut buffer[..chunk.len()];
+        lower.copy_from_slice(chunk);
+        lower.make_ascii_lowercase();
+        hasher.write(lower);
+    }
+}
+
+/// Query values are hashed percent-decoded (`+` as space), so `a%62` and `ab`
+/// are one caller; otherwise one API key could rotate encodings to get many
+/// buckets. Decodes on the stack in chunks; an invalid escape is kept as is.
+fn hash_query_value(hasher: &mut impl Hasher, raw: &[u8]) {
+    if !raw.iter().any(|&b| b == b'%' || b == b'+') {
+        hash_bytes(hasher, raw);
+        return;
+    }
+    let mut decoded = [0u8; 64];
+    let mut len = 0;
+    let mut total = 0u64;
+    let mut i = 0;
+    // The length prefix must be of the decoded value; count it first.
+    let mut counting = 0;
+    while counting < raw.len() {
+        counting += escape_len(raw, counting);
+        total += 1;
+    }
+    hasher.write_u64(total);
+    while i < raw.len() {
+        let step = escape_len(raw, i);
+        decoded[len] = match (raw[i], step) {
+            (b'+', _) => b' ',
+            (b'%', 3) => (hex(raw[i + 1]) << 4) | hex(raw[i + 2]),
+            (byte, _) => byte,
+        };
+        len += 1;
+        i += step;
+        if len == decoded.len() {
+            hasher.write(&decoded);
+            len = 0;
+        }
+    }
+    hasher.write(&decoded[..len]);
+}
+
+/// Bytes taken by the (possibly escaped) character at `i`.
+fn escape_len(raw: &[u8], i: usize) -> usize {
+    if raw[i] == b'%'
+        && i + 2 < raw.len()
+        && raw[i + 1].is_ascii_hexdigit()
+        && raw[i + 2].is_ascii_hexdigit()
+    {
+        3
+    } else {
+        1
+    }
+}
+
+fn hex(digit: u8) -> u8 {
+    match digit {
+        b'0'..=b'9' => digit - b'0',
+        b'a'..=b'f' => digit - b'a' + 10,
+        _ => digit - b'A' + 10,
+    }
+}
+
+/// The raw value of the first `name=` pair in `query`.
+fn query_value<'q>(query: Option<&'q str>, name: &str) -> Option<&'q str> {
+    query?.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (key == name).then_some(value)
+    })
+}
+
+impl std::fmt::Display for KeySource {
+    /// The source as written in the config (`ip`, `header:x-api-key`, …).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeySource::Ip => f.write_str("ip"),
+            KeySource::Path => f.write_str("path"),
+            KeySource::Method => f.write_str("method"),
+            KeySource::Host => f.write_str("host"),
+            KeySource::Global => f.write_str("global"),
+            KeySource::Header(name) => write!(f, "header:{name}"),
+            KeySource::Query(name) => write!(f, "query:{name}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn facts<'a>(headers: &'a HeaderMap, query: Option<&'a str>, ip: IpAddr) -> RequestFacts<'a> {
+        RequestFacts {
+            method: &Method::GET,
+            path: "/api/search",
+            query,
+            host: Some("Example.COM"),
+            headers,
+            client_ip: ip,
+        }
+    }
+
+    const IP: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7));
+
+    #[test]
+    fn the_same_sources_give_the_same_key_and_different_ones_differ() {
+        let hasher = KeyHasher::new(64);
+        let headers = HeaderMap::new();
+        let sources = [KeySource::Ip, KeySource::Path];
+        let a = hasher.derive(&sources, &facts(&headers, None, IP), false);
+        let b = hasher.derive(&sources, &facts(&headers, None, IP), false);
+        assert_eq!(a, b);
+        let other_ip = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 8));
+        let c = hasher.derive(&sources, &facts(&headers, None, other_ip), false);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn ipv6_clients_in_one_64_share_a_key() {
+        let hasher = KeyHasher::new(64);
+        let headers = HeaderMap::new();
+        let one: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let two: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let other_net: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        let key = |ip| hasher.derive(&[KeySource::Ip], &facts(&headers, None, ip), false);
+        assert_eq!(key(one), key(two));
+        assert_ne!(key(one), key(other_net));
+    }
+
+    #[test]
+    fn ipv4_mapped_addresses_key_as_ipv4() {
+        let hasher = KeyHasher::new(64);
+        let headers = HeaderMap::new();
+        let mapped: IpAddr = "::ffff:203.0.113.7".parse().unwrap();
+        let key = |ip| hasher.derive(&[KeySource::Ip], &facts(&headers, None, ip), false);
+        assert_eq!(key(mapped), key(IP));
+    }
+
+    #[test]
+    fn a_missing_header_is_reported_or_shared() {
+        let hasher = KeyHasher::new(64);
+        let name = http::HeaderName::from_static("x-api-key");
+        let sources = [KeySource::Header(name.clone())];
+        let empty = HeaderMap::new();
+        assert_eq!(
+            hasher.derive(&sources, &facts(&empty, None, IP), false),
+            Err(MissingSource(0))
+        );
+        let shared = hasher.derive(&sources, &facts(&empty, None, IP), true).unwrap();
+        let mut with_key = HeaderMap::new();
+        with_key.insert(name, "k1".parse().unwrap());
+        let keyed = hasher.derive(&sources, &facts(&with_key, None, IP), true).unwrap();
+        assert_ne!(shared, keyed);
+    }
+
+    #[test]
+    fn query_values_are_keyed_decoded() {
+        let hasher = KeyHasher::new(64);
+        let headers = HeaderMap::new();
+        let sources = [KeySource::Query("key".into())];
+        let key = |q| hasher.derive(&sources, &facts(&headers, Some(q), IP), false);
+        assert_eq!(key("a=1&key=ab"), key("key=a%62"));
+        assert_eq!(key("key=a+b"), key("key=a%20b"));
+        assert_ne!(key("key=ab"), key("key=abc"));
+        assert_eq!(key("other=1"), Err(MissingSource(0)));
+        // Invalid escapes never panic and stay distinct from valid values.
+        assert!(key("key=%").is_ok());
+        assert!(key("key=%4").is_ok());
+        let long = format!("key={}", "%41".repeat(200));
+        assert_eq!(key(&long), key(&format!("key={}", "A".repeat(200))));
+    }
+
+    #[test]
+    fn values_are_length_prefixed_so_boundaries_matter() {
+        let hasher = KeyHasher::new(64);
+        let sources = [
+            KeySource::Header(http::HeaderName::from_static("a")),
+            KeySource::Header(http::HeaderName::from_static("b")),
+        ];
+        let mut one = HeaderMap::new();
+        one.insert("a", "ab".parse().unwrap());
+        one.insert("b", "c".parse().unwrap());
+        let mut two = HeaderMap::new();
+        two.insert("a", "a".parse().unwrap());
+        two.insert("b", "bc".parse().unwrap());
+        assert_ne!(
+            hasher.derive(&sources, &facts(&one, None, IP), false),
+            hasher.derive(&sources, &facts(&two, None, IP), false)
+        );
+    }
+
+    #[test]
+    fn hosts_key_case_insensitively() {
+        let hasher = KeyHasher::new(64);
+        let headers = HeaderMap::new();
+        let mut upper = facts(&headers, None, IP);
+        let lower_key = {
+            let mut lower = facts(&headers, None, IP);
+            lower.host = Some("example.com");
+            hasher.derive(&[KeySource::Host], &lower, false)
+        };
+        upper.host = Some("EXAMPLE.com");
+        assert_eq!(hasher.derive(&[KeySource::Host], &upper, false), lower_key);
+    }
+}

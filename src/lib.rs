@@ -1,0 +1,31 @@
+//! sluice: a rate-limiting reverse proxy.
+//!
+//! # Layout
+//!
+//! The modules follow the life of a request:
+//!
+//! - [`cli`]: the command line (`run`, `check`, `demo`).
+//! - [`config`]: the TOML file → validated domain types, errors with line and column.
+//! - [`policy`]: a config compiled into the immutable snapshot the request path reads.
+//! - [`server`]: listeners, the accept loop, connection limits, graceful shutdown.
+//! - [`proxy`]: identify → limit → forward ([`proxy::forward`]) → respond ([`proxy::respond`]).
+//! - [`key`]: path normalisation, client IP, request → bucket key.
+//! - [`limiter`]: the pure, clock-injected algorithms (token bucket as GCRA).
+//! - [`store`]: where bucket state lives (the sharded in-memory table).
+//! - [`clock`]: monotonic time for the limiter, and a manual clock for tests.
+//! - [`metrics`], [`admin`]: Prometheus metrics and the admin listener.
+//! - [`demo`]: the self-contained tour behind `sluice demo`.
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod demo;
+pub mod key;
+pub mod limiter;
+pub mod metrics;
+pub mod policy;
+pub mod proxy;
+pub mod server;
+pub mod store;

@@ -1,0 +1,118 @@
+//! sluice's entry point: parse the command line, load the config, start
+//! logging, run. Kept thin; the only place that uses `anyhow`.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser;
+use sluice::cli::{self, Cli, Command, LogFormat};
+use sluice::config::Config;
+use sluice::server::Server;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log);
+    match cli.command {
+        Command::Check { config } => match Config::load(&config) {
+            Ok(config) => {
+                for warning in &config.warnings {
+                    eprintln!("warning: {warning}");
+                }
+                print!("{}", cli::describe_rules(&config));
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                eprint!("{errors}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Run { config } => {
+            let config = match Config::load(&config) {
+                Ok(config) => config,
+                Err(errors) => {
+                    eprint!("{errors}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            for warning in &config.warnings {
+                tracing::warn!("{warning}");
+            }
+            report(runtime(config.server.workers).and_then(|rt| rt.block_on(run(config))))
+        }
+        Command::Demo { once } => report(
+            runtime(0).and_then(|rt| rt.block_on(sluice::demo::run(once)).context("demo failed")),
+        ),
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let server = Server::bind(config)
+        .await
+        .context("could not bind a listener")?;
+    tracing::info!(
+        listen = %server.local_addr()?,
+        admin = %server.admin_addr()?,
+        "sluice is serving"
+    );
+    server.serve(shutdown_signal()).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = int.recv() => {},
+            }
+        }
+        _ => {
+            // Without signal handlers sluice can still be stopped by SIGKILL;
+            // serve until then.
+            tracing::warn!("could not install signal handlers");
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// One worker uses a current-thread runtime: no cross-thread wake-ups, which
+/// is what a single core wants.
+fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    let runtime = match workers {
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        0 => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+    };
+    runtime.context("could not start the async runtime")
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! Prometheus metrics (SPEC.md "Metrics"). Every series a request touches is
+//! resolved to a handle when the policy is compiled ([`Metrics::rule_counters`])
+//! or here at start-up, so the request path never looks up labels. Labels are
+//! `&'static str` or rule names from the config — never a caller's key.
+//!
+//! Store-derived series (tracked keys, evictions) are refreshed from the
+//! store's own counters when `/metrics` is scraped.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::policy::{Policy, RuleCounters};
+use crate::store::Store;
+
+/// Histogram buckets for sluice's own work: 1 µs … 100 ms.
+const FAST_BUCKETS: &[f64] = &[
+    0.000_001, 0.000_002_5, 0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25,
+    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1,
+];
+
+/// Histogram buckets for the upstream: 1 ms … 60 s.
+const UPSTREAM_BUCKETS: &[f64] = &[
+    0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// All of sluice's metrics and the registry that exports them.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    responses: [IntCounter; 5],
+    pub decision_seconds: Histogram,
+    pub overhead_seconds: Histogram,
+    pub upstream_seconds: Histogram,
+    pub upstream_errors_connect: IntCounter,
+    pub upstream_errors_timeout: IntCounter,
+    pub upstream_errors_other: IntCounter,
+    tracked_keys: IntGaugeVec,
+    evictions_idle: IntCounter,
+    evictions_overflow: IntCounter,
+    store_errors: IntCounterVec,
+    store_fallback_active: IntGauge,
+    pub config_reloads_ok: IntCounter,
+    pub config_reloads_error: IntCounter,
+}
+
+impl Metrics {
+    /// Registers every metric of the minimum set that exists in this release.
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new("sluice_requests_total", "Requests per rule and outcome."),
+            &["rule", "outcome"],
+        )
+        .expect("static metric definition");
+        let responses_vec = IntCounterVec::new(
+            Opts::new("sluice_responses_total", "Responses sent to clients, by class."),
+            &["code_class"],
+        )
+        .expect("static metric definition");
+        let responses = ["1xx", "2xx", "3xx", "4xx", "5xx"]
+            .map(|class| responses_vec.with_label_values(&[class]));
+        let histogram = |name: &str, help: &str, buckets: &[f64]| {
+            Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
+                .expect("static metric definition")
+        };
+        let decision_seconds = histogram(
+            "sluice_decision_seconds",
+            "Time to decide a request, all rules.",
+            FAST_BUCKETS,
+        );
+        let overhead_seconds = histogram(
+            "sluice_overhead_seconds",
+            "Request head in to upstream request out, minus intentional delay.",
+            FAST_BUCKETS,
+        );
+        let upstream_seconds = histogram(
+            "sluice_upstream_seconds",
+            "Upstream request out to response head in.",
+            UPSTREAM_BUCKETS,
+        );
+        let upstream_errors = IntCounterVec::new(
+            Opts::new("sluice_upstream_errors_total", "Failed upstream exchanges."),
+            &["kind"],
+        )
+        .expect("static metric definition");
+        let tracked_keys = IntGaugeVec::new(
+            Opts::new("sluice_tracked_keys", "Buckets tracked per rule."),
+            &["rule"],
+        )
+        .expect("static metric definition");
+        let evictions = IntCounterVec::new(
+            Opts::new(
+                "sluice_evictions_total",
+                "idle: a fresh-equivalent bucket dropped; overflow: a decision made \
+                 through the shared overflow bucket because the store was full.",
+            ),
+            &["reason"],
+        )
+        .expect("static metric definition");
+        let store_errors = IntCounterVec::new(
+            Opts::new("sluice_store_errors_total", "Store errors per backend."),
+            &["backend"],
+        )
+        .expect("static metric definition");
+        let store_fallback_active = IntGauge::new(
+            "sluice_store_fallback_active",
+            "1 while the shared store is down and local limiting is used.",
+        )
+        .expect("static metric definition");
+        let reloads = IntCounterVec::new(
+            Opts::new("sluice_config_reloads_total", "Config reloads by result."),
+            &["result"],
+        )
+        .expect("static metric definition");
+
+        for collector in [
+            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(responses_vec),
+            Box::new(decision_seconds.clone()),
+            Box::new(overhead_seconds.clone()),
+            Box::new(upstream_seconds.clone()),
+            Box::new(upstream_errors.clone()),
+            Box::new(tracked_keys.clone()),
+            Box::new(evictions.clone()),
+            Box::new(store_errors.clone()),
+            Box::new(store_fallback_active.clone()),
+            Box::new(reloads.clone()),
+        ] {
+            registry
+                .register(collector)
+                .expect("metric names are unique");
+        }
+
+        Metrics {
+            registry,
+            requests,
+            responses,
+            decision_seconds,
+            overhead_seconds,
+            upstream_seconds,
+            upstream_errors_connect: upstream_errors.with_label_values(&["connect"]),
+            upstream_errors_timeout: upstream_errors.with_label_values(&["timeout"]),
+            upstream_errors_other: upstream_errors.with_label_values(&["other"]),
+            tracked_keys,
+            evictions_idle: evictions.with_label_values(&["idle"]),
+            evictions_overflow: evictions.with_label_values(&["overflow"]),
+            store_errors,
+            store_fallback_active,
+            config_reloads_ok: reloads.with_label_values(&["ok"]),
+            config_reloads_error: reloads.with_label_values(&["error"]),
+        }
+    }
+
+    /// The per-rule request counters; creating them makes every outcome's
+    /// series exist at 0 from start.
+    pub fn rule_counters(&self, rule: &str) -> RuleCounters {
+        let counter = |outcome| self.requests.with_label_values(&[rule, outcome]);
+        RuleCounters {
+            allowed: counter("allowed"),
+            limited: counter("limited"),
+            shadow_limited: counter("shadow_limited"),
+            denied: counter("denied"),
+            missing_key: counter("missing_key"),
+        }
+    }
+
+    /// Counts one response sent to a client.
+    #[inline]
+    pub fn count_response(&self, status: http::StatusCode) {
+        let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
+        self.responses[class].inc();
+    }
+
+    /// Renders the text exposition, refreshing store-derived series first.
+    pub fn render(&self, policy: &Policy, store: &Store) -> String {
+        for rule in &policy.rules {
+            self.tracked_keys
+                .with_label_values(&[&rule.name])
+                .set(store.tracked_keys(rule.table) as i64);
+        }
+        let stats = store.stats();
+        catch_up(&self.evictions_idle, stats.evicted_idle);
+        catch_up(&self.evictions_overflow, stats.overflow);
+        self.store_errors.with_label_values(&[store.backend_name()]);
+        self.store_fallback_active.set(0);
+
+        let mut out = Vec::with_capacity(8 * 1024);
+        // Encoding our own registry into a Vec cannot fail.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+/// Advances a Prometheus counter to a total kept elsewhere.
+fn catch_up(counter: &IntCounter, total: u64) {
+    let current = counter.get();
+    if total > current {
+        counter.inc_by(total - current);
+    }
+}

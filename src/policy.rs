@@ -1,0 +1,198 @@
+//! The compiled policy: a [`Config`] turned into the immutable snapshot the
+//! request path reads. Matchers are precompiled, limiters precomputed, header
+//! fragments and metric handles prebuilt, so that deciding a request does no
+//! parsing and no label lookups.
+//!
+//! The proxy holds the current [`Policy`] in an `ArcSwap`: a request loads it
+//! once and keeps that `Arc` to the end, so a reload (later issue) swaps in a
+//! new snapshot atomically while requests in flight finish under the old one.
+//! Bucket tables are indexed by [`Rule::table`]; a reload will map unchanged
+//! rules (same name, key and algorithm) to their old table index so buckets
+//! survive.
+
+use std::sync::Arc;
+
+use http::HeaderValue;
+use ipnet::IpNet;
+use prometheus::IntCounter;
+
+use crate::config::{
+    Config, HeaderStyle, KeySource, MatchConfig, MissingPolicy, Rate, ResponseConfig,
+};
+use crate::key::client_ip::ClientIpResolver;
+use crate::key::glob::PathGlob;
+use crate::key::{KeyHasher, RequestFacts};
+use crate::limiter::{Gcra, Limiter};
+use crate::metrics::Metrics;
+
+/// Everything the request path needs to decide, compiled once.
+#[derive(Debug)]
+pub struct Policy {
+    pub rules: Vec<Rule>,
+    pub allow: Vec<IpNet>,
+    pub deny: Vec<IpNet>,
+    pub client_ip: ClientIpResolver,
+    pub keys: KeyHasher,
+    pub response: ResponseConfig,
+    pub normalize_path: bool,
+    /// The source config, for `check` and admin views.
+    pub config: Arc<Config>,
+}
+
+/// One compiled `[[rule]]`.
+#[derive(Debug)]
+pub struct Rule {
+    pub name: Arc<str>,
+    /// Index of this rule's bucket table in the store.
+    pub table: usize,
+    pub matcher: Matcher,
+    pub key: Vec<KeySource>,
+    pub missing: MissingPolicy,
+    pub rate: Rate,
+    pub limiter: Limiter,
+    pub shadow: bool,
+    /// `"name";q=COUNT;w=SECONDS` for `RateLimit-Policy`.
+    pub policy_item: String,
+    /// The same, ready to send when this is the only applicable rule.
+    pub policy_header: HeaderValue,
+    /// `rule 'name' allows N requests per P` for 429 bodies.
+    pub detail: String,
+    pub counters: RuleCounters,
+}
+
+/// Per-rule `sluice_requests_total` children, resolved once.
+#[derive(Debug, Clone)]
+pub struct RuleCounters {
+    pub allowed: IntCounter,
+    pub limited: IntCounter,
+    pub shadow_limited: IntCounter,
+    pub denied: IntCounter,
+    pub missing_key: IntCounter,
+}
+
+/// A rule's `match`: every given field must fit; within a field any entry may.
+#[derive(Debug, Default)]
+pub struct Matcher {
+    path: Vec<String>,
+    path_prefix: Vec<String>,
+    path_glob: Vec<PathGlob>,
+    method: Vec<http::Method>,
+    host: Vec<String>,
+}
+
+impl Matcher {
+    fn new(config: &MatchConfig) -> Matcher {
+        Matcher {
+            path: config.path.clone(),
+            path_prefix: config.path_prefix.clone(),
+            path_glob: config.path_glob.iter().map(|g| PathGlob::new(g)).collect(),
+            method: config.method.clone(),
+            host: config.host.clone(),
+        }
+    }
+
+    /// Whether the request fits.
+    #[inline]
+    pub fn matches(&self, facts: &RequestFacts<'_>) -> bool {
+        (self.method.is_empty() || self.method.iter().any(|m| m == facts.method))
+            && (self.path.is_empty() || self.path.iter().any(|p| p == facts.path))
+            && (self.path_prefix.is_empty()
+                || self.path_prefix.iter().any(|p| facts.path.starts_with(p.as_str())))
+            && (self.path_glob.is_empty() || self.path_glob.iter().any(|g| g.matches(facts.path)))
+            && (self.host.is_empty()
+                || facts
+                    .host
+                    .is_some_and(|h| self.host.iter().any(|c| c.eq_ignore_ascii_case(h))))
+    }
+}
+
+impl Policy {
+    /// Compiles `config`. Rule `i` uses bucket table `i`.
+    pub fn compile(config: Arc<Config>, metrics: &Metrics) -> Policy {
+        let rules = config
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(table, rule)| {
+                let name: Arc<str> = Arc::from(rule.name.as_str());
+                let policy_item = format!(
+                    "\"{}\";q={};w={}",
+                    rule.name,
+                    rule.rate.count,
+                    rule.rate.period.as_secs().max(1)
+                );
+                Rule {
+                    table,
+                    matcher: Matcher::new(&rule.matcher),
+                    key: rule.key.clone(),
+                    missing: rule.missing,
+                    rate: rule.rate,
+                    limiter: Limiter::TokenBucket(Gcra::new(rule.rate, rule.burst)),
+                    shadow: rule.shadow,
+                    policy_header: HeaderValue::from_str(&policy_item)
+                        .unwrap_or_else(|_| HeaderValue::from_static("")),
+                    policy_item,
+                    detail: format!(
+                        "rule '{}' allows {} requests per {}",
+                        rule.name,
+                        rule.rate.count,
+                        format_period(rule.rate.period)
+                    ),
+                    counters: metrics.rule_counters(&rule.name),
+                    name,
+                }
+            })
+            .collect();
+        Policy {
+            rules,
+            allow: config.access.allow.clone(),
+            deny: config.access.deny.clone(),
+            client_ip: ClientIpResolver::new(
+                config.server.trusted_proxies.clone(),
+                config.server.forwarded_header,
+            ),
+            keys: KeyHasher::new(config.server.ipv6_prefix),
+            response: config.response.clone(),
+            normalize_path: config.server.normalize_path,
+            config,
+        }
+    }
+
+    /// Whether any rate-limit header is sent at all.
+    pub fn sends_headers(&self) -> bool {
+        self.response.headers != HeaderStyle::None
+    }
+}
+
+/// A period in its largest whole unit: `60s` → `1m`, `90s` → `90s`,
+/// `900s` → `15m`, `500ms` → `500ms`.
+pub fn format_period(period: std::time::Duration) -> String {
+    let millis = period.as_millis();
+    if millis % 1000 != 0 {
+        return format!("{millis}ms");
+    }
+    let secs = period.as_secs();
+    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
+        if secs >= size && secs % size == 0 {
+            return format!("{}{unit}", secs / size);
+        }
+    }
+    format!("{secs}s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn periods_print_in_their_largest_whole_unit() {
+        assert_eq!(format_period(Duration::from_secs(60)), "1m");
+        assert_eq!(format_period(Duration::from_secs(90)), "90s");
+        assert_eq!(format_period(Duration::from_secs(900)), "15m");
+        assert_eq!(format_period(Duration::from_secs(3600)), "1h");
+        assert_eq!(format_period(Duration::from_secs(86_400)), "1d");
+        assert_eq!(format_period(Duration::from_millis(500)), "500ms");
+        assert_eq!(format_period(Duration::from_secs(10)), "10s");
+    }
+}

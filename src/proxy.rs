@@ -1,0 +1,344 @@
+//! The request path: identify → limit → forward → respond.
+//!
+//! [`Proxy::handle`] reads the current [`Policy`] snapshot once, normalises
+//! the path, resolves the client IP, checks the access lists, asks the store
+//! for every applicable rule at once, and then either forwards the request
+//! ([`forward`]) or answers it ([`respond`]). Nothing here blocks: the store
+//! call is `async` (the memory store completes at once; Redis will await).
+//!
+//! Where later capabilities plug in:
+//! - holding requests (`on_limit = "delay"`) and concurrency permits wrap the
+//!   decision step: a permit guard travels with the response body;
+//! - deferred charges and refunds run after the upstream answers, against the
+//!   same buckets (`Store` gains an adjust call);
+//! - JWT keys arrive as one more key source in [`crate::key`].
+
+pub mod forward;
+pub mod respond;
+
+use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use http::uri::PathAndQuery;
+use http::{Request, Response};
+use http_body_util::Either;
+use hyper::body::Incoming;
+use smallvec::SmallVec;
+
+use crate::clock::{Clock, MonotonicClock};
+use crate::config::{Config, MissingPolicy};
+use crate::key::{path, RequestFacts};
+use crate::limiter::{BucketState, Decision};
+use crate::metrics::Metrics;
+use crate::policy::Policy;
+use crate::store::{Ask, MemoryStore, Store};
+use forward::{ClientHop, ForwardError, Upstream};
+use respond::{ProxyBody, Refusal, Verdict};
+
+/// Rules a request can match before the bookkeeping spills to the heap.
+const INLINE_RULES: usize = 8;
+
+/// The proxy service, cheap to clone (one `Arc`).
+#[derive(Debug, Clone)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    policy: ArcSwap<Policy>,
+    store: Store,
+    upstream: Upstream,
+    metrics: Metrics,
+    clock: MonotonicClock,
+    /// Set when shutdown begins: `/readyz` turns 503.
+    draining: AtomicBool,
+}
+
+impl Proxy {
+    /// Builds the proxy for a validated config.
+    pub fn new(config: Config) -> Proxy {
+        let metrics = Metrics::new();
+        let config = Arc::new(config);
+        let store = Store::Memory(MemoryStore::new(
+            config.rules.len(),
+            config.store.max_keys,
+        ));
+        let upstream = Upstream::new(&config.server);
+        let policy = Policy::compile(config, &metrics);
+        Proxy {
+            shared: Arc::new(Shared {
+                policy: ArcSwap::from_pointee(policy),
+                store,
+                upstream,
+                metrics,
+                clock: MonotonicClock::default(),
+                draining: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The current policy snapshot.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.shared.policy.load_full()
+    }
+
+    /// The metrics registry, for the admin listener.
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    /// The bucket store.
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// Marks the proxy as draining (`/readyz` answers 503).
+    pub fn start_draining(&self) {
+        self.shared.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the proxy should receive traffic.
+    pub fn is_ready(&self) -> bool {
+        !self.shared.draining.load(Ordering::SeqCst)
+    }
+
+    /// Handles one client request end to end.
+    pub async fn handle(&self, request: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        let started = Instant::now();
+        let policy = self.shared.policy.load_full();
+        let response = self.process(request, peer, &policy, started).await;
+        self.shared.metrics.count_response(response.status());
+        response
+    }
+
+    async fn process(
+        &self,
+        mut request: Request<Incoming>,
+        peer: SocketAddr,
+        policy: &Policy,
+        started: Instant,
+    ) -> Response<ProxyBody> {
+        let shared = &*self.shared;
+        let normalized = match path::normalize(request.uri().path()) {
+            Ok(path) => path,
+            Err(error) => return respond::refusal(Refusal::BadPath(error), None),
+        };
+        let client_ip = policy.client_ip.resolve(peer.ip(), request.headers());
+        let facts = RequestFacts {
+            method: request.method(),
+            path: &normalized,
+            query: request.uri().query(),
+            host: host_of(&request),
+            headers: request.headers(),
+            client_ip,
+        };
+
+        if policy.deny.iter().any(|net| net.contains(&client_ip)) {
+            for rule in policy.rules.iter().filter(|r| r.matcher.matches(&facts)) {
+                rule.counters.denied.inc();
+            }
+            return respond::refusal(Refusal::Denied, None);
+        }
+        let bypass = policy.allow.iter().any(|net| net.contains(&client_ip));
+
+        // Which rules apply, and the bucket each one asks.
+        let mut enforced: SmallVec<[(usize, Ask<'_>); INLINE_RULES]> = SmallVec::new();
+        let mut shadowed: SmallVec<[(usize, Ask<'_>); INLINE_RULES]> = SmallVec::new();
+        if !bypass {
+            for (index, rule) in policy.rules.iter().enumerate() {
+                if !rule.matcher.matches(&facts) {
+                    continue;
+                }
+                let allow_missing = rule.missing == MissingPolicy::Shared;
+                let key = match policy.keys.derive(&rule.key, &facts, allow_missing) {
+                    Ok(key) => key,
+                    Err(_) if rule.missing == MissingPolicy::Skip => continue,
+                    Err(_) => {
+                        rule.counters.missing_key.inc();
+                        return respond::refusal(Refusal::MissingKey, Some(rule));
+                    }
+                };
+                let ask = Ask {
+                    table: rule.table,
+                    key,
+                    limiter: &rule.limiter,
+                    cost: 1,
+                };
+                if rule.shadow {
+                    shadowed.push((index, ask));
+                } else {
+                    enforced.push((index, ask));
+                }
+            }
+        }
+
+        // Decide.
+        let decided = Instant::now();
+        let now = shared.clock.now();
+        let asks: SmallVec<[Ask<'_>; INLINE_RULES]> = enforced.iter().map(|(_, a)| *a).collect();
+        let mut decisions: SmallVec<[Decision; INLINE_RULES]> =
+            SmallVec::from_elem(UNASKED, asks.len());
+        let admitted = asks.is_empty()
+            || shared.store.acquire_all(&asks, now, &mut decisions).await;
+        let verdicts: SmallVec<[Verdict<'_>; INLINE_RULES]> = enforced
+            .iter()
+            .zip(&decisions)
+            .map(|((index, _), decision)| Verdict {
+                rule: &policy.rules[*index],
+                decision: *decision,
+            })
+            .collect();
+        if admitted {
+            for (index, ask) in &shadowed {
+                let mut shadow_decision = [UNASKED];
+                let rule = &policy.rules[*index];
+                if shared
+                    .store
+                    .acquire_all(std::slice::from_ref(ask), now, &mut shadow_decision)
+                    .await
+                {
+                    rule.counters.allowed.inc();
+                } else {
+                    rule.counters.shadow_limited.inc();
+                    tracing::debug!(rule = %rule.name, "shadow rule would have limited a request");
+                }
+            }
+        }
+        shared
+            .metrics
+            .decision_seconds
+            .observe(decided.elapsed().as_secs_f64());
+        for verdict in &verdicts {
+            if verdict.decision.is_allowed() {
+                verdict.rule.counters.allowed.inc();
+            } else {
+                verdict.rule.counters.limited.inc();
+            }
+        }
+        if !admitted {
+            return respond::limited(policy, &verdicts, shared.clock.unix_now());
+        }
+
+        // Forward.
+        let rewritten = match &normalized {
+            Cow::Owned(path) if policy.normalize_path => Some(path.as_str()),
+            _ => None,
+        };
+        let path_and_query = forwarded_path(&request, rewritten);
+        let hop = ClientHop {
+            peer: peer.ip(),
+            trusted: policy.client_ip.is_trusted(peer.ip()),
+        };
+        forward::prepare_request(&mut request, &shared.upstream, path_and_query, hop);
+        shared
+            .metrics
+            .overhead_seconds
+            .observe(started.elapsed().as_secs_f64());
+        let sent = Instant::now();
+        let result = shared.upstream.send(request).await;
+        shared
+            .metrics
+            .upstream_seconds
+            .observe(sent.elapsed().as_secs_f64());
+        let mut response = match result {
+            Ok(response) => response.map(Either::Left),
+            Err(error) => return self.upstream_failed(error),
+        };
+        forward::strip_hop_by_hop(response.headers_mut(), false);
+        if policy.response.on_success {
+            respond::add_rate_limit_headers(
+                response.headers_mut(),
+                policy.response.headers,
+                &verdicts,
+                shared.clock.unix_now(),
+            );
+        }
+        response
+    }
+
+    /// Counts, logs and answers an upstream failure.
+    fn upstream_failed(&self, error: ForwardError) -> Response<ProxyBody> {
+        let metrics = &self.shared.metrics;
+        let refusal = match error {
+            ForwardError::Connect => {
+                metrics.upstream_errors_connect.inc();
+                Refusal::UpstreamUnreachable
+            }
+            ForwardError::Timeout => {
+                metrics.upstream_errors_timeout.inc();
+                Refusal::UpstreamTimeout
+            }
+            ForwardError::Other => {
+                metrics.upstream_errors_other.inc();
+                Refusal::UpstreamFailed
+            }
+        };
+        tracing::warn!(%error, "upstream request failed");
+        respond::refusal(refusal, None)
+    }
+}
+
+/// A placeholder decision for slots the store fills in.
+const UNASKED: Decision = Decision::Allow(BucketState {
+    remaining: 0,
+    reset_after: 0,
+});
+
+/// The host the client addressed, without port: the URI's authority
+/// (absolute-form, HTTP/2 `:authority`) or the Host header.
+fn host_of<B>(request: &Request<B>) -> Option<&str> {
+    if let Some(host) = request.uri().host() {
+        return Some(host);
+    }
+    let value = request.headers().get(http::header::HOST)?.to_str().ok()?;
+    Some(strip_port(value))
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        // [v6]:port
+        return host.split_once(']').map_or(host, |(h, _)| &host[..h.len() + 1]);
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
+
+/// The path and query the upstream receives: `rewritten` (the normalised
+/// path, when normalisation changed it and `normalize_path` is on) with the
+/// query unchanged, otherwise what the client sent.
+fn forwarded_path<B>(request: &Request<B>, rewritten: Option<&str>) -> PathAndQuery {
+    let original = request
+        .uri()
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    match rewritten {
+        Some(path) => {
+            // Only allocates when the client sent a non-normal path.
+            let rebuilt = match request.uri().query() {
+                Some(query) => format!("{path}?{query}"),
+                None => path.to_owned(),
+            };
+            PathAndQuery::try_from(rebuilt).unwrap_or(original)
+        }
+        None if original.path().is_empty() => PathAndQuery::from_static("/"),
+        None => original,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_stripped_from_hosts() {
+        assert_eq!(strip_port("example.com:8080"), "example.com");
+        assert_eq!(strip_port("example.com"), "example.com");
+        assert_eq!(strip_port("[::1]:80"), "[::1]");
+        assert_eq!(strip_port("[::1]"), "[::1]");
+    }
+}

@@ -1,0 +1,235 @@
+//! Talking to the upstream: rewriting a client request into the request the
+//! upstream receives (normalised path, hop-by-hop headers stripped,
+//! `X-Forwarded-*` set), sending it over a pooled keep-alive client, and
+//! cleaning the response's hop-by-hop headers. Bodies are passed through as
+//! streams in both directions; nothing here buffers a body.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Request, Response, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::config::ServerConfig;
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+static HTTP: HeaderValue = HeaderValue::from_static("http");
+
+/// Why an upstream exchange failed, by the status it maps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ForwardError {
+    /// Could not connect (refused, unreachable): 502.
+    #[error("could not connect to the upstream")]
+    Connect,
+    /// No response head within `upstream_timeout`, or no connection within
+    /// `connect_timeout`: 504.
+    #[error("the upstream timed out")]
+    Timeout,
+    /// The connection failed after it was made: 502.
+    #[error("the upstream exchange failed")]
+    Other,
+}
+
+/// The protected service and the pooled client that reaches it.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    client: Client<HttpConnector, Incoming>,
+    scheme: Scheme,
+    authority: Authority,
+    timeout: Duration,
+}
+
+impl Upstream {
+    /// A client for `server.upstream` with its timeouts.
+    pub fn new(server: &ServerConfig) -> Upstream {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(server.connect_timeout));
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+        let parts = server.upstream.clone().into_parts();
+        Upstream {
+            client,
+            scheme: parts.scheme.unwrap_or(Scheme::HTTP),
+            authority: parts
+                .authority
+                .unwrap_or_else(|| Authority::from_static("127.0.0.1")),
+            timeout: server.upstream_timeout,
+        }
+    }
+
+    /// Sends the prepared request; resolves when the response head arrived.
+    pub async fn send(&self, request: Request<Incoming>) -> Result<Response<Incoming>, ForwardError> {
+        match tokio::time::timeout(self.timeout, self.client.request(request)).await {
+            Err(_elapsed) => Err(ForwardError::Timeout),
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(error)) => Err(classify(&error)),
+        }
+    }
+
+    /// The absolute URI the pooled client needs for `path_and_query`.
+    pub fn uri(&self, path_and_query: PathAndQuery) -> Uri {
+        Uri::from_parts({
+            let mut parts = http::uri::Parts::default();
+            parts.scheme = Some(self.scheme.clone());
+            parts.authority = Some(self.authority.clone());
+            parts.path_and_query = Some(path_and_query);
+            parts
+        })
+        .unwrap_or_else(|_| Uri::from_static("/"))
+    }
+}
+
+fn classify(error: &hyper_util::client::legacy::Error) -> ForwardError {
+    if error.is_connect() {
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::TimedOut {
+                    return ForwardError::Timeout;
+                }
+            }
+            if cause.to_string().contains("timed out") {
+                return ForwardError::Timeout;
+            }
+            source = cause.source();
+        }
+        ForwardError::Connect
+    } else {
+        ForwardError::Other
+    }
+}
+
+/// What the proxy knows about the client when rewriting its request.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientHop {
+    /// The TCP peer.
+    pub peer: IpAddr,
+    /// Whether the peer is in `trusted_proxies` (its forwarding headers are
+    /// kept and extended; an untrusted peer's are replaced).
+    pub trusted: bool,
+}
+
+/// Turns the client's request into the upstream's, in place.
+pub fn prepare_request(
+    request: &mut Request<Incoming>,
+    upstream: &Upstream,
+    path_and_query: PathAndQuery,
+    hop: ClientHop,
+) {
+    let host = original_host(request);
+    *request.uri_mut() = upstream.uri(path_and_query);
+    // The pool speaks HTTP/1.1 to the upstream whatever the client spoke.
+    *request.version_mut() = Version::HTTP_11;
+    let headers = request.headers_mut();
+    // Strip first, then add our own: a client naming X-Forwarded-For in
+    // Connection must not be able to delete what sluice sets.
+    strip_hop_by_hop(headers, true);
+
+    let peer = hop.peer.to_string();
+    if hop.trusted {
+        append_forwarded_for(headers, &peer);
+    } else {
+        headers.remove(&X_FORWARDED_PROTO);
+        headers.remove(&X_FORWARDED_HOST);
+        headers.insert(X_FORWARDED_FOR, header_value(&peer));
+    }
+    if !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO, HTTP.clone());
+    }
+    if let Some(host) = host {
+        if !headers.contains_key(&X_FORWARDED_HOST) {
+            headers.insert(X_FORWARDED_HOST, host.clone());
+        }
+        // HTTP/2 clients send :authority instead of Host; the upstream gets
+        // the host the client asked for, as with HTTP/1.1 clients.
+        headers.insert(header::HOST, host);
+    }
+}
+
+/// The Host the client addressed: the absolute-form or `:authority` URI wins
+/// over the Host header (RFC 9112 §3.2.2).
+fn original_host(request: &Request<Incoming>) -> Option<HeaderValue> {
+    match request.uri().authority() {
+        Some(authority) => HeaderValue::from_str(authority.as_str()).ok(),
+        None => request.headers().get(header::HOST).cloned(),
+    }
+}
+
+fn header_value(text: &str) -> HeaderValue {
+    HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+}
+
+fn append_forwarded_for(headers: &mut HeaderMap, peer: &str) {
+    let mut joined = String::with_capacity(64);
+    for value in headers.get_all(&X_FORWARDED_FOR) {
+        if let Ok(text) = value.to_str() {
+            if !joined.is_empty() {
+                joined.push_str(", ");
+            }
+            joined.push_str(text.trim());
+        }
+    }
+    if !joined.is_empty() {
+        joined.push_str(", ");
+    }
+    joined.push_str(peer);
+    headers.insert(X_FORWARDED_FOR, header_value(&joined));
+}
+
+/// Removes hop-by-hop fields: those named in `Connection`, then the fixed
+/// list of RFC 9110 §7.6.1. On requests `TE: trailers` survives (gRPC needs
+/// it).
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
+    if headers.contains_key(header::CONNECTION) {
+        // Collected first: the names borrow from the map we remove from.
+        // Only allocates when a Connection header is present.
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+        headers.remove(header::CONNECTION);
+    }
+    for name in [
+        KEEP_ALIVE,
+        PROXY_CONNECTION,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::PROXY_AUTHORIZATION,
+    ] {
+        headers.remove(name);
+    }
+    if headers.contains_key(header::TE) {
+        let trailers = is_request
+            && headers
+                .get_all(header::TE)
+                .iter()
+                .filter_map(|value| value.to_str().ok())
+                .flat_map(|value| value.split(','))
+                .any(|item| item.trim().eq_ignore_ascii_case("trailers"));
+        headers.remove(header::TE);
+        if trailers {
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Listeners and the connection lifecycle: the accept loop (HTTP/1.1 and h2c
+//! through hyper-util's auto builder), the connection cap, hyper's limits and
+//! timeouts, and graceful shutdown.
+//!
+//! Shutdown: when the `shutdown` future passed to [`Server::serve`] resolves,
+//! the proxy is marked draining (`/readyz` answers 503), the listener is
+//! closed, every open connection is told to finish its in-flight request and
+//! close, and `serve` returns once they have, or after `shutdown_grace`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::admin;
+use crate::config::Config;
+use crate::proxy::Proxy;
+
+/// Pause after a failed `accept` (e.g. out of file descriptors), so the loop
+/// does not spin while the condition lasts.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// A bound but not yet serving sluice: both listeners and the proxy.
+#[derive(Debug)]
+pub struct Server {
+    proxy: Proxy,
+    listener: TcpListener,
+    admin_listener: TcpListener,
+    config: Arc<Config>,
+}
+
+impl Server {
+    /// Binds `server.listen` and `admin.listen`.
+    pub async fn bind(config: Config) -> io::Result<Server> {
+        let listener = TcpListener::bind(config.server.listen).await?;
+        let admin_listener = TcpListener::bind(config.admin.listen).await?;
+        let config = Arc::new(config);
+        Ok(Server {
+            proxy: Proxy::new((*config).clone()),
+            listener,
+            admin_listener,
+            config,
+        })
+    }
+
+    /// The proxy listener's address (useful when bound to port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The admin listener's address.
+    pub fn admin_addr(&self) -> io::Result<SocketAddr> {
+        self.admin_listener.local_addr()
+    }
+
+    /// The proxy this server runs.
+    pub fn proxy(&self) -> &Proxy {
+        &self.proxy
+    }
+
+    /// Serves until `shutdown` resolves, then drains (see the module docs).
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let Server {
+            proxy,
+            listener,
+            admin_listener,
+            config,
+        } = self;
+        let admin = tokio::spawn(admin::serve(admin_listener, proxy.clone()));
+        let builder = Arc::new(connection_builder(&config));
+        let connections = Arc::new(Semaphore::new(config.server.max_connections));
+        let graceful = GracefulShutdown::new();
+
+        tokio::pin!(shutdown);
+        loop {
+            let permit = tokio::select! {
+                () = &mut shutdown => break,
+                permit = connections.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_closed) => break,
+                },
+            };
+            let (stream, peer) = tokio::select! {
+                () = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                        continue;
+                    }
+                },
+            };
+            // Small request/response exchanges must not wait for Nagle.
+            let _ = stream.set_nodelay(true);
+            let proxy = proxy.clone();
+            let service = service_fn(move |request| {
+                let proxy = proxy.clone();
+                async move { Ok::<_, Infallible>(proxy.handle(request, peer).await) }
+            });
+            let connection = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .into_owned();
+            let watched = graceful.watch(connection);
+            tokio::spawn(async move {
+                if let Err(error) = watched.await {
+                    tracing::debug!(%peer, error = %error, "connection ended with an error");
+                }
+                drop(permit);
+            });
+        }
+
+        proxy.start_draining();
+        drop(listener);
+        tracing::info!("shutting down: draining in-flight requests");
+        let grace = config.server.shutdown_grace;
+        if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+            tracing::warn!(?grace, "shutdown grace elapsed with requests still in flight");
+        }
+        admin.abort();
+    }
+}
+
+/// hyper's server settings from `[server]`.
+fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
+    let server = &config.server;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(server.header_read_timeout)
+        .max_headers(server.max_headers)
+        // hyper's read buffer bounds the request head (its floor is 8 KiB).
+        .max_buf_size(server.max_header_bytes.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(250)
+        .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32);
+    builder
+}

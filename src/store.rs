@@ -1,0 +1,93 @@
+//! Where bucket state lives. [`Store`] is a closed enum (no `Box<dyn>`): the
+//! in-memory sharded table today, a Redis store (strict and hybrid) later,
+//! behind the same two calls the proxy makes:
+//!
+//! - [`Store::acquire_all`]: ask every applicable limit of one request at once,
+//!   all or nothing. A request rejected by any limit consumes nothing from the
+//!   others. Batching the limits of a request into one call is what will let
+//!   the Redis store answer with one round trip (one Lua script call).
+//!
+//! Refunds (`refund_on`) and deferred charges (`charge`) will add a second
+//! call that adjusts one bucket after the response; the limiter core already
+//! has the arithmetic ([`crate::limiter::Gcra::refund`]).
+//!
+//! The store never reads a clock: `now` comes from the caller, so memory-store
+//! tests are exact. (The Redis store will take time from Redis instead.)
+
+pub mod memory;
+
+use crate::clock::Nanos;
+use crate::limiter::{Decision, Limiter};
+pub use memory::{MemoryStore, StoreStats};
+
+/// A bucket key: the rule's key sources hashed with a per-process random seed
+/// (see [`crate::key`]). Two callers share a bucket only on a 64-bit collision.
+pub type BucketKey = u64;
+
+/// One limit to check for one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    /// Index of the rule's bucket table (stable for the life of the store).
+    pub table: usize,
+    pub key: BucketKey,
+    pub limiter: &'a Limiter,
+    pub cost: u64,
+}
+
+/// Where a granted acquisition took its units from, so that it can be given
+/// back exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// The key's own bucket.
+    Bucket,
+    /// The rule's shared overflow bucket (the table was full of active buckets).
+    Overflow,
+    /// Nothing was taken (the limit denied).
+    None,
+}
+
+/// The bucket store: a closed set of backends.
+#[derive(Debug)]
+pub enum Store {
+    Memory(MemoryStore),
+}
+
+impl Store {
+    /// Asks every limit in `asks` for its cost at `now`, writing one decision
+    /// per ask into `decisions` (same order). Returns whether all admitted;
+    /// when any denied, nothing was taken from any bucket.
+    ///
+    /// `async` because the Redis backend will await a round trip here; the
+    /// memory backend completes without yielding.
+    pub async fn acquire_all(
+        &self,
+        asks: &[Ask<'_>],
+        now: Nanos,
+        decisions: &mut [Decision],
+    ) -> bool {
+        match self {
+            Store::Memory(store) => store.acquire_all(asks, now, decisions),
+        }
+    }
+
+    /// Counters for `/metrics`.
+    pub fn stats(&self) -> StoreStats {
+        match self {
+            Store::Memory(store) => store.stats(),
+        }
+    }
+
+    /// Buckets tracked for one table.
+    pub fn tracked_keys(&self, table: usize) -> usize {
+        match self {
+            Store::Memory(store) => store.tracked_keys(table),
+        }
+    }
+
+    /// The backend's name, as used in metric labels.
+    pub fn backend_name(&self) -> &'static str {
+        match self {
+            Store::Memory(_) => "memory",
+        }
+    }
+}
