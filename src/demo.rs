@@ -108,7 +108,7 @@ pub async fn run(once: bool) -> Result<(), DemoError> {
 async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     println!(
-        "{:>2}  {:<22} {:<7} {:>6} {:>5} {:>9} {:>11}  {:<28} note",
+        "{:>2}  {:<22} {:<9} {:>6} {:>5} {:>9} {:>11}  {:<28} note",
         "#", "request", "status", "limit", "left", "reset in", "retry-after", "RateLimit"
     );
     let mut number = 0;
@@ -141,7 +141,7 @@ async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
                 .unwrap_or_else(|| "-".to_owned());
             let status = response.status();
             println!(
-                "{:>2}  {:<22} {:<7} {:>6} {:>5} {:>9} {:>11}  {:<28} {}",
+                "{:>2}  {:<22} {:<9} {:>6} {:>5} {:>9} {:>11}  {:<28} {}",
                 number,
                 format!(
                     "{}{}",

@@ -161,11 +161,16 @@ fn hash_lowercase(hasher: &mut impl Hasher, bytes: &[u8]) {
 /// are one caller; otherwise one API key could rotate encodings to get many
 /// buckets. Decodes on the stack in chunks; an invalid escape is kept as is.
 fn hash_query_value(hasher: &mut impl Hasher, raw: &[u8]) {
+    // Both paths feed the hasher in the same 64-byte chunks of the decoded
+    // value: a streaming hash depends on where the writes split.
     if !raw.iter().any(|&b| b == b'%' || b == b'+') {
-        hash_bytes(hasher, raw);
+        hasher.write_u64(raw.len() as u64);
+        for chunk in raw.chunks(QUERY_CHUNK) {
+            hasher.write(chunk);
+        }
         return;
     }
-    let mut decoded = [0u8; 64];
+    let mut decoded = [0u8; QUERY_CHUNK];
     let mut len = 0;
     let mut total = 0u64;
     let mut i = 0;
@@ -190,8 +195,12 @@ fn hash_query_value(hasher: &mut impl Hasher, raw: &[u8]) {
             len = 0;
         }
     }
-    hasher.write(&decoded[..len]);
+    if len > 0 {
+        hasher.write(&decoded[..len]);
+    }
 }
+
+const QUERY_CHUNK: usize = 64;
 
 /// Bytes taken by the (possibly escaped) character at `i`.
 fn escape_len(raw: &[u8], i: usize) -> usize {

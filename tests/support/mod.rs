@@ -1,0 +1,320 @@
+//! Shared test harness: a real upstream on loopback, sluice in-process or as
+//! the real binary, and a small HTTP client. Everything binds 127.0.0.1:0.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+use sluice::config::Config;
+use sluice::server::Server;
+
+/// What the upstream saw of one request.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: Method,
+    /// Path and query as received.
+    pub target: String,
+    pub headers: HeaderMap,
+}
+
+/// A real HTTP/1.1 upstream on loopback that records what it receives.
+///
+/// Routes: `/slow/<ms>` answers after that delay; `/download/<bytes>` streams
+/// that many bytes in 64 KiB chunks; `/upload` reads the request body as a
+/// stream and answers with its length; `/hop` answers with hop-by-hop
+/// headers of its own; anything else answers 200 `ok`.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+    pub uploaded: Arc<AtomicU64>,
+}
+
+type TestBody = BoxBody<Bytes, Infallible>;
+
+impl Upstream {
+    pub async fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let uploaded = Arc::new(AtomicU64::new(0));
+        let (seen_task, uploaded_task) = (seen.clone(), uploaded.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let seen = seen_task.clone();
+                let uploaded = uploaded_task.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |request: Request<Incoming>| {
+                        let seen = seen.clone();
+                        let uploaded = uploaded.clone();
+                        async move { Ok::<_, Infallible>(upstream_route(request, seen, uploaded).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Upstream { addr, seen, uploaded }
+    }
+
+    /// Requests received so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+async fn upstream_route(
+    request: Request<Incoming>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    uploaded: Arc<AtomicU64>,
+) -> Response<TestBody> {
+    let target = request
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_default();
+    seen.lock().unwrap().push(Seen {
+        method: request.method().clone(),
+        target: target.clone(),
+        headers: request.headers().clone(),
+    });
+    let path = request.uri().path().to_owned();
+    if let Some(ms) = path.strip_prefix("/slow/") {
+        let ms: u64 = ms.parse().unwrap_or(1000);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        return text(StatusCode::OK, "slow ok");
+    }
+    if let Some(bytes) = path.strip_prefix("/download/") {
+        let total: u64 = bytes.parse().unwrap_or(0);
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let chunks = total / chunk.len() as u64;
+        let rest = (total % chunk.len() as u64) as usize;
+        let tail = chunk.slice(..rest);
+        let frames = (0..chunks)
+            .map(move |_| chunk.clone())
+            .chain((rest > 0).then_some(tail))
+            .map(|data| Ok::<_, Infallible>(Frame::data(data)));
+        return Response::new(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(frames))));
+    }
+    if path == "/upload" {
+        let mut body = request.into_body();
+        let mut total = 0u64;
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(frame) => {
+                    if let Some(data) = frame.data_ref() {
+                        total += data.len() as u64;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        uploaded.store(total, Ordering::SeqCst);
+        return text(StatusCode::OK, &total.to_string());
+    }
+    if path == "/hop" {
+        let mut response = text(StatusCode::OK, "hop");
+        let headers = response.headers_mut();
+        headers.insert("connection", "x-upstream-private".parse().unwrap());
+        headers.insert("x-upstream-private", "secret".parse().unwrap());
+        headers.insert("keep-alive", "timeout=5".parse().unwrap());
+        headers.insert("x-upstream-public", "visible".parse().unwrap());
+        return response;
+    }
+    text(StatusCode::OK, "ok")
+}
+
+fn text(status: StatusCode, body: &str) -> Response<TestBody> {
+    let mut response = Response::new(BodyExt::boxed(Full::new(Bytes::from(body.to_owned()))));
+    *response.status_mut() = status;
+    response
+}
+
+/// sluice running in-process on ephemeral ports.
+pub struct Sluice {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Sluice {
+    /// Starts sluice with `toml`; `{upstream}` in it is replaced by the
+    /// upstream's address. Listen addresses are forced to 127.0.0.1:0.
+    pub async fn start(toml: &str, upstream: SocketAddr) -> Sluice {
+        let text = toml.replace("{upstream}", &upstream.to_string());
+        let mut config = Config::from_toml(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
+        config.server.listen = "127.0.0.1:0".parse().unwrap();
+        config.admin.listen = "127.0.0.1:0".parse().unwrap();
+        let server = Server::bind(config).await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let admin = server.admin_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(server.serve(async {
+            let _ = stopped.await;
+        }));
+        Sluice {
+            addr,
+            admin,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Stops accepting and waits for the drain to finish.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// The admin `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let response = send(Method::GET, &format!("http://{}/metrics", self.admin), &[]).await;
+        response.body
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A response with its body collected.
+#[derive(Debug)]
+pub struct Got {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Got {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+/// Sends one request on a fresh connection and collects the answer.
+pub async fn send(method: Method, url: &str, headers: &[(&str, &str)]) -> Got {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut request = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("request to {url} failed: {e}"));
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Got {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// `GET url` with headers.
+pub async fn get(url: &str, headers: &[(&str, &str)]) -> Got {
+    send(Method::GET, url, headers).await
+}
+
+/// The value of one sample in Prometheus text, e.g.
+/// `metric(text, "sluice_requests_total{rule=\"per-ip\",outcome=\"limited\"}")`.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// The sluice binary built by cargo for integration tests.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_sluice"))
+}
+
+/// The sluice binary running `sluice run` on a config file.
+pub struct SluiceProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+impl SluiceProcess {
+    /// Spawns `sluice run --config path` (listen addresses in the file should
+    /// be `127.0.0.1:0`) and waits for its "serving" log line.
+    pub fn spawn(config: &Path) -> SluiceProcess {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(binary())
+            .args(["run", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn sluice");
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let mut addrs = None;
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            if line.contains("sluice is serving") {
+                let field = |name: &str| -> SocketAddr {
+                    let start = line.find(&format!("{name}=")).unwrap() + name.len() + 1;
+                    line[start..].split_whitespace().next().unwrap().parse().unwrap()
+                };
+                addrs = Some((field("listen"), field("admin")));
+                break;
+            }
+        }
+        // Keep draining stderr so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let (addr, admin) = addrs.expect("sluice did not start");
+        SluiceProcess { child, addr, admin }
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+}
+
+impl Drop for SluiceProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
