@@ -13,7 +13,13 @@ use crate::policy::format_period;
 #[command(version, about, long_about = None)]
 pub struct Cli {
     /// Log format on stderr (`RUST_LOG` filters).
-    #[arg(long, global = true, value_enum, env = "SLUICE_LOG_FORMAT", default_value = "text")]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "SLUICE_LOG_FORMAT",
+        default_value = "text"
+    )]
     pub log: LogFormat,
 
     #[command(subcommand)]
@@ -109,7 +115,10 @@ fn describe_match(matcher: &MatchConfig) -> String {
             parts.push(format!("{name}={}", values.join("|")));
         }
     };
-    field("method", matcher.method.iter().map(ToString::to_string).collect());
+    field(
+        "method",
+        matcher.method.iter().map(ToString::to_string).collect(),
+    );
     field("host", matcher.host.clone());
     field("path", matcher.path.clone());
     field("prefix", matcher.path_prefix.clone());

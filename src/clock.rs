@@ -64,8 +64,7 @@ impl ManualClock {
 
     /// Moves time forward.
     pub fn advance(&self, by: Duration) {
-        self.nanos
-            .fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
+        self.nanos.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
     }
 }
 

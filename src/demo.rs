@@ -175,7 +175,10 @@ async fn start_upstream() -> Result<SocketAddr, std::io::Error> {
         while let Ok((stream, _)) = listener.accept().await {
             tokio::spawn(async move {
                 let service = service_fn(|request: Request<Incoming>| async move {
-                    let body = format!("{{\"upstream\":\"demo\",\"path\":\"{}\"}}\n", request.uri().path());
+                    let body = format!(
+                        "{{\"upstream\":\"demo\",\"path\":\"{}\"}}\n",
+                        request.uri().path()
+                    );
                     let mut response = Response::new(Full::new(Bytes::from(body)));
                     *response.status_mut() = StatusCode::OK;
                     Ok::<_, Infallible>(response)

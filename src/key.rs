@@ -308,10 +308,14 @@ mod tests {
             hasher.derive(&sources, &facts(&empty, None, IP), false),
             Err(MissingSource(0))
         );
-        let shared = hasher.derive(&sources, &facts(&empty, None, IP), true).unwrap();
+        let shared = hasher
+            .derive(&sources, &facts(&empty, None, IP), true)
+            .unwrap();
         let mut with_key = HeaderMap::new();
         with_key.insert(name, "k1".parse().unwrap());
-        let keyed = hasher.derive(&sources, &facts(&with_key, None, IP), true).unwrap();
+        let keyed = hasher
+            .derive(&sources, &facts(&with_key, None, IP), true)
+            .unwrap();
         assert_ne!(shared, keyed);
     }
 

@@ -62,7 +62,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
 /// Resolves on SIGTERM or SIGINT.
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! {
                 _ = term.recv() => {},
@@ -85,7 +88,9 @@ fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
         1 => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build(),
-        0 => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        0 => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
         n => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(n)
             .enable_all()

@@ -16,8 +16,21 @@ use crate::store::Store;
 
 /// Histogram buckets for sluice's own work: 1 µs … 100 ms.
 const FAST_BUCKETS: &[f64] = &[
-    0.000_001, 0.000_002_5, 0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25,
-    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1,
+    0.000_001,
+    0.000_002_5,
+    0.000_005,
+    0.000_01,
+    0.000_025,
+    0.000_05,
+    0.000_1,
+    0.000_25,
+    0.000_5,
+    0.001,
+    0.002_5,
+    0.005,
+    0.01,
+    0.025,
+    0.1,
 ];
 
 /// Histogram buckets for the upstream: 1 ms … 60 s.
@@ -56,7 +69,10 @@ impl Metrics {
         )
         .expect("static metric definition");
         let responses_vec = IntCounterVec::new(
-            Opts::new("sluice_responses_total", "Responses sent to clients, by class."),
+            Opts::new(
+                "sluice_responses_total",
+                "Responses sent to clients, by class.",
+            ),
             &["code_class"],
         )
         .expect("static metric definition");

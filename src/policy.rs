@@ -97,7 +97,10 @@ impl Matcher {
         (self.method.is_empty() || self.method.iter().any(|m| m == facts.method))
             && (self.path.is_empty() || self.path.iter().any(|p| p == facts.path))
             && (self.path_prefix.is_empty()
-                || self.path_prefix.iter().any(|p| facts.path.starts_with(p.as_str())))
+                || self
+                    .path_prefix
+                    .iter()
+                    .any(|p| facts.path.starts_with(p.as_str())))
             && (self.path_glob.is_empty() || self.path_glob.iter().any(|g| g.matches(facts.path)))
             && (self.host.is_empty()
                 || facts

@@ -64,10 +64,7 @@ impl Proxy {
     pub fn new(config: Config) -> Proxy {
         let metrics = Metrics::new();
         let config = Arc::new(config);
-        let store = Store::Memory(MemoryStore::new(
-            config.rules.len(),
-            config.store.max_keys,
-        ));
+        let store = Store::Memory(MemoryStore::new(config.rules.len(), config.store.max_keys));
         let upstream = Upstream::new(&config.server);
         let policy = Policy::compile(config, &metrics);
         Proxy {
@@ -108,7 +105,11 @@ impl Proxy {
     }
 
     /// Handles one client request end to end.
-    pub async fn handle(&self, request: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+    pub async fn handle(
+        &self,
+        request: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Response<ProxyBody> {
         let started = Instant::now();
         let policy = self.shared.policy.load_full();
         let response = self.process(request, peer, &policy, started).await;
@@ -183,8 +184,8 @@ impl Proxy {
         let asks: SmallVec<[Ask<'_>; INLINE_RULES]> = enforced.iter().map(|(_, a)| *a).collect();
         let mut decisions: SmallVec<[Decision; INLINE_RULES]> =
             SmallVec::from_elem(UNASKED, asks.len());
-        let admitted = asks.is_empty()
-            || shared.store.acquire_all(&asks, now, &mut decisions).await;
+        let admitted =
+            asks.is_empty() || shared.store.acquire_all(&asks, now, &mut decisions).await;
         let verdicts: SmallVec<[Verdict<'_>; INLINE_RULES]> = enforced
             .iter()
             .zip(&decisions)
@@ -302,7 +303,9 @@ fn host_of<B>(request: &Request<B>) -> Option<&str> {
 fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         // [v6]:port
-        return host.split_once(']').map_or(host, |(h, _)| &host[..h.len() + 1]);
+        return host
+            .split_once(']')
+            .map_or(host, |(h, _)| &host[..h.len() + 1]);
     }
     host.rsplit_once(':').map_or(host, |(h, _)| h)
 }

@@ -123,8 +123,14 @@ impl Server {
         drop(listener);
         tracing::info!("shutting down: draining in-flight requests");
         let grace = config.server.shutdown_grace;
-        if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
-            tracing::warn!(?grace, "shutdown grace elapsed with requests still in flight");
+        if tokio::time::timeout(grace, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?grace,
+                "shutdown grace elapsed with requests still in flight"
+            );
         }
         admin.abort();
     }

@@ -15,7 +15,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use http::header::{FORWARDED, HeaderMap};
+use http::header::{HeaderMap, FORWARDED};
 use ipnet::IpNet;
 
 use crate::config::ForwardedHeader;

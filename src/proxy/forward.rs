@@ -72,7 +72,10 @@ impl Upstream {
     }
 
     /// Sends the prepared request; resolves when the response head arrived.
-    pub async fn send(&self, request: Request<Incoming>) -> Result<Response<Incoming>, ForwardError> {
+    pub async fn send(
+        &self,
+        request: Request<Incoming>,
+    ) -> Result<Response<Incoming>, ForwardError> {
         match tokio::time::timeout(self.timeout, self.client.request(request)).await {
             Err(_elapsed) => Err(ForwardError::Timeout),
             Ok(Ok(response)) => Ok(response),

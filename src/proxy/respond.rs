@@ -82,7 +82,11 @@ pub struct Verdict<'p> {
 }
 
 /// The answer to a request some rule rejected.
-pub fn limited(policy: &Policy, verdicts: &[Verdict<'_>], unix_now: Duration) -> Response<ProxyBody> {
+pub fn limited(
+    policy: &Policy,
+    verdicts: &[Verdict<'_>],
+    unix_now: Duration,
+) -> Response<ProxyBody> {
     let rejecting = || verdicts.iter().filter(|v| !v.decision.is_allowed());
     let first = rejecting()
         .next()
@@ -135,7 +139,10 @@ pub fn add_rate_limit_headers(
             .expect("verdicts is not empty");
         let state = tightest.decision.state();
         let reset_at = unix_now.as_secs() + ceil_secs(state.reset_after + subsec_nanos(unix_now));
-        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(tightest.rule.limiter.capacity()));
+        headers.insert(
+            X_RATELIMIT_LIMIT,
+            HeaderValue::from(tightest.rule.limiter.capacity()),
+        );
         headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(state.remaining));
         headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset_at));
     }

@@ -80,11 +80,15 @@ struct Table {
 struct Shard(Mutex<HashMap<BucketKey, Nanos, BuildHasherDefault<IdentityHasher>>>);
 
 impl Shard {
-    fn lock(&self) -> MutexGuard<'_, HashMap<BucketKey, Nanos, BuildHasherDefault<IdentityHasher>>> {
+    fn lock(
+        &self,
+    ) -> MutexGuard<'_, HashMap<BucketKey, Nanos, BuildHasherDefault<IdentityHasher>>> {
         // A panic while a shard was locked cannot leave a TAT half-written
         // (it is one u64), so a poisoned shard is still consistent: keep
         // serving instead of cascading the panic to every key in the shard.
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -302,12 +306,7 @@ impl MemoryStore {
 
     /// The state of one bucket, for tests and admin views (`None`: untracked).
     pub fn bucket_tat(&self, table: usize, key: BucketKey) -> Option<Nanos> {
-        self.tables
-            .get(table)?
-            .shard(key)
-            .lock()
-            .get(&key)
-            .copied()
+        self.tables.get(table)?.shard(key).lock().get(&key).copied()
     }
 }
 

@@ -1,0 +1,147 @@
+//! The in-memory store's guarantees, driven with explicit `now` values (the
+//! store never reads a clock): all-or-nothing decisions across rules, the
+//! `max_keys` bound, idle eviction that changes no decision, and the
+//! overflow bucket that keeps a key flood from resetting anyone.
+
+use std::time::Duration;
+
+use sluice::config::Rate;
+use sluice::limiter::{Decision, Gcra, Limiter};
+use sluice::store::{Ask, MemoryStore};
+
+const SEC: u64 = 1_000_000_000;
+
+fn bucket(count: u64, secs: u64) -> Limiter {
+    Limiter::TokenBucket(Gcra::new(
+        Rate {
+            count,
+            period: Duration::from_secs(secs),
+        },
+        count,
+    ))
+}
+
+fn ask(table: usize, key: u64, limiter: &Limiter) -> Ask<'_> {
+    Ask {
+        table,
+        key,
+        limiter,
+        cost: 1,
+    }
+}
+
+fn one(store: &MemoryStore, ask: Ask<'_>, now: u64) -> bool {
+    let mut decision = [Decision::Allow(sluice::limiter::BucketState {
+        remaining: 0,
+        reset_after: 0,
+    })];
+    store.acquire_all(&[ask], now, &mut decision)
+}
+
+fn admitted(store: &MemoryStore, ask: Ask<'_>, now: u64, tries: usize) -> usize {
+    (0..tries).filter(|_| one(store, ask, now)).count()
+}
+
+#[test]
+fn a_request_rejected_by_one_rule_takes_nothing_from_the_others() {
+    let store = MemoryStore::new(2, 100);
+    let global = bucket(10, 60);
+    let per_ip = bucket(2, 60);
+    let now = SEC;
+    let mut decisions = [Decision::Allow(sluice::limiter::BucketState {
+        remaining: 0,
+        reset_after: 0,
+    }); 2];
+    let both = [ask(0, 1, &global), ask(1, 7, &per_ip)];
+    let results: Vec<bool> = (0..5)
+        .map(|_| store.acquire_all(&both, now, &mut decisions))
+        .collect();
+    assert_eq!(results, [true, true, false, false, false]);
+    // The last denial reports the global rule as it is: 8 left, not 5.
+    assert_eq!(decisions[0].state().remaining, 8);
+    assert!(!decisions[1].is_allowed());
+    // Exactly 8 more fit in the global bucket for other callers.
+    assert_eq!(admitted(&store, ask(0, 1, &global), now, 20), 8);
+}
+
+#[test]
+fn the_store_never_holds_more_than_max_keys() {
+    let store = MemoryStore::new(1, 1000);
+    let limiter = bucket(5, 60);
+    for key in 0..10_000u64 {
+        one(
+            &store,
+            ask(0, key.wrapping_mul(0x9e37_79b9_7f4a_7c15), &limiter),
+            SEC,
+        );
+    }
+    assert!(store.stats().tracked <= 1000, "{:?}", store.stats());
+    assert_eq!(store.tracked_keys(0), store.stats().tracked);
+}
+
+#[test]
+fn refilled_buckets_are_evicted_to_make_room_without_changing_decisions() {
+    let store = MemoryStore::new(1, 100);
+    let limiter = bucket(5, 1);
+    let keys = |range: std::ops::Range<u64>| range.map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    for key in keys(0..100) {
+        assert!(one(&store, ask(0, key, &limiter), SEC));
+    }
+    assert_eq!(store.stats().tracked, 100);
+    // Two seconds later every bucket has refilled: new keys find room.
+    let later = 3 * SEC;
+    for key in keys(100..200) {
+        assert!(one(&store, ask(0, key, &limiter), later));
+    }
+    let stats = store.stats();
+    assert!(stats.evicted_idle > 0, "{stats:?}");
+    assert_eq!(stats.overflow, 0, "{stats:?}");
+    assert!(stats.tracked <= 100);
+}
+
+#[test]
+fn flooding_new_keys_never_resets_an_over_limit_caller() {
+    let max_keys = 1000;
+    let store = MemoryStore::new(1, max_keys);
+    let limiter = bucket(10, 60);
+    let abuser = 0xabcdef;
+    let mut now = SEC;
+    assert_eq!(admitted(&store, ask(0, abuser, &limiter), now, 50), 10);
+
+    let mut abuser_admitted = 0;
+    let mut fresh_admitted = 0;
+    for round in 0..100u64 {
+        now += SEC / 100;
+        // 1000 new keys per round: 100k in all, each spending a little.
+        for i in 0..1000u64 {
+            let key = (round * 1000 + i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            if one(&store, ask(0, key, &limiter), now) {
+                fresh_admitted += 1;
+            }
+        }
+        abuser_admitted += admitted(&store, ask(0, abuser, &limiter), now, 5);
+        assert!(store.stats().tracked <= max_keys);
+    }
+    // One second passed: at 10/min the abuser earned at most one unit back.
+    assert!(
+        abuser_admitted <= 1,
+        "abuser admitted {abuser_admitted} times"
+    );
+    // New keys are limited conservatively, not refused outright.
+    assert!(fresh_admitted > 0);
+    assert!(store.stats().overflow > 0);
+}
+
+#[test]
+fn a_closed_route_stores_nothing() {
+    let store = MemoryStore::new(1, 10);
+    let closed = Limiter::TokenBucket(Gcra::new(
+        Rate {
+            count: 0,
+            period: Duration::from_secs(60),
+        },
+        0,
+    ));
+    assert!(!one(&store, ask(0, 42, &closed), SEC));
+    assert_eq!(store.stats().tracked, 0);
+}
