@@ -22,7 +22,7 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(errors) => {
-                eprint!("{errors}");
+                eprintln!("{errors}");
                 ExitCode::FAILURE
             }
         },
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
             let config = match Config::load(&config) {
                 Ok(config) => config,
                 Err(errors) => {
-                    eprint!("{errors}");
+                    eprintln!("{errors}");
                     return ExitCode::FAILURE;
                 }
             };

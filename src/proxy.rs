@@ -194,6 +194,8 @@ impl Proxy {
                 decision: *decision,
             })
             .collect();
+        // Shadow rules that would have limited: named in X-Sluice-Would-Limit.
+        let mut would_limit: SmallVec<[&str; INLINE_RULES]> = SmallVec::new();
         if admitted {
             for (index, ask) in &shadowed {
                 let mut shadow_decision = [UNASKED];
@@ -206,6 +208,7 @@ impl Proxy {
                     rule.counters.allowed.inc();
                 } else {
                     rule.counters.shadow_limited.inc();
+                    would_limit.push(&rule.name);
                     tracing::debug!(rule = %rule.name, "shadow rule would have limited a request");
                 }
             }
@@ -251,6 +254,9 @@ impl Proxy {
             Err(error) => return self.upstream_failed(error),
         };
         forward::strip_hop_by_hop(response.headers_mut(), false);
+        if !would_limit.is_empty() {
+            respond::add_would_limit_header(response.headers_mut(), &would_limit);
+        }
         if policy.response.on_success {
             respond::add_rate_limit_headers(
                 response.headers_mut(),

@@ -8,6 +8,7 @@
 //! Non-fatal findings go to [`Config::warnings`]. Nothing here reads files or
 //! knows about requests.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -126,28 +127,53 @@ impl std::error::Error for ConfigErrors {
 /// Parses and validates `text`; `origin` names it in messages.
 pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
     let source = Source::new(text);
-    let raw: RawConfig = match toml::from_str(text) {
-        Ok(raw) => raw,
-        Err(err) => {
-            let (line, column) = source.position(err.span().map_or(0, |span| span.start));
-            let message = err
-                .message()
-                .trim()
-                .lines()
-                .map(str::trim)
-                .collect::<Vec<_>>()
-                .join("; ");
-            return Err(ConfigErrors {
-                origin: origin.to_owned(),
-                errors: vec![ConfigError {
-                    line,
-                    column,
-                    path: String::new(),
-                    message,
-                }],
-                io: None,
-            });
+    // serde stops at the first unknown key. To report every error at once,
+    // each unknown key's line is blanked (keeping line numbers) and the file
+    // parsed again, up to a bound; the remaining problems are then found by
+    // validation as usual.
+    let mut parse_errors = Vec::new();
+    let mut working = Cow::Borrowed(text);
+    let raw: Option<RawConfig> = loop {
+        let err = match toml::from_str::<RawConfig>(&working) {
+            Ok(raw) => break Some(raw),
+            Err(err) => err,
+        };
+        let offset = err.span().map_or(0, |span| span.start);
+        let (line, column) = source.position(offset);
+        let message = err
+            .message()
+            .trim()
+            .lines()
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let unknown_key = message.starts_with("unknown field");
+        parse_errors.push(ConfigError {
+            line,
+            column,
+            path: String::new(),
+            message,
+        });
+        let line_text = working[source.line_start(offset)..]
+            .lines()
+            .next()
+            .unwrap_or("");
+        // An unknown table header cannot be blanked without re-homing its
+        // keys into the previous table; stop there.
+        if !unknown_key
+            || line_text.trim_start().starts_with('[')
+            || parse_errors.len() >= MAX_PARSE_ERRORS
+        {
+            break None;
         }
+        working = Cow::Owned(blank_line(&working, source.line_start(offset)));
+    };
+    let Some(raw) = raw else {
+        return Err(ConfigErrors {
+            origin: origin.to_owned(),
+            errors: parse_errors,
+            io: None,
+        });
     };
     let mut validator = Validator {
         source,
@@ -156,10 +182,11 @@ pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors
         warnings: Vec::new(),
     };
     let config = validator.config(&raw);
-    if validator.errors.is_empty() {
+    if validator.errors.is_empty() && parse_errors.is_empty() {
         Ok(config)
     } else {
-        let mut errors = validator.errors;
+        let mut errors = parse_errors;
+        errors.append(&mut validator.errors);
         errors.sort_by_key(|e| (e.line, e.column));
         Err(ConfigErrors {
             origin: origin.to_owned(),
@@ -167,6 +194,21 @@ pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors
             io: None,
         })
     }
+}
+
+/// Unknown keys reported before giving up on finding more.
+const MAX_PARSE_ERRORS: usize = 50;
+
+/// `text` with the line starting at byte `start` replaced by spaces.
+fn blank_line(text: &str, start: usize) -> String {
+    let end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let mut out = String::with_capacity(text.len());
+    out.push_str(&text[..start]);
+    // One space per byte keeps every later byte offset (and so every
+    // reported position) unchanged.
+    out.extend(std::iter::repeat_n(' ', end - start));
+    out.push_str(&text[end..]);
+    out
 }
 
 /// The text being validated, for turning byte offsets into line:column.
@@ -182,6 +224,15 @@ impl<'a> Source<'a> {
             .chain(text.match_indices('\n').map(|(i, _)| i + 1))
             .collect();
         Source { text, line_starts }
+    }
+
+    /// Byte offset of the start of the line holding `offset`.
+    fn line_start(&self, offset: usize) -> usize {
+        let line = self.line_starts.partition_point(|&start| start <= offset);
+        self.line_starts
+            .get(line.wrapping_sub(1))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// 1-based line and column (in characters) of a byte offset.

@@ -26,6 +26,7 @@ const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-r
 const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const X_SLUICE_WOULD_LIMIT: HeaderName = HeaderName::from_static("x-sluice-would-limit");
 const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 /// A generic problem document (`type` defaults to `about:blank`).
@@ -167,6 +168,15 @@ pub fn add_rate_limit_headers(
         if let Ok(value) = HeaderValue::from_str(&items) {
             headers.insert(RATELIMIT, value);
         }
+    }
+}
+
+/// Marks a forwarded response that shadow rules would have limited:
+/// `X-Sluice-Would-Limit: <rule>` (several rules joined by `, `).
+pub fn add_would_limit_header(headers: &mut HeaderMap, rules: &[&str]) {
+    // Rule names are validated tokens, so the value is always valid.
+    if let Ok(value) = HeaderValue::from_str(&join(rules.iter())) {
+        headers.insert(X_SLUICE_WOULD_LIMIT, value);
     }
 }
 

@@ -43,7 +43,7 @@ pub struct Upstream {
     pub uploaded: Arc<AtomicU64>,
 }
 
-type TestBody = BoxBody<Bytes, Infallible>;
+pub type TestBody = BoxBody<Bytes, Infallible>;
 
 impl Upstream {
     pub async fn start() -> Upstream {
@@ -68,7 +68,11 @@ impl Upstream {
                 });
             }
         });
-        Upstream { addr, seen, uploaded }
+        Upstream {
+            addr,
+            seen,
+            uploaded,
+        }
     }
 
     /// Requests received so far.
@@ -112,7 +116,9 @@ async fn upstream_route(
             .map(move |_| chunk.clone())
             .chain((rest > 0).then_some(tail))
             .map(|data| Ok::<_, Infallible>(Frame::data(data)));
-        return Response::new(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(frames))));
+        return Response::new(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+            frames,
+        ))));
     }
     if path == "/upload" {
         let mut body = request.into_body();
@@ -198,6 +204,12 @@ impl Sluice {
         let response = send(Method::GET, &format!("http://{}/metrics", self.admin), &[]).await;
         response.body
     }
+
+    /// One sample of `/metrics`; panics when the series does not exist.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics().await;
+        metric(&text, series).unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+    }
 }
 
 impl Drop for Sluice {
@@ -237,6 +249,118 @@ pub async fn send(method: Method, url: &str, headers: &[(&str, &str)]) -> Got {
         .request(request.body(Full::new(Bytes::new())).unwrap())
         .await
         .unwrap_or_else(|e| panic!("request to {url} failed: {e}"));
+    collect(response).await
+}
+
+/// `GET url` with headers.
+pub async fn get(url: &str, headers: &[(&str, &str)]) -> Got {
+    send(Method::GET, url, headers).await
+}
+
+/// The value of one sample in Prometheus text, e.g.
+/// `metric(text, "sluice_requests_total{rule=\"per-ip\",outcome=\"limited\"}")`.
+/// Labels may be given in any order; the sample must carry exactly those.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    let wanted = parse_series(series);
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (parse_series(name) == wanted).then(|| value.parse().ok())?
+        })
+}
+
+/// `name{a="1",b="2"}` → (name, sorted labels).
+fn parse_series(series: &str) -> (String, Vec<String>) {
+    let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
+    let mut labels: Vec<String> = labels
+        .trim_end_matches('}')
+        .split(',')
+        .filter(|label| !label.is_empty())
+        .map(str::to_owned)
+        .collect();
+    labels.sort();
+    (name.trim().to_owned(), labels)
+}
+
+/// Seconds since the Unix epoch, as clients compare `X-RateLimit-Reset`.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// An address nothing listens on: a port that was bound, then released.
+pub fn closed_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// A body of `total` bytes produced chunk by chunk, never held in memory at once.
+pub fn generated_body(total: u64) -> TestBody {
+    const CHUNK: u64 = 64 * 1024;
+    let chunk = Bytes::from(vec![b'u'; CHUNK as usize]);
+    let frames = (0..total.div_ceil(CHUNK)).map(move |index| {
+        let len = CHUNK.min(total - index * CHUNK) as usize;
+        Ok::<_, Infallible>(Frame::data(chunk.slice(..len)))
+    });
+    BodyExt::boxed(StreamBody::new(futures_util::stream::iter(frames)))
+}
+
+/// `POST url` with a streamed body; collects the (small) answer.
+pub async fn post_streaming(url: &str, body: TestBody) -> Got {
+    let client = Client::builder(TokioExecutor::new()).build_http::<TestBody>();
+    let request = Request::post(url).body(body).unwrap();
+    collect(
+        client
+            .request(request)
+            .await
+            .unwrap_or_else(|e| panic!("POST {url} failed: {e}")),
+    )
+    .await
+}
+
+/// `GET url`, counting the body's bytes as they stream past without keeping them.
+pub async fn download_len(url: &str) -> (StatusCode, u64) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let response = client
+        .get(url.parse().unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("GET {url} failed: {e}"));
+    let status = response.status();
+    let mut body = response.into_body();
+    let mut total = 0u64;
+    while let Some(frame) = body.frame().await {
+        if let Some(data) = frame.expect("download interrupted").data_ref() {
+            total += data.len() as u64;
+        }
+    }
+    (status, total)
+}
+
+/// `GET url` over HTTP/2 with prior knowledge (h2c), on a fresh connection.
+pub async fn get_h2(url: &str, headers: &[(&str, &str)]) -> Got {
+    let client = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let mut request = Request::get(url).version(http::Version::HTTP_2);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("h2c request to {url} failed: {e}"));
+    assert_eq!(
+        response.version(),
+        http::Version::HTTP_2,
+        "answered over HTTP/2"
+    );
+    collect(response).await
+}
+
+async fn collect(response: Response<Incoming>) -> Got {
     let status = response.status();
     let headers = response.headers().clone();
     let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -247,16 +371,11 @@ pub async fn send(method: Method, url: &str, headers: &[(&str, &str)]) -> Got {
     }
 }
 
-/// `GET url` with headers.
-pub async fn get(url: &str, headers: &[(&str, &str)]) -> Got {
-    send(Method::GET, url, headers).await
-}
-
-/// The value of one sample in Prometheus text, e.g.
-/// `metric(text, "sluice_requests_total{rule=\"per-ip\",outcome=\"limited\"}")`.
-pub fn metric(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+/// Writes `toml` as `sluice.toml` in `dir` and returns its path.
+pub fn write_config(dir: &Path, toml: &str) -> PathBuf {
+    let path = dir.join("sluice.toml");
+    std::fs::write(&path, toml).unwrap();
+    path
 }
 
 /// The sluice binary built by cargo for integration tests.
@@ -292,7 +411,12 @@ impl SluiceProcess {
             if line.contains("sluice is serving") {
                 let field = |name: &str| -> SocketAddr {
                     let start = line.find(&format!("{name}=")).unwrap() + name.len() + 1;
-                    line[start..].split_whitespace().next().unwrap().parse().unwrap()
+                    line[start..]
+                        .split_whitespace()
+                        .next()
+                        .unwrap()
+                        .parse()
+                        .unwrap()
                 };
                 addrs = Some((field("listen"), field("admin")));
                 break;
@@ -309,6 +433,38 @@ impl SluiceProcess {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
+    }
+
+    /// Waits up to `limit` for the process to exit.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A memory field of /proc/<pid>/status in KiB (`VmRSS`, `VmHWM`).
+    pub fn memory_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in /proc status"))
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin, path)
     }
 }
 

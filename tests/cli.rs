@@ -1,0 +1,274 @@
+//! The command line of the real binary: `check`, `run` on a bad file,
+//! `--version`, `demo --once`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::binary;
+
+/// Runs the binary with `args`; fails the test if it does not exit in time.
+fn sluice(args: &[&str], path: Option<&Path>) -> Output {
+    let mut command = Command::new(binary());
+    command.args(args);
+    if let Some(path) = path {
+        command.arg(path);
+    }
+    let mut child = command
+        .env_remove("SLUICE_CONFIG")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sluice");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("sluice {args:?} did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Writes `toml` to a file in a fresh directory.
+fn config_file(toml: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = support::write_config(dir.path(), toml);
+    (dir, path)
+}
+
+/// `sluice check` on `toml`: (exit code, stdout, stderr, path).
+fn check(toml: &str) -> (Option<i32>, String, String, PathBuf) {
+    let (dir, path) = config_file(toml);
+    let output = sluice(&["check", "--config"], Some(&path));
+    drop(dir);
+    (
+        output.status.code(),
+        text(&output.stdout),
+        text(&output.stderr),
+        path,
+    )
+}
+
+/// The `(line, column, message)` of every `FILE:LINE:COLUMN: message` error.
+fn located_errors(stderr: &str, path: &Path) -> Vec<(u32, u32, String)> {
+    let prefix = format!("{}:", path.display());
+    stderr
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(&prefix)?;
+            let mut parts = rest.splitn(3, ':');
+            let line_no = parts.next()?.parse().ok()?;
+            let column = parts.next()?.parse().ok()?;
+            let message = parts.next()?.strip_prefix(' ')?.to_owned();
+            Some((line_no, column, message))
+        })
+        .collect()
+}
+
+#[test]
+fn check_accepts_the_example_config_and_prints_its_rules() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sluice.toml");
+
+    let output = sluice(&["check", "--config"], Some(&example));
+
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stderr: {}",
+        text(&output.stderr)
+    );
+    for rule in ["per-ip", "search", "reports"] {
+        assert!(
+            stdout.lines().any(|line| line.starts_with(rule)),
+            "no row for rule {rule}:\n{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("600/1m"),
+        "the effective rate is shown:\n{stdout}"
+    );
+}
+
+#[test]
+fn check_reports_an_unknown_key_with_its_position_and_the_allowed_keys() {
+    let (code, stdout, stderr, path) = check(
+        r#"[server]
+upstream = "http://127.0.0.1:3000"
+upstream_timout = "5s"
+
+[[rule]]
+name = "per-ip"
+rate = "100/m"
+"#,
+    );
+
+    assert_eq!(code, Some(1));
+    assert!(
+        stdout.is_empty(),
+        "no rules table for an invalid file: {stdout}"
+    );
+    let errors = located_errors(&stderr, &path);
+    assert_eq!(errors.len(), 1, "{stderr}");
+    let (line, column, message) = &errors[0];
+    assert_eq!((*line, *column), (3, 1), "{stderr}");
+    assert!(
+        message.contains("upstream_timout"),
+        "names the unknown key: {message}"
+    );
+    assert!(
+        message.contains("upstream_timeout"),
+        "lists the allowed keys: {message}"
+    );
+}
+
+#[test]
+fn check_reports_a_bad_rate_at_its_value() {
+    let (code, _stdout, stderr, path) = check(
+        r#"[server]
+upstream = "http://127.0.0.1:3000"
+
+[[rule]]
+name = "per-ip"
+rate = "100/fortnight"
+"#,
+    );
+
+    assert_eq!(code, Some(1));
+    let errors = located_errors(&stderr, &path);
+    assert_eq!(errors.len(), 1, "{stderr}");
+    let (line, column, message) = &errors[0];
+    assert_eq!((*line, *column), (6, 8), "{stderr}");
+    assert!(message.contains("rate"), "{message}");
+    assert!(
+        message.contains("fortnight"),
+        "quotes the bad value: {message}"
+    );
+}
+
+#[test]
+fn check_reports_a_missing_upstream() {
+    let (code, _stdout, stderr, path) = check(
+        r#"[[rule]]
+name = "per-ip"
+rate = "100/m"
+"#,
+    );
+
+    assert_eq!(code, Some(1));
+    let errors = located_errors(&stderr, &path);
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(errors[0].2.contains("server.upstream"), "{stderr}");
+    assert!(errors[0].2.contains("required"), "{stderr}");
+}
+
+#[test]
+fn check_reports_every_error_at_once() {
+    let (code, _stdout, stderr, path) = check(
+        r#"[server]
+upstream = "http://127.0.0.1:3000"
+upstream_timeout = "soon"
+
+[[rule]]
+name = "per-ip"
+rate = "5/x"
+"#,
+    );
+
+    assert_eq!(code, Some(1));
+    let errors = located_errors(&stderr, &path);
+    let positions: Vec<(u32, u32)> = errors.iter().map(|(l, c, _)| (*l, *c)).collect();
+    assert_eq!(positions, [(3, 20), (7, 8)], "{stderr}");
+    assert!(
+        stderr.ends_with('\n'),
+        "each error is a whole line: {stderr:?}"
+    );
+    assert!(errors[0].2.contains("upstream_timeout"), "{stderr}");
+    assert!(errors[1].2.contains("rate"), "{stderr}");
+}
+
+#[test]
+fn check_reports_an_unknown_key_together_with_the_other_errors() {
+    let (code, _stdout, stderr, path) = check(
+        r#"[server]
+upstream = "http://127.0.0.1:3000"
+upstream_timout = "5s"
+
+[[rule]]
+name = "per-ip"
+rate = "5/x"
+"#,
+    );
+
+    assert_eq!(code, Some(1));
+    let positions: Vec<(u32, u32)> = located_errors(&stderr, &path)
+        .iter()
+        .map(|(l, c, _)| (*l, *c))
+        .collect();
+    assert_eq!(positions, [(3, 1), (7, 8)], "{stderr}");
+}
+
+#[test]
+fn run_refuses_to_start_on_an_invalid_file() {
+    let (_dir, path) = config_file(
+        r#"[server]
+listen = "127.0.0.1:0"
+upstream = "http://127.0.0.1:3000"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[[rule]]
+name = "per-ip"
+rate = "many/m"
+"#,
+    );
+
+    let output = sluice(&["run", "--config"], Some(&path));
+
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert_eq!(located_errors(&stderr, &path).len(), 1, "{stderr}");
+    assert!(!stderr.contains("sluice is serving"), "{stderr}");
+}
+
+#[test]
+fn version_prints_the_package_version() {
+    let output = sluice(&["--version"], None);
+
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        text(&output.stdout).trim(),
+        concat!("sluice ", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn demo_once_shows_allowed_and_limited_requests_then_exits() {
+    let output = sluice(&["demo", "--once"], None);
+
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stderr: {}",
+        text(&output.stderr)
+    );
+    let rows_with = |status: &str| {
+        stdout
+            .lines()
+            .filter(|line| line.split_whitespace().any(|word| word == status))
+            .count()
+    };
+    assert!(rows_with("200") >= 1, "no admitted row:\n{stdout}");
+    assert!(rows_with("429") >= 1, "no limited row:\n{stdout}");
+}
