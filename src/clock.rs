@@ -1,13 +1,15 @@
 //! Time as a parameter. The limiter core never reads a clock: callers pass
 //! `now` as [`Nanos`] since an arbitrary epoch. Production uses
 //! [`MonotonicClock`] (immune to wall-clock jumps); tests use [`ManualClock`].
+//! Besides this module, only measurements of elapsed time (metrics) read the
+//! system clock.
 //!
 //! Wall-clock time is only needed to print `X-RateLimit-Reset` as Unix seconds;
 //! [`Clock::unix_now`] provides it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Nanoseconds since the clock's epoch.
 pub type Nanos = u64;
@@ -20,17 +22,21 @@ pub trait Clock: Send + Sync + 'static {
     fn unix_now(&self) -> Duration;
 }
 
-/// The production clock: `Instant` relative to process start.
-#[derive(Debug, Clone, Copy)]
+/// The production clock: nanoseconds since the clock was made, read from the
+/// CPU's invariant TSC through `quanta` (≈ 9 ns here, against ≈ 25 ns for
+/// `Instant::now()`, which this VM serves slowly). `quanta` falls back to the
+/// OS monotonic clock where the TSC is unreliable.
+#[derive(Debug, Clone)]
 pub struct MonotonicClock {
-    epoch: Instant,
+    clock: quanta::Clock,
+    epoch: u64,
 }
 
 impl Default for MonotonicClock {
     fn default() -> Self {
-        MonotonicClock {
-            epoch: Instant::now(),
-        }
+        let clock = quanta::Clock::new();
+        let epoch = clock.raw();
+        MonotonicClock { clock, epoch }
     }
 }
 
@@ -38,7 +44,7 @@ impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> Nanos {
         // u64 nanoseconds overflow after 584 years of uptime.
-        self.epoch.elapsed().as_nanos() as u64
+        self.clock.delta_as_nanos(self.epoch, self.clock.raw())
     }
 
     fn unix_now(&self) -> Duration {

@@ -239,11 +239,12 @@ impl Proxy {
             trusted: policy.client_ip.is_trusted(peer.ip()),
         };
         forward::prepare_request(&mut request, &shared.upstream, path_and_query, hop);
+        // One clock read ends the overhead span and starts the upstream one.
+        let sent = Instant::now();
         shared
             .metrics
             .overhead_seconds
-            .observe(started.elapsed().as_secs_f64());
-        let sent = Instant::now();
+            .observe(sent.saturating_duration_since(started).as_secs_f64());
         let result = shared.upstream.send(request).await;
         shared
             .metrics

@@ -400,7 +400,7 @@ impl Validator<'_> {
                 "server.shutdown_grace",
                 secs(30),
             ),
-            normalize_path: raw.normalize_path.as_ref().map_or(true, |v| *v.get_ref()),
+            normalize_path: raw.normalize_path.as_ref().is_none_or(|v| *v.get_ref()),
             max_header_bytes: self.int(
                 raw.max_header_bytes.as_ref(),
                 "server.max_header_bytes",
@@ -588,7 +588,7 @@ impl Validator<'_> {
             ),
             on_success: response
                 .and_then(|r| r.on_success.as_ref())
-                .map_or(true, |v| *v.get_ref()),
+                .is_none_or(|v| *v.get_ref()),
         }
     }
 

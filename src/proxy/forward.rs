@@ -142,7 +142,8 @@ pub fn prepare_request(
     // Connection must not be able to delete what sluice sets.
     strip_hop_by_hop(headers, true);
 
-    let peer = hop.peer.to_string();
+    let mut buf = [0u8; IPV4_TEXT_MAX];
+    let peer = ip_text(hop.peer, &mut buf);
     if hop.trusted {
         append_forwarded_for(headers, &peer);
     } else {
@@ -160,6 +161,37 @@ pub fn prepare_request(
         // HTTP/2 clients send :authority instead of Host; the upstream gets
         // the host the client asked for, as with HTTP/1.1 clients.
         headers.insert(header::HOST, host);
+    }
+}
+
+/// `255.255.255.255`.
+const IPV4_TEXT_MAX: usize = 15;
+
+/// `ip` as text (what `ip.to_string()` gives); IPv4 is formatted on the stack.
+fn ip_text(ip: IpAddr, buf: &mut [u8; IPV4_TEXT_MAX]) -> std::borrow::Cow<'_, str> {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut len = 0;
+            for (index, octet) in v4.octets().into_iter().enumerate() {
+                if index > 0 {
+                    buf[len] = b'.';
+                    len += 1;
+                }
+                if octet >= 100 {
+                    buf[len] = b'0' + octet / 100;
+                    len += 1;
+                }
+                if octet >= 10 {
+                    buf[len] = b'0' + octet / 10 % 10;
+                    len += 1;
+                }
+                buf[len] = b'0' + octet % 10;
+                len += 1;
+            }
+            // Only ASCII digits and dots were written.
+            std::borrow::Cow::Borrowed(std::str::from_utf8(&buf[..len]).unwrap_or("unknown"))
+        }
+        IpAddr::V6(_) => std::borrow::Cow::Owned(ip.to_string()),
     }
 }
 
@@ -197,7 +229,21 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: &str) {
 /// list of RFC 9110 §7.6.1. On requests `TE: trailers` survives (gRPC needs
 /// it).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
-    if headers.contains_key(header::CONNECTION) {
+    // One pass over the names present instead of a hashed lookup per
+    // hop-by-hop name: most messages carry none of them.
+    let mut connection = false;
+    let mut fixed = false;
+    let mut te = false;
+    for name in headers.keys() {
+        if name == header::CONNECTION {
+            connection = true;
+        } else if name == header::TE {
+            te = true;
+        } else if is_fixed_hop_by_hop(name) {
+            fixed = true;
+        }
+    }
+    if connection {
         // Collected first: the names borrow from the map we remove from.
         // Only allocates when a Connection header is present.
         let named: Vec<HeaderName> = headers
@@ -211,18 +257,23 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
             headers.remove(name);
         }
         headers.remove(header::CONNECTION);
+        // Connection may have named TE, or nothing else is left: look again.
+        te = headers.contains_key(header::TE);
+        fixed = true;
     }
-    for name in [
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::PROXY_AUTHORIZATION,
-    ] {
-        headers.remove(name);
+    if fixed {
+        for name in [
+            KEEP_ALIVE,
+            PROXY_CONNECTION,
+            header::TRAILER,
+            header::TRANSFER_ENCODING,
+            header::UPGRADE,
+            header::PROXY_AUTHORIZATION,
+        ] {
+            headers.remove(name);
+        }
     }
-    if headers.contains_key(header::TE) {
+    if te {
         let trailers = is_request
             && headers
                 .get_all(header::TE)
@@ -233,6 +284,114 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
         headers.remove(header::TE);
         if trailers {
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
+    }
+}
+
+/// The RFC 9110 §7.6.1 fields other than `Connection` and `TE`.
+#[inline]
+fn is_fixed_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::TRAILER
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name == header::PROXY_AUTHORIZATION
+        || name == KEEP_ALIVE
+        || name == PROXY_CONNECTION
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_text_matches_display() {
+        let ips: [IpAddr; 7] = [
+            "0.0.0.0".parse().unwrap(),
+            "127.0.0.1".parse().unwrap(),
+            "255.255.255.255".parse().unwrap(),
+            "10.20.100.9".parse().unwrap(),
+            "1.99.200.50".parse().unwrap(),
+            "::1".parse().unwrap(),
+            "2001:db8::ff00:42:8329".parse().unwrap(),
+        ];
+        for ip in ips {
+            let mut buf = [0u8; IPV4_TEXT_MAX];
+            assert_eq!(ip_text(ip, &mut buf), ip.to_string());
+        }
+    }
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        headers
+    }
+
+    fn names(headers: &HeaderMap) -> Vec<(String, String)> {
+        headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn hop_by_hop_fields_are_stripped() {
+        let cases: &[(&[(&str, &str)], bool, &[(&str, &str)])] = &[
+            (
+                &[("host", "a"), ("accept", "*/*")],
+                true,
+                &[("host", "a"), ("accept", "*/*")],
+            ),
+            (
+                &[
+                    ("host", "a"),
+                    ("keep-alive", "5"),
+                    ("upgrade", "h2c"),
+                    ("x", "1"),
+                ],
+                true,
+                &[("host", "a"), ("x", "1")],
+            ),
+            (
+                &[
+                    ("connection", "close, X-Foo, te"),
+                    ("x-foo", "1"),
+                    ("te", "trailers"),
+                    ("y", "2"),
+                ],
+                true,
+                &[("y", "2")],
+            ),
+            (
+                &[("te", "gzip, Trailers"), ("y", "2")],
+                true,
+                &[("y", "2"), ("te", "trailers")],
+            ),
+            (&[("te", "trailers"), ("y", "2")], false, &[("y", "2")]),
+            (&[("te", "gzip")], true, &[]),
+            (
+                &[
+                    ("transfer-encoding", "chunked"),
+                    ("trailer", "x"),
+                    ("proxy-authorization", "b"),
+                    ("proxy-connection", "k"),
+                ],
+                false,
+                &[],
+            ),
+        ];
+        for (input, is_request, expected) in cases {
+            let mut headers = map(input);
+            strip_hop_by_hop(&mut headers, *is_request);
+            let expected: Vec<(String, String)> = expected
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect();
+            assert_eq!(names(&headers), expected, "{input:?}");
         }
     }
 }

@@ -38,7 +38,9 @@ struct Problem<'a> {
 }
 
 /// The 429 body: the quota-exceeded problem type with sluice's extension
-/// members, which clients may rely on.
+/// members, which clients may rely on. [`quota_exceeded_body`] writes it by
+/// hand; the tests hold the two to the same bytes.
+#[cfg(test)]
 #[derive(Serialize)]
 struct QuotaExceeded<'a> {
     #[serde(rename = "type")]
@@ -69,6 +71,9 @@ pub fn problem(status: StatusCode, detail: &str) -> Response<ProxyBody> {
 fn with_problem_body(status: StatusCode, body: Vec<u8>) -> Response<ProxyBody> {
     let mut response = Response::new(Either::Right(Full::new(Bytes::from(body))));
     *response.status_mut() = status;
+    // Room for Content-Type, Retry-After and the five rate-limit fields, so
+    // adding them never regrows the map.
+    *response.headers_mut() = HeaderMap::with_capacity(8);
     response
         .headers_mut()
         .insert(CONTENT_TYPE, PROBLEM_JSON.clone());
@@ -100,22 +105,19 @@ pub fn limited(
     let retry_after_secs = retry_after.map(|nanos| ceil_secs(nanos).max(1));
 
     let status = policy.response.status;
-    let body = serde_json::to_vec(&QuotaExceeded {
-        kind: QUOTA_EXCEEDED,
-        title: status.canonical_reason().unwrap_or("Too Many Requests"),
-        status: status.as_u16(),
-        detail: &first.rule.detail,
-        violated_policies: rejecting().map(|v| &*v.rule.name).collect(),
-        rule: &first.rule.name,
-        limit: first.rule.limiter.capacity(),
-        remaining: first.decision.state().remaining,
+    let body = quota_exceeded_body(
+        status,
+        &first.rule.detail,
+        rejecting().map(|v| &*v.rule.name),
+        &first.rule.name,
+        first.rule.limiter.capacity(),
+        first.decision.state().remaining,
         retry_after_secs,
-    })
-    .unwrap_or_default();
+    );
     let mut response = with_problem_body(status, body);
     let headers = response.headers_mut();
     if let Some(secs) = retry_after_secs {
-        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        headers.insert(RETRY_AFTER, number_value(secs));
     }
     add_rate_limit_headers(headers, policy.response.headers, verdicts, unix_now);
     response
@@ -142,10 +144,10 @@ pub fn add_rate_limit_headers(
         let reset_at = unix_now.as_secs() + ceil_secs(state.reset_after + subsec_nanos(unix_now));
         headers.insert(
             X_RATELIMIT_LIMIT,
-            HeaderValue::from(tightest.rule.limiter.capacity()),
+            number_value(tightest.rule.limiter.capacity()),
         );
-        headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(state.remaining));
-        headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset_at));
+        headers.insert(X_RATELIMIT_REMAINING, number_value(state.remaining));
+        headers.insert(X_RATELIMIT_RESET, number_value(reset_at));
     }
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
         if let [only] = verdicts {
@@ -156,16 +158,22 @@ pub fn add_rate_limit_headers(
                 headers.insert(RATELIMIT_POLICY, value);
             }
         }
-        let items = join(verdicts.iter().map(|v| {
+        // `"name";r=REMAINING;t=SECONDS`, one member per limit, written
+        // straight into the buffer the header value then owns.
+        let mut items = Vec::with_capacity(verdicts.len() * 48);
+        for (index, v) in verdicts.iter().enumerate() {
             let state = v.decision.state();
-            format!(
-                "\"{}\";r={};t={}",
-                v.rule.name,
-                state.remaining,
-                ceil_secs(state.reset_after)
-            )
-        }));
-        if let Ok(value) = HeaderValue::from_str(&items) {
+            if index > 0 {
+                items.extend_from_slice(b", ");
+            }
+            items.push(b'"');
+            items.extend_from_slice(v.rule.name.as_bytes());
+            items.extend_from_slice(b"\";r=");
+            push_u64(&mut items, state.remaining);
+            items.extend_from_slice(b";t=");
+            push_u64(&mut items, ceil_secs(state.reset_after));
+        }
+        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(items)) {
             headers.insert(RATELIMIT, value);
         }
     }
@@ -178,6 +186,96 @@ pub fn add_would_limit_header(headers: &mut HeaderMap, rules: &[&str]) {
     if let Ok(value) = HeaderValue::from_str(&join(rules.iter())) {
         headers.insert(X_SLUICE_WOULD_LIMIT, value);
     }
+}
+
+/// `n` in decimal as a header value (what `HeaderValue::from(u64)` gives),
+/// formatted on the stack.
+fn number_value(n: u64) -> HeaderValue {
+    let mut digits = [0u8; 20];
+    let text = format_u64(n, &mut digits);
+    HeaderValue::from_maybe_shared(Bytes::copy_from_slice(text))
+        .expect("decimal digits are a valid header value")
+}
+
+/// Writes `n` in decimal at the end of `buf`, returning the digits.
+#[inline]
+fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[at..]
+}
+
+#[inline]
+fn push_u64(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
+    out.extend_from_slice(format_u64(n, &mut digits));
+}
+
+/// Appends `text` as a JSON string, byte for byte what `serde_json` writes.
+fn push_json_str(out: &mut Vec<u8>, text: &str) {
+    let plain = text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
+    if plain {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        // Escaping is rare (names and details come from the config): let
+        // serde_json do it. Writing into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, text);
+    }
+}
+
+/// The 429 problem document: byte for byte what serialising `QuotaExceeded`
+/// with `serde_json` gives (field order, escaping, `null`), without the
+/// serializer's per-byte escaping and buffer regrowth.
+fn quota_exceeded_body<'a>(
+    status: StatusCode,
+    detail: &str,
+    violated: impl Iterator<Item = &'a str>,
+    rule: &str,
+    limit: u64,
+    remaining: u64,
+    retry_after_secs: Option<u64>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(192 + QUOTA_EXCEEDED.len() + detail.len() + 2 * rule.len());
+    out.extend_from_slice(b"{\"type\":");
+    push_json_str(&mut out, QUOTA_EXCEEDED);
+    out.extend_from_slice(b",\"title\":");
+    push_json_str(
+        &mut out,
+        status.canonical_reason().unwrap_or("Too Many Requests"),
+    );
+    out.extend_from_slice(b",\"status\":");
+    push_u64(&mut out, u64::from(status.as_u16()));
+    out.extend_from_slice(b",\"detail\":");
+    push_json_str(&mut out, detail);
+    out.extend_from_slice(b",\"violated-policies\":[");
+    for (index, name) in violated.enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        push_json_str(&mut out, name);
+    }
+    out.extend_from_slice(b"],\"rule\":");
+    push_json_str(&mut out, rule);
+    out.extend_from_slice(b",\"limit\":");
+    push_u64(&mut out, limit);
+    out.extend_from_slice(b",\"remaining\":");
+    push_u64(&mut out, remaining);
+    out.extend_from_slice(b",\"retry_after_secs\":");
+    match retry_after_secs {
+        Some(secs) => push_u64(&mut out, secs),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.push(b'}');
+    out
 }
 
 fn join<S: AsRef<str>>(items: impl Iterator<Item = S>) -> String {
@@ -255,4 +353,72 @@ pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
 
 fn describe_key(rule: &Rule) -> String {
     join(rule.key.iter().map(|source| source.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_format_like_header_value_from() {
+        for n in [0, 1, 9, 10, 99, 100, 12_345, 1_000_000_000, u64::MAX] {
+            assert_eq!(number_value(n), HeaderValue::from(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn quota_exceeded_body_matches_serde_json() {
+        let cases: &[(&str, &[&str], &str, u64, u64, Option<u64>)] = &[
+            (
+                "rule 'per-ip' allows 1 requests per 1m",
+                &["per-ip"],
+                "per-ip",
+                1,
+                0,
+                Some(60),
+            ),
+            ("d", &["a", "b", "c"], "a", u64::MAX, 7, None),
+            (
+                "quote \" back\\ tab\t nl\n ctl\u{1} del\u{7f} é ✓",
+                &["n\"a", "ü"],
+                "n\"a",
+                0,
+                0,
+                Some(1),
+            ),
+            ("", &[], "", 5, 5, Some(u64::MAX)),
+        ];
+        for status in [
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::SERVICE_UNAVAILABLE,
+        ] {
+            for &(detail, violated, rule, limit, remaining, retry) in cases {
+                let ours = quota_exceeded_body(
+                    status,
+                    detail,
+                    violated.iter().copied(),
+                    rule,
+                    limit,
+                    remaining,
+                    retry,
+                );
+                let reference = serde_json::to_vec(&QuotaExceeded {
+                    kind: QUOTA_EXCEEDED,
+                    title: status.canonical_reason().unwrap_or("Too Many Requests"),
+                    status: status.as_u16(),
+                    detail,
+                    violated_policies: violated.to_vec(),
+                    rule,
+                    limit,
+                    remaining,
+                    retry_after_secs: retry,
+                })
+                .unwrap();
+                assert_eq!(
+                    String::from_utf8(ours).unwrap(),
+                    String::from_utf8(reference).unwrap()
+                );
+            }
+        }
+    }
 }

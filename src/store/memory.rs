@@ -1,11 +1,10 @@
 //! The in-memory store: one sharded hash table per rule, bounded in total by
 //! `store.max_keys`.
 //!
-//! Each table is split into many shards, each a small `HashMap` from the
-//! 64-bit bucket key to the bucket's state behind its own mutex, padded to a
-//! cache line. A decision locks exactly one shard for a few nanoseconds; there
-//! is no global lock on the request path. Keys are already well-mixed hashes,
-//! so the maps use an identity hasher.
+//! Each table is split into many shards, each a small open-addressing map
+//! ([`probe_map`]) from the 64-bit bucket key to the bucket's state behind its
+//! own mutex, padded to a cache line. A decision locks exactly one shard for a
+//! few nanoseconds; there is no global lock on the request path.
 //!
 //! Bounding memory: a new key may only be inserted while fewer than
 //! `max_keys` buckets exist. When the store is full it sweeps shards for
@@ -16,8 +15,8 @@
 //! being admitted freely, and an over-limit caller keeps its bucket, so
 //! flooding new keys never resets anyone.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+mod probe_map;
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -25,6 +24,7 @@ use super::{Ask, BucketKey, Grant};
 use crate::clock::Nanos;
 use crate::limiter::gcra::Step;
 use crate::limiter::{Decision, Gcra, Limiter};
+use probe_map::ProbeMap;
 
 /// Shards per rule table. A power of two; enough that two workers rarely
 /// meet on one lock, few enough that an empty table stays small.
@@ -77,12 +77,10 @@ struct Table {
 /// touching neighbouring shards do not bounce one line between cores.
 #[derive(Debug, Default)]
 #[repr(align(64))]
-struct Shard(Mutex<HashMap<BucketKey, Nanos, BuildHasherDefault<IdentityHasher>>>);
+struct Shard(Mutex<ProbeMap>);
 
 impl Shard {
-    fn lock(
-        &self,
-    ) -> MutexGuard<'_, HashMap<BucketKey, Nanos, BuildHasherDefault<IdentityHasher>>> {
+    fn lock(&self) -> MutexGuard<'_, ProbeMap> {
         // A panic while a shard was locked cannot leave a TAT half-written
         // (it is one u64), so a poisoned shard is still consistent: keep
         // serving instead of cascading the panic to every key in the shard.
@@ -168,7 +166,7 @@ impl MemoryStore {
         let shard = table.shard(ask.key);
         {
             let mut map = shard.lock();
-            if let Some(tat) = map.get_mut(&ask.key) {
+            if let Some(tat) = map.get_mut(slot_key(ask.key)) {
                 let step = gcra.acquire(*tat, now, ask.cost);
                 return (apply(step, tat), grant_of(&step, Grant::Bucket));
             }
@@ -178,7 +176,7 @@ impl MemoryStore {
                 return (step.decision, Grant::None);
             };
             if self.reserve() {
-                map.insert(ask.key, new_tat);
+                map.insert(slot_key(ask.key), new_tat);
                 table.len.fetch_add(1, Ordering::Relaxed);
                 return (step.decision, Grant::Bucket);
             }
@@ -187,7 +185,7 @@ impl MemoryStore {
         // locks one at a time), then try once more.
         if self.sweep(now) && self.reserve() {
             let mut map = shard.lock();
-            let existing = map.get(&ask.key).copied();
+            let existing = map.get(slot_key(ask.key));
             if existing.is_some() {
                 // Another request inserted the key meanwhile.
                 self.total.fetch_sub(1, Ordering::Relaxed);
@@ -195,7 +193,7 @@ impl MemoryStore {
             let step = gcra.acquire(existing.unwrap_or(0), now, ask.cost);
             match (existing, step.new_tat) {
                 (_, Some(new_tat)) => {
-                    if map.insert(ask.key, new_tat).is_none() {
+                    if map.insert(slot_key(ask.key), new_tat).is_none() {
                         table.len.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -223,8 +221,7 @@ impl MemoryStore {
         self.tables[ask.table]
             .shard(ask.key)
             .lock()
-            .get(&ask.key)
-            .copied()
+            .get(slot_key(ask.key))
             .unwrap_or(0)
     }
 
@@ -233,7 +230,7 @@ impl MemoryStore {
         let table = &self.tables[ask.table];
         match grant {
             Grant::Bucket => {
-                if let Some(tat) = table.shard(ask.key).lock().get_mut(&ask.key) {
+                if let Some(tat) = table.shard(ask.key).lock().get_mut(slot_key(ask.key)) {
                     *tat = gcra.refund(*tat, ask.cost);
                 }
             }
@@ -269,9 +266,7 @@ impl MemoryStore {
             let index = (start + offset) % all_shards;
             let table = &self.tables[index / SHARDS];
             let mut map = table.shards[index % SHARDS].lock();
-            let before = map.len();
-            map.retain(|_, tat| !Gcra::is_full(*tat, now));
-            let dropped = before - map.len();
+            let dropped = map.retain(|_, tat| !Gcra::is_full(tat, now));
             drop(map);
             if dropped > 0 {
                 table.len.fetch_sub(dropped, Ordering::Relaxed);
@@ -306,7 +301,7 @@ impl MemoryStore {
 
     /// The state of one bucket, for tests and admin views (`None`: untracked).
     pub fn bucket_tat(&self, table: usize, key: BucketKey) -> Option<Nanos> {
-        self.tables.get(table)?.shard(key).lock().get(&key).copied()
+        self.tables.get(table)?.shard(key).lock().get(slot_key(key))
     }
 }
 
@@ -337,26 +332,9 @@ fn grant_of(step: &Step, grant: Grant) -> Grant {
     }
 }
 
-/// The maps' keys are already uniformly distributed 64-bit hashes.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct IdentityHasher(u64);
-
-impl Hasher for IdentityHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        // Only u64 keys are ever hashed; fold anything else in defensively.
-        for &byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
-        }
-    }
-
-    #[inline]
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
+/// Key 0 marks an empty slot in [`ProbeMap`]; a zero hash (1 in 2^64) shares
+/// key 1's bucket instead.
+#[inline]
+fn slot_key(key: BucketKey) -> u64 {
+    key.max(1)
 }
