@@ -113,6 +113,11 @@ impl MemoryStore {
     /// See [`super::Store::acquire_all`].
     pub fn acquire_all(&self, asks: &[Ask<'_>], now: Nanos, decisions: &mut [Decision]) -> bool {
         debug_assert_eq!(asks.len(), decisions.len());
+        if let ([ask], [decision]) = (asks, &mut *decisions) {
+            // One applicable rule, the common case: nothing to roll back.
+            *decision = self.acquire(ask, now).0;
+            return decision.is_allowed();
+        }
         // Grants of the asks taken so far, kept on the stack for the common
         // case of a few rules per request.
         let mut grants = [Grant::None; 8];
