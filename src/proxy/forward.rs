@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use smallvec::SmallVec;
 
 use crate::config::ServerConfig;
 
@@ -244,22 +245,33 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
         }
     }
     if connection {
-        // Collected first: the names borrow from the map we remove from.
-        // Only allocates when a Connection header is present.
-        let named: Vec<HeaderName> = headers
+        // The values are cloned (a reference count, no copy) so the names
+        // they list can be removed by `&str`, which needs no allocation.
+        let listed: SmallVec<[HeaderValue; 2]> = headers
             .get_all(header::CONNECTION)
             .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .cloned()
             .collect();
-        for name in named {
-            headers.remove(name);
+        // Same removal order as always (listed names, then Connection):
+        // removal reorders the map, and the order is what goes on the wire.
+        for value in &listed {
+            let Ok(text) = value.to_str() else { continue };
+            for name in text.split(',') {
+                // Not a valid field name: nothing to remove.
+                headers.remove(name.trim());
+            }
         }
         headers.remove(header::CONNECTION);
-        // Connection may have named TE, or nothing else is left: look again.
-        te = headers.contains_key(header::TE);
-        fixed = true;
+        // Connection may have named TE or a fixed field: look again.
+        fixed = false;
+        te = false;
+        for name in headers.keys() {
+            if name == header::TE {
+                te = true;
+            } else if is_fixed_hop_by_hop(name) {
+                fixed = true;
+            }
+        }
     }
     if fixed {
         for name in [
@@ -338,9 +350,51 @@ mod tests {
             .collect()
     }
 
+    /// The straightforward version (a hashed remove per hop-by-hop name):
+    /// the optimised one must leave the same fields in the same order.
+    fn reference_strip(headers: &mut HeaderMap, is_request: bool) {
+        if headers.contains_key(header::CONNECTION) {
+            let named: Vec<HeaderName> = headers
+                .get_all(header::CONNECTION)
+                .iter()
+                .filter_map(|value| value.to_str().ok())
+                .flat_map(|value| value.split(','))
+                .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+                .collect();
+            for name in named {
+                headers.remove(name);
+            }
+            headers.remove(header::CONNECTION);
+        }
+        for name in [
+            KEEP_ALIVE,
+            PROXY_CONNECTION,
+            header::TRAILER,
+            header::TRANSFER_ENCODING,
+            header::UPGRADE,
+            header::PROXY_AUTHORIZATION,
+        ] {
+            headers.remove(name);
+        }
+        if headers.contains_key(header::TE) {
+            let trailers = is_request
+                && headers
+                    .get_all(header::TE)
+                    .iter()
+                    .filter_map(|value| value.to_str().ok())
+                    .flat_map(|value| value.split(','))
+                    .any(|item| item.trim().eq_ignore_ascii_case("trailers"));
+            headers.remove(header::TE);
+            if trailers {
+                headers.insert(header::TE, HeaderValue::from_static("trailers"));
+            }
+        }
+    }
+
     #[test]
     fn hop_by_hop_fields_are_stripped() {
-        let cases: &[(&[(&str, &str)], bool, &[(&str, &str)])] = &[
+        type Fields = &'static [(&'static str, &'static str)];
+        let cases: &[(Fields, bool, Fields)] = &[
             (
                 &[("host", "a"), ("accept", "*/*")],
                 true,
@@ -392,6 +446,77 @@ mod tests {
                 .map(|(n, v)| (n.to_string(), v.to_string()))
                 .collect();
             assert_eq!(names(&headers), expected, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn hop_by_hop_stripping_keeps_the_reference_order() {
+        let cases: &[&[(&str, &str)]] = &[
+            &[
+                ("server", "n"),
+                ("date", "d"),
+                ("content-type", "t"),
+                ("content-length", "64"),
+                ("connection", "keep-alive"),
+            ],
+            &[
+                ("a", "1"),
+                ("connection", "x-b, keep-alive"),
+                ("b", "2"),
+                ("x-b", "3"),
+                ("c", "4"),
+                ("keep-alive", "t"),
+                ("d", "5"),
+            ],
+            &[
+                ("connection", "upgrade"),
+                ("upgrade", "websocket"),
+                ("a", "1"),
+                ("te", "trailers"),
+                ("b", "2"),
+            ],
+            &[
+                ("connection", "a, , bad name, TE"),
+                ("connection", "b"),
+                ("a", "1"),
+                ("b", "2"),
+                ("c", "3"),
+                ("te", "trailers, gzip"),
+            ],
+            &[
+                ("a", "1"),
+                ("transfer-encoding", "chunked"),
+                ("b", "2"),
+                ("trailer", "x"),
+                ("c", "3"),
+                ("te", "trailers"),
+            ],
+            &[
+                ("connection", "connection, close"),
+                ("close", "x"),
+                ("z", "1"),
+            ],
+            &[
+                ("x-1", "1"),
+                ("x-2", "2"),
+                ("proxy-connection", "k"),
+                ("x-3", "3"),
+                ("x-4", "4"),
+                ("x-5", "5"),
+            ],
+        ];
+        for input in cases {
+            for is_request in [true, false] {
+                let mut ours = map(input);
+                let mut reference = map(input);
+                strip_hop_by_hop(&mut ours, is_request);
+                reference_strip(&mut reference, is_request);
+                assert_eq!(
+                    names(&ours),
+                    names(&reference),
+                    "{input:?} request={is_request}"
+                );
+            }
         }
     }
 }

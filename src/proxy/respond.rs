@@ -368,7 +368,16 @@ mod tests {
 
     #[test]
     fn quota_exceeded_body_matches_serde_json() {
-        let cases: &[(&str, &[&str], &str, u64, u64, Option<u64>)] = &[
+        /// detail, violated policies, rule, limit, remaining, retry-after.
+        type Case = (
+            &'static str,
+            &'static [&'static str],
+            &'static str,
+            u64,
+            u64,
+            Option<u64>,
+        );
+        let cases: &[Case] = &[
             (
                 "rule 'per-ip' allows 1 requests per 1m",
                 &["per-ip"],
