@@ -303,11 +303,6 @@ impl MemoryStore {
             .get(table)
             .map_or(0, |t| t.len.load(Ordering::Relaxed))
     }
-
-    /// The state of one bucket, for tests and admin views (`None`: untracked).
-    pub fn bucket_tat(&self, table: usize, key: BucketKey) -> Option<Nanos> {
-        self.tables.get(table)?.shard(key).lock().get(slot_key(key))
-    }
 }
 
 impl Table {
