@@ -35,6 +35,10 @@ pub struct Policy {
     pub keys: KeyHasher,
     pub response: ResponseConfig,
     pub normalize_path: bool,
+    /// Longest request target accepted (414 above).
+    pub max_uri_bytes: usize,
+    /// Largest declared request body accepted (413 above); 0 = no limit.
+    pub max_body_bytes: u64,
     /// The source config, for `check` and admin views.
     pub config: Arc<Config>,
 }
@@ -157,6 +161,8 @@ impl Policy {
             keys: KeyHasher::new(config.server.ipv6_prefix),
             response: config.response.clone(),
             normalize_path: config.server.normalize_path,
+            max_uri_bytes: config.server.max_uri_bytes,
+            max_body_bytes: config.server.max_body_bytes,
             config,
         }
     }

@@ -126,6 +126,9 @@ impl Proxy {
         started: Nanos,
     ) -> Response<ProxyBody> {
         let shared = &*self.shared;
+        if let Some(refusal) = oversized(&request, policy) {
+            return respond::refusal(refusal, None);
+        }
         let normalized = match path::normalize(request.uri().path()) {
             Ok(path) => path,
             Err(error) => return respond::refusal(Refusal::BadPath(error), None),
@@ -302,6 +305,29 @@ const UNASKED: Decision = Decision::Allow(BucketState {
     remaining: 0,
     reset_after: 0,
 });
+
+/// A request target longer than `max_uri_bytes` (414), or a declared body
+/// larger than `max_body_bytes` (413), answered before any limiter work.
+fn oversized<B>(request: &Request<B>, policy: &Policy) -> Option<Refusal> {
+    let uri = request.uri();
+    let target = uri.path_and_query().map_or(0, |pq| pq.as_str().len())
+        + uri.authority().map_or(0, |a| a.as_str().len());
+    if target > policy.max_uri_bytes {
+        return Some(Refusal::UriTooLong);
+    }
+    if policy.max_body_bytes > 0 {
+        // hyper has already rejected malformed or conflicting lengths.
+        let declared = request
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<u64>().ok());
+        if declared.is_some_and(|length| length > policy.max_body_bytes) {
+            return Some(Refusal::BodyTooLarge);
+        }
+    }
+    None
+}
 
 /// The host the client addressed, without port: the URI's authority
 /// (absolute-form, HTTP/2 `:authority`) or the Host header.

@@ -305,6 +305,10 @@ fn subsec_nanos(time: Duration) -> Nanos {
 pub enum Refusal {
     /// The path could not be normalised.
     BadPath(crate::key::path::PathError),
+    /// The request target is longer than `server.max_uri_bytes`.
+    UriTooLong,
+    /// The declared body is larger than `server.max_body_bytes`.
+    BodyTooLarge,
     /// A rule with `missing = "reject"` lacked a key source.
     MissingKey,
     /// The client IP is on the deny list.
@@ -321,6 +325,14 @@ pub enum Refusal {
 pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
     match refusal {
         Refusal::BadPath(error) => problem(StatusCode::BAD_REQUEST, &error.to_string()),
+        Refusal::UriTooLong => problem(
+            StatusCode::URI_TOO_LONG,
+            "the request target is longer than this server accepts",
+        ),
+        Refusal::BodyTooLarge => problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "the declared request body is larger than this server accepts",
+        ),
         Refusal::MissingKey => {
             let detail = match rule {
                 Some(rule) => format!(
