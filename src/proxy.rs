@@ -39,7 +39,7 @@ use forward::{ClientHop, ForwardError, Upstream};
 use respond::{ProxyBody, Refusal, Verdict};
 
 /// Rules a request can match before the bookkeeping spills to the heap.
-const INLINE_RULES: usize = 8;
+const INLINE_RULES: usize = 4;
 
 /// The proxy service, cheap to clone (one `Arc`).
 #[derive(Debug, Clone)]

@@ -134,6 +134,9 @@ pub fn add_rate_limit_headers(
     if verdicts.is_empty() || style == HeaderStyle::None {
         return;
     }
+    // Grow the map once, not once per field (the upstream's map is sized for
+    // its own fields).
+    headers.reserve(5);
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
         // Smallest remaining; ties go to the earliest rule in the file.
         let tightest = verdicts

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# User-space instructions per request of sluice under callgrind (exact for a given
+# binary; this VM has no hardware counters). Needs nginx, wrk and valgrind.
+#
+#   scripts/callgrind/run.sh target/release/sluice scripts/callgrind/pass.toml pass
+#   scripts/callgrind/run.sh target/release/sluice scripts/callgrind/deny.toml deny
+#
+# Starts an nginx upstream on 127.0.0.1:18380 and sluice (1 worker) on 18381, warms up,
+# zeroes the counters, runs wrk -c64 for 5 s, and divides. Stops both by PID. KEEP=1
+# keeps the callgrind output for callgrind_annotate.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+out=${TMPDIR:-/tmp}
+bin=$1; cfg=$2; label=$3
+nginx -c "$here/upstream.conf" -p "$out" & ng=$!
+sleep 0.5
+valgrind --tool=callgrind --callgrind-out-file=$out/sluice-cg.$label.out "$bin" run --config "$cfg" 2>$out/sluice-cg.$label.log & sl=$!
+sleep 3
+curl -s -o /dev/null http://127.0.0.1:18381/ 
+wrk -t1 -c64 -d2s http://127.0.0.1:18381/ >/dev/null 2>&1   # warm-up
+callgrind_control -z $sl >/dev/null 2>&1
+result=$(wrk -t1 -c64 -d5s http://127.0.0.1:18381/ 2>&1)
+callgrind_control -d $sl >/dev/null 2>&1
+sleep 1
+reqs=$(echo "$result" | awk '/requests in/ {print $1}')
+kill -TERM $sl; wait $sl 2>/dev/null
+kill -TERM $ng; wait $ng 2>/dev/null
+ir=$(for f in $out/sluice-cg.$label.out.*; do callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}'; done | sort -n | tail -1)
+echo "$label: requests=$reqs Ir=$ir per_req=$(python3 -c "print(round($ir/$reqs))")"
+[ -n "${KEEP:-}" ] || rm -f $out/sluice-cg.$label.out*
