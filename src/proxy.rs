@@ -14,6 +14,7 @@
 //! - JWT keys arrive as one more key source in [`crate::key`].
 
 pub mod forward;
+pub mod pool;
 pub mod respond;
 
 use std::borrow::Cow;

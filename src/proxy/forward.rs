@@ -5,17 +5,16 @@
 //! streams in both directions; nothing here buffers a body.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::PathAndQuery;
 use http::{Request, Response, Uri, Version};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use smallvec::SmallVec;
 
+use super::pool::{Pool, PooledBody};
 use crate::config::ServerConfig;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -40,80 +39,44 @@ pub enum ForwardError {
     Other,
 }
 
-/// The protected service and the pooled client that reaches it.
+/// The protected service and the pool of connections that reaches it.
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    client: Client<HttpConnector, Incoming>,
-    scheme: Scheme,
-    authority: Authority,
+    pool: Arc<Pool>,
+    /// Sent as `Host` when the client named none (HTTP/1.0).
+    host: HeaderValue,
     timeout: Duration,
 }
 
 impl Upstream {
-    /// A client for `server.upstream` with its timeouts.
+    /// The pool for `server.upstream` with its timeouts.
     pub fn new(server: &ServerConfig) -> Upstream {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(server.connect_timeout));
-        connector.enforce_http(true);
-        let client = Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
-        let parts = server.upstream.clone().into_parts();
+        let host = server.upstream.host().unwrap_or("127.0.0.1");
+        let port = server.upstream.port_u16().unwrap_or(80);
+        // `host` may be an IPv6 literal in brackets, which connect accepts.
+        let address = format!("{host}:{port}");
+        let authority = server
+            .upstream
+            .authority()
+            .map_or_else(|| address.clone(), |a| a.as_str().to_owned());
         Upstream {
-            client,
-            scheme: parts.scheme.unwrap_or(Scheme::HTTP),
-            authority: parts
-                .authority
-                .unwrap_or_else(|| Authority::from_static("127.0.0.1")),
+            pool: Pool::new(address, server.connect_timeout),
+            host: HeaderValue::from_str(&authority)
+                .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
             timeout: server.upstream_timeout,
         }
     }
 
-    /// Sends the prepared request; resolves when the response head arrived.
+    /// Sends the prepared request; resolves when the response head arrived
+    /// (at most `upstream_timeout`, connecting included).
     pub async fn send(
         &self,
         request: Request<Incoming>,
-    ) -> Result<Response<Incoming>, ForwardError> {
-        match tokio::time::timeout(self.timeout, self.client.request(request)).await {
+    ) -> Result<Response<PooledBody>, ForwardError> {
+        match tokio::time::timeout(self.timeout, self.pool.send(request)).await {
             Err(_elapsed) => Err(ForwardError::Timeout),
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(error)) => Err(classify(&error)),
+            Ok(result) => result,
         }
-    }
-
-    /// The absolute URI the pooled client needs for `path_and_query`.
-    pub fn uri(&self, path_and_query: PathAndQuery) -> Uri {
-        Uri::from_parts({
-            let mut parts = http::uri::Parts::default();
-            parts.scheme = Some(self.scheme.clone());
-            parts.authority = Some(self.authority.clone());
-            parts.path_and_query = Some(path_and_query);
-            parts
-        })
-        .unwrap_or_else(|_| Uri::from_static("/"))
-    }
-}
-
-fn classify(error: &hyper_util::client::legacy::Error) -> ForwardError {
-    if error.is_connect() {
-        let mut source = std::error::Error::source(error);
-        while let Some(cause) = source {
-            if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-                if io.kind() == std::io::ErrorKind::TimedOut {
-                    return ForwardError::Timeout;
-                }
-            }
-            if cause.to_string().contains("timed out") {
-                return ForwardError::Timeout;
-            }
-            source = cause.source();
-        }
-        ForwardError::Connect
-    } else {
-        ForwardError::Other
     }
 }
 
@@ -135,7 +98,8 @@ pub fn prepare_request(
     hop: ClientHop,
 ) {
     let host = original_host(request);
-    *request.uri_mut() = upstream.uri(path_and_query);
+    // Origin-form: the connection already goes to the upstream.
+    *request.uri_mut() = Uri::from(path_and_query);
     // The pool speaks HTTP/1.1 to the upstream whatever the client spoke.
     *request.version_mut() = Version::HTTP_11;
     let headers = request.headers_mut();
@@ -162,6 +126,9 @@ pub fn prepare_request(
         // HTTP/2 clients send :authority instead of Host; the upstream gets
         // the host the client asked for, as with HTTP/1.1 clients.
         headers.insert(header::HOST, host);
+    } else {
+        // An HTTP/1.0 client may name no host; HTTP/1.1 requires one.
+        headers.insert(header::HOST, upstream.host.clone());
     }
 }
 

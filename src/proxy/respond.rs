@@ -8,9 +8,9 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
-use hyper::body::Incoming;
 use serde::Serialize;
 
+use super::pool::PooledBody;
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
 use crate::limiter::Decision;
@@ -18,7 +18,7 @@ use crate::policy::{Policy, Rule};
 
 /// The body of every response the proxy sends: the upstream's, streamed, or
 /// one sluice wrote.
-pub type ProxyBody = Either<Incoming, Full<Bytes>>;
+pub type ProxyBody = Either<PooledBody, Full<Bytes>>;
 
 static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");

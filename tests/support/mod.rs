@@ -35,12 +35,15 @@ pub struct Seen {
 ///
 /// Routes: `/slow/<ms>` answers after that delay; `/download/<bytes>` streams
 /// that many bytes in 64 KiB chunks; `/upload` reads the request body as a
-/// stream and answers with its length; `/hop` answers with hop-by-hop
+/// stream and answers with its length; `/close` answers and closes the
+/// connection; `/hop` answers with hop-by-hop
 /// headers of its own; anything else answers 200 `ok`.
 pub struct Upstream {
     pub addr: SocketAddr,
     pub seen: Arc<Mutex<Vec<Seen>>>,
     pub uploaded: Arc<AtomicU64>,
+    /// TCP connections accepted so far.
+    pub connections: Arc<AtomicU64>,
 }
 
 pub type TestBody = BoxBody<Bytes, Infallible>;
@@ -52,8 +55,11 @@ impl Upstream {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let uploaded = Arc::new(AtomicU64::new(0));
         let (seen_task, uploaded_task) = (seen.clone(), uploaded.clone());
+        let connections = Arc::new(AtomicU64::new(0));
+        let connections_task = connections.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                connections_task.fetch_add(1, Ordering::SeqCst);
                 let seen = seen_task.clone();
                 let uploaded = uploaded_task.clone();
                 tokio::spawn(async move {
@@ -72,6 +78,7 @@ impl Upstream {
             addr,
             seen,
             uploaded,
+            connections,
         }
     }
 
@@ -135,6 +142,14 @@ async fn upstream_route(
         }
         uploaded.store(total, Ordering::SeqCst);
         return text(StatusCode::OK, &total.to_string());
+    }
+    if path == "/close" {
+        // The upstream closes the connection after this response.
+        let mut response = text(StatusCode::OK, "closing");
+        response
+            .headers_mut()
+            .insert("connection", "close".parse().unwrap());
+        return response;
     }
     if path == "/hop" {
         let mut response = text(StatusCode::OK, "hop");

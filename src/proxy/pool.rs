@@ -1,0 +1,219 @@
+//! The keep-alive connections to the upstream: a small pool of HTTP/1.1
+//! connections (hyper's `client::conn::http1`) and the response body that
+//! hands its connection back when it ends.
+//!
+//! Why not hyper-util's pooled client: sluice talks to exactly one upstream,
+//! so the general client's per-request work (hashing a pool key, a checkout
+//! future, a spawned task to return each connection) is pure overhead;
+//! measured in BENCHMARKS.md.
+//!
+//! A connection is taken from the pool for one exchange and returned only
+//! once the response body has been read to its end, so a new request never
+//! queues behind a download still streaming on the same connection. A
+//! connection whose exchange did not finish (client went away mid-body,
+//! upstream error) is dropped, which closes it. Idle connections that the
+//! upstream closed are noticed (`is_closed`) and discarded at checkout; a
+//! request that failed because its pooled connection died before the request
+//! was written is retried once on a fresh connection.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::forward::ForwardError;
+
+/// Idle connections kept at most; more are closed when returned.
+const MAX_IDLE: usize = 1024;
+
+/// An idle connection older than this is closed rather than reused
+/// (upstreams commonly close idle keep-alive connections after 60–75 s).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
+
+/// The pool of connections to one upstream address.
+#[derive(Debug)]
+pub struct Pool {
+    /// `host:port` to connect to (resolved on each new connection).
+    address: String,
+    connect_timeout: Duration,
+    /// Most recently returned last: reusing the warmest connection first.
+    /// One short lock per exchange (checkout and return), never held across
+    /// an await.
+    idle: Mutex<Vec<Idle>>,
+}
+
+#[derive(Debug)]
+struct Idle {
+    sender: SendRequest<Incoming>,
+    since: quanta::Instant,
+}
+
+impl Pool {
+    /// A pool for `address` (`host:port`).
+    pub fn new(address: String, connect_timeout: Duration) -> Arc<Pool> {
+        Arc::new(Pool {
+            address,
+            connect_timeout,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Sends `request` (origin-form URI, Host set) on a pooled or new
+    /// connection; resolves when the response head arrived.
+    pub async fn send(
+        self: &Arc<Pool>,
+        mut request: Request<Incoming>,
+    ) -> Result<Response<PooledBody>, ForwardError> {
+        // One retry, on a fresh connection: only when a reused connection
+        // turned out dead before the request was written (hyper hands the
+        // request back).
+        for attempt in 0..2 {
+            let pooled = if attempt == 0 {
+                self.checkout().await
+            } else {
+                None
+            };
+            let reused = pooled.is_some();
+            let mut sender = match pooled {
+                Some(sender) => sender,
+                None => self.connect().await?,
+            };
+            match sender.try_send_request(request).await {
+                Ok(response) => {
+                    let pool = Arc::clone(self);
+                    return Ok(response.map(|body| PooledBody {
+                        body,
+                        connection: Some((sender, pool)),
+                    }));
+                }
+                Err(mut failed) => match failed.take_message() {
+                    Some(unsent) if reused => request = unsent,
+                    _ => return Err(ForwardError::Other),
+                },
+            }
+        }
+        Err(ForwardError::Other)
+    }
+
+    /// A live idle connection, ready for a request.
+    async fn checkout(&self) -> Option<SendRequest<Incoming>> {
+        loop {
+            let idle = self.lock().pop()?;
+            if idle.sender.is_closed() || idle.since.elapsed() > IDLE_TIMEOUT {
+                continue;
+            }
+            let mut sender = idle.sender;
+            // Normally ready at once: connections are returned only after
+            // their response ended.
+            if sender.ready().await.is_ok() {
+                return Some(sender);
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Incoming>, ForwardError> {
+        let stream = match tokio::time::timeout(
+            self.connect_timeout,
+            TcpStream::connect(self.address.as_str()),
+        )
+        .await
+        {
+            Err(_elapsed) => return Err(ForwardError::Timeout),
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::TimedOut => {
+                return Err(ForwardError::Timeout)
+            }
+            Ok(Err(_)) => return Err(ForwardError::Connect),
+            Ok(Ok(stream)) => stream,
+        };
+        let _ = stream.set_nodelay(true);
+        let (sender, connection) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|_| ForwardError::Connect)?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "upstream connection ended with an error");
+            }
+        });
+        Ok(sender)
+    }
+
+    fn put_back(&self, sender: SendRequest<Incoming>) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.lock();
+        if idle.len() < MAX_IDLE {
+            idle.push(Idle {
+                sender,
+                since: quanta::Instant::now(),
+            });
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        // The vector is consistent after any panic (push/pop only).
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// An upstream response body that returns its connection to the pool once
+/// it has been read to the end.
+#[derive(Debug)]
+pub struct PooledBody {
+    body: Incoming,
+    connection: Option<(SendRequest<Incoming>, Arc<Pool>)>,
+}
+
+impl PooledBody {
+    fn release(&mut self) {
+        if let Some((sender, pool)) = self.connection.take() {
+            pool.put_back(sender);
+        }
+    }
+}
+
+impl Body for PooledBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => self.release(),
+            Poll::Ready(Some(Err(_))) => self.connection = None,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for PooledBody {
+    fn drop(&mut self) {
+        // An empty body (e.g. 204, HEAD, Content-Length: 0) may never be
+        // polled; it is complete all the same. Anything else dropped before
+        // its end leaves the connection mid-message: close it.
+        if self.body.is_end_stream() {
+            self.release();
+        }
+    }
+}
