@@ -9,12 +9,6 @@ use sluice::cli::{self, Cli, Command, LogFormat};
 use sluice::config::Config;
 use sluice::server::Server;
 
-/// mimalloc: the request path's remaining allocations (header values, the
-/// upstream URI, hyper's per-request futures) cost about half as much as with
-/// glibc malloc; measured in BENCHMARKS.md.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log);
