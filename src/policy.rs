@@ -24,6 +24,7 @@ use crate::key::glob::PathGlob;
 use crate::key::{KeyHasher, RequestFacts};
 use crate::limiter::{Gcra, Limiter};
 use crate::metrics::Metrics;
+use crate::proxy::respond;
 
 /// Everything the request path needs to decide, compiled once.
 #[derive(Debug)]
@@ -61,6 +62,10 @@ pub struct Rule {
     pub policy_header: HeaderValue,
     /// `rule 'name' allows N requests per P` for 429 bodies.
     pub detail: String,
+    /// The 429 body up to the violated-policies list (see `respond`).
+    pub problem_head: String,
+    /// The name as a JSON string literal.
+    pub name_json: String,
     pub counters: RuleCounters,
 }
 
@@ -122,6 +127,12 @@ impl Policy {
             .enumerate()
             .map(|(table, rule)| {
                 let name: Arc<str> = Arc::from(rule.name.as_str());
+                let detail = format!(
+                    "rule '{}' allows {} requests per {}",
+                    rule.name,
+                    rule.rate.count,
+                    format_period(rule.rate.period)
+                );
                 let policy_item = format!(
                     "\"{}\";q={};w={}",
                     rule.name,
@@ -139,12 +150,9 @@ impl Policy {
                     policy_header: HeaderValue::from_str(&policy_item)
                         .unwrap_or_else(|_| HeaderValue::from_static("")),
                     policy_item,
-                    detail: format!(
-                        "rule '{}' allows {} requests per {}",
-                        rule.name,
-                        rule.rate.count,
-                        format_period(rule.rate.period)
-                    ),
+                    problem_head: respond::quota_exceeded_head(config.response.status, &detail),
+                    name_json: respond::json_string(&rule.name),
+                    detail,
                     counters: metrics.rule_counters(&rule.name),
                     name,
                 }

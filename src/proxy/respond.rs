@@ -106,10 +106,9 @@ pub fn limited(
 
     let status = policy.response.status;
     let body = quota_exceeded_body(
-        status,
-        &first.rule.detail,
-        rejecting().map(|v| &*v.rule.name),
-        &first.rule.name,
+        &first.rule.problem_head,
+        rejecting().map(|v| v.rule.name_json.as_str()),
+        &first.rule.name_json,
         first.rule.limiter.capacity(),
         first.decision.state().remaining,
         retry_after_secs,
@@ -191,9 +190,23 @@ pub fn add_would_limit_header(headers: &mut HeaderMap, rules: &[&str]) {
     }
 }
 
+/// Header values for the numbers most answers carry (remaining units,
+/// Retry-After seconds, limits), built once: cloning one is a reference-count
+/// increment instead of an allocation.
+const CACHED_NUMBERS: u64 = 1024;
+static SMALL_NUMBERS: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
+
 /// `n` in decimal as a header value (what `HeaderValue::from(u64)` gives),
 /// formatted on the stack.
 fn number_value(n: u64) -> HeaderValue {
+    if n < CACHED_NUMBERS {
+        let cached = SMALL_NUMBERS.get_or_init(|| (0..CACHED_NUMBERS).map(format_value).collect());
+        return cached[n as usize].clone();
+    }
+    format_value(n)
+}
+
+fn format_value(n: u64) -> HeaderValue {
     let mut digits = [0u8; 20];
     let text = format_u64(n, &mut digits);
     HeaderValue::from_maybe_shared(Bytes::copy_from_slice(text))
@@ -235,19 +248,10 @@ fn push_json_str(out: &mut Vec<u8>, text: &str) {
     }
 }
 
-/// The 429 problem document: byte for byte what serialising `QuotaExceeded`
-/// with `serde_json` gives (field order, escaping, `null`), without the
-/// serializer's per-byte escaping and buffer regrowth.
-fn quota_exceeded_body<'a>(
-    status: StatusCode,
-    detail: &str,
-    violated: impl Iterator<Item = &'a str>,
-    rule: &str,
-    limit: u64,
-    remaining: u64,
-    retry_after_secs: Option<u64>,
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(192 + QUOTA_EXCEEDED.len() + detail.len() + 2 * rule.len());
+/// The fixed start of a rule's 429 body, up to the list of violated
+/// policies; built once per rule when the policy is compiled.
+pub(crate) fn quota_exceeded_head(status: StatusCode, detail: &str) -> String {
+    let mut out = Vec::with_capacity(128 + QUOTA_EXCEEDED.len() + detail.len());
     out.extend_from_slice(b"{\"type\":");
     push_json_str(&mut out, QUOTA_EXCEEDED);
     out.extend_from_slice(b",\"title\":");
@@ -260,14 +264,38 @@ fn quota_exceeded_body<'a>(
     out.extend_from_slice(b",\"detail\":");
     push_json_str(&mut out, detail);
     out.extend_from_slice(b",\"violated-policies\":[");
-    for (index, name) in violated.enumerate() {
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// `text` as a JSON string literal (quoted, escaped); built once per rule.
+pub(crate) fn json_string(text: &str) -> String {
+    let mut out = Vec::with_capacity(text.len() + 2);
+    push_json_str(&mut out, text);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The 429 problem document: byte for byte what serialising `QuotaExceeded`
+/// with `serde_json` gives (field order, escaping, `null`). Everything that
+/// depends only on the rule comes prebuilt (`head`, the names as JSON
+/// strings), so a rejection only copies bytes and prints three numbers.
+fn quota_exceeded_body<'a>(
+    head: &str,
+    violated_json: impl Iterator<Item = &'a str>,
+    rule_json: &str,
+    limit: u64,
+    remaining: u64,
+    retry_after_secs: Option<u64>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(head.len() + 4 * rule_json.len() + 96);
+    out.extend_from_slice(head.as_bytes());
+    for (index, name) in violated_json.enumerate() {
         if index > 0 {
             out.push(b',');
         }
-        push_json_str(&mut out, name);
+        out.extend_from_slice(name.as_bytes());
     }
     out.extend_from_slice(b"],\"rule\":");
-    push_json_str(&mut out, rule);
+    out.extend_from_slice(rule_json.as_bytes());
     out.extend_from_slice(b",\"limit\":");
     push_u64(&mut out, limit);
     out.extend_from_slice(b",\"remaining\":");
@@ -417,11 +445,12 @@ mod tests {
             StatusCode::SERVICE_UNAVAILABLE,
         ] {
             for &(detail, violated, rule, limit, remaining, retry) in cases {
+                let violated_json: Vec<String> =
+                    violated.iter().map(|name| json_string(name)).collect();
                 let ours = quota_exceeded_body(
-                    status,
-                    detail,
-                    violated.iter().copied(),
-                    rule,
+                    &quota_exceeded_head(status, detail),
+                    violated_json.iter().map(String::as_str),
+                    &json_string(rule),
                     limit,
                     remaining,
                     retry,
