@@ -60,6 +60,8 @@ pub struct Rule {
     pub policy_item: String,
     /// The same, ready to send when this is the only applicable rule.
     pub policy_header: HeaderValue,
+    /// The bucket's capacity, ready for `X-RateLimit-Limit`.
+    pub limit_header: HeaderValue,
     /// `rule 'name' allows N requests per P` for 429 bodies.
     pub detail: String,
     /// The 429 body up to the violated-policies list (see `respond`).
@@ -127,6 +129,7 @@ impl Policy {
             .enumerate()
             .map(|(table, rule)| {
                 let name: Arc<str> = Arc::from(rule.name.as_str());
+                let limiter = Limiter::TokenBucket(Gcra::new(rule.rate, rule.burst));
                 let detail = format!(
                     "rule '{}' allows {} requests per {}",
                     rule.name,
@@ -145,11 +148,12 @@ impl Policy {
                     key: rule.key.clone(),
                     missing: rule.missing,
                     rate: rule.rate,
-                    limiter: Limiter::TokenBucket(Gcra::new(rule.rate, rule.burst)),
+                    limiter,
                     shadow: rule.shadow,
                     policy_header: HeaderValue::from_str(&policy_item)
                         .unwrap_or_else(|_| HeaderValue::from_static("")),
                     policy_item,
+                    limit_header: HeaderValue::from(limiter.capacity()),
                     problem_head: respond::quota_exceeded_head(config.response.status, &detail),
                     name_json: respond::json_string(&rule.name),
                     detail,

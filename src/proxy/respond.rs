@@ -144,10 +144,7 @@ pub fn add_rate_limit_headers(
             .expect("verdicts is not empty");
         let state = tightest.decision.state();
         let reset_at = unix_now.as_secs() + ceil_secs(state.reset_after + subsec_nanos(unix_now));
-        headers.insert(
-            X_RATELIMIT_LIMIT,
-            number_value(tightest.rule.limiter.capacity()),
-        );
+        headers.insert(X_RATELIMIT_LIMIT, tightest.rule.limit_header.clone());
         headers.insert(X_RATELIMIT_REMAINING, number_value(state.remaining));
         headers.insert(X_RATELIMIT_RESET, number_value(reset_at));
     }
