@@ -29,3 +29,5 @@ pub mod policy;
 pub mod proxy;
 pub mod server;
 pub mod store;
+#[cfg(test)]
+mod testing;

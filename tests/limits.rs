@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use http::StatusCode;
-use support::{get, unix_now, Got, Sluice, Upstream};
+use support::{assert_problem, get, unix_now, Got, Sluice, Upstream};
 
 /// A config whose upstream is the test's; `rest` holds `[response]`,
 /// `[[rule]]` and so on.
@@ -71,22 +71,6 @@ fn ratelimit_item(got: &Got, name: &str) -> (u64, u64) {
         .unwrap_or_else(|| panic!("no item for {name} in RateLimit: {header}"));
     let (r, t) = item.split_once(";t=").expect("r and t");
     (r.parse().unwrap(), t.parse().unwrap())
-}
-
-fn assert_problem(got: &Got, status: StatusCode) -> serde_json::Value {
-    assert_eq!(got.status, status, "{got:?}");
-    assert_eq!(got.header("content-type"), Some("application/problem+json"));
-    let body = got.json();
-    assert_eq!(body["status"], status.as_u16());
-    assert!(
-        body["title"].as_str().is_some_and(|t| !t.is_empty()),
-        "{body}"
-    );
-    assert!(
-        body["detail"].as_str().is_some_and(|d| !d.is_empty()),
-        "{body}"
-    );
-    body
 }
 
 const FIVE_PER_TEN_SECONDS: &str = r#"

@@ -6,28 +6,13 @@ mod support;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use support::{closed_port, get, Got, Sluice, Upstream};
+use support::{assert_problem, closed_port, get, Sluice, Upstream};
 
 const RULE: &str = r#"
 [[rule]]
 name = "per-ip"
 rate = "100/m"
 "#;
-
-fn assert_problem(got: &Got, status: StatusCode) {
-    assert_eq!(got.status, status, "{got:?}");
-    assert_eq!(got.header("content-type"), Some("application/problem+json"));
-    let body = got.json();
-    assert_eq!(body["status"], status.as_u16());
-    assert!(
-        body["title"].as_str().is_some_and(|t| !t.is_empty()),
-        "{body}"
-    );
-    assert!(
-        body["detail"].as_str().is_some_and(|d| !d.is_empty()),
-        "{body}"
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_upstream_is_answered_502_and_counted_as_connect() {

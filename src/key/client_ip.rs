@@ -289,6 +289,7 @@ fn valid_port(port: Option<&str>, obfuscated_ok: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::XorShift;
     use http::HeaderValue;
 
     const LB: &str = "127.0.0.1";
@@ -583,18 +584,6 @@ mod tests {
         assert_eq!(parse_node(b"unknown", false), None);
         assert_eq!(parse_node(b"", false), None);
         assert_eq!(parse_node(&[b'1'; 100], false), None);
-    }
-
-    struct XorShift(u64);
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            let mut x = self.0;
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            self.0 = x;
-            x
-        }
     }
 
     #[test]

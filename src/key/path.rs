@@ -190,6 +190,7 @@ fn is_dot_segment(seg: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::XorShift;
 
     fn norm(p: &str) -> Result<String, PathError> {
         normalize(p).map(Cow::into_owned)
@@ -329,19 +330,6 @@ mod tests {
         ] {
             let s = e.to_string();
             assert!(s.starts_with("the request path"), "{s}");
-        }
-    }
-
-    /// Tiny deterministic generator so the loop needs no extra crate.
-    struct XorShift(u64);
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            let mut x = self.0;
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            self.0 = x;
-            x
         }
     }
 

@@ -253,6 +253,24 @@ impl Got {
     }
 }
 
+/// Asserts `got` is a problem document (RFC 9457) with `status`, a title and
+/// a detail; returns its body.
+pub fn assert_problem(got: &Got, status: StatusCode) -> serde_json::Value {
+    assert_eq!(got.status, status, "{got:?}");
+    assert_eq!(got.header("content-type"), Some("application/problem+json"));
+    let body = got.json();
+    assert_eq!(body["status"], status.as_u16());
+    assert!(
+        body["title"].as_str().is_some_and(|t| !t.is_empty()),
+        "{body}"
+    );
+    assert!(
+        body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+        "{body}"
+    );
+    body
+}
+
 /// Sends one request on a fresh connection and collects the answer.
 pub async fn send(method: Method, url: &str, headers: &[(&str, &str)]) -> Got {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
