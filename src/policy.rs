@@ -62,9 +62,8 @@ pub struct Rule {
     pub policy_header: HeaderValue,
     /// The bucket's capacity, ready for `X-RateLimit-Limit`.
     pub limit_header: HeaderValue,
-    /// `rule 'name' allows N requests per P` for 429 bodies.
-    pub detail: String,
-    /// The 429 body up to the violated-policies list (see `respond`).
+    /// The 429 body up to the violated-policies list (see `respond`),
+    /// whose detail reads `rule 'name' allows N requests per P`.
     pub problem_head: String,
     /// The name as a JSON string literal.
     pub name_json: String,
@@ -156,7 +155,6 @@ impl Policy {
                     limit_header: HeaderValue::from(limiter.capacity()),
                     problem_head: respond::quota_exceeded_head(config.response.status, &detail),
                     name_json: respond::json_string(&rule.name),
-                    detail,
                     counters: metrics.rule_counters(&rule.name),
                     name,
                 }

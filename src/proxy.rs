@@ -34,7 +34,7 @@ use crate::config::{Config, MissingPolicy};
 use crate::key::{path, RequestFacts};
 use crate::limiter::{BucketState, Decision};
 use crate::metrics::Metrics;
-use crate::policy::Policy;
+use crate::policy::{Policy, Rule};
 use crate::store::{Ask, MemoryStore, Store};
 use forward::{ClientHop, ForwardError, Upstream};
 use respond::{ProxyBody, Refusal, Verdict};
@@ -152,11 +152,13 @@ impl Proxy {
         }
         let bypass = policy.allow.iter().any(|net| net.contains(&client_ip));
 
-        // Which rules apply, and the bucket each one asks.
-        let mut enforced: SmallVec<[(usize, Ask<'_>); INLINE_RULES]> = SmallVec::new();
-        let mut shadowed: SmallVec<[(usize, Ask<'_>); INLINE_RULES]> = SmallVec::new();
+        // Which rules apply, and the bucket each one asks: enforced rules in
+        // `asks` (with their rules alongside), shadow rules apart.
+        let mut asks: SmallVec<[Ask<'_>; INLINE_RULES]> = SmallVec::new();
+        let mut asked: SmallVec<[&Rule; INLINE_RULES]> = SmallVec::new();
+        let mut shadowed: SmallVec<[(&Rule, Ask<'_>); INLINE_RULES]> = SmallVec::new();
         if !bypass {
-            for (index, rule) in policy.rules.iter().enumerate() {
+            for rule in &policy.rules {
                 if !rule.matcher.matches(&facts) {
                     continue;
                 }
@@ -176,34 +178,33 @@ impl Proxy {
                     cost: 1,
                 };
                 if rule.shadow {
-                    shadowed.push((index, ask));
+                    shadowed.push((rule, ask));
                 } else {
-                    enforced.push((index, ask));
+                    asks.push(ask);
+                    asked.push(rule);
                 }
             }
         }
 
         // Decide.
         let now = shared.clock.now();
-        let asks: SmallVec<[Ask<'_>; INLINE_RULES]> = enforced.iter().map(|(_, a)| *a).collect();
         let mut decisions: SmallVec<[Decision; INLINE_RULES]> =
             SmallVec::from_elem(UNASKED, asks.len());
         let admitted =
             asks.is_empty() || shared.store.acquire_all(&asks, now, &mut decisions).await;
-        let verdicts: SmallVec<[Verdict<'_>; INLINE_RULES]> = enforced
+        let verdicts: SmallVec<[Verdict<'_>; INLINE_RULES]> = asked
             .iter()
             .zip(&decisions)
-            .map(|((index, _), decision)| Verdict {
-                rule: &policy.rules[*index],
+            .map(|(rule, decision)| Verdict {
+                rule,
                 decision: *decision,
             })
             .collect();
         // Shadow rules that would have limited: named in X-Sluice-Would-Limit.
         let mut would_limit: SmallVec<[&str; INLINE_RULES]> = SmallVec::new();
         if admitted {
-            for (index, ask) in &shadowed {
+            for (rule, ask) in &shadowed {
                 let mut shadow_decision = [UNASKED];
-                let rule = &policy.rules[*index];
                 if shared
                     .store
                     .acquire_all(std::slice::from_ref(ask), now, &mut shadow_decision)

@@ -188,13 +188,13 @@ pub fn add_would_limit_header(headers: &mut HeaderMap, rules: &[&str]) {
 }
 
 /// Header values for the numbers most answers carry (remaining units,
-/// Retry-After seconds, limits), built once: cloning one is a reference-count
+/// Retry-After seconds), built once: cloning one is a reference-count
 /// increment instead of an allocation.
 const CACHED_NUMBERS: u64 = 1024;
 static SMALL_NUMBERS: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
 
-/// `n` in decimal as a header value (what `HeaderValue::from(u64)` gives),
-/// formatted on the stack.
+/// `n` in decimal as a header value (what `HeaderValue::from(u64)` gives):
+/// from the cache below 1024, otherwise formatted on the stack.
 fn number_value(n: u64) -> HeaderValue {
     if n < CACHED_NUMBERS {
         let cached = SMALL_NUMBERS.get_or_init(|| (0..CACHED_NUMBERS).map(format_value).collect());

@@ -20,6 +20,8 @@ mod probe_map;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use smallvec::SmallVec;
+
 use super::{Ask, BucketKey, Grant};
 use crate::clock::Nanos;
 use crate::limiter::gcra::Step;
@@ -118,51 +120,30 @@ impl MemoryStore {
             *decision = self.acquire(ask, now).0;
             return decision.is_allowed();
         }
-        // Grants of the asks taken so far, kept on the stack for the common
-        // case of a few rules per request.
-        let mut grants = [Grant::None; 8];
-        let mut heap_grants = Vec::new();
-        if asks.len() > grants.len() {
-            // Only for requests matching more than eight rules.
-            heap_grants = vec![Grant::None; asks.len()];
-        }
-        let grants: &mut [Grant] = if asks.len() > 8 {
-            &mut heap_grants
-        } else {
-            &mut grants[..asks.len()]
-        };
-
-        let mut all_allowed = true;
+        // What each admitting limit took, so it can be given back exactly.
+        let mut grants: SmallVec<[Grant; 8]> = SmallVec::with_capacity(asks.len());
         for (index, ask) in asks.iter().enumerate() {
             let (decision, grant) = self.acquire(ask, now);
             decisions[index] = decision;
-            grants[index] = grant;
-            if !decision.is_allowed() {
-                all_allowed = false;
-                // Keep asking the remaining limits so that the 429 reports
-                // every limit the request violates, but take nothing more.
-                for (later, rest) in asks.iter().enumerate().skip(index + 1) {
-                    decisions[later] = self.peek(rest, now);
-                }
-                break;
+            if decision.is_allowed() {
+                grants.push(grant);
+                continue;
             }
+            // Keep asking the remaining limits so that the 429 reports every
+            // limit the request violates, but take nothing more.
+            for (later, rest) in asks.iter().enumerate().skip(index + 1) {
+                decisions[later] = self.peek(rest, now);
+            }
+            // Give back what the earlier limits took, and report them as
+            // they are now.
+            for (earlier, (ask, grant)) in asks.iter().zip(&grants).enumerate() {
+                self.refund(ask, *grant);
+                let Limiter::TokenBucket(gcra) = ask.limiter;
+                decisions[earlier] = Decision::Allow(gcra.peek(self.current_tat(ask), now));
+            }
+            return false;
         }
-        if !all_allowed {
-            for (ask, grant) in asks.iter().zip(grants.iter()) {
-                if *grant != Grant::None {
-                    self.refund(ask, *grant);
-                }
-            }
-            // Report the rolled-back limits as they are now, with the units
-            // given back.
-            for (index, ask) in asks.iter().enumerate() {
-                if grants[index] != Grant::None {
-                    let Limiter::TokenBucket(gcra) = ask.limiter;
-                    decisions[index] = Decision::Allow(gcra.peek(self.current_tat(ask), now));
-                }
-            }
-        }
-        all_allowed
+        true
     }
 
     fn acquire(&self, ask: &Ask<'_>, now: Nanos) -> (Decision, Grant) {
