@@ -84,7 +84,7 @@ struct Sluice {
 impl Sluice {
     fn new() -> Sluice {
         Sluice {
-            store: MemoryStore::new(1, 4 << 20),
+            store: MemoryStore::new(&[allow_limiter()], 4 << 20),
             limiter: allow_limiter(),
             clock: MonotonicClock::default(),
             seed: foldhash::fast::RandomState::default(),
@@ -334,8 +334,8 @@ fn bench_derive(
     let values: Vec<HeaderValue> = (0..workload.keys.len())
         .map(|i| HeaderValue::from_static(&joined[i * key_len..(i + 1) * key_len]))
         .collect();
-    let store = MemoryStore::new(1, 4 << 20);
     let limiter = allow_limiter();
+    let store = MemoryStore::new(&[limiter], 4 << 20);
     let clock = MonotonicClock::default();
     let hasher = KeyHasher::new(64);
     let sources = [KeySource::Header(API_KEY)];

@@ -79,7 +79,6 @@ fn report(name: &str, keys: usize, insert: fn(usize, &dyn Fn() -> u64) -> (usize
 }
 
 fn insert_sluice(keys: usize, rss: &dyn Fn() -> u64) -> (usize, u64) {
-    let store = MemoryStore::new(1, 4 << 20);
     let limiter = Limiter::TokenBucket(Gcra::new(
         sluice::config::Rate {
             count: 1_000_000_000,
@@ -87,6 +86,7 @@ fn insert_sluice(keys: usize, rss: &dyn Fn() -> u64) -> (usize, u64) {
         },
         1_000_000,
     ));
+    let store = MemoryStore::new(&[limiter], 4 << 20);
     // The same hasher and calls as `KeyHasher::derive` for a header value.
     let seed = foldhash::fast::RandomState::default();
     let mut decisions = [Decision::Allow(BucketState {

@@ -84,8 +84,12 @@ pub fn describe_rules(config: &Config) -> String {
                 .join("+"),
             format!("{:?}", rule.missing).to_lowercase(),
             "token_bucket".to_owned(),
-            format!("{}/{}", rule.rate.count, format_period(rule.rate.period)),
-            rule.burst.to_string(),
+            format!(
+                "{}/{}",
+                rule.limits[0].rate.count,
+                format_period(rule.limits[0].rate.period)
+            ),
+            rule.limits[0].capacity.to_string(),
             if rule.shadow { "shadow" } else { "enforce" }.to_owned(),
         ]);
     }

@@ -1,11 +1,15 @@
 //! Time as a parameter. The limiter core never reads a clock: callers pass
-//! `now` as [`Nanos`] since an arbitrary epoch. Production uses
-//! [`MonotonicClock`] (immune to wall-clock jumps); tests use [`ManualClock`].
-//! Besides this module, only measurements of elapsed time (metrics) read the
-//! system clock.
+//! `now` as [`Nanos`] since the Unix epoch. Production uses
+//! [`MonotonicClock`]; tests use [`ManualClock`]. Besides this module, only
+//! measurements of elapsed time (metrics) read the system clock.
 //!
-//! Wall-clock time is only needed to print `X-RateLimit-Reset` as Unix seconds;
-//! [`Clock::unix_now`] provides it.
+//! Why Unix time: fixed and sliding windows align to wall-clock boundaries
+//! (`100/m` resets at :00), and `X-RateLimit-Reset` is printed as Unix
+//! seconds. Why monotonic: a wall-clock step (NTP, an operator) must never
+//! refill or drain every bucket at once. So [`MonotonicClock`] reads the wall
+//! clock once, at start, and advances from there with the monotonic clock.
+//! Over a long uptime it can drift from the wall clock by whatever NTP slews
+//! (typically milliseconds a day), which moves window boundaries by as much.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,41 +20,48 @@ pub type Nanos = u64;
 
 /// A source of monotonic time for the limiter.
 pub trait Clock: Send + Sync + 'static {
-    /// Monotonic nanoseconds since this clock's epoch. Never decreases.
+    /// Nanoseconds since the Unix epoch. Never decreases.
     fn now(&self) -> Nanos;
-    /// Wall-clock time since the Unix epoch (for `X-RateLimit-Reset`).
-    fn unix_now(&self) -> Duration;
+    /// The same instant as a `Duration` since the Unix epoch.
+    fn unix_now(&self) -> Duration {
+        Duration::from_nanos(self.now())
+    }
 }
 
-/// The production clock: nanoseconds since the clock was made, read from the
-/// CPU's invariant TSC through `quanta` (≈ 9 ns here, against ≈ 25 ns for
-/// `Instant::now()`, which this VM serves slowly). `quanta` falls back to the
-/// OS monotonic clock where the TSC is unreliable.
+/// The production clock: the Unix time at which it was made, advanced by
+/// the CPU's invariant TSC through `quanta` (≈ 9 ns a read here, against
+/// ≈ 25 ns for `Instant::now()`, which this VM serves slowly). `quanta` falls
+/// back to the OS monotonic clock where the TSC is unreliable.
 #[derive(Debug, Clone)]
 pub struct MonotonicClock {
     clock: quanta::Clock,
+    /// The raw TSC reading at `unix_start`.
     epoch: u64,
+    unix_start: Nanos,
 }
 
 impl Default for MonotonicClock {
     fn default() -> Self {
         let clock = quanta::Clock::new();
         let epoch = clock.raw();
-        MonotonicClock { clock, epoch }
+        let unix_start = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as Nanos;
+        MonotonicClock {
+            clock,
+            epoch,
+            unix_start,
+        }
     }
 }
 
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> Nanos {
-        // u64 nanoseconds overflow after 584 years of uptime.
-        self.clock.delta_as_nanos(self.epoch, self.clock.raw())
-    }
-
-    fn unix_now(&self) -> Duration {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
+        // u64 Unix nanoseconds last until the year 2554.
+        self.unix_start
+            .wrapping_add(self.clock.delta_as_nanos(self.epoch, self.clock.raw()))
     }
 }
 
@@ -77,10 +88,5 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Nanos {
         self.nanos.load(Ordering::SeqCst)
-    }
-
-    fn unix_now(&self) -> Duration {
-        // A fixed, recognisable wall-clock origin keeps header tests exact.
-        Duration::from_secs(1_795_000_000) + Duration::from_nanos(self.now())
     }
 }

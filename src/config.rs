@@ -128,10 +128,40 @@ pub struct RuleConfig {
     /// Key sources, joined in this order into one bucket key. Never empty.
     pub key: Vec<KeySource>,
     pub missing: MissingPolicy,
-    pub rate: Rate,
-    /// Token-bucket capacity; defaults to `rate.count`.
-    pub burst: u64,
+    pub algorithm: AlgorithmKind,
+    /// Every limit that must hold, in file order; never empty.
+    pub limits: Vec<LimitConfig>,
+    /// Units taken per request; at least 1, at most every open limit's capacity.
+    pub cost: u64,
     pub shadow: bool,
+}
+
+/// `algorithm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlgorithmKind {
+    TokenBucket,
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+}
+
+impl AlgorithmKind {
+    /// The config spelling.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AlgorithmKind::TokenBucket => "token_bucket",
+            AlgorithmKind::FixedWindow => "fixed_window",
+            AlgorithmKind::SlidingWindow => "sliding_window",
+            AlgorithmKind::SlidingLog => "sliding_log",
+        }
+    }
+}
+
+/// One limit of a rule: its rate and its capacity (X-RateLimit-Limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitConfig {
+    pub rate: Rate,
+    pub capacity: u64,
 }
 
 /// `match = { ... }`: every given field must fit. Empty lists mean "any".

@@ -1,18 +1,27 @@
 //! The limiter core: pure state machines, one per algorithm.
 //!
-//! An algorithm takes its per-key state, `now` and a cost, and returns a
-//! [`Decision`] plus the new state. Nothing here does I/O, reads a clock or
-//! owns a map: stores ([`crate::store`]) keep the states and call these steps
-//! under whatever atomicity they provide (a shard lock, a Redis Lua script).
+//! An algorithm takes its per-key state, `now` and a cost, decides, and
+//! updates the state in place. Nothing here does I/O, reads a clock or owns a
+//! map: stores ([`crate::store`]) keep the states and call these steps under
+//! whatever atomicity they provide (a shard lock, a Redis Lua script).
 //!
-//! Only the token bucket ([`gcra`]) exists today. Window counters and the
-//! sliding log add their own state types next to it, and [`Limiter`] grows a
-//! variant per algorithm so the store and proxy keep one interface.
+//! `now` is nanoseconds since the Unix epoch (see [`crate::clock`]), so that
+//! window algorithms can align their windows to wall-clock boundaries.
+//!
+//! Every algorithm implements [`Algorithm`]; [`Limiter`] is the closed set of
+//! configured limits the store dispatches on. `leaky_bucket` and
+//! `concurrency` (the hold issue) fit the same shape: a leaky bucket is a GCRA
+//! whose denials turn into waits, and a concurrency limit is a counter whose
+//! refund runs when the response ends.
 
 pub mod gcra;
+pub mod log;
+pub mod window;
 
 use crate::clock::Nanos;
 pub use gcra::Gcra;
+pub use log::{LogState, SlidingLog};
+pub use window::{FixedWindow, SlidingWindow, WindowCounts};
 
 /// What a bucket looks like to a client after a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,13 +36,15 @@ pub struct BucketState {
 /// not an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
-    /// The units were taken.
+    /// The units were (or, from [`Algorithm::peek`], would be) taken; the
+    /// state is the bucket as it is after the decision.
     Allow(BucketState),
     /// Nothing was taken.
     Deny {
         state: BucketState,
-        /// When a request of the same cost would be admitted; `None` when
-        /// never (a COUNT of 0).
+        /// When a request of the same cost would be admitted, if nothing else
+        /// arrived meanwhile; `None` when never (a COUNT of 0, or a cost above
+        /// the capacity).
         retry_after: Option<Nanos>,
     },
 }
@@ -54,18 +65,65 @@ impl Decision {
     }
 }
 
+/// One limiting algorithm with its configured parameters.
+///
+/// `State::default()` is a fresh, full bucket: a store creates it for a key
+/// it has never seen. Implementations must keep these promises, which the
+/// store relies on:
+///
+/// - [`acquire`](Algorithm::acquire) changes `state` only when it admits;
+/// - [`refund`](Algorithm::refund) right after an admitting `acquire` at the
+///   same `now` and cost restores a state that decides like the one before;
+/// - [`is_fresh`](Algorithm::is_fresh) is true only when the state decides
+///   exactly like `State::default()` at `now` and at every later instant, so
+///   dropping it can never hand an over-limit caller new budget;
+/// - `now` values may arrive slightly out of order (two threads read the
+///   clock, then lock in the opposite order): a `now` before the state's own
+///   notion of time must not panic and must not let more through.
+pub trait Algorithm {
+    /// Per-key state.
+    type State: Default + Send;
+
+    /// Tries to take `cost` units at `now`; takes them only if admitted.
+    fn acquire(&self, state: &mut Self::State, now: Nanos, cost: u64) -> Decision;
+
+    /// What [`acquire`](Algorithm::acquire) would decide, without taking
+    /// anything. An `Allow` reports the bucket as it is now (nothing taken).
+    fn peek(&self, state: &Self::State, now: Nanos, cost: u64) -> Decision;
+
+    /// Gives back `cost` units taken by an admitting `acquire` at `now` (a
+    /// rollback when another limit rejected the same request).
+    fn refund(&self, state: &mut Self::State, now: Nanos, cost: u64);
+
+    /// Whether the state is indistinguishable from a fresh one from `now` on.
+    fn is_fresh(&self, state: &Self::State, now: Nanos) -> bool;
+
+    /// The limit reported as `X-RateLimit-Limit` (the bucket's capacity: the
+    /// token bucket's `burst`, a window's or log's COUNT).
+    fn capacity(&self) -> u64;
+}
+
 /// A configured limit, whatever its algorithm: what a store needs to decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limiter {
     /// `token_bucket`.
     TokenBucket(Gcra),
+    /// `fixed_window`.
+    FixedWindow(FixedWindow),
+    /// `sliding_window`.
+    SlidingWindow(SlidingWindow),
+    /// `sliding_log`.
+    SlidingLog(SlidingLog),
 }
 
 impl Limiter {
     /// The limit reported as `X-RateLimit-Limit` (the bucket's capacity).
     pub fn capacity(&self) -> u64 {
         match self {
-            Limiter::TokenBucket(gcra) => gcra.capacity(),
+            Limiter::TokenBucket(limit) => limit.capacity(),
+            Limiter::FixedWindow(limit) => limit.capacity(),
+            Limiter::SlidingWindow(limit) => limit.capacity(),
+            Limiter::SlidingLog(limit) => limit.capacity(),
         }
     }
 }

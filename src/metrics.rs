@@ -193,9 +193,12 @@ impl Metrics {
     /// Renders the text exposition, refreshing store-derived series first.
     pub fn render(&self, policy: &Policy, store: &Store) -> String {
         for rule in &policy.rules {
-            self.tracked_keys
-                .with_label_values(&[&rule.name])
-                .set(store.tracked_keys(rule.table) as i64);
+            self.tracked_keys.with_label_values(&[&rule.name]).set(
+                rule.limits
+                    .iter()
+                    .map(|l| store.tracked_keys(l.table))
+                    .sum::<usize>() as i64,
+            );
         }
         let stats = store.stats();
         catch_up(&self.evictions_idle, stats.evicted_idle);

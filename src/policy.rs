@@ -6,9 +6,9 @@
 //! The proxy holds the current [`Policy`] in an `ArcSwap`: a request loads it
 //! once and keeps that `Arc` to the end, so a reload (later issue) swaps in a
 //! new snapshot atomically while requests in flight finish under the old one.
-//! Bucket tables are indexed by [`Rule::table`]; a reload will map unchanged
-//! rules (same name, key and algorithm) to their old table index so buckets
-//! survive.
+//! Each limit of each rule has its own bucket table, indexed by
+//! [`Limit::table`]; a reload will map unchanged rules (same name, key and
+//! algorithm) to their old table indexes so buckets survive.
 
 use std::sync::Arc;
 
@@ -17,12 +17,13 @@ use ipnet::IpNet;
 use prometheus::IntCounter;
 
 use crate::config::{
-    Config, HeaderStyle, KeySource, MatchConfig, MissingPolicy, Rate, ResponseConfig,
+    AlgorithmKind, Config, HeaderStyle, KeySource, LimitConfig, MatchConfig, MissingPolicy, Rate,
+    ResponseConfig, RuleConfig,
 };
 use crate::key::client_ip::ClientIpResolver;
 use crate::key::glob::PathGlob;
 use crate::key::{KeyHasher, RequestFacts};
-use crate::limiter::{Gcra, Limiter};
+use crate::limiter::{FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow};
 use crate::metrics::Metrics;
 use crate::proxy::respond;
 
@@ -48,26 +49,41 @@ pub struct Policy {
 #[derive(Debug)]
 pub struct Rule {
     pub name: Arc<str>,
-    /// Index of this rule's bucket table in the store.
-    pub table: usize,
     pub matcher: Matcher,
     pub key: Vec<KeySource>,
     pub missing: MissingPolicy,
+    pub algorithm: AlgorithmKind,
+    /// Every limit that must hold, in file order; never empty.
+    pub limits: Vec<Limit>,
+    /// Units each request takes from every limit.
+    pub cost: u64,
+    pub shadow: bool,
+    pub counters: RuleCounters,
+}
+
+/// One limit of a rule, with everything its headers and 429 body need.
+#[derive(Debug)]
+pub struct Limit {
+    /// Index of this limit's bucket table in the store.
+    pub table: usize,
     pub rate: Rate,
     pub limiter: Limiter,
-    pub shadow: bool,
+    /// The name the rate-limit headers use: the rule's, plus the period
+    /// when the rule has several limits (`search-1m`).
+    pub name: String,
+    /// The name as a JSON string literal, for `violated-policies`.
+    pub name_json: String,
+    /// The rule's name as a JSON string literal, for the body's `rule`.
+    pub rule_json: String,
     /// `"name";q=COUNT;w=SECONDS` for `RateLimit-Policy`.
     pub policy_item: String,
-    /// The same, ready to send when this is the only applicable rule.
+    /// The same, ready to send when this is the only applicable limit.
     pub policy_header: HeaderValue,
     /// The bucket's capacity, ready for `X-RateLimit-Limit`.
     pub limit_header: HeaderValue,
     /// The 429 body up to the violated-policies list (see `respond`),
     /// whose detail reads `rule 'name' allows N requests per P`.
     pub problem_head: String,
-    /// The name as a JSON string literal.
-    pub name_json: String,
-    pub counters: RuleCounters,
 }
 
 /// Per-rule `sluice_requests_total` children, resolved once.
@@ -120,43 +136,32 @@ impl Matcher {
 }
 
 impl Policy {
-    /// Compiles `config`. Rule `i` uses bucket table `i`.
+    /// Compiles `config`. Limits get bucket tables in file order: the
+    /// first rule's limits first.
     pub fn compile(config: Arc<Config>, metrics: &Metrics) -> Policy {
+        let mut next_table = 0;
         let rules = config
             .rules
             .iter()
-            .enumerate()
-            .map(|(table, rule)| {
-                let name: Arc<str> = Arc::from(rule.name.as_str());
-                let limiter = Limiter::TokenBucket(Gcra::new(rule.rate, rule.burst));
-                let detail = format!(
-                    "rule '{}' allows {} requests per {}",
-                    rule.name,
-                    rule.rate.count,
-                    format_period(rule.rate.period)
-                );
-                let policy_item = format!(
-                    "\"{}\";q={};w={}",
-                    rule.name,
-                    rule.rate.count,
-                    rule.rate.period.as_secs().max(1)
-                );
+            .map(|rule| {
+                let limits = rule
+                    .limits
+                    .iter()
+                    .map(|limit| {
+                        next_table += 1;
+                        compile_limit(rule, limit, next_table - 1, config.response.status)
+                    })
+                    .collect();
                 Rule {
-                    table,
+                    name: Arc::from(rule.name.as_str()),
                     matcher: Matcher::new(&rule.matcher),
                     key: rule.key.clone(),
                     missing: rule.missing,
-                    rate: rule.rate,
-                    limiter,
+                    algorithm: rule.algorithm,
+                    limits,
+                    cost: rule.cost,
                     shadow: rule.shadow,
-                    policy_header: HeaderValue::from_str(&policy_item)
-                        .unwrap_or_else(|_| HeaderValue::from_static("")),
-                    policy_item,
-                    limit_header: HeaderValue::from(limiter.capacity()),
-                    problem_head: respond::quota_exceeded_head(config.response.status, &detail),
-                    name_json: respond::json_string(&rule.name),
                     counters: metrics.rule_counters(&rule.name),
-                    name,
                 }
             })
             .collect();
@@ -177,9 +182,68 @@ impl Policy {
         }
     }
 
+    /// Every limit's limiter, in table order: what the store is built from.
+    pub fn limiters(&self) -> Vec<Limiter> {
+        self.rules
+            .iter()
+            .flat_map(|rule| rule.limits.iter().map(|limit| limit.limiter))
+            .collect()
+    }
+
     /// Whether any rate-limit header is sent at all.
     pub fn sends_headers(&self) -> bool {
         self.response.headers != HeaderStyle::None
+    }
+}
+
+/// The limiter for one limit of a rule.
+pub fn limiter(algorithm: AlgorithmKind, limit: &LimitConfig) -> Limiter {
+    match algorithm {
+        AlgorithmKind::TokenBucket => Limiter::TokenBucket(Gcra::new(limit.rate, limit.capacity)),
+        AlgorithmKind::FixedWindow => Limiter::FixedWindow(FixedWindow::new(limit.rate)),
+        AlgorithmKind::SlidingWindow => Limiter::SlidingWindow(SlidingWindow::new(limit.rate)),
+        AlgorithmKind::SlidingLog => Limiter::SlidingLog(SlidingLog::new(limit.rate)),
+    }
+}
+
+fn compile_limit(
+    rule: &RuleConfig,
+    limit: &LimitConfig,
+    table: usize,
+    status: http::StatusCode,
+) -> Limit {
+    let limiter = limiter(rule.algorithm, limit);
+    let period = format_period(limit.rate.period);
+    let name = if rule.limits.len() > 1 {
+        format!("{}-{period}", rule.name)
+    } else {
+        rule.name.clone()
+    };
+    let unit = if rule.cost == 1 { "requests" } else { "units" };
+    let mut detail = format!(
+        "rule '{}' allows {} {unit} per {period}",
+        rule.name, limit.rate.count
+    );
+    if rule.cost != 1 {
+        detail.push_str(&format!("; each request costs {}", rule.cost));
+    }
+    let policy_item = format!(
+        "\"{name}\";q={};w={}",
+        limit.rate.count,
+        limit.rate.period.as_secs().max(1)
+    );
+    Limit {
+        table,
+        rate: limit.rate,
+        limiter,
+        name_json: respond::json_string(&name),
+        rule_json: respond::json_string(&rule.name),
+        name,
+        policy_header: HeaderValue::from_str(&policy_item)
+            .unwrap_or_else(|_| HeaderValue::from_static("")),
+        policy_item,
+        limit_header: HeaderValue::from(limiter.capacity()),
+        problem_head: respond::quota_exceeded_head(status, &detail),
     }
 }
 

@@ -19,6 +19,7 @@ pub mod respond;
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -34,7 +35,7 @@ use crate::config::{Config, MissingPolicy};
 use crate::key::{path, RequestFacts};
 use crate::limiter::{BucketState, Decision};
 use crate::metrics::Metrics;
-use crate::policy::{Policy, Rule};
+use crate::policy::{Limit, Policy, Rule};
 use crate::store::{Ask, MemoryStore, Store};
 use forward::{ClientHop, ForwardError, Upstream};
 use respond::{ProxyBody, Refusal, Verdict};
@@ -64,9 +65,10 @@ impl Proxy {
     pub fn new(config: Config) -> Proxy {
         let metrics = Metrics::new();
         let config = Arc::new(config);
-        let store = Store::Memory(MemoryStore::new(config.rules.len(), config.store.max_keys));
         let upstream = Upstream::new(&config.server);
+        let max_keys = config.store.max_keys;
         let policy = Policy::compile(config, &metrics);
+        let store = Store::Memory(MemoryStore::new(&policy.limiters(), max_keys));
         Proxy {
             shared: Arc::new(Shared {
                 policy: ArcSwap::from_pointee(policy),
@@ -152,11 +154,13 @@ impl Proxy {
         }
         let bypass = policy.allow.iter().any(|net| net.contains(&client_ip));
 
-        // Which rules apply, and the bucket each one asks: enforced rules in
-        // `asks` (with their rules alongside), shadow rules apart.
+        // Which rules apply, and the bucket each of their limits asks:
+        // enforced rules in `asks` (with their limits alongside), shadow
+        // rules apart, each as a run of `shadow_asks`.
         let mut asks: SmallVec<[Ask<'_>; INLINE_RULES]> = SmallVec::new();
-        let mut asked: SmallVec<[&Rule; INLINE_RULES]> = SmallVec::new();
-        let mut shadowed: SmallVec<[(&Rule, Ask<'_>); INLINE_RULES]> = SmallVec::new();
+        let mut asked: SmallVec<[(&Rule, &Limit); INLINE_RULES]> = SmallVec::new();
+        let mut shadow_asks: SmallVec<[Ask<'_>; INLINE_RULES]> = SmallVec::new();
+        let mut shadowed: SmallVec<[(&Rule, Range<usize>); INLINE_RULES]> = SmallVec::new();
         if !bypass {
             for rule in &policy.rules {
                 if !rule.matcher.matches(&facts) {
@@ -171,17 +175,19 @@ impl Proxy {
                         return respond::refusal(Refusal::MissingKey, Some(rule));
                     }
                 };
-                let ask = Ask {
-                    table: rule.table,
+                let rule_asks = rule.limits.iter().map(|limit| Ask {
+                    table: limit.table,
                     key,
-                    limiter: &rule.limiter,
-                    cost: 1,
-                };
+                    limiter: &limit.limiter,
+                    cost: rule.cost,
+                });
                 if rule.shadow {
-                    shadowed.push((rule, ask));
+                    let start = shadow_asks.len();
+                    shadow_asks.extend(rule_asks);
+                    shadowed.push((rule, start..shadow_asks.len()));
                 } else {
-                    asks.push(ask);
-                    asked.push(rule);
+                    asks.extend(rule_asks);
+                    asked.extend(rule.limits.iter().map(|limit| (rule, limit)));
                 }
             }
         }
@@ -195,19 +201,22 @@ impl Proxy {
         let verdicts: SmallVec<[Verdict<'_>; INLINE_RULES]> = asked
             .iter()
             .zip(&decisions)
-            .map(|(rule, decision)| Verdict {
+            .map(|(&(rule, limit), decision)| Verdict {
                 rule,
+                limit,
                 decision: *decision,
             })
             .collect();
         // Shadow rules that would have limited: named in X-Sluice-Would-Limit.
         let mut would_limit: SmallVec<[&str; INLINE_RULES]> = SmallVec::new();
         if admitted {
-            for (rule, ask) in &shadowed {
-                let mut shadow_decision = [UNASKED];
+            for (rule, range) in &shadowed {
+                let rule_asks = &shadow_asks[range.clone()];
+                let mut shadow_decisions: SmallVec<[Decision; INLINE_RULES]> =
+                    SmallVec::from_elem(UNASKED, rule_asks.len());
                 if shared
                     .store
-                    .acquire_all(std::slice::from_ref(ask), now, &mut shadow_decision)
+                    .acquire_all(rule_asks, now, &mut shadow_decisions)
                     .await
                 {
                     rule.counters.allowed.inc();
@@ -222,13 +231,7 @@ impl Proxy {
             .metrics
             .decision_seconds
             .observe(seconds(shared.clock.now() - now));
-        for verdict in &verdicts {
-            if verdict.decision.is_allowed() {
-                verdict.rule.counters.allowed.inc();
-            } else {
-                verdict.rule.counters.limited.inc();
-            }
-        }
+        count_outcomes(&verdicts);
         if !admitted {
             return respond::limited(policy, &verdicts, shared.clock.unix_now());
         }
@@ -293,6 +296,25 @@ impl Proxy {
         };
         tracing::warn!(%error, "upstream request failed");
         respond::refusal(refusal, None)
+    }
+}
+
+/// Counts each enforced rule's outcome once: `allowed` when every one of
+/// its limits admitted. A rule's verdicts are adjacent.
+fn count_outcomes(verdicts: &[Verdict<'_>]) {
+    let mut rest = verdicts;
+    while let [first, ..] = rest {
+        let run = rest
+            .iter()
+            .take_while(|v| std::ptr::eq(v.rule, first.rule))
+            .count();
+        let (of_rule, after) = rest.split_at(run);
+        if of_rule.iter().all(|v| v.decision.is_allowed()) {
+            first.rule.counters.allowed.inc();
+        } else {
+            first.rule.counters.limited.inc();
+        }
+        rest = after;
     }
 }
 

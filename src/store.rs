@@ -9,7 +9,7 @@
 //!
 //! Refunds (`refund_on`) and deferred charges (`charge`) will add a second
 //! call that adjusts one bucket after the response; the limiter core already
-//! has the arithmetic ([`crate::limiter::Gcra::refund`]).
+//! has the arithmetic ([`crate::limiter::Algorithm::refund`]).
 //!
 //! The store never reads a clock: `now` comes from the caller, so memory-store
 //! tests are exact. (The Redis store will take time from Redis instead.)

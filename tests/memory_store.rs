@@ -44,9 +44,9 @@ fn admitted(store: &MemoryStore, ask: Ask<'_>, now: u64, tries: usize) -> usize 
 
 #[test]
 fn a_request_rejected_by_one_rule_takes_nothing_from_the_others() {
-    let store = MemoryStore::new(2, 100);
     let global = bucket(10, 60);
     let per_ip = bucket(2, 60);
+    let store = MemoryStore::new(&[global, per_ip], 100);
     let now = SEC;
     let mut decisions = [Decision::Allow(sluice::limiter::BucketState {
         remaining: 0,
@@ -66,8 +66,8 @@ fn a_request_rejected_by_one_rule_takes_nothing_from_the_others() {
 
 #[test]
 fn the_store_never_holds_more_than_max_keys() {
-    let store = MemoryStore::new(1, 1000);
     let limiter = bucket(5, 60);
+    let store = MemoryStore::new(&[limiter], 1000);
     for key in 0..10_000u64 {
         one(
             &store,
@@ -81,8 +81,8 @@ fn the_store_never_holds_more_than_max_keys() {
 
 #[test]
 fn refilled_buckets_are_evicted_to_make_room_without_changing_decisions() {
-    let store = MemoryStore::new(1, 100);
     let limiter = bucket(5, 1);
+    let store = MemoryStore::new(&[limiter], 100);
     let keys = |range: std::ops::Range<u64>| range.map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     for key in keys(0..100) {
         assert!(one(&store, ask(0, key, &limiter), SEC));
@@ -102,8 +102,8 @@ fn refilled_buckets_are_evicted_to_make_room_without_changing_decisions() {
 #[test]
 fn flooding_new_keys_never_resets_an_over_limit_caller() {
     let max_keys = 1000;
-    let store = MemoryStore::new(1, max_keys);
     let limiter = bucket(10, 60);
+    let store = MemoryStore::new(&[limiter], max_keys);
     let abuser = 0xabcdef;
     let mut now = SEC;
     assert_eq!(admitted(&store, ask(0, abuser, &limiter), now, 50), 10);
@@ -134,7 +134,6 @@ fn flooding_new_keys_never_resets_an_over_limit_caller() {
 
 #[test]
 fn a_closed_route_stores_nothing() {
-    let store = MemoryStore::new(1, 10);
     let closed = Limiter::TokenBucket(Gcra::new(
         Rate {
             count: 0,
@@ -142,6 +141,7 @@ fn a_closed_route_stores_nothing() {
         },
         0,
     ));
+    let store = MemoryStore::new(&[closed], 10);
     assert!(!one(&store, ask(0, 42, &closed), SEC));
     assert_eq!(store.stats().tracked, 0);
 }

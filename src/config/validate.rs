@@ -25,8 +25,9 @@ use toml::Spanned;
 use super::raw::{OneOrMany, Present, RawConfig, RawMatch, RawRule, RawServer};
 use super::units::{parse_duration, parse_rate};
 use super::{
-    AccessConfig, AdminConfig, Config, ForwardedHeader, HeaderStyle, KeySource, MatchConfig,
-    MissingPolicy, Rate, ResponseConfig, RuleConfig, ServerConfig, StoreBackend, StoreConfig,
+    AccessConfig, AdminConfig, AlgorithmKind, Config, ForwardedHeader, HeaderStyle, KeySource,
+    LimitConfig, MatchConfig, MissingPolicy, Rate, ResponseConfig, RuleConfig, ServerConfig,
+    StoreBackend, StoreConfig,
 };
 
 /// One problem in a config file, at the position of the offending value.
@@ -833,8 +834,12 @@ impl Validator<'_> {
             matcher,
             key,
             missing,
-            rate,
-            burst,
+            algorithm: AlgorithmKind::TokenBucket,
+            limits: vec![LimitConfig {
+                rate,
+                capacity: burst,
+            }],
+            cost: 1,
             shadow: raw.shadow.as_ref().is_some_and(|v| *v.get_ref()),
         }
     }
@@ -1372,13 +1377,13 @@ mod tests {
         assert_eq!(rule.key, vec![KeySource::Ip]);
         assert_eq!(rule.missing, MissingPolicy::Shared);
         assert_eq!(
-            rule.rate,
+            rule.limits[0].rate,
             Rate {
                 count: 100,
                 period: Duration::from_secs(60)
             }
         );
-        assert_eq!(rule.burst, 100);
+        assert_eq!(rule.limits[0].capacity, 100);
         assert!(!rule.shadow);
         assert!(rule.matcher.path.is_empty() && rule.matcher.method.is_empty());
         assert!(config.warnings.is_empty(), "{:?}", config.warnings);
@@ -1499,13 +1504,13 @@ method = "DELETE"
         );
         assert_eq!(search.missing, MissingPolicy::Reject);
         assert_eq!(
-            search.rate,
+            search.limits[0].rate,
             Rate {
                 count: 5,
                 period: Duration::from_secs(900)
             }
         );
-        assert_eq!(search.burst, 2);
+        assert_eq!(search.limits[0].capacity, 2);
         assert!(search.shadow);
 
         let one = &config.rules[1];
@@ -1768,8 +1773,8 @@ burst = -1
         let config = valid(&format!(
             "{UPSTREAM}[[rule]]\nname = \"closed\"\nrate = \"0/m\"\n[[rule]]\nname = \"z\"\nrate = \"0/m\"\nburst = 0\n"
         ));
-        assert_eq!(config.rules[0].burst, 0);
-        assert_eq!(config.rules[1].burst, 0);
+        assert_eq!(config.rules[0].limits[0].capacity, 0);
+        assert_eq!(config.rules[1].limits[0].capacity, 0);
         assert_eq!(config.warnings.len(), 2, "{:?}", config.warnings);
         assert!(
             config.warnings[0].starts_with("test.toml:5:8: rule[0].rate: \"0/m\" closes the route"),
@@ -1919,7 +1924,7 @@ burst = -1
         let names: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["per-ip", "search"]);
         assert_eq!(
-            config.rules[0].rate,
+            config.rules[0].limits[0].rate,
             Rate {
                 count: 10,
                 period: Duration::from_secs(10)
@@ -1932,7 +1937,7 @@ burst = -1
             vec![KeySource::Header(HeaderName::from_static("x-api-key"))]
         );
         assert_eq!(
-            search.rate,
+            search.limits[0].rate,
             Rate {
                 count: 3,
                 period: Duration::from_secs(10)

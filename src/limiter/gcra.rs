@@ -11,8 +11,10 @@
 //!
 //! A state of 0 is a fresh, full bucket; any TAT at or before `now` is
 //! indistinguishable from a fresh one, which is what makes eviction safe.
+//! A `now` earlier than another thread's (out-of-order clock reads) only sees
+//! the bucket emptier than it is.
 
-use super::{BucketState, Decision};
+use super::{Algorithm, BucketState, Decision};
 use crate::clock::Nanos;
 use crate::config::Rate;
 
@@ -63,9 +65,10 @@ impl Gcra {
         self.emission == 0
     }
 
-    /// Tries to take `cost` units at `now` from a bucket whose TAT is `tat`.
+    /// Tries to take `cost` units at `now` from a bucket whose TAT is `tat`;
+    /// returns the decision and the TAT to store if admitted.
     #[inline]
-    pub fn acquire(&self, tat: Nanos, now: Nanos, cost: u64) -> Step {
+    pub fn step(&self, tat: Nanos, now: Nanos, cost: u64) -> Step {
         if self.is_closed() {
             return Step {
                 decision: Decision::Deny {
@@ -137,6 +140,41 @@ impl Gcra {
     }
 }
 
+impl Algorithm for Gcra {
+    /// The TAT.
+    type State = Nanos;
+
+    #[inline]
+    fn acquire(&self, tat: &mut Nanos, now: Nanos, cost: u64) -> Decision {
+        let step = Gcra::step(self, *tat, now, cost);
+        if let Some(new_tat) = step.new_tat {
+            *tat = new_tat;
+        }
+        step.decision
+    }
+
+    fn peek(&self, tat: &Nanos, now: Nanos, cost: u64) -> Decision {
+        match Gcra::step(self, *tat, now, cost).decision {
+            Decision::Allow(_) => Decision::Allow(Gcra::peek(self, *tat, now)),
+            deny => deny,
+        }
+    }
+
+    #[inline]
+    fn refund(&self, tat: &mut Nanos, _now: Nanos, cost: u64) {
+        *tat = Gcra::refund(self, *tat, cost);
+    }
+
+    #[inline]
+    fn is_fresh(&self, tat: &Nanos, now: Nanos) -> bool {
+        Gcra::is_full(*tat, now)
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,7 +193,7 @@ mod tests {
     fn burst(gcra: &Gcra, tat: &mut Nanos, now: Nanos, n: u64) -> u64 {
         let mut admitted = 0;
         for _ in 0..n {
-            let step = gcra.acquire(*tat, now, 1);
+            let step = gcra.step(*tat, now, 1);
             if let Some(t) = step.new_tat {
                 *tat = t;
                 admitted += 1;
@@ -175,7 +213,7 @@ mod tests {
     fn remaining_counts_down_and_reset_is_time_to_full() {
         let gcra = Gcra::new(rate(10, 10), 10);
         let now = 5 * SEC;
-        let first = gcra.acquire(0, now, 1);
+        let first = gcra.step(0, now, 1);
         assert_eq!(
             first.decision,
             Decision::Allow(BucketState {
@@ -183,7 +221,7 @@ mod tests {
                 reset_after: SEC
             })
         );
-        let second = gcra.acquire(first.new_tat.unwrap(), now, 1);
+        let second = gcra.step(first.new_tat.unwrap(), now, 1);
         assert_eq!(second.decision.state().remaining, 8);
         assert_eq!(second.decision.state().reset_after, 2 * SEC);
     }
@@ -194,7 +232,7 @@ mod tests {
         let mut tat = 0;
         let now = SEC;
         burst(&gcra, &mut tat, now, 100);
-        let step = gcra.acquire(tat, now, 1);
+        let step = gcra.step(tat, now, 1);
         assert_eq!(step.new_tat, None);
         match step.decision {
             Decision::Deny { state, retry_after } => {
@@ -230,7 +268,7 @@ mod tests {
     #[test]
     fn a_closed_route_never_admits_and_never_promises_a_retry() {
         let gcra = Gcra::new(rate(0, 60), 0);
-        let step = gcra.acquire(0, SEC, 1);
+        let step = gcra.step(0, SEC, 1);
         assert_eq!(
             step.decision,
             Decision::Deny {
@@ -246,7 +284,7 @@ mod tests {
     #[test]
     fn a_cost_above_capacity_is_never_promised_a_retry() {
         let gcra = Gcra::new(rate(5, 1), 5);
-        match gcra.acquire(0, SEC, 6).decision {
+        match gcra.step(0, SEC, 6).decision {
             Decision::Deny { retry_after, .. } => assert_eq!(retry_after, None),
             other => panic!("expected a denial, got {other:?}"),
         }
@@ -258,7 +296,7 @@ mod tests {
         let now = 10 * SEC;
         let mut tat = 0;
         burst(&gcra, &mut tat, now, 3);
-        let taken = gcra.acquire(tat, now, 1).new_tat.unwrap();
+        let taken = gcra.step(tat, now, 1).new_tat.unwrap();
         assert_eq!(gcra.peek(taken, now).remaining, 0);
         let refunded = gcra.refund(taken, 1);
         assert_eq!(refunded, tat);
@@ -269,12 +307,12 @@ mod tests {
     fn full_buckets_are_indistinguishable_from_fresh_ones() {
         let gcra = Gcra::new(rate(10, 1), 10);
         let now = 50 * SEC;
-        let taken = gcra.acquire(0, now, 1).new_tat.unwrap();
+        let taken = gcra.step(0, now, 1).new_tat.unwrap();
         assert!(!Gcra::is_full(taken, now));
         // Once refilled, the stored TAT decides exactly as a fresh bucket does.
         let later = taken + SEC;
         assert!(Gcra::is_full(taken, later));
-        assert_eq!(gcra.acquire(taken, later, 1), gcra.acquire(0, later, 1));
+        assert_eq!(gcra.step(taken, later, 1), gcra.step(0, later, 1));
     }
 
     #[test]
@@ -283,7 +321,7 @@ mod tests {
         let now = SEC;
         // A deferred charge of 30 units: the balance is 20 below zero.
         let tat = now + 30 * 100_000_000 + 10 * 100_000_000;
-        let step = gcra.acquire(tat, now, 1);
+        let step = gcra.step(tat, now, 1);
         match step.decision {
             Decision::Deny { state, retry_after } => {
                 assert_eq!(state.remaining, 0);

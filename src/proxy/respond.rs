@@ -14,7 +14,7 @@ use super::pool::PooledBody;
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
 use crate::limiter::Decision;
-use crate::policy::{Policy, Rule};
+use crate::policy::{Limit, Policy, Rule};
 
 /// The body of every response the proxy sends: the upstream's, streamed, or
 /// one sluice wrote.
@@ -80,10 +80,12 @@ fn with_problem_body(status: StatusCode, body: Vec<u8>) -> Response<ProxyBody> {
     response
 }
 
-/// One applicable, enforced rule and what it decided for this request.
+/// One limit of an applicable, enforced rule and what it decided for this
+/// request.
 #[derive(Debug, Clone, Copy)]
 pub struct Verdict<'p> {
     pub rule: &'p Rule,
+    pub limit: &'p Limit,
     pub decision: Decision,
 }
 
@@ -94,9 +96,16 @@ pub fn limited(
     unix_now: Duration,
 ) -> Response<ProxyBody> {
     let rejecting = || verdicts.iter().filter(|v| !v.decision.is_allowed());
-    let first = rejecting()
+    let first_rule = rejecting()
         .next()
-        .expect("limited() is only called when a rule rejected");
+        .expect("limited() is only called when a rule rejected")
+        .rule;
+    // The body names the first rejecting rule and its most constraining
+    // rejecting limit (smallest remaining; ties: the earliest).
+    let first = rejecting()
+        .filter(|v| std::ptr::eq(v.rule, first_rule))
+        .min_by_key(|v| v.decision.state().remaining)
+        .expect("the first rejecting rule has a rejecting limit");
     // Retry when every rejecting rule would admit; never, if any never will.
     let retry_after: Option<Nanos> = rejecting().try_fold(0, |latest: Nanos, v| match v.decision {
         Decision::Deny { retry_after, .. } => retry_after.map(|r| latest.max(r)),
@@ -106,10 +115,10 @@ pub fn limited(
 
     let status = policy.response.status;
     let body = quota_exceeded_body(
-        &first.rule.problem_head,
-        rejecting().map(|v| v.rule.name_json.as_str()),
-        &first.rule.name_json,
-        first.rule.limiter.capacity(),
+        &first.limit.problem_head,
+        rejecting().map(|v| v.limit.name_json.as_str()),
+        &first.limit.rule_json,
+        first.limit.limiter.capacity(),
         first.decision.state().remaining,
         retry_after_secs,
     );
@@ -144,15 +153,15 @@ pub fn add_rate_limit_headers(
             .expect("verdicts is not empty");
         let state = tightest.decision.state();
         let reset_at = unix_now.as_secs() + ceil_secs(state.reset_after + subsec_nanos(unix_now));
-        headers.insert(X_RATELIMIT_LIMIT, tightest.rule.limit_header.clone());
+        headers.insert(X_RATELIMIT_LIMIT, tightest.limit.limit_header.clone());
         headers.insert(X_RATELIMIT_REMAINING, number_value(state.remaining));
         headers.insert(X_RATELIMIT_RESET, number_value(reset_at));
     }
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
         if let [only] = verdicts {
-            headers.insert(RATELIMIT_POLICY, only.rule.policy_header.clone());
+            headers.insert(RATELIMIT_POLICY, only.limit.policy_header.clone());
         } else {
-            let joined = join(verdicts.iter().map(|v| v.rule.policy_item.as_str()));
+            let joined = join(verdicts.iter().map(|v| v.limit.policy_item.as_str()));
             if let Ok(value) = HeaderValue::from_str(&joined) {
                 headers.insert(RATELIMIT_POLICY, value);
             }
@@ -166,7 +175,7 @@ pub fn add_rate_limit_headers(
                 items.extend_from_slice(b", ");
             }
             items.push(b'"');
-            items.extend_from_slice(v.rule.name.as_bytes());
+            items.extend_from_slice(v.limit.name.as_bytes());
             items.extend_from_slice(b"\";r=");
             push_u64(&mut items, state.remaining);
             items.extend_from_slice(b";t=");

@@ -1,19 +1,33 @@
 //! The in-memory store: one sharded hash table per rule, bounded in total by
 //! `store.max_keys`.
 //!
-//! Each table is split into many shards, each a small open-addressing map
+//! There is one table per limit (a rule with `limits = ["100/m", "1000/h"]`
+//! has two), typed by its algorithm's state: a TAT for the token bucket,
+//! [`crate::limiter::WindowCounts`] for the windows, a
+//! [`crate::limiter::LogState`] for the sliding log. Each
+//! table is split into many shards, each a small open-addressing map
 //! ([`probe_map`]) from the 64-bit bucket key to the bucket's state behind its
 //! own mutex, padded to a cache line. A decision locks exactly one shard for a
 //! few nanoseconds; there is no global lock on the request path.
 //!
 //! Bounding memory: a new key may only be inserted while fewer than
-//! `max_keys` buckets exist. When the store is full it sweeps shards for
-//! buckets that are indistinguishable from fresh ones (refilled: TAT ≤ now)
+//! `max_keys` buckets exist (all tables together). When the store is full it
+//! sweeps shards for buckets that are indistinguishable from fresh ones
+//! ([`Algorithm::is_fresh`]: refilled, or their window or log has expired)
 //! and drops them (`evictions{reason="idle"}`); dropping those changes no
 //! decision. If nothing can be dropped, a new key is limited through its
-//! rule's shared overflow bucket (`evictions{reason="overflow"}`) instead of
+//! table's shared overflow bucket (`evictions{reason="overflow"}`) instead of
 //! being admitted freely, and an over-limit caller keeps its bucket, so
 //! flooding new keys never resets anyone.
+//!
+//! Why a shared overflow bucket rather than a count-min sketch: both are
+//! conservative, but the bucket is one state per table whatever the
+//! algorithm (a sketch of sliding logs would cost COUNT stamps per cell), it
+//! needs no second hash, and a rollback can give its units back exactly. Its
+//! price is that, while the table is full of active buckets, all new keys of
+//! a rule share one key's budget; the table only stays full while that many
+//! keys are inside their period, and a flood of one-off keys frees itself as
+//! their buckets refill (see `tests/memory_store.rs`).
 
 mod probe_map;
 
@@ -24,12 +38,11 @@ use smallvec::SmallVec;
 
 use super::{Ask, BucketKey, Grant};
 use crate::clock::Nanos;
-use crate::limiter::gcra::Step;
-use crate::limiter::{Decision, Gcra, Limiter};
+use crate::limiter::{Algorithm, Decision, FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow};
 use probe_map::ProbeMap;
 
-/// Shards per rule table. A power of two; enough that two workers rarely
-/// meet on one lock, few enough that an empty table stays small.
+/// Shards per table. A power of two; enough that two workers rarely meet on
+/// one lock, few enough that an empty table stays small.
 const SHARDS: usize = 64;
 
 /// After a sweep that freed nothing, new keys go to the overflow bucket
@@ -54,11 +67,8 @@ pub struct StoreStats {
 /// The in-memory bucket store.
 #[derive(Debug)]
 pub struct MemoryStore {
-    tables: Box<[Table]>,
-    max_keys: usize,
-    /// Buckets stored in all tables; a new key is admitted to a table only
-    /// after reserving a place here.
-    total: AtomicUsize,
+    tables: Box<[Buckets]>,
+    bound: Bound,
     /// Earliest `now` at which the next sweep may run.
     next_sweep: AtomicU64,
     /// Round-robin position of the next sweep.
@@ -67,44 +77,87 @@ pub struct MemoryStore {
     overflow: AtomicU64,
 }
 
+/// `max_keys` across all tables.
 #[derive(Debug)]
-struct Table {
-    shards: Box<[Shard]>,
+struct Bound {
+    max_keys: usize,
+    /// Buckets stored in all tables; a new key is admitted to a table only
+    /// after reserving a place here.
+    total: AtomicUsize,
+}
+
+/// One limit's table, typed by its algorithm.
+#[derive(Debug)]
+enum Buckets {
+    TokenBucket(Table<Gcra>),
+    FixedWindow(Table<FixedWindow>),
+    SlidingWindow(Table<SlidingWindow>),
+    SlidingLog(Table<SlidingLog>),
+}
+
+#[derive(Debug)]
+struct Table<A: Algorithm> {
+    /// The limit as configured when the table was made; used to recognise
+    /// fresh-equivalent buckets when sweeping. Decisions use the limiter of
+    /// the request's policy snapshot.
+    algorithm: A,
+    shards: Box<[Shard<A::State>]>,
     len: AtomicUsize,
-    /// The TAT of the shared bucket that new keys use while the store is full.
-    overflow_tat: Mutex<Nanos>,
+    /// The shared bucket new keys use while the store is full.
+    overflow: Mutex<A::State>,
 }
 
 /// One lock and its map, alone on its cache line so that two workers
 /// touching neighbouring shards do not bounce one line between cores.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[repr(align(64))]
-struct Shard(Mutex<ProbeMap>);
+struct Shard<S>(Mutex<ProbeMap<S>>);
 
-impl Shard {
-    fn lock(&self) -> MutexGuard<'_, ProbeMap> {
-        // A panic while a shard was locked cannot leave a TAT half-written
-        // (it is one u64), so a poisoned shard is still consistent: keep
-        // serving instead of cascading the panic to every key in the shard.
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
+/// Locks a mutex whatever a panicking holder left: every state update is a
+/// single assignment or a step that keeps the state valid at each point, so
+/// a poisoned lock still guards a consistent state. Serving on beats
+/// cascading one panic to every key of the shard.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Calls `$body` with the typed table and algorithm of `$ask`.
+macro_rules! with_table {
+    ($store:expr, $ask:expr, |$table:ident, $algorithm:ident| $body:expr) => {
+        match (&$store.tables[$ask.table], $ask.limiter) {
+            (Buckets::TokenBucket($table), Limiter::TokenBucket($algorithm)) => $body,
+            (Buckets::FixedWindow($table), Limiter::FixedWindow($algorithm)) => $body,
+            (Buckets::SlidingWindow($table), Limiter::SlidingWindow($algorithm)) => $body,
+            (Buckets::SlidingLog($table), Limiter::SlidingLog($algorithm)) => $body,
+            // Tables are made from the same policy as the asks.
+            (table, limiter) => unreachable!(
+                "table {} holds {table:?} buckets, asked with {limiter:?}",
+                $ask.table
+            ),
+        }
+    };
 }
 
 impl MemoryStore {
-    /// A store with `tables` rule tables and room for `max_keys` buckets.
-    pub fn new(tables: usize, max_keys: usize) -> MemoryStore {
+    /// A store with one table per limiter (table `i` for `limiters[i]`) and
+    /// room for `max_keys` buckets in all.
+    pub fn new(limiters: &[Limiter], max_keys: usize) -> MemoryStore {
         MemoryStore {
-            tables: (0..tables)
-                .map(|_| Table {
-                    shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-                    len: AtomicUsize::new(0),
-                    overflow_tat: Mutex::new(0),
+            tables: limiters
+                .iter()
+                .map(|limiter| match *limiter {
+                    Limiter::TokenBucket(a) => Buckets::TokenBucket(Table::new(a)),
+                    Limiter::FixedWindow(a) => Buckets::FixedWindow(Table::new(a)),
+                    Limiter::SlidingWindow(a) => Buckets::SlidingWindow(Table::new(a)),
+                    Limiter::SlidingLog(a) => Buckets::SlidingLog(Table::new(a)),
                 })
                 .collect(),
-            max_keys,
-            total: AtomicUsize::new(0),
+            bound: Bound {
+                max_keys,
+                total: AtomicUsize::new(0),
+            },
             next_sweep: AtomicU64::new(0),
             sweep_cursor: AtomicUsize::new(0),
             evicted_idle: AtomicU64::new(0),
@@ -116,7 +169,7 @@ impl MemoryStore {
     pub fn acquire_all(&self, asks: &[Ask<'_>], now: Nanos, decisions: &mut [Decision]) -> bool {
         debug_assert_eq!(asks.len(), decisions.len());
         if let ([ask], [decision]) = (asks, &mut *decisions) {
-            // One applicable rule, the common case: nothing to roll back.
+            // One applicable limit, the common case: nothing to roll back.
             *decision = self.acquire(ask, now).0;
             return decision.is_allowed();
         }
@@ -137,9 +190,8 @@ impl MemoryStore {
             // Give back what the earlier limits took, and report them as
             // they are now.
             for (earlier, (ask, grant)) in asks.iter().zip(&grants).enumerate() {
-                self.refund(ask, *grant);
-                let Limiter::TokenBucket(gcra) = ask.limiter;
-                decisions[earlier] = Decision::Allow(gcra.peek(self.current_tat(ask), now));
+                self.refund(ask, now, *grant);
+                decisions[earlier] = Decision::Allow(self.peek(ask, now).state());
             }
             return false;
         }
@@ -147,95 +199,19 @@ impl MemoryStore {
     }
 
     fn acquire(&self, ask: &Ask<'_>, now: Nanos) -> (Decision, Grant) {
-        let Limiter::TokenBucket(gcra) = ask.limiter;
-        let table = &self.tables[ask.table];
-        let shard = table.shard(ask.key);
-        {
-            let mut map = shard.lock();
-            if let Some(tat) = map.get_mut(slot_key(ask.key)) {
-                let step = gcra.acquire(*tat, now, ask.cost);
-                return (apply(step, tat), grant_of(&step, Grant::Bucket));
-            }
-            let step = gcra.acquire(0, now, ask.cost);
-            let Some(new_tat) = step.new_tat else {
-                // A fresh bucket that denies (closed route) need not be stored.
-                return (step.decision, Grant::None);
-            };
-            if self.reserve() {
-                map.insert(slot_key(ask.key), new_tat);
-                table.len.fetch_add(1, Ordering::Relaxed);
-                return (step.decision, Grant::Bucket);
-            }
-        }
-        // Full. Sweep without holding our shard's lock (the sweep takes shard
-        // locks one at a time), then try once more.
-        if self.sweep(now) && self.reserve() {
-            let mut map = shard.lock();
-            let existing = map.get(slot_key(ask.key));
-            if existing.is_some() {
-                // Another request inserted the key meanwhile.
-                self.total.fetch_sub(1, Ordering::Relaxed);
-            }
-            let step = gcra.acquire(existing.unwrap_or(0), now, ask.cost);
-            match (existing, step.new_tat) {
-                (_, Some(new_tat)) => {
-                    if map.insert(slot_key(ask.key), new_tat).is_none() {
-                        table.len.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                (None, None) => {
-                    self.total.fetch_sub(1, Ordering::Relaxed);
-                }
-                (Some(_), None) => {}
-            }
-            return (step.decision, grant_of(&step, Grant::Bucket));
-        }
-        self.overflow.fetch_add(1, Ordering::Relaxed);
-        let mut tat = table.overflow_tat.lock().unwrap_or_else(|p| p.into_inner());
-        let step = gcra.acquire(*tat, now, ask.cost);
-        (apply(step, &mut tat), grant_of(&step, Grant::Overflow))
+        with_table!(self, ask, |table, algorithm| table
+            .acquire(algorithm, ask, now, self))
     }
 
     /// What asking would decide, without taking anything.
     fn peek(&self, ask: &Ask<'_>, now: Nanos) -> Decision {
-        let Limiter::TokenBucket(gcra) = ask.limiter;
-        gcra.acquire(self.current_tat(ask), now, ask.cost).decision
+        with_table!(self, ask, |table, algorithm| table
+            .peek(algorithm, ask, now))
     }
 
-    /// The key's TAT; 0 (fresh) when untracked.
-    fn current_tat(&self, ask: &Ask<'_>) -> Nanos {
-        self.tables[ask.table]
-            .shard(ask.key)
-            .lock()
-            .get(slot_key(ask.key))
-            .unwrap_or(0)
-    }
-
-    fn refund(&self, ask: &Ask<'_>, grant: Grant) {
-        let Limiter::TokenBucket(gcra) = ask.limiter;
-        let table = &self.tables[ask.table];
-        match grant {
-            Grant::Bucket => {
-                if let Some(tat) = table.shard(ask.key).lock().get_mut(slot_key(ask.key)) {
-                    *tat = gcra.refund(*tat, ask.cost);
-                }
-            }
-            Grant::Overflow => {
-                let mut tat = table.overflow_tat.lock().unwrap_or_else(|p| p.into_inner());
-                *tat = gcra.refund(*tat, ask.cost);
-            }
-            Grant::None => {}
-        }
-    }
-
-    /// Takes one place in the global bound, if there is one.
-    fn reserve(&self) -> bool {
-        if self.total.fetch_add(1, Ordering::Relaxed) < self.max_keys {
-            true
-        } else {
-            self.total.fetch_sub(1, Ordering::Relaxed);
-            false
-        }
+    fn refund(&self, ask: &Ask<'_>, now: Nanos, grant: Grant) {
+        with_table!(self, ask, |table, algorithm| table
+            .refund(algorithm, ask, now, grant))
     }
 
     /// Drops fresh-equivalent buckets from the next few shards. Returns
@@ -250,21 +226,20 @@ impl MemoryStore {
         let mut freed = 0;
         for offset in 0..SWEEP_SHARDS.min(all_shards) {
             let index = (start + offset) % all_shards;
-            let table = &self.tables[index / SHARDS];
-            let mut map = table.shards[index % SHARDS].lock();
-            let dropped = map.retain(|_, tat| !Gcra::is_full(tat, now));
-            drop(map);
-            if dropped > 0 {
-                table.len.fetch_sub(dropped, Ordering::Relaxed);
-                self.total.fetch_sub(dropped, Ordering::Relaxed);
-                freed += dropped;
-            }
+            let shard = index % SHARDS;
+            freed += match &self.tables[index / SHARDS] {
+                Buckets::TokenBucket(table) => table.sweep(shard, now),
+                Buckets::FixedWindow(table) => table.sweep(shard, now),
+                Buckets::SlidingWindow(table) => table.sweep(shard, now),
+                Buckets::SlidingLog(table) => table.sweep(shard, now),
+            };
         }
         if freed == 0 {
             self.next_sweep
                 .store(now.saturating_add(SWEEP_BACKOFF), Ordering::Relaxed);
             return false;
         }
+        self.bound.total.fetch_sub(freed, Ordering::Relaxed);
         self.evicted_idle.fetch_add(freed as u64, Ordering::Relaxed);
         true
     }
@@ -274,39 +249,154 @@ impl MemoryStore {
         StoreStats {
             evicted_idle: self.evicted_idle.load(Ordering::Relaxed),
             overflow: self.overflow.load(Ordering::Relaxed),
-            tracked: self.total.load(Ordering::Relaxed),
+            tracked: self.bound.total.load(Ordering::Relaxed),
         }
     }
 
     /// Buckets tracked in one table.
     pub fn tracked_keys(&self, table: usize) -> usize {
-        self.tables
-            .get(table)
-            .map_or(0, |t| t.len.load(Ordering::Relaxed))
+        let len = match self.tables.get(table) {
+            Some(Buckets::TokenBucket(table)) => &table.len,
+            Some(Buckets::FixedWindow(table)) => &table.len,
+            Some(Buckets::SlidingWindow(table)) => &table.len,
+            Some(Buckets::SlidingLog(table)) => &table.len,
+            None => return 0,
+        };
+        len.load(Ordering::Relaxed)
     }
 }
 
-impl Table {
+impl Bound {
+    /// Takes one place in the global bound, if there is one.
+    fn reserve(&self) -> bool {
+        if self.total.fetch_add(1, Ordering::Relaxed) < self.max_keys {
+            true
+        } else {
+            self.total.fetch_sub(1, Ordering::Relaxed);
+            false
+        }
+    }
+}
+
+impl<A: Algorithm> Table<A> {
+    fn new(algorithm: A) -> Table<A> {
+        Table {
+            algorithm,
+            shards: (0..SHARDS)
+                .map(|_| Shard(Mutex::new(ProbeMap::default())))
+                .collect(),
+            len: AtomicUsize::new(0),
+            overflow: Mutex::new(A::State::default()),
+        }
+    }
+
     #[inline]
-    fn shard(&self, key: BucketKey) -> &Shard {
+    fn shard(&self, key: BucketKey) -> MutexGuard<'_, ProbeMap<A::State>> {
         // The map uses the low bits of the key for its buckets and the top 7
         // bits for its tags; pick the shard from bits in between.
-        &self.shards[(key >> 32) as usize & (SHARDS - 1)]
+        lock(&self.shards[(key >> 32) as usize & (SHARDS - 1)].0)
+    }
+
+    /// Takes the ask's cost from its bucket, creating the bucket if there is
+    /// room (sweeping once when there is not), else from the overflow bucket.
+    #[inline]
+    fn acquire(
+        &self,
+        algorithm: &A,
+        ask: &Ask<'_>,
+        now: Nanos,
+        store: &MemoryStore,
+    ) -> (Decision, Grant) {
+        let key = slot_key(ask.key);
+        {
+            let mut map = self.shard(key);
+            if let Some(state) = map.get_mut(key) {
+                let decision = algorithm.acquire(state, now, ask.cost);
+                return (decision, grant_if(decision, Grant::Bucket));
+            }
+            if let Some(decided) = self.insert_fresh(&mut map, algorithm, ask, now, &store.bound) {
+                return decided;
+            }
+        }
+        // Full. Sweep without holding our shard's lock (the sweep takes shard
+        // locks one at a time), then try once more.
+        if store.sweep(now) {
+            let mut map = self.shard(key);
+            if let Some(state) = map.get_mut(key) {
+                // Another request inserted the key meanwhile.
+                let decision = algorithm.acquire(state, now, ask.cost);
+                return (decision, grant_if(decision, Grant::Bucket));
+            }
+            if let Some(decided) = self.insert_fresh(&mut map, algorithm, ask, now, &store.bound) {
+                return decided;
+            }
+        }
+        store.overflow.fetch_add(1, Ordering::Relaxed);
+        let decision = algorithm.acquire(&mut lock(&self.overflow), now, ask.cost);
+        (decision, grant_if(decision, Grant::Overflow))
+    }
+
+    /// Decides for a key the shard does not hold, storing its new bucket if
+    /// the bound has room. `None` when the store is full and the request
+    /// would have needed a bucket.
+    #[inline]
+    fn insert_fresh(
+        &self,
+        map: &mut ProbeMap<A::State>,
+        algorithm: &A,
+        ask: &Ask<'_>,
+        now: Nanos,
+        bound: &Bound,
+    ) -> Option<(Decision, Grant)> {
+        let mut state = A::State::default();
+        let decision = algorithm.acquire(&mut state, now, ask.cost);
+        if !decision.is_allowed() {
+            // A fresh bucket that denies (closed route, cost above capacity)
+            // need not be stored.
+            return Some((decision, Grant::None));
+        }
+        if !bound.reserve() {
+            return None;
+        }
+        map.insert(slot_key(ask.key), state);
+        self.len.fetch_add(1, Ordering::Relaxed);
+        Some((decision, Grant::Bucket))
+    }
+
+    fn peek(&self, algorithm: &A, ask: &Ask<'_>, now: Nanos) -> Decision {
+        let key = slot_key(ask.key);
+        let map = self.shard(key);
+        match map.get(key) {
+            Some(state) => algorithm.peek(state, now, ask.cost),
+            None => algorithm.peek(&A::State::default(), now, ask.cost),
+        }
+    }
+
+    fn refund(&self, algorithm: &A, ask: &Ask<'_>, now: Nanos, grant: Grant) {
+        match grant {
+            Grant::Bucket => {
+                let key = slot_key(ask.key);
+                if let Some(state) = self.shard(key).get_mut(key) {
+                    algorithm.refund(state, now, ask.cost);
+                }
+            }
+            Grant::Overflow => algorithm.refund(&mut lock(&self.overflow), now, ask.cost),
+            Grant::None => {}
+        }
+    }
+
+    /// Drops the fresh-equivalent buckets of one shard; returns how many.
+    fn sweep(&self, shard: usize, now: Nanos) -> usize {
+        let dropped =
+            lock(&self.shards[shard].0).retain(|_, state| !self.algorithm.is_fresh(state, now));
+        self.len.fetch_sub(dropped, Ordering::Relaxed);
+        dropped
     }
 }
 
-/// Stores the step's new TAT (if admitted) and returns its decision.
 #[inline]
-fn apply(step: Step, tat: &mut Nanos) -> Decision {
-    if let Some(new_tat) = step.new_tat {
-        *tat = new_tat;
-    }
-    step.decision
-}
-
-#[inline]
-fn grant_of(step: &Step, grant: Grant) -> Grant {
-    if step.new_tat.is_some() {
+fn grant_if(decision: Decision, grant: Grant) -> Grant {
+    if decision.is_allowed() {
         grant
     } else {
         Grant::None

@@ -1,8 +1,9 @@
 //! A small open-addressing map from bucket keys to bucket states, one per
-//! shard. Keys and values sit side by side in one array (16 bytes a slot) and
-//! collisions probe linearly, so a lookup usually touches exactly one cache
-//! line: at a million keys that is one memory miss per decision instead of
-//! the two (control bytes, then slot) of a general-purpose map.
+//! shard. Keys and values sit side by side in one array (16 bytes a slot for
+//! a token bucket's TAT) and collisions probe linearly, so a lookup usually
+//! touches exactly one cache line: at a million keys that is one memory miss
+//! per decision instead of the two (control bytes, then slot) of a
+//! general-purpose map.
 //!
 //! Keys are already uniformly distributed 64-bit hashes; key 0 marks an empty
 //! slot, so the store maps a (1-in-2^64) zero key to 1 before using it.
@@ -13,20 +14,31 @@ const MAX_LOAD_DENOMINATOR: usize = 8;
 const MIN_CAPACITY: usize = 16;
 const EMPTY: u64 = 0;
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Slot {
+/// An empty slot has key 0 and a default value (which, for every state type
+/// the store uses, owns no heap memory).
+#[derive(Debug, Clone, Default)]
+struct Slot<V> {
     key: u64,
-    value: u64,
+    value: V,
 }
 
-/// Open-addressing, linear-probing map of nonzero `u64` keys to `u64` values.
-#[derive(Debug, Default)]
-pub struct ProbeMap {
-    slots: Box<[Slot]>,
+/// Open-addressing, linear-probing map of nonzero `u64` keys to values.
+#[derive(Debug)]
+pub struct ProbeMap<V> {
+    slots: Box<[Slot<V>]>,
     len: usize,
 }
 
-impl ProbeMap {
+impl<V> Default for ProbeMap<V> {
+    fn default() -> Self {
+        ProbeMap {
+            slots: Box::default(),
+            len: 0,
+        }
+    }
+}
+
+impl<V: Default> ProbeMap<V> {
     /// Number of entries.
     #[cfg(test)]
     pub fn len(&self) -> usize {
@@ -54,8 +66,8 @@ impl ProbeMap {
         let mask = self.mask();
         let mut index = key as usize & mask;
         loop {
-            let slot = self.slots[index];
-            if slot.key == key || slot.key == EMPTY {
+            let slot_key = self.slots[index].key;
+            if slot_key == key || slot_key == EMPTY {
                 return Some(index);
             }
             index = (index + 1) & mask;
@@ -64,22 +76,22 @@ impl ProbeMap {
 
     /// The value for `key`.
     #[inline]
-    pub fn get(&self, key: u64) -> Option<u64> {
+    pub fn get(&self, key: u64) -> Option<&V> {
         let index = self.find(key)?;
-        let slot = self.slots[index];
-        (slot.key == key).then_some(slot.value)
+        let slot = &self.slots[index];
+        (slot.key == key).then_some(&slot.value)
     }
 
     /// The value for `key`, mutably.
     #[inline]
-    pub fn get_mut(&mut self, key: u64) -> Option<&mut u64> {
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut V> {
         let index = self.find(key)?;
         let slot = &mut self.slots[index];
         (slot.key == key).then_some(&mut slot.value)
     }
 
     /// Inserts or replaces; returns the previous value.
-    pub fn insert(&mut self, key: u64, value: u64) -> Option<u64> {
+    pub fn insert(&mut self, key: u64, value: V) -> Option<V> {
         if (self.len + 1) * MAX_LOAD_DENOMINATOR > self.slots.len() * MAX_LOAD_NUMERATOR {
             self.resize((self.slots.len() * 2).max(MIN_CAPACITY));
         }
@@ -96,42 +108,54 @@ impl ProbeMap {
     /// Keeps only the entries for which `keep` returns true; returns how many
     /// were removed. Rebuilds the array (sweeps are rare; lookups are not),
     /// shrinking it when it became mostly empty.
-    pub fn retain(&mut self, mut keep: impl FnMut(u64, u64) -> bool) -> usize {
+    pub fn retain(&mut self, mut keep: impl FnMut(u64, &V) -> bool) -> usize {
         let before = self.len;
-        let survivors: Vec<Slot> = self
+        let removed = self
             .slots
             .iter()
-            .filter(|slot| slot.key != EMPTY && keep(slot.key, slot.value))
-            .copied()
-            .collect();
-        if survivors.len() == before {
+            .filter(|slot| slot.key != EMPTY && !keep(slot.key, &slot.value))
+            .count();
+        if removed == 0 {
             return 0;
         }
+        let survivors = before - removed;
         let mut capacity = self.slots.len();
-        while capacity > MIN_CAPACITY && survivors.len() * 4 < capacity {
+        while capacity > MIN_CAPACITY && survivors * 4 < capacity {
             capacity /= 2;
         }
-        self.slots = vec![Slot::default(); if survivors.is_empty() { 0 } else { capacity }]
-            .into_boxed_slice();
+        let old = std::mem::replace(
+            &mut self.slots,
+            empty_slots(if survivors == 0 { 0 } else { capacity }),
+        );
         self.len = 0;
-        for slot in survivors {
-            self.insert(slot.key, slot.value);
+        for slot in old.into_vec() {
+            if slot.key != EMPTY && keep(slot.key, &slot.value) {
+                self.place(slot);
+            }
         }
-        before - self.len
+        removed
     }
 
     fn resize(&mut self, capacity: usize) {
-        let old = std::mem::replace(
-            &mut self.slots,
-            vec![Slot::default(); capacity].into_boxed_slice(),
-        );
+        let old = std::mem::replace(&mut self.slots, empty_slots(capacity));
         self.len = 0;
-        for slot in old.iter().filter(|slot| slot.key != EMPTY) {
-            let index = self.find(slot.key).expect("a resized map has room");
-            self.slots[index] = *slot;
-            self.len += 1;
+        for slot in old.into_vec() {
+            if slot.key != EMPTY {
+                self.place(slot);
+            }
         }
     }
+
+    /// Moves a slot of a key not in the map into its place (room assured).
+    fn place(&mut self, slot: Slot<V>) {
+        let index = self.find(slot.key).expect("a resized map has room");
+        self.slots[index] = slot;
+        self.len += 1;
+    }
+}
+
+fn empty_slots<V: Default>(capacity: usize) -> Box<[Slot<V>]> {
+    (0..capacity).map(|_| Slot::default()).collect()
 }
 
 #[cfg(test)]
@@ -141,7 +165,7 @@ mod tests {
 
     #[test]
     fn behaves_like_a_hash_map_under_random_operations() {
-        let mut map = ProbeMap::default();
+        let mut map = ProbeMap::<u64>::default();
         let mut model = HashMap::new();
         let mut state = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
@@ -155,7 +179,7 @@ mod tests {
             let key = (next() % 2_000).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
             match next() % 4 {
                 0 | 1 => assert_eq!(map.insert(key, round), model.insert(key, round)),
-                2 => assert_eq!(map.get(key), model.get(&key).copied()),
+                2 => assert_eq!(map.get(key), model.get(&key)),
                 _ => {
                     if let Some(value) = map.get_mut(key) {
                         *value += 1;
@@ -175,13 +199,13 @@ mod tests {
             assert_eq!(map.len(), model.len());
         }
         for (key, value) in &model {
-            assert_eq!(map.get(*key), Some(*value));
+            assert_eq!(map.get(*key), Some(value));
         }
     }
 
     #[test]
     fn retain_everything_removed_frees_the_array() {
-        let mut map = ProbeMap::default();
+        let mut map = ProbeMap::<u64>::default();
         for key in 1..=1000u64 {
             map.insert(key.wrapping_mul(0x9e37_79b9_7f4a_7c15), key);
         }
@@ -189,6 +213,6 @@ mod tests {
         assert!(map.is_empty());
         assert_eq!(map.get(0x9e37_79b9_7f4a_7c15), None);
         map.insert(7, 7);
-        assert_eq!(map.get(7), Some(7));
+        assert_eq!(map.get(7), Some(&7));
     }
 }
