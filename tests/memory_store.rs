@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use sluice::config::Rate;
-use sluice::limiter::{Decision, Gcra, Limiter};
+use sluice::limiter::{Decision, FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow};
 use sluice::store::{Ask, MemoryStore};
 
 const SEC: u64 = 1_000_000_000;
@@ -19,6 +19,20 @@ fn bucket(count: u64, secs: u64) -> Limiter {
         },
         count,
     ))
+}
+
+/// `count` per `secs` with each algorithm.
+fn every_algorithm(count: u64, secs: u64) -> [Limiter; 4] {
+    let rate = Rate {
+        count,
+        period: Duration::from_secs(secs),
+    };
+    [
+        Limiter::TokenBucket(Gcra::new(rate, count)),
+        Limiter::FixedWindow(FixedWindow::new(rate)),
+        Limiter::SlidingWindow(SlidingWindow::new(rate)),
+        Limiter::SlidingLog(SlidingLog::new(rate)),
+    ]
 }
 
 fn ask(table: usize, key: u64, limiter: &Limiter) -> Ask<'_> {
@@ -102,34 +116,61 @@ fn refilled_buckets_are_evicted_to_make_room_without_changing_decisions() {
 #[test]
 fn flooding_new_keys_never_resets_an_over_limit_caller() {
     let max_keys = 1000;
-    let limiter = bucket(10, 60);
-    let store = MemoryStore::new(&[limiter], max_keys);
-    let abuser = 0xabcdef;
-    let mut now = SEC;
-    assert_eq!(admitted(&store, ask(0, abuser, &limiter), now, 50), 10);
+    for limiter in every_algorithm(10, 60) {
+        let store = MemoryStore::new(&[limiter], max_keys);
+        let abuser = 0xabcdef;
+        // The start of a minute, so that the second below stays inside one
+        // window for the window algorithms.
+        let mut now = 29_916_667 * 60 * SEC;
+        assert_eq!(admitted(&store, ask(0, abuser, &limiter), now, 50), 10);
 
-    let mut abuser_admitted = 0;
-    let mut fresh_admitted = 0;
-    for round in 0..100u64 {
-        now += SEC / 100;
-        // 1000 new keys per round: 100k in all, each spending a little.
-        for i in 0..1000u64 {
-            let key = (round * 1000 + i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            if one(&store, ask(0, key, &limiter), now) {
-                fresh_admitted += 1;
+        let mut abuser_admitted = 0;
+        let mut fresh_admitted = 0;
+        for round in 0..100u64 {
+            now += SEC / 100;
+            // 1000 new keys per round: 100k in all, each spending a little.
+            for i in 0..1000u64 {
+                let key = (round * 1000 + i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                if one(&store, ask(0, key, &limiter), now) {
+                    fresh_admitted += 1;
+                }
             }
+            abuser_admitted += admitted(&store, ask(0, abuser, &limiter), now, 5);
+            assert!(store.stats().tracked <= max_keys, "{limiter:?}");
         }
-        abuser_admitted += admitted(&store, ask(0, abuser, &limiter), now, 5);
-        assert!(store.stats().tracked <= max_keys);
+        // One second passed: at 10/min a token bucket earned at most one
+        // unit back, and the windows none (the minute has not ended).
+        let earned = usize::from(matches!(limiter, Limiter::TokenBucket(_)));
+        assert!(
+            abuser_admitted <= earned,
+            "{limiter:?}: abuser admitted {abuser_admitted} times"
+        );
+        // New keys are limited conservatively, not refused outright.
+        assert!(fresh_admitted > 0, "{limiter:?}");
+        assert!(store.stats().overflow > 0, "{limiter:?}");
     }
-    // One second passed: at 10/min the abuser earned at most one unit back.
-    assert!(
-        abuser_admitted <= 1,
-        "abuser admitted {abuser_admitted} times"
-    );
-    // New keys are limited conservatively, not refused outright.
-    assert!(fresh_admitted > 0);
-    assert!(store.stats().overflow > 0);
+}
+
+#[test]
+fn expired_windows_and_logs_are_evicted_to_make_room() {
+    for limiter in every_algorithm(5, 1) {
+        let store = MemoryStore::new(&[limiter], 100);
+        let keys =
+            |range: std::ops::Range<u64>| range.map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let start = 1_000 * SEC;
+        for key in keys(0..100) {
+            assert!(one(&store, ask(0, key, &limiter), start), "{limiter:?}");
+        }
+        // Two periods later nothing the first keys did counts any more.
+        let later = start + 2 * SEC;
+        for key in keys(100..200) {
+            assert!(one(&store, ask(0, key, &limiter), later), "{limiter:?}");
+        }
+        let stats = store.stats();
+        assert!(stats.evicted_idle > 0, "{limiter:?}: {stats:?}");
+        assert_eq!(stats.overflow, 0, "{limiter:?}: {stats:?}");
+        assert!(stats.tracked <= 100);
+    }
 }
 
 #[test]
