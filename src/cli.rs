@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, MatchConfig};
+use crate::config::{Config, MatchConfig, Rate};
 use crate::policy::format_period;
 
 /// sluice: a rate-limiting reverse proxy.
@@ -61,20 +61,26 @@ pub enum Command {
     },
 }
 
-/// The effective rules as a table, for `sluice check`.
+/// The effective rules as a table, for `sluice check`. The `cost` column
+/// appears only when some rule costs more than 1.
 pub fn describe_rules(config: &Config) -> String {
-    let mut rows = vec![[
-        "rule".to_owned(),
-        "match".to_owned(),
-        "key".to_owned(),
-        "missing".to_owned(),
-        "algorithm".to_owned(),
-        "limit".to_owned(),
-        "burst".to_owned(),
-        "mode".to_owned(),
-    ]];
+    let show_cost = config.rules.iter().any(|rule| rule.cost != 1);
+    let mut header = vec![
+        "rule",
+        "match",
+        "key",
+        "missing",
+        "algorithm",
+        "limits",
+        "capacity",
+    ];
+    if show_cost {
+        header.push("cost");
+    }
+    header.push("mode");
+    let mut rows: Vec<Vec<String>> = vec![header.into_iter().map(str::to_owned).collect()];
     for rule in &config.rules {
-        rows.push([
+        let mut row = vec![
             rule.name.clone(),
             describe_match(&rule.matcher),
             rule.key
@@ -83,15 +89,23 @@ pub fn describe_rules(config: &Config) -> String {
                 .collect::<Vec<_>>()
                 .join("+"),
             format!("{:?}", rule.missing).to_lowercase(),
-            "token_bucket".to_owned(),
-            format!(
-                "{}/{}",
-                rule.limits[0].rate.count,
-                format_period(rule.limits[0].rate.period)
-            ),
-            rule.limits[0].capacity.to_string(),
-            if rule.shadow { "shadow" } else { "enforce" }.to_owned(),
-        ]);
+            rule.algorithm.name().to_owned(),
+            rule.limits
+                .iter()
+                .map(|limit| format_rate(limit.rate))
+                .collect::<Vec<_>>()
+                .join(", "),
+            rule.limits
+                .iter()
+                .map(|limit| limit.capacity.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ];
+        if show_cost {
+            row.push(rule.cost.to_string());
+        }
+        row.push(if rule.shadow { "shadow" } else { "enforce" }.to_owned());
+        rows.push(row);
     }
     let widths: Vec<usize> = (0..rows[0].len())
         .map(|column| rows.iter().map(|row| row[column].len()).max().unwrap_or(0))
@@ -110,6 +124,19 @@ pub fn describe_rules(config: &Config) -> String {
         config.server.upstream, config.server.listen, config.admin.listen, config.store.max_keys
     );
     out
+}
+
+/// A rate as the config spells it: `100/m`, `5/15m`, `1/500ms`.
+fn format_rate(rate: Rate) -> String {
+    let period = format_period(rate.period);
+    let period = match period.as_str() {
+        "1s" => "s",
+        "1m" => "m",
+        "1h" => "h",
+        "1d" => "d",
+        other => other,
+    };
+    format!("{}/{period}", rate.count)
 }
 
 fn describe_match(matcher: &MatchConfig) -> String {

@@ -22,10 +22,6 @@ pub type Nanos = u64;
 pub trait Clock: Send + Sync + 'static {
     /// Nanoseconds since the Unix epoch. Never decreases.
     fn now(&self) -> Nanos;
-    /// The same instant as a `Duration` since the Unix epoch.
-    fn unix_now(&self) -> Duration {
-        Duration::from_nanos(self.now())
-    }
 }
 
 /// The production clock: the Unix time at which it was made, advanced by

@@ -139,14 +139,19 @@ pub struct RuleConfig {
 /// `algorithm`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlgorithmKind {
+    /// Capacity `burst`, refilled continuously at the rate (GCRA).
     TokenBucket,
+    /// Counters aligned to Unix-time multiples of the period.
     FixedWindow,
+    /// Two aligned windows, the previous one weighted by its part still inside
+    /// the sliding period.
     SlidingWindow,
+    /// Exact timestamps; memory O(COUNT) per key.
     SlidingLog,
 }
 
 impl AlgorithmKind {
-    /// The config spelling.
+    /// The spelling in the config file (`"token_bucket"`, ...).
     pub fn name(&self) -> &'static str {
         match self {
             AlgorithmKind::TokenBucket => "token_bucket",
@@ -161,6 +166,8 @@ impl AlgorithmKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitConfig {
     pub rate: Rate,
+    /// Token bucket: `burst` for the shortest-period limit, else the COUNT.
+    /// Windows and logs: the COUNT.
     pub capacity: u64,
 }
 

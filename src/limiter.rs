@@ -71,7 +71,9 @@ impl Decision {
 /// it has never seen. Implementations must keep these promises, which the
 /// store relies on:
 ///
-/// - [`acquire`](Algorithm::acquire) changes `state` only when it admits;
+/// - [`acquire`](Algorithm::acquire) changes how `state` decides only when
+///   it admits (a denial may still tidy it, e.g. drop a log's expired
+///   stamps);
 /// - [`refund`](Algorithm::refund) right after an admitting `acquire` at the
 ///   same `now` and cost restores a state that decides like the one before;
 /// - [`is_fresh`](Algorithm::is_fresh) is true only when the state decides
@@ -101,6 +103,11 @@ pub trait Algorithm {
     /// The limit reported as `X-RateLimit-Limit` (the bucket's capacity: the
     /// token bucket's `burst`, a window's or log's COUNT).
     fn capacity(&self) -> u64;
+
+    /// The most heap memory one state can hold (a log's stamps), for sizing.
+    fn max_heap_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// A configured limit, whatever its algorithm: what a store needs to decide.

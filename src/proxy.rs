@@ -22,6 +22,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use http::uri::PathAndQuery;
@@ -233,7 +234,7 @@ impl Proxy {
             .observe(seconds(shared.clock.now() - now));
         count_outcomes(&verdicts);
         if !admitted {
-            return respond::limited(policy, &verdicts, shared.clock.unix_now());
+            return respond::limited(policy, &verdicts, Duration::from_nanos(now));
         }
 
         // Forward.
@@ -271,7 +272,7 @@ impl Proxy {
                 response.headers_mut(),
                 policy.response.headers,
                 &verdicts,
-                shared.clock.unix_now(),
+                Duration::from_nanos(now),
             );
         }
         response

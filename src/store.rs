@@ -40,7 +40,7 @@ pub struct Ask<'a> {
 pub enum Grant {
     /// The key's own bucket.
     Bucket,
-    /// The rule's shared overflow bucket (the table was full of active buckets).
+    /// The table's overflow sketch (the store was full of active buckets).
     Overflow,
     /// Nothing was taken (the limit denied).
     None,

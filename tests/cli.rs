@@ -60,11 +60,20 @@ fn check(toml: &str) -> (Option<i32>, String, String, PathBuf) {
 
 /// The `(line, column, message)` of every `FILE:LINE:COLUMN: message` error.
 fn located_errors(stderr: &str, path: &Path) -> Vec<(u32, u32, String)> {
-    let prefix = format!("{}:", path.display());
+    located(stderr, &format!("{}:", path.display()))
+}
+
+/// The `(line, column, message)` of every `warning: FILE:LINE:COLUMN: message`.
+fn located_warnings(stderr: &str, path: &Path) -> Vec<(u32, u32, String)> {
+    located(stderr, &format!("warning: {}:", path.display()))
+}
+
+/// The `(line, column, message)` of every line `{prefix}LINE:COLUMN: message`.
+fn located(stderr: &str, prefix: &str) -> Vec<(u32, u32, String)> {
     stderr
         .lines()
         .filter_map(|line| {
-            let rest = line.strip_prefix(&prefix)?;
+            let rest = line.strip_prefix(prefix)?;
             let mut parts = rest.splitn(3, ':');
             let line_no = parts.next()?.parse().ok()?;
             let column = parts.next()?.parse().ok()?;
@@ -87,15 +96,30 @@ fn check_accepts_the_example_config_and_prints_its_rules() {
         "stderr: {}",
         text(&output.stderr)
     );
-    for rule in ["per-ip", "search", "reports"] {
+    for rule in ["per-ip", "search", "reports", "orders", "exports"] {
         assert!(
             stdout.lines().any(|line| line.starts_with(rule)),
             "no row for rule {rule}:\n{stdout}"
         );
     }
     assert!(
-        stdout.contains("600/1m"),
+        stdout.contains("600/m"),
         "the effective rate is shown:\n{stdout}"
+    );
+    let exports = stdout
+        .lines()
+        .find(|line| line.starts_with("exports"))
+        .unwrap_or_default();
+    for shown in ["sliding_window", "50/m, 1000/d", "50, 1000"] {
+        assert!(
+            exports.contains(shown),
+            "the algorithm, limits and capacities are shown: {exports}"
+        );
+    }
+    assert!(
+        text(&output.stderr).is_empty(),
+        "the example has no warnings: {}",
+        text(&output.stderr)
     );
 }
 
@@ -215,6 +239,62 @@ rate = "5/x"
         .map(|(l, c, _)| (*l, *c))
         .collect();
     assert_eq!(positions, [(3, 1), (7, 8)], "{stderr}");
+}
+
+#[test]
+fn check_warns_about_a_large_sliding_log_with_its_position_and_still_exits_0() {
+    let (code, stdout, stderr, path) = check(
+        r#"[server]
+upstream = "http://127.0.0.1:3000"
+
+[[rule]]
+name = "per-ip"
+algorithm = "sliding_log"
+limits = ["100/s", "50000/h"]
+"#,
+    );
+
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.lines().any(|line| line.starts_with("per-ip")),
+        "the rules table is printed: {stdout}"
+    );
+    assert!(stdout.contains("100/s, 50000/h"), "{stdout}");
+    let warnings = located_warnings(&stderr, &path);
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    let (line, column, message) = &warnings[0];
+    assert_eq!((*line, *column), (7, 20), "{stderr}");
+    assert!(message.starts_with("rule[0].limits[1]: "), "{message}");
+    assert!(message.contains("50000"), "{message}");
+    assert!(message.contains("400 KB per key"), "{message}");
+    assert!(message.contains("sliding_window"), "{message}");
+}
+
+#[test]
+fn check_refuses_a_cost_that_a_limit_can_never_hold() {
+    let (code, stdout, stderr, path) = check(
+        r#"[server]
+upstream = "http://127.0.0.1:3000"
+
+[[rule]]
+name = "exports"
+limits = ["10/s", "5/m"]
+cost = 6
+"#,
+    );
+
+    assert_eq!(code, Some(1));
+    assert!(
+        stdout.is_empty(),
+        "no rules table for an invalid file: {stdout}"
+    );
+    let errors = located_errors(&stderr, &path);
+    assert_eq!(errors.len(), 1, "{stderr}");
+    let (line, column, message) = &errors[0];
+    assert_eq!((*line, *column), (7, 8), "{stderr}");
+    assert!(message.starts_with("rule[0].cost: "), "{message}");
+    assert!(message.contains("limits[1] \"5/m\""), "{message}");
+    assert!(message.contains("never be admitted"), "{message}");
 }
 
 #[test]

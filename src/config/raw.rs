@@ -139,12 +139,14 @@ pub struct RawRule {
     pub missing: Option<Spanned<String>>,
     pub algorithm: Option<Spanned<String>>,
     pub rate: Option<Spanned<String>>,
+    /// Must be a list; a single string is accepted here only so validation
+    /// can say so at its position.
+    pub limits: Option<Spanned<OneOrMany>>,
     pub burst: Option<Spanned<i64>>,
     pub on_limit: Option<Spanned<String>>,
     pub cost: Option<Spanned<i64>>,
     pub shadow: Option<Spanned<bool>>,
     // Not supported yet: only where they were written matters.
-    pub limits: Option<Present>,
     pub max_in_flight: Option<Present>,
     pub max_delay: Option<Present>,
     pub max_queue: Option<Present>,

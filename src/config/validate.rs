@@ -284,6 +284,25 @@ struct Validator<'a> {
 
 const NOT_SUPPORTED: &str = "is not supported by this version of sluice yet";
 
+/// Above this COUNT a `sliding_log` limit draws a warning (not an error): the
+/// log keeps one 8-byte timestamp per admitted unit, so each key may hold
+/// COUNT of them — 80 KB per key at 10 000, 80 GB for a million such keys.
+const SLIDING_LOG_WARN_COUNT: u64 = 10_000;
+
+/// One limit as the operator wrote it (`rate`, or one element of `limits`),
+/// kept with its position for the checks that need the whole rule.
+struct WrittenLimit {
+    rate: Rate,
+    /// The rate string as written, for messages.
+    text: String,
+    /// Byte offset of the value.
+    at: usize,
+    /// `rate` or `limits[1]`: how messages about other keys name it.
+    key: String,
+    /// Full path for its own messages: `rule[0].limits[1]`.
+    path: String,
+}
+
 impl Validator<'_> {
     fn error(&mut self, at: usize, path: &str, message: impl Into<String>) {
         let (line, column) = self.source.position(at);
@@ -628,12 +647,16 @@ impl Validator<'_> {
         for (index, rule) in raw.iter().enumerate() {
             let at = match headers.as_ref().and_then(|h| h.get(index)) {
                 Some(&header) => header,
-                None => [rule.name.as_ref(), rule.rate.as_ref()]
-                    .into_iter()
-                    .flatten()
-                    .map(|f| f.span().start)
-                    .min()
-                    .unwrap_or(0),
+                None => [
+                    rule.name.as_ref().map(Spanned::span),
+                    rule.rate.as_ref().map(Spanned::span),
+                    rule.limits.as_ref().map(Spanned::span),
+                ]
+                .into_iter()
+                .flatten()
+                .map(|span| span.start)
+                .min()
+                .unwrap_or(0),
             };
             let validated = self.rule(index, at, rule);
             if let Some(field) = &rule.name {
@@ -674,37 +697,12 @@ impl Validator<'_> {
         };
 
         self.unsupported_rule_keys(index, at, raw);
-        if let Some(field) = &raw.algorithm {
-            const ALGORITHMS: [&str; 6] = [
-                "token_bucket",
-                "leaky_bucket",
-                "fixed_window",
-                "sliding_window",
-                "sliding_log",
-                "concurrency",
-            ];
-            let algorithm = field.get_ref().as_str();
-            if algorithm == "token_bucket" {
-            } else if ALGORITHMS.contains(&algorithm) {
-                self.error(
-                    field.span().start,
-                    &path("algorithm"),
-                    format!(
-                        "algorithm = \"{algorithm}\" {NOT_SUPPORTED}; only \"token_bucket\" is"
-                    ),
-                );
-            } else {
-                self.error(
-                    field.span().start,
-                    &path("algorithm"),
-                    format!(
-                        "unknown algorithm \"{algorithm}\"; allowed: {} (this version supports \
-                         only \"token_bucket\")",
-                        ALGORITHMS.join(", ")
-                    ),
-                );
-            }
-        }
+        // `None` when the algorithm is invalid (already reported), so that
+        // nothing is judged against a made-up algorithm.
+        let algorithm = match &raw.algorithm {
+            None => Some(AlgorithmKind::TokenBucket),
+            Some(field) => self.algorithm(&path("algorithm"), field),
+        };
         if let Some(field) = &raw.on_limit {
             match field.get_ref().as_str() {
                 "reject" => {}
@@ -718,18 +716,6 @@ impl Validator<'_> {
                     &path("on_limit"),
                     format!("unknown on_limit \"{other}\"; allowed: \"reject\" or \"delay\""),
                 ),
-            }
-        }
-        if let Some(field) = &raw.cost {
-            if *field.get_ref() != 1 {
-                self.error(
-                    field.span().start,
-                    &path("cost"),
-                    format!(
-                        "cost = {} {NOT_SUPPORTED}; every request costs 1",
-                        field.get_ref()
-                    ),
-                );
             }
         }
 
@@ -754,42 +740,41 @@ impl Validator<'_> {
             MissingPolicy::Shared,
         );
 
-        // `None` when the rate is missing or invalid (already reported), so
-        // that `burst` is not judged against a made-up rate.
-        let rate = match &raw.rate {
-            // `limits` (already reported) stands in for `rate`; one error is enough.
-            None if raw.limits.is_some() => None,
-            None => {
+        // `None` when the limits are missing or invalid (already reported),
+        // so that `burst` and `cost` are not judged against made-up ones.
+        let written = self.written_limits(index, at, raw);
+        for limit in written.iter().flatten() {
+            self.check_limit(algorithm, limit);
+        }
+        // The shortest-period limit is the one `burst` sizes.
+        let shortest = written
+            .as_ref()
+            .and_then(|limits| (0..limits.len()).min_by_key(|&i| limits[i].rate.period));
+        let count = written
+            .as_ref()
+            .zip(shortest)
+            .map(|(limits, i)| limits[i].rate.count);
+
+        let burst = match (&raw.burst, algorithm) {
+            (None, _) => None,
+            (Some(field), Some(kind)) if kind != AlgorithmKind::TokenBucket => {
                 self.error(
-                    at,
-                    &format!("rule[{index}]"),
-                    "rate is required: COUNT/PERIOD such as rate = \"100/m\"",
+                    field.span().start,
+                    &path("burst"),
+                    format!(
+                        "only algorithm = \"token_bucket\" takes a burst: the capacity of a {} \
+                         limit is its COUNT; remove burst, or change the COUNT",
+                        kind.name()
+                    ),
                 );
                 None
             }
-            Some(field) => match parse_rate(field.get_ref()) {
-                Ok(rate) => Some(rate),
-                Err(message) => {
-                    self.error(field.span().start, &path("rate"), message);
-                    None
-                }
-            },
-        };
-        if let (Some(field), Some(Rate { count: 0, .. })) = (&raw.rate, rate) {
-            self.warn(
-                field.span().start,
-                &path("rate"),
-                format_args!(
-                    "\"{}\" closes the route: every matching request is limited",
-                    field.get_ref()
-                ),
-            );
-        }
-
-        let count = rate.map(|r| r.count);
-        let burst = match &raw.burst {
-            None => count.unwrap_or(1),
-            Some(field) => {
+            (Some(field), _) => {
+                let default = if raw.rate.is_none() && raw.limits.is_some() {
+                    "the COUNT of the shortest-period limit"
+                } else {
+                    "the rate's COUNT"
+                };
                 let value = *field.get_ref();
                 let min = if count == Some(0) || count.is_none() {
                     0
@@ -805,9 +790,9 @@ impl Validator<'_> {
                     self.error(
                         field.span().start,
                         &path("burst"),
-                        format!("{value} {why}; it defaults to the rate's COUNT"),
+                        format!("{value} {why}; it defaults to {default}"),
                     );
-                    1
+                    Some(1)
                 } else {
                     let burst = u64::try_from(value).unwrap_or(0);
                     if count == Some(0) && burst > 0 {
@@ -820,34 +805,262 @@ impl Validator<'_> {
                             ),
                         );
                     }
-                    burst
+                    Some(burst)
                 }
             }
         };
-        let rate = rate.unwrap_or(Rate {
-            count: 1,
-            period: Duration::from_secs(1),
-        });
+
+        let limits: Vec<LimitConfig> = match &written {
+            Some(written) if !written.is_empty() => written
+                .iter()
+                .enumerate()
+                .map(|(i, limit)| LimitConfig {
+                    rate: limit.rate,
+                    capacity: match burst {
+                        Some(burst) if Some(i) == shortest => burst,
+                        _ => limit.rate.count,
+                    },
+                })
+                .collect(),
+            _ => vec![LimitConfig {
+                rate: Rate {
+                    count: 1,
+                    period: Duration::from_secs(1),
+                },
+                capacity: burst.unwrap_or(1),
+            }],
+        };
+
+        let cost = self.int(raw.cost.as_ref(), &path("cost"), 1, 1..=i64::MAX as u64);
+        if let (Some(field), Some(written)) = (&raw.cost, &written) {
+            let too_small = written
+                .iter()
+                .zip(&limits)
+                .enumerate()
+                .find(|(_, (written, limit))| written.rate.count > 0 && limit.capacity < cost);
+            if let Some((i, (written, limit))) = too_small {
+                let (what, raise) = if burst.is_some() && Some(i) == shortest {
+                    ("its burst", "burst")
+                } else {
+                    ("its COUNT", "that COUNT")
+                };
+                self.error(
+                    field.span().start,
+                    &path("cost"),
+                    format!(
+                        "{cost} can never fit in {} \"{}\", whose capacity is {} ({what}): \
+                         such a request would never be admitted; lower cost or raise {raise}",
+                        written.key, written.text, limit.capacity
+                    ),
+                );
+            }
+        }
 
         RuleConfig {
             name,
             matcher,
             key,
             missing,
-            algorithm: AlgorithmKind::TokenBucket,
-            limits: vec![LimitConfig {
-                rate,
-                capacity: burst,
-            }],
-            cost: 1,
+            algorithm: algorithm.unwrap_or(AlgorithmKind::TokenBucket),
+            limits,
+            cost,
             shadow: raw.shadow.as_ref().is_some_and(|v| *v.get_ref()),
+        }
+    }
+
+    fn algorithm(&mut self, path: &str, field: &Spanned<String>) -> Option<AlgorithmKind> {
+        const SUPPORTED: [AlgorithmKind; 4] = [
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::FixedWindow,
+            AlgorithmKind::SlidingWindow,
+            AlgorithmKind::SlidingLog,
+        ];
+        let name = field.get_ref().as_str();
+        if let Some(kind) = SUPPORTED.iter().find(|kind| kind.name() == name) {
+            return Some(*kind);
+        }
+        let supported = SUPPORTED
+            .iter()
+            .map(|kind| format!("\"{}\"", kind.name()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let message = if matches!(name, "leaky_bucket" | "concurrency") {
+            format!("algorithm = \"{name}\" {NOT_SUPPORTED}; use one of {supported}")
+        } else {
+            format!(
+                "unknown algorithm \"{name}\"; allowed: {supported} (\"leaky_bucket\" and \
+                 \"concurrency\" are planned)"
+            )
+        };
+        self.error(field.span().start, path, message);
+        None
+    }
+
+    /// The rule's `rate` or `limits`, parsed, in file order; `None` (with the
+    /// problem reported) when neither, both, or an invalid one was written.
+    fn written_limits(
+        &mut self,
+        index: usize,
+        at: usize,
+        raw: &RawRule,
+    ) -> Option<Vec<WrittenLimit>> {
+        match (&raw.rate, &raw.limits) {
+            (None, None) => {
+                self.error(
+                    at,
+                    &format!("rule[{index}]"),
+                    "rate is required: COUNT/PERIOD such as rate = \"100/m\", or \
+                     limits = [\"100/m\", \"1000/h\"] for several limits that must all hold",
+                );
+                None
+            }
+            (Some(rate), None) => self.rate(index, rate).map(|limit| vec![limit]),
+            (None, Some(limits)) => self.limit_list(index, limits),
+            (Some(rate), Some(limits)) => {
+                // Each is still read, so its own mistakes are reported too.
+                self.rate(index, rate);
+                self.limit_list(index, limits);
+                let (later, key, earlier, other) = if limits.span().start > rate.span().start {
+                    (limits.span().start, "limits", rate.span().start, "rate")
+                } else {
+                    (rate.span().start, "rate", limits.span().start, "limits")
+                };
+                let (line, _) = self.source.position(earlier);
+                self.error(
+                    later,
+                    &format!("rule[{index}].{key}"),
+                    format!(
+                        "cannot be used together with {other} (line {line}); write one limit as \
+                         rate = \"100/m\" or several as limits = [\"100/m\", \"1000/h\"]"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn rate(&mut self, index: usize, field: &Spanned<String>) -> Option<WrittenLimit> {
+        let path = format!("rule[{index}].rate");
+        match parse_rate(field.get_ref()) {
+            Ok(rate) => Some(WrittenLimit {
+                rate,
+                text: field.get_ref().clone(),
+                at: field.span().start,
+                key: "rate".to_owned(),
+                path,
+            }),
+            Err(message) => {
+                self.error(field.span().start, &path, message);
+                None
+            }
+        }
+    }
+
+    fn limit_list(
+        &mut self,
+        index: usize,
+        field: &Spanned<OneOrMany>,
+    ) -> Option<Vec<WrittenLimit>> {
+        let path = format!("rule[{index}].limits");
+        let items = match field.get_ref() {
+            OneOrMany::Many(items) => items,
+            OneOrMany::One(text) => {
+                self.error(
+                    field.span().start,
+                    &path,
+                    format!(
+                        "must be a list of rates, such as limits = [\"{text}\"]; for a single \
+                         limit rate = \"{text}\" works too"
+                    ),
+                );
+                return None;
+            }
+        };
+        if items.is_empty() {
+            self.error(
+                field.span().start,
+                &path,
+                "must list at least one rate, such as limits = [\"100/m\", \"1000/h\"]",
+            );
+            return None;
+        }
+        let mut limits: Vec<WrittenLimit> = Vec::with_capacity(items.len());
+        let mut valid = true;
+        for (i, item) in items.iter().enumerate() {
+            let key = format!("limits[{i}]");
+            let path = format!("rule[{index}].{key}");
+            let text = item.get_ref();
+            let rate = match parse_rate(text) {
+                Ok(rate) => rate,
+                Err(message) => {
+                    self.error(item.span().start, &path, message);
+                    valid = false;
+                    continue;
+                }
+            };
+            if let Some(first) = limits.iter().find(|l| l.rate.period == rate.period) {
+                let message = format!(
+                    "\"{text}\" has the same period as {} \"{}\"; each limit needs its own \
+                     period, so keep only one of them",
+                    first.key, first.text
+                );
+                self.error(item.span().start, &path, message);
+                continue;
+            }
+            limits.push(WrittenLimit {
+                rate,
+                text: text.clone(),
+                at: item.span().start,
+                key,
+                path,
+            });
+        }
+        valid.then_some(limits)
+    }
+
+    /// The checks of one limit that depend on the algorithm, and the warnings.
+    fn check_limit(&mut self, algorithm: Option<AlgorithmKind>, limit: &WrittenLimit) {
+        let count = limit.rate.count;
+        if count == 0 {
+            self.warn(
+                limit.at,
+                &limit.path,
+                format_args!(
+                    "\"{}\" closes the route: every matching request is limited",
+                    limit.text
+                ),
+            );
+        }
+        let Some(kind) = algorithm else {
+            return;
+        };
+        if kind != AlgorithmKind::TokenBucket && count > u64::from(u32::MAX) {
+            self.error(
+                limit.at,
+                &limit.path,
+                format!(
+                    "the COUNT {count} is too large for {}, which counts in 32 bits; at most {}",
+                    kind.name(),
+                    u32::MAX
+                ),
+            );
+        } else if kind == AlgorithmKind::SlidingLog && count > SLIDING_LOG_WARN_COUNT {
+            self.warn(
+                limit.at,
+                &limit.path,
+                format_args!(
+                    "sliding_log keeps one 8-byte timestamp per admitted unit, so each key may \
+                     hold {count} of them ({} per key); algorithm = \"sliding_window\" keeps two \
+                     counters per key instead",
+                    format_bytes(count.saturating_mul(8))
+                ),
+            );
         }
     }
 
     /// Keys of SPEC.md's Rules table that this release does not implement.
     fn unsupported_rule_keys(&mut self, index: usize, at: usize, raw: &RawRule) {
-        let keys: [(&str, &Option<Present>); 11] = [
-            ("limits", &raw.limits),
+        let keys: [(&str, &Option<Present>); 10] = [
             ("max_in_flight", &raw.max_in_flight),
             ("max_delay", &raw.max_delay),
             ("max_queue", &raw.max_queue),
@@ -1159,6 +1372,28 @@ fn parse_upstream(text: &str) -> Result<Uri, String> {
         .map_err(|err| format!("\"{text}\" is not a usable upstream ({err}); {HELP}"))
 }
 
+/// A size in the largest decimal unit that keeps it at least 1: "80 KB",
+/// "8 MB", "1.5 GB" (one decimal below 10, whole numbers above).
+fn format_bytes(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("GB", 1_000_000_000),
+        ("MB", 1_000_000),
+        ("KB", 1_000),
+        ("bytes", 1),
+    ];
+    let (unit, size) = UNITS
+        .into_iter()
+        .find(|&(_, size)| bytes >= size)
+        .unwrap_or(("bytes", 1));
+    let value = bytes as f64 / size as f64;
+    if value < 10.0 && size > 1 {
+        let text = format!("{value:.1}");
+        format!("{} {unit}", text.trim_end_matches(".0"))
+    } else {
+        format!("{value:.0} {unit}")
+    }
+}
+
 fn check_rule_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("must not be empty; it appears in headers, metrics and logs".to_owned());
@@ -1376,14 +1611,18 @@ mod tests {
         assert_eq!(rule.name, "per-ip");
         assert_eq!(rule.key, vec![KeySource::Ip]);
         assert_eq!(rule.missing, MissingPolicy::Shared);
+        assert_eq!(rule.algorithm, AlgorithmKind::TokenBucket);
         assert_eq!(
-            rule.limits[0].rate,
-            Rate {
-                count: 100,
-                period: Duration::from_secs(60)
-            }
+            rule.limits,
+            vec![LimitConfig {
+                rate: Rate {
+                    count: 100,
+                    period: Duration::from_secs(60)
+                },
+                capacity: 100
+            }]
         );
-        assert_eq!(rule.limits[0].capacity, 100);
+        assert_eq!(rule.cost, 1);
         assert!(!rule.shadow);
         assert!(rule.matcher.path.is_empty() && rule.matcher.method.is_empty());
         assert!(config.warnings.is_empty(), "{:?}", config.warnings);
@@ -1503,14 +1742,18 @@ method = "DELETE"
             ]
         );
         assert_eq!(search.missing, MissingPolicy::Reject);
+        assert_eq!(search.algorithm, AlgorithmKind::TokenBucket);
         assert_eq!(
-            search.limits[0].rate,
-            Rate {
-                count: 5,
-                period: Duration::from_secs(900)
-            }
+            search.limits,
+            vec![LimitConfig {
+                rate: Rate {
+                    count: 5,
+                    period: Duration::from_secs(900)
+                },
+                capacity: 2
+            }]
         );
-        assert_eq!(search.limits[0].capacity, 2);
+        assert_eq!(search.cost, 1);
         assert!(search.shadow);
 
         let one = &config.rules[1];
@@ -1624,16 +1867,16 @@ sunset = { start = 2025-01-01T00:00:00Z, end = "2025-06-01T00:00:00Z", to = "0/m
             lines.iter().all(|l| l.contains("not supported")),
             "{lines:#?}"
         );
-        assert_eq!(lines.len(), 17, "{lines:#?}");
+        // algorithm, limits and cost (lines 22, 23 and 28) are supported.
+        assert_eq!(lines.len(), 14, "{lines:#?}");
         assert_eq!(lines[0], "test.toml:5:11: store.backend: backend = \"redis\" is not supported by this version of sluice yet; use \"memory\"");
         assert_eq!(lines[1], "test.toml:6:1: store.redis: [store.redis] is not supported by this version of sluice yet; remove it");
         assert_eq!(lines[2], "test.toml:14:1: identity.jwt: [identity.jwt] is not supported by this version of sluice yet; JWT keys arrive in a later release");
-        assert_eq!(lines[3], "test.toml:22:13: rule[0].algorithm: algorithm = \"sliding_window\" is not supported by this version of sluice yet; only \"token_bucket\" is");
-        assert_eq!(lines[4], "test.toml:23:10: rule[0].limits: limits is not supported by this version of sluice yet; remove it");
+        assert_eq!(lines[3], "test.toml:24:17: rule[0].max_in_flight: max_in_flight is not supported by this version of sluice yet; remove it");
         assert!(
-            lines[16].starts_with("test.toml:35:10: rule[0].sunset: sunset is not supported"),
+            lines[13].starts_with("test.toml:35:10: rule[0].sunset: sunset is not supported"),
             "{}",
-            lines[16]
+            lines[13]
         );
     }
 
@@ -1781,6 +2024,273 @@ burst = -1
             "{:?}",
             config.warnings
         );
+    }
+
+    /// One rule named "a" after [`UPSTREAM`]: its fields start on line 5.
+    fn rule_a(fields: &str) -> String {
+        format!("{UPSTREAM}[[rule]]\nname = \"a\"\n{fields}")
+    }
+
+    fn limit(count: u64, secs: u64, capacity: u64) -> LimitConfig {
+        LimitConfig {
+            rate: Rate {
+                count,
+                period: Duration::from_secs(secs),
+            },
+            capacity,
+        }
+    }
+
+    #[test]
+    fn algorithm_defaults_to_the_token_bucket_and_takes_the_windows_and_the_log() {
+        let config = valid(&rule_a("rate = \"100/m\"\n"));
+        assert_eq!(config.rules[0].algorithm, AlgorithmKind::TokenBucket);
+        for kind in [
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::FixedWindow,
+            AlgorithmKind::SlidingWindow,
+            AlgorithmKind::SlidingLog,
+        ] {
+            let config = valid(&rule_a(&format!(
+                "algorithm = \"{}\"\nrate = \"100/m\"\n",
+                kind.name()
+            )));
+            let rule = &config.rules[0];
+            assert_eq!(rule.algorithm, kind);
+            assert_eq!(rule.limits, vec![limit(100, 60, 100)], "{kind:?}");
+            assert_eq!(rule.cost, 1);
+        }
+    }
+
+    #[test]
+    fn leaky_bucket_and_concurrency_are_not_supported_yet_and_other_algorithms_are_unknown() {
+        for planned in ["leaky_bucket", "concurrency"] {
+            assert_eq!(
+                only_error(&rule_a(&format!(
+                    "rate = \"1/s\"\nalgorithm = \"{planned}\"\nburst = 5\n"
+                ))),
+                format!(
+                    "test.toml:6:13: rule[0].algorithm: algorithm = \"{planned}\" is not supported \
+                     by this version of sluice yet; use one of \"token_bucket\", \"fixed_window\", \
+                     \"sliding_window\", \"sliding_log\""
+                )
+            );
+        }
+        assert_eq!(
+            only_error(&rule_a("rate = \"1/s\"\nalgorithm = \"gcra\"\n")),
+            "test.toml:6:13: rule[0].algorithm: unknown algorithm \"gcra\"; allowed: \
+             \"token_bucket\", \"fixed_window\", \"sliding_window\", \"sliding_log\" \
+             (\"leaky_bucket\" and \"concurrency\" are planned)"
+        );
+    }
+
+    #[test]
+    fn limits_are_kept_in_file_order_each_with_its_count_as_capacity() {
+        let config = valid(&rule_a(
+            "algorithm = \"fixed_window\"\nlimits = [\"1000/h\", \"100/m\"]\n",
+        ));
+        assert_eq!(
+            config.rules[0].limits,
+            vec![limit(1000, 3600, 1000), limit(100, 60, 100)]
+        );
+        let config = valid(&rule_a("limits = [\"5/15m\"]\n"));
+        assert_eq!(config.rules[0].limits, vec![limit(5, 900, 5)]);
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
+    fn burst_sizes_the_shortest_period_limit_even_when_it_is_listed_second() {
+        let config = valid(&rule_a(
+            "limits = [\"1000/h\", \"100/m\", \"10000/d\"]\nburst = 20\n",
+        ));
+        assert_eq!(
+            config.rules[0].limits,
+            vec![
+                limit(1000, 3600, 1000),
+                limit(100, 60, 20),
+                limit(10_000, 86_400, 10_000)
+            ]
+        );
+        assert_eq!(
+            only_error(&rule_a("limits = [\"1000/h\", \"100/m\"]\nburst = 0\n")),
+            "test.toml:6:9: rule[0].burst: 0 must be at least 1, or no request could ever pass; \
+             it defaults to the COUNT of the shortest-period limit"
+        );
+    }
+
+    #[test]
+    fn a_rule_needs_exactly_one_of_rate_and_limits() {
+        assert_eq!(
+            only_error(&rule_a("")),
+            "test.toml:3:1: rule[0]: rate is required: COUNT/PERIOD such as rate = \"100/m\", \
+             or limits = [\"100/m\", \"1000/h\"] for several limits that must all hold"
+        );
+        assert_eq!(
+            only_error(&rule_a("rate = \"1/s\"\nlimits = [\"100/m\"]\n")),
+            "test.toml:6:10: rule[0].limits: cannot be used together with rate (line 5); write \
+             one limit as rate = \"100/m\" or several as limits = [\"100/m\", \"1000/h\"]"
+        );
+        // Reported at whichever comes second, and each is still checked.
+        assert_eq!(
+            errors(&rule_a("limits = [\"1/x\"]\nrate = \"1/s\"\n")),
+            vec![
+                "test.toml:5:11: rule[0].limits[0]: \"x\" is not a valid PERIOD; write \
+                 COUNT/PERIOD with a whole COUNT (0 closes the route) and a PERIOD that is a unit \
+                 s, m, h or d or a duration such as 15m, 2s or 500ms (for example \"100/m\" or \
+                 \"5/15m\")",
+                "test.toml:6:8: rule[0].rate: cannot be used together with limits (line 5); write \
+                 one limit as rate = \"100/m\" or several as limits = [\"100/m\", \"1000/h\"]",
+            ]
+        );
+    }
+
+    #[test]
+    fn limits_must_be_a_non_empty_list_of_valid_rates() {
+        assert_eq!(
+            only_error(&rule_a("limits = []\n")),
+            "test.toml:5:10: rule[0].limits: must list at least one rate, such as \
+             limits = [\"100/m\", \"1000/h\"]"
+        );
+        assert_eq!(
+            only_error(&rule_a("limits = \"100/m\"\n")),
+            "test.toml:5:10: rule[0].limits: must be a list of rates, such as \
+             limits = [\"100/m\"]; for a single limit rate = \"100/m\" works too"
+        );
+        let line = only_error(&rule_a("limits = [\"100/m\", \"5/x\"]\nburst = 0\n"));
+        assert!(
+            line.starts_with("test.toml:5:20: rule[0].limits[1]: \"x\" is not a valid PERIOD"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn two_limits_with_the_same_period_are_an_error_at_the_second() {
+        assert_eq!(
+            only_error(&rule_a("limits = [\"100/m\", \"1000/h\", \"60/60s\"]\n")),
+            "test.toml:5:30: rule[0].limits[2]: \"60/60s\" has the same period as limits[0] \
+             \"100/m\"; each limit needs its own period, so keep only one of them"
+        );
+    }
+
+    #[test]
+    fn burst_is_only_for_the_token_bucket() {
+        for kind in ["fixed_window", "sliding_window", "sliding_log"] {
+            assert_eq!(
+                only_error(&rule_a(&format!(
+                    "algorithm = \"{kind}\"\nrate = \"10/s\"\nburst = 20\n"
+                ))),
+                format!(
+                    "test.toml:7:9: rule[0].burst: only algorithm = \"token_bucket\" takes a burst: \
+                     the capacity of a {kind} limit is its COUNT; remove burst, or change the COUNT"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn window_and_log_counts_must_fit_in_32_bits() {
+        for kind in ["fixed_window", "sliding_window", "sliding_log"] {
+            assert_eq!(
+                only_error(&rule_a(&format!(
+                    "algorithm = \"{kind}\"\nlimits = [\"4294967295/h\", \"4294967296/d\"]\n"
+                ))),
+                format!(
+                    "test.toml:6:27: rule[0].limits[1]: the COUNT 4294967296 is too large for \
+                     {kind}, which counts in 32 bits; at most 4294967295"
+                )
+            );
+        }
+        let config = valid(&rule_a("rate = \"4294967296/d\"\n"));
+        assert_eq!(config.rules[0].limits[0].capacity, 4_294_967_296);
+    }
+
+    #[test]
+    fn cost_defaults_to_one_and_must_be_a_whole_number_of_at_least_one() {
+        assert_eq!(valid(&rule_a("rate = \"1/s\"\n")).rules[0].cost, 1);
+        assert_eq!(
+            valid(&rule_a("rate = \"10/s\"\ncost = 10\n")).rules[0].cost,
+            10
+        );
+        assert_eq!(
+            only_error(&rule_a("rate = \"10/s\"\ncost = 0\n")),
+            "test.toml:6:8: rule[0].cost: 0 is out of range: must be at least 1 (default 1)"
+        );
+        assert_eq!(
+            only_error(&rule_a("rate = \"10/s\"\ncost = -2\n")),
+            "test.toml:6:8: rule[0].cost: -2 is out of range: must be at least 1 (default 1)"
+        );
+        let line = only_error(&rule_a("rate = \"10/s\"\ncost = 1.5\n"));
+        assert!(
+            line.starts_with("test.toml:6:8: invalid type: floating point `1.5`"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn cost_must_fit_in_the_capacity_of_every_open_limit() {
+        assert_eq!(
+            only_error(&rule_a("limits = [\"10/s\", \"5/m\"]\ncost = 6\n")),
+            "test.toml:6:8: rule[0].cost: 6 can never fit in limits[1] \"5/m\", whose capacity is \
+             5 (its COUNT): such a request would never be admitted; lower cost or raise that COUNT"
+        );
+        assert_eq!(
+            only_error(&rule_a("rate = \"100/m\"\nburst = 3\ncost = 4\n")),
+            "test.toml:7:8: rule[0].cost: 4 can never fit in rate \"100/m\", whose capacity is 3 \
+             (its burst): such a request would never be admitted; lower cost or raise burst"
+        );
+        // A limit with a COUNT of 0 closes the route whatever the cost.
+        let config = valid(&rule_a("limits = [\"0/s\", \"10/m\"]\ncost = 10\n"));
+        assert_eq!(config.rules[0].cost, 10);
+        assert_eq!(
+            config.warnings,
+            vec![
+                "test.toml:5:11: rule[0].limits[0]: \"0/s\" closes the route: every matching \
+                 request is limited"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_sliding_log_with_a_large_count_is_a_warning_at_that_limit() {
+        let config = valid(&rule_a(
+            "algorithm = \"sliding_log\"\nlimits = [\"10000/m\", \"50000/h\"]\n",
+        ));
+        assert_eq!(
+            config.warnings,
+            vec![
+                "test.toml:6:22: rule[0].limits[1]: sliding_log keeps one 8-byte timestamp per \
+                 admitted unit, so each key may hold 50000 of them (400 KB per key); \
+                 algorithm = \"sliding_window\" keeps two counters per key instead"
+            ]
+        );
+        let config = valid(&rule_a(
+            "algorithm = \"sliding_log\"\nrate = \"2000000/d\"\n",
+        ));
+        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+        assert!(
+            config.warnings[0].starts_with("test.toml:6:8: rule[0].rate: sliding_log keeps"),
+            "{:?}",
+            config.warnings
+        );
+        assert!(
+            config.warnings[0].contains("(16 MB per key)"),
+            "{:?}",
+            config.warnings
+        );
+        // The counters of the other algorithms do not grow with the COUNT.
+        let config = valid(&rule_a(
+            "algorithm = \"sliding_window\"\nrate = \"2000000/d\"\n",
+        ));
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
+    fn sizes_are_shown_in_their_largest_decimal_unit() {
+        assert_eq!(format_bytes(999), "999 bytes");
+        assert_eq!(format_bytes(80_008), "80 KB");
+        assert_eq!(format_bytes(1_500_000), "1.5 MB");
+        assert_eq!(format_bytes(16_000_000), "16 MB");
+        assert_eq!(format_bytes(34_359_738_360), "34 GB");
     }
 
     #[test]

@@ -160,6 +160,12 @@ impl Algorithm for SlidingLog {
     fn capacity(&self) -> u64 {
         self.count
     }
+
+    fn max_heap_bytes(&self) -> usize {
+        usize::try_from(self.count)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(std::mem::size_of::<Nanos>())
+    }
 }
 
 #[cfg(test)]

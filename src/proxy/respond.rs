@@ -93,7 +93,7 @@ pub struct Verdict<'p> {
 pub fn limited(
     policy: &Policy,
     verdicts: &[Verdict<'_>],
-    unix_now: Duration,
+    decided_at: Duration,
 ) -> Response<ProxyBody> {
     let rejecting = || verdicts.iter().filter(|v| !v.decision.is_allowed());
     let first_rule = rejecting()
@@ -127,17 +127,19 @@ pub fn limited(
     if let Some(secs) = retry_after_secs {
         headers.insert(RETRY_AFTER, number_value(secs));
     }
-    add_rate_limit_headers(headers, policy.response.headers, verdicts, unix_now);
+    add_rate_limit_headers(headers, policy.response.headers, verdicts, decided_at);
     response
 }
 
 /// Adds `X-RateLimit-*` (the most constraining limit) and `RateLimit-Policy`
-/// / `RateLimit` (one member per limit) as `style` asks.
+/// / `RateLimit` (one member per limit) as `style` asks. `decided_at` is the
+/// Unix time the decisions were made at (their `now`), so that a reset at a
+/// window's end prints as exactly that second.
 pub fn add_rate_limit_headers(
     headers: &mut HeaderMap,
     style: HeaderStyle,
     verdicts: &[Verdict<'_>],
-    unix_now: Duration,
+    decided_at: Duration,
 ) {
     if verdicts.is_empty() || style == HeaderStyle::None {
         return;
@@ -152,7 +154,8 @@ pub fn add_rate_limit_headers(
             .min_by_key(|v| v.decision.state().remaining)
             .expect("verdicts is not empty");
         let state = tightest.decision.state();
-        let reset_at = unix_now.as_secs() + ceil_secs(state.reset_after + subsec_nanos(unix_now));
+        let reset_at =
+            decided_at.as_secs() + ceil_secs(state.reset_after + subsec_nanos(decided_at));
         headers.insert(X_RATELIMIT_LIMIT, tightest.limit.limit_header.clone());
         headers.insert(X_RATELIMIT_REMAINING, number_value(state.remaining));
         headers.insert(X_RATELIMIT_RESET, number_value(reset_at));

@@ -16,23 +16,16 @@
 //! ([`Algorithm::is_fresh`]: refilled, or their window or log has expired)
 //! and drops them (`evictions{reason="idle"}`); dropping those changes no
 //! decision. If nothing can be dropped, a new key is limited through its
-//! table's shared overflow bucket (`evictions{reason="overflow"}`) instead of
-//! being admitted freely, and an over-limit caller keeps its bucket, so
-//! flooding new keys never resets anyone.
-//!
-//! Why a shared overflow bucket rather than a count-min sketch: both are
-//! conservative, but the bucket is one state per table whatever the
-//! algorithm (a sketch of sliding logs would cost COUNT stamps per cell), it
-//! needs no second hash, and a rollback can give its units back exactly. Its
-//! price is that, while the table is full of active buckets, all new keys of
-//! a rule share one key's budget; the table only stays full while that many
-//! keys are inside their period, and a flood of one-off keys frees itself as
-//! their buckets refill (see `tests/memory_store.rs`).
+//! table's overflow sketch ([`sketch`], a count-min sketch of bucket states
+//! that never under-counts; `evictions{reason="overflow"}`) instead of being
+//! admitted freely, and an over-limit caller keeps its bucket, so flooding
+//! new keys never resets anyone.
 
 mod probe_map;
+mod sketch;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use smallvec::SmallVec;
 
@@ -40,12 +33,13 @@ use super::{Ask, BucketKey, Grant};
 use crate::clock::Nanos;
 use crate::limiter::{Algorithm, Decision, FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow};
 use probe_map::ProbeMap;
+use sketch::Sketch;
 
 /// Shards per table. A power of two; enough that two workers rarely meet on
 /// one lock, few enough that an empty table stays small.
 const SHARDS: usize = 64;
 
-/// After a sweep that freed nothing, new keys go to the overflow bucket
+/// After a sweep that freed nothing, new keys go to the overflow sketch
 /// without sweeping again for this long, so a table full of active buckets
 /// cannot turn every new key into a full scan.
 const SWEEP_BACKOFF: Nanos = 20_000_000;
@@ -58,7 +52,7 @@ const SWEEP_SHARDS: usize = 8;
 pub struct StoreStats {
     /// Buckets dropped because they were indistinguishable from fresh ones.
     pub evicted_idle: u64,
-    /// Decisions made through an overflow bucket because the store was full.
+    /// Decisions made through an overflow sketch because the store was full.
     pub overflow: u64,
     /// Buckets currently tracked, all tables.
     pub tracked: usize,
@@ -103,8 +97,9 @@ struct Table<A: Algorithm> {
     algorithm: A,
     shards: Box<[Shard<A::State>]>,
     len: AtomicUsize,
-    /// The shared bucket new keys use while the store is full.
-    overflow: Mutex<A::State>,
+    /// Where new keys are limited while the store is full; made on first
+    /// use.
+    overflow: OnceLock<Sketch<A::State>>,
 }
 
 /// One lock and its map, alone on its cache line so that two workers
@@ -286,7 +281,7 @@ impl<A: Algorithm> Table<A> {
                 .map(|_| Shard(Mutex::new(ProbeMap::default())))
                 .collect(),
             len: AtomicUsize::new(0),
-            overflow: Mutex::new(A::State::default()),
+            overflow: OnceLock::new(),
         }
     }
 
@@ -298,7 +293,8 @@ impl<A: Algorithm> Table<A> {
     }
 
     /// Takes the ask's cost from its bucket, creating the bucket if there is
-    /// room (sweeping once when there is not), else from the overflow bucket.
+    /// room (sweeping once when there is not), else through the overflow
+    /// sketch.
     #[inline]
     fn acquire(
         &self,
@@ -332,8 +328,16 @@ impl<A: Algorithm> Table<A> {
             }
         }
         store.overflow.fetch_add(1, Ordering::Relaxed);
-        let decision = algorithm.acquire(&mut lock(&self.overflow), now, ask.cost);
+        let decision = self.sketch().acquire(algorithm, key, now, ask.cost);
         (decision, grant_if(decision, Grant::Overflow))
+    }
+
+    fn sketch(&self) -> &Sketch<A::State> {
+        self.overflow.get_or_init(|| {
+            Sketch::new(
+                std::mem::size_of::<A::State>().saturating_add(self.algorithm.max_heap_bytes()),
+            )
+        })
     }
 
     /// Decides for a key the shard does not hold, storing its new bucket if
@@ -380,7 +384,9 @@ impl<A: Algorithm> Table<A> {
                     algorithm.refund(state, now, ask.cost);
                 }
             }
-            Grant::Overflow => algorithm.refund(&mut lock(&self.overflow), now, ask.cost),
+            Grant::Overflow => self
+                .sketch()
+                .refund(algorithm, slot_key(ask.key), now, ask.cost),
             Grant::None => {}
         }
     }
