@@ -39,6 +39,9 @@ pub enum Decision {
     /// The units were (or, from [`Algorithm::peek`], would be) taken; the
     /// state is the bucket as it is after the decision.
     Allow(BucketState),
+    /// Delay mode ([`Algorithm::reserve`]): the units were taken at the
+    /// first instant they fit, `wait` from now; the request may pass then.
+    Hold { state: BucketState, wait: Nanos },
     /// Nothing was taken.
     Deny {
         state: BucketState,
@@ -50,19 +53,40 @@ pub enum Decision {
 }
 
 impl Decision {
-    /// Whether the request may pass this limit.
+    /// Whether the request may pass this limit (at once, or after a hold).
     #[inline]
     pub fn is_allowed(&self) -> bool {
-        matches!(self, Decision::Allow(_))
+        !matches!(self, Decision::Deny { .. })
+    }
+
+    /// How long the request must wait before it may pass (0 unless held).
+    #[inline]
+    pub fn wait(&self) -> Nanos {
+        match *self {
+            Decision::Hold { wait, .. } => wait,
+            Decision::Allow(_) | Decision::Deny { .. } => 0,
+        }
     }
 
     /// The bucket state reported in headers.
     #[inline]
     pub fn state(&self) -> BucketState {
         match *self {
-            Decision::Allow(state) | Decision::Deny { state, .. } => state,
+            Decision::Allow(state) | Decision::Hold { state, .. } | Decision::Deny { state, .. } => {
+                state
+            }
         }
     }
+}
+
+/// Bounds on holding a request in delay mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldLimits {
+    /// The longest a request may be held (`max_delay`).
+    pub max_wait: Nanos,
+    /// The most units that may already be waiting in the bucket for a new
+    /// request to join them (`max_queue` × cost).
+    pub max_queued: u64,
 }
 
 /// One limiting algorithm with its configured parameters.
@@ -107,6 +131,28 @@ pub trait Algorithm {
     /// The most heap memory one state can hold (a log's stamps), for sizing.
     fn max_heap_bytes(&self) -> usize {
         0
+    }
+
+    /// Delay mode: takes `cost` units at the first instant at which they fit
+    /// behind everything already reserved (so held requests of a bucket pass
+    /// in arrival order). `Allow` when that instant is `now`; `Hold` with the
+    /// wait when it is later, at most `limits.max_wait` away, and fewer than
+    /// `limits.max_queued` units are already waiting; otherwise `Deny`,
+    /// taking nothing, with the `retry_after` of [`Algorithm::peek`].
+    /// Algorithms without a delay mode decide as [`Algorithm::acquire`].
+    fn reserve(&self, state: &mut Self::State, now: Nanos, cost: u64, limits: HoldLimits) -> Decision {
+        let _ = limits;
+        self.acquire(state, now, cost)
+    }
+
+    /// Gives back a reservation of `cost` units that was to pass at `at`
+    /// (`now + wait` when it was made) and will not be used (its client
+    /// left). Exact when nothing was reserved after it; otherwise later
+    /// holds keep their times and the units are not given back, so the limit
+    /// is never exceeded.
+    fn cancel(&self, state: &mut Self::State, now: Nanos, cost: u64, at: Nanos) {
+        let _ = at;
+        self.refund(state, now, cost);
     }
 }
 

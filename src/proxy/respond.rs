@@ -109,7 +109,7 @@ pub fn limited(
     // Retry when every rejecting rule would admit; never, if any never will.
     let retry_after: Option<Nanos> = rejecting().try_fold(0, |latest: Nanos, v| match v.decision {
         Decision::Deny { retry_after, .. } => retry_after.map(|r| latest.max(r)),
-        Decision::Allow(_) => Some(latest),
+        Decision::Allow(_) | Decision::Hold { .. } => Some(latest),
     });
     let retry_after_secs = retry_after.map(|nanos| ceil_secs(nanos).max(1));
 

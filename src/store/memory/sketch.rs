@@ -30,7 +30,7 @@
 use std::sync::Mutex;
 
 use crate::clock::Nanos;
-use crate::limiter::{Algorithm, Decision};
+use crate::limiter::{Algorithm, BucketState, Decision};
 
 /// Rows: each key has one cell per row.
 const DEPTH: usize = 2;
@@ -142,29 +142,27 @@ fn mix(mut x: u64) -> u64 {
 
 /// The more constraining of two decisions about the same request.
 fn tighter(a: Decision, b: Decision) -> Decision {
+    let state = BucketState {
+        remaining: a.state().remaining.min(b.state().remaining),
+        reset_after: a.state().reset_after.max(b.state().reset_after),
+    };
     match (a, b) {
-        (Decision::Allow(x), Decision::Allow(y)) => Decision::Allow(crate::limiter::BucketState {
-            remaining: x.remaining.min(y.remaining),
-            reset_after: x.reset_after.max(y.reset_after),
-        }),
-        (deny @ Decision::Deny { .. }, Decision::Allow(_))
-        | (Decision::Allow(_), deny @ Decision::Deny { .. }) => deny,
         (
             Decision::Deny {
-                state: x,
-                retry_after: rx,
+                retry_after: ra, ..
             },
             Decision::Deny {
-                state: y,
-                retry_after: ry,
+                retry_after: rb, ..
             },
         ) => Decision::Deny {
-            state: crate::limiter::BucketState {
-                remaining: x.remaining.min(y.remaining),
-                reset_after: x.reset_after.max(y.reset_after),
-            },
+            state,
             // Never, if either cell never admits.
-            retry_after: rx.zip(ry).map(|(rx, ry)| rx.max(ry)),
+            retry_after: ra.zip(rb).map(|(ra, rb)| ra.max(rb)),
+        },
+        (deny @ Decision::Deny { .. }, _) | (_, deny @ Decision::Deny { .. }) => deny,
+        (a, b) => match a.wait().max(b.wait()) {
+            0 => Decision::Allow(state),
+            wait => Decision::Hold { state, wait },
         },
     }
 }
