@@ -1,5 +1,6 @@
 //! One token-bucket decision per iteration, sluice's in-memory store against
-//! `governor`'s keyed limiter, on the same loop over the same keys.
+//! `governor`'s keyed limiter, on the same loop over the same keys; and the
+//! same loop with sluice's other algorithms (last part of this comment).
 //!
 //! The workload follows `limiter-micro` (see `shared/bench/BASELINE.md`,
 //! "Limiter micro-benchmark"):
@@ -35,6 +36,25 @@
 //! keys or both over all keys (starting half a sequence apart); the figure is
 //! nanoseconds per decision per thread (the slower thread's time / its
 //! decisions).
+//!
+//! The other algorithms (`decision/{fixed_window,sliding_window,sliding_log}`,
+//! ids `decision/<algorithm>/<1k|1M>/1t` and `.../2t/<disjoint|shared>`) run
+//! the `sluice` row's loop unchanged (same keys, same visiting sequence, same
+//! clock and hashing, one ask) with only the limiter swapped, under
+//! parameters where every decision admits:
+//!
+//! - `fixed_window`, `sliding_window`: COUNT 1 000 000 000 per 1 s, the token
+//!   bucket's rate. The loop makes well under 1e8 decisions a second, so no
+//!   window fills; windows still roll over every second of a run.
+//! - `sliding_log`: COUNT 100 per 250 µs at 1k keys and per 1 s at 1M keys.
+//!   The loop revisits a key every 1k decisions (≈ 30–70 µs) at 1k keys and
+//!   about every 1M decisions (≈ 0.1–0.25 s) at 1M keys, so each log holds
+//!   a handful of live stamps (≈ 4–8; twice that with two threads on shared
+//!   keys): a small, realistic log, far from COUNT. One period for both key
+//!   counts would give either thousands of stamps per key at 1k keys or under
+//!   one at 1M. A denial needs a key visited 100 times within one period,
+//!   i.e. about 100 passes over all keys: decisions faster than 2.5 ns (1k)
+//!   or 10 ns (1M).
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
@@ -50,7 +70,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use sluice::clock::{Clock, MonotonicClock};
 use sluice::config::{KeySource, Rate};
 use sluice::key::{KeyHasher, RequestFacts};
-use sluice::limiter::{BucketState, Decision, Gcra, Limiter};
+use sluice::limiter::{
+    BucketState, Decision, FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow,
+};
 use sluice::store::{Ask, MemoryStore};
 
 /// Length of the visiting sequence.
@@ -83,9 +105,14 @@ struct Sluice {
 
 impl Sluice {
     fn new() -> Sluice {
+        Sluice::with(allow_limiter())
+    }
+
+    /// The same decision path with another limiter in the store's one table.
+    fn with(limiter: Limiter) -> Sluice {
         Sluice {
-            store: MemoryStore::new(&[allow_limiter()], 4 << 20),
-            limiter: allow_limiter(),
+            store: MemoryStore::new(&[limiter], 4 << 20),
+            limiter,
             clock: MonotonicClock::default(),
             seed: foldhash::fast::RandomState::default(),
         }
@@ -100,6 +127,41 @@ fn allow_limiter() -> Limiter {
         },
         u64::from(BURST),
     ))
+}
+
+/// COUNT of the `sliding_log` limiter (see the header for its period).
+const LOG_COUNT: u64 = 100;
+
+/// The algorithms besides the token bucket, named as in the config, with
+/// parameters under which every decision of the loop admits (see the
+/// header).
+fn other_limiters(keys_count: usize) -> [(&'static str, Limiter); 3] {
+    let window_rate = Rate {
+        count: 1_000_000_000,
+        period: Duration::from_secs(1),
+    };
+    let log_period = if keys_count <= 1_000 {
+        Duration::from_micros(250)
+    } else {
+        Duration::from_secs(1)
+    };
+    [
+        (
+            "fixed_window",
+            Limiter::FixedWindow(FixedWindow::new(window_rate)),
+        ),
+        (
+            "sliding_window",
+            Limiter::SlidingWindow(SlidingWindow::new(window_rate)),
+        ),
+        (
+            "sliding_log",
+            Limiter::SlidingLog(SlidingLog::new(Rate {
+                count: LOG_COUNT,
+                period: log_period,
+            })),
+        ),
+    ]
 }
 
 #[inline]
@@ -299,6 +361,11 @@ fn one_thread(c: &mut Criterion) {
             &workload,
         );
         group.finish();
+        for (algorithm, limiter) in other_limiters(keys_count) {
+            let mut group = c.benchmark_group(format!("decision/{algorithm}/{label}"));
+            bench_1t(&mut group, "1t", Sluice::with(limiter), &workload);
+            group.finish();
+        }
     }
 }
 
@@ -407,7 +474,8 @@ fn two_threads(c: &mut Criterion) {
         for mode in ["disjoint", "shared"] {
             bench_2t(
                 &mut group,
-                "sluice",
+                BenchmarkId::new("sluice", mode),
+                format!("sluice/{mode}"),
                 mode,
                 Sluice::new(),
                 &workload,
@@ -415,7 +483,8 @@ fn two_threads(c: &mut Criterion) {
             );
             bench_2t(
                 &mut group,
-                "governor",
+                BenchmarkId::new("governor", mode),
+                format!("governor/{mode}"),
                 mode,
                 Governor::new(),
                 &workload,
@@ -423,6 +492,21 @@ fn two_threads(c: &mut Criterion) {
             );
         }
         group.finish();
+        for (algorithm, limiter) in other_limiters(keys_count) {
+            let mut group = c.benchmark_group(format!("decision/{algorithm}/{label}"));
+            for mode in ["disjoint", "shared"] {
+                bench_2t(
+                    &mut group,
+                    BenchmarkId::new("2t", mode),
+                    format!("{algorithm}/{mode}"),
+                    mode,
+                    Sluice::with(limiter),
+                    &workload,
+                    &halves,
+                );
+            }
+            group.finish();
+        }
     }
     let tally = DENIALS_2T.lock().unwrap_or_else(|p| p.into_inner());
     for (name, (denied, decided)) in tally.iter() {
@@ -431,9 +515,12 @@ fn two_threads(c: &mut Criterion) {
     }
 }
 
+/// `tally` names the benchmark in the stale-clock denial report (summed over
+/// key counts).
 fn bench_2t(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
-    name: &str,
+    id: BenchmarkId,
+    tally: String,
     mode: &str,
     limiter: impl Check,
     workload: &Workload,
@@ -449,7 +536,7 @@ fn bench_2t(
         AtomicUsize::new(if mode == "shared" { SEQ_LEN / 2 } else { 0 }),
     ];
     let limiter = &limiter;
-    group.bench_function(BenchmarkId::new(name, mode), |b| {
+    group.bench_function(id, |b| {
         b.iter_custom(|iters| {
             let barrier = Barrier::new(2);
             let results: Vec<(Duration, u64)> = std::thread::scope(|scope| {
@@ -470,12 +557,14 @@ fn bench_2t(
             let denied: u64 = results.iter().map(|r| r.1).sum();
             // governor and sluice both read the clock before updating; a
             // thread preempted in between for over a millisecond (the burst
-            // window) decides with a stale `now`. Counted and reported.
-            let mut tally = DENIALS_2T.lock().unwrap_or_else(|p| p.into_inner());
-            let entry = tally.entry(format!("{name}/{mode}")).or_default();
+            // window) decides with a stale `now`. Counted and reported. (The
+            // window and log limiters treat a stale `now` as the newest time
+            // seen, and have room to spare here: they should count none.)
+            let mut tallies = DENIALS_2T.lock().unwrap_or_else(|p| p.into_inner());
+            let entry = tallies.entry(tally.clone()).or_default();
             entry.0 += denied;
             entry.1 += 2 * iters;
-            drop(tally);
+            drop(tallies);
             results.iter().map(|r| r.0).max().unwrap_or_default()
         })
     });

@@ -1,15 +1,28 @@
 //! Bytes per tracked key: the RSS growth of inserting 1M distinct keys into
-//! sluice's `MemoryStore`, and into governor's keyed limiter for comparison
-//! (`RateLimiter::keyed`, `DefaultKeyedStateStore<String>`).
+//! sluice's `MemoryStore`, for each algorithm, and into governor's keyed
+//! limiter for comparison (`RateLimiter::keyed`,
+//! `DefaultKeyedStateStore<String>`).
 //!
 //! ```sh
-//! cargo run --release --example key_memory            # both, each in a fresh child process
+//! cargo run --release --example key_memory            # all, each in a fresh child process
 //! cargo run --release --example key_memory -- sluice 1000000
+//! cargo run --release --example key_memory -- sliding_log:10 1000000
 //! ```
 //!
-//! Each measurement runs in its own process so that neither reuses pages the
-//! other freed. Keys are the 23-byte `apikey-%016x` strings of the decision
-//! bench; sluice stores only their 64-bit hash, governor stores the string.
+//! Targets: `sluice` (the token bucket), `fixed_window`, `sliding_window`,
+//! `sliding_log:N` (each key's log holding N stamps, N ≤ 100) and `governor`.
+//!
+//! Each measurement runs in its own process so that none reuses pages another
+//! freed. Keys are the 23-byte `apikey-%016x` strings of the decision bench;
+//! sluice stores only their 64-bit hash, governor stores the string.
+//!
+//! A sliding log's stamps live in a heap buffer per key (a `VecDeque<u64>`
+//! that grows to 4, then about twice what it needs, never past COUNT), so its
+//! figure depends on the stamps held. Each key gets its N decisions one after
+//! the other (at `now` = 1..=N ns, all inside the 1 h period of a 100/h log),
+//! so a buffer outgrown by one key is freed before the next key allocates, as
+//! it would be reused by new keys in a long-running proxy; RSS counts the
+//! buffers the logs hold, not a heap of freed smaller ones.
 
 use std::hash::{BuildHasher, Hasher};
 use std::num::NonZeroU32;
@@ -17,10 +30,26 @@ use std::process::Command;
 use std::time::Duration;
 
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use sluice::limiter::{BucketState, Decision, Gcra, Limiter};
+use sluice::config::Rate;
+use sluice::limiter::{
+    BucketState, Decision, FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow,
+};
 use sluice::store::{Ask, MemoryStore};
 
 const DEFAULT_KEYS: usize = 1_000_000;
+
+/// The window limiters' rate: never full here.
+const WINDOW: Rate = Rate {
+    count: 1_000_000_000,
+    period: Duration::from_secs(1),
+};
+
+/// The sliding log's rate: room for up to 100 stamps per key, none of which
+/// expires during the measurement.
+const LOG: Rate = Rate {
+    count: 100,
+    period: Duration::from_secs(3600),
+};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -28,12 +57,49 @@ fn main() {
         .get(1)
         .map_or(DEFAULT_KEYS, |n| n.parse().expect("key count"));
     match args.first().map(String::as_str) {
-        Some("sluice") => report("sluice MemoryStore", keys, insert_sluice),
-        Some("governor") => report("governor keyed<String>", keys, insert_governor),
-        Some(other) => panic!("unknown target {other}: sluice or governor"),
+        Some("sluice") => report("sluice token_bucket", keys, &|keys, rss| {
+            insert_sluice(token_bucket(), 1, keys, rss)
+        }),
+        Some("fixed_window") => report("sluice fixed_window", keys, &|keys, rss| {
+            insert_sluice(Limiter::FixedWindow(FixedWindow::new(WINDOW)), 1, keys, rss)
+        }),
+        Some("sliding_window") => report("sluice sliding_window", keys, &|keys, rss| {
+            insert_sluice(
+                Limiter::SlidingWindow(SlidingWindow::new(WINDOW)),
+                1,
+                keys,
+                rss,
+            )
+        }),
+        Some("governor") => report("governor keyed<String>", keys, &insert_governor),
+        Some(other) => {
+            let Some(stamps) = other
+                .strip_prefix("sliding_log:")
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|&n| (1..=LOG.count).contains(&n))
+            else {
+                panic!(
+                    "unknown target {other}: sluice, fixed_window, sliding_window, \
+                     sliding_log:N (1 ≤ N ≤ {}) or governor",
+                    LOG.count
+                )
+            };
+            let plural = if stamps == 1 { "" } else { "s" };
+            let name = format!("sluice sliding_log, {stamps} stamp{plural}/key");
+            report(&name, keys, &|keys, rss| {
+                insert_sluice(Limiter::SlidingLog(SlidingLog::new(LOG)), stamps, keys, rss)
+            })
+        }
         None => {
             let exe = std::env::current_exe().expect("own path");
-            for target in ["sluice", "governor"] {
+            for target in [
+                "sluice",
+                "fixed_window",
+                "sliding_window",
+                "sliding_log:1",
+                "sliding_log:10",
+                "governor",
+            ] {
                 let status = Command::new(&exe)
                     .args([target, &keys.to_string()])
                     .status()
@@ -62,9 +128,13 @@ fn key_string(id: u64) -> String {
     format!("apikey-{:016x}", x ^ (x >> 31))
 }
 
+/// Inserts the given number of keys, reads RSS through the given function
+/// while the store is still alive, and returns (keys tracked, RSS then).
+type Insert<'a> = &'a dyn Fn(usize, &dyn Fn() -> u64) -> (usize, u64);
+
 /// Runs `insert` (which keeps its limiter alive until it returns the count of
 /// tracked keys, measured from inside) and prints the RSS delta per key.
-fn report(name: &str, keys: usize, insert: fn(usize, &dyn Fn() -> u64) -> (usize, u64)) {
+fn report(name: &str, keys: usize, insert: Insert<'_>) {
     // Warm up the allocator and the formatting path so they are not counted.
     drop(std::hint::black_box(key_string(0)));
     let before = rss_bytes();
@@ -78,18 +148,28 @@ fn report(name: &str, keys: usize, insert: fn(usize, &dyn Fn() -> u64) -> (usize
     );
 }
 
-fn insert_sluice(keys: usize, rss: &dyn Fn() -> u64) -> (usize, u64) {
-    let limiter = Limiter::TokenBucket(Gcra::new(
-        sluice::config::Rate {
+fn token_bucket() -> Limiter {
+    Limiter::TokenBucket(Gcra::new(
+        Rate {
             count: 1_000_000_000,
             period: Duration::from_secs(1),
         },
         1_000_000,
-    ));
+    ))
+}
+
+/// Inserts `keys` keys into a one-table store of `limiter`, making `decisions`
+/// admitted decisions per key in a row (at `now` = 1, 2, … ns).
+fn insert_sluice(
+    limiter: Limiter,
+    decisions: u64,
+    keys: usize,
+    rss: &dyn Fn() -> u64,
+) -> (usize, u64) {
     let store = MemoryStore::new(&[limiter], 4 << 20);
     // The same hasher and calls as `KeyHasher::derive` for a header value.
     let seed = foldhash::fast::RandomState::default();
-    let mut decisions = [Decision::Allow(BucketState {
+    let mut outcome = [Decision::Allow(BucketState {
         remaining: 0,
         reset_after: 0,
     })];
@@ -104,7 +184,9 @@ fn insert_sluice(keys: usize, rss: &dyn Fn() -> u64) -> (usize, u64) {
             limiter: &limiter,
             cost: 1,
         };
-        assert!(store.acquire_all(&[ask], 1, &mut decisions));
+        for now in 1..=decisions {
+            assert!(store.acquire_all(&[ask], now, &mut outcome));
+        }
     }
     let after = rss();
     (store.tracked_keys(0), after)
