@@ -72,9 +72,9 @@ impl Decision {
     #[inline]
     pub fn state(&self) -> BucketState {
         match *self {
-            Decision::Allow(state) | Decision::Hold { state, .. } | Decision::Deny { state, .. } => {
-                state
-            }
+            Decision::Allow(state)
+            | Decision::Hold { state, .. }
+            | Decision::Deny { state, .. } => state,
         }
     }
 }
@@ -140,7 +140,13 @@ pub trait Algorithm {
     /// `limits.max_queued` units are already waiting; otherwise `Deny`,
     /// taking nothing, with the `retry_after` of [`Algorithm::peek`].
     /// Algorithms without a delay mode decide as [`Algorithm::acquire`].
-    fn reserve(&self, state: &mut Self::State, now: Nanos, cost: u64, limits: HoldLimits) -> Decision {
+    fn reserve(
+        &self,
+        state: &mut Self::State,
+        now: Nanos,
+        cost: u64,
+        limits: HoldLimits,
+    ) -> Decision {
         let _ = limits;
         self.acquire(state, now, cost)
     }
