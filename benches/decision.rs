@@ -171,6 +171,7 @@ fn decide(store: &MemoryStore, limiter: &Limiter, key: u64, now: u64) -> bool {
         key,
         limiter,
         cost: 1,
+        hold: None,
     }];
     let mut decisions = [Decision::Allow(BucketState {
         remaining: 0,

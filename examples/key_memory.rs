@@ -183,6 +183,7 @@ fn insert_sluice(
             key: hasher.finish(),
             limiter: &limiter,
             cost: 1,
+            hold: None,
         };
         for now in 1..=decisions {
             assert!(store.acquire_all(&[ask], now, &mut outcome));

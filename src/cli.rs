@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, MatchConfig, Rate};
+use crate::config::{Config, MatchConfig, OnLimit, Rate, RuleConfig};
 use crate::policy::format_period;
 
 /// sluice: a rate-limiting reverse proxy.
@@ -62,7 +62,9 @@ pub enum Command {
 }
 
 /// The effective rules as a table, for `sluice check`. The `cost` column
-/// appears only when some rule costs more than 1.
+/// appears only when some rule costs more than 1. A concurrency rule's limit
+/// reads `100 in flight`; `on_limit` reads `reject` or `delay ≤30s q1000`
+/// (longest hold, most requests waiting per bucket).
 pub fn describe_rules(config: &Config) -> String {
     let show_cost = config.rules.iter().any(|rule| rule.cost != 1);
     let mut header = vec![
@@ -77,6 +79,7 @@ pub fn describe_rules(config: &Config) -> String {
     if show_cost {
         header.push("cost");
     }
+    header.push("on_limit");
     header.push("mode");
     let mut rows: Vec<Vec<String>> = vec![header.into_iter().map(str::to_owned).collect()];
     for rule in &config.rules {
@@ -90,29 +93,28 @@ pub fn describe_rules(config: &Config) -> String {
                 .join("+"),
             format!("{:?}", rule.missing).to_lowercase(),
             rule.algorithm.name().to_owned(),
-            rule.limits
-                .iter()
-                .map(|limit| format_rate(limit.rate))
-                .collect::<Vec<_>>()
-                .join(", "),
-            rule.limits
-                .iter()
-                .map(|limit| limit.capacity.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
+            describe_limits(rule),
+            describe_capacity(rule),
         ];
         if show_cost {
             row.push(rule.cost.to_string());
         }
+        row.push(describe_on_limit(rule.on_limit));
         row.push(if rule.shadow { "shadow" } else { "enforce" }.to_owned());
         rows.push(row);
     }
     let widths: Vec<usize> = (0..rows[0].len())
-        .map(|column| rows.iter().map(|row| row[column].len()).max().unwrap_or(0))
+        .map(|column| {
+            rows.iter()
+                .map(|row| row[column].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for row in &rows {
         for (column, cell) in row.iter().enumerate() {
+            // `{:<width$}` pads by characters, like the widths ("≤" is one).
             let _ = write!(out, "{cell:<width$}  ", width = widths[column]);
         }
         out.truncate(out.trim_end().len());
@@ -124,6 +126,41 @@ pub fn describe_rules(config: &Config) -> String {
         config.server.upstream, config.server.listen, config.admin.listen, config.store.max_keys
     );
     out
+}
+
+/// The `limits` cell: each rate, or a concurrency rule's bound.
+fn describe_limits(rule: &RuleConfig) -> String {
+    if let Some(max_in_flight) = rule.max_in_flight {
+        return format!("{max_in_flight} in flight");
+    }
+    rule.limits
+        .iter()
+        .map(|limit| format_rate(limit.rate))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The `capacity` cell: each limit's capacity, or a concurrency rule's bound.
+fn describe_capacity(rule: &RuleConfig) -> String {
+    if let Some(max_in_flight) = rule.max_in_flight {
+        return max_in_flight.to_string();
+    }
+    rule.limits
+        .iter()
+        .map(|limit| limit.capacity.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The `on_limit` cell: `reject`, or `delay ≤30s q1000`.
+fn describe_on_limit(on_limit: OnLimit) -> String {
+    match on_limit {
+        OnLimit::Reject => "reject".to_owned(),
+        OnLimit::Delay {
+            max_delay,
+            max_queue,
+        } => format!("delay ≤{} q{max_queue}", format_period(max_delay)),
+    }
 }
 
 /// A rate as the config spells it: `100/m`, `5/15m`, `1/500ms`.

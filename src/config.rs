@@ -129,11 +129,31 @@ pub struct RuleConfig {
     pub key: Vec<KeySource>,
     pub missing: MissingPolicy,
     pub algorithm: AlgorithmKind,
-    /// Every limit that must hold, in file order; never empty.
+    /// Every limit that must hold, in file order. Never empty, except for
+    /// `concurrency`, which has no rate: its bound is `max_in_flight`.
     pub limits: Vec<LimitConfig>,
-    /// Units taken per request; at least 1, at most every open limit's capacity.
+    /// Units taken per request; at least 1. At most every open limit's
+    /// capacity, except for `leaky_bucket` (a larger cost just takes longer to
+    /// leave); always 1 for `concurrency`.
     pub cost: u64,
     pub shadow: bool,
+    /// What happens to a request over its budget. Always `Delay` for
+    /// `leaky_bucket`, whose `max_queue` is its `burst` (the limit's capacity;
+    /// 0 only for a closed route, a COUNT of 0).
+    pub on_limit: OnLimit,
+    /// `concurrency` only: requests in flight per key (default 100); `None`
+    /// for other algorithms.
+    pub max_in_flight: Option<u64>,
+}
+
+/// `on_limit`: what happens to a request over its budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLimit {
+    /// 429 at once.
+    Reject,
+    /// Hold it until it fits: at most `max_delay`, at most `max_queue` requests
+    /// waiting per bucket.
+    Delay { max_delay: Duration, max_queue: u64 },
 }
 
 /// `algorithm`.
@@ -141,6 +161,8 @@ pub struct RuleConfig {
 pub enum AlgorithmKind {
     /// Capacity `burst`, refilled continuously at the rate (GCRA).
     TokenBucket,
+    /// Requests leave at the constant rate; up to `burst` wait. Always delays.
+    LeakyBucket,
     /// Counters aligned to Unix-time multiples of the period.
     FixedWindow,
     /// Two aligned windows, the previous one weighted by its part still inside
@@ -148,6 +170,8 @@ pub enum AlgorithmKind {
     SlidingWindow,
     /// Exact timestamps; memory O(COUNT) per key.
     SlidingLog,
+    /// At most `max_in_flight` requests in flight per key; no rate.
+    Concurrency,
 }
 
 impl AlgorithmKind {
@@ -155,9 +179,11 @@ impl AlgorithmKind {
     pub fn name(&self) -> &'static str {
         match self {
             AlgorithmKind::TokenBucket => "token_bucket",
+            AlgorithmKind::LeakyBucket => "leaky_bucket",
             AlgorithmKind::FixedWindow => "fixed_window",
             AlgorithmKind::SlidingWindow => "sliding_window",
             AlgorithmKind::SlidingLog => "sliding_log",
+            AlgorithmKind::Concurrency => "concurrency",
         }
     }
 }
@@ -167,6 +193,7 @@ impl AlgorithmKind {
 pub struct LimitConfig {
     pub rate: Rate,
     /// Token bucket: `burst` for the shortest-period limit, else the COUNT.
+    /// Leaky bucket: `burst`, how many may wait (default the COUNT).
     /// Windows and logs: the COUNT.
     pub capacity: u64,
 }

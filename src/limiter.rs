@@ -9,17 +9,24 @@
 //! window algorithms can align their windows to wall-clock boundaries.
 //!
 //! Every algorithm implements [`Algorithm`]; [`Limiter`] is the closed set of
-//! configured limits the store dispatches on. `leaky_bucket` and
-//! `concurrency` (the hold issue) fit the same shape: a leaky bucket is a GCRA
-//! whose denials turn into waits, and a concurrency limit is a counter whose
-//! refund runs when the response ends.
+//! configured limits the store dispatches on. `concurrency` (a later issue)
+//! fits the same shape: a counter whose refund runs when the response ends.
+//!
+//! Delay mode (`on_limit = "delay"`) goes through [`Algorithm::reserve`] and
+//! [`Algorithm::cancel`]: a reservation takes its units at the first instant
+//! they fit behind everything already reserved, so held requests of a bucket
+//! pass in arrival order. The token bucket, the fixed window and the sliding
+//! log implement it; the sliding window has no delay mode (config refuses
+//! it); the leaky bucket ([`LeakyBucket`]) is delay mode by nature.
 
 pub mod gcra;
+pub mod leaky;
 pub mod log;
 pub mod window;
 
 use crate::clock::Nanos;
 pub use gcra::Gcra;
+pub use leaky::LeakyBucket;
 pub use log::{LogState, SlidingLog};
 pub use window::{FixedWindow, SlidingWindow, WindowCounts};
 
@@ -84,8 +91,10 @@ impl Decision {
 pub struct HoldLimits {
     /// The longest a request may be held (`max_delay`).
     pub max_wait: Nanos,
-    /// The most units that may already be waiting in the bucket for a new
-    /// request to join them (`max_queue` × cost).
+    /// The most units that may be waiting in the bucket, the new request's
+    /// included (`max_queue` × cost): a request may be held when the units
+    /// already waiting plus its cost stay within it, so `max_queue` requests
+    /// of one cost may wait and the next is refused.
     pub max_queued: u64,
 }
 
@@ -135,10 +144,14 @@ pub trait Algorithm {
 
     /// Delay mode: takes `cost` units at the first instant at which they fit
     /// behind everything already reserved (so held requests of a bucket pass
-    /// in arrival order). `Allow` when that instant is `now`; `Hold` with the
-    /// wait when it is later, at most `limits.max_wait` away, and fewer than
-    /// `limits.max_queued` units are already waiting; otherwise `Deny`,
-    /// taking nothing, with the `retry_after` of [`Algorithm::peek`].
+    /// in arrival order). `Allow` when that instant is `now` (deciding then
+    /// exactly as [`Algorithm::acquire`] would); `Hold` with the wait when it
+    /// is later, at most `limits.max_wait` away, and the units already
+    /// waiting plus `cost` stay within `limits.max_queued` (so that with
+    /// `max_queued = max_queue × cost`, `max_queue` requests of that cost may
+    /// wait and the next is refused); otherwise `Deny`, taking nothing, whose
+    /// `retry_after` is the wait the request would have needed (when it would
+    /// pass without waiting). A `Hold` reports `remaining: 0`.
     /// Algorithms without a delay mode decide as [`Algorithm::acquire`].
     fn reserve(
         &self,
@@ -153,9 +166,11 @@ pub trait Algorithm {
 
     /// Gives back a reservation of `cost` units that was to pass at `at`
     /// (`now + wait` when it was made) and will not be used (its client
-    /// left). Exact when nothing was reserved after it; otherwise later
-    /// holds keep their times and the units are not given back, so the limit
-    /// is never exceeded.
+    /// left, or another limit refused the request and this one is rolled
+    /// back at the same `now`). Exact when nothing was reserved after it;
+    /// otherwise later holds keep their times and the units are not given
+    /// back, so the limit is never exceeded. Once `now` is past `at` the
+    /// reservation counts as used and nothing is given back.
     fn cancel(&self, state: &mut Self::State, now: Nanos, cost: u64, at: Nanos) {
         let _ = at;
         self.refund(state, now, cost);
@@ -173,6 +188,18 @@ pub enum Limiter {
     SlidingWindow(SlidingWindow),
     /// `sliding_log`.
     SlidingLog(SlidingLog),
+    /// `leaky_bucket`.
+    LeakyBucket(LeakyBucket),
+    /// `concurrency`: at most this many requests in flight per key. Not a
+    /// function of time, so not an [`Algorithm`]: the store keeps permits
+    /// (`store::memory::permits`).
+    Concurrency(Concurrency),
+}
+
+/// A `concurrency` limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Concurrency {
+    pub max_in_flight: u64,
 }
 
 impl Limiter {
@@ -183,6 +210,8 @@ impl Limiter {
             Limiter::FixedWindow(limit) => limit.capacity(),
             Limiter::SlidingWindow(limit) => limit.capacity(),
             Limiter::SlidingLog(limit) => limit.capacity(),
+            Limiter::LeakyBucket(limit) => limit.capacity(),
+            Limiter::Concurrency(limit) => limit.max_in_flight,
         }
     }
 }

@@ -7,8 +7,8 @@
 //! store's own counters when `/metrics` is scraped.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::policy::{Policy, RuleCounters};
@@ -51,6 +51,8 @@ pub struct Metrics {
     pub upstream_errors_timeout: IntCounter,
     pub upstream_errors_other: IntCounter,
     tracked_keys: IntGaugeVec,
+    delay_seconds: HistogramVec,
+    queue_depth: IntGaugeVec,
     evictions_idle: IntCounter,
     evictions_overflow: IntCounter,
     store_errors: IntCounterVec,
@@ -107,11 +109,28 @@ impl Metrics {
             &["rule"],
         )
         .expect("static metric definition");
+        let delay_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "sluice_delay_seconds",
+                "Time requests were held (delay mode) before being forwarded, per rule.",
+            )
+            .buckets(UPSTREAM_BUCKETS.to_vec()),
+            &["rule"],
+        )
+        .expect("static metric definition");
+        let queue_depth = IntGaugeVec::new(
+            Opts::new(
+                "sluice_queue_depth",
+                "Requests held right now (delay mode: waiting for budget or a permit), per rule.",
+            ),
+            &["rule"],
+        )
+        .expect("static metric definition");
         let evictions = IntCounterVec::new(
             Opts::new(
                 "sluice_evictions_total",
                 "idle: a fresh-equivalent bucket dropped; overflow: a decision made \
-                 through the shared overflow bucket because the store was full.",
+                 through the overflow sketch because the store was full.",
             ),
             &["reason"],
         )
@@ -140,6 +159,8 @@ impl Metrics {
             Box::new(upstream_seconds.clone()),
             Box::new(upstream_errors.clone()),
             Box::new(tracked_keys.clone()),
+            Box::new(delay_seconds.clone()),
+            Box::new(queue_depth.clone()),
             Box::new(evictions.clone()),
             Box::new(store_errors.clone()),
             Box::new(store_fallback_active.clone()),
@@ -161,6 +182,8 @@ impl Metrics {
             upstream_errors_timeout: upstream_errors.with_label_values(&["timeout"]),
             upstream_errors_other: upstream_errors.with_label_values(&["other"]),
             tracked_keys,
+            delay_seconds,
+            queue_depth,
             evictions_idle: evictions.with_label_values(&["idle"]),
             evictions_overflow: evictions.with_label_values(&["overflow"]),
             store_errors,
@@ -180,6 +203,8 @@ impl Metrics {
             shadow_limited: counter("shadow_limited"),
             denied: counter("denied"),
             missing_key: counter("missing_key"),
+            delay_seconds: self.delay_seconds.with_label_values(&[rule]),
+            queue_depth: self.queue_depth.with_label_values(&[rule]),
         }
     }
 

@@ -14,16 +14,19 @@ use std::sync::Arc;
 
 use http::HeaderValue;
 use ipnet::IpNet;
-use prometheus::IntCounter;
+use prometheus::{Histogram, IntCounter, IntGauge};
 
+use crate::clock::Nanos;
 use crate::config::{
-    AlgorithmKind, Config, HeaderStyle, KeySource, LimitConfig, MatchConfig, MissingPolicy, Rate,
-    ResponseConfig, RuleConfig,
+    AlgorithmKind, Config, HeaderStyle, KeySource, LimitConfig, MatchConfig, MissingPolicy,
+    OnLimit, ResponseConfig, RuleConfig,
 };
 use crate::key::client_ip::ClientIpResolver;
 use crate::key::glob::PathGlob;
 use crate::key::{KeyHasher, RequestFacts};
-use crate::limiter::{FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow};
+use crate::limiter::{
+    Concurrency, FixedWindow, Gcra, HoldLimits, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
+};
 use crate::metrics::Metrics;
 use crate::proxy::respond;
 
@@ -58,7 +61,19 @@ pub struct Rule {
     /// Units each request takes from every limit.
     pub cost: u64,
     pub shadow: bool,
+    /// Delay mode's bounds for this rule's asks; `None` when over-budget
+    /// requests are rejected (and always for shadow rules, which never
+    /// hold anything).
+    pub hold: Option<HoldLimits>,
     pub counters: RuleCounters,
+}
+
+impl Rule {
+    /// Whether this rule limits requests in flight (its one limit is asked
+    /// for a permit, not through the rate tables).
+    pub fn is_concurrency(&self) -> bool {
+        self.algorithm == AlgorithmKind::Concurrency
+    }
 }
 
 /// One limit of a rule, with everything its headers and 429 body need.
@@ -66,7 +81,6 @@ pub struct Rule {
 pub struct Limit {
     /// Index of this limit's bucket table in the store.
     pub table: usize,
-    pub rate: Rate,
     pub limiter: Limiter,
     /// The name the rate-limit headers use: the rule's, plus the period
     /// when the rule has several limits (`search-1m`).
@@ -94,6 +108,10 @@ pub struct RuleCounters {
     pub shadow_limited: IntCounter,
     pub denied: IntCounter,
     pub missing_key: IntCounter,
+    /// `sluice_delay_seconds{rule}`.
+    pub delay_seconds: Histogram,
+    /// `sluice_queue_depth{rule}`.
+    pub queue_depth: IntGauge,
 }
 
 /// A rule's `match`: every given field must fit; within a field any entry may.
@@ -144,14 +162,35 @@ impl Policy {
             .rules
             .iter()
             .map(|rule| {
-                let limits = rule
-                    .limits
-                    .iter()
-                    .map(|limit| {
+                let limits = match rule.max_in_flight {
+                    Some(max_in_flight) => {
                         next_table += 1;
-                        compile_limit(rule, limit, next_table - 1, config.response.status)
-                    })
-                    .collect();
+                        vec![concurrency_limit(
+                            rule,
+                            max_in_flight,
+                            next_table - 1,
+                            config.response.status,
+                        )]
+                    }
+                    None => rule
+                        .limits
+                        .iter()
+                        .map(|limit| {
+                            next_table += 1;
+                            compile_limit(rule, limit, next_table - 1, config.response.status)
+                        })
+                        .collect(),
+                };
+                let hold = match rule.on_limit {
+                    OnLimit::Delay {
+                        max_delay,
+                        max_queue,
+                    } if !rule.shadow => Some(HoldLimits {
+                        max_wait: max_delay.as_nanos().min(u128::from(Nanos::MAX)) as Nanos,
+                        max_queued: max_queue.saturating_mul(rule.cost),
+                    }),
+                    _ => None,
+                };
                 Rule {
                     name: Arc::from(rule.name.as_str()),
                     matcher: Matcher::new(&rule.matcher),
@@ -161,6 +200,7 @@ impl Policy {
                     limits,
                     cost: rule.cost,
                     shadow: rule.shadow,
+                    hold,
                     counters: metrics.rule_counters(&rule.name),
                 }
             })
@@ -203,6 +243,42 @@ pub fn limiter(algorithm: AlgorithmKind, limit: &LimitConfig) -> Limiter {
         AlgorithmKind::FixedWindow => Limiter::FixedWindow(FixedWindow::new(limit.rate)),
         AlgorithmKind::SlidingWindow => Limiter::SlidingWindow(SlidingWindow::new(limit.rate)),
         AlgorithmKind::SlidingLog => Limiter::SlidingLog(SlidingLog::new(limit.rate)),
+        AlgorithmKind::LeakyBucket => {
+            Limiter::LeakyBucket(LeakyBucket::new(limit.rate, limit.capacity))
+        }
+        // Concurrency rules have no rate limits; see `concurrency_limit`.
+        AlgorithmKind::Concurrency => Limiter::Concurrency(Concurrency {
+            max_in_flight: limit.capacity,
+        }),
+    }
+}
+
+/// The one limit of a `concurrency` rule.
+fn concurrency_limit(
+    rule: &RuleConfig,
+    max_in_flight: u64,
+    table: usize,
+    status: http::StatusCode,
+) -> Limit {
+    let detail = format!(
+        "rule '{}' allows {max_in_flight} requests in flight at once",
+        rule.name
+    );
+    let policy_item = format!(
+        "\"{}\";q={max_in_flight};qu=\"concurrent-requests\"",
+        rule.name
+    );
+    Limit {
+        table,
+        limiter: Limiter::Concurrency(Concurrency { max_in_flight }),
+        name_json: respond::json_string(&rule.name),
+        rule_json: respond::json_string(&rule.name),
+        name: rule.name.clone(),
+        policy_header: HeaderValue::from_str(&policy_item)
+            .unwrap_or_else(|_| HeaderValue::from_static("")),
+        policy_item,
+        limit_header: HeaderValue::from(max_in_flight),
+        problem_head: respond::quota_exceeded_head(status, &detail),
     }
 }
 
@@ -234,7 +310,6 @@ fn compile_limit(
     );
     Limit {
         table,
-        rate: limit.rate,
         limiter,
         name_json: respond::json_string(&name),
         rule_json: respond::json_string(&rule.name),
@@ -244,6 +319,13 @@ fn compile_limit(
         policy_item,
         limit_header: HeaderValue::from(limiter.capacity()),
         problem_head: respond::quota_exceeded_head(status, &detail),
+    }
+}
+
+impl Limit {
+    /// Whether this is a concurrency limit (no period, no reset).
+    pub fn is_concurrency(&self) -> bool {
+        matches!(self.limiter, Limiter::Concurrency(_))
     }
 }
 

@@ -13,13 +13,13 @@
 //!   same buckets (`Store` gains an adjust call);
 //! - JWT keys arrive as one more key source in [`crate::key`].
 
+mod admit;
 pub mod forward;
 pub mod pool;
 pub mod respond;
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,10 +34,10 @@ use smallvec::SmallVec;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::config::{Config, MissingPolicy};
 use crate::key::{path, RequestFacts};
-use crate::limiter::{BucketState, Decision};
 use crate::metrics::Metrics;
-use crate::policy::{Limit, Policy, Rule};
-use crate::store::{Ask, MemoryStore, Store};
+use crate::policy::Policy;
+use crate::store::{MemoryStore, Store};
+use admit::Applicable;
 use forward::{ClientHop, ForwardError, Upstream};
 use respond::{ProxyBody, Refusal, Verdict};
 
@@ -155,13 +155,9 @@ impl Proxy {
         }
         let bypass = policy.allow.iter().any(|net| net.contains(&client_ip));
 
-        // Which rules apply, and the bucket each of their limits asks:
-        // enforced rules in `asks` (with their limits alongside), shadow
-        // rules apart, each as a run of `shadow_asks`.
-        let mut asks: SmallVec<[Ask<'_>; INLINE_RULES]> = SmallVec::new();
-        let mut asked: SmallVec<[(&Rule, &Limit); INLINE_RULES]> = SmallVec::new();
-        let mut shadow_asks: SmallVec<[Ask<'_>; INLINE_RULES]> = SmallVec::new();
-        let mut shadowed: SmallVec<[(&Rule, Range<usize>); INLINE_RULES]> = SmallVec::new();
+        // Which rules apply, and each one's bucket key.
+        let mut enforced: SmallVec<[Applicable<'_>; INLINE_RULES]> = SmallVec::new();
+        let mut shadowed: SmallVec<[Applicable<'_>; INLINE_RULES]> = SmallVec::new();
         if !bypass {
             for rule in &policy.rules {
                 if !rule.matcher.matches(&facts) {
@@ -176,65 +172,28 @@ impl Proxy {
                         return respond::refusal(Refusal::MissingKey, Some(rule));
                     }
                 };
-                let rule_asks = rule.limits.iter().map(|limit| Ask {
-                    table: limit.table,
-                    key,
-                    limiter: &limit.limiter,
-                    cost: rule.cost,
-                });
+                let applicable = Applicable { rule, key };
                 if rule.shadow {
-                    let start = shadow_asks.len();
-                    shadow_asks.extend(rule_asks);
-                    shadowed.push((rule, start..shadow_asks.len()));
+                    shadowed.push(applicable);
                 } else {
-                    asks.extend(rule_asks);
-                    asked.extend(rule.limits.iter().map(|limit| (rule, limit)));
+                    enforced.push(applicable);
                 }
             }
         }
 
-        // Decide.
-        let now = shared.clock.now();
-        let mut decisions: SmallVec<[Decision; INLINE_RULES]> =
-            SmallVec::from_elem(UNASKED, asks.len());
-        let admitted =
-            asks.is_empty() || shared.store.acquire_all(&asks, now, &mut decisions).await;
-        let verdicts: SmallVec<[Verdict<'_>; INLINE_RULES]> = asked
-            .iter()
-            .zip(&decisions)
-            .map(|(&(rule, limit), decision)| Verdict {
-                rule,
-                limit,
-                decision: *decision,
-            })
-            .collect();
-        // Shadow rules that would have limited: named in X-Sluice-Would-Limit.
-        let mut would_limit: SmallVec<[&str; INLINE_RULES]> = SmallVec::new();
-        if admitted {
-            for (rule, range) in &shadowed {
-                let rule_asks = &shadow_asks[range.clone()];
-                let mut shadow_decisions: SmallVec<[Decision; INLINE_RULES]> =
-                    SmallVec::from_elem(UNASKED, rule_asks.len());
-                if shared
-                    .store
-                    .acquire_all(rule_asks, now, &mut shadow_decisions)
-                    .await
-                {
-                    rule.counters.allowed.inc();
-                } else {
-                    rule.counters.shadow_limited.inc();
-                    would_limit.push(&rule.name);
-                    tracing::debug!(rule = %rule.name, "shadow rule would have limited a request");
-                }
-            }
-        }
-        shared
-            .metrics
-            .decision_seconds
-            .observe(seconds(shared.clock.now() - now));
-        count_outcomes(&verdicts);
-        if !admitted {
-            return respond::limited(policy, &verdicts, Duration::from_nanos(now));
+        // Decide, and hold the request if a delay-mode rule says so.
+        let admission = admit::admit(&shared.store, &shared.clock, &enforced, &shadowed).await;
+        shared.metrics.decision_seconds.observe(seconds(
+            shared
+                .clock
+                .now()
+                .saturating_sub(admission.decided_at)
+                .saturating_sub(admission.held),
+        ));
+        count_outcomes(&admission.verdicts);
+        let decided_at = Duration::from_nanos(admission.decided_at);
+        if !admission.admitted {
+            return respond::limited(policy, &admission.verdicts, decided_at);
         }
 
         // Forward.
@@ -249,30 +208,39 @@ impl Proxy {
         };
         forward::prepare_request(&mut request, &shared.upstream, path_and_query, hop);
         // One clock read ends the overhead span and starts the upstream one.
+        // The overhead excludes the intentional hold: it is the latency
+        // sluice adds to requests that were within their limits.
         let sent = shared.clock.now();
-        shared
-            .metrics
-            .overhead_seconds
-            .observe(seconds(sent.saturating_sub(started)));
+        shared.metrics.overhead_seconds.observe(seconds(
+            sent.saturating_sub(started).saturating_sub(admission.held),
+        ));
         let result = shared.upstream.send(request).await;
         shared
             .metrics
             .upstream_seconds
             .observe(seconds(shared.clock.now().saturating_sub(sent)));
         let mut response = match result {
-            Ok(response) => response.map(Either::Left),
+            Ok(mut response) => {
+                // Permits are returned when the body has been sent or dropped.
+                response.body_mut().hold_permits(admission.permits);
+                response.map(Either::Left)
+            }
             Err(error) => return self.upstream_failed(error),
         };
-        forward::strip_hop_by_hop(response.headers_mut(), false);
-        if !would_limit.is_empty() {
-            respond::add_would_limit_header(response.headers_mut(), &would_limit);
+        let headers = response.headers_mut();
+        forward::strip_hop_by_hop(headers, false);
+        if !admission.would_limit.is_empty() {
+            respond::add_would_limit_header(headers, &admission.would_limit);
+        }
+        if admission.held > 0 {
+            respond::add_delay_header(headers, admission.held);
         }
         if policy.response.on_success {
             respond::add_rate_limit_headers(
-                response.headers_mut(),
+                headers,
                 policy.response.headers,
-                &verdicts,
-                Duration::from_nanos(now),
+                &admission.verdicts,
+                decided_at,
             );
         }
         response
@@ -324,12 +292,6 @@ fn count_outcomes(verdicts: &[Verdict<'_>]) {
 fn seconds(nanos: Nanos) -> f64 {
     nanos as f64 / 1e9
 }
-
-/// A placeholder decision for slots the store fills in.
-const UNASKED: Decision = Decision::Allow(BucketState {
-    remaining: 0,
-    reset_after: 0,
-});
 
 /// A request target longer than `max_uri_bytes` (414), or a declared body
 /// larger than `max_body_bytes` (413), answered before any limiter work.

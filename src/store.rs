@@ -17,8 +17,9 @@
 pub mod memory;
 
 use crate::clock::Nanos;
-use crate::limiter::{Decision, Limiter};
+use crate::limiter::{Decision, HoldLimits, Limiter};
 pub use memory::{MemoryStore, StoreStats};
+pub use memory::{Permit, PermitGrant};
 
 /// A bucket key: the rule's key sources hashed with a per-process random seed
 /// (see [`crate::key`]). Two callers share a bucket only on a 64-bit collision.
@@ -32,6 +33,9 @@ pub struct Ask<'a> {
     pub key: BucketKey,
     pub limiter: &'a Limiter,
     pub cost: u64,
+    /// Delay mode: reserve the units at the first instant they fit, within
+    /// these bounds, instead of denying ([`crate::limiter::Algorithm::reserve`]).
+    pub hold: Option<HoldLimits>,
 }
 
 /// Where a granted acquisition took its units from, so that it can be given
@@ -67,6 +71,59 @@ impl Store {
     ) -> bool {
         match self {
             Store::Memory(store) => store.acquire_all(asks, now, decisions),
+        }
+    }
+
+    /// Gives back the units an admitted ask took at once (the request will
+    /// not be forwarded after all). Only the key's own bucket is refunded:
+    /// units taken through the overflow sketch stay taken (conservative).
+    pub fn refund(&self, ask: &Ask<'_>, now: Nanos) {
+        match self {
+            Store::Memory(store) => store.refund_bucket(ask, now),
+        }
+    }
+
+    /// Gives back the reservation of a held ask that will not be used (its
+    /// client left before `at`, the instant it was to pass).
+    pub fn cancel(&self, ask: &Ask<'_>, now: Nanos, at: Nanos) {
+        match self {
+            Store::Memory(store) => store.cancel(ask, now, at),
+        }
+    }
+
+    /// Takes a concurrency permit for `key` in table `table` (see
+    /// [`MemoryStore::acquire_permit`]).
+    pub fn acquire_permit(
+        &self,
+        table: usize,
+        key: BucketKey,
+        max_in_flight: u64,
+        max_queue: Option<u64>,
+    ) -> PermitGrant {
+        match self {
+            Store::Memory(store) => store.acquire_permit(table, key, max_in_flight, max_queue),
+        }
+    }
+
+    /// The guard of a permit taken for `key` in table `table`: it returns the
+    /// permit when dropped.
+    pub fn permit(&self, table: usize, key: BucketKey) -> Permit {
+        match self {
+            Store::Memory(store) => store.permit(table, key),
+        }
+    }
+
+    /// Permits of concurrency table `table` taken for `key` right now.
+    pub fn permits_in_flight(&self, table: usize, key: BucketKey) -> u64 {
+        match self {
+            Store::Memory(store) => store.permits_in_flight(table, key),
+        }
+    }
+
+    /// A queued permit request gives up; see [`MemoryStore::leave_permit_queue`].
+    pub fn leave_permit_queue(&self, table: usize, key: BucketKey, id: u64) -> bool {
+        match self {
+            Store::Memory(store) => store.leave_permit_queue(table, key, id),
         }
     }
 

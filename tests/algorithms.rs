@@ -1,4 +1,4 @@
-//! Property tests for the four limiter algorithms, through the public API.
+//! Property tests for the limiter algorithms, through the public API.
 //!
 //! Each algorithm is checked step by step against a small reference model
 //! written here independently of the implementation (a credit token bucket,
@@ -19,6 +19,28 @@
 //!   denial takes nothing;
 //! - `peek` decides like `acquire` without taking.
 //!
+//! Delay mode (`reserve` / `cancel`; the token bucket, the fixed window, the
+//! sliding log and the leaky bucket) is checked over runs of reservations,
+//! cancels of pending reservations (the last, or any: holes in the queue)
+//! and of passed ones (which must give nothing back), and time steps:
+//!
+//! - (a) the instants requests actually pass at (`now + wait`, cancelled
+//!   reservations left out) keep the algorithm's bound: token bucket at most
+//!   `burst + ⌊L / T⌋` units in any closed interval `L`, fixed window COUNT
+//!   per window, log COUNT per period, leaky bucket consecutive passes at
+//!   least `cost × T` apart;
+//! - (b) they are non-decreasing in reservation order (FIFO);
+//! - (c) no wait exceeds `max_wait`, no request is held behind `max_queue`
+//!   waiting ones, and with one cost per bucket and no cancel a request is
+//!   refused only when one of those would not hold (a burst leaves exactly
+//!   `max_queue` waiting); a refusal takes nothing;
+//! - (d) with nothing pending, passing at once is exactly `acquire`, and a
+//!   refusal is `peek`'s;
+//! - (e) cancelling the reservation just made, then making it again, gives
+//!   the same instant (at once: the same state too);
+//! - `reset_after` is exact, and a hold reports nothing remaining (the leaky
+//!   bucket: the room left in its queue).
+//!
 //! Arrival sequences have non-decreasing times built from gaps that are zero
 //! (bursts), a few nanoseconds, fractions of the period, and jumps to the next
 //! window boundary or to the algorithm's own `retry_after` / `reset_after`,
@@ -33,8 +55,8 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use sluice::config::Rate;
 use sluice::limiter::{
-    Algorithm, BucketState, Decision, FixedWindow, Gcra, LogState, SlidingLog, SlidingWindow,
-    WindowCounts,
+    Algorithm, BucketState, Decision, FixedWindow, Gcra, HoldLimits, LeakyBucket, LogState,
+    SlidingLog, SlidingWindow, WindowCounts,
 };
 
 const MS: u64 = 1_000_000;
@@ -74,7 +96,8 @@ enum Gap {
     PerMille(u64),
     /// The start of the next aligned window, ± 1 ns.
     Boundary(i8),
-    /// The last decision's `retry_after` (if it was a denial with one), ± 1 ns.
+    /// The last decision's `retry_after` (if it was a denial with one), or
+    /// the instant a held request passes, ± 1 ns.
     Retry(i8),
     /// The last decision's `reset_after`, ± 1 ns.
     Reset(i8),
@@ -86,6 +109,11 @@ struct Event {
     cost: u64,
     /// Used by the refund test only: acquire, then refund if admitted.
     refund: bool,
+    /// Used by the delay-mode tests only: 0–1 reserve, 2 cancel the newest
+    /// pending reservation, 3 cancel one chosen by `pick`.
+    action: u8,
+    /// The gap's parameter, reused to choose among reservations.
+    pick: u64,
 }
 
 /// One random run: limit parameters, start time and arrivals.
@@ -105,8 +133,8 @@ impl Event {
     /// debug build than composing strategies per event, and still shrinks:
     /// towards 0, "same instant, cost 1").
     fn decode(word: u32) -> Event {
-        // Bits 0–7: the kind of gap; 8–15: the cost; 16–17: the refund flag;
-        // 18–31: the gap's parameter.
+        // Bits 0–7: the kind of gap; 8–15: the cost; 16–17: the refund flag
+        // (the delay-mode action); 18–31: the gap's parameter.
         let param = u64::from(word >> 18);
         let delta = (param % 3) as i8 - 1;
         // Weights out of 20: 6 same, 2 ns, 4 small and 3 large fractions of
@@ -124,6 +152,8 @@ impl Event {
             gap,
             cost: 1 + u64::from((word >> 8) & 0xff) % 5,
             refund: (word >> 16) & 3 == 3,
+            action: ((word >> 16) & 3) as u8,
+            pick: param,
         }
     }
 }
@@ -175,6 +205,7 @@ impl Clock {
                     retry_after: Some(r),
                     ..
                 }) => shifted(now + r, delta),
+                Some(Decision::Hold { wait, .. }) => shifted(now + wait, delta),
                 _ => now,
             },
             Gap::Reset(delta) => match self.last {
@@ -220,6 +251,31 @@ fn busiest(admitted: &[(u64, u64)], len: u64) -> u64 {
         best = best.max(sum);
     }
     best
+}
+
+/// In any closed interval of length L, the admitted `(time, cost)` pairs
+/// (sorted by time) hold at most burst + ⌊L / T⌋ units.
+fn check_burst_plus_refill(case: &Case, admitted: &[(u64, u64)]) -> Result<(), TestCaseError> {
+    let emission = case.period / case.count;
+    for (i, &(start, _)) in admitted.iter().enumerate() {
+        if i > 0 && admitted[i - 1].0 == start {
+            continue;
+        }
+        let mut units = 0;
+        for &(t, cost) in &admitted[i..] {
+            units += cost;
+            let bound = case.burst + (t - start) / emission;
+            prop_assert!(
+                units <= bound,
+                "{} units in [{}, {}] ns, bound {}",
+                units,
+                start - case.start,
+                t - case.start,
+                bound
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The most units admitted within one aligned window.
@@ -819,23 +875,7 @@ mod token_bucket {
         /// In any closed interval of length L: at most burst + ⌊L / T⌋ units.
         #[test]
         fn admits_at_most_burst_plus_refill_in_any_interval(case in cases()) {
-            let admitted = admitted(&build(&case), &case);
-            let emission = case.period / case.count;
-            for (i, &(start, _)) in admitted.iter().enumerate() {
-                if i > 0 && admitted[i - 1].0 == start {
-                    continue;
-                }
-                let mut units = 0;
-                for &(t, cost) in &admitted[i..] {
-                    units += cost;
-                    let bound = case.burst + (t - start) / emission;
-                    prop_assert!(
-                        units <= bound,
-                        "{} units in [{}, {}] ns, bound {}",
-                        units, start - case.start, t - case.start, bound
-                    );
-                }
-            }
+            check_burst_plus_refill(&case, &admitted(&build(&case), &case))?;
         }
 
         #[test]
@@ -930,6 +970,688 @@ mod sliding_log {
                 let now = clock.tick(event.gap);
                 clock.saw(limit.acquire(&mut log, now, event.cost));
                 prop_assert!(log.len() as u64 <= case.count);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Delay mode: reserve and cancel
+// ---------------------------------------------------------------------------
+
+/// One random delay-mode run: the limit and arrivals of `case`, what a hold
+/// may cost, and the rule's cost.
+#[derive(Debug, Clone)]
+struct DelayCase {
+    case: Case,
+    /// The rule's cost (one per bucket, as config makes it), or `None`: each
+    /// event's own, 1..=5 (the bounds must hold whatever the costs).
+    cost: Option<u64>,
+    /// `max_queue`; the leaky bucket's queue.
+    max_queue: u64,
+    /// `max_delay`.
+    max_wait: u64,
+    /// Whether cancel events cancel (else they only move the clock), so
+    /// that half the runs check that refusals are exact to their end.
+    cancels: bool,
+}
+
+impl DelayCase {
+    fn cost(&self, event: &Event) -> u64 {
+        self.cost.unwrap_or(event.cost)
+    }
+
+    fn limits(&self) -> HoldLimits {
+        HoldLimits {
+            max_wait: self.max_wait,
+            max_queued: self.max_queue * self.cost.unwrap_or(3),
+        }
+    }
+}
+
+/// Waits of none, a fraction of the period, one period, several, unbounded;
+/// queues of 0 to 6 requests; three times in four a COUNT and burst of at
+/// most 8, so that the arrivals outrun the rate and holds pile up.
+fn delay_cases() -> impl Strategy<Value = DelayCase> {
+    (
+        cases(),
+        0u64..=3,
+        0u64..=6,
+        0usize..5,
+        0u8..4,
+        any::<bool>(),
+    )
+        .prop_map(|(mut case, cost, max_queue, wait, small, cancels)| {
+            if small > 0 {
+                case.count = 1 + case.count % 8;
+                case.burst = 1 + case.burst % 8;
+            }
+            let max_wait = [0, case.period / 3, case.period, 3 * case.period, u64::MAX][wait];
+            DelayCase {
+                cost: (cost > 0).then_some(cost),
+                max_queue,
+                max_wait,
+                cancels,
+                case,
+            }
+        })
+}
+
+const UNBOUNDED: HoldLimits = HoldLimits {
+    max_wait: u64::MAX,
+    max_queued: u64::MAX,
+};
+
+/// One admitted reservation: when it passes, unless cancelled.
+#[derive(Debug, Clone, Copy)]
+struct Reservation {
+    at: u64,
+    cost: u64,
+    cancelled: bool,
+}
+
+/// Checks the `(instant, cost)` pairs of the requests that actually pass,
+/// sorted, against an algorithm's bound.
+type PassBound = fn(&DelayCase, &[(u64, u64)]) -> Result<(), TestCaseError>;
+
+/// What one algorithm promises in delay mode besides the common promises.
+struct DelaySpec {
+    /// The bound on the instants requests actually pass at.
+    bound: PassBound,
+    /// Whether a hold reports `remaining: 0` (the leaky bucket reports the
+    /// room left in its queue instead).
+    holds_leave_nothing: bool,
+}
+
+/// The groups of promises checked along a run (one test each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DelayCheck {
+    /// (a) the bound on actual pass instants, (b) FIFO.
+    BoundAndOrder,
+    /// (c) `max_wait` and the queue bound hold, and with one cost per bucket
+    /// and no cancel yet a request is refused only when one of them would
+    /// not; a refusal takes nothing.
+    HoldLimits,
+    /// (d) with nothing pending, passing at once is exactly `acquire`, and a
+    /// refusal is `peek`'s.
+    LikeAcquire,
+    /// (e) cancelling the reservation just made, at once or later before its
+    /// instant, then reserving again gives the same instant (and at once,
+    /// the same state).
+    CancelLast,
+    /// `reset_after` is exact (fresh then, not 1 ns before) and a hold
+    /// leaves nothing remaining.
+    Reported,
+}
+
+/// Runs a delay-mode case: reservations, cancels of pending reservations
+/// (as when a client leaves during its wait) and of passed ones (which must
+/// give nothing back: they count as passed), checking `check` along the way.
+fn check_delay<A: Algorithm>(
+    alg: &A,
+    dc: &DelayCase,
+    spec: &DelaySpec,
+    check: DelayCheck,
+) -> Result<(), TestCaseError>
+where
+    A::State: Clone + PartialEq + Debug,
+{
+    let case = &dc.case;
+    let limits = dc.limits();
+    let mut state = A::State::default();
+    let mut clock = Clock::new(case);
+    let mut made: Vec<Reservation> = Vec::new();
+    let mut cancelled_any = false;
+    for (i, event) in case.events.iter().enumerate() {
+        let now = clock.tick(event.gap);
+        let cost = dc.cost(event);
+        if event.action >= 2 {
+            if !dc.cancels {
+                continue;
+            }
+            // A pending reservation (`at ≥ now`), or with `pick % 4 == 0` one
+            // that has passed.
+            let passed = event.action == 3 && event.pick % 4 == 0;
+            let candidates: Vec<usize> = (0..made.len())
+                .filter(|&k| !made[k].cancelled && (made[k].at < now) == passed)
+                .collect();
+            let target = match (event.action, candidates.last()) {
+                (_, None) => None,
+                (2, Some(&last)) => Some(last),
+                _ => Some(candidates[event.pick as usize % candidates.len()]),
+            };
+            if let Some(k) = target {
+                let r = made[k];
+                alg.cancel(&mut state, now, r.cost, r.at);
+                if !passed {
+                    made[k].cancelled = true;
+                    cancelled_any = true;
+                }
+            }
+            continue;
+        }
+        let waiting = made.iter().filter(|r| !r.cancelled && r.at > now).count() as u64;
+        let before = state.clone();
+        let mut plain = state.clone();
+        let acquired = alg.acquire(&mut plain, now, cost);
+        let decision = alg.reserve(&mut state, now, cost, limits);
+        let at = now + decision.wait();
+        let t = now - case.start;
+        match check {
+            DelayCheck::BoundAndOrder => {}
+            DelayCheck::HoldLimits => {
+                prop_assert!(
+                    decision.wait() <= dc.max_wait,
+                    "event {i} at {t}: {decision:?} waits beyond {}",
+                    dc.max_wait
+                );
+                if dc.cost.is_some() {
+                    if let Decision::Hold { .. } = decision {
+                        prop_assert!(
+                            waiting < dc.max_queue,
+                            "event {i} at {t}: held behind {waiting} waiting (max {}): {:?}",
+                            dc.max_queue,
+                            &state
+                        );
+                    }
+                    if let Decision::Deny {
+                        retry_after: Some(r),
+                        ..
+                    } = decision
+                    {
+                        prop_assert!(
+                            cancelled_any || r > dc.max_wait || waiting >= dc.max_queue,
+                            "event {i} at {t}: refused ({decision:?}) with {waiting} waiting \
+                             (max {}), max_wait {}: {:?}",
+                            dc.max_queue,
+                            dc.max_wait,
+                            &before
+                        );
+                    }
+                }
+                if !decision.is_allowed() {
+                    for c in 1..=5 {
+                        prop_assert_eq!(
+                            alg.reserve(&mut before.clone(), now, c, UNBOUNDED),
+                            alg.reserve(&mut state.clone(), now, c, UNBOUNDED),
+                            "event {}: the refusal took something: {:?} then {:?}",
+                            i,
+                            &before,
+                            &state
+                        );
+                    }
+                }
+            }
+            DelayCheck::LikeAcquire => {
+                if waiting == 0 {
+                    if decision.is_allowed() && decision.wait() == 0 || acquired.is_allowed() {
+                        prop_assert_eq!(decision, acquired, "event {} at {}", i, t);
+                        prop_assert_eq!(&state, &plain, "event {} at {}", i, t);
+                    }
+                    if !decision.is_allowed() {
+                        prop_assert_eq!(decision, alg.peek(&before, now, cost), "event {}", i);
+                    }
+                }
+            }
+            DelayCheck::CancelLast => {
+                if decision.is_allowed() {
+                    let mut again = state.clone();
+                    alg.cancel(&mut again, now, cost, at);
+                    prop_assert_eq!(
+                        alg.reserve(&mut again, now, cost, limits),
+                        decision,
+                        "event {} at {}: {:?}",
+                        i,
+                        t,
+                        &before
+                    );
+                    prop_assert_eq!(&again, &state, "event {}", i);
+                }
+                if at > now {
+                    // Later, up to the instant itself.
+                    let later = now + (at - now) * (event.pick % 3) / 2;
+                    let mut again = state.clone();
+                    alg.cancel(&mut again, later, cost, at);
+                    let redo = alg.reserve(&mut again, later, cost, limits);
+                    prop_assert!(
+                        redo.is_allowed() && later + redo.wait() == at,
+                        "event {i} at {t}: held until {at}, cancelled at {later}, then {redo:?}"
+                    );
+                }
+            }
+            DelayCheck::Reported => {
+                let reset = decision.state().reset_after;
+                prop_assert!(
+                    alg.is_fresh(&state, now + reset),
+                    "event {i} at {t}: {decision:?}, not fresh at now + reset: {:?}",
+                    &state
+                );
+                if reset > 0 {
+                    prop_assert!(
+                        !alg.is_fresh(&state, now + reset - 1),
+                        "event {i} at {t}: {decision:?}, fresh 1 ns early: {:?}",
+                        &state
+                    );
+                }
+                if spec.holds_leave_nothing {
+                    if let Decision::Hold { state: s, .. } = decision {
+                        prop_assert_eq!(s.remaining, 0, "event {}", i);
+                    }
+                }
+            }
+        }
+        if decision.is_allowed() {
+            made.push(Reservation {
+                at,
+                cost,
+                cancelled: false,
+            });
+        }
+        clock.saw(decision);
+    }
+    if check == DelayCheck::BoundAndOrder {
+        let passes: Vec<(u64, u64)> = made
+            .iter()
+            .filter(|r| !r.cancelled)
+            .map(|r| (r.at, r.cost))
+            .collect();
+        for (k, pair) in passes.windows(2).enumerate() {
+            prop_assert!(
+                pair[0].0 <= pair[1].0,
+                "reservation {} passes at {} ns, after the next one at {} ns",
+                k,
+                pair[0].0 - case.start,
+                pair[1].0 - case.start
+            );
+        }
+        (spec.bound)(dc, &passes)?;
+    }
+    Ok(())
+}
+
+/// With one cost per bucket and no bound on the wait, requests arriving at
+/// one instant until one is refused leave exactly `max_queue` of them
+/// waiting, whatever was there before: `max_queue` may wait, the next may
+/// not.
+fn check_bursts_fill_the_queue_exactly<A: Algorithm>(
+    alg: &A,
+    dc: &DelayCase,
+) -> Result<(), TestCaseError> {
+    let cost = dc.cost.unwrap_or(1);
+    let limits = HoldLimits {
+        max_wait: u64::MAX,
+        max_queued: dc.max_queue * cost,
+    };
+    let mut state = A::State::default();
+    let mut clock = Clock::new(&dc.case);
+    let mut made: Vec<u64> = Vec::new();
+    for (i, event) in dc.case.events.iter().enumerate() {
+        let now = clock.tick(event.gap);
+        // A burst one time in four, else a single request.
+        let burst = event.action == 0;
+        let decision = loop {
+            let decision = alg.reserve(&mut state, now, cost, limits);
+            if decision.is_allowed() {
+                made.push(now + decision.wait());
+            }
+            if !burst || !decision.is_allowed() {
+                break decision;
+            }
+        };
+        if let Decision::Deny { retry_after, .. } = decision {
+            if retry_after.is_none() {
+                // A cost above the capacity.
+                return Ok(());
+            }
+            if burst {
+                let waiting = made.iter().filter(|&&at| at > now).count() as u64;
+                prop_assert_eq!(
+                    waiting,
+                    dc.max_queue,
+                    "event {} at {}",
+                    i,
+                    now - dc.case.start
+                );
+            }
+        }
+        clock.saw(decision);
+    }
+    Ok(())
+}
+
+/// Bursts that fill the queue, and cancels of random subsets of the pending
+/// reservations (not just the last: holes in the middle of the queue), then
+/// more arrivals: what actually passes stays within the bound and in
+/// reservation order (no newcomer overtakes a held request through a hole).
+fn check_holes_keep_order_and_bound<A: Algorithm>(
+    alg: &A,
+    dc: &DelayCase,
+    spec: &DelaySpec,
+) -> Result<(), TestCaseError> {
+    let limits = HoldLimits {
+        max_wait: u64::MAX,
+        ..dc.limits()
+    };
+    let mut state = A::State::default();
+    let mut clock = Clock::new(&dc.case);
+    let mut made: Vec<Reservation> = Vec::new();
+    for event in &dc.case.events {
+        let now = clock.tick(event.gap);
+        let cost = dc.cost(event);
+        if event.action == 3 {
+            // Each pending reservation goes with probability 1/2 (bits of
+            // `pick`, which has 14).
+            let mut bits = event.pick;
+            for r in made.iter_mut().filter(|r| !r.cancelled && r.at >= now) {
+                if bits & 1 == 1 {
+                    alg.cancel(&mut state, now, r.cost, r.at);
+                    r.cancelled = true;
+                }
+                bits = (bits >> 1) | ((bits & 1) << 13);
+            }
+            continue;
+        }
+        let decision = loop {
+            let decision = alg.reserve(&mut state, now, cost, limits);
+            if decision.is_allowed() {
+                made.push(Reservation {
+                    at: now + decision.wait(),
+                    cost,
+                    cancelled: false,
+                });
+            }
+            if event.action != 0 || !decision.is_allowed() {
+                break decision;
+            }
+        };
+        clock.saw(decision);
+    }
+    let passes: Vec<(u64, u64)> = made
+        .iter()
+        .filter(|r| !r.cancelled)
+        .map(|r| (r.at, r.cost))
+        .collect();
+    for pair in passes.windows(2) {
+        prop_assert!(
+            pair[0].0 <= pair[1].0,
+            "a reservation passes at {} ns, after the next one at {} ns",
+            pair[0].0 - dc.case.start,
+            pair[1].0 - dc.case.start
+        );
+    }
+    (spec.bound)(dc, &passes)
+}
+
+/// A closed limit (COUNT 0) never admits nor holds, and never promises a
+/// retry.
+fn check_never_reserves<A: Algorithm>(alg: &A, dc: &DelayCase) -> Result<(), TestCaseError> {
+    let mut state = A::State::default();
+    let mut clock = Clock::new(&dc.case);
+    for event in &dc.case.events {
+        let now = clock.tick(event.gap);
+        let decision = alg.reserve(&mut state, now, dc.cost(event), UNBOUNDED);
+        prop_assert!(
+            matches!(
+                decision,
+                Decision::Deny {
+                    retry_after: None,
+                    ..
+                }
+            ),
+            "{decision:?}"
+        );
+        clock.saw(decision);
+    }
+    Ok(())
+}
+
+/// The delay-mode tests, for `build_delay(&case)` and `SPEC` in the calling
+/// module.
+macro_rules! delay_tests {
+    () => {
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn holds_pass_within_the_bound_and_in_arrival_order(dc in delay_cases()) {
+                check_delay(&build_delay(&dc), &dc, &SPEC, DelayCheck::BoundAndOrder)?;
+            }
+
+            #[test]
+            fn holds_respect_max_wait_and_the_queue_and_refusals_are_exact(dc in delay_cases()) {
+                check_delay(&build_delay(&dc), &dc, &SPEC, DelayCheck::HoldLimits)?;
+            }
+
+            #[test]
+            fn passing_at_once_with_nothing_pending_is_acquire(dc in delay_cases()) {
+                check_delay(&build_delay(&dc), &dc, &SPEC, DelayCheck::LikeAcquire)?;
+            }
+
+            #[test]
+            fn cancelling_the_last_then_reserving_again_gives_the_same_instant(
+                dc in delay_cases()
+            ) {
+                check_delay(&build_delay(&dc), &dc, &SPEC, DelayCheck::CancelLast)?;
+            }
+
+            #[test]
+            fn reservations_report_an_exact_reset(dc in delay_cases()) {
+                check_delay(&build_delay(&dc), &dc, &SPEC, DelayCheck::Reported)?;
+            }
+
+            #[test]
+            fn max_queue_requests_may_wait_and_the_next_is_refused(dc in delay_cases()) {
+                check_bursts_fill_the_queue_exactly(&build_delay(&dc), &dc)?;
+            }
+
+            #[test]
+            fn cancelled_holes_in_the_queue_keep_the_order_and_the_bound(dc in delay_cases()) {
+                check_holes_keep_order_and_bound(&build_delay(&dc), &dc, &SPEC)?;
+            }
+
+            #[test]
+            fn count_zero_never_reserves(dc in delay_cases()) {
+                let closed = DelayCase {
+                    case: Case { count: 0, ..dc.case.clone() },
+                    ..dc.clone()
+                };
+                check_never_reserves(&build_delay(&closed), &closed)?;
+            }
+        }
+    };
+}
+
+mod token_bucket_delay {
+    use super::*;
+
+    fn build_delay(dc: &DelayCase) -> Gcra {
+        Gcra::new(rate(dc.case.count, dc.case.period), dc.case.burst)
+    }
+
+    /// At most burst + ⌊L / T⌋ units pass in any closed interval of length L.
+    const SPEC: DelaySpec = DelaySpec {
+        bound: |dc, passes| check_burst_plus_refill(&dc.case, passes),
+        holds_leave_nothing: true,
+    };
+
+    delay_tests!();
+}
+
+mod fixed_window_delay {
+    use super::*;
+
+    fn build_delay(dc: &DelayCase) -> FixedWindow {
+        FixedWindow::new(rate(dc.case.count, dc.case.period))
+    }
+
+    /// At most COUNT units pass in any aligned window.
+    const SPEC: DelaySpec = DelaySpec {
+        bound: |dc, passes| {
+            let fullest = fullest_window(passes, dc.case.period);
+            prop_assert!(fullest <= dc.case.count, "{} units in a window", fullest);
+            Ok(())
+        },
+        holds_leave_nothing: true,
+    };
+
+    delay_tests!();
+}
+
+mod sliding_log_delay {
+    use super::*;
+
+    fn build_delay(dc: &DelayCase) -> SlidingLog {
+        SlidingLog::new(rate(dc.case.count, dc.case.period))
+    }
+
+    /// At most COUNT units pass in any period-long interval.
+    const SPEC: DelaySpec = DelaySpec {
+        bound: |dc, passes| {
+            let busiest = busiest(passes, dc.case.period);
+            prop_assert!(busiest <= dc.case.count, "{} units in a period", busiest);
+            Ok(())
+        },
+        holds_leave_nothing: true,
+    };
+
+    delay_tests!();
+
+    proptest! {
+        #![proptest_config(config())]
+
+        /// A log holds at most COUNT stamps plus the units waiting.
+        #[test]
+        fn holds_at_most_count_plus_the_waiting_stamps(dc in delay_cases()) {
+            let limit = build_delay(&dc);
+            let limits = dc.limits();
+            let mut log = LogState::default();
+            let mut clock = Clock::new(&dc.case);
+            for event in &dc.case.events {
+                let now = clock.tick(event.gap);
+                clock.saw(limit.reserve(&mut log, now, dc.cost(event), limits));
+                prop_assert!(log.len() as u64 <= dc.case.count + limits.max_queued);
+            }
+        }
+    }
+}
+
+mod leaky_bucket {
+    use super::*;
+
+    /// The acquire-mode tests' bucket: a queue of 0 to 6.
+    fn build(case: &Case) -> LeakyBucket {
+        LeakyBucket::new(rate(case.count, case.period), case.burst % 7)
+    }
+
+    fn build_delay(dc: &DelayCase) -> LeakyBucket {
+        LeakyBucket::new(rate(dc.case.count, dc.case.period), dc.max_queue)
+    }
+
+    /// Consecutive passes at least the earlier one's cost × T apart.
+    const SPEC: DelaySpec = DelaySpec {
+        bound: |dc, passes| {
+            let emission = dc.case.period / dc.case.count;
+            for pair in passes.windows(2) {
+                let ((a, cost), (b, _)) = (pair[0], pair[1]);
+                prop_assert!(
+                    b - a >= cost * emission,
+                    "passes at {} and {} ns, cost {}",
+                    a - dc.case.start,
+                    b - dc.case.start,
+                    cost
+                );
+            }
+            Ok(())
+        },
+        holds_leave_nothing: false,
+    };
+
+    delay_tests!();
+
+    /// Outside delay mode a leaky bucket is a meter: a request passes only
+    /// once the previous one has left.
+    struct Meter {
+        emission: u64,
+        free: u64,
+    }
+
+    impl Model for Meter {
+        fn admits(&self, now: u64, _cost: u64) -> bool {
+            now >= self.free
+        }
+
+        fn record(&mut self, now: u64, cost: u64) {
+            self.free = now + cost * self.emission;
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn acquire_admits_only_an_idle_bucket(case in cases()) {
+            let model = Meter { emission: case.period / case.count, free: 0 };
+            check_matches_model(&build(&case), model, &case)?;
+        }
+
+        #[test]
+        fn retry_after_is_exact(case in cases()) {
+            let alg = build(&case);
+            let mut state = 0;
+            let mut clock = Clock::new(&case);
+            for (i, event) in case.events.iter().enumerate() {
+                let now = clock.tick(event.gap);
+                let decision = alg.acquire(&mut state, now, event.cost);
+                if let Decision::Deny { retry_after, .. } = decision {
+                    let r = retry_after.expect("an open leaky bucket always passes later");
+                    prop_assert!(r > 0, "event {}", i);
+                    prop_assert!(alg.peek(&state, now + r, event.cost).is_allowed(), "event {}", i);
+                    prop_assert!(!alg.peek(&state, now + r - 1, event.cost).is_allowed());
+                }
+                clock.saw(decision);
+            }
+        }
+
+        #[test]
+        fn a_fresh_state_decides_like_a_default_one(case in cases()) {
+            check_fresh_decides_like_default(&build(&case), &case)?;
+        }
+
+        #[test]
+        fn refund_after_acquire_decides_like_never_acquired(case in cases()) {
+            check_refund_leaves_no_trace(&build(&case), &case)?;
+        }
+
+        #[test]
+        fn count_zero_never_admits_nor_promises_a_retry(case in cases()) {
+            let closed = Case { count: 0, ..case.clone() };
+            check_never_admits(&build(&closed), &closed)?;
+        }
+
+        /// `remaining` is how many more requests of the same cost may join
+        /// the queue at the same instant (however long they would wait).
+        #[test]
+        fn remaining_is_how_many_more_may_join_the_queue(dc in delay_cases()) {
+            let alg = build_delay(&dc);
+            prop_assert_eq!(alg.capacity(), dc.max_queue);
+            let mut state = 0;
+            let mut clock = Clock::new(&dc.case);
+            for (i, event) in dc.case.events.iter().enumerate() {
+                let now = clock.tick(event.gap);
+                let cost = dc.cost(event);
+                let decision = alg.reserve(&mut state, now, cost, dc.limits());
+                let mut more = state;
+                let joined = (0..=dc.max_queue)
+                    .take_while(|_| alg.reserve(&mut more, now, cost, UNBOUNDED).is_allowed())
+                    .count() as u64;
+                prop_assert_eq!(
+                    decision.state().remaining,
+                    joined,
+                    "event {}: {:?}",
+                    i,
+                    decision
+                );
+                clock.saw(decision);
             }
         }
     }

@@ -96,7 +96,9 @@ fn check_accepts_the_example_config_and_prints_its_rules() {
         "stderr: {}",
         text(&output.stderr)
     );
-    for rule in ["per-ip", "search", "reports", "orders", "exports"] {
+    for rule in [
+        "per-ip", "search", "reports", "orders", "exports", "billing", "render",
+    ] {
         assert!(
             stdout.lines().any(|line| line.starts_with(rule)),
             "no row for rule {rule}:\n{stdout}"
@@ -115,6 +117,22 @@ fn check_accepts_the_example_config_and_prints_its_rules() {
             exports.contains(shown),
             "the algorithm, limits and capacities are shown: {exports}"
         );
+    }
+    let row = |name: &str| {
+        stdout
+            .lines()
+            .find(|line| line.starts_with(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    for (rule, shown) in [
+        ("per-ip", "reject"),
+        ("billing", "leaky_bucket"),
+        ("billing", "delay ≤2s q10"),
+        ("render", "8 in flight"),
+        ("render", "delay ≤15s q50"),
+    ] {
+        assert!(row(rule).contains(shown), "{rule} shows {shown}:\n{stdout}");
     }
     assert!(
         text(&output.stderr).is_empty(),
@@ -295,6 +313,136 @@ cost = 6
     assert!(message.starts_with("rule[0].cost: "), "{message}");
     assert!(message.contains("limits[1] \"5/m\""), "{message}");
     assert!(message.contains("never be admitted"), "{message}");
+}
+
+#[test]
+fn check_shows_what_each_rule_does_on_limit_and_a_concurrency_bound() {
+    let (code, stdout, stderr, _path) = check(
+        r#"[server]
+upstream = "http://127.0.0.1:3000"
+
+[[rule]]
+name = "per-ip"
+rate = "100/m"
+
+[[rule]]
+name = "smooth"
+algorithm = "leaky_bucket"
+rate = "5/s"
+
+[[rule]]
+name = "slots"
+algorithm = "concurrency"
+on_limit = "delay"
+max_delay = "500ms"
+"#,
+    );
+
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "rule",
+            "match",
+            "key",
+            "missing",
+            "algorithm",
+            "limits",
+            "capacity",
+            "on_limit",
+            "mode"
+        ],
+        "{stdout}"
+    );
+    let cells = |name: &str| -> Vec<String> {
+        let line = lines
+            .iter()
+            .find(|line| line.starts_with(name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{stdout}"));
+        line.split("  ")
+            .map(str::trim)
+            .filter(|cell| !cell.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        cells("per-ip"),
+        [
+            "per-ip",
+            "*",
+            "ip",
+            "shared",
+            "token_bucket",
+            "100/m",
+            "100",
+            "reject",
+            "enforce"
+        ],
+        "{stdout}"
+    );
+    // A leaky bucket always holds: 30s by default, its burst (the COUNT) as queue.
+    assert_eq!(
+        cells("smooth"),
+        [
+            "smooth",
+            "*",
+            "ip",
+            "shared",
+            "leaky_bucket",
+            "5/s",
+            "5",
+            "delay ≤30s q5",
+            "enforce"
+        ],
+        "{stdout}"
+    );
+    assert_eq!(
+        cells("slots"),
+        [
+            "slots",
+            "*",
+            "ip",
+            "shared",
+            "concurrency",
+            "100 in flight",
+            "100",
+            "delay ≤500ms q1000",
+            "enforce"
+        ],
+        "{stdout}"
+    );
+    // The columns line up, counted in characters ("≤" is one).
+    let column = |line: &str, text: &str| line[..line.find(text).unwrap()].chars().count();
+    let mode = column(lines[0], "mode");
+    for line in &lines[1..4] {
+        assert_eq!(column(line, "enforce"), mode, "{stdout}");
+    }
+}
+
+#[test]
+fn check_reports_a_max_queue_on_a_leaky_bucket_at_its_value() {
+    let (code, stdout, stderr, path) = check(
+        r#"[server]
+upstream = "http://127.0.0.1:3000"
+
+[[rule]]
+name = "smooth"
+algorithm = "leaky_bucket"
+rate = "5/s"
+max_queue = 20
+"#,
+    );
+
+    assert_eq!(code, Some(1));
+    assert!(stdout.is_empty(), "{stdout}");
+    let errors = located_errors(&stderr, &path);
+    assert_eq!(errors.len(), 1, "{stderr}");
+    let (line, column, message) = &errors[0];
+    assert_eq!((*line, *column), (8, 13), "{stderr}");
+    assert!(message.starts_with("rule[0].max_queue: "), "{message}");
+    assert!(message.contains("burst"), "{message}");
 }
 
 #[test]

@@ -41,6 +41,7 @@ fn ask(table: usize, key: u64, limiter: &Limiter) -> Ask<'_> {
         key,
         limiter,
         cost: 1,
+        hold: None,
     }
 }
 

@@ -146,10 +146,10 @@ pub struct RawRule {
     pub on_limit: Option<Spanned<String>>,
     pub cost: Option<Spanned<i64>>,
     pub shadow: Option<Spanned<bool>>,
+    pub max_in_flight: Option<Spanned<i64>>,
+    pub max_delay: Option<Spanned<String>>,
+    pub max_queue: Option<Spanned<i64>>,
     // Not supported yet: only where they were written matters.
-    pub max_in_flight: Option<Present>,
-    pub max_delay: Option<Present>,
-    pub max_queue: Option<Present>,
     pub charge: Option<Present>,
     pub refund_on: Option<Present>,
     pub tiers: Option<Present>,

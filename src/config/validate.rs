@@ -26,8 +26,8 @@ use super::raw::{OneOrMany, Present, RawConfig, RawMatch, RawRule, RawServer};
 use super::units::{parse_duration, parse_rate};
 use super::{
     AccessConfig, AdminConfig, AlgorithmKind, Config, ForwardedHeader, HeaderStyle, KeySource,
-    LimitConfig, MatchConfig, MissingPolicy, Rate, ResponseConfig, RuleConfig, ServerConfig,
-    StoreBackend, StoreConfig,
+    LimitConfig, MatchConfig, MissingPolicy, OnLimit, Rate, ResponseConfig, RuleConfig,
+    ServerConfig, StoreBackend, StoreConfig,
 };
 
 /// One problem in a config file, at the position of the offending value.
@@ -703,21 +703,8 @@ impl Validator<'_> {
             None => Some(AlgorithmKind::TokenBucket),
             Some(field) => self.algorithm(&path("algorithm"), field),
         };
-        if let Some(field) = &raw.on_limit {
-            match field.get_ref().as_str() {
-                "reject" => {}
-                "delay" => self.error(
-                    field.span().start,
-                    &path("on_limit"),
-                    format!("on_limit = \"delay\" {NOT_SUPPORTED}; only \"reject\" is"),
-                ),
-                other => self.error(
-                    field.span().start,
-                    &path("on_limit"),
-                    format!("unknown on_limit \"{other}\"; allowed: \"reject\" or \"delay\""),
-                ),
-            }
-        }
+        let concurrency = algorithm == Some(AlgorithmKind::Concurrency);
+        let leaky = algorithm == Some(AlgorithmKind::LeakyBucket);
 
         let matcher = raw
             .matcher
@@ -742,7 +729,34 @@ impl Validator<'_> {
 
         // `None` when the limits are missing or invalid (already reported),
         // so that `burst` and `cost` are not judged against made-up ones.
-        let written = self.written_limits(index, at, raw);
+        // A concurrency rule has none: it counts requests in flight.
+        let written = if concurrency {
+            for (key, field) in [
+                ("rate", raw.rate.as_ref().map(Spanned::span)),
+                ("limits", raw.limits.as_ref().map(Spanned::span)),
+            ] {
+                if let Some(span) = field {
+                    self.not_for_concurrency(index, span.start, key);
+                }
+            }
+            None
+        } else {
+            self.written_limits(index, at, raw)
+        };
+        let written = match written {
+            Some(limits) if leaky && limits.len() > 1 => {
+                let at = raw.limits.as_ref().map_or(at, |field| field.span().start);
+                self.error(
+                    at,
+                    &path("limits"),
+                    "a leaky bucket lets requests leave at one constant rate, so it takes a single \
+                     rate such as rate = \"10/s\"; use token_bucket for several limits that must \
+                     all hold",
+                );
+                None
+            }
+            written => written,
+        };
         for limit in written.iter().flatten() {
             self.check_limit(algorithm, limit);
         }
@@ -757,13 +771,23 @@ impl Validator<'_> {
 
         let burst = match (&raw.burst, algorithm) {
             (None, _) => None,
-            (Some(field), Some(kind)) if kind != AlgorithmKind::TokenBucket => {
+            (Some(field), Some(AlgorithmKind::Concurrency)) => {
+                self.not_for_concurrency(index, field.span().start, "burst");
+                None
+            }
+            (Some(field), Some(kind))
+                if !matches!(
+                    kind,
+                    AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket
+                ) =>
+            {
                 self.error(
                     field.span().start,
                     &path("burst"),
                     format!(
-                        "only algorithm = \"token_bucket\" takes a burst: the capacity of a {} \
-                         limit is its COUNT; remove burst, or change the COUNT",
+                        "only algorithm = \"token_bucket\" (its capacity) and \"leaky_bucket\" \
+                         (how many may wait) take a burst: the capacity of a {} limit is its \
+                         COUNT; remove burst, or change the COUNT",
                         kind.name()
                     ),
                 );
@@ -795,7 +819,14 @@ impl Validator<'_> {
                     Some(1)
                 } else {
                     let burst = u64::try_from(value).unwrap_or(0);
-                    if count == Some(0) && burst > 0 {
+                    if count == Some(0) && burst > 0 && leaky {
+                        self.warn(
+                            field.span().start,
+                            &path("burst"),
+                            "with a COUNT of 0 nothing ever leaves a leaky bucket, so no request \
+                             is admitted whatever the burst",
+                        );
+                    } else if count == Some(0) && burst > 0 {
                         self.warn(
                             field.span().start,
                             &path("burst"),
@@ -811,6 +842,7 @@ impl Validator<'_> {
         };
 
         let limits: Vec<LimitConfig> = match &written {
+            _ if concurrency => Vec::new(),
             Some(written) if !written.is_empty() => written
                 .iter()
                 .enumerate()
@@ -831,8 +863,17 @@ impl Validator<'_> {
             }],
         };
 
-        let cost = self.int(raw.cost.as_ref(), &path("cost"), 1, 1..=i64::MAX as u64);
-        if let (Some(field), Some(written)) = (&raw.cost, &written) {
+        let cost = match &raw.cost {
+            Some(field) if concurrency => {
+                self.not_for_concurrency(index, field.span().start, "cost");
+                1
+            }
+            field => self.int(field.as_ref(), &path("cost"), 1, 1..=i64::MAX as u64),
+        };
+        // A leaky bucket holds a request until its cost has leaked out, so
+        // any cost fits; it only waits longer.
+        let cost_must_fit = !leaky;
+        if let (Some(field), Some(written), true) = (&raw.cost, &written, cost_must_fit) {
             let too_small = written
                 .iter()
                 .zip(&limits)
@@ -856,6 +897,11 @@ impl Validator<'_> {
             }
         }
 
+        // A leaky bucket's queue is its capacity: how many may wait.
+        let queue = limits.first().map_or(1, |limit| limit.capacity);
+        let on_limit = self.on_limit(index, raw, algorithm, queue);
+        let max_in_flight = self.max_in_flight(index, raw, algorithm);
+
         RuleConfig {
             name,
             matcher,
@@ -865,34 +911,192 @@ impl Validator<'_> {
             limits,
             cost,
             shadow: raw.shadow.as_ref().is_some_and(|v| *v.get_ref()),
+            on_limit,
+            max_in_flight,
         }
     }
 
+    /// `on_limit` with its `max_delay` and `max_queue`. `queue` is a leaky
+    /// bucket's capacity, which is its queue.
+    fn on_limit(
+        &mut self,
+        index: usize,
+        raw: &RawRule,
+        algorithm: Option<AlgorithmKind>,
+        queue: u64,
+    ) -> OnLimit {
+        let path = |field: &str| format!("rule[{index}].{field}");
+        let leaky = algorithm == Some(AlgorithmKind::LeakyBucket);
+        // Whether the rule holds requests; `None` when that is unknown (an
+        // invalid on_limit or algorithm, already reported), so that
+        // max_delay and max_queue are not judged against a guess.
+        let mut delay = Some(false);
+        if let Some(field) = &raw.on_limit {
+            let at = field.span().start;
+            match (field.get_ref().as_str(), algorithm) {
+                ("reject", Some(AlgorithmKind::LeakyBucket)) => self.error(
+                    at,
+                    &path("on_limit"),
+                    "a leaky bucket always holds requests until they can leave at its rate, so \
+                     it cannot reject at once; remove on_limit, or use algorithm = \
+                     \"token_bucket\" to answer at once",
+                ),
+                ("reject", _) => {}
+                ("delay", Some(AlgorithmKind::SlidingWindow)) => {
+                    self.error(
+                        at,
+                        &path("on_limit"),
+                        "delay is not supported with sliding_window; use token_bucket, \
+                         leaky_bucket, fixed_window or sliding_log",
+                    );
+                    delay = Some(true);
+                }
+                ("delay", _) => delay = Some(true),
+                (other, _) => {
+                    self.error(
+                        at,
+                        &path("on_limit"),
+                        format!("unknown on_limit \"{other}\"; allowed: \"reject\" or \"delay\""),
+                    );
+                    delay = None;
+                }
+            }
+        }
+        if leaky {
+            delay = Some(true);
+        } else if algorithm.is_none() && delay == Some(false) {
+            delay = None;
+        }
+
+        let default_delay = Duration::from_secs(30);
+        let max_delay = match &raw.max_delay {
+            Some(field) if delay == Some(false) => {
+                self.needs_delay(index, field.span().start, "max_delay", raw);
+                default_delay
+            }
+            field => self.timeout(field.as_ref(), &path("max_delay"), default_delay),
+        };
+        let max_queue = match &raw.max_queue {
+            Some(field) if leaky => {
+                self.error(
+                    field.span().start,
+                    &path("max_queue"),
+                    "a leaky bucket's queue is its burst: how many requests may wait (default \
+                     the rate's COUNT); remove max_queue and set burst instead",
+                );
+                queue
+            }
+            Some(field) if delay == Some(false) => {
+                self.needs_delay(index, field.span().start, "max_queue", raw);
+                1000
+            }
+            _ if leaky => queue,
+            field => self.int(
+                field.as_ref(),
+                &path("max_queue"),
+                1000,
+                1..=i64::MAX as u64,
+            ),
+        };
+        match delay {
+            Some(true) => OnLimit::Delay {
+                max_delay,
+                max_queue,
+            },
+            _ => OnLimit::Reject,
+        }
+    }
+
+    /// `max_delay` or `max_queue` written on a rule that rejects at once.
+    fn needs_delay(&mut self, index: usize, at: usize, key: &str, raw: &RawRule) {
+        let message = match &raw.on_limit {
+            Some(field) => {
+                let (line, _) = self.source.position(field.span().start);
+                format!(
+                    "needs on_limit = \"delay\": with on_limit = \"reject\" (line {line}) a limited \
+                     request is answered at once and never waits; set on_limit = \"delay\", or \
+                     remove {key}"
+                )
+            }
+            None => format!(
+                "needs on_limit = \"delay\": by default (on_limit = \"reject\") a limited request \
+                 is answered at once and never waits; add on_limit = \"delay\", or remove {key}"
+            ),
+        };
+        self.error(at, &format!("rule[{index}].{key}"), message);
+    }
+
+    /// `max_in_flight`: for concurrency only.
+    fn max_in_flight(
+        &mut self,
+        index: usize,
+        raw: &RawRule,
+        algorithm: Option<AlgorithmKind>,
+    ) -> Option<u64> {
+        let path = format!("rule[{index}].max_in_flight");
+        match (&raw.max_in_flight, algorithm) {
+            (field, Some(AlgorithmKind::Concurrency)) => {
+                Some(self.int(field.as_ref(), &path, 100, 1..=i64::MAX as u64))
+            }
+            (Some(field), Some(kind)) => {
+                self.error(
+                    field.span().start,
+                    &path,
+                    format!(
+                        "only algorithm = \"concurrency\" takes max_in_flight: a {} rule is bounded \
+                         by its rate; remove max_in_flight, or use algorithm = \"concurrency\" to \
+                         bound requests in flight",
+                        kind.name()
+                    ),
+                );
+                None
+            }
+            (Some(field), None) => {
+                // The algorithm is invalid (already reported): still check the value.
+                self.int(Some(field), &path, 100, 1..=i64::MAX as u64);
+                None
+            }
+            (None, _) => None,
+        }
+    }
+
+    /// `rate`, `limits`, `burst` or `cost` written on a concurrency rule.
+    fn not_for_concurrency(&mut self, index: usize, at: usize, key: &str) {
+        let hint = match key {
+            "burst" => "max_in_flight (default 100) is how many may be in flight at once",
+            "cost" => "each request holds one permit while it is in flight",
+            _ => "bound them with max_in_flight (default 100), or choose another algorithm for a rate",
+        };
+        self.error(
+            at,
+            &format!("rule[{index}].{key}"),
+            format!("concurrency counts requests in flight, so it takes no {key}; {hint}"),
+        );
+    }
+
     fn algorithm(&mut self, path: &str, field: &Spanned<String>) -> Option<AlgorithmKind> {
-        const SUPPORTED: [AlgorithmKind; 4] = [
+        const ALL: [AlgorithmKind; 6] = [
             AlgorithmKind::TokenBucket,
+            AlgorithmKind::LeakyBucket,
             AlgorithmKind::FixedWindow,
             AlgorithmKind::SlidingWindow,
             AlgorithmKind::SlidingLog,
+            AlgorithmKind::Concurrency,
         ];
         let name = field.get_ref().as_str();
-        if let Some(kind) = SUPPORTED.iter().find(|kind| kind.name() == name) {
+        if let Some(kind) = ALL.iter().find(|kind| kind.name() == name) {
             return Some(*kind);
         }
-        let supported = SUPPORTED
+        let allowed = ALL
             .iter()
             .map(|kind| format!("\"{}\"", kind.name()))
             .collect::<Vec<_>>()
             .join(", ");
-        let message = if matches!(name, "leaky_bucket" | "concurrency") {
-            format!("algorithm = \"{name}\" {NOT_SUPPORTED}; use one of {supported}")
-        } else {
-            format!(
-                "unknown algorithm \"{name}\"; allowed: {supported} (\"leaky_bucket\" and \
-                 \"concurrency\" are planned)"
-            )
-        };
-        self.error(field.span().start, path, message);
+        self.error(
+            field.span().start,
+            path,
+            format!("unknown algorithm \"{name}\"; allowed: {allowed}"),
+        );
         None
     }
 
@@ -1034,7 +1238,11 @@ impl Validator<'_> {
         let Some(kind) = algorithm else {
             return;
         };
-        if kind != AlgorithmKind::TokenBucket && count > u64::from(u32::MAX) {
+        let counts_in_32_bits = !matches!(
+            kind,
+            AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket
+        );
+        if counts_in_32_bits && count > u64::from(u32::MAX) {
             self.error(
                 limit.at,
                 &limit.path,
@@ -1060,10 +1268,7 @@ impl Validator<'_> {
 
     /// Keys of SPEC.md's Rules table that this release does not implement.
     fn unsupported_rule_keys(&mut self, index: usize, at: usize, raw: &RawRule) {
-        let keys: [(&str, &Option<Present>); 10] = [
-            ("max_in_flight", &raw.max_in_flight),
-            ("max_delay", &raw.max_delay),
-            ("max_queue", &raw.max_queue),
+        let keys: [(&str, &Option<Present>); 7] = [
             ("charge", &raw.charge),
             ("refund_on", &raw.refund_on),
             ("tiers", &raw.tiers),
@@ -1624,6 +1829,8 @@ mod tests {
         );
         assert_eq!(rule.cost, 1);
         assert!(!rule.shadow);
+        assert_eq!(rule.on_limit, OnLimit::Reject);
+        assert_eq!(rule.max_in_flight, None);
         assert!(rule.matcher.path.is_empty() && rule.matcher.method.is_empty());
         assert!(config.warnings.is_empty(), "{:?}", config.warnings);
     }
@@ -1755,6 +1962,8 @@ method = "DELETE"
         );
         assert_eq!(search.cost, 1);
         assert!(search.shadow);
+        assert_eq!(search.on_limit, OnLimit::Reject);
+        assert_eq!(search.max_in_flight, None);
 
         let one = &config.rules[1];
         assert_eq!(
@@ -1846,9 +2055,9 @@ public_key_file = "keys/jwt.pem"
 verify = true
 [[rule]]
 name = "everything"
-algorithm = "sliding_window"
+algorithm = "token_bucket"
 limits = ["100/m", "1000/h"]
-max_in_flight = 10
+burst = 20
 on_limit = "delay"
 max_delay = "30s"
 max_queue = 1000
@@ -1860,6 +2069,10 @@ overrides = { "203.0.113.7" = { rate = "1/s" } }
 ban = { after = 3, within = "1m", for = "10m" }
 on_change = "keep"
 sunset = { start = 2025-01-01T00:00:00Z, end = "2025-06-01T00:00:00Z", to = "0/m", step = "1d", link = "https://example.com" }
+[[rule]]
+name = "in-flight"
+algorithm = "concurrency"
+max_in_flight = 10
 "#;
         let lines = errors(text);
         assert!(lines.iter().all(|l| !l.contains("unknown")), "{lines:#?}");
@@ -1867,16 +2080,17 @@ sunset = { start = 2025-01-01T00:00:00Z, end = "2025-06-01T00:00:00Z", to = "0/m
             lines.iter().all(|l| l.contains("not supported")),
             "{lines:#?}"
         );
-        // algorithm, limits and cost (lines 22, 23 and 28) are supported.
-        assert_eq!(lines.len(), 14, "{lines:#?}");
+        // algorithm, limits, burst, on_limit, max_delay, max_queue and cost
+        // (lines 22 to 28) and max_in_flight (line 39) are supported.
+        assert_eq!(lines.len(), 10, "{lines:#?}");
         assert_eq!(lines[0], "test.toml:5:11: store.backend: backend = \"redis\" is not supported by this version of sluice yet; use \"memory\"");
         assert_eq!(lines[1], "test.toml:6:1: store.redis: [store.redis] is not supported by this version of sluice yet; remove it");
         assert_eq!(lines[2], "test.toml:14:1: identity.jwt: [identity.jwt] is not supported by this version of sluice yet; JWT keys arrive in a later release");
-        assert_eq!(lines[3], "test.toml:24:17: rule[0].max_in_flight: max_in_flight is not supported by this version of sluice yet; remove it");
+        assert_eq!(lines[3], "test.toml:29:10: rule[0].charge: charge is not supported by this version of sluice yet; remove it");
         assert!(
-            lines[13].starts_with("test.toml:35:10: rule[0].sunset: sunset is not supported"),
+            lines[9].starts_with("test.toml:35:10: rule[0].sunset: sunset is not supported"),
             "{}",
-            lines[13]
+            lines[9]
         );
     }
 
@@ -2063,24 +2277,12 @@ burst = -1
     }
 
     #[test]
-    fn leaky_bucket_and_concurrency_are_not_supported_yet_and_other_algorithms_are_unknown() {
-        for planned in ["leaky_bucket", "concurrency"] {
-            assert_eq!(
-                only_error(&rule_a(&format!(
-                    "rate = \"1/s\"\nalgorithm = \"{planned}\"\nburst = 5\n"
-                ))),
-                format!(
-                    "test.toml:6:13: rule[0].algorithm: algorithm = \"{planned}\" is not supported \
-                     by this version of sluice yet; use one of \"token_bucket\", \"fixed_window\", \
-                     \"sliding_window\", \"sliding_log\""
-                )
-            );
-        }
+    fn an_unknown_algorithm_lists_all_six() {
         assert_eq!(
             only_error(&rule_a("rate = \"1/s\"\nalgorithm = \"gcra\"\n")),
             "test.toml:6:13: rule[0].algorithm: unknown algorithm \"gcra\"; allowed: \
-             \"token_bucket\", \"fixed_window\", \"sliding_window\", \"sliding_log\" \
-             (\"leaky_bucket\" and \"concurrency\" are planned)"
+             \"token_bucket\", \"leaky_bucket\", \"fixed_window\", \"sliding_window\", \
+             \"sliding_log\", \"concurrency\""
         );
     }
 
@@ -2173,15 +2375,16 @@ burst = -1
     }
 
     #[test]
-    fn burst_is_only_for_the_token_bucket() {
+    fn burst_is_only_for_the_token_and_leaky_buckets() {
         for kind in ["fixed_window", "sliding_window", "sliding_log"] {
             assert_eq!(
                 only_error(&rule_a(&format!(
                     "algorithm = \"{kind}\"\nrate = \"10/s\"\nburst = 20\n"
                 ))),
                 format!(
-                    "test.toml:7:9: rule[0].burst: only algorithm = \"token_bucket\" takes a burst: \
-                     the capacity of a {kind} limit is its COUNT; remove burst, or change the COUNT"
+                    "test.toml:7:9: rule[0].burst: only algorithm = \"token_bucket\" (its capacity) \
+                     and \"leaky_bucket\" (how many may wait) take a burst: the capacity of a \
+                     {kind} limit is its COUNT; remove burst, or change the COUNT"
                 )
             );
         }
@@ -2282,6 +2485,314 @@ burst = -1
             "algorithm = \"sliding_window\"\nrate = \"2000000/d\"\n",
         ));
         assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    fn delay(secs: u64, max_queue: u64) -> OnLimit {
+        OnLimit::Delay {
+            max_delay: Duration::from_secs(secs),
+            max_queue,
+        }
+    }
+
+    #[test]
+    fn on_limit_defaults_to_reject_and_delay_defaults_to_30s_and_a_queue_of_1000() {
+        let config = valid(&rule_a("rate = \"10/s\"\non_limit = \"reject\"\n"));
+        assert_eq!(config.rules[0].on_limit, OnLimit::Reject);
+        for kind in ["token_bucket", "fixed_window", "sliding_log"] {
+            let config = valid(&rule_a(&format!(
+                "algorithm = \"{kind}\"\nrate = \"10/s\"\non_limit = \"delay\"\n"
+            )));
+            assert_eq!(config.rules[0].on_limit, delay(30, 1000), "{kind}");
+            assert_eq!(config.rules[0].max_in_flight, None);
+        }
+    }
+
+    #[test]
+    fn delay_reads_max_delay_and_max_queue() {
+        let config = valid(&rule_a(
+            "rate = \"10/s\"\non_limit = \"delay\"\nmax_delay = \"1500ms\"\nmax_queue = 5\n",
+        ));
+        assert_eq!(
+            config.rules[0].on_limit,
+            OnLimit::Delay {
+                max_delay: Duration::from_millis(1500),
+                max_queue: 5
+            }
+        );
+        assert_eq!(
+            errors(&rule_a(
+                "rate = \"10/s\"\non_limit = \"delay\"\nmax_delay = \"0s\"\nmax_queue = 0\n"
+            )),
+            vec![
+                "test.toml:7:13: rule[0].max_delay: must be longer than zero (default \"30s\")",
+                "test.toml:8:13: rule[0].max_queue: 0 is out of range: must be at least 1 \
+                 (default 1000)",
+            ]
+        );
+        let line = only_error(&rule_a(
+            "rate = \"10/s\"\non_limit = \"delay\"\nmax_delay = \"soon\"\n",
+        ));
+        assert!(
+            line.starts_with(
+                "test.toml:7:13: rule[0].max_delay: \"soon\" does not start with a number"
+            ),
+            "{line}"
+        );
+        let line = only_error(&rule_a(
+            "rate = \"10/s\"\non_limit = \"delay\"\nmax_delay = 30\n",
+        ));
+        assert!(
+            line.starts_with("test.toml:7:13: invalid type: integer `30`"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn max_delay_and_max_queue_need_on_limit_delay() {
+        assert_eq!(
+            errors(&rule_a(
+                "rate = \"10/s\"\nmax_delay = \"5s\"\nmax_queue = 10\n"
+            )),
+            vec![
+                "test.toml:6:13: rule[0].max_delay: needs on_limit = \"delay\": by default \
+                 (on_limit = \"reject\") a limited request is answered at once and never waits; \
+                 add on_limit = \"delay\", or remove max_delay",
+                "test.toml:7:13: rule[0].max_queue: needs on_limit = \"delay\": by default \
+                 (on_limit = \"reject\") a limited request is answered at once and never waits; \
+                 add on_limit = \"delay\", or remove max_queue",
+            ]
+        );
+        assert_eq!(
+            only_error(&rule_a(
+                "rate = \"10/s\"\non_limit = \"reject\"\nmax_queue = 10\n"
+            )),
+            "test.toml:7:13: rule[0].max_queue: needs on_limit = \"delay\": with on_limit = \
+             \"reject\" (line 6) a limited request is answered at once and never waits; set \
+             on_limit = \"delay\", or remove max_queue"
+        );
+        // Not judged against an invalid on_limit or algorithm.
+        assert_eq!(
+            only_error(&rule_a(
+                "rate = \"10/s\"\non_limit = \"wait\"\nmax_delay = \"5s\"\n"
+            )),
+            "test.toml:6:12: rule[0].on_limit: unknown on_limit \"wait\"; allowed: \"reject\" or \
+             \"delay\""
+        );
+        let line = only_error(&rule_a(
+            "rate = \"10/s\"\nalgorithm = \"leaky\"\nmax_queue = 10\n",
+        ));
+        assert!(
+            line.starts_with("test.toml:6:13: rule[0].algorithm: unknown algorithm \"leaky\""),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn sliding_window_cannot_delay() {
+        assert_eq!(
+            only_error(&rule_a(
+                "algorithm = \"sliding_window\"\nrate = \"10/s\"\non_limit = \"delay\"\n\
+                 max_queue = 10\n"
+            )),
+            "test.toml:7:12: rule[0].on_limit: delay is not supported with sliding_window; use \
+             token_bucket, leaky_bucket, fixed_window or sliding_log"
+        );
+        let config = valid(&rule_a(
+            "algorithm = \"sliding_window\"\nrate = \"10/s\"\non_limit = \"reject\"\n",
+        ));
+        assert_eq!(config.rules[0].on_limit, OnLimit::Reject);
+    }
+
+    #[test]
+    fn a_shadow_rule_may_delay() {
+        let config = valid(&rule_a(
+            "rate = \"10/s\"\non_limit = \"delay\"\nshadow = true\n",
+        ));
+        assert!(config.rules[0].shadow);
+        assert_eq!(config.rules[0].on_limit, delay(30, 1000));
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
+    fn a_leaky_bucket_always_delays_and_its_burst_is_the_queue() {
+        let config = valid(&rule_a("algorithm = \"leaky_bucket\"\nrate = \"10/s\"\n"));
+        let rule = &config.rules[0];
+        assert_eq!(rule.algorithm, AlgorithmKind::LeakyBucket);
+        assert_eq!(rule.limits, vec![limit(10, 1, 10)]);
+        assert_eq!(rule.on_limit, delay(30, 10));
+        assert_eq!(rule.max_in_flight, None);
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        // on_limit = "delay" is redundant but allowed; max_delay applies.
+        let config = valid(&rule_a(
+            "algorithm = \"leaky_bucket\"\nrate = \"10/s\"\nburst = 3\non_limit = \"delay\"\n\
+             max_delay = \"2s\"\n",
+        ));
+        assert_eq!(config.rules[0].limits, vec![limit(10, 1, 3)]);
+        assert_eq!(config.rules[0].on_limit, delay(2, 3));
+        // A list of one rate is one rate.
+        let config = valid(&rule_a(
+            "algorithm = \"leaky_bucket\"\nlimits = [\"100/m\"]\n",
+        ));
+        assert_eq!(config.rules[0].limits, vec![limit(100, 60, 100)]);
+        assert_eq!(config.rules[0].on_limit, delay(30, 100));
+    }
+
+    #[test]
+    fn a_leaky_bucket_cannot_reject_at_once_or_take_max_queue() {
+        assert_eq!(
+            errors(&rule_a(
+                "algorithm = \"leaky_bucket\"\nrate = \"10/s\"\non_limit = \"reject\"\n\
+                 max_queue = 50\nmax_delay = \"1s\"\n"
+            )),
+            vec![
+                "test.toml:7:12: rule[0].on_limit: a leaky bucket always holds requests until \
+                 they can leave at its rate, so it cannot reject at once; remove on_limit, or use \
+                 algorithm = \"token_bucket\" to answer at once",
+                "test.toml:8:13: rule[0].max_queue: a leaky bucket's queue is its burst: how many \
+                 requests may wait (default the rate's COUNT); remove max_queue and set burst \
+                 instead",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_leaky_bucket_takes_one_rate_and_a_burst_of_at_least_one() {
+        assert_eq!(
+            only_error(&rule_a(
+                "algorithm = \"leaky_bucket\"\nlimits = [\"10/s\", \"100/m\"]\nburst = 5\n"
+            )),
+            "test.toml:6:10: rule[0].limits: a leaky bucket lets requests leave at one constant \
+             rate, so it takes a single rate such as rate = \"10/s\"; use token_bucket for several \
+             limits that must all hold"
+        );
+        assert_eq!(
+            only_error(&rule_a("algorithm = \"leaky_bucket\"\n")),
+            "test.toml:3:1: rule[0]: rate is required: COUNT/PERIOD such as rate = \"100/m\", \
+             or limits = [\"100/m\", \"1000/h\"] for several limits that must all hold"
+        );
+        assert_eq!(
+            only_error(&rule_a(
+                "algorithm = \"leaky_bucket\"\nrate = \"10/s\"\nburst = 0\n"
+            )),
+            "test.toml:7:9: rule[0].burst: 0 must be at least 1, or no request could ever pass; \
+             it defaults to the rate's COUNT"
+        );
+    }
+
+    #[test]
+    fn a_closed_leaky_bucket_holds_nobody() {
+        let config = valid(&rule_a("algorithm = \"leaky_bucket\"\nrate = \"0/m\"\n"));
+        assert_eq!(config.rules[0].limits, vec![limit(0, 60, 0)]);
+        assert_eq!(config.rules[0].on_limit, delay(30, 0));
+        assert_eq!(
+            config.warnings,
+            vec![
+                "test.toml:6:8: rule[0].rate: \"0/m\" closes the route: every matching request \
+                 is limited"
+            ]
+        );
+        let config = valid(&rule_a(
+            "algorithm = \"leaky_bucket\"\nrate = \"0/m\"\nburst = 4\n",
+        ));
+        assert_eq!(config.warnings.len(), 2, "{:?}", config.warnings);
+        assert_eq!(
+            config.warnings[1],
+            "test.toml:7:9: rule[0].burst: with a COUNT of 0 nothing ever leaves a leaky bucket, \
+             so no request is admitted whatever the burst"
+        );
+    }
+
+    #[test]
+    fn a_leaky_bucket_takes_any_cost_of_at_least_one_and_counts_in_64_bits() {
+        let config = valid(&rule_a(
+            "algorithm = \"leaky_bucket\"\nrate = \"10/s\"\nburst = 2\ncost = 5\n",
+        ));
+        assert_eq!(config.rules[0].cost, 5);
+        assert_eq!(
+            only_error(&rule_a(
+                "algorithm = \"leaky_bucket\"\nrate = \"10/s\"\ncost = 0\n"
+            )),
+            "test.toml:7:8: rule[0].cost: 0 is out of range: must be at least 1 (default 1)"
+        );
+        let config = valid(&rule_a(
+            "algorithm = \"leaky_bucket\"\nrate = \"4294967296/d\"\n",
+        ));
+        assert_eq!(config.rules[0].limits[0].capacity, 4_294_967_296);
+    }
+
+    #[test]
+    fn concurrency_counts_requests_in_flight_100_by_default() {
+        let config = valid(&rule_a("algorithm = \"concurrency\"\n"));
+        let rule = &config.rules[0];
+        assert_eq!(rule.algorithm, AlgorithmKind::Concurrency);
+        assert_eq!(rule.max_in_flight, Some(100));
+        assert!(rule.limits.is_empty(), "{:?}", rule.limits);
+        assert_eq!(rule.cost, 1);
+        assert_eq!(rule.on_limit, OnLimit::Reject);
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        let config = valid(&rule_a(
+            "algorithm = \"concurrency\"\nmax_in_flight = 8\non_limit = \"delay\"\n\
+             max_delay = \"5s\"\nmax_queue = 20\n",
+        ));
+        assert_eq!(config.rules[0].max_in_flight, Some(8));
+        assert_eq!(config.rules[0].on_limit, delay(5, 20));
+        assert_eq!(
+            only_error(&rule_a("algorithm = \"concurrency\"\nmax_in_flight = 0\n")),
+            "test.toml:6:17: rule[0].max_in_flight: 0 is out of range: must be at least 1 \
+             (default 100)"
+        );
+    }
+
+    #[test]
+    fn concurrency_takes_no_rate_limits_burst_or_cost() {
+        assert_eq!(
+            errors(&rule_a(
+                "algorithm = \"concurrency\"\nrate = \"10/s\"\nlimits = [\"x\"]\nburst = 5\n\
+                 cost = 2\n"
+            )),
+            vec![
+                "test.toml:6:8: rule[0].rate: concurrency counts requests in flight, so it takes \
+                 no rate; bound them with max_in_flight (default 100), or choose another \
+                 algorithm for a rate",
+                "test.toml:7:10: rule[0].limits: concurrency counts requests in flight, so it \
+                 takes no limits; bound them with max_in_flight (default 100), or choose another \
+                 algorithm for a rate",
+                "test.toml:8:9: rule[0].burst: concurrency counts requests in flight, so it takes \
+                 no burst; max_in_flight (default 100) is how many may be in flight at once",
+                "test.toml:9:8: rule[0].cost: concurrency counts requests in flight, so it takes \
+                 no cost; each request holds one permit while it is in flight",
+            ]
+        );
+    }
+
+    #[test]
+    fn max_in_flight_is_only_for_concurrency() {
+        for kind in [
+            "token_bucket",
+            "leaky_bucket",
+            "fixed_window",
+            "sliding_window",
+            "sliding_log",
+        ] {
+            assert_eq!(
+                only_error(&rule_a(&format!(
+                    "algorithm = \"{kind}\"\nrate = \"10/s\"\nmax_in_flight = 5\n"
+                ))),
+                format!(
+                    "test.toml:7:17: rule[0].max_in_flight: only algorithm = \"concurrency\" takes \
+                     max_in_flight: a {kind} rule is bounded by its rate; remove max_in_flight, or \
+                     use algorithm = \"concurrency\" to bound requests in flight"
+                )
+            );
+        }
+        let line = only_error(&rule_a("rate = \"10/s\"\nmax_in_flight = 5\n"));
+        assert!(
+            line.starts_with(
+                "test.toml:6:17: rule[0].max_in_flight: only algorithm = \"concurrency\" takes \
+                 max_in_flight: a token_bucket rule"
+            ),
+            "{line}"
+        );
     }
 
     #[test]

@@ -13,8 +13,19 @@
 //! indistinguishable from a fresh one, which is what makes eviction safe.
 //! A `now` earlier than another thread's (out-of-order clock reads) only sees
 //! the bucket emptier than it is.
+//!
+//! Delay mode is GCRA's virtual scheduling: a request of cost `c` passes at
+//! `p = max(TAT, now) + c·T − τ` (at once when `p ≤ now`), and taking it
+//! moves the TAT to `p + τ` even when that is far ahead: a reservation is
+//! debt that later arrivals queue behind, each exactly `c·T` after the
+//! previous one. Since `c·T ≤ τ`, `max(TAT, p) = max(TAT, now)` for a held
+//! request, so the TAT evolves exactly as if the request had arrived at `p`:
+//! the pass instants are a sequence plain GCRA admits, and the token
+//! bucket's bound (at most `burst + L/T` units in any interval of length `L`)
+//! holds for them. The units waiting at `now` are the debt beyond `τ`,
+//! `⌈(TAT − now − τ) / T⌉`.
 
-use super::{Algorithm, BucketState, Decision};
+use super::{Algorithm, BucketState, Decision, HoldLimits};
 use crate::clock::Nanos;
 use crate::config::Rate;
 
@@ -124,6 +135,21 @@ impl Gcra {
         tat <= now
     }
 
+    /// Units reserved and not passed yet at `now`: the debt beyond `τ`,
+    /// rounded up to whole units. With a chain of holds of cost `c` (each
+    /// `c·T` after the previous) the number of held requests is
+    /// `⌈(TAT − now − τ) / (c·T)⌉`; `queued + c ≤ Q·c` is then exactly
+    /// "fewer than `Q` requests wait".
+    #[inline]
+    pub fn queued(&self, tat: Nanos, now: Nanos) -> u64 {
+        if self.is_closed() {
+            return 0;
+        }
+        tat.saturating_sub(now)
+            .saturating_sub(self.tolerance)
+            .div_ceil(self.emission)
+    }
+
     /// The bucket state without taking anything (for headers and admin views).
     pub fn peek(&self, tat: Nanos, now: Nanos) -> BucketState {
         if self.is_closed() {
@@ -172,6 +198,67 @@ impl Algorithm for Gcra {
 
     fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    /// Virtual scheduling (see the module doc). `Allow` exactly when
+    /// [`Algorithm::acquire`] admits. A `Hold` needs `wait ≤ max_wait` and
+    /// `queued + cost ≤ max_queued`, where `queued` is [`Gcra::queued`]
+    /// (the units already waiting); a `Deny`'s `retry_after` is the wait
+    /// (for GCRA the instant a request would pass without waiting is its
+    /// pass instant).
+    fn reserve(&self, tat: &mut Nanos, now: Nanos, cost: u64, limits: HoldLimits) -> Decision {
+        let step = Gcra::step(self, *tat, now, cost);
+        if let Some(new_tat) = step.new_tat {
+            *tat = new_tat;
+            return step.decision;
+        }
+        match step.decision {
+            Decision::Deny {
+                retry_after: Some(wait),
+                ..
+            } if wait <= limits.max_wait
+                && self.queued(*tat, now).saturating_add(cost) <= limits.max_queued =>
+            {
+                // Denied with a retry means the base is the TAT (a fresh base
+                // of `now` would have admitted, since `c·T ≤ τ`).
+                let new_tat = (*tat)
+                    .max(now)
+                    .saturating_add(self.emission.saturating_mul(cost));
+                *tat = new_tat;
+                Decision::Hold {
+                    state: BucketState {
+                        remaining: 0,
+                        reset_after: new_tat - now,
+                    },
+                    wait,
+                }
+            }
+            deny => deny,
+        }
+    }
+
+    /// Right after a reservation that passes at `at` the TAT is `at + τ`
+    /// (`p = TAT − τ`, whatever the cost); any later reservation moves it
+    /// further. So while `now ≤ at`:
+    ///
+    /// - `TAT > at + τ`: something was reserved after it; later holds keep
+    ///   their instants and nothing is given back (returning the units would
+    ///   let a newcomer pass at an instant already promised to a hold, above
+    ///   the burst).
+    /// - `TAT = at + τ`: it is the last one (any later ones were cancelled
+    ///   exactly); `TAT − c·T` is the TAT before it.
+    /// - `TAT < at + τ`: it was admitted at once (`at` = the `now` it was
+    ///   made at) and only admissions at once followed it; while `now ≤ at`
+    ///   those came at the same instant, where GCRA steps commute, so taking
+    ///   `c·T` off is exact (this is the rollback of a multi-limit request).
+    ///
+    /// Once `now > at` nothing is given back: the TAT no longer tells an
+    /// admission at `at` followed by others from a later one.
+    fn cancel(&self, tat: &mut Nanos, now: Nanos, cost: u64, at: Nanos) {
+        if self.is_closed() || now > at || *tat > at.saturating_add(self.tolerance) {
+            return;
+        }
+        *tat = Gcra::refund(self, *tat, cost);
     }
 }
 
@@ -313,6 +400,169 @@ mod tests {
         let later = taken + SEC;
         assert!(Gcra::is_full(taken, later));
         assert_eq!(gcra.step(taken, later, 1), gcra.step(0, later, 1));
+    }
+
+    const MS: Nanos = 1_000_000;
+
+    fn limits(max_wait: Nanos, max_queued: u64) -> HoldLimits {
+        HoldLimits {
+            max_wait,
+            max_queued,
+        }
+    }
+
+    #[test]
+    fn held_requests_pass_one_interval_apart_in_arrival_order() {
+        // 10/s, burst 2: two pass at once, then one every 100 ms.
+        let gcra = Gcra::new(rate(10, 1), 2);
+        let now = 5 * SEC;
+        let mut tat = 0;
+        let decisions: Vec<_> = (0..5)
+            .map(|_| gcra.reserve(&mut tat, now, 1, limits(SEC, 10)))
+            .collect();
+        assert!(matches!(decisions[0], Decision::Allow(_)));
+        assert!(matches!(decisions[1], Decision::Allow(_)));
+        assert_eq!(
+            decisions.iter().map(Decision::wait).collect::<Vec<_>>(),
+            [0, 0, 100 * MS, 200 * MS, 300 * MS]
+        );
+        assert_eq!(
+            decisions[4],
+            Decision::Hold {
+                state: BucketState {
+                    remaining: 0,
+                    // Full once the three held units and the burst are paid.
+                    reset_after: 500 * MS
+                },
+                wait: 300 * MS
+            }
+        );
+        assert_eq!(gcra.queued(tat, now), 3);
+        assert_eq!(gcra.queued(tat, now + 150 * MS), 2);
+        assert!(!gcra.is_fresh(&tat, now + 500 * MS - 1));
+        assert!(gcra.is_fresh(&tat, now + 500 * MS));
+    }
+
+    #[test]
+    fn max_queue_requests_may_wait_and_the_next_is_refused() {
+        for cost in [1, 2, 3] {
+            // 10/s, burst 6, max_queue 3.
+            let gcra = Gcra::new(rate(10, 1), 6);
+            let now = SEC;
+            let mut tat = 0;
+            let hold = limits(10 * SEC, 3 * cost);
+            let passed = (0..6 / cost)
+                .filter(|_| matches!(gcra.reserve(&mut tat, now, cost, hold), Decision::Allow(_)))
+                .count() as u64;
+            assert_eq!(passed, 6 / cost);
+            for k in 1..=3 {
+                assert_eq!(
+                    gcra.reserve(&mut tat, now, cost, hold).wait(),
+                    k * cost * 100 * MS,
+                    "cost {cost}"
+                );
+            }
+            let before = tat;
+            match gcra.reserve(&mut tat, now, cost, hold) {
+                Decision::Deny { state, retry_after } => {
+                    assert_eq!(state.remaining, 0);
+                    // The wait it would have needed.
+                    assert_eq!(retry_after, Some(4 * cost * 100 * MS));
+                }
+                other => panic!("cost {cost}: expected a denial, got {other:?}"),
+            }
+            assert_eq!(tat, before);
+            // When the first held request passes, one more may join, behind
+            // the other two.
+            let later = now + cost * 100 * MS;
+            assert_eq!(
+                gcra.reserve(&mut tat, later, cost, hold).wait(),
+                3 * cost * 100 * MS,
+                "cost {cost}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_that_would_wait_longer_than_max_wait_is_refused_at_once() {
+        let gcra = Gcra::new(rate(10, 1), 1);
+        let now = SEC;
+        let mut tat = 0;
+        let hold = limits(250 * MS, 100);
+        assert!(gcra.reserve(&mut tat, now, 1, hold).is_allowed());
+        assert_eq!(gcra.reserve(&mut tat, now, 1, hold).wait(), 100 * MS);
+        assert_eq!(gcra.reserve(&mut tat, now, 1, hold).wait(), 200 * MS);
+        let before = tat;
+        let denied = gcra.reserve(&mut tat, now, 1, hold);
+        assert_eq!(denied, Algorithm::peek(&gcra, &tat, now, 1));
+        assert_eq!(
+            denied,
+            Decision::Deny {
+                state: BucketState {
+                    remaining: 0,
+                    reset_after: 300 * MS
+                },
+                retry_after: Some(300 * MS)
+            }
+        );
+        assert_eq!(tat, before);
+        // A cost above the burst never waits.
+        assert_eq!(
+            gcra.reserve(&mut 0, now, 2, limits(u64::MAX, u64::MAX)),
+            gcra.step(0, now, 2).decision
+        );
+    }
+
+    #[test]
+    fn cancelling_the_last_hold_restores_exactly_a_middle_one_gives_nothing() {
+        let gcra = Gcra::new(rate(10, 1), 1);
+        let now = SEC;
+        let hold = limits(SEC, 10);
+        let mut tat = 0;
+        gcra.reserve(&mut tat, now, 1, hold);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let before = tat;
+            let wait = gcra.reserve(&mut tat, now, 1, hold).wait();
+            held.push((before, now + wait));
+        }
+        let full = tat;
+        // The middle one: later holds keep their instants; giving its unit
+        // back would let a newcomer pass at the last one's instant.
+        gcra.cancel(&mut tat, now + 10 * MS, 1, held[1].1);
+        assert_eq!(tat, full);
+        // The last one: the TAT from before it.
+        gcra.cancel(&mut tat, now + 10 * MS, 1, held[2].1);
+        assert_eq!(tat, held[2].0);
+        // The next newcomer passes where the cancelled one would have.
+        let again = gcra.reserve(&mut tat, now + 10 * MS, 1, hold);
+        assert_eq!(now + 10 * MS + again.wait(), held[2].1);
+        // Nothing once the instant has passed.
+        let before = tat;
+        gcra.cancel(&mut tat, held[2].1 + 1, 1, held[2].1);
+        assert_eq!(tat, before);
+    }
+
+    #[test]
+    fn cancelling_a_request_admitted_at_once_at_the_same_instant_is_a_refund() {
+        let gcra = Gcra::new(rate(10, 1), 5);
+        let now = SEC;
+        let hold = limits(SEC, 10);
+        let mut tat = 0;
+        gcra.reserve(&mut tat, now, 1, hold);
+        let before = tat;
+        assert!(matches!(
+            gcra.reserve(&mut tat, now, 2, hold),
+            Decision::Allow(_)
+        ));
+        // Another admission at the same instant in between: steps commute.
+        gcra.reserve(&mut tat, now, 1, hold);
+        gcra.cancel(&mut tat, now, 2, now);
+        assert_eq!(tat, gcra.step(before, now, 1).new_tat.unwrap());
+        // Later on, an admission at once is used: nothing comes back.
+        let used = tat;
+        gcra.cancel(&mut tat, now + 1, 1, now);
+        assert_eq!(tat, used);
     }
 
     #[test]

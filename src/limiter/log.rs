@@ -7,10 +7,22 @@
 //! admits only while it has room), grows its buffer geometrically up to
 //! COUNT and no further, and drops stamps as they expire. `sluice check`
 //! warns when COUNT is large.
+//!
+//! Delay mode: stamps may lie in the future (reservations). A reservation of
+//! cost `c` passes at the earliest `t ≥ max(now, newest stamp)` at which the
+//! stamps in `(t − P, t]` plus `c` stay within COUNT, and stamps `c` units at
+//! `t`. That keeps the invariant "every interval `(x − P, x]` holds at most
+//! COUNT stamps": intervals ending before `t` do not contain `t`, and one
+//! ending at `x ≥ t` holds only stamps in `(x − P, t] ⊆ (t − P, t]`, since no
+//! stamp is newer than `t`. Removing stamps never breaks the invariant, and
+//! held requests keep their instants, so a cancel removes its stamps exactly
+//! wherever they are; placing every reservation at or after the newest stamp
+//! keeps holds in arrival order even after a cancel in the middle. With
+//! reservations a log holds up to COUNT plus the units waiting.
 
 use std::collections::VecDeque;
 
-use super::{Algorithm, BucketState, Decision};
+use super::{Algorithm, BucketState, Decision, HoldLimits};
 use crate::clock::Nanos;
 use crate::config::Rate;
 
@@ -59,6 +71,23 @@ impl SlidingLog {
     fn first_live(&self, log: &LogState, now: Nanos) -> usize {
         log.stamps
             .partition_point(|&stamp| stamp.saturating_add(self.period) <= now)
+    }
+
+    /// Appends `cost` stamps at `stamp` (not before the newest), growing the
+    /// buffer geometrically: up to COUNT, then by the excess over COUNT.
+    fn push(&self, log: &mut LogState, stamp: Nanos, cost: u64) {
+        let cost = cost as usize;
+        let needed = log.stamps.len() + cost;
+        if needed > log.stamps.capacity() {
+            let count = usize::try_from(self.count).unwrap_or(usize::MAX);
+            let target = if needed <= count {
+                (needed * 2).max(4).min(count).max(needed)
+            } else {
+                needed + (needed - count)
+            };
+            log.stamps.reserve_exact(target - log.stamps.len());
+        }
+        log.stamps.extend(std::iter::repeat_n(stamp, cost));
     }
 
     /// The decision for `cost` units given the stamps from `live` on.
@@ -115,14 +144,7 @@ impl Algorithm for SlidingLog {
             // thread is stamped as the newest time seen (it expires a little
             // later, never sooner).
             let stamp = log.stamps.back().map_or(now, |&newest| newest.max(now));
-            let cost = cost as usize;
-            let needed = log.stamps.len() + cost;
-            if needed > log.stamps.capacity() {
-                // Grow geometrically, but never past COUNT stamps.
-                let target = (needed * 2).max(4).min(self.count as usize).max(needed);
-                log.stamps.reserve_exact(target - log.stamps.len());
-            }
-            log.stamps.extend(std::iter::repeat_n(stamp, cost));
+            self.push(log, stamp, cost);
         }
         decision
     }
@@ -165,6 +187,78 @@ impl Algorithm for SlidingLog {
         usize::try_from(self.count)
             .unwrap_or(usize::MAX)
             .saturating_mul(std::mem::size_of::<Nanos>())
+    }
+
+    /// See the module doc. `Allow` exactly when the units fit at `now` and
+    /// no stamp is in the future (then as [`Algorithm::acquire`]); otherwise
+    /// a `Hold` until `t` when `t − now ≤ max_wait` and the units already
+    /// waiting (stamps after `now`) plus `cost` stay within `max_queued`.
+    /// A `Deny`'s `retry_after` is `t − now`, when the request would pass
+    /// without waiting. That is [`Algorithm::peek`]'s unless a reservation in
+    /// the middle was cancelled: peek only counts stamps, and may name an
+    /// earlier instant that would let the request overtake held ones.
+    fn reserve(&self, log: &mut LogState, now: Nanos, cost: u64, limits: HoldLimits) -> Decision {
+        let expired = self.first_live(log, now);
+        log.stamps.drain(..expired);
+        if self.count == 0 || cost > self.count {
+            return self.decide(log, 0, now, cost);
+        }
+        let from = log.stamps.back().map_or(now, |&newest| newest.max(now));
+        let live = self.first_live(log, from);
+        let counted = (log.stamps.len() - live) as u64;
+        let at = if counted + cost <= self.count {
+            from
+        } else {
+            let must_expire = (counted + cost - self.count) as usize;
+            log.stamps[live + must_expire - 1].saturating_add(self.period)
+        };
+        let wait = at - now;
+        let waiting = (log.len() - log.stamps.partition_point(|&stamp| stamp <= now)) as u64;
+        if wait == 0 {
+            // Nothing in the future: exactly `acquire`.
+            let decision = self.decide(log, 0, now, cost);
+            self.push(log, now, cost);
+            return decision;
+        }
+        // Full again when the newest stamp expires.
+        let reset_after = log
+            .stamps
+            .back()
+            .map_or(0, |&newest| newest.saturating_add(self.period) - now);
+        if wait > limits.max_wait || waiting.saturating_add(cost) > limits.max_queued {
+            return Decision::Deny {
+                state: BucketState {
+                    remaining: if waiting > 0 {
+                        0
+                    } else {
+                        self.count.saturating_sub(log.len() as u64)
+                    },
+                    reset_after,
+                },
+                retry_after: Some(wait),
+            };
+        }
+        self.push(log, at, cost);
+        Decision::Hold {
+            state: BucketState {
+                remaining: 0,
+                reset_after: at.saturating_add(self.period) - now,
+            },
+            wait,
+        }
+    }
+
+    /// Removes `cost` stamps equal to `at` (fewer if fewer are left), exact
+    /// wherever they are (see the module doc); stamps of several requests at
+    /// one instant are interchangeable. Nothing once `now` is past `at`.
+    fn cancel(&self, log: &mut LogState, now: Nanos, cost: u64, at: Nanos) {
+        if now > at {
+            return;
+        }
+        let end = log.stamps.partition_point(|&stamp| stamp <= at);
+        let start = log.stamps.partition_point(|&stamp| stamp < at);
+        let take = (end - start).min(usize::try_from(cost).unwrap_or(usize::MAX));
+        log.stamps.drain(end - take..end);
     }
 }
 
@@ -234,6 +328,129 @@ mod tests {
         let before = log.clone();
         assert!(limit.acquire(&mut log, 2 * SEC, 3).is_allowed());
         limit.refund(&mut log, 2 * SEC, 3);
+        assert_eq!(log, before);
+    }
+
+    const MS: Nanos = 1_000_000;
+
+    fn limits(max_wait: Nanos, max_queued: u64) -> HoldLimits {
+        HoldLimits {
+            max_wait,
+            max_queued,
+        }
+    }
+
+    #[test]
+    fn holds_pass_when_stamps_expire_in_arrival_order() {
+        let limit = log_of(2, 10);
+        let hold = limits(60 * SEC, 100);
+        let mut log = LogState::default();
+        let mut plain = LogState::default();
+        for at in [100, 101] {
+            // Passing at once: exactly `acquire`.
+            assert_eq!(
+                limit.reserve(&mut log, at * SEC, 1, hold),
+                limit.acquire(&mut plain, at * SEC, 1)
+            );
+        }
+        let waits: Vec<_> = (0..4)
+            .map(|_| limit.reserve(&mut log, 102 * SEC, 1, hold).wait())
+            .collect();
+        // 110 s (100 s expires), 111 s (101 s expires), 120 s, 121 s.
+        assert_eq!(waits, [8 * SEC, 9 * SEC, 18 * SEC, 19 * SEC]);
+        assert_eq!(
+            limit.reserve(&mut log, 102 * SEC, 1, hold),
+            Decision::Hold {
+                state: BucketState {
+                    remaining: 0,
+                    reset_after: 38 * SEC
+                },
+                wait: 28 * SEC
+            }
+        );
+        // A cost of 2 waits for two expiries, behind everyone.
+        assert_eq!(limit.reserve(&mut log, 102 * SEC, 2, hold).wait(), 38 * SEC);
+    }
+
+    #[test]
+    fn max_queue_and_max_wait_refuse_at_once_taking_nothing() {
+        let limit = log_of(2, 10);
+        let mut log = LogState::default();
+        // max_queue 2 of cost 1, at most 15 s.
+        let hold = limits(15 * SEC, 2);
+        limit.reserve(&mut log, 100 * SEC, 2, hold);
+        assert_eq!(limit.reserve(&mut log, 100 * SEC, 1, hold).wait(), 10 * SEC);
+        assert_eq!(limit.reserve(&mut log, 100 * SEC, 1, hold).wait(), 10 * SEC);
+        let full = log.clone();
+        // Two waiting: the third is refused, and told when it would pass.
+        match limit.reserve(&mut log, 100 * SEC, 1, hold) {
+            Decision::Deny { state, retry_after } => {
+                assert_eq!(state.remaining, 0);
+                assert_eq!(retry_after, Some(20 * SEC));
+                assert_eq!(state.reset_after, 20 * SEC);
+            }
+            other => panic!("expected a denial, got {other:?}"),
+        }
+        assert_eq!(log, full);
+        // At 110 s the two held ones pass; two more fit at 120 s.
+        assert_eq!(limit.reserve(&mut log, 110 * SEC, 1, hold).wait(), 10 * SEC);
+        assert_eq!(limit.reserve(&mut log, 110 * SEC, 1, hold).wait(), 10 * SEC);
+        // The next would wait 20 s > 15 s, however long the queue may be.
+        let with_two = log.clone();
+        let long_queue = limits(15 * SEC, 100);
+        assert!(!limit
+            .reserve(&mut log, 110 * SEC, 1, long_queue)
+            .is_allowed());
+        assert_eq!(log, with_two);
+    }
+
+    #[test]
+    fn cancel_removes_exactly_its_stamps_wherever_they_are() {
+        let limit = log_of(1, 10);
+        let hold = limits(60 * SEC, 100);
+        let mut log = LogState::default();
+        limit.reserve(&mut log, 100 * SEC, 1, hold);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let before = log.clone();
+            let wait = limit.reserve(&mut log, 100 * SEC, 1, hold).wait();
+            held.push((before, 100 * SEC + wait));
+        }
+        assert_eq!(
+            held.iter().map(|h| h.1).collect::<Vec<_>>(),
+            [110 * SEC, 120 * SEC, 130 * SEC]
+        );
+        // The last one: exactly as before it.
+        let full = log.clone();
+        limit.cancel(&mut log, 101 * SEC, 1, held[2].1);
+        assert_eq!(log, held[2].0);
+        // Reserving again puts it back where it was.
+        assert_eq!(limit.reserve(&mut log, 101 * SEC, 1, hold).wait(), 29 * SEC);
+        assert_eq!(log, full);
+        // A middle one: its stamp goes, the others keep their instants, and
+        // a newcomer still comes after the newest (no overtaking), here as
+        // soon as the 130 s stamp allows.
+        limit.cancel(&mut log, 101 * SEC, 1, held[1].1);
+        assert_eq!(log.stamps, [100 * SEC, 110 * SEC, 130 * SEC]);
+        assert_eq!(limit.reserve(&mut log, 101 * SEC, 1, hold).wait(), 39 * SEC);
+        // Nothing once the instant has passed.
+        let before = log.clone();
+        limit.cancel(&mut log, 110 * SEC + 1, 1, 110 * SEC);
+        assert_eq!(log, before);
+    }
+
+    #[test]
+    fn cancelling_a_request_admitted_at_once_removes_its_stamps() {
+        let limit = log_of(3, 10);
+        let hold = limits(60 * SEC, 100);
+        let mut log = LogState::default();
+        limit.reserve(&mut log, 100 * SEC, 1, hold);
+        let before = log.clone();
+        assert!(matches!(
+            limit.reserve(&mut log, 100 * SEC + MS, 2, hold),
+            Decision::Allow(_)
+        ));
+        limit.cancel(&mut log, 100 * SEC + MS, 2, 100 * SEC + MS);
         assert_eq!(log, before);
     }
 

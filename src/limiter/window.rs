@@ -18,8 +18,22 @@
 //!
 //! Arithmetic is exact integer arithmetic (u128 for the weighted sums), so
 //! `Retry-After` is never earlier than the moment the request would pass.
+//!
+//! Delay mode, fixed window: reservations spill into later windows. The
+//! count may exceed COUNT: unit `k` of window `w`'s count is in window
+//! `w + k / COUNT`, and aligning the state to a later window drops COUNT per
+//! window passed (saturating) instead of resetting. A request that does not
+//! fit in what is left of a window goes whole into the next one, the rest of
+//! the window being padded (counted, never used); it passes when that window
+//! starts. Padding only happens below a reservation, and `previous`, unused
+//! by the fixed window otherwise, remembers the padding below the newest
+//! reservation so that cancelling it restores the count exactly.
+//!
+//! The sliding window has no delay mode: `reserve` and `cancel` are the
+//! defaults (`acquire` and `refund`), and config refuses
+//! `on_limit = "delay"` with it.
 
-use super::{Algorithm, BucketState, Decision};
+use super::{Algorithm, BucketState, Decision, HoldLimits};
 use crate::clock::Nanos;
 use crate::config::Rate;
 
@@ -101,29 +115,80 @@ impl FixedWindow {
         }
     }
 
-    /// The decision for `cost` units against `state` (already aligned), and
-    /// whether they fit.
+    /// `state` aligned to `now`: the window `now` falls in (never before the
+    /// state's own), and the units counted from that window's start (beyond
+    /// COUNT: reserved in the windows after it).
     #[inline]
-    fn decide(&self, state: &WindowCounts, now: Nanos, cost: u64) -> (Decision, bool) {
+    fn shift(&self, state: &WindowCounts, now: Nanos) -> (u64, u64) {
+        let window = (now / self.period).max(state.window);
+        let passed = window - state.window;
+        let used = u64::from(state.current).saturating_sub(passed.saturating_mul(self.count));
+        (window, used)
+    }
+
+    /// Where `cost` more units go on top of `used` (counted from the start
+    /// of the aligned window): how many windows after it, and the padding
+    /// that fills the rest of the window before it when they do not fit in
+    /// what is left of it. `cost ≤ COUNT`, COUNT > 0.
+    #[inline]
+    fn place(&self, used: u64, cost: u64) -> (u64, u64) {
+        let offset = used % self.count;
+        let pad = if offset + cost > self.count {
+            self.count - offset
+        } else {
+            0
+        };
+        ((used + pad) / self.count, pad)
+    }
+
+    /// Requests of `cost` waiting in the windows after the aligned one, in
+    /// units: the padding is not counted, so that with one cost per bucket
+    /// this is `cost ×` the held requests, whatever COUNT is.
+    #[inline]
+    fn queued(&self, used: u64, cost: u64) -> u64 {
+        let cost = cost.max(1);
+        let later = used.saturating_sub(self.count);
+        let whole_windows = later / self.count;
+        let per_window = self.count / cost;
+        let requests = whole_windows * per_window + (later % self.count).div_ceil(cost);
+        requests.saturating_mul(cost)
+    }
+
+    /// Nanoseconds from `now` to the end of the last window holding units.
+    #[inline]
+    fn until_empty(&self, window: u64, used: u64, now: Nanos) -> Nanos {
+        if used == 0 {
+            return 0;
+        }
+        let last = window.saturating_add((used - 1) / self.count);
+        until_window(last.saturating_add(1), self.period, now)
+    }
+
+    /// The decision for `cost` units against an aligned state, and whether
+    /// they fit in the aligned window.
+    #[inline]
+    fn decide(&self, window: u64, used: u64, now: Nanos, cost: u64) -> (Decision, bool) {
         if self.count == 0 {
             return (CLOSED, false);
         }
-        let used = u64::from(state.current);
-        let window_end = until_window(state.window + 1, self.period, now);
         if used + cost <= self.count {
             let decision = Decision::Allow(BucketState {
                 remaining: self.count - used - cost,
-                reset_after: window_end,
+                reset_after: until_window(window + 1, self.period, now),
             });
             return (decision, true);
         }
         let decision = Decision::Deny {
             state: BucketState {
                 remaining: self.count.saturating_sub(used),
-                reset_after: if used > 0 { window_end } else { 0 },
+                reset_after: self.until_empty(window, used, now),
             },
-            // The next window starts empty; a cost above COUNT never fits.
-            retry_after: (cost <= self.count).then_some(window_end),
+            // The first window with room, behind whatever is reserved (the
+            // next one when nothing is); a cost above COUNT never fits.
+            retry_after: (cost <= self.count).then(|| {
+                let (later, _) = self.place(used, cost);
+                until_window(window.saturating_add(later), self.period, now)
+            }),
         };
         (decision, false)
     }
@@ -134,12 +199,12 @@ impl Algorithm for FixedWindow {
 
     #[inline]
     fn acquire(&self, state: &mut WindowCounts, now: Nanos, cost: u64) -> Decision {
-        let aligned = align(state, now, self.period);
-        let (decision, fits) = self.decide(&aligned, now, cost);
+        let (window, used) = self.shift(state, now);
+        let (decision, fits) = self.decide(window, used, now, cost);
         if fits {
             *state = WindowCounts {
-                window: aligned.window,
-                current: count_u32(u64::from(aligned.current) + cost),
+                window,
+                current: count_u32(used + cost),
                 previous: 0,
             };
         }
@@ -147,19 +212,12 @@ impl Algorithm for FixedWindow {
     }
 
     fn peek(&self, state: &WindowCounts, now: Nanos, cost: u64) -> Decision {
-        let aligned = align(state, now, self.period);
-        match self.decide(&aligned, now, cost) {
-            (Decision::Allow(_), _) => {
-                let used = u64::from(aligned.current);
-                Decision::Allow(BucketState {
-                    remaining: self.count - used,
-                    reset_after: if used > 0 {
-                        until_window(aligned.window + 1, self.period, now)
-                    } else {
-                        0
-                    },
-                })
-            }
+        let (window, used) = self.shift(state, now);
+        match self.decide(window, used, now, cost) {
+            (Decision::Allow(_), _) => Decision::Allow(BucketState {
+                remaining: self.count - used,
+                reset_after: self.until_empty(window, used, now),
+            }),
             (deny, _) => deny,
         }
     }
@@ -172,11 +230,96 @@ impl Algorithm for FixedWindow {
 
     #[inline]
     fn is_fresh(&self, state: &WindowCounts, now: Nanos) -> bool {
-        state.current == 0 || state.window < now / self.period
+        self.shift(state, now).1 == 0
     }
 
     fn capacity(&self) -> u64 {
         self.count
+    }
+
+    /// `Allow` exactly when [`Algorithm::acquire`] admits (the units fit in
+    /// the current window). Otherwise the units go on top of the count,
+    /// whole into the first window with room after the current one, and the
+    /// request waits until that window starts. A `Hold` needs that wait
+    /// `≤ max_wait` and `queued + cost ≤ max_queued`, where `queued` counts
+    /// the units of the requests already held in later windows, padding
+    /// excluded (per window of COUNT, `⌊COUNT / cost⌋` requests of `cost`).
+    /// A `Deny` is [`Algorithm::peek`]'s: its `retry_after` is the start of
+    /// that same window.
+    fn reserve(
+        &self,
+        state: &mut WindowCounts,
+        now: Nanos,
+        cost: u64,
+        limits: HoldLimits,
+    ) -> Decision {
+        let (window, used) = self.shift(state, now);
+        let (decision, fits) = self.decide(window, used, now, cost);
+        if fits {
+            *state = WindowCounts {
+                window,
+                current: count_u32(used + cost),
+                previous: 0,
+            };
+            return decision;
+        }
+        if cost > self.count || self.count == 0 {
+            return decision;
+        }
+        let (later, pad) = self.place(used, cost);
+        let wait = until_window(window.saturating_add(later), self.period, now);
+        let current = used + pad + cost;
+        if wait > limits.max_wait
+            || self.queued(used, cost).saturating_add(cost) > limits.max_queued
+            || current > u64::from(u32::MAX)
+        {
+            return decision;
+        }
+        *state = WindowCounts {
+            window,
+            current: current as u32,
+            previous: pad as u32,
+        };
+        Decision::Hold {
+            state: BucketState {
+                remaining: 0,
+                reset_after: self.until_empty(window, current, now),
+            },
+            wait,
+        }
+    }
+
+    /// A window's count is all that limits it, so the `cost` units can be
+    /// taken off the top of the count whenever the top of the count lies in
+    /// the reservation's window (`at`'s) and that window has not passed:
+    /// nothing is reserved in a later window, and the requests reserved in
+    /// the same window keep their instant (its start). That covers the last
+    /// reservation, exactly, padding included. Otherwise (something was
+    /// reserved in a later window, or the window is over) nothing is given
+    /// back. Once `now` is past `at` nothing is either.
+    fn cancel(&self, state: &mut WindowCounts, now: Nanos, cost: u64, at: Nanos) {
+        if self.count == 0 || now > at {
+            return;
+        }
+        let (window, used) = self.shift(state, now);
+        let Some(later) = (at / self.period).checked_sub(window) else {
+            return;
+        };
+        let floor = later.saturating_mul(self.count);
+        let top = floor.saturating_add(self.count);
+        if used > top || used < floor.saturating_add(cost) {
+            return;
+        }
+        let mut current = used - cost;
+        if current == floor {
+            // It opened its window: the padding below it is its own.
+            current = current.saturating_sub(u64::from(state.previous));
+        }
+        *state = WindowCounts {
+            window,
+            current: current as u32,
+            previous: 0,
+        };
     }
 }
 
@@ -440,6 +583,191 @@ mod tests {
             SlidingWindow::new(rate(0, 60)).acquire(&mut WindowCounts::default(), SEC, 1),
         ] {
             assert_eq!(decision, CLOSED);
+        }
+    }
+
+    const MS: Nanos = 1_000_000;
+
+    fn limits(max_wait: Nanos, max_queued: u64) -> HoldLimits {
+        HoldLimits {
+            max_wait,
+            max_queued,
+        }
+    }
+
+    #[test]
+    fn fixed_window_holds_spill_into_the_next_windows_in_arrival_order() {
+        // 3 per 10 s; 4 s into the window starting at 100 s.
+        let limit = FixedWindow::new(rate(3, 10));
+        let now = 104 * SEC;
+        let hold = limits(60 * SEC, 100);
+        let mut state = WindowCounts::default();
+        let decisions: Vec<_> = (0..8)
+            .map(|_| limit.reserve(&mut state, now, 1, hold))
+            .collect();
+        assert_eq!(
+            decisions.iter().map(Decision::wait).collect::<Vec<_>>(),
+            [0, 0, 0, 6 * SEC, 6 * SEC, 6 * SEC, 16 * SEC, 16 * SEC]
+        );
+        // Those passing at once decide as `acquire` does.
+        let mut plain = WindowCounts::default();
+        for decision in &decisions[..3] {
+            assert_eq!(*decision, limit.acquire(&mut plain, now, 1));
+        }
+        assert_eq!(
+            decisions[7],
+            Decision::Hold {
+                state: BucketState {
+                    remaining: 0,
+                    // Empty once the window starting at 120 s is over.
+                    reset_after: 26 * SEC
+                },
+                wait: 16 * SEC
+            }
+        );
+        // Nothing passes without waiting until the 130 s window, and the
+        // state is not fresh before then.
+        match limit.acquire(&mut state, 111 * SEC, 1) {
+            Decision::Deny {
+                state: s,
+                retry_after,
+            } => {
+                assert_eq!(s.remaining, 0);
+                assert_eq!(retry_after, Some(9 * SEC));
+                assert_eq!(s.reset_after, 19 * SEC);
+            }
+            other => panic!("expected a denial, got {other:?}"),
+        }
+        assert!(!limit.is_fresh(&state, 130 * SEC - 1));
+        assert!(limit.is_fresh(&state, 130 * SEC));
+        // In the 120 s window, its two held units are counted: one more fits.
+        assert_eq!(admitted(&limit, &mut state, 125 * SEC, 3), 1);
+    }
+
+    #[test]
+    fn fixed_window_a_request_that_does_not_fit_goes_whole_into_the_next_window() {
+        // 5 per 10 s, cost 2: two per window, the fifth unit is padding.
+        let limit = FixedWindow::new(rate(5, 10));
+        let now = 100 * SEC;
+        // max_queue 3 of cost 2.
+        let hold = limits(60 * SEC, 6);
+        let mut state = WindowCounts::default();
+        let waits: Vec<_> = (0..5)
+            .map(|_| limit.reserve(&mut state, now, 2, hold))
+            .take_while(Decision::is_allowed)
+            .map(|d| d.wait())
+            .collect();
+        // Two at once, three held (two in the next window, one in the one
+        // after): the padding is not counted as waiting.
+        assert_eq!(waits, [0, 0, 10 * SEC, 10 * SEC, 20 * SEC]);
+        match limit.reserve(&mut state, now, 2, hold) {
+            Decision::Deny { retry_after, .. } => assert_eq!(retry_after, Some(20 * SEC)),
+            other => panic!("expected a denial, got {other:?}"),
+        }
+        // Padded to 5, then 2 + 2 (+1 padding), then 2.
+        assert_eq!(state.current, 12);
+    }
+
+    #[test]
+    fn fixed_window_refuses_a_hold_beyond_max_wait_taking_nothing() {
+        let limit = FixedWindow::new(rate(1, 10));
+        let now = 101 * SEC;
+        let hold = limits(15 * SEC, 100);
+        let mut state = WindowCounts::default();
+        assert!(limit.reserve(&mut state, now, 1, hold).is_allowed());
+        assert_eq!(limit.reserve(&mut state, now, 1, hold).wait(), 9 * SEC);
+        let before = state;
+        let denied = limit.reserve(&mut state, now, 1, hold);
+        assert_eq!(denied, limit.peek(&state, now, 1));
+        assert_eq!(denied.state().remaining, 0);
+        assert!(matches!(
+            denied,
+            Decision::Deny {
+                retry_after: Some(r),
+                ..
+            } if r == 19 * SEC
+        ));
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn fixed_window_cancelling_the_last_restores_exactly_padding_included() {
+        let limit = FixedWindow::new(rate(5, 10));
+        let now = 100 * SEC;
+        let hold = limits(60 * SEC, 100);
+        let mut state = WindowCounts::default();
+        // 3 units now, then a cost-3 request padded into the next window.
+        limit.reserve(&mut state, now, 3, hold);
+        let before = state;
+        let wait = limit.reserve(&mut state, now, 3, hold).wait();
+        assert_eq!((wait, state.current, state.previous), (10 * SEC, 8, 2));
+        limit.cancel(&mut state, now + MS, 3, now + wait);
+        assert_eq!(state.current, before.current);
+        // Room again for two units now.
+        assert!(limit.reserve(&mut state, now + MS, 2, hold).is_allowed());
+        // Cancelling after the instant gives nothing back.
+        let used = state;
+        limit.cancel(&mut state, now + MS + 1, 2, now + MS);
+        assert_eq!(state, used);
+    }
+
+    #[test]
+    fn fixed_window_cancel_gives_back_only_from_the_last_reserved_window() {
+        let limit = FixedWindow::new(rate(2, 10));
+        let now = 100 * SEC;
+        let hold = limits(60 * SEC, 100);
+        let mut state = WindowCounts::default();
+        limit.reserve(&mut state, now, 2, hold);
+        let waits: Vec<_> = (0..3)
+            .map(|_| limit.reserve(&mut state, now, 1, hold).wait())
+            .collect();
+        assert_eq!(waits, [10 * SEC, 10 * SEC, 20 * SEC]);
+        let full = state;
+        // One of the 110 s window, with a hold in the 120 s one after it:
+        // giving its unit back would need a hole in the count.
+        limit.cancel(&mut state, now, 1, now + waits[0]);
+        assert_eq!(state, full);
+        // The one in the 120 s window: exactly as before it.
+        limit.cancel(&mut state, now, 1, now + waits[2]);
+        assert_eq!(state.current, 4);
+        // Now the 110 s window is the last: either of its holds can go (the
+        // other keeps its instant), and the next request takes the place.
+        limit.cancel(&mut state, now, 1, now + waits[0]);
+        assert_eq!(state.current, 3);
+        assert_eq!(limit.reserve(&mut state, now, 1, hold).wait(), 10 * SEC);
+        assert_eq!(limit.reserve(&mut state, now, 1, hold).wait(), 20 * SEC);
+    }
+
+    #[test]
+    fn fixed_window_reservations_count_down_by_count_per_window_passed() {
+        let limit = FixedWindow::new(rate(2, 10));
+        let hold = limits(60 * SEC, 100);
+        let mut state = WindowCounts::default();
+        for _ in 0..7 {
+            limit.reserve(&mut state, 100 * SEC, 1, hold);
+        }
+        assert_eq!(state.current, 7);
+        // At 120 s two windows have passed: 3 units left, 1 in the window
+        // after.
+        assert_eq!(limit.peek(&state, 120 * SEC, 1).state().remaining, 0);
+        assert_eq!(
+            limit.reserve(&mut state, 125 * SEC, 1, hold).wait(),
+            5 * SEC
+        );
+        assert_eq!((state.window, state.current), (12, 4));
+        assert!(limit.is_fresh(&state, 140 * SEC));
+        assert!(!limit.is_fresh(&state, 140 * SEC - 1));
+    }
+
+    #[test]
+    fn sliding_window_has_no_delay_mode() {
+        let limit = SlidingWindow::new(rate(2, 10));
+        let (mut held, mut plain) = (WindowCounts::default(), WindowCounts::default());
+        for at in [100, 100, 100, 105, 111, 111] {
+            assert_eq!(
+                limit.reserve(&mut held, at * SEC, 1, limits(u64::MAX, u64::MAX)),
+                limit.acquire(&mut plain, at * SEC, 1)
+            );
         }
     }
 

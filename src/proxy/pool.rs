@@ -29,6 +29,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::forward::ForwardError;
+use crate::store::Permit;
 
 /// Idle connections kept at most; more are closed when returned.
 const MAX_IDLE: usize = 1024;
@@ -89,6 +90,7 @@ impl Pool {
                 Ok(response) => {
                     let pool = Arc::clone(self);
                     return Ok(response.map(|body| PooledBody {
+                        permits: Vec::new(),
                         body,
                         connection: Some((sender, pool)),
                     }));
@@ -171,6 +173,9 @@ impl Pool {
 pub struct PooledBody {
     body: Incoming,
     connection: Option<(SendRequest<Incoming>, Arc<Pool>)>,
+    /// Concurrency permits of the exchange: returned when the body ends or
+    /// is dropped (client gone, upstream failed mid-body).
+    permits: Vec<Permit>,
 }
 
 impl PooledBody {
@@ -178,6 +183,11 @@ impl PooledBody {
         if let Some((sender, pool)) = self.connection.take() {
             pool.put_back(sender);
         }
+    }
+
+    /// Holds `permits` until this body has been sent to the end or dropped.
+    pub fn hold_permits(&mut self, permits: impl IntoIterator<Item = Permit>) {
+        self.permits.extend(permits);
     }
 }
 
@@ -191,7 +201,10 @@ impl Body for PooledBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let polled = Pin::new(&mut self.body).poll_frame(cx);
         match &polled {
-            Poll::Ready(None) => self.release(),
+            Poll::Ready(None) => {
+                self.release();
+                self.permits.clear();
+            }
             Poll::Ready(Some(Err(_))) => self.connection = None,
             _ => {}
         }

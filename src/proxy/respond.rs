@@ -27,6 +27,7 @@ const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset
 const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 const X_SLUICE_WOULD_LIMIT: HeaderName = HeaderName::from_static("x-sluice-would-limit");
+const X_SLUICE_DELAY_MS: HeaderName = HeaderName::from_static("x-sluice-delay-ms");
 const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 /// A generic problem document (`type` defaults to `about:blank`).
@@ -158,7 +159,10 @@ pub fn add_rate_limit_headers(
             decided_at.as_secs() + ceil_secs(state.reset_after + subsec_nanos(decided_at));
         headers.insert(X_RATELIMIT_LIMIT, tightest.limit.limit_header.clone());
         headers.insert(X_RATELIMIT_REMAINING, number_value(state.remaining));
-        headers.insert(X_RATELIMIT_RESET, number_value(reset_at));
+        // A concurrency limit has no reset (SPEC.md).
+        if !tightest.limit.is_concurrency() {
+            headers.insert(X_RATELIMIT_RESET, number_value(reset_at));
+        }
     }
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
         if let [only] = verdicts {
@@ -181,8 +185,10 @@ pub fn add_rate_limit_headers(
             items.extend_from_slice(v.limit.name.as_bytes());
             items.extend_from_slice(b"\";r=");
             push_u64(&mut items, state.remaining);
-            items.extend_from_slice(b";t=");
-            push_u64(&mut items, ceil_secs(state.reset_after));
+            if !v.limit.is_concurrency() {
+                items.extend_from_slice(b";t=");
+                push_u64(&mut items, ceil_secs(state.reset_after));
+            }
         }
         if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(items)) {
             headers.insert(RATELIMIT, value);
@@ -197,6 +203,15 @@ pub fn add_would_limit_header(headers: &mut HeaderMap, rules: &[&str]) {
     if let Ok(value) = HeaderValue::from_str(&join(rules.iter())) {
         headers.insert(X_SLUICE_WOULD_LIMIT, value);
     }
+}
+
+/// Marks a forwarded response that was held in delay mode:
+/// `X-Sluice-Delay-Ms: <milliseconds held>` (rounded to the nearest).
+pub fn add_delay_header(headers: &mut HeaderMap, held: Nanos) {
+    headers.insert(
+        X_SLUICE_DELAY_MS,
+        number_value((held + 500_000) / 1_000_000),
+    );
 }
 
 /// Header values for the numbers most answers carry (remaining units,

@@ -21,17 +21,22 @@
 //! admitted freely, and an over-limit caller keeps its bucket, so flooding
 //! new keys never resets anyone.
 
+mod permits;
 mod probe_map;
 mod sketch;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use smallvec::SmallVec;
 
 use super::{Ask, BucketKey, Grant};
 use crate::clock::Nanos;
-use crate::limiter::{Algorithm, Decision, FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow};
+use crate::limiter::{
+    Algorithm, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
+};
+use permits::PermitTable;
+pub use permits::{Permit, PermitGrant};
 use probe_map::ProbeMap;
 use sketch::Sketch;
 
@@ -84,9 +89,12 @@ struct Bound {
 #[derive(Debug)]
 enum Buckets {
     TokenBucket(Table<Gcra>),
+    LeakyBucket(Table<LeakyBucket>),
     FixedWindow(Table<FixedWindow>),
     SlidingWindow(Table<SlidingWindow>),
     SlidingLog(Table<SlidingLog>),
+    /// A concurrency limit's permits.
+    Permits(Arc<PermitTable>),
 }
 
 #[derive(Debug)]
@@ -123,10 +131,12 @@ macro_rules! with_table {
     ($store:expr, $ask:expr, |$table:ident, $algorithm:ident| $body:expr) => {
         match (&$store.tables[$ask.table], $ask.limiter) {
             (Buckets::TokenBucket($table), Limiter::TokenBucket($algorithm)) => $body,
+            (Buckets::LeakyBucket($table), Limiter::LeakyBucket($algorithm)) => $body,
             (Buckets::FixedWindow($table), Limiter::FixedWindow($algorithm)) => $body,
             (Buckets::SlidingWindow($table), Limiter::SlidingWindow($algorithm)) => $body,
             (Buckets::SlidingLog($table), Limiter::SlidingLog($algorithm)) => $body,
-            // Tables are made from the same policy as the asks.
+            // Tables are made from the same policy as the asks, and
+            // concurrency limits are asked through `acquire_permit`.
             (table, limiter) => unreachable!(
                 "table {} holds {table:?} buckets, asked with {limiter:?}",
                 $ask.table
@@ -144,9 +154,11 @@ impl MemoryStore {
                 .iter()
                 .map(|limiter| match *limiter {
                     Limiter::TokenBucket(a) => Buckets::TokenBucket(Table::new(a)),
+                    Limiter::LeakyBucket(a) => Buckets::LeakyBucket(Table::new(a)),
                     Limiter::FixedWindow(a) => Buckets::FixedWindow(Table::new(a)),
                     Limiter::SlidingWindow(a) => Buckets::SlidingWindow(Table::new(a)),
                     Limiter::SlidingLog(a) => Buckets::SlidingLog(Table::new(a)),
+                    Limiter::Concurrency(_) => Buckets::Permits(Arc::default()),
                 })
                 .collect(),
             bound: Bound {
@@ -182,10 +194,16 @@ impl MemoryStore {
             for (later, rest) in asks.iter().enumerate().skip(index + 1) {
                 decisions[later] = self.peek(rest, now);
             }
-            // Give back what the earlier limits took, and report them as
-            // they are now.
+            // Give back what the earlier limits took (a reservation is
+            // cancelled as its client would), and report them as they are
+            // now.
             for (earlier, (ask, grant)) in asks.iter().zip(&grants).enumerate() {
-                self.refund(ask, now, *grant);
+                match decisions[earlier] {
+                    Decision::Hold { wait, .. } if *grant == Grant::Bucket => {
+                        self.cancel(ask, now, now + wait);
+                    }
+                    _ => self.refund(ask, now, *grant),
+                }
                 decisions[earlier] = Decision::Allow(self.peek(ask, now).state());
             }
             return false;
@@ -209,6 +227,53 @@ impl MemoryStore {
             .refund(algorithm, ask, now, grant))
     }
 
+    /// See [`super::Store::refund`].
+    pub fn refund_bucket(&self, ask: &Ask<'_>, now: Nanos) {
+        self.refund(ask, now, Grant::Bucket);
+    }
+
+    /// See [`super::Store::cancel`].
+    pub fn cancel(&self, ask: &Ask<'_>, now: Nanos, at: Nanos) {
+        with_table!(self, ask, |table, algorithm| table
+            .cancel(algorithm, ask, now, at))
+    }
+
+    fn permits(&self, table: usize) -> &Arc<PermitTable> {
+        match &self.tables[table] {
+            Buckets::Permits(permits) => permits,
+            other => unreachable!("table {table} holds {other:?}, asked for permits"),
+        }
+    }
+
+    /// Takes a permit of concurrency table `table` for `key` if fewer than
+    /// `max_in_flight` are taken and nobody waits; with `max_queue`, queues
+    /// behind the waiters instead of refusing (delay mode).
+    pub fn acquire_permit(
+        &self,
+        table: usize,
+        key: BucketKey,
+        max_in_flight: u64,
+        max_queue: Option<u64>,
+    ) -> PermitGrant {
+        self.permits(table).acquire(key, max_in_flight, max_queue)
+    }
+
+    /// Permits taken for `key` right now.
+    pub fn permits_in_flight(&self, table: usize, key: BucketKey) -> u64 {
+        self.permits(table).in_flight(key)
+    }
+
+    /// The guard of a permit taken (or handed over) for `key`.
+    pub fn permit(&self, table: usize, key: BucketKey) -> Permit {
+        Permit::new(Arc::clone(self.permits(table)), key)
+    }
+
+    /// A queued permit request gives up: `true` if it left without a permit,
+    /// `false` if one had been handed to it (the caller then owns it).
+    pub fn leave_permit_queue(&self, table: usize, key: BucketKey, id: u64) -> bool {
+        self.permits(table).leave(key, id)
+    }
+
     /// Drops fresh-equivalent buckets from the next few shards. Returns
     /// whether anything was freed. At most one sweep per backoff period runs
     /// after a fruitless one.
@@ -224,9 +289,12 @@ impl MemoryStore {
             let shard = index % SHARDS;
             freed += match &self.tables[index / SHARDS] {
                 Buckets::TokenBucket(table) => table.sweep(shard, now),
+                Buckets::LeakyBucket(table) => table.sweep(shard, now),
                 Buckets::FixedWindow(table) => table.sweep(shard, now),
                 Buckets::SlidingWindow(table) => table.sweep(shard, now),
                 Buckets::SlidingLog(table) => table.sweep(shard, now),
+                // Permit entries go away with their last release.
+                Buckets::Permits(_) => 0,
             };
         }
         if freed == 0 {
@@ -252,9 +320,11 @@ impl MemoryStore {
     pub fn tracked_keys(&self, table: usize) -> usize {
         let len = match self.tables.get(table) {
             Some(Buckets::TokenBucket(table)) => &table.len,
+            Some(Buckets::LeakyBucket(table)) => &table.len,
             Some(Buckets::FixedWindow(table)) => &table.len,
             Some(Buckets::SlidingWindow(table)) => &table.len,
             Some(Buckets::SlidingLog(table)) => &table.len,
+            Some(Buckets::Permits(permits)) => return permits.len(),
             None => return 0,
         };
         len.load(Ordering::Relaxed)
@@ -307,7 +377,7 @@ impl<A: Algorithm> Table<A> {
         {
             let mut map = self.shard(key);
             if let Some(state) = map.get_mut(key) {
-                let decision = algorithm.acquire(state, now, ask.cost);
+                let decision = take(algorithm, state, ask, now);
                 return (decision, grant_if(decision, Grant::Bucket));
             }
             if let Some(decided) = self.insert_fresh(&mut map, algorithm, ask, now, &store.bound) {
@@ -320,13 +390,15 @@ impl<A: Algorithm> Table<A> {
             let mut map = self.shard(key);
             if let Some(state) = map.get_mut(key) {
                 // Another request inserted the key meanwhile.
-                let decision = algorithm.acquire(state, now, ask.cost);
+                let decision = take(algorithm, state, ask, now);
                 return (decision, grant_if(decision, Grant::Bucket));
             }
             if let Some(decided) = self.insert_fresh(&mut map, algorithm, ask, now, &store.bound) {
                 return decided;
             }
         }
+        // The sketch never holds a request: over its budget it is refused
+        // (conservative; the table is full of active buckets).
         store.overflow.fetch_add(1, Ordering::Relaxed);
         let decision = self.sketch().acquire(algorithm, key, now, ask.cost);
         (decision, grant_if(decision, Grant::Overflow))
@@ -353,7 +425,7 @@ impl<A: Algorithm> Table<A> {
         bound: &Bound,
     ) -> Option<(Decision, Grant)> {
         let mut state = A::State::default();
-        let decision = algorithm.acquire(&mut state, now, ask.cost);
+        let decision = take(algorithm, &mut state, ask, now);
         if !decision.is_allowed() {
             // A fresh bucket that denies (closed route, cost above capacity)
             // need not be stored.
@@ -391,12 +463,28 @@ impl<A: Algorithm> Table<A> {
         }
     }
 
+    fn cancel(&self, algorithm: &A, ask: &Ask<'_>, now: Nanos, at: Nanos) {
+        let key = slot_key(ask.key);
+        if let Some(state) = self.shard(key).get_mut(key) {
+            algorithm.cancel(state, now, ask.cost, at);
+        }
+    }
+
     /// Drops the fresh-equivalent buckets of one shard; returns how many.
     fn sweep(&self, shard: usize, now: Nanos) -> usize {
         let dropped =
             lock(&self.shards[shard].0).retain(|_, state| !self.algorithm.is_fresh(state, now));
         self.len.fetch_sub(dropped, Ordering::Relaxed);
         dropped
+    }
+}
+
+/// Takes the ask's units: reserved in delay mode, else now or never.
+#[inline]
+fn take<A: Algorithm>(algorithm: &A, state: &mut A::State, ask: &Ask<'_>, now: Nanos) -> Decision {
+    match ask.hold {
+        Some(limits) => algorithm.reserve(state, now, ask.cost, limits),
+        None => algorithm.acquire(state, now, ask.cost),
     }
 }
 
