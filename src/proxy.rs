@@ -1,14 +1,14 @@
 //! The request path: identify → limit → forward → respond.
 //!
 //! [`Proxy::handle`] reads the current [`Policy`] snapshot once, normalises
-//! the path, resolves the client IP, checks the access lists, asks the store
-//! for every applicable rule at once, and then either forwards the request
+//! the path, resolves the client IP, checks the access lists, finds the
+//! applicable rules and their keys, lets `admit` decide (and hold the request
+//! when a delay-mode rule says so), and then either forwards the request
 //! ([`forward`]) or answers it ([`respond`]). Nothing here blocks: the store
-//! call is `async` (the memory store completes at once; Redis will await).
+//! call is `async` (the memory store completes at once; Redis will await), and
+//! a hold is a timer.
 //!
 //! Where later capabilities plug in:
-//! - holding requests (`on_limit = "delay"`) and concurrency permits wrap the
-//!   decision step: a permit guard travels with the response body;
 //! - deferred charges and refunds run after the upstream answers, against the
 //!   same buckets (`Store` gains an adjust call);
 //! - JWT keys arrive as one more key source in [`crate::key`].
