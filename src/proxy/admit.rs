@@ -25,7 +25,7 @@ use smallvec::SmallVec;
 use super::respond::Verdict;
 use super::INLINE_RULES;
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::limiter::{BucketState, Decision};
+use crate::limiter::{BucketState, Decision, HoldLimits};
 use crate::policy::{Limit, Rule};
 use crate::store::{Ask, BucketKey, Permit, PermitGrant, Store};
 
@@ -69,10 +69,14 @@ pub async fn admit<'p>(
     // For each ask, its verdict's index.
     let mut slots: SmallVec<[usize; INLINE_RULES]> = SmallVec::new();
     let mut ask_rules: SmallVec<[&'p Rule; INLINE_RULES]> = SmallVec::new();
+    // Concurrency limits: their verdict's index and the key.
+    let mut permit_asks: SmallVec<[(usize, BucketKey); 1]> = SmallVec::new();
     for applicable in enforced {
         let rule = applicable.rule;
         for limit in &rule.limits {
-            if !rule.is_concurrency() {
+            if rule.is_concurrency() {
+                permit_asks.push((verdicts.len(), applicable.key));
+            } else {
                 slots.push(verdicts.len());
                 asks.push(ask(applicable, limit, rule.hold));
                 ask_rules.push(rule);
@@ -104,21 +108,9 @@ pub async fn admit<'p>(
     }
     if !admission.admitted {
         // Concurrency limits are not asked, but reported as they are.
-        for (verdict, applicable) in admission
-            .verdicts
-            .iter_mut()
-            .filter(|v| v.rule.is_concurrency())
-            .filter_map(|v| {
-                let key = enforced.iter().find(|a| std::ptr::eq(a.rule, v.rule))?;
-                Some((v, *key))
-            })
-        {
-            let max = verdict.limit.limiter.capacity();
-            verdict.decision = Decision::Allow(BucketState {
-                remaining: max
-                    .saturating_sub(store.permits_in_flight(verdict.limit.table, applicable.key)),
-                reset_after: 0,
-            });
+        for &(index, key) in &permit_asks {
+            let verdict = &mut admission.verdicts[index];
+            verdict.decision = permits_as_they_are(store, verdict.limit, key);
         }
     }
     // From here on, leaving (a refused permit, the client going away) gives
@@ -137,22 +129,12 @@ pub async fn admit<'p>(
     let mut queued = false;
     if admission.admitted {
         let mut refused = false;
-        for index in 0..admission.verdicts.len() {
+        for &(index, key) in &permit_asks {
             let Verdict { rule, limit, .. } = admission.verdicts[index];
-            if !rule.is_concurrency() {
-                continue;
-            }
-            let key = enforced
-                .iter()
-                .find(|a| std::ptr::eq(a.rule, rule))
-                .map_or(0, |a| a.key);
             let max = limit.limiter.capacity();
             let decision = if refused {
                 // Report the permits as they are, but take none.
-                Decision::Allow(BucketState {
-                    remaining: max.saturating_sub(store.permits_in_flight(limit.table, key)),
-                    reset_after: 0,
-                })
+                permits_as_they_are(store, limit, key)
             } else {
                 match permit(store, clock, rule, limit, key, max, &mut queued).await {
                     Some((permit, in_flight)) => {
@@ -212,11 +194,16 @@ pub async fn admit<'p>(
     admission
 }
 
-fn ask<'p>(
-    applicable: &Applicable<'p>,
-    limit: &'p Limit,
-    hold: Option<crate::limiter::HoldLimits>,
-) -> Ask<'p> {
+/// A concurrency limit reported without taking a permit.
+fn permits_as_they_are(store: &Store, limit: &Limit, key: BucketKey) -> Decision {
+    let in_flight = store.permits_in_flight(limit.table, key);
+    Decision::Allow(BucketState {
+        remaining: limit.limiter.capacity().saturating_sub(in_flight),
+        reset_after: 0,
+    })
+}
+
+fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit, hold: Option<HoldLimits>) -> Ask<'p> {
     Ask {
         table: limit.table,
         key: applicable.key,
