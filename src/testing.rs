@@ -1,5 +1,19 @@
 //! Helpers shared by unit tests.
 
+use crate::clock::Nanos;
+use crate::config::Rate;
+
+/// One second in nanoseconds.
+pub const SEC: Nanos = 1_000_000_000;
+
+/// `count` per `secs` seconds.
+pub fn rate(count: u64, secs: u64) -> Rate {
+    Rate {
+        count,
+        period: std::time::Duration::from_secs(secs),
+    }
+}
+
 /// A tiny deterministic pseudo-random generator (xorshift64), so generated
 /// inputs need no extra crate and every run sees the same sequence.
 pub struct XorShift(pub u64);

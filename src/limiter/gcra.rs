@@ -265,16 +265,7 @@ impl Algorithm for Gcra {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    const SEC: Nanos = 1_000_000_000;
-
-    fn rate(count: u64, secs: u64) -> Rate {
-        Rate {
-            count,
-            period: Duration::from_secs(secs),
-        }
-    }
+    use crate::testing::{rate, SEC};
 
     /// Runs `n` requests at `now`, storing TATs like a store would.
     fn burst(gcra: &Gcra, tat: &mut Nanos, now: Nanos, n: u64) -> u64 {

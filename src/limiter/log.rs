@@ -265,15 +265,10 @@ impl Algorithm for SlidingLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    const SEC: Nanos = 1_000_000_000;
+    use crate::testing::{rate, SEC};
 
     fn log_of(count: u64, secs: u64) -> SlidingLog {
-        SlidingLog::new(Rate {
-            count,
-            period: Duration::from_secs(secs),
-        })
+        SlidingLog::new(rate(count, secs))
     }
 
     #[test]

@@ -92,6 +92,14 @@ fn align(state: &WindowCounts, now: Nanos, period: Nanos) -> WindowCounts {
     }
 }
 
+/// Gives `cost` back to the current window's count, if the state is still in
+/// the window `now` falls in (a rollback right after taking them).
+fn refund_current(state: &mut WindowCounts, now: Nanos, period: Nanos, cost: u64) {
+    if state.window == (now / period).max(state.window) {
+        state.current = state.current.saturating_sub(count_u32(cost));
+    }
+}
+
 /// Nanoseconds from `now` to the start of window `index`.
 #[inline]
 fn until_window(index: u64, period: Nanos, now: Nanos) -> Nanos {
@@ -223,9 +231,7 @@ impl Algorithm for FixedWindow {
     }
 
     fn refund(&self, state: &mut WindowCounts, now: Nanos, cost: u64) {
-        if state.window == (now / self.period).max(state.window) {
-            state.current = state.current.saturating_sub(count_u32(cost));
-        }
+        refund_current(state, now, self.period, cost);
     }
 
     #[inline]
@@ -458,9 +464,7 @@ impl Algorithm for SlidingWindow {
     }
 
     fn refund(&self, state: &mut WindowCounts, now: Nanos, cost: u64) {
-        if state.window == (now / self.period).max(state.window) {
-            state.current = state.current.saturating_sub(count_u32(cost));
-        }
+        refund_current(state, now, self.period, cost);
     }
 
     #[inline]
@@ -484,16 +488,7 @@ impl Algorithm for SlidingWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    const SEC: Nanos = 1_000_000_000;
-
-    fn rate(count: u64, secs: u64) -> Rate {
-        Rate {
-            count,
-            period: Duration::from_secs(secs),
-        }
-    }
+    use crate::testing::{rate, SEC};
 
     fn admitted<A: Algorithm>(limit: &A, state: &mut A::State, now: Nanos, n: u64) -> u64 {
         (0..n)

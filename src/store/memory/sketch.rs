@@ -176,18 +176,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Rate;
     use crate::limiter::{FixedWindow, Gcra, LogState, SlidingLog};
-    use std::time::Duration;
-
-    const SEC: Nanos = 1_000_000_000;
-
-    fn rate(count: u64, secs: u64) -> Rate {
-        Rate {
-            count,
-            period: Duration::from_secs(secs),
-        }
-    }
+    use crate::testing::{rate, SEC};
 
     #[test]
     fn one_key_alone_is_limited_exactly_like_its_own_bucket() {
