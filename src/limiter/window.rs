@@ -414,13 +414,15 @@ impl SlidingWindow {
         }
         let period = u128::from(self.period);
         let after = self.scaled_estimate(state, now) + u128::from(cost) * period;
-        if after <= u128::from(self.count) * period {
+        let capacity = u128::from(self.count) * period;
+        if after <= capacity {
             let taken = WindowCounts {
                 current: count_u32(u64::from(state.current) + cost),
                 ..*state
             };
             let decision = Decision::Allow(BucketState {
-                remaining: self.remaining(&taken, now),
+                // `after` is the estimate with these units taken.
+                remaining: ((capacity - after) / period) as u64,
                 reset_after: self.reset_after(&taken, now),
             });
             return (decision, true);
