@@ -41,7 +41,7 @@ pub struct Server {
 impl Server {
     /// Binds `server.listen` and `admin.listen`.
     pub async fn bind(config: Config) -> io::Result<Server> {
-        let listener = TcpListener::bind(config.server.listen).await?;
+        let listener = listen(config.server.listen)?;
         let admin_listener = TcpListener::bind(config.admin.listen).await?;
         let config = Arc::new(config);
         Ok(Server {
@@ -153,4 +153,23 @@ fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
         .max_concurrent_streams(250)
         .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32);
     builder
+}
+
+/// Connections the kernel may queue before sluice accepts them. The usual
+/// default (128) overflows when a burst of clients connects at once (each
+/// dropped SYN costs the client a 1 s, then 3 s retry); Linux caps the value
+/// at `net.core.somaxconn`.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the traffic listener with [`LISTEN_BACKLOG`].
+fn listen(address: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does, so a restart can rebind at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG)
 }

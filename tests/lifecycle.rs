@@ -134,3 +134,32 @@ async fn sigterm_finishes_in_flight_requests_refuses_new_ones_and_exits_zero() {
     assert!(status.success(), "exit status {status}");
     assert!(signalled.elapsed() < grace);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_a_thousand_connections_is_accepted_without_syn_retries() {
+    let upstream = Upstream::start().await;
+    let sluice = support::Sluice::start(
+        "[server]\nupstream = \"http://{upstream}\"\n",
+        upstream.addr,
+    )
+    .await;
+
+    // All at once: with the common listen backlog of 128 the kernel drops
+    // the overflow and those clients retry after a second.
+    let started = Instant::now();
+    let connects: Vec<_> = (0..1000)
+        .map(|_| tokio::spawn(tokio::net::TcpStream::connect(sluice.addr)))
+        .collect();
+    let mut streams = Vec::new();
+    for connect in connects {
+        streams.push(connect.await.unwrap().expect("connect"));
+    }
+    let took = started.elapsed();
+
+    assert!(
+        took < Duration::from_millis(900),
+        "1000 connections took {took:?}: SYNs were dropped"
+    );
+    let got = get(&sluice.url("/"), &[]).await;
+    assert_eq!(got.status, StatusCode::OK);
+}

@@ -52,7 +52,21 @@ pub type TestBody = BoxBody<Bytes, Infallible>;
 
 impl Upstream {
     pub async fn start() -> Upstream {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Upstream::serve(TcpListener::bind("127.0.0.1:0").await.unwrap())
+    }
+
+    /// Like [`Upstream::start`], with a listen backlog of `backlog` instead
+    /// of tokio's 128: for load tests in which sluice opens hundreds of
+    /// upstream connections at once (an overflowing backlog drops SYNs, and
+    /// each retransmit costs a second).
+    pub async fn start_with_backlog(backlog: u32) -> Upstream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_reuseaddr(true).unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        Upstream::serve(socket.listen(backlog).unwrap())
+    }
+
+    fn serve(listener: TcpListener) -> Upstream {
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let uploaded = Arc::new(AtomicU64::new(0));
