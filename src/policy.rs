@@ -236,8 +236,8 @@ impl Policy {
     }
 }
 
-/// The limiter for one limit of a rule.
-pub fn limiter(algorithm: AlgorithmKind, limit: &LimitConfig) -> Limiter {
+/// The limiter for one rate limit of a rule.
+fn limiter(algorithm: AlgorithmKind, limit: &LimitConfig) -> Limiter {
     match algorithm {
         AlgorithmKind::TokenBucket => Limiter::TokenBucket(Gcra::new(limit.rate, limit.capacity)),
         AlgorithmKind::FixedWindow => Limiter::FixedWindow(FixedWindow::new(limit.rate)),
@@ -246,7 +246,8 @@ pub fn limiter(algorithm: AlgorithmKind, limit: &LimitConfig) -> Limiter {
         AlgorithmKind::LeakyBucket => {
             Limiter::LeakyBucket(LeakyBucket::new(limit.rate, limit.capacity))
         }
-        // Concurrency rules have no rate limits; see `concurrency_limit`.
+        // A concurrency rule's config lists no rate limit (validation), so
+        // this arm only keeps the match whole; see `concurrency_limit`.
         AlgorithmKind::Concurrency => Limiter::Concurrency(Concurrency {
             max_in_flight: limit.capacity,
         }),
