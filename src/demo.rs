@@ -45,6 +45,14 @@ struct Step {
 
 const TOUR: &[(usize, Step)] = &[
     (
+        3,
+        Step {
+            path: "/api/export",
+            api_key: None,
+            note: "paced: one per 200 ms (leaky bucket)",
+        },
+    ),
+    (
         5,
         Step {
             path: "/api/search?q=rust",
@@ -61,11 +69,11 @@ const TOUR: &[(usize, Step)] = &[
         },
     ),
     (
-        6,
+        8,
         Step {
             path: "/api/orders",
             api_key: None,
-            note: "everything from this IP (10 per 10s)",
+            note: "everything from this IP (15 per 10s)",
         },
     ),
 ];
@@ -108,8 +116,8 @@ pub async fn run(once: bool) -> Result<(), DemoError> {
 async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     println!(
-        "{:>2}  {:<22} {:<9} {:>6} {:>5} {:>9} {:>11}  {:<28} note",
-        "#", "request", "status", "limit", "left", "reset in", "retry-after", "RateLimit"
+        "{:>2}  {:<22} {:<9} {:>6} {:>5} {:>9} {:>11} {:>6}  {:<28} note",
+        "#", "request", "status", "limit", "left", "reset in", "retry-after", "held", "RateLimit"
     );
     let mut number = 0;
     for (count, step) in TOUR {
@@ -139,9 +147,13 @@ async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
                     format!("{}s", reset.saturating_sub(now))
                 })
                 .unwrap_or_else(|| "-".to_owned());
+            let held = headers
+                .get("x-sluice-delay-ms")
+                .and_then(|v| v.to_str().ok())
+                .map_or_else(|| "-".to_owned(), |ms| format!("{ms}ms"));
             let status = response.status();
             println!(
-                "{:>2}  {:<22} {:<9} {:>6} {:>5} {:>9} {:>11}  {:<28} {}",
+                "{:>2}  {:<22} {:<9} {:>6} {:>5} {:>9} {:>11} {:>6}  {:<28} {}",
                 number,
                 format!(
                     "{}{}",
@@ -157,6 +169,7 @@ async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
                 text("x-ratelimit-remaining"),
                 reset_in,
                 text("retry-after"),
+                held,
                 text("ratelimit"),
                 step.note
             );
