@@ -9,14 +9,7 @@ mod support;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::StatusCode;
-use support::{assert_problem, get, Got, Sluice, Upstream};
-
-async fn start(rules: &str) -> (Upstream, Sluice) {
-    let upstream = Upstream::start().await;
-    let config = format!("[server]\nupstream = \"http://{{upstream}}\"\n\n{rules}");
-    let sluice = Sluice::start(&config, upstream.addr).await;
-    (upstream, sluice)
-}
+use support::{assert_problem, get, start, Got, Sluice};
 
 /// Sends `n` requests one after another; their status codes.
 async fn burst(sluice: &Sluice, n: usize) -> Vec<u16> {

@@ -6,19 +6,9 @@ mod support;
 
 use http::StatusCode;
 use support::{
-    download_len, generated_body, get, get_h2, post_streaming, write_config, Sluice, SluiceProcess,
+    download_len, generated_body, get, get_h2, post_streaming, start, write_config, SluiceProcess,
     Upstream,
 };
-
-fn config(rest: &str) -> String {
-    format!("[server]\nupstream = \"http://{{upstream}}\"\n{rest}")
-}
-
-async fn start(rest: &str) -> (Upstream, Sluice) {
-    let upstream = Upstream::start().await;
-    let sluice = Sluice::start(&config(rest), upstream.addr).await;
-    (upstream, sluice)
-}
 
 const GENEROUS_RULE: &str = r#"
 [[rule]]

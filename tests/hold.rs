@@ -9,16 +9,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use support::{assert_problem, get, Got, Sluice, Upstream};
+use support::{assert_problem, get, start, Got, Sluice, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-async fn start(rules: &str) -> (Upstream, Sluice) {
-    let upstream = Upstream::start().await;
-    let config = format!("[server]\nupstream = \"http://{{upstream}}\"\n\n{rules}");
-    let sluice = Sluice::start(&config, upstream.addr).await;
-    (upstream, sluice)
-}
 
 /// Sends `n` requests to `path`, started `gap` apart, each carrying
 /// `x-seq: <index>`; their answers and how long each took, in send order.

@@ -8,20 +8,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use http::StatusCode;
-use support::{assert_problem, get, unix_now, Got, Sluice, Upstream};
+use support::{assert_problem, get, start, unix_now, Got, Sluice, Upstream};
 
 /// A config whose upstream is the test's; `rest` holds `[response]`,
 /// `[[rule]]` and so on.
-fn config(rest: &str) -> String {
-    format!("[server]\nupstream = \"http://{{upstream}}\"\n\n{rest}")
-}
-
-async fn start(rest: &str) -> (Upstream, Sluice) {
-    let upstream = Upstream::start().await;
-    let sluice = Sluice::start(&config(rest), upstream.addr).await;
-    (upstream, sluice)
-}
-
 /// The status codes of `n` sequential requests.
 async fn statuses(sluice: &Sluice, path: &str, headers: &[(&str, &str)], n: usize) -> Vec<u16> {
     let mut codes = Vec::with_capacity(n);

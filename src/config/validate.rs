@@ -2943,11 +2943,11 @@ burst = -1
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
         let config = Config::load(&dir.join("demo.toml")).expect("demo.toml is valid");
         let names: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names, ["per-ip", "search"]);
+        assert_eq!(names, ["per-ip", "search", "exports"]);
         assert_eq!(
             config.rules[0].limits[0].rate,
             Rate {
-                count: 10,
+                count: 15,
                 period: Duration::from_secs(10)
             }
         );
@@ -2965,5 +2965,12 @@ burst = -1
             }
         );
         assert_eq!(search.missing, MissingPolicy::Shared);
+        let exports = &config.rules[2];
+        assert_eq!(exports.algorithm, AlgorithmKind::LeakyBucket);
+        assert_eq!(exports.limits[0].capacity, 2);
+        assert!(matches!(
+            exports.on_limit,
+            OnLimit::Delay { max_queue: 2, .. }
+        ));
     }
 }

@@ -252,6 +252,16 @@ impl Drop for Sluice {
     }
 }
 
+/// A recording upstream and sluice in front of it. `rest` follows the
+/// `[server]` table's `upstream` line: more `[server]` keys, then
+/// `[[rule]]`s, `[response]` and so on.
+pub async fn start(rest: &str) -> (Upstream, Sluice) {
+    let upstream = Upstream::start().await;
+    let config = format!("[server]\nupstream = \"http://{{upstream}}\"\n{rest}");
+    let sluice = Sluice::start(&config, upstream.addr).await;
+    (upstream, sluice)
+}
+
 /// A response with its body collected.
 #[derive(Debug)]
 pub struct Got {
