@@ -175,6 +175,24 @@ pub trait Algorithm {
         let _ = at;
         self.refund(state, now, cost);
     }
+    /// A request whose `cost` units this limit let pass at `at` (`now`, or
+    /// a hold's instant) will pass at `to > at` instead, because another
+    /// limit holds it longer: counts its units at `to`, so that requests
+    /// held together by other limits cannot pass this one in a bunch.
+    /// Returns whether it could (exactly: the reservation was the last one);
+    /// otherwise the state is unchanged. Algorithms that cannot move a
+    /// reservation keep it where it is (the default).
+    fn reschedule(
+        &self,
+        state: &mut Self::State,
+        now: Nanos,
+        cost: u64,
+        at: Nanos,
+        to: Nanos,
+    ) -> bool {
+        let _ = (state, now, cost, at, to);
+        false
+    }
 }
 
 /// A configured limit, whatever its algorithm: what a store needs to decide.

@@ -415,3 +415,60 @@ shadow = true
     let shadow_limited = r#"sluice_requests_total{rule="trial",outcome="shadow_limited"}"#;
     assert_eq!(sluice.metric(shadow_limited).await, 2.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_held_together_by_one_rule_still_pass_another_at_its_rate() {
+    let (upstream, sluice) = start(
+        r#"
+# One outlet for /a: ten a second, one at a time.
+[[rule]]
+name = "outlet"
+match = { path_prefix = "/a" }
+rate = "10/s"
+burst = 1
+on_limit = "delay"
+
+# Each caller: one a second.
+[[rule]]
+name = "per-caller"
+key = ["header:x-b"]
+rate = "1/s"
+burst = 1
+on_limit = "delay"
+"#,
+    )
+    .await;
+
+    // Five callers each spend their unit elsewhere, all within a few ms, so
+    // the per-caller rule will hold their next requests until about the
+    // same instant, one second from now.
+    for caller in 0..5 {
+        let got = get(&sluice.url("/b"), &[("x-b", &caller.to_string())]).await;
+        assert_eq!(got.status, StatusCode::OK);
+    }
+    let mut tasks = Vec::new();
+    for caller in 0..5 {
+        let url = sluice.url("/a");
+        tasks.push(tokio::spawn(async move {
+            get(&url, &[("x-b", &caller.to_string())]).await
+        }));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap().status, StatusCode::OK);
+    }
+
+    // The outlet counted each request when it actually passed: they leave
+    // it 100 ms apart, not in a bunch when the per-caller holds end.
+    let passed: Vec<Instant> = upstream
+        .seen()
+        .iter()
+        .filter(|seen| seen.target == "/a")
+        .map(|seen| seen.at)
+        .collect();
+    assert_eq!(passed.len(), 5);
+    let gaps: Vec<Duration> = passed.windows(2).map(|w| w[1] - w[0]).collect();
+    for gap in &gaps {
+        assert!(*gap >= Duration::from_millis(50), "gaps {gaps:?}");
+    }
+}

@@ -260,6 +260,24 @@ impl Algorithm for Gcra {
         }
         *tat = Gcra::refund(self, *tat, cost);
     }
+
+    /// When the reservation is the last (`TAT ≤ at + τ`, as for [`cancel`]),
+    /// `TAT − c·T` is the TAT before it, and an arrival at `to` on that TAT
+    /// always conforms (it passed at `at ≤ to` already), leaving
+    /// `max(TAT − c·T, to) + c·T`: exactly the bucket of a request that
+    /// passed at `to`. Later arrivals queue behind it.
+    ///
+    /// [`cancel`]: Algorithm::cancel
+    fn reschedule(&self, tat: &mut Nanos, now: Nanos, cost: u64, at: Nanos, to: Nanos) -> bool {
+        if self.is_closed() || now > at || to < at || *tat > at.saturating_add(self.tolerance) {
+            return false;
+        }
+        let before = Gcra::refund(self, *tat, cost);
+        *tat = before
+            .max(to)
+            .saturating_add(self.emission.saturating_mul(cost));
+        true
+    }
 }
 
 #[cfg(test)]
@@ -554,6 +572,25 @@ mod tests {
         let used = tat;
         gcra.cancel(&mut tat, now + 1, 1, now);
         assert_eq!(tat, used);
+    }
+
+    #[test]
+    fn a_rescheduled_reservation_counts_where_it_passes() {
+        let gcra = Gcra::new(rate(10, 1), 1);
+        let now = SEC;
+        let hold = limits(SEC, 10);
+        let mut tat = 0;
+        // Admitted at once, but another limit holds the request 500 ms.
+        assert_eq!(gcra.reserve(&mut tat, now, 1, hold).wait(), 0);
+        assert!(gcra.reschedule(&mut tat, now, 1, now, now + 500 * MS));
+        // The next request passes 100 ms after it, not 100 ms after `now`.
+        assert_eq!(gcra.reserve(&mut tat, now, 1, hold).wait(), 600 * MS);
+        // That one is now the last; the first is not and stays put.
+        let before = tat;
+        assert!(!gcra.reschedule(&mut tat, now, 1, now + 500 * MS, now + 900 * MS));
+        assert_eq!(tat, before);
+        assert!(gcra.reschedule(&mut tat, now, 1, now + 600 * MS, now + 900 * MS));
+        assert_eq!(gcra.reserve(&mut tat, now, 1, hold).wait(), 1000 * MS);
     }
 
     #[test]

@@ -176,6 +176,20 @@ impl Algorithm for LeakyBucket {
             *empty = at;
         }
     }
+
+    /// When the reservation is the last (as for `cancel`), it leaves at `to`
+    /// instead: the bucket is empty again `cost·T` after `to`.
+    fn reschedule(&self, empty: &mut Nanos, now: Nanos, cost: u64, at: Nanos, to: Nanos) -> bool {
+        if self.is_closed()
+            || now > at
+            || to < at
+            || *empty != at.saturating_add(self.occupies(cost))
+        {
+            return false;
+        }
+        *empty = to.saturating_add(self.occupies(cost));
+        true
+    }
 }
 
 #[cfg(test)]

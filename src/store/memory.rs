@@ -208,7 +208,37 @@ impl MemoryStore {
             }
             return false;
         }
+        self.pass_together(asks, now, decisions);
         true
+    }
+
+    /// A request passes at the latest instant any of its limits holds it
+    /// to. The limits that would let it pass earlier count its units at that
+    /// instant instead, where they can (token and leaky buckets, while its
+    /// reservation is still their last): otherwise requests that one limit
+    /// holds together would pass another in a bunch.
+    fn pass_together(&self, asks: &[Ask<'_>], now: Nanos, decisions: &mut [Decision]) {
+        let latest = decisions.iter().map(Decision::wait).max().unwrap_or(0);
+        if latest == 0 {
+            return;
+        }
+        for (ask, decision) in asks.iter().zip(decisions.iter_mut()) {
+            let wait = decision.wait();
+            if wait < latest
+                && with_table!(self, ask, |table, algorithm| table.reschedule(
+                    algorithm,
+                    ask,
+                    now,
+                    now + wait,
+                    now + latest
+                ))
+            {
+                *decision = Decision::Hold {
+                    state: decision.state(),
+                    wait: latest,
+                };
+            }
+        }
     }
 
     fn acquire(&self, ask: &Ask<'_>, now: Nanos) -> (Decision, Grant) {
@@ -461,6 +491,13 @@ impl<A: Algorithm> Table<A> {
                 .refund(algorithm, slot_key(ask.key), now, ask.cost),
             Grant::None => {}
         }
+    }
+
+    fn reschedule(&self, algorithm: &A, ask: &Ask<'_>, now: Nanos, at: Nanos, to: Nanos) -> bool {
+        let key = slot_key(ask.key);
+        self.shard(key)
+            .get_mut(key)
+            .is_some_and(|state| algorithm.reschedule(state, now, ask.cost, at, to))
     }
 
     fn cancel(&self, algorithm: &A, ask: &Ask<'_>, now: Nanos, at: Nanos) {
