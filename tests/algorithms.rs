@@ -1781,3 +1781,93 @@ fn sliding_window_overshoots_count_after_a_cold_start_mid_window() {
     assert_eq!(log_max, count);
     assert_eq!(window_max, 137);
 }
+
+/// `reschedule`: a request that another limit holds longer is counted by a
+/// token or leaky bucket at the instant it really passes.
+mod rescheduled {
+    use super::*;
+
+    /// One request: the gap since the previous one (ms), its cost, and how
+    /// much longer another limit holds it (ms, 0 = not at all).
+    type Arrival = (u64, u64, u64);
+
+    fn arrivals() -> impl Strategy<Value = Vec<Arrival>> {
+        vec(
+            (0u64..150, 1u64..=3, prop_oneof![Just(0u64), 0u64..800]),
+            1..60,
+        )
+    }
+
+    /// Reserves each arrival (holding up to 10 s), moves it `extra` later
+    /// when another limit would hold it, and returns the instants at which
+    /// units really pass, with their costs, in reservation order.
+    fn run<A: Algorithm<State = u64>>(limit: &A, arrivals: &[Arrival]) -> Vec<(u64, u64)> {
+        let limits = HoldLimits {
+            max_wait: 10 * SEC,
+            max_queued: 1_000,
+        };
+        let mut state = 0;
+        let mut now = EPOCH;
+        let mut passed = Vec::new();
+        for &(gap, cost, extra) in arrivals {
+            now += gap * MS;
+            let decision = limit.reserve(&mut state, now, cost, limits);
+            if !decision.is_allowed() {
+                continue;
+            }
+            let at = now + decision.wait();
+            let mut pass = at;
+            if extra > 0 && limit.reschedule(&mut state, now, cost, at, at + extra * MS) {
+                pass = at + extra * MS;
+            }
+            passed.push((pass, cost));
+        }
+        passed
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn a_token_bucket_never_lets_more_pass_than_burst_plus_refill(
+            arrivals in arrivals(),
+            count in 1u64..20,
+            burst in 3u64..10,
+        ) {
+            let limit = Gcra::new(Rate { count, period: Duration::from_secs(1) }, burst);
+            let mut passed = run(&limit, &arrivals);
+            // Passing order is reservation order (FIFO), except that a
+            // rescheduled request may now pass after later ones: sort.
+            passed.sort_unstable();
+            let emission = SEC / count;
+            for (i, &(start, _)) in passed.iter().enumerate() {
+                let mut units = 0;
+                for &(t, cost) in &passed[i..] {
+                    units += cost;
+                    prop_assert!(
+                        units <= burst + (t - start) / emission,
+                        "{} units in {} ns", units, t - start
+                    );
+                }
+            }
+        }
+
+        #[test]
+        fn a_leaky_bucket_lets_requests_pass_one_at_a_time(
+            arrivals in arrivals(),
+            count in 1u64..20,
+        ) {
+            let limit = LeakyBucket::new(Rate { count, period: Duration::from_secs(1) }, 1_000);
+            let mut passed = run(&limit, &arrivals);
+            passed.sort_unstable();
+            let emission = SEC / count;
+            for pair in passed.windows(2) {
+                let ((first, cost), (second, _)) = (pair[0], pair[1]);
+                prop_assert!(
+                    second - first >= cost * emission,
+                    "{} ns apart, {} needed", second - first, cost * emission
+                );
+            }
+        }
+    }
+}
