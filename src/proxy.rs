@@ -130,7 +130,7 @@ impl Proxy {
         started: Nanos,
     ) -> Response<ProxyBody> {
         let shared = &*self.shared;
-        if let Some(refusal) = oversized(&request, policy) {
+        if let Some(refusal) = bad_host(&request).or_else(|| oversized(&request, policy)) {
             return respond::refusal(refusal, None);
         }
         let normalized = match path::normalize(request.uri().path()) {
@@ -316,6 +316,55 @@ fn oversized<B>(request: &Request<B>, policy: &Policy) -> Option<Refusal> {
     None
 }
 
+/// RFC 9112 §3.2: an HTTP/1.1 request must carry exactly one Host line with
+/// a valid value, else 400 (hyper does not check). HTTP/1.0 may omit it, and
+/// HTTP/2 carries `:authority`. With an absolute-form target the target's
+/// authority is what sluice routes and keys by ([`host_of`]); Host must
+/// still be there.
+fn bad_host<B>(request: &Request<B>) -> Option<Refusal> {
+    let mut hosts = request.headers().get_all(http::header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Some(Refusal::BadHost(
+            "the request carries more than one Host header",
+        ));
+    }
+    match host {
+        None if request.version() == http::Version::HTTP_11 => Some(Refusal::BadHost(
+            "an HTTP/1.1 request must carry a Host header",
+        )),
+        Some(value) if !valid_host(value.as_bytes()) => Some(Refusal::BadHost(
+            "the Host header is not a valid host or host:port",
+        )),
+        _ => None,
+    }
+}
+
+/// `uri-host [ ":" port ]` (RFC 3986): an authority without user info and
+/// without the list separators or spaces that would make it several hosts.
+/// Empty is allowed (for a target without an authority, RFC 9112 §3.2).
+fn valid_host(value: &[u8]) -> bool {
+    if value.is_empty() {
+        return true;
+    }
+    if value
+        .iter()
+        .any(|b| matches!(b, b',' | b' ' | b'\t' | b'@' | b'/' | b'?' | b'#'))
+        || http::uri::Authority::try_from(value).is_err()
+    {
+        return false;
+    }
+    // The port, if any, is digits (the `http` crate is lenient there).
+    let after_host = match value.iter().rposition(|&b| b == b']') {
+        Some(end) => &value[end + 1..],
+        None => value,
+    };
+    match after_host.iter().rposition(|&b| b == b':') {
+        Some(colon) => after_host[colon + 1..].iter().all(u8::is_ascii_digit),
+        None => true,
+    }
+}
+
 /// The host the client addressed, without port: the URI's authority
 /// (absolute-form, HTTP/2 `:authority`) or the Host header.
 fn host_of<B>(request: &Request<B>) -> Option<&str> {
@@ -362,6 +411,24 @@ fn forwarded_path<B>(request: &Request<B>, rewritten: Option<&str>) -> PathAndQu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_are_one_host_with_an_optional_port() {
+        for good in [
+            "example.com",
+            "example.com:8080",
+            "[::1]:80",
+            "10.0.0.1",
+            "",
+        ] {
+            assert!(valid_host(good.as_bytes()), "{good}");
+        }
+        for bad in [
+            "a, b", "a,b", "a b", "user@a", "a/b", "a:port", "[::1", "a\tb",
+        ] {
+            assert!(!valid_host(bad.as_bytes()), "{bad}");
+        }
+    }
 
     #[test]
     fn ports_are_stripped_from_hosts() {

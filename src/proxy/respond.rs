@@ -358,6 +358,8 @@ fn subsec_nanos(time: Duration) -> Nanos {
 /// upstream's 502/504.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
+    /// An HTTP/1.1 request without exactly one valid Host (RFC 9112 §3.2).
+    BadHost(&'static str),
     /// The path could not be normalised.
     BadPath(crate::key::path::PathError),
     /// The request target is longer than `server.max_uri_bytes`.
@@ -379,6 +381,7 @@ pub enum Refusal {
 /// The problem document for a refusal.
 pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
     match refusal {
+        Refusal::BadHost(detail) => problem(StatusCode::BAD_REQUEST, detail),
         Refusal::BadPath(error) => problem(StatusCode::BAD_REQUEST, &error.to_string()),
         Refusal::UriTooLong => problem(
             StatusCode::URI_TOO_LONG,

@@ -1,0 +1,126 @@
+//! Hostile inputs from `shared/RELIABILITY.md`, sent as raw bytes (never
+//! through a normalising HTTP library), one test per catalogue row, named
+//! after it. This file grows with the edge-hardening work; today it holds
+//! C3 (Host abuse).
+
+mod support;
+
+use std::time::Duration;
+
+use support::start;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Sends `request` as is on a fresh connection and returns everything the
+/// server sent until it closed the connection or stayed silent for 500 ms.
+async fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_millis(500), stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => received.extend_from_slice(&buffer[..n]),
+        }
+    }
+    String::from_utf8_lossy(&received).into_owned()
+}
+
+/// The status code of the first response in `raw`.
+fn status(raw: &str) -> u16 {
+    raw.split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {raw:?}"))
+}
+
+const PER_HOST: &str = r#"
+[[rule]]
+name = "b-only"
+match = { host = "b.example" }
+key = ["global"]
+rate = "1/m"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c3_missing_repeated_or_invalid_host_is_400_and_never_forwarded() {
+    let (upstream, sluice) = start(PER_HOST).await;
+    let cases: [(&str, &[u8]); 5] = [
+        ("no Host", b"GET / HTTP/1.1\r\n\r\n"),
+        (
+            "two Host lines",
+            b"GET / HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n",
+        ),
+        (
+            "a list of hosts",
+            b"GET / HTTP/1.1\r\nHost: a.example, b.example\r\n\r\n",
+        ),
+        (
+            "user info",
+            b"GET / HTTP/1.1\r\nHost: user@a.example\r\n\r\n",
+        ),
+        (
+            "a port that is not a number",
+            b"GET / HTTP/1.1\r\nHost: a.example:http\r\n\r\n",
+        ),
+    ];
+    for (what, request) in cases {
+        let raw = exchange(sluice.addr, request).await;
+        assert_eq!(status(&raw), 400, "{what}: {raw}");
+        assert!(
+            raw.to_ascii_lowercase()
+                .contains("content-type: application/problem+json"),
+            "{what}: {raw}"
+        );
+    }
+    assert_eq!(
+        upstream.count(),
+        0,
+        "a bad Host must never reach the upstream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c3_http_1_0_may_omit_host() {
+    let (upstream, sluice) = start(PER_HOST).await;
+
+    let raw = exchange(sluice.addr, b"GET / HTTP/1.0\r\n\r\n").await;
+
+    assert_eq!(status(&raw), 200, "{raw}");
+    assert_eq!(upstream.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c3_absolute_form_authority_wins_over_host_for_limits_and_forwarding() {
+    let (upstream, sluice) = start(PER_HOST).await;
+    let to_b = b"GET http://b.example/x HTTP/1.1\r\nHost: a.example\r\n\r\n";
+
+    // The target says b.example: the b-only rule applies (1 per minute),
+    // whatever Host claims.
+    assert_eq!(status(&exchange(sluice.addr, to_b).await), 200);
+    assert_eq!(status(&exchange(sluice.addr, to_b).await), 429);
+    // A plain request for a.example is not limited by it.
+    let to_a = b"GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n";
+    assert_eq!(status(&exchange(sluice.addr, to_a).await), 200);
+
+    // The upstream is told the host that was limited.
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].headers["host"], "b.example");
+    assert_eq!(seen[0].target, "/x");
+    assert_eq!(seen[1].headers["host"], "a.example");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c3_a_valid_host_with_a_port_is_accepted() {
+    let (_upstream, sluice) = start("").await;
+
+    let raw = exchange(
+        sluice.addr,
+        b"GET / HTTP/1.1\r\nHost: a.example:8080\r\n\r\n",
+    )
+    .await;
+
+    assert_eq!(status(&raw), 200, "{raw}");
+}
