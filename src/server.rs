@@ -2,6 +2,11 @@
 //! through hyper-util's auto builder), the connection cap, hyper's limits and
 //! timeouts, and graceful shutdown.
 //!
+//! The cap: a connection beyond `max_connections` is accepted and answered
+//! at once with a 503 problem document and closed, rather than left waiting
+//! in the kernel's queue where the client cannot tell a busy proxy from a
+//! dead one (Envoy's overload manager answers 503 the same way).
+//!
 //! Shutdown: when the `shutdown` future passed to [`Server::serve`] resolves,
 //! the proxy is marked draining (`/readyz` answers 503), the listener is
 //! closed, every open connection is told to finish its in-flight request and
@@ -82,13 +87,6 @@ impl Server {
 
         tokio::pin!(shutdown);
         loop {
-            let permit = tokio::select! {
-                () = &mut shutdown => break,
-                permit = connections.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_closed) => break,
-                },
-            };
             let (stream, peer) = tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
@@ -102,6 +100,10 @@ impl Server {
             };
             // Small request/response exchanges must not wait for Nagle.
             let _ = stream.set_nodelay(true);
+            let Ok(permit) = connections.clone().try_acquire_owned() else {
+                tokio::spawn(refuse(stream));
+                continue;
+            };
             let proxy = proxy.clone();
             let service = service_fn(move |request| {
                 let proxy = proxy.clone();
@@ -134,6 +136,28 @@ impl Server {
         }
         admin.abort();
     }
+}
+
+/// How long a refused connection gets to take its 503.
+const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The problem document a connection beyond `max_connections` gets.
+const OVER_CAPACITY: &str = r#"{"title":"Service Unavailable","status":503,"detail":"too many connections; try again shortly"}"#;
+
+/// Answers a connection over the cap with 503 and closes it, without
+/// reading its request (whatever it is, the answer is the same).
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n\
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{OVER_CAPACITY}",
+        OVER_CAPACITY.len()
+    );
+    let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
 }
 
 /// hyper's server settings from `[server]`.

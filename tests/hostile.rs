@@ -124,3 +124,39 @@ async fn c3_a_valid_host_with_a_port_is_accepted() {
 
     assert_eq!(status(&raw), 200, "{raw}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b7_a_connection_beyond_max_connections_gets_503_and_is_closed() {
+    let (_upstream, sluice) = start("max_connections = 2\n").await;
+    let request = b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n";
+
+    // Two kept-alive connections take both places.
+    let mut kept = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(sluice.addr).await.unwrap();
+        stream.write_all(request).await.unwrap();
+        let mut buffer = [0u8; 1024];
+        let n = stream.read(&mut buffer).await.unwrap();
+        assert_eq!(status(&String::from_utf8_lossy(&buffer[..n])), 200);
+        kept.push(stream);
+    }
+
+    // A third is answered at once and closed, not left waiting.
+    let started = std::time::Instant::now();
+    let raw = exchange(sluice.addr, request).await;
+    assert_eq!(status(&raw), 503, "{raw}");
+    assert!(raw.contains("application/problem+json"), "{raw}");
+    assert!(
+        raw.to_ascii_lowercase().contains("connection: close"),
+        "{raw}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "the refused connection was not closed at once"
+    );
+
+    // When one of the two leaves, a newcomer is served again.
+    drop(kept.pop());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(status(&exchange(sluice.addr, request).await), 200);
+}
