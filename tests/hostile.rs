@@ -1,7 +1,9 @@
 //! Hostile inputs from `shared/RELIABILITY.md`, sent as raw bytes (never
 //! through a normalising HTTP library), one test per catalogue row, named
 //! after it. This file grows with the edge-hardening work; today it holds
-//! C3 (Host abuse).
+//! B6 (Expect: 100-continue over the limit), B7 (connections beyond
+//! `max_connections`), C3 (Host abuse), and a body left unread by a 429
+//! never being parsed as a next request.
 
 mod support;
 
@@ -159,4 +161,70 @@ async fn b7_a_connection_beyond_max_connections_gets_503_and_is_closed() {
     drop(kept.pop());
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(status(&exchange(sluice.addr, request).await), 200);
+}
+
+const ONE_PER_MINUTE: &str = r#"
+[[rule]]
+name = "tight"
+key = ["global"]
+rate = "1/m"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b6_expect_continue_over_the_limit_gets_429_without_100_continue() {
+    let (upstream, sluice) = start(ONE_PER_MINUTE).await;
+    assert_eq!(
+        status(&exchange(sluice.addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await),
+        200
+    );
+
+    let started = std::time::Instant::now();
+    let raw = exchange(
+        sluice.addr,
+        b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000000\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .await;
+
+    assert_eq!(status(&raw), 429, "{raw}");
+    assert!(!raw.contains("100 Continue"), "{raw}");
+    assert!(
+        started.elapsed() < Duration::from_millis(700),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(upstream.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_left_unread_by_a_429_is_never_parsed_as_a_next_request() {
+    let (upstream, sluice) = start(ONE_PER_MINUTE).await;
+    assert_eq!(
+        status(&exchange(sluice.addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await),
+        200
+    );
+
+    // The body of a request sluice refuses without reading it looks like a
+    // request of its own.
+    let hidden = b"GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n";
+    let mut request = format!(
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n",
+        hidden.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(hidden);
+    let raw = exchange(sluice.addr, &request).await;
+
+    assert_eq!(status(&raw), 429, "{raw}");
+    assert_eq!(
+        raw.matches("HTTP/1.1 ").count(),
+        1,
+        "exactly one response: {raw}"
+    );
+    assert!(
+        upstream
+            .seen()
+            .iter()
+            .all(|seen| seen.target != "/smuggled"),
+        "the body reached the upstream as a request"
+    );
 }
