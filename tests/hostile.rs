@@ -1,7 +1,7 @@
 //! Hostile inputs from `shared/RELIABILITY.md`, sent as raw bytes (never
 //! through a normalising HTTP library), one test per catalogue row, named
 //! after it. This file grows with the edge-hardening work; today it holds
-//! B6 (Expect: 100-continue over the limit), B7 (connections beyond
+//! B1 (slowloris on headers), B6 (Expect: 100-continue over the limit), B7 (connections beyond
 //! `max_connections`), C3 (Host abuse), and a body left unread by a 429
 //! never being parsed as a next request.
 
@@ -227,4 +227,53 @@ async fn a_body_left_unread_by_a_429_is_never_parsed_as_a_next_request() {
             .all(|seen| seen.target != "/smuggled"),
         "the body reached the upstream as a request"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b1_slowloris_connections_are_closed_at_the_header_timeout() {
+    let (_upstream, sluice) = start("header_read_timeout = \"1s\"\n").await;
+    let request = b"GET / HTTP/1.1\r\nHost: a.example\r\nX-Slow: ";
+
+    // 50 clients that send one byte of their head every 100 ms, forever.
+    let started = std::time::Instant::now();
+    let mut clients = Vec::new();
+    for _ in 0..50 {
+        let addr = sluice.addr;
+        clients.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            let mut sent = 0;
+            loop {
+                let byte = request.get(sent).copied().unwrap_or(b'x');
+                if stream.write_all(&[byte]).await.is_err() {
+                    break;
+                }
+                sent += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                // A closed connection shows as EOF on read.
+                let mut buffer = [0u8; 256];
+                if let Ok(Ok(0)) =
+                    tokio::time::timeout(Duration::from_millis(1), stream.read(&mut buffer)).await
+                {
+                    break;
+                }
+            }
+            started.elapsed()
+        }));
+    }
+    let mut longest = Duration::ZERO;
+    for client in clients {
+        let lived = tokio::time::timeout(Duration::from_secs(5), client)
+            .await
+            .expect("a slowloris connection outlived the header timeout by far")
+            .unwrap();
+        longest = longest.max(lived);
+    }
+
+    // RELIABILITY B1: no connection lives longer than the timeout + 1 s.
+    assert!(
+        longest <= Duration::from_secs(2),
+        "longest connection {longest:?}"
+    );
+    let raw = exchange(sluice.addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert_eq!(status(&raw), 200);
 }
