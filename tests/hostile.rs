@@ -1,7 +1,7 @@
 //! Hostile inputs from `shared/RELIABILITY.md`, sent as raw bytes (never
 //! through a normalising HTTP library), one test per catalogue row, named
 //! after it. This file grows with the edge-hardening work; today it holds
-//! B1 (slowloris on headers), B6 (Expect: 100-continue over the limit), B7 (connections beyond
+//! B1 (slowloris on headers), B5 (header bombs), B6 (Expect: 100-continue over the limit), B7 (connections beyond
 //! `max_connections`), C3 (Host abuse), and a body left unread by a 429
 //! never being parsed as a next request.
 
@@ -274,6 +274,22 @@ async fn b1_slowloris_connections_are_closed_at_the_header_timeout() {
         longest <= Duration::from_secs(2),
         "longest connection {longest:?}"
     );
+    let raw = exchange(sluice.addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert_eq!(status(&raw), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b5_header_bombs_get_431_and_never_reach_the_upstream() {
+    let (upstream, sluice) = start("").await;
+    // Defaults: at most 100 header lines, a 32 KiB head.
+    let many: String = (0..200).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let huge = format!("X-Big: {}\r\n", "a".repeat(100 * 1024));
+    for (what, headers) in [("200 headers", many), ("one 100 KiB header", huge)] {
+        let request = format!("GET / HTTP/1.1\r\nHost: a\r\n{headers}\r\n");
+        let raw = exchange(sluice.addr, request.as_bytes()).await;
+        assert_eq!(status(&raw), 431, "{what}: {raw}");
+    }
+    assert_eq!(upstream.count(), 0);
     let raw = exchange(sluice.addr, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
     assert_eq!(status(&raw), 200);
 }
