@@ -1,15 +1,20 @@
 //! Where bucket state lives. [`Store`] is a closed enum (no `Box<dyn>`): the
 //! in-memory sharded table today, a Redis store (strict and hybrid) later,
-//! behind the same two calls the proxy makes:
+//! behind the calls the proxy makes:
 //!
-//! - [`Store::acquire_all`]: ask every applicable limit of one request at once,
-//!   all or nothing. A request rejected by any limit consumes nothing from the
-//!   others. Batching the limits of a request into one call is what will let
-//!   the Redis store answer with one round trip (one Lua script call).
+//! - [`Store::acquire_all`]: ask every applicable rate limit of one request
+//!   at once, all or nothing (delay-mode asks reserve instead of denying). A
+//!   request rejected by any limit consumes nothing from the others. Batching
+//!   the limits of a request into one call is what will let the Redis store
+//!   answer with one round trip (one Lua script call).
+//! - [`Store::refund`] / [`Store::cancel`]: give back what an admitted or
+//!   held request took when it will not be forwarded after all (a refused
+//!   permit, a client that left while held).
+//! - [`Store::acquire_permit`] / [`Store::permit`]: concurrency permits, held
+//!   by the response body until the exchange ends.
 //!
-//! Refunds (`refund_on`) and deferred charges (`charge`) will add a second
-//! call that adjusts one bucket after the response; the limiter core already
-//! has the arithmetic ([`crate::limiter::Algorithm::refund`]).
+//! Deferred charges (`charge`) and `refund_on` will reuse the refund path
+//! after the response.
 //!
 //! The store never reads a clock: `now` comes from the caller, so memory-store
 //! tests are exact. (The Redis store will take time from Redis instead.)
