@@ -6,7 +6,7 @@
 //! `now` is admitted when `max(TAT, now) + c·T − now ≤ τ`. This is exactly a
 //! token bucket of capacity `burst` refilled continuously at COUNT/period, in
 //! O(1) state. A TAT far in the future is a bucket in debt; deferred charges
-//! (later issue) push it there with [`Gcra::charge`], and admission then
+//! (later issue) push it there, and admission then
 //! waits until the debt is paid off.
 //!
 //! A state of 0 is a fresh, full bucket; any TAT at or before `now` is

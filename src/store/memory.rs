@@ -6,7 +6,7 @@
 //! [`crate::limiter::WindowCounts`] for the windows, a
 //! [`crate::limiter::LogState`] for the sliding log. Each
 //! table is split into many shards, each a small open-addressing map
-//! ([`probe_map`]) from the 64-bit bucket key to the bucket's state behind its
+//! (`probe_map`) from the 64-bit bucket key to the bucket's state behind its
 //! own mutex, padded to a cache line. A decision locks exactly one shard for a
 //! few nanoseconds; there is no global lock on the request path.
 //!
@@ -16,7 +16,7 @@
 //! ([`Algorithm::is_fresh`]: refilled, or their window or log has expired)
 //! and drops them (`evictions{reason="idle"}`); dropping those changes no
 //! decision. If nothing can be dropped, a new key is limited through its
-//! table's overflow sketch ([`sketch`], a count-min sketch of bucket states
+//! table's overflow sketch (`sketch`, a count-min sketch of bucket states
 //! that never under-counts; `evictions{reason="overflow"}`) instead of being
 //! admitted freely, and an over-limit caller keeps its bucket, so flooding
 //! new keys never resets anyone.

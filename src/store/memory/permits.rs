@@ -68,7 +68,7 @@ pub enum PermitGrant {
     /// Taken; `in_flight` counts this request.
     Now { in_flight: u64 },
     /// Every permit is taken and the request may wait: await the receiver
-    /// (a permit arrives in it), or call [`PermitTable::leave`] with the id.
+    /// (a permit arrives in it), or call `PermitTable::leave` with the id.
     Queued {
         id: u64,
         ready: oneshot::Receiver<()>,
