@@ -417,6 +417,7 @@ fn bench_derive(
             host: Some("api.example.com"),
             headers,
             client_ip: IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)),
+            claims: None,
         };
         let now = clock.now();
         let key = hasher

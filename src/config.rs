@@ -29,6 +29,8 @@ pub struct Config {
     pub store: StoreConfig,
     pub response: ResponseConfig,
     pub access: AccessConfig,
+    /// `[identity]`: how callers prove who they are (JWT).
+    pub identity: IdentityConfig,
     /// Rules in file order.
     pub rules: Vec<RuleConfig>,
     /// Non-fatal findings (`check` prints them to stderr).
@@ -144,6 +146,79 @@ pub struct RuleConfig {
     /// `concurrency` only: requests in flight per key (default 100); `None`
     /// for other algorithms.
     pub max_in_flight: Option<u64>,
+    /// `tiers`: limits chosen by the value of one key source.
+    pub tiers: Option<Tiers>,
+    /// `overrides`: limits for individual bucket keys (checked before tiers).
+    pub overrides: Vec<Override>,
+    /// `sunset`: the limit falls step by step to retire an API version.
+    pub sunset: Option<SunsetConfig>,
+    /// `ban`: callers limited too often are refused for a while.
+    pub ban: Option<BanConfig>,
+    /// What a reload that changes this rule's limits does to its buckets.
+    pub on_change: OnChange,
+}
+
+/// `tiers = { by = "jwt:plan", premium = { rate = "100/s" }, ... }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tiers {
+    /// The source whose value picks the tier (any key source).
+    pub by: KeySource,
+    /// One entry per tier value, in file order.
+    pub tiers: Vec<Variant>,
+}
+
+/// `overrides = { "seller-42" = { rate = "1000/s" } }`: `name` is a bucket
+/// key as SPEC.md writes it (sources' values joined by `|`).
+pub type Override = Variant;
+
+/// A tier or an override: the value it applies to and the limits it sets
+/// instead of the rule's own (same algorithm, same cost; a variant that
+/// gives only `burst` keeps the rule's rates).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Variant {
+    /// The tier value (`"premium"`) or the bucket key (`"seller-42"`).
+    pub name: String,
+    /// Never empty; validated like the rule's own `limits`.
+    pub limits: Vec<LimitConfig>,
+}
+
+/// `sunset = { start, end, to, step, link }` (SPEC.md's formula). The
+/// rule has exactly one rate limit when this is set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SunsetConfig {
+    /// Unix time in nanoseconds.
+    pub start: u64,
+    /// Unix time in nanoseconds; after `start`.
+    pub end: u64,
+    /// The COUNT reached at the last step, converted to the rule's period.
+    pub to: u64,
+    /// Default one day; never zero.
+    pub step: Duration,
+    /// Where clients should go (`Link: <link>; rel="sunset"`).
+    pub link: Option<String>,
+}
+
+/// `ban = { after = 20, within = "1m", for = "10m" }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BanConfig {
+    /// Limited answers within `within` that trigger a ban; at least 1.
+    pub after: u64,
+    pub within: Duration,
+    /// How long the ban lasts (`for`).
+    pub duration: Duration,
+}
+
+/// `on_change`: what a reload that changes a rule's limits does to the
+/// buckets it keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnChange {
+    /// Units already spent stay spent (4/h → 8/h with 2 spent leaves 6).
+    Keep,
+    /// The remaining share is kept (2 of 4 left → 4 of 8).
+    #[default]
+    Proportional,
+    /// Every bucket starts full.
+    Reset,
 }
 
 /// `on_limit`: what happens to a request over its budget.
@@ -222,6 +297,57 @@ pub enum KeySource {
     Header(http::HeaderName),
     Query(String),
     Global,
+    /// `jwt:<claim>`: a claim of the request's verified token.
+    Jwt(ClaimPath),
+}
+
+/// A claim name as written after `jwt:`, split on `.` for nested claims
+/// (`jwt:org.id` reads `{"org": {"id": ...}}`). Never empty; no segment is
+/// empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimPath(pub Vec<String>);
+
+/// `[identity]`.
+#[derive(Debug, Clone, Default)]
+pub struct IdentityConfig {
+    /// `[identity.jwt]`; required when any rule keys on `jwt:<claim>`.
+    pub jwt: Option<JwtConfig>,
+}
+
+/// `[identity.jwt]`.
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    /// Header carrying `Bearer <token>` (default `authorization`).
+    pub header: http::HeaderName,
+    /// The only algorithms accepted (RFC 8725 §3.1); never empty, never `none`.
+    pub algorithms: Vec<JwtAlgorithm>,
+    /// What signatures are checked with; `None` only when `verify = false`.
+    pub key: Option<JwtKey>,
+    /// `false`: claims are read without checking the signature (a gateway
+    /// in front already did); `check` warns.
+    pub verify: bool,
+}
+
+/// A JWS algorithm sluice verifies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JwtAlgorithm {
+    HS256,
+    HS384,
+    HS512,
+    RS256,
+    RS384,
+    RS512,
+    ES256,
+    ES384,
+}
+
+/// The verification key material, read when the config is loaded.
+#[derive(Debug, Clone)]
+pub enum JwtKey {
+    /// HMAC secret bytes (from the `secret_env` variable).
+    Secret(Vec<u8>),
+    /// A PEM public key (RSA or EC) from `public_key_file`.
+    PublicKeyPem(Vec<u8>),
 }
 
 /// `missing`: what to do when a key source is absent from the request.

@@ -16,6 +16,7 @@
 
 pub mod client_ip;
 pub mod glob;
+pub mod jwt;
 pub mod path;
 
 use std::hash::{BuildHasher, Hasher};
@@ -39,6 +40,8 @@ pub struct RequestFacts<'a> {
     pub headers: &'a HeaderMap,
     /// The client IP (already resolved through trusted proxies).
     pub client_ip: IpAddr,
+    /// The claims of the request's token, when it verified.
+    pub claims: Option<&'a jwt::Claims>,
 }
 
 /// Why a key could not be derived.
@@ -115,6 +118,13 @@ impl KeyHasher {
                     }
                     _ => false,
                 },
+                KeySource::Jwt(claim) => match facts.claims.and_then(|c| c.get(claim)) {
+                    Some(value) => {
+                        hash_claim(&mut hasher, value);
+                        true
+                    }
+                    None => false,
+                },
             };
             if !present {
                 if !allow_missing {
@@ -143,6 +153,15 @@ impl KeyHasher {
 fn hash_bytes(hasher: &mut impl Hasher, bytes: &[u8]) {
     hasher.write_u64(bytes.len() as u64);
     hasher.write(bytes);
+}
+
+/// A claim hashes as its text: a string's characters, a number's JSON
+/// spelling (so `42` and `"42"` are one caller).
+fn hash_claim(hasher: &mut impl Hasher, value: jwt::ClaimValue<'_>) {
+    match value {
+        jwt::ClaimValue::Text(text) => hash_bytes(hasher, text.as_bytes()),
+        jwt::ClaimValue::Scalar(value) => hash_bytes(hasher, value.to_string().as_bytes()),
+    }
 }
 
 /// Host names compare case-insensitively, so they hash lower-cased.
@@ -242,6 +261,7 @@ impl std::fmt::Display for KeySource {
             KeySource::Global => f.write_str("global"),
             KeySource::Header(name) => write!(f, "header:{name}"),
             KeySource::Query(name) => write!(f, "query:{name}"),
+            KeySource::Jwt(claim) => write!(f, "jwt:{}", claim.0.join(".")),
         }
     }
 }
@@ -259,6 +279,7 @@ mod tests {
             host: Some("Example.COM"),
             headers,
             client_ip: ip,
+            claims: None,
         }
     }
 

@@ -145,6 +145,7 @@ impl Proxy {
             host: host_of(&request),
             headers: request.headers(),
             client_ip,
+            claims: None,
         };
 
         if policy.deny.iter().any(|net| net.contains(&client_ip)) {

@@ -25,9 +25,9 @@ use toml::Spanned;
 use super::raw::{OneOrMany, Present, RawConfig, RawMatch, RawRule, RawServer};
 use super::units::{parse_duration, parse_rate};
 use super::{
-    AccessConfig, AdminConfig, AlgorithmKind, Config, ForwardedHeader, HeaderStyle, KeySource,
-    LimitConfig, MatchConfig, MissingPolicy, OnLimit, Rate, ResponseConfig, RuleConfig,
-    ServerConfig, StoreBackend, StoreConfig,
+    AccessConfig, AdminConfig, AlgorithmKind, Config, ForwardedHeader, HeaderStyle, IdentityConfig,
+    KeySource, LimitConfig, MatchConfig, MissingPolicy, OnChange, OnLimit, Rate, ResponseConfig,
+    RuleConfig, ServerConfig, StoreBackend, StoreConfig,
 };
 
 /// One problem in a config file, at the position of the offending value.
@@ -348,6 +348,7 @@ impl Validator<'_> {
         let store = self.store(raw);
         let response = self.response(raw);
         self.identity(raw);
+        let identity = IdentityConfig::default();
         let access = AccessConfig {
             allow: self.cidrs(
                 raw.access.as_ref().and_then(|a| a.allow.as_ref()),
@@ -365,6 +366,7 @@ impl Validator<'_> {
             store,
             response,
             access,
+            identity,
             rules,
             warnings: self.take_warnings(),
         }
@@ -913,6 +915,11 @@ impl Validator<'_> {
             shadow: raw.shadow.as_ref().is_some_and(|v| *v.get_ref()),
             on_limit,
             max_in_flight,
+            tiers: None,
+            overrides: Vec::new(),
+            sunset: None,
+            ban: None,
+            on_change: OnChange::default(),
         }
     }
 
