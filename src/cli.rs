@@ -45,11 +45,16 @@ pub enum Command {
         config: PathBuf,
     },
     /// Validate a config file and print the effective rules (exit 0), or the
-    /// errors with line and column (exit 1).
+    /// errors with line and column (exit 1). With --diff OLD NEW: validate
+    /// NEW and show what reloading from OLD to NEW does to each rule's
+    /// buckets.
     Check {
         /// Config file [default: $SLUICE_CONFIG, then ./sluice.toml]
         #[arg(long, short, env = "SLUICE_CONFIG", default_value = "sluice.toml")]
         config: PathBuf,
+        /// Compare two config files: the running one and the one to reload.
+        #[arg(long, num_args = 2, value_names = ["OLD", "NEW"], conflicts_with = "config")]
+        diff: Option<Vec<PathBuf>>,
     },
     /// A self-contained tour: starts a built-in upstream and sluice with the
     /// demo config on free 127.0.0.1 ports, sends a burst, prints what was
@@ -129,7 +134,7 @@ pub fn describe_rules(config: &Config) -> String {
 }
 
 /// The `limits` cell: each rate, or a concurrency rule's bound.
-fn describe_limits(rule: &RuleConfig) -> String {
+pub(crate) fn describe_limits(rule: &RuleConfig) -> String {
     if let Some(max_in_flight) = rule.max_in_flight {
         return format!("{max_in_flight} in flight");
     }
@@ -141,7 +146,7 @@ fn describe_limits(rule: &RuleConfig) -> String {
 }
 
 /// The `capacity` cell: each limit's capacity, or a concurrency rule's bound.
-fn describe_capacity(rule: &RuleConfig) -> String {
+pub(crate) fn describe_capacity(rule: &RuleConfig) -> String {
     if let Some(max_in_flight) = rule.max_in_flight {
         return max_in_flight.to_string();
     }
@@ -176,7 +181,7 @@ fn format_rate(rate: Rate) -> String {
     format!("{}/{period}", rate.count)
 }
 
-fn describe_match(matcher: &MatchConfig) -> String {
+pub(crate) fn describe_match(matcher: &MatchConfig) -> String {
     let mut parts = Vec::new();
     let mut field = |name: &str, values: Vec<String>| {
         if !values.is_empty() {

@@ -69,6 +69,15 @@ impl KeyHasher {
         }
     }
 
+    /// A hasher with the same seed (so every key stays the same, as a reload
+    /// needs) and possibly another IPv6 prefix.
+    pub fn with_ipv6_prefix(&self, ipv6_prefix: u8) -> KeyHasher {
+        KeyHasher {
+            state: self.state,
+            ipv6_prefix,
+        }
+    }
+
     /// Derives the bucket key for `sources`. With `allow_missing`, an absent
     /// source hashes as a shared marker; otherwise the first absent source is
     /// returned as the error.

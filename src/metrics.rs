@@ -221,7 +221,7 @@ impl Metrics {
             self.tracked_keys.with_label_values(&[&rule.name]).set(
                 rule.limits
                     .iter()
-                    .map(|l| store.tracked_keys(l.table))
+                    .map(|l| store.tracked_keys(&l.table))
                     .sum::<usize>() as i64,
             );
         }

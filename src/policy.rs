@@ -4,11 +4,15 @@
 //! parsing and no label lookups.
 //!
 //! The proxy holds the current [`Policy`] in an `ArcSwap`: a request loads it
-//! once and keeps that `Arc` to the end, so a reload (later issue) swaps in a
-//! new snapshot atomically while requests in flight finish under the old one.
-//! Each limit of each rule has its own bucket table, indexed by
-//! [`Limit::table`]; a reload will map unchanged rules (same name, key and
-//! algorithm) to their old table indexes so buckets survive.
+//! once and keeps that `Arc` to the end, so a reload swaps in a new snapshot
+//! atomically while requests in flight finish under the old one.
+//!
+//! Each limit of each rule owns a handle to its bucket table
+//! ([`Limit::table`]). Compiling against the previous policy keeps the
+//! tables of rules whose name, key and algorithm did not change (a reload
+//! never hands every caller a fresh burst); a changed limit carries its
+//! buckets over as the rule's `on_change` says. Tables nobody uses any more
+//! are freed when the last request under the old snapshot ends.
 
 use std::sync::Arc;
 
@@ -19,7 +23,7 @@ use prometheus::{Histogram, IntCounter, IntGauge};
 use crate::clock::Nanos;
 use crate::config::{
     AlgorithmKind, Config, HeaderStyle, KeySource, LimitConfig, MatchConfig, MissingPolicy,
-    OnLimit, ResponseConfig, RuleConfig,
+    OnChange, OnLimit, ResponseConfig, RuleConfig,
 };
 use crate::key::client_ip::ClientIpResolver;
 use crate::key::glob::PathGlob;
@@ -29,6 +33,7 @@ use crate::limiter::{
 };
 use crate::metrics::Metrics;
 use crate::proxy::respond;
+use crate::store::{BucketTable, Carry, Store};
 
 /// Everything the request path needs to decide, compiled once.
 #[derive(Debug)]
@@ -69,6 +74,12 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// Whether a reload keeps this rule's buckets for `new`: same name, key
+    /// and algorithm (SPEC.md).
+    pub fn keeps_buckets_for(&self, new: &RuleConfig) -> bool {
+        *self.name == *new.name && self.key == new.key && self.algorithm == new.algorithm
+    }
+
     /// Whether this rule limits requests in flight (its one limit is asked
     /// for a permit, not through the rate tables).
     pub fn is_concurrency(&self) -> bool {
@@ -79,9 +90,13 @@ impl Rule {
 /// One limit of a rule, with everything its headers and 429 body need.
 #[derive(Debug)]
 pub struct Limit {
-    /// Index of this limit's bucket table in the store.
-    pub table: usize,
+    /// This limit's bucket table.
+    pub table: BucketTable,
     pub limiter: Limiter,
+    /// The rate's period; `None` for a concurrency limit.
+    pub period: Option<std::time::Duration>,
+    /// The rate's COUNT (`max_in_flight` for a concurrency limit).
+    pub count: u64,
     /// The name the rate-limit headers use: the rule's, plus the period
     /// when the rule has several limits (`search-1m`).
     pub name: String,
@@ -154,21 +169,41 @@ impl Matcher {
 }
 
 impl Policy {
-    /// Compiles `config`. Limits get bucket tables in file order: the
-    /// first rule's limits first.
-    pub fn compile(config: Arc<Config>, metrics: &Metrics) -> Policy {
-        let mut next_table = 0;
+    /// Compiles `config` with new, empty bucket tables from `store`.
+    pub fn compile(config: Arc<Config>, metrics: &Metrics, store: &Store) -> Policy {
+        Policy::recompile(config, metrics, store, None, 0)
+    }
+
+    /// Compiles `config`, keeping the bucket tables of `previous` for every
+    /// rule whose name, key and algorithm are unchanged; a limit that
+    /// changed is carried over at `now` as the rule's `on_change` says.
+    pub fn recompile(
+        config: Arc<Config>,
+        metrics: &Metrics,
+        store: &Store,
+        previous: Option<&Policy>,
+        now: Nanos,
+    ) -> Policy {
         let rules = config
             .rules
             .iter()
             .map(|rule| {
+                let kept =
+                    previous.and_then(|p| p.rules.iter().find(|old| old.keeps_buckets_for(rule)));
+                let tables = Tables {
+                    store,
+                    kept,
+                    on_change: rule.on_change,
+                    now,
+                };
                 let limits = match rule.max_in_flight {
                     Some(max_in_flight) => {
-                        next_table += 1;
+                        let limiter = Limiter::Concurrency(Concurrency { max_in_flight });
+                        let table = tables.table(1, None, &limiter);
                         vec![concurrency_limit(
                             rule,
                             max_in_flight,
-                            next_table - 1,
+                            table,
                             config.response.status,
                         )]
                     }
@@ -176,8 +211,10 @@ impl Policy {
                         .limits
                         .iter()
                         .map(|limit| {
-                            next_table += 1;
-                            compile_limit(rule, limit, next_table - 1, config.response.status)
+                            let limiter = limiter(rule.algorithm, limit);
+                            let table =
+                                tables.table(rule.limits.len(), Some(limit.rate.period), &limiter);
+                            compile_limit(rule, limit, limiter, table, config.response.status)
                         })
                         .collect(),
                 };
@@ -205,6 +242,11 @@ impl Policy {
                 }
             })
             .collect();
+        // The same seed keeps every bucket key the same across a reload.
+        let keys = match previous {
+            Some(previous) => previous.keys.with_ipv6_prefix(config.server.ipv6_prefix),
+            None => KeyHasher::new(config.server.ipv6_prefix),
+        };
         Policy {
             rules,
             allow: config.access.allow.clone(),
@@ -213,21 +255,13 @@ impl Policy {
                 config.server.trusted_proxies.clone(),
                 config.server.forwarded_header,
             ),
-            keys: KeyHasher::new(config.server.ipv6_prefix),
+            keys,
             response: config.response.clone(),
             normalize_path: config.server.normalize_path,
             max_uri_bytes: config.server.max_uri_bytes,
             max_body_bytes: config.server.max_body_bytes,
             config,
         }
-    }
-
-    /// Every limit's limiter, in table order: what the store is built from.
-    pub fn limiters(&self) -> Vec<Limiter> {
-        self.rules
-            .iter()
-            .flat_map(|rule| rule.limits.iter().map(|limit| limit.limiter))
-            .collect()
     }
 
     /// Whether any rate-limit header is sent at all.
@@ -258,7 +292,7 @@ fn limiter(algorithm: AlgorithmKind, limit: &LimitConfig) -> Limiter {
 fn concurrency_limit(
     rule: &RuleConfig,
     max_in_flight: u64,
-    table: usize,
+    table: BucketTable,
     status: http::StatusCode,
 ) -> Limit {
     let detail = format!(
@@ -272,6 +306,8 @@ fn concurrency_limit(
     Limit {
         table,
         limiter: Limiter::Concurrency(Concurrency { max_in_flight }),
+        period: None,
+        count: max_in_flight,
         name_json: respond::json_string(&rule.name),
         rule_json: respond::json_string(&rule.name),
         name: rule.name.clone(),
@@ -286,10 +322,10 @@ fn concurrency_limit(
 fn compile_limit(
     rule: &RuleConfig,
     limit: &LimitConfig,
-    table: usize,
+    limiter: Limiter,
+    table: BucketTable,
     status: http::StatusCode,
 ) -> Limit {
-    let limiter = limiter(rule.algorithm, limit);
     let period = format_period(limit.rate.period);
     let name = if rule.limits.len() > 1 {
         format!("{}-{period}", rule.name)
@@ -312,6 +348,8 @@ fn compile_limit(
     Limit {
         table,
         limiter,
+        period: Some(limit.rate.period),
+        count: limit.rate.count,
         name_json: respond::json_string(&name),
         rule_json: respond::json_string(&rule.name),
         name,
@@ -323,11 +361,100 @@ fn compile_limit(
     }
 }
 
+/// Where a rule's limits get their bucket tables when (re)compiling.
+struct Tables<'a> {
+    store: &'a Store,
+    /// The previous policy's rule whose buckets this one keeps, if any.
+    kept: Option<&'a Rule>,
+    on_change: OnChange,
+    now: Nanos,
+}
+
+impl Tables<'_> {
+    /// The table for the rule's limit with `period` (of `count` limits):
+    /// the kept rule's limit of the same period (when both rules have one
+    /// limit, that one whatever its period), carried over to `limiter`; a
+    /// new table when there is none, or when the limit changed and
+    /// `on_change = "reset"`.
+    fn table(
+        &self,
+        count: usize,
+        period: Option<std::time::Duration>,
+        limiter: &Limiter,
+    ) -> BucketTable {
+        let old = self.kept.and_then(|kept| match kept.limits.as_slice() {
+            [only] if count == 1 => Some(only),
+            limits => limits.iter().find(|old| old.period == period),
+        });
+        let Some(old) = old else {
+            return self.store.table(limiter);
+        };
+        if old.limiter == *limiter {
+            return old.table.clone();
+        }
+        let carry = match self.on_change {
+            OnChange::Reset => return self.store.table(limiter),
+            OnChange::Keep => Carry::KeepSpent,
+            OnChange::Proportional => Carry::KeepShare,
+        };
+        if self
+            .store
+            .carry(&old.table, &old.limiter, limiter, carry, self.now)
+        {
+            old.table.clone()
+        } else {
+            self.store.table(limiter)
+        }
+    }
+}
+
 impl Limit {
     /// Whether this is a concurrency limit (no period, no reset).
     pub fn is_concurrency(&self) -> bool {
         matches!(self.limiter, Limiter::Concurrency(_))
     }
+}
+
+/// The effective rules as JSON, for `GET /admin/rules`: what each rule
+/// matches and keys on and the limits in force at `now`.
+pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
+    let _ = now;
+    let rules: Vec<serde_json::Value> = policy
+        .rules
+        .iter()
+        .zip(&policy.config.rules)
+        .map(|(rule, config)| {
+            let limits: Vec<serde_json::Value> = rule
+                .limits
+                .iter()
+                .map(|limit| match limit.period {
+                    Some(period) => serde_json::json!({
+                        "name": limit.name,
+                        "count": limit.count,
+                        "period_secs": period.as_secs_f64(),
+                        "capacity": limit.limiter.capacity(),
+                    }),
+                    None => serde_json::json!({
+                        "name": limit.name,
+                        "max_in_flight": limit.limiter.capacity(),
+                    }),
+                })
+                .collect();
+            serde_json::json!({
+                "name": &*rule.name,
+                "match": crate::cli::describe_match(&config.matcher),
+                "key": rule.key.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "missing": format!("{:?}", rule.missing).to_lowercase(),
+                "algorithm": rule.algorithm.name(),
+                "limits": limits,
+                "cost": rule.cost,
+                "on_limit": if rule.hold.is_some() { "delay" } else { "reject" },
+                "shadow": rule.shadow,
+                "on_change": format!("{:?}", config.on_change).to_lowercase(),
+            })
+        })
+        .collect();
+    serde_json::json!({ "rules": rules })
 }
 
 /// A period in its largest whole unit: `60s` → `1m`, `90s` → `90s`,

@@ -59,6 +59,8 @@ struct Shared {
     clock: MonotonicClock,
     /// Set when shutdown begins: `/readyz` turns 503.
     draining: AtomicBool,
+    /// Serialises reloads: each compiles against the policy it replaces.
+    reloading: std::sync::Mutex<()>,
 }
 
 impl Proxy {
@@ -67,9 +69,8 @@ impl Proxy {
         let metrics = Metrics::new();
         let config = Arc::new(config);
         let upstream = Upstream::new(&config.server);
-        let max_keys = config.store.max_keys;
-        let policy = Policy::compile(config, &metrics);
-        let store = Store::Memory(MemoryStore::new(&policy.limiters(), max_keys));
+        let store = Store::Memory(MemoryStore::new(config.store.max_keys));
+        let policy = Policy::compile(config, &metrics, &store);
         Proxy {
             shared: Arc::new(Shared {
                 policy: ArcSwap::from_pointee(policy),
@@ -78,6 +79,7 @@ impl Proxy {
                 metrics,
                 clock: MonotonicClock::default(),
                 draining: AtomicBool::new(false),
+                reloading: std::sync::Mutex::new(()),
             }),
         }
     }
@@ -95,6 +97,45 @@ impl Proxy {
     /// The bucket store.
     pub fn store(&self) -> &Store {
         &self.shared.store
+    }
+
+    /// Replaces the policy with one compiled from `config`, atomically:
+    /// requests in flight finish under the policy they started with. Rules
+    /// whose name, key and algorithm are unchanged keep their buckets (a
+    /// changed limit carries them over as the rule's `on_change` says).
+    /// `config` must be valid; settings that only take effect at start
+    /// (listen addresses, workers, ...) are returned, named, and not applied.
+    /// Rebuilding may walk every bucket of a changed limit, so call it off
+    /// the async workers (`spawn_blocking`).
+    pub fn reload(&self, config: Config) -> Vec<&'static str> {
+        let shared = &*self.shared;
+        let _serialised = shared
+            .reloading
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let old = shared.policy.load_full();
+        let mut config = config;
+        let ignored = crate::reload::keep_startup_settings(&old.config, &mut config);
+        let policy = Policy::recompile(
+            Arc::new(config),
+            &shared.metrics,
+            &shared.store,
+            Some(&old),
+            shared.clock.now(),
+        );
+        shared.policy.store(Arc::new(policy));
+        shared.metrics.config_reloads_ok.inc();
+        ignored
+    }
+
+    /// Now, by the limiter's clock (Unix nanoseconds).
+    pub fn now(&self) -> Nanos {
+        self.shared.clock.now()
+    }
+
+    /// Counts a reload refused because the new config was invalid.
+    pub fn reload_failed(&self) {
+        self.shared.metrics.config_reloads_error.inc();
     }
 
     /// Marks the proxy as draining (`/readyz` answers 503).

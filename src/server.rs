@@ -26,9 +26,10 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::admin;
+use crate::admin::{self, Admin};
 use crate::config::Config;
 use crate::proxy::Proxy;
+use crate::reload::{Reloader, Trigger};
 
 /// Pause after a failed `accept` (e.g. out of file descriptors), so the loop
 /// does not spin while the condition lasts.
@@ -41,6 +42,7 @@ pub struct Server {
     listener: TcpListener,
     admin_listener: TcpListener,
     config: Arc<Config>,
+    reloader: Option<Arc<Reloader>>,
 }
 
 impl Server {
@@ -54,7 +56,14 @@ impl Server {
             listener,
             admin_listener,
             config,
+            reloader: None,
         })
+    }
+
+    /// Reloads the config from `path` on SIGHUP, on `POST /admin/reload`
+    /// and when the file changes (see [`crate::reload`]).
+    pub fn reload_from(&mut self, path: std::path::PathBuf) {
+        self.reloader = Some(Reloader::new(path, self.proxy.clone()));
     }
 
     /// The proxy listener's address (useful when bound to port 0).
@@ -79,8 +88,18 @@ impl Server {
             listener,
             admin_listener,
             config,
+            reloader,
         } = self;
-        let admin = tokio::spawn(admin::serve(admin_listener, proxy.clone()));
+        let admin = tokio::spawn(admin::serve(
+            admin_listener,
+            Admin::new(proxy.clone(), reloader.clone()),
+        ));
+        let reloading = reloader.map(|reloader| {
+            (
+                tokio::spawn(reloader.clone().watch()),
+                tokio::spawn(reload_on_sighup(reloader)),
+            )
+        });
         let builder = Arc::new(connection_builder(&config));
         let connections = Arc::new(Semaphore::new(config.server.max_connections));
         let graceful = GracefulShutdown::new();
@@ -135,6 +154,22 @@ impl Server {
             );
         }
         admin.abort();
+        if let Some((watch, sighup)) = reloading {
+            watch.abort();
+            sighup.abort();
+        }
+    }
+}
+
+/// Reloads on every SIGHUP, as nginx and HAProxy do.
+async fn reload_on_sighup(reloader: Arc<Reloader>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("could not install the SIGHUP handler; reload with POST /admin/reload");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        let _ = reloader.reload(Trigger::Signal).await;
     }
 }
 
