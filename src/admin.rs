@@ -93,7 +93,7 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
     match (&method, request.uri().path()) {
         (&Method::GET | &Method::HEAD, "/metrics") => {
             let policy = proxy.policy();
-            let text = proxy.metrics().render(&policy, proxy.store());
+            let text = proxy.metrics().render(&policy, proxy.store(), proxy.now());
             respond(StatusCode::OK, &PROMETHEUS_TEXT, text.into())
         }
         (&Method::GET | &Method::HEAD, "/healthz") => {
@@ -106,13 +106,24 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
             StatusCode::SERVICE_UNAVAILABLE,
             "sluice is shutting down and no longer accepts traffic",
         ),
-        (&Method::GET | &Method::HEAD, "/admin/rules") => {
-            json_response(StatusCode::OK, &crate::policy::describe(&proxy.policy(), proxy.now()))
-        }
+        (&Method::GET | &Method::HEAD, "/admin/rules") => json_response(
+            StatusCode::OK,
+            &crate::policy::describe(&proxy.policy(), proxy.now()),
+        ),
         (&Method::POST, "/admin/reload") => reload(admin).await,
+        (&Method::GET | &Method::HEAD, "/admin/bans") => list_bans(proxy),
+        (&Method::POST, "/admin/bans") => match read_json(request).await {
+            Ok(body) => add_ban(proxy, &body),
+            Err(refusal) => refusal,
+        },
+        (&Method::DELETE, "/admin/bans") => lift_ban(proxy, request.uri().query()),
         (_, "/metrics" | "/healthz" | "/readyz" | "/admin/rules") => problem(
             StatusCode::METHOD_NOT_ALLOWED,
             "this admin endpoint only answers GET",
+        ),
+        (_, "/admin/bans") => problem(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "list bans with GET, add one with POST, lift one with DELETE /admin/bans?rule=R&key=K",
         ),
         (_, "/admin/reload") => problem(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -120,7 +131,8 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
         ),
         _ => problem(
             StatusCode::NOT_FOUND,
-            "unknown admin endpoint; try /metrics, /healthz, /readyz, /admin/rules or POST /admin/reload",
+            "unknown admin endpoint; try /metrics, /healthz, /readyz, /admin/rules, /admin/bans \
+             or POST /admin/reload",
         ),
     }
 }
@@ -164,6 +176,135 @@ async fn reload(admin: &Admin) -> Response<Full<Bytes>> {
         }
     }
 }
+
+/// `GET /admin/bans`: every ban in force, all rules.
+fn list_bans(proxy: &Proxy) -> Response<Full<Bytes>> {
+    let now = proxy.now();
+    let policy = proxy.policy();
+    let bans: Vec<Value> = policy
+        .rules
+        .iter()
+        .flat_map(|rule| {
+            rule.bans.active(now).into_iter().map(move |ban| {
+                json!({
+                    "rule": &*rule.name,
+                    "key": ban.key_text,
+                    "until": ban.until / 1_000_000_000,
+                    "remaining_secs": (ban.until - now).div_ceil(1_000_000_000),
+                    "manual": ban.manual,
+                })
+            })
+        })
+        .collect();
+    json_response(StatusCode::OK, &json!({ "bans": bans }))
+}
+
+/// `POST /admin/bans` with `{"rule", "key", "for"}`.
+fn add_ban(proxy: &Proxy, body: &Value) -> Response<Full<Bytes>> {
+    let field = |name: &str| body.get(name).and_then(Value::as_str);
+    let (Some(rule_name), Some(key), Some(duration)) = (field("rule"), field("key"), field("for"))
+    else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "expected {\"rule\": NAME, \"key\": KEY, \"for\": DURATION}, for example \
+             {\"rule\": \"per-seller\", \"key\": \"seller-42\", \"for\": \"10m\"}",
+        );
+    };
+    let duration =
+        match crate::config::parse_duration(duration) {
+            Ok(duration) if !duration.is_zero() => duration,
+            _ => return problem(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "\"for\": \"{duration}\" is not a duration such as \"90s\", \"10m\" or \"1h\""
+                ),
+            ),
+        };
+    let policy = proxy.policy();
+    let Some(rule) = policy.rules.iter().find(|r| *r.name == *rule_name) else {
+        return problem(
+            StatusCode::NOT_FOUND,
+            &format!("no rule is named \"{rule_name}\""),
+        );
+    };
+    let bucket = match policy.keys.key_of_text(&rule.key, key) {
+        Ok(bucket) => bucket,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    let now = proxy.now();
+    let nanos = duration.as_nanos().min(u128::from(u64::MAX)) as u64;
+    rule.bans.ban(bucket, key.to_owned(), now, nanos);
+    rule.counters.bans_started.inc();
+    tracing::info!(rule = %rule.name, %key, ?duration, "key banned by hand");
+    json_response(
+        StatusCode::CREATED,
+        &json!({
+            "rule": &*rule.name,
+            "key": key,
+            "until": now.saturating_add(nanos) / 1_000_000_000,
+            "remaining_secs": nanos.div_ceil(1_000_000_000),
+            "manual": true,
+        }),
+    )
+}
+
+/// `DELETE /admin/bans?rule=R&key=K`.
+fn lift_ban(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> {
+    let param = |name| crate::key::query_value(query, name).map(crate::key::decode_query);
+    let (Some(rule_name), Some(key)) = (param("rule"), param("key")) else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "name the ban to lift: DELETE /admin/bans?rule=RULE&key=KEY (percent-encode '|' as %7C)",
+        );
+    };
+    let policy = proxy.policy();
+    let Some(rule) = policy.rules.iter().find(|r| *r.name == *rule_name) else {
+        return problem(
+            StatusCode::NOT_FOUND,
+            &format!("no rule is named \"{rule_name}\""),
+        );
+    };
+    let bucket = match policy.keys.key_of_text(&rule.key, &key) {
+        Ok(bucket) => bucket,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    if rule.bans.lift(bucket, proxy.now()) {
+        tracing::info!(rule = %rule.name, %key, "ban lifted by hand");
+        json_response(
+            StatusCode::OK,
+            &json!({ "rule": rule_name, "key": key, "lifted": true }),
+        )
+    } else {
+        problem(
+            StatusCode::NOT_FOUND,
+            &format!("rule \"{rule_name}\" has no ban in force on \"{key}\""),
+        )
+    }
+}
+
+/// Reads a JSON body of at most [`MAX_BODY`] bytes.
+async fn read_json(request: Request<Incoming>) -> Result<Value, Response<Full<Bytes>>> {
+    use http_body_util::{BodyExt, Limited};
+    let body = Limited::new(request.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|_| {
+            problem(
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read or is larger than 64 KiB",
+            )
+        })?
+        .to_bytes();
+    serde_json::from_slice(&body).map_err(|error| {
+        problem(
+            StatusCode::BAD_REQUEST,
+            &format!("the request body is not valid JSON: {error}"),
+        )
+    })
+}
+
+/// Largest admin request body read (ban and spend calls are tiny).
+const MAX_BODY: usize = 64 * 1024;
 
 /// A 401 when a token is configured and the request does not carry it.
 fn unauthorized<B>(admin: &Admin, request: &Request<B>) -> Option<Response<Full<Bytes>>> {

@@ -33,6 +33,7 @@ use crate::limiter::{
 };
 use crate::metrics::Metrics;
 use crate::proxy::respond;
+use crate::store::bans::{BanPolicy, BanTable};
 use crate::store::{BucketTable, Carry, Store};
 
 /// Everything the request path needs to decide, compiled once.
@@ -70,6 +71,11 @@ pub struct Rule {
     /// requests are rejected (and always for shadow rules, which never
     /// hold anything).
     pub hold: Option<HoldLimits>,
+    /// `ban`: when a key earns a ban. `None`: bans only by hand.
+    pub ban: Option<BanPolicy>,
+    /// This rule's bans (earned or by hand), kept across reloads while the
+    /// rule keeps its name and key.
+    pub bans: Arc<BanTable>,
     pub counters: RuleCounters,
 }
 
@@ -127,6 +133,10 @@ pub struct RuleCounters {
     pub delay_seconds: Histogram,
     /// `sluice_queue_depth{rule}`.
     pub queue_depth: IntGauge,
+    /// `sluice_bans_total{rule}`.
+    pub bans_started: IntCounter,
+    /// `sluice_banned_requests_total{rule}`.
+    pub banned: IntCounter,
 }
 
 /// A rule's `match`: every given field must fit; within a field any entry may.
@@ -228,7 +238,20 @@ impl Policy {
                     }),
                     _ => None,
                 };
+                let bans = previous
+                    .and_then(|p| {
+                        p.rules
+                            .iter()
+                            .find(|old| *old.name == *rule.name && old.key == rule.key)
+                    })
+                    .map_or_else(Arc::default, |old| Arc::clone(&old.bans));
                 Rule {
+                    ban: rule.ban.map(|ban| BanPolicy {
+                        after: ban.after,
+                        within: saturating_nanos(ban.within),
+                        duration: saturating_nanos(ban.duration),
+                    }),
+                    bans,
                     name: Arc::from(rule.name.as_str()),
                     matcher: Matcher::new(&rule.matcher),
                     key: rule.key.clone(),
@@ -413,6 +436,10 @@ impl Limit {
     pub fn is_concurrency(&self) -> bool {
         matches!(self.limiter, Limiter::Concurrency(_))
     }
+}
+
+fn saturating_nanos(duration: std::time::Duration) -> Nanos {
+    duration.as_nanos().min(u128::from(Nanos::MAX)) as Nanos
 }
 
 /// The effective rules as JSON, for `GET /admin/rules`: what each rule

@@ -223,6 +223,16 @@ impl Proxy {
             }
         }
 
+        // A banned key is refused before any bucket is asked.
+        for applicable in &enforced {
+            if let Some(left) = applicable.rule.bans.banned(applicable.key, started) {
+                let rule = applicable.rule;
+                rule.counters.limited.inc();
+                rule.counters.banned.inc();
+                return respond::banned(rule, left, policy.response.status);
+            }
+        }
+
         // Decide, and hold the request if a delay-mode rule says so.
         let admission = admit::admit(&shared.store, &shared.clock, &enforced, &shadowed).await;
         shared.metrics.decision_seconds.observe(seconds(
@@ -235,6 +245,13 @@ impl Proxy {
         count_outcomes(&admission.verdicts);
         let decided_at = Duration::from_nanos(admission.decided_at);
         if !admission.admitted {
+            strike(
+                policy,
+                &enforced,
+                &admission.verdicts,
+                &facts,
+                admission.decided_at,
+            );
             return respond::limited(policy, &admission.verdicts, decided_at);
         }
 
@@ -307,6 +324,30 @@ impl Proxy {
         };
         tracing::warn!(%error, "upstream request failed");
         respond::refusal(refusal, None)
+    }
+}
+
+/// Counts a strike against each rejecting rule's key that has a `ban`, and
+/// starts a ban when one is earned (naming the key for `/admin/bans`).
+fn strike(
+    policy: &Policy,
+    enforced: &[Applicable<'_>],
+    verdicts: &[Verdict<'_>],
+    facts: &RequestFacts<'_>,
+    now: Nanos,
+) {
+    for applicable in enforced {
+        let rule = applicable.rule;
+        let Some(ban) = rule.ban else { continue };
+        let rejected = verdicts
+            .iter()
+            .any(|v| std::ptr::eq(v.rule, rule) && !v.decision.is_allowed());
+        if rejected && rule.bans.strike(applicable.key, now, ban) {
+            rule.counters.bans_started.inc();
+            let key = policy.keys.key_text(&rule.key, facts);
+            tracing::info!(rule = %rule.name, %key, "key banned");
+            rule.bans.name(applicable.key, key);
+        }
     }
 }
 

@@ -19,6 +19,7 @@
 //! The store never reads a clock: `now` comes from the caller, so memory-store
 //! tests are exact. (The Redis store will take time from Redis instead.)
 
+pub mod bans;
 pub mod memory;
 
 use crate::clock::Nanos;

@@ -132,6 +132,42 @@ pub fn limited(
     response
 }
 
+/// The answer to a request whose key `rule` has banned for `left` more:
+/// the quota-exceeded problem type, `Retry-After` the ban's remaining
+/// seconds. The rule's buckets were not asked, so no rate-limit fields.
+pub fn banned(rule: &Rule, left: Nanos, status: StatusCode) -> Response<ProxyBody> {
+    let secs = ceil_secs(left).max(1);
+    let detail = match rule.ban {
+        Some(ban) => format!(
+            "this caller was limited by rule '{}' {} times within {} and is banned for {}; \
+             {secs} s remain",
+            rule.name,
+            ban.after,
+            crate::policy::format_period(Duration::from_nanos(ban.within)),
+            crate::policy::format_period(Duration::from_nanos(ban.duration)),
+        ),
+        None => format!(
+            "this caller is banned by rule '{}' by an operator; {secs} s remain",
+            rule.name
+        ),
+    };
+    let body = serde_json::json!({
+        "type": QUOTA_EXCEEDED,
+        "title": status.canonical_reason().unwrap_or("Too Many Requests"),
+        "status": status.as_u16(),
+        "detail": detail,
+        "violated-policies": [&*rule.name],
+        "rule": &*rule.name,
+        "banned": true,
+        "retry_after_secs": secs,
+    });
+    let mut response = with_problem_body(status, body.to_string().into_bytes());
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, number_value(secs));
+    response
+}
+
 /// Adds `X-RateLimit-*` (the most constraining limit) and `RateLimit-Policy`
 /// / `RateLimit` (one member per limit) as `style` asks. `decided_at` is the
 /// Unix time the decisions were made at (their `now`), so that a reset at a

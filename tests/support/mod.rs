@@ -420,7 +420,7 @@ pub async fn get_h2(url: &str, headers: &[(&str, &str)]) -> Got {
     collect(response).await
 }
 
-async fn collect(response: Response<Incoming>) -> Got {
+pub async fn collect(response: Response<Incoming>) -> Got {
     let status = response.status();
     let headers = response.headers().clone();
     let body = response.into_body().collect().await.unwrap().to_bytes();
