@@ -210,16 +210,17 @@ fn add_ban(proxy: &Proxy, body: &Value) -> Response<Full<Bytes>> {
              {\"rule\": \"per-seller\", \"key\": \"seller-42\", \"for\": \"10m\"}",
         );
     };
-    let duration =
-        match crate::config::parse_duration(duration) {
-            Ok(duration) if !duration.is_zero() => duration,
-            _ => return problem(
+    let duration = match crate::config::parse_duration(duration) {
+        Ok(duration) if !duration.is_zero() => duration,
+        _ => {
+            return problem(
                 StatusCode::BAD_REQUEST,
                 &format!(
                     "\"for\": \"{duration}\" is not a duration such as \"90s\", \"10m\" or \"1h\""
                 ),
-            ),
-        };
+            )
+        }
+    };
     let policy = proxy.policy();
     let Some(rule) = policy.rules.iter().find(|r| *r.name == *rule_name) else {
         return problem(

@@ -255,8 +255,7 @@ impl Metrics {
                 .with_label_values(&[&rule.name])
                 .set(rule.bans.active(now).len() as i64);
             self.tracked_keys.with_label_values(&[&rule.name]).set(
-                rule.limits
-                    .iter()
+                rule.all_limits()
                     .map(|l| store.tracked_keys(&l.table))
                     .sum::<usize>() as i64,
             );

@@ -62,8 +62,18 @@ pub struct Rule {
     pub key: Vec<KeySource>,
     pub missing: MissingPolicy,
     pub algorithm: AlgorithmKind,
-    /// Every limit that must hold, in file order; never empty.
+    /// Every limit that must hold, in file order; never empty. Callers of
+    /// a tier or an override get that variant's limits instead.
     pub limits: Vec<Limit>,
+    /// Tiers, then overrides, each with its own limits and bucket tables.
+    pub variants: Vec<Variant>,
+    /// `tiers.by`: the source whose value picks a tier.
+    pub tier_by: Option<KeySource>,
+    /// The bucket key of each tier value (as `tier_by` alone hashes it) →
+    /// its variant.
+    pub tier_index: VariantIndex,
+    /// The bucket key of each override → its variant.
+    pub override_index: VariantIndex,
     /// Units each request takes from every limit.
     pub cost: u64,
     pub shadow: bool,
@@ -79,7 +89,42 @@ pub struct Rule {
     pub counters: RuleCounters,
 }
 
+/// Bucket key → variant number, with the keys already uniformly hashed.
+pub type VariantIndex = std::collections::HashMap<u64, usize, foldhash::fast::FixedState>;
+
+/// A tier or an override of a rule: its label (`tier:premium`,
+/// `override:seller-42`, kept across reloads by label) and its limits.
+#[derive(Debug)]
+pub struct Variant {
+    pub label: String,
+    pub limits: Vec<Limit>,
+}
+
 impl Rule {
+    /// The limits for a caller with bucket key `key`: its override, else
+    /// its tier, else the rule's own.
+    #[inline]
+    pub fn limits_for(&self, key: u64, facts: &RequestFacts<'_>, keys: &KeyHasher) -> &[Limit] {
+        if let Some(&variant) = self.override_index.get(&key) {
+            return &self.variants[variant].limits;
+        }
+        if let Some(by) = &self.tier_by {
+            if let Ok(tier) = keys.derive(std::slice::from_ref(by), facts, false) {
+                if let Some(&variant) = self.tier_index.get(&tier) {
+                    return &self.variants[variant].limits;
+                }
+            }
+        }
+        &self.limits
+    }
+
+    /// Every limit of the rule, variants included (for metrics).
+    pub fn all_limits(&self) -> impl Iterator<Item = &Limit> {
+        self.limits
+            .iter()
+            .chain(self.variants.iter().flat_map(|v| v.limits.iter()))
+    }
+
     /// Whether a reload keeps this rule's buckets for `new`: same name, key
     /// and algorithm (SPEC.md).
     pub fn keeps_buckets_for(&self, new: &RuleConfig) -> bool {
@@ -194,6 +239,12 @@ impl Policy {
         previous: Option<&Policy>,
         now: Nanos,
     ) -> Policy {
+        // The same seed keeps every bucket key the same across a reload
+        // (the rules below hash their tier and override keys with it).
+        let keys = match previous {
+            Some(previous) => previous.keys.with_ipv6_prefix(config.server.ipv6_prefix),
+            None => KeyHasher::new(config.server.ipv6_prefix),
+        };
         let rules = config
             .rules
             .iter()
@@ -202,10 +253,14 @@ impl Policy {
                     previous.and_then(|p| p.rules.iter().find(|old| old.keeps_buckets_for(rule)));
                 let tables = Tables {
                     store,
-                    kept,
+                    kept: kept.map(|old| old.limits.as_slice()),
                     on_change: rule.on_change,
                     now,
                 };
+                let status = config.response.status;
+                let variants = compile_variants(rule, kept, store, now, status);
+                let (tier_by, tier_index, override_index) =
+                    variant_indexes(rule, &keys, variants.len());
                 let limits = match rule.max_in_flight {
                     Some(max_in_flight) => {
                         let limiter = Limiter::Concurrency(Concurrency { max_in_flight });
@@ -224,7 +279,7 @@ impl Policy {
                             let limiter = limiter(rule.algorithm, limit);
                             let table =
                                 tables.table(rule.limits.len(), Some(limit.rate.period), &limiter);
-                            compile_limit(rule, limit, limiter, table, config.response.status)
+                            compile_limit(rule, limit, rule.limits.len(), limiter, table, status)
                         })
                         .collect(),
                 };
@@ -246,6 +301,10 @@ impl Policy {
                     })
                     .map_or_else(Arc::default, |old| Arc::clone(&old.bans));
                 Rule {
+                    variants,
+                    tier_by,
+                    tier_index,
+                    override_index,
                     ban: rule.ban.map(|ban| BanPolicy {
                         after: ban.after,
                         within: saturating_nanos(ban.within),
@@ -265,11 +324,6 @@ impl Policy {
                 }
             })
             .collect();
-        // The same seed keeps every bucket key the same across a reload.
-        let keys = match previous {
-            Some(previous) => previous.keys.with_ipv6_prefix(config.server.ipv6_prefix),
-            None => KeyHasher::new(config.server.ipv6_prefix),
-        };
         Policy {
             rules,
             allow: config.access.allow.clone(),
@@ -342,15 +396,89 @@ fn concurrency_limit(
     }
 }
 
+/// The limits of a rule's tiers, then its overrides, each keeping the
+/// tables of the variant of the same label in `kept`.
+fn compile_variants(
+    rule: &RuleConfig,
+    kept: Option<&Rule>,
+    store: &Store,
+    now: Nanos,
+    status: http::StatusCode,
+) -> Vec<Variant> {
+    let tiers = rule
+        .tiers
+        .iter()
+        .flat_map(|t| t.tiers.iter())
+        .map(|v| ("tier", v));
+    let overrides = rule.overrides.iter().map(|v| ("override", v));
+    tiers
+        .chain(overrides)
+        .map(|(kind, variant)| {
+            let label = format!("{kind}:{}", variant.name);
+            let tables = Tables {
+                store,
+                kept: kept
+                    .and_then(|old| old.variants.iter().find(|v| v.label == label))
+                    .map(|old| old.limits.as_slice()),
+                on_change: rule.on_change,
+                now,
+            };
+            let count = variant.limits.len();
+            let limits = variant
+                .limits
+                .iter()
+                .map(|limit| {
+                    let limiter = limiter(rule.algorithm, limit);
+                    let table = tables.table(count, Some(limit.rate.period), &limiter);
+                    compile_limit(rule, limit, count, limiter, table, status)
+                })
+                .collect();
+            Variant { label, limits }
+        })
+        .collect()
+}
+
+/// `tiers.by`, and the bucket key of each tier value and of each override
+/// → its variant (tiers first, then overrides, as [`compile_variants`]
+/// numbers them). Keys that cannot be hashed (validation reports them) are
+/// left out.
+fn variant_indexes(
+    rule: &RuleConfig,
+    keys: &KeyHasher,
+    variants: usize,
+) -> (Option<KeySource>, VariantIndex, VariantIndex) {
+    let mut tier_index = VariantIndex::default();
+    let mut override_index = VariantIndex::default();
+    let mut number = 0;
+    let tier_by = rule.tiers.as_ref().map(|tiers| {
+        for tier in &tiers.tiers {
+            if let Ok(key) = keys.key_of_text(std::slice::from_ref(&tiers.by), &tier.name) {
+                tier_index.insert(key, number);
+            }
+            number += 1;
+        }
+        tiers.by.clone()
+    });
+    for entry in &rule.overrides {
+        if let Ok(key) = keys.key_of_text(&rule.key, &entry.name) {
+            override_index.insert(key, number);
+        }
+        number += 1;
+    }
+    debug_assert_eq!(number, variants);
+    (tier_by, tier_index, override_index)
+}
+
 fn compile_limit(
     rule: &RuleConfig,
     limit: &LimitConfig,
+    limit_count: usize,
     limiter: Limiter,
     table: BucketTable,
     status: http::StatusCode,
 ) -> Limit {
     let period = format_period(limit.rate.period);
-    let name = if rule.limits.len() > 1 {
+    let name = if limit_count > 1 {
         format!("{}-{period}", rule.name)
     } else {
         rule.name.clone()
@@ -387,8 +515,8 @@ fn compile_limit(
 /// Where a rule's limits get their bucket tables when (re)compiling.
 struct Tables<'a> {
     store: &'a Store,
-    /// The previous policy's rule whose buckets this one keeps, if any.
-    kept: Option<&'a Rule>,
+    /// The previous policy's limits whose buckets these keep, if any.
+    kept: Option<&'a [Limit]>,
     on_change: OnChange,
     now: Nanos,
 }
@@ -405,7 +533,7 @@ impl Tables<'_> {
         period: Option<std::time::Duration>,
         limiter: &Limiter,
     ) -> BucketTable {
-        let old = self.kept.and_then(|kept| match kept.limits.as_slice() {
+        let old = self.kept.and_then(|kept| match kept {
             [only] if count == 1 => Some(only),
             limits => limits.iter().find(|old| old.period == period),
         });

@@ -214,7 +214,8 @@ impl Proxy {
                         return respond::refusal(Refusal::MissingKey, Some(rule));
                     }
                 };
-                let applicable = Applicable { rule, key };
+                let limits = rule.limits_for(key, &facts, &policy.keys);
+                let applicable = Applicable { rule, key, limits };
                 if rule.shadow {
                     shadowed.push(applicable);
                 } else {

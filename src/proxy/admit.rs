@@ -38,6 +38,8 @@ const PERMIT_RETRY: Nanos = 1_000_000_000;
 pub struct Applicable<'p> {
     pub rule: &'p Rule,
     pub key: BucketKey,
+    /// The rule's limits for this caller (its tier or override, if any).
+    pub limits: &'p [Limit],
 }
 
 /// What admission decided.
@@ -73,7 +75,7 @@ pub async fn admit<'p>(
     let mut permit_asks: SmallVec<[(usize, BucketKey); 1]> = SmallVec::new();
     for applicable in enforced {
         let rule = applicable.rule;
-        for limit in &rule.limits {
+        for limit in applicable.limits {
             if rule.is_concurrency() {
                 permit_asks.push((verdicts.len(), applicable.key));
             } else {
@@ -299,7 +301,7 @@ async fn shadow_admits(
 ) -> bool {
     let rule = applicable.rule;
     if rule.is_concurrency() {
-        let limit = &rule.limits[0];
+        let limit = &applicable.limits[0];
         return match store.acquire_permit(
             &limit.table,
             applicable.key,
@@ -313,7 +315,7 @@ async fn shadow_admits(
             PermitGrant::Refused { .. } | PermitGrant::Queued { .. } => false,
         };
     }
-    let asks: SmallVec<[Ask<'_>; INLINE_RULES]> = rule
+    let asks: SmallVec<[Ask<'_>; INLINE_RULES]> = applicable
         .limits
         .iter()
         .map(|limit| ask(applicable, limit, None))
