@@ -18,7 +18,7 @@ use std::time::Duration;
 use http::{Method, Uri};
 use ipnet::IpNet;
 
-pub use units::{parse_duration, parse_rate};
+pub use units::{format_timestamp, parse_duration, parse_rate, parse_timestamp};
 pub use validate::{ConfigError, ConfigErrors};
 
 /// The whole validated configuration.
