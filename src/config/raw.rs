@@ -161,16 +161,50 @@ pub struct RawRule {
 
 /// A tier's or an override's table: what it sets instead of the rule's own
 /// `rate` / `limits` / `burst`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    expecting = "a table such as { rate = \"100/s\" } (allowed keys: rate, limits, burst)"
-)]
+#[derive(Debug, Default)]
 pub struct RawVariant {
     pub rate: Option<Spanned<String>>,
     /// As for the rule: a list; a single string only so validation can say so.
     pub limits: Option<Spanned<OneOrMany>>,
     pub burst: Option<Spanned<i64>>,
+    /// Keys that are none of these. Collected rather than refused here:
+    /// serde's refusal would make the whole `tiers = { ... }` line vanish
+    /// (see `validate::from_toml`) and hide the other tiers' errors.
+    pub unknown: Vec<Key>,
+}
+
+impl<'de> Deserialize<'de> for RawVariant {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct VariantVisitor;
+
+        impl<'de> Visitor<'de> for VariantVisitor {
+            type Value = RawVariant;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a table such as { rate = \"100/s\" } (allowed keys: rate, limits, burst)",
+                )
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawVariant, A::Error> {
+                let mut variant = RawVariant::default();
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key.text.as_str() {
+                        "rate" => variant.rate = Some(map.next_value()?),
+                        "limits" => variant.limits = Some(map.next_value()?),
+                        "burst" => variant.burst = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            variant.unknown.push(key);
+                        }
+                    }
+                }
+                Ok(variant)
+            }
+        }
+
+        deserializer.deserialize_map(VariantVisitor)
+    }
 }
 
 /// `tiers = { by = "header:x-plan", premium = { rate = "100/s" }, ... }`:
@@ -740,5 +774,63 @@ mod tests {
         );
         // Dotted keys give a table without a span: still present, not an error.
         assert_eq!(doc("present.a = 1\n").present, Some(Present { span: None }));
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct Rules {
+        ban: Option<Located<RawBan>>,
+        tiers: Option<Located<RawTiers>>,
+    }
+
+    fn rules(text: &str) -> Rules {
+        toml::from_str(text).expect("valid test TOML")
+    }
+
+    #[test]
+    fn located_tables_have_a_span_when_toml_knows_one() {
+        let inline = rules("ban = { after = 3 }\n").ban.expect("ban");
+        assert_eq!(inline.span.map(|s| s.start), Some(6));
+        assert_eq!(inline.value.after.map(|a| *a.get_ref()), Some(3));
+        let header = rules("[ban]\nafter = 3\n").ban.expect("ban");
+        assert_eq!(header.span.map(|s| s.start), Some(0));
+        // Dotted keys: no span, but the values and their spans are kept.
+        let dotted = rules("ban.after = 3\nban.within = \"1m\"\n")
+            .ban
+            .expect("ban");
+        assert_eq!(dotted.span, None);
+        assert_eq!(dotted.value.after.map(|a| a.span()), Some(12..13));
+        assert_eq!(dotted.value.within.map(|w| w.span()), Some(27..31));
+    }
+
+    #[test]
+    fn located_tables_still_refuse_unknown_keys_and_other_types() {
+        let err = toml::from_str::<Rules>("ban = { afterr = 3 }\n").unwrap_err();
+        assert!(err.message().contains("unknown field `afterr`"), "{err}");
+        let err = toml::from_str::<Rules>("ban.afterr = 3\n").unwrap_err();
+        assert!(err.message().contains("unknown field `afterr`"), "{err}");
+        let err = toml::from_str::<Rules>("ban = 3\n").unwrap_err();
+        assert!(err.message().contains("struct RawBan"), "{err}");
+    }
+
+    #[test]
+    fn tier_keys_keep_their_positions_however_they_are_written() {
+        for text in [
+            "tiers = { by = \"ip\", gold = { rate = \"1/s\", x = 1 } }\n",
+            "[tiers]\nby = \"ip\"\ngold = { rate = \"1/s\", x = 1 }\n",
+            "tiers.by = \"ip\"\ntiers.gold.rate = \"1/s\"\ntiers.gold.x = 1\n",
+        ] {
+            let tiers = rules(text).tiers.expect(text).value;
+            assert_eq!(tiers.by.as_ref().map(|b| b.get_ref().as_str()), Some("ip"));
+            assert_eq!(tiers.tiers.len(), 1, "{text}");
+            let (name, table) = &tiers.tiers[0];
+            assert_eq!(name.text, "gold");
+            let at = name.span.clone().expect("a key span");
+            assert_eq!(&text[at], "gold", "{text}");
+            let rate = table.value.rate.as_ref().expect("rate");
+            assert_eq!(&text[rate.span()], "\"1/s\"", "{text}");
+            let unknown = &table.value.unknown;
+            assert_eq!(unknown.len(), 1, "{text}");
+            assert_eq!(&text[unknown[0].span.clone().unwrap()], "x", "{text}");
+        }
     }
 }

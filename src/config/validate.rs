@@ -1290,7 +1290,21 @@ impl Validator<'_> {
             .as_ref()
             .or(table.span.as_ref())
             .map_or(rule.at, |span| span.start);
+        for key in &raw.unknown {
+            let at = key.span.as_ref().map_or(at, |span| span.start);
+            self.error(
+                at,
+                &format!("{base}.{}", key_in_path(&key.text)),
+                format!(
+                    "unknown key \"{}\"; a tier or override sets rate, limits and/or burst",
+                    key.text
+                ),
+            );
+        }
         if raw.rate.is_none() && raw.limits.is_none() && raw.burst.is_none() {
+            if !raw.unknown.is_empty() {
+                return None;
+            }
             self.error(
                 at,
                 &base,
@@ -1299,6 +1313,7 @@ impl Validator<'_> {
             );
             return None;
         }
+        let errors_before = self.errors.len();
         let own_rates = raw.rate.is_some() || raw.limits.is_some();
         let written = if own_rates {
             let prefix = format!("{relative}.");
@@ -1326,7 +1341,9 @@ impl Validator<'_> {
             default_burst,
         );
         let written = written?;
-        if let Some(cost) = rule.cost {
+        // A table already refused for its own values is not judged further.
+        let cost = rule.cost.filter(|_| self.errors.len() == errors_before);
+        if let Some(cost) = cost {
             let subject = format!("the rule's cost {cost}");
             if let Some((i, message)) =
                 self.cost_misfit(&subject, cost, rule.algorithm, &written, &built)
@@ -3666,5 +3683,314 @@ burst = -1
             exports.on_limit,
             OnLimit::Delay { max_queue: 2, .. }
         ));
+    }
+
+    fn header(name: &str) -> KeySource {
+        KeySource::Header(HeaderName::from_bytes(name.as_bytes()).unwrap())
+    }
+
+    const PLAN: &str = "key = [\"header:x-api-key\"]\nrate = \"20/s\"\nburst = 10\n";
+
+    #[test]
+    fn tiers_compute_their_limits_like_the_rule() {
+        let config = valid(&rule_a(&format!(
+            "{PLAN}tiers = {{ by = \"header:x-plan\", premium = {{ rate = \"100/s\" }}, free = {{ limits = [\"10/s\", \"1000/d\"], burst = 5 }}, gold = {{ burst = 50 }} }}\n"
+        )));
+        let tiers = config.rules[0].tiers.clone().expect("tiers");
+        assert_eq!(tiers.by, header("x-plan"));
+        assert_eq!(
+            tiers.tiers,
+            vec![
+                // Its own rate: the burst defaults to its own COUNT.
+                Variant {
+                    name: "premium".into(),
+                    limits: vec![limit(100, 1, 100)]
+                },
+                Variant {
+                    name: "free".into(),
+                    limits: vec![limit(10, 1, 5), limit(1000, 86_400, 1000)]
+                },
+                // Only a burst: the rule's rate.
+                Variant {
+                    name: "gold".into(),
+                    limits: vec![limit(20, 1, 50)]
+                },
+            ]
+        );
+        assert_eq!(config.rules[0].limits, vec![limit(20, 1, 10)]);
+    }
+
+    #[test]
+    fn tiers_may_be_written_as_tables_or_dotted_keys() {
+        for fields in [
+            "rate = \"20/s\"\n[rule.tiers]\nby = \"header:x-plan\"\n[rule.tiers.premium]\nrate = \"100/s\"\n",
+            "rate = \"20/s\"\ntiers.by = \"header:x-plan\"\ntiers.premium.rate = \"100/s\"\n",
+            "rate = \"20/s\"\n[rule.tiers]\nby = \"header:x-plan\"\npremium = { rate = \"100/s\" }\n",
+        ] {
+            let config = valid(&rule_a(fields));
+            let tiers = config.rules[0].tiers.clone().expect(fields);
+            assert_eq!(tiers.by, header("x-plan"), "{fields}");
+            assert_eq!(
+                tiers.tiers,
+                vec![Variant {
+                    name: "premium".into(),
+                    limits: vec![limit(100, 1, 100)]
+                }],
+                "{fields}"
+            );
+        }
+    }
+
+    #[test]
+    fn tier_errors_point_at_the_value() {
+        // b and c are refused for their own reasons, so cost is not judged there.
+        let lines = errors(&rule_a(
+            "rate = \"20/s\"\ncost = 3\n\
+             tiers = { by = \"cookie:plan\", a = {}, b = { limits = [\"1/s\", \"2/s\"] }, c = { burst = 0 }, d = { burst = 2 }, e = { rate = \"2/m\" } }\n",
+        ));
+        assert_eq!(
+            lines,
+            vec![
+                "test.toml:7:16: rule[0].tiers.by: unknown key source \"cookie:plan\"; allowed: ip, path, method, host, global, header:<name>, query:<name>",
+                "test.toml:7:31: rule[0].tiers.a: sets nothing: give rate, limits and/or burst, such as { rate = \"100/s\" } (one that sets only burst keeps the rule's rates)",
+                "test.toml:7:62: rule[0].tiers.b.limits[1]: \"2/s\" has the same period as tiers.b.limits[0] \"1/s\"; each limit needs its own period, so keep only one of them",
+                "test.toml:7:86: rule[0].tiers.c.burst: 0 must be at least 1, or no request could ever pass; it defaults to its rate's COUNT",
+                "test.toml:7:105: rule[0].tiers.d.burst: the rule's cost 3 can never fit in rate \"20/s\", whose capacity is 2 (its burst): such a request would never be admitted; lower cost or raise burst",
+                "test.toml:7:123: rule[0].tiers.e.rate: the rule's cost 3 can never fit in tiers.e.rate \"2/m\", whose capacity is 2 (its COUNT): such a request would never be admitted; lower cost or raise that COUNT",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_in_a_tier_lists_the_allowed_ones() {
+        let line = only_error(&rule_a(
+            "rate = \"20/s\"\n[rule.tiers]\nby = \"header:x-plan\"\npremium = { rte = \"100/s\" }\n",
+        ));
+        assert_eq!(
+            line,
+            "test.toml:8:13: rule[0].tiers.premium.rte: unknown key \"rte\"; a tier or override sets rate, limits and/or burst"
+        );
+    }
+
+    #[test]
+    fn tiers_need_by_and_at_least_one_tier() {
+        assert_eq!(
+            only_error(&rule_a("rate = \"1/s\"\ntiers = { premium = { rate = \"2/s\" } }\n")),
+            "test.toml:6:9: rule[0].tiers: needs by = \"<key source>\", the source whose value picks the tier, such as by = \"header:x-plan\" or by = \"jwt:plan\""
+        );
+        assert_eq!(
+            only_error(&rule_a("rate = \"1/s\"\ntiers = { by = \"header:x-plan\" }\n")),
+            "test.toml:6:9: rule[0].tiers: lists no tier: add a table per tier value next to by, such as premium = { rate = \"100/s\" }"
+        );
+    }
+
+    #[test]
+    fn tiers_follow_the_algorithm_rules() {
+        // Windows count in 32 bits and take no burst; a leaky bucket takes one rate.
+        let lines = errors(&rule_a(
+            "algorithm = \"fixed_window\"\nrate = \"1/s\"\ntiers = { by = \"ip\", a = { rate = \"5000000000/s\" }, b = { burst = 3 } }\n",
+        ));
+        assert_eq!(
+            lines,
+            vec![
+                "test.toml:7:35: rule[0].tiers.a.rate: the COUNT 5000000000 is too large for fixed_window, which counts in 32 bits; at most 4294967295",
+                "test.toml:7:67: rule[0].tiers.b.burst: only algorithm = \"token_bucket\" (its capacity) and \"leaky_bucket\" (how many may wait) take a burst: the capacity of a fixed_window limit is its COUNT; remove burst, or change the COUNT",
+            ]
+        );
+        let line = only_error(&rule_a(
+            "algorithm = \"leaky_bucket\"\nrate = \"1/s\"\ntiers = { by = \"ip\", a = { limits = [\"1/s\", \"5/m\"] } }\n",
+        ));
+        assert!(line.starts_with("test.toml:7:37: rule[0].tiers.a.limits: a leaky bucket lets requests leave at one constant rate"), "{line}");
+        // A leaky tier's burst is its queue.
+        let config = valid(&rule_a(
+            "algorithm = \"leaky_bucket\"\nrate = \"1/s\"\ntiers = { by = \"ip\", a = { rate = \"5/s\", burst = 8 } }\n",
+        ));
+        assert_eq!(
+            config.rules[0].tiers.as_ref().unwrap().tiers[0].limits,
+            vec![limit(5, 1, 8)]
+        );
+    }
+
+    #[test]
+    fn concurrency_rules_take_no_tiers_overrides_or_sunset() {
+        let lines = errors(&rule_a(
+            "algorithm = \"concurrency\"\ntiers = { by = \"ip\", a = { rate = \"1/s\" } }\noverrides = { \"1.2.3.4\" = { rate = \"1/s\" } }\nsunset = { start = 2026-01-01T00:00:00Z, end = 2026-02-01T00:00:00Z, to = \"0/d\" }\n",
+        ));
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(lines[0].starts_with("test.toml:6:9: rule[0].tiers: concurrency counts requests in flight, so it takes no tiers; they change a rate"), "{}", lines[0]);
+        assert!(lines[1].starts_with("test.toml:7:13: rule[0].overrides: concurrency counts requests in flight, so it takes no overrides"), "{}", lines[1]);
+        assert!(lines[2].starts_with("test.toml:8:10: rule[0].sunset: concurrency counts requests in flight, so it takes no sunset"), "{}", lines[2]);
+    }
+
+    #[test]
+    fn overrides_are_keyed_by_bucket_key_text() {
+        let config = valid(&rule_a(
+            "key = [\"ip\", \"header:x-seller\"]\nrate = \"10/s\"\n\
+             overrides = { \"203.0.113.7|seller-42\" = { rate = \"1000/s\" }, \"2001:db8:1:2::/64|a|b\" = { burst = 20 } }\n",
+        ));
+        assert_eq!(
+            config.rules[0].overrides,
+            vec![
+                Variant {
+                    name: "203.0.113.7|seller-42".into(),
+                    limits: vec![limit(1000, 1, 1000)]
+                },
+                Variant {
+                    name: "2001:db8:1:2::/64|a|b".into(),
+                    limits: vec![limit(10, 1, 20)]
+                },
+            ]
+        );
+        // The default key is the client IP.
+        let config = valid(&rule_a(
+            "rate = \"10/s\"\n[rule.overrides]\n\"198.51.100.1\" = { rate = \"1/s\" }\n",
+        ));
+        assert_eq!(config.rules[0].overrides[0].name, "198.51.100.1");
+    }
+
+    #[test]
+    fn override_keys_must_match_the_rule_key_where_that_is_decidable() {
+        let lines = errors(&rule_a(
+            "key = [\"ip\", \"host\"]\nrate = \"10/s\"\n\
+             overrides = { \"seller-42\" = { rate = \"1/s\" }, \"1.2.3.4|a.example|x\" = { rate = \"1/s\" }, \"2001:DB8::1|a.example\" = { rate = \"1/s\" }, \"::ffff:1.2.3.4|a.example\" = { rate = \"1/s\" }, \"1.2.3.4|A.example:80\" = { rate = \"1/s\" } }\n",
+        ));
+        assert_eq!(
+            lines,
+            vec![
+                "test.toml:7:15: rule[0].overrides.seller-42: \"seller-42\" has 1 part(s) but the rule's key has 2 source(s) (ip|host); a bucket key is the sources' values joined by '|' in the order of key",
+                "test.toml:7:47: rule[0].overrides.\"1.2.3.4|a.example|x\": \"1.2.3.4|a.example|x\" has 3 part(s) but the rule's key has 2 source(s) (ip|host); a bucket key is the sources' values joined by '|' in the order of key",
+                "test.toml:7:89: rule[0].overrides.\"2001:DB8::1|a.example\": \"2001:DB8::1\" is not how that client appears in a bucket key; write \"2001:db8::/64\" (IPv6 clients are keyed by their /64 network, server.ipv6_prefix)",
+                "test.toml:7:133: rule[0].overrides.\"::ffff:1.2.3.4|a.example\": \"::ffff:1.2.3.4\" is not how that client appears in a bucket key; write \"1.2.3.4\"",
+                "test.toml:7:180: rule[0].overrides.\"1.2.3.4|A.example:80\": \"1.2.3.4|A.example:80\": the host part is lower-case and without a port, such as \"a.example\"",
+            ]
+        );
+        // A header value may contain '|': only the IP at the front is checked.
+        let line = only_error(&rule_a(
+            "key = [\"ip\", \"header:x-a\"]\nrate = \"10/s\"\noverrides = { \"nope|a|b\" = { rate = \"1/s\" } }\n",
+        ));
+        assert!(
+            line.starts_with(
+                "test.toml:7:15: rule[0].overrides.\"nope|a|b\": \"nope\" is not a client IP"
+            ),
+            "{line}"
+        );
+    }
+
+    const SUNSET_START: u64 = 1_796_083_200_000_000_000;
+    const DAY_NANOS: u64 = 86_400_000_000_000;
+
+    #[test]
+    fn sunset_reads_timestamps_and_converts_to_to_the_rule_period() {
+        let config = valid(&rule_a(
+            "rate = \"100/d\"\nsunset = { start = 2026-12-01T00:00:00Z, end = \"2027-01-01T01:00:00+01:00\", to = \"1/h\", link = \"https://api.example.com/v2\" }\n",
+        ));
+        assert_eq!(
+            config.rules[0].sunset,
+            Some(SunsetConfig {
+                start: SUNSET_START,
+                end: SUNSET_START + 31 * DAY_NANOS,
+                to: 24,
+                step: Duration::from_secs(86_400),
+                link: Some("https://api.example.com/v2".into()),
+            })
+        );
+        let config = valid(&rule_a(
+            "rate = \"100/d\"\n[rule.sunset]\nstart = \"2026-12-01T00:00:00Z\"\nend = 2026-12-02T00:00:00Z\nto = \"0/d\"\nstep = \"1h\"\n",
+        ));
+        let sunset = config.rules[0].sunset.clone().unwrap();
+        assert_eq!(
+            (sunset.to, sunset.step, sunset.link),
+            (0, Duration::from_secs(3600), None)
+        );
+    }
+
+    #[test]
+    fn sunset_errors_point_at_the_value() {
+        let lines = errors(&rule_a(
+            "rate = \"100/d\"\nsunset = { start = 2026-12-01T00:00:00, end = \"2026-11-01\", to = \"5/h\", step = \"0s\", link = \"/v2\" }\n",
+        ));
+        assert_eq!(
+            lines,
+            vec![
+                "test.toml:6:20: rule[0].sunset.start: 2026-12-01T00:00:00 has no offset, so it would mean a different instant on each server; add Z for UTC or an offset such as +01:00 (\"2026-12-01T00:00:00Z\")",
+                "test.toml:6:47: rule[0].sunset.end: 2026-11-01 has no time of day; write an RFC 3339 timestamp with a date, a time and an offset, such as \"2026-12-01T00:00:00Z\" or \"2026-12-01T09:00:00+09:00\" (a TOML datetime 2026-12-01T00:00:00Z works too)",
+                "test.toml:6:66: rule[0].sunset.to: \"5/h\" is 120 per period of the rule's rate \"100/d\", more than its COUNT 100: a sunset only lowers a limit",
+                "test.toml:6:80: rule[0].sunset.step: must be longer than zero (default \"1d\")",
+                "test.toml:6:93: rule[0].sunset.link: \"/v2\" is not an absolute URI; write an absolute URI such as \"https://api.example.com/docs/migrate-to-v2\"",
+            ]
+        );
+        let lines = errors(&rule_a(
+            "limits = [\"100/d\", \"10/m\"]\nsunset = { start = 2026-12-01T00:00:00Z, end = 2026-11-01T00:00:00Z }\n",
+        ));
+        assert_eq!(
+            lines,
+            vec![
+                "test.toml:6:10: rule[0].sunset: lowers one rate step by step, so the rule needs exactly one, but limits (line 5) lists 2; keep one limit, or put the others in a rule of their own",
+                "test.toml:6:10: rule[0].sunset: needs to: sunset = { start = 2026-12-01T00:00:00Z, end = 2027-01-01T00:00:00Z, to = \"0/d\" } (step defaults to \"1d\"; link is optional)",
+                "test.toml:6:48: rule[0].sunset.end: must be after start (line 6): the limit falls from start to end",
+            ]
+        );
+        let line = only_error(&rule_a(
+            "rate = \"1/s\"\nsunset = { start = 1, end = 2026-11-01T00:00:00Z, to = \"0/s\" }\n",
+        ));
+        assert!(
+            line.starts_with(
+                "test.toml:6:20: rule[0].sunset.start: must be a timestamp, not the number 1"
+            ),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn ban_needs_after_within_and_for() {
+        let config = valid(&rule_a(
+            "rate = \"1/s\"\nban = { after = 20, within = \"1m\", for = \"10m\" }\n",
+        ));
+        assert_eq!(
+            config.rules[0].ban,
+            Some(BanConfig {
+                after: 20,
+                within: Duration::from_secs(60),
+                duration: Duration::from_secs(600),
+            })
+        );
+        let config = valid(&rule_a(
+            "rate = \"1/s\"\nban.after = 1\nban.within = \"1s\"\nban.for = \"1h\"\n",
+        ));
+        assert_eq!(config.rules[0].ban.map(|b| b.after), Some(1));
+        assert_eq!(
+            errors(&rule_a("rate = \"1/s\"\nban = { after = 0, within = \"0s\" }\n")),
+            vec![
+                "test.toml:6:7: rule[0].ban: needs for: ban = { after = 20, within = \"1m\", for = \"10m\" } bans a key limited 20 times within a minute for 10 minutes",
+                "test.toml:6:17: rule[0].ban.after: 0 is out of range: must be at least 1 (how many limited answers within `within` start a ban)",
+                "test.toml:6:29: rule[0].ban.within: must be longer than zero",
+            ]
+        );
+        assert_eq!(
+            only_error(&rule_a("rate = \"1/s\"\nshadow = true\n[rule.ban]\nafter = 2\nwithin = \"1m\"\nfor = \"5m\"\n")),
+            "test.toml:7:1: rule[0].ban: a shadow rule (line 6) never limits anyone, so it would never ban; remove ban, or set shadow = false"
+        );
+    }
+
+    #[test]
+    fn on_change_defaults_to_proportional() {
+        assert_eq!(
+            valid(&rule_a("rate = \"1/s\"\n")).rules[0].on_change,
+            OnChange::Proportional
+        );
+        for (text, want) in [
+            ("keep", OnChange::Keep),
+            ("proportional", OnChange::Proportional),
+            ("reset", OnChange::Reset),
+        ] {
+            let config = valid(&rule_a(&format!(
+                "rate = \"1/s\"\non_change = \"{text}\"\n"
+            )));
+            assert_eq!(config.rules[0].on_change, want);
+        }
+        assert_eq!(
+            only_error(&rule_a("rate = \"1/s\"\non_change = \"refill\"\n")),
+            "test.toml:6:13: rule[0].on_change: \"refill\" is not allowed; use one of \"keep\", \"proportional\", \"reset\""
+        );
     }
 }
