@@ -8,6 +8,9 @@
 //! deliberately *not* wrapped: toml 0.8 cannot give a span to a table written
 //! with dotted keys (`match.path = "/x"`) or created implicitly
 //! (`[identity.jwt]` without `[identity]`) and would fail to parse it.
+//! Tables whose position validation needs (`ban`, `sunset`, `tiers`, ...)
+//! are wrapped in [`Located`], which has the span when toml gives one and
+//! still parses the dotted form without it.
 //!
 //! Keys that SPEC.md defines but this release does not implement are still
 //! listed here (as [`Present`] when only their position matters), so they are
