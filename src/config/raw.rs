@@ -226,7 +226,10 @@ pub struct RawOverrides(pub Vec<(Key, Located<RawVariant>)>);
 
 /// `sunset = { start, end, to, step, link }`.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table such as { start = 2026-12-01T00:00:00Z, end = 2027-01-01T00:00:00Z, to = \"0/d\" }"
+)]
 pub struct RawSunset {
     /// An RFC 3339 string or a TOML datetime; anything else is refused by
     /// validation at its position.
@@ -239,7 +242,10 @@ pub struct RawSunset {
 
 /// `ban = { after = 20, within = "1m", for = "10m" }`.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table such as { after = 20, within = \"1m\", for = \"10m\" }"
+)]
 pub struct RawBan {
     pub after: Option<Spanned<i64>>,
     pub within: Option<Spanned<String>>,
@@ -812,7 +818,11 @@ mod tests {
         let err = toml::from_str::<Rules>("ban.afterr = 3\n").unwrap_err();
         assert!(err.message().contains("unknown field `afterr`"), "{err}");
         let err = toml::from_str::<Rules>("ban = 3\n").unwrap_err();
-        assert!(err.message().contains("struct RawBan"), "{err}");
+        assert!(
+            err.message()
+                .contains("expected a table such as { after = 20"),
+            "{err}"
+        );
     }
 
     #[test]
