@@ -18,7 +18,7 @@ use std::time::Duration;
 use http::{Method, Uri};
 use ipnet::IpNet;
 
-pub use units::{parse_duration, parse_rate};
+pub use units::{format_timestamp, parse_duration, parse_rate, parse_timestamp};
 pub use validate::{ConfigError, ConfigErrors};
 
 /// The whole validated configuration.
@@ -173,7 +173,10 @@ pub type Override = Variant;
 
 /// A tier or an override: the value it applies to and the limits it sets
 /// instead of the rule's own (same algorithm, same cost; a variant that
-/// gives only `burst` keeps the rule's rates).
+/// gives only `burst` keeps the rule's rates; one that gives a rate takes its
+/// own COUNT as default burst). For `leaky_bucket` the single limit's
+/// capacity is the variant's queue, as for the rule. A request whose tier
+/// value is missing or names no tier gets the rule's own limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Variant {
     /// The tier value (`"premium"`) or the bucket key (`"seller-42"`).
@@ -182,8 +185,10 @@ pub struct Variant {
     pub limits: Vec<LimitConfig>,
 }
 
-/// `sunset = { start, end, to, step, link }` (SPEC.md's formula). The
-/// rule has exactly one rate limit when this is set.
+/// `sunset = { start, end, to, step, link }` (SPEC.md's formula; the
+/// maths is [`crate::limiter::SunsetSchedule`]). The rule has exactly one
+/// rate limit, no tiers and no overrides when this is set, and is not
+/// `concurrency`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SunsetConfig {
     /// Unix time in nanoseconds.
@@ -194,17 +199,20 @@ pub struct SunsetConfig {
     pub to: u64,
     /// Default one day; never zero.
     pub step: Duration,
-    /// Where clients should go (`Link: <link>; rel="sunset"`).
+    /// Where clients should go (`Link: <link>; rel="sunset"`); an absolute
+    /// URI, so a valid header value.
     pub link: Option<String>,
 }
 
-/// `ban = { after = 20, within = "1m", for = "10m" }`.
+/// `ban = { after = 20, within = "1m", for = "10m" }`; never on a shadow
+/// rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BanConfig {
     /// Limited answers within `within` that trigger a ban; at least 1.
     pub after: u64,
+    /// Longer than zero.
     pub within: Duration,
-    /// How long the ban lasts (`for`).
+    /// How long the ban lasts (`for`); longer than zero.
     pub duration: Duration,
 }
 

@@ -22,12 +22,14 @@
 pub mod gcra;
 pub mod leaky;
 pub mod log;
+pub mod sunset;
 pub mod window;
 
 use crate::clock::Nanos;
 pub use gcra::Gcra;
 pub use leaky::LeakyBucket;
 pub use log::{LogState, SlidingLog};
+pub use sunset::SunsetSchedule;
 pub use window::{FixedWindow, SlidingWindow, WindowCounts};
 
 /// What a bucket looks like to a client after a decision.
