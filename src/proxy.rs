@@ -17,6 +17,7 @@ mod admit;
 pub mod forward;
 pub mod pool;
 pub mod respond;
+pub mod upgrade;
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -171,7 +172,10 @@ impl Proxy {
         started: Nanos,
     ) -> Response<ProxyBody> {
         let shared = &*self.shared;
-        if let Some(refusal) = bad_host(&request).or_else(|| oversized(&request, policy)) {
+        if let Some(refusal) = forward::bad_framing(&request)
+            .or_else(|| bad_host(&request))
+            .or_else(|| oversized(&request, policy))
+        {
             return respond::refusal(refusal, None);
         }
         let normalized = match path::normalize(request.uri().path()) {
@@ -266,6 +270,7 @@ impl Proxy {
             peer: peer.ip(),
             trusted: policy.client_ip.is_trusted(peer.ip()),
         };
+        let client_upgrade = upgrade::take_client_side(&mut request);
         forward::prepare_request(&mut request, &shared.upstream, path_and_query, hop);
         // One clock read ends the overhead span and starts the upstream one.
         // The overhead excludes the intentional hold: it is the latency
@@ -279,16 +284,16 @@ impl Proxy {
             .metrics
             .upstream_seconds
             .observe(seconds(shared.clock.now().saturating_sub(sent)));
-        let mut response = match result {
-            Ok(mut response) => {
-                // Permits are returned when the body has been sent or dropped.
-                response.body_mut().hold_permits(admission.permits);
-                response.map(Either::Left)
-            }
+        // Permits are returned when the body has been sent or dropped (or a
+        // WebSocket tunnel closed).
+        let prepared = result.and_then(|response| {
+            forward::prepare_response(response, client_upgrade, admission.permits)
+        });
+        let mut response = match prepared {
+            Ok(response) => response.map(Either::Left),
             Err(error) => return self.upstream_failed(error),
         };
         let headers = response.headers_mut();
-        forward::strip_hop_by_hop(headers, false);
         if !admission.would_limit.is_empty() {
             respond::add_would_limit_header(headers, &admission.would_limit);
         }
@@ -321,6 +326,9 @@ impl Proxy {
             ForwardError::Other => {
                 metrics.upstream_errors_other.inc();
                 Refusal::UpstreamFailed
+            }
+            ForwardError::ClientBody => {
+                return respond::refusal(Refusal::BadFraming("the request body is malformed"), None)
             }
         };
         tracing::warn!(%error, "upstream request failed");

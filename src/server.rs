@@ -129,7 +129,7 @@ impl Server {
                 async move { Ok::<_, Infallible>(proxy.handle(request, peer).await) }
             });
             let connection = builder
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .into_owned();
             let watched = graceful.watch(connection);
             tokio::spawn(async move {

@@ -97,7 +97,7 @@ impl Pool {
                 }
                 Err(mut failed) => match failed.take_message() {
                     Some(unsent) if reused => request = unsent,
-                    _ => return Err(ForwardError::Other),
+                    _ => return Err(blame(failed.error())),
                 },
             }
         }
@@ -139,7 +139,9 @@ impl Pool {
             .await
             .map_err(|_| ForwardError::Connect)?;
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            // With upgrades: a `101` hands the connection to a WebSocket
+            // tunnel instead of closing it.
+            if let Err(error) = connection.with_upgrades().await {
                 tracing::debug!(%error, "upstream connection ended with an error");
             }
         });
@@ -167,6 +169,21 @@ impl Pool {
     }
 }
 
+/// Whose fault a failed exchange was: hyper's client reports an error of
+/// the request body it was streaming as a user error caused by that body's
+/// error — the client's `Incoming`, i.e. bad chunked framing or a client
+/// that went away mid-upload.
+fn blame(error: &hyper::Error) -> ForwardError {
+    let from_client_body = error.is_user()
+        && std::error::Error::source(error)
+            .is_some_and(|cause| cause.downcast_ref::<hyper::Error>().is_some());
+    if from_client_body {
+        ForwardError::ClientBody
+    } else {
+        ForwardError::Other
+    }
+}
+
 /// An upstream response body that returns its connection to the pool once
 /// it has been read to the end.
 #[derive(Debug)]
@@ -183,6 +200,13 @@ impl PooledBody {
         if let Some((sender, pool)) = self.connection.take() {
             pool.put_back(sender);
         }
+    }
+
+    /// Never returns this body's connection to the pool: it is closed once
+    /// the response ended (framing the pool cannot trust) or handed to a
+    /// tunnel (a `101`).
+    pub fn discard_connection(&mut self) {
+        self.connection = None;
     }
 
     /// Holds `permits` until this body has been sent to the end or dropped.

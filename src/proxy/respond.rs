@@ -398,6 +398,9 @@ pub enum Refusal {
     BadHost(&'static str),
     /// The path could not be normalised.
     BadPath(crate::key::path::PathError),
+    /// Request framing a proxy must not guess at (answered with
+    /// `Connection: close`: the rest of the connection cannot be trusted).
+    BadFraming(&'static str),
     /// The request target is longer than `server.max_uri_bytes`.
     UriTooLong,
     /// The declared body is larger than `server.max_body_bytes`.
@@ -419,6 +422,13 @@ pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
     match refusal {
         Refusal::BadHost(detail) => problem(StatusCode::BAD_REQUEST, detail),
         Refusal::BadPath(error) => problem(StatusCode::BAD_REQUEST, &error.to_string()),
+        Refusal::BadFraming(detail) => {
+            let mut response = problem(StatusCode::BAD_REQUEST, detail);
+            response
+                .headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
         Refusal::UriTooLong => problem(
             StatusCode::URI_TOO_LONG,
             "the request target is longer than this server accepts",
