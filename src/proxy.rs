@@ -14,6 +14,7 @@
 //! - JWT keys arrive as one more key source in [`crate::key`].
 
 mod admit;
+pub mod deadline;
 pub mod forward;
 pub mod pool;
 pub mod respond;
@@ -215,6 +216,8 @@ impl Proxy {
         shared.metrics.overhead_seconds.observe(seconds(
             sent.saturating_sub(started).saturating_sub(admission.held),
         ));
+        // The body's deadline and size cap run while it streams upstream.
+        let (request, body_watch) = deadline::guard(request);
         let result = shared.upstream.send(request).await;
         shared
             .metrics
@@ -226,7 +229,12 @@ impl Proxy {
                 response.body_mut().hold_permits(admission.permits);
                 response.map(Either::Left)
             }
-            Err(error) => return self.upstream_failed(error),
+            Err(error) => {
+                // A body cut off by its deadline or size cap is the client's fault.
+                return body_watch
+                    .refusal()
+                    .unwrap_or_else(|| self.upstream_failed(error));
+            }
         };
         let headers = response.headers_mut();
         forward::strip_hop_by_hop(headers, false);

@@ -14,6 +14,7 @@ use http::{Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use smallvec::SmallVec;
 
+use super::deadline::GuardedBody;
 use super::pool::{Pool, PooledBody};
 use crate::config::ServerConfig;
 
@@ -71,7 +72,7 @@ impl Upstream {
     /// (at most `upstream_timeout`, connecting included).
     pub async fn send(
         &self,
-        request: Request<Incoming>,
+        request: Request<GuardedBody>,
     ) -> Result<Response<PooledBody>, ForwardError> {
         match tokio::time::timeout(self.timeout, self.pool.send(request)).await {
             Err(_elapsed) => Err(ForwardError::Timeout),
