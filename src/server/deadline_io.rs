@@ -38,8 +38,8 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -66,12 +66,16 @@ pub struct Exchanges {
     /// between two reads, and must still end the head phase.
     calls: AtomicUsize,
     upgraded: AtomicBool,
+    /// The connection task, parked on a read while a request was in
+    /// flight: woken when the last one ends, so the idle clock starts even
+    /// though no byte arrives.
+    reader: Mutex<Option<Waker>>,
 }
 
 impl Exchanges {
     /// Counts a request as in flight until the returned guard is dropped.
     pub fn start(self: &Arc<Exchanges>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.calls.fetch_add(1, Ordering::Relaxed);
         InFlight(Arc::clone(self))
     }
@@ -87,7 +91,21 @@ impl Exchanges {
     }
 
     fn busy(&self) -> bool {
-        self.in_flight.load(Ordering::Relaxed) > 0
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    /// Asks to be woken when the connection stops being busy; false when it
+    /// already did.
+    fn wake_when_idle(&self, waker: &Waker) -> bool {
+        let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.busy() {
+            return false;
+        }
+        match &mut *reader {
+            Some(parked) if parked.will_wake(waker) => {}
+            parked => *parked = Some(waker.clone()),
+        }
+        true
     }
 }
 
@@ -97,7 +115,17 @@ pub struct InFlight(Arc<Exchanges>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let parked = self
+                .0
+                .reader
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(waker) = parked {
+                waker.wake();
+            }
+        }
     }
 }
 
@@ -391,6 +419,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for DeadlineIo<S> {
             }
             Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
             Poll::Pending => {
+                if let Phase::Busy = this.phase {
+                    if this.exchanges.wake_when_idle(cx.waker()) {
+                        return Poll::Pending;
+                    }
+                    // The exchange ended meanwhile: idle from now.
+                    this.update_phase();
+                }
                 let Some((deadline, phase)) = this.read_deadline() else {
                     return Poll::Pending;
                 };
