@@ -552,3 +552,18 @@ async fn b7_out_of_file_descriptors_the_accept_loop_pauses_and_recovers() {
     let readyz = support::get(&sluice.admin_url("/readyz"), &[]).await;
     assert_eq!(readyz.status.as_u16(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b8_a_connection_that_never_sends_a_byte_is_closed_at_idle_timeout() {
+    let (_upstream, sluice, _dir) = spawn(
+        "idle_timeout = \"500ms\"\nheader_read_timeout = \"5s\"\n",
+        "",
+    )
+    .await;
+    let connected = Instant::now();
+    let mut silent = TcpStream::connect(sluice.addr).await.unwrap();
+    assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
+    let lived = connected.elapsed();
+    assert!(lived >= Duration::from_millis(450), "{lived:?}");
+    assert!(lived <= Duration::from_millis(1500), "{lived:?}");
+}

@@ -192,19 +192,19 @@ fn h2_get(path: &str) -> http::Request<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn h9_h2c_concurrent_streams_are_capped_at_100() {
+async fn h9_h2c_concurrent_streams_are_capped_at_250() {
     let (upstream, sluice, _dir) = spawn("", "").await;
     let (send, _connection) = h2c(sluice.addr).await;
     // Settings arrive with the first exchange.
     let mut ready = send.clone().ready().await.unwrap();
     let (response, _) = ready.send_request(h2_get("/"), true).unwrap();
     assert_eq!(response.await.unwrap().status(), 200);
-    assert_eq!(send.current_max_send_streams(), 100);
+    assert_eq!(send.current_max_send_streams(), 250);
 
-    // 300 slow requests on the one connection: the client queues beyond
+    // 600 slow requests on the one connection: the client queues beyond
     // the cap, and every request is served.
     let mut responses = Vec::new();
-    for _ in 0..300 {
+    for _ in 0..600 {
         let mut ready = send.clone().ready().await.unwrap();
         let (response, _) = ready.send_request(h2_get("/slow/100"), true).unwrap();
         responses.push(tokio::spawn(response));
@@ -212,7 +212,7 @@ async fn h9_h2c_concurrent_streams_are_capped_at_100() {
     for response in responses {
         assert_eq!(response.await.unwrap().unwrap().status(), 200);
     }
-    assert_eq!(upstream.count(), 301);
+    assert_eq!(upstream.count(), 601);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

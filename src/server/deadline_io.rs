@@ -8,14 +8,15 @@
 //! keeps three clocks, from what it sees on the socket and from
 //! [`Exchanges`] (how many requests of the connection are in the service):
 //!
-//! - **head** (`header_read_timeout`): from the accept, or from the first
-//!   byte after an idle period, until the service receives the request. A
-//!   head that is still incomplete then gets a 408 problem document and the
-//!   connection is closed, however fast the client trickles (as HAProxy's
-//!   `timeout http-request`).
-//! - **idle** (`idle_timeout`): from the end of the last response until the
-//!   next byte. The connection is then closed quietly, as nginx's
-//!   `keepalive_timeout` does.
+//! - **head** (`header_read_timeout`): from the first byte of a request
+//!   until the service receives it. A head that is still incomplete then
+//!   gets a 408 problem document and the connection is closed, however fast
+//!   the client trickles (as HAProxy's `timeout http-request`).
+//! - **idle** (`idle_timeout`): from the accept, or the end of the last
+//!   response, until the next byte. The connection is then closed quietly,
+//!   as nginx's `keepalive_timeout` does. A new connection that has not
+//!   sent a byte is idle, not slow: it holds a slot, which
+//!   `max_connections` bounds, but no buffer.
 //! - **send** (`send_timeout`): while a write makes no progress because the
 //!   client does not read. The connection is then dropped, which drops the
 //!   response body and so the upstream exchange behind it (nginx's
@@ -198,7 +199,7 @@ impl<S> DeadlineIo<S> {
             inner,
             limits,
             exchanges,
-            phase: Phase::Head {
+            phase: Phase::Idle {
                 since: Instant::now(),
             },
             calls_seen: 0,
@@ -241,8 +242,8 @@ impl<S> DeadlineIo<S> {
             Phase::Head { since } if self.protocol != Protocol::Http2 => {
                 Some((since + self.limits.header_read_timeout, self.phase))
             }
-            // An HTTP/2 connection waiting for its first stream is idle:
-            // its heads are frames h2 bounds itself.
+            // HTTP/2 heads are frames that h2 bounds itself: between
+            // streams the connection is idle.
             Phase::Head { since } | Phase::Idle { since } => {
                 Some((since + self.limits.idle_timeout, Phase::Idle { since }))
             }
