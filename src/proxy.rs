@@ -14,6 +14,7 @@
 //! - JWT keys arrive as one more key source in [`crate::key`].
 
 mod admit;
+pub mod deadline;
 pub mod forward;
 pub mod pool;
 pub mod respond;
@@ -279,6 +280,8 @@ impl Proxy {
         shared.metrics.overhead_seconds.observe(seconds(
             sent.saturating_sub(started).saturating_sub(admission.held),
         ));
+        // The body's deadline and size cap run while it streams upstream.
+        let (request, body_watch) = deadline::guard(request);
         let result = shared.upstream.send(request).await;
         shared
             .metrics
@@ -291,7 +294,12 @@ impl Proxy {
         });
         let mut response = match prepared {
             Ok(response) => response.map(Either::Left),
-            Err(error) => return self.upstream_failed(error),
+            Err(error) => {
+                // A body cut off by its deadline or size cap is the client's fault.
+                return body_watch
+                    .refusal()
+                    .unwrap_or_else(|| self.upstream_failed(error));
+            }
         };
         let headers = response.headers_mut();
         if !admission.would_limit.is_empty() {

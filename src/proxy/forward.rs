@@ -24,6 +24,7 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use smallvec::SmallVec;
 
+use super::deadline::GuardedBody;
 use super::pool::{Pool, PooledBody};
 use super::respond::Refusal;
 use super::upgrade::{self, ClientUpgrade};
@@ -89,7 +90,7 @@ impl Upstream {
     /// (at most `upstream_timeout`, connecting included).
     pub async fn send(
         &self,
-        request: Request<Incoming>,
+        request: Request<GuardedBody>,
     ) -> Result<Response<PooledBody>, ForwardError> {
         match tokio::time::timeout(self.timeout, self.pool.send(request)).await {
             Err(_elapsed) => Err(ForwardError::Timeout),

@@ -28,6 +28,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::deadline::GuardedBody;
 use super::forward::ForwardError;
 use crate::store::Permit;
 
@@ -52,7 +53,7 @@ pub struct Pool {
 
 #[derive(Debug)]
 struct Idle {
-    sender: SendRequest<Incoming>,
+    sender: SendRequest<GuardedBody>,
     since: quanta::Instant,
 }
 
@@ -70,7 +71,7 @@ impl Pool {
     /// connection; resolves when the response head arrived.
     pub async fn send(
         self: &Arc<Pool>,
-        mut request: Request<Incoming>,
+        mut request: Request<GuardedBody>,
     ) -> Result<Response<PooledBody>, ForwardError> {
         // One retry, on a fresh connection: only when a reused connection
         // turned out dead before the request was written (hyper hands the
@@ -105,7 +106,7 @@ impl Pool {
     }
 
     /// A live idle connection, ready for a request.
-    async fn checkout(&self) -> Option<SendRequest<Incoming>> {
+    async fn checkout(&self) -> Option<SendRequest<GuardedBody>> {
         loop {
             let idle = self.lock().pop()?;
             if idle.sender.is_closed() || idle.since.elapsed() > IDLE_TIMEOUT {
@@ -120,7 +121,7 @@ impl Pool {
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<Incoming>, ForwardError> {
+    async fn connect(&self) -> Result<SendRequest<GuardedBody>, ForwardError> {
         let stream = match tokio::time::timeout(
             self.connect_timeout,
             TcpStream::connect(self.address.as_str()),
@@ -148,7 +149,7 @@ impl Pool {
         Ok(sender)
     }
 
-    fn put_back(&self, sender: SendRequest<Incoming>) {
+    fn put_back(&self, sender: SendRequest<GuardedBody>) {
         if sender.is_closed() {
             return;
         }
@@ -189,7 +190,7 @@ fn blame(error: &hyper::Error) -> ForwardError {
 #[derive(Debug)]
 pub struct PooledBody {
     body: Incoming,
-    connection: Option<(SendRequest<Incoming>, Arc<Pool>)>,
+    connection: Option<(SendRequest<GuardedBody>, Arc<Pool>)>,
     /// Concurrency permits of the exchange: returned when the body ends or
     /// is dropped (client gone, upstream failed mid-body).
     permits: Vec<Permit>,
