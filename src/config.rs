@@ -341,13 +341,59 @@ pub enum JwtAlgorithm {
     ES384,
 }
 
+impl JwtAlgorithm {
+    /// Every algorithm sluice verifies, in the order messages list them.
+    pub const ALL: [JwtAlgorithm; 8] = [
+        JwtAlgorithm::HS256,
+        JwtAlgorithm::HS384,
+        JwtAlgorithm::HS512,
+        JwtAlgorithm::RS256,
+        JwtAlgorithm::RS384,
+        JwtAlgorithm::RS512,
+        JwtAlgorithm::ES256,
+        JwtAlgorithm::ES384,
+    ];
+
+    /// The JWS `alg` spelling (`"HS256"`), as in the config and in tokens.
+    pub fn name(self) -> &'static str {
+        match self {
+            JwtAlgorithm::HS256 => "HS256",
+            JwtAlgorithm::HS384 => "HS384",
+            JwtAlgorithm::HS512 => "HS512",
+            JwtAlgorithm::RS256 => "RS256",
+            JwtAlgorithm::RS384 => "RS384",
+            JwtAlgorithm::RS512 => "RS512",
+            JwtAlgorithm::ES256 => "ES256",
+            JwtAlgorithm::ES384 => "ES384",
+        }
+    }
+
+    /// HMAC (a shared secret) rather than a public-key signature.
+    pub fn is_hmac(self) -> bool {
+        matches!(
+            self,
+            JwtAlgorithm::HS256 | JwtAlgorithm::HS384 | JwtAlgorithm::HS512
+        )
+    }
+}
+
 /// The verification key material, read when the config is loaded.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum JwtKey {
     /// HMAC secret bytes (from the `secret_env` variable).
     Secret(Vec<u8>),
     /// A PEM public key (RSA or EC) from `public_key_file`.
     PublicKeyPem(Vec<u8>),
+}
+
+/// Never prints the secret: configs are debug-printed in logs and panics.
+impl std::fmt::Debug for JwtKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JwtKey::Secret(secret) => write!(f, "Secret(<{} bytes>)", secret.len()),
+            JwtKey::PublicKeyPem(pem) => write!(f, "PublicKeyPem(<{} bytes>)", pem.len()),
+        }
+    }
 }
 
 /// `missing`: what to do when a key source is absent from the request.
