@@ -1,8 +1,9 @@
 //! Configuration: the TOML file as written by the operator ([`raw`]) and the
 //! validated domain types the rest of sluice is built from (this module).
 //!
-//! Loading is split load → parse → validate. [`Config::from_toml`] never
-//! touches the filesystem, so tests feed it strings. Every problem found is
+//! Loading is split load → parse → validate. [`Config::from_toml`] touches
+//! the filesystem and the environment only for `[identity.jwt]`'s key
+//! material, so tests feed it strings. Every problem found is
 //! reported at once, each with the line and column of the offending value
 //! ([`ConfigErrors`]). This module must not know about requests or stores; the
 //! proxy compiles a [`Config`] into its own request-path snapshot.
@@ -418,7 +419,8 @@ pub struct Rate {
 
 impl Config {
     /// Parses and validates a config held in memory. `origin` names the file in
-    /// error messages (`origin:LINE:COLUMN: sentence`).
+    /// error messages (`origin:LINE:COLUMN: sentence`); a relative
+    /// `public_key_file` is read from `origin`'s directory.
     pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
         validate::from_toml(text, origin)
     }
