@@ -23,6 +23,7 @@ use crate::config::{
 };
 use crate::key::client_ip::ClientIpResolver;
 use crate::key::glob::PathGlob;
+use crate::key::jwt::JwtVerifier;
 use crate::key::{KeyHasher, RequestFacts};
 use crate::limiter::{
     Concurrency, FixedWindow, Gcra, HoldLimits, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
@@ -38,6 +39,8 @@ pub struct Policy {
     pub deny: Vec<IpNet>,
     pub client_ip: ClientIpResolver,
     pub keys: KeyHasher,
+    /// `[identity.jwt]`: what `jwt:<claim>` sources read tokens with.
+    pub jwt: Option<JwtVerifier>,
     pub response: ResponseConfig,
     pub normalize_path: bool,
     /// Longest request target accepted (414 above).
@@ -65,6 +68,9 @@ pub struct Rule {
     /// requests are rejected (and always for shadow rules, which never
     /// hold anything).
     pub hold: Option<HoldLimits>,
+    /// Whether the key (or `tiers.by`) reads a `jwt:<claim>`: only then is
+    /// the request's token verified.
+    pub uses_jwt: bool,
     pub counters: RuleCounters,
 }
 
@@ -201,6 +207,11 @@ impl Policy {
                     cost: rule.cost,
                     shadow: rule.shadow,
                     hold,
+                    uses_jwt: rule
+                        .key
+                        .iter()
+                        .chain(rule.tiers.as_ref().map(|tiers| &tiers.by))
+                        .any(|source| matches!(source, KeySource::Jwt(_))),
                     counters: metrics.rule_counters(&rule.name),
                 }
             })
@@ -214,6 +225,13 @@ impl Policy {
                 config.server.forwarded_header,
             ),
             keys: KeyHasher::new(config.server.ipv6_prefix),
+            // Validation checked the key; should it still not build, every
+            // jwt: source is missing, which never picks a wrong bucket.
+            jwt: config.identity.jwt.as_ref().and_then(|jwt| {
+                JwtVerifier::new(jwt)
+                    .inspect_err(|error| tracing::error!(%error, "[identity.jwt] is unusable"))
+                    .ok()
+            }),
             response: config.response.clone(),
             normalize_path: config.server.normalize_path,
             max_uri_bytes: config.server.max_uri_bytes,
