@@ -105,11 +105,10 @@ pub struct RawResponse {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawIdentity {
-    /// Not supported yet; parsed so its keys are known.
     pub jwt: Option<RawJwt>,
 }
 
-/// `[identity.jwt]` (not supported by this release).
+/// `[identity.jwt]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawJwt {

@@ -3504,6 +3504,37 @@ burst = -1
     }
 
     #[test]
+    fn the_commented_jwt_example_is_valid_once_uncommented() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sluice.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        // `#key = ...` lines are the example; `# words` lines stay comments.
+        // secret_env and public_key_file are alternatives: keep the first.
+        let uncommented: String = text
+            .lines()
+            .map(|line| match line.strip_prefix('#') {
+                Some(rest) if rest.starts_with("public_key_file") => line,
+                Some(rest) if rest.starts_with(|c: char| c.is_ascii_lowercase() || c == '[') => {
+                    rest
+                }
+                _ => line,
+            })
+            .map(|line| format!("{line}\n"))
+            .collect::<String>()
+            .replace("\"SLUICE_JWT_SECRET\"", "\"SLUICE_TEST_EXAMPLE_SECRET\"");
+        set_env("SLUICE_TEST_EXAMPLE_SECRET", &"e".repeat(32));
+        let config = valid(&uncommented);
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        let jwt = config.identity.jwt.expect("identity.jwt");
+        assert_eq!(jwt.algorithms, vec![JwtAlgorithm::HS256]);
+        let rule = config.rules.last().unwrap();
+        assert_eq!(rule.name, "seller-reports");
+        assert_eq!(
+            rule.key,
+            vec![KeySource::Jwt(ClaimPath(vec!["seller_id".to_owned()]))]
+        );
+    }
+
+    #[test]
     fn the_demo_config_has_the_rules_the_tour_expects() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
         let config = Config::load(&dir.join("demo.toml")).expect("demo.toml is valid");
