@@ -385,6 +385,8 @@ pub enum JwtKey {
     Secret(Vec<u8>),
     /// A PEM public key (RSA or EC) from `public_key_file`.
     PublicKeyPem(Vec<u8>),
+    /// A JSON Web Key Set (RFC 7517 §5) from `jwks_file`.
+    Jwks(Vec<u8>),
 }
 
 /// Never prints the secret: configs are debug-printed in logs and panics.
@@ -393,6 +395,7 @@ impl std::fmt::Debug for JwtKey {
         match self {
             JwtKey::Secret(secret) => write!(f, "Secret(<{} bytes>)", secret.len()),
             JwtKey::PublicKeyPem(pem) => write!(f, "PublicKeyPem(<{} bytes>)", pem.len()),
+            JwtKey::Jwks(json) => write!(f, "Jwks(<{} bytes>)", json.len()),
         }
     }
 }

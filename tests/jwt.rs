@@ -3,7 +3,8 @@
 //! does not verify (forged signature, `alg: none`, expired, not yet valid,
 //! an algorithm off the list, garbage, oversized, no `Bearer`) is a missing
 //! key, handled by the rule's `missing` policy, and never touches the
-//! bucket of the caller it claims to be (RELIABILITY.md D6).
+//! bucket of the caller it claims to be (RELIABILITY.md D6). With a JWKS,
+//! the token's `kid` picks the key.
 
 mod support;
 
@@ -429,4 +430,54 @@ missing = "reject"
     assert_eq!(got.status, StatusCode::OK);
     let got = get(&sluice.url("/sellers/1"), &[]).await;
     assert_problem(&got, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwks_file_verifies_rs256_and_es256_tokens_by_kid() {
+    let (_upstream, sluice) = start(&format!(
+        r#"
+[identity.jwt]
+algorithms = ["RS256", "ES256"]
+jwks_file = "{FIXTURES}/jwks.json"
+
+[[rule]]
+name = "per-seller"
+key = "jwt:seller_id"
+rate = "3/m"
+missing = "reject"
+"#
+    ))
+    .await;
+    let with_kid = |alg, kid: Option<&str>, key: &EncodingKey, seller: &str| {
+        let mut header = Header::new(alg);
+        header.kid = kid.map(str::to_owned);
+        bearer(&encode(&header, &claims_for(seller), key).unwrap())
+    };
+    let rsa = EncodingKey::from_rsa_pem(RSA_PRIVATE).unwrap();
+    let ec = EncodingKey::from_ec_pem(EC_PRIVATE).unwrap();
+    let alice = with_kid(Algorithm::RS256, Some("rsa-1"), &rsa, "alice");
+    let bob = with_kid(Algorithm::ES256, Some("ec-1"), &ec, "bob");
+
+    assert_eq!(statuses_as(&sluice, &alice, 4).await, [200, 200, 200, 429]);
+    assert_eq!(statuses_as(&sluice, &bob, 1).await, [200]);
+    // No kid with two keys, an unknown or path-like kid, a key used for
+    // another algorithm than its own: missing, so 400.
+    for forged in [
+        with_kid(Algorithm::RS256, None, &rsa, "bob"),
+        with_kid(Algorithm::RS256, Some("rsa-2"), &rsa, "bob"),
+        with_kid(Algorithm::RS256, Some("../../rsa-1"), &rsa, "bob"),
+        with_kid(Algorithm::RS256, Some("ec-1"), &rsa, "bob"),
+        with_kid(
+            Algorithm::RS256,
+            Some("rsa-1"),
+            &EncodingKey::from_rsa_pem(RSA_FORGER).unwrap(),
+            "bob",
+        ),
+    ] {
+        assert_problem(
+            &get_as(&sluice, Some(&forged)).await,
+            StatusCode::BAD_REQUEST,
+        );
+    }
+    assert_eq!(statuses_as(&sluice, &bob, 2).await, [200, 200]);
 }

@@ -116,6 +116,7 @@ pub struct RawJwt {
     pub algorithms: Option<Spanned<OneOrMany>>,
     pub secret_env: Option<Spanned<String>>,
     pub public_key_file: Option<Spanned<String>>,
+    pub jwks_file: Option<Spanned<String>>,
     pub verify: Option<Spanned<bool>>,
 }
 

@@ -629,6 +629,7 @@ impl Validator<'_> {
                 jwt.algorithms.as_ref().map(Spanned::span),
                 jwt.secret_env.as_ref().map(Spanned::span),
                 jwt.public_key_file.as_ref().map(Spanned::span),
+                jwt.jwks_file.as_ref().map(Spanned::span),
                 jwt.verify.as_ref().map(Spanned::span),
             ],
         );
@@ -734,7 +735,8 @@ impl Validator<'_> {
                         "\"{text}\" cannot be listed with \"{}\": HMAC and public-key \
                          algorithms together let a token \"signed\" with the public key as an \
                          HMAC secret verify (algorithm confusion); list only HS* algorithms \
-                         (with secret_env) or only RS*/ES* ones (with public_key_file)",
+                         (with secret_env) or only RS*/ES* ones (with public_key_file or \
+                         jwks_file)",
                         first.name()
                     ),
                 );
@@ -753,15 +755,20 @@ impl Validator<'_> {
         algorithms: &[JwtAlgorithm],
     ) -> Option<JwtKey> {
         let names = jwt_names(algorithms);
-        if let Some(field) = &jwt.public_key_file {
-            self.error(
-                field.span().start,
-                "identity.jwt.public_key_file",
-                format!(
-                    "{names} tokens are verified with a shared secret (secret_env), not a public \
-                     key; remove public_key_file, or list RS*/ES* algorithms"
-                ),
-            );
+        for (key, field) in [
+            ("public_key_file", &jwt.public_key_file),
+            ("jwks_file", &jwt.jwks_file),
+        ] {
+            if let Some(field) = field {
+                self.error(
+                    field.span().start,
+                    &format!("identity.jwt.{key}"),
+                    format!(
+                        "{names} tokens are verified with a shared secret (secret_env), not a \
+                         public key; remove {key}, or list RS*/ES* algorithms"
+                    ),
+                );
+            }
         }
         let (name, at) = match &jwt.secret_env {
             Some(field) => (field.get_ref().as_str(), field.span().start),
@@ -818,8 +825,9 @@ impl Validator<'_> {
         Some(JwtKey::Secret(secret))
     }
 
-    /// The PEM public key from `public_key_file` (relative to the config
-    /// file's directory), which must serve every listed algorithm.
+    /// The PEM public key from `public_key_file`, which must serve every
+    /// listed algorithm, or the JWKS from `jwks_file` (either relative to
+    /// the config file's directory).
     fn jwt_public_key(
         &mut self,
         jwt: &super::raw::RawJwt,
@@ -832,41 +840,57 @@ impl Validator<'_> {
                 field.span().start,
                 "identity.jwt.secret_env",
                 format!(
-                    "{names} tokens are verified with a public key (public_key_file), not a \
-                     shared secret; remove secret_env, or list HS* algorithms"
+                    "{names} tokens are verified with a public key (public_key_file or \
+                     jwks_file), not a shared secret; remove secret_env, or list HS* algorithms"
                 ),
             );
         }
-        let path = "identity.jwt.public_key_file";
-        let Some(field) = &jwt.public_key_file else {
-            self.error(
-                at,
-                path,
-                format!("{names} tokens need public_key_file = \"path/to/public.pem\""),
-            );
-            return None;
-        };
+        let (key, field, wrap): (_, _, fn(Vec<u8>) -> JwtKey) =
+            match (&jwt.public_key_file, &jwt.jwks_file) {
+                (Some(_), Some(jwks)) => {
+                    self.error(
+                        jwks.span().start,
+                        "identity.jwt.jwks_file",
+                        "give either public_key_file or jwks_file, not both",
+                    );
+                    return None;
+                }
+                (Some(pem), None) => ("public_key_file", pem, JwtKey::PublicKeyPem),
+                (None, Some(jwks)) => ("jwks_file", jwks, JwtKey::Jwks),
+                (None, None) => {
+                    self.error(
+                        at,
+                        "identity.jwt.public_key_file",
+                        format!(
+                            "{names} tokens need public_key_file = \"path/to/public.pem\" (or \
+                             jwks_file = \"path/to/jwks.json\")"
+                        ),
+                    );
+                    return None;
+                }
+            };
+        let path = format!("identity.jwt.{key}");
         let written = std::path::Path::new(field.get_ref());
         let file = match std::path::Path::new(self.origin).parent() {
             Some(dir) if written.is_relative() => dir.join(written),
             _ => written.to_path_buf(),
         };
-        let pem = match std::fs::read(&file) {
-            Ok(pem) => pem,
+        let bytes = match std::fs::read(&file) {
+            Ok(bytes) => bytes,
             Err(err) => {
                 self.error(
                     field.span().start,
-                    path,
+                    &path,
                     format!("cannot read {}: {err}", file.display()),
                 );
                 return None;
             }
         };
-        let key = JwtKey::PublicKeyPem(pem);
-        if let Err(message) = crate::key::jwt::decoding_key(&key, algorithms) {
+        let key = wrap(bytes);
+        if let Err(message) = crate::key::jwt::verification_keys(&key, algorithms) {
             self.error(
                 field.span().start,
-                path,
+                &path,
                 format!("{} {message}", file.display()),
             );
             return None;
@@ -2617,7 +2641,45 @@ max_in_flight = 10
             "{UPSTREAM}[identity.jwt]\nalgorithms = \"RS256\"\n{}",
             jwt_rule()
         ));
-        assert_eq!(line, "test.toml:3:1: identity.jwt.public_key_file: RS256 tokens need public_key_file = \"path/to/public.pem\"");
+        assert_eq!(line, "test.toml:3:1: identity.jwt.public_key_file: RS256 tokens need public_key_file = \"path/to/public.pem\" (or jwks_file = \"path/to/jwks.json\")");
+    }
+
+    #[test]
+    fn a_jwks_file_is_the_other_way_to_give_public_keys() {
+        let config = valid(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = [\"RS256\", \"ES256\"]\n\
+             jwks_file = \"tests/fixtures/jwt/jwks.json\"\n{}",
+            jwt_rule()
+        ));
+        let jwt = config.identity.jwt.expect("identity.jwt");
+        assert!(matches!(jwt.key, Some(JwtKey::Jwks(_))));
+
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = \"RS256\"\n\
+             public_key_file = \"tests/fixtures/jwt/rsa-public.pem\"\n\
+             jwks_file = \"tests/fixtures/jwt/jwks.json\"\n{}",
+            jwt_rule()
+        ));
+        assert_eq!(line, "test.toml:6:13: identity.jwt.jwks_file: give either public_key_file or jwks_file, not both");
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = \"RS256\"\n\
+             jwks_file = \"tests/fixtures/jwt/jwks.json\"\n{}",
+            jwt_rule()
+        ));
+        assert_eq!(line, "test.toml:5:13: identity.jwt.jwks_file: tests/fixtures/jwt/jwks.json key \"ec-1\" is for ES256, which algorithms (RS256) does not list");
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = \"RS256\"\n\
+             jwks_file = \"tests/fixtures/jwt/rsa-public.pem\"\n{}",
+            jwt_rule()
+        ));
+        assert!(line.starts_with("test.toml:5:13: identity.jwt.jwks_file: tests/fixtures/jwt/rsa-public.pem is not a JWKS"), "{line}");
+        set_env("SLUICE_TEST_JWKS_SECRET", &"s".repeat(32));
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nsecret_env = \"SLUICE_TEST_JWKS_SECRET\"\n\
+             jwks_file = \"tests/fixtures/jwt/jwks.json\"\n{}",
+            jwt_rule()
+        ));
+        assert!(line.starts_with("test.toml:5:13: identity.jwt.jwks_file: HS256 tokens are verified with a shared secret (secret_env), not a public key; remove jwks_file"), "{line}");
     }
 
     #[test]
@@ -2651,7 +2713,7 @@ max_in_flight = 10
              public_key_file = \"tests/fixtures/jwt/ec256-public.pem\"\n{}",
             jwt_rule()
         ));
-        assert!(line.starts_with("test.toml:5:14: identity.jwt.secret_env: ES256 tokens are verified with a public key (public_key_file), not a shared secret"), "{line}");
+        assert!(line.starts_with("test.toml:5:14: identity.jwt.secret_env: ES256 tokens are verified with a public key (public_key_file or jwks_file), not a shared secret"), "{line}");
     }
 
     #[test]
@@ -3508,11 +3570,16 @@ burst = -1
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sluice.toml");
         let text = std::fs::read_to_string(path).unwrap();
         // `#key = ...` lines are the example; `# words` lines stay comments.
-        // secret_env and public_key_file are alternatives: keep the first.
+        // secret_env, public_key_file and jwks_file are alternatives: keep
+        // the first.
         let uncommented: String = text
             .lines()
             .map(|line| match line.strip_prefix('#') {
-                Some(rest) if rest.starts_with("public_key_file") => line,
+                Some(rest)
+                    if rest.starts_with("public_key_file") || rest.starts_with("jwks_file") =>
+                {
+                    line
+                }
                 Some(rest) if rest.starts_with(|c: char| c.is_ascii_lowercase() || c == '[') => {
                     rest
                 }

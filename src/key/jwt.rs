@@ -15,6 +15,7 @@
 //! applies to it keys on a claim. Nothing here logs a token or a claim.
 
 use http::{HeaderMap, HeaderName};
+use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 
@@ -36,7 +37,36 @@ pub struct JwtVerifier {
     /// not all of the key's family. Empty when `verify = false`.
     allowed: Vec<(Algorithm, Validation)>,
     /// `None` when `verify = false`: claims are read unverified.
-    key: Option<DecodingKey>,
+    key: Option<VerificationKeys>,
+}
+
+/// What signatures are checked with.
+pub enum VerificationKeys {
+    /// A secret, or one PEM public key, for every listed algorithm.
+    One(DecodingKey),
+    /// A JWKS (`jwks_file`): the token's `kid` picks the key; a token
+    /// without one is accepted only when the set holds a single key.
+    Set(Vec<SetKey>),
+}
+
+/// Prints the JWKS ids, never key material.
+impl std::fmt::Debug for VerificationKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VerificationKeys::One(_) => f.write_str("One(<key>)"),
+            VerificationKeys::Set(keys) => {
+                f.debug_list().entries(keys.iter().map(|k| &k.kid)).finish()
+            }
+        }
+    }
+}
+
+/// One key of a JWKS.
+pub struct SetKey {
+    kid: Option<String>,
+    /// The key's own `alg`, when it names one: then only that algorithm.
+    alg: Option<Algorithm>,
+    key: DecodingKey,
 }
 
 /// Prints no key material.
@@ -67,8 +97,11 @@ pub enum Rejected {
     /// Not three base64url parts with a JSON header and a JSON object as
     /// payload, or a header `alg` that is not a known algorithm (`none`).
     Malformed,
-    /// `alg` is not on the configured list.
+    /// `alg` is not on the configured list (or not the JWKS key's own).
     Algorithm,
+    /// With a JWKS: no key has the token's `kid`, or the token names none
+    /// and the set holds several.
+    UnknownKey,
     /// The header lists `crit` extensions, none of which sluice knows
     /// (RFC 7515 §4.1.11: such a token must be refused).
     Critical,
@@ -90,7 +123,7 @@ impl JwtVerifier {
         let key = match (&config.key, config.verify) {
             (_, false) => None,
             (None, true) => return Err("no key to verify tokens with".to_owned()),
-            (Some(key), true) => Some(decoding_key(key, &config.algorithms)?),
+            (Some(key), true) => Some(verification_keys(key, &config.algorithms)?),
         };
         let allowed = match key {
             None => Vec::new(),
@@ -158,7 +191,7 @@ impl JwtVerifier {
     fn verify_signed(
         &self,
         token: &[u8],
-        key: &DecodingKey,
+        keys: &VerificationKeys,
     ) -> Result<Map<String, Value>, Rejected> {
         // The header alone first: no signature work for a token whose
         // algorithm is not allowed (or is `none`, which does not parse).
@@ -171,6 +204,22 @@ impl JwtVerifier {
         if header.crit.is_some() {
             return Err(Rejected::Critical);
         }
+        let key = match keys {
+            VerificationKeys::One(key) => key,
+            VerificationKeys::Set(set) => {
+                // `kid` is only ever compared with the set's own ids.
+                let chosen = match header.kid.as_deref() {
+                    Some(kid) => set.iter().find(|k| k.kid.as_deref() == Some(kid)),
+                    None if set.len() == 1 => set.first(),
+                    None => None,
+                }
+                .ok_or(Rejected::UnknownKey)?;
+                if chosen.alg.is_some_and(|alg| alg != header.alg) {
+                    return Err(Rejected::Algorithm);
+                }
+                &chosen.key
+            }
+        };
         match jsonwebtoken::decode::<Map<String, Value>>(token, key, validation) {
             Ok(data) => Ok(data.claims),
             Err(error) => Err(match error.kind() {
@@ -242,10 +291,14 @@ fn numeric_date(value: &Value) -> Option<NumericDate> {
     })
 }
 
-/// The key for `algorithms` (all HMAC, or all of one public-key family:
-/// validation guarantees it). A PEM key is tried as RSA and as EC, and must
-/// serve every listed algorithm.
-pub fn decoding_key(key: &JwtKey, algorithms: &[JwtAlgorithm]) -> Result<DecodingKey, String> {
+/// The keys for `algorithms` (all HMAC, or all public-key: validation
+/// guarantees it). A PEM key is tried as RSA and as EC, and must serve every
+/// listed algorithm; each key of a JWKS must serve one (its own `alg`, when
+/// it names one).
+pub fn verification_keys(
+    key: &JwtKey,
+    algorithms: &[JwtAlgorithm],
+) -> Result<VerificationKeys, String> {
     let key = match key {
         JwtKey::Secret(secret) => DecodingKey::from_secret(secret),
         JwtKey::PublicKeyPem(pem) if contains(pem, b"PRIVATE KEY-----") => {
@@ -261,16 +314,88 @@ pub fn decoding_key(key: &JwtKey, algorithms: &[JwtAlgorithm]) -> Result<Decodin
                 "is not a PEM public key (\"-----BEGIN PUBLIC KEY-----\", an RSA or EC key)"
                     .to_owned()
             })?,
+        JwtKey::Jwks(json) => return key_set(json, algorithms).map(VerificationKeys::Set),
     };
-    for &alg in algorithms {
-        // Verifying an empty signature builds the algorithm's verifier from
-        // the key (the part that fails for a key of the wrong kind or curve)
-        // and then, as it must, answers false.
-        if jsonwebtoken::crypto::verify("", b"", &key, algorithm(alg)).is_err() {
-            return Err(format!("holds no key usable for {}", key_needed(alg)));
-        }
+    if let Some(&alg) = algorithms.iter().find(|&&alg| !serves(&key, alg)) {
+        return Err(format!("holds no key usable for {}", key_needed(alg)));
     }
-    Ok(key)
+    Ok(VerificationKeys::One(key))
+}
+
+/// Whether `key` can verify `alg` signatures. Verifying an empty signature
+/// builds the algorithm's verifier from the key (the part that fails for a
+/// key of the wrong kind or curve) and then, as it must, answers false.
+fn serves(key: &DecodingKey, alg: JwtAlgorithm) -> bool {
+    jsonwebtoken::crypto::verify("", b"", key, algorithm(alg)).is_ok()
+}
+
+/// A JWKS file's keys: public keys only, each with a unique `kid` when
+/// there are several, each usable for a listed algorithm.
+fn key_set(json: &[u8], algorithms: &[JwtAlgorithm]) -> Result<Vec<SetKey>, String> {
+    let set: JwkSet = serde_json::from_slice(json)
+        .map_err(|e| format!("is not a JWKS (a JSON object with a \"keys\" list): {e}"))?;
+    if set.keys.is_empty() {
+        return Err("holds no keys".to_owned());
+    }
+    let listed = jwt_names(algorithms);
+    let mut keys: Vec<SetKey> = Vec::with_capacity(set.keys.len());
+    for (i, jwk) in set.keys.iter().enumerate() {
+        let kid = jwk.common.key_id.clone();
+        let name = match &kid {
+            Some(kid) => format!("key \"{kid}\""),
+            None => format!("key #{i}"),
+        };
+        if kid.is_none() && set.keys.len() > 1 {
+            return Err(format!(
+                "{name} has no \"kid\"; with several keys each needs one, so tokens can name it"
+            ));
+        }
+        if kid.is_some() && keys.iter().any(|k| k.kid == kid) {
+            return Err(format!("{name} appears twice; each \"kid\" must be unique"));
+        }
+        if matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)) {
+            return Err(format!(
+                "{name} is a shared secret (kty \"oct\"); a JWKS here holds public keys only"
+            ));
+        }
+        let key = DecodingKey::from_jwk(jwk)
+            .map_err(|_| format!("{name} is not an RSA or EC public key sluice can use"))?;
+        let pinned = match jwk.common.key_algorithm {
+            None => None,
+            Some(alg) => {
+                let text = alg.to_string();
+                let Some(alg) = algorithms.iter().copied().find(|a| a.name() == text) else {
+                    return Err(format!(
+                        "{name} is for {text}, which algorithms ({listed}) does not list"
+                    ));
+                };
+                Some(alg)
+            }
+        };
+        let usable = match pinned {
+            Some(alg) => serves(&key, alg),
+            None => algorithms.iter().any(|&alg| serves(&key, alg)),
+        };
+        if !usable {
+            return Err(format!(
+                "{name} fits none of the listed algorithms ({listed})"
+            ));
+        }
+        keys.push(SetKey {
+            kid,
+            alg: pinned.map(algorithm),
+            key,
+        });
+    }
+    Ok(keys)
+}
+
+fn jwt_names(algorithms: &[JwtAlgorithm]) -> String {
+    algorithms
+        .iter()
+        .map(|alg| alg.name())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -701,32 +826,131 @@ mod tests {
     fn a_key_must_serve_every_listed_algorithm() {
         let rsa = JwtKey::PublicKeyPem(RSA_PUBLIC.to_vec());
         let ec = JwtKey::PublicKeyPem(EC_PUBLIC.to_vec());
-        assert!(decoding_key(&rsa, &[JwtAlgorithm::RS256, JwtAlgorithm::RS512]).is_ok());
-        assert!(decoding_key(&ec, &[JwtAlgorithm::ES256]).is_ok());
-        let err = decoding_key(&rsa, &[JwtAlgorithm::ES256]).unwrap_err();
+        assert!(verification_keys(&rsa, &[JwtAlgorithm::RS256, JwtAlgorithm::RS512]).is_ok());
+        assert!(verification_keys(&ec, &[JwtAlgorithm::ES256]).is_ok());
+        let err = verification_keys(&rsa, &[JwtAlgorithm::ES256]).unwrap_err();
         assert_eq!(
             err,
             "holds no key usable for ES256 (an EC P-256 public key)"
         );
-        let err = decoding_key(&ec, &[JwtAlgorithm::ES256, JwtAlgorithm::ES384]).unwrap_err();
+        let err = verification_keys(&ec, &[JwtAlgorithm::ES256, JwtAlgorithm::ES384]).unwrap_err();
         assert_eq!(
             err,
             "holds no key usable for ES384 (an EC P-384 public key)"
         );
-        let err = decoding_key(&ec, &[JwtAlgorithm::RS256]).unwrap_err();
+        let err = verification_keys(&ec, &[JwtAlgorithm::RS256]).unwrap_err();
         assert_eq!(err, "holds no key usable for RS256 (an RSA public key)");
-        let err = decoding_key(
+        let err = verification_keys(
             &JwtKey::PublicKeyPem(RSA_PRIVATE.to_vec()),
             &[JwtAlgorithm::RS256],
         )
         .unwrap_err();
         assert!(err.starts_with("holds a private key"), "{err}");
-        let err = decoding_key(
+        let err = verification_keys(
             &JwtKey::PublicKeyPem(b"hello".to_vec()),
             &[JwtAlgorithm::RS256],
         )
         .unwrap_err();
         assert!(err.starts_with("is not a PEM public key"), "{err}");
+    }
+
+    const JWKS: &[u8] = include_bytes!("../../tests/fixtures/jwt/jwks.json");
+
+    fn with_kid(alg: Algorithm, kid: Option<&str>, key: &EncodingKey, claims: &Value) -> String {
+        let mut header = Header::new(alg);
+        header.kid = kid.map(str::to_owned);
+        jsonwebtoken::encode(&header, claims, key).unwrap()
+    }
+
+    #[test]
+    fn a_jwks_picks_the_key_by_kid() {
+        let v = JwtVerifier::new(&config(
+            &[JwtAlgorithm::RS256, JwtAlgorithm::ES256],
+            Some(JwtKey::Jwks(JWKS.to_vec())),
+            true,
+        ))
+        .unwrap();
+        let rsa = EncodingKey::from_rsa_pem(RSA_PRIVATE).unwrap();
+        let ec = EncodingKey::from_ec_pem(EC_PRIVATE).unwrap();
+        let claims = valid_for_an_hour();
+        let token = with_kid(Algorithm::RS256, Some("rsa-1"), &rsa, &claims);
+        assert!(check(&v, &token, NOW).is_ok());
+        let token = with_kid(Algorithm::ES256, Some("ec-1"), &ec, &claims);
+        assert!(check(&v, &token, NOW).is_ok());
+
+        for kid in [None, Some("rsa-2"), Some("../../etc/passwd"), Some("")] {
+            let token = with_kid(Algorithm::RS256, kid, &rsa, &claims);
+            assert_eq!(
+                check(&v, &token, NOW).unwrap_err(),
+                Rejected::UnknownKey,
+                "{kid:?}"
+            );
+        }
+        // A key pinned to ES256 does not take an RS256 token.
+        let token = with_kid(Algorithm::RS256, Some("ec-1"), &rsa, &claims);
+        assert_eq!(check(&v, &token, NOW).unwrap_err(), Rejected::Algorithm);
+        let forger = EncodingKey::from_rsa_pem(RSA_FORGER).unwrap();
+        let token = with_kid(Algorithm::RS256, Some("rsa-1"), &forger, &claims);
+        assert_eq!(check(&v, &token, NOW).unwrap_err(), Rejected::Signature);
+    }
+
+    #[test]
+    fn a_single_key_jwks_takes_tokens_without_kid() {
+        let set: Value = serde_json::from_slice(JWKS).unwrap();
+        let mut only = set["keys"][0].clone();
+        only.as_object_mut().unwrap().remove("kid");
+        let json = json!({"keys": [only]}).to_string().into_bytes();
+        let v = JwtVerifier::new(&config(
+            &[JwtAlgorithm::RS256],
+            Some(JwtKey::Jwks(json)),
+            true,
+        ))
+        .unwrap();
+        let rsa = EncodingKey::from_rsa_pem(RSA_PRIVATE).unwrap();
+        let token = with_kid(Algorithm::RS256, None, &rsa, &valid_for_an_hour());
+        assert!(check(&v, &token, NOW).is_ok());
+    }
+
+    #[test]
+    fn a_jwks_holds_usable_public_keys_with_unique_kids() {
+        let set: Value = serde_json::from_slice(JWKS).unwrap();
+        let rsa_key = set["keys"][0].clone();
+        let both = [JwtAlgorithm::RS256, JwtAlgorithm::ES256];
+        let keys = |keys: Value| JwtKey::Jwks(json!({ "keys": keys }).to_string().into_bytes());
+        let error =
+            |key: JwtKey, algorithms: &[JwtAlgorithm]| match verification_keys(&key, algorithms) {
+                Ok(_) => panic!("accepted"),
+                Err(message) => message,
+            };
+        assert_eq!(error(keys(json!([])), &both), "holds no keys");
+        assert!(error(JwtKey::Jwks(b"[1]".to_vec()), &both).starts_with("is not a JWKS"));
+        let mut unnamed = rsa_key.clone();
+        unnamed.as_object_mut().unwrap().remove("kid");
+        assert_eq!(
+            error(keys(json!([rsa_key, unnamed])), &both),
+            "key #1 has no \"kid\"; with several keys each needs one, so tokens can name it"
+        );
+        assert_eq!(
+            error(keys(json!([rsa_key, rsa_key])), &both),
+            "key \"rsa-1\" appears twice; each \"kid\" must be unique"
+        );
+        assert_eq!(
+            error(
+                keys(json!([{"kty": "oct", "kid": "s", "k": "c2VjcmV0"}])),
+                &both
+            ),
+            "key \"s\" is a shared secret (kty \"oct\"); a JWKS here holds public keys only"
+        );
+        assert_eq!(
+            error(JwtKey::Jwks(JWKS.to_vec()), &[JwtAlgorithm::RS256]),
+            "key \"ec-1\" is for ES256, which algorithms (RS256) does not list"
+        );
+        let mut unpinned = rsa_key.clone();
+        unpinned.as_object_mut().unwrap().remove("alg");
+        assert_eq!(
+            error(keys(json!([unpinned])), &[JwtAlgorithm::ES256]),
+            "key \"rsa-1\" fits none of the listed algorithms (ES256)"
+        );
     }
 
     #[test]
