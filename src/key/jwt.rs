@@ -229,11 +229,6 @@ impl JwtVerifier {
             }),
         }
     }
-
-    /// The header tokens are read from.
-    pub fn header(&self) -> &HeaderName {
-        &self.header
-    }
 }
 
 /// `Bearer <token>` (RFC 6750 §2.1; the scheme is case-insensitive).
