@@ -27,6 +27,7 @@ use crate::config::{
 };
 use crate::key::client_ip::ClientIpResolver;
 use crate::key::glob::PathGlob;
+use crate::key::jwt::JwtVerifier;
 use crate::key::{KeyHasher, RequestFacts};
 use crate::limiter::{
     Concurrency, FixedWindow, Gcra, HoldLimits, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
@@ -44,6 +45,8 @@ pub struct Policy {
     pub deny: Vec<IpNet>,
     pub client_ip: ClientIpResolver,
     pub keys: KeyHasher,
+    /// `[identity.jwt]`: what `jwt:<claim>` sources read tokens with.
+    pub jwt: Option<JwtVerifier>,
     pub response: ResponseConfig,
     pub normalize_path: bool,
     /// Longest request target accepted (414 above).
@@ -86,6 +89,9 @@ pub struct Rule {
     /// This rule's bans (earned or by hand), kept across reloads while the
     /// rule keeps its name and key.
     pub bans: Arc<BanTable>,
+    /// Whether the key (or `tiers.by`) reads a `jwt:<claim>`: only then is
+    /// the request's token verified.
+    pub uses_jwt: bool,
     pub counters: RuleCounters,
 }
 
@@ -320,6 +326,11 @@ impl Policy {
                     cost: rule.cost,
                     shadow: rule.shadow,
                     hold,
+                    uses_jwt: rule
+                        .key
+                        .iter()
+                        .chain(rule.tiers.as_ref().map(|tiers| &tiers.by))
+                        .any(|source| matches!(source, KeySource::Jwt(_))),
                     counters: metrics.rule_counters(&rule.name),
                 }
             })
@@ -333,6 +344,13 @@ impl Policy {
                 config.server.forwarded_header,
             ),
             keys,
+            // Validation checked the key; should it still not build, every
+            // jwt: source is missing, which never picks a wrong bucket.
+            jwt: config.identity.jwt.as_ref().and_then(|jwt| {
+                JwtVerifier::new(jwt)
+                    .inspect_err(|error| tracing::error!(%error, "[identity.jwt] is unusable"))
+                    .ok()
+            }),
             response: config.response.clone(),
             normalize_path: config.server.normalize_path,
             max_uri_bytes: config.server.max_uri_bytes,

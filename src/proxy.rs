@@ -11,7 +11,8 @@
 //! Where later capabilities plug in:
 //! - deferred charges and refunds run after the upstream answers, against the
 //!   same buckets (`Store` gains an adjust call);
-//! - JWT keys arrive as one more key source in [`crate::key`].
+//! - JWT claims are verified lazily, once, for the first applicable rule
+//!   that keys on one ([`crate::key::jwt`]).
 
 mod admit;
 pub mod deadline;
@@ -184,7 +185,10 @@ impl Proxy {
             Err(error) => return respond::refusal(Refusal::BadPath(error), None),
         };
         let client_ip = policy.client_ip.resolve(peer.ip(), request.headers());
-        let facts = RequestFacts {
+        // The token's claims, verified at most once and only for a rule
+        // that keys on them (before `facts`, which borrows them).
+        let token_claims = std::cell::OnceCell::new();
+        let mut facts = RequestFacts {
             method: request.method(),
             path: &normalized,
             query: request.uri().query(),
@@ -209,6 +213,16 @@ impl Proxy {
             for rule in &policy.rules {
                 if !rule.matcher.matches(&facts) {
                     continue;
+                }
+                if rule.uses_jwt && facts.claims.is_none() {
+                    facts.claims = token_claims
+                        .get_or_init(|| {
+                            let verifier = policy.jwt.as_ref()?;
+                            verifier
+                                .verify(request.headers(), started / 1_000_000_000)
+                                .ok()
+                        })
+                        .as_ref();
                 }
                 let allow_missing = rule.missing == MissingPolicy::Shared;
                 let key = match policy.keys.derive(&rule.key, &facts, allow_missing) {

@@ -108,11 +108,10 @@ pub struct RawResponse {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawIdentity {
-    /// Not supported yet; parsed so its keys are known.
     pub jwt: Option<RawJwt>,
 }
 
-/// `[identity.jwt]` (not supported by this release).
+/// `[identity.jwt]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawJwt {
@@ -120,6 +119,7 @@ pub struct RawJwt {
     pub algorithms: Option<Spanned<OneOrMany>>,
     pub secret_env: Option<Spanned<String>>,
     pub public_key_file: Option<Spanned<String>>,
+    pub jwks_file: Option<Spanned<String>>,
     pub verify: Option<Spanned<bool>>,
 }
 
