@@ -31,6 +31,7 @@ use crate::key::jwt::JwtVerifier;
 use crate::key::{KeyHasher, RequestFacts};
 use crate::limiter::{
     Concurrency, FixedWindow, Gcra, HoldLimits, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
+    SunsetSchedule,
 };
 use crate::metrics::Metrics;
 use crate::proxy::respond;
@@ -77,6 +78,8 @@ pub struct Rule {
     pub tier_index: VariantIndex,
     /// The bucket key of each override → its variant.
     pub override_index: VariantIndex,
+    /// `sunset`: the rule's one limit falls step by step.
+    pub sunset: Option<Sunset>,
     /// Units each request takes from every limit.
     pub cost: u64,
     pub shadow: bool,
@@ -95,6 +98,64 @@ pub struct Rule {
     pub counters: RuleCounters,
 }
 
+/// A rule retiring its API version: the schedule, and the limit in force at
+/// each step, compiled when the step is first reached (same bucket table,
+/// so a caller's spent units carry from step to step).
+#[derive(Debug)]
+pub struct Sunset {
+    pub schedule: SunsetSchedule,
+    steps: Box<[std::sync::OnceLock<Vec<Limit>>]>,
+    /// What each step's limit is compiled from.
+    rule: RuleConfig,
+    table: BucketTable,
+    status: http::StatusCode,
+}
+
+impl Sunset {
+    fn new(
+        rule: &RuleConfig,
+        config: &crate::config::SunsetConfig,
+        base: &Limit,
+        status: http::StatusCode,
+    ) -> Sunset {
+        let schedule = SunsetSchedule::new(config, &rule.limits[0]);
+        // Step indexes run from 0 (before start) to n + 1 (from end on).
+        let slots = schedule.steps().min(crate::limiter::sunset::MAX_STEPS) as usize + 2;
+        Sunset {
+            schedule,
+            steps: (0..slots).map(|_| std::sync::OnceLock::new()).collect(),
+            rule: rule.clone(),
+            table: base.table.clone(),
+            status,
+        }
+    }
+
+    /// The limit in force at `now`.
+    #[inline]
+    pub fn limits_at(&self, now: Nanos) -> &[Limit] {
+        let index = (self.schedule.step_index(now) as usize).min(self.steps.len() - 1);
+        self.steps[index].get_or_init(|| {
+            let written = self.rule.limits[0];
+            let limit = LimitConfig {
+                rate: crate::config::Rate {
+                    count: self.schedule.count_at(now),
+                    period: written.rate.period,
+                },
+                capacity: self.schedule.capacity_at(now),
+            };
+            let limiter = limiter(self.rule.algorithm, &limit);
+            vec![compile_limit(
+                &self.rule,
+                &limit,
+                1,
+                limiter,
+                self.table.clone(),
+                self.status,
+            )]
+        })
+    }
+}
+
 /// Bucket key → variant number, with the keys already uniformly hashed.
 pub type VariantIndex = std::collections::HashMap<u64, usize, foldhash::fast::FixedState>;
 
@@ -110,9 +171,20 @@ impl Rule {
     /// The limits for a caller with bucket key `key`: its override, else
     /// its tier, else the rule's own.
     #[inline]
-    pub fn limits_for(&self, key: u64, facts: &RequestFacts<'_>, keys: &KeyHasher) -> &[Limit] {
-        if let Some(&variant) = self.override_index.get(&key) {
-            return &self.variants[variant].limits;
+    pub fn limits_for(
+        &self,
+        key: u64,
+        facts: &RequestFacts<'_>,
+        keys: &KeyHasher,
+        now: Nanos,
+    ) -> &[Limit] {
+        if let Some(sunset) = &self.sunset {
+            return sunset.limits_at(now);
+        }
+        if !self.override_index.is_empty() {
+            if let Some(&variant) = self.override_index.get(&key) {
+                return &self.variants[variant].limits;
+            }
         }
         if let Some(by) = &self.tier_by {
             if let Ok(tier) = keys.derive(std::slice::from_ref(by), facts, false) {
@@ -306,7 +378,13 @@ impl Policy {
                             .find(|old| *old.name == *rule.name && old.key == rule.key)
                     })
                     .map_or_else(Arc::default, |old| Arc::clone(&old.bans));
+                let sunset = rule
+                    .sunset
+                    .as_ref()
+                    .filter(|_| !limits.is_empty() && !rule.limits.is_empty())
+                    .map(|sunset| Sunset::new(rule, sunset, &limits[0], status));
                 Rule {
+                    sunset,
                     variants,
                     tier_by,
                     tier_index,
@@ -591,43 +669,87 @@ fn saturating_nanos(duration: std::time::Duration) -> Nanos {
 /// The effective rules as JSON, for `GET /admin/rules`: what each rule
 /// matches and keys on and the limits in force at `now`.
 pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
-    let _ = now;
+    use serde_json::json;
+    let limits_json = |limits: &[Limit]| -> Vec<serde_json::Value> {
+        limits
+            .iter()
+            .map(|limit| match limit.period {
+                Some(period) => json!({
+                    "name": limit.name,
+                    "count": limit.count,
+                    "period_secs": period.as_secs_f64(),
+                    "capacity": limit.limiter.capacity(),
+                }),
+                None => json!({
+                    "name": limit.name,
+                    "max_in_flight": limit.limiter.capacity(),
+                }),
+            })
+            .collect()
+    };
     let rules: Vec<serde_json::Value> = policy
         .rules
         .iter()
         .zip(&policy.config.rules)
         .map(|(rule, config)| {
-            let limits: Vec<serde_json::Value> = rule
-                .limits
-                .iter()
-                .map(|limit| match limit.period {
-                    Some(period) => serde_json::json!({
-                        "name": limit.name,
-                        "count": limit.count,
-                        "period_secs": period.as_secs_f64(),
-                        "capacity": limit.limiter.capacity(),
-                    }),
-                    None => serde_json::json!({
-                        "name": limit.name,
-                        "max_in_flight": limit.limiter.capacity(),
-                    }),
-                })
-                .collect();
-            serde_json::json!({
+            // A retiring rule shows the limit in force now.
+            let limits = match &rule.sunset {
+                Some(sunset) => sunset.limits_at(now),
+                None => &rule.limits,
+            };
+            let mut described = json!({
                 "name": &*rule.name,
                 "match": crate::cli::describe_match(&config.matcher),
                 "key": rule.key.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "missing": format!("{:?}", rule.missing).to_lowercase(),
                 "algorithm": rule.algorithm.name(),
-                "limits": limits,
+                "limits": limits_json(limits),
                 "cost": rule.cost,
                 "on_limit": if rule.hold.is_some() { "delay" } else { "reject" },
                 "shadow": rule.shadow,
                 "on_change": format!("{:?}", config.on_change).to_lowercase(),
-            })
+            });
+            if let Some(by) = &rule.tier_by {
+                let tiers: Vec<serde_json::Value> = rule
+                    .variants
+                    .iter()
+                    .filter_map(|v| Some((v.label.strip_prefix("tier:")?, v)))
+                    .map(|(name, v)| json!({ "tier": name, "limits": limits_json(&v.limits) }))
+                    .collect();
+                described["tiers"] = json!({ "by": by.to_string(), "tiers": tiers });
+            }
+            let overrides: Vec<serde_json::Value> = rule
+                .variants
+                .iter()
+                .filter_map(|v| Some((v.label.strip_prefix("override:")?, v)))
+                .map(|(key, v)| json!({ "key": key, "limits": limits_json(&v.limits) }))
+                .collect();
+            if !overrides.is_empty() {
+                described["overrides"] = json!(overrides);
+            }
+            if let (Some(sunset), Some(written)) = (&rule.sunset, &config.sunset) {
+                let schedule = &sunset.schedule;
+                described["sunset"] = json!({
+                    "start": written.start / 1_000_000_000,
+                    "end": written.end / 1_000_000_000,
+                    "step_secs": written.step.as_secs_f64(),
+                    "to": written.to,
+                    "count_now": schedule.count_at(now),
+                    "gone": schedule.is_gone(now),
+                    "link": written.link,
+                });
+            }
+            if let Some(ban) = &config.ban {
+                described["ban"] = json!({
+                    "after": ban.after,
+                    "within_secs": ban.within.as_secs_f64(),
+                    "for_secs": ban.duration.as_secs_f64(),
+                });
+            }
+            described
         })
         .collect();
-    serde_json::json!({ "rules": rules })
+    json!({ "rules": rules })
 }
 
 /// A period in its largest whole unit: `60s` → `1m`, `90s` → `90s`,
@@ -650,6 +772,115 @@ pub fn format_period(period: std::time::Duration) -> String {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    fn compile(rules: &str) -> Policy {
+        let text = format!("[server]\nupstream = \"http://127.0.0.1:1\"\n{rules}");
+        let config = Config::from_toml(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::Memory(crate::store::MemoryStore::new(1000));
+        Policy::compile(Arc::new(config), &Metrics::new(), &store)
+    }
+
+    #[test]
+    fn a_sunset_rule_takes_the_limit_of_each_step_and_shares_one_table() {
+        // 2026-12-01 to 2026-12-05, daily steps, 100/d → 20/d, burst 50:
+        // n = 4, COUNT 100, 80, 60, 40, 20; capacity 50, 40, 30, 20, 10.
+        let policy = compile(
+            r#"
+[[rule]]
+name = "v0"
+rate = "100/d"
+burst = 50
+sunset = { start = 2026-12-01T00:00:00Z, end = 2026-12-05T00:00:00Z, to = "20/d" }
+"#,
+        );
+        let rule = &policy.rules[0];
+        let sunset = rule.sunset.as_ref().expect("a sunset");
+        const DAY: Nanos = 86_400_000_000_000;
+        let start = crate::config::parse_timestamp("2026-12-01T00:00:00Z").unwrap();
+        let at = |t: Nanos| {
+            let limits = sunset.limits_at(t);
+            assert_eq!(limits.len(), 1);
+            assert!(limits[0].table.same(&rule.limits[0].table));
+            (
+                limits[0].count,
+                limits[0].limiter.capacity(),
+                limits[0].policy_item.clone(),
+            )
+        };
+        assert_eq!(at(start - 1), (100, 50, "\"v0\";q=100;w=86400".to_owned()));
+        assert_eq!(at(start).0, 80);
+        assert_eq!(at(start + DAY - 1).0, 80);
+        assert_eq!(at(start + DAY).0, 60);
+        assert_eq!(
+            at(start + 2 * DAY + DAY / 2),
+            (40, 20, "\"v0\";q=40;w=86400".to_owned())
+        );
+        assert_eq!(
+            at(start + 3 * DAY),
+            (20, 10, "\"v0\";q=20;w=86400".to_owned())
+        );
+        assert_eq!(at(start + 4 * DAY).0, 20);
+        assert!(!sunset.schedule.is_gone(start + 10 * DAY));
+        // The limit of a step is compiled once and reused.
+        assert!(std::ptr::eq(
+            sunset.limits_at(start),
+            sunset.limits_at(start + 1)
+        ));
+    }
+
+    #[test]
+    fn tiers_and_overrides_resolve_by_hash_and_keep_tables_across_recompiles() {
+        let rules = r#"
+[[rule]]
+name = "sellers"
+key = ["header:x-seller"]
+rate = "2/m"
+tiers = { by = "header:x-plan", premium = { rate = "5/m" } }
+overrides = { "s42" = { rate = "9/m" } }
+"#;
+        let policy = compile(rules);
+        let rule = &policy.rules[0];
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-seller", "s1".parse().unwrap());
+        let facts = |headers: &http::HeaderMap| {
+            let headers: &'static http::HeaderMap = Box::leak(Box::new(headers.clone()));
+            RequestFacts {
+                method: &http::Method::GET,
+                path: "/",
+                query: None,
+                host: None,
+                headers,
+                client_ip: std::net::IpAddr::from([127, 0, 0, 1]),
+                claims: None,
+            }
+        };
+        let count = |headers: &http::HeaderMap| {
+            let f = facts(headers);
+            let key = policy.keys.derive(&rule.key, &f, true).unwrap();
+            rule.limits_for(key, &f, &policy.keys, 0)[0].count
+        };
+        assert_eq!(count(&headers), 2);
+        headers.insert("x-plan", "premium".parse().unwrap());
+        assert_eq!(count(&headers), 5);
+        headers.insert("x-seller", "s42".parse().unwrap());
+        assert_eq!(count(&headers), 9);
+
+        // Recompiled from the same config: every table is kept.
+        let store = Store::Memory(crate::store::MemoryStore::new(1000));
+        let again = Policy::recompile(
+            Arc::clone(&policy.config),
+            &Metrics::new(),
+            &store,
+            Some(&policy),
+            0,
+        );
+        let tables = |p: &Policy| -> Vec<BucketTable> {
+            p.rules[0].all_limits().map(|l| l.table.clone()).collect()
+        };
+        for (old, new) in tables(&policy).iter().zip(tables(&again)) {
+            assert!(old.same(&new));
+        }
+    }
 
     #[test]
     fn periods_print_in_their_largest_whole_unit() {

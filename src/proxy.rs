@@ -38,7 +38,7 @@ use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::config::{Config, MissingPolicy};
 use crate::key::{path, RequestFacts};
 use crate::metrics::Metrics;
-use crate::policy::Policy;
+use crate::policy::{Policy, Sunset};
 use crate::store::{MemoryStore, Store};
 use admit::Applicable;
 use forward::{ClientHop, ForwardError, Upstream};
@@ -209,6 +209,8 @@ impl Proxy {
         // Which rules apply, and each one's bucket key.
         let mut enforced: SmallVec<[Applicable<'_>; INLINE_RULES]> = SmallVec::new();
         let mut shadowed: SmallVec<[Applicable<'_>; INLINE_RULES]> = SmallVec::new();
+        // The first applicable rule being retired: its responses say so.
+        let mut retiring: Option<&Sunset> = None;
         if !bypass {
             for rule in &policy.rules {
                 if !rule.matcher.matches(&facts) {
@@ -233,7 +235,14 @@ impl Proxy {
                         return respond::refusal(Refusal::MissingKey, Some(rule));
                     }
                 };
-                let limits = rule.limits_for(key, &facts, &policy.keys);
+                if let Some(sunset) = &rule.sunset {
+                    if !rule.shadow && sunset.schedule.is_gone(started) {
+                        rule.counters.limited.inc();
+                        return respond::gone(rule, sunset);
+                    }
+                    retiring.get_or_insert(sunset);
+                }
+                let limits = rule.limits_for(key, &facts, &policy.keys, started);
                 let applicable = Applicable { rule, key, limits };
                 if rule.shadow {
                     shadowed.push(applicable);
@@ -249,7 +258,9 @@ impl Proxy {
                 let rule = applicable.rule;
                 rule.counters.limited.inc();
                 rule.counters.banned.inc();
-                return respond::banned(rule, left, policy.response.status);
+                let mut response = respond::banned(rule, left, policy.response.status);
+                respond::add_sunset_headers(response.headers_mut(), retiring);
+                return response;
             }
         }
 
@@ -272,7 +283,9 @@ impl Proxy {
                 &facts,
                 admission.decided_at,
             );
-            return respond::limited(policy, &admission.verdicts, decided_at);
+            let mut response = respond::limited(policy, &admission.verdicts, decided_at);
+            respond::add_sunset_headers(response.headers_mut(), retiring);
+            return response;
         }
 
         // Forward.
@@ -322,6 +335,7 @@ impl Proxy {
         if admission.held > 0 {
             respond::add_delay_header(headers, admission.held);
         }
+        respond::add_sunset_headers(headers, retiring);
         if policy.response.on_success {
             respond::add_rate_limit_headers(
                 headers,

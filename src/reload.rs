@@ -433,6 +433,7 @@ rate = "10/s"
 [[rule]]
 name = "raised"
 rate = "8/h"
+on_change = "keep"
 [[rule]]
 name = "rekeyed"
 rate = "1/s"
@@ -447,7 +448,7 @@ rate = "1/s"
             lines,
             [
                 "= same: unchanged; buckets kept",
-                "~ raised: 4/h → 8/h; buckets kept, each keeps its remaining share (on_change = \"proportional\")",
+                "~ raised: 4/h → 8/h; buckets kept, units already spent stay spent (on_change = \"keep\")",
                 "! rekeyed: key changed (ip → header:x-api-key); every bucket starts full",
                 "+ fresh: new rule; buckets start full",
                 "- gone: removed; its buckets are dropped",

@@ -110,6 +110,33 @@ async fn sighup_applies_a_changed_limit_without_refilling_and_keeps_unchanged_bu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_change_keep_leaves_spent_units_spent_and_reset_refills() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &config(&upstream, "4/m", ""));
+    let sluice = SluiceProcess::spawn(&path);
+    assert_eq!(statuses(&sluice, "/spend", "a", 2).await, [200, 200]);
+
+    // 4/m → 8/m, keep: 2 spent stay spent, 6 left.
+    std::fs::write(&path, config(&upstream, "8/m", "on_change = \"keep\"")).unwrap();
+    let answer = send(Method::POST, &sluice.admin_url("/admin/reload"), &[]).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let changes = answer.json()["changes"].to_string();
+    assert!(changes.contains("~ spend: 4/m → 8/m"), "{changes}");
+    let got = statuses(&sluice, "/spend", "a", 7).await;
+    assert_eq!(got.iter().filter(|&&s| s == 200).count(), 6, "{got:?}");
+
+    // 8/m → 3/m, reset: every bucket starts full at the new limit.
+    std::fs::write(&path, config(&upstream, "3/m", "on_change = \"reset\"")).unwrap();
+    let answer = send(Method::POST, &sluice.admin_url("/admin/reload"), &[]).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(
+        statuses(&sluice, "/spend", "a", 4).await,
+        [200, 200, 200, 429]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_file_keeps_the_running_config_and_counts_an_error() {
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();

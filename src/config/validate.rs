@@ -1840,6 +1840,26 @@ impl Validator<'_> {
                 }
             },
         };
+        let step_at = sunset
+            .step
+            .as_ref()
+            .map(Spanned::span)
+            .or_else(|| sunset.end.as_ref().map(Spanned::span));
+        if let (Some(start), Some(end), Some(step_len), Some(at)) = (start, end, step, step_at) {
+            let steps = u128::from(end.saturating_sub(start)).div_ceil(step_len.as_nanos().max(1));
+            if steps > u128::from(crate::limiter::sunset::MAX_STEPS) {
+                self.error(
+                    at.start,
+                    &path("step"),
+                    format!(
+                        "makes {steps} steps from start to end; at most {} are allowed, so use a \
+                         longer step",
+                        crate::limiter::sunset::MAX_STEPS
+                    ),
+                );
+                valid = false;
+            }
+        }
         if !valid {
             return None;
         }

@@ -27,6 +27,11 @@ use http::HeaderValue;
 use crate::clock::Nanos;
 use crate::config::{LimitConfig, SunsetConfig};
 
+/// Most steps a schedule may have (config refuses more): the runtime keeps
+/// one slot per step for the limits it compiles when that step is reached.
+/// Daily steps for 27 years, hourly ones for a year.
+pub const MAX_STEPS: u64 = 10_000;
+
 /// A rule's sunset, ready to answer "what is the limit now".
 #[derive(Debug, Clone)]
 pub struct SunsetSchedule {
