@@ -11,8 +11,10 @@
 //! per-process random seed (so clients cannot aim for collisions). Each value
 //! is length-prefixed, so `("ab","c")` and `("a","bc")` differ, and a missing
 //! source hashes as a marker distinct from every value (`missing = "shared"`
-//! puts all such requests in one bucket). JWT claims plug in here as one more
-//! [`KeySource`] reading a verified token.
+//! puts all such requests in one bucket). `jwt:<claim>` sources read the
+//! claims of a verified token ([`jwt`]). [`KeyHasher::key_text`] writes a
+//! key as SPEC.md spells it, and [`KeyHasher::key_of_text`] hashes such text
+//! back to the same bucket key (overrides, admin calls).
 
 pub mod client_ip;
 pub mod glob;

@@ -9,8 +9,10 @@
 //! window algorithms can align their windows to wall-clock boundaries.
 //!
 //! Every algorithm implements [`Algorithm`]; [`Limiter`] is the closed set of
-//! configured limits the store dispatches on. `concurrency` (a later issue)
-//! fits the same shape: a counter whose refund runs when the response ends.
+//! configured limits the store dispatches on. `concurrency` is a
+//! [`Limiter`] too, but not an algorithm of time: the store keeps permits.
+//! [`Algorithm::carry_from`] rescales a state when a reload changes a limit;
+//! [`sunset`] computes a retiring rule's limit at each step.
 //!
 //! Delay mode (`on_limit = "delay"`) goes through [`Algorithm::reserve`] and
 //! [`Algorithm::cancel`]: a reservation takes its units at the first instant

@@ -2,17 +2,17 @@
 //!
 //! [`Proxy::handle`] reads the current [`Policy`] snapshot once, normalises
 //! the path, resolves the client IP, checks the access lists, finds the
-//! applicable rules and their keys, lets `admit` decide (and hold the request
-//! when a delay-mode rule says so), and then either forwards the request
+//! applicable rules, their keys (JWT claims verified lazily, once, for the
+//! first rule that keys on one) and each caller's limits (tier, override or
+//! sunset step), answers a banned key or a retired route at once, lets
+//! `admit` decide (and hold the request when a delay-mode rule says so),
+//! counts strikes toward bans, and then either forwards the request
 //! ([`forward`]) or answers it ([`respond`]). Nothing here blocks: the store
 //! call is `async` (the memory store completes at once; Redis will await), and
-//! a hold is a timer.
+//! a hold is a timer. [`Proxy::reload`] swaps the policy in atomically.
 //!
-//! Where later capabilities plug in:
-//! - deferred charges and refunds run after the upstream answers, against the
-//!   same buckets (`Store` gains an adjust call);
-//! - JWT claims are verified lazily, once, for the first applicable rule
-//!   that keys on one ([`crate::key::jwt`]).
+//! Deferred charges and refunds (later) run after the upstream answers,
+//! against the same buckets (`Store` gains an adjust call).
 
 mod admit;
 pub mod deadline;
