@@ -7,9 +7,10 @@
 //! in the kernel's queue where the client cannot tell a busy proxy from a
 //! dead one (Envoy's overload manager answers 503 the same way).
 //!
-//! Deadlines: each connection's socket is a `DeadlineIo` (`server/deadline_io.rs`), which keeps the
-//! head (`header_read_timeout`), idle (`idle_timeout`) and send
-//! (`send_timeout`) clocks hyper lacks or gets wrong; the request body's
+//! Deadlines: each connection's socket is a `DeadlineIo`
+//! (`server/deadline_io.rs`), which keeps the head (`header_read_timeout`),
+//! idle (`idle_timeout`) and send (`send_timeout`) clocks hyper lacks or
+//! gets wrong; the request body's
 //! deadline and size cap travel with the request as [`BodyLimits`] and are
 //! enforced where the body streams upstream ([`crate::proxy::deadline`]).
 //!
