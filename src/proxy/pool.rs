@@ -172,12 +172,15 @@ impl Pool {
 
 /// Whose fault a failed exchange was: hyper's client reports an error of
 /// the request body it was streaming as a user error caused by that body's
-/// error — the client's `Incoming`, i.e. bad chunked framing or a client
-/// that went away mid-upload.
+/// error — the client's body as the deadline guard passes it on
+/// ([`crate::proxy::deadline::BodyError`]), i.e. bad chunked framing, a
+/// client that went away mid-upload, or a body over its deadline or size.
 fn blame(error: &hyper::Error) -> ForwardError {
     let from_client_body = error.is_user()
-        && std::error::Error::source(error)
-            .is_some_and(|cause| cause.downcast_ref::<hyper::Error>().is_some());
+        && std::error::Error::source(error).is_some_and(|cause| {
+            cause.downcast_ref::<crate::proxy::deadline::BodyError>().is_some()
+                || cause.downcast_ref::<hyper::Error>().is_some()
+        });
     if from_client_body {
         ForwardError::ClientBody
     } else {
