@@ -244,6 +244,8 @@ pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str
         server.shutdown_grace,
         server.max_header_bytes,
         server.max_headers,
+        server.max_uri_bytes,
+        server.max_body_bytes,
         server.body_timeout,
         server.idle_timeout,
         server.send_timeout,
