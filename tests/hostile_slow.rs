@@ -459,6 +459,30 @@ async fn b8_an_idle_timeout_longer_than_the_header_timeout_is_honoured() {
     got.assert_problem(408);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b8_the_idle_clock_restarts_after_every_exchange() {
+    // Exchanges 400 ms apart keep the connection for 2 s, twice its
+    // idle_timeout counted from the accept; once they stop, it closes one
+    // idle_timeout after the last answer.
+    let (_upstream, sluice, _dir) =
+        spawn("idle_timeout = \"1s\"\nheader_read_timeout = \"5s\"\n", "").await;
+    let mut stream = TcpStream::connect(sluice.addr).await.unwrap();
+    let mut answered = Instant::now();
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        stream.write_all(GET).await.unwrap();
+        let got = read_response(&mut stream, Duration::from_secs(2))
+            .await
+            .expect("the connection was closed although it was never idle for idle_timeout");
+        assert_eq!(got.status, 200);
+        answered = Instant::now();
+    }
+    assert!(closed_within(&mut stream, Duration::from_secs(3)).await);
+    let lived = answered.elapsed();
+    assert!(lived >= Duration::from_millis(950), "{lived:?}");
+    assert!(lived <= Duration::from_millis(2000), "{lived:?}");
+}
+
 /// Counts CPU ticks (user + system) of `pid` from `/proc/<pid>/stat`.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

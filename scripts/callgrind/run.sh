@@ -15,14 +15,18 @@ bin=$1; cfg=$2; label=$3
 nginx -c "$here/upstream.conf" -p "$out" & ng=$!
 sleep 0.5
 valgrind --tool=callgrind --callgrind-out-file=$out/sluice-cg.$label.out "$bin" run --config "$cfg" 2>$out/sluice-cg.$label.log & sl=$!
-sleep 3
-curl -s -o /dev/null http://127.0.0.1:18381/ 
+# Valgrind starts slowly on a busy machine: wait until sluice answers (60 s at most).
+for _ in $(seq 120); do
+  curl -s -o /dev/null http://127.0.0.1:18381/ && break
+  sleep 0.5
+done
 wrk -t1 -c64 -d2s http://127.0.0.1:18381/ >/dev/null 2>&1   # warm-up
 callgrind_control -z $sl >/dev/null 2>&1
 result=$(wrk -t1 -c64 -d5s http://127.0.0.1:18381/ 2>&1)
 callgrind_control -d $sl >/dev/null 2>&1
 sleep 1
 reqs=$(echo "$result" | awk '/requests in/ {print $1}')
+if [ -z "$reqs" ]; then echo "$label: wrk failed: $result" >&2; fi
 kill -TERM $sl; wait $sl 2>/dev/null
 kill -TERM $ng; wait $ng 2>/dev/null
 ir=$(for f in $out/sluice-cg.$label.out.*; do callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}'; done | sort -n | tail -1)

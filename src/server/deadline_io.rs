@@ -251,16 +251,30 @@ impl<S> DeadlineIo<S> {
         }
     }
 
-    /// Polls the read clock; `Ready` when it ran out.
+    /// Polls the read clock; `Ready` when `deadline` passed.
+    ///
+    /// The idle deadline moves later after every exchange, and resetting a
+    /// `Sleep` takes it out of tokio's timer wheel and puts it back. So the
+    /// timer is only moved earlier: when it is armed before `deadline`, it
+    /// is left to fire, and then re-armed for what remains (once per
+    /// `idle_timeout` at most, rather than once per exchange).
     fn poll_read_deadline(&mut self, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
         let timer = self
             .read_timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        if self.read_deadline != Some(deadline) {
+        if self.read_deadline.is_none_or(|armed| armed > deadline) {
             timer.as_mut().reset(deadline);
             self.read_deadline = Some(deadline);
         }
-        timer.as_mut().poll(cx)
+        loop {
+            ready!(timer.as_mut().poll(cx));
+            if self.read_deadline == Some(deadline) {
+                return Poll::Ready(());
+            }
+            // Fired at an earlier deadline that has since moved.
+            timer.as_mut().reset(deadline);
+            self.read_deadline = Some(deadline);
+        }
     }
 
     /// Polls the send clock for a blocked write; an error when it ran out.
