@@ -735,9 +735,15 @@ async fn held_load(transport: Transport, rounds: usize, max_growth_mib: f64) {
         );
     }
 
+    // On a quiet machine the peak is ~9,000 (BENCHMARKS.md); on a shared
+    // one the ramp-up of 10,000 requests from this same process stretches
+    // over more of the 4.5 s hold and the peak falls (3,000–4,000 measured
+    // at a load average of 3, the same for the commit that first set 5,000).
+    // Thousands held at once is what makes the memory and leak checks below
+    // meaningful.
     for round in &done {
         assert!(
-            round.peak_depth >= 5000.0,
+            round.peak_depth >= 2500.0,
             "at most {} requests were held at once: the load did not build up",
             round.peak_depth
         );
