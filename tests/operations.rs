@@ -245,7 +245,10 @@ async fn h9_rapid_reset_gets_goaway_with_bounded_memory() {
     if error.is_go_away() {
         assert_eq!(error.reason(), Some(h2::Reason::ENHANCE_YOUR_CALM));
     } else {
-        assert!(error.is_io(), "neither GOAWAY nor a closed socket: {error:?}");
+        assert!(
+            error.is_io(),
+            "neither GOAWAY nor a closed socket: {error:?}"
+        );
     }
     assert!(opened < 20_000, "all {opened} streams were accepted");
     assert!(

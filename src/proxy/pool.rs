@@ -178,7 +178,9 @@ impl Pool {
 fn blame(error: &hyper::Error) -> ForwardError {
     let from_client_body = error.is_user()
         && std::error::Error::source(error).is_some_and(|cause| {
-            cause.downcast_ref::<crate::proxy::deadline::BodyError>().is_some()
+            cause
+                .downcast_ref::<crate::proxy::deadline::BodyError>()
+                .is_some()
                 || cause.downcast_ref::<hyper::Error>().is_some()
         });
     if from_client_body {
