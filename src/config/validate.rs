@@ -141,13 +141,18 @@ pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors
         };
         let offset = err.span().map_or(0, |span| span.start);
         let (line, column) = source.position(offset);
-        let message = err
+        let mut message = err
             .message()
             .trim()
             .lines()
             .map(str::trim)
             .collect::<Vec<_>>()
             .join("; ");
+        if message.is_empty() {
+            // toml leaves some errors (a control character in a comment)
+            // without a message; `check` must still say what is wrong.
+            message = unexplained_syntax_error(&working, offset);
+        }
         let unknown_key = message.starts_with("unknown field");
         parse_errors.push(ConfigError {
             line,
@@ -194,6 +199,20 @@ pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors
             errors,
             io: None,
         })
+    }
+}
+
+/// The message for a TOML syntax error that came without one: names the
+/// character at `offset`.
+fn unexplained_syntax_error(text: &str, offset: usize) -> String {
+    match text.get(offset..).and_then(|rest| rest.chars().next()) {
+        Some(c) if c.is_control() => format!(
+            "control character U+{:04X} is not allowed in TOML, not even in a comment \
+             (only tab is)",
+            u32::from(c)
+        ),
+        Some(c) => format!("invalid TOML syntax at {c:?}"),
+        None => "invalid TOML syntax at the end of the file".to_owned(),
     }
 }
 
@@ -1996,6 +2015,17 @@ method = "DELETE"
         let line = only_error("[server]\nupstream = \"http://127.0.0.1:3000\"\nworkers = \n");
         assert!(line.starts_with("test.toml:3:11: "), "{line}");
         assert!(!line.contains('\n'));
+    }
+
+    #[test]
+    fn a_control_character_in_a_comment_is_named_not_left_blank() {
+        // Found by fuzz/config: toml reports this error with an empty message.
+        let line = only_error("# a\u{1}b\n[server]\nupstream = \"http://127.0.0.1:3000\"\n");
+        assert_eq!(
+            line,
+            "test.toml:1:4: control character U+0001 is not allowed in TOML, not even in a \
+             comment (only tab is)"
+        );
     }
 
     #[test]
