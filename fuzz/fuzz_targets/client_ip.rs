@@ -44,7 +44,7 @@ impl Addr {
     }
 }
 
-#[derive(Debug, Arbitrary)]
+#[derive(Arbitrary)]
 struct Input<'a> {
     forwarded: bool,
     peer: Addr,
@@ -55,6 +55,20 @@ struct Input<'a> {
     /// Header lines separated by `\n`; lines a `HeaderValue` cannot hold are
     /// dropped (hyper would have refused the request).
     text: &'a [u8],
+}
+
+/// Shows `text` as text, not as a column of byte values.
+impl std::fmt::Debug for Input<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Input")
+            .field("forwarded", &self.forwarded)
+            .field("peer", &self.peer)
+            .field("trust_peer", &self.trust_peer)
+            .field("trusted", &self.trusted)
+            .field("ipv6_prefix", &self.ipv6_prefix)
+            .field("text", &String::from_utf8_lossy(self.text))
+            .finish()
+    }
 }
 
 fuzz_target!(|input: Input<'_>| {
