@@ -73,7 +73,7 @@ use sluice::key::{KeyHasher, RequestFacts};
 use sluice::limiter::{
     BucketState, Decision, FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow,
 };
-use sluice::store::{Ask, MemoryStore};
+use sluice::store::{Ask, BucketTable, MemoryStore};
 
 /// Length of the visiting sequence.
 const SEQ_LEN: usize = 1 << 20;
@@ -97,6 +97,7 @@ trait Check: Sync {
 /// starting from the key string.
 struct Sluice {
     store: MemoryStore,
+    table: BucketTable,
     limiter: Limiter,
     clock: MonotonicClock,
     /// The same hasher type and calls as `KeyHasher::derive`.
@@ -110,8 +111,10 @@ impl Sluice {
 
     /// The same decision path with another limiter in the store's one table.
     fn with(limiter: Limiter) -> Sluice {
+        let (store, mut tables) = MemoryStore::with_tables(&[limiter], 4 << 20);
         Sluice {
-            store: MemoryStore::new(&[limiter], 4 << 20),
+            store,
+            table: tables.remove(0),
             limiter,
             clock: MonotonicClock::default(),
             seed: foldhash::fast::RandomState::default(),
@@ -165,9 +168,9 @@ fn other_limiters(keys_count: usize) -> [(&'static str, Limiter); 3] {
 }
 
 #[inline]
-fn decide(store: &MemoryStore, limiter: &Limiter, key: u64, now: u64) -> bool {
+fn decide(store: &MemoryStore, table: &BucketTable, limiter: &Limiter, key: u64, now: u64) -> bool {
     let asks = [Ask {
-        table: 0,
+        table,
         key,
         limiter,
         cost: 1,
@@ -188,11 +191,17 @@ impl Check for Sluice {
         let mut hasher = self.seed.build_hasher();
         hasher.write_u64(key.len() as u64);
         hasher.write(key.as_bytes());
-        decide(&self.store, &self.limiter, hasher.finish(), now)
+        decide(
+            &self.store,
+            &self.table,
+            &self.limiter,
+            hasher.finish(),
+            now,
+        )
     }
 
     fn tracked(&self) -> usize {
-        self.store.tracked_keys(0)
+        self.store.tracked_keys(&self.table)
     }
 }
 
@@ -213,7 +222,13 @@ impl Check for SluiceNoClock {
         let mut hasher = self.inner.seed.build_hasher();
         hasher.write_u64(key.len() as u64);
         hasher.write(key.as_bytes());
-        decide(&self.inner.store, &self.inner.limiter, hasher.finish(), now)
+        decide(
+            &self.inner.store,
+            &self.inner.table,
+            &self.inner.limiter,
+            hasher.finish(),
+            now,
+        )
     }
 
     fn tracked(&self) -> usize {
@@ -403,7 +418,8 @@ fn bench_derive(
         .map(|i| HeaderValue::from_static(&joined[i * key_len..(i + 1) * key_len]))
         .collect();
     let limiter = allow_limiter();
-    let store = MemoryStore::new(&[limiter], 4 << 20);
+    let (store, tables) = MemoryStore::with_tables(&[limiter], 4 << 20);
+    let table = &tables[0];
     let clock = MonotonicClock::default();
     let hasher = KeyHasher::new(64);
     let sources = [KeySource::Header(API_KEY)];
@@ -423,7 +439,7 @@ fn bench_derive(
         let key = hasher
             .derive(&sources, &facts, false)
             .expect("x-api-key present");
-        decide(&store, &limiter, key, now)
+        decide(&store, table, &limiter, key, now)
     };
     for value in &values[..workload.keys_count.min(values.len())] {
         headers.insert(API_KEY, value.clone());
@@ -431,7 +447,7 @@ fn bench_derive(
     }
     // The visiting sequence's first `keys_count` entries are one permutation
     // of all keys, so every key is now tracked.
-    assert_eq!(store.tracked_keys(0), workload.keys_count);
+    assert_eq!(store.tracked_keys(table), workload.keys_count);
 
     let mut index = 0;
     group.bench_function("sluice-derive", |b| {

@@ -166,7 +166,7 @@ fn insert_sluice(
     keys: usize,
     rss: &dyn Fn() -> u64,
 ) -> (usize, u64) {
-    let store = MemoryStore::new(&[limiter], 4 << 20);
+    let (store, tables) = MemoryStore::with_tables(&[limiter], 4 << 20);
     // The same hasher and calls as `KeyHasher::derive` for a header value.
     let seed = foldhash::fast::RandomState::default();
     let mut outcome = [Decision::Allow(BucketState {
@@ -179,7 +179,7 @@ fn insert_sluice(
         hasher.write_u64(key.len() as u64);
         hasher.write(key.as_bytes());
         let ask = Ask {
-            table: 0,
+            table: &tables[0],
             key: hasher.finish(),
             limiter: &limiter,
             cost: 1,
@@ -190,7 +190,7 @@ fn insert_sluice(
         }
     }
     let after = rss();
-    (store.tracked_keys(0), after)
+    (store.tracked_keys(&tables[0]), after)
 }
 
 fn insert_governor(keys: usize, rss: &dyn Fn() -> u64) -> (usize, u64) {

@@ -1,29 +1,63 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz`. It runs on its own
-//! port so that operators can scrape and probe even while the proxy port is
-//! saturated. The rest of SPEC.md's admin API (rules, buckets, bans, reload,
-//! explain, `/v1/check`, the status page) is routed here in later releases;
-//! mutating calls will check the bearer token from `admin.token_env`.
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`, `/admin/rules`,
+//! `POST /admin/reload`. It runs on its own port so that operators can
+//! scrape and probe even while the proxy port is saturated.
+//!
+//! Mutating calls (every POST and DELETE) need `Authorization: Bearer
+//! <token>` when the variable named by `admin.token_env` is set; otherwise
+//! they answer 401 with `WWW-Authenticate: Bearer`. Every error is a problem
+//! document.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
+use http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use crate::proxy::Proxy;
+use crate::reload::{Reloader, Trigger};
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 static PROMETHEUS_TEXT: HeaderValue =
     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
 static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
+static JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// What the admin endpoints work on.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    pub proxy: Proxy,
+    /// Present when sluice runs from a config file that can be reloaded.
+    pub reloader: Option<Arc<Reloader>>,
+    /// The bearer token mutating calls need, if one is configured.
+    pub token: Option<Arc<str>>,
+}
+
+impl Admin {
+    /// The admin state for `proxy`; the token is read from the variable
+    /// named by `admin.token_env` (unset or empty: no token needed).
+    pub fn new(proxy: Proxy, reloader: Option<Arc<Reloader>>) -> Admin {
+        let token_env = proxy.policy().config.admin.token_env.clone();
+        let token = std::env::var(&token_env)
+            .ok()
+            .filter(|token| !token.is_empty())
+            .map(Arc::from);
+        Admin {
+            proxy,
+            reloader,
+            token,
+        }
+    }
+}
 
 /// Accepts admin connections until the task is aborted.
-pub async fn serve(listener: TcpListener, proxy: Proxy) {
+pub async fn serve(listener: TcpListener, admin: Admin) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -33,11 +67,11 @@ pub async fn serve(listener: TcpListener, proxy: Proxy) {
                 continue;
             }
         };
-        let proxy = proxy.clone();
+        let admin = admin.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| {
-                let proxy = proxy.clone();
-                async move { Ok::<_, Infallible>(route(&proxy, request)) }
+                let admin = admin.clone();
+                async move { Ok::<_, Infallible>(route(&admin, request).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -48,30 +82,262 @@ pub async fn serve(listener: TcpListener, proxy: Proxy) {
     }
 }
 
-fn route(proxy: &Proxy, request: Request<Incoming>) -> Response<Full<Bytes>> {
-    if request.method() != Method::GET && request.method() != Method::HEAD {
-        return problem(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "this admin endpoint only answers GET",
-        );
+async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let method = request.method().clone();
+    if method == Method::POST || method == Method::DELETE {
+        if let Some(refusal) = unauthorized(admin, &request) {
+            return refusal;
+        }
     }
-    match request.uri().path() {
-        "/metrics" => {
+    let proxy = &admin.proxy;
+    match (&method, request.uri().path()) {
+        (&Method::GET | &Method::HEAD, "/metrics") => {
             let policy = proxy.policy();
-            let text = proxy.metrics().render(&policy, proxy.store());
+            let text = proxy.metrics().render(&policy, proxy.store(), proxy.now());
             respond(StatusCode::OK, &PROMETHEUS_TEXT, text.into())
         }
-        "/healthz" => respond(StatusCode::OK, &TEXT_PLAIN, "ok\n".into()),
-        "/readyz" if proxy.is_ready() => respond(StatusCode::OK, &TEXT_PLAIN, "ready\n".into()),
-        "/readyz" => problem(
+        (&Method::GET | &Method::HEAD, "/healthz") => {
+            respond(StatusCode::OK, &TEXT_PLAIN, "ok\n".into())
+        }
+        (&Method::GET | &Method::HEAD, "/readyz") if proxy.is_ready() => {
+            respond(StatusCode::OK, &TEXT_PLAIN, "ready\n".into())
+        }
+        (&Method::GET | &Method::HEAD, "/readyz") => problem(
             StatusCode::SERVICE_UNAVAILABLE,
             "sluice is shutting down and no longer accepts traffic",
         ),
+        (&Method::GET | &Method::HEAD, "/admin/rules") => json_response(
+            StatusCode::OK,
+            &crate::policy::describe(&proxy.policy(), proxy.now()),
+        ),
+        (&Method::POST, "/admin/reload") => reload(admin).await,
+        (&Method::GET | &Method::HEAD, "/admin/bans") => list_bans(proxy),
+        (&Method::POST, "/admin/bans") => match read_json(request).await {
+            Ok(body) => add_ban(proxy, &body),
+            Err(refusal) => refusal,
+        },
+        (&Method::DELETE, "/admin/bans") => lift_ban(proxy, request.uri().query()),
+        (_, "/metrics" | "/healthz" | "/readyz" | "/admin/rules") => problem(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "this admin endpoint only answers GET",
+        ),
+        (_, "/admin/bans") => problem(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "list bans with GET, add one with POST, lift one with DELETE /admin/bans?rule=R&key=K",
+        ),
+        (_, "/admin/reload") => problem(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "reload with POST /admin/reload",
+        ),
         _ => problem(
             StatusCode::NOT_FOUND,
-            "unknown admin endpoint; try /metrics, /healthz or /readyz",
+            "unknown admin endpoint; try /metrics, /healthz, /readyz, /admin/rules, /admin/bans \
+             or POST /admin/reload",
         ),
     }
+}
+
+/// `POST /admin/reload`: 200 with what changed, or 422 with the errors.
+async fn reload(admin: &Admin) -> Response<Full<Bytes>> {
+    let Some(reloader) = &admin.reloader else {
+        return problem(
+            StatusCode::CONFLICT,
+            "this sluice was not started from a config file, so there is nothing to reload",
+        );
+    };
+    match reloader.reload(Trigger::Admin).await {
+        Ok(applied) => json_response(
+            StatusCode::OK,
+            &json!({
+                "reloaded": true,
+                "changes": applied.changes.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "needs_restart": applied.needs_restart,
+            }),
+        ),
+        Err(errors) => {
+            // One `FILE:LINE:COLUMN: sentence` per error, as `sluice check` prints them.
+            let list: Vec<String> = errors.to_string().lines().map(str::to_owned).collect();
+            let body = json!({
+                "title": "Unprocessable Content",
+                "status": 422,
+                "detail": format!(
+                    "{} is not valid ({} error{}); the running config stays",
+                    reloader.path().display(),
+                    list.len(),
+                    if list.len() == 1 { "" } else { "s" }
+                ),
+                "errors": list,
+            });
+            respond(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &PROBLEM_JSON,
+                Bytes::from(body.to_string()),
+            )
+        }
+    }
+}
+
+/// `GET /admin/bans`: every ban in force, all rules.
+fn list_bans(proxy: &Proxy) -> Response<Full<Bytes>> {
+    let now = proxy.now();
+    let policy = proxy.policy();
+    let bans: Vec<Value> = policy
+        .rules
+        .iter()
+        .flat_map(|rule| {
+            rule.bans.active(now).into_iter().map(move |ban| {
+                json!({
+                    "rule": &*rule.name,
+                    "key": ban.key_text,
+                    "until": ban.until / 1_000_000_000,
+                    "remaining_secs": (ban.until - now).div_ceil(1_000_000_000),
+                    "manual": ban.manual,
+                })
+            })
+        })
+        .collect();
+    json_response(StatusCode::OK, &json!({ "bans": bans }))
+}
+
+/// `POST /admin/bans` with `{"rule", "key", "for"}`.
+fn add_ban(proxy: &Proxy, body: &Value) -> Response<Full<Bytes>> {
+    let field = |name: &str| body.get(name).and_then(Value::as_str);
+    let (Some(rule_name), Some(key), Some(duration)) = (field("rule"), field("key"), field("for"))
+    else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "expected {\"rule\": NAME, \"key\": KEY, \"for\": DURATION}, for example \
+             {\"rule\": \"per-seller\", \"key\": \"seller-42\", \"for\": \"10m\"}",
+        );
+    };
+    let duration = match crate::config::parse_duration(duration) {
+        Ok(duration) if !duration.is_zero() => duration,
+        _ => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "\"for\": \"{duration}\" is not a duration such as \"90s\", \"10m\" or \"1h\""
+                ),
+            )
+        }
+    };
+    let policy = proxy.policy();
+    let Some(rule) = policy.rules.iter().find(|r| *r.name == *rule_name) else {
+        return problem(
+            StatusCode::NOT_FOUND,
+            &format!("no rule is named \"{rule_name}\""),
+        );
+    };
+    let bucket = match policy.keys.key_of_text(&rule.key, key) {
+        Ok(bucket) => bucket,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    let now = proxy.now();
+    let nanos = duration.as_nanos().min(u128::from(u64::MAX)) as u64;
+    rule.bans.ban(bucket, key.to_owned(), now, nanos);
+    rule.counters.bans_started.inc();
+    tracing::info!(rule = %rule.name, %key, ?duration, "key banned by hand");
+    json_response(
+        StatusCode::CREATED,
+        &json!({
+            "rule": &*rule.name,
+            "key": key,
+            "until": now.saturating_add(nanos) / 1_000_000_000,
+            "remaining_secs": nanos.div_ceil(1_000_000_000),
+            "manual": true,
+        }),
+    )
+}
+
+/// `DELETE /admin/bans?rule=R&key=K`.
+fn lift_ban(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> {
+    let param = |name| crate::key::query_value(query, name).map(crate::key::decode_query);
+    let (Some(rule_name), Some(key)) = (param("rule"), param("key")) else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "name the ban to lift: DELETE /admin/bans?rule=RULE&key=KEY (percent-encode '|' as %7C)",
+        );
+    };
+    let policy = proxy.policy();
+    let Some(rule) = policy.rules.iter().find(|r| *r.name == *rule_name) else {
+        return problem(
+            StatusCode::NOT_FOUND,
+            &format!("no rule is named \"{rule_name}\""),
+        );
+    };
+    let bucket = match policy.keys.key_of_text(&rule.key, &key) {
+        Ok(bucket) => bucket,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    if rule.bans.lift(bucket, proxy.now()) {
+        tracing::info!(rule = %rule.name, %key, "ban lifted by hand");
+        json_response(
+            StatusCode::OK,
+            &json!({ "rule": rule_name, "key": key, "lifted": true }),
+        )
+    } else {
+        problem(
+            StatusCode::NOT_FOUND,
+            &format!("rule \"{rule_name}\" has no ban in force on \"{key}\""),
+        )
+    }
+}
+
+/// Reads a JSON body of at most [`MAX_BODY`] bytes.
+async fn read_json(request: Request<Incoming>) -> Result<Value, Response<Full<Bytes>>> {
+    use http_body_util::{BodyExt, Limited};
+    let body = Limited::new(request.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|_| {
+            problem(
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read or is larger than 64 KiB",
+            )
+        })?
+        .to_bytes();
+    serde_json::from_slice(&body).map_err(|error| {
+        problem(
+            StatusCode::BAD_REQUEST,
+            &format!("the request body is not valid JSON: {error}"),
+        )
+    })
+}
+
+/// Largest admin request body read (ban and spend calls are tiny).
+const MAX_BODY: usize = 64 * 1024;
+
+/// A 401 when a token is configured and the request does not carry it.
+fn unauthorized<B>(admin: &Admin, request: &Request<B>) -> Option<Response<Full<Bytes>>> {
+    let token = admin.token.as_deref()?;
+    let presented = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::trim);
+    if presented.is_some_and(|presented| constant_time_eq(presented.as_bytes(), token.as_bytes())) {
+        return None;
+    }
+    let mut response = problem(
+        StatusCode::UNAUTHORIZED,
+        "this admin call changes state and needs \"Authorization: Bearer <token>\" with the \
+         token from admin.token_env",
+    );
+    response
+        .headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    Some(response)
+}
+
+/// Compares without an early exit, so response times do not reveal how
+/// much of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
+    respond(status, &JSON, Bytes::from(value.to_string()))
 }
 
 fn respond(status: StatusCode, content_type: &HeaderValue, body: Bytes) -> Response<Full<Bytes>> {
@@ -83,11 +349,24 @@ fn respond(status: StatusCode, content_type: &HeaderValue, body: Bytes) -> Respo
     response
 }
 
-fn problem(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
-    let body = serde_json::json!({
+pub(crate) fn problem(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
+    let body = json!({
         "title": status.canonical_reason().unwrap_or("Error"),
         "status": status.as_u16(),
         "detail": detail,
     });
     respond(status, &PROBLEM_JSON, Bytes::from(body.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
 }

@@ -5,7 +5,11 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, MatchConfig, OnLimit, Rate, RuleConfig};
+use crate::config::{
+    format_timestamp, Config, LimitConfig, MatchConfig, OnChange, OnLimit, Rate, RuleConfig,
+    Variant,
+};
+use crate::limiter::SunsetSchedule;
 use crate::policy::format_period;
 
 /// sluice: a rate-limiting reverse proxy.
@@ -45,11 +49,16 @@ pub enum Command {
         config: PathBuf,
     },
     /// Validate a config file and print the effective rules (exit 0), or the
-    /// errors with line and column (exit 1).
+    /// errors with line and column (exit 1). With --diff OLD NEW: validate
+    /// NEW and show what reloading from OLD to NEW does to each rule's
+    /// buckets.
     Check {
         /// Config file [default: $SLUICE_CONFIG, then ./sluice.toml]
         #[arg(long, short, env = "SLUICE_CONFIG", default_value = "sluice.toml")]
         config: PathBuf,
+        /// Compare two config files: the running one and the one to reload.
+        #[arg(long, num_args = 2, value_names = ["OLD", "NEW"], conflicts_with = "config")]
+        diff: Option<Vec<PathBuf>>,
     },
     /// A self-contained tour: starts a built-in upstream and sluice with the
     /// demo config on free 127.0.0.1 ports, sends a burst, prints what was
@@ -64,7 +73,9 @@ pub enum Command {
 /// The effective rules as a table, for `sluice check`. The `cost` column
 /// appears only when some rule costs more than 1. A concurrency rule's limit
 /// reads `100 in flight`; `on_limit` reads `reject` or `delay ≤30s q1000`
-/// (longest hold, most requests waiting per bucket).
+/// (longest hold, most requests waiting per bucket). Under the table, one
+/// line per tiers, overrides, sunset, ban and non-default on_change of a rule:
+/// `rule NAME: ...`.
 pub fn describe_rules(config: &Config) -> String {
     let show_cost = config.rules.iter().any(|rule| rule.cost != 1);
     let mut header = vec![
@@ -120,6 +131,11 @@ pub fn describe_rules(config: &Config) -> String {
         out.truncate(out.trim_end().len());
         out.push('\n');
     }
+    for rule in &config.rules {
+        for line in describe_extras(rule) {
+            let _ = writeln!(out, "rule {}: {line}", rule.name);
+        }
+    }
     let _ = writeln!(
         out,
         "upstream {}  listen {}  admin {}  max_keys {}",
@@ -128,8 +144,93 @@ pub fn describe_rules(config: &Config) -> String {
     out
 }
 
+/// Most overrides listed by name before the rest are only counted.
+const OVERRIDES_SHOWN: usize = 5;
+
+/// The lines under the table for one rule: `tiers by header:x-plan: premium
+/// 100/s; free 10/s, 1000/d burst 5`, `overrides "seller-42" 1000/s`,
+/// `sunset 100/d → 10/d from 2026-12-01 to 2027-01-01 step 1d (31 steps)`,
+/// `ban 20 in 1m → 10m`, `on_change keep` (only when not the default).
+fn describe_extras(rule: &RuleConfig) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(tiers) = &rule.tiers {
+        let each: Vec<String> = tiers
+            .tiers
+            .iter()
+            .map(|tier| format!("{} {}", tier.name, describe_variant(&tier.limits)))
+            .collect();
+        lines.push(format!("tiers by {}: {}", tiers.by, each.join("; ")));
+    }
+    if !rule.overrides.is_empty() {
+        let mut each: Vec<String> = rule
+            .overrides
+            .iter()
+            .take(OVERRIDES_SHOWN)
+            .map(|o: &Variant| format!("{:?} {}", o.name, describe_variant(&o.limits)))
+            .collect();
+        if rule.overrides.len() > OVERRIDES_SHOWN {
+            each.push(format!(
+                "and {} more",
+                rule.overrides.len() - OVERRIDES_SHOWN
+            ));
+        }
+        lines.push(format!("overrides {}", each.join("; ")));
+    }
+    if let (Some(sunset), Some(limit)) = (&rule.sunset, rule.limits.first()) {
+        let schedule = SunsetSchedule::new(sunset, limit);
+        let to = Rate {
+            count: sunset.to,
+            period: limit.rate.period,
+        };
+        let mut line = format!(
+            "sunset {} → {} from {} to {} step {} ({} steps)",
+            format_rate(limit.rate),
+            format_rate(to),
+            format_timestamp(sunset.start),
+            format_timestamp(sunset.end),
+            format_period(sunset.step),
+            schedule.steps()
+        );
+        if sunset.to == 0 {
+            line.push_str(", then 410");
+        }
+        if let Some(link) = &sunset.link {
+            let _ = write!(line, ", link {link}");
+        }
+        lines.push(line);
+    }
+    if let Some(ban) = &rule.ban {
+        lines.push(format!(
+            "ban {} in {} → {}",
+            ban.after,
+            format_period(ban.within),
+            format_period(ban.duration)
+        ));
+    }
+    match rule.on_change {
+        OnChange::Proportional => {}
+        OnChange::Keep => lines.push("on_change keep".to_owned()),
+        OnChange::Reset => lines.push("on_change reset".to_owned()),
+    }
+    lines
+}
+
+/// A tier's or override's limits: `10/s, 1000/d`, with ` burst 5` when a
+/// capacity differs from its COUNT.
+fn describe_variant(limits: &[LimitConfig]) -> String {
+    let mut text = limits
+        .iter()
+        .map(|limit| format_rate(limit.rate))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if let Some(limit) = limits.iter().find(|l| l.capacity != l.rate.count) {
+        let _ = write!(text, " burst {}", limit.capacity);
+    }
+    text
+}
+
 /// The `limits` cell: each rate, or a concurrency rule's bound.
-fn describe_limits(rule: &RuleConfig) -> String {
+pub(crate) fn describe_limits(rule: &RuleConfig) -> String {
     if let Some(max_in_flight) = rule.max_in_flight {
         return format!("{max_in_flight} in flight");
     }
@@ -141,7 +242,7 @@ fn describe_limits(rule: &RuleConfig) -> String {
 }
 
 /// The `capacity` cell: each limit's capacity, or a concurrency rule's bound.
-fn describe_capacity(rule: &RuleConfig) -> String {
+pub(crate) fn describe_capacity(rule: &RuleConfig) -> String {
     if let Some(max_in_flight) = rule.max_in_flight {
         return max_in_flight.to_string();
     }
@@ -176,7 +277,7 @@ fn format_rate(rate: Rate) -> String {
     format!("{}/{period}", rate.count)
 }
 
-fn describe_match(matcher: &MatchConfig) -> String {
+pub(crate) fn describe_match(matcher: &MatchConfig) -> String {
     let mut parts = Vec::new();
     let mut field = |name: &str, values: Vec<String>| {
         if !values.is_empty() {

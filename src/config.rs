@@ -1,8 +1,9 @@
 //! Configuration: the TOML file as written by the operator ([`raw`]) and the
 //! validated domain types the rest of sluice is built from (this module).
 //!
-//! Loading is split load → parse → validate. [`Config::from_toml`] never
-//! touches the filesystem, so tests feed it strings. Every problem found is
+//! Loading is split load → parse → validate. [`Config::from_toml`] touches
+//! the filesystem and the environment only for `[identity.jwt]`'s key
+//! material, so tests feed it strings. Every problem found is
 //! reported at once, each with the line and column of the offending value
 //! ([`ConfigErrors`]). This module must not know about requests or stores; the
 //! proxy compiles a [`Config`] into its own request-path snapshot.
@@ -18,7 +19,7 @@ use std::time::Duration;
 use http::{Method, Uri};
 use ipnet::IpNet;
 
-pub use units::{parse_duration, parse_rate};
+pub use units::{format_timestamp, parse_duration, parse_rate, parse_timestamp};
 pub use validate::{ConfigError, ConfigErrors};
 
 /// The whole validated configuration.
@@ -173,7 +174,10 @@ pub type Override = Variant;
 
 /// A tier or an override: the value it applies to and the limits it sets
 /// instead of the rule's own (same algorithm, same cost; a variant that
-/// gives only `burst` keeps the rule's rates).
+/// gives only `burst` keeps the rule's rates; one that gives a rate takes its
+/// own COUNT as default burst). For `leaky_bucket` the single limit's
+/// capacity is the variant's queue, as for the rule. A request whose tier
+/// value is missing or names no tier gets the rule's own limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Variant {
     /// The tier value (`"premium"`) or the bucket key (`"seller-42"`).
@@ -182,8 +186,10 @@ pub struct Variant {
     pub limits: Vec<LimitConfig>,
 }
 
-/// `sunset = { start, end, to, step, link }` (SPEC.md's formula). The
-/// rule has exactly one rate limit when this is set.
+/// `sunset = { start, end, to, step, link }` (SPEC.md's formula; the
+/// maths is [`crate::limiter::SunsetSchedule`]). The rule has exactly one
+/// rate limit, no tiers and no overrides when this is set, and is not
+/// `concurrency`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SunsetConfig {
     /// Unix time in nanoseconds.
@@ -194,17 +200,20 @@ pub struct SunsetConfig {
     pub to: u64,
     /// Default one day; never zero.
     pub step: Duration,
-    /// Where clients should go (`Link: <link>; rel="sunset"`).
+    /// Where clients should go (`Link: <link>; rel="sunset"`); an absolute
+    /// URI, so a valid header value.
     pub link: Option<String>,
 }
 
-/// `ban = { after = 20, within = "1m", for = "10m" }`.
+/// `ban = { after = 20, within = "1m", for = "10m" }`; never on a shadow
+/// rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BanConfig {
     /// Limited answers within `within` that trigger a ban; at least 1.
     pub after: u64,
+    /// Longer than zero.
     pub within: Duration,
-    /// How long the ban lasts (`for`).
+    /// How long the ban lasts (`for`); longer than zero.
     pub duration: Duration,
 }
 
@@ -341,13 +350,62 @@ pub enum JwtAlgorithm {
     ES384,
 }
 
+impl JwtAlgorithm {
+    /// Every algorithm sluice verifies, in the order messages list them.
+    pub const ALL: [JwtAlgorithm; 8] = [
+        JwtAlgorithm::HS256,
+        JwtAlgorithm::HS384,
+        JwtAlgorithm::HS512,
+        JwtAlgorithm::RS256,
+        JwtAlgorithm::RS384,
+        JwtAlgorithm::RS512,
+        JwtAlgorithm::ES256,
+        JwtAlgorithm::ES384,
+    ];
+
+    /// The JWS `alg` spelling (`"HS256"`), as in the config and in tokens.
+    pub fn name(self) -> &'static str {
+        match self {
+            JwtAlgorithm::HS256 => "HS256",
+            JwtAlgorithm::HS384 => "HS384",
+            JwtAlgorithm::HS512 => "HS512",
+            JwtAlgorithm::RS256 => "RS256",
+            JwtAlgorithm::RS384 => "RS384",
+            JwtAlgorithm::RS512 => "RS512",
+            JwtAlgorithm::ES256 => "ES256",
+            JwtAlgorithm::ES384 => "ES384",
+        }
+    }
+
+    /// HMAC (a shared secret) rather than a public-key signature.
+    pub fn is_hmac(self) -> bool {
+        matches!(
+            self,
+            JwtAlgorithm::HS256 | JwtAlgorithm::HS384 | JwtAlgorithm::HS512
+        )
+    }
+}
+
 /// The verification key material, read when the config is loaded.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum JwtKey {
     /// HMAC secret bytes (from the `secret_env` variable).
     Secret(Vec<u8>),
     /// A PEM public key (RSA or EC) from `public_key_file`.
     PublicKeyPem(Vec<u8>),
+    /// A JSON Web Key Set (RFC 7517 §5) from `jwks_file`.
+    Jwks(Vec<u8>),
+}
+
+/// Never prints the secret: configs are debug-printed in logs and panics.
+impl std::fmt::Debug for JwtKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JwtKey::Secret(secret) => write!(f, "Secret(<{} bytes>)", secret.len()),
+            JwtKey::PublicKeyPem(pem) => write!(f, "PublicKeyPem(<{} bytes>)", pem.len()),
+            JwtKey::Jwks(json) => write!(f, "Jwks(<{} bytes>)", json.len()),
+        }
+    }
 }
 
 /// `missing`: what to do when a key source is absent from the request.
@@ -372,7 +430,8 @@ pub struct Rate {
 
 impl Config {
     /// Parses and validates a config held in memory. `origin` names the file in
-    /// error messages (`origin:LINE:COLUMN: sentence`).
+    /// error messages (`origin:LINE:COLUMN: sentence`); a relative
+    /// `public_key_file` is read from `origin`'s directory.
     pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
         validate::from_toml(text, origin)
     }

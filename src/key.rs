@@ -11,8 +11,10 @@
 //! per-process random seed (so clients cannot aim for collisions). Each value
 //! is length-prefixed, so `("ab","c")` and `("a","bc")` differ, and a missing
 //! source hashes as a marker distinct from every value (`missing = "shared"`
-//! puts all such requests in one bucket). JWT claims plug in here as one more
-//! [`KeySource`] reading a verified token.
+//! puts all such requests in one bucket). `jwt:<claim>` sources read the
+//! claims of a verified token ([`jwt`]). [`KeyHasher::key_text`] writes a
+//! key as SPEC.md spells it, and [`KeyHasher::key_of_text`] hashes such text
+//! back to the same bucket key (overrides, admin calls).
 
 pub mod client_ip;
 pub mod glob;
@@ -65,6 +67,15 @@ impl KeyHasher {
     pub fn new(ipv6_prefix: u8) -> KeyHasher {
         KeyHasher {
             state: foldhash::fast::RandomState::default(),
+            ipv6_prefix,
+        }
+    }
+
+    /// A hasher with the same seed (so every key stays the same, as a reload
+    /// needs) and possibly another IPv6 prefix.
+    pub fn with_ipv6_prefix(&self, ipv6_prefix: u8) -> KeyHasher {
+        KeyHasher {
+            state: self.state,
             ipv6_prefix,
         }
     }
@@ -136,6 +147,99 @@ impl KeyHasher {
         Ok(hasher.finish())
     }
 
+    /// The bucket key as SPEC.md writes it: the sources' values joined by
+    /// `|` in `key` order (an IP in canonical text, an IPv6 client as its
+    /// network, `global` as the empty string, a missing source as empty).
+    /// Built only for admin views and logs, never on the request path.
+    pub fn key_text(&self, sources: &[KeySource], facts: &RequestFacts<'_>) -> String {
+        let mut text = String::new();
+        for (index, source) in sources.iter().enumerate() {
+            if index > 0 {
+                text.push('|');
+            }
+            match source {
+                KeySource::Ip => client_ip::write_key(facts.client_ip, self.ipv6_prefix, &mut text),
+                KeySource::Global => {}
+                KeySource::Path => text.push_str(facts.path),
+                KeySource::Method => text.push_str(facts.method.as_str()),
+                KeySource::Host => text.push_str(&facts.host.unwrap_or("").to_ascii_lowercase()),
+                KeySource::Header(name) => text.push_str(
+                    &facts
+                        .headers
+                        .get(name)
+                        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                        .unwrap_or_default(),
+                ),
+                KeySource::Query(name) => {
+                    let raw = query_value(facts.query, name).unwrap_or("");
+                    text.push_str(&decode_query(raw));
+                }
+                KeySource::Jwt(claim) => match facts.claims.and_then(|c| c.get(claim)) {
+                    Some(jwt::ClaimValue::Text(value)) => text.push_str(value),
+                    Some(jwt::ClaimValue::Scalar(value)) => text.push_str(&value.to_string()),
+                    None => {}
+                },
+            }
+        }
+        text
+    }
+
+    /// The bucket key of a key written as text (an `overrides` entry, an
+    /// admin call): the inverse of [`KeyHasher::key_text`], hashing each
+    /// part exactly as [`KeyHasher::derive`] hashes the request's value.
+    /// The text is split on `|` into as many parts as there are sources
+    /// (the last part takes any further `|`).
+    pub fn key_of_text(&self, sources: &[KeySource], text: &str) -> Result<BucketKey, String> {
+        let parts: Vec<&str> = text.splitn(sources.len().max(1), '|').collect();
+        if parts.len() != sources.len() {
+            return Err(format!(
+                "\"{text}\" has {} part(s) but the rule's key has {} source(s) ({}); join the \
+                 values with '|'",
+                parts.len(),
+                sources.len(),
+                sources
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let mut hasher = self.state.build_hasher();
+        for (source, part) in sources.iter().zip(parts) {
+            match source {
+                KeySource::Ip => {
+                    let ip = match part.parse::<IpAddr>() {
+                        Ok(ip) => ip,
+                        Err(_) => part
+                            .parse::<ipnet::IpNet>()
+                            .map(|net| net.network())
+                            .map_err(|_| {
+                                format!(
+                                    "\"{part}\" is not an IP address or network (for example \
+                                     203.0.113.7 or 2001:db8:1:2::/64)"
+                                )
+                            })?,
+                    };
+                    self.hash_ip(&mut hasher, ip);
+                }
+                KeySource::Global => {
+                    if !part.is_empty() {
+                        return Err(format!(
+                            "a global key source is the empty string, not \"{part}\""
+                        ));
+                    }
+                    hash_bytes(&mut hasher, b"");
+                }
+                KeySource::Host => hash_lowercase(&mut hasher, part.as_bytes()),
+                KeySource::Query(_) => hash_query_plain(&mut hasher, part.as_bytes()),
+                KeySource::Path | KeySource::Method | KeySource::Header(_) | KeySource::Jwt(_) => {
+                    hash_bytes(&mut hasher, part.as_bytes())
+                }
+            }
+        }
+        Ok(hasher.finish())
+    }
+
     fn hash_ip(&self, hasher: &mut impl Hasher, ip: IpAddr) {
         match client_ip::canonical(ip) {
             IpAddr::V4(v4) => hash_bytes(hasher, &v4.octets()),
@@ -183,10 +287,7 @@ fn hash_query_value(hasher: &mut impl Hasher, raw: &[u8]) {
     // Both paths feed the hasher in the same 64-byte chunks of the decoded
     // value: a streaming hash depends on where the writes split.
     if !raw.iter().any(|&b| b == b'%' || b == b'+') {
-        hasher.write_u64(raw.len() as u64);
-        for chunk in raw.chunks(QUERY_CHUNK) {
-            hasher.write(chunk);
-        }
+        hash_query_plain(hasher, raw);
         return;
     }
     let mut decoded = [0u8; QUERY_CHUNK];
@@ -221,6 +322,32 @@ fn hash_query_value(hasher: &mut impl Hasher, raw: &[u8]) {
 
 const QUERY_CHUNK: usize = 64;
 
+/// An already decoded query value, hashed as [`hash_query_value`] hashes
+/// the value it decodes.
+fn hash_query_plain(hasher: &mut impl Hasher, decoded: &[u8]) {
+    hasher.write_u64(decoded.len() as u64);
+    for chunk in decoded.chunks(QUERY_CHUNK) {
+        hasher.write(chunk);
+    }
+}
+
+/// A query value percent-decoded (`+` as space), as text for admin views.
+pub(crate) fn decode_query(raw: &str) -> String {
+    let raw = raw.as_bytes();
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let step = escape_len(raw, i);
+        out.push(match (raw[i], step) {
+            (b'+', _) => b' ',
+            (b'%', 3) => (hex(raw[i + 1]) << 4) | hex(raw[i + 2]),
+            (byte, _) => byte,
+        });
+        i += step;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Bytes taken by the (possibly escaped) character at `i`.
 fn escape_len(raw: &[u8], i: usize) -> usize {
     if raw[i] == b'%'
@@ -243,7 +370,7 @@ fn hex(digit: u8) -> u8 {
 }
 
 /// The raw value of the first `name=` pair in `query`.
-fn query_value<'q>(query: Option<&'q str>, name: &str) -> Option<&'q str> {
+pub(crate) fn query_value<'q>(query: Option<&'q str>, name: &str) -> Option<&'q str> {
     query?.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         (key == name).then_some(value)
@@ -374,6 +501,43 @@ mod tests {
             hasher.derive(&sources, &facts(&one, None, IP), false),
             hasher.derive(&sources, &facts(&two, None, IP), false)
         );
+    }
+
+    #[test]
+    fn a_key_written_as_text_is_the_key_of_the_request_it_names() {
+        let hasher = KeyHasher::new(64);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", "k1".parse().unwrap());
+        let sources = [
+            KeySource::Ip,
+            KeySource::Header(http::HeaderName::from_static("x-api-key")),
+            KeySource::Query("q".into()),
+            KeySource::Host,
+            KeySource::Global,
+        ];
+        let facts = facts(&headers, Some("q=a%20b+c"), IP);
+        let text = hasher.key_text(&sources, &facts);
+        assert_eq!(text, "203.0.113.7|k1|a b c|example.com|");
+        let derived = hasher.derive(&sources, &facts, false).unwrap();
+        assert_eq!(hasher.key_of_text(&sources, &text), Ok(derived));
+
+        // IPv6 clients are written as their network, which names them all.
+        let v6: IpAddr = "2001:db8:1:2::99".parse().unwrap();
+        let ip_only = [KeySource::Ip];
+        let v6_facts = RequestFacts {
+            client_ip: v6,
+            ..facts
+        };
+        let text = hasher.key_text(&ip_only, &v6_facts);
+        assert_eq!(text, "2001:db8:1:2::/64");
+        assert_eq!(
+            hasher.key_of_text(&ip_only, &text),
+            hasher
+                .derive(&ip_only, &v6_facts, false)
+                .map_err(|_| String::new())
+        );
+        assert!(hasher.key_of_text(&ip_only, "not-an-ip").is_err());
+        assert!(hasher.key_of_text(&sources, "only|three|parts").is_err());
     }
 
     #[test]

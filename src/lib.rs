@@ -13,6 +13,7 @@
 //! - [`limiter`]: the pure, clock-injected algorithms (token bucket as GCRA).
 //! - [`store`]: where bucket state lives (the sharded in-memory table).
 //! - [`clock`]: monotonic time for the limiter, and a manual clock for tests.
+//! - [`reload`]: hot reload (SIGHUP, `POST /admin/reload`, the file watch).
 //! - [`metrics`], [`admin`]: Prometheus metrics and the admin listener.
 //! - [`demo`]: the self-contained tour behind `sluice demo`.
 #![forbid(unsafe_code)]
@@ -27,6 +28,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod policy;
 pub mod proxy;
+pub mod reload;
 pub mod server;
 pub mod store;
 #[cfg(test)]

@@ -9,8 +9,10 @@
 //! window algorithms can align their windows to wall-clock boundaries.
 //!
 //! Every algorithm implements [`Algorithm`]; [`Limiter`] is the closed set of
-//! configured limits the store dispatches on. `concurrency` (a later issue)
-//! fits the same shape: a counter whose refund runs when the response ends.
+//! configured limits the store dispatches on. `concurrency` is a
+//! [`Limiter`] too, but not an algorithm of time: the store keeps permits.
+//! [`Algorithm::carry_from`] rescales a state when a reload changes a limit;
+//! [`sunset`] computes a retiring rule's limit at each step.
 //!
 //! Delay mode (`on_limit = "delay"`) goes through [`Algorithm::reserve`] and
 //! [`Algorithm::cancel`]: a reservation takes its units at the first instant
@@ -22,12 +24,14 @@
 pub mod gcra;
 pub mod leaky;
 pub mod log;
+pub mod sunset;
 pub mod window;
 
 use crate::clock::Nanos;
 pub use gcra::Gcra;
 pub use leaky::LeakyBucket;
 pub use log::{LogState, SlidingLog};
+pub use sunset::SunsetSchedule;
 pub use window::{FixedWindow, SlidingWindow, WindowCounts};
 
 /// What a bucket looks like to a client after a decision.
@@ -193,6 +197,33 @@ pub trait Algorithm {
         let _ = (state, now, cost, at, to);
         false
     }
+
+    /// A reload changed this limit from `from` (same algorithm) and keeps
+    /// its buckets: rescales `state` at `now` as `carry` says. A bucket that
+    /// is full stays full; nothing here hands anyone more than the new
+    /// limit allows.
+    fn carry_from(&self, from: &Self, state: &mut Self::State, now: Nanos, carry: Carry);
+}
+
+/// How a reload that changes a limit carries its buckets over
+/// (`on_change`; `reset` simply starts a new table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carry {
+    /// Units already spent stay spent: 4/h → 8/h with 2 spent leaves 6.
+    KeepSpent,
+    /// The remaining share of the capacity is kept: 2 of 4 left → 4 of 8.
+    KeepShare,
+}
+
+/// `value × numerator / denominator`, rounded up (a rescaled debt or count
+/// never lets more through than the exact share), saturating; `value` when
+/// the denominator is 0.
+pub(crate) fn scale_up(value: u64, numerator: u64, denominator: u64) -> u64 {
+    if denominator == 0 {
+        return value;
+    }
+    let scaled = (u128::from(value) * u128::from(numerator)).div_ceil(u128::from(denominator));
+    scaled.min(u128::from(u64::MAX)) as u64
 }
 
 /// A configured limit, whatever its algorithm: what a store needs to decide.
@@ -231,5 +262,99 @@ impl Limiter {
             Limiter::LeakyBucket(limit) => limit.capacity(),
             Limiter::Concurrency(limit) => limit.max_in_flight,
         }
+    }
+}
+
+#[cfg(test)]
+mod carry_tests {
+    //! A reload that changes a limit carries each bucket over (SPEC.md
+    //! `on_change`): the examples of the spec, exactly, for every algorithm.
+
+    use super::*;
+    use crate::config::Rate;
+    use std::time::Duration;
+
+    const HOUR: Nanos = 3_600_000_000_000;
+    /// The start of an hour, so window algorithms stay in one window.
+    const NOW: Nanos = 500_000 * HOUR;
+
+    fn rate(count: u64) -> Rate {
+        Rate {
+            count,
+            period: Duration::from_secs(3600),
+        }
+    }
+
+    /// Spends 2 of a 4/h limit, carries it to 8/h, returns what remains.
+    fn carried<A: Algorithm>(from: A, to: A, carry: Carry) -> u64 {
+        let mut state = A::State::default();
+        for _ in 0..2 {
+            assert!(from.acquire(&mut state, NOW, 1).is_allowed());
+        }
+        assert_eq!(from.peek(&state, NOW, 1).state().remaining, 2);
+        to.carry_from(&from, &mut state, NOW, carry);
+        to.peek(&state, NOW, 1).state().remaining
+    }
+
+    #[test]
+    fn keep_leaves_spent_units_spent_and_proportional_keeps_the_share() {
+        let token = (Gcra::new(rate(4), 4), Gcra::new(rate(8), 8));
+        let fixed = (FixedWindow::new(rate(4)), FixedWindow::new(rate(8)));
+        let sliding = (SlidingWindow::new(rate(4)), SlidingWindow::new(rate(8)));
+        let log = (SlidingLog::new(rate(4)), SlidingLog::new(rate(8)));
+        // 4/h → 8/h with 2 spent: keep leaves 6, proportional 4 of 8.
+        assert_eq!(carried(token.0, token.1, Carry::KeepSpent), 6);
+        assert_eq!(carried(token.0, token.1, Carry::KeepShare), 4);
+        assert_eq!(carried(fixed.0, fixed.1, Carry::KeepSpent), 6);
+        assert_eq!(carried(fixed.0, fixed.1, Carry::KeepShare), 4);
+        assert_eq!(carried(sliding.0, sliding.1, Carry::KeepSpent), 6);
+        assert_eq!(carried(sliding.0, sliding.1, Carry::KeepShare), 4);
+        assert_eq!(carried(log.0, log.1, Carry::KeepSpent), 6);
+        assert_eq!(carried(log.0, log.1, Carry::KeepShare), 4);
+        // Lowering never hands out more than the new limit: 8/h with 2
+        // spent → 4/h keeps 2 (keep) or 3 (share 6/8 of 4, rounded down).
+        assert_eq!(carried_down(token.1, token.0, Carry::KeepSpent), 2);
+        assert_eq!(carried_down(token.1, token.0, Carry::KeepShare), 3);
+        assert_eq!(carried_down(log.1, log.0, Carry::KeepShare), 3);
+        assert_eq!(carried_down(fixed.1, fixed.0, Carry::KeepShare), 3);
+    }
+
+    fn carried_down<A: Algorithm>(from: A, to: A, carry: Carry) -> u64 {
+        let mut state = A::State::default();
+        for _ in 0..2 {
+            assert!(from.acquire(&mut state, NOW, 1).is_allowed());
+        }
+        to.carry_from(&from, &mut state, NOW, carry);
+        to.peek(&state, NOW, 1).state().remaining
+    }
+
+    #[test]
+    fn a_full_bucket_stays_full_and_a_leaky_queue_scales() {
+        let (small, big) = (Gcra::new(rate(4), 4), Gcra::new(rate(8), 8));
+        let mut tat = 0;
+        big.carry_from(&small, &mut tat, NOW, Carry::KeepShare);
+        assert_eq!(Algorithm::peek(&big, &tat, NOW, 1).state().remaining, 8);
+
+        // A leaky bucket 4/h with a queue of 4: one passing, one waiting.
+        let (from, to) = (LeakyBucket::new(rate(4), 4), LeakyBucket::new(rate(8), 8));
+        let mut empty = 0;
+        assert!(from.acquire(&mut empty, NOW, 1).is_allowed());
+        let limits = HoldLimits {
+            max_wait: 2 * HOUR,
+            max_queued: 4,
+        };
+        assert!(matches!(
+            from.reserve(&mut empty, NOW, 1, limits),
+            Decision::Hold { .. }
+        ));
+        let drain = empty - NOW;
+        let mut kept = empty;
+        to.carry_from(&from, &mut kept, NOW, Carry::KeepSpent);
+        // The same two requests drain twice as fast.
+        assert_eq!(kept - NOW, drain / 2);
+        let mut shared = empty;
+        to.carry_from(&from, &mut shared, NOW, Carry::KeepShare);
+        // Twice the queue: the same share of it takes twice the requests.
+        assert_eq!(shared - NOW, drain);
     }
 }

@@ -13,7 +13,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log);
     match cli.command {
-        Command::Check { config } => match Config::load(&config) {
+        Command::Check {
+            diff: Some(paths), ..
+        } => check_diff(&paths[0], &paths[1]),
+        Command::Check { config, .. } => match Config::load(&config) {
             Ok(config) => {
                 for warning in &config.warnings {
                     eprintln!("warning: {warning}");
@@ -26,8 +29,8 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Run { config } => {
-            let config = match Config::load(&config) {
+        Command::Run { config: path } => {
+            let config = match Config::load(&path) {
                 Ok(config) => config,
                 Err(errors) => {
                     eprintln!("{errors}");
@@ -37,7 +40,7 @@ fn main() -> ExitCode {
             for warning in &config.warnings {
                 tracing::warn!("{warning}");
             }
-            report(runtime(config.server.workers).and_then(|rt| rt.block_on(run(config))))
+            report(runtime(config.server.workers).and_then(|rt| rt.block_on(run(config, path))))
         }
         Command::Demo { once } => report(
             runtime(0).and_then(|rt| rt.block_on(sluice::demo::run(once)).context("demo failed")),
@@ -45,10 +48,39 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
-    let server = Server::bind(config)
+/// `sluice check --diff OLD NEW`: NEW's rules, then what a reload from OLD
+/// to NEW does to each rule's buckets. Exits 1 when either file is invalid.
+fn check_diff(old: &std::path::Path, new: &std::path::Path) -> ExitCode {
+    let (old, new) = match (Config::load(old), Config::load(new)) {
+        (Ok(old), Ok(new)) => (old, new),
+        (old, new) => {
+            for errors in [old.err(), new.err()].into_iter().flatten() {
+                eprintln!("{errors}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    for warning in &new.warnings {
+        eprintln!("warning: {warning}");
+    }
+    print!("{}", cli::describe_rules(&new));
+    println!("\nreloading from the old file:");
+    for change in sluice::reload::diff(&old, &new) {
+        println!("  {change}");
+    }
+    let mut kept = new.clone();
+    let restart = sluice::reload::keep_startup_settings(&old, &mut kept);
+    if !restart.is_empty() {
+        println!("  needs a restart to change: {}", restart.join(", "));
+    }
+    ExitCode::SUCCESS
+}
+
+async fn run(config: Config, path: std::path::PathBuf) -> anyhow::Result<()> {
+    let mut server = Server::bind(config)
         .await
         .context("could not bind a listener")?;
+    server.reload_from(path);
     tracing::info!(
         listen = %server.local_addr()?,
         admin = %server.admin_addr()?,

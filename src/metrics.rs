@@ -59,6 +59,9 @@ pub struct Metrics {
     store_fallback_active: IntGauge,
     pub config_reloads_ok: IntCounter,
     pub config_reloads_error: IntCounter,
+    bans_started: IntCounterVec,
+    banned_requests: IntCounterVec,
+    bans_active: IntGaugeVec,
 }
 
 impl Metrics {
@@ -151,8 +154,33 @@ impl Metrics {
         )
         .expect("static metric definition");
 
+        let bans_started = IntCounterVec::new(
+            Opts::new(
+                "sluice_bans_total",
+                "Bans started, per rule (a key limited `after` times `within` the period).",
+            ),
+            &["rule"],
+        )
+        .expect("static metric definition");
+        let banned_requests = IntCounterVec::new(
+            Opts::new(
+                "sluice_banned_requests_total",
+                "Requests refused because their key was banned, per rule (also counted limited).",
+            ),
+            &["rule"],
+        )
+        .expect("static metric definition");
+        let bans_active = IntGaugeVec::new(
+            Opts::new("sluice_bans_active", "Bans in force, per rule."),
+            &["rule"],
+        )
+        .expect("static metric definition");
+
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(bans_started.clone()),
+            Box::new(banned_requests.clone()),
+            Box::new(bans_active.clone()),
             Box::new(responses_vec),
             Box::new(decision_seconds.clone()),
             Box::new(overhead_seconds.clone()),
@@ -190,6 +218,9 @@ impl Metrics {
             store_fallback_active,
             config_reloads_ok: reloads.with_label_values(&["ok"]),
             config_reloads_error: reloads.with_label_values(&["error"]),
+            bans_started,
+            banned_requests,
+            bans_active,
         }
     }
 
@@ -205,6 +236,8 @@ impl Metrics {
             missing_key: counter("missing_key"),
             delay_seconds: self.delay_seconds.with_label_values(&[rule]),
             queue_depth: self.queue_depth.with_label_values(&[rule]),
+            bans_started: self.bans_started.with_label_values(&[rule]),
+            banned: self.banned_requests.with_label_values(&[rule]),
         }
     }
 
@@ -216,12 +249,14 @@ impl Metrics {
     }
 
     /// Renders the text exposition, refreshing store-derived series first.
-    pub fn render(&self, policy: &Policy, store: &Store) -> String {
+    pub fn render(&self, policy: &Policy, store: &Store, now: crate::clock::Nanos) -> String {
         for rule in &policy.rules {
+            self.bans_active
+                .with_label_values(&[&rule.name])
+                .set(rule.bans.active(now).len() as i64);
             self.tracked_keys.with_label_values(&[&rule.name]).set(
-                rule.limits
-                    .iter()
-                    .map(|l| store.tracked_keys(l.table))
+                rule.all_limits()
+                    .map(|l| store.tracked_keys(&l.table))
                     .sum::<usize>() as i64,
             );
         }

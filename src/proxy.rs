@@ -2,21 +2,24 @@
 //!
 //! [`Proxy::handle`] reads the current [`Policy`] snapshot once, normalises
 //! the path, resolves the client IP, checks the access lists, finds the
-//! applicable rules and their keys, lets `admit` decide (and hold the request
-//! when a delay-mode rule says so), and then either forwards the request
+//! applicable rules, their keys (JWT claims verified lazily, once, for the
+//! first rule that keys on one) and each caller's limits (tier, override or
+//! sunset step), answers a banned key or a retired route at once, lets
+//! `admit` decide (and hold the request when a delay-mode rule says so),
+//! counts strikes toward bans, and then either forwards the request
 //! ([`forward`]) or answers it ([`respond`]). Nothing here blocks: the store
 //! call is `async` (the memory store completes at once; Redis will await), and
-//! a hold is a timer.
+//! a hold is a timer. [`Proxy::reload`] swaps the policy in atomically.
 //!
-//! Where later capabilities plug in:
-//! - deferred charges and refunds run after the upstream answers, against the
-//!   same buckets (`Store` gains an adjust call);
-//! - JWT keys arrive as one more key source in [`crate::key`].
+//! Deferred charges and refunds (later) run after the upstream answers,
+//! against the same buckets (`Store` gains an adjust call).
 
 mod admit;
+pub mod deadline;
 pub mod forward;
 pub mod pool;
 pub mod respond;
+pub mod upgrade;
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -35,7 +38,7 @@ use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::config::{Config, MissingPolicy};
 use crate::key::{path, RequestFacts};
 use crate::metrics::Metrics;
-use crate::policy::Policy;
+use crate::policy::{Policy, Sunset};
 use crate::store::{MemoryStore, Store};
 use admit::Applicable;
 use forward::{ClientHop, ForwardError, Upstream};
@@ -59,6 +62,8 @@ struct Shared {
     clock: MonotonicClock,
     /// Set when shutdown begins: `/readyz` turns 503.
     draining: AtomicBool,
+    /// Serialises reloads: each compiles against the policy it replaces.
+    reloading: std::sync::Mutex<()>,
 }
 
 impl Proxy {
@@ -67,9 +72,8 @@ impl Proxy {
         let metrics = Metrics::new();
         let config = Arc::new(config);
         let upstream = Upstream::new(&config.server);
-        let max_keys = config.store.max_keys;
-        let policy = Policy::compile(config, &metrics);
-        let store = Store::Memory(MemoryStore::new(&policy.limiters(), max_keys));
+        let store = Store::Memory(MemoryStore::new(config.store.max_keys));
+        let policy = Policy::compile(config, &metrics, &store);
         Proxy {
             shared: Arc::new(Shared {
                 policy: ArcSwap::from_pointee(policy),
@@ -78,6 +82,7 @@ impl Proxy {
                 metrics,
                 clock: MonotonicClock::default(),
                 draining: AtomicBool::new(false),
+                reloading: std::sync::Mutex::new(()),
             }),
         }
     }
@@ -95,6 +100,45 @@ impl Proxy {
     /// The bucket store.
     pub fn store(&self) -> &Store {
         &self.shared.store
+    }
+
+    /// Replaces the policy with one compiled from `config`, atomically:
+    /// requests in flight finish under the policy they started with. Rules
+    /// whose name, key and algorithm are unchanged keep their buckets (a
+    /// changed limit carries them over as the rule's `on_change` says).
+    /// `config` must be valid; settings that only take effect at start
+    /// (listen addresses, workers, ...) are returned, named, and not applied.
+    /// Rebuilding may walk every bucket of a changed limit, so call it off
+    /// the async workers (`spawn_blocking`).
+    pub fn reload(&self, config: Config) -> Vec<&'static str> {
+        let shared = &*self.shared;
+        let _serialised = shared
+            .reloading
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let old = shared.policy.load_full();
+        let mut config = config;
+        let ignored = crate::reload::keep_startup_settings(&old.config, &mut config);
+        let policy = Policy::recompile(
+            Arc::new(config),
+            &shared.metrics,
+            &shared.store,
+            Some(&old),
+            shared.clock.now(),
+        );
+        shared.policy.store(Arc::new(policy));
+        shared.metrics.config_reloads_ok.inc();
+        ignored
+    }
+
+    /// Now, by the limiter's clock (Unix nanoseconds).
+    pub fn now(&self) -> Nanos {
+        self.shared.clock.now()
+    }
+
+    /// Counts a reload refused because the new config was invalid.
+    pub fn reload_failed(&self) {
+        self.shared.metrics.config_reloads_error.inc();
     }
 
     /// Marks the proxy as draining (`/readyz` answers 503).
@@ -130,7 +174,10 @@ impl Proxy {
         started: Nanos,
     ) -> Response<ProxyBody> {
         let shared = &*self.shared;
-        if let Some(refusal) = bad_host(&request).or_else(|| oversized(&request, policy)) {
+        if let Some(refusal) = forward::bad_framing(&request)
+            .or_else(|| bad_host(&request))
+            .or_else(|| oversized(&request, policy))
+        {
             return respond::refusal(refusal, None);
         }
         let normalized = match path::normalize(request.uri().path()) {
@@ -138,7 +185,10 @@ impl Proxy {
             Err(error) => return respond::refusal(Refusal::BadPath(error), None),
         };
         let client_ip = policy.client_ip.resolve(peer.ip(), request.headers());
-        let facts = RequestFacts {
+        // The token's claims, verified at most once and only for a rule
+        // that keys on them (before `facts`, which borrows them).
+        let token_claims = std::cell::OnceCell::new();
+        let mut facts = RequestFacts {
             method: request.method(),
             path: &normalized,
             query: request.uri().query(),
@@ -159,10 +209,22 @@ impl Proxy {
         // Which rules apply, and each one's bucket key.
         let mut enforced: SmallVec<[Applicable<'_>; INLINE_RULES]> = SmallVec::new();
         let mut shadowed: SmallVec<[Applicable<'_>; INLINE_RULES]> = SmallVec::new();
+        // The first applicable rule being retired: its responses say so.
+        let mut retiring: Option<&Sunset> = None;
         if !bypass {
             for rule in &policy.rules {
                 if !rule.matcher.matches(&facts) {
                     continue;
+                }
+                if rule.uses_jwt && facts.claims.is_none() {
+                    facts.claims = token_claims
+                        .get_or_init(|| {
+                            let verifier = policy.jwt.as_ref()?;
+                            verifier
+                                .verify(request.headers(), started / 1_000_000_000)
+                                .ok()
+                        })
+                        .as_ref();
                 }
                 let allow_missing = rule.missing == MissingPolicy::Shared;
                 let key = match policy.keys.derive(&rule.key, &facts, allow_missing) {
@@ -173,12 +235,32 @@ impl Proxy {
                         return respond::refusal(Refusal::MissingKey, Some(rule));
                     }
                 };
-                let applicable = Applicable { rule, key };
+                if let Some(sunset) = &rule.sunset {
+                    if !rule.shadow && sunset.schedule.is_gone(started) {
+                        rule.counters.limited.inc();
+                        return respond::gone(rule, sunset);
+                    }
+                    retiring.get_or_insert(sunset);
+                }
+                let limits = rule.limits_for(key, &facts, &policy.keys, started);
+                let applicable = Applicable { rule, key, limits };
                 if rule.shadow {
                     shadowed.push(applicable);
                 } else {
                     enforced.push(applicable);
                 }
+            }
+        }
+
+        // A banned key is refused before any bucket is asked.
+        for applicable in &enforced {
+            if let Some(left) = applicable.rule.bans.banned(applicable.key, started) {
+                let rule = applicable.rule;
+                rule.counters.limited.inc();
+                rule.counters.banned.inc();
+                let mut response = respond::banned(rule, left, policy.response.status);
+                respond::add_sunset_headers(response.headers_mut(), retiring);
+                return response;
             }
         }
 
@@ -194,7 +276,16 @@ impl Proxy {
         count_outcomes(&admission.verdicts);
         let decided_at = Duration::from_nanos(admission.decided_at);
         if !admission.admitted {
-            return respond::limited(policy, &admission.verdicts, decided_at);
+            strike(
+                policy,
+                &enforced,
+                &admission.verdicts,
+                &facts,
+                admission.decided_at,
+            );
+            let mut response = respond::limited(policy, &admission.verdicts, decided_at);
+            respond::add_sunset_headers(response.headers_mut(), retiring);
+            return response;
         }
 
         // Forward.
@@ -207,6 +298,7 @@ impl Proxy {
             peer: peer.ip(),
             trusted: policy.client_ip.is_trusted(peer.ip()),
         };
+        let client_upgrade = upgrade::take_client_side(&mut request);
         forward::prepare_request(&mut request, &shared.upstream, path_and_query, hop);
         // One clock read ends the overhead span and starts the upstream one.
         // The overhead excludes the intentional hold: it is the latency
@@ -215,27 +307,35 @@ impl Proxy {
         shared.metrics.overhead_seconds.observe(seconds(
             sent.saturating_sub(started).saturating_sub(admission.held),
         ));
+        // The body's deadline and size cap run while it streams upstream.
+        let (request, body_watch) = deadline::guard(request);
         let result = shared.upstream.send(request).await;
         shared
             .metrics
             .upstream_seconds
             .observe(seconds(shared.clock.now().saturating_sub(sent)));
-        let mut response = match result {
-            Ok(mut response) => {
-                // Permits are returned when the body has been sent or dropped.
-                response.body_mut().hold_permits(admission.permits);
-                response.map(Either::Left)
+        // Permits are returned when the body has been sent or dropped (or a
+        // WebSocket tunnel closed).
+        let prepared = result.and_then(|response| {
+            forward::prepare_response(response, client_upgrade, admission.permits)
+        });
+        let mut response = match prepared {
+            Ok(response) => response.map(Either::Left),
+            Err(error) => {
+                // A body cut off by its deadline or size cap is the client's fault.
+                return body_watch
+                    .refusal()
+                    .unwrap_or_else(|| self.upstream_failed(error));
             }
-            Err(error) => return self.upstream_failed(error),
         };
         let headers = response.headers_mut();
-        forward::strip_hop_by_hop(headers, false);
         if !admission.would_limit.is_empty() {
             respond::add_would_limit_header(headers, &admission.would_limit);
         }
         if admission.held > 0 {
             respond::add_delay_header(headers, admission.held);
         }
+        respond::add_sunset_headers(headers, retiring);
         if policy.response.on_success {
             respond::add_rate_limit_headers(
                 headers,
@@ -263,9 +363,36 @@ impl Proxy {
                 metrics.upstream_errors_other.inc();
                 Refusal::UpstreamFailed
             }
+            ForwardError::ClientBody => {
+                return respond::refusal(Refusal::BadFraming("the request body is malformed"), None)
+            }
         };
         tracing::warn!(%error, "upstream request failed");
         respond::refusal(refusal, None)
+    }
+}
+
+/// Counts a strike against each rejecting rule's key that has a `ban`, and
+/// starts a ban when one is earned (naming the key for `/admin/bans`).
+fn strike(
+    policy: &Policy,
+    enforced: &[Applicable<'_>],
+    verdicts: &[Verdict<'_>],
+    facts: &RequestFacts<'_>,
+    now: Nanos,
+) {
+    for applicable in enforced {
+        let rule = applicable.rule;
+        let Some(ban) = rule.ban else { continue };
+        let rejected = verdicts
+            .iter()
+            .any(|v| std::ptr::eq(v.rule, rule) && !v.decision.is_allowed());
+        if rejected && rule.bans.strike(applicable.key, now, ban) {
+            rule.counters.bans_started.inc();
+            let key = policy.keys.key_text(&rule.key, facts);
+            tracing::info!(rule = %rule.name, %key, "key banned");
+            rule.bans.name(applicable.key, key);
+        }
     }
 }
 

@@ -7,10 +7,19 @@
 //! in the kernel's queue where the client cannot tell a busy proxy from a
 //! dead one (Envoy's overload manager answers 503 the same way).
 //!
+//! Deadlines: each connection's socket is a `DeadlineIo`
+//! (`server/deadline_io.rs`), which keeps the head (`header_read_timeout`),
+//! idle (`idle_timeout`) and send (`send_timeout`) clocks hyper lacks or
+//! gets wrong; the request body's
+//! deadline and size cap travel with the request as [`BodyLimits`] and are
+//! enforced where the body streams upstream ([`crate::proxy::deadline`]).
+//!
 //! Shutdown: when the `shutdown` future passed to [`Server::serve`] resolves,
 //! the proxy is marked draining (`/readyz` answers 503), the listener is
 //! closed, every open connection is told to finish its in-flight request and
-//! close, and `serve` returns once they have, or after `shutdown_grace`.
+//! close (HTTP/1 responses from then on carry `Connection: close`; HTTP/2
+//! connections get GOAWAY), and `serve` returns once they have, or after
+//! `shutdown_grace` at the latest: what is still running then is cut off.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,6 +28,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, Version};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -26,9 +38,16 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::admin;
+use crate::admin::{self, Admin};
 use crate::config::Config;
+use crate::proxy::deadline::BodyLimits;
+use crate::proxy::respond::ProxyBody;
 use crate::proxy::Proxy;
+use crate::reload::{Reloader, Trigger};
+
+mod deadline_io;
+
+use deadline_io::{ConnectionLimits, DeadlineIo, Exchanges, InFlight};
 
 /// Pause after a failed `accept` (e.g. out of file descriptors), so the loop
 /// does not spin while the condition lasts.
@@ -41,6 +60,7 @@ pub struct Server {
     listener: TcpListener,
     admin_listener: TcpListener,
     config: Arc<Config>,
+    reloader: Option<Arc<Reloader>>,
 }
 
 impl Server {
@@ -54,7 +74,14 @@ impl Server {
             listener,
             admin_listener,
             config,
+            reloader: None,
         })
+    }
+
+    /// Reloads the config from `path` on SIGHUP, on `POST /admin/reload`
+    /// and when the file changes (see [`crate::reload`]).
+    pub fn reload_from(&mut self, path: std::path::PathBuf) {
+        self.reloader = Some(Reloader::new(path, self.proxy.clone()));
     }
 
     /// The proxy listener's address (useful when bound to port 0).
@@ -79,9 +106,32 @@ impl Server {
             listener,
             admin_listener,
             config,
+            reloader,
         } = self;
-        let admin = tokio::spawn(admin::serve(admin_listener, proxy.clone()));
+        let admin = tokio::spawn(admin::serve(
+            admin_listener,
+            Admin::new(proxy.clone(), reloader.clone()),
+        ));
+        let reloading = reloader.map(|reloader| {
+            (
+                tokio::spawn(reloader.clone().watch()),
+                tokio::spawn(reload_on_sighup(reloader)),
+            )
+        });
         let builder = Arc::new(connection_builder(&config));
+        let server = &config.server;
+        let limits = ConnectionLimits {
+            header_read_timeout: server.header_read_timeout,
+            idle_timeout: server.idle_timeout,
+            send_timeout: server.send_timeout,
+            max_uri_bytes: server.max_uri_bytes,
+            max_headers: server.max_headers,
+            max_header_bytes: server.max_header_bytes,
+        };
+        let body_limits = BodyLimits {
+            timeout: server.body_timeout,
+            max_bytes: server.max_body_bytes,
+        };
         let connections = Arc::new(Semaphore::new(config.server.max_connections));
         let graceful = GracefulShutdown::new();
 
@@ -104,13 +154,23 @@ impl Server {
                 tokio::spawn(refuse(stream));
                 continue;
             };
+            let exchanges = Arc::new(Exchanges::default());
+            let io = DeadlineIo::new(stream, limits, Arc::clone(&exchanges));
             let proxy = proxy.clone();
             let service = service_fn(move |request| {
+                // Counted from the call, so the socket's read clocks stop
+                // while the request is in the service.
+                let in_flight = exchanges.start();
+                let exchanges = Arc::clone(&exchanges);
                 let proxy = proxy.clone();
-                async move { Ok::<_, Infallible>(proxy.handle(request, peer).await) }
+                async move {
+                    Ok::<_, Infallible>(
+                        exchange(&proxy, request, peer, body_limits, &exchanges, in_flight).await,
+                    )
+                }
             });
             let connection = builder
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection_with_upgrades(TokioIo::new(io), service)
                 .into_owned();
             let watched = graceful.watch(connection);
             tokio::spawn(async move {
@@ -135,8 +195,97 @@ impl Server {
             );
         }
         admin.abort();
+        if let Some((watch, sighup)) = reloading {
+            watch.abort();
+            sighup.abort();
+        }
     }
 }
+
+/// Reloads on every SIGHUP, as nginx and HAProxy do.
+async fn reload_on_sighup(reloader: Arc<Reloader>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("could not install the SIGHUP handler; reload with POST /admin/reload");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        let _ = reloader.reload(Trigger::Signal).await;
+    }
+}
+
+/// One request through the proxy, with what the connection needs around it:
+/// the body's limits, `Connection: close` while draining, and the in-flight
+/// count held until the response body is done.
+async fn exchange(
+    proxy: &Proxy,
+    mut request: Request<Incoming>,
+    peer: SocketAddr,
+    body_limits: BodyLimits,
+    exchanges: &Exchanges,
+    in_flight: InFlight,
+) -> Response<TrackedBody> {
+    if !request.body().is_end_stream() {
+        request.extensions_mut().insert(body_limits);
+    }
+    let version = request.version();
+    let mut response = proxy.handle(request, peer).await;
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        exchanges.mark_upgraded();
+    } else if !proxy.is_ready() && version < Version::HTTP_2 {
+        // Draining: this is the connection's last exchange, and the client
+        // should know before it sends another (nginx does the same on a
+        // graceful stop). HTTP/2 clients are told by GOAWAY.
+        response
+            .headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response.map(|body| TrackedBody {
+        body,
+        _in_flight: in_flight,
+    })
+}
+
+/// A response body that keeps its request counted as in flight until hyper
+/// has sent it or dropped it.
+#[derive(Debug)]
+struct TrackedBody {
+    body: ProxyBody,
+    _in_flight: InFlight,
+}
+
+impl Body for TrackedBody {
+    type Data = Bytes;
+    type Error = <ProxyBody as Body>::Error;
+
+    #[inline]
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Concurrent streams per HTTP/2 connection. Envoy's edge guide suggests
+/// 100; sluice allows more because clients multiplex held requests (a
+/// delay-mode hold keeps its stream open), and each stream costs little
+/// (tests/hold_load.rs holds 200 per connection).
+const H2_MAX_CONCURRENT_STREAMS: u32 = 250;
+/// See [`connection_builder`].
+const H2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
+/// See [`connection_builder`].
+const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
 
 /// How long a refused connection gets to take its 503.
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -167,14 +316,25 @@ fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(server.header_read_timeout)
+        // DeadlineIo keeps the head clock: hyper's restarts whenever a
+        // keep-alive connection goes idle, which would make it the idle
+        // timeout as well.
+        .header_read_timeout(None)
         .max_headers(server.max_headers)
         // hyper's read buffer bounds the request head (its floor is 8 KiB).
         .max_buf_size(server.max_header_bytes.max(8192));
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_concurrent_streams(250)
+        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+        // Rapid reset (CVE-2023-44487): streams the client opens and resets
+        // before sluice accepts them; more pending at once is a GOAWAY
+        // (h2's default, set here so an upgrade cannot loosen it).
+        .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESET_STREAMS)
+        // Streams sluice had to reset because the client misbehaved; more is
+        // a GOAWAY (RUSTSEC-2024-0003; hyper passes it to h2 correctly since
+        // 1.5.1, hyper#3782).
+        .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESET_STREAMS)
         .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32);
     builder
 }

@@ -19,11 +19,13 @@
 //! The store never reads a clock: `now` comes from the caller, so memory-store
 //! tests are exact. (The Redis store will take time from Redis instead.)
 
+pub mod bans;
 pub mod memory;
 
 use crate::clock::Nanos;
+pub use crate::limiter::Carry;
 use crate::limiter::{Decision, HoldLimits, Limiter};
-pub use memory::{MemoryStore, StoreStats};
+pub use memory::{BucketTable, MemoryStore, StoreStats};
 pub use memory::{Permit, PermitGrant};
 
 /// A bucket key: the rule's key sources hashed with a per-process random seed
@@ -33,8 +35,8 @@ pub type BucketKey = u64;
 /// One limit to check for one request.
 #[derive(Debug, Clone, Copy)]
 pub struct Ask<'a> {
-    /// Index of the rule's bucket table (stable for the life of the store).
-    pub table: usize,
+    /// The limit's bucket table (owned by the policy snapshot that asks).
+    pub table: &'a BucketTable,
     pub key: BucketKey,
     pub limiter: &'a Limiter,
     pub cost: u64,
@@ -96,11 +98,34 @@ impl Store {
         }
     }
 
+    /// A new, empty bucket table for `limiter`.
+    pub fn table(&self, limiter: &Limiter) -> BucketTable {
+        match self {
+            Store::Memory(store) => store.table(limiter),
+        }
+    }
+
+    /// Keeps `table` across a reload that changes its limit from `from` to
+    /// `to`, rescaling its buckets as `carry` says; `false` (nothing
+    /// changed) when the limiters are not of the table's algorithm.
+    pub fn carry(
+        &self,
+        table: &BucketTable,
+        from: &Limiter,
+        to: &Limiter,
+        carry: Carry,
+        now: Nanos,
+    ) -> bool {
+        match self {
+            Store::Memory(store) => store.carry(table, from, to, carry, now),
+        }
+    }
+
     /// Takes a concurrency permit for `key` in table `table` (see
     /// [`MemoryStore::acquire_permit`]).
     pub fn acquire_permit(
         &self,
-        table: usize,
+        table: &BucketTable,
         key: BucketKey,
         max_in_flight: u64,
         max_queue: Option<u64>,
@@ -112,21 +137,21 @@ impl Store {
 
     /// The guard of a permit taken for `key` in table `table`: it returns the
     /// permit when dropped.
-    pub fn permit(&self, table: usize, key: BucketKey) -> Permit {
+    pub fn permit(&self, table: &BucketTable, key: BucketKey) -> Permit {
         match self {
             Store::Memory(store) => store.permit(table, key),
         }
     }
 
     /// Permits of concurrency table `table` taken for `key` right now.
-    pub fn permits_in_flight(&self, table: usize, key: BucketKey) -> u64 {
+    pub fn permits_in_flight(&self, table: &BucketTable, key: BucketKey) -> u64 {
         match self {
             Store::Memory(store) => store.permits_in_flight(table, key),
         }
     }
 
     /// A queued permit request gives up; see [`MemoryStore::leave_permit_queue`].
-    pub fn leave_permit_queue(&self, table: usize, key: BucketKey, id: u64) -> bool {
+    pub fn leave_permit_queue(&self, table: &BucketTable, key: BucketKey, id: u64) -> bool {
         match self {
             Store::Memory(store) => store.leave_permit_queue(table, key, id),
         }
@@ -140,7 +165,7 @@ impl Store {
     }
 
     /// Buckets tracked for one table.
-    pub fn tracked_keys(&self, table: usize) -> usize {
+    pub fn tracked_keys(&self, table: &BucketTable) -> usize {
         match self {
             Store::Memory(store) => store.tracked_keys(table),
         }

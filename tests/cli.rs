@@ -97,7 +97,15 @@ fn check_accepts_the_example_config_and_prints_its_rules() {
         text(&output.stderr)
     );
     for rule in [
-        "per-ip", "search", "reports", "orders", "exports", "billing", "render",
+        "per-ip",
+        "search",
+        "reports",
+        "orders",
+        "exports",
+        "billing",
+        "render",
+        "sellers",
+        "v0-retirement",
     ] {
         assert!(
             stdout.lines().any(|line| line.starts_with(rule)),
@@ -443,6 +451,113 @@ max_queue = 20
     assert_eq!((*line, *column), (8, 13), "{stderr}");
     assert!(message.starts_with("rule[0].max_queue: "), "{message}");
     assert!(message.contains("burst"), "{message}");
+}
+
+#[test]
+fn check_summarises_tiers_overrides_sunset_ban_and_on_change_under_the_table() {
+    let (code, stdout, stderr, _path) = check(
+        r#"[server]
+upstream = "http://127.0.0.1:3000"
+
+[[rule]]
+name = "sellers"
+key = ["header:x-seller-id"]
+rate = "10/s"
+tiers = { by = "header:x-plan", premium = { rate = "100/s" }, free = { limits = ["10/s", "1000/d"], burst = 5 } }
+overrides = { "seller-42" = { rate = "1000/s" } }
+ban = { after = 20, within = "1m", for = "10m" }
+on_change = "reset"
+
+[[rule]]
+name = "v0"
+rate = "100/d"
+sunset = { start = "2026-12-01T00:00:00Z", end = 2027-01-01T00:00:00Z, to = "10/d" }
+
+[[rule]]
+name = "plain"
+rate = "1/s"
+"#,
+    );
+
+    assert_eq!(code, Some(0), "{stderr}");
+    let extras: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("rule ") && line.contains(": "))
+        .collect();
+    assert_eq!(
+        extras,
+        [
+            "rule sellers: tiers by header:x-plan: premium 100/s; free 10/s, 1000/d burst 5",
+            "rule sellers: overrides \"seller-42\" 1000/s",
+            "rule sellers: ban 20 in 1m → 10m",
+            "rule sellers: on_change reset",
+            "rule v0: sunset 100/d → 10/d from 2026-12-01 to 2027-01-01 step 1d (31 steps)",
+        ],
+        "{stdout}"
+    );
+    // The table itself keeps one row per rule, with the rule's own limits.
+    let sellers = stdout
+        .lines()
+        .find(|line| line.starts_with("sellers"))
+        .unwrap_or_default();
+    assert!(sellers.contains("10/s"), "{stdout}");
+}
+
+#[test]
+fn check_reports_tier_override_sunset_and_ban_mistakes_at_their_values() {
+    let (code, stdout, stderr, path) = check(
+        r#"[server]
+upstream = "http://127.0.0.1:3000"
+
+[[rule]]
+name = "sellers"
+rate = "10/s"
+tiers = { by = "header:x-plan", premium = { rate = "100/x" } }
+overrides = { "not-an-ip" = { rate = "1/s" } }
+ban = { after = 0, within = "1m", for = "10m" }
+on_change = "never"
+
+[[rule]]
+name = "v0"
+rate = "100/d"
+sunset = { start = 2026-12-01T00:00:00, end = "2027-01-01T00:00:00Z", to = "0/d" }
+"#,
+    );
+
+    assert_eq!(code, Some(1));
+    assert!(stdout.is_empty(), "{stdout}");
+    let errors = located_errors(&stderr, &path);
+    let positions: Vec<(u32, u32, &str)> = errors
+        .iter()
+        .map(|(line, column, message)| {
+            (
+                *line,
+                *column,
+                message.split(": ").next().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        positions,
+        [
+            (7, 52, "rule[0].tiers.premium.rate"),
+            (8, 15, "rule[0].overrides.not-an-ip"),
+            (9, 17, "rule[0].ban.after"),
+            (10, 13, "rule[0].on_change"),
+            (15, 20, "rule[1].sunset.start"),
+        ],
+        "{stderr}"
+    );
+    assert!(
+        errors[3]
+            .2
+            .contains("\"keep\", \"proportional\", \"reset\""),
+        "{stderr}"
+    );
+    assert!(
+        errors[4].2.contains("add Z for UTC or an offset"),
+        "{stderr}"
+    );
 }
 
 #[test]

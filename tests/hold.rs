@@ -357,7 +357,9 @@ key = ["header:x-id"]
             let id = batch * 100 + i;
             let addr = sluice.addr;
             tasks.push(tokio::spawn(abort_mid_body(addr, id)));
-            let url = sluice.url("/slow/400");
+            // Far beyond upstream_timeout, so a timer that fires late on a busy
+            // machine still sees the timeout first.
+            let url = sluice.url("/slow/2000");
             tasks.push(tokio::spawn(async move {
                 let got = get(&url, &[("x-id", &(id + 50).to_string())]).await;
                 assert_eq!(got.status, StatusCode::GATEWAY_TIMEOUT);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sluice::config::Rate;
 use sluice::limiter::{Decision, FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow};
-use sluice::store::{Ask, MemoryStore};
+use sluice::store::{Ask, BucketTable, MemoryStore};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -35,7 +35,7 @@ fn every_algorithm(count: u64, secs: u64) -> [Limiter; 4] {
     ]
 }
 
-fn ask(table: usize, key: u64, limiter: &Limiter) -> Ask<'_> {
+fn ask<'a>(table: &'a BucketTable, key: u64, limiter: &'a Limiter) -> Ask<'a> {
     Ask {
         table,
         key,
@@ -61,13 +61,13 @@ fn admitted(store: &MemoryStore, ask: Ask<'_>, now: u64, tries: usize) -> usize 
 fn a_request_rejected_by_one_rule_takes_nothing_from_the_others() {
     let global = bucket(10, 60);
     let per_ip = bucket(2, 60);
-    let store = MemoryStore::new(&[global, per_ip], 100);
+    let (store, tables) = MemoryStore::with_tables(&[global, per_ip], 100);
     let now = SEC;
     let mut decisions = [Decision::Allow(sluice::limiter::BucketState {
         remaining: 0,
         reset_after: 0,
     }); 2];
-    let both = [ask(0, 1, &global), ask(1, 7, &per_ip)];
+    let both = [ask(&tables[0], 1, &global), ask(&tables[1], 7, &per_ip)];
     let results: Vec<bool> = (0..5)
         .map(|_| store.acquire_all(&both, now, &mut decisions))
         .collect();
@@ -76,37 +76,41 @@ fn a_request_rejected_by_one_rule_takes_nothing_from_the_others() {
     assert_eq!(decisions[0].state().remaining, 8);
     assert!(!decisions[1].is_allowed());
     // Exactly 8 more fit in the global bucket for other callers.
-    assert_eq!(admitted(&store, ask(0, 1, &global), now, 20), 8);
+    assert_eq!(admitted(&store, ask(&tables[0], 1, &global), now, 20), 8);
 }
 
 #[test]
 fn the_store_never_holds_more_than_max_keys() {
     let limiter = bucket(5, 60);
-    let store = MemoryStore::new(&[limiter], 1000);
+    let (store, tables) = MemoryStore::with_tables(&[limiter], 1000);
     for key in 0..10_000u64 {
         one(
             &store,
-            ask(0, key.wrapping_mul(0x9e37_79b9_7f4a_7c15), &limiter),
+            ask(
+                &tables[0],
+                key.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                &limiter,
+            ),
             SEC,
         );
     }
     assert!(store.stats().tracked <= 1000, "{:?}", store.stats());
-    assert_eq!(store.tracked_keys(0), store.stats().tracked);
+    assert_eq!(store.tracked_keys(&tables[0]), store.stats().tracked);
 }
 
 #[test]
 fn refilled_buckets_are_evicted_to_make_room_without_changing_decisions() {
     let limiter = bucket(5, 1);
-    let store = MemoryStore::new(&[limiter], 100);
+    let (store, tables) = MemoryStore::with_tables(&[limiter], 100);
     let keys = |range: std::ops::Range<u64>| range.map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     for key in keys(0..100) {
-        assert!(one(&store, ask(0, key, &limiter), SEC));
+        assert!(one(&store, ask(&tables[0], key, &limiter), SEC));
     }
     assert_eq!(store.stats().tracked, 100);
     // Two seconds later every bucket has refilled: new keys find room.
     let later = 3 * SEC;
     for key in keys(100..200) {
-        assert!(one(&store, ask(0, key, &limiter), later));
+        assert!(one(&store, ask(&tables[0], key, &limiter), later));
     }
     let stats = store.stats();
     assert!(stats.evicted_idle > 0, "{stats:?}");
@@ -118,12 +122,15 @@ fn refilled_buckets_are_evicted_to_make_room_without_changing_decisions() {
 fn flooding_new_keys_never_resets_an_over_limit_caller() {
     let max_keys = 1000;
     for limiter in every_algorithm(10, 60) {
-        let store = MemoryStore::new(&[limiter], max_keys);
+        let (store, tables) = MemoryStore::with_tables(&[limiter], max_keys);
         let abuser = 0xabcdef;
         // The start of a minute, so that the second below stays inside one
         // window for the window algorithms.
         let mut now = 29_916_667 * 60 * SEC;
-        assert_eq!(admitted(&store, ask(0, abuser, &limiter), now, 50), 10);
+        assert_eq!(
+            admitted(&store, ask(&tables[0], abuser, &limiter), now, 50),
+            10
+        );
 
         let mut abuser_admitted = 0;
         let mut fresh_admitted = 0;
@@ -132,11 +139,11 @@ fn flooding_new_keys_never_resets_an_over_limit_caller() {
             // 1000 new keys per round: 100k in all, each spending a little.
             for i in 0..1000u64 {
                 let key = (round * 1000 + i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                if one(&store, ask(0, key, &limiter), now) {
+                if one(&store, ask(&tables[0], key, &limiter), now) {
                     fresh_admitted += 1;
                 }
             }
-            abuser_admitted += admitted(&store, ask(0, abuser, &limiter), now, 5);
+            abuser_admitted += admitted(&store, ask(&tables[0], abuser, &limiter), now, 5);
             assert!(store.stats().tracked <= max_keys, "{limiter:?}");
         }
         // One second passed: at 10/min a token bucket earned at most one
@@ -157,7 +164,7 @@ fn flooding_new_keys_never_resets_an_over_limit_caller() {
         let mut served = Vec::new();
         for n in 0..newcomers {
             let key = (n + 1).wrapping_mul(0xd6e8_feb8_6659_fd93);
-            served.push(admitted(&store, ask(0, key, &limiter), now, 15));
+            served.push(admitted(&store, ask(&tables[0], key, &limiter), now, 15));
         }
         assert!(
             served.iter().all(|&got| got <= 10),
@@ -176,17 +183,23 @@ fn flooding_new_keys_never_resets_an_over_limit_caller() {
 #[test]
 fn expired_windows_and_logs_are_evicted_to_make_room() {
     for limiter in every_algorithm(5, 1) {
-        let store = MemoryStore::new(&[limiter], 100);
+        let (store, tables) = MemoryStore::with_tables(&[limiter], 100);
         let keys =
             |range: std::ops::Range<u64>| range.map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let start = 1_000 * SEC;
         for key in keys(0..100) {
-            assert!(one(&store, ask(0, key, &limiter), start), "{limiter:?}");
+            assert!(
+                one(&store, ask(&tables[0], key, &limiter), start),
+                "{limiter:?}"
+            );
         }
         // Two periods later nothing the first keys did counts any more.
         let later = start + 2 * SEC;
         for key in keys(100..200) {
-            assert!(one(&store, ask(0, key, &limiter), later), "{limiter:?}");
+            assert!(
+                one(&store, ask(&tables[0], key, &limiter), later),
+                "{limiter:?}"
+            );
         }
         let stats = store.stats();
         assert!(stats.evicted_idle > 0, "{limiter:?}: {stats:?}");
@@ -204,7 +217,7 @@ fn a_closed_route_stores_nothing() {
         },
         0,
     ));
-    let store = MemoryStore::new(&[closed], 10);
-    assert!(!one(&store, ask(0, 42, &closed), SEC));
+    let (store, tables) = MemoryStore::with_tables(&[closed], 10);
+    assert!(!one(&store, ask(&tables[0], 42, &closed), SEC));
     assert_eq!(store.stats().tracked, 0);
 }

@@ -8,6 +8,9 @@
 //! deliberately *not* wrapped: toml 0.8 cannot give a span to a table written
 //! with dotted keys (`match.path = "/x"`) or created implicitly
 //! (`[identity.jwt]` without `[identity]`) and would fail to parse it.
+//! Tables whose position validation needs (`ban`, `sunset`, `tiers`, ...)
+//! are wrapped in [`Located`], which has the span when toml gives one and
+//! still parses the dotted form without it.
 //!
 //! Keys that SPEC.md defines but this release does not implement are still
 //! listed here (as [`Present`] when only their position matters), so they are
@@ -105,11 +108,10 @@ pub struct RawResponse {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawIdentity {
-    /// Not supported yet; parsed so its keys are known.
     pub jwt: Option<RawJwt>,
 }
 
-/// `[identity.jwt]` (not supported by this release).
+/// `[identity.jwt]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawJwt {
@@ -117,6 +119,7 @@ pub struct RawJwt {
     pub algorithms: Option<Spanned<OneOrMany>>,
     pub secret_env: Option<Spanned<String>>,
     pub public_key_file: Option<Spanned<String>>,
+    pub jwks_file: Option<Spanned<String>>,
     pub verify: Option<Spanned<bool>>,
 }
 
@@ -152,11 +155,102 @@ pub struct RawRule {
     // Not supported yet: only where they were written matters.
     pub charge: Option<Present>,
     pub refund_on: Option<Present>,
-    pub tiers: Option<Present>,
-    pub overrides: Option<Present>,
-    pub ban: Option<Present>,
-    pub on_change: Option<Present>,
-    pub sunset: Option<Present>,
+    pub tiers: Option<Located<RawTiers>>,
+    pub overrides: Option<Located<RawOverrides>>,
+    pub ban: Option<Located<RawBan>>,
+    pub on_change: Option<Spanned<String>>,
+    pub sunset: Option<Located<RawSunset>>,
+}
+
+/// A tier's or an override's table: what it sets instead of the rule's own
+/// `rate` / `limits` / `burst`.
+#[derive(Debug, Default)]
+pub struct RawVariant {
+    pub rate: Option<Spanned<String>>,
+    /// As for the rule: a list; a single string only so validation can say so.
+    pub limits: Option<Spanned<OneOrMany>>,
+    pub burst: Option<Spanned<i64>>,
+    /// Keys that are none of these. Collected rather than refused here:
+    /// serde's refusal would make the whole `tiers = { ... }` line vanish
+    /// (see `validate::from_toml`) and hide the other tiers' errors.
+    pub unknown: Vec<Key>,
+}
+
+impl<'de> Deserialize<'de> for RawVariant {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct VariantVisitor;
+
+        impl<'de> Visitor<'de> for VariantVisitor {
+            type Value = RawVariant;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a table such as { rate = \"100/s\" } (allowed keys: rate, limits, burst)",
+                )
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawVariant, A::Error> {
+                let mut variant = RawVariant::default();
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key.text.as_str() {
+                        "rate" => variant.rate = Some(map.next_value()?),
+                        "limits" => variant.limits = Some(map.next_value()?),
+                        "burst" => variant.burst = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            variant.unknown.push(key);
+                        }
+                    }
+                }
+                Ok(variant)
+            }
+        }
+
+        deserializer.deserialize_map(VariantVisitor)
+    }
+}
+
+/// `tiers = { by = "header:x-plan", premium = { rate = "100/s" }, ... }`:
+/// `by`, and every other key is a tier value with its table.
+#[derive(Debug, Default)]
+pub struct RawTiers {
+    pub by: Option<Spanned<String>>,
+    /// Tier values in file order.
+    pub tiers: Vec<(Key, Located<RawVariant>)>,
+}
+
+/// `overrides = { "seller-42" = { rate = "1000/s" } }`: bucket key → table,
+/// in file order.
+#[derive(Debug, Default)]
+pub struct RawOverrides(pub Vec<(Key, Located<RawVariant>)>);
+
+/// `sunset = { start, end, to, step, link }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table such as { start = 2026-12-01T00:00:00Z, end = 2027-01-01T00:00:00Z, to = \"0/d\" }"
+)]
+pub struct RawSunset {
+    /// An RFC 3339 string or a TOML datetime; anything else is refused by
+    /// validation at its position.
+    pub start: Option<Spanned<toml::Value>>,
+    pub end: Option<Spanned<toml::Value>>,
+    pub to: Option<Spanned<String>>,
+    pub step: Option<Spanned<String>>,
+    pub link: Option<Spanned<String>>,
+}
+
+/// `ban = { after = 20, within = "1m", for = "10m" }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table such as { after = 20, within = \"1m\", for = \"10m\" }"
+)]
+pub struct RawBan {
+    pub after: Option<Spanned<i64>>,
+    pub within: Option<Spanned<String>>,
+    #[serde(rename = "for")]
+    pub duration: Option<Spanned<String>>,
 }
 
 /// A rule's `match` table.
@@ -307,6 +401,326 @@ impl<'de> Deserialize<'de> for Present {
     }
 }
 
+/// A table kept with where it was written, when toml knows: inline tables
+/// (`ban = { ... }`) and `[header]` tables have a span, tables written with
+/// dotted keys (`ban.after = 3`) do not. Unlike [`Spanned`], which fails to
+/// parse the latter, `Located` then simply has no span.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Located<T> {
+    /// Byte span of the table in the file, if toml gave one.
+    pub span: Option<Range<usize>>,
+    pub value: T,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Located<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct LocatedVisitor<T>(std::marker::PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for LocatedVisitor<T> {
+            type Value = Located<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a table")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Located<T>, A::Error> {
+                let Some(first) = map.next_key::<Key>()? else {
+                    let empty = de::value::MapDeserializer::<
+                        std::iter::Empty<(String, String)>,
+                        A::Error,
+                    >::new(std::iter::empty());
+                    return Ok(Located {
+                        span: None,
+                        value: T::deserialize(empty)?,
+                    });
+                };
+                if first.text != SPANNED_START {
+                    // A table without a span: `first` is its first key.
+                    let replay = Replay {
+                        first: Some(first),
+                        map,
+                    };
+                    let value = T::deserialize(de::value::MapAccessDeserializer::new(replay))?;
+                    return Ok(Located { span: None, value });
+                }
+                let start: usize = map.next_value()?;
+                let mut end = start;
+                let mut value = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == SPANNED_END {
+                        end = map.next_value()?;
+                    } else if key == SPANNED_VALUE {
+                        value = Some(map.next_value::<T>()?);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                let value = value.ok_or_else(|| de::Error::missing_field(SPANNED_VALUE))?;
+                Ok(Located {
+                    span: Some(start..end),
+                    value,
+                })
+            }
+
+            // Anything but a table: say so in `T`'s own words.
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Located<T>, E> {
+                T::deserialize(de::value::BoolDeserializer::new(v)).map(Located::unplaced)
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Located<T>, E> {
+                T::deserialize(de::value::I64Deserializer::new(v)).map(Located::unplaced)
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Located<T>, E> {
+                T::deserialize(de::value::U64Deserializer::new(v)).map(Located::unplaced)
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Located<T>, E> {
+                T::deserialize(de::value::F64Deserializer::new(v)).map(Located::unplaced)
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Located<T>, E> {
+                T::deserialize(de::value::StrDeserializer::new(v)).map(Located::unplaced)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Located<T>, A::Error> {
+                T::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(Located::unplaced)
+            }
+        }
+
+        deserializer.deserialize_struct(
+            SPANNED_NAME,
+            SPANNED_FIELDS,
+            LocatedVisitor(std::marker::PhantomData),
+        )
+    }
+}
+
+impl<T> Located<T> {
+    fn unplaced(value: T) -> Located<T> {
+        Located { span: None, value }
+    }
+}
+
+/// A table key with its span in the file, when toml knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Key {
+    pub text: String,
+    pub span: Option<Range<usize>>,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a key")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Key, E> {
+                Ok(Key {
+                    text: text.to_owned(),
+                    span: None,
+                })
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Key, A::Error> {
+                let (mut start, mut end, mut text) = (0, 0, String::new());
+                while let Some(field) = map.next_key::<String>()? {
+                    match field.as_str() {
+                        SPANNED_START => start = map.next_value()?,
+                        SPANNED_END => end = map.next_value()?,
+                        _ => text = map.next_value()?,
+                    }
+                }
+                Ok(Key {
+                    text,
+                    span: Some(start..end),
+                })
+            }
+        }
+
+        deserializer.deserialize_struct(SPANNED_NAME, SPANNED_FIELDS, KeyVisitor)
+    }
+}
+
+/// A table's entries with the first key, already read, put back in front.
+struct Replay<A> {
+    first: Option<Key>,
+    map: A,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Replay<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        match self.first.take() {
+            Some(key) => seed
+                .deserialize(KeyReplay {
+                    key,
+                    error: std::marker::PhantomData,
+                })
+                .map(Some),
+            None => self.map.next_key_seed(seed),
+        }
+    }
+
+    fn next_value_seed<V: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+}
+
+/// Hands a [`Key`] to whoever reads it: as a plain string, or, to a
+/// `Spanned`/[`Key`] reader, with its span.
+struct KeyReplay<E> {
+    key: Key,
+    error: std::marker::PhantomData<E>,
+}
+
+impl<'de, E: de::Error> Deserializer<'de> for KeyReplay<E> {
+    type Error = E;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, E> {
+        visitor.visit_string(self.key.text)
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, E> {
+        match self.key.span {
+            Some(span) if name == SPANNED_NAME && fields == SPANNED_FIELDS => {
+                let entries = [
+                    (SPANNED_START, SpanPart::Offset(span.start)),
+                    (SPANNED_END, SpanPart::Offset(span.end)),
+                    (SPANNED_VALUE, SpanPart::Text(self.key.text)),
+                ];
+                visitor.visit_map(de::value::MapDeserializer::new(entries.into_iter()))
+            }
+            _ => visitor.visit_string(self.key.text),
+        }
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map enum identifier ignored_any
+    }
+}
+
+/// One value of a replayed key's span map.
+enum SpanPart {
+    Offset(usize),
+    Text(String),
+}
+
+impl<'de, E: de::Error> de::IntoDeserializer<'de, E> for SpanPart {
+    type Deserializer = SpanPartDeserializer<E>;
+
+    fn into_deserializer(self) -> SpanPartDeserializer<E> {
+        SpanPartDeserializer {
+            part: self,
+            error: std::marker::PhantomData,
+        }
+    }
+}
+
+struct SpanPartDeserializer<E> {
+    part: SpanPart,
+    error: std::marker::PhantomData<E>,
+}
+
+impl<'de, E: de::Error> Deserializer<'de> for SpanPartDeserializer<E> {
+    type Error = E;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, E> {
+        match self.part {
+            SpanPart::Offset(offset) => visitor.visit_u64(offset as u64),
+            SpanPart::Text(text) => visitor.visit_string(text),
+        }
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map struct enum identifier ignored_any
+    }
+}
+
+/// Reads a table of `Key → Located<RawVariant>` entries; `by` goes to
+/// `by` when `with_by` (tiers), everything else is a variant.
+fn variant_entries<'de, A: MapAccess<'de>>(
+    mut map: A,
+    mut by: Option<&mut Option<Spanned<String>>>,
+) -> Result<Vec<(Key, Located<RawVariant>)>, A::Error> {
+    let mut entries = Vec::new();
+    while let Some(key) = map.next_key::<Key>()? {
+        match by.as_deref_mut() {
+            Some(by) if key.text == "by" => *by = Some(map.next_value()?),
+            _ => {
+                let value = map.next_value::<Located<RawVariant>>()?;
+                entries.push((key, value));
+            }
+        }
+    }
+    Ok(entries)
+}
+
+impl<'de> Deserialize<'de> for RawTiers {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TiersVisitor;
+
+        impl<'de> Visitor<'de> for TiersVisitor {
+            type Value = RawTiers;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a table such as { by = \"header:x-plan\", premium = { rate = \"100/s\" } }",
+                )
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawTiers, A::Error> {
+                let mut by = None;
+                let tiers = variant_entries(map, Some(&mut by))?;
+                Ok(RawTiers { by, tiers })
+            }
+        }
+
+        deserializer.deserialize_map(TiersVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawOverrides {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct OverridesVisitor;
+
+        impl<'de> Visitor<'de> for OverridesVisitor {
+            type Value = RawOverrides;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a table such as { \"seller-42\" = { rate = \"1000/s\" } }")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawOverrides, A::Error> {
+                variant_entries(map, None).map(RawOverrides)
+            }
+        }
+
+        deserializer.deserialize_map(OverridesVisitor)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,5 +783,67 @@ mod tests {
         );
         // Dotted keys give a table without a span: still present, not an error.
         assert_eq!(doc("present.a = 1\n").present, Some(Present { span: None }));
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct Rules {
+        ban: Option<Located<RawBan>>,
+        tiers: Option<Located<RawTiers>>,
+    }
+
+    fn rules(text: &str) -> Rules {
+        toml::from_str(text).expect("valid test TOML")
+    }
+
+    #[test]
+    fn located_tables_have_a_span_when_toml_knows_one() {
+        let inline = rules("ban = { after = 3 }\n").ban.expect("ban");
+        assert_eq!(inline.span.map(|s| s.start), Some(6));
+        assert_eq!(inline.value.after.map(|a| *a.get_ref()), Some(3));
+        let header = rules("[ban]\nafter = 3\n").ban.expect("ban");
+        assert_eq!(header.span.map(|s| s.start), Some(0));
+        // Dotted keys: no span, but the values and their spans are kept.
+        let dotted = rules("ban.after = 3\nban.within = \"1m\"\n")
+            .ban
+            .expect("ban");
+        assert_eq!(dotted.span, None);
+        assert_eq!(dotted.value.after.map(|a| a.span()), Some(12..13));
+        assert_eq!(dotted.value.within.map(|w| w.span()), Some(27..31));
+    }
+
+    #[test]
+    fn located_tables_still_refuse_unknown_keys_and_other_types() {
+        let err = toml::from_str::<Rules>("ban = { afterr = 3 }\n").unwrap_err();
+        assert!(err.message().contains("unknown field `afterr`"), "{err}");
+        let err = toml::from_str::<Rules>("ban.afterr = 3\n").unwrap_err();
+        assert!(err.message().contains("unknown field `afterr`"), "{err}");
+        let err = toml::from_str::<Rules>("ban = 3\n").unwrap_err();
+        assert!(
+            err.message()
+                .contains("expected a table such as { after = 20"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn tier_keys_keep_their_positions_however_they_are_written() {
+        for text in [
+            "tiers = { by = \"ip\", gold = { rate = \"1/s\", x = 1 } }\n",
+            "[tiers]\nby = \"ip\"\ngold = { rate = \"1/s\", x = 1 }\n",
+            "tiers.by = \"ip\"\ntiers.gold.rate = \"1/s\"\ntiers.gold.x = 1\n",
+        ] {
+            let tiers = rules(text).tiers.expect(text).value;
+            assert_eq!(tiers.by.as_ref().map(|b| b.get_ref().as_str()), Some("ip"));
+            assert_eq!(tiers.tiers.len(), 1, "{text}");
+            let (name, table) = &tiers.tiers[0];
+            assert_eq!(name.text, "gold");
+            let at = name.span.clone().expect("a key span");
+            assert_eq!(&text[at], "gold", "{text}");
+            let rate = table.value.rate.as_ref().expect("rate");
+            assert_eq!(&text[rate.span()], "\"1/s\"", "{text}");
+            let unknown = &table.value.unknown;
+            assert_eq!(unknown.len(), 1, "{text}");
+            assert_eq!(&text[unknown[0].span.clone().unwrap()], "x", "{text}");
+        }
     }
 }

@@ -1,12 +1,14 @@
-//! The two small value languages of the config file: durations (`"250ms"`,
-//! `"2s"`, `"1m"`, `"1h"`, `"1d"`) and rates (`"COUNT/PERIOD"`, e.g. `"100/m"`
-//! or `"5/15m"`).
+//! The small value languages of the config file: durations (`"250ms"`,
+//! `"2s"`, `"1m"`, `"1h"`, `"1d"`), rates (`"COUNT/PERIOD"`, e.g. `"100/m"`
+//! or `"5/15m"`) and timestamps (RFC 3339, `"2026-12-01T00:00:00Z"`).
 //!
-//! Pure string → value functions; they know nothing about TOML or positions.
+//! Pure string → value functions; they know nothing about positions.
 //! Their `Err` strings are sentences meant to follow `path:` in an error line,
 //! so they say what is wrong and what is allowed.
 
 use std::time::Duration;
+
+use toml::value::{Datetime, Offset};
 
 use super::Rate;
 
@@ -101,6 +103,139 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
     Ok(Rate { count, period })
 }
 
+const TIMESTAMP_HELP: &str = "write an RFC 3339 timestamp with a date, a time and an offset, \
+     such as \"2026-12-01T00:00:00Z\" or \"2026-12-01T09:00:00+09:00\" (a TOML datetime \
+     2026-12-01T00:00:00Z works too)";
+
+/// Nanoseconds per second.
+const NANOS: u64 = 1_000_000_000;
+
+/// Parses an RFC 3339 timestamp (`"2026-12-01T00:00:00Z"`,
+/// `"2026-12-01T09:00:00.5+09:00"`) into Unix time in nanoseconds.
+pub fn parse_timestamp(text: &str) -> Result<u64, String> {
+    let datetime: Datetime = text
+        .parse()
+        .map_err(|_| format!("\"{text}\" is not a timestamp; {TIMESTAMP_HELP}"))?;
+    datetime_to_unix_nanos(&datetime)
+}
+
+/// A TOML datetime (or a parsed RFC 3339 string) → Unix time in nanoseconds.
+/// It must have a date, a time and an offset: a local date or time names a
+/// different instant on every server, so it is refused rather than guessed
+/// as UTC. Instants before 1970 or after 2554 (the `u64` nanosecond range)
+/// are refused too. A leap second (`:60`) reads as the next second, as Unix
+/// time does.
+pub fn datetime_to_unix_nanos(datetime: &Datetime) -> Result<u64, String> {
+    let (Some(date), Some(time)) = (datetime.date, datetime.time) else {
+        return Err(format!(
+            "{datetime} has no {}; {TIMESTAMP_HELP}",
+            if datetime.date.is_none() {
+                "date"
+            } else {
+                "time of day"
+            }
+        ));
+    };
+    let Some(offset) = datetime.offset else {
+        return Err(format!(
+            "{datetime} has no offset, so it would mean a different instant on each server; \
+             add Z for UTC or an offset such as +01:00 (\"{datetime}Z\")"
+        ));
+    };
+    let offset_minutes = match offset {
+        Offset::Z => 0,
+        Offset::Custom { minutes } => i64::from(minutes),
+    };
+    if !(1..=12).contains(&date.month)
+        || date.day == 0
+        || date.day > days_in_month(date.year, date.month)
+    {
+        return Err(format!(
+            "{datetime} is not a calendar date; {TIMESTAMP_HELP}"
+        ));
+    }
+    let days = days_from_civil(i64::from(date.year), date.month, date.day);
+    let seconds = days * 86_400
+        + i64::from(time.hour) * 3_600
+        + i64::from(time.minute) * 60
+        + i64::from(time.second)
+        - offset_minutes * 60;
+    let out_of_range = || {
+        format!(
+            "{datetime} is outside the range sluice can count (1970-01-01T00:00:00Z to \
+             2554-07-21T23:34:33Z)"
+        )
+    };
+    let seconds = u64::try_from(seconds).map_err(|_| out_of_range())?;
+    seconds
+        .checked_mul(NANOS)
+        .and_then(|nanos| nanos.checked_add(u64::from(time.nanosecond)))
+        .ok_or_else(out_of_range)
+}
+
+/// Unix nanoseconds as the config would write them: a bare date
+/// (`2026-12-01`) at midnight UTC, else RFC 3339 in UTC
+/// (`2026-12-01T12:30:00Z`, with a fraction only when there is one).
+pub fn format_timestamp(nanos: u64) -> String {
+    let seconds = nanos / NANOS;
+    let fraction = nanos % NANOS;
+    let days = (seconds / 86_400) as i64;
+    let of_day = seconds % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    if of_day == 0 && fraction == 0 {
+        return format!("{year:04}-{month:02}-{day:02}");
+    }
+    let (hour, minute, second) = (of_day / 3_600, of_day / 60 % 60, of_day % 60);
+    let mut text = format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}");
+    if fraction != 0 {
+        let digits = format!(".{fraction:09}");
+        text.push_str(digits.trim_end_matches('0'));
+    }
+    text.push('Z');
+    text
+}
+
+fn is_leap_year(year: u16) -> bool {
+    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+}
+
+fn days_in_month(year: u16, month: u8) -> u8 {
+    match month {
+        2 if is_leap_year(year) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(year: i64, month: u8, day: u8) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month = i64::from(month);
+    let day_of_year =
+        (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// The inverse of [`days_from_civil`]: (year, month, day).
+fn civil_from_days(days: i64) -> (i64, u8, u8) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u8;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +323,80 @@ mod tests {
     fn rejects_a_zero_period() {
         let err = parse_rate("5/0s").unwrap_err();
         assert!(err.contains("longer than zero"), "{err}");
+    }
+
+    #[test]
+    fn reads_rfc_3339_timestamps_with_an_offset() {
+        assert_eq!(parse_timestamp("1970-01-01T00:00:00Z"), Ok(0));
+        assert_eq!(
+            parse_timestamp("2026-12-01T00:00:00Z"),
+            Ok(1_796_083_200 * NANOS)
+        );
+        // The same instant written in Tokyo time, and with a space.
+        assert_eq!(
+            parse_timestamp("2026-12-01T09:00:00+09:00"),
+            Ok(1_796_083_200 * NANOS)
+        );
+        assert_eq!(
+            parse_timestamp("2026-12-01 00:00:00z"),
+            Ok(1_796_083_200 * NANOS)
+        );
+        assert_eq!(
+            parse_timestamp("2024-02-29T23:59:59.25Z"),
+            Ok(1_709_251_199 * NANOS + 250_000_000)
+        );
+        // A leap second reads as the next second, like Unix time.
+        assert_eq!(
+            parse_timestamp("2016-12-31T23:59:60Z"),
+            parse_timestamp("2017-01-01T00:00:00Z")
+        );
+    }
+
+    #[test]
+    fn refuses_local_dates_and_times_and_out_of_range_instants() {
+        let err = parse_timestamp("2026-12-01T00:00:00").unwrap_err();
+        assert!(
+            err.contains("no offset") && err.contains("\"2026-12-01T00:00:00Z\""),
+            "{err}"
+        );
+        let err = parse_timestamp("2026-12-01").unwrap_err();
+        assert!(err.contains("no time of day"), "{err}");
+        let err = parse_timestamp("12:00:00").unwrap_err();
+        assert!(err.contains("no date"), "{err}");
+        for bad in [
+            "",
+            "tomorrow",
+            "2026-13-01T00:00:00Z",
+            "2026-12-01T25:00:00Z",
+            "2025-02-29T00:00:00Z",
+        ] {
+            let err = parse_timestamp(bad).expect_err(bad);
+            assert!(err.contains("RFC 3339"), "{bad}: {err}");
+        }
+        let err = parse_timestamp("1969-12-31T23:59:59Z").unwrap_err();
+        assert!(err.contains("outside the range"), "{err}");
+        let err = parse_timestamp("2600-01-01T00:00:00Z").unwrap_err();
+        assert!(err.contains("outside the range"), "{err}");
+        assert!(parse_timestamp("2554-07-21T23:34:33Z").is_ok());
+    }
+
+    #[test]
+    fn formats_timestamps_as_dates_when_they_are_midnight_utc() {
+        assert_eq!(format_timestamp(0), "1970-01-01");
+        assert_eq!(format_timestamp(1_796_083_200 * NANOS), "2026-12-01");
+        assert_eq!(
+            format_timestamp(1_709_251_199 * NANOS + 250_000_000),
+            "2024-02-29T23:59:59.25Z"
+        );
+        assert_eq!(
+            format_timestamp(1_796_083_200 * NANOS + 45_296 * NANOS),
+            "2026-12-01T12:34:56Z"
+        );
+        // Round trip over several eras of the calendar.
+        for days in [0_i64, 59, 60, 365, 10_957, 11_016, 20_000, 212_000] {
+            let nanos = days as u64 * 86_400 * NANOS;
+            let text = format!("{}T00:00:00Z", format_timestamp(nanos));
+            assert_eq!(parse_timestamp(&text), Ok(nanos), "{text}");
+        }
     }
 }

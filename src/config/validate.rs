@@ -5,8 +5,10 @@
 //! that every problem is found in one pass: each check records its error with
 //! the key's path (`rule[2].burst`), line and column, and carries on with a
 //! placeholder value; only when nothing was recorded is a [`Config`] returned.
-//! Non-fatal findings go to [`Config::warnings`]. Nothing here reads files or
-//! knows about requests.
+//! Non-fatal findings go to [`Config::warnings`]. Nothing here knows about
+//! requests, and only `[identity.jwt]` reads outside the text: its key
+//! material (an environment variable or a key file) is loaded and checked
+//! here, so a bad key is a config error with a position.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -22,12 +24,16 @@ use http::{HeaderName, Method, StatusCode, Uri};
 use ipnet::IpNet;
 use toml::Spanned;
 
-use super::raw::{OneOrMany, Present, RawConfig, RawMatch, RawRule, RawServer};
-use super::units::{parse_duration, parse_rate};
+use super::raw::{
+    Key, Located, OneOrMany, Present, RawBan, RawConfig, RawMatch, RawOverrides, RawRule,
+    RawServer, RawSunset, RawTiers, RawVariant,
+};
+use super::units::{datetime_to_unix_nanos, parse_duration, parse_rate, parse_timestamp};
 use super::{
-    AccessConfig, AdminConfig, AlgorithmKind, Config, ForwardedHeader, HeaderStyle, IdentityConfig,
-    KeySource, LimitConfig, MatchConfig, MissingPolicy, OnChange, OnLimit, Rate, ResponseConfig,
-    RuleConfig, ServerConfig, StoreBackend, StoreConfig,
+    AccessConfig, AdminConfig, AlgorithmKind, BanConfig, ClaimPath, Config, ForwardedHeader,
+    HeaderStyle, IdentityConfig, JwtAlgorithm, JwtConfig, JwtKey, KeySource, LimitConfig,
+    MatchConfig, MissingPolicy, OnChange, OnLimit, Rate, ResponseConfig, RuleConfig, ServerConfig,
+    StoreBackend, StoreConfig, SunsetConfig, Tiers, Variant,
 };
 
 /// One problem in a config file, at the position of the offending value.
@@ -310,16 +316,40 @@ const SLIDING_LOG_WARN_COUNT: u64 = 10_000;
 
 /// One limit as the operator wrote it (`rate`, or one element of `limits`),
 /// kept with its position for the checks that need the whole rule.
+#[derive(Clone)]
 struct WrittenLimit {
     rate: Rate,
     /// The rate string as written, for messages.
     text: String,
     /// Byte offset of the value.
     at: usize,
-    /// `rate` or `limits[1]`: how messages about other keys name it.
+    /// `rate`, `limits[1]` or `tiers.free.rate`: how messages about other
+    /// keys name it.
     key: String,
     /// Full path for its own messages: `rule[0].limits[1]`.
     path: String,
+}
+
+/// The limits of a rule or of one of its tiers or overrides.
+struct BuiltLimits {
+    /// Never empty except for `concurrency`; placeholders when the rates
+    /// were invalid (already reported).
+    limits: Vec<LimitConfig>,
+    /// The index of the limit whose capacity is the written `burst`.
+    burst_sized: Option<usize>,
+}
+
+/// What tiers, overrides, sunset and ban need to know about their rule.
+struct RuleContext<'r> {
+    index: usize,
+    /// Where the rule starts, for errors about tables without a span.
+    at: usize,
+    /// `None` when invalid (already reported).
+    algorithm: Option<AlgorithmKind>,
+    /// The rule's own rates; `None` when missing or invalid (already reported).
+    written: Option<&'r [WrittenLimit]>,
+    /// The rule's cost when written.
+    cost: Option<u64>,
 }
 
 impl Validator<'_> {
@@ -366,8 +396,9 @@ impl Validator<'_> {
         }
         let store = self.store(raw);
         let response = self.response(raw);
-        self.identity(raw);
-        let identity = IdentityConfig::default();
+        let identity = IdentityConfig {
+            jwt: self.identity(raw),
+        };
         let access = AccessConfig {
             allow: self.cidrs(
                 raw.access.as_ref().and_then(|a| a.allow.as_ref()),
@@ -378,7 +409,8 @@ impl Validator<'_> {
                 "access.deny",
             ),
         };
-        let rules = self.rules(&raw.rule);
+        let rules = self.rules(&raw.rule, server.ipv6_prefix);
+        self.jwt_sources_need_identity(&raw.rule, identity.jwt.is_some());
         Config {
             server,
             admin,
@@ -633,25 +665,324 @@ impl Validator<'_> {
         }
     }
 
-    fn identity(&mut self, raw: &RawConfig) {
-        if let Some(jwt) = raw.identity.as_ref().and_then(|i| i.jwt.as_ref()) {
-            let first_field = [
+    /// `[identity.jwt]`, with its key material loaded and checked.
+    fn identity(&mut self, raw: &RawConfig) -> Option<JwtConfig> {
+        let jwt = raw.identity.as_ref()?.jwt.as_ref()?;
+        let at = self.table_position(
+            "[identity.jwt]",
+            &[
                 jwt.header.as_ref().map(Spanned::span),
                 jwt.algorithms.as_ref().map(Spanned::span),
                 jwt.secret_env.as_ref().map(Spanned::span),
                 jwt.public_key_file.as_ref().map(Spanned::span),
+                jwt.jwks_file.as_ref().map(Spanned::span),
                 jwt.verify.as_ref().map(Spanned::span),
-            ];
-            let at = self.table_position("[identity.jwt]", &first_field);
-            self.error(
-                at,
-                "identity.jwt",
-                format!("[identity.jwt] {NOT_SUPPORTED}; JWT keys arrive in a later release"),
+            ],
+        );
+        let header = match &jwt.header {
+            None => HeaderName::from_static("authorization"),
+            Some(field) => {
+                match HeaderName::from_bytes(field.get_ref().to_ascii_lowercase().as_bytes()) {
+                    Ok(name) => name,
+                    Err(_) => {
+                        self.error(
+                            field.span().start,
+                            "identity.jwt.header",
+                            format!(
+                                "\"{}\" is not a valid header name (default \"authorization\")",
+                                field.get_ref()
+                            ),
+                        );
+                        HeaderName::from_static("authorization")
+                    }
+                }
+            }
+        };
+        let algorithms = self.jwt_algorithms(jwt.algorithms.as_ref());
+        let verify = jwt.verify.as_ref().is_none_or(|v| *v.get_ref());
+        if let (false, Some(field)) = (verify, &jwt.verify) {
+            self.warn(
+                field.span().start,
+                "identity.jwt.verify",
+                "tokens are read without checking their signature, so any client can pick its \
+                 bucket by writing its own claims; use only behind a gateway that rejects \
+                 every unverified token",
             );
+        }
+        let key = match algorithms.first() {
+            // Not needed without verification; invalid algorithms are
+            // already reported.
+            _ if !verify => None,
+            None => None,
+            Some(alg) if alg.is_hmac() => self.jwt_secret(jwt, at, &algorithms),
+            Some(_) => self.jwt_public_key(jwt, at, &algorithms),
+        };
+        Some(JwtConfig {
+            header,
+            algorithms,
+            key,
+            verify,
+        })
+    }
+
+    /// `identity.jwt.algorithms` (default `["HS256"]`): known algorithms,
+    /// never `none`, never HMAC together with public-key ones.
+    fn jwt_algorithms(&mut self, field: Option<&Spanned<OneOrMany>>) -> Vec<JwtAlgorithm> {
+        const PATH: &str = "identity.jwt.algorithms";
+        let Some(field) = field else {
+            return vec![JwtAlgorithm::HS256];
+        };
+        let allowed = JwtAlgorithm::ALL
+            .iter()
+            .map(|alg| format!("\"{}\"", alg.name()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let items = field.get_ref().items(field.span());
+        if items.is_empty() {
+            self.error(
+                field.span().start,
+                PATH,
+                format!("must list at least one algorithm: {allowed}"),
+            );
+        }
+        let many = matches!(field.get_ref(), OneOrMany::Many(_));
+        let mut algorithms: Vec<JwtAlgorithm> = Vec::with_capacity(items.len());
+        for (i, (text, span)) in items.into_iter().enumerate() {
+            let path = if many {
+                format!("{PATH}[{i}]")
+            } else {
+                PATH.to_owned()
+            };
+            let Some(alg) = JwtAlgorithm::ALL.into_iter().find(|a| a.name() == text) else {
+                let message = if text.eq_ignore_ascii_case("none") {
+                    format!(
+                        "\"{text}\" is never accepted: an unsigned token proves nothing, anyone \
+                         can write one; use one of {allowed}"
+                    )
+                } else {
+                    format!("\"{text}\" is not an algorithm sluice verifies; use one of {allowed}")
+                };
+                self.error(span.start, &path, message);
+                continue;
+            };
+            if algorithms.contains(&alg) {
+                self.error(
+                    span.start,
+                    &path,
+                    format!("\"{text}\" is already listed; list each algorithm once"),
+                );
+                continue;
+            }
+            if let Some(first) = algorithms.first().filter(|f| f.is_hmac() != alg.is_hmac()) {
+                self.error(
+                    span.start,
+                    &path,
+                    format!(
+                        "\"{text}\" cannot be listed with \"{}\": HMAC and public-key \
+                         algorithms together let a token \"signed\" with the public key as an \
+                         HMAC secret verify (algorithm confusion); list only HS* algorithms \
+                         (with secret_env) or only RS*/ES* ones (with public_key_file or \
+                         jwks_file)",
+                        first.name()
+                    ),
+                );
+                continue;
+            }
+            algorithms.push(alg);
+        }
+        algorithms
+    }
+
+    /// The HMAC secret, from the environment variable `secret_env` names.
+    fn jwt_secret(
+        &mut self,
+        jwt: &super::raw::RawJwt,
+        at: usize,
+        algorithms: &[JwtAlgorithm],
+    ) -> Option<JwtKey> {
+        let names = jwt_names(algorithms);
+        for (key, field) in [
+            ("public_key_file", &jwt.public_key_file),
+            ("jwks_file", &jwt.jwks_file),
+        ] {
+            if let Some(field) = field {
+                self.error(
+                    field.span().start,
+                    &format!("identity.jwt.{key}"),
+                    format!(
+                        "{names} tokens are verified with a shared secret (secret_env), not a \
+                         public key; remove {key}, or list RS*/ES* algorithms"
+                    ),
+                );
+            }
+        }
+        let (name, at) = match &jwt.secret_env {
+            Some(field) => (field.get_ref().as_str(), field.span().start),
+            None => ("SLUICE_JWT_SECRET", at),
+        };
+        let path = "identity.jwt.secret_env";
+        if name.is_empty() {
+            self.error(at, path, "must name an environment variable");
+            return None;
+        }
+        let secret = match std::env::var_os(name) {
+            None => {
+                self.error(
+                    at,
+                    path,
+                    format!(
+                        "the environment variable {name} is not set; it must hold the secret \
+                         tokens are signed with ({names})"
+                    ),
+                );
+                return None;
+            }
+            Some(value) if value.is_empty() => {
+                self.error(
+                    at,
+                    path,
+                    format!("the environment variable {name} is empty; it must hold the secret"),
+                );
+                return None;
+            }
+            Some(value) => value.into_encoded_bytes(),
+        };
+        // RFC 7518 §3.2: at least as long as the hash's output.
+        let wanted = algorithms
+            .iter()
+            .map(|alg| match alg {
+                JwtAlgorithm::HS384 => 48,
+                JwtAlgorithm::HS512 => 64,
+                _ => 32,
+            })
+            .max()
+            .unwrap_or(32);
+        if secret.len() < wanted {
+            self.warn(
+                at,
+                path,
+                format_args!(
+                    "the secret in {name} is {} bytes; use at least {wanted} for {names} (RFC \
+                     7518 §3.2), or it may be guessed offline from any token",
+                    secret.len()
+                ),
+            );
+        }
+        Some(JwtKey::Secret(secret))
+    }
+
+    /// The PEM public key from `public_key_file`, which must serve every
+    /// listed algorithm, or the JWKS from `jwks_file` (either relative to
+    /// the config file's directory).
+    fn jwt_public_key(
+        &mut self,
+        jwt: &super::raw::RawJwt,
+        at: usize,
+        algorithms: &[JwtAlgorithm],
+    ) -> Option<JwtKey> {
+        let names = jwt_names(algorithms);
+        if let Some(field) = &jwt.secret_env {
+            self.error(
+                field.span().start,
+                "identity.jwt.secret_env",
+                format!(
+                    "{names} tokens are verified with a public key (public_key_file or \
+                     jwks_file), not a shared secret; remove secret_env, or list HS* algorithms"
+                ),
+            );
+        }
+        let (key, field, wrap): (_, _, fn(Vec<u8>) -> JwtKey) =
+            match (&jwt.public_key_file, &jwt.jwks_file) {
+                (Some(_), Some(jwks)) => {
+                    self.error(
+                        jwks.span().start,
+                        "identity.jwt.jwks_file",
+                        "give either public_key_file or jwks_file, not both",
+                    );
+                    return None;
+                }
+                (Some(pem), None) => ("public_key_file", pem, JwtKey::PublicKeyPem),
+                (None, Some(jwks)) => ("jwks_file", jwks, JwtKey::Jwks),
+                (None, None) => {
+                    self.error(
+                        at,
+                        "identity.jwt.public_key_file",
+                        format!(
+                            "{names} tokens need public_key_file = \"path/to/public.pem\" (or \
+                             jwks_file = \"path/to/jwks.json\")"
+                        ),
+                    );
+                    return None;
+                }
+            };
+        let path = format!("identity.jwt.{key}");
+        let written = std::path::Path::new(field.get_ref());
+        let file = match std::path::Path::new(self.origin).parent() {
+            Some(dir) if written.is_relative() => dir.join(written),
+            _ => written.to_path_buf(),
+        };
+        let bytes = match std::fs::read(&file) {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                self.error(
+                    field.span().start,
+                    &path,
+                    format!("cannot read {}: {err}", file.display()),
+                );
+                return None;
+            }
+        };
+        let key = wrap(bytes);
+        if let Err(message) = crate::key::jwt::verification_keys(&key, algorithms) {
+            self.error(
+                field.span().start,
+                &path,
+                format!("{} {message}", file.display()),
+            );
+            return None;
+        }
+        Some(key)
+    }
+
+    /// Every `jwt:<claim>` in a rule's key needs `[identity.jwt]`: without
+    /// it no token could verify.
+    fn jwt_sources_need_identity(&mut self, raw: &[RawRule], configured: bool) {
+        if configured {
+            return;
+        }
+        for (index, rule) in raw.iter().enumerate() {
+            let keys = rule
+                .key
+                .iter()
+                .flat_map(|field| field.get_ref().items(field.span()))
+                .enumerate()
+                .map(|(i, item)| (format!("rule[{index}].key[{i}]"), item));
+            let tier_by = rule
+                .tiers
+                .as_ref()
+                .and_then(|tiers| tiers.value.by.as_ref())
+                .map(|by| {
+                    (
+                        format!("rule[{index}].tiers.by"),
+                        (by.get_ref().as_str(), by.span()),
+                    )
+                });
+            for (path, (text, span)) in keys.chain(tier_by) {
+                if let Ok(KeySource::Jwt(_)) = parse_key_source(text) {
+                    self.error(
+                        span.start,
+                        &path,
+                        format!(
+                            "\"{text}\" needs an [identity.jwt] table saying how tokens are \
+                             verified"
+                        ),
+                    );
+                }
+            }
         }
     }
 
-    fn rules(&mut self, raw: &[RawRule]) -> Vec<RuleConfig> {
+    fn rules(&mut self, raw: &[RawRule], ipv6_prefix: u8) -> Vec<RuleConfig> {
         if raw.is_empty() {
             self.warn(
                 0,
@@ -679,7 +1010,7 @@ impl Validator<'_> {
                 .min()
                 .unwrap_or(0),
             };
-            let validated = self.rule(index, at, rule);
+            let validated = self.rule(index, at, rule, ipv6_prefix);
             if let Some(field) = &rule.name {
                 let name = field.get_ref();
                 if let Some(first) = names.get(name) {
@@ -697,7 +1028,7 @@ impl Validator<'_> {
         rules
     }
 
-    fn rule(&mut self, index: usize, at: usize, raw: &RawRule) -> RuleConfig {
+    fn rule(&mut self, index: usize, at: usize, raw: &RawRule, ipv6_prefix: u8) -> RuleConfig {
         let path = |field: &str| format!("rule[{index}].{field}");
         let name = match &raw.name {
             None => {
@@ -725,7 +1056,6 @@ impl Validator<'_> {
             Some(field) => self.algorithm(&path("algorithm"), field),
         };
         let concurrency = algorithm == Some(AlgorithmKind::Concurrency);
-        let leaky = algorithm == Some(AlgorithmKind::LeakyBucket);
 
         let matcher = raw
             .matcher
@@ -751,6 +1081,7 @@ impl Validator<'_> {
         // `None` when the limits are missing or invalid (already reported),
         // so that `burst` and `cost` are not judged against made-up ones.
         // A concurrency rule has none: it counts requests in flight.
+        let base = format!("rule[{index}]");
         let written = if concurrency {
             for (key, field) in [
                 ("rate", raw.rate.as_ref().map(Spanned::span)),
@@ -762,127 +1093,25 @@ impl Validator<'_> {
             }
             None
         } else {
-            self.written_limits(index, at, raw)
+            self.written_limits(&base, "", at, raw.rate.as_ref(), raw.limits.as_ref())
         };
-        let written = match written {
-            Some(limits) if leaky && limits.len() > 1 => {
-                let at = raw.limits.as_ref().map_or(at, |field| field.span().start);
-                self.error(
-                    at,
-                    &path("limits"),
-                    "a leaky bucket lets requests leave at one constant rate, so it takes a single \
-                     rate such as rate = \"10/s\"; use token_bucket for several limits that must \
-                     all hold",
-                );
-                None
-            }
-            written => written,
-        };
+        let written = self.one_rate_if_leaky(&base, algorithm, written, raw.limits.as_ref(), at);
         for limit in written.iter().flatten() {
             self.check_limit(algorithm, limit);
         }
-        // The shortest-period limit is the one `burst` sizes.
-        let shortest = written
-            .as_ref()
-            .and_then(|limits| (0..limits.len()).min_by_key(|&i| limits[i].rate.period));
-        let count = written
-            .as_ref()
-            .zip(shortest)
-            .map(|(limits, i)| limits[i].rate.count);
-
-        let burst = match (&raw.burst, algorithm) {
-            (None, _) => None,
-            (Some(field), Some(AlgorithmKind::Concurrency)) => {
-                self.not_for_concurrency(index, field.span().start, "burst");
-                None
-            }
-            (Some(field), Some(kind))
-                if !matches!(
-                    kind,
-                    AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket
-                ) =>
-            {
-                self.error(
-                    field.span().start,
-                    &path("burst"),
-                    format!(
-                        "only algorithm = \"token_bucket\" (its capacity) and \"leaky_bucket\" \
-                         (how many may wait) take a burst: the capacity of a {} limit is its \
-                         COUNT; remove burst, or change the COUNT",
-                        kind.name()
-                    ),
-                );
-                None
-            }
-            (Some(field), _) => {
-                let default = if raw.rate.is_none() && raw.limits.is_some() {
-                    "the COUNT of the shortest-period limit"
-                } else {
-                    "the rate's COUNT"
-                };
-                let value = *field.get_ref();
-                let min = if count == Some(0) || count.is_none() {
-                    0
-                } else {
-                    1
-                };
-                if value < min {
-                    let why = if min == 1 {
-                        "must be at least 1, or no request could ever pass"
-                    } else {
-                        "cannot be negative"
-                    };
-                    self.error(
-                        field.span().start,
-                        &path("burst"),
-                        format!("{value} {why}; it defaults to {default}"),
-                    );
-                    Some(1)
-                } else {
-                    let burst = u64::try_from(value).unwrap_or(0);
-                    if count == Some(0) && burst > 0 && leaky {
-                        self.warn(
-                            field.span().start,
-                            &path("burst"),
-                            "with a COUNT of 0 nothing ever leaves a leaky bucket, so no request \
-                             is admitted whatever the burst",
-                        );
-                    } else if count == Some(0) && burst > 0 {
-                        self.warn(
-                            field.span().start,
-                            &path("burst"),
-                            format_args!(
-                                "with a COUNT of 0 the bucket never refills: each key gets {burst} \
-                                 request(s) in total"
-                            ),
-                        );
-                    }
-                    Some(burst)
-                }
-            }
+        let default_burst = if raw.rate.is_none() && raw.limits.is_some() {
+            "the COUNT of the shortest-period limit"
+        } else {
+            "the rate's COUNT"
         };
-
-        let limits: Vec<LimitConfig> = match &written {
-            _ if concurrency => Vec::new(),
-            Some(written) if !written.is_empty() => written
-                .iter()
-                .enumerate()
-                .map(|(i, limit)| LimitConfig {
-                    rate: limit.rate,
-                    capacity: match burst {
-                        Some(burst) if Some(i) == shortest => burst,
-                        _ => limit.rate.count,
-                    },
-                })
-                .collect(),
-            _ => vec![LimitConfig {
-                rate: Rate {
-                    count: 1,
-                    period: Duration::from_secs(1),
-                },
-                capacity: burst.unwrap_or(1),
-            }],
-        };
+        let built = self.build_limits(
+            index,
+            &base,
+            written.as_deref(),
+            raw.burst.as_ref(),
+            algorithm,
+            default_burst,
+        );
 
         let cost = match &raw.cost {
             Some(field) if concurrency => {
@@ -891,32 +1120,42 @@ impl Validator<'_> {
             }
             field => self.int(field.as_ref(), &path("cost"), 1, 1..=i64::MAX as u64),
         };
-        // A leaky bucket holds a request until its cost has leaked out, so
-        // any cost fits; it only waits longer.
-        let cost_must_fit = !leaky;
-        if let (Some(field), Some(written), true) = (&raw.cost, &written, cost_must_fit) {
-            let too_small = written
-                .iter()
-                .zip(&limits)
-                .enumerate()
-                .find(|(_, (written, limit))| written.rate.count > 0 && limit.capacity < cost);
-            if let Some((i, (written, limit))) = too_small {
-                let (what, raise) = if burst.is_some() && Some(i) == shortest {
-                    ("its burst", "burst")
-                } else {
-                    ("its COUNT", "that COUNT")
-                };
-                self.error(
-                    field.span().start,
-                    &path("cost"),
-                    format!(
-                        "{cost} can never fit in {} \"{}\", whose capacity is {} ({what}): \
-                         such a request would never be admitted; lower cost or raise {raise}",
-                        written.key, written.text, limit.capacity
-                    ),
-                );
+        if let (Some(field), Some(written)) = (&raw.cost, &written) {
+            if let Some((_, message)) =
+                self.cost_misfit(&cost.to_string(), cost, algorithm, written, &built)
+            {
+                self.error(field.span().start, &path("cost"), message);
             }
         }
+        let limits = built.limits;
+
+        let context = RuleContext {
+            index,
+            at,
+            algorithm,
+            written: written.as_deref(),
+            cost: raw.cost.is_some().then_some(cost),
+        };
+        let tiers = raw.tiers.as_ref().and_then(|t| self.tiers(&context, t));
+        let overrides = match &raw.overrides {
+            Some(o) => self.overrides(&context, o, &key, ipv6_prefix),
+            None => Vec::new(),
+        };
+        let sunset = raw
+            .sunset
+            .as_ref()
+            .and_then(|s| self.sunset(&context, s, raw));
+        let ban = raw.ban.as_ref().and_then(|b| self.ban(&context, b, raw));
+        let on_change = self.choice(
+            raw.on_change.as_ref(),
+            &path("on_change"),
+            &[
+                ("keep", OnChange::Keep),
+                ("proportional", OnChange::Proportional),
+                ("reset", OnChange::Reset),
+            ],
+            OnChange::Proportional,
+        );
 
         // A leaky bucket's queue is its capacity: how many may wait.
         let queue = limits.first().map_or(1, |limit| limit.capacity);
@@ -934,11 +1173,11 @@ impl Validator<'_> {
             shadow: raw.shadow.as_ref().is_some_and(|v| *v.get_ref()),
             on_limit,
             max_in_flight,
-            tiers: None,
-            overrides: Vec::new(),
-            sunset: None,
-            ban: None,
-            on_change: OnChange::default(),
+            tiers,
+            overrides,
+            sunset,
+            ban,
+            on_change,
         }
     }
 
@@ -1091,6 +1330,10 @@ impl Validator<'_> {
         let hint = match key {
             "burst" => "max_in_flight (default 100) is how many may be in flight at once",
             "cost" => "each request holds one permit while it is in flight",
+            "tiers" | "overrides" | "sunset" => {
+                "they change a rate, and a concurrency rule has none; write a separate rule \
+                 (with its own match or key) for callers that need another max_in_flight"
+            }
             _ => "bound them with max_in_flight (default 100), or choose another algorithm for a rate",
         };
         self.error(
@@ -1098,6 +1341,672 @@ impl Validator<'_> {
             &format!("rule[{index}].{key}"),
             format!("concurrency counts requests in flight, so it takes no {key}; {hint}"),
         );
+    }
+
+    /// A leaky bucket takes a single rate; several are reported (at `limits`)
+    /// and dropped.
+    fn one_rate_if_leaky(
+        &mut self,
+        base: &str,
+        algorithm: Option<AlgorithmKind>,
+        written: Option<Vec<WrittenLimit>>,
+        limits: Option<&Spanned<OneOrMany>>,
+        at: usize,
+    ) -> Option<Vec<WrittenLimit>> {
+        match written {
+            Some(written) if algorithm == Some(AlgorithmKind::LeakyBucket) && written.len() > 1 => {
+                let at = limits.map_or(at, |field| field.span().start);
+                self.error(
+                    at,
+                    &format!("{base}.limits"),
+                    "a leaky bucket lets requests leave at one constant rate, so it takes a single \
+                     rate such as rate = \"10/s\"; use token_bucket for several limits that must \
+                     all hold",
+                );
+                None
+            }
+            written => written,
+        }
+    }
+
+    /// The limits (with capacities) of `written` and `burst`, checking the
+    /// burst; the same for a rule and for each of its tiers and overrides.
+    /// `default_burst` says what the burst defaults to, for messages.
+    fn build_limits(
+        &mut self,
+        index: usize,
+        base: &str,
+        written: Option<&[WrittenLimit]>,
+        burst_field: Option<&Spanned<i64>>,
+        algorithm: Option<AlgorithmKind>,
+        default_burst: &str,
+    ) -> BuiltLimits {
+        let path = format!("{base}.burst");
+        let leaky = algorithm == Some(AlgorithmKind::LeakyBucket);
+        // The shortest-period limit is the one `burst` sizes.
+        let shortest =
+            written.and_then(|limits| (0..limits.len()).min_by_key(|&i| limits[i].rate.period));
+        let count = written
+            .zip(shortest)
+            .map(|(limits, i)| limits[i].rate.count);
+
+        let burst = match (burst_field, algorithm) {
+            (None, _) => None,
+            (Some(field), Some(AlgorithmKind::Concurrency)) => {
+                self.not_for_concurrency(index, field.span().start, "burst");
+                None
+            }
+            (Some(field), Some(kind))
+                if !matches!(
+                    kind,
+                    AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket
+                ) =>
+            {
+                self.error(
+                    field.span().start,
+                    &path,
+                    format!(
+                        "only algorithm = \"token_bucket\" (its capacity) and \"leaky_bucket\" \
+                         (how many may wait) take a burst: the capacity of a {} limit is its \
+                         COUNT; remove burst, or change the COUNT",
+                        kind.name()
+                    ),
+                );
+                None
+            }
+            (Some(field), _) => {
+                let value = *field.get_ref();
+                let min = if count == Some(0) || count.is_none() {
+                    0
+                } else {
+                    1
+                };
+                if value < min {
+                    let why = if min == 1 {
+                        "must be at least 1, or no request could ever pass"
+                    } else {
+                        "cannot be negative"
+                    };
+                    self.error(
+                        field.span().start,
+                        &path,
+                        format!("{value} {why}; it defaults to {default_burst}"),
+                    );
+                    Some(1)
+                } else {
+                    let burst = u64::try_from(value).unwrap_or(0);
+                    if count == Some(0) && burst > 0 && leaky {
+                        self.warn(
+                            field.span().start,
+                            &path,
+                            "with a COUNT of 0 nothing ever leaves a leaky bucket, so no request \
+                             is admitted whatever the burst",
+                        );
+                    } else if count == Some(0) && burst > 0 {
+                        self.warn(
+                            field.span().start,
+                            &path,
+                            format_args!(
+                                "with a COUNT of 0 the bucket never refills: each key gets {burst} \
+                                 request(s) in total"
+                            ),
+                        );
+                    }
+                    Some(burst)
+                }
+            }
+        };
+
+        let limits: Vec<LimitConfig> = match written {
+            _ if algorithm == Some(AlgorithmKind::Concurrency) => Vec::new(),
+            Some(written) if !written.is_empty() => written
+                .iter()
+                .enumerate()
+                .map(|(i, limit)| LimitConfig {
+                    rate: limit.rate,
+                    capacity: match burst {
+                        Some(burst) if Some(i) == shortest => burst,
+                        _ => limit.rate.count,
+                    },
+                })
+                .collect(),
+            _ => vec![LimitConfig {
+                rate: Rate {
+                    count: 1,
+                    period: Duration::from_secs(1),
+                },
+                capacity: burst.unwrap_or(1),
+            }],
+        };
+        BuiltLimits {
+            limits,
+            burst_sized: burst.and(shortest),
+        }
+    }
+
+    /// The first open limit whose capacity cannot hold `cost` (its index and
+    /// the sentence saying so), if any. A leaky bucket holds a request until
+    /// its cost has leaked out, so any cost fits it; it only waits longer.
+    fn cost_misfit(
+        &self,
+        subject: &str,
+        cost: u64,
+        algorithm: Option<AlgorithmKind>,
+        written: &[WrittenLimit],
+        built: &BuiltLimits,
+    ) -> Option<(usize, String)> {
+        if algorithm == Some(AlgorithmKind::LeakyBucket) {
+            return None;
+        }
+        let (i, (written, limit)) = written
+            .iter()
+            .zip(&built.limits)
+            .enumerate()
+            .find(|(_, (written, limit))| written.rate.count > 0 && limit.capacity < cost)?;
+        let (what, raise) = if built.burst_sized == Some(i) {
+            ("its burst", "burst")
+        } else {
+            ("its COUNT", "that COUNT")
+        };
+        Some((
+            i,
+            format!(
+                "{subject} can never fit in {} \"{}\", whose capacity is {} ({what}): such a \
+                 request would never be admitted; lower cost or raise {raise}",
+                written.key, written.text, limit.capacity
+            ),
+        ))
+    }
+
+    /// `tiers = { by = "<key source>", <value> = { rate, limits, burst }, ... }`.
+    fn tiers(&mut self, rule: &RuleContext, raw: &Located<RawTiers>) -> Option<Tiers> {
+        let index = rule.index;
+        let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+        if rule.algorithm == Some(AlgorithmKind::Concurrency) {
+            self.not_for_concurrency(index, at, "tiers");
+            return None;
+        }
+        let path = format!("rule[{index}].tiers");
+        let by = match &raw.value.by {
+            None => {
+                self.error(
+                    at,
+                    &path,
+                    "needs by = \"<key source>\", the source whose value picks the tier, such as \
+                     by = \"header:x-plan\" or by = \"jwt:plan\"",
+                );
+                None
+            }
+            Some(field) => match parse_key_source(field.get_ref()) {
+                Ok(source) => Some(source),
+                Err(message) => {
+                    self.error(field.span().start, &format!("{path}.by"), message);
+                    None
+                }
+            },
+        };
+        if raw.value.tiers.is_empty() {
+            self.error(
+                at,
+                &path,
+                "lists no tier: add a table per tier value next to by, such as premium = { rate = \
+                 \"100/s\" }",
+            );
+            return None;
+        }
+        let mut tiers = Vec::with_capacity(raw.value.tiers.len());
+        for (name, table) in &raw.value.tiers {
+            let relative = format!("tiers.{}", key_in_path(&name.text));
+            tiers.push(self.variant(rule, &relative, name, table));
+        }
+        let tiers = tiers.into_iter().collect::<Option<Vec<_>>>()?;
+        Some(Tiers { by: by?, tiers })
+    }
+
+    /// `overrides = { "<bucket key>" = { rate, limits, burst }, ... }`.
+    fn overrides(
+        &mut self,
+        rule: &RuleContext,
+        raw: &Located<RawOverrides>,
+        key: &[KeySource],
+        ipv6_prefix: u8,
+    ) -> Vec<Variant> {
+        let index = rule.index;
+        if rule.algorithm == Some(AlgorithmKind::Concurrency) {
+            let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+            self.not_for_concurrency(index, at, "overrides");
+            return Vec::new();
+        }
+        let mut overrides = Vec::with_capacity(raw.value.0.len());
+        for (name, table) in &raw.value.0 {
+            let relative = format!("overrides.{}", key_in_path(&name.text));
+            if let Err(message) = check_bucket_key(&name.text, key, ipv6_prefix) {
+                let at = name
+                    .span
+                    .as_ref()
+                    .or(table.span.as_ref())
+                    .map_or(rule.at, |span| span.start);
+                self.error(at, &format!("rule[{index}].{relative}"), message);
+            }
+            if let Some(variant) = self.variant(rule, &relative, name, table) {
+                overrides.push(variant);
+            }
+        }
+        overrides
+    }
+
+    /// One tier or override: its limits, computed like the rule's own. One
+    /// that sets only `burst` keeps the rule's rates; one that sets `rate`
+    /// or `limits` takes its own COUNT as the default burst.
+    fn variant(
+        &mut self,
+        rule: &RuleContext,
+        relative: &str,
+        name: &Key,
+        table: &Located<RawVariant>,
+    ) -> Option<Variant> {
+        let base = format!("rule[{}].{relative}", rule.index);
+        let raw = &table.value;
+        let at = name
+            .span
+            .as_ref()
+            .or(table.span.as_ref())
+            .map_or(rule.at, |span| span.start);
+        for key in &raw.unknown {
+            let at = key.span.as_ref().map_or(at, |span| span.start);
+            self.error(
+                at,
+                &format!("{base}.{}", key_in_path(&key.text)),
+                format!(
+                    "unknown key \"{}\"; a tier or override sets rate, limits and/or burst",
+                    key.text
+                ),
+            );
+        }
+        if raw.rate.is_none() && raw.limits.is_none() && raw.burst.is_none() {
+            if !raw.unknown.is_empty() {
+                return None;
+            }
+            self.error(
+                at,
+                &base,
+                "sets nothing: give rate, limits and/or burst, such as { rate = \"100/s\" } (one \
+                 that sets only burst keeps the rule's rates)",
+            );
+            return None;
+        }
+        let errors_before = self.errors.len();
+        let own_rates = raw.rate.is_some() || raw.limits.is_some();
+        let written = if own_rates {
+            let prefix = format!("{relative}.");
+            let written =
+                self.written_limits(&base, &prefix, at, raw.rate.as_ref(), raw.limits.as_ref());
+            let written =
+                self.one_rate_if_leaky(&base, rule.algorithm, written, raw.limits.as_ref(), at);
+            for limit in written.iter().flatten() {
+                self.check_limit(rule.algorithm, limit);
+            }
+            written
+        } else {
+            rule.written.map(<[WrittenLimit]>::to_vec)
+        };
+        let default_burst = match (&raw.rate, &raw.limits) {
+            (None, Some(_)) => "the COUNT of its shortest-period limit",
+            _ => "its rate's COUNT",
+        };
+        let built = self.build_limits(
+            rule.index,
+            &base,
+            written.as_deref(),
+            raw.burst.as_ref(),
+            rule.algorithm,
+            default_burst,
+        );
+        let written = written?;
+        // A table already refused for its own values is not judged further.
+        let cost = rule.cost.filter(|_| self.errors.len() == errors_before);
+        if let Some(cost) = cost {
+            let subject = format!("the rule's cost {cost}");
+            if let Some((i, message)) =
+                self.cost_misfit(&subject, cost, rule.algorithm, &written, &built)
+            {
+                // An inherited rate that cannot hold the cost was reported
+                // at the rule already; only this table's own values are new.
+                match (&raw.burst, built.burst_sized == Some(i)) {
+                    (Some(burst), true) => {
+                        self.error(burst.span().start, &format!("{base}.burst"), message)
+                    }
+                    _ if own_rates => self.error(written[i].at, &written[i].path, message),
+                    _ => {}
+                }
+            }
+        }
+        Some(Variant {
+            name: name.text.clone(),
+            limits: built.limits,
+        })
+    }
+
+    /// `sunset = { start, end, to, step, link }`.
+    fn sunset(
+        &mut self,
+        rule: &RuleContext,
+        raw: &Located<RawSunset>,
+        raw_rule: &RawRule,
+    ) -> Option<SunsetConfig> {
+        let index = rule.index;
+        let path = |key: &str| format!("rule[{index}].sunset.{key}");
+        let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+        if rule.algorithm == Some(AlgorithmKind::Concurrency) {
+            self.not_for_concurrency(index, at, "sunset");
+            return None;
+        }
+        let mut valid = true;
+        if let (Some(written), Some(limits)) = (rule.written, &raw_rule.limits) {
+            if written.len() > 1 {
+                let (line, _) = self.source.position(limits.span().start);
+                self.error(
+                    at,
+                    &format!("rule[{index}].sunset"),
+                    format!(
+                        "lowers one rate step by step, so the rule needs exactly one, but limits \
+                         (line {line}) lists {}; keep one limit, or put the others in a rule of \
+                         their own",
+                        written.len()
+                    ),
+                );
+                valid = false;
+            }
+        }
+        for (key, field) in [
+            (
+                "tiers",
+                raw_rule.tiers.as_ref().and_then(|t| t.span.clone()),
+            ),
+            (
+                "overrides",
+                raw_rule.overrides.as_ref().and_then(|o| o.span.clone()),
+            ),
+        ] {
+            let present = match key {
+                "tiers" => raw_rule.tiers.is_some(),
+                _ => raw_rule.overrides.is_some(),
+            };
+            if present {
+                let line = field.map_or(String::new(), |span| {
+                    format!(" (line {})", self.source.position(span.start).0)
+                });
+                self.error(
+                    at,
+                    &format!("rule[{index}].sunset"),
+                    format!(
+                        "cannot be combined with {key}{line}: a sunset lowers the rule's one rate \
+                         for every caller; retire the old API version in a rule without {key}"
+                    ),
+                );
+                valid = false;
+            }
+        }
+        let sunset = &raw.value;
+        let missing: Vec<&str> = [
+            ("start", sunset.start.is_none()),
+            ("end", sunset.end.is_none()),
+            ("to", sunset.to.is_none()),
+        ]
+        .into_iter()
+        .filter_map(|(key, missing)| missing.then_some(key))
+        .collect();
+        if !missing.is_empty() {
+            self.error(
+                at,
+                &format!("rule[{index}].sunset"),
+                format!(
+                    "needs {}: sunset = {{ start = 2026-12-01T00:00:00Z, end = \
+                     2027-01-01T00:00:00Z, to = \"0/d\" }} (step defaults to \"1d\"; link is \
+                     optional)",
+                    missing.join(" and ")
+                ),
+            );
+            valid = false;
+        }
+        let start = sunset
+            .start
+            .as_ref()
+            .and_then(|field| self.timestamp(field, &path("start")));
+        let end = sunset
+            .end
+            .as_ref()
+            .and_then(|field| self.timestamp(field, &path("end")));
+        if let (Some(start), Some(end), Some(field)) = (start, end, &sunset.end) {
+            if end <= start {
+                let line = sunset
+                    .start
+                    .as_ref()
+                    .map_or(0, |s| self.source.position(s.span().start).0);
+                self.error(
+                    field.span().start,
+                    &path("end"),
+                    format!("must be after start (line {line}): the limit falls from start to end"),
+                );
+                valid = false;
+            }
+        }
+        let rate = rule
+            .written
+            .filter(|written| written.len() == 1)
+            .map(|written| &written[0]);
+        let to = match &sunset.to {
+            None => None,
+            Some(field) => match parse_rate(field.get_ref()) {
+                Err(message) => {
+                    self.error(field.span().start, &path("to"), message);
+                    None
+                }
+                Ok(to) => match rate {
+                    // The rule's own rate is invalid (already reported).
+                    None => None,
+                    Some(from) => {
+                        let converted = u128::from(to.count) * from.rate.period.as_nanos()
+                            / to.period.as_nanos();
+                        match u64::try_from(converted) {
+                            Ok(converted) if converted <= from.rate.count => Some(converted),
+                            _ => {
+                                self.error(
+                                    field.span().start,
+                                    &path("to"),
+                                    format!(
+                                        "\"{}\" is {converted} per period of the rule's {} \
+                                         \"{}\", more than its COUNT {}: a sunset only lowers a \
+                                         limit",
+                                        field.get_ref(),
+                                        from.key,
+                                        from.text,
+                                        from.rate.count
+                                    ),
+                                );
+                                None
+                            }
+                        }
+                    }
+                },
+            },
+        };
+        let step = match &sunset.step {
+            None => Some(Duration::from_secs(86_400)),
+            Some(field) => match parse_duration(field.get_ref()) {
+                Ok(step) if !step.is_zero() => Some(step),
+                Ok(_) => {
+                    self.error(
+                        field.span().start,
+                        &path("step"),
+                        "must be longer than zero (default \"1d\")",
+                    );
+                    None
+                }
+                Err(message) => {
+                    self.error(field.span().start, &path("step"), message);
+                    None
+                }
+            },
+        };
+        let link = match &sunset.link {
+            None => Some(None),
+            Some(field) => match check_link(field.get_ref()) {
+                Ok(()) => Some(Some(field.get_ref().clone())),
+                Err(message) => {
+                    self.error(field.span().start, &path("link"), message);
+                    None
+                }
+            },
+        };
+        let step_at = sunset
+            .step
+            .as_ref()
+            .map(Spanned::span)
+            .or_else(|| sunset.end.as_ref().map(Spanned::span));
+        if let (Some(start), Some(end), Some(step_len), Some(at)) = (start, end, step, step_at) {
+            let steps = u128::from(end.saturating_sub(start)).div_ceil(step_len.as_nanos().max(1));
+            if steps > u128::from(crate::limiter::sunset::MAX_STEPS) {
+                self.error(
+                    at.start,
+                    &path("step"),
+                    format!(
+                        "makes {steps} steps from start to end; at most {} are allowed, so use a \
+                         longer step",
+                        crate::limiter::sunset::MAX_STEPS
+                    ),
+                );
+                valid = false;
+            }
+        }
+        if !valid {
+            return None;
+        }
+        Some(SunsetConfig {
+            start: start?,
+            end: end?,
+            to: to?,
+            step: step?,
+            link: link?,
+        })
+    }
+
+    /// A timestamp: an RFC 3339 string or a TOML offset datetime.
+    fn timestamp(&mut self, field: &Spanned<toml::Value>, path: &str) -> Option<u64> {
+        let parsed = match field.get_ref() {
+            toml::Value::String(text) => parse_timestamp(text),
+            toml::Value::Datetime(datetime) => datetime_to_unix_nanos(datetime),
+            other => Err(format!(
+                "must be a timestamp, not {} {other}; write an RFC 3339 timestamp such as \
+                 2026-12-01T00:00:00Z (bare or quoted)",
+                match other {
+                    toml::Value::Integer(_) => "the number",
+                    toml::Value::Float(_) => "the number",
+                    toml::Value::Boolean(_) => "the boolean",
+                    _ => "the value",
+                }
+            )),
+        };
+        match parsed {
+            Ok(nanos) => Some(nanos),
+            Err(message) => {
+                self.error(field.span().start, path, message);
+                None
+            }
+        }
+    }
+
+    /// `ban = { after = N, within = "1m", for = "10m" }`.
+    fn ban(
+        &mut self,
+        rule: &RuleContext,
+        raw: &Located<RawBan>,
+        raw_rule: &RawRule,
+    ) -> Option<BanConfig> {
+        let index = rule.index;
+        let path = |key: &str| format!("rule[{index}].ban.{key}");
+        let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+        let mut valid = true;
+        if let Some(shadow) = raw_rule.shadow.as_ref().filter(|s| *s.get_ref()) {
+            let (line, _) = self.source.position(shadow.span().start);
+            self.error(
+                at,
+                &format!("rule[{index}].ban"),
+                format!(
+                    "a shadow rule (line {line}) never limits anyone, so it would never ban; \
+                     remove ban, or set shadow = false"
+                ),
+            );
+            valid = false;
+        }
+        let ban = &raw.value;
+        let missing: Vec<&str> = [
+            ("after", ban.after.is_none()),
+            ("within", ban.within.is_none()),
+            ("for", ban.duration.is_none()),
+        ]
+        .into_iter()
+        .filter_map(|(key, missing)| missing.then_some(key))
+        .collect();
+        if !missing.is_empty() {
+            self.error(
+                at,
+                &format!("rule[{index}].ban"),
+                format!(
+                    "needs {}: ban = {{ after = 20, within = \"1m\", for = \"10m\" }} bans a key \
+                     limited 20 times within a minute for 10 minutes",
+                    missing.join(" and ")
+                ),
+            );
+            valid = false;
+        }
+        let after = ban.after.as_ref().and_then(|field| {
+            let value = *field.get_ref();
+            if value >= 1 {
+                u64::try_from(value).ok()
+            } else {
+                self.error(
+                    field.span().start,
+                    &path("after"),
+                    format!(
+                        "{value} is out of range: must be at least 1 (how many limited answers \
+                         within `within` start a ban)"
+                    ),
+                );
+                None
+            }
+        });
+        let within = ban
+            .within
+            .as_ref()
+            .and_then(|field| self.positive_duration(field, &path("within")));
+        let duration = ban
+            .duration
+            .as_ref()
+            .and_then(|field| self.positive_duration(field, &path("for")));
+        if !valid {
+            return None;
+        }
+        Some(BanConfig {
+            after: after?,
+            within: within?,
+            duration: duration?,
+        })
+    }
+
+    /// A duration with no default that must be longer than zero.
+    fn positive_duration(&mut self, field: &Spanned<String>, path: &str) -> Option<Duration> {
+        match parse_duration(field.get_ref()) {
+            Ok(duration) if !duration.is_zero() => Some(duration),
+            Ok(_) => {
+                self.error(field.span().start, path, "must be longer than zero");
+                None
+            }
+            Err(message) => {
+                self.error(field.span().start, path, message);
+                None
+            }
+        }
     }
 
     fn algorithm(&mut self, path: &str, field: &Spanned<String>) -> Option<AlgorithmKind> {
@@ -1128,28 +2037,33 @@ impl Validator<'_> {
 
     /// The rule's `rate` or `limits`, parsed, in file order; `None` (with the
     /// problem reported) when neither, both, or an invalid one was written.
+    /// `base` is the path of the table holding them (`rule[0]`,
+    /// `rule[0].tiers.premium`) and `prefix` how other keys' messages name
+    /// them relative to the rule (`""`, `"tiers.premium."`).
     fn written_limits(
         &mut self,
-        index: usize,
+        base: &str,
+        prefix: &str,
         at: usize,
-        raw: &RawRule,
+        rate: Option<&Spanned<String>>,
+        limits: Option<&Spanned<OneOrMany>>,
     ) -> Option<Vec<WrittenLimit>> {
-        match (&raw.rate, &raw.limits) {
+        match (rate, limits) {
             (None, None) => {
                 self.error(
                     at,
-                    &format!("rule[{index}]"),
+                    base,
                     "rate is required: COUNT/PERIOD such as rate = \"100/m\", or \
                      limits = [\"100/m\", \"1000/h\"] for several limits that must all hold",
                 );
                 None
             }
-            (Some(rate), None) => self.rate(index, rate).map(|limit| vec![limit]),
-            (None, Some(limits)) => self.limit_list(index, limits),
+            (Some(rate), None) => self.rate(base, prefix, rate).map(|limit| vec![limit]),
+            (None, Some(limits)) => self.limit_list(base, prefix, limits),
             (Some(rate), Some(limits)) => {
                 // Each is still read, so its own mistakes are reported too.
-                self.rate(index, rate);
-                self.limit_list(index, limits);
+                self.rate(base, prefix, rate);
+                self.limit_list(base, prefix, limits);
                 let (later, key, earlier, other) = if limits.span().start > rate.span().start {
                     (limits.span().start, "limits", rate.span().start, "rate")
                 } else {
@@ -1158,7 +2072,7 @@ impl Validator<'_> {
                 let (line, _) = self.source.position(earlier);
                 self.error(
                     later,
-                    &format!("rule[{index}].{key}"),
+                    &format!("{base}.{key}"),
                     format!(
                         "cannot be used together with {other} (line {line}); write one limit as \
                          rate = \"100/m\" or several as limits = [\"100/m\", \"1000/h\"]"
@@ -1169,14 +2083,14 @@ impl Validator<'_> {
         }
     }
 
-    fn rate(&mut self, index: usize, field: &Spanned<String>) -> Option<WrittenLimit> {
-        let path = format!("rule[{index}].rate");
+    fn rate(&mut self, base: &str, prefix: &str, field: &Spanned<String>) -> Option<WrittenLimit> {
+        let path = format!("{base}.rate");
         match parse_rate(field.get_ref()) {
             Ok(rate) => Some(WrittenLimit {
                 rate,
                 text: field.get_ref().clone(),
                 at: field.span().start,
-                key: "rate".to_owned(),
+                key: format!("{prefix}rate"),
                 path,
             }),
             Err(message) => {
@@ -1188,10 +2102,11 @@ impl Validator<'_> {
 
     fn limit_list(
         &mut self,
-        index: usize,
+        base: &str,
+        prefix: &str,
         field: &Spanned<OneOrMany>,
     ) -> Option<Vec<WrittenLimit>> {
-        let path = format!("rule[{index}].limits");
+        let path = format!("{base}.limits");
         let items = match field.get_ref() {
             OneOrMany::Many(items) => items,
             OneOrMany::One(text) => {
@@ -1217,8 +2132,8 @@ impl Validator<'_> {
         let mut limits: Vec<WrittenLimit> = Vec::with_capacity(items.len());
         let mut valid = true;
         for (i, item) in items.iter().enumerate() {
-            let key = format!("limits[{i}]");
-            let path = format!("rule[{index}].{key}");
+            let key = format!("{prefix}limits[{i}]");
+            let path = format!("{base}.limits[{i}]");
             let text = item.get_ref();
             let rate = match parse_rate(text) {
                 Ok(rate) => rate,
@@ -1294,15 +2209,8 @@ impl Validator<'_> {
 
     /// Keys of SPEC.md's Rules table that this release does not implement.
     fn unsupported_rule_keys(&mut self, index: usize, at: usize, raw: &RawRule) {
-        let keys: [(&str, &Option<Present>); 7] = [
-            ("charge", &raw.charge),
-            ("refund_on", &raw.refund_on),
-            ("tiers", &raw.tiers),
-            ("overrides", &raw.overrides),
-            ("ban", &raw.ban),
-            ("on_change", &raw.on_change),
-            ("sunset", &raw.sunset),
-        ];
+        let keys: [(&str, &Option<Present>); 2] =
+            [("charge", &raw.charge), ("refund_on", &raw.refund_on)];
         for (key, value) in keys {
             if let Some(present) = value {
                 let at = present.span.as_ref().map_or(at, |span| span.start);
@@ -1625,6 +2533,15 @@ fn format_bytes(bytes: u64) -> String {
     }
 }
 
+/// `"HS256"`, `"HS256, HS384"`: the listed algorithms, for messages.
+fn jwt_names(algorithms: &[JwtAlgorithm]) -> String {
+    algorithms
+        .iter()
+        .map(|alg| alg.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn check_rule_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("must not be empty; it appears in headers, metrics and logs".to_owned());
@@ -1641,8 +2558,130 @@ fn check_rule_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A tier value or bucket key as it appears in an error path: bare when
+/// it is a bare TOML key, else quoted.
+fn key_in_path(text: &str) -> String {
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+    {
+        text.to_owned()
+    } else {
+        format!("{text:?}")
+    }
+}
+
+/// Sources whose value never contains `|`, so that the parts of a bucket
+/// key next to them can be told apart.
+fn never_holds_a_bar(source: &KeySource) -> bool {
+    matches!(source, KeySource::Ip | KeySource::Host | KeySource::Global)
+}
+
+/// An `overrides` key against the rule's `key`: the sources' values joined
+/// by `|` (SPEC.md, Keys). Checked as far as that is decidable: a header,
+/// query, path, method or JWT value may itself contain `|`, so parts are
+/// only matched to sources before the first and after the last such source.
+fn check_bucket_key(text: &str, sources: &[KeySource], ipv6_prefix: u8) -> Result<(), String> {
+    let parts: Vec<&str> = text.split('|').collect();
+    let any_free = sources.iter().any(|s| !never_holds_a_bar(s));
+    if parts.len() < sources.len() || (parts.len() > sources.len() && !any_free) {
+        let key = sources
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("|");
+        return Err(format!(
+            "\"{text}\" has {} part(s) but the rule's key has {} source(s) ({key}); a bucket key \
+             is the sources' values joined by '|' in the order of key",
+            parts.len(),
+            sources.len()
+        ));
+    }
+    let first_free = sources
+        .iter()
+        .position(|s| !never_holds_a_bar(s))
+        .unwrap_or(sources.len());
+    let last_free = sources.iter().rposition(|s| !never_holds_a_bar(s));
+    for (i, source) in sources.iter().enumerate() {
+        let part = if i < first_free {
+            parts[i]
+        } else if last_free.is_some_and(|last| i > last) {
+            parts[parts.len() - (sources.len() - i)]
+        } else {
+            continue;
+        };
+        match source {
+            KeySource::Ip => check_ip_part(part, ipv6_prefix)?,
+            KeySource::Global if !part.is_empty() => {
+                return Err(format!(
+                    "\"{text}\": the part of the global source is always empty (\"{part}\" \
+                     given); a bucket key is the sources' values joined by '|' in the order of key"
+                ))
+            }
+            KeySource::Host if part.contains(':') || part != part.to_ascii_lowercase() => {
+                return Err(format!(
+                    "\"{text}\": the host part is lower-case and without a port, such as \
+                     \"{}\"",
+                    part.split(':').next().unwrap_or("").to_ascii_lowercase()
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The client-IP part of a bucket key, in the text the runtime keys by:
+/// IPv4 dotted, IPv6 as its `server.ipv6_prefix` network.
+fn check_ip_part(part: &str, ipv6_prefix: u8) -> Result<(), String> {
+    let key_text = |ip: IpAddr| {
+        let mut text = String::new();
+        crate::key::client_ip::write_key(ip, ipv6_prefix, &mut text);
+        text
+    };
+    let ip = match (part.parse::<IpAddr>(), part.parse::<IpNet>()) {
+        (Ok(ip), _) => Some(ip),
+        (_, Ok(IpNet::V6(net))) => Some(IpAddr::V6(net.addr())),
+        (_, Ok(IpNet::V4(net))) => Some(IpAddr::V4(net.addr())),
+        _ => None,
+    };
+    let Some(ip) = ip else {
+        return Err(format!(
+            "\"{part}\" is not a client IP; the ip part of a bucket key is an IPv4 address such as \
+             \"203.0.113.7\" or an IPv6 network such as \"2001:db8:1:2::/{ipv6_prefix}\""
+        ));
+    };
+    let want = key_text(ip);
+    if want == part {
+        return Ok(());
+    }
+    let why = match crate::key::client_ip::canonical(ip) {
+        IpAddr::V6(_) if ipv6_prefix < 128 => {
+            format!(" (IPv6 clients are keyed by their /{ipv6_prefix} network, server.ipv6_prefix)")
+        }
+        _ => String::new(),
+    };
+    Err(format!(
+        "\"{part}\" is not how that client appears in a bucket key; write \"{want}\"{why}"
+    ))
+}
+
+/// `sunset.link`: an absolute URI, sent in `Link: <...>; rel="sunset"`.
+fn check_link(text: &str) -> Result<(), String> {
+    let help = "write an absolute URI such as \"https://api.example.com/docs/migrate-to-v2\"";
+    let uri: Uri = text
+        .parse()
+        .map_err(|_| format!("\"{text}\" is not a URI; {help}"))?;
+    if uri.scheme().is_none() || uri.authority().is_none_or(|a| a.host().is_empty()) {
+        return Err(format!("\"{text}\" is not an absolute URI; {help}"));
+    }
+    Ok(())
+}
+
 fn parse_key_source(text: &str) -> Result<KeySource, String> {
-    const ALLOWED: &str = "allowed: ip, path, method, host, global, header:<name>, query:<name>";
+    const ALLOWED: &str =
+        "allowed: ip, path, method, host, global, header:<name>, query:<name>, jwt:<claim>";
     match text {
         "ip" => return Ok(KeySource::Ip),
         "path" => return Ok(KeySource::Path),
@@ -1664,11 +2703,23 @@ fn parse_key_source(text: &str) -> Result<KeySource, String> {
         }
         return Ok(KeySource::Query(name.to_owned()));
     }
-    if text.starts_with("jwt:") {
-        return Err(format!(
-            "\"{text}\": JWT keys arrive in a later release; this version of sluice cannot key on \
-             jwt:<claim> yet (header:<name> works today)"
-        ));
+    if let Some(claim) = text.strip_prefix("jwt:") {
+        if claim.is_empty() {
+            return Err(
+                "jwt: needs a claim name, for example jwt:sub (or jwt:org.id for a \
+                        nested claim)"
+                    .to_owned(),
+            );
+        }
+        if claim.split('.').any(str::is_empty) {
+            return Err(format!(
+                "\"{text}\" has an empty claim name between dots; a nested claim is written \
+                 jwt:org.id"
+            ));
+        }
+        return Ok(KeySource::Jwt(ClaimPath(
+            claim.split('.').map(str::to_owned).collect(),
+        )));
     }
     Err(format!("unknown key source \"{text}\"; {ALLOWED}"))
 }
@@ -2089,7 +3140,7 @@ header = "authorization"
 algorithms = ["HS256"]
 secret_env = "SLUICE_JWT_SECRET"
 public_key_file = "keys/jwt.pem"
-verify = true
+verify = false
 [[rule]]
 name = "everything"
 algorithm = "token_bucket"
@@ -2102,9 +3153,12 @@ cost = 2
 charge = "elapsed_ms"
 refund_on = ["5xx"]
 tiers = { by = "header:x-tier", gold = { rate = "10/s" } }
-overrides = { "203.0.113.7" = { rate = "1/s" } }
+overrides = { "203.0.113.7" = { rate = "2/s" } }
 ban = { after = 3, within = "1m", for = "10m" }
 on_change = "keep"
+[[rule]]
+name = "retired"
+rate = "100/d"
 sunset = { start = 2025-01-01T00:00:00Z, end = "2025-06-01T00:00:00Z", to = "0/m", step = "1d", link = "https://example.com" }
 [[rule]]
 name = "in-flight"
@@ -2117,39 +3171,343 @@ max_in_flight = 10
             lines.iter().all(|l| l.contains("not supported")),
             "{lines:#?}"
         );
-        // algorithm, limits, burst, on_limit, max_delay, max_queue and cost
-        // (lines 22 to 28) and max_in_flight (line 39) are supported.
-        assert_eq!(lines.len(), 10, "{lines:#?}");
+        // Only charge and refund_on are left of the rule keys.
+        assert_eq!(lines.len(), 4, "{lines:#?}");
         assert_eq!(lines[0], "test.toml:5:11: store.backend: backend = \"redis\" is not supported by this version of sluice yet; use \"memory\"");
         assert_eq!(lines[1], "test.toml:6:1: store.redis: [store.redis] is not supported by this version of sluice yet; remove it");
-        assert_eq!(lines[2], "test.toml:14:1: identity.jwt: [identity.jwt] is not supported by this version of sluice yet; JWT keys arrive in a later release");
-        assert_eq!(lines[3], "test.toml:29:10: rule[0].charge: charge is not supported by this version of sluice yet; remove it");
-        assert!(
-            lines[9].starts_with("test.toml:35:10: rule[0].sunset: sunset is not supported"),
-            "{}",
-            lines[9]
-        );
+        assert_eq!(lines[2], "test.toml:29:10: rule[0].charge: charge is not supported by this version of sluice yet; remove it");
+        assert_eq!(lines[3], "test.toml:30:13: rule[0].refund_on: refund_on is not supported by this version of sluice yet; remove it");
     }
 
     #[test]
     fn an_unsupported_key_written_as_dotted_table_is_placed_at_its_rule() {
         let lines = errors(&format!(
-            "{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\nban.after = 3\n"
+            "{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\ncharge.a = 3\n"
         ));
-        assert_eq!(lines, vec!["test.toml:3:1: rule[0].ban: ban is not supported by this version of sluice yet; remove it"]);
+        assert_eq!(lines, vec!["test.toml:3:1: rule[0].charge: charge is not supported by this version of sluice yet; remove it"]);
+    }
+
+    /// Sets `name` to `value` for this test binary. Each test uses its own
+    /// variable, so parallel tests never see each other's values.
+    fn set_env(name: &str, value: &str) {
+        std::env::set_var(name, value);
+    }
+
+    fn jwt_rule() -> &'static str {
+        "[[rule]]\nname = \"a\"\nrate = \"1/s\"\nkey = \"jwt:sub\"\n"
     }
 
     #[test]
-    fn jwt_keys_arrive_in_a_later_release() {
+    fn a_jwt_key_needs_identity_jwt() {
         let line = only_error(&format!(
             "{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"ip\", \"jwt:sub\"]\n"
         ));
+        assert_eq!(
+            line,
+            "test.toml:6:14: rule[0].key[1]: \"jwt:sub\" needs an [identity.jwt] table saying \
+             how tokens are verified"
+        );
+    }
+
+    #[test]
+    fn jwt_claims_may_be_nested_but_not_empty() {
+        set_env("SLUICE_TEST_NESTED_SECRET", &"s".repeat(32));
+        let config = valid(&format!(
+            "{UPSTREAM}[identity.jwt]\nsecret_env = \"SLUICE_TEST_NESTED_SECRET\"\n\
+             [[rule]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"jwt:org.id\", \"jwt:sub\"]\n"
+        ));
+        assert_eq!(
+            config.rules[0].key,
+            vec![
+                KeySource::Jwt(ClaimPath(vec!["org".to_owned(), "id".to_owned()])),
+                KeySource::Jwt(ClaimPath(vec!["sub".to_owned()])),
+            ]
+        );
+        let lines = errors(&format!(
+            "{UPSTREAM}[identity.jwt]\nsecret_env = \"SLUICE_TEST_NESTED_SECRET\"\n\
+             [[rule]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"jwt:\", \"jwt:a..b\", \"jwt:.a\"]\n"
+        ));
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(
+            lines[0].starts_with("test.toml:8:8: rule[0].key[0]: jwt: needs a claim name"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[1].starts_with(
+                "test.toml:8:16: rule[0].key[1]: \"jwt:a..b\" has an empty claim name"
+            ),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].starts_with("test.toml:8:28: rule[0].key[2]: \"jwt:.a\" has an empty"),
+            "{}",
+            lines[2]
+        );
+    }
+
+    #[test]
+    fn identity_jwt_defaults_to_hs256_from_the_authorization_header() {
+        set_env(
+            "SLUICE_TEST_DEFAULTS_SECRET",
+            "0123456789abcdef0123456789abcdef",
+        );
+        let config = valid(&format!(
+            "{UPSTREAM}[identity.jwt]\nsecret_env = \"SLUICE_TEST_DEFAULTS_SECRET\"\n{}",
+            jwt_rule()
+        ));
+        let jwt = config.identity.jwt.expect("identity.jwt");
+        assert_eq!(jwt.header, "authorization");
+        assert_eq!(jwt.algorithms, vec![JwtAlgorithm::HS256]);
+        assert!(jwt.verify);
+        assert!(
+            matches!(&jwt.key, Some(JwtKey::Secret(s)) if s == b"0123456789abcdef0123456789abcdef")
+        );
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
+    fn an_unset_or_empty_secret_variable_is_an_error_naming_it() {
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nsecret_env = \"SLUICE_TEST_NEVER_SET\"\n{}",
+            jwt_rule()
+        ));
+        assert_eq!(
+            line,
+            "test.toml:4:14: identity.jwt.secret_env: the environment variable \
+             SLUICE_TEST_NEVER_SET is not set; it must hold the secret tokens are signed with \
+             (HS256)"
+        );
+        set_env("SLUICE_TEST_EMPTY_SECRET", "");
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nsecret_env = \"SLUICE_TEST_EMPTY_SECRET\"\n{}",
+            jwt_rule()
+        ));
+        assert!(
+            line.starts_with("test.toml:4:14: identity.jwt.secret_env: the environment variable SLUICE_TEST_EMPTY_SECRET is empty"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_short_secret_is_a_warning_that_never_shows_it() {
+        set_env("SLUICE_TEST_SHORT_SECRET", "hunter2");
+        let config = valid(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = [\"HS256\", \"HS512\"]\n\
+             secret_env = \"SLUICE_TEST_SHORT_SECRET\"\n{}",
+            jwt_rule()
+        ));
+        assert_eq!(
+            config.warnings,
+            vec![
+                "test.toml:5:14: identity.jwt.secret_env: the secret in SLUICE_TEST_SHORT_SECRET \
+                  is 7 bytes; use at least 64 for HS256, HS512 (RFC 7518 §3.2), or it may be \
+                  guessed offline from any token"
+            ]
+        );
+    }
+
+    #[test]
+    fn none_and_unknown_algorithms_are_errors_listing_the_allowed_ones() {
+        let lines = errors(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = [\"none\", \"PS256\", \"hs256\"]\nverify = false\n{}",
+            jwt_rule()
+        ));
+        let allowed = "\"HS256\", \"HS384\", \"HS512\", \"RS256\", \"RS384\", \"RS512\", \"ES256\", \"ES384\"";
+        assert_eq!(
+            lines,
+            vec![
+                format!("test.toml:4:15: identity.jwt.algorithms[0]: \"none\" is never accepted: an unsigned token proves nothing, anyone can write one; use one of {allowed}"),
+                format!("test.toml:4:23: identity.jwt.algorithms[1]: \"PS256\" is not an algorithm sluice verifies; use one of {allowed}"),
+                format!("test.toml:4:32: identity.jwt.algorithms[2]: \"hs256\" is not an algorithm sluice verifies; use one of {allowed}"),
+            ]
+        );
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = []\nverify = false\n{}",
+            jwt_rule()
+        ));
         assert!(
             line.starts_with(
-                "test.toml:6:14: rule[0].key[1]: \"jwt:sub\": JWT keys arrive in a later release"
+                "test.toml:4:14: identity.jwt.algorithms: must list at least one algorithm"
             ),
             "{line}"
         );
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = \"None\"\nverify = false\n{}",
+            jwt_rule()
+        ));
+        assert!(
+            line.starts_with("test.toml:4:14: identity.jwt.algorithms: \"None\" is never accepted"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn hmac_and_public_key_algorithms_cannot_be_mixed() {
+        let lines = errors(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = [\"RS256\", \"HS256\", \"RS256\"]\n\
+             public_key_file = \"tests/fixtures/jwt/rsa-public.pem\"\n{}",
+            jwt_rule()
+        ));
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        assert!(
+            lines[0].starts_with(
+                "test.toml:4:24: identity.jwt.algorithms[1]: \"HS256\" cannot be listed with \"RS256\": HMAC and public-key algorithms together"
+            ),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[0].contains("algorithm confusion"), "{}", lines[0]);
+        assert_eq!(
+            lines[1],
+            "test.toml:4:33: identity.jwt.algorithms[2]: \"RS256\" is already listed; list each algorithm once"
+        );
+    }
+
+    #[test]
+    fn public_key_algorithms_read_a_pem_file() {
+        let config = valid(&format!(
+            "{UPSTREAM}[identity.jwt]\nheader = \"X-Token\"\nalgorithms = [\"RS256\", \"RS512\"]\n\
+             public_key_file = \"tests/fixtures/jwt/rsa-public.pem\"\n{}",
+            jwt_rule()
+        ));
+        let jwt = config.identity.jwt.expect("identity.jwt");
+        assert_eq!(jwt.header, "x-token");
+        assert_eq!(
+            jwt.algorithms,
+            vec![JwtAlgorithm::RS256, JwtAlgorithm::RS512]
+        );
+        assert!(
+            matches!(&jwt.key, Some(JwtKey::PublicKeyPem(pem)) if pem.starts_with(b"-----BEGIN PUBLIC KEY-----"))
+        );
+        valid(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = \"ES256\"\n\
+             public_key_file = \"tests/fixtures/jwt/ec256-public.pem\"\n{}",
+            jwt_rule()
+        ));
+    }
+
+    #[test]
+    fn a_key_file_that_is_missing_or_does_not_fit_is_an_error_at_its_path() {
+        let cases = [
+            ("RS256", "tests/fixtures/jwt/nowhere.pem", "cannot read tests/fixtures/jwt/nowhere.pem: "),
+            ("RS256", "tests/fixtures/jwt/README.md", "tests/fixtures/jwt/README.md is not a PEM public key"),
+            ("RS256", "tests/fixtures/jwt/rsa-private.pem", "tests/fixtures/jwt/rsa-private.pem holds a private key"),
+            ("RS256", "tests/fixtures/jwt/ec256-public.pem", "tests/fixtures/jwt/ec256-public.pem holds no key usable for RS256 (an RSA public key)"),
+            ("ES384", "tests/fixtures/jwt/ec256-public.pem", "tests/fixtures/jwt/ec256-public.pem holds no key usable for ES384 (an EC P-384 public key)"),
+        ];
+        for (alg, file, message) in cases {
+            let line = only_error(&format!(
+                "{UPSTREAM}[identity.jwt]\nalgorithms = \"{alg}\"\npublic_key_file = \"{file}\"\n{}",
+                jwt_rule()
+            ));
+            let expected = format!("test.toml:5:19: identity.jwt.public_key_file: {message}");
+            assert!(line.starts_with(&expected), "{line}\nwanted {expected}");
+        }
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = \"RS256\"\n{}",
+            jwt_rule()
+        ));
+        assert_eq!(line, "test.toml:3:1: identity.jwt.public_key_file: RS256 tokens need public_key_file = \"path/to/public.pem\" (or jwks_file = \"path/to/jwks.json\")");
+    }
+
+    #[test]
+    fn a_jwks_file_is_the_other_way_to_give_public_keys() {
+        let config = valid(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = [\"RS256\", \"ES256\"]\n\
+             jwks_file = \"tests/fixtures/jwt/jwks.json\"\n{}",
+            jwt_rule()
+        ));
+        let jwt = config.identity.jwt.expect("identity.jwt");
+        assert!(matches!(jwt.key, Some(JwtKey::Jwks(_))));
+
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = \"RS256\"\n\
+             public_key_file = \"tests/fixtures/jwt/rsa-public.pem\"\n\
+             jwks_file = \"tests/fixtures/jwt/jwks.json\"\n{}",
+            jwt_rule()
+        ));
+        assert_eq!(line, "test.toml:6:13: identity.jwt.jwks_file: give either public_key_file or jwks_file, not both");
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = \"RS256\"\n\
+             jwks_file = \"tests/fixtures/jwt/jwks.json\"\n{}",
+            jwt_rule()
+        ));
+        assert_eq!(line, "test.toml:5:13: identity.jwt.jwks_file: tests/fixtures/jwt/jwks.json key \"ec-1\" is for ES256, which algorithms (RS256) does not list");
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = \"RS256\"\n\
+             jwks_file = \"tests/fixtures/jwt/rsa-public.pem\"\n{}",
+            jwt_rule()
+        ));
+        assert!(line.starts_with("test.toml:5:13: identity.jwt.jwks_file: tests/fixtures/jwt/rsa-public.pem is not a JWKS"), "{line}");
+        set_env("SLUICE_TEST_JWKS_SECRET", &"s".repeat(32));
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nsecret_env = \"SLUICE_TEST_JWKS_SECRET\"\n\
+             jwks_file = \"tests/fixtures/jwt/jwks.json\"\n{}",
+            jwt_rule()
+        ));
+        assert!(line.starts_with("test.toml:5:13: identity.jwt.jwks_file: HS256 tokens are verified with a shared secret (secret_env), not a public key; remove jwks_file"), "{line}");
+    }
+
+    #[test]
+    fn a_relative_key_file_is_read_from_the_config_files_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jwt");
+        std::fs::copy(fixtures.join("rsa-public.pem"), dir.path().join("key.pem")).unwrap();
+        let path = dir.path().join("sluice.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "{UPSTREAM}[identity.jwt]\nalgorithms = \"RS256\"\npublic_key_file = \"key.pem\"\n{}",
+                jwt_rule()
+            ),
+        )
+        .unwrap();
+        Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn the_key_must_fit_the_algorithm_family() {
+        set_env("SLUICE_TEST_FAMILY_SECRET", &"s".repeat(32));
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nsecret_env = \"SLUICE_TEST_FAMILY_SECRET\"\n\
+             public_key_file = \"tests/fixtures/jwt/rsa-public.pem\"\n{}",
+            jwt_rule()
+        ));
+        assert!(line.starts_with("test.toml:5:19: identity.jwt.public_key_file: HS256 tokens are verified with a shared secret (secret_env), not a public key"), "{line}");
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nalgorithms = [\"ES256\"]\nsecret_env = \"SLUICE_TEST_FAMILY_SECRET\"\n\
+             public_key_file = \"tests/fixtures/jwt/ec256-public.pem\"\n{}",
+            jwt_rule()
+        ));
+        assert!(line.starts_with("test.toml:5:14: identity.jwt.secret_env: ES256 tokens are verified with a public key (public_key_file or jwks_file), not a shared secret"), "{line}");
+    }
+
+    #[test]
+    fn verify_false_needs_no_key_and_is_a_warning() {
+        let config = valid(&format!(
+            "{UPSTREAM}[identity.jwt]\nsecret_env = \"SLUICE_TEST_NEVER_SET\"\nverify = false\n{}",
+            jwt_rule()
+        ));
+        let jwt = config.identity.jwt.expect("identity.jwt");
+        assert!(!jwt.verify);
+        assert!(jwt.key.is_none());
+        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+        assert!(
+            config.warnings[0].starts_with("test.toml:5:10: identity.jwt.verify: tokens are read without checking their signature"),
+            "{}",
+            config.warnings[0]
+        );
+    }
+
+    #[test]
+    fn a_bad_header_name_is_an_error() {
+        let line = only_error(&format!(
+            "{UPSTREAM}[identity.jwt]\nheader = \"not a header\"\nverify = false\n{}",
+            jwt_rule()
+        ));
+        assert_eq!(line, "test.toml:4:10: identity.jwt.header: \"not a header\" is not a valid header name (default \"authorization\")");
     }
 
     #[test]
@@ -2976,6 +4334,42 @@ burst = -1
     }
 
     #[test]
+    fn the_commented_jwt_example_is_valid_once_uncommented() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sluice.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        // `#key = ...` lines are the example; `# words` lines stay comments.
+        // secret_env, public_key_file and jwks_file are alternatives: keep
+        // the first.
+        let uncommented: String = text
+            .lines()
+            .map(|line| match line.strip_prefix('#') {
+                Some(rest)
+                    if rest.starts_with("public_key_file") || rest.starts_with("jwks_file") =>
+                {
+                    line
+                }
+                Some(rest) if rest.starts_with(|c: char| c.is_ascii_lowercase() || c == '[') => {
+                    rest
+                }
+                _ => line,
+            })
+            .map(|line| format!("{line}\n"))
+            .collect::<String>()
+            .replace("\"SLUICE_JWT_SECRET\"", "\"SLUICE_TEST_EXAMPLE_SECRET\"");
+        set_env("SLUICE_TEST_EXAMPLE_SECRET", &"e".repeat(32));
+        let config = valid(&uncommented);
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        let jwt = config.identity.jwt.expect("identity.jwt");
+        assert_eq!(jwt.algorithms, vec![JwtAlgorithm::HS256]);
+        let rule = config.rules.last().unwrap();
+        assert_eq!(rule.name, "seller-reports");
+        assert_eq!(
+            rule.key,
+            vec![KeySource::Jwt(ClaimPath(vec!["seller_id".to_owned()]))]
+        );
+    }
+
+    #[test]
     fn the_demo_config_has_the_rules_the_tour_expects() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
         let config = Config::load(&dir.join("demo.toml")).expect("demo.toml is valid");
@@ -3009,5 +4403,314 @@ burst = -1
             exports.on_limit,
             OnLimit::Delay { max_queue: 2, .. }
         ));
+    }
+
+    fn header(name: &str) -> KeySource {
+        KeySource::Header(HeaderName::from_bytes(name.as_bytes()).unwrap())
+    }
+
+    const PLAN: &str = "key = [\"header:x-api-key\"]\nrate = \"20/s\"\nburst = 10\n";
+
+    #[test]
+    fn tiers_compute_their_limits_like_the_rule() {
+        let config = valid(&rule_a(&format!(
+            "{PLAN}tiers = {{ by = \"header:x-plan\", premium = {{ rate = \"100/s\" }}, free = {{ limits = [\"10/s\", \"1000/d\"], burst = 5 }}, gold = {{ burst = 50 }} }}\n"
+        )));
+        let tiers = config.rules[0].tiers.clone().expect("tiers");
+        assert_eq!(tiers.by, header("x-plan"));
+        assert_eq!(
+            tiers.tiers,
+            vec![
+                // Its own rate: the burst defaults to its own COUNT.
+                Variant {
+                    name: "premium".into(),
+                    limits: vec![limit(100, 1, 100)]
+                },
+                Variant {
+                    name: "free".into(),
+                    limits: vec![limit(10, 1, 5), limit(1000, 86_400, 1000)]
+                },
+                // Only a burst: the rule's rate.
+                Variant {
+                    name: "gold".into(),
+                    limits: vec![limit(20, 1, 50)]
+                },
+            ]
+        );
+        assert_eq!(config.rules[0].limits, vec![limit(20, 1, 10)]);
+    }
+
+    #[test]
+    fn tiers_may_be_written_as_tables_or_dotted_keys() {
+        for fields in [
+            "rate = \"20/s\"\n[rule.tiers]\nby = \"header:x-plan\"\n[rule.tiers.premium]\nrate = \"100/s\"\n",
+            "rate = \"20/s\"\ntiers.by = \"header:x-plan\"\ntiers.premium.rate = \"100/s\"\n",
+            "rate = \"20/s\"\n[rule.tiers]\nby = \"header:x-plan\"\npremium = { rate = \"100/s\" }\n",
+        ] {
+            let config = valid(&rule_a(fields));
+            let tiers = config.rules[0].tiers.clone().expect(fields);
+            assert_eq!(tiers.by, header("x-plan"), "{fields}");
+            assert_eq!(
+                tiers.tiers,
+                vec![Variant {
+                    name: "premium".into(),
+                    limits: vec![limit(100, 1, 100)]
+                }],
+                "{fields}"
+            );
+        }
+    }
+
+    #[test]
+    fn tier_errors_point_at_the_value() {
+        // b and c are refused for their own reasons, so cost is not judged there.
+        let lines = errors(&rule_a(
+            "rate = \"20/s\"\ncost = 3\n\
+             tiers = { by = \"cookie:plan\", a = {}, b = { limits = [\"1/s\", \"2/s\"] }, c = { burst = 0 }, d = { burst = 2 }, e = { rate = \"2/m\" } }\n",
+        ));
+        assert_eq!(
+            lines,
+            vec![
+                "test.toml:7:16: rule[0].tiers.by: unknown key source \"cookie:plan\"; allowed: ip, path, method, host, global, header:<name>, query:<name>, jwt:<claim>",
+                "test.toml:7:31: rule[0].tiers.a: sets nothing: give rate, limits and/or burst, such as { rate = \"100/s\" } (one that sets only burst keeps the rule's rates)",
+                "test.toml:7:62: rule[0].tiers.b.limits[1]: \"2/s\" has the same period as tiers.b.limits[0] \"1/s\"; each limit needs its own period, so keep only one of them",
+                "test.toml:7:86: rule[0].tiers.c.burst: 0 must be at least 1, or no request could ever pass; it defaults to its rate's COUNT",
+                "test.toml:7:105: rule[0].tiers.d.burst: the rule's cost 3 can never fit in rate \"20/s\", whose capacity is 2 (its burst): such a request would never be admitted; lower cost or raise burst",
+                "test.toml:7:123: rule[0].tiers.e.rate: the rule's cost 3 can never fit in tiers.e.rate \"2/m\", whose capacity is 2 (its COUNT): such a request would never be admitted; lower cost or raise that COUNT",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_in_a_tier_lists_the_allowed_ones() {
+        let line = only_error(&rule_a(
+            "rate = \"20/s\"\n[rule.tiers]\nby = \"header:x-plan\"\npremium = { rte = \"100/s\" }\n",
+        ));
+        assert_eq!(
+            line,
+            "test.toml:8:13: rule[0].tiers.premium.rte: unknown key \"rte\"; a tier or override sets rate, limits and/or burst"
+        );
+    }
+
+    #[test]
+    fn tiers_need_by_and_at_least_one_tier() {
+        assert_eq!(
+            only_error(&rule_a("rate = \"1/s\"\ntiers = { premium = { rate = \"2/s\" } }\n")),
+            "test.toml:6:9: rule[0].tiers: needs by = \"<key source>\", the source whose value picks the tier, such as by = \"header:x-plan\" or by = \"jwt:plan\""
+        );
+        assert_eq!(
+            only_error(&rule_a("rate = \"1/s\"\ntiers = { by = \"header:x-plan\" }\n")),
+            "test.toml:6:9: rule[0].tiers: lists no tier: add a table per tier value next to by, such as premium = { rate = \"100/s\" }"
+        );
+    }
+
+    #[test]
+    fn tiers_follow_the_algorithm_rules() {
+        // Windows count in 32 bits and take no burst; a leaky bucket takes one rate.
+        let lines = errors(&rule_a(
+            "algorithm = \"fixed_window\"\nrate = \"1/s\"\ntiers = { by = \"ip\", a = { rate = \"5000000000/s\" }, b = { burst = 3 } }\n",
+        ));
+        assert_eq!(
+            lines,
+            vec![
+                "test.toml:7:35: rule[0].tiers.a.rate: the COUNT 5000000000 is too large for fixed_window, which counts in 32 bits; at most 4294967295",
+                "test.toml:7:67: rule[0].tiers.b.burst: only algorithm = \"token_bucket\" (its capacity) and \"leaky_bucket\" (how many may wait) take a burst: the capacity of a fixed_window limit is its COUNT; remove burst, or change the COUNT",
+            ]
+        );
+        let line = only_error(&rule_a(
+            "algorithm = \"leaky_bucket\"\nrate = \"1/s\"\ntiers = { by = \"ip\", a = { limits = [\"1/s\", \"5/m\"] } }\n",
+        ));
+        assert!(line.starts_with("test.toml:7:37: rule[0].tiers.a.limits: a leaky bucket lets requests leave at one constant rate"), "{line}");
+        // A leaky tier's burst is its queue.
+        let config = valid(&rule_a(
+            "algorithm = \"leaky_bucket\"\nrate = \"1/s\"\ntiers = { by = \"ip\", a = { rate = \"5/s\", burst = 8 } }\n",
+        ));
+        assert_eq!(
+            config.rules[0].tiers.as_ref().unwrap().tiers[0].limits,
+            vec![limit(5, 1, 8)]
+        );
+    }
+
+    #[test]
+    fn concurrency_rules_take_no_tiers_overrides_or_sunset() {
+        let lines = errors(&rule_a(
+            "algorithm = \"concurrency\"\ntiers = { by = \"ip\", a = { rate = \"1/s\" } }\noverrides = { \"1.2.3.4\" = { rate = \"1/s\" } }\nsunset = { start = 2026-01-01T00:00:00Z, end = 2026-02-01T00:00:00Z, to = \"0/d\" }\n",
+        ));
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(lines[0].starts_with("test.toml:6:9: rule[0].tiers: concurrency counts requests in flight, so it takes no tiers; they change a rate"), "{}", lines[0]);
+        assert!(lines[1].starts_with("test.toml:7:13: rule[0].overrides: concurrency counts requests in flight, so it takes no overrides"), "{}", lines[1]);
+        assert!(lines[2].starts_with("test.toml:8:10: rule[0].sunset: concurrency counts requests in flight, so it takes no sunset"), "{}", lines[2]);
+    }
+
+    #[test]
+    fn overrides_are_keyed_by_bucket_key_text() {
+        let config = valid(&rule_a(
+            "key = [\"ip\", \"header:x-seller\"]\nrate = \"10/s\"\n\
+             overrides = { \"203.0.113.7|seller-42\" = { rate = \"1000/s\" }, \"2001:db8:1:2::/64|a|b\" = { burst = 20 } }\n",
+        ));
+        assert_eq!(
+            config.rules[0].overrides,
+            vec![
+                Variant {
+                    name: "203.0.113.7|seller-42".into(),
+                    limits: vec![limit(1000, 1, 1000)]
+                },
+                Variant {
+                    name: "2001:db8:1:2::/64|a|b".into(),
+                    limits: vec![limit(10, 1, 20)]
+                },
+            ]
+        );
+        // The default key is the client IP.
+        let config = valid(&rule_a(
+            "rate = \"10/s\"\n[rule.overrides]\n\"198.51.100.1\" = { rate = \"1/s\" }\n",
+        ));
+        assert_eq!(config.rules[0].overrides[0].name, "198.51.100.1");
+    }
+
+    #[test]
+    fn override_keys_must_match_the_rule_key_where_that_is_decidable() {
+        let lines = errors(&rule_a(
+            "key = [\"ip\", \"host\"]\nrate = \"10/s\"\n\
+             overrides = { \"seller-42\" = { rate = \"1/s\" }, \"1.2.3.4|a.example|x\" = { rate = \"1/s\" }, \"2001:DB8::1|a.example\" = { rate = \"1/s\" }, \"::ffff:1.2.3.4|a.example\" = { rate = \"1/s\" }, \"1.2.3.4|A.example:80\" = { rate = \"1/s\" } }\n",
+        ));
+        assert_eq!(
+            lines,
+            vec![
+                "test.toml:7:15: rule[0].overrides.seller-42: \"seller-42\" has 1 part(s) but the rule's key has 2 source(s) (ip|host); a bucket key is the sources' values joined by '|' in the order of key",
+                "test.toml:7:47: rule[0].overrides.\"1.2.3.4|a.example|x\": \"1.2.3.4|a.example|x\" has 3 part(s) but the rule's key has 2 source(s) (ip|host); a bucket key is the sources' values joined by '|' in the order of key",
+                "test.toml:7:89: rule[0].overrides.\"2001:DB8::1|a.example\": \"2001:DB8::1\" is not how that client appears in a bucket key; write \"2001:db8::/64\" (IPv6 clients are keyed by their /64 network, server.ipv6_prefix)",
+                "test.toml:7:133: rule[0].overrides.\"::ffff:1.2.3.4|a.example\": \"::ffff:1.2.3.4\" is not how that client appears in a bucket key; write \"1.2.3.4\"",
+                "test.toml:7:180: rule[0].overrides.\"1.2.3.4|A.example:80\": \"1.2.3.4|A.example:80\": the host part is lower-case and without a port, such as \"a.example\"",
+            ]
+        );
+        // A header value may contain '|': only the IP at the front is checked.
+        let line = only_error(&rule_a(
+            "key = [\"ip\", \"header:x-a\"]\nrate = \"10/s\"\noverrides = { \"nope|a|b\" = { rate = \"1/s\" } }\n",
+        ));
+        assert!(
+            line.starts_with(
+                "test.toml:7:15: rule[0].overrides.\"nope|a|b\": \"nope\" is not a client IP"
+            ),
+            "{line}"
+        );
+    }
+
+    const SUNSET_START: u64 = 1_796_083_200_000_000_000;
+    const DAY_NANOS: u64 = 86_400_000_000_000;
+
+    #[test]
+    fn sunset_reads_timestamps_and_converts_to_to_the_rule_period() {
+        let config = valid(&rule_a(
+            "rate = \"100/d\"\nsunset = { start = 2026-12-01T00:00:00Z, end = \"2027-01-01T01:00:00+01:00\", to = \"1/h\", link = \"https://api.example.com/v2\" }\n",
+        ));
+        assert_eq!(
+            config.rules[0].sunset,
+            Some(SunsetConfig {
+                start: SUNSET_START,
+                end: SUNSET_START + 31 * DAY_NANOS,
+                to: 24,
+                step: Duration::from_secs(86_400),
+                link: Some("https://api.example.com/v2".into()),
+            })
+        );
+        let config = valid(&rule_a(
+            "rate = \"100/d\"\n[rule.sunset]\nstart = \"2026-12-01T00:00:00Z\"\nend = 2026-12-02T00:00:00Z\nto = \"0/d\"\nstep = \"1h\"\n",
+        ));
+        let sunset = config.rules[0].sunset.clone().unwrap();
+        assert_eq!(
+            (sunset.to, sunset.step, sunset.link),
+            (0, Duration::from_secs(3600), None)
+        );
+    }
+
+    #[test]
+    fn sunset_errors_point_at_the_value() {
+        let lines = errors(&rule_a(
+            "rate = \"100/d\"\nsunset = { start = 2026-12-01T00:00:00, end = \"2026-11-01\", to = \"5/h\", step = \"0s\", link = \"/v2\" }\n",
+        ));
+        assert_eq!(
+            lines,
+            vec![
+                "test.toml:6:20: rule[0].sunset.start: 2026-12-01T00:00:00 has no offset, so it would mean a different instant on each server; add Z for UTC or an offset such as +01:00 (\"2026-12-01T00:00:00Z\")",
+                "test.toml:6:47: rule[0].sunset.end: 2026-11-01 has no time of day; write an RFC 3339 timestamp with a date, a time and an offset, such as \"2026-12-01T00:00:00Z\" or \"2026-12-01T09:00:00+09:00\" (a TOML datetime 2026-12-01T00:00:00Z works too)",
+                "test.toml:6:66: rule[0].sunset.to: \"5/h\" is 120 per period of the rule's rate \"100/d\", more than its COUNT 100: a sunset only lowers a limit",
+                "test.toml:6:80: rule[0].sunset.step: must be longer than zero (default \"1d\")",
+                "test.toml:6:93: rule[0].sunset.link: \"/v2\" is not an absolute URI; write an absolute URI such as \"https://api.example.com/docs/migrate-to-v2\"",
+            ]
+        );
+        let lines = errors(&rule_a(
+            "limits = [\"100/d\", \"10/m\"]\nsunset = { start = 2026-12-01T00:00:00Z, end = 2026-11-01T00:00:00Z }\n",
+        ));
+        assert_eq!(
+            lines,
+            vec![
+                "test.toml:6:10: rule[0].sunset: lowers one rate step by step, so the rule needs exactly one, but limits (line 5) lists 2; keep one limit, or put the others in a rule of their own",
+                "test.toml:6:10: rule[0].sunset: needs to: sunset = { start = 2026-12-01T00:00:00Z, end = 2027-01-01T00:00:00Z, to = \"0/d\" } (step defaults to \"1d\"; link is optional)",
+                "test.toml:6:48: rule[0].sunset.end: must be after start (line 6): the limit falls from start to end",
+            ]
+        );
+        let line = only_error(&rule_a(
+            "rate = \"1/s\"\nsunset = { start = 1, end = 2026-11-01T00:00:00Z, to = \"0/s\" }\n",
+        ));
+        assert!(
+            line.starts_with(
+                "test.toml:6:20: rule[0].sunset.start: must be a timestamp, not the number 1"
+            ),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn ban_needs_after_within_and_for() {
+        let config = valid(&rule_a(
+            "rate = \"1/s\"\nban = { after = 20, within = \"1m\", for = \"10m\" }\n",
+        ));
+        assert_eq!(
+            config.rules[0].ban,
+            Some(BanConfig {
+                after: 20,
+                within: Duration::from_secs(60),
+                duration: Duration::from_secs(600),
+            })
+        );
+        let config = valid(&rule_a(
+            "rate = \"1/s\"\nban.after = 1\nban.within = \"1s\"\nban.for = \"1h\"\n",
+        ));
+        assert_eq!(config.rules[0].ban.map(|b| b.after), Some(1));
+        assert_eq!(
+            errors(&rule_a("rate = \"1/s\"\nban = { after = 0, within = \"0s\" }\n")),
+            vec![
+                "test.toml:6:7: rule[0].ban: needs for: ban = { after = 20, within = \"1m\", for = \"10m\" } bans a key limited 20 times within a minute for 10 minutes",
+                "test.toml:6:17: rule[0].ban.after: 0 is out of range: must be at least 1 (how many limited answers within `within` start a ban)",
+                "test.toml:6:29: rule[0].ban.within: must be longer than zero",
+            ]
+        );
+        assert_eq!(
+            only_error(&rule_a("rate = \"1/s\"\nshadow = true\n[rule.ban]\nafter = 2\nwithin = \"1m\"\nfor = \"5m\"\n")),
+            "test.toml:7:1: rule[0].ban: a shadow rule (line 6) never limits anyone, so it would never ban; remove ban, or set shadow = false"
+        );
+    }
+
+    #[test]
+    fn on_change_defaults_to_proportional() {
+        assert_eq!(
+            valid(&rule_a("rate = \"1/s\"\n")).rules[0].on_change,
+            OnChange::Proportional
+        );
+        for (text, want) in [
+            ("keep", OnChange::Keep),
+            ("proportional", OnChange::Proportional),
+            ("reset", OnChange::Reset),
+        ] {
+            let config = valid(&rule_a(&format!(
+                "rate = \"1/s\"\non_change = \"{text}\"\n"
+            )));
+            assert_eq!(config.rules[0].on_change, want);
+        }
+        assert_eq!(
+            only_error(&rule_a("rate = \"1/s\"\non_change = \"refill\"\n")),
+            "test.toml:6:13: rule[0].on_change: \"refill\" is not allowed; use one of \"keep\", \"proportional\", \"reset\""
+        );
     }
 }

@@ -25,7 +25,7 @@
 //! holds for them. The units waiting at `now` are the debt beyond `τ`,
 //! `⌈(TAT − now − τ) / T⌉`.
 
-use super::{Algorithm, BucketState, Decision, HoldLimits};
+use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits};
 use crate::clock::Nanos;
 use crate::config::Rate;
 
@@ -198,6 +198,20 @@ impl Algorithm for Gcra {
 
     fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    /// The debt `TAT − now` is the spent units times `T`: keeping the spent
+    /// units scales it by `T'/T`, keeping the share by `τ'/τ`.
+    fn carry_from(&self, from: &Gcra, tat: &mut Nanos, now: Nanos, carry: Carry) {
+        if *tat <= now || from.is_closed() || self.is_closed() {
+            return;
+        }
+        let debt = *tat - now;
+        let debt = match carry {
+            Carry::KeepSpent => scale_up(debt, self.emission, from.emission),
+            Carry::KeepShare => scale_up(debt, self.tolerance, from.tolerance),
+        };
+        *tat = now.saturating_add(debt);
     }
 
     /// Virtual scheduling (see the module doc). `Allow` exactly when

@@ -25,7 +25,7 @@
 //! Outside delay mode ([`Algorithm::acquire`]) a leaky bucket is a meter: it
 //! admits only when idle. COUNT 0 never admits.
 
-use super::{Algorithm, BucketState, Decision, HoldLimits};
+use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits};
 use crate::clock::Nanos;
 use crate::config::Rate;
 
@@ -121,6 +121,19 @@ impl Algorithm for LeakyBucket {
             return self.deny(*empty - now, cost);
         }
         Decision::Allow(self.state(0, cost))
+    }
+
+    /// The drain time is the waiting requests times `T`: keeping them scales
+    /// it by `T'/T`, keeping the share of the queue also by `queue'/queue`.
+    fn carry_from(&self, from: &LeakyBucket, empty: &mut Nanos, now: Nanos, carry: Carry) {
+        if *empty <= now || from.is_closed() || self.is_closed() {
+            return;
+        }
+        let mut drain = scale_up(*empty - now, self.emission, from.emission);
+        if carry == Carry::KeepShare {
+            drain = scale_up(drain, self.queue, from.queue);
+        }
+        *empty = now.saturating_add(drain);
     }
 
     /// Exact right after an admitting `acquire` at the same `now`: the bucket

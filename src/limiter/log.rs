@@ -22,7 +22,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Algorithm, BucketState, Decision, HoldLimits};
+use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits};
 use crate::clock::Nanos;
 use crate::config::Rate;
 
@@ -188,6 +188,29 @@ impl Algorithm for SlidingLog {
 
     fn capacity(&self) -> u64 {
         self.count
+    }
+
+    /// Keeping the spent units keeps the stamps (they expire under the new
+    /// period). Keeping the share scales their number with the COUNT: the
+    /// oldest go first when it shrinks; when it grows the oldest stamp is
+    /// repeated (the copies expire first). Never more than the new COUNT.
+    fn carry_from(&self, from: &SlidingLog, log: &mut LogState, now: Nanos, carry: Carry) {
+        let expired = from.first_live(log, now);
+        log.stamps.drain(..expired);
+        let live = log.stamps.len() as u64;
+        let target = match carry {
+            Carry::KeepSpent => live,
+            Carry::KeepShare => scale_up(live, self.count, from.count),
+        }
+        .min(self.count);
+        while log.stamps.len() as u64 > target {
+            log.stamps.pop_front();
+        }
+        if let Some(&oldest) = log.stamps.front() {
+            while (log.stamps.len() as u64) < target {
+                log.stamps.push_front(oldest);
+            }
+        }
     }
 
     fn max_heap_bytes(&self) -> usize {

@@ -33,7 +33,7 @@
 //! defaults (`acquire` and `refund`), and config refuses
 //! `on_limit = "delay"` with it.
 
-use super::{Algorithm, BucketState, Decision, HoldLimits};
+use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits};
 use crate::clock::Nanos;
 use crate::config::Rate;
 
@@ -97,6 +97,27 @@ fn align(state: &WindowCounts, now: Nanos, period: Nanos) -> WindowCounts {
 fn refund_current(state: &mut WindowCounts, now: Nanos, period: Nanos, cost: u64) {
     if state.window == (now / period).max(state.window) {
         state.current = state.current.saturating_sub(count_u32(cost));
+    }
+}
+
+/// Counts carried over a reload (see [`Algorithm::carry_from`]): spent
+/// units stay as they are, or scale with the COUNT to keep the share; the
+/// state moves to the window `now` falls in under the new period.
+fn carry_counts(
+    aligned: WindowCounts,
+    window: u64,
+    from_count: u64,
+    to_count: u64,
+    carry: Carry,
+) -> WindowCounts {
+    let scale = |units: u32| match carry {
+        Carry::KeepSpent => units,
+        Carry::KeepShare => count_u32(scale_up(u64::from(units), to_count, from_count)),
+    };
+    WindowCounts {
+        window,
+        current: scale(aligned.current),
+        previous: scale(aligned.previous),
     }
 }
 
@@ -241,6 +262,20 @@ impl Algorithm for FixedWindow {
 
     fn capacity(&self) -> u64 {
         self.count
+    }
+
+    /// The units counted from the current window on (reservations in later
+    /// windows included) are carried into the window `now` falls in under
+    /// the new period; the padding memory is dropped (a later cancel then
+    /// gives back less, never more).
+    fn carry_from(&self, from: &FixedWindow, state: &mut WindowCounts, now: Nanos, carry: Carry) {
+        let (_, units) = from.shift(state, now);
+        let aligned = WindowCounts {
+            window: 0,
+            current: count_u32(units),
+            previous: 0,
+        };
+        *state = carry_counts(aligned, now / self.period, from.count, self.count, carry);
     }
 
     /// `Allow` exactly when [`Algorithm::acquire`] admits (the units fit in
@@ -484,6 +519,14 @@ impl Algorithm for SlidingWindow {
 
     fn capacity(&self) -> u64 {
         self.count
+    }
+
+    /// Both windows' counts are carried; with a new period they weigh as
+    /// the new period's current and previous windows (an approximation
+    /// that keeps the estimate where it was at a window start).
+    fn carry_from(&self, from: &SlidingWindow, state: &mut WindowCounts, now: Nanos, carry: Carry) {
+        let aligned = align(state, now, from.period);
+        *state = carry_counts(aligned, now / self.period, from.count, self.count, carry);
     }
 }
 

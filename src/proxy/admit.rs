@@ -27,7 +27,7 @@ use super::INLINE_RULES;
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::limiter::{BucketState, Decision, HoldLimits};
 use crate::policy::{Limit, Rule};
-use crate::store::{Ask, BucketKey, Permit, PermitGrant, Store};
+use crate::store::{Ask, BucketKey, BucketTable, Permit, PermitGrant, Store};
 
 /// A concurrency rule's 429 says to come back in a second (SPEC.md: it has
 /// no reset).
@@ -38,6 +38,8 @@ const PERMIT_RETRY: Nanos = 1_000_000_000;
 pub struct Applicable<'p> {
     pub rule: &'p Rule,
     pub key: BucketKey,
+    /// The rule's limits for this caller (its tier or override, if any).
+    pub limits: &'p [Limit],
 }
 
 /// What admission decided.
@@ -73,7 +75,7 @@ pub async fn admit<'p>(
     let mut permit_asks: SmallVec<[(usize, BucketKey); 1]> = SmallVec::new();
     for applicable in enforced {
         let rule = applicable.rule;
-        for limit in &rule.limits {
+        for limit in applicable.limits {
             if rule.is_concurrency() {
                 permit_asks.push((verdicts.len(), applicable.key));
             } else {
@@ -196,7 +198,7 @@ pub async fn admit<'p>(
 
 /// A concurrency limit reported without taking a permit.
 fn permits_as_they_are(store: &Store, limit: &Limit, key: BucketKey) -> Decision {
-    let in_flight = store.permits_in_flight(limit.table, key);
+    let in_flight = store.permits_in_flight(&limit.table, key);
     Decision::Allow(BucketState {
         remaining: limit.limiter.capacity().saturating_sub(in_flight),
         reset_after: 0,
@@ -205,7 +207,7 @@ fn permits_as_they_are(store: &Store, limit: &Limit, key: BucketKey) -> Decision
 
 fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit, hold: Option<HoldLimits>) -> Ask<'p> {
     Ask {
-        table: limit.table,
+        table: &limit.table,
         key: applicable.key,
         limiter: &limit.limiter,
         cost: applicable.rule.cost,
@@ -226,8 +228,8 @@ async fn permit(
     queued: &mut bool,
 ) -> Option<(Permit, u64)> {
     let max_queue = rule.hold.map(|hold| hold.max_queued);
-    match store.acquire_permit(limit.table, key, max, max_queue) {
-        PermitGrant::Now { in_flight } => Some((store.permit(limit.table, key), in_flight)),
+    match store.acquire_permit(&limit.table, key, max, max_queue) {
+        PermitGrant::Now { in_flight } => Some((store.permit(&limit.table, key), in_flight)),
         PermitGrant::Refused { .. } => None,
         PermitGrant::Queued { id, mut ready } => {
             *queued = true;
@@ -235,7 +237,7 @@ async fn permit(
             let started = clock.now();
             let mut waiting = QueuedPermit {
                 store,
-                table: limit.table,
+                table: &limit.table,
                 key,
                 id,
                 rule,
@@ -253,7 +255,7 @@ async fn permit(
                 // Timed out: leave the queue, unless a permit arrived in
                 // the meantime (then it is in `ready`, and ours).
                 Err(_) => {
-                    !store.leave_permit_queue(limit.table, key, id) && ready.try_recv().is_ok()
+                    !store.leave_permit_queue(&limit.table, key, id) && ready.try_recv().is_ok()
                 }
             };
             waiting.settled = true;
@@ -261,7 +263,7 @@ async fn permit(
             rule.counters
                 .delay_seconds
                 .observe(clock.now().saturating_sub(started) as f64 / 1e9);
-            handed.then(|| (store.permit(limit.table, key), max))
+            handed.then(|| (store.permit(&limit.table, key), max))
         }
     }
 }
@@ -271,7 +273,7 @@ async fn permit(
 /// was handed to it meanwhile is given back.
 struct QueuedPermit<'a> {
     store: &'a Store,
-    table: usize,
+    table: &'a BucketTable,
     key: BucketKey,
     id: u64,
     rule: &'a Rule,
@@ -299,21 +301,21 @@ async fn shadow_admits(
 ) -> bool {
     let rule = applicable.rule;
     if rule.is_concurrency() {
-        let limit = &rule.limits[0];
+        let limit = &applicable.limits[0];
         return match store.acquire_permit(
-            limit.table,
+            &limit.table,
             applicable.key,
             limit.limiter.capacity(),
             None,
         ) {
             PermitGrant::Now { .. } => {
-                permits.push(store.permit(limit.table, applicable.key));
+                permits.push(store.permit(&limit.table, applicable.key));
                 true
             }
             PermitGrant::Refused { .. } | PermitGrant::Queued { .. } => false,
         };
     }
-    let asks: SmallVec<[Ask<'_>; INLINE_RULES]> = rule
+    let asks: SmallVec<[Ask<'_>; INLINE_RULES]> = applicable
         .limits
         .iter()
         .map(|limit| ask(applicable, limit, None))

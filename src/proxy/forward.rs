@@ -1,8 +1,18 @@
 //! Talking to the upstream: rewriting a client request into the request the
 //! upstream receives (normalised path, hop-by-hop headers stripped,
 //! `X-Forwarded-*` set), sending it over a pooled keep-alive client, and
-//! cleaning the response's hop-by-hop headers. Bodies are passed through as
-//! streams in both directions; nothing here buffers a body.
+//! cleaning the response (hop-by-hop headers, ambiguous framing, WebSocket
+//! switch). Bodies are passed through as streams in both directions; nothing
+//! here buffers a body.
+//!
+//! Framing: the upstream only ever receives framing sluice wrote itself.
+//! hyper parses the client's request (it rejects invalid or conflicting
+//! `Content-Length`, a `Transfer-Encoding` not ending in `chunked`, TE on
+//! HTTP/1.0, bad chunk sizes); [`bad_framing`] rejects what hyper lets
+//! through but a proxy must not guess at (`chunked` applied twice, or with
+//! another coding), and hyper's client re-frames the body it forwards. A
+//! response that carries both `Transfer-Encoding` and `Content-Length` is
+//! framed by TE, its CL dropped, and its connection never reused.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -10,12 +20,16 @@ use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
-use http::{Request, Response, Uri, Version};
+use http::{Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use smallvec::SmallVec;
 
+use super::deadline::GuardedBody;
 use super::pool::{Pool, PooledBody};
+use super::respond::Refusal;
+use super::upgrade::{self, ClientUpgrade};
 use crate::config::ServerConfig;
+use crate::store::Permit;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -37,6 +51,11 @@ pub enum ForwardError {
     /// The connection failed after it was made: 502.
     #[error("the upstream exchange failed")]
     Other,
+    /// The client's request body broke off or was badly framed while it was
+    /// being forwarded (e.g. an invalid chunk size): 400, and the client
+    /// connection closes. The upstream saw a body without its end.
+    #[error("the client's request body was malformed")]
+    ClientBody,
 }
 
 /// The protected service and the pool of connections that reaches it.
@@ -71,7 +90,7 @@ impl Upstream {
     /// (at most `upstream_timeout`, connecting included).
     pub async fn send(
         &self,
-        request: Request<Incoming>,
+        request: Request<GuardedBody>,
     ) -> Result<Response<PooledBody>, ForwardError> {
         match tokio::time::timeout(self.timeout, self.pool.send(request)).await {
             Err(_elapsed) => Err(ForwardError::Timeout),
@@ -98,6 +117,7 @@ pub fn prepare_request(
     hop: ClientHop,
 ) {
     let host = original_host(request);
+    let handshake = upgrade::is_websocket_handshake(request);
     // Origin-form: the connection already goes to the upstream.
     *request.uri_mut() = Uri::from(path_and_query);
     // The pool speaks HTTP/1.1 to the upstream whatever the client spoke.
@@ -106,6 +126,9 @@ pub fn prepare_request(
     // Strip first, then add our own: a client naming X-Forwarded-For in
     // Connection must not be able to delete what sluice sets.
     strip_hop_by_hop(headers, true);
+    if handshake {
+        upgrade::restore_handshake_fields(headers);
+    }
 
     let mut buf = [0u8; IPV4_TEXT_MAX];
     let peer = ip_text(hop.peer, &mut buf);
@@ -130,6 +153,62 @@ pub fn prepare_request(
         // An HTTP/1.0 client may name no host; HTTP/1.1 requires one.
         headers.insert(header::HOST, upstream.host.clone());
     }
+}
+
+/// A request whose framing hyper accepted but a proxy must not guess at:
+/// `Transfer-Encoding` other than exactly one `chunked` (`chunked, chunked`,
+/// `gzip, chunked`, two TE lines). hyper has already answered 400 to the
+/// rest (RFC 9112 §6.1, §6.3); see the module docs.
+pub fn bad_framing<B>(request: &Request<B>) -> Option<Refusal> {
+    let mut codings = request.headers().get_all(header::TRANSFER_ENCODING).iter();
+    let first = codings.next()?;
+    let only_chunked = codings.next().is_none()
+        && first
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"chunked");
+    (!only_chunked).then_some(Refusal::BadFraming(
+        "Transfer-Encoding must be exactly \"chunked\"",
+    ))
+}
+
+/// Turns the upstream's response into the client's: hop-by-hop fields
+/// stripped, ambiguous framing resolved, and a WebSocket switch turned into
+/// a tunnel. `permits` are held until the response body ends (or the tunnel
+/// closes). An upstream switching protocols the client did not ask for is a
+/// failed exchange (502).
+pub fn prepare_response(
+    mut response: Response<PooledBody>,
+    client_upgrade: Option<ClientUpgrade>,
+    permits: impl IntoIterator<Item = Permit>,
+) -> Result<Response<PooledBody>, ForwardError> {
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        // The connection belongs to the tunnel now, never to the pool.
+        response.body_mut().discard_connection();
+        let client = match client_upgrade {
+            Some(client) if upgrade::is_switching_to_websocket(&response) => client,
+            _ => return Err(ForwardError::Other),
+        };
+        let upstream = hyper::upgrade::on(&mut response);
+        let headers = response.headers_mut();
+        strip_hop_by_hop(headers, false);
+        upgrade::restore_handshake_fields(headers);
+        upgrade::tunnel(client, upstream, permits.into_iter().collect());
+        return Ok(response);
+    }
+    let headers = response.headers_mut();
+    if headers.contains_key(header::TRANSFER_ENCODING)
+        && headers.contains_key(header::CONTENT_LENGTH)
+    {
+        // hyper framed the body by TE (RFC 9112 §6.3); the CL must not reach
+        // the client, and whatever follows on the connection is suspect
+        // (response splitting, RELIABILITY F4).
+        headers.remove(header::CONTENT_LENGTH);
+        response.body_mut().discard_connection();
+    }
+    strip_hop_by_hop(response.headers_mut(), false);
+    response.body_mut().hold_permits(permits);
+    Ok(response)
 }
 
 /// `255.255.255.255`.

@@ -28,6 +28,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::deadline::GuardedBody;
 use super::forward::ForwardError;
 use crate::store::Permit;
 
@@ -52,7 +53,7 @@ pub struct Pool {
 
 #[derive(Debug)]
 struct Idle {
-    sender: SendRequest<Incoming>,
+    sender: SendRequest<GuardedBody>,
     since: quanta::Instant,
 }
 
@@ -70,7 +71,7 @@ impl Pool {
     /// connection; resolves when the response head arrived.
     pub async fn send(
         self: &Arc<Pool>,
-        mut request: Request<Incoming>,
+        mut request: Request<GuardedBody>,
     ) -> Result<Response<PooledBody>, ForwardError> {
         // One retry, on a fresh connection: only when a reused connection
         // turned out dead before the request was written (hyper hands the
@@ -97,7 +98,7 @@ impl Pool {
                 }
                 Err(mut failed) => match failed.take_message() {
                     Some(unsent) if reused => request = unsent,
-                    _ => return Err(ForwardError::Other),
+                    _ => return Err(blame(failed.error())),
                 },
             }
         }
@@ -105,7 +106,7 @@ impl Pool {
     }
 
     /// A live idle connection, ready for a request.
-    async fn checkout(&self) -> Option<SendRequest<Incoming>> {
+    async fn checkout(&self) -> Option<SendRequest<GuardedBody>> {
         loop {
             let idle = self.lock().pop()?;
             if idle.sender.is_closed() || idle.since.elapsed() > IDLE_TIMEOUT {
@@ -120,7 +121,7 @@ impl Pool {
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<Incoming>, ForwardError> {
+    async fn connect(&self) -> Result<SendRequest<GuardedBody>, ForwardError> {
         let stream = match tokio::time::timeout(
             self.connect_timeout,
             TcpStream::connect(self.address.as_str()),
@@ -139,14 +140,16 @@ impl Pool {
             .await
             .map_err(|_| ForwardError::Connect)?;
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            // With upgrades: a `101` hands the connection to a WebSocket
+            // tunnel instead of closing it.
+            if let Err(error) = connection.with_upgrades().await {
                 tracing::debug!(%error, "upstream connection ended with an error");
             }
         });
         Ok(sender)
     }
 
-    fn put_back(&self, sender: SendRequest<Incoming>) {
+    fn put_back(&self, sender: SendRequest<GuardedBody>) {
         if sender.is_closed() {
             return;
         }
@@ -167,12 +170,30 @@ impl Pool {
     }
 }
 
+/// Whose fault a failed exchange was: hyper's client reports an error of
+/// the request body it was streaming as a user error caused by that body's
+/// error — the client's body as the deadline guard passes it on
+/// ([`crate::proxy::deadline::BodyError`]), i.e. bad chunked framing, a
+/// client that went away mid-upload, or a body over its deadline or size.
+fn blame(error: &hyper::Error) -> ForwardError {
+    let from_client_body = error.is_user()
+        && std::error::Error::source(error).is_some_and(|cause| {
+            cause.downcast_ref::<crate::proxy::deadline::BodyError>().is_some()
+                || cause.downcast_ref::<hyper::Error>().is_some()
+        });
+    if from_client_body {
+        ForwardError::ClientBody
+    } else {
+        ForwardError::Other
+    }
+}
+
 /// An upstream response body that returns its connection to the pool once
 /// it has been read to the end.
 #[derive(Debug)]
 pub struct PooledBody {
     body: Incoming,
-    connection: Option<(SendRequest<Incoming>, Arc<Pool>)>,
+    connection: Option<(SendRequest<GuardedBody>, Arc<Pool>)>,
     /// Concurrency permits of the exchange: returned when the body ends or
     /// is dropped (client gone, upstream failed mid-body).
     permits: Vec<Permit>,
@@ -183,6 +204,13 @@ impl PooledBody {
         if let Some((sender, pool)) = self.connection.take() {
             pool.put_back(sender);
         }
+    }
+
+    /// Never returns this body's connection to the pool: it is closed once
+    /// the response ended (framing the pool cannot trust) or handed to a
+    /// tunnel (a `101`).
+    pub fn discard_connection(&mut self) {
+        self.connection = None;
     }
 
     /// Holds `permits` until this body has been sent to the end or dropped.

@@ -14,7 +14,7 @@ use super::pool::PooledBody;
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
 use crate::limiter::Decision;
-use crate::policy::{Limit, Policy, Rule};
+use crate::policy::{Limit, Policy, Rule, Sunset};
 
 /// The body of every response the proxy sends: the upstream's, streamed, or
 /// one sluice wrote.
@@ -28,6 +28,8 @@ const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy")
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 const X_SLUICE_WOULD_LIMIT: HeaderName = HeaderName::from_static("x-sluice-would-limit");
 const X_SLUICE_DELAY_MS: HeaderName = HeaderName::from_static("x-sluice-delay-ms");
+const DEPRECATION: HeaderName = HeaderName::from_static("deprecation");
+const SUNSET: HeaderName = HeaderName::from_static("sunset");
 const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 /// A generic problem document (`type` defaults to `about:blank`).
@@ -129,6 +131,85 @@ pub fn limited(
         headers.insert(RETRY_AFTER, number_value(secs));
     }
     add_rate_limit_headers(headers, policy.response.headers, verdicts, decided_at);
+    response
+}
+
+/// `Deprecation`, `Sunset` and `Link: <…>; rel="sunset"` for a response on
+/// a rule being retired (RFC 9745, RFC 8594).
+#[inline]
+pub fn add_sunset_headers(headers: &mut HeaderMap, retiring: Option<&Sunset>) {
+    let Some(sunset) = retiring else { return };
+    let schedule = &sunset.schedule;
+    headers.insert(DEPRECATION, schedule.deprecation().clone());
+    headers.insert(SUNSET, schedule.sunset().clone());
+    if let Some(link) = schedule.link() {
+        headers.append(http::header::LINK, link.clone());
+    }
+}
+
+/// The answer on a retired route (its sunset ended with a COUNT of 0): 410
+/// with a problem document that says where to go.
+pub fn gone(rule: &Rule, sunset: &Sunset) -> Response<ProxyBody> {
+    let schedule = &sunset.schedule;
+    let ended = schedule.sunset().to_str().unwrap_or("its sunset date");
+    let mut detail = format!(
+        "this API was retired on {ended} (rule '{}') and no longer answers",
+        rule.name
+    );
+    let link = schedule
+        .link()
+        .and_then(|l| l.to_str().ok())
+        .and_then(|l| l.strip_prefix('<'))
+        .and_then(|l| l.split_once('>'))
+        .map(|(target, _)| target.to_owned());
+    if let Some(target) = &link {
+        detail.push_str(&format!("; see {target}"));
+    }
+    let body = serde_json::json!({
+        "title": "Gone",
+        "status": 410,
+        "detail": detail,
+        "rule": &*rule.name,
+        "link": link,
+    });
+    let mut response = with_problem_body(StatusCode::GONE, body.to_string().into_bytes());
+    add_sunset_headers(response.headers_mut(), Some(sunset));
+    response
+}
+
+/// The answer to a request whose key `rule` has banned for `left` more:
+/// the quota-exceeded problem type, `Retry-After` the ban's remaining
+/// seconds. The rule's buckets were not asked, so no rate-limit fields.
+pub fn banned(rule: &Rule, left: Nanos, status: StatusCode) -> Response<ProxyBody> {
+    let secs = ceil_secs(left).max(1);
+    let detail = match rule.ban {
+        Some(ban) => format!(
+            "this caller was limited by rule '{}' {} times within {} and is banned for {}; \
+             {secs} s remain",
+            rule.name,
+            ban.after,
+            crate::policy::format_period(Duration::from_nanos(ban.within)),
+            crate::policy::format_period(Duration::from_nanos(ban.duration)),
+        ),
+        None => format!(
+            "this caller is banned by rule '{}' by an operator; {secs} s remain",
+            rule.name
+        ),
+    };
+    let body = serde_json::json!({
+        "type": QUOTA_EXCEEDED,
+        "title": status.canonical_reason().unwrap_or("Too Many Requests"),
+        "status": status.as_u16(),
+        "detail": detail,
+        "violated-policies": [&*rule.name],
+        "rule": &*rule.name,
+        "banned": true,
+        "retry_after_secs": secs,
+    });
+    let mut response = with_problem_body(status, body.to_string().into_bytes());
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, number_value(secs));
     response
 }
 
@@ -362,6 +443,9 @@ pub enum Refusal {
     BadHost(&'static str),
     /// The path could not be normalised.
     BadPath(crate::key::path::PathError),
+    /// Request framing a proxy must not guess at (answered with
+    /// `Connection: close`: the rest of the connection cannot be trusted).
+    BadFraming(&'static str),
     /// The request target is longer than `server.max_uri_bytes`.
     UriTooLong,
     /// The declared body is larger than `server.max_body_bytes`.
@@ -383,6 +467,13 @@ pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
     match refusal {
         Refusal::BadHost(detail) => problem(StatusCode::BAD_REQUEST, detail),
         Refusal::BadPath(error) => problem(StatusCode::BAD_REQUEST, &error.to_string()),
+        Refusal::BadFraming(detail) => {
+            let mut response = problem(StatusCode::BAD_REQUEST, detail);
+            response
+                .headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
         Refusal::UriTooLong => problem(
             StatusCode::URI_TOO_LONG,
             "the request target is longer than this server accepts",

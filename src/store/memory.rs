@@ -26,14 +26,16 @@ mod probe_map;
 mod sketch;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+
+use arc_swap::ArcSwap;
 
 use smallvec::SmallVec;
 
 use super::{Ask, BucketKey, Grant};
 use crate::clock::Nanos;
 use crate::limiter::{
-    Algorithm, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
+    Algorithm, Carry, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
 };
 use permits::PermitTable;
 pub use permits::{Permit, PermitGrant};
@@ -63,11 +65,15 @@ pub struct StoreStats {
     pub tracked: usize,
 }
 
-/// The in-memory bucket store.
+/// The in-memory bucket store: the bound and sweeping shared by its tables.
+/// The tables themselves ([`BucketTable`]) belong to the policy snapshots
+/// that use them, so a reload can keep some, make new ones and let the
+/// others go when the last request under the old snapshot ends.
 #[derive(Debug)]
 pub struct MemoryStore {
-    tables: Box<[Buckets]>,
-    bound: Bound,
+    /// Every table made and not yet dropped, for sweeping.
+    tables: ArcSwap<Vec<Weak<Buckets>>>,
+    bound: Arc<Bound>,
     /// Earliest `now` at which the next sweep may run.
     next_sweep: AtomicU64,
     /// Round-robin position of the next sweep.
@@ -85,6 +91,18 @@ struct Bound {
     total: AtomicUsize,
 }
 
+/// One limit's bucket table: a handle, cheap to clone, that asks name.
+/// Dropping the last handle frees the table and its place in `max_keys`.
+#[derive(Debug, Clone)]
+pub struct BucketTable(Arc<Buckets>);
+
+impl BucketTable {
+    /// Whether two handles are the same table (a reload kept it).
+    pub fn same(&self, other: &BucketTable) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// One limit's table, typed by its algorithm.
 #[derive(Debug)]
 enum Buckets {
@@ -99,15 +117,26 @@ enum Buckets {
 
 #[derive(Debug)]
 struct Table<A: Algorithm> {
-    /// The limit as configured when the table was made; used to recognise
-    /// fresh-equivalent buckets when sweeping. Decisions use the limiter of
-    /// the request's policy snapshot.
-    algorithm: A,
+    /// The limit as last configured; used to recognise fresh-equivalent
+    /// buckets when sweeping and to size the sketch. Decisions use the
+    /// limiter of the request's policy snapshot. Locked only by sweeps and
+    /// reloads.
+    algorithm: Mutex<A>,
     shards: Box<[Shard<A::State>]>,
     len: AtomicUsize,
     /// Where new keys are limited while the store is full; made on first
     /// use.
     overflow: OnceLock<Sketch<A::State>>,
+    /// The store's bound, given back this table's places when it is dropped.
+    bound: Arc<Bound>,
+}
+
+impl<A: Algorithm> Drop for Table<A> {
+    fn drop(&mut self) {
+        self.bound
+            .total
+            .fetch_sub(*self.len.get_mut(), Ordering::Relaxed);
+    }
 }
 
 /// One lock and its map, alone on its cache line so that two workers
@@ -129,7 +158,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Calls `$body` with the typed table and algorithm of `$ask`.
 macro_rules! with_table {
     ($store:expr, $ask:expr, |$table:ident, $algorithm:ident| $body:expr) => {
-        match (&$store.tables[$ask.table], $ask.limiter) {
+        match (&*$ask.table.0, $ask.limiter) {
             (Buckets::TokenBucket($table), Limiter::TokenBucket($algorithm)) => $body,
             (Buckets::LeakyBucket($table), Limiter::LeakyBucket($algorithm)) => $body,
             (Buckets::FixedWindow($table), Limiter::FixedWindow($algorithm)) => $body,
@@ -137,39 +166,107 @@ macro_rules! with_table {
             (Buckets::SlidingLog($table), Limiter::SlidingLog($algorithm)) => $body,
             // Tables are made from the same policy as the asks, and
             // concurrency limits are asked through `acquire_permit`.
-            (table, limiter) => unreachable!(
-                "table {} holds {table:?} buckets, asked with {limiter:?}",
-                $ask.table
-            ),
+            (table, limiter) => {
+                unreachable!("a table of {} buckets asked with {limiter:?}", table.kind())
+            }
         }
     };
 }
 
+impl Buckets {
+    fn kind(&self) -> &'static str {
+        match self {
+            Buckets::TokenBucket(_) => "token bucket",
+            Buckets::LeakyBucket(_) => "leaky bucket",
+            Buckets::FixedWindow(_) => "fixed window",
+            Buckets::SlidingWindow(_) => "sliding window",
+            Buckets::SlidingLog(_) => "sliding log",
+            Buckets::Permits(_) => "permit",
+        }
+    }
+}
+
 impl MemoryStore {
-    /// A store with one table per limiter (table `i` for `limiters[i]`) and
-    /// room for `max_keys` buckets in all.
-    pub fn new(limiters: &[Limiter], max_keys: usize) -> MemoryStore {
+    /// An empty store with room for `max_keys` buckets in all its tables.
+    pub fn new(max_keys: usize) -> MemoryStore {
         MemoryStore {
-            tables: limiters
-                .iter()
-                .map(|limiter| match *limiter {
-                    Limiter::TokenBucket(a) => Buckets::TokenBucket(Table::new(a)),
-                    Limiter::LeakyBucket(a) => Buckets::LeakyBucket(Table::new(a)),
-                    Limiter::FixedWindow(a) => Buckets::FixedWindow(Table::new(a)),
-                    Limiter::SlidingWindow(a) => Buckets::SlidingWindow(Table::new(a)),
-                    Limiter::SlidingLog(a) => Buckets::SlidingLog(Table::new(a)),
-                    Limiter::Concurrency(_) => Buckets::Permits(Arc::default()),
-                })
-                .collect(),
-            bound: Bound {
+            tables: ArcSwap::from_pointee(Vec::new()),
+            bound: Arc::new(Bound {
                 max_keys,
                 total: AtomicUsize::new(0),
-            },
+            }),
             next_sweep: AtomicU64::new(0),
             sweep_cursor: AtomicUsize::new(0),
             evicted_idle: AtomicU64::new(0),
             overflow: AtomicU64::new(0),
         }
+    }
+
+    /// A store and one new table per limiter, in order (for tests and
+    /// benchmarks).
+    pub fn with_tables(limiters: &[Limiter], max_keys: usize) -> (MemoryStore, Vec<BucketTable>) {
+        let store = MemoryStore::new(max_keys);
+        let tables = limiters.iter().map(|l| store.table(l)).collect();
+        (store, tables)
+    }
+
+    /// A new, empty table for `limiter`'s buckets.
+    pub fn table(&self, limiter: &Limiter) -> BucketTable {
+        let bound = &self.bound;
+        let buckets = Arc::new(match *limiter {
+            Limiter::TokenBucket(a) => Buckets::TokenBucket(Table::new(a, bound)),
+            Limiter::LeakyBucket(a) => Buckets::LeakyBucket(Table::new(a, bound)),
+            Limiter::FixedWindow(a) => Buckets::FixedWindow(Table::new(a, bound)),
+            Limiter::SlidingWindow(a) => Buckets::SlidingWindow(Table::new(a, bound)),
+            Limiter::SlidingLog(a) => Buckets::SlidingLog(Table::new(a, bound)),
+            Limiter::Concurrency(_) => Buckets::Permits(Arc::default()),
+        });
+        let weak = Arc::downgrade(&buckets);
+        self.tables.rcu(|tables| {
+            let mut live: Vec<Weak<Buckets>> = tables
+                .iter()
+                .filter(|t| t.strong_count() > 0)
+                .cloned()
+                .collect();
+            live.push(weak.clone());
+            live
+        });
+        BucketTable(buckets)
+    }
+
+    /// Keeps `table`'s buckets for a reload that changes its limit from
+    /// `from` to `to` (same algorithm): every state is rescaled as `carry`
+    /// says, at `now`. Returns `false`, changing nothing, when the two
+    /// limiters are not of the table's algorithm.
+    pub fn carry(
+        &self,
+        table: &BucketTable,
+        from: &Limiter,
+        to: &Limiter,
+        carry: Carry,
+        now: Nanos,
+    ) -> bool {
+        match (&*table.0, from, to) {
+            (Buckets::TokenBucket(t), Limiter::TokenBucket(f), Limiter::TokenBucket(n)) => {
+                t.carry(f, n, carry, now)
+            }
+            (Buckets::LeakyBucket(t), Limiter::LeakyBucket(f), Limiter::LeakyBucket(n)) => {
+                t.carry(f, n, carry, now)
+            }
+            (Buckets::FixedWindow(t), Limiter::FixedWindow(f), Limiter::FixedWindow(n)) => {
+                t.carry(f, n, carry, now)
+            }
+            (Buckets::SlidingWindow(t), Limiter::SlidingWindow(f), Limiter::SlidingWindow(n)) => {
+                t.carry(f, n, carry, now)
+            }
+            (Buckets::SlidingLog(t), Limiter::SlidingLog(f), Limiter::SlidingLog(n)) => {
+                t.carry(f, n, carry, now)
+            }
+            // Permits are requests in flight: they carry over as they are.
+            (Buckets::Permits(_), Limiter::Concurrency(_), Limiter::Concurrency(_)) => {}
+            _ => return false,
+        }
+        true
     }
 
     /// See [`super::Store::acquire_all`].
@@ -268,10 +365,10 @@ impl MemoryStore {
             .cancel(algorithm, ask, now, at))
     }
 
-    fn permits(&self, table: usize) -> &Arc<PermitTable> {
-        match &self.tables[table] {
+    fn permits(table: &BucketTable) -> &Arc<PermitTable> {
+        match &*table.0 {
             Buckets::Permits(permits) => permits,
-            other => unreachable!("table {table} holds {other:?}, asked for permits"),
+            other => unreachable!("a table of {} buckets asked for permits", other.kind()),
         }
     }
 
@@ -280,28 +377,28 @@ impl MemoryStore {
     /// behind the waiters instead of refusing (delay mode).
     pub fn acquire_permit(
         &self,
-        table: usize,
+        table: &BucketTable,
         key: BucketKey,
         max_in_flight: u64,
         max_queue: Option<u64>,
     ) -> PermitGrant {
-        self.permits(table).acquire(key, max_in_flight, max_queue)
+        Self::permits(table).acquire(key, max_in_flight, max_queue)
     }
 
     /// Permits taken for `key` right now.
-    pub fn permits_in_flight(&self, table: usize, key: BucketKey) -> u64 {
-        self.permits(table).in_flight(key)
+    pub fn permits_in_flight(&self, table: &BucketTable, key: BucketKey) -> u64 {
+        Self::permits(table).in_flight(key)
     }
 
     /// The guard of a permit taken (or handed over) for `key`.
-    pub fn permit(&self, table: usize, key: BucketKey) -> Permit {
-        Permit::new(Arc::clone(self.permits(table)), key)
+    pub fn permit(&self, table: &BucketTable, key: BucketKey) -> Permit {
+        Permit::new(Arc::clone(Self::permits(table)), key)
     }
 
     /// A queued permit request gives up: `true` if it left without a permit,
     /// `false` if one had been handed to it (the caller then owns it).
-    pub fn leave_permit_queue(&self, table: usize, key: BucketKey, id: u64) -> bool {
-        self.permits(table).leave(key, id)
+    pub fn leave_permit_queue(&self, table: &BucketTable, key: BucketKey, id: u64) -> bool {
+        Self::permits(table).leave(key, id)
     }
 
     /// Drops fresh-equivalent buckets from the next few shards. Returns
@@ -311,13 +408,17 @@ impl MemoryStore {
         if now < self.next_sweep.load(Ordering::Relaxed) {
             return false;
         }
-        let all_shards = self.tables.len() * SHARDS;
+        let tables = self.tables.load();
+        let all_shards = tables.len() * SHARDS;
         let start = self.sweep_cursor.fetch_add(SWEEP_SHARDS, Ordering::Relaxed);
         let mut freed = 0;
         for offset in 0..SWEEP_SHARDS.min(all_shards) {
             let index = (start + offset) % all_shards;
             let shard = index % SHARDS;
-            freed += match &self.tables[index / SHARDS] {
+            let Some(table) = tables[index / SHARDS].upgrade() else {
+                continue;
+            };
+            freed += match &*table {
                 Buckets::TokenBucket(table) => table.sweep(shard, now),
                 Buckets::LeakyBucket(table) => table.sweep(shard, now),
                 Buckets::FixedWindow(table) => table.sweep(shard, now),
@@ -347,15 +448,14 @@ impl MemoryStore {
     }
 
     /// Buckets tracked in one table.
-    pub fn tracked_keys(&self, table: usize) -> usize {
-        let len = match self.tables.get(table) {
-            Some(Buckets::TokenBucket(table)) => &table.len,
-            Some(Buckets::LeakyBucket(table)) => &table.len,
-            Some(Buckets::FixedWindow(table)) => &table.len,
-            Some(Buckets::SlidingWindow(table)) => &table.len,
-            Some(Buckets::SlidingLog(table)) => &table.len,
-            Some(Buckets::Permits(permits)) => return permits.len(),
-            None => return 0,
+    pub fn tracked_keys(&self, table: &BucketTable) -> usize {
+        let len = match &*table.0 {
+            Buckets::TokenBucket(table) => &table.len,
+            Buckets::LeakyBucket(table) => &table.len,
+            Buckets::FixedWindow(table) => &table.len,
+            Buckets::SlidingWindow(table) => &table.len,
+            Buckets::SlidingLog(table) => &table.len,
+            Buckets::Permits(permits) => return permits.len(),
         };
         len.load(Ordering::Relaxed)
     }
@@ -373,15 +473,32 @@ impl Bound {
     }
 }
 
-impl<A: Algorithm> Table<A> {
-    fn new(algorithm: A) -> Table<A> {
+impl<A: Algorithm + Copy + PartialEq> Table<A> {
+    fn new(algorithm: A, bound: &Arc<Bound>) -> Table<A> {
         Table {
-            algorithm,
+            algorithm: Mutex::new(algorithm),
             shards: (0..SHARDS)
                 .map(|_| Shard(Mutex::new(ProbeMap::default())))
                 .collect(),
             len: AtomicUsize::new(0),
             overflow: OnceLock::new(),
+            bound: Arc::clone(bound),
+        }
+    }
+
+    /// Rescales every bucket from limit `from` to limit `to` (see
+    /// [`MemoryStore::carry`]); the overflow sketch's cells too. Shards are
+    /// locked one at a time, so requests keep flowing meanwhile.
+    fn carry(&self, from: &A, to: &A, carry: Carry, now: Nanos) {
+        *lock(&self.algorithm) = *to;
+        if from == to {
+            return;
+        }
+        for shard in self.shards.iter() {
+            lock(&shard.0).for_each_mut(|state| to.carry_from(from, state, now, carry));
+        }
+        if let Some(sketch) = self.overflow.get() {
+            sketch.for_each_mut(|state| to.carry_from(from, state, now, carry));
         }
     }
 
@@ -436,9 +553,8 @@ impl<A: Algorithm> Table<A> {
 
     fn sketch(&self) -> &Sketch<A::State> {
         self.overflow.get_or_init(|| {
-            Sketch::new(
-                std::mem::size_of::<A::State>().saturating_add(self.algorithm.max_heap_bytes()),
-            )
+            let heap = lock(&self.algorithm).max_heap_bytes();
+            Sketch::new(std::mem::size_of::<A::State>().saturating_add(heap))
         })
     }
 
@@ -509,8 +625,9 @@ impl<A: Algorithm> Table<A> {
 
     /// Drops the fresh-equivalent buckets of one shard; returns how many.
     fn sweep(&self, shard: usize, now: Nanos) -> usize {
+        let algorithm = *lock(&self.algorithm);
         let dropped =
-            lock(&self.shards[shard].0).retain(|_, state| !self.algorithm.is_fresh(state, now));
+            lock(&self.shards[shard].0).retain(|_, state| !algorithm.is_fresh(state, now));
         self.len.fetch_sub(dropped, Ordering::Relaxed);
         dropped
     }

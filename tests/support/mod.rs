@@ -420,7 +420,7 @@ pub async fn get_h2(url: &str, headers: &[(&str, &str)]) -> Got {
     collect(response).await
 }
 
-async fn collect(response: Response<Incoming>) -> Got {
+pub async fn collect(response: Response<Incoming>) -> Got {
     let status = response.status();
     let headers = response.headers().clone();
     let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -454,10 +454,16 @@ impl SluiceProcess {
     /// Spawns `sluice run --config path` (listen addresses in the file should
     /// be `127.0.0.1:0`) and waits for its "serving" log line.
     pub fn spawn(config: &Path) -> SluiceProcess {
+        SluiceProcess::spawn_with_env(config, &[])
+    }
+
+    /// [`SluiceProcess::spawn`] with extra environment variables.
+    pub fn spawn_with_env(config: &Path, env: &[(&str, &str)]) -> SluiceProcess {
         use std::io::{BufRead, BufReader};
         let mut child = Command::new(binary())
             .args(["run", "--config"])
             .arg(config)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
@@ -486,6 +492,13 @@ impl SluiceProcess {
         std::thread::spawn(move || for _ in lines {});
         let (addr, admin) = addrs.expect("sluice did not start");
         SluiceProcess { child, addr, admin }
+    }
+
+    /// Sends a signal by name (`HUP`, `TERM`, ...).
+    pub fn signal(&self, name: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status();
     }
 
     /// Sends SIGTERM.

@@ -105,6 +105,13 @@ impl<V: Default> ProbeMap<V> {
         None
     }
 
+    /// Calls `f` on every value.
+    pub fn for_each_mut(&mut self, mut f: impl FnMut(&mut V)) {
+        for slot in self.slots.iter_mut().filter(|slot| slot.key != EMPTY) {
+            f(&mut slot.value);
+        }
+    }
+
     /// Keeps only the entries for which `keep` returns true; returns how many
     /// were removed. Rebuilds the array (sweeps are rare; lookups are not),
     /// shrinking it when it became mostly empty.

@@ -119,6 +119,11 @@ impl<S: Default> Sketch<S> {
         }
     }
 
+    /// Calls `f` on every cell (a reload rescaling the states).
+    pub fn for_each_mut(&self, f: impl FnMut(&mut S)) {
+        lock(&self.cells).iter_mut().for_each(f);
+    }
+
     /// Cells per row.
     #[cfg(test)]
     pub fn width(&self) -> usize {

@@ -1,0 +1,197 @@
+//! The request body's deadline and size cap, enforced while the body streams
+//! to the upstream.
+//!
+//! hyper has no body timeout, so a client can hold a connection, and the
+//! upstream connection behind it, by trickling a large body (RUDY). The
+//! whole body must arrive within `server.body_timeout`, counted from when
+//! sluice starts reading it (after any hold: a held request's body waits in
+//! the socket, and a client sending `Expect: 100-continue` starts only
+//! then). A body longer than `server.max_body_bytes` is cut off when it
+//! crosses the limit; a declared `Content-Length` above it never gets here
+//! (413 up front).
+//!
+//! Either way the body ends in an error, so hyper aborts the upstream
+//! request: the upstream sees an incomplete body and a closed connection,
+//! never a complete request. If the upstream had not answered yet, the
+//! client gets 408 or 413 ([`BodyWatch::refusal`]) and the connection is
+//! closed.
+//!
+//! The server inserts the limits as a request extension ([`BodyLimits`]) on
+//! requests that have a body; [`guard`] takes them out where the request is
+//! handed to the upstream. A request without them passes unguarded.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, Version};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use tokio::time::Sleep;
+
+use super::respond::{self, ProxyBody};
+
+/// The limits on one request body, from `[server]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyLimits {
+    /// The whole body must arrive within this.
+    pub timeout: Duration,
+    /// At most this many bytes; 0 = no limit.
+    pub max_bytes: u64,
+}
+
+/// Why a guarded body was cut off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    #[error("the request body did not arrive within body_timeout")]
+    Timeout,
+    #[error("the request body is longer than max_body_bytes")]
+    TooLarge,
+    #[error("the client's request body failed")]
+    Client,
+}
+
+const NOT_TRIPPED: u8 = 0;
+const TRIPPED_TIMEOUT: u8 = 1;
+const TRIPPED_TOO_LARGE: u8 = 2;
+
+/// The request body as the upstream receives it.
+#[derive(Debug)]
+pub struct GuardedBody {
+    inner: Incoming,
+    guard: Option<Box<Active>>,
+}
+
+#[derive(Debug)]
+struct Active {
+    limits: BodyLimits,
+    /// Started at the first poll.
+    timer: Option<Pin<Box<Sleep>>>,
+    received: u64,
+    tripped: Arc<AtomicU8>,
+}
+
+/// What the proxy keeps of a guarded body once it was handed over.
+#[derive(Debug)]
+pub struct BodyWatch {
+    tripped: Option<Arc<AtomicU8>>,
+    version: Version,
+}
+
+/// Wraps the request's body with the limits the server attached, if any.
+pub fn guard(mut request: Request<Incoming>) -> (Request<GuardedBody>, BodyWatch) {
+    let limits = request.extensions_mut().remove::<BodyLimits>();
+    let version = request.version();
+    let tripped = limits.map(|_| Arc::new(AtomicU8::new(NOT_TRIPPED)));
+    let watch = BodyWatch {
+        tripped: tripped.clone(),
+        version,
+    };
+    let request = request.map(|inner| GuardedBody {
+        guard: limits.zip(tripped).map(|(limits, tripped)| {
+            Box::new(Active {
+                limits,
+                timer: None,
+                received: 0,
+                tripped,
+            })
+        }),
+        inner,
+    });
+    (request, watch)
+}
+
+impl BodyWatch {
+    /// The answer when the exchange failed because the body was cut off:
+    /// 408 or 413, closing an HTTP/1 connection (the rest of the body is
+    /// not going to be read).
+    pub fn refusal(&self) -> Option<Response<ProxyBody>> {
+        let (status, detail) = match self.tripped.as_ref()?.load(Ordering::Acquire) {
+            TRIPPED_TIMEOUT => (
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time",
+            ),
+            TRIPPED_TOO_LARGE => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is larger than this server accepts",
+            ),
+            _ => return None,
+        };
+        let mut response = respond::problem(status, detail);
+        if self.version < Version::HTTP_2 {
+            response
+                .headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        Some(response)
+    }
+}
+
+impl Active {
+    fn trip(&self, why: BodyError) -> BodyError {
+        let code = match why {
+            BodyError::Timeout => TRIPPED_TIMEOUT,
+            BodyError::TooLarge => TRIPPED_TOO_LARGE,
+            BodyError::Client => return why,
+        };
+        self.tripped.store(code, Ordering::Release);
+        why
+    }
+}
+
+impl Body for GuardedBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        let Some(active) = this.guard.as_deref_mut() else {
+            return Pin::new(&mut this.inner)
+                .poll_frame(cx)
+                .map_err(|_| BodyError::Client);
+        };
+        let timeout = active.limits.timeout;
+        let timer = active
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if timer.is_elapsed() {
+                    return Poll::Ready(Some(Err(active.trip(BodyError::Timeout))));
+                }
+                if let Some(data) = frame.data_ref() {
+                    active.received += data.len() as u64;
+                    let max = active.limits.max_bytes;
+                    if max > 0 && active.received > max {
+                        return Poll::Ready(Some(Err(active.trip(BodyError::TooLarge))));
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(_))) => Poll::Ready(Some(Err(BodyError::Client))),
+            Poll::Ready(None) => {
+                // Complete: the timer is no longer needed.
+                this.guard = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => match timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(active.trip(BodyError::Timeout)))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,155 @@
+//! WebSocket tunnels (RFC 6455 §4): the opening handshake is an ordinary
+//! request — identified, limited and forwarded like any other — that keeps
+//! its `Connection: upgrade` and `Upgrade: websocket`. It becomes a tunnel
+//! only once the upstream answers `101 Switching Protocols`; any other answer
+//! is an ordinary response, after which the client connection keeps being
+//! parsed as HTTP (bytes the client sent after the handshake are a next
+//! request, never tunnelled: Pingora CVE-2026-2833, RELIABILITY A6).
+//!
+//! Only WebSocket is tunnelled: any other `Upgrade` (h2c, TLS/1.0, …) is a
+//! hop-by-hop field like the rest and is stripped, so the upstream sees a
+//! plain request.
+//!
+//! Once both sides switched, bytes are copied both ways until either side
+//! closes; the request's concurrency permits are held for the tunnel's life.
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Version};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+
+use crate::store::Permit;
+
+static UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
+static WEBSOCKET: HeaderValue = HeaderValue::from_static("websocket");
+
+/// The client's half of a WebSocket handshake: resolves to its connection
+/// once sluice has sent the `101`.
+#[derive(Debug)]
+pub struct ClientUpgrade(OnUpgrade);
+
+/// Whether `request` is a WebSocket opening handshake: an HTTP/1.1 `GET`
+/// whose `Connection` lists `upgrade` and whose `Upgrade` is `websocket`,
+/// without a body.
+pub fn is_websocket_handshake<B>(request: &Request<B>) -> bool {
+    let headers = request.headers();
+    request.version() == Version::HTTP_11
+        && request.method() == Method::GET
+        && !headers.contains_key(header::CONTENT_LENGTH)
+        && !headers.contains_key(header::TRANSFER_ENCODING)
+        && lists_token(headers, header::CONNECTION, "upgrade")
+        && upgrade_is_websocket(headers)
+}
+
+/// Takes the client's pending upgrade out of a WebSocket handshake request
+/// (`None` for any other request).
+pub fn take_client_side<B>(request: &mut Request<B>) -> Option<ClientUpgrade> {
+    if !is_websocket_handshake(request) {
+        return None;
+    }
+    request
+        .extensions_mut()
+        .remove::<OnUpgrade>()
+        .map(ClientUpgrade)
+}
+
+/// Puts back the two fields a handshake needs after hop-by-hop stripping
+/// removed them (sluice's own `Connection` option, not the client's).
+pub fn restore_handshake_fields(headers: &mut HeaderMap) {
+    headers.insert(header::CONNECTION, UPGRADE.clone());
+    headers.insert(header::UPGRADE, WEBSOCKET.clone());
+}
+
+/// Whether `response` is the upstream accepting a WebSocket handshake.
+pub fn is_switching_to_websocket<B>(response: &Response<B>) -> bool {
+    response.status() == StatusCode::SWITCHING_PROTOCOLS && upgrade_is_websocket(response.headers())
+}
+
+/// Joins the client's and the upstream's connections once both switched
+/// protocols (the client's after sluice's `101` is flushed), copying bytes
+/// both ways until either side closes. `permits` are returned when the
+/// tunnel ends.
+pub fn tunnel(client: ClientUpgrade, upstream: OnUpgrade, permits: Vec<Permit>) {
+    tokio::spawn(async move {
+        let _permits = permits;
+        let (client, upstream) = match tokio::try_join!(client.0, upstream) {
+            Ok(both) => both,
+            Err(error) => {
+                tracing::debug!(%error, "websocket upgrade failed");
+                return;
+            }
+        };
+        let mut client = TokioIo::new(client);
+        let mut upstream = TokioIo::new(upstream);
+        match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+            Ok((from_client, from_upstream)) => {
+                tracing::debug!(from_client, from_upstream, "websocket tunnel closed");
+            }
+            Err(error) => tracing::debug!(%error, "websocket tunnel ended with an error"),
+        }
+    });
+}
+
+fn upgrade_is_websocket(headers: &HeaderMap) -> bool {
+    let mut values = headers.get_all(header::UPGRADE).iter();
+    matches!(
+        (values.next(), values.next()),
+        (Some(value), None) if value.as_bytes().eq_ignore_ascii_case(b"websocket")
+    )
+}
+
+fn lists_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|item| item.trim().eq_ignore_ascii_case(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(pairs: &[(&str, &str)]) -> Request<()> {
+        let mut builder = Request::get("/ws");
+        for (name, value) in pairs {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(()).unwrap()
+    }
+
+    #[test]
+    fn only_websocket_get_handshakes_are_upgrades() {
+        let handshake = [
+            ("connection", "keep-alive, Upgrade"),
+            ("upgrade", "WebSocket"),
+        ];
+        assert!(is_websocket_handshake(&request(&handshake)));
+
+        for (what, pairs) in [
+            ("h2c", &[("connection", "upgrade"), ("upgrade", "h2c")][..]),
+            ("no Connection option", &[("upgrade", "websocket")][..]),
+            (
+                "two protocols",
+                &[("connection", "upgrade"), ("upgrade", "websocket, h2c")][..],
+            ),
+            (
+                "a body",
+                &[
+                    ("connection", "upgrade"),
+                    ("upgrade", "websocket"),
+                    ("content-length", "5"),
+                ][..],
+            ),
+        ] {
+            assert!(!is_websocket_handshake(&request(pairs)), "{what}");
+        }
+        let mut post = request(&handshake);
+        *post.method_mut() = Method::POST;
+        assert!(!is_websocket_handshake(&post));
+        let mut http10 = request(&handshake);
+        *http10.version_mut() = Version::HTTP_10;
+        assert!(!is_websocket_handshake(&http10));
+    }
+}

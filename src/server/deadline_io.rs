@@ -1,0 +1,647 @@
+//! The client connection's socket, with the deadlines hyper does not keep
+//! and the answers hyper writes without a body.
+//!
+//! hyper 1.x has a header read timeout but restarts it whenever a keep-alive
+//! connection goes idle, so an idle connection would be cut at
+//! `header_read_timeout` and `idle_timeout` could never be longer; it has no
+//! idle or write timeout at all. [`DeadlineIo`] wraps the `TcpStream` and
+//! keeps three clocks, from what it sees on the socket and from
+//! [`Exchanges`] (how many requests of the connection are in the service):
+//!
+//! - **head** (`header_read_timeout`): from the first byte of a request
+//!   until the service receives it. A head that is still incomplete then
+//!   gets a 408 problem document and the connection is closed, however fast
+//!   the client trickles (as HAProxy's `timeout http-request`).
+//! - **idle** (`idle_timeout`): from the accept, or the end of the last
+//!   response, until the next byte. The connection is then closed quietly,
+//!   as nginx's `keepalive_timeout` does. A new connection that has not
+//!   sent a byte is idle, not slow: it holds a slot, which
+//!   `max_connections` bounds, but no buffer.
+//! - **send** (`send_timeout`): while a write makes no progress because the
+//!   client does not read. The connection is then dropped, which drops the
+//!   response body and so the upstream exchange behind it (nginx's
+//!   `send_timeout`).
+//!
+//! While a request is in the service none of the read clocks run: the body
+//! has its own deadline ([`crate::proxy::deadline`]) and a slow upstream has
+//! `upstream_timeout`.
+//!
+//! It also answers what hyper would answer with an empty body: a request
+//! target longer than `max_uri_bytes` is answered 414 as soon as the target
+//! has been read, without buffering the rest of the head (hyper could only
+//! say 431 once its buffer is full), and hyper's own automatic 400/414/431
+//! responses to heads it cannot parse are replaced by problem documents.
+//! Both close the connection. An HTTP/2 connection (recognised by its
+//! preface) and an upgraded one (a 101 was sent) keep only the idle clock
+//! (HTTP/2) or only the send clock (upgraded).
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// The `[server]` settings a connection enforces.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub send_timeout: Duration,
+    pub max_uri_bytes: usize,
+    pub max_headers: usize,
+    pub max_header_bytes: usize,
+}
+
+/// What the service tells the connection's socket: how many of its requests
+/// are in flight (from the service call until the response body is sent or
+/// dropped), and whether the connection was upgraded.
+#[derive(Debug, Default)]
+pub struct Exchanges {
+    in_flight: AtomicUsize,
+    /// Requests the service received so far: an exchange may begin and end
+    /// between two reads, and must still end the head phase.
+    calls: AtomicUsize,
+    upgraded: AtomicBool,
+    /// The connection task, parked on a read while a request was in
+    /// flight: woken when the last one ends, so the idle clock starts even
+    /// though no byte arrives.
+    reader: Mutex<Option<Waker>>,
+}
+
+impl Exchanges {
+    /// Counts a request as in flight until the returned guard is dropped.
+    pub fn start(self: &Arc<Exchanges>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        InFlight(Arc::clone(self))
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    /// The connection switched protocols (a 101 was answered): its bytes
+    /// are no longer HTTP/1 heads.
+    pub fn mark_upgraded(&self) {
+        self.upgraded.store(true, Ordering::Relaxed);
+    }
+
+    fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    /// Asks to be woken when the connection stops being busy; false when it
+    /// already did.
+    fn wake_when_idle(&self, waker: &Waker) -> bool {
+        let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.busy() {
+            return false;
+        }
+        match &mut *reader {
+            Some(parked) if parked.will_wake(waker) => {}
+            parked => *parked = Some(waker.clone()),
+        }
+        true
+    }
+}
+
+/// A request in flight on its connection; see [`Exchanges::start`].
+#[derive(Debug)]
+pub struct InFlight(Arc<Exchanges>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let parked = self
+                .0
+                .reader
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(waker) = parked {
+                waker.wake();
+            }
+        }
+    }
+}
+
+/// Where the connection is, as far as the read clocks are concerned.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Waiting for (the rest of) a request head that began at `since`.
+    Head { since: Instant },
+    /// Between exchanges since `since`, no byte of a next request yet.
+    Idle { since: Instant },
+    /// A request is in the service.
+    Busy,
+}
+
+/// The protocol spoken, once the first bytes told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Unknown,
+    Http1,
+    Http2,
+}
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4), as far as needed to tell.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct DeadlineIo<S> {
+    inner: S,
+    limits: ConnectionLimits,
+    exchanges: Arc<Exchanges>,
+    phase: Phase,
+    /// [`Exchanges::calls`] when the phase was last updated.
+    calls_seen: usize,
+    protocol: Protocol,
+    /// The request line of the head being read, for the 414 check.
+    target: TargetScan,
+    read_timer: Option<Pin<Box<Sleep>>>,
+    /// The deadline `read_timer` is set to.
+    read_deadline: Option<Instant>,
+    send_timer: Option<Pin<Box<Sleep>>>,
+    /// Whether `send_timer` runs (a write is blocked).
+    send_blocked: bool,
+    /// An answer of our own, on its way out; the connection then closes.
+    answer: Option<Answer>,
+    /// Once our own answer is out, reads see the end of the stream.
+    answered: bool,
+}
+
+/// Our own answer's progress.
+#[derive(Debug)]
+enum Answer {
+    /// The response, and how much of it was written.
+    Writing(Vec<u8>, usize),
+    /// Written and the write side shut: reading what the client still
+    /// sends, so that closing with unread data does not reset the
+    /// connection before the client read the answer (a lingering close, as
+    /// nginx's `lingering_close`).
+    Lingering { drained: usize },
+}
+
+/// How long, and how many bytes, a lingering close reads at most.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1 << 20;
+
+impl<S> DeadlineIo<S> {
+    /// Wraps a connection accepted just now.
+    pub fn new(inner: S, limits: ConnectionLimits, exchanges: Arc<Exchanges>) -> DeadlineIo<S> {
+        DeadlineIo {
+            inner,
+            limits,
+            exchanges,
+            phase: Phase::Idle {
+                since: Instant::now(),
+            },
+            calls_seen: 0,
+            protocol: Protocol::Unknown,
+            target: TargetScan::default(),
+            read_timer: None,
+            read_deadline: None,
+            send_timer: None,
+            send_blocked: false,
+            answer: None,
+            answered: false,
+        }
+    }
+
+    fn upgraded(&self) -> bool {
+        self.exchanges.upgraded.load(Ordering::Relaxed)
+    }
+
+    /// Moves between phases on what the service reports.
+    fn update_phase(&mut self) {
+        let calls = self.exchanges.calls();
+        if self.exchanges.busy() {
+            self.phase = Phase::Busy;
+        } else if calls != self.calls_seen || matches!(self.phase, Phase::Busy) {
+            // An exchange ended since the last read.
+            self.phase = Phase::Idle {
+                since: Instant::now(),
+            };
+            self.target = TargetScan::default();
+        }
+        self.calls_seen = calls;
+    }
+
+    /// The read deadline of the current phase, if one runs.
+    fn read_deadline(&self) -> Option<(Instant, Phase)> {
+        if self.upgraded() {
+            return None;
+        }
+        match self.phase {
+            Phase::Head { since } if self.protocol != Protocol::Http2 => {
+                Some((since + self.limits.header_read_timeout, self.phase))
+            }
+            // HTTP/2 heads are frames that h2 bounds itself: between
+            // streams the connection is idle.
+            Phase::Head { since } | Phase::Idle { since } => {
+                Some((since + self.limits.idle_timeout, Phase::Idle { since }))
+            }
+            Phase::Busy => None,
+        }
+    }
+
+    /// Polls the read clock; `Ready` when it ran out.
+    fn poll_read_deadline(&mut self, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
+        let timer = self
+            .read_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if self.read_deadline != Some(deadline) {
+            timer.as_mut().reset(deadline);
+            self.read_deadline = Some(deadline);
+        }
+        timer.as_mut().poll(cx)
+    }
+
+    /// Polls the send clock for a blocked write; an error when it ran out.
+    fn poll_send_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let deadline = if self.send_blocked {
+            None
+        } else {
+            self.send_blocked = true;
+            Some(Instant::now() + self.limits.send_timeout)
+        };
+        let timer = self.send_timer.get_or_insert_with(|| {
+            Box::pin(tokio::time::sleep_until(
+                deadline.unwrap_or_else(Instant::now),
+            ))
+        });
+        if let Some(deadline) = deadline {
+            timer.as_mut().reset(deadline);
+        }
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client read nothing for send_timeout",
+            )),
+            Poll::Pending => Ok(()),
+        }
+    }
+
+    /// Queues an answer of our own; the connection closes after it.
+    fn queue_answer(&mut self, answer: Vec<u8>) {
+        self.answer = Some(Answer::Writing(answer, 0));
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> DeadlineIo<S> {
+    /// Writes the queued answer, if any, to its end, then lingers.
+    fn poll_answer(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            match &mut self.answer {
+                None => return Poll::Ready(Ok(())),
+                Some(Answer::Writing(bytes, written)) if *written == bytes.len() => {
+                    ready!(Pin::new(&mut self.inner).poll_shutdown(cx))?;
+                    self.answer = Some(Answer::Lingering { drained: 0 });
+                    self.read_deadline = None;
+                    let linger_until = Instant::now() + LINGER_TIME;
+                    // Starts the clock; it cannot have run out yet.
+                    let _ = self.poll_read_deadline(cx, linger_until);
+                }
+                Some(Answer::Writing(bytes, written)) => {
+                    match Pin::new(&mut self.inner).poll_write(cx, &bytes[*written..]) {
+                        Poll::Ready(Ok(0)) => {
+                            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()))
+                        }
+                        Poll::Ready(Ok(n)) => {
+                            *written += n;
+                            self.send_blocked = false;
+                        }
+                        Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                        Poll::Pending => {
+                            self.poll_send_deadline(cx)?;
+                            return Poll::Pending;
+                        }
+                    }
+                }
+                Some(Answer::Lingering { drained }) => {
+                    let mut scratch = [0u8; 4096];
+                    let mut discard = ReadBuf::new(&mut scratch);
+                    match Pin::new(&mut self.inner).poll_read(cx, &mut discard) {
+                        Poll::Ready(Ok(())) if !discard.filled().is_empty() => {
+                            *drained += discard.filled().len();
+                            if *drained <= LINGER_BYTES {
+                                continue;
+                            }
+                        }
+                        // The client closed, failed, or lingered too long.
+                        Poll::Ready(_) => {}
+                        Poll::Pending => {
+                            let until = self.read_deadline.unwrap_or_else(Instant::now);
+                            if self.poll_read_deadline(cx, until).is_pending() {
+                                return Poll::Pending;
+                            }
+                        }
+                    }
+                    self.answer = None;
+                    self.answered = true;
+                    return Poll::Ready(Ok(()));
+                }
+            }
+        }
+    }
+
+    /// Whether `head` is hyper's own answer to a head it could not parse:
+    /// a 4xx written while a head was being read and the service has not
+    /// been called since.
+    fn is_automatic_error(&self, head: &[u8]) -> bool {
+        self.protocol == Protocol::Http1
+            && matches!(self.phase, Phase::Head { .. })
+            && self.exchanges.calls() == self.calls_seen
+            && !self.exchanges.busy()
+            && !self.upgraded()
+            && (head.starts_with(b"HTTP/1.1 4") || head.starts_with(b"HTTP/1.0 4"))
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for DeadlineIo<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.answer.is_some() {
+            ready!(this.poll_answer(cx))?;
+        }
+        if this.answered {
+            // What follows our answer is not read: the connection closes.
+            return Poll::Ready(Ok(()));
+        }
+        this.update_phase();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let new = &buf.filled()[before..];
+                if new.is_empty() || this.upgraded() {
+                    return Poll::Ready(Ok(()));
+                }
+                if this.protocol == Protocol::Unknown {
+                    this.protocol = if new.starts_with(&H2_PREFACE[..new.len().min(4)]) {
+                        Protocol::Http2
+                    } else {
+                        Protocol::Http1
+                    };
+                }
+                if this.protocol == Protocol::Http2 {
+                    return Poll::Ready(Ok(()));
+                }
+                if let Phase::Idle { .. } = this.phase {
+                    this.phase = Phase::Head {
+                        since: Instant::now(),
+                    };
+                }
+                if let Phase::Head { .. } = this.phase {
+                    if this.target.scan(new, this.limits.max_uri_bytes) {
+                        // Too long a target: answer 414 now, and read no more.
+                        buf.set_filled(before);
+                        this.queue_answer(problem_response(
+                            414,
+                            &format!(
+                                "the request target is longer than {} bytes",
+                                this.limits.max_uri_bytes
+                            ),
+                        ));
+                        ready!(this.poll_answer(cx))?;
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Pending => {
+                if let Phase::Busy = this.phase {
+                    if this.exchanges.wake_when_idle(cx.waker()) {
+                        return Poll::Pending;
+                    }
+                    // The exchange ended meanwhile: idle from now.
+                    this.update_phase();
+                }
+                let Some((deadline, phase)) = this.read_deadline() else {
+                    return Poll::Pending;
+                };
+                ready!(this.poll_read_deadline(cx, deadline));
+                match phase {
+                    Phase::Head { .. } => {
+                        this.queue_answer(problem_response(
+                            408,
+                            "the request head did not arrive within header_read_timeout",
+                        ));
+                        ready!(this.poll_answer(cx))?;
+                        Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "request head not complete within header_read_timeout",
+                        )))
+                    }
+                    // Idle for idle_timeout: end of stream, a quiet close.
+                    _ => Poll::Ready(Ok(())),
+                }
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for DeadlineIo<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.poll_answer(cx))?;
+        if this.is_automatic_error(buf) {
+            this.queue_answer(replace_automatic_error(buf, &this.limits));
+            ready!(this.poll_answer(cx))?;
+            return Poll::Ready(Ok(buf.len()));
+        }
+        match Pin::new(&mut this.inner).poll_write(cx, buf) {
+            Poll::Ready(result) => {
+                this.send_blocked = false;
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                this.poll_send_deadline(cx)?;
+                Poll::Pending
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.poll_answer(cx))?;
+        let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| b);
+        if this.is_automatic_error(first) {
+            let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            this.queue_answer(replace_automatic_error(&all, &this.limits));
+            ready!(this.poll_answer(cx))?;
+            return Poll::Ready(Ok(all.len()));
+        }
+        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
+            Poll::Ready(result) => {
+                this.send_blocked = false;
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                this.poll_send_deadline(cx)?;
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_answer(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_answer(cx))?;
+        if this.answered {
+            // Shut down after the answer already.
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+/// Follows the request target of a head as its bytes arrive: the bytes
+/// between the first and second space of the request line.
+#[derive(Debug, Default)]
+struct TargetScan {
+    /// 0: in the method; 1: in the target; 2: past it (or not scanning).
+    state: u8,
+    length: usize,
+}
+
+impl TargetScan {
+    /// Scans `bytes`; true once the target has grown beyond `max`.
+    fn scan(&mut self, bytes: &[u8], max: usize) -> bool {
+        for &byte in bytes {
+            match (self.state, byte) {
+                (2, _) => return false,
+                (_, b'\r' | b'\n') => self.state = 2,
+                (0, b' ') => self.state = 1,
+                // Not a method: these bytes do not start a request line.
+                (0, byte) if !(byte.is_ascii_alphabetic() || byte == b'-' || byte == b'_') => {
+                    self.state = 2
+                }
+                (1, b' ') => self.state = 2,
+                (1, _) => {
+                    self.length += 1;
+                    if self.length > max {
+                        self.state = 2;
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        false
+    }
+}
+
+/// A problem-document response that closes the connection.
+fn problem_response(status: u16, detail: &str) -> Vec<u8> {
+    let status_code = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_REQUEST);
+    let title = status_code.canonical_reason().unwrap_or("Error");
+    let body = serde_json::json!({
+        "title": title,
+        "status": status_code.as_u16(),
+        "detail": detail,
+    })
+    .to_string();
+    format!(
+        "HTTP/1.1 {} {title}\r\ncontent-type: application/problem+json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        status_code.as_u16(),
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Our problem document in place of hyper's bodiless answer `head`.
+fn replace_automatic_error(head: &[u8], limits: &ConnectionLimits) -> Vec<u8> {
+    let status = head
+        .get(9..12)
+        .and_then(|code| std::str::from_utf8(code).ok())
+        .and_then(|code| code.parse::<u16>().ok())
+        .unwrap_or(400);
+    let detail = match status {
+        431 => format!(
+            "the request head has more than {} header lines or more than {} bytes",
+            limits.max_headers, limits.max_header_bytes
+        ),
+        414 => format!(
+            "the request target is longer than {} bytes",
+            limits.max_uri_bytes
+        ),
+        _ => "the request is not valid HTTP/1.1 (RFC 9112)".to_owned(),
+    };
+    problem_response(status, &detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_target_is_measured_between_the_first_two_spaces() {
+        let mut scan = TargetScan::default();
+        assert!(!scan.scan(b"GET /abcd HTTP/1.1\r\n", 5));
+        let mut scan = TargetScan::default();
+        assert!(scan.scan(b"GET /abcdef", 5));
+        // Across reads, and a long method does not count.
+        let mut scan = TargetScan::default();
+        assert!(!scan.scan(b"VERYLONGMETHOD /ab", 5));
+        assert!(scan.scan(b"cdef", 5));
+        // Headers after the request line are not the target.
+        let mut scan = TargetScan::default();
+        assert!(!scan.scan(b"GET / HTTP/1.1\r\nX-Long: aaaaaaaaaaaaaa", 5));
+    }
+
+    #[test]
+    fn hyper_answers_become_problem_documents() {
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(1),
+            send_timeout: Duration::from_secs(1),
+            max_uri_bytes: 8192,
+            max_headers: 100,
+            max_header_bytes: 32768,
+        };
+        let answer = replace_automatic_error(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n\r\n",
+            &limits,
+        );
+        let text = String::from_utf8(answer).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"));
+        assert!(head.contains("content-type: application/problem+json"));
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(json["status"], 431);
+        assert!(json["detail"]
+            .as_str()
+            .unwrap()
+            .contains("100 header lines"));
+    }
+}

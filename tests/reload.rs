@@ -1,0 +1,299 @@
+//! Hot reload of the real binary: SIGHUP, `POST /admin/reload` and the file
+//! watch apply a new config without a restart; buckets of unchanged rules
+//! keep their state, a changed limit carries its buckets over, a broken file
+//! keeps the old config, and reloading under load fails no request.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use http::{Method, StatusCode};
+use support::{assert_problem, get, metric, send, write_config, SluiceProcess, Upstream};
+
+/// A config with rule `spend` (header key, `spend_rate`, `on_change`) and
+/// rule `steady` (2/m on /steady).
+fn config(upstream: &Upstream, spend_rate: &str, on_change: &str) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+upstream = "http://{}"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[[rule]]
+name = "spend"
+match = {{ path_prefix = "/spend" }}
+key = ["header:x-id"]
+rate = "{spend_rate}"
+{on_change}
+
+[[rule]]
+name = "steady"
+match = {{ path_prefix = "/steady" }}
+key = ["header:x-id"]
+rate = "2/m"
+"#,
+        upstream.addr
+    )
+}
+
+/// Statuses of `n` requests to `path` as caller `id`.
+async fn statuses(sluice: &SluiceProcess, path: &str, id: &str, n: usize) -> Vec<u16> {
+    let mut got = Vec::with_capacity(n);
+    for _ in 0..n {
+        got.push(
+            get(&sluice.url(path), &[("x-id", id)])
+                .await
+                .status
+                .as_u16(),
+        );
+    }
+    got
+}
+
+/// Waits until `sluice_config_reloads_total{result}` reaches `count`.
+async fn await_reloads(sluice: &SluiceProcess, result: &str, count: f64) {
+    let series = format!("sluice_config_reloads_total{{result=\"{result}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = get(&sluice.admin_url("/metrics"), &[]).await.body;
+        if metric(&text, &series).unwrap_or(0.0) >= count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {series} = {count} within 10 s:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Writes `text` to `path` by atomic replacement (write aside, rename).
+fn replace(path: &Path, text: &str) {
+    let aside = path.with_extension("toml.new");
+    std::fs::write(&aside, text).unwrap();
+    std::fs::rename(&aside, path).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_a_changed_limit_without_refilling_and_keeps_unchanged_buckets() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &config(&upstream, "3/m", ""));
+    let sluice = SluiceProcess::spawn(&path);
+
+    // Caller A spends its whole 3/m; caller B spends one of its 2 on /steady.
+    assert_eq!(
+        statuses(&sluice, "/spend", "a", 4).await,
+        [200, 200, 200, 429]
+    );
+    assert_eq!(statuses(&sluice, "/steady", "b", 1).await, [200]);
+
+    // 3/m → 6/m, proportional (the default): A had 0 of 3 left, so 0 of 6.
+    std::fs::write(&path, config(&upstream, "6/m", "")).unwrap();
+    sluice.signal("HUP");
+    await_reloads(&sluice, "ok", 1.0).await;
+
+    // No fresh burst for A; B's unchanged bucket still holds exactly 1.
+    assert_eq!(statuses(&sluice, "/spend", "a", 1).await, [429]);
+    assert_eq!(statuses(&sluice, "/steady", "b", 2).await, [200, 429]);
+    // A new caller gets the new limit: 6, not 3.
+    assert_eq!(
+        statuses(&sluice, "/spend", "c", 7).await,
+        [200, 200, 200, 200, 200, 200, 429]
+    );
+    let limit = get(&sluice.url("/spend"), &[("x-id", "d")]).await;
+    assert_eq!(limit.header("x-ratelimit-limit"), Some("6"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_change_keep_leaves_spent_units_spent_and_reset_refills() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &config(&upstream, "4/m", ""));
+    let sluice = SluiceProcess::spawn(&path);
+    assert_eq!(statuses(&sluice, "/spend", "a", 2).await, [200, 200]);
+
+    // 4/m → 8/m, keep: 2 spent stay spent, 6 left.
+    std::fs::write(&path, config(&upstream, "8/m", "on_change = \"keep\"")).unwrap();
+    let answer = send(Method::POST, &sluice.admin_url("/admin/reload"), &[]).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let changes = answer.json()["changes"].to_string();
+    assert!(changes.contains("~ spend: 4/m → 8/m"), "{changes}");
+    let got = statuses(&sluice, "/spend", "a", 7).await;
+    assert_eq!(got.iter().filter(|&&s| s == 200).count(), 6, "{got:?}");
+
+    // 8/m → 3/m, reset: every bucket starts full at the new limit.
+    std::fs::write(&path, config(&upstream, "3/m", "on_change = \"reset\"")).unwrap();
+    let answer = send(Method::POST, &sluice.admin_url("/admin/reload"), &[]).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(
+        statuses(&sluice, "/spend", "a", 4).await,
+        [200, 200, 200, 429]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_file_keeps_the_running_config_and_counts_an_error() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &config(&upstream, "2/m", ""));
+    let sluice = SluiceProcess::spawn(&path);
+    assert_eq!(statuses(&sluice, "/spend", "a", 1).await, [200]);
+
+    // A negative rate on line 14: refused with its position.
+    let broken = config(&upstream, "-5/m", "");
+    std::fs::write(&path, &broken).unwrap();
+    let answer = send(Method::POST, &sluice.admin_url("/admin/reload"), &[]).await;
+    let body = assert_problem(&answer, StatusCode::UNPROCESSABLE_ENTITY);
+    let errors = body["errors"].as_array().expect("an errors list");
+    assert_eq!(errors.len(), 1, "{body}");
+    let line = broken.lines().position(|l| l.contains("-5/m")).unwrap() + 1;
+    let position = format!("sluice.toml:{line}:8:");
+    assert!(
+        errors[0].as_str().unwrap().contains(&position),
+        "expected {position} in {body}"
+    );
+    await_reloads(&sluice, "error", 1.0).await;
+    let text = get(&sluice.admin_url("/metrics"), &[]).await.body;
+    assert_eq!(
+        metric(&text, r#"sluice_config_reloads_total{result="ok"}"#),
+        Some(0.0)
+    );
+
+    // The old 2/m still holds: one more, then 429.
+    assert_eq!(statuses(&sluice, "/spend", "a", 2).await, [200, 429]);
+
+    // SIGHUP with the same broken file: still refused, still serving.
+    sluice.signal("HUP");
+    await_reloads(&sluice, "error", 2.0).await;
+    assert_eq!(statuses(&sluice, "/steady", "z", 1).await, [200]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_watch_applies_an_atomically_replaced_file_once() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &config(&upstream, "1/m", ""));
+    let sluice = SluiceProcess::spawn(&path);
+    assert_eq!(statuses(&sluice, "/spend", "a", 2).await, [200, 429]);
+
+    // 1/m → 3/m: A keeps its share (none), a new caller gets 3.
+    replace(&path, &config(&upstream, "3/m", ""));
+    await_reloads(&sluice, "ok", 1.0).await;
+    assert_eq!(statuses(&sluice, "/spend", "a", 1).await, [429]);
+    assert_eq!(
+        statuses(&sluice, "/spend", "b", 4).await,
+        [200, 200, 200, 429]
+    );
+
+    // The same content again (a new file) is not reloaded a second time.
+    replace(&path, &config(&upstream, "3/m", ""));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let text = get(&sluice.admin_url("/metrics"), &[]).await.body;
+    assert_eq!(
+        metric(&text, r#"sluice_config_reloads_total{result="ok"}"#),
+        Some(1.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_in_pieces_is_never_applied_half_way() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &config(&upstream, "1/m", ""));
+    let sluice = SluiceProcess::spawn(&path);
+
+    // RELIABILITY H4: truncate, then append in two pieces 200 ms apart.
+    let full = config(&upstream, "5/m", "");
+    let (first, second) = full.split_at(full.len() / 2);
+    std::fs::write(&path, "").unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::fs::write(&path, first).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::fs::write(&path, &full).unwrap();
+    let _ = second;
+    await_reloads(&sluice, "ok", 1.0).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+
+    let text = get(&sluice.admin_url("/metrics"), &[]).await.body;
+    // The halves were never read: no error, exactly one successful reload.
+    assert_eq!(
+        metric(&text, r#"sluice_config_reloads_total{result="error"}"#),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(&text, r#"sluice_config_reloads_total{result="ok"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        statuses(&sluice, "/spend", "a", 6).await,
+        [200, 200, 200, 200, 200, 429]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloading_under_load_fails_no_request() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &config(&upstream, "1000/s", ""));
+    let sluice = SluiceProcess::spawn(&path);
+    let stop = Instant::now() + Duration::from_secs(3);
+
+    // Four clients send without pause while the config flips 30 times.
+    let mut clients = Vec::new();
+    for client in 0..4 {
+        let url = sluice.url(if client % 2 == 0 { "/spend" } else { "/steady" });
+        clients.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while Instant::now() < stop {
+                let id = format!("c{client}");
+                seen.push(get(&url, &[("x-id", &id)]).await.status.as_u16());
+            }
+            seen
+        }));
+    }
+    let mut reloads = 0;
+    while Instant::now() < stop && reloads < 30 {
+        let rate = if reloads % 2 == 0 { "2000/s" } else { "1000/s" };
+        std::fs::write(&path, config(&upstream, rate, "")).unwrap();
+        let answer = send(Method::POST, &sluice.admin_url("/admin/reload"), &[]).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        reloads += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut total = 0;
+    for client in clients {
+        let seen = client.await.unwrap();
+        total += seen.len();
+        let failed: Vec<&u16> = seen.iter().filter(|s| ![200, 429].contains(*s)).collect();
+        assert!(failed.is_empty(), "failed answers: {failed:?}");
+    }
+    assert!(reloads >= 10, "only {reloads} reloads");
+    assert!(total > 100, "only {total} requests");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutating_admin_calls_need_the_token_when_one_is_set() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &config(&upstream, "1/m", ""));
+    let sluice = SluiceProcess::spawn_with_env(&path, &[("SLUICE_ADMIN_TOKEN", "s3cret")]);
+    let url = sluice.admin_url("/admin/reload");
+
+    let none = send(Method::POST, &url, &[]).await;
+    assert_problem(&none, StatusCode::UNAUTHORIZED);
+    assert_eq!(none.header("www-authenticate"), Some("Bearer"));
+    let wrong = send(Method::POST, &url, &[("authorization", "Bearer nope")]).await;
+    assert_problem(&wrong, StatusCode::UNAUTHORIZED);
+    let right = send(Method::POST, &url, &[("authorization", "Bearer s3cret")]).await;
+    assert_eq!(right.status, StatusCode::OK, "{}", right.body);
+    assert_eq!(right.json()["reloaded"], true);
+    // Reading needs no token.
+    let rules = get(&sluice.admin_url("/admin/rules"), &[]).await;
+    assert_eq!(rules.status, StatusCode::OK);
+    assert_eq!(rules.json()["rules"][0]["name"], "spend");
+}

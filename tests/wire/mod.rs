@@ -1,0 +1,436 @@
+//! Raw HTTP/1 on both sides of sluice, for the hostile-input rows of
+//! `shared/RELIABILITY.md`: a client that sends exact bytes (never a
+//! normalising HTTP library) and a recording upstream (`U`) that logs the
+//! exact bytes it receives per connection, reads them as a strict HTTP/1.1
+//! server would, and answers as scripted (hang, close early, bad bytes,
+//! switch protocols).
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One request as the upstream read it.
+#[derive(Debug, Clone)]
+pub struct RawRequest {
+    pub method: String,
+    pub target: String,
+    /// Names lower-cased, values as sent, in order.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.header(name).is_some()
+    }
+}
+
+/// What the upstream saw on one connection.
+#[derive(Debug, Clone, Default)]
+pub struct ConnLog {
+    /// Every byte received, in order.
+    pub bytes: Vec<u8>,
+    /// The complete requests those bytes held.
+    pub requests: Vec<RawRequest>,
+    /// Bytes that were not a well-framed request (a bad head or chunk).
+    pub garbage: bool,
+    /// When sluice closed (or reset) the connection.
+    pub closed_at: Option<Instant>,
+}
+
+/// How the upstream answers one request.
+pub enum Action {
+    /// Writes these bytes and keeps the connection.
+    Reply(Vec<u8>),
+    /// Writes these bytes, then closes.
+    ReplyAndClose(Vec<u8>),
+    /// Never answers (keeps reading, to notice the close).
+    Hang,
+    /// Closes without answering.
+    Close,
+    /// Writes these bytes (a `101`), then echoes every byte it receives.
+    SwitchAndEcho(Vec<u8>),
+}
+
+type Script = dyn Fn(&RawRequest) -> Action + Send + Sync;
+
+/// The recording upstream.
+pub struct RawUpstream {
+    pub addr: SocketAddr,
+    conns: Arc<Mutex<Vec<ConnLog>>>,
+}
+
+/// `200 OK` with a two-byte body, kept alive.
+pub fn ok() -> Action {
+    Action::Reply(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec())
+}
+
+impl RawUpstream {
+    /// Answers every request with `script`.
+    pub async fn start(script: impl Fn(&RawRequest) -> Action + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let script: Arc<Script> = Arc::new(script);
+        let task_conns = conns.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let index = {
+                    let mut conns = task_conns.lock().unwrap();
+                    conns.push(ConnLog::default());
+                    conns.len() - 1
+                };
+                tokio::spawn(serve(stream, index, task_conns.clone(), script.clone()));
+            }
+        });
+        RawUpstream { addr, conns }
+    }
+
+    /// Every connection so far.
+    pub fn conns(&self) -> Vec<ConnLog> {
+        self.conns.lock().unwrap().clone()
+    }
+
+    /// Every complete request so far, in connection order.
+    pub fn requests(&self) -> Vec<RawRequest> {
+        self.conns()
+            .into_iter()
+            .flat_map(|conn| conn.requests)
+            .collect()
+    }
+
+    /// Everything received, all connections concatenated.
+    pub fn all_bytes(&self) -> String {
+        let bytes: Vec<u8> = self.conns().into_iter().flat_map(|c| c.bytes).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+async fn serve(
+    mut stream: TcpStream,
+    index: usize,
+    conns: Arc<Mutex<Vec<ConnLog>>>,
+    script: Arc<Script>,
+) {
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buffer = vec![0u8; 16 * 1024];
+    let mut answering = true;
+    loop {
+        // Answer every complete request already buffered.
+        while answering {
+            match parse_request(&pending) {
+                Parsed::Complete(request, used) => {
+                    pending.drain(..used);
+                    let action = script(&request);
+                    conns.lock().unwrap()[index].requests.push(request);
+                    match action {
+                        Action::Reply(bytes) => {
+                            let _ = stream.write_all(&bytes).await;
+                        }
+                        Action::ReplyAndClose(bytes) => {
+                            let _ = stream.write_all(&bytes).await;
+                            let _ = stream.shutdown().await;
+                            return drain_until_closed(stream, index, conns).await;
+                        }
+                        Action::Hang => answering = false,
+                        Action::Close => return,
+                        Action::SwitchAndEcho(bytes) => {
+                            let _ = stream.write_all(&bytes).await;
+                            let _ = stream.write_all(&pending).await;
+                            return echo(stream, index, conns).await;
+                        }
+                    }
+                }
+                Parsed::Partial => break,
+                Parsed::Bad => {
+                    conns.lock().unwrap()[index].garbage = true;
+                    answering = false;
+                }
+            }
+        }
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => {
+                conns.lock().unwrap()[index].closed_at = Some(Instant::now());
+                return;
+            }
+            Ok(n) => {
+                conns.lock().unwrap()[index]
+                    .bytes
+                    .extend_from_slice(&buffer[..n]);
+                pending.extend_from_slice(&buffer[..n]);
+            }
+        }
+    }
+}
+
+async fn drain_until_closed(mut stream: TcpStream, index: usize, conns: Arc<Mutex<Vec<ConnLog>>>) {
+    let mut buffer = [0u8; 4096];
+    loop {
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => conns.lock().unwrap()[index]
+                .bytes
+                .extend_from_slice(&buffer[..n]),
+        }
+    }
+    conns.lock().unwrap()[index].closed_at = Some(Instant::now());
+}
+
+async fn echo(mut stream: TcpStream, index: usize, conns: Arc<Mutex<Vec<ConnLog>>>) {
+    let mut buffer = [0u8; 4096];
+    loop {
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                conns.lock().unwrap()[index]
+                    .bytes
+                    .extend_from_slice(&buffer[..n]);
+                if stream.write_all(&buffer[..n]).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    conns.lock().unwrap()[index].closed_at = Some(Instant::now());
+}
+
+enum Parsed {
+    Complete(RawRequest, usize),
+    Partial,
+    Bad,
+}
+
+/// A strict HTTP/1.1 reading: one `Content-Length` or `Transfer-Encoding:
+/// chunked` (never both), well-formed chunks.
+fn parse_request(buf: &[u8]) -> Parsed {
+    let Some(head_end) = find(buf, b"\r\n\r\n") else {
+        return Parsed::Partial;
+    };
+    let Ok(head) = std::str::from_utf8(&buf[..head_end]) else {
+        return Parsed::Bad;
+    };
+    let mut lines = head.split("\r\n");
+    let mut parts = lines.next().unwrap_or("").split(' ');
+    let (Some(method), Some(target), Some(_version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Parsed::Bad;
+    };
+    let mut headers = Vec::new();
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            return Parsed::Bad;
+        };
+        headers.push((name.to_ascii_lowercase(), value.trim().to_owned()));
+    }
+    let mut request = RawRequest {
+        method: method.to_owned(),
+        target: target.to_owned(),
+        headers,
+        body: Vec::new(),
+    };
+    let body_start = head_end + 4;
+    let chunked = request.header("transfer-encoding");
+    let length = request.header("content-length");
+    match (chunked, length) {
+        (Some(_), Some(_)) => Parsed::Bad,
+        (Some(te), None) if te.eq_ignore_ascii_case("chunked") => {
+            let mut at = body_start;
+            loop {
+                let Some(line_end) = find(&buf[at..], b"\r\n") else {
+                    return Parsed::Partial;
+                };
+                let size_text = std::str::from_utf8(&buf[at..at + line_end]).unwrap_or("");
+                let Ok(size) = usize::from_str_radix(size_text, 16) else {
+                    return Parsed::Bad;
+                };
+                at += line_end + 2;
+                if buf.len() < at + size + 2 {
+                    return Parsed::Partial;
+                }
+                if size == 0 {
+                    // No trailers from sluice: the terminating CRLF follows.
+                    if &buf[at..at + 2] != b"\r\n" {
+                        return Parsed::Bad;
+                    }
+                    return Parsed::Complete(request, at + 2);
+                }
+                request.body.extend_from_slice(&buf[at..at + size]);
+                if &buf[at + size..at + size + 2] != b"\r\n" {
+                    return Parsed::Bad;
+                }
+                at += size + 2;
+            }
+        }
+        (Some(_), None) => Parsed::Bad,
+        (None, Some(length)) => {
+            let Ok(length) = length.parse::<usize>() else {
+                return Parsed::Bad;
+            };
+            if buf.len() < body_start + length {
+                return Parsed::Partial;
+            }
+            request.body = buf[body_start..body_start + length].to_vec();
+            Parsed::Complete(request, body_start + length)
+        }
+        (None, None) => Parsed::Complete(request, body_start),
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+/// What the client got back on one connection.
+#[derive(Debug)]
+pub struct Received {
+    pub bytes: Vec<u8>,
+    /// The server closed the connection (EOF or reset) within the wait.
+    pub closed: bool,
+}
+
+impl Received {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+
+    pub fn responses(&self) -> Vec<RawResponse> {
+        parse_responses(&self.bytes)
+    }
+
+    pub fn statuses(&self) -> Vec<u16> {
+        self.responses().iter().map(|r| r.status).collect()
+    }
+}
+
+/// Sends `request` as is on a fresh connection and reads until the server
+/// closes the connection or stays silent for `quiet`.
+pub async fn exchange_with(addr: SocketAddr, request: &[u8], quiet: Duration) -> Received {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    read_until_quiet(&mut stream, quiet).await
+}
+
+/// [`exchange_with`] with 500 ms of silence as the end.
+pub async fn exchange(addr: SocketAddr, request: &[u8]) -> Received {
+    exchange_with(addr, request, Duration::from_millis(500)).await
+}
+
+pub async fn read_until_quiet(stream: &mut TcpStream, quiet: Duration) -> Received {
+    let mut bytes = Vec::new();
+    let mut buffer = [0u8; 8192];
+    let closed = loop {
+        match tokio::time::timeout(quiet, stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            Ok(Ok(n)) => bytes.extend_from_slice(&buffer[..n]),
+            Err(_) => break false,
+        }
+    };
+    Received { bytes, closed }
+}
+
+/// One response as the client read it.
+#[derive(Debug, Clone)]
+pub struct RawResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The body reached its declared end (length, or the last chunk).
+    pub complete: bool,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The responses in `bytes`, in order; the last may be incomplete.
+pub fn parse_responses(mut bytes: &[u8]) -> Vec<RawResponse> {
+    let mut responses = Vec::new();
+    while let Some(head_end) = find(bytes, b"\r\n\r\n") {
+        let head = String::from_utf8_lossy(&bytes[..head_end]).into_owned();
+        let mut lines = head.split("\r\n");
+        let status: u16 = lines
+            .next()
+            .and_then(|line| line.split(' ').nth(1))
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("not a status line in {head:?}"));
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|line| line.split_once(':'))
+            .map(|(n, v)| (n.to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let mut response = RawResponse {
+            status,
+            headers,
+            body: Vec::new(),
+            complete: false,
+        };
+        let rest = &bytes[head_end + 4..];
+        let chunked = response
+            .header("transfer-encoding")
+            .is_some_and(|te| te.eq_ignore_ascii_case("chunked"));
+        if status == 101 || status == 204 || status == 304 {
+            response.complete = true;
+            responses.push(response);
+            // After a 101 the bytes are the tunnel's.
+            if status == 101 {
+                return responses;
+            }
+            bytes = rest;
+        } else if chunked {
+            let mut at = 0;
+            while let Some(line_end) = find(&rest[at..], b"\r\n") {
+                let size_text = String::from_utf8_lossy(&rest[at..at + line_end]).into_owned();
+                let size = usize::from_str_radix(size_text.trim(), 16).unwrap_or(0);
+                at += line_end + 2;
+                if size == 0 {
+                    if rest.len() >= at + 2 {
+                        at += 2;
+                        response.complete = true;
+                    }
+                    break;
+                }
+                let end = (at + size).min(rest.len());
+                response.body.extend_from_slice(&rest[at..end]);
+                if rest.len() < at + size + 2 {
+                    at = rest.len();
+                    break;
+                }
+                at += size + 2;
+            }
+            let done = response.complete;
+            responses.push(response);
+            if !done {
+                return responses;
+            }
+            bytes = &rest[at..];
+        } else {
+            let length: usize = response
+                .header("content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let end = length.min(rest.len());
+            response.body = rest[..end].to_vec();
+            response.complete = rest.len() >= length;
+            responses.push(response);
+            bytes = &rest[end..];
+        }
+    }
+    responses
+}
