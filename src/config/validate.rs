@@ -208,6 +208,26 @@ pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors
     }
 }
 
+/// Largest `public_key_file` / `jwks_file` read. Real keys and key sets are
+/// a few KiB; the bound keeps `/dev/zero` or a mistyped path to a huge file
+/// from taking all memory (fuzz/config writes such paths).
+const MAX_KEY_FILE_BYTES: u64 = 1024 * 1024;
+
+fn read_key_file(file: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)?
+        .take(MAX_KEY_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_KEY_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "it is larger than {} KiB, which no key file is",
+            MAX_KEY_FILE_BYTES / 1024
+        )));
+    }
+    Ok(bytes)
+}
+
 /// The message for a TOML syntax error that came without one: names the
 /// character at `offset`.
 fn unexplained_syntax_error(text: &str, offset: usize) -> String {
@@ -921,7 +941,7 @@ impl Validator<'_> {
             Some(dir) if written.is_relative() => dir.join(written),
             _ => written.to_path_buf(),
         };
-        let bytes = match std::fs::read(&file) {
+        let bytes = match read_key_file(&file) {
             Ok(bytes) => bytes,
             Err(err) => {
                 self.error(
@@ -3410,6 +3430,25 @@ max_in_flight = 10
             jwt_rule()
         ));
         assert_eq!(line, "test.toml:3:1: identity.jwt.public_key_file: RS256 tokens need public_key_file = \"path/to/public.pem\" (or jwks_file = \"path/to/jwks.json\")");
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn an_endless_key_file_is_refused_after_a_mebibyte() {
+        // Seen with fuzz/config: `/dev/zero` was read until memory ran out.
+        for key in ["public_key_file", "jwks_file"] {
+            let line = only_error(&format!(
+                "{UPSTREAM}[identity.jwt]\nalgorithms = \"RS256\"\n{key} = \"/dev/zero\"\n{}",
+                jwt_rule()
+            ));
+            assert!(
+                line.ends_with(&format!(
+                    "identity.jwt.{key}: cannot read /dev/zero: it is larger than 1024 KiB, \
+                     which no key file is"
+                )),
+                "{line}"
+            );
+        }
     }
 
     #[test]
