@@ -208,6 +208,22 @@ pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors
     }
 }
 
+/// Messages quote values from the file, and a TOML string can hold a line
+/// break (`"a\nb"`): control characters other than tab are written as
+/// escapes so that every problem stays on one line (found by fuzz/config).
+fn one_line(text: String) -> String {
+    if !text.chars().any(|c| c.is_control() && c != '\t') {
+        return text;
+    }
+    text.chars()
+        .map(|c| match c {
+            '\t' => c.to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 /// Largest `public_key_file` / `jwks_file` read. Real keys and key sets are
 /// a few KiB; the bound keeps `/dev/zero` or a mistyped path to a huge file
 /// from taking all memory (fuzz/config writes such paths).
@@ -378,13 +394,14 @@ impl Validator<'_> {
         self.errors.push(ConfigError {
             line,
             column,
-            path: path.to_owned(),
-            message: message.into(),
+            path: one_line(path.to_owned()),
+            message: one_line(message.into()),
         });
     }
 
     fn warn(&mut self, at: usize, path: &str, message: impl fmt::Display) {
         let (line, column) = self.source.position(at);
+        let (path, message) = (one_line(path.to_owned()), one_line(message.to_string()));
         let text = format!("{}:{line}:{column}: {path}: {message}", self.origin);
         self.warnings.push((line, column, text));
     }
@@ -3096,6 +3113,20 @@ method = "DELETE"
             line,
             "test.toml:1:4: control character U+0001 is not allowed in TOML, not even in a \
              comment (only tab is)"
+        );
+    }
+
+    #[test]
+    fn a_value_with_a_line_break_is_quoted_on_one_line() {
+        // Found by fuzz/config: the value was echoed with its line break.
+        let line = only_error(&format!(
+            "{UPSTREAM}trusted_proxies = [\"a\\nb\\r\\u0001c\"]\n"
+        ));
+        assert!(
+            line.starts_with(
+                "test.toml:3:20: server.trusted_proxies[0]: \"a\\nb\\r\\u{1}c\" is not a CIDR"
+            ),
+            "{line}"
         );
     }
 
