@@ -11,11 +11,12 @@ use std::net::{IpAddr, Ipv6Addr};
 use arbitrary::{Arbitrary, Unstructured};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use libfuzzer_sys::fuzz_target;
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 use sluice::config::{ClaimPath, KeySource};
 use sluice::key::client_ip::canonical;
 use sluice::key::jwt::Claims;
 use sluice::key::{KeyHasher, MissingSource, RequestFacts};
+use sluice_fuzz::json_object;
 
 #[derive(Debug, Arbitrary)]
 enum Source {
@@ -52,36 +53,14 @@ struct Input {
     claims: Option<Json>,
 }
 
-/// A JSON value, built structurally so that claims are objects most of the
-/// time instead of rarely-valid text.
+/// A claims object; see [`json_object`].
 #[derive(Debug)]
 struct Json(Value);
 
 impl<'a> Arbitrary<'a> for Json {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Json> {
-        Ok(Json(Value::Object(object(u, 3)?)))
+        Ok(Json(Value::Object(json_object(u, 3)?)))
     }
-}
-
-fn object(u: &mut Unstructured<'_>, depth: u32) -> arbitrary::Result<Map<String, Value>> {
-    let mut map = Map::new();
-    for _ in 0..u.int_in_range(0..=6)? {
-        map.insert(String::arbitrary(u)?, value(u, depth)?);
-    }
-    Ok(map)
-}
-
-fn value(u: &mut Unstructured<'_>, depth: u32) -> arbitrary::Result<Value> {
-    Ok(match u.int_in_range(0..=7)? {
-        0 => Value::Null,
-        1 => Value::Bool(bool::arbitrary(u)?),
-        2 => Value::from(i64::arbitrary(u)?),
-        3 => Value::from(u64::arbitrary(u)?),
-        4 => Number::from_f64(f64::arbitrary(u)?).map_or(Value::Null, Value::Number),
-        5 if depth > 0 => Value::Object(object(u, depth - 1)?),
-        6 if depth > 0 => Value::Array(vec![value(u, depth - 1)?]),
-        _ => Value::String(String::arbitrary(u)?),
-    })
 }
 
 fuzz_target!(|input: Input| {
