@@ -147,13 +147,18 @@ pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors
         };
         let offset = err.span().map_or(0, |span| span.start);
         let (line, column) = source.position(offset);
-        let message = err
+        let mut message = err
             .message()
             .trim()
             .lines()
             .map(str::trim)
             .collect::<Vec<_>>()
             .join("; ");
+        if message.is_empty() {
+            // toml leaves some errors (a control character in a comment)
+            // without a message; `check` must still say what is wrong.
+            message = unexplained_syntax_error(&working, offset);
+        }
         let unknown_key = message.starts_with("unknown field");
         parse_errors.push(ConfigError {
             line,
@@ -200,6 +205,56 @@ pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors
             errors,
             io: None,
         })
+    }
+}
+
+/// Messages quote values from the file, and a TOML string can hold a line
+/// break (`"a\nb"`): control characters other than tab are written as
+/// escapes so that every problem stays on one line (found by fuzz/config).
+fn one_line(text: String) -> String {
+    if !text.chars().any(|c| c.is_control() && c != '\t') {
+        return text;
+    }
+    text.chars()
+        .map(|c| match c {
+            '\t' => c.to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+/// Largest `public_key_file` / `jwks_file` read. Real keys and key sets are
+/// a few KiB; the bound keeps `/dev/zero` or a mistyped path to a huge file
+/// from taking all memory (fuzz/config writes such paths).
+const MAX_KEY_FILE_BYTES: u64 = 1024 * 1024;
+
+fn read_key_file(file: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)?
+        .take(MAX_KEY_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_KEY_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "it is larger than {} KiB, which no key file is",
+            MAX_KEY_FILE_BYTES / 1024
+        )));
+    }
+    Ok(bytes)
+}
+
+/// The message for a TOML syntax error that came without one: names the
+/// character at `offset`.
+fn unexplained_syntax_error(text: &str, offset: usize) -> String {
+    match text.get(offset..).and_then(|rest| rest.chars().next()) {
+        Some(c) if c.is_control() => format!(
+            "control character U+{:04X} is not allowed in TOML, not even in a comment \
+             (only tab is)",
+            u32::from(c)
+        ),
+        Some(c) => format!("invalid TOML syntax at {c:?}"),
+        None => "invalid TOML syntax at the end of the file".to_owned(),
     }
 }
 
@@ -339,13 +394,14 @@ impl Validator<'_> {
         self.errors.push(ConfigError {
             line,
             column,
-            path: path.to_owned(),
-            message: message.into(),
+            path: one_line(path.to_owned()),
+            message: one_line(message.into()),
         });
     }
 
     fn warn(&mut self, at: usize, path: &str, message: impl fmt::Display) {
         let (line, column) = self.source.position(at);
+        let (path, message) = (one_line(path.to_owned()), one_line(message.to_string()));
         let text = format!("{}:{line}:{column}: {path}: {message}", self.origin);
         self.warnings.push((line, column, text));
     }
@@ -902,7 +958,7 @@ impl Validator<'_> {
             Some(dir) if written.is_relative() => dir.join(written),
             _ => written.to_path_buf(),
         };
-        let bytes = match std::fs::read(&file) {
+        let bytes = match read_key_file(&file) {
             Ok(bytes) => bytes,
             Err(err) => {
                 self.error(
@@ -3050,6 +3106,31 @@ method = "DELETE"
     }
 
     #[test]
+    fn a_control_character_in_a_comment_is_named_not_left_blank() {
+        // Found by fuzz/config: toml reports this error with an empty message.
+        let line = only_error("# a\u{1}b\n[server]\nupstream = \"http://127.0.0.1:3000\"\n");
+        assert_eq!(
+            line,
+            "test.toml:1:4: control character U+0001 is not allowed in TOML, not even in a \
+             comment (only tab is)"
+        );
+    }
+
+    #[test]
+    fn a_value_with_a_line_break_is_quoted_on_one_line() {
+        // Found by fuzz/config: the value was echoed with its line break.
+        let line = only_error(&format!(
+            "{UPSTREAM}trusted_proxies = [\"a\\nb\\r\\u0001c\"]\n"
+        ));
+        assert!(
+            line.starts_with(
+                "test.toml:3:20: server.trusted_proxies[0]: \"a\\nb\\r\\u{1}c\" is not a CIDR"
+            ),
+            "{line}"
+        );
+    }
+
+    #[test]
     fn reports_a_wrong_type_with_its_position() {
         let line = only_error("[server]\nupstream = \"http://127.0.0.1:3000\"\nworkers = \"4\"\n");
         assert!(
@@ -3380,6 +3461,25 @@ max_in_flight = 10
             jwt_rule()
         ));
         assert_eq!(line, "test.toml:3:1: identity.jwt.public_key_file: RS256 tokens need public_key_file = \"path/to/public.pem\" (or jwks_file = \"path/to/jwks.json\")");
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn an_endless_key_file_is_refused_after_a_mebibyte() {
+        // Seen with fuzz/config: `/dev/zero` was read until memory ran out.
+        for key in ["public_key_file", "jwks_file"] {
+            let line = only_error(&format!(
+                "{UPSTREAM}[identity.jwt]\nalgorithms = \"RS256\"\n{key} = \"/dev/zero\"\n{}",
+                jwt_rule()
+            ));
+            assert!(
+                line.ends_with(&format!(
+                    "identity.jwt.{key}: cannot read /dev/zero: it is larger than 1024 KiB, \
+                     which no key file is"
+                )),
+                "{line}"
+            );
+        }
     }
 
     #[test]
