@@ -495,42 +495,15 @@ fn cpu_ticks(pid: u32) -> u64 {
 
 /// The sluice binary under `ulimit -n limit`.
 fn spawn_with_fd_limit(config: &Path, limit: u32) -> SluiceProcess {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
-    let mut child = Command::new("sh")
+    let mut command = std::process::Command::new("sh");
+    command
         .arg("-c")
         .arg(format!(
             "ulimit -n {limit} && exec \"$0\" run --config \"$1\""
         ))
         .arg(support::binary())
-        .arg(config)
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn sluice");
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let mut addrs = None;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if line.contains("sluice is serving") {
-            let field = |name: &str| -> std::net::SocketAddr {
-                let start = line.find(&format!("{name}=")).unwrap() + name.len() + 1;
-                line[start..]
-                    .split_whitespace()
-                    .next()
-                    .unwrap()
-                    .parse()
-                    .unwrap()
-            };
-            addrs = Some((field("listen"), field("admin")));
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    let (addr, admin) = addrs.expect("sluice did not start");
-    SluiceProcess { child, addr, admin }
+        .arg(config);
+    SluiceProcess::spawn_command(command)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -459,11 +459,19 @@ impl SluiceProcess {
 
     /// [`SluiceProcess::spawn`] with extra environment variables.
     pub fn spawn_with_env(config: &Path, env: &[(&str, &str)]) -> SluiceProcess {
-        use std::io::{BufRead, BufReader};
-        let mut child = Command::new(binary())
+        let mut command = Command::new(binary());
+        command
             .args(["run", "--config"])
             .arg(config)
-            .envs(env.iter().copied())
+            .envs(env.iter().copied());
+        SluiceProcess::spawn_command(command)
+    }
+
+    /// Runs `command` (which starts `sluice run`, possibly through a shell)
+    /// with info logs on a piped stderr, and waits for its "serving" line.
+    pub fn spawn_command(mut command: Command) -> SluiceProcess {
+        use std::io::{BufRead, BufReader};
+        let mut child = command
             .env("RUST_LOG", "info")
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
