@@ -73,7 +73,7 @@ use sluice::key::{KeyHasher, RequestFacts};
 use sluice::limiter::{
     BucketState, Decision, FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow,
 };
-use sluice::store::{Ask, BucketTable, MemoryStore};
+use sluice::store::{Ask, BucketTable, Grant, MemoryStore};
 
 /// Length of the visiting sequence.
 const SEQ_LEN: usize = 1 << 20;
@@ -180,7 +180,7 @@ fn decide(store: &MemoryStore, table: &BucketTable, limiter: &Limiter, key: u64,
         remaining: 0,
         reset_after: 0,
     })];
-    store.acquire_all(&asks, now, &mut decisions)
+    store.acquire_all(&asks, now, &mut decisions, &mut [Grant::None])
 }
 
 impl Check for Sluice {

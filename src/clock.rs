@@ -1,6 +1,9 @@
 //! Time as a parameter. The limiter core never reads a clock: callers pass
 //! `now` as [`Nanos`] since the Unix epoch. Production uses
-//! [`MonotonicClock`]; tests use [`ManualClock`]. Besides this module, only
+//! [`MonotonicClock`]; tests use [`ManualClock`], which only moves when told
+//! to. A [`Clock`] also waits ([`Clock::sleep_until`]): the proxy's holds
+//! wait on the clock its decisions read, so a test that advances a manual
+//! clock releases held requests at exact instants. Besides this module, only
 //! measurements of elapsed time (metrics) read the system clock.
 //!
 //! Why Unix time: fixed and sliding windows align to wall-clock boundaries
@@ -11,9 +14,12 @@
 //! Over a long uptime it can drift from the wall clock by whatever NTP slews
 //! (typically milliseconds a day), which moves window boundaries by as much.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Notify;
 
 /// Nanoseconds since the clock's epoch.
 pub type Nanos = u64;
@@ -22,6 +28,9 @@ pub type Nanos = u64;
 pub trait Clock: Send + Sync + 'static {
     /// Nanoseconds since the Unix epoch. Never decreases.
     fn now(&self) -> Nanos;
+
+    /// Completes once [`Clock::now`] has reached `at`.
+    fn sleep_until(&self, at: Nanos) -> impl Future<Output = ()> + Send;
 }
 
 /// The production clock: the Unix time at which it was made, advanced by
@@ -59,12 +68,21 @@ impl Clock for MonotonicClock {
         self.unix_start
             .wrapping_add(self.clock.delta_as_nanos(self.epoch, self.clock.raw()))
     }
+
+    /// A timer of the runtime. Its clock and this one both advance with the
+    /// OS monotonic clock, so the wait ends at `at` give or take the timer's
+    /// millisecond resolution.
+    fn sleep_until(&self, at: Nanos) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep(Duration::from_nanos(at.saturating_sub(self.now())))
+    }
 }
 
 /// A clock that only moves when told to; clones share the same time.
 #[derive(Debug, Clone, Default)]
 pub struct ManualClock {
     nanos: Arc<AtomicU64>,
+    /// Wakes the sleepers each time the clock moves.
+    moved: Arc<Notify>,
 }
 
 impl ManualClock {
@@ -72,17 +90,69 @@ impl ManualClock {
     pub fn new(start: Nanos) -> Self {
         ManualClock {
             nanos: Arc::new(AtomicU64::new(start)),
+            moved: Arc::new(Notify::new()),
         }
     }
 
     /// Moves time forward.
     pub fn advance(&self, by: Duration) {
         self.nanos.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
+        self.moved.notify_waiters();
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> Nanos {
         self.nanos.load(Ordering::SeqCst)
+    }
+
+    fn sleep_until(&self, at: Nanos) -> impl Future<Output = ()> + Send {
+        let clock = self.clone();
+        async move {
+            loop {
+                // Registered before the check, so a move in between is seen.
+                let moved = clock.moved.notified();
+                tokio::pin!(moved);
+                moved.as_mut().enable();
+                if clock.now() >= at {
+                    return;
+                }
+                moved.await;
+            }
+        }
+    }
+}
+
+/// The clock the proxy runs on: [`MonotonicClock`] in production, a
+/// [`ManualClock`] in tests of holds, charges and refunds. A closed enum
+/// rather than a generic parameter, so the server, the admin listener and
+/// reloads keep one concrete proxy type; a read costs one predictable
+/// branch.
+#[derive(Debug, Clone)]
+pub enum ProxyClock {
+    Monotonic(MonotonicClock),
+    Manual(ManualClock),
+}
+
+impl Default for ProxyClock {
+    fn default() -> Self {
+        ProxyClock::Monotonic(MonotonicClock::default())
+    }
+}
+
+impl Clock for ProxyClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        match self {
+            ProxyClock::Monotonic(clock) => clock.now(),
+            ProxyClock::Manual(clock) => clock.now(),
+        }
+    }
+
+    async fn sleep_until(&self, at: Nanos) {
+        match self {
+            ProxyClock::Monotonic(clock) => clock.sleep_until(at).await,
+            ProxyClock::Manual(clock) => clock.sleep_until(at).await,
+        }
     }
 }

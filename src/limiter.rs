@@ -134,6 +134,11 @@ pub trait Algorithm {
     /// rollback when another limit rejected the same request).
     fn refund(&self, state: &mut Self::State, now: Nanos, cost: u64);
 
+    /// TEMP until the limiter branch lands.
+    fn charge(&self, state: &mut Self::State, now: Nanos, units: u64) {
+        let _ = self.acquire(state, now, units);
+    }
+
     /// Whether the state is indistinguishable from a fresh one from `now` on.
     fn is_fresh(&self, state: &Self::State, now: Nanos) -> bool;
 

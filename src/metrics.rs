@@ -231,6 +231,7 @@ impl Metrics {
         RuleCounters {
             allowed: counter("allowed"),
             limited: counter("limited"),
+            delayed: counter("delayed"),
             shadow_limited: counter("shadow_limited"),
             denied: counter("denied"),
             missing_key: counter("missing_key"),
@@ -238,6 +239,21 @@ impl Metrics {
             queue_depth: self.queue_depth.with_label_values(&[rule]),
             bans_started: self.bans_started.with_label_values(&[rule]),
             banned: self.banned_requests.with_label_values(&[rule]),
+        }
+    }
+
+    /// Counts a failed store call; the fallback stays active until a call
+    /// succeeds again.
+    pub fn store_failed(&self, backend: &str) {
+        self.store_errors.with_label_values(&[backend]).inc();
+        self.store_fallback_active.set(1);
+    }
+
+    /// A store call succeeded: the fallback (if any) is over.
+    #[inline]
+    pub fn store_recovered(&self) {
+        if self.store_fallback_active.get() != 0 {
+            self.store_fallback_active.set(0);
         }
     }
 
@@ -264,7 +280,6 @@ impl Metrics {
         catch_up(&self.evictions_idle, stats.evicted_idle);
         catch_up(&self.evictions_overflow, stats.overflow);
         self.store_errors.with_label_values(&[store.backend_name()]);
-        self.store_fallback_active.set(0);
 
         let mut out = Vec::with_capacity(8 * 1024);
         // Encoding our own registry into a Vec cannot fail.

@@ -249,6 +249,8 @@ pub struct Limit {
 pub struct RuleCounters {
     pub allowed: IntCounter,
     pub limited: IntCounter,
+    /// Held in delay mode, then admitted.
+    pub delayed: IntCounter,
     pub shadow_limited: IntCounter,
     pub denied: IntCounter,
     pub missing_key: IntCounter,

@@ -19,6 +19,7 @@ pub mod deadline;
 pub mod forward;
 pub mod pool;
 pub mod respond;
+pub mod settle;
 pub mod upgrade;
 
 use std::borrow::Cow;
@@ -34,12 +35,13 @@ use http_body_util::Either;
 use hyper::body::Incoming;
 use smallvec::SmallVec;
 
-use crate::clock::{Clock, MonotonicClock, Nanos};
+use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{Config, MissingPolicy};
 use crate::key::{path, RequestFacts};
+use crate::limiter::Decision;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, Sunset};
-use crate::store::{MemoryStore, Store};
+use crate::store::{MemoryStore, OnError, Outcome, Store};
 use admit::Applicable;
 use forward::{ClientHop, ForwardError, Upstream};
 use respond::{ProxyBody, Refusal, Verdict};
@@ -56,10 +58,13 @@ pub struct Proxy {
 #[derive(Debug)]
 struct Shared {
     policy: ArcSwap<Policy>,
-    store: Store,
+    store: Arc<Store>,
+    /// What to do when the store fails (`store.redis.on_error`).
+    on_error: OnError,
     upstream: Upstream,
     metrics: Metrics,
-    clock: MonotonicClock,
+    /// Every decision, hold and settlement reads and waits on this clock.
+    clock: ProxyClock,
     /// Set when shutdown begins: `/readyz` turns 503.
     draining: AtomicBool,
     /// Serialises reloads: each compiles against the policy it replaces.
@@ -69,18 +74,29 @@ struct Shared {
 impl Proxy {
     /// Builds the proxy for a validated config.
     pub fn new(config: Config) -> Proxy {
+        Proxy::with_clock(config, ProxyClock::default())
+    }
+
+    /// Builds the proxy on `clock` (tests hold and release requests on a
+    /// [`crate::clock::ManualClock`]).
+    pub fn with_clock(config: Config, clock: ProxyClock) -> Proxy {
+        let store = Store::Memory(MemoryStore::new(config.store.max_keys));
+        Proxy::with_store(config, clock, store, OnError::default())
+    }
+
+    fn with_store(config: Config, clock: ProxyClock, store: Store, on_error: OnError) -> Proxy {
         let metrics = Metrics::new();
         let config = Arc::new(config);
         let upstream = Upstream::new(&config.server);
-        let store = Store::Memory(MemoryStore::new(config.store.max_keys));
         let policy = Policy::compile(config, &metrics, &store);
         Proxy {
             shared: Arc::new(Shared {
                 policy: ArcSwap::from_pointee(policy),
-                store,
+                store: Arc::new(store),
+                on_error,
                 upstream,
                 metrics,
-                clock: MonotonicClock::default(),
+                clock,
                 draining: AtomicBool::new(false),
                 reloading: std::sync::Mutex::new(()),
             }),
@@ -252,20 +268,20 @@ impl Proxy {
             }
         }
 
-        // A banned key is refused before any bucket is asked.
-        for applicable in &enforced {
-            if let Some(left) = applicable.rule.bans.banned(applicable.key, started) {
-                let rule = applicable.rule;
-                rule.counters.limited.inc();
-                rule.counters.banned.inc();
-                let mut response = respond::banned(rule, left, policy.response.status);
-                respond::add_sunset_headers(response.headers_mut(), retiring);
-                return response;
-            }
-        }
-
-        // Decide, and hold the request if a delay-mode rule says so.
-        let admission = admit::admit(&shared.store, &shared.clock, &enforced, &shadowed).await;
+        // Decide (bans, rates, permits and shadow rules in one store call),
+        // and hold the request if a delay-mode rule says so.
+        let admitted = admit::admit(
+            &shared.store,
+            &shared.clock,
+            shared.on_error,
+            &shared.metrics,
+            &enforced,
+            &shadowed,
+        )
+        .await;
+        let Ok(mut admission) = admitted else {
+            return respond::refusal(Refusal::StoreUnavailable, None);
+        };
         shared.metrics.decision_seconds.observe(seconds(
             shared
                 .clock
@@ -273,20 +289,33 @@ impl Proxy {
                 .saturating_sub(admission.decided_at)
                 .saturating_sub(admission.held),
         ));
-        count_outcomes(&admission.verdicts);
         let decided_at = Duration::from_nanos(admission.decided_at);
-        if !admission.admitted {
-            strike(
-                policy,
-                &enforced,
-                &admission.verdicts,
-                &facts,
-                admission.decided_at,
-            );
-            let mut response = respond::limited(policy, &admission.verdicts, decided_at);
-            respond::add_sunset_headers(response.headers_mut(), retiring);
-            return response;
+        match admission.outcome {
+            Outcome::Admitted => count_outcomes(&admission.verdicts),
+            Outcome::Banned { rule, left } => {
+                let rule = enforced[rule].rule;
+                rule.counters.limited.inc();
+                rule.counters.banned.inc();
+                let mut response = respond::banned(rule, left, policy.response.status);
+                respond::add_sunset_headers(response.headers_mut(), retiring);
+                return response;
+            }
+            Outcome::Limited => {
+                count_outcomes(&admission.verdicts);
+                for &index in &admission.bans_started {
+                    let applicable = &enforced[index];
+                    let rule = applicable.rule;
+                    rule.counters.bans_started.inc();
+                    let key = policy.keys.key_text(&rule.key, &facts);
+                    tracing::info!(rule = %rule.name, %key, "key banned");
+                    rule.bans.name(applicable.key, key);
+                }
+                let mut response = respond::limited(policy, &admission.verdicts, decided_at);
+                respond::add_sunset_headers(response.headers_mut(), retiring);
+                return response;
+            }
         }
+        let settlement = admission.settlement.take();
 
         // Forward.
         let rewritten = match &normalized {
@@ -314,11 +343,10 @@ impl Proxy {
             .metrics
             .upstream_seconds
             .observe(seconds(shared.clock.now().saturating_sub(sent)));
-        // Permits are returned when the body has been sent or dropped (or a
-        // WebSocket tunnel closed).
-        let prepared = result.and_then(|response| {
-            forward::prepare_response(response, client_upgrade, admission.permits)
-        });
+        // What the admission took is settled when the body has been sent
+        // or dropped (or a WebSocket tunnel closed): permits return then.
+        let prepared = result
+            .and_then(|response| forward::prepare_response(response, client_upgrade, settlement));
         let mut response = match prepared {
             Ok(response) => response.map(Either::Left),
             Err(error) => {
@@ -336,7 +364,7 @@ impl Proxy {
             respond::add_delay_header(headers, admission.held);
         }
         respond::add_sunset_headers(headers, retiring);
-        if policy.response.on_success {
+        if policy.response.on_success && !admission.unlimited {
             respond::add_rate_limit_headers(
                 headers,
                 policy.response.headers,
@@ -372,32 +400,10 @@ impl Proxy {
     }
 }
 
-/// Counts a strike against each rejecting rule's key that has a `ban`, and
-/// starts a ban when one is earned (naming the key for `/admin/bans`).
-fn strike(
-    policy: &Policy,
-    enforced: &[Applicable<'_>],
-    verdicts: &[Verdict<'_>],
-    facts: &RequestFacts<'_>,
-    now: Nanos,
-) {
-    for applicable in enforced {
-        let rule = applicable.rule;
-        let Some(ban) = rule.ban else { continue };
-        let rejected = verdicts
-            .iter()
-            .any(|v| std::ptr::eq(v.rule, rule) && !v.decision.is_allowed());
-        if rejected && rule.bans.strike(applicable.key, now, ban) {
-            rule.counters.bans_started.inc();
-            let key = policy.keys.key_text(&rule.key, facts);
-            tracing::info!(rule = %rule.name, %key, "key banned");
-            rule.bans.name(applicable.key, key);
-        }
-    }
-}
-
-/// Counts each enforced rule's outcome once: `allowed` when every one of
-/// its limits admitted. A rule's verdicts are adjacent.
+/// Counts each enforced rule's outcome once: `limited` when one of its
+/// limits refused, `delayed` when one held the request (a reservation for
+/// later, or a queued permit), else `allowed`. A rule's verdicts are
+/// adjacent.
 fn count_outcomes(verdicts: &[Verdict<'_>]) {
     let mut rest = verdicts;
     while let [first, ..] = rest {
@@ -406,10 +412,15 @@ fn count_outcomes(verdicts: &[Verdict<'_>]) {
             .take_while(|v| std::ptr::eq(v.rule, first.rule))
             .count();
         let (of_rule, after) = rest.split_at(run);
-        if of_rule.iter().all(|v| v.decision.is_allowed()) {
-            first.rule.counters.allowed.inc();
-        } else {
+        if !of_rule.iter().all(|v| v.decision.is_allowed()) {
             first.rule.counters.limited.inc();
+        } else if of_rule
+            .iter()
+            .any(|v| matches!(v.decision, Decision::Hold { .. }))
+        {
+            first.rule.counters.delayed.inc();
+        } else {
+            first.rule.counters.allowed.inc();
         }
         rest = after;
     }

@@ -1,49 +1,44 @@
 //! Where bucket state lives. [`Store`] is a closed enum (no `Box<dyn>`): the
-//! in-memory sharded table today, a Redis store (strict and hybrid) later,
-//! behind the calls the proxy makes:
+//! in-memory sharded table today, a Redis store (strict and hybrid) later.
+//! Every backend answers the same calls, with the same results (the suite in
+//! `store/suite.rs` holds each to them):
 //!
-//! - [`Store::acquire_all`]: ask every applicable rate limit of one request
-//!   at once, all or nothing (delay-mode asks reserve instead of denying). A
-//!   request rejected by any limit consumes nothing from the others. Batching
-//!   the limits of a request into one call is what will let the Redis store
-//!   answer with one round trip (one Lua script call).
-//! - [`Store::refund`] / [`Store::cancel`]: give back what an admitted or
-//!   held request took when it will not be forwarded after all (a refused
-//!   permit, a client that left while held).
-//! - [`Store::acquire_permit`] / [`Store::permit`]: concurrency permits, held
-//!   by the response body until the exchange ends.
+//! - [`Store::admit`]: everything one request asks (see [`admission`]) —
+//!   every rate limit and permit of every enforced rule, the ban check, the
+//!   shadow rules — in one call, all or nothing, answered with owned
+//!   [`Receipt`]s of what was taken. One call per request is what lets a
+//!   networked store answer with one round trip (one script call).
+//! - [`Store::settle`]: after the response (or while it streams), a receipt
+//!   is kept, given back (a refund, a cancelled reservation, a returned
+//!   permit) or charged more units (a deferred charge, which may drive the
+//!   balance below zero). [`Store::settle_detached`] does the same from a
+//!   `Drop` (a response body dropped mid-stream, a client that left while
+//!   held): the memory store settles at once, a networked store will hand
+//!   the call to a task.
+//! - A failed call returns [`StoreError`] and takes nothing; the proxy maps
+//!   it through `on_error` ([`OnError`]).
 //!
-//! Deferred charges (`charge`) and `refund_on` will reuse the refund path
-//! after the response.
-//!
-//! The store never reads a clock: `now` comes from the caller, so memory-store
-//! tests are exact. (The Redis store will take time from Redis instead.)
+//! The store never reads a clock: `now` comes from the caller, so
+//! memory-store tests are exact. (The Redis store will take time from Redis
+//! instead, and report it as [`Admission::at`].)
 
+pub mod admission;
 pub mod bans;
 pub mod memory;
+#[cfg(test)]
+mod suite;
 
 use crate::clock::Nanos;
 pub use crate::limiter::Carry;
-use crate::limiter::{Decision, HoldLimits, Limiter};
-pub use memory::{BucketTable, MemoryStore, StoreStats};
-pub use memory::{Permit, PermitGrant};
+use crate::limiter::Limiter;
+pub use admission::{
+    Admission, Ask, Asks, Outcome, QueuedPermit, Receipt, RuleAsk, Settle, StoreError, Taken,
+};
+pub use memory::{BucketTable, MemoryStore, PermitGrant, StoreStats, PERMIT_RETRY, UNASKED};
 
 /// A bucket key: the rule's key sources hashed with a per-process random seed
 /// (see [`crate::key`]). Two callers share a bucket only on a 64-bit collision.
 pub type BucketKey = u64;
-
-/// One limit to check for one request.
-#[derive(Debug, Clone, Copy)]
-pub struct Ask<'a> {
-    /// The limit's bucket table (owned by the policy snapshot that asks).
-    pub table: &'a BucketTable,
-    pub key: BucketKey,
-    pub limiter: &'a Limiter,
-    pub cost: u64,
-    /// Delay mode: reserve the units at the first instant they fit, within
-    /// these bounds, instead of denying ([`crate::limiter::Algorithm::reserve`]).
-    pub hold: Option<HoldLimits>,
-}
 
 /// Where a granted acquisition took its units from, so that it can be given
 /// back exactly.
@@ -57,52 +52,93 @@ pub enum Grant {
     None,
 }
 
+/// What the proxy does when the store fails (`store.redis.on_error`; only
+/// the Redis store can fail, so until it exists this is always `Local`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// Decide with the in-memory store instead.
+    #[default]
+    Local,
+    /// Forward every request unlimited.
+    Allow,
+    /// Answer 503.
+    Deny,
+}
+
 /// The bucket store: a closed set of backends.
 #[derive(Debug)]
 pub enum Store {
     Memory(MemoryStore),
+    /// A memory store whose calls fail on demand, for the `on_error` paths.
+    #[cfg(test)]
+    Failing(suite::FailingStore),
 }
 
 impl Store {
-    /// Asks every limit in `asks` for its cost at `now`, writing one decision
-    /// per ask into `decisions` (same order). Returns whether all admitted;
-    /// when any denied, nothing was taken from any bucket.
-    ///
-    /// `async` because the Redis backend will await a round trip here; the
-    /// memory backend completes without yielding.
-    pub async fn acquire_all(
+    /// Answers everything one request asks at `now`, all or nothing (see
+    /// [`admission`]). `async` because a networked store awaits a round
+    /// trip here; the memory store completes without yielding.
+    pub async fn admit(&self, asks: &Asks<'_>, now: Nanos) -> Result<Admission, StoreError> {
+        match self {
+            Store::Memory(store) => Ok(store.admit(asks, now)),
+            #[cfg(test)]
+            Store::Failing(store) => {
+                store.fail_if_asked()?;
+                Ok(store.local.admit(asks, now))
+            }
+        }
+    }
+
+    /// Settles `receipt` as `how` says, at `now`. `Keep` and `GiveBack` are
+    /// final (the receipt is marked settled, and settling it again does
+    /// nothing); `Charge` may be repeated.
+    pub async fn settle(
         &self,
-        asks: &[Ask<'_>],
+        receipt: &mut Receipt,
+        how: Settle,
         now: Nanos,
-        decisions: &mut [Decision],
-    ) -> bool {
+    ) -> Result<(), StoreError> {
         match self {
-            Store::Memory(store) => store.acquire_all(asks, now, decisions),
+            Store::Memory(store) => store.settle(receipt, how, now),
+            #[cfg(test)]
+            Store::Failing(store) => {
+                store.fail_if_asked()?;
+                store.local.settle(receipt, how, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Settles receipts from where nothing can be awaited (a `Drop`): the
+    /// memory store settles at once; a networked store hands the call to a
+    /// task (and a lease it cannot return expires on its own).
+    pub fn settle_detached(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) {
+        let local = self.local();
+        for receipt in receipts {
+            local.settle(receipt, how, now);
         }
     }
 
-    /// Gives back the units an admitted ask took at once (the request will
-    /// not be forwarded after all). Only the key's own bucket is refunded:
-    /// units taken through the overflow sketch stay taken (conservative).
-    pub fn refund(&self, ask: &Ask<'_>, now: Nanos) {
-        match self {
-            Store::Memory(store) => store.refund_bucket(ask, now),
-        }
+    /// A queued permit request gives up: `true` if it left without a permit,
+    /// `false` if one had been handed to it (the caller then owns it, and
+    /// returns it by settling its receipt).
+    pub fn leave_queue(&self, queued: &QueuedPermit) -> bool {
+        self.local().leave_queue(queued)
     }
 
-    /// Gives back the reservation of a held ask that will not be used (its
-    /// client left before `at`, the instant it was to pass).
-    pub fn cancel(&self, ask: &Ask<'_>, now: Nanos, at: Nanos) {
+    /// The in-memory store this backend decides with locally: itself, or
+    /// (for a networked store) the one it falls back to on errors.
+    pub fn local(&self) -> &MemoryStore {
         match self {
-            Store::Memory(store) => store.cancel(ask, now, at),
+            Store::Memory(store) => store,
+            #[cfg(test)]
+            Store::Failing(store) => &store.local,
         }
     }
 
     /// A new, empty bucket table for `limiter`.
     pub fn table(&self, limiter: &Limiter) -> BucketTable {
-        match self {
-            Store::Memory(store) => store.table(limiter),
-        }
+        self.local().table(limiter)
     }
 
     /// Keeps `table` across a reload that changes its limit from `from` to
@@ -116,65 +152,25 @@ impl Store {
         carry: Carry,
         now: Nanos,
     ) -> bool {
-        match self {
-            Store::Memory(store) => store.carry(table, from, to, carry, now),
-        }
-    }
-
-    /// Takes a concurrency permit for `key` in table `table` (see
-    /// [`MemoryStore::acquire_permit`]).
-    pub fn acquire_permit(
-        &self,
-        table: &BucketTable,
-        key: BucketKey,
-        max_in_flight: u64,
-        max_queue: Option<u64>,
-    ) -> PermitGrant {
-        match self {
-            Store::Memory(store) => store.acquire_permit(table, key, max_in_flight, max_queue),
-        }
-    }
-
-    /// The guard of a permit taken for `key` in table `table`: it returns the
-    /// permit when dropped.
-    pub fn permit(&self, table: &BucketTable, key: BucketKey) -> Permit {
-        match self {
-            Store::Memory(store) => store.permit(table, key),
-        }
-    }
-
-    /// Permits of concurrency table `table` taken for `key` right now.
-    pub fn permits_in_flight(&self, table: &BucketTable, key: BucketKey) -> u64 {
-        match self {
-            Store::Memory(store) => store.permits_in_flight(table, key),
-        }
-    }
-
-    /// A queued permit request gives up; see [`MemoryStore::leave_permit_queue`].
-    pub fn leave_permit_queue(&self, table: &BucketTable, key: BucketKey, id: u64) -> bool {
-        match self {
-            Store::Memory(store) => store.leave_permit_queue(table, key, id),
-        }
+        self.local().carry(table, from, to, carry, now)
     }
 
     /// Counters for `/metrics`.
     pub fn stats(&self) -> StoreStats {
-        match self {
-            Store::Memory(store) => store.stats(),
-        }
+        self.local().stats()
     }
 
     /// Buckets tracked for one table.
     pub fn tracked_keys(&self, table: &BucketTable) -> usize {
-        match self {
-            Store::Memory(store) => store.tracked_keys(table),
-        }
+        self.local().tracked_keys(table)
     }
 
     /// The backend's name, as used in metric labels.
     pub fn backend_name(&self) -> &'static str {
         match self {
             Store::Memory(_) => "memory",
+            #[cfg(test)]
+            Store::Failing(_) => "failing",
         }
     }
 }

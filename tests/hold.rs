@@ -227,8 +227,11 @@ max_delay = "10s"
     );
     let (order, _) = arrivals(&upstream);
     assert_eq!(order, [0, 1], "the leaver never reached the upstream");
+    // The first passed at once; the next was held for the leaver's slot.
     let allowed = r#"sluice_requests_total{rule="paced",outcome="allowed"}"#;
-    assert_eq!(sluice.metric(allowed).await, 2.0);
+    assert_eq!(sluice.metric(allowed).await, 1.0);
+    let delayed = r#"sluice_requests_total{rule="paced",outcome="delayed"}"#;
+    assert_eq!(sluice.metric(delayed).await, 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

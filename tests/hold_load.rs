@@ -896,9 +896,13 @@ max_queue = 10
     wait_for_gauge(&sluice, tracked, 0.0).await;
     assert_eq!(gauge(&sluice, depth).await, 0.0);
     assert_eq!(upstream.count(), 1 + 4 * PERMIT_KEYS - LEAVING);
+    // Served at once counts `allowed`; served after queueing, `delayed`.
     let allowed = r#"sluice_requests_total{rule="permits",outcome="allowed"}"#;
+    let delayed = r#"sluice_requests_total{rule="permits",outcome="delayed"}"#;
+    let delayed = gauge(&sluice, delayed).await as usize;
+    assert_eq!(delayed, served.len());
     assert_eq!(
-        gauge(&sluice, allowed).await as usize,
+        gauge(&sluice, allowed).await as usize + delayed,
         1 + 4 * PERMIT_KEYS - LEAVING
     );
     wait_until_no_client_connections(&sluice).await;

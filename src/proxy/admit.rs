@@ -1,37 +1,38 @@
-//! Admission: asking every applicable rule, and holding the request when a
-//! rule in delay mode says it must wait.
+//! Admission: one store call for everything the request asks, then the
+//! hold when a rule in delay mode says the request must wait.
 //!
-//! Order of work for one request:
-//! 1. every rate limit of every enforced rule, in one all-or-nothing store
-//!    call (`Store::acquire_all`); delay-mode limits *reserve* their units at
-//!    the first instant they fit, so held requests of a bucket pass in
-//!    arrival order and the wait is known at once (too long → 429 now);
-//! 2. concurrency permits, after the rates so that a request refused by a
-//!    rate never occupies a permit; in delay mode a request queues for a
-//!    permit (FIFO, `max_queue`, at most `max_delay`);
-//! 3. the hold: sleep until the latest reservation's instant;
-//! 4. shadow rules, which are counted and never hold anything.
+//! 1. Every rate limit and concurrency permit of every enforced rule, their
+//!    bans, and the shadow rules go to the store in one call
+//!    ([`Store::admit`]), all or nothing. Delay-mode limits *reserve* their
+//!    units at the first instant they fit, so held requests of a bucket
+//!    pass in arrival order and the wait is known at once (too long → 429
+//!    now); a delay-mode permit that is not free joins the key's queue.
+//! 2. A store that fails is answered through `on_error` ([`OnError`]):
+//!    decide with the local memory store, let the request through
+//!    unlimited, or refuse it (503).
+//! 3. The hold: wait on the proxy's clock for the latest reservation's
+//!    instant and for any queued permit (at most `max_delay`).
 //!
-//! A client that goes away while held drops this future: [`Held`]'s `Drop`
-//! cancels its reservations (the budget goes back to the bucket) and a
-//! queued permit request leaves its queue, so an abandoned request neither
-//! consumes budget nor counts as admitted. The queue-depth gauges are kept
-//! by the same guards, so they return to zero whatever happens.
+//! What the admission took is owned by a [`Settlement`] from the moment the
+//! store answers: a client that goes away while held drops this future, and
+//! the settlement gives every unit and permit back (a cancelled reservation
+//! takes nothing from the bucket). The queue-depth gauges are kept by a
+//! guard, so they return to zero whatever happens.
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
 use super::respond::Verdict;
+use super::settle::Settlement;
 use super::INLINE_RULES;
-use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::limiter::{BucketState, Decision, HoldLimits};
+use crate::clock::{Clock, Nanos, ProxyClock};
+use crate::limiter::{BucketState, Decision};
+use crate::metrics::Metrics;
 use crate::policy::{Limit, Rule};
-use crate::store::{Ask, BucketKey, BucketTable, Permit, PermitGrant, Store};
-
-/// A concurrency rule's 429 says to come back in a second (SPEC.md: it has
-/// no reset).
-const PERMIT_RETRY: Nanos = 1_000_000_000;
+use crate::store::{
+    Ask, Asks, BucketKey, OnError, Outcome, QueuedPermit, Store, PERMIT_RETRY, UNASKED,
+};
 
 /// One rule that applies to the request, with its bucket key.
 #[derive(Debug, Clone, Copy)]
@@ -45,384 +46,267 @@ pub struct Applicable<'p> {
 /// What admission decided.
 #[derive(Debug)]
 pub struct Admission<'p> {
-    pub admitted: bool,
+    pub outcome: Outcome,
     /// Every limit of every enforced applicable rule, in file order.
     pub verdicts: SmallVec<[Verdict<'p>; INLINE_RULES]>,
-    /// Permits to hold until the response has been sent.
-    pub permits: SmallVec<[Permit; 1]>,
+    /// What an admitted request took, settled when its exchange ends.
+    pub settlement: Option<Settlement>,
     /// Time the request was held on purpose (delay mode).
     pub held: Nanos,
     /// Shadow rules that would have limited the request.
     pub would_limit: SmallVec<[&'p str; INLINE_RULES]>,
+    /// Enforced rules (indexes into the `enforced` slice) whose strike
+    /// against the caller started a ban.
+    pub bans_started: SmallVec<[usize; 1]>,
+    /// The store failed and `on_error = "allow"` let the request through
+    /// without asking any limit: no rate-limit headers describe it.
+    pub unlimited: bool,
     /// The instant of the decision (Unix nanoseconds), for the headers.
     pub decided_at: Nanos,
 }
 
+/// The store failed and `on_error = "deny"`: the request is answered 503.
+#[derive(Debug)]
+pub struct StoreUnavailable;
+
 /// Decides, and holds the request if needed; see the module docs.
 pub async fn admit<'p>(
-    store: &Store,
-    clock: &MonotonicClock,
+    store: &Arc<Store>,
+    clock: &ProxyClock,
+    on_error: OnError,
+    metrics: &Metrics,
     enforced: &[Applicable<'p>],
     shadowed: &[Applicable<'p>],
-) -> Admission<'p> {
-    let now = clock.now();
+) -> Result<Admission<'p>, StoreUnavailable> {
+    let mut asks = Asks::default();
     let mut verdicts: SmallVec<[Verdict<'p>; INLINE_RULES]> = SmallVec::new();
-    let mut asks: SmallVec<[Ask<'p>; INLINE_RULES]> = SmallVec::new();
-    // For each ask, its verdict's index.
-    let mut slots: SmallVec<[usize; INLINE_RULES]> = SmallVec::new();
-    let mut ask_rules: SmallVec<[&'p Rule; INLINE_RULES]> = SmallVec::new();
-    // Concurrency limits: their verdict's index and the key.
-    let mut permit_asks: SmallVec<[(usize, BucketKey); 1]> = SmallVec::new();
     for applicable in enforced {
         let rule = applicable.rule;
-        for limit in applicable.limits {
-            if rule.is_concurrency() {
-                permit_asks.push((verdicts.len(), applicable.key));
-            } else {
-                slots.push(verdicts.len());
-                asks.push(ask(applicable, limit, rule.hold));
-                ask_rules.push(rule);
-            }
-            verdicts.push(Verdict {
-                rule,
-                limit,
-                decision: UNASKED,
-            });
-        }
+        asks.push_rule(
+            applicable.key,
+            false,
+            Some((&rule.bans, rule.ban)),
+            applicable.limits.iter().map(|limit| ask(applicable, limit)),
+        );
+        verdicts.extend(applicable.limits.iter().map(|limit| Verdict {
+            rule,
+            limit,
+            decision: UNASKED,
+        }));
     }
+    for applicable in shadowed {
+        asks.push_rule(
+            applicable.key,
+            true,
+            None,
+            applicable.limits.iter().map(|limit| ask(applicable, limit)),
+        );
+    }
+
+    let now = clock.now();
+    let (answer, local) = match store.admit(&asks, now).await {
+        Ok(answer) => {
+            metrics.store_recovered();
+            (answer, false)
+        }
+        Err(error) => {
+            metrics.store_failed(store.backend_name());
+            tracing::warn!(%error, ?on_error, "the store failed a decision");
+            match on_error {
+                OnError::Local => (store.local().admit(&asks, now), true),
+                OnError::Allow => return Ok(unlimited(verdicts, now)),
+                OnError::Deny => return Err(StoreUnavailable),
+            }
+        }
+    };
     let mut admission = Admission {
-        admitted: true,
+        outcome: answer.outcome,
         verdicts,
-        permits: SmallVec::new(),
+        settlement: None,
         held: 0,
         would_limit: SmallVec::new(),
-        decided_at: now,
+        bans_started: answer.bans_started,
+        unlimited: false,
+        decided_at: answer.at,
     };
-
-    // 1. Rates.
-    let mut decisions: SmallVec<[Decision; INLINE_RULES]> =
-        SmallVec::from_elem(UNASKED, asks.len());
-    if !asks.is_empty() && !store.acquire_all(&asks, now, &mut decisions).await {
-        admission.admitted = false;
+    for (verdict, decision) in admission.verdicts.iter_mut().zip(&answer.decisions) {
+        verdict.decision = *decision;
     }
-    for (slot, decision) in slots.iter().zip(&decisions) {
-        admission.verdicts[*slot].decision = *decision;
+    if answer.outcome != Outcome::Admitted {
+        return Ok(admission);
     }
-    if !admission.admitted {
-        // Concurrency limits are not asked, but reported as they are.
-        for &(index, key) in &permit_asks {
-            let verdict = &mut admission.verdicts[index];
-            verdict.decision = permits_as_they_are(store, verdict.limit, key);
+    let mut settlement = Settlement::new(Arc::clone(store), clock.clone(), local, answer.receipts);
+    for index in answer.shadow_limited {
+        let rule = shadowed[index - enforced.len()].rule;
+        rule.counters.shadow_limited.inc();
+        admission.would_limit.push(&rule.name);
+        tracing::debug!(rule = %rule.name, "shadow rule would have limited a request");
+    }
+    for applicable in shadowed {
+        let name = &*applicable.rule.name;
+        if !admission.would_limit.contains(&name) {
+            applicable.rule.counters.allowed.inc();
         }
     }
-    // From here on, leaving (a refused permit, the client going away) gives
-    // the rates back.
-    let mut held = Held::new(
-        store,
-        clock,
-        &asks,
-        &ask_rules,
-        &decisions,
-        now,
-        admission.admitted,
-    );
 
-    // 2. Permits.
-    let mut queued = false;
-    if admission.admitted {
-        let mut refused = false;
-        for &(index, key) in &permit_asks {
-            let Verdict { rule, limit, .. } = admission.verdicts[index];
-            let max = limit.limiter.capacity();
-            let decision = if refused {
-                // Report the permits as they are, but take none.
-                permits_as_they_are(store, limit, key)
-            } else {
-                match permit(store, clock, rule, limit, key, max, &mut queued).await {
-                    Some((permit, in_flight)) => {
-                        admission.permits.push(permit);
-                        Decision::Allow(BucketState {
-                            remaining: max.saturating_sub(in_flight),
-                            reset_after: 0,
-                        })
-                    }
-                    None => {
-                        refused = true;
-                        Decision::Deny {
+    // The hold: until the latest reservation's instant, and until a queued
+    // permit arrives.
+    let wait = answer
+        .decisions
+        .iter()
+        .take(admission.verdicts.len())
+        .map(Decision::wait)
+        .max()
+        .unwrap_or(0);
+    if wait > 0 || answer.queued.is_some() {
+        let holding = HoldGauges::new(&admission.verdicts, clock, answer.at);
+        if let Some(queued) = answer.queued {
+            let slot = queued_slot(&admission.verdicts, &queued);
+            match wait_for_permit(store, clock, queued, answer.at).await {
+                Some(receipt) => settlement.push(receipt),
+                None => {
+                    // No permit within `max_delay`: refused, and everything
+                    // taken is given back when `settlement` drops.
+                    if let Some(slot) = slot {
+                        admission.verdicts[slot].decision = Decision::Deny {
                             state: BucketState {
                                 remaining: 0,
                                 reset_after: 0,
                             },
                             retry_after: Some(PERMIT_RETRY),
-                        }
+                        };
                     }
+                    admission.outcome = Outcome::Limited;
+                    return Ok(admission);
                 }
-            };
-            admission.verdicts[index].decision = decision;
-        }
-        if refused {
-            admission.admitted = false;
-            admission.permits.clear();
-            held.give_back();
-        }
-    }
-
-    // 3. The hold.
-    if admission.admitted {
-        let wait = decisions.iter().map(Decision::wait).max().unwrap_or(0);
-        let already = clock.now().saturating_sub(now);
-        if wait > already {
-            tokio::time::sleep(Duration::from_nanos(wait - already)).await;
-        }
-        held.passed();
-        if wait > 0 || queued {
-            admission.held = clock.now().saturating_sub(now);
-        }
-    }
-
-    // 4. Shadow rules.
-    if admission.admitted {
-        for applicable in shadowed {
-            let rule = applicable.rule;
-            if shadow_admits(store, applicable, now, &mut admission.permits).await {
-                rule.counters.allowed.inc();
-            } else {
-                rule.counters.shadow_limited.inc();
-                admission.would_limit.push(&rule.name);
-                tracing::debug!(rule = %rule.name, "shadow rule would have limited a request");
             }
         }
+        clock.sleep_until(answer.at + wait).await;
+        drop(holding);
+        admission.held = clock.now().saturating_sub(answer.at);
     }
-    admission
+    settlement.passed();
+    admission.settlement = Some(settlement);
+    Ok(admission)
 }
 
-/// A concurrency limit reported without taking a permit.
-fn permits_as_they_are(store: &Store, limit: &Limit, key: BucketKey) -> Decision {
-    let in_flight = store.permits_in_flight(&limit.table, key);
-    Decision::Allow(BucketState {
-        remaining: limit.limiter.capacity().saturating_sub(in_flight),
-        reset_after: 0,
-    })
-}
-
-fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit, hold: Option<HoldLimits>) -> Ask<'p> {
+fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit) -> Ask<'p> {
+    let rule = applicable.rule;
     Ask {
         table: &limit.table,
         key: applicable.key,
         limiter: &limit.limiter,
-        cost: applicable.rule.cost,
-        hold,
+        cost: if rule.is_concurrency() { 1 } else { rule.cost },
+        // Shadow rules never hold: the store asks them now or never.
+        hold: rule.hold,
     }
 }
 
-/// Takes a permit of a concurrency rule, queueing for one in delay mode.
-/// `None` when refused (every permit taken and no queueing, the queue full,
-/// or no permit came within `max_delay`).
-async fn permit(
-    store: &Store,
-    clock: &MonotonicClock,
-    rule: &Rule,
-    limit: &Limit,
-    key: BucketKey,
-    max: u64,
-    queued: &mut bool,
-) -> Option<(Permit, u64)> {
-    let max_queue = rule.hold.map(|hold| hold.max_queued);
-    match store.acquire_permit(&limit.table, key, max, max_queue) {
-        PermitGrant::Now { in_flight } => Some((store.permit(&limit.table, key), in_flight)),
-        PermitGrant::Refused { .. } => None,
-        PermitGrant::Queued { id, mut ready } => {
-            *queued = true;
-            let max_wait = rule.hold.map_or(0, |hold| hold.max_wait);
-            let started = clock.now();
-            let mut waiting = QueuedPermit {
-                store,
-                table: &limit.table,
-                key,
-                id,
-                rule,
-                settled: false,
-            };
-            rule.counters.queue_depth.inc();
-            // The receiver stays alive until the outcome is settled, so a
-            // permit handed over at the last moment is never lost.
-            let outcome = tokio::time::timeout(Duration::from_nanos(max_wait), &mut ready).await;
-            let handed = match outcome {
-                Ok(Ok(())) => true,
-                // The queue went away without a permit (cannot happen while
-                // the store lives; refuse rather than guess).
-                Ok(Err(_)) => false,
-                // Timed out: leave the queue, unless a permit arrived in
-                // the meantime (then it is in `ready`, and ours).
-                Err(_) => {
-                    !store.leave_permit_queue(&limit.table, key, id) && ready.try_recv().is_ok()
-                }
-            };
-            waiting.settled = true;
-            drop(waiting);
-            rule.counters
-                .delay_seconds
-                .observe(clock.now().saturating_sub(started) as f64 / 1e9);
-            handed.then(|| (store.permit(&limit.table, key), max))
-        }
+/// An admission with nothing asked (`on_error = "allow"`).
+fn unlimited(verdicts: SmallVec<[Verdict<'_>; INLINE_RULES]>, now: Nanos) -> Admission<'_> {
+    Admission {
+        outcome: Outcome::Admitted,
+        verdicts,
+        settlement: None,
+        held: 0,
+        would_limit: SmallVec::new(),
+        bans_started: SmallVec::new(),
+        unlimited: true,
+        decided_at: now,
     }
+}
+
+/// The verdict of the concurrency limit a permit is queued for.
+fn queued_slot(verdicts: &[Verdict<'_>], queued: &QueuedPermit) -> Option<usize> {
+    verdicts.iter().position(|verdict| {
+        verdict.limit.table.same(&queued.receipt.table) && verdict.rule.is_concurrency()
+    })
+}
+
+/// Waits for a queued permit on the proxy's clock, at most its `max_wait`
+/// from `since`. The permit's receipt, or `None` when none came in time.
+async fn wait_for_permit(
+    store: &Store,
+    clock: &ProxyClock,
+    queued: QueuedPermit,
+    since: Nanos,
+) -> Option<crate::store::Receipt> {
+    let mut waiting = QueuedGuard {
+        store,
+        queued: Some(queued),
+    };
+    let deadline = since.saturating_add(waiting.queued.as_ref()?.max_wait);
+    let arrived = {
+        let queued = waiting.queued.as_mut()?;
+        tokio::select! {
+            handed = &mut queued.ready => handed.is_ok(),
+            () = clock.sleep_until(deadline) => false,
+        }
+    };
+    let queued = waiting.queued.take()?;
+    // Timed out: leave the queue, unless a permit arrived meanwhile (then
+    // it is ours).
+    (arrived || !store.leave_queue(&queued)).then_some(queued.receipt)
 }
 
 /// A request waiting in a permit queue. If the wait is abandoned (the client
 /// left and the future was dropped) it leaves the queue, and a permit that
-/// was handed to it meanwhile is given back.
-struct QueuedPermit<'a> {
+/// was handed to it meanwhile is passed on.
+struct QueuedGuard<'a> {
     store: &'a Store,
-    table: &'a BucketTable,
-    key: BucketKey,
-    id: u64,
-    rule: &'a Rule,
-    settled: bool,
+    queued: Option<QueuedPermit>,
 }
 
-impl Drop for QueuedPermit<'_> {
+impl Drop for QueuedGuard<'_> {
     fn drop(&mut self) {
-        self.rule.counters.queue_depth.dec();
-        if !self.settled && !self.store.leave_permit_queue(self.table, self.key, self.id) {
-            // Handed over just as the client left: pass it on.
-            drop(self.store.permit(self.table, self.key));
+        if let Some(mut queued) = self.queued.take() {
+            if !self.store.leave_queue(&queued) {
+                // Handed over just as the client left: give it back (a
+                // permit's return does not depend on the instant).
+                let at = queued.receipt.at;
+                self.store.settle_detached(
+                    std::slice::from_mut(&mut queued.receipt),
+                    crate::store::Settle::GiveBack,
+                    at,
+                );
+            }
         }
     }
 }
 
-/// Asks a shadow rule like an enforced one, but never holds: its rates are
-/// taken now or not at all, and its permit (if it gets one) is held like
-/// an enforced one so that in-flight counts stay faithful.
-async fn shadow_admits(
-    store: &Store,
-    applicable: &Applicable<'_>,
-    now: Nanos,
-    permits: &mut SmallVec<[Permit; 1]>,
-) -> bool {
-    let rule = applicable.rule;
-    if rule.is_concurrency() {
-        let limit = &applicable.limits[0];
-        return match store.acquire_permit(
-            &limit.table,
-            applicable.key,
-            limit.limiter.capacity(),
-            None,
-        ) {
-            PermitGrant::Now { .. } => {
-                permits.push(store.permit(&limit.table, applicable.key));
-                true
+/// The queue-depth gauge of every rule holding the request, for as long as
+/// it is held; records the hold in `sluice_delay_seconds` when it ends.
+struct HoldGauges<'a, 'p> {
+    rules: SmallVec<[&'p Rule; 2]>,
+    clock: &'a ProxyClock,
+    since: Nanos,
+}
+
+impl<'a, 'p> HoldGauges<'a, 'p> {
+    fn new(verdicts: &[Verdict<'p>], clock: &'a ProxyClock, since: Nanos) -> HoldGauges<'a, 'p> {
+        let mut rules: SmallVec<[&'p Rule; 2]> = SmallVec::new();
+        for verdict in verdicts {
+            // A reservation for later, or a queued permit.
+            let holds = matches!(verdict.decision, Decision::Hold { .. });
+            if holds && !rules.iter().any(|rule| std::ptr::eq(*rule, verdict.rule)) {
+                verdict.rule.counters.queue_depth.inc();
+                rules.push(verdict.rule);
             }
-            PermitGrant::Refused { .. } | PermitGrant::Queued { .. } => false,
-        };
-    }
-    let asks: SmallVec<[Ask<'_>; INLINE_RULES]> = applicable
-        .limits
-        .iter()
-        .map(|limit| ask(applicable, limit, None))
-        .collect();
-    let mut decisions: SmallVec<[Decision; INLINE_RULES]> =
-        SmallVec::from_elem(UNASKED, asks.len());
-    store.acquire_all(&asks, now, &mut decisions).await
-}
-
-/// The rates a request took, until it passes: dropping this before
-/// [`Held::passed`] gives them back (reservations cancelled, immediate units
-/// refunded). It also keeps the queue-depth gauge of every rule that holds
-/// the request, and records the hold in `sluice_delay_seconds` when it ends.
-struct Held<'a, 'p> {
-    store: &'a Store,
-    clock: &'a MonotonicClock,
-    asks: &'a [Ask<'p>],
-    /// The rule of each ask.
-    rules: &'a [&'p Rule],
-    decisions: &'a [Decision],
-    decided_at: Nanos,
-    /// Whether there is anything to give back.
-    armed: bool,
-}
-
-impl<'a, 'p> Held<'a, 'p> {
-    fn new(
-        store: &'a Store,
-        clock: &'a MonotonicClock,
-        asks: &'a [Ask<'p>],
-        rules: &'a [&'p Rule],
-        decisions: &'a [Decision],
-        decided_at: Nanos,
-        admitted: bool,
-    ) -> Held<'a, 'p> {
-        let held = Held {
-            store,
-            clock,
-            asks,
+        }
+        HoldGauges {
             rules,
-            decisions,
-            decided_at,
-            armed: admitted,
-        };
-        if admitted {
-            held.for_each_holding_rule(|rule| rule.counters.queue_depth.inc());
-        }
-        held
-    }
-
-    /// The request passes: its units stay taken.
-    fn passed(&mut self) {
-        if std::mem::take(&mut self.armed) {
-            self.end_hold();
+            clock,
+            since,
         }
     }
+}
 
-    /// The request will not pass: give its units back.
-    fn give_back(&mut self) {
-        if !std::mem::take(&mut self.armed) {
-            return;
-        }
-        self.end_hold();
-        let now = self.clock.now();
-        for (ask, decision) in self.asks.iter().zip(self.decisions) {
-            match *decision {
-                Decision::Hold { wait, .. } => {
-                    self.store.cancel(ask, now, self.decided_at + wait);
-                }
-                Decision::Allow(_) => self.store.refund(ask, now),
-                Decision::Deny { .. } => {}
-            }
-        }
-    }
-
-    fn end_hold(&self) {
-        let held = self.clock.now().saturating_sub(self.decided_at) as f64 / 1e9;
-        self.for_each_holding_rule(|rule| {
+impl Drop for HoldGauges<'_, '_> {
+    fn drop(&mut self) {
+        let held = self.clock.now().saturating_sub(self.since) as f64 / 1e9;
+        for rule in &self.rules {
             rule.counters.queue_depth.dec();
             rule.counters.delay_seconds.observe(held);
-        });
-    }
-
-    /// Calls `f` once for each rule with a held ask.
-    fn for_each_holding_rule(&self, mut f: impl FnMut(&Rule)) {
-        let mut previous: Option<&Rule> = None;
-        for (rule, decision) in self.rules.iter().zip(self.decisions) {
-            // A rule's asks are adjacent: count it once.
-            if matches!(decision, Decision::Hold { .. })
-                && !previous.is_some_and(|p| std::ptr::eq(p, *rule))
-            {
-                f(rule);
-                previous = Some(rule);
-            }
         }
     }
 }
-
-impl Drop for Held<'_, '_> {
-    fn drop(&mut self) {
-        self.give_back();
-    }
-}
-
-/// A placeholder decision for verdicts not decided yet, and for limits
-/// reported but not asked.
-pub const UNASKED: Decision = Decision::Allow(BucketState {
-    remaining: 0,
-    reset_after: 0,
-});

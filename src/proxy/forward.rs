@@ -27,9 +27,9 @@ use smallvec::SmallVec;
 use super::deadline::GuardedBody;
 use super::pool::{Pool, PooledBody};
 use super::respond::Refusal;
+use super::settle::Settlement;
 use super::upgrade::{self, ClientUpgrade};
 use crate::config::ServerConfig;
-use crate::store::Permit;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -174,13 +174,13 @@ pub fn bad_framing<B>(request: &Request<B>) -> Option<Refusal> {
 
 /// Turns the upstream's response into the client's: hop-by-hop fields
 /// stripped, ambiguous framing resolved, and a WebSocket switch turned into
-/// a tunnel. `permits` are held until the response body ends (or the tunnel
-/// closes). An upstream switching protocols the client did not ask for is a
+/// a tunnel. `settlement` (what the admission took: units, permits) is
+/// held until the response body ends (or the tunnel closes), then settled. An upstream switching protocols the client did not ask for is a
 /// failed exchange (502).
 pub fn prepare_response(
     mut response: Response<PooledBody>,
     client_upgrade: Option<ClientUpgrade>,
-    permits: impl IntoIterator<Item = Permit>,
+    settlement: Option<Settlement>,
 ) -> Result<Response<PooledBody>, ForwardError> {
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         // The connection belongs to the tunnel now, never to the pool.
@@ -193,7 +193,7 @@ pub fn prepare_response(
         let headers = response.headers_mut();
         strip_hop_by_hop(headers, false);
         upgrade::restore_handshake_fields(headers);
-        upgrade::tunnel(client, upstream, permits.into_iter().collect());
+        upgrade::tunnel(client, upstream, settlement);
         return Ok(response);
     }
     let headers = response.headers_mut();
@@ -207,7 +207,7 @@ pub fn prepare_response(
         response.body_mut().discard_connection();
     }
     strip_hop_by_hop(response.headers_mut(), false);
-    response.body_mut().hold_permits(permits);
+    response.body_mut().hold_settlement(settlement);
     Ok(response)
 }
 

@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 
 use super::deadline::GuardedBody;
 use super::forward::ForwardError;
-use crate::store::Permit;
+use super::settle::Settlement;
 
 /// Idle connections kept at most; more are closed when returned.
 const MAX_IDLE: usize = 1024;
@@ -91,7 +91,7 @@ impl Pool {
                 Ok(response) => {
                     let pool = Arc::clone(self);
                     return Ok(response.map(|body| PooledBody {
-                        permits: Vec::new(),
+                        settlement: None,
                         body,
                         connection: Some((sender, pool)),
                     }));
@@ -196,9 +196,9 @@ fn blame(error: &hyper::Error) -> ForwardError {
 pub struct PooledBody {
     body: Incoming,
     connection: Option<(SendRequest<GuardedBody>, Arc<Pool>)>,
-    /// Concurrency permits of the exchange: returned when the body ends or
-    /// is dropped (client gone, upstream failed mid-body).
-    permits: Vec<Permit>,
+    /// What the request's admission took: settled (permits returned) when
+    /// the body ends or is dropped (client gone, upstream failed mid-body).
+    settlement: Option<Settlement>,
 }
 
 impl PooledBody {
@@ -215,9 +215,10 @@ impl PooledBody {
         self.connection = None;
     }
 
-    /// Holds `permits` until this body has been sent to the end or dropped.
-    pub fn hold_permits(&mut self, permits: impl IntoIterator<Item = Permit>) {
-        self.permits.extend(permits);
+    /// Holds `settlement` until this body has been sent to the end or
+    /// dropped.
+    pub fn hold_settlement(&mut self, settlement: Option<Settlement>) {
+        self.settlement = settlement;
     }
 }
 
@@ -233,7 +234,7 @@ impl Body for PooledBody {
         match &polled {
             Poll::Ready(None) => {
                 self.release();
-                self.permits.clear();
+                self.settlement = None;
             }
             Poll::Ready(Some(Err(_))) => self.connection = None,
             _ => {}

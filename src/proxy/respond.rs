@@ -460,6 +460,8 @@ pub enum Refusal {
     UpstreamTimeout,
     /// The upstream failed mid-exchange.
     UpstreamFailed,
+    /// The store failed and `on_error = "deny"`.
+    StoreUnavailable,
 }
 
 /// The problem document for a refusal.
@@ -508,6 +510,10 @@ pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
         Refusal::UpstreamFailed => problem(
             StatusCode::BAD_GATEWAY,
             "the service behind this proxy failed to answer",
+        ),
+        Refusal::StoreUnavailable => problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "rate limits cannot be checked right now; try again later",
         ),
     }
 }

@@ -18,7 +18,7 @@ use http::{Method, Request, Response, StatusCode, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use crate::store::Permit;
+use super::settle::Settlement;
 
 static UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
 static WEBSOCKET: HeaderValue = HeaderValue::from_static("websocket");
@@ -69,11 +69,11 @@ pub fn is_switching_to_websocket<B>(response: &Response<B>) -> bool {
 
 /// Joins the client's and the upstream's connections once both switched
 /// protocols (the client's after sluice's `101` is flushed), copying bytes
-/// both ways until either side closes. `permits` are returned when the
-/// tunnel ends.
-pub fn tunnel(client: ClientUpgrade, upstream: OnUpgrade, permits: Vec<Permit>) {
+/// both ways until either side closes. `settlement` (the request's
+/// permits) is settled when the tunnel ends.
+pub fn tunnel(client: ClientUpgrade, upstream: OnUpgrade, settlement: Option<Settlement>) {
     tokio::spawn(async move {
-        let _permits = permits;
+        let _settlement = settlement;
         let (client, upstream) = match tokio::try_join!(client.0, upstream) {
             Ok(both) => both,
             Err(error) => {

@@ -21,6 +21,7 @@
 //! admitted freely, and an over-limit caller keeps its bucket, so flooding
 //! new keys never resets anyone.
 
+mod admit;
 mod permits;
 mod probe_map;
 mod sketch;
@@ -30,13 +31,12 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use arc_swap::ArcSwap;
 
-use smallvec::SmallVec;
-
 use super::{Ask, BucketKey, Grant};
 use crate::clock::Nanos;
 use crate::limiter::{
     Algorithm, Carry, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
 };
+pub use admit::{PERMIT_RETRY, UNASKED};
 use permits::PermitTable;
 pub use permits::{Permit, PermitGrant};
 use probe_map::ProbeMap;
@@ -269,21 +269,29 @@ impl MemoryStore {
         true
     }
 
-    /// See [`super::Store::acquire_all`].
-    pub fn acquire_all(&self, asks: &[Ask<'_>], now: Nanos, decisions: &mut [Decision]) -> bool {
+    /// Asks every limit in `asks` for its cost at `now`, writing one
+    /// decision per ask into `decisions` and where each took its units into
+    /// `grants` (same order). Returns whether all admitted; when any denied,
+    /// nothing was taken from any bucket (the grants are then all `None`).
+    pub fn acquire_all(
+        &self,
+        asks: &[Ask<'_>],
+        now: Nanos,
+        decisions: &mut [Decision],
+        grants: &mut [Grant],
+    ) -> bool {
         debug_assert_eq!(asks.len(), decisions.len());
-        if let ([ask], [decision]) = (asks, &mut *decisions) {
+        debug_assert_eq!(asks.len(), grants.len());
+        if let ([ask], [decision], [grant]) = (asks, &mut *decisions, &mut *grants) {
             // One applicable limit, the common case: nothing to roll back.
-            *decision = self.acquire(ask, now).0;
+            (*decision, *grant) = self.acquire(ask, now);
             return decision.is_allowed();
         }
-        // What each admitting limit took, so it can be given back exactly.
-        let mut grants: SmallVec<[Grant; 8]> = SmallVec::with_capacity(asks.len());
         for (index, ask) in asks.iter().enumerate() {
             let (decision, grant) = self.acquire(ask, now);
             decisions[index] = decision;
+            grants[index] = grant;
             if decision.is_allowed() {
-                grants.push(grant);
                 continue;
             }
             // Keep asking the remaining limits so that the 429 reports every
@@ -294,13 +302,14 @@ impl MemoryStore {
             // Give back what the earlier limits took (a reservation is
             // cancelled as its client would), and report them as they are
             // now.
-            for (earlier, (ask, grant)) in asks.iter().zip(&grants).enumerate() {
+            for (earlier, ask) in asks.iter().enumerate().take(index) {
                 match decisions[earlier] {
-                    Decision::Hold { wait, .. } if *grant == Grant::Bucket => {
+                    Decision::Hold { wait, .. } if grants[earlier] == Grant::Bucket => {
                         self.cancel(ask, now, now + wait);
                     }
-                    _ => self.refund(ask, now, *grant),
+                    _ => self.refund(ask, now, grants[earlier]),
                 }
+                grants[earlier] = Grant::None;
                 decisions[earlier] = Decision::Allow(self.peek(ask, now).state());
             }
             return false;
@@ -354,15 +363,24 @@ impl MemoryStore {
             .refund(algorithm, ask, now, grant))
     }
 
-    /// See [`super::Store::refund`].
-    pub fn refund_bucket(&self, ask: &Ask<'_>, now: Nanos) {
-        self.refund(ask, now, Grant::Bucket);
-    }
-
-    /// See [`super::Store::cancel`].
-    pub fn cancel(&self, ask: &Ask<'_>, now: Nanos, at: Nanos) {
+    /// Gives back a reservation that was to pass at `at`.
+    fn cancel(&self, ask: &Ask<'_>, now: Nanos, at: Nanos) {
         with_table!(self, ask, |table, algorithm| table
             .cancel(algorithm, ask, now, at))
+    }
+
+    /// Takes `units` more from the ask's bucket, unconditionally (a deferred
+    /// charge; the balance may go below zero). A bucket the store no longer
+    /// holds (swept, or never stored) is made again if there is room, so a
+    /// debt is not forgotten.
+    fn charge(&self, ask: &Ask<'_>, units: u64, now: Nanos) {
+        with_table!(self, ask, |table, algorithm| table.charge(
+            algorithm,
+            ask.key,
+            units,
+            now,
+            &self.bound
+        ))
     }
 
     fn permits(table: &BucketTable) -> &Arc<PermitTable> {
@@ -370,35 +388,6 @@ impl MemoryStore {
             Buckets::Permits(permits) => permits,
             other => unreachable!("a table of {} buckets asked for permits", other.kind()),
         }
-    }
-
-    /// Takes a permit of concurrency table `table` for `key` if fewer than
-    /// `max_in_flight` are taken and nobody waits; with `max_queue`, queues
-    /// behind the waiters instead of refusing (delay mode).
-    pub fn acquire_permit(
-        &self,
-        table: &BucketTable,
-        key: BucketKey,
-        max_in_flight: u64,
-        max_queue: Option<u64>,
-    ) -> PermitGrant {
-        Self::permits(table).acquire(key, max_in_flight, max_queue)
-    }
-
-    /// Permits taken for `key` right now.
-    pub fn permits_in_flight(&self, table: &BucketTable, key: BucketKey) -> u64 {
-        Self::permits(table).in_flight(key)
-    }
-
-    /// The guard of a permit taken (or handed over) for `key`.
-    pub fn permit(&self, table: &BucketTable, key: BucketKey) -> Permit {
-        Permit::new(Arc::clone(Self::permits(table)), key)
-    }
-
-    /// A queued permit request gives up: `true` if it left without a permit,
-    /// `false` if one had been handed to it (the caller then owns it).
-    pub fn leave_permit_queue(&self, table: &BucketTable, key: BucketKey, id: u64) -> bool {
-        Self::permits(table).leave(key, id)
     }
 
     /// Drops fresh-equivalent buckets from the next few shards. Returns
@@ -606,6 +595,21 @@ impl<A: Algorithm + Copy + PartialEq> Table<A> {
                 .sketch()
                 .refund(algorithm, slot_key(ask.key), now, ask.cost),
             Grant::None => {}
+        }
+    }
+
+    fn charge(&self, algorithm: &A, key: BucketKey, units: u64, now: Nanos, bound: &Bound) {
+        let key = slot_key(key);
+        let mut map = self.shard(key);
+        if let Some(state) = map.get_mut(key) {
+            algorithm.charge(state, now, units);
+            return;
+        }
+        if bound.reserve() {
+            let mut state = A::State::default();
+            algorithm.charge(&mut state, now, units);
+            map.insert(key, state);
+            self.len.fetch_add(1, Ordering::Relaxed);
         }
     }
 

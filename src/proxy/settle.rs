@@ -1,0 +1,100 @@
+//! Settling: what an admitted request took, kept until its exchange ends
+//! and then settled with the store (kept, given back, charged more).
+//!
+//! A [`Settlement`] owns the admission's receipts and a handle on the store
+//! and the clock, so it lives as long as the response body that carries it:
+//! concurrency permits are returned when the body ends, the client goes
+//! away, or a WebSocket tunnel closes. Whatever ends it, it settles through
+//! the store: at once where it can await ([`Settlement::settle`]), or from
+//! its `Drop` ([`Store::settle_detached`]) as the disposition set for that
+//! case says — give back while the request is still held (its client left
+//! before it passed), keep once it has passed.
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::clock::{Clock, ProxyClock};
+use crate::store::admission::INLINE;
+use crate::store::{Receipt, Settle, Store, StoreError};
+
+/// The receipts of one admitted request, settled exactly once each.
+#[derive(Debug)]
+pub struct Settlement {
+    store: Arc<Store>,
+    clock: ProxyClock,
+    /// Settle with the local store rather than the configured one: the
+    /// admission was decided there (`on_error = "local"`).
+    local: bool,
+    receipts: SmallVec<[Receipt; INLINE]>,
+    /// How receipts still unsettled are settled when this is dropped.
+    on_drop: Settle,
+}
+
+impl Settlement {
+    /// Receipts to give back if dropped before [`Settlement::passed`].
+    pub fn new(
+        store: Arc<Store>,
+        clock: ProxyClock,
+        local: bool,
+        receipts: SmallVec<[Receipt; INLINE]>,
+    ) -> Settlement {
+        Settlement {
+            store,
+            clock,
+            local,
+            receipts,
+            on_drop: Settle::GiveBack,
+        }
+    }
+
+    /// Adds a receipt taken after admission (a queued permit that arrived).
+    pub fn push(&mut self, receipt: Receipt) {
+        self.receipts.push(receipt);
+    }
+
+    /// The request passed: from now on, dropping keeps its units (and
+    /// returns its permits).
+    pub fn passed(&mut self) {
+        self.on_drop = Settle::Keep;
+    }
+
+    /// Whether nothing is left to settle.
+    pub fn is_empty(&self) -> bool {
+        self.receipts.iter().all(|receipt| receipt.settled)
+    }
+
+    /// Settles every receipt as `how` says, now.
+    pub async fn settle(&mut self, how: Settle) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        if self.local {
+            let local = self.store.local();
+            for receipt in &mut self.receipts {
+                local.settle(receipt, how, now);
+            }
+            return Ok(());
+        }
+        for receipt in &mut self.receipts {
+            self.store.settle(receipt, how, now).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Settlement {
+    fn drop(&mut self) {
+        if self.is_empty() {
+            return;
+        }
+        let now = self.clock.now();
+        if self.local {
+            let local = self.store.local();
+            for receipt in &mut self.receipts {
+                local.settle(receipt, self.on_drop, now);
+            }
+        } else {
+            self.store
+                .settle_detached(&mut self.receipts, self.on_drop, now);
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The seam between a request and any store: what one request asks
+//! ([`Asks`]), what the store answers ([`Admission`]), the owned
+//! [`Receipt`]s of what it took, and how they are settled after the
+//! response ([`Settle`]).
+//!
+//! One request makes one store call: every rate limit and concurrency
+//! permit of every enforced rule, the ban check of those rules, and the
+//! shadow rules' asks travel together, so a networked store answers them in
+//! one round trip (one server-side script call) and keeps them
+//! all-or-nothing. The receipts own what they need (the bucket table's
+//! handle, the key, the limiter, the units, where they were taken and when),
+//! so they outlive the request's borrow of the policy and are settled after
+//! the response: kept, given back, or charged more.
+
+use std::ops::Range;
+
+use smallvec::SmallVec;
+use tokio::sync::oneshot;
+
+use super::bans::{BanPolicy, BanTable};
+use super::{BucketKey, BucketTable};
+use crate::clock::Nanos;
+use crate::limiter::{Decision, HoldLimits, Limiter};
+
+/// Rules (and limits) one request carries inline before spilling to the heap.
+pub const INLINE: usize = 4;
+
+/// One limit of one rule to ask for one request: a rate limit, or a
+/// concurrency permit when `limiter` is [`Limiter::Concurrency`].
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'p> {
+    /// The limit's bucket table (owned by the policy snapshot that asks).
+    pub table: &'p BucketTable,
+    pub key: BucketKey,
+    pub limiter: &'p Limiter,
+    pub cost: u64,
+    /// Delay mode: reserve the units at the first instant they fit (a rate),
+    /// or queue for a permit (concurrency), within these bounds, instead of
+    /// denying.
+    pub hold: Option<HoldLimits>,
+}
+
+/// One applicable rule of the request.
+#[derive(Debug, Clone)]
+pub struct RuleAsk<'p> {
+    /// Its limits: a range of [`Asks::limits`].
+    pub limits: Range<usize>,
+    /// Shadow rules are asked only when the request is admitted, never hold,
+    /// and never change the outcome.
+    pub shadow: bool,
+    /// The rule's bans: a banned key is refused before any bucket is asked;
+    /// with a `ban` policy, each rejection counts a strike.
+    pub bans: Option<(&'p BanTable, Option<BanPolicy>)>,
+    /// The caller's key for the bans.
+    pub key: BucketKey,
+}
+
+/// Everything one request asks of the store. Enforced rules come before
+/// shadow rules, each group in file order; a rule's limits are adjacent.
+#[derive(Debug, Default)]
+pub struct Asks<'p> {
+    pub rules: SmallVec<[RuleAsk<'p>; INLINE]>,
+    pub limits: SmallVec<[Ask<'p>; INLINE]>,
+}
+
+impl<'p> Asks<'p> {
+    /// Adds a rule with its limits.
+    pub fn push_rule(
+        &mut self,
+        key: BucketKey,
+        shadow: bool,
+        bans: Option<(&'p BanTable, Option<BanPolicy>)>,
+        limits: impl IntoIterator<Item = Ask<'p>>,
+    ) {
+        let start = self.limits.len();
+        self.limits.extend(limits);
+        self.rules.push(RuleAsk {
+            limits: start..self.limits.len(),
+            shadow,
+            bans,
+            key,
+        });
+    }
+
+    /// Whether nothing is asked.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+/// How the store answered a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every enforced limit admits it (now, or after [`Admission::wait`]).
+    Admitted,
+    /// At least one enforced limit refused it; nothing was taken.
+    Limited,
+    /// Rule number `rule` (in [`Asks::rules`]) bans the caller for `left`
+    /// more; no bucket was asked.
+    Banned { rule: usize, left: Nanos },
+}
+
+/// The store's answer to one request's [`Asks`].
+#[derive(Debug)]
+pub struct Admission {
+    pub outcome: Outcome,
+    /// One decision per ask of [`Asks::limits`], same order. A limit that
+    /// was not asked (a later permit after a refusal, shadow rules of a
+    /// refused request) is reported as it is, without taking anything.
+    pub decisions: SmallVec<[Decision; INLINE]>,
+    /// What the admission took, to settle after the response (empty unless
+    /// admitted).
+    pub receipts: SmallVec<[Receipt; INLINE]>,
+    /// Delay mode: a concurrency permit to wait for before the request may
+    /// pass (every permit was taken and the request joined the key's queue).
+    pub queued: Option<QueuedPermit>,
+    /// The instant of the decision (Unix nanoseconds, the store's time).
+    pub at: Nanos,
+    /// Shadow rules (indexes into [`Asks::rules`]) that would have limited.
+    pub shadow_limited: SmallVec<[usize; 2]>,
+    /// Rules whose strike against the caller started a ban just now.
+    pub bans_started: SmallVec<[usize; 1]>,
+}
+
+impl Admission {
+    /// Whether the request may pass (at once, or after a hold).
+    pub fn admitted(&self) -> bool {
+        self.outcome == Outcome::Admitted
+    }
+
+    /// How long the rates hold the request (0 unless a delay-mode limit
+    /// reserved a later slot).
+    pub fn wait(&self) -> Nanos {
+        self.decisions.iter().map(Decision::wait).max().unwrap_or(0)
+    }
+}
+
+/// Where a receipt's units were taken from, so they are given back exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// The key's own bucket, at once.
+    Bucket,
+    /// The key's own bucket, reserved for `at` (delay mode): given back as a
+    /// cancelled reservation while `at` is ahead.
+    Reserved { at: Nanos },
+    /// The table's overflow sketch (the store was full of active buckets):
+    /// kept whatever happens, which is conservative.
+    Overflow,
+    /// A concurrency permit (a lease in a networked store), returned when
+    /// the receipt is kept or given back.
+    Permit,
+}
+
+/// What one admission took from one bucket: owned, so it outlives the
+/// request's borrow of the policy snapshot.
+#[derive(Debug, Clone)]
+pub struct Receipt {
+    /// The rule the units were taken for (index into [`Asks::rules`]).
+    pub rule: usize,
+    pub table: BucketTable,
+    pub key: BucketKey,
+    pub limiter: Limiter,
+    /// Units taken at admission (what a give-back returns).
+    pub units: u64,
+    pub taken: Taken,
+    /// When they were taken (the decision's instant).
+    pub at: Nanos,
+    /// Units charged since, by [`Settle::Charge`] (kept whatever happens).
+    pub charged: u64,
+    /// Whether the receipt was kept or given back already.
+    pub settled: bool,
+}
+
+/// How to settle a receipt after the response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// The request is over and its units stay taken (permits are returned).
+    Keep,
+    /// The request is over and its admission units are given back (a
+    /// refund, a cancelled reservation, a returned permit); units charged
+    /// since stay charged.
+    GiveBack,
+    /// Takes `n` more units now, unconditionally (the balance may go below
+    /// zero): a deferred charge. Not final: the receipt can be settled again.
+    Charge(u64),
+}
+
+/// A request waiting in a concurrency permit queue (delay mode).
+#[derive(Debug)]
+pub struct QueuedPermit {
+    /// The permit's receipt once it arrives.
+    pub receipt: Receipt,
+    /// The waiter's place in the queue, to leave it.
+    pub id: u64,
+    /// Completes when a permit is handed over.
+    pub ready: oneshot::Receiver<()>,
+    /// The most the request may wait (`max_delay`).
+    pub max_wait: Nanos,
+}
+
+/// A store call that failed. Nothing was taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError {
+    /// Whether trying again soon may succeed (a timeout, a lost
+    /// connection), as opposed to a misconfiguration the store reports.
+    pub transient: bool,
+    pub detail: String,
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if self.transient {
+            "transient"
+        } else {
+            "permanent"
+        };
+        write!(f, "store error ({kind}): {}", self.detail)
+    }
+}
+
+impl std::error::Error for StoreError {}

@@ -1,0 +1,330 @@
+//! The memory store's side of the seam: one request's [`Asks`] answered in
+//! one call, and receipts settled after the response.
+//!
+//! Order of work, which a networked store's script follows too:
+//! 1. the ban check of every enforced rule (a banned caller is refused
+//!    before any bucket is asked);
+//! 2. every rate limit of every enforced rule, all or nothing (delay-mode
+//!    limits reserve their units at the first instant they fit);
+//! 3. the enforced rules' concurrency permits, after the rates so that a
+//!    request refused by a rate never occupies a permit; a refused permit
+//!    gives back everything taken in 1–3;
+//! 4. a refused request strikes the bans of the rules that refused it;
+//! 5. an admitted request asks its shadow rules, each all or nothing, never
+//!    holding; what they take is settled like the enforced rules' units.
+
+use smallvec::SmallVec;
+
+use super::MemoryStore;
+use crate::clock::Nanos;
+use crate::limiter::{BucketState, Decision, Limiter};
+use crate::store::admission::{
+    Admission, Ask, Asks, Outcome, QueuedPermit, Receipt, RuleAsk, Settle, Taken, INLINE,
+};
+use crate::store::{Grant, PermitGrant};
+
+/// A concurrency rule's 429 says to come back in a second: permits have no
+/// reset instant.
+pub const PERMIT_RETRY: Nanos = 1_000_000_000;
+
+/// A placeholder decision for limits not asked: reported as full.
+pub const UNASKED: Decision = Decision::Allow(BucketState {
+    remaining: 0,
+    reset_after: 0,
+});
+
+impl MemoryStore {
+    /// See [`crate::store::Store::admit`].
+    pub fn admit(&self, asks: &Asks<'_>, now: Nanos) -> Admission {
+        let mut admission = Admission {
+            outcome: Outcome::Admitted,
+            decisions: SmallVec::from_elem(UNASKED, asks.limits.len()),
+            receipts: SmallVec::new(),
+            queued: None,
+            at: now,
+            shadow_limited: SmallVec::new(),
+            bans_started: SmallVec::new(),
+        };
+        let enforced = || asks.rules.iter().enumerate().filter(|(_, r)| !r.shadow);
+
+        // 1. Bans.
+        for (index, rule) in enforced() {
+            if let Some((bans, _)) = rule.bans {
+                if let Some(left) = bans.banned(rule.key, now) {
+                    admission.outcome = Outcome::Banned { rule: index, left };
+                    return admission;
+                }
+            }
+        }
+
+        // 2. Rates, all or nothing.
+        let mut rates: SmallVec<[Ask<'_>; INLINE]> = SmallVec::new();
+        let mut slots: SmallVec<[(usize, usize); INLINE]> = SmallVec::new();
+        for (index, rule) in enforced() {
+            for slot in rule.limits.clone() {
+                let ask = asks.limits[slot];
+                if !matches!(ask.limiter, Limiter::Concurrency(_)) {
+                    rates.push(ask);
+                    slots.push((index, slot));
+                }
+            }
+        }
+        let mut decisions: SmallVec<[Decision; INLINE]> = SmallVec::from_elem(UNASKED, rates.len());
+        let mut grants: SmallVec<[Grant; INLINE]> = SmallVec::from_elem(Grant::None, rates.len());
+        let admitted =
+            rates.is_empty() || self.acquire_all(&rates, now, &mut decisions, &mut grants);
+        for ((rule, slot), (decision, grant)) in slots.iter().zip(decisions.iter().zip(&grants)) {
+            admission.decisions[*slot] = *decision;
+            if admitted {
+                if let Some(receipt) =
+                    rate_receipt(*rule, &asks.limits[*slot], decision, *grant, now)
+                {
+                    admission.receipts.push(receipt);
+                }
+            }
+        }
+
+        // 3. Permits.
+        let mut refused = !admitted;
+        for (index, rule) in enforced() {
+            for slot in rule.limits.clone() {
+                let ask = &asks.limits[slot];
+                let Limiter::Concurrency(limit) = ask.limiter else {
+                    continue;
+                };
+                let max = limit.max_in_flight;
+                if refused {
+                    admission.decisions[slot] = self.permits_as_they_are(ask);
+                    continue;
+                }
+                let max_queue = ask.hold.map(|hold| hold.max_queued);
+                let receipt = permit_receipt(index, ask, now);
+                admission.decisions[slot] =
+                    match Self::permits(ask.table).acquire(ask.key, max, max_queue) {
+                        PermitGrant::Now { in_flight } => {
+                            admission.receipts.push(receipt);
+                            permit_decision(max.saturating_sub(in_flight))
+                        }
+                        PermitGrant::Queued { id, ready } => {
+                            admission.queued = Some(QueuedPermit {
+                                receipt,
+                                id,
+                                ready,
+                                max_wait: ask.hold.map_or(0, |hold| hold.max_wait),
+                            });
+                            // Held behind the permits in flight, for as long
+                            // as they take: no known wait, nothing left now.
+                            Decision::Hold {
+                                state: BucketState {
+                                    remaining: 0,
+                                    reset_after: 0,
+                                },
+                                wait: 0,
+                            }
+                        }
+                        PermitGrant::Refused { .. } => {
+                            refused = true;
+                            Decision::Deny {
+                                state: BucketState {
+                                    remaining: 0,
+                                    reset_after: 0,
+                                },
+                                retry_after: Some(PERMIT_RETRY),
+                            }
+                        }
+                    };
+            }
+        }
+        if refused {
+            admission.outcome = Outcome::Limited;
+            if admitted {
+                // A permit refused the request: give back the rates (reported
+                // as they are now) and the permits taken before it.
+                for mut receipt in std::mem::take(&mut admission.receipts) {
+                    self.settle(&mut receipt, Settle::GiveBack, now);
+                }
+                if let Some(queued) = admission.queued.take() {
+                    if !self.leave_queue(&queued) {
+                        Self::permits(&queued.receipt.table).release(queued.receipt.key);
+                    }
+                }
+                for (_, slot) in &slots {
+                    admission.decisions[*slot] =
+                        Decision::Allow(self.peek(&asks.limits[*slot], now).state());
+                }
+            }
+            self.strike(asks, &mut admission, now);
+            return admission;
+        }
+
+        // 5. Shadow rules.
+        for (index, rule) in asks.rules.iter().enumerate().filter(|(_, r)| r.shadow) {
+            if !self.admit_shadow(index, rule, asks, now, &mut admission) {
+                admission.shadow_limited.push(index);
+            }
+        }
+        admission
+    }
+
+    /// Asks one shadow rule now or never; its units are kept (and settled)
+    /// like an enforced rule's so that a dry run stays faithful.
+    fn admit_shadow(
+        &self,
+        index: usize,
+        rule: &RuleAsk<'_>,
+        asks: &Asks<'_>,
+        now: Nanos,
+        admission: &mut Admission,
+    ) -> bool {
+        let limits = &asks.limits[rule.limits.clone()];
+        if let [ask @ Ask {
+            limiter: Limiter::Concurrency(limit),
+            ..
+        }] = limits
+        {
+            let slot = rule.limits.start;
+            return match Self::permits(ask.table).acquire(ask.key, limit.max_in_flight, None) {
+                PermitGrant::Now { in_flight } => {
+                    admission.decisions[slot] =
+                        permit_decision(limit.max_in_flight.saturating_sub(in_flight));
+                    admission.receipts.push(permit_receipt(index, ask, now));
+                    true
+                }
+                PermitGrant::Queued { .. } | PermitGrant::Refused { .. } => {
+                    admission.decisions[slot] = self.permits_as_they_are(ask);
+                    false
+                }
+            };
+        }
+        let now_or_never: SmallVec<[Ask<'_>; INLINE]> = limits
+            .iter()
+            .map(|ask| Ask { hold: None, ..*ask })
+            .collect();
+        let mut decisions: SmallVec<[Decision; INLINE]> =
+            SmallVec::from_elem(UNASKED, limits.len());
+        let mut grants: SmallVec<[Grant; INLINE]> = SmallVec::from_elem(Grant::None, limits.len());
+        let admitted = self.acquire_all(&now_or_never, now, &mut decisions, &mut grants);
+        for (offset, (decision, grant)) in decisions.iter().zip(&grants).enumerate() {
+            admission.decisions[rule.limits.start + offset] = *decision;
+            if admitted {
+                if let Some(receipt) =
+                    rate_receipt(index, &now_or_never[offset], decision, *grant, now)
+                {
+                    admission.receipts.push(receipt);
+                }
+            }
+        }
+        admitted
+    }
+
+    /// Counts a strike against the caller of each enforced rule with a
+    /// `ban` whose limits refused the request.
+    fn strike(&self, asks: &Asks<'_>, admission: &mut Admission, now: Nanos) {
+        for (index, rule) in asks.rules.iter().enumerate() {
+            let Some((bans, Some(policy))) = rule.bans else {
+                continue;
+            };
+            let refused = admission.decisions[rule.limits.clone()]
+                .iter()
+                .any(|decision| !decision.is_allowed());
+            if !rule.shadow && refused && bans.strike(rule.key, now, policy) {
+                admission.bans_started.push(index);
+            }
+        }
+    }
+
+    /// A concurrency limit reported without taking a permit.
+    fn permits_as_they_are(&self, ask: &Ask<'_>) -> Decision {
+        let in_flight = Self::permits(ask.table).in_flight(ask.key);
+        permit_decision(ask.limiter.capacity().saturating_sub(in_flight))
+    }
+
+    /// See [`crate::store::Store::settle`].
+    pub fn settle(&self, receipt: &mut Receipt, how: Settle, now: Nanos) {
+        if receipt.settled {
+            return;
+        }
+        receipt.settled = !matches!(how, Settle::Charge(_));
+        let ask = Ask {
+            table: &receipt.table,
+            key: receipt.key,
+            limiter: &receipt.limiter,
+            cost: receipt.units,
+            hold: None,
+        };
+        match (receipt.taken, how) {
+            (Taken::Permit, Settle::Keep | Settle::GiveBack) => {
+                Self::permits(&receipt.table).release(receipt.key);
+            }
+            (Taken::Permit | Taken::Overflow, Settle::Charge(_)) => {}
+            (Taken::Bucket | Taken::Overflow | Taken::Reserved { .. }, Settle::Keep) => {}
+            // Conservative: the sketch is shared by many keys.
+            (Taken::Overflow, Settle::GiveBack) => {}
+            (Taken::Reserved { at }, Settle::GiveBack) if now < at => {
+                self.cancel(&ask, now, at);
+            }
+            (Taken::Bucket | Taken::Reserved { .. }, Settle::GiveBack) => {
+                self.refund(&ask, now, Grant::Bucket);
+            }
+            (Taken::Bucket | Taken::Reserved { .. }, Settle::Charge(units)) => {
+                self.charge(&ask, units, now);
+                receipt.charged = receipt.charged.saturating_add(units);
+            }
+        }
+    }
+
+    /// A queued permit request gives up: `true` if it left without a permit,
+    /// `false` if one had been handed to it (the caller then owns it, and
+    /// returns it by settling its receipt).
+    pub fn leave_queue(&self, queued: &QueuedPermit) -> bool {
+        Self::permits(&queued.receipt.table).leave(queued.receipt.key, queued.id)
+    }
+}
+
+/// The receipt of a rate ask that took something.
+fn rate_receipt(
+    rule: usize,
+    ask: &Ask<'_>,
+    decision: &Decision,
+    grant: Grant,
+    now: Nanos,
+) -> Option<Receipt> {
+    let taken = match (grant, decision) {
+        (Grant::None, _) => return None,
+        (Grant::Overflow, _) => Taken::Overflow,
+        (Grant::Bucket, Decision::Hold { wait, .. }) => Taken::Reserved { at: now + wait },
+        (Grant::Bucket, _) => Taken::Bucket,
+    };
+    Some(Receipt {
+        rule,
+        table: ask.table.clone(),
+        key: ask.key,
+        limiter: *ask.limiter,
+        units: ask.cost,
+        taken,
+        at: now,
+        charged: 0,
+        settled: false,
+    })
+}
+
+fn permit_receipt(rule: usize, ask: &Ask<'_>, now: Nanos) -> Receipt {
+    Receipt {
+        rule,
+        table: ask.table.clone(),
+        key: ask.key,
+        limiter: *ask.limiter,
+        units: 1,
+        taken: Taken::Permit,
+        at: now,
+        charged: 0,
+        settled: false,
+    }
+}
+
+fn permit_decision(remaining: u64) -> Decision {
+    Decision::Allow(BucketState {
+        remaining,
+        reset_after: 0,
+    })
+}

@@ -1,0 +1,391 @@
+//! The store contract, written once and run against every backend
+//! ([`store_suite!`] instantiates it per backend; the Redis store joins with
+//! one line). Each check talks to the store only through [`Store`]'s calls,
+//! at exact instants.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::bans::{BanPolicy, BanTable};
+use super::{
+    Admission, Ask, Asks, BucketTable, MemoryStore, Outcome, Settle, Store, StoreError, Taken,
+};
+use crate::clock::Nanos;
+use crate::limiter::{
+    Concurrency, Decision, FixedWindow, Gcra, HoldLimits, Limiter, SlidingWindow,
+};
+use crate::testing::{rate, SEC};
+
+/// A memory store whose calls fail while told to: the `on_error` paths of
+/// the proxy are tested with it.
+#[derive(Debug)]
+pub struct FailingStore {
+    pub local: MemoryStore,
+    failing: AtomicBool,
+}
+
+impl FailingStore {
+    pub fn new(max_keys: usize) -> FailingStore {
+        FailingStore {
+            local: MemoryStore::new(max_keys),
+            failing: AtomicBool::new(false),
+        }
+    }
+
+    /// Makes every call fail (`true`) or succeed (`false`) from now on.
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    pub fn fail_if_asked(&self) -> Result<(), StoreError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StoreError {
+                transient: true,
+                detail: "the store is failing on purpose".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A moment well inside a second, a minute and an hour (windows align to
+/// Unix-time multiples of their period).
+const T0: Nanos = 1_800_000_000 * SEC + SEC / 4;
+
+/// One limiter and its table, as a policy snapshot would hold them.
+struct Limit {
+    limiter: Limiter,
+    table: BucketTable,
+}
+
+impl Limit {
+    fn new(store: &Store, limiter: Limiter) -> Limit {
+        Limit {
+            table: store.table(&limiter),
+            limiter,
+        }
+    }
+
+    fn ask(&self, key: u64, cost: u64) -> Ask<'_> {
+        Ask {
+            table: &self.table,
+            key,
+            limiter: &self.limiter,
+            cost,
+            hold: None,
+        }
+    }
+}
+
+fn token_bucket(count: u64, secs: u64) -> Limiter {
+    Limiter::TokenBucket(Gcra::new(rate(count, secs), count))
+}
+
+fn concurrency(max_in_flight: u64) -> Limiter {
+    Limiter::Concurrency(Concurrency { max_in_flight })
+}
+
+/// One enforced rule per limit, in order.
+fn one_rule_each<'p>(limits: impl IntoIterator<Item = Ask<'p>>) -> Asks<'p> {
+    let mut asks = Asks::default();
+    for ask in limits {
+        asks.push_rule(ask.key, false, None, [ask]);
+    }
+    asks
+}
+
+async fn admit(store: &Store, asks: &Asks<'_>, now: Nanos) -> Admission {
+    store.admit(asks, now).await.expect("the store answers")
+}
+
+/// What the limit has left for `key` at `now`.
+async fn remaining(store: &Store, limit: &Limit, key: u64, now: Nanos) -> u64 {
+    // A peek: a cost above any capacity denies and takes nothing.
+    let asks = one_rule_each([limit.ask(key, u64::MAX)]);
+    let admission = admit(store, &asks, now).await;
+    assert!(!admission.admitted());
+    admission.decisions[0].state().remaining
+}
+
+pub async fn rates_permits_and_shadow_asks_are_one_call(store: Store) {
+    let rates = Limit::new(&store, token_bucket(10, 1));
+    let permits = Limit::new(&store, concurrency(2));
+    let shadow = Limit::new(&store, token_bucket(1, 60));
+    let mut asks = Asks::default();
+    asks.push_rule(7, false, None, [rates.ask(7, 3)]);
+    asks.push_rule(7, false, None, [permits.ask(7, 1)]);
+    asks.push_rule(7, true, None, [shadow.ask(7, 1)]);
+
+    let first = admit(&store, &asks, T0).await;
+    assert_eq!(first.outcome, Outcome::Admitted);
+    assert_eq!(first.decisions[0].state().remaining, 7);
+    assert_eq!(first.decisions[1].state().remaining, 1);
+    assert!(first.shadow_limited.is_empty());
+    let taken: Vec<_> = first
+        .receipts
+        .iter()
+        .map(|r| (r.rule, r.taken, r.units))
+        .collect();
+    assert_eq!(
+        taken,
+        [
+            (0, Taken::Bucket, 3),
+            (1, Taken::Permit, 1),
+            (2, Taken::Bucket, 1)
+        ]
+    );
+    // The shadow rule's one unit is spent: it would limit the next request,
+    // which is admitted all the same.
+    let second = admit(&store, &asks, T0).await;
+    assert_eq!(second.outcome, Outcome::Admitted);
+    assert_eq!(second.shadow_limited.as_slice(), [2]);
+    // Two permits in flight: the third request is refused and takes nothing.
+    let third = admit(&store, &asks, T0).await;
+    assert_eq!(third.outcome, Outcome::Limited);
+    assert!(third.receipts.is_empty());
+    assert_eq!(remaining(&store, &rates, 7, T0).await, 4);
+}
+
+pub async fn a_refusal_takes_nothing_from_any_limit(store: Store) {
+    let wide = Limit::new(&store, token_bucket(100, 1));
+    let narrow = Limit::new(&store, token_bucket(1, 60));
+    let permits = Limit::new(&store, concurrency(1));
+    // A later rate refuses: the earlier rate gives its units back.
+    let asks = one_rule_each([wide.ask(1, 5), narrow.ask(1, 2)]);
+    let admission = admit(&store, &asks, T0).await;
+    assert_eq!(admission.outcome, Outcome::Limited);
+    assert!(matches!(admission.decisions[1], Decision::Deny { .. }));
+    assert_eq!(admission.decisions[0].state().remaining, 100);
+    assert_eq!(remaining(&store, &wide, 1, T0).await, 100);
+    // The permit is taken by another request: rates come back, the permit
+    // is not taken.
+    let holder = admit(&store, &one_rule_each([permits.ask(1, 1)]), T0).await;
+    assert!(holder.admitted());
+    let asks = one_rule_each([wide.ask(1, 5), permits.ask(1, 1)]);
+    let admission = admit(&store, &asks, T0).await;
+    assert_eq!(admission.outcome, Outcome::Limited);
+    assert!(admission.receipts.is_empty());
+    assert_eq!(remaining(&store, &wide, 1, T0).await, 100);
+    // A refused rate never occupies a permit.
+    let mut holder = holder;
+    store
+        .settle(&mut holder.receipts[0], Settle::Keep, T0)
+        .await
+        .unwrap();
+    let asks = one_rule_each([narrow.ask(2, 2), permits.ask(2, 1)]);
+    assert_eq!(admit(&store, &asks, T0).await.outcome, Outcome::Limited);
+    let asks = one_rule_each([permits.ask(2, 1)]);
+    assert!(admit(&store, &asks, T0).await.admitted());
+}
+
+pub async fn a_banned_key_is_refused_before_its_buckets_and_strikes_ban(store: Store) {
+    let limit = Limit::new(&store, token_bucket(1, 60));
+    let bans = BanTable::default();
+    let policy = BanPolicy {
+        after: 2,
+        within: 60 * SEC,
+        duration: 10 * SEC,
+    };
+    let mut asks = Asks::default();
+    asks.push_rule(9, false, Some((&bans, Some(policy))), [limit.ask(9, 1)]);
+    assert!(admit(&store, &asks, T0).await.admitted());
+    // Two refusals: the second starts a ban.
+    let strike = admit(&store, &asks, T0).await;
+    assert!(strike.bans_started.is_empty());
+    let ban = admit(&store, &asks, T0).await;
+    assert_eq!(ban.bans_started.as_slice(), [0]);
+    // While banned the bucket is not asked, so it refills untouched.
+    let later = T0 + 60 * SEC + 1;
+    let banned = admit(&store, &asks, T0 + 5 * SEC).await;
+    assert_eq!(
+        banned.outcome,
+        Outcome::Banned {
+            rule: 0,
+            left: 5 * SEC
+        }
+    );
+    assert!(admit(&store, &asks, later).await.admitted());
+}
+
+pub async fn receipts_are_kept_given_back_or_charged(store: Store) {
+    let limit = Limit::new(&store, token_bucket(10, 1));
+    let asks = one_rule_each([limit.ask(3, 2)]);
+    let mut admission = admit(&store, &asks, T0).await;
+    assert_eq!(remaining(&store, &limit, 3, T0).await, 8);
+    let receipt = &mut admission.receipts[0];
+    store.settle(receipt, Settle::Charge(3), T0).await.unwrap();
+    assert_eq!(remaining(&store, &limit, 3, T0).await, 5);
+    // A give-back returns the admission's units; the charge stays.
+    store.settle(receipt, Settle::GiveBack, T0).await.unwrap();
+    assert_eq!(remaining(&store, &limit, 3, T0).await, 7);
+    // Settled: a second give-back does nothing.
+    store.settle(receipt, Settle::GiveBack, T0).await.unwrap();
+    assert_eq!(remaining(&store, &limit, 3, T0).await, 7);
+
+    // Kept: the units stay taken; a kept permit is returned.
+    let permits = Limit::new(&store, concurrency(1));
+    let asks = one_rule_each([limit.ask(4, 1), permits.ask(4, 1)]);
+    let mut admission = admit(&store, &asks, T0).await;
+    assert_eq!(admit(&store, &asks, T0).await.outcome, Outcome::Limited);
+    for receipt in &mut admission.receipts {
+        store.settle(receipt, Settle::Keep, T0).await.unwrap();
+    }
+    assert_eq!(remaining(&store, &limit, 4, T0).await, 9);
+    assert!(admit(&store, &asks, T0).await.admitted());
+}
+
+pub async fn a_debt_refuses_until_repaid_and_retry_after_counts_it(store: Store) {
+    // 1000/s: a caller 1,500 units in debt waits 1.5 s, plus its cost.
+    for limiter in [
+        token_bucket(1000, 1),
+        Limiter::FixedWindow(FixedWindow::new(rate(1000, 1))),
+        Limiter::SlidingWindow(SlidingWindow::new(rate(1000, 1))),
+    ] {
+        let limit = Limit::new(&store, limiter);
+        let at = T0 - SEC / 4; // the start of a second
+        let asks = one_rule_each([limit.ask(5, 1)]);
+        let mut admission = admit(&store, &asks, at).await;
+        assert!(admission.admitted(), "{limiter:?}");
+        store
+            .settle(&mut admission.receipts[0], Settle::Charge(2499), at)
+            .await
+            .unwrap();
+        let refused = admit(&store, &asks, at).await;
+        let Decision::Deny {
+            state, retry_after, ..
+        } = refused.decisions[0]
+        else {
+            panic!("{limiter:?} admitted a caller in debt");
+        };
+        assert_eq!(state.remaining, 0, "{limiter:?}");
+        let retry = retry_after.expect("a debt is repaid in time");
+        assert!(
+            (1_500_000_000..=2_000_000_000).contains(&retry),
+            "{limiter:?}: retry after {retry} ns"
+        );
+        assert_eq!(
+            admit(&store, &asks, at + retry - 1).await.outcome,
+            Outcome::Limited,
+            "{limiter:?}"
+        );
+        assert!(
+            admit(&store, &asks, at + retry).await.admitted(),
+            "{limiter:?}"
+        );
+    }
+}
+
+pub async fn a_late_refund_goes_back_to_the_window_it_was_taken_in(store: Store) {
+    let start = T0 - SEC / 4 + 59 * SEC; // one second before a minute ends
+    let minute = start + SEC; // the next minute
+                              // Fixed window: a unit taken in the last window and refunded in the
+                              // new one gives the new window nothing.
+    let fixed = Limit::new(&store, Limiter::FixedWindow(FixedWindow::new(rate(2, 60))));
+    let asks = one_rule_each([fixed.ask(6, 2)]);
+    let mut admission = admit(&store, &asks, start).await;
+    assert_eq!(remaining(&store, &fixed, 6, minute).await, 2);
+    store
+        .settle(&mut admission.receipts[0], Settle::GiveBack, minute)
+        .await
+        .unwrap();
+    assert_eq!(remaining(&store, &fixed, 6, minute).await, 2);
+    // Sliding window: the previous window still weighs, and the refund
+    // comes out of it.
+    let sliding = Limit::new(
+        &store,
+        Limiter::SlidingWindow(SlidingWindow::new(rate(10, 60))),
+    );
+    let asks = one_rule_each([sliding.ask(6, 10)]);
+    let mut admission = admit(&store, &asks, start).await;
+    assert_eq!(remaining(&store, &sliding, 6, minute).await, 0);
+    store
+        .settle(&mut admission.receipts[0], Settle::GiveBack, minute)
+        .await
+        .unwrap();
+    assert_eq!(remaining(&store, &sliding, 6, minute).await, 10);
+}
+
+pub async fn a_held_request_reserves_and_a_give_back_cancels(store: Store) {
+    let limit = Limit::new(&store, token_bucket(1, 1));
+    let hold = Some(HoldLimits {
+        max_wait: 5 * SEC,
+        max_queued: 10,
+    });
+    let held = Ask {
+        hold,
+        ..limit.ask(8, 1)
+    };
+    let asks = one_rule_each([held]);
+    assert_eq!(admit(&store, &asks, T0).await.wait(), 0);
+    let mut second = admit(&store, &asks, T0).await;
+    assert_eq!(second.wait(), SEC);
+    assert_eq!(second.receipts[0].taken, Taken::Reserved { at: T0 + SEC });
+    // Its client leaves: the slot goes back, and the next request gets it.
+    store
+        .settle(&mut second.receipts[0], Settle::GiveBack, T0 + SEC / 2)
+        .await
+        .unwrap();
+    assert_eq!(admit(&store, &asks, T0 + SEC / 2).await.wait(), SEC / 2);
+}
+
+/// A failing call surfaces a [`StoreError`] (here: the fault-injecting
+/// store; a networked store on a timeout) and takes nothing.
+#[tokio::test]
+async fn a_failing_store_surfaces_a_transient_error_and_takes_nothing() {
+    let store = Store::Failing(FailingStore::new(100));
+    let limit = Limit::new(&store, token_bucket(1, 60));
+    let asks = one_rule_each([limit.ask(1, 1)]);
+    let Store::Failing(failing) = &store else {
+        unreachable!()
+    };
+    failing.set_failing(true);
+    let error = store.admit(&asks, T0).await.unwrap_err();
+    assert!(error.transient);
+    failing.set_failing(false);
+    assert!(admit(&store, &asks, T0).await.admitted());
+}
+
+/// Instantiates every check of the suite for one backend.
+macro_rules! store_suite {
+    ($backend:ident, $make:expr) => {
+        mod $backend {
+            use super::*;
+
+            #[tokio::test]
+            async fn rates_permits_and_shadow_asks_are_one_call() {
+                super::rates_permits_and_shadow_asks_are_one_call($make).await;
+            }
+
+            #[tokio::test]
+            async fn a_refusal_takes_nothing_from_any_limit() {
+                super::a_refusal_takes_nothing_from_any_limit($make).await;
+            }
+
+            #[tokio::test]
+            async fn a_banned_key_is_refused_before_its_buckets_and_strikes_ban() {
+                super::a_banned_key_is_refused_before_its_buckets_and_strikes_ban($make).await;
+            }
+
+            #[tokio::test]
+            async fn receipts_are_kept_given_back_or_charged() {
+                super::receipts_are_kept_given_back_or_charged($make).await;
+            }
+
+            #[tokio::test]
+            async fn a_debt_refuses_until_repaid_and_retry_after_counts_it() {
+                super::a_debt_refuses_until_repaid_and_retry_after_counts_it($make).await;
+            }
+
+            #[tokio::test]
+            async fn a_late_refund_goes_back_to_the_window_it_was_taken_in() {
+                super::a_late_refund_goes_back_to_the_window_it_was_taken_in($make).await;
+            }
+
+            #[tokio::test]
+            async fn a_held_request_reserves_and_a_give_back_cancels() {
+                super::a_held_request_reserves_and_a_give_back_cancels($make).await;
+            }
+        }
+    };
+}
+
+store_suite!(memory, Store::Memory(MemoryStore::new(10_000)));
