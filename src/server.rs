@@ -39,6 +39,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::admin::{self, Admin};
+use crate::clock::ProxyClock;
 use crate::config::Config;
 use crate::proxy::deadline::BodyLimits;
 use crate::proxy::respond::ProxyBody;
@@ -66,11 +67,18 @@ pub struct Server {
 impl Server {
     /// Binds `server.listen` and `admin.listen`.
     pub async fn bind(config: Config) -> io::Result<Server> {
+        Server::bind_with_clock(config, ProxyClock::default()).await
+    }
+
+    /// Binds with the proxy's decisions, holds and settling on `clock`
+    /// (tests drive a [`crate::clock::ManualClock`]; deadlines of the
+    /// connections stay on the runtime's timers).
+    pub async fn bind_with_clock(config: Config, clock: ProxyClock) -> io::Result<Server> {
         let listener = listen(config.server.listen)?;
         let admin_listener = TcpListener::bind(config.admin.listen).await?;
         let config = Arc::new(config);
         Ok(Server {
-            proxy: Proxy::new((*config).clone()),
+            proxy: Proxy::with_clock((*config).clone(), clock),
             listener,
             admin_listener,
             config,

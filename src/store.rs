@@ -26,7 +26,7 @@ pub mod admission;
 pub mod bans;
 pub mod memory;
 #[cfg(test)]
-mod suite;
+pub(crate) mod suite;
 
 use crate::clock::Nanos;
 pub use crate::limiter::Carry;

@@ -310,3 +310,92 @@ impl Drop for HoldGauges<'_, '_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! `on_error` with a store that fails on demand.
+
+    use super::*;
+    use crate::config::Config;
+    use crate::policy::Policy;
+    use crate::store::suite::FailingStore;
+
+    const NOW: Nanos = 1_800_000_000_000_000_000;
+
+    fn setup() -> (Arc<Store>, Policy, Metrics) {
+        let text = "[server]\nupstream = \"http://127.0.0.1:1\"\n\
+                    [[rule]]\nname = \"per-ip\"\nrate = \"1/m\"\n";
+        let config = Config::from_toml(text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::Failing(FailingStore::new(100));
+        let metrics = Metrics::new();
+        let policy = Policy::compile(Arc::new(config), &metrics, &store);
+        (Arc::new(store), policy, metrics)
+    }
+
+    fn failing(store: &Store, fail: bool) {
+        let Store::Failing(store) = store else {
+            unreachable!("a failing store")
+        };
+        store.set_failing(fail);
+    }
+
+    async fn ask<'p>(
+        store: &Arc<Store>,
+        policy: &'p Policy,
+        metrics: &Metrics,
+        on_error: OnError,
+    ) -> Result<Admission<'p>, StoreUnavailable> {
+        let rule = &policy.rules[0];
+        let enforced = [Applicable {
+            rule,
+            key: 42,
+            limits: &rule.limits,
+        }];
+        let clock = ProxyClock::Manual(crate::clock::ManualClock::new(NOW));
+        admit(store, &clock, on_error, metrics, &enforced, &[]).await
+    }
+
+    fn fallback_gauge(metrics: &Metrics, store: &Store, policy: &Policy) -> bool {
+        let text = metrics.render(policy, store, NOW);
+        assert!(text.contains("sluice_store_errors_total{backend=\"failing\"}"));
+        text.lines()
+            .any(|line| line == "sluice_store_fallback_active 1")
+    }
+
+    #[tokio::test]
+    async fn local_decides_with_the_memory_store_while_the_store_fails() {
+        let (store, policy, metrics) = setup();
+        failing(&store, true);
+        let first = ask(&store, &policy, &metrics, OnError::Local).await;
+        assert_eq!(first.as_ref().unwrap().outcome, Outcome::Admitted);
+        assert!(!first.unwrap().unlimited);
+        // Still limited: 1/m, decided locally.
+        let second = ask(&store, &policy, &metrics, OnError::Local).await;
+        assert_eq!(second.unwrap().outcome, Outcome::Limited);
+        assert!(fallback_gauge(&metrics, &store, &policy));
+        // Back: the fallback ends with the first successful call.
+        failing(&store, false);
+        let _ = ask(&store, &policy, &metrics, OnError::Local).await;
+        assert!(!fallback_gauge(&metrics, &store, &policy));
+    }
+
+    #[tokio::test]
+    async fn allow_forwards_unlimited_and_deny_refuses() {
+        let (store, policy, metrics) = setup();
+        failing(&store, true);
+        for _ in 0..3 {
+            let allowed = ask(&store, &policy, &metrics, OnError::Allow)
+                .await
+                .unwrap();
+            assert_eq!(allowed.outcome, Outcome::Admitted);
+            assert!(allowed.unlimited && allowed.settlement.is_none());
+        }
+        assert!(ask(&store, &policy, &metrics, OnError::Deny).await.is_err());
+        assert!(fallback_gauge(&metrics, &store, &policy));
+        // Nothing was taken meanwhile: the bucket is full once back.
+        failing(&store, false);
+        let admission = ask(&store, &policy, &metrics, OnError::Deny).await.unwrap();
+        assert_eq!(admission.outcome, Outcome::Admitted);
+        assert!(!admission.unlimited);
+    }
+}

@@ -37,8 +37,8 @@ use crate::limiter::{
     Algorithm, Carry, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
 };
 pub use admit::{PERMIT_RETRY, UNASKED};
+pub use permits::PermitGrant;
 use permits::PermitTable;
-pub use permits::{Permit, PermitGrant};
 use probe_map::ProbeMap;
 use sketch::Sketch;
 

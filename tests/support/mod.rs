@@ -19,6 +19,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
+use sluice::clock::ProxyClock;
 use sluice::config::Config;
 use sluice::server::Server;
 
@@ -198,11 +199,16 @@ impl Sluice {
     /// Starts sluice with `toml`; `{upstream}` in it is replaced by the
     /// upstream's address. Listen addresses are forced to 127.0.0.1:0.
     pub async fn start(toml: &str, upstream: SocketAddr) -> Sluice {
+        Sluice::start_with_clock(toml, upstream, ProxyClock::default()).await
+    }
+
+    /// [`Sluice::start`] with decisions and holds on `clock`.
+    pub async fn start_with_clock(toml: &str, upstream: SocketAddr, clock: ProxyClock) -> Sluice {
         let text = toml.replace("{upstream}", &upstream.to_string());
         let mut config = Config::from_toml(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
         config.server.listen = "127.0.0.1:0".parse().unwrap();
         config.admin.listen = "127.0.0.1:0".parse().unwrap();
-        let server = Server::bind(config).await.unwrap();
+        let server = Server::bind_with_clock(config, clock).await.unwrap();
         let addr = server.local_addr().unwrap();
         let admin = server.admin_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -1,9 +1,10 @@
 //! Concurrency permits: at most `max_in_flight` requests in flight per key.
 //!
 //! Unlike the rate algorithms this is not a function of time: a permit is
-//! taken at admission and given back when the response has ended (the proxy
-//! ties a [`Permit`] to the response body, so it returns on completion,
-//! client abort or upstream error alike). In delay mode a request that finds
+//! taken at admission and given back when the response has ended (the
+//! proxy settles the permit's receipt when the response body ends or is
+//! dropped, so it returns on completion, client abort or upstream error
+//! alike). In delay mode a request that finds
 //! every permit taken joins the key's FIFO of waiters; a returning permit is
 //! handed straight to the first waiter still there, so waiters pass in
 //! arrival order and nobody can overtake them.
@@ -14,7 +15,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
@@ -176,26 +177,6 @@ impl PermitTable {
     /// Keys with requests in flight or waiting.
     pub fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
-    }
-}
-
-/// A permit held by one request; returned when dropped.
-#[derive(Debug)]
-pub struct Permit {
-    table: Arc<PermitTable>,
-    key: BucketKey,
-}
-
-impl Permit {
-    /// Wraps a permit already taken from `table` for `key`.
-    pub fn new(table: Arc<PermitTable>, key: BucketKey) -> Permit {
-        Permit { table, key }
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        self.table.release(self.key);
     }
 }
 
