@@ -1,18 +1,25 @@
-//! The request path: identify → limit → forward → respond.
+//! The request path, in named phases: checks → identify → admit → forward
+//! → settle → decorate.
 //!
-//! [`Proxy::handle`] reads the current [`Policy`] snapshot once, normalises
-//! the path, resolves the client IP, checks the access lists, finds the
-//! applicable rules, their keys (JWT claims verified lazily, once, for the
-//! first rule that keys on one) and each caller's limits (tier, override or
-//! sunset step), answers a banned key or a retired route at once, lets
-//! `admit` decide (and hold the request when a delay-mode rule says so),
-//! counts strikes toward bans, and then either forwards the request
-//! ([`forward`]) or answers it ([`respond`]). Nothing here blocks: the store
-//! call is `async` (the memory store completes at once; Redis will await), and
-//! a hold is a timer. [`Proxy::reload`] swaps the policy in atomically.
+//! [`Proxy::handle`] reads the current [`Policy`] snapshot once; then
+//! - **checks** refuse what must not reach any limiter (framing, Host, sizes,
+//!   a path that cannot be normalised);
+//! - **identify** resolves the client IP, applies the access lists, finds
+//!   the applicable rules, their keys (JWT claims verified lazily, once, for
+//!   the first rule that keys on one) and each caller's limits (tier,
+//!   override or sunset step), and answers a retired route;
+//! - **admit** asks the store once for everything ([`admit`]: bans, rates,
+//!   permits, shadow rules), holds the request when a delay-mode rule says
+//!   so, and answers a banned or limited caller;
+//! - **forward** sends the request upstream ([`forward`]) with the
+//!   admission's [`settle::Settlement`] riding on the response body, so what
+//!   the request took is **settled** when the exchange ends;
+//! - **decorate** adds sluice's headers to the upstream's answer
+//!   ([`respond`]).
 //!
-//! Deferred charges and refunds (later) run after the upstream answers,
-//! against the same buckets (`Store` gains an adjust call).
+//! Nothing here blocks: the store call is `async` (the memory store
+//! completes at once; Redis will await), and a hold waits on the proxy's
+//! clock. [`Proxy::reload`] swaps the policy in atomically.
 
 mod admit;
 pub mod deadline;
@@ -40,9 +47,9 @@ use crate::config::{Config, MissingPolicy};
 use crate::key::{path, RequestFacts};
 use crate::limiter::Decision;
 use crate::metrics::Metrics;
-use crate::policy::{Policy, Sunset};
+use crate::policy::{Policy, Rule, Sunset};
 use crate::store::{MemoryStore, OnError, Outcome, Store};
-use admit::Applicable;
+use admit::{Admission, Applicable};
 use forward::{ClientHop, ForwardError, Upstream};
 use respond::{ProxyBody, Refusal, Verdict};
 
@@ -182,105 +189,88 @@ impl Proxy {
         response
     }
 
+    /// The phases of one request: checks → identify → admit → forward
+    /// (settling rides on the response body) → decorate.
     async fn process(
         &self,
-        mut request: Request<Incoming>,
+        request: Request<Incoming>,
         peer: SocketAddr,
         policy: &Policy,
         started: Nanos,
     ) -> Response<ProxyBody> {
-        let shared = &*self.shared;
-        if let Some(refusal) = forward::bad_framing(&request)
-            .or_else(|| bad_host(&request))
-            .or_else(|| oversized(&request, policy))
-        {
-            return respond::refusal(refusal, None);
-        }
-        let normalized = match path::normalize(request.uri().path()) {
+        // Checks: what must be refused before any limiter work.
+        let normalized = match checks(&request, policy) {
             Ok(path) => path,
-            Err(error) => return respond::refusal(Refusal::BadPath(error), None),
+            Err(refusal) => return respond::refusal(refusal, None),
         };
-        let client_ip = policy.client_ip.resolve(peer.ip(), request.headers());
-        // The token's claims, verified at most once and only for a rule
-        // that keys on them (before `facts`, which borrows them).
+        // Identify: the client, the rules that apply and each one's key.
         let token_claims = std::cell::OnceCell::new();
-        let mut facts = RequestFacts {
-            method: request.method(),
-            path: &normalized,
-            query: request.uri().query(),
-            host: host_of(&request),
-            headers: request.headers(),
-            client_ip,
-            claims: None,
+        let identified = identify(&request, &normalized, &token_claims, peer, policy, started);
+        let Identified {
+            facts,
+            enforced,
+            shadowed,
+            retiring,
+        } = match identified {
+            Ok(identified) => identified,
+            Err(Unidentified::Refused(refusal, rule)) => return respond::refusal(refusal, rule),
+            Err(Unidentified::Gone(rule, sunset)) => return respond::gone(rule, sunset),
         };
+        // Admit: one store call, and the hold.
+        let mut admission = match self
+            .admit(policy, &facts, &enforced, &shadowed, retiring)
+            .await
+        {
+            Ok(admission) => admission,
+            Err(refused) => return refused,
+        };
+        // Forward: the admission's settlement rides on the response body.
+        let rewritten = match &normalized {
+            Cow::Owned(path) if policy.normalize_path => Some(path.as_str()),
+            _ => None,
+        };
+        let path_and_query = forwarded_path(&request, rewritten);
+        let mut response = match self
+            .forward(
+                request,
+                path_and_query,
+                peer,
+                policy,
+                started,
+                &mut admission,
+            )
+            .await
+        {
+            Ok(response) => response,
+            Err(failed) => return failed,
+        };
+        // Decorate the upstream's answer.
+        decorate(response.headers_mut(), policy, &admission, retiring);
+        response
+    }
 
-        if policy.deny.iter().any(|net| net.contains(&client_ip)) {
-            for rule in policy.rules.iter().filter(|r| r.matcher.matches(&facts)) {
-                rule.counters.denied.inc();
-            }
-            return respond::refusal(Refusal::Denied, None);
-        }
-        let bypass = policy.allow.iter().any(|net| net.contains(&client_ip));
-
-        // Which rules apply, and each one's bucket key.
-        let mut enforced: SmallVec<[Applicable<'_>; INLINE_RULES]> = SmallVec::new();
-        let mut shadowed: SmallVec<[Applicable<'_>; INLINE_RULES]> = SmallVec::new();
-        // The first applicable rule being retired: its responses say so.
-        let mut retiring: Option<&Sunset> = None;
-        if !bypass {
-            for rule in &policy.rules {
-                if !rule.matcher.matches(&facts) {
-                    continue;
-                }
-                if rule.uses_jwt && facts.claims.is_none() {
-                    facts.claims = token_claims
-                        .get_or_init(|| {
-                            let verifier = policy.jwt.as_ref()?;
-                            verifier
-                                .verify(request.headers(), started / 1_000_000_000)
-                                .ok()
-                        })
-                        .as_ref();
-                }
-                let allow_missing = rule.missing == MissingPolicy::Shared;
-                let key = match policy.keys.derive(&rule.key, &facts, allow_missing) {
-                    Ok(key) => key,
-                    Err(_) if rule.missing == MissingPolicy::Skip => continue,
-                    Err(_) => {
-                        rule.counters.missing_key.inc();
-                        return respond::refusal(Refusal::MissingKey, Some(rule));
-                    }
-                };
-                if let Some(sunset) = &rule.sunset {
-                    if !rule.shadow && sunset.schedule.is_gone(started) {
-                        rule.counters.limited.inc();
-                        return respond::gone(rule, sunset);
-                    }
-                    retiring.get_or_insert(sunset);
-                }
-                let limits = rule.limits_for(key, &facts, &policy.keys, started);
-                let applicable = Applicable { rule, key, limits };
-                if rule.shadow {
-                    shadowed.push(applicable);
-                } else {
-                    enforced.push(applicable);
-                }
-            }
-        }
-
-        // Decide (bans, rates, permits and shadow rules in one store call),
-        // and hold the request if a delay-mode rule says so.
+    /// Admission (see [`admit`]), the decision metrics, and the answer to a
+    /// request that may not pass.
+    async fn admit<'p>(
+        &self,
+        policy: &'p Policy,
+        facts: &RequestFacts<'_>,
+        enforced: &[Applicable<'p>],
+        shadowed: &[Applicable<'p>],
+        retiring: Option<&Sunset>,
+    ) -> Result<Admission<'p>, Response<ProxyBody>> {
+        let shared = &*self.shared;
         let admitted = admit::admit(
             &shared.store,
             &shared.clock,
             shared.on_error,
             &shared.metrics,
-            &enforced,
-            &shadowed,
+            enforced,
+            shadowed,
         )
         .await;
-        let Ok(mut admission) = admitted else {
-            return respond::refusal(Refusal::StoreUnavailable, None);
+        let Ok(admission) = admitted else {
+            return Err(respond::refusal(Refusal::StoreUnavailable, None));
         };
         shared.metrics.decision_seconds.observe(seconds(
             shared
@@ -289,16 +279,16 @@ impl Proxy {
                 .saturating_sub(admission.decided_at)
                 .saturating_sub(admission.held),
         ));
-        let decided_at = Duration::from_nanos(admission.decided_at);
-        match admission.outcome {
-            Outcome::Admitted => count_outcomes(&admission.verdicts),
+        let mut response = match admission.outcome {
+            Outcome::Admitted => {
+                count_outcomes(&admission.verdicts);
+                return Ok(admission);
+            }
             Outcome::Banned { rule, left } => {
                 let rule = enforced[rule].rule;
                 rule.counters.limited.inc();
                 rule.counters.banned.inc();
-                let mut response = respond::banned(rule, left, policy.response.status);
-                respond::add_sunset_headers(response.headers_mut(), retiring);
-                return response;
+                respond::banned(rule, left, policy.response.status)
             }
             Outcome::Limited => {
                 count_outcomes(&admission.verdicts);
@@ -306,23 +296,30 @@ impl Proxy {
                     let applicable = &enforced[index];
                     let rule = applicable.rule;
                     rule.counters.bans_started.inc();
-                    let key = policy.keys.key_text(&rule.key, &facts);
+                    let key = policy.keys.key_text(&rule.key, facts);
                     tracing::info!(rule = %rule.name, %key, "key banned");
                     rule.bans.name(applicable.key, key);
                 }
-                let mut response = respond::limited(policy, &admission.verdicts, decided_at);
-                respond::add_sunset_headers(response.headers_mut(), retiring);
-                return response;
+                let decided_at = Duration::from_nanos(admission.decided_at);
+                respond::limited(policy, &admission.verdicts, decided_at)
             }
-        }
-        let settlement = admission.settlement.take();
-
-        // Forward.
-        let rewritten = match &normalized {
-            Cow::Owned(path) if policy.normalize_path => Some(path.as_str()),
-            _ => None,
         };
-        let path_and_query = forwarded_path(&request, rewritten);
+        respond::add_sunset_headers(response.headers_mut(), retiring);
+        Err(response)
+    }
+
+    /// Sends the admitted request upstream and prepares the upstream's
+    /// answer for the client, carrying the admission's settlement.
+    async fn forward(
+        &self,
+        mut request: Request<Incoming>,
+        path_and_query: PathAndQuery,
+        peer: SocketAddr,
+        policy: &Policy,
+        started: Nanos,
+        admission: &mut Admission<'_>,
+    ) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
+        let shared = &*self.shared;
         let hop = ClientHop {
             peer: peer.ip(),
             trusted: policy.client_ip.is_trusted(peer.ip()),
@@ -345,34 +342,16 @@ impl Proxy {
             .observe(seconds(shared.clock.now().saturating_sub(sent)));
         // What the admission took is settled when the body has been sent
         // or dropped (or a WebSocket tunnel closed): permits return then.
+        let settlement = admission.settlement.take();
         let prepared = result
             .and_then(|response| forward::prepare_response(response, client_upgrade, settlement));
-        let mut response = match prepared {
-            Ok(response) => response.map(Either::Left),
-            Err(error) => {
-                // A body cut off by its deadline or size cap is the client's fault.
-                return body_watch
-                    .refusal()
-                    .unwrap_or_else(|| self.upstream_failed(error));
-            }
-        };
-        let headers = response.headers_mut();
-        if !admission.would_limit.is_empty() {
-            respond::add_would_limit_header(headers, &admission.would_limit);
+        match prepared {
+            Ok(response) => Ok(response.map(Either::Left)),
+            // A body cut off by its deadline or size cap is the client's fault.
+            Err(error) => Err(body_watch
+                .refusal()
+                .unwrap_or_else(|| self.upstream_failed(error))),
         }
-        if admission.held > 0 {
-            respond::add_delay_header(headers, admission.held);
-        }
-        respond::add_sunset_headers(headers, retiring);
-        if policy.response.on_success && !admission.unlimited {
-            respond::add_rate_limit_headers(
-                headers,
-                policy.response.headers,
-                &admission.verdicts,
-                decided_at,
-            );
-        }
-        response
     }
 
     /// Counts, logs and answers an upstream failure.
@@ -397,6 +376,140 @@ impl Proxy {
         };
         tracing::warn!(%error, "upstream request failed");
         respond::refusal(refusal, None)
+    }
+}
+
+/// What [`identify`] learnt of a request.
+struct Identified<'r, 'p> {
+    facts: RequestFacts<'r>,
+    enforced: SmallVec<[Applicable<'p>; INLINE_RULES]>,
+    shadowed: SmallVec<[Applicable<'p>; INLINE_RULES]>,
+    /// The first applicable rule being retired: its responses say so.
+    retiring: Option<&'p Sunset>,
+}
+
+/// Refuses what must not reach any limiter: broken framing, a bad Host, an
+/// oversized target or body, a path that cannot be normalised. Returns the
+/// normalised path.
+fn checks<'r>(request: &'r Request<Incoming>, policy: &Policy) -> Result<Cow<'r, str>, Refusal> {
+    if let Some(refusal) = forward::bad_framing(request)
+        .or_else(|| bad_host(request))
+        .or_else(|| oversized(request, policy))
+    {
+        return Err(refusal);
+    }
+    path::normalize(request.uri().path()).map_err(Refusal::BadPath)
+}
+
+/// Why [`identify`] refused a request.
+enum Unidentified<'p> {
+    /// A denied address, or a missing key under `missing = "reject"`.
+    Refused(Refusal, Option<&'p Rule>),
+    /// The rule's route is retired (410).
+    Gone(&'p Rule, &'p Sunset),
+}
+
+/// Who is calling (the client IP, the access lists), which rules apply and
+/// each one's bucket key and limits (JWT claims verified lazily, once, for
+/// the first rule that keys on one, into `token_claims`). Refuses a denied
+/// address, a missing key under `missing = "reject"` and a retired route.
+fn identify<'r, 'p>(
+    request: &'r Request<Incoming>,
+    normalized: &'r str,
+    token_claims: &'r std::cell::OnceCell<Option<crate::key::jwt::Claims>>,
+    peer: SocketAddr,
+    policy: &'p Policy,
+    started: Nanos,
+) -> Result<Identified<'r, 'p>, Unidentified<'p>> {
+    let client_ip = policy.client_ip.resolve(peer.ip(), request.headers());
+    let mut facts = RequestFacts {
+        method: request.method(),
+        path: normalized,
+        query: request.uri().query(),
+        host: host_of(request),
+        headers: request.headers(),
+        client_ip,
+        claims: None,
+    };
+    let mut enforced = SmallVec::new();
+    let mut shadowed = SmallVec::new();
+    let mut retiring = None;
+    if policy.deny.iter().any(|net| net.contains(&client_ip)) {
+        for rule in policy.rules.iter().filter(|r| r.matcher.matches(&facts)) {
+            rule.counters.denied.inc();
+        }
+        return Err(Unidentified::Refused(Refusal::Denied, None));
+    }
+    let bypass = policy.allow.iter().any(|net| net.contains(&client_ip));
+    for rule in policy.rules.iter().filter(|_| !bypass) {
+        if !rule.matcher.matches(&facts) {
+            continue;
+        }
+        if rule.uses_jwt && facts.claims.is_none() {
+            facts.claims = token_claims
+                .get_or_init(|| {
+                    let verifier = policy.jwt.as_ref()?;
+                    verifier
+                        .verify(request.headers(), started / 1_000_000_000)
+                        .ok()
+                })
+                .as_ref();
+        }
+        let allow_missing = rule.missing == MissingPolicy::Shared;
+        let key = match policy.keys.derive(&rule.key, &facts, allow_missing) {
+            Ok(key) => key,
+            Err(_) if rule.missing == MissingPolicy::Skip => continue,
+            Err(_) => {
+                rule.counters.missing_key.inc();
+                return Err(Unidentified::Refused(Refusal::MissingKey, Some(rule)));
+            }
+        };
+        if let Some(sunset) = &rule.sunset {
+            if !rule.shadow && sunset.schedule.is_gone(started) {
+                rule.counters.limited.inc();
+                return Err(Unidentified::Gone(rule, sunset));
+            }
+            retiring.get_or_insert(sunset);
+        }
+        let limits = rule.limits_for(key, &facts, &policy.keys, started);
+        let applicable = Applicable { rule, key, limits };
+        if rule.shadow {
+            shadowed.push(applicable);
+        } else {
+            enforced.push(applicable);
+        }
+    }
+    Ok(Identified {
+        facts,
+        enforced,
+        shadowed,
+        retiring,
+    })
+}
+
+/// Adds what sluice says about an admitted request to the upstream's
+/// answer: which shadow rules would have limited it, how long it was held,
+/// a retiring route's sunset, and the rate-limit headers.
+fn decorate(
+    headers: &mut http::HeaderMap,
+    policy: &Policy,
+    admission: &Admission<'_>,
+    retiring: Option<&Sunset>,
+) {
+    if !admission.would_limit.is_empty() {
+        respond::add_would_limit_header(headers, &admission.would_limit);
+    }
+    if admission.held > 0 {
+        respond::add_delay_header(headers, admission.held);
+    }
+    respond::add_sunset_headers(headers, retiring);
+    if policy.response.on_success && !admission.unlimited {
+        respond::add_rate_limit_headers(
+            headers,
+            policy.response.headers,
+            &admission.verdicts,
+            Duration::from_nanos(admission.decided_at),
+        );
     }
 }
 
