@@ -177,6 +177,76 @@ pub async fn a_refusal_takes_nothing_from_any_limit(store: Store) {
     assert!(admit(&store, &asks, T0).await.admitted());
 }
 
+pub async fn all_or_nothing_in_every_combination(store: Store) {
+    // Two rates, a permit and a shadow rate; each either has room or not.
+    for case in 0..16u32 {
+        let room = |bit: u32| case & (1 << bit) != 0;
+        let first = Limit::new(&store, token_bucket(3, 60));
+        let second = Limit::new(&store, token_bucket(3, 60));
+        let permits = Limit::new(&store, concurrency(1));
+        let shadow = Limit::new(&store, token_bucket(1, 60));
+        let key = 11;
+        // Spend what must be spent, through the store itself.
+        if !room(0) {
+            assert!(admit(&store, &one_rule_each([first.ask(key, 3)]), T0)
+                .await
+                .admitted());
+        }
+        if !room(1) {
+            assert!(admit(&store, &one_rule_each([second.ask(key, 3)]), T0)
+                .await
+                .admitted());
+        }
+        let _holder = if room(2) {
+            None
+        } else {
+            Some(admit(&store, &one_rule_each([permits.ask(key, 1)]), T0).await)
+        };
+        if !room(3) {
+            assert!(admit(&store, &one_rule_each([shadow.ask(key, 1)]), T0)
+                .await
+                .admitted());
+        }
+        let mut asks = Asks::default();
+        asks.push_rule(key, false, None, [first.ask(key, 1), second.ask(key, 1)]);
+        asks.push_rule(key, false, None, [permits.ask(key, 1)]);
+        asks.push_rule(key, true, None, [shadow.ask(key, 1)]);
+        let before = (
+            remaining(&store, &first, key, T0).await,
+            remaining(&store, &second, key, T0).await,
+        );
+        let admission = admit(&store, &asks, T0).await;
+        let all = room(0) && room(1) && room(2);
+        assert_eq!(admission.admitted(), all, "case {case:04b}");
+        let after = (
+            remaining(&store, &first, key, T0).await,
+            remaining(&store, &second, key, T0).await,
+        );
+        if all {
+            assert_eq!(after, (before.0 - 1, before.1 - 1), "case {case:04b}");
+            assert_eq!(
+                admission.receipts.len(),
+                3 + usize::from(room(3)),
+                "case {case:04b}"
+            );
+            assert_eq!(
+                admission.shadow_limited.is_empty(),
+                room(3),
+                "case {case:04b}"
+            );
+        } else {
+            assert_eq!(after, before, "case {case:04b}: a refusal took something");
+            assert!(admission.receipts.is_empty(), "case {case:04b}");
+            assert!(admission.shadow_limited.is_empty(), "case {case:04b}");
+            // The permit was not taken: with room, it is still free.
+            if room(2) {
+                let permit = admit(&store, &one_rule_each([permits.ask(key, 1)]), T0).await;
+                assert!(permit.admitted(), "case {case:04b}: the permit leaked");
+            }
+        }
+    }
+}
+
 pub async fn a_banned_key_is_refused_before_its_buckets_and_strikes_ban(store: Store) {
     let limit = Limit::new(&store, token_bucket(1, 60));
     let bans = BanTable::default();
@@ -283,11 +353,13 @@ pub async fn a_late_refund_goes_back_to_the_window_it_was_taken_in(store: Store)
     let asks = one_rule_each([fixed.ask(6, 2)]);
     let mut admission = admit(&store, &asks, start).await;
     assert_eq!(remaining(&store, &fixed, 6, minute).await, 2);
+    let one = one_rule_each([fixed.ask(6, 1)]);
+    assert!(admit(&store, &one, minute).await.admitted());
     store
         .settle(&mut admission.receipts[0], Settle::GiveBack, minute)
         .await
         .unwrap();
-    assert_eq!(remaining(&store, &fixed, 6, minute).await, 2);
+    assert_eq!(remaining(&store, &fixed, 6, minute).await, 1);
     // Sliding window: the previous window still weighs, and the refund
     // comes out of it.
     let sliding = Limit::new(
@@ -358,6 +430,11 @@ macro_rules! store_suite {
             #[tokio::test]
             async fn a_refusal_takes_nothing_from_any_limit() {
                 super::a_refusal_takes_nothing_from_any_limit($make).await;
+            }
+
+            #[tokio::test]
+            async fn all_or_nothing_in_every_combination() {
+                super::all_or_nothing_in_every_combination($make).await;
             }
 
             #[tokio::test]
