@@ -14,7 +14,7 @@
 //! volume spread over a row stays below the limit per cell.
 //!
 //! Measured against the shared overflow bucket it replaces (one bucket for
-//! all new keys of a limit), in `tests/memory_store.rs`: with 100k
+//! all new keys of a limit), in `tests/e2e/memory_store.rs`: with 100k
 //! one-request keys flooding a full 1000-key table within a second at
 //! 10/min, the shared bucket is spent by the flood and a legitimate
 //! newcomer is refused outright; with the sketch (2 × 65536 cells) each

@@ -1,7 +1,7 @@
 //! The real binary's life: health endpoints and metrics from the start,
 //! and a graceful shutdown on SIGTERM.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

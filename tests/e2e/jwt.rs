@@ -6,7 +6,7 @@
 //! bucket of the caller it claims to be (RELIABILITY.md D6). With a JWKS,
 //! the token's `kid` picks the key.
 
-mod support;
+use crate::support;
 
 use std::sync::Once;
 
@@ -24,10 +24,10 @@ const SECRET: &str = "integration-test-secret-0123456789abcdef";
 const SECRET_ENV: &str = "SLUICE_TEST_JWT_SECRET";
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jwt");
-const RSA_PRIVATE: &[u8] = include_bytes!("fixtures/jwt/rsa-private.pem");
-const RSA_PUBLIC: &[u8] = include_bytes!("fixtures/jwt/rsa-public.pem");
-const RSA_FORGER: &[u8] = include_bytes!("fixtures/jwt/rsa-other-private.pem");
-const EC_PRIVATE: &[u8] = include_bytes!("fixtures/jwt/ec256-private.pem");
+const RSA_PRIVATE: &[u8] = include_bytes!("../fixtures/jwt/rsa-private.pem");
+const RSA_PUBLIC: &[u8] = include_bytes!("../fixtures/jwt/rsa-public.pem");
+const RSA_FORGER: &[u8] = include_bytes!("../fixtures/jwt/rsa-other-private.pem");
+const EC_PRIVATE: &[u8] = include_bytes!("../fixtures/jwt/ec256-private.pem");
 
 /// Sets the secret's variable once for this test binary, before any sluice
 /// reads it; every test sets the same value, so order does not matter.

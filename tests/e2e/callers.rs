@@ -3,7 +3,7 @@
 //! retiring API version's limit falls on schedule, with Deprecation, Sunset
 //! and Link headers, until it answers 410.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -3,7 +3,7 @@
 //! keep their state, a changed limit carries its buckets over, a broken file
 //! keeps the old config, and reloading under load fails no request.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! only ever for one exchange at a time and only after the previous response
 //! ended: closed, aborted or busy connections are never handed a request.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! and problem document of a 429, refill, several rules, missing keys, closed
 //! routes, shadow rules, key sources and path normalisation.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

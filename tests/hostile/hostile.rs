@@ -5,7 +5,7 @@
 //! `max_connections`), C3 (Host abuse), and a body left unread by a 429
 //! never being parsed as a next request.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 //! of `shared/RELIABILITY.md` (one test each, named after it) drive a raw,
 //! scripted upstream that records the exact bytes sluice sent it.
 
-mod support;
-mod wire;
+use crate::support;
+use crate::wire;
 
 use std::time::{Duration, Instant};
 

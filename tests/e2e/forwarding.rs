@@ -2,7 +2,7 @@
 //! headers, `X-Forwarded-*`, the client IP behind trusted proxies, h2c,
 //! streamed bodies and the access lists.
 
-mod support;
+use crate::support;
 
 use http::StatusCode;
 use support::{

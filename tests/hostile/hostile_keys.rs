@@ -4,8 +4,8 @@
 //! keep-alive connection, and plays a load balancer where `trusted_proxies`
 //! says so. D2 runs the real binary to read its RSS from /proc.
 
-mod support;
-mod wire;
+use crate::support;
+use crate::wire;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};

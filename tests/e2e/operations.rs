@@ -3,7 +3,7 @@
 //! flight and held), H2 (readiness turns at once) and H9 (HTTP/2 stream
 //! abuse over h2c).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! that its file descriptors and RSS are its own (`/proc/<pid>`); counts are
 //! in the hundreds and timeouts short, so the file stays fast.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::atomic::Ordering;

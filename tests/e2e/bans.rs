@@ -2,7 +2,7 @@
 //! by hand through the admin API, listed, counted, and answered 429 with
 //! the ban's remaining time without touching the caller's bucket.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! windows entered just after their start so a boundary never falls inside a
 //! burst.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

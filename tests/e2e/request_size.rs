@@ -3,7 +3,7 @@
 //! `max_body_bytes` gets 413, both as problem documents, and neither reaches
 //! the upstream nor spends budget.
 
-mod support;
+use crate::support;
 
 use http::StatusCode;
 use support::{get, post_streaming, Sluice, Upstream};

@@ -1,11 +1,12 @@
-//! Operations rows of `shared/RELIABILITY.md` not in `tests/operations.rs`
-//! or `tests/reload.rs`: H3 (invalid configs on reload, by SIGHUP and by the
-//! file watch, under load), H6 (a reload storm: no failed request, no
-//! descriptor or memory growth), H7 (shadow mode predicts enforcement
-//! exactly) and H8 (`/metrics` stays quick during a key flood and slowloris).
+//! Operations rows of `shared/RELIABILITY.md` not in
+//! `tests/e2e/operations.rs` or `tests/e2e/reload.rs`: H3 (invalid configs
+//! on reload, by SIGHUP and by the file watch, under load), H6 (a reload
+//! storm: no failed request, no descriptor or memory growth), H7 (shadow
+//! mode predicts enforcement exactly) and H8 (`/metrics` stays quick during
+//! a key flood and slowloris).
 //! Against the real binary where /proc is read.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! upstream failures), and shadow rules that never hold. Real time with
 //! generous tolerances.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

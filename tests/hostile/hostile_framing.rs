@@ -4,8 +4,8 @@
 //! (`tests/wire`), so each test asserts what sluice answered *and* what
 //! reached the upstream.
 
-mod support;
-mod wire;
+use crate::support;
+use crate::wire;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The command line of the real binary: `check`, `run` on a bad file,
 //! `--version`, `demo --once`.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -1,0 +1,28 @@
+//! sluice as its users meet it: the library's public store API, the server
+//! in-process and the real binary over HTTP. One test binary, one module per
+//! area, so the crate and the harness are linked once rather than once per
+//! file; the modules' tests run in parallel, each against its own sluice and
+//! upstream on ephemeral ports.
+//!
+//! Hostile inputs are `tests/hostile`; the limiter properties
+//! (`tests/algorithms.rs`) and the held-requests load (`tests/hold_load.rs`,
+//! which needs the test process's descriptors and both cores to itself) are
+//! binaries of their own.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod algorithms_http;
+mod bans;
+mod callers;
+mod cli;
+mod forwarding;
+mod hold;
+mod jwt;
+mod lifecycle;
+mod limits;
+mod memory_store;
+mod operations;
+mod reload;
+mod request_size;
+mod upstream_pool;

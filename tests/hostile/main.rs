@@ -1,0 +1,19 @@
+//! Hostile clients and failing upstreams, one module per group of rows of
+//! the README's reliability table (each test named after its row), sending
+//! raw bytes to the real server. One test binary so that the crate and the
+//! harness are linked once; the tests run in parallel, each against its own
+//! sluice and upstream on ephemeral ports, and those that read RSS,
+//! descriptors or CPU time read the spawned sluice's (`/proc/<pid>`), never
+//! this process's.
+
+#[path = "../support/mod.rs"]
+mod support;
+#[path = "../wire/mod.rs"]
+mod wire;
+
+mod hostile;
+mod hostile_framing;
+mod hostile_keys;
+mod hostile_ops;
+mod hostile_slow;
+mod upstream_faults;
