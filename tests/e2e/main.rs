@@ -18,6 +18,7 @@ mod callers;
 mod cli;
 mod forwarding;
 mod hold;
+mod hold_clock;
 mod jwt;
 mod lifecycle;
 mod limits;

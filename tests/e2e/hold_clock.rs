@@ -2,7 +2,7 @@
 //! holds read and wait on the clock the test moves, so held requests pass
 //! at exact instants, however busy the machine is.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
