@@ -19,6 +19,8 @@ use std::time::Duration;
 use http::{Method, Uri};
 use ipnet::IpNet;
 
+pub use crate::limiter::Rate;
+use crate::limiter::SunsetSchedule;
 pub use units::{format_timestamp, parse_duration, parse_rate, parse_timestamp};
 pub use validate::{ConfigError, ConfigErrors};
 
@@ -203,6 +205,20 @@ pub struct SunsetConfig {
     /// Where clients should go (`Link: <link>; rel="sunset"`); an absolute
     /// URI, so a valid header value.
     pub link: Option<String>,
+}
+
+impl SunsetConfig {
+    /// The schedule of this sunset on the rule's single limit.
+    pub fn schedule(&self, limit: &LimitConfig) -> SunsetSchedule {
+        SunsetSchedule::new(
+            limit.rate.count,
+            limit.capacity,
+            self.to,
+            self.start,
+            self.end,
+            self.step,
+        )
+    }
 }
 
 /// `ban = { after = 20, within = "1m", for = "10m" }`; never on a shadow
@@ -417,15 +433,6 @@ pub enum MissingPolicy {
     Skip,
     /// 400 with a problem document.
     Reject,
-}
-
-/// `"COUNT/PERIOD"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rate {
-    /// May be 0: the route is closed.
-    pub count: u64,
-    /// Never zero.
-    pub period: Duration,
 }
 
 impl Config {
