@@ -23,14 +23,11 @@ pub mod bans;
 pub mod memory;
 
 use crate::clock::Nanos;
+pub use crate::key::BucketKey;
 pub use crate::limiter::Carry;
 use crate::limiter::{Decision, HoldLimits, Limiter};
 pub use memory::{BucketTable, MemoryStore, StoreStats};
 pub use memory::{Permit, PermitGrant};
-
-/// A bucket key: the rule's key sources hashed with a per-process random seed
-/// (see [`crate::key`]). Two callers share a bucket only on a 64-bit collision.
-pub type BucketKey = u64;
 
 /// One limit to check for one request.
 #[derive(Debug, Clone, Copy)]
