@@ -8,9 +8,22 @@
 //! ([`ConfigErrors`]). This module must not know about requests or stores; the
 //! proxy compiles a [`Config`] into its own request-path snapshot.
 
+mod ban;
+mod errors;
+mod identity;
+mod keys;
+mod limits;
+mod matching;
+mod on_limit;
 pub mod raw;
+mod rules;
+mod server;
+mod sunset;
+#[cfg(test)]
+mod testing;
 mod units;
 mod validate;
+mod variants;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -23,9 +36,8 @@ pub use crate::key::client_ip::ForwardedHeader;
 pub use crate::key::jwt::{ClaimPath, JwtAlgorithm, JwtConfig, JwtKey};
 pub use crate::key::KeySource;
 pub use crate::limiter::Rate;
-use crate::limiter::SunsetSchedule;
+pub use errors::{ConfigError, ConfigErrors};
 pub use units::{format_timestamp, parse_duration, parse_rate, parse_timestamp};
-pub use validate::{ConfigError, ConfigErrors};
 
 /// The whole validated configuration.
 #[derive(Debug, Clone)]
@@ -200,20 +212,6 @@ pub struct SunsetConfig {
     /// Where clients should go (`Link: <link>; rel="sunset"`); an absolute
     /// URI, so a valid header value.
     pub link: Option<String>,
-}
-
-impl SunsetConfig {
-    /// The schedule of this sunset on the rule's single limit.
-    pub fn schedule(&self, limit: &LimitConfig) -> SunsetSchedule {
-        SunsetSchedule::new(
-            limit.rate.count,
-            limit.capacity,
-            self.to,
-            self.start,
-            self.end,
-            self.step,
-        )
-    }
 }
 
 /// `ban = { after = 20, within = "1m", for = "10m" }`; never on a shadow
