@@ -1,7 +1,6 @@
 //! `[identity.jwt]` as validated: the header tokens come in, the algorithms
 //! accepted and the key material signatures are checked with. The config
-//! builds it ([`crate::config::Config`] re-exports these types); the
-//! verifier reads it.
+//! builds it (and re-exports these types); the verifier reads it.
 
 /// `[identity.jwt]`.
 #[derive(Debug, Clone)]
