@@ -9,7 +9,6 @@ use crate::config::{
     format_timestamp, Config, LimitConfig, MatchConfig, OnChange, OnLimit, Rate, RuleConfig,
     Variant,
 };
-use crate::limiter::SunsetSchedule;
 use crate::policy::format_period;
 
 /// sluice: a rate-limiting reverse proxy.
@@ -177,7 +176,7 @@ fn describe_extras(rule: &RuleConfig) -> Vec<String> {
         lines.push(format!("overrides {}", each.join("; ")));
     }
     if let (Some(sunset), Some(limit)) = (&rule.sunset, rule.limits.first()) {
-        let schedule = SunsetSchedule::new(sunset, limit);
+        let schedule = sunset.schedule(limit);
         let to = Rate {
             count: sunset.to,
             period: limit.rate.period,

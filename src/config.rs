@@ -8,9 +8,22 @@
 //! ([`ConfigErrors`]). This module must not know about requests or stores; the
 //! proxy compiles a [`Config`] into its own request-path snapshot.
 
+mod ban;
+mod errors;
+mod identity;
+mod keys;
+mod limits;
+mod matching;
+mod on_limit;
 pub mod raw;
+mod rules;
+mod server;
+mod sunset;
+#[cfg(test)]
+mod testing;
 mod units;
 mod validate;
+mod variants;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,8 +32,12 @@ use std::time::Duration;
 use http::{Method, Uri};
 use ipnet::IpNet;
 
+pub use crate::key::client_ip::ForwardedHeader;
+pub use crate::key::jwt::{ClaimPath, JwtAlgorithm, JwtConfig, JwtKey};
+pub use crate::key::KeySource;
+pub use crate::limiter::Rate;
+pub use errors::{ConfigError, ConfigErrors};
 pub use units::{format_timestamp, parse_duration, parse_rate, parse_timestamp};
-pub use validate::{ConfigError, ConfigErrors};
 
 /// The whole validated configuration.
 #[derive(Debug, Clone)]
@@ -63,14 +80,6 @@ pub struct ServerConfig {
     pub send_timeout: Duration,
     pub forwarded_header: ForwardedHeader,
     pub ipv6_prefix: u8,
-}
-
-/// Which header carries the forwarding chain (`server.forwarded_header`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ForwardedHeader {
-    XForwardedFor,
-    /// RFC 7239 `Forwarded`.
-    Forwarded,
 }
 
 /// `[admin]`.
@@ -295,117 +304,11 @@ pub struct MatchConfig {
     pub host: Vec<String>,
 }
 
-/// One element of `key`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeySource {
-    Ip,
-    Path,
-    Method,
-    Host,
-    /// Lower-cased header name.
-    Header(http::HeaderName),
-    Query(String),
-    Global,
-    /// `jwt:<claim>`: a claim of the request's verified token.
-    Jwt(ClaimPath),
-}
-
-/// A claim name as written after `jwt:`, split on `.` for nested claims
-/// (`jwt:org.id` reads `{"org": {"id": ...}}`). Never empty; no segment is
-/// empty.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClaimPath(pub Vec<String>);
-
 /// `[identity]`.
 #[derive(Debug, Clone, Default)]
 pub struct IdentityConfig {
     /// `[identity.jwt]`; required when any rule keys on `jwt:<claim>`.
     pub jwt: Option<JwtConfig>,
-}
-
-/// `[identity.jwt]`.
-#[derive(Debug, Clone)]
-pub struct JwtConfig {
-    /// Header carrying `Bearer <token>` (default `authorization`).
-    pub header: http::HeaderName,
-    /// The only algorithms accepted (RFC 8725 §3.1); never empty, never `none`.
-    pub algorithms: Vec<JwtAlgorithm>,
-    /// What signatures are checked with; `None` only when `verify = false`.
-    pub key: Option<JwtKey>,
-    /// `false`: claims are read without checking the signature (a gateway
-    /// in front already did); `check` warns.
-    pub verify: bool,
-}
-
-/// A JWS algorithm sluice verifies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JwtAlgorithm {
-    HS256,
-    HS384,
-    HS512,
-    RS256,
-    RS384,
-    RS512,
-    ES256,
-    ES384,
-}
-
-impl JwtAlgorithm {
-    /// Every algorithm sluice verifies, in the order messages list them.
-    pub const ALL: [JwtAlgorithm; 8] = [
-        JwtAlgorithm::HS256,
-        JwtAlgorithm::HS384,
-        JwtAlgorithm::HS512,
-        JwtAlgorithm::RS256,
-        JwtAlgorithm::RS384,
-        JwtAlgorithm::RS512,
-        JwtAlgorithm::ES256,
-        JwtAlgorithm::ES384,
-    ];
-
-    /// The JWS `alg` spelling (`"HS256"`), as in the config and in tokens.
-    pub fn name(self) -> &'static str {
-        match self {
-            JwtAlgorithm::HS256 => "HS256",
-            JwtAlgorithm::HS384 => "HS384",
-            JwtAlgorithm::HS512 => "HS512",
-            JwtAlgorithm::RS256 => "RS256",
-            JwtAlgorithm::RS384 => "RS384",
-            JwtAlgorithm::RS512 => "RS512",
-            JwtAlgorithm::ES256 => "ES256",
-            JwtAlgorithm::ES384 => "ES384",
-        }
-    }
-
-    /// HMAC (a shared secret) rather than a public-key signature.
-    pub fn is_hmac(self) -> bool {
-        matches!(
-            self,
-            JwtAlgorithm::HS256 | JwtAlgorithm::HS384 | JwtAlgorithm::HS512
-        )
-    }
-}
-
-/// The verification key material, read when the config is loaded.
-#[derive(Clone)]
-pub enum JwtKey {
-    /// HMAC secret bytes (from the `secret_env` variable).
-    Secret(Vec<u8>),
-    /// A PEM public key (RSA or EC) from `public_key_file`.
-    PublicKeyPem(Vec<u8>),
-    /// A JSON Web Key Set (RFC 7517 §5) from `jwks_file`.
-    Jwks(Vec<u8>),
-}
-
-/// Never prints the secret: configs are debug-printed in logs and panics.
-impl std::fmt::Debug for JwtKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            JwtKey::Secret(secret) => write!(f, "Secret(<{} bytes>)", secret.len()),
-            JwtKey::PublicKeyPem(pem) => write!(f, "PublicKeyPem(<{} bytes>)", pem.len()),
-            JwtKey::Jwks(json) => write!(f, "Jwks(<{} bytes>)", json.len()),
-        }
-    }
 }
 
 /// `missing`: what to do when a key source is absent from the request.
@@ -417,15 +320,6 @@ pub enum MissingPolicy {
     Skip,
     /// 400 with a problem document.
     Reject,
-}
-
-/// `"COUNT/PERIOD"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rate {
-    /// May be 0: the route is closed.
-    pub count: u64,
-    /// Never zero.
-    pub period: Duration,
 }
 
 impl Config {

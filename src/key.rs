@@ -3,9 +3,10 @@
 //! - [`path`]: path normalisation (what is matched, keyed and forwarded).
 //! - [`glob`]: `match.path_glob` patterns.
 //! - [`client_ip`]: the client address behind trusted proxies.
-//! - this module: [`RequestFacts`], the borrowed view of a request that rules
-//!   match and key on, and [`KeyHasher`], which turns a rule's key sources
-//!   into a 64-bit bucket key without building a string.
+//! - this module: [`KeySource`], one element of a rule's `key`;
+//!   [`RequestFacts`], the borrowed view of a request that rules match and
+//!   key on; and [`KeyHasher`], which turns a rule's key sources into a
+//!   64-bit [`BucketKey`] without building a string.
 //!
 //! A bucket key is the rule's source values, in `key` order, hashed with a
 //! per-process random seed (so clients cannot aim for collisions). Each value
@@ -26,8 +27,25 @@ use std::net::IpAddr;
 
 use http::{HeaderMap, Method};
 
-use crate::config::KeySource;
-use crate::store::BucketKey;
+/// A bucket key: the rule's key sources hashed with a per-process random seed
+/// (see [`KeyHasher`]). Two callers share a bucket only on a 64-bit collision.
+pub type BucketKey = u64;
+
+/// One element of a rule's `key` (the config parses its text form; its
+/// `Display` below writes it back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    Ip,
+    Path,
+    Method,
+    Host,
+    /// Lower-cased header name.
+    Header(http::HeaderName),
+    Query(String),
+    Global,
+    /// `jwt:<claim>`: a claim of the request's verified token.
+    Jwt(jwt::ClaimPath),
+}
 
 /// The parts of a request that rules match and key on, borrowed from it.
 #[derive(Debug)]

@@ -24,6 +24,7 @@
 pub mod gcra;
 pub mod leaky;
 pub mod log;
+pub mod rate;
 pub mod sunset;
 pub mod window;
 
@@ -31,6 +32,7 @@ use crate::clock::Nanos;
 pub use gcra::Gcra;
 pub use leaky::LeakyBucket;
 pub use log::{LogState, SlidingLog};
+pub use rate::Rate;
 pub use sunset::SunsetSchedule;
 pub use window::{FixedWindow, SlidingWindow, WindowCounts};
 
@@ -276,7 +278,6 @@ mod carry_tests {
     //! `on_change`): the examples of the spec, exactly, for every algorithm.
 
     use super::*;
-    use crate::config::Rate;
     use std::time::Duration;
 
     const HOUR: Nanos = 3_600_000_000_000;

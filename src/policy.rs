@@ -98,12 +98,16 @@ pub struct Rule {
     pub counters: RuleCounters,
 }
 
-/// A rule retiring its API version: the schedule, and the limit in force at
-/// each step, compiled when the step is first reached (same bucket table,
-/// so a caller's spent units carry from step to step).
+/// A rule retiring its API version: the schedule, the headers that announce
+/// it, and the limit in force at each step, compiled when the step is first
+/// reached (same bucket table, so a caller's spent units carry from step to
+/// step).
 #[derive(Debug)]
 pub struct Sunset {
     pub schedule: SunsetSchedule,
+    deprecation: HeaderValue,
+    sunset: HeaderValue,
+    link: Option<HeaderValue>,
     steps: Box<[std::sync::OnceLock<Vec<Limit>>]>,
     /// What each step's limit is compiled from.
     rule: RuleConfig,
@@ -118,16 +122,43 @@ impl Sunset {
         base: &Limit,
         status: http::StatusCode,
     ) -> Sunset {
-        let schedule = SunsetSchedule::new(config, &rule.limits[0]);
+        let schedule = config.schedule(&rule.limits[0]);
         // Step indexes run from 0 (before start) to n + 1 (from end on).
         let slots = schedule.steps().min(crate::limiter::sunset::MAX_STEPS) as usize + 2;
+        let deprecation = format!("@{}", schedule.start() / 1_000_000_000);
+        let sunset = httpdate::fmt_http_date(
+            std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(schedule.end()),
+        );
         Sunset {
             schedule,
+            deprecation: HeaderValue::from_str(&deprecation)
+                .expect("digits are a valid header value"),
+            sunset: HeaderValue::from_str(&sunset).expect("an HTTP-date is a valid header value"),
+            // Validation made the link an absolute URI, so a valid header value.
+            link: config
+                .link
+                .as_ref()
+                .and_then(|link| HeaderValue::from_str(&format!("<{link}>; rel=\"sunset\"")).ok()),
             steps: (0..slots).map(|_| std::sync::OnceLock::new()).collect(),
             rule: rule.clone(),
             table: base.table.clone(),
             status,
         }
+    }
+
+    /// `Deprecation: @<start as Unix seconds>` (RFC 9745).
+    pub fn deprecation(&self) -> &HeaderValue {
+        &self.deprecation
+    }
+
+    /// `Sunset: <end as HTTP-date>` (RFC 8594).
+    pub fn sunset(&self) -> &HeaderValue {
+        &self.sunset
+    }
+
+    /// `Link: <link>; rel="sunset"`, when a link was configured.
+    pub fn link(&self) -> Option<&HeaderValue> {
+        self.link.as_ref()
     }
 
     /// The limit in force at `now`.

@@ -29,16 +29,13 @@ pub mod memory;
 pub(crate) mod suite;
 
 use crate::clock::Nanos;
+pub use crate::key::BucketKey;
 pub use crate::limiter::Carry;
 use crate::limiter::Limiter;
 pub use admission::{
     Admission, Ask, Asks, Outcome, QueuedPermit, Receipt, RuleAsk, Settle, StoreError, Taken,
 };
 pub use memory::{BucketTable, MemoryStore, PermitGrant, StoreStats, PERMIT_RETRY, UNASKED};
-
-/// A bucket key: the rule's key sources hashed with a per-process random seed
-/// (see [`crate::key`]). Two callers share a bucket only on a 64-bit collision.
-pub type BucketKey = u64;
 
 /// Where a granted acquisition took its units from, so that it can be given
 /// back exactly.

@@ -1,7 +1,7 @@
 //! Helpers shared by unit tests.
 
 use crate::clock::Nanos;
-use crate::config::Rate;
+use crate::limiter::Rate;
 
 /// One second in nanoseconds.
 pub const SEC: Nanos = 1_000_000_000;

@@ -18,7 +18,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use http::header::{HeaderMap, FORWARDED};
 use ipnet::IpNet;
 
-use crate::config::ForwardedHeader;
+/// Which header carries the forwarding chain (`server.forwarded_header`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardedHeader {
+    XForwardedFor,
+    /// RFC 7239 `Forwarded`.
+    Forwarded,
+}
 
 /// How many list entries (right to left) are examined at most. Real proxy
 /// chains are a handful of hops; the bound keeps a 5,000-entry header as cheap

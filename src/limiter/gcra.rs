@@ -25,9 +25,8 @@
 //! holds for them. The units waiting at `now` are the debt beyond `τ`,
 //! `⌈(TAT − now − τ) / T⌉`.
 
-use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits};
+use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits, Rate};
 use crate::clock::Nanos;
-use crate::config::Rate;
 
 /// A token bucket's parameters, precomputed for the request path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,9 +25,8 @@
 //! Outside delay mode ([`Algorithm::acquire`]) a leaky bucket is a meter: it
 //! admits only when idle. COUNT 0 never admits.
 
-use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits};
+use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits, Rate};
 use crate::clock::Nanos;
-use crate::config::Rate;
 
 /// A leaky bucket's parameters, precomputed for the request path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,9 +22,8 @@
 
 use std::collections::VecDeque;
 
-use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits};
+use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits, Rate};
 use crate::clock::Nanos;
-use crate::config::Rate;
 
 /// `sliding_log`: at most COUNT units in any period-long interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,15 +17,12 @@
 //! COUNT of 0 means the route is gone: 410.
 //!
 //! Pure arithmetic on Unix nanoseconds, exact in integers (`u128` for the
-//! products), so callers pass `now` and tests are exact. The schedule also
-//! holds the response header values, built once.
+//! products), so callers pass `now` and tests are exact. The response
+//! headers that announce a sunset are built by the policy, not here.
 
-use std::time::{Duration, SystemTime};
-
-use http::HeaderValue;
+use std::time::Duration;
 
 use crate::clock::Nanos;
-use crate::config::{LimitConfig, SunsetConfig};
 
 /// Most steps a schedule may have (config refuses more): the runtime keeps
 /// one slot per step for the limits it compiles when that step is reached.
@@ -47,42 +44,46 @@ pub struct SunsetSchedule {
     to: u64,
     /// The rule's capacity before the sunset.
     capacity: u64,
-    deprecation: HeaderValue,
-    sunset: HeaderValue,
-    link: Option<HeaderValue>,
 }
 
 impl SunsetSchedule {
-    /// The schedule of `config` for a rule whose single limit is `limit`.
-    /// Validation guarantees `start < end`, a non-zero step, `to ≤ COUNT` and
-    /// a link that is a valid header value; anything else is clamped rather
-    /// than trusted.
-    pub fn new(config: &SunsetConfig, limit: &LimitConfig) -> SunsetSchedule {
-        let step = u64::try_from(config.step.as_nanos())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let end = config.end.max(config.start.saturating_add(1));
-        let span = end - config.start;
+    /// The schedule of a limit of COUNT `from` and capacity `capacity`
+    /// falling to COUNT `to` (in the limit's period) from `start` to `end`,
+    /// one step every `step`. Validation guarantees `start < end`, a
+    /// non-zero step and `to ≤ from`; anything else is clamped rather than
+    /// trusted.
+    pub fn new(
+        from: u64,
+        capacity: u64,
+        to: u64,
+        start: Nanos,
+        end: Nanos,
+        step: Duration,
+    ) -> SunsetSchedule {
+        let step = u64::try_from(step.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let end = end.max(start.saturating_add(1));
+        let span = end - start;
         let steps = span.div_ceil(step).max(1);
-        let from = limit.rate.count;
-        let deprecation = format!("@{}", config.start / 1_000_000_000);
-        let sunset = httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + Duration::from_nanos(end));
         SunsetSchedule {
-            start: config.start,
+            start,
             end,
             step,
             steps,
             from,
-            to: config.to.min(from),
-            capacity: limit.capacity,
-            deprecation: HeaderValue::from_str(&deprecation)
-                .expect("digits are a valid header value"),
-            sunset: HeaderValue::from_str(&sunset).expect("an HTTP-date is a valid header value"),
-            link: config
-                .link
-                .as_ref()
-                .and_then(|link| HeaderValue::from_str(&format!("<{link}>; rel=\"sunset\"")).ok()),
+            to: to.min(from),
+            capacity,
         }
+    }
+
+    /// When the first step is taken (Unix nanoseconds).
+    pub fn start(&self) -> Nanos {
+        self.start
+    }
+
+    /// When the sunset ends (Unix nanoseconds): the route is gone from here
+    /// on if `to` is 0. Always after [`start`](Self::start).
+    pub fn end(&self) -> Nanos {
+        self.end
     }
 
     /// `n`, the number of steps from `from` down to `to`.
@@ -129,27 +130,11 @@ impl SunsetSchedule {
     pub fn is_gone(&self, now: Nanos) -> bool {
         now >= self.end && self.to == 0
     }
-
-    /// `Deprecation: @<start as Unix seconds>` (RFC 9745).
-    pub fn deprecation(&self) -> &HeaderValue {
-        &self.deprecation
-    }
-
-    /// `Sunset: <end as HTTP-date>` (RFC 8594).
-    pub fn sunset(&self) -> &HeaderValue {
-        &self.sunset
-    }
-
-    /// `Link: <link>; rel="sunset"`, when a link was configured.
-    pub fn link(&self) -> Option<&HeaderValue> {
-        self.link.as_ref()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Rate;
 
     const SEC: u64 = 1_000_000_000;
     const DAY: u64 = 86_400 * SEC;
@@ -157,22 +142,7 @@ mod tests {
     const START: u64 = 1_796_083_200 * SEC;
 
     fn schedule(from: u64, capacity: u64, to: u64, days: u64, step: Duration) -> SunsetSchedule {
-        SunsetSchedule::new(
-            &SunsetConfig {
-                start: START,
-                end: START + days * DAY,
-                to,
-                step,
-                link: Some("https://example.com/v2".to_owned()),
-            },
-            &LimitConfig {
-                rate: Rate {
-                    count: from,
-                    period: Duration::from_secs(86_400),
-                },
-                capacity,
-            },
-        )
+        SunsetSchedule::new(from, capacity, to, START, START + days * DAY, step)
     }
 
     fn day() -> Duration {
@@ -275,16 +245,5 @@ mod tests {
         assert!(!s.is_gone(START + 10 * DAY - 1));
         assert!(s.is_gone(START + 10 * DAY));
         assert!(s.is_gone(u64::MAX));
-    }
-
-    #[test]
-    fn header_values_follow_rfc_9745_and_rfc_8594() {
-        let s = schedule(100, 100, 0, 31, day());
-        assert_eq!(s.deprecation(), "@1796083200");
-        assert_eq!(s.sunset(), "Fri, 01 Jan 2027 00:00:00 GMT");
-        assert_eq!(
-            s.link().map(HeaderValue::as_bytes),
-            Some(&b"<https://example.com/v2>; rel=\"sunset\""[..])
-        );
     }
 }

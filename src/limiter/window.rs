@@ -33,9 +33,8 @@
 //! defaults (`acquire` and `refund`), and config refuses
 //! `on_limit = "delay"` with it.
 
-use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits};
+use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits, Rate};
 use crate::clock::Nanos;
-use crate::config::Rate;
 
 /// Per-key state of both window algorithms: the index of the window
 /// `current` counts (`now / period`), and the count of the window before it.

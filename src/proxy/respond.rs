@@ -139,10 +139,9 @@ pub fn limited(
 #[inline]
 pub fn add_sunset_headers(headers: &mut HeaderMap, retiring: Option<&Sunset>) {
     let Some(sunset) = retiring else { return };
-    let schedule = &sunset.schedule;
-    headers.insert(DEPRECATION, schedule.deprecation().clone());
-    headers.insert(SUNSET, schedule.sunset().clone());
-    if let Some(link) = schedule.link() {
+    headers.insert(DEPRECATION, sunset.deprecation().clone());
+    headers.insert(SUNSET, sunset.sunset().clone());
+    if let Some(link) = sunset.link() {
         headers.append(http::header::LINK, link.clone());
     }
 }
@@ -150,13 +149,12 @@ pub fn add_sunset_headers(headers: &mut HeaderMap, retiring: Option<&Sunset>) {
 /// The answer on a retired route (its sunset ended with a COUNT of 0): 410
 /// with a problem document that says where to go.
 pub fn gone(rule: &Rule, sunset: &Sunset) -> Response<ProxyBody> {
-    let schedule = &sunset.schedule;
-    let ended = schedule.sunset().to_str().unwrap_or("its sunset date");
+    let ended = sunset.sunset().to_str().unwrap_or("its sunset date");
     let mut detail = format!(
         "this API was retired on {ended} (rule '{}') and no longer answers",
         rule.name
     );
-    let link = schedule
+    let link = sunset
         .link()
         .and_then(|l| l.to_str().ok())
         .and_then(|l| l.strip_prefix('<'))

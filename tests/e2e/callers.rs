@@ -161,6 +161,9 @@ sunset = {{ start = "{}", end = "{}", to = "0/d", step = "1h", link = "https://e
         parsed.duration_since(UNIX_EPOCH).unwrap().as_secs(),
         end_at / 1_000_000_000
     );
+    // The preferred format of RFC 9110 §5.6.7 (IMF-fixdate), not one of the
+    // obsolete ones a parser also accepts.
+    assert_eq!(httpdate::fmt_http_date(parsed), sunset);
     assert_eq!(
         got.header("link"),
         Some(r#"<https://example.com/v1>; rel="sunset""#)

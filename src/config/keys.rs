@@ -1,0 +1,128 @@
+//! A rule's `key`: the sources its bucket key is made of, as written
+//! (`ip`, `header:x-api-key`, `jwt:org.id`, ...).
+
+use http::HeaderName;
+use toml::Spanned;
+
+use super::raw::OneOrMany;
+use super::validate::Validator;
+use super::{ClaimPath, KeySource};
+
+impl Validator<'_> {
+    pub(super) fn key(&mut self, index: usize, field: &Spanned<OneOrMany>) -> Vec<KeySource> {
+        let items = field.get_ref().items(field.span());
+        if items.is_empty() {
+            self.error(
+                field.span().start,
+                &format!("rule[{index}].key"),
+                "must name at least one source; use [\"global\"] for one bucket shared by everyone",
+            );
+            return vec![KeySource::Global];
+        }
+        let mut sources: Vec<KeySource> = Vec::with_capacity(items.len());
+        for (i, (text, span)) in items.into_iter().enumerate() {
+            let path = format!("rule[{index}].key[{i}]");
+            match parse_key_source(text) {
+                Ok(source) if sources.contains(&source) => {
+                    self.error(
+                        span.start,
+                        &path,
+                        format!("\"{text}\" is already in this key; list each source once"),
+                    );
+                }
+                Ok(source) => sources.push(source),
+                Err(message) => self.error(span.start, &path, message),
+            }
+        }
+        sources
+    }
+}
+
+pub(super) fn parse_key_source(text: &str) -> Result<KeySource, String> {
+    const ALLOWED: &str =
+        "allowed: ip, path, method, host, global, header:<name>, query:<name>, jwt:<claim>";
+    match text {
+        "ip" => return Ok(KeySource::Ip),
+        "path" => return Ok(KeySource::Path),
+        "method" => return Ok(KeySource::Method),
+        "host" => return Ok(KeySource::Host),
+        "global" => return Ok(KeySource::Global),
+        _ => {}
+    }
+    if let Some(name) = text.strip_prefix("header:") {
+        return HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())
+            .map(KeySource::Header)
+            .map_err(|_| {
+                format!("\"{name}\" is not a valid header name (for example header:x-api-key)")
+            });
+    }
+    if let Some(name) = text.strip_prefix("query:") {
+        if name.is_empty() {
+            return Err("query: needs a parameter name, for example query:api_key".to_owned());
+        }
+        return Ok(KeySource::Query(name.to_owned()));
+    }
+    if let Some(claim) = text.strip_prefix("jwt:") {
+        if claim.is_empty() {
+            return Err(
+                "jwt: needs a claim name, for example jwt:sub (or jwt:org.id for a \
+                        nested claim)"
+                    .to_owned(),
+            );
+        }
+        if claim.split('.').any(str::is_empty) {
+            return Err(format!(
+                "\"{text}\" has an empty claim name between dots; a nested claim is written \
+                 jwt:org.id"
+            ));
+        }
+        return Ok(KeySource::Jwt(ClaimPath(
+            claim.split('.').map(str::to_owned).collect(),
+        )));
+    }
+    Err(format!("unknown key source \"{text}\"; {ALLOWED}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::testing::*;
+
+    #[test]
+    fn jwt_claims_may_be_nested_but_not_empty() {
+        set_env("SLUICE_TEST_NESTED_SECRET", &"s".repeat(32));
+        let config = valid(&format!(
+            "{UPSTREAM}[identity.jwt]\nsecret_env = \"SLUICE_TEST_NESTED_SECRET\"\n\
+             [[rule]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"jwt:org.id\", \"jwt:sub\"]\n"
+        ));
+        assert_eq!(
+            config.rules[0].key,
+            vec![
+                KeySource::Jwt(ClaimPath(vec!["org".to_owned(), "id".to_owned()])),
+                KeySource::Jwt(ClaimPath(vec!["sub".to_owned()])),
+            ]
+        );
+        let lines = errors(&format!(
+            "{UPSTREAM}[identity.jwt]\nsecret_env = \"SLUICE_TEST_NESTED_SECRET\"\n\
+             [[rule]]\nname = \"a\"\nrate = \"1/s\"\nkey = [\"jwt:\", \"jwt:a..b\", \"jwt:.a\"]\n"
+        ));
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(
+            lines[0].starts_with("test.toml:8:8: rule[0].key[0]: jwt: needs a claim name"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[1].starts_with(
+                "test.toml:8:16: rule[0].key[1]: \"jwt:a..b\" has an empty claim name"
+            ),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].starts_with("test.toml:8:28: rule[0].key[2]: \"jwt:.a\" has an empty"),
+            "{}",
+            lines[2]
+        );
+    }
+}

@@ -1,0 +1,520 @@
+//! One `[[rule]]`: its name, algorithm and the keys that only some
+//! algorithms take, put together from the checks of its parts (match, key,
+//! limits, on_limit, tiers, overrides, sunset, ban).
+
+use std::collections::HashMap;
+
+use toml::Spanned;
+
+use super::limits::WrittenLimit;
+use super::raw::{Present, RawRule};
+use super::validate::{Validator, NOT_SUPPORTED};
+use super::{AlgorithmKind, KeySource, MissingPolicy, OnChange, RuleConfig};
+
+/// What tiers, overrides, sunset and ban need to know about their rule.
+pub(super) struct RuleContext<'r> {
+    pub(super) index: usize,
+    /// Where the rule starts, for errors about tables without a span.
+    pub(super) at: usize,
+    /// `None` when invalid (already reported).
+    pub(super) algorithm: Option<AlgorithmKind>,
+    /// The rule's own rates; `None` when missing or invalid (already reported).
+    pub(super) written: Option<&'r [WrittenLimit]>,
+    /// The rule's cost when written.
+    pub(super) cost: Option<u64>,
+}
+
+impl Validator<'_> {
+    pub(super) fn rules(&mut self, raw: &[RawRule], ipv6_prefix: u8) -> Vec<RuleConfig> {
+        if raw.is_empty() {
+            self.warn(
+                0,
+                "rule",
+                "no [[rule]] is configured, so every request is forwarded without a limit",
+            );
+        }
+        // Where each rule starts, for errors about the rule as a whole. Only
+        // trusted when every rule was written as a `[[rule]]` header.
+        let headers = self.source.headers("[[rule]]");
+        let headers = (headers.len() == raw.len()).then_some(headers);
+        let mut names: HashMap<String, usize> = HashMap::new();
+        let mut rules = Vec::with_capacity(raw.len());
+        for (index, rule) in raw.iter().enumerate() {
+            let at = match headers.as_ref().and_then(|h| h.get(index)) {
+                Some(&header) => header,
+                None => [
+                    rule.name.as_ref().map(Spanned::span),
+                    rule.rate.as_ref().map(Spanned::span),
+                    rule.limits.as_ref().map(Spanned::span),
+                ]
+                .into_iter()
+                .flatten()
+                .map(|span| span.start)
+                .min()
+                .unwrap_or(0),
+            };
+            let validated = self.rule(index, at, rule, ipv6_prefix);
+            if let Some(field) = &rule.name {
+                let name = field.get_ref();
+                if let Some(first) = names.get(name) {
+                    self.error(
+                        field.span().start,
+                        &format!("rule[{index}].name"),
+                        format!("\"{name}\" is already the name of rule[{first}]; rule names must be unique"),
+                    );
+                } else {
+                    names.insert(name.clone(), index);
+                }
+            }
+            rules.push(validated);
+        }
+        rules
+    }
+
+    fn rule(&mut self, index: usize, at: usize, raw: &RawRule, ipv6_prefix: u8) -> RuleConfig {
+        let path = |field: &str| format!("rule[{index}].{field}");
+        let name = match &raw.name {
+            None => {
+                self.error(
+                    at,
+                    &format!("rule[{index}]"),
+                    "name is required: a unique name such as name = \"per-ip\"",
+                );
+                String::new()
+            }
+            Some(field) => {
+                let name = field.get_ref();
+                if let Err(message) = check_rule_name(name) {
+                    self.error(field.span().start, &path("name"), message);
+                }
+                name.clone()
+            }
+        };
+
+        self.unsupported_rule_keys(index, at, raw);
+        // `None` when the algorithm is invalid (already reported), so that
+        // nothing is judged against a made-up algorithm.
+        let algorithm = match &raw.algorithm {
+            None => Some(AlgorithmKind::TokenBucket),
+            Some(field) => self.algorithm(&path("algorithm"), field),
+        };
+        let concurrency = algorithm == Some(AlgorithmKind::Concurrency);
+
+        let matcher = raw
+            .matcher
+            .as_ref()
+            .map(|m| self.matcher(index, m))
+            .unwrap_or_default();
+
+        let key = match &raw.key {
+            None => vec![KeySource::Ip],
+            Some(field) => self.key(index, field),
+        };
+        let missing = self.choice(
+            raw.missing.as_ref(),
+            &path("missing"),
+            &[
+                ("shared", MissingPolicy::Shared),
+                ("skip", MissingPolicy::Skip),
+                ("reject", MissingPolicy::Reject),
+            ],
+            MissingPolicy::Shared,
+        );
+
+        // `None` when the limits are missing or invalid (already reported),
+        // so that `burst` and `cost` are not judged against made-up ones.
+        // A concurrency rule has none: it counts requests in flight.
+        let base = format!("rule[{index}]");
+        let written = if concurrency {
+            for (key, field) in [
+                ("rate", raw.rate.as_ref().map(Spanned::span)),
+                ("limits", raw.limits.as_ref().map(Spanned::span)),
+            ] {
+                if let Some(span) = field {
+                    self.not_for_concurrency(index, span.start, key);
+                }
+            }
+            None
+        } else {
+            self.written_limits(&base, "", at, raw.rate.as_ref(), raw.limits.as_ref())
+        };
+        let written = self.one_rate_if_leaky(&base, algorithm, written, raw.limits.as_ref(), at);
+        for limit in written.iter().flatten() {
+            self.check_limit(algorithm, limit);
+        }
+        let default_burst = if raw.rate.is_none() && raw.limits.is_some() {
+            "the COUNT of the shortest-period limit"
+        } else {
+            "the rate's COUNT"
+        };
+        let built = self.build_limits(
+            index,
+            &base,
+            written.as_deref(),
+            raw.burst.as_ref(),
+            algorithm,
+            default_burst,
+        );
+
+        let cost = match &raw.cost {
+            Some(field) if concurrency => {
+                self.not_for_concurrency(index, field.span().start, "cost");
+                1
+            }
+            field => self.int(field.as_ref(), &path("cost"), 1, 1..=i64::MAX as u64),
+        };
+        if let (Some(field), Some(written)) = (&raw.cost, &written) {
+            if let Some((_, message)) =
+                self.cost_misfit(&cost.to_string(), cost, algorithm, written, &built)
+            {
+                self.error(field.span().start, &path("cost"), message);
+            }
+        }
+        let limits = built.limits;
+
+        let context = RuleContext {
+            index,
+            at,
+            algorithm,
+            written: written.as_deref(),
+            cost: raw.cost.is_some().then_some(cost),
+        };
+        let tiers = raw.tiers.as_ref().and_then(|t| self.tiers(&context, t));
+        let overrides = match &raw.overrides {
+            Some(o) => self.overrides(&context, o, &key, ipv6_prefix),
+            None => Vec::new(),
+        };
+        let sunset = raw
+            .sunset
+            .as_ref()
+            .and_then(|s| self.sunset(&context, s, raw));
+        let ban = raw.ban.as_ref().and_then(|b| self.ban(&context, b, raw));
+        let on_change = self.choice(
+            raw.on_change.as_ref(),
+            &path("on_change"),
+            &[
+                ("keep", OnChange::Keep),
+                ("proportional", OnChange::Proportional),
+                ("reset", OnChange::Reset),
+            ],
+            OnChange::Proportional,
+        );
+
+        // A leaky bucket's queue is its capacity: how many may wait.
+        let queue = limits.first().map_or(1, |limit| limit.capacity);
+        let on_limit = self.on_limit(index, raw, algorithm, queue);
+        let max_in_flight = self.max_in_flight(index, raw, algorithm);
+
+        RuleConfig {
+            name,
+            matcher,
+            key,
+            missing,
+            algorithm: algorithm.unwrap_or(AlgorithmKind::TokenBucket),
+            limits,
+            cost,
+            shadow: raw.shadow.as_ref().is_some_and(|v| *v.get_ref()),
+            on_limit,
+            max_in_flight,
+            tiers,
+            overrides,
+            sunset,
+            ban,
+            on_change,
+        }
+    }
+
+    /// `max_in_flight`: for concurrency only.
+    fn max_in_flight(
+        &mut self,
+        index: usize,
+        raw: &RawRule,
+        algorithm: Option<AlgorithmKind>,
+    ) -> Option<u64> {
+        let path = format!("rule[{index}].max_in_flight");
+        match (&raw.max_in_flight, algorithm) {
+            (field, Some(AlgorithmKind::Concurrency)) => {
+                Some(self.int(field.as_ref(), &path, 100, 1..=i64::MAX as u64))
+            }
+            (Some(field), Some(kind)) => {
+                self.error(
+                    field.span().start,
+                    &path,
+                    format!(
+                        "only algorithm = \"concurrency\" takes max_in_flight: a {} rule is bounded \
+                         by its rate; remove max_in_flight, or use algorithm = \"concurrency\" to \
+                         bound requests in flight",
+                        kind.name()
+                    ),
+                );
+                None
+            }
+            (Some(field), None) => {
+                // The algorithm is invalid (already reported): still check the value.
+                self.int(Some(field), &path, 100, 1..=i64::MAX as u64);
+                None
+            }
+            (None, _) => None,
+        }
+    }
+
+    /// `rate`, `limits`, `burst` or `cost` written on a concurrency rule.
+    pub(super) fn not_for_concurrency(&mut self, index: usize, at: usize, key: &str) {
+        let hint = match key {
+            "burst" => "max_in_flight (default 100) is how many may be in flight at once",
+            "cost" => "each request holds one permit while it is in flight",
+            "tiers" | "overrides" | "sunset" => {
+                "they change a rate, and a concurrency rule has none; write a separate rule \
+                 (with its own match or key) for callers that need another max_in_flight"
+            }
+            _ => "bound them with max_in_flight (default 100), or choose another algorithm for a rate",
+        };
+        self.error(
+            at,
+            &format!("rule[{index}].{key}"),
+            format!("concurrency counts requests in flight, so it takes no {key}; {hint}"),
+        );
+    }
+
+    fn algorithm(&mut self, path: &str, field: &Spanned<String>) -> Option<AlgorithmKind> {
+        const ALL: [AlgorithmKind; 6] = [
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::LeakyBucket,
+            AlgorithmKind::FixedWindow,
+            AlgorithmKind::SlidingWindow,
+            AlgorithmKind::SlidingLog,
+            AlgorithmKind::Concurrency,
+        ];
+        let name = field.get_ref().as_str();
+        if let Some(kind) = ALL.iter().find(|kind| kind.name() == name) {
+            return Some(*kind);
+        }
+        let allowed = ALL
+            .iter()
+            .map(|kind| format!("\"{}\"", kind.name()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.error(
+            field.span().start,
+            path,
+            format!("unknown algorithm \"{name}\"; allowed: {allowed}"),
+        );
+        None
+    }
+
+    /// Keys of SPEC.md's Rules table that this release does not implement.
+    fn unsupported_rule_keys(&mut self, index: usize, at: usize, raw: &RawRule) {
+        let keys: [(&str, &Option<Present>); 2] =
+            [("charge", &raw.charge), ("refund_on", &raw.refund_on)];
+        for (key, value) in keys {
+            if let Some(present) = value {
+                let at = present.span.as_ref().map_or(at, |span| span.start);
+                self.error(
+                    at,
+                    &format!("rule[{index}].{key}"),
+                    format!("{key} {NOT_SUPPORTED}; remove it"),
+                );
+            }
+        }
+    }
+}
+
+fn check_rule_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty; it appears in headers, metrics and logs".to_owned());
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        return Err(format!(
+            "\"{name}\" contains {bad:?}; a rule name may use only letters, digits, '_', '.' and '-' \
+             because it appears in headers"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    use crate::config::testing::*;
+    use crate::config::{LimitConfig, OnLimit, Rate};
+
+    #[test]
+    fn a_rule_with_only_name_and_rate_takes_the_defaults() {
+        let config = valid(&format!(
+            "{UPSTREAM}[[rule]]\nname = \"per-ip\"\nrate = \"100/m\"\n"
+        ));
+        let rule = &config.rules[0];
+        assert_eq!(rule.name, "per-ip");
+        assert_eq!(rule.key, vec![KeySource::Ip]);
+        assert_eq!(rule.missing, MissingPolicy::Shared);
+        assert_eq!(rule.algorithm, AlgorithmKind::TokenBucket);
+        assert_eq!(
+            rule.limits,
+            vec![LimitConfig {
+                rate: Rate {
+                    count: 100,
+                    period: Duration::from_secs(60)
+                },
+                capacity: 100
+            }]
+        );
+        assert_eq!(rule.cost, 1);
+        assert!(!rule.shadow);
+        assert_eq!(rule.on_limit, OnLimit::Reject);
+        assert_eq!(rule.max_in_flight, None);
+        assert!(rule.matcher.path.is_empty() && rule.matcher.method.is_empty());
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
+    fn an_unsupported_key_written_as_dotted_table_is_placed_at_its_rule() {
+        let lines = errors(&format!(
+            "{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\ncharge.a = 3\n"
+        ));
+        assert_eq!(lines, vec!["test.toml:3:1: rule[0].charge: charge is not supported by this version of sluice yet; remove it"]);
+    }
+
+    #[test]
+    fn algorithm_defaults_to_the_token_bucket_and_takes_the_windows_and_the_log() {
+        let config = valid(&rule_a("rate = \"100/m\"\n"));
+        assert_eq!(config.rules[0].algorithm, AlgorithmKind::TokenBucket);
+        for kind in [
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::FixedWindow,
+            AlgorithmKind::SlidingWindow,
+            AlgorithmKind::SlidingLog,
+        ] {
+            let config = valid(&rule_a(&format!(
+                "algorithm = \"{}\"\nrate = \"100/m\"\n",
+                kind.name()
+            )));
+            let rule = &config.rules[0];
+            assert_eq!(rule.algorithm, kind);
+            assert_eq!(rule.limits, vec![limit(100, 60, 100)], "{kind:?}");
+            assert_eq!(rule.cost, 1);
+        }
+    }
+
+    #[test]
+    fn an_unknown_algorithm_lists_all_six() {
+        assert_eq!(
+            only_error(&rule_a("rate = \"1/s\"\nalgorithm = \"gcra\"\n")),
+            "test.toml:6:13: rule[0].algorithm: unknown algorithm \"gcra\"; allowed: \
+             \"token_bucket\", \"leaky_bucket\", \"fixed_window\", \"sliding_window\", \
+             \"sliding_log\", \"concurrency\""
+        );
+    }
+
+    #[test]
+    fn concurrency_counts_requests_in_flight_100_by_default() {
+        let config = valid(&rule_a("algorithm = \"concurrency\"\n"));
+        let rule = &config.rules[0];
+        assert_eq!(rule.algorithm, AlgorithmKind::Concurrency);
+        assert_eq!(rule.max_in_flight, Some(100));
+        assert!(rule.limits.is_empty(), "{:?}", rule.limits);
+        assert_eq!(rule.cost, 1);
+        assert_eq!(rule.on_limit, OnLimit::Reject);
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        let config = valid(&rule_a(
+            "algorithm = \"concurrency\"\nmax_in_flight = 8\non_limit = \"delay\"\n\
+             max_delay = \"5s\"\nmax_queue = 20\n",
+        ));
+        assert_eq!(config.rules[0].max_in_flight, Some(8));
+        assert_eq!(config.rules[0].on_limit, delay(5, 20));
+        assert_eq!(
+            only_error(&rule_a("algorithm = \"concurrency\"\nmax_in_flight = 0\n")),
+            "test.toml:6:17: rule[0].max_in_flight: 0 is out of range: must be at least 1 \
+             (default 100)"
+        );
+    }
+
+    #[test]
+    fn concurrency_takes_no_rate_limits_burst_or_cost() {
+        assert_eq!(
+            errors(&rule_a(
+                "algorithm = \"concurrency\"\nrate = \"10/s\"\nlimits = [\"x\"]\nburst = 5\n\
+                 cost = 2\n"
+            )),
+            vec![
+                "test.toml:6:8: rule[0].rate: concurrency counts requests in flight, so it takes \
+                 no rate; bound them with max_in_flight (default 100), or choose another \
+                 algorithm for a rate",
+                "test.toml:7:10: rule[0].limits: concurrency counts requests in flight, so it \
+                 takes no limits; bound them with max_in_flight (default 100), or choose another \
+                 algorithm for a rate",
+                "test.toml:8:9: rule[0].burst: concurrency counts requests in flight, so it takes \
+                 no burst; max_in_flight (default 100) is how many may be in flight at once",
+                "test.toml:9:8: rule[0].cost: concurrency counts requests in flight, so it takes \
+                 no cost; each request holds one permit while it is in flight",
+            ]
+        );
+    }
+
+    #[test]
+    fn max_in_flight_is_only_for_concurrency() {
+        for kind in [
+            "token_bucket",
+            "leaky_bucket",
+            "fixed_window",
+            "sliding_window",
+            "sliding_log",
+        ] {
+            assert_eq!(
+                only_error(&rule_a(&format!(
+                    "algorithm = \"{kind}\"\nrate = \"10/s\"\nmax_in_flight = 5\n"
+                ))),
+                format!(
+                    "test.toml:7:17: rule[0].max_in_flight: only algorithm = \"concurrency\" takes \
+                     max_in_flight: a {kind} rule is bounded by its rate; remove max_in_flight, or \
+                     use algorithm = \"concurrency\" to bound requests in flight"
+                )
+            );
+        }
+        let line = only_error(&rule_a("rate = \"10/s\"\nmax_in_flight = 5\n"));
+        assert!(
+            line.starts_with(
+                "test.toml:6:17: rule[0].max_in_flight: only algorithm = \"concurrency\" takes \
+                 max_in_flight: a token_bucket rule"
+            ),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn concurrency_rules_take_no_tiers_overrides_or_sunset() {
+        let lines = errors(&rule_a(
+            "algorithm = \"concurrency\"\ntiers = { by = \"ip\", a = { rate = \"1/s\" } }\noverrides = { \"1.2.3.4\" = { rate = \"1/s\" } }\nsunset = { start = 2026-01-01T00:00:00Z, end = 2026-02-01T00:00:00Z, to = \"0/d\" }\n",
+        ));
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(lines[0].starts_with("test.toml:6:9: rule[0].tiers: concurrency counts requests in flight, so it takes no tiers; they change a rate"), "{}", lines[0]);
+        assert!(lines[1].starts_with("test.toml:7:13: rule[0].overrides: concurrency counts requests in flight, so it takes no overrides"), "{}", lines[1]);
+        assert!(lines[2].starts_with("test.toml:8:10: rule[0].sunset: concurrency counts requests in flight, so it takes no sunset"), "{}", lines[2]);
+    }
+
+    #[test]
+    fn on_change_defaults_to_proportional() {
+        assert_eq!(
+            valid(&rule_a("rate = \"1/s\"\n")).rules[0].on_change,
+            OnChange::Proportional
+        );
+        for (text, want) in [
+            ("keep", OnChange::Keep),
+            ("proportional", OnChange::Proportional),
+            ("reset", OnChange::Reset),
+        ] {
+            let config = valid(&rule_a(&format!(
+                "rate = \"1/s\"\non_change = \"{text}\"\n"
+            )));
+            assert_eq!(config.rules[0].on_change, want);
+        }
+        assert_eq!(
+            only_error(&rule_a("rate = \"1/s\"\non_change = \"refill\"\n")),
+            "test.toml:6:13: rule[0].on_change: \"refill\" is not allowed; use one of \"keep\", \"proportional\", \"reset\""
+        );
+    }
+}

@@ -1,0 +1,421 @@
+//! The process-wide tables: `[server]`, `[admin]`, `[store]`, `[response]`,
+//! and the address lists of `[access]` and `server.trusted_proxies`.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use http::uri::Scheme;
+use http::{StatusCode, Uri};
+use ipnet::IpNet;
+use toml::Spanned;
+
+use super::raw::{OneOrMany, RawConfig, RawServer};
+use super::validate::{Validator, NOT_SUPPORTED};
+use super::{
+    AdminConfig, ForwardedHeader, HeaderStyle, ResponseConfig, ServerConfig, StoreBackend,
+    StoreConfig,
+};
+
+impl Validator<'_> {
+    pub(super) fn server(&mut self, raw: Option<&RawServer>) -> ServerConfig {
+        let empty = RawServer::default();
+        let raw = raw.unwrap_or(&empty);
+        let secs = Duration::from_secs;
+        let trusted_proxies = self.cidrs(raw.trusted_proxies.as_ref(), "server.trusted_proxies");
+        if let Some(field) = &raw.trusted_proxies {
+            for net in &trusted_proxies {
+                if net.prefix_len() == 0 {
+                    self.warn(
+                        field.span().start,
+                        "server.trusted_proxies",
+                        format_args!(
+                            "{net} trusts every peer, so any client can choose its own IP \
+                             with a forwarding header"
+                        ),
+                    );
+                }
+            }
+        }
+        ServerConfig {
+            listen: self.socket_addr(raw.listen.as_ref(), "server.listen", "0.0.0.0:8080"),
+            upstream: self.upstream(raw),
+            workers: self.int(raw.workers.as_ref(), "server.workers", 0, 0..=1024) as usize,
+            trusted_proxies,
+            connect_timeout: self.timeout(
+                raw.connect_timeout.as_ref(),
+                "server.connect_timeout",
+                secs(2),
+            ),
+            upstream_timeout: self.timeout(
+                raw.upstream_timeout.as_ref(),
+                "server.upstream_timeout",
+                secs(60),
+            ),
+            header_read_timeout: self.timeout(
+                raw.header_read_timeout.as_ref(),
+                "server.header_read_timeout",
+                secs(10),
+            ),
+            max_connections: self.int(
+                raw.max_connections.as_ref(),
+                "server.max_connections",
+                10_000,
+                1..=u32::MAX as u64,
+            ) as usize,
+            shutdown_grace: self.duration(
+                raw.shutdown_grace.as_ref(),
+                "server.shutdown_grace",
+                secs(30),
+            ),
+            normalize_path: raw.normalize_path.as_ref().is_none_or(|v| *v.get_ref()),
+            max_header_bytes: self.int(
+                raw.max_header_bytes.as_ref(),
+                "server.max_header_bytes",
+                32_768,
+                1..=u32::MAX as u64,
+            ) as usize,
+            max_headers: self.int(
+                raw.max_headers.as_ref(),
+                "server.max_headers",
+                100,
+                1..=u32::MAX as u64,
+            ) as usize,
+            max_uri_bytes: self.int(
+                raw.max_uri_bytes.as_ref(),
+                "server.max_uri_bytes",
+                8_192,
+                1..=u32::MAX as u64,
+            ) as usize,
+            max_body_bytes: self.int(
+                raw.max_body_bytes.as_ref(),
+                "server.max_body_bytes",
+                0,
+                0..=i64::MAX as u64,
+            ),
+            body_timeout: self.timeout(raw.body_timeout.as_ref(), "server.body_timeout", secs(60)),
+            idle_timeout: self.timeout(raw.idle_timeout.as_ref(), "server.idle_timeout", secs(60)),
+            send_timeout: self.timeout(raw.send_timeout.as_ref(), "server.send_timeout", secs(60)),
+            forwarded_header: self.choice(
+                raw.forwarded_header.as_ref(),
+                "server.forwarded_header",
+                &[
+                    ("x-forwarded-for", ForwardedHeader::XForwardedFor),
+                    ("forwarded", ForwardedHeader::Forwarded),
+                ],
+                ForwardedHeader::XForwardedFor,
+            ),
+            ipv6_prefix: self.int(raw.ipv6_prefix.as_ref(), "server.ipv6_prefix", 64, 1..=128)
+                as u8,
+        }
+    }
+
+    fn upstream(&mut self, raw: &RawServer) -> Uri {
+        let placeholder = Uri::from_static("http://127.0.0.1/");
+        let path = "server.upstream";
+        let Some(field) = &raw.upstream else {
+            let at = self
+                .source
+                .headers("[server]")
+                .first()
+                .copied()
+                .unwrap_or(0);
+            self.error(
+                at,
+                path,
+                "is required: the address of the protected service, for example \
+                 upstream = \"http://127.0.0.1:3000\"",
+            );
+            return placeholder;
+        };
+        match parse_upstream(field.get_ref()) {
+            Ok(uri) => uri,
+            Err(message) => {
+                self.error(field.span().start, path, message);
+                placeholder
+            }
+        }
+    }
+
+    pub(super) fn admin(&mut self, raw: &RawConfig) -> AdminConfig {
+        let admin = raw.admin.as_ref();
+        let listen = self.socket_addr(
+            admin.and_then(|a| a.listen.as_ref()),
+            "admin.listen",
+            "127.0.0.1:9090",
+        );
+        let token_env = match admin.and_then(|a| a.token_env.as_ref()) {
+            None => "SLUICE_ADMIN_TOKEN".to_owned(),
+            Some(field) => {
+                let name = field.get_ref();
+                let valid = name
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !valid {
+                    self.error(
+                        field.span().start,
+                        "admin.token_env",
+                        format!(
+                            "\"{name}\" is not an environment variable name; use letters, digits \
+                             and '_', not starting with a digit (default \"SLUICE_ADMIN_TOKEN\")"
+                        ),
+                    );
+                }
+                name.clone()
+            }
+        };
+        AdminConfig { listen, token_env }
+    }
+
+    pub(super) fn store(&mut self, raw: &RawConfig) -> StoreConfig {
+        let store = raw.store.as_ref();
+        if let Some(field) = store.and_then(|s| s.backend.as_ref()) {
+            match field.get_ref().as_str() {
+                "memory" => {}
+                "redis" => self.error(
+                    field.span().start,
+                    "store.backend",
+                    format!("backend = \"redis\" {NOT_SUPPORTED}; use \"memory\""),
+                ),
+                other => self.error(
+                    field.span().start,
+                    "store.backend",
+                    format!(
+                        "unknown backend \"{other}\"; allowed: \"memory\" (\"redis\" is planned)"
+                    ),
+                ),
+            }
+        }
+        if let Some(redis) = store.and_then(|s| s.redis.as_ref()) {
+            let first_field = [
+                redis.url.as_ref().map(Spanned::span),
+                redis.urls.as_ref().map(Spanned::span),
+                redis.cluster.as_ref().map(Spanned::span),
+                redis.mode.as_ref().map(Spanned::span),
+                redis.sync_interval.as_ref().map(Spanned::span),
+                redis.timeout.as_ref().map(Spanned::span),
+                redis.on_error.as_ref().map(Spanned::span),
+            ];
+            let at = self.table_position("[store.redis]", &first_field);
+            self.error(
+                at,
+                "store.redis",
+                format!("[store.redis] {NOT_SUPPORTED}; remove it"),
+            );
+        }
+        let max_keys = self.int(
+            store.and_then(|s| s.max_keys.as_ref()),
+            "store.max_keys",
+            1_000_000,
+            1..=i64::MAX as u64,
+        );
+        StoreConfig {
+            backend: StoreBackend::Memory,
+            max_keys: usize::try_from(max_keys).unwrap_or(usize::MAX),
+        }
+    }
+
+    pub(super) fn response(&mut self, raw: &RawConfig) -> ResponseConfig {
+        let response = raw.response.as_ref();
+        let status = match response.and_then(|r| r.status.as_ref()) {
+            None => StatusCode::TOO_MANY_REQUESTS,
+            Some(field) => match u16::try_from(*field.get_ref())
+                .ok()
+                .filter(|code| (400..=599).contains(code))
+                .and_then(|code| StatusCode::from_u16(code).ok())
+            {
+                Some(status) => status,
+                None => {
+                    self.error(
+                        field.span().start,
+                        "response.status",
+                        format!(
+                            "{} is not a 4xx or 5xx status code; limited requests need an error \
+                             status (default 429)",
+                            field.get_ref()
+                        ),
+                    );
+                    StatusCode::TOO_MANY_REQUESTS
+                }
+            },
+        };
+        ResponseConfig {
+            status,
+            headers: self.choice(
+                response.and_then(|r| r.headers.as_ref()),
+                "response.headers",
+                &[
+                    ("legacy", HeaderStyle::Legacy),
+                    ("ietf", HeaderStyle::Ietf),
+                    ("both", HeaderStyle::Both),
+                    ("none", HeaderStyle::None),
+                ],
+                HeaderStyle::Both,
+            ),
+            on_success: response
+                .and_then(|r| r.on_success.as_ref())
+                .is_none_or(|v| *v.get_ref()),
+        }
+    }
+
+    pub(super) fn cidrs(&mut self, field: Option<&Spanned<OneOrMany>>, path: &str) -> Vec<IpNet> {
+        let Some(field) = field else {
+            return Vec::new();
+        };
+        let many = matches!(field.get_ref(), OneOrMany::Many(_));
+        let mut nets = Vec::new();
+        for (i, (text, span)) in field.get_ref().items(field.span()).into_iter().enumerate() {
+            let path = if many {
+                format!("{path}[{i}]")
+            } else {
+                path.to_owned()
+            };
+            match parse_cidr(text) {
+                Ok(net) => {
+                    let trunc = net.trunc();
+                    if trunc != net {
+                        self.warn(
+                            span.start,
+                            &path,
+                            format_args!("{net} has host bits set; it is read as {trunc}"),
+                        );
+                    }
+                    nets.push(trunc);
+                }
+                Err(message) => self.error(span.start, &path, message),
+            }
+        }
+        nets
+    }
+}
+
+fn parse_upstream(text: &str) -> Result<Uri, String> {
+    const HELP: &str = "write http://HOST[:PORT], for example \"http://127.0.0.1:3000\"";
+    let uri: Uri = text
+        .parse()
+        .map_err(|_| format!("\"{text}\" is not a URI; {HELP}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(format!(
+                "https upstreams are not supported yet; put the service on http:// or a TLS-terminating \
+                 proxy in between ({HELP})"
+            ))
+        }
+        _ => return Err(format!("\"{text}\" must start with http://; {HELP}")),
+    }
+    let authority = match uri.authority() {
+        Some(authority) if !authority.host().is_empty() => authority.clone(),
+        _ => return Err(format!("\"{text}\" has no host; {HELP}")),
+    };
+    if authority.as_str().contains('@') {
+        return Err(format!(
+            "\"{text}\" must not contain user information; {HELP}"
+        ));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!(
+            "\"{text}\" must not have a path or query: each request keeps its own path; {HELP}"
+        ));
+    }
+    Uri::builder()
+        .scheme(Scheme::HTTP)
+        .authority(authority)
+        .path_and_query("/")
+        .build()
+        .map_err(|err| format!("\"{text}\" is not a usable upstream ({err}); {HELP}"))
+}
+
+fn parse_cidr(text: &str) -> Result<IpNet, String> {
+    if let Ok(net) = text.parse::<IpNet>() {
+        return Ok(net);
+    }
+    text.parse::<IpAddr>().map(IpNet::from).map_err(|_| {
+        format!(
+            "\"{text}\" is not a CIDR or an IP address; write for example \"10.0.0.0/8\", \
+             \"2001:db8::/32\" or \"192.0.2.7\""
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::testing::*;
+
+    #[test]
+    fn upstream_is_required() {
+        assert_eq!(
+            only_error("[server]\nlisten = \"0.0.0.0:80\"\n"),
+            "test.toml:1:1: server.upstream: is required: the address of the protected service, \
+             for example upstream = \"http://127.0.0.1:3000\""
+        );
+        assert!(only_error("").starts_with("test.toml:1:1: server.upstream: is required"));
+    }
+
+    #[test]
+    fn upstream_is_scheme_and_authority_only() {
+        for (upstream, message) in [
+            ("127.0.0.1:3000", "must start with http://"),
+            ("ftp://h", "must start with http://"),
+            ("http://h/api", "must not have a path or query"),
+            ("http://h/?a=1", "must not have a path or query"),
+            ("http://u:p@h", "must not contain user information"),
+            ("http:///x", "not a URI"),
+            ("not a uri", "not a URI"),
+        ] {
+            let line = only_error(&format!("[server]\nupstream = \"{upstream}\"\n"));
+            assert!(
+                line.starts_with("test.toml:2:12: server.upstream: "),
+                "{line}"
+            );
+            assert!(line.contains(message), "{upstream}: {line}");
+        }
+        let config = valid("[server]\nupstream = \"http://Svc:8000/\"\n");
+        assert_eq!(config.server.upstream.host(), Some("Svc"));
+        assert_eq!(config.server.upstream.port_u16(), Some(8000));
+        assert_eq!(config.server.upstream.path(), "/");
+    }
+
+    #[test]
+    fn warns_when_every_peer_is_trusted() {
+        let config = valid(&format!(
+            "{UPSTREAM}trusted_proxies = [\"0.0.0.0/0\", \"::/0\", \"10.1.2.3/8\"]\n[[rule]]\nname = \"a\"\nrate = \"1/s\"\n"
+        ));
+        assert_eq!(
+            config.server.trusted_proxies[2],
+            "10.0.0.0/8".parse::<IpNet>().unwrap()
+        );
+        let warnings = config.warnings.join("\n");
+        assert!(
+            warnings.contains("0.0.0.0/0 trusts every peer"),
+            "{warnings}"
+        );
+        assert!(warnings.contains("::/0 trusts every peer"), "{warnings}");
+        assert!(
+            warnings.contains("10.1.2.3/8 has host bits set; it is read as 10.0.0.0/8"),
+            "{warnings}"
+        );
+    }
+
+    #[test]
+    fn admin_and_server_need_their_own_addresses() {
+        let line = only_error(&format!(
+            "{UPSTREAM}listen = \"127.0.0.1:9000\"\n[admin]\nlisten = \"127.0.0.1:9000\"\n"
+        ));
+        assert!(
+            line.starts_with("test.toml:5:10: admin.listen: 127.0.0.1:9000 is also server.listen"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn zero_timeouts_are_refused() {
+        let line = only_error(&format!("{UPSTREAM}idle_timeout = \"0s\"\n"));
+        assert_eq!(
+            line,
+            "test.toml:3:16: server.idle_timeout: must be longer than zero (default \"60s\")"
+        );
+    }
+}

@@ -1,0 +1,343 @@
+//! `sunset`: a rule's limit falling step by step to retire an API version.
+//! The schedule itself is the limiter's ([`SunsetSchedule`]); this checks
+//! what it is built from.
+
+use std::time::Duration;
+
+use http::Uri;
+use toml::Spanned;
+
+use super::raw::{Located, RawRule, RawSunset};
+use super::rules::RuleContext;
+use super::units::{datetime_to_unix_nanos, parse_duration, parse_rate, parse_timestamp};
+use super::validate::Validator;
+use super::{AlgorithmKind, LimitConfig, SunsetConfig};
+use crate::limiter::SunsetSchedule;
+
+impl SunsetConfig {
+    /// The schedule of this sunset on the rule's single limit.
+    pub fn schedule(&self, limit: &LimitConfig) -> SunsetSchedule {
+        SunsetSchedule::new(
+            limit.rate.count,
+            limit.capacity,
+            self.to,
+            self.start,
+            self.end,
+            self.step,
+        )
+    }
+}
+
+impl Validator<'_> {
+    /// `sunset = { start, end, to, step, link }`.
+    pub(super) fn sunset(
+        &mut self,
+        rule: &RuleContext,
+        raw: &Located<RawSunset>,
+        raw_rule: &RawRule,
+    ) -> Option<SunsetConfig> {
+        let index = rule.index;
+        let path = |key: &str| format!("rule[{index}].sunset.{key}");
+        let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+        if rule.algorithm == Some(AlgorithmKind::Concurrency) {
+            self.not_for_concurrency(index, at, "sunset");
+            return None;
+        }
+        let mut valid = true;
+        if let (Some(written), Some(limits)) = (rule.written, &raw_rule.limits) {
+            if written.len() > 1 {
+                let (line, _) = self.source.position(limits.span().start);
+                self.error(
+                    at,
+                    &format!("rule[{index}].sunset"),
+                    format!(
+                        "lowers one rate step by step, so the rule needs exactly one, but limits \
+                         (line {line}) lists {}; keep one limit, or put the others in a rule of \
+                         their own",
+                        written.len()
+                    ),
+                );
+                valid = false;
+            }
+        }
+        for (key, field) in [
+            (
+                "tiers",
+                raw_rule.tiers.as_ref().and_then(|t| t.span.clone()),
+            ),
+            (
+                "overrides",
+                raw_rule.overrides.as_ref().and_then(|o| o.span.clone()),
+            ),
+        ] {
+            let present = match key {
+                "tiers" => raw_rule.tiers.is_some(),
+                _ => raw_rule.overrides.is_some(),
+            };
+            if present {
+                let line = field.map_or(String::new(), |span| {
+                    format!(" (line {})", self.source.position(span.start).0)
+                });
+                self.error(
+                    at,
+                    &format!("rule[{index}].sunset"),
+                    format!(
+                        "cannot be combined with {key}{line}: a sunset lowers the rule's one rate \
+                         for every caller; retire the old API version in a rule without {key}"
+                    ),
+                );
+                valid = false;
+            }
+        }
+        let sunset = &raw.value;
+        let missing: Vec<&str> = [
+            ("start", sunset.start.is_none()),
+            ("end", sunset.end.is_none()),
+            ("to", sunset.to.is_none()),
+        ]
+        .into_iter()
+        .filter_map(|(key, missing)| missing.then_some(key))
+        .collect();
+        if !missing.is_empty() {
+            self.error(
+                at,
+                &format!("rule[{index}].sunset"),
+                format!(
+                    "needs {}: sunset = {{ start = 2026-12-01T00:00:00Z, end = \
+                     2027-01-01T00:00:00Z, to = \"0/d\" }} (step defaults to \"1d\"; link is \
+                     optional)",
+                    missing.join(" and ")
+                ),
+            );
+            valid = false;
+        }
+        let start = sunset
+            .start
+            .as_ref()
+            .and_then(|field| self.timestamp(field, &path("start")));
+        let end = sunset
+            .end
+            .as_ref()
+            .and_then(|field| self.timestamp(field, &path("end")));
+        if let (Some(start), Some(end), Some(field)) = (start, end, &sunset.end) {
+            if end <= start {
+                let line = sunset
+                    .start
+                    .as_ref()
+                    .map_or(0, |s| self.source.position(s.span().start).0);
+                self.error(
+                    field.span().start,
+                    &path("end"),
+                    format!("must be after start (line {line}): the limit falls from start to end"),
+                );
+                valid = false;
+            }
+        }
+        let rate = rule
+            .written
+            .filter(|written| written.len() == 1)
+            .map(|written| &written[0]);
+        let to = match &sunset.to {
+            None => None,
+            Some(field) => match parse_rate(field.get_ref()) {
+                Err(message) => {
+                    self.error(field.span().start, &path("to"), message);
+                    None
+                }
+                Ok(to) => match rate {
+                    // The rule's own rate is invalid (already reported).
+                    None => None,
+                    Some(from) => {
+                        let converted = u128::from(to.count) * from.rate.period.as_nanos()
+                            / to.period.as_nanos();
+                        match u64::try_from(converted) {
+                            Ok(converted) if converted <= from.rate.count => Some(converted),
+                            _ => {
+                                self.error(
+                                    field.span().start,
+                                    &path("to"),
+                                    format!(
+                                        "\"{}\" is {converted} per period of the rule's {} \
+                                         \"{}\", more than its COUNT {}: a sunset only lowers a \
+                                         limit",
+                                        field.get_ref(),
+                                        from.key,
+                                        from.text,
+                                        from.rate.count
+                                    ),
+                                );
+                                None
+                            }
+                        }
+                    }
+                },
+            },
+        };
+        let step = match &sunset.step {
+            None => Some(Duration::from_secs(86_400)),
+            Some(field) => match parse_duration(field.get_ref()) {
+                Ok(step) if !step.is_zero() => Some(step),
+                Ok(_) => {
+                    self.error(
+                        field.span().start,
+                        &path("step"),
+                        "must be longer than zero (default \"1d\")",
+                    );
+                    None
+                }
+                Err(message) => {
+                    self.error(field.span().start, &path("step"), message);
+                    None
+                }
+            },
+        };
+        let link = match &sunset.link {
+            None => Some(None),
+            Some(field) => match check_link(field.get_ref()) {
+                Ok(()) => Some(Some(field.get_ref().clone())),
+                Err(message) => {
+                    self.error(field.span().start, &path("link"), message);
+                    None
+                }
+            },
+        };
+        let step_at = sunset
+            .step
+            .as_ref()
+            .map(Spanned::span)
+            .or_else(|| sunset.end.as_ref().map(Spanned::span));
+        if let (Some(start), Some(end), Some(step_len), Some(at)) = (start, end, step, step_at) {
+            let steps = u128::from(end.saturating_sub(start)).div_ceil(step_len.as_nanos().max(1));
+            if steps > u128::from(crate::limiter::sunset::MAX_STEPS) {
+                self.error(
+                    at.start,
+                    &path("step"),
+                    format!(
+                        "makes {steps} steps from start to end; at most {} are allowed, so use a \
+                         longer step",
+                        crate::limiter::sunset::MAX_STEPS
+                    ),
+                );
+                valid = false;
+            }
+        }
+        if !valid {
+            return None;
+        }
+        Some(SunsetConfig {
+            start: start?,
+            end: end?,
+            to: to?,
+            step: step?,
+            link: link?,
+        })
+    }
+
+    /// A timestamp: an RFC 3339 string or a TOML offset datetime.
+    fn timestamp(&mut self, field: &Spanned<toml::Value>, path: &str) -> Option<u64> {
+        let parsed = match field.get_ref() {
+            toml::Value::String(text) => parse_timestamp(text),
+            toml::Value::Datetime(datetime) => datetime_to_unix_nanos(datetime),
+            other => Err(format!(
+                "must be a timestamp, not {} {other}; write an RFC 3339 timestamp such as \
+                 2026-12-01T00:00:00Z (bare or quoted)",
+                match other {
+                    toml::Value::Integer(_) => "the number",
+                    toml::Value::Float(_) => "the number",
+                    toml::Value::Boolean(_) => "the boolean",
+                    _ => "the value",
+                }
+            )),
+        };
+        match parsed {
+            Ok(nanos) => Some(nanos),
+            Err(message) => {
+                self.error(field.span().start, path, message);
+                None
+            }
+        }
+    }
+}
+
+/// `sunset.link`: an absolute URI, sent in `Link: <...>; rel="sunset"`.
+fn check_link(text: &str) -> Result<(), String> {
+    let help = "write an absolute URI such as \"https://api.example.com/docs/migrate-to-v2\"";
+    let uri: Uri = text
+        .parse()
+        .map_err(|_| format!("\"{text}\" is not a URI; {help}"))?;
+    if uri.scheme().is_none() || uri.authority().is_none_or(|a| a.host().is_empty()) {
+        return Err(format!("\"{text}\" is not an absolute URI; {help}"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::testing::*;
+
+    const SUNSET_START: u64 = 1_796_083_200_000_000_000;
+    const DAY_NANOS: u64 = 86_400_000_000_000;
+
+    #[test]
+    fn sunset_reads_timestamps_and_converts_to_to_the_rule_period() {
+        let config = valid(&rule_a(
+            "rate = \"100/d\"\nsunset = { start = 2026-12-01T00:00:00Z, end = \"2027-01-01T01:00:00+01:00\", to = \"1/h\", link = \"https://api.example.com/v2\" }\n",
+        ));
+        assert_eq!(
+            config.rules[0].sunset,
+            Some(SunsetConfig {
+                start: SUNSET_START,
+                end: SUNSET_START + 31 * DAY_NANOS,
+                to: 24,
+                step: Duration::from_secs(86_400),
+                link: Some("https://api.example.com/v2".into()),
+            })
+        );
+        let config = valid(&rule_a(
+            "rate = \"100/d\"\n[rule.sunset]\nstart = \"2026-12-01T00:00:00Z\"\nend = 2026-12-02T00:00:00Z\nto = \"0/d\"\nstep = \"1h\"\n",
+        ));
+        let sunset = config.rules[0].sunset.clone().unwrap();
+        assert_eq!(
+            (sunset.to, sunset.step, sunset.link),
+            (0, Duration::from_secs(3600), None)
+        );
+    }
+
+    #[test]
+    fn sunset_errors_point_at_the_value() {
+        let lines = errors(&rule_a(
+            "rate = \"100/d\"\nsunset = { start = 2026-12-01T00:00:00, end = \"2026-11-01\", to = \"5/h\", step = \"0s\", link = \"/v2\" }\n",
+        ));
+        assert_eq!(
+            lines,
+            vec![
+                "test.toml:6:20: rule[0].sunset.start: 2026-12-01T00:00:00 has no offset, so it would mean a different instant on each server; add Z for UTC or an offset such as +01:00 (\"2026-12-01T00:00:00Z\")",
+                "test.toml:6:47: rule[0].sunset.end: 2026-11-01 has no time of day; write an RFC 3339 timestamp with a date, a time and an offset, such as \"2026-12-01T00:00:00Z\" or \"2026-12-01T09:00:00+09:00\" (a TOML datetime 2026-12-01T00:00:00Z works too)",
+                "test.toml:6:66: rule[0].sunset.to: \"5/h\" is 120 per period of the rule's rate \"100/d\", more than its COUNT 100: a sunset only lowers a limit",
+                "test.toml:6:80: rule[0].sunset.step: must be longer than zero (default \"1d\")",
+                "test.toml:6:93: rule[0].sunset.link: \"/v2\" is not an absolute URI; write an absolute URI such as \"https://api.example.com/docs/migrate-to-v2\"",
+            ]
+        );
+        let lines = errors(&rule_a(
+            "limits = [\"100/d\", \"10/m\"]\nsunset = { start = 2026-12-01T00:00:00Z, end = 2026-11-01T00:00:00Z }\n",
+        ));
+        assert_eq!(
+            lines,
+            vec![
+                "test.toml:6:10: rule[0].sunset: lowers one rate step by step, so the rule needs exactly one, but limits (line 5) lists 2; keep one limit, or put the others in a rule of their own",
+                "test.toml:6:10: rule[0].sunset: needs to: sunset = { start = 2026-12-01T00:00:00Z, end = 2027-01-01T00:00:00Z, to = \"0/d\" } (step defaults to \"1d\"; link is optional)",
+                "test.toml:6:48: rule[0].sunset.end: must be after start (line 6): the limit falls from start to end",
+            ]
+        );
+        let line = only_error(&rule_a(
+            "rate = \"1/s\"\nsunset = { start = 1, end = 2026-11-01T00:00:00Z, to = \"0/s\" }\n",
+        ));
+        assert!(
+            line.starts_with(
+                "test.toml:6:20: rule[0].sunset.start: must be a timestamp, not the number 1"
+            ),
+            "{line}"
+        );
+    }
+}
