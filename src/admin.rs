@@ -20,13 +20,13 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
+use crate::problem::{self, Layout, Problem};
 use crate::proxy::Proxy;
 use crate::reload::{Reloader, Trigger};
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 static PROMETHEUS_TEXT: HeaderValue =
     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
-static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 static JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 /// What the admin endpoints work on.
@@ -157,21 +157,21 @@ async fn reload(admin: &Admin) -> Response<Full<Bytes>> {
         Err(errors) => {
             // One `FILE:LINE:COLUMN: sentence` per error, as `sluice check` prints them.
             let list: Vec<String> = errors.to_string().lines().map(str::to_owned).collect();
-            let body = json!({
-                "title": "Unprocessable Content",
-                "status": 422,
-                "detail": format!(
-                    "{} is not valid ({} error{}); the running config stays",
-                    reloader.path().display(),
-                    list.len(),
-                    if list.len() == 1 { "" } else { "s" }
-                ),
-                "errors": list,
-            });
+            let detail = format!(
+                "{} is not valid ({} error{}); the running config stays",
+                reloader.path().display(),
+                list.len(),
+                if list.len() == 1 { "" } else { "s" }
+            );
+            let body = Problem::new(StatusCode::UNPROCESSABLE_ENTITY, &detail)
+                // RFC 9110's name for 422 (the http crate still says "Entity").
+                .titled("Unprocessable Content")
+                .with("errors", list)
+                .to_json(Layout::ByName);
             respond(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                &PROBLEM_JSON,
-                Bytes::from(body.to_string()),
+                &problem::CONTENT_TYPE,
+                Bytes::from(body),
             )
         }
     }
@@ -349,13 +349,9 @@ fn respond(status: StatusCode, content_type: &HeaderValue, body: Bytes) -> Respo
     response
 }
 
-pub(crate) fn problem(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
-    let body = json!({
-        "title": status.canonical_reason().unwrap_or("Error"),
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    respond(status, &PROBLEM_JSON, Bytes::from(body.to_string()))
+fn problem(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
+    let body = Problem::new(status, detail).to_json(Layout::ByName);
+    respond(status, &problem::CONTENT_TYPE, Bytes::from(body))
 }
 
 #[cfg(test)]

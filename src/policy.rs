@@ -34,7 +34,7 @@ use crate::limiter::{
     SunsetSchedule,
 };
 use crate::metrics::Metrics;
-use crate::proxy::respond;
+use crate::problem;
 use crate::store::bans::{BanPolicy, BanTable};
 use crate::store::{BucketTable, Carry, Store};
 
@@ -239,8 +239,9 @@ pub struct Limit {
     pub policy_header: HeaderValue,
     /// The bucket's capacity, ready for `X-RateLimit-Limit`.
     pub limit_header: HeaderValue,
-    /// The 429 body up to the violated-policies list (see `respond`),
-    /// whose detail reads `rule 'name' allows N requests per P`.
+    /// The 429 body up to the violated-policies list
+    /// ([`problem::quota_exceeded_head`]), whose detail reads `rule 'name'
+    /// allows N requests per P`.
     pub problem_head: String,
 }
 
@@ -481,14 +482,14 @@ fn concurrency_limit(
         limiter: Limiter::Concurrency(Concurrency { max_in_flight }),
         period: None,
         count: max_in_flight,
-        name_json: respond::json_string(&rule.name),
-        rule_json: respond::json_string(&rule.name),
+        name_json: problem::json_string(&rule.name),
+        rule_json: problem::json_string(&rule.name),
         name: rule.name.clone(),
         policy_header: HeaderValue::from_str(&policy_item)
             .unwrap_or_else(|_| HeaderValue::from_static("")),
         policy_item,
         limit_header: HeaderValue::from(max_in_flight),
-        problem_head: respond::quota_exceeded_head(status, &detail),
+        problem_head: problem::quota_exceeded_head(status, &detail),
     }
 }
 
@@ -597,14 +598,14 @@ fn compile_limit(
         limiter,
         period: Some(limit.rate.period),
         count: limit.rate.count,
-        name_json: respond::json_string(&name),
-        rule_json: respond::json_string(&rule.name),
+        name_json: problem::json_string(&name),
+        rule_json: problem::json_string(&rule.name),
         name,
         policy_header: HeaderValue::from_str(&policy_item)
             .unwrap_or_else(|_| HeaderValue::from_static("")),
         policy_item,
         limit_header: HeaderValue::from(limiter.capacity()),
-        problem_head: respond::quota_exceeded_head(status, &detail),
+        problem_head: problem::quota_exceeded_head(status, &detail),
     }
 }
 
