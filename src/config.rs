@@ -8,7 +8,9 @@
 //! ([`ConfigErrors`]). This module must not know about requests or stores; the
 //! proxy compiles a [`Config`] into its own request-path snapshot.
 
+mod describe;
 pub mod raw;
+mod startup;
 mod units;
 mod validate;
 
@@ -19,6 +21,10 @@ use std::time::Duration;
 use http::{Method, Uri};
 use ipnet::IpNet;
 
+pub use describe::{
+    describe_capacity, describe_limits, describe_match, format_period, format_rate,
+};
+pub use startup::keep_startup_settings;
 pub use units::{format_timestamp, parse_duration, parse_rate, parse_timestamp};
 pub use validate::{ConfigError, ConfigErrors};
 

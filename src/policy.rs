@@ -22,8 +22,8 @@ use prometheus::{Histogram, IntCounter, IntGauge};
 
 use crate::clock::Nanos;
 use crate::config::{
-    AlgorithmKind, Config, HeaderStyle, KeySource, LimitConfig, MatchConfig, MissingPolicy,
-    OnChange, OnLimit, ResponseConfig, RuleConfig,
+    describe_match, format_period, AlgorithmKind, Config, HeaderStyle, KeySource, LimitConfig,
+    MatchConfig, MissingPolicy, OnChange, OnLimit, ResponseConfig, RuleConfig,
 };
 use crate::key::client_ip::ClientIpResolver;
 use crate::key::glob::PathGlob;
@@ -700,7 +700,7 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
             };
             let mut described = json!({
                 "name": &*rule.name,
-                "match": crate::cli::describe_match(&config.matcher),
+                "match": describe_match(&config.matcher),
                 "key": rule.key.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "missing": format!("{:?}", rule.missing).to_lowercase(),
                 "algorithm": rule.algorithm.name(),
@@ -753,26 +753,9 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
     json!({ "rules": rules })
 }
 
-/// A period in its largest whole unit: `60s` → `1m`, `90s` → `90s`,
-/// `900s` → `15m`, `500ms` → `500ms`.
-pub fn format_period(period: std::time::Duration) -> String {
-    let millis = period.as_millis();
-    if millis % 1000 != 0 {
-        return format!("{millis}ms");
-    }
-    let secs = period.as_secs();
-    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
-        if secs >= size && secs % size == 0 {
-            return format!("{}{unit}", secs / size);
-        }
-    }
-    format!("{secs}s")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn compile(rules: &str) -> Policy {
         let text = format!("[server]\nupstream = \"http://127.0.0.1:1\"\n{rules}");
@@ -881,16 +864,5 @@ overrides = { "s42" = { rate = "9/m" } }
         for (old, new) in tables(&policy).iter().zip(tables(&again)) {
             assert!(old.same(&new));
         }
-    }
-
-    #[test]
-    fn periods_print_in_their_largest_whole_unit() {
-        assert_eq!(format_period(Duration::from_secs(60)), "1m");
-        assert_eq!(format_period(Duration::from_secs(90)), "90s");
-        assert_eq!(format_period(Duration::from_secs(900)), "15m");
-        assert_eq!(format_period(Duration::from_secs(3600)), "1h");
-        assert_eq!(format_period(Duration::from_secs(86_400)), "1d");
-        assert_eq!(format_period(Duration::from_millis(500)), "500ms");
-        assert_eq!(format_period(Duration::from_secs(10)), "10s");
     }
 }

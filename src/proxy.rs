@@ -118,7 +118,7 @@ impl Proxy {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let old = shared.policy.load_full();
         let mut config = config;
-        let ignored = crate::reload::keep_startup_settings(&old.config, &mut config);
+        let ignored = crate::config::keep_startup_settings(&old.config, &mut config);
         let policy = Policy::recompile(
             Arc::new(config),
             &shared.metrics,

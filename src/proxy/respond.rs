@@ -151,8 +151,8 @@ pub fn banned(rule: &Rule, left: Nanos, status: StatusCode) -> Response<ProxyBod
              {secs} s remain",
             rule.name,
             ban.after,
-            crate::policy::format_period(Duration::from_nanos(ban.within)),
-            crate::policy::format_period(Duration::from_nanos(ban.duration)),
+            crate::config::format_period(Duration::from_nanos(ban.within)),
+            crate::config::format_period(Duration::from_nanos(ban.duration)),
         ),
         None => format!(
             "this caller is banned by rule '{}' by an operator; {secs} s remain",
