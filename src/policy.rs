@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 use http::HeaderValue;
 use ipnet::IpNet;
-use prometheus::{Histogram, IntCounter, IntGauge};
 
 use crate::clock::Nanos;
 use crate::config::{
@@ -33,7 +32,7 @@ use crate::limiter::{
     Concurrency, FixedWindow, Gcra, HoldLimits, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
     SunsetSchedule,
 };
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RuleCounters};
 use crate::problem;
 use crate::store::bans::{BanPolicy, BanTable};
 use crate::store::{BucketTable, Carry, Store};
@@ -243,24 +242,6 @@ pub struct Limit {
     /// ([`problem::quota_exceeded_head`]), whose detail reads `rule 'name'
     /// allows N requests per P`.
     pub problem_head: String,
-}
-
-/// Per-rule `sluice_requests_total` children, resolved once.
-#[derive(Debug, Clone)]
-pub struct RuleCounters {
-    pub allowed: IntCounter,
-    pub limited: IntCounter,
-    pub shadow_limited: IntCounter,
-    pub denied: IntCounter,
-    pub missing_key: IntCounter,
-    /// `sluice_delay_seconds{rule}`.
-    pub delay_seconds: Histogram,
-    /// `sluice_queue_depth{rule}`.
-    pub queue_depth: IntGauge,
-    /// `sluice_bans_total{rule}`.
-    pub bans_started: IntCounter,
-    /// `sluice_banned_requests_total{rule}`.
-    pub banned: IntCounter,
 }
 
 /// A rule's `match`: every given field must fit; within a field any entry may.
