@@ -41,7 +41,8 @@ use crate::metrics::Metrics;
 use crate::policy::{Policy, Sunset};
 use crate::store::{MemoryStore, Store};
 use admit::Applicable;
-use forward::{ClientHop, ForwardError, Upstream};
+use forward::{ClientHop, Upstream};
+use pool::ForwardError;
 use respond::{ProxyBody, Refusal, Verdict};
 
 /// Rules a request can match before the bookkeeping spills to the heap.
@@ -323,9 +324,12 @@ impl Proxy {
             Ok(response) => response.map(Either::Left),
             Err(error) => {
                 // A body cut off by its deadline or size cap is the client's fault.
-                return body_watch
-                    .refusal()
-                    .unwrap_or_else(|| self.upstream_failed(error));
+                return match body_watch.cut_off() {
+                    Some(cut_off) => {
+                        respond::refusal(Refusal::BodyCutOff(cut_off, body_watch.version()), None)
+                    }
+                    None => self.upstream_failed(error),
+                };
             }
         };
         let headers = response.headers_mut();

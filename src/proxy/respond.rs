@@ -10,6 +10,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER
 use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
 
+use super::deadline::CutOff;
 use super::pool::PooledBody;
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
@@ -334,6 +335,9 @@ pub enum Refusal {
     UriTooLong,
     /// The declared body is larger than `server.max_body_bytes`.
     BodyTooLarge,
+    /// The body was cut off while it streamed upstream, before the upstream
+    /// answered; the request was made over this HTTP version.
+    BodyCutOff(CutOff, http::Version),
     /// A rule with `missing = "reject"` lacked a key source.
     MissingKey,
     /// The client IP is on the deny list.
@@ -366,6 +370,26 @@ pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
             StatusCode::PAYLOAD_TOO_LARGE,
             "the declared request body is larger than this server accepts",
         ),
+        Refusal::BodyCutOff(cut_off, version) => {
+            let mut response = match cut_off {
+                CutOff::Timeout => problem(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "the request body did not arrive in time",
+                ),
+                CutOff::TooLarge => problem(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the request body is larger than this server accepts",
+                ),
+            };
+            // The rest of the body is not going to be read: an HTTP/1
+            // connection cannot carry another request.
+            if version < http::Version::HTTP_2 {
+                response
+                    .headers_mut()
+                    .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            response
+        }
         Refusal::MissingKey => {
             let detail = match rule {
                 Some(rule) => format!(
