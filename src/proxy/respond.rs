@@ -33,7 +33,7 @@ const DEPRECATION: HeaderName = HeaderName::from_static("deprecation");
 const SUNSET: HeaderName = HeaderName::from_static("sunset");
 
 /// A problem document for `status`, its title the status's reason phrase.
-pub fn problem(status: StatusCode, detail: &str) -> Response<ProxyBody> {
+fn problem(status: StatusCode, detail: &str) -> Response<ProxyBody> {
     let body = Problem::new(status, detail).to_json(Layout::Standard);
     with_problem_body(status, body)
 }
