@@ -20,13 +20,13 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
+use crate::problem::{self, Layout, Problem};
 use crate::proxy::Proxy;
 use crate::reload::{Reloader, Trigger};
 
 static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 static PROMETHEUS_TEXT: HeaderValue =
     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
-static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 static JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 /// What the admin endpoints work on.
@@ -92,9 +92,7 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
     let proxy = &admin.proxy;
     match (&method, request.uri().path()) {
         (&Method::GET | &Method::HEAD, "/metrics") => {
-            let policy = proxy.policy();
-            let text = proxy.metrics().render(&policy, proxy.store(), proxy.now());
-            respond(StatusCode::OK, &PROMETHEUS_TEXT, text.into())
+            respond(StatusCode::OK, &PROMETHEUS_TEXT, metrics_text(proxy).into())
         }
         (&Method::GET | &Method::HEAD, "/healthz") => {
             respond(StatusCode::OK, &TEXT_PLAIN, "ok\n".into())
@@ -137,6 +135,24 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
     }
 }
 
+/// `GET /metrics`: the series that mirror the policy's bans and tables and
+/// the store's counters are brought up to date first.
+fn metrics_text(proxy: &Proxy) -> String {
+    let metrics = proxy.metrics();
+    let store = proxy.store();
+    let now = proxy.now();
+    for rule in &proxy.policy().rules {
+        let tracked_keys = rule
+            .all_limits()
+            .map(|limit| store.tracked_keys(&limit.table))
+            .sum();
+        metrics.set_rule_state(&rule.name, rule.bans.active(now).len(), tracked_keys);
+    }
+    let stats = store.stats();
+    metrics.set_store_state(store.backend_name(), stats.evicted_idle, stats.overflow);
+    metrics.render()
+}
+
 /// `POST /admin/reload`: 200 with what changed, or 422 with the errors.
 async fn reload(admin: &Admin) -> Response<Full<Bytes>> {
     let Some(reloader) = &admin.reloader else {
@@ -157,21 +173,21 @@ async fn reload(admin: &Admin) -> Response<Full<Bytes>> {
         Err(errors) => {
             // One `FILE:LINE:COLUMN: sentence` per error, as `sluice check` prints them.
             let list: Vec<String> = errors.to_string().lines().map(str::to_owned).collect();
-            let body = json!({
-                "title": "Unprocessable Content",
-                "status": 422,
-                "detail": format!(
-                    "{} is not valid ({} error{}); the running config stays",
-                    reloader.path().display(),
-                    list.len(),
-                    if list.len() == 1 { "" } else { "s" }
-                ),
-                "errors": list,
-            });
+            let detail = format!(
+                "{} is not valid ({} error{}); the running config stays",
+                reloader.path().display(),
+                list.len(),
+                if list.len() == 1 { "" } else { "s" }
+            );
+            let body = Problem::new(StatusCode::UNPROCESSABLE_ENTITY, &detail)
+                // RFC 9110's name for 422 (the http crate still says "Entity").
+                .titled("Unprocessable Content")
+                .with("errors", list)
+                .to_json(Layout::ByName);
             respond(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                &PROBLEM_JSON,
-                Bytes::from(body.to_string()),
+                &problem::CONTENT_TYPE,
+                Bytes::from(body),
             )
         }
     }
@@ -349,13 +365,9 @@ fn respond(status: StatusCode, content_type: &HeaderValue, body: Bytes) -> Respo
     response
 }
 
-pub(crate) fn problem(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
-    let body = json!({
-        "title": status.canonical_reason().unwrap_or("Error"),
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    respond(status, &PROBLEM_JSON, Bytes::from(body.to_string()))
+fn problem(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
+    let body = Problem::new(status, detail).to_json(Layout::ByName);
+    respond(status, &problem::CONTENT_TYPE, Bytes::from(body))
 }
 
 #[cfg(test)]

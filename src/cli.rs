@@ -6,10 +6,9 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{
-    format_timestamp, Config, LimitConfig, MatchConfig, OnChange, OnLimit, Rate, RuleConfig,
-    Variant,
+    describe_capacity, describe_limits, describe_match, format_period, format_rate,
+    format_timestamp, Config, LimitConfig, OnChange, OnLimit, Rate, RuleConfig, Variant,
 };
-use crate::policy::format_period;
 
 /// sluice: a rate-limiting reverse proxy.
 #[derive(Debug, Parser)]
@@ -228,30 +227,6 @@ fn describe_variant(limits: &[LimitConfig]) -> String {
     text
 }
 
-/// The `limits` cell: each rate, or a concurrency rule's bound.
-pub(crate) fn describe_limits(rule: &RuleConfig) -> String {
-    if let Some(max_in_flight) = rule.max_in_flight {
-        return format!("{max_in_flight} in flight");
-    }
-    rule.limits
-        .iter()
-        .map(|limit| format_rate(limit.rate))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// The `capacity` cell: each limit's capacity, or a concurrency rule's bound.
-pub(crate) fn describe_capacity(rule: &RuleConfig) -> String {
-    if let Some(max_in_flight) = rule.max_in_flight {
-        return max_in_flight.to_string();
-    }
-    rule.limits
-        .iter()
-        .map(|limit| limit.capacity.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The `on_limit` cell: `reject`, or `delay ≤30s q1000`.
 fn describe_on_limit(on_limit: OnLimit) -> String {
     match on_limit {
@@ -260,40 +235,5 @@ fn describe_on_limit(on_limit: OnLimit) -> String {
             max_delay,
             max_queue,
         } => format!("delay ≤{} q{max_queue}", format_period(max_delay)),
-    }
-}
-
-/// A rate as the config spells it: `100/m`, `5/15m`, `1/500ms`.
-fn format_rate(rate: Rate) -> String {
-    let period = format_period(rate.period);
-    let period = match period.as_str() {
-        "1s" => "s",
-        "1m" => "m",
-        "1h" => "h",
-        "1d" => "d",
-        other => other,
-    };
-    format!("{}/{period}", rate.count)
-}
-
-pub(crate) fn describe_match(matcher: &MatchConfig) -> String {
-    let mut parts = Vec::new();
-    let mut field = |name: &str, values: Vec<String>| {
-        if !values.is_empty() {
-            parts.push(format!("{name}={}", values.join("|")));
-        }
-    };
-    field(
-        "method",
-        matcher.method.iter().map(ToString::to_string).collect(),
-    );
-    field("host", matcher.host.clone());
-    field("path", matcher.path.clone());
-    field("prefix", matcher.path_prefix.clone());
-    field("glob", matcher.path_glob.clone());
-    if parts.is_empty() {
-        "*".to_owned()
-    } else {
-        parts.join(" ")
     }
 }

@@ -9,6 +9,7 @@
 //! proxy compiles a [`Config`] into its own request-path snapshot.
 
 mod ban;
+mod describe;
 mod errors;
 mod identity;
 mod keys;
@@ -18,6 +19,7 @@ mod on_limit;
 pub mod raw;
 mod rules;
 mod server;
+mod startup;
 mod sunset;
 #[cfg(test)]
 mod testing;
@@ -36,7 +38,11 @@ pub use crate::key::client_ip::ForwardedHeader;
 pub use crate::key::jwt::{ClaimPath, JwtAlgorithm, JwtConfig, JwtKey};
 pub use crate::key::KeySource;
 pub use crate::limiter::Rate;
+pub use describe::{
+    describe_capacity, describe_limits, describe_match, format_period, format_rate,
+};
 pub use errors::{ConfigError, ConfigErrors};
+pub use startup::keep_startup_settings;
 pub use units::{format_timestamp, parse_duration, parse_rate, parse_timestamp};
 
 /// The whole validated configuration.

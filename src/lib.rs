@@ -15,6 +15,7 @@
 //! - [`clock`]: monotonic time for the limiter, and a manual clock for tests.
 //! - [`reload`]: hot reload (SIGHUP, `POST /admin/reload`, the file watch).
 //! - [`metrics`], [`admin`]: Prometheus metrics and the admin listener.
+//! - [`problem`]: the problem documents (RFC 9457) of every error sluice answers itself.
 //! - [`demo`]: the self-contained tour behind `sluice demo`.
 #![forbid(unsafe_code)]
 
@@ -27,6 +28,7 @@ pub mod key;
 pub mod limiter;
 pub mod metrics;
 pub mod policy;
+pub mod problem;
 pub mod proxy;
 pub mod reload;
 pub mod server;

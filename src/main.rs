@@ -69,7 +69,7 @@ fn check_diff(old: &std::path::Path, new: &std::path::Path) -> ExitCode {
         println!("  {change}");
     }
     let mut kept = new.clone();
-    let restart = sluice::reload::keep_startup_settings(&old, &mut kept);
+    let restart = sluice::config::keep_startup_settings(&old, &mut kept);
     if !restart.is_empty() {
         println!("  needs a restart to change: {}", restart.join(", "));
     }

@@ -1,18 +1,19 @@
-//! Prometheus metrics (SPEC.md "Metrics"). Every series a request touches is
-//! resolved to a handle when the policy is compiled ([`Metrics::rule_counters`])
-//! or here at start-up, so the request path never looks up labels. Labels are
-//! `&'static str` or rule names from the config — never a caller's key.
+//! Prometheus metrics (the series README lists under `GET /metrics`). Every
+//! series a request touches is resolved to a handle when the policy is
+//! compiled ([`Metrics::rule_counters`]) or here at start-up, so the request
+//! path never looks up labels. Labels are `&'static str` or rule names from
+//! the config — never a caller's key.
 //!
-//! Store-derived series (tracked keys, evictions) are refreshed from the
-//! store's own counters when `/metrics` is scraped.
+//! Series that mirror state kept elsewhere (bans in force, tracked keys,
+//! evictions) are set when `/metrics` is scraped, by the admin listener that
+//! reads that state ([`Metrics::set_rule_state`],
+//! [`Metrics::set_store_state`]): this module knows nothing of policies or
+//! stores.
 
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
-
-use crate::policy::{Policy, RuleCounters};
-use crate::store::Store;
 
 /// Histogram buckets for sluice's own work: 1 µs … 100 ms.
 const FAST_BUCKETS: &[f64] = &[
@@ -37,6 +38,26 @@ const FAST_BUCKETS: &[f64] = &[
 const UPSTREAM_BUCKETS: &[f64] = &[
     0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
+
+/// Per-rule `sluice_requests_total` children, resolved once.
+#[derive(Debug, Clone)]
+pub struct RuleCounters {
+    pub allowed: IntCounter,
+    pub limited: IntCounter,
+    /// Held in delay mode, then admitted.
+    pub delayed: IntCounter,
+    pub shadow_limited: IntCounter,
+    pub denied: IntCounter,
+    pub missing_key: IntCounter,
+    /// `sluice_delay_seconds{rule}`.
+    pub delay_seconds: Histogram,
+    /// `sluice_queue_depth{rule}`.
+    pub queue_depth: IntGauge,
+    /// `sluice_bans_total{rule}`.
+    pub bans_started: IntCounter,
+    /// `sluice_banned_requests_total{rule}`.
+    pub banned: IntCounter,
+}
 
 /// All of sluice's metrics and the registry that exports them.
 #[derive(Debug, Clone)]
@@ -264,23 +285,28 @@ impl Metrics {
         self.responses[class].inc();
     }
 
-    /// Renders the text exposition, refreshing store-derived series first.
-    pub fn render(&self, policy: &Policy, store: &Store, now: crate::clock::Nanos) -> String {
-        for rule in &policy.rules {
-            self.bans_active
-                .with_label_values(&[&rule.name])
-                .set(rule.bans.active(now).len() as i64);
-            self.tracked_keys.with_label_values(&[&rule.name]).set(
-                rule.all_limits()
-                    .map(|l| store.tracked_keys(&l.table))
-                    .sum::<usize>() as i64,
-            );
-        }
-        let stats = store.stats();
-        catch_up(&self.evictions_idle, stats.evicted_idle);
-        catch_up(&self.evictions_overflow, stats.overflow);
-        self.store_errors.with_label_values(&[store.backend_name()]);
+    /// Sets a rule's series that mirror its state: `sluice_bans_active`
+    /// (bans in force) and `sluice_tracked_keys` (buckets in all its tables).
+    pub fn set_rule_state(&self, rule: &str, bans_active: usize, tracked_keys: usize) {
+        self.bans_active
+            .with_label_values(&[rule])
+            .set(bans_active as i64);
+        self.tracked_keys
+            .with_label_values(&[rule])
+            .set(tracked_keys as i64);
+    }
 
+    /// Sets the store's series: the evictions it counts (totals since start)
+    /// and its backend's error series, which exists at 0. The fallback gauge
+    /// is kept by the request path ([`Metrics::store_failed`]).
+    pub fn set_store_state(&self, backend: &str, evicted_idle: u64, overflow: u64) {
+        catch_up(&self.evictions_idle, evicted_idle);
+        catch_up(&self.evictions_overflow, overflow);
+        self.store_errors.with_label_values(&[backend]);
+    }
+
+    /// The text exposition of every series.
+    pub fn render(&self) -> String {
         let mut out = Vec::with_capacity(8 * 1024);
         // Encoding our own registry into a Vec cannot fail.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);

@@ -18,12 +18,11 @@ use std::sync::Arc;
 
 use http::HeaderValue;
 use ipnet::IpNet;
-use prometheus::{Histogram, IntCounter, IntGauge};
 
 use crate::clock::Nanos;
 use crate::config::{
-    AlgorithmKind, Config, HeaderStyle, KeySource, LimitConfig, MatchConfig, MissingPolicy,
-    OnChange, OnLimit, ResponseConfig, RuleConfig,
+    describe_match, format_period, AlgorithmKind, Config, HeaderStyle, KeySource, LimitConfig,
+    MatchConfig, MissingPolicy, OnChange, OnLimit, ResponseConfig, RuleConfig,
 };
 use crate::key::client_ip::ClientIpResolver;
 use crate::key::glob::PathGlob;
@@ -33,8 +32,8 @@ use crate::limiter::{
     Concurrency, FixedWindow, Gcra, HoldLimits, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
     SunsetSchedule,
 };
-use crate::metrics::Metrics;
-use crate::proxy::respond;
+use crate::metrics::{Metrics, RuleCounters};
+use crate::problem;
 use crate::store::bans::{BanPolicy, BanTable};
 use crate::store::{BucketTable, Carry, Store};
 
@@ -270,29 +269,10 @@ pub struct Limit {
     pub policy_header: HeaderValue,
     /// The bucket's capacity, ready for `X-RateLimit-Limit`.
     pub limit_header: HeaderValue,
-    /// The 429 body up to the violated-policies list (see `respond`),
-    /// whose detail reads `rule 'name' allows N requests per P`.
+    /// The 429 body up to the violated-policies list
+    /// ([`problem::quota_exceeded_head`]), whose detail reads `rule 'name'
+    /// allows N requests per P`.
     pub problem_head: String,
-}
-
-/// Per-rule `sluice_requests_total` children, resolved once.
-#[derive(Debug, Clone)]
-pub struct RuleCounters {
-    pub allowed: IntCounter,
-    pub limited: IntCounter,
-    /// Held in delay mode, then admitted.
-    pub delayed: IntCounter,
-    pub shadow_limited: IntCounter,
-    pub denied: IntCounter,
-    pub missing_key: IntCounter,
-    /// `sluice_delay_seconds{rule}`.
-    pub delay_seconds: Histogram,
-    /// `sluice_queue_depth{rule}`.
-    pub queue_depth: IntGauge,
-    /// `sluice_bans_total{rule}`.
-    pub bans_started: IntCounter,
-    /// `sluice_banned_requests_total{rule}`.
-    pub banned: IntCounter,
 }
 
 /// A rule's `match`: every given field must fit; within a field any entry may.
@@ -514,14 +494,14 @@ fn concurrency_limit(
         limiter: Limiter::Concurrency(Concurrency { max_in_flight }),
         period: None,
         count: max_in_flight,
-        name_json: respond::json_string(&rule.name),
-        rule_json: respond::json_string(&rule.name),
+        name_json: problem::json_string(&rule.name),
+        rule_json: problem::json_string(&rule.name),
         name: rule.name.clone(),
         policy_header: HeaderValue::from_str(&policy_item)
             .unwrap_or_else(|_| HeaderValue::from_static("")),
         policy_item,
         limit_header: HeaderValue::from(max_in_flight),
-        problem_head: respond::quota_exceeded_head(status, &detail),
+        problem_head: problem::quota_exceeded_head(status, &detail),
     }
 }
 
@@ -630,14 +610,14 @@ fn compile_limit(
         limiter,
         period: Some(limit.rate.period),
         count: limit.rate.count,
-        name_json: respond::json_string(&name),
-        rule_json: respond::json_string(&rule.name),
+        name_json: problem::json_string(&name),
+        rule_json: problem::json_string(&rule.name),
         name,
         policy_header: HeaderValue::from_str(&policy_item)
             .unwrap_or_else(|_| HeaderValue::from_static("")),
         policy_item,
         limit_header: HeaderValue::from(limiter.capacity()),
-        problem_head: respond::quota_exceeded_head(status, &detail),
+        problem_head: problem::quota_exceeded_head(status, &detail),
     }
 }
 
@@ -732,7 +712,7 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
             };
             let mut described = json!({
                 "name": &*rule.name,
-                "match": crate::cli::describe_match(&config.matcher),
+                "match": describe_match(&config.matcher),
                 "key": rule.key.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "missing": format!("{:?}", rule.missing).to_lowercase(),
                 "algorithm": rule.algorithm.name(),
@@ -785,26 +765,9 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
     json!({ "rules": rules })
 }
 
-/// A period in its largest whole unit: `60s` → `1m`, `90s` → `90s`,
-/// `900s` → `15m`, `500ms` → `500ms`.
-pub fn format_period(period: std::time::Duration) -> String {
-    let millis = period.as_millis();
-    if millis % 1000 != 0 {
-        return format!("{millis}ms");
-    }
-    let secs = period.as_secs();
-    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
-        if secs >= size && secs % size == 0 {
-            return format!("{}{unit}", secs / size);
-        }
-    }
-    format!("{secs}s")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn compile(rules: &str) -> Policy {
         let text = format!("[server]\nupstream = \"http://127.0.0.1:1\"\n{rules}");
@@ -913,16 +876,5 @@ overrides = { "s42" = { rate = "9/m" } }
         for (old, new) in tables(&policy).iter().zip(tables(&again)) {
             assert!(old.same(&new));
         }
-    }
-
-    #[test]
-    fn periods_print_in_their_largest_whole_unit() {
-        assert_eq!(format_period(Duration::from_secs(60)), "1m");
-        assert_eq!(format_period(Duration::from_secs(90)), "90s");
-        assert_eq!(format_period(Duration::from_secs(900)), "15m");
-        assert_eq!(format_period(Duration::from_secs(3600)), "1h");
-        assert_eq!(format_period(Duration::from_secs(86_400)), "1d");
-        assert_eq!(format_period(Duration::from_millis(500)), "500ms");
-        assert_eq!(format_period(Duration::from_secs(10)), "10s");
     }
 }

@@ -50,7 +50,8 @@ use crate::metrics::Metrics;
 use crate::policy::{Policy, Rule, Sunset};
 use crate::store::{MemoryStore, OnError, Outcome, Store};
 use admit::{Admission, Applicable};
-use forward::{ClientHop, ForwardError, Upstream};
+use forward::{ClientHop, Upstream};
+use pool::ForwardError;
 use respond::{ProxyBody, Refusal, Verdict};
 
 /// Rules a request can match before the bookkeeping spills to the heap.
@@ -141,7 +142,7 @@ impl Proxy {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let old = shared.policy.load_full();
         let mut config = config;
-        let ignored = crate::reload::keep_startup_settings(&old.config, &mut config);
+        let ignored = crate::config::keep_startup_settings(&old.config, &mut config);
         let policy = Policy::recompile(
             Arc::new(config),
             &shared.metrics,
@@ -348,9 +349,12 @@ impl Proxy {
         match prepared {
             Ok(response) => Ok(response.map(Either::Left)),
             // A body cut off by its deadline or size cap is the client's fault.
-            Err(error) => Err(body_watch
-                .refusal()
-                .unwrap_or_else(|| self.upstream_failed(error))),
+            Err(error) => Err(match body_watch.cut_off() {
+                Some(cut_off) => {
+                    respond::refusal(Refusal::BodyCutOff(cut_off, body_watch.version()), None)
+                }
+                None => self.upstream_failed(error),
+            }),
         }
     }
 

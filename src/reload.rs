@@ -13,7 +13,8 @@
 //!
 //! Settings that only take effect at start (listen addresses, workers,
 //! timeouts of the listener and the upstream client, the store) are kept as
-//! they were; a reload that changes them says so in the log.
+//! they were ([`crate::config::keep_startup_settings`]); a reload that
+//! changes them says so in the log.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -221,42 +222,6 @@ fn content_hash(bytes: &[u8]) -> u64 {
     hasher.finish()
 }
 
-/// Keeps in `new` the settings that only take effect at start, and names
-/// those that differ from `old`.
-pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str> {
-    let mut kept = Vec::new();
-    macro_rules! keep {
-        ($($section:ident . $field:ident),* $(,)?) => {$(
-            if format!("{:?}", new.$section.$field) != format!("{:?}", old.$section.$field) {
-                kept.push(concat!(stringify!($section), ".", stringify!($field)));
-                new.$section.$field = old.$section.$field.clone();
-            }
-        )*};
-    }
-    keep!(
-        server.listen,
-        server.upstream,
-        server.workers,
-        server.connect_timeout,
-        server.upstream_timeout,
-        server.header_read_timeout,
-        server.max_connections,
-        server.shutdown_grace,
-        server.max_header_bytes,
-        server.max_headers,
-        server.max_uri_bytes,
-        server.max_body_bytes,
-        server.body_timeout,
-        server.idle_timeout,
-        server.send_timeout,
-        admin.listen,
-        admin.token_env,
-        store.backend,
-        store.max_keys,
-    );
-    kept
-}
-
 /// What a reload from one config to another does to one rule's buckets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuleChange {
@@ -379,13 +344,13 @@ fn sources(key: &[crate::config::KeySource]) -> String {
 /// A rule's limits as `check` shows them, with capacities and any tiers,
 /// overrides or sunset (all of which change what its buckets hold).
 fn limits_text(rule: &RuleConfig) -> String {
-    let mut text = crate::cli::describe_limits(rule);
+    let mut text = crate::config::describe_limits(rule);
     if rule
         .limits
         .iter()
         .any(|limit| limit.capacity != limit.rate.count)
     {
-        let capacities = crate::cli::describe_capacity(rule);
+        let capacities = crate::config::describe_capacity(rule);
         text.push_str(&format!(" (capacity {capacities})"));
     }
     if let Some(tiers) = &rule.tiers {
@@ -456,23 +421,5 @@ rate = "1/s"
                 "- gone: removed; its buckets are dropped",
             ]
         );
-    }
-
-    #[test]
-    fn startup_settings_are_kept_and_named() {
-        let old = config("[[rule]]\nname = \"a\"\nrate = \"1/s\"\n");
-        let mut new = Config::from_toml(
-            "[server]\nupstream = \"http://127.0.0.1:4000\"\nnormalize_path = false\n\
-             [store]\nmax_keys = 10\n[[rule]]\nname = \"a\"\nrate = \"2/s\"\n",
-            "new.toml",
-        )
-        .unwrap();
-        let kept = keep_startup_settings(&old, &mut new);
-        assert_eq!(kept, ["server.upstream", "store.max_keys"]);
-        assert_eq!(new.server.upstream, old.server.upstream);
-        assert_eq!(new.store.max_keys, old.store.max_keys);
-        // What a reload does apply stays as the new file says.
-        assert!(!new.server.normalize_path);
-        assert_eq!(new.rules[0].limits[0].rate.count, 2);
     }
 }

@@ -41,6 +41,7 @@ use tokio::sync::Semaphore;
 use crate::admin::{self, Admin};
 use crate::clock::ProxyClock;
 use crate::config::Config;
+use crate::problem::{self, Layout, Problem};
 use crate::proxy::deadline::BodyLimits;
 use crate::proxy::respond::ProxyBody;
 use crate::proxy::Proxy;
@@ -298,20 +299,25 @@ const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
 /// How long a refused connection gets to take its 503.
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The problem document a connection beyond `max_connections` gets.
-const OVER_CAPACITY: &str = r#"{"title":"Service Unavailable","status":503,"detail":"too many connections; try again shortly"}"#;
-
 /// Answers a connection over the cap with 503 and closes it, without
 /// reading its request (whatever it is, the answer is the same).
 async fn refuse(mut stream: tokio::net::TcpStream) {
     use tokio::io::AsyncWriteExt;
-    let answer = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n\
-         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{OVER_CAPACITY}",
-        OVER_CAPACITY.len()
-    );
+    let body = Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too many connections; try again shortly",
+    )
+    .to_json(Layout::Standard);
+    let mut answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: {}\r\n\
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        problem::MEDIA_TYPE,
+        body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(&body);
     let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
-        stream.write_all(answer.as_bytes()).await?;
+        stream.write_all(&answer).await?;
         stream.shutdown().await
     })
     .await;

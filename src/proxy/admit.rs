@@ -355,8 +355,9 @@ mod tests {
         admit(store, &clock, on_error, metrics, &enforced, &[]).await
     }
 
-    fn fallback_gauge(metrics: &Metrics, store: &Store, policy: &Policy) -> bool {
-        let text = metrics.render(policy, store, NOW);
+    fn fallback_gauge(metrics: &Metrics, store: &Store) -> bool {
+        metrics.set_store_state(store.backend_name(), 0, 0);
+        let text = metrics.render();
         assert!(text.contains("sluice_store_errors_total{backend=\"failing\"}"));
         text.lines()
             .any(|line| line == "sluice_store_fallback_active 1")
@@ -372,11 +373,11 @@ mod tests {
         // Still limited: 1/m, decided locally.
         let second = ask(&store, &policy, &metrics, OnError::Local).await;
         assert_eq!(second.unwrap().outcome, Outcome::Limited);
-        assert!(fallback_gauge(&metrics, &store, &policy));
+        assert!(fallback_gauge(&metrics, &store));
         // Back: the fallback ends with the first successful call.
         failing(&store, false);
         let _ = ask(&store, &policy, &metrics, OnError::Local).await;
-        assert!(!fallback_gauge(&metrics, &store, &policy));
+        assert!(!fallback_gauge(&metrics, &store));
     }
 
     #[tokio::test]
@@ -391,7 +392,7 @@ mod tests {
             assert!(allowed.unlimited && allowed.settlement.is_none());
         }
         assert!(ask(&store, &policy, &metrics, OnError::Deny).await.is_err());
-        assert!(fallback_gauge(&metrics, &store, &policy));
+        assert!(fallback_gauge(&metrics, &store));
         // Nothing was taken meanwhile: the bucket is full once back.
         failing(&store, false);
         let admission = ask(&store, &policy, &metrics, OnError::Deny).await.unwrap();

@@ -13,8 +13,8 @@
 //! Either way the body ends in an error, so hyper aborts the upstream
 //! request: the upstream sees an incomplete body and a closed connection,
 //! never a complete request. If the upstream had not answered yet, the
-//! client gets 408 or 413 ([`BodyWatch::refusal`]) and the connection is
-//! closed.
+//! client gets 408 or 413 (what [`BodyWatch::cut_off`] says the proxy
+//! answers) and the connection is closed.
 //!
 //! The server inserts the limits as a request extension ([`BodyLimits`]) on
 //! requests that have a body; [`guard`] takes them out where the request is
@@ -28,11 +28,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, Version};
+use http::{Request, Version};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::time::Sleep;
-
-use super::respond::{self, ProxyBody};
 
 /// The limits on one request body, from `[server]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +50,15 @@ pub enum BodyError {
     TooLarge,
     #[error("the client's request body failed")]
     Client,
+}
+
+/// Which of its limits cut a body off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutOff {
+    /// It did not arrive within `body_timeout`.
+    Timeout,
+    /// It grew past `max_body_bytes`.
+    TooLarge,
 }
 
 const NOT_TRIPPED: u8 = 0;
@@ -105,28 +112,19 @@ pub fn guard(mut request: Request<Incoming>) -> (Request<GuardedBody>, BodyWatch
 }
 
 impl BodyWatch {
-    /// The answer when the exchange failed because the body was cut off:
-    /// 408 or 413, closing an HTTP/1 connection (the rest of the body is
-    /// not going to be read).
-    pub fn refusal(&self) -> Option<Response<ProxyBody>> {
-        let (status, detail) = match self.tripped.as_ref()?.load(Ordering::Acquire) {
-            TRIPPED_TIMEOUT => (
-                StatusCode::REQUEST_TIMEOUT,
-                "the request body did not arrive in time",
-            ),
-            TRIPPED_TOO_LARGE => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "the request body is larger than this server accepts",
-            ),
-            _ => return None,
-        };
-        let mut response = respond::problem(status, detail);
-        if self.version < Version::HTTP_2 {
-            response
-                .headers_mut()
-                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    /// Whether the body was cut off by one of its limits; an exchange that
+    /// failed then failed because of it, and the client is to blame.
+    pub fn cut_off(&self) -> Option<CutOff> {
+        match self.tripped.as_ref()?.load(Ordering::Acquire) {
+            TRIPPED_TIMEOUT => Some(CutOff::Timeout),
+            TRIPPED_TOO_LARGE => Some(CutOff::TooLarge),
+            _ => None,
         }
-        Some(response)
+    }
+
+    /// The HTTP version of the request whose body this watches.
+    pub fn version(&self) -> Version {
+        self.version
     }
 }
 

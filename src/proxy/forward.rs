@@ -25,7 +25,7 @@ use hyper::body::Incoming;
 use smallvec::SmallVec;
 
 use super::deadline::GuardedBody;
-use super::pool::{Pool, PooledBody};
+use super::pool::{ForwardError, Pool, PooledBody};
 use super::respond::Refusal;
 use super::settle::Settlement;
 use super::upgrade::{self, ClientUpgrade};
@@ -37,26 +37,6 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 static HTTP: HeaderValue = HeaderValue::from_static("http");
-
-/// Why an upstream exchange failed, by the status it maps to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum ForwardError {
-    /// Could not connect (refused, unreachable): 502.
-    #[error("could not connect to the upstream")]
-    Connect,
-    /// No response head within `upstream_timeout`, or no connection within
-    /// `connect_timeout`: 504.
-    #[error("the upstream timed out")]
-    Timeout,
-    /// The connection failed after it was made: 502.
-    #[error("the upstream exchange failed")]
-    Other,
-    /// The client's request body broke off or was badly framed while it was
-    /// being forwarded (e.g. an invalid chunk size): 400, and the client
-    /// connection closes. The upstream saw a body without its end.
-    #[error("the client's request body was malformed")]
-    ClientBody,
-}
 
 /// The protected service and the pool of connections that reaches it.
 #[derive(Debug, Clone)]

@@ -1,6 +1,7 @@
 //! The keep-alive connections to the upstream: a small pool of HTTP/1.1
-//! connections (hyper's `client::conn::http1`) and the response body that
-//! hands its connection back when it ends.
+//! connections (hyper's `client::conn::http1`), the response body that
+//! hands its connection back when it ends, and why an exchange failed
+//! ([`ForwardError`]).
 //!
 //! Why not hyper-util's pooled client: sluice talks to exactly one upstream,
 //! so the general client's per-request work (hashing a pool key, a checkout
@@ -28,8 +29,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::deadline::GuardedBody;
-use super::forward::ForwardError;
+use super::deadline::{BodyError, GuardedBody};
 use super::settle::Settlement;
 
 /// Idle connections kept at most; more are closed when returned.
@@ -38,6 +38,26 @@ const MAX_IDLE: usize = 1024;
 /// An idle connection older than this is closed rather than reused
 /// (upstreams commonly close idle keep-alive connections after 60–75 s).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
+
+/// Why an upstream exchange failed, by the status it maps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ForwardError {
+    /// Could not connect (refused, unreachable): 502.
+    #[error("could not connect to the upstream")]
+    Connect,
+    /// No response head within `upstream_timeout`, or no connection within
+    /// `connect_timeout`: 504.
+    #[error("the upstream timed out")]
+    Timeout,
+    /// The connection failed after it was made: 502.
+    #[error("the upstream exchange failed")]
+    Other,
+    /// The client's request body broke off or was badly framed while it was
+    /// being forwarded (e.g. an invalid chunk size): 400, and the client
+    /// connection closes. The upstream saw a body without its end.
+    #[error("the client's request body was malformed")]
+    ClientBody,
+}
 
 /// The pool of connections to one upstream address.
 #[derive(Debug)]
@@ -173,14 +193,12 @@ impl Pool {
 /// Whose fault a failed exchange was: hyper's client reports an error of
 /// the request body it was streaming as a user error caused by that body's
 /// error — the client's body as the deadline guard passes it on
-/// ([`crate::proxy::deadline::BodyError`]), i.e. bad chunked framing, a
+/// ([`BodyError`]), i.e. bad chunked framing, a
 /// client that went away mid-upload, or a body over its deadline or size.
 fn blame(error: &hyper::Error) -> ForwardError {
     let from_client_body = error.is_user()
         && std::error::Error::source(error).is_some_and(|cause| {
-            cause
-                .downcast_ref::<crate::proxy::deadline::BodyError>()
-                .is_some()
+            cause.downcast_ref::<BodyError>().is_some()
                 || cause.downcast_ref::<hyper::Error>().is_some()
         });
     if from_client_body {

@@ -1,6 +1,7 @@
-//! Every response sluice writes itself, and the rate-limit headers it adds to
-//! forwarded ones. Errors become problem documents (RFC 9457) here and only
-//! here, so each status, title and detail is decided in one place.
+//! Every response the proxy writes itself, and the rate-limit headers it
+//! adds to forwarded ones. Each refusal's status and detail is decided here,
+//! in one place; [`crate::problem`] writes them as problem documents
+//! (RFC 9457).
 
 use std::time::Duration;
 
@@ -8,19 +9,19 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
-use serde::Serialize;
 
+use super::deadline::CutOff;
 use super::pool::PooledBody;
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
 use crate::limiter::Decision;
 use crate::policy::{Limit, Policy, Rule, Sunset};
+use crate::problem::{self, Layout, Problem};
 
 /// The body of every response the proxy sends: the upstream's, streamed, or
 /// one sluice wrote.
 pub type ProxyBody = Either<PooledBody, Full<Bytes>>;
 
-static PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
@@ -30,44 +31,10 @@ const X_SLUICE_WOULD_LIMIT: HeaderName = HeaderName::from_static("x-sluice-would
 const X_SLUICE_DELAY_MS: HeaderName = HeaderName::from_static("x-sluice-delay-ms");
 const DEPRECATION: HeaderName = HeaderName::from_static("deprecation");
 const SUNSET: HeaderName = HeaderName::from_static("sunset");
-const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
-
-/// A generic problem document (`type` defaults to `about:blank`).
-#[derive(Serialize)]
-struct Problem<'a> {
-    title: &'a str,
-    status: u16,
-    detail: &'a str,
-}
-
-/// The 429 body: the quota-exceeded problem type with sluice's extension
-/// members, which clients may rely on. [`quota_exceeded_body`] writes it by
-/// hand; the tests hold the two to the same bytes.
-#[cfg(test)]
-#[derive(Serialize)]
-struct QuotaExceeded<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    title: &'a str,
-    status: u16,
-    detail: &'a str,
-    #[serde(rename = "violated-policies")]
-    violated_policies: Vec<&'a str>,
-    rule: &'a str,
-    limit: u64,
-    remaining: u64,
-    retry_after_secs: Option<u64>,
-}
 
 /// A problem document for `status`, its title the status's reason phrase.
-pub fn problem(status: StatusCode, detail: &str) -> Response<ProxyBody> {
-    let title = status.canonical_reason().unwrap_or("Error");
-    let body = serde_json::to_vec(&Problem {
-        title,
-        status: status.as_u16(),
-        detail,
-    })
-    .unwrap_or_default();
+fn problem(status: StatusCode, detail: &str) -> Response<ProxyBody> {
+    let body = Problem::new(status, detail).to_json(Layout::Standard);
     with_problem_body(status, body)
 }
 
@@ -79,7 +46,7 @@ fn with_problem_body(status: StatusCode, body: Vec<u8>) -> Response<ProxyBody> {
     *response.headers_mut() = HeaderMap::with_capacity(8);
     response
         .headers_mut()
-        .insert(CONTENT_TYPE, PROBLEM_JSON.clone());
+        .insert(CONTENT_TYPE, problem::CONTENT_TYPE.clone());
     response
 }
 
@@ -117,7 +84,7 @@ pub fn limited(
     let retry_after_secs = retry_after.map(|nanos| ceil_secs(nanos).max(1));
 
     let status = policy.response.status;
-    let body = quota_exceeded_body(
+    let body = problem::quota_exceeded_body(
         &first.limit.problem_head,
         rejecting().map(|v| v.limit.name_json.as_str()),
         &first.limit.rule_json,
@@ -163,14 +130,11 @@ pub fn gone(rule: &Rule, sunset: &Sunset) -> Response<ProxyBody> {
     if let Some(target) = &link {
         detail.push_str(&format!("; see {target}"));
     }
-    let body = serde_json::json!({
-        "title": "Gone",
-        "status": 410,
-        "detail": detail,
-        "rule": &*rule.name,
-        "link": link,
-    });
-    let mut response = with_problem_body(StatusCode::GONE, body.to_string().into_bytes());
+    let body = Problem::new(StatusCode::GONE, &detail)
+        .with("rule", &*rule.name)
+        .with("link", link)
+        .to_json(Layout::ByName);
+    let mut response = with_problem_body(StatusCode::GONE, body);
     add_sunset_headers(response.headers_mut(), Some(sunset));
     response
 }
@@ -186,25 +150,21 @@ pub fn banned(rule: &Rule, left: Nanos, status: StatusCode) -> Response<ProxyBod
              {secs} s remain",
             rule.name,
             ban.after,
-            crate::policy::format_period(Duration::from_nanos(ban.within)),
-            crate::policy::format_period(Duration::from_nanos(ban.duration)),
+            crate::config::format_period(Duration::from_nanos(ban.within)),
+            crate::config::format_period(Duration::from_nanos(ban.duration)),
         ),
         None => format!(
             "this caller is banned by rule '{}' by an operator; {secs} s remain",
             rule.name
         ),
     };
-    let body = serde_json::json!({
-        "type": QUOTA_EXCEEDED,
-        "title": status.canonical_reason().unwrap_or("Too Many Requests"),
-        "status": status.as_u16(),
-        "detail": detail,
-        "violated-policies": [&*rule.name],
-        "rule": &*rule.name,
-        "banned": true,
-        "retry_after_secs": secs,
-    });
-    let mut response = with_problem_body(status, body.to_string().into_bytes());
+    let body = Problem::quota_exceeded(status, &detail)
+        .with("violated-policies", vec![&*rule.name])
+        .with("rule", &*rule.name)
+        .with("banned", true)
+        .with("retry_after_secs", secs)
+        .to_json(Layout::ByName);
+    let mut response = with_problem_body(status, body);
     response
         .headers_mut()
         .insert(RETRY_AFTER, number_value(secs));
@@ -337,81 +297,6 @@ fn push_u64(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(format_u64(n, &mut digits));
 }
 
-/// Appends `text` as a JSON string, byte for byte what `serde_json` writes.
-fn push_json_str(out: &mut Vec<u8>, text: &str) {
-    let plain = text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
-    if plain {
-        out.push(b'"');
-        out.extend_from_slice(text.as_bytes());
-        out.push(b'"');
-    } else {
-        // Escaping is rare (names and details come from the config): let
-        // serde_json do it. Writing into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *out, text);
-    }
-}
-
-/// The fixed start of a rule's 429 body, up to the list of violated
-/// policies; built once per rule when the policy is compiled.
-pub(crate) fn quota_exceeded_head(status: StatusCode, detail: &str) -> String {
-    let mut out = Vec::with_capacity(128 + QUOTA_EXCEEDED.len() + detail.len());
-    out.extend_from_slice(b"{\"type\":");
-    push_json_str(&mut out, QUOTA_EXCEEDED);
-    out.extend_from_slice(b",\"title\":");
-    push_json_str(
-        &mut out,
-        status.canonical_reason().unwrap_or("Too Many Requests"),
-    );
-    out.extend_from_slice(b",\"status\":");
-    push_u64(&mut out, u64::from(status.as_u16()));
-    out.extend_from_slice(b",\"detail\":");
-    push_json_str(&mut out, detail);
-    out.extend_from_slice(b",\"violated-policies\":[");
-    String::from_utf8(out).unwrap_or_default()
-}
-
-/// `text` as a JSON string literal (quoted, escaped); built once per rule.
-pub(crate) fn json_string(text: &str) -> String {
-    let mut out = Vec::with_capacity(text.len() + 2);
-    push_json_str(&mut out, text);
-    String::from_utf8(out).unwrap_or_default()
-}
-
-/// The 429 problem document: byte for byte what serialising `QuotaExceeded`
-/// with `serde_json` gives (field order, escaping, `null`). Everything that
-/// depends only on the rule comes prebuilt (`head`, the names as JSON
-/// strings), so a rejection only copies bytes and prints three numbers.
-fn quota_exceeded_body<'a>(
-    head: &str,
-    violated_json: impl Iterator<Item = &'a str>,
-    rule_json: &str,
-    limit: u64,
-    remaining: u64,
-    retry_after_secs: Option<u64>,
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(head.len() + 4 * rule_json.len() + 96);
-    out.extend_from_slice(head.as_bytes());
-    for (index, name) in violated_json.enumerate() {
-        if index > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(name.as_bytes());
-    }
-    out.extend_from_slice(b"],\"rule\":");
-    out.extend_from_slice(rule_json.as_bytes());
-    out.extend_from_slice(b",\"limit\":");
-    push_u64(&mut out, limit);
-    out.extend_from_slice(b",\"remaining\":");
-    push_u64(&mut out, remaining);
-    out.extend_from_slice(b",\"retry_after_secs\":");
-    match retry_after_secs {
-        Some(secs) => push_u64(&mut out, secs),
-        None => out.extend_from_slice(b"null"),
-    }
-    out.push(b'}');
-    out
-}
-
 fn join<S: AsRef<str>>(items: impl Iterator<Item = S>) -> String {
     let mut out = String::with_capacity(64);
     for (index, item) in items.enumerate() {
@@ -448,6 +333,9 @@ pub enum Refusal {
     UriTooLong,
     /// The declared body is larger than `server.max_body_bytes`.
     BodyTooLarge,
+    /// The body was cut off while it streamed upstream, before the upstream
+    /// answered; the request was made over this HTTP version.
+    BodyCutOff(CutOff, http::Version),
     /// A rule with `missing = "reject"` lacked a key source.
     MissingKey,
     /// The client IP is on the deny list.
@@ -482,6 +370,26 @@ pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
             StatusCode::PAYLOAD_TOO_LARGE,
             "the declared request body is larger than this server accepts",
         ),
+        Refusal::BodyCutOff(cut_off, version) => {
+            let mut response = match cut_off {
+                CutOff::Timeout => problem(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "the request body did not arrive in time",
+                ),
+                CutOff::TooLarge => problem(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the request body is larger than this server accepts",
+                ),
+            };
+            // The rest of the body is not going to be read: an HTTP/1
+            // connection cannot carry another request.
+            if version < http::Version::HTTP_2 {
+                response
+                    .headers_mut()
+                    .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            response
+        }
         Refusal::MissingKey => {
             let detail = match rule {
                 Some(rule) => format!(
@@ -528,72 +436,6 @@ mod tests {
     fn numbers_format_like_header_value_from() {
         for n in [0, 1, 9, 10, 99, 100, 12_345, 1_000_000_000, u64::MAX] {
             assert_eq!(number_value(n), HeaderValue::from(n), "{n}");
-        }
-    }
-
-    #[test]
-    fn quota_exceeded_body_matches_serde_json() {
-        /// detail, violated policies, rule, limit, remaining, retry-after.
-        type Case = (
-            &'static str,
-            &'static [&'static str],
-            &'static str,
-            u64,
-            u64,
-            Option<u64>,
-        );
-        let cases: &[Case] = &[
-            (
-                "rule 'per-ip' allows 1 requests per 1m",
-                &["per-ip"],
-                "per-ip",
-                1,
-                0,
-                Some(60),
-            ),
-            ("d", &["a", "b", "c"], "a", u64::MAX, 7, None),
-            (
-                "quote \" back\\ tab\t nl\n ctl\u{1} del\u{7f} é ✓",
-                &["n\"a", "ü"],
-                "n\"a",
-                0,
-                0,
-                Some(1),
-            ),
-            ("", &[], "", 5, 5, Some(u64::MAX)),
-        ];
-        for status in [
-            StatusCode::TOO_MANY_REQUESTS,
-            StatusCode::SERVICE_UNAVAILABLE,
-        ] {
-            for &(detail, violated, rule, limit, remaining, retry) in cases {
-                let violated_json: Vec<String> =
-                    violated.iter().map(|name| json_string(name)).collect();
-                let ours = quota_exceeded_body(
-                    &quota_exceeded_head(status, detail),
-                    violated_json.iter().map(String::as_str),
-                    &json_string(rule),
-                    limit,
-                    remaining,
-                    retry,
-                );
-                let reference = serde_json::to_vec(&QuotaExceeded {
-                    kind: QUOTA_EXCEEDED,
-                    title: status.canonical_reason().unwrap_or("Too Many Requests"),
-                    status: status.as_u16(),
-                    detail,
-                    violated_policies: violated.to_vec(),
-                    rule,
-                    limit,
-                    remaining,
-                    retry_after_secs: retry,
-                })
-                .unwrap();
-                assert_eq!(
-                    String::from_utf8(ours).unwrap(),
-                    String::from_utf8(reference).unwrap()
-                );
-            }
         }
     }
 }

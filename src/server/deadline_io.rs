@@ -46,6 +46,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::problem::{self, Layout, Problem};
+
 /// The `[server]` settings a connection enforces.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionLimits {
@@ -577,19 +579,17 @@ impl TargetScan {
 fn problem_response(status: u16, detail: &str) -> Vec<u8> {
     let status_code = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_REQUEST);
     let title = status_code.canonical_reason().unwrap_or("Error");
-    let body = serde_json::json!({
-        "title": title,
-        "status": status_code.as_u16(),
-        "detail": detail,
-    })
-    .to_string();
-    format!(
-        "HTTP/1.1 {} {title}\r\ncontent-type: application/problem+json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+    let body = Problem::new(status_code, detail).to_json(Layout::ByName);
+    let mut response = format!(
+        "HTTP/1.1 {} {title}\r\ncontent-type: {}\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
         status_code.as_u16(),
+        problem::MEDIA_TYPE,
         body.len()
     )
-    .into_bytes()
+    .into_bytes();
+    response.extend_from_slice(&body);
+    response
 }
 
 /// Our problem document in place of hyper's bodiless answer `head`.

@@ -1,0 +1,71 @@
+//! The settings that only take effect when sluice starts: listen
+//! addresses, workers, the listener's and the upstream client's timeouts and
+//! limits, the admin token's variable and the store. A reload, and `sluice
+//! check --diff`, keep them as they were and name the ones the new file
+//! would change (they need a restart).
+
+use super::Config;
+
+/// Keeps in `new` the settings that only take effect at start, and names
+/// those that differ from `old`.
+pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str> {
+    let mut kept = Vec::new();
+    macro_rules! keep {
+        ($($section:ident . $field:ident),* $(,)?) => {$(
+            if format!("{:?}", new.$section.$field) != format!("{:?}", old.$section.$field) {
+                kept.push(concat!(stringify!($section), ".", stringify!($field)));
+                new.$section.$field = old.$section.$field.clone();
+            }
+        )*};
+    }
+    keep!(
+        server.listen,
+        server.upstream,
+        server.workers,
+        server.connect_timeout,
+        server.upstream_timeout,
+        server.header_read_timeout,
+        server.max_connections,
+        server.shutdown_grace,
+        server.max_header_bytes,
+        server.max_headers,
+        server.max_uri_bytes,
+        server.max_body_bytes,
+        server.body_timeout,
+        server.idle_timeout,
+        server.send_timeout,
+        admin.listen,
+        admin.token_env,
+        store.backend,
+        store.max_keys,
+    );
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn startup_settings_are_kept_and_named() {
+        let old = Config::from_toml(
+            "[server]\nupstream = \"http://127.0.0.1:3000\"\n\
+             [[rule]]\nname = \"a\"\nrate = \"1/s\"\n",
+            "old.toml",
+        )
+        .unwrap();
+        let mut new = Config::from_toml(
+            "[server]\nupstream = \"http://127.0.0.1:4000\"\nnormalize_path = false\n\
+             [store]\nmax_keys = 10\n[[rule]]\nname = \"a\"\nrate = \"2/s\"\n",
+            "new.toml",
+        )
+        .unwrap();
+        let kept = keep_startup_settings(&old, &mut new);
+        assert_eq!(kept, ["server.upstream", "store.max_keys"]);
+        assert_eq!(new.server.upstream, old.server.upstream);
+        assert_eq!(new.store.max_keys, old.store.max_keys);
+        // What a reload does apply stays as the new file says.
+        assert!(!new.server.normalize_path);
+        assert_eq!(new.rules[0].limits[0].rate.count, 2);
+    }
+}
