@@ -44,6 +44,7 @@ use smallvec::SmallVec;
 
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{Config, MissingPolicy};
+use crate::key::client_ip::ForwardedHeader;
 use crate::key::{path, RequestFacts};
 use crate::limiter::Decision;
 use crate::metrics::Metrics;
@@ -286,10 +287,10 @@ impl Proxy {
                 return Ok(admission);
             }
             Outcome::Banned { rule, left } => {
-                let rule = enforced[rule].rule;
+                let Applicable { rule, limits, .. } = enforced[rule];
                 rule.counters.limited.inc();
                 rule.counters.banned.inc();
-                respond::banned(rule, left, policy.response.status)
+                respond::banned(rule, limits, left, policy.response.status)
             }
             Outcome::Limited => {
                 count_outcomes(&admission.verdicts);
@@ -324,6 +325,7 @@ impl Proxy {
         let hop = ClientHop {
             peer: peer.ip(),
             trusted: policy.client_ip.is_trusted(peer.ip()),
+            rfc7239: policy.client_ip.header() == ForwardedHeader::Forwarded,
         };
         let client_upgrade = upgrade::take_client_side(&mut request);
         forward::prepare_request(&mut request, &shared.upstream, path_and_query, hop);

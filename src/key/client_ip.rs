@@ -52,6 +52,11 @@ impl ClientIpResolver {
         ClientIpResolver { trusted, header }
     }
 
+    /// Which header carries the forwarding chain.
+    pub fn header(&self) -> ForwardedHeader {
+        self.header
+    }
+
     /// Whether `ip` (canonicalised first) is inside `trusted_proxies`.
     pub fn is_trusted(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);

@@ -87,6 +87,9 @@ pub struct ClientHop {
     /// Whether the peer is in `trusted_proxies` (its forwarding headers are
     /// kept and extended; an untrusted peer's are replaced).
     pub trusted: bool,
+    /// `server.forwarded_header = "forwarded"`: the RFC 7239 `Forwarded`
+    /// header is extended (or replaced) too.
+    pub rfc7239: bool,
 }
 
 /// Turns the client's request into the upstream's, in place.
@@ -118,6 +121,9 @@ pub fn prepare_request(
         headers.remove(&X_FORWARDED_PROTO);
         headers.remove(&X_FORWARDED_HOST);
         headers.insert(X_FORWARDED_FOR, header_value(&peer));
+    }
+    if hop.rfc7239 {
+        set_forwarded(headers, hop.peer, &peer, hop.trusted);
     }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
         headers.insert(X_FORWARDED_PROTO, HTTP.clone());
@@ -250,6 +256,35 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: &str) {
     }
     joined.push_str(peer);
     headers.insert(X_FORWARDED_FOR, header_value(&joined));
+}
+
+/// RFC 7239: a trusted peer's `Forwarded` elements are kept and this hop's
+/// `for=` appended after them (several field lines joined into one list);
+/// an untrusted peer's are replaced by this hop alone, so a client cannot
+/// pass forged elements to the upstream. An IPv6 node is quoted and
+/// bracketed (RFC 7239 §6).
+fn set_forwarded(headers: &mut HeaderMap, ip: IpAddr, text: &str, trusted: bool) {
+    let mut joined = String::with_capacity(64);
+    if trusted {
+        for value in headers.get_all(header::FORWARDED) {
+            if let Ok(elements) = value.to_str() {
+                joined.push_str(elements.trim());
+                joined.push_str(", ");
+            }
+        }
+    }
+    match ip {
+        IpAddr::V4(_) => {
+            joined.push_str("for=");
+            joined.push_str(text);
+        }
+        IpAddr::V6(_) => {
+            joined.push_str("for=\"[");
+            joined.push_str(text);
+            joined.push_str("]\"");
+        }
+    }
+    headers.insert(header::FORWARDED, header_value(&joined));
 }
 
 /// Removes hop-by-hop fields: those named in `Connection`, then the fixed

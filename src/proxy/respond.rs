@@ -142,7 +142,12 @@ pub fn gone(rule: &Rule, sunset: &Sunset) -> Response<ProxyBody> {
 /// The answer to a request whose key `rule` has banned for `left` more:
 /// the quota-exceeded problem type, `Retry-After` the ban's remaining
 /// seconds. The rule's buckets were not asked, so no rate-limit fields.
-pub fn banned(rule: &Rule, left: Nanos, status: StatusCode) -> Response<ProxyBody> {
+pub fn banned(
+    rule: &Rule,
+    limits: &[Limit],
+    left: Nanos,
+    status: StatusCode,
+) -> Response<ProxyBody> {
     let secs = ceil_secs(left).max(1);
     let detail = match rule.ban {
         Some(ban) => format!(
@@ -161,6 +166,13 @@ pub fn banned(rule: &Rule, left: Nanos, status: StatusCode) -> Response<ProxyBod
     let body = Problem::quota_exceeded(status, &detail)
         .with("violated-policies", vec![&*rule.name])
         .with("rule", &*rule.name)
+        // Like every 429: the limit the caller is held to (its first, in
+        // file order; the caller's tier or override if any), none left.
+        .with(
+            "limit",
+            limits.first().map_or(0, |limit| limit.limiter.capacity()),
+        )
+        .with("remaining", 0)
         .with("banned", true)
         .with("retry_after_secs", secs)
         .to_json(Layout::ByName);

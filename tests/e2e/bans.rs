@@ -63,8 +63,13 @@ rate = "3/m"
     let body = assert_problem(&refused, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(body["banned"], true);
     assert_eq!(body["rule"], "per-seller");
+    // A complete quota-exceeded document, like every 429.
+    assert_eq!(body["limit"], 3, "{body}");
+    assert_eq!(body["remaining"], 0, "{body}");
+    assert_eq!(body["violated-policies"][0], "per-seller");
     let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
     assert!((599..=600).contains(&retry), "Retry-After {retry}");
+    assert_eq!(body["retry_after_secs"], retry);
     assert_eq!(upstream.seen().len(), seen_before);
     // Another seller is untouched.
     assert_eq!(statuses(&sluice, "s2", 1).await, [200]);

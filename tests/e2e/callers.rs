@@ -89,6 +89,8 @@ ban = { after = 3, within = "1m", for = "2s" }
     let banned = get(&sluice.url("/api"), &abuser).await;
     let body = assert_problem(&banned, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(body["banned"], true);
+    assert_eq!(body["limit"], 2, "{body}");
+    assert_eq!(body["remaining"], 0, "{body}");
     assert_eq!(banned.header("retry-after"), Some("2"));
     assert_eq!(
         sluice

@@ -6,8 +6,8 @@ use crate::support;
 
 use http::StatusCode;
 use support::{
-    download_len, generated_body, get, get_h2, post_streaming, start, write_config, SluiceProcess,
-    Upstream,
+    download_len, generated_body, get, get_h2, post_streaming, start, write_config, Sluice,
+    SluiceProcess, Upstream,
 };
 
 const GENEROUS_RULE: &str = r#"
@@ -198,6 +198,59 @@ rate = "3/m"
     for seen in upstream.seen() {
         assert_eq!(seen.headers.get("x-forwarded-for").unwrap(), "127.0.0.1");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_rfc7239_forwarded_a_trusted_chain_is_extended_and_an_untrusted_one_replaced() {
+    let limits = r#"
+[[rule]]
+name = "per-ip"
+rate = "2/m"
+"#;
+    // Trusted: the client's elements stay, the peer is appended, and the
+    // client named in the chain gets its own bucket.
+    let (upstream, sluice) = start(&format!(
+        "trusted_proxies = [\"127.0.0.0/8\"]\nforwarded_header = \"forwarded\"\n{limits}"
+    ))
+    .await;
+    let chain = "for=198.51.100.1;proto=https, for=\"[2001:db8::7]\"";
+    let codes: Vec<u16> = codes_in_a_row(&sluice, &[("forwarded", chain)], 3).await;
+    assert_eq!(codes, [200, 200, 429], "keyed by the client in the chain");
+    let other = get(&sluice.url("/"), &[("forwarded", "for=203.0.113.9")]).await;
+    assert_eq!(
+        other.status,
+        StatusCode::OK,
+        "another client, another bucket"
+    );
+    let seen = upstream.seen();
+    assert_eq!(
+        seen[0].headers.get("forwarded").unwrap(),
+        "for=198.51.100.1;proto=https, for=\"[2001:db8::7]\", for=127.0.0.1"
+    );
+    assert_eq!(
+        seen[2].headers.get("forwarded").unwrap(),
+        "for=203.0.113.9, for=127.0.0.1"
+    );
+
+    // Untrusted: whatever the client wrote is replaced by the peer alone.
+    let (upstream, sluice) = start(&format!("forwarded_header = \"forwarded\"\n{limits}")).await;
+    let codes = codes_in_a_row(&sluice, &[("forwarded", "for=192.0.2.1")], 3).await;
+    assert_eq!(codes, [200, 200, 429], "keyed by the peer, not the header");
+    for seen in upstream.seen() {
+        assert_eq!(seen.headers.get("forwarded").unwrap(), "for=127.0.0.1");
+    }
+    // Without a Forwarded header sluice starts the chain.
+    let plain = get(&sluice.url("/"), &[]).await;
+    assert_eq!(plain.status, StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// Status codes of `n` requests in a row with `headers`.
+async fn codes_in_a_row(sluice: &Sluice, headers: &[(&str, &str)], n: usize) -> Vec<u16> {
+    let mut codes = Vec::new();
+    for _ in 0..n {
+        codes.push(get(&sluice.url("/"), headers).await.status.as_u16());
+    }
+    codes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
