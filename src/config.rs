@@ -184,7 +184,7 @@ pub struct Tiers {
 }
 
 /// `overrides = { "seller-42" = { rate = "1000/s" } }`: `name` is a bucket
-/// key as SPEC.md writes it (sources' values joined by `|`).
+/// key as README's "Keys" writes it (sources' values joined by `|`).
 pub type Override = Variant;
 
 /// A tier or an override: the value it applies to and the limits it sets
@@ -201,7 +201,7 @@ pub struct Variant {
     pub limits: Vec<LimitConfig>,
 }
 
-/// `sunset = { start, end, to, step, link }` (SPEC.md's formula; the
+/// `sunset = { start, end, to, step, link }` (README's "sunset" formula; the
 /// maths is [`crate::limiter::SunsetSchedule`]). The rule has exactly one
 /// rate limit, no tiers and no overrides when this is set, and is not
 /// `concurrency`.

@@ -14,7 +14,7 @@
 //! source hashes as a marker distinct from every value (`missing = "shared"`
 //! puts all such requests in one bucket). `jwt:<claim>` sources read the
 //! claims of a verified token ([`jwt`]). [`KeyHasher::key_text`] writes a
-//! key as SPEC.md spells it, and [`KeyHasher::key_of_text`] hashes such text
+//! key as README's "Keys" spells it, and [`KeyHasher::key_of_text`] hashes such text
 //! back to the same bucket key (overrides, admin calls).
 
 pub mod client_ip;
@@ -165,7 +165,7 @@ impl KeyHasher {
         Ok(hasher.finish())
     }
 
-    /// The bucket key as SPEC.md writes it: the sources' values joined by
+    /// The bucket key as README's "Keys" writes it: the sources' values joined by
     /// `|` in `key` order (an IP in canonical text, an IPv6 client as its
     /// network, `global` as the empty string, a missing source as empty).
     /// Built only for admin views and logs, never on the request path.

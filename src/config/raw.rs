@@ -12,7 +12,7 @@
 //! are wrapped in [`Located`], which has the span when toml gives one and
 //! still parses the dotted form without it.
 //!
-//! Keys that SPEC.md defines but this release does not implement are still
+//! Keys of the product contract that this release does not implement are still
 //! listed here (as [`Present`] when only their position matters), so they are
 //! answered "not supported yet" instead of "unknown".
 
@@ -131,7 +131,7 @@ pub struct RawAccess {
     pub deny: Option<Spanned<OneOrMany>>,
 }
 
-/// One `[[rule]]`. Every field of SPEC.md's Rules table is here.
+/// One `[[rule]]`: every rule field of the product contract, implemented or not.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRule {

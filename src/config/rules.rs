@@ -302,7 +302,8 @@ impl Validator<'_> {
         None
     }
 
-    /// Keys of SPEC.md's Rules table that this release does not implement.
+    /// Rule keys of the product contract that this release does not implement
+    /// yet (README, "Configuration").
     fn unsupported_rule_keys(&mut self, index: usize, at: usize, raw: &RawRule) {
         let keys: [(&str, &Option<Present>); 2] =
             [("charge", &raw.charge), ("refund_on", &raw.refund_on)];

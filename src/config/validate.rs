@@ -1,5 +1,5 @@
 //! Validation: the [`raw`](super::raw) structs as written → the domain types
-//! of [`config`](super), with SPEC.md's defaults filled in.
+//! of [`config`](super), with the defaults `config/sluice.toml` documents filled in.
 //!
 //! Owns the rule that every problem is found in one pass: each check records
 //! its error ([`ConfigErrors`]) with the key's path (`rule[2].burst`), line

@@ -204,7 +204,7 @@ fn never_holds_a_bar(source: &KeySource) -> bool {
 }
 
 /// An `overrides` key against the rule's `key`: the sources' values joined
-/// by `|` (SPEC.md, Keys). Checked as far as that is decidable: a header,
+/// by `|` (README, "Keys"). Checked as far as that is decidable: a header,
 /// query, path, method or JWT value may itself contain `|`, so parts are
 /// only matched to sources before the first and after the last such source.
 fn check_bucket_key(text: &str, sources: &[KeySource], ipv6_prefix: u8) -> Result<(), String> {

@@ -188,7 +188,7 @@ pub fn prepare_response(
     {
         // hyper framed the body by TE (RFC 9112 §6.3); the CL must not reach
         // the client, and whatever follows on the connection is suspect
-        // (response splitting, RELIABILITY F4).
+        // (response splitting, hostile-input row F4 in README).
         headers.remove(header::CONTENT_LENGTH);
         response.body_mut().discard_connection();
     }

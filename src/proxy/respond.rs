@@ -210,7 +210,7 @@ pub fn add_rate_limit_headers(
             decided_at.as_secs() + ceil_secs(state.reset_after + subsec_nanos(decided_at));
         headers.insert(X_RATELIMIT_LIMIT, tightest.limit.limit_header.clone());
         headers.insert(X_RATELIMIT_REMAINING, number_value(state.remaining));
-        // A concurrency limit has no reset (SPEC.md).
+        // A concurrency limit has no reset: it frees when a request ends.
         if !tightest.limit.is_concurrency() {
             headers.insert(X_RATELIMIT_RESET, number_value(reset_at));
         }

@@ -3,7 +3,7 @@
 //! does not verify (forged signature, `alg: none`, expired, not yet valid,
 //! an algorithm off the list, garbage, oversized, no `Bearer`) is a missing
 //! key, handled by the rule's `missing` policy, and never touches the
-//! bucket of the caller it claims to be (RELIABILITY.md D6). With a JWKS,
+//! bucket of the caller it claims to be (hostile-input row D6 in README). With a JWKS,
 //! the token's `kid` picks the key.
 
 use crate::support;
@@ -346,7 +346,7 @@ async fn with_missing_skip_forgeries_pass_unlimited_and_unkeyed() {
     );
 }
 
-/// RELIABILITY.md D6: 1,000 forged requests claiming the victim's id leave
+/// Hostile-input row D6: 1,000 forged requests claiming the victim's id leave
 /// its remaining budget unchanged and create no bucket of their own (the
 /// one bucket that appears is the shared one of requests without a key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

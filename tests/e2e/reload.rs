@@ -207,7 +207,7 @@ async fn a_file_written_in_pieces_is_never_applied_half_way() {
     let path = write_config(dir.path(), &config(&upstream, "1/m", ""));
     let sluice = SluiceProcess::spawn(&path);
 
-    // RELIABILITY H4: truncate, then append in two pieces 200 ms apart.
+    // Hostile-input row H4: truncate, then append in two pieces 200 ms apart.
     let full = config(&upstream, "5/m", "");
     let (first, second) = full.split_at(full.len() / 2);
     std::fs::write(&path, "").unwrap();

@@ -1,4 +1,4 @@
-//! Hostile inputs from `shared/RELIABILITY.md`, sent as raw bytes (never
+//! Hostile inputs from README's "Hostile inputs" table, sent as raw bytes (never
 //! through a normalising HTTP library), one test per catalogue row, named
 //! after it. This file grows with the edge-hardening work; today it holds
 //! B1 (slowloris on headers), B5 (header bombs), B6 (Expect: 100-continue over the limit), B7 (connections beyond
@@ -269,7 +269,7 @@ async fn b1_slowloris_connections_are_closed_at_the_header_timeout() {
         longest = longest.max(lived);
     }
 
-    // RELIABILITY B1: no connection lives longer than the timeout + 1 s.
+    // Row B1: no connection lives longer than the timeout + 1 s.
     assert!(
         longest <= Duration::from_secs(2),
         "longest connection {longest:?}"

@@ -1,5 +1,5 @@
 //! Abuse of how the limit key is derived, end to end over raw sockets
-//! (`shared/RELIABILITY.md` rows C4–C7, D1–D5, E1, E2 and E6), one test per
+//! (README's "Hostile inputs" rows C4–C7, D1–D5, E1, E2 and E6), one test per
 //! row, named after it: the client writes exact bytes, often pipelined on one
 //! keep-alive connection, and plays a load balancer where `trusted_proxies`
 //! says so. D2 runs the real binary to read its RSS from /proc.
@@ -27,7 +27,7 @@ fn get(target: &str, headers: &[&str]) -> Vec<u8> {
 }
 
 /// A connection to `addr` from `source` (any address in 127.0.0.0/8 works on
-/// Linux without setup, RELIABILITY C8).
+/// Linux without setup, row C8).
 async fn connect_from(addr: SocketAddr, source: &str) -> TcpStream {
     let socket = TcpSocket::new_v4().unwrap();
     let source: IpAddr = source.parse().unwrap();
