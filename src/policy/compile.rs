@@ -1,0 +1,292 @@
+//! Compiling a config's rules against the running policy: each limit,
+//! tier and override gets its bucket table from the previous policy when the
+//! rule keeps its buckets (carried over as `on_change` says), else a new one
+//! from the store; bans are kept while the rule keeps its name and key.
+
+use std::sync::Arc;
+
+use super::limit::{compile_limit, concurrency_limit, limiter, Limit};
+use super::matcher::Matcher;
+use super::rule::{Rule, Variant, VariantIndex};
+use super::sunset::Sunset;
+use super::Policy;
+use crate::clock::Nanos;
+use crate::config::{KeySource, OnChange, OnLimit, RuleConfig};
+use crate::key::KeyHasher;
+use crate::limiter::{Concurrency, HoldLimits, Limiter};
+use crate::metrics::Metrics;
+use crate::store::bans::BanPolicy;
+use crate::store::{BucketTable, Carry, Store};
+
+/// One `[[rule]]` compiled against `previous`: the tables, bans and
+/// variants of the rule it keeps the buckets of, carried over at `now`.
+pub(super) fn compile_rule(
+    rule: &RuleConfig,
+    status: http::StatusCode,
+    keys: &KeyHasher,
+    metrics: &Metrics,
+    store: &Store,
+    previous: Option<&Policy>,
+    now: Nanos,
+) -> Rule {
+    let kept = previous.and_then(|p| p.rules.iter().find(|old| old.keeps_buckets_for(rule)));
+    let tables = Tables {
+        store,
+        kept: kept.map(|old| old.limits.as_slice()),
+        on_change: rule.on_change,
+        now,
+    };
+    let variants = compile_variants(rule, kept, store, now, status);
+    let (tier_by, tier_index, override_index) = variant_indexes(rule, keys, variants.len());
+    let limits = match rule.max_in_flight {
+        Some(max_in_flight) => {
+            let limiter = Limiter::Concurrency(Concurrency { max_in_flight });
+            let table = tables.table(1, None, &limiter);
+            vec![concurrency_limit(rule, max_in_flight, table, status)]
+        }
+        None => rule
+            .limits
+            .iter()
+            .map(|limit| {
+                let limiter = limiter(rule.algorithm, limit);
+                let table = tables.table(rule.limits.len(), Some(limit.rate.period), &limiter);
+                compile_limit(rule, limit, rule.limits.len(), limiter, table, status)
+            })
+            .collect(),
+    };
+    let hold = match rule.on_limit {
+        OnLimit::Delay {
+            max_delay,
+            max_queue,
+        } if !rule.shadow => Some(HoldLimits {
+            max_wait: max_delay.as_nanos().min(u128::from(Nanos::MAX)) as Nanos,
+            max_queued: max_queue.saturating_mul(rule.cost),
+        }),
+        _ => None,
+    };
+    let bans = previous
+        .and_then(|p| {
+            p.rules
+                .iter()
+                .find(|old| *old.name == *rule.name && old.key == rule.key)
+        })
+        .map_or_else(Arc::default, |old| Arc::clone(&old.bans));
+    let sunset = rule
+        .sunset
+        .as_ref()
+        .filter(|_| !limits.is_empty() && !rule.limits.is_empty())
+        .map(|sunset| Sunset::new(rule, sunset, &limits[0], status));
+    Rule {
+        sunset,
+        variants,
+        tier_by,
+        tier_index,
+        override_index,
+        ban: rule.ban.map(|ban| BanPolicy {
+            after: ban.after,
+            within: saturating_nanos(ban.within),
+            duration: saturating_nanos(ban.duration),
+        }),
+        bans,
+        name: Arc::from(rule.name.as_str()),
+        matcher: Matcher::new(&rule.matcher),
+        key: rule.key.clone(),
+        missing: rule.missing,
+        algorithm: rule.algorithm,
+        limits,
+        cost: rule.cost,
+        shadow: rule.shadow,
+        hold,
+        uses_jwt: rule
+            .key
+            .iter()
+            .chain(rule.tiers.as_ref().map(|tiers| &tiers.by))
+            .any(|source| matches!(source, KeySource::Jwt(_))),
+        counters: metrics.rule_counters(&rule.name),
+    }
+}
+
+/// The limits of a rule's tiers, then its overrides, each keeping the
+/// tables of the variant of the same label in `kept`.
+fn compile_variants(
+    rule: &RuleConfig,
+    kept: Option<&Rule>,
+    store: &Store,
+    now: Nanos,
+    status: http::StatusCode,
+) -> Vec<Variant> {
+    let tiers = rule
+        .tiers
+        .iter()
+        .flat_map(|t| t.tiers.iter())
+        .map(|v| ("tier", v));
+    let overrides = rule.overrides.iter().map(|v| ("override", v));
+    tiers
+        .chain(overrides)
+        .map(|(kind, variant)| {
+            let label = format!("{kind}:{}", variant.name);
+            let tables = Tables {
+                store,
+                kept: kept
+                    .and_then(|old| old.variants.iter().find(|v| v.label == label))
+                    .map(|old| old.limits.as_slice()),
+                on_change: rule.on_change,
+                now,
+            };
+            let count = variant.limits.len();
+            let limits = variant
+                .limits
+                .iter()
+                .map(|limit| {
+                    let limiter = limiter(rule.algorithm, limit);
+                    let table = tables.table(count, Some(limit.rate.period), &limiter);
+                    compile_limit(rule, limit, count, limiter, table, status)
+                })
+                .collect();
+            Variant { label, limits }
+        })
+        .collect()
+}
+
+/// `tiers.by`, and the bucket key of each tier value and of each override
+/// → its variant (tiers first, then overrides, as [`compile_variants`]
+/// numbers them). Keys that cannot be hashed (validation reports them) are
+/// left out.
+fn variant_indexes(
+    rule: &RuleConfig,
+    keys: &KeyHasher,
+    variants: usize,
+) -> (Option<KeySource>, VariantIndex, VariantIndex) {
+    let mut tier_index = VariantIndex::default();
+    let mut override_index = VariantIndex::default();
+    let mut number = 0;
+    let tier_by = rule.tiers.as_ref().map(|tiers| {
+        for tier in &tiers.tiers {
+            if let Ok(key) = keys.key_of_text(std::slice::from_ref(&tiers.by), &tier.name) {
+                tier_index.insert(key, number);
+            }
+            number += 1;
+        }
+        tiers.by.clone()
+    });
+    for entry in &rule.overrides {
+        if let Ok(key) = keys.key_of_text(&rule.key, &entry.name) {
+            override_index.insert(key, number);
+        }
+        number += 1;
+    }
+    debug_assert_eq!(number, variants);
+    (tier_by, tier_index, override_index)
+}
+
+/// Where a rule's limits get their bucket tables when (re)compiling.
+struct Tables<'a> {
+    store: &'a Store,
+    /// The previous policy's limits whose buckets these keep, if any.
+    kept: Option<&'a [Limit]>,
+    on_change: OnChange,
+    now: Nanos,
+}
+
+impl Tables<'_> {
+    /// The table for the rule's limit with `period` (of `count` limits):
+    /// the kept rule's limit of the same period (when both rules have one
+    /// limit, that one whatever its period), carried over to `limiter`; a
+    /// new table when there is none, or when the limit changed and
+    /// `on_change = "reset"`.
+    fn table(
+        &self,
+        count: usize,
+        period: Option<std::time::Duration>,
+        limiter: &Limiter,
+    ) -> BucketTable {
+        let old = self.kept.and_then(|kept| match kept {
+            [only] if count == 1 => Some(only),
+            limits => limits.iter().find(|old| old.period == period),
+        });
+        let Some(old) = old else {
+            return self.store.table(limiter);
+        };
+        if old.limiter == *limiter {
+            return old.table.clone();
+        }
+        let carry = match self.on_change {
+            OnChange::Reset => return self.store.table(limiter),
+            OnChange::Keep => Carry::KeepSpent,
+            OnChange::Proportional => Carry::KeepShare,
+        };
+        if self
+            .store
+            .carry(&old.table, &old.limiter, limiter, carry, self.now)
+        {
+            old.table.clone()
+        } else {
+            self.store.table(limiter)
+        }
+    }
+}
+
+fn saturating_nanos(duration: std::time::Duration) -> Nanos {
+    duration.as_nanos().min(u128::from(Nanos::MAX)) as Nanos
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::RequestFacts;
+    use crate::policy::testing::compile;
+
+    #[test]
+    fn tiers_and_overrides_resolve_by_hash_and_keep_tables_across_recompiles() {
+        let rules = r#"
+[[rule]]
+name = "sellers"
+key = ["header:x-seller"]
+rate = "2/m"
+tiers = { by = "header:x-plan", premium = { rate = "5/m" } }
+overrides = { "s42" = { rate = "9/m" } }
+"#;
+        let policy = compile(rules);
+        let rule = &policy.rules[0];
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-seller", "s1".parse().unwrap());
+        let facts = |headers: &http::HeaderMap| {
+            let headers: &'static http::HeaderMap = Box::leak(Box::new(headers.clone()));
+            RequestFacts {
+                method: &http::Method::GET,
+                path: "/",
+                query: None,
+                host: None,
+                headers,
+                client_ip: std::net::IpAddr::from([127, 0, 0, 1]),
+                claims: None,
+            }
+        };
+        let count = |headers: &http::HeaderMap| {
+            let f = facts(headers);
+            let key = policy.keys.derive(&rule.key, &f, true).unwrap();
+            rule.limits_for(key, &f, &policy.keys, 0)[0].count
+        };
+        assert_eq!(count(&headers), 2);
+        headers.insert("x-plan", "premium".parse().unwrap());
+        assert_eq!(count(&headers), 5);
+        headers.insert("x-seller", "s42".parse().unwrap());
+        assert_eq!(count(&headers), 9);
+
+        // Recompiled from the same config: every table is kept.
+        let store = Store::Memory(crate::store::MemoryStore::new(1000));
+        let again = Policy::recompile(
+            Arc::clone(&policy.config),
+            &Metrics::new(),
+            &store,
+            Some(&policy),
+            0,
+        );
+        let tables = |p: &Policy| -> Vec<BucketTable> {
+            p.rules[0].all_limits().map(|l| l.table.clone()).collect()
+        };
+        for (old, new) in tables(&policy).iter().zip(tables(&again)) {
+            assert!(old.same(&new));
+        }
+    }
+}

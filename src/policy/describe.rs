@@ -1,0 +1,93 @@
+//! `GET /admin/rules`: the compiled rules read back as JSON, each with the
+//! limits in force now (a retiring rule's current step).
+
+use super::limit::Limit;
+use super::Policy;
+use crate::clock::Nanos;
+use crate::config::describe_match;
+
+/// The effective rules as JSON, for `GET /admin/rules`: what each rule
+/// matches and keys on and the limits in force at `now`.
+pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
+    use serde_json::json;
+    let limits_json = |limits: &[Limit]| -> Vec<serde_json::Value> {
+        limits
+            .iter()
+            .map(|limit| match limit.period {
+                Some(period) => json!({
+                    "name": limit.name,
+                    "count": limit.count,
+                    "period_secs": period.as_secs_f64(),
+                    "capacity": limit.limiter.capacity(),
+                }),
+                None => json!({
+                    "name": limit.name,
+                    "max_in_flight": limit.limiter.capacity(),
+                }),
+            })
+            .collect()
+    };
+    let rules: Vec<serde_json::Value> = policy
+        .rules
+        .iter()
+        .zip(&policy.config.rules)
+        .map(|(rule, config)| {
+            // A retiring rule shows the limit in force now.
+            let limits = match &rule.sunset {
+                Some(sunset) => sunset.limits_at(now),
+                None => &rule.limits,
+            };
+            let mut described = json!({
+                "name": &*rule.name,
+                "match": describe_match(&config.matcher),
+                "key": rule.key.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "missing": format!("{:?}", rule.missing).to_lowercase(),
+                "algorithm": rule.algorithm.name(),
+                "limits": limits_json(limits),
+                "cost": rule.cost,
+                "on_limit": if rule.hold.is_some() { "delay" } else { "reject" },
+                "shadow": rule.shadow,
+                "on_change": format!("{:?}", config.on_change).to_lowercase(),
+            });
+            if let Some(by) = &rule.tier_by {
+                let tiers: Vec<serde_json::Value> = rule
+                    .variants
+                    .iter()
+                    .filter_map(|v| Some((v.label.strip_prefix("tier:")?, v)))
+                    .map(|(name, v)| json!({ "tier": name, "limits": limits_json(&v.limits) }))
+                    .collect();
+                described["tiers"] = json!({ "by": by.to_string(), "tiers": tiers });
+            }
+            let overrides: Vec<serde_json::Value> = rule
+                .variants
+                .iter()
+                .filter_map(|v| Some((v.label.strip_prefix("override:")?, v)))
+                .map(|(key, v)| json!({ "key": key, "limits": limits_json(&v.limits) }))
+                .collect();
+            if !overrides.is_empty() {
+                described["overrides"] = json!(overrides);
+            }
+            if let (Some(sunset), Some(written)) = (&rule.sunset, &config.sunset) {
+                let schedule = &sunset.schedule;
+                described["sunset"] = json!({
+                    "start": written.start / 1_000_000_000,
+                    "end": written.end / 1_000_000_000,
+                    "step_secs": written.step.as_secs_f64(),
+                    "to": written.to,
+                    "count_now": schedule.count_at(now),
+                    "gone": schedule.is_gone(now),
+                    "link": written.link,
+                });
+            }
+            if let Some(ban) = &config.ban {
+                described["ban"] = json!({
+                    "after": ban.after,
+                    "within_secs": ban.within.as_secs_f64(),
+                    "for_secs": ban.duration.as_secs_f64(),
+                });
+            }
+            described
+        })
+        .collect();
+    json!({ "rules": rules })
+}

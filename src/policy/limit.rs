@@ -1,0 +1,139 @@
+//! One compiled limit of a rule: its limiter, its bucket table, and the
+//! header values and 429 body head prebuilt from the rule's config.
+
+use http::HeaderValue;
+
+use crate::config::{format_period, AlgorithmKind, LimitConfig, RuleConfig};
+use crate::limiter::{
+    Concurrency, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
+};
+use crate::problem;
+use crate::store::BucketTable;
+
+/// One limit of a rule, with everything its headers and 429 body need.
+#[derive(Debug)]
+pub struct Limit {
+    /// This limit's bucket table.
+    pub table: BucketTable,
+    pub limiter: Limiter,
+    /// The rate's period; `None` for a concurrency limit.
+    pub period: Option<std::time::Duration>,
+    /// The rate's COUNT (`max_in_flight` for a concurrency limit).
+    pub count: u64,
+    /// The name the rate-limit headers use: the rule's, plus the period
+    /// when the rule has several limits (`search-1m`).
+    pub name: String,
+    /// The name as a JSON string literal, for `violated-policies`.
+    pub name_json: String,
+    /// The rule's name as a JSON string literal, for the body's `rule`.
+    pub rule_json: String,
+    /// `"name";q=COUNT;w=SECONDS` for `RateLimit-Policy`.
+    pub policy_item: String,
+    /// The same, ready to send when this is the only applicable limit.
+    pub policy_header: HeaderValue,
+    /// The bucket's capacity, ready for `X-RateLimit-Limit`.
+    pub limit_header: HeaderValue,
+    /// The 429 body up to the violated-policies list
+    /// ([`problem::quota_exceeded_head`]), whose detail reads `rule 'name'
+    /// allows N requests per P`.
+    pub problem_head: String,
+}
+
+impl Limit {
+    /// Whether this is a concurrency limit (no period, no reset).
+    pub fn is_concurrency(&self) -> bool {
+        matches!(self.limiter, Limiter::Concurrency(_))
+    }
+}
+
+/// The limiter for one rate limit of a rule.
+pub(super) fn limiter(algorithm: AlgorithmKind, limit: &LimitConfig) -> Limiter {
+    match algorithm {
+        AlgorithmKind::TokenBucket => Limiter::TokenBucket(Gcra::new(limit.rate, limit.capacity)),
+        AlgorithmKind::FixedWindow => Limiter::FixedWindow(FixedWindow::new(limit.rate)),
+        AlgorithmKind::SlidingWindow => Limiter::SlidingWindow(SlidingWindow::new(limit.rate)),
+        AlgorithmKind::SlidingLog => Limiter::SlidingLog(SlidingLog::new(limit.rate)),
+        AlgorithmKind::LeakyBucket => {
+            Limiter::LeakyBucket(LeakyBucket::new(limit.rate, limit.capacity))
+        }
+        // A concurrency rule's config lists no rate limit (validation), so
+        // this arm only keeps the match whole; see `concurrency_limit`.
+        AlgorithmKind::Concurrency => Limiter::Concurrency(Concurrency {
+            max_in_flight: limit.capacity,
+        }),
+    }
+}
+
+/// The one limit of a `concurrency` rule.
+pub(super) fn concurrency_limit(
+    rule: &RuleConfig,
+    max_in_flight: u64,
+    table: BucketTable,
+    status: http::StatusCode,
+) -> Limit {
+    let detail = format!(
+        "rule '{}' allows {max_in_flight} requests in flight at once",
+        rule.name
+    );
+    let policy_item = format!(
+        "\"{}\";q={max_in_flight};qu=\"concurrent-requests\"",
+        rule.name
+    );
+    Limit {
+        table,
+        limiter: Limiter::Concurrency(Concurrency { max_in_flight }),
+        period: None,
+        count: max_in_flight,
+        name_json: problem::json_string(&rule.name),
+        rule_json: problem::json_string(&rule.name),
+        name: rule.name.clone(),
+        policy_header: HeaderValue::from_str(&policy_item)
+            .unwrap_or_else(|_| HeaderValue::from_static("")),
+        policy_item,
+        limit_header: HeaderValue::from(max_in_flight),
+        problem_head: problem::quota_exceeded_head(status, &detail),
+    }
+}
+
+pub(super) fn compile_limit(
+    rule: &RuleConfig,
+    limit: &LimitConfig,
+    limit_count: usize,
+    limiter: Limiter,
+    table: BucketTable,
+    status: http::StatusCode,
+) -> Limit {
+    let period = format_period(limit.rate.period);
+    let name = if limit_count > 1 {
+        format!("{}-{period}", rule.name)
+    } else {
+        rule.name.clone()
+    };
+    let unit = if rule.cost == 1 { "requests" } else { "units" };
+    let mut detail = format!(
+        "rule '{}' allows {} {unit} per {period}",
+        rule.name, limit.rate.count
+    );
+    if rule.cost != 1 {
+        detail.push_str(&format!("; each request costs {}", rule.cost));
+    }
+    let policy_item = format!(
+        "\"{name}\";q={};w={}",
+        limit.rate.count,
+        limit.rate.period.as_secs().max(1)
+    );
+    Limit {
+        table,
+        limiter,
+        period: Some(limit.rate.period),
+        count: limit.rate.count,
+        name_json: problem::json_string(&name),
+        rule_json: problem::json_string(&rule.name),
+        name,
+        policy_header: HeaderValue::from_str(&policy_item)
+            .unwrap_or_else(|_| HeaderValue::from_static("")),
+        policy_item,
+        limit_header: HeaderValue::from(limiter.capacity()),
+        problem_head: problem::quota_exceeded_head(status, &detail),
+    }
+}
