@@ -8,7 +8,7 @@
 //!   the applicable rules, their keys (JWT claims verified lazily, once, for
 //!   the first rule that keys on one) and each caller's limits (tier,
 //!   override or sunset step), and answers a retired route;
-//! - **admit** asks the store once for everything ([`admit`]: bans, rates,
+//! - **admit** asks the store once for everything (`admit`: bans, rates,
 //!   permits, shadow rules), holds the request when a delay-mode rule says
 //!   so, and answers a banned or limited caller;
 //! - **forward** sends the request upstream ([`forward`]) with the

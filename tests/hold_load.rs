@@ -688,8 +688,11 @@ async fn held_load(transport: Transport, rounds: usize, max_growth_mib: f64) {
         let series = format!(r#"sluice_requests_total{{rule="held",outcome="{outcome}"}}"#);
         metric(&text, &series).unwrap_or(0.0) as usize
     };
+    // Held then admitted counts `delayed`; passed at once, `allowed`.
+    let held: usize = done.iter().map(|round| round.held).sum();
+    assert_eq!(outcome("delayed"), held);
     assert_eq!(
-        outcome("allowed"),
+        outcome("allowed") + outcome("delayed"),
         WARM_UP + (1 + rounds) * PROBES + rounds * total
     );
     assert_eq!(outcome("limited"), 0);
