@@ -49,8 +49,10 @@ pub struct Admission<'p> {
     pub outcome: Outcome,
     /// Every limit of every enforced applicable rule, in file order.
     pub verdicts: SmallVec<[Verdict<'p>; INLINE_RULES]>,
-    /// What an admitted request took, settled when its exchange ends.
-    pub settlement: Option<Settlement>,
+    /// What an admitted request took that must be settled when its
+    /// exchange ends (boxed: it rides on the response body, which should
+    /// stay small; `None` when there is nothing to settle).
+    pub settlement: Option<Box<Settlement>>,
     /// Time the request was held on purpose (delay mode).
     pub held: Nanos,
     /// Shadow rules that would have limited the request.
@@ -78,65 +80,67 @@ pub async fn admit<'p>(
     enforced: &[Applicable<'p>],
     shadowed: &[Applicable<'p>],
 ) -> Result<Admission<'p>, StoreUnavailable> {
-    let mut asks = Asks::default();
     let mut verdicts: SmallVec<[Verdict<'p>; INLINE_RULES]> = SmallVec::new();
     for applicable in enforced {
-        let rule = applicable.rule;
-        asks.push_rule(
-            applicable.key,
-            false,
-            Some((&rule.bans, rule.ban)),
-            applicable.limits.iter().map(|limit| ask(applicable, limit)),
-        );
         verdicts.extend(applicable.limits.iter().map(|limit| Verdict {
-            rule,
+            rule: applicable.rule,
             limit,
             decision: UNASKED,
         }));
     }
-    for applicable in shadowed {
-        asks.push_rule(
-            applicable.key,
-            true,
-            None,
-            applicable.limits.iter().map(|limit| ask(applicable, limit)),
-        );
-    }
-
     let now = clock.now();
-    let (answer, local) = match store.admit(&asks, now).await {
-        Ok(answer) => {
-            metrics.store_recovered();
-            (answer, false)
-        }
-        Err(error) => {
-            metrics.store_failed(store.backend_name());
-            tracing::warn!(%error, ?on_error, "the store failed a decision");
-            match on_error {
-                OnError::Local => (store.local().admit(&asks, now), true),
-                OnError::Allow => return Ok(unlimited(verdicts, now)),
-                OnError::Deny => return Err(StoreUnavailable),
+    // The asks live only for the store call: the hold that may follow
+    // carries as little as possible.
+    let decided = {
+        let asks = asks(enforced, shadowed);
+        match store.admit(&asks, now).await {
+            Ok(answer) => {
+                metrics.store_recovered();
+                Ok((answer, false))
+            }
+            Err(error) => {
+                metrics.store_failed(store.backend_name());
+                tracing::warn!(%error, ?on_error, "the store failed a decision");
+                match on_error {
+                    OnError::Local => Ok((store.local().admit(&asks, now), true)),
+                    OnError::Allow => Err(Ok(())),
+                    OnError::Deny => Err(Err(StoreUnavailable)),
+                }
             }
         }
     };
+    let (answer, local) = match decided {
+        Ok(decided) => decided,
+        Err(Ok(())) => return Ok(unlimited(verdicts, now)),
+        Err(Err(unavailable)) => return Err(unavailable),
+    };
+    let crate::store::Admission {
+        outcome,
+        decisions,
+        receipts,
+        queued,
+        at,
+        shadow_limited,
+        bans_started,
+    } = answer;
     let mut admission = Admission {
-        outcome: answer.outcome,
+        outcome,
         verdicts,
         settlement: None,
         held: 0,
         would_limit: SmallVec::new(),
-        bans_started: answer.bans_started,
+        bans_started,
         unlimited: false,
-        decided_at: answer.at,
+        decided_at: at,
     };
-    for (verdict, decision) in admission.verdicts.iter_mut().zip(&answer.decisions) {
+    for (verdict, decision) in admission.verdicts.iter_mut().zip(&decisions) {
         verdict.decision = *decision;
     }
-    if answer.outcome != Outcome::Admitted {
+    if outcome != Outcome::Admitted {
         return Ok(admission);
     }
-    let mut settlement = Settlement::new(Arc::clone(store), clock.clone(), local, answer.receipts);
-    for index in answer.shadow_limited {
+    let mut settlement = Settlement::new(Arc::clone(store), clock.clone(), local, receipts);
+    for index in shadow_limited {
         let rule = shadowed[index - enforced.len()].rule;
         rule.counters.shadow_limited.inc();
         admission.would_limit.push(&rule.name);
@@ -151,18 +155,18 @@ pub async fn admit<'p>(
 
     // The hold: until the latest reservation's instant, and until a queued
     // permit arrives.
-    let wait = answer
-        .decisions
+    let wait = decisions
         .iter()
         .take(admission.verdicts.len())
         .map(Decision::wait)
         .max()
         .unwrap_or(0);
-    if wait > 0 || answer.queued.is_some() {
-        let holding = HoldGauges::new(&admission.verdicts, clock, answer.at);
-        if let Some(queued) = answer.queued {
+    drop(decisions);
+    if wait > 0 || queued.is_some() {
+        let holding = HoldGauges::new(&admission.verdicts, clock, at);
+        if let Some(queued) = queued {
             let slot = queued_slot(&admission.verdicts, &queued);
-            match wait_for_permit(store, clock, queued, answer.at).await {
+            match wait_for_permit(store, clock, *queued, at).await {
                 Some(receipt) => settlement.push(receipt),
                 None => {
                     // No permit within `max_delay`: refused, and everything
@@ -181,13 +185,39 @@ pub async fn admit<'p>(
                 }
             }
         }
-        clock.sleep_until(answer.at + wait).await;
+        clock.sleep_until(at + wait).await;
         drop(holding);
-        admission.held = clock.now().saturating_sub(answer.at);
+        admission.held = clock.now().saturating_sub(at);
     }
     settlement.passed();
-    admission.settlement = Some(settlement);
+    if settlement.needed_after_response() {
+        admission.settlement = Some(Box::new(settlement));
+    }
     Ok(admission)
+}
+
+/// Everything the request asks of the store: the enforced rules (with
+/// their bans) in file order, then the shadow rules.
+fn asks<'p>(enforced: &[Applicable<'p>], shadowed: &[Applicable<'p>]) -> Asks<'p> {
+    let mut asks = Asks::default();
+    for applicable in enforced {
+        let rule = applicable.rule;
+        asks.push_rule(
+            applicable.key,
+            false,
+            Some((&*rule.bans, rule.ban.as_ref())),
+            applicable.limits.iter().map(|limit| ask(applicable, limit)),
+        );
+    }
+    for applicable in shadowed {
+        asks.push_rule(
+            applicable.key,
+            true,
+            None,
+            applicable.limits.iter().map(|limit| ask(applicable, limit)),
+        );
+    }
+    asks
 }
 
 fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit) -> Ask<'p> {

@@ -166,7 +166,7 @@ pub fn bad_framing<B>(request: &Request<B>) -> Option<Refusal> {
 pub fn prepare_response(
     mut response: Response<PooledBody>,
     client_upgrade: Option<ClientUpgrade>,
-    settlement: Option<Settlement>,
+    settlement: Option<Box<Settlement>>,
 ) -> Result<Response<PooledBody>, ForwardError> {
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         // The connection belongs to the tunnel now, never to the pool.

@@ -216,7 +216,7 @@ pub struct PooledBody {
     connection: Option<(SendRequest<GuardedBody>, Arc<Pool>)>,
     /// What the request's admission took: settled (permits returned) when
     /// the body ends or is dropped (client gone, upstream failed mid-body).
-    settlement: Option<Settlement>,
+    settlement: Option<Box<Settlement>>,
 }
 
 impl PooledBody {
@@ -235,7 +235,7 @@ impl PooledBody {
 
     /// Holds `settlement` until this body has been sent to the end or
     /// dropped.
-    pub fn hold_settlement(&mut self, settlement: Option<Settlement>) {
+    pub fn hold_settlement(&mut self, settlement: Option<Box<Settlement>>) {
         self.settlement = settlement;
     }
 }

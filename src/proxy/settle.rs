@@ -12,11 +12,9 @@
 
 use std::sync::Arc;
 
-use smallvec::SmallVec;
-
 use crate::clock::{Clock, ProxyClock};
-use crate::store::admission::INLINE;
-use crate::store::{Receipt, Settle, Store, StoreError};
+use crate::store::admission::Receipts;
+use crate::store::{Receipt, Settle, Store, StoreError, Taken};
 
 /// The receipts of one admitted request, settled exactly once each.
 #[derive(Debug)]
@@ -26,7 +24,7 @@ pub struct Settlement {
     /// Settle with the local store rather than the configured one: the
     /// admission was decided there (`on_error = "local"`).
     local: bool,
-    receipts: SmallVec<[Receipt; INLINE]>,
+    receipts: Receipts,
     /// How receipts still unsettled are settled when this is dropped.
     on_drop: Settle,
 }
@@ -37,7 +35,7 @@ impl Settlement {
         store: Arc<Store>,
         clock: ProxyClock,
         local: bool,
-        receipts: SmallVec<[Receipt; INLINE]>,
+        receipts: Receipts,
     ) -> Settlement {
         Settlement {
             store,
@@ -62,6 +60,15 @@ impl Settlement {
     /// Whether nothing is left to settle.
     pub fn is_empty(&self) -> bool {
         self.receipts.iter().all(|receipt| receipt.settled)
+    }
+
+    /// Whether settling after the response would do anything: a permit to
+    /// return. (Keeping units a bucket already holds is nothing to do, so a
+    /// request that took only rates carries no settlement past admission.)
+    pub fn needed_after_response(&self) -> bool {
+        self.receipts
+            .iter()
+            .any(|receipt| !receipt.settled && receipt.taken == Taken::Permit)
     }
 
     /// Settles every receipt as `how` says, now.

@@ -71,7 +71,7 @@ pub fn is_switching_to_websocket<B>(response: &Response<B>) -> bool {
 /// protocols (the client's after sluice's `101` is flushed), copying bytes
 /// both ways until either side closes. `settlement` (the request's
 /// permits) is settled when the tunnel ends.
-pub fn tunnel(client: ClientUpgrade, upstream: OnUpgrade, settlement: Option<Settlement>) {
+pub fn tunnel(client: ClientUpgrade, upstream: OnUpgrade, settlement: Option<Box<Settlement>>) {
     tokio::spawn(async move {
         let _settlement = settlement;
         let (client, upstream) = match tokio::try_join!(client.0, upstream) {

@@ -25,6 +25,11 @@ use crate::limiter::{Decision, HoldLimits, Limiter};
 /// Rules (and limits) one request carries inline before spilling to the heap.
 pub const INLINE: usize = 4;
 
+/// The receipts of one admission: most requests take from one or two
+/// buckets, and the receipts live in the request's future (kept small, so
+/// moving the future stays cheap).
+pub type Receipts = SmallVec<[Receipt; 2]>;
+
 /// One limit of one rule to ask for one request: a rate limit, or a
 /// concurrency permit when `limiter` is [`Limiter::Concurrency`].
 #[derive(Debug, Clone, Copy)]
@@ -48,9 +53,10 @@ pub struct RuleAsk<'p> {
     /// Shadow rules are asked only when the request is admitted, never hold,
     /// and never change the outcome.
     pub shadow: bool,
-    /// The rule's bans: a banned key is refused before any bucket is asked;
-    /// with a `ban` policy, each rejection counts a strike.
-    pub bans: Option<(&'p BanTable, Option<BanPolicy>)>,
+    /// The rule's bans: a banned key is refused before any bucket is asked.
+    pub bans: Option<&'p BanTable>,
+    /// The rule's `ban`: each rejection counts a strike toward a ban.
+    pub ban: Option<&'p BanPolicy>,
     /// The caller's key for the bans.
     pub key: BucketKey,
 }
@@ -69,15 +75,20 @@ impl<'p> Asks<'p> {
         &mut self,
         key: BucketKey,
         shadow: bool,
-        bans: Option<(&'p BanTable, Option<BanPolicy>)>,
+        bans: Option<(&'p BanTable, Option<&'p BanPolicy>)>,
         limits: impl IntoIterator<Item = Ask<'p>>,
     ) {
         let start = self.limits.len();
         self.limits.extend(limits);
+        let (bans, ban) = match bans {
+            Some((bans, ban)) => (Some(bans), ban),
+            None => (None, None),
+        };
         self.rules.push(RuleAsk {
             limits: start..self.limits.len(),
             shadow,
             bans,
+            ban,
             key,
         });
     }
@@ -110,10 +121,11 @@ pub struct Admission {
     pub decisions: SmallVec<[Decision; INLINE]>,
     /// What the admission took, to settle after the response (empty unless
     /// admitted).
-    pub receipts: SmallVec<[Receipt; INLINE]>,
+    pub receipts: Receipts,
     /// Delay mode: a concurrency permit to wait for before the request may
     /// pass (every permit was taken and the request joined the key's queue).
-    pub queued: Option<QueuedPermit>,
+    /// Boxed: rare, and large beside the rest.
+    pub queued: Option<Box<QueuedPermit>>,
     /// The instant of the decision (Unix nanoseconds, the store's time).
     pub at: Nanos,
     /// Shadow rules (indexes into [`Asks::rules`]) that would have limited.

@@ -256,7 +256,7 @@ pub async fn a_banned_key_is_refused_before_its_buckets_and_strikes_ban(store: S
         duration: 10 * SEC,
     };
     let mut asks = Asks::default();
-    asks.push_rule(9, false, Some((&bans, Some(policy))), [limit.ask(9, 1)]);
+    asks.push_rule(9, false, Some((&bans, Some(&policy))), [limit.ask(9, 1)]);
     assert!(admit(&store, &asks, T0).await.admitted());
     // Two refusals: the second starts a ban.
     let strike = admit(&store, &asks, T0).await;

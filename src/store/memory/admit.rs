@@ -49,7 +49,7 @@ impl MemoryStore {
 
         // 1. Bans.
         for (index, rule) in enforced() {
-            if let Some((bans, _)) = rule.bans {
+            if let Some(bans) = rule.bans {
                 if let Some(left) = bans.banned(rule.key, now) {
                     admission.outcome = Outcome::Banned { rule: index, left };
                     return admission;
@@ -106,12 +106,12 @@ impl MemoryStore {
                             permit_decision(max.saturating_sub(in_flight))
                         }
                         PermitGrant::Queued { id, ready } => {
-                            admission.queued = Some(QueuedPermit {
+                            admission.queued = Some(Box::new(QueuedPermit {
                                 receipt,
                                 id,
                                 ready,
                                 max_wait: ask.hold.map_or(0, |hold| hold.max_wait),
-                            });
+                            }));
                             // Held behind the permits in flight, for as long
                             // as they take: no known wait, nothing left now.
                             Decision::Hold {
@@ -221,13 +221,13 @@ impl MemoryStore {
     /// `ban` whose limits refused the request.
     fn strike(&self, asks: &Asks<'_>, admission: &mut Admission, now: Nanos) {
         for (index, rule) in asks.rules.iter().enumerate() {
-            let Some((bans, Some(policy))) = rule.bans else {
+            let (Some(bans), Some(policy)) = (rule.bans, rule.ban) else {
                 continue;
             };
             let refused = admission.decisions[rule.limits.clone()]
                 .iter()
                 .any(|decision| !decision.is_allowed());
-            if !rule.shadow && refused && bans.strike(rule.key, now, policy) {
+            if !rule.shadow && refused && bans.strike(rule.key, now, *policy) {
                 admission.bans_started.push(index);
             }
         }
