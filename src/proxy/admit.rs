@@ -89,58 +89,87 @@ pub async fn admit<'p>(
         }));
     }
     let now = clock.now();
-    // The asks live only for the store call: the hold that may follow
-    // carries as little as possible.
-    let decided = {
+    let mut admission = Admission {
+        outcome: Outcome::Admitted,
+        verdicts,
+        settlement: None,
+        held: 0,
+        would_limit: SmallVec::new(),
+        bans_started: SmallVec::new(),
+        unlimited: false,
+        decided_at: now,
+    };
+    // The asks and the store's answer live only in this block: the hold
+    // that may follow carries as little as possible.
+    let hold = {
         let asks = asks(enforced, shadowed);
-        match store.admit(&asks, now).await {
+        let (answer, local) = match store.admit(&asks, now).await {
             Ok(answer) => {
                 metrics.store_recovered();
-                Ok((answer, false))
+                (answer, false)
             }
             Err(error) => {
                 metrics.store_failed(store.backend_name());
                 tracing::warn!(%error, ?on_error, "the store failed a decision");
                 match on_error {
-                    OnError::Local => Ok((store.local().admit(&asks, now), true)),
-                    OnError::Allow => Err(Ok(())),
-                    OnError::Deny => Err(Err(StoreUnavailable)),
+                    OnError::Local => (store.local().admit(&asks, now), true),
+                    OnError::Allow => {
+                        admission.unlimited = true;
+                        return Ok(admission);
+                    }
+                    OnError::Deny => return Err(StoreUnavailable),
                 }
             }
-        }
+        };
+        take_answer(
+            answer,
+            &mut admission,
+            store,
+            clock,
+            local,
+            enforced,
+            shadowed,
+        )
     };
-    let (answer, local) = match decided {
-        Ok(decided) => decided,
-        Err(Ok(())) => return Ok(unlimited(verdicts, now)),
-        Err(Err(unavailable)) => return Err(unavailable),
-    };
-    let crate::store::Admission {
-        outcome,
-        decisions,
-        receipts,
-        queued,
-        at,
-        shadow_limited,
-        bans_started,
-    } = answer;
-    let mut admission = Admission {
-        outcome,
-        verdicts,
-        settlement: None,
-        held: 0,
-        would_limit: SmallVec::new(),
-        bans_started,
-        unlimited: false,
-        decided_at: at,
-    };
-    for (verdict, decision) in admission.verdicts.iter_mut().zip(&decisions) {
+    if let Some(hold) = hold {
+        hold_until_passing(hold, &mut admission, store, clock).await;
+    }
+    Ok(admission)
+}
+
+/// What an admitted request waits for before it passes.
+struct Hold {
+    settlement: Settlement,
+    /// How long its rates hold it.
+    wait: Nanos,
+    /// A permit it queues for.
+    queued: Option<Box<QueuedPermit>>,
+}
+
+/// Copies the store's answer into `admission` (decisions, counters, shadow
+/// rules) and returns what the admitted request must settle and wait for;
+/// `None` when it was refused.
+fn take_answer<'p>(
+    answer: crate::store::Admission,
+    admission: &mut Admission<'p>,
+    store: &Arc<Store>,
+    clock: &ProxyClock,
+    local: bool,
+    enforced: &[Applicable<'p>],
+    shadowed: &[Applicable<'p>],
+) -> Option<Hold> {
+    admission.outcome = answer.outcome;
+    admission.decided_at = answer.at;
+    admission.bans_started = answer.bans_started;
+    let mut wait = 0;
+    for (verdict, decision) in admission.verdicts.iter_mut().zip(&answer.decisions) {
         verdict.decision = *decision;
+        wait = wait.max(decision.wait());
     }
-    if outcome != Outcome::Admitted {
-        return Ok(admission);
+    if answer.outcome != Outcome::Admitted {
+        return None;
     }
-    let mut settlement = Settlement::new(Arc::clone(store), clock.clone(), local, receipts);
-    for index in shadow_limited {
+    for &index in &answer.shadow_limited {
         let rule = shadowed[index - enforced.len()].rule;
         rule.counters.shadow_limited.inc();
         admission.would_limit.push(&rule.name);
@@ -152,16 +181,30 @@ pub async fn admit<'p>(
             applicable.rule.counters.allowed.inc();
         }
     }
+    let settlement = Settlement::new(Arc::clone(store), clock.clone(), local, answer.receipts);
+    Some(Hold {
+        settlement,
+        wait,
+        queued: answer.queued,
+    })
+}
 
-    // The hold: until the latest reservation's instant, and until a queued
-    // permit arrives.
-    let wait = decisions
-        .iter()
-        .take(admission.verdicts.len())
-        .map(Decision::wait)
-        .max()
-        .unwrap_or(0);
-    drop(decisions);
+/// Holds an admitted request until the latest reservation's instant and
+/// until a queued permit arrives, then keeps its settlement if anything is
+/// left to settle after the response. A permit that does not come within
+/// `max_delay` refuses the request, giving back everything it took.
+async fn hold_until_passing(
+    hold: Hold,
+    admission: &mut Admission<'_>,
+    store: &Store,
+    clock: &ProxyClock,
+) {
+    let Hold {
+        mut settlement,
+        wait,
+        queued,
+    } = hold;
+    let at = admission.decided_at;
     if wait > 0 || queued.is_some() {
         let holding = HoldGauges::new(&admission.verdicts, clock, at);
         if let Some(queued) = queued {
@@ -181,7 +224,7 @@ pub async fn admit<'p>(
                         };
                     }
                     admission.outcome = Outcome::Limited;
-                    return Ok(admission);
+                    return;
                 }
             }
         }
@@ -193,7 +236,6 @@ pub async fn admit<'p>(
     if settlement.needed_after_response() {
         admission.settlement = Some(Box::new(settlement));
     }
-    Ok(admission)
 }
 
 /// Everything the request asks of the store: the enforced rules (with
@@ -229,20 +271,6 @@ fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit) -> Ask<'p> {
         cost: if rule.is_concurrency() { 1 } else { rule.cost },
         // Shadow rules never hold: the store asks them now or never.
         hold: rule.hold,
-    }
-}
-
-/// An admission with nothing asked (`on_error = "allow"`).
-fn unlimited(verdicts: SmallVec<[Verdict<'_>; INLINE_RULES]>, now: Nanos) -> Admission<'_> {
-    Admission {
-        outcome: Outcome::Admitted,
-        verdicts,
-        settlement: None,
-        held: 0,
-        would_limit: SmallVec::new(),
-        bans_started: SmallVec::new(),
-        unlimited: true,
-        decided_at: now,
     }
 }
 
