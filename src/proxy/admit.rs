@@ -80,18 +80,10 @@ pub async fn admit<'p>(
     enforced: &[Applicable<'p>],
     shadowed: &[Applicable<'p>],
 ) -> Result<Admission<'p>, StoreUnavailable> {
-    let mut verdicts: SmallVec<[Verdict<'p>; INLINE_RULES]> = SmallVec::new();
-    for applicable in enforced {
-        verdicts.extend(applicable.limits.iter().map(|limit| Verdict {
-            rule: applicable.rule,
-            limit,
-            decision: UNASKED,
-        }));
-    }
     let now = clock.now();
     let mut admission = Admission {
         outcome: Outcome::Admitted,
-        verdicts,
+        verdicts: SmallVec::new(),
         settlement: None,
         held: 0,
         would_limit: SmallVec::new(),
@@ -99,9 +91,18 @@ pub async fn admit<'p>(
         unlimited: false,
         decided_at: now,
     };
+    for applicable in enforced {
+        admission
+            .verdicts
+            .extend(applicable.limits.iter().map(|limit| Verdict {
+                rule: applicable.rule,
+                limit,
+                decision: UNASKED,
+            }));
+    }
     // The asks and the store's answer live only in this block: the hold
     // that may follow carries as little as possible.
-    let hold = {
+    let mut hold = {
         let asks = asks(enforced, shadowed);
         let (answer, local) = match store.admit(&asks, now).await {
             Ok(answer) => {
@@ -131,7 +132,7 @@ pub async fn admit<'p>(
             shadowed,
         )
     };
-    if let Some(hold) = hold {
+    if let Some(hold) = &mut hold {
         hold_until_passing(hold, &mut admission, store, clock).await;
     }
     Ok(admission)
@@ -139,7 +140,9 @@ pub async fn admit<'p>(
 
 /// What an admitted request waits for before it passes.
 struct Hold {
-    settlement: Settlement,
+    /// Taken by [`hold_until_passing`] once the request passed (or was
+    /// refused, and it gives everything back).
+    settlement: Option<Settlement>,
     /// How long its rates hold it.
     wait: Nanos,
     /// A permit it queues for.
@@ -183,7 +186,7 @@ fn take_answer<'p>(
     }
     let settlement = Settlement::new(Arc::clone(store), clock.clone(), local, answer.receipts);
     Some(Hold {
-        settlement,
+        settlement: Some(settlement),
         wait,
         queued: answer.queued,
     })
@@ -194,23 +197,22 @@ fn take_answer<'p>(
 /// left to settle after the response. A permit that does not come within
 /// `max_delay` refuses the request, giving back everything it took.
 async fn hold_until_passing(
-    hold: Hold,
+    hold: &mut Hold,
     admission: &mut Admission<'_>,
     store: &Store,
     clock: &ProxyClock,
 ) {
-    let Hold {
-        mut settlement,
-        wait,
-        queued,
-    } = hold;
     let at = admission.decided_at;
-    if wait > 0 || queued.is_some() {
+    if hold.wait > 0 || hold.queued.is_some() {
         let holding = HoldGauges::new(&admission.verdicts, clock, at);
-        if let Some(queued) = queued {
+        if let Some(queued) = hold.queued.take() {
             let slot = queued_slot(&admission.verdicts, &queued);
-            match wait_for_permit(store, clock, *queued, at).await {
-                Some(receipt) => settlement.push(receipt),
+            match wait_for_permit(store, clock, queued, at).await {
+                Some(receipt) => {
+                    if let Some(settlement) = &mut hold.settlement {
+                        settlement.push(receipt);
+                    }
+                }
                 None => {
                     // No permit within `max_delay`: refused, and everything
                     // taken is given back when `settlement` drops.
@@ -228,13 +230,15 @@ async fn hold_until_passing(
                 }
             }
         }
-        clock.sleep_until(at + wait).await;
+        clock.sleep_until(at + hold.wait).await;
         drop(holding);
         admission.held = clock.now().saturating_sub(at);
     }
-    settlement.passed();
-    if settlement.needed_after_response() {
-        admission.settlement = Some(Box::new(settlement));
+    if let Some(mut settlement) = hold.settlement.take() {
+        settlement.passed();
+        if settlement.needed_after_response() {
+            admission.settlement = Some(Box::new(settlement));
+        }
     }
 }
 
@@ -286,7 +290,7 @@ fn queued_slot(verdicts: &[Verdict<'_>], queued: &QueuedPermit) -> Option<usize>
 async fn wait_for_permit(
     store: &Store,
     clock: &ProxyClock,
-    queued: QueuedPermit,
+    queued: Box<QueuedPermit>,
     since: Nanos,
 ) -> Option<crate::store::Receipt> {
     let mut waiting = QueuedGuard {
@@ -312,7 +316,7 @@ async fn wait_for_permit(
 /// was handed to it meanwhile is passed on.
 struct QueuedGuard<'a> {
     store: &'a Store,
-    queued: Option<QueuedPermit>,
+    queued: Option<Box<QueuedPermit>>,
 }
 
 impl Drop for QueuedGuard<'_> {
