@@ -51,9 +51,12 @@ use crate::metrics::Metrics;
 use crate::policy::{Policy, Rule, Sunset};
 use crate::store::{MemoryStore, OnError, Outcome, Store};
 use admit::{Admission, Applicable};
+use deadline::{BodyWatch, GuardedBody};
 use forward::{ClientHop, Upstream};
-use pool::ForwardError;
+use pool::{ForwardError, PooledBody};
 use respond::{ProxyBody, Refusal, Verdict};
+use settle::Settlement;
+use upgrade::ClientUpgrade;
 
 /// Rules a request can match before the bookkeeping spills to the heap.
 const INLINE_RULES: usize = 4;
@@ -207,20 +210,30 @@ impl Proxy {
         };
         // Identify: the client, the rules that apply and each one's key.
         let token_claims = std::cell::OnceCell::new();
-        let identified = identify(&request, &normalized, &token_claims, peer, policy, started);
-        let Identified {
-            facts,
-            enforced,
-            shadowed,
-            retiring,
-        } = match identified {
-            Ok(identified) => identified,
+        let mut applicable = Applicability::default();
+        let identified = identify(
+            &request,
+            &normalized,
+            &token_claims,
+            peer,
+            policy,
+            started,
+            &mut applicable,
+        );
+        let facts = match identified {
+            Ok(facts) => facts,
             Err(Unidentified::Refused(refusal, rule)) => return respond::refusal(refusal, rule),
             Err(Unidentified::Gone(rule, sunset)) => return respond::gone(rule, sunset),
         };
+        let Applicability {
+            enforced,
+            shadowed,
+            retiring,
+        } = &applicable;
+        let retiring = *retiring;
         // Admit: one store call, and the hold.
         let mut admission = match self
-            .admit(policy, &facts, &enforced, &shadowed, retiring)
+            .admit(policy, &facts, enforced, shadowed, retiring)
             .await
         {
             Ok(admission) => admission,
@@ -232,19 +245,29 @@ impl Proxy {
             _ => None,
         };
         let path_and_query = forwarded_path(&request, rewritten);
-        let mut response = match self
-            .forward(
-                request,
-                path_and_query,
-                peer,
-                policy,
-                started,
-                &mut admission,
-            )
-            .await
-        {
+        let outgoing = self.outgoing(
+            request,
+            path_and_query,
+            peer,
+            policy,
+            started,
+            admission.held,
+        );
+        let result = self.shared.upstream.send(outgoing.request).await;
+        let settlement = admission.settlement.take();
+        let incoming = self.incoming(result, outgoing.sent, outgoing.client_upgrade, settlement);
+        let mut response = match incoming {
             Ok(response) => response,
-            Err(failed) => return failed,
+            // A body cut off by its deadline or size cap is the client's fault.
+            Err(error) => {
+                return match outgoing.body_watch.cut_off() {
+                    Some(cut_off) => respond::refusal(
+                        Refusal::BodyCutOff(cut_off, outgoing.body_watch.version()),
+                        None,
+                    ),
+                    None => self.upstream_failed(error),
+                }
+            }
         };
         // Decorate the upstream's answer.
         decorate(response.headers_mut(), policy, &admission, retiring);
@@ -310,17 +333,18 @@ impl Proxy {
         Err(response)
     }
 
-    /// Sends the admitted request upstream and prepares the upstream's
-    /// answer for the client, carrying the admission's settlement.
-    async fn forward(
+    /// The admitted request rewritten for the upstream (normalised path,
+    /// hop-by-hop fields stripped, forwarding headers set), its body under
+    /// its deadline and size cap.
+    fn outgoing(
         &self,
         mut request: Request<Incoming>,
         path_and_query: PathAndQuery,
         peer: SocketAddr,
         policy: &Policy,
         started: Nanos,
-        admission: &mut Admission<'_>,
-    ) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
+        held: Nanos,
+    ) -> Outgoing {
         let shared = &*self.shared;
         let hop = ClientHop {
             peer: peer.ip(),
@@ -333,31 +357,37 @@ impl Proxy {
         // The overhead excludes the intentional hold: it is the latency
         // sluice adds to requests that were within their limits.
         let sent = shared.clock.now();
-        shared.metrics.overhead_seconds.observe(seconds(
-            sent.saturating_sub(started).saturating_sub(admission.held),
-        ));
-        // The body's deadline and size cap run while it streams upstream.
+        shared
+            .metrics
+            .overhead_seconds
+            .observe(seconds(sent.saturating_sub(started).saturating_sub(held)));
         let (request, body_watch) = deadline::guard(request);
-        let result = shared.upstream.send(request).await;
+        Outgoing {
+            request,
+            body_watch,
+            client_upgrade,
+            sent,
+        }
+    }
+
+    /// The upstream's answer made the client's, carrying what the admission
+    /// took (`settlement`): it is settled when the body has been sent or
+    /// dropped (or a WebSocket tunnel closed), and permits return then.
+    fn incoming(
+        &self,
+        result: Result<Response<PooledBody>, ForwardError>,
+        sent: Nanos,
+        client_upgrade: Option<ClientUpgrade>,
+        settlement: Option<Box<Settlement>>,
+    ) -> Result<Response<ProxyBody>, ForwardError> {
+        let shared = &*self.shared;
         shared
             .metrics
             .upstream_seconds
             .observe(seconds(shared.clock.now().saturating_sub(sent)));
-        // What the admission took is settled when the body has been sent
-        // or dropped (or a WebSocket tunnel closed): permits return then.
-        let settlement = admission.settlement.take();
-        let prepared = result
-            .and_then(|response| forward::prepare_response(response, client_upgrade, settlement));
-        match prepared {
-            Ok(response) => Ok(response.map(Either::Left)),
-            // A body cut off by its deadline or size cap is the client's fault.
-            Err(error) => Err(match body_watch.cut_off() {
-                Some(cut_off) => {
-                    respond::refusal(Refusal::BodyCutOff(cut_off, body_watch.version()), None)
-                }
-                None => self.upstream_failed(error),
-            }),
-        }
+        result
+            .and_then(|response| forward::prepare_response(response, client_upgrade, settlement))
+            .map(|response| response.map(Either::Left))
     }
 
     /// Counts, logs and answers an upstream failure.
@@ -385,13 +415,24 @@ impl Proxy {
     }
 }
 
-/// What [`identify`] learnt of a request.
-struct Identified<'r, 'p> {
-    facts: RequestFacts<'r>,
+/// The rules that apply to a request, as [`identify`] found them.
+#[derive(Default)]
+struct Applicability<'p> {
     enforced: SmallVec<[Applicable<'p>; INLINE_RULES]>,
     shadowed: SmallVec<[Applicable<'p>; INLINE_RULES]>,
     /// The first applicable rule being retired: its responses say so.
     retiring: Option<&'p Sunset>,
+}
+
+/// An admitted request on its way upstream.
+struct Outgoing {
+    request: Request<GuardedBody>,
+    /// Tells a body cut off by its deadline or size cap from an upstream
+    /// failure.
+    body_watch: BodyWatch,
+    client_upgrade: Option<ClientUpgrade>,
+    /// When it was sent (the end of sluice's overhead).
+    sent: Nanos,
 }
 
 /// Refuses what must not reach any limiter: broken framing, a bad Host, an
@@ -416,9 +457,10 @@ enum Unidentified<'p> {
 }
 
 /// Who is calling (the client IP, the access lists), which rules apply and
-/// each one's bucket key and limits (JWT claims verified lazily, once, for
-/// the first rule that keys on one, into `token_claims`). Refuses a denied
-/// address, a missing key under `missing = "reject"` and a retired route.
+/// each one's bucket key and limits, into `applicable` (JWT claims verified
+/// lazily, once, for the first rule that keys on one, into
+/// `token_claims`). Refuses a denied address, a missing key under `missing
+/// = "reject"` and a retired route.
 fn identify<'r, 'p>(
     request: &'r Request<Incoming>,
     normalized: &'r str,
@@ -426,7 +468,8 @@ fn identify<'r, 'p>(
     peer: SocketAddr,
     policy: &'p Policy,
     started: Nanos,
-) -> Result<Identified<'r, 'p>, Unidentified<'p>> {
+    applicable: &mut Applicability<'p>,
+) -> Result<RequestFacts<'r>, Unidentified<'p>> {
     let client_ip = policy.client_ip.resolve(peer.ip(), request.headers());
     let mut facts = RequestFacts {
         method: request.method(),
@@ -437,9 +480,6 @@ fn identify<'r, 'p>(
         client_ip,
         claims: None,
     };
-    let mut enforced = SmallVec::new();
-    let mut shadowed = SmallVec::new();
-    let mut retiring = None;
     if policy.deny.iter().any(|net| net.contains(&client_ip)) {
         for rule in policy.rules.iter().filter(|r| r.matcher.matches(&facts)) {
             rule.counters.denied.inc();
@@ -475,22 +515,17 @@ fn identify<'r, 'p>(
                 rule.counters.limited.inc();
                 return Err(Unidentified::Gone(rule, sunset));
             }
-            retiring.get_or_insert(sunset);
+            applicable.retiring.get_or_insert(sunset);
         }
         let limits = rule.limits_for(key, &facts, &policy.keys, started);
-        let applicable = Applicable { rule, key, limits };
+        let one = Applicable { rule, key, limits };
         if rule.shadow {
-            shadowed.push(applicable);
+            applicable.shadowed.push(one);
         } else {
-            enforced.push(applicable);
+            applicable.enforced.push(one);
         }
     }
-    Ok(Identified {
-        facts,
-        enforced,
-        shadowed,
-        retiring,
-    })
+    Ok(facts)
 }
 
 /// Adds what sluice says about an admitted request to the upstream's
