@@ -105,3 +105,89 @@ impl Drop for Settlement {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::limiter::{Concurrency, Gcra, Limiter};
+    use crate::store::{Ask, Asks, MemoryStore};
+    use crate::testing::{rate, SEC};
+
+    const NOW: crate::clock::Nanos = 1_800_000_000 * SEC;
+
+    struct Fixture {
+        store: Arc<Store>,
+        clock: ProxyClock,
+        rates: Limiter,
+        permits: Limiter,
+        tables: [crate::store::BucketTable; 2],
+    }
+
+    fn fixture() -> Fixture {
+        let store = Store::Memory(MemoryStore::new(100));
+        let rates = Limiter::TokenBucket(Gcra::new(rate(10, 60), 10));
+        let permits = Limiter::Concurrency(Concurrency { max_in_flight: 1 });
+        let tables = [store.table(&rates), store.table(&permits)];
+        Fixture {
+            store: Arc::new(store),
+            clock: ProxyClock::Manual(ManualClock::new(NOW)),
+            rates,
+            permits,
+            tables,
+        }
+    }
+
+    impl Fixture {
+        /// Admits one request (3 units and a permit) and wraps its receipts.
+        async fn settlement(&self) -> Option<Settlement> {
+            let mut asks = Asks::default();
+            let ask = |table, limiter, cost| Ask {
+                table,
+                key: 1,
+                limiter,
+                cost,
+                hold: None,
+            };
+            asks.push_rule(1, false, None, [ask(&self.tables[0], &self.rates, 3)]);
+            asks.push_rule(1, false, None, [ask(&self.tables[1], &self.permits, 1)]);
+            let answer = self.store.admit(&asks, NOW).await.unwrap();
+            answer.admitted().then(|| {
+                Settlement::new(
+                    Arc::clone(&self.store),
+                    self.clock.clone(),
+                    false,
+                    answer.receipts,
+                )
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn dropped_while_held_gives_everything_back_and_once_passed_keeps_units() {
+        let fixture = fixture();
+        let held = fixture.settlement().await.expect("admitted");
+        assert!(held.needed_after_response(), "a permit to return");
+        // The permit is taken: a second request is refused.
+        assert!(fixture.settlement().await.is_none());
+        drop(held);
+        // Everything came back: the permit, and all 10 units.
+        let mut passed = fixture.settlement().await.expect("admitted again");
+        passed.passed();
+        drop(passed);
+        // Kept: 3 units stay taken, the permit returned.
+        let mut again = fixture.settlement().await.expect("the permit is back");
+        again.settle(Settle::GiveBack).await.unwrap();
+        assert!(again.is_empty());
+        drop(again);
+        let mut last = fixture.settlement().await.expect("admitted");
+        last.passed();
+        // 10 − 3 kept − 3 now = 4 left: one more request of 3 fits after
+        // this one returns its permit, and then no more.
+        drop(last);
+        let mut fits = fixture.settlement().await.expect("4 units left");
+        fits.passed();
+        drop(fits);
+        assert!(fixture.settlement().await.is_none(), "1 unit left");
+    }
+}
