@@ -73,17 +73,25 @@ pub enum Store {
 
 impl Store {
     /// Answers everything one request asks at `now`, all or nothing (see
-    /// [`admission`]). `async` because a networked store awaits a round
-    /// trip here; the memory store completes without yielding.
-    pub async fn admit(&self, asks: &Asks<'_>, now: Nanos) -> Result<Admission, StoreError> {
+    /// [`admission`]), into `answer` (filled in place: the request's future
+    /// holds one answer and never copies it). `async` because a networked
+    /// store awaits a round trip here; the memory store completes without
+    /// yielding. On an error `answer` is left as it was.
+    pub async fn admit(
+        &self,
+        asks: &Asks<'_>,
+        now: Nanos,
+        answer: &mut Admission,
+    ) -> Result<(), StoreError> {
         match self {
-            Store::Memory(store) => Ok(store.admit(asks, now)),
+            Store::Memory(store) => store.admit(asks, now, answer),
             #[cfg(test)]
             Store::Failing(store) => {
                 store.fail_if_asked()?;
-                Ok(store.local.admit(asks, now))
+                store.local.admit(asks, now, answer);
             }
         }
+        Ok(())
     }
 
     /// Settles `receipt` as `how` says, at `now`. `Keep` and `GiveBack` are

@@ -31,7 +31,7 @@ use crate::limiter::{BucketState, Decision};
 use crate::metrics::Metrics;
 use crate::policy::{Limit, Rule};
 use crate::store::{
-    Ask, Asks, BucketKey, OnError, Outcome, QueuedPermit, Store, PERMIT_RETRY, UNASKED,
+    Ask, Asks, BucketKey, OnError, Outcome, QueuedPermit, Store, Taken, PERMIT_RETRY, UNASKED,
 };
 
 /// One rule that applies to the request, with its bucket key.
@@ -103,17 +103,22 @@ pub async fn admit<'p>(
     // The asks and the store's answer live only in this block: the hold
     // that may follow carries as little as possible.
     let mut hold = {
-        let asks = asks(enforced, shadowed);
-        let (answer, local) = match store.admit(&asks, now).await {
-            Ok(answer) => {
+        let mut asks = Asks::default();
+        fill_asks(&mut asks, enforced, shadowed);
+        let mut answer = crate::store::Admission::default();
+        let local = match store.admit(&asks, now, &mut answer).await {
+            Ok(()) => {
                 metrics.store_recovered();
-                (answer, false)
+                false
             }
             Err(error) => {
                 metrics.store_failed(store.backend_name());
                 tracing::warn!(%error, ?on_error, "the store failed a decision");
                 match on_error {
-                    OnError::Local => (store.local().admit(&asks, now), true),
+                    OnError::Local => {
+                        store.local().admit(&asks, now, &mut answer);
+                        true
+                    }
                     OnError::Allow => {
                         admission.unlimited = true;
                         return Ok(admission);
@@ -123,7 +128,7 @@ pub async fn admit<'p>(
             }
         };
         take_answer(
-            answer,
+            &mut answer,
             &mut admission,
             store,
             clock,
@@ -150,10 +155,11 @@ struct Hold {
 }
 
 /// Copies the store's answer into `admission` (decisions, counters, shadow
-/// rules) and returns what the admitted request must settle and wait for;
-/// `None` when it was refused.
+/// rules) and returns what the admitted request must wait for and settle;
+/// `None` when it was refused, or passes at once with nothing to settle
+/// after the response (its receipts are kept: nothing to do).
 fn take_answer<'p>(
-    answer: crate::store::Admission,
+    answer: &mut crate::store::Admission,
     admission: &mut Admission<'p>,
     store: &Arc<Store>,
     clock: &ProxyClock,
@@ -163,7 +169,7 @@ fn take_answer<'p>(
 ) -> Option<Hold> {
     admission.outcome = answer.outcome;
     admission.decided_at = answer.at;
-    admission.bans_started = answer.bans_started;
+    admission.bans_started = std::mem::take(&mut answer.bans_started);
     let mut wait = 0;
     for (verdict, decision) in admission.verdicts.iter_mut().zip(&answer.decisions) {
         verdict.decision = *decision;
@@ -184,11 +190,20 @@ fn take_answer<'p>(
             applicable.rule.counters.allowed.inc();
         }
     }
-    let settlement = Settlement::new(Arc::clone(store), clock.clone(), local, answer.receipts);
+    let queued = answer.queued.take();
+    let permits = answer
+        .receipts
+        .iter()
+        .any(|receipt| receipt.taken == Taken::Permit);
+    if wait == 0 && queued.is_none() && !permits {
+        return None;
+    }
+    let receipts = std::mem::take(&mut answer.receipts);
+    let settlement = Settlement::new(Arc::clone(store), clock.clone(), local, receipts);
     Some(Hold {
         settlement: Some(settlement),
         wait,
-        queued: answer.queued,
+        queued,
     })
 }
 
@@ -244,8 +259,7 @@ async fn hold_until_passing(
 
 /// Everything the request asks of the store: the enforced rules (with
 /// their bans) in file order, then the shadow rules.
-fn asks<'p>(enforced: &[Applicable<'p>], shadowed: &[Applicable<'p>]) -> Asks<'p> {
-    let mut asks = Asks::default();
+fn fill_asks<'p>(asks: &mut Asks<'p>, enforced: &[Applicable<'p>], shadowed: &[Applicable<'p>]) {
     for applicable in enforced {
         let rule = applicable.rule;
         asks.push_rule(
@@ -263,7 +277,6 @@ fn asks<'p>(enforced: &[Applicable<'p>], shadowed: &[Applicable<'p>]) -> Asks<'p
             applicable.limits.iter().map(|limit| ask(applicable, limit)),
         );
     }
-    asks
 }
 
 fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit) -> Ask<'p> {

@@ -151,7 +151,8 @@ mod tests {
             };
             asks.push_rule(1, false, None, [ask(&self.tables[0], &self.rates, 3)]);
             asks.push_rule(1, false, None, [ask(&self.tables[1], &self.permits, 1)]);
-            let answer = self.store.admit(&asks, NOW).await.unwrap();
+            let mut answer = crate::store::Admission::default();
+            self.store.admit(&asks, NOW, &mut answer).await.unwrap();
             answer.admitted().then(|| {
                 Settlement::new(
                     Arc::clone(&self.store),

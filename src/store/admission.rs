@@ -100,9 +100,10 @@ impl<'p> Asks<'p> {
 }
 
 /// How the store answered a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Outcome {
     /// Every enforced limit admits it (now, or after [`Admission::wait`]).
+    #[default]
     Admitted,
     /// At least one enforced limit refused it; nothing was taken.
     Limited,
@@ -112,7 +113,7 @@ pub enum Outcome {
 }
 
 /// The store's answer to one request's [`Asks`].
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Admission {
     pub outcome: Outcome,
     /// One decision per ask of [`Asks::limits`], same order. A limit that

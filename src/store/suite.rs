@@ -94,7 +94,12 @@ fn one_rule_each<'p>(limits: impl IntoIterator<Item = Ask<'p>>) -> Asks<'p> {
 }
 
 async fn admit(store: &Store, asks: &Asks<'_>, now: Nanos) -> Admission {
-    store.admit(asks, now).await.expect("the store answers")
+    let mut answer = Admission::default();
+    store
+        .admit(asks, now, &mut answer)
+        .await
+        .expect("the store answers");
+    answer
 }
 
 /// What the limit has left for `key` at `now`.
@@ -410,7 +415,10 @@ async fn a_failing_store_surfaces_a_transient_error_and_takes_nothing() {
         unreachable!()
     };
     failing.set_failing(true);
-    let error = store.admit(&asks, T0).await.unwrap_err();
+    let error = store
+        .admit(&asks, T0, &mut Admission::default())
+        .await
+        .unwrap_err();
     assert!(error.transient);
     failing.set_failing(false);
     assert!(admit(&store, &asks, T0).await.admitted());

@@ -35,16 +35,15 @@ pub const UNASKED: Decision = Decision::Allow(BucketState {
 
 impl MemoryStore {
     /// See [`crate::store::Store::admit`].
-    pub fn admit(&self, asks: &Asks<'_>, now: Nanos) -> Admission {
-        let mut admission = Admission {
-            outcome: Outcome::Admitted,
-            decisions: SmallVec::from_elem(UNASKED, asks.limits.len()),
-            receipts: SmallVec::new(),
-            queued: None,
-            at: now,
-            shadow_limited: SmallVec::new(),
-            bans_started: SmallVec::new(),
-        };
+    pub fn admit(&self, asks: &Asks<'_>, now: Nanos, admission: &mut Admission) {
+        admission.outcome = Outcome::Admitted;
+        admission.decisions.clear();
+        admission.decisions.resize(asks.limits.len(), UNASKED);
+        admission.receipts.clear();
+        admission.queued = None;
+        admission.at = now;
+        admission.shadow_limited.clear();
+        admission.bans_started.clear();
         let enforced = || asks.rules.iter().enumerate().filter(|(_, r)| !r.shadow);
 
         // 1. Bans.
@@ -52,7 +51,7 @@ impl MemoryStore {
             if let Some(bans) = rule.bans {
                 if let Some(left) = bans.banned(rule.key, now) {
                     admission.outcome = Outcome::Banned { rule: index, left };
-                    return admission;
+                    return;
                 }
             }
         }
@@ -153,17 +152,16 @@ impl MemoryStore {
                         Decision::Allow(self.peek(&asks.limits[*slot], now).state());
                 }
             }
-            self.strike(asks, &mut admission, now);
-            return admission;
+            self.strike(asks, admission, now);
+            return;
         }
 
         // 5. Shadow rules.
         for (index, rule) in asks.rules.iter().enumerate().filter(|(_, r)| r.shadow) {
-            if !self.admit_shadow(index, rule, asks, now, &mut admission) {
+            if !self.admit_shadow(index, rule, asks, now, admission) {
                 admission.shadow_limited.push(index);
             }
         }
-        admission
     }
 
     /// Asks one shadow rule now or never; its units are kept (and settled)
