@@ -57,6 +57,22 @@ impl MemoryStore {
         }
 
         // 2. Rates, all or nothing.
+        if let ([rule], [ask]) = (&asks.rules[..], &asks.limits[..]) {
+            if !rule.shadow && !matches!(ask.limiter, Limiter::Concurrency(_)) {
+                // One enforced rule with one rate, the common case: nothing
+                // to roll back, no permits, no shadow rules.
+                let (decision, grant) = self.acquire(ask, now);
+                admission.decisions[0] = decision;
+                match rate_receipt(0, ask, &decision, grant, now) {
+                    Some(receipt) => admission.receipts.push(receipt),
+                    None => {
+                        admission.outcome = Outcome::Limited;
+                        self.strike(asks, admission, now);
+                    }
+                }
+                return;
+            }
+        }
         let mut rates: SmallVec<[Ask<'_>; INLINE]> = SmallVec::new();
         let mut slots: SmallVec<[(usize, usize); INLINE]> = SmallVec::new();
         for (index, rule) in enforced() {
