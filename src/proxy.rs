@@ -232,13 +232,13 @@ impl Proxy {
         } = &applicable;
         let retiring = *retiring;
         // Admit: one store call, and the hold.
-        let mut admission = match self
-            .admit(policy, &facts, enforced, shadowed, retiring)
-            .await
-        {
-            Ok(admission) => admission,
-            Err(refused) => return refused,
-        };
+        let mut admission = Admission::default();
+        let refused = self
+            .admit(policy, &facts, enforced, shadowed, retiring, &mut admission)
+            .await;
+        if let Some(refused) = refused {
+            return refused;
+        }
         // Forward: the admission's settlement rides on the response body.
         let rewritten = match &normalized {
             Cow::Owned(path) if policy.normalize_path => Some(path.as_str()),
@@ -274,8 +274,8 @@ impl Proxy {
         response
     }
 
-    /// Admission (see [`admit`]), the decision metrics, and the answer to a
-    /// request that may not pass.
+    /// Admission (see [`admit`]) into `admission`, the decision metrics,
+    /// and the answer to a request that may not pass.
     async fn admit<'p>(
         &self,
         policy: &'p Policy,
@@ -283,7 +283,8 @@ impl Proxy {
         enforced: &[Applicable<'p>],
         shadowed: &[Applicable<'p>],
         retiring: Option<&Sunset>,
-    ) -> Result<Admission<'p>, Response<ProxyBody>> {
+        admission: &mut Admission<'p>,
+    ) -> Option<Response<ProxyBody>> {
         let shared = &*self.shared;
         let admitted = admit::admit(
             &shared.store,
@@ -292,11 +293,12 @@ impl Proxy {
             &shared.metrics,
             enforced,
             shadowed,
+            admission,
         )
         .await;
-        let Ok(admission) = admitted else {
-            return Err(respond::refusal(Refusal::StoreUnavailable, None));
-        };
+        if admitted.is_err() {
+            return Some(respond::refusal(Refusal::StoreUnavailable, None));
+        }
         shared.metrics.decision_seconds.observe(seconds(
             shared
                 .clock
@@ -307,7 +309,7 @@ impl Proxy {
         let mut response = match admission.outcome {
             Outcome::Admitted => {
                 count_outcomes(&admission.verdicts);
-                return Ok(admission);
+                return None;
             }
             Outcome::Banned { rule, left } => {
                 let Applicable { rule, limits, .. } = enforced[rule];
@@ -330,7 +332,7 @@ impl Proxy {
             }
         };
         respond::add_sunset_headers(response.headers_mut(), retiring);
-        Err(response)
+        Some(response)
     }
 
     /// The admitted request rewritten for the upstream (normalised path,

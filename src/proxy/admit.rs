@@ -44,7 +44,7 @@ pub struct Applicable<'p> {
 }
 
 /// What admission decided.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Admission<'p> {
     pub outcome: Outcome,
     /// Every limit of every enforced applicable rule, in file order.
@@ -71,7 +71,8 @@ pub struct Admission<'p> {
 #[derive(Debug)]
 pub struct StoreUnavailable;
 
-/// Decides, and holds the request if needed; see the module docs.
+/// Decides into `admission` (a fresh [`Admission::default`]), and holds
+/// the request if needed; see the module docs.
 pub async fn admit<'p>(
     store: &Arc<Store>,
     clock: &ProxyClock,
@@ -79,18 +80,10 @@ pub async fn admit<'p>(
     metrics: &Metrics,
     enforced: &[Applicable<'p>],
     shadowed: &[Applicable<'p>],
-) -> Result<Admission<'p>, StoreUnavailable> {
+    admission: &mut Admission<'p>,
+) -> Result<(), StoreUnavailable> {
     let now = clock.now();
-    let mut admission = Admission {
-        outcome: Outcome::Admitted,
-        verdicts: SmallVec::new(),
-        settlement: None,
-        held: 0,
-        would_limit: SmallVec::new(),
-        bans_started: SmallVec::new(),
-        unlimited: false,
-        decided_at: now,
-    };
+    admission.decided_at = now;
     for applicable in enforced {
         admission
             .verdicts
@@ -121,7 +114,7 @@ pub async fn admit<'p>(
                     }
                     OnError::Allow => {
                         admission.unlimited = true;
-                        return Ok(admission);
+                        return Ok(());
                     }
                     OnError::Deny => return Err(StoreUnavailable),
                 }
@@ -129,7 +122,7 @@ pub async fn admit<'p>(
         };
         take_answer(
             &mut answer,
-            &mut admission,
+            admission,
             store,
             clock,
             local,
@@ -138,9 +131,9 @@ pub async fn admit<'p>(
         )
     };
     if let Some(hold) = &mut hold {
-        hold_until_passing(hold, &mut admission, store, clock).await;
+        hold_until_passing(hold, admission, store, clock).await;
     }
-    Ok(admission)
+    Ok(())
 }
 
 /// What an admitted request waits for before it passes.
@@ -427,7 +420,18 @@ mod tests {
             limits: &rule.limits,
         }];
         let clock = ProxyClock::Manual(crate::clock::ManualClock::new(NOW));
-        admit(store, &clock, on_error, metrics, &enforced, &[]).await
+        let mut admission = Admission::default();
+        admit(
+            store,
+            &clock,
+            on_error,
+            metrics,
+            &enforced,
+            &[],
+            &mut admission,
+        )
+        .await
+        .map(|()| admission)
     }
 
     fn fallback_gauge(metrics: &Metrics, store: &Store) -> bool {

@@ -67,7 +67,9 @@ impl MemoryStore {
                     Some(receipt) => admission.receipts.push(receipt),
                     None => {
                         admission.outcome = Outcome::Limited;
-                        self.strike(asks, admission, now);
+                        if rule.ban.is_some() {
+                            self.strike(asks, admission, now);
+                        }
                     }
                 }
                 return;
