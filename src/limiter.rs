@@ -219,7 +219,9 @@ pub trait Algorithm {
     ///   exact when nothing was taken or refunded since, and gives nothing
     ///   back for units that a full bucket has made irrelevant since;
     /// - sliding log: stamps taken at `taken_at` are removed (the newest
-    ///   ones when `taken_at == now`); stamps that expired give nothing;
+    ///   ones when `taken_at == now`); stamps that expired give nothing. A
+    ///   charge it could not stamp in full cannot be refunded in full
+    ///   without giving back other units of the same instant;
     /// - leaky bucket: exact while the units are the last in the outlet and
     ///   were taken when it was idle (as by `acquire`); otherwise nothing
     ///   (requests scheduled behind them keep their instants; a held request

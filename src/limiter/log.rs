@@ -177,6 +177,9 @@ impl Algorithm for SlidingLog {
     /// Stamps the units at the newest time seen, as `acquire` does, while
     /// the log holds fewer than COUNT stamps: a debt beyond the capacity is
     /// dropped, so a charge never makes the log grow past COUNT stamps.
+    /// (Config refuses `charge` with the sliding log: a charge it could not
+    /// stamp in full is not told apart from other units stamped at the same
+    /// instant, and refunding it in full could give back theirs.)
     fn charge(&self, log: &mut LogState, now: Nanos, units: u64) {
         let expired = self.first_live(log, now);
         log.stamps.drain(..expired);
