@@ -14,6 +14,13 @@
 //! [`Algorithm::carry_from`] rescales a state when a reload changes a limit;
 //! [`sunset`] computes a retiring rule's limit at each step.
 //!
+//! Settling a request after its response goes through [`Algorithm::charge`]
+//! (take more units unconditionally, even into a debt) and
+//! [`Algorithm::refund`] (give units back to where they were taken, at any
+//! later instant). The token bucket and both windows keep debts exactly; the
+//! sliding log and the leaky bucket only approximate a charge (config refuses
+//! `charge` with them).
+//!
 //! Delay mode (`on_limit = "delay"`) goes through [`Algorithm::reserve`] and
 //! [`Algorithm::cancel`]: a reservation takes its units at the first instant
 //! they fit behind everything already reserved, so held requests of a bucket
@@ -29,7 +36,7 @@ pub mod sunset;
 pub mod window;
 
 use crate::clock::Nanos;
-pub use gcra::Gcra;
+pub use gcra::{Gcra, TokenState};
 pub use leaky::LeakyBucket;
 pub use log::{LogState, SlidingLog};
 pub use rate::Rate;
@@ -108,19 +115,32 @@ pub struct HoldLimits {
 ///
 /// `State::default()` is a fresh, full bucket: a store creates it for a key
 /// it has never seen. Implementations must keep these promises, which the
-/// store relies on:
+/// store relies on (and which a networked store's server-side scripts must
+/// keep too):
 ///
 /// - [`acquire`](Algorithm::acquire) changes how `state` decides only when
 ///   it admits (a denial may still tidy it, e.g. drop a log's expired
 ///   stamps);
 /// - [`refund`](Algorithm::refund) right after an admitting `acquire` at the
 ///   same `now` and cost restores a state that decides like the one before;
+/// - a refund never makes a bucket decide more generously than if the
+///   refunded units had never been taken, so refunds at any later time
+///   never let more through than the limit allows without them (see
+///   [`refund`](Algorithm::refund) for the one exception);
 /// - [`is_fresh`](Algorithm::is_fresh) is true only when the state decides
 ///   exactly like `State::default()` at `now` and at every later instant, so
-///   dropping it can never hand an over-limit caller new budget;
+///   dropping it can never hand an over-limit caller new budget (a bucket in
+///   debt is not fresh);
 /// - `now` values may arrive slightly out of order (two threads read the
 ///   clock, then lock in the opposite order): a `now` before the state's own
 ///   notion of time must not panic and must not let more through.
+///
+/// Debts: [`charge`](Algorithm::charge) may drive a bucket below empty. A
+/// bucket in debt denies every request and reports `remaining: 0`; its
+/// `retry_after` is the time until the debt is repaid and the request's own
+/// cost fits (a caller 1,500 units in debt on a `1000/s` token bucket waits
+/// 1.5 s plus the time of its cost), and `reset_after` the time until it is
+/// full again, both computed from the real debt.
 pub trait Algorithm {
     /// Per-key state.
     type State: Default + Send;
@@ -132,9 +152,85 @@ pub trait Algorithm {
     /// anything. An `Allow` reports the bucket as it is now (nothing taken).
     fn peek(&self, state: &Self::State, now: Nanos, cost: u64) -> Decision;
 
-    /// Gives back `cost` units taken by an admitting `acquire` at `now` (a
-    /// rollback when another limit rejected the same request).
-    fn refund(&self, state: &mut Self::State, now: Nanos, cost: u64);
+    /// Takes `units` at `now` unconditionally: the settling of a request
+    /// whose real cost is known only after its response (a deferred charge),
+    /// or budget spent outside a request. The balance may go below zero (a
+    /// debt) and is then repaid at the limit's own rate before anything is
+    /// admitted again:
+    ///
+    /// - token bucket: the TAT moves to `max(TAT, now) + units × T`, past
+    ///   `now + τ` when the bucket goes into debt;
+    /// - fixed window: the units are counted in the window `now` falls in;
+    ///   what exceeds COUNT is carried into the next windows, COUNT per
+    ///   window (1,500 units of debt on a `1000/s` window: the next window
+    ///   starts with 1,500 counted and admits nothing, the one after starts
+    ///   with 500);
+    /// - sliding window: the units are counted in the current window; at a
+    ///   boundary at most COUNT of a window's count becomes the previous
+    ///   window (and fades out over the new one), the excess is carried as
+    ///   the new window's count, and so on;
+    /// - sliding log and leaky bucket (config refuses `charge` with them):
+    ///   the log stamps the units at `now` as long as it holds fewer than
+    ///   COUNT stamps (a debt beyond the capacity is dropped, so the log never
+    ///   grows past COUNT); the leaky bucket's outlet is busy for `units × T`
+    ///   more, like a request of that cost.
+    ///
+    /// Saturates instead of overflowing; `units = 0` changes nothing.
+    fn charge(&self, state: &mut Self::State, now: Nanos, units: u64);
+
+    /// Gives back `units` taken (by [`acquire`](Algorithm::acquire),
+    /// [`reserve`](Algorithm::reserve) or [`charge`](Algorithm::charge)) at
+    /// `taken_at`, the `now` of the call that took them, at any later `now`:
+    /// a rollback when another limit refused the request (`taken_at == now`),
+    /// or the settling of a request after its response. The units go back to
+    /// where they were taken, and only as far as they still count:
+    ///
+    /// - it never hands out more than `units`, and never makes the bucket
+    ///   decide more generously than if those units had never been taken
+    ///   (whatever was taken, charged or refunded since), so refunds at any
+    ///   time never let more through than the limit allows without them
+    ///   (one exception, the fixed window while requests are held for later
+    ///   windows, below);
+    /// - `taken_at == now`, right after taking them: exact, the state decides
+    ///   like one that never took them;
+    /// - fixed window: units taken in the window `now` falls in come off its
+    ///   count; units taken in an earlier window no longer count, except the
+    ///   part of them carried into the current window as a debt: counted as
+    ///   if they had been the first units of their window (the least that
+    ///   can still be carried), that part comes off the carried count. A
+    ///   request admitted by `acquire` in an earlier window therefore gets
+    ///   nothing back. Units come off the top of the count, where delay
+    ///   mode's reservations for later windows sit: a held request is given
+    ///   back with [`cancel`](Algorithm::cancel), and a refund while others
+    ///   are held would let a later window take more than COUNT;
+    /// - sliding window: as the fixed window, except that units taken in the
+    ///   previous window come off its count, which still weighs (the part of
+    ///   them carried beyond COUNT comes off the current count): exact for
+    ///   anything admitted by `acquire` in the current or previous window;
+    /// - token bucket: the TAT moves back by up to `units × T`, never below
+    ///   what later takes need (a take that found the bucket `d` in debt
+    ///   would have found it `d + units × T` without them, and `d` is all
+    ///   they may get back). The state keeps a refund mark (an instant) and
+    ///   a headroom: units taken before the mark come back only at the
+    ///   instant they were taken; units taken at or after it come back up to
+    ///   the headroom, which each refund uses up. A take strictly after the
+    ///   mark lowers the headroom to the debt it found, if less. The mark
+    ///   moves, with the headroom unbounded again, to a take that finds the
+    ///   bucket full, and to an admission (not a charge) that would leave
+    ///   the headroom below its own cost. So a refund of admitted units is
+    ///   exact when nothing was taken or refunded since, and gives nothing
+    ///   back for units that a full bucket has made irrelevant since;
+    /// - sliding log: stamps taken at `taken_at` are removed (the newest
+    ///   ones when `taken_at == now`); stamps that expired give nothing. A
+    ///   charge it could not stamp in full cannot be refunded in full
+    ///   without giving back other units of the same instant;
+    /// - leaky bucket: exact while the units are the last in the outlet and
+    ///   were taken when it was idle (as by `acquire`); otherwise nothing
+    ///   (requests scheduled behind them keep their instants; a held request
+    ///   is given back with [`cancel`](Algorithm::cancel)).
+    ///
+    /// A `taken_at` after `now` counts as `now`.
+    fn refund(&self, state: &mut Self::State, now: Nanos, units: u64, taken_at: Nanos);
 
     /// TEMP until the limiter branch lands.
     fn charge(&self, state: &mut Self::State, now: Nanos, units: u64) {
@@ -183,8 +279,8 @@ pub trait Algorithm {
     /// back, so the limit is never exceeded. Once `now` is past `at` the
     /// reservation counts as used and nothing is given back.
     fn cancel(&self, state: &mut Self::State, now: Nanos, cost: u64, at: Nanos) {
-        let _ = at;
-        self.refund(state, now, cost);
+        // Without a delay mode a reservation is taken when it passes, at `at`.
+        self.refund(state, now, cost, at);
     }
     /// A request whose `cost` units this limit let pass at `at` (`now`, or
     /// a hold's instant) will pass at `to > at` instead, because another
@@ -334,12 +430,38 @@ mod carry_tests {
         to.peek(&state, NOW, 1).state().remaining
     }
 
+    /// Charges 6 units to a 4/h limit (2 beyond its capacity), carries it
+    /// to 8/h, returns what remains and whether the next unit is denied.
+    fn charged<A: Algorithm>(from: A, to: A, carry: Carry) -> (u64, bool) {
+        let mut state = A::State::default();
+        from.charge(&mut state, NOW, 6);
+        assert!(!from.peek(&state, NOW, 1).is_allowed());
+        to.carry_from(&from, &mut state, NOW, carry);
+        let decision = to.peek(&state, NOW, 1);
+        (decision.state().remaining, !decision.is_allowed())
+    }
+
+    #[test]
+    fn debts_carry_over_a_reload() {
+        let token = (Gcra::new(rate(4), 4), Gcra::new(rate(8), 8));
+        let fixed = (FixedWindow::new(rate(4)), FixedWindow::new(rate(8)));
+        let sliding = (SlidingWindow::new(rate(4)), SlidingWindow::new(rate(8)));
+        // 6 spent stay spent: 2 of 8 remain. The share of the capacity
+        // spent, 6/4, is 12 of 8: still 4 in debt.
+        assert_eq!(charged(token.0, token.1, Carry::KeepSpent), (2, false));
+        assert_eq!(charged(token.0, token.1, Carry::KeepShare), (0, true));
+        assert_eq!(charged(fixed.0, fixed.1, Carry::KeepSpent), (2, false));
+        assert_eq!(charged(fixed.0, fixed.1, Carry::KeepShare), (0, true));
+        assert_eq!(charged(sliding.0, sliding.1, Carry::KeepSpent), (2, false));
+        assert_eq!(charged(sliding.0, sliding.1, Carry::KeepShare), (0, true));
+    }
+
     #[test]
     fn a_full_bucket_stays_full_and_a_leaky_queue_scales() {
         let (small, big) = (Gcra::new(rate(4), 4), Gcra::new(rate(8), 8));
-        let mut tat = 0;
-        big.carry_from(&small, &mut tat, NOW, Carry::KeepShare);
-        assert_eq!(Algorithm::peek(&big, &tat, NOW, 1).state().remaining, 8);
+        let mut full = gcra::TokenState::default();
+        big.carry_from(&small, &mut full, NOW, Carry::KeepShare);
+        assert_eq!(Algorithm::peek(&big, &full, NOW, 1).state().remaining, 8);
 
         // A leaky bucket 4/h with a queue of 4: one passing, one waiting.
         let (from, to) = (LeakyBucket::new(rate(4), 4), LeakyBucket::new(rate(8), 8));

@@ -1,15 +1,15 @@
 //! Token bucket as GCRA (generic cell rate algorithm).
 //!
-//! State is one number per key: the theoretical arrival time (TAT), the
-//! instant at which the bucket will be full again. With emission interval `T`
-//! (period / COUNT) and tolerance `τ = T × burst`, a request of cost `c` at
-//! `now` is admitted when `max(TAT, now) + c·T − now ≤ τ`. This is exactly a
-//! token bucket of capacity `burst` refilled continuously at COUNT/period, in
-//! O(1) state. A TAT far in the future is a bucket in debt; deferred charges
-//! (later issue) push it there, and admission then
-//! waits until the debt is paid off.
+//! The theoretical arrival time (TAT) is the instant at which the bucket will
+//! be full again. With emission interval `T` (period / COUNT) and tolerance
+//! `τ = T × burst`, a request of cost `c` at `now` is admitted when
+//! `max(TAT, now) + c·T − now ≤ τ`. This is exactly a token bucket of
+//! capacity `burst` refilled continuously at COUNT/period, in O(1) state. A
+//! TAT past `now + τ` is a bucket in debt: a charge moves the TAT to
+//! `max(TAT, now) + units·T` whatever it finds, and admission then waits
+//! until the debt is paid off (the step below needs nothing special for it).
 //!
-//! A state of 0 is a fresh, full bucket; any TAT at or before `now` is
+//! A fresh state is a full bucket; any TAT at or before `now` is
 //! indistinguishable from a fresh one, which is what makes eviction safe.
 //! A `now` earlier than another thread's (out-of-order clock reads) only sees
 //! the bucket emptier than it is.
@@ -24,6 +24,28 @@
 //! bucket's bound (at most `burst + L/T` units in any interval of length `L`)
 //! holds for them. The units waiting at `now` are the debt beyond `τ`,
 //! `⌈(TAT − now − τ) / T⌉`.
+//!
+//! Refunds. Moving the TAT back by `c·T` gives `c` units back exactly only
+//! while nothing was taken after them: a later take that found the bucket
+//! nearly full would have found it full without them, and the refill it
+//! lost then is not the refund's to hand out. (`burst` 10 at 1/s: 5 units
+//! taken at 0 s, 6 at 4 s; giving the first 5 back by moving the TAT back
+//! would let 8 more pass at 4 s, 14 at one instant.) Exactly, units taken at
+//! `t` may come back up to the least debt (`TAT − instant`) that any take
+//! after `t` found. The TAT alone cannot tell, so a state keeps a bound
+//! beside it: a mark `M` (an instant) and a headroom `H`, at most the least
+//! debt that any take strictly after `M` found, less what refunds gave back
+//! since (unbounded while nothing was taken after `M`). Units taken at or
+//! after `M` come back up to `H`; units taken before it come back only at
+//! the instant they were taken (a rollback, after which nothing can have
+//! been taken). A take that finds the bucket full moves `M` to it, with `H`
+//! unbounded: nothing before it can matter any more. So does an admission
+//! that would leave `H` below its own cost, so that `H` does not stay at the
+//! small debts of the first takes of a busy period for the whole period;
+//! units taken before such a move come back no more. In memory `M` is kept
+//! as its distance below the TAT in nanoseconds (48 bits, about 78 hours)
+//! and `H` in grains of `2^k` ns (`k = ⌊log₂ T⌋ − 8`, 16 bits: at most
+//! 128–256 units); both round towards giving back less.
 
 use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits, Rate};
 use crate::clock::Nanos;
@@ -36,6 +58,58 @@ pub struct Gcra {
     /// `τ = T × capacity`.
     tolerance: Nanos,
     capacity: u64,
+    /// log₂ of the headroom's grain in nanoseconds: about `T / 256`.
+    grain_bits: u32,
+}
+
+/// A token bucket's per-key state: the TAT, and what refunds may give back
+/// (see the module doc). The default is a fresh, full bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenState {
+    /// The theoretical arrival time.
+    tat: Nanos,
+    /// The refund mark's distance below the TAT, in nanoseconds (the high
+    /// 48 bits), and the headroom in grains (the low 16 bits; all ones:
+    /// unbounded).
+    refunds: u64,
+}
+
+const HEADROOM_BITS: u32 = 16;
+/// The headroom of a mark that nothing was taken after.
+const UNBOUNDED: u64 = (1 << HEADROOM_BITS) - 1;
+const MAX_HEADROOM: u64 = UNBOUNDED - 1;
+const MAX_MARK_DISTANCE: u64 = u64::MAX >> HEADROOM_BITS;
+
+impl TokenState {
+    /// The theoretical arrival time: the instant the bucket is full again.
+    pub fn tat(&self) -> Nanos {
+        self.tat
+    }
+
+    #[inline]
+    fn mark_distance(&self) -> Nanos {
+        self.refunds >> HEADROOM_BITS
+    }
+
+    /// The refund mark (see the module doc).
+    #[inline]
+    fn mark(&self) -> Nanos {
+        self.tat.saturating_sub(self.mark_distance())
+    }
+
+    /// The headroom in grains, or [`UNBOUNDED`].
+    #[inline]
+    fn headroom(&self) -> u64 {
+        self.refunds & UNBOUNDED
+    }
+
+    /// Stores the TAT, the mark `distance` below it (saturating: the mark
+    /// moves later, never earlier) and the headroom.
+    #[inline]
+    fn keep(&mut self, tat: Nanos, distance: Nanos, headroom: u64) {
+        self.tat = tat;
+        self.refunds = (distance.min(MAX_MARK_DISTANCE) << HEADROOM_BITS) | headroom;
+    }
 }
 
 /// The result of one GCRA step: the decision and, when the request was
@@ -54,6 +128,7 @@ impl Gcra {
                 emission: 0,
                 tolerance: 0,
                 capacity: 0,
+                grain_bits: 0,
             };
         }
         let period = rate.period.as_nanos().min(u64::MAX as u128) as u64;
@@ -62,6 +137,7 @@ impl Gcra {
             emission,
             tolerance: emission.saturating_mul(capacity),
             capacity,
+            grain_bits: emission.ilog2().saturating_sub(8),
         }
     }
 
@@ -120,14 +196,6 @@ impl Gcra {
         }
     }
 
-    /// Gives back `cost` units taken by [`Gcra::acquire`] (a rollback when a
-    /// later rule rejected the request). Never makes the bucket fuller than
-    /// full: a TAT before `now` means full whatever its value.
-    #[inline]
-    pub fn refund(&self, tat: Nanos, cost: u64) -> Nanos {
-        tat.saturating_sub(self.emission.saturating_mul(cost))
-    }
-
     /// Whether a bucket with this TAT is indistinguishable from a fresh one.
     #[inline]
     pub fn is_full(tat: Nanos, now: Nanos) -> bool {
@@ -138,7 +206,8 @@ impl Gcra {
     /// rounded up to whole units. With a chain of holds of cost `c` (each
     /// `c·T` after the previous) the number of held requests is
     /// `⌈(TAT − now − τ) / (c·T)⌉`; `queued + c ≤ Q·c` is then exactly
-    /// "fewer than `Q` requests wait".
+    /// "fewer than `Q` requests wait". A debt from a charge counts as
+    /// waiting units too.
     #[inline]
     pub fn queued(&self, tat: Nanos, now: Nanos) -> u64 {
         if self.is_closed() {
@@ -163,36 +232,129 @@ impl Gcra {
             reset_after: debt,
         }
     }
+
+    /// Whole grains in `nanos`, rounded down, at most [`MAX_HEADROOM`].
+    #[inline]
+    fn grains(&self, nanos: Nanos) -> u64 {
+        (nanos >> self.grain_bits).min(MAX_HEADROOM)
+    }
+
+    /// The nanoseconds a headroom of `grains` stands for.
+    #[inline]
+    fn headroom_nanos(&self, grains: u64) -> Nanos {
+        if grains == UNBOUNDED {
+            return Nanos::MAX;
+        }
+        u64::try_from(u128::from(grains) << self.grain_bits).unwrap_or(Nanos::MAX)
+    }
+
+    /// Moves the TAT to `new_tat` for units taken at `now`, and the refund
+    /// bookkeeping with it (see the module doc). `admission`: a request let
+    /// through (which may move the mark), not a charge.
+    #[inline]
+    fn take(&self, state: &mut TokenState, now: Nanos, new_tat: Nanos, admission: bool) {
+        let tat = state.tat;
+        if tat <= now {
+            // Full: nothing taken before `now` can matter any more.
+            state.keep(new_tat, new_tat - now, UNBOUNDED);
+            return;
+        }
+        let spent = new_tat - tat;
+        let mut headroom = state.headroom();
+        if now > state.mark() {
+            headroom = headroom.min(self.grains(tat - now));
+            if admission && self.headroom_nanos(headroom) < spent {
+                state.keep(new_tat, new_tat - now, UNBOUNDED);
+                return;
+            }
+        }
+        state.keep(
+            new_tat,
+            state.mark_distance().saturating_add(spent),
+            headroom,
+        );
+    }
+
+    /// Moves the TAT back by `back`; the mark stays where it is, and the
+    /// headroom shrinks by as much unless `keep_headroom`.
+    fn give_back(&self, state: &mut TokenState, back: Nanos, keep_headroom: bool) {
+        if back == 0 {
+            return;
+        }
+        let tat = state.tat.saturating_sub(back);
+        let distance = state.mark_distance();
+        if back > distance {
+            // The TAT falls before the mark, a take's instant: the bucket is
+            // full (or, with out-of-order clocks, nearly), and nothing taken
+            // before may come back but by a rollback.
+            state.keep(tat, 0, 0);
+            return;
+        }
+        let headroom = state.headroom();
+        let headroom = if keep_headroom || headroom == UNBOUNDED {
+            headroom
+        } else {
+            let used = back.div_ceil(1 << self.grain_bits);
+            headroom.saturating_sub(used)
+        };
+        state.keep(tat, distance - back, headroom);
+    }
 }
 
 impl Algorithm for Gcra {
-    /// The TAT.
-    type State = Nanos;
+    type State = TokenState;
 
     #[inline]
-    fn acquire(&self, tat: &mut Nanos, now: Nanos, cost: u64) -> Decision {
-        let step = Gcra::step(self, *tat, now, cost);
+    fn acquire(&self, state: &mut TokenState, now: Nanos, cost: u64) -> Decision {
+        let step = Gcra::step(self, state.tat, now, cost);
         if let Some(new_tat) = step.new_tat {
-            *tat = new_tat;
+            self.take(state, now, new_tat, true);
         }
         step.decision
     }
 
-    fn peek(&self, tat: &Nanos, now: Nanos, cost: u64) -> Decision {
-        match Gcra::step(self, *tat, now, cost).decision {
-            Decision::Allow(_) => Decision::Allow(Gcra::peek(self, *tat, now)),
+    fn peek(&self, state: &TokenState, now: Nanos, cost: u64) -> Decision {
+        match Gcra::step(self, state.tat, now, cost).decision {
+            Decision::Allow(_) => Decision::Allow(Gcra::peek(self, state.tat, now)),
             deny => deny,
         }
     }
 
-    #[inline]
-    fn refund(&self, tat: &mut Nanos, _now: Nanos, cost: u64) {
-        *tat = Gcra::refund(self, *tat, cost);
+    fn charge(&self, state: &mut TokenState, now: Nanos, units: u64) {
+        if self.is_closed() || units == 0 {
+            return;
+        }
+        let new_tat = state
+            .tat
+            .max(now)
+            .saturating_add(self.emission.saturating_mul(units));
+        self.take(state, now, new_tat, false);
+    }
+
+    /// See the module doc. A rollback (`taken_at ≥ now`) moves the TAT back
+    /// by `units·T` whatever the mark: nothing was taken at a later instant.
+    fn refund(&self, state: &mut TokenState, now: Nanos, units: u64, taken_at: Nanos) {
+        if self.is_closed() || units == 0 {
+            return;
+        }
+        let spent = self.emission.saturating_mul(units);
+        if taken_at >= now {
+            // Units taken after the mark are in the headroom's takes, whose
+            // debts they raised by as much: taking them off leaves it.
+            let after_mark = taken_at > state.mark();
+            self.give_back(state, spent, after_mark);
+            return;
+        }
+        if Gcra::is_full(state.tat, now) || taken_at < state.mark() {
+            return;
+        }
+        let back = spent.min(self.headroom_nanos(state.headroom()));
+        self.give_back(state, back, false);
     }
 
     #[inline]
-    fn is_fresh(&self, tat: &Nanos, now: Nanos) -> bool {
-        Gcra::is_full(*tat, now)
+    fn is_fresh(&self, state: &TokenState, now: Nanos) -> bool {
+        Gcra::is_full(state.tat, now)
     }
 
     fn capacity(&self) -> u64 {
@@ -200,17 +362,19 @@ impl Algorithm for Gcra {
     }
 
     /// The debt `TAT − now` is the spent units times `T`: keeping the spent
-    /// units scales it by `T'/T`, keeping the share by `τ'/τ`.
-    fn carry_from(&self, from: &Gcra, tat: &mut Nanos, now: Nanos, carry: Carry) {
-        if *tat <= now || from.is_closed() || self.is_closed() {
-            return;
+    /// units scales it by `T'/T`, keeping the share by `τ'/τ`. Units taken
+    /// under the old limit no longer come back but by a rollback.
+    fn carry_from(&self, from: &Gcra, state: &mut TokenState, now: Nanos, carry: Carry) {
+        let mut tat = state.tat;
+        if tat > now && !from.is_closed() && !self.is_closed() {
+            let debt = tat - now;
+            let debt = match carry {
+                Carry::KeepSpent => scale_up(debt, self.emission, from.emission),
+                Carry::KeepShare => scale_up(debt, self.tolerance, from.tolerance),
+            };
+            tat = now.saturating_add(debt);
         }
-        let debt = *tat - now;
-        let debt = match carry {
-            Carry::KeepSpent => scale_up(debt, self.emission, from.emission),
-            Carry::KeepShare => scale_up(debt, self.tolerance, from.tolerance),
-        };
-        *tat = now.saturating_add(debt);
+        state.keep(tat, tat.saturating_sub(now), 0);
     }
 
     /// Virtual scheduling (see the module doc). `Allow` exactly when
@@ -219,10 +383,16 @@ impl Algorithm for Gcra {
     /// (the units already waiting); a `Deny`'s `retry_after` is the wait
     /// (for GCRA the instant a request would pass without waiting is its
     /// pass instant).
-    fn reserve(&self, tat: &mut Nanos, now: Nanos, cost: u64, limits: HoldLimits) -> Decision {
-        let step = Gcra::step(self, *tat, now, cost);
+    fn reserve(
+        &self,
+        state: &mut TokenState,
+        now: Nanos,
+        cost: u64,
+        limits: HoldLimits,
+    ) -> Decision {
+        let step = Gcra::step(self, state.tat, now, cost);
         if let Some(new_tat) = step.new_tat {
-            *tat = new_tat;
+            self.take(state, now, new_tat, true);
             return step.decision;
         }
         match step.decision {
@@ -230,14 +400,15 @@ impl Algorithm for Gcra {
                 retry_after: Some(wait),
                 ..
             } if wait <= limits.max_wait
-                && self.queued(*tat, now).saturating_add(cost) <= limits.max_queued =>
+                && self.queued(state.tat, now).saturating_add(cost) <= limits.max_queued =>
             {
                 // Denied with a retry means the base is the TAT (a fresh base
                 // of `now` would have admitted, since `c·T ≤ τ`).
-                let new_tat = (*tat)
+                let new_tat = state
+                    .tat
                     .max(now)
                     .saturating_add(self.emission.saturating_mul(cost));
-                *tat = new_tat;
+                self.take(state, now, new_tat, true);
                 Decision::Hold {
                     state: BucketState {
                         remaining: 0,
@@ -266,29 +437,53 @@ impl Algorithm for Gcra {
     ///   `c·T` off is exact (this is the rollback of a multi-limit request).
     ///
     /// Once `now > at` nothing is given back: the TAT no longer tells an
-    /// admission at `at` followed by others from a later one.
-    fn cancel(&self, tat: &mut Nanos, now: Nanos, cost: u64, at: Nanos) {
-        if self.is_closed() || now > at || *tat > at.saturating_add(self.tolerance) {
+    /// admission at `at` followed by others from a later one. The refund
+    /// headroom shrinks by what is given back.
+    fn cancel(&self, state: &mut TokenState, now: Nanos, cost: u64, at: Nanos) {
+        if self.is_closed() || now > at || state.tat > at.saturating_add(self.tolerance) {
             return;
         }
-        *tat = Gcra::refund(self, *tat, cost);
+        self.give_back(state, self.emission.saturating_mul(cost), false);
     }
 
     /// When the reservation is the last (`TAT ≤ at + τ`, as for [`cancel`]),
     /// `TAT − c·T` is the TAT before it, and an arrival at `to` on that TAT
     /// always conforms (it passed at `at ≤ to` already), leaving
     /// `max(TAT − c·T, to) + c·T`: exactly the bucket of a request that
-    /// passed at `to`. Later arrivals queue behind it.
+    /// passed at `to`. Later arrivals queue behind it. Its units now weigh
+    /// on the TAT as a take at `to` would: a reservation made after the
+    /// refund mark leaves no headroom.
     ///
     /// [`cancel`]: Algorithm::cancel
-    fn reschedule(&self, tat: &mut Nanos, now: Nanos, cost: u64, at: Nanos, to: Nanos) -> bool {
-        if self.is_closed() || now > at || to < at || *tat > at.saturating_add(self.tolerance) {
+    fn reschedule(
+        &self,
+        state: &mut TokenState,
+        now: Nanos,
+        cost: u64,
+        at: Nanos,
+        to: Nanos,
+    ) -> bool {
+        if self.is_closed() || now > at || to < at || state.tat > at.saturating_add(self.tolerance)
+        {
             return false;
         }
-        let before = Gcra::refund(self, *tat, cost);
-        *tat = before
+        let spent = self.emission.saturating_mul(cost);
+        let new_tat = state
+            .tat
+            .saturating_sub(spent)
             .max(to)
-            .saturating_add(self.emission.saturating_mul(cost));
+            .saturating_add(spent);
+        let moved = new_tat.saturating_sub(state.tat);
+        let headroom = if now > state.mark() {
+            0
+        } else {
+            state.headroom()
+        };
+        state.keep(
+            new_tat,
+            state.mark_distance().saturating_add(moved),
+            headroom,
+        );
         true
     }
 }
@@ -400,16 +595,19 @@ mod tests {
     }
 
     #[test]
-    fn a_refund_restores_exactly_what_was_taken() {
+    fn a_rollback_restores_exactly_what_was_taken() {
         let gcra = Gcra::new(rate(4, 4), 4);
         let now = 10 * SEC;
-        let mut tat = 0;
-        burst(&gcra, &mut tat, now, 3);
-        let taken = gcra.step(tat, now, 1).new_tat.unwrap();
-        assert_eq!(gcra.peek(taken, now).remaining, 0);
-        let refunded = gcra.refund(taken, 1);
-        assert_eq!(refunded, tat);
-        assert_eq!(gcra.peek(refunded, now).remaining, 1);
+        let mut state = TokenState::default();
+        for _ in 0..3 {
+            assert!(gcra.acquire(&mut state, now, 1).is_allowed());
+        }
+        let before = state.tat();
+        assert!(gcra.acquire(&mut state, now, 1).is_allowed());
+        assert_eq!(Gcra::peek(&gcra, state.tat(), now).remaining, 0);
+        gcra.refund(&mut state, now, 1, now);
+        assert_eq!(state.tat(), before);
+        assert_eq!(Gcra::peek(&gcra, state.tat(), now).remaining, 1);
     }
 
     #[test]
@@ -438,7 +636,7 @@ mod tests {
         // 10/s, burst 2: two pass at once, then one every 100 ms.
         let gcra = Gcra::new(rate(10, 1), 2);
         let now = 5 * SEC;
-        let mut tat = 0;
+        let mut tat = TokenState::default();
         let decisions: Vec<_> = (0..5)
             .map(|_| gcra.reserve(&mut tat, now, 1, limits(SEC, 10)))
             .collect();
@@ -459,8 +657,8 @@ mod tests {
                 wait: 300 * MS
             }
         );
-        assert_eq!(gcra.queued(tat, now), 3);
-        assert_eq!(gcra.queued(tat, now + 150 * MS), 2);
+        assert_eq!(gcra.queued(tat.tat, now), 3);
+        assert_eq!(gcra.queued(tat.tat, now + 150 * MS), 2);
         assert!(!gcra.is_fresh(&tat, now + 500 * MS - 1));
         assert!(gcra.is_fresh(&tat, now + 500 * MS));
     }
@@ -471,7 +669,7 @@ mod tests {
             // 10/s, burst 6, max_queue 3.
             let gcra = Gcra::new(rate(10, 1), 6);
             let now = SEC;
-            let mut tat = 0;
+            let mut tat = TokenState::default();
             let hold = limits(10 * SEC, 3 * cost);
             let passed = (0..6 / cost)
                 .filter(|_| matches!(gcra.reserve(&mut tat, now, cost, hold), Decision::Allow(_)))
@@ -509,7 +707,7 @@ mod tests {
     fn a_request_that_would_wait_longer_than_max_wait_is_refused_at_once() {
         let gcra = Gcra::new(rate(10, 1), 1);
         let now = SEC;
-        let mut tat = 0;
+        let mut tat = TokenState::default();
         let hold = limits(250 * MS, 100);
         assert!(gcra.reserve(&mut tat, now, 1, hold).is_allowed());
         assert_eq!(gcra.reserve(&mut tat, now, 1, hold).wait(), 100 * MS);
@@ -530,7 +728,12 @@ mod tests {
         assert_eq!(tat, before);
         // A cost above the burst never waits.
         assert_eq!(
-            gcra.reserve(&mut 0, now, 2, limits(u64::MAX, u64::MAX)),
+            gcra.reserve(
+                &mut TokenState::default(),
+                now,
+                2,
+                limits(u64::MAX, u64::MAX)
+            ),
             gcra.step(0, now, 2).decision
         );
     }
@@ -540,7 +743,7 @@ mod tests {
         let gcra = Gcra::new(rate(10, 1), 1);
         let now = SEC;
         let hold = limits(SEC, 10);
-        let mut tat = 0;
+        let mut tat = TokenState::default();
         gcra.reserve(&mut tat, now, 1, hold);
         let mut held = Vec::new();
         for _ in 0..3 {
@@ -555,7 +758,7 @@ mod tests {
         assert_eq!(tat, full);
         // The last one: the TAT from before it.
         gcra.cancel(&mut tat, now + 10 * MS, 1, held[2].1);
-        assert_eq!(tat, held[2].0);
+        assert_eq!(tat.tat, held[2].0.tat);
         // The next newcomer passes where the cancelled one would have.
         let again = gcra.reserve(&mut tat, now + 10 * MS, 1, hold);
         assert_eq!(now + 10 * MS + again.wait(), held[2].1);
@@ -570,7 +773,7 @@ mod tests {
         let gcra = Gcra::new(rate(10, 1), 5);
         let now = SEC;
         let hold = limits(SEC, 10);
-        let mut tat = 0;
+        let mut tat = TokenState::default();
         gcra.reserve(&mut tat, now, 1, hold);
         let before = tat;
         assert!(matches!(
@@ -580,7 +783,7 @@ mod tests {
         // Another admission at the same instant in between: steps commute.
         gcra.reserve(&mut tat, now, 1, hold);
         gcra.cancel(&mut tat, now, 2, now);
-        assert_eq!(tat, gcra.step(before, now, 1).new_tat.unwrap());
+        assert_eq!(tat.tat, gcra.step(before.tat, now, 1).new_tat.unwrap());
         // Later on, an admission at once is used: nothing comes back.
         let used = tat;
         gcra.cancel(&mut tat, now + 1, 1, now);
@@ -592,7 +795,7 @@ mod tests {
         let gcra = Gcra::new(rate(10, 1), 1);
         let now = SEC;
         let hold = limits(SEC, 10);
-        let mut tat = 0;
+        let mut tat = TokenState::default();
         // Admitted at once, but another limit holds the request 500 ms.
         assert_eq!(gcra.reserve(&mut tat, now, 1, hold).wait(), 0);
         assert!(gcra.reschedule(&mut tat, now, 1, now, now + 500 * MS));
@@ -607,18 +810,146 @@ mod tests {
     }
 
     #[test]
-    fn a_bucket_in_debt_waits_until_the_debt_is_paid() {
+    fn a_charge_puts_the_bucket_in_debt_and_retry_after_follows_the_debt() {
+        // 1000/s, burst 1000: one unit every millisecond.
+        let gcra = Gcra::new(rate(1000, 1), 1000);
+        let now = 100 * SEC;
+        let mut state = TokenState::default();
+        // 2,500 units from a full bucket: 1,500 below zero.
+        gcra.charge(&mut state, now, 2_500);
+        assert_eq!(state.tat(), now + 2_500 * MS);
+        let denied = Decision::Deny {
+            state: BucketState {
+                remaining: 0,
+                reset_after: 2_500 * MS,
+            },
+            // The debt, 1.5 s, plus the request's own unit.
+            retry_after: Some(1_501 * MS),
+        };
+        assert_eq!(Algorithm::peek(&gcra, &state, now, 1), denied);
+        assert_eq!(gcra.acquire(&mut state, now, 1), denied);
+        assert!(!Algorithm::peek(&gcra, &state, now + 1_501 * MS - 1, 1).is_allowed());
+        assert!(!gcra.is_fresh(&state, now + 2_500 * MS - 1));
+        assert!(gcra.is_fresh(&state, now + 2_500 * MS));
+        assert!(gcra.acquire(&mut state, now + 1_501 * MS, 1).is_allowed());
+        // Charges add up, and a charge of nothing takes nothing.
+        gcra.charge(&mut state, now + 1_501 * MS, 0);
+        assert_eq!(state.tat(), now + 2_501 * MS);
+        gcra.charge(&mut state, now + 1_501 * MS, 499);
+        assert_eq!(state.tat(), now + 3_000 * MS);
+    }
+
+    #[test]
+    fn a_charge_saturates_instead_of_overflowing() {
+        let gcra = Gcra::new(rate(1, 1), 10);
+        let mut state = TokenState::default();
+        gcra.charge(&mut state, SEC, u64::MAX);
+        gcra.charge(&mut state, SEC, u64::MAX);
+        assert_eq!(state.tat(), u64::MAX);
+        assert!(!gcra.acquire(&mut state, 2 * SEC, 1).is_allowed());
+        // A closed route charges nothing.
+        let closed = Gcra::new(rate(0, 1), 0);
+        let mut state = TokenState::default();
+        closed.charge(&mut state, SEC, 5);
+        assert_eq!(state, TokenState::default());
+    }
+
+    #[test]
+    fn a_late_refund_gives_back_only_what_later_takes_did_not_need() {
+        // 1/s, burst 10 (the module doc's example).
+        let gcra = Gcra::new(rate(1, 1), 10);
+        let grain = 1 << gcra.grain_bits;
+        let mut state = TokenState::default();
+        assert!(gcra.acquire(&mut state, 100 * SEC, 2).is_allowed());
+        let later = 100 * SEC + 500 * MS;
+        assert!(gcra.acquire(&mut state, later, 1).is_allowed());
+        assert_eq!(state.tat(), 103 * SEC);
+        // The take at 100.5 s found the bucket 1.5 s in debt: without the 2
+        // units, it would have found it full, and the 0.5 s of refill in
+        // between is lost. So 1.5 s comes back (to a grain), not 2 s.
+        gcra.refund(&mut state, later, 2, 100 * SEC);
+        let exact = 101 * SEC + 500 * MS;
+        assert!(
+            state.tat() >= exact && state.tat() - exact < grain,
+            "{state:?}"
+        );
+        // At 101 s, 9 pass; moving the TAT back by 2 s would have let 10
+        // pass there, 11 in half a second with the one at 100.5 s.
+        let mut copy = state;
+        let passed = (0..20)
+            .take_while(|_| gcra.acquire(&mut copy, 101 * SEC, 1).is_allowed())
+            .count();
+        assert_eq!(passed, 9);
+        // The headroom is used up: the unit taken at 100.5 s, refunded a
+        // moment later, comes back no more (conservative: each refund may
+        // only use what is left of the headroom).
+        let before = state;
+        gcra.refund(&mut state, later + MS, 1, later);
+        assert_eq!(state.tat(), before.tat());
+    }
+
+    #[test]
+    fn units_taken_before_the_bucket_was_full_again_come_back_no_more() {
+        let gcra = Gcra::new(rate(1, 1), 10);
+        let mut state = TokenState::default();
+        assert!(gcra.acquire(&mut state, 100 * SEC, 5).is_allowed());
+        // Full again at 105 s; the whole burst at 120 s.
+        assert!(gcra.acquire(&mut state, 120 * SEC, 10).is_allowed());
+        gcra.refund(&mut state, 120 * SEC, 5, 100 * SEC);
+        assert_eq!(state.tat(), 130 * SEC);
+        assert!(!Algorithm::peek(&gcra, &state, 120 * SEC, 1).is_allowed());
+        // The burst itself comes back exactly.
+        gcra.refund(&mut state, 121 * SEC, 10, 120 * SEC);
+        assert_eq!(state.tat(), 120 * SEC);
+        assert!(gcra.is_fresh(&state, 121 * SEC));
+    }
+
+    #[test]
+    fn a_refund_with_nothing_taken_since_is_exact_even_in_debt() {
+        // 10/s, burst 10: 100 ms a unit.
         let gcra = Gcra::new(rate(10, 1), 10);
-        let now = SEC;
-        // A deferred charge of 30 units: the balance is 20 below zero.
-        let tat = now + 30 * 100_000_000 + 10 * 100_000_000;
-        let step = gcra.step(tat, now, 1);
-        match step.decision {
-            Decision::Deny { state, retry_after } => {
-                assert_eq!(state.remaining, 0);
-                assert_eq!(retry_after, Some(3_100_000_000));
-            }
-            other => panic!("expected a denial, got {other:?}"),
+        let mut state = TokenState::default();
+        gcra.charge(&mut state, 100 * SEC, 15);
+        assert!(!Algorithm::peek(&gcra, &state, 100 * SEC + 400 * MS, 1).is_allowed());
+        let before = state;
+        let at = 101 * SEC;
+        assert!(gcra.acquire(&mut state, at, 1).is_allowed());
+        gcra.refund(&mut state, at + 50 * MS, 1, at);
+        assert_eq!(state.tat(), before.tat());
+        for t in [at, at + 50 * MS, at + 300 * MS] {
+            assert_eq!(
+                Algorithm::peek(&gcra, &state, t, 1),
+                Algorithm::peek(&gcra, &before, t, 1)
+            );
         }
+        // The same when the request found the bucket full.
+        let mut state = TokenState::default();
+        assert!(gcra.acquire(&mut state, at, 3).is_allowed());
+        gcra.refund(&mut state, at + 250 * MS, 3, at);
+        assert!(gcra.is_fresh(&state, at));
+    }
+
+    #[test]
+    fn a_rollback_is_exact_whatever_was_taken_before() {
+        // 10/s, burst 10: 100 ms a unit.
+        let gcra = Gcra::new(rate(10, 1), 10);
+        let mut state = TokenState::default();
+        let now = 100 * SEC;
+        assert!(gcra.acquire(&mut state, now, 1).is_allowed());
+        // Found 50 ms of debt, less than its own 200 ms: the refund mark
+        // moves to it.
+        assert!(gcra.acquire(&mut state, now + 50 * MS, 2).is_allowed());
+        let before = state;
+        assert!(gcra.acquire(&mut state, now + 60 * MS, 1).is_allowed());
+        gcra.refund(&mut state, now + 60 * MS, 1, now + 60 * MS);
+        assert_eq!(state.tat(), before.tat());
+        assert_eq!(state.tat(), now + 300 * MS);
+        // Units taken before the mark come back only at their own instant
+        // (exactly, 50 ms of the first unit could have come back).
+        gcra.refund(&mut state, now + 70 * MS, 1, now);
+        assert_eq!(state.tat(), now + 300 * MS);
+        // Those taken at the mark, with nothing taken after, come back.
+        gcra.refund(&mut state, now + 70 * MS, 2, now + 50 * MS);
+        assert_eq!(state.tat(), now + 100 * MS);
     }
 }

@@ -135,10 +135,28 @@ impl Algorithm for LeakyBucket {
         *empty = now.saturating_add(drain);
     }
 
-    /// Exact right after an admitting `acquire` at the same `now`: the bucket
-    /// is idle again.
-    fn refund(&self, empty: &mut Nanos, _now: Nanos, cost: u64) {
-        *empty = empty.saturating_sub(self.occupies(cost));
+    /// The outlet is busy `units × T` longer, as for a request of that cost
+    /// arriving now: requests wait behind the debt.
+    fn charge(&self, empty: &mut Nanos, now: Nanos, units: u64) {
+        if self.is_closed() || units == 0 {
+            return;
+        }
+        *empty = (*empty).max(now).saturating_add(self.occupies(units));
+    }
+
+    /// Units taken at `taken_at` from an idle bucket (by `acquire`) left it
+    /// empty at `taken_at + units·T`: while it still is, they are the last
+    /// in the outlet and the bucket is empty from `taken_at` again (right
+    /// after the `acquire`: idle again). Otherwise something was scheduled
+    /// after them, which keeps its instant, and nothing is given back.
+    fn refund(&self, empty: &mut Nanos, now: Nanos, units: u64, taken_at: Nanos) {
+        if self.is_closed() || units == 0 {
+            return;
+        }
+        let taken_at = taken_at.min(now);
+        if *empty == taken_at.saturating_add(self.occupies(units)) {
+            *empty = taken_at;
+        }
     }
 
     fn is_fresh(&self, empty: &Nanos, now: Nanos) -> bool {
@@ -318,7 +336,7 @@ mod tests {
             }
         );
         assert!(limit.acquire(&mut empty, SEC + 100 * MS, 1).is_allowed());
-        limit.refund(&mut empty, SEC + 100 * MS, 1);
+        limit.refund(&mut empty, SEC + 100 * MS, 1, SEC + 100 * MS);
         assert!(limit.is_fresh(&empty, SEC + 100 * MS));
     }
 
@@ -349,6 +367,52 @@ mod tests {
         // A cancel after the instant gives nothing back.
         let before = empty;
         limit.cancel(&mut empty, now + held[2].1 + 1, 1, now + held[2].1);
+        assert_eq!(empty, before);
+    }
+
+    #[test]
+    fn a_charge_keeps_the_outlet_busy() {
+        // 10/s: 100 ms a unit.
+        let limit = leaky(10, 1, 3);
+        let mut empty = 0;
+        limit.charge(&mut empty, SEC, 5);
+        assert_eq!(empty, SEC + 500 * MS);
+        assert_eq!(
+            limit.acquire(&mut empty, SEC + 100 * MS, 1),
+            Decision::Deny {
+                state: BucketState {
+                    remaining: 0,
+                    reset_after: 400 * MS
+                },
+                retry_after: Some(400 * MS)
+            }
+        );
+        // A hold waits behind it.
+        assert_eq!(
+            limit
+                .reserve(&mut empty, SEC + 300 * MS, 1, NO_LIMIT)
+                .wait(),
+            200 * MS
+        );
+        limit.charge(&mut empty, SEC, 0);
+        assert_eq!(empty, SEC + 600 * MS);
+    }
+
+    #[test]
+    fn a_late_refund_is_exact_only_while_the_units_are_last() {
+        let limit = leaky(10, 1, 3);
+        let mut empty = 0;
+        assert!(limit.acquire(&mut empty, SEC, 2).is_allowed());
+        limit.refund(&mut empty, SEC + 50 * MS, 2, SEC);
+        assert!(limit.is_fresh(&empty, SEC + 50 * MS));
+        // Behind a hold: the hold keeps its turn, nothing comes back.
+        assert!(limit.acquire(&mut empty, 2 * SEC, 1).is_allowed());
+        assert_eq!(
+            limit.reserve(&mut empty, 2 * SEC, 1, NO_LIMIT).wait(),
+            100 * MS
+        );
+        let before = empty;
+        limit.refund(&mut empty, 2 * SEC + 10 * MS, 1, 2 * SEC);
         assert_eq!(empty, before);
     }
 

@@ -173,9 +173,37 @@ impl Algorithm for SlidingLog {
         }
     }
 
-    fn refund(&self, log: &mut LogState, _now: Nanos, cost: u64) {
-        let keep = log.stamps.len().saturating_sub(cost as usize);
-        log.stamps.truncate(keep);
+    /// Stamps the units at the newest time seen, as `acquire` does, while
+    /// the log holds fewer than COUNT stamps: a debt beyond the capacity is
+    /// dropped, so a charge never makes the log grow past COUNT stamps.
+    /// (Config refuses `charge` with the sliding log: a charge it could not
+    /// stamp in full is not told apart from other units stamped at the same
+    /// instant, and refunding it in full could give back theirs.)
+    fn charge(&self, log: &mut LogState, now: Nanos, units: u64) {
+        let expired = self.first_live(log, now);
+        log.stamps.drain(..expired);
+        let room = self.count.saturating_sub(log.len() as u64);
+        let units = units.min(room);
+        if units == 0 {
+            return;
+        }
+        let stamp = log.stamps.back().map_or(now, |&newest| newest.max(now));
+        self.push(log, stamp, units);
+    }
+
+    /// A rollback (`taken_at ≥ now`) removes the newest `units` stamps, the
+    /// ones just added. Later, up to `units` stamps equal to `taken_at` are
+    /// removed (those of requests taken at one instant are interchangeable);
+    /// units stamped later than when they were taken (behind a newer stamp
+    /// from another thread, or reserved) are not found and stay counted.
+    fn refund(&self, log: &mut LogState, now: Nanos, units: u64, taken_at: Nanos) {
+        let units = usize::try_from(units).unwrap_or(usize::MAX);
+        if taken_at >= now {
+            let keep = log.stamps.len().saturating_sub(units);
+            log.stamps.truncate(keep);
+        } else {
+            remove_stamps_at(log, taken_at, units);
+        }
     }
 
     #[inline]
@@ -284,11 +312,16 @@ impl Algorithm for SlidingLog {
         if now > at {
             return;
         }
-        let end = log.stamps.partition_point(|&stamp| stamp <= at);
-        let start = log.stamps.partition_point(|&stamp| stamp < at);
-        let take = (end - start).min(usize::try_from(cost).unwrap_or(usize::MAX));
-        log.stamps.drain(end - take..end);
+        remove_stamps_at(log, at, usize::try_from(cost).unwrap_or(usize::MAX));
     }
+}
+
+/// Removes up to `units` stamps equal to `at`.
+fn remove_stamps_at(log: &mut LogState, at: Nanos, units: usize) {
+    let end = log.stamps.partition_point(|&stamp| stamp <= at);
+    let start = log.stamps.partition_point(|&stamp| stamp < at);
+    let take = (end - start).min(units);
+    log.stamps.drain(end - take..end);
 }
 
 #[cfg(test)]
@@ -351,7 +384,7 @@ mod tests {
         limit.acquire(&mut log, SEC, 1);
         let before = log.clone();
         assert!(limit.acquire(&mut log, 2 * SEC, 3).is_allowed());
-        limit.refund(&mut log, 2 * SEC, 3);
+        limit.refund(&mut log, 2 * SEC, 3, 2 * SEC);
         assert_eq!(log, before);
     }
 
@@ -476,6 +509,38 @@ mod tests {
         ));
         limit.cancel(&mut log, 100 * SEC + MS, 2, 100 * SEC + MS);
         assert_eq!(log, before);
+    }
+
+    #[test]
+    fn a_charge_fills_the_log_up_to_count_and_no_further() {
+        let limit = log_of(5, 10);
+        let mut log = LogState::default();
+        limit.acquire(&mut log, 100 * SEC, 1);
+        limit.charge(&mut log, 101 * SEC, 1_000_000);
+        assert_eq!(log.len(), 5);
+        assert!(log.heap_bytes() <= 5 * 8, "{}", log.heap_bytes());
+        assert!(!limit.peek(&log, 110 * SEC - 1, 1).is_allowed());
+        // The 100 s stamp expires at 110 s, the charged ones at 111 s.
+        assert_eq!(limit.peek(&log, 110 * SEC, 1).state().remaining, 1);
+        assert!(limit.is_fresh(&log, 111 * SEC));
+        // Nothing to charge on a closed route.
+        let closed = log_of(0, 10);
+        let mut log = LogState::default();
+        closed.charge(&mut log, SEC, 3);
+        assert!(log.is_empty());
+    }
+
+    #[test]
+    fn a_late_refund_removes_the_stamps_taken_at_that_instant() {
+        let limit = log_of(4, 10);
+        let mut log = LogState::default();
+        limit.acquire(&mut log, 100 * SEC, 2);
+        limit.acquire(&mut log, 101 * SEC, 1);
+        limit.refund(&mut log, 105 * SEC, 3, 100 * SEC);
+        assert_eq!(log.stamps, [101 * SEC]);
+        // Nothing was taken at 102 s: nothing to give back.
+        limit.refund(&mut log, 105 * SEC, 1, 102 * SEC);
+        assert_eq!(log.stamps, [101 * SEC]);
     }
 
     #[test]

@@ -19,6 +19,23 @@
 //! Arithmetic is exact integer arithmetic (u128 for the weighted sums), so
 //! `Retry-After` is never earlier than the moment the request would pass.
 //!
+//! Debts ([`Algorithm::charge`]): a window's count may exceed COUNT, and the
+//! excess is carried into the next windows, COUNT per window: unit `k` of the
+//! count of window `w` (from its start) is in window `w + k / COUNT`. The
+//! fixed window counts the units from the window `now` falls in, and admits
+//! when they leave room; a debt of 1,500 units on a `1000/s` window leaves
+//! the next window full and the one after it with 500 counted. The sliding
+//! window carries the same way: at a boundary, at most COUNT of a window's
+//! count becomes the previous window (weighted as it fades out), and the
+//! excess is the new window's count. Without a charge no count exceeds COUNT
+//! (fixed-window reservations aside), and carrying changes nothing.
+//!
+//! Refunds ([`Algorithm::refund`]) go back to the window the units were
+//! taken in. Units taken before the current window count only as far as they
+//! are carried into it (or, for the sliding window, sit in the previous
+//! window); where in their window's count they were is not kept, so they are
+//! taken to have been its first units, the least that can still count.
+//!
 //! Delay mode, fixed window: reservations spill into later windows. The
 //! count may exceed COUNT: unit `k` of window `w`'s count is in window
 //! `w + k / COUNT`, and aligning the state to a later window drops COUNT per
@@ -66,37 +83,17 @@ fn period_nanos(rate: Rate) -> Nanos {
     (rate.period.as_nanos().min(u128::from(u64::MAX)) as u64).max(1)
 }
 
-/// Window counts never exceed COUNT, which config bounds to `u32`.
+/// A count stored in 32 bits (COUNT is at most `u32::MAX`, config checks it),
+/// saturating: a debt beyond that many units is not kept.
 fn count_u32(count: u64) -> u32 {
     count.min(u64::from(u32::MAX)) as u32
 }
 
-/// The window `now` falls in, never before the state's own window (a `now`
-/// read slightly earlier by another thread is treated as the later time),
-/// and `state` shifted to it.
+/// How many windows lie between the one `taken_at` fell in and `window`
+/// (0 for a `taken_at` in it, or after `now`).
 #[inline]
-fn align(state: &WindowCounts, now: Nanos, period: Nanos) -> WindowCounts {
-    let window = (now / period).max(state.window);
-    let (current, previous) = if window == state.window {
-        (state.current, state.previous)
-    } else if window == state.window + 1 {
-        (0, state.current)
-    } else {
-        (0, 0)
-    };
-    WindowCounts {
-        window,
-        current,
-        previous,
-    }
-}
-
-/// Gives `cost` back to the current window's count, if the state is still in
-/// the window `now` falls in (a rollback right after taking them).
-fn refund_current(state: &mut WindowCounts, now: Nanos, period: Nanos, cost: u64) {
-    if state.window == (now / period).max(state.window) {
-        state.current = state.current.saturating_sub(count_u32(cost));
-    }
+fn windows_since(window: u64, taken_at: Nanos, now: Nanos, period: Nanos) -> u64 {
+    window.saturating_sub(taken_at.min(now) / period)
 }
 
 /// Counts carried over a reload (see [`Algorithm::carry_from`]): spent
@@ -250,8 +247,43 @@ impl Algorithm for FixedWindow {
         }
     }
 
-    fn refund(&self, state: &mut WindowCounts, now: Nanos, cost: u64) {
-        refund_current(state, now, self.period, cost);
+    /// Counts the units from the window `now` falls in (a debt when that
+    /// goes beyond COUNT). The padding memory of a reservation is dropped (a
+    /// later cancel then gives back less, never more).
+    fn charge(&self, state: &mut WindowCounts, now: Nanos, units: u64) {
+        if self.count == 0 || units == 0 {
+            return;
+        }
+        let (window, used) = self.shift(state, now);
+        *state = WindowCounts {
+            window,
+            current: count_u32(used.saturating_add(units)),
+            previous: 0,
+        };
+    }
+
+    /// Units taken `n` windows before the current one, counted from the
+    /// start of their window, still count for all but `n × COUNT` of them:
+    /// that part comes off the top of the count (so it is exact in the
+    /// window they were taken in, and gives nothing back for a request
+    /// admitted in an earlier window). Taking units off the top moves what
+    /// was counted after them down: right for a debt, but a reservation in
+    /// a later window (delay mode) would lose its place, so held requests
+    /// are given back with [`Algorithm::cancel`].
+    fn refund(&self, state: &mut WindowCounts, now: Nanos, units: u64, taken_at: Nanos) {
+        let (window, used) = self.shift(state, now);
+        let passed = windows_since(window, taken_at, now, self.period);
+        let back = units
+            .saturating_sub(passed.saturating_mul(self.count))
+            .min(used);
+        if back == 0 {
+            return;
+        }
+        *state = WindowCounts {
+            window,
+            current: (used - back) as u32,
+            previous: 0,
+        };
     }
 
     #[inline]
@@ -372,6 +404,29 @@ impl SlidingWindow {
         }
     }
 
+    /// `state` moved to the window `now` falls in (never before its own: a
+    /// `now` read slightly earlier by another thread counts as the later
+    /// time), carrying a debt: each window passed takes COUNT off the count,
+    /// and the last window passed leaves at most COUNT as the previous one.
+    #[inline]
+    fn align(&self, state: &WindowCounts, now: Nanos) -> WindowCounts {
+        let window = (now / self.period).max(state.window);
+        let passed = window - state.window;
+        if passed == 0 {
+            return *state;
+        }
+        let total = u64::from(state.current);
+        let previous = total
+            .saturating_sub((passed - 1).saturating_mul(self.count))
+            .min(self.count);
+        let current = total.saturating_sub(passed.saturating_mul(self.count));
+        WindowCounts {
+            window,
+            current: current as u32,
+            previous: previous as u32,
+        }
+    }
+
     /// `estimate × P` for an aligned state at `now`: the previous window's
     /// count weighted by the share of it still inside the sliding period,
     /// plus the current count, all scaled by P to stay in integers.
@@ -395,8 +450,18 @@ impl SlidingWindow {
     #[inline]
     fn reset_after(&self, state: &WindowCounts, now: Nanos) -> Nanos {
         if state.current > 0 {
-            // `current` becomes the previous window, and fades out over it.
-            until_window(state.window + 2, self.period, now)
+            // `current` is carried over as many windows as it holds COUNTs
+            // (one without a debt), then fades out as the previous window.
+            let holding = if u64::from(state.current) <= self.count {
+                1
+            } else {
+                u64::from(state.current).div_ceil(self.count.max(1))
+            };
+            until_window(
+                state.window.saturating_add(holding).saturating_add(1),
+                self.period,
+                now,
+            )
         } else if state.previous > 0 {
             until_window(state.window + 1, self.period, now)
         } else {
@@ -404,39 +469,58 @@ impl SlidingWindow {
         }
     }
 
+    /// The first instant in window `index` (whose previous window counted
+    /// `previous`, and which counts `current`) at which `cost` more units
+    /// fit: `previous × (P − e) ≤ (COUNT − current − cost) × P`, so
+    /// `e ≥ P − ⌊(COUNT − current − cost) × P / previous⌋`. `None` when they
+    /// do not fit before the window ends.
+    fn fits_in(&self, index: u64, previous: u64, current: u64, cost: u64) -> Option<Nanos> {
+        let room = self.count.checked_sub(current.checked_add(cost)?)?;
+        let start = index.saturating_mul(self.period);
+        if previous == 0 {
+            return Some(start);
+        }
+        let period = u128::from(self.period);
+        let needed = period - (u128::from(room) * period / u128::from(previous)).min(period);
+        (needed < period).then(|| start.saturating_add(needed as Nanos))
+    }
+
     /// The earliest time from `now` at which `cost` units fit, if nothing
-    /// else arrives; `None` when they never will.
+    /// else arrives; `None` when they never will. Later in this window, or
+    /// else in the first window whose carried count leaves room for them, or
+    /// at the latest the one after it (where nothing is carried any more and
+    /// the previous window holds at most `COUNT − cost`).
     fn retry_after(&self, state: &WindowCounts, now: Nanos, cost: u64) -> Option<Nanos> {
         if cost > self.count {
             return None;
         }
-        let period = u128::from(self.period);
-        let window_start = state.window.saturating_mul(self.period);
-        // Later in this window: previous × (P − e) ≤ (COUNT − current − cost) × P,
-        // so e ≥ P − ⌊(COUNT − current − cost) × P / previous⌋.
-        if let Some(room) = self
-            .count
-            .checked_sub(u64::from(state.current) + cost)
-            .filter(|_| state.previous > 0)
-        {
-            let needed =
-                period - (u128::from(room) * period / u128::from(state.previous)).min(period);
-            if needed < period {
-                let at = window_start.saturating_add(needed as Nanos);
-                return Some(at.saturating_sub(now));
-            }
+        let (previous, total) = (u64::from(state.previous), u64::from(state.current));
+        if let Some(at) = self.fits_in(state.window, previous, total, cost) {
+            return Some(at.saturating_sub(now));
         }
-        // In the next window, where this window's count is the previous one:
-        // current × (P − e) ≤ (COUNT − cost) × P.
-        let room = u128::from(self.count - cost);
-        let needed = if state.current == 0 {
-            0
-        } else {
-            period - (room * period / u128::from(state.current)).min(period)
-        };
-        let at = window_start
-            .saturating_add(self.period)
-            .saturating_add(needed as Nanos);
+        // Window `w + j` counts `total − j × COUNT` (carried) and follows one
+        // that counted `total − (j − 1) × COUNT`, at most COUNT of it.
+        let first = (total + cost)
+            .saturating_sub(self.count)
+            .div_ceil(self.count)
+            .max(1);
+        let last = first.saturating_add(1);
+        let at = (first..=last)
+            .find_map(|j| {
+                let carried_before = total.saturating_sub((j - 1).saturating_mul(self.count));
+                self.fits_in(
+                    state.window.saturating_add(j),
+                    carried_before.min(self.count),
+                    total.saturating_sub(j.saturating_mul(self.count)),
+                    cost,
+                )
+            })
+            .unwrap_or_else(|| {
+                state
+                    .window
+                    .saturating_add(last)
+                    .saturating_mul(self.period)
+            });
         Some(at.saturating_sub(now))
     }
 
@@ -477,7 +561,7 @@ impl Algorithm for SlidingWindow {
 
     #[inline]
     fn acquire(&self, state: &mut WindowCounts, now: Nanos, cost: u64) -> Decision {
-        let aligned = align(state, now, self.period);
+        let aligned = self.align(state, now);
         let (decision, fits) = self.decide(&aligned, now, cost);
         if fits {
             *state = WindowCounts {
@@ -489,7 +573,7 @@ impl Algorithm for SlidingWindow {
     }
 
     fn peek(&self, state: &WindowCounts, now: Nanos, cost: u64) -> Decision {
-        let aligned = align(state, now, self.period);
+        let aligned = self.align(state, now);
         match self.decide(&aligned, now, cost) {
             (Decision::Allow(_), _) => Decision::Allow(BucketState {
                 remaining: self.remaining(&aligned, now),
@@ -499,21 +583,53 @@ impl Algorithm for SlidingWindow {
         }
     }
 
-    fn refund(&self, state: &mut WindowCounts, now: Nanos, cost: u64) {
-        refund_current(state, now, self.period, cost);
+    /// Counts the units in the current window (a debt when the estimate
+    /// goes beyond COUNT; see the module doc for how it is carried).
+    fn charge(&self, state: &mut WindowCounts, now: Nanos, units: u64) {
+        if self.count == 0 || units == 0 {
+            return;
+        }
+        let aligned = self.align(state, now);
+        *state = WindowCounts {
+            current: count_u32(u64::from(aligned.current).saturating_add(units)),
+            ..aligned
+        };
+    }
+
+    /// Units taken in the current window come off its count. Units taken
+    /// `n ≥ 1` windows before it, counted from the start of their window,
+    /// are at positions `0..units` of that window's count: the part of them
+    /// at positions `(n − 1) × COUNT .. n × COUNT` is in the previous
+    /// window's count, the part beyond is carried in the current one. Had
+    /// they been later in their window's count, more of them would still
+    /// count and less would sit in the fading previous window, so this
+    /// never gives back more than they still weigh; it is exact for units
+    /// admitted by `acquire` (a window's admissions fit in its first COUNT).
+    fn refund(&self, state: &mut WindowCounts, now: Nanos, units: u64, taken_at: Nanos) {
+        let aligned = self.align(state, now);
+        let passed = windows_since(aligned.window, taken_at, now, self.period);
+        let (from_previous, from_current) = if passed == 0 {
+            (0, units)
+        } else {
+            let before = (passed - 1).saturating_mul(self.count);
+            (
+                units.saturating_sub(before).min(self.count),
+                units.saturating_sub(passed.saturating_mul(self.count)),
+            )
+        };
+        let current = u64::from(aligned.current).saturating_sub(from_current);
+        let previous = u64::from(aligned.previous).saturating_sub(from_previous);
+        *state = WindowCounts {
+            window: aligned.window,
+            current: current as u32,
+            previous: previous as u32,
+        };
     }
 
     #[inline]
     fn is_fresh(&self, state: &WindowCounts, now: Nanos) -> bool {
-        let window = now / self.period;
-        if state.window >= window {
-            state.current == 0 && state.previous == 0
-        } else if state.window + 1 == window {
-            // Its current count is the previous window's from now on.
-            state.current == 0
-        } else {
-            true
-        }
+        let aligned = self.align(state, now);
+        aligned.current == 0 && aligned.previous == 0
     }
 
     fn capacity(&self) -> u64 {
@@ -524,7 +640,7 @@ impl Algorithm for SlidingWindow {
     /// the new period's current and previous windows (an approximation
     /// that keeps the estimate where it was at a window start).
     fn carry_from(&self, from: &SlidingWindow, state: &mut WindowCounts, now: Nanos, carry: Carry) {
-        let aligned = align(state, now, from.period);
+        let aligned = from.align(state, now);
         *state = carry_counts(aligned, now / self.period, from.count, self.count, carry);
     }
 }
@@ -574,7 +690,7 @@ mod tests {
         );
         assert!(!limit.peek(&state, now, 8).is_allowed());
         assert_eq!(limit.peek(&state, now, 7).state().remaining, 7);
-        limit.refund(&mut state, now, 3);
+        limit.refund(&mut state, now, 3, now);
         assert!(limit.is_fresh(&state, now));
     }
 
@@ -808,6 +924,162 @@ mod tests {
                 limit.acquire(&mut plain, at * SEC, 1)
             );
         }
+    }
+
+    #[test]
+    fn fixed_window_a_debt_carries_into_the_next_windows() {
+        // 1000/s; 400 ms into the window starting at 100 s.
+        let limit = FixedWindow::new(rate(1000, 1));
+        let mut state = WindowCounts::default();
+        let now = 100 * SEC + 400 * MS;
+        assert!(limit.acquire(&mut state, now, 1).is_allowed());
+        // 2,499 more: 2,500 counted, 1,500 of them beyond COUNT.
+        limit.charge(&mut state, now, 2_499);
+        let denied = Decision::Deny {
+            state: BucketState {
+                remaining: 0,
+                // The window starting at 102 s still holds 500.
+                reset_after: 2_600 * MS,
+            },
+            // 101 s starts with 1,500 counted, 102 s with 500.
+            retry_after: Some(1_600 * MS),
+        };
+        assert_eq!(limit.peek(&state, now, 1), denied);
+        assert_eq!(limit.acquire(&mut state, now, 1), denied);
+        assert_eq!(admitted(&limit, &mut state, 101 * SEC + 500 * MS, 10), 0);
+        assert!(!limit.is_fresh(&state, 103 * SEC - 1));
+        assert!(limit.is_fresh(&state, 103 * SEC));
+        assert_eq!(admitted(&limit, &mut state, 102 * SEC, 1_000), 500);
+    }
+
+    #[test]
+    fn fixed_window_a_refund_goes_back_to_the_window_it_was_taken_in() {
+        let limit = FixedWindow::new(rate(10, 10));
+        let mut state = WindowCounts::default();
+        assert_eq!(admitted(&limit, &mut state, 101 * SEC, 3), 3);
+        // In the same window: exact.
+        limit.refund(&mut state, 105 * SEC, 1, 101 * SEC);
+        assert_eq!(limit.peek(&state, 105 * SEC, 1).state().remaining, 8);
+        // In the next window those units no longer count: the new window
+        // gets nothing back.
+        assert_eq!(admitted(&limit, &mut state, 111 * SEC, 20), 10);
+        limit.refund(&mut state, 112 * SEC, 2, 101 * SEC);
+        assert!(!limit.peek(&state, 112 * SEC, 1).is_allowed());
+    }
+
+    #[test]
+    fn fixed_window_a_late_refund_of_a_charge_reduces_the_carried_debt() {
+        let limit = FixedWindow::new(rate(10, 10));
+        let mut state = WindowCounts::default();
+        assert_eq!(admitted(&limit, &mut state, 101 * SEC, 4), 4);
+        // 25 counted: 15 carried into the 110 s window, 5 into 120 s.
+        limit.charge(&mut state, 102 * SEC, 21);
+        assert!(!limit.peek(&state, 119 * SEC, 1).is_allowed());
+        assert_eq!(limit.peek(&state, 120 * SEC, 1).state().remaining, 5);
+        // Given back at 111 s: taken as the first 21 units of their window,
+        // 11 of them are carried into this one (they were units 4..25, so
+        // 15 are; the 4 before them cannot be told apart).
+        limit.refund(&mut state, 111 * SEC, 21, 102 * SEC);
+        assert_eq!(limit.peek(&state, 111 * SEC, 1).state().remaining, 6);
+        assert!(limit.is_fresh(&state, 120 * SEC));
+        // The 4 admitted at 101 s: nothing left to give back.
+        let before = state;
+        limit.refund(&mut state, 111 * SEC, 4, 101 * SEC);
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn window_charges_saturate_and_closed_windows_take_nothing() {
+        let limit = FixedWindow::new(rate(10, 10));
+        let mut state = WindowCounts::default();
+        limit.charge(&mut state, 100 * SEC, u64::MAX);
+        limit.charge(&mut state, 100 * SEC, u64::MAX);
+        assert_eq!(state.current, u32::MAX);
+        assert!(matches!(
+            limit.acquire(&mut state, 100 * SEC, 1),
+            Decision::Deny {
+                retry_after: Some(_),
+                ..
+            }
+        ));
+        let limit = SlidingWindow::new(rate(10, 10));
+        let mut state = WindowCounts::default();
+        limit.charge(&mut state, 100 * SEC, u64::MAX);
+        assert_eq!(state.current, u32::MAX);
+        assert!(!limit.acquire(&mut state, 100 * SEC, 1).is_allowed());
+        let (fixed, sliding) = (
+            FixedWindow::new(rate(0, 10)),
+            SlidingWindow::new(rate(0, 10)),
+        );
+        let mut state = WindowCounts::default();
+        fixed.charge(&mut state, SEC, 5);
+        sliding.charge(&mut state, SEC, 5);
+        assert_eq!(state, WindowCounts::default());
+    }
+
+    #[test]
+    fn sliding_window_a_debt_is_carried_then_fades() {
+        let limit = SlidingWindow::new(rate(10, 10));
+        let mut state = WindowCounts::default();
+        limit.charge(&mut state, 100 * SEC, 25);
+        // 110 s: 10 fade out over the window, 15 are carried; 120 s: 10
+        // fade, 5 are carried: 10 × (P − e) / P + 5 + 1 ≤ 10 from e = 6 s.
+        let denied = Decision::Deny {
+            state: BucketState {
+                remaining: 0,
+                // 130 s: the last 5 fade out over the window.
+                reset_after: 40 * SEC,
+            },
+            retry_after: Some(26 * SEC),
+        };
+        assert_eq!(limit.peek(&state, 100 * SEC, 1), denied);
+        assert_eq!(limit.acquire(&mut state, 100 * SEC, 1), denied);
+        assert!(!limit.peek(&state, 126 * SEC - 1, 1).is_allowed());
+        assert!(limit.peek(&state, 126 * SEC, 1).is_allowed());
+        // 135 s: 5 × 0.5 weigh 2.5.
+        assert_eq!(limit.peek(&state, 135 * SEC, 1).state().remaining, 7);
+        assert!(!limit.is_fresh(&state, 140 * SEC - 1));
+        assert!(limit.is_fresh(&state, 140 * SEC));
+    }
+
+    #[test]
+    fn sliding_window_a_refund_in_the_next_window_comes_out_of_the_previous_count() {
+        let limit = SlidingWindow::new(rate(10, 10));
+        let mut state = WindowCounts::default();
+        assert_eq!(admitted(&limit, &mut state, 100 * SEC, 8), 8);
+        // 112.5 s: the 8 weigh 6.
+        let later = 112_500 * MS;
+        assert_eq!(limit.peek(&state, later, 1).state().remaining, 4);
+        limit.refund(&mut state, later, 3, 100 * SEC);
+        // Exactly as if only 5 had been taken: they weigh 3.75.
+        let mut never = WindowCounts::default();
+        admitted(&limit, &mut never, 100 * SEC, 5);
+        for t in [later, 115 * SEC, 120 * SEC - 1, 120 * SEC] {
+            for cost in [1, 7] {
+                assert_eq!(limit.peek(&state, t, cost), limit.peek(&never, t, cost));
+            }
+        }
+        assert_eq!(limit.peek(&state, later, 1).state().remaining, 6);
+        // Two windows on, nothing of them counts: nothing comes back.
+        assert_eq!(admitted(&limit, &mut state, 125 * SEC, 20), 10);
+        limit.refund(&mut state, 125 * SEC, 5, 100 * SEC);
+        assert!(!limit.peek(&state, 125 * SEC, 1).is_allowed());
+    }
+
+    #[test]
+    fn sliding_window_a_late_refund_of_a_charge_reduces_the_carried_debt() {
+        let limit = SlidingWindow::new(rate(10, 10));
+        let mut state = WindowCounts::default();
+        limit.charge(&mut state, 100 * SEC, 25);
+        let mut copy = state;
+        // At 115 s the 25 are 10 fading and 15 carried: all come back.
+        limit.refund(&mut copy, 115 * SEC, 25, 100 * SEC);
+        assert!(limit.is_fresh(&copy, 115 * SEC));
+        // At 125 s, 10 of 20 given back fade (all of what still fades),
+        // none is carried: the 5 carried stay.
+        limit.refund(&mut state, 125 * SEC, 20, 100 * SEC);
+        assert_eq!((state.window, state.previous, state.current), (12, 0, 5));
+        assert_eq!(limit.peek(&state, 125 * SEC, 1).state().remaining, 5);
     }
 
     #[test]

@@ -588,7 +588,7 @@ impl<A: Algorithm + Copy + PartialEq> Table<A> {
             Grant::Bucket => {
                 let key = slot_key(ask.key);
                 if let Some(state) = self.shard(key).get_mut(key) {
-                    algorithm.refund(state, now, ask.cost);
+                    algorithm.refund(state, now, ask.cost, now);
                 }
             }
             Grant::Overflow => self

@@ -1,7 +1,8 @@
 //! A small open-addressing map from bucket keys to bucket states, one per
-//! shard. Keys and values sit side by side in one array (16 bytes a slot for
-//! a token bucket's TAT) and collisions probe linearly, so a lookup usually
-//! touches exactly one cache line: at a million keys that is one memory miss
+//! shard. Keys and values sit side by side in one array (24 bytes a slot for
+//! a token bucket's or a window's 16-byte state) and collisions probe
+//! linearly, so a lookup usually touches one cache line (two for the slots
+//! that straddle one): at a million keys that is one memory miss
 //! per decision instead of the two (control bytes, then slot) of a
 //! general-purpose map.
 //!

@@ -20,8 +20,8 @@
 //! newcomer is refused outright; with the sketch (2 × 65536 cells) each
 //! newcomer keeps most of its 10.
 //!
-//! Memory: 1 MiB per limit table for a token bucket's 8-byte cells, 2 MiB
-//! for window counters, and for logs as many cells as fit in 16 MiB were
+//! Memory: 2 MiB per limit table for a token bucket's or window counters'
+//! 16-byte cells, and for logs as many cells as fit in 16 MiB were
 //! every cell to hold COUNT stamps (a log limit of COUNT 10 gets the full
 //! width, COUNT 100 an eighth of it); allocated the first time the table is
 //! full. The cells live in one array
@@ -115,7 +115,7 @@ impl<S: Default> Sketch<S> {
     {
         let mut states = lock(&self.cells);
         for cell in self.cells_of(key) {
-            algorithm.refund(&mut states[cell], now, cost);
+            algorithm.refund(&mut states[cell], now, cost, now);
         }
     }
 
@@ -181,13 +181,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::{FixedWindow, Gcra, LogState, SlidingLog};
+    use crate::limiter::{FixedWindow, Gcra, LogState, SlidingLog, TokenState};
     use crate::testing::{rate, SEC};
 
     #[test]
     fn one_key_alone_is_limited_exactly_like_its_own_bucket() {
         let limit = Gcra::new(rate(5, 60), 5);
-        let sketch = Sketch::<Nanos>::new(8);
+        let sketch = Sketch::<TokenState>::new(16);
         let admitted = (0..10)
             .filter(|_| sketch.acquire(&limit, 42, SEC, 1).is_allowed())
             .count();
@@ -214,7 +214,7 @@ mod tests {
     #[test]
     fn a_refund_gives_back_every_cell() {
         let limit = Gcra::new(rate(2, 60), 2);
-        let sketch = Sketch::<Nanos>::new(8);
+        let sketch = Sketch::<TokenState>::new(16);
         assert!(sketch.acquire(&limit, 7, SEC, 2).is_allowed());
         assert!(!sketch.acquire(&limit, 7, SEC, 1).is_allowed());
         sketch.refund(&limit, 7, SEC, 2);
