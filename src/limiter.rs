@@ -232,11 +232,6 @@ pub trait Algorithm {
     /// A `taken_at` after `now` counts as `now`.
     fn refund(&self, state: &mut Self::State, now: Nanos, units: u64, taken_at: Nanos);
 
-    /// TEMP until the limiter branch lands.
-    fn charge(&self, state: &mut Self::State, now: Nanos, units: u64) {
-        let _ = self.acquire(state, now, units);
-    }
-
     /// Whether the state is indistinguishable from a fresh one from `now` on.
     fn is_fresh(&self, state: &Self::State, now: Nanos) -> bool;
 

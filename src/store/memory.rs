@@ -307,7 +307,7 @@ impl MemoryStore {
                     Decision::Hold { wait, .. } if grants[earlier] == Grant::Bucket => {
                         self.cancel(ask, now, now + wait);
                     }
-                    _ => self.refund(ask, now, grants[earlier]),
+                    _ => self.refund(ask, now, now, grants[earlier]),
                 }
                 grants[earlier] = Grant::None;
                 decisions[earlier] = Decision::Allow(self.peek(ask, now).state());
@@ -358,9 +358,10 @@ impl MemoryStore {
             .peek(algorithm, ask, now))
     }
 
-    fn refund(&self, ask: &Ask<'_>, now: Nanos, grant: Grant) {
+    /// Gives back what `ask` took at `taken_at` (`grant` says where from).
+    fn refund(&self, ask: &Ask<'_>, now: Nanos, taken_at: Nanos, grant: Grant) {
         with_table!(self, ask, |table, algorithm| table
-            .refund(algorithm, ask, now, grant))
+            .refund(algorithm, ask, now, taken_at, grant))
     }
 
     /// Gives back a reservation that was to pass at `at`.
@@ -583,12 +584,12 @@ impl<A: Algorithm + Copy + PartialEq> Table<A> {
         }
     }
 
-    fn refund(&self, algorithm: &A, ask: &Ask<'_>, now: Nanos, grant: Grant) {
+    fn refund(&self, algorithm: &A, ask: &Ask<'_>, now: Nanos, taken_at: Nanos, grant: Grant) {
         match grant {
             Grant::Bucket => {
                 let key = slot_key(ask.key);
                 if let Some(state) = self.shard(key).get_mut(key) {
-                    algorithm.refund(state, now, ask.cost, now);
+                    algorithm.refund(state, now, ask.cost, taken_at);
                 }
             }
             Grant::Overflow => self

@@ -279,8 +279,13 @@ impl MemoryStore {
             (Taken::Reserved { at }, Settle::GiveBack) if now < at => {
                 self.cancel(&ask, now, at);
             }
-            (Taken::Bucket | Taken::Reserved { .. }, Settle::GiveBack) => {
-                self.refund(&ask, now, Grant::Bucket);
+            // Given back to where they were counted: the instant they were
+            // taken, or the one a reservation passed at.
+            (Taken::Bucket, Settle::GiveBack) => {
+                self.refund(&ask, now, receipt.at, Grant::Bucket);
+            }
+            (Taken::Reserved { at }, Settle::GiveBack) => {
+                self.refund(&ask, now, at, Grant::Bucket);
             }
             (Taken::Bucket | Taken::Reserved { .. }, Settle::Charge(units)) => {
                 self.charge(&ask, units, now);
