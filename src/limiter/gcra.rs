@@ -42,10 +42,13 @@
 //! unbounded: nothing before it can matter any more. So does an admission
 //! that would leave `H` below its own cost, so that `H` does not stay at the
 //! small debts of the first takes of a busy period for the whole period;
-//! units taken before such a move come back no more. In memory `M` is kept
-//! as its distance below the TAT in nanoseconds (48 bits, about 78 hours)
-//! and `H` in grains of `2^k` ns (`k = ⌊log₂ T⌋ − 8`, 16 bits: at most
-//! 128–256 units); both round towards giving back less.
+//! units taken before such a move come back no more. In memory both fit in
+//! one word beside the TAT. After a take that found the bucket full it holds
+//! the units taken since (`M = TAT − units·T`, `H` unbounded): one shift of
+//! the cost, on the path most decisions take. Otherwise it holds `M`'s
+//! distance below the TAT in nanoseconds (48 bits, about 78 hours) and `H`
+//! in grains of `2^k` ns (`k = ⌊log₂ T⌋ − 8`, 15 bits: at most 64–128
+//! units); both round towards giving back less.
 
 use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits, Rate};
 use crate::clock::Nanos;
@@ -68,17 +71,25 @@ pub struct Gcra {
 pub struct TokenState {
     /// The theoretical arrival time.
     tat: Nanos,
-    /// The refund mark's distance below the TAT, in nanoseconds (the high
-    /// 48 bits), and the headroom in grains (the low 16 bits; all ones:
-    /// unbounded).
+    /// The refund mark and headroom. Bit 0 clear: bits 1.. count the units
+    /// taken at the mark or before it since it was set, nothing was taken
+    /// after it (the headroom is unbounded), and the mark is
+    /// `TAT − units·T`. Bit 0 set: bits 1–15 hold the headroom in grains
+    /// (all ones: unbounded), bits 16–63 the mark's distance below the TAT
+    /// in nanoseconds.
     refunds: u64,
 }
 
-const HEADROOM_BITS: u32 = 16;
+const DISTANCE_FORM: u64 = 1;
+const HEADROOM_BITS: u32 = 15;
 /// The headroom of a mark that nothing was taken after.
 const UNBOUNDED: u64 = (1 << HEADROOM_BITS) - 1;
 const MAX_HEADROOM: u64 = UNBOUNDED - 1;
-const MAX_MARK_DISTANCE: u64 = u64::MAX >> HEADROOM_BITS;
+const DISTANCE_SHIFT: u32 = HEADROOM_BITS + 1;
+const MAX_MARK_DISTANCE: u64 = u64::MAX >> DISTANCE_SHIFT;
+const MAX_UNITS: u64 = u64::MAX >> 1;
+/// The largest grain, `2^47` ns, keeps `MAX_HEADROOM` grains within a u64.
+const MAX_GRAIN_BITS: u32 = 47;
 
 impl TokenState {
     /// The theoretical arrival time: the instant the bucket is full again.
@@ -86,29 +97,21 @@ impl TokenState {
         self.tat
     }
 
-    #[inline]
-    fn mark_distance(&self) -> Nanos {
-        self.refunds >> HEADROOM_BITS
-    }
-
-    /// The refund mark (see the module doc).
-    #[inline]
-    fn mark(&self) -> Nanos {
-        self.tat.saturating_sub(self.mark_distance())
-    }
-
-    /// The headroom in grains, or [`UNBOUNDED`].
-    #[inline]
-    fn headroom(&self) -> u64 {
-        self.refunds & UNBOUNDED
-    }
-
     /// Stores the TAT, the mark `distance` below it (saturating: the mark
     /// moves later, never earlier) and the headroom.
     #[inline]
     fn keep(&mut self, tat: Nanos, distance: Nanos, headroom: u64) {
         self.tat = tat;
-        self.refunds = (distance.min(MAX_MARK_DISTANCE) << HEADROOM_BITS) | headroom;
+        self.refunds =
+            (distance.min(MAX_MARK_DISTANCE) << DISTANCE_SHIFT) | (headroom << 1) | DISTANCE_FORM;
+    }
+
+    /// Stores the TAT, with the mark `units·T` below it and nothing taken
+    /// after the mark. `units` at most [`MAX_UNITS`].
+    #[inline]
+    fn keep_units(&mut self, tat: Nanos, units: u64) {
+        self.tat = tat;
+        self.refunds = units << 1;
     }
 }
 
@@ -121,8 +124,10 @@ pub struct Step {
 }
 
 impl Gcra {
-    /// A bucket of `capacity` units refilled at `rate`.
+    /// A bucket of `capacity` units refilled at `rate` (a capacity is at
+    /// most 2^63 − 1 units, far above anything config allows).
     pub fn new(rate: Rate, capacity: u64) -> Gcra {
+        let capacity = capacity.min(MAX_UNITS);
         if rate.count == 0 || capacity == 0 {
             return Gcra {
                 emission: 0,
@@ -137,7 +142,7 @@ impl Gcra {
             emission,
             tolerance: emission.saturating_mul(capacity),
             capacity,
-            grain_bits: emission.ilog2().saturating_sub(8),
+            grain_bits: emission.ilog2().saturating_sub(8).min(MAX_GRAIN_BITS),
         }
     }
 
@@ -239,40 +244,97 @@ impl Gcra {
         (nanos >> self.grain_bits).min(MAX_HEADROOM)
     }
 
+    /// Grains covering `nanos`, rounded up.
+    #[inline]
+    fn grains_up(&self, nanos: Nanos) -> u64 {
+        let whole = nanos >> self.grain_bits;
+        whole + u64::from(whole << self.grain_bits != nanos)
+    }
+
     /// The nanoseconds a headroom of `grains` stands for.
     #[inline]
     fn headroom_nanos(&self, grains: u64) -> Nanos {
         if grains == UNBOUNDED {
             return Nanos::MAX;
         }
-        u64::try_from(u128::from(grains) << self.grain_bits).unwrap_or(Nanos::MAX)
+        grains << self.grain_bits
     }
 
-    /// Moves the TAT to `new_tat` for units taken at `now`, and the refund
-    /// bookkeeping with it (see the module doc). `admission`: a request let
-    /// through (which may move the mark), not a charge.
+    /// The refund mark's distance below the TAT, and the headroom in grains
+    /// (or [`UNBOUNDED`]).
     #[inline]
-    fn take(&self, state: &mut TokenState, now: Nanos, new_tat: Nanos, admission: bool) {
-        let tat = state.tat;
-        if tat <= now {
-            // Full: nothing taken before `now` can matter any more.
-            state.keep(new_tat, new_tat - now, UNBOUNDED);
-            return;
+    fn refund_mark(&self, state: &TokenState) -> (Nanos, u64) {
+        if state.refunds & DISTANCE_FORM == 0 {
+            (
+                (state.refunds >> 1).saturating_mul(self.emission),
+                UNBOUNDED,
+            )
+        } else {
+            (
+                state.refunds >> DISTANCE_SHIFT,
+                (state.refunds >> 1) & UNBOUNDED,
+            )
         }
-        let spent = new_tat - tat;
-        let mut headroom = state.headroom();
-        if now > state.mark() {
-            headroom = headroom.min(self.grains(tat - now));
+    }
+
+    /// The refund mark: an instant.
+    #[inline]
+    fn mark(&self, state: &TokenState) -> Nanos {
+        state.tat.saturating_sub(self.refund_mark(state).0)
+    }
+
+    /// Moves the TAT to `new_tat` for `units` taken at `now` (at most
+    /// [`MAX_UNITS`]), and the refund bookkeeping with it (see the module
+    /// doc). `admission`: a request let through (which may move the mark),
+    /// not a charge.
+    #[inline]
+    fn take(
+        &self,
+        state: &mut TokenState,
+        now: Nanos,
+        new_tat: Nanos,
+        units: u64,
+        admission: bool,
+    ) {
+        if state.tat <= now {
+            // Full: nothing taken before `now` can matter any more.
+            state.keep_units(new_tat, units);
+        } else {
+            self.take_in_debt(state, now, new_tat, units, admission);
+        }
+    }
+
+    /// [`Gcra::take`] from a bucket that is not full: kept apart so that
+    /// the common case, a full bucket, stays small where it is inlined.
+    #[inline(never)]
+    fn take_in_debt(
+        &self,
+        state: &mut TokenState,
+        now: Nanos,
+        new_tat: Nanos,
+        units: u64,
+        admission: bool,
+    ) {
+        let debt = state.tat - now;
+        let spent = new_tat - state.tat;
+        let (distance, mut headroom) = self.refund_mark(state);
+        // `now` is after the mark (`TAT − distance`) when the debt is less.
+        if debt >= distance {
+            if state.refunds & DISTANCE_FORM == 0 {
+                // At the mark's instant (a burst) or before it: still nothing
+                // after the mark.
+                let units = (state.refunds >> 1).saturating_add(units).min(MAX_UNITS);
+                state.keep_units(new_tat, units);
+                return;
+            }
+        } else {
+            headroom = headroom.min(self.grains(debt));
             if admission && self.headroom_nanos(headroom) < spent {
                 state.keep(new_tat, new_tat - now, UNBOUNDED);
                 return;
             }
         }
-        state.keep(
-            new_tat,
-            state.mark_distance().saturating_add(spent),
-            headroom,
-        );
+        state.keep(new_tat, distance.saturating_add(spent), headroom);
     }
 
     /// Moves the TAT back by `back`; the mark stays where it is, and the
@@ -282,7 +344,7 @@ impl Gcra {
             return;
         }
         let tat = state.tat.saturating_sub(back);
-        let distance = state.mark_distance();
+        let (distance, headroom) = self.refund_mark(state);
         if back > distance {
             // The TAT falls before the mark, a take's instant: the bucket is
             // full (or, with out-of-order clocks, nearly), and nothing taken
@@ -290,12 +352,10 @@ impl Gcra {
             state.keep(tat, 0, 0);
             return;
         }
-        let headroom = state.headroom();
         let headroom = if keep_headroom || headroom == UNBOUNDED {
             headroom
         } else {
-            let used = back.div_ceil(1 << self.grain_bits);
-            headroom.saturating_sub(used)
+            headroom.saturating_sub(self.grains_up(back))
         };
         state.keep(tat, distance - back, headroom);
     }
@@ -304,13 +364,23 @@ impl Gcra {
 impl Algorithm for Gcra {
     type State = TokenState;
 
-    #[inline]
+    // Always inlined into the store's tables, as the one-word step was: a
+    // call on the path of every decision costs more than the step itself.
+    #[inline(always)]
     fn acquire(&self, state: &mut TokenState, now: Nanos, cost: u64) -> Decision {
         let step = Gcra::step(self, state.tat, now, cost);
-        if let Some(new_tat) = step.new_tat {
-            self.take(state, now, new_tat, true);
-        }
-        step.decision
+        let Some(new_tat) = step.new_tat else {
+            return step.decision;
+        };
+        // Admitted: `cost × T ≤ τ`, so `cost ≤ capacity ≤ MAX_UNITS`.
+        self.take(state, now, new_tat, cost, true);
+        // The decision again, from what survives the bookkeeping (cheaper
+        // than keeping it across the call of a bucket in debt).
+        let needed = new_tat - now;
+        Decision::Allow(BucketState {
+            remaining: (self.tolerance - needed) / self.emission,
+            reset_after: needed,
+        })
     }
 
     fn peek(&self, state: &TokenState, now: Nanos, cost: u64) -> Decision {
@@ -328,7 +398,7 @@ impl Algorithm for Gcra {
             .tat
             .max(now)
             .saturating_add(self.emission.saturating_mul(units));
-        self.take(state, now, new_tat, false);
+        self.take(state, now, new_tat, units.min(MAX_UNITS), false);
     }
 
     /// See the module doc. A rollback (`taken_at ≥ now`) moves the TAT back
@@ -339,16 +409,17 @@ impl Algorithm for Gcra {
         }
         let spent = self.emission.saturating_mul(units);
         if taken_at >= now {
-            // Units taken after the mark are in the headroom's takes, whose
-            // debts they raised by as much: taking them off leaves it.
-            let after_mark = taken_at > state.mark();
+            // Nothing was taken after them: units taken after the mark were
+            // among the takes the headroom was measured on, and had raised
+            // their debts by as much, so the headroom stays valid.
+            let after_mark = taken_at > self.mark(state);
             self.give_back(state, spent, after_mark);
             return;
         }
-        if Gcra::is_full(state.tat, now) || taken_at < state.mark() {
+        if Gcra::is_full(state.tat, now) || taken_at < self.mark(state) {
             return;
         }
-        let back = spent.min(self.headroom_nanos(state.headroom()));
+        let back = spent.min(self.headroom_nanos(self.refund_mark(state).1));
         self.give_back(state, back, false);
     }
 
@@ -392,7 +463,7 @@ impl Algorithm for Gcra {
     ) -> Decision {
         let step = Gcra::step(self, state.tat, now, cost);
         if let Some(new_tat) = step.new_tat {
-            self.take(state, now, new_tat, true);
+            self.take(state, now, new_tat, cost, true);
             return step.decision;
         }
         match step.decision {
@@ -408,7 +479,7 @@ impl Algorithm for Gcra {
                     .tat
                     .max(now)
                     .saturating_add(self.emission.saturating_mul(cost));
-                self.take(state, now, new_tat, true);
+                self.take(state, now, new_tat, cost, true);
                 Decision::Hold {
                     state: BucketState {
                         remaining: 0,
@@ -474,16 +545,13 @@ impl Algorithm for Gcra {
             .max(to)
             .saturating_add(spent);
         let moved = new_tat.saturating_sub(state.tat);
-        let headroom = if now > state.mark() {
+        let (distance, headroom) = self.refund_mark(state);
+        let headroom = if now > state.tat.saturating_sub(distance) {
             0
         } else {
-            state.headroom()
+            headroom
         };
-        state.keep(
-            new_tat,
-            state.mark_distance().saturating_add(moved),
-            headroom,
-        );
+        state.keep(new_tat, distance.saturating_add(moved), headroom);
         true
     }
 }

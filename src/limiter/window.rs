@@ -416,10 +416,17 @@ impl SlidingWindow {
             return *state;
         }
         let total = u64::from(state.current);
-        let previous = total
-            .saturating_sub((passed - 1).saturating_mul(self.count))
-            .min(self.count);
-        let current = total.saturating_sub(passed.saturating_mul(self.count));
+        let (current, previous) = if total <= self.count {
+            // No debt: nothing carried.
+            (0, if passed == 1 { total } else { 0 })
+        } else {
+            (
+                total.saturating_sub(passed.saturating_mul(self.count)),
+                total
+                    .saturating_sub((passed - 1).saturating_mul(self.count))
+                    .min(self.count),
+            )
+        };
         WindowCounts {
             window,
             current: current as u32,
@@ -449,24 +456,30 @@ impl SlidingWindow {
     /// Time until the estimate is back to zero (the bucket full again).
     #[inline]
     fn reset_after(&self, state: &WindowCounts, now: Nanos) -> Nanos {
+        if u64::from(state.current) > self.count {
+            return self.reset_after_debt(state, now);
+        }
         if state.current > 0 {
-            // `current` is carried over as many windows as it holds COUNTs
-            // (one without a debt), then fades out as the previous window.
-            let holding = if u64::from(state.current) <= self.count {
-                1
-            } else {
-                u64::from(state.current).div_ceil(self.count.max(1))
-            };
-            until_window(
-                state.window.saturating_add(holding).saturating_add(1),
-                self.period,
-                now,
-            )
+            // `current` becomes the previous window, and fades out over it.
+            until_window(state.window + 2, self.period, now)
         } else if state.previous > 0 {
             until_window(state.window + 1, self.period, now)
         } else {
             0
         }
+    }
+
+    /// [`SlidingWindow::reset_after`] of a count beyond COUNT: carried over
+    /// as many windows as it holds COUNTs, then fading out as the previous
+    /// window.
+    #[cold]
+    fn reset_after_debt(&self, state: &WindowCounts, now: Nanos) -> Nanos {
+        let holding = u64::from(state.current).div_ceil(self.count.max(1));
+        until_window(
+            state.window.saturating_add(holding).saturating_add(1),
+            self.period,
+            now,
+        )
     }
 
     /// The first instant in window `index` (whose previous window counted
