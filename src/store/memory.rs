@@ -2,7 +2,8 @@
 //! `store.max_keys`.
 //!
 //! There is one table per limit (a rule with `limits = ["100/m", "1000/h"]`
-//! has two), typed by its algorithm's state: a TAT for the token bucket,
+//! has two), typed by its algorithm's state: a [`crate::limiter::TokenState`]
+//! (TAT and refund bookkeeping) for the token bucket,
 //! [`crate::limiter::WindowCounts`] for the windows, a
 //! [`crate::limiter::LogState`] for the sliding log. Each
 //! table is split into many shards, each a small open-addressing map
