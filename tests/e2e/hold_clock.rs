@@ -11,6 +11,16 @@ use sluice::clock::{ManualClock, ProxyClock};
 use support::{get, Got, Sluice, Upstream};
 use tokio::task::JoinHandle;
 
+/// One request every 2 s, the rest held up to 10 s.
+const PACED: &str = r#"
+[[rule]]
+name = "paced"
+rate = "1/2s"
+burst = 1
+on_limit = "delay"
+max_delay = "10s"
+"#;
+
 /// The start of a minute, so windows begin with the test.
 const START: u64 = 1_800_000_000 * 1_000_000_000;
 
@@ -35,17 +45,7 @@ async fn settle() {
 
 #[tokio::test]
 async fn a_held_request_passes_exactly_when_its_slot_comes() {
-    let (upstream, sluice, clock) = start(
-        r#"
-[[rule]]
-name = "paced"
-rate = "1/2s"
-burst = 1
-on_limit = "delay"
-max_delay = "10s"
-"#,
-    )
-    .await;
+    let (upstream, sluice, clock) = start(PACED).await;
     assert_eq!(get(&sluice.url("/"), &[]).await.status, StatusCode::OK);
     let held = spawn_get(sluice.url("/"));
     settle().await;
@@ -94,17 +94,7 @@ max_delay = "15s"
 
 #[tokio::test]
 async fn a_client_leaving_while_held_hands_its_slot_to_the_next() {
-    let (upstream, sluice, clock) = start(
-        r#"
-[[rule]]
-name = "paced"
-rate = "1/2s"
-burst = 1
-on_limit = "delay"
-max_delay = "10s"
-"#,
-    )
-    .await;
+    let (upstream, sluice, clock) = start(PACED).await;
     assert_eq!(get(&sluice.url("/"), &[]).await.status, StatusCode::OK);
     let leaver = spawn_get(sluice.url("/leaver"));
     settle().await;
