@@ -413,6 +413,48 @@ pub async fn a_held_request_reserves_and_a_give_back_cancels(store: Store) {
     assert_eq!(admit(&store, &asks, T0 + SEC / 2).await.wait(), SEC / 2);
 }
 
+/// `limit`'s ask for key 3 in delay mode.
+fn queued(hold: Option<HoldLimits>, limit: &Limit) -> Ask<'_> {
+    Ask {
+        hold,
+        ..limit.ask(3, 1)
+    }
+}
+
+pub async fn a_request_queues_for_one_permit_at_most(store: Store) {
+    let hold = Some(HoldLimits {
+        max_wait: 5 * SEC,
+        max_queued: 10,
+    });
+    let first = Limit::new(&store, concurrency(1));
+    let second = Limit::new(&store, concurrency(1));
+
+    // Both permits are taken by other requests.
+    let holders = one_rule_each([first.ask(3, 1), second.ask(3, 1)]);
+    let mut holders = admit(&store, &holders, T0).await;
+    assert!(holders.admitted());
+    // One full permit: the request queues for it.
+    let one = one_rule_each([queued(hold, &first)]);
+    let waiting = admit(&store, &one, T0).await;
+    assert!(waiting.admitted() && waiting.queued.is_some());
+    // Two full permits: refused, and in neither queue.
+    let both = one_rule_each([queued(hold, &first), queued(hold, &second)]);
+    let refused = admit(&store, &both, T0).await;
+    assert_eq!(refused.outcome, Outcome::Limited);
+    assert!(refused.queued.is_none());
+    for receipt in &mut holders.receipts {
+        store.settle(receipt, Settle::Keep, T0).await.unwrap();
+    }
+    // The second permit went to nobody: it is free.
+    assert!(admit(&store, &one_rule_each([second.ask(3, 1)]), T0)
+        .await
+        .admitted());
+    // The first went to the request that queued for it.
+    let queued = waiting.queued.expect("queued");
+    let mut ready = queued.ready;
+    assert!(ready.try_recv().is_ok());
+}
+
 /// A failing call surfaces a [`StoreError`] (here: the fault-injecting
 /// store; a networked store on a timeout) and takes nothing.
 #[tokio::test]
@@ -472,6 +514,11 @@ macro_rules! store_suite {
             #[tokio::test]
             async fn a_late_refund_goes_back_to_the_window_it_was_taken_in() {
                 super::a_late_refund_goes_back_to_the_window_it_was_taken_in($make).await;
+            }
+
+            #[tokio::test]
+            async fn a_request_queues_for_one_permit_at_most() {
+                super::a_request_queues_for_one_permit_at_most($make).await;
             }
 
             #[tokio::test]

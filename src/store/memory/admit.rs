@@ -122,6 +122,22 @@ impl MemoryStore {
                             admission.receipts.push(receipt);
                             permit_decision(max.saturating_sub(in_flight))
                         }
+                        PermitGrant::Queued { id, .. } if admission.queued.is_some() => {
+                            // A request waits in one permit queue at most:
+                            // queueing for a second would hold one permit
+                            // while waiting for the other. Refused instead.
+                            if !Self::permits(ask.table).leave(ask.key, id) {
+                                Self::permits(ask.table).release(ask.key);
+                            }
+                            refused = true;
+                            Decision::Deny {
+                                state: BucketState {
+                                    remaining: 0,
+                                    reset_after: 0,
+                                },
+                                retry_after: Some(PERMIT_RETRY),
+                            }
+                        }
                         PermitGrant::Queued { id, ready } => {
                             admission.queued = Some(Box::new(QueuedPermit {
                                 receipt,
