@@ -13,11 +13,13 @@
 //! 3. The hold: wait on the proxy's clock for the latest reservation's
 //!    instant and for any queued permit (at most `max_delay`).
 //!
-//! What the admission took is owned by a [`Settlement`] from the moment the
-//! store answers: a client that goes away while held drops this future, and
-//! the settlement gives every unit and permit back (a cancelled reservation
-//! takes nothing from the bucket). The queue-depth gauges are kept by a
-//! guard, so they return to zero whatever happens.
+//! What a held request took, or anything it must settle after its response
+//! (a permit), is owned by a [`Settlement`] from the moment the store
+//! answers: a client that goes away while held drops this future, and the
+//! settlement gives every unit and permit back (a cancelled reservation
+//! takes nothing from the bucket). A request that passes at once with only
+//! rates taken keeps them, and carries nothing further. The queue-depth
+//! gauges are kept by a guard, so they return to zero whatever happens.
 
 use std::sync::Arc;
 
