@@ -35,7 +35,9 @@ use crate::limiter::Limiter;
 pub use admission::{
     Admission, Ask, Asks, Outcome, QueuedPermit, Receipt, RuleAsk, Settle, StoreError, Taken,
 };
-pub use memory::{BucketTable, MemoryStore, PermitGrant, StoreStats, PERMIT_RETRY, UNASKED};
+pub use memory::{
+    BucketTable, MemoryStore, PermitGrant, StoreStats, PERMIT_REFUSED, PERMIT_RETRY, UNASKED,
+};
 
 /// Where a granted acquisition took its units from, so that it can be given
 /// back exactly.

@@ -26,14 +26,14 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::respond::Verdict;
-use super::settle::Settlement;
+use super::settle::{self, Settlement};
 use super::INLINE_RULES;
 use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::limiter::{BucketState, Decision};
+use crate::limiter::Decision;
 use crate::metrics::Metrics;
 use crate::policy::{Limit, Rule};
 use crate::store::{
-    Ask, Asks, BucketKey, OnError, Outcome, QueuedPermit, Store, Taken, PERMIT_RETRY, UNASKED,
+    Ask, Asks, BucketKey, OnError, Outcome, QueuedPermit, Store, PERMIT_REFUSED, UNASKED,
 };
 
 /// One rule that applies to the request, with its bucket key.
@@ -140,8 +140,8 @@ pub async fn admit<'p>(
 
 /// What an admitted request waits for before it passes.
 struct Hold {
-    /// Taken by [`hold_until_passing`] once the request passed (or was
-    /// refused, and it gives everything back).
+    /// Taken by [`hold_until_passing`] once the request passed; dropped
+    /// with the hold, giving everything back, if it was refused.
     settlement: Option<Settlement>,
     /// How long its rates hold it.
     wait: Nanos,
@@ -173,24 +173,19 @@ fn take_answer<'p>(
     if answer.outcome != Outcome::Admitted {
         return None;
     }
-    for &index in &answer.shadow_limited {
-        let rule = shadowed[index - enforced.len()].rule;
-        rule.counters.shadow_limited.inc();
-        admission.would_limit.push(&rule.name);
-        tracing::debug!(rule = %rule.name, "shadow rule would have limited a request");
-    }
-    for applicable in shadowed {
-        let name = &*applicable.rule.name;
-        if !admission.would_limit.contains(&name) {
-            applicable.rule.counters.allowed.inc();
+    // Shadow rules follow the enforced ones in the store's rule indexes.
+    for (index, applicable) in (enforced.len()..).zip(shadowed) {
+        let rule = applicable.rule;
+        if answer.shadow_limited.contains(&index) {
+            rule.counters.shadow_limited.inc();
+            admission.would_limit.push(&rule.name);
+            tracing::debug!(rule = %rule.name, "shadow rule would have limited a request");
+        } else {
+            rule.counters.allowed.inc();
         }
     }
     let queued = answer.queued.take();
-    let permits = answer
-        .receipts
-        .iter()
-        .any(|receipt| receipt.taken == Taken::Permit);
-    if wait == 0 && queued.is_none() && !permits {
+    if wait == 0 && queued.is_none() && !settle::needed_after_response(&answer.receipts) {
         return None;
     }
     let receipts = std::mem::take(&mut answer.receipts);
@@ -227,13 +222,7 @@ async fn hold_until_passing(
                     // No permit within `max_delay`: refused, and everything
                     // taken is given back when `settlement` drops.
                     if let Some(slot) = slot {
-                        admission.verdicts[slot].decision = Decision::Deny {
-                            state: BucketState {
-                                remaining: 0,
-                                reset_after: 0,
-                            },
-                            retry_after: Some(PERMIT_RETRY),
-                        };
+                        admission.verdicts[slot].decision = PERMIT_REFUSED;
                     }
                     admission.outcome = Outcome::Limited;
                     return;

@@ -62,23 +62,17 @@ impl Settlement {
         self.receipts.iter().all(|receipt| receipt.settled)
     }
 
-    /// Whether settling after the response would do anything: a permit to
-    /// return. (Keeping units a bucket already holds is nothing to do, so a
-    /// request that took only rates carries no settlement past admission.)
+    /// Whether settling after the response would do anything (see
+    /// [`needed_after_response`]).
     pub fn needed_after_response(&self) -> bool {
-        self.receipts
-            .iter()
-            .any(|receipt| !receipt.settled && receipt.taken == Taken::Permit)
+        needed_after_response(&self.receipts)
     }
 
     /// Settles every receipt as `how` says, now.
     pub async fn settle(&mut self, how: Settle) -> Result<(), StoreError> {
         let now = self.clock.now();
         if self.local {
-            let local = self.store.local();
-            for receipt in &mut self.receipts {
-                local.settle(receipt, how, now);
-            }
+            self.settle_locally(how, now);
             return Ok(());
         }
         for receipt in &mut self.receipts {
@@ -86,6 +80,23 @@ impl Settlement {
         }
         Ok(())
     }
+
+    fn settle_locally(&mut self, how: Settle, now: crate::clock::Nanos) {
+        let local = self.store.local();
+        for receipt in &mut self.receipts {
+            local.settle(receipt, how, now);
+        }
+    }
+}
+
+/// Whether settling `receipts` after the response would do anything: a
+/// permit to return. Keeping units a bucket already holds is nothing to
+/// do, so a request that took only rates carries no settlement past
+/// admission.
+pub fn needed_after_response(receipts: &[Receipt]) -> bool {
+    receipts
+        .iter()
+        .any(|receipt| !receipt.settled && receipt.taken == Taken::Permit)
 }
 
 impl Drop for Settlement {
@@ -95,10 +106,7 @@ impl Drop for Settlement {
         }
         let now = self.clock.now();
         if self.local {
-            let local = self.store.local();
-            for receipt in &mut self.receipts {
-                local.settle(receipt, self.on_drop, now);
-            }
+            self.settle_locally(self.on_drop, now);
         } else {
             self.store
                 .settle_detached(&mut self.receipts, self.on_drop, now);

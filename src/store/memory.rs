@@ -37,7 +37,7 @@ use crate::clock::Nanos;
 use crate::limiter::{
     Algorithm, Carry, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
 };
-pub use admit::{PERMIT_RETRY, UNASKED};
+pub use admit::{PERMIT_REFUSED, PERMIT_RETRY, UNASKED};
 pub use permits::PermitGrant;
 use permits::PermitTable;
 use probe_map::ProbeMap;

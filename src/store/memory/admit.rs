@@ -27,6 +27,26 @@ use crate::store::{Grant, PermitGrant};
 /// reset instant.
 pub const PERMIT_RETRY: Nanos = 1_000_000_000;
 
+/// A concurrency limit with every permit taken (and, in delay mode, no
+/// room or time to wait for one).
+pub const PERMIT_REFUSED: Decision = Decision::Deny {
+    state: BucketState {
+        remaining: 0,
+        reset_after: 0,
+    },
+    retry_after: Some(PERMIT_RETRY),
+};
+
+/// A request queued for a permit: held behind the permits in flight, for
+/// as long as they take (no known wait), nothing left now.
+const PERMIT_QUEUED: Decision = Decision::Hold {
+    state: BucketState {
+        remaining: 0,
+        reset_after: 0,
+    },
+    wait: 0,
+};
+
 /// A placeholder decision for limits not asked: reported as full.
 pub const UNASKED: Decision = Decision::Allow(BucketState {
     remaining: 0,
@@ -115,11 +135,10 @@ impl MemoryStore {
                     continue;
                 }
                 let max_queue = ask.hold.map(|hold| hold.max_queued);
-                let receipt = permit_receipt(index, ask, now);
                 admission.decisions[slot] =
                     match Self::permits(ask.table).acquire(ask.key, max, max_queue) {
                         PermitGrant::Now { in_flight } => {
-                            admission.receipts.push(receipt);
+                            admission.receipts.push(permit_receipt(index, ask, now));
                             permit_decision(max.saturating_sub(in_flight))
                         }
                         PermitGrant::Queued { id, .. } if admission.queued.is_some() => {
@@ -130,40 +149,20 @@ impl MemoryStore {
                                 Self::permits(ask.table).release(ask.key);
                             }
                             refused = true;
-                            Decision::Deny {
-                                state: BucketState {
-                                    remaining: 0,
-                                    reset_after: 0,
-                                },
-                                retry_after: Some(PERMIT_RETRY),
-                            }
+                            PERMIT_REFUSED
                         }
                         PermitGrant::Queued { id, ready } => {
                             admission.queued = Some(Box::new(QueuedPermit {
-                                receipt,
+                                receipt: permit_receipt(index, ask, now),
                                 id,
                                 ready,
                                 max_wait: ask.hold.map_or(0, |hold| hold.max_wait),
                             }));
-                            // Held behind the permits in flight, for as long
-                            // as they take: no known wait, nothing left now.
-                            Decision::Hold {
-                                state: BucketState {
-                                    remaining: 0,
-                                    reset_after: 0,
-                                },
-                                wait: 0,
-                            }
+                            PERMIT_QUEUED
                         }
                         PermitGrant::Refused { .. } => {
                             refused = true;
-                            Decision::Deny {
-                                state: BucketState {
-                                    remaining: 0,
-                                    reset_after: 0,
-                                },
-                                retry_after: Some(PERMIT_RETRY),
-                            }
+                            PERMIT_REFUSED
                         }
                     };
             }
