@@ -1,12 +1,18 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz`, `/admin/rules`,
-//! `POST /admin/reload`. It runs on its own port so that operators can
-//! scrape and probe even while the proxy port is saturated.
+//! `POST /admin/reload`, the bans ([`bans`]), and the budget calls that
+//! backends make on the buckets of proxied traffic: `POST /admin/spend`
+//! ([`spend`]) and `POST /v1/check` ([`check`]), whose bodies [`call`] reads
+//! and whose target and balance [`budget`] works out. It runs on its own
+//! port so that operators can scrape and probe even while the proxy port is
+//! saturated. This file accepts connections, routes, and holds what every
+//! endpoint answers with.
 //!
 //! Mutating calls (every POST and DELETE) need `Authorization: Bearer
 //! <token>` when the variable named by `admin.token_env` is set; otherwise
 //! they answer 401 with `WWW-Authenticate: Bearer`. Every error is a problem
 //! document.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -19,6 +25,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
+
+mod bans;
+mod budget;
+mod call;
+mod check;
+mod spend;
 
 use crate::problem::{self, Layout, Problem};
 use crate::proxy::Proxy;
@@ -109,12 +121,20 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
             &crate::policy::describe(&proxy.policy(), proxy.now()),
         ),
         (&Method::POST, "/admin/reload") => reload(admin).await,
-        (&Method::GET | &Method::HEAD, "/admin/bans") => list_bans(proxy),
+        (&Method::GET | &Method::HEAD, "/admin/bans") => bans::list(proxy),
         (&Method::POST, "/admin/bans") => match read_json(request).await {
-            Ok(body) => add_ban(proxy, &body),
+            Ok(body) => bans::add(proxy, &body),
             Err(refusal) => refusal,
         },
-        (&Method::DELETE, "/admin/bans") => lift_ban(proxy, request.uri().query()),
+        (&Method::DELETE, "/admin/bans") => bans::lift(proxy, request.uri().query()),
+        (&Method::POST, "/admin/spend") => match read_body(request, MAX_BODY).await {
+            Ok(body) => spend::spend(proxy, &body).await,
+            Err(refusal) => refusal,
+        },
+        (&Method::POST, "/v1/check") => match read_body(request, check::MAX_BODY).await {
+            Ok(body) => check::check(proxy, &body).await,
+            Err(refusal) => refusal,
+        },
         (_, "/metrics" | "/healthz" | "/readyz" | "/admin/rules") => problem(
             StatusCode::METHOD_NOT_ALLOWED,
             "this admin endpoint only answers GET",
@@ -127,10 +147,18 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
             StatusCode::METHOD_NOT_ALLOWED,
             "reload with POST /admin/reload",
         ),
+        (_, "/admin/spend") => problem(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "spend with POST /admin/spend and {\"rule\": R, \"key\": K, \"amount\": N}",
+        ),
+        (_, "/v1/check") => problem(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "check with POST /v1/check and {\"rule\": R, \"key\": K}, or an array of them",
+        ),
         _ => problem(
             StatusCode::NOT_FOUND,
-            "unknown admin endpoint; try /metrics, /healthz, /readyz, /admin/rules, /admin/bans \
-             or POST /admin/reload",
+            "unknown admin endpoint; try /metrics, /healthz, /readyz, /admin/rules, /admin/bans, \
+             POST /admin/reload, POST /admin/spend or POST /v1/check",
         ),
     }
 }
@@ -193,125 +221,9 @@ async fn reload(admin: &Admin) -> Response<Full<Bytes>> {
     }
 }
 
-/// `GET /admin/bans`: every ban in force, all rules.
-fn list_bans(proxy: &Proxy) -> Response<Full<Bytes>> {
-    let now = proxy.now();
-    let policy = proxy.policy();
-    let bans: Vec<Value> = policy
-        .rules
-        .iter()
-        .flat_map(|rule| {
-            rule.bans.active(now).into_iter().map(move |ban| {
-                json!({
-                    "rule": &*rule.name,
-                    "key": ban.key_text,
-                    "until": ban.until / 1_000_000_000,
-                    "remaining_secs": (ban.until - now).div_ceil(1_000_000_000),
-                    "manual": ban.manual,
-                })
-            })
-        })
-        .collect();
-    json_response(StatusCode::OK, &json!({ "bans": bans }))
-}
-
-/// `POST /admin/bans` with `{"rule", "key", "for"}`.
-fn add_ban(proxy: &Proxy, body: &Value) -> Response<Full<Bytes>> {
-    let field = |name: &str| body.get(name).and_then(Value::as_str);
-    let (Some(rule_name), Some(key), Some(duration)) = (field("rule"), field("key"), field("for"))
-    else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "expected {\"rule\": NAME, \"key\": KEY, \"for\": DURATION}, for example \
-             {\"rule\": \"per-seller\", \"key\": \"seller-42\", \"for\": \"10m\"}",
-        );
-    };
-    let duration = match crate::config::parse_duration(duration) {
-        Ok(duration) if !duration.is_zero() => duration,
-        _ => {
-            return problem(
-                StatusCode::BAD_REQUEST,
-                &format!(
-                    "\"for\": \"{duration}\" is not a duration such as \"90s\", \"10m\" or \"1h\""
-                ),
-            )
-        }
-    };
-    let policy = proxy.policy();
-    let Some(rule) = policy.rules.iter().find(|r| *r.name == *rule_name) else {
-        return problem(
-            StatusCode::NOT_FOUND,
-            &format!("no rule is named \"{rule_name}\""),
-        );
-    };
-    let bucket = match policy.keys.key_of_text(&rule.key, key) {
-        Ok(bucket) => bucket,
-        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
-    };
-    let now = proxy.now();
-    let nanos = duration.as_nanos().min(u128::from(u64::MAX)) as u64;
-    rule.bans.ban(bucket, key.to_owned(), now, nanos);
-    rule.counters.bans_started.inc();
-    tracing::info!(rule = %rule.name, %key, ?duration, "key banned by hand");
-    json_response(
-        StatusCode::CREATED,
-        &json!({
-            "rule": &*rule.name,
-            "key": key,
-            "until": now.saturating_add(nanos) / 1_000_000_000,
-            "remaining_secs": nanos.div_ceil(1_000_000_000),
-            "manual": true,
-        }),
-    )
-}
-
-/// `DELETE /admin/bans?rule=R&key=K`.
-fn lift_ban(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> {
-    let param = |name| crate::key::query_value(query, name).map(crate::key::decode_query);
-    let (Some(rule_name), Some(key)) = (param("rule"), param("key")) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "name the ban to lift: DELETE /admin/bans?rule=RULE&key=KEY (percent-encode '|' as %7C)",
-        );
-    };
-    let policy = proxy.policy();
-    let Some(rule) = policy.rules.iter().find(|r| *r.name == *rule_name) else {
-        return problem(
-            StatusCode::NOT_FOUND,
-            &format!("no rule is named \"{rule_name}\""),
-        );
-    };
-    let bucket = match policy.keys.key_of_text(&rule.key, &key) {
-        Ok(bucket) => bucket,
-        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
-    };
-    if rule.bans.lift(bucket, proxy.now()) {
-        tracing::info!(rule = %rule.name, %key, "ban lifted by hand");
-        json_response(
-            StatusCode::OK,
-            &json!({ "rule": rule_name, "key": key, "lifted": true }),
-        )
-    } else {
-        problem(
-            StatusCode::NOT_FOUND,
-            &format!("rule \"{rule_name}\" has no ban in force on \"{key}\""),
-        )
-    }
-}
-
 /// Reads a JSON body of at most [`MAX_BODY`] bytes.
 async fn read_json(request: Request<Incoming>) -> Result<Value, Response<Full<Bytes>>> {
-    use http_body_util::{BodyExt, Limited};
-    let body = Limited::new(request.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|_| {
-            problem(
-                StatusCode::BAD_REQUEST,
-                "the request body could not be read or is larger than 64 KiB",
-            )
-        })?
-        .to_bytes();
+    let body = read_body(request, MAX_BODY).await?;
     serde_json::from_slice(&body).map_err(|error| {
         problem(
             StatusCode::BAD_REQUEST,
@@ -320,8 +232,93 @@ async fn read_json(request: Request<Incoming>) -> Result<Value, Response<Full<By
     })
 }
 
+/// Reads a request body of at most `max` bytes: 413 beyond (at once when
+/// its declared length says so), 400 when it cannot be read. A body that
+/// arrives in one frame, as small ones do, is kept as it came, not copied.
+async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Response<Full<Bytes>>> {
+    use http_body::Body as _;
+    use http_body_util::BodyExt;
+    let too_large = || {
+        problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!(
+                "the request body is larger than {} KiB, the most this call reads",
+                max / 1024
+            ),
+        )
+    };
+    let mut body = request.into_body();
+    if body.size_hint().lower() > max as u64 {
+        return Err(too_large());
+    }
+    let mut first = Bytes::new();
+    let mut joined: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| {
+            problem(
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read",
+            )
+        })?;
+        // Trailers carry nothing a call reads.
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if first.len() + joined.len() + data.len() > max {
+            return Err(too_large());
+        }
+        if first.is_empty() && joined.is_empty() {
+            first = data;
+        } else {
+            joined.extend_from_slice(&std::mem::take(&mut first));
+            joined.extend_from_slice(&data);
+        }
+    }
+    Ok(if joined.is_empty() {
+        first
+    } else {
+        Bytes::from(joined)
+    })
+}
+
 /// Largest admin request body read (ban and spend calls are tiny).
 const MAX_BODY: usize = 64 * 1024;
+
+/// An admin call refused: the status and detail of its problem document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Refusal {
+    status: StatusCode,
+    detail: Cow<'static, str>,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, detail: impl Into<Cow<'static, str>>) -> Refusal {
+        Refusal {
+            status,
+            detail: detail.into(),
+        }
+    }
+
+    /// The problem document's JSON.
+    fn to_json(&self) -> Vec<u8> {
+        let problem = Problem::new(self.status, &self.detail);
+        match self.status {
+            // RFC 9110's name for 422 (the http crate still says "Entity").
+            StatusCode::UNPROCESSABLE_ENTITY => problem.titled("Unprocessable Content"),
+            _ => problem,
+        }
+        .to_json(Layout::ByName)
+    }
+
+    /// The refusal as a response.
+    fn respond(&self) -> Response<Full<Bytes>> {
+        respond(
+            self.status,
+            &problem::CONTENT_TYPE,
+            Bytes::from(self.to_json()),
+        )
+    }
+}
 
 /// A 401 when a token is configured and the request does not carry it.
 fn unauthorized<B>(admin: &Admin, request: &Request<B>) -> Option<Response<Full<Bytes>>> {

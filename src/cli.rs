@@ -72,7 +72,8 @@ pub enum Command {
 /// appears only when some rule costs more than 1. A concurrency rule's limit
 /// reads `100 in flight`; `on_limit` reads `reject` or `delay ≤30s q1000`
 /// (longest hold, most requests waiting per bucket). Under the table, one
-/// line per tiers, overrides, sunset, ban and non-default on_change of a rule:
+/// line per tiers, overrides, sunset, ban, charge, refund_on and non-default
+/// on_change of a rule:
 /// `rule NAME: ...`.
 pub fn describe_rules(config: &Config) -> String {
     let show_cost = config.rules.iter().any(|rule| rule.cost != 1);
@@ -148,7 +149,9 @@ const OVERRIDES_SHOWN: usize = 5;
 /// The lines under the table for one rule: `tiers by header:x-plan: premium
 /// 100/s; free 10/s, 1000/d burst 5`, `overrides "seller-42" 1000/s`,
 /// `sunset 100/d → 10/d from 2026-12-01 to 2027-01-01 step 1d (31 steps)`,
-/// `ban 20 in 1m → 10m`, `on_change keep` (only when not the default).
+/// `ban 20 in 1m → 10m`, `charge elapsed_ms after the response`,
+/// `refund_on 5xx, client_abort`, `on_change keep` (only when not the
+/// default).
 fn describe_extras(rule: &RuleConfig) -> Vec<String> {
     let mut lines = Vec::new();
     if let Some(tiers) = &rule.tiers {
@@ -204,6 +207,12 @@ fn describe_extras(rule: &RuleConfig) -> Vec<String> {
             format_period(ban.within),
             format_period(ban.duration)
         ));
+    }
+    if let Some(charge) = &rule.charge {
+        lines.push(format!("charge {charge} after the response"));
+    }
+    if !rule.refund_on.is_empty() {
+        lines.push(format!("refund_on {}", rule.refund_on.names().join(", ")));
     }
     match rule.on_change {
         OnChange::Proportional => {}

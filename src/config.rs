@@ -9,6 +9,7 @@
 //! proxy compiles a [`Config`] into its own request-path snapshot.
 
 mod ban;
+mod charge;
 mod describe;
 mod errors;
 mod identity;
@@ -172,6 +173,63 @@ pub struct RuleConfig {
     pub ban: Option<BanConfig>,
     /// What a reload that changes this rule's limits does to its buckets.
     pub on_change: OnChange,
+    /// `charge`: units taken after the response, on top of `cost`.
+    pub charge: Option<Charge>,
+    /// `refund_on`: when the admission cost is given back.
+    pub refund_on: RefundOn,
+}
+
+/// `charge`: what a request costs beyond its admission, known only once
+/// the exchange is under way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Charge {
+    /// `"elapsed_ms"`: milliseconds from forwarding the request (after any
+    /// hold) to the end of the response body.
+    ElapsedMs,
+    /// `"header:<name>"`: units the upstream reports in this response
+    /// header (stripped before the client sees it).
+    Header(http::HeaderName),
+}
+
+/// `refund_on`: the failures that give the admission cost back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RefundOn {
+    /// `"5xx"`: the upstream answered with a 5xx status.
+    pub server_error: bool,
+    /// `"upstream_error"`: sluice could not get an answer (connect error,
+    /// timeout, a broken exchange).
+    pub upstream_error: bool,
+    /// `"client_abort"`: the client left before the response began.
+    pub client_abort: bool,
+}
+
+impl RefundOn {
+    /// Whether no failure refunds anything.
+    pub fn is_empty(&self) -> bool {
+        *self == RefundOn::default()
+    }
+
+    /// The cases as the config writes them, in the SPEC's order.
+    pub fn names(&self) -> Vec<&'static str> {
+        [
+            (self.server_error, "5xx"),
+            (self.upstream_error, "upstream_error"),
+            (self.client_abort, "client_abort"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
+}
+
+impl std::fmt::Display for Charge {
+    /// As the config writes it: `elapsed_ms`, `header:x-cost`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Charge::ElapsedMs => f.write_str("elapsed_ms"),
+            Charge::Header(name) => write!(f, "header:{name}"),
+        }
+    }
 }
 
 /// `tiers = { by = "jwt:plan", premium = { rate = "100/s" }, ... }`.

@@ -208,12 +208,15 @@ impl KeyHasher {
     /// The text is split on `|` into as many parts as there are sources
     /// (the last part takes any further `|`).
     pub fn key_of_text(&self, sources: &[KeySource], text: &str) -> Result<BucketKey, String> {
-        let parts: Vec<&str> = text.splitn(sources.len().max(1), '|').collect();
-        if parts.len() != sources.len() {
+        // Counted, then split again: no list of parts is allocated (the
+        // admin API's checks call this once per check).
+        let parts = || text.splitn(sources.len().max(1), '|');
+        let count = parts().count();
+        if count != sources.len() {
             return Err(format!(
                 "\"{text}\" has {} part(s) but the rule's key has {} source(s) ({}); join the \
                  values with '|'",
-                parts.len(),
+                count,
                 sources.len(),
                 sources
                     .iter()
@@ -223,7 +226,7 @@ impl KeyHasher {
             ));
         }
         let mut hasher = self.state.build_hasher();
-        for (source, part) in sources.iter().zip(parts) {
+        for (source, part) in sources.iter().zip(parts()) {
             match source {
                 KeySource::Ip => {
                     let ip = match part.parse::<IpAddr>() {

@@ -57,6 +57,14 @@ pub struct RuleCounters {
     pub bans_started: IntCounter,
     /// `sluice_banned_requests_total{rule}`.
     pub banned: IntCounter,
+    /// `sluice_budget_charged_total{rule}`: units charged beyond admission
+    /// (deferred charges, `/admin/spend`).
+    pub charged: IntCounter,
+    /// `sluice_budget_refunded_total{rule}`: admission units given back
+    /// (`refund_on`).
+    pub refunded: IntCounter,
+    /// `sluice_charge_errors_total{rule}`: cost headers missing or malformed.
+    pub charge_errors: IntCounter,
 }
 
 /// All of sluice's metrics and the registry that exports them.
@@ -83,6 +91,9 @@ pub struct Metrics {
     bans_started: IntCounterVec,
     banned_requests: IntCounterVec,
     bans_active: IntGaugeVec,
+    budget_charged: IntCounterVec,
+    budget_refunded: IntCounterVec,
+    charge_errors: IntCounterVec,
 }
 
 impl Metrics {
@@ -197,11 +208,30 @@ impl Metrics {
         )
         .expect("static metric definition");
 
+        let per_rule = |name: &str, help: &str| {
+            IntCounterVec::new(Opts::new(name, help), &["rule"]).expect("static metric definition")
+        };
+        let budget_charged = per_rule(
+            "sluice_budget_charged_total",
+            "Units charged after admission (deferred charges and /admin/spend), per rule.",
+        );
+        let budget_refunded = per_rule(
+            "sluice_budget_refunded_total",
+            "Admission units given back (refund_on), per rule.",
+        );
+        let charge_errors = per_rule(
+            "sluice_charge_errors_total",
+            "Cost headers missing or malformed (charged nothing), per rule.",
+        );
+
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(bans_started.clone()),
             Box::new(banned_requests.clone()),
             Box::new(bans_active.clone()),
+            Box::new(budget_charged.clone()),
+            Box::new(budget_refunded.clone()),
+            Box::new(charge_errors.clone()),
             Box::new(responses_vec),
             Box::new(decision_seconds.clone()),
             Box::new(overhead_seconds.clone()),
@@ -242,6 +272,9 @@ impl Metrics {
             bans_started,
             banned_requests,
             bans_active,
+            budget_charged,
+            budget_refunded,
+            charge_errors,
         }
     }
 
@@ -260,6 +293,9 @@ impl Metrics {
             queue_depth: self.queue_depth.with_label_values(&[rule]),
             bans_started: self.bans_started.with_label_values(&[rule]),
             banned: self.banned_requests.with_label_values(&[rule]),
+            charged: self.budget_charged.with_label_values(&[rule]),
+            refunded: self.budget_refunded.with_label_values(&[rule]),
+            charge_errors: self.charge_errors.with_label_values(&[rule]),
         }
     }
 

@@ -37,7 +37,7 @@ use crate::store::Store;
 pub use describe::describe;
 pub use limit::Limit;
 pub use matcher::Matcher;
-pub use rule::{Rule, Variant, VariantIndex};
+pub use rule::{Billing, Rule, Variant, VariantIndex};
 pub use sunset::Sunset;
 
 /// Everything the request path needs to decide, compiled once.
@@ -56,6 +56,9 @@ pub struct Policy {
     pub max_uri_bytes: usize,
     /// Largest declared request body accepted (413 above); 0 = no limit.
     pub max_body_bytes: u64,
+    /// Whether some rule charges or refunds after admission (otherwise no
+    /// request carries a bill, and none is looked for).
+    pub bills: bool,
     /// The source config, for `check` and admin views.
     pub config: Arc<Config>,
 }
@@ -96,8 +99,9 @@ impl Policy {
                     now,
                 )
             })
-            .collect();
+            .collect::<Vec<Rule>>();
         Policy {
+            bills: rules.iter().any(|rule| rule.billing.is_some()),
             rules,
             allow: config.access.allow.clone(),
             deny: config.access.deny.clone(),
@@ -119,6 +123,12 @@ impl Policy {
             max_body_bytes: config.server.max_body_bytes,
             config,
         }
+    }
+
+    /// The rule named `name`. A scan: policies hold a handful of rules, and
+    /// comparing a few short names costs less than hashing one.
+    pub fn rule(&self, name: &str) -> Option<&Rule> {
+        self.rules.iter().find(|rule| *rule.name == *name)
     }
 
     /// Whether any rate-limit header is sent at all.

@@ -13,7 +13,10 @@
 //!   so, and answers a banned or limited caller;
 //! - **forward** sends the request upstream ([`forward`]) with the
 //!   admission's [`settle::Settlement`] riding on the response body, so what
-//!   the request took is **settled** when the exchange ends;
+//!   the request took is **settled** as the exchange unfolds and when it
+//!   ends (permits returned; upstream time charged every second and at the
+//!   end, a reported cost charged and a failed exchange refunded at the
+//!   response head — `bill`);
 //! - **decorate** adds sluice's headers to the upstream's answer
 //!   ([`respond`]).
 //!
@@ -22,11 +25,13 @@
 //! clock. [`Proxy::reload`] swaps the policy in atomically.
 
 mod admit;
+pub mod bill;
 pub mod deadline;
 pub mod forward;
 pub mod pool;
 pub mod respond;
 pub mod settle;
+pub mod ticker;
 pub mod upgrade;
 
 use std::borrow::Cow;
@@ -51,6 +56,7 @@ use crate::metrics::Metrics;
 use crate::policy::{Policy, Rule, Sunset};
 use crate::store::{MemoryStore, OnError, Outcome, Store};
 use admit::{Admission, Applicable};
+use bill::Failure;
 use deadline::{BodyWatch, GuardedBody};
 use forward::{ClientHop, Upstream};
 use pool::{ForwardError, PooledBody};
@@ -77,6 +83,8 @@ struct Shared {
     metrics: Metrics,
     /// Every decision, hold and settlement reads and waits on this clock.
     clock: ProxyClock,
+    /// Wakes exchanges that charge upstream time, once a second.
+    ticker: Arc<ticker::Ticker>,
     /// Set when shutdown begins: `/readyz` turns 503.
     draining: AtomicBool,
     /// Serialises reloads: each compiles against the policy it replaces.
@@ -108,6 +116,7 @@ impl Proxy {
                 on_error,
                 upstream,
                 metrics,
+                ticker: ticker::Ticker::new(clock.clone()),
                 clock,
                 draining: AtomicBool::new(false),
                 reloading: std::sync::Mutex::new(()),
@@ -253,8 +262,18 @@ impl Proxy {
             started,
             admission.held,
         );
-        let result = self.shared.upstream.send(outgoing.request).await;
-        let settlement = admission.settlement.take();
+        let mut settlement = admission.settlement.take();
+        if let Some(settlement) = &mut settlement {
+            settlement.forwarded(outgoing.sent);
+        }
+        let upstream = &self.shared.upstream;
+        let result = match settlement.as_deref_mut() {
+            // Upstream time is charged every second while the answer is awaited.
+            Some(settlement) if settlement.charges_elapsed() => {
+                settle::ChargingWhile::new(upstream.send(outgoing.request), settlement).await
+            }
+            _ => upstream.send(outgoing.request).await,
+        };
         let incoming = self.incoming(result, outgoing.sent, outgoing.client_upgrade, settlement);
         let mut response = match incoming {
             Ok(response) => response,
@@ -286,16 +305,14 @@ impl Proxy {
         admission: &mut Admission<'p>,
     ) -> Option<Response<ProxyBody>> {
         let shared = &*self.shared;
-        let admitted = admit::admit(
-            &shared.store,
-            &shared.clock,
-            shared.on_error,
-            &shared.metrics,
-            enforced,
-            shadowed,
-            admission,
-        )
-        .await;
+        let admitter = admit::Admitter {
+            store: &shared.store,
+            clock: &shared.clock,
+            on_error: shared.on_error,
+            metrics: &shared.metrics,
+            ticker: policy.bills.then_some(&shared.ticker),
+        };
+        let admitted = admit::admit(admitter, enforced, shadowed, admission).await;
         if admitted.is_err() {
             return Some(respond::refusal(Refusal::StoreUnavailable, None));
         }
@@ -320,12 +337,8 @@ impl Proxy {
             Outcome::Limited => {
                 count_outcomes(&admission.verdicts);
                 for &index in &admission.bans_started {
-                    let applicable = &enforced[index];
-                    let rule = applicable.rule;
-                    rule.counters.bans_started.inc();
-                    let key = policy.keys.key_text(&rule.key, facts);
-                    tracing::info!(rule = %rule.name, %key, "key banned");
-                    rule.bans.name(applicable.key, key);
+                    let Applicable { rule, key, .. } = enforced[index];
+                    rule.ban_started(key, policy.keys.key_text(&rule.key, facts));
                 }
                 let decided_at = Duration::from_nanos(admission.decided_at);
                 respond::limited(policy, &admission.verdicts, decided_at)
@@ -374,19 +387,32 @@ impl Proxy {
 
     /// The upstream's answer made the client's, carrying what the admission
     /// took (`settlement`): it is settled when the body has been sent or
-    /// dropped (or a WebSocket tunnel closed), and permits return then.
+    /// dropped (or a WebSocket tunnel closed), and permits return then. Its
+    /// bill sees the response head first: a reported cost is charged and
+    /// stripped, a 5xx or a failed exchange refunded where `refund_on` says.
     fn incoming(
         &self,
-        result: Result<Response<PooledBody>, ForwardError>,
+        mut result: Result<Response<PooledBody>, ForwardError>,
         sent: Nanos,
         client_upgrade: Option<ClientUpgrade>,
-        settlement: Option<Box<Settlement>>,
+        mut settlement: Option<Box<Settlement>>,
     ) -> Result<Response<ProxyBody>, ForwardError> {
         let shared = &*self.shared;
         shared
             .metrics
             .upstream_seconds
             .observe(seconds(shared.clock.now().saturating_sub(sent)));
+        if let Some(bill) = &mut settlement {
+            match &mut result {
+                Ok(response) => bill.response_began(response.status(), response.headers_mut()),
+                Err(ForwardError::ClientBody) => bill.exchange_failed(Failure::ClientLeft),
+                Err(_) => bill.exchange_failed(Failure::Upstream),
+            }
+            if !bill.needed_after_response() {
+                // Nothing rides on the body: settled now (units kept).
+                settlement = None;
+            }
+        }
         result
             .and_then(|response| forward::prepare_response(response, client_upgrade, settlement))
             .map(|response| response.map(Either::Left))

@@ -15,6 +15,9 @@
 //!   `Drop` (a response body dropped mid-stream, a client that left while
 //!   held): the memory store settles at once, a networked store will hand
 //!   the call to a task.
+//! - [`Store::spend`] and [`Store::peek`]: the admin API's budget calls —
+//!   take units outside any request (even into a debt), or look at what a
+//!   request would be told without taking anything.
 //! - A failed call returns [`StoreError`] and takes nothing; the proxy maps
 //!   it through `on_error` ([`OnError`]).
 //!
@@ -33,7 +36,8 @@ pub use crate::key::BucketKey;
 pub use crate::limiter::Carry;
 use crate::limiter::Limiter;
 pub use admission::{
-    Admission, Ask, Asks, Outcome, QueuedPermit, Receipt, RuleAsk, Settle, StoreError, Taken,
+    Admission, Ask, Asks, Decisions, Outcome, QueuedPermit, Receipt, RuleAsk, Settle, StoreError,
+    Taken,
 };
 pub use memory::{
     BucketTable, MemoryStore, PermitGrant, StoreStats, PERMIT_REFUSED, PERMIT_RETRY, UNASKED,
@@ -111,6 +115,51 @@ impl Store {
             Store::Failing(store) => {
                 store.fail_if_asked()?;
                 store.local.settle(receipt, how, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Spends `ask.cost` units from every limit of `asks` at `now`,
+    /// unconditionally (the balance may go below zero): work a backend did
+    /// outside a request (`POST /admin/spend`). Bans are not consulted and
+    /// no strike is counted. `after` receives one decision per limit: what
+    /// a request of cost 1 would be told now, so the caller can report the
+    /// balance left.
+    pub async fn spend(
+        &self,
+        asks: &Asks<'_>,
+        now: Nanos,
+        after: &mut Decisions,
+    ) -> Result<(), StoreError> {
+        match self {
+            Store::Memory(store) => store.spend(asks, now, after),
+            #[cfg(test)]
+            Store::Failing(store) => {
+                store.fail_if_asked()?;
+                store.local.spend(asks, now, after);
+            }
+        }
+        Ok(())
+    }
+
+    /// What asking every limit of `asks` for its cost at `now` would decide,
+    /// without taking anything: one decision per ask into `decisions` (a
+    /// concurrency limit reported as it is). Bans are not consulted and no
+    /// strike is counted. For the admin API: a check of cost 0, and how long
+    /// after a spend a request of the rule's cost would wait.
+    pub async fn peek(
+        &self,
+        asks: &Asks<'_>,
+        now: Nanos,
+        decisions: &mut Decisions,
+    ) -> Result<(), StoreError> {
+        match self {
+            Store::Memory(store) => store.peek_all(asks, now, decisions),
+            #[cfg(test)]
+            Store::Failing(store) => {
+                store.fail_if_asked()?;
+                store.local.peek_all(asks, now, decisions);
             }
         }
         Ok(())

@@ -498,8 +498,16 @@ fn well_formed_hmac_token(token: &Token) -> bool {
         token.scheme,
         Scheme::Bearer | Scheme::Lower | Scheme::Upper | Scheme::Spaces
     );
-    let exp_ahead = matches!(token.claims.exp, Time::Relative(secs) if secs >= 0)
-        && token.claims.object().contains_key("exp");
+    // `exp` at or after now, and still within the leeway once that is added:
+    // at the very end of time (now = u64::MAX) the leeway saturates, and a
+    // token expiring at that instant is expired, as RFC 7519 §4.1.4 says.
+    let now = token.claims.now;
+    let exp_ahead = match token.claims.exp {
+        Time::Relative(secs) if secs >= 0 => now
+            .checked_add_signed(i64::from(secs))
+            .is_some_and(|exp| now < exp.saturating_add(LEEWAY_SECS)),
+        _ => false,
+    };
     header_alg == alg.alg()
         && bearer
         && !token.twice

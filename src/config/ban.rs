@@ -35,26 +35,14 @@ impl Validator<'_> {
             valid = false;
         }
         let ban = &raw.value;
-        let missing: Vec<&str> = [
-            ("after", ban.after.is_none()),
-            ("within", ban.within.is_none()),
-            ("for", ban.duration.is_none()),
-        ]
-        .into_iter()
-        .filter_map(|(key, missing)| missing.then_some(key))
-        .collect();
-        if !missing.is_empty() {
-            self.error(
-                at,
-                &format!("rule[{index}].ban"),
-                format!(
-                    "needs {}: ban = {{ after = 20, within = \"1m\", for = \"10m\" }} bans a key \
-                     limited 20 times within a minute for 10 minutes",
-                    missing.join(" and ")
-                ),
-            );
-            valid = false;
-        }
+        let present = [
+            ("after", ban.after.is_some()),
+            ("within", ban.within.is_some()),
+            ("for", ban.duration.is_some()),
+        ];
+        let example = "ban = { after = 20, within = \"1m\", for = \"10m\" } bans a key \
+                       limited 20 times within a minute for 10 minutes";
+        valid &= self.require(at, &format!("rule[{index}].ban"), &present, example);
         let after = ban.after.as_ref().and_then(|field| {
             let value = *field.get_ref();
             if value >= 1 {

@@ -13,8 +13,7 @@
 //! still parses the dotted form without it.
 //!
 //! Keys of the product contract that this release does not implement are still
-//! listed here (as [`Present`] when only their position matters), so they are
-//! answered "not supported yet" instead of "unknown".
+//! listed here, so they are answered "not supported yet" instead of "unknown".
 
 use std::fmt;
 use std::ops::Range;
@@ -152,9 +151,8 @@ pub struct RawRule {
     pub max_in_flight: Option<Spanned<i64>>,
     pub max_delay: Option<Spanned<String>>,
     pub max_queue: Option<Spanned<i64>>,
-    // Not supported yet: only where they were written matters.
-    pub charge: Option<Present>,
-    pub refund_on: Option<Present>,
+    pub charge: Option<Spanned<String>>,
+    pub refund_on: Option<Spanned<OneOrMany>>,
     pub tiers: Option<Located<RawTiers>>,
     pub overrides: Option<Located<RawOverrides>>,
     pub ban: Option<Located<RawBan>>,
@@ -319,87 +317,14 @@ impl<'de> Deserialize<'de> for OneOrMany {
     }
 }
 
-/// A key whose value is not read, only noted: where it was written, when toml
-/// knows (it does not for tables written with dotted keys).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Present {
-    /// Byte span of the value in the file.
-    pub span: Option<Range<usize>>,
-}
-
 // The private protocol between `toml::Spanned` and the toml deserializer
-// (serde_spanned 0.6, used by toml 0.8). Speaking it ourselves lets `Present`
-// accept tables that have no span, where `Spanned` would fail.
+// (serde_spanned 0.6, used by toml 0.8). Speaking it ourselves lets
+// `Located` accept tables that have no span, where `Spanned` would fail.
 const SPANNED_NAME: &str = "$__serde_spanned_private_Spanned";
 const SPANNED_START: &str = "$__serde_spanned_private_start";
 const SPANNED_END: &str = "$__serde_spanned_private_end";
 const SPANNED_VALUE: &str = "$__serde_spanned_private_value";
 const SPANNED_FIELDS: &[&str] = &[SPANNED_START, SPANNED_END, SPANNED_VALUE];
-
-impl<'de> Deserialize<'de> for Present {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct PresentVisitor;
-
-        impl<'de> Visitor<'de> for PresentVisitor {
-            type Value = Present;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any value")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Present, A::Error> {
-                let Some(first) = map.next_key::<String>()? else {
-                    return Ok(Present { span: None });
-                };
-                if first != SPANNED_START {
-                    // A plain table without a span: skip its contents.
-                    map.next_value::<IgnoredAny>()?;
-                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                    return Ok(Present { span: None });
-                }
-                let start: usize = map.next_value()?;
-                let mut end = start;
-                while let Some(key) = map.next_key::<String>()? {
-                    if key == SPANNED_END {
-                        end = map.next_value()?;
-                    } else {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-                Ok(Present {
-                    span: Some(start..end),
-                })
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Present, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Present { span: None })
-            }
-
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Present, E> {
-                Ok(Present { span: None })
-            }
-
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Present, E> {
-                Ok(Present { span: None })
-            }
-
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Present, E> {
-                Ok(Present { span: None })
-            }
-
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Present, E> {
-                Ok(Present { span: None })
-            }
-
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Present, E> {
-                Ok(Present { span: None })
-            }
-        }
-
-        deserializer.deserialize_struct(SPANNED_NAME, SPANNED_FIELDS, PresentVisitor)
-    }
-}
 
 /// A table kept with where it was written, when toml knows: inline tables
 /// (`ban = { ... }`) and `[header]` tables have a span, tables written with
@@ -728,7 +653,6 @@ mod tests {
     #[derive(Debug, Deserialize)]
     struct Doc {
         list: Option<Spanned<OneOrMany>>,
-        present: Option<Present>,
     }
 
     fn doc(text: &str) -> Doc {
@@ -759,30 +683,6 @@ mod tests {
             err.message().contains("a string or a list of strings"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn present_notes_where_any_value_was_written() {
-        assert_eq!(
-            doc("present = 3\n").present,
-            Some(Present { span: Some(10..11) })
-        );
-        assert_eq!(
-            doc("present = { a = [1, 2] }\n")
-                .present
-                .and_then(|p| p.span)
-                .map(|s| s.start),
-            Some(10)
-        );
-        assert_eq!(
-            doc("[present]\na = 1\n")
-                .present
-                .and_then(|p| p.span)
-                .map(|s| s.start),
-            Some(0)
-        );
-        // Dotted keys give a table without a span: still present, not an error.
-        assert_eq!(doc("present.a = 1\n").present, Some(Present { span: None }));
     }
 
     #[derive(Debug, Deserialize)]

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use toml::Spanned;
 
 use super::limits::WrittenLimit;
-use super::raw::{Present, RawRule};
-use super::validate::{Validator, NOT_SUPPORTED};
+use super::raw::RawRule;
+use super::validate::Validator;
 use super::{AlgorithmKind, KeySource, MissingPolicy, OnChange, RuleConfig};
 
 /// What tiers, overrides, sunset and ban need to know about their rule.
@@ -91,7 +91,6 @@ impl Validator<'_> {
             }
         };
 
-        self.unsupported_rule_keys(index, at, raw);
         // `None` when the algorithm is invalid (already reported), so that
         // nothing is judged against a made-up algorithm.
         let algorithm = match &raw.algorithm {
@@ -204,6 +203,8 @@ impl Validator<'_> {
         let queue = limits.first().map_or(1, |limit| limit.capacity);
         let on_limit = self.on_limit(index, raw, algorithm, queue);
         let max_in_flight = self.max_in_flight(index, raw, algorithm);
+        let charge = self.charge(index, raw, algorithm);
+        let refund_on = self.refund_on(index, raw, algorithm);
 
         RuleConfig {
             name,
@@ -221,6 +222,8 @@ impl Validator<'_> {
             sunset,
             ban,
             on_change,
+            charge,
+            refund_on,
         }
     }
 
@@ -301,23 +304,6 @@ impl Validator<'_> {
         );
         None
     }
-
-    /// Rule keys of the product contract that this release does not implement
-    /// yet (README, "Configuration").
-    fn unsupported_rule_keys(&mut self, index: usize, at: usize, raw: &RawRule) {
-        let keys: [(&str, &Option<Present>); 2] =
-            [("charge", &raw.charge), ("refund_on", &raw.refund_on)];
-        for (key, value) in keys {
-            if let Some(present) = value {
-                let at = present.span.as_ref().map_or(at, |span| span.start);
-                self.error(
-                    at,
-                    &format!("rule[{index}].{key}"),
-                    format!("{key} {NOT_SUPPORTED}; remove it"),
-                );
-            }
-        }
-    }
 }
 
 fn check_rule_name(name: &str) -> Result<(), String> {
@@ -370,14 +356,6 @@ mod tests {
         assert_eq!(rule.max_in_flight, None);
         assert!(rule.matcher.path.is_empty() && rule.matcher.method.is_empty());
         assert!(config.warnings.is_empty(), "{:?}", config.warnings);
-    }
-
-    #[test]
-    fn an_unsupported_key_written_as_dotted_table_is_placed_at_its_rule() {
-        let lines = errors(&format!(
-            "{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\ncharge.a = 3\n"
-        ));
-        assert_eq!(lines, vec!["test.toml:3:1: rule[0].charge: charge is not supported by this version of sluice yet; remove it"]);
     }
 
     #[test]

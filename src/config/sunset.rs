@@ -90,27 +90,14 @@ impl Validator<'_> {
             }
         }
         let sunset = &raw.value;
-        let missing: Vec<&str> = [
-            ("start", sunset.start.is_none()),
-            ("end", sunset.end.is_none()),
-            ("to", sunset.to.is_none()),
-        ]
-        .into_iter()
-        .filter_map(|(key, missing)| missing.then_some(key))
-        .collect();
-        if !missing.is_empty() {
-            self.error(
-                at,
-                &format!("rule[{index}].sunset"),
-                format!(
-                    "needs {}: sunset = {{ start = 2026-12-01T00:00:00Z, end = \
-                     2027-01-01T00:00:00Z, to = \"0/d\" }} (step defaults to \"1d\"; link is \
-                     optional)",
-                    missing.join(" and ")
-                ),
-            );
-            valid = false;
-        }
+        let present = [
+            ("start", sunset.start.is_some()),
+            ("end", sunset.end.is_some()),
+            ("to", sunset.to.is_some()),
+        ];
+        let example = "sunset = { start = 2026-12-01T00:00:00Z, end = 2027-01-01T00:00:00Z, \
+                       to = \"0/d\" } (step defaults to \"1d\"; link is optional)";
+        valid &= self.require(at, &format!("rule[{index}].sunset"), &present, example);
         let start = sunset
             .start
             .as_ref()

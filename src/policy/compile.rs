@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use super::limit::{compile_limit, concurrency_limit, limiter, Limit};
 use super::matcher::Matcher;
-use super::rule::{Rule, Variant, VariantIndex};
+use super::rule::{Billing, Rule, Variant, VariantIndex};
 use super::sunset::Sunset;
 use super::Policy;
 use crate::clock::Nanos;
 use crate::config::{KeySource, OnChange, OnLimit, RuleConfig};
 use crate::key::KeyHasher;
 use crate::limiter::{Concurrency, HoldLimits, Limiter};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RuleCounters};
 use crate::store::bans::BanPolicy;
 use crate::store::{BucketTable, Carry, Store};
 
@@ -76,6 +76,7 @@ pub(super) fn compile_rule(
         .as_ref()
         .filter(|_| !limits.is_empty() && !rule.limits.is_empty())
         .map(|sunset| Sunset::new(rule, sunset, &limits[0], status));
+    let counters = metrics.rule_counters(&rule.name);
     Rule {
         sunset,
         variants,
@@ -95,6 +96,7 @@ pub(super) fn compile_rule(
         algorithm: rule.algorithm,
         limits,
         cost: rule.cost,
+        billing: billing(rule, &counters),
         shadow: rule.shadow,
         hold,
         uses_jwt: rule
@@ -102,8 +104,22 @@ pub(super) fn compile_rule(
             .iter()
             .chain(rule.tiers.as_ref().map(|tiers| &tiers.by))
             .any(|source| matches!(source, KeySource::Jwt(_))),
-        counters: metrics.rule_counters(&rule.name),
+        counters,
     }
+}
+
+/// The rule's `charge` and `refund_on`, when it has either.
+fn billing(rule: &RuleConfig, counters: &RuleCounters) -> Option<Arc<Billing>> {
+    (rule.charge.is_some() || !rule.refund_on.is_empty()).then(|| {
+        Arc::new(Billing {
+            charge: rule.charge.clone(),
+            refund_on: rule.refund_on,
+            cost: rule.cost,
+            charged: counters.charged.clone(),
+            refunded: counters.refunded.clone(),
+            charge_errors: counters.charge_errors.clone(),
+        })
+    })
 }
 
 /// The limits of a rule's tiers, then its overrides, each keeping the

@@ -48,6 +48,8 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
                 "on_limit": if rule.hold.is_some() { "delay" } else { "reject" },
                 "shadow": rule.shadow,
                 "on_change": format!("{:?}", config.on_change).to_lowercase(),
+                "charge": config.charge.as_ref().map(ToString::to_string),
+                "refund_on": config.refund_on.names(),
             });
             if let Some(by) = &rule.tier_by {
                 let tiers: Vec<serde_json::Value> = rule

@@ -8,11 +8,12 @@ use super::limit::Limit;
 use super::matcher::Matcher;
 use super::sunset::Sunset;
 use crate::clock::Nanos;
-use crate::config::{AlgorithmKind, KeySource, MissingPolicy, RuleConfig};
+use crate::config::{AlgorithmKind, Charge, KeySource, MissingPolicy, RefundOn, RuleConfig};
 use crate::key::{KeyHasher, RequestFacts};
 use crate::limiter::HoldLimits;
 use crate::metrics::RuleCounters;
 use crate::store::bans::{BanPolicy, BanTable};
+use prometheus::IntCounter;
 
 /// One compiled `[[rule]]`.
 #[derive(Debug)]
@@ -38,6 +39,10 @@ pub struct Rule {
     pub sunset: Option<Sunset>,
     /// Units each request takes from every limit.
     pub cost: u64,
+    /// `charge` and `refund_on`: what the rule settles after admission;
+    /// `None` for most rules. Shared (an `Arc`) with the requests that
+    /// carry it past their admission.
+    pub billing: Option<Arc<Billing>>,
     pub shadow: bool,
     /// Delay mode's bounds for this rule's asks; `None` when over-budget
     /// requests are rejected (and always for shadow rules, which never
@@ -54,6 +59,22 @@ pub struct Rule {
     pub counters: RuleCounters,
 }
 
+/// What a rule settles after admission: a deferred charge, refunds of
+/// failed exchanges, and the series that count them.
+#[derive(Debug)]
+pub struct Billing {
+    pub charge: Option<Charge>,
+    pub refund_on: RefundOn,
+    /// Units taken at admission (what a refund gives back).
+    pub cost: u64,
+    /// `sluice_budget_charged_total{rule}`.
+    pub charged: IntCounter,
+    /// `sluice_budget_refunded_total{rule}`.
+    pub refunded: IntCounter,
+    /// `sluice_charge_errors_total{rule}`.
+    pub charge_errors: IntCounter,
+}
+
 /// Bucket key → variant number, with the keys already uniformly hashed.
 pub type VariantIndex = std::collections::HashMap<u64, usize, foldhash::fast::FixedState>;
 
@@ -66,8 +87,9 @@ pub struct Variant {
 }
 
 impl Rule {
-    /// The limits for a caller with bucket key `key`: its override, else
-    /// its tier, else the rule's own.
+    /// The limits for a caller with bucket key `key`: the current step of
+    /// a retiring rule, else its override, else its tier, else the rule's
+    /// own.
     #[inline]
     pub fn limits_for(
         &self,
@@ -75,6 +97,39 @@ impl Rule {
         facts: &RequestFacts<'_>,
         keys: &KeyHasher,
         now: Nanos,
+    ) -> &[Limit] {
+        self.limits_with_tier(key, now, |by| {
+            keys.derive(std::slice::from_ref(by), facts, false).ok()
+        })
+    }
+
+    /// The limits for a caller named by bucket key `key` outside a request
+    /// (the admin API): as [`Rule::limits_for`], with the tier picked by
+    /// `tier`, the text of the `tiers.by` value (`"premium"`), hashed as a
+    /// request's value is. A tier value the rule does not know, or one that
+    /// `tiers.by` could not produce, gets the rule's own limits, as a
+    /// request carrying it would.
+    pub fn limits_for_key(
+        &self,
+        key: u64,
+        tier: Option<&str>,
+        keys: &KeyHasher,
+        now: Nanos,
+    ) -> &[Limit] {
+        self.limits_with_tier(key, now, |by| {
+            keys.key_of_text(std::slice::from_ref(by), tier?).ok()
+        })
+    }
+
+    /// The choice both share; `tier_of` hashes the caller's `tiers.by`
+    /// value (asked only when the rule has tiers and the caller no
+    /// override).
+    #[inline]
+    fn limits_with_tier(
+        &self,
+        key: u64,
+        now: Nanos,
+        tier_of: impl FnOnce(&KeySource) -> Option<u64>,
     ) -> &[Limit] {
         if let Some(sunset) = &self.sunset {
             return sunset.limits_at(now);
@@ -84,14 +139,21 @@ impl Rule {
                 return &self.variants[variant].limits;
             }
         }
-        if let Some(by) = &self.tier_by {
-            if let Ok(tier) = keys.derive(std::slice::from_ref(by), facts, false) {
-                if let Some(&variant) = self.tier_index.get(&tier) {
-                    return &self.variants[variant].limits;
-                }
+        if let Some(tier) = self.tier_by.as_ref().and_then(tier_of) {
+            if let Some(&variant) = self.tier_index.get(&tier) {
+                return &self.variants[variant].limits;
             }
         }
         &self.limits
+    }
+
+    /// A strike against `key` (written `text`, as `/admin/bans` lists it)
+    /// started a ban: counted in `sluice_bans_total`, logged, and the key
+    /// named for the bans list.
+    pub fn ban_started(&self, key: u64, text: String) {
+        self.counters.bans_started.inc();
+        tracing::info!(rule = %self.name, key = %text, "key banned");
+        self.bans.name(key, text);
     }
 
     /// Every limit of the rule, variants included (for metrics).
@@ -111,5 +173,40 @@ impl Rule {
     /// for a permit, not through the rate tables).
     pub fn is_concurrency(&self) -> bool {
         self.algorithm == AlgorithmKind::Concurrency
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::policy::testing::compile;
+
+    #[test]
+    fn a_key_written_as_text_gets_its_override_else_the_named_tier_else_the_rules_limits() {
+        let policy = compile(
+            r#"
+[[rule]]
+name = "sellers"
+key = ["header:x-seller"]
+rate = "2/m"
+tiers = { by = "header:x-plan", premium = { rate = "5/m" } }
+overrides = { "s42" = { rate = "9/m" } }
+"#,
+        );
+        let rule = &policy.rules[0];
+        let count = |key: &str, tier: Option<&str>| {
+            let key = policy.keys.key_of_text(&rule.key, key).unwrap();
+            rule.limits_for_key(key, tier, &policy.keys, 0)[0].count
+        };
+        assert_eq!(count("s1", None), 2);
+        assert_eq!(count("s1", Some("premium")), 5);
+        // A tier value the rule does not know: the rule's own limits.
+        assert_eq!(count("s1", Some("gold")), 2);
+        // The override wins over the tier.
+        assert_eq!(count("s42", Some("premium")), 9);
+        assert_eq!(count("s42", None), 9);
+        // The same table a request of that tier uses.
+        let key = policy.keys.key_of_text(&rule.key, "s1").unwrap();
+        let premium = rule.limits_for_key(key, Some("premium"), &policy.keys, 0);
+        assert!(premium[0].table.same(&rule.variants[0].limits[0].table));
     }
 }

@@ -14,24 +14,29 @@
 //!    instant and for any queued permit (at most `max_delay`).
 //!
 //! What a held request took, or anything it must settle after its response
-//! (a permit), is owned by a [`Settlement`] from the moment the store
-//! answers: a client that goes away while held drops this future, and the
-//! settlement gives every unit and permit back (a cancelled reservation
-//! takes nothing from the bucket). A request that passes at once with only
-//! rates taken keeps them, and carries nothing further. The queue-depth
-//! gauges are kept by a guard, so they return to zero whatever happens.
+//! (a permit, a deferred charge or refund: its [`Bill`]), is owned by a
+//! [`Settlement`] from the moment the store answers: a client that goes
+//! away while held drops this future, and the settlement gives every unit
+//! and permit back (a cancelled reservation takes nothing from the bucket).
+//! A request that passes at once with only rates taken, none of them
+//! charging or refunding, keeps them and carries nothing further. The
+//! queue-depth gauges are kept by a guard, so they return to zero whatever
+//! happens.
 
 use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use super::bill::Bill;
 use super::respond::Verdict;
 use super::settle::{self, Settlement};
+use super::ticker::Ticker;
 use super::INLINE_RULES;
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::limiter::Decision;
 use crate::metrics::Metrics;
 use crate::policy::{Limit, Rule};
+use crate::store::admission::Receipts;
 use crate::store::{
     Ask, Asks, BucketKey, OnError, Outcome, QueuedPermit, Store, PERMIT_REFUSED, UNASKED,
 };
@@ -69,6 +74,19 @@ pub struct Admission<'p> {
     pub decided_at: Nanos,
 }
 
+/// What admission works with.
+#[derive(Debug, Clone, Copy)]
+pub struct Admitter<'a> {
+    pub store: &'a Arc<Store>,
+    /// Decisions are taken, and holds wait, on this clock.
+    pub clock: &'a ProxyClock,
+    pub on_error: OnError,
+    pub metrics: &'a Metrics,
+    /// Wakes exchanges that charge upstream time; `None` when no rule of
+    /// the policy charges or refunds (no bill is then looked for).
+    pub ticker: Option<&'a Arc<Ticker>>,
+}
+
 /// The store failed and `on_error = "deny"`: the request is answered 503.
 #[derive(Debug)]
 pub struct StoreUnavailable;
@@ -76,14 +94,18 @@ pub struct StoreUnavailable;
 /// Decides into `admission` (a fresh [`Admission::default`]), and holds
 /// the request if needed; see the module docs.
 pub async fn admit<'p>(
-    store: &Arc<Store>,
-    clock: &ProxyClock,
-    on_error: OnError,
-    metrics: &Metrics,
+    admitter: Admitter<'_>,
     enforced: &[Applicable<'p>],
     shadowed: &[Applicable<'p>],
     admission: &mut Admission<'p>,
 ) -> Result<(), StoreUnavailable> {
+    let Admitter {
+        store,
+        clock,
+        on_error,
+        metrics,
+        ..
+    } = admitter;
     let now = clock.now();
     admission.decided_at = now;
     for applicable in enforced {
@@ -122,18 +144,15 @@ pub async fn admit<'p>(
                 }
             }
         };
-        take_answer(
-            &mut answer,
-            admission,
-            store,
-            clock,
-            local,
-            enforced,
-            shadowed,
-        )
+        take_answer(&mut answer, admission, admitter, local, enforced, shadowed)
     };
-    if let Some(hold) = &mut hold {
-        hold_until_passing(hold, admission, store, clock).await;
+    match &mut hold {
+        Some(hold) if hold.wait > 0 || hold.queued.is_some() => {
+            hold_until_passing(hold, admission, store, clock).await;
+        }
+        // Passes at once, with something to settle after the response.
+        Some(hold) => pass(hold, admission),
+        None => {}
     }
     Ok(())
 }
@@ -142,7 +161,7 @@ pub async fn admit<'p>(
 struct Hold {
     /// Taken by [`hold_until_passing`] once the request passed; dropped
     /// with the hold, giving everything back, if it was refused.
-    settlement: Option<Settlement>,
+    settlement: Option<Box<Settlement>>,
     /// How long its rates hold it.
     wait: Nanos,
     /// A permit it queues for.
@@ -156,12 +175,17 @@ struct Hold {
 fn take_answer<'p>(
     answer: &mut crate::store::Admission,
     admission: &mut Admission<'p>,
-    store: &Arc<Store>,
-    clock: &ProxyClock,
+    admitter: Admitter<'_>,
     local: bool,
     enforced: &[Applicable<'p>],
     shadowed: &[Applicable<'p>],
 ) -> Option<Hold> {
+    let Admitter {
+        store,
+        clock,
+        ticker,
+        ..
+    } = admitter;
     admission.outcome = answer.outcome;
     admission.decided_at = answer.at;
     admission.bans_started = std::mem::take(&mut answer.bans_started);
@@ -185,11 +209,24 @@ fn take_answer<'p>(
         }
     }
     let queued = answer.queued.take();
-    if wait == 0 && queued.is_none() && !settle::needed_after_response(&answer.receipts) {
+    // Only a policy with charging or refunding rules looks for a bill.
+    let rules = || enforced.iter().chain(shadowed).map(|a| a.rule);
+    let bills = ticker.is_some() && rules().any(|rule| rule.billing.is_some());
+    if wait == 0 && queued.is_none() && !bills && !settle::needed_after_response(&answer.receipts) {
         return None;
     }
-    let receipts = std::mem::take(&mut answer.receipts);
-    let settlement = Settlement::new(Arc::clone(store), clock.clone(), local, receipts);
+    // Boxed once, here, and filled in place: it moves with the request and
+    // rides on its body.
+    let mut settlement = Box::new(Settlement::new(
+        Arc::clone(store),
+        clock.clone(),
+        local,
+        Receipts::new(),
+    ));
+    settlement.take_receipts(&mut answer.receipts);
+    if let Some(ticker) = ticker.filter(|_| bills) {
+        settlement.bill(Bill::for_rules(rules(), ticker));
+    }
     Some(Hold {
         settlement: Some(settlement),
         wait,
@@ -198,9 +235,9 @@ fn take_answer<'p>(
 }
 
 /// Holds an admitted request until the latest reservation's instant and
-/// until a queued permit arrives, then keeps its settlement if anything is
-/// left to settle after the response. A permit that does not come within
-/// `max_delay` refuses the request, giving back everything it took.
+/// until a queued permit arrives, then passes it. A permit that does not
+/// come within `max_delay` refuses the request, giving back everything it
+/// took.
 async fn hold_until_passing(
     hold: &mut Hold,
     admission: &mut Admission<'_>,
@@ -208,35 +245,39 @@ async fn hold_until_passing(
     clock: &ProxyClock,
 ) {
     let at = admission.decided_at;
-    if hold.wait > 0 || hold.queued.is_some() {
-        let holding = HoldGauges::new(&admission.verdicts, clock, at);
-        if let Some(queued) = hold.queued.take() {
-            let slot = queued_slot(&admission.verdicts, &queued);
-            match wait_for_permit(store, clock, queued, at).await {
-                Some(receipt) => {
-                    if let Some(settlement) = &mut hold.settlement {
-                        settlement.push(receipt);
-                    }
-                }
-                None => {
-                    // No permit within `max_delay`: refused, and everything
-                    // taken is given back when `settlement` drops.
-                    if let Some(slot) = slot {
-                        admission.verdicts[slot].decision = PERMIT_REFUSED;
-                    }
-                    admission.outcome = Outcome::Limited;
-                    return;
+    let holding = HoldGauges::new(&admission.verdicts, clock, at);
+    if let Some(queued) = hold.queued.take() {
+        let slot = queued_slot(&admission.verdicts, &queued);
+        match wait_for_permit(store, clock, queued, at).await {
+            Some(receipt) => {
+                if let Some(settlement) = &mut hold.settlement {
+                    settlement.push(receipt);
                 }
             }
+            None => {
+                // No permit within `max_delay`: refused, and everything
+                // taken is given back when `settlement` drops.
+                if let Some(slot) = slot {
+                    admission.verdicts[slot].decision = PERMIT_REFUSED;
+                }
+                admission.outcome = Outcome::Limited;
+                return;
+            }
         }
-        clock.sleep_until(at + hold.wait).await;
-        drop(holding);
-        admission.held = clock.now().saturating_sub(at);
     }
+    clock.sleep_until(at + hold.wait).await;
+    drop(holding);
+    admission.held = clock.now().saturating_sub(at);
+    pass(hold, admission);
+}
+
+/// The request passes: its settlement (if anything is left to settle after
+/// the response) goes with it.
+fn pass(hold: &mut Hold, admission: &mut Admission<'_>) {
     if let Some(mut settlement) = hold.settlement.take() {
         settlement.passed();
-        if settlement.needed_after_response() {
-            admission.settlement = Some(Box::new(settlement));
+        if settlement.needed_after_passing() {
+            admission.settlement = Some(settlement);
         }
     }
 }
@@ -412,17 +453,16 @@ mod tests {
         }];
         let clock = ProxyClock::Manual(crate::clock::ManualClock::new(NOW));
         let mut admission = Admission::default();
-        admit(
+        let admitter = Admitter {
             store,
-            &clock,
+            clock: &clock,
             on_error,
             metrics,
-            &enforced,
-            &[],
-            &mut admission,
-        )
-        .await
-        .map(|()| admission)
+            ticker: None,
+        };
+        admit(admitter, &enforced, &[], &mut admission)
+            .await
+            .map(|()| admission)
     }
 
     fn fallback_gauge(metrics: &Metrics, store: &Store) -> bool {

@@ -249,6 +249,11 @@ impl Body for PooledBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Some(settlement) = &mut self.settlement {
+            // Upstream time is charged every second while the body streams
+            // (a stalled body is woken for it).
+            settlement.poll_charges(cx);
+        }
         match &polled {
             Poll::Ready(None) => {
                 self.release();

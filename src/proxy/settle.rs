@@ -9,24 +9,35 @@
 //! its `Drop` ([`Store::settle_detached`]) as the disposition set for that
 //! case says — give back while the request is still held (its client left
 //! before it passed), keep once it has passed.
+//!
+//! A request whose rules charge or refund carries a [`Bill`] in its
+//! settlement: the settlement applies it to those rules' receipts as the
+//! exchange unfolds (forwarded, response head, ticks while waiting, the
+//! end), through the detached path, since ticks and the end are reached
+//! from `poll` and `Drop`.
 
 use std::sync::Arc;
+use std::task::Context;
 
-use crate::clock::{Clock, ProxyClock};
+use http::{HeaderMap, HeaderName, StatusCode};
+use smallvec::SmallVec;
+
+use super::bill::{self, Bill, Failure};
+use crate::clock::{Clock, Nanos, ProxyClock};
+use crate::config::Charge;
+use crate::policy::Billing;
 use crate::store::admission::Receipts;
 use crate::store::{Receipt, Settle, Store, StoreError, Taken};
 
 /// The receipts of one admitted request, settled exactly once each.
 #[derive(Debug)]
 pub struct Settlement {
-    store: Arc<Store>,
+    ledger: Ledger,
     clock: ProxyClock,
-    /// Settle with the local store rather than the configured one: the
-    /// admission was decided there (`on_error = "local"`).
-    local: bool,
-    receipts: Receipts,
     /// How receipts still unsettled are settled when this is dropped.
     on_drop: Settle,
+    /// Deferred charges and refunds.
+    bill: Option<Bill>,
 }
 
 impl Settlement {
@@ -38,17 +49,30 @@ impl Settlement {
         receipts: Receipts,
     ) -> Settlement {
         Settlement {
-            store,
+            ledger: Ledger {
+                store,
+                local,
+                receipts,
+            },
             clock,
-            local,
-            receipts,
             on_drop: Settle::GiveBack,
+            bill: None,
         }
+    }
+
+    /// Adds the request's deferred charges and refunds.
+    pub fn bill(&mut self, bill: Option<Bill>) {
+        self.bill = bill;
+    }
+
+    /// Takes `receipts` (leaving them empty): what the admission took.
+    pub fn take_receipts(&mut self, receipts: &mut Receipts) {
+        self.ledger.receipts = std::mem::take(receipts);
     }
 
     /// Adds a receipt taken after admission (a queued permit that arrived).
     pub fn push(&mut self, receipt: Receipt) {
-        self.receipts.push(receipt);
+        self.ledger.receipts.push(receipt);
     }
 
     /// The request passed: from now on, dropping keeps its units (and
@@ -59,33 +83,228 @@ impl Settlement {
 
     /// Whether nothing is left to settle.
     pub fn is_empty(&self) -> bool {
-        self.receipts.iter().all(|receipt| receipt.settled)
+        self.ledger.receipts.iter().all(|receipt| receipt.settled)
     }
 
-    /// Whether settling after the response would do anything (see
-    /// [`needed_after_response`]).
+    /// Whether anything is left to do once the request passed: a permit to
+    /// return, or a bill.
+    pub fn needed_after_passing(&self) -> bool {
+        self.bill.is_some() || needed_after_response(&self.ledger.receipts)
+    }
+
+    /// Whether anything is left to do once the response head is out: a
+    /// permit to return (see [`needed_after_response`]), or upstream time
+    /// to charge until the body ends.
     pub fn needed_after_response(&self) -> bool {
-        needed_after_response(&self.receipts)
+        self.charges_elapsed() || needed_after_response(&self.ledger.receipts)
+    }
+
+    /// Whether upstream time is charged while the exchange runs.
+    pub fn charges_elapsed(&self) -> bool {
+        self.bill
+            .as_ref()
+            .is_some_and(|bill| bill.charges_elapsed())
+    }
+
+    /// The request is forwarded now: upstream time counts from here.
+    pub fn forwarded(&mut self, at: Nanos) {
+        if let Some(bill) = &mut self.bill {
+            bill.forwarded(at);
+        }
+    }
+
+    /// Charges upstream time when a tick (a second) passed; otherwise
+    /// asks to be woken at the next one. Call it whenever the exchange is
+    /// polled: cheap when nothing is due.
+    #[inline]
+    pub fn poll_charges(&mut self, cx: &mut Context<'_>) {
+        if self.bill.as_mut().is_some_and(|bill| bill.poll_tick(cx)) {
+            self.charge_elapsed(self.clock.now());
+        }
+    }
+
+    /// The upstream's response head: a 5xx is refunded where `refund_on`
+    /// says so, and reported costs are charged (their fields stripped from
+    /// `headers` before the client sees them).
+    pub fn response_began(&mut self, status: StatusCode, headers: &mut HeaderMap) {
+        let Some(bill) = &mut self.bill else {
+            return;
+        };
+        bill.response_began = true;
+        let now = self.clock.now();
+        // Each field is read (and stripped) once; a shadow twin reading
+        // the same field gets the same units.
+        let mut reported: SmallVec<[(&HeaderName, Option<u64>); 1]> = SmallVec::new();
+        for (rule, billing) in &bill.rules {
+            if let Some(Charge::Header(name)) = &billing.charge {
+                let units = match reported.iter().find(|(read, _)| *read == name) {
+                    Some(&(_, units)) => units,
+                    None => {
+                        let units = bill::take_reported_cost(headers, name);
+                        reported.push((name, units));
+                        units
+                    }
+                };
+                match units {
+                    Some(units) => {
+                        let how = Settle::Charge(units);
+                        self.ledger.settle_rule(*rule, how, now);
+                        billing.charged.inc_by(units);
+                    }
+                    None => billing.charge_errors.inc(),
+                }
+            }
+            if status.is_server_error() && billing.refund_on.server_error {
+                self.ledger.refund(*rule, billing, now);
+            }
+        }
+    }
+
+    /// The exchange ended without a response from the upstream.
+    pub fn exchange_failed(&mut self, failure: Failure) {
+        let Some(bill) = &mut self.bill else {
+            return;
+        };
+        bill.response_began = true;
+        let now = self.clock.now();
+        for (rule, billing) in &bill.rules {
+            let refunds = match failure {
+                Failure::Upstream => billing.refund_on.upstream_error,
+                Failure::ClientLeft => billing.refund_on.client_abort,
+            };
+            if refunds {
+                self.ledger.refund(*rule, billing, now);
+            }
+        }
     }
 
     /// Settles every receipt as `how` says, now.
     pub async fn settle(&mut self, how: Settle) -> Result<(), StoreError> {
         let now = self.clock.now();
-        if self.local {
-            self.settle_locally(how, now);
+        if self.ledger.local {
+            // The local store settles at once: nothing to await.
+            self.ledger.settle_detached(how, now);
             return Ok(());
         }
-        for receipt in &mut self.receipts {
-            self.store.settle(receipt, how, now).await?;
+        for receipt in &mut self.ledger.receipts {
+            self.ledger.store.settle(receipt, how, now).await?;
         }
         Ok(())
     }
 
-    fn settle_locally(&mut self, how: Settle, now: crate::clock::Nanos) {
-        let local = self.store.local();
-        for receipt in &mut self.receipts {
+    /// Charges every `elapsed_ms` rule the upstream time not yet charged.
+    fn charge_elapsed(&mut self, now: Nanos) {
+        let Some(bill) = &mut self.bill else {
+            return;
+        };
+        let due = bill.elapsed_due(now);
+        if due == 0 {
+            return;
+        }
+        for (rule, billing) in &bill.rules {
+            if billing.charge == Some(Charge::ElapsedMs) {
+                let how = Settle::Charge(due);
+                self.ledger.settle_rule(*rule, how, now);
+                billing.charged.inc_by(due);
+            }
+        }
+    }
+}
+
+/// What the admission took, and the store to settle it with.
+#[derive(Debug)]
+struct Ledger {
+    store: Arc<Store>,
+    /// Settle with the local store rather than the configured one: the
+    /// admission was decided there (`on_error = "local"`).
+    local: bool,
+    receipts: Receipts,
+}
+
+impl Ledger {
+    /// Gives back one rule's admission units, and counts them.
+    fn refund(&mut self, rule: usize, billing: &Billing, now: Nanos) {
+        if self.settle_rule(rule, Settle::GiveBack, now) {
+            billing.refunded.inc_by(billing.cost);
+        }
+    }
+
+    /// Settles the rate receipts of rule `rule` (a store rule index; its
+    /// permits are returned only when the request ends) from where nothing
+    /// is awaited. Whether the rule had a receipt to settle.
+    fn settle_rule(&mut self, rule: usize, how: Settle, now: Nanos) -> bool {
+        let mut settled = false;
+        for receipt in self
+            .receipts
+            .iter_mut()
+            .filter(|receipt| receipt.rule == rule && receipt.taken != Taken::Permit)
+        {
+            if receipt.settled && how == Settle::GiveBack {
+                continue;
+            }
+            settled = true;
+            settle_detached(
+                &self.store,
+                self.local,
+                std::slice::from_mut(receipt),
+                how,
+                now,
+            );
+        }
+        settled
+    }
+
+    /// Settles every receipt as `how` says, from where nothing is awaited.
+    fn settle_detached(&mut self, how: Settle, now: Nanos) {
+        settle_detached(&self.store, self.local, &mut self.receipts, how, now);
+    }
+}
+
+/// Settles `receipts` from where nothing is awaited: with the local store
+/// when the admission was decided there, else through the store's detached
+/// path.
+fn settle_detached(store: &Store, local: bool, receipts: &mut [Receipt], how: Settle, now: Nanos) {
+    if local {
+        let local = store.local();
+        for receipt in receipts {
             local.settle(receipt, how, now);
         }
+    } else {
+        store.settle_detached(receipts, how, now);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// Awaits `exchange`, charging upstream time to `settlement` every
+    /// second while it is pending. A future of its own, the exchange inline:
+    /// the request's state then overlaps it with the plain await of a
+    /// request that charges nothing, and stays as small as before.
+    pub struct ChargingWhile<'s, F> {
+        #[pin]
+        exchange: F,
+        settlement: &'s mut Settlement,
+    }
+}
+
+impl<'s, F> ChargingWhile<'s, F> {
+    pub fn new(exchange: F, settlement: &'s mut Settlement) -> Self {
+        ChargingWhile {
+            exchange,
+            settlement,
+        }
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for ChargingWhile<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> std::task::Poll<F::Output> {
+        let this = self.project();
+        let polled = this.exchange.poll(cx);
+        if polled.is_pending() {
+            this.settlement.poll_charges(cx);
+        }
+        polled
     }
 }
 
@@ -101,16 +320,25 @@ pub fn needed_after_response(receipts: &[Receipt]) -> bool {
 
 impl Drop for Settlement {
     fn drop(&mut self) {
-        if self.is_empty() {
+        if let Some(bill) = &self.bill {
+            let elapsed = bill.charges_elapsed();
+            if bill.was_forwarded() && !bill.response_began {
+                // Forwarded, and dropped before any response: the client left.
+                self.exchange_failed(Failure::ClientLeft);
+            }
+            if elapsed {
+                // What the exchange used until now, whoever ended it.
+                self.charge_elapsed(self.clock.now());
+            }
+        }
+        // Kept rate units are already where they belong: only permits (or,
+        // while held, everything) need the store.
+        let nothing_to_return =
+            self.on_drop == Settle::Keep && !needed_after_response(&self.ledger.receipts);
+        if nothing_to_return || self.is_empty() {
             return;
         }
-        let now = self.clock.now();
-        if self.local {
-            self.settle_locally(self.on_drop, now);
-        } else {
-            self.store
-                .settle_detached(&mut self.receipts, self.on_drop, now);
-        }
+        self.ledger.settle_detached(self.on_drop, self.clock.now());
     }
 }
 

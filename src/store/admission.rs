@@ -25,6 +25,9 @@ use crate::limiter::{Decision, HoldLimits, Limiter};
 /// Rules (and limits) one request carries inline before spilling to the heap.
 pub const INLINE: usize = 4;
 
+/// One decision per limit asked, in the order of [`Asks::limits`].
+pub type Decisions = SmallVec<[Decision; INLINE]>;
+
 /// The receipts of one admission: most requests take from one or two
 /// buckets, and the receipts live in the request's future (kept small, so
 /// moving the future stays cheap).
@@ -119,7 +122,7 @@ pub struct Admission {
     /// One decision per ask of [`Asks::limits`], same order. A limit that
     /// was not asked (a later permit after a refusal, shadow rules of a
     /// refused request) is reported as it is, without taking anything.
-    pub decisions: SmallVec<[Decision; INLINE]>,
+    pub decisions: Decisions,
     /// What the admission took, to settle after the response (empty unless
     /// admitted).
     pub receipts: Receipts,
@@ -194,7 +197,9 @@ pub enum Settle {
     /// since stay charged.
     GiveBack,
     /// Takes `n` more units now, unconditionally (the balance may go below
-    /// zero): a deferred charge. Not final: the receipt can be settled again.
+    /// zero): a deferred charge. Not final: the receipt can be settled again,
+    /// and a receipt given back can still be charged (a refunded request
+    /// still pays for the time its response streamed).
     Charge(u64),
 }
 

@@ -298,6 +298,11 @@ pub async fn receipts_are_kept_given_back_or_charged(store: Store) {
     // Settled: a second give-back does nothing.
     store.settle(receipt, Settle::GiveBack, T0).await.unwrap();
     assert_eq!(remaining(&store, &limit, 3, T0).await, 7);
+    // A refunded request still pays for what it used after the refund.
+    store.settle(receipt, Settle::Charge(2), T0).await.unwrap();
+    assert_eq!(remaining(&store, &limit, 3, T0).await, 5);
+    store.settle(receipt, Settle::GiveBack, T0).await.unwrap();
+    assert_eq!(remaining(&store, &limit, 3, T0).await, 5);
 
     // Kept: the units stay taken; a kept permit is returned.
     let permits = Limit::new(&store, concurrency(1));
@@ -309,6 +314,93 @@ pub async fn receipts_are_kept_given_back_or_charged(store: Store) {
     }
     assert_eq!(remaining(&store, &limit, 4, T0).await, 9);
     assert!(admit(&store, &asks, T0).await.admitted());
+}
+
+pub async fn spending_takes_every_limit_unconditionally(store: Store) {
+    // 10/s and 20/m: spending 25 puts both in debt and reports nothing left.
+    let second = Limit::new(&store, token_bucket(10, 1));
+    let minute = Limit::new(&store, Limiter::FixedWindow(FixedWindow::new(rate(20, 60))));
+    let mut asks = Asks::default();
+    asks.push_rule(6, false, None, [second.ask(6, 25), minute.ask(6, 25)]);
+    let mut after = smallvec::SmallVec::new();
+    store.spend(&asks, T0, &mut after).await.unwrap();
+    assert_eq!(after.len(), 2);
+    for decision in &after {
+        assert!(!decision.is_allowed(), "in debt: {decision:?}");
+        assert_eq!(decision.state().remaining, 0);
+    }
+    // The debt refuses requests: 15 units owed at 10/s, so one unit is back
+    // after 1.6 s on the token bucket, while the minute window stays over.
+    let one = one_rule_each([second.ask(6, 1)]);
+    assert_eq!(
+        admit(&store, &one, T0 + SEC).await.outcome,
+        Outcome::Limited
+    );
+    assert!(admit(&store, &one, T0 + 1_600_000_000).await.admitted());
+    let window = one_rule_each([minute.ask(6, 1)]);
+    assert_eq!(
+        admit(&store, &window, T0 + 2 * SEC).await.outcome,
+        Outcome::Limited
+    );
+    // Spending nothing changes nothing.
+    let nothing = one_rule_each([second.ask(7, 0)]);
+    store.spend(&nothing, T0, &mut after).await.unwrap();
+    assert_eq!(after[0].state().remaining, 10);
+}
+
+pub async fn peeking_takes_nothing_and_reports_every_limit(store: Store) {
+    // 10/s with 4 taken, a permit of 2 with 1 in flight.
+    let rates = Limit::new(&store, token_bucket(10, 1));
+    let permits = Limit::new(&store, concurrency(2));
+    let taken = one_rule_each([rates.ask(8, 4), permits.ask(8, 1)]);
+    assert!(admit(&store, &taken, T0).await.admitted());
+    let mut asks = Asks::default();
+    asks.push_rule(8, false, None, [rates.ask(8, 6), permits.ask(8, 1)]);
+    let mut decisions = smallvec::SmallVec::new();
+    for _ in 0..3 {
+        store.peek(&asks, T0, &mut decisions).await.unwrap();
+        assert_eq!(decisions.len(), 2);
+        assert!(decisions[0].is_allowed(), "{decisions:?}");
+        assert_eq!(decisions[0].state().remaining, 6);
+        assert_eq!(decisions[1].state().remaining, 1);
+    }
+    // A cost that does not fit: denied, with the wait until it would.
+    let mut more = Asks::default();
+    more.push_rule(8, false, None, [rates.ask(8, 8)]);
+    store.peek(&more, T0, &mut decisions).await.unwrap();
+    assert_eq!(
+        decisions[0],
+        Decision::Deny {
+            state: decisions[0].state(),
+            retry_after: Some(SEC / 5),
+        }
+    );
+    assert_eq!(remaining(&store, &rates, 8, T0).await, 6);
+}
+
+pub async fn a_huge_charge_saturates_and_never_wraps_around(store: Store) {
+    // An upstream may report any number: the debt saturates, the key stays
+    // refused (never admitted by a counter that wrapped), and time still
+    // passes for everyone else.
+    for limiter in [
+        token_bucket(1000, 1),
+        Limiter::FixedWindow(FixedWindow::new(rate(1000, 1))),
+        Limiter::SlidingWindow(SlidingWindow::new(rate(1000, 1))),
+    ] {
+        let limit = Limit::new(&store, limiter);
+        let asks = one_rule_each([limit.ask(9, u64::MAX)]);
+        let mut after = smallvec::SmallVec::new();
+        store.spend(&asks, T0, &mut after).await.unwrap();
+        store.spend(&asks, T0, &mut after).await.unwrap();
+        let one = one_rule_each([limit.ask(9, 1)]);
+        for later in [T0, T0 + 3600 * SEC] {
+            let refused = admit(&store, &one, later).await;
+            assert_eq!(refused.outcome, Outcome::Limited, "{limiter:?} at {later}");
+            assert_eq!(refused.decisions[0].state().remaining, 0);
+        }
+        let other = one_rule_each([limit.ask(10, 1)]);
+        assert!(admit(&store, &other, T0).await.admitted(), "{limiter:?}");
+    }
 }
 
 pub async fn a_debt_refuses_until_repaid_and_retry_after_counts_it(store: Store) {
@@ -504,6 +596,21 @@ macro_rules! store_suite {
             #[tokio::test]
             async fn receipts_are_kept_given_back_or_charged() {
                 super::receipts_are_kept_given_back_or_charged($make).await;
+            }
+
+            #[tokio::test]
+            async fn spending_takes_every_limit_unconditionally() {
+                super::spending_takes_every_limit_unconditionally($make).await;
+            }
+
+            #[tokio::test]
+            async fn peeking_takes_nothing_and_reports_every_limit() {
+                super::peeking_takes_nothing_and_reports_every_limit($make).await;
+            }
+
+            #[tokio::test]
+            async fn a_huge_charge_saturates_and_never_wraps_around() {
+                super::a_huge_charge_saturates_and_never_wraps_around($make).await;
             }
 
             #[tokio::test]

@@ -10,16 +10,7 @@ use http::{Method, StatusCode};
 use support::{assert_problem, get, send, start, Sluice};
 
 async fn post_json(url: &str, body: &str) -> support::Got {
-    use bytes::Bytes;
-    use http_body_util::Full;
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let request = http::Request::post(url)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .unwrap();
-    support::collect(client.request(request).await.unwrap()).await
+    support::post_json(url, body, &[]).await
 }
 
 async fn statuses(sluice: &Sluice, id: &str, n: usize) -> Vec<u16> {

@@ -106,6 +106,8 @@ fn check_accepts_the_example_config_and_prints_its_rules() {
         "render",
         "sellers",
         "v0-retirement",
+        "inference",
+        "batch",
     ] {
         assert!(
             stdout.lines().any(|line| line.starts_with(rule)),
@@ -116,6 +118,13 @@ fn check_accepts_the_example_config_and_prints_its_rules() {
         stdout.contains("600/m"),
         "the effective rate is shown:\n{stdout}"
     );
+    for line in [
+        "rule inference: charge elapsed_ms after the response",
+        "rule inference: refund_on 5xx, upstream_error",
+        "rule batch: charge header:x-cost-units after the response",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
+    }
     let exports = stdout
         .lines()
         .find(|line| line.starts_with("exports"))

@@ -14,7 +14,10 @@ mod support;
 
 mod algorithms_http;
 mod bans;
+mod budget_api;
 mod callers;
+mod charging;
+mod charging_clock;
 mod cli;
 mod forwarding;
 mod hold;

@@ -37,9 +37,11 @@ pub struct Seen {
 /// A real HTTP/1.1 upstream on loopback that records what it receives.
 ///
 /// Routes: `/slow/<ms>` answers after that delay; `/download/<bytes>` streams
-/// that many bytes in 64 KiB chunks; `/upload` reads the request body as a
-/// stream and answers with its length; `/close` answers and closes the
-/// connection; `/hop` answers with hop-by-hop
+/// that many bytes in 64 KiB chunks; `/drip/<chunks>/<ms>` streams a small
+/// chunk every `ms`; `/status/<code>` answers that status; `/cost/<value>`
+/// reports `value` in `x-cost` (`none`: no field, `twice`: two); `/upload`
+/// reads the request body as a stream and answers with its length; `/close`
+/// answers and closes the connection; `/hop` answers with hop-by-hop
 /// headers of its own; anything else answers 200 `ok`.
 pub struct Upstream {
     pub addr: SocketAddr,
@@ -107,6 +109,17 @@ impl Upstream {
     pub fn count(&self) -> usize {
         self.seen.lock().unwrap().len()
     }
+
+    /// Waits (2 s at most) until `count` requests have arrived.
+    pub async fn wait_for(&self, count: usize) {
+        for _ in 0..200 {
+            if self.count() >= count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the upstream saw {} requests, not {count}", self.count());
+    }
 }
 
 async fn upstream_route(
@@ -144,6 +157,47 @@ async fn upstream_route(
         return Response::new(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
             frames,
         ))));
+    }
+    if let Some(code) = path.strip_prefix("/status/") {
+        let status = code
+            .parse()
+            .ok()
+            .and_then(|code| StatusCode::from_u16(code).ok());
+        return text(status.unwrap_or(StatusCode::BAD_REQUEST), "as asked");
+    }
+    if let Some(cost) = path.strip_prefix("/cost/") {
+        // Reports `cost` (percent-decoded; `twice` sends two fields) in
+        // `x-cost`, as a backend that measures its own work would.
+        let mut response = text(StatusCode::OK, "costed");
+        let headers = response.headers_mut();
+        match cost {
+            "none" => {}
+            "twice" => {
+                headers.append("x-cost", "1".parse().unwrap());
+                headers.append("x-cost", "2".parse().unwrap());
+            }
+            cost => {
+                let decoded = cost.replace("%20", " ");
+                headers.insert("x-cost", decoded.parse().unwrap());
+            }
+        }
+        return response;
+    }
+    if let Some(drip) = path.strip_prefix("/drip/") {
+        // `/drip/<chunks>/<ms>`: one small chunk every `ms` milliseconds.
+        let (chunks, ms) = drip.split_once('/').unwrap_or(("1", "0"));
+        let (chunks, ms): (u64, u64) = (chunks.parse().unwrap_or(1), ms.parse().unwrap_or(0));
+        let frames = futures_util::stream::unfold(0, move |sent| async move {
+            if sent == chunks {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Some((
+                Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"drip\n"))),
+                sent + 1,
+            ))
+        });
+        return Response::new(BodyExt::boxed(StreamBody::new(frames)));
     }
     if path == "/upload" {
         let mut body = request.into_body();
@@ -313,6 +367,23 @@ pub async fn send(method: Method, url: &str, headers: &[(&str, &str)]) -> Got {
     }
     let response = client
         .request(request.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("request to {url} failed: {e}"));
+    collect(response).await
+}
+
+/// `POST url` with a JSON `body` and headers, on a fresh connection.
+pub async fn post_json(url: &str, body: &str, headers: &[(&str, &str)]) -> Got {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut request = Request::post(url).header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    let response = client
+        .request(request)
         .await
         .unwrap_or_else(|e| panic!("request to {url} failed: {e}"));
     collect(response).await

@@ -19,7 +19,7 @@ use super::MemoryStore;
 use crate::clock::Nanos;
 use crate::limiter::{BucketState, Decision, Limiter};
 use crate::store::admission::{
-    Admission, Ask, Asks, Outcome, QueuedPermit, Receipt, RuleAsk, Settle, Taken, INLINE,
+    Admission, Ask, Asks, Decisions, Outcome, QueuedPermit, Receipt, RuleAsk, Settle, Taken, INLINE,
 };
 use crate::store::{Grant, PermitGrant};
 
@@ -272,10 +272,11 @@ impl MemoryStore {
 
     /// See [`crate::store::Store::settle`].
     pub fn settle(&self, receipt: &mut Receipt, how: Settle, now: Nanos) {
-        if receipt.settled {
+        let charge = matches!(how, Settle::Charge(_));
+        if receipt.settled && !charge {
             return;
         }
-        receipt.settled = !matches!(how, Settle::Charge(_));
+        receipt.settled |= !charge;
         let ask = Ask {
             table: &receipt.table,
             key: receipt.key,
@@ -307,6 +308,29 @@ impl MemoryStore {
                 receipt.charged = receipt.charged.saturating_add(units);
             }
         }
+    }
+
+    /// See [`crate::store::Store::spend`].
+    pub fn spend(&self, asks: &Asks<'_>, now: Nanos, after: &mut Decisions) {
+        after.clear();
+        for ask in &asks.limits {
+            if matches!(ask.limiter, Limiter::Concurrency(_)) {
+                // Permits are requests in flight, not units to spend.
+                after.push(self.permits_as_they_are(ask));
+                continue;
+            }
+            self.charge(ask, ask.cost, now);
+            after.push(self.peek(&Ask { cost: 1, ..*ask }, now));
+        }
+    }
+
+    /// See [`crate::store::Store::peek`].
+    pub fn peek_all(&self, asks: &Asks<'_>, now: Nanos, decisions: &mut Decisions) {
+        decisions.clear();
+        decisions.extend(asks.limits.iter().map(|ask| match ask.limiter {
+            Limiter::Concurrency(_) => self.permits_as_they_are(ask),
+            _ => self.peek(ask, now),
+        }));
     }
 
     /// A queued permit request gives up: `true` if it left without a permit,

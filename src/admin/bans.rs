@@ -1,0 +1,117 @@
+//! `/admin/bans`: list the bans in force, ban a key by hand, lift a ban.
+//! Bans are kept by each rule's [`crate::store::bans::BanTable`]; a key is
+//! written as text and hashed as the request path hashes it.
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use serde_json::{json, Value};
+
+use super::{json_response, problem};
+use crate::proxy::Proxy;
+
+/// `GET /admin/bans`: every ban in force, all rules.
+pub(super) fn list(proxy: &Proxy) -> Response<Full<Bytes>> {
+    let now = proxy.now();
+    let policy = proxy.policy();
+    let bans: Vec<Value> = policy
+        .rules
+        .iter()
+        .flat_map(|rule| {
+            rule.bans.active(now).into_iter().map(move |ban| {
+                json!({
+                    "rule": &*rule.name,
+                    "key": ban.key_text,
+                    "until": ban.until / 1_000_000_000,
+                    "remaining_secs": (ban.until - now).div_ceil(1_000_000_000),
+                    "manual": ban.manual,
+                })
+            })
+        })
+        .collect();
+    json_response(StatusCode::OK, &json!({ "bans": bans }))
+}
+
+/// `POST /admin/bans` with `{"rule", "key", "for"}`.
+pub(super) fn add(proxy: &Proxy, body: &Value) -> Response<Full<Bytes>> {
+    let field = |name: &str| body.get(name).and_then(Value::as_str);
+    let (Some(rule_name), Some(key), Some(duration)) = (field("rule"), field("key"), field("for"))
+    else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "expected {\"rule\": NAME, \"key\": KEY, \"for\": DURATION}, for example \
+             {\"rule\": \"per-seller\", \"key\": \"seller-42\", \"for\": \"10m\"}",
+        );
+    };
+    let duration = match crate::config::parse_duration(duration) {
+        Ok(duration) if !duration.is_zero() => duration,
+        _ => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "\"for\": \"{duration}\" is not a duration such as \"90s\", \"10m\" or \"1h\""
+                ),
+            )
+        }
+    };
+    let policy = proxy.policy();
+    let Some(rule) = policy.rule(rule_name) else {
+        return problem(
+            StatusCode::NOT_FOUND,
+            &format!("no rule is named \"{rule_name}\""),
+        );
+    };
+    let bucket = match policy.keys.key_of_text(&rule.key, key) {
+        Ok(bucket) => bucket,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    let now = proxy.now();
+    let nanos = duration.as_nanos().min(u128::from(u64::MAX)) as u64;
+    rule.bans.ban(bucket, key.to_owned(), now, nanos);
+    rule.counters.bans_started.inc();
+    tracing::info!(rule = %rule.name, %key, ?duration, "key banned by hand");
+    json_response(
+        StatusCode::CREATED,
+        &json!({
+            "rule": &*rule.name,
+            "key": key,
+            "until": now.saturating_add(nanos) / 1_000_000_000,
+            "remaining_secs": nanos.div_ceil(1_000_000_000),
+            "manual": true,
+        }),
+    )
+}
+
+/// `DELETE /admin/bans?rule=R&key=K`.
+pub(super) fn lift(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> {
+    let param = |name| crate::key::query_value(query, name).map(crate::key::decode_query);
+    let (Some(rule_name), Some(key)) = (param("rule"), param("key")) else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "name the ban to lift: DELETE /admin/bans?rule=RULE&key=KEY (percent-encode '|' as %7C)",
+        );
+    };
+    let policy = proxy.policy();
+    let Some(rule) = policy.rule(&rule_name) else {
+        return problem(
+            StatusCode::NOT_FOUND,
+            &format!("no rule is named \"{rule_name}\""),
+        );
+    };
+    let bucket = match policy.keys.key_of_text(&rule.key, &key) {
+        Ok(bucket) => bucket,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    if rule.bans.lift(bucket, proxy.now()) {
+        tracing::info!(rule = %rule.name, %key, "ban lifted by hand");
+        json_response(
+            StatusCode::OK,
+            &json!({ "rule": rule_name, "key": key, "lifted": true }),
+        )
+    } else {
+        problem(
+            StatusCode::NOT_FOUND,
+            &format!("rule \"{rule_name}\" has no ban in force on \"{key}\""),
+        )
+    }
+}

@@ -1,0 +1,112 @@
+//! `POST /admin/spend` with `{"rule", "key", "amount"}` (and optionally
+//! `"tier"`): a backend spends a caller's budget for work done outside a
+//! request, on the buckets proxied traffic takes from. The units are taken
+//! from every limit the caller is held to, unconditionally (into a debt if
+//! need be, repaid at the limit's own rate before the caller's requests pass
+//! again); bans are not consulted.
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use serde_json::json;
+use smallvec::SmallVec;
+
+use super::budget::{millis, Balance, Target};
+use super::call::{Body, AMOUNT};
+use super::{json_response, Refusal};
+use crate::config::AlgorithmKind;
+use crate::proxy::Proxy;
+
+/// Answers one spend call; see the module docs.
+pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>> {
+    match try_spend(proxy, body).await {
+        Ok(response) => response,
+        Err(refusal) => refusal.respond(),
+    }
+}
+
+async fn try_spend(proxy: &Proxy, body: &[u8]) -> Result<Response<Full<Bytes>>, Refusal> {
+    let Body::One(call) = Body::parse(body, AMOUNT)? else {
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "spend one caller's budget per call: the body is one object, not an array",
+        ));
+    };
+    let call = call.validate(AMOUNT)?;
+    let Some(amount) = call.units else {
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "\"amount\" is missing: the units to spend, a whole number, as in \
+             {\"rule\": \"per-seller\", \"key\": \"seller-42\", \"amount\": 5}",
+        ));
+    };
+    let policy = proxy.policy();
+    let now = proxy.now();
+    let target = Target::find(&policy, call.rule, call.key, call.tier, now)?;
+    let rule = target.rule;
+    match rule.algorithm {
+        AlgorithmKind::TokenBucket | AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow => {}
+        AlgorithmKind::Concurrency => {
+            return Err(unprocessable(format!(
+                "rule \"{}\" is a concurrency rule: it counts requests in flight, and has no \
+                 budget to spend",
+                rule.name
+            )))
+        }
+        AlgorithmKind::LeakyBucket | AlgorithmKind::SlidingLog => {
+            return Err(unprocessable(format!(
+                "rule \"{}\" uses {}, which cannot carry a debt; spending needs token_bucket, \
+                 fixed_window or sliding_window",
+                rule.name,
+                rule.algorithm.name()
+            )))
+        }
+    }
+
+    let store = proxy.store();
+    let failed = |error| {
+        tracing::warn!(%error, "the store failed a spend");
+        Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the store failed; nothing was spent, try again",
+        )
+    };
+    let mut after = SmallVec::new();
+    if amount == 0 {
+        // Spending nothing only reports the balance.
+        store.peek(&target.asks(1, false), now, &mut after).await
+    } else {
+        store
+            .spend(&target.asks(amount, false), now, &mut after)
+            .await
+    }
+    .map_err(failed)?;
+    let mut balance = Balance::of(&after);
+    if rule.cost != 1 {
+        // `after` says when a request of cost 1 would pass; the rule's
+        // requests cost more.
+        let mut decisions = SmallVec::new();
+        store
+            .peek(&target.asks(rule.cost, false), now, &mut decisions)
+            .await
+            .map_err(failed)?;
+        balance.retry_after = Balance::of(&decisions).retry_after;
+    }
+    rule.counters.charged.inc_by(amount);
+    tracing::info!(rule = %rule.name, key = %call.key, amount, "budget spent by a backend");
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "rule": call.rule,
+            "key": call.key,
+            "spent": amount,
+            "remaining": balance.remaining,
+            "retry_after_ms": balance.retry_after.map(millis),
+            "reset_after_ms": millis(balance.reset_after),
+        }),
+    ))
+}
+
+fn unprocessable(detail: String) -> Refusal {
+    Refusal::new(StatusCode::UNPROCESSABLE_ENTITY, detail)
+}

@@ -1,0 +1,153 @@
+//! Deferred charges over real HTTP on a manual clock: the proxy charges,
+//! decides and answers on the clock the test moves, so debts and
+//! Retry-After are exact to the nanosecond however busy the machine is.
+
+use crate::support;
+
+use std::time::Duration;
+
+use http::StatusCode;
+use sluice::clock::{ManualClock, ProxyClock};
+use support::{get, Got, Sluice, Upstream};
+
+/// One rule, `compute`: 1000 units a second, 1000 at once, charged as
+/// `charge` says.
+fn compute(charge: &str) -> String {
+    format!(
+        "[[rule]]\nname = \"compute\"\nkey = [\"global\"]\nrate = \"1000/s\"\n\
+         burst = 1000\ncharge = \"{charge}\"\n"
+    )
+}
+
+const START: u64 = 1_800_000_000 * 1_000_000_000;
+
+/// sluice with `rules` on a manual clock at [`START`].
+async fn start(rules: &str) -> (Upstream, Sluice, ManualClock) {
+    let upstream = Upstream::start().await;
+    let clock = ManualClock::new(START);
+    let config = format!("[server]\nupstream = \"http://{{upstream}}\"\n{rules}");
+    let sluice =
+        Sluice::start_with_clock(&config, upstream.addr, ProxyClock::Manual(clock.clone())).await;
+    (upstream, sluice, clock)
+}
+
+/// A refused request: its Retry-After (which the body's `retry_after_secs`
+/// must repeat) and `RateLimit`'s `t` (seconds until the bucket is full
+/// again, debt included).
+fn retry_after(got: &Got) -> (u64, u64) {
+    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS, "{got:?}");
+    assert_eq!(got.header("x-ratelimit-remaining"), Some("0"));
+    let header: u64 = got.header("retry-after").unwrap().parse().unwrap();
+    assert_eq!(got.json()["retry_after_secs"], header, "{got:?}");
+    let ratelimit = got.header("ratelimit").unwrap_or_default();
+    let reset = ratelimit
+        .rsplit_once(";t=")
+        .and_then(|(_, t)| t.parse().ok())
+        .unwrap_or_else(|| panic!("no t in RateLimit: {ratelimit}"));
+    (header, reset)
+}
+
+/// Whether a request now is admitted, after the clock moved by `by`.
+async fn admitted_after(sluice: &Sluice, clock: &ManualClock, by: Duration) -> Got {
+    clock.advance(by);
+    get(&sluice.url("/"), &[]).await
+}
+
+#[tokio::test]
+async fn a_reported_cost_beyond_the_burst_is_a_debt_repaid_at_the_rate() {
+    let (_upstream, sluice, clock) = start(&compute("header:x-cost")).await;
+    // 1 at admission + 2,500 reported on a full bucket of 1,000: 1,501
+    // units of debt. The next request (1 more) waits exactly 1.502 s.
+    assert_eq!(
+        get(&sluice.url("/cost/2500"), &[]).await.status,
+        StatusCode::OK
+    );
+    // Full again 2.501 s from now (the 1,501 owed and 1,000 of burst).
+    assert_eq!(retry_after(&get(&sluice.url("/cost/0"), &[]).await), (2, 3));
+    let early = admitted_after(&sluice, &clock, Duration::from_nanos(1_502_000_000 - 1)).await;
+    assert_eq!(retry_after(&early).0, 1, "1 ns before the debt is repaid");
+    let repaid = admitted_after(&sluice, &clock, Duration::from_nanos(1)).await;
+    assert_eq!(repaid.status, StatusCode::OK, "{repaid:?}");
+    assert_eq!(repaid.header("x-ratelimit-remaining"), Some("0"));
+}
+
+#[tokio::test]
+async fn upstream_time_is_charged_in_milliseconds_from_forwarding() {
+    let (upstream, sluice, clock) = start(&compute("elapsed_ms")).await;
+    // The upstream answers after 300 ms of real time; meanwhile the
+    // proxy's clock moves 1.5 s: the exchange took 1,500 ms by it.
+    let slow = tokio::spawn({
+        let url = sluice.url("/slow/300");
+        async move { get(&url, &[]).await }
+    });
+    upstream.wait_for(1).await;
+    clock.advance(Duration::from_millis(1_500));
+    assert_eq!(slow.await.unwrap().status, StatusCode::OK);
+    assert_eq!(
+        sluice
+            .metric(r#"sluice_budget_charged_total{rule="compute"}"#)
+            .await,
+        1_500.0
+    );
+    // Charged at one instant on a bucket full again (the admission's unit
+    // came back during the 1.5 s): 1,500 − 1,000 = 500 units owed; the next
+    // request waits 501 ms (its own unit included).
+    let refused = get(&sluice.url("/"), &[]).await;
+    assert_eq!(retry_after(&refused), (1, 2));
+    let early = admitted_after(&sluice, &clock, Duration::from_nanos(501_000_000 - 1)).await;
+    assert_eq!(early.status, StatusCode::TOO_MANY_REQUESTS);
+    let repaid = admitted_after(&sluice, &clock, Duration::from_nanos(1)).await;
+    assert_eq!(repaid.status, StatusCode::OK, "{repaid:?}");
+}
+
+#[tokio::test]
+async fn a_long_exchange_is_charged_at_each_second_as_it_passes() {
+    let (upstream, sluice, clock) = start(&compute("elapsed_ms")).await;
+    let slow = tokio::spawn({
+        let url = sluice.url("/slow/600");
+        async move { get(&url, &[]).await }
+    });
+    upstream.wait_for(1).await;
+    let charged = r#"sluice_budget_charged_total{rule="compute"}"#;
+    // Each second of waiting for the answer is charged as it passes.
+    for second in 1..=3 {
+        clock.advance(Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(sluice.metric(charged).await, f64::from(second) * 1000.0);
+    }
+    clock.advance(Duration::from_millis(250));
+    assert_eq!(slow.await.unwrap().status, StatusCode::OK);
+    assert_eq!(sluice.metric(charged).await, 3_250.0);
+}
+
+#[tokio::test]
+async fn every_limit_of_a_rule_is_charged() {
+    let (_upstream, sluice, clock) = start(
+        r#"
+[[rule]]
+name = "two-limits"
+key = ["global"]
+limits = ["1000/s", "2500/m"]
+burst = 1000
+charge = "header:x-cost"
+"#,
+    )
+    .await;
+    assert_eq!(
+        get(&sluice.url("/cost/2000"), &[]).await.status,
+        StatusCode::OK
+    );
+    // The per-second limit is 1,001 in debt: repaid 1.002 s later.
+    clock.advance(Duration::from_millis(1_002));
+    let got = get(&sluice.url("/cost/0"), &[]).await;
+    assert_eq!(got.status, StatusCode::OK, "{got:?}");
+    // The per-minute limit was charged too: of its 2,500, 2,001 went then
+    // and ~41 came back in 1.002 s (2500/m). The per-second one is at 0.
+    let ratelimit = got.header("ratelimit").unwrap();
+    let left = |policy: &str| -> u64 {
+        let (_, rest) = ratelimit.split_once(&format!("\"{policy}\";r=")).unwrap();
+        rest.split(';').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(left("two-limits-1s"), 0, "{ratelimit}");
+    assert!((530..=545).contains(&left("two-limits-1m")), "{ratelimit}");
+}
