@@ -21,6 +21,7 @@ pub mod raw;
 mod rules;
 mod server;
 mod startup;
+mod store;
 mod sunset;
 #[cfg(test)]
 mod testing;
@@ -106,9 +107,39 @@ pub struct StoreConfig {
 }
 
 /// `store.backend`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreBackend {
     Memory,
+    /// `backend = "redis"`, with `[store.redis]`.
+    Redis(RedisConfig),
+}
+
+/// `[store.redis]` (strict mode, one node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// `url`: `redis://[user:password@]host:port[/db]`.
+    pub url: String,
+    /// `timeout`: the longest a decision waits for Redis.
+    pub timeout: Duration,
+    /// `on_error`: what decides while Redis fails.
+    pub on_error: OnError,
+    /// `instances`: how many sluice instances share this Redis (each
+    /// enforces its share of every limit while Redis is down); 0 = learn
+    /// it from the instances' heartbeats.
+    pub instances: u64,
+}
+
+/// `store.redis.on_error`: what the proxy does when the store fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// `"local"`: decide with the in-memory store instead, each instance
+    /// enforcing its share of every limit.
+    #[default]
+    Local,
+    /// `"allow"`: forward every request unlimited.
+    Allow,
+    /// `"deny"`: answer 503.
+    Deny,
 }
 
 /// `[response]`.

@@ -71,8 +71,10 @@ pub struct MissingSource(pub usize);
 /// Hashes key sources into bucket keys with a per-process random seed.
 #[derive(Debug, Clone)]
 pub struct KeyHasher {
-    state: foldhash::fast::RandomState,
+    state: foldhash::fast::SeedableRandomState,
     ipv6_prefix: u8,
+    /// The shared seed it was made with, if any.
+    seed: Option<[u64; 2]>,
 }
 
 /// Marks a missing source in the hash; values are prefixed with their length,
@@ -84,9 +86,30 @@ impl KeyHasher {
     /// `/ipv6_prefix` network.
     pub fn new(ipv6_prefix: u8) -> KeyHasher {
         KeyHasher {
-            state: foldhash::fast::RandomState::default(),
+            state: foldhash::fast::SeedableRandomState::random(),
             ipv6_prefix,
+            seed: None,
         }
+    }
+
+    /// A hasher with the secret `seed` several instances share (kept in
+    /// their shared store), so that they all derive the same bucket key for
+    /// a caller; clients still cannot aim for collisions.
+    pub fn with_seed(seed: [u64; 2], ipv6_prefix: u8) -> KeyHasher {
+        // A shared seed is built once per distinct seed a process is given
+        // (once, or twice when the store's seed arrives after start).
+        let shared: &'static foldhash::SharedSeed =
+            Box::leak(Box::new(foldhash::SharedSeed::from_u64(seed[1])));
+        KeyHasher {
+            state: foldhash::fast::SeedableRandomState::with_seed(seed[0], shared),
+            ipv6_prefix,
+            seed: Some(seed),
+        }
+    }
+
+    /// The shared seed it was made with (`None`: a seed of its own).
+    pub fn seed(&self) -> Option<[u64; 2]> {
+        self.seed
     }
 
     /// A hasher with the same seed (so every key stays the same, as a reload
@@ -95,6 +118,7 @@ impl KeyHasher {
         KeyHasher {
             state: self.state,
             ipv6_prefix,
+            seed: self.seed,
         }
     }
 

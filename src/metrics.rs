@@ -300,17 +300,22 @@ impl Metrics {
     }
 
     /// Counts a failed store call; the fallback stays active until a call
-    /// succeeds again.
-    pub fn store_failed(&self, backend: &str) {
+    /// succeeds again. Whether the fallback began with this call.
+    pub fn store_failed(&self, backend: &str) -> bool {
         self.store_errors.with_label_values(&[backend]).inc();
-        self.store_fallback_active.set(1);
+        self.store_fallback_active.get() == 0 && {
+            self.store_fallback_active.set(1);
+            true
+        }
     }
 
-    /// A store call succeeded: the fallback (if any) is over.
+    /// A store call succeeded: the fallback (if any) is over. Whether it
+    /// was active.
     #[inline]
-    pub fn store_recovered(&self) {
-        if self.store_fallback_active.get() != 0 {
+    pub fn store_recovered(&self) -> bool {
+        self.store_fallback_active.get() != 0 && {
             self.store_fallback_active.set(0);
+            true
         }
     }
 

@@ -66,7 +66,19 @@ pub struct Policy {
 impl Policy {
     /// Compiles `config` with new, empty bucket tables from `store`.
     pub fn compile(config: Arc<Config>, metrics: &Metrics, store: &Store) -> Policy {
-        Policy::recompile(config, metrics, store, None, 0)
+        let keys = KeyHasher::new(config.server.ipv6_prefix);
+        Policy::compile_with_keys(config, metrics, store, keys)
+    }
+
+    /// Compiles `config` with new, empty bucket tables, deriving bucket keys
+    /// with `keys` (a seed shared with other instances).
+    pub fn compile_with_keys(
+        config: Arc<Config>,
+        metrics: &Metrics,
+        store: &Store,
+        keys: KeyHasher,
+    ) -> Policy {
+        Policy::build(config, metrics, store, None, 0, keys)
     }
 
     /// Compiles `config`, keeping the bucket tables of `previous` for every
@@ -85,6 +97,17 @@ impl Policy {
             Some(previous) => previous.keys.with_ipv6_prefix(config.server.ipv6_prefix),
             None => KeyHasher::new(config.server.ipv6_prefix),
         };
+        Policy::build(config, metrics, store, previous, now, keys)
+    }
+
+    fn build(
+        config: Arc<Config>,
+        metrics: &Metrics,
+        store: &Store,
+        previous: Option<&Policy>,
+        now: Nanos,
+        keys: KeyHasher,
+    ) -> Policy {
         let rules = config
             .rules
             .iter()

@@ -48,13 +48,13 @@ use hyper::body::Incoming;
 use smallvec::SmallVec;
 
 use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::config::{Config, MissingPolicy};
+use crate::config::{Config, MissingPolicy, StoreBackend};
 use crate::key::client_ip::ForwardedHeader;
 use crate::key::{path, RequestFacts};
 use crate::limiter::Decision;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, Rule, Sunset};
-use crate::store::{MemoryStore, OnError, Outcome, Store};
+use crate::store::{MemoryStore, OnError, Outcome, RedisSettings, RedisStore, Store};
 use admit::{Admission, Applicable};
 use bill::Failure;
 use deadline::{BodyWatch, GuardedBody};
@@ -100,8 +100,31 @@ impl Proxy {
     /// Builds the proxy on `clock` (tests hold and release requests on a
     /// [`crate::clock::ManualClock`]).
     pub fn with_clock(config: Config, clock: ProxyClock) -> Proxy {
-        let store = Store::Memory(MemoryStore::new(config.store.max_keys));
-        Proxy::with_store(config, clock, store, OnError::default())
+        let max_keys = config.store.max_keys;
+        let (store, on_error) = match &config.store.backend {
+            StoreBackend::Memory => (Store::Memory(MemoryStore::new(max_keys)), OnError::Local),
+            StoreBackend::Redis(redis) => {
+                let settings = RedisSettings {
+                    url: redis.url.clone(),
+                    timeout: redis.timeout,
+                    prefix: "sluice".into(),
+                    instances: redis.instances,
+                };
+                match RedisStore::new(settings, max_keys) {
+                    Ok(store) => (Store::Redis(store), redis.on_error),
+                    // `check` validated the URL as the client reads it; a
+                    // client that still refuses it leaves the fallback.
+                    Err(error) => {
+                        tracing::error!(%error, "the Redis store cannot be used; deciding in memory");
+                        (Store::Memory(MemoryStore::new(max_keys)), OnError::Local)
+                    }
+                }
+            }
+        };
+        if let Store::Redis(store) = &store {
+            store.start();
+        }
+        Proxy::with_store(config, clock, store, on_error)
     }
 
     fn with_store(config: Config, clock: ProxyClock, store: Store, on_error: OnError) -> Proxy {
@@ -166,6 +189,41 @@ impl Proxy {
         shared.policy.store(Arc::new(policy));
         shared.metrics.config_reloads_ok.inc();
         ignored
+    }
+
+    /// Derives bucket keys with `seed` from now on, the seed the instances
+    /// sharing a store agree on: the policy is compiled again with fresh
+    /// in-memory tables (a shared store keeps its buckets by name, so only
+    /// the local fallback's counts start over). Nothing happens when the
+    /// policy already uses it.
+    pub fn reseed(&self, seed: crate::store::Seed) {
+        let shared = &*self.shared;
+        let _serialised = shared
+            .reloading
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let old = shared.policy.load_full();
+        if old.keys.seed() == Some(seed) {
+            return;
+        }
+        let keys = crate::key::KeyHasher::with_seed(seed, old.config.server.ipv6_prefix);
+        let policy = Policy::compile_with_keys(
+            Arc::clone(&old.config),
+            &shared.metrics,
+            &shared.store,
+            keys,
+        );
+        shared.policy.store(Arc::new(policy));
+        tracing::info!("bucket keys derived with the seed the instances share");
+    }
+
+    /// The shared store's key seeds as they arrive (`None` for the memory
+    /// store).
+    pub fn store_seeds(&self) -> Option<tokio::sync::watch::Receiver<Option<crate::store::Seed>>> {
+        match &*self.shared.store {
+            Store::Redis(store) => Some(store.link().seeds()),
+            _ => None,
+        }
     }
 
     /// Now, by the limiter's clock (Unix nanoseconds).

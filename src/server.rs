@@ -78,8 +78,12 @@ impl Server {
         let listener = listen(config.server.listen)?;
         let admin_listener = TcpListener::bind(config.admin.listen).await?;
         let config = Arc::new(config);
+        let proxy = Proxy::with_clock((*config).clone(), clock);
+        if let Some(seeds) = proxy.store_seeds() {
+            follow_shared_seed(&proxy, seeds).await;
+        }
         Ok(Server {
-            proxy: Proxy::with_clock((*config).clone(), clock),
+            proxy,
             listener,
             admin_listener,
             config,
@@ -370,4 +374,37 @@ fn listen(address: std::net::SocketAddr) -> io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(address)?;
     socket.listen(LISTEN_BACKLOG)
+}
+
+/// How long start waits for a shared store's key seed before serving (with
+/// the fallback, should the store not answer).
+const SEED_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Derives bucket keys with the seed the instances keep in their shared
+/// store: waits briefly for it at start, then follows it (a store that was
+/// down at start, or came back empty with a new seed) from a task.
+async fn follow_shared_seed(
+    proxy: &Proxy,
+    mut seeds: tokio::sync::watch::Receiver<Option<crate::store::Seed>>,
+) {
+    let arrived = tokio::time::timeout(SEED_WAIT, seeds.wait_for(Option::is_some))
+        .await
+        .ok()
+        .and_then(|seed| seed.ok().and_then(|seed| *seed));
+    match arrived {
+        Some(seed) => proxy.reseed(seed),
+        None => tracing::warn!(
+            "the shared store did not answer at start; deciding with on_error until it does"
+        ),
+    }
+    let proxy = proxy.clone();
+    tokio::spawn(async move {
+        while seeds.changed().await.is_ok() {
+            let seed = *seeds.borrow_and_update();
+            if let Some(seed) = seed {
+                let proxy = proxy.clone();
+                let _ = tokio::task::spawn_blocking(move || proxy.reseed(seed)).await;
+            }
+        }
+    });
 }

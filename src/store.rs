@@ -28,9 +28,11 @@
 pub mod admission;
 pub mod bans;
 pub mod memory;
+pub mod redis;
 #[cfg(test)]
 pub(crate) mod suite;
 
+pub use self::redis::{RedisSettings, RedisStore, Seed};
 use crate::clock::Nanos;
 pub use crate::key::BucketKey;
 pub use crate::limiter::Carry;
@@ -40,7 +42,8 @@ pub use admission::{
     Taken,
 };
 pub use memory::{
-    BucketTable, MemoryStore, PermitGrant, StoreStats, PERMIT_REFUSED, PERMIT_RETRY, UNASKED,
+    BucketTable, MemoryStore, PermitGrant, StoreStats, TableName, PERMIT_REFUSED, PERMIT_RETRY,
+    UNASKED,
 };
 
 /// Where a granted acquisition took its units from, so that it can be given
@@ -55,23 +58,14 @@ pub enum Grant {
     None,
 }
 
-/// What the proxy does when the store fails (`store.redis.on_error`; only
-/// the Redis store can fail, so until it exists this is always `Local`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnError {
-    /// Decide with the in-memory store instead.
-    #[default]
-    Local,
-    /// Forward every request unlimited.
-    Allow,
-    /// Answer 503.
-    Deny,
-}
+pub use crate::config::OnError;
 
 /// The bucket store: a closed set of backends.
 #[derive(Debug)]
 pub enum Store {
     Memory(MemoryStore),
+    /// Budgets shared through Redis (strict mode).
+    Redis(RedisStore),
     /// A memory store whose calls fail on demand, for the `on_error` paths.
     #[cfg(test)]
     Failing(suite::FailingStore),
@@ -91,6 +85,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         match self {
             Store::Memory(store) => store.admit(asks, now, answer),
+            Store::Redis(store) => return store.admit(asks, now, answer).await,
             #[cfg(test)]
             Store::Failing(store) => {
                 store.fail_if_asked()?;
@@ -111,6 +106,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         match self {
             Store::Memory(store) => store.settle(receipt, how, now),
+            Store::Redis(store) => return store.settle(receipt, how, now).await,
             #[cfg(test)]
             Store::Failing(store) => {
                 store.fail_if_asked()?;
@@ -134,6 +130,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         match self {
             Store::Memory(store) => store.spend(asks, now, after),
+            Store::Redis(store) => return store.spend(asks, now, after).await,
             #[cfg(test)]
             Store::Failing(store) => {
                 store.fail_if_asked()?;
@@ -156,6 +153,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         match self {
             Store::Memory(store) => store.peek_all(asks, now, decisions),
+            Store::Redis(store) => return store.peek(asks, now, decisions).await,
             #[cfg(test)]
             Store::Failing(store) => {
                 store.fail_if_asked()?;
@@ -169,6 +167,9 @@ impl Store {
     /// memory store settles at once; a networked store hands the call to a
     /// task (and a lease it cannot return expires on its own).
     pub fn settle_detached(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) {
+        if let Store::Redis(store) = self {
+            return store.settle_detached(receipts, how, now);
+        }
         let local = self.local();
         for receipt in receipts {
             local.settle(receipt, how, now);
@@ -187,14 +188,31 @@ impl Store {
     pub fn local(&self) -> &MemoryStore {
         match self {
             Store::Memory(store) => store,
+            Store::Redis(store) => store.local(),
             #[cfg(test)]
             Store::Failing(store) => &store.local,
         }
     }
 
-    /// A new, empty bucket table for `limiter`.
+    /// How many instances share this store's budgets: while it fails, each
+    /// enforces this fraction of every limit (1 for the memory store).
+    pub fn instances(&self) -> u64 {
+        match self {
+            Store::Redis(store) => store.instances(),
+            _ => 1,
+        }
+    }
+
+    /// A new, empty bucket table for `limiter`, with a name no other table
+    /// has.
     pub fn table(&self, limiter: &Limiter) -> BucketTable {
         self.local().table(limiter)
+    }
+
+    /// A new, empty bucket table for `limiter`, named `name` (a networked
+    /// store keeps its buckets under that name).
+    pub fn named_table(&self, name: TableName, limiter: &Limiter) -> BucketTable {
+        self.local().named_table(name, limiter)
     }
 
     /// Keeps `table` across a reload that changes its limit from `from` to
@@ -225,6 +243,7 @@ impl Store {
     pub fn backend_name(&self) -> &'static str {
         match self {
             Store::Memory(_) => "memory",
+            Store::Redis(_) => "redis",
             #[cfg(test)]
             Store::Failing(_) => "failing",
         }

@@ -1,5 +1,7 @@
 //! Helpers shared by unit tests.
 
+pub mod redis_server;
+
 use crate::clock::Nanos;
 use crate::limiter::Rate;
 

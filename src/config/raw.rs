@@ -77,11 +77,10 @@ pub struct RawAdmin {
 pub struct RawStore {
     pub backend: Option<Spanned<String>>,
     pub max_keys: Option<Spanned<i64>>,
-    /// Not supported yet; parsed so its keys are known.
     pub redis: Option<RawRedis>,
 }
 
-/// `[store.redis]` (not supported by this release).
+/// `[store.redis]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRedis {
@@ -92,6 +91,7 @@ pub struct RawRedis {
     pub sync_interval: Option<Spanned<String>>,
     pub timeout: Option<Spanned<String>>,
     pub on_error: Option<Spanned<String>>,
+    pub instances: Option<Spanned<i64>>,
 }
 
 /// `[response]`.

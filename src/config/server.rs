@@ -10,11 +10,8 @@ use ipnet::IpNet;
 use toml::Spanned;
 
 use super::raw::{OneOrMany, RawConfig, RawServer};
-use super::validate::{Validator, NOT_SUPPORTED};
-use super::{
-    AdminConfig, ForwardedHeader, HeaderStyle, ResponseConfig, ServerConfig, StoreBackend,
-    StoreConfig,
-};
+use super::validate::Validator;
+use super::{AdminConfig, ForwardedHeader, HeaderStyle, ResponseConfig, ServerConfig};
 
 impl Validator<'_> {
     pub(super) fn server(&mut self, raw: Option<&RawServer>) -> ServerConfig {
@@ -166,54 +163,6 @@ impl Validator<'_> {
             }
         };
         AdminConfig { listen, token_env }
-    }
-
-    pub(super) fn store(&mut self, raw: &RawConfig) -> StoreConfig {
-        let store = raw.store.as_ref();
-        if let Some(field) = store.and_then(|s| s.backend.as_ref()) {
-            match field.get_ref().as_str() {
-                "memory" => {}
-                "redis" => self.error(
-                    field.span().start,
-                    "store.backend",
-                    format!("backend = \"redis\" {NOT_SUPPORTED}; use \"memory\""),
-                ),
-                other => self.error(
-                    field.span().start,
-                    "store.backend",
-                    format!(
-                        "unknown backend \"{other}\"; allowed: \"memory\" (\"redis\" is planned)"
-                    ),
-                ),
-            }
-        }
-        if let Some(redis) = store.and_then(|s| s.redis.as_ref()) {
-            let first_field = [
-                redis.url.as_ref().map(Spanned::span),
-                redis.urls.as_ref().map(Spanned::span),
-                redis.cluster.as_ref().map(Spanned::span),
-                redis.mode.as_ref().map(Spanned::span),
-                redis.sync_interval.as_ref().map(Spanned::span),
-                redis.timeout.as_ref().map(Spanned::span),
-                redis.on_error.as_ref().map(Spanned::span),
-            ];
-            let at = self.table_position("[store.redis]", &first_field);
-            self.error(
-                at,
-                "store.redis",
-                format!("[store.redis] {NOT_SUPPORTED}; remove it"),
-            );
-        }
-        let max_keys = self.int(
-            store.and_then(|s| s.max_keys.as_ref()),
-            "store.max_keys",
-            1_000_000,
-            1..=i64::MAX as u64,
-        );
-        StoreConfig {
-            backend: StoreBackend::Memory,
-            max_keys: usize::try_from(max_keys).unwrap_or(usize::MAX),
-        }
     }
 
     pub(super) fn response(&mut self, raw: &RawConfig) -> ResponseConfig {

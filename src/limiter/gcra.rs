@@ -151,6 +151,12 @@ impl Gcra {
         self.capacity
     }
 
+    /// The emission interval `T` and the tolerance `τ`, in nanoseconds
+    /// (both 0 when closed): what a networked store's script steps with.
+    pub fn intervals(&self) -> (Nanos, Nanos) {
+        (self.emission, self.tolerance)
+    }
+
     /// Whether this bucket can never admit anything (COUNT 0).
     pub fn is_closed(&self) -> bool {
         self.emission == 0

@@ -140,6 +140,12 @@ impl FixedWindow {
         }
     }
 
+    /// The period in nanoseconds and COUNT: what a networked store's script
+    /// steps with.
+    pub fn window(&self) -> (Nanos, u64) {
+        (self.period, self.count)
+    }
+
     /// `state` aligned to `now`: the window `now` falls in (never before the
     /// state's own), and the units counted from that window's start (beyond
     /// COUNT: reserved in the windows after it).
@@ -402,6 +408,12 @@ impl SlidingWindow {
             period: period_nanos(rate),
             count: rate.count.min(u64::from(u32::MAX)),
         }
+    }
+
+    /// The period in nanoseconds and COUNT: what a networked store's script
+    /// steps with.
+    pub fn window(&self) -> (Nanos, u64) {
+        (self.period, self.count)
     }
 
     /// `state` moved to the window `now` falls in (never before its own: a

@@ -16,7 +16,7 @@ use crate::key::KeyHasher;
 use crate::limiter::{Concurrency, HoldLimits, Limiter};
 use crate::metrics::{Metrics, RuleCounters};
 use crate::store::bans::BanPolicy;
-use crate::store::{BucketTable, Carry, Store};
+use crate::store::{BucketTable, Carry, Store, TableName};
 
 /// One `[[rule]]` compiled against `previous`: the tables, bans and
 /// variants of the rule it keeps the buckets of, carried over at `now`.
@@ -35,6 +35,7 @@ pub(super) fn compile_rule(
         kept: kept.map(|old| old.limits.as_slice()),
         on_change: rule.on_change,
         now,
+        name: &rule.name,
     };
     let variants = compile_variants(rule, kept, store, now, status);
     let (tier_by, tier_index, override_index) = variant_indexes(rule, keys, variants.len());
@@ -141,6 +142,7 @@ fn compile_variants(
         .chain(overrides)
         .map(|(kind, variant)| {
             let label = format!("{kind}:{}", variant.name);
+            let name = format!("{}/{label}", rule.name);
             let tables = Tables {
                 store,
                 kept: kept
@@ -148,6 +150,7 @@ fn compile_variants(
                     .map(|old| old.limits.as_slice()),
                 on_change: rule.on_change,
                 now,
+                name: &name,
             };
             let count = variant.limits.len();
             let limits = variant
@@ -202,6 +205,8 @@ struct Tables<'a> {
     kept: Option<&'a [Limit]>,
     on_change: OnChange,
     now: Nanos,
+    /// The rule (and variant) the tables are named after.
+    name: &'a str,
 }
 
 impl Tables<'_> {
@@ -221,13 +226,13 @@ impl Tables<'_> {
             limits => limits.iter().find(|old| old.period == period),
         });
         let Some(old) = old else {
-            return self.store.table(limiter);
+            return self.new_table(limiter);
         };
         if old.limiter == *limiter {
             return old.table.clone();
         }
         let carry = match self.on_change {
-            OnChange::Reset => return self.store.table(limiter),
+            OnChange::Reset => return self.new_table(limiter),
             OnChange::Keep => Carry::KeepSpent,
             OnChange::Proportional => Carry::KeepShare,
         };
@@ -237,8 +242,35 @@ impl Tables<'_> {
         {
             old.table.clone()
         } else {
-            self.store.table(limiter)
+            self.new_table(limiter)
         }
+    }
+
+    /// A new table, named after the rule and the limit's parameters: the
+    /// same on every instance with the same config, so a networked store
+    /// shares its buckets, and new for a changed limit.
+    fn new_table(&self, limiter: &Limiter) -> BucketTable {
+        let limit = match limiter {
+            Limiter::TokenBucket(gcra) => {
+                let (emission, tolerance) = gcra.intervals();
+                format!("token.{emission}.{tolerance}")
+            }
+            Limiter::FixedWindow(window) => {
+                let (period, count) = window.window();
+                format!("fixed.{period}.{count}")
+            }
+            Limiter::SlidingWindow(window) => {
+                let (period, count) = window.window();
+                format!("sliding.{period}.{count}")
+            }
+            // Kept in memory only (config keeps them away from Redis).
+            other => format!("{other:?}"),
+        };
+        let name = TableName {
+            rule: self.name.into(),
+            limit: limit.into(),
+        };
+        self.store.named_table(name, limiter)
     }
 }
 

@@ -125,14 +125,19 @@ pub async fn admit<'p>(
         let mut answer = crate::store::Admission::default();
         let local = match store.admit(&asks, now, &mut answer).await {
             Ok(()) => {
-                metrics.store_recovered();
+                if metrics.store_recovered() {
+                    tracing::info!("the store decides again; fallback over");
+                }
                 false
             }
             Err(error) => {
-                metrics.store_failed(store.backend_name());
-                tracing::warn!(%error, ?on_error, "the store failed a decision");
+                // Logged once per outage, not once per request.
+                if metrics.store_failed(store.backend_name()) {
+                    tracing::warn!(%error, ?on_error, "the store failed a decision; on_error decides until it answers");
+                }
                 match on_error {
                     OnError::Local => {
+                        fair_share(&mut asks, store.instances());
                         store.local().admit(&asks, now, &mut answer);
                         true
                     }
@@ -155,6 +160,27 @@ pub async fn admit<'p>(
         None => {}
     }
     Ok(())
+}
+
+/// Each of `instances` instances deciding alone enforces its share of every
+/// rate limit: a request costs `instances` times as much, so a limit of
+/// COUNT admits COUNT / `instances` (rounded down) here, and an outage of a
+/// shared store does not multiply the limits by the number of instances. A
+/// cost that grows past a bucket's capacity is held at the capacity: one
+/// request per refill, never none.
+fn fair_share(asks: &mut Asks<'_>, instances: u64) {
+    if instances <= 1 {
+        return;
+    }
+    for ask in &mut asks.limits {
+        if !matches!(ask.limiter, crate::limiter::Limiter::Concurrency(_)) {
+            let capacity = ask.limiter.capacity().max(1);
+            ask.cost = ask
+                .cost
+                .saturating_mul(instances)
+                .min(capacity.max(ask.cost));
+        }
+    }
 }
 
 /// What an admitted request waits for before it passes.

@@ -73,7 +73,7 @@ pub struct StoreStats {
 #[derive(Debug)]
 pub struct MemoryStore {
     /// Every table made and not yet dropped, for sweeping.
-    tables: ArcSwap<Vec<Weak<Buckets>>>,
+    tables: ArcSwap<Vec<Weak<Named>>>,
     bound: Arc<Bound>,
     /// Earliest `now` at which the next sweep may run.
     next_sweep: AtomicU64,
@@ -95,12 +95,48 @@ struct Bound {
 /// One limit's bucket table: a handle, cheap to clone, that asks name.
 /// Dropping the last handle frees the table and its place in `max_keys`.
 #[derive(Debug, Clone)]
-pub struct BucketTable(Arc<Buckets>);
+pub struct BucketTable(Arc<Named>);
+
+/// A table's buckets and the name a networked store keeps them under.
+#[derive(Debug)]
+struct Named {
+    buckets: Buckets,
+    name: TableName,
+}
+
+/// What names one limit's buckets across instances: the same config gives
+/// every instance the same names, so a networked store shares the buckets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName {
+    /// The rule (and its tier or override), the part every limit of one
+    /// caller's rule shares (Redis Cluster's hash tag).
+    pub rule: Box<str>,
+    /// The limit within the rule: its period and parameters, so a changed
+    /// limit gets buckets of its own.
+    pub limit: Box<str>,
+}
+
+impl TableName {
+    /// A name no other table of this process has (tables made outside a
+    /// policy: tests and benchmarks).
+    pub fn unique() -> TableName {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        TableName {
+            rule: format!("table-{}", NEXT.fetch_add(1, Ordering::Relaxed)).into(),
+            limit: "".into(),
+        }
+    }
+}
 
 impl BucketTable {
     /// Whether two handles are the same table (a reload kept it).
     pub fn same(&self, other: &BucketTable) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// The name its buckets are kept under in a networked store.
+    pub fn name(&self) -> &TableName {
+        &self.0.name
     }
 }
 
@@ -159,7 +195,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Calls `$body` with the typed table and algorithm of `$ask`.
 macro_rules! with_table {
     ($store:expr, $ask:expr, |$table:ident, $algorithm:ident| $body:expr) => {
-        match (&*$ask.table.0, $ask.limiter) {
+        match (&$ask.table.0.buckets, $ask.limiter) {
             (Buckets::TokenBucket($table), Limiter::TokenBucket($algorithm)) => $body,
             (Buckets::LeakyBucket($table), Limiter::LeakyBucket($algorithm)) => $body,
             (Buckets::FixedWindow($table), Limiter::FixedWindow($algorithm)) => $body,
@@ -211,20 +247,27 @@ impl MemoryStore {
         (store, tables)
     }
 
-    /// A new, empty table for `limiter`'s buckets.
+    /// A new, empty table for `limiter`'s buckets, with a name no other
+    /// table has.
     pub fn table(&self, limiter: &Limiter) -> BucketTable {
+        self.named_table(TableName::unique(), limiter)
+    }
+
+    /// A new, empty table for `limiter`'s buckets, named `name`.
+    pub fn named_table(&self, name: TableName, limiter: &Limiter) -> BucketTable {
         let bound = &self.bound;
-        let buckets = Arc::new(match *limiter {
+        let buckets = match *limiter {
             Limiter::TokenBucket(a) => Buckets::TokenBucket(Table::new(a, bound)),
             Limiter::LeakyBucket(a) => Buckets::LeakyBucket(Table::new(a, bound)),
             Limiter::FixedWindow(a) => Buckets::FixedWindow(Table::new(a, bound)),
             Limiter::SlidingWindow(a) => Buckets::SlidingWindow(Table::new(a, bound)),
             Limiter::SlidingLog(a) => Buckets::SlidingLog(Table::new(a, bound)),
             Limiter::Concurrency(_) => Buckets::Permits(Arc::default()),
-        });
+        };
+        let buckets = Arc::new(Named { buckets, name });
         let weak = Arc::downgrade(&buckets);
         self.tables.rcu(|tables| {
-            let mut live: Vec<Weak<Buckets>> = tables
+            let mut live: Vec<Weak<Named>> = tables
                 .iter()
                 .filter(|t| t.strong_count() > 0)
                 .cloned()
@@ -247,7 +290,7 @@ impl MemoryStore {
         carry: Carry,
         now: Nanos,
     ) -> bool {
-        match (&*table.0, from, to) {
+        match (&table.0.buckets, from, to) {
             (Buckets::TokenBucket(t), Limiter::TokenBucket(f), Limiter::TokenBucket(n)) => {
                 t.carry(f, n, carry, now)
             }
@@ -386,7 +429,7 @@ impl MemoryStore {
     }
 
     fn permits(table: &BucketTable) -> &Arc<PermitTable> {
-        match &*table.0 {
+        match &table.0.buckets {
             Buckets::Permits(permits) => permits,
             other => unreachable!("a table of {} buckets asked for permits", other.kind()),
         }
@@ -409,7 +452,7 @@ impl MemoryStore {
             let Some(table) = tables[index / SHARDS].upgrade() else {
                 continue;
             };
-            freed += match &*table {
+            freed += match &table.buckets {
                 Buckets::TokenBucket(table) => table.sweep(shard, now),
                 Buckets::LeakyBucket(table) => table.sweep(shard, now),
                 Buckets::FixedWindow(table) => table.sweep(shard, now),
@@ -440,7 +483,7 @@ impl MemoryStore {
 
     /// Buckets tracked in one table.
     pub fn tracked_keys(&self, table: &BucketTable) -> usize {
-        let len = match &*table.0 {
+        let len = match &table.0.buckets {
             Buckets::TokenBucket(table) => &table.len,
             Buckets::LeakyBucket(table) => &table.len,
             Buckets::FixedWindow(table) => &table.len,

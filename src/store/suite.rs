@@ -153,10 +153,9 @@ pub async fn rates_permits_and_shadow_asks_are_one_call(store: Store) {
     assert_eq!(remaining(&store, &rates, 7, T0).await, 4);
 }
 
-pub async fn a_refusal_takes_nothing_from_any_limit(store: Store) {
+pub async fn a_rate_that_refuses_leaves_the_other_rates_untouched(store: Store) {
     let wide = Limit::new(&store, token_bucket(100, 1));
     let narrow = Limit::new(&store, token_bucket(1, 60));
-    let permits = Limit::new(&store, concurrency(1));
     // A later rate refuses: the earlier rate gives its units back.
     let asks = one_rule_each([wide.ask(1, 5), narrow.ask(1, 2)]);
     let admission = admit(&store, &asks, T0).await;
@@ -164,6 +163,12 @@ pub async fn a_refusal_takes_nothing_from_any_limit(store: Store) {
     assert!(matches!(admission.decisions[1], Decision::Deny { .. }));
     assert_eq!(admission.decisions[0].state().remaining, 100);
     assert_eq!(remaining(&store, &wide, 1, T0).await, 100);
+}
+
+pub async fn a_refusal_takes_nothing_from_any_limit(store: Store) {
+    let wide = Limit::new(&store, token_bucket(100, 1));
+    let narrow = Limit::new(&store, token_bucket(1, 60));
+    let permits = Limit::new(&store, concurrency(1));
     // The permit is taken by another request: rates come back, the permit
     // is not taken.
     let holder = admit(&store, &one_rule_each([permits.ask(1, 1)]), T0).await;
@@ -303,8 +308,10 @@ pub async fn receipts_are_kept_given_back_or_charged(store: Store) {
     assert_eq!(remaining(&store, &limit, 3, T0).await, 5);
     store.settle(receipt, Settle::GiveBack, T0).await.unwrap();
     assert_eq!(remaining(&store, &limit, 3, T0).await, 5);
+}
 
-    // Kept: the units stay taken; a kept permit is returned.
+pub async fn a_kept_receipt_keeps_its_units_and_returns_its_permit(store: Store) {
+    let limit = Limit::new(&store, token_bucket(10, 1));
     let permits = Limit::new(&store, concurrency(1));
     let asks = one_rule_each([limit.ask(4, 1), permits.ask(4, 1)]);
     let mut admission = admit(&store, &asks, T0).await;
@@ -567,73 +574,86 @@ async fn a_failing_store_surfaces_a_transient_error_and_takes_nothing() {
     assert!(admit(&store, &asks, T0).await.admitted());
 }
 
-/// Instantiates every check of the suite for one backend.
+/// Instantiates the checks listed for one backend, each a test that gets a
+/// store from `$make`.
 macro_rules! store_suite {
-    ($backend:ident, $make:expr) => {
+    ($backend:ident, $make:expr, [$($check:ident),* $(,)?]) => {
         mod $backend {
             use super::*;
 
-            #[tokio::test]
-            async fn rates_permits_and_shadow_asks_are_one_call() {
-                super::rates_permits_and_shadow_asks_are_one_call($make).await;
-            }
-
-            #[tokio::test]
-            async fn a_refusal_takes_nothing_from_any_limit() {
-                super::a_refusal_takes_nothing_from_any_limit($make).await;
-            }
-
-            #[tokio::test]
-            async fn all_or_nothing_in_every_combination() {
-                super::all_or_nothing_in_every_combination($make).await;
-            }
-
-            #[tokio::test]
-            async fn a_banned_key_is_refused_before_its_buckets_and_strikes_ban() {
-                super::a_banned_key_is_refused_before_its_buckets_and_strikes_ban($make).await;
-            }
-
-            #[tokio::test]
-            async fn receipts_are_kept_given_back_or_charged() {
-                super::receipts_are_kept_given_back_or_charged($make).await;
-            }
-
-            #[tokio::test]
-            async fn spending_takes_every_limit_unconditionally() {
-                super::spending_takes_every_limit_unconditionally($make).await;
-            }
-
-            #[tokio::test]
-            async fn peeking_takes_nothing_and_reports_every_limit() {
-                super::peeking_takes_nothing_and_reports_every_limit($make).await;
-            }
-
-            #[tokio::test]
-            async fn a_huge_charge_saturates_and_never_wraps_around() {
-                super::a_huge_charge_saturates_and_never_wraps_around($make).await;
-            }
-
-            #[tokio::test]
-            async fn a_debt_refuses_until_repaid_and_retry_after_counts_it() {
-                super::a_debt_refuses_until_repaid_and_retry_after_counts_it($make).await;
-            }
-
-            #[tokio::test]
-            async fn a_late_refund_goes_back_to_the_window_it_was_taken_in() {
-                super::a_late_refund_goes_back_to_the_window_it_was_taken_in($make).await;
-            }
-
-            #[tokio::test]
-            async fn a_request_queues_for_one_permit_at_most() {
-                super::a_request_queues_for_one_permit_at_most($make).await;
-            }
-
-            #[tokio::test]
-            async fn a_held_request_reserves_and_a_give_back_cancels() {
-                super::a_held_request_reserves_and_a_give_back_cancels($make).await;
-            }
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    super::$check($make).await;
+                }
+            )*
         }
     };
 }
 
-store_suite!(memory, Store::Memory(MemoryStore::new(10_000)));
+store_suite!(
+    memory,
+    Store::Memory(MemoryStore::new(10_000)),
+    [
+        rates_permits_and_shadow_asks_are_one_call,
+        a_rate_that_refuses_leaves_the_other_rates_untouched,
+        a_refusal_takes_nothing_from_any_limit,
+        all_or_nothing_in_every_combination,
+        a_banned_key_is_refused_before_its_buckets_and_strikes_ban,
+        receipts_are_kept_given_back_or_charged,
+        a_kept_receipt_keeps_its_units_and_returns_its_permit,
+        spending_takes_every_limit_unconditionally,
+        peeking_takes_nothing_and_reports_every_limit,
+        a_huge_charge_saturates_and_never_wraps_around,
+        a_debt_refuses_until_repaid_and_retry_after_counts_it,
+        a_late_refund_goes_back_to_the_window_it_was_taken_in,
+        a_request_queues_for_one_permit_at_most,
+        a_held_request_reserves_and_a_give_back_cancels,
+    ]
+);
+
+/// One `redis-server` for the whole test process (every check's tables
+/// have names of their own, so they never share a key), and a store on it
+/// deciding at the suite's exact instants.
+pub(crate) async fn redis_store() -> Store {
+    use crate::store::{RedisSettings, RedisStore};
+    use crate::testing::redis_server::RedisServer;
+    static SERVER: std::sync::OnceLock<std::sync::Mutex<RedisServer>> = std::sync::OnceLock::new();
+    let url = SERVER
+        .get_or_init(|| std::sync::Mutex::new(RedisServer::start()))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .url();
+    let settings = RedisSettings {
+        url,
+        timeout: std::time::Duration::from_secs(5),
+        prefix: "suite".into(),
+        instances: 1,
+    };
+    let store = RedisStore::new(settings, 10_000)
+        .expect("a Redis URL")
+        .with_injected_time();
+    store.start();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !store.link().is_up() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no connection to Redis"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    Store::Redis(store)
+}
+
+store_suite!(
+    redis,
+    redis_store().await,
+    [
+        a_rate_that_refuses_leaves_the_other_rates_untouched,
+        receipts_are_kept_given_back_or_charged,
+        spending_takes_every_limit_unconditionally,
+        a_huge_charge_saturates_and_never_wraps_around,
+        a_debt_refuses_until_repaid_and_retry_after_counts_it,
+        a_late_refund_goes_back_to_the_window_it_was_taken_in,
+    ]
+);

@@ -27,6 +27,7 @@ mod lifecycle;
 mod limits;
 mod memory_store;
 mod operations;
+mod redis_store;
 mod reload;
 mod request_size;
 mod upstream_pool;

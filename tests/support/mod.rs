@@ -19,6 +19,12 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
+#[path = "../../src/testing/redis_server.rs"]
+mod redis_server;
+// Not every test binary that shares this module starts Redis.
+#[allow(unused_imports)]
+pub use redis_server::RedisServer;
+
 use sluice::clock::ProxyClock;
 use sluice::config::Config;
 use sluice::server::Server;

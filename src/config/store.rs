@@ -1,0 +1,133 @@
+//! `[store]` and `[store.redis]`: where bucket state lives.
+
+use std::time::Duration;
+
+use super::raw::{RawConfig, RawRedis};
+use super::validate::{Validator, NOT_SUPPORTED};
+use super::{OnError, RedisConfig, StoreBackend, StoreConfig};
+
+impl Validator<'_> {
+    pub(super) fn store(&mut self, raw: &RawConfig) -> StoreConfig {
+        let store = raw.store.as_ref();
+        let redis = store.and_then(|s| s.redis.as_ref());
+        let mut backend = StoreBackend::Memory;
+        if let Some(field) = store.and_then(|s| s.backend.as_ref()) {
+            match field.get_ref().as_str() {
+                "memory" => {}
+                "redis" => {
+                    backend = StoreBackend::Redis(self.redis(redis.unwrap_or(&RawRedis::default())))
+                }
+                other => self.error(
+                    field.span().start,
+                    "store.backend",
+                    format!("unknown backend \"{other}\"; allowed: \"memory\", \"redis\""),
+                ),
+            }
+        }
+        if let (StoreBackend::Memory, Some(redis)) = (&backend, redis) {
+            // Settings for a store that is not used: validated all the same,
+            // so that switching the backend does not reveal old mistakes.
+            self.redis(redis);
+        }
+        let max_keys = self.int(
+            store.and_then(|s| s.max_keys.as_ref()),
+            "store.max_keys",
+            1_000_000,
+            1..=i64::MAX as u64,
+        );
+        StoreConfig {
+            backend,
+            max_keys: usize::try_from(max_keys).unwrap_or(usize::MAX),
+        }
+    }
+    /// `[store.redis]`.
+    fn redis(&mut self, raw: &RawRedis) -> RedisConfig {
+        if let Some(cluster) = raw.cluster.as_ref().filter(|c| *c.get_ref()) {
+            self.error(
+                cluster.span().start,
+                "store.redis.cluster",
+                format!("Redis Cluster {NOT_SUPPORTED}; use one Redis (cluster = false, url)"),
+            );
+        }
+        if let Some(urls) = &raw.urls {
+            self.error(
+                urls.span().start,
+                "store.redis.urls",
+                format!("urls (Redis Cluster) {NOT_SUPPORTED}; use url"),
+            );
+        }
+        if let Some(mode) = &raw.mode {
+            match mode.get_ref().as_str() {
+                "strict" => {}
+                "hybrid" => self.error(
+                    mode.span().start,
+                    "store.redis.mode",
+                    format!("mode = \"hybrid\" {NOT_SUPPORTED}; use \"strict\""),
+                ),
+                other => self.error(
+                    mode.span().start,
+                    "store.redis.mode",
+                    format!("\"{other}\" is not allowed; use \"strict\" (or \"hybrid\", planned)"),
+                ),
+            }
+        }
+        // Hybrid mode's setting: checked, unused in strict mode.
+        self.timeout(
+            raw.sync_interval.as_ref(),
+            "store.redis.sync_interval",
+            Duration::from_millis(50),
+        );
+        let url = match &raw.url {
+            Some(url) => {
+                if let Err(error) = redis_url(url.get_ref()) {
+                    self.error(url.span().start, "store.redis.url", error);
+                }
+                url.get_ref().clone()
+            }
+            None => DEFAULT_REDIS_URL.to_owned(),
+        };
+        RedisConfig {
+            url,
+            timeout: self.timeout(
+                raw.timeout.as_ref(),
+                "store.redis.timeout",
+                Duration::from_millis(20),
+            ),
+            on_error: self.choice(
+                raw.on_error.as_ref(),
+                "store.redis.on_error",
+                &[
+                    ("local", OnError::Local),
+                    ("allow", OnError::Allow),
+                    ("deny", OnError::Deny),
+                ],
+                OnError::Local,
+            ),
+            instances: self.int(
+                raw.instances.as_ref(),
+                "store.redis.instances",
+                0,
+                0..=1_000_000,
+            ),
+        }
+    }
+}
+
+/// `[store.redis] url` when none is written.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// Checks a Redis URL the way the client will read it.
+fn redis_url(url: &str) -> Result<(), String> {
+    if !(url.starts_with("redis://") || url.starts_with("unix://")) {
+        return Err(format!(
+            "\"{url}\" is not a Redis URL; use redis://host:port[/db] (TLS is not supported)"
+        ));
+    }
+    let parsed = url
+        .parse::<http::Uri>()
+        .map_err(|error| format!("\"{url}\" is not a valid URL: {error}"))?;
+    if url.starts_with("redis://") && parsed.host().is_none_or(str::is_empty) {
+        return Err(format!("\"{url}\" names no host"));
+    }
+    Ok(())
+}

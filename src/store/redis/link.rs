@@ -1,0 +1,266 @@
+//! The connection to Redis: one multiplexed connection that every request's
+//! call is pipelined on, a deadline on each call, and a circuit breaker.
+//!
+//! While the link is up, calls go straight to the connection. A connection
+//! error, or [`FAILURES_TO_OPEN`] calls in a row that failed (a frozen Redis
+//! answers nothing: each call waits its whole `timeout`), takes it down:
+//! calls then fail at once, without touching the network, while one task
+//! probes Redis (connect, `PING`, load the script) every [`PROBE_EVERY`]
+//! until it answers, and puts the new connection up. So a dead Redis costs
+//! a request nothing but the fallback, and sluice is back on Redis within
+//! about a second of Redis answering again.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use redis::aio::MultiplexedConnection;
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind,
+    Value,
+};
+use tokio::sync::watch;
+
+use super::script::SOURCE;
+use crate::store::admission::StoreError;
+
+/// Calls that fail in a row before the link stops sending.
+const FAILURES_TO_OPEN: u32 = 3;
+/// How often a down link tries Redis again.
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// The longest a probe waits to connect: longer than a call may, since a
+/// probe holds no request.
+const PROBE_CONNECT: Duration = Duration::from_secs(1);
+
+/// A shared, self-healing connection to one Redis node.
+#[derive(Debug, Clone)]
+pub struct Link(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    client: Client,
+    script_hash: String,
+    /// Where the instances' shared key seed lives.
+    seed_key: String,
+    /// The shared key seed, once read.
+    seed: watch::Sender<Option<Seed>>,
+    timeout: Duration,
+    /// The connection while the link is up.
+    up: ArcSwapOption<MultiplexedConnection>,
+    /// Calls failed in a row.
+    failures: AtomicU32,
+    /// Whether a probe task runs.
+    probing: AtomicBool,
+}
+
+impl Link {
+    /// A link to `url`, down until its first probe connects (started by the
+    /// first call, or by [`Link::start`]).
+    pub fn new(url: &str, timeout: Duration, seed_key: String) -> Result<Link, String> {
+        let client = Client::open(url).map_err(|error| format!("{url}: {error}"))?;
+        Ok(Link(Arc::new(Shared {
+            client,
+            script_hash: redis::Script::new(SOURCE).get_hash().to_owned(),
+            seed_key,
+            seed: watch::Sender::new(None),
+            timeout,
+            up: ArcSwapOption::empty(),
+            failures: AtomicU32::new(0),
+            probing: AtomicBool::new(false),
+        })))
+    }
+
+    /// Starts connecting in the background (call it from the runtime).
+    pub fn start(&self) {
+        self.probe();
+    }
+
+    /// Whether calls are being sent to Redis.
+    pub fn is_up(&self) -> bool {
+        self.0.up.load().is_some()
+    }
+
+    /// The key seed the instances share, as soon as it is read (and again
+    /// should it change: a Redis restarted empty gets a new one).
+    pub fn seeds(&self) -> watch::Receiver<Option<Seed>> {
+        self.0.seed.subscribe()
+    }
+
+    /// The script's SHA1, for `EVALSHA`.
+    pub fn script_hash(&self) -> &str {
+        &self.0.script_hash
+    }
+
+    /// Runs `command` within the timeout; the script is loaded again if
+    /// Redis lost it (a restart, `SCRIPT FLUSH`).
+    pub async fn run<T: FromRedisValue>(&self, command: Cmd) -> Result<T, StoreError> {
+        let Some(connection) = self.0.up.load_full() else {
+            self.probe();
+            return Err(down());
+        };
+        let mut connection = (*connection).clone();
+        let answer = tokio::time::timeout(self.0.timeout, async {
+            match command.query_async::<T>(&mut connection).await {
+                Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    load_script(&mut connection).await?;
+                    command.query_async(&mut connection).await
+                }
+                answer => answer,
+            }
+        })
+        .await;
+        match answer {
+            Ok(Ok(answer)) => {
+                self.0.failures.store(0, Ordering::Relaxed);
+                Ok(answer)
+            }
+            // Redis answered, with an error of the script's: not an outage.
+            Ok(Err(error)) if !connection_lost(&error) && !error.is_timeout() => {
+                self.0.failures.store(0, Ordering::Relaxed);
+                Err(StoreError {
+                    transient: false,
+                    detail: format!("Redis: {error}"),
+                })
+            }
+            Ok(Err(error)) => Err(self.failed(&error.to_string(), connection_lost(&error))),
+            Err(_) => Err(self.failed(&format!("no answer within {:?}", self.0.timeout), false)),
+        }
+    }
+
+    /// Sends `command` from a task, for callers that cannot wait (a `Drop`).
+    pub fn send_detached(&self, command: Cmd) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let link = self.clone();
+        runtime.spawn(async move {
+            if let Err(error) = link.run::<Value>(command).await {
+                tracing::debug!(%error, "a settlement was not sent to Redis");
+            }
+        });
+    }
+
+    /// Counts a failed call, taking the link down when the connection is
+    /// lost or failures pile up.
+    fn failed(&self, detail: &str, lost: bool) -> StoreError {
+        let failures = self.0.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if lost || failures >= FAILURES_TO_OPEN {
+            if self.0.up.swap(None).is_some() {
+                tracing::warn!(detail, "Redis is not answering; probing it until it does");
+            }
+            self.probe();
+        }
+        StoreError {
+            transient: true,
+            detail: format!("Redis: {detail}"),
+        }
+    }
+
+    /// Starts the probe task unless one runs.
+    fn probe(&self) {
+        if self.0.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.0.probing.store(false, Ordering::Release);
+            return;
+        };
+        let shared = Arc::downgrade(&self.0);
+        runtime.spawn(async move {
+            let mut logged = false;
+            loop {
+                let Some(link) = shared.upgrade() else {
+                    return;
+                };
+                match connect(&link).await {
+                    Ok((connection, seed)) => {
+                        link.seed.send_if_modified(|known| {
+                            let changed = *known != Some(seed);
+                            *known = Some(seed);
+                            changed
+                        });
+                        link.failures.store(0, Ordering::Relaxed);
+                        link.up.store(Some(Arc::new(connection)));
+                        link.probing.store(false, Ordering::Release);
+                        tracing::info!("connected to Redis");
+                        return;
+                    }
+                    Err(error) if !logged => {
+                        tracing::warn!(%error, "cannot reach Redis; deciding with on_error until it answers");
+                        logged = true;
+                    }
+                    Err(_) => {}
+                }
+                drop(link);
+                tokio::time::sleep(PROBE_EVERY).await;
+            }
+        });
+    }
+}
+
+/// A new connection that answered `PING` and holds the script, and the
+/// instances' shared key seed (made by the first instance that asks).
+async fn connect(link: &Shared) -> Result<(MultiplexedConnection, Seed), RedisError> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(PROBE_CONNECT))
+        .set_response_timeout(Some(PROBE_CONNECT));
+    let mut connection = link
+        .client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    redis::cmd("PING")
+        .query_async::<Value>(&mut connection)
+        .await?;
+    load_script(&mut connection).await?;
+    let fresh = format!("{:x}:{:x}", super::random_u64(), super::random_u64());
+    let (_, seed): (Value, String) = redis::pipe()
+        .cmd("SET")
+        .arg(&link.seed_key)
+        .arg(fresh)
+        .arg("NX")
+        .cmd("GET")
+        .arg(&link.seed_key)
+        .query_async(&mut connection)
+        .await?;
+    let seed = parse_seed(&seed).ok_or_else(|| {
+        RedisError::from((
+            ErrorKind::Parse,
+            "the shared key seed is not two hexadecimal numbers",
+            seed.clone(),
+        ))
+    })?;
+    Ok((connection, seed))
+}
+
+/// Two numbers a key hasher is seeded with.
+pub type Seed = [u64; 2];
+
+fn parse_seed(text: &str) -> Option<Seed> {
+    let (a, b) = text.split_once(':')?;
+    Some([
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    ])
+}
+
+async fn load_script(connection: &mut MultiplexedConnection) -> Result<(), RedisError> {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(SOURCE)
+        .query_async::<String>(connection)
+        .await
+        .map(|_| ())
+}
+
+/// Whether `error` means the connection is gone (not a script's error).
+fn connection_lost(error: &RedisError) -> bool {
+    error.is_io_error() || error.is_connection_dropped() || error.is_connection_refusal()
+}
+
+fn down() -> StoreError {
+    StoreError {
+        transient: true,
+        detail: "Redis is down (probing it)".into(),
+    }
+}

@@ -1,0 +1,169 @@
+//! The one script of the Redis store (`sluice.lua`, whose header documents
+//! every KEYS and ARGV slot), the calls that run it, and its answers read
+//! back into the seam's types.
+
+use redis::Cmd;
+use smallvec::SmallVec;
+
+use crate::clock::Nanos;
+use crate::limiter::{BucketState, Decision, Limiter};
+use crate::store::admission::{Asks, Receipt, StoreError};
+use crate::store::BucketTable;
+
+/// The script's source.
+pub const SOURCE: &str = include_str!("sluice.lua");
+
+const MICRO: Nanos = 1_000;
+
+/// One call of the script being written: its keys and arguments.
+pub struct Call<'s> {
+    hash: &'s str,
+    prefix: &'s str,
+    op: &'static str,
+    keys: SmallVec<[String; 4]>,
+    args: SmallVec<[u64; 24]>,
+}
+
+impl<'s> Call<'s> {
+    /// A call of operation `op` at `now_us` (0: the server's time).
+    pub fn new(hash: &'s str, op: &'static str, now_us: u64, prefix: &'s str) -> Call<'s> {
+        let mut args = SmallVec::new();
+        args.push(now_us);
+        Call {
+            hash,
+            prefix,
+            op,
+            keys: SmallVec::new(),
+            args,
+        }
+    }
+
+    /// Every limit of `asks`: the enforced rules' limits first (all or
+    /// nothing), then each shadow rule (each all or nothing on its own).
+    /// The store orders asks that way: enforced rules, then shadow ones.
+    pub fn asks(&mut self, asks: &Asks<'_>) {
+        let enforced: usize = asks
+            .rules
+            .iter()
+            .filter(|rule| !rule.shadow)
+            .map(|rule| rule.limits.len())
+            .sum();
+        let shadow: SmallVec<[u64; 2]> = asks
+            .rules
+            .iter()
+            .filter(|rule| rule.shadow)
+            .map(|rule| rule.limits.len() as u64)
+            .collect();
+        self.args.push(enforced as u64);
+        self.args.push(shadow.len() as u64);
+        self.args.extend(shadow);
+        for ask in &asks.limits {
+            self.limit(ask.table, ask.key, ask.limiter);
+            self.args.push(ask.cost);
+        }
+    }
+
+    /// Every limit of `asks` as one group (spend and peek).
+    pub fn all_enforced(&mut self, asks: &Asks<'_>) {
+        self.args.push(asks.limits.len() as u64);
+        self.args.push(0);
+        for ask in &asks.limits {
+            self.limit(ask.table, ask.key, ask.limiter);
+            self.args.push(ask.cost);
+        }
+    }
+
+    /// One receipt to settle: `how` 1 gives back, 2 charges `units`.
+    pub fn receipt(&mut self, receipt: &Receipt, how: u64, units: u64) {
+        self.limit(&receipt.table, receipt.key, &receipt.limiter);
+        self.args.extend([how, units, receipt.at / MICRO]);
+    }
+
+    fn limit(&mut self, table: &BucketTable, key: u64, limiter: &Limiter) {
+        let name = table.name();
+        self.keys.push(format!(
+            "{}:{{{}:{key:016x}}}:{}",
+            self.prefix, name.rule, name.limit
+        ));
+        self.args.extend(parameters(limiter));
+    }
+
+    /// The `EVALSHA` command.
+    pub fn finish(self) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.hash)
+            .arg(self.keys.len())
+            .arg(&self.keys[..])
+            .arg(self.op)
+            .arg(&self.args[..]);
+        cmd
+    }
+}
+
+/// The script's algorithm number and parameters for `limiter`, in
+/// microseconds. The config keeps other limiters away from Redis; should
+/// one arrive, it is a closed route (never admits), not a guess.
+fn parameters(limiter: &Limiter) -> [u64; 3] {
+    match limiter {
+        Limiter::TokenBucket(gcra) => {
+            let (emission, _) = gcra.intervals();
+            if emission == 0 {
+                return [1, 0, 0];
+            }
+            let emission = (emission / MICRO).max(1);
+            [1, emission, emission.saturating_mul(gcra.capacity())]
+        }
+        Limiter::FixedWindow(window) => {
+            let (period, count) = window.window();
+            [2, (period / MICRO).max(1), count]
+        }
+        Limiter::SlidingWindow(window) => {
+            let (period, count) = window.window();
+            [3, (period / MICRO).max(1), count]
+        }
+        _ => [1, 0, 0],
+    }
+}
+
+fn malformed(what: &str) -> StoreError {
+    StoreError {
+        transient: false,
+        detail: format!("the Redis script answered without {what}"),
+    }
+}
+
+fn field(answer: &[i64], index: usize, what: &str) -> Result<i64, StoreError> {
+    answer.get(index).copied().ok_or_else(|| malformed(what))
+}
+
+fn nanos(micros: i64) -> Nanos {
+    (micros.max(0) as u64).saturating_mul(MICRO)
+}
+
+/// The instant of the answer (the server's time, or the one given).
+pub fn instant(answer: &[i64]) -> Result<Nanos, StoreError> {
+    field(answer, 0, "its time").map(nanos)
+}
+
+/// Whether every enforced limit admitted.
+pub fn admitted(answer: &[i64]) -> Result<bool, StoreError> {
+    field(answer, 1, "its outcome").map(|admitted| admitted == 1)
+}
+
+/// The decision for limit number `slot`.
+pub fn decision(answer: &[i64], slot: usize) -> Result<Decision, StoreError> {
+    let at = 2 + 4 * slot;
+    let allowed = field(answer, at, "a decision")? == 1;
+    let state = BucketState {
+        remaining: field(answer, at + 1, "a decision")?.max(0) as u64,
+        reset_after: nanos(field(answer, at + 2, "a decision")?),
+    };
+    if allowed {
+        return Ok(Decision::Allow(state));
+    }
+    let retry = field(answer, at + 3, "a decision")?;
+    Ok(Decision::Deny {
+        state,
+        retry_after: (retry >= 0).then(|| nanos(retry)),
+    })
+}

@@ -1,0 +1,586 @@
+-- sluice's Redis store: one script for every call of the store seam
+-- (ARCHITECTURE.md, "How the store runs in Redis"). Redis runs a script
+-- atomically, so one call checks every limit of a request and charges all
+-- of them or none, with nothing interleaved.
+--
+-- Time is integer microseconds since the Unix epoch: Redis' Lua numbers are
+-- doubles, exact up to 2^53 (about 285 years of microseconds), and every
+-- product below is kept under that bound (`cap`). Divisions go through
+-- `idiv`, which corrects the float quotient, so results are exact integers.
+--
+-- ARGV[1]  the operation: "admit" | "peek" | "spend" | "settle"
+-- ARGV[2]  now in microseconds, or "0" for the server's TIME (production:
+--          instances with skewed clocks agree, windows included). With an
+--          injected time (tests) no expiry is set.
+-- The rest is one group of fields per limit, KEYS[i] holding limit i's
+-- state:
+--
+--   admit | peek | spend:
+--     ARGV[3]   the number of enforced limits E (the first E keys): all or
+--               nothing. Then the shadow rules, each all or nothing: ARGV[4]
+--               the number of shadow rules S, then S counts of limits.
+--     then per limit, 4 fields: algorithm, a, b, cost
+--   settle:
+--     per receipt, 6 fields: algorithm, a, b, how (0 keep, 1 give back,
+--     2 charge), units, taken_at (microseconds)
+--
+-- Algorithms (a, b):
+--   1 token bucket (GCRA): emission interval T, tolerance tau (microseconds)
+--   2 fixed window: period (microseconds), COUNT
+--   3 sliding window: period (microseconds), COUNT
+--
+-- Answers: { now, admitted (1/0), then per limit 4 integers: allowed (1/0),
+-- remaining, reset_after, retry_after (-1: never) } for admit, peek and
+-- spend (spend: what a request of cost 1 would be told after the spend);
+-- { now } for settle.
+
+local MAX = 4503599627370496 -- 2^52: every quantity saturates here
+
+local function cap(x)
+  if x > MAX then return MAX end
+  return x
+end
+
+-- floor(a / b) for non-negative integers a, b > 0, exact.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function ceil_div(a, b)
+  local q = idiv(a, b)
+  if q * b < a then q = q + 1 end
+  return q
+end
+
+local op = ARGV[1]
+local now = tonumber(ARGV[2])
+local expire = false
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  expire = true
+end
+
+-- Token bucket (GCRA), the twin of src/limiter/gcra.rs. State: the TAT
+-- `t`, the refund mark's distance `d` below it, and the headroom `h` (what
+-- refunds may still give back of units taken at or after the mark; -1:
+-- unbounded). Kept in microseconds exactly (memory keeps the headroom in
+-- coarser grains); both round towards giving back less.
+local gcra = {}
+
+function gcra.decode(raw)
+  if not raw then return { t = 0, d = 0, h = -1 } end
+  local t, d, h = string.match(raw, '^(%d+):(%d+):(-?%d+)$')
+  return { t = tonumber(t), d = tonumber(d), h = tonumber(h) }
+end
+
+function gcra.encode(s)
+  return string.format('%d:%d:%d', s.t, s.d, s.h)
+end
+
+-- The state is fresh (a full bucket) from this instant on.
+function gcra.fresh_at(s)
+  return s.t
+end
+
+local function gcra_step(s, T, tau, cost)
+  if T == 0 then return false, 0, 0, -1, nil end
+  local base = math.max(s.t, now)
+  local new_tat = cap(base + cap(T * cost))
+  local needed = new_tat - now
+  if needed <= tau then
+    return true, idiv(tau - needed, T), needed, 0, new_tat
+  end
+  local debt = base - now
+  local retry = -1
+  if cap(T * cost) <= tau then retry = needed - tau end
+  return false, idiv(math.max(tau - debt, 0), T), debt, retry, nil
+end
+
+local function gcra_take(s, new_tat, admission)
+  if s.t <= now then
+    -- Full: nothing taken before now can matter any more.
+    s.d = new_tat - now
+    s.h = -1
+    s.t = new_tat
+    return
+  end
+  local debt = s.t - now
+  local spent = new_tat - s.t
+  if debt < s.d then
+    -- A take after the mark: the headroom is the least debt such takes found.
+    if s.h < 0 or debt < s.h then s.h = debt end
+    if admission and s.h < spent then
+      s.t, s.d, s.h = new_tat, new_tat - now, -1
+      return
+    end
+  end
+  s.t = new_tat
+  s.d = cap(s.d + spent)
+end
+
+local function gcra_give_back(s, back, keep_headroom)
+  if back == 0 then return end
+  local t = math.max(s.t - back, 0)
+  if back > s.d then
+    s.t, s.d, s.h = t, 0, 0
+    return
+  end
+  if not keep_headroom and s.h >= 0 then s.h = math.max(s.h - back, 0) end
+  s.t = t
+  s.d = s.d - back
+end
+
+function gcra.acquire(s, a, b, cost)
+  local ok, remaining, reset, retry, new_tat = gcra_step(s, a, b, cost)
+  if ok then gcra_take(s, new_tat, true) end
+  return ok, remaining, reset, retry
+end
+
+function gcra.peek(s, a, b, cost)
+  local ok, remaining, reset, retry = gcra_step(s, a, b, cost)
+  if ok then
+    local debt = math.max(s.t - now, 0)
+    return true, idiv(math.max(b - debt, 0), a), debt, 0
+  end
+  return ok, remaining, reset, retry
+end
+
+function gcra.charge(s, a, b, units)
+  if a == 0 or units == 0 then return end
+  gcra_take(s, cap(math.max(s.t, now) + cap(a * units)), false)
+end
+
+function gcra.refund(s, a, b, units, taken_at)
+  if a == 0 or units == 0 then return end
+  local spent = cap(a * units)
+  local mark = s.t - s.d
+  if taken_at >= now then
+    gcra_give_back(s, spent, taken_at > mark)
+    return
+  end
+  if s.t <= now or taken_at < mark then return end
+  local back = spent
+  if s.h >= 0 and s.h < back then back = s.h end
+  gcra_give_back(s, back, false)
+end
+
+-- Window counters, the twins of src/limiter/window.rs (fixed window and
+-- sliding window, reject mode: no reservations). Windows are aligned to
+-- Unix-time multiples of the period P. State: the index of the window
+-- `current` counts (`now / P`), its count `c` (beyond COUNT: a debt carried
+-- into the windows after it) and the count of the window before it `p`
+-- (the sliding window's; 0 for the fixed window), "window:current:previous".
+-- Counts are kept below 2^32 (COUNT is at most 2^32 - 1, config checks it)
+-- and periods are capped at MAX microseconds (142 years): a count times a
+-- duration can exceed 2^53, so every such product goes through `muldiv`,
+-- which is exact; indexes times periods are capped (`cap`).
+
+local U32 = 4294967295 -- the largest count kept (memory's u32)
+
+local function count_u32(x)
+  if x > U32 then return U32 end
+  return x
+end
+
+-- a - b, or 0 when b >= a.
+local function sat_sub(a, b)
+  if b >= a then return 0 end
+  return a - b
+end
+
+-- x * y = q * z + r with 0 <= r < z, exactly, for integers x, y >= 0 and
+-- 0 < z <= MAX whose quotient q is below 2^53: y is first reduced modulo
+-- z, then x * (y mod z) is multiplied bit by bit modulo z (the remainder
+-- stays below z, so doubling it or adding y mod z stays within 2^53).
+local function muldiv(x, y, z)
+  local yq = idiv(y, z)
+  local yr = y - yq * z
+  local q, r = x * yq, 0
+  local rest, bit = x, 1
+  while bit * 2 <= rest do bit = bit * 2 end
+  local part = 0
+  while bit >= 1 do
+    part, r = part * 2, r * 2
+    if r >= z then part, r = part + 1, r - z end
+    if rest >= bit then
+      rest = rest - bit
+      r = r + yr
+      if r >= z then part, r = part + 1, r - z end
+    end
+    bit = bit / 2
+  end
+  return q + part, r
+end
+
+local function window_decode(raw)
+  if not raw then return { w = 0, c = 0, p = 0 } end
+  local w, c, p = string.match(raw, '^(%d+):(%d+):(%d+)$')
+  return { w = tonumber(w), c = tonumber(c), p = tonumber(p) }
+end
+
+local function window_encode(s)
+  return string.format('%d:%d:%d', s.w, s.c, s.p)
+end
+
+-- Microseconds from now to the start of window `index`.
+local function until_window(index, P)
+  return sat_sub(cap(index * P), now)
+end
+
+-- Fixed window (a = P, b = COUNT): at most COUNT units per aligned window;
+-- unit k of window w's count is in window w + k / COUNT.
+local fixed = { decode = window_decode, encode = window_encode }
+
+-- The state aligned to now: the window now falls in (never before the
+-- state's own), and the units counted from its start.
+local function fixed_shift(s, P, C)
+  local w = math.max(idiv(now, P), s.w)
+  return w, sat_sub(s.c, cap((w - s.w) * C))
+end
+
+-- Microseconds from now to the end of the last window holding units.
+local function fixed_until_empty(w, used, P, C)
+  if used == 0 then return 0 end
+  return until_window(w + idiv(used - 1, C) + 1, P)
+end
+
+local function fixed_decide(w, used, P, C, cost)
+  if C == 0 then return false, 0, 0, -1 end
+  if used + cost <= C then
+    return true, C - used - cost, until_window(w + 1, P), 0
+  end
+  local retry = -1
+  if cost <= C then
+    -- The first window with room: the rest of the one the count ends in
+    -- is skipped when the cost does not fit in it.
+    local offset = used - idiv(used, C) * C
+    local pad = 0
+    if offset + cost > C then pad = C - offset end
+    retry = until_window(w + idiv(used + pad, C), P)
+  end
+  return false, sat_sub(C, used), fixed_until_empty(w, used, P, C), retry
+end
+
+-- Fresh once every counted unit's window has passed.
+function fixed.fresh_at(s, a, C)
+  if s.c == 0 then return 0 end
+  if C == 0 then return MAX end
+  return cap(cap(s.w + ceil_div(s.c, C)) * cap(a))
+end
+
+function fixed.acquire(s, a, C, cost)
+  local P = cap(a)
+  local w, used = fixed_shift(s, P, C)
+  local ok, remaining, reset, retry = fixed_decide(w, used, P, C, cost)
+  if ok then s.w, s.c, s.p = w, count_u32(used + cost), 0 end
+  return ok, remaining, reset, retry
+end
+
+function fixed.peek(s, a, C, cost)
+  local P = cap(a)
+  local w, used = fixed_shift(s, P, C)
+  local ok, remaining, reset, retry = fixed_decide(w, used, P, C, cost)
+  if ok then return true, C - used, fixed_until_empty(w, used, P, C), 0 end
+  return ok, remaining, reset, retry
+end
+
+function fixed.charge(s, a, C, units)
+  if C == 0 or units == 0 then return end
+  local P = cap(a)
+  local w, used = fixed_shift(s, P, C)
+  s.w, s.c, s.p = w, count_u32(used + units), 0
+end
+
+-- Units taken n windows before the current one still count for all but
+-- n * COUNT of them: that part comes off the top of the count.
+function fixed.refund(s, a, C, units, taken_at)
+  local P = cap(a)
+  local w, used = fixed_shift(s, P, C)
+  local passed = sat_sub(w, idiv(math.min(taken_at, now), P))
+  local back = math.min(sat_sub(units, cap(passed * C)), used)
+  if back == 0 then return end
+  s.w, s.c, s.p = w, used - back, 0
+end
+
+-- Sliding window (a = P, b = COUNT): the estimate at now is
+-- p * (P - elapsed) / P + c, and a request passes while the estimate plus
+-- its cost stays within COUNT. Since c, cost and COUNT are whole units, the
+-- estimate is compared, and remaining computed, with the weight of the
+-- previous window rounded up, ceil(p * (P - elapsed) / P), exactly as
+-- memory's u128 comparisons of the estimate times P decide.
+local sliding = { decode = window_decode, encode = window_encode }
+
+-- The state moved to the window now falls in (never before its own),
+-- carrying a debt: each window passed takes COUNT off the count, and the
+-- last window passed leaves at most COUNT as the previous one.
+local function sliding_align(s, P, C)
+  local w = math.max(idiv(now, P), s.w)
+  local passed = w - s.w
+  if passed == 0 then return { w = s.w, c = s.c, p = s.p } end
+  local total = s.c
+  if total <= C then
+    if passed == 1 then return { w = w, c = 0, p = total } end
+    return { w = w, c = 0, p = 0 }
+  end
+  return {
+    w = w,
+    c = sat_sub(total, cap(passed * C)),
+    p = math.min(sat_sub(total, cap((passed - 1) * C)), C),
+  }
+end
+
+-- ceil(p * (P - elapsed) / P) for an aligned state.
+local function sliding_weight(t, P)
+  if t.p == 0 then return 0 end
+  local elapsed = math.min(sat_sub(now, cap(t.w * P)), P)
+  local q, r = muldiv(t.p, P - elapsed, P)
+  if r > 0 then q = q + 1 end
+  return q
+end
+
+-- Whole units available now.
+local function sliding_remaining(t, P, C)
+  if t.c >= C then return 0 end
+  return sat_sub(C - t.c, sliding_weight(t, P))
+end
+
+-- Microseconds until the estimate is back to zero.
+local function sliding_reset(t, P, C)
+  if t.c > C then
+    return until_window(t.w + ceil_div(t.c, math.max(C, 1)) + 1, P)
+  elseif t.c > 0 then
+    return until_window(t.w + 2, P)
+  elseif t.p > 0 then
+    return until_window(t.w + 1, P)
+  end
+  return 0
+end
+
+-- The first instant in window `index` (following one that counted `prev`,
+-- and counting `cur`) at which `cost` more units fit:
+-- prev * (P - e) <= room * P, so e >= P - floor(room * P / prev). nil when
+-- they do not fit before the window ends.
+local function sliding_fits_in(index, prev, cur, cost, P, C)
+  if cur + cost > C then return nil end
+  local room = C - cur - cost
+  local start = cap(index * P)
+  if prev == 0 or room >= prev then return start end
+  local q = muldiv(room, P, prev) -- below P, as room < prev
+  if q == 0 then return nil end
+  return cap(start + P - q)
+end
+
+-- Microseconds until cost units fit if nothing else arrives (-1: never):
+-- later in this window, or in the first window whose carried count leaves
+-- room, or at the latest the one after it.
+local function sliding_retry(t, P, C, cost)
+  if cost > C then return -1 end
+  local at = sliding_fits_in(t.w, t.p, t.c, cost, P, C)
+  if at then return sat_sub(at, now) end
+  local total = t.c
+  local first = math.max(ceil_div(sat_sub(total + cost, C), C), 1)
+  local last = first + 1
+  for j = first, last do
+    local before = math.min(sat_sub(total, cap((j - 1) * C)), C)
+    at = sliding_fits_in(t.w + j, before, sat_sub(total, cap(j * C)), cost, P, C)
+    if at then return sat_sub(at, now) end
+  end
+  return until_window(t.w + last, P)
+end
+
+local function sliding_decide(t, P, C, cost)
+  if C == 0 then return false, 0, 0, -1 end
+  local weight = sliding_weight(t, P)
+  if t.c + cost <= C and weight <= C - t.c - cost then
+    local taken = { w = t.w, c = count_u32(t.c + cost), p = t.p }
+    return true, C - t.c - cost - weight, sliding_reset(taken, P, C), 0
+  end
+  return false, sliding_remaining(t, P, C), sliding_reset(t, P, C),
+    sliding_retry(t, P, C, cost)
+end
+
+-- Fresh once the count has been carried through and faded out.
+function sliding.fresh_at(s, a, C)
+  if s.c == 0 and s.p == 0 then return 0 end
+  local P = cap(a)
+  if s.c == 0 then return cap((s.w + 1) * P) end
+  if s.c <= C then return cap((s.w + 2) * P) end
+  if C == 0 then return MAX end
+  return cap(cap(s.w + ceil_div(s.c, C) + 1) * P)
+end
+
+function sliding.acquire(s, a, C, cost)
+  local P = cap(a)
+  local t = sliding_align(s, P, C)
+  local ok, remaining, reset, retry = sliding_decide(t, P, C, cost)
+  if ok then s.w, s.c, s.p = t.w, count_u32(t.c + cost), t.p end
+  return ok, remaining, reset, retry
+end
+
+function sliding.peek(s, a, C, cost)
+  local P = cap(a)
+  local t = sliding_align(s, P, C)
+  local ok, remaining, reset, retry = sliding_decide(t, P, C, cost)
+  if ok then return true, sliding_remaining(t, P, C), sliding_reset(t, P, C), 0 end
+  return ok, remaining, reset, retry
+end
+
+function sliding.charge(s, a, C, units)
+  if C == 0 or units == 0 then return end
+  local P = cap(a)
+  local t = sliding_align(s, P, C)
+  s.w, s.c, s.p = t.w, count_u32(t.c + units), t.p
+end
+
+-- Units taken in the current window come off its count. Units taken n >= 1
+-- windows before it are taken to be the first of their window's count: the
+-- part at positions (n - 1) * COUNT .. n * COUNT is in the previous
+-- window's count, the part beyond is carried in the current one.
+function sliding.refund(s, a, C, units, taken_at)
+  local P = cap(a)
+  local t = sliding_align(s, P, C)
+  local passed = sat_sub(t.w, idiv(math.min(taken_at, now), P))
+  local from_prev, from_cur = 0, units
+  if passed > 0 then
+    from_prev = math.min(sat_sub(units, cap((passed - 1) * C)), C)
+    from_cur = sat_sub(units, cap(passed * C))
+  end
+  s.w, s.c, s.p = t.w, sat_sub(t.c, from_cur), sat_sub(t.p, from_prev)
+end
+
+local algorithms = { [1] = gcra, [2] = fixed, [3] = sliding }
+
+-- One limit: its key, algorithm, parameters and decoded state.
+local function load(i, base)
+  local algorithm = algorithms[tonumber(ARGV[base])]
+  local limit = {
+    key = KEYS[i],
+    alg = algorithm,
+    a = tonumber(ARGV[base + 1]),
+    b = tonumber(ARGV[base + 2]),
+    n = tonumber(ARGV[base + 3]),
+  }
+  limit.state = algorithm.decode(redis.call('GET', limit.key))
+  return limit
+end
+
+-- Writes a limit's state, or deletes it once it is fresh again (a fresh
+-- state decides exactly like no state). With server time the key expires
+-- when the state turns fresh, so Redis keeps no idle bucket.
+local function store(limit)
+  local fresh_at = limit.alg.fresh_at(limit.state, limit.a, limit.b)
+  if fresh_at <= now then
+    redis.call('DEL', limit.key)
+  elseif expire then
+    redis.call('SET', limit.key, limit.alg.encode(limit.state), 'PXAT', ceil_div(fresh_at, 1000))
+  else
+    redis.call('SET', limit.key, limit.alg.encode(limit.state))
+  end
+end
+
+local function copy(state)
+  local c = {}
+  for k, v in pairs(state) do c[k] = v end
+  return c
+end
+
+-- Asks a group of limits, all or nothing: each limit is decided on a copy
+-- of its state, and the copies are written only when every one admits.
+local function ask_all(limits, first, last, answer, write)
+  local all = true
+  local taken = {}
+  for i = first, last do
+    local limit = limits[i]
+    local state = copy(limit.state)
+    local ok, remaining, reset, retry
+    if write then
+      ok, remaining, reset, retry = limit.alg.acquire(state, limit.a, limit.b, limit.n)
+    else
+      ok, remaining, reset, retry = limit.alg.peek(state, limit.a, limit.b, limit.n)
+    end
+    answer[2 + 4 * (i - 1) + 1] = ok and 1 or 0
+    answer[2 + 4 * (i - 1) + 2] = remaining
+    answer[2 + 4 * (i - 1) + 3] = reset
+    answer[2 + 4 * (i - 1) + 4] = retry
+    all = all and ok
+    taken[i] = state
+  end
+  if all and write then
+    for i = first, last do
+      limits[i].state = taken[i]
+      store(limits[i])
+    end
+  elseif not all then
+    -- Refused: nothing was taken, so the limits that would have admitted
+    -- are reported as they are.
+    for i = first, last do
+      if answer[2 + 4 * (i - 1) + 1] == 1 then
+        local limit = limits[i]
+        local _, remaining, reset = limit.alg.peek(limit.state, limit.a, limit.b, limit.n)
+        answer[2 + 4 * (i - 1) + 2] = remaining
+        answer[2 + 4 * (i - 1) + 3] = reset
+      end
+    end
+  end
+  return all
+end
+
+if op == 'settle' then
+  local i, base = 1, 3
+  while base <= #ARGV do
+    local limit = load(i, base)
+    local how = tonumber(ARGV[base + 3])
+    local units = tonumber(ARGV[base + 4])
+    local taken_at = tonumber(ARGV[base + 5])
+    if how == 1 then
+      limit.alg.refund(limit.state, limit.a, limit.b, units, taken_at)
+      store(limit)
+    elseif how == 2 then
+      limit.alg.charge(limit.state, limit.a, limit.b, units)
+      store(limit)
+    end
+    i, base = i + 1, base + 6
+  end
+  return { now }
+end
+
+local enforced = tonumber(ARGV[3])
+local shadow_rules = tonumber(ARGV[4])
+local base = 5 + shadow_rules
+local limits = {}
+local count = (#ARGV - base + 1) / 4
+for i = 1, count do
+  limits[i] = load(i, base + 4 * (i - 1))
+end
+
+local answer = { now, 1 }
+if op == 'spend' then
+  for i = 1, count do
+    local limit = limits[i]
+    limit.alg.charge(limit.state, limit.a, limit.b, limit.n)
+    store(limit)
+    limit.n = 1
+  end
+  ask_all(limits, 1, count, answer, false)
+  return answer
+end
+
+local write = op == 'admit'
+local admitted = ask_all(limits, 1, enforced, answer, write)
+answer[2] = admitted and 1 or 0
+-- Shadow rules: asked only when the request is admitted (peeked otherwise,
+-- to report them), each all or nothing on its own.
+local first = enforced + 1
+for r = 1, shadow_rules do
+  local last = first + tonumber(ARGV[4 + r]) - 1
+  ask_all(limits, first, last, answer, write and admitted)
+  first = last + 1
+end
+return answer

@@ -1,0 +1,131 @@
+//! A real `redis-server` on an ephemeral loopback port, started and owned
+//! by one test: killed when dropped, and able to be stopped, frozen
+//! (SIGSTOP) and restarted (empty) on the same port. Shared by the unit
+//! tests and the integration tests (`tests/support` includes this file).
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` process of the test's own.
+pub struct RedisServer {
+    pub port: u16,
+    /// The watchdog shell and the server's pid.
+    child: Option<(Child, u32)>,
+    dir: PathBuf,
+}
+
+/// Runs redis-server under a shell that kills it once its standard input
+/// closes: when the test process ends, however it ends, no server is left
+/// behind. Prints the server's pid first.
+const WATCHDOG: &str =
+    "redis-server \"$@\" >/dev/null 2>&1 & echo $!; cat >/dev/null; kill -9 $! 2>/dev/null; wait";
+
+impl RedisServer {
+    /// Starts one on a free port and waits until it answers. Panics with a
+    /// clear message when `redis-server` is not installed (`.ci/run`
+    /// installs it).
+    pub fn start() -> RedisServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory for redis-server");
+        let mut server = RedisServer {
+            port,
+            child: None,
+            dir,
+        };
+        server.restart();
+        server
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the server again (empty: nothing is persisted) on the same
+    /// port, and waits until it answers.
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(
+            Command::new("redis-server")
+                .arg("--version")
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|status| status.success()),
+            "redis-server is not installed (apt-get install redis-server)"
+        );
+        let mut child = Command::new("sh")
+            .args(["-c", WATCHDOG, "sh"])
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--logfile", ""])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sh runs");
+        let mut pid = String::new();
+        BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut pid)
+            .expect("the watchdog prints the pid");
+        let pid = pid.trim().parse().expect("a pid");
+        self.child = Some((child, pid));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.cli(&["PING"]).as_deref() != Some("PONG") {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the server (as a crash would).
+    pub fn kill(&mut self) {
+        if let Some((mut child, pid)) = self.child.take() {
+            signal("-KILL", pid);
+            drop(child.stdin.take());
+            let _ = child.wait();
+        }
+    }
+
+    /// Freezes (`true`, SIGSTOP) or thaws (`false`, SIGCONT) the server: it
+    /// keeps its connections and answers nothing while frozen.
+    pub fn freeze(&self, frozen: bool) {
+        if let Some((_, pid)) = &self.child {
+            signal(if frozen { "-STOP" } else { "-CONT" }, *pid);
+        }
+    }
+
+    /// Runs `redis-cli` against the server; its trimmed output.
+    pub fn cli(&self, args: &[&str]) -> Option<String> {
+        let output = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        output
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.freeze(false);
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn signal(signal: &str, pid: u32) {
+    let _ = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status();
+}

@@ -1,0 +1,317 @@
+//! Several sluice instances sharing budgets through a real `redis-server`
+//! the test starts on an ephemeral port: exact accuracy across instances,
+//! and what happens when Redis dies, freezes or comes back (README,
+//! "Running several instances").
+
+use std::time::{Duration, Instant};
+
+use http::{Method, StatusCode};
+
+use crate::support::{send, RedisServer, Sluice, Upstream};
+
+/// `n` sluice instances on one Redis with `rules` (and `store` settings
+/// added to `[store.redis]`). The timeout is generous (a loaded test
+/// machine must not turn an accuracy test into a fallback test) unless
+/// `store` sets one.
+async fn instances(n: usize, redis: &str, store: &str, rules: &str) -> (Upstream, Vec<Sluice>) {
+    let upstream = Upstream::start().await;
+    let timeout = if store.contains("timeout") {
+        ""
+    } else {
+        "timeout = \"5s\""
+    };
+    let config = format!(
+        "[server]\nupstream = \"http://{{upstream}}\"\n\
+         [store]\nbackend = \"redis\"\n[store.redis]\nurl = \"{redis}\"\n{timeout}\n{store}\n{rules}"
+    );
+    let mut started = Vec::new();
+    for _ in 0..n {
+        started.push(Sluice::start(&config, upstream.addr).await);
+    }
+    for sluice in &started {
+        wait_for(sluice, "sluice_store_fallback_active", 0.0).await;
+    }
+    (upstream, started)
+}
+
+/// Sends requests until the store answers (the link connects in the
+/// background) and the fallback gauge reads `value`.
+async fn wait_for(sluice: &Sluice, series: &str, value: f64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let _ = send(Method::GET, &sluice.url("/warm-up"), &[]).await;
+        if sluice.metric(series).await == value {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{series} never read {value}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn get(sluice: &Sluice, caller: &str) -> StatusCode {
+    send(Method::GET, &sluice.url("/api"), &[("x-caller", caller)])
+        .await
+        .status
+}
+
+const PER_CALLER: &str = r#"
+[[rule]]
+name = "per-caller"
+match = { path_prefix = "/api" }
+key = ["header:x-caller"]
+"#;
+
+#[tokio::test]
+async fn three_instances_admit_exactly_what_one_would_for_every_algorithm() {
+    let redis = RedisServer::start();
+    for algorithm in ["token_bucket", "fixed_window", "sliding_window"] {
+        let rules = format!("{PER_CALLER}algorithm = \"{algorithm}\"\nrate = \"10/h\"\n");
+        let (_upstream, sluices) = instances(3, &redis.url(), "", &rules).await;
+        let mut allowed = 0;
+        for round in 0..30 {
+            if get(&sluices[round % 3], "alice").await == StatusCode::OK {
+                allowed += 1;
+            }
+        }
+        assert_eq!(allowed, 10, "{algorithm}: 10/h across three instances");
+        // Another caller has a budget of its own.
+        assert_eq!(get(&sluices[1], "bob").await, StatusCode::OK, "{algorithm}");
+        for sluice in sluices {
+            sluice.shutdown().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn concurrent_clients_on_three_instances_never_over_admit() {
+    let redis = RedisServer::start();
+    let rules = format!("{PER_CALLER}limits = [\"25/h\", \"40/d\"]\n");
+    let (_upstream, sluices) = instances(3, &redis.url(), "", &rules).await;
+    let urls: Vec<String> = sluices.iter().map(|s| s.url("/api")).collect();
+    let mut tasks = Vec::new();
+    for i in 0..120 {
+        let url = urls[i % 3].clone();
+        tasks.push(tokio::spawn(async move {
+            send(Method::GET, &url, &[("x-caller", "carol")])
+                .await
+                .status
+        }));
+    }
+    let mut allowed = 0;
+    for task in tasks {
+        if task.await.unwrap() == StatusCode::OK {
+            allowed += 1;
+        }
+    }
+    // The hourly limit binds; the daily one was charged for each of them.
+    assert_eq!(allowed, 25);
+    let remaining_daily = send(Method::GET, &urls[0], &[("x-caller", "carol")]).await;
+    assert_eq!(remaining_daily.status, StatusCode::TOO_MANY_REQUESTS);
+    // All or nothing: refused requests took nothing from the daily limit,
+    // so a second caller sharing nothing still has the whole hour.
+    let mut dave = 0;
+    for i in 0..30 {
+        if get(&sluices[i % 3], "dave").await == StatusCode::OK {
+            dave += 1;
+        }
+    }
+    assert_eq!(dave, 25);
+}
+
+#[tokio::test]
+async fn a_dead_redis_is_answered_locally_with_each_instances_share_and_left_behind() {
+    outage_with_fair_shares("instances = 3").await;
+}
+
+#[tokio::test]
+async fn instances_count_each_other_by_heartbeats_for_their_shares() {
+    // No `instances`: the shares come from the heartbeats, which every
+    // instance has read at least once after a beat (2 s) has passed.
+    outage_with_fair_shares("").await;
+}
+
+async fn outage_with_fair_shares(store: &str) {
+    let mut redis = RedisServer::start();
+    let rules = format!("{PER_CALLER}rate = \"30/h\"\n");
+    let (_upstream, sluices) = instances(3, &redis.url(), store, &rules).await;
+    if store.is_empty() {
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(
+            redis.cli(&["ZCARD", "sluice:instances"]).as_deref(),
+            Some("3")
+        );
+    }
+    redis.kill();
+    let started = Instant::now();
+    let mut statuses = Vec::new();
+    for round in 0..60 {
+        statuses.push(get(&sluices[round % 3], "erin").await);
+    }
+    // Every request answered, none with a 5xx, well within a second each.
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        statuses.iter().all(|s| !s.is_server_error()),
+        "{statuses:?}"
+    );
+    let allowed = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    // Each instance enforces a third of 30: at most 10, so at most 30 in
+    // all (the limit), never 3 × 30.
+    assert!(allowed <= 30, "{allowed} admitted while Redis was down");
+    assert!(
+        allowed >= 27,
+        "{allowed}: each instance still serves its share"
+    );
+    for sluice in &sluices {
+        assert_eq!(sluice.metric("sluice_store_fallback_active").await, 1.0);
+        assert!(
+            sluice
+                .metric("sluice_store_errors_total{backend=\"redis\"}")
+                .await
+                >= 1.0
+        );
+    }
+    // Back (empty): strict again within a few seconds, with fresh counts.
+    redis.restart();
+    for sluice in &sluices {
+        wait_for(sluice, "sluice_store_fallback_active", 0.0).await;
+    }
+    assert_eq!(get(&sluices[0], "erin").await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_frozen_redis_costs_each_request_at_most_its_timeout() {
+    let redis = RedisServer::start();
+    let rules = format!("{PER_CALLER}rate = \"1000/h\"\n");
+    let (_upstream, sluices) = instances(1, &redis.url(), "timeout = \"200ms\"", &rules).await;
+    let sluice = &sluices[0];
+    redis.freeze(true);
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let started = Instant::now();
+        assert_eq!(get(sluice, "frank").await, StatusCode::OK);
+        slowest = slowest.max(started.elapsed());
+    }
+    // `timeout = "200ms"`, and the breaker stops waiting after a few.
+    assert!(slowest < Duration::from_secs(2), "slowest {slowest:?}");
+    assert_eq!(sluice.metric("sluice_store_fallback_active").await, 1.0);
+    redis.freeze(false);
+    wait_for(sluice, "sluice_store_fallback_active", 0.0).await;
+}
+
+#[tokio::test]
+async fn on_error_allow_forwards_unlimited_and_deny_answers_503() {
+    let unreachable = format!("redis://{}", crate::support::closed_port());
+    let rules = format!("{PER_CALLER}rate = \"1/h\"\n");
+    let upstream = Upstream::start().await;
+    for (on_error, expected) in [
+        ("allow", StatusCode::OK),
+        ("deny", StatusCode::SERVICE_UNAVAILABLE),
+    ] {
+        let config = format!(
+            "[server]\nupstream = \"http://{{upstream}}\"\n[store]\nbackend = \"redis\"\n\
+             [store.redis]\nurl = \"{unreachable}\"\non_error = \"{on_error}\"\n{rules}"
+        );
+        // sluice starts and serves although Redis is unreachable.
+        let sluice = Sluice::start(&config, upstream.addr).await;
+        for _ in 0..3 {
+            let got = send(Method::GET, &sluice.url("/api"), &[("x-caller", "gina")]).await;
+            assert_eq!(got.status, expected, "on_error = {on_error}");
+            if on_error == "allow" {
+                assert!(got.header("x-ratelimit-limit").is_none());
+            } else {
+                crate::support::assert_problem(&got, StatusCode::SERVICE_UNAVAILABLE);
+            }
+        }
+        assert_eq!(sluice.metric("sluice_store_fallback_active").await, 1.0);
+        sluice.shutdown().await;
+    }
+}
+
+/// What `/v1/check` with cost 0 (a look that takes nothing) reports left
+/// for `key` of `rule` on `sluice`.
+async fn remaining(sluice: &Sluice, rule: &str, key: &str) -> i64 {
+    let body = format!(r#"{{"rule":"{rule}","key":"{key}","cost":0}}"#);
+    let got =
+        crate::support::post_json(&format!("http://{}/v1/check", sluice.admin), &body, &[]).await;
+    got.json()["remaining"].as_i64().expect("a number left")
+}
+
+async fn until_remaining(sluice: &Sluice, rule: &str, key: &str, expected: i64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = remaining(sluice, rule, key).await;
+        if left == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} left, expected {expected}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn charges_and_refunds_made_on_one_instance_are_seen_by_the_others() {
+    let redis = RedisServer::start();
+    let rules = r#"
+[[rule]]
+name = "compute"
+key = ["global"]
+rate = "1000/h"
+charge = "header:x-cost"
+refund_on = ["5xx"]
+"#;
+    let (_upstream, sluices) = instances(2, &redis.url(), "", rules).await;
+    let warmed = remaining(&sluices[1], "compute", "").await;
+    // Charged after the response on the first instance (1 + 250)...
+    let got = send(Method::GET, &sluices[0].url("/cost/250"), &[]).await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert!(got.header("x-cost").is_none());
+    // ... and seen by the second.
+    until_remaining(&sluices[1], "compute", "", warmed - 251).await;
+    // A 5xx on the second gives its admission back: seen by the first.
+    let got = send(Method::GET, &sluices[1].url("/status/502"), &[]).await;
+    assert_eq!(got.status, StatusCode::BAD_GATEWAY);
+    until_remaining(&sluices[0], "compute", "", warmed - 251).await;
+    // A spend through one instance's admin API is a debt for every one.
+    let spent = crate::support::post_json(
+        &format!("http://{}/admin/spend", sluices[0].admin),
+        r#"{"rule":"compute","key":"","amount":5000}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(spent.status, StatusCode::OK, "{}", spent.body);
+    let refused = send(Method::GET, &sluices[1].url("/"), &[]).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    // 4,251 units in debt at 1000/h: hours away.
+    assert!(retry > 3600, "Retry-After: {retry}");
+}
+
+#[tokio::test]
+async fn every_key_sluice_writes_expires_but_the_shared_seed() {
+    let redis = RedisServer::start();
+    let rules = format!("{PER_CALLER}rate = \"100/m\"\n");
+    let (_upstream, sluices) = instances(1, &redis.url(), "", &rules).await;
+    for caller in ["a", "b", "c"] {
+        assert_eq!(get(&sluices[0], caller).await, StatusCode::OK);
+    }
+    let keys = redis.cli(&["--scan", "--pattern", "sluice:*"]).unwrap();
+    let keys: Vec<&str> = keys.lines().collect();
+    assert!(keys.len() >= 4, "three buckets and the seed: {keys:?}");
+    for key in keys {
+        let ttl: i64 = redis.cli(&["PTTL", key]).unwrap().parse().unwrap();
+        if key == "sluice:seed" {
+            assert_eq!(ttl, -1, "the seed outlives idle buckets");
+        } else {
+            assert!(ttl > 0, "{key} has no expiry ({ttl})");
+        }
+    }
+    // A full bucket is no key at all: at 100/m, 600 ms refills one unit.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let left = redis
+        .cli(&["--scan", "--pattern", "sluice:{per-caller*"])
+        .unwrap();
+    assert_eq!(left, "", "idle buckets stay in Redis");
+}
