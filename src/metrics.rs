@@ -85,6 +85,8 @@ pub struct Metrics {
     evictions_idle: IntCounter,
     evictions_overflow: IntCounter,
     store_errors: IntCounterVec,
+    /// `sluice_store_seconds{backend}`: a networked store's calls.
+    store_seconds: HistogramVec,
     store_fallback_active: IntGauge,
     pub config_reloads_ok: IntCounter,
     pub config_reloads_error: IntCounter,
@@ -175,6 +177,15 @@ impl Metrics {
             &["backend"],
         )
         .expect("static metric definition");
+        let store_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "sluice_store_seconds",
+                "Time of one call to a shared store (one round trip), per backend.",
+            )
+            .buckets(FAST_BUCKETS.to_vec()),
+            &["backend"],
+        )
+        .expect("static metric definition");
         let store_fallback_active = IntGauge::new(
             "sluice_store_fallback_active",
             "1 while the shared store is down and local limiting is used.",
@@ -242,6 +253,7 @@ impl Metrics {
             Box::new(queue_depth.clone()),
             Box::new(evictions.clone()),
             Box::new(store_errors.clone()),
+            Box::new(store_seconds.clone()),
             Box::new(store_fallback_active.clone()),
             Box::new(reloads.clone()),
         ] {
@@ -266,6 +278,7 @@ impl Metrics {
             evictions_idle: evictions.with_label_values(&["idle"]),
             evictions_overflow: evictions.with_label_values(&["overflow"]),
             store_errors,
+            store_seconds,
             store_fallback_active,
             config_reloads_ok: reloads.with_label_values(&["ok"]),
             config_reloads_error: reloads.with_label_values(&["error"]),
@@ -309,6 +322,13 @@ impl Metrics {
         }
     }
 
+    /// How long one call to a shared store took.
+    pub fn store_call(&self, backend: &str, seconds: f64) {
+        self.store_seconds
+            .with_label_values(&[backend])
+            .observe(seconds);
+    }
+
     /// A store call succeeded: the fallback (if any) is over. Whether it
     /// was active.
     #[inline]
@@ -344,6 +364,7 @@ impl Metrics {
         catch_up(&self.evictions_idle, evicted_idle);
         catch_up(&self.evictions_overflow, overflow);
         self.store_errors.with_label_values(&[backend]);
+        self.store_seconds.with_label_values(&[backend]);
     }
 
     /// The text exposition of every series.

@@ -194,6 +194,12 @@ impl Store {
         }
     }
 
+    /// Whether the store is shared with other instances over the network.
+    #[inline]
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Store::Redis(_))
+    }
+
     /// How many instances share this store's budgets: while it fails, each
     /// enforces this fraction of every limit (1 for the memory store).
     pub fn instances(&self) -> u64 {

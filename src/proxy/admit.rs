@@ -123,7 +123,14 @@ pub async fn admit<'p>(
         let mut asks = Asks::default();
         fill_asks(&mut asks, enforced, shadowed);
         let mut answer = crate::store::Admission::default();
-        let local = match store.admit(&asks, now, &mut answer).await {
+        // A shared store's round trip is timed; the memory store's call is
+        // the decision itself (`sluice_decision_seconds`).
+        let started = store.is_shared().then(std::time::Instant::now);
+        let decided = store.admit(&asks, now, &mut answer).await;
+        if let Some(started) = started {
+            metrics.store_call(store.backend_name(), started.elapsed().as_secs_f64());
+        }
+        let local = match decided {
             Ok(()) => {
                 if metrics.store_recovered() {
                     tracing::info!("the store decides again; fallback over");

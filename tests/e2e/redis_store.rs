@@ -76,6 +76,11 @@ async fn three_instances_admit_exactly_what_one_would_for_every_algorithm() {
         assert_eq!(allowed, 10, "{algorithm}: 10/h across three instances");
         // Another caller has a budget of its own.
         assert_eq!(get(&sluices[1], "bob").await, StatusCode::OK, "{algorithm}");
+        // Every decision was one timed round trip to Redis.
+        let calls = sluices[0]
+            .metric("sluice_store_seconds_count{backend=\"redis\"}")
+            .await;
+        assert!(calls >= 10.0, "{algorithm}: {calls} store calls timed");
         for sluice in sluices {
             sluice.shutdown().await;
         }
