@@ -89,6 +89,7 @@ impl Validator<'_> {
                 AlgorithmKind::TokenBucket
                     | AlgorithmKind::FixedWindow
                     | AlgorithmKind::SlidingWindow
+                    | AlgorithmKind::Concurrency
             );
             if let (false, Some(field)) = (in_redis, &raw.algorithm) {
                 self.error(
@@ -96,7 +97,7 @@ impl Validator<'_> {
                     &format!("rule[{index}].algorithm"),
                     format!(
                         "\"{}\" with backend = \"redis\" {NOT_SUPPORTED}; use token_bucket, \
-                         fixed_window or sliding_window, or backend = \"memory\"",
+                         fixed_window, sliding_window or concurrency, or backend = \"memory\"",
                         field.get_ref()
                     ),
                 );

@@ -263,6 +263,7 @@ impl Tables<'_> {
                 let (period, count) = window.window();
                 format!("sliding.{period}.{count}")
             }
+            Limiter::Concurrency(limit) => format!("concurrency.{}", limit.max_in_flight),
             // Kept in memory only (config keeps them away from Redis).
             other => format!("{other:?}"),
         };

@@ -27,7 +27,7 @@ use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::Charge;
 use crate::policy::Billing;
 use crate::store::admission::Receipts;
-use crate::store::{Receipt, Settle, Store, StoreError, Taken};
+use crate::store::{Receipt, Settle, Store, StoreError};
 
 /// The receipts of one admitted request, settled exactly once each.
 #[derive(Debug)]
@@ -237,7 +237,7 @@ impl Ledger {
         for receipt in self
             .receipts
             .iter_mut()
-            .filter(|receipt| receipt.rule == rule && receipt.taken != Taken::Permit)
+            .filter(|receipt| receipt.rule == rule && !receipt.taken.is_permit())
         {
             if receipt.settled && how == Settle::GiveBack {
                 continue;
@@ -315,7 +315,7 @@ impl<F: std::future::Future> std::future::Future for ChargingWhile<'_, F> {
 pub fn needed_after_response(receipts: &[Receipt]) -> bool {
     receipts
         .iter()
-        .any(|receipt| !receipt.settled && receipt.taken == Taken::Permit)
+        .any(|receipt| !receipt.settled && receipt.taken.is_permit())
 }
 
 impl Drop for Settlement {

@@ -162,9 +162,22 @@ pub enum Taken {
     /// The table's overflow sketch (the store was full of active buckets):
     /// kept whatever happens, which is conservative.
     Overflow,
-    /// A concurrency permit (a lease in a networked store), returned when
-    /// the receipt is kept or given back.
+    /// A concurrency permit, returned when the receipt is kept or given
+    /// back.
     Permit,
+    /// A concurrency permit held in a shared store as lease number `id`
+    /// (renewed while the request runs, lapsing on its own should this
+    /// instance die), returned when the receipt is kept or given back.
+    Lease { id: u64 },
+}
+
+impl Taken {
+    /// Whether it is a concurrency permit (returned when the request ends,
+    /// never refunded or charged).
+    #[inline]
+    pub fn is_permit(&self) -> bool {
+        matches!(self, Taken::Permit | Taken::Lease { .. })
+    }
 }
 
 /// What one admission took from one bucket: owned, so it outlives the

@@ -18,6 +18,7 @@
 #[cfg(test)]
 mod differential;
 mod fair_share;
+mod leases;
 mod link;
 mod script;
 
@@ -25,12 +26,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Cmd;
+use smallvec::SmallVec;
 
 use super::admission::{Admission, Asks, Decisions, Outcome, Receipt, Settle, StoreError, Taken};
 use super::memory::MemoryStore;
 use super::UNASKED;
 use crate::clock::Nanos;
+use crate::limiter::Limiter;
 use fair_share::FairShare;
+use leases::Leases;
 pub use link::{Link, Seed};
 use script::Call;
 
@@ -54,6 +58,7 @@ pub struct RedisStore {
     local: MemoryStore,
     link: Link,
     fair_share: Arc<FairShare>,
+    leases: Arc<Leases>,
     prefix: Box<str>,
     /// Take time from Redis (`TIME`); `false` in tests, which pass exact
     /// instants.
@@ -73,6 +78,7 @@ impl RedisStore {
                 format!("{}:seed", settings.prefix),
             )?,
             fair_share: FairShare::new(settings.instances),
+            leases: Leases::new(random_u64()),
             prefix: settings.prefix.into(),
             server_time: true,
         })
@@ -85,6 +91,12 @@ impl RedisStore {
         let id = format!("{:x}-{}", random_u64(), std::process::id());
         self.fair_share
             .start(self.link.clone(), format!("{}:instances", self.prefix), id);
+        self.leases.start(self.link.clone());
+    }
+
+    /// How many concurrency leases this instance holds.
+    pub fn leases_held(&self) -> usize {
+        self.leases.len()
     }
 
     /// How many instances share each limit: while Redis is down, each
@@ -131,8 +143,14 @@ impl RedisStore {
                 return Ok(());
             }
         }
+        let leases: SmallVec<[u64; 2]> = asks
+            .limits
+            .iter()
+            .filter(|ask| matches!(ask.limiter, Limiter::Concurrency(_)))
+            .map(|_| self.leases.next_id())
+            .collect();
         let mut call = self.call("admit", now);
-        call.asks(asks);
+        call.asks(asks, &leases);
         let answer: Vec<i64> = self.link.run(call.finish()).await?;
         let at = script::instant(&answer)?;
         reset(admission, asks.limits.len(), at);
@@ -153,13 +171,26 @@ impl RedisStore {
             }
             for slot in rule.limits.clone() {
                 let ask = &asks.limits[slot];
+                let taken = match ask.limiter {
+                    Limiter::Concurrency(_) => {
+                        let before = asks.limits[..slot]
+                            .iter()
+                            .filter(|ask| matches!(ask.limiter, Limiter::Concurrency(_)))
+                            .count();
+                        let id = leases[before];
+                        let key = script::key_name(&self.prefix, ask.table, ask.key);
+                        self.leases.taken(id, key);
+                        Taken::Lease { id }
+                    }
+                    _ => Taken::Bucket,
+                };
                 admission.receipts.push(Receipt {
                     rule: index,
                     table: ask.table.clone(),
                     key: ask.key,
                     limiter: *ask.limiter,
                     units: ask.cost,
-                    taken: Taken::Bucket,
+                    taken,
                     at,
                     charged: 0,
                     settled: false,
@@ -203,11 +234,16 @@ impl RedisStore {
                 continue;
             }
             receipt.settled |= !charge;
-            let (code, units) = match how {
-                Settle::Keep => continue,
-                Settle::GiveBack if receipt.taken == Taken::Bucket => (1, receipt.units),
-                Settle::GiveBack => continue,
-                Settle::Charge(units) => {
+            let (code, units) = match (receipt.taken, how) {
+                (Taken::Lease { id }, Settle::Keep | Settle::GiveBack) => {
+                    self.leases.returned(id);
+                    (3, id)
+                }
+                (Taken::Lease { .. }, Settle::Charge(_)) => continue,
+                (_, Settle::Keep) => continue,
+                (Taken::Bucket, Settle::GiveBack) => (1, receipt.units),
+                (_, Settle::GiveBack) => continue,
+                (_, Settle::Charge(units)) => {
                     receipt.charged = receipt.charged.saturating_add(units);
                     (2, units)
                 }

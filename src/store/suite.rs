@@ -128,19 +128,17 @@ pub async fn rates_permits_and_shadow_asks_are_one_call(store: Store) {
     assert_eq!(first.decisions[0].state().remaining, 7);
     assert_eq!(first.decisions[1].state().remaining, 1);
     assert!(first.shadow_limited.is_empty());
+    // A permit is a lease in a shared store.
     let taken: Vec<_> = first
         .receipts
         .iter()
-        .map(|r| (r.rule, r.taken, r.units))
+        .map(|r| (r.rule, r.taken.is_permit(), r.units))
         .collect();
-    assert_eq!(
-        taken,
-        [
-            (0, Taken::Bucket, 3),
-            (1, Taken::Permit, 1),
-            (2, Taken::Bucket, 1)
-        ]
-    );
+    assert_eq!(taken, [(0, false, 3), (1, true, 1), (2, false, 1)]);
+    assert!(first
+        .receipts
+        .iter()
+        .all(|r| r.taken.is_permit() || r.taken == Taken::Bucket));
     // The shadow rule's one unit is spent: it would limit the next request,
     // which is admitted all the same.
     let second = admit(&store, &asks, T0).await;
@@ -649,8 +647,14 @@ store_suite!(
     redis,
     redis_store().await,
     [
+        rates_permits_and_shadow_asks_are_one_call,
         a_rate_that_refuses_leaves_the_other_rates_untouched,
+        a_refusal_takes_nothing_from_any_limit,
+        all_or_nothing_in_every_combination,
+        a_banned_key_is_refused_before_its_buckets_and_strikes_ban,
         receipts_are_kept_given_back_or_charged,
+        a_kept_receipt_keeps_its_units_and_returns_its_permit,
+        peeking_takes_nothing_and_reports_every_limit,
         spending_takes_every_limit_unconditionally,
         a_huge_charge_saturates_and_never_wraps_around,
         a_debt_refuses_until_repaid_and_retry_after_counts_it,

@@ -320,3 +320,148 @@ async fn every_key_sluice_writes_expires_but_the_shared_seed() {
         .unwrap();
     assert_eq!(left, "", "idle buckets stay in Redis");
 }
+
+const IN_FLIGHT: &str = r#"
+[[rule]]
+name = "in-flight"
+match = { path_prefix = "/slow" }
+key = ["global"]
+algorithm = "concurrency"
+max_in_flight = 2
+"#;
+
+/// The leases in force in Redis for `IN_FLIGHT`'s rule.
+fn leases(redis: &RedisServer) -> usize {
+    let keys = redis
+        .cli(&["--scan", "--pattern", "sluice:{in-flight:*"])
+        .unwrap_or_default();
+    keys.lines()
+        .map(|key| {
+            redis
+                .cli(&["ZCARD", key])
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+async fn until_leases(redis: &RedisServer, expected: usize, within: Duration) {
+    let deadline = Instant::now() + within;
+    while leases(redis) != expected {
+        assert!(
+            Instant::now() < deadline,
+            "{} leases, expected {expected}",
+            leases(redis)
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test]
+async fn permits_are_shared_leases_taken_and_returned_across_instances() {
+    let redis = RedisServer::start();
+    let (_upstream, sluices) = instances(2, &redis.url(), "", IN_FLIGHT).await;
+    let slow: Vec<_> = sluices
+        .iter()
+        .map(|sluice| {
+            let url = sluice.url("/slow/1500");
+            tokio::spawn(async move { send(Method::GET, &url, &[]).await.status })
+        })
+        .collect();
+    until_leases(&redis, 2, Duration::from_secs(5)).await;
+    // Both permits are held, one on each instance: a third request is
+    // refused by either.
+    for sluice in &sluices {
+        let got = send(Method::GET, &sluice.url("/slow/0"), &[]).await;
+        assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(got.header("retry-after"), Some("1"));
+    }
+    for request in slow {
+        assert_eq!(request.await.unwrap(), StatusCode::OK);
+    }
+    // Returned when the responses ended.
+    until_leases(&redis, 0, Duration::from_secs(5)).await;
+    assert_eq!(
+        send(Method::GET, &sluices[1].url("/slow/0"), &[])
+            .await
+            .status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_crashed_instances_permits_come_back_within_ten_seconds() {
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [store]\nbackend = \"redis\"\n[store.redis]\nurl = \"{}\"\ntimeout = \"5s\"\n{IN_FLIGHT}",
+        upstream.addr,
+        redis.url()
+    );
+    let mut doomed =
+        crate::support::SluiceProcess::spawn(&crate::support::write_config(dir.path(), &config));
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let url = doomed.url("/slow/60000");
+            tokio::spawn(async move { send(Method::GET, &url, &[]).await })
+        })
+        .collect();
+    until_leases(&redis, 2, Duration::from_secs(10)).await;
+    let _ = doomed.child.kill();
+    let _ = doomed.child.wait();
+    let crashed = Instant::now();
+    for request in held {
+        request.abort();
+    }
+    // Another instance: refused while the dead one's leases count, then
+    // admitted once they lapse, within their 10 s.
+    let (_upstream, survivors) = instances(1, &redis.url(), "", IN_FLIGHT).await;
+    let survivor = &survivors[0];
+    assert_eq!(
+        send(Method::GET, &survivor.url("/slow/0"), &[])
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    loop {
+        let status = send(Method::GET, &survivor.url("/slow/0"), &[])
+            .await
+            .status;
+        if status == StatusCode::OK {
+            break;
+        }
+        assert!(
+            crashed.elapsed() < Duration::from_secs(12),
+            "the dead instance's permits never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        crashed.elapsed() > Duration::from_secs(5),
+        "leases lapsed too early"
+    );
+}
+
+#[tokio::test]
+async fn a_permit_held_longer_than_its_lease_is_renewed_while_the_request_runs() {
+    let redis = RedisServer::start();
+    let rules = IN_FLIGHT.replace("max_in_flight = 2", "max_in_flight = 1");
+    let (_upstream, sluices) = instances(1, &redis.url(), "", &rules).await;
+    let url = sluices[0].url("/slow/13000");
+    let long = tokio::spawn(async move { send(Method::GET, &url, &[]).await.status });
+    until_leases(&redis, 1, Duration::from_secs(5)).await;
+    // Past the lease's 10 s: still held, so still refused.
+    tokio::time::sleep(Duration::from_millis(11_500)).await;
+    assert_eq!(leases(&redis), 1, "the lease lapsed while its request ran");
+    assert_eq!(
+        send(Method::GET, &sluices[0].url("/slow/0"), &[])
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(long.await.unwrap(), StatusCode::OK);
+    until_leases(&redis, 0, Duration::from_secs(5)).await;
+}

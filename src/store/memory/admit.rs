@@ -289,6 +289,8 @@ impl MemoryStore {
                 Self::permits(&receipt.table).release(receipt.key);
             }
             (Taken::Permit | Taken::Overflow, Settle::Charge(_)) => {}
+            // Leases live in a shared store; the memory store makes none.
+            (Taken::Lease { .. }, _) => {}
             (Taken::Bucket | Taken::Overflow | Taken::Reserved { .. }, Settle::Keep) => {}
             // Conservative: the sketch is shared by many keys.
             (Taken::Overflow, Settle::GiveBack) => {}

@@ -10,6 +10,8 @@ use crate::limiter::{BucketState, Decision, Limiter};
 use crate::store::admission::{Asks, Receipt, StoreError};
 use crate::store::BucketTable;
 
+use super::leases::LEASE_TTL;
+
 /// The script's source.
 pub const SOURCE: &str = include_str!("sluice.lua");
 
@@ -41,7 +43,9 @@ impl<'s> Call<'s> {
     /// Every limit of `asks`: the enforced rules' limits first (all or
     /// nothing), then each shadow rule (each all or nothing on its own).
     /// The store orders asks that way: enforced rules, then shadow ones.
-    pub fn asks(&mut self, asks: &Asks<'_>) {
+    /// `leases` holds one lease number per concurrency limit of `asks`, in
+    /// order: the leases the script takes if the request is admitted.
+    pub fn asks(&mut self, asks: &Asks<'_>, leases: &[u64]) {
         let enforced: usize = asks
             .rules
             .iter()
@@ -57,9 +61,13 @@ impl<'s> Call<'s> {
         self.args.push(enforced as u64);
         self.args.push(shadow.len() as u64);
         self.args.extend(shadow);
+        let mut leases = leases.iter();
         for ask in &asks.limits {
             self.limit(ask.table, ask.key, ask.limiter);
-            self.args.push(ask.cost);
+            self.args.push(match ask.limiter {
+                Limiter::Concurrency(_) => *leases.next().expect("a lease per permit"),
+                _ => ask.cost,
+            });
         }
     }
 
@@ -73,18 +81,15 @@ impl<'s> Call<'s> {
         }
     }
 
-    /// One receipt to settle: `how` 1 gives back, 2 charges `units`.
+    /// One receipt to settle: `how` 1 gives back, 2 charges `units`, 3
+    /// returns lease number `units`.
     pub fn receipt(&mut self, receipt: &Receipt, how: u64, units: u64) {
         self.limit(&receipt.table, receipt.key, &receipt.limiter);
         self.args.extend([how, units, receipt.at / MICRO]);
     }
 
     fn limit(&mut self, table: &BucketTable, key: u64, limiter: &Limiter) {
-        let name = table.name();
-        self.keys.push(format!(
-            "{}:{{{}:{key:016x}}}:{}",
-            self.prefix, name.rule, name.limit
-        ));
+        self.keys.push(key_name(self.prefix, table, key));
         self.args.extend(parameters(limiter));
     }
 
@@ -98,6 +103,14 @@ impl<'s> Call<'s> {
             .arg(&self.args[..]);
         cmd
     }
+}
+
+/// The Redis key of `key`'s bucket in `table`: the rule and the caller in
+/// the hash tag (one caller's limits of one rule share a Cluster slot),
+/// then the limit.
+pub fn key_name(prefix: &str, table: &BucketTable, key: u64) -> String {
+    let name = table.name();
+    format!("{prefix}:{{{}:{key:016x}}}:{}", name.rule, name.limit)
 }
 
 /// The script's algorithm number and parameters for `limiter`, in
@@ -121,6 +134,7 @@ fn parameters(limiter: &Limiter) -> [u64; 3] {
             let (period, count) = window.window();
             [3, (period / MICRO).max(1), count]
         }
+        Limiter::Concurrency(limit) => [4, limit.max_in_flight, LEASE_TTL.as_micros() as u64],
         _ => [1, 0, 0],
     }
 }

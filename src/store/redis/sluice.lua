@@ -22,12 +22,15 @@
 --     then per limit, 4 fields: algorithm, a, b, cost
 --   settle:
 --     per receipt, 6 fields: algorithm, a, b, how (0 keep, 1 give back,
---     2 charge), units, taken_at (microseconds)
+--     2 charge, 3 return a lease), units (for a lease: its name),
+--     taken_at (microseconds)
 --
 -- Algorithms (a, b):
 --   1 token bucket (GCRA): emission interval T, tolerance tau (microseconds)
 --   2 fixed window: period (microseconds), COUNT
 --   3 sliding window: period (microseconds), COUNT
+--   4 concurrency permits: max_in_flight, lease TTL (microseconds); the
+--     cost slot names the lease this request takes
 --
 -- Answers: { now, admitted (1/0), then per limit 4 integers: allowed (1/0),
 -- remaining, reset_after, retry_after (-1: never) } for admit, peek and
@@ -455,7 +458,34 @@ function sliding.refund(s, a, C, units, taken_at)
   s.w, s.c, s.p = t.w, sat_sub(t.c, from_cur), sat_sub(t.p, from_prev)
 end
 
-local algorithms = { [1] = gcra, [2] = fixed, [3] = sliding }
+-- Concurrency permits (a = max_in_flight, b = the lease TTL): leases in a
+-- sorted set, each scored with the instant it lapses (its instance renews
+-- it while the request runs, and removes it when the request ends). Lapsed
+-- leases are dropped before counting, so a dead instance's permits come
+-- back. The state is the count of leases in force, and whether this call
+-- takes one; the lease itself (ARGV's cost slot: its name) is written by
+-- `store`.
+local permit = { lease = true }
+
+function permit.acquire(s, a, b, cost)
+  if s.count < a then
+    s.count = s.count + 1
+    s.take = true
+    return true, a - s.count, 0, 0
+  end
+  return false, 0, 0, 1000000
+end
+
+function permit.peek(s, a, b, cost)
+  if s.count < a then return true, a - s.count, 0, 0 end
+  return false, 0, 0, 1000000
+end
+
+-- Permits are requests in flight, not units: nothing to charge or refund.
+function permit.charge() end
+function permit.refund() end
+
+local algorithms = { [1] = gcra, [2] = fixed, [3] = sliding, [4] = permit }
 
 -- One limit: its key, algorithm, parameters and decoded state.
 local function load(i, base)
@@ -467,7 +497,13 @@ local function load(i, base)
     b = tonumber(ARGV[base + 2]),
     n = tonumber(ARGV[base + 3]),
   }
-  limit.state = algorithm.decode(redis.call('GET', limit.key))
+  if algorithm.lease then
+    limit.member = ARGV[base + 3]
+    redis.call('ZREMRANGEBYSCORE', limit.key, '-inf', now)
+    limit.state = { count = redis.call('ZCARD', limit.key), take = false }
+  else
+    limit.state = algorithm.decode(redis.call('GET', limit.key))
+  end
   return limit
 end
 
@@ -475,6 +511,14 @@ end
 -- state decides exactly like no state). With server time the key expires
 -- when the state turns fresh, so Redis keeps no idle bucket.
 local function store(limit)
+  if limit.alg.lease then
+    if limit.state.take then
+      local lapses = now + limit.b
+      redis.call('ZADD', limit.key, lapses, limit.member)
+      if expire then redis.call('PEXPIREAT', limit.key, ceil_div(lapses, 1000)) end
+    end
+    return
+  end
   local fresh_at = limit.alg.fresh_at(limit.state, limit.a, limit.b)
   if fresh_at <= now then
     redis.call('DEL', limit.key)
@@ -539,7 +583,10 @@ if op == 'settle' then
     local how = tonumber(ARGV[base + 3])
     local units = tonumber(ARGV[base + 4])
     local taken_at = tonumber(ARGV[base + 5])
-    if how == 1 then
+    if how == 3 then
+      -- A lease returned: ARGV's units slot names it.
+      redis.call('ZREM', limit.key, ARGV[base + 4])
+    elseif how == 1 then
       limit.alg.refund(limit.state, limit.a, limit.b, units, taken_at)
       store(limit)
     elseif how == 2 then
