@@ -114,11 +114,14 @@ pub enum StoreBackend {
     Redis(RedisConfig),
 }
 
-/// `[store.redis]` (strict mode, one node).
+/// `[store.redis]` (strict mode).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    /// `url`: `redis://[user:password@]host:port[/db]`.
-    pub url: String,
+    /// `url` (one entry: `redis://[user:password@]host:port[/db]`), or
+    /// `urls`: some nodes of a Redis Cluster.
+    pub urls: Vec<String>,
+    /// `cluster`: the nodes are a Redis Cluster's.
+    pub cluster: bool,
     /// `timeout`: the longest a decision waits for Redis.
     pub timeout: Duration,
     /// `on_error`: what decides while Redis fails.

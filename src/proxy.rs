@@ -105,7 +105,8 @@ impl Proxy {
             StoreBackend::Memory => (Store::Memory(MemoryStore::new(max_keys)), OnError::Local),
             StoreBackend::Redis(redis) => {
                 let settings = RedisSettings {
-                    url: redis.url.clone(),
+                    urls: redis.urls.clone(),
+                    cluster: redis.cluster,
                     timeout: redis.timeout,
                     prefix: "sluice".into(),
                     instances: redis.instances,

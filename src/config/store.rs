@@ -42,20 +42,6 @@ impl Validator<'_> {
     }
     /// `[store.redis]`.
     fn redis(&mut self, raw: &RawRedis) -> RedisConfig {
-        if let Some(cluster) = raw.cluster.as_ref().filter(|c| *c.get_ref()) {
-            self.error(
-                cluster.span().start,
-                "store.redis.cluster",
-                format!("Redis Cluster {NOT_SUPPORTED}; use one Redis (cluster = false, url)"),
-            );
-        }
-        if let Some(urls) = &raw.urls {
-            self.error(
-                urls.span().start,
-                "store.redis.urls",
-                format!("urls (Redis Cluster) {NOT_SUPPORTED}; use url"),
-            );
-        }
         if let Some(mode) = &raw.mode {
             match mode.get_ref().as_str() {
                 "strict" => {}
@@ -77,17 +63,38 @@ impl Validator<'_> {
             "store.redis.sync_interval",
             Duration::from_millis(50),
         );
-        let url = match &raw.url {
+        let cluster = raw.cluster.as_ref().is_some_and(|c| *c.get_ref());
+        let urls = self.list(raw.urls.as_ref(), "store.redis.urls", |url| {
+            redis_url(url).map(|()| url.to_owned())
+        });
+        if let Some(field) = &raw.urls {
+            if !cluster {
+                self.error(
+                    field.span().start,
+                    "store.redis.urls",
+                    "urls names the nodes of a Redis Cluster: set cluster = true, or use url",
+                );
+            } else if raw.url.is_some() {
+                self.error(
+                    field.span().start,
+                    "store.redis.urls",
+                    "write the cluster's nodes in urls, or one of them in url, not both",
+                );
+            }
+        }
+        let urls = match &raw.url {
             Some(url) => {
                 if let Err(error) = redis_url(url.get_ref()) {
                     self.error(url.span().start, "store.redis.url", error);
                 }
-                url.get_ref().clone()
+                vec![url.get_ref().clone()]
             }
-            None => DEFAULT_REDIS_URL.to_owned(),
+            None if urls.is_empty() => vec![DEFAULT_REDIS_URL.to_owned()],
+            None => urls,
         };
         RedisConfig {
-            url,
+            urls,
+            cluster,
             timeout: self.timeout(
                 raw.timeout.as_ref(),
                 "store.redis.timeout",

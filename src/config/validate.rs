@@ -777,9 +777,8 @@ upstream = "http://127.0.0.1:3000"
 [store]
 backend = "redis"
 [store.redis]
-url = "redis://127.0.0.1:6379"
 urls = ["redis://a", "redis://b"]
-cluster = false
+cluster = true
 mode = "strict"
 sync_interval = "50ms"
 timeout = "20ms"
@@ -821,14 +820,9 @@ max_in_flight = 10
             lines.iter().all(|l| l.contains("not supported")),
             "{lines:#?}"
         );
-        // What the Redis store does not keep yet: Redis Cluster, and delay
-        // mode with backend = "redis".
-        assert_eq!(lines.len(), 2, "{lines:#?}");
-        assert!(
-            lines[0].starts_with("test.toml:8:8: store.redis.urls: "),
-            "{lines:#?}"
-        );
-        assert!(lines[1].contains("rule[0].on_limit"), "{lines:#?}");
+        // What the Redis store does not keep yet: delay mode.
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(lines[0].contains("rule[0].on_limit"), "{lines:#?}");
     }
 
     #[test]
@@ -838,7 +832,8 @@ max_in_flight = 10
         let StoreBackend::Redis(redis) = config.store.backend else {
             panic!("{:?}", config.store.backend);
         };
-        assert_eq!(redis.url, "redis://127.0.0.1:6379");
+        assert_eq!(redis.urls, ["redis://127.0.0.1:6379"]);
+        assert!(!redis.cluster);
         assert_eq!(redis.timeout, Duration::from_millis(20));
         assert_eq!(redis.on_error, crate::config::OnError::Local);
         assert_eq!(redis.instances, 0);
@@ -849,10 +844,22 @@ max_in_flight = 10
         let StoreBackend::Redis(redis) = config.store.backend else {
             panic!("{:?}", config.store.backend);
         };
-        assert_eq!(redis.url, "redis://cache:6380/2");
+        assert_eq!(redis.urls, ["redis://cache:6380/2"]);
         assert_eq!(redis.timeout, Duration::from_millis(50));
         assert_eq!(redis.on_error, crate::config::OnError::Deny);
         assert_eq!(redis.instances, 4);
+        let config = valid(
+            "[server]\nupstream = \"http://127.0.0.1:3000\"\n[store]\nbackend = \"redis\"\n\
+             [store.redis]\ncluster = true\nurls = [\"redis://10.0.0.1:7000\", \"redis://10.0.0.2:7000\"]\n",
+        );
+        let StoreBackend::Redis(redis) = config.store.backend else {
+            panic!("{:?}", config.store.backend);
+        };
+        assert!(redis.cluster);
+        assert_eq!(
+            redis.urls,
+            ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]
+        );
     }
 
     #[test]
@@ -864,7 +871,7 @@ upstream = "http://127.0.0.1:3000"
 backend = "redis"
 [store.redis]
 url = "http://127.0.0.1:6379"
-cluster = true
+urls = ["redis://a:7000"]
 mode = "hybrid"
 timeout = "0s"
 on_error = "maybe"
@@ -882,7 +889,7 @@ on_limit = "delay"
             lines,
             vec![
                 "test.toml:6:7: store.redis.url: \"http://127.0.0.1:6379\" is not a Redis URL; use redis://host:port[/db] (TLS is not supported)",
-                "test.toml:7:11: store.redis.cluster: Redis Cluster is not supported by this version of sluice yet; use one Redis (cluster = false, url)",
+                "test.toml:7:8: store.redis.urls: urls names the nodes of a Redis Cluster: set cluster = true, or use url",
                 "test.toml:8:8: store.redis.mode: mode = \"hybrid\" is not supported by this version of sluice yet; use \"strict\"",
                 "test.toml:9:11: store.redis.timeout: must be longer than zero (default \"20ms\")",
                 "test.toml:10:12: store.redis.on_error: \"maybe\" is not allowed; use one of \"local\", \"allow\", \"deny\"",

@@ -122,8 +122,8 @@ impl TableName {
     pub fn unique() -> TableName {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         TableName {
-            rule: format!("table-{}", NEXT.fetch_add(1, Ordering::Relaxed)).into(),
-            limit: "".into(),
+            rule: "tables".into(),
+            limit: format!("table-{}", NEXT.fetch_add(1, Ordering::Relaxed)).into(),
         }
     }
 }

@@ -28,11 +28,13 @@ use std::time::Duration;
 use redis::Cmd;
 use smallvec::SmallVec;
 
-use super::admission::{Admission, Asks, Decisions, Outcome, Receipt, Settle, StoreError, Taken};
+use super::admission::{
+    Admission, Ask, Asks, Decisions, Outcome, Receipt, Settle, StoreError, Taken,
+};
 use super::memory::MemoryStore;
 use super::UNASKED;
 use crate::clock::Nanos;
-use crate::limiter::Limiter;
+use crate::limiter::{Decision, Limiter};
 use fair_share::FairShare;
 use leases::Leases;
 pub use link::{Link, Seed};
@@ -41,8 +43,10 @@ use script::Call;
 /// Where a Redis store connects and how long it waits.
 #[derive(Debug, Clone)]
 pub struct RedisSettings {
-    /// `redis://host:port[/db]`.
-    pub url: String,
+    /// `redis://host:port[/db]`: one Redis, or some nodes of a cluster.
+    pub urls: Vec<String>,
+    /// Whether `urls` are a Redis Cluster's nodes.
+    pub cluster: bool,
     /// The longest a call may take before `on_error` decides.
     pub timeout: Duration,
     /// Prefix of every key sluice writes.
@@ -66,17 +70,19 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// A store on `settings.url` with room for `max_keys` buckets in its
+    /// A store on `settings.urls` with room for `max_keys` buckets in its
     /// fallback. Connects in the background: a Redis that is down at start
     /// only means the fallback decides until it is up.
     pub fn new(settings: RedisSettings, max_keys: usize) -> Result<RedisStore, String> {
+        let seed_key = format!("{}:seed", settings.prefix);
         Ok(RedisStore {
             local: MemoryStore::new(max_keys),
-            link: Link::new(
-                &settings.url,
-                settings.timeout,
-                format!("{}:seed", settings.prefix),
-            )?,
+            link: if settings.cluster {
+                Link::cluster(&settings.urls, settings.timeout, seed_key)?
+            } else {
+                let url = settings.urls.first().ok_or("no Redis URL")?;
+                Link::new(url, settings.timeout, seed_key)?
+            },
             fair_share: FairShare::new(settings.instances),
             leases: Leases::new(random_u64()),
             prefix: settings.prefix.into(),
@@ -143,12 +149,10 @@ impl RedisStore {
                 return Ok(());
             }
         }
-        let leases: SmallVec<[u64; 2]> = asks
-            .limits
-            .iter()
-            .filter(|ask| matches!(ask.limiter, Limiter::Concurrency(_)))
-            .map(|_| self.leases.next_id())
-            .collect();
+        if self.link.is_cluster() && asks.rules.len() > 1 {
+            return self.admit_rule_by_rule(asks, now, admission).await;
+        }
+        let leases = self.lease_ids(&asks.limits);
         let mut call = self.call("admit", now);
         call.asks(asks, &leases);
         let answer: Vec<i64> = self.link.run(call.finish()).await?;
@@ -163,41 +167,129 @@ impl RedisStore {
             self.local.strike(asks, admission, now);
             return Ok(());
         }
+        let mut leases = leases.iter().copied();
         for (index, rule) in asks.rules.iter().enumerate() {
+            let limits = &asks.limits[rule.limits.clone()];
             let decisions = &admission.decisions[rule.limits.clone()];
             if rule.shadow && decisions.iter().any(|d| !d.is_allowed()) {
                 admission.shadow_limited.push(index);
+                // Its leases were not taken: skip their numbers.
+                for _ in 0..permits(limits) {
+                    leases.next();
+                }
                 continue;
             }
-            for slot in rule.limits.clone() {
-                let ask = &asks.limits[slot];
-                let taken = match ask.limiter {
-                    Limiter::Concurrency(_) => {
-                        let before = asks.limits[..slot]
-                            .iter()
-                            .filter(|ask| matches!(ask.limiter, Limiter::Concurrency(_)))
-                            .count();
-                        let id = leases[before];
-                        let key = script::key_name(&self.prefix, ask.table, ask.key);
-                        self.leases.taken(id, key);
-                        Taken::Lease { id }
-                    }
-                    _ => Taken::Bucket,
-                };
-                admission.receipts.push(Receipt {
-                    rule: index,
-                    table: ask.table.clone(),
-                    key: ask.key,
-                    limiter: *ask.limiter,
-                    units: ask.cost,
-                    taken,
-                    at,
-                    charged: 0,
-                    settled: false,
-                });
+            self.push_receipts(admission, index, limits, &mut leases, at);
+        }
+        Ok(())
+    }
+
+    /// [`RedisStore::admit`] on a Redis Cluster, for a request with several
+    /// rules: one rule's keys share a slot (their hash tag), different
+    /// rules' may not, so each rule is one call, in order. All or nothing
+    /// is kept by giving back what the earlier rules took when a later one
+    /// refuses (one more round trip, on that path only); shadow rules are
+    /// asked once the request is admitted, each on its own.
+    async fn admit_rule_by_rule(
+        &self,
+        asks: &Asks<'_>,
+        now: Nanos,
+        admission: &mut Admission,
+    ) -> Result<(), StoreError> {
+        reset(admission, asks.limits.len(), now);
+        let mut first = true;
+        for (index, rule) in asks.rules.iter().enumerate() {
+            let limits = &asks.limits[rule.limits.clone()];
+            let mut one = Asks::default();
+            one.push_rule(rule.key, false, None, limits.iter().copied());
+            let leases = self.lease_ids(limits);
+            let mut call = self.call("admit", now);
+            call.asks(&one, &leases);
+            let answer: Vec<i64> = match self.link.run(call.finish()).await {
+                Ok(answer) => answer,
+                Err(error) => {
+                    self.give_back(admission, now).await;
+                    return Err(error);
+                }
+            };
+            let at = script::instant(&answer)?;
+            if first {
+                admission.at = at;
+                first = false;
+            }
+            for (offset, slot) in rule.limits.clone().enumerate() {
+                admission.decisions[slot] = script::decision(&answer, offset)?;
+            }
+            if script::admitted(&answer)? {
+                self.push_receipts(admission, index, limits, &mut leases.iter().copied(), at);
+            } else if rule.shadow {
+                admission.shadow_limited.push(index);
+            } else {
+                self.give_back(admission, now).await;
+                // The rules before it took nothing in the end: reported as
+                // they are, as one call would have.
+                for earlier in 0..index {
+                    self.report_as_they_are(asks, earlier, now, admission)
+                        .await?;
+                }
+                admission.outcome = Outcome::Limited;
+                self.local.strike(asks, admission, now);
+                return Ok(());
             }
         }
         Ok(())
+    }
+
+    /// Gives back every receipt `admission` holds (a later rule refused, or
+    /// failed), and empties it.
+    async fn give_back(&self, admission: &mut Admission, now: Nanos) {
+        let mut receipts = std::mem::take(&mut admission.receipts);
+        for command in self.settling(&mut receipts, Settle::GiveBack, now) {
+            if let Err(error) = self.link.run::<redis::Value>(command).await {
+                tracing::debug!(%error, "units of a refused request not given back");
+            }
+        }
+    }
+
+    /// A new lease number for each concurrency limit of `limits`.
+    fn lease_ids(&self, limits: &[Ask<'_>]) -> SmallVec<[u64; 2]> {
+        (0..permits(limits))
+            .map(|_| self.leases.next_id())
+            .collect()
+    }
+
+    /// The receipts of rule `index`, whose `limits` were all taken at `at`;
+    /// its permits' lease numbers come from `leases`, in order.
+    fn push_receipts(
+        &self,
+        admission: &mut Admission,
+        index: usize,
+        limits: &[Ask<'_>],
+        leases: &mut impl Iterator<Item = u64>,
+        at: Nanos,
+    ) {
+        for ask in limits {
+            let taken = match ask.limiter {
+                Limiter::Concurrency(_) => {
+                    let id = leases.next().expect("a lease number per permit");
+                    let key = script::key_name(&self.prefix, ask.table, ask.key);
+                    self.leases.taken(id, key);
+                    Taken::Lease { id }
+                }
+                _ => Taken::Bucket,
+            };
+            admission.receipts.push(Receipt {
+                rule: index,
+                table: ask.table.clone(),
+                key: ask.key,
+                limiter: *ask.limiter,
+                units: ask.cost,
+                taken,
+                at,
+                charged: 0,
+                settled: false,
+            });
+        }
     }
 
     /// See [`crate::store::Store::settle`].
@@ -207,27 +299,27 @@ impl RedisStore {
         how: Settle,
         now: Nanos,
     ) -> Result<(), StoreError> {
-        let Some(command) = self.settling(std::slice::from_mut(receipt), how, now) else {
-            return Ok(());
-        };
-        self.link.run::<redis::Value>(command).await.map(|_| ())
+        for command in self.settling(std::slice::from_mut(receipt), how, now) {
+            self.link.run::<redis::Value>(command).await?;
+        }
+        Ok(())
     }
 
     /// See [`crate::store::Store::settle_detached`]: the receipts are marked
-    /// settled now and the call is sent by a task. A call that fails is
+    /// settled now and the calls are sent by a task. A call that fails is
     /// logged and lost: a charge or a refund missed, never a request held.
     pub fn settle_detached(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) {
-        if let Some(command) = self.settling(receipts, how, now) {
+        for command in self.settling(receipts, how, now) {
             self.link.send_detached(command);
         }
     }
 
-    /// The settle call for `receipts`, marking them as [`MemoryStore::settle`]
-    /// does; `None` when there is nothing to send (kept units stay where
-    /// they are in Redis).
-    fn settling(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) -> Option<Cmd> {
-        let mut call = self.call("settle", now);
-        let mut any = false;
+    /// The settle calls for `receipts`, marking them as
+    /// [`MemoryStore::settle`] does: one call (one per rule on a Redis
+    /// Cluster, whose calls keep to one slot); none when there is nothing to
+    /// send (kept units stay where they are in Redis).
+    fn settling(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) -> SmallVec<[Cmd; 1]> {
+        let mut calls: SmallVec<[(usize, Call<'_>); 1]> = SmallVec::new();
         for receipt in receipts {
             let charge = matches!(how, Settle::Charge(_));
             if receipt.settled && !charge {
@@ -248,10 +340,21 @@ impl RedisStore {
                     (2, units)
                 }
             };
-            call.receipt(receipt, code, units);
-            any = true;
+            let group = if self.link.is_cluster() {
+                receipt.rule
+            } else {
+                0
+            };
+            let at = match calls.iter().position(|(rule, _)| *rule == group) {
+                Some(at) => at,
+                None => {
+                    calls.push((group, self.call("settle", now)));
+                    calls.len() - 1
+                }
+            };
+            calls[at].1.receipt(receipt, code, units);
         }
-        any.then(|| call.finish())
+        calls.into_iter().map(|(_, call)| call.finish()).collect()
     }
 
     /// See [`crate::store::Store::spend`].
@@ -281,12 +384,42 @@ impl RedisStore {
         now: Nanos,
         decisions: &mut Decisions,
     ) -> Result<(), StoreError> {
-        let mut call = self.call(op, now);
-        call.all_enforced(asks);
-        let answer: Vec<i64> = self.link.run(call.finish()).await?;
         decisions.clear();
-        for slot in 0..asks.limits.len() {
-            decisions.push(script::decision(&answer, slot)?);
+        // One call, or on a Redis Cluster one per rule (a call's keys must
+        // share a slot; one rule's do).
+        let groups: SmallVec<[std::ops::Range<usize>; 2]> = if self.link.is_cluster() {
+            asks.rules.iter().map(|rule| rule.limits.clone()).collect()
+        } else {
+            std::iter::once(0..asks.limits.len()).collect()
+        };
+        for limits in groups {
+            let mut call = self.call(op, now);
+            call.all_enforced(&asks.limits[limits.clone()]);
+            let answer: Vec<i64> = self.link.run(call.finish()).await?;
+            for offset in 0..limits.len() {
+                decisions.push(script::decision(&answer, offset)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reports `rule`'s limits as they are now (a rule whose units were
+    /// given back when a later rule refused the request).
+    async fn report_as_they_are(
+        &self,
+        asks: &Asks<'_>,
+        rule: usize,
+        now: Nanos,
+        admission: &mut Admission,
+    ) -> Result<(), StoreError> {
+        let limits = asks.rules[rule].limits.clone();
+        let mut call = self.call("peek", now);
+        call.all_enforced(&asks.limits[limits.clone()]);
+        let answer: Vec<i64> = self.link.run(call.finish()).await?;
+        for (offset, slot) in limits.enumerate() {
+            // A permit's peek would count it refused when full; what matters
+            // here is what is left.
+            admission.decisions[slot] = Decision::Allow(script::decision(&answer, offset)?.state());
         }
         Ok(())
     }
@@ -315,4 +448,12 @@ fn random_u64() -> u64 {
             .map_or(0, |d| d.as_nanos()),
     );
     hasher.finish()
+}
+
+/// How many of `limits` are concurrency permits.
+fn permits(limits: &[Ask<'_>]) -> usize {
+    limits
+        .iter()
+        .filter(|ask| matches!(ask.limiter, Limiter::Concurrency(_)))
+        .count()
 }

@@ -614,16 +614,30 @@ store_suite!(
 /// have names of their own, so they never share a key), and a store on it
 /// deciding at the suite's exact instants.
 pub(crate) async fn redis_store() -> Store {
-    use crate::store::{RedisSettings, RedisStore};
     use crate::testing::redis_server::RedisServer;
-    static SERVER: std::sync::OnceLock<std::sync::Mutex<RedisServer>> = std::sync::OnceLock::new();
-    let url = SERVER
-        .get_or_init(|| std::sync::Mutex::new(RedisServer::start()))
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .url();
+    static SERVER: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let urls = SERVER.get_or_init(|| {
+        // Kept running until the test process ends (its watchdog stops it).
+        let server = std::mem::ManuallyDrop::new(RedisServer::start());
+        vec![server.url()]
+    });
+    redis_store_on(urls.clone(), false).await
+}
+
+/// The same on a Redis Cluster of three primaries: a request's rules may
+/// live in different slots, and every call keeps to one.
+pub(crate) async fn redis_cluster_store() -> Store {
+    use crate::testing::redis_server::RedisCluster;
+    static CLUSTER: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let urls = CLUSTER.get_or_init(|| std::mem::ManuallyDrop::new(RedisCluster::start()).urls());
+    redis_store_on(urls.clone(), true).await
+}
+
+async fn redis_store_on(urls: Vec<String>, cluster: bool) -> Store {
+    use crate::store::{RedisSettings, RedisStore};
     let settings = RedisSettings {
-        url,
+        urls,
+        cluster,
         timeout: std::time::Duration::from_secs(5),
         prefix: "suite".into(),
         instances: 1,
@@ -646,6 +660,25 @@ pub(crate) async fn redis_store() -> Store {
 store_suite!(
     redis,
     redis_store().await,
+    [
+        rates_permits_and_shadow_asks_are_one_call,
+        a_rate_that_refuses_leaves_the_other_rates_untouched,
+        a_refusal_takes_nothing_from_any_limit,
+        all_or_nothing_in_every_combination,
+        a_banned_key_is_refused_before_its_buckets_and_strikes_ban,
+        receipts_are_kept_given_back_or_charged,
+        a_kept_receipt_keeps_its_units_and_returns_its_permit,
+        peeking_takes_nothing_and_reports_every_limit,
+        spending_takes_every_limit_unconditionally,
+        a_huge_charge_saturates_and_never_wraps_around,
+        a_debt_refuses_until_repaid_and_retry_after_counts_it,
+        a_late_refund_goes_back_to_the_window_it_was_taken_in,
+    ]
+);
+
+store_suite!(
+    redis_cluster,
+    redis_cluster_store().await,
     [
         rates_permits_and_shadow_asks_are_one_call,
         a_rate_that_refuses_leaves_the_other_rates_untouched,

@@ -15,6 +15,8 @@ pub struct RedisServer {
     /// The watchdog shell and the server's pid.
     child: Option<(Child, u32)>,
     dir: PathBuf,
+    /// Runs as a node of a Redis Cluster.
+    cluster_node: bool,
 }
 
 /// Runs redis-server under a shell that kills it once its standard input
@@ -32,12 +34,18 @@ impl RedisServer {
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
             .port();
+        RedisServer::on_port(port, false)
+    }
+
+    fn on_port(port: u16, cluster_node: bool) -> RedisServer {
         let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("a directory for redis-server");
         let mut server = RedisServer {
             port,
             child: None,
             dir,
+            cluster_node,
         };
         server.restart();
         server
@@ -64,6 +72,11 @@ impl RedisServer {
             .args(["-c", WATCHDOG, "sh"])
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--logfile", ""])
+            .args(if self.cluster_node {
+                &["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"][..]
+            } else {
+                &[]
+            })
             .arg("--dir")
             .arg(&self.dir)
             .stdin(Stdio::piped())
@@ -128,4 +141,59 @@ fn signal(signal: &str, pid: u32) {
     let _ = Command::new("kill")
         .args([signal, &pid.to_string()])
         .status();
+}
+
+/// A Redis Cluster of three primaries (no replicas), each a
+/// [`RedisServer`] of the test's own, its 16,384 slots spread evenly by
+/// `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::on_port(cluster_port(), true))
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli is installed (apt-get install redis-tools)");
+        assert!(created.success(), "redis-cli --cluster create failed");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for node in &nodes {
+            while !node
+                .cli(&["CLUSTER", "INFO"])
+                .is_some_and(|info| info.contains("cluster_state:ok"))
+            {
+                assert!(Instant::now() < deadline, "the cluster did not form");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        RedisCluster { nodes }
+    }
+
+    /// Every node's `redis://` URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+/// A free port whose cluster bus port (10,000 above it) is free too.
+fn cluster_port() -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().expect("an address").port();
+        if port <= 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
 }

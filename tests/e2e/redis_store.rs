@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use http::{Method, StatusCode};
 
-use crate::support::{send, RedisServer, Sluice, Upstream};
+use crate::support::{send, RedisCluster, RedisServer, Sluice, Upstream};
 
 /// `n` sluice instances on one Redis with `rules` (and `store` settings
 /// added to `[store.redis]`). The timeout is generous (a loaded test
@@ -464,4 +464,69 @@ async fn a_permit_held_longer_than_its_lease_is_renewed_while_the_request_runs()
     );
     assert_eq!(long.await.unwrap(), StatusCode::OK);
     until_leases(&redis, 0, Duration::from_secs(5)).await;
+}
+
+/// `n` sluice instances on a Redis Cluster.
+async fn cluster_instances(
+    n: usize,
+    cluster: &RedisCluster,
+    rules: &str,
+) -> (Upstream, Vec<Sluice>) {
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| format!("\"{url}\""))
+        .collect();
+    let upstream = Upstream::start().await;
+    let config = format!(
+        "[server]\nupstream = \"http://{{upstream}}\"\n\
+         [store]\nbackend = \"redis\"\n[store.redis]\ncluster = true\nurls = [{}]\ntimeout = \"5s\"\n{rules}",
+        urls.join(", ")
+    );
+    let mut started = Vec::new();
+    for _ in 0..n {
+        started.push(Sluice::start(&config, upstream.addr).await);
+    }
+    for sluice in &started {
+        wait_for(sluice, "sluice_store_fallback_active", 0.0).await;
+    }
+    (upstream, started)
+}
+
+#[tokio::test]
+async fn a_redis_cluster_spreads_callers_over_its_primaries_and_stays_exact() {
+    let cluster = RedisCluster::start();
+    // The global rule comes first: a request the caller's rule refuses
+    // has taken a unit from it already, in another slot.
+    let rules = format!(
+        "[[rule]]\nname = \"everyone\"\nmatch = {{ path_prefix = \"/api\" }}\nkey = [\"global\"]\nrate = \"1000/h\"\n\
+         {PER_CALLER}limits = [\"4/h\", \"6/d\"]\n"
+    );
+    let (_upstream, sluices) = cluster_instances(3, &cluster, &rules).await;
+    // 30 callers, 6 requests each, round robin over the instances: exactly
+    // 4 each (the hourly limit; the daily one charged alike).
+    let mut admitted = 0;
+    for caller in 0..30 {
+        let mut allowed = 0;
+        for round in 0..6 {
+            if get(&sluices[round % 3], &format!("caller-{caller}")).await == StatusCode::OK {
+                allowed += 1;
+            }
+        }
+        assert_eq!(allowed, 4, "caller-{caller}");
+        admitted += allowed;
+    }
+    // Every primary holds some callers' buckets.
+    for node in &cluster.nodes {
+        let keys: u64 = node.cli(&["DBSIZE"]).unwrap().parse().unwrap();
+        assert!(keys > 0, "node {} holds no bucket", node.port);
+    }
+    // The global rule lives in another slot than most callers' rule: what
+    // the 60 refused requests took there was given back (all or nothing).
+    let left = remaining(&sluices[0], "everyone", "").await;
+    assert_eq!(
+        left,
+        1000 - admitted as i64,
+        "refused requests charged the global rule"
+    );
 }

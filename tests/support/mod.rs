@@ -23,7 +23,7 @@ use tokio::net::TcpListener;
 mod redis_server;
 // Not every test binary that shares this module starts Redis.
 #[allow(unused_imports)]
-pub use redis_server::RedisServer;
+pub use redis_server::{RedisCluster, RedisServer};
 
 use sluice::clock::ProxyClock;
 use sluice::config::Config;

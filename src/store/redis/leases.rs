@@ -12,10 +12,8 @@ use std::time::Duration;
 use dashmap::DashMap;
 
 use super::link::Link;
+use super::script::LEASE_TTL;
 
-/// How long a lease counts without renewal: a crashed instance's permits
-/// come back within this.
-pub const LEASE_TTL: Duration = Duration::from_secs(10);
 /// How often the leases of requests still running are renewed.
 pub const RENEW_EVERY: Duration = Duration::from_secs(3);
 
@@ -88,21 +86,26 @@ impl Leases {
                 if leases.held.is_empty() || !link.is_up() {
                     continue;
                 }
-                let mut renew = redis::cmd("EVAL");
                 let (keys, ids): (Vec<String>, Vec<u64>) = leases
                     .held
                     .iter()
                     .map(|entry| (entry.value().clone(), *entry.key()))
                     .unzip();
                 drop(leases);
-                renew
-                    .arg(RENEW)
-                    .arg(keys.len())
-                    .arg(&keys)
-                    .arg(&ids)
-                    .arg(&ttl);
-                if let Err(error) = link.run::<u64>(renew).await {
-                    tracing::debug!(%error, "leases not renewed");
+                // One call for all, or on a Redis Cluster one per lease (a
+                // call's keys must share a slot).
+                let batch = if link.is_cluster() { 1 } else { keys.len() };
+                for (keys, ids) in keys.chunks(batch).zip(ids.chunks(batch)) {
+                    let mut renew = redis::cmd("EVAL");
+                    renew
+                        .arg(RENEW)
+                        .arg(keys.len())
+                        .arg(keys)
+                        .arg(ids)
+                        .arg(&ttl);
+                    if let Err(error) = link.run::<u64>(renew).await {
+                        tracing::debug!(%error, "leases not renewed");
+                    }
                 }
             }
         });

@@ -15,10 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind,
-    Value,
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError,
+    RedisFuture, ServerErrorKind, Value,
 };
 use tokio::sync::watch;
 
@@ -39,7 +41,7 @@ pub struct Link(Arc<Shared>);
 
 #[derive(Debug)]
 struct Shared {
-    client: Client,
+    client: Node,
     script_hash: String,
     /// Where the instances' shared key seed lives.
     seed_key: String,
@@ -47,7 +49,7 @@ struct Shared {
     seed: watch::Sender<Option<Seed>>,
     timeout: Duration,
     /// The connection while the link is up.
-    up: ArcSwapOption<MultiplexedConnection>,
+    up: ArcSwapOption<Connection>,
     /// Calls failed in a row.
     failures: AtomicU32,
     /// Whether a probe task runs.
@@ -58,7 +60,23 @@ impl Link {
     /// A link to `url`, down until its first probe connects (started by the
     /// first call, or by [`Link::start`]).
     pub fn new(url: &str, timeout: Duration, seed_key: String) -> Result<Link, String> {
-        let client = Client::open(url).map_err(|error| format!("{url}: {error}"))?;
+        let client = Node::Single(Client::open(url).map_err(|error| format!("{url}: {error}"))?);
+        Link::with_node(client, timeout, seed_key)
+    }
+
+    /// A link to the Redis Cluster that `urls` (some of its nodes) belong
+    /// to: commands go to the node serving their key's slot, following
+    /// `MOVED`/`ASK` and a failed-over primary.
+    pub fn cluster(urls: &[String], timeout: Duration, seed_key: String) -> Result<Link, String> {
+        let client = ClusterClient::builder(urls.iter().map(String::as_str))
+            .connection_timeout(PROBE_CONNECT)
+            .response_timeout(PROBE_CONNECT)
+            .build()
+            .map_err(|error| format!("{}: {error}", urls.join(", ")))?;
+        Link::with_node(Node::Cluster(Box::new(client)), timeout, seed_key)
+    }
+
+    fn with_node(client: Node, timeout: Duration, seed_key: String) -> Result<Link, String> {
         Ok(Link(Arc::new(Shared {
             client,
             script_hash: redis::Script::new(SOURCE).get_hash().to_owned(),
@@ -74,6 +92,12 @@ impl Link {
     /// Starts connecting in the background (call it from the runtime).
     pub fn start(&self) {
         self.probe();
+    }
+
+    /// Whether the link goes to a Redis Cluster (a call's keys must then
+    /// share one slot).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.0.client, Node::Cluster(_))
     }
 
     /// Whether calls are being sent to Redis.
@@ -199,16 +223,77 @@ impl Link {
     }
 }
 
+/// Where the link connects: one Redis, or a Redis Cluster.
+#[derive(Debug)]
+enum Node {
+    Single(Client),
+    Cluster(Box<ClusterClient>),
+}
+
+/// The connection of a link that is up.
+#[derive(Clone)]
+enum Connection {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Connection::Single(_) => "Connection::Single",
+            Connection::Cluster(_) => "Connection::Cluster",
+        })
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(connection) => connection.req_packed_command(cmd),
+            Connection::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+            Connection::Cluster(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(connection) => connection.get_db(),
+            Connection::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
 /// A new connection that answered `PING` and holds the script, and the
 /// instances' shared key seed (made by the first instance that asks).
-async fn connect(link: &Shared) -> Result<(MultiplexedConnection, Seed), RedisError> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(PROBE_CONNECT))
-        .set_response_timeout(Some(PROBE_CONNECT));
-    let mut connection = link
-        .client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?;
+async fn connect(link: &Shared) -> Result<(Connection, Seed), RedisError> {
+    let mut connection = match &link.client {
+        Node::Single(client) => {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(PROBE_CONNECT))
+                .set_response_timeout(Some(PROBE_CONNECT));
+            Connection::Single(
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?,
+            )
+        }
+        Node::Cluster(client) => Connection::Cluster(client.get_async_connection().await?),
+    };
     redis::cmd("PING")
         .query_async::<Value>(&mut connection)
         .await?;
@@ -244,11 +329,12 @@ fn parse_seed(text: &str) -> Option<Seed> {
     ])
 }
 
-async fn load_script(connection: &mut MultiplexedConnection) -> Result<(), RedisError> {
+/// Loads the script (on every node of a cluster).
+async fn load_script(connection: &mut Connection) -> Result<(), RedisError> {
     redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(SOURCE)
-        .query_async::<String>(connection)
+        .query_async::<Value>(connection)
         .await
         .map(|_| ())
 }

@@ -7,10 +7,12 @@ use smallvec::SmallVec;
 
 use crate::clock::Nanos;
 use crate::limiter::{BucketState, Decision, Limiter};
-use crate::store::admission::{Asks, Receipt, StoreError};
+use crate::store::admission::{Ask, Asks, Receipt, StoreError};
 use crate::store::BucketTable;
 
-use super::leases::LEASE_TTL;
+/// How long a concurrency lease counts without renewal: a crashed
+/// instance's permits come back within this (renewed by `leases`).
+pub const LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The script's source.
 pub const SOURCE: &str = include_str!("sluice.lua");
@@ -71,11 +73,11 @@ impl<'s> Call<'s> {
         }
     }
 
-    /// Every limit of `asks` as one group (spend and peek).
-    pub fn all_enforced(&mut self, asks: &Asks<'_>) {
-        self.args.push(asks.limits.len() as u64);
+    /// Every limit of `limits` as one group (spend and peek).
+    pub fn all_enforced(&mut self, limits: &[Ask<'_>]) {
+        self.args.push(limits.len() as u64);
         self.args.push(0);
-        for ask in &asks.limits {
+        for ask in limits {
             self.limit(ask.table, ask.key, ask.limiter);
             self.args.push(ask.cost);
         }
