@@ -243,9 +243,15 @@ fn take_answer<'p>(
     }
     let queued = answer.queued.take();
     // Only a policy with charging or refunding rules looks for a bill.
-    let rules = || enforced.iter().chain(shadowed).map(|a| a.rule);
-    let bills = ticker.is_some() && rules().any(|rule| rule.billing.is_some());
-    if wait == 0 && queued.is_none() && !bills && !settle::needed_after_response(&answer.receipts) {
+    let bill = ticker.and_then(|ticker| {
+        let rules = enforced.iter().chain(shadowed).map(|a| a.rule);
+        Bill::for_rules(rules, ticker)
+    });
+    if wait == 0
+        && queued.is_none()
+        && bill.is_none()
+        && !settle::needed_after_response(&answer.receipts)
+    {
         return None;
     }
     // Boxed once, here, and filled in place: it moves with the request and
@@ -257,9 +263,7 @@ fn take_answer<'p>(
         Receipts::new(),
     ));
     settlement.take_receipts(&mut answer.receipts);
-    if let Some(ticker) = ticker.filter(|_| bills) {
-        settlement.bill(Bill::for_rules(rules(), ticker));
-    }
+    settlement.bill(bill);
     Some(Hold {
         settlement: Some(settlement),
         wait,

@@ -65,9 +65,12 @@ impl Settlement {
         self.bill = bill;
     }
 
-    /// Takes `receipts` (leaving them empty): what the admission took.
+    /// Takes `receipts`, what the admission took, into a settlement made
+    /// without any (leaving them empty).
     pub fn take_receipts(&mut self, receipts: &mut Receipts) {
-        self.ledger.receipts = std::mem::take(receipts);
+        debug_assert!(self.ledger.receipts.is_empty());
+        // Swapped rather than assigned: no empty list to drop.
+        std::mem::swap(&mut self.ledger.receipts, receipts);
     }
 
     /// Adds a receipt taken after admission (a queued permit that arrived).

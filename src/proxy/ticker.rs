@@ -8,7 +8,8 @@
 //! second at most, and one task wakes them all at each tick. The wakers
 //! are kept in a few shards, so exchanges on different workers never wait
 //! on one lock; a shard holds at most one waker per exchange that asked
-//! during the current second, and is emptied at every tick.
+//! during the current second, and is emptied (its capacity kept) at every
+//! tick.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -68,6 +69,7 @@ impl Ticker {
 /// The ticking task: runs until the proxy (and its ticker) is gone.
 async fn tick(ticker: Weak<Ticker>, clock: ProxyClock) {
     let mut next = clock.now().saturating_add(TICK);
+    let mut woken = Vec::new();
     loop {
         clock.sleep_until(next).await;
         let Some(ticker) = ticker.upgrade() else {
@@ -75,8 +77,11 @@ async fn tick(ticker: Weak<Ticker>, clock: ProxyClock) {
         };
         ticker.epoch.fetch_add(1, Ordering::AcqRel);
         for shard in &ticker.waiting {
-            let woken = std::mem::take(&mut *lock(shard));
-            woken.into_iter().for_each(Waker::wake);
+            // Moved out rather than taken: each list keeps its capacity, so
+            // registering does not grow it again (realloc, copy) every second.
+            // Woken outside the lock, which a waker may want.
+            woken.extend(lock(shard).drain(..));
+            woken.drain(..).for_each(Waker::wake);
         }
         next = next.max(clock.now()).saturating_add(TICK);
     }
