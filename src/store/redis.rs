@@ -179,7 +179,7 @@ impl RedisStore {
                 }
                 continue;
             }
-            self.push_receipts(admission, index, limits, &mut leases, at);
+            self.push_receipts(admission, index, limits, rule.limits.start, &mut leases, at);
         }
         Ok(())
     }
@@ -221,7 +221,9 @@ impl RedisStore {
                 admission.decisions[slot] = script::decision(&answer, offset)?;
             }
             if script::admitted(&answer)? {
-                self.push_receipts(admission, index, limits, &mut leases.iter().copied(), at);
+                let first_slot = rule.limits.start;
+                let leases = &mut leases.iter().copied();
+                self.push_receipts(admission, index, limits, first_slot, leases, at);
             } else if rule.shadow {
                 admission.shadow_limited.push(index);
             } else {
@@ -258,17 +260,21 @@ impl RedisStore {
             .collect()
     }
 
-    /// The receipts of rule `index`, whose `limits` were all taken at `at`;
-    /// its permits' lease numbers come from `leases`, in order.
+    /// The receipts of rule `index`, whose `limits` (decided into
+    /// `admission.decisions` from `first_slot` on) were all taken at `at`,
+    /// or reserved for later; its permits' lease numbers come from
+    /// `leases`, in order.
     fn push_receipts(
         &self,
         admission: &mut Admission,
         index: usize,
         limits: &[Ask<'_>],
+        first_slot: usize,
         leases: &mut impl Iterator<Item = u64>,
         at: Nanos,
     ) {
-        for ask in limits {
+        for (offset, ask) in limits.iter().enumerate() {
+            let wait = admission.decisions[first_slot + offset].wait();
             let taken = match ask.limiter {
                 Limiter::Concurrency(_) => {
                     let id = leases.next().expect("a lease number per permit");
@@ -276,6 +282,7 @@ impl RedisStore {
                     self.leases.taken(id, key);
                     Taken::Lease { id }
                 }
+                _ if wait > 0 => Taken::Reserved { at: at + wait },
                 _ => Taken::Bucket,
             };
             admission.receipts.push(Receipt {
@@ -334,6 +341,10 @@ impl RedisStore {
                 (Taken::Lease { .. }, Settle::Charge(_)) => continue,
                 (_, Settle::Keep) => continue,
                 (Taken::Bucket, Settle::GiveBack) => (1, receipt.units),
+                // Cancelled while its instant is ahead (by Redis' clock: the
+                // script decides); once passed, kept, which never lets more
+                // through (memory refunds it).
+                (Taken::Reserved { .. }, Settle::GiveBack) => (4, receipt.units),
                 (_, Settle::GiveBack) => continue,
                 (_, Settle::Charge(units)) => {
                     receipt.charged = receipt.charged.saturating_add(units);

@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 
 use crate::clock::Nanos;
 use crate::limiter::{BucketState, Decision, Limiter};
-use crate::store::admission::{Ask, Asks, Receipt, StoreError};
+use crate::store::admission::{Ask, Asks, Receipt, StoreError, Taken};
 use crate::store::BucketTable;
 
 /// How long a concurrency lease counts without renewal: a crashed
@@ -70,6 +70,17 @@ impl<'s> Call<'s> {
                 Limiter::Concurrency(_) => *leases.next().expect("a lease per permit"),
                 _ => ask.cost,
             });
+            self.hold(ask);
+        }
+    }
+
+    /// Delay mode's bounds for `ask` (0, 0: it refuses instead).
+    fn hold(&mut self, ask: &Ask<'_>) {
+        match ask.hold {
+            Some(hold) => self
+                .args
+                .extend([hold.max_wait / MICRO, hold.max_queued.max(1)]),
+            None => self.args.extend([0, 0]),
         }
     }
 
@@ -80,6 +91,7 @@ impl<'s> Call<'s> {
         for ask in limits {
             self.limit(ask.table, ask.key, ask.limiter);
             self.args.push(ask.cost);
+            self.args.extend([0, 0]);
         }
     }
 
@@ -87,7 +99,12 @@ impl<'s> Call<'s> {
     /// returns lease number `units`.
     pub fn receipt(&mut self, receipt: &Receipt, how: u64, units: u64) {
         self.limit(&receipt.table, receipt.key, &receipt.limiter);
-        self.args.extend([how, units, receipt.at / MICRO]);
+        let at = match receipt.taken {
+            // A reservation is cancelled by the instant it passes at.
+            Taken::Reserved { at } => at,
+            _ => receipt.at,
+        };
+        self.args.extend([how, units, at / MICRO]);
     }
 
     fn limit(&mut self, table: &BucketTable, key: u64, limiter: &Limiter) {
@@ -168,14 +185,19 @@ pub fn admitted(answer: &[i64]) -> Result<bool, StoreError> {
 
 /// The decision for limit number `slot`.
 pub fn decision(answer: &[i64], slot: usize) -> Result<Decision, StoreError> {
-    let at = 2 + 4 * slot;
-    let allowed = field(answer, at, "a decision")? == 1;
+    let at = 2 + 5 * slot;
+    let allowed = field(answer, at, "a decision")?;
     let state = BucketState {
         remaining: field(answer, at + 1, "a decision")?.max(0) as u64,
         reset_after: nanos(field(answer, at + 2, "a decision")?),
     };
-    if allowed {
-        return Ok(Decision::Allow(state));
+    match allowed {
+        1 => return Ok(Decision::Allow(state)),
+        2 => {
+            let wait = nanos(field(answer, at + 4, "a decision")?);
+            return Ok(Decision::Hold { state, wait });
+        }
+        _ => {}
     }
     let retry = field(answer, at + 3, "a decision")?;
     Ok(Decision::Deny {

@@ -19,11 +19,14 @@
 --     ARGV[3]   the number of enforced limits E (the first E keys): all or
 --               nothing. Then the shadow rules, each all or nothing: ARGV[4]
 --               the number of shadow rules S, then S counts of limits.
---     then per limit, 4 fields: algorithm, a, b, cost
+--     then per limit, 6 fields: algorithm, a, b, cost, max_wait
+--     (microseconds) and max_queued: delay mode's bounds, both 0 when the
+--     limit refuses instead of holding
 --   settle:
 --     per receipt, 6 fields: algorithm, a, b, how (0 keep, 1 give back,
---     2 charge, 3 return a lease), units (for a lease: its name),
---     taken_at (microseconds)
+--     2 charge, 3 return a lease, 4 cancel a reservation), units (for a
+--     lease: its name), taken_at (microseconds; for a reservation: the
+--     instant it passes)
 --
 -- Algorithms (a, b):
 --   1 token bucket (GCRA): emission interval T, tolerance tau (microseconds)
@@ -32,9 +35,10 @@
 --   4 concurrency permits: max_in_flight, lease TTL (microseconds); the
 --     cost slot names the lease this request takes
 --
--- Answers: { now, admitted (1/0), then per limit 4 integers: allowed (1/0),
--- remaining, reset_after, retry_after (-1: never) } for admit, peek and
--- spend (spend: what a request of cost 1 would be told after the spend);
+-- Answers: { now, admitted (1/0), then per limit 5 integers: allowed (0
+-- refused, 1 admitted, 2 held: reserved for `wait` from now), remaining,
+-- reset_after, retry_after (-1: never), wait } for admit, peek and spend
+-- (spend: what a request of cost 1 would be told after the spend);
 -- { now } for settle.
 
 local MAX = 4503599627370496 -- 2^52: every quantity saturates here
@@ -543,16 +547,22 @@ local function ask_all(limits, first, last, answer, write)
   for i = first, last do
     local limit = limits[i]
     local state = copy(limit.state)
-    local ok, remaining, reset, retry
-    if write then
+    local ok, remaining, reset, retry, wait
+    if write and limit.max_queued > 0 and limit.alg.reserve then
+      ok, remaining, reset, retry, wait =
+        limit.alg.reserve(state, limit.a, limit.b, limit.n, limit.max_wait, limit.max_queued)
+    elseif write then
       ok, remaining, reset, retry = limit.alg.acquire(state, limit.a, limit.b, limit.n)
     else
       ok, remaining, reset, retry = limit.alg.peek(state, limit.a, limit.b, limit.n)
     end
-    answer[2 + 4 * (i - 1) + 1] = ok and 1 or 0
-    answer[2 + 4 * (i - 1) + 2] = remaining
-    answer[2 + 4 * (i - 1) + 3] = reset
-    answer[2 + 4 * (i - 1) + 4] = retry
+    wait = wait or 0
+    local at = 2 + 5 * (i - 1)
+    answer[at + 1] = (ok and wait > 0) and 2 or (ok and 1 or 0)
+    answer[at + 2] = remaining
+    answer[at + 3] = reset
+    answer[at + 4] = retry
+    answer[at + 5] = wait
     all = all and ok
     taken[i] = state
   end
@@ -565,11 +575,14 @@ local function ask_all(limits, first, last, answer, write)
     -- Refused: nothing was taken, so the limits that would have admitted
     -- are reported as they are.
     for i = first, last do
-      if answer[2 + 4 * (i - 1) + 1] == 1 then
+      local at = 2 + 5 * (i - 1)
+      if answer[at + 1] ~= 0 then
         local limit = limits[i]
         local _, remaining, reset = limit.alg.peek(limit.state, limit.a, limit.b, limit.n)
-        answer[2 + 4 * (i - 1) + 2] = remaining
-        answer[2 + 4 * (i - 1) + 3] = reset
+        answer[at + 1] = 1
+        answer[at + 2] = remaining
+        answer[at + 3] = reset
+        answer[at + 5] = 0
       end
     end
   end
@@ -592,6 +605,9 @@ if op == 'settle' then
     elseif how == 2 then
       limit.alg.charge(limit.state, limit.a, limit.b, units)
       store(limit)
+    elseif how == 4 and limit.alg.cancel then
+      limit.alg.cancel(limit.state, limit.a, limit.b, units, taken_at)
+      store(limit)
     end
     i, base = i + 1, base + 6
   end
@@ -602,9 +618,11 @@ local enforced = tonumber(ARGV[3])
 local shadow_rules = tonumber(ARGV[4])
 local base = 5 + shadow_rules
 local limits = {}
-local count = (#ARGV - base + 1) / 4
+local count = (#ARGV - base + 1) / 6
 for i = 1, count do
-  limits[i] = load(i, base + 4 * (i - 1))
+  limits[i] = load(i, base + 6 * (i - 1))
+  limits[i].max_wait = tonumber(ARGV[base + 6 * (i - 1) + 4])
+  limits[i].max_queued = tonumber(ARGV[base + 6 * (i - 1) + 5])
 end
 
 local answer = { now, 1 }
