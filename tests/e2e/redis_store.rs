@@ -530,3 +530,83 @@ async fn a_redis_cluster_spreads_callers_over_its_primaries_and_stays_exact() {
         "refused requests charged the global rule"
     );
 }
+
+#[tokio::test]
+async fn instances_with_skewed_clocks_agree_on_every_window() {
+    // RELIABILITY.md G9: one instance's clock 30 s ahead and another's 2 s
+    // behind (Debian's faketime): strict mode decides on Redis' clock, so
+    // together they admit exactly the limit, windows included.
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [store]\nbackend = \"redis\"\n[store.redis]\nurl = \"{}\"\ntimeout = \"5s\"\n\
+         {PER_CALLER}algorithm = \"fixed_window\"\nrate = \"10/m\"\n",
+        upstream.addr,
+        redis.url()
+    );
+    let path = crate::support::write_config(dir.path(), &config);
+    let skewed: Vec<crate::support::SluiceProcess> = ["+30s", "-2s"]
+        .into_iter()
+        .map(|offset| {
+            let mut command = std::process::Command::new("faketime");
+            command
+                .args(["-f", offset])
+                .arg(crate::support::binary())
+                .args(["run", "--config"])
+                .arg(&path);
+            crate::support::SluiceProcess::spawn_command(command)
+        })
+        .collect();
+    // Not across a minute's end (Redis' windows are Unix minutes).
+    if crate::support::unix_now() % 60 >= 57 {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+    }
+    let mut allowed = 0;
+    for round in 0..30 {
+        let url = skewed[round % 2].url("/api");
+        if send(Method::GET, &url, &[("x-caller", "hana")])
+            .await
+            .status
+            == StatusCode::OK
+        {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 10, "10/m across instances with skewed clocks");
+    // The window's key expires at the end of Redis' minute, not an
+    // instance's.
+    let keys = redis
+        .cli(&["--scan", "--pattern", "sluice:{per-caller*"])
+        .unwrap();
+    let key = keys.lines().next().expect("the caller's window");
+    let ttl: i64 = redis.cli(&["PTTL", key]).unwrap().parse().unwrap();
+    let into_minute = crate::support::unix_now() % 60;
+    assert!(
+        ttl > 0 && ttl <= ((60 - into_minute + 1) * 1000) as i64,
+        "expires in {ttl} ms, {into_minute} s into the minute"
+    );
+}
+
+#[tokio::test]
+async fn a_flushed_script_is_loaded_again_on_the_same_request() {
+    // RELIABILITY.md G5: EVALSHA answered NOSCRIPT is no outage.
+    let redis = RedisServer::start();
+    let rules = format!("{PER_CALLER}rate = \"100/h\"\n");
+    let (_upstream, sluices) = instances(1, &redis.url(), "", &rules).await;
+    assert_eq!(get(&sluices[0], "ines").await, StatusCode::OK);
+    assert_eq!(redis.cli(&["SCRIPT", "FLUSH"]).as_deref(), Some("OK"));
+    let got = send(
+        Method::GET,
+        &sluices[0].url("/api"),
+        &[("x-caller", "ines")],
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.header("x-ratelimit-remaining"), Some("98"));
+    let errors = "sluice_store_errors_total{backend=\"redis\"}";
+    assert_eq!(sluices[0].metric(errors).await, 0.0);
+    assert_eq!(sluices[0].metric("sluice_store_fallback_active").await, 0.0);
+}
