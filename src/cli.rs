@@ -7,7 +7,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{
     describe_capacity, describe_limits, describe_match, format_period, format_rate,
-    format_timestamp, Config, LimitConfig, OnChange, OnLimit, Rate, RuleConfig, Variant,
+    format_timestamp, Config, LimitConfig, OnChange, OnLimit, Rate, RuleConfig, StoreBackend,
+    Variant,
 };
 
 /// sluice: a rate-limiting reverse proxy.
@@ -140,6 +141,20 @@ pub fn describe_rules(config: &Config) -> String {
         "upstream {}  listen {}  admin {}  max_keys {}",
         config.server.upstream, config.server.listen, config.admin.listen, config.store.max_keys
     );
+    if let StoreBackend::Redis(redis) = &config.store.backend {
+        let instances = match redis.instances {
+            0 => "counted by heartbeats".to_owned(),
+            n => n.to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "store redis{} {}  timeout {}  on_error {}  instances {instances}",
+            if redis.cluster { " cluster" } else { "" },
+            redis.urls.join(", "),
+            format_period(redis.timeout),
+            format!("{:?}", redis.on_error).to_lowercase(),
+        );
+    }
     out
 }
 

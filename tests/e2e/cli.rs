@@ -624,3 +624,25 @@ fn demo_once_shows_allowed_and_limited_requests_then_exits() {
     assert!(rows_with("200") >= 1, "no admitted row:\n{stdout}");
     assert!(rows_with("429") >= 1, "no limited row:\n{stdout}");
 }
+
+#[test]
+fn check_shows_the_redis_store_it_would_use() {
+    let (code, stdout, stderr, _) = check(
+        r#"[server]
+upstream = "http://127.0.0.1:3000"
+[store]
+backend = "redis"
+[store.redis]
+url = "redis://cache:6380/1"
+timeout = "50ms"
+on_error = "deny"
+instances = 3
+"#,
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout
+            .contains("store redis redis://cache:6380/1  timeout 50ms  on_error deny  instances 3"),
+        "{stdout}"
+    );
+}
