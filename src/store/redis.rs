@@ -9,11 +9,11 @@
 //! `on_error`; after a few failures in a row the link stops sending and
 //! probes Redis in the background until it answers again.
 //!
-//! What this release keeps in Redis: the token bucket, the fixed window and
-//! the sliding window in reject mode, with deferred charges and refunds
-//! (config refuses the other algorithms, delay mode and concurrency limits
-//! with `backend = "redis"`). Bans are kept by each instance (see README,
-//! "Running several instances").
+//! On a Redis Cluster a request whose rules live in different slots is
+//! asked rule by rule ([`RedisStore::admit`]). Concurrency permits are
+//! leases ([`leases`]); while Redis is down each instance enforces its
+//! share of every limit ([`fair_share`]). Bans are kept by each instance
+//! (README, "Running several instances").
 
 #[cfg(test)]
 mod differential;
@@ -98,11 +98,6 @@ impl RedisStore {
         self.fair_share
             .start(self.link.clone(), format!("{}:instances", self.prefix), id);
         self.leases.start(self.link.clone());
-    }
-
-    /// How many concurrency leases this instance holds.
-    pub fn leases_held(&self) -> usize {
-        self.leases.len()
     }
 
     /// How many instances share each limit: while Redis is down, each

@@ -64,11 +64,6 @@ impl Leases {
         self.held.remove(&id);
     }
 
-    /// How many leases this instance holds.
-    pub fn len(&self) -> usize {
-        self.held.len()
-    }
-
     /// Renews the leases held, every [`RENEW_EVERY`], until the store is
     /// dropped.
     pub fn start(self: &Arc<Leases>, link: Link) {
