@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::{json_response, problem};
 use crate::proxy::Proxy;
+use crate::store::Store;
 
 /// `GET /admin/bans`: every ban in force, all rules.
 pub(super) fn list(proxy: &Proxy) -> Response<Full<Bytes>> {
@@ -68,6 +69,12 @@ pub(super) fn add(proxy: &Proxy, body: &Value) -> Response<Full<Bytes>> {
     let now = proxy.now();
     let nanos = duration.as_nanos().min(u128::from(u64::MAX)) as u64;
     rule.bans.ban(bucket, key.to_owned(), now, nanos);
+    // Shared where requests look for it: in Redis for a rule with `ban`.
+    if let (Store::Redis(store), Some(limit), Some(_)) =
+        (proxy.store(), rule.limits.first(), rule.ban.as_ref())
+    {
+        store.ban(&limit.table, bucket, nanos);
+    }
     rule.counters.bans_started.inc();
     tracing::info!(rule = %rule.name, %key, ?duration, "key banned by hand");
     json_response(
@@ -102,6 +109,9 @@ pub(super) fn lift(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> 
         Ok(bucket) => bucket,
         Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };
+    if let (Store::Redis(store), Some(limit)) = (proxy.store(), rule.limits.first()) {
+        store.lift(&limit.table, bucket);
+    }
     if rule.bans.lift(bucket, proxy.now()) {
         tracing::info!(rule = %rule.name, %key, "ban lifted by hand");
         json_response(

@@ -8,8 +8,8 @@ use toml::Spanned;
 
 use super::limits::WrittenLimit;
 use super::raw::RawRule;
-use super::validate::{Validator, NOT_SUPPORTED};
-use super::{AlgorithmKind, KeySource, MissingPolicy, OnChange, OnLimit, RuleConfig, StoreBackend};
+use super::validate::Validator;
+use super::{AlgorithmKind, KeySource, MissingPolicy, OnChange, RuleConfig};
 
 /// What tiers, overrides, sunset and ban need to know about their rule.
 pub(super) struct RuleContext<'r> {
@@ -69,50 +69,6 @@ impl Validator<'_> {
             rules.push(validated);
         }
         rules
-    }
-
-    /// Rules the Redis store cannot keep yet are refused where their
-    /// algorithm or `on_limit` is written (README, "Running several
-    /// instances").
-    pub(super) fn rules_fit_the_store(
-        &mut self,
-        raw: &[RawRule],
-        rules: &[RuleConfig],
-        backend: &StoreBackend,
-    ) {
-        if *backend == StoreBackend::Memory {
-            return;
-        }
-        for (index, (raw, rule)) in raw.iter().zip(rules).enumerate() {
-            let in_redis = matches!(
-                rule.algorithm,
-                AlgorithmKind::TokenBucket
-                    | AlgorithmKind::FixedWindow
-                    | AlgorithmKind::SlidingWindow
-                    | AlgorithmKind::Concurrency
-            );
-            if let (false, Some(field)) = (in_redis, &raw.algorithm) {
-                self.error(
-                    field.span().start,
-                    &format!("rule[{index}].algorithm"),
-                    format!(
-                        "\"{}\" with backend = \"redis\" {NOT_SUPPORTED}; use token_bucket, \
-                         fixed_window, sliding_window or concurrency, or backend = \"memory\"",
-                        field.get_ref()
-                    ),
-                );
-            }
-            if let (OnLimit::Delay { .. }, Some(field)) = (rule.on_limit, &raw.on_limit) {
-                self.error(
-                    field.span().start,
-                    &format!("rule[{index}].on_limit"),
-                    format!(
-                        "on_limit = \"delay\" with backend = \"redis\" {NOT_SUPPORTED}; \
-                         use \"reject\", or backend = \"memory\""
-                    ),
-                );
-            }
-        }
     }
 
     fn rule(&mut self, index: usize, at: usize, raw: &RawRule, ipv6_prefix: u8) -> RuleConfig {

@@ -58,6 +58,12 @@ impl LeakyBucket {
         }
     }
 
+    /// The emission interval `T` in nanoseconds (0 when closed) and the
+    /// queue: what a networked store's script steps with.
+    pub fn interval(&self) -> (Nanos, u64) {
+        (self.emission, self.queue)
+    }
+
     /// Whether this bucket can never admit anything (COUNT 0).
     pub fn is_closed(&self) -> bool {
         self.emission == 0

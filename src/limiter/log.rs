@@ -65,6 +65,12 @@ impl SlidingLog {
         }
     }
 
+    /// The period in nanoseconds and COUNT: what a networked store's script
+    /// steps with.
+    pub fn window(&self) -> (Nanos, u64) {
+        (self.period, self.count)
+    }
+
     /// Index of the first stamp still counted at `now` (stamps are sorted).
     #[inline]
     fn first_live(&self, log: &LogState, now: Nanos) -> usize {

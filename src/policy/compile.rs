@@ -35,7 +35,8 @@ pub(super) fn compile_rule(
         kept: kept.map(|old| old.limits.as_slice()),
         on_change: rule.on_change,
         now,
-        name: &rule.name,
+        rule: &rule.name,
+        variant: None,
     };
     let variants = compile_variants(rule, kept, store, now, status);
     let (tier_by, tier_index, override_index) = variant_indexes(rule, keys, variants.len());
@@ -142,7 +143,6 @@ fn compile_variants(
         .chain(overrides)
         .map(|(kind, variant)| {
             let label = format!("{kind}:{}", variant.name);
-            let name = format!("{}/{label}", rule.name);
             let tables = Tables {
                 store,
                 kept: kept
@@ -150,7 +150,8 @@ fn compile_variants(
                     .map(|old| old.limits.as_slice()),
                 on_change: rule.on_change,
                 now,
-                name: &name,
+                rule: &rule.name,
+                variant: Some(&label),
             };
             let count = variant.limits.len();
             let limits = variant
@@ -205,8 +206,11 @@ struct Tables<'a> {
     kept: Option<&'a [Limit]>,
     on_change: OnChange,
     now: Nanos,
-    /// The rule (and variant) the tables are named after.
-    name: &'a str,
+    /// The rule the tables are named after (every key of one caller's
+    /// rule then shares a Redis Cluster slot, its ban included)...
+    rule: &'a str,
+    /// ... and the tier or override they belong to, if any.
+    variant: Option<&'a str>,
 }
 
 impl Tables<'_> {
@@ -263,12 +267,22 @@ impl Tables<'_> {
                 let (period, count) = window.window();
                 format!("sliding.{period}.{count}")
             }
+            Limiter::LeakyBucket(leaky) => {
+                let (emission, queue) = leaky.interval();
+                format!("leaky.{emission}.{queue}")
+            }
+            Limiter::SlidingLog(log) => {
+                let (period, count) = log.window();
+                format!("log.{period}.{count}")
+            }
             Limiter::Concurrency(limit) => format!("concurrency.{}", limit.max_in_flight),
-            // Kept in memory only (config keeps them away from Redis).
-            other => format!("{other:?}"),
+        };
+        let limit = match self.variant {
+            Some(variant) => format!("{variant}/{limit}"),
+            None => limit,
         };
         let name = TableName {
-            rule: self.name.into(),
+            rule: self.rule.into(),
             limit: limit.into(),
         };
         self.store.named_table(name, limiter)

@@ -108,6 +108,11 @@ pub async fn admit<'p>(
     } = admitter;
     let now = clock.now();
     admission.decided_at = now;
+    if enforced.is_empty() && shadowed.is_empty() {
+        // No rule applies: nothing to ask, and a store that is down has no
+        // say (`on_error` is about limits, not about unlimited routes).
+        return Ok(());
+    }
     for applicable in enforced {
         admission
             .verdicts

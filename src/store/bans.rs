@@ -125,6 +125,20 @@ impl BanTable {
             .fetch_max(entry.banned_until, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Records a ban a shared store holds on `key` until `until` (started by
+    /// a strike there, or by another instance), so that this instance
+    /// refuses the key without asking the store and lists the ban.
+    pub fn mirror(&self, key: BucketKey, now: Nanos, until: Nanos) {
+        self.make_room(now, 0);
+        let mut entry = self.entries.entry(key).or_default();
+        if entry.banned_until < until {
+            entry.banned_until = until;
+            entry.strikes = 0;
+        }
+        self.latest_end
+            .fetch_max(until, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Lifts the ban on `key` and forgets its strikes; whether it was banned.
     pub fn lift(&self, key: BucketKey, now: Nanos) -> bool {
         self.entries

@@ -108,11 +108,11 @@ struct Named {
 /// every instance the same names, so a networked store shares the buckets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableName {
-    /// The rule (and its tier or override), the part every limit of one
-    /// caller's rule shares (Redis Cluster's hash tag).
+    /// The rule: the part every key of one caller's rule shares, its
+    /// tiers', overrides' and ban's included (Redis Cluster's hash tag).
     pub rule: Box<str>,
-    /// The limit within the rule: its period and parameters, so a changed
-    /// limit gets buckets of its own.
+    /// The limit within the rule: its tier or override, if any, then its
+    /// algorithm and parameters, so a changed limit gets buckets of its own.
     pub limit: Box<str>,
 }
 

@@ -12,8 +12,9 @@
 //! On a Redis Cluster a request whose rules live in different slots is
 //! asked rule by rule ([`RedisStore::admit`]). Concurrency permits are
 //! leases ([`leases`]); while Redis is down each instance enforces its
-//! share of every limit ([`fair_share`]). Bans are kept by each instance
-//! (README, "Running several instances").
+//! share of every limit ([`fair_share`]). Bans and their strikes live in
+//! Redis, checked and counted in the same call (README, "Running several
+//! instances").
 
 #[cfg(test)]
 mod differential;
@@ -29,9 +30,9 @@ use redis::Cmd;
 use smallvec::SmallVec;
 
 use super::admission::{
-    Admission, Ask, Asks, Decisions, Outcome, Receipt, Settle, StoreError, Taken,
+    Admission, Ask, Asks, Decisions, Outcome, Receipt, RuleAsk, Settle, StoreError, Taken,
 };
-use super::memory::MemoryStore;
+use super::memory::{BucketTable, MemoryStore};
 use super::UNASKED;
 use crate::clock::Nanos;
 use crate::limiter::{Decision, Limiter};
@@ -129,15 +130,27 @@ impl RedisStore {
         Call::new(self.link.script_hash(), op, now, &self.prefix)
     }
 
-    /// See [`crate::store::Store::admit`]. Bans are checked and struck in
-    /// this instance's memory; the buckets in Redis.
+    /// See [`crate::store::Store::admit`]. The bans and strikes of a rule
+    /// with `ban` live in Redis, checked and counted in the script's call
+    /// (a ban this instance has seen is also recorded in the rule's local
+    /// table, for `/admin/bans`; Redis decides, so a ban lifted elsewhere
+    /// is lifted here too). A rule without `ban` can only be banned by
+    /// hand: those bans stay in the local table of the instance told.
     pub async fn admit(
         &self,
         asks: &Asks<'_>,
         now: Nanos,
         admission: &mut Admission,
     ) -> Result<(), StoreError> {
-        for (index, rule) in asks.rules.iter().enumerate().filter(|(_, r)| !r.shadow) {
+        if asks.limits.is_empty() {
+            // Nothing to ask: no round trip, but the answer tells whether
+            // Redis is reachable, as a call would (the fallback gauge).
+            reset(admission, 0, now);
+            return self.link.check_up();
+        }
+        let hand_banned_only =
+            |(_, rule): &(usize, &RuleAsk<'_>)| !rule.shadow && rule.ban.is_none();
+        for (index, rule) in asks.rules.iter().enumerate().filter(hand_banned_only) {
             if let Some(left) = rule.bans.and_then(|bans| bans.banned(rule.key, now)) {
                 reset(admission, asks.limits.len(), now);
                 admission.outcome = Outcome::Banned { rule: index, left };
@@ -153,13 +166,7 @@ impl RedisStore {
         let answer: Vec<i64> = self.link.run(call.finish()).await?;
         let at = script::instant(&answer)?;
         reset(admission, asks.limits.len(), at);
-        let admitted = script::admitted(&answer)?;
-        for (slot, decision) in admission.decisions.iter_mut().enumerate() {
-            *decision = script::decision(&answer, slot)?;
-        }
-        if !admitted {
-            admission.outcome = Outcome::Limited;
-            self.local.strike(asks, admission, now);
+        if !self.take_verdict(asks, 0..asks.rules.len(), &answer, now, admission)? {
             return Ok(());
         }
         let mut leases = leases.iter().copied();
@@ -195,8 +202,14 @@ impl RedisStore {
         let mut first = true;
         for (index, rule) in asks.rules.iter().enumerate() {
             let limits = &asks.limits[rule.limits.clone()];
+            // Decided as an enforced group of its own (a shadow rule is
+            // still asked only once admitted, and never bans).
+            let bans = rule
+                .bans
+                .filter(|_| !rule.shadow)
+                .map(|bans| (bans, rule.ban));
             let mut one = Asks::default();
-            one.push_rule(rule.key, false, None, limits.iter().copied());
+            one.push_rule(rule.key, false, bans, limits.iter().copied());
             let leases = self.lease_ids(limits);
             let mut call = self.call("admit", now);
             call.asks(&one, &leases);
@@ -211,6 +224,11 @@ impl RedisStore {
             if first {
                 admission.at = at;
                 first = false;
+            }
+            if matches!(script::verdict(&answer)?, script::Verdict::Banned { .. }) {
+                self.give_back(admission, now).await;
+                self.take_verdict(asks, index..index + 1, &answer, now, admission)?;
+                return Ok(());
             }
             for (offset, slot) in rule.limits.clone().enumerate() {
                 admission.decisions[slot] = script::decision(&answer, offset)?;
@@ -229,12 +247,58 @@ impl RedisStore {
                     self.report_as_they_are(asks, earlier, now, admission)
                         .await?;
                 }
-                admission.outcome = Outcome::Limited;
-                self.local.strike(asks, admission, now);
+                self.take_verdict(asks, index..index + 1, &answer, now, admission)?;
                 return Ok(());
             }
         }
         Ok(())
+    }
+
+    /// Reads a refusal or a ban of the rules `rules` (of `asks`, asked in
+    /// one call) into `admission`, recording the bans Redis holds in the
+    /// rules' local tables (this instance then refuses those keys without
+    /// asking, and lists them); its decisions are read for every limit.
+    /// Whether the request was admitted.
+    fn take_verdict(
+        &self,
+        asks: &Asks<'_>,
+        rules: std::ops::Range<usize>,
+        answer: &[i64],
+        now: Nanos,
+        admission: &mut Admission,
+    ) -> Result<bool, StoreError> {
+        let first_slot = asks.rules[rules.start].limits.start;
+        let limits = asks.rules[rules.end - 1].limits.end - first_slot;
+        let banning: SmallVec<[usize; 2]> = rules
+            .clone()
+            .filter(|&index| !asks.rules[index].shadow && asks.rules[index].ban.is_some())
+            .collect();
+        let verdict = script::verdict(answer)?;
+        if let script::Verdict::Banned { ban, left } = verdict {
+            let index = banning[ban.min(banning.len() - 1)];
+            let rule = &asks.rules[index];
+            if let Some(bans) = rule.bans {
+                bans.mirror(rule.key, now, now.saturating_add(left));
+            }
+            admission.outcome = Outcome::Banned { rule: index, left };
+            return Ok(false);
+        }
+        for offset in 0..limits {
+            admission.decisions[first_slot + offset] = script::decision(answer, offset)?;
+        }
+        if matches!(verdict, script::Verdict::Admitted) {
+            return Ok(true);
+        }
+        admission.outcome = Outcome::Limited;
+        for (ban, &index) in banning.iter().enumerate() {
+            let rule = &asks.rules[index];
+            if let (Some(lasts), Some(bans)) = (script::ban_started(answer, limits, ban), rule.bans)
+            {
+                bans.mirror(rule.key, now, now.saturating_add(lasts));
+                admission.bans_started.push(index);
+            }
+        }
+        Ok(false)
     }
 
     /// Gives back every receipt `admission` holds (a later rule refused, or
@@ -294,6 +358,24 @@ impl RedisStore {
         }
     }
 
+    /// Bans `key` by the rule of `table` for `lasts` in Redis too, so that
+    /// every instance refuses it (a hand-made ban; sent by a task).
+    pub fn ban(&self, table: &BucketTable, key: u64, lasts: Nanos) {
+        let mut ban = redis::cmd("EVAL");
+        ban.arg(HAND_BAN)
+            .arg(1)
+            .arg(script::ban_key(&self.prefix, table, key))
+            .arg(lasts / 1_000);
+        self.link.send_detached(ban);
+    }
+
+    /// Lifts `key`'s ban by the rule of `table` in Redis (sent by a task).
+    pub fn lift(&self, table: &BucketTable, key: u64) {
+        let mut lift = redis::cmd("DEL");
+        lift.arg(script::ban_key(&self.prefix, table, key));
+        self.link.send_detached(lift);
+    }
+
     /// See [`crate::store::Store::settle`].
     pub async fn settle(
         &self,
@@ -336,9 +418,9 @@ impl RedisStore {
                 (Taken::Lease { .. }, Settle::Charge(_)) => continue,
                 (_, Settle::Keep) => continue,
                 (Taken::Bucket, Settle::GiveBack) => (1, receipt.units),
-                // Cancelled while its instant is ahead (by Redis' clock: the
-                // script decides); once passed, kept, which never lets more
-                // through (memory refunds it).
+                // Cancelled while its instant is ahead, else given back at
+                // that instant (by Redis' clock: the script decides), as
+                // memory settles it.
                 (Taken::Reserved { .. }, Settle::GiveBack) => (4, receipt.units),
                 (_, Settle::GiveBack) => continue,
                 (_, Settle::Charge(units)) => {
@@ -430,6 +512,16 @@ impl RedisStore {
         Ok(())
     }
 }
+
+/// A ban set by hand: `KEYS[1]` the ban key, `ARGV[1]` how long it lasts
+/// in microseconds, from Redis' time.
+const HAND_BAN: &str = r"
+local t = redis.call('TIME')
+local ends = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+redis.call('HSET', KEYS[1], 'until', ends, 'n', 0)
+redis.call('PEXPIREAT', KEYS[1], math.floor(ends / 1000) + 1)
+return 1
+";
 
 /// `admission` emptied for a new answer at `at`.
 fn reset(admission: &mut Admission, limits: usize, at: Nanos) {

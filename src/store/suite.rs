@@ -673,6 +673,7 @@ store_suite!(
         a_huge_charge_saturates_and_never_wraps_around,
         a_debt_refuses_until_repaid_and_retry_after_counts_it,
         a_late_refund_goes_back_to_the_window_it_was_taken_in,
+        a_held_request_reserves_and_a_give_back_cancels,
     ]
 );
 
@@ -692,5 +693,6 @@ store_suite!(
         a_huge_charge_saturates_and_never_wraps_around,
         a_debt_refuses_until_repaid_and_retry_after_counts_it,
         a_late_refund_goes_back_to_the_window_it_was_taken_in,
+        a_held_request_reserves_and_a_give_back_cancels,
     ]
 );

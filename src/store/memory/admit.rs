@@ -250,7 +250,7 @@ impl MemoryStore {
 
     /// Counts a strike against the caller of each enforced rule with a
     /// `ban` whose limits refused the request.
-    pub(crate) fn strike(&self, asks: &Asks<'_>, admission: &mut Admission, now: Nanos) {
+    fn strike(&self, asks: &Asks<'_>, admission: &mut Admission, now: Nanos) {
         for (index, rule) in asks.rules.iter().enumerate() {
             let (Some(bans), Some(policy)) = (rule.bans, rule.ban) else {
                 continue;

@@ -1,8 +1,9 @@
 //! The Redis script against the memory store: random sequences of admits,
-//! peeks, spends, deferred charges and refunds at increasing instants, run
-//! on both, must get the same decisions (allowed, remaining, reset_after,
-//! retry_after) from the token bucket, the fixed window and the sliding
-//! window.
+//! delay mode's reservations, peeks, spends, deferred charges, refunds and
+//! cancellations at increasing instants, run on both, must get the same
+//! decisions (allowed or held, remaining, reset_after, retry_after, wait)
+//! from the token bucket, the fixed window, the sliding window (no delay
+//! mode), the leaky bucket and the sliding log.
 //!
 //! The script keeps time in microseconds, so every instant, period and
 //! emission interval here is a whole number of microseconds. Where the two
@@ -14,7 +15,24 @@
 //!   less than the script (seen: burst 1, T ≈ 1 s, a refund after a charge
 //!   1 µs later: the script gives back T − 1 µs, memory 1.75 ms less).
 //!   Neither is ever more generous than the exact bound, but they differ, so
-//!   token bucket sequences have no refunds.
+//!   token bucket sequences have no refunds: a give back there is only ever
+//!   a reservation's, while its instant is ahead or at it (a cancel, or a
+//!   rollback at that instant, which move the TAT exactly in both; the
+//!   headroom they leave differs as above, and only a later refund reads
+//!   it).
+//! - Leaky bucket: a request of cost 0 occupies the outlet for 1 ns in
+//!   memory and 1 µs in the script (neither has a shorter unit), so leaky
+//!   bucket costs are at least 1.
+//! - Fixed window held, then refused by a later limit of the request:
+//!   memory reserves and cancels, which forgets the padding below the
+//!   newest earlier reservation (a later cancel of that one gives back less
+//!   than it could); the script never writes the refused request's state,
+//!   so that cancel is exact there. Neither is more generous than the
+//!   limit, but they differ, so in the several-limit cases a fixed window
+//!   is only ever the last limit.
+//! - Sliding log: memory keeps one stamp per unit, the script runs of equal
+//!   stamps; COUNT stays at most 1,000 here so that memory's logs stay
+//!   small.
 //! - Sliding window: the first instant a denied request fits can fall
 //!   between two microseconds. Memory answers in nanoseconds, the script
 //!   with the next microsecond, so memory's `retry_after` is compared
@@ -29,9 +47,11 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use crate::clock::Nanos;
-use crate::limiter::{Decision, FixedWindow, Gcra, Limiter, Rate, SlidingWindow};
+use crate::limiter::{
+    Decision, FixedWindow, Gcra, HoldLimits, LeakyBucket, Limiter, Rate, SlidingLog, SlidingWindow,
+};
 use crate::store::suite::redis_store;
-use crate::store::{Admission, Ask, Asks, BucketTable, MemoryStore, Receipt, Settle, Store};
+use crate::store::{Admission, Ask, Asks, BucketTable, MemoryStore, Receipt, Settle, Store, Taken};
 
 const MICRO: Nanos = 1_000;
 
@@ -43,6 +63,21 @@ enum Kind {
     TokenBucket,
     Fixed,
     Sliding,
+    Leaky,
+    Log,
+}
+
+impl Kind {
+    /// Whether it has a delay mode.
+    fn holds(self) -> bool {
+        self != Kind::Sliding
+    }
+
+    /// Whether it keeps its time as an emission interval (the case's
+    /// interval), not a period.
+    fn emits(self) -> bool {
+        matches!(self, Kind::TokenBucket | Kind::Leaky)
+    }
 }
 
 /// A number of units: a few, or a share (in thousandths) of COUNT.
@@ -61,15 +96,27 @@ impl Amount {
     }
 }
 
+/// Delay mode's bounds: the longest wait in thousandths of the period, and
+/// the units that may wait.
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    max_wait: u64,
+    max_queued: Amount,
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Op {
     Acquire(Amount),
+    /// Delay mode: an admission that may be held.
+    Reserve(Amount, Hold),
     Peek(Amount),
     /// The admin API's spend: an unconditional charge, then a report.
     Spend(Amount),
-    /// A deferred charge on the receipt of an earlier admission.
+    /// A deferred charge on the receipt of an earlier admission (counted
+    /// back from the newest).
     Charge(usize, Amount),
-    /// Gives an earlier admission's units back.
+    /// Gives an earlier admission's units back (a held one's: a cancel),
+    /// counted back from the newest.
     Refund(usize),
 }
 
@@ -91,6 +138,9 @@ struct Case {
     burst: u64,
     /// Where in its period the first step falls, in microseconds.
     offset_us: u64,
+    /// Time moves this many times slower than the steps say (so that held
+    /// requests are still waiting when later steps come).
+    slowdown: u64,
     steps: Vec<Step>,
 }
 
@@ -102,14 +152,35 @@ fn amount() -> impl Strategy<Value = Amount> {
     ]
 }
 
+fn hold() -> impl Strategy<Value = Hold> {
+    let max_wait = prop_oneof![Just(0u64), 0u64..=1_500, 0u64..=10_000];
+    let max_queued = prop_oneof![
+        2 => (1u64..=10).prop_map(Amount::Units),
+        1 => (1u64..=3_000).prop_map(Amount::Share),
+    ];
+    (max_wait, max_queued).prop_map(|(max_wait, max_queued)| Hold {
+        max_wait,
+        max_queued,
+    })
+}
+
+/// A receipt counted back from the newest: mostly one of the last few
+/// (a reservation is cancelled while its instant is ahead).
+fn receipt() -> impl Strategy<Value = usize> {
+    prop_oneof![3 => 0usize..3, 1 => any::<usize>()]
+}
+
 fn op(kind: Kind) -> BoxedStrategy<Op> {
-    let refunds = if kind == Kind::TokenBucket { 0 } else { 3 };
+    // Token bucket give backs: only cancels (see the module doc).
+    let refunds = if kind == Kind::TokenBucket { 2 } else { 3 };
+    let reserves = if kind.holds() { 6 } else { 0 };
     prop_oneof![
         6 => amount().prop_map(Op::Acquire),
+        reserves => (amount(), hold()).prop_map(|(a, h)| Op::Reserve(a, h)),
         2 => amount().prop_map(Op::Peek),
         1 => amount().prop_map(Op::Spend),
-        2 => (any::<usize>(), amount()).prop_map(|(i, a)| Op::Charge(i, a)),
-        refunds => any::<usize>().prop_map(Op::Refund),
+        2 => (receipt(), amount()).prop_map(|(i, a)| Op::Charge(i, a)),
+        refunds => receipt().prop_map(Op::Refund),
     ]
     .boxed()
 }
@@ -148,29 +219,38 @@ fn case(kind: Kind) -> impl Strategy<Value = Case> {
         interval,
         burst,
         any::<u64>(),
+        prop_oneof![Just(1u64), Just(20), Just(500)],
         prop::collection::vec(step(kind), 1..=40),
     )
-        .prop_map(move |(count, interval_us, burst, offset, steps)| {
-            let interval_us = match kind {
-                // The emission interval: the tolerance and every debt here
-                // stay far below 2^52 µs.
-                Kind::TokenBucket => interval_us
-                    .min(1_000_000)
-                    .min((1 << 44) / count.max(1))
-                    .max(1),
-                // See the module doc.
-                Kind::Sliding => interval_us.max(count),
-                Kind::Fixed => interval_us,
-            };
-            let burst = burst.min(2 * count.max(1));
-            Case {
-                count,
-                interval_us,
-                burst,
-                offset_us: offset % interval_us,
-                steps,
-            }
-        })
+        .prop_map(
+            move |(count, interval_us, burst, offset, slowdown, steps)| {
+                let count = match kind {
+                    // See the module doc.
+                    Kind::Log => count.min(1_000),
+                    _ => count,
+                };
+                let interval_us = match kind {
+                    // The emission interval: the tolerance and every debt here
+                    // stay far below 2^52 µs.
+                    Kind::TokenBucket | Kind::Leaky => interval_us
+                        .min(1_000_000)
+                        .min((1 << 44) / count.max(1))
+                        .max(1),
+                    // See the module doc.
+                    Kind::Sliding => interval_us.max(count),
+                    Kind::Fixed | Kind::Log => interval_us,
+                };
+                let burst = burst.min(2 * count.max(1));
+                Case {
+                    count,
+                    interval_us,
+                    burst,
+                    offset_us: offset % interval_us,
+                    slowdown,
+                    steps,
+                }
+            },
+        )
 }
 
 impl Case {
@@ -186,14 +266,41 @@ impl Case {
             )),
             Kind::Fixed => Limiter::FixedWindow(FixedWindow::new(rate(self.interval_us))),
             Kind::Sliding => Limiter::SlidingWindow(SlidingWindow::new(rate(self.interval_us))),
+            Kind::Leaky => Limiter::LeakyBucket(LeakyBucket::new(
+                rate(self.interval_us * self.count.max(1)),
+                self.burst,
+            )),
+            Kind::Log => Limiter::SlidingLog(SlidingLog::new(rate(self.interval_us))),
         }
     }
 
-    /// The window's period, or the token bucket's whole period.
+    /// The window's or log's period, or a bucket's whole period.
     fn period_us(&self, kind: Kind) -> u64 {
-        match kind {
-            Kind::TokenBucket => self.interval_us * self.count.max(1),
-            _ => self.interval_us,
+        if kind.emits() {
+            self.interval_us * self.count.max(1)
+        } else {
+            self.interval_us
+        }
+    }
+
+    /// The cost of `amount` (see the module doc for the leaky bucket's).
+    fn cost(&self, kind: Kind, amount: Amount) -> u64 {
+        let cost = amount.of(self.count);
+        if kind == Kind::Leaky {
+            cost.max(1)
+        } else {
+            cost
+        }
+    }
+
+    /// Delay mode's bounds in nanoseconds and units.
+    fn hold(&self, kind: Kind, hold: Hold) -> HoldLimits {
+        let period = u128::from(self.period_us(kind));
+        let max_wait_us = (period * u128::from(hold.max_wait) / 1000) as u64;
+        HoldLimits {
+            max_wait: max_wait_us * MICRO,
+            // At least 1: the script reads 0 as "refuses instead".
+            max_queued: hold.max_queued.of(self.count).max(1),
         }
     }
 }
@@ -209,22 +316,37 @@ const KEY: u64 = 42;
 
 impl Side<'_> {
     fn asks<'a>(&'a self, limiter: &'a Limiter, cost: u64) -> Asks<'a> {
+        self.holding(limiter, cost, None)
+    }
+
+    fn holding<'a>(
+        &'a self,
+        limiter: &'a Limiter,
+        cost: u64,
+        hold: Option<HoldLimits>,
+    ) -> Asks<'a> {
         let mut asks = Asks::default();
         let ask = Ask {
             table: &self.table,
             key: KEY,
             limiter,
             cost,
-            hold: None,
+            hold,
         };
         asks.push_rule(KEY, false, None, [ask]);
         asks
     }
 
-    async fn acquire(&mut self, limiter: &Limiter, cost: u64, now: Nanos) -> (bool, Decision) {
+    async fn acquire(
+        &mut self,
+        limiter: &Limiter,
+        cost: u64,
+        hold: Option<HoldLimits>,
+        now: Nanos,
+    ) -> (bool, Decision) {
         let mut admission = Admission::default();
         self.store
-            .admit(&self.asks(limiter, cost), now, &mut admission)
+            .admit(&self.holding(limiter, cost, hold), now, &mut admission)
             .await
             .expect("the store answers");
         let admitted = admission.admitted();
@@ -289,22 +411,31 @@ async fn check(
     });
     let mut now_us = START_US - START_US % period_us + case.offset_us;
     for (index, step) in case.steps.iter().enumerate() {
-        let advance = u128::from(period_us) * u128::from(step.advance) / 1000;
+        let advance =
+            u128::from(period_us) * u128::from(step.advance) / (1000 * u128::from(case.slowdown));
         now_us += advance as u64 + step.jitter_us;
         let now = now_us * MICRO;
         let [m, r] = &mut sides;
         let at = format!("step {index} ({step:?}) at {now_us} µs");
         match step.op {
-            Op::Acquire(amount) => {
-                let cost = amount.of(case.count);
-                let (m_ok, m_decision) = m.acquire(&limiter, cost, now).await;
-                let (r_ok, r_decision) = r.acquire(&limiter, cost, now).await;
+            Op::Acquire(_) | Op::Reserve(..) => {
+                let (amount, hold) = match step.op {
+                    Op::Reserve(amount, hold) => (amount, Some(case.hold(kind, hold))),
+                    Op::Acquire(amount) => (amount, None),
+                    _ => unreachable!(),
+                };
+                let cost = case.cost(kind, amount);
+                let (m_ok, m_decision) = m.acquire(&limiter, cost, hold, now).await;
+                let (r_ok, r_decision) = r.acquire(&limiter, cost, hold, now).await;
                 prop_assert_eq!(r_ok, m_ok, "{}", at);
                 prop_assert_eq!(r_decision, expected(kind, m_decision), "{}", at);
                 prop_assert_eq!(r.receipts.len(), m.receipts.len(), "{}", at);
+                if let (Some(m_receipt), Some(r_receipt)) = (m.receipts.last(), r.receipts.last()) {
+                    prop_assert_eq!(r_receipt.taken, m_receipt.taken, "{}", at);
+                }
             }
             Op::Peek(amount) => {
-                let cost = amount.of(case.count);
+                let cost = case.cost(kind, amount);
                 let m_decision = m.peek(&limiter, cost, now).await;
                 let r_decision = r.peek(&limiter, cost, now).await;
                 prop_assert_eq!(r_decision, expected(kind, m_decision), "{}", at);
@@ -319,7 +450,7 @@ async fn check(
                 if m.receipts.is_empty() {
                     continue;
                 }
-                let which = which % m.receipts.len();
+                let which = m.receipts.len() - 1 - which % m.receipts.len();
                 let units = amount.of(case.count);
                 m.settle(which, Settle::Charge(units), now).await;
                 r.settle(which, Settle::Charge(units), now).await;
@@ -328,7 +459,13 @@ async fn check(
                 if m.receipts.is_empty() {
                     continue;
                 }
-                let which = which % m.receipts.len();
+                let which = m.receipts.len() - 1 - which % m.receipts.len();
+                if kind == Kind::TokenBucket
+                    && !matches!(m.receipts[which].taken, Taken::Reserved { at } if now <= at)
+                {
+                    // See the module doc.
+                    continue;
+                }
                 m.settle(which, Settle::GiveBack, now).await;
                 r.settle(which, Settle::GiveBack, now).await;
             }
@@ -370,6 +507,126 @@ fn run(kind: Kind) {
     }
 }
 
+/// Two limits of one rule, both in delay mode when the step holds: a
+/// request passes at the latest of their instants, the limits that would
+/// let it pass earlier count it there where they can (token and leaky
+/// buckets), and a refusal by one gives back what the other took.
+async fn check_pair(
+    memory: &Store,
+    redis: &Store,
+    kinds: [Kind; 2],
+    cases: &[Case; 2],
+) -> Result<(), TestCaseError> {
+    let limiters = [cases[0].limiter(kinds[0]), cases[1].limiter(kinds[1])];
+    let mut sides = [memory, redis].map(|store| {
+        let tables = [store.table(&limiters[0]), store.table(&limiters[1])];
+        (store, tables, Vec::<Receipt>::new())
+    });
+    let period_us = cases[0].period_us(kinds[0]);
+    let mut now_us = START_US - START_US % period_us + cases[0].offset_us;
+    for (index, step) in cases[0].steps.iter().enumerate() {
+        let advance = u128::from(period_us) * u128::from(step.advance)
+            / (1000 * u128::from(cases[0].slowdown));
+        now_us += advance as u64 + step.jitter_us;
+        let now = now_us * MICRO;
+        let at = format!("step {index} ({step:?}) at {now_us} µs");
+        let (amount, hold, write) = match step.op {
+            Op::Acquire(amount) => (amount, None, true),
+            Op::Reserve(amount, hold) => (amount, Some(hold), true),
+            Op::Peek(amount) => (amount, None, false),
+            Op::Refund(which) => {
+                let receipts = sides[0].2.len();
+                if receipts == 0 {
+                    continue;
+                }
+                let which = receipts - 1 - which % receipts;
+                let limit = which % 2;
+                if kinds[limit] == Kind::TokenBucket
+                    && !matches!(sides[0].2[which].taken, Taken::Reserved { at } if now <= at)
+                {
+                    // See the module doc.
+                    continue;
+                }
+                for (store, _, receipts) in &mut sides {
+                    store
+                        .settle(&mut receipts[which], Settle::GiveBack, now)
+                        .await
+                        .expect("the store answers");
+                }
+                continue;
+            }
+            Op::Spend(_) | Op::Charge(..) => continue,
+        };
+        let mut answers = Vec::new();
+        for (store, tables, receipts) in &mut sides {
+            let mut asks = Asks::default();
+            let limits = [0, 1].map(|limit| Ask {
+                table: &tables[limit],
+                key: KEY,
+                limiter: &limiters[limit],
+                cost: cases[limit].cost(kinds[limit], amount),
+                hold: hold.map(|hold| cases[limit].hold(kinds[limit], hold)),
+            });
+            asks.push_rule(KEY, false, None, limits);
+            let mut admission = Admission::default();
+            if write {
+                store
+                    .admit(&asks, now, &mut admission)
+                    .await
+                    .expect("the store answers");
+            } else {
+                store
+                    .peek(&asks, now, &mut admission.decisions)
+                    .await
+                    .expect("the store answers");
+            }
+            let taken: Vec<Taken> = admission.receipts.iter().map(|r| r.taken).collect();
+            receipts.extend(admission.receipts.drain(..));
+            answers.push((admission.admitted(), admission.decisions.clone(), taken));
+        }
+        let expect = |decisions: &[Decision]| -> Vec<Decision> {
+            decisions
+                .iter()
+                .zip(kinds)
+                .map(|(decision, kind)| expected(kind, *decision))
+                .collect()
+        };
+        prop_assert_eq!(answers[1].0, answers[0].0, "{}", at);
+        prop_assert_eq!(answers[1].1.to_vec(), expect(&answers[0].1), "{}", at);
+        prop_assert_eq!(&answers[1].2, &answers[0].2, "{}", at);
+    }
+    Ok(())
+}
+
+#[test]
+fn requests_held_by_several_limits_pass_as_in_memory() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let redis = runtime.block_on(redis_store());
+    let memory = Store::Memory(MemoryStore::new(100_000));
+    // A fixed window only last: see the module doc.
+    let firsts = [Kind::TokenBucket, Kind::Leaky, Kind::Log];
+    let seconds = [Kind::TokenBucket, Kind::Fixed, Kind::Leaky, Kind::Log];
+    for first in firsts {
+        for second in seconds {
+            let mut runner = TestRunner::new(Config {
+                cases: 16,
+                failure_persistence: None,
+                ..Config::default()
+            });
+            let outcome = runner.run(&(case(first), case(second)), |(a, b)| {
+                runtime.block_on(check_pair(&memory, &redis, [first, second], &[a, b]))
+            });
+            if let Err(error) = outcome {
+                panic!("{first:?} and {second:?}: the script and memory disagree: {error}");
+            }
+        }
+    }
+}
+
 #[test]
 fn token_buckets_decide_as_in_memory() {
     run(Kind::TokenBucket);
@@ -383,4 +640,14 @@ fn fixed_windows_decide_as_in_memory() {
 #[test]
 fn sliding_windows_decide_as_in_memory() {
     run(Kind::Sliding);
+}
+
+#[test]
+fn leaky_buckets_decide_as_in_memory() {
+    run(Kind::Leaky);
+}
+
+#[test]
+fn sliding_logs_decide_as_in_memory() {
+    run(Kind::Log);
 }

@@ -63,6 +63,27 @@ impl<'s> Call<'s> {
         self.args.push(enforced as u64);
         self.args.push(shadow.len() as u64);
         self.args.extend(shadow);
+        // The enforced rules with a `ban`: where their limits are, their
+        // policy, and (after every limit's key) their ban key.
+        let banning = || {
+            asks.rules
+                .iter()
+                .filter(|rule| !rule.shadow)
+                .filter_map(|rule| Some((rule, rule.ban?)))
+        };
+        self.args.push(banning().count() as u64);
+        let mut ban_keys: SmallVec<[String; 1]> = SmallVec::new();
+        for (rule, policy) in banning() {
+            self.args.extend([
+                rule.limits.start as u64 + 1,
+                rule.limits.end as u64,
+                policy.after,
+                policy.within / MICRO,
+                policy.duration / MICRO,
+            ]);
+            let table = asks.limits[rule.limits.start].table;
+            ban_keys.push(ban_key(self.prefix, table, rule.key));
+        }
         let mut leases = leases.iter();
         for ask in &asks.limits {
             self.limit(ask.table, ask.key, ask.limiter);
@@ -72,6 +93,7 @@ impl<'s> Call<'s> {
             });
             self.hold(ask);
         }
+        self.keys.extend(ban_keys);
     }
 
     /// Delay mode's bounds for `ask` (0, 0: it refuses instead).
@@ -87,7 +109,7 @@ impl<'s> Call<'s> {
     /// Every limit of `limits` as one group (spend and peek).
     pub fn all_enforced(&mut self, limits: &[Ask<'_>]) {
         self.args.push(limits.len() as u64);
-        self.args.push(0);
+        self.args.extend([0, 0]);
         for ask in limits {
             self.limit(ask.table, ask.key, ask.limiter);
             self.args.push(ask.cost);
@@ -132,9 +154,14 @@ pub fn key_name(prefix: &str, table: &BucketTable, key: u64) -> String {
     format!("{prefix}:{{{}:{key:016x}}}:{}", name.rule, name.limit)
 }
 
+/// The Redis key of `key`'s strikes and ban by the rule `table` belongs
+/// to (in the slot of the caller's buckets of that rule).
+pub fn ban_key(prefix: &str, table: &BucketTable, key: u64) -> String {
+    format!("{prefix}:{{{}:{key:016x}}}:ban", table.name().rule)
+}
+
 /// The script's algorithm number and parameters for `limiter`, in
-/// microseconds. The config keeps other limiters away from Redis; should
-/// one arrive, it is a closed route (never admits), not a guess.
+/// microseconds (the header of `sluice.lua` lists them).
 fn parameters(limiter: &Limiter) -> [u64; 3] {
     match limiter {
         Limiter::TokenBucket(gcra) => {
@@ -154,7 +181,17 @@ fn parameters(limiter: &Limiter) -> [u64; 3] {
             [3, (period / MICRO).max(1), count]
         }
         Limiter::Concurrency(limit) => [4, limit.max_in_flight, LEASE_TTL.as_micros() as u64],
-        _ => [1, 0, 0],
+        Limiter::LeakyBucket(leaky) => {
+            let (emission, queue) = leaky.interval();
+            if emission == 0 {
+                return [5, 0, queue];
+            }
+            [5, (emission / MICRO).max(1), queue]
+        }
+        Limiter::SlidingLog(log) => {
+            let (period, count) = log.window();
+            [6, (period / MICRO).max(1), count]
+        }
     }
 }
 
@@ -178,9 +215,40 @@ pub fn instant(answer: &[i64]) -> Result<Nanos, StoreError> {
     field(answer, 0, "its time").map(nanos)
 }
 
+/// How the script answered a request.
+pub enum Verdict {
+    Admitted,
+    Limited,
+    /// Ban number `ban` (the order of [`Call::asks`]'s banning rules) is in
+    /// force for `left` more.
+    Banned {
+        ban: usize,
+        left: Nanos,
+    },
+}
+
+/// The outcome of an admission.
+pub fn verdict(answer: &[i64]) -> Result<Verdict, StoreError> {
+    Ok(match field(answer, 1, "its outcome")? {
+        1 => Verdict::Admitted,
+        3 => Verdict::Banned {
+            ban: field(answer, 2, "the ban")?.max(1) as usize - 1,
+            left: nanos(field(answer, 3, "the ban")?),
+        },
+        _ => Verdict::Limited,
+    })
+}
+
 /// Whether every enforced limit admitted.
 pub fn admitted(answer: &[i64]) -> Result<bool, StoreError> {
     field(answer, 1, "its outcome").map(|admitted| admitted == 1)
+}
+
+/// When this refusal's strike started ban number `ban`: how long the ban
+/// lasts from the answer's instant (after the `limits` decisions).
+pub fn ban_started(answer: &[i64], limits: usize, ban: usize) -> Option<Nanos> {
+    let lasts = *answer.get(2 + 5 * limits + ban)?;
+    (lasts > 0).then(|| nanos(lasts))
 }
 
 /// The decision for limit number `slot`.

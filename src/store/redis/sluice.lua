@@ -19,14 +19,20 @@
 --     ARGV[3]   the number of enforced limits E (the first E keys): all or
 --               nothing. Then the shadow rules, each all or nothing: ARGV[4]
 --               the number of shadow rules S, then S counts of limits.
+--     then the enforced rules with a `ban`: their number B, then per rule
+--     5 fields: its first and last limit (1-based), after, within and for
+--     (microseconds); its ban key is KEYS[L + b] (L limits, b from 1), a
+--     hash of the ban's end `until` and the strikes `n` counted since
+--     `since`, in the slot of the rule's buckets
 --     then per limit, 6 fields: algorithm, a, b, cost, max_wait
 --     (microseconds) and max_queued: delay mode's bounds, both 0 when the
 --     limit refuses instead of holding
 --   settle:
 --     per receipt, 6 fields: algorithm, a, b, how (0 keep, 1 give back,
---     2 charge, 3 return a lease, 4 cancel a reservation), units (for a
---     lease: its name), taken_at (microseconds; for a reservation: the
---     instant it passes)
+--     2 charge, 3 return a lease, 4 cancel a reservation: while its instant
+--     is ahead, else a give back at that instant, as memory settles it),
+--     units (for a lease: its name), taken_at (microseconds; for a
+--     reservation: the instant it passes)
 --
 -- Algorithms (a, b):
 --   1 token bucket (GCRA): emission interval T, tolerance tau (microseconds)
@@ -34,12 +40,24 @@
 --   3 sliding window: period (microseconds), COUNT
 --   4 concurrency permits: max_in_flight, lease TTL (microseconds); the
 --     cost slot names the lease this request takes
+--   5 leaky bucket: emission interval T (microseconds), queue
+--   6 sliding log: period (microseconds), COUNT
+--
+-- Delay mode: a limit whose max_queued is above 0 reserves (`reserve`)
+-- instead of acquiring; the token bucket, the fixed window, the leaky
+-- bucket and the sliding log have a delay mode, the others decide as in
+-- reject mode. When several limits of a request hold it, it passes at the
+-- latest of their instants, and the limits that would let it pass earlier
+-- count it there where they can (`reschedule`: token and leaky buckets),
+-- as memory's `acquire_all` does.
 --
 -- Answers: { now, admitted (1/0), then per limit 5 integers: allowed (0
 -- refused, 1 admitted, 2 held: reserved for `wait` from now), remaining,
--- reset_after, retry_after (-1: never), wait } for admit, peek and spend
--- (spend: what a request of cost 1 would be told after the spend);
--- { now } for settle.
+-- reset_after, retry_after (-1: never), wait, then per banning rule how
+-- long the ban its strike just started lasts (0: none) } for admit, peek
+-- and spend (spend: what a request of cost 1 would be told after the
+-- spend); { now, 3, b, left } when banning rule b bans the caller for
+-- `left` more (no bucket was asked); { now } for settle.
 
 local MAX = 4503599627370496 -- 2^52: every quantity saturates here
 
@@ -63,6 +81,26 @@ local function ceil_div(a, b)
   local q = idiv(a, b)
   if q * b < a then q = q + 1 end
   return q
+end
+
+-- a - b, or 0 when b >= a.
+local function sat_sub(a, b)
+  if b >= a then return 0 end
+  return a - b
+end
+
+-- A copy of a decoded state, its arrays (a log's runs) included.
+local function copy(state)
+  local c = {}
+  for k, v in pairs(state) do
+    if type(v) == 'table' then
+      local array = {}
+      for i = 1, #v do array[i] = v[i] end
+      v = array
+    end
+    c[k] = v
+  end
+  return c
 end
 
 local op = ARGV[1]
@@ -178,6 +216,45 @@ function gcra.refund(s, a, b, units, taken_at)
   gcra_give_back(s, back, false)
 end
 
+-- Delay mode, GCRA's virtual scheduling: a request that does not conform
+-- now passes at TAT + c*T - tau, and taking it moves the TAT to that instant
+-- plus tau. Held when that wait is within max_wait and the units waiting
+-- (the debt beyond tau, in whole units) plus its cost within max_queued.
+function gcra.reserve(s, a, b, cost, max_wait, max_queued)
+  local ok, remaining, reset, retry, new_tat = gcra_step(s, a, b, cost)
+  if ok then
+    gcra_take(s, new_tat, true)
+    return true, remaining, reset, 0, 0
+  end
+  if retry < 0 or retry > max_wait then return false, remaining, reset, retry, 0 end
+  local queued = ceil_div(sat_sub(s.t, cap(now + b)), a)
+  if cap(queued + cost) > max_queued then return false, remaining, reset, retry, 0 end
+  new_tat = cap(math.max(s.t, now) + cap(a * cost))
+  gcra_take(s, new_tat, true)
+  return true, 0, new_tat - now, 0, retry
+end
+
+-- A reservation passing at `at` is the last one while TAT <= at + tau (or
+-- one admitted at once, followed only by admissions at the same instant):
+-- its units come back exactly. Otherwise, or once `at` has passed, nothing.
+function gcra.cancel(s, a, b, cost, at)
+  if a == 0 or now > at or s.t > cap(at + b) then return end
+  gcra_give_back(s, cap(a * cost), false)
+end
+
+-- The last reservation (as for `cancel`) passes at `to` instead: the TAT
+-- of a request that passed then. A reservation made after the refund mark
+-- leaves no headroom.
+function gcra.reschedule(s, a, b, cost, at, to)
+  if a == 0 or now > at or to < at or s.t > cap(at + b) then return false end
+  local spent = cap(a * cost)
+  local new_tat = cap(math.max(sat_sub(s.t, spent), to) + spent)
+  if now > sat_sub(s.t, s.d) then s.h = 0 end
+  s.d = cap(s.d + (new_tat - s.t))
+  s.t = new_tat
+  return true
+end
+
 -- Window counters, the twins of src/limiter/window.rs (fixed window and
 -- sliding window, reject mode: no reservations). Windows are aligned to
 -- Unix-time multiples of the period P. State: the index of the window
@@ -194,12 +271,6 @@ local U32 = 4294967295 -- the largest count kept (memory's u32)
 local function count_u32(x)
   if x > U32 then return U32 end
   return x
-end
-
--- a - b, or 0 when b >= a.
-local function sat_sub(a, b)
-  if b >= a then return 0 end
-  return a - b
 end
 
 -- x * y = q * z + r with 0 <= r < z, exactly, for integers x, y >= 0 and
@@ -314,6 +385,60 @@ function fixed.refund(s, a, C, units, taken_at)
   local back = math.min(sat_sub(units, cap(passed * C)), used)
   if back == 0 then return end
   s.w, s.c, s.p = w, used - back, 0
+end
+
+-- Delay mode: a request that does not fit in the current window goes whole
+-- into the first window with room after it, the rest of the window before
+-- that being padded, and waits until that window starts. `p` keeps the
+-- padding below the newest reservation, so that cancelling it is exact.
+-- `queued` counts the units of the requests held in later windows, padding
+-- excluded (per window, floor(COUNT / cost) requests of `cost`).
+local function fixed_queued(used, C, cost)
+  cost = math.max(cost, 1)
+  local later = sat_sub(used, C)
+  local whole = idiv(later, C)
+  local rest = later - whole * C
+  return cap((whole * idiv(C, cost) + ceil_div(rest, cost)) * cost)
+end
+
+function fixed.reserve(s, a, C, cost, max_wait, max_queued)
+  local P = cap(a)
+  local w, used = fixed_shift(s, P, C)
+  local ok, remaining, reset, retry = fixed_decide(w, used, P, C, cost)
+  if ok then
+    s.w, s.c, s.p = w, count_u32(used + cost), 0
+    return true, remaining, reset, 0, 0
+  end
+  if C == 0 or cost > C then return false, remaining, reset, retry, 0 end
+  -- `retry` is the wait: the start of the first window with room.
+  local offset = used - idiv(used, C) * C
+  local pad = 0
+  if offset + cost > C then pad = C - offset end
+  local current = used + pad + cost
+  if retry > max_wait or cap(fixed_queued(used, C, cost) + cost) > max_queued
+      or current > U32 then
+    return false, remaining, reset, retry, 0
+  end
+  s.w, s.c, s.p = w, current, pad
+  return true, 0, fixed_until_empty(w, current, P, C), 0, retry
+end
+
+-- The units come off the top of the count while the top lies in the
+-- reservation's window and that window has not passed (nothing reserved
+-- later; the padding below it too when it opened its window). Otherwise,
+-- or once `at` has passed, nothing.
+function fixed.cancel(s, a, C, cost, at)
+  if C == 0 or now > at then return end
+  local P = cap(a)
+  local w, used = fixed_shift(s, P, C)
+  local index = idiv(at, P)
+  if index < w then return end
+  local floor = cap((index - w) * C)
+  local top = cap(floor + C)
+  if used > top or used < cap(floor + cost) then return end
+  local current = used - cost
+  if current == floor then current = sat_sub(current, s.p) end
+  s.w, s.c, s.p = w, current, 0
 end
 
 -- Sliding window (a = P, b = COUNT): the estimate at now is
@@ -489,7 +614,335 @@ end
 function permit.charge() end
 function permit.refund() end
 
-local algorithms = { [1] = gcra, [2] = fixed, [3] = sliding, [4] = permit }
+-- Leaky bucket, the twin of src/limiter/leaky.rs (a = T, b = the queue):
+-- requests leave one after another, a request of cost c occupying the
+-- outlet for c*T (at least 1 microsecond). State: the instant `e` the
+-- bucket is empty again. Outside delay mode it admits only when idle; in
+-- delay mode a request waits until the bucket is empty, while fewer than
+-- `queue` requests of its cost wait (max_queued is not its bound).
+local leaky = {}
+
+function leaky.decode(raw)
+  if not raw then return { e = 0 } end
+  return { e = tonumber(string.match(raw, '^(%d+)$')) }
+end
+
+function leaky.encode(s)
+  return string.format('%d', s.e)
+end
+
+function leaky.fresh_at(s)
+  return s.e
+end
+
+local function leaky_occupies(T, cost)
+  return math.max(cap(T * cost), 1)
+end
+
+-- remaining and reset_after, `drain` before the bucket is empty.
+local function leaky_state(T, queue, drain, cost)
+  local waiting = sat_sub(ceil_div(drain, leaky_occupies(T, cost)), 1)
+  return sat_sub(queue, waiting), drain
+end
+
+local function leaky_deny(T, queue, drain, cost)
+  local remaining, reset = leaky_state(T, queue, drain, cost)
+  return false, remaining, reset, drain
+end
+
+function leaky.acquire(s, T, queue, cost)
+  if T == 0 then return false, 0, 0, -1 end
+  if s.e > now then return leaky_deny(T, queue, s.e - now, cost) end
+  local drain = leaky_occupies(T, cost)
+  s.e = cap(now + drain)
+  local remaining, reset = leaky_state(T, queue, drain, cost)
+  return true, remaining, reset, 0
+end
+
+function leaky.peek(s, T, queue, cost)
+  if T == 0 then return false, 0, 0, -1 end
+  if s.e > now then return leaky_deny(T, queue, s.e - now, cost) end
+  local remaining, reset = leaky_state(T, queue, 0, cost)
+  return true, remaining, reset, 0
+end
+
+function leaky.charge(s, T, queue, units)
+  if T == 0 or units == 0 then return end
+  s.e = cap(math.max(s.e, now) + leaky_occupies(T, units))
+end
+
+-- Exact while the units are the last in the outlet and were taken when it
+-- was idle; otherwise nothing.
+function leaky.refund(s, T, queue, units, taken_at)
+  if T == 0 or units == 0 then return end
+  taken_at = math.min(taken_at, now)
+  if s.e == cap(taken_at + leaky_occupies(T, units)) then s.e = taken_at end
+end
+
+function leaky.reserve(s, T, queue, cost, max_wait, max_queued)
+  if T == 0 then return false, 0, 0, -1, 0 end
+  local wait = sat_sub(s.e, now)
+  if wait == 0 then
+    local ok, remaining, reset, retry = leaky.acquire(s, T, queue, cost)
+    return ok, remaining, reset, retry, 0
+  end
+  local occupies = leaky_occupies(T, cost)
+  if wait > max_wait or wait > cap(queue * occupies) then
+    local ok, remaining, reset, retry = leaky_deny(T, queue, wait, cost)
+    return ok, remaining, reset, retry, 0
+  end
+  s.e = cap(s.e + occupies)
+  local remaining, reset = leaky_state(T, queue, cap(wait + occupies), cost)
+  return true, remaining, reset, 0, wait
+end
+
+-- The last reservation (the bucket empties right after it) is given back
+-- exactly; otherwise, or once `at` has passed, nothing.
+function leaky.cancel(s, T, queue, cost, at)
+  if T == 0 or now > at then return end
+  if s.e == cap(at + leaky_occupies(T, cost)) then s.e = at end
+end
+
+function leaky.reschedule(s, T, queue, cost, at, to)
+  if T == 0 or now > at or to < at or s.e ~= cap(at + leaky_occupies(T, cost)) then
+    return false
+  end
+  s.e = cap(to + leaky_occupies(T, cost))
+  return true
+end
+
+-- Sliding log, the twin of src/limiter/log.rs (a = P, b = COUNT): the
+-- stamps of admitted units, sorted; a stamp counts while now < stamp + P.
+-- State: runs of equal stamps, `t[i]` (the stamp) and `n[i]` (how many),
+-- oldest first; the value is "stamp:n,delta:n,..." (each stamp after the
+-- first as its distance from the previous one, ":n" left out when 1). A log
+-- holds at most COUNT stamps, plus the units of held requests (delay mode:
+-- stamps in the future).
+local log = {}
+
+function log.decode(raw)
+  local s = { t = {}, n = {} }
+  if not raw then return s end
+  local at = 0
+  for d, n in string.gmatch(raw, '(%d+):?(%d*)') do
+    at = at + tonumber(d)
+    s.t[#s.t + 1] = at
+    s.n[#s.n + 1] = (n == '' and 1) or tonumber(n)
+  end
+  return s
+end
+
+function log.encode(s)
+  local parts, before = {}, 0
+  for i = 1, #s.t do
+    local d = s.t[i] - before
+    before = s.t[i]
+    if s.n[i] == 1 then
+      parts[i] = string.format('%d', d)
+    else
+      parts[i] = string.format('%d:%d', d, s.n[i])
+    end
+  end
+  return table.concat(parts, ',')
+end
+
+-- Fresh once the newest stamp has expired.
+function log.fresh_at(s, P)
+  local m = #s.t
+  if m == 0 then return 0 end
+  return cap(s.t[m] + cap(P))
+end
+
+local function log_total(s)
+  local total = 0
+  for i = 1, #s.n do total = total + s.n[i] end
+  return total
+end
+
+-- Drops the stamps expired at `at`.
+local function log_drop(s, P, at)
+  local first = 1
+  while first <= #s.t and cap(s.t[first] + P) <= at do first = first + 1 end
+  if first == 1 then return end
+  local t, n = {}, {}
+  for i = first, #s.t do
+    t[#t + 1] = s.t[i]
+    n[#n + 1] = s.n[i]
+  end
+  s.t, s.n = t, n
+end
+
+-- The k-th stamp (k >= 1) from the first one still counted at `at`.
+local function log_kth(s, P, at, k)
+  for i = 1, #s.t do
+    if cap(s.t[i] + P) > at then
+      if k <= s.n[i] then return s.t[i] end
+      k = k - s.n[i]
+    end
+  end
+  return nil
+end
+
+-- Stamps counted at `at`.
+local function log_counted(s, P, at)
+  local counted = 0
+  for i = 1, #s.t do
+    if cap(s.t[i] + P) > at then counted = counted + s.n[i] end
+  end
+  return counted
+end
+
+-- Appends `units` stamps at `at` (never before the newest).
+local function log_push(s, at, units)
+  if units == 0 then return end
+  local m = #s.t
+  if m > 0 and s.t[m] == at then
+    s.n[m] = s.n[m] + units
+  else
+    s.t[m + 1] = at
+    s.n[m + 1] = units
+  end
+end
+
+-- The newest stamp, or now when it is older (or there is none).
+local function log_from(s)
+  local m = #s.t
+  if m > 0 and s.t[m] > now then return s.t[m] end
+  return now
+end
+
+-- Removes up to `units` stamps equal to `at`.
+local function log_remove_at(s, at, units)
+  for i = 1, #s.t do
+    if s.t[i] == at then
+      local take = math.min(s.n[i], units)
+      s.n[i] = s.n[i] - take
+      if s.n[i] == 0 then
+        table.remove(s.t, i)
+        table.remove(s.n, i)
+      end
+      return
+    end
+  end
+end
+
+-- Removes the newest `units` stamps.
+local function log_truncate(s, units)
+  while units > 0 and #s.t > 0 do
+    local m = #s.t
+    local take = math.min(s.n[m], units)
+    s.n[m] = s.n[m] - take
+    units = units - take
+    if s.n[m] == 0 then
+      s.t[m] = nil
+      s.n[m] = nil
+    end
+  end
+end
+
+-- The decision for `cost` units on a log without expired stamps.
+local function log_decide(s, P, C, cost)
+  if C == 0 then return false, 0, 0, -1 end
+  local counted = log_total(s)
+  local reset = 0
+  if counted > 0 then reset = cap(s.t[#s.t] + P) - now end
+  if counted + cost <= C then
+    return true, C - counted - cost, math.max(P, reset), 0
+  end
+  local retry = -1
+  if cost <= C then
+    retry = cap(log_kth(s, P, now, counted + cost - C) + P) - now
+  end
+  return false, sat_sub(C, counted), reset, retry
+end
+
+function log.acquire(s, a, C, cost)
+  local P = cap(a)
+  log_drop(s, P, now)
+  local ok, remaining, reset, retry = log_decide(s, P, C, cost)
+  if ok then log_push(s, log_from(s), cost) end
+  return ok, remaining, reset, retry
+end
+
+function log.peek(s, a, C, cost)
+  local P = cap(a)
+  local live = copy(s)
+  log_drop(live, P, now)
+  local ok, remaining, reset, retry = log_decide(live, P, C, cost)
+  if ok then
+    local counted = log_total(live)
+    reset = 0
+    if counted > 0 then reset = cap(live.t[#live.t] + P) - now end
+    return true, C - counted, reset, 0
+  end
+  return ok, remaining, reset, retry
+end
+
+-- Stamps the units as `acquire` does while the log holds fewer than COUNT
+-- stamps: a debt beyond the capacity is dropped.
+function log.charge(s, a, C, units)
+  local P = cap(a)
+  log_drop(s, P, now)
+  units = math.min(units, sat_sub(C, log_total(s)))
+  if units == 0 then return end
+  log_push(s, log_from(s), units)
+end
+
+-- A rollback (taken_at >= now) removes the newest stamps; later, the
+-- stamps equal to taken_at.
+function log.refund(s, a, C, units, taken_at)
+  if taken_at >= now then
+    log_truncate(s, units)
+  else
+    log_remove_at(s, taken_at, units)
+  end
+end
+
+-- Delay mode: the units pass at the earliest t >= max(now, newest stamp)
+-- at which the stamps counted at t leave room for them, and are stamped
+-- at t. Held when t - now is within max_wait and the units waiting (stamps
+-- after now) plus the cost within max_queued.
+function log.reserve(s, a, C, cost, max_wait, max_queued)
+  local P = cap(a)
+  log_drop(s, P, now)
+  if C == 0 or cost > C then
+    local ok, remaining, reset, retry = log_decide(s, P, C, cost)
+    return ok, remaining, reset, retry, 0
+  end
+  local from = log_from(s)
+  local counted = log_counted(s, P, from)
+  local at = from
+  if counted + cost > C then
+    at = cap(log_kth(s, P, from, counted + cost - C) + P)
+  end
+  local wait = at - now
+  if wait == 0 then
+    local ok, remaining, reset, retry = log_decide(s, P, C, cost)
+    log_push(s, now, cost)
+    return ok, remaining, reset, retry, 0
+  end
+  local total = log_total(s)
+  local waiting = log_counted(s, 0, now) -- stamps after now
+  local reset = 0
+  if #s.t > 0 then reset = cap(s.t[#s.t] + P) - now end
+  if wait > max_wait or cap(waiting + cost) > max_queued then
+    local remaining = 0
+    if waiting == 0 then remaining = sat_sub(C, total) end
+    return false, remaining, reset, wait, 0
+  end
+  log_push(s, at, cost)
+  return true, 0, cap(at + P) - now, 0, wait
+end
+
+-- Removes the reservation's stamps, exact wherever they are; nothing once
+-- `at` has passed.
+function log.cancel(s, a, C, cost, at)
+  if now > at then return end
+  log_remove_at(s, at, cost)
+end
+
+local algorithms = { [1] = gcra, [2] = fixed, [3] = sliding, [4] = permit,
+  [5] = leaky, [6] = log }
 
 -- One limit: its key, algorithm, parameters and decoded state.
 local function load(i, base)
@@ -533,60 +986,75 @@ local function store(limit)
   end
 end
 
-local function copy(state)
-  local c = {}
-  for k, v in pairs(state) do c[k] = v end
-  return c
+-- Writes limit i's decision into the answer.
+local function report(answer, i, code, remaining, reset, retry, wait)
+  local at = 2 + 5 * (i - 1)
+  answer[at + 1] = code
+  answer[at + 2] = remaining
+  answer[at + 3] = reset
+  answer[at + 4] = retry
+  answer[at + 5] = wait
 end
 
--- Asks a group of limits, all or nothing: each limit is decided on a copy
--- of its state, and the copies are written only when every one admits.
+-- Asks a group of limits, all or nothing, in order, as memory's
+-- `acquire_all` does: each limit is decided on a copy of its state, and the
+-- copies are written only when every one admits. Once a limit refuses, the
+-- later ones are only peeked, and the earlier ones (which took nothing in
+-- the end) are reported as they are. When several limits hold the request,
+-- it passes at the latest instant, and the limits that would let it pass
+-- earlier count it there where they can (`reschedule`).
 local function ask_all(limits, first, last, answer, write)
-  local all = true
-  local taken = {}
+  local refused = false
+  local taken, waits = {}, {}
   for i = first, last do
     local limit = limits[i]
-    local state = copy(limit.state)
     local ok, remaining, reset, retry, wait
-    if write and limit.max_queued > 0 and limit.alg.reserve then
-      ok, remaining, reset, retry, wait =
-        limit.alg.reserve(state, limit.a, limit.b, limit.n, limit.max_wait, limit.max_queued)
-    elseif write then
-      ok, remaining, reset, retry = limit.alg.acquire(state, limit.a, limit.b, limit.n)
+    if refused or not write then
+      ok, remaining, reset, retry = limit.alg.peek(limit.state, limit.a, limit.b, limit.n)
     else
-      ok, remaining, reset, retry = limit.alg.peek(state, limit.a, limit.b, limit.n)
+      local state = copy(limit.state)
+      if limit.max_queued > 0 and limit.alg.reserve then
+        ok, remaining, reset, retry, wait =
+          limit.alg.reserve(state, limit.a, limit.b, limit.n, limit.max_wait, limit.max_queued)
+      else
+        ok, remaining, reset, retry = limit.alg.acquire(state, limit.a, limit.b, limit.n)
+      end
+      taken[i] = state
     end
-    wait = wait or 0
-    local at = 2 + 5 * (i - 1)
-    answer[at + 1] = (ok and wait > 0) and 2 or (ok and 1 or 0)
-    answer[at + 2] = remaining
-    answer[at + 3] = reset
-    answer[at + 4] = retry
-    answer[at + 5] = wait
-    all = all and ok
-    taken[i] = state
-  end
-  if all and write then
-    for i = first, last do
-      limits[i].state = taken[i]
-      store(limits[i])
-    end
-  elseif not all then
-    -- Refused: nothing was taken, so the limits that would have admitted
-    -- are reported as they are.
-    for i = first, last do
-      local at = 2 + 5 * (i - 1)
-      if answer[at + 1] ~= 0 then
-        local limit = limits[i]
-        local _, remaining, reset = limit.alg.peek(limit.state, limit.a, limit.b, limit.n)
-        answer[at + 1] = 1
-        answer[at + 2] = remaining
-        answer[at + 3] = reset
-        answer[at + 5] = 0
+    wait = (ok and wait) or 0
+    waits[i] = wait
+    local code = 0
+    if ok then code = (wait > 0 and 2) or 1 end
+    report(answer, i, code, remaining, reset, retry, wait)
+    if not ok and write and not refused then
+      refused = true
+      for j = first, i - 1 do
+        local earlier = limits[j]
+        local _, left, full = earlier.alg.peek(earlier.state, earlier.a, earlier.b, earlier.n)
+        report(answer, j, 1, left, full, 0, 0)
       end
     end
   end
-  return all
+  if refused then return false end
+  local all = true
+  for i = first, last do
+    all = all and answer[2 + 5 * (i - 1) + 1] ~= 0
+  end
+  if not write then return all end
+  local latest = 0
+  for i = first, last do latest = math.max(latest, waits[i]) end
+  for i = first, last do
+    local limit = limits[i]
+    if waits[i] < latest and limit.alg.reschedule
+        and limit.alg.reschedule(taken[i], limit.a, limit.b, limit.n, now + waits[i], now + latest) then
+      local at = 2 + 5 * (i - 1)
+      answer[at + 1] = 2
+      answer[at + 5] = latest
+    end
+    limit.state = taken[i]
+    store(limit)
+  end
+  return true
 end
 
 if op == 'settle' then
@@ -605,8 +1073,14 @@ if op == 'settle' then
     elseif how == 2 then
       limit.alg.charge(limit.state, limit.a, limit.b, units)
       store(limit)
-    elseif how == 4 and limit.alg.cancel then
-      limit.alg.cancel(limit.state, limit.a, limit.b, units, taken_at)
+    elseif how == 4 then
+      -- A reservation: cancelled while its instant is ahead, else given
+      -- back as units taken then (as memory settles it).
+      if now < taken_at and limit.alg.cancel then
+        limit.alg.cancel(limit.state, limit.a, limit.b, units, taken_at)
+      else
+        limit.alg.refund(limit.state, limit.a, limit.b, units, taken_at)
+      end
       store(limit)
     end
     i, base = i + 1, base + 6
@@ -616,9 +1090,58 @@ end
 
 local enforced = tonumber(ARGV[3])
 local shadow_rules = tonumber(ARGV[4])
-local base = 5 + shadow_rules
+local ban_rules = tonumber(ARGV[5 + shadow_rules])
+local bans_at = 6 + shadow_rules
+local base = bans_at + 5 * ban_rules
 local limits = {}
 local count = (#ARGV - base + 1) / 6
+
+-- The bans: the first in force refuses the request before any bucket is
+-- asked (an admission only; peeks and spends ignore bans).
+local bans = {}
+for b = 1, ban_rules do
+  local at = bans_at + 5 * (b - 1)
+  local ban = {
+    key = KEYS[count + b],
+    first = tonumber(ARGV[at]),
+    last = tonumber(ARGV[at + 1]),
+    after = tonumber(ARGV[at + 2]),
+    within = tonumber(ARGV[at + 3]),
+    lasts = tonumber(ARGV[at + 4]),
+  }
+  bans[b] = ban
+  if op == 'admit' then
+    local ends = tonumber(redis.call('HGET', ban.key, 'until') or '0')
+    if ends > now then
+      return { now, 3, b, ends - now }
+    end
+  end
+end
+
+-- A refused request strikes each banning rule whose limits refused it; the
+-- `after`-th strike within `within` bans the caller for `for` (a strike
+-- while banned never counts). Answers how long the ban lasts, or 0.
+local function strike(ban, answer)
+  local refused = false
+  for i = ban.first, ban.last do
+    if answer[2 + 5 * (i - 1) + 1] == 0 then refused = true end
+  end
+  if not refused then return 0 end
+  local fields = redis.call('HMGET', ban.key, 'until', 'since', 'n')
+  local since, n = tonumber(fields[2] or '0'), tonumber(fields[3] or '0')
+  if n == 0 or now - since >= ban.within then
+    since, n = now, 0
+  end
+  n = n + 1
+  if n < ban.after then
+    redis.call('HSET', ban.key, 'since', since, 'n', n)
+    if expire then redis.call('PEXPIREAT', ban.key, ceil_div(since + ban.within, 1000)) end
+    return 0
+  end
+  redis.call('HSET', ban.key, 'until', now + ban.lasts, 'since', since, 'n', 0)
+  if expire then redis.call('PEXPIREAT', ban.key, ceil_div(now + ban.lasts, 1000)) end
+  return ban.lasts
+end
 for i = 1, count do
   limits[i] = load(i, base + 6 * (i - 1))
   limits[i].max_wait = tonumber(ARGV[base + 6 * (i - 1) + 4])
@@ -647,5 +1170,8 @@ for r = 1, shadow_rules do
   local last = first + tonumber(ARGV[4 + r]) - 1
   ask_all(limits, first, last, answer, write and admitted)
   first = last + 1
+end
+for b = 1, ban_rules do
+  answer[2 + 5 * count + b] = (write and not admitted) and strike(bans[b], answer) or 0
 end
 return answer
