@@ -350,6 +350,22 @@ pub struct Concurrency {
 }
 
 impl Limiter {
+    /// One of `instances` equal shares of this limit, each rounded up: what
+    /// one instance enforces alone while the store it shares with the
+    /// others is down (so an outage does not multiply the limit).
+    pub fn share(&self, instances: u64) -> Limiter {
+        match self {
+            Limiter::TokenBucket(a) => Limiter::TokenBucket(a.share(instances)),
+            Limiter::FixedWindow(a) => Limiter::FixedWindow(a.share(instances)),
+            Limiter::SlidingWindow(a) => Limiter::SlidingWindow(a.share(instances)),
+            Limiter::SlidingLog(a) => Limiter::SlidingLog(a.share(instances)),
+            Limiter::LeakyBucket(a) => Limiter::LeakyBucket(a.share(instances)),
+            Limiter::Concurrency(limit) => Limiter::Concurrency(Concurrency {
+                max_in_flight: limit.max_in_flight.div_ceil(instances.max(1)),
+            }),
+        }
+    }
+
     /// The limit reported as `X-RateLimit-Limit` (the bucket's capacity).
     pub fn capacity(&self) -> u64 {
         match self {
@@ -479,5 +495,55 @@ mod carry_tests {
         to.carry_from(&from, &mut shared, NOW, Carry::KeepShare);
         // Twice the queue: the same share of it takes twice the requests.
         assert_eq!(shared - NOW, drain);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{rate, SEC};
+
+    fn admitted<A: Algorithm>(limit: &A, state: &mut A::State, now: Nanos, n: u64) -> u64 {
+        (0..n)
+            .filter(|_| limit.acquire(state, now, 1).is_allowed())
+            .count() as u64
+    }
+
+    #[test]
+    fn a_share_is_the_limit_divided_rounded_up() {
+        // 10/s, burst 10, over 3 instances: 4 at once, then one every 300 ms.
+        let Limiter::TokenBucket(share) = Limiter::TokenBucket(Gcra::new(rate(10, 1), 10)).share(3)
+        else {
+            unreachable!()
+        };
+        let mut state = TokenState::default();
+        assert_eq!(admitted(&share, &mut state, SEC, 10), 4);
+        assert_eq!(admitted(&share, &mut state, SEC + 299_000_000, 1), 0);
+        assert_eq!(admitted(&share, &mut state, SEC + 300_000_000, 1), 1);
+        // Windows: COUNT divided, rounded up; one instance keeps it all.
+        for (limiter, count) in [
+            (
+                Limiter::FixedWindow(FixedWindow::new(rate(31, 60))).share(3),
+                11,
+            ),
+            (
+                Limiter::SlidingWindow(SlidingWindow::new(rate(31, 60))).share(3),
+                11,
+            ),
+            (
+                Limiter::SlidingLog(SlidingLog::new(rate(31, 60))).share(3),
+                11,
+            ),
+            (
+                Limiter::FixedWindow(FixedWindow::new(rate(31, 60))).share(1),
+                31,
+            ),
+            (
+                Limiter::Concurrency(Concurrency { max_in_flight: 5 }).share(2),
+                3,
+            ),
+        ] {
+            assert_eq!(limiter.capacity(), count, "{limiter:?}");
+        }
     }
 }

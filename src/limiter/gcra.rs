@@ -151,6 +151,23 @@ impl Gcra {
         self.capacity
     }
 
+    /// One of `instances` equal shares of this bucket: its rate divided by
+    /// `instances`, its capacity too, rounded up (the refund grain stays,
+    /// so states keep their meaning).
+    pub fn share(&self, instances: u64) -> Gcra {
+        if self.is_closed() || instances <= 1 {
+            return *self;
+        }
+        let emission = self.emission.saturating_mul(instances);
+        let capacity = self.capacity.div_ceil(instances);
+        Gcra {
+            emission,
+            tolerance: emission.saturating_mul(capacity),
+            capacity,
+            grain_bits: self.grain_bits,
+        }
+    }
+
     /// The emission interval `T` and the tolerance `τ`, in nanoseconds
     /// (both 0 when closed): what a networked store's script steps with.
     pub fn intervals(&self) -> (Nanos, Nanos) {

@@ -58,6 +58,15 @@ impl LeakyBucket {
         }
     }
 
+    /// One of `instances` equal shares: its rate divided by `instances`,
+    /// its queue too, rounded up.
+    pub fn share(&self, instances: u64) -> LeakyBucket {
+        LeakyBucket {
+            emission: self.emission.saturating_mul(instances.max(1)),
+            queue: self.queue.div_ceil(instances.max(1)),
+        }
+    }
+
     /// The emission interval `T` in nanoseconds (0 when closed) and the
     /// queue: what a networked store's script steps with.
     pub fn interval(&self) -> (Nanos, u64) {

@@ -71,6 +71,14 @@ impl SlidingLog {
         (self.period, self.count)
     }
 
+    /// One of `instances` equal shares: COUNT divided, rounded up.
+    pub fn share(&self, instances: u64) -> SlidingLog {
+        SlidingLog {
+            count: self.count.div_ceil(instances.max(1)),
+            ..*self
+        }
+    }
+
     /// Index of the first stamp still counted at `now` (stamps are sorted).
     #[inline]
     fn first_live(&self, log: &LogState, now: Nanos) -> usize {

@@ -146,6 +146,14 @@ impl FixedWindow {
         (self.period, self.count)
     }
 
+    /// One of `instances` equal shares: COUNT divided, rounded up.
+    pub fn share(&self, instances: u64) -> FixedWindow {
+        FixedWindow {
+            count: self.count.div_ceil(instances.max(1)),
+            ..*self
+        }
+    }
+
     /// `state` aligned to `now`: the window `now` falls in (never before the
     /// state's own), and the units counted from that window's start (beyond
     /// COUNT: reserved in the windows after it).
@@ -414,6 +422,14 @@ impl SlidingWindow {
     /// steps with.
     pub fn window(&self) -> (Nanos, u64) {
         (self.period, self.count)
+    }
+
+    /// One of `instances` equal shares: COUNT divided, rounded up.
+    pub fn share(&self, instances: u64) -> SlidingWindow {
+        SlidingWindow {
+            count: self.count.div_ceil(instances.max(1)),
+            ..*self
+        }
     }
 
     /// `state` moved to the window `now` falls in (never before its own: a

@@ -33,10 +33,10 @@ use super::settle::{self, Settlement};
 use super::ticker::Ticker;
 use super::INLINE_RULES;
 use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::limiter::Decision;
+use crate::limiter::{Decision, Limiter};
 use crate::metrics::Metrics;
 use crate::policy::{Limit, Rule};
-use crate::store::admission::Receipts;
+use crate::store::admission::{Receipts, INLINE};
 use crate::store::{
     Ask, Asks, BucketKey, OnError, Outcome, QueuedPermit, Store, PERMIT_REFUSED, UNASKED,
 };
@@ -149,8 +149,7 @@ pub async fn admit<'p>(
                 }
                 match on_error {
                     OnError::Local => {
-                        fair_share(&mut asks, store.instances());
-                        store.local().admit(&asks, now, &mut answer);
+                        admit_locally(store, &asks, now, &mut answer);
                         true
                     }
                     OnError::Allow => {
@@ -174,25 +173,43 @@ pub async fn admit<'p>(
     Ok(())
 }
 
-/// Each of `instances` instances deciding alone enforces its share of every
-/// rate limit: a request costs `instances` times as much, so a limit of
-/// COUNT admits COUNT / `instances` (rounded down) here, and an outage of a
-/// shared store does not multiply the limits by the number of instances. A
-/// cost that grows past a bucket's capacity is held at the capacity: one
-/// request per refill, never none.
-fn fair_share(asks: &mut Asks<'_>, instances: u64) {
+/// Decides `asks` with the local store while the shared one fails. Each
+/// of the instances sharing the store, deciding alone, enforces its share
+/// of every limit ([`Limiter::share`]: the limit divided by the number of
+/// instances, rounded up), so an outage does not multiply the limits by the
+/// number of instances.
+fn admit_locally(store: &Store, asks: &Asks<'_>, now: Nanos, answer: &mut crate::store::Admission) {
+    let instances = store.instances();
     if instances <= 1 {
-        return;
+        return store.local().admit(asks, now, answer);
     }
-    for ask in &mut asks.limits {
-        if !matches!(ask.limiter, crate::limiter::Limiter::Concurrency(_)) {
-            let capacity = ask.limiter.capacity().max(1);
-            ask.cost = ask
-                .cost
-                .saturating_mul(instances)
-                .min(capacity.max(ask.cost));
-        }
-    }
+    let shares: SmallVec<[Limiter; INLINE]> = asks
+        .limits
+        .iter()
+        .map(|ask| ask.limiter.share(instances))
+        .collect();
+    let shared = Asks {
+        // Rebuilt rather than cloned: the asks borrow the shares, which
+        // live shorter than the policy.
+        rules: asks
+            .rules
+            .iter()
+            .map(|rule| crate::store::RuleAsk {
+                limits: rule.limits.clone(),
+                shadow: rule.shadow,
+                bans: rule.bans,
+                ban: rule.ban,
+                key: rule.key,
+            })
+            .collect(),
+        limits: asks
+            .limits
+            .iter()
+            .zip(&shares)
+            .map(|(ask, limiter)| Ask { limiter, ..*ask })
+            .collect(),
+    };
+    store.local().admit(&shared, now, answer);
 }
 
 /// What an admitted request waits for before it passes.
