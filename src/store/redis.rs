@@ -254,11 +254,10 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Reads a refusal or a ban of the rules `rules` (of `asks`, asked in
-    /// one call) into `admission`, recording the bans Redis holds in the
-    /// rules' local tables (this instance then refuses those keys without
-    /// asking, and lists them); its decisions are read for every limit.
-    /// Whether the request was admitted.
+    /// Reads the answer to the rules `rules` of `asks` (asked in one call)
+    /// into `admission`: the decisions of their limits, a refusal or a ban,
+    /// and the bans started; a ban met or started is recorded in the rule's
+    /// local table, for `/admin/bans`. Whether the request was admitted.
     fn take_verdict(
         &self,
         asks: &Asks<'_>,
@@ -275,7 +274,12 @@ impl RedisStore {
             .collect();
         let verdict = script::verdict(answer)?;
         if let script::Verdict::Banned { ban, left } = verdict {
-            let index = banning[ban.min(banning.len() - 1)];
+            let Some(&index) = banning.get(ban) else {
+                return Err(StoreError {
+                    transient: false,
+                    detail: format!("the Redis script named ban {ban}, of {}", banning.len()),
+                });
+            };
             let rule = &asks.rules[index];
             if let Some(bans) = rule.bans {
                 bans.mirror(rule.key, now, now.saturating_add(left));

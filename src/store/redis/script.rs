@@ -19,12 +19,17 @@ pub const SOURCE: &str = include_str!("sluice.lua");
 
 const MICRO: Nanos = 1_000;
 
-/// One call of the script being written: its keys and arguments.
+/// One call of the script being written: its keys and arguments. The keys
+/// are written one after the other into one text (no allocation per key),
+/// and the command is sized once when finished.
 pub struct Call<'s> {
     hash: &'s str,
     prefix: &'s str,
     op: &'static str,
-    keys: SmallVec<[String; 4]>,
+    /// Every key, back to back...
+    key_text: String,
+    /// ... and where each ends in it.
+    key_ends: SmallVec<[usize; 4]>,
     args: SmallVec<[u64; 24]>,
 }
 
@@ -37,7 +42,8 @@ impl<'s> Call<'s> {
             hash,
             prefix,
             op,
-            keys: SmallVec::new(),
+            key_text: String::with_capacity(128),
+            key_ends: SmallVec::new(),
             args,
         }
     }
@@ -72,7 +78,6 @@ impl<'s> Call<'s> {
                 .filter_map(|rule| Some((rule, rule.ban?)))
         };
         self.args.push(banning().count() as u64);
-        let mut ban_keys: SmallVec<[String; 1]> = SmallVec::new();
         for (rule, policy) in banning() {
             self.args.extend([
                 rule.limits.start as u64 + 1,
@@ -81,8 +86,6 @@ impl<'s> Call<'s> {
                 policy.within / MICRO,
                 policy.duration / MICRO,
             ]);
-            let table = asks.limits[rule.limits.start].table;
-            ban_keys.push(ban_key(self.prefix, table, rule.key));
         }
         let mut leases = leases.iter();
         for ask in &asks.limits {
@@ -93,7 +96,11 @@ impl<'s> Call<'s> {
             });
             self.hold(ask);
         }
-        self.keys.extend(ban_keys);
+        for (rule, _) in banning() {
+            let table = asks.limits[rule.limits.start].table;
+            write_key(&mut self.key_text, self.prefix, table, rule.key, "ban");
+            self.key_ends.push(self.key_text.len());
+        }
     }
 
     /// Delay mode's bounds for `ask` (0, 0: it refuses instead).
@@ -130,18 +137,32 @@ impl<'s> Call<'s> {
     }
 
     fn limit(&mut self, table: &BucketTable, key: u64, limiter: &Limiter) {
-        self.keys.push(key_name(self.prefix, table, key));
+        write_key(
+            &mut self.key_text,
+            self.prefix,
+            table,
+            key,
+            &table.name().limit,
+        );
+        self.key_ends.push(self.key_text.len());
         self.args.extend(parameters(limiter));
     }
 
     /// The `EVALSHA` command.
     pub fn finish(self) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.hash)
-            .arg(self.keys.len())
-            .arg(&self.keys[..])
-            .arg(self.op)
-            .arg(&self.args[..]);
+        let keys = self.key_ends.len();
+        // Room for every argument (numbers take at most 20 digits).
+        let mut cmd = Cmd::with_capacity(
+            4 + keys + self.args.len(),
+            16 + self.hash.len() + self.key_text.len() + 20 * self.args.len(),
+        );
+        cmd.arg("EVALSHA").arg(self.hash).arg(keys);
+        let mut start = 0;
+        for &end in &self.key_ends {
+            cmd.arg(&self.key_text[start..end]);
+            start = end;
+        }
+        cmd.arg(self.op).arg(&self.args[..]);
         cmd
     }
 }
@@ -150,14 +171,23 @@ impl<'s> Call<'s> {
 /// the hash tag (one caller's limits of one rule share a Cluster slot),
 /// then the limit.
 pub fn key_name(prefix: &str, table: &BucketTable, key: u64) -> String {
-    let name = table.name();
-    format!("{prefix}:{{{}:{key:016x}}}:{}", name.rule, name.limit)
+    let mut text = String::new();
+    write_key(&mut text, prefix, table, key, &table.name().limit);
+    text
+}
+
+/// Appends `<prefix>:{<rule>:<key>}:<what>` to `text`.
+fn write_key(text: &mut String, prefix: &str, table: &BucketTable, key: u64, what: &str) {
+    use std::fmt::Write;
+    let _ = write!(text, "{prefix}:{{{}:{key:016x}}}:{what}", table.name().rule);
 }
 
 /// The Redis key of `key`'s strikes and ban by the rule `table` belongs
 /// to (in the slot of the caller's buckets of that rule).
 pub fn ban_key(prefix: &str, table: &BucketTable, key: u64) -> String {
-    format!("{prefix}:{{{}:{key:016x}}}:ban", table.name().rule)
+    let mut text = String::new();
+    write_key(&mut text, prefix, table, key, "ban");
+    text
 }
 
 /// The script's algorithm number and parameters for `limiter`, in
