@@ -501,13 +501,7 @@ mod carry_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{rate, SEC};
-
-    fn admitted<A: Algorithm>(limit: &A, state: &mut A::State, now: Nanos, n: u64) -> u64 {
-        (0..n)
-            .filter(|_| limit.acquire(state, now, 1).is_allowed())
-            .count() as u64
-    }
+    use crate::testing::{admitted, rate, SEC};
 
     #[test]
     fn a_share_is_the_limit_divided_rounded_up() {

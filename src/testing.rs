@@ -31,3 +31,15 @@ impl XorShift {
         x
     }
 }
+
+/// How many of `n` requests of cost 1 `limit` admits at `now`.
+pub fn admitted<A: crate::limiter::Algorithm>(
+    limit: &A,
+    state: &mut A::State,
+    now: Nanos,
+    n: u64,
+) -> u64 {
+    (0..n)
+        .filter(|_| limit.acquire(state, now, 1).is_allowed())
+        .count() as u64
+}

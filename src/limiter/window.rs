@@ -689,13 +689,7 @@ impl Algorithm for SlidingWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{rate, SEC};
-
-    fn admitted<A: Algorithm>(limit: &A, state: &mut A::State, now: Nanos, n: u64) -> u64 {
-        (0..n)
-            .filter(|_| limit.acquire(state, now, 1).is_allowed())
-            .count() as u64
-    }
+    use crate::testing::{admitted, rate, SEC};
 
     #[test]
     fn fixed_windows_align_to_the_clock_and_reset_at_their_end() {

@@ -657,42 +657,33 @@ async fn redis_store_on(urls: Vec<String>, cluster: bool) -> Store {
     Store::Redis(store)
 }
 
-store_suite!(
-    redis,
-    redis_store().await,
-    [
-        rates_permits_and_shadow_asks_are_one_call,
-        a_rate_that_refuses_leaves_the_other_rates_untouched,
-        a_refusal_takes_nothing_from_any_limit,
-        all_or_nothing_in_every_combination,
-        a_banned_key_is_refused_before_its_buckets_and_strikes_ban,
-        receipts_are_kept_given_back_or_charged,
-        a_kept_receipt_keeps_its_units_and_returns_its_permit,
-        peeking_takes_nothing_and_reports_every_limit,
-        spending_takes_every_limit_unconditionally,
-        a_huge_charge_saturates_and_never_wraps_around,
-        a_debt_refuses_until_repaid_and_retry_after_counts_it,
-        a_late_refund_goes_back_to_the_window_it_was_taken_in,
-        a_held_request_reserves_and_a_give_back_cancels,
-    ]
-);
+/// The checks every Redis store runs: all but the permit queue of delay
+/// mode (a Redis store has none: delay-mode permits are refused).
+macro_rules! redis_suite {
+    ($($backend:ident => $make:expr),* $(,)?) => {
+        $(store_suite!(
+            $backend,
+            $make,
+            [
+                rates_permits_and_shadow_asks_are_one_call,
+                a_rate_that_refuses_leaves_the_other_rates_untouched,
+                a_refusal_takes_nothing_from_any_limit,
+                all_or_nothing_in_every_combination,
+                a_banned_key_is_refused_before_its_buckets_and_strikes_ban,
+                receipts_are_kept_given_back_or_charged,
+                a_kept_receipt_keeps_its_units_and_returns_its_permit,
+                peeking_takes_nothing_and_reports_every_limit,
+                spending_takes_every_limit_unconditionally,
+                a_huge_charge_saturates_and_never_wraps_around,
+                a_debt_refuses_until_repaid_and_retry_after_counts_it,
+                a_late_refund_goes_back_to_the_window_it_was_taken_in,
+                a_held_request_reserves_and_a_give_back_cancels,
+            ]
+        );)*
+    };
+}
 
-store_suite!(
-    redis_cluster,
-    redis_cluster_store().await,
-    [
-        rates_permits_and_shadow_asks_are_one_call,
-        a_rate_that_refuses_leaves_the_other_rates_untouched,
-        a_refusal_takes_nothing_from_any_limit,
-        all_or_nothing_in_every_combination,
-        a_banned_key_is_refused_before_its_buckets_and_strikes_ban,
-        receipts_are_kept_given_back_or_charged,
-        a_kept_receipt_keeps_its_units_and_returns_its_permit,
-        peeking_takes_nothing_and_reports_every_limit,
-        spending_takes_every_limit_unconditionally,
-        a_huge_charge_saturates_and_never_wraps_around,
-        a_debt_refuses_until_repaid_and_retry_after_counts_it,
-        a_late_refund_goes_back_to_the_window_it_was_taken_in,
-        a_held_request_reserves_and_a_give_back_cancels,
-    ]
+redis_suite!(
+    redis => redis_store().await,
+    redis_cluster => redis_cluster_store().await,
 );

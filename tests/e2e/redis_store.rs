@@ -34,19 +34,30 @@ async fn instances(n: usize, redis: &str, store: &str, rules: &str) -> (Upstream
     (upstream, started)
 }
 
+/// Asks `check` every 20 ms until it holds; fails, saying `what`, when
+/// it still does not after `within`.
+async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Sends requests until the store answers (the link connects in the
 /// background) and the fallback gauge reads `value`.
 async fn wait_for(sluice: &Sluice, series: &str, value: f64) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
+    let what = format!("{series} never read {value}");
+    eventually(Duration::from_secs(15), &what, || async {
         // A request a rule applies to asks the store.
         let _ = send(Method::GET, &sluice.url("/api"), &[("x-caller", "warm-up")]).await;
-        if sluice.metric(series).await == value {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{series} never read {value}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        sluice.metric(series).await == value
+    })
+    .await;
 }
 
 async fn get(sluice: &Sluice, caller: &str) -> StatusCode {
@@ -244,18 +255,11 @@ async fn remaining(sluice: &Sluice, rule: &str, key: &str) -> i64 {
 }
 
 async fn until_remaining(sluice: &Sluice, rule: &str, key: &str, expected: i64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left = remaining(sluice, rule, key).await;
-        if left == expected {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{left} left, expected {expected}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = format!("{rule} never had {expected} left");
+    eventually(Duration::from_secs(5), &what, || async {
+        remaining(sluice, rule, key).await == expected
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -348,15 +352,8 @@ fn leases(redis: &RedisServer) -> usize {
 }
 
 async fn until_leases(redis: &RedisServer, expected: usize, within: Duration) {
-    let deadline = Instant::now() + within;
-    while leases(redis) != expected {
-        assert!(
-            Instant::now() < deadline,
-            "{} leases, expected {expected}",
-            leases(redis)
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let what = format!("never {expected} leases");
+    eventually(within, &what, || async { leases(redis) == expected }).await;
 }
 
 #[tokio::test]
@@ -644,18 +641,12 @@ async fn strikes_and_bans_are_shared_by_every_instance() {
     )
     .await;
     assert_eq!(set.status, StatusCode::CREATED, "{}", set.body);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    let what = "the hand-made ban never reached the other instance";
+    eventually(Duration::from_secs(5), what, || async {
         let got = send(Method::GET, &sluices[1].url("/api"), &[("x-caller", "kim")]).await;
-        if got.status == StatusCode::TOO_MANY_REQUESTS && got.json()["banned"] == true {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the hand-made ban never reached the other instance"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        got.status == StatusCode::TOO_MANY_REQUESTS && got.json()["banned"] == true
+    })
+    .await;
     let lifted = send(
         Method::DELETE,
         &admin(&sluices[0], "/admin/bans?rule=per-caller&key=kim"),
@@ -663,14 +654,11 @@ async fn strikes_and_bans_are_shared_by_every_instance() {
     )
     .await;
     assert_eq!(lifted.status, StatusCode::OK, "{}", lifted.body);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while get(&sluices[1], "kim").await != StatusCode::OK {
-        assert!(
-            Instant::now() < deadline,
-            "the lifted ban still refuses on the other instance"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = "the lifted ban still refuses on the other instance";
+    eventually(Duration::from_secs(5), what, || async {
+        get(&sluices[1], "kim").await == StatusCode::OK
+    })
+    .await;
 }
 
 #[tokio::test]
