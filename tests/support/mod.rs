@@ -634,6 +634,11 @@ impl SluiceProcess {
 
 impl Drop for SluiceProcess {
     fn drop(&mut self) {
+        // sluice may run under a wrapper that forks it (faketime): its
+        // children go first, or they would outlive the test.
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-P", &self.child.id().to_string()])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
