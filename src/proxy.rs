@@ -173,10 +173,7 @@ impl Proxy {
     /// the async workers (`spawn_blocking`).
     pub fn reload(&self, config: Config) -> Vec<&'static str> {
         let shared = &*self.shared;
-        let _serialised = shared
-            .reloading
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _serialised = self.recompiling();
         let old = shared.policy.load_full();
         let mut config = config;
         let ignored = crate::config::keep_startup_settings(&old.config, &mut config);
@@ -199,10 +196,7 @@ impl Proxy {
     /// policy already uses it.
     pub fn reseed(&self, seed: crate::store::Seed) {
         let shared = &*self.shared;
-        let _serialised = shared
-            .reloading
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _serialised = self.recompiling();
         let old = shared.policy.load_full();
         if old.keys.seed() == Some(seed) {
             return;
@@ -225,6 +219,15 @@ impl Proxy {
             Store::Redis(store) => Some(store.link().seeds()),
             _ => None,
         }
+    }
+
+    /// Serialises reloads and reseeds: each compiles against the policy it
+    /// replaces.
+    fn recompiling(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.shared
+            .reloading
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Now, by the limiter's clock (Unix nanoseconds).

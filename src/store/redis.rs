@@ -143,10 +143,9 @@ impl RedisStore {
         admission: &mut Admission,
     ) -> Result<(), StoreError> {
         if asks.limits.is_empty() {
-            // Nothing to ask: no round trip, but the answer tells whether
-            // Redis is reachable, as a call would (the fallback gauge).
+            // Nothing to ask (the memory store's answer too): no round trip.
             reset(admission, 0, now);
-            return self.link.check_up();
+            return Ok(());
         }
         let hand_banned_only =
             |(_, rule): &(usize, &RuleAsk<'_>)| !rule.shadow && rule.ban.is_none();

@@ -10,10 +10,16 @@ use http::{Method, StatusCode};
 use crate::support::{send, RedisCluster, RedisServer, Sluice, Upstream};
 
 /// `n` sluice instances on one Redis with `rules` (and `store` settings
-/// added to `[store.redis]`). The timeout is generous (a loaded test
-/// machine must not turn an accuracy test into a fallback test) unless
-/// `store` sets one.
+/// added to `[store.redis]`).
 async fn instances(n: usize, redis: &str, store: &str, rules: &str) -> (Upstream, Vec<Sluice>) {
+    on_redis(n, &format!("url = \"{redis}\"\n{store}"), rules).await
+}
+
+/// `n` sluice instances with `rules` on the Redis that `store` (the body
+/// of `[store.redis]`) names, each once the store answers. The timeout is
+/// generous (a loaded test machine must not turn an accuracy test into a
+/// fallback test) unless `store` sets one.
+async fn on_redis(n: usize, store: &str, rules: &str) -> (Upstream, Vec<Sluice>) {
     let upstream = Upstream::start().await;
     let timeout = if store.contains("timeout") {
         ""
@@ -22,7 +28,7 @@ async fn instances(n: usize, redis: &str, store: &str, rules: &str) -> (Upstream
     };
     let config = format!(
         "[server]\nupstream = \"http://{{upstream}}\"\n\
-         [store]\nbackend = \"redis\"\n[store.redis]\nurl = \"{redis}\"\n{timeout}\n{store}\n{rules}"
+         [store]\nbackend = \"redis\"\n[store.redis]\n{timeout}\n{store}\n{rules}"
     );
     let mut started = Vec::new();
     for _ in 0..n {
@@ -476,20 +482,8 @@ async fn cluster_instances(
         .iter()
         .map(|url| format!("\"{url}\""))
         .collect();
-    let upstream = Upstream::start().await;
-    let config = format!(
-        "[server]\nupstream = \"http://{{upstream}}\"\n\
-         [store]\nbackend = \"redis\"\n[store.redis]\ncluster = true\nurls = [{}]\ntimeout = \"5s\"\n{rules}",
-        urls.join(", ")
-    );
-    let mut started = Vec::new();
-    for _ in 0..n {
-        started.push(Sluice::start(&config, upstream.addr).await);
-    }
-    for sluice in &started {
-        wait_for(sluice, "sluice_store_fallback_active", 0.0).await;
-    }
-    (upstream, started)
+    let store = format!("cluster = true\nurls = [{}]", urls.join(", "));
+    on_redis(n, &store, rules).await
 }
 
 #[tokio::test]

@@ -111,17 +111,6 @@ impl Link {
         self.0.seed.subscribe()
     }
 
-    /// `Ok` while the link is up, else the error a call would get now
-    /// (without sending anything).
-    pub fn check_up(&self) -> Result<(), StoreError> {
-        if self.is_up() {
-            Ok(())
-        } else {
-            self.probe();
-            Err(down())
-        }
-    }
-
     /// The script's SHA1, for `EVALSHA`.
     pub fn script_hash(&self) -> &str {
         &self.0.script_hash
