@@ -162,7 +162,7 @@ impl RedisStore {
         let leases = self.lease_ids(&asks.limits);
         let mut call = self.call("admit", now);
         call.asks(asks, &leases);
-        let answer: Vec<i64> = self.link.run(call.finish()).await?;
+        let answer: script::Answer = self.link.run(call.finish()).await?;
         let at = script::instant(&answer)?;
         reset(admission, asks.limits.len(), at);
         if !self.take_verdict(asks, 0..asks.rules.len(), &answer, now, admission)? {
@@ -212,7 +212,7 @@ impl RedisStore {
             let leases = self.lease_ids(limits);
             let mut call = self.call("admit", now);
             call.asks(&one, &leases);
-            let answer: Vec<i64> = match self.link.run(call.finish()).await {
+            let answer: script::Answer = match self.link.run(call.finish()).await {
                 Ok(answer) => answer,
                 Err(error) => {
                     self.give_back(admission, now).await;
@@ -486,7 +486,7 @@ impl RedisStore {
         for limits in groups {
             let mut call = self.call(op, now);
             call.all_enforced(&asks.limits[limits.clone()]);
-            let answer: Vec<i64> = self.link.run(call.finish()).await?;
+            let answer: script::Answer = self.link.run(call.finish()).await?;
             for offset in 0..limits.len() {
                 decisions.push(script::decision(&answer, offset)?);
             }
@@ -506,7 +506,7 @@ impl RedisStore {
         let limits = asks.rules[rule].limits.clone();
         let mut call = self.call("peek", now);
         call.all_enforced(&asks.limits[limits.clone()]);
-        let answer: Vec<i64> = self.link.run(call.finish()).await?;
+        let answer: script::Answer = self.link.run(call.finish()).await?;
         for (offset, slot) in limits.enumerate() {
             // A permit's peek would count it refused when full; what matters
             // here is what is left.

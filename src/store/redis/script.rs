@@ -2,7 +2,7 @@
 //! every KEYS and ARGV slot), the calls that run it, and its answers read
 //! back into the seam's types.
 
-use redis::Cmd;
+use redis::{Cmd, FromRedisValue, ParsingError, Value};
 use smallvec::SmallVec;
 
 use crate::clock::Nanos;
@@ -225,6 +225,40 @@ fn parameters(limiter: &Limiter) -> [u64; 3] {
     }
 }
 
+/// The script's answer: the integers of its one reply string (`reply` in
+/// `sluice.lua`), read without an allocation per number.
+#[derive(Debug, Default)]
+pub struct Answer(SmallVec<[i64; 16]>);
+
+impl std::ops::Deref for Answer {
+    type Target = [i64];
+
+    fn deref(&self) -> &[i64] {
+        &self.0
+    }
+}
+
+impl FromRedisValue for Answer {
+    fn from_redis_value(value: Value) -> Result<Answer, ParsingError> {
+        let Value::BulkString(text) = &value else {
+            return Err(format!("the script answered {value:?}, not a string").into());
+        };
+        parse_answer(text).map(Answer).ok_or_else(|| {
+            let text = String::from_utf8_lossy(text);
+            format!("the script answered {text:?}, not integers").into()
+        })
+    }
+}
+
+/// The integers of `text`, each followed by one space.
+fn parse_answer(text: &[u8]) -> Option<SmallVec<[i64; 16]>> {
+    let mut numbers = SmallVec::new();
+    for field in text.strip_suffix(b" ")?.split(|&byte| byte == b' ') {
+        numbers.push(std::str::from_utf8(field).ok()?.parse().ok()?);
+    }
+    Some(numbers)
+}
+
 fn malformed(what: &str) -> StoreError {
     StoreError {
         transient: false,
@@ -302,4 +336,30 @@ pub fn decision(answer: &[i64], slot: usize) -> Result<Decision, StoreError> {
         state,
         retry_after: (retry >= 0).then(|| nanos(retry)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_read_back_whole() {
+        let answer = |text: &str| Answer::from_redis_value(Value::BulkString(text.into()));
+        let read = answer("1795000000123456 1 1 -1 4503599627370496 ").unwrap();
+        assert_eq!(
+            &*read,
+            &[1_795_000_000_123_456, 1, 1, -1, 4_503_599_627_370_496]
+        );
+        assert_eq!(&*answer("7 ").unwrap(), &[7]);
+    }
+
+    #[test]
+    fn a_malformed_answer_is_an_error_not_a_guess() {
+        let answer = |value: Value| Answer::from_redis_value(value);
+        for text in ["", "1 2", "1  2 ", "1 x ", "1.5 ", "99999999999999999999 "] {
+            assert!(answer(Value::BulkString(text.into())).is_err(), "{text:?}");
+        }
+        assert!(answer(Value::Array(vec![Value::Int(1)])).is_err());
+        assert!(answer(Value::Nil).is_err());
+    }
 }

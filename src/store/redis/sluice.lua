@@ -51,7 +51,10 @@
 -- count it there where they can (`reschedule`: token and leaky buckets),
 -- as memory's `acquire_all` does.
 --
--- Answers: { now, admitted (1/0), then per limit 5 integers: allowed (0
+-- Answers: one string of integers, each followed by a space (`reply`: a
+-- client decodes one string far faster than an array of integers, and
+-- `%d` keeps all 16 digits of a time, where `tostring` would round it):
+-- { now, admitted (1/0), then per limit 5 integers: allowed (0
 -- refused, 1 admitted, 2 held: reserved for `wait` from now), remaining,
 -- reset_after, retry_after (-1: never), wait, then per banning rule how
 -- long the ban its strike just started lasts (0: none) } for admit, peek
@@ -101,6 +104,11 @@ local function copy(state)
     c[k] = v
   end
   return c
+end
+
+-- The answer `t` (a list of integers) as the one string the client reads.
+local function reply(t)
+  return string.format(string.rep('%d ', #t), unpack(t))
 end
 
 local op = ARGV[1]
@@ -1085,7 +1093,7 @@ if op == 'settle' then
     end
     i, base = i + 1, base + 6
   end
-  return { now }
+  return reply({ now })
 end
 
 local enforced = tonumber(ARGV[3])
@@ -1113,7 +1121,7 @@ for b = 1, ban_rules do
   if op == 'admit' then
     local ends = tonumber(redis.call('HGET', ban.key, 'until') or '0')
     if ends > now then
-      return { now, 3, b, ends - now }
+      return reply({ now, 3, b, ends - now })
     end
   end
 end
@@ -1157,7 +1165,7 @@ if op == 'spend' then
     limit.n = 1
   end
   ask_all(limits, 1, count, answer, false)
-  return answer
+  return reply(answer)
 end
 
 local write = op == 'admit'
@@ -1174,4 +1182,4 @@ end
 for b = 1, ban_rules do
   answer[2 + 5 * count + b] = (write and not admitted) and strike(bans[b], answer) or 0
 end
-return answer
+return reply(answer)
