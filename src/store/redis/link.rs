@@ -197,7 +197,10 @@ impl Link {
                 let Some(link) = shared.upgrade() else {
                     return;
                 };
-                match connect(&link).await {
+                let connected = tokio::time::timeout(PROBE_CONNECT, connect(&link))
+                    .await
+                    .unwrap_or_else(|_| Err(no_answer(PROBE_CONNECT)));
+                match connected {
                     Ok((connection, seed)) => {
                         link.seed.send_if_modified(|known| {
                             let changed = *known != Some(seed);
@@ -283,9 +286,12 @@ impl ConnectionLike for Connection {
 async fn connect(link: &Shared) -> Result<(Connection, Seed), RedisError> {
     let mut connection = match &link.client {
         Node::Single(client) => {
+            // No response timeout of the client's: each call has its own
+            // deadline (`Link::run`), and a second timer per call would
+            // cost every request.
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(PROBE_CONNECT))
-                .set_response_timeout(Some(PROBE_CONNECT));
+                .set_response_timeout(None);
             Connection::Single(
                 client
                     .get_multiplexed_async_connection_with_config(&config)
@@ -337,6 +343,13 @@ async fn load_script(connection: &mut Connection) -> Result<(), RedisError> {
         .query_async::<Value>(connection)
         .await
         .map(|_| ())
+}
+
+fn no_answer(waited: Duration) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer within {waited:?}"),
+    ))
 }
 
 /// Whether `error` means the connection is gone (not a script's error).
