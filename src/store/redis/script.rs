@@ -148,13 +148,19 @@ impl<'s> Call<'s> {
         self.args.extend(parameters(limiter));
     }
 
-    /// The `EVALSHA` command.
+    /// The `EVALSHA` command: the keys, the operation, then every number
+    /// in one argument (see `sluice.lua`'s header).
     pub fn finish(self) -> Cmd {
         let keys = self.key_ends.len();
-        // Room for every argument (numbers take at most 20 digits).
+        let mut numbers = String::with_capacity(8 * self.args.len());
+        let mut digits = itoa::Buffer::new();
+        for &number in &self.args {
+            numbers.push_str(digits.format(number));
+            numbers.push(' ');
+        }
         let mut cmd = Cmd::with_capacity(
-            4 + keys + self.args.len(),
-            16 + self.hash.len() + self.key_text.len() + 20 * self.args.len(),
+            5 + keys,
+            32 + self.hash.len() + self.key_text.len() + numbers.len(),
         );
         cmd.arg("EVALSHA").arg(self.hash).arg(keys);
         let mut start = 0;
@@ -162,7 +168,7 @@ impl<'s> Call<'s> {
             cmd.arg(&self.key_text[start..end]);
             start = end;
         }
-        cmd.arg(self.op).arg(&self.args[..]);
+        cmd.arg(self.op).arg(numbers);
         cmd
     }
 }
@@ -177,9 +183,18 @@ pub fn key_name(prefix: &str, table: &BucketTable, key: u64) -> String {
 }
 
 /// Appends `<prefix>:{<rule>:<key>}:<what>` to `text`.
+/// (Written piece by piece: `format!` machinery cost every request about
+/// a thousand instructions here.)
 fn write_key(text: &mut String, prefix: &str, table: &BucketTable, key: u64, what: &str) {
-    use std::fmt::Write;
-    let _ = write!(text, "{prefix}:{{{}:{key:016x}}}:{what}", table.name().rule);
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let hex: [u8; 16] = std::array::from_fn(|at| DIGITS[(key >> (60 - 4 * at)) as usize & 15]);
+    text.push_str(prefix);
+    text.push_str(":{");
+    text.push_str(&table.name().rule);
+    text.push(':');
+    text.push_str(std::str::from_utf8(&hex).expect("hexadecimal digits are text"));
+    text.push_str("}:");
+    text.push_str(what);
 }
 
 /// The Redis key of `key`'s strikes and ban by the rule `table` belongs
@@ -341,6 +356,28 @@ pub fn decision(answer: &[i64], slot: usize) -> Result<Decision, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_names_its_rule_and_caller_in_the_hash_tag() {
+        let name = crate::store::TableName {
+            rule: "per-key".into(),
+            limit: "token.1.1000".into(),
+        };
+        let rate = crate::limiter::Rate {
+            count: 1_000,
+            period: std::time::Duration::from_secs(1),
+        };
+        let limiter = Limiter::TokenBucket(crate::limiter::Gcra::new(rate, 1_000));
+        let table = crate::store::MemoryStore::new(16).named_table(name, &limiter);
+        assert_eq!(
+            key_name("sluice", &table, 0xdead_beef),
+            "sluice:{per-key:00000000deadbeef}:token.1.1000"
+        );
+        assert_eq!(
+            ban_key("p", &table, u64::MAX),
+            "p:{per-key:ffffffffffffffff}:ban"
+        );
+    }
 
     #[test]
     fn an_answer_is_read_back_whole() {
