@@ -139,142 +139,145 @@ end
 -- refunds may still give back of units taken at or after the mark; -1:
 -- unbounded). Kept in microseconds exactly (memory keeps the headroom in
 -- coarser grains); both round towards giving back less.
-local gcra = {}
+local function token_bucket()
+  local gcra = {}
 
-function gcra.decode(raw)
-  if not raw then return { t = 0, d = 0, h = -1 } end
-  local t, d, h = string.match(raw, '^(%d+):(%d+):(-?%d+)$')
-  return { t = tonumber(t), d = tonumber(d), h = tonumber(h) }
-end
-
-function gcra.encode(s)
-  return string.format('%d:%d:%d', s.t, s.d, s.h)
-end
-
--- The state is fresh (a full bucket) from this instant on.
-function gcra.fresh_at(s)
-  return s.t
-end
-
-local function gcra_step(s, T, tau, cost)
-  if T == 0 then return false, 0, 0, -1, nil end
-  local base = math.max(s.t, now)
-  local new_tat = cap(base + cap(T * cost))
-  local needed = new_tat - now
-  if needed <= tau then
-    return true, idiv(tau - needed, T), needed, 0, new_tat
+  function gcra.decode(raw)
+    if not raw then return { t = 0, d = 0, h = -1 } end
+    local t, d, h = string.match(raw, '^(%d+):(%d+):(-?%d+)$')
+    return { t = tonumber(t), d = tonumber(d), h = tonumber(h) }
   end
-  local debt = base - now
-  local retry = -1
-  if cap(T * cost) <= tau then retry = needed - tau end
-  return false, idiv(math.max(tau - debt, 0), T), debt, retry, nil
-end
 
-local function gcra_take(s, new_tat, admission)
-  if s.t <= now then
-    -- Full: nothing taken before now can matter any more.
-    s.d = new_tat - now
-    s.h = -1
-    s.t = new_tat
-    return
+  function gcra.encode(s)
+    return string.format('%d:%d:%d', s.t, s.d, s.h)
   end
-  local debt = s.t - now
-  local spent = new_tat - s.t
-  if debt < s.d then
-    -- A take after the mark: the headroom is the least debt such takes found.
-    if s.h < 0 or debt < s.h then s.h = debt end
-    if admission and s.h < spent then
-      s.t, s.d, s.h = new_tat, new_tat - now, -1
+
+  -- The state is fresh (a full bucket) from this instant on.
+  function gcra.fresh_at(s)
+    return s.t
+  end
+
+  local function gcra_step(s, T, tau, cost)
+    if T == 0 then return false, 0, 0, -1, nil end
+    local base = math.max(s.t, now)
+    local new_tat = cap(base + cap(T * cost))
+    local needed = new_tat - now
+    if needed <= tau then
+      return true, idiv(tau - needed, T), needed, 0, new_tat
+    end
+    local debt = base - now
+    local retry = -1
+    if cap(T * cost) <= tau then retry = needed - tau end
+    return false, idiv(math.max(tau - debt, 0), T), debt, retry, nil
+  end
+
+  local function gcra_take(s, new_tat, admission)
+    if s.t <= now then
+      -- Full: nothing taken before now can matter any more.
+      s.d = new_tat - now
+      s.h = -1
+      s.t = new_tat
       return
     end
+    local debt = s.t - now
+    local spent = new_tat - s.t
+    if debt < s.d then
+      -- A take after the mark: the headroom is the least debt such takes found.
+      if s.h < 0 or debt < s.h then s.h = debt end
+      if admission and s.h < spent then
+        s.t, s.d, s.h = new_tat, new_tat - now, -1
+        return
+      end
+    end
+    s.t = new_tat
+    s.d = cap(s.d + spent)
   end
-  s.t = new_tat
-  s.d = cap(s.d + spent)
-end
 
-local function gcra_give_back(s, back, keep_headroom)
-  if back == 0 then return end
-  local t = math.max(s.t - back, 0)
-  if back > s.d then
-    s.t, s.d, s.h = t, 0, 0
-    return
+  local function gcra_give_back(s, back, keep_headroom)
+    if back == 0 then return end
+    local t = math.max(s.t - back, 0)
+    if back > s.d then
+      s.t, s.d, s.h = t, 0, 0
+      return
+    end
+    if not keep_headroom and s.h >= 0 then s.h = math.max(s.h - back, 0) end
+    s.t = t
+    s.d = s.d - back
   end
-  if not keep_headroom and s.h >= 0 then s.h = math.max(s.h - back, 0) end
-  s.t = t
-  s.d = s.d - back
-end
 
-function gcra.acquire(s, a, b, cost)
-  local ok, remaining, reset, retry, new_tat = gcra_step(s, a, b, cost)
-  if ok then gcra_take(s, new_tat, true) end
-  return ok, remaining, reset, retry
-end
-
-function gcra.peek(s, a, b, cost)
-  local ok, remaining, reset, retry = gcra_step(s, a, b, cost)
-  if ok then
-    local debt = math.max(s.t - now, 0)
-    return true, idiv(math.max(b - debt, 0), a), debt, 0
+  function gcra.acquire(s, a, b, cost)
+    local ok, remaining, reset, retry, new_tat = gcra_step(s, a, b, cost)
+    if ok then gcra_take(s, new_tat, true) end
+    return ok, remaining, reset, retry
   end
-  return ok, remaining, reset, retry
-end
 
-function gcra.charge(s, a, b, units)
-  if a == 0 or units == 0 then return end
-  gcra_take(s, cap(math.max(s.t, now) + cap(a * units)), false)
-end
-
-function gcra.refund(s, a, b, units, taken_at)
-  if a == 0 or units == 0 then return end
-  local spent = cap(a * units)
-  local mark = s.t - s.d
-  if taken_at >= now then
-    gcra_give_back(s, spent, taken_at > mark)
-    return
+  function gcra.peek(s, a, b, cost)
+    local ok, remaining, reset, retry = gcra_step(s, a, b, cost)
+    if ok then
+      local debt = math.max(s.t - now, 0)
+      return true, idiv(math.max(b - debt, 0), a), debt, 0
+    end
+    return ok, remaining, reset, retry
   end
-  if s.t <= now or taken_at < mark then return end
-  local back = spent
-  if s.h >= 0 and s.h < back then back = s.h end
-  gcra_give_back(s, back, false)
-end
 
--- Delay mode, GCRA's virtual scheduling: a request that does not conform
--- now passes at TAT + c*T - tau, and taking it moves the TAT to that instant
--- plus tau. Held when that wait is within max_wait and the units waiting
--- (the debt beyond tau, in whole units) plus its cost within max_queued.
-function gcra.reserve(s, a, b, cost, max_wait, max_queued)
-  local ok, remaining, reset, retry, new_tat = gcra_step(s, a, b, cost)
-  if ok then
+  function gcra.charge(s, a, b, units)
+    if a == 0 or units == 0 then return end
+    gcra_take(s, cap(math.max(s.t, now) + cap(a * units)), false)
+  end
+
+  function gcra.refund(s, a, b, units, taken_at)
+    if a == 0 or units == 0 then return end
+    local spent = cap(a * units)
+    local mark = s.t - s.d
+    if taken_at >= now then
+      gcra_give_back(s, spent, taken_at > mark)
+      return
+    end
+    if s.t <= now or taken_at < mark then return end
+    local back = spent
+    if s.h >= 0 and s.h < back then back = s.h end
+    gcra_give_back(s, back, false)
+  end
+
+  -- Delay mode, GCRA's virtual scheduling: a request that does not conform
+  -- now passes at TAT + c*T - tau, and taking it moves the TAT to that instant
+  -- plus tau. Held when that wait is within max_wait and the units waiting
+  -- (the debt beyond tau, in whole units) plus its cost within max_queued.
+  function gcra.reserve(s, a, b, cost, max_wait, max_queued)
+    local ok, remaining, reset, retry, new_tat = gcra_step(s, a, b, cost)
+    if ok then
+      gcra_take(s, new_tat, true)
+      return true, remaining, reset, 0, 0
+    end
+    if retry < 0 or retry > max_wait then return false, remaining, reset, retry, 0 end
+    local queued = ceil_div(sat_sub(s.t, cap(now + b)), a)
+    if cap(queued + cost) > max_queued then return false, remaining, reset, retry, 0 end
+    new_tat = cap(math.max(s.t, now) + cap(a * cost))
     gcra_take(s, new_tat, true)
-    return true, remaining, reset, 0, 0
+    return true, 0, new_tat - now, 0, retry
   end
-  if retry < 0 or retry > max_wait then return false, remaining, reset, retry, 0 end
-  local queued = ceil_div(sat_sub(s.t, cap(now + b)), a)
-  if cap(queued + cost) > max_queued then return false, remaining, reset, retry, 0 end
-  new_tat = cap(math.max(s.t, now) + cap(a * cost))
-  gcra_take(s, new_tat, true)
-  return true, 0, new_tat - now, 0, retry
-end
 
--- A reservation passing at `at` is the last one while TAT <= at + tau (or
--- one admitted at once, followed only by admissions at the same instant):
--- its units come back exactly. Otherwise, or once `at` has passed, nothing.
-function gcra.cancel(s, a, b, cost, at)
-  if a == 0 or now > at or s.t > cap(at + b) then return end
-  gcra_give_back(s, cap(a * cost), false)
-end
+  -- A reservation passing at `at` is the last one while TAT <= at + tau (or
+  -- one admitted at once, followed only by admissions at the same instant):
+  -- its units come back exactly. Otherwise, or once `at` has passed, nothing.
+  function gcra.cancel(s, a, b, cost, at)
+    if a == 0 or now > at or s.t > cap(at + b) then return end
+    gcra_give_back(s, cap(a * cost), false)
+  end
 
--- The last reservation (as for `cancel`) passes at `to` instead: the TAT
--- of a request that passed then. A reservation made after the refund mark
--- leaves no headroom.
-function gcra.reschedule(s, a, b, cost, at, to)
-  if a == 0 or now > at or to < at or s.t > cap(at + b) then return false end
-  local spent = cap(a * cost)
-  local new_tat = cap(math.max(sat_sub(s.t, spent), to) + spent)
-  if now > sat_sub(s.t, s.d) then s.h = 0 end
-  s.d = cap(s.d + (new_tat - s.t))
-  s.t = new_tat
-  return true
+  -- The last reservation (as for `cancel`) passes at `to` instead: the TAT
+  -- of a request that passed then. A reservation made after the refund mark
+  -- leaves no headroom.
+  function gcra.reschedule(s, a, b, cost, at, to)
+    if a == 0 or now > at or to < at or s.t > cap(at + b) then return false end
+    local spent = cap(a * cost)
+    local new_tat = cap(math.max(sat_sub(s.t, spent), to) + spent)
+    if now > sat_sub(s.t, s.d) then s.h = 0 end
+    s.d = cap(s.d + (new_tat - s.t))
+    s.t = new_tat
+    return true
+  end
+  return gcra
 end
 
 -- Window counters, the twins of src/limiter/window.rs (fixed window and
@@ -336,131 +339,134 @@ end
 
 -- Fixed window (a = P, b = COUNT): at most COUNT units per aligned window;
 -- unit k of window w's count is in window w + k / COUNT.
-local fixed = { decode = window_decode, encode = window_encode }
+local function fixed_window()
+  local fixed = { decode = window_decode, encode = window_encode }
 
--- The state aligned to now: the window now falls in (never before the
--- state's own), and the units counted from its start.
-local function fixed_shift(s, P, C)
-  local w = math.max(idiv(now, P), s.w)
-  return w, sat_sub(s.c, cap((w - s.w) * C))
-end
-
--- Microseconds from now to the end of the last window holding units.
-local function fixed_until_empty(w, used, P, C)
-  if used == 0 then return 0 end
-  return until_window(w + idiv(used - 1, C) + 1, P)
-end
-
-local function fixed_decide(w, used, P, C, cost)
-  if C == 0 then return false, 0, 0, -1 end
-  if used + cost <= C then
-    return true, C - used - cost, until_window(w + 1, P), 0
+  -- The state aligned to now: the window now falls in (never before the
+  -- state's own), and the units counted from its start.
+  local function fixed_shift(s, P, C)
+    local w = math.max(idiv(now, P), s.w)
+    return w, sat_sub(s.c, cap((w - s.w) * C))
   end
-  local retry = -1
-  if cost <= C then
-    -- The first window with room: the rest of the one the count ends in
-    -- is skipped when the cost does not fit in it.
+
+  -- Microseconds from now to the end of the last window holding units.
+  local function fixed_until_empty(w, used, P, C)
+    if used == 0 then return 0 end
+    return until_window(w + idiv(used - 1, C) + 1, P)
+  end
+
+  local function fixed_decide(w, used, P, C, cost)
+    if C == 0 then return false, 0, 0, -1 end
+    if used + cost <= C then
+      return true, C - used - cost, until_window(w + 1, P), 0
+    end
+    local retry = -1
+    if cost <= C then
+      -- The first window with room: the rest of the one the count ends in
+      -- is skipped when the cost does not fit in it.
+      local offset = used - idiv(used, C) * C
+      local pad = 0
+      if offset + cost > C then pad = C - offset end
+      retry = until_window(w + idiv(used + pad, C), P)
+    end
+    return false, sat_sub(C, used), fixed_until_empty(w, used, P, C), retry
+  end
+
+  -- Fresh once every counted unit's window has passed.
+  function fixed.fresh_at(s, a, C)
+    if s.c == 0 then return 0 end
+    if C == 0 then return MAX end
+    return cap(cap(s.w + ceil_div(s.c, C)) * cap(a))
+  end
+
+  function fixed.acquire(s, a, C, cost)
+    local P = cap(a)
+    local w, used = fixed_shift(s, P, C)
+    local ok, remaining, reset, retry = fixed_decide(w, used, P, C, cost)
+    if ok then s.w, s.c, s.p = w, count_u32(used + cost), 0 end
+    return ok, remaining, reset, retry
+  end
+
+  function fixed.peek(s, a, C, cost)
+    local P = cap(a)
+    local w, used = fixed_shift(s, P, C)
+    local ok, remaining, reset, retry = fixed_decide(w, used, P, C, cost)
+    if ok then return true, C - used, fixed_until_empty(w, used, P, C), 0 end
+    return ok, remaining, reset, retry
+  end
+
+  function fixed.charge(s, a, C, units)
+    if C == 0 or units == 0 then return end
+    local P = cap(a)
+    local w, used = fixed_shift(s, P, C)
+    s.w, s.c, s.p = w, count_u32(used + units), 0
+  end
+
+  -- Units taken n windows before the current one still count for all but
+  -- n * COUNT of them: that part comes off the top of the count.
+  function fixed.refund(s, a, C, units, taken_at)
+    local P = cap(a)
+    local w, used = fixed_shift(s, P, C)
+    local passed = sat_sub(w, idiv(math.min(taken_at, now), P))
+    local back = math.min(sat_sub(units, cap(passed * C)), used)
+    if back == 0 then return end
+    s.w, s.c, s.p = w, used - back, 0
+  end
+
+  -- Delay mode: a request that does not fit in the current window goes whole
+  -- into the first window with room after it, the rest of the window before
+  -- that being padded, and waits until that window starts. `p` keeps the
+  -- padding below the newest reservation, so that cancelling it is exact.
+  -- `queued` counts the units of the requests held in later windows, padding
+  -- excluded (per window, floor(COUNT / cost) requests of `cost`).
+  local function fixed_queued(used, C, cost)
+    cost = math.max(cost, 1)
+    local later = sat_sub(used, C)
+    local whole = idiv(later, C)
+    local rest = later - whole * C
+    return cap((whole * idiv(C, cost) + ceil_div(rest, cost)) * cost)
+  end
+
+  function fixed.reserve(s, a, C, cost, max_wait, max_queued)
+    local P = cap(a)
+    local w, used = fixed_shift(s, P, C)
+    local ok, remaining, reset, retry = fixed_decide(w, used, P, C, cost)
+    if ok then
+      s.w, s.c, s.p = w, count_u32(used + cost), 0
+      return true, remaining, reset, 0, 0
+    end
+    if C == 0 or cost > C then return false, remaining, reset, retry, 0 end
+    -- `retry` is the wait: the start of the first window with room.
     local offset = used - idiv(used, C) * C
     local pad = 0
     if offset + cost > C then pad = C - offset end
-    retry = until_window(w + idiv(used + pad, C), P)
+    local current = used + pad + cost
+    if retry > max_wait or cap(fixed_queued(used, C, cost) + cost) > max_queued
+        or current > U32 then
+      return false, remaining, reset, retry, 0
+    end
+    s.w, s.c, s.p = w, current, pad
+    return true, 0, fixed_until_empty(w, current, P, C), 0, retry
   end
-  return false, sat_sub(C, used), fixed_until_empty(w, used, P, C), retry
-end
 
--- Fresh once every counted unit's window has passed.
-function fixed.fresh_at(s, a, C)
-  if s.c == 0 then return 0 end
-  if C == 0 then return MAX end
-  return cap(cap(s.w + ceil_div(s.c, C)) * cap(a))
-end
-
-function fixed.acquire(s, a, C, cost)
-  local P = cap(a)
-  local w, used = fixed_shift(s, P, C)
-  local ok, remaining, reset, retry = fixed_decide(w, used, P, C, cost)
-  if ok then s.w, s.c, s.p = w, count_u32(used + cost), 0 end
-  return ok, remaining, reset, retry
-end
-
-function fixed.peek(s, a, C, cost)
-  local P = cap(a)
-  local w, used = fixed_shift(s, P, C)
-  local ok, remaining, reset, retry = fixed_decide(w, used, P, C, cost)
-  if ok then return true, C - used, fixed_until_empty(w, used, P, C), 0 end
-  return ok, remaining, reset, retry
-end
-
-function fixed.charge(s, a, C, units)
-  if C == 0 or units == 0 then return end
-  local P = cap(a)
-  local w, used = fixed_shift(s, P, C)
-  s.w, s.c, s.p = w, count_u32(used + units), 0
-end
-
--- Units taken n windows before the current one still count for all but
--- n * COUNT of them: that part comes off the top of the count.
-function fixed.refund(s, a, C, units, taken_at)
-  local P = cap(a)
-  local w, used = fixed_shift(s, P, C)
-  local passed = sat_sub(w, idiv(math.min(taken_at, now), P))
-  local back = math.min(sat_sub(units, cap(passed * C)), used)
-  if back == 0 then return end
-  s.w, s.c, s.p = w, used - back, 0
-end
-
--- Delay mode: a request that does not fit in the current window goes whole
--- into the first window with room after it, the rest of the window before
--- that being padded, and waits until that window starts. `p` keeps the
--- padding below the newest reservation, so that cancelling it is exact.
--- `queued` counts the units of the requests held in later windows, padding
--- excluded (per window, floor(COUNT / cost) requests of `cost`).
-local function fixed_queued(used, C, cost)
-  cost = math.max(cost, 1)
-  local later = sat_sub(used, C)
-  local whole = idiv(later, C)
-  local rest = later - whole * C
-  return cap((whole * idiv(C, cost) + ceil_div(rest, cost)) * cost)
-end
-
-function fixed.reserve(s, a, C, cost, max_wait, max_queued)
-  local P = cap(a)
-  local w, used = fixed_shift(s, P, C)
-  local ok, remaining, reset, retry = fixed_decide(w, used, P, C, cost)
-  if ok then
-    s.w, s.c, s.p = w, count_u32(used + cost), 0
-    return true, remaining, reset, 0, 0
+  -- The units come off the top of the count while the top lies in the
+  -- reservation's window and that window has not passed (nothing reserved
+  -- later; the padding below it too when it opened its window). Otherwise,
+  -- or once `at` has passed, nothing.
+  function fixed.cancel(s, a, C, cost, at)
+    if C == 0 or now > at then return end
+    local P = cap(a)
+    local w, used = fixed_shift(s, P, C)
+    local index = idiv(at, P)
+    if index < w then return end
+    local floor = cap((index - w) * C)
+    local top = cap(floor + C)
+    if used > top or used < cap(floor + cost) then return end
+    local current = used - cost
+    if current == floor then current = sat_sub(current, s.p) end
+    s.w, s.c, s.p = w, current, 0
   end
-  if C == 0 or cost > C then return false, remaining, reset, retry, 0 end
-  -- `retry` is the wait: the start of the first window with room.
-  local offset = used - idiv(used, C) * C
-  local pad = 0
-  if offset + cost > C then pad = C - offset end
-  local current = used + pad + cost
-  if retry > max_wait or cap(fixed_queued(used, C, cost) + cost) > max_queued
-      or current > U32 then
-    return false, remaining, reset, retry, 0
-  end
-  s.w, s.c, s.p = w, current, pad
-  return true, 0, fixed_until_empty(w, current, P, C), 0, retry
-end
-
--- The units come off the top of the count while the top lies in the
--- reservation's window and that window has not passed (nothing reserved
--- later; the padding below it too when it opened its window). Otherwise,
--- or once `at` has passed, nothing.
-function fixed.cancel(s, a, C, cost, at)
-  if C == 0 or now > at then return end
-  local P = cap(a)
-  local w, used = fixed_shift(s, P, C)
-  local index = idiv(at, P)
-  if index < w then return end
-  local floor = cap((index - w) * C)
-  local top = cap(floor + C)
-  if used > top or used < cap(floor + cost) then return end
-  local current = used - cost
-  if current == floor then current = sat_sub(current, s.p) end
-  s.w, s.c, s.p = w, current, 0
+  return fixed
 end
 
 -- Sliding window (a = P, b = COUNT): the estimate at now is
@@ -469,144 +475,147 @@ end
 -- estimate is compared, and remaining computed, with the weight of the
 -- previous window rounded up, ceil(p * (P - elapsed) / P), exactly as
 -- memory's u128 comparisons of the estimate times P decide.
-local sliding = { decode = window_decode, encode = window_encode }
+local function sliding_window()
+  local sliding = { decode = window_decode, encode = window_encode }
 
--- The state moved to the window now falls in (never before its own),
--- carrying a debt: each window passed takes COUNT off the count, and the
--- last window passed leaves at most COUNT as the previous one.
-local function sliding_align(s, P, C)
-  local w = math.max(idiv(now, P), s.w)
-  local passed = w - s.w
-  if passed == 0 then return { w = s.w, c = s.c, p = s.p } end
-  local total = s.c
-  if total <= C then
-    if passed == 1 then return { w = w, c = 0, p = total } end
-    return { w = w, c = 0, p = 0 }
+  -- The state moved to the window now falls in (never before its own),
+  -- carrying a debt: each window passed takes COUNT off the count, and the
+  -- last window passed leaves at most COUNT as the previous one.
+  local function sliding_align(s, P, C)
+    local w = math.max(idiv(now, P), s.w)
+    local passed = w - s.w
+    if passed == 0 then return { w = s.w, c = s.c, p = s.p } end
+    local total = s.c
+    if total <= C then
+      if passed == 1 then return { w = w, c = 0, p = total } end
+      return { w = w, c = 0, p = 0 }
+    end
+    return {
+      w = w,
+      c = sat_sub(total, cap(passed * C)),
+      p = math.min(sat_sub(total, cap((passed - 1) * C)), C),
+    }
   end
-  return {
-    w = w,
-    c = sat_sub(total, cap(passed * C)),
-    p = math.min(sat_sub(total, cap((passed - 1) * C)), C),
-  }
-end
 
--- ceil(p * (P - elapsed) / P) for an aligned state.
-local function sliding_weight(t, P)
-  if t.p == 0 then return 0 end
-  local elapsed = math.min(sat_sub(now, cap(t.w * P)), P)
-  local q, r = muldiv(t.p, P - elapsed, P)
-  if r > 0 then q = q + 1 end
-  return q
-end
-
--- Whole units available now.
-local function sliding_remaining(t, P, C)
-  if t.c >= C then return 0 end
-  return sat_sub(C - t.c, sliding_weight(t, P))
-end
-
--- Microseconds until the estimate is back to zero.
-local function sliding_reset(t, P, C)
-  if t.c > C then
-    return until_window(t.w + ceil_div(t.c, math.max(C, 1)) + 1, P)
-  elseif t.c > 0 then
-    return until_window(t.w + 2, P)
-  elseif t.p > 0 then
-    return until_window(t.w + 1, P)
+  -- ceil(p * (P - elapsed) / P) for an aligned state.
+  local function sliding_weight(t, P)
+    if t.p == 0 then return 0 end
+    local elapsed = math.min(sat_sub(now, cap(t.w * P)), P)
+    local q, r = muldiv(t.p, P - elapsed, P)
+    if r > 0 then q = q + 1 end
+    return q
   end
-  return 0
-end
 
--- The first instant in window `index` (following one that counted `prev`,
--- and counting `cur`) at which `cost` more units fit:
--- prev * (P - e) <= room * P, so e >= P - floor(room * P / prev). nil when
--- they do not fit before the window ends.
-local function sliding_fits_in(index, prev, cur, cost, P, C)
-  if cur + cost > C then return nil end
-  local room = C - cur - cost
-  local start = cap(index * P)
-  if prev == 0 or room >= prev then return start end
-  local q = muldiv(room, P, prev) -- below P, as room < prev
-  if q == 0 then return nil end
-  return cap(start + P - q)
-end
+  -- Whole units available now.
+  local function sliding_remaining(t, P, C)
+    if t.c >= C then return 0 end
+    return sat_sub(C - t.c, sliding_weight(t, P))
+  end
 
--- Microseconds until cost units fit if nothing else arrives (-1: never):
--- later in this window, or in the first window whose carried count leaves
--- room, or at the latest the one after it.
-local function sliding_retry(t, P, C, cost)
-  if cost > C then return -1 end
-  local at = sliding_fits_in(t.w, t.p, t.c, cost, P, C)
-  if at then return sat_sub(at, now) end
-  local total = t.c
-  local first = math.max(ceil_div(sat_sub(total + cost, C), C), 1)
-  local last = first + 1
-  for j = first, last do
-    local before = math.min(sat_sub(total, cap((j - 1) * C)), C)
-    at = sliding_fits_in(t.w + j, before, sat_sub(total, cap(j * C)), cost, P, C)
+  -- Microseconds until the estimate is back to zero.
+  local function sliding_reset(t, P, C)
+    if t.c > C then
+      return until_window(t.w + ceil_div(t.c, math.max(C, 1)) + 1, P)
+    elseif t.c > 0 then
+      return until_window(t.w + 2, P)
+    elseif t.p > 0 then
+      return until_window(t.w + 1, P)
+    end
+    return 0
+  end
+
+  -- The first instant in window `index` (following one that counted `prev`,
+  -- and counting `cur`) at which `cost` more units fit:
+  -- prev * (P - e) <= room * P, so e >= P - floor(room * P / prev). nil when
+  -- they do not fit before the window ends.
+  local function sliding_fits_in(index, prev, cur, cost, P, C)
+    if cur + cost > C then return nil end
+    local room = C - cur - cost
+    local start = cap(index * P)
+    if prev == 0 or room >= prev then return start end
+    local q = muldiv(room, P, prev) -- below P, as room < prev
+    if q == 0 then return nil end
+    return cap(start + P - q)
+  end
+
+  -- Microseconds until cost units fit if nothing else arrives (-1: never):
+  -- later in this window, or in the first window whose carried count leaves
+  -- room, or at the latest the one after it.
+  local function sliding_retry(t, P, C, cost)
+    if cost > C then return -1 end
+    local at = sliding_fits_in(t.w, t.p, t.c, cost, P, C)
     if at then return sat_sub(at, now) end
+    local total = t.c
+    local first = math.max(ceil_div(sat_sub(total + cost, C), C), 1)
+    local last = first + 1
+    for j = first, last do
+      local before = math.min(sat_sub(total, cap((j - 1) * C)), C)
+      at = sliding_fits_in(t.w + j, before, sat_sub(total, cap(j * C)), cost, P, C)
+      if at then return sat_sub(at, now) end
+    end
+    return until_window(t.w + last, P)
   end
-  return until_window(t.w + last, P)
-end
 
-local function sliding_decide(t, P, C, cost)
-  if C == 0 then return false, 0, 0, -1 end
-  local weight = sliding_weight(t, P)
-  if t.c + cost <= C and weight <= C - t.c - cost then
-    local taken = { w = t.w, c = count_u32(t.c + cost), p = t.p }
-    return true, C - t.c - cost - weight, sliding_reset(taken, P, C), 0
+  local function sliding_decide(t, P, C, cost)
+    if C == 0 then return false, 0, 0, -1 end
+    local weight = sliding_weight(t, P)
+    if t.c + cost <= C and weight <= C - t.c - cost then
+      local taken = { w = t.w, c = count_u32(t.c + cost), p = t.p }
+      return true, C - t.c - cost - weight, sliding_reset(taken, P, C), 0
+    end
+    return false, sliding_remaining(t, P, C), sliding_reset(t, P, C),
+      sliding_retry(t, P, C, cost)
   end
-  return false, sliding_remaining(t, P, C), sliding_reset(t, P, C),
-    sliding_retry(t, P, C, cost)
-end
 
--- Fresh once the count has been carried through and faded out.
-function sliding.fresh_at(s, a, C)
-  if s.c == 0 and s.p == 0 then return 0 end
-  local P = cap(a)
-  if s.c == 0 then return cap((s.w + 1) * P) end
-  if s.c <= C then return cap((s.w + 2) * P) end
-  if C == 0 then return MAX end
-  return cap(cap(s.w + ceil_div(s.c, C) + 1) * P)
-end
-
-function sliding.acquire(s, a, C, cost)
-  local P = cap(a)
-  local t = sliding_align(s, P, C)
-  local ok, remaining, reset, retry = sliding_decide(t, P, C, cost)
-  if ok then s.w, s.c, s.p = t.w, count_u32(t.c + cost), t.p end
-  return ok, remaining, reset, retry
-end
-
-function sliding.peek(s, a, C, cost)
-  local P = cap(a)
-  local t = sliding_align(s, P, C)
-  local ok, remaining, reset, retry = sliding_decide(t, P, C, cost)
-  if ok then return true, sliding_remaining(t, P, C), sliding_reset(t, P, C), 0 end
-  return ok, remaining, reset, retry
-end
-
-function sliding.charge(s, a, C, units)
-  if C == 0 or units == 0 then return end
-  local P = cap(a)
-  local t = sliding_align(s, P, C)
-  s.w, s.c, s.p = t.w, count_u32(t.c + units), t.p
-end
-
--- Units taken in the current window come off its count. Units taken n >= 1
--- windows before it are taken to be the first of their window's count: the
--- part at positions (n - 1) * COUNT .. n * COUNT is in the previous
--- window's count, the part beyond is carried in the current one.
-function sliding.refund(s, a, C, units, taken_at)
-  local P = cap(a)
-  local t = sliding_align(s, P, C)
-  local passed = sat_sub(t.w, idiv(math.min(taken_at, now), P))
-  local from_prev, from_cur = 0, units
-  if passed > 0 then
-    from_prev = math.min(sat_sub(units, cap((passed - 1) * C)), C)
-    from_cur = sat_sub(units, cap(passed * C))
+  -- Fresh once the count has been carried through and faded out.
+  function sliding.fresh_at(s, a, C)
+    if s.c == 0 and s.p == 0 then return 0 end
+    local P = cap(a)
+    if s.c == 0 then return cap((s.w + 1) * P) end
+    if s.c <= C then return cap((s.w + 2) * P) end
+    if C == 0 then return MAX end
+    return cap(cap(s.w + ceil_div(s.c, C) + 1) * P)
   end
-  s.w, s.c, s.p = t.w, sat_sub(t.c, from_cur), sat_sub(t.p, from_prev)
+
+  function sliding.acquire(s, a, C, cost)
+    local P = cap(a)
+    local t = sliding_align(s, P, C)
+    local ok, remaining, reset, retry = sliding_decide(t, P, C, cost)
+    if ok then s.w, s.c, s.p = t.w, count_u32(t.c + cost), t.p end
+    return ok, remaining, reset, retry
+  end
+
+  function sliding.peek(s, a, C, cost)
+    local P = cap(a)
+    local t = sliding_align(s, P, C)
+    local ok, remaining, reset, retry = sliding_decide(t, P, C, cost)
+    if ok then return true, sliding_remaining(t, P, C), sliding_reset(t, P, C), 0 end
+    return ok, remaining, reset, retry
+  end
+
+  function sliding.charge(s, a, C, units)
+    if C == 0 or units == 0 then return end
+    local P = cap(a)
+    local t = sliding_align(s, P, C)
+    s.w, s.c, s.p = t.w, count_u32(t.c + units), t.p
+  end
+
+  -- Units taken in the current window come off its count. Units taken n >= 1
+  -- windows before it are taken to be the first of their window's count: the
+  -- part at positions (n - 1) * COUNT .. n * COUNT is in the previous
+  -- window's count, the part beyond is carried in the current one.
+  function sliding.refund(s, a, C, units, taken_at)
+    local P = cap(a)
+    local t = sliding_align(s, P, C)
+    local passed = sat_sub(t.w, idiv(math.min(taken_at, now), P))
+    local from_prev, from_cur = 0, units
+    if passed > 0 then
+      from_prev = math.min(sat_sub(units, cap((passed - 1) * C)), C)
+      from_cur = sat_sub(units, cap(passed * C))
+    end
+    s.w, s.c, s.p = t.w, sat_sub(t.c, from_cur), sat_sub(t.p, from_prev)
+  end
+  return sliding
 end
 
 -- Concurrency permits (a = max_in_flight, b = the lease TTL): leases in a
@@ -616,25 +625,28 @@ end
 -- back. The state is the count of leases in force, and whether this call
 -- takes one; the lease itself (ARGV's cost slot: its name) is written by
 -- `store`.
-local permit = { lease = true }
+local function permits()
+  local permit = { lease = true }
 
-function permit.acquire(s, a, b, cost)
-  if s.count < a then
-    s.count = s.count + 1
-    s.take = true
-    return true, a - s.count, 0, 0
+  function permit.acquire(s, a, b, cost)
+    if s.count < a then
+      s.count = s.count + 1
+      s.take = true
+      return true, a - s.count, 0, 0
+    end
+    return false, 0, 0, 1000000
   end
-  return false, 0, 0, 1000000
-end
 
-function permit.peek(s, a, b, cost)
-  if s.count < a then return true, a - s.count, 0, 0 end
-  return false, 0, 0, 1000000
-end
+  function permit.peek(s, a, b, cost)
+    if s.count < a then return true, a - s.count, 0, 0 end
+    return false, 0, 0, 1000000
+  end
 
--- Permits are requests in flight, not units: nothing to charge or refund.
-function permit.charge() end
-function permit.refund() end
+  -- Permits are requests in flight, not units: nothing to charge or refund.
+  function permit.charge() end
+  function permit.refund() end
+  return permit
+end
 
 -- Leaky bucket, the twin of src/limiter/leaky.rs (a = T, b = the queue):
 -- requests leave one after another, a request of cost c occupying the
@@ -642,95 +654,98 @@ function permit.refund() end
 -- bucket is empty again. Outside delay mode it admits only when idle; in
 -- delay mode a request waits until the bucket is empty, while fewer than
 -- `queue` requests of its cost wait (max_queued is not its bound).
-local leaky = {}
+local function leaky_bucket()
+  local leaky = {}
 
-function leaky.decode(raw)
-  if not raw then return { e = 0 } end
-  return { e = tonumber(string.match(raw, '^(%d+)$')) }
-end
-
-function leaky.encode(s)
-  return string.format('%d', s.e)
-end
-
-function leaky.fresh_at(s)
-  return s.e
-end
-
-local function leaky_occupies(T, cost)
-  return math.max(cap(T * cost), 1)
-end
-
--- remaining and reset_after, `drain` before the bucket is empty.
-local function leaky_state(T, queue, drain, cost)
-  local waiting = sat_sub(ceil_div(drain, leaky_occupies(T, cost)), 1)
-  return sat_sub(queue, waiting), drain
-end
-
-local function leaky_deny(T, queue, drain, cost)
-  local remaining, reset = leaky_state(T, queue, drain, cost)
-  return false, remaining, reset, drain
-end
-
-function leaky.acquire(s, T, queue, cost)
-  if T == 0 then return false, 0, 0, -1 end
-  if s.e > now then return leaky_deny(T, queue, s.e - now, cost) end
-  local drain = leaky_occupies(T, cost)
-  s.e = cap(now + drain)
-  local remaining, reset = leaky_state(T, queue, drain, cost)
-  return true, remaining, reset, 0
-end
-
-function leaky.peek(s, T, queue, cost)
-  if T == 0 then return false, 0, 0, -1 end
-  if s.e > now then return leaky_deny(T, queue, s.e - now, cost) end
-  local remaining, reset = leaky_state(T, queue, 0, cost)
-  return true, remaining, reset, 0
-end
-
-function leaky.charge(s, T, queue, units)
-  if T == 0 or units == 0 then return end
-  s.e = cap(math.max(s.e, now) + leaky_occupies(T, units))
-end
-
--- Exact while the units are the last in the outlet and were taken when it
--- was idle; otherwise nothing.
-function leaky.refund(s, T, queue, units, taken_at)
-  if T == 0 or units == 0 then return end
-  taken_at = math.min(taken_at, now)
-  if s.e == cap(taken_at + leaky_occupies(T, units)) then s.e = taken_at end
-end
-
-function leaky.reserve(s, T, queue, cost, max_wait, max_queued)
-  if T == 0 then return false, 0, 0, -1, 0 end
-  local wait = sat_sub(s.e, now)
-  if wait == 0 then
-    local ok, remaining, reset, retry = leaky.acquire(s, T, queue, cost)
-    return ok, remaining, reset, retry, 0
+  function leaky.decode(raw)
+    if not raw then return { e = 0 } end
+    return { e = tonumber(string.match(raw, '^(%d+)$')) }
   end
-  local occupies = leaky_occupies(T, cost)
-  if wait > max_wait or wait > cap(queue * occupies) then
-    local ok, remaining, reset, retry = leaky_deny(T, queue, wait, cost)
-    return ok, remaining, reset, retry, 0
-  end
-  s.e = cap(s.e + occupies)
-  local remaining, reset = leaky_state(T, queue, cap(wait + occupies), cost)
-  return true, remaining, reset, 0, wait
-end
 
--- The last reservation (the bucket empties right after it) is given back
--- exactly; otherwise, or once `at` has passed, nothing.
-function leaky.cancel(s, T, queue, cost, at)
-  if T == 0 or now > at then return end
-  if s.e == cap(at + leaky_occupies(T, cost)) then s.e = at end
-end
-
-function leaky.reschedule(s, T, queue, cost, at, to)
-  if T == 0 or now > at or to < at or s.e ~= cap(at + leaky_occupies(T, cost)) then
-    return false
+  function leaky.encode(s)
+    return string.format('%d', s.e)
   end
-  s.e = cap(to + leaky_occupies(T, cost))
-  return true
+
+  function leaky.fresh_at(s)
+    return s.e
+  end
+
+  local function leaky_occupies(T, cost)
+    return math.max(cap(T * cost), 1)
+  end
+
+  -- remaining and reset_after, `drain` before the bucket is empty.
+  local function leaky_state(T, queue, drain, cost)
+    local waiting = sat_sub(ceil_div(drain, leaky_occupies(T, cost)), 1)
+    return sat_sub(queue, waiting), drain
+  end
+
+  local function leaky_deny(T, queue, drain, cost)
+    local remaining, reset = leaky_state(T, queue, drain, cost)
+    return false, remaining, reset, drain
+  end
+
+  function leaky.acquire(s, T, queue, cost)
+    if T == 0 then return false, 0, 0, -1 end
+    if s.e > now then return leaky_deny(T, queue, s.e - now, cost) end
+    local drain = leaky_occupies(T, cost)
+    s.e = cap(now + drain)
+    local remaining, reset = leaky_state(T, queue, drain, cost)
+    return true, remaining, reset, 0
+  end
+
+  function leaky.peek(s, T, queue, cost)
+    if T == 0 then return false, 0, 0, -1 end
+    if s.e > now then return leaky_deny(T, queue, s.e - now, cost) end
+    local remaining, reset = leaky_state(T, queue, 0, cost)
+    return true, remaining, reset, 0
+  end
+
+  function leaky.charge(s, T, queue, units)
+    if T == 0 or units == 0 then return end
+    s.e = cap(math.max(s.e, now) + leaky_occupies(T, units))
+  end
+
+  -- Exact while the units are the last in the outlet and were taken when it
+  -- was idle; otherwise nothing.
+  function leaky.refund(s, T, queue, units, taken_at)
+    if T == 0 or units == 0 then return end
+    taken_at = math.min(taken_at, now)
+    if s.e == cap(taken_at + leaky_occupies(T, units)) then s.e = taken_at end
+  end
+
+  function leaky.reserve(s, T, queue, cost, max_wait, max_queued)
+    if T == 0 then return false, 0, 0, -1, 0 end
+    local wait = sat_sub(s.e, now)
+    if wait == 0 then
+      local ok, remaining, reset, retry = leaky.acquire(s, T, queue, cost)
+      return ok, remaining, reset, retry, 0
+    end
+    local occupies = leaky_occupies(T, cost)
+    if wait > max_wait or wait > cap(queue * occupies) then
+      local ok, remaining, reset, retry = leaky_deny(T, queue, wait, cost)
+      return ok, remaining, reset, retry, 0
+    end
+    s.e = cap(s.e + occupies)
+    local remaining, reset = leaky_state(T, queue, cap(wait + occupies), cost)
+    return true, remaining, reset, 0, wait
+  end
+
+  -- The last reservation (the bucket empties right after it) is given back
+  -- exactly; otherwise, or once `at` has passed, nothing.
+  function leaky.cancel(s, T, queue, cost, at)
+    if T == 0 or now > at then return end
+    if s.e == cap(at + leaky_occupies(T, cost)) then s.e = at end
+  end
+
+  function leaky.reschedule(s, T, queue, cost, at, to)
+    if T == 0 or now > at or to < at or s.e ~= cap(at + leaky_occupies(T, cost)) then
+      return false
+    end
+    s.e = cap(to + leaky_occupies(T, cost))
+    return true
+  end
+  return leaky
 end
 
 -- Sliding log, the twin of src/limiter/log.rs (a = P, b = COUNT): the
@@ -740,231 +755,241 @@ end
 -- first as its distance from the previous one, ":n" left out when 1). A log
 -- holds at most COUNT stamps, plus the units of held requests (delay mode:
 -- stamps in the future).
-local log = {}
+local function sliding_log()
+  local log = {}
 
-function log.decode(raw)
-  local s = { t = {}, n = {} }
-  if not raw then return s end
-  local at = 0
-  for d, n in string.gmatch(raw, '(%d+):?(%d*)') do
-    at = at + tonumber(d)
-    s.t[#s.t + 1] = at
-    s.n[#s.n + 1] = (n == '' and 1) or tonumber(n)
-  end
-  return s
-end
-
-function log.encode(s)
-  local parts, before = {}, 0
-  for i = 1, #s.t do
-    local d = s.t[i] - before
-    before = s.t[i]
-    if s.n[i] == 1 then
-      parts[i] = string.format('%d', d)
-    else
-      parts[i] = string.format('%d:%d', d, s.n[i])
+  function log.decode(raw)
+    local s = { t = {}, n = {} }
+    if not raw then return s end
+    local at = 0
+    for d, n in string.gmatch(raw, '(%d+):?(%d*)') do
+      at = at + tonumber(d)
+      s.t[#s.t + 1] = at
+      s.n[#s.n + 1] = (n == '' and 1) or tonumber(n)
     end
+    return s
   end
-  return table.concat(parts, ',')
-end
 
--- Fresh once the newest stamp has expired.
-function log.fresh_at(s, P)
-  local m = #s.t
-  if m == 0 then return 0 end
-  return cap(s.t[m] + cap(P))
-end
-
-local function log_total(s)
-  local total = 0
-  for i = 1, #s.n do total = total + s.n[i] end
-  return total
-end
-
--- Drops the stamps expired at `at`.
-local function log_drop(s, P, at)
-  local first = 1
-  while first <= #s.t and cap(s.t[first] + P) <= at do first = first + 1 end
-  if first == 1 then return end
-  local t, n = {}, {}
-  for i = first, #s.t do
-    t[#t + 1] = s.t[i]
-    n[#n + 1] = s.n[i]
-  end
-  s.t, s.n = t, n
-end
-
--- The k-th stamp (k >= 1) from the first one still counted at `at`.
-local function log_kth(s, P, at, k)
-  for i = 1, #s.t do
-    if cap(s.t[i] + P) > at then
-      if k <= s.n[i] then return s.t[i] end
-      k = k - s.n[i]
-    end
-  end
-  return nil
-end
-
--- Stamps counted at `at`.
-local function log_counted(s, P, at)
-  local counted = 0
-  for i = 1, #s.t do
-    if cap(s.t[i] + P) > at then counted = counted + s.n[i] end
-  end
-  return counted
-end
-
--- Appends `units` stamps at `at` (never before the newest).
-local function log_push(s, at, units)
-  if units == 0 then return end
-  local m = #s.t
-  if m > 0 and s.t[m] == at then
-    s.n[m] = s.n[m] + units
-  else
-    s.t[m + 1] = at
-    s.n[m + 1] = units
-  end
-end
-
--- The newest stamp, or now when it is older (or there is none).
-local function log_from(s)
-  local m = #s.t
-  if m > 0 and s.t[m] > now then return s.t[m] end
-  return now
-end
-
--- Removes up to `units` stamps equal to `at`.
-local function log_remove_at(s, at, units)
-  for i = 1, #s.t do
-    if s.t[i] == at then
-      local take = math.min(s.n[i], units)
-      s.n[i] = s.n[i] - take
-      if s.n[i] == 0 then
-        table.remove(s.t, i)
-        table.remove(s.n, i)
+  function log.encode(s)
+    local parts, before = {}, 0
+    for i = 1, #s.t do
+      local d = s.t[i] - before
+      before = s.t[i]
+      if s.n[i] == 1 then
+        parts[i] = string.format('%d', d)
+      else
+        parts[i] = string.format('%d:%d', d, s.n[i])
       end
-      return
     end
+    return table.concat(parts, ',')
   end
-end
 
--- Removes the newest `units` stamps.
-local function log_truncate(s, units)
-  while units > 0 and #s.t > 0 do
+  -- Fresh once the newest stamp has expired.
+  function log.fresh_at(s, P)
     local m = #s.t
-    local take = math.min(s.n[m], units)
-    s.n[m] = s.n[m] - take
-    units = units - take
-    if s.n[m] == 0 then
-      s.t[m] = nil
-      s.n[m] = nil
+    if m == 0 then return 0 end
+    return cap(s.t[m] + cap(P))
+  end
+
+  local function log_total(s)
+    local total = 0
+    for i = 1, #s.n do total = total + s.n[i] end
+    return total
+  end
+
+  -- Drops the stamps expired at `at`.
+  local function log_drop(s, P, at)
+    local first = 1
+    while first <= #s.t and cap(s.t[first] + P) <= at do first = first + 1 end
+    if first == 1 then return end
+    local t, n = {}, {}
+    for i = first, #s.t do
+      t[#t + 1] = s.t[i]
+      n[#n + 1] = s.n[i]
+    end
+    s.t, s.n = t, n
+  end
+
+  -- The k-th stamp (k >= 1) from the first one still counted at `at`.
+  local function log_kth(s, P, at, k)
+    for i = 1, #s.t do
+      if cap(s.t[i] + P) > at then
+        if k <= s.n[i] then return s.t[i] end
+        k = k - s.n[i]
+      end
+    end
+    return nil
+  end
+
+  -- Stamps counted at `at`.
+  local function log_counted(s, P, at)
+    local counted = 0
+    for i = 1, #s.t do
+      if cap(s.t[i] + P) > at then counted = counted + s.n[i] end
+    end
+    return counted
+  end
+
+  -- Appends `units` stamps at `at` (never before the newest).
+  local function log_push(s, at, units)
+    if units == 0 then return end
+    local m = #s.t
+    if m > 0 and s.t[m] == at then
+      s.n[m] = s.n[m] + units
+    else
+      s.t[m + 1] = at
+      s.n[m + 1] = units
     end
   end
-end
 
--- The decision for `cost` units on a log without expired stamps.
-local function log_decide(s, P, C, cost)
-  if C == 0 then return false, 0, 0, -1 end
-  local counted = log_total(s)
-  local reset = 0
-  if counted > 0 then reset = cap(s.t[#s.t] + P) - now end
-  if counted + cost <= C then
-    return true, C - counted - cost, math.max(P, reset), 0
+  -- The newest stamp, or now when it is older (or there is none).
+  local function log_from(s)
+    local m = #s.t
+    if m > 0 and s.t[m] > now then return s.t[m] end
+    return now
   end
-  local retry = -1
-  if cost <= C then
-    retry = cap(log_kth(s, P, now, counted + cost - C) + P) - now
+
+  -- Removes up to `units` stamps equal to `at`.
+  local function log_remove_at(s, at, units)
+    for i = 1, #s.t do
+      if s.t[i] == at then
+        local take = math.min(s.n[i], units)
+        s.n[i] = s.n[i] - take
+        if s.n[i] == 0 then
+          table.remove(s.t, i)
+          table.remove(s.n, i)
+        end
+        return
+      end
+    end
   end
-  return false, sat_sub(C, counted), reset, retry
-end
 
-function log.acquire(s, a, C, cost)
-  local P = cap(a)
-  log_drop(s, P, now)
-  local ok, remaining, reset, retry = log_decide(s, P, C, cost)
-  if ok then log_push(s, log_from(s), cost) end
-  return ok, remaining, reset, retry
-end
-
-function log.peek(s, a, C, cost)
-  local P = cap(a)
-  local live = copy(s)
-  log_drop(live, P, now)
-  local ok, remaining, reset, retry = log_decide(live, P, C, cost)
-  if ok then
-    local counted = log_total(live)
-    reset = 0
-    if counted > 0 then reset = cap(live.t[#live.t] + P) - now end
-    return true, C - counted, reset, 0
+  -- Removes the newest `units` stamps.
+  local function log_truncate(s, units)
+    while units > 0 and #s.t > 0 do
+      local m = #s.t
+      local take = math.min(s.n[m], units)
+      s.n[m] = s.n[m] - take
+      units = units - take
+      if s.n[m] == 0 then
+        s.t[m] = nil
+        s.n[m] = nil
+      end
+    end
   end
-  return ok, remaining, reset, retry
-end
 
--- Stamps the units as `acquire` does while the log holds fewer than COUNT
--- stamps: a debt beyond the capacity is dropped.
-function log.charge(s, a, C, units)
-  local P = cap(a)
-  log_drop(s, P, now)
-  units = math.min(units, sat_sub(C, log_total(s)))
-  if units == 0 then return end
-  log_push(s, log_from(s), units)
-end
-
--- A rollback (taken_at >= now) removes the newest stamps; later, the
--- stamps equal to taken_at.
-function log.refund(s, a, C, units, taken_at)
-  if taken_at >= now then
-    log_truncate(s, units)
-  else
-    log_remove_at(s, taken_at, units)
+  -- The decision for `cost` units on a log without expired stamps.
+  local function log_decide(s, P, C, cost)
+    if C == 0 then return false, 0, 0, -1 end
+    local counted = log_total(s)
+    local reset = 0
+    if counted > 0 then reset = cap(s.t[#s.t] + P) - now end
+    if counted + cost <= C then
+      return true, C - counted - cost, math.max(P, reset), 0
+    end
+    local retry = -1
+    if cost <= C then
+      retry = cap(log_kth(s, P, now, counted + cost - C) + P) - now
+    end
+    return false, sat_sub(C, counted), reset, retry
   end
-end
 
--- Delay mode: the units pass at the earliest t >= max(now, newest stamp)
--- at which the stamps counted at t leave room for them, and are stamped
--- at t. Held when t - now is within max_wait and the units waiting (stamps
--- after now) plus the cost within max_queued.
-function log.reserve(s, a, C, cost, max_wait, max_queued)
-  local P = cap(a)
-  log_drop(s, P, now)
-  if C == 0 or cost > C then
+  function log.acquire(s, a, C, cost)
+    local P = cap(a)
+    log_drop(s, P, now)
     local ok, remaining, reset, retry = log_decide(s, P, C, cost)
-    return ok, remaining, reset, retry, 0
+    if ok then log_push(s, log_from(s), cost) end
+    return ok, remaining, reset, retry
   end
-  local from = log_from(s)
-  local counted = log_counted(s, P, from)
-  local at = from
-  if counted + cost > C then
-    at = cap(log_kth(s, P, from, counted + cost - C) + P)
+
+  function log.peek(s, a, C, cost)
+    local P = cap(a)
+    local live = copy(s)
+    log_drop(live, P, now)
+    local ok, remaining, reset, retry = log_decide(live, P, C, cost)
+    if ok then
+      local counted = log_total(live)
+      reset = 0
+      if counted > 0 then reset = cap(live.t[#live.t] + P) - now end
+      return true, C - counted, reset, 0
+    end
+    return ok, remaining, reset, retry
   end
-  local wait = at - now
-  if wait == 0 then
-    local ok, remaining, reset, retry = log_decide(s, P, C, cost)
-    log_push(s, now, cost)
-    return ok, remaining, reset, retry, 0
+
+  -- Stamps the units as `acquire` does while the log holds fewer than COUNT
+  -- stamps: a debt beyond the capacity is dropped.
+  function log.charge(s, a, C, units)
+    local P = cap(a)
+    log_drop(s, P, now)
+    units = math.min(units, sat_sub(C, log_total(s)))
+    if units == 0 then return end
+    log_push(s, log_from(s), units)
   end
-  local total = log_total(s)
-  local waiting = log_counted(s, 0, now) -- stamps after now
-  local reset = 0
-  if #s.t > 0 then reset = cap(s.t[#s.t] + P) - now end
-  if wait > max_wait or cap(waiting + cost) > max_queued then
-    local remaining = 0
-    if waiting == 0 then remaining = sat_sub(C, total) end
-    return false, remaining, reset, wait, 0
+
+  -- A rollback (taken_at >= now) removes the newest stamps; later, the
+  -- stamps equal to taken_at.
+  function log.refund(s, a, C, units, taken_at)
+    if taken_at >= now then
+      log_truncate(s, units)
+    else
+      log_remove_at(s, taken_at, units)
+    end
   end
-  log_push(s, at, cost)
-  return true, 0, cap(at + P) - now, 0, wait
+
+  -- Delay mode: the units pass at the earliest t >= max(now, newest stamp)
+  -- at which the stamps counted at t leave room for them, and are stamped
+  -- at t. Held when t - now is within max_wait and the units waiting (stamps
+  -- after now) plus the cost within max_queued.
+  function log.reserve(s, a, C, cost, max_wait, max_queued)
+    local P = cap(a)
+    log_drop(s, P, now)
+    if C == 0 or cost > C then
+      local ok, remaining, reset, retry = log_decide(s, P, C, cost)
+      return ok, remaining, reset, retry, 0
+    end
+    local from = log_from(s)
+    local counted = log_counted(s, P, from)
+    local at = from
+    if counted + cost > C then
+      at = cap(log_kth(s, P, from, counted + cost - C) + P)
+    end
+    local wait = at - now
+    if wait == 0 then
+      local ok, remaining, reset, retry = log_decide(s, P, C, cost)
+      log_push(s, now, cost)
+      return ok, remaining, reset, retry, 0
+    end
+    local total = log_total(s)
+    local waiting = log_counted(s, 0, now) -- stamps after now
+    local reset = 0
+    if #s.t > 0 then reset = cap(s.t[#s.t] + P) - now end
+    if wait > max_wait or cap(waiting + cost) > max_queued then
+      local remaining = 0
+      if waiting == 0 then remaining = sat_sub(C, total) end
+      return false, remaining, reset, wait, 0
+    end
+    log_push(s, at, cost)
+    return true, 0, cap(at + P) - now, 0, wait
+  end
+
+  -- Removes the reservation's stamps, exact wherever they are; nothing once
+  -- `at` has passed.
+  function log.cancel(s, a, C, cost, at)
+    if now > at then return end
+    log_remove_at(s, at, cost)
+  end
+  return log
 end
 
--- Removes the reservation's stamps, exact wherever they are; nothing once
--- `at` has passed.
-function log.cancel(s, a, C, cost, at)
-  if now > at then return end
-  log_remove_at(s, at, cost)
-end
-
-local algorithms = { [1] = gcra, [2] = fixed, [3] = sliding, [4] = permit,
-  [5] = leaky, [6] = log }
+-- A call builds only the algorithms its limits use, once each: building
+-- all six (about eighty functions) cost Redis some 13 µs per call.
+local builders = { token_bucket, fixed_window, sliding_window, permits,
+  leaky_bucket, sliding_log }
+local algorithms = setmetatable({}, { __index = function(built, number)
+  local algorithm = builders[number]()
+  built[number] = algorithm
+  return algorithm
+end })
 
 -- One limit: its key, algorithm, parameters and decoded state.
 local function load(i, base)
