@@ -148,19 +148,15 @@ impl<'s> Call<'s> {
         self.args.extend(parameters(limiter));
     }
 
-    /// The `EVALSHA` command: the keys, the operation, then every number
-    /// in one argument (see `sluice.lua`'s header).
+    /// The `EVALSHA` command. (Each number is an argument of its own: sent
+    /// as one string, they cost sluice 1.7k instructions less per call but
+    /// Redis, which every instance shares, 10k more to split.)
     pub fn finish(self) -> Cmd {
         let keys = self.key_ends.len();
-        let mut numbers = String::with_capacity(8 * self.args.len());
-        let mut digits = itoa::Buffer::new();
-        for &number in &self.args {
-            numbers.push_str(digits.format(number));
-            numbers.push(' ');
-        }
+        // Room for every argument (numbers take at most 20 digits).
         let mut cmd = Cmd::with_capacity(
-            5 + keys,
-            32 + self.hash.len() + self.key_text.len() + numbers.len(),
+            4 + keys + self.args.len(),
+            16 + self.hash.len() + self.key_text.len() + 20 * self.args.len(),
         );
         cmd.arg("EVALSHA").arg(self.hash).arg(keys);
         let mut start = 0;
@@ -168,7 +164,7 @@ impl<'s> Call<'s> {
             cmd.arg(&self.key_text[start..end]);
             start = end;
         }
-        cmd.arg(self.op).arg(numbers);
+        cmd.arg(self.op).arg(&self.args[..]);
         cmd
     }
 }

@@ -8,11 +8,6 @@
 -- product below is kept under that bound (`cap`). Divisions go through
 -- `idiv`, which corrects the float quotient, so results are exact integers.
 --
--- A call sends two arguments: the operation, then every number of the
--- call in one string, each followed by a space (a client writes one
--- argument far faster than twenty). They are read back into the slots
--- below, numbered as if each were an argument of its own.
---
 -- ARGV[1]  the operation: "admit" | "peek" | "spend" | "settle"
 -- ARGV[2]  now in microseconds, or "0" for the server's TIME (production:
 --          instances with skewed clocks agree, windows included). With an
@@ -115,15 +110,6 @@ end
 local function reply(t)
   return string.format(string.rep('%d ', #t), unpack(t))
 end
-
-local ARGV = (function(sent)
-  local slots, n = { sent[1] }, 1
-  for number in string.gmatch(sent[2], '%S+') do
-    n = n + 1
-    slots[n] = number
-  end
-  return slots
-end)(ARGV)
 
 local op = ARGV[1]
 local now = tonumber(ARGV[2])
