@@ -31,6 +31,7 @@ mod budget;
 mod call;
 mod check;
 mod spend;
+mod top;
 
 use crate::problem::{self, Layout, Problem};
 use crate::proxy::Proxy;
@@ -122,6 +123,7 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
         ),
         (&Method::POST, "/admin/reload") => reload(admin).await,
         (&Method::GET | &Method::HEAD, "/admin/bans") => bans::list(proxy),
+        (&Method::GET | &Method::HEAD, "/admin/top") => top::top(proxy, request.uri().query()),
         (&Method::POST, "/admin/bans") => match read_json(request).await {
             Ok(body) => bans::add(proxy, &body),
             Err(refusal) => refusal,
@@ -135,7 +137,7 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
             Ok(body) => check::check(proxy, &body).await,
             Err(refusal) => refusal,
         },
-        (_, "/metrics" | "/healthz" | "/readyz" | "/admin/rules") => problem(
+        (_, "/metrics" | "/healthz" | "/readyz" | "/admin/rules" | "/admin/top") => problem(
             StatusCode::METHOD_NOT_ALLOWED,
             "this admin endpoint only answers GET",
         ),

@@ -24,6 +24,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod demo;
+pub mod heavy_hitters;
 pub mod key;
 pub mod limiter;
 pub mod metrics;

@@ -49,6 +49,7 @@ use smallvec::SmallVec;
 
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{Config, MissingPolicy, StoreBackend};
+use crate::heavy_hitters::Kind;
 use crate::key::client_ip::ForwardedHeader;
 use crate::key::{path, RequestFacts};
 use crate::limiter::Decision;
@@ -385,6 +386,7 @@ impl Proxy {
                 .saturating_sub(admission.decided_at)
                 .saturating_sub(admission.held),
         ));
+        count_hitters(policy, facts, enforced, shadowed, admission);
         let mut response = match admission.outcome {
             Outcome::Admitted => {
                 count_outcomes(&admission.verdicts);
@@ -667,6 +669,35 @@ fn count_outcomes(verdicts: &[Verdict<'_>]) {
             first.rule.counters.allowed.inc();
         }
         rest = after;
+    }
+}
+
+/// Counts the request in each applicable rule's heavy hitters: its key's
+/// requests, and its refusals by the rules that limited or banned it.
+fn count_hitters(
+    policy: &Policy,
+    facts: &RequestFacts<'_>,
+    enforced: &[Applicable<'_>],
+    shadowed: &[Applicable<'_>],
+    admission: &Admission<'_>,
+) {
+    let now = admission.decided_at;
+    let text = |applicable: &Applicable<'_>| policy.keys.key_text(&applicable.rule.key, facts);
+    for applicable in enforced.iter().chain(shadowed) {
+        let hitters = &applicable.rule.hitters;
+        hitters.count(Kind::Requests, applicable.key, now, || text(applicable));
+    }
+    let refused_by = |applicable: &Applicable<'_>| match admission.outcome {
+        Outcome::Admitted => false,
+        Outcome::Banned { rule, .. } => std::ptr::eq(enforced[rule].rule, applicable.rule),
+        Outcome::Limited => admission
+            .verdicts
+            .iter()
+            .any(|v| std::ptr::eq(v.rule, applicable.rule) && !v.decision.is_allowed()),
+    };
+    for applicable in enforced.iter().filter(|a| refused_by(a)) {
+        let hitters = &applicable.rule.hitters;
+        hitters.count(Kind::Limited, applicable.key, now, || text(applicable));
     }
 }
 

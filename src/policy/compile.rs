@@ -1,7 +1,8 @@
 //! Compiling a config's rules against the running policy: each limit,
 //! tier and override gets its bucket table from the previous policy when the
 //! rule keeps its buckets (carried over as `on_change` says), else a new one
-//! from the store; bans are kept while the rule keeps its name and key.
+//! from the store; bans and heavy hitters are kept while the rule keeps its
+//! name and key.
 
 use std::sync::Arc;
 
@@ -66,13 +67,13 @@ pub(super) fn compile_rule(
         }),
         _ => None,
     };
-    let bans = previous
-        .and_then(|p| {
-            p.rules
-                .iter()
-                .find(|old| *old.name == *rule.name && old.key == rule.key)
-        })
-        .map_or_else(Arc::default, |old| Arc::clone(&old.bans));
+    let kept = previous.and_then(|p| {
+        p.rules
+            .iter()
+            .find(|old| *old.name == *rule.name && old.key == rule.key)
+    });
+    let bans = kept.map_or_else(Arc::default, |old| Arc::clone(&old.bans));
+    let hitters = kept.map_or_else(Arc::default, |old| Arc::clone(&old.hitters));
     let sunset = rule
         .sunset
         .as_ref()
@@ -91,6 +92,7 @@ pub(super) fn compile_rule(
             duration: saturating_nanos(ban.duration),
         }),
         bans,
+        hitters,
         name: Arc::from(rule.name.as_str()),
         matcher: Matcher::new(&rule.matcher),
         key: rule.key.clone(),

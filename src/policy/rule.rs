@@ -9,6 +9,7 @@ use super::matcher::Matcher;
 use super::sunset::Sunset;
 use crate::clock::Nanos;
 use crate::config::{AlgorithmKind, Charge, KeySource, MissingPolicy, RefundOn, RuleConfig};
+use crate::heavy_hitters::HeavyHitters;
 use crate::key::{KeyHasher, RequestFacts};
 use crate::limiter::HoldLimits;
 use crate::metrics::RuleCounters;
@@ -53,6 +54,9 @@ pub struct Rule {
     /// This rule's bans (earned or by hand), kept across reloads while the
     /// rule keeps its name and key.
     pub bans: Arc<BanTable>,
+    /// The keys this rule limits and sees most (`/admin/top`), kept across
+    /// reloads like its bans.
+    pub hitters: Arc<HeavyHitters>,
     /// Whether the key (or `tiers.by`) reads a `jwt:<claim>`: only then is
     /// the request's token verified.
     pub uses_jwt: bool,

@@ -30,4 +30,5 @@ mod operations;
 mod redis_store;
 mod reload;
 mod request_size;
+mod top;
 mod upstream_pool;
