@@ -133,3 +133,52 @@ impl Mismatch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::testing::compile;
+    use http::{HeaderMap, Method};
+
+    #[test]
+    fn the_first_field_that_does_not_fit_is_named_with_what_it_wanted() {
+        let policy = compile(
+            r#"
+[[rule]]
+name = "writes"
+match = { method = ["POST"], path_prefix = "/api", path_glob = ["/api/*/items"], host = ["api.example.com"] }
+rate = "1/m"
+"#,
+        );
+        let matcher = &policy.rules[0].matcher;
+        let headers = HeaderMap::new();
+        let facts = |method: &'static Method, path: &'static str, host| RequestFacts {
+            method,
+            path,
+            query: None,
+            host,
+            headers: &headers,
+            client_ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            claims: None,
+        };
+        let fits = facts(&Method::POST, "/api/v1/items", Some("API.example.com"));
+        assert_eq!(matcher.mismatch(&fits), None);
+        assert!(matcher.matches(&fits));
+        let get = facts(&Method::GET, "/api/v1/items", Some("api.example.com"));
+        assert_eq!(matcher.mismatch(&get), Some(Mismatch::Method));
+        assert_eq!(
+            Mismatch::Method.explain(matcher, &get),
+            "method GET is not one of \"POST\""
+        );
+        let outside = facts(&Method::POST, "/web", Some("api.example.com"));
+        assert_eq!(matcher.mismatch(&outside), Some(Mismatch::PathPrefix));
+        let other = facts(&Method::POST, "/api/v1/users", Some("api.example.com"));
+        assert_eq!(matcher.mismatch(&other), Some(Mismatch::PathGlob));
+        assert!(Mismatch::PathGlob
+            .explain(matcher, &other)
+            .contains("\"/api/*/items\""));
+        let hostless = facts(&Method::POST, "/api/v1/items", None);
+        assert_eq!(matcher.mismatch(&hostless), Some(Mismatch::Host));
+        assert!(!matcher.matches(&hostless));
+    }
+}
