@@ -68,6 +68,28 @@ async fn try_buckets(proxy: &Proxy, query: Option<&str>) -> Result<Response<Full
         .map(|(limit, (as_now, next))| bucket_json(rule, limit, *as_now, *next))
         .collect();
     let balance = Balance::of(&next);
+    // A rule in delay mode holds what a peek refuses, when the wait fits.
+    let holds: SmallVec<[Option<Held>; 2]> = target
+        .limits
+        .iter()
+        .zip(&next)
+        .map(|(limit, next)| held(rule, limit, *next))
+        .collect();
+    let passes_after = (!balance.admits()
+        && next
+            .iter()
+            .zip(&holds)
+            .all(|(next, held)| next.is_allowed() || held.is_some()))
+    .then(|| {
+        holds
+            .iter()
+            .map(|held| match held {
+                Some(Held::For(wait)) => Some(millis(*wait)),
+                _ => None,
+            })
+            .max()
+            .flatten()
+    });
     Ok(json_response(
         StatusCode::OK,
         &json!({
@@ -79,6 +101,12 @@ async fn try_buckets(proxy: &Proxy, query: Option<&str>) -> Result<Response<Full
             "buckets": buckets,
             "next_request": match ban {
                 Some(left) => json!({"allowed": false, "banned": true, "retry_after_ms": millis(left)}),
+                None if passes_after.is_some() => json!({
+                    "allowed": true,
+                    "held": true,
+                    "remaining": 0,
+                    "wait_ms": passes_after.flatten(),
+                }),
                 None => json!({
                     "allowed": balance.admits(),
                     "remaining": if balance.admits() {
@@ -138,17 +166,26 @@ pub(super) fn bucket_json(rule: &Rule, limit: &Limit, as_now: Decision, next: De
             bucket["permits_in_use"] = json!(capacity.saturating_sub(state.remaining));
         }
     }
-    bucket["next_request"] = decision_json(next, request_cost(rule));
+    bucket["next_request"] = decision_json(rule, limit, next);
     bucket
 }
 
-/// What asking one limit for `cost` decided: `allow` with what is left
-/// after it, `hold` with the wait, or `deny` with the time until it would
-/// pass (`null`: never).
-fn decision_json(decision: Decision, cost: u64) -> Value {
+/// What asking one limit for a request's cost decided: `allow` with what
+/// is left after it, `hold` with the wait (a rule in delay mode reserves
+/// the units when the wait fits its `max_delay`; a peek only says when they
+/// would fit), `queue` (a delay-mode concurrency limit with no permit
+/// free), or `deny` with the time until it would pass (`null`: never).
+fn decision_json(rule: &Rule, limit: &Limit, decision: Decision) -> Value {
+    match held(rule, limit, decision) {
+        Some(Held::For(wait)) => {
+            return json!({"decision": "hold", "remaining": 0, "wait_ms": millis(wait)})
+        }
+        Some(Held::ForPermit) => return json!({"decision": "queue", "remaining": 0}),
+        None => {}
+    }
     match decision {
         Decision::Allow(state) => {
-            json!({"decision": "allow", "remaining": left_after(state.remaining, cost)})
+            json!({"decision": "allow", "remaining": left_after(state.remaining, request_cost(rule))})
         }
         Decision::Hold { state, wait } => {
             json!({"decision": "hold", "remaining": state.remaining, "wait_ms": millis(wait)})
@@ -156,6 +193,31 @@ fn decision_json(decision: Decision, cost: u64) -> Value {
         Decision::Deny { retry_after, .. } => {
             json!({"decision": "deny", "remaining": 0, "retry_after_ms": retry_after.map(millis)})
         }
+    }
+}
+
+/// How a request that a limit refuses now would be held instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Held {
+    /// A rate in delay mode: reserved, passing after this wait.
+    For(Nanos),
+    /// A concurrency limit in delay mode: queued for a permit (how long
+    /// depends on when one is returned).
+    ForPermit,
+}
+
+/// Whether `decision`, peeked without holding, is a hold for a request of
+/// a rule in delay mode: a refusal whose wait fits `max_delay` (the
+/// `max_queue` bound is not judged from a peek).
+pub(super) fn held(rule: &Rule, limit: &Limit, decision: Decision) -> Option<Held> {
+    let hold = rule.hold?;
+    match decision {
+        Decision::Deny { .. } if limit.is_concurrency() => Some(Held::ForPermit),
+        Decision::Deny {
+            retry_after: Some(wait),
+            ..
+        } if wait <= hold.max_wait => Some(Held::For(wait)),
+        _ => None,
     }
 }
 

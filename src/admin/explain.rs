@@ -30,7 +30,8 @@ use serde_json::{json, Value};
 use smallvec::SmallVec;
 
 use super::buckets::{
-    ban_json, bucket_json, key_hash, left_after, limits_from, request_cost, store_failed,
+    ban_json, bucket_json, held, key_hash, left_after, limits_from, request_cost, store_failed,
+    Held,
 };
 use super::budget::millis;
 use super::{json_response, Refusal};
@@ -337,26 +338,16 @@ fn decide(
     for ((_, applicable), decisions) in enforced.iter().zip(&looked.rules) {
         let rule = applicable.rule;
         for (limit, (_, next)) in applicable.limits.iter().zip(decisions) {
-            match (*next, rule.hold) {
-                (Decision::Allow(state), _) => {
+            match (*next, held(rule, limit, *next)) {
+                (_, Some(Held::ForPermit)) => queued = true,
+                (_, Some(Held::For(w))) | (Decision::Hold { wait: w, .. }, None) => {
+                    remaining = 0;
+                    wait = wait.max(w);
+                }
+                (Decision::Allow(state), None) => {
                     remaining = remaining.min(left_after(state.remaining, request_cost(rule)));
                 }
-                (Decision::Hold { wait: w, .. }, _) => {
-                    remaining = 0;
-                    wait = wait.max(w);
-                }
-                (Decision::Deny { .. }, Some(_)) if limit.is_concurrency() => queued = true,
-                (
-                    Decision::Deny {
-                        retry_after: Some(w),
-                        ..
-                    },
-                    Some(hold),
-                ) if w <= hold.max_wait => {
-                    remaining = 0;
-                    wait = wait.max(w);
-                }
-                (Decision::Deny { retry_after: w, .. }, _) => {
+                (Decision::Deny { retry_after: w, .. }, None) => {
                     if !limited_by.contains(&&*rule.name) {
                         limited_by.push(&*rule.name);
                     }
