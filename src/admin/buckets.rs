@@ -58,6 +58,9 @@ async fn try_buckets(proxy: &Proxy, query: Option<&str>) -> Result<Response<Full
         store.peek(&target.asks(cost, false), now, &mut next).await
     };
     peeked.await.map_err(store_failed)?;
+    for (limit, next) in target.limits.iter().zip(next.iter_mut()) {
+        *next = as_asked(limit, *next);
+    }
     let ban = (!rule.shadow)
         .then(|| rule.bans.banned(target.key, now))
         .flatten();
@@ -218,6 +221,22 @@ pub(super) fn held(rule: &Rule, limit: &Limit, decision: Decision) -> Option<Hel
             ..
         } if wait <= hold.max_wait => Some(Held::For(wait)),
         _ => None,
+    }
+}
+
+/// A peek's decision as asking would decide it: the store reports a
+/// concurrency limit as it is (its free permits, always "allowed"); a
+/// request asking it when none is free is refused (or queued in delay
+/// mode), and when one frees up is not known (`retry_after` `None`).
+pub(super) fn as_asked(limit: &Limit, decision: Decision) -> Decision {
+    match decision {
+        Decision::Allow(state) if limit.is_concurrency() && state.remaining == 0 => {
+            Decision::Deny {
+                state,
+                retry_after: None,
+            }
+        }
+        decision => decision,
     }
 }
 

@@ -30,8 +30,8 @@ use serde_json::{json, Value};
 use smallvec::SmallVec;
 
 use super::buckets::{
-    ban_json, bucket_json, held, key_hash, left_after, limits_from, request_cost, store_failed,
-    Held,
+    as_asked, ban_json, bucket_json, held, key_hash, left_after, limits_from, request_cost,
+    store_failed, Held,
 };
 use super::budget::millis;
 use super::{json_response, Refusal};
@@ -294,6 +294,10 @@ impl Looked {
             .peek(&asks, now, &mut next_decisions)
             .await
             .map_err(store_failed)?;
+        let limits = enforced.iter().chain(&shadowed).flat_map(|a| a.limits);
+        for (limit, next) in limits.zip(next_decisions.iter_mut()) {
+            *next = as_asked(limit, *next);
+        }
         let rules = asks
             .rules
             .iter()

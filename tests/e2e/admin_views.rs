@@ -411,3 +411,47 @@ max_delay = "3s"
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_concurrency_rule_shows_its_permits_in_use() {
+    let (_upstream, sluice) = start(
+        r#"
+[[rule]]
+name = "one-at-a-time"
+algorithm = "concurrency"
+max_in_flight = 1
+"#,
+    )
+    .await;
+    let idle = bucket_view(&sluice, "one-at-a-time", "127.0.0.1").await;
+    assert_eq!(idle["buckets"][0]["permits_in_use"], 0, "{idle}");
+    assert_eq!(idle["next_request"]["allowed"], true);
+    let url = sluice.url("/slow/800");
+    let slow = tokio::spawn(async move { get(&url, &[]).await });
+    // Once the slow request holds the permit, both views say so.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let busy = loop {
+        let view = bucket_view(&sluice, "one-at-a-time", "127.0.0.1").await;
+        if view["buckets"][0]["permits_in_use"] == 1 {
+            break view;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the permit was never taken: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(busy["next_request"]["allowed"], false, "{busy}");
+    let answer = explain(
+        &sluice,
+        json!({"method": "GET", "path": "/api", "ip": "127.0.0.1"}),
+    )
+    .await
+    .json();
+    assert_eq!(answer["decision"]["outcome"], "limited", "{answer}");
+    let refused = get(&sluice.url("/api"), &[]).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(slow.await.unwrap().status, StatusCode::OK);
+    let after = bucket_view(&sluice, "one-at-a-time", "127.0.0.1").await;
+    assert_eq!(after["buckets"][0]["permits_in_use"], 0, "{after}");
+}
