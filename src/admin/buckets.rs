@@ -68,7 +68,10 @@ async fn try_buckets(proxy: &Proxy, query: Option<&str>) -> Result<Response<Full
         .limits
         .iter()
         .zip(as_now.iter().zip(&next))
-        .map(|(limit, (as_now, next))| bucket_json(rule, limit, *as_now, *next))
+        .map(|(limit, (as_now, next))| {
+            let tracked = store.tracks(&limit.table, target.key);
+            bucket_json(rule, limit, *as_now, *next, tracked)
+        })
         .collect();
     let balance = Balance::of(&next);
     // A rule in delay mode holds what a peek refuses, when the wait fits.
@@ -134,12 +137,19 @@ pub(super) fn request_cost(rule: &Rule) -> u64 {
     }
 }
 
-/// One limit's bucket: `as_now` peeked at cost 0, `next` at a request's
+/// One limit's bucket: `tracked` as the store tells it (`None`: it
+/// cannot), `as_now` peeked at cost 0, `next` at a request's
 /// cost (a peek that admits reports the bucket before taking: the request
 /// would leave `cost` fewer). `debt` (token buckets only, where the store's answer tells it
 /// exactly) is the units owed beyond empty; in delay mode those units are
 /// reservations of held requests, so they are reported as `held` instead.
-pub(super) fn bucket_json(rule: &Rule, limit: &Limit, as_now: Decision, next: Decision) -> Value {
+pub(super) fn bucket_json(
+    rule: &Rule,
+    limit: &Limit,
+    as_now: Decision,
+    next: Decision,
+    tracked: Option<bool>,
+) -> Value {
     let capacity = limit.limiter.capacity();
     let state = as_now.state();
     let mut bucket = json!({
@@ -147,6 +157,7 @@ pub(super) fn bucket_json(rule: &Rule, limit: &Limit, as_now: Decision, next: De
         "capacity": capacity,
         "remaining": state.remaining,
         "reset_after_ms": millis(state.reset_after),
+        "tracked": tracked,
     });
     match limit.period {
         Some(period) => {

@@ -196,7 +196,10 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refusal> {
                 .limits
                 .iter()
                 .zip(decisions)
-                .map(|(limit, (as_now, next))| bucket_json(applicable.rule, limit, *as_now, *next))
+                .map(|(limit, (as_now, next))| {
+                    let tracked = proxy.store().tracks(&limit.table, applicable.key);
+                    bucket_json(applicable.rule, limit, *as_now, *next, tracked)
+                })
                 .collect();
             rules[*index]["buckets"] = json!(buckets);
         }
