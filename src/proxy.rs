@@ -528,8 +528,9 @@ struct Outgoing {
 
 /// Refuses what must not reach any limiter: broken framing, a bad Host, an
 /// oversized target or body, a path that cannot be normalised. Returns the
-/// normalised path.
-fn checks<'r>(request: &'r Request<Incoming>, policy: &Policy) -> Result<Cow<'r, str>, Refusal> {
+/// normalised path. Shared with `POST /admin/explain`, which answers with
+/// [`refused`] what it would refuse.
+pub fn checks<'r, B>(request: &'r Request<B>, policy: &Policy) -> Result<Cow<'r, str>, Refusal> {
     if let Some(refusal) = forward::bad_framing(request)
         .or_else(|| bad_host(request))
         .or_else(|| oversized(request, policy))
@@ -537,6 +538,21 @@ fn checks<'r>(request: &'r Request<Incoming>, policy: &Policy) -> Result<Cow<'r,
         return Err(refusal);
     }
     path::normalize(request.uri().path()).map_err(Refusal::BadPath)
+}
+
+/// The status and problem detail a request refused by [`checks`] gets, for
+/// `POST /admin/explain`: read from the very response the proxy sends.
+pub async fn refused(refusal: Refusal) -> (http::StatusCode, Option<String>) {
+    use http_body_util::BodyExt;
+    let response = respond::refusal(refusal, None);
+    let status = response.status();
+    let detail = match response.into_body().collect().await {
+        Ok(body) => serde_json::from_slice::<serde_json::Value>(&body.to_bytes())
+            .ok()
+            .and_then(|problem| problem.get("detail")?.as_str().map(str::to_owned)),
+        Err(_) => None,
+    };
+    (status, detail)
 }
 
 /// Why [`identify`] refused a request.

@@ -10,7 +10,8 @@
 //! [`crate::store::Store::peek`] (the same seam the Redis store answers),
 //! no strike is counted, no metric moves. So that explain cannot disagree
 //! with the request path, the request is built as an `http::Request` and
-//! read by the proxy's own functions: [`path::normalize`],
+//! read by the proxy's own functions: [`proxy::checks`] (framing, Host,
+//! sizes, path normalisation),
 //! [`proxy::facts_of`] (client IP through the trusted proxies, host) and
 //! [`proxy::stand`] (match, key, missing key, sunset, limits) rule by rule,
 //! and the buckets are asked what [`proxy::fill_asks`] asks of them.
@@ -36,7 +37,6 @@ use super::buckets::{
 use super::budget::millis;
 use super::{json_response, Refusal};
 use crate::config::MissingPolicy;
-use crate::key::path;
 use crate::limiter::Decision;
 use crate::policy::{Policy, Rule};
 use crate::proxy::{self, Applicable, Proxy, Standing};
@@ -86,12 +86,12 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refusal> {
             "host": proxy::host_of(&request),
         },
     });
-    let normalized = match path::normalize(request.uri().path()) {
+    let normalized = match proxy::checks(&request, &policy) {
         Ok(normalized) => normalized,
-        Err(error) => {
+        Err(refusal) => {
+            let (status, detail) = proxy::refused(refusal).await;
             answer["decision"] = json!({
-                "outcome": "bad_path", "status": 400,
-                "detail": error.to_string(),
+                "outcome": "refused", "status": status.as_u16(), "detail": detail,
             });
             answer["rules"] = json!([]);
             return Ok(answer);
@@ -233,6 +233,15 @@ fn synthetic_request(question: &Question) -> Result<Request<()>, Refusal> {
     let mut request = Request::new(());
     *request.method_mut() = method;
     *request.uri_mut() = uri;
+    if !question
+        .headers
+        .keys()
+        .any(|name| name.eq_ignore_ascii_case("host"))
+    {
+        // A question without a Host asks about rules, not framing: read as
+        // HTTP/1.0, which may omit it (HTTP/1.1 would be refused for that).
+        *request.version_mut() = http::Version::HTTP_10;
+    }
     for (name, value) in &question.headers {
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| bad(format!("\"{name}\" is not a header name")))?;

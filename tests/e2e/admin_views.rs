@@ -215,6 +215,14 @@ async fn explain_decides_as_the_request_path_then_does() {
     assert_eq!(got.status, StatusCode::OK);
     assert_eq!(got.header("x-ratelimit-remaining"), None);
 
+    // A path the proxy refuses before any rule: the same status and detail.
+    let climbing = explained(&sluice, "/../etc", json!({"x-seller": "s1"})).await;
+    assert_eq!(climbing["decision"]["outcome"], "refused", "{climbing}");
+    assert_eq!(climbing["decision"]["status"], 400);
+    let got = get(&sluice.url("/../etc"), &[("x-seller", "s1")]).await;
+    let problem = assert_problem(&got, StatusCode::BAD_REQUEST);
+    assert_eq!(climbing["decision"]["detail"], problem["detail"]);
+
     // A missing key under missing = "reject": 400, as explain says.
     let missing = explained(&sluice, "/api/items", json!({})).await;
     assert_eq!(missing["decision"]["outcome"], "missing_key", "{missing}");
