@@ -1,7 +1,9 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz`, `/admin/rules`,
-//! `POST /admin/reload`, the bans ([`bans`]), and the budget calls that
-//! backends make on the buckets of proxied traffic: `POST /admin/spend`
-//! ([`spend`]) and `POST /v1/check` ([`check`]), whose bodies [`call`] reads
+//! `POST /admin/reload`, the bans ([`bans`]), the read-only views of a
+//! caller's buckets (`GET /admin/buckets`, [`buckets`]) and of what sluice
+//! would do with a request (`POST /admin/explain`, [`explain`]), and the
+//! budget calls that backends make on the buckets of proxied traffic:
+//! `POST /admin/spend` ([`spend`]) and `POST /v1/check` ([`check`]), whose bodies [`call`] reads
 //! and whose target and balance [`budget`] works out. It runs on its own
 //! port so that operators can scrape and probe even while the proxy port is
 //! saturated. This file accepts connections, routes, and holds what every
@@ -27,9 +29,11 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 mod bans;
+mod buckets;
 mod budget;
 mod call;
 mod check;
+mod explain;
 mod spend;
 mod top;
 
@@ -129,6 +133,13 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
             Err(refusal) => refusal,
         },
         (&Method::DELETE, "/admin/bans") => bans::lift(proxy, request.uri().query()),
+        (&Method::GET | &Method::HEAD, "/admin/buckets") => {
+            buckets::buckets(proxy, request.uri().query()).await
+        }
+        (&Method::POST, "/admin/explain") => match read_body(request, MAX_BODY).await {
+            Ok(body) => explain::explain(proxy, &body).await,
+            Err(refusal) => refusal,
+        },
         (&Method::POST, "/admin/spend") => match read_body(request, MAX_BODY).await {
             Ok(body) => spend::spend(proxy, &body).await,
             Err(refusal) => refusal,
@@ -137,13 +148,20 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
             Ok(body) => check::check(proxy, &body).await,
             Err(refusal) => refusal,
         },
-        (_, "/metrics" | "/healthz" | "/readyz" | "/admin/rules" | "/admin/top") => problem(
+        (
+            _,
+            "/metrics" | "/healthz" | "/readyz" | "/admin/rules" | "/admin/top" | "/admin/buckets",
+        ) => problem(
             StatusCode::METHOD_NOT_ALLOWED,
             "this admin endpoint only answers GET",
         ),
         (_, "/admin/bans") => problem(
             StatusCode::METHOD_NOT_ALLOWED,
             "list bans with GET, add one with POST, lift one with DELETE /admin/bans?rule=R&key=K",
+        ),
+        (_, "/admin/explain") => problem(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "explain with POST /admin/explain and {\"method\": M, \"path\": P, \"headers\": {}, \"ip\": IP}",
         ),
         (_, "/admin/reload") => problem(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -160,7 +178,8 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
         _ => problem(
             StatusCode::NOT_FOUND,
             "unknown admin endpoint; try /metrics, /healthz, /readyz, /admin/rules, /admin/bans, \
-             POST /admin/reload, POST /admin/spend or POST /v1/check",
+             /admin/buckets, POST /admin/explain, POST /admin/reload, POST /admin/spend or \
+             POST /v1/check",
         ),
     }
 }

@@ -56,7 +56,8 @@ use crate::limiter::Decision;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, Rule, Sunset};
 use crate::store::{MemoryStore, OnError, Outcome, RedisSettings, RedisStore, Store};
-use admit::{Admission, Applicable};
+use admit::Admission;
+pub use admit::{fill_asks, Applicable};
 use bill::Failure;
 use deadline::{BodyWatch, GuardedBody};
 use forward::{ClientHop, Upstream};
@@ -529,8 +530,9 @@ struct Outgoing {
 
 /// Refuses what must not reach any limiter: broken framing, a bad Host, an
 /// oversized target or body, a path that cannot be normalised. Returns the
-/// normalised path.
-fn checks<'r>(request: &'r Request<Incoming>, policy: &Policy) -> Result<Cow<'r, str>, Refusal> {
+/// normalised path. Shared with `POST /admin/explain`, which answers with
+/// [`refused`] what it would refuse.
+pub fn checks<'r, B>(request: &'r Request<B>, policy: &Policy) -> Result<Cow<'r, str>, Refusal> {
     if let Some(refusal) = forward::bad_framing(request)
         .or_else(|| bad_host(request))
         .or_else(|| oversized(request, policy))
@@ -538,6 +540,21 @@ fn checks<'r>(request: &'r Request<Incoming>, policy: &Policy) -> Result<Cow<'r,
         return Err(refusal);
     }
     path::normalize(request.uri().path()).map_err(Refusal::BadPath)
+}
+
+/// The status and problem detail a request refused by [`checks`] gets, for
+/// `POST /admin/explain`: read from the very response the proxy sends.
+pub async fn refused(refusal: Refusal) -> (http::StatusCode, Option<String>) {
+    use http_body_util::BodyExt;
+    let response = respond::refusal(refusal, None);
+    let status = response.status();
+    let detail = match response.into_body().collect().await {
+        Ok(body) => serde_json::from_slice::<serde_json::Value>(&body.to_bytes())
+            .ok()
+            .and_then(|problem| problem.get("detail")?.as_str().map(str::to_owned)),
+        Err(_) => None,
+    };
+    (status, detail)
 }
 
 /// Why [`identify`] refused a request.
@@ -562,16 +579,8 @@ fn identify<'r, 'p>(
     started: Nanos,
     applicable: &mut Applicability<'p>,
 ) -> Result<RequestFacts<'r>, Unidentified<'p>> {
-    let client_ip = policy.client_ip.resolve(peer.ip(), request.headers());
-    let mut facts = RequestFacts {
-        method: request.method(),
-        path: normalized,
-        query: request.uri().query(),
-        host: host_of(request),
-        headers: request.headers(),
-        client_ip,
-        claims: None,
-    };
+    let mut facts = facts_of(request, normalized, peer.ip(), policy);
+    let client_ip = facts.client_ip;
     if policy.deny.iter().any(|net| net.contains(&client_ip)) {
         for rule in policy.rules.iter().filter(|r| r.matcher.matches(&facts)) {
             rule.counters.denied.inc();
@@ -580,44 +589,114 @@ fn identify<'r, 'p>(
     }
     let bypass = policy.allow.iter().any(|net| net.contains(&client_ip));
     for rule in policy.rules.iter().filter(|_| !bypass) {
-        if !rule.matcher.matches(&facts) {
-            continue;
-        }
-        if rule.uses_jwt && facts.claims.is_none() {
-            facts.claims = token_claims
-                .get_or_init(|| {
-                    let verifier = policy.jwt.as_ref()?;
-                    verifier
-                        .verify(request.headers(), started / 1_000_000_000)
-                        .ok()
-                })
-                .as_ref();
-        }
-        let allow_missing = rule.missing == MissingPolicy::Shared;
-        let key = match policy.keys.derive(&rule.key, &facts, allow_missing) {
-            Ok(key) => key,
-            Err(_) if rule.missing == MissingPolicy::Skip => continue,
-            Err(_) => {
+        match stand(rule, &mut facts, token_claims, policy, started) {
+            Standing::Unmatched | Standing::Skipped => {}
+            Standing::MissingKey => {
                 rule.counters.missing_key.inc();
                 return Err(Unidentified::Refused(Refusal::MissingKey, Some(rule)));
             }
-        };
-        if let Some(sunset) = &rule.sunset {
-            if !rule.shadow && sunset.schedule.is_gone(started) {
+            Standing::Gone(sunset) => {
                 rule.counters.limited.inc();
                 return Err(Unidentified::Gone(rule, sunset));
             }
-            applicable.retiring.get_or_insert(sunset);
-        }
-        let limits = rule.limits_for(key, &facts, &policy.keys, started);
-        let one = Applicable { rule, key, limits };
-        if rule.shadow {
-            applicable.shadowed.push(one);
-        } else {
-            applicable.enforced.push(one);
+            Standing::Applies { key, limits } => {
+                if let Some(sunset) = &rule.sunset {
+                    applicable.retiring.get_or_insert(sunset);
+                }
+                let one = Applicable { rule, key, limits };
+                if rule.shadow {
+                    applicable.shadowed.push(one);
+                } else {
+                    applicable.enforced.push(one);
+                }
+            }
         }
     }
     Ok(facts)
+}
+
+/// The facts rules match and key on, read from `request` (whose path
+/// normalised is `normalized`) sent by `peer`: the client IP is resolved
+/// through the trusted proxies. Shared with `POST /admin/explain`, which
+/// builds a request from its body and must see it as the proxy would.
+pub fn facts_of<'r, B>(
+    request: &'r Request<B>,
+    normalized: &'r str,
+    peer: std::net::IpAddr,
+    policy: &Policy,
+) -> RequestFacts<'r> {
+    RequestFacts {
+        method: request.method(),
+        path: normalized,
+        query: request.uri().query(),
+        host: host_of(request),
+        headers: request.headers(),
+        client_ip: policy.client_ip.resolve(peer, request.headers()),
+        claims: None,
+    }
+}
+
+/// Where one rule stands on a request ([`stand`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Standing<'p> {
+    /// Its `match` does not fit the request.
+    Unmatched,
+    /// A key source is missing and `missing = "skip"`: the rule does not
+    /// apply.
+    Skipped,
+    /// A key source is missing and `missing = "reject"`: the request is
+    /// answered 400.
+    MissingKey,
+    /// Its route is retired: the request is answered 410.
+    Gone(&'p Sunset),
+    /// It applies, with the caller's bucket key and the limits it is held
+    /// to (its tier, override or sunset step).
+    Applies {
+        key: crate::store::BucketKey,
+        limits: &'p [crate::policy::Limit],
+    },
+}
+
+/// Where `rule` stands on the request `facts` describe at `started`: the
+/// request path's test, rule by rule, without counting anything (the
+/// caller counts; `POST /admin/explain` only reports). JWT claims are
+/// verified lazily, once, into `token_claims`, for the first rule that
+/// keys on one, and kept in `facts`.
+#[inline]
+pub fn stand<'r, 'p>(
+    rule: &'p Rule,
+    facts: &mut RequestFacts<'r>,
+    token_claims: &'r std::cell::OnceCell<Option<crate::key::jwt::Claims>>,
+    policy: &'p Policy,
+    started: Nanos,
+) -> Standing<'p> {
+    if !rule.matcher.matches(facts) {
+        return Standing::Unmatched;
+    }
+    if rule.uses_jwt && facts.claims.is_none() {
+        let headers = facts.headers;
+        facts.claims = token_claims
+            .get_or_init(|| {
+                let verifier = policy.jwt.as_ref()?;
+                verifier.verify(headers, started / 1_000_000_000).ok()
+            })
+            .as_ref();
+    }
+    let allow_missing = rule.missing == MissingPolicy::Shared;
+    let key = match policy.keys.derive(&rule.key, facts, allow_missing) {
+        Ok(key) => key,
+        Err(_) if rule.missing == MissingPolicy::Skip => return Standing::Skipped,
+        Err(_) => return Standing::MissingKey,
+    };
+    if let Some(sunset) = &rule.sunset {
+        if !rule.shadow && sunset.schedule.is_gone(started) {
+            return Standing::Gone(sunset);
+        }
+    }
+    Standing::Applies {
+        key,
+        limits: rule.limits_for(key, facts, &policy.keys, started),
+    }
 }
 
 /// Adds what sluice says about an admitted request to the upstream's
@@ -813,7 +892,7 @@ fn is_reg_name_byte(byte: u8) -> bool {
 
 /// The host the client addressed, without port: the URI's authority
 /// (absolute-form, HTTP/2 `:authority`) or the Host header.
-fn host_of<B>(request: &Request<B>) -> Option<&str> {
+pub fn host_of<B>(request: &Request<B>) -> Option<&str> {
     if let Some(host) = request.uri().host() {
         return Some(host);
     }

@@ -235,6 +235,16 @@ impl Store {
         self.local().carry(table, from, to, carry, now)
     }
 
+    /// Whether the store keeps a bucket of its own for `key` in `table`
+    /// (admin views): `None` when it cannot tell without a round trip of
+    /// its own (a shared store; its local tables are only the fallback's).
+    pub fn tracks(&self, table: &BucketTable, key: BucketKey) -> Option<bool> {
+        match self {
+            Store::Redis(_) => None,
+            _ => Some(self.local().tracks(table, key)),
+        }
+    }
+
     /// Counters for `/metrics`.
     pub fn stats(&self) -> StoreStats {
         self.local().stats()

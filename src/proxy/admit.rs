@@ -343,7 +343,11 @@ fn pass(hold: &mut Hold, admission: &mut Admission<'_>) {
 
 /// Everything the request asks of the store: the enforced rules (with
 /// their bans) in file order, then the shadow rules.
-fn fill_asks<'p>(asks: &mut Asks<'p>, enforced: &[Applicable<'p>], shadowed: &[Applicable<'p>]) {
+pub fn fill_asks<'p>(
+    asks: &mut Asks<'p>,
+    enforced: &[Applicable<'p>],
+    shadowed: &[Applicable<'p>],
+) {
     for applicable in enforced {
         let rule = applicable.rule;
         asks.push_rule(

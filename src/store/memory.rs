@@ -481,6 +481,21 @@ impl MemoryStore {
         }
     }
 
+    /// Whether `table` keeps a bucket of its own for `key` (a concurrency
+    /// table: permits in flight for it). One it does not is fresh, was
+    /// dropped as full, or is counted in the overflow sketch.
+    pub fn tracks(&self, table: &BucketTable, key: BucketKey) -> bool {
+        let slot = slot_key(key);
+        match &table.0.buckets {
+            Buckets::TokenBucket(table) => table.contains(slot),
+            Buckets::LeakyBucket(table) => table.contains(slot),
+            Buckets::FixedWindow(table) => table.contains(slot),
+            Buckets::SlidingWindow(table) => table.contains(slot),
+            Buckets::SlidingLog(table) => table.contains(slot),
+            Buckets::Permits(permits) => permits.in_flight(key) > 0,
+        }
+    }
+
     /// Buckets tracked in one table.
     pub fn tracked_keys(&self, table: &BucketTable) -> usize {
         let len = match &table.0.buckets {
@@ -534,6 +549,11 @@ impl<A: Algorithm + Copy + PartialEq> Table<A> {
         if let Some(sketch) = self.overflow.get() {
             sketch.for_each_mut(|state| to.carry_from(from, state, now, carry));
         }
+    }
+
+    /// Whether the bucket of slot `key` is kept.
+    fn contains(&self, key: u64) -> bool {
+        self.shard(key).get(key).is_some()
     }
 
     #[inline]

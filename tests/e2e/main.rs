@@ -12,6 +12,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admin_views;
 mod algorithms_http;
 mod bans;
 mod budget_api;

@@ -1,0 +1,399 @@
+//! `POST /admin/explain` with `{"method", "path", "headers": {name: value},
+//! "ip"}`: what sluice would do with that request now, and why — the path
+//! as it is matched, every rule with whether it matched (and which field of
+//! its `match` did not), each applicable rule's key (as text, as
+//! `/admin/bans` writes it, and hashed), the limits the caller is held to
+//! (tier, override, sunset step), a ban in force, every bucket's state, and
+//! the decision.
+//!
+//! Nothing is spent: the buckets are read through
+//! [`crate::store::Store::peek`] (the same seam the Redis store answers),
+//! no strike is counted, no metric moves. So that explain cannot disagree
+//! with the request path, the request is built as an `http::Request` and
+//! read by the proxy's own functions: [`proxy::checks`] (framing, Host,
+//! sizes, path normalisation),
+//! [`proxy::facts_of`] (client IP through the trusted proxies, host) and
+//! [`proxy::stand`] (match, key, missing key, sunset, limits) rule by rule,
+//! and the buckets are asked what [`proxy::fill_asks`] asks of them.
+//!
+//! `ip` is the address the request comes from (the TCP peer): behind
+//! `trusted_proxies`, a forwarding header among `headers` names the client,
+//! as it would for a real request.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use smallvec::SmallVec;
+
+use super::buckets::{
+    as_asked, ban_json, bucket_json, held, key_hash, left_after, limits_from, request_cost,
+    store_failed, Held,
+};
+use super::budget::millis;
+use super::{json_response, Refusal};
+use crate::config::MissingPolicy;
+use crate::limiter::Decision;
+use crate::policy::{Policy, Rule};
+use crate::proxy::{self, Applicable, Proxy, Standing};
+use crate::store::{Ask, Asks};
+
+/// The request to explain, as the body spells it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Question {
+    method: String,
+    /// The request target's path, with its query if any.
+    path: String,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    ip: String,
+}
+
+/// Answers one explain call; see the module docs.
+pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>> {
+    match try_explain(proxy, body).await {
+        Ok(answer) => json_response(StatusCode::OK, &answer),
+        Err(refusal) => refusal.respond(),
+    }
+}
+
+async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refusal> {
+    let question: Question = serde_json::from_slice(body).map_err(|error| {
+        bad(format!(
+            "the body is not {{\"method\": M, \"path\": P, \"headers\": {{NAME: VALUE}}, \
+             \"ip\": IP}}: {error}"
+        ))
+    })?;
+    let peer: IpAddr = question.ip.trim().parse().map_err(|_| {
+        bad(format!(
+            "\"ip\": \"{}\" is not an IP address (for example 203.0.113.7 or 2001:db8::1)",
+            question.ip
+        ))
+    })?;
+    let request = synthetic_request(&question)?;
+    let policy = proxy.policy();
+    let now = proxy.now();
+    let mut answer = json!({
+        "request": {
+            "method": request.method().as_str(),
+            "path": request.uri().path(),
+            "query": request.uri().query(),
+            "host": proxy::host_of(&request),
+        },
+    });
+    let normalized = match proxy::checks(&request, &policy) {
+        Ok(normalized) => normalized,
+        Err(refusal) => {
+            let (status, detail) = proxy::refused(refusal).await;
+            answer["decision"] = json!({
+                "outcome": "refused", "status": status.as_u16(), "detail": detail,
+            });
+            answer["rules"] = json!([]);
+            return Ok(answer);
+        }
+    };
+    answer["request"]["normalized_path"] = json!(&*normalized);
+    let token_claims = std::cell::OnceCell::new();
+    let mut facts = proxy::facts_of(&request, &normalized, peer, &policy);
+    let client_ip = facts.client_ip;
+    answer["request"]["client_ip"] = json!(client_ip.to_string());
+
+    // The access lists come first, as on the request path.
+    let denied = policy.deny.iter().any(|net| net.contains(&client_ip));
+    let bypass = !denied && policy.allow.iter().any(|net| net.contains(&client_ip));
+    let mut rules = Vec::with_capacity(policy.rules.len());
+    let mut enforced: SmallVec<[(usize, Applicable<'_>); 4]> = SmallVec::new();
+    let mut shadowed: SmallVec<[(usize, Applicable<'_>); 4]> = SmallVec::new();
+    let mut stopped: Option<Value> = None;
+    for rule in &policy.rules {
+        let mut entry = json!({ "rule": &*rule.name });
+        if let Some(mismatch) = rule.matcher.mismatch(&facts) {
+            entry["matched"] = json!(false);
+            entry["failed"] = json!(mismatch.field());
+            entry["reason"] = json!(mismatch.explain(&rule.matcher, &facts));
+            rules.push(entry);
+            continue;
+        }
+        entry["matched"] = json!(true);
+        entry["shadow"] = json!(rule.shadow);
+        if denied || bypass || stopped.is_some() {
+            // Not looked at further by the request path.
+            entry["applies"] = json!(false);
+            entry["reason"] = json!(if denied {
+                "the client is on access.deny: refused before any rule"
+            } else if bypass {
+                "the client is on access.allow: no rule limits it"
+            } else {
+                "not reached: an earlier rule already answered the request"
+            });
+            rules.push(entry);
+            continue;
+        }
+        let standing = proxy::stand(rule, &mut facts, &token_claims, &policy, now);
+        entry["key"] = json!(policy.keys.key_text(&rule.key, &facts));
+        if let Err(missing) = policy.keys.derive(&rule.key, &facts, false) {
+            entry["missing_source"] = json!(rule.key[missing.0].to_string());
+            entry["missing"] = json!(missing_policy(rule));
+        }
+        match standing {
+            Standing::Unmatched => unreachable!("the matcher just matched"),
+            Standing::Skipped => {
+                entry["applies"] = json!(false);
+                entry["key"] = Value::Null;
+                entry["reason"] = json!("a key source is missing and missing = \"skip\"");
+            }
+            Standing::MissingKey => {
+                entry["applies"] = json!(false);
+                entry["key"] = Value::Null;
+                entry["reason"] =
+                    json!("a key source is missing and missing = \"reject\": answered 400");
+                stopped = Some(json!({
+                    "outcome": "missing_key", "status": 400, "rule": &*rule.name,
+                }));
+            }
+            Standing::Gone(sunset) => {
+                entry["applies"] = json!(false);
+                entry["reason"] = json!("the rule's sunset has ended: the route is gone (410)");
+                stopped = Some(json!({
+                    "outcome": "gone", "status": 410, "rule": &*rule.name,
+                    "sunset": sunset.sunset().to_str().ok(),
+                }));
+            }
+            Standing::Applies { key, limits } => {
+                entry["applies"] = json!(true);
+                entry["key_hash"] = json!(key_hash(key));
+                entry["limits_from"] = json!(limits_from(rule, limits));
+                let ban = (!rule.shadow).then(|| rule.bans.banned(key, now)).flatten();
+                entry["banned"] = ban.map_or(Value::Null, ban_json);
+                let one = Applicable { rule, key, limits };
+                if rule.shadow {
+                    shadowed.push((rules.len(), one));
+                } else {
+                    enforced.push((rules.len(), one));
+                }
+            }
+        }
+        rules.push(entry);
+    }
+
+    let decision = if denied {
+        json!({"outcome": "denied", "status": 403})
+    } else if bypass {
+        json!({"outcome": "allowed", "unlimited": true,
+               "reason": "the client is on access.allow"})
+    } else if let Some(stopped) = stopped {
+        stopped
+    } else {
+        let looked = Looked::peek(proxy, &enforced, &shadowed, now).await?;
+        for ((index, applicable), decisions) in enforced.iter().chain(&shadowed).zip(&looked.rules)
+        {
+            let buckets: Vec<Value> = applicable
+                .limits
+                .iter()
+                .zip(decisions)
+                .map(|(limit, (as_now, next))| {
+                    let tracked = proxy.store().tracks(&limit.table, applicable.key);
+                    bucket_json(applicable.rule, limit, *as_now, *next, tracked)
+                })
+                .collect();
+            rules[*index]["buckets"] = json!(buckets);
+        }
+        decide(&policy, &enforced, &shadowed, &looked, now)
+    };
+    answer["rules"] = json!(rules);
+    answer["decision"] = decision;
+    Ok(answer)
+}
+
+/// The request the body describes, as the proxy would receive it.
+fn synthetic_request(question: &Question) -> Result<Request<()>, Refusal> {
+    let method = Method::from_bytes(question.method.as_bytes()).map_err(|_| {
+        bad(format!(
+            "\"method\": \"{}\" is not an HTTP method",
+            question.method
+        ))
+    })?;
+    if !question.path.starts_with('/') {
+        return Err(bad(format!(
+            "\"path\": \"{}\" must start with '/' (a path, with its query if any)",
+            question.path
+        )));
+    }
+    let uri: http::Uri = question.path.parse().map_err(|error| {
+        bad(format!(
+            "\"path\": \"{}\" is not a request target: {error}",
+            question.path
+        ))
+    })?;
+    let mut request = Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    if !question
+        .headers
+        .keys()
+        .any(|name| name.eq_ignore_ascii_case("host"))
+    {
+        // A question without a Host asks about rules, not framing: read as
+        // HTTP/1.0, which may omit it (HTTP/1.1 would be refused for that).
+        *request.version_mut() = http::Version::HTTP_10;
+    }
+    for (name, value) in &question.headers {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| bad(format!("\"{name}\" is not a header name")))?;
+        let value = HeaderValue::from_str(value).map_err(|_| {
+            bad(format!(
+                "the value of header \"{name}\" is not a header value"
+            ))
+        })?;
+        request.headers_mut().append(name, value);
+    }
+    Ok(request)
+}
+
+/// What `missing` does with a request whose key source is absent.
+fn missing_policy(rule: &Rule) -> &'static str {
+    match rule.missing {
+        MissingPolicy::Shared => "shared",
+        MissingPolicy::Skip => "skip",
+        MissingPolicy::Reject => "reject",
+    }
+}
+
+/// Every applicable rule's buckets, peeked: per rule, per limit, the bucket
+/// as it is now (cost 0) and what the request would be told.
+struct Looked {
+    rules: Vec<Vec<(Decision, Decision)>>,
+}
+
+impl Looked {
+    async fn peek(
+        proxy: &Proxy,
+        enforced: &[(usize, Applicable<'_>)],
+        shadowed: &[(usize, Applicable<'_>)],
+        now: crate::clock::Nanos,
+    ) -> Result<Looked, Refusal> {
+        let enforced: SmallVec<[Applicable<'_>; 4]> = enforced.iter().map(|(_, a)| *a).collect();
+        let shadowed: SmallVec<[Applicable<'_>; 4]> = shadowed.iter().map(|(_, a)| *a).collect();
+        let mut asks = Asks::default();
+        proxy::fill_asks(&mut asks, &enforced, &shadowed);
+        if asks.is_empty() {
+            return Ok(Looked { rules: Vec::new() });
+        }
+        let as_now = Asks {
+            rules: asks.rules.clone(),
+            limits: asks
+                .limits
+                .iter()
+                .map(|ask| Ask {
+                    cost: 0,
+                    hold: None,
+                    ..*ask
+                })
+                .collect(),
+        };
+        let store = proxy.store();
+        let (mut now_decisions, mut next_decisions) = (SmallVec::new(), SmallVec::new());
+        store
+            .peek(&as_now, now, &mut now_decisions)
+            .await
+            .map_err(store_failed)?;
+        store
+            .peek(&asks, now, &mut next_decisions)
+            .await
+            .map_err(store_failed)?;
+        let limits = enforced.iter().chain(&shadowed).flat_map(|a| a.limits);
+        for (limit, next) in limits.zip(next_decisions.iter_mut()) {
+            *next = as_asked(limit, *next);
+        }
+        let rules = asks
+            .rules
+            .iter()
+            .map(|rule| {
+                rule.limits
+                    .clone()
+                    .map(|i| (now_decisions[i], next_decisions[i]))
+                    .collect()
+            })
+            .collect();
+        Ok(Looked { rules })
+    }
+}
+
+/// The decision the request path would make with these buckets: the first
+/// enforced rule that bans the caller, else a refusal by any limit (a rule
+/// in delay mode holds instead when the wait fits its `max_delay`), else a
+/// hold, else admitted with what the headers would say is left.
+fn decide(
+    policy: &Policy,
+    enforced: &[(usize, Applicable<'_>)],
+    shadowed: &[(usize, Applicable<'_>)],
+    looked: &Looked,
+    now: crate::clock::Nanos,
+) -> Value {
+    if enforced.is_empty() && shadowed.is_empty() {
+        return json!({"outcome": "allowed", "unlimited": true,
+                      "reason": "no rule applies to this request"});
+    }
+    let status = policy.response.status.as_u16();
+    for (_, applicable) in enforced {
+        if let Some(left) = applicable.rule.bans.banned(applicable.key, now) {
+            return json!({"outcome": "banned", "status": status,
+                          "rule": &*applicable.rule.name, "retry_after_ms": millis(left)});
+        }
+    }
+    let mut limited_by = Vec::new();
+    let mut retry_after = Some(0);
+    let mut wait = 0;
+    let mut queued = false;
+    let mut remaining = u64::MAX;
+    for ((_, applicable), decisions) in enforced.iter().zip(&looked.rules) {
+        let rule = applicable.rule;
+        for (limit, (_, next)) in applicable.limits.iter().zip(decisions) {
+            match (*next, held(rule, limit, *next)) {
+                (_, Some(Held::ForPermit)) => queued = true,
+                (_, Some(Held::For(w))) | (Decision::Hold { wait: w, .. }, None) => {
+                    remaining = 0;
+                    wait = wait.max(w);
+                }
+                (Decision::Allow(state), None) => {
+                    remaining = remaining.min(left_after(state.remaining, request_cost(rule)));
+                }
+                (Decision::Deny { retry_after: w, .. }, None) => {
+                    if !limited_by.contains(&&*rule.name) {
+                        limited_by.push(&*rule.name);
+                    }
+                    retry_after = match (retry_after, w) {
+                        (Some(longest), Some(w)) => Some(longest.max(w)),
+                        _ => None,
+                    };
+                }
+            }
+        }
+    }
+    if !limited_by.is_empty() {
+        return json!({"outcome": "limited", "status": status, "rules": limited_by,
+                      "retry_after_ms": retry_after.map(millis)});
+    }
+    let would_limit: Vec<&str> = shadowed
+        .iter()
+        .zip(&looked.rules[enforced.len()..])
+        .filter(|(_, decisions)| decisions.iter().any(|(_, next)| !next.is_allowed()))
+        .map(|((_, applicable), _)| &*applicable.rule.name)
+        .collect();
+    let remaining = (remaining != u64::MAX).then_some(remaining);
+    if wait > 0 || queued {
+        return json!({"outcome": "delayed", "wait_ms": (!queued).then(|| millis(wait)),
+                      "queued_for_permit": queued, "remaining": remaining,
+                      "would_limit": would_limit});
+    }
+    json!({"outcome": "allowed", "remaining": remaining, "would_limit": would_limit})
+}
+
+fn bad(detail: String) -> Refusal {
+    Refusal::new(StatusCode::BAD_REQUEST, detail)
+}
