@@ -27,6 +27,7 @@ pub mod demo;
 pub mod heavy_hitters;
 pub mod key;
 pub mod limiter;
+pub mod log_gate;
 pub mod metrics;
 pub mod policy;
 pub mod problem;

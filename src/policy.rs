@@ -32,6 +32,7 @@ use crate::config::{Config, HeaderStyle, ResponseConfig};
 use crate::key::client_ip::ClientIpResolver;
 use crate::key::jwt::JwtVerifier;
 use crate::key::KeyHasher;
+use crate::log_gate::LogGate;
 use crate::metrics::Metrics;
 use crate::store::Store;
 pub use describe::describe;
@@ -61,6 +62,8 @@ pub struct Policy {
     pub bills: bool,
     /// The source config, for `check` and admin views.
     pub config: Arc<Config>,
+    /// How many requests from denied addresses may be logged each second.
+    pub denied_log: LogGate,
 }
 
 impl Policy {
@@ -145,6 +148,7 @@ impl Policy {
             max_uri_bytes: config.server.max_uri_bytes,
             max_body_bytes: config.server.max_body_bytes,
             config,
+            denied_log: LogGate::default(),
         }
     }
 

@@ -29,6 +29,7 @@ pub mod bill;
 pub mod deadline;
 pub mod forward;
 pub mod pool;
+mod refusal_log;
 pub mod respond;
 pub mod settle;
 pub mod ticker;
@@ -62,6 +63,7 @@ use bill::Failure;
 use deadline::{BodyWatch, GuardedBody};
 use forward::{ClientHop, Upstream};
 use pool::{ForwardError, PooledBody};
+use refusal_log::Refused;
 use respond::{ProxyBody, Refusal, Verdict};
 use settle::Settlement;
 use upgrade::ClientUpgrade;
@@ -585,6 +587,8 @@ fn identify<'r, 'p>(
         for rule in policy.rules.iter().filter(|r| r.matcher.matches(&facts)) {
             rule.counters.denied.inc();
         }
+        let gate = &policy.denied_log;
+        refusal_log::log(gate, started, None, Refused::Denied, &facts, String::new);
         return Err(Unidentified::Refused(Refusal::Denied, None));
     }
     let bypass = policy.allow.iter().any(|net| net.contains(&client_ip));
@@ -593,6 +597,11 @@ fn identify<'r, 'p>(
             Standing::Unmatched | Standing::Skipped => {}
             Standing::MissingKey => {
                 rule.counters.missing_key.inc();
+                let name = Some(&*rule.name);
+                let gate = &rule.log_gate;
+                refusal_log::log(gate, started, name, Refused::MissingKey, &facts, || {
+                    policy.keys.key_text(&rule.key, &facts)
+                });
                 return Err(Unidentified::Refused(Refusal::MissingKey, Some(rule)));
             }
             Standing::Gone(sunset) => {
@@ -752,7 +761,8 @@ fn count_outcomes(verdicts: &[Verdict<'_>]) {
 }
 
 /// Counts the request in each applicable rule's heavy hitters: its key's
-/// requests, and its refusals by the rules that limited or banned it.
+/// requests, and its refusals by the rules that limited or banned it,
+/// which also log it (within each rule's lines a second).
 fn count_hitters(
     policy: &Policy,
     facts: &RequestFacts<'_>,
@@ -774,9 +784,18 @@ fn count_hitters(
             .iter()
             .any(|v| std::ptr::eq(v.rule, applicable.rule) && !v.decision.is_allowed()),
     };
+    let refused = match admission.outcome {
+        Outcome::Banned { .. } => Refused::Banned,
+        _ => Refused::Limited,
+    };
     for applicable in enforced.iter().filter(|a| refused_by(a)) {
-        let hitters = &applicable.rule.hitters;
-        hitters.count(Kind::Limited, applicable.key, now, || text(applicable));
+        let rule = applicable.rule;
+        rule.hitters
+            .count(Kind::Limited, applicable.key, now, || text(applicable));
+        let name = Some(&*rule.name);
+        refusal_log::log(&rule.log_gate, now, name, refused, facts, || {
+            text(applicable)
+        });
     }
 }
 

@@ -15,6 +15,7 @@ use crate::clock::Nanos;
 use crate::config::{KeySource, OnChange, OnLimit, RuleConfig};
 use crate::key::KeyHasher;
 use crate::limiter::{Concurrency, HoldLimits, Limiter};
+use crate::log_gate::LogGate;
 use crate::metrics::{Metrics, RuleCounters};
 use crate::store::bans::BanPolicy;
 use crate::store::{BucketTable, Carry, Store, TableName};
@@ -93,6 +94,7 @@ pub(super) fn compile_rule(
         }),
         bans,
         hitters,
+        log_gate: LogGate::default(),
         name: Arc::from(rule.name.as_str()),
         matcher: Matcher::new(&rule.matcher),
         key: rule.key.clone(),

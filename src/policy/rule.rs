@@ -12,6 +12,7 @@ use crate::config::{AlgorithmKind, Charge, KeySource, MissingPolicy, RefundOn, R
 use crate::heavy_hitters::HeavyHitters;
 use crate::key::{KeyHasher, RequestFacts};
 use crate::limiter::HoldLimits;
+use crate::log_gate::LogGate;
 use crate::metrics::RuleCounters;
 use crate::store::bans::{BanPolicy, BanTable};
 use prometheus::IntCounter;
@@ -57,6 +58,8 @@ pub struct Rule {
     /// The keys this rule limits and sees most (`/admin/top`), kept across
     /// reloads like its bans.
     pub hitters: Arc<HeavyHitters>,
+    /// How many of its refusals this rule may log each second.
+    pub log_gate: LogGate,
     /// Whether the key (or `tiers.by`) reads a `jwt:<claim>`: only then is
     /// the request's token verified.
     pub uses_jwt: bool,

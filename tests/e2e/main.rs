@@ -29,6 +29,7 @@ mod limits;
 mod memory_store;
 mod operations;
 mod redis_store;
+mod refusal_log;
 mod reload;
 mod request_size;
 mod top;

@@ -531,6 +531,8 @@ pub struct SluiceProcess {
     pub child: Child,
     pub addr: SocketAddr,
     pub admin: SocketAddr,
+    /// Its stderr lines after the "serving" one (the first 10,000).
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl SluiceProcess {
@@ -579,10 +581,25 @@ impl SluiceProcess {
                 break;
             }
         }
-        // Keep draining stderr so the child never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        // Keep draining stderr so the child never blocks on a full pipe,
+        // keeping the lines for tests that read the log.
+        let log: std::sync::Arc<std::sync::Mutex<Vec<String>>> = std::sync::Arc::default();
+        let kept = std::sync::Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let mut kept = kept.lock().unwrap();
+                if kept.len() < 10_000 {
+                    kept.push(line);
+                }
+            }
+        });
         let (addr, admin) = addrs.expect("sluice did not start");
-        SluiceProcess { child, addr, admin }
+        SluiceProcess {
+            child,
+            addr,
+            admin,
+            log,
+        }
     }
 
     /// Sends a signal by name (`HUP`, `TERM`, ...).
@@ -621,6 +638,15 @@ impl SluiceProcess {
             .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or_else(|| panic!("no {field} in /proc status"))
+    }
+
+    /// The lines it logged so far that contain `needle`.
+    pub fn logged(&self, needle: &str) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .filter(|line| line.contains(needle))
+            .cloned()
+            .collect()
     }
 
     pub fn url(&self, path: &str) -> String {
