@@ -374,17 +374,24 @@ impl Proxy {
             metrics: &shared.metrics,
             ticker: policy.bills.then_some(&shared.ticker),
         };
+        // Timed on this instance's clock: `decided_at` may be a shared
+        // store's clock, which another machine keeps.
+        let asked = shared.clock.now();
         let admitted = admit::admit(admitter, enforced, shadowed, admission).await;
+        // A request no rule applies to was not decided: timing it would
+        // drag the quantiles towards zero.
+        if !(enforced.is_empty() && shadowed.is_empty()) {
+            shared.metrics.decision_seconds.observe(seconds(
+                shared
+                    .clock
+                    .now()
+                    .saturating_sub(asked)
+                    .saturating_sub(admission.held),
+            ));
+        }
         if admitted.is_err() {
             return Some(respond::refusal(Refusal::StoreUnavailable, None));
         }
-        shared.metrics.decision_seconds.observe(seconds(
-            shared
-                .clock
-                .now()
-                .saturating_sub(admission.decided_at)
-                .saturating_sub(admission.held),
-        ));
         let mut response = match admission.outcome {
             Outcome::Admitted => {
                 count_outcomes(&admission.verdicts);

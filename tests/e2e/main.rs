@@ -26,6 +26,7 @@ mod jwt;
 mod lifecycle;
 mod limits;
 mod memory_store;
+mod metrics_exact;
 mod operations;
 mod redis_store;
 mod reload;
