@@ -19,6 +19,7 @@ mod callers;
 mod charging;
 mod charging_clock;
 mod cli;
+mod deploy_assets;
 mod forwarding;
 mod hold;
 mod hold_clock;
