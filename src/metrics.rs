@@ -134,7 +134,7 @@ impl Metrics {
         };
         let decision_seconds = histogram(
             "sluice_decision_seconds",
-            "Time to decide a request, all rules.",
+            "Time to decide a request, all its rules (requests no rule applies to are not counted).",
             DECISION_BUCKETS,
         );
         let overhead_seconds = histogram(
