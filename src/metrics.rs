@@ -10,33 +10,42 @@
 //! [`Metrics::set_store_state`]): this module knows nothing of policies or
 //! stores.
 
+use std::sync::{Arc, OnceLock};
+
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-/// Histogram buckets for sluice's own work: 1 µs … 100 ms.
-const FAST_BUCKETS: &[f64] = &[
-    0.000_001,
-    0.000_002_5,
-    0.000_005,
-    0.000_01,
-    0.000_025,
-    0.000_05,
-    0.000_1,
-    0.000_25,
-    0.000_5,
-    0.001,
-    0.002_5,
-    0.005,
-    0.01,
-    0.025,
-    0.1,
+/// `sluice_decision_seconds`: a decision in memory takes a few hundred
+/// nanoseconds, so the buckets start at 100 ns; a shared store's round trip
+/// (milliseconds) is the top of what a decision can cost.
+const DECISION_BUCKETS: &[f64] = &[
+    100e-9, 250e-9, 500e-9, 1e-6, 2.5e-6, 5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3,
+    2.5e-3, 5e-3, 10e-3,
 ];
 
-/// Histogram buckets for the upstream: 1 ms … 60 s.
-const UPSTREAM_BUCKETS: &[f64] = &[
-    0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+/// `sluice_overhead_seconds`: parsing, deciding and rewriting a request is
+/// tens of microseconds; a slow store or a starved core pushes it towards a
+/// second, which is where an operator stops caring about the exact value.
+const OVERHEAD_BUCKETS: &[f64] = &[
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3,
+    250e-3, 500e-3, 1.0,
+];
+
+/// `sluice_store_seconds`: a Redis round trip on a LAN is 100 µs – a few
+/// ms; the store's `timeout` (a second at most in practice) caps it.
+const STORE_BUCKETS: &[f64] = &[
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3,
+    250e-3, 500e-3, 1.0,
+];
+
+/// `sluice_upstream_seconds` and `sluice_delay_seconds`: an upstream answers
+/// in milliseconds or, for long requests, minutes; a hold lasts up to the
+/// rule's `max_delay`, which may be minutes for a daily budget.
+const LONG_BUCKETS: &[f64] = &[
+    1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 120.0, 300.0,
 ];
 
 /// Per-rule `sluice_requests_total` children, resolved once.
@@ -85,8 +94,10 @@ pub struct Metrics {
     evictions_idle: IntCounter,
     evictions_overflow: IntCounter,
     store_errors: IntCounterVec,
-    /// `sluice_store_seconds{backend}`: a networked store's calls.
+    /// `sluice_store_seconds{backend}`: every call to the store.
     store_seconds: HistogramVec,
+    /// The one backend's `sluice_store_seconds` child, once a call named it.
+    store_seconds_resolved: Arc<OnceLock<(&'static str, Histogram)>>,
     store_fallback_active: IntGauge,
     pub config_reloads_ok: IntCounter,
     pub config_reloads_error: IntCounter,
@@ -123,18 +134,18 @@ impl Metrics {
         };
         let decision_seconds = histogram(
             "sluice_decision_seconds",
-            "Time to decide a request, all rules.",
-            FAST_BUCKETS,
+            "Time to decide a request, all its rules (requests no rule applies to are not counted).",
+            DECISION_BUCKETS,
         );
         let overhead_seconds = histogram(
             "sluice_overhead_seconds",
             "Request head in to upstream request out, minus intentional delay.",
-            FAST_BUCKETS,
+            OVERHEAD_BUCKETS,
         );
         let upstream_seconds = histogram(
             "sluice_upstream_seconds",
             "Upstream request out to response head in.",
-            UPSTREAM_BUCKETS,
+            LONG_BUCKETS,
         );
         let upstream_errors = IntCounterVec::new(
             Opts::new("sluice_upstream_errors_total", "Failed upstream exchanges."),
@@ -151,7 +162,7 @@ impl Metrics {
                 "sluice_delay_seconds",
                 "Time requests were held (delay mode) before being forwarded, per rule.",
             )
-            .buckets(UPSTREAM_BUCKETS.to_vec()),
+            .buckets(LONG_BUCKETS.to_vec()),
             &["rule"],
         )
         .expect("static metric definition");
@@ -180,9 +191,9 @@ impl Metrics {
         let store_seconds = HistogramVec::new(
             HistogramOpts::new(
                 "sluice_store_seconds",
-                "Time of one call to a shared store (one round trip), per backend.",
+                "Time of one call to the store (for a shared store, one round trip), per backend.",
             )
-            .buckets(FAST_BUCKETS.to_vec()),
+            .buckets(STORE_BUCKETS.to_vec()),
             &["backend"],
         )
         .expect("static metric definition");
@@ -262,6 +273,15 @@ impl Metrics {
                 .expect("metric names are unique");
         }
 
+        // RSS, open descriptors, CPU seconds, threads and start time of
+        // this process, read from /proc at each scrape (Linux only).
+        #[cfg(target_os = "linux")]
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("process metric names are unique");
+
         Metrics {
             registry,
             requests,
@@ -279,6 +299,7 @@ impl Metrics {
             evictions_overflow: evictions.with_label_values(&["overflow"]),
             store_errors,
             store_seconds,
+            store_seconds_resolved: Arc::default(),
             store_fallback_active,
             config_reloads_ok: reloads.with_label_values(&["ok"]),
             config_reloads_error: reloads.with_label_values(&["error"]),
@@ -322,11 +343,21 @@ impl Metrics {
         }
     }
 
-    /// How long one call to a shared store took.
-    pub fn store_call(&self, backend: &str, seconds: f64) {
-        self.store_seconds
-            .with_label_values(&[backend])
-            .observe(seconds);
+    /// How long one call to the store took. Every request that asks a
+    /// limit calls the store, so the backend's series is resolved once and
+    /// kept, not looked up by label each time.
+    #[inline]
+    pub fn store_call(&self, backend: &'static str, seconds: f64) {
+        let (name, series) = self
+            .store_seconds_resolved
+            .get_or_init(|| (backend, self.store_seconds.with_label_values(&[backend])));
+        if *name == backend {
+            series.observe(seconds);
+        } else {
+            self.store_seconds
+                .with_label_values(&[backend])
+                .observe(seconds);
+        }
     }
 
     /// A store call succeeded: the fallback (if any) is over. Whether it

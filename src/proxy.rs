@@ -379,16 +379,22 @@ impl Proxy {
             ticker: policy.bills.then_some(&shared.ticker),
         };
         let admitted = admit::admit(admitter, enforced, shadowed, admission).await;
+        // A request no rule applies to was not decided: timing it would
+        // drag the quantiles towards zero.
+        if !(enforced.is_empty() && shadowed.is_empty()) {
+            shared.metrics.decision_seconds.observe(seconds(
+                shared
+                    .clock
+                    .now()
+                    // On this instance's clock: `decided_at` may be a
+                    // shared store's, which another machine keeps.
+                    .saturating_sub(admission.asked_at)
+                    .saturating_sub(admission.held),
+            ));
+        }
         if admitted.is_err() {
             return Some(respond::refusal(Refusal::StoreUnavailable, None));
         }
-        shared.metrics.decision_seconds.observe(seconds(
-            shared
-                .clock
-                .now()
-                .saturating_sub(admission.decided_at)
-                .saturating_sub(admission.held),
-        ));
         count_hitters(policy, facts, enforced, shadowed, admission);
         let mut response = match admission.outcome {
             Outcome::Admitted => {

@@ -70,7 +70,11 @@ pub struct Admission<'p> {
     /// The store failed and `on_error = "allow"` let the request through
     /// without asking any limit: no rate-limit headers describe it.
     pub unlimited: bool,
-    /// The instant of the decision (Unix nanoseconds), for the headers.
+    /// When admission began, on this instance's clock (what
+    /// `sluice_decision_seconds` times from).
+    pub asked_at: Nanos,
+    /// The instant of the decision (Unix nanoseconds), for the headers: a
+    /// shared store's clock when it decided.
     pub decided_at: Nanos,
 }
 
@@ -107,6 +111,7 @@ pub async fn admit<'p>(
         ..
     } = admitter;
     let now = clock.now();
+    admission.asked_at = now;
     admission.decided_at = now;
     if enforced.is_empty() && shadowed.is_empty() {
         // No rule applies: nothing to ask, and a store that is down has no
@@ -128,13 +133,15 @@ pub async fn admit<'p>(
         let mut asks = Asks::default();
         fill_asks(&mut asks, enforced, shadowed);
         let mut answer = crate::store::Admission::default();
-        // A shared store's round trip is timed; the memory store's call is
-        // the decision itself (`sluice_decision_seconds`).
-        let started = store.is_shared().then(std::time::Instant::now);
+        // Every backend's call is timed (`sluice_store_seconds{backend}`),
+        // the memory store's too, so its series says how many calls it
+        // answered and how fast: from `now` (the asks are built in
+        // nanoseconds), so one more clock read per request.
         let decided = store.admit(&asks, now, &mut answer).await;
-        if let Some(started) = started {
-            metrics.store_call(store.backend_name(), started.elapsed().as_secs_f64());
-        }
+        metrics.store_call(
+            store.backend_name(),
+            clock.now().saturating_sub(now) as f64 / 1e9,
+        );
         let local = match decided {
             Ok(()) => {
                 if metrics.store_recovered() {

@@ -19,6 +19,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
+pub mod exposition;
+
 #[path = "../../src/testing/redis_server.rs"]
 mod redis_server;
 // Not every test binary that shares this module starts Redis.
@@ -301,6 +303,11 @@ impl Sluice {
     pub async fn metrics(&self) -> String {
         let response = send(Method::GET, &format!("http://{}/metrics", self.admin), &[]).await;
         response.body
+    }
+
+    /// `/metrics`, parsed.
+    pub async fn exposition(&self) -> exposition::Exposition {
+        exposition::Exposition::parse(&self.metrics().await)
     }
 
     /// One sample of `/metrics`; panics when the series does not exist.
