@@ -31,5 +31,7 @@ mod operations;
 mod redis_store;
 mod reload;
 mod request_size;
+mod status;
+mod status_browser;
 mod top;
 mod upstream_pool;
