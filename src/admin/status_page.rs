@@ -64,12 +64,18 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or(&[]);
-    let (mut admitted, mut limited, mut held) = (0.0, 0.0, 0);
+    // Limited requests of all rules (a request two rules refuse counts in
+    // both, which is rare and still "how much is refused"), and the rule
+    // refusing most; the first such rule on a tie, as the script picks.
+    let (mut limited, mut held) = (0.0, 0);
+    let mut busiest: Option<(&str, f64)> = None;
     for rule in rules {
-        let rates = &rule["rates_per_sec"];
-        admitted += num(&rates["admitted"]) + num(&rates["delayed"]);
-        limited += num(&rates["limited"]);
+        let rule_limited = num(&rule["rates_per_sec"]["limited"]);
+        limited += rule_limited;
         held += rule["queue_depth"].as_i64().unwrap_or(0);
+        if rule_limited > 0.0 && busiest.is_none_or(|(_, most)| rule_limited > most) {
+            busiest = Some((rule["name"].as_str().unwrap_or_default(), rule_limited));
+        }
     }
     let config = &snapshot["config"];
     let last = &config["last_reload"];
@@ -102,12 +108,19 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
         "uptime" => out.push_str(&uptime(snapshot["uptime_secs"].as_u64().unwrap_or(0))),
         "started" => out.push_str(&httpdate::fmt_http_date(started)),
         "window" => {
-            let _ = write!(out, "{}", num(&snapshot["window_secs"]).round());
+            let _ = write!(out, "{}", num(&snapshot["window_secs"]).floor());
         }
-        "total_admitted" => out.push_str(&rate(admitted)),
+        "limited_class" => out.push_str(if limited > 0.0 { "bad" } else { "" }),
         "total_limited" => out.push_str(&rate(limited)),
-        "total_held" => {
-            let _ = write!(out, "{held}");
+        "busiest" => {
+            match busiest {
+                Some((name, _)) => {
+                    out.push_str("most by ");
+                    escape_into(out, name);
+                }
+                None => out.push_str("no rule is limiting"),
+            }
+            let _ = write!(out, " \u{b7} {held} held");
         }
         "store" => escape_into(out, &backend),
         "store_sub_class" => out.push_str(if fallback { "bad" } else { "" }),

@@ -111,19 +111,20 @@ async fn dump_dom(binary: &Path, url: &str) -> String {
     .await
 }
 
-async fn screenshot(binary: &Path, url: &str, path: &Path, size: &str, scale: &str) {
+async fn screenshot(binary: &Path, url: &str, path: &Path, size: &str, scale: &str, dark: bool) {
     let _ = std::fs::remove_file(path);
-    run_chromium(
-        binary.to_owned(),
-        vec![
-            "--virtual-time-budget=3000".into(),
-            format!("--window-size={size}"),
-            format!("--force-device-scale-factor={scale}"),
-            format!("--screenshot={}", path.display()),
-            url.into(),
-        ],
-    )
-    .await;
+    let mut args = vec![
+        "--virtual-time-budget=3000".into(),
+        format!("--window-size={size}"),
+        format!("--force-device-scale-factor={scale}"),
+        format!("--screenshot={}", path.display()),
+    ];
+    if dark {
+        // prefers-color-scheme: dark.
+        args.push("--force-dark-mode".into());
+    }
+    args.push(url.into());
+    run_chromium(binary.to_owned(), args).await;
     let png = std::fs::read(path).unwrap_or_else(|e| panic!("no screenshot {path:?}: {e}"));
     assert!(png.starts_with(b"\x89PNG"), "{path:?} is not a PNG");
     assert!(png.len() > 10_000, "{path:?} is suspiciously small");
@@ -243,9 +244,12 @@ async fn the_page_redraws_live_rates_in_a_real_browser_and_looks_right() {
     std::fs::create_dir_all(&target).unwrap();
     let laptop = target.join("status-page.png");
     let phone = target.join("status-page-phone.png");
-    screenshot(&binary, &page, &laptop, "1280,900", "1").await;
-    screenshot(&binary, &page, &phone, "390,844", "2").await;
-    eprintln!("status page screenshots: {laptop:?}, {phone:?}");
+    screenshot(&binary, &page, &laptop, "1280,900", "1", false).await;
+    screenshot(&binary, &page, &phone, "390,844", "2", false).await;
+    // The same page as a system in dark mode sees it.
+    let dark = target.join("status-page-dark.png");
+    screenshot(&binary, &page, &dark, "1280,900", "1", true).await;
+    eprintln!("status page screenshots: {laptop:?}, {phone:?}, {dark:?}");
 
     stop.store(true, Ordering::Relaxed);
     sender.await.unwrap();
