@@ -2,6 +2,8 @@
 //! `POST /admin/reload`, the bans ([`bans`]), the read-only views of a
 //! caller's buckets (`GET /admin/buckets`, [`buckets`]) and of what sluice
 //! would do with a request (`POST /admin/explain`, [`explain`]), and the
+//! status page for a person (`GET /`, [`status_page`]) and its JSON
+//! (`GET /admin/status`, [`status`]), the
 //! budget calls that backends make on the buckets of proxied traffic:
 //! `POST /admin/spend` ([`spend`]) and `POST /v1/check` ([`check`]), whose bodies [`call`] reads
 //! and whose target and balance [`budget`] works out. It runs on its own
@@ -35,6 +37,8 @@ mod call;
 mod check;
 mod explain;
 mod spend;
+mod status;
+mod status_page;
 mod top;
 
 use crate::problem::{self, Layout, Problem};
@@ -54,6 +58,8 @@ pub struct Admin {
     pub reloader: Option<Arc<Reloader>>,
     /// The bearer token mutating calls need, if one is configured.
     pub token: Option<Arc<str>>,
+    /// Start time and the counters' recent readings, for the status page.
+    status: Arc<status::Status>,
 }
 
 impl Admin {
@@ -69,12 +75,19 @@ impl Admin {
             proxy,
             reloader,
             token,
+            status: Arc::new(status::Status::new()),
         }
     }
 }
 
-/// Accepts admin connections until the task is aborted.
+/// Accepts admin connections, and samples the counters for the status
+/// page, until the task is aborted (both run in this one task, so both end
+/// with it).
 pub async fn serve(listener: TcpListener, admin: Admin) {
+    tokio::join!(status::sample(admin.clone()), accept(listener, admin));
+}
+
+async fn accept(listener: TcpListener, admin: Admin) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -108,6 +121,10 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
     }
     let proxy = &admin.proxy;
     match (&method, request.uri().path()) {
+        (&Method::GET | &Method::HEAD, "/") => status_page::page(admin),
+        (&Method::GET | &Method::HEAD, "/admin/status") => {
+            json_response(StatusCode::OK, &status::snapshot(admin))
+        }
         (&Method::GET | &Method::HEAD, "/metrics") => {
             respond(StatusCode::OK, &PROMETHEUS_TEXT, metrics_text(proxy).into())
         }
@@ -150,7 +167,8 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
         },
         (
             _,
-            "/metrics" | "/healthz" | "/readyz" | "/admin/rules" | "/admin/top" | "/admin/buckets",
+            "/" | "/admin/status" | "/metrics" | "/healthz" | "/readyz" | "/admin/rules"
+            | "/admin/top" | "/admin/buckets",
         ) => problem(
             StatusCode::METHOD_NOT_ALLOWED,
             "this admin endpoint only answers GET",
@@ -177,9 +195,9 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
         ),
         _ => problem(
             StatusCode::NOT_FOUND,
-            "unknown admin endpoint; try /metrics, /healthz, /readyz, /admin/rules, /admin/bans, \
-             /admin/buckets, POST /admin/explain, POST /admin/reload, POST /admin/spend or \
-             POST /v1/check",
+            "unknown admin endpoint; try / (the status page), /admin/status, /metrics, /healthz, \
+             /readyz, /admin/rules, /admin/bans, /admin/buckets, POST /admin/explain, \
+             POST /admin/reload, POST /admin/spend or POST /v1/check",
         ),
     }
 }

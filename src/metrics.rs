@@ -370,6 +370,12 @@ impl Metrics {
         }
     }
 
+    /// Whether the shared store is down and local limiting is used
+    /// (`sluice_store_fallback_active`), for the status page.
+    pub fn store_fallback_active(&self) -> bool {
+        self.store_fallback_active.get() != 0
+    }
+
     /// Counts one response sent to a client.
     #[inline]
     pub fn count_response(&self, status: http::StatusCode) {

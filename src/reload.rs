@@ -39,7 +39,8 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    fn name(self) -> &'static str {
+    /// How the log and the status page name it.
+    pub fn name(self) -> &'static str {
         match self {
             Trigger::Signal => "SIGHUP",
             Trigger::Admin => "POST /admin/reload",
@@ -67,6 +68,36 @@ pub struct Reloader {
     last_content: Mutex<Option<u64>>,
     /// Serialises reloads from the three triggers.
     running: tokio::sync::Mutex<()>,
+    /// The config generation and the last reload, for the status page.
+    history: Mutex<History>,
+}
+
+/// The reloads so far, as the status page shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct History {
+    /// 1 for the config sluice started with, one more per reload applied
+    /// (a refused reload keeps the generation running).
+    pub generation: u64,
+    /// The latest reload, applied or refused; `None` before the first.
+    pub last: Option<LastReload>,
+}
+
+/// One reload, as the status page shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastReload {
+    pub at: SystemTime,
+    pub trigger: Trigger,
+    /// `Err` holds the errors as `sluice check` prints them.
+    pub result: Result<(), String>,
+}
+
+impl Default for History {
+    fn default() -> History {
+        History {
+            generation: 1,
+            last: None,
+        }
+    }
 }
 
 impl Reloader {
@@ -78,7 +109,32 @@ impl Reloader {
             proxy,
             last_content: Mutex::new(last),
             running: tokio::sync::Mutex::new(()),
+            history: Mutex::new(History::default()),
         })
+    }
+
+    /// The config generation and the last reload.
+    pub fn history(&self) -> History {
+        self.history
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Notes a reload's result in [`Reloader::history`].
+    fn record(&self, trigger: Trigger, result: Result<(), String>) {
+        let mut history = self
+            .history
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if result.is_ok() {
+            history.generation += 1;
+        }
+        history.last = Some(LastReload {
+            at: SystemTime::now(),
+            trigger,
+            result,
+        });
     }
 
     /// The config file reloaded from.
@@ -126,10 +182,12 @@ impl Reloader {
                 // the running config stays and the proxy keeps serving.
                 self.proxy.reload_failed();
                 tracing::error!(error = %panicked, "config reload failed unexpectedly");
-                return Err(ConfigErrors::io(
+                let errors = ConfigErrors::io(
                     &self.path.display().to_string(),
                     std::io::Error::other("reload failed unexpectedly"),
-                ));
+                );
+                self.record(trigger, Err(errors.to_string()));
+                return Err(errors);
             }
         };
         *self
@@ -138,6 +196,7 @@ impl Reloader {
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = hash;
         match result {
             Ok((applied, warnings)) => {
+                self.record(trigger, Ok(()));
                 tracing::info!(trigger = trigger.name(), "config reloaded");
                 for change in &applied.changes {
                     tracing::info!("reload: {change}");
@@ -154,6 +213,7 @@ impl Reloader {
                 Ok(applied)
             }
             Err(errors) => {
+                self.record(trigger, Err(errors.to_string()));
                 tracing::error!(
                     trigger = trigger.name(),
                     "config reload refused; the running config stays:\n{errors}"

@@ -34,5 +34,7 @@ mod redis_store;
 mod refusal_log;
 mod reload;
 mod request_size;
+mod status;
+mod status_browser;
 mod top;
 mod upstream_pool;
