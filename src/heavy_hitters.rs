@@ -117,20 +117,28 @@ pub struct Hitter {
 }
 
 impl HeavyHitters {
-    /// Counts one request of `key` at `now`; `text` writes the key's text
-    /// form, called at most once per key while it stays in the tally.
+    /// Counts one request of `key` at `now`, and its refusal if `refused`
+    /// (both under one lock); `text` writes the key's text form, called at
+    /// most once per tally while the key stays in it.
     #[inline]
-    pub fn count(&self, kind: Kind, key: u64, now: Nanos, text: impl FnOnce() -> String) {
+    pub fn count(&self, key: u64, refused: bool, now: Nanos, text: impl Fn() -> String) {
         let mut shard = match self.shards[shard_of_this_thread()].lock() {
             Ok(shard) => shard,
             Err(poisoned) => poisoned.into_inner(),
         };
-        let periods = match kind {
-            Kind::Limited => &mut shard.limited,
-            Kind::Requests => &mut shard.requests,
-        };
-        periods.advance(now / PERIOD);
-        periods.current.count(key, kind.text_after(), text);
+        let period = now / PERIOD;
+        let requests = &mut shard.requests;
+        requests.advance(period);
+        requests
+            .current
+            .count(key, Kind::Requests.text_after(), &text);
+        if refused {
+            let limited = &mut shard.limited;
+            limited.advance(period);
+            limited
+                .current
+                .count(key, Kind::Limited.text_after(), &text);
+        }
     }
 
     /// The `n` keys counted most of `kind` over the current period and the
@@ -188,7 +196,7 @@ impl Periods {
 
 impl Tally {
     #[inline]
-    fn count(&mut self, key: u64, text_after: u32, text: impl FnOnce() -> String) {
+    fn count(&mut self, key: u64, text_after: u32, text: &impl Fn() -> String) {
         let mut at = CAPACITY;
         for (slot, &kept) in self.keys[..self.len].iter().enumerate() {
             if kept == key {
@@ -311,7 +319,7 @@ mod tests {
 
     const SECOND: Nanos = 1_000_000_000;
 
-    fn text(key: u64) -> impl FnOnce() -> String {
+    fn text(key: u64) -> impl Fn() -> String {
         move || format!("key-{key}")
     }
 
@@ -320,7 +328,7 @@ mod tests {
         let hitters = HeavyHitters::default();
         for (key, times) in [(1, 5), (2, 9), (3, 1)] {
             for _ in 0..times {
-                hitters.count(Kind::Requests, key, SECOND, text(key));
+                hitters.count(key, false, SECOND, text(key));
             }
         }
         let top = hitters.top(Kind::Requests, 2, SECOND);
@@ -351,7 +359,7 @@ mod tests {
     #[test]
     fn a_refused_key_is_named_at_once() {
         let hitters = HeavyHitters::default();
-        hitters.count(Kind::Limited, 7, SECOND, text(7));
+        hitters.count(7, true, SECOND, text(7));
         let top = hitters.top(Kind::Limited, 1, SECOND);
         assert_eq!(top[0].text.as_deref(), Some("key-7"));
     }
@@ -359,12 +367,12 @@ mod tests {
     #[test]
     fn a_heavy_key_survives_a_flood_of_one_off_keys_and_memory_stays_bounded() {
         let hitters = HeavyHitters::default();
-        let mut named = 0;
+        let named = std::cell::Cell::new(0);
         for i in 0..100_000u64 {
             // The heavy key is one request in ten; the rest never repeat.
             let key = if i % 10 == 0 { 42 } else { 1_000 + i };
-            hitters.count(Kind::Requests, key, SECOND, || {
-                named += 1;
+            hitters.count(key, false, SECOND, || {
+                named.set(named.get() + 1);
                 String::from("x")
             });
         }
@@ -381,16 +389,17 @@ mod tests {
         assert_eq!(shard.requests.current.len, CAPACITY);
         drop(shard);
         // Only keys that proved themselves were named (the heavy one).
+        let named = named.get();
         assert!(named <= 1 + CAPACITY, "{named} texts written");
     }
 
     #[test]
     fn counts_fade_after_one_to_two_periods() {
         let hitters = HeavyHitters::default();
-        hitters.count(Kind::Limited, 1, SECOND, text(1));
+        hitters.count(1, true, SECOND, text(1));
         // Still seen in the next period...
         let next = PERIOD + SECOND;
-        hitters.count(Kind::Limited, 2, next, text(2));
+        hitters.count(2, true, next, text(2));
         let keys = |now| -> Vec<u64> {
             hitters
                 .top(Kind::Limited, 10, now)
@@ -412,7 +421,7 @@ mod tests {
                 let hitters = std::sync::Arc::clone(&hitters);
                 std::thread::spawn(move || {
                     for _ in 0..1_000 {
-                        hitters.count(Kind::Requests, 5, SECOND, text(5));
+                        hitters.count(5, false, SECOND, text(5));
                     }
                 })
             })

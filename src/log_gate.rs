@@ -39,7 +39,11 @@ impl LogGate {
             // old second's tally: off by one at worst).
             self.lines.store(0, Ordering::Relaxed);
         }
-        if self.lines.fetch_add(1, Ordering::Relaxed) < LINES_PER_SECOND {
+        // Once the second's lines are spent (an attack), only the count of
+        // held-back lines moves.
+        if self.lines.load(Ordering::Relaxed) < LINES_PER_SECOND
+            && self.lines.fetch_add(1, Ordering::Relaxed) < LINES_PER_SECOND
+        {
             Some(self.suppressed.swap(0, Ordering::Relaxed))
         } else {
             self.suppressed.fetch_add(1, Ordering::Relaxed);

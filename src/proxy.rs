@@ -50,7 +50,6 @@ use smallvec::SmallVec;
 
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{Config, MissingPolicy, StoreBackend};
-use crate::heavy_hitters::Kind;
 use crate::key::client_ip::ForwardedHeader;
 use crate::key::{path, RequestFacts};
 use crate::limiter::Decision;
@@ -778,10 +777,6 @@ fn count_hitters(
 ) {
     let now = admission.decided_at;
     let text = |applicable: &Applicable<'_>| policy.keys.key_text(&applicable.rule.key, facts);
-    for applicable in enforced.iter().chain(shadowed) {
-        let hitters = &applicable.rule.hitters;
-        hitters.count(Kind::Requests, applicable.key, now, || text(applicable));
-    }
     let refused_by = |applicable: &Applicable<'_>| match admission.outcome {
         Outcome::Admitted => false,
         Outcome::Banned { rule, .. } => std::ptr::eq(enforced[rule].rule, applicable.rule),
@@ -790,18 +785,21 @@ fn count_hitters(
             .iter()
             .any(|v| std::ptr::eq(v.rule, applicable.rule) && !v.decision.is_allowed()),
     };
-    let refused = match admission.outcome {
+    let refusal = match admission.outcome {
         Outcome::Banned { .. } => Refused::Banned,
         _ => Refused::Limited,
     };
-    for applicable in enforced.iter().filter(|a| refused_by(a)) {
+    for (index, applicable) in enforced.iter().chain(shadowed).enumerate() {
         let rule = applicable.rule;
-        rule.hitters
-            .count(Kind::Limited, applicable.key, now, || text(applicable));
-        let name = Some(&*rule.name);
-        refusal_log::log(&rule.log_gate, now, name, refused, facts, || {
-            text(applicable)
-        });
+        let refused = index < enforced.len() && refused_by(applicable);
+        let key = applicable.key;
+        rule.hitters.count(key, refused, now, || text(applicable));
+        if refused {
+            let name = Some(&*rule.name);
+            refusal_log::log(&rule.log_gate, now, name, refusal, facts, || {
+                text(applicable)
+            });
+        }
     }
 }
 
