@@ -38,8 +38,8 @@ pub use crate::key::BucketKey;
 pub use crate::limiter::Carry;
 use crate::limiter::Limiter;
 pub use admission::{
-    Admission, Ask, Asks, Decisions, Outcome, QueuedPermit, Receipt, RuleAsk, Settle, StoreError,
-    Taken,
+    Admission, Ask, Asks, Decisions, Handover, Outcome, QueuedPermit, Receipt, RuleAsk, Settle,
+    StoreError, Taken,
 };
 pub use memory::{
     BucketTable, MemoryStore, PermitGrant, StoreStats, TableName, PERMIT_REFUSED, PERMIT_RETRY,
@@ -176,11 +176,31 @@ impl Store {
         }
     }
 
+    /// Completes when the permit `queued` waits for is the waiter's:
+    /// `true`, or `false` if it never will be (the queue forgot the
+    /// waiter). Dropping the future abandons the wait: then call
+    /// [`Store::leave_queue`].
+    pub async fn permit_arrives(&self, queued: &mut QueuedPermit) -> bool {
+        match (&mut queued.handover, self) {
+            (Handover::Local { ready, .. }, _) => ready.await.is_ok(),
+            (Handover::Shared, Store::Redis(store)) => store.claim(&queued.receipt).await,
+            (Handover::Shared, _) => false,
+        }
+    }
+
     /// A queued permit request gives up: `true` if it left without a permit,
     /// `false` if one had been handed to it (the caller then owns it, and
-    /// returns it by settling its receipt).
+    /// returns it by settling its receipt). A shared queue is left
+    /// together with any permit claimed meanwhile: always `true`.
     pub fn leave_queue(&self, queued: &QueuedPermit) -> bool {
-        self.local().leave_queue(queued)
+        match (&queued.handover, self) {
+            (Handover::Local { .. }, _) => self.local().leave_queue(queued),
+            (Handover::Shared, Store::Redis(store)) => {
+                store.leave_queue(&queued.receipt);
+                true
+            }
+            (Handover::Shared, _) => true,
+        }
     }
 
     /// The in-memory store this backend decides with locally: itself, or

@@ -8,8 +8,8 @@ use toml::Spanned;
 
 use super::limits::WrittenLimit;
 use super::raw::RawRule;
-use super::validate::{Validator, NOT_SUPPORTED};
-use super::{AlgorithmKind, KeySource, MissingPolicy, OnChange, OnLimit, RuleConfig, StoreBackend};
+use super::validate::Validator;
+use super::{AlgorithmKind, KeySource, MissingPolicy, OnChange, RuleConfig};
 
 /// What tiers, overrides, sunset and ban need to know about their rule.
 pub(super) struct RuleContext<'r> {
@@ -69,34 +69,6 @@ impl Validator<'_> {
             rules.push(validated);
         }
         rules
-    }
-
-    /// What the Redis store cannot keep yet is refused where it is
-    /// written: queueing for a concurrency permit (`on_limit = "delay"` on
-    /// a `concurrency` rule) needs a permit queue the instances share.
-    pub(super) fn rules_fit_the_store(
-        &mut self,
-        raw: &[RawRule],
-        rules: &[RuleConfig],
-        backend: &StoreBackend,
-    ) {
-        if *backend == StoreBackend::Memory {
-            return;
-        }
-        for (index, (raw, rule)) in raw.iter().zip(rules).enumerate() {
-            let queues = rule.algorithm == AlgorithmKind::Concurrency
-                && matches!(rule.on_limit, OnLimit::Delay { .. });
-            if let (true, Some(field)) = (queues, &raw.on_limit) {
-                self.error(
-                    field.span().start,
-                    &format!("rule[{index}].on_limit"),
-                    format!(
-                        "queueing for a permit (on_limit = \"delay\" on a concurrency rule) with \
-                         backend = \"redis\" {NOT_SUPPORTED}; use \"reject\", or backend = \"memory\""
-                    ),
-                );
-            }
-        }
     }
 
     fn rule(&mut self, index: usize, at: usize, raw: &RawRule, ipv6_prefix: u8) -> RuleConfig {

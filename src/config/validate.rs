@@ -283,7 +283,6 @@ impl Validator<'_> {
         };
         let rules = self.rules(&raw.rule, server.ipv6_prefix);
         self.jwt_sources_need_identity(&raw.rule, identity.jwt.is_some());
-        self.rules_fit_the_store(&raw.rule, &rules, &store.backend);
         Config {
             server,
             admin,
@@ -868,11 +867,6 @@ urls = ["redis://a:7000"]
 mode = "hybrid"
 timeout = "0s"
 on_error = "maybe"
-[[rule]]
-name = "render"
-algorithm = "concurrency"
-max_in_flight = 2
-on_limit = "delay"
 "#,
         );
         assert_eq!(
@@ -883,7 +877,6 @@ on_limit = "delay"
                 "test.toml:8:8: store.redis.mode: mode = \"hybrid\" is not supported by this version of sluice yet; use \"strict\"",
                 "test.toml:9:11: store.redis.timeout: must be longer than zero (default \"20ms\")",
                 "test.toml:10:12: store.redis.on_error: \"maybe\" is not allowed; use one of \"local\", \"allow\", \"deny\"",
-                "test.toml:15:12: rule[0].on_limit: queueing for a permit (on_limit = \"delay\" on a concurrency rule) with backend = \"redis\" is not supported by this version of sluice yet; use \"reject\", or backend = \"memory\"",
             ],
             "{lines:#?}"
         );

@@ -409,7 +409,7 @@ async fn wait_for_permit(
     let arrived = {
         let queued = waiting.queued.as_mut()?;
         tokio::select! {
-            handed = &mut queued.ready => handed.is_ok(),
+            handed = store.permit_arrives(queued) => handed,
             () = clock.sleep_until(deadline) => false,
         }
     };

@@ -221,12 +221,25 @@ pub enum Settle {
 pub struct QueuedPermit {
     /// The permit's receipt once it arrives.
     pub receipt: Receipt,
-    /// The waiter's place in the queue, to leave it.
-    pub id: u64,
-    /// Completes when a permit is handed over.
-    pub ready: oneshot::Receiver<()>,
+    /// How the permit reaches the waiter.
+    pub handover: Handover,
     /// The most the request may wait (`max_delay`).
     pub max_wait: Nanos,
+}
+
+/// How a queued request learns that a permit is its own.
+#[derive(Debug)]
+pub enum Handover {
+    /// This instance's queue: waiter number `id`, whose permit is handed
+    /// over through `ready` by the request returning it.
+    Local {
+        id: u64,
+        ready: oneshot::Receiver<()>,
+    },
+    /// A queue the instances share: the receipt's lease names the waiter's
+    /// ticket, and the waiter claims its permit from the store when its
+    /// turn comes (nobody can hand it over across instances).
+    Shared,
 }
 
 /// A store call that failed. Nothing was taken.

@@ -21,6 +21,7 @@ mod differential;
 mod fair_share;
 mod leases;
 mod link;
+mod permit_queue;
 mod script;
 
 use std::sync::Arc;
@@ -30,7 +31,8 @@ use redis::Cmd;
 use smallvec::SmallVec;
 
 use super::admission::{
-    Admission, Ask, Asks, Decisions, Outcome, Receipt, RuleAsk, Settle, StoreError, Taken,
+    Admission, Ask, Asks, Decisions, Handover, Outcome, QueuedPermit, Receipt, RuleAsk, Settle,
+    StoreError, Taken,
 };
 use super::memory::{BucketTable, MemoryStore};
 use super::UNASKED;
@@ -39,6 +41,7 @@ use crate::limiter::{Decision, Limiter};
 use fair_share::FairShare;
 use leases::Leases;
 pub use link::{Link, Seed};
+use permit_queue::Waiters;
 use script::Call;
 
 /// Where a Redis store connects and how long it waits.
@@ -64,6 +67,8 @@ pub struct RedisStore {
     link: Link,
     fair_share: Arc<FairShare>,
     leases: Arc<Leases>,
+    /// Requests here waiting in a shared permit queue.
+    waiters: Arc<Waiters>,
     prefix: Box<str>,
     /// Take time from Redis (`TIME`); `false` in tests, which pass exact
     /// instants.
@@ -86,6 +91,7 @@ impl RedisStore {
             },
             fair_share: FairShare::new(settings.instances),
             leases: Leases::new(random_u64()),
+            waiters: Arc::default(),
             prefix: settings.prefix.into(),
             server_time: true,
         })
@@ -208,7 +214,14 @@ impl RedisStore {
                 .filter(|_| !rule.shadow)
                 .map(|bans| (bans, rule.ban));
             let mut one = Asks::default();
-            one.push_rule(rule.key, false, bans, limits.iter().copied());
+            // A request queues for one permit at most: once it waits for
+            // one, a later rule's permit is taken now or refused.
+            let queueing = admission.queued.is_none();
+            let now_or_queue = limits.iter().map(|ask| match ask.limiter {
+                Limiter::Concurrency(_) if !queueing => Ask { hold: None, ..*ask },
+                _ => *ask,
+            });
+            one.push_rule(rule.key, false, bans, now_or_queue);
             let leases = self.lease_ids(limits);
             let mut call = self.call("admit", now);
             call.asks(&one, &leases);
@@ -307,12 +320,17 @@ impl RedisStore {
     /// Gives back every receipt `admission` holds (a later rule refused, or
     /// failed), and empties it.
     async fn give_back(&self, admission: &mut Admission, now: Nanos) {
+        if let Some(queued) = admission.queued.take() {
+            self.leave_queue(&queued.receipt);
+        }
         let mut receipts = std::mem::take(&mut admission.receipts);
-        for command in self.settling(&mut receipts, Settle::GiveBack, now) {
+        let (commands, returned) = self.settling(&mut receipts, Settle::GiveBack, now);
+        for command in commands {
             if let Err(error) = self.link.run::<redis::Value>(command).await {
                 tracing::debug!(%error, "units of a refused request not given back");
             }
         }
+        self.wake(&returned);
     }
 
     /// A new lease number for each concurrency limit of `limits`.
@@ -336,18 +354,25 @@ impl RedisStore {
         at: Nanos,
     ) {
         for (offset, ask) in limits.iter().enumerate() {
-            let wait = admission.decisions[first_slot + offset].wait();
+            let decision = admission.decisions[first_slot + offset];
+            let wait = decision.wait();
+            let mut queued = false;
             let taken = match ask.limiter {
                 Limiter::Concurrency(_) => {
                     let id = leases.next().expect("a lease number per permit");
-                    let key = script::key_name(&self.prefix, ask.table, ask.key);
-                    self.leases.taken(id, key);
+                    // Held with no wait: a ticket in the permit's queue,
+                    // named like the lease it becomes once claimed.
+                    queued = matches!(decision, Decision::Hold { .. });
+                    if !queued {
+                        let key = script::key_name(&self.prefix, ask.table, ask.key);
+                        self.leases.taken(id, key);
+                    }
                     Taken::Lease { id }
                 }
                 _ if wait > 0 => Taken::Reserved { at: at + wait },
                 _ => Taken::Bucket,
             };
-            admission.receipts.push(Receipt {
+            let receipt = Receipt {
                 rule: index,
                 table: ask.table.clone(),
                 key: ask.key,
@@ -357,8 +382,69 @@ impl RedisStore {
                 at,
                 charged: 0,
                 settled: false,
-            });
+            };
+            if queued {
+                admission.queued = Some(Box::new(QueuedPermit {
+                    receipt,
+                    handover: Handover::Shared,
+                    max_wait: ask.hold.map_or(0, |hold| hold.max_wait),
+                }));
+            } else {
+                admission.receipts.push(receipt);
+            }
         }
+    }
+
+    /// Waits until the permit `receipt` queued for is claimed: `true`, or
+    /// `false` once its ticket has lapsed (see [`permit_queue`]). While
+    /// Redis fails the waiter keeps asking, until its `max_delay` ends the
+    /// wait.
+    pub async fn claim(&self, receipt: &Receipt) -> bool {
+        let Taken::Lease { id } = receipt.taken else {
+            return false;
+        };
+        let key = script::key_name(&self.prefix, &receipt.table, receipt.key);
+        let waiting = self.waiters.enter(&key);
+        let mut pause = permit_queue::FIRST_POLL;
+        loop {
+            // Listening before asking: a permit returned meanwhile rings.
+            let rung = waiting.bell.notified();
+            tokio::pin!(rung);
+            rung.as_mut().enable();
+            // With injected time (tests), every claim is at the admission's
+            // instant.
+            let mut call = self.call("claim", receipt.at);
+            call.claim(receipt, id);
+            match self.link.run::<script::Answer>(call.finish()).await {
+                Ok(answer) => match answer.get(1) {
+                    Some(1) => {
+                        self.leases.taken(id, key);
+                        return true;
+                    }
+                    Some(0) => return false,
+                    _ => {}
+                },
+                Err(error) => tracing::debug!(%error, "a queued permit not claimed yet"),
+            }
+            tokio::select! {
+                () = &mut rung => pause = permit_queue::FIRST_POLL,
+                () = tokio::time::sleep(pause) => {
+                    pause = (pause * 2).min(permit_queue::LAST_POLL);
+                }
+            }
+        }
+    }
+
+    /// A waiter gives up: its ticket leaves the queue, with the lease it
+    /// may have claimed just before (sent by a task).
+    pub fn leave_queue(&self, receipt: &Receipt) {
+        let Taken::Lease { id } = receipt.taken else {
+            return;
+        };
+        self.leases.returned(id);
+        let mut call = self.call("settle", receipt.at);
+        call.receipt(receipt, 5, id);
+        self.link.send_detached(call.finish());
     }
 
     /// Bans `key` by the rule of `table` for `lasts` in Redis too, so that
@@ -386,27 +472,62 @@ impl RedisStore {
         how: Settle,
         now: Nanos,
     ) -> Result<(), StoreError> {
-        for command in self.settling(std::slice::from_mut(receipt), how, now) {
+        let (commands, returned) = self.settling(std::slice::from_mut(receipt), how, now);
+        for command in commands {
             self.link.run::<redis::Value>(command).await?;
         }
+        self.wake(&returned);
         Ok(())
+    }
+
+    /// Permits of `keys` came back: their waiters here claim at once.
+    fn wake(&self, keys: &[String]) {
+        for key in keys {
+            self.waiters.wake(key);
+        }
     }
 
     /// See [`crate::store::Store::settle_detached`]: the receipts are marked
     /// settled now and the calls are sent by a task. A call that fails is
     /// logged and lost: a charge or a refund missed, never a request held.
     pub fn settle_detached(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) {
-        for command in self.settling(receipts, how, now) {
-            self.link.send_detached(command);
+        let (commands, returned) = self.settling(receipts, how, now);
+        if returned.is_empty() {
+            for command in commands {
+                self.link.send_detached(command);
+            }
+            return;
         }
+        // A permit someone here waits for: wake them once it is back.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (link, waiters) = (self.link.clone(), Arc::clone(&self.waiters));
+        runtime.spawn(async move {
+            for command in commands {
+                if let Err(error) = link.run::<redis::Value>(command).await {
+                    tracing::debug!(%error, "a settlement was not sent to Redis");
+                }
+            }
+            for key in &returned {
+                waiters.wake(key);
+            }
+        });
     }
 
     /// The settle calls for `receipts`, marking them as
     /// [`MemoryStore::settle`] does: one call (one per rule on a Redis
     /// Cluster, whose calls keep to one slot); none when there is nothing to
     /// send (kept units stay where they are in Redis).
-    fn settling(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) -> SmallVec<[Cmd; 1]> {
+    /// Also the keys of the permits returned that requests here wait for.
+    fn settling(
+        &self,
+        receipts: &mut [Receipt],
+        how: Settle,
+        now: Nanos,
+    ) -> (SmallVec<[Cmd; 1]>, Vec<String>) {
         let mut calls: SmallVec<[(usize, Call<'_>); 1]> = SmallVec::new();
+        let mut returned = Vec::new();
         for receipt in receipts {
             let charge = matches!(how, Settle::Charge(_));
             if receipt.settled && !charge {
@@ -416,6 +537,9 @@ impl RedisStore {
             let (code, units) = match (receipt.taken, how) {
                 (Taken::Lease { id }, Settle::Keep | Settle::GiveBack) => {
                     self.leases.returned(id);
+                    if self.waiters.any() {
+                        returned.push(script::key_name(&self.prefix, &receipt.table, receipt.key));
+                    }
                     (3, id)
                 }
                 (Taken::Lease { .. }, Settle::Charge(_)) => continue,
@@ -445,7 +569,8 @@ impl RedisStore {
             };
             calls[at].1.receipt(receipt, code, units);
         }
-        calls.into_iter().map(|(_, call)| call.finish()).collect()
+        let commands = calls.into_iter().map(|(_, call)| call.finish()).collect();
+        (commands, returned)
     }
 
     /// See [`crate::store::Store::spend`].

@@ -547,9 +547,70 @@ pub async fn a_request_queues_for_one_permit_at_most(store: Store) {
         .await
         .admitted());
     // The first went to the request that queued for it.
-    let queued = waiting.queued.expect("queued");
-    let mut ready = queued.ready;
-    assert!(ready.try_recv().is_ok());
+    let mut queued = waiting.queued.expect("queued");
+    let arrives = store.permit_arrives(&mut queued);
+    let arrived = tokio::time::timeout(std::time::Duration::from_secs(5), arrives).await;
+    assert_eq!(arrived, Ok(true));
+    // And it counts: the permit is taken until its receipt is settled.
+    assert!(!admit(&store, &one_rule_each([first.ask(3, 1)]), T0)
+        .await
+        .admitted());
+    store
+        .settle(&mut queued.receipt, Settle::Keep, T0)
+        .await
+        .unwrap();
+    assert!(admit(&store, &one_rule_each([first.ask(3, 1)]), T0)
+        .await
+        .admitted());
+}
+
+pub async fn queued_permits_pass_in_arrival_order_and_a_leaver_takes_none(store: Store) {
+    let hold = Some(HoldLimits {
+        max_wait: 5 * SEC,
+        max_queued: 2,
+    });
+    let limit = Limit::new(&store, concurrency(1));
+    let one = one_rule_each([queued(hold, &limit)]);
+    let mut holder = admit(&store, &one, T0).await;
+    assert!(holder.admitted() && holder.queued.is_none());
+    let mut waiters = Vec::new();
+    for _ in 0..2 {
+        let mut waiting = admit(&store, &one, T0).await;
+        assert!(waiting.admitted());
+        assert!(matches!(
+            waiting.decisions[0],
+            Decision::Hold { wait: 0, .. }
+        ));
+        waiters.push(waiting.queued.take().expect("queued"));
+    }
+    // The queue is full: refused now.
+    let full = admit(&store, &one, T0).await;
+    assert_eq!(full.outcome, Outcome::Limited);
+    // The first waiter leaves; the holder's permit goes to the second.
+    let leaver = waiters.remove(0);
+    assert!(store.leave_queue(&leaver));
+    let mut second = waiters.remove(0);
+    let quick = std::time::Duration::from_millis(300);
+    let early = tokio::time::timeout(quick, store.permit_arrives(&mut second)).await;
+    assert!(early.is_err(), "a permit arrived while every one was taken");
+    store
+        .settle(&mut holder.receipts[0], Settle::Keep, T0)
+        .await
+        .unwrap();
+    let arrives = store.permit_arrives(&mut second);
+    let arrived = tokio::time::timeout(std::time::Duration::from_secs(5), arrives).await;
+    assert_eq!(arrived, Ok(true));
+    // Newcomers queue behind it, not past it.
+    let late = admit(&store, &one, T0).await;
+    assert!(late.queued.is_some());
+    assert!(store.leave_queue(late.queued.as_ref().unwrap()));
+    store
+        .settle(&mut second.receipt, Settle::Keep, T0)
+        .await
+        .unwrap();
+    assert!(admit(&store, &one_rule_each([limit.ask(3, 1)]), T0)
+        .await
+        .admitted());
 }
 
 /// A failing call surfaces a [`StoreError`] (here: the fault-injecting
@@ -606,6 +667,7 @@ store_suite!(
         a_debt_refuses_until_repaid_and_retry_after_counts_it,
         a_late_refund_goes_back_to_the_window_it_was_taken_in,
         a_request_queues_for_one_permit_at_most,
+        queued_permits_pass_in_arrival_order_and_a_leaver_takes_none,
         a_held_request_reserves_and_a_give_back_cancels,
     ]
 );
@@ -657,8 +719,7 @@ async fn redis_store_on(urls: Vec<String>, cluster: bool) -> Store {
     Store::Redis(store)
 }
 
-/// The checks every Redis store runs: all but the permit queue of delay
-/// mode (a Redis store has none: delay-mode permits are refused).
+/// The checks every Redis store runs: the memory store's.
 macro_rules! redis_suite {
     ($($backend:ident => $make:expr),* $(,)?) => {
         $(store_suite!(
@@ -678,6 +739,8 @@ macro_rules! redis_suite {
                 a_debt_refuses_until_repaid_and_retry_after_counts_it,
                 a_late_refund_goes_back_to_the_window_it_was_taken_in,
                 a_held_request_reserves_and_a_give_back_cancels,
+                a_request_queues_for_one_permit_at_most,
+                queued_permits_pass_in_arrival_order_and_a_leaver_takes_none,
             ]
         );)*
     };

@@ -344,10 +344,17 @@ max_in_flight = 2
 
 /// The leases in force in Redis for `IN_FLIGHT`'s rule.
 fn leases(redis: &RedisServer) -> usize {
+    members(redis, "in-flight", false)
+}
+
+/// The members of `rule`'s permit sets in Redis: its leases, or the
+/// tickets of its permit queues.
+fn members(redis: &RedisServer, rule: &str, tickets: bool) -> usize {
     let keys = redis
-        .cli(&["--scan", "--pattern", "sluice:{in-flight:*"])
+        .cli(&["--scan", "--pattern", &format!("sluice:{{{rule}:*")])
         .unwrap_or_default();
     keys.lines()
+        .filter(|key| key.ends_with(":queue") == tickets)
         .map(|key| {
             redis
                 .cli(&["ZCARD", key])
@@ -698,4 +705,137 @@ async fn held_requests_on_several_instances_pass_one_slot_apart() {
             sluice.shutdown().await;
         }
     }
+}
+
+const SERIAL: &str = r#"
+[[rule]]
+name = "serial"
+match = { path_prefix = "/slow" }
+key = ["global"]
+algorithm = "concurrency"
+max_in_flight = 1
+on_limit = "delay"
+max_delay = "10s"
+max_queue = 3
+"#;
+
+/// The tickets waiting in Redis for `SERIAL`'s permit.
+fn tickets(redis: &RedisServer) -> usize {
+    members(redis, "serial", true)
+}
+
+async fn until_serial_leases(redis: &RedisServer, expected: usize) {
+    let what = format!("never {expected} leases");
+    eventually(Duration::from_secs(5), &what, || async {
+        members(redis, "serial", false) == expected
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn requests_queued_for_a_permit_on_several_instances_pass_one_at_a_time_in_order() {
+    let redis = RedisServer::start();
+    let (upstream, sluices) = instances(2, &redis.url(), "", SERIAL).await;
+    let started = Instant::now();
+    // Five requests 40 ms apart, alternating instances: the first takes
+    // the permit, the next three queue (max_queue = 3), the fifth finds
+    // the queue full.
+    let mut requests = Vec::new();
+    for seq in 0..5 {
+        let url = sluices[seq % 2].url("/slow/300");
+        requests.push(tokio::spawn(async move {
+            let seq = seq.to_string();
+            let got = send(Method::GET, &url, &[("x-seq", &seq)]).await;
+            (got, started.elapsed())
+        }));
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let mut answers = Vec::new();
+    for request in requests {
+        answers.push(request.await.unwrap());
+    }
+    let statuses: Vec<u16> = answers.iter().map(|(got, _)| got.status.as_u16()).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 429]);
+    assert!(
+        answers[4].1 < Duration::from_millis(1000),
+        "a full queue refuses at once: {:?}",
+        answers[4].1
+    );
+    // One at a time, in arrival order, across both instances.
+    let seen = upstream.seen();
+    let order: Vec<&str> = seen
+        .iter()
+        .filter(|s| s.target.starts_with("/slow"))
+        .map(|s| s.headers["x-seq"].to_str().unwrap())
+        .collect();
+    assert_eq!(order, ["0", "1", "2", "3"]);
+    let slow: Vec<_> = seen
+        .iter()
+        .filter(|s| s.target.starts_with("/slow"))
+        .collect();
+    for pair in slow.windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(
+            gap >= Duration::from_millis(280),
+            "two in flight at once: {gap:?}"
+        );
+    }
+    until_serial_leases(&redis, 0).await;
+    assert_eq!(tickets(&redis), 0);
+    for sluice in &sluices {
+        assert_eq!(
+            sluice.metric(r#"sluice_queue_depth{rule="serial"}"#).await,
+            0.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_that_leaves_or_times_out_gives_its_place_back() {
+    let redis = RedisServer::start();
+    let rules = SERIAL.replace("max_delay = \"10s\"", "max_delay = \"1s\"");
+    let (_upstream, sluices) = instances(2, &redis.url(), "", &rules).await;
+    let url = sluices[0].url("/slow/2500");
+    let holder = tokio::spawn(async move { send(Method::GET, &url, &[]).await.status });
+    until_serial_leases(&redis, 1).await;
+
+    // A client queued on the other instance hangs up: its ticket goes.
+    let url = sluices[1].url("/slow/0");
+    let leaver = tokio::spawn(async move { send(Method::GET, &url, &[]).await });
+    eventually(
+        Duration::from_secs(5),
+        "the waiter never queued",
+        || async { tickets(&redis) == 1 },
+    )
+    .await;
+    leaver.abort();
+    eventually(
+        Duration::from_secs(5),
+        "the leaver's ticket stayed",
+        || async { tickets(&redis) == 0 },
+    )
+    .await;
+
+    // One that waits past max_delay is refused, and its ticket goes too.
+    let waited = Instant::now();
+    let got = send(Method::GET, &sluices[1].url("/slow/0"), &[]).await;
+    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(got.header("retry-after"), Some("1"));
+    assert!(
+        waited.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        waited.elapsed()
+    );
+    eventually(
+        Duration::from_secs(5),
+        "the timed-out ticket stayed",
+        || async { tickets(&redis) == 0 },
+    )
+    .await;
+
+    assert_eq!(holder.await.unwrap(), StatusCode::OK);
+    until_serial_leases(&redis, 0).await;
+    // Nobody is left in the way: the next request passes at once.
+    let got = send(Method::GET, &sluices[1].url("/slow/0"), &[]).await;
+    assert_eq!(got.status, StatusCode::OK);
 }

@@ -19,7 +19,8 @@ use super::MemoryStore;
 use crate::clock::Nanos;
 use crate::limiter::{BucketState, Decision, Limiter};
 use crate::store::admission::{
-    Admission, Ask, Asks, Decisions, Outcome, QueuedPermit, Receipt, RuleAsk, Settle, Taken, INLINE,
+    Admission, Ask, Asks, Decisions, Handover, Outcome, QueuedPermit, Receipt, RuleAsk, Settle,
+    Taken, INLINE,
 };
 use crate::store::{Grant, PermitGrant};
 
@@ -154,8 +155,7 @@ impl MemoryStore {
                         PermitGrant::Queued { id, ready } => {
                             admission.queued = Some(Box::new(QueuedPermit {
                                 receipt: permit_receipt(index, ask, now),
-                                id,
-                                ready,
+                                handover: Handover::Local { id, ready },
                                 max_wait: ask.hold.map_or(0, |hold| hold.max_wait),
                             }));
                             PERMIT_QUEUED
@@ -339,7 +339,13 @@ impl MemoryStore {
     /// `false` if one had been handed to it (the caller then owns it, and
     /// returns it by settling its receipt).
     pub fn leave_queue(&self, queued: &QueuedPermit) -> bool {
-        Self::permits(&queued.receipt.table).leave(queued.receipt.key, queued.id)
+        match queued.handover {
+            Handover::Local { id, .. } => {
+                Self::permits(&queued.receipt.table).leave(queued.receipt.key, id)
+            }
+            // Not one of this store's queues.
+            Handover::Shared => true,
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use redis::{Cmd, FromRedisValue, ParsingError, Value};
 use smallvec::SmallVec;
 
 use crate::clock::Nanos;
-use crate::limiter::{BucketState, Decision, Limiter};
+use crate::limiter::{BucketState, Decision, HoldLimits, Limiter};
 use crate::store::admission::{Ask, Asks, Receipt, StoreError, Taken};
 use crate::store::BucketTable;
 
@@ -88,13 +88,16 @@ impl<'s> Call<'s> {
             ]);
         }
         let mut leases = leases.iter();
-        for ask in &asks.limits {
-            self.limit(ask.table, ask.key, ask.limiter);
-            self.args.push(match ask.limiter {
-                Limiter::Concurrency(_) => *leases.next().expect("a lease per permit"),
-                _ => ask.cost,
-            });
-            self.hold(ask);
+        for rule in &asks.rules {
+            for ask in &asks.limits[rule.limits.clone()] {
+                self.limit(ask.table, ask.key, ask.limiter);
+                self.args.push(match ask.limiter {
+                    Limiter::Concurrency(_) => *leases.next().expect("a lease per permit"),
+                    _ => ask.cost,
+                });
+                // Shadow rules never hold: asked now or never.
+                self.hold(ask.hold.filter(|_| !rule.shadow));
+            }
         }
         for (rule, _) in banning() {
             let table = asks.limits[rule.limits.start].table;
@@ -103,9 +106,9 @@ impl<'s> Call<'s> {
         }
     }
 
-    /// Delay mode's bounds for `ask` (0, 0: it refuses instead).
-    fn hold(&mut self, ask: &Ask<'_>) {
-        match ask.hold {
+    /// Delay mode's bounds (0, 0: the limit refuses instead).
+    fn hold(&mut self, hold: Option<HoldLimits>) {
+        match hold {
             Some(hold) => self
                 .args
                 .extend([hold.max_wait / MICRO, hold.max_queued.max(1)]),
@@ -124,8 +127,15 @@ impl<'s> Call<'s> {
         }
     }
 
+    /// Claims the permit queued for by `receipt`'s ticket, number `ticket`.
+    pub fn claim(&mut self, receipt: &Receipt, ticket: u64) {
+        self.limit(&receipt.table, receipt.key, &receipt.limiter);
+        self.args.push(ticket);
+    }
+
     /// One receipt to settle: `how` 1 gives back, 2 charges `units`, 3
-    /// returns lease number `units`.
+    /// returns lease number `units`, 4 cancels a reservation, 5 leaves the
+    /// permit queue with ticket number `units`.
     pub fn receipt(&mut self, receipt: &Receipt, how: u64, units: u64) {
         self.limit(&receipt.table, receipt.key, &receipt.limiter);
         let at = match receipt.taken {

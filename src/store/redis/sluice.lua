@@ -8,7 +8,7 @@
 -- product below is kept under that bound (`cap`). Divisions go through
 -- `idiv`, which corrects the float quotient, so results are exact integers.
 --
--- ARGV[1]  the operation: "admit" | "peek" | "spend" | "settle"
+-- ARGV[1]  the operation: "admit" | "peek" | "spend" | "settle" | "claim"
 -- ARGV[2]  now in microseconds, or "0" for the server's TIME (production:
 --          instances with skewed clocks agree, windows included). With an
 --          injected time (tests) no expiry is set.
@@ -30,9 +30,12 @@
 --   settle:
 --     per receipt, 6 fields: algorithm, a, b, how (0 keep, 1 give back,
 --     2 charge, 3 return a lease, 4 cancel a reservation: while its instant
---     is ahead, else a give back at that instant, as memory settles it),
---     units (for a lease: its name), taken_at (microseconds; for a
---     reservation: the instant it passes)
+--     is ahead, else a give back at that instant, as memory settles it,
+--     5 leave a permit queue: the ticket and any lease claimed with it),
+--     units (for a lease or a ticket: its name), taken_at (microseconds;
+--     for a reservation: the instant it passes)
+--   claim: one queued permit, KEYS[1] its limit's key, then the 4 fields
+--     algorithm (4), max_in_flight, lease TTL, the ticket's name
 --
 -- Algorithms (a, b):
 --   1 token bucket (GCRA): emission interval T, tolerance tau (microseconds)
@@ -45,8 +48,8 @@
 --
 -- Delay mode: a limit whose max_queued is above 0 reserves (`reserve`)
 -- instead of acquiring; the token bucket, the fixed window, the leaky
--- bucket and the sliding log have a delay mode, the others decide as in
--- reject mode. When several limits of a request hold it, it passes at the
+-- bucket, the sliding log and concurrency permits have a delay mode, the
+-- sliding window decides as in reject mode. When several limits of a request hold it, it passes at the
 -- latest of their instants, and the limits that would let it pass earlier
 -- count it there where they can (`reschedule`: token and leaky buckets),
 -- as memory's `acquire_all` does.
@@ -59,8 +62,10 @@
 -- reset_after, retry_after (-1: never), wait, then per banning rule how
 -- long the ban its strike just started lasts (0: none) } for admit, peek
 -- and spend (spend: what a request of cost 1 would be told after the
--- spend); { now, 3, b, left } when banning rule b bans the caller for
--- `left` more (no bucket was asked); { now } for settle.
+-- spend; a permit held in its queue is "held" with wait 0); { now, 3, b,
+-- left } when banning rule b bans the caller for `left` more (no bucket
+-- was asked); { now } for settle; { now, claimed } for claim: 1 the permit
+-- is the ticket's now, 2 not yet, 0 never (the ticket lapsed).
 
 local MAX = 4503599627370496 -- 2^52: every quantity saturates here
 
@@ -611,6 +616,21 @@ end
 -- back. The state is the count of leases in force, and whether this call
 -- takes one; the lease itself (ARGV's cost slot: its name) is written by
 -- `store`.
+--
+-- Delay mode queues for a permit in a second sorted set beside the leases
+-- (`queue_of`, the same hash tag): tickets named like the lease they
+-- become, each scored with the instant its waiter gives up (`max_wait`
+-- after it came: the order of arrival, as every waiter of a rule waits as
+-- long). A request finding every permit taken, or anyone waiting, takes a
+-- ticket; its waiter then claims (`claim`) until its rank among the
+-- tickets is below the permits free. Tickets past their instant are
+-- dropped before counting, so a dead instance's waiters leave too.
+local queued_in_call = false
+
+local function queue_of(key)
+  return key .. ':queue'
+end
+
 local function permits()
   local permit = { lease = true }
 
@@ -621,6 +641,25 @@ local function permits()
       return true, a - s.count, 0, 0
     end
     return false, 0, 0, 1000000
+  end
+
+  -- Delay mode: a permit now if one is free and nobody waits, else a
+  -- ticket while fewer than `max_queued` wait. A request queues for one
+  -- permit at most (it would hold one while waiting for the other).
+  function permit.reserve(s, a, b, cost, max_wait, max_queued)
+    local queue = queue_of(s.key)
+    redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)
+    local waiting = redis.call('ZCARD', queue)
+    if waiting == 0 then
+      local ok, remaining, reset, retry = permit.acquire(s, a, b, cost)
+      if ok or a == 0 then return ok, remaining, reset, retry, 0 end
+    end
+    if queued_in_call or waiting >= max_queued then
+      return false, 0, 0, 1000000
+    end
+    queued_in_call = true
+    s.ticket_until = now + max_wait
+    return true, 0, 0, 0, 0
   end
 
   function permit.peek(s, a, b, cost)
@@ -990,7 +1029,7 @@ local function load(i, base)
   if algorithm.lease then
     limit.member = ARGV[base + 3]
     redis.call('ZREMRANGEBYSCORE', limit.key, '-inf', now)
-    limit.state = { count = redis.call('ZCARD', limit.key), take = false }
+    limit.state = { count = redis.call('ZCARD', limit.key), take = false, key = limit.key }
   else
     limit.state = algorithm.decode(redis.call('GET', limit.key))
   end
@@ -1006,6 +1045,17 @@ local function store(limit)
       local lapses = now + limit.b
       redis.call('ZADD', limit.key, lapses, limit.member)
       if expire then redis.call('PEXPIREAT', limit.key, ceil_div(lapses, 1000)) end
+    end
+    local ticket_until = limit.state.ticket_until
+    if ticket_until then
+      local queue = queue_of(limit.key)
+      redis.call('ZADD', queue, ticket_until, limit.member)
+      if expire then
+        -- Kept until its last ticket lapses (a reload may shorten max_wait
+        -- for the tickets after it).
+        local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+        redis.call('PEXPIREAT', queue, ceil_div(tonumber(last[2]), 1000))
+      end
     end
     return
   end
@@ -1042,6 +1092,7 @@ local function ask_all(limits, first, last, answer, write)
   for i = first, last do
     local limit = limits[i]
     local ok, remaining, reset, retry, wait
+    local ticket = false
     if refused or not write then
       ok, remaining, reset, retry = limit.alg.peek(limit.state, limit.a, limit.b, limit.n)
     else
@@ -1049,6 +1100,7 @@ local function ask_all(limits, first, last, answer, write)
       if limit.max_queued > 0 and limit.alg.reserve then
         ok, remaining, reset, retry, wait =
           limit.alg.reserve(state, limit.a, limit.b, limit.n, limit.max_wait, limit.max_queued)
+        ticket = state.ticket_until ~= nil
       else
         ok, remaining, reset, retry = limit.alg.acquire(state, limit.a, limit.b, limit.n)
       end
@@ -1057,7 +1109,7 @@ local function ask_all(limits, first, last, answer, write)
     wait = (ok and wait) or 0
     waits[i] = wait
     local code = 0
-    if ok then code = (wait > 0 and 2) or 1 end
+    if ok then code = ((wait > 0 or ticket) and 2) or 1 end
     report(answer, i, code, remaining, reset, retry, wait)
     if not ok and write and not refused then
       refused = true
@@ -1100,6 +1152,11 @@ if op == 'settle' then
     if how == 3 then
       -- A lease returned: ARGV's units slot names it.
       redis.call('ZREM', limit.key, ARGV[base + 4])
+    elseif how == 5 then
+      -- A waiter gave up: its ticket, and the lease it may have claimed
+      -- just before.
+      redis.call('ZREM', queue_of(limit.key), ARGV[base + 4])
+      redis.call('ZREM', limit.key, ARGV[base + 4])
     elseif how == 1 then
       limit.alg.refund(limit.state, limit.a, limit.b, units, taken_at)
       store(limit)
@@ -1119,6 +1176,21 @@ if op == 'settle' then
     i, base = i + 1, base + 6
   end
   return reply({ now })
+end
+
+if op == 'claim' then
+  local limit = load(1, 3)
+  local queue = queue_of(limit.key)
+  redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)
+  local rank = redis.call('ZRANK', queue, limit.member)
+  if not rank then return reply({ now, 0 }) end
+  -- The first `free` waiters may take the free permits, whichever asks
+  -- first: a waiter behind them never overtakes them.
+  if rank >= limit.a - limit.state.count then return reply({ now, 2 }) end
+  redis.call('ZREM', queue, limit.member)
+  limit.state.take = true
+  store(limit)
+  return reply({ now, 1 })
 end
 
 local enforced = tonumber(ARGV[3])
