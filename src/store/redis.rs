@@ -16,6 +16,7 @@
 //! Redis, checked and counted in the same call (README, "Running several
 //! instances").
 
+mod batch;
 #[cfg(test)]
 mod differential;
 mod fair_share;
@@ -132,8 +133,16 @@ impl RedisStore {
     }
 
     fn call(&self, op: &'static str, now: Nanos) -> Call<'_> {
-        let now = if self.server_time { 0 } else { now / 1_000 };
-        Call::new(self.link.script_hash(), op, now, &self.prefix)
+        Call::new(self.link.script_hash(), op, self.now_us(now), &self.prefix)
+    }
+
+    /// The instant a call asks for: 0 for the server's time.
+    fn now_us(&self, now: Nanos) -> u64 {
+        if self.server_time {
+            0
+        } else {
+            now / 1_000
+        }
     }
 
     /// See [`crate::store::Store::admit`]. The bans and strikes of a rule
@@ -168,7 +177,12 @@ impl RedisStore {
         let leases = self.lease_ids(&asks.limits);
         let mut call = self.call("admit", now);
         call.asks(asks, &leases);
-        let answer: script::Answer = self.link.run(call.finish()).await?;
+        let answer = if self.link.is_cluster() {
+            // Another request's keys may be in another slot: no batch.
+            self.link.run(call.finish()).await?
+        } else {
+            batch::admit(&self.link, call.into_body(), self.now_us(now)).await?
+        };
         let at = script::instant(&answer)?;
         reset(admission, asks.limits.len(), at);
         if !self.take_verdict(asks, 0..asks.rules.len(), &answer, now, admission)? {

@@ -49,23 +49,23 @@ impl FailingStore {
 
 /// A moment well inside a second, a minute and an hour (windows align to
 /// Unix-time multiples of their period).
-const T0: Nanos = 1_800_000_000 * SEC + SEC / 4;
+pub(crate) const T0: Nanos = 1_800_000_000 * SEC + SEC / 4;
 
 /// One limiter and its table, as a policy snapshot would hold them.
-struct Limit {
+pub(crate) struct Limit {
     limiter: Limiter,
     table: BucketTable,
 }
 
 impl Limit {
-    fn new(store: &Store, limiter: Limiter) -> Limit {
+    pub(crate) fn new(store: &Store, limiter: Limiter) -> Limit {
         Limit {
             table: store.table(&limiter),
             limiter,
         }
     }
 
-    fn ask(&self, key: u64, cost: u64) -> Ask<'_> {
+    pub(crate) fn ask(&self, key: u64, cost: u64) -> Ask<'_> {
         Ask {
             table: &self.table,
             key,
@@ -76,7 +76,7 @@ impl Limit {
     }
 }
 
-fn token_bucket(count: u64, secs: u64) -> Limiter {
+pub(crate) fn token_bucket(count: u64, secs: u64) -> Limiter {
     Limiter::TokenBucket(Gcra::new(rate(count, secs), count))
 }
 
@@ -695,7 +695,7 @@ pub(crate) async fn redis_cluster_store() -> Store {
     redis_store_on(urls.clone(), true).await
 }
 
-async fn redis_store_on(urls: Vec<String>, cluster: bool) -> Store {
+pub(crate) async fn redis_store_on(urls: Vec<String>, cluster: bool) -> Store {
     use crate::store::{RedisSettings, RedisStore};
     let settings = RedisSettings {
         urls,

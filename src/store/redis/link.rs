@@ -100,6 +100,11 @@ impl Link {
         matches!(self.0.client, Node::Cluster(_))
     }
 
+    /// What tells this link from another (links are shared by cloning).
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
     /// Whether calls are being sent to Redis.
     pub fn is_up(&self) -> bool {
         self.0.up.load().is_some()

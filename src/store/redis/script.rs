@@ -19,13 +19,20 @@ pub const SOURCE: &str = include_str!("sluice.lua");
 
 const MICRO: Nanos = 1_000;
 
-/// One call of the script being written: its keys and arguments. The keys
-/// are written one after the other into one text (no allocation per key),
-/// and the command is sized once when finished.
+/// One call of the script being written: its keys and arguments.
 pub struct Call<'s> {
     hash: &'s str,
     prefix: &'s str,
     op: &'static str,
+    body: Body,
+}
+
+/// A call's keys and numbers (`now` first), owned: what a batch of
+/// admissions gathers from its requests' calls. The keys are written one
+/// after the other into one text (no allocation per key), and the command
+/// is sized once when finished.
+#[derive(Debug)]
+pub struct Body {
     /// Every key, back to back...
     key_text: String,
     /// ... and where each ends in it.
@@ -33,19 +40,79 @@ pub struct Call<'s> {
     args: SmallVec<[u64; 24]>,
 }
 
-impl<'s> Call<'s> {
-    /// A call of operation `op` at `now_us` (0: the server's time).
-    pub fn new(hash: &'s str, op: &'static str, now_us: u64, prefix: &'s str) -> Call<'s> {
+impl Body {
+    fn new(now_us: u64) -> Body {
         let mut args = SmallVec::new();
         args.push(now_us);
-        Call {
-            hash,
-            prefix,
-            op,
+        Body {
             key_text: String::with_capacity(128),
             key_ends: SmallVec::new(),
             args,
         }
+    }
+
+    /// An empty batch of admissions at `now_us` (`batch` in `sluice.lua`).
+    pub fn batch(now_us: u64) -> Body {
+        let mut body = Body::new(now_us);
+        body.args.push(0);
+        body
+    }
+
+    /// Adds the admission `request` (the body of an `admit` call) to this
+    /// batch.
+    pub fn append(&mut self, request: Body) {
+        self.args[1] += 1;
+        let fields = &request.args[1..];
+        self.args.push(request.key_ends.len() as u64);
+        self.args.push(fields.len() as u64);
+        self.args.extend_from_slice(fields);
+        let offset = self.key_text.len();
+        self.key_text.push_str(&request.key_text);
+        self.key_ends
+            .extend(request.key_ends.iter().map(|end| offset + end));
+    }
+
+    /// How many admissions the batch holds.
+    pub fn requests(&self) -> u64 {
+        self.args.get(1).copied().unwrap_or(0)
+    }
+
+    /// The `EVALSHA` command of operation `op` for the script `hash`.
+    /// (Each number is an argument of its own: sent as one string, they
+    /// cost sluice 1.7k instructions less per call but Redis, which every
+    /// instance shares, 10k more to split.)
+    pub fn command(self, hash: &str, op: &str) -> Cmd {
+        let keys = self.key_ends.len();
+        // Room for every argument (numbers take at most 20 digits).
+        let mut cmd = Cmd::with_capacity(
+            4 + keys + self.args.len(),
+            16 + hash.len() + self.key_text.len() + 20 * self.args.len(),
+        );
+        cmd.arg("EVALSHA").arg(hash).arg(keys);
+        let mut start = 0;
+        for &end in &self.key_ends {
+            cmd.arg(&self.key_text[start..end]);
+            start = end;
+        }
+        cmd.arg(op).arg(&self.args[..]);
+        cmd
+    }
+}
+
+impl<'s> Call<'s> {
+    /// A call of operation `op` at `now_us` (0: the server's time).
+    pub fn new(hash: &'s str, op: &'static str, now_us: u64, prefix: &'s str) -> Call<'s> {
+        Call {
+            hash,
+            prefix,
+            op,
+            body: Body::new(now_us),
+        }
+    }
+
+    /// Its keys and numbers, to join a batch.
+    pub fn into_body(self) -> Body {
+        self.body
     }
 
     /// Every limit of `asks`: the enforced rules' limits first (all or
@@ -66,9 +133,9 @@ impl<'s> Call<'s> {
             .filter(|rule| rule.shadow)
             .map(|rule| rule.limits.len() as u64)
             .collect();
-        self.args.push(enforced as u64);
-        self.args.push(shadow.len() as u64);
-        self.args.extend(shadow);
+        self.body.args.push(enforced as u64);
+        self.body.args.push(shadow.len() as u64);
+        self.body.args.extend(shadow);
         // The enforced rules with a `ban`: where their limits are, their
         // policy, and (after every limit's key) their ban key.
         let banning = || {
@@ -77,9 +144,9 @@ impl<'s> Call<'s> {
                 .filter(|rule| !rule.shadow)
                 .filter_map(|rule| Some((rule, rule.ban?)))
         };
-        self.args.push(banning().count() as u64);
+        self.body.args.push(banning().count() as u64);
         for (rule, policy) in banning() {
-            self.args.extend([
+            self.body.args.extend([
                 rule.limits.start as u64 + 1,
                 rule.limits.end as u64,
                 policy.after,
@@ -91,7 +158,7 @@ impl<'s> Call<'s> {
         for rule in &asks.rules {
             for ask in &asks.limits[rule.limits.clone()] {
                 self.limit(ask.table, ask.key, ask.limiter);
-                self.args.push(match ask.limiter {
+                self.body.args.push(match ask.limiter {
                     Limiter::Concurrency(_) => *leases.next().expect("a lease per permit"),
                     _ => ask.cost,
                 });
@@ -101,8 +168,8 @@ impl<'s> Call<'s> {
         }
         for (rule, _) in banning() {
             let table = asks.limits[rule.limits.start].table;
-            write_key(&mut self.key_text, self.prefix, table, rule.key, "ban");
-            self.key_ends.push(self.key_text.len());
+            write_key(&mut self.body.key_text, self.prefix, table, rule.key, "ban");
+            self.body.key_ends.push(self.body.key_text.len());
         }
     }
 
@@ -110,27 +177,28 @@ impl<'s> Call<'s> {
     fn hold(&mut self, hold: Option<HoldLimits>) {
         match hold {
             Some(hold) => self
+                .body
                 .args
                 .extend([hold.max_wait / MICRO, hold.max_queued.max(1)]),
-            None => self.args.extend([0, 0]),
+            None => self.body.args.extend([0, 0]),
         }
     }
 
     /// Every limit of `limits` as one group (spend and peek).
     pub fn all_enforced(&mut self, limits: &[Ask<'_>]) {
-        self.args.push(limits.len() as u64);
-        self.args.extend([0, 0]);
+        self.body.args.push(limits.len() as u64);
+        self.body.args.extend([0, 0]);
         for ask in limits {
             self.limit(ask.table, ask.key, ask.limiter);
-            self.args.push(ask.cost);
-            self.args.extend([0, 0]);
+            self.body.args.push(ask.cost);
+            self.body.args.extend([0, 0]);
         }
     }
 
     /// Claims the permit queued for by `receipt`'s ticket, number `ticket`.
     pub fn claim(&mut self, receipt: &Receipt, ticket: u64) {
         self.limit(&receipt.table, receipt.key, &receipt.limiter);
-        self.args.push(ticket);
+        self.body.args.push(ticket);
     }
 
     /// One receipt to settle: `how` 1 gives back, 2 charges `units`, 3
@@ -143,39 +211,24 @@ impl<'s> Call<'s> {
             Taken::Reserved { at } => at,
             _ => receipt.at,
         };
-        self.args.extend([how, units, at / MICRO]);
+        self.body.args.extend([how, units, at / MICRO]);
     }
 
     fn limit(&mut self, table: &BucketTable, key: u64, limiter: &Limiter) {
         write_key(
-            &mut self.key_text,
+            &mut self.body.key_text,
             self.prefix,
             table,
             key,
             &table.name().limit,
         );
-        self.key_ends.push(self.key_text.len());
-        self.args.extend(parameters(limiter));
+        self.body.key_ends.push(self.body.key_text.len());
+        self.body.args.extend(parameters(limiter));
     }
 
-    /// The `EVALSHA` command. (Each number is an argument of its own: sent
-    /// as one string, they cost sluice 1.7k instructions less per call but
-    /// Redis, which every instance shares, 10k more to split.)
+    /// The `EVALSHA` command.
     pub fn finish(self) -> Cmd {
-        let keys = self.key_ends.len();
-        // Room for every argument (numbers take at most 20 digits).
-        let mut cmd = Cmd::with_capacity(
-            4 + keys + self.args.len(),
-            16 + self.hash.len() + self.key_text.len() + 20 * self.args.len(),
-        );
-        cmd.arg("EVALSHA").arg(self.hash).arg(keys);
-        let mut start = 0;
-        for &end in &self.key_ends {
-            cmd.arg(&self.key_text[start..end]);
-            start = end;
-        }
-        cmd.arg(self.op).arg(&self.args[..]);
-        cmd
+        self.body.command(self.hash, self.op)
     }
 }
 
@@ -269,6 +322,20 @@ impl FromRedisValue for Answer {
             format!("the script answered {text:?}, not integers").into()
         })
     }
+}
+
+/// The answers of a batch of `requests` admissions (`batch` in
+/// `sluice.lua`): each request's integers, after their count.
+pub fn split_batch(answer: &[i64], requests: usize) -> Option<Vec<Answer>> {
+    let mut answers = Vec::with_capacity(requests);
+    let mut at = 0;
+    while at < answer.len() {
+        let count = usize::try_from(answer[at]).ok()?;
+        let part = answer.get(at + 1..at + 1 + count)?;
+        answers.push(Answer(SmallVec::from_slice(part)));
+        at += 1 + count;
+    }
+    (answers.len() == requests).then_some(answers)
 }
 
 /// The integers of `text`, each followed by one space.

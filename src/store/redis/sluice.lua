@@ -1017,10 +1017,10 @@ local algorithms = setmetatable({}, { __index = function(built, number)
 end })
 
 -- One limit: its key, algorithm, parameters and decoded state.
-local function load(i, base)
+local function load(key, base)
   local algorithm = algorithms[tonumber(ARGV[base])]
   local limit = {
-    key = KEYS[i],
+    key = key,
     alg = algorithm,
     a = tonumber(ARGV[base + 1]),
     b = tonumber(ARGV[base + 2]),
@@ -1145,7 +1145,7 @@ end
 if op == 'settle' then
   local i, base = 1, 3
   while base <= #ARGV do
-    local limit = load(i, base)
+    local limit = load(KEYS[i], base)
     local how = tonumber(ARGV[base + 3])
     local units = tonumber(ARGV[base + 4])
     local taken_at = tonumber(ARGV[base + 5])
@@ -1179,7 +1179,7 @@ if op == 'settle' then
 end
 
 if op == 'claim' then
-  local limit = load(1, 3)
+  local limit = load(KEYS[1], 3)
   local queue = queue_of(limit.key)
   redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)
   local rank = redis.call('ZRANK', queue, limit.member)
@@ -1191,36 +1191,6 @@ if op == 'claim' then
   limit.state.take = true
   store(limit)
   return reply({ now, 1 })
-end
-
-local enforced = tonumber(ARGV[3])
-local shadow_rules = tonumber(ARGV[4])
-local ban_rules = tonumber(ARGV[5 + shadow_rules])
-local bans_at = 6 + shadow_rules
-local base = bans_at + 5 * ban_rules
-local limits = {}
-local count = (#ARGV - base + 1) / 6
-
--- The bans: the first in force refuses the request before any bucket is
--- asked (an admission only; peeks and spends ignore bans).
-local bans = {}
-for b = 1, ban_rules do
-  local at = bans_at + 5 * (b - 1)
-  local ban = {
-    key = KEYS[count + b],
-    first = tonumber(ARGV[at]),
-    last = tonumber(ARGV[at + 1]),
-    after = tonumber(ARGV[at + 2]),
-    within = tonumber(ARGV[at + 3]),
-    lasts = tonumber(ARGV[at + 4]),
-  }
-  bans[b] = ban
-  if op == 'admit' then
-    local ends = tonumber(redis.call('HGET', ban.key, 'until') or '0')
-    if ends > now then
-      return reply({ now, 3, b, ends - now })
-    end
-  end
 end
 
 -- A refused request strikes each banning rule whose limits refused it; the
@@ -1247,36 +1217,92 @@ local function strike(ban, answer)
   if expire then redis.call('PEXPIREAT', ban.key, ceil_div(now + ban.lasts, 1000)) end
   return ban.lasts
 end
-for i = 1, count do
-  limits[i] = load(i, base + 6 * (i - 1))
-  limits[i].max_wait = tonumber(ARGV[base + 6 * (i - 1) + 4])
-  limits[i].max_queued = tonumber(ARGV[base + 6 * (i - 1) + 5])
-end
 
-local answer = { now, 1 }
-if op == 'spend' then
-  for i = 1, count do
-    local limit = limits[i]
-    limit.alg.charge(limit.state, limit.a, limit.b, limit.n)
-    store(limit)
-    limit.n = 1
+-- One request's admit, peek or spend: its keys are KEYS[ko + 1] on, its
+-- fields ARGV[ao + 3] to ARGV[last] (ao = 0 and last = #ARGV for a call
+-- of its own). Answers the table `reply` writes.
+local function decide(op, ko, ao, last)
+  queued_in_call = false
+  local enforced = tonumber(ARGV[ao + 3])
+  local shadow_rules = tonumber(ARGV[ao + 4])
+  local ban_rules = tonumber(ARGV[ao + 5 + shadow_rules])
+  local bans_at = ao + 6 + shadow_rules
+  local base = bans_at + 5 * ban_rules
+  local limits = {}
+  local count = (last - base + 1) / 6
+
+  -- The bans: the first in force refuses the request before any bucket is
+  -- asked (an admission only; peeks and spends ignore bans).
+  local bans = {}
+  for b = 1, ban_rules do
+    local at = bans_at + 5 * (b - 1)
+    local ban = {
+      key = KEYS[ko + count + b],
+      first = tonumber(ARGV[at]),
+      last = tonumber(ARGV[at + 1]),
+      after = tonumber(ARGV[at + 2]),
+      within = tonumber(ARGV[at + 3]),
+      lasts = tonumber(ARGV[at + 4]),
+    }
+    bans[b] = ban
+    if op == 'admit' then
+      local ends = tonumber(redis.call('HGET', ban.key, 'until') or '0')
+      if ends > now then
+        return { now, 3, b, ends - now }
+      end
+    end
   end
-  ask_all(limits, 1, count, answer, false)
-  return reply(answer)
+
+  for i = 1, count do
+    limits[i] = load(KEYS[ko + i], base + 6 * (i - 1))
+    limits[i].max_wait = tonumber(ARGV[base + 6 * (i - 1) + 4])
+    limits[i].max_queued = tonumber(ARGV[base + 6 * (i - 1) + 5])
+  end
+
+  local answer = { now, 1 }
+  if op == 'spend' then
+    for i = 1, count do
+      local limit = limits[i]
+      limit.alg.charge(limit.state, limit.a, limit.b, limit.n)
+      store(limit)
+      limit.n = 1
+    end
+    ask_all(limits, 1, count, answer, false)
+    return answer
+  end
+
+  local write = op == 'admit'
+  local admitted = ask_all(limits, 1, enforced, answer, write)
+  answer[2] = admitted and 1 or 0
+  -- Shadow rules: asked only when the request is admitted (peeked otherwise,
+  -- to report them), each all or nothing on its own.
+  local first = enforced + 1
+  for r = 1, shadow_rules do
+    local last_limit = first + tonumber(ARGV[ao + 4 + r]) - 1
+    ask_all(limits, first, last_limit, answer, write and admitted)
+    first = last_limit + 1
+  end
+  for b = 1, ban_rules do
+    answer[2 + 5 * count + b] = (write and not admitted) and strike(bans[b], answer) or 0
+  end
+  return answer
 end
 
-local write = op == 'admit'
-local admitted = ask_all(limits, 1, enforced, answer, write)
-answer[2] = admitted and 1 or 0
--- Shadow rules: asked only when the request is admitted (peeked otherwise,
--- to report them), each all or nothing on its own.
-local first = enforced + 1
-for r = 1, shadow_rules do
-  local last = first + tonumber(ARGV[4 + r]) - 1
-  ask_all(limits, first, last, answer, write and admitted)
-  first = last + 1
+if op == 'batch' then
+  -- Several requests' admissions, one after the other, each all or
+  -- nothing as in a call of its own: ARGV[3] their number, then per
+  -- request its number of keys, its number of fields F and its F fields
+  -- (admit's, from "the number of enforced limits" on). The answer is
+  -- each request's, after the count of its integers.
+  local parts = {}
+  local ko, at = 0, 4
+  for r = 1, tonumber(ARGV[3]) do
+    local keys, fields = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+    local answer = decide('admit', ko, at - 1, at + 1 + fields)
+    parts[r] = string.format(string.rep('%d ', #answer + 1), #answer, unpack(answer))
+    ko, at = ko + keys, at + 2 + fields
+  end
+  return table.concat(parts)
 end
-for b = 1, ban_rules do
-  answer[2 + 5 * count + b] = (write and not admitted) and strike(bans[b], answer) or 0
-end
-return reply(answer)
+
+return reply(decide(op, 0, 0, #ARGV))
