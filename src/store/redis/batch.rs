@@ -7,9 +7,10 @@
 //! through the connection's pipeline, a timer, and on the Redis every
 //! instance shares a script invocation (its Lua state, its KEYS and ARGV
 //! tables): a batch pays those once. The first request of a turn opens a
-//! batch on its thread and spawns the task that sends it; that task first
-//! yields, so the requests the same turn brings join (nothing waits for a
-//! timer: a request alone goes alone, as an `admit` call of its own). Each
+//! batch on its thread and spawns the task that sends it, which runs once
+//! the tasks this turn woke have run, so the requests they bring join
+//! (nothing waits for a timer: a request alone goes alone, as an `admit`
+//! call of its own). Each
 //! request gets its own answer, or the batch's error, through a oneshot
 //! channel; the batch's one timeout bounds them all.
 //!
@@ -111,7 +112,13 @@ pub async fn admit(link: &Link, request: Body, now_us: u64) -> Result<Answer, St
                 gathering: Mutex::new(gathering),
             });
             *open = Some(Arc::clone(&batch));
-            tokio::spawn(send(batch, link.clone()));
+            // A current-thread runtime runs a new task after the tasks
+            // already woken, which is when this turn's requests have
+            // joined. A multi-thread one runs it next on this worker, so
+            // it yields once first.
+            let handle = tokio::runtime::Handle::current();
+            let yields = handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread;
+            handle.spawn(send(batch, link.clone(), yields));
         }
     });
     answer.await.unwrap_or_else(|_| {
@@ -124,8 +131,10 @@ pub async fn admit(link: &Link, request: Body, now_us: u64) -> Result<Answer, St
 
 /// Sends `batch` once the requests of this turn have joined it, and
 /// answers each.
-async fn send(batch: Arc<Batch>, link: Link) {
-    tokio::task::yield_now().await;
+async fn send(batch: Arc<Batch>, link: Link, yields: bool) {
+    if yields {
+        tokio::task::yield_now().await;
+    }
     let (first, gathered, replies) = {
         let mut gathering = batch.gathering();
         gathering.closed = true;
