@@ -85,7 +85,9 @@ impl Store {
     ) -> Result<(), StoreError> {
         match self {
             Store::Memory(store) => store.admit(asks, now, answer),
-            Store::Redis(store) => return store.admit(asks, now, answer).await,
+            // Boxed: a round trip's state is large (some 2.7 KiB), and
+            // every request's future would carry it, memory-store ones too.
+            Store::Redis(store) => return Box::pin(store.admit(asks, now, answer)).await,
             #[cfg(test)]
             Store::Failing(store) => {
                 store.fail_if_asked()?;
@@ -183,7 +185,8 @@ impl Store {
     pub async fn permit_arrives(&self, queued: &mut QueuedPermit) -> bool {
         match (&mut queued.handover, self) {
             (Handover::Local { ready, .. }, _) => ready.await.is_ok(),
-            (Handover::Shared, Store::Redis(store)) => store.claim(&queued.receipt).await,
+            // Boxed, as `admit`'s round trip: held requests are many.
+            (Handover::Shared, Store::Redis(store)) => Box::pin(store.claim(&queued.receipt)).await,
             (Handover::Shared, _) => false,
         }
     }
