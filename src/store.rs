@@ -85,8 +85,9 @@ impl Store {
     ) -> Result<(), StoreError> {
         match self {
             Store::Memory(store) => store.admit(asks, now, answer),
-            // Boxed: a round trip's state is large (some 2.7 KiB), and
-            // every request's future would carry it, memory-store ones too.
+            // Boxed: every request's future would carry this state (about
+            // 500 bytes; `RedisStore::admit` boxes a cluster's 2.7 KiB round
+            // trip itself), memory-store ones too.
             Store::Redis(store) => return Box::pin(store.admit(asks, now, answer)).await,
             #[cfg(test)]
             Store::Failing(store) => {

@@ -172,14 +172,16 @@ impl RedisStore {
             }
         }
         if self.link.is_cluster() && asks.rules.len() > 1 {
-            return self.admit_rule_by_rule(asks, now, admission).await;
+            // Boxed, as the cluster's call below: the common path's state
+            // stays small (every request's future carries it).
+            return Box::pin(self.admit_rule_by_rule(asks, now, admission)).await;
         }
         let leases = self.lease_ids(&asks.limits);
         let mut call = self.call("admit", now);
         call.asks(asks, &leases);
         let answer = if self.link.is_cluster() {
             // Another request's keys may be in another slot: no batch.
-            self.link.run(call.finish()).await?
+            Box::pin(self.link.run(call.finish())).await?
         } else {
             batch::admit(&self.link, call.into_body(), self.now_us(now)).await?
         };

@@ -87,8 +87,14 @@ impl Gathering {
 }
 
 /// Decides the admission `request` (an `admit` call's body at `now_us`)
-/// with the other admissions this thread asks for in the same turn.
-pub async fn admit(link: &Link, request: Body, now_us: u64) -> Result<Answer, StoreError> {
+/// with the other admissions this thread asks for in the same turn. The
+/// request joins its batch now; the future only waits for the answer, so
+/// that the state a request's future carries stays small.
+pub fn admit(
+    link: &Link,
+    request: Body,
+    now_us: u64,
+) -> impl std::future::Future<Output = Result<Answer, StoreError>> {
     let (reply, answer) = oneshot::channel();
     let id = link.id();
     let mut request = Some((request, reply));
@@ -121,12 +127,14 @@ pub async fn admit(link: &Link, request: Body, now_us: u64) -> Result<Answer, St
             handle.spawn(send(batch, link.clone(), yields));
         }
     });
-    answer.await.unwrap_or_else(|_| {
-        Err(StoreError {
-            transient: true,
-            detail: "the batch of this admission was never sent".into(),
+    async move {
+        answer.await.unwrap_or_else(|_| {
+            Err(StoreError {
+                transient: true,
+                detail: "the batch of this admission was never sent".into(),
+            })
         })
-    })
+    }
 }
 
 /// Sends `batch` once the requests of this turn have joined it, and
