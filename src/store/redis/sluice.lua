@@ -8,7 +8,8 @@
 -- product below is kept under that bound (`cap`). Divisions go through
 -- `idiv`, which corrects the float quotient, so results are exact integers.
 --
--- ARGV[1]  the operation: "admit" | "peek" | "spend" | "settle" | "claim"
+-- ARGV[1]  the operation: "admit" | "peek" | "spend" | "settle" | "claim" |
+--          "batch"
 -- ARGV[2]  now in microseconds, or "0" for the server's TIME (production:
 --          instances with skewed clocks agree, windows included). With an
 --          injected time (tests) no expiry is set.
@@ -36,6 +37,11 @@
 --     for a reservation: the instant it passes)
 --   claim: one queued permit, KEYS[1] its limit's key, then the 4 fields
 --     algorithm (4), max_in_flight, lease TTL, the ticket's name
+--   batch: several admissions, decided one after the other as if each
+--     were a call of its own: ARGV[3] their number R, then per request
+--     its number of keys K, its number of fields F and its F fields
+--     (admit's, from ARGV[3] on); its keys follow the previous request's
+--     in KEYS
 --
 -- Algorithms (a, b):
 --   1 token bucket (GCRA): emission interval T, tolerance tau (microseconds)
@@ -65,7 +71,8 @@
 -- spend; a permit held in its queue is "held" with wait 0); { now, 3, b,
 -- left } when banning rule b bans the caller for `left` more (no bucket
 -- was asked); { now } for settle; { now, claimed } for claim: 1 the permit
--- is the ticket's now, 2 not yet, 0 never (the ticket lapsed).
+-- is the ticket's now, 2 not yet, 0 never (the ticket lapsed); for batch,
+-- each request's admit answer after the count of its integers.
 
 local MAX = 4503599627370496 -- 2^52: every quantity saturates here
 
