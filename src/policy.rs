@@ -21,7 +21,7 @@ mod matcher;
 mod rule;
 mod sunset;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 use std::sync::Arc;
 

@@ -37,6 +37,15 @@ pub struct Limit {
     /// ([`problem::quota_exceeded_head`]), whose detail reads `rule 'name'
     /// allows N requests per P`.
     pub problem_head: String,
+    /// Unique among every limit this process compiles: what a remembered
+    /// answer is keyed on (a limit's address may be reused after a reload).
+    pub serial: u64,
+}
+
+/// The next [`Limit::serial`].
+fn next_serial() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Limit {
@@ -92,6 +101,7 @@ pub(super) fn concurrency_limit(
         policy_item,
         limit_header: HeaderValue::from(max_in_flight),
         problem_head: problem::quota_exceeded_head(status, &detail),
+        serial: next_serial(),
     }
 }
 
@@ -135,5 +145,6 @@ pub(super) fn compile_limit(
         policy_item,
         limit_header: HeaderValue::from(limiter.capacity()),
         problem_head: problem::quota_exceeded_head(status, &detail),
+        serial: next_serial(),
     }
 }

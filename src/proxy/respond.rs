@@ -3,6 +3,8 @@
 //! in one place; [`crate::problem`] writes them as problem documents
 //! (RFC 9457).
 
+mod last_refusal;
+
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,6 +19,7 @@ use crate::config::HeaderStyle;
 use crate::limiter::Decision;
 use crate::policy::{Limit, Policy, Rule, Sunset};
 use crate::problem::{self, Layout, Problem};
+use last_refusal::RefusalKey;
 
 /// The body of every response the proxy sends: the upstream's, streamed, or
 /// one sluice wrote.
@@ -39,14 +42,22 @@ fn problem(status: StatusCode, detail: &str) -> Response<ProxyBody> {
 }
 
 fn with_problem_body(status: StatusCode, body: Vec<u8>) -> Response<ProxyBody> {
-    let mut response = Response::new(Either::Right(Full::new(Bytes::from(body))));
+    problem_response(status, problem_headers(), Bytes::from(body))
+}
+
+/// A header map holding `Content-Type: application/problem+json`, with room
+/// for Retry-After and the five rate-limit fields, so adding them never
+/// regrows it.
+fn problem_headers() -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(8);
+    headers.insert(CONTENT_TYPE, problem::CONTENT_TYPE.clone());
+    headers
+}
+
+fn problem_response(status: StatusCode, headers: HeaderMap, body: Bytes) -> Response<ProxyBody> {
+    let mut response = Response::new(Either::Right(Full::new(body)));
     *response.status_mut() = status;
-    // Room for Content-Type, Retry-After and the five rate-limit fields, so
-    // adding them never regrows the map.
-    *response.headers_mut() = HeaderMap::with_capacity(8);
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, problem::CONTENT_TYPE.clone());
+    *response.headers_mut() = headers;
     response
 }
 
@@ -84,21 +95,42 @@ pub fn limited(
     let retry_after_secs = retry_after.map(|nanos| ceil_secs(nanos).max(1));
 
     let status = policy.response.status;
-    let body = problem::quota_exceeded_body(
+    let style = policy.response.headers;
+    // A refusal by a single limit is what a caller over its limit gets
+    // again and again: send the same answer again while it applies.
+    let key = match verdicts {
+        [only] => {
+            let state = only.decision.state();
+            Some(RefusalKey {
+                limit: only.limit.serial,
+                remaining: state.remaining,
+                retry_after_secs,
+                reset_at: reset_at(decided_at, state.reset_after),
+                reset_in: ceil_secs(state.reset_after),
+            })
+        }
+        _ => None,
+    };
+    if let Some((headers, body)) = key.as_ref().and_then(last_refusal::replay) {
+        return problem_response(status, headers, body);
+    }
+    let body = Bytes::from(problem::quota_exceeded_body(
         &first.limit.problem_head,
         rejecting().map(|v| v.limit.name_json.as_str()),
         &first.limit.rule_json,
         first.limit.limiter.capacity(),
         first.decision.state().remaining,
         retry_after_secs,
-    );
-    let mut response = with_problem_body(status, body);
-    let headers = response.headers_mut();
+    ));
+    let mut headers = problem_headers();
     if let Some(secs) = retry_after_secs {
         headers.insert(RETRY_AFTER, number_value(secs));
     }
-    add_rate_limit_headers(headers, policy.response.headers, verdicts, decided_at);
-    response
+    add_rate_limit_headers(&mut headers, style, verdicts, decided_at);
+    if let Some(key) = key {
+        last_refusal::remember(key, &headers, &body);
+    }
+    problem_response(status, headers, body)
 }
 
 /// `Deprecation`, `Sunset` and `Link: <…>; rel="sunset"` for a response on
@@ -206,13 +238,15 @@ pub fn add_rate_limit_headers(
             .min_by_key(|v| v.decision.state().remaining)
             .expect("verdicts is not empty");
         let state = tightest.decision.state();
-        let reset_at =
-            decided_at.as_secs() + ceil_secs(state.reset_after + subsec_nanos(decided_at));
         headers.insert(X_RATELIMIT_LIMIT, tightest.limit.limit_header.clone());
-        headers.insert(X_RATELIMIT_REMAINING, number_value(state.remaining));
+        headers.insert(
+            X_RATELIMIT_REMAINING,
+            recent_number(&LAST_REMAINING, state.remaining),
+        );
         // A concurrency limit has no reset: it frees when a request ends.
         if !tightest.limit.is_concurrency() {
-            headers.insert(X_RATELIMIT_RESET, number_value(reset_at));
+            let reset_at = reset_at(decided_at, state.reset_after);
+            headers.insert(X_RATELIMIT_RESET, recent_number(&LAST_RESET, reset_at));
         }
     }
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
@@ -224,27 +258,67 @@ pub fn add_rate_limit_headers(
                 headers.insert(RATELIMIT_POLICY, value);
             }
         }
-        // `"name";r=REMAINING;t=SECONDS`, one member per limit, written
-        // straight into the buffer the header value then owns.
-        let mut items = Vec::with_capacity(verdicts.len() * 48);
-        for (index, v) in verdicts.iter().enumerate() {
-            let state = v.decision.state();
-            if index > 0 {
-                items.extend_from_slice(b", ");
+        // `"name";r=REMAINING;t=SECONDS`, one member per limit, written into
+        // this thread's scratch buffer and copied once into the value.
+        SCRATCH.with_borrow_mut(|items| {
+            items.clear();
+            for (index, v) in verdicts.iter().enumerate() {
+                let state = v.decision.state();
+                if index > 0 {
+                    items.extend_from_slice(b", ");
+                }
+                items.push(b'"');
+                items.extend_from_slice(v.limit.name.as_bytes());
+                items.extend_from_slice(b"\";r=");
+                push_u64(items, state.remaining);
+                if !v.limit.is_concurrency() {
+                    items.extend_from_slice(b";t=");
+                    push_u64(items, ceil_secs(state.reset_after));
+                }
             }
-            items.push(b'"');
-            items.extend_from_slice(v.limit.name.as_bytes());
-            items.extend_from_slice(b"\";r=");
-            push_u64(&mut items, state.remaining);
-            if !v.limit.is_concurrency() {
-                items.extend_from_slice(b";t=");
-                push_u64(&mut items, ceil_secs(state.reset_after));
+            if let Ok(value) = HeaderValue::from_bytes(items) {
+                headers.insert(RATELIMIT, value);
             }
-        }
-        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(items)) {
-            headers.insert(RATELIMIT, value);
-        }
+        });
     }
+}
+
+thread_local! {
+    /// Where each thread writes a `RateLimit` value before copying it.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The last `X-RateLimit-Reset` this thread wrote: it changes once a
+    /// second, not once a request.
+    static LAST_RESET: RecentNumber = const { std::cell::RefCell::new((0, None)) };
+    /// The last `X-RateLimit-Remaining` this thread wrote: a large limit's
+    /// bucket stays full under steady traffic, so it rarely changes.
+    static LAST_REMAINING: RecentNumber = const { std::cell::RefCell::new((0, None)) };
+}
+
+/// A number and its header value, once made.
+type RecentNumber = std::cell::RefCell<(u64, Option<HeaderValue>)>;
+
+/// The Unix second a limit whose bucket refills in `reset_after` resets at,
+/// counted from `decided_at` (Unix time), so that a reset at a window's end
+/// prints as exactly that second.
+fn reset_at(decided_at: Duration, reset_after: Nanos) -> u64 {
+    decided_at.as_secs() + ceil_secs(reset_after + subsec_nanos(decided_at))
+}
+
+/// `n` as a header value: the one `slot` made last if `n` is the same
+/// number (cloning it is a reference count, making it an allocation).
+fn recent_number(slot: &'static std::thread::LocalKey<RecentNumber>, n: u64) -> HeaderValue {
+    if n < CACHED_NUMBERS {
+        return number_value(n);
+    }
+    slot.with_borrow_mut(|(last, value)| match value {
+        Some(value) if *last == n => value.clone(),
+        _ => {
+            let fresh = format_value(n);
+            *last = n;
+            *value = Some(fresh.clone());
+            fresh
+        }
+    })
 }
 
 /// Marks a forwarded response that shadow rules would have limited:
@@ -449,5 +523,90 @@ mod tests {
         for n in [0, 1, 9, 10, 99, 100, 12_345, 1_000_000_000, u64::MAX] {
             assert_eq!(number_value(n), HeaderValue::from(n), "{n}");
         }
+    }
+
+    /// A 429's status, headers in order, and body.
+    async fn parts(response: Response<ProxyBody>) -> (StatusCode, Vec<(String, String)>, String) {
+        use http_body_util::BodyExt;
+        let status = response.status();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
+            .collect();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, headers, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// A refusal by `policy`'s only limit: empty, full again in 30 s, to be
+    /// retried in `retry_after_secs` (less when the request costs less).
+    fn refusal(policy: &Policy, retry_after_secs: u64, at: Duration) -> Response<ProxyBody> {
+        let rule = &policy.rules[0];
+        let verdicts = [Verdict {
+            rule,
+            limit: &rule.limits[0],
+            decision: Decision::Deny {
+                state: crate::limiter::BucketState {
+                    remaining: 0,
+                    reset_after: 30_000_000_000,
+                },
+                retry_after: Some(retry_after_secs * 1_000_000_000),
+            },
+        }];
+        limited(policy, &verdicts, at)
+    }
+
+    #[tokio::test]
+    async fn a_repeated_refusal_is_the_answer_written_afresh() {
+        let rules = |status: u16, rate: &str| {
+            crate::policy::testing::compile(&format!(
+                "[response]\nstatus = {status}\n\
+                 [[rule]]\nname = \"per-ip\"\nkey = [\"ip\"]\nrate = \"{rate}\"\n"
+            ))
+        };
+        let policy = rules(429, "1/m");
+        let at = Duration::from_secs(1_800_000_000);
+        let first = parts(refusal(&policy, 30, at)).await;
+        assert_eq!(first.0, StatusCode::TOO_MANY_REQUESTS);
+        assert!(first.2.contains("\"retry_after_secs\":30"), "{}", first.2);
+        assert!(first
+            .1
+            .contains(&("x-ratelimit-reset".into(), "1800000030".into())));
+        // The second is remembered, the later ones are replayed.
+        let again = || async { parts(refusal(&policy, 30, at)).await };
+        for _ in 0..3 {
+            assert_eq!(again().await, first);
+        }
+        // Whatever differs from the remembered answer is written anew: the
+        // second, the Retry-After (the bucket's state is the same, only the
+        // cost differs), the limit, the status.
+        let next_second = parts(refusal(&policy, 30, at + Duration::from_secs(1))).await;
+        assert!(next_second
+            .1
+            .contains(&("x-ratelimit-reset".into(), "1800000031".into())));
+        for _ in 0..3 {
+            assert_eq!(again().await, first);
+        }
+        let sooner = parts(refusal(&policy, 29, at)).await;
+        assert!(sooner.2.contains("\"retry_after_secs\":29"), "{}", sooner.2);
+        assert!(sooner.1.contains(&("retry-after".into(), "29".into())));
+        for _ in 0..3 {
+            assert_eq!(again().await, first);
+        }
+        let reloaded = parts(refusal(&rules(429, "2/m"), 30, at)).await;
+        assert!(reloaded
+            .1
+            .contains(&("x-ratelimit-limit".into(), "2".into())));
+        for _ in 0..3 {
+            assert_eq!(again().await, first);
+        }
+        let other_status = parts(refusal(&rules(503, "1/m"), 30, at)).await;
+        assert_eq!(other_status.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(other_status.1, first.1);
+        assert!(
+            other_status.2.contains("\"status\":503"),
+            "{}",
+            other_status.2
+        );
     }
 }
