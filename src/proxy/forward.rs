@@ -318,8 +318,17 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
         for value in &listed {
             let Ok(text) = value.to_str() else { continue };
             for name in text.split(',') {
-                // Not a valid field name: nothing to remove.
-                headers.remove(name.trim());
+                let name = name.trim();
+                // Most listed options (`keep-alive`, `close`) name no field
+                // that is present: a look over the few names present is
+                // cheaper than parsing and hashing the option as a name.
+                // (Not a valid field name: nothing present matches.)
+                if headers
+                    .keys()
+                    .any(|present| present.as_str().eq_ignore_ascii_case(name))
+                {
+                    headers.remove(name);
+                }
             }
         }
         headers.remove(header::CONNECTION);
