@@ -120,7 +120,7 @@ pub fn prepare_request(
     } else {
         headers.remove(&X_FORWARDED_PROTO);
         headers.remove(&X_FORWARDED_HOST);
-        headers.insert(X_FORWARDED_FOR, header_value(&peer));
+        headers.insert(X_FORWARDED_FOR, peer_value(hop.peer, &peer));
     }
     if hop.rfc7239 {
         set_forwarded(headers, hop.peer, &peer, hop.trusted);
@@ -239,6 +239,27 @@ fn original_host(request: &Request<Incoming>) -> Option<HeaderValue> {
 
 fn header_value(text: &str) -> HeaderValue {
     HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+}
+
+thread_local! {
+    /// The last client address this thread wrote as `X-Forwarded-For`, and
+    /// its value: a keep-alive connection's requests all come from one.
+    static LAST_PEER: std::cell::RefCell<Option<(IpAddr, HeaderValue)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `text` (`ip` written out) as a header value: the thread's last one when
+/// `ip` is the same address (cloning it is a reference count, making it an
+/// allocation).
+fn peer_value(ip: IpAddr, text: &str) -> HeaderValue {
+    LAST_PEER.with_borrow_mut(|last| match last {
+        Some((last_ip, value)) if *last_ip == ip => value.clone(),
+        _ => {
+            let value = header_value(text);
+            *last = Some((ip, value.clone()));
+            value
+        }
+    })
 }
 
 fn append_forwarded_for(headers: &mut HeaderMap, peer: &str) {
@@ -384,6 +405,21 @@ fn is_fixed_hop_by_hop(name: &HeaderName) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_remembered_peer_value_is_the_peer_asked_for() {
+        let ips: [IpAddr; 4] = [
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.1".parse().unwrap(),
+            "2001:db8::1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+        ];
+        for ip in ips.iter().cycle().take(12) {
+            let mut buf = [0u8; IPV4_TEXT_MAX];
+            let text = ip_text(*ip, &mut buf);
+            assert_eq!(peer_value(*ip, &text), ip.to_string().as_str());
+        }
+    }
 
     #[test]
     fn ip_text_matches_display() {
