@@ -29,6 +29,7 @@ pub mod bill;
 pub mod deadline;
 pub mod forward;
 pub mod pool;
+mod recent_value;
 mod refusal_log;
 pub mod respond;
 pub mod settle;

@@ -743,8 +743,8 @@ async fn held_load(transport: Transport, rounds: usize, max_growth_mib: f64) {
     // over more of the 4.5 s hold and the peak falls (3,000–4,000 measured
     // at a load average of 3, the same for the commit that first set 5,000;
     // on 2026-11-23 the debug binary read the requests slowly enough that
-    // peaks of 1,686–3,681 and 6,438–8,685 held of 9,000 were measured, for
-    // this commit and for the one before it alike). What these two checks
+    // peaks of 1,686–3,681 and 6,438–8,685 held of 9,000 were measured, at
+    // 3f7f174 and after the 429-path changes alike). What these two checks
     // ask is that the load really built up: over a thousand held at once is
     // what makes the memory and leak checks below meaningful, and those do
     // not depend on the exact peak (the memory bound is an upper one).

@@ -26,6 +26,7 @@ use smallvec::SmallVec;
 
 use super::deadline::GuardedBody;
 use super::pool::{ForwardError, Pool, PooledBody};
+use super::recent_value::{recent_value, RecentValue};
 use super::respond::Refusal;
 use super::settle::Settlement;
 use super::upgrade::{self, ClientUpgrade};
@@ -242,24 +243,15 @@ fn header_value(text: &str) -> HeaderValue {
 }
 
 thread_local! {
-    /// The last client address this thread wrote as `X-Forwarded-For`, and
-    /// its value: a keep-alive connection's requests all come from one.
-    static LAST_PEER: std::cell::RefCell<Option<(IpAddr, HeaderValue)>> =
-        const { std::cell::RefCell::new(None) };
+    /// The last client address this thread wrote as `X-Forwarded-For`: a
+    /// keep-alive connection's requests all come from one.
+    static LAST_PEER: RecentValue<IpAddr> = const { std::cell::RefCell::new(None) };
 }
 
-/// `text` (`ip` written out) as a header value: the thread's last one when
-/// `ip` is the same address (cloning it is a reference count, making it an
-/// allocation).
+/// `text` (`ip` written out) as a header value, the thread's last one while
+/// `ip` repeats.
 fn peer_value(ip: IpAddr, text: &str) -> HeaderValue {
-    LAST_PEER.with_borrow_mut(|last| match last {
-        Some((last_ip, value)) if *last_ip == ip => value.clone(),
-        _ => {
-            let value = header_value(text);
-            *last = Some((ip, value.clone()));
-            value
-        }
-    })
+    recent_value(&LAST_PEER, ip, || header_value(text))
 }
 
 fn append_forwarded_for(headers: &mut HeaderMap, peer: &str) {

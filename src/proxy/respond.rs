@@ -14,6 +14,7 @@ use http_body_util::{Either, Full};
 
 use super::deadline::CutOff;
 use super::pool::PooledBody;
+use super::recent_value::{recent_value, RecentValue};
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
 use crate::limiter::Decision;
@@ -288,14 +289,11 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     /// The last `X-RateLimit-Reset` this thread wrote: it changes once a
     /// second, not once a request.
-    static LAST_RESET: RecentNumber = const { std::cell::RefCell::new((0, None)) };
+    static LAST_RESET: RecentValue<u64> = const { std::cell::RefCell::new(None) };
     /// The last `X-RateLimit-Remaining` this thread wrote: a large limit's
     /// bucket stays full under steady traffic, so it rarely changes.
-    static LAST_REMAINING: RecentNumber = const { std::cell::RefCell::new((0, None)) };
+    static LAST_REMAINING: RecentValue<u64> = const { std::cell::RefCell::new(None) };
 }
-
-/// A number and its header value, once made.
-type RecentNumber = std::cell::RefCell<(u64, Option<HeaderValue>)>;
 
 /// The Unix second a limit whose bucket refills in `reset_after` resets at,
 /// counted from `decided_at` (Unix time), so that a reset at a window's end
@@ -304,21 +302,13 @@ fn reset_at(decided_at: Duration, reset_after: Nanos) -> u64 {
     decided_at.as_secs() + ceil_secs(reset_after + subsec_nanos(decided_at))
 }
 
-/// `n` as a header value: the one `slot` made last if `n` is the same
-/// number (cloning it is a reference count, making it an allocation).
-fn recent_number(slot: &'static std::thread::LocalKey<RecentNumber>, n: u64) -> HeaderValue {
+/// `n` as a header value: prebuilt below 1024, otherwise `slot`'s last
+/// one while `n` repeats.
+fn recent_number(slot: &'static std::thread::LocalKey<RecentValue<u64>>, n: u64) -> HeaderValue {
     if n < CACHED_NUMBERS {
         return number_value(n);
     }
-    slot.with_borrow_mut(|(last, value)| match value {
-        Some(value) if *last == n => value.clone(),
-        _ => {
-            let fresh = format_value(n);
-            *last = n;
-            *value = Some(fresh.clone());
-            fresh
-        }
-    })
+    recent_value(slot, n, || format_value(n))
 }
 
 /// Marks a forwarded response that shadow rules would have limited:
