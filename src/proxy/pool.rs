@@ -1,7 +1,8 @@
 //! The keep-alive connections to the upstream: a small pool of HTTP/1.1
-//! connections (hyper's `client::conn::http1`), the response body that
-//! hands its connection back when it ends, and why an exchange failed
-//! ([`ForwardError`]).
+//! connections (hyper's `client::conn::http1`), another of connections
+//! sluice speaks HTTP/1.1 on itself for plain exchanges (`plain`: a `GET` or
+//! `HEAD` without a body), the response body that hands its connection back
+//! when it ends, and why an exchange failed ([`ForwardError`]).
 //!
 //! Why not hyper-util's pooled client: sluice talks to exactly one upstream,
 //! so the general client's per-request work (hashing a pool key, a checkout
@@ -15,7 +16,12 @@
 //! upstream error) is dropped, which closes it. Idle connections that the
 //! upstream closed are noticed (`is_closed`) and discarded at checkout; a
 //! request that failed because its pooled connection died before the request
-//! was written is retried once on a fresh connection.
+//! was written (a plain one: before any byte of an answer came back; it is a
+//! `GET` or `HEAD`, so sending it twice is safe) is retried once on a fresh
+//! connection.
+
+mod plain;
+mod plain_body;
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -31,6 +37,8 @@ use tokio::net::TcpStream;
 
 use super::deadline::{BodyError, GuardedBody};
 use super::settle::Settlement;
+use plain::{Conn, IdleConns};
+use plain_body::PlainBody;
 
 /// Idle connections kept at most; more are closed when returned.
 const MAX_IDLE: usize = 1024;
@@ -69,6 +77,8 @@ pub struct Pool {
     /// One short lock per exchange (checkout and return), never held across
     /// an await.
     idle: Mutex<Vec<Idle>>,
+    /// Idle connections for plain exchanges.
+    plain: Arc<IdleConns>,
 }
 
 #[derive(Debug)]
@@ -84,6 +94,7 @@ impl Pool {
             address,
             connect_timeout,
             idle: Mutex::new(Vec::new()),
+            plain: Arc::default(),
         })
     }
 
@@ -93,6 +104,9 @@ impl Pool {
         self: &Arc<Pool>,
         mut request: Request<GuardedBody>,
     ) -> Result<Response<PooledBody>, ForwardError> {
+        if plain::is_plain(&request) {
+            return self.send_plain(&request).await;
+        }
         // One retry, on a fresh connection: only when a reused connection
         // turned out dead before the request was written (hyper hands the
         // request back).
@@ -112,14 +126,48 @@ impl Pool {
                     let pool = Arc::clone(self);
                     return Ok(response.map(|body| PooledBody {
                         settlement: None,
-                        body,
-                        connection: Some((sender, pool)),
+                        body: Inner::Hyper {
+                            body,
+                            connection: Some((sender, pool)),
+                        },
                     }));
                 }
                 Err(mut failed) => match failed.take_message() {
                     Some(unsent) if reused => request = unsent,
                     _ => return Err(blame(failed.error())),
                 },
+            }
+        }
+        Err(ForwardError::Other)
+    }
+
+    /// A plain exchange on a connection of sluice's own (see `plain`).
+    async fn send_plain<B>(
+        self: &Arc<Pool>,
+        request: &Request<B>,
+    ) -> Result<Response<PooledBody>, ForwardError> {
+        // One retry, on a fresh connection, when a reused one gave nothing
+        // back: most likely the upstream closed it while it was idle.
+        for attempt in 0..2 {
+            let (mut conn, reused) = match self.plain.checkout().filter(|_| attempt == 0) {
+                Some(conn) => (conn, true),
+                None => (Conn::new(self.connect_stream().await?), false),
+            };
+            match plain::exchange(&mut conn, request).await {
+                Ok(head) => {
+                    let body = PlainBody::new(
+                        conn,
+                        head.framing,
+                        head.keep_alive,
+                        Arc::clone(&self.plain),
+                    );
+                    return Ok(head.response.map(|()| PooledBody {
+                        settlement: None,
+                        body: Inner::Plain(body),
+                    }));
+                }
+                Err(plain::Failed::NothingBack) if reused => continue,
+                Err(_) => return Err(ForwardError::Other),
             }
         }
         Err(ForwardError::Other)
@@ -142,6 +190,22 @@ impl Pool {
     }
 
     async fn connect(&self) -> Result<SendRequest<GuardedBody>, ForwardError> {
+        let stream = self.connect_stream().await?;
+        let (sender, connection) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|_| ForwardError::Connect)?;
+        tokio::spawn(async move {
+            // With upgrades: a `101` hands the connection to a WebSocket
+            // tunnel instead of closing it.
+            if let Err(error) = connection.with_upgrades().await {
+                tracing::debug!(%error, "upstream connection ended with an error");
+            }
+        });
+        Ok(sender)
+    }
+
+    /// A new TCP connection to the upstream, within `connect_timeout`.
+    async fn connect_stream(&self) -> Result<TcpStream, ForwardError> {
         let stream = match tokio::time::timeout(
             self.connect_timeout,
             TcpStream::connect(self.address.as_str()),
@@ -156,17 +220,7 @@ impl Pool {
             Ok(Ok(stream)) => stream,
         };
         let _ = stream.set_nodelay(true);
-        let (sender, connection) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|_| ForwardError::Connect)?;
-        tokio::spawn(async move {
-            // With upgrades: a `101` hands the connection to a WebSocket
-            // tunnel instead of closing it.
-            if let Err(error) = connection.with_upgrades().await {
-                tracing::debug!(%error, "upstream connection ended with an error");
-            }
-        });
-        Ok(sender)
+        Ok(stream)
     }
 
     fn put_back(&self, sender: SendRequest<GuardedBody>) {
@@ -212,17 +266,34 @@ fn blame(error: &hyper::Error) -> ForwardError {
 /// it has been read to the end.
 #[derive(Debug)]
 pub struct PooledBody {
-    body: Incoming,
-    connection: Option<(SendRequest<GuardedBody>, Arc<Pool>)>,
+    body: Inner,
     /// What the request's admission took: settled (permits returned) when
     /// the body ends or is dropped (client gone, upstream failed mid-body).
     settlement: Option<Box<Settlement>>,
 }
 
+/// The body as the connection that carries it reads it.
+#[derive(Debug)]
+enum Inner {
+    /// From a hyper connection, returned to the pool at the body's end.
+    Hyper {
+        body: Incoming,
+        connection: Option<(SendRequest<GuardedBody>, Arc<Pool>)>,
+    },
+    /// From a plain exchange's connection, which returns itself.
+    Plain(PlainBody),
+}
+
+/// A body error, whichever connection it came from.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 impl PooledBody {
+    /// Hands a hyper connection back to the pool.
     fn release(&mut self) {
-        if let Some((sender, pool)) = self.connection.take() {
-            pool.put_back(sender);
+        if let Inner::Hyper { connection, .. } = &mut self.body {
+            if let Some((sender, pool)) = connection.take() {
+                pool.put_back(sender);
+            }
         }
     }
 
@@ -230,7 +301,10 @@ impl PooledBody {
     /// the response ended (framing the pool cannot trust) or handed to a
     /// tunnel (a `101`).
     pub fn discard_connection(&mut self) {
-        self.connection = None;
+        match &mut self.body {
+            Inner::Hyper { connection, .. } => *connection = None,
+            Inner::Plain(body) => body.discard_connection(),
+        }
     }
 
     /// Holds `settlement` until this body has been sent to the end or
@@ -242,13 +316,16 @@ impl PooledBody {
 
 impl Body for PooledBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.body).poll_frame(cx);
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled: Poll<Option<Result<Frame<Bytes>, BoxError>>> = match &mut self.body {
+            Inner::Hyper { body, .. } => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Inner::Plain(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+        };
         if let Some(settlement) = &mut self.settlement {
             // Upstream time is charged every second while the body streams
             // (a stalled body is woken for it).
@@ -259,18 +336,24 @@ impl Body for PooledBody {
                 self.release();
                 self.settlement = None;
             }
-            Poll::Ready(Some(Err(_))) => self.connection = None,
+            Poll::Ready(Some(Err(_))) => self.discard_connection(),
             _ => {}
         }
         polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        match &self.body {
+            Inner::Hyper { body, .. } => body.is_end_stream(),
+            Inner::Plain(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        match &self.body {
+            Inner::Hyper { body, .. } => body.size_hint(),
+            Inner::Plain(body) => body.size_hint(),
+        }
     }
 }
 
@@ -278,8 +361,9 @@ impl Drop for PooledBody {
     fn drop(&mut self) {
         // An empty body (e.g. 204, HEAD, Content-Length: 0) may never be
         // polled; it is complete all the same. Anything else dropped before
-        // its end leaves the connection mid-message: close it.
-        if self.body.is_end_stream() {
+        // its end leaves the connection mid-message: close it. (A plain body
+        // sees to its own connection.)
+        if self.is_end_stream() {
             self.release();
         }
     }

@@ -17,3 +17,4 @@ mod hostile_keys;
 mod hostile_ops;
 mod hostile_slow;
 mod upstream_faults;
+mod upstream_responses;

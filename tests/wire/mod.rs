@@ -43,6 +43,9 @@ pub struct ConnLog {
     pub bytes: Vec<u8>,
     /// The complete requests those bytes held.
     pub requests: Vec<RawRequest>,
+    /// Each request's place in the order the upstream read requests on all
+    /// its connections together (same index as `requests`).
+    pub arrivals: Vec<u64>,
     /// Bytes that were not a well-framed request (a bad head or chunk).
     pub garbage: bool,
     /// When sluice closed (or reset) the connection.
@@ -61,6 +64,9 @@ pub enum Action {
     Close,
     /// Writes these bytes (a `101`), then echoes every byte it receives.
     SwitchAndEcho(Vec<u8>),
+    /// Writes these bytes one at a time, 1 ms apart (so the reader gets
+    /// them split at every boundary), and keeps the connection.
+    Dribble(Vec<u8>),
 }
 
 type Script = dyn Fn(&RawRequest) -> Action + Send + Sync;
@@ -102,12 +108,16 @@ impl RawUpstream {
         self.conns.lock().unwrap().clone()
     }
 
-    /// Every complete request so far, in connection order.
+    /// Every complete request so far, in the order they were read (sluice
+    /// may send them on different connections).
     pub fn requests(&self) -> Vec<RawRequest> {
-        self.conns()
+        let mut all: Vec<(u64, RawRequest)> = self
+            .conns()
             .into_iter()
-            .flat_map(|conn| conn.requests)
-            .collect()
+            .flat_map(|conn| conn.arrivals.into_iter().zip(conn.requests))
+            .collect();
+        all.sort_by_key(|(arrival, _)| *arrival);
+        all.into_iter().map(|(_, request)| request).collect()
     }
 
     /// Everything received, all connections concatenated.
@@ -133,7 +143,17 @@ async fn serve(
                 Parsed::Complete(request, used) => {
                     pending.drain(..used);
                     let action = script(&request);
-                    conns.lock().unwrap()[index].requests.push(request);
+                    {
+                        // The arrival is numbered under the lock that
+                        // records it, so the order is the order recorded.
+                        static ARRIVALS: std::sync::atomic::AtomicU64 =
+                            std::sync::atomic::AtomicU64::new(0);
+                        let mut conns = conns.lock().unwrap();
+                        let log = &mut conns[index];
+                        log.requests.push(request);
+                        log.arrivals
+                            .push(ARRIVALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+                    }
                     match action {
                         Action::Reply(bytes) => {
                             let _ = stream.write_all(&bytes).await;
@@ -142,6 +162,13 @@ async fn serve(
                             let _ = stream.write_all(&bytes).await;
                             let _ = stream.shutdown().await;
                             return drain_until_closed(stream, index, conns).await;
+                        }
+                        Action::Dribble(bytes) => {
+                            let _ = stream.set_nodelay(true);
+                            for byte in bytes {
+                                let _ = stream.write_all(&[byte]).await;
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                            }
                         }
                         Action::Hang => answering = false,
                         Action::Close => return,

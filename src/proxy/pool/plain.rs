@@ -1,0 +1,372 @@
+//! The plain exchange: a `GET` or `HEAD` without a body and without an
+//! upgrade, which is nearly every request an API proxy forwards, written and
+//! read by sluice itself on a connection of its own.
+//!
+//! hyper's client runs each connection as a task of its own and hands every
+//! exchange to it through a channel and a oneshot; that hop and hyper's
+//! generic dispatch were about a third of the instructions of a forwarded
+//! request (BENCHMARKS.md). Here the request's own task writes the head and
+//! reads the response head, and the body ([`super::plain_body::PlainBody`])
+//! reads the rest from the same socket. Requests with a body and WebSocket
+//! handshakes still go through hyper.
+//!
+//! The response is read as hyper's client reads it (RFC 9112 §6.3):
+//! informational answers are skipped, `101` is a failure (nothing asked to
+//! switch), `HEAD` answers and `204`/`304` have no body, `Transfer-Encoding`
+//! frames the body (chunked when `chunked` is its last coding, else until
+//! the connection closes; not allowed on HTTP/1.0), otherwise a valid
+//! `Content-Length` does (several values must agree), otherwise the body
+//! runs until the connection closes. At most [`MAX_HEADERS`] fields and
+//! [`MAX_HEAD_BYTES`] of head, as hyper's defaults.
+
+use std::mem::MaybeUninit;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Version};
+use hyper::body::Body;
+use smallvec::SmallVec;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Fields in a response head, at most (hyper's default).
+pub const MAX_HEADERS: usize = 100;
+
+/// Bytes of response head (or of a chunk-size or trailer line), at most:
+/// hyper's default read buffer limit.
+pub const MAX_HEAD_BYTES: usize = 8192 + 4096 * 100;
+
+/// Read buffer of a new connection; a response head nearly always fits.
+const INITIAL_BUFFER: usize = 8192;
+
+/// A connection of sluice's own to the upstream, with what was read from
+/// it and not yet used.
+#[derive(Debug)]
+pub struct Conn {
+    pub(super) stream: TcpStream,
+    pub(super) read: BytesMut,
+    /// The request head is written here; kept for the connection's next
+    /// exchange.
+    write: Vec<u8>,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            read: BytesMut::with_capacity(INITIAL_BUFFER),
+            write: Vec::with_capacity(512),
+        }
+    }
+
+    /// Whether an idle connection can carry another exchange: the upstream
+    /// has neither closed it nor sent anything unasked. Costs no system call
+    /// while the runtime has seen nothing arrive on it.
+    fn idle_and_open(&self) -> bool {
+        let mut probe = [0u8; 1];
+        matches!(self.stream.try_read(&mut probe),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock)
+    }
+}
+
+/// How the response body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    Empty,
+    /// Exactly this many bytes (more than zero).
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Until the upstream closes the connection.
+    UntilClose,
+}
+
+/// A response head as read, and what follows it.
+#[derive(Debug)]
+pub struct Head {
+    pub response: Response<()>,
+    pub framing: Framing,
+    /// Whether the connection may carry another exchange once the body has
+    /// been read (the upstream did not ask to close it, and the body's end
+    /// does not depend on a close).
+    pub keep_alive: bool,
+}
+
+/// Why an exchange failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failed {
+    /// The connection broke before any byte of a response arrived: on a
+    /// reused connection, most likely closed by the upstream while idle.
+    NothingBack,
+    /// The upstream answered something that is not a valid response, or
+    /// the connection broke mid-head.
+    Broken,
+}
+
+/// Whether `request` (already prepared for the upstream) is a plain
+/// exchange: `GET` or `HEAD`, no body, no upgrade.
+pub fn is_plain<B: Body>(request: &Request<B>) -> bool {
+    (request.method() == Method::GET || request.method() == Method::HEAD)
+        && request.body().is_end_stream()
+        && !request.headers().contains_key(header::UPGRADE)
+        && !request.headers().contains_key(header::TRANSFER_ENCODING)
+}
+
+/// Writes `request`'s head on `conn` and reads the response head.
+pub async fn exchange<B>(conn: &mut Conn, request: &Request<B>) -> Result<Head, Failed> {
+    conn.write.clear();
+    write_head(&mut conn.write, request);
+    if conn.stream.write_all(&conn.write).await.is_err() {
+        return Err(Failed::NothingBack);
+    }
+    let head_request = request.method() == Method::HEAD;
+    let mut received = false;
+    loop {
+        if let Some(head) = parse_head(&mut conn.read, head_request)? {
+            return Ok(head);
+        }
+        if conn.read.len() >= MAX_HEAD_BYTES {
+            return Err(Failed::Broken);
+        }
+        conn.read.reserve(INITIAL_BUFFER);
+        match conn.stream.read_buf(&mut conn.read).await {
+            Ok(0) | Err(_) if !received => return Err(Failed::NothingBack),
+            Ok(0) | Err(_) => return Err(Failed::Broken),
+            Ok(_) => received = true,
+        }
+    }
+}
+
+/// The request line and fields as hyper's client writes them for a request
+/// without a body: lower-case names, no added fields.
+fn write_head<B>(out: &mut Vec<u8>, request: &Request<B>) {
+    out.extend_from_slice(request.method().as_str().as_bytes());
+    out.push(b' ');
+    let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in request.headers() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Room a response's field map keeps for the fields sluice adds to it (the
+/// rate-limit fields), so adding them does not grow it.
+const ADDED_FIELDS: usize = 6;
+
+/// Parses a final response head from the front of `read`, consuming it
+/// (and any informational heads before it). `None`: not complete yet.
+fn parse_head(read: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Failed> {
+    loop {
+        // Each field as offsets into the head (name start and end, value
+        // start and end), so that its value can share the head's buffer once
+        // the head is split off.
+        let mut fields: SmallVec<[[u32; 4]; 16]> = SmallVec::new();
+        let (len, code, version) = {
+            let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+            let mut parsed = httparse::Response::new(&mut []);
+            let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+                &mut parsed,
+                read,
+                &mut slots,
+            ) {
+                Ok(httparse::Status::Complete(len)) => len,
+                Ok(httparse::Status::Partial) => return Ok(None),
+                Err(_) => return Err(Failed::Broken),
+            };
+            let base = read.as_ptr() as usize;
+            let offset = |bytes: &[u8]| (bytes.as_ptr() as usize - base) as u32;
+            for field in parsed.headers.iter() {
+                let name = offset(field.name.as_bytes());
+                let value = offset(field.value);
+                fields.push([
+                    name,
+                    name + field.name.len() as u32,
+                    value,
+                    value + field.value.len() as u32,
+                ]);
+            }
+            let version = match parsed.version {
+                Some(0) => Version::HTTP_10,
+                _ => Version::HTTP_11,
+            };
+            (len, parsed.code.unwrap_or(0), version)
+        };
+        match code {
+            // Nothing asked to switch protocols.
+            101 => return Err(Failed::Broken),
+            100..=199 => {
+                read.advance(len);
+                continue;
+            }
+            _ => {}
+        }
+        let status = StatusCode::from_u16(code).map_err(|_| Failed::Broken)?;
+        let head = read.split_to(len).freeze();
+        let mut headers = HeaderMap::with_capacity(fields.len() + ADDED_FIELDS);
+        let mut framing_fields = FramingFields::default();
+        for [name_start, name_end, value_start, value_end] in fields {
+            let name = HeaderName::from_bytes(&head[name_start as usize..name_end as usize])
+                .map_err(|_| Failed::Broken)?;
+            let value = HeaderValue::from_maybe_shared(
+                head.slice(value_start as usize..value_end as usize),
+            )
+            .map_err(|_| Failed::Broken)?;
+            framing_fields.note(&name, &value);
+            headers.append(name, value);
+        }
+        let no_body = head_request || matches!(code, 204 | 304);
+        let framing = framing_fields.framing(version, no_body)?;
+        let keep_alive = framing != Framing::UntilClose && framing_fields.keeps_alive(version);
+        let mut response = Response::new(());
+        *response.status_mut() = status;
+        *response.version_mut() = version;
+        *response.headers_mut() = headers;
+        return Ok(Some(Head {
+            response,
+            framing,
+            keep_alive,
+        }));
+    }
+}
+
+/// What the fields that frame a response say, noted while the head is
+/// read (no lookups afterwards).
+#[derive(Debug, Default)]
+struct FramingFields {
+    /// A `Transfer-Encoding` field is present.
+    transfer_encoding: bool,
+    /// The last coding of the last `Transfer-Encoding` field is `chunked`.
+    chunked: bool,
+    /// The `Content-Length` all its values agree on.
+    content_length: Option<u64>,
+    /// A `Content-Length` value is not a number, or disagrees with another.
+    bad_length: bool,
+    /// `Connection` lists `close` / `keep-alive`.
+    close: bool,
+    keep_alive: bool,
+}
+
+impl FramingFields {
+    fn note(&mut self, name: &HeaderName, value: &HeaderValue) {
+        let bytes = value.as_bytes();
+        if name == header::TRANSFER_ENCODING {
+            self.transfer_encoding = true;
+            let last = bytes.rsplit(|&b| b == b',').next().unwrap_or_default();
+            self.chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
+        } else if name == header::CONTENT_LENGTH {
+            // Several values (in one field or several) must all agree.
+            for item in bytes.split(|&b| b == b',') {
+                match parse_length(item.trim_ascii()) {
+                    Some(n) if self.content_length.is_none_or(|seen| seen == n) => {
+                        self.content_length = Some(n);
+                    }
+                    _ => self.bad_length = true,
+                }
+            }
+        } else if name == header::CONNECTION {
+            for option in bytes.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                self.close |= option.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+    }
+
+    /// RFC 9112 §6.3, as hyper's client applies it.
+    fn framing(&self, version: Version, no_body: bool) -> Result<Framing, Failed> {
+        if no_body {
+            return Ok(Framing::Empty);
+        }
+        if self.transfer_encoding {
+            if version == Version::HTTP_10 {
+                return Err(Failed::Broken);
+            }
+            return Ok(if self.chunked {
+                Framing::Chunked
+            } else {
+                Framing::UntilClose
+            });
+        }
+        if self.bad_length {
+            return Err(Failed::Broken);
+        }
+        Ok(match self.content_length {
+            Some(0) => Framing::Empty,
+            Some(n) => Framing::Length(n),
+            None => Framing::UntilClose,
+        })
+    }
+
+    /// HTTP/1.1 connections persist unless `Connection: close`; HTTP/1.0
+    /// ones only with `Connection: keep-alive`.
+    fn keeps_alive(&self, version: Version) -> bool {
+        if version == Version::HTTP_10 {
+            self.keep_alive && !self.close
+        } else {
+            !self.close
+        }
+    }
+}
+
+/// Digits only, no sign, no overflow.
+fn parse_length(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+    })
+}
+
+/// An idle connection older than this is closed rather than reused
+/// (upstreams commonly close idle keep-alive connections after 60–75 s).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
+
+/// Idle connections kept at most; more are closed when returned.
+const MAX_IDLE: usize = 1024;
+
+/// The idle plain connections of one upstream.
+#[derive(Debug, Default)]
+pub struct IdleConns {
+    /// Most recently returned last: the warmest is reused first. One short
+    /// lock at checkout and one at return, never held across an await.
+    idle: Mutex<Vec<(Conn, quanta::Instant)>>,
+}
+
+impl IdleConns {
+    /// An idle connection still open, if there is one.
+    pub fn checkout(&self) -> Option<Conn> {
+        loop {
+            let (conn, since) = self.lock().pop()?;
+            if since.elapsed() <= IDLE_TIMEOUT && conn.idle_and_open() {
+                return Some(conn);
+            }
+        }
+    }
+
+    /// Keeps `conn` for a later exchange. Its last response must have been
+    /// read to the end with nothing after it.
+    pub fn put_back(&self, conn: Conn) {
+        let mut idle = self.lock();
+        if idle.len() < MAX_IDLE {
+            idle.push((conn, quanta::Instant::now()));
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Conn, quanta::Instant)>> {
+        // The vector is consistent after any panic (push/pop only).
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
