@@ -101,6 +101,8 @@ pub fn prepare_request(
     hop: ClientHop,
 ) {
     let host = original_host(request);
+    // Origin-form with a Host header: the header already names the host.
+    let host_from_target = request.uri().authority().is_some();
     let handshake = upgrade::is_websocket_handshake(request);
     // Origin-form: the connection already goes to the upstream.
     *request.uri_mut() = Uri::from(path_and_query);
@@ -119,26 +121,47 @@ pub fn prepare_request(
     if hop.trusted {
         append_forwarded_for(headers, &peer);
     } else {
-        headers.remove(&X_FORWARDED_PROTO);
-        headers.remove(&X_FORWARDED_HOST);
+        // An untrusted peer's forwarding fields are replaced (`insert`
+        // drops every value the client sent), never believed.
         headers.insert(X_FORWARDED_FOR, peer_value(hop.peer, &peer));
+        headers.insert(X_FORWARDED_PROTO, HTTP.clone());
+        match &host {
+            Some(host) => {
+                headers.insert(X_FORWARDED_HOST, host.clone());
+            }
+            None => {
+                headers.remove(&X_FORWARDED_HOST);
+            }
+        }
     }
     if hop.rfc7239 {
         set_forwarded(headers, hop.peer, &peer, hop.trusted);
     }
-    if !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO, HTTP.clone());
-    }
-    if let Some(host) = host {
-        if !headers.contains_key(&X_FORWARDED_HOST) {
-            headers.insert(X_FORWARDED_HOST, host.clone());
+    if hop.trusted {
+        // A trusted proxy's own forwarding fields stay as it set them.
+        if !headers.contains_key(&X_FORWARDED_PROTO) {
+            headers.insert(X_FORWARDED_PROTO, HTTP.clone());
         }
-        // HTTP/2 clients send :authority instead of Host; the upstream gets
-        // the host the client asked for, as with HTTP/1.1 clients.
-        headers.insert(header::HOST, host);
-    } else {
+        if let Some(host) = &host {
+            if !headers.contains_key(&X_FORWARDED_HOST) {
+                headers.insert(X_FORWARDED_HOST, host.clone());
+            }
+        }
+    }
+    match host {
+        // The client's Host header is already the host it asked for
+        // (unless `Connection` named it and it was stripped).
+        Some(_) if !host_from_target && headers.contains_key(header::HOST) => {}
+        // HTTP/2 clients send :authority instead of Host, and an
+        // absolute-form target wins over Host: the upstream gets the host
+        // the client asked for, as with HTTP/1.1 clients.
+        Some(host) => {
+            headers.insert(header::HOST, host);
+        }
         // An HTTP/1.0 client may name no host; HTTP/1.1 requires one.
-        headers.insert(header::HOST, upstream.host.clone());
+        None => {
+            headers.insert(header::HOST, upstream.host.clone());
+        }
     }
 }
 

@@ -668,6 +668,18 @@ X-Forwarded-For: 6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\nAuthorization: Bearer t\r\n\r\
     assert!(!forwarded.has("x-real-ip"));
     assert!(!forwarded.has("authorization"));
 
+    // Nor `Host` and the other forwarding fields: the upstream still gets
+    // the host the client asked for, and sluice's own values.
+    let payload = b"GET /c2-host HTTP/1.1\r\nHost: asked.example\r\n\
+Connection: Host, X-Forwarded-Host, X-Forwarded-Proto\r\nX-Forwarded-Host: forged\r\n\
+X-Forwarded-Proto: https\r\n\r\n";
+    assert_eq!(exchange(sluice.addr, payload).await.statuses(), [200]);
+    let forwarded = upstream.requests().pop().unwrap();
+    assert_eq!(forwarded.target, "/c2-host");
+    assert_eq!(forwarded.header("host"), Some("asked.example"));
+    assert_eq!(forwarded.header("x-forwarded-host"), Some("asked.example"));
+    assert_eq!(forwarded.header("x-forwarded-proto"), Some("http"));
+
     // A key header named in Connection: sluice keys on it, then strips it.
     let with_key = |key: &str| {
         format!("GET /k HTTP/1.1\r\nHost: a\r\nConnection: X-Api-Key\r\nX-Api-Key: {key}\r\n\r\n")
@@ -691,6 +703,7 @@ X-Forwarded-For: 6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\nAuthorization: Bearer t\r\n\r\
         [200]
     );
     let requests = upstream.requests();
-    assert_eq!(requests.len(), 3);
+    // `/c2`, `/c2-host`, then the two `/k` the limit let through.
+    assert_eq!(requests.len(), 4);
     assert!(requests.iter().all(|r| !r.has("x-api-key")));
 }
