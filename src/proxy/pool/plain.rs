@@ -53,12 +53,15 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream) -> Conn {
-        Conn {
+    /// Boxed for its whole life (one allocation per connection), so that
+    /// the response body that carries it, and every response moved
+    /// through the proxy, stays small.
+    pub fn new(stream: TcpStream) -> Box<Conn> {
+        Box::new(Conn {
             stream,
             read: BytesMut::with_capacity(INITIAL_BUFFER),
             write: Vec::with_capacity(512),
-        }
+        })
     }
 
     /// Whether an idle connection can carry another exchange: the upstream
@@ -340,12 +343,12 @@ const MAX_IDLE: usize = 1024;
 pub struct IdleConns {
     /// Most recently returned last: the warmest is reused first. One short
     /// lock at checkout and one at return, never held across an await.
-    idle: Mutex<Vec<(Conn, quanta::Instant)>>,
+    idle: Mutex<Vec<(Box<Conn>, quanta::Instant)>>,
 }
 
 impl IdleConns {
     /// An idle connection still open, if there is one.
-    pub fn checkout(&self) -> Option<Conn> {
+    pub fn checkout(&self) -> Option<Box<Conn>> {
         loop {
             let (conn, since) = self.lock().pop()?;
             if since.elapsed() <= IDLE_TIMEOUT && conn.idle_and_open() {
@@ -356,14 +359,14 @@ impl IdleConns {
 
     /// Keeps `conn` for a later exchange. Its last response must have been
     /// read to the end with nothing after it.
-    pub fn put_back(&self, conn: Conn) {
+    pub fn put_back(&self, conn: Box<Conn>) {
         let mut idle = self.lock();
         if idle.len() < MAX_IDLE {
             idle.push((conn, quanta::Instant::now()));
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Conn, quanta::Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Box<Conn>, quanta::Instant)>> {
         // The vector is consistent after any panic (push/pop only).
         self.idle
             .lock()

@@ -58,7 +58,7 @@ pub struct PlainBody {
     state: State,
     /// Dropped (closing it) on an error, or when the connection cannot be
     /// reused; handed back when the body ends.
-    conn: Option<Conn>,
+    conn: Option<Box<Conn>>,
     keep_alive: bool,
     idle: Arc<IdleConns>,
     /// The error the body broke off with, handed on at the next poll.
@@ -66,7 +66,12 @@ pub struct PlainBody {
 }
 
 impl PlainBody {
-    pub fn new(conn: Conn, framing: Framing, keep_alive: bool, idle: Arc<IdleConns>) -> PlainBody {
+    pub fn new(
+        conn: Box<Conn>,
+        framing: Framing,
+        keep_alive: bool,
+        idle: Arc<IdleConns>,
+    ) -> PlainBody {
         let state = match framing {
             Framing::Empty => State::Done,
             Framing::Length(n) => State::Length(n),
