@@ -94,7 +94,7 @@ impl Pool {
             address,
             connect_timeout,
             idle: Mutex::new(Vec::new()),
-            plain: Arc::default(),
+            plain: IdleConns::new(),
         })
     }
 

@@ -20,7 +20,7 @@
 //! [`MAX_HEAD_BYTES`] of head, as hyper's defaults.
 
 use std::mem::MaybeUninit;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -338,6 +338,11 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 /// Idle connections kept at most; more are closed when returned.
 const MAX_IDLE: usize = 1024;
 
+/// How often idle connections are looked over, so that those the upstream
+/// closed (or that grew too old) give their descriptors back even while no
+/// request comes to take them.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
 /// The idle plain connections of one upstream.
 #[derive(Debug, Default)]
 pub struct IdleConns {
@@ -347,11 +352,33 @@ pub struct IdleConns {
 }
 
 impl IdleConns {
+    /// An empty idle list, swept every [`SWEEP_EVERY`] while it lives (when
+    /// made inside a tokio runtime).
+    pub fn new() -> Arc<IdleConns> {
+        let idle = Arc::new(IdleConns::default());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let weak = Arc::downgrade(&idle);
+            runtime.spawn(async move {
+                let mut ticks = tokio::time::interval(SWEEP_EVERY);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                ticks.tick().await;
+                loop {
+                    ticks.tick().await;
+                    match weak.upgrade() {
+                        Some(idle) => idle.sweep(),
+                        None => return,
+                    }
+                }
+            });
+        }
+        idle
+    }
+
     /// An idle connection still open, if there is one.
     pub fn checkout(&self) -> Option<Box<Conn>> {
         loop {
             let (conn, since) = self.lock().pop()?;
-            if since.elapsed() <= IDLE_TIMEOUT && conn.idle_and_open() {
+            if reusable(&conn, since) {
                 return Some(conn);
             }
         }
@@ -366,10 +393,64 @@ impl IdleConns {
         }
     }
 
+    /// Closes the idle connections the upstream closed, and those too old.
+    pub fn sweep(&self) {
+        self.lock().retain(|(conn, since)| reusable(conn, *since));
+    }
+
+    /// Idle connections kept.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Box<Conn>, quanta::Instant)>> {
-        // The vector is consistent after any panic (push/pop only).
+        // The vector is consistent after any panic (push/pop/retain only).
         self.idle
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Whether an idle connection, idle since `since`, may carry an exchange.
+fn reusable(conn: &Conn, since: quanta::Instant) -> bool {
+    since.elapsed() <= IDLE_TIMEOUT && conn.idle_and_open()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// Real loopback connections: the upstream closes one of two idle
+    /// connections, and a sweep closes that one and keeps the other.
+    #[tokio::test]
+    async fn a_sweep_drops_the_idle_connections_the_upstream_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let idle = IdleConns::new();
+        let closed = TcpStream::connect(address).await.unwrap();
+        let (upstream_side, _) = listener.accept().await.unwrap();
+        let open = TcpStream::connect(address).await.unwrap();
+        let (_kept, _) = listener.accept().await.unwrap();
+        idle.put_back(Conn::new(closed));
+        idle.put_back(Conn::new(open));
+        assert_eq!(idle.len(), 2);
+
+        drop(upstream_side);
+        // The close reaches the runtime's reactor within a few turns.
+        let mut swept = false;
+        for _ in 0..100 {
+            idle.sweep();
+            if idle.len() == 1 {
+                swept = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(swept, "the closed connection was kept");
+        // The one left is the open one, and it is handed out.
+        assert!(idle.checkout().is_some());
+        assert!(idle.checkout().is_none());
     }
 }
