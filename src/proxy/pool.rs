@@ -14,7 +14,9 @@
 //! queues behind a download still streaming on the same connection. A
 //! connection whose exchange did not finish (client went away mid-body,
 //! upstream error) is dropped, which closes it. Idle connections that the
-//! upstream closed are noticed (`is_closed`) and discarded at checkout; a
+//! upstream closed are noticed (`is_closed`, or a plain connection's socket
+//! found closed) and discarded at checkout, plain ones also by a sweep every
+//! 10 s; a
 //! request that failed because its pooled connection died before the request
 //! was written (a plain one: before any byte of an answer came back; it is a
 //! `GET` or `HEAD`, so sending it twice is safe) is retried once on a fresh
@@ -149,7 +151,12 @@ impl Pool {
         // One retry, on a fresh connection, when a reused one gave nothing
         // back: most likely the upstream closed it while it was idle.
         for attempt in 0..2 {
-            let (mut conn, reused) = match self.plain.checkout().filter(|_| attempt == 0) {
+            let pooled = if attempt == 0 {
+                self.plain.checkout()
+            } else {
+                None
+            };
+            let (mut conn, reused) = match pooled {
                 Some(conn) => (conn, true),
                 None => (Conn::new(self.connect_stream().await?), false),
             };
