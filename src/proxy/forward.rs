@@ -101,7 +101,8 @@ pub fn prepare_request(
     hop: ClientHop,
 ) {
     let host = original_host(request);
-    // Origin-form with a Host header: the header already names the host.
+    // An absolute-form target or HTTP/2's `:authority` names the host;
+    // otherwise the client's own Host header does.
     let host_from_target = request.uri().authority().is_some();
     let handshake = upgrade::is_websocket_handshake(request);
     // Origin-form: the connection already goes to the upstream.

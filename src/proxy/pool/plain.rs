@@ -31,6 +31,9 @@ use smallvec::SmallVec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+// The same limits as the pool's hyper connections.
+use super::{IDLE_TIMEOUT, MAX_IDLE};
+
 /// Fields in a response head, at most (hyper's default).
 pub const MAX_HEADERS: usize = 100;
 
@@ -110,12 +113,13 @@ pub enum Failed {
 }
 
 /// Whether `request` (already prepared for the upstream) is a plain
-/// exchange: `GET` or `HEAD`, no body, no upgrade.
+/// exchange: `GET` or `HEAD`, no body, no upgrade. (`Transfer-Encoding`
+/// needs no look: preparing the request strips it as hop-by-hop, and a
+/// chunked body is never at its end before it is read.)
 pub fn is_plain<B: Body>(request: &Request<B>) -> bool {
     (request.method() == Method::GET || request.method() == Method::HEAD)
         && request.body().is_end_stream()
         && !request.headers().contains_key(header::UPGRADE)
-        && !request.headers().contains_key(header::TRANSFER_ENCODING)
 }
 
 /// Writes `request`'s head on `conn` and reads the response head.
@@ -330,13 +334,6 @@ fn parse_length(digits: &[u8]) -> Option<u64> {
         n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
     })
 }
-
-/// An idle connection older than this is closed rather than reused
-/// (upstreams commonly close idle keep-alive connections after 60–75 s).
-const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
-
-/// Idle connections kept at most; more are closed when returned.
-const MAX_IDLE: usize = 1024;
 
 /// How often idle connections are looked over, so that those the upstream
 /// closed (or that grew too old) give their descriptors back even while no
