@@ -26,6 +26,7 @@
 
 mod admit;
 pub mod bill;
+mod client_request;
 pub mod deadline;
 pub mod forward;
 pub mod pool;
@@ -60,6 +61,7 @@ use crate::store::{MemoryStore, OnError, Outcome, RedisSettings, RedisStore, Sto
 use admit::Admission;
 pub use admit::{fill_asks, Applicable};
 use bill::Failure;
+pub use client_request::ClientRequest;
 use deadline::{BodyWatch, GuardedBody};
 use forward::{ClientHop, Upstream};
 use pool::{ForwardError, PooledBody};
@@ -254,10 +256,11 @@ impl Proxy {
         !self.shared.draining.load(Ordering::SeqCst)
     }
 
-    /// Handles one client request end to end.
+    /// Handles one client request end to end. The request is taken from
+    /// `request` if it is forwarded, and left there if sluice answers it.
     pub async fn handle(
         &self,
-        request: Request<Incoming>,
+        request: &mut ClientRequest,
         peer: SocketAddr,
     ) -> Response<ProxyBody> {
         // All of a request's timings come from the limiter's clock (a TSC
@@ -273,13 +276,14 @@ impl Proxy {
     /// (settling rides on the response body) → decorate.
     async fn process(
         &self,
-        request: Request<Incoming>,
+        client: &mut ClientRequest,
         peer: SocketAddr,
         policy: &Policy,
         started: Nanos,
     ) -> Response<ProxyBody> {
+        let request = client.get();
         // Checks: what must be refused before any limiter work.
-        let normalized = match checks(&request, policy) {
+        let normalized = match checks(request, policy) {
             Ok(path) => path,
             Err(refusal) => return respond::refusal(refusal, None),
         };
@@ -287,7 +291,7 @@ impl Proxy {
         let token_claims = std::cell::OnceCell::new();
         let mut applicable = Applicability::default();
         let identified = identify(
-            &request,
+            request,
             &normalized,
             &token_claims,
             peer,
@@ -319,9 +323,9 @@ impl Proxy {
             Cow::Owned(path) if policy.normalize_path => Some(path.as_str()),
             _ => None,
         };
-        let path_and_query = forwarded_path(&request, rewritten);
+        let path_and_query = forwarded_path(request, rewritten);
         let outgoing = self.outgoing(
-            request,
+            client.take(),
             path_and_query,
             peer,
             policy,

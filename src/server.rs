@@ -29,8 +29,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, Version};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use http::{HeaderValue, Response, StatusCode, Version};
+use hyper::body::{Body, Frame, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -44,7 +44,7 @@ use crate::config::Config;
 use crate::problem::{self, Layout, Problem};
 use crate::proxy::deadline::BodyLimits;
 use crate::proxy::respond::ProxyBody;
-use crate::proxy::Proxy;
+use crate::proxy::{ClientRequest, Proxy};
 use crate::reload::{Reloader, Trigger};
 
 mod deadline_io;
@@ -177,8 +177,17 @@ impl Server {
                 let exchanges = Arc::clone(&exchanges);
                 let proxy = proxy.clone();
                 async move {
+                    let mut request = ClientRequest::new(request);
                     Ok::<_, Infallible>(
-                        exchange(&proxy, request, peer, body_limits, &exchanges, in_flight).await,
+                        exchange(
+                            &proxy,
+                            &mut request,
+                            peer,
+                            body_limits,
+                            &exchanges,
+                            in_flight,
+                        )
+                        .await,
                     )
                 }
             });
@@ -232,16 +241,16 @@ async fn reload_on_sighup(reloader: Arc<Reloader>) {
 /// count held until the response body is done.
 async fn exchange(
     proxy: &Proxy,
-    mut request: Request<Incoming>,
+    request: &mut ClientRequest,
     peer: SocketAddr,
     body_limits: BodyLimits,
     exchanges: &Exchanges,
     in_flight: InFlight,
 ) -> Response<TrackedBody> {
-    if !request.body().is_end_stream() {
-        request.extensions_mut().insert(body_limits);
+    if !request.get().body().is_end_stream() {
+        request.get_mut().extensions_mut().insert(body_limits);
     }
-    let version = request.version();
+    let version = request.get().version();
     let mut response = proxy.handle(request, peer).await;
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         exchanges.mark_upgraded();

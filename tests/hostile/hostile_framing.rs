@@ -597,12 +597,18 @@ async fn a8_differential_sweep_the_upstream_never_reads_a_request_differently() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c1_hop_by_hop_fields_are_removed_in_both_directions() {
-    let (upstream, sluice) = start_with("", |_| {
-        Action::Reply(
+    let (upstream, sluice) = start_with("", |request| match request.target.as_str() {
+        // `Connection: close` names a field called `Close` too.
+        "/close-named" => Action::Reply(
+            b"HTTP/1.1 200 OK\r\nClose: 1\r\nConnection: keep-alive, close\r\n\
+              X-Public: yes\r\ncontent-length: 2\r\n\r\nok"
+                .to_vec(),
+        ),
+        _ => Action::Reply(
             b"HTTP/1.1 200 OK\r\nConnection: x-srv\r\nX-Srv: 1\r\nKeep-Alive: timeout=500\r\n\
               Proxy-Connection: keep-alive\r\nX-Public: yes\r\ncontent-length: 2\r\n\r\nok"
                 .to_vec(),
-        )
+        ),
     })
     .await;
     let payload = b"GET /hop HTTP/1.1\r\nHost: a\r\nConnection: close, X-Internal-Auth\r\n\
@@ -618,6 +624,15 @@ Trailer: X\r\nX-Kept: 1\r\n\r\n";
         assert!(response.header(name).is_none(), "{name}: {}", got.text());
     }
     assert_eq!(response.header("x-public"), Some("yes"));
+    let got = exchange(
+        sluice.addr,
+        b"GET /close-named HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let named = &got.responses()[0];
+    assert_eq!(named.status, 200);
+    assert!(named.header("close").is_none(), "{}", got.text());
+    assert_eq!(named.header("x-public"), Some("yes"));
     // … and the upstream none of the client's.
     let raw = upstream.all_bytes().to_ascii_lowercase();
     for field in [

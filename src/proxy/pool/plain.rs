@@ -219,6 +219,12 @@ fn parse_head(read: &mut BytesMut, head_request: bool) -> Result<Option<Head>, F
         let head = read.split_to(len).freeze();
         let mut headers = HeaderMap::with_capacity(fields.len() + ADDED_FIELDS);
         let mut framing_fields = FramingFields::default();
+        // A `Connection` field that only says `keep-alive` or `close` (what
+        // upstreams send) is not kept: it is hop-by-hop and names no field
+        // to strip, so the proxy's stripping would only find and remove it
+        // again. Put back if a field it could name turns up.
+        let mut set_aside: SmallVec<[HeaderValue; 1]> = SmallVec::new();
+        let mut named_option = false;
         for [name_start, name_end, value_start, value_end] in fields {
             let name = HeaderName::from_bytes(&head[name_start as usize..name_end as usize])
                 .map_err(|_| Failed::Broken)?;
@@ -227,7 +233,17 @@ fn parse_head(read: &mut BytesMut, head_request: bool) -> Result<Option<Head>, F
             )
             .map_err(|_| Failed::Broken)?;
             framing_fields.note(&name, &value);
+            if name == header::CONNECTION && only_persistence_options(&value) {
+                set_aside.push(value);
+                continue;
+            }
+            named_option |= name.as_str() == "close";
             headers.append(name, value);
+        }
+        if named_option {
+            for value in set_aside {
+                headers.append(header::CONNECTION, value);
+            }
         }
         let no_body = head_request || matches!(code, 204 | 304);
         let framing = framing_fields.framing(version, no_body)?;
@@ -320,6 +336,21 @@ impl FramingFields {
             !self.close
         }
     }
+}
+
+/// Whether a `Connection` value lists nothing but `keep-alive` and `close`
+/// (`Keep-Alive`, the one field these could name besides a `Close` field, is
+/// hop-by-hop anyway).
+fn only_persistence_options(value: &HeaderValue) -> bool {
+    value
+        .as_bytes()
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .all(|option| {
+            option.is_empty()
+                || option.eq_ignore_ascii_case(b"keep-alive")
+                || option.eq_ignore_ascii_case(b"close")
+        })
 }
 
 /// Digits only, no sign, no overflow.
@@ -418,6 +449,35 @@ fn reusable(conn: &Conn, since: quanta::Instant) -> bool {
 mod tests {
     use super::*;
     use tokio::net::TcpListener;
+
+    fn parsed(head: &str) -> Head {
+        let mut read = BytesMut::from(head);
+        parse_head(&mut read, false).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_connection_field_is_kept_only_when_it_names_a_field_to_strip() {
+        let head = parsed("HTTP/1.1 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 0\r\n\r\n");
+        assert!(head.response.headers().get(header::CONNECTION).is_none());
+        assert!(head.keep_alive);
+        let head = parsed("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+        assert!(head.response.headers().get(header::CONNECTION).is_none());
+        assert!(!head.keep_alive);
+        // Anything else it lists is a field the proxy must strip by name.
+        let head = parsed("HTTP/1.1 200 OK\r\nConnection: keep-alive, x-srv\r\nX-Srv: 1\r\n\r\n");
+        assert_eq!(
+            head.response.headers()[header::CONNECTION],
+            "keep-alive, x-srv"
+        );
+        // So is a field called `Close`, before or after the option names it.
+        for head in [
+            "HTTP/1.1 200 OK\r\nClose: 1\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nConnection: close\r\nClose: 1\r\n\r\n",
+        ] {
+            let head = parsed(head);
+            assert_eq!(head.response.headers()[header::CONNECTION], "close");
+        }
+    }
 
     /// Real loopback connections: the upstream closes one of two idle
     /// connections, and a sweep closes that one and keeps the other.
