@@ -24,6 +24,7 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use smallvec::SmallVec;
 
+use super::client_request::ClientRequest;
 use super::deadline::GuardedBody;
 use super::pool::{ForwardError, Pool, PooledBody};
 use super::recent_value::{recent_value, RecentValue};
@@ -71,7 +72,7 @@ impl Upstream {
     /// (at most `upstream_timeout`, connecting included).
     pub async fn send(
         &self,
-        request: Request<GuardedBody>,
+        request: &mut ClientRequest<GuardedBody>,
     ) -> Result<Response<PooledBody>, ForwardError> {
         match tokio::time::timeout(self.timeout, self.pool.send(request)).await {
             Err(_elapsed) => Err(ForwardError::Timeout),

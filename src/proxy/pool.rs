@@ -37,6 +37,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::client_request::ClientRequest;
 use super::deadline::{BodyError, GuardedBody};
 use super::settle::Settlement;
 use plain::{Conn, IdleConns};
@@ -101,14 +102,16 @@ impl Pool {
     }
 
     /// Sends `request` (origin-form URI, Host set) on a pooled or new
-    /// connection; resolves when the response head arrived.
+    /// connection; resolves when the response head arrived. A plain exchange
+    /// writes the request from where it is; hyper's path takes it.
     pub async fn send(
         self: &Arc<Pool>,
-        mut request: Request<GuardedBody>,
+        request: &mut ClientRequest<GuardedBody>,
     ) -> Result<Response<PooledBody>, ForwardError> {
-        if plain::is_plain(&request) {
-            return self.send_plain(&request).await;
+        if plain::is_plain(request.get()) {
+            return self.send_plain(request.get()).await;
         }
+        let mut request = request.take();
         // One retry, on a fresh connection: only when a reused connection
         // turned out dead before the request was written (hyper hands the
         // request back).
