@@ -443,8 +443,19 @@ impl Proxy {
             trusted: policy.client_ip.is_trusted(peer.ip()),
             rfc7239: policy.client_ip.header() == ForwardedHeader::Forwarded,
         };
-        let client_upgrade = upgrade::take_client_side(&mut request);
-        forward::prepare_request(&mut request, &shared.upstream, path_and_query, hop);
+        let handshake = upgrade::is_websocket_handshake(&request);
+        let client_upgrade = if handshake {
+            upgrade::take_client_side(&mut request)
+        } else {
+            None
+        };
+        forward::prepare_request(
+            &mut request,
+            &shared.upstream,
+            path_and_query,
+            hop,
+            handshake,
+        );
         // One clock read ends the overhead span and starts the upstream one.
         // The overhead excludes the intentional hold: it is the latency
         // sluice adds to requests that were within their limits.

@@ -94,18 +94,21 @@ pub struct ClientHop {
     pub rfc7239: bool,
 }
 
-/// Turns the client's request into the upstream's, in place.
+/// Turns the client's request into the upstream's, in place. `handshake`:
+/// the request is a WebSocket handshake
+/// ([`upgrade::is_websocket_handshake`]), whose `Connection` and `Upgrade`
+/// go on to the upstream.
 pub fn prepare_request(
     request: &mut Request<Incoming>,
     upstream: &Upstream,
     path_and_query: PathAndQuery,
     hop: ClientHop,
+    handshake: bool,
 ) {
     let host = original_host(request);
     // An absolute-form target or HTTP/2's `:authority` names the host;
     // otherwise the client's own Host header does.
     let host_from_target = request.uri().authority().is_some();
-    let handshake = upgrade::is_websocket_handshake(request);
     // Origin-form: the connection already goes to the upstream.
     *request.uri_mut() = Uri::from(path_and_query);
     // The pool speaks HTTP/1.1 to the upstream whatever the client spoke.

@@ -33,7 +33,7 @@ pub struct ClientUpgrade(OnUpgrade);
 /// without a body.
 pub fn is_websocket_handshake<B>(request: &Request<B>) -> bool {
     let headers = request.headers();
-    // Runs twice on every request: `Upgrade` first, which almost no request
+    // Runs on every request: `Upgrade` first, which almost no request
     // carries, so the usual answer costs one header lookup instead of four.
     request.version() == Version::HTTP_11
         && request.method() == Method::GET
@@ -43,12 +43,9 @@ pub fn is_websocket_handshake<B>(request: &Request<B>) -> bool {
         && lists_token(headers, header::CONNECTION, "upgrade")
 }
 
-/// Takes the client's pending upgrade out of a WebSocket handshake request
-/// (`None` for any other request).
+/// Takes the client's pending upgrade out of a request that
+/// [`is_websocket_handshake`] (`None` if hyper gave it none).
 pub fn take_client_side<B>(request: &mut Request<B>) -> Option<ClientUpgrade> {
-    if !is_websocket_handshake(request) {
-        return None;
-    }
     request
         .extensions_mut()
         .remove::<OnUpgrade>()
