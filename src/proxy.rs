@@ -340,9 +340,13 @@ impl Proxy {
         let result = match settlement.as_deref_mut() {
             // Upstream time is charged every second while the answer is awaited.
             Some(settlement) if settlement.charges_elapsed() => {
-                settle::ChargingWhile::new(upstream.send(&mut outgoing.request), settlement).await
+                settle::ChargingWhile::new(
+                    upstream.send(&mut outgoing.request, &outgoing.added),
+                    settlement,
+                )
+                .await
             }
-            _ => upstream.send(&mut outgoing.request).await,
+            _ => upstream.send(&mut outgoing.request, &outgoing.added).await,
         };
         let incoming = self.incoming(result, outgoing.sent, outgoing.client_upgrade, settlement);
         let mut response = match incoming {
@@ -449,7 +453,7 @@ impl Proxy {
         } else {
             None
         };
-        forward::prepare_request(
+        let added = forward::prepare_request(
             &mut request,
             &shared.upstream,
             path_and_query,
@@ -467,6 +471,7 @@ impl Proxy {
         let (request, body_watch) = deadline::guard(request);
         Outgoing {
             request: ClientRequest::new(request),
+            added,
             body_watch,
             client_upgrade,
             sent,
@@ -545,6 +550,8 @@ struct Outgoing {
     /// Lent to the upstream side, which takes it only if it hands it to
     /// hyper (a plain exchange writes it from where it is).
     request: ClientRequest<GuardedBody>,
+    /// Fields added as it is written (see [`pool::AddedFields`]).
+    added: pool::AddedFields,
     /// Tells a body cut off by its deadline or size cap from an upstream
     /// failure.
     body_watch: BodyWatch,

@@ -31,10 +31,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
+use smallvec::SmallVec;
 use tokio::net::TcpStream;
 
 use super::client_request::ClientRequest;
@@ -90,6 +92,13 @@ struct Idle {
     since: quanta::Instant,
 }
 
+/// Fields a request gets as it is written to the upstream rather than
+/// through its header map: written straight into a plain exchange's head,
+/// inserted into the map for hyper's client. (The forwarding fields of an
+/// untrusted peer's request; three inserts into the map cost about 750
+/// instructions.)
+pub type AddedFields = SmallVec<[(HeaderName, HeaderValue); 3]>;
+
 impl Pool {
     /// A pool for `address` (`host:port`).
     pub fn new(address: String, connect_timeout: Duration) -> Arc<Pool> {
@@ -107,11 +116,15 @@ impl Pool {
     pub async fn send(
         self: &Arc<Pool>,
         request: &mut ClientRequest<GuardedBody>,
+        added: &[(HeaderName, HeaderValue)],
     ) -> Result<Response<PooledBody>, ForwardError> {
         if plain::is_plain(request.get()) {
-            return self.send_plain(request.get()).await;
+            return self.send_plain(request.get(), added).await;
         }
         let mut request = request.take();
+        for (name, value) in added {
+            request.headers_mut().insert(name.clone(), value.clone());
+        }
         // One retry, on a fresh connection: only when a reused connection
         // turned out dead before the request was written (hyper hands the
         // request back).
@@ -150,6 +163,7 @@ impl Pool {
     async fn send_plain<B>(
         self: &Arc<Pool>,
         request: &Request<B>,
+        added: &[(HeaderName, HeaderValue)],
     ) -> Result<Response<PooledBody>, ForwardError> {
         // One retry, on a fresh connection, when a reused one gave nothing
         // back: most likely the upstream closed it while it was idle.
@@ -163,7 +177,7 @@ impl Pool {
                 Some(conn) => (conn, true),
                 None => (Conn::new(self.connect_stream().await?), false),
             };
-            match plain::exchange(&mut conn, request).await {
+            match plain::exchange(&mut conn, request, added).await {
                 Ok(head) => {
                     let body = PlainBody::new(
                         conn,

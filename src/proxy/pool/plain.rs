@@ -122,10 +122,15 @@ pub fn is_plain<B: Body>(request: &Request<B>) -> bool {
         && !request.headers().contains_key(header::UPGRADE)
 }
 
-/// Writes `request`'s head on `conn` and reads the response head.
-pub async fn exchange<B>(conn: &mut Conn, request: &Request<B>) -> Result<Head, Failed> {
+/// Writes `request`'s head, with the `added` fields, on `conn` and reads
+/// the response head.
+pub async fn exchange<B>(
+    conn: &mut Conn,
+    request: &Request<B>,
+    added: &[(HeaderName, HeaderValue)],
+) -> Result<Head, Failed> {
     conn.write.clear();
-    write_head(&mut conn.write, request);
+    write_head(&mut conn.write, request, added);
     if conn.stream.write_all(&conn.write).await.is_err() {
         return Err(Failed::NothingBack);
     }
@@ -148,14 +153,19 @@ pub async fn exchange<B>(conn: &mut Conn, request: &Request<B>) -> Result<Head, 
 }
 
 /// The request line and fields as hyper's client writes them for a request
-/// without a body: lower-case names, no added fields.
-fn write_head<B>(out: &mut Vec<u8>, request: &Request<B>) {
+/// without a body (lower-case names, nothing of hyper's own added), then
+/// the `added` fields.
+fn write_head<B>(out: &mut Vec<u8>, request: &Request<B>, added: &[(HeaderName, HeaderValue)]) {
     out.extend_from_slice(request.method().as_str().as_bytes());
     out.push(b' ');
     let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in request.headers() {
+    for (name, value) in request
+        .headers()
+        .iter()
+        .chain(added.iter().map(|(n, v)| (n, v)))
+    {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
