@@ -950,7 +950,8 @@ pub fn host_of<B>(request: &Request<B>) -> Option<&str> {
 
 /// The host of a `Host` value: `[v6]` of `[v6]:port`, `name` of
 /// `name:port`. By bytes: it runs on every request, and `str`'s pattern
-/// search costs ten times as much for one ASCII byte.
+/// search cost four times as much (about 190 instructions against 45 for
+/// `127.0.0.1:18381`, callgrind).
 fn strip_port(host: &str) -> &str {
     let bytes = host.as_bytes();
     let end = if bytes.first() == Some(&b'[') {

@@ -97,10 +97,9 @@ pub struct ClientHop {
 
 /// Turns the client's request into the upstream's, in place, but for the
 /// forwarding fields of an untrusted peer's request: those are returned, to
-/// be added as the request is written. `handshake`:
-/// the request is a WebSocket handshake
-/// ([`upgrade::is_websocket_handshake`]), whose `Connection` and `Upgrade`
-/// go on to the upstream.
+/// be added as the request is written. `handshake`: the request is a
+/// WebSocket handshake ([`upgrade::is_websocket_handshake`]), whose
+/// `Connection` and `Upgrade` go on to the upstream.
 pub fn prepare_request(
     request: &mut Request<Incoming>,
     upstream: &Upstream,

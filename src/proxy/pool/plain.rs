@@ -305,7 +305,7 @@ impl FramingFields {
                 }
             }
         } else if name == header::CONNECTION {
-            for option in bytes.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+            for option in connection_options(value) {
                 self.close |= option.eq_ignore_ascii_case(b"close");
                 self.keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");
             }
@@ -352,15 +352,19 @@ impl FramingFields {
 /// (`Keep-Alive`, the one field these could name besides a `Close` field, is
 /// hop-by-hop anyway).
 fn only_persistence_options(value: &HeaderValue) -> bool {
+    connection_options(value).all(|option| {
+        option.is_empty()
+            || option.eq_ignore_ascii_case(b"keep-alive")
+            || option.eq_ignore_ascii_case(b"close")
+    })
+}
+
+/// The options a `Connection` value lists, trimmed.
+fn connection_options(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
     value
         .as_bytes()
         .split(|&b| b == b',')
         .map(<[u8]>::trim_ascii)
-        .all(|option| {
-            option.is_empty()
-                || option.eq_ignore_ascii_case(b"keep-alive")
-                || option.eq_ignore_ascii_case(b"close")
-        })
 }
 
 /// Digits only, no sign, no overflow.
