@@ -45,13 +45,7 @@ pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors
         };
         let offset = err.span().map_or(0, |span| span.start);
         let (line, column) = source.position(offset);
-        let mut message = err
-            .message()
-            .trim()
-            .lines()
-            .map(str::trim)
-            .collect::<Vec<_>>()
-            .join("; ");
+        let mut message = parse_error_message(err.message());
         if message.is_empty() {
             // toml leaves some errors (a control character in a comment)
             // without a message; `check` must still say what is wrong.
@@ -104,6 +98,24 @@ pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors
             io: None,
         })
     }
+}
+
+/// toml's own syntax messages span lines ("invalid key" then "expected
+/// ..."): they are joined with "; ". serde's messages are one line, and any
+/// line break in them is a quoted key from the file (`unknown field
+/// `a\nb``), so it is escaped instead (found by fuzz/config).
+fn parse_error_message(message: &str) -> String {
+    let message = message.trim();
+    if message.starts_with("unknown field") || message.starts_with("unknown variant") {
+        return one_line(message.to_owned());
+    }
+    one_line(
+        message
+            .lines()
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
 }
 
 /// Messages quote values from the file, and a TOML string can hold a line
@@ -723,6 +735,17 @@ method = "DELETE"
             line.starts_with(
                 "test.toml:3:20: server.trusted_proxies[0]: \"a\\nb\\r\\u{1}c\" is not a CIDR"
             ),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_with_a_line_break_is_quoted_on_one_line() {
+        // Found by fuzz/config: a quoted table name's `\n` became "; " and
+        // its `\r` stayed raw.
+        let line = only_error(&format!("{UPSTREAM} [\"a\\nb\\r\\u0001c\"]\n"));
+        assert!(
+            line.starts_with("test.toml:3:3: unknown field `a\\nb\\r\\u{1}c`, expected one of"),
             "{line}"
         );
     }
