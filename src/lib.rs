@@ -13,6 +13,7 @@
 //! - [`limiter`]: the pure, clock-injected algorithms (token bucket as GCRA).
 //! - [`store`]: where bucket state lives (the sharded in-memory table).
 //! - [`clock`]: monotonic time for the limiter, and a manual clock for tests.
+//! - [`timer`]: a deadline timer that is cheap to move later (connection and upstream clocks).
 //! - [`reload`]: hot reload (SIGHUP, `POST /admin/reload`, the file watch).
 //! - [`metrics`], [`admin`]: Prometheus metrics and the admin listener.
 //! - [`problem`]: the problem documents (RFC 9457) of every error sluice answers itself.
@@ -37,3 +38,4 @@ pub mod server;
 pub mod store;
 #[cfg(test)]
 mod testing;
+pub mod timer;

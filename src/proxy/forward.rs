@@ -23,6 +23,7 @@ use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use smallvec::SmallVec;
+use tokio::time::Instant;
 
 use super::client_request::ClientRequest;
 use super::deadline::GuardedBody;
@@ -75,10 +76,8 @@ impl Upstream {
         request: &mut ClientRequest<GuardedBody>,
         added: &[(HeaderName, HeaderValue)],
     ) -> Result<Response<PooledBody>, ForwardError> {
-        match tokio::time::timeout(self.timeout, self.pool.send(request, added)).await {
-            Err(_elapsed) => Err(ForwardError::Timeout),
-            Ok(result) => result,
-        }
+        let deadline = Instant::now() + self.timeout;
+        self.pool.send(request, added, deadline).await
     }
 }
 

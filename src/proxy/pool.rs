@@ -38,6 +38,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use smallvec::SmallVec;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use super::client_request::ClientRequest;
 use super::deadline::{BodyError, GuardedBody};
@@ -111,17 +112,32 @@ impl Pool {
     }
 
     /// Sends `request` (origin-form URI, Host set) on a pooled or new
-    /// connection; resolves when the response head arrived. A plain exchange
-    /// writes the request from where it is; hyper's path takes it.
+    /// connection; resolves when the response head arrived, or fails with
+    /// [`ForwardError::Timeout`] at `deadline` (connecting included). A
+    /// plain exchange writes the request from where it is; hyper's path
+    /// takes it.
     pub async fn send(
         self: &Arc<Pool>,
         request: &mut ClientRequest<GuardedBody>,
         added: &[(HeaderName, HeaderValue)],
+        deadline: Instant,
     ) -> Result<Response<PooledBody>, ForwardError> {
         if plain::is_plain(request.get()) {
-            return self.send_plain(request.get(), added).await;
+            return self.send_plain(request.get(), added, deadline).await;
         }
-        let mut request = request.take();
+        let request = request.take();
+        match tokio::time::timeout_at(deadline, self.send_hyper(request, added)).await {
+            Err(_elapsed) => Err(ForwardError::Timeout),
+            Ok(result) => result,
+        }
+    }
+
+    /// An exchange through hyper's client (a body, an upgrade).
+    async fn send_hyper(
+        self: &Arc<Pool>,
+        mut request: Request<GuardedBody>,
+        added: &[(HeaderName, HeaderValue)],
+    ) -> Result<Response<PooledBody>, ForwardError> {
         for (name, value) in added {
             request.headers_mut().insert(name.clone(), value.clone());
         }
@@ -159,11 +175,13 @@ impl Pool {
         Err(ForwardError::Other)
     }
 
-    /// A plain exchange on a connection of sluice's own (see `plain`).
+    /// A plain exchange on a connection of sluice's own (see `plain`),
+    /// whose timer keeps the deadline of a pooled connection's exchange.
     async fn send_plain<B>(
         self: &Arc<Pool>,
         request: &Request<B>,
         added: &[(HeaderName, HeaderValue)],
+        deadline: Instant,
     ) -> Result<Response<PooledBody>, ForwardError> {
         // One retry, on a fresh connection, when a reused one gave nothing
         // back: most likely the upstream closed it while it was idle.
@@ -175,9 +193,13 @@ impl Pool {
             };
             let (mut conn, reused) = match pooled {
                 Some(conn) => (conn, true),
-                None => (Conn::new(self.connect_stream().await?), false),
+                None => {
+                    let connecting = tokio::time::timeout_at(deadline, self.connect_stream());
+                    let stream = connecting.await.map_err(|_| ForwardError::Timeout)??;
+                    (Conn::new(stream), false)
+                }
             };
-            match plain::exchange(&mut conn, request, added).await {
+            match plain::exchange(&mut conn, request, added, deadline).await {
                 Ok(head) => {
                     let body = PlainBody::new(
                         conn,
@@ -191,6 +213,7 @@ impl Pool {
                     }));
                 }
                 Err(plain::Failed::NothingBack) if reused => continue,
+                Err(plain::Failed::TimedOut) => return Err(ForwardError::Timeout),
                 Err(_) => return Err(ForwardError::Other),
             }
         }

@@ -47,6 +47,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::problem::{self, Layout, Problem};
+use crate::timer::LazyTimer;
 
 /// The `[server]` settings a connection enforces.
 #[derive(Debug, Clone, Copy)]
@@ -166,9 +167,9 @@ pub struct DeadlineIo<S> {
     protocol: Protocol,
     /// The request line of the head being read, for the 414 check.
     target: TargetScan,
-    read_timer: Option<Pin<Box<Sleep>>>,
-    /// The deadline `read_timer` is set to.
-    read_deadline: Option<Instant>,
+    /// The read clocks' timer: the idle deadline moves later after every
+    /// exchange, which a [`LazyTimer`] does without touching tokio's wheel.
+    read_timer: LazyTimer,
     send_timer: Option<Pin<Box<Sleep>>>,
     /// Whether `send_timer` runs (a write is blocked).
     send_blocked: bool,
@@ -187,7 +188,7 @@ enum Answer {
     /// sends, so that closing with unread data does not reset the
     /// connection before the client read the answer (a lingering close, as
     /// nginx's `lingering_close`).
-    Lingering { drained: usize },
+    Lingering { drained: usize, until: Instant },
 }
 
 /// How long, and how many bytes, a lingering close reads at most.
@@ -207,8 +208,7 @@ impl<S> DeadlineIo<S> {
             calls_seen: 0,
             protocol: Protocol::Unknown,
             target: TargetScan::default(),
-            read_timer: None,
-            read_deadline: None,
+            read_timer: LazyTimer::new(),
             send_timer: None,
             send_blocked: false,
             answer: None,
@@ -253,32 +253,6 @@ impl<S> DeadlineIo<S> {
         }
     }
 
-    /// Polls the read clock; `Ready` when `deadline` passed.
-    ///
-    /// The idle deadline moves later after every exchange, and resetting a
-    /// `Sleep` takes it out of tokio's timer wheel and puts it back. So the
-    /// timer is only moved earlier: when it is armed before `deadline`, it
-    /// is left to fire, and then re-armed for what remains (once per
-    /// `idle_timeout` at most, rather than once per exchange).
-    fn poll_read_deadline(&mut self, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
-        let timer = self
-            .read_timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        if self.read_deadline.is_none_or(|armed| armed > deadline) {
-            timer.as_mut().reset(deadline);
-            self.read_deadline = Some(deadline);
-        }
-        loop {
-            ready!(timer.as_mut().poll(cx));
-            if self.read_deadline == Some(deadline) {
-                return Poll::Ready(());
-            }
-            // Fired at an earlier deadline that has since moved.
-            timer.as_mut().reset(deadline);
-            self.read_deadline = Some(deadline);
-        }
-    }
-
     /// Polls the send clock for a blocked write; an error when it ran out.
     fn poll_send_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         let deadline = if self.send_blocked {
@@ -318,11 +292,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> DeadlineIo<S> {
                 None => return Poll::Ready(Ok(())),
                 Some(Answer::Writing(bytes, written)) if *written == bytes.len() => {
                     ready!(Pin::new(&mut self.inner).poll_shutdown(cx))?;
-                    self.answer = Some(Answer::Lingering { drained: 0 });
-                    self.read_deadline = None;
-                    let linger_until = Instant::now() + LINGER_TIME;
+                    let until = Instant::now() + LINGER_TIME;
+                    self.answer = Some(Answer::Lingering { drained: 0, until });
                     // Starts the clock; it cannot have run out yet.
-                    let _ = self.poll_read_deadline(cx, linger_until);
+                    let _ = self.read_timer.poll_until(cx, until);
                 }
                 Some(Answer::Writing(bytes, written)) => {
                     match Pin::new(&mut self.inner).poll_write(cx, &bytes[*written..]) {
@@ -340,7 +313,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> DeadlineIo<S> {
                         }
                     }
                 }
-                Some(Answer::Lingering { drained }) => {
+                Some(Answer::Lingering { drained, until }) => {
                     let mut scratch = [0u8; 4096];
                     let mut discard = ReadBuf::new(&mut scratch);
                     match Pin::new(&mut self.inner).poll_read(cx, &mut discard) {
@@ -353,8 +326,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> DeadlineIo<S> {
                         // The client closed, failed, or lingered too long.
                         Poll::Ready(_) => {}
                         Poll::Pending => {
-                            let until = self.read_deadline.unwrap_or_else(Instant::now);
-                            if self.poll_read_deadline(cx, until).is_pending() {
+                            if self.read_timer.poll_until(cx, *until).is_pending() {
                                 return Poll::Pending;
                             }
                         }
@@ -446,7 +418,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for DeadlineIo<S> {
                 let Some((deadline, phase)) = this.read_deadline() else {
                     return Poll::Pending;
                 };
-                ready!(this.poll_read_deadline(cx, deadline));
+                ready!(this.read_timer.poll_until(cx, deadline));
                 match phase {
                     Phase::Head { .. } => {
                         this.queue_answer(problem_response(

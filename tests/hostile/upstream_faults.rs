@@ -107,6 +107,40 @@ async fn f1_a_hung_upstream_is_504_at_the_timeout_and_its_connections_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_exchange_on_a_reused_connection_gets_its_own_full_timeout() {
+    // A pooled connection keeps its answer timer armed between exchanges
+    // and lets it fire early rather than moving it: the earlier exchanges'
+    // deadlines must not cut a later one short, whether the timer went off
+    // while the connection was idle (the pause below is longer than the
+    // timeout) or goes off during the exchange (the quick second request).
+    let (upstream, sluice) = behind("upstream_timeout = \"300ms\"", |request| {
+        if request.target == "/hang" {
+            Action::Hang
+        } else {
+            ok()
+        }
+    })
+    .await;
+    assert_eq!(get(&sluice.url("/"), &[]).await.status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(get(&sluice.url("/"), &[]).await.status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started = Instant::now();
+    let got = get(&sluice.url("/hang"), &[]).await;
+    let waited = started.elapsed();
+
+    assert_problem(&got, StatusCode::GATEWAY_TIMEOUT);
+    assert!(
+        waited >= Duration::from_millis(290) && waited < Duration::from_millis(1000),
+        "answered after {waited:?}, not about 300 ms"
+    );
+    let conns = upstream.conns();
+    assert_eq!(conns.len(), 1, "the three exchanges shared one connection");
+    assert_eq!(conns[0].requests.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f2_a_refused_upstream_is_502_at_once_and_a_post_is_never_retried() {
     // Refused: 502 long before the connect timeout.
     let down = closed_port();

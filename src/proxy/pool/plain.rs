@@ -19,8 +19,11 @@
 //! runs until the connection closes. At most [`MAX_HEADERS`] fields and
 //! [`MAX_HEAD_BYTES`] of head, as hyper's defaults.
 
+use std::future::{poll_fn, Future};
 use std::mem::MaybeUninit;
+use std::pin::pin;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -30,9 +33,11 @@ use hyper::body::Body;
 use smallvec::SmallVec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 // The same limits as the pool's hyper connections.
 use super::{IDLE_TIMEOUT, MAX_IDLE};
+use crate::timer::LazyTimer;
 
 /// Fields in a response head, at most (hyper's default).
 pub const MAX_HEADERS: usize = 100;
@@ -53,6 +58,9 @@ pub struct Conn {
     /// The request head is written here; kept for the connection's next
     /// exchange.
     write: Vec<u8>,
+    /// `upstream_timeout`'s clock, kept armed between exchanges: a timer
+    /// registered and removed per exchange cost about 450 instructions.
+    answer_timer: LazyTimer,
 }
 
 impl Conn {
@@ -64,6 +72,7 @@ impl Conn {
             stream,
             read: BytesMut::with_capacity(INITIAL_BUFFER),
             write: Vec::with_capacity(512),
+            answer_timer: LazyTimer::new(),
         })
     }
 
@@ -110,6 +119,8 @@ pub enum Failed {
     /// The upstream answered something that is not a valid response, or
     /// the connection broke mid-head.
     Broken,
+    /// No response head by the deadline.
+    TimedOut,
 }
 
 /// Whether `request` (already prepared for the upstream) is a plain
@@ -123,28 +134,52 @@ pub fn is_plain<B: Body>(request: &Request<B>) -> bool {
 }
 
 /// Writes `request`'s head, with the `added` fields, on `conn` and reads
-/// the response head.
+/// the response head, by `deadline`.
 pub async fn exchange<B>(
     conn: &mut Conn,
     request: &Request<B>,
     added: &[(HeaderName, HeaderValue)],
+    deadline: Instant,
 ) -> Result<Head, Failed> {
-    conn.write.clear();
-    write_head(&mut conn.write, request, added);
-    if conn.stream.write_all(&conn.write).await.is_err() {
+    let Conn {
+        stream,
+        read,
+        write,
+        answer_timer,
+    } = conn;
+    let mut exchange = pin!(write_and_read(stream, read, write, request, added));
+    poll_fn(|cx| match exchange.as_mut().poll(cx) {
+        Poll::Pending => answer_timer
+            .poll_until(cx, deadline)
+            .map(|()| Err(Failed::TimedOut)),
+        done => done,
+    })
+    .await
+}
+
+async fn write_and_read<B>(
+    stream: &mut TcpStream,
+    read: &mut BytesMut,
+    write: &mut Vec<u8>,
+    request: &Request<B>,
+    added: &[(HeaderName, HeaderValue)],
+) -> Result<Head, Failed> {
+    write.clear();
+    write_head(write, request, added);
+    if stream.write_all(write).await.is_err() {
         return Err(Failed::NothingBack);
     }
     let head_request = request.method() == Method::HEAD;
     let mut received = false;
     loop {
-        if let Some(head) = parse_head(&mut conn.read, head_request)? {
+        if let Some(head) = parse_head(read, head_request)? {
             return Ok(head);
         }
-        if conn.read.len() >= MAX_HEAD_BYTES {
+        if read.len() >= MAX_HEAD_BYTES {
             return Err(Failed::Broken);
         }
-        conn.read.reserve(INITIAL_BUFFER);
-        match conn.stream.read_buf(&mut conn.read).await {
+        read.reserve(INITIAL_BUFFER);
+        match stream.read_buf(read).await {
             Ok(0) | Err(_) if !received => return Err(Failed::NothingBack),
             Ok(0) | Err(_) => return Err(Failed::Broken),
             Ok(_) => received = true,
