@@ -63,7 +63,7 @@ pub use admit::{fill_asks, Applicable};
 use bill::Failure;
 pub use client_request::ClientRequest;
 use deadline::{BodyWatch, GuardedBody};
-use forward::{ClientHop, Upstream};
+use forward::{ClientHop, Outbound, Upstream};
 use pool::{ForwardError, PooledBody};
 use refusal_log::Refused;
 use respond::{ProxyBody, Refusal, Verdict};
@@ -257,7 +257,8 @@ impl Proxy {
     }
 
     /// Handles one client request end to end. The request is taken from
-    /// `request` if it is forwarded, and left there if sluice answers it.
+    /// `request` if it is handed to hyper's client (a body, an upgrade), and
+    /// left there if sluice answers it or forwards it as a plain exchange.
     pub async fn handle(
         &self,
         request: &mut ClientRequest,
@@ -325,7 +326,7 @@ impl Proxy {
         };
         let path_and_query = forwarded_path(request, rewritten);
         let mut outgoing = self.outgoing(
-            client.take(),
+            client,
             path_and_query,
             peer,
             policy,
@@ -337,16 +338,17 @@ impl Proxy {
             settlement.forwarded(outgoing.sent);
         }
         let upstream = &self.shared.upstream;
+        let outbound = match &mut outgoing.streamed {
+            Some(streamed) => Outbound::Streamed(streamed),
+            None => Outbound::Plain(client.get()),
+        };
         let result = match settlement.as_deref_mut() {
             // Upstream time is charged every second while the answer is awaited.
             Some(settlement) if settlement.charges_elapsed() => {
-                settle::ChargingWhile::new(
-                    upstream.send(&mut outgoing.request, &outgoing.added),
-                    settlement,
-                )
-                .await
+                settle::ChargingWhile::new(upstream.send(outbound, &outgoing.added), settlement)
+                    .await
             }
-            _ => upstream.send(&mut outgoing.request, &outgoing.added).await,
+            _ => upstream.send(outbound, &outgoing.added).await,
         };
         let incoming = self.incoming(result, outgoing.sent, outgoing.client_upgrade, settlement);
         let mut response = match incoming {
@@ -429,12 +431,13 @@ impl Proxy {
         Some(response)
     }
 
-    /// The admitted request rewritten for the upstream (normalised path,
-    /// hop-by-hop fields stripped, forwarding headers set), its body under
-    /// its deadline and size cap.
+    /// The admitted request rewritten for the upstream, in place
+    /// (normalised path, hop-by-hop fields stripped, forwarding headers
+    /// set); taken, with its body put under its deadline and size cap, only
+    /// when it is not a plain exchange.
     fn outgoing(
         &self,
-        mut request: Request<Incoming>,
+        client: &mut ClientRequest,
         path_and_query: PathAndQuery,
         peer: SocketAddr,
         policy: &Policy,
@@ -447,19 +450,15 @@ impl Proxy {
             trusted: policy.client_ip.is_trusted(peer.ip()),
             rfc7239: policy.client_ip.header() == ForwardedHeader::Forwarded,
         };
-        let handshake = upgrade::is_websocket_handshake(&request);
+        let request = client.get_mut();
+        let handshake = upgrade::is_websocket_handshake(request);
         let client_upgrade = if handshake {
-            upgrade::take_client_side(&mut request)
+            upgrade::take_client_side(request)
         } else {
             None
         };
-        let added = forward::prepare_request(
-            &mut request,
-            &shared.upstream,
-            path_and_query,
-            hop,
-            handshake,
-        );
+        let added =
+            forward::prepare_request(request, &shared.upstream, path_and_query, hop, handshake);
         // One clock read ends the overhead span and starts the upstream one.
         // The overhead excludes the intentional hold: it is the latency
         // sluice adds to requests that were within their limits.
@@ -468,9 +467,14 @@ impl Proxy {
             .metrics
             .overhead_seconds
             .observe(seconds(sent.saturating_sub(started).saturating_sub(held)));
-        let (request, body_watch) = deadline::guard(request);
+        let (streamed, body_watch) = if pool::is_plain(request) {
+            (None, BodyWatch::no_body(request.version()))
+        } else {
+            let (request, body_watch) = deadline::guard(client.take());
+            (Some(ClientRequest::new(request)), body_watch)
+        };
         Outgoing {
-            request: ClientRequest::new(request),
+            streamed,
             added,
             body_watch,
             client_upgrade,
@@ -547,9 +551,10 @@ struct Applicability<'p> {
 
 /// An admitted request on its way upstream.
 struct Outgoing {
-    /// Lent to the upstream side, which takes it only if it hands it to
-    /// hyper (a plain exchange writes it from where it is).
-    request: ClientRequest<GuardedBody>,
+    /// The request taken for hyper's client, with its body guarded; `None`
+    /// for a plain exchange, which is written from the client's request
+    /// where it is.
+    streamed: Option<ClientRequest<GuardedBody>>,
     /// Fields added as it is written (see [`pool::AddedFields`]).
     added: pool::AddedFields,
     /// Tells a body cut off by its deadline or size cap from an upstream

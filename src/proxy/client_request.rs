@@ -1,16 +1,18 @@
 //! The client's request while the proxy works on it: lent to each phase by
-//! reference, and taken only when it is forwarded.
+//! reference, rewritten for the upstream in place, and taken only when it is
+//! handed to hyper's client (a body, an upgrade).
 //!
 //! A `Request<Incoming>` is 264 bytes. Passed by value, it was copied each
 //! time it crossed a function or future boundary on its way from hyper to
 //! the upstream: ten copies per request, about 500 instructions, paid by
-//! refused requests too. Lent, it is copied once, when it is forwarded.
+//! refused requests too. Lent, it is not copied at all on its way to a plain
+//! exchange (a `GET` or `HEAD` without a body), which writes it from here.
 
 use http::Request;
 use hyper::body::Incoming;
 
-/// A client request that stays where hyper's service put it until it is
-/// forwarded.
+/// A client request that stays where hyper's service put it unless it is
+/// handed to hyper's client.
 #[derive(Debug)]
 pub struct ClientRequest<B = Incoming>(Option<Request<B>>);
 

@@ -112,6 +112,14 @@ pub fn guard(mut request: Request<Incoming>) -> (Request<GuardedBody>, BodyWatch
 }
 
 impl BodyWatch {
+    /// The watch of a request that has no body to guard.
+    pub fn no_body(version: Version) -> BodyWatch {
+        BodyWatch {
+            tripped: None,
+            version,
+        }
+    }
+
     /// Whether the body was cut off by one of its limits; an exchange that
     /// failed then failed because of it, and the client is to blame.
     pub fn cut_off(&self) -> Option<CutOff> {

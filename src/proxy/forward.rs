@@ -73,12 +73,25 @@ impl Upstream {
     /// (at most `upstream_timeout`, connecting included).
     pub async fn send(
         &self,
-        request: &mut ClientRequest<GuardedBody>,
+        request: Outbound<'_>,
         added: &[(HeaderName, HeaderValue)],
     ) -> Result<Response<PooledBody>, ForwardError> {
         let deadline = Instant::now() + self.timeout;
-        self.pool.send(request, added, deadline).await
+        match request {
+            Outbound::Plain(request) => self.pool.send_plain(request, added, deadline).await,
+            Outbound::Streamed(request) => self.pool.send(request, added, deadline).await,
+        }
     }
+}
+
+/// The prepared request as the upstream side gets it.
+pub enum Outbound<'r> {
+    /// A plain exchange ([`super::pool::is_plain`]: no body, no upgrade), written
+    /// from where the client's request is: it is never moved.
+    Plain(&'r Request<Incoming>),
+    /// Handed to hyper's client, which takes it: a body (under its deadline
+    /// and size cap) or an upgrade.
+    Streamed(&'r mut ClientRequest<GuardedBody>),
 }
 
 /// What the proxy knows about the client when rewriting its request.

@@ -43,6 +43,7 @@ use tokio::time::Instant;
 use super::client_request::ClientRequest;
 use super::deadline::{BodyError, GuardedBody};
 use super::settle::Settlement;
+pub use plain::is_plain;
 use plain::{Conn, IdleConns};
 use plain_body::PlainBody;
 
@@ -111,20 +112,17 @@ impl Pool {
         })
     }
 
-    /// Sends `request` (origin-form URI, Host set) on a pooled or new
-    /// connection; resolves when the response head arrived, or fails with
-    /// [`ForwardError::Timeout`] at `deadline` (connecting included). A
-    /// plain exchange writes the request from where it is; hyper's path
-    /// takes it.
+    /// Sends `request` (origin-form URI, Host set) through hyper's client
+    /// (a body, an upgrade; see [`send_plain`](Pool::send_plain) for the
+    /// rest) on a pooled or new connection, which takes it. Resolves when
+    /// the response head arrived, or fails with [`ForwardError::Timeout`]
+    /// at `deadline` (connecting included).
     pub async fn send(
         self: &Arc<Pool>,
         request: &mut ClientRequest<GuardedBody>,
         added: &[(HeaderName, HeaderValue)],
         deadline: Instant,
     ) -> Result<Response<PooledBody>, ForwardError> {
-        if plain::is_plain(request.get()) {
-            return self.send_plain(request.get(), added, deadline).await;
-        }
         let request = request.take();
         match tokio::time::timeout_at(deadline, self.send_hyper(request, added)).await {
             Err(_elapsed) => Err(ForwardError::Timeout),
@@ -175,9 +173,10 @@ impl Pool {
         Err(ForwardError::Other)
     }
 
-    /// A plain exchange on a connection of sluice's own (see `plain`),
-    /// whose timer keeps the deadline of a pooled connection's exchange.
-    async fn send_plain<B>(
+    /// A plain exchange ([`is_plain`]) on a connection of sluice's own (see
+    /// `plain`), written from where `request` is; as [`send`](Pool::send)
+    /// otherwise. The connection's own timer keeps the deadline.
+    pub async fn send_plain<B>(
         self: &Arc<Pool>,
         request: &Request<B>,
         added: &[(HeaderName, HeaderValue)],
