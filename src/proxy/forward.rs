@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::client_request::ClientRequest;
 use super::deadline::GuardedBody;
-use super::pool::{AddedFields, ForwardError, Pool, PooledBody};
+use super::pool::{self, AddedFields, ForwardError, Pool, PooledBody};
 use super::recent_value::{recent_value, RecentValue};
 use super::respond::Refusal;
 use super::settle::Settlement;
@@ -366,7 +366,11 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
             fixed = true;
         }
     }
-    if connection {
+    if connection && !fixed && names_no_field(headers) {
+        // What browsers send: the general case below would find nothing
+        // to remove but `Connection` itself.
+        headers.remove(header::CONNECTION);
+    } else if connection {
         // The values are cloned (a reference count, no copy) so the names
         // they list can be removed by `&str`, which needs no allocation.
         let listed: SmallVec<[HeaderValue; 2]> = headers
@@ -429,6 +433,17 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
     }
+}
+
+/// Whether the `Connection` fields list nothing but `keep-alive` and
+/// `close` while no field called `Close` is present (`Keep-Alive` is looked
+/// for with the fixed fields): then they name no field to strip.
+fn names_no_field(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .all(pool::only_persistence_options)
+        && !headers.keys().any(|name| name.as_str() == "close")
 }
 
 /// The RFC 9110 §7.6.1 fields other than `Connection` and `TE`.
@@ -641,6 +656,34 @@ mod tests {
                 ("connection", "connection, close"),
                 ("close", "x"),
                 ("z", "1"),
+            ],
+            // Persistence options only: the short way, unless a field
+            // they could name is present.
+            &[
+                ("host", "h"),
+                ("connection", "Keep-Alive"),
+                ("accept", "*/*"),
+                ("user-agent", "u"),
+            ],
+            &[
+                ("connection", "close"),
+                ("a", "1"),
+                ("connection", "keep-alive, , Close"),
+                ("b", "2"),
+            ],
+            &[
+                ("a", "1"),
+                ("connection", "close"),
+                ("b", "2"),
+                ("close", "x"),
+                ("c", "3"),
+            ],
+            &[
+                ("a", "1"),
+                ("keep-alive", "timeout=5"),
+                ("b", "2"),
+                ("connection", "keep-alive"),
+                ("c", "3"),
             ],
             &[
                 ("x-1", "1"),

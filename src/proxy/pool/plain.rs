@@ -386,7 +386,13 @@ impl FramingFields {
 /// Whether a `Connection` value lists nothing but `keep-alive` and `close`
 /// (`Keep-Alive`, the one field these could name besides a `Close` field, is
 /// hop-by-hop anyway).
-fn only_persistence_options(value: &HeaderValue) -> bool {
+pub fn only_persistence_options(value: &HeaderValue) -> bool {
+    // The value nearly every client and upstream sends, checked whole
+    // first: splitting it costs about 150 instructions.
+    let whole = value.as_bytes();
+    if whole.eq_ignore_ascii_case(b"keep-alive") || whole.eq_ignore_ascii_case(b"close") {
+        return true;
+    }
     connection_options(value).all(|option| {
         option.is_empty()
             || option.eq_ignore_ascii_case(b"keep-alive")
