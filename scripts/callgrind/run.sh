@@ -7,7 +7,8 @@
 #
 # Starts an nginx upstream on 127.0.0.1:18380 and sluice (1 worker) on 18381, warms up,
 # zeroes the counters, runs wrk -c64 for 5 s, and divides. Stops both by PID. KEEP=1
-# keeps the callgrind output for callgrind_annotate.
+# keeps the callgrind output for callgrind_annotate. HEADER="Connection: keep-alive" makes
+# wrk send that field too (as browsers do; wrk sends only Host by default).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${TMPDIR:-/tmp}
@@ -20,9 +21,10 @@ for _ in $(seq 120); do
   curl -s -o /dev/null http://127.0.0.1:18381/ && break
   sleep 0.5
 done
-wrk -t1 -c64 -d2s http://127.0.0.1:18381/ >/dev/null 2>&1   # warm-up
+extra=(); [ -n "${HEADER:-}" ] && extra=(-H "$HEADER")
+wrk -t1 -c64 -d2s "${extra[@]}" http://127.0.0.1:18381/ >/dev/null 2>&1   # warm-up
 callgrind_control -z $sl >/dev/null 2>&1
-result=$(wrk -t1 -c64 -d5s http://127.0.0.1:18381/ 2>&1)
+result=$(wrk -t1 -c64 -d5s "${extra[@]}" http://127.0.0.1:18381/ 2>&1)
 callgrind_control -d $sl >/dev/null 2>&1
 sleep 1
 reqs=$(echo "$result" | awk '/requests in/ {print $1}')
