@@ -86,7 +86,7 @@ impl Upstream {
 
 /// The prepared request as the upstream side gets it.
 pub enum Outbound<'r> {
-    /// A plain exchange ([`super::pool::is_plain`]: no body, no upgrade), written
+    /// A plain exchange ([`pool::is_plain`]: no body, no upgrade), written
     /// from where the client's request is: it is never moved.
     Plain(&'r Request<Incoming>),
     /// Handed to hyper's client, which takes it: a body (under its deadline
