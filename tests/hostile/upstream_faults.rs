@@ -111,8 +111,9 @@ async fn a_hung_exchange_on_a_reused_connection_gets_its_own_full_timeout() {
     // A pooled connection keeps its answer timer armed between exchanges
     // and lets it fire early rather than moving it: the earlier exchanges'
     // deadlines must not cut a later one short, whether the timer went off
-    // while the connection was idle (the pause below is longer than the
-    // timeout) or goes off during the exchange (the quick second request).
+    // while the connection was idle (the first pause is longer than the
+    // timeout) or goes off during the hung exchange (the second request's
+    // deadline, 200 ms before it).
     let (upstream, sluice) = behind("upstream_timeout = \"300ms\"", |request| {
         if request.target == "/hang" {
             Action::Hang
