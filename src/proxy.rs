@@ -47,7 +47,6 @@ use arc_swap::ArcSwap;
 use http::uri::PathAndQuery;
 use http::{Request, Response};
 use http_body_util::Either;
-use hyper::body::Incoming;
 use smallvec::SmallVec;
 
 use crate::clock::{Clock, Nanos, ProxyClock};
@@ -61,7 +60,7 @@ use crate::store::{MemoryStore, OnError, Outcome, RedisSettings, RedisStore, Sto
 use admit::Admission;
 pub use admit::{fill_asks, Applicable};
 use bill::Failure;
-pub use client_request::ClientRequest;
+pub use client_request::{ClientBody, ClientRequest};
 use deadline::{BodyWatch, GuardedBody};
 use forward::{ClientHop, Outbound, Upstream};
 use pool::{ForwardError, PooledBody};
@@ -608,7 +607,7 @@ enum Unidentified<'p> {
 /// `token_claims`). Refuses a denied address, a missing key under `missing
 /// = "reject"` and a retired route.
 fn identify<'r, 'p>(
-    request: &'r Request<Incoming>,
+    request: &'r Request<ClientBody>,
     normalized: &'r str,
     token_claims: &'r std::cell::OnceCell<Option<crate::key::jwt::Claims>>,
     peer: SocketAddr,

@@ -34,9 +34,8 @@ use hyper::body::{Body, Frame, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
 
 use crate::admin::{self, Admin};
 use crate::clock::ProxyClock;
@@ -44,12 +43,14 @@ use crate::config::Config;
 use crate::problem::{self, Layout, Problem};
 use crate::proxy::deadline::BodyLimits;
 use crate::proxy::respond::ProxyBody;
-use crate::proxy::{ClientRequest, Proxy};
+use crate::proxy::{ClientBody, ClientRequest, Proxy};
 use crate::reload::{Reloader, Trigger};
 
 mod deadline_io;
+mod http1;
 
 use deadline_io::{ConnectionLimits, DeadlineIo, Exchanges, InFlight};
+use http1::{HeadLimits, Http1, Next};
 
 /// Pause after a failed `accept` (e.g. out of file descriptors), so the loop
 /// does not spin while the condition lasts.
@@ -145,8 +146,14 @@ impl Server {
             timeout: server.body_timeout,
             max_bytes: server.max_body_bytes,
         };
+        let head_limits = HeadLimits {
+            max_headers: server.max_headers,
+            max_header_bytes: server.max_header_bytes,
+        };
         let connections = Arc::new(Semaphore::new(config.server.max_connections));
-        let graceful = GracefulShutdown::new();
+        // Each connection holds a receiver until it ends: sending tells them
+        // to finish, and the channel closes when the last one has.
+        let (drain, _) = watch::channel(());
 
         tokio::pin!(shutdown);
         loop {
@@ -169,36 +176,17 @@ impl Server {
             };
             let exchanges = Arc::new(Exchanges::default());
             let io = DeadlineIo::new(stream, limits, Arc::clone(&exchanges));
-            let proxy = proxy.clone();
-            let service = service_fn(move |request| {
-                // Counted from the call, so the socket's read clocks stop
-                // while the request is in the service.
-                let in_flight = exchanges.start();
-                let exchanges = Arc::clone(&exchanges);
-                let proxy = proxy.clone();
-                async move {
-                    let mut request = ClientRequest::new(request);
-                    Ok::<_, Infallible>(
-                        exchange(
-                            &proxy,
-                            &mut request,
-                            peer,
-                            body_limits,
-                            &exchanges,
-                            in_flight,
-                        )
-                        .await,
-                    )
-                }
-            });
-            let connection = builder
-                .serve_connection_with_upgrades(TokioIo::new(io), service)
-                .into_owned();
-            let watched = graceful.watch(connection);
+            let connection = Connection {
+                proxy: proxy.clone(),
+                peer,
+                body_limits,
+                head_limits,
+                exchanges,
+                builder: Arc::clone(&builder),
+            };
+            let draining = drain.subscribe();
             tokio::spawn(async move {
-                if let Err(error) = watched.await {
-                    tracing::debug!(%peer, error = %error, "connection ended with an error");
-                }
+                connection.serve(io, draining).await;
                 drop(permit);
             });
         }
@@ -207,10 +195,8 @@ impl Server {
         drop(listener);
         tracing::info!("shutting down: draining in-flight requests");
         let grace = config.server.shutdown_grace;
-        if tokio::time::timeout(grace, graceful.shutdown())
-            .await
-            .is_err()
-        {
+        drain.send_replace(());
+        if tokio::time::timeout(grace, drain.closed()).await.is_err() {
             tracing::warn!(
                 ?grace,
                 "shutdown grace elapsed with requests still in flight"
@@ -220,6 +206,118 @@ impl Server {
         if let Some((watch, sighup)) = reloading {
             watch.abort();
             sighup.abort();
+        }
+    }
+}
+
+/// A client connection and what its requests need.
+struct Connection {
+    proxy: Proxy,
+    peer: SocketAddr,
+    body_limits: BodyLimits,
+    head_limits: HeadLimits,
+    exchanges: Arc<Exchanges>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+}
+
+impl Connection {
+    /// Serves the connection until it ends: sluice's own HTTP/1.1 server
+    /// answers while the requests are ones it takes (`server/http1.rs`),
+    /// then hyper's takes over for the rest of the connection. `draining`
+    /// changes when the server shuts down: an idle connection closes at
+    /// once, a busy one after its response (which says `Connection: close`).
+    async fn serve(self, io: DeadlineIo<TcpStream>, mut draining: watch::Receiver<()>) {
+        let mut drained = std::pin::pin!(draining.changed());
+        let mut http1 = Http1::new(io);
+        loop {
+            let next = if http1.is_idle() {
+                tokio::select! {
+                    biased;
+                    next = http1.next(self.head_limits) => next,
+                    _ = &mut drained => return,
+                }
+            } else {
+                http1.next(self.head_limits).await
+            };
+            let request = match next {
+                Next::Request(request) => request,
+                Next::Closed => return,
+                Next::Hyper => return self.hand_over(http1, drained).await,
+            };
+            let in_flight = self.exchanges.start();
+            let mut request = ClientRequest::new(request);
+            let answered = http1
+                .answer(exchange(
+                    &self.proxy,
+                    &mut request,
+                    self.peer,
+                    self.body_limits,
+                    &self.exchanges,
+                    in_flight,
+                ))
+                .await;
+            // None: the client left before its answer.
+            let Some(response) = answered else { return };
+            drop(request);
+            match http1.respond(response).await {
+                Ok(true) => {}
+                Ok(false) => return http1.close().await,
+                Err(error) => {
+                    tracing::debug!(peer = %self.peer, %error, "connection ended with an error");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The rest of the connection, with hyper's server: HTTP/1.1 from the
+    /// request just read, or h2c.
+    async fn hand_over(
+        self,
+        http1: Http1<DeadlineIo<TcpStream>>,
+        drained: std::pin::Pin<&mut impl Future>,
+    ) {
+        let Connection {
+            proxy,
+            peer,
+            body_limits,
+            exchanges,
+            builder,
+            ..
+        } = self;
+        let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+            // Counted from the call, so the socket's read clocks stop
+            // while the request is in the service.
+            let in_flight = exchanges.start();
+            let exchanges = Arc::clone(&exchanges);
+            let proxy = proxy.clone();
+            async move {
+                let mut request = ClientRequest::new(request.map(ClientBody::Hyper));
+                Ok::<_, Infallible>(
+                    exchange(
+                        &proxy,
+                        &mut request,
+                        peer,
+                        body_limits,
+                        &exchanges,
+                        in_flight,
+                    )
+                    .await,
+                )
+            }
+        });
+        let connection =
+            builder.serve_connection_with_upgrades(TokioIo::new(http1.into_hyper()), service);
+        let mut connection = std::pin::pin!(connection);
+        let ended = tokio::select! {
+            ended = connection.as_mut() => ended,
+            _ = drained => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(error) = ended {
+            tracing::debug!(%peer, error = %error, "connection ended with an error");
         }
     }
 }

@@ -7,14 +7,22 @@
 //! the upstream: ten copies per request, about 500 instructions, paid by
 //! refused requests too. Lent, it is not copied at all on its way to a plain
 //! exchange (a `GET` or `HEAD` without a body), which writes it from here.
+//!
+//! The request comes from hyper's server, with hyper's body, or from
+//! sluice's own HTTP/1.1 server (`server/http1.rs`), which takes only
+//! requests that have no body: [`ClientBody`] is either.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
 use http::Request;
-use hyper::body::Incoming;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-/// A client request that stays where hyper's service put it unless it is
+/// A client request that stays where the server put it unless it is
 /// handed to hyper's client.
 #[derive(Debug)]
-pub struct ClientRequest<B = Incoming>(Option<Request<B>>);
+pub struct ClientRequest<B = ClientBody>(Option<Request<B>>);
 
 impl<B> ClientRequest<B> {
     pub fn new(request: Request<B>) -> ClientRequest<B> {
@@ -44,5 +52,45 @@ impl<B> ClientRequest<B> {
     #[inline]
     pub fn take(&mut self) -> Request<B> {
         self.0.take().expect("a request is forwarded once")
+    }
+}
+
+/// The client's request body: hyper's, or none at all (a request sluice's
+/// own HTTP/1.1 server read, which it only does for requests without one).
+#[derive(Debug)]
+pub enum ClientBody {
+    Hyper(Incoming),
+    Empty,
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ClientBody::Hyper(body) => Pin::new(body).poll_frame(cx),
+            ClientBody::Empty => Poll::Ready(None),
+        }
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ClientBody::Hyper(body) => body.is_end_stream(),
+            ClientBody::Empty => true,
+        }
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ClientBody::Hyper(body) => body.size_hint(),
+            ClientBody::Empty => SizeHint::with_exact(0),
+        }
     }
 }

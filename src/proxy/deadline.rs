@@ -29,8 +29,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Version};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
+
+use super::client_request::ClientBody;
 
 /// The limits on one request body, from `[server]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +70,7 @@ const TRIPPED_TOO_LARGE: u8 = 2;
 /// The request body as the upstream receives it.
 #[derive(Debug)]
 pub struct GuardedBody {
-    inner: Incoming,
+    inner: ClientBody,
     guard: Option<Box<Active>>,
 }
 
@@ -89,7 +91,7 @@ pub struct BodyWatch {
 }
 
 /// Wraps the request's body with the limits the server attached, if any.
-pub fn guard(mut request: Request<Incoming>) -> (Request<GuardedBody>, BodyWatch) {
+pub fn guard(mut request: Request<ClientBody>) -> (Request<GuardedBody>, BodyWatch) {
     let limits = request.extensions_mut().remove::<BodyLimits>();
     let version = request.version();
     let tripped = limits.map(|_| Arc::new(AtomicU8::new(NOT_TRIPPED)));

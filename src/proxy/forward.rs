@@ -21,11 +21,10 @@ use std::time::Duration;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri, Version};
-use hyper::body::Incoming;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use super::client_request::ClientRequest;
+use super::client_request::{ClientBody, ClientRequest};
 use super::deadline::GuardedBody;
 use super::pool::{self, AddedFields, ForwardError, Pool, PooledBody};
 use super::recent_value::{recent_value, RecentValue};
@@ -88,7 +87,7 @@ impl Upstream {
 pub enum Outbound<'r> {
     /// A plain exchange ([`pool::is_plain`]: no body, no upgrade), written
     /// from where the client's request is: it is never moved.
-    Plain(&'r Request<Incoming>),
+    Plain(&'r Request<ClientBody>),
     /// Handed to hyper's client, which takes it: a body (under its deadline
     /// and size cap) or an upgrade.
     Streamed(&'r mut ClientRequest<GuardedBody>),
@@ -113,7 +112,7 @@ pub struct ClientHop {
 /// WebSocket handshake ([`upgrade::is_websocket_handshake`]), whose
 /// `Connection` and `Upgrade` go on to the upstream.
 pub fn prepare_request(
-    request: &mut Request<Incoming>,
+    request: &mut Request<ClientBody>,
     upstream: &Upstream,
     path_and_query: PathAndQuery,
     hop: ClientHop,
@@ -279,7 +278,7 @@ fn ip_text(ip: IpAddr, buf: &mut [u8; IPV4_TEXT_MAX]) -> std::borrow::Cow<'_, st
 
 /// The Host the client addressed: the absolute-form or `:authority` URI wins
 /// over the Host header (RFC 9112 §3.2.2).
-fn original_host(request: &Request<Incoming>) -> Option<HeaderValue> {
+fn original_host(request: &Request<ClientBody>) -> Option<HeaderValue> {
     match request.uri().authority() {
         Some(authority) => HeaderValue::from_str(authority.as_str()).ok(),
         None => request.headers().get(header::HOST).cloned(),

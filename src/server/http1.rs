@@ -1,0 +1,323 @@
+//! sluice's own HTTP/1.1 server for the common request, in front of hyper's.
+//!
+//! hyper's server connection is general: it reads into its own buffer,
+//! keeps a state machine for bodies, upgrades and HTTP/1.0, and encodes the
+//! response through several layers. For the request most clients send — a
+//! `GET` with no body — that cost about 7k instructions per request, more
+//! than nginx spends in all (8k on a 429). This server reads the head with
+//! the same `httparse`, answers it, and writes the response head and body
+//! itself (`http1/encode.rs`), as the upstream side's plain exchanges do.
+//!
+//! Anything else it does not read further: the connection is handed to
+//! hyper, with the bytes read so far in front of the socket
+//! ([`Prefixed`]), and stays hyper's (`http1/head.rs` lists what is ours).
+//! So a request with a body, an upgrade, h2c, HTTP/1.0 and every head hyper
+//! would refuse get hyper's handling, and `DeadlineIo`'s clocks and answers,
+//! exactly as before; the socket is the same `DeadlineIo` either way.
+//!
+//! As hyper does, the connection reads while a request is in the service
+//! only when nothing is buffered, to see the client leave: an end of stream
+//! then drops the request (and whatever it holds); bytes that arrive are
+//! kept for the next request.
+
+use std::future::{poll_fn, Future};
+use std::io::{self, IoSlice};
+use std::pin::{pin, Pin};
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Request, Response};
+use hyper::body::Body;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+use crate::proxy::ClientBody;
+
+mod encode;
+mod head;
+
+use encode::Framing;
+pub use head::HeadLimits;
+
+/// How much is read at a time; heads are almost always shorter.
+const READ_SIZE: usize = 8 * 1024;
+/// Bodies up to this size are copied behind the head and written with it;
+/// longer ones are written from where they are.
+const COPY_BELOW: usize = 8 * 1024;
+
+/// What the connection reads next.
+#[derive(Debug)]
+pub enum Next {
+    /// A request this server answers.
+    Request(Request<ClientBody>),
+    /// The client closed the connection, or it failed, between requests.
+    Closed,
+    /// The connection is hyper's from here: [`Http1::into_hyper`].
+    Hyper,
+}
+
+/// A client connection while sluice's own server speaks on it.
+#[derive(Debug)]
+pub struct Http1<S> {
+    io: S,
+    /// Read and not yet parsed.
+    read: BytesMut,
+    /// The response being written.
+    write: Vec<u8>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
+    pub fn new(io: S) -> Http1<S> {
+        Http1 {
+            io,
+            read: BytesMut::new(),
+            write: Vec::new(),
+        }
+    }
+
+    /// Whether nothing of a next request has been read.
+    pub fn is_idle(&self) -> bool {
+        self.read.is_empty()
+    }
+
+    /// Reads until the buffer holds a request head of ours, or something
+    /// for hyper, or the connection ends.
+    pub async fn next(&mut self, limits: HeadLimits) -> Next {
+        loop {
+            if !self.read.is_empty() {
+                match head::parse(&mut self.read, limits) {
+                    head::Head::Ours(request) => return Next::Request(request),
+                    head::Head::Hyper => return Next::Hyper,
+                    head::Head::Partial => {}
+                }
+            }
+            self.read.reserve(READ_SIZE);
+            match self.io.read_buf(&mut self.read).await {
+                // What was read of a head, hyper answers as it would have.
+                Ok(0) if !self.read.is_empty() => return Next::Hyper,
+                Ok(0) | Err(_) => return Next::Closed,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Runs `exchange` (the request in the service) to its response, or
+    /// `None` when the client closed the connection first.
+    pub async fn answer<F: Future>(&mut self, exchange: F) -> Option<F::Output> {
+        let mut exchange = pin!(exchange);
+        poll_fn(|cx| {
+            if let Poll::Ready(response) = exchange.as_mut().poll(cx) {
+                return Poll::Ready(Some(response));
+            }
+            if self.poll_left(cx) {
+                return Poll::Ready(None);
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Writes `response`, head and body; whether the connection may carry
+    /// another request. An error (the client's, or the body's) means the
+    /// connection is to be dropped.
+    pub async fn respond<B>(&mut self, response: Response<B>) -> io::Result<bool>
+    where
+        B: Body<Data = Bytes>,
+    {
+        let (parts, body) = response.into_parts();
+        let mut body = pin!(body);
+        self.write.clear();
+        let written = encode::head(
+            &mut self.write,
+            &parts,
+            body.is_end_stream(),
+            body.size_hint(),
+        );
+        drop(parts);
+        let mut left = match written.framing {
+            Framing::Empty => 0,
+            Framing::Length(length) => length,
+            Framing::Chunked | Framing::UntilClose => u64::MAX,
+        };
+        if written.framing != Framing::Empty {
+            loop {
+                let frame = poll_fn(|cx| match body.as_mut().poll_frame(cx) {
+                    // Nothing more yet: what is written so far goes out.
+                    Poll::Pending if !self.write.is_empty() => Poll::Ready(Step::Flush),
+                    // A body that stalls is dropped, with what it holds
+                    // upstream, as soon as the client leaves.
+                    Poll::Pending if self.poll_left(cx) => Poll::Ready(Step::Failed),
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(None) => Poll::Ready(Step::End),
+                    Poll::Ready(Some(Err(_))) => Poll::Ready(Step::Failed),
+                    Poll::Ready(Some(Ok(frame))) => {
+                        Poll::Ready(Step::Frame(frame.into_data().ok()))
+                    }
+                })
+                .await;
+                let data = match frame {
+                    Step::Flush => {
+                        self.flush().await?;
+                        continue;
+                    }
+                    Step::End => break,
+                    Step::Failed => {
+                        return Err(io::Error::other(
+                            "the response body failed, or the client left",
+                        ))
+                    }
+                    // Trailers: not asked for (a request with `TE` is hyper's).
+                    Step::Frame(None) => continue,
+                    Step::Frame(Some(data)) if data.is_empty() => continue,
+                    Step::Frame(Some(data)) => data,
+                };
+                if data.len() as u64 > left {
+                    return Err(io::Error::other(
+                        "the response body is longer than declared",
+                    ));
+                }
+                if written.framing != Framing::Chunked {
+                    left -= data.len() as u64;
+                    self.send(data).await?;
+                } else {
+                    encode::chunk_size(&mut self.write, data.len());
+                    self.send(data).await?;
+                    self.write.extend_from_slice(b"\r\n");
+                }
+            }
+            match written.framing {
+                Framing::Chunked => self.write.extend_from_slice(b"0\r\n\r\n"),
+                Framing::Length(_) if left > 0 => {
+                    return Err(io::Error::other(
+                        "the response body is shorter than declared",
+                    ))
+                }
+                _ => {}
+            }
+        }
+        drop(body);
+        self.flush().await?;
+        Ok(!written.close)
+    }
+
+    /// Whether the client closed the connection (or it failed). Reads only
+    /// while nothing is buffered, as hyper does: a pipelined request waits
+    /// its turn and is not read past; its bytes are kept.
+    fn poll_left(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.read.is_empty() {
+            return false;
+        }
+        self.read.reserve(READ_SIZE);
+        matches!(
+            pin!(self.io.read_buf(&mut self.read)).poll(cx),
+            Poll::Ready(Ok(0) | Err(_))
+        )
+    }
+
+    /// Closes the connection after a last response: the write side is shut
+    /// so the client sees the end of the stream.
+    pub async fn close(mut self) {
+        let _ = self.io.shutdown().await;
+    }
+
+    /// The connection as hyper gets it: the socket, behind what was read.
+    pub fn into_hyper(self) -> Prefixed<S> {
+        Prefixed {
+            prefix: self.read.freeze(),
+            io: self.io,
+        }
+    }
+
+    /// Adds `data` to what is written: copied when short, else written
+    /// behind the buffered bytes without a copy.
+    async fn send(&mut self, mut data: Bytes) -> io::Result<()> {
+        if data.len() < COPY_BELOW {
+            self.write.extend_from_slice(&data);
+            return Ok(());
+        }
+        let mut head = &self.write[..];
+        while !head.is_empty() || !data.is_empty() {
+            let slices = [IoSlice::new(head), IoSlice::new(&data)];
+            let n = poll_fn(|cx| Pin::new(&mut self.io).poll_write_vectored(cx, &slices)).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            let from_head = n.min(head.len());
+            head = &head[from_head..];
+            data.advance(n - from_head);
+        }
+        self.write.clear();
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        if !self.write.is_empty() {
+            self.io.write_all(&self.write).await?;
+            self.write.clear();
+        }
+        Ok(())
+    }
+}
+
+/// One step of writing a body.
+enum Step {
+    Frame(Option<Bytes>),
+    Flush,
+    End,
+    Failed,
+}
+
+/// A socket behind bytes already read from it: reads return those first.
+/// hyper gets the connection this way (hyper-util has the same type, but
+/// keeps it to itself).
+#[derive(Debug)]
+pub struct Prefixed<S> {
+    prefix: Bytes,
+    io: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.prefix.is_empty() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix[..n]);
+            this.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
