@@ -229,36 +229,39 @@ impl Connection {
     async fn serve(self, io: DeadlineIo<TcpStream>, mut draining: watch::Receiver<()>) {
         let mut drained = std::pin::pin!(draining.changed());
         let mut http1 = Http1::new(io);
+        // Each request is read into this slot and stays there (see
+        // `proxy/client_request.rs`).
+        let mut request = ClientRequest::vacant();
         loop {
             let next = if http1.is_idle() {
                 tokio::select! {
                     biased;
-                    next = http1.next(self.head_limits) => next,
+                    next = http1.next(self.head_limits, &mut request) => next,
                     _ = &mut drained => return,
                 }
             } else {
-                http1.next(self.head_limits).await
+                http1.next(self.head_limits, &mut request).await
             };
-            let request = match next {
-                Next::Request(request) => request,
+            match next {
+                Next::Request => {}
                 Next::Closed => return,
                 Next::Hyper => return self.hand_over(http1, drained).await,
-            };
+            }
             let in_flight = self.exchanges.start();
-            let mut request = ClientRequest::new(request);
-            let answered = http1
-                .answer(exchange(
+            let answered = {
+                let exchange = std::pin::pin!(exchange(
                     &self.proxy,
                     &mut request,
                     self.peer,
                     self.body_limits,
                     &self.exchanges,
                     in_flight,
-                ))
-                .await;
+                ));
+                http1.answer(exchange).await
+            };
             // None: the client left before its answer.
             let Some(response) = answered else { return };
-            drop(request);
+            request = ClientRequest::vacant();
             match http1.respond(response).await {
                 Ok(true) => {}
                 Ok(false) => return http1.close().await,

@@ -29,6 +29,17 @@ impl<B> ClientRequest<B> {
         ClientRequest(Some(request))
     }
 
+    /// No request yet: a server reads one into it ([`ClientRequest::fill`]).
+    pub fn vacant() -> ClientRequest<B> {
+        ClientRequest(None)
+    }
+
+    /// A new request with `body` in the slot, for its reader to fill in,
+    /// in place.
+    pub fn fill(&mut self, body: B) -> &mut Request<B> {
+        self.0.insert(Request::new(body))
+    }
+
     /// The request, until it is taken.
     ///
     /// # Panics

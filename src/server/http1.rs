@@ -26,11 +26,11 @@ use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{Request, Response};
+use http::Response;
 use hyper::body::Body;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use crate::proxy::ClientBody;
+use crate::proxy::ClientRequest;
 
 mod encode;
 mod head;
@@ -47,8 +47,8 @@ const COPY_BELOW: usize = 8 * 1024;
 /// What the connection reads next.
 #[derive(Debug)]
 pub enum Next {
-    /// A request this server answers.
-    Request(Request<ClientBody>),
+    /// A request this server answers, read into the slot it was given.
+    Request,
     /// The client closed the connection, or it failed, between requests.
     Closed,
     /// The connection is hyper's from here: [`Http1::into_hyper`].
@@ -63,6 +63,7 @@ pub struct Http1<S> {
     read: BytesMut,
     /// The response being written.
     write: Vec<u8>,
+    scratch: head::Scratch,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
@@ -71,6 +72,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
             io,
             read: BytesMut::new(),
             write: Vec::new(),
+            scratch: head::Scratch::default(),
         }
     }
 
@@ -79,13 +81,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
         self.read.is_empty()
     }
 
-    /// Reads until the buffer holds a request head of ours, or something
-    /// for hyper, or the connection ends.
-    pub async fn next(&mut self, limits: HeadLimits) -> Next {
+    /// Reads until the buffer holds a request head of ours (read `into`
+    /// the slot), or something for hyper, or the connection ends.
+    pub async fn next(&mut self, limits: HeadLimits, into: &mut ClientRequest) -> Next {
         loop {
             if !self.read.is_empty() {
-                match head::parse(&mut self.read, limits) {
-                    head::Head::Ours(request) => return Next::Request(request),
+                match head::parse(&mut self.read, limits, &mut self.scratch, into) {
+                    head::Head::Ours => return Next::Request,
                     head::Head::Hyper => return Next::Hyper,
                     head::Head::Partial => {}
                 }
@@ -101,9 +103,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
     }
 
     /// Runs `exchange` (the request in the service) to its response, or
-    /// `None` when the client closed the connection first.
-    pub async fn answer<F: Future>(&mut self, exchange: F) -> Option<F::Output> {
-        let mut exchange = pin!(exchange);
+    /// `None` when the client closed the connection first. The future is
+    /// pinned where it was made: it is large, and a move copies it.
+    pub async fn answer<F: Future>(&mut self, mut exchange: Pin<&mut F>) -> Option<F::Output> {
         poll_fn(|cx| {
             if let Poll::Ready(response) = exchange.as_mut().poll(cx) {
                 return Poll::Ready(Some(response));
@@ -132,7 +134,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
             body.is_end_stream(),
             body.size_hint(),
         );
-        drop(parts);
+        self.scratch.recycle(parts.headers);
         let mut left = match written.framing {
             Framing::Empty => 0,
             Framing::Length(length) => length,
@@ -194,7 +196,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
                 _ => {}
             }
         }
-        drop(body);
         self.flush().await?;
         Ok(!written.close)
     }

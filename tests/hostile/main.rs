@@ -16,5 +16,6 @@ mod hostile_framing;
 mod hostile_keys;
 mod hostile_ops;
 mod hostile_slow;
+mod own_server;
 mod upstream_faults;
 mod upstream_responses;

@@ -49,6 +49,11 @@ pub fn head(out: &mut Vec<u8>, parts: &Parts, empty: bool, hint: SizeHint) -> Wr
             continue;
         }
         if name == header::CONTENT_LENGTH {
+            // An ended body's length is 0, whatever the map says (a 204's
+            // or 304's upstream length is not passed on); one line only.
+            if empty || declared.is_some() {
+                continue;
+            }
             declared = Some(
                 std::str::from_utf8(value.as_bytes())
                     .ok()
@@ -64,16 +69,15 @@ pub fn head(out: &mut Vec<u8>, parts: &Parts, empty: bool, hint: SizeHint) -> Wr
     }
     let framing = if !has_body {
         Framing::Empty
+    } else if empty {
+        out.extend_from_slice(b"content-length: 0\r\n");
+        Framing::Empty
     } else {
         match declared {
             Some(Some(0)) => Framing::Empty,
             Some(Some(length)) => Framing::Length(length),
             // A length that is not one: no way to frame the body.
             Some(None) => Framing::UntilClose,
-            None if empty => {
-                out.extend_from_slice(b"content-length: 0\r\n");
-                Framing::Empty
-            }
             None => match hint.exact() {
                 Some(length) => {
                     out.extend_from_slice(b"content-length: ");
@@ -262,6 +266,27 @@ mod tests {
                 !text.contains("content-length") && !text.contains("chunked"),
                 "{text}"
             );
+            assert_eq!(written.framing, Framing::Empty);
+        }
+    }
+
+    #[test]
+    fn an_ended_body_is_declared_empty_whatever_the_map_says() {
+        // As hyper: an upstream's 204 with a length keeps no length, and an
+        // ended 200 says 0.
+        for (status, expected) in [(204, None), (200, Some("0"))] {
+            let response = Response::builder()
+                .status(status)
+                .header("content-length", "7")
+                .header("content-length", "7")
+                .body(())
+                .unwrap();
+            let (text, written) = encoded(response, true, SizeHint::with_exact(0));
+            let lengths: Vec<&str> = text
+                .lines()
+                .filter_map(|line| line.strip_prefix("content-length: "))
+                .collect();
+            assert_eq!(lengths, expected.into_iter().collect::<Vec<_>>(), "{text}");
             assert_eq!(written.framing, Framing::Empty);
         }
     }

@@ -14,10 +14,9 @@ use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Request, Uri};
-use smallvec::SmallVec;
+use http::Uri;
 
-use crate::proxy::ClientBody;
+use crate::proxy::{ClientBody, ClientRequest};
 
 /// Fields a head of ours may have. A head with more goes to hyper, which
 /// enforces `max_headers` itself.
@@ -34,9 +33,9 @@ pub struct HeadLimits {
 /// What the buffered bytes begin with.
 #[derive(Debug)]
 pub enum Head {
-    /// A request sluice's server answers; its head was taken from the
-    /// buffer.
-    Ours(Request<ClientBody>),
+    /// A request sluice's server answers: its head was taken from the
+    /// buffer, and the request put where it was asked to be.
+    Ours,
     /// The beginning of a head, within the limits: read more.
     Partial,
     /// Anything else: the connection is hyper's from here, bytes and all.
@@ -46,9 +45,34 @@ pub enum Head {
 /// A field's name and where its value lies in the head.
 type Field = (HeaderName, Range<usize>);
 
-/// Reads the head at the start of `buffer`: takes it out if it is a
-/// request of ours, leaves the buffer as it was otherwise.
-pub fn parse(buffer: &mut BytesMut, limits: HeadLimits) -> Head {
+/// What reading a head needs and a connection keeps between requests, so
+/// that a request allocates nothing of its own for it.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    fields: Vec<Field>,
+    /// A map to build the next request's fields in: the last response's,
+    /// emptied (as hyper does, it keeps its allocation).
+    headers: Option<HeaderMap>,
+}
+
+impl Scratch {
+    /// Keeps `headers`' allocation for the next request.
+    pub fn recycle(&mut self, mut headers: HeaderMap) {
+        headers.clear();
+        self.headers = Some(headers);
+    }
+}
+
+/// Reads the head at the start of `buffer`: takes it out and puts the
+/// request `into` the slot if it is a request of ours (built in place: a
+/// request is 224 bytes, and each move copies it); leaves the buffer as it
+/// was otherwise.
+pub fn parse(
+    buffer: &mut BytesMut,
+    limits: HeadLimits,
+    scratch: &mut Scratch,
+    into: &mut ClientRequest,
+) -> Head {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MOST_FIELDS];
     let mut request = httparse::Request::new(&mut []);
     let length = match request.parse_with_uninit_headers(buffer, &mut slots) {
@@ -68,7 +92,8 @@ pub fn parse(buffer: &mut BytesMut, limits: HeadLimits) -> Head {
     let Some(target) = request.path.map(|path| span(buffer, path.as_bytes())) else {
         return Head::Hyper;
     };
-    let mut fields: SmallVec<[Field; 16]> = SmallVec::with_capacity(request.headers.len());
+    let fields = &mut scratch.fields;
+    fields.clear();
     for field in request.headers.iter() {
         let Ok(name) = HeaderName::from_bytes(field.name.as_bytes()) else {
             return Head::Hyper;
@@ -79,8 +104,8 @@ pub fn parse(buffer: &mut BytesMut, limits: HeadLimits) -> Head {
         fields.push((name, span(buffer, field.value)));
     }
     let head = buffer.split_to(length).freeze();
-    match build(&head, target, fields) {
-        Some(request) => Head::Ours(request),
+    match build(&head, target, scratch, into) {
+        Some(()) => Head::Ours,
         None => {
             // hyper refuses such a head; it gets the bytes back to say so.
             let mut whole = BytesMut::with_capacity(head.len() + buffer.len());
@@ -113,24 +138,26 @@ fn span(buffer: &[u8], part: &[u8]) -> Range<usize> {
 }
 
 /// The request, its target and field values sharing `head`'s bytes, as
-/// hyper builds it; `None` where hyper would refuse it.
+/// hyper builds it, `into` the slot; `None` where hyper would refuse it.
 fn build(
     head: &Bytes,
     target: Range<usize>,
-    fields: SmallVec<[Field; 16]>,
-) -> Option<Request<ClientBody>> {
+    scratch: &mut Scratch,
+    into: &mut ClientRequest,
+) -> Option<()> {
     let uri = Uri::from_maybe_shared(head.slice(target)).ok()?;
-    let mut headers = HeaderMap::with_capacity(fields.len());
-    for (name, value) in fields {
+    let mut headers = scratch.headers.take().unwrap_or_default();
+    headers.reserve(scratch.fields.len());
+    for (name, value) in scratch.fields.drain(..) {
         headers.append(
             name,
             HeaderValue::from_maybe_shared(head.slice(value)).ok()?,
         );
     }
-    let mut request = Request::new(ClientBody::Empty);
+    let request = into.fill(ClientBody::Empty);
     *request.uri_mut() = uri;
     *request.headers_mut() = headers;
-    Some(request)
+    Some(())
 }
 
 #[cfg(test)]
@@ -142,18 +169,28 @@ mod tests {
         max_header_bytes: 16 * 1024,
     };
 
-    fn parse_str(bytes: &str) -> (Head, BytesMut) {
+    fn parse_str(bytes: &str) -> (Head, BytesMut, ClientRequest) {
         let mut buffer = BytesMut::from(bytes);
-        (parse(&mut buffer, LIMITS), buffer)
+        let mut request = ClientRequest::vacant();
+        let head = parse(&mut buffer, LIMITS, &mut Scratch::default(), &mut request);
+        (head, buffer, request)
+    }
+
+    fn parse_with(buffer: &mut BytesMut, limits: HeadLimits) -> Head {
+        parse(
+            buffer,
+            limits,
+            &mut Scratch::default(),
+            &mut ClientRequest::vacant(),
+        )
     }
 
     #[test]
     fn a_get_is_ours_and_leaves_what_follows_it() {
-        let (head, rest) =
+        let (head, rest, request) =
             parse_str("GET /a?b=1 HTTP/1.1\r\nHost: x\r\nX-Api-Key: k\r\n\r\nGET /next");
-        let Head::Ours(request) = head else {
-            panic!("not ours: {head:?}")
-        };
+        assert!(matches!(head, Head::Ours), "{head:?}");
+        let request = request.get();
         assert_eq!(request.method(), http::Method::GET);
         assert_eq!(request.version(), http::Version::HTTP_11);
         assert_eq!(request.uri(), "/a?b=1");
@@ -164,11 +201,9 @@ mod tests {
 
     #[test]
     fn repeated_fields_are_all_kept_in_order() {
-        let (head, _) = parse_str("GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nA: 3\r\n\r\n");
-        let Head::Ours(request) = head else {
-            panic!("not ours: {head:?}")
-        };
-        let values: Vec<_> = request.headers().get_all("a").iter().collect();
+        let (head, _, request) = parse_str("GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nA: 3\r\n\r\n");
+        assert!(matches!(head, Head::Ours), "{head:?}");
+        let values: Vec<_> = request.get().headers().get_all("a").iter().collect();
         assert_eq!(values, ["1", "3"]);
     }
 
@@ -199,7 +234,7 @@ mod tests {
             "GET /a b HTTP/1.1\r\n\r\n",
             "GET http://[::1 HTTP/1.1\r\n\r\n",
         ] {
-            let (parsed, rest) = parse_str(head);
+            let (parsed, rest, _) = parse_str(head);
             assert!(matches!(parsed, Head::Hyper), "{head:?}: {parsed:?}");
             assert_eq!(&rest[..], head.as_bytes(), "{head:?}");
         }
@@ -207,8 +242,8 @@ mod tests {
 
     #[test]
     fn connection_keep_alive_is_ours_in_any_case() {
-        let (head, _) = parse_str("GET / HTTP/1.1\r\nConnection: Keep-Alive\r\n\r\n");
-        assert!(matches!(head, Head::Ours(_)), "{head:?}");
+        let (head, _, _) = parse_str("GET / HTTP/1.1\r\nConnection: Keep-Alive\r\n\r\n");
+        assert!(matches!(head, Head::Ours), "{head:?}");
     }
 
     #[test]
@@ -219,18 +254,18 @@ mod tests {
             max_headers: 4,
             ..LIMITS
         };
-        assert!(matches!(parse(&mut buffer, few), Head::Hyper));
+        assert!(matches!(parse_with(&mut buffer, few), Head::Hyper));
         let small = HeadLimits {
             max_header_bytes: 20,
             ..LIMITS
         };
-        assert!(matches!(parse(&mut buffer, small), Head::Hyper));
+        assert!(matches!(parse_with(&mut buffer, small), Head::Hyper));
         let mut partial = BytesMut::from("GET / HTTP/1.1\r\nHost: a-long-name\r\n");
-        assert!(matches!(parse(&mut partial, small), Head::Hyper));
+        assert!(matches!(parse_with(&mut partial, small), Head::Hyper));
         let over: String = (0..MOST_FIELDS + 1)
             .map(|i| format!("F{i}: v\r\n"))
             .collect();
         let mut buffer = BytesMut::from(format!("GET / HTTP/1.1\r\n{over}\r\n").as_str());
-        assert!(matches!(parse(&mut buffer, LIMITS), Head::Hyper));
+        assert!(matches!(parse_with(&mut buffer, LIMITS), Head::Hyper));
     }
 }

@@ -1,0 +1,168 @@
+//! The seam between sluice's own HTTP/1.1 server, which answers a `GET`
+//! without a body, and hyper's, which takes the connection at the first
+//! request sluice's does not (`src/server/http1.rs`). Not a row of the
+//! table: every row's test crosses it. These hold the seam itself: requests
+//! of both kinds on one connection, pipelined or in pieces, each answered
+//! once and in order, and every framing of an upstream's answer passed on
+//! whole by sluice's own server (the F6 rows send `Connection: close`, which
+//! is hyper's).
+
+use crate::support;
+use crate::wire;
+
+use std::time::Duration;
+
+use support::Sluice;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use wire::{exchange_with, ok, read_until_quiet, Action, RawRequest, RawUpstream};
+
+async fn behind(
+    script: impl Fn(&RawRequest) -> Action + Send + Sync + 'static,
+) -> (RawUpstream, Sluice) {
+    let upstream = RawUpstream::start(script).await;
+    let toml = "[server]\nupstream = \"http://{upstream}\"\n".to_string();
+    let sluice = Sluice::start(&toml, upstream.addr).await;
+    (upstream, sluice)
+}
+
+fn targets(upstream: &RawUpstream) -> Vec<String> {
+    upstream.requests().into_iter().map(|r| r.target).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_goes_from_sluice_s_server_to_hyper_s_and_loses_nothing() {
+    let (upstream, sluice) = behind(|_| ok()).await;
+    // Two of sluice's, then a body (hyper's from there on), then a GET that
+    // hyper now answers; all in one write.
+    let payload = concat!(
+        "GET /1 HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
+        "POST /3 HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi",
+        "GET /4 HTTP/1.1\r\nHost: a\r\n\r\n",
+    );
+
+    let got = exchange_with(sluice.addr, payload.as_bytes(), Duration::from_millis(500)).await;
+
+    let responses = got.responses();
+    let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200; 4], "{}", got.text());
+    assert!(responses.iter().all(|r| r.complete && r.body == b"ok"));
+    assert!(!got.closed, "the connection stays open");
+    assert_eq!(targets(&upstream), ["/1", "/2", "/3", "/4"]);
+    let posted = &upstream.requests()[2];
+    assert_eq!(posted.method, "POST");
+    assert_eq!(posted.body, b"hi");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_that_arrives_in_pieces_is_answered_and_the_connection_kept() {
+    let (upstream, sluice) = behind(|_| ok()).await;
+    let mut client = TcpStream::connect(sluice.addr).await.unwrap();
+    client.set_nodelay(true).unwrap();
+    for piece in ["GET /pie", "ces HTTP/1.1\r\nHo", "st: a\r\n", "\r\n"] {
+        client.write_all(piece.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let first = read_until_quiet(&mut client, Duration::from_millis(300)).await;
+    client
+        .write_all(b"GET /after HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let second = read_until_quiet(&mut client, Duration::from_millis(300)).await;
+
+    assert_eq!(first.statuses(), [200], "{}", first.text());
+    assert_eq!(second.statuses(), [200], "{}", second.text());
+    assert!(!second.closed);
+    assert_eq!(targets(&upstream), ["/pieces", "/after"]);
+}
+
+/// A body of `length` bytes that shows where a byte went missing.
+fn body(length: usize) -> Vec<u8> {
+    (0..length).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
+fn answer(target: &str) -> Action {
+    let mut bytes = Vec::new();
+    match target {
+        "/small" => bytes.extend(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-up: 1\r\n\r\nhello"),
+        "/long" => {
+            bytes.extend(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n");
+            bytes.extend(body(100_000));
+        }
+        "/chunked" => {
+            bytes.extend(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n");
+            let whole = body(70_000);
+            for part in [&whole[..5], &whole[5..30_005], &whole[30_005..]] {
+                bytes.extend(format!("{:x}\r\n", part.len()).as_bytes());
+                bytes.extend(part);
+                bytes.extend(b"\r\n");
+            }
+            bytes.extend(b"0\r\nx-trailer: t\r\n\r\n");
+        }
+        "/no-content" => bytes.extend(b"HTTP/1.1 204 No Content\r\ncontent-length: 7\r\n\r\n"),
+        "/empty" => bytes.extend(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"),
+        // Its end is the upstream's close: the client's connection ends too.
+        "/until-close" => {
+            bytes.extend(b"HTTP/1.0 200 OK\r\n\r\n");
+            bytes.extend(body(20_000));
+            return Action::ReplyAndClose(bytes);
+        }
+        other => panic!("no answer scripted for {other}"),
+    }
+    Action::Reply(bytes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_framing_of_an_answer_reaches_a_kept_connection_whole_and_in_order() {
+    let (upstream, sluice) = behind(|request| answer(&request.target)).await;
+    let order = [
+        "/small",
+        "/long",
+        "/chunked",
+        "/no-content",
+        "/empty",
+        "/until-close",
+    ];
+    let payload: String = order
+        .iter()
+        .map(|target| format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n"))
+        .collect();
+
+    let got = exchange_with(sluice.addr, payload.as_bytes(), Duration::from_secs(1)).await;
+
+    let responses = got.responses();
+    let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 200, 200, 204, 200, 200], "{}", got.text());
+    let bodies: Vec<Vec<u8>> = responses.iter().take(5).map(|r| r.body.clone()).collect();
+    let expected = [
+        b"hello".to_vec(),
+        body(100_000),
+        body(70_000),
+        vec![],
+        vec![],
+    ];
+    for (index, (got_body, want)) in bodies.iter().zip(&expected).enumerate() {
+        assert!(
+            got_body == want,
+            "{}: {} bytes",
+            order[index],
+            got_body.len()
+        );
+    }
+    assert!(responses.iter().take(5).all(|r| r.complete));
+    assert_eq!(responses[0].header("x-up"), Some("1"));
+    assert_eq!(responses[1].header("content-length"), Some("100000"));
+    assert_eq!(responses[2].header("transfer-encoding"), Some("chunked"));
+    assert_eq!(
+        responses[3].header("content-length"),
+        None,
+        "a 204 has no length"
+    );
+    assert_eq!(responses[4].header("content-length"), Some("0"));
+    // The last one's end is the close, after all of it.
+    assert!(got.closed, "{}", got.text());
+    assert!(got.bytes.ends_with(&body(20_000)));
+    assert!(!got.text().contains("x-trailer"));
+    assert_eq!(targets(&upstream), order);
+}
