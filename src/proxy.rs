@@ -46,7 +46,6 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use http::uri::PathAndQuery;
 use http::{Request, Response};
-use http_body_util::Either;
 use smallvec::SmallVec;
 
 use crate::clock::{Clock, Nanos, ProxyClock};
@@ -364,7 +363,7 @@ impl Proxy {
             }
         };
         // Decorate the upstream's answer.
-        decorate(response.headers_mut(), policy, &admission, retiring);
+        decorate(&mut response, policy, &admission, retiring);
         response
     }
 
@@ -511,7 +510,7 @@ impl Proxy {
         }
         result
             .and_then(|response| forward::prepare_response(response, client_upgrade, settlement))
-            .map(|response| response.map(Either::Left))
+            .map(|response| response.map(ProxyBody::upstream))
     }
 
     /// Counts, logs and answers an upstream failure.
@@ -746,11 +745,12 @@ pub fn stand<'r, 'p>(
 /// answer: which shadow rules would have limited it, how long it was held,
 /// a retiring route's sunset, and the rate-limit headers.
 fn decorate(
-    headers: &mut http::HeaderMap,
+    response: &mut Response<ProxyBody>,
     policy: &Policy,
     admission: &Admission<'_>,
     retiring: Option<&Sunset>,
 ) {
+    let headers = response.headers_mut();
     if !admission.would_limit.is_empty() {
         respond::add_would_limit_header(headers, &admission.would_limit);
     }
@@ -760,7 +760,7 @@ fn decorate(
     respond::add_sunset_headers(headers, retiring);
     if policy.response.on_success && !admission.unlimited {
         respond::add_rate_limit_headers(
-            headers,
+            response.body_mut().own_fields_mut(),
             policy.response.headers,
             &admission.verdicts,
             Duration::from_nanos(admission.decided_at),

@@ -260,9 +260,15 @@ impl Connection {
                 http1.answer(exchange).await
             };
             // None: the client left before its answer.
-            let Some(response) = answered else { return };
-            request = ClientRequest::vacant();
-            match http1.respond(response).await {
+            let Some(mut response) = answered else {
+                return;
+            };
+            if let Some(done) = request.left_mut() {
+                http1.recycle(std::mem::take(done.headers_mut()));
+            }
+            request.clear();
+            let own_fields = response.body_mut().body.take_own_fields();
+            match http1.respond(response, &own_fields).await {
                 Ok(true) => {}
                 Ok(false) => return http1.close().await,
                 Err(error) => {
@@ -296,17 +302,19 @@ impl Connection {
             let proxy = proxy.clone();
             async move {
                 let mut request = ClientRequest::new(request.map(ClientBody::Hyper));
-                Ok::<_, Infallible>(
-                    exchange(
-                        &proxy,
-                        &mut request,
-                        peer,
-                        body_limits,
-                        &exchanges,
-                        in_flight,
-                    )
-                    .await,
+                let mut response = exchange(
+                    &proxy,
+                    &mut request,
+                    peer,
+                    body_limits,
+                    &exchanges,
+                    in_flight,
                 )
+                .await;
+                // hyper writes only what is in the map.
+                let own_fields = response.body_mut().body.take_own_fields();
+                own_fields.into_map(response.headers_mut());
+                Ok::<_, Infallible>(response)
             }
         });
         let connection =

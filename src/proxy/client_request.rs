@@ -56,6 +56,18 @@ impl<B> ClientRequest<B> {
         self.0.as_mut().expect("the request was already forwarded")
     }
 
+    /// The request, if it was not taken to be forwarded.
+    #[inline]
+    pub fn left_mut(&mut self) -> Option<&mut Request<B>> {
+        self.0.as_mut()
+    }
+
+    /// Drops the request, if it is still here: the slot is vacant again.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.0 = None;
+    }
+
     /// The request itself, to forward it.
     ///
     /// # Panics

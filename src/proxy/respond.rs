@@ -4,6 +4,7 @@
 //! (RFC 9457).
 
 mod last_refusal;
+mod own_fields;
 
 use std::time::Duration;
 
@@ -11,26 +12,79 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
+use hyper::body::{Body, Frame, SizeHint};
 
 use super::deadline::CutOff;
 use super::pool::PooledBody;
-use super::recent_value::{recent_value, RecentValue};
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
 use crate::limiter::Decision;
 use crate::policy::{Limit, Policy, Rule, Sunset};
 use crate::problem::{self, Layout, Problem};
 use last_refusal::RefusalKey;
+pub use own_fields::{OwnFields, OwnName};
 
-/// The body of every response the proxy sends: the upstream's, streamed, or
-/// one sluice wrote.
-pub type ProxyBody = Either<PooledBody, Full<Bytes>>;
+/// The body of every response the proxy sends (the upstream's, streamed, or
+/// one sluice wrote), and the fields sluice adds to the response's head
+/// ([`OwnFields`]). They travel with the body because the other places cost
+/// more: a response's extensions allocate, and its header map hashes.
+#[derive(Debug)]
+pub struct ProxyBody {
+    body: Either<PooledBody, Full<Bytes>>,
+    fields: OwnFields,
+}
 
-const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+impl ProxyBody {
+    /// The upstream's body, streamed.
+    pub fn upstream(body: PooledBody) -> ProxyBody {
+        ProxyBody {
+            body: Either::Left(body),
+            fields: OwnFields::default(),
+        }
+    }
+
+    /// A body sluice wrote.
+    pub fn written(body: Bytes) -> ProxyBody {
+        ProxyBody {
+            body: Either::Right(Full::new(body)),
+            fields: OwnFields::default(),
+        }
+    }
+
+    /// The fields sluice adds to the head.
+    pub fn own_fields_mut(&mut self) -> &mut OwnFields {
+        &mut self.fields
+    }
+
+    /// Takes the fields sluice adds to the head, for the server to write.
+    pub fn take_own_fields(&mut self) -> OwnFields {
+        std::mem::take(&mut self.fields)
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = <Either<PooledBody, Full<Bytes>> as Body>::Error;
+
+    #[inline]
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
 const X_SLUICE_WOULD_LIMIT: HeaderName = HeaderName::from_static("x-sluice-would-limit");
 const X_SLUICE_DELAY_MS: HeaderName = HeaderName::from_static("x-sluice-delay-ms");
 const DEPRECATION: HeaderName = HeaderName::from_static("deprecation");
@@ -47,8 +101,8 @@ fn with_problem_body(status: StatusCode, body: Vec<u8>) -> Response<ProxyBody> {
 }
 
 /// A header map holding `Content-Type: application/problem+json`, with room
-/// for Retry-After and the five rate-limit fields, so adding them never
-/// regrows it.
+/// for the fields a refusal other than a 429 adds (a ban's Retry-After, a
+/// retiring route's sunset fields).
 fn problem_headers() -> HeaderMap {
     let mut headers = HeaderMap::with_capacity(8);
     headers.insert(CONTENT_TYPE, problem::CONTENT_TYPE.clone());
@@ -56,9 +110,16 @@ fn problem_headers() -> HeaderMap {
 }
 
 fn problem_response(status: StatusCode, headers: HeaderMap, body: Bytes) -> Response<ProxyBody> {
-    let mut response = Response::new(Either::Right(Full::new(body)));
+    let mut response = Response::new(ProxyBody::written(body));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
+    response
+}
+
+/// A refusal whose every field is one of sluice's own: its map is empty.
+fn refusal_response(status: StatusCode, fields: OwnFields, body: Bytes) -> Response<ProxyBody> {
+    let mut response = problem_response(status, HeaderMap::new(), body);
+    *response.body_mut().own_fields_mut() = fields;
     response
 }
 
@@ -112,8 +173,8 @@ pub fn limited(
         }
         _ => None,
     };
-    if let Some((headers, body)) = key.as_ref().and_then(last_refusal::replay) {
-        return problem_response(status, headers, body);
+    if let Some((fields, body)) = key.as_ref().and_then(last_refusal::replay) {
+        return refusal_response(status, fields, body);
     }
     let body = Bytes::from(problem::quota_exceeded_body(
         &first.limit.problem_head,
@@ -123,15 +184,16 @@ pub fn limited(
         first.decision.state().remaining,
         retry_after_secs,
     ));
-    let mut headers = problem_headers();
+    let mut fields = OwnFields::default();
+    fields.push(OwnName::ContentType, problem::CONTENT_TYPE.as_bytes());
     if let Some(secs) = retry_after_secs {
-        headers.insert(RETRY_AFTER, number_value(secs));
+        fields.push_number(OwnName::RetryAfter, secs);
     }
-    add_rate_limit_headers(&mut headers, style, verdicts, decided_at);
+    add_rate_limit_headers(&mut fields, style, verdicts, decided_at);
     if let Some(key) = key {
-        last_refusal::remember(key, &headers, &body);
+        last_refusal::remember(key, &mut fields, &body);
     }
-    problem_response(status, headers, body)
+    refusal_response(status, fields, body)
 }
 
 /// `Deprecation`, `Sunset` and `Link: <…>; rel="sunset"` for a response on
@@ -221,7 +283,7 @@ pub fn banned(
 /// Unix time the decisions were made at (their `now`), so that a reset at a
 /// window's end prints as exactly that second.
 pub fn add_rate_limit_headers(
-    headers: &mut HeaderMap,
+    fields: &mut OwnFields,
     style: HeaderStyle,
     verdicts: &[Verdict<'_>],
     decided_at: Duration,
@@ -229,9 +291,6 @@ pub fn add_rate_limit_headers(
     if verdicts.is_empty() || style == HeaderStyle::None {
         return;
     }
-    // Grow the map once, not once per field (the upstream's map is sized for
-    // its own fields).
-    headers.reserve(5);
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
         // Smallest remaining; ties go to the earliest rule in the file.
         let tightest = verdicts
@@ -239,60 +298,51 @@ pub fn add_rate_limit_headers(
             .min_by_key(|v| v.decision.state().remaining)
             .expect("verdicts is not empty");
         let state = tightest.decision.state();
-        headers.insert(X_RATELIMIT_LIMIT, tightest.limit.limit_header.clone());
-        headers.insert(
-            X_RATELIMIT_REMAINING,
-            recent_number(&LAST_REMAINING, state.remaining),
+        fields.push(
+            OwnName::XRateLimitLimit,
+            tightest.limit.limit_header.as_bytes(),
         );
+        fields.push_number(OwnName::XRateLimitRemaining, state.remaining);
         // A concurrency limit has no reset: it frees when a request ends.
         if !tightest.limit.is_concurrency() {
             let reset_at = reset_at(decided_at, state.reset_after);
-            headers.insert(X_RATELIMIT_RESET, recent_number(&LAST_RESET, reset_at));
+            fields.push_number(OwnName::XRateLimitReset, reset_at);
         }
     }
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
         if let [only] = verdicts {
-            headers.insert(RATELIMIT_POLICY, only.limit.policy_header.clone());
+            fields.push(
+                OwnName::RateLimitPolicy,
+                only.limit.policy_header.as_bytes(),
+            );
         } else {
-            let joined = join(verdicts.iter().map(|v| v.limit.policy_item.as_str()));
-            if let Ok(value) = HeaderValue::from_str(&joined) {
-                headers.insert(RATELIMIT_POLICY, value);
-            }
+            fields.push_with(OwnName::RateLimitPolicy, |value| {
+                for (index, v) in verdicts.iter().enumerate() {
+                    if index > 0 {
+                        value.extend_from_slice(b", ");
+                    }
+                    value.extend_from_slice(v.limit.policy_item.as_bytes());
+                }
+            });
         }
-        // `"name";r=REMAINING;t=SECONDS`, one member per limit, written into
-        // this thread's scratch buffer and copied once into the value.
-        SCRATCH.with_borrow_mut(|items| {
-            items.clear();
+        // `"name";r=REMAINING;t=SECONDS`, one member per limit.
+        fields.push_with(OwnName::RateLimit, |value| {
             for (index, v) in verdicts.iter().enumerate() {
                 let state = v.decision.state();
                 if index > 0 {
-                    items.extend_from_slice(b", ");
+                    value.extend_from_slice(b", ");
                 }
-                items.push(b'"');
-                items.extend_from_slice(v.limit.name.as_bytes());
-                items.extend_from_slice(b"\";r=");
-                push_u64(items, state.remaining);
+                value.push(b'"');
+                value.extend_from_slice(v.limit.name.as_bytes());
+                value.extend_from_slice(b"\";r=");
+                push_u64(value, state.remaining);
                 if !v.limit.is_concurrency() {
-                    items.extend_from_slice(b";t=");
-                    push_u64(items, ceil_secs(state.reset_after));
+                    value.extend_from_slice(b";t=");
+                    push_u64(value, ceil_secs(state.reset_after));
                 }
-            }
-            if let Ok(value) = HeaderValue::from_bytes(items) {
-                headers.insert(RATELIMIT, value);
             }
         });
     }
-}
-
-thread_local! {
-    /// Where each thread writes a `RateLimit` value before copying it.
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// The last `X-RateLimit-Reset` this thread wrote: it changes once a
-    /// second, not once a request.
-    static LAST_RESET: RecentValue<u64> = const { std::cell::RefCell::new(None) };
-    /// The last `X-RateLimit-Remaining` this thread wrote: a large limit's
-    /// bucket stays full under steady traffic, so it rarely changes.
-    static LAST_REMAINING: RecentValue<u64> = const { std::cell::RefCell::new(None) };
 }
 
 /// The Unix second a limit whose bucket refills in `reset_after` resets at,
@@ -300,15 +350,6 @@ thread_local! {
 /// prints as exactly that second.
 fn reset_at(decided_at: Duration, reset_after: Nanos) -> u64 {
     decided_at.as_secs() + ceil_secs(reset_after + subsec_nanos(decided_at))
-}
-
-/// `n` as a header value: prebuilt below 1024, otherwise `slot`'s last
-/// one while `n` repeats.
-fn recent_number(slot: &'static std::thread::LocalKey<RecentValue<u64>>, n: u64) -> HeaderValue {
-    if n < CACHED_NUMBERS {
-        return number_value(n);
-    }
-    recent_value(slot, n, || format_value(n))
 }
 
 /// Marks a forwarded response that shadow rules would have limited:
@@ -518,6 +559,9 @@ mod tests {
     /// A 429's status, headers in order, and body.
     async fn parts(response: Response<ProxyBody>) -> (StatusCode, Vec<(String, String)>, String) {
         use http_body_util::BodyExt;
+        let (mut head, mut body) = response.into_parts();
+        body.take_own_fields().into_map(&mut head.headers);
+        let response = Response::from_parts(head, body);
         let status = response.status();
         let headers = response
             .headers()

@@ -30,6 +30,7 @@ use http::Response;
 use hyper::body::Body;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
+use crate::proxy::respond::OwnFields;
 use crate::proxy::ClientRequest;
 
 mod encode;
@@ -76,6 +77,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
         }
     }
 
+    /// Keeps the allocation of a finished request's map for the next one.
+    pub fn recycle(&mut self, headers: http::HeaderMap) {
+        self.scratch.recycle(headers);
+    }
+
     /// Whether nothing of a next request has been read.
     pub fn is_idle(&self) -> bool {
         self.read.is_empty()
@@ -118,10 +124,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
         .await
     }
 
-    /// Writes `response`, head and body; whether the connection may carry
-    /// another request. An error (the client's, or the body's) means the
-    /// connection is to be dropped.
-    pub async fn respond<B>(&mut self, response: Response<B>) -> io::Result<bool>
+    /// Writes `response`, head (with `own_fields` after the map's, see
+    /// `proxy/respond/own_fields.rs`) and body; whether the connection may
+    /// carry another request. An error (the client's, or the body's) means
+    /// the connection is to be dropped.
+    pub async fn respond<B>(
+        &mut self,
+        response: Response<B>,
+        own_fields: &OwnFields,
+    ) -> io::Result<bool>
     where
         B: Body<Data = Bytes>,
     {
@@ -131,6 +142,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
         let written = encode::head(
             &mut self.write,
             &parts,
+            own_fields,
             body.is_end_stream(),
             body.size_hint(),
         );

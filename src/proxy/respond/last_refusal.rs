@@ -6,7 +6,8 @@
 //! remaining, the same `Retry-After` and reset seconds. Writing it (the
 //! problem document, seven hashed header inserts, three allocations) was
 //! about a fifth of the 429 path's instructions; sending the remembered one
-//! again is a header map clone and a reference count.
+//! again is two reference counts: its fields are one shared buffer of lines
+//! (`own_fields.rs`) and its map is empty.
 //!
 //! Only a refusal by a single limit is remembered, and only once the same
 //! answer was written twice in a row, so a thread whose refusals all differ
@@ -16,7 +17,8 @@
 use std::cell::RefCell;
 
 use bytes::Bytes;
-use http::HeaderMap;
+
+use super::own_fields::OwnFields;
 
 /// Everything a single-limit refusal is written from: two refusals with
 /// equal keys are byte for byte the same answer.
@@ -38,7 +40,7 @@ pub struct RefusalKey {
 struct Last {
     key: RefusalKey,
     /// The answer, once `key` has come twice in a row.
-    answer: Option<(HeaderMap, Bytes)>,
+    answer: Option<(OwnFields, Bytes)>,
 }
 
 thread_local! {
@@ -47,22 +49,23 @@ thread_local! {
 
 /// This thread's remembered answer to `key`, if its last refusal was the
 /// same one.
-pub fn replay(key: &RefusalKey) -> Option<(HeaderMap, Bytes)> {
+pub fn replay(key: &RefusalKey) -> Option<(OwnFields, Bytes)> {
     LAST.with_borrow(|last| match last {
         Some(Last {
             key: last_key,
-            answer: Some((headers, body)),
-        }) if last_key == key => Some((headers.clone(), body.clone())),
+            answer: Some((fields, body)),
+        }) if last_key == key => Some((fields.clone(), body.clone())),
         _ => None,
     })
 }
 
-/// Notes that `key` was just answered with `headers` and `body`, which are
-/// kept when the thread's previous refusal had the same key.
-pub fn remember(key: RefusalKey, headers: &HeaderMap, body: &Bytes) {
+/// Notes that `key` was just answered with `fields` and `body`, which are
+/// kept when the thread's previous refusal had the same key (the fields
+/// then become shared, to be cloned by reference count).
+pub fn remember(key: RefusalKey, fields: &mut OwnFields, body: &Bytes) {
     LAST.with_borrow_mut(|last| match last {
         Some(seen) if seen.key == key => {
-            seen.answer = Some((headers.clone(), body.clone()));
+            seen.answer = Some((fields.shared(), body.clone()));
         }
         _ => *last = Some(Last { key, answer: None }),
     });

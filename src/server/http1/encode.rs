@@ -11,6 +11,8 @@ use http::response::Parts;
 use http::{StatusCode, Version};
 use hyper::body::SizeHint;
 
+use crate::proxy::respond::OwnFields;
+
 /// How the body follows the head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
@@ -33,9 +35,16 @@ pub struct Written {
     pub close: bool,
 }
 
-/// Writes the head of a response to a `GET` into `out`. `empty`: the body
-/// has already ended; `hint`: its size hint.
-pub fn head(out: &mut Vec<u8>, parts: &Parts, empty: bool, hint: SizeHint) -> Written {
+/// Writes the head of a response to a `GET` into `out`: the map's fields
+/// but those `own` replaces, then `own`'s. `empty`: the body has already
+/// ended; `hint`: its size hint.
+pub fn head(
+    out: &mut Vec<u8>,
+    parts: &Parts,
+    own: &OwnFields,
+    empty: bool,
+    hint: SizeHint,
+) -> Written {
     status_line(out, parts.version, parts.status);
     let has_body = !(parts.status.is_informational()
         || parts.status == StatusCode::NO_CONTENT
@@ -45,7 +54,7 @@ pub fn head(out: &mut Vec<u8>, parts: &Parts, empty: bool, hint: SizeHint) -> Wr
     let mut declared = None;
     for (name, value) in headers {
         // Framing is decided below, from the body.
-        if name == header::TRANSFER_ENCODING {
+        if name == header::TRANSFER_ENCODING || own.replaces(name) {
             continue;
         }
         if name == header::CONTENT_LENGTH {
@@ -67,6 +76,7 @@ pub fn head(out: &mut Vec<u8>, parts: &Parts, empty: bool, hint: SizeHint) -> Wr
         }
         field(out, name.as_str().as_bytes(), value.as_bytes());
     }
+    out.extend_from_slice(own.lines());
     let framing = if !has_body {
         Framing::Empty
     } else if empty {
@@ -192,7 +202,7 @@ mod tests {
     fn encoded(response: Response<()>, empty: bool, hint: SizeHint) -> (String, Written) {
         let (parts, ()) = response.into_parts();
         let mut out = Vec::new();
-        let written = head(&mut out, &parts, empty, hint);
+        let written = head(&mut out, &parts, &OwnFields::default(), empty, hint);
         (String::from_utf8(out).unwrap(), written)
     }
 
@@ -255,6 +265,23 @@ mod tests {
             "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ndate: Mon, 23 Nov 2026 10:00:00 GMT\r\n\r\n"
         );
         assert_eq!(written.framing, Framing::Length(5));
+    }
+
+    #[test]
+    fn own_fields_follow_the_map_s_and_replace_theirs() {
+        let mut response = Response::new(());
+        let headers = response.headers_mut();
+        headers.insert("x-ratelimit-remaining", HeaderValue::from_static("999"));
+        headers.insert("server", HeaderValue::from_static("up"));
+        let (parts, ()) = response.into_parts();
+        let mut own = OwnFields::default();
+        own.push_number(crate::proxy::respond::OwnName::XRateLimitRemaining, 7);
+        let mut out = Vec::new();
+        head(&mut out, &parts, &own, true, SizeHint::with_exact(0));
+        assert_eq!(
+            without_date(&String::from_utf8(out).unwrap()),
+            "HTTP/1.1 200 OK\r\nserver: up\r\nx-ratelimit-remaining: 7\r\ncontent-length: 0\r\n\r\n"
+        );
     }
 
     #[test]

@@ -50,16 +50,21 @@ type Field = (HeaderName, Range<usize>);
 #[derive(Debug, Default)]
 pub struct Scratch {
     fields: Vec<Field>,
-    /// A map to build the next request's fields in: the last response's,
-    /// emptied (as hyper does, it keeps its allocation).
+    /// A map to build the next request's fields in: the last request's or
+    /// response's, emptied, whichever had more room (hyper keeps the last
+    /// response's the same way).
     headers: Option<HeaderMap>,
 }
 
 impl Scratch {
-    /// Keeps `headers`' allocation for the next request.
+    /// Keeps `headers`' allocation for the next request, unless the map
+    /// kept already has more room.
     pub fn recycle(&mut self, mut headers: HeaderMap) {
-        headers.clear();
-        self.headers = Some(headers);
+        let kept = self.headers.as_ref().map_or(0, HeaderMap::capacity);
+        if headers.capacity() > kept {
+            headers.clear();
+            self.headers = Some(headers);
+        }
     }
 }
 

@@ -1,0 +1,241 @@
+//! The fields sluice adds to a response head itself, kept as the HTTP/1
+//! lines they are written as (`name: value\r\n`) instead of in the
+//! response's header map.
+//!
+//! Inserting a field whose name is not one of the standard ones hashes the
+//! name: the five rate-limit fields cost about 1.4k instructions per
+//! forwarded request that way, more than writing the whole response head.
+//! sluice's own HTTP/1.1 server (`server/http1.rs`) writes these lines as
+//! they are, after the map's fields, and leaves out any field of the map
+//! they replace. Whatever else writes the response (hyper's server: h2c, a
+//! request with a body) gets them in the map first ([`OwnFields::into_map`]),
+//! inserted as before, so they replace the upstream's fields of those names
+//! there too.
+//!
+//! A refusal keeps every field it has here (its map stays empty), so the
+//! refusal each worker sends again (`last_refusal.rs`) is one shared buffer.
+
+use std::cell::Cell;
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+
+/// The names sluice writes as own fields, by index.
+const NAMES: [HeaderName; 7] = [
+    HeaderName::from_static("x-ratelimit-limit"),
+    HeaderName::from_static("x-ratelimit-remaining"),
+    HeaderName::from_static("x-ratelimit-reset"),
+    HeaderName::from_static("ratelimit-policy"),
+    HeaderName::from_static("ratelimit"),
+    CONTENT_TYPE,
+    RETRY_AFTER,
+];
+
+/// One of the names an own field may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnName {
+    XRateLimitLimit = 0,
+    XRateLimitRemaining = 1,
+    XRateLimitReset = 2,
+    RateLimitPolicy = 3,
+    RateLimit = 4,
+    ContentType = 5,
+    RetryAfter = 6,
+}
+
+/// Room for the five rate-limit fields of a typical response.
+const TYPICAL_LINES: usize = 256;
+/// A buffer larger than this is not kept for reuse.
+const MOST_KEPT: usize = 4096;
+
+thread_local! {
+    /// The buffer of the last fields dropped on this thread (once written),
+    /// for the next response's: a forwarded response's fields then
+    /// allocate nothing.
+    static SPARE: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// See the module docs.
+#[derive(Debug, Clone, Default)]
+pub struct OwnFields {
+    lines: Lines,
+    /// Which of [`NAMES`] the lines hold, one bit each.
+    names: u8,
+}
+
+#[derive(Debug, Clone)]
+enum Lines {
+    Owned(Vec<u8>),
+    /// A remembered refusal's, shared by reference count.
+    Shared(Bytes),
+}
+
+impl Default for Lines {
+    fn default() -> Lines {
+        Lines::Owned(Vec::new())
+    }
+}
+
+impl Drop for OwnFields {
+    fn drop(&mut self) {
+        if let Lines::Owned(lines) = &mut self.lines {
+            if lines.capacity() != 0 && lines.capacity() <= MOST_KEPT {
+                lines.clear();
+                SPARE.set(std::mem::take(lines));
+            }
+        }
+    }
+}
+
+impl OwnFields {
+    /// Adds the field `name: value`. The value must be a valid field value
+    /// (sluice's own numbers and prebuilt values are).
+    pub fn push(&mut self, name: OwnName, value: &[u8]) {
+        self.push_with(name, |line| line.extend_from_slice(value));
+    }
+
+    /// Adds a field whose value `write` appends.
+    pub fn push_with(&mut self, name: OwnName, write: impl FnOnce(&mut Vec<u8>)) {
+        let lines = self.owned();
+        lines.extend_from_slice(NAMES[name as usize].as_str().as_bytes());
+        lines.extend_from_slice(b": ");
+        write(lines);
+        lines.extend_from_slice(b"\r\n");
+        self.names |= 1 << name as u8;
+    }
+
+    /// Adds the decimal `n` as the value of `name`.
+    pub fn push_number(&mut self, name: OwnName, n: u64) {
+        self.push(name, itoa::Buffer::new().format(n).as_bytes());
+    }
+
+    fn owned(&mut self) -> &mut Vec<u8> {
+        if let Lines::Shared(bytes) = &self.lines {
+            self.lines = Lines::Owned(bytes.to_vec());
+        }
+        match &mut self.lines {
+            Lines::Owned(lines) => {
+                if lines.capacity() == 0 {
+                    *lines = SPARE.take();
+                    lines.reserve(TYPICAL_LINES);
+                }
+                lines
+            }
+            Lines::Shared(_) => unreachable!("made owned above"),
+        }
+    }
+
+    /// The lines, each ending in CRLF.
+    pub fn lines(&self) -> &[u8] {
+        match &self.lines {
+            Lines::Owned(lines) => lines,
+            Lines::Shared(bytes) => bytes,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names == 0
+    }
+
+    /// Whether a field of the map named `name` is replaced by one of these.
+    #[inline]
+    pub fn replaces(&self, name: &HeaderName) -> bool {
+        self.names != 0
+            && NAMES
+                .iter()
+                .enumerate()
+                .any(|(index, own)| self.names & (1 << index) != 0 && own == name)
+    }
+
+    /// The same fields in a buffer that clones by reference count.
+    pub fn shared(&mut self) -> OwnFields {
+        if let Lines::Owned(lines) = &mut self.lines {
+            self.lines = Lines::Shared(Bytes::from(std::mem::take(lines)));
+        }
+        self.clone()
+    }
+
+    /// Inserts the fields into `headers`, replacing fields of the same
+    /// names, for a writer that only reads the map.
+    pub fn into_map(self, headers: &mut HeaderMap) {
+        if self.is_empty() {
+            return;
+        }
+        headers.reserve(self.names.count_ones() as usize);
+        let mut seen = 0u8;
+        for line in self
+            .lines()
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+        {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                continue;
+            };
+            let (name, value) = (&line[..colon], &line[colon + 2..]);
+            let Some(index) = NAMES.iter().position(|n| n.as_str().as_bytes() == name) else {
+                continue;
+            };
+            let Ok(value) = HeaderValue::from_bytes(value) else {
+                continue;
+            };
+            // The first line of a name replaces the map's; later ones add.
+            if seen & (1 << index) == 0 {
+                headers.insert(NAMES[index].clone(), value);
+                seen |= 1 << index;
+            } else {
+                headers.append(NAMES[index].clone(), value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_written_as_pushed_and_name_what_they_replace() {
+        let mut fields = OwnFields::default();
+        assert!(fields.is_empty());
+        fields.push_number(OwnName::XRateLimitRemaining, 42);
+        fields.push(OwnName::RateLimitPolicy, b"\"a\";q=10;w=60");
+        assert_eq!(
+            fields.lines(),
+            b"x-ratelimit-remaining: 42\r\nratelimit-policy: \"a\";q=10;w=60\r\n"
+        );
+        assert!(fields.replaces(&HeaderName::from_static("x-ratelimit-remaining")));
+        assert!(fields.replaces(&HeaderName::from_static("ratelimit-policy")));
+        assert!(!fields.replaces(&HeaderName::from_static("ratelimit")));
+        assert!(!fields.replaces(&CONTENT_TYPE));
+    }
+
+    #[test]
+    fn into_map_replaces_the_map_s_fields_of_those_names() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-ratelimit-remaining", HeaderValue::from_static("999"));
+        headers.insert("server", HeaderValue::from_static("up"));
+        let mut fields = OwnFields::default();
+        fields.push_number(OwnName::XRateLimitRemaining, 7);
+        fields.push(OwnName::ContentType, b"application/problem+json");
+        fields.push_number(OwnName::RetryAfter, 30);
+        fields.into_map(&mut headers);
+        assert_eq!(headers["x-ratelimit-remaining"], "7");
+        assert_eq!(headers.get_all("x-ratelimit-remaining").iter().count(), 1);
+        assert_eq!(headers["content-type"], "application/problem+json");
+        assert_eq!(headers["retry-after"], "30");
+        assert_eq!(headers["server"], "up");
+    }
+
+    #[test]
+    fn a_shared_copy_is_the_same_and_grows_apart() {
+        let mut fields = OwnFields::default();
+        fields.push_number(OwnName::RetryAfter, 5);
+        let shared = fields.shared();
+        let mut again = shared.clone();
+        assert_eq!(again.lines(), fields.lines());
+        again.push_number(OwnName::XRateLimitLimit, 1);
+        assert_eq!(shared.lines(), b"retry-after: 5\r\n");
+        assert_eq!(again.lines(), b"retry-after: 5\r\nx-ratelimit-limit: 1\r\n");
+    }
+}
