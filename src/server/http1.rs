@@ -82,6 +82,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
         self.scratch.recycle(headers);
     }
 
+    /// Whether no map is kept for the next request's fields.
+    pub fn wants_map(&self) -> bool {
+        self.scratch.wants_map()
+    }
+
     /// Whether nothing of a next request has been read.
     pub fn is_idle(&self) -> bool {
         self.read.is_empty()

@@ -57,6 +57,11 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// Whether no map is kept for the next request.
+    pub fn wants_map(&self) -> bool {
+        self.headers.is_none()
+    }
+
     /// Keeps `headers`' allocation for the next request, unless the map
     /// kept already has more room.
     pub fn recycle(&mut self, mut headers: HeaderMap) {
