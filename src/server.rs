@@ -47,7 +47,7 @@ use crate::proxy::{ClientBody, ClientRequest, Proxy};
 use crate::reload::{Reloader, Trigger};
 
 mod deadline_io;
-mod http1;
+pub mod http1;
 
 use deadline_io::{ConnectionLimits, DeadlineIo, Exchanges, InFlight};
 use http1::{HeadLimits, Http1, Next};

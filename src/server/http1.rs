@@ -34,13 +34,15 @@ use crate::proxy::respond::OwnFields;
 use crate::proxy::ClientRequest;
 
 mod encode;
-mod head;
+pub mod head;
 
 use encode::Framing;
 pub use head::HeadLimits;
 
 /// How much is read at a time; heads are almost always shorter.
 const READ_SIZE: usize = 8 * 1024;
+/// The least room worth a read while a request is in the service.
+const MIN_READ: usize = 512;
 /// Bodies up to this size are copied behind the head and written with it;
 /// longer ones are written from where they are.
 const COPY_BELOW: usize = 8 * 1024;
@@ -224,7 +226,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
         if !self.read.is_empty() {
             return false;
         }
-        self.read.reserve(READ_SIZE);
+        // What is left of the buffer after the request's head will do: the
+        // request still holds its head's bytes, so growing the buffer now
+        // would allocate a new one, where `next` reclaims it in place once
+        // the request is gone.
+        if self.read.capacity() < MIN_READ {
+            self.read.reserve(READ_SIZE);
+        }
         matches!(
             pin!(self.io.read_buf(&mut self.read)).poll(cx),
             Poll::Ready(Ok(0) | Err(_))
