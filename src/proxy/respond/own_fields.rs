@@ -94,12 +94,21 @@ impl OwnFields {
         self.push_with(name, |line| line.extend_from_slice(value));
     }
 
-    /// Adds a field whose value `write` appends.
+    /// Adds a field whose value `write` appends. A value that is not a
+    /// valid field value (a limit named with a control character) is left
+    /// out, as `HeaderValue::from_bytes` would refuse it: it could end the
+    /// line early.
     pub fn push_with(&mut self, name: OwnName, write: impl FnOnce(&mut Vec<u8>)) {
         let lines = self.owned();
+        let line_start = lines.len();
         lines.extend_from_slice(NAMES[name as usize].as_str().as_bytes());
         lines.extend_from_slice(b": ");
+        let value_start = lines.len();
         write(lines);
+        if !lines[value_start..].iter().all(|&b| is_value_byte(b)) {
+            lines.truncate(line_start);
+            return;
+        }
         lines.extend_from_slice(b"\r\n");
         self.names |= 1 << name as u8;
     }
@@ -172,7 +181,8 @@ impl OwnFields {
             let Some(colon) = line.iter().position(|&b| b == b':') else {
                 continue;
             };
-            let (name, value) = (&line[..colon], &line[colon + 2..]);
+            let (name, value) = line.split_at(colon);
+            let value = value.strip_prefix(b": ").unwrap_or_default();
             let Some(index) = NAMES.iter().position(|n| n.as_str().as_bytes() == name) else {
                 continue;
             };
@@ -188,6 +198,12 @@ impl OwnFields {
             }
         }
     }
+}
+
+/// What `HeaderValue::from_bytes` accepts: visible ASCII, space, tab and
+/// obs-text.
+fn is_value_byte(b: u8) -> bool {
+    b == b'\t' || (b >= 0x20 && b != 0x7f)
 }
 
 #[cfg(test)]
@@ -225,6 +241,15 @@ mod tests {
         assert_eq!(headers["content-type"], "application/problem+json");
         assert_eq!(headers["retry-after"], "30");
         assert_eq!(headers["server"], "up");
+    }
+
+    #[test]
+    fn a_value_that_could_end_the_line_is_left_out() {
+        let mut fields = OwnFields::default();
+        fields.push(OwnName::RateLimitPolicy, b"\"a\r\nx-injected: 1\";q=1");
+        fields.push_number(OwnName::XRateLimitLimit, 1);
+        assert_eq!(fields.lines(), b"x-ratelimit-limit: 1\r\n");
+        assert!(!fields.replaces(&HeaderName::from_static("ratelimit-policy")));
     }
 
     #[test]
