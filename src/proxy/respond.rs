@@ -185,7 +185,7 @@ pub fn limited(
         retry_after_secs,
     ));
     let mut fields = OwnFields::default();
-    fields.push(OwnName::ContentType, problem::CONTENT_TYPE.as_bytes());
+    fields.push(OwnName::ContentType, &problem::CONTENT_TYPE);
     if let Some(secs) = retry_after_secs {
         fields.push_number(OwnName::RetryAfter, secs);
     }
@@ -298,10 +298,7 @@ pub fn add_rate_limit_headers(
             .min_by_key(|v| v.decision.state().remaining)
             .expect("verdicts is not empty");
         let state = tightest.decision.state();
-        fields.push(
-            OwnName::XRateLimitLimit,
-            tightest.limit.limit_header.as_bytes(),
-        );
+        fields.push(OwnName::XRateLimitLimit, &tightest.limit.limit_header);
         fields.push_number(OwnName::XRateLimitRemaining, state.remaining);
         // A concurrency limit has no reset: it frees when a request ends.
         if !tightest.limit.is_concurrency() {
@@ -311,10 +308,7 @@ pub fn add_rate_limit_headers(
     }
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
         if let [only] = verdicts {
-            fields.push(
-                OwnName::RateLimitPolicy,
-                only.limit.policy_header.as_bytes(),
-            );
+            fields.push(OwnName::RateLimitPolicy, &only.limit.policy_header);
         } else {
             fields.push_with(OwnName::RateLimitPolicy, |value| {
                 for (index, v) in verdicts.iter().enumerate() {

@@ -88,10 +88,15 @@ impl Drop for OwnFields {
 }
 
 impl OwnFields {
-    /// Adds the field `name: value`. The value must be a valid field value
-    /// (sluice's own numbers and prebuilt values are).
-    pub fn push(&mut self, name: OwnName, value: &[u8]) {
-        self.push_with(name, |line| line.extend_from_slice(value));
+    /// Adds the field `name: value` (a header value is valid by
+    /// construction).
+    pub fn push(&mut self, name: OwnName, value: &HeaderValue) {
+        self.push_valid(name, value.as_bytes());
+    }
+
+    /// Adds the decimal `n` as the value of `name`.
+    pub fn push_number(&mut self, name: OwnName, n: u64) {
+        self.push_valid(name, itoa::Buffer::new().format(n).as_bytes());
     }
 
     /// Adds a field whose value `write` appends. A value that is not a
@@ -101,8 +106,7 @@ impl OwnFields {
     pub fn push_with(&mut self, name: OwnName, write: impl FnOnce(&mut Vec<u8>)) {
         let lines = self.owned();
         let line_start = lines.len();
-        lines.extend_from_slice(NAMES[name as usize].as_str().as_bytes());
-        lines.extend_from_slice(b": ");
+        Self::start_line(lines, name);
         let value_start = lines.len();
         write(lines);
         if !lines[value_start..].iter().all(|&b| is_value_byte(b)) {
@@ -113,9 +117,18 @@ impl OwnFields {
         self.names |= 1 << name as u8;
     }
 
-    /// Adds the decimal `n` as the value of `name`.
-    pub fn push_number(&mut self, name: OwnName, n: u64) {
-        self.push(name, itoa::Buffer::new().format(n).as_bytes());
+    /// Adds `name: value` for a `value` known to be a valid field value.
+    fn push_valid(&mut self, name: OwnName, value: &[u8]) {
+        let lines = self.owned();
+        Self::start_line(lines, name);
+        lines.extend_from_slice(value);
+        lines.extend_from_slice(b"\r\n");
+        self.names |= 1 << name as u8;
+    }
+
+    fn start_line(lines: &mut Vec<u8>, name: OwnName) {
+        lines.extend_from_slice(NAMES[name as usize].as_str().as_bytes());
+        lines.extend_from_slice(b": ");
     }
 
     fn owned(&mut self) -> &mut Vec<u8> {
@@ -215,7 +228,10 @@ mod tests {
         let mut fields = OwnFields::default();
         assert!(fields.is_empty());
         fields.push_number(OwnName::XRateLimitRemaining, 42);
-        fields.push(OwnName::RateLimitPolicy, b"\"a\";q=10;w=60");
+        fields.push(
+            OwnName::RateLimitPolicy,
+            &HeaderValue::from_static("\"a\";q=10;w=60"),
+        );
         assert_eq!(
             fields.lines(),
             b"x-ratelimit-remaining: 42\r\nratelimit-policy: \"a\";q=10;w=60\r\n"
@@ -233,7 +249,10 @@ mod tests {
         headers.insert("server", HeaderValue::from_static("up"));
         let mut fields = OwnFields::default();
         fields.push_number(OwnName::XRateLimitRemaining, 7);
-        fields.push(OwnName::ContentType, b"application/problem+json");
+        fields.push(
+            OwnName::ContentType,
+            &HeaderValue::from_static("application/problem+json"),
+        );
         fields.push_number(OwnName::RetryAfter, 30);
         fields.into_map(&mut headers);
         assert_eq!(headers["x-ratelimit-remaining"], "7");
@@ -246,7 +265,9 @@ mod tests {
     #[test]
     fn a_value_that_could_end_the_line_is_left_out() {
         let mut fields = OwnFields::default();
-        fields.push(OwnName::RateLimitPolicy, b"\"a\r\nx-injected: 1\";q=1");
+        fields.push_with(OwnName::RateLimitPolicy, |value| {
+            value.extend_from_slice(b"\"a\r\nx-injected: 1\";q=1")
+        });
         fields.push_number(OwnName::XRateLimitLimit, 1);
         assert_eq!(fields.lines(), b"x-ratelimit-limit: 1\r\n");
         assert!(!fields.replaces(&HeaderName::from_static("ratelimit-policy")));
