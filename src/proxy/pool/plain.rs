@@ -86,7 +86,8 @@ impl Conn {
     }
 }
 
-/// How the response body is delimited.
+/// How a response body is delimited: the upstream's, as read here, and
+/// the client's, as sluice's own server writes it (`server/http1.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
     /// No body.
@@ -95,7 +96,7 @@ pub enum Framing {
     Length(u64),
     /// Chunked transfer coding.
     Chunked,
-    /// Until the upstream closes the connection.
+    /// Until the sender closes the connection.
     UntilClose,
 }
 

@@ -11,21 +11,8 @@ use http::response::Parts;
 use http::{StatusCode, Version};
 use hyper::body::SizeHint;
 
+pub use crate::proxy::pool::Framing;
 use crate::proxy::respond::OwnFields;
-
-/// How the body follows the head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// No body is written (an empty body, or a status that has none).
-    Empty,
-    /// Exactly this many bytes.
-    Length(u64),
-    /// Chunked transfer coding.
-    Chunked,
-    /// Everything until the connection closes (an HTTP/1.0 response whose
-    /// length is not known).
-    UntilClose,
-}
 
 /// The head written, and what the connection does after the body.
 #[derive(Debug, Clone, Copy)]
