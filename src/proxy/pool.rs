@@ -43,7 +43,7 @@ use tokio::time::Instant;
 use super::client_request::ClientRequest;
 use super::deadline::{BodyError, GuardedBody};
 use super::settle::Settlement;
-pub use plain::{is_plain, only_persistence_options, Framing};
+pub use plain::{connection_options, is_plain, only_persistence_options, parse_length, Framing};
 use plain::{Conn, IdleConns};
 use plain_body::PlainBody;
 

@@ -402,15 +402,15 @@ pub fn only_persistence_options(value: &HeaderValue) -> bool {
 }
 
 /// The options a `Connection` value lists, trimmed.
-fn connection_options(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
+pub fn connection_options(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
     value
         .as_bytes()
         .split(|&b| b == b',')
         .map(<[u8]>::trim_ascii)
 }
 
-/// Digits only, no sign, no overflow.
-fn parse_length(digits: &[u8]) -> Option<u64> {
+/// A `Content-Length` value: digits only, no sign, no overflow.
+pub fn parse_length(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() {
         return None;
     }

@@ -12,6 +12,7 @@ use http::{StatusCode, Version};
 use hyper::body::SizeHint;
 
 pub use crate::proxy::pool::Framing;
+use crate::proxy::pool::{connection_options, parse_length};
 use crate::proxy::respond::OwnFields;
 
 /// The head written, and what the connection does after the body.
@@ -39,6 +40,7 @@ pub fn head(
     let headers = &parts.headers;
     let mut close = false;
     let mut declared = None;
+    let mut dated = false;
     for (name, value) in headers {
         // Framing is decided below, from the body.
         if name == header::TRANSFER_ENCODING || own.replaces(name) {
@@ -50,16 +52,11 @@ pub fn head(
             if empty || declared.is_some() {
                 continue;
             }
-            declared = Some(
-                std::str::from_utf8(value.as_bytes())
-                    .ok()
-                    .and_then(|length| length.parse::<u64>().ok()),
-            );
+            declared = Some(parse_length(value.as_bytes()));
         } else if name == header::CONNECTION {
-            close |= value
-                .as_bytes()
-                .split(|&byte| byte == b',')
-                .any(|option| option.trim_ascii().eq_ignore_ascii_case(b"close"));
+            close |= connection_options(value).any(|option| option.eq_ignore_ascii_case(b"close"));
+        } else if name == header::DATE {
+            dated = true;
         }
         field(out, name.as_str().as_bytes(), value.as_bytes());
     }
@@ -94,7 +91,7 @@ pub fn head(
             },
         }
     };
-    if !headers.contains_key(header::DATE) {
+    if !dated {
         out.extend_from_slice(b"date: ");
         date(out);
         out.extend_from_slice(b"\r\n");
