@@ -867,9 +867,13 @@ fn oversized<B>(request: &Request<B>, policy: &Policy) -> Option<Refusal> {
 /// authority is what sluice routes and keys by ([`host_of`]); Host must
 /// still be there.
 fn bad_host<B>(request: &Request<B>) -> Option<Refusal> {
-    let mut hosts = request.headers().get_all(http::header::HOST).iter();
-    let host = hosts.next();
-    if hosts.next().is_some() {
+    let headers = request.headers();
+    let host = headers.get(http::header::HOST);
+    // A map in which no name repeats cannot hold two Host lines: the second
+    // lookup is only needed when some name does.
+    if headers.len() != headers.keys_len()
+        && headers.get_all(http::header::HOST).iter().nth(1).is_some()
+    {
         return Some(Refusal::BadHost(
             "the request carries more than one Host header",
         ));
@@ -888,59 +892,75 @@ fn bad_host<B>(request: &Request<B>) -> Option<Refusal> {
 /// `uri-host [ ":" port ]` (RFC 3986): an IP literal in brackets, or a
 /// registered name or IPv4 address — but not the list separator `,` that
 /// would make it several hosts — then digits after a colon. Empty is allowed
-/// (for a target without an authority, RFC 9112 §3.2). Checked byte by byte:
-/// it runs on every request, and parsing an `Authority` would copy.
+/// (for a target without an authority, RFC 9112 §3.2). Checked byte by byte
+/// through a table: it runs on every request, and parsing an `Authority`
+/// would copy.
 fn valid_host(value: &[u8]) -> bool {
-    let (host_ok, port) = match value {
+    let port = match value {
         [] => return true,
-        [b'[', rest @ ..] => match rest.iter().position(|&b| b == b']') {
-            Some(end) => (
-                end > 0
-                    && rest[..end]
-                        .iter()
-                        .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.')),
-                &rest[end + 1..],
-            ),
-            None => return false,
-        },
+        [b'[', rest @ ..] => {
+            let Some(end) = rest.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            let literal = &rest[..end];
+            if literal.is_empty()
+                || !literal
+                    .iter()
+                    .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'))
+            {
+                return false;
+            }
+            &rest[end + 1..]
+        }
         _ => {
-            let end = value.iter().position(|&b| b == b':').unwrap_or(value.len());
-            (
-                end > 0 && value[..end].iter().all(|&b| is_reg_name_byte(b)),
-                &value[end..],
-            )
+            // `:` is not a reg-name byte, so the name ends at the port, or at
+            // the first byte that makes the value invalid.
+            let end = value
+                .iter()
+                .position(|&b| !REG_NAME[usize::from(b)])
+                .unwrap_or(value.len());
+            if end == 0 {
+                return false;
+            }
+            &value[end..]
         }
     };
-    host_ok
-        && match port {
-            [] => true,
-            [b':', digits @ ..] => digits.iter().all(u8::is_ascii_digit),
-            _ => false,
-        }
+    match port {
+        [] => true,
+        [b':', digits @ ..] => digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
 }
 
-/// unreserved / pct-encoded / sub-delims of RFC 3986, without `,`.
-#[inline]
-fn is_reg_name_byte(byte: u8) -> bool {
-    byte.is_ascii_alphanumeric()
-        || matches!(
-            byte,
-            b'-' | b'.'
-                | b'_'
-                | b'~'
-                | b'%'
-                | b'!'
-                | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b';'
-                | b'='
-        )
-}
+/// Which bytes a registered name may hold: unreserved / pct-encoded /
+/// sub-delims of RFC 3986, without `,`.
+const REG_NAME: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let b = byte as u8;
+        table[byte] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'%'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b';'
+                    | b'='
+            );
+        byte += 1;
+    }
+    table
+};
 
 /// The host the client addressed, without port: the URI's authority
 /// (absolute-form, HTTP/2 `:authority`) or the Host header.
@@ -1007,12 +1027,15 @@ mod tests {
             "example.com:8080",
             "[::1]:80",
             "10.0.0.1",
+            "a-b_c~d%20!$&'()*+;=",
+            "a:",
             "",
         ] {
             assert!(valid_host(good.as_bytes()), "{good}");
         }
         for bad in [
-            "a, b", "a,b", "a b", "user@a", "a/b", "a:port", "[::1", "a\tb",
+            "a, b", "a,b", "a b", "user@a", "a/b", "a:port", "[::1", "a\tb", ":80", "a:1:2", "[]",
+            "[::1]x", "[::1]:8x", "h\u{e9}",
         ] {
             assert!(!valid_host(bad.as_bytes()), "{bad}");
         }

@@ -118,8 +118,12 @@ fn problem_response(status: StatusCode, headers: HeaderMap, body: Bytes) -> Resp
 
 /// A refusal whose every field is one of sluice's own: its map is empty.
 fn refusal_response(status: StatusCode, fields: OwnFields, body: Bytes) -> Response<ProxyBody> {
-    let mut response = problem_response(status, HeaderMap::new(), body);
-    *response.body_mut().own_fields_mut() = fields;
+    // Made with the map `Response::new` starts with rather than through
+    // `problem_response`, which would drop that one for another empty map.
+    let mut written = ProxyBody::written(body);
+    written.fields = fields;
+    let mut response = Response::new(written);
+    *response.status_mut() = status;
     response
 }
 
