@@ -282,8 +282,8 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let request = client.get();
         // Checks: what must be refused before any limiter work.
-        let normalized = match checks(request, policy) {
-            Ok(path) => path,
+        let checked = match checks(request, policy) {
+            Ok(checked) => checked,
             Err(refusal) => return respond::refusal(refusal, None),
         };
         // Identify: the client, the rules that apply and each one's key.
@@ -291,7 +291,7 @@ impl Proxy {
         let mut applicable = Applicability::default();
         let identified = identify(
             request,
-            &normalized,
+            &checked,
             &token_claims,
             peer,
             policy,
@@ -318,7 +318,7 @@ impl Proxy {
             return refused;
         }
         // Forward: the admission's settlement rides on the response body.
-        let rewritten = match &normalized {
+        let rewritten = match &checked.path {
             Cow::Owned(path) if policy.normalize_path => Some(path.as_str()),
             _ => None,
         };
@@ -563,18 +563,35 @@ struct Outgoing {
     sent: Nanos,
 }
 
+/// What [`checks`] found in a request it lets through.
+pub struct Checked<'r> {
+    /// The normalised path.
+    pub path: Cow<'r, str>,
+    /// The host the client addressed ([`host_of`]), read once with Host's
+    /// check.
+    pub host: Option<&'r str>,
+}
+
 /// Refuses what must not reach any limiter: broken framing, a bad Host, an
 /// oversized target or body, a path that cannot be normalised. Returns the
-/// normalised path. Shared with `POST /admin/explain`, which answers with
-/// [`refused`] what it would refuse.
-pub fn checks<'r, B>(request: &'r Request<B>, policy: &Policy) -> Result<Cow<'r, str>, Refusal> {
-    if let Some(refusal) = forward::bad_framing(request)
-        .or_else(|| bad_host(request))
-        .or_else(|| oversized(request, policy))
-    {
+/// normalised path and the host. Shared with `POST /admin/explain`, which
+/// answers with [`refused`] what it would refuse.
+pub fn checks<'r, B>(request: &'r Request<B>, policy: &Policy) -> Result<Checked<'r>, Refusal> {
+    if let Some(refusal) = forward::bad_framing(request) {
         return Err(refusal);
     }
-    path::normalize(request.uri().path()).map_err(Refusal::BadPath)
+    let host_field = checked_host(request)?;
+    if let Some(refusal) = oversized(request, policy) {
+        return Err(refusal);
+    }
+    let path = path::normalize(request.uri().path()).map_err(Refusal::BadPath)?;
+    let host = match request.uri().host() {
+        Some(host) => Some(host),
+        None => host_field
+            .and_then(|value| value.to_str().ok())
+            .map(strip_port),
+    };
+    Ok(Checked { path, host })
 }
 
 /// The status and problem detail a request refused by [`checks`] gets, for
@@ -607,14 +624,14 @@ enum Unidentified<'p> {
 /// = "reject"` and a retired route.
 fn identify<'r, 'p>(
     request: &'r Request<ClientBody>,
-    normalized: &'r str,
+    checked: &'r Checked<'r>,
     token_claims: &'r std::cell::OnceCell<Option<crate::key::jwt::Claims>>,
     peer: SocketAddr,
     policy: &'p Policy,
     started: Nanos,
     applicable: &mut Applicability<'p>,
 ) -> Result<RequestFacts<'r>, Unidentified<'p>> {
-    let mut facts = facts_of(request, normalized, peer.ip(), policy);
+    let mut facts = facts_of(request, checked, peer.ip(), policy);
     let client_ip = facts.client_ip;
     if policy.deny.iter().any(|net| net.contains(&client_ip)) {
         for rule in policy.rules.iter().filter(|r| r.matcher.matches(&facts)) {
@@ -657,21 +674,21 @@ fn identify<'r, 'p>(
     Ok(facts)
 }
 
-/// The facts rules match and key on, read from `request` (whose path
-/// normalised is `normalized`) sent by `peer`: the client IP is resolved
-/// through the trusted proxies. Shared with `POST /admin/explain`, which
-/// builds a request from its body and must see it as the proxy would.
+/// The facts rules match and key on, read from `request` (what
+/// [`checks`] found in it: `checked`) sent by `peer`: the client IP is
+/// resolved through the trusted proxies. Shared with `POST /admin/explain`,
+/// which builds a request from its body and must see it as the proxy would.
 pub fn facts_of<'r, B>(
     request: &'r Request<B>,
-    normalized: &'r str,
+    checked: &'r Checked<'r>,
     peer: std::net::IpAddr,
     policy: &Policy,
 ) -> RequestFacts<'r> {
     RequestFacts {
         method: request.method(),
-        path: normalized,
+        path: &checked.path,
         query: request.uri().query(),
-        host: host_of(request),
+        host: checked.host,
         headers: request.headers(),
         client_ip: policy.client_ip.resolve(peer, request.headers()),
         claims: None,
@@ -866,7 +883,7 @@ fn oversized<B>(request: &Request<B>, policy: &Policy) -> Option<Refusal> {
 /// HTTP/2 carries `:authority`. With an absolute-form target the target's
 /// authority is what sluice routes and keys by ([`host_of`]); Host must
 /// still be there.
-fn bad_host<B>(request: &Request<B>) -> Option<Refusal> {
+fn checked_host<B>(request: &Request<B>) -> Result<Option<&http::HeaderValue>, Refusal> {
     let headers = request.headers();
     let host = headers.get(http::header::HOST);
     // A map in which no name repeats cannot hold two Host lines: the second
@@ -874,18 +891,18 @@ fn bad_host<B>(request: &Request<B>) -> Option<Refusal> {
     if headers.len() != headers.keys_len()
         && headers.get_all(http::header::HOST).iter().nth(1).is_some()
     {
-        return Some(Refusal::BadHost(
+        return Err(Refusal::BadHost(
             "the request carries more than one Host header",
         ));
     }
     match host {
-        None if request.version() == http::Version::HTTP_11 => Some(Refusal::BadHost(
+        None if request.version() == http::Version::HTTP_11 => Err(Refusal::BadHost(
             "an HTTP/1.1 request must carry a Host header",
         )),
-        Some(value) if !valid_host(value.as_bytes()) => Some(Refusal::BadHost(
+        Some(value) if !valid_host(value.as_bytes()) => Err(Refusal::BadHost(
             "the Host header is not a valid host or host:port",
         )),
-        _ => None,
+        _ => Ok(host),
     }
 }
 
@@ -963,7 +980,8 @@ const REG_NAME: [bool; 256] = {
 };
 
 /// The host the client addressed, without port: the URI's authority
-/// (absolute-form, HTTP/2 `:authority`) or the Host header.
+/// (absolute-form, HTTP/2 `:authority`) or the Host header ([`checks`]
+/// finds it the same way, from the Host value it checked).
 pub fn host_of<B>(request: &Request<B>) -> Option<&str> {
     if let Some(host) = request.uri().host() {
         return Some(host);

@@ -265,12 +265,8 @@ impl Connection {
             };
             let own_fields = response.body_mut().body.take_own_fields();
             let written = http1.respond(response, &own_fields).await;
-            // The response's map is kept for the next request's fields; when
-            // it had no room (a refusal's is empty), the request's is.
-            if let Some(done) = request.left_mut().filter(|_| http1.wants_map()) {
-                http1.recycle(std::mem::take(done.headers_mut()));
-            }
-            request.clear();
+            // The request stays, with its map, for the next one read.
+            request.release();
             match written {
                 Ok(true) => {}
                 Ok(false) => return http1.close().await,

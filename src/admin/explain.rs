@@ -86,8 +86,8 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refusal> {
             "host": proxy::host_of(&request),
         },
     });
-    let normalized = match proxy::checks(&request, &policy) {
-        Ok(normalized) => normalized,
+    let checked = match proxy::checks(&request, &policy) {
+        Ok(checked) => checked,
         Err(refusal) => {
             let (status, detail) = proxy::refused(refusal).await;
             answer["decision"] = json!({
@@ -97,9 +97,9 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refusal> {
             return Ok(answer);
         }
     };
-    answer["request"]["normalized_path"] = json!(&*normalized);
+    answer["request"]["normalized_path"] = json!(&*checked.path);
     let token_claims = std::cell::OnceCell::new();
-    let mut facts = proxy::facts_of(&request, &normalized, peer, &policy);
+    let mut facts = proxy::facts_of(&request, &checked, peer, &policy);
     let client_ip = facts.client_ip;
     answer["request"]["client_ip"] = json!(client_ip.to_string());
 

@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::Request;
+use http::{Method, Request, Uri, Version};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 /// A client request that stays where the server put it unless it is
@@ -75,6 +75,38 @@ impl<B> ClientRequest<B> {
     #[inline]
     pub fn take(&mut self) -> Request<B> {
         self.0.take().expect("a request is forwarded once")
+    }
+}
+
+impl ClientRequest<ClientBody> {
+    /// A request with no body in the slot, for sluice's own server to fill
+    /// in: the one left there by [`ClientRequest::release`], reset, or a new
+    /// one. Reusing it keeps its header map's room, so that reading a
+    /// request allocates nothing and drops no empty map.
+    pub fn refill(&mut self) -> &mut Request<ClientBody> {
+        let request = self
+            .0
+            .get_or_insert_with(|| Request::new(ClientBody::Empty));
+        *request.method_mut() = Method::GET;
+        *request.version_mut() = Version::HTTP_11;
+        *request.body_mut() = ClientBody::Empty;
+        request.extensions_mut().clear();
+        if !request.headers().is_empty() {
+            request.headers_mut().clear();
+        }
+        request
+    }
+
+    /// Drops what the answered request holds of the bytes it was read from
+    /// (its target, its field values: the read buffer's space is only
+    /// reused once nothing shares it) and any body, keeping the request for
+    /// [`ClientRequest::refill`].
+    pub fn release(&mut self) {
+        if let Some(request) = &mut self.0 {
+            request.headers_mut().clear();
+            *request.uri_mut() = Uri::default();
+            *request.body_mut() = ClientBody::Empty;
+        }
     }
 }
 

@@ -24,6 +24,7 @@
 
 mod plain;
 mod plain_body;
+pub mod spare_map;
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};

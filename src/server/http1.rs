@@ -30,6 +30,7 @@ use http::Response;
 use hyper::body::Body;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
+use crate::proxy::pool::spare_map;
 use crate::proxy::respond::OwnFields;
 use crate::proxy::ClientRequest;
 
@@ -77,16 +78,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
             write: Vec::new(),
             scratch: head::Scratch::default(),
         }
-    }
-
-    /// Keeps the allocation of a finished request's map for the next one.
-    pub fn recycle(&mut self, headers: http::HeaderMap) {
-        self.scratch.recycle(headers);
-    }
-
-    /// Whether no map is kept for the next request's fields.
-    pub fn wants_map(&self) -> bool {
-        self.scratch.wants_map()
     }
 
     /// Whether nothing of a next request has been read.
@@ -153,7 +144,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
             body.is_end_stream(),
             body.size_hint(),
         );
-        self.scratch.recycle(parts.headers);
+        // Kept for the next upstream response read on this thread.
+        spare_map::give(parts.headers);
         let mut left = match written.framing {
             Framing::Empty => 0,
             Framing::Length(length) => length,

@@ -27,7 +27,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::Body;
 use smallvec::SmallVec;
@@ -263,7 +263,7 @@ fn parse_head(read: &mut BytesMut, head_request: bool) -> Result<Option<Head>, F
         }
         let status = StatusCode::from_u16(code).map_err(|_| Failed::Broken)?;
         let head = read.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(fields.len() + ADDED_FIELDS);
+        let mut headers = super::spare_map::take(fields.len() + ADDED_FIELDS);
         let mut framing_fields = FramingFields::default();
         // A `Connection` field that only says `keep-alive` or `close` (what
         // upstreams send) is not kept: it is hop-by-hop and names no field

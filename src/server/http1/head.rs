@@ -13,10 +13,10 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::Uri;
 
-use crate::proxy::{ClientBody, ClientRequest};
+use crate::proxy::ClientRequest;
 
 /// Fields a head of ours may have. A head with more goes to hyper, which
 /// enforces `max_headers` itself.
@@ -46,31 +46,12 @@ pub enum Head {
 type Field = (HeaderName, Range<usize>);
 
 /// What reading a head needs and a connection keeps between requests, so
-/// that a request allocates nothing of its own for it.
+/// that a request allocates nothing of its own for it (the request itself,
+/// with its map, stays in the connection's slot: see
+/// [`ClientRequest::refill`]).
 #[derive(Debug, Default)]
 pub struct Scratch {
     fields: Vec<Field>,
-    /// A map to build the next request's fields in: the last request's or
-    /// response's, emptied, whichever had more room (hyper keeps the last
-    /// response's the same way).
-    headers: Option<HeaderMap>,
-}
-
-impl Scratch {
-    /// Whether no map is kept for the next request.
-    pub fn wants_map(&self) -> bool {
-        self.headers.is_none()
-    }
-
-    /// Keeps `headers`' allocation for the next request, unless the map
-    /// kept already has more room.
-    pub fn recycle(&mut self, mut headers: HeaderMap) {
-        let kept = self.headers.as_ref().map_or(0, HeaderMap::capacity);
-        if headers.capacity() > kept {
-            headers.clear();
-            self.headers = Some(headers);
-        }
-    }
 }
 
 /// Reads the head at the start of `buffer`: takes it out and puts the
@@ -148,25 +129,29 @@ fn span(buffer: &[u8], part: &[u8]) -> Range<usize> {
 }
 
 /// The request, its target and field values sharing `head`'s bytes, as
-/// hyper builds it, `into` the slot; `None` where hyper would refuse it.
+/// hyper builds it, `into` the slot; `None` where hyper would refuse it
+/// (the slot is then left empty).
 fn build(
     head: &Bytes,
     target: Range<usize>,
     scratch: &mut Scratch,
     into: &mut ClientRequest,
 ) -> Option<()> {
-    let uri = Uri::from_maybe_shared(head.slice(target)).ok()?;
-    let mut headers = scratch.headers.take().unwrap_or_default();
+    let Ok(uri) = Uri::from_maybe_shared(head.slice(target)) else {
+        into.clear();
+        return None;
+    };
+    let request = into.refill();
+    *request.uri_mut() = uri;
+    let headers = request.headers_mut();
     headers.reserve(scratch.fields.len());
     for (name, value) in scratch.fields.drain(..) {
-        headers.append(
-            name,
-            HeaderValue::from_maybe_shared(head.slice(value)).ok()?,
-        );
+        let Ok(value) = HeaderValue::from_maybe_shared(head.slice(value)) else {
+            into.clear();
+            return None;
+        };
+        headers.append(name, value);
     }
-    let request = into.fill(ClientBody::Empty);
-    *request.uri_mut() = uri;
-    *request.headers_mut() = headers;
     Some(())
 }
 
@@ -207,6 +192,35 @@ mod tests {
         assert_eq!(request.headers()["host"], "x");
         assert_eq!(request.headers()["x-api-key"], "k");
         assert_eq!(&rest[..], b"GET /next");
+    }
+
+    #[test]
+    fn a_request_read_into_a_released_slot_has_only_its_own_fields() {
+        let mut buffer = BytesMut::from(
+            "GET /first HTTP/1.1\r\nHost: a\r\nX-Api-Key: one\r\nX-Extra: 1\r\n\r\n\
+             GET /second HTTP/1.1\r\nHost: b\r\n\r\n",
+        );
+        let mut scratch = Scratch::default();
+        let mut slot = ClientRequest::vacant();
+        assert!(matches!(
+            parse(&mut buffer, LIMITS, &mut scratch, &mut slot),
+            Head::Ours
+        ));
+        slot.get_mut()
+            .extensions_mut()
+            .insert("left by the first exchange");
+        *slot.get_mut().method_mut() = http::Method::POST;
+        slot.release();
+        assert!(matches!(
+            parse(&mut buffer, LIMITS, &mut scratch, &mut slot),
+            Head::Ours
+        ));
+        let request = slot.get();
+        assert_eq!(request.uri(), "/second");
+        assert_eq!(request.method(), http::Method::GET);
+        assert_eq!(request.headers().len(), 1);
+        assert_eq!(request.headers()["host"], "b");
+        assert!(request.extensions().get::<&str>().is_none());
     }
 
     #[test]
