@@ -13,45 +13,80 @@
 //! An armed timer keeps the waker of the last task that polled it, so it
 //! may wake that task once, for nothing, when it fires after the deadline
 //! moved on: at most once per timeout period.
+//!
+//! Polling the `Sleep` again only to leave the same task's waker with it
+//! costs about 120 instructions, once per request for an idle clock; so
+//! while the `Sleep` is armed, has not fired and holds a waker that wakes
+//! the polling task, a poll returns `Pending` without touching it.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use tokio::time::{Instant, Sleep};
 
 /// One `Sleep`, moved earlier at once and later only after it fired.
 #[derive(Debug, Default)]
 pub struct LazyTimer {
-    /// The `Sleep` (boxed: it is not `Unpin`) and the instant it is set
-    /// to; created on first use.
-    armed: Option<(Pin<Box<Sleep>>, Instant)>,
+    /// Created on first use.
+    armed: Option<Armed>,
+}
+
+#[derive(Debug)]
+struct Armed {
+    /// Boxed: a `Sleep` is not `Unpin`.
+    sleep: Pin<Box<Sleep>>,
+    /// The instant `sleep` is set to.
+    at: Instant,
+    /// The waker `sleep` was last polled with since it was set, if any.
+    waker: Option<Waker>,
 }
 
 impl LazyTimer {
-    /// A timer that is not armed yet.
     pub const fn new() -> LazyTimer {
         LazyTimer { armed: None }
     }
 
-    /// `Ready` once `deadline` has passed; otherwise arranges for `cx` to
-    /// be woken by then.
+    /// Ready once `deadline` has passed (the timer registers the task's
+    /// waker otherwise). `deadline` may move between calls, either way.
     pub fn poll_until(&mut self, cx: &mut Context<'_>, deadline: Instant) -> Poll<()> {
-        let (sleep, at) = self
-            .armed
-            .get_or_insert_with(|| (Box::pin(tokio::time::sleep_until(deadline)), deadline));
-        if *at > deadline {
-            sleep.as_mut().reset(deadline);
-            *at = deadline;
+        let armed = self.armed.get_or_insert_with(|| Armed {
+            sleep: Box::pin(tokio::time::sleep_until(deadline)),
+            at: deadline,
+            waker: None,
+        });
+        if armed.at > deadline {
+            armed.sleep.as_mut().reset(deadline);
+            armed.at = deadline;
+            armed.waker = None;
+        }
+        // Set no later than the deadline, not fired, and it will wake this
+        // task when it fires: nothing to tell it.
+        if armed
+            .waker
+            .as_ref()
+            .is_some_and(|waker| waker.will_wake(cx.waker()))
+            && !armed.sleep.is_elapsed()
+        {
+            return Poll::Pending;
         }
         loop {
-            ready!(sleep.as_mut().poll(cx));
-            if *at == deadline {
+            if armed.sleep.as_mut().poll(cx).is_pending() {
+                if !armed
+                    .waker
+                    .as_ref()
+                    .is_some_and(|waker| waker.will_wake(cx.waker()))
+                {
+                    armed.waker = Some(cx.waker().clone());
+                }
+                return Poll::Pending;
+            }
+            if armed.at == deadline {
                 return Poll::Ready(());
             }
-            // Fired at an earlier deadline that has since moved.
-            sleep.as_mut().reset(deadline);
-            *at = deadline;
+            armed.sleep.as_mut().reset(deadline);
+            armed.at = deadline;
+            armed.waker = None;
         }
     }
 }
