@@ -28,6 +28,7 @@ mod admit;
 pub mod bill;
 mod client_request;
 pub mod deadline;
+pub mod fields;
 pub mod forward;
 pub mod pool;
 mod recent_value;
@@ -866,9 +867,7 @@ fn oversized<B>(request: &Request<B>, policy: &Policy) -> Option<Refusal> {
     }
     if policy.max_body_bytes > 0 {
         // hyper has already rejected malformed or conflicting lengths.
-        let declared = request
-            .headers()
-            .get(http::header::CONTENT_LENGTH)
+        let declared = fields::get(request.headers(), &http::header::CONTENT_LENGTH)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.parse::<u64>().ok());
         if declared.is_some_and(|length| length > policy.max_body_bytes) {
@@ -885,7 +884,7 @@ fn oversized<B>(request: &Request<B>, policy: &Policy) -> Option<Refusal> {
 /// still be there.
 fn checked_host<B>(request: &Request<B>) -> Result<Option<&http::HeaderValue>, Refusal> {
     let headers = request.headers();
-    let host = headers.get(http::header::HOST);
+    let host = fields::get(headers, &http::header::HOST);
     // A map in which no name repeats cannot hold two Host lines: the second
     // lookup is only needed when some name does.
     if headers.len() != headers.keys_len()

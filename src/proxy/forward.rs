@@ -26,6 +26,7 @@ use tokio::time::Instant;
 
 use super::client_request::{ClientBody, ClientRequest};
 use super::deadline::GuardedBody;
+use super::fields;
 use super::pool::{self, AddedFields, ForwardError, Pool, PooledBody};
 use super::recent_value::{recent_value, RecentValue};
 use super::respond::Refusal;
@@ -174,7 +175,7 @@ pub fn prepare_request(
     match host {
         // The client's Host header is already the host it asked for
         // (unless `Connection` named it and it was stripped).
-        Some(_) if !host_from_target && headers.contains_key(header::HOST) => {}
+        Some(_) if !host_from_target && fields::has(headers, &header::HOST) => {}
         // HTTP/2 clients send :authority instead of Host, and an
         // absolute-form target wins over Host: the upstream gets the host
         // the client asked for, as with HTTP/1.1 clients.
@@ -194,7 +195,11 @@ pub fn prepare_request(
 /// `gzip, chunked`, two TE lines). hyper has already answered 400 to the
 /// rest (RFC 9112 §6.1, §6.3); see the module docs.
 pub fn bad_framing<B>(request: &Request<B>) -> Option<Refusal> {
-    let mut codings = request.headers().get_all(header::TRANSFER_ENCODING).iter();
+    let headers = request.headers();
+    if !fields::has(headers, &header::TRANSFER_ENCODING) {
+        return None;
+    }
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
     let first = codings.next()?;
     let only_chunked = codings.next().is_none()
         && first
@@ -231,8 +236,8 @@ pub fn prepare_response(
         return Ok(response);
     }
     let headers = response.headers_mut();
-    if headers.contains_key(header::TRANSFER_ENCODING)
-        && headers.contains_key(header::CONTENT_LENGTH)
+    if fields::has(headers, &header::TRANSFER_ENCODING)
+        && fields::has(headers, &header::CONTENT_LENGTH)
     {
         // hyper framed the body by TE (RFC 9112 §6.3); the CL must not reach
         // the client, and whatever follows on the connection is suspect

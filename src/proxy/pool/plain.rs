@@ -37,6 +37,7 @@ use tokio::time::Instant;
 
 // The same limits as the pool's hyper connections.
 use super::{IDLE_TIMEOUT, MAX_IDLE};
+use crate::proxy::fields;
 use crate::timer::LazyTimer;
 
 /// Fields in a response head, at most (hyper's default).
@@ -131,7 +132,7 @@ pub enum Failed {
 pub fn is_plain<B: Body>(request: &Request<B>) -> bool {
     (request.method() == Method::GET || request.method() == Method::HEAD)
         && request.body().is_end_stream()
-        && !request.headers().contains_key(header::UPGRADE)
+        && !fields::has(request.headers(), &header::UPGRADE)
 }
 
 /// Writes `request`'s head, with the `added` fields, on `conn` and reads
