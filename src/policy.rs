@@ -36,7 +36,7 @@ use crate::log_gate::LogGate;
 use crate::metrics::Metrics;
 use crate::store::Store;
 pub use describe::describe;
-pub use limit::Limit;
+pub use limit::{FieldLines, Limit};
 pub use matcher::{Matcher, Mismatch};
 pub use rule::{Billing, Rule, Variant, VariantIndex};
 pub use sunset::Sunset;

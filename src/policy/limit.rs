@@ -33,6 +33,9 @@ pub struct Limit {
     pub policy_header: HeaderValue,
     /// The bucket's capacity, ready for `X-RateLimit-Limit`.
     pub limit_header: HeaderValue,
+    /// The fixed parts of this limit's rate-limit fields when it is the
+    /// only applicable limit, written as they are sent.
+    pub lines: FieldLines,
     /// The 429 body up to the violated-policies list
     /// ([`problem::quota_exceeded_head`]), whose detail reads `rule 'name'
     /// allows N requests per P`.
@@ -40,6 +43,42 @@ pub struct Limit {
     /// Unique among every limit this process compiles: what a remembered
     /// answer is keyed on (a limit's address may be reused after a reload).
     pub serial: u64,
+}
+
+/// A limit's rate-limit fields as sent when it is the only applicable
+/// limit (the common response), cut where the numbers of the request go:
+/// writing them is then a few copies instead of a field at a time (see
+/// `proxy/respond.rs`, which writes the numbers and holds the general
+/// case).
+#[derive(Debug, Default)]
+pub struct FieldLines {
+    /// `x-ratelimit-limit: CAPACITY\r\nx-ratelimit-remaining: `
+    pub legacy: Box<[u8]>,
+    /// `ratelimit-policy: ITEM\r\nratelimit: "NAME";r=`, or empty when the
+    /// name is not a valid field value (the general case then leaves that
+    /// field out).
+    pub ietf: Box<[u8]>,
+}
+
+impl FieldLines {
+    fn new(capacity: u64, policy_item: &str, name: &str) -> FieldLines {
+        let legacy = format!("x-ratelimit-limit: {capacity}\r\nx-ratelimit-remaining: ");
+        let ietf = format!("ratelimit-policy: {policy_item}\r\nratelimit: \"{name}\";r=");
+        let sendable = policy_item.bytes().chain(name.bytes()).all(is_value_byte);
+        FieldLines {
+            legacy: legacy.into_bytes().into_boxed_slice(),
+            ietf: if sendable {
+                ietf.into_bytes().into_boxed_slice()
+            } else {
+                Box::default()
+            },
+        }
+    }
+}
+
+/// What a field value may hold (as `HeaderValue::from_bytes` accepts it).
+fn is_value_byte(b: u8) -> bool {
+    b == b'\t' || (b >= 0x20 && b != 0x7f)
 }
 
 /// The next [`Limit::serial`].
@@ -98,6 +137,7 @@ pub(super) fn concurrency_limit(
         name: rule.name.clone(),
         policy_header: HeaderValue::from_str(&policy_item)
             .unwrap_or_else(|_| HeaderValue::from_static("")),
+        lines: FieldLines::new(max_in_flight, &policy_item, &rule.name),
         policy_item,
         limit_header: HeaderValue::from(max_in_flight),
         problem_head: problem::quota_exceeded_head(status, &detail),
@@ -132,6 +172,7 @@ pub(super) fn compile_limit(
         limit.rate.count,
         limit.rate.period.as_secs().max(1)
     );
+    let lines = FieldLines::new(limiter.capacity(), &policy_item, &name);
     Limit {
         table,
         limiter,
@@ -142,6 +183,7 @@ pub(super) fn compile_limit(
         name,
         policy_header: HeaderValue::from_str(&policy_item)
             .unwrap_or_else(|_| HeaderValue::from_static("")),
+        lines,
         policy_item,
         limit_header: HeaderValue::from(limiter.capacity()),
         problem_head: problem::quota_exceeded_head(status, &detail),

@@ -295,6 +295,21 @@ pub fn add_rate_limit_headers(
     if verdicts.is_empty() || style == HeaderStyle::None {
         return;
     }
+    match verdicts {
+        [only] if !only.limit.lines.ietf.is_empty() => {
+            add_one_limit_lines(fields, style, only, decided_at)
+        }
+        _ => add_each_limit_fields(fields, style, verdicts, decided_at),
+    }
+}
+
+/// [`add_rate_limit_headers`] for any number of limits, field by field.
+fn add_each_limit_fields(
+    fields: &mut OwnFields,
+    style: HeaderStyle,
+    verdicts: &[Verdict<'_>],
+    decided_at: Duration,
+) {
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
         // Smallest remaining; ties go to the earliest rule in the file.
         let tightest = verdicts
@@ -339,6 +354,55 @@ pub fn add_rate_limit_headers(
                     push_u64(value, ceil_secs(state.reset_after));
                 }
             }
+        });
+    }
+}
+
+/// [`add_rate_limit_headers`] for the common response, on which one limit
+/// applies: the same lines, from the limit's prebuilt parts
+/// ([`crate::policy::FieldLines`]) and the request's numbers.
+fn add_one_limit_lines(
+    fields: &mut OwnFields,
+    style: HeaderStyle,
+    verdict: &Verdict<'_>,
+    decided_at: Duration,
+) {
+    let state = verdict.decision.state();
+    let lines = &verdict.limit.lines;
+    // A concurrency limit has no reset: it frees when a request ends.
+    let resets = !verdict.limit.is_concurrency();
+    let mut digits = [0u8; 20];
+    let remaining = format_u64(state.remaining, &mut digits);
+    if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
+        let names: &[OwnName] = if resets {
+            &[
+                OwnName::XRateLimitLimit,
+                OwnName::XRateLimitRemaining,
+                OwnName::XRateLimitReset,
+            ]
+        } else {
+            &[OwnName::XRateLimitLimit, OwnName::XRateLimitRemaining]
+        };
+        fields.push_lines(names, |out| {
+            out.extend_from_slice(&lines.legacy);
+            out.extend_from_slice(remaining);
+            if resets {
+                out.extend_from_slice(b"\r\nx-ratelimit-reset: ");
+                push_u64(out, reset_at(decided_at, state.reset_after));
+            }
+            out.extend_from_slice(b"\r\n");
+        });
+    }
+    if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
+        let names = [OwnName::RateLimitPolicy, OwnName::RateLimit];
+        fields.push_lines(&names, |out| {
+            out.extend_from_slice(&lines.ietf);
+            out.extend_from_slice(remaining);
+            if resets {
+                out.extend_from_slice(b";t=");
+                push_u64(out, ceil_secs(state.reset_after));
+            }
+            out.extend_from_slice(b"\r\n");
         });
     }
 }
@@ -586,6 +650,56 @@ mod tests {
             },
         }];
         limited(policy, &verdicts, at)
+    }
+
+    #[test]
+    fn one_limit_s_prebuilt_lines_are_the_fields_written_one_by_one() {
+        let rules = [
+            "rate = \"100/m\"",
+            "rate = \"5/s\"\nalgorithm = \"sliding_window\"",
+            "algorithm = \"concurrency\"\nmax_in_flight = 7",
+        ];
+        let decisions = [
+            Decision::Allow(crate::limiter::BucketState {
+                remaining: 42,
+                reset_after: 1_500_000_000,
+            }),
+            Decision::Deny {
+                state: crate::limiter::BucketState {
+                    remaining: 0,
+                    reset_after: 59_000_000_001,
+                },
+                retry_after: Some(1_000_000_000),
+            },
+        ];
+        let styles = [HeaderStyle::Legacy, HeaderStyle::Ietf, HeaderStyle::Both];
+        let at = Duration::new(1_800_000_000, 250_000_000);
+        for rule in rules {
+            let policy = crate::policy::testing::compile(&format!(
+                "[[rule]]\nname = \"per-ip\"\nkey = [\"ip\"]\n{rule}\n"
+            ));
+            let rule = &policy.rules[0];
+            for decision in decisions {
+                let verdicts = [Verdict {
+                    rule,
+                    limit: &rule.limits[0],
+                    decision,
+                }];
+                for style in styles {
+                    let (mut prebuilt, mut each) = (OwnFields::default(), OwnFields::default());
+                    add_rate_limit_headers(&mut prebuilt, style, &verdicts, at);
+                    add_each_limit_fields(&mut each, style, &verdicts, at);
+                    let text =
+                        |fields: &OwnFields| String::from_utf8_lossy(fields.lines()).into_owned();
+                    assert_eq!(text(&prebuilt), text(&each), "{rule:?} {style:?}");
+                    assert!(!prebuilt.is_empty());
+                    for name in ["x-ratelimit-limit", "ratelimit", "x-ratelimit-reset"] {
+                        let name = HeaderName::from_static(name);
+                        assert_eq!(prebuilt.replaces(&name), each.replaces(&name), "{name}");
+                    }
+                }
+            }
+        }
     }
 
     #[tokio::test]

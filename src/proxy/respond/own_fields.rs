@@ -119,6 +119,16 @@ impl OwnFields {
         self.names |= 1 << name as u8;
     }
 
+    /// Adds whole lines that `write` appends, of the fields `names`: for a
+    /// writer that knows each line it writes is `name: value\r\n` with a
+    /// valid value (prebuilt, or digits).
+    pub fn push_lines(&mut self, names: &[OwnName], write: impl FnOnce(&mut Vec<u8>)) {
+        write(self.owned());
+        for name in names {
+            self.names |= 1 << *name as u8;
+        }
+    }
+
     /// Adds `name: value` for a `value` known to be a valid field value.
     fn push_valid(&mut self, name: OwnName, value: &[u8]) {
         let lines = self.owned();
