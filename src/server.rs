@@ -35,7 +35,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::admin::{self, Admin};
 use crate::clock::ProxyClock;
@@ -47,9 +47,11 @@ use crate::proxy::{ClientBody, ClientRequest, Proxy};
 use crate::reload::{Reloader, Trigger};
 
 mod deadline_io;
+mod drain;
 pub mod http1;
 
 use deadline_io::{ConnectionLimits, DeadlineIo, Exchanges, InFlight};
+use drain::{Drain, DrainHandle};
 use http1::{HeadLimits, Http1, Next};
 
 /// Pause after a failed `accept` (e.g. out of file descriptors), so the loop
@@ -151,9 +153,7 @@ impl Server {
             max_header_bytes: server.max_header_bytes,
         };
         let connections = Arc::new(Semaphore::new(config.server.max_connections));
-        // Each connection holds a receiver until it ends: sending tells them
-        // to finish, and the channel closes when the last one has.
-        let (drain, _) = watch::channel(());
+        let drain = Drain::new();
 
         tokio::pin!(shutdown);
         loop {
@@ -184,7 +184,7 @@ impl Server {
                 exchanges,
                 builder: Arc::clone(&builder),
             };
-            let draining = drain.subscribe();
+            let draining = drain.handle();
             tokio::spawn(async move {
                 connection.serve(io, draining).await;
                 drop(permit);
@@ -195,8 +195,8 @@ impl Server {
         drop(listener);
         tracing::info!("shutting down: draining in-flight requests");
         let grace = config.server.shutdown_grace;
-        drain.send_replace(());
-        if tokio::time::timeout(grace, drain.closed()).await.is_err() {
+        drain.start();
+        if tokio::time::timeout(grace, drain.ended()).await.is_err() {
             tracing::warn!(
                 ?grace,
                 "shutdown grace elapsed with requests still in flight"
@@ -226,8 +226,8 @@ impl Connection {
     /// then hyper's takes over for the rest of the connection. `draining`
     /// changes when the server shuts down: an idle connection closes at
     /// once, a busy one after its response (which says `Connection: close`).
-    async fn serve(self, io: DeadlineIo<TcpStream>, mut draining: watch::Receiver<()>) {
-        let mut drained = std::pin::pin!(draining.changed());
+    async fn serve(self, io: DeadlineIo<TcpStream>, draining: DrainHandle) {
+        let mut drained = std::pin::pin!(draining.wait());
         let mut http1 = Http1::new(io);
         // Each request is read into this slot and stays there (see
         // `proxy/client_request.rs`).

@@ -88,6 +88,59 @@ async fn metrics_expose_the_minimum_series_and_every_rules_counters_from_the_sta
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_idle_kept_alive_connections_at_once() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // A long grace: only closing the idle connections lets sluice exit soon.
+    let grace = Duration::from_secs(30);
+    let mut sluice = spawn(dir.path(), &upstream, "30s");
+    // Several kept-alive connections, each answered twice and then idle (a
+    // connection waits for the drain between requests).
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        let mut conn = tokio::net::TcpStream::connect(sluice.addr).await.unwrap();
+        for _ in 0..2 {
+            conn.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                assert_eq!(conn.read(&mut byte).await.unwrap(), 1, "{head:?}");
+                head.push(byte[0]);
+            }
+            let text = String::from_utf8_lossy(&head).to_lowercase();
+            assert!(text.starts_with("http/1.1 200"), "{text}");
+            let length: usize = text
+                .split("content-length: ")
+                .nth(1)
+                .and_then(|rest| rest.split("\r\n").next())
+                .and_then(|n| n.parse().ok())
+                .expect("a length");
+            let mut body = vec![0u8; length];
+            conn.read_exact(&mut body).await.unwrap();
+        }
+        idle.push(conn);
+    }
+
+    sluice.terminate();
+    let signalled = Instant::now();
+    for mut conn in idle {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut rest)).await;
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "an idle connection stayed open after SIGTERM: {read:?} {rest:?}"
+        );
+    }
+    let status = tokio::task::block_in_place(|| sluice.wait_exit(Duration::from_secs(10)));
+    let status = status.unwrap_or_else(|| panic!("still running 10 s after SIGTERM"));
+    assert!(status.success(), "exit status {status}");
+    assert!(signalled.elapsed() < grace);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_in_flight_requests_refuses_new_ones_and_exits_zero() {
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
