@@ -450,7 +450,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for DeadlineIo<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        ready!(this.poll_answer(cx))?;
+        if this.answer.is_some() {
+            ready!(this.poll_answer(cx))?;
+        }
         if this.is_automatic_error(buf) {
             this.queue_answer(replace_automatic_error(buf, &this.limits));
             ready!(this.poll_answer(cx))?;
@@ -474,7 +476,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for DeadlineIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        ready!(this.poll_answer(cx))?;
+        if this.answer.is_some() {
+            ready!(this.poll_answer(cx))?;
+        }
         let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| b);
         if this.is_automatic_error(first) {
             let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
