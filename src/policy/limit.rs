@@ -64,7 +64,8 @@ impl FieldLines {
     fn new(capacity: u64, policy_item: &str, name: &str) -> FieldLines {
         let legacy = format!("x-ratelimit-limit: {capacity}\r\nx-ratelimit-remaining: ");
         let ietf = format!("ratelimit-policy: {policy_item}\r\nratelimit: \"{name}\";r=");
-        let sendable = policy_item.bytes().chain(name.bytes()).all(is_value_byte);
+        let sendable =
+            HeaderValue::from_str(policy_item).is_ok() && HeaderValue::from_str(name).is_ok();
         FieldLines {
             legacy: legacy.into_bytes().into_boxed_slice(),
             ietf: if sendable {
@@ -74,11 +75,6 @@ impl FieldLines {
             },
         }
     }
-}
-
-/// What a field value may hold (as `HeaderValue::from_bytes` accepts it).
-fn is_value_byte(b: u8) -> bool {
-    b == b'\t' || (b >= 0x20 && b != 0x7f)
 }
 
 /// The next [`Limit::serial`].
