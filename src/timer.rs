@@ -43,6 +43,7 @@ struct Armed {
 }
 
 impl LazyTimer {
+    /// A timer that is not armed yet.
     pub const fn new() -> LazyTimer {
         LazyTimer { armed: None }
     }
