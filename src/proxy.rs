@@ -586,12 +586,7 @@ pub fn checks<'r, B>(request: &'r Request<B>, policy: &Policy) -> Result<Checked
         return Err(refusal);
     }
     let path = path::normalize(request.uri().path()).map_err(Refusal::BadPath)?;
-    let host = match request.uri().host() {
-        Some(host) => Some(host),
-        None => host_field
-            .and_then(|value| value.to_str().ok())
-            .map(strip_port),
-    };
+    let host = addressed_host(request, host_field);
     Ok(Checked { path, host })
 }
 
@@ -950,7 +945,7 @@ fn valid_host(value: &[u8]) -> bool {
 
 /// Which bytes a registered name may hold: unreserved / pct-encoded /
 /// sub-delims of RFC 3986, without `,`.
-const REG_NAME: [bool; 256] = {
+static REG_NAME: [bool; 256] = {
     let mut table = [false; 256];
     let mut byte = 0;
     while byte < 256 {
@@ -979,14 +974,21 @@ const REG_NAME: [bool; 256] = {
 };
 
 /// The host the client addressed, without port: the URI's authority
-/// (absolute-form, HTTP/2 `:authority`) or the Host header ([`checks`]
-/// finds it the same way, from the Host value it checked).
+/// (absolute-form, HTTP/2 `:authority`) or the Host header.
 pub fn host_of<B>(request: &Request<B>) -> Option<&str> {
+    addressed_host(request, request.headers().get(http::header::HOST))
+}
+
+/// [`host_of`], given the request's Host field (which [`checks`] has
+/// already looked up).
+fn addressed_host<'r, B>(
+    request: &'r Request<B>,
+    host_field: Option<&'r http::HeaderValue>,
+) -> Option<&'r str> {
     if let Some(host) = request.uri().host() {
         return Some(host);
     }
-    let value = request.headers().get(http::header::HOST)?.to_str().ok()?;
-    Some(strip_port(value))
+    Some(strip_port(host_field?.to_str().ok()?))
 }
 
 /// The host of a `Host` value: `[v6]` of `[v6]:port`, `name` of

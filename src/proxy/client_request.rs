@@ -29,15 +29,10 @@ impl<B> ClientRequest<B> {
         ClientRequest(Some(request))
     }
 
-    /// No request yet: a server reads one into it ([`ClientRequest::fill`]).
+    /// No request yet: sluice's own server reads one into it
+    /// ([`ClientRequest::refill`]).
     pub fn vacant() -> ClientRequest<B> {
         ClientRequest(None)
-    }
-
-    /// A new request with `body` in the slot, for its reader to fill in,
-    /// in place.
-    pub fn fill(&mut self, body: B) -> &mut Request<B> {
-        self.0.insert(Request::new(body))
     }
 
     /// The request, until it is taken.
@@ -54,12 +49,6 @@ impl<B> ClientRequest<B> {
     #[inline]
     pub fn get_mut(&mut self) -> &mut Request<B> {
         self.0.as_mut().expect("the request was already forwarded")
-    }
-
-    /// The request, if it was not taken to be forwarded.
-    #[inline]
-    pub fn left_mut(&mut self) -> Option<&mut Request<B>> {
-        self.0.as_mut()
     }
 
     /// Drops the request, if it is still here: the slot is vacant again.
