@@ -255,21 +255,23 @@ impl Proxy {
         !self.shared.draining.load(Ordering::SeqCst)
     }
 
-    /// Handles one client request end to end. The request is taken from
+    /// Handles one client request end to end, writing its answer into
+    /// `response`, which is [`respond::vacant`]. The request is taken from
     /// `request` if it is handed to hyper's client (a body, an upgrade), and
     /// left there if sluice answers it or forwards it as a plain exchange.
     pub async fn handle(
         &self,
         request: &mut ClientRequest,
         peer: SocketAddr,
-    ) -> Response<ProxyBody> {
+        response: &mut Response<ProxyBody>,
+    ) {
         // All of a request's timings come from the limiter's clock (a TSC
         // read, far cheaper than `Instant::now()` on this kind of VM).
         let started = self.shared.clock.now();
         let policy = self.shared.policy.load_full();
-        let response = self.process(request, peer, &policy, started).await;
+        self.process(request, peer, &policy, started, response)
+            .await;
         self.shared.metrics.count_response(response.status());
-        response
     }
 
     /// The phases of one request: checks → identify → admit → forward
@@ -280,12 +282,16 @@ impl Proxy {
         peer: SocketAddr,
         policy: &Policy,
         started: Nanos,
-    ) -> Response<ProxyBody> {
+        response: &mut Response<ProxyBody>,
+    ) {
         let request = client.get();
         // Checks: what must be refused before any limiter work.
         let checked = match checks(request, policy) {
             Ok(checked) => checked,
-            Err(refusal) => return respond::refusal(refusal, None),
+            Err(refusal) => {
+                *response = respond::refusal(refusal, None);
+                return;
+            }
         };
         // Identify: the client, the rules that apply and each one's key.
         let token_claims = std::cell::OnceCell::new();
@@ -301,8 +307,14 @@ impl Proxy {
         );
         let facts = match identified {
             Ok(facts) => facts,
-            Err(Unidentified::Refused(refusal, rule)) => return respond::refusal(refusal, rule),
-            Err(Unidentified::Gone(rule, sunset)) => return respond::gone(rule, sunset),
+            Err(Unidentified::Refused(refusal, rule)) => {
+                *response = respond::refusal(refusal, rule);
+                return;
+            }
+            Err(Unidentified::Gone(rule, sunset)) => {
+                *response = respond::gone(rule, sunset);
+                return;
+            }
         };
         let Applicability {
             enforced,
@@ -312,11 +324,19 @@ impl Proxy {
         let retiring = *retiring;
         // Admit: one store call, and the hold.
         let mut admission = Admission::default();
-        let refused = self
-            .admit(policy, &facts, enforced, shadowed, retiring, &mut admission)
+        let admitted = self
+            .admit(
+                policy,
+                &facts,
+                enforced,
+                shadowed,
+                retiring,
+                &mut admission,
+                response,
+            )
             .await;
-        if let Some(refused) = refused {
-            return refused;
+        if !admitted {
+            return;
         }
         // Forward: the admission's settlement rides on the response body.
         let rewritten = match &checked.path {
@@ -350,26 +370,29 @@ impl Proxy {
             _ => upstream.send(outbound, &outgoing.added).await,
         };
         let incoming = self.incoming(result, outgoing.sent, outgoing.client_upgrade, settlement);
-        let mut response = match incoming {
-            Ok(response) => response,
+        let mut forwarded = match incoming {
+            Ok(forwarded) => forwarded,
             // A body cut off by its deadline or size cap is the client's fault.
             Err(error) => {
-                return match outgoing.body_watch.cut_off() {
+                *response = match outgoing.body_watch.cut_off() {
                     Some(cut_off) => respond::refusal(
                         Refusal::BodyCutOff(cut_off, outgoing.body_watch.version()),
                         None,
                     ),
                     None => self.upstream_failed(error),
-                }
+                };
+                return;
             }
         };
         // Decorate the upstream's answer.
-        decorate(&mut response, policy, &admission, retiring);
-        response
+        decorate(&mut forwarded, policy, &admission, retiring);
+        *response = forwarded;
     }
 
-    /// Admission (see [`admit`]) into `admission`, the decision metrics,
-    /// and the answer to a request that may not pass.
+    /// Admission (see [`admit`]) into `admission`, and the decision
+    /// metrics. Whether the request may pass; when it may not, its answer is
+    /// written into `response`.
+    #[allow(clippy::too_many_arguments)]
     async fn admit<'p>(
         &self,
         policy: &'p Policy,
@@ -378,7 +401,8 @@ impl Proxy {
         shadowed: &[Applicable<'p>],
         retiring: Option<&Sunset>,
         admission: &mut Admission<'p>,
-    ) -> Option<Response<ProxyBody>> {
+        response: &mut Response<ProxyBody>,
+    ) -> bool {
         let shared = &*self.shared;
         let admitter = admit::Admitter {
             store: &shared.store,
@@ -402,19 +426,20 @@ impl Proxy {
             ));
         }
         if admitted.is_err() {
-            return Some(respond::refusal(Refusal::StoreUnavailable, None));
+            *response = respond::refusal(Refusal::StoreUnavailable, None);
+            return false;
         }
         count_hitters(policy, facts, enforced, shadowed, admission);
-        let mut response = match admission.outcome {
+        match admission.outcome {
             Outcome::Admitted => {
                 count_outcomes(&admission.verdicts);
-                return None;
+                return true;
             }
             Outcome::Banned { rule, left } => {
                 let Applicable { rule, limits, .. } = enforced[rule];
                 rule.counters.limited.inc();
                 rule.counters.banned.inc();
-                respond::banned(rule, limits, left, policy.response.status)
+                *response = respond::banned(rule, limits, left, policy.response.status);
             }
             Outcome::Limited => {
                 count_outcomes(&admission.verdicts);
@@ -423,11 +448,11 @@ impl Proxy {
                     rule.ban_started(key, policy.keys.key_text(&rule.key, facts));
                 }
                 let decided_at = Duration::from_nanos(admission.decided_at);
-                respond::limited(policy, &admission.verdicts, decided_at)
+                respond::limited(response, policy, &admission.verdicts, decided_at);
             }
-        };
+        }
         respond::add_sunset_headers(response.headers_mut(), retiring);
-        Some(response)
+        false
     }
 
     /// The admitted request rewritten for the upstream, in place

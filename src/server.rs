@@ -42,7 +42,7 @@ use crate::clock::ProxyClock;
 use crate::config::Config;
 use crate::problem::{self, Layout, Problem};
 use crate::proxy::deadline::BodyLimits;
-use crate::proxy::respond::ProxyBody;
+use crate::proxy::respond::{self, ProxyBody};
 use crate::proxy::{ClientBody, ClientRequest, Proxy};
 use crate::reload::{Reloader, Trigger};
 
@@ -230,8 +230,9 @@ impl Connection {
         let mut drained = std::pin::pin!(draining.wait());
         let mut http1 = Http1::new(io);
         // Each request is read into this slot and stays there (see
-        // `proxy/client_request.rs`).
+        // `proxy/client_request.rs`); each answer is written into the other.
         let mut request = ClientRequest::vacant();
+        let mut response = respond::vacant();
         loop {
             let next = if http1.is_idle() {
                 tokio::select! {
@@ -247,6 +248,7 @@ impl Connection {
                 Next::Closed => return,
                 Next::Hyper => return self.hand_over(http1, drained).await,
             }
+            // Counted until the answer's body is sent or dropped.
             let in_flight = self.exchanges.start();
             let answered = {
                 let exchange = std::pin::pin!(exchange(
@@ -255,16 +257,18 @@ impl Connection {
                     self.peer,
                     self.body_limits,
                     &self.exchanges,
-                    in_flight,
+                    &mut response,
                 ));
                 http1.answer(exchange).await
             };
             // None: the client left before its answer.
-            let Some(mut response) = answered else {
+            if answered.is_none() {
                 return;
-            };
-            let own_fields = response.body_mut().body.take_own_fields();
-            let written = http1.respond(response, &own_fields).await;
+            }
+            let own_fields = response.body_mut().take_own_fields();
+            let written = http1.respond(&mut response, &own_fields).await;
+            respond::vacate(&mut response);
+            drop(in_flight);
             // The request stays, with its map, for the next one read.
             request.release();
             match written {
@@ -301,19 +305,23 @@ impl Connection {
             let proxy = proxy.clone();
             async move {
                 let mut request = ClientRequest::new(request.map(ClientBody::Hyper));
-                let mut response = exchange(
+                let mut response = respond::vacant();
+                exchange(
                     &proxy,
                     &mut request,
                     peer,
                     body_limits,
                     &exchanges,
-                    in_flight,
+                    &mut response,
                 )
                 .await;
                 // hyper writes only what is in the map.
-                let own_fields = response.body_mut().body.take_own_fields();
+                let own_fields = response.body_mut().take_own_fields();
                 own_fields.into_map(response.headers_mut());
-                Ok::<_, Infallible>(response)
+                Ok::<_, Infallible>(response.map(|body| TrackedBody {
+                    body,
+                    _in_flight: in_flight,
+                }))
             }
         });
         let connection =
@@ -344,22 +352,22 @@ async fn reload_on_sighup(reloader: Arc<Reloader>) {
     }
 }
 
-/// One request through the proxy, with what the connection needs around it:
-/// the body's limits, `Connection: close` while draining, and the in-flight
-/// count held until the response body is done.
+/// One request through the proxy, its answer written into the
+/// [`respond::vacant`] `response`, with what the connection needs around it:
+/// the body's limits and `Connection: close` while draining.
 async fn exchange(
     proxy: &Proxy,
     request: &mut ClientRequest,
     peer: SocketAddr,
     body_limits: BodyLimits,
     exchanges: &Exchanges,
-    in_flight: InFlight,
-) -> Response<TrackedBody> {
+    response: &mut Response<ProxyBody>,
+) {
     if !request.get().body().is_end_stream() {
         request.get_mut().extensions_mut().insert(body_limits);
     }
     let version = request.get().version();
-    let mut response = proxy.handle(request, peer).await;
+    proxy.handle(request, peer, response).await;
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         exchanges.mark_upgraded();
     } else if !proxy.is_ready() && version < Version::HTTP_2 {
@@ -370,14 +378,10 @@ async fn exchange(
             .headers_mut()
             .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     }
-    response.map(|body| TrackedBody {
-        body,
-        _in_flight: in_flight,
-    })
 }
 
 /// A response body that keeps its request counted as in flight until hyper
-/// has sent it or dropped it.
+/// has sent it or dropped it (sluice's own server holds the count itself).
 #[derive(Debug)]
 struct TrackedBody {
     body: ProxyBody,

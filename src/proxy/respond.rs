@@ -116,15 +116,37 @@ fn problem_response(status: StatusCode, headers: HeaderMap, body: Bytes) -> Resp
     response
 }
 
-/// A refusal whose every field is one of sluice's own: its map is empty.
-fn refusal_response(status: StatusCode, fields: OwnFields, body: Bytes) -> Response<ProxyBody> {
-    // Made with the map `Response::new` starts with rather than through
-    // `problem_response`, which would drop that one for another empty map.
-    let mut written = ProxyBody::written(body);
-    written.fields = fields;
-    let mut response = Response::new(written);
+/// A response slot with nothing written in it yet: 200, no fields, an
+/// empty body. A connection keeps one, and each exchange writes its answer
+/// there ([`vacate`] empties it after): passed up by value through the
+/// proxy's phases and the server, the 232-byte response was copied about a
+/// dozen times per request.
+pub fn vacant() -> Response<ProxyBody> {
+    Response::new(ProxyBody::written(Bytes::new()))
+}
+
+/// Makes a written `response` [`vacant`] again. Its body is dropped now,
+/// which releases what it holds (an upstream connection, a settlement).
+pub fn vacate(response: &mut Response<ProxyBody>) {
+    *response.status_mut() = StatusCode::OK;
+    *response.version_mut() = http::Version::HTTP_11;
+    response.headers_mut().clear();
+    response.extensions_mut().clear();
+    *response.body_mut() = ProxyBody::written(Bytes::new());
+}
+
+/// Writes a refusal whose every field is one of sluice's own into the
+/// [`vacant`] `response`: its map stays empty.
+fn refuse_into(
+    response: &mut Response<ProxyBody>,
+    status: StatusCode,
+    fields: OwnFields,
+    body: Bytes,
+) {
     *response.status_mut() = status;
-    response
+    let written = response.body_mut();
+    written.body = Either::Right(Full::new(body));
+    written.fields = fields;
 }
 
 /// One limit of an applicable, enforced rule and what it decided for this
@@ -136,12 +158,14 @@ pub struct Verdict<'p> {
     pub decision: Decision,
 }
 
-/// The answer to a request some rule rejected.
+/// The answer to a request some rule rejected, written into the [`vacant`]
+/// `response`.
 pub fn limited(
+    response: &mut Response<ProxyBody>,
     policy: &Policy,
     verdicts: &[Verdict<'_>],
     decided_at: Duration,
-) -> Response<ProxyBody> {
+) {
     let rejecting = || verdicts.iter().filter(|v| !v.decision.is_allowed());
     let first_rule = rejecting()
         .next()
@@ -178,7 +202,7 @@ pub fn limited(
         _ => None,
     };
     if let Some((fields, body)) = key.as_ref().and_then(last_refusal::replay) {
-        return refusal_response(status, fields, body);
+        return refuse_into(response, status, fields, body);
     }
     let body = Bytes::from(problem::quota_exceeded_body(
         &first.limit.problem_head,
@@ -197,7 +221,7 @@ pub fn limited(
     if let Some(key) = key {
         last_refusal::remember(key, &mut fields, &body);
     }
-    refusal_response(status, fields, body)
+    refuse_into(response, status, fields, body)
 }
 
 /// `Deprecation`, `Sunset` and `Link: <…>; rel="sunset"` for a response on
@@ -649,7 +673,9 @@ mod tests {
                 retry_after: Some(retry_after_secs * 1_000_000_000),
             },
         }];
-        limited(policy, &verdicts, at)
+        let mut response = vacant();
+        limited(&mut response, policy, &verdicts, at);
+        response
     }
 
     #[test]

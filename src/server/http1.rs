@@ -123,29 +123,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
     }
 
     /// Writes `response`, head (with `own_fields` after the map's, see
-    /// `proxy/respond/own_fields.rs`) and body; whether the connection may
-    /// carry another request. An error (the client's, or the body's) means
-    /// the connection is to be dropped.
+    /// `proxy/respond/own_fields.rs`) and body, where it is (its body read
+    /// to the end, its map taken); whether the connection may carry another
+    /// request. An error (the client's, or the body's) means the connection
+    /// is to be dropped.
     pub async fn respond<B>(
         &mut self,
-        response: Response<B>,
+        response: &mut Response<B>,
         own_fields: &OwnFields,
     ) -> io::Result<bool>
     where
-        B: Body<Data = Bytes>,
+        B: Body<Data = Bytes> + Unpin,
     {
-        let (parts, body) = response.into_parts();
-        let mut body = pin!(body);
         self.write.clear();
         let written = encode::head(
             &mut self.write,
-            &parts,
+            response,
             own_fields,
-            body.is_end_stream(),
-            body.size_hint(),
+            response.body().is_end_stream(),
+            response.body().size_hint(),
         );
         // Kept for the next upstream response read on this thread.
-        spare_map::give(parts.headers);
+        spare_map::give(std::mem::take(response.headers_mut()));
+        let mut body = Pin::new(response.body_mut());
         let mut left = match written.framing {
             Framing::Empty => 0,
             Framing::Length(length) => length,

@@ -166,3 +166,98 @@ async fn every_framing_of_an_answer_reaches_a_kept_connection_whole_and_in_order
     assert!(!got.text().contains("x-trailer"));
     assert_eq!(targets(&upstream), order);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_on_one_connection_carry_only_their_own_fields() {
+    // Each answer is written into one response kept for the connection
+    // (`proxy/respond.rs`, `vacant`): nothing of one may reach the next.
+    let upstream = RawUpstream::start(|request| match request.target.as_str() {
+        "/open" | "/tight" => {
+            Action::Reply(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-up: 1\r\n\r\nok".to_vec())
+        }
+        other => panic!("no answer scripted for {other}"),
+    })
+    .await;
+    let toml = "[server]\nupstream = \"http://{upstream}\"\n\n[[rule]]\nname = \"tight\"\n\
+                key = [\"ip\"]\nmatch = { path_prefix = \"/tight\" }\nrate = \"1/h\"\n";
+    let sluice = Sluice::start(toml, upstream.addr).await;
+    let payload = concat!(
+        "GET /open HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /tight HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /tight HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /open HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /open HTTP/1.1\r\nHost: a, b\r\n\r\n",
+        "GET /open HTTP/1.1\r\nHost: a\r\n\r\n",
+    );
+
+    let got = exchange_with(sluice.addr, payload.as_bytes(), Duration::from_millis(500)).await;
+
+    let responses = got.responses();
+    let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 200, 429, 200, 400, 200], "{}", got.text());
+    assert!(responses.iter().all(|r| r.complete), "{}", got.text());
+    let problem = Some("application/problem+json");
+    for (index, response) in responses.iter().enumerate() {
+        let forwarded = response.status == 200;
+        let text = got.text();
+        // The upstream's field on its answers only, a problem's type on
+        // sluice's only.
+        assert_eq!(
+            response.header("x-up").is_some(),
+            forwarded,
+            "{index}: {text}"
+        );
+        assert_eq!(
+            response.header("content-type") == problem,
+            !forwarded,
+            "{index}"
+        );
+        assert_eq!(response.body == b"ok", forwarded, "{index}");
+        // Rate-limit fields where the rule applies, Retry-After on the 429.
+        let limited = index == 1 || index == 2;
+        assert_eq!(
+            response.header("x-ratelimit-limit").is_some(),
+            limited,
+            "{index}: {text}"
+        );
+        assert_eq!(
+            response.header("retry-after").is_some(),
+            index == 2,
+            "{index}"
+        );
+    }
+    assert!(!got.closed, "the connection stays open");
+    assert_eq!(targets(&upstream), ["/open", "/tight", "/open", "/open"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bodiless_answer_returns_its_concurrency_permit_while_the_connection_idles() {
+    // A 204's or an empty 200's body is never read: its permit returns when
+    // the kept response is emptied after the head is written, not when the
+    // connection carries another request or closes.
+    let upstream = RawUpstream::start(|request| match request.target.as_str() {
+        "/no-content" => Action::Reply(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()),
+        "/empty" => Action::Reply(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_vec()),
+        other => panic!("no answer scripted for {other}"),
+    })
+    .await;
+    let toml = "[server]\nupstream = \"http://{upstream}\"\n\n[[rule]]\nname = \"one\"\n\
+                key = [\"ip\"]\nalgorithm = \"concurrency\"\nmax_in_flight = 1\n";
+    let sluice = Sluice::start(toml, upstream.addr).await;
+    for (target, status) in [("/no-content", 204), ("/empty", 200)] {
+        let head = format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n");
+        // The first caller's connection stays open and idle.
+        let mut idle = TcpStream::connect(sluice.addr).await.unwrap();
+        idle.write_all(head.as_bytes()).await.unwrap();
+        let first = read_until_quiet(&mut idle, Duration::from_millis(300)).await;
+        assert_eq!(first.statuses(), [status], "{}", first.text());
+        let second = exchange_with(sluice.addr, head.as_bytes(), Duration::from_millis(300)).await;
+        assert_eq!(
+            second.statuses(),
+            [status],
+            "{target}: the idle connection's permit was returned: {}",
+            second.text()
+        );
+        drop(idle);
+    }
+}

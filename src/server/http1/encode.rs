@@ -7,8 +7,7 @@ use std::cell::RefCell;
 use std::time::{Duration, SystemTime};
 
 use http::header;
-use http::response::Parts;
-use http::{StatusCode, Version};
+use http::{Response, StatusCode, Version};
 use hyper::body::SizeHint;
 
 pub use crate::proxy::pool::Framing;
@@ -23,21 +22,23 @@ pub struct Written {
     pub close: bool,
 }
 
-/// Writes the head of a response to a `GET` into `out`: the map's fields
+/// Writes the head of `response` (to a `GET`) into `out`: the map's fields
 /// but those `own` replaces, then `own`'s. `empty`: the body has already
 /// ended; `hint`: its size hint.
-pub fn head(
+pub fn head<B>(
     out: &mut Vec<u8>,
-    parts: &Parts,
+    response: &Response<B>,
     own: &OwnFields,
     empty: bool,
     hint: SizeHint,
 ) -> Written {
-    status_line(out, parts.version, parts.status);
-    let has_body = !(parts.status.is_informational()
-        || parts.status == StatusCode::NO_CONTENT
-        || parts.status == StatusCode::NOT_MODIFIED);
-    let headers = &parts.headers;
+    let status = response.status();
+    let version = response.version();
+    status_line(out, version, status);
+    let has_body = !(status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED);
+    let headers = response.headers();
     let mut close = false;
     let mut declared = None;
     let mut dated = false;
@@ -83,7 +84,7 @@ pub fn head(
                         Framing::Length(length)
                     }
                 }
-                None if parts.version == Version::HTTP_10 => Framing::UntilClose,
+                None if version == Version::HTTP_10 => Framing::UntilClose,
                 None => {
                     out.extend_from_slice(b"transfer-encoding: chunked\r\n");
                     Framing::Chunked
@@ -184,9 +185,8 @@ mod tests {
     use http::{HeaderValue, Response};
 
     fn encoded(response: Response<()>, empty: bool, hint: SizeHint) -> (String, Written) {
-        let (parts, ()) = response.into_parts();
         let mut out = Vec::new();
-        let written = head(&mut out, &parts, &OwnFields::default(), empty, hint);
+        let written = head(&mut out, &response, &OwnFields::default(), empty, hint);
         (String::from_utf8(out).unwrap(), written)
     }
 
@@ -257,11 +257,10 @@ mod tests {
         let headers = response.headers_mut();
         headers.insert("x-ratelimit-remaining", HeaderValue::from_static("999"));
         headers.insert("server", HeaderValue::from_static("up"));
-        let (parts, ()) = response.into_parts();
         let mut own = OwnFields::default();
         own.push_number(crate::proxy::respond::OwnName::XRateLimitRemaining, 7);
         let mut out = Vec::new();
-        head(&mut out, &parts, &own, true, SizeHint::with_exact(0));
+        head(&mut out, &response, &own, true, SizeHint::with_exact(0));
         assert_eq!(
             without_date(&String::from_utf8(out).unwrap()),
             "HTTP/1.1 200 OK\r\nserver: up\r\nx-ratelimit-remaining: 7\r\ncontent-length: 0\r\n\r\n"
