@@ -248,8 +248,9 @@ impl Connection {
                 Next::Closed => return,
                 Next::Hyper => return self.hand_over(http1, drained).await,
             }
-            // Counted until the answer's body is sent or dropped.
-            let in_flight = self.exchanges.start();
+            // In flight, for the read clocks, until the answer's body is
+            // sent or dropped.
+            http1.io_mut().exchange_began();
             let answered = {
                 let exchange = std::pin::pin!(exchange(
                     &self.proxy,
@@ -268,7 +269,7 @@ impl Connection {
             let own_fields = response.body_mut().take_own_fields();
             let written = http1.respond(&mut response, &own_fields).await;
             respond::vacate(&mut response);
-            drop(in_flight);
+            http1.io_mut().exchange_ended();
             // The request stays, with its map, for the next one read.
             request.release();
             match written {

@@ -161,8 +161,13 @@ pub struct DeadlineIo<S> {
     inner: S,
     limits: ConnectionLimits,
     exchanges: Arc<Exchanges>,
+    /// An exchange of sluice's own server is in flight (see
+    /// [`DeadlineIo::exchange_began`]).
+    own_busy: bool,
+    /// Exchanges sluice's own server began.
+    own_calls: usize,
     phase: Phase,
-    /// [`Exchanges::calls`] when the phase was last updated.
+    /// [`DeadlineIo::calls`] when the phase was last updated.
     calls_seen: usize,
     protocol: Protocol,
     /// The request line of the head being read, for the 414 check.
@@ -202,6 +207,8 @@ impl<S> DeadlineIo<S> {
             inner,
             limits,
             exchanges,
+            own_busy: false,
+            own_calls: 0,
             phase: Phase::Idle { since: None },
             calls_seen: 0,
             protocol: Protocol::Unknown,
@@ -218,10 +225,37 @@ impl<S> DeadlineIo<S> {
         self.exchanges.upgraded.load(Ordering::Relaxed)
     }
 
+    /// sluice's own server began an exchange: the read clocks stop until
+    /// [`DeadlineIo::exchange_ended`]. Its exchanges run in the connection's
+    /// own task, one at a time, so they are counted here, in plain fields:
+    /// [`Exchanges`], which hyper's service futures report to, costs seven
+    /// atomic operations per request and wakes the task once more when the
+    /// last exchange ends.
+    pub fn exchange_began(&mut self) {
+        self.own_busy = true;
+        self.own_calls = self.own_calls.wrapping_add(1);
+    }
+
+    /// The exchange [`DeadlineIo::exchange_began`] announced is over (its
+    /// response written, or dropped).
+    pub fn exchange_ended(&mut self) {
+        self.own_busy = false;
+    }
+
+    /// Exchanges begun so far, by either server.
+    fn calls(&self) -> usize {
+        self.exchanges.calls().wrapping_add(self.own_calls)
+    }
+
+    /// Whether an exchange of either server is in flight.
+    fn busy(&self) -> bool {
+        self.own_busy || self.exchanges.busy()
+    }
+
     /// Moves between phases on what the service reports.
     fn update_phase(&mut self) {
-        let calls = self.exchanges.calls();
-        if self.exchanges.busy() {
+        let calls = self.calls();
+        if self.busy() {
             self.phase = Phase::Busy;
         } else if calls != self.calls_seen || matches!(self.phase, Phase::Busy) {
             // An exchange ended since the last read.
@@ -351,8 +385,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> DeadlineIo<S> {
     fn is_automatic_error(&self, head: &[u8]) -> bool {
         self.protocol == Protocol::Http1
             && matches!(self.phase, Phase::Head { .. })
-            && self.exchanges.calls() == self.calls_seen
-            && !self.exchanges.busy()
+            && self.calls() == self.calls_seen
+            && !self.busy()
             && !self.upgraded()
             && (head.starts_with(b"HTTP/1.1 4") || head.starts_with(b"HTTP/1.0 4"))
     }
@@ -413,7 +447,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for DeadlineIo<S> {
             Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
             Poll::Pending => {
                 if let Phase::Busy = this.phase {
-                    if this.exchanges.wake_when_idle(cx.waker()) {
+                    // An exchange of the own server ends in this task,
+                    // which reads again after it: nothing to be woken.
+                    if this.own_busy || this.exchanges.wake_when_idle(cx.waker()) {
                         return Poll::Pending;
                     }
                     // The exchange ended meanwhile: idle from now.

@@ -80,6 +80,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
         }
     }
 
+    /// The connection under this server.
+    pub fn io_mut(&mut self) -> &mut S {
+        &mut self.io
+    }
+
     /// Whether nothing of a next request has been read.
     pub fn is_idle(&self) -> bool {
         self.read.is_empty()

@@ -567,3 +567,30 @@ async fn b8_a_connection_that_never_sends_a_byte_is_closed_at_idle_timeout() {
     assert!(lived >= Duration::from_millis(450), "{lived:?}");
     assert!(lived <= Duration::from_millis(1500), "{lived:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b8_the_read_clocks_stop_while_a_request_is_in_flight_and_idle_restarts_after() {
+    // A GET without a body is sluice's own server's: the read clocks stop
+    // while its request is in flight (`DeadlineIo::exchange_began`), however
+    // long the upstream takes, and the idle one starts again after the answer.
+    let (_upstream, sluice, _dir) = spawn(
+        "idle_timeout = \"300ms\"\nheader_read_timeout = \"300ms\"\n",
+        "",
+    )
+    .await;
+    let mut stream = TcpStream::connect(sluice.addr).await.unwrap();
+    for _ in 0..2 {
+        stream
+            .write_all(b"GET /slow/900 HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let got = read_response(&mut stream, Duration::from_secs(3))
+            .await
+            .expect("the slow answer, on a kept connection");
+        assert_eq!(got.status, 200, "{got:?}");
+        assert!(!got.head.contains("connection: close"), "{got:?}");
+    }
+    let answered = Instant::now();
+    assert!(closed_within(&mut stream, Duration::from_secs(3)).await);
+    assert!(answered.elapsed() >= Duration::from_millis(250));
+}
