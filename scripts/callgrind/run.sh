@@ -8,14 +8,15 @@
 # Starts an nginx upstream on 127.0.0.1:18380 and sluice (1 worker) on 18381, warms up,
 # zeroes the counters, runs wrk -c64 for 5 s, and divides. Stops both by PID. KEEP=1
 # keeps the callgrind output for callgrind_annotate. HEADER="Connection: keep-alive" makes
-# wrk send that field too (as browsers do; wrk sends only Host by default).
+# wrk send that field too (as browsers do; wrk sends only Host by default). CGOPTS adds
+# callgrind options (CGOPTS=--dump-instr=yes for scripts/callgrind/atomics.py).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${TMPDIR:-/tmp}
 bin=$1; cfg=$2; label=$3
 nginx -c "$here/upstream.conf" -p "$out" & ng=$!
 sleep 0.5
-valgrind --tool=callgrind --callgrind-out-file=$out/sluice-cg.$label.out "$bin" run --config "$cfg" 2>$out/sluice-cg.$label.log & sl=$!
+valgrind --tool=callgrind ${CGOPTS:-} --callgrind-out-file=$out/sluice-cg.$label.out "$bin" run --config "$cfg" 2>$out/sluice-cg.$label.log & sl=$!
 # Valgrind starts slowly on a busy machine: wait until sluice answers (60 s at most).
 for _ in $(seq 120); do
   curl -s -o /dev/null http://127.0.0.1:18381/ && break
