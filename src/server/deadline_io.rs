@@ -60,9 +60,10 @@ pub struct ConnectionLimits {
     pub max_header_bytes: usize,
 }
 
-/// What the service tells the connection's socket: how many of its requests
-/// are in flight (from the service call until the response body is sent or
-/// dropped), and whether the connection was upgraded.
+/// What hyper's service tells the connection's socket: how many of its
+/// requests are in flight (from the service call until the response body is
+/// sent or dropped), and whether the connection was upgraded. sluice's own
+/// server tells it directly ([`DeadlineIo::exchange_began`]).
 #[derive(Debug, Default)]
 pub struct Exchanges {
     in_flight: AtomicUsize,
