@@ -9,7 +9,8 @@
 //!
 //! Both stores are 64 shards of open-addressing tables of 24-byte slots
 //! (key hash, TAT, refund word), as `store/memory/probe_map.rs` lays them
-//! out, holding the same 1,000 random key hashes. Each thread walks a
+//! out and sizes them (the smallest power of two of at least 16 slots that
+//! is at most 7/8 full), holding the same 1,000 random key hashes. Each thread walks a
 //! shuffled sequence of its keys (all of them, or its half) and makes a GCRA
 //! decision with `now` taken from its own counter, so the clock read, the key
 //! hash and the real store's bookkeeping are left out: what remains is the
@@ -27,9 +28,8 @@ use std::sync::{Barrier, Mutex};
 use std::time::Instant;
 
 const SHARDS: usize = 64;
-/// Slots per shard: 1,000 keys fill them to about a quarter, as the real
-/// tables run between 7/16 and 7/8 full only once they grow.
-const SLOTS: usize = 64;
+/// The smallest table `ProbeMap` keeps.
+const MIN_SLOTS: usize = 16;
 const KEYS: usize = 1_000;
 const DECISIONS: usize = 20_000_000;
 /// GCRA: one unit per ns, a burst of 2^50.
@@ -47,8 +47,20 @@ fn shard_of(key: u64) -> usize {
     (key >> 32) as usize % SHARDS
 }
 
-fn home(key: u64) -> usize {
-    key as usize & (SLOTS - 1)
+/// Each shard's table size for `keys`, as `ProbeMap` grows it: at most 7/8
+/// full.
+fn table_sizes(keys: &[u64]) -> [usize; SHARDS] {
+    let mut held = [0; SHARDS];
+    for &key in keys {
+        held[shard_of(key)] += 1;
+    }
+    held.map(|n| {
+        let mut slots = MIN_SLOTS;
+        while n * 8 > slots * 7 {
+            slots *= 2;
+        }
+        slots
+    })
 }
 
 /// A GCRA step: the new TAT, or `None` if the request must wait.
@@ -72,14 +84,16 @@ struct Locked(Vec<LockedShard>);
 
 impl Locked {
     fn new(keys: &[u64]) -> Locked {
-        let shards: Vec<LockedShard> = (0..SHARDS)
-            .map(|_| LockedShard(Mutex::new(vec![Slot::default(); SLOTS])))
+        let shards: Vec<LockedShard> = table_sizes(keys)
+            .iter()
+            .map(|&size| LockedShard(Mutex::new(vec![Slot::default(); size])))
             .collect();
         for &key in keys {
             let mut slots = shards[shard_of(key)].0.lock().unwrap();
-            let mut at = home(key);
+            let mask = slots.len() - 1;
+            let mut at = key as usize & mask;
             while slots[at].key != 0 {
-                at = (at + 1) & (SLOTS - 1);
+                at = (at + 1) & mask;
             }
             slots[at].key = key;
         }
@@ -89,9 +103,10 @@ impl Locked {
     #[inline(never)]
     fn decide(&self, key: u64, now: u64) -> bool {
         let mut slots = self.0[shard_of(key)].0.lock().unwrap();
-        let mut at = home(key);
+        let mask = slots.len() - 1;
+        let mut at = key as usize & mask;
         while slots[at].key != key {
-            at = (at + 1) & (SLOTS - 1);
+            at = (at + 1) & mask;
         }
         match gcra(slots[at].tat, now) {
             Some(tat) => {
@@ -117,10 +132,11 @@ struct Free(Vec<FreeShard>);
 
 impl Free {
     fn new(keys: &[u64]) -> Free {
-        let shards: Vec<FreeShard> = (0..SHARDS)
-            .map(|_| {
+        let shards: Vec<FreeShard> = table_sizes(keys)
+            .iter()
+            .map(|&size| {
                 FreeShard(
-                    (0..SLOTS)
+                    (0..size)
                         .map(|_| AtomicSlot {
                             key: AtomicU64::new(0),
                             tat: AtomicU64::new(0),
@@ -132,9 +148,10 @@ impl Free {
             .collect();
         for &key in keys {
             let slots = &shards[shard_of(key)].0;
-            let mut at = home(key);
+            let mask = slots.len() - 1;
+            let mut at = key as usize & mask;
             while slots[at].key.load(Ordering::Relaxed) != 0 {
-                at = (at + 1) & (SLOTS - 1);
+                at = (at + 1) & mask;
             }
             slots[at].key.store(key, Ordering::Relaxed);
         }
@@ -144,9 +161,10 @@ impl Free {
     #[inline(never)]
     fn decide(&self, key: u64, now: u64) -> bool {
         let slots = &self.0[shard_of(key)].0;
-        let mut at = home(key);
+        let mask = slots.len() - 1;
+        let mut at = key as usize & mask;
         while slots[at].key.load(Ordering::Acquire) != key {
-            at = (at + 1) & (SLOTS - 1);
+            at = (at + 1) & mask;
         }
         let word = &slots[at].tat;
         let mut tat = word.load(Ordering::Relaxed);
