@@ -11,7 +11,7 @@
 //! The stores are 64 shards of open-addressing tables sized as
 //! `store/memory/probe_map.rs` sizes them (the smallest power of two of at
 //! least 16 slots that is at most 7/8 full), holding the same 1,000 key
-//! hashes, in four layouts; each prints its bytes per key:
+//! hashes, in four layouts; each prints its slot bytes per key:
 //!
 //! - `shard mutex`: 24-byte slots (key hash, TAT, refund word) behind one
 //!   mutex per shard, as `MemoryStore` lays them out;
@@ -447,7 +447,7 @@ fn main() {
         .collect();
     println!("Part 1: the update alone, ns per decision per thread, {KEYS} keys, {DECISIONS} decisions per thread");
     println!(
-        "bytes per key: shard mutex and CAS {:.1}, a line a slot {:.1}, keys apart {:.1}",
+        "slot bytes per key: shard mutex and CAS {:.1}, a line a slot {:.1}, keys apart {:.1}",
         Free::<AtomicSlot>::new(&keys).bytes_per_key(KEYS),
         Free::<OwnLine>::new(&keys).bytes_per_key(KEYS),
         Split::new(&keys).bytes_per_key(KEYS),
