@@ -57,7 +57,6 @@
 //!   or 10 ns (1M).
 
 use std::collections::BTreeMap;
-use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -70,15 +69,15 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use sluice::clock::{Clock, MonotonicClock};
 use sluice::config::{KeySource, Rate};
 use sluice::key::{KeyHasher, RequestFacts};
-use sluice::limiter::{
-    BucketState, Decision, FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow,
-};
-use sluice::store::{Ask, BucketTable, Grant, MemoryStore};
+use sluice::limiter::{FixedWindow, Limiter, SlidingLog, SlidingWindow};
+use sluice::store::{BucketTable, MemoryStore};
+
+#[path = "common/sluice_row.rs"]
+mod sluice_row;
+use sluice_row::{allow_limiter, decide, hash_key, key_string, BURST};
 
 /// Length of the visiting sequence.
 const SEQ_LEN: usize = 1 << 20;
-/// The `allow` profile: a bucket this deep, refilled one unit per nanosecond.
-const BURST: u32 = 1_000_000;
 const KEY_COUNTS: [(usize, &str); 2] = [(1_000, "1k"), (1_000_000, "1M")];
 const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
@@ -122,16 +121,6 @@ impl Sluice {
     }
 }
 
-fn allow_limiter() -> Limiter {
-    Limiter::TokenBucket(Gcra::new(
-        Rate {
-            count: 1_000_000_000,
-            period: Duration::from_secs(1),
-        },
-        u64::from(BURST),
-    ))
-}
-
 /// COUNT of the `sliding_log` limiter (see the header for its period).
 const LOG_COUNT: u64 = 100;
 
@@ -167,37 +156,12 @@ fn other_limiters(keys_count: usize) -> [(&'static str, Limiter); 3] {
     ]
 }
 
-#[inline]
-fn decide(store: &MemoryStore, table: &BucketTable, limiter: &Limiter, key: u64, now: u64) -> bool {
-    let asks = [Ask {
-        table,
-        key,
-        limiter,
-        cost: 1,
-        hold: None,
-    }];
-    let mut decisions = [Decision::Allow(BucketState {
-        remaining: 0,
-        reset_after: 0,
-    })];
-    store.acquire_all(&asks, now, &mut decisions, &mut [Grant::None])
-}
-
 impl Check for Sluice {
     #[inline]
     fn check(&self, key: &String) -> bool {
         let now = self.clock.now();
-        // `KeyHasher::derive` → `hash_bytes` for a header value.
-        let mut hasher = self.seed.build_hasher();
-        hasher.write_u64(key.len() as u64);
-        hasher.write(key.as_bytes());
-        decide(
-            &self.store,
-            &self.table,
-            &self.limiter,
-            hasher.finish(),
-            now,
-        )
+        let key = hash_key(&self.seed, key);
+        decide(&self.store, &self.table, &self.limiter, key, now)
     }
 
     fn tracked(&self) -> usize {
@@ -219,16 +183,9 @@ impl Check for SluiceNoClock {
         // A plain load and store, not a read-modify-write: single-threaded.
         let now = self.now.load(Ordering::Relaxed) + 1;
         self.now.store(now, Ordering::Relaxed);
-        let mut hasher = self.inner.seed.build_hasher();
-        hasher.write_u64(key.len() as u64);
-        hasher.write(key.as_bytes());
-        decide(
-            &self.inner.store,
-            &self.inner.table,
-            &self.inner.limiter,
-            hasher.finish(),
-            now,
-        )
+        let key = hash_key(&self.inner.seed, key);
+        let inner = &self.inner;
+        decide(&inner.store, &inner.table, &inner.limiter, key, now)
     }
 
     fn tracked(&self) -> usize {
@@ -266,17 +223,6 @@ struct Workload {
     /// `ids` as strings, one allocation each, allocated in visiting order.
     keys: Vec<String>,
     keys_count: usize,
-}
-
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-fn key_string(id: u32) -> String {
-    format!("apikey-{:016x}", splitmix64(u64::from(id)))
 }
 
 impl Workload {

@@ -38,7 +38,8 @@
 //! (`apikey-%016x`): `MonotonicClock::now()`, the key string hashed as
 //! `KeyHasher::derive` hashes a header value, then the update, for the real
 //! `MemoryStore::acquire_all`, the mutex store above and the CAS store
-//! above. The CAS row is a floor for a lock-free `MemoryStore`: it has none
+//! above. The row's steps come from `benches/common/sluice_row.rs`, which
+//! the bench uses too. The CAS row is a floor for a lock-free `MemoryStore`: it has none
 //! of the store's bookkeeping (its algorithm dispatch, the decision it
 //! writes, the refund word).
 //!
@@ -47,16 +48,18 @@
 //! and sweeps that readers without a lock can survive; this measures what
 //! that work would buy, not the work.
 
-use std::hash::{BuildHasher, Hasher};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use sluice::clock::{Clock, MonotonicClock};
-use sluice::config::Rate;
-use sluice::limiter::{BucketState, Decision, Gcra, Limiter};
-use sluice::store::{Ask, BucketTable, Grant, MemoryStore};
+use sluice::limiter::Limiter;
+use sluice::store::{BucketTable, MemoryStore};
+
+#[path = "../benches/common/sluice_row.rs"]
+mod sluice_row;
+use sluice_row::{allow_limiter, decide, hash_key, key_string};
 
 const SHARDS: usize = 64;
 /// The smallest table `ProbeMap` keeps.
@@ -94,6 +97,18 @@ fn table_sizes(keys: &[u64]) -> [usize; SHARDS] {
         }
         slots
     })
+}
+
+/// Linear probing in a table of `len` slots (a power of two): the first slot
+/// from `key`'s home whose key is `wanted`, 0 for the first empty one.
+#[inline]
+fn probe(len: usize, key: u64, wanted: u64, key_at: impl Fn(usize) -> u64) -> usize {
+    let mask = len - 1;
+    let mut at = key as usize & mask;
+    while key_at(at) != wanted {
+        at = (at + 1) & mask;
+    }
+    at
 }
 
 /// A GCRA step: the new TAT, or `None` if the request must wait.
@@ -138,11 +153,7 @@ impl Locked {
             .collect();
         for &key in keys {
             let mut slots = shards[shard_of(key)].0.lock().unwrap();
-            let mask = slots.len() - 1;
-            let mut at = key as usize & mask;
-            while slots[at].key != 0 {
-                at = (at + 1) & mask;
-            }
+            let at = probe(slots.len(), key, 0, |i| slots[i].key);
             slots[at].key = key;
         }
         Locked(shards)
@@ -151,11 +162,7 @@ impl Locked {
     #[inline(never)]
     fn decide(&self, key: u64, now: u64) -> bool {
         let mut slots = self.0[shard_of(key)].0.lock().unwrap();
-        let mask = slots.len() - 1;
-        let mut at = key as usize & mask;
-        while slots[at].key != key {
-            at = (at + 1) & mask;
-        }
+        let at = probe(slots.len(), key, key, |i| slots[i].key);
         match gcra(slots[at].tat, now) {
             Some(tat) => {
                 slots[at].tat = tat;
@@ -209,11 +216,9 @@ impl<S: Layout> Free<S> {
             .collect();
         for &key in keys {
             let slots = &shards[shard_of(key)].0;
-            let mask = slots.len() - 1;
-            let mut at = key as usize & mask;
-            while slots[at].slot().key.load(Ordering::Relaxed) != 0 {
-                at = (at + 1) & mask;
-            }
+            let at = probe(slots.len(), key, 0, |i| {
+                slots[i].slot().key.load(Ordering::Relaxed)
+            });
             slots[at].slot().key.store(key, Ordering::Relaxed);
         }
         Free(shards)
@@ -228,22 +233,21 @@ impl<S: Layout> Free<S> {
     #[inline(never)]
     fn decide(&self, key: u64, now: u64) -> bool {
         let slots = &self.0[shard_of(key)].0;
-        let mask = slots.len() - 1;
-        let mut at = key as usize & mask;
-        while slots[at].slot().key.load(Ordering::Acquire) != key {
-            at = (at + 1) & mask;
-        }
+        let at = probe(slots.len(), key, key, |i| {
+            slots[i].slot().key.load(Ordering::Acquire)
+        });
         take_lock_free(&slots[at].slot().tat, now)
     }
 }
 
-/// A TAT on a cache line of its own, out of the probe's way.
+/// A TAT alone in a 128-byte block (two cache lines, for the prefetcher
+/// that fetches them in pairs), out of the probe's way.
 #[derive(Default)]
 #[repr(align(128))]
 struct LoneTat(AtomicU64);
 
 /// Keys in one array (read by every probe, written only by inserts) and
-/// the TATs in another, a line each: the only layout here in which two
+/// the TATs in another, a 128-byte block each: the only layout here in which two
 /// threads on disjoint keys never touch a line the other writes.
 #[repr(align(64))]
 struct SplitShard {
@@ -264,11 +268,7 @@ impl Split {
             .collect();
         for &key in keys {
             let slots = &mut shards[shard_of(key)].keys;
-            let mask = slots.len() - 1;
-            let mut at = key as usize & mask;
-            while slots[at] != 0 {
-                at = (at + 1) & mask;
-            }
+            let at = probe(slots.len(), key, 0, |i| slots[i]);
             slots[at] = key;
         }
         Split(shards)
@@ -282,11 +282,7 @@ impl Split {
     #[inline(never)]
     fn decide(&self, key: u64, now: u64) -> bool {
         let shard = &self.0[shard_of(key)];
-        let mask = shard.keys.len() - 1;
-        let mut at = key as usize & mask;
-        while shard.keys[at] != key {
-            at = (at + 1) & mask;
-        }
+        let at = probe(shard.keys.len(), key, key, |i| shard.keys[i]);
         take_lock_free(&shard.tats[at].0, now)
     }
 }
@@ -348,20 +344,7 @@ fn per_thread_ns(
     })
 }
 
-/// The decision bench's keys: `apikey-` and 16 hex digits of splitmix64 of
-/// the key's index.
-fn key_strings() -> Vec<String> {
-    (0..KEYS as u64)
-        .map(|i| {
-            let mut x = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            format!("apikey-{:016x}", x ^ (x >> 31))
-        })
-        .collect()
-}
-
-/// Part 2's three stores over the same key hashes.
+/// Part 2's three stores over the same keys.
 struct WholeDecision {
     seed: foldhash::fast::RandomState,
     clock: MonotonicClock,
@@ -374,17 +357,11 @@ struct WholeDecision {
 
 impl WholeDecision {
     fn new(keys: &[String]) -> WholeDecision {
-        // The decision bench's `allow` profile: burst 10^6, one unit per ns.
-        let limiter = Limiter::TokenBucket(Gcra::new(
-            Rate {
-                count: 1_000_000_000,
-                period: Duration::from_secs(1),
-            },
-            1_000_000,
-        ));
+        let limiter = allow_limiter();
         let (store, mut tables) = MemoryStore::with_tables(&[limiter], 1 << 20);
         let seed = foldhash::fast::RandomState::default();
-        let hashes: Vec<u64> = keys.iter().map(|key| hash(&seed, key).max(1)).collect();
+        // Key 0 marks an empty slot in the skeletons' tables.
+        let hashes: Vec<u64> = keys.iter().map(|key| hash_key(&seed, key).max(1)).collect();
         let whole = WholeDecision {
             seed,
             clock: MonotonicClock::default(),
@@ -394,37 +371,24 @@ impl WholeDecision {
             locked: Locked::new(&hashes),
             free: Free::new(&hashes),
         };
-        for &key in &hashes {
-            assert!(whole.memory_store(key, whole.clock.now()));
+        for key in keys {
+            assert!(whole.memory_store(key));
         }
         whole
     }
 
-    /// `MemoryStore::acquire_all` with one ask, as the bench's `decide`.
-    fn memory_store(&self, key: u64, now: u64) -> bool {
-        let asks = [Ask {
-            table: &self.table,
-            key,
-            limiter: &self.limiter,
-            cost: 1,
-            hold: None,
-        }];
-        let mut decisions = [Decision::Allow(BucketState {
-            remaining: 0,
-            reset_after: 0,
-        })];
-        self.store
-            .acquire_all(&asks, now, &mut decisions, &mut [Grant::None])
+    /// The bench's `sluice` row: clock, hash, `MemoryStore::acquire_all`.
+    fn memory_store(&self, key: &str) -> bool {
+        let now = self.clock.now();
+        let key = hash_key(&self.seed, key);
+        decide(&self.store, &self.table, &self.limiter, key, now)
     }
-}
 
-/// The key string hashed as `KeyHasher::derive` hashes a header value.
-#[inline]
-fn hash(seed: &foldhash::fast::RandomState, key: &str) -> u64 {
-    let mut hasher = seed.build_hasher();
-    hasher.write_u64(key.len() as u64);
-    hasher.write(key.as_bytes());
-    hasher.finish()
+    /// The same row with a skeleton's update instead of the store's.
+    fn skeleton(&self, key: &str, update: impl Fn(u64, u64) -> bool) -> bool {
+        let now = self.clock.now();
+        update(hash_key(&self.seed, key).max(1), now)
+    }
 }
 
 fn main() {
@@ -485,22 +449,17 @@ fn main() {
         );
     }
 
-    let strings = key_strings();
+    let strings: Vec<String> = (0..KEYS as u32).map(key_string).collect();
     let whole = WholeDecision::new(&strings);
     let walk = visits(&strings.iter().map(String::as_str).collect::<Vec<_>>(), 0);
     println!("Part 2: the whole decision (clock, hash, update), one thread, ns per decision");
     for round in 1..=3 {
-        let real = time_walk(&walk, |key, _| {
-            let now = whole.clock.now();
-            whole.memory_store(hash(&whole.seed, key).max(1), now)
-        });
+        let real = time_walk(&walk, |key, _| whole.memory_store(key));
         let locked = time_walk(&walk, |key, _| {
-            let now = whole.clock.now();
-            whole.locked.decide(hash(&whole.seed, key).max(1), now)
+            whole.skeleton(key, |key, now| whole.locked.decide(key, now))
         });
         let free = time_walk(&walk, |key, _| {
-            let now = whole.clock.now();
-            whole.free.decide(hash(&whole.seed, key).max(1), now)
+            whole.skeleton(key, |key, now| whole.free.decide(key, now))
         });
         println!(
             "round {round}: MemoryStore {real:.1}  shard mutex {locked:.1}  CAS on the TAT {free:.1}"
