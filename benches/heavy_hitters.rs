@@ -13,6 +13,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use sluice::heavy_hitters::{HeavyHitters, Kind, CAPACITY};
+use sluice::key::KeyText;
 
 const NOW: u64 = 1_000_000_000;
 
@@ -20,14 +21,14 @@ fn count(c: &mut Criterion) {
     let mut group = c.benchmark_group("heavy_hitters/count");
     let hitters = HeavyHitters::default();
     group.bench_function("hot", |b| {
-        b.iter(|| hitters.count(black_box(7), false, NOW, String::new))
+        b.iter(|| hitters.count(black_box(7), false, NOW, KeyText::new))
     });
     let hitters = HeavyHitters::default();
     let mut key = 0u64;
     group.bench_function("32-keys", |b| {
         b.iter(|| {
             key = (key + 1) % CAPACITY as u64;
-            hitters.count(black_box(key), false, NOW, String::new)
+            hitters.count(black_box(key), false, NOW, KeyText::new)
         })
     });
     let hitters = HeavyHitters::default();
@@ -35,7 +36,7 @@ fn count(c: &mut Criterion) {
     group.bench_function("one-off", |b| {
         b.iter(|| {
             key += 1;
-            hitters.count(black_box(key), false, NOW, String::new)
+            hitters.count(black_box(key), false, NOW, KeyText::new)
         })
     });
     group.finish();
@@ -50,7 +51,7 @@ fn top(c: &mut Criterion) {
             std::thread::spawn(move || {
                 for now in [NOW, NOW + sluice::heavy_hitters::PERIOD] {
                     for key in 0..(CAPACITY as u64 * 4) {
-                        hitters.count(key * 8 + thread, true, now, || "k".into());
+                        hitters.count(key * 8 + thread, true, now, || KeyText::typed("k", 1));
                     }
                 }
             })

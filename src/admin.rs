@@ -11,17 +11,17 @@
 //! saturated. This file accepts connections, routes, and holds what every
 //! endpoint answers with.
 //!
-//! Mutating calls (every POST and DELETE) need `Authorization: Bearer
-//! <token>` when the variable named by `admin.token_env` is set; otherwise
-//! they answer 401 with `WWW-Authenticate: Bearer`. Every error is a problem
-//! document.
+//! When the variable named by `admin.token_env` is set, every endpoint but
+//! `/metrics`, `/healthz` and `/readyz` needs its token ([`auth`]). Callers'
+//! keys are shown as the policy's [`crate::key::KeyLabels`] show them.
+//! Every error is a problem document.
 
 use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -30,6 +30,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
+mod auth;
 mod bans;
 mod buckets;
 mod budget;
@@ -56,7 +57,8 @@ pub struct Admin {
     pub proxy: Proxy,
     /// Present when sluice runs from a config file that can be reloaded.
     pub reloader: Option<Arc<Reloader>>,
-    /// The bearer token mutating calls need, if one is configured.
+    /// The token every endpoint but the probes and metrics needs, if one
+    /// is configured.
     pub token: Option<Arc<str>>,
     /// Start time and the counters' recent readings, for the status page.
     status: Arc<status::Status>,
@@ -66,11 +68,7 @@ impl Admin {
     /// The admin state for `proxy`; the token is read from the variable
     /// named by `admin.token_env` (unset or empty: no token needed).
     pub fn new(proxy: Proxy, reloader: Option<Arc<Reloader>>) -> Admin {
-        let token_env = proxy.policy().config.admin.token_env.clone();
-        let token = std::env::var(&token_env)
-            .ok()
-            .filter(|token| !token.is_empty())
-            .map(Arc::from);
+        let token = proxy.policy().config.admin.token().map(Arc::from);
         Admin {
             proxy,
             reloader,
@@ -114,8 +112,8 @@ async fn accept(listener: TcpListener, admin: Admin) {
 
 async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes>> {
     let method = request.method().clone();
-    if method == Method::POST || method == Method::DELETE {
-        if let Some(refusal) = unauthorized(admin, &request) {
+    if !auth::is_open(request.uri().path()) {
+        if let Some(refusal) = auth::unauthorized(admin.token.as_deref(), &request) {
             return refusal;
         }
     }
@@ -359,35 +357,6 @@ impl Refusal {
     }
 }
 
-/// A 401 when a token is configured and the request does not carry it.
-fn unauthorized<B>(admin: &Admin, request: &Request<B>) -> Option<Response<Full<Bytes>>> {
-    let token = admin.token.as_deref()?;
-    let presented = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .map(str::trim);
-    if presented.is_some_and(|presented| constant_time_eq(presented.as_bytes(), token.as_bytes())) {
-        return None;
-    }
-    let mut response = problem(
-        StatusCode::UNAUTHORIZED,
-        "this admin call changes state and needs \"Authorization: Bearer <token>\" with the \
-         token from admin.token_env",
-    );
-    response
-        .headers_mut()
-        .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    Some(response)
-}
-
-/// Compares without an early exit, so response times do not reveal how
-/// much of a guessed token was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
     respond(status, &JSON, Bytes::from(value.to_string()))
 }
@@ -404,17 +373,4 @@ fn respond(status: StatusCode, content_type: &HeaderValue, body: Bytes) -> Respo
 fn problem(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
     let body = Problem::new(status, detail).to_json(Layout::ByName);
     respond(status, &problem::CONTENT_TYPE, Bytes::from(body))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_compare_whole() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-        assert!(!constant_time_eq(b"", b"x"));
-    }
 }

@@ -10,6 +10,7 @@ use crate::config::{
     format_timestamp, Config, LimitConfig, OnChange, OnLimit, Rate, RuleConfig, StoreBackend,
     Variant,
 };
+use crate::key::{KeyLabels, LabelKey};
 
 /// sluice: a rate-limiting reverse proxy.
 #[derive(Debug, Parser)]
@@ -76,7 +77,10 @@ pub enum Command {
 /// line per tiers, overrides, sunset, ban, charge, refund_on and non-default
 /// on_change of a rule:
 /// `rule NAME: ...`.
-pub fn describe_rules(config: &Config) -> String {
+///
+/// An override's key is shown as `labels` show it: a caller's credential as
+/// its label (docs/operations.md, "Keys in logs and admin views").
+pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
     let show_cost = config.rules.iter().any(|rule| rule.cost != 1);
     let mut header = vec![
         "rule",
@@ -132,7 +136,7 @@ pub fn describe_rules(config: &Config) -> String {
         out.push('\n');
     }
     for rule in &config.rules {
-        for line in describe_extras(rule) {
+        for line in describe_extras(rule, labels) {
             let _ = writeln!(out, "rule {}: {line}", rule.name);
         }
     }
@@ -158,6 +162,14 @@ pub fn describe_rules(config: &Config) -> String {
     out
 }
 
+/// How `check` shows keys: labelled with the admin token's key, the one a
+/// running sluice of a memory store uses (a Redis deployment labels with
+/// the seed its instances share, which `check` does not read).
+pub fn labels_of(config: &Config) -> KeyLabels {
+    let key = LabelKey::for_token(config.admin.token().as_deref());
+    KeyLabels::new(key, config.admin.reveal_keys)
+}
+
 /// Most overrides listed by name before the rest are only counted.
 const OVERRIDES_SHOWN: usize = 5;
 
@@ -167,7 +179,7 @@ const OVERRIDES_SHOWN: usize = 5;
 /// `ban 20 in 1m → 10m`, `charge elapsed_ms after the response`,
 /// `refund_on 5xx, client_abort`, `on_change keep` (only when not the
 /// default).
-fn describe_extras(rule: &RuleConfig) -> Vec<String> {
+fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
     let mut lines = Vec::new();
     if let Some(tiers) = &rule.tiers {
         let each: Vec<String> = tiers
@@ -182,7 +194,10 @@ fn describe_extras(rule: &RuleConfig) -> Vec<String> {
             .overrides
             .iter()
             .take(OVERRIDES_SHOWN)
-            .map(|o: &Variant| format!("{:?} {}", o.name, describe_variant(&o.limits)))
+            .map(|o: &Variant| {
+                let key = labels.show_typed(&rule.key, &o.name);
+                format!("{key:?} {}", describe_variant(&o.limits))
+            })
             .collect();
         if rule.overrides.len() > OVERRIDES_SHOWN {
             each.push(format!(

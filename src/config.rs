@@ -96,6 +96,19 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Name of the environment variable holding the admin bearer token.
     pub token_env: String,
+    /// Show credential keys in clear in logs and admin views
+    /// (docs/operations.md, "Keys in logs and admin views").
+    pub reveal_keys: bool,
+}
+
+impl AdminConfig {
+    /// The admin token, from the variable `token_env` names (unset or
+    /// empty: no token).
+    pub fn token(&self) -> Option<String> {
+        std::env::var(&self.token_env)
+            .ok()
+            .filter(|token| !token.is_empty())
+    }
 }
 
 /// `[store]`.

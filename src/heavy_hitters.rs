@@ -18,7 +18,7 @@
 //! [`PERIOD`]: counting goes to the current one, and reading adds the one
 //! before; a period two behind is forgotten.
 //!
-//! A key's text (README's "Keys" form, as `/admin/bans` shows it) costs an
+//! A key's text ([`KeyText`], shown as `/admin/bans` shows it) costs an
 //! allocation, so it is written once a key has proven itself in the tally
 //! ([`Kind::text_after`] hits of its own), never for a passing key.
 
@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::clock::Nanos;
+use crate::key::KeyText;
 
 /// Keys one tally keeps.
 pub const CAPACITY: usize = 32;
@@ -90,7 +91,7 @@ struct Tally {
     /// How much of each count its key may not have earned (inherited from
     /// the key it replaced).
     errors: [u32; CAPACITY],
-    texts: [Option<Box<str>>; CAPACITY],
+    texts: [Option<KeyText>; CAPACITY],
 }
 
 impl Default for Tally {
@@ -109,8 +110,9 @@ impl Default for Tally {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hitter {
     pub key: u64,
-    /// README's text form of the key, once written.
-    pub text: Option<String>,
+    /// The key's text, once written (shown only through
+    /// [`crate::key::KeyLabels::show`]).
+    pub text: Option<KeyText>,
     /// Requests counted (at most `error` too many).
     pub count: u64,
     pub error: u64,
@@ -121,7 +123,7 @@ impl HeavyHitters {
     /// (both under one lock); `text` writes the key's text form, called at
     /// most once per tally while the key stays in it.
     #[inline]
-    pub fn count(&self, key: u64, refused: bool, now: Nanos, text: impl Fn() -> String) {
+    pub fn count(&self, key: u64, refused: bool, now: Nanos, text: impl Fn() -> KeyText) {
         let mut shard = match self.shards[shard_of_this_thread()].lock() {
             Ok(shard) => shard,
             Err(poisoned) => poisoned.into_inner(),
@@ -196,7 +198,7 @@ impl Periods {
 
 impl Tally {
     #[inline]
-    fn count(&mut self, key: u64, text_after: u32, text: &impl Fn() -> String) {
+    fn count(&mut self, key: u64, text_after: u32, text: &impl Fn() -> KeyText) {
         let mut at = CAPACITY;
         for (slot, &kept) in self.keys[..self.len].iter().enumerate() {
             if kept == key {
@@ -224,7 +226,7 @@ impl Tally {
             self.texts[at] = None;
         }
         if self.texts[at].is_none() && self.counts[at] - self.errors[at] >= text_after {
-            self.texts[at] = Some(text().into_boxed_str());
+            self.texts[at] = Some(text());
         }
     }
 
@@ -234,9 +236,9 @@ impl Tally {
     }
 
     /// Every key kept, with its count, overcount and text.
-    fn entries(&self) -> impl Iterator<Item = (u64, u32, u32, Option<&str>)> {
+    fn entries(&self) -> impl Iterator<Item = (u64, u32, u32, Option<&KeyText>)> {
         (0..self.len).map(|at| {
-            let text = self.texts[at].as_deref();
+            let text = self.texts[at].as_ref();
             (self.keys[at], self.counts[at], self.errors[at], text)
         })
     }
@@ -275,7 +277,7 @@ fn admit_newcomer() -> bool {
 /// Adds a kept key to the merged tallies (one line per key).
 fn add(
     merged: &mut HashMap<u64, Hitter>,
-    (key, count, error, text): (u64, u32, u32, Option<&str>),
+    (key, count, error, text): (u64, u32, u32, Option<&KeyText>),
 ) {
     let hitter = merged.entry(key).or_insert_with(|| Hitter {
         key,
@@ -286,7 +288,7 @@ fn add(
     hitter.count += u64::from(count);
     hitter.error += u64::from(error);
     if hitter.text.is_none() {
-        hitter.text = text.map(str::to_owned);
+        hitter.text = text.cloned();
     }
 }
 
@@ -319,8 +321,12 @@ mod tests {
 
     const SECOND: Nanos = 1_000_000_000;
 
-    fn text(key: u64) -> impl Fn() -> String {
-        move || format!("key-{key}")
+    fn text(key: u64) -> impl Fn() -> KeyText {
+        move || typed(&format!("key-{key}"))
+    }
+
+    fn typed(text: &str) -> KeyText {
+        KeyText::typed(text, 1)
     }
 
     #[test]
@@ -337,13 +343,13 @@ mod tests {
             vec![
                 Hitter {
                     key: 2,
-                    text: Some("key-2".into()),
+                    text: Some(typed("key-2")),
                     count: 9,
                     error: 0
                 },
                 Hitter {
                     key: 1,
-                    text: Some("key-1".into()),
+                    text: Some(typed("key-1")),
                     count: 5,
                     error: 0
                 },
@@ -361,7 +367,7 @@ mod tests {
         let hitters = HeavyHitters::default();
         hitters.count(7, true, SECOND, text(7));
         let top = hitters.top(Kind::Limited, 1, SECOND);
-        assert_eq!(top[0].text.as_deref(), Some("key-7"));
+        assert_eq!(top[0].text, Some(typed("key-7")));
     }
 
     #[test]
@@ -373,7 +379,7 @@ mod tests {
             let key = if i % 10 == 0 { 42 } else { 1_000 + i };
             hitters.count(key, false, SECOND, || {
                 named.set(named.get() + 1);
-                String::from("x")
+                typed("x")
             });
         }
         let top = hitters.top(Kind::Requests, 3, SECOND);

@@ -20,12 +20,15 @@
 pub mod client_ip;
 pub mod glob;
 pub mod jwt;
+pub mod label;
 pub mod path;
 
 use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 
 use http::{HeaderMap, Method};
+
+pub use label::{KeyLabels, KeyText, LabelKey};
 
 /// A bucket key: the rule's key sources hashed with a per-process random seed
 /// (see [`KeyHasher`]). Two callers share a bucket only on a 64-bit collision.
@@ -75,6 +78,8 @@ pub struct KeyHasher {
     ipv6_prefix: u8,
     /// The shared seed it was made with, if any.
     seed: Option<[u64; 2]>,
+    /// What keys are labelled with when shown ([`label`]).
+    label_key: LabelKey,
 }
 
 /// Marks a missing source in the hash; values are prefixed with their length,
@@ -89,6 +94,7 @@ impl KeyHasher {
             state: foldhash::fast::SeedableRandomState::random(),
             ipv6_prefix,
             seed: None,
+            label_key: LabelKey::random(),
         }
     }
 
@@ -104,6 +110,8 @@ impl KeyHasher {
             state: foldhash::fast::SeedableRandomState::with_seed(seed[0], shared),
             ipv6_prefix,
             seed: Some(seed),
+            // The instances label keys alike, with a secret they share.
+            label_key: LabelKey::from_seed(seed),
         }
     }
 
@@ -119,7 +127,19 @@ impl KeyHasher {
             state: self.state,
             ipv6_prefix,
             seed: self.seed,
+            label_key: self.label_key.clone(),
         }
+    }
+
+    /// The same hasher, labelling keys with `label_key` (a deployment's
+    /// key, made from its admin token, before any store seed is known).
+    pub fn with_label_key(self, label_key: LabelKey) -> KeyHasher {
+        KeyHasher { label_key, ..self }
+    }
+
+    /// What shown keys are labelled with.
+    pub fn label_key(&self) -> &LabelKey {
+        &self.label_key
     }
 
     /// Derives the bucket key for `sources`. With `allow_missing`, an absent
@@ -189,29 +209,25 @@ impl KeyHasher {
         Ok(hasher.finish())
     }
 
-    /// The bucket key as README's "Keys" writes it: the sources' values joined by
-    /// `|` in `key` order (an IP in canonical text, an IPv6 client as its
-    /// network, `global` as the empty string, a missing source as empty).
-    /// Built only for admin views and logs, never on the request path.
-    pub fn key_text(&self, sources: &[KeySource], facts: &RequestFacts<'_>) -> String {
-        let mut text = String::new();
-        for (index, source) in sources.iter().enumerate() {
-            if index > 0 {
-                text.push('|');
-            }
-            match source {
-                KeySource::Ip => client_ip::write_key(facts.client_ip, self.ipv6_prefix, &mut text),
+    /// The bucket key as text (docs/configuration.md, "Keys"): the
+    /// sources' values in `key` order (an IP in canonical text, an IPv6
+    /// client as its network, `global` as the empty string, a missing
+    /// source as empty). Built only for admin views and logs, never on the
+    /// request path; shown only through [`KeyLabels::show`].
+    pub fn key_text(&self, sources: &[KeySource], facts: &RequestFacts<'_>) -> KeyText {
+        let mut key = KeyText::new();
+        for source in sources {
+            key.push_with(|text| match source {
+                KeySource::Ip => client_ip::write_key(facts.client_ip, self.ipv6_prefix, text),
                 KeySource::Global => {}
                 KeySource::Path => text.push_str(facts.path),
                 KeySource::Method => text.push_str(facts.method.as_str()),
                 KeySource::Host => text.push_str(&facts.host.unwrap_or("").to_ascii_lowercase()),
-                KeySource::Header(name) => text.push_str(
-                    &facts
-                        .headers
-                        .get(name)
-                        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-                        .unwrap_or_default(),
-                ),
+                KeySource::Header(name) => {
+                    if let Some(value) = facts.headers.get(name) {
+                        text.push_str(&String::from_utf8_lossy(value.as_bytes()));
+                    }
+                }
                 KeySource::Query(name) => {
                     let raw = query_value(facts.query, name).unwrap_or("");
                     text.push_str(&decode_query(raw));
@@ -221,9 +237,9 @@ impl KeyHasher {
                     Some(jwt::ClaimValue::Scalar(value)) => text.push_str(&value.to_string()),
                     None => {}
                 },
-            }
+            });
         }
-        text
+        key
     }
 
     /// The bucket key of a key written as text (an `overrides` entry, an
@@ -237,8 +253,9 @@ impl KeyHasher {
         let parts = || text.splitn(sources.len().max(1), '|');
         let count = parts().count();
         if count != sources.len() {
+            // The text is not repeated: it may hold a caller's credential.
             return Err(format!(
-                "\"{text}\" has {} part(s) but the rule's key has {} source(s) ({}); join the \
+                "the key has {} part(s) but the rule's key has {} source(s) ({}); join the \
                  values with '|'",
                 count,
                 sources.len(),
@@ -562,9 +579,9 @@ mod tests {
         ];
         let facts = facts(&headers, Some("q=a%20b+c"), IP);
         let text = hasher.key_text(&sources, &facts);
-        assert_eq!(text, "203.0.113.7|k1|a b c|example.com|");
+        assert_eq!(text.clear(), "203.0.113.7|k1|a b c|example.com|");
         let derived = hasher.derive(&sources, &facts, false).unwrap();
-        assert_eq!(hasher.key_of_text(&sources, &text), Ok(derived));
+        assert_eq!(hasher.key_of_text(&sources, text.clear()), Ok(derived));
 
         // IPv6 clients are written as their network, which names them all.
         let v6: IpAddr = "2001:db8:1:2::99".parse().unwrap();
@@ -574,9 +591,9 @@ mod tests {
             ..facts
         };
         let text = hasher.key_text(&ip_only, &v6_facts);
-        assert_eq!(text, "2001:db8:1:2::/64");
+        assert_eq!(text.clear(), "2001:db8:1:2::/64");
         assert_eq!(
-            hasher.key_of_text(&ip_only, &text),
+            hasher.key_of_text(&ip_only, text.clear()),
             hasher
                 .derive(&ip_only, &v6_facts, false)
                 .map_err(|_| String::new())

@@ -21,7 +21,7 @@ fn main() -> ExitCode {
                 for warning in &config.warnings {
                     eprintln!("warning: {warning}");
                 }
-                print!("{}", cli::describe_rules(&config));
+                print!("{}", cli::describe_rules(&config, &cli::labels_of(&config)));
                 ExitCode::SUCCESS
             }
             Err(errors) => {
@@ -63,7 +63,7 @@ fn check_diff(old: &std::path::Path, new: &std::path::Path) -> ExitCode {
     for warning in &new.warnings {
         eprintln!("warning: {warning}");
     }
-    print!("{}", cli::describe_rules(&new));
+    print!("{}", cli::describe_rules(&new, &cli::labels_of(&new)));
     println!("\nreloading from the old file:");
     for change in sluice::reload::diff(&old, &new) {
         println!("  {change}");

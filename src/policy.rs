@@ -31,7 +31,7 @@ use crate::clock::Nanos;
 use crate::config::{Config, HeaderStyle, ResponseConfig};
 use crate::key::client_ip::ClientIpResolver;
 use crate::key::jwt::JwtVerifier;
-use crate::key::KeyHasher;
+use crate::key::{KeyHasher, KeyLabels, LabelKey};
 use crate::log_gate::LogGate;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -49,6 +49,8 @@ pub struct Policy {
     pub deny: Vec<IpNet>,
     pub client_ip: ClientIpResolver,
     pub keys: KeyHasher,
+    /// How keys are shown outside the request path (`[admin] reveal_keys`).
+    pub labels: KeyLabels,
     /// `[identity.jwt]`: what `jwt:<claim>` sources read tokens with.
     pub jwt: Option<JwtVerifier>,
     pub response: ResponseConfig,
@@ -68,8 +70,11 @@ pub struct Policy {
 
 impl Policy {
     /// Compiles `config` with new, empty bucket tables from `store`.
+    /// Keys are labelled with the deployment's admin token, if it has one
+    /// (until a shared store's seed replaces it, [`Policy::compile_with_keys`]).
     pub fn compile(config: Arc<Config>, metrics: &Metrics, store: &Store) -> Policy {
-        let keys = KeyHasher::new(config.server.ipv6_prefix);
+        let label_key = LabelKey::for_token(config.admin.token().as_deref());
+        let keys = KeyHasher::new(config.server.ipv6_prefix).with_label_key(label_key);
         Policy::compile_with_keys(config, metrics, store, keys)
     }
 
@@ -135,6 +140,7 @@ impl Policy {
                 config.server.trusted_proxies.clone(),
                 config.server.forwarded_header,
             ),
+            labels: KeyLabels::new(keys.label_key().clone(), config.admin.reveal_keys),
             keys,
             // Validation checked the key; should it still not build, every
             // jwt: source is missing, which never picks a wrong bucket.

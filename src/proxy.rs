@@ -445,7 +445,8 @@ impl Proxy {
                 count_outcomes(&admission.verdicts);
                 for &index in &admission.bans_started {
                     let Applicable { rule, key, .. } = enforced[index];
-                    rule.ban_started(key, policy.keys.key_text(&rule.key, facts));
+                    let text = policy.keys.key_text(&rule.key, facts);
+                    rule.ban_started(key, text, &policy.labels);
                 }
                 let decided_at = Duration::from_nanos(admission.decided_at);
                 respond::limited(response, policy, &admission.verdicts, decided_at);
@@ -671,7 +672,8 @@ fn identify<'r, 'p>(
                 let name = Some(&*rule.name);
                 let gate = &rule.log_gate;
                 refusal_log::log(gate, started, name, Refused::MissingKey, &facts, || {
-                    policy.keys.key_text(&rule.key, &facts)
+                    let text = policy.keys.key_text(&rule.key, &facts);
+                    policy.labels.show(&rule.key, &text)
                 });
                 return Err(Unidentified::Refused(Refusal::MissingKey, Some(rule)));
             }
@@ -864,7 +866,7 @@ fn count_hitters(
         if refused {
             let name = Some(&*rule.name);
             refusal_log::log(&rule.log_gate, now, name, refusal, facts, || {
-                text(applicable)
+                policy.labels.show(&rule.key, &text(applicable))
             });
         }
     }

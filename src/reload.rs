@@ -371,7 +371,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<RuleChange> {
                 };
             }
             let (from, to) = (limits_text(before), limits_text(rule));
-            if from == to {
+            if from == to && before.overrides == rule.overrides {
                 RuleChange::Unchanged { rule: name }
             } else {
                 RuleChange::LimitsChanged {
@@ -417,7 +417,21 @@ fn limits_text(rule: &RuleConfig) -> String {
         text.push_str(&format!(" tiers by {}: {:?}", tiers.by, tiers.tiers));
     }
     if !rule.overrides.is_empty() {
-        text.push_str(&format!(" overrides {:?}", rule.overrides));
+        // A key with a caller's credential in it is shown elided
+        // (docs/operations.md, "Keys in logs and admin views").
+        let credential = rule.key.iter().any(crate::key::label::is_credential);
+        let each: Vec<String> = rule
+            .overrides
+            .iter()
+            .map(|o| {
+                let name = match credential {
+                    true => crate::key::label::elided(&o.name),
+                    false => o.name.clone(),
+                };
+                format!("{name:?} {:?}", o.limits)
+            })
+            .collect();
+        text.push_str(&format!(" overrides [{}]", each.join(", ")));
     }
     if let Some(sunset) = &rule.sunset {
         text.push_str(&format!(" sunset {sunset:?}"));

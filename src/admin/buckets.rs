@@ -21,6 +21,7 @@ use smallvec::SmallVec;
 use super::budget::{millis, Balance, Target};
 use super::{json_response, Refusal};
 use crate::clock::Nanos;
+use crate::key::KeyLabels;
 use crate::limiter::{Decision, Limiter};
 use crate::policy::{Limit, Rule};
 use crate::proxy::Proxy;
@@ -100,9 +101,9 @@ async fn try_buckets(proxy: &Proxy, query: Option<&str>) -> Result<Response<Full
         StatusCode::OK,
         &json!({
             "rule": &*rule.name,
-            "key": key,
+            "key": policy.labels.show_typed(&rule.key, &key),
             "key_hash": key_hash(target.key),
-            "limits_from": limits_from(rule, target.limits),
+            "limits_from": limits_from(rule, target.limits, &policy.labels),
             "banned": ban.map(ban_json),
             "buckets": buckets,
             "next_request": match ban {
@@ -258,15 +259,23 @@ pub(super) fn left_after(remaining: u64, cost: u64) -> u64 {
 }
 
 /// Which of the rule's limits a caller is held to: `"rule"`, `"tier:NAME"`,
-/// `"override:KEY"` or `"sunset"` (the retiring rule's current step).
-pub(super) fn limits_from(rule: &Rule, limits: &[Limit]) -> String {
+/// `"override:KEY"` (KEY as `labels` show it) or `"sunset"` (the retiring
+/// rule's current step).
+pub(super) fn limits_from(rule: &Rule, limits: &[Limit], labels: &KeyLabels) -> String {
     if rule.sunset.is_some() {
         return "sunset".into();
     }
-    rule.variants
+    let Some(variant) = rule
+        .variants
         .iter()
         .find(|variant| std::ptr::eq(variant.limits.as_ptr(), limits.as_ptr()))
-        .map_or_else(|| "rule".into(), |variant| variant.label.clone())
+    else {
+        return "rule".into();
+    };
+    match variant.label.strip_prefix("override:") {
+        Some(key) => format!("override:{}", labels.show_typed(&rule.key, key)),
+        None => variant.label.clone(),
+    }
 }
 
 /// A bucket key as 16 hex digits: a JSON number would lose its low bits

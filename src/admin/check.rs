@@ -160,7 +160,8 @@ impl<'a> Checker<'a> {
             Outcome::Banned { left, .. } => Ok(Verdict::banned(left)),
             outcome => {
                 if !admission.bans_started.is_empty() {
-                    rule.ban_started(target.key, call.key.to_owned());
+                    let text = crate::key::KeyText::typed(call.key, rule.key.len());
+                    rule.ban_started(target.key, text, &self.policy.labels);
                 }
                 Ok(Verdict {
                     allowed: outcome == Outcome::Admitted,

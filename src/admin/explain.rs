@@ -82,7 +82,7 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refusal> {
         "request": {
             "method": request.method().as_str(),
             "path": request.uri().path(),
-            "query": request.uri().query(),
+            "query": request.uri().query().map(|query| shown_query(&policy, query)),
             "host": proxy::host_of(&request),
         },
     });
@@ -135,7 +135,8 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refusal> {
             continue;
         }
         let standing = proxy::stand(rule, &mut facts, &token_claims, &policy, now);
-        entry["key"] = json!(policy.keys.key_text(&rule.key, &facts));
+        let text = policy.keys.key_text(&rule.key, &facts);
+        entry["key"] = json!(policy.labels.show(&rule.key, &text));
         if let Err(missing) = policy.keys.derive(&rule.key, &facts, false) {
             entry["missing_source"] = json!(rule.key[missing.0].to_string());
             entry["missing"] = json!(missing_policy(rule));
@@ -167,7 +168,7 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refusal> {
             Standing::Applies { key, limits } => {
                 entry["applies"] = json!(true);
                 entry["key_hash"] = json!(key_hash(key));
-                entry["limits_from"] = json!(limits_from(rule, limits));
+                entry["limits_from"] = json!(limits_from(rule, limits, &policy.labels));
                 let ban = (!rule.shadow).then(|| rule.bans.banned(key, now)).flatten();
                 entry["banned"] = ban.map_or(Value::Null, ban_json);
                 let one = Applicable { rule, key, limits };
@@ -218,16 +219,16 @@ fn synthetic_request(question: &Question) -> Result<Request<()>, Refusal> {
             question.method
         ))
     })?;
+    // Named without its query, which may carry a caller's key.
+    let path = question.path.split('?').next().unwrap_or_default();
     if !question.path.starts_with('/') {
         return Err(bad(format!(
-            "\"path\": \"{}\" must start with '/' (a path, with its query if any)",
-            question.path
+            "\"path\": \"{path}\" must start with '/' (a path, with its query if any)"
         )));
     }
     let uri: http::Uri = question.path.parse().map_err(|error| {
         bad(format!(
-            "\"path\": \"{}\" is not a request target: {error}",
-            question.path
+            "\"path\": \"{path}\" (query not shown) is not a request target: {error}"
         ))
     })?;
     let mut request = Request::new(());
@@ -253,6 +254,27 @@ fn synthetic_request(question: &Question) -> Result<Request<()>, Refusal> {
         request.headers_mut().append(name, value);
     }
     Ok(request)
+}
+
+/// The query as it may be shown: the value of a parameter that some rule
+/// keys on (`query:<name>`) is a credential, shown as its label.
+fn shown_query(policy: &Policy, query: &str) -> String {
+    let keyed = |name: &str| {
+        policy.rules.iter().flat_map(|rule| &rule.key).any(
+            |source| matches!(source, crate::config::KeySource::Query(keyed) if *keyed == name),
+        )
+    };
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, value)) if keyed(name) => {
+                let shown = policy.labels.show_value(&crate::key::decode_query(value));
+                format!("{name}={shown}")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 /// What `missing` does with a request whose key source is absent.

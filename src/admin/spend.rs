@@ -93,12 +93,13 @@ async fn try_spend(proxy: &Proxy, body: &[u8]) -> Result<Response<Full<Bytes>>, 
         balance.retry_after = Balance::of(&decisions).retry_after;
     }
     rule.counters.charged.inc_by(amount);
-    tracing::info!(rule = %rule.name, key = %call.key, amount, "budget spent by a backend");
+    let shown = policy.labels.show_typed(&rule.key, call.key);
+    tracing::info!(rule = %rule.name, key = %shown, amount, "budget spent by a backend");
     Ok(json_response(
         StatusCode::OK,
         &json!({
             "rule": call.rule,
-            "key": call.key,
+            "key": shown,
             "spent": amount,
             "remaining": balance.remaining,
             "retry_after_ms": balance.retry_after.map(millis),

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::{json_response, problem};
 use crate::heavy_hitters::{Hitter, Kind, PERIOD};
-use crate::policy::Policy;
+use crate::policy::{Policy, Rule};
 use crate::proxy::Proxy;
 
 /// The most keys one answer lists.
@@ -68,28 +68,30 @@ pub fn top_keys(
     n: usize,
     now: crate::clock::Nanos,
 ) -> Vec<Value> {
-    let mut all: Vec<(&str, Hitter)> = policy
+    let mut all: Vec<(&Rule, Hitter)> = policy
         .rules
         .iter()
         .filter(|candidate| rule.is_none_or(|name| *candidate.name == *name))
         .flat_map(|rule| {
             let hitters = rule.hitters.top(kind, n, now);
-            hitters.into_iter().map(move |hitter| (&*rule.name, hitter))
+            hitters.into_iter().map(move |hitter| (rule, hitter))
         })
         .collect();
     all.sort_by(|(rule_a, a), (rule_b, b)| {
         b.count
             .cmp(&a.count)
             .then(a.error.cmp(&b.error))
-            .then(rule_a.cmp(rule_b))
+            .then(rule_a.name.cmp(&rule_b.name))
             .then(a.key.cmp(&b.key))
     });
     all.truncate(n);
     all.into_iter()
         .map(|(rule, hitter)| {
+            // Labelled here, when shown: only the few keys listed are.
+            let key = hitter.text.map(|text| policy.labels.show(&rule.key, &text));
             json!({
-                "rule": rule,
-                "key": hitter.text,
+                "rule": &*rule.name,
+                "key": key,
                 "key_hash": format!("{:016x}", hitter.key),
                 "count": hitter.count,
                 "count_error": hitter.error,

@@ -69,6 +69,7 @@ pub struct RawServer {
 pub struct RawAdmin {
     pub listen: Option<Spanned<String>>,
     pub token_env: Option<Spanned<String>>,
+    pub reveal_keys: Option<Spanned<bool>>,
 }
 
 /// `[store]`.

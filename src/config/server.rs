@@ -162,7 +162,14 @@ impl Validator<'_> {
                 name.clone()
             }
         };
-        AdminConfig { listen, token_env }
+        let reveal_keys = admin
+            .and_then(|a| a.reveal_keys.as_ref())
+            .is_some_and(|field| *field.get_ref());
+        AdminConfig {
+            listen,
+            token_env,
+            reveal_keys,
+        }
     }
 
     pub(super) fn response(&mut self, raw: &RawConfig) -> ResponseConfig {

@@ -73,8 +73,17 @@ impl Validator<'_> {
             return Vec::new();
         }
         let mut overrides = Vec::with_capacity(raw.value.0.len());
+        // A key with a caller's credential in it is not repeated in full:
+        // the error's line and column point at it (docs/operations.md,
+        // "Keys in logs and admin views").
+        let credential = key.iter().any(crate::key::label::is_credential);
         for (name, table) in &raw.value.0 {
-            let relative = format!("overrides.{}", key_in_path(&name.text));
+            let shown = if credential {
+                format!("{:?}", crate::key::label::elided(&name.text))
+            } else {
+                key_in_path(&name.text)
+            };
+            let relative = format!("overrides.{shown}");
             if let Err(message) = check_bucket_key(&name.text, key, ipv6_prefix) {
                 let at = name
                     .span
@@ -217,7 +226,7 @@ fn check_bucket_key(text: &str, sources: &[KeySource], ipv6_prefix: u8) -> Resul
             .collect::<Vec<_>>()
             .join("|");
         return Err(format!(
-            "\"{text}\" has {} part(s) but the rule's key has {} source(s) ({key}); a bucket key \
+            "the key has {} part(s) but the rule's key has {} source(s) ({key}); a bucket key \
              is the sources' values joined by '|' in the order of key",
             parts.len(),
             sources.len()
@@ -240,14 +249,13 @@ fn check_bucket_key(text: &str, sources: &[KeySource], ipv6_prefix: u8) -> Resul
             KeySource::Ip => check_ip_part(part, ipv6_prefix)?,
             KeySource::Global if !part.is_empty() => {
                 return Err(format!(
-                    "\"{text}\": the part of the global source is always empty (\"{part}\" \
-                     given); a bucket key is the sources' values joined by '|' in the order of key"
+                    "the part of the global source is always empty (\"{part}\" given); a \
+                     bucket key is the sources' values joined by '|' in the order of key"
                 ))
             }
             KeySource::Host if part.contains(':') || part != part.to_ascii_lowercase() => {
                 return Err(format!(
-                    "\"{text}\": the host part is lower-case and without a port, such as \
-                     \"{}\"",
+                    "the host part is lower-case and without a port, such as \"{}\"",
                     part.split(':').next().unwrap_or("").to_ascii_lowercase()
                 ))
             }
@@ -459,11 +467,11 @@ mod tests {
         assert_eq!(
             lines,
             vec![
-                "test.toml:7:15: rule[0].overrides.seller-42: \"seller-42\" has 1 part(s) but the rule's key has 2 source(s) (ip|host); a bucket key is the sources' values joined by '|' in the order of key",
-                "test.toml:7:47: rule[0].overrides.\"1.2.3.4|a.example|x\": \"1.2.3.4|a.example|x\" has 3 part(s) but the rule's key has 2 source(s) (ip|host); a bucket key is the sources' values joined by '|' in the order of key",
+                "test.toml:7:15: rule[0].overrides.seller-42: the key has 1 part(s) but the rule's key has 2 source(s) (ip|host); a bucket key is the sources' values joined by '|' in the order of key",
+                "test.toml:7:47: rule[0].overrides.\"1.2.3.4|a.example|x\": the key has 3 part(s) but the rule's key has 2 source(s) (ip|host); a bucket key is the sources' values joined by '|' in the order of key",
                 "test.toml:7:89: rule[0].overrides.\"2001:DB8::1|a.example\": \"2001:DB8::1\" is not how that client appears in a bucket key; write \"2001:db8::/64\" (IPv6 clients are keyed by their /64 network, server.ipv6_prefix)",
                 "test.toml:7:133: rule[0].overrides.\"::ffff:1.2.3.4|a.example\": \"::ffff:1.2.3.4\" is not how that client appears in a bucket key; write \"1.2.3.4\"",
-                "test.toml:7:180: rule[0].overrides.\"1.2.3.4|A.example:80\": \"1.2.3.4|A.example:80\": the host part is lower-case and without a port, such as \"a.example\"",
+                "test.toml:7:180: rule[0].overrides.\"1.2.3.4|A.example:80\": the host part is lower-case and without a port, such as \"a.example\"",
             ]
         );
         // A header value may contain '|': only the IP at the front is checked.
@@ -472,7 +480,7 @@ mod tests {
         ));
         assert!(
             line.starts_with(
-                "test.toml:7:15: rule[0].overrides.\"nope|a|b\": \"nope\" is not a client IP"
+                "test.toml:7:15: rule[0].overrides.\"no…\": \"nope\" is not a client IP"
             ),
             "{line}"
         );

@@ -64,7 +64,10 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
                 .variants
                 .iter()
                 .filter_map(|v| Some((v.label.strip_prefix("override:")?, v)))
-                .map(|(key, v)| json!({ "key": key, "limits": limits_json(&v.limits) }))
+                .map(|(key, v)| {
+                    let key = policy.labels.show_typed(&rule.key, key);
+                    json!({ "key": key, "limits": limits_json(&v.limits) })
+                })
                 .collect();
             if !overrides.is_empty() {
                 described["overrides"] = json!(overrides);

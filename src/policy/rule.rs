@@ -10,7 +10,7 @@ use super::sunset::Sunset;
 use crate::clock::Nanos;
 use crate::config::{AlgorithmKind, Charge, KeySource, MissingPolicy, RefundOn, RuleConfig};
 use crate::heavy_hitters::HeavyHitters;
-use crate::key::{KeyHasher, RequestFacts};
+use crate::key::{KeyHasher, KeyLabels, KeyText, RequestFacts};
 use crate::limiter::HoldLimits;
 use crate::log_gate::LogGate;
 use crate::metrics::RuleCounters;
@@ -154,12 +154,13 @@ impl Rule {
         &self.limits
     }
 
-    /// A strike against `key` (written `text`, as `/admin/bans` lists it)
-    /// started a ban: counted in `sluice_bans_total`, logged, and the key
-    /// named for the bans list.
-    pub fn ban_started(&self, key: u64, text: String) {
+    /// A strike against `key` (written `text`) started a ban: counted in
+    /// `sluice_bans_total`, logged as `labels` show it, and the key named
+    /// for the bans list.
+    pub fn ban_started(&self, key: u64, text: KeyText, labels: &KeyLabels) {
         self.counters.bans_started.inc();
-        tracing::info!(rule = %self.name, key = %text, "key banned");
+        let shown = labels.show(&self.key, &text);
+        tracing::info!(rule = %self.name, key = %shown, "key banned");
         self.bans.name(key, text);
     }
 

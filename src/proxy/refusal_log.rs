@@ -28,7 +28,8 @@ impl Refused {
 
 /// Logs the refusal of the request `facts` describe by `rule` (none: the
 /// access list), if `gate` lets one more line through at `now`; `key`
-/// writes the caller's key text, only then.
+/// writes the caller's key as it may be shown (credentials labelled,
+/// [`crate::key::KeyLabels`]), only then.
 #[inline]
 pub fn log(
     gate: &LogGate,

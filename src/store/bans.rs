@@ -15,6 +15,7 @@
 use dashmap::DashMap;
 
 use crate::clock::Nanos;
+use crate::key::KeyText;
 use crate::store::BucketKey;
 
 /// Keys one rule's ban table tracks at most.
@@ -37,7 +38,7 @@ struct Entry {
     /// The ban lasts while `now < banned_until`.
     banned_until: Nanos,
     /// The key as text (admin listing); set when banned.
-    key_text: Option<Box<str>>,
+    key_text: Option<KeyText>,
     /// Set by `POST /admin/bans` rather than earned.
     manual: bool,
 }
@@ -46,8 +47,9 @@ struct Entry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActiveBan {
     pub key: BucketKey,
-    /// The key's text, when known.
-    pub key_text: Option<String>,
+    /// The key's text, when known (shown only through
+    /// [`crate::key::KeyLabels::show`]).
+    pub key_text: Option<KeyText>,
     pub until: Nanos,
     pub manual: bool,
 }
@@ -106,20 +108,20 @@ impl BanTable {
     }
 
     /// Records the text of a banned key, for the admin listing.
-    pub fn name(&self, key: BucketKey, text: String) {
+    pub fn name(&self, key: BucketKey, text: KeyText) {
         if let Some(mut entry) = self.entries.get_mut(&key) {
-            entry.key_text = Some(text.into_boxed_str());
+            entry.key_text = Some(text);
         }
     }
 
     /// Bans `key` by hand until `now + duration` (replacing any ban).
-    pub fn ban(&self, key: BucketKey, text: String, now: Nanos, duration: Nanos) {
+    pub fn ban(&self, key: BucketKey, text: KeyText, now: Nanos, duration: Nanos) {
         // A hand-made ban is always recorded, even in a full table.
         self.make_room(now, 0);
         let mut entry = self.entries.entry(key).or_default();
         entry.banned_until = now.saturating_add(duration);
         entry.strikes = 0;
-        entry.key_text = Some(text.into_boxed_str());
+        entry.key_text = Some(text);
         entry.manual = true;
         self.latest_end
             .fetch_max(entry.banned_until, std::sync::atomic::Ordering::Relaxed);
@@ -153,7 +155,7 @@ impl BanTable {
             .filter(|entry| entry.banned_until > now)
             .map(|entry| ActiveBan {
                 key: *entry.key(),
-                key_text: entry.key_text.as_deref().map(str::to_owned),
+                key_text: entry.key_text.clone(),
                 until: entry.banned_until,
                 manual: entry.manual,
             })
@@ -255,12 +257,12 @@ mod tests {
     fn manual_bans_list_and_lift() {
         let bans = BanTable::default();
         let now = 1_000 * S;
-        bans.ban(9, "seller-9".to_owned(), now, 30 * S);
+        bans.ban(9, KeyText::typed("seller-9", 1), now, 30 * S);
         assert_eq!(
             bans.active(now + S),
             [ActiveBan {
                 key: 9,
-                key_text: Some("seller-9".to_owned()),
+                key_text: Some(KeyText::typed("seller-9", 1)),
                 until: now + 30 * S,
                 manual: true,
             }]
