@@ -30,6 +30,10 @@ async fn statuses(sluice: &Sluice, id: &str, n: usize) -> Vec<u16> {
 async fn a_ban_set_by_hand_refuses_the_key_until_lifted_and_spares_its_bucket() {
     let (upstream, sluice) = start(
         r#"
+[admin]
+# The keys here are test names, not secrets (docs/operations.md).
+reveal_keys = true
+
 [[rule]]
 name = "per-seller"
 key = ["header:x-seller"]

@@ -17,6 +17,10 @@ use support::{
 /// A seller rule of 10 per hour (one unit back every 6 minutes: nothing
 /// refills while a test runs), with a premium tier and a ban.
 const SELLERS: &str = r#"
+[admin]
+# The keys here are test names, not secrets (docs/operations.md).
+reveal_keys = true
+
 [[rule]]
 name = "per-seller"
 key = ["header:x-seller"]
@@ -58,6 +62,10 @@ async fn a_spend_puts_the_caller_in_debt_and_its_requests_wait_it_out() {
     // 10/s: one unit per 100 ms, 10 at most.
     let (upstream, sluice) = start(
         r#"
+[admin]
+# The keys here are test names, not secrets (docs/operations.md).
+reveal_keys = true
+
 [[rule]]
 name = "per-seller"
 key = ["header:x-seller"]
@@ -554,8 +562,9 @@ async fn spends_and_checks_need_the_admin_token_when_one_is_set() {
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\n{SELLERS}",
-        upstream.addr
+         {}",
+        upstream.addr,
+        SELLERS.replacen("[admin]\n", "[admin]\nlisten = \"127.0.0.1:0\"\n", 1)
     );
     let path = write_config(dir.path(), &config);
     let sluice = SluiceProcess::spawn_with_env(&path, &[("SLUICE_ADMIN_TOKEN", "s3cret")]);
@@ -571,7 +580,10 @@ async fn spends_and_checks_need_the_admin_token_when_one_is_set() {
         let url = sluice.admin_url(path);
         let none = post_json(&url, body, &[]).await;
         assert_problem(&none, StatusCode::UNAUTHORIZED);
-        assert_eq!(none.header("www-authenticate"), Some("Bearer"));
+        assert!(none
+            .header("www-authenticate")
+            .unwrap()
+            .starts_with("Bearer"));
         let wrong = post_json(&url, body, &[("authorization", "Bearer nope")]).await;
         assert_problem(&wrong, StatusCode::UNAUTHORIZED);
         let right = post_json(&url, body, &[("authorization", "Bearer s3cret")]).await;

@@ -27,6 +27,10 @@ fn admitted(statuses: &[u16]) -> usize {
 async fn tiers_and_overrides_pick_each_callers_limits() {
     let (_upstream, sluice) = start(
         r#"
+[admin]
+# The keys here are test names, not secrets (docs/operations.md).
+reveal_keys = true
+
 [[rule]]
 name = "sellers"
 key = ["header:x-seller"]
@@ -72,6 +76,10 @@ overrides = { "seller-42" = { rate = "8/m" } }
 async fn a_key_limited_too_often_is_banned_and_the_ban_expires() {
     let (upstream, sluice) = start(
         r#"
+[admin]
+# The keys here are test names, not secrets (docs/operations.md).
+reveal_keys = true
+
 [[rule]]
 name = "per-seller"
 key = ["header:x-seller"]

@@ -497,13 +497,19 @@ rate = "1/s"
         extras,
         [
             "rule sellers: tiers by header:x-plan: premium 100/s; free 10/s, 1000/d burst 5",
-            "rule sellers: overrides \"seller-42\" 1000/s",
+            // The override's key is a credential (header:), shown labelled.
+            extras[1],
             "rule sellers: ban 20 in 1m → 10m",
             "rule sellers: on_change reset",
             "rule v0: sunset 100/d → 10/d from 2026-12-01 to 2027-01-01 step 1d (31 steps)",
         ],
         "{stdout}"
     );
+    assert!(
+        extras[1].starts_with("rule sellers: overrides \"se…#") && extras[1].ends_with("\" 1000/s"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("ller-"), "{stdout}");
     // The table itself keeps one row per rule, with the rule's own limits.
     let sellers = stdout
         .lines()

@@ -25,6 +25,7 @@ mod forwarding;
 mod hold;
 mod hold_clock;
 mod jwt;
+mod keys_are_secrets;
 mod lifecycle;
 mod limits;
 mod memory_store;

@@ -1,6 +1,7 @@
 //! The log line of a refused request, against the real binary's stderr: one
 //! line per refusal, at most ten a second per rule, the held-back ones
-//! counted into the next line, the key shown truncated.
+//! counted into the next line, the key shown truncated (with `reveal_keys`,
+//! as a key otherwise shows as a short label: tests/e2e/keys_are_secrets.rs).
 
 use crate::support;
 
@@ -25,7 +26,7 @@ async fn refusals_are_logged_ten_a_second_per_rule_and_the_rest_counted() {
     let dir = tempfile::tempdir().unwrap();
     let toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\nreveal_keys = true\n\
          [[rule]]\nname = \"per-key\"\nkey = [\"header:x-key\"]\nrate = \"1/m\"\n",
         upstream.addr
     );

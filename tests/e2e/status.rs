@@ -12,6 +12,10 @@ use support::{assert_problem, get, post_json, send, start, write_config, Sluice,
 const HOSTILE: &str = "<script>alert(1)</script>";
 
 const RULES: &str = r#"
+[admin]
+# The keys here are test names, not secrets (docs/operations.md).
+reveal_keys = true
+
 [[rule]]
 name = "per-key"
 key = ["header:x-key"]

@@ -3,7 +3,9 @@
 //! `/admin/status` and redraws), and the test reads the DOM it dumps: the
 //! rules, rates that move between two loads, the top key escaped. It keeps
 //! screenshots at `target/status-page.png` (laptop) and
-//! `target/status-page-phone.png` (phone) to look at.
+//! `target/status-page-phone.png` (phone) to look at. With an admin token
+//! set, the page opens with Basic credentials, as a person's browser sends
+//! them after its login prompt, and its script's polls carry them too.
 //!
 //! Skipped, loudly, when Chromium is not installed (`.ci/run` installs it).
 
@@ -15,9 +17,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{get, start, Sluice};
+use support::{get, start, write_config, SluiceProcess, Upstream};
 
 const HOSTILE: &str = "<script>alert(1)</script>";
+
+/// Keys shown in clear, so that the page's escaping of a client's text is
+/// seen (a label shows only a key's first characters).
+const REVEAL: &str = "[admin]\nreveal_keys = true\n";
 
 const RULES: &str = r#"
 [[rule]]
@@ -156,8 +162,7 @@ fn polls(dom: &str) -> u32 {
 /// Keeps sending requests, more each second, as three callers: `alice`,
 /// `bob` and a caller whose key is markup. Each is held to 4/s, so some
 /// are limited.
-fn traffic(sluice: &Sluice, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
-    let url = sluice.url("/api");
+fn traffic(url: String, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let started = Instant::now();
         while !stop.load(Ordering::Relaxed) {
@@ -187,13 +192,13 @@ async fn the_page_redraws_live_rates_in_a_real_browser_and_looks_right() {
         );
         return;
     };
-    let (_upstream, sluice) = start(RULES).await;
+    let (_upstream, sluice) = start(&format!("{REVEAL}{RULES}")).await;
     let page = format!("http://{}/", sluice.admin);
     // The sampler reads before the first answer, so the rates count all
     // the traffic below.
     get(&format!("http://{}/admin/status", sluice.admin), &[]).await;
     let stop = Arc::new(AtomicBool::new(false));
-    let sender = traffic(&sluice, Arc::clone(&stop));
+    let sender = traffic(sluice.url("/api"), Arc::clone(&stop));
     tokio::time::sleep(Duration::from_millis(2500)).await;
 
     let first = dump_dom(&binary, &page).await;
@@ -251,6 +256,44 @@ async fn the_page_redraws_live_rates_in_a_real_browser_and_looks_right() {
     screenshot(&binary, &page, &dark, "1280,900", "1", true).await;
     eprintln!("status page screenshots: {laptop:?}, {phone:?}, {dark:?}");
 
+    stop.store(true, Ordering::Relaxed);
+    sender.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_the_page_opens_with_basic_credentials_and_keeps_polling() {
+    let Some(binary) = chromium() else {
+        eprintln!(
+            "\n*** SKIPPED with_a_token_the_page_opens_with_basic_credentials_and_keeps_polling: \
+             chromium is not installed (apt-get install chromium; .ci/run does) ***\n"
+        );
+        return;
+    };
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n{RULES}",
+        upstream.addr
+    );
+    let path = write_config(dir.path(), &config);
+    let token = "browser-t0ken";
+    let sluice = SluiceProcess::spawn_with_env(&path, &[("SLUICE_ADMIN_TOKEN", token)]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = traffic(sluice.url("/api"), Arc::clone(&stop));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // Without credentials: the 401's problem document, no page.
+    let refused = dump_dom(&binary, &format!("http://{}/", sluice.admin)).await;
+    assert!(!refused.contains("data-polls"), "{refused}");
+    // With them: the page, redrawn by polls that carry them, the callers'
+    // keys as labels.
+    let dom = dump_dom(&binary, &format!("http://admin:{token}@{}/", sluice.admin)).await;
+    assert!(polls(&dom) >= 1, "the script never redrew:\n{dom}");
+    assert!(dom.contains("class=\"live on\""), "{dom}");
+    assert!(cell(&dom, "per-key", "limited") > 0.0, "{dom}");
+    assert!(dom.contains("a…#") || dom.contains("…#"), "{dom}");
+    assert!(!dom.contains("alice") && !dom.contains(">bob<"), "{dom}");
     stop.store(true, Ordering::Relaxed);
     sender.await.unwrap();
 }

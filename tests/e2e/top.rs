@@ -33,6 +33,10 @@ fn listed(answer: &Value) -> Vec<(String, Value, u64)> {
 }
 
 const TWO_RULES: &str = r#"
+[admin]
+# The keys here are test names, not secrets (docs/operations.md).
+reveal_keys = true
+
 [[rule]]
 name = "per-key"
 key = ["header:x-key"]
@@ -102,6 +106,10 @@ async fn the_most_limited_keys_come_first_with_their_text_and_exact_counts() {
 async fn a_banned_key_counts_as_limited() {
     let (_upstream, sluice) = start(
         r#"
+[admin]
+# The keys here are test names, not secrets (docs/operations.md).
+reveal_keys = true
+
 [[rule]]
 name = "per-key"
 key = ["header:x-key"]
