@@ -267,7 +267,9 @@ impl KeyHasher {
             ));
         }
         let mut hasher = self.state.build_hasher();
-        for (source, part) in sources.iter().zip(parts()) {
+        // No part is repeated in an error either: a key written in the
+        // wrong order may put a credential where the IP goes.
+        for (index, (source, part)) in sources.iter().zip(parts()).enumerate() {
             match source {
                 KeySource::Ip => {
                     let ip = match part.parse::<IpAddr>() {
@@ -277,8 +279,9 @@ impl KeyHasher {
                             .map(|net| net.network())
                             .map_err(|_| {
                                 format!(
-                                    "\"{part}\" is not an IP address or network (for example \
-                                     203.0.113.7 or 2001:db8:1:2::/64)"
+                                    "part {} of the key ({source}) is not an IP address or \
+                                     network (for example 203.0.113.7 or 2001:db8:1:2::/64)",
+                                    index + 1
                                 )
                             })?,
                     };
@@ -287,7 +290,8 @@ impl KeyHasher {
                 KeySource::Global => {
                     if !part.is_empty() {
                         return Err(format!(
-                            "a global key source is the empty string, not \"{part}\""
+                            "part {} of the key (global) is always the empty string",
+                            index + 1
                         ));
                     }
                     hash_bytes(&mut hasher, b"");
