@@ -97,7 +97,7 @@ pub struct AdminConfig {
     /// Name of the environment variable holding the admin bearer token.
     pub token_env: String,
     /// Show credential keys in clear in logs and admin views
-    /// (docs/operations.md, "Keys in logs and admin views").
+    /// (README, "Keys in logs and admin views").
     pub reveal_keys: bool,
 }
 

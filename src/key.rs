@@ -209,7 +209,7 @@ impl KeyHasher {
         Ok(hasher.finish())
     }
 
-    /// The bucket key as text (docs/configuration.md, "Keys"): the
+    /// The bucket key as text (README, "Admin endpoints"): the
     /// sources' values in `key` order (an IP in canonical text, an IPv6
     /// client as its network, `global` as the empty string, a missing
     /// source as empty). Built only for admin views and logs, never on the

@@ -74,7 +74,7 @@ impl Validator<'_> {
         }
         let mut overrides = Vec::with_capacity(raw.value.0.len());
         // A key with a caller's credential in it is not repeated in full:
-        // the error's line and column point at it (docs/operations.md,
+        // the error's line and column point at it (README,
         // "Keys in logs and admin views").
         let credential = key.iter().any(crate::key::label::is_credential);
         for (name, table) in &raw.value.0 {
