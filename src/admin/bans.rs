@@ -113,13 +113,15 @@ pub(super) fn lift(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> 
         );
     };
     let now = proxy.now();
-    // A label names the bans listed under it; otherwise the key is in clear.
+    // The bans listed under the key as given, in clear or as its label;
+    // a ban whose key was never written (mirrored from another instance)
+    // is found by hashing the key below.
     let labelled: Vec<(BucketKey, KeyText)> = rule
         .bans
         .active(now)
         .into_iter()
         .filter_map(|ban| Some((ban.key, ban.key_text?)))
-        .filter(|(_, text)| policy.labels.show(&rule.key, text) == key)
+        .filter(|(_, text)| policy.labels.names(&rule.key, text, &key))
         .collect();
     let (buckets, shown) = match labelled.first() {
         Some((_, text)) => {
