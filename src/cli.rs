@@ -79,7 +79,7 @@ pub enum Command {
 /// `rule NAME: ...`.
 ///
 /// An override's key is shown as `labels` show it: a caller's credential as
-/// its label (README, "Keys in logs and admin views").
+/// its label (docs/operations.md, "Keys in logs and admin views").
 pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
     let show_cost = config.rules.iter().any(|rule| rule.cost != 1);
     let mut header = vec![

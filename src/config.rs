@@ -97,7 +97,7 @@ pub struct AdminConfig {
     /// Name of the environment variable holding the admin bearer token.
     pub token_env: String,
     /// Show credential keys in clear in logs and admin views
-    /// (README, "Keys in logs and admin views").
+    /// (docs/operations.md, "Keys in logs and admin views").
     pub reveal_keys: bool,
 }
 
@@ -256,7 +256,8 @@ impl RefundOn {
         *self == RefundOn::default()
     }
 
-    /// The cases as the config writes them, in the SPEC's order.
+    /// The cases as the config writes them, in the documented order
+    /// (docs/charging.md).
     pub fn names(&self) -> Vec<&'static str> {
         [
             (self.server_error, "5xx"),
@@ -289,7 +290,7 @@ pub struct Tiers {
 }
 
 /// `overrides = { "seller-42" = { rate = "1000/s" } }`: `name` is a bucket
-/// key as README's "Keys" writes it (sources' values joined by `|`).
+/// key as docs/configuration.md's "Keys" writes it (sources' values joined by `|`).
 pub type Override = Variant;
 
 /// A tier or an override: the value it applies to and the limits it sets
@@ -306,7 +307,7 @@ pub struct Variant {
     pub limits: Vec<LimitConfig>,
 }
 
-/// `sunset = { start, end, to, step, link }` (README's "sunset" formula; the
+/// `sunset = { start, end, to, step, link }` (docs/identity-and-policy.md's "sunset" formula; the
 /// maths is [`crate::limiter::SunsetSchedule`]). The rule has exactly one
 /// rate limit, no tiers and no overrides when this is set, and is not
 /// `concurrency`.

@@ -14,7 +14,7 @@
 //! source hashes as a marker distinct from every value (`missing = "shared"`
 //! puts all such requests in one bucket). `jwt:<claim>` sources read the
 //! claims of a verified token ([`jwt`]). [`KeyHasher::key_text`] writes a
-//! key as README's "Keys" spells it, and [`KeyHasher::key_of_text`] hashes such text
+//! key as docs/configuration.md's "Keys" spells it, and [`KeyHasher::key_of_text`] hashes such text
 //! back to the same bucket key (overrides, admin calls).
 
 pub mod client_ip;
@@ -209,7 +209,7 @@ impl KeyHasher {
         Ok(hasher.finish())
     }
 
-    /// The bucket key as text (README, "Admin endpoints"): the
+    /// The bucket key as text (docs/operations.md, "Admin endpoints"): the
     /// sources' values in `key` order (an IP in canonical text, an IPv6
     /// client as its network, `global` as the empty string, a missing
     /// source as empty). Built only for admin views and logs, never on the

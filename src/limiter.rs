@@ -381,8 +381,9 @@ impl Limiter {
 
 #[cfg(test)]
 mod carry_tests {
-    //! A reload that changes a limit carries each bucket over (SPEC.md
-    //! `on_change`): the examples of the spec, exactly, for every algorithm.
+    //! A reload that changes a limit carries each bucket over (`on_change`,
+    //! docs/identity-and-policy.md): the examples there, exactly, for every
+    //! algorithm.
 
     use super::*;
     use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Prometheus metrics (the series README lists under `GET /metrics`). Every
+//! Prometheus metrics (the series docs/operations.md lists under `GET /metrics`). Every
 //! series a request touches is resolved to a handle when the policy is
 //! compiled ([`Metrics::rule_counters`]) or here at start-up, so the request
 //! path never looks up labels. Labels are `&'static str` or rule names from

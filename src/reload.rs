@@ -418,7 +418,7 @@ fn limits_text(rule: &RuleConfig) -> String {
     }
     if !rule.overrides.is_empty() {
         // A key with a caller's credential in it is shown elided
-        // (README, "Keys in logs and admin views").
+        // (docs/operations.md, "Keys in logs and admin views").
         let credential = rule.key.iter().any(crate::key::label::is_credential);
         let each: Vec<String> = rule
             .overrides

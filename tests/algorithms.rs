@@ -4,7 +4,7 @@
 //! written here independently of the implementation (a credit token bucket,
 //! per-window counters, the weighted two-window formula in exact rationals, an
 //! exact log), against its documented bound on what it lets through, and
-//! against the promises every [`Algorithm`] makes (SPEC):
+//! against the promises every [`Algorithm`] makes (docs/algorithms.md):
 //!
 //! - a `Deny`'s `retry_after` is exact: a `peek` at `now + r` admits, at
 //!   `now + r − 1` denies; it is `None` exactly when the request can never

@@ -339,7 +339,7 @@ fuzz_target!(|input: Input<'_>| {
     let (message, payload, signature, header) = split_token(sent);
     assert_eq!(claims.0, payload, "the claims are not the token's payload");
     if input.verifier == Verifier::Unverified {
-        // README: `verify = false` checks neither signature nor algorithm,
+        // docs/identity-and-policy.md: `verify = false` checks neither signature nor algorithm,
         // so the JOSE header may be anything.
         key_on(&claims);
         return;

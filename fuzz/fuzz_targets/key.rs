@@ -1,5 +1,5 @@
 //! Arbitrary requests and `key` lists: `KeyHasher::derive` never panics, is
-//! deterministic, and keys equal what README's "Keys" says is one caller: hosts
+//! deterministic, and keys equal what docs/configuration.md's "Keys" says is one caller: hosts
 //! compared case-insensitively, query values percent-decoded (`+` as space),
 //! a claim `42` the same as `"42"`, an IPv4-mapped address as its IPv4, an
 //! IPv6 client by its `/ipv6_prefix` network, and request parts the key does
@@ -277,7 +277,7 @@ fn reencode_query(query: &str) -> String {
     pairs.join("&")
 }
 
-/// Query decoding as README's "Keys" describes it: `+` is a space, `%XX` a byte, an
+/// Query decoding as docs/configuration.md's "Keys" describes it: `+` is a space, `%XX` a byte, an
 /// invalid escape stays as written.
 fn decode(raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len());

@@ -132,7 +132,7 @@ pub(super) async fn sample(admin: Admin) {
     }
 }
 
-/// The `/admin/status` answer (README, "Admin endpoints").
+/// The `/admin/status` answer (docs/operations.md, "Admin endpoints").
 pub(super) fn snapshot(admin: &Admin) -> Value {
     let proxy = &admin.proxy;
     let status = &admin.status;

@@ -74,7 +74,7 @@ impl Validator<'_> {
         }
         let mut overrides = Vec::with_capacity(raw.value.0.len());
         // A key with a caller's credential in it is not repeated in full:
-        // the error's line and column point at it (README,
+        // the error's line and column point at it (docs/operations.md,
         // "Keys in logs and admin views").
         let credential = key.iter().any(crate::key::label::is_credential);
         for (name, table) in &raw.value.0 {
@@ -213,7 +213,7 @@ fn never_holds_a_bar(source: &KeySource) -> bool {
 }
 
 /// An `overrides` key against the rule's `key`: the sources' values joined
-/// by `|` (README, "Keys"). Checked as far as that is decidable: a header,
+/// by `|` (docs/configuration.md, "Keys"). Checked as far as that is decidable: a header,
 /// query, path, method or JWT value may itself contain `|`, so parts are
 /// only matched to sources before the first and after the last such source.
 fn check_bucket_key(text: &str, sources: &[KeySource], ipv6_prefix: u8) -> Result<(), String> {

@@ -1,6 +1,6 @@
 //! Who is calling: the client IP behind `trusted_proxies`, and its key text.
 //!
-//! This module owns README's "Client IP" and hostile-input rows C4–C7. The client IP is
+//! This module owns docs/configuration.md's "Client IP" and hostile-input rows C4–C7. The client IP is
 //! the TCP peer unless the peer is a trusted proxy; then the forwarding header
 //! (`X-Forwarded-For` or RFC 7239 `Forwarded`) is walked right to left and the
 //! first address that is not itself trusted is the client. Every address it can
@@ -135,7 +135,7 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
 
 /// Writes the key text for `ip` into `out` without allocating: IPv4 as dotted
 /// text; IPv6 as its network of `ipv6_prefix` bits, e.g. `2001:db8:1:2::/64`,
-/// so that rotating addresses inside one /64 stays one bucket (hostile-input row C7 in README).
+/// so that rotating addresses inside one /64 stays one bucket (hostile-input row C7 in docs/edge-behaviour.md).
 /// A prefix of 128 or more writes the plain address. `ip` is canonicalised
 /// first. A failing writer leaves `out` partially written; `String` never fails.
 pub fn write_key(ip: IpAddr, ipv6_prefix: u8, out: &mut impl fmt::Write) {

@@ -1,5 +1,5 @@
 //! How a caller's key is shown outside the request path: logs, every admin
-//! answer, the status page and `check` (README, "Keys in logs
+//! answer, the status page and `check` (docs/operations.md, "Keys in logs
 //! and admin views").
 //!
 //! A value from a `header:` or `query:` source is an API key or a token, a

@@ -1,7 +1,7 @@
 //! Request path normalisation: the one canonical spelling of a path that rule
 //! matching, bucket keys and (with `server.normalize_path`) the upstream all see.
 //!
-//! This module owns the rules of README's "Paths" and hostile-input row D1: percent-decode
+//! This module owns the rules of docs/configuration.md's "Paths" and hostile-input row D1: percent-decode
 //! only unreserved characters, upper-case the hex of every other escape, collapse
 //! `//`, resolve `.` and `..` (RFC 3986 §5.2.4), and refuse what cannot be
 //! normalised. It runs on every request, so an already-normal path is returned

@@ -1,6 +1,6 @@
 //! The `sunset` schedule: a rule's limit falls step by step from its COUNT
 //! (`from`) to `to` between `start` and `end`, to retire an old API version
-//! gently (SPEC.md, Rules table).
+//! gently (docs/identity-and-policy.md, "`sunset`").
 //!
 //! With `n = ceil((end − start) / step)` steps and `k = floor((t − start) /
 //! step) + 1` steps taken at `t ≥ start`:

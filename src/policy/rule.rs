@@ -172,7 +172,7 @@ impl Rule {
     }
 
     /// Whether a reload keeps this rule's buckets for `new`: same name, key
-    /// and algorithm (README, "Hot reload").
+    /// and algorithm (docs/identity-and-policy.md, "Hot reload").
     pub fn keeps_buckets_for(&self, new: &RuleConfig) -> bool {
         *self.name == *new.name && self.key == new.key && self.algorithm == new.algorithm
     }

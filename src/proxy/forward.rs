@@ -241,7 +241,7 @@ pub fn prepare_response(
     {
         // hyper framed the body by TE (RFC 9112 §6.3); the CL must not reach
         // the client, and whatever follows on the connection is suspect
-        // (response splitting, hostile-input row F4 in README).
+        // (response splitting, hostile-input row F4 in docs/edge-behaviour.md).
         headers.remove(header::CONTENT_LENGTH);
         response.body_mut().discard_connection();
     }

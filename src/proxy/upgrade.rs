@@ -4,7 +4,7 @@
 //! only once the upstream answers `101 Switching Protocols`; any other answer
 //! is an ordinary response, after which the client connection keeps being
 //! parsed as HTTP (bytes the client sent after the handshake are a next
-//! request, never tunnelled: Pingora CVE-2026-2833, hostile-input row A6 in README).
+//! request, never tunnelled: Pingora CVE-2026-2833, hostile-input row A6 in docs/edge-behaviour.md).
 //!
 //! Only WebSocket is tunnelled: any other `Upgrade` (h2c, TLS/1.0, …) is a
 //! hop-by-hop field like the rest and is stripped, so the upstream sees a

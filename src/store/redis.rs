@@ -13,7 +13,7 @@
 //! asked rule by rule ([`RedisStore::admit`]). Concurrency permits are
 //! leases ([`leases`]); while Redis is down each instance enforces its
 //! share of every limit ([`fair_share`]). Bans and their strikes live in
-//! Redis, checked and counted in the same call (README, "Running several
+//! Redis, checked and counted in the same call (docs/multi-instance.md, "Running several
 //! instances").
 
 mod batch;

@@ -16,7 +16,7 @@ use support::{assert_problem, get, post_json, send, start, Got, RedisServer, Slu
 /// A seller rule with a tier and an override, and a rule for writes only.
 const SELLERS: &str = r#"
 [admin]
-# The keys here are test names, not secrets (README, "Keys in logs and admin views").
+# The keys here are test names, not secrets (docs/operations.md, "Keys in logs and admin views").
 reveal_keys = true
 
 [[rule]]

@@ -31,7 +31,7 @@ async fn a_ban_set_by_hand_refuses_the_key_until_lifted_and_spares_its_bucket() 
     let (upstream, sluice) = start(
         r#"
 [admin]
-# The keys here are test names, not secrets (README, "Keys in logs and admin views").
+# The keys here are test names, not secrets (docs/operations.md, "Keys in logs and admin views").
 reveal_keys = true
 
 [[rule]]

@@ -18,7 +18,7 @@ use support::{
 /// refills while a test runs), with a premium tier and a ban.
 const SELLERS: &str = r#"
 [admin]
-# The keys here are test names, not secrets (README, "Keys in logs and admin views").
+# The keys here are test names, not secrets (docs/operations.md, "Keys in logs and admin views").
 reveal_keys = true
 
 [[rule]]
@@ -63,7 +63,7 @@ async fn a_spend_puts_the_caller_in_debt_and_its_requests_wait_it_out() {
     let (upstream, sluice) = start(
         r#"
 [admin]
-# The keys here are test names, not secrets (README, "Keys in logs and admin views").
+# The keys here are test names, not secrets (docs/operations.md, "Keys in logs and admin views").
 reveal_keys = true
 
 [[rule]]

@@ -28,7 +28,7 @@ async fn tiers_and_overrides_pick_each_callers_limits() {
     let (_upstream, sluice) = start(
         r#"
 [admin]
-# The keys here are test names, not secrets (README, "Keys in logs and admin views").
+# The keys here are test names, not secrets (docs/operations.md, "Keys in logs and admin views").
 reveal_keys = true
 
 [[rule]]
@@ -77,7 +77,7 @@ async fn a_key_limited_too_often_is_banned_and_the_ban_expires() {
     let (upstream, sluice) = start(
         r#"
 [admin]
-# The keys here are test names, not secrets (README, "Keys in logs and admin views").
+# The keys here are test names, not secrets (docs/operations.md, "Keys in logs and admin views").
 reveal_keys = true
 
 [[rule]]

@@ -652,3 +652,49 @@ instances = 3
         "{stdout}"
     );
 }
+
+/// Every page under docs/ opens with an example config, and `check` accepts
+/// it as it is (with the JWT secret its identity example names set), as it
+/// accepts README's first config.
+#[test]
+fn check_accepts_the_example_that_opens_each_doc_page_and_readme() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
+        .collect();
+    pages.sort();
+    assert!(pages.len() >= 8, "{pages:?}");
+    pages.push(root.join("README.md"));
+    for page in pages {
+        let markdown = std::fs::read_to_string(&page).unwrap();
+        // A doc page opens with its example; README opens with the two
+        // commands, then its first config.
+        let opening = if page.ends_with("README.md") {
+            "```toml"
+        } else {
+            "```"
+        };
+        let first_block = markdown
+            .find(opening)
+            .unwrap_or_else(|| panic!("{page:?} has no example"));
+        let example = markdown[first_block..]
+            .strip_prefix("```toml\n")
+            .and_then(|rest| rest.split_once("\n```").map(|(toml, _)| toml))
+            .unwrap_or_else(|| panic!("{page:?} does not open with a ```toml example"));
+        let (dir, path) = config_file(example);
+        let output = Command::new(binary())
+            .args(["check", "--config"])
+            .arg(&path)
+            .env("SLUICE_JWT_SECRET", "an-example-secret")
+            .output()
+            .unwrap();
+        drop(dir);
+        assert!(
+            output.status.success(),
+            "{page:?}: {}",
+            text(&output.stderr)
+        );
+    }
+}

@@ -313,12 +313,12 @@ async fn the_alerts_query_only_series_sluice_exposes_and_say_what_to_do() {
     ] {
         assert!(names.contains(wanted), "no alert {wanted}");
     }
-    // README says what to do for each one.
-    let readme = asset("README.md");
+    // The operations page says what to do for each one.
+    let operations = asset("docs/operations.md");
     for name in &names {
         assert!(
-            readme.contains(name.as_str()),
-            "README does not explain {name}"
+            operations.contains(name.as_str()),
+            "docs/operations.md does not explain {name}"
         );
     }
 }

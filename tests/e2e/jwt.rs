@@ -3,7 +3,7 @@
 //! does not verify (forged signature, `alg: none`, expired, not yet valid,
 //! an algorithm off the list, garbage, oversized, no `Bearer`) is a missing
 //! key, handled by the rule's `missing` policy, and never touches the
-//! bucket of the caller it claims to be (hostile-input row D6 in README). With a JWKS,
+//! bucket of the caller it claims to be (hostile-input row D6 in docs/edge-behaviour.md). With a JWKS,
 //! the token's `kid` picks the key.
 
 use crate::support;

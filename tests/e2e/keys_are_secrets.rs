@@ -1,4 +1,4 @@
-//! A caller's API key is a credential (README, "Keys in logs and
+//! A caller's API key is a credential (docs/operations.md, "Keys in logs and
 //! admin views"): outside the request path a `header:` or `query:` key is
 //! shown only as its label, the same label in the log, every admin view, the
 //! status page and `check`; `ip`, `path` and the other identifiers stay

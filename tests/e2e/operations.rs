@@ -1,4 +1,4 @@
-//! Operations rows (section H of README's "Hostile inputs" table) against the real
+//! Operations rows (section H of docs/edge-behaviour.md's "Hostile inputs" table) against the real
 //! binary, one test per row, named after it: H1 (SIGTERM with requests in
 //! flight and held), H2 (readiness turns at once) and H9 (HTTP/2 stream
 //! abuse over h2c).

@@ -1,6 +1,6 @@
 //! Several sluice instances sharing budgets through a real `redis-server`
 //! the test starts on an ephemeral port: exact accuracy across instances,
-//! and what happens when Redis dies, freezes or comes back (README,
+//! and what happens when Redis dies, freezes or comes back (docs/multi-instance.md,
 //! "Running several instances").
 
 use std::time::{Duration, Instant};

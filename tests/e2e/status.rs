@@ -13,7 +13,7 @@ const HOSTILE: &str = "<script>alert(1)</script>";
 
 const RULES: &str = r#"
 [admin]
-# The keys here are test names, not secrets (README, "Keys in logs and admin views").
+# The keys here are test names, not secrets (docs/operations.md, "Keys in logs and admin views").
 reveal_keys = true
 
 [[rule]]

@@ -34,7 +34,7 @@ fn listed(answer: &Value) -> Vec<(String, Value, u64)> {
 
 const TWO_RULES: &str = r#"
 [admin]
-# The keys here are test names, not secrets (README, "Keys in logs and admin views").
+# The keys here are test names, not secrets (docs/operations.md, "Keys in logs and admin views").
 reveal_keys = true
 
 [[rule]]
@@ -107,7 +107,7 @@ async fn a_banned_key_counts_as_limited() {
     let (_upstream, sluice) = start(
         r#"
 [admin]
-# The keys here are test names, not secrets (README, "Keys in logs and admin views").
+# The keys here are test names, not secrets (docs/operations.md, "Keys in logs and admin views").
 reveal_keys = true
 
 [[rule]]

@@ -1,4 +1,4 @@
-//! Hostile inputs from README's "Hostile inputs" table, sent as raw bytes (never
+//! Hostile inputs from docs/edge-behaviour.md's "Hostile inputs" table, sent as raw bytes (never
 //! through a normalising HTTP library), one test per catalogue row, named
 //! after it. This file grows with the edge-hardening work; today it holds
 //! B1 (slowloris on headers), B5 (header bombs), B6 (Expect: 100-continue over the limit), B7 (connections beyond

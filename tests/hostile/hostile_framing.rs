@@ -1,5 +1,5 @@
 //! Rows A1–A8 (HTTP/1 framing and smuggling) and C1–C2 (hop-by-hop fields)
-//! of README's "Hostile inputs" table, one test per row, named after it. The client
+//! of docs/edge-behaviour.md's "Hostile inputs" table, one test per row, named after it. The client
 //! sends exact bytes; the upstream records the exact bytes sluice wrote
 //! (`tests/wire`), so each test asserts what sluice answered *and* what
 //! reached the upstream.

@@ -1,5 +1,5 @@
 //! Abuse of how the limit key is derived, end to end over raw sockets
-//! (README's "Hostile inputs" rows C4–C7, D1–D5, E1, E2 and E6), one test per
+//! (docs/edge-behaviour.md's "Hostile inputs" rows C4–C7, D1–D5, E1, E2 and E6), one test per
 //! row, named after it: the client writes exact bytes, often pipelined on one
 //! keep-alive connection, and plays a load balancer where `trusted_proxies`
 //! says so. D2 runs the real binary to read its RSS from /proc.
@@ -585,7 +585,7 @@ burst = 20
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d4_a_missing_or_empty_key_shares_one_bucket_and_a_huge_key_gets_431() {
-    // The documented choice (README "Keys"): `missing = "shared"` (the
+    // The documented choice (docs/configuration.md, "Keys"): `missing = "shared"` (the
     // default) puts keyless requests in one bucket; an empty value counts as
     // missing; a key is hashed whatever its length, up to the head's cap
     // (`max_header_bytes`, 32 KiB), beyond which the request is 431.

@@ -1,4 +1,4 @@
-//! Operations rows of README's "Hostile inputs" table not in
+//! Operations rows of docs/edge-behaviour.md's "Hostile inputs" table not in
 //! `tests/e2e/operations.rs` or `tests/e2e/reload.rs`: H3 (invalid configs
 //! on reload, by SIGHUP and by the file watch, under load), H6 (a reload
 //! storm: no failed request, no descriptor or memory growth), H7 (shadow

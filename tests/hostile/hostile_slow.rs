@@ -1,4 +1,4 @@
-//! Slow and oversized clients from README's "Hostile inputs" table, section B, one
+//! Slow and oversized clients from docs/edge-behaviour.md's "Hostile inputs" table, section B, one
 //! test per row, named after it: B2 (slow body), B3 (a client that never
 //! reads), B4 (a 70 KB URI), B7 (out of file descriptors), B8 (idle
 //! keep-alive hoarding), and hyper's own 400/431 answers as problem

@@ -1,5 +1,5 @@
 //! Hostile clients and failing upstreams, one module per group of rows of
-//! the README's reliability table (each test named after its row), sending
+//! the "Hostile inputs" table of docs/edge-behaviour.md (each test named after its row), sending
 //! raw bytes to the real server. One test binary so that the crate and the
 //! harness are linked once; the tests run in parallel, each against its own
 //! sluice and upstream on ephemeral ports, and those that read RSS,

@@ -1,6 +1,6 @@
 //! When the upstream fails, clients get a problem document that blames it
 //! (502 or 504) and operators see the failure counted by kind; rows F1–F5
-//! of README's "Hostile inputs" table (one test each, named after it) drive a raw,
+//! of docs/edge-behaviour.md's "Hostile inputs" table (one test each, named after it) drive a raw,
 //! scripted upstream that records the exact bytes sluice sent it.
 
 use crate::support;

@@ -4,7 +4,7 @@
 //! one write and dribbled a byte at a time, reaches the client whole, and
 //! the upstream connection is reused exactly when it may be; malformed
 //! answers are 502; bytes beyond an answer never become the next answer.
-//! Rows F6–F8 of README's "Hostile inputs" table.
+//! Rows F6–F8 of docs/edge-behaviour.md's "Hostile inputs" table.
 
 use crate::support;
 use crate::wire;

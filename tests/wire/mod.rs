@@ -1,5 +1,5 @@
 //! Raw HTTP/1 on both sides of sluice, for the hostile-input rows of
-//! README's "Hostile inputs" table: a client that sends exact bytes (never a
+//! docs/edge-behaviour.md's "Hostile inputs" table: a client that sends exact bytes (never a
 //! normalising HTTP library) and a recording upstream (`U`) that logs the
 //! exact bytes it receives per connection, reads them as a strict HTTP/1.1
 //! server would, and answers as scripted (hang, close early, bad bytes,

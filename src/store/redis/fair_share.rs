@@ -1,5 +1,5 @@
 //! How many sluice instances share the Redis store, so that each enforces
-//! its share of every limit while Redis is down (SPEC.md, "Multi-instance"):
+//! its share of every limit while Redis is down (docs/multi-instance.md):
 //! an outage must not multiply the limits by the number of instances.
 //!
 //! Unless `[store.redis] instances` fixes the number, every instance keeps a
