@@ -2,8 +2,8 @@
 //! `governor`'s keyed limiter, on the same loop over the same keys; and the
 //! same loop with sluice's other algorithms (last part of this comment).
 //!
-//! The workload follows `limiter-micro` (see `shared/bench/BASELINE.md`,
-//! "Limiter micro-benchmark"):
+//! The workload (the `limiter-micro` workload every limiter in
+//! BENCHMARKS.md's decision rows was measured on):
 //!
 //! - keys are 23-byte strings `apikey-%016x` (splitmix64 of the key's index);
 //! - a visiting sequence of 2^20 keys built from xorshift-shuffled

@@ -3,8 +3,11 @@
 //! [`MonotonicClock`]; tests use [`ManualClock`], which only moves when told
 //! to. A [`Clock`] also waits ([`Clock::sleep_until`]): the proxy's holds
 //! wait on the clock its decisions read, so a test that advances a manual
-//! clock releases held requests at exact instants. Besides this module, only
-//! measurements of elapsed time (metrics) read the system clock.
+//! clock releases held requests at exact instants. Decisions, holds and
+//! settlements read only this clock. Other code reads the system's: I/O
+//! deadlines (header, body, send and upstream timeouts) run on tokio's
+//! timer, the upstream pools date idle connections with `quanta`, and
+//! metrics, the status page and logs time what they report.
 //!
 //! Why Unix time: fixed and sliding windows align to wall-clock boundaries
 //! (`100/m` resets at :00), and `X-RateLimit-Reset` is printed as Unix

@@ -1,8 +1,9 @@
 //! `sluice demo`: a self-contained tour. Starts a built-in upstream and
 //! sluice with `config/demo.toml` (compiled in, so it works from any
 //! directory) on free 127.0.0.1 ports, sends a few bursts, prints a table of
-//! what was allowed and limited with the headers seen, and keeps serving until
-//! Ctrl-C (or exits with `--once`).
+//! what was allowed and limited with the headers seen and where the status
+//! page is, and keeps serving until Ctrl-C with `curl` lines to try (or
+//! exits with `--once`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -78,8 +79,10 @@ const TOUR: &[(usize, Step)] = &[
     ),
 ];
 
-/// Runs the tour; with `once`, returns after it, otherwise serves until Ctrl-C.
-pub async fn run(once: bool) -> Result<(), DemoError> {
+/// Runs the tour; with `once`, returns after it, otherwise calls
+/// `tour_done` and serves until Ctrl-C. (The caller quiets the log until
+/// `tour_done`, so that refusals are not logged into the tour's table.)
+pub async fn run(once: bool, tour_done: impl FnOnce()) -> Result<(), DemoError> {
     let upstream = start_upstream().await?;
     let mut config = Config::from_toml(DEMO_CONFIG, "config/demo.toml")?;
     config.server.listen = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -98,13 +101,16 @@ pub async fn run(once: bool) -> Result<(), DemoError> {
 
     println!("built-in upstream  http://{upstream}");
     println!("sluice             http://{proxy}   (config/demo.toml)");
-    println!("admin              http://{admin}/metrics\n");
+    println!("status page        http://{admin}/   (open it in a browser)");
+    println!("metrics            http://{admin}/metrics\n");
     tour(proxy).await?;
 
     if !once {
-        println!("\nsluice keeps serving; try:");
-        println!("  curl -i http://{proxy}/api/search -H 'x-api-key: alice'");
-        println!("  curl http://{admin}/metrics");
+        tour_done();
+        println!("\nsluice keeps serving, and logs each request it refuses from now on. Try:");
+        for line in try_by_hand(proxy, admin) {
+            println!("  {line}");
+        }
         println!("Ctrl-C to stop.");
         let _ = tokio::signal::ctrl_c().await;
     }
@@ -113,10 +119,23 @@ pub async fn run(once: bool) -> Result<(), DemoError> {
     Ok(())
 }
 
+/// Commands that show each rule of the demo config at work.
+fn try_by_hand(proxy: SocketAddr, admin: SocketAddr) -> [String; 5] {
+    [
+        format!("curl -i http://{proxy}/api/search -H 'x-api-key: alice'   # 3 per 10s per API key"),
+        format!("curl -i http://{proxy}/api/search -H 'x-api-key: carol'   # a new key, a new bucket"),
+        format!("curl -i http://{proxy}/api/export                         # paced: X-Sluice-Delay-Ms"),
+        format!(
+            "for i in $(seq 16); do curl -s -o /dev/null -w '%{{http_code}} ' http://{proxy}/api/orders; done; echo"
+        ),
+        format!("curl -s http://{admin}/admin/top                          # who was limited most"),
+    ]
+}
+
 async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     println!(
-        "{:>2}  {:<22} {:<9} {:>6} {:>5} {:>9} {:>11} {:>6}  {:<28} note",
+        "{:>2}  {:<22} {:<9} {:>6} {:>5} {:>9} {:>11} {:>6}  {:<37} note",
         "#", "request", "status", "limit", "left", "reset in", "retry-after", "held", "RateLimit"
     );
     let mut number = 0;
@@ -153,7 +172,7 @@ async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
                 .map_or_else(|| "-".to_owned(), |ms| format!("{ms}ms"));
             let status = response.status();
             println!(
-                "{:>2}  {:<22} {:<9} {:>6} {:>5} {:>9} {:>11} {:>6}  {:<28} {}",
+                "{:>2}  {:<22} {:<9} {:>6} {:>5} {:>9} {:>11} {:>6}  {:<37} {}",
                 number,
                 format!(
                     "{}{}",

@@ -8,10 +8,16 @@
 //! - [`config`]: the TOML file → validated domain types, errors with line and column.
 //! - [`policy`]: a config compiled into the immutable snapshot the request path reads.
 //! - [`server`]: listeners, the accept loop, connection limits, graceful shutdown.
-//! - [`proxy`]: identify → limit → forward ([`proxy::forward`]) → respond ([`proxy::respond`]).
-//! - [`key`]: path normalisation, client IP, request → bucket key.
-//! - [`limiter`]: the pure, clock-injected algorithms (token bucket as GCRA).
-//! - [`store`]: where bucket state lives (the sharded in-memory table).
+//! - [`proxy`]: identify → limit (`proxy::admit`) → forward ([`proxy::forward`]) →
+//!   respond ([`proxy::respond`]) → settle deferred charges ([`proxy::settle`]).
+//! - [`key`]: path normalisation, client IP, JWT claims, request → bucket key, and
+//!   the labels that stand for credential keys outside the request path.
+//! - [`limiter`]: the pure, clock-injected algorithms (token bucket as GCRA,
+//!   leaky bucket, fixed and sliding windows, sliding log).
+//! - [`store`]: where bucket state lives: the sharded in-memory table, or Redis
+//!   shared by several instances; bans beside it.
+//! - [`heavy_hitters`]: the keys each rule sees and limits most, in bounded memory.
+//! - [`log_gate`]: how many refusal lines a rule may log per second.
 //! - [`clock`]: monotonic time for the limiter, and a manual clock for tests.
 //! - [`timer`]: a deadline timer that is cheap to move later (connection and upstream clocks).
 //! - [`reload`]: hot reload (SIGHUP, `POST /admin/reload`, the file watch).

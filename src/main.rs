@@ -8,10 +8,13 @@ use clap::Parser;
 use sluice::cli::{self, Cli, Command, LogFormat};
 use sluice::config::Config;
 use sluice::server::Server;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{reload, EnvFilter, Registry};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.log);
+    let log_filter = init_tracing(cli.log);
     match cli.command {
         Command::Check {
             diff: Some(paths), ..
@@ -42,9 +45,25 @@ fn main() -> ExitCode {
             }
             report(runtime(config.server.workers).and_then(|rt| rt.block_on(run(config, path))))
         }
-        Command::Demo { once } => report(
-            runtime(0).and_then(|rt| rt.block_on(sluice::demo::run(once)).context("demo failed")),
-        ),
+        Command::Demo { once } => {
+            // The tour prints a table; the refusals it provokes would be
+            // logged into the middle of it. Quiet below warnings during the
+            // tour, unless RUST_LOG asks otherwise; the requests tried by
+            // hand afterwards are logged as `run` logs them.
+            let quiet = std::env::var_os("RUST_LOG").is_none();
+            if quiet {
+                let _ = log_filter.reload(EnvFilter::new("warn"));
+            }
+            let tour_done = move || {
+                if quiet {
+                    let _ = log_filter.reload(EnvFilter::new("info"));
+                }
+            };
+            report(runtime(0).and_then(|rt| {
+                rt.block_on(sluice::demo::run(once, tour_done))
+                    .context("demo failed")
+            }))
+        }
     }
 }
 
@@ -131,17 +150,20 @@ fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     runtime.context("could not start the async runtime")
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+/// Logs to stderr at `RUST_LOG`'s levels (default `info`); the handle
+/// changes the levels while running.
+fn init_tracing(format: LogFormat) -> reload::Handle<EnvFilter, Registry> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let (filter, handle) = reload::Layer::new(filter);
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let logs = tracing_subscriber::registry().with(filter);
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => logs.with(lines).init(),
+        LogFormat::Json => logs.with(lines.json()).init(),
     }
+    handle
 }
 
 fn report(result: anyhow::Result<()>) -> ExitCode {

@@ -1,5 +1,7 @@
 //! Where bucket state lives. [`Store`] is a closed enum (no `Box<dyn>`): the
-//! in-memory sharded table today, a Redis store (strict and hybrid) later.
+//! sharded in-memory table ([`memory`]) of one instance, or Redis
+//! ([`redis`], strict mode: every decision made by one script call, shared
+//! by every instance; docs/multi-instance.md).
 //! Every backend answers the same calls, with the same results (the suite in
 //! `store/suite.rs` holds each to them):
 //!
@@ -13,17 +15,18 @@
 //!   permit) or charged more units (a deferred charge, which may drive the
 //!   balance below zero). [`Store::settle_detached`] does the same from a
 //!   `Drop` (a response body dropped mid-stream, a client that left while
-//!   held): the memory store settles at once, a networked store will hand
-//!   the call to a task.
+//!   held): the memory store settles at once, the Redis store sends the
+//!   call without waiting for its answer.
 //! - [`Store::spend`] and [`Store::peek`]: the admin API's budget calls —
 //!   take units outside any request (even into a debt), or look at what a
 //!   request would be told without taking anything.
 //! - A failed call returns [`StoreError`] and takes nothing; the proxy maps
 //!   it through `on_error` ([`OnError`]).
 //!
-//! The store never reads a clock: `now` comes from the caller, so
-//! memory-store tests are exact. (The Redis store will take time from Redis
-//! instead, and report it as [`Admission::at`].)
+//! The memory store never reads a clock: `now` comes from the caller, so
+//! its tests are exact. The Redis store decides on Redis' clock, so that
+//! instances whose clocks disagree share every window, and reports the
+//! instant it decided at as [`Admission::at`].
 
 pub mod admission;
 pub mod bans;

@@ -1,7 +1,7 @@
 //! A deadline timer that is cheap to move later.
 //!
 //! Registering a tokio `Sleep` in the runtime's timer wheel and taking it
-//! out again costs a few hundred instructions, and resetting one does both.
+//! out again is far from free (figures in docs/benchmarks-history.md), and resetting one does both.
 //! A deadline that restarts on every exchange (a connection's idle clock,
 //! an upstream's answer time) would pay that on every request, although it
 //! almost never fires. [`LazyTimer`] keeps one `Sleep` and only ever moves
@@ -15,7 +15,7 @@
 //! moved on: at most once per timeout period.
 //!
 //! Polling the `Sleep` again only to leave the same task's waker with it
-//! costs about 120 instructions, once per request for an idle clock; so
+//! would be paid once per request for an idle clock; so
 //! while the `Sleep` is armed, has not fired and holds a waker that wakes
 //! the polling task, a poll returns `Pending` without touching it.
 

@@ -4,8 +4,7 @@
 //!
 //! A `Request<Incoming>` is 264 bytes. Passed by value, it was copied each
 //! time it crossed a function or future boundary on its way from hyper to
-//! the upstream: ten copies per request, about 500 instructions, paid by
-//! refused requests too. Lent, it is not copied at all on its way to a plain
+//! the upstream: ten copies per request, paid by refused requests too. Lent, it is not copied at all on its way to a plain
 //! exchange (a `GET` or `HEAD` without a body), which writes it from here.
 //!
 //! The request comes from hyper's server, with hyper's body, or from

@@ -1,7 +1,7 @@
 //! Whether a message has a field, found the cheaper way for its size.
 //!
-//! A header-map lookup hashes the name and probes: about 100 instructions,
-//! paid whether the field is there or not, and the request path asks about
+//! A header-map lookup hashes the name and probes, paid whether the field
+//! is there or not, and the request path asks about
 //! fields most messages do not carry (`Transfer-Encoding`, `Upgrade`…) on
 //! every request. Comparing a standard name with each name present costs a
 //! few instructions per name, so a message with few fields (a typical API

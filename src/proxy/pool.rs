@@ -98,8 +98,7 @@ struct Idle {
 /// Fields a request gets as it is written to the upstream rather than
 /// through its header map: written straight into a plain exchange's head,
 /// inserted into the map for hyper's client. (The forwarding fields of an
-/// untrusted peer's request; three inserts into the map cost about 750
-/// instructions.)
+/// untrusted peer's request: each insert into the map hashes the name.)
 pub type AddedFields = SmallVec<[(HeaderName, HeaderValue); 3]>;
 
 impl Pool {

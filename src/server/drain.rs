@@ -2,8 +2,8 @@
 //! it knows they have all ended.
 //!
 //! A connection waits for it between requests, once per request. A
-//! `watch` channel's `changed()` future, polled again each time, cost about
-//! 160 instructions per request; here a connection's task registers once
+//! `watch` channel's `changed()` future, polled again each time, showed in
+//! every request's profile (figures in docs/benchmarks-history.md); here a connection's task registers once
 //! (a `Notify` waiter that keeps its waker), and later waits by the same
 //! task only read a flag.
 

@@ -3,8 +3,8 @@
 //! hyper's server connection is general: it reads into its own buffer,
 //! keeps a state machine for bodies, upgrades and HTTP/1.0, and encodes the
 //! response through several layers. For the request most clients send — a
-//! `GET` with no body — that cost about 7k instructions per request, most
-//! of what nginx spends on a whole 429 (8k). This server reads the head with
+//! `GET` with no body — that cost nearly as much as nginx spends on a whole
+//! 429 (figures in docs/benchmarks-history.md). This server reads the head with
 //! the same `httparse`, answers it, and writes the response head and body
 //! itself (`http1/encode.rs`), as the upstream side's plain exchanges do.
 //!

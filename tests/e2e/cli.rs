@@ -1,5 +1,5 @@
 //! The command line of the real binary: `check`, `run` on a bad file,
-//! `--version`, `demo --once`.
+//! `--version`, `demo` (with and without `--once`).
 
 use crate::support;
 
@@ -16,22 +16,34 @@ fn sluice(args: &[&str], path: Option<&Path>) -> Output {
     if let Some(path) = path {
         command.arg(path);
     }
-    let mut child = command
+    let child = command
         .env_remove("SLUICE_CONFIG")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn sluice");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("sluice {args:?} did not exit");
+    wait_with_deadline(child, Duration::from_secs(20))
+}
+
+/// The child's output once it exits; fails the test if it is still running
+/// after `limit` (its output is read meanwhile, so a full pipe cannot stall
+/// it).
+fn wait_with_deadline(child: std::process::Child, limit: Duration) -> Output {
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    match finished.recv_timeout(limit) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("sluice (pid {pid}) did not exit within {limit:?}");
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
-    child.wait_with_output().unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -610,17 +622,65 @@ fn version_prints_the_package_version() {
     );
 }
 
+/// `sluice demo` with the log levels a newcomer gets (no `RUST_LOG`).
+fn demo(once: bool) -> Command {
+    let mut command = Command::new(binary());
+    command.arg("demo");
+    if once {
+        command.arg("--once");
+    }
+    command
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// The address in `line` after `label` (`label  http://ADDR/...`).
+fn address_after(stdout: &str, label: &str) -> std::net::SocketAddr {
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} line:\n{stdout}"));
+    let url = line[label.len()..].trim_start();
+    let rest = url.strip_prefix("http://").expect(url);
+    rest[..rest.find('/').unwrap_or(rest.len())]
+        .trim_end()
+        .parse()
+        .unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+/// One `GET` over a fresh connection; the status code and the whole answer.
+fn get_raw(addr: std::net::SocketAddr, target: &str, fields: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\nHost: demo\r\n{fields}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let answer = text(&answer);
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"));
+    (status, answer)
+}
+
 #[test]
 fn demo_once_shows_allowed_and_limited_requests_then_exits() {
-    let output = sluice(&["demo", "--once"], None);
+    let child = demo(true).spawn().expect("spawn sluice demo");
+    let output = wait_with_deadline(child, Duration::from_secs(20));
 
     let stdout = text(&output.stdout);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "stderr: {}",
-        text(&output.stderr)
-    );
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "stderr: {stderr}");
     let rows_with = |status: &str| {
         stdout
             .lines()
@@ -629,6 +689,105 @@ fn demo_once_shows_allowed_and_limited_requests_then_exits() {
     };
     assert!(rows_with("200") >= 1, "no admitted row:\n{stdout}");
     assert!(rows_with("429") >= 1, "no limited row:\n{stdout}");
+    // The status page is named, at an address that was served.
+    address_after(&stdout, "status page");
+    // The tour's refusals are not logged into its table: nothing below a
+    // warning reaches the terminal while it runs.
+    assert!(
+        !stderr.contains("request refused") && !stderr.contains("INFO"),
+        "logged during the tour:\n{stderr}"
+    );
+}
+
+#[test]
+fn demo_keeps_serving_with_its_status_page_and_logs_refusals_tried_by_hand() {
+    use std::io::{BufRead, BufReader};
+    let mut child = demo(false).spawn().expect("spawn sluice demo");
+    // Everything it prints up to "Ctrl-C to stop.", within 20 s.
+    let (lines, printed) = std::sync::mpsc::channel();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let mut shown = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !shown.contains("Ctrl-C to stop.") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match printed.recv_timeout(left) {
+            Ok(line) => shown.extend([line.as_str(), "\n"]),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("the demo did not say how to go on:\n{shown}");
+            }
+        }
+    }
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (log, logged) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = log.send(line);
+        }
+    });
+
+    // The status page it names answers with the page.
+    let admin = address_after(&shown, "status page");
+    let (status, page) = get_raw(admin, "/", "");
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("<html") || page.contains("<!doctype html"),
+        "{page}"
+    );
+    // Its first curl line works as printed: alice may search 3 times in
+    // 10 s, so four searches in a row are refused at least once, and the
+    // refusal is logged now that the tour is over, her key labelled.
+    let curl = shown
+        .lines()
+        .find(|line| line.contains("curl -i") && line.contains("x-api-key: alice"))
+        .unwrap_or_else(|| panic!("no curl line for alice:\n{shown}"));
+    let proxy = curl
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("http://"))
+        .and_then(|url| url.split('/').next())
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {curl:?}"));
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| get_raw(proxy, "/api/search", "x-api-key: alice\r\n").0)
+        .collect();
+    assert!(statuses.contains(&429), "{statuses:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refusal = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match logged.recv_timeout(left) {
+            Ok(line) if line.contains("request refused") => break line,
+            Ok(_) => {}
+            Err(_) => panic!("alice's refusal was not logged"),
+        }
+    };
+    assert!(refusal.contains("/api/search"), "{refusal}");
+    assert!(
+        !refusal.contains("alice"),
+        "the API key in clear: {refusal}"
+    );
+
+    // Ctrl-C stops it cleanly.
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the demo did not stop on SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
 }
 
 #[test]

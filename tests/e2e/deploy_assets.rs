@@ -324,6 +324,31 @@ async fn the_alerts_query_only_series_sluice_exposes_and_say_what_to_do() {
 }
 
 #[test]
+fn promtool_accepts_the_alerting_rules() {
+    // Prometheus' own parser and PromQL checker, beyond the series the test
+    // above matches: a rule file it refuses is never loaded.
+    let Some(promtool) = support::optional_tool(
+        "deploy_assets::promtool_accepts_the_alerting_rules",
+        &["promtool"],
+        "prometheus",
+    ) else {
+        return;
+    };
+    let rules = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/alerts.yml");
+    let output = std::process::Command::new(promtool)
+        .args(["check", "rules"])
+        .arg(&rules)
+        .output()
+        .expect("run promtool");
+    assert!(
+        output.status.success(),
+        "promtool check rules: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
 fn references_see_names_and_literal_label_values_only() {
     let expr = r#"sum by (rule) (rate(sluice_requests_total{rule=~"$rule", outcome=~"allowed|limited"}[5m])) / on (instance) process_open_fds and max(sluice_x{kind="a-b"}) > 0 and "sluice_in_a_string""#;
     let found = references(expr);

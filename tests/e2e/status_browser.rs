@@ -40,11 +40,9 @@ rate = "10000/m"
 /// The longest one Chromium run may take before it is killed.
 const CHROMIUM_TIMEOUT: Duration = Duration::from_secs(60);
 
-fn chromium() -> Option<PathBuf> {
-    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|path| path.exists())
+/// Debian's headless Chromium, or `None` after saying the test is skipped.
+fn chromium(test: &str) -> Option<PathBuf> {
+    crate::support::optional_tool(test, &["chromium", "chromium-browser"], "chromium")
 }
 
 /// Runs headless Chromium with `args` (after the flags every run needs and
@@ -185,11 +183,8 @@ fn target_dir() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_redraws_live_rates_in_a_real_browser_and_looks_right() {
-    let Some(binary) = chromium() else {
-        eprintln!(
-            "\n*** SKIPPED the_page_redraws_live_rates_in_a_real_browser_and_looks_right: \
-             chromium is not installed (apt-get install chromium; .ci/run does) ***\n"
-        );
+    let Some(binary) = chromium("the_page_redraws_live_rates_in_a_real_browser_and_looks_right")
+    else {
         return;
     };
     let (_upstream, sluice) = start(&format!("{REVEAL}{RULES}")).await;
@@ -262,11 +257,9 @@ async fn the_page_redraws_live_rates_in_a_real_browser_and_looks_right() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_the_page_opens_with_basic_credentials_and_keeps_polling() {
-    let Some(binary) = chromium() else {
-        eprintln!(
-            "\n*** SKIPPED with_a_token_the_page_opens_with_basic_credentials_and_keeps_polling: \
-             chromium is not installed (apt-get install chromium; .ci/run does) ***\n"
-        );
+    let Some(binary) =
+        chromium("with_a_token_the_page_opens_with_basic_credentials_and_keeps_polling")
+    else {
         return;
     };
     let upstream = Upstream::start().await;

@@ -528,6 +528,37 @@ pub fn write_config(dir: &Path, toml: &str) -> PathBuf {
     path
 }
 
+/// An operating-system tool a few tests need and a fresh machine lacks
+/// (`faketime`, `chromium`, `promtool`), found on `PATH` under any of
+/// `names`. When none is there, prints one line, `SKIPPED <test>: needs
+/// <tool> (apt-get install <package>)`, and returns `None` so the test
+/// passes: the README's test command stays green on a machine with only the
+/// toolchain and `redis-server`, and `.ci/run`, which installs every tool,
+/// fails on that line (docs/development.md, "Optional tools").
+pub fn optional_tool(test: &str, names: &[&str], package: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
+        .find(|candidate| is_executable(candidate));
+    if found.is_none() {
+        // Straight to the file descriptor: the test harness captures
+        // `eprintln!` of a passing test, and this line must be seen.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "\nSKIPPED {test}: needs {} (apt-get install {package})",
+            names[0]
+        );
+    }
+    found
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
 /// The sluice binary built by cargo for integration tests.
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_sluice"))

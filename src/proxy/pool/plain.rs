@@ -5,7 +5,7 @@
 //! hyper's client runs each connection as a task of its own and hands every
 //! exchange to it through a channel and a oneshot; that hop and hyper's
 //! generic dispatch were about a third of the instructions of a forwarded
-//! request (BENCHMARKS.md). Here the request's own task writes the head and
+//! request when this was written (docs/benchmarks-history.md). Here the request's own task writes the head and
 //! reads the response head, and the body ([`super::plain_body::PlainBody`])
 //! reads the rest from the same socket. Requests with a body and WebSocket
 //! handshakes still go through hyper.
@@ -59,8 +59,8 @@ pub struct Conn {
     /// The request head is written here; kept for the connection's next
     /// exchange.
     write: Vec<u8>,
-    /// `upstream_timeout`'s clock, kept armed between exchanges: a timer
-    /// registered and removed per exchange cost about 450 instructions.
+    /// `upstream_timeout`'s clock, kept armed between exchanges rather than
+    /// registered and removed per exchange (see `timer.rs`).
     answer_timer: LazyTimer,
 }
 
@@ -390,7 +390,7 @@ impl FramingFields {
 /// hop-by-hop anyway).
 pub fn only_persistence_options(value: &HeaderValue) -> bool {
     // The value nearly every client and upstream sends, checked whole
-    // first: splitting it costs about 150 instructions.
+    // first: splitting it costs several times more.
     let whole = value.as_bytes();
     if whole.eq_ignore_ascii_case(b"keep-alive") || whole.eq_ignore_ascii_case(b"close") {
         return true;

@@ -5,7 +5,8 @@
 //! every one of those answers is the same: the same limit, nothing
 //! remaining, the same `Retry-After` and reset seconds. Writing it (the
 //! problem document, seven hashed header inserts, three allocations) was
-//! about a fifth of the 429 path's instructions; sending the remembered one
+//! about a fifth of the 429 path's instructions when measured (docs/benchmarks-history.md);
+//! sending the remembered one
 //! again is two reference counts: its fields are one shared buffer of lines
 //! (`own_fields.rs`) and its map is empty.
 //!

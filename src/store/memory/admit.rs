@@ -60,7 +60,7 @@ impl MemoryStore {
         admission.outcome = Outcome::Admitted;
         admission.decisions.clear();
         match asks.limits.len() {
-            // `resize` is not inlined: about 50 instructions for the one
+            // `resize` is not inlined: a push is cheaper for the one
             // limit most requests ask.
             1 => admission.decisions.push(UNASKED),
             limits => admission.decisions.resize(limits, UNASKED),

@@ -79,8 +79,8 @@ impl Body {
 
     /// The `EVALSHA` command of operation `op` for the script `hash`.
     /// (Each number is an argument of its own: sent as one string, they
-    /// cost sluice 1.7k instructions less per call but Redis, which every
-    /// instance shares, 10k more to split.)
+    /// cost sluice less per call but Redis, which every instance shares,
+    /// several times more to split; docs/benchmarks-history.md.)
     pub fn command(self, hash: &str, op: &str) -> Cmd {
         let keys = self.key_ends.len();
         // Room for every argument (numbers take at most 20 digits).
@@ -242,8 +242,8 @@ pub fn key_name(prefix: &str, table: &BucketTable, key: u64) -> String {
 }
 
 /// Appends `<prefix>:{<rule>:<key>}:<what>` to `text`.
-/// (Written piece by piece: `format!` machinery cost every request about
-/// a thousand instructions here.)
+/// (Written piece by piece: `format!` machinery here was a visible share
+/// of every request; docs/benchmarks-history.md.)
 fn write_key(text: &mut String, prefix: &str, table: &BucketTable, key: u64, what: &str) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let hex: [u8; 16] = std::array::from_fn(|at| DIGITS[(key >> (60 - 4 * at)) as usize & 15]);
