@@ -3,7 +3,7 @@
 //! same loop with sluice's other algorithms (last part of this comment).
 //!
 //! The workload (the `limiter-micro` workload every limiter in
-//! BENCHMARKS.md's decision rows was measured on):
+//! BENCHMARKS.md's decision row was measured on):
 //!
 //! - keys are 23-byte strings `apikey-%016x` (splitmix64 of the key's index);
 //! - a visiting sequence of 2^20 keys built from xorshift-shuffled

@@ -738,7 +738,7 @@ async fn held_load(transport: Transport, rounds: usize, max_growth_mib: f64) {
         );
     }
 
-    // On a quiet machine the peak is ~9,000 (BENCHMARKS.md); on a shared
+    // On a quiet machine the peak is ~9,000 (docs/benchmarks-history.md); on a shared
     // one the ramp-up of 10,000 requests from this same process stretches
     // over more of the 4.5 s hold and the peak falls (3,000–4,000 measured
     // at a load average of 3, the same for the commit that first set 5,000;

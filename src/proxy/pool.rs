@@ -7,7 +7,7 @@
 //! Why not hyper-util's pooled client: sluice talks to exactly one upstream,
 //! so the general client's per-request work (hashing a pool key, a checkout
 //! future, a spawned task to return each connection) is pure overhead;
-//! measured in BENCHMARKS.md.
+//! measured in docs/benchmarks-history.md.
 //!
 //! A connection is taken from the pool for one exchange and returned only
 //! once the response body has been read to its end, so a new request never

@@ -183,7 +183,8 @@ fn target_dir() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_redraws_live_rates_in_a_real_browser_and_looks_right() {
-    let Some(binary) = chromium("the_page_redraws_live_rates_in_a_real_browser_and_looks_right")
+    let Some(binary) =
+        chromium("status_browser::the_page_redraws_live_rates_in_a_real_browser_and_looks_right")
     else {
         return;
     };

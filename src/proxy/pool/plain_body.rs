@@ -158,7 +158,7 @@ fn poll_more(
 /// between 8 and 256 KiB. Reads of at most 64 KiB took four times the
 /// system calls of hyper's (whose reads grow to 400 KiB) on a 1 MiB
 /// download; at 256 KiB it is 6 reads and 4.7 writes per MiB against
-/// hyper's 4.6 and 4.6 (BENCHMARKS.md).
+/// hyper's 4.6 and 4.6 (docs/benchmarks-history.md).
 fn want(remaining: u64) -> usize {
     usize::try_from(remaining)
         .unwrap_or(usize::MAX)
