@@ -258,9 +258,9 @@ async fn the_page_redraws_live_rates_in_a_real_browser_and_looks_right() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_the_page_opens_with_basic_credentials_and_keeps_polling() {
-    let Some(binary) =
-        chromium("with_a_token_the_page_opens_with_basic_credentials_and_keeps_polling")
-    else {
+    let Some(binary) = chromium(
+        "status_browser::with_a_token_the_page_opens_with_basic_credentials_and_keeps_polling",
+    ) else {
         return;
     };
     let upstream = Upstream::start().await;
