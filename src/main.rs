@@ -14,7 +14,13 @@ use tracing_subscriber::{reload, EnvFilter, Registry};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let log_filter = init_tracing(cli.log);
+    // Only the demo changes its log levels while running.
+    let levels = if matches!(cli.command, Command::Demo { .. }) {
+        Some(init_reloadable_tracing(cli.log))
+    } else {
+        init_tracing(cli.log);
+        None
+    };
     match cli.command {
         Command::Check {
             diff: Some(paths), ..
@@ -45,26 +51,28 @@ fn main() -> ExitCode {
             }
             report(runtime(config.server.workers).and_then(|rt| rt.block_on(run(config, path))))
         }
-        Command::Demo { once } => {
-            // The tour prints a table; the refusals it provokes would be
-            // logged into the middle of it. Quiet below warnings during the
-            // tour, unless RUST_LOG asks otherwise; the requests tried by
-            // hand afterwards are logged as `run` logs them.
-            let quiet = std::env::var_os("RUST_LOG").is_none();
-            if quiet {
-                let _ = log_filter.reload(EnvFilter::new("warn"));
-            }
-            let tour_done = move || {
-                if quiet {
-                    let _ = log_filter.reload(EnvFilter::new("info"));
-                }
-            };
-            report(runtime(0).and_then(|rt| {
-                rt.block_on(sluice::demo::run(once, tour_done))
-                    .context("demo failed")
-            }))
-        }
+        Command::Demo { once } => demo(once, levels),
     }
+}
+
+/// `sluice demo`. The tour prints a table, and the refusals it provokes
+/// would be logged into the middle of it: below warnings nothing is logged
+/// during the tour (unless `RUST_LOG` says otherwise), and the requests
+/// tried by hand afterwards are logged as `run` logs them.
+fn demo(once: bool, levels: Option<reload::Handle<EnvFilter, Registry>>) -> ExitCode {
+    let levels = levels.filter(|_| std::env::var_os("RUST_LOG").is_none());
+    if let Some(levels) = &levels {
+        let _ = levels.reload(EnvFilter::new("warn"));
+    }
+    let tour_done = move || {
+        if let Some(levels) = levels {
+            let _ = levels.reload(EnvFilter::new("info"));
+        }
+    };
+    report(runtime(0).and_then(|rt| {
+        rt.block_on(sluice::demo::run(once, tour_done))
+            .context("demo failed")
+    }))
 }
 
 /// `sluice check --diff OLD NEW`: NEW's rules, then what a reload from OLD
@@ -150,9 +158,22 @@ fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     runtime.context("could not start the async runtime")
 }
 
-/// Logs to stderr at `RUST_LOG`'s levels (default `info`); the handle
-/// changes the levels while running.
-fn init_tracing(format: LogFormat) -> reload::Handle<EnvFilter, Registry> {
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// [`init_tracing`] with levels that can change while running. Only for
+/// the demo: the reloadable filter takes a lock for every event it lets
+/// through, which `run`'s request path should not pay.
+fn init_reloadable_tracing(format: LogFormat) -> reload::Handle<EnvFilter, Registry> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let (filter, handle) = reload::Layer::new(filter);
     let lines = tracing_subscriber::fmt::layer()
