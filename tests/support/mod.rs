@@ -541,14 +541,15 @@ pub fn optional_tool(test: &str, names: &[&str], package: &str) -> Option<PathBu
         .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
         .find(|candidate| is_executable(candidate));
     if found.is_none() {
-        // Straight to the file descriptor: the test harness captures
-        // `eprintln!` of a passing test, and this line must be seen.
+        // Straight to the file descriptor, in one write: the test harness
+        // captures `eprintln!` of a passing test, and this line must be
+        // seen whole among the harness's own.
         use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "\nSKIPPED {test}: needs {} (apt-get install {package})",
+        let line = format!(
+            "\nSKIPPED {test}: needs {} (apt-get install {package})\n",
             names[0]
         );
+        let _ = std::io::stderr().write_all(line.as_bytes());
     }
     found
 }
