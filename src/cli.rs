@@ -61,8 +61,9 @@ pub enum Command {
         diff: Option<Vec<PathBuf>>,
     },
     /// A self-contained tour: starts a built-in upstream and sluice with the
-    /// demo config on free 127.0.0.1 ports, sends a burst, prints what was
-    /// allowed and limited, then keeps serving until Ctrl-C.
+    /// demo config on free 127.0.0.1 ports, prints the status page's
+    /// address, sends a burst and prints what was allowed and limited, then
+    /// keeps serving until Ctrl-C with curl lines to try by hand.
     Demo {
         /// Exit after the tour instead of serving.
         #[arg(long)]

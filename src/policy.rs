@@ -20,6 +20,7 @@ mod limit;
 mod matcher;
 mod rule;
 mod sunset;
+
 #[cfg(test)]
 pub(crate) mod testing;
 
@@ -73,8 +74,7 @@ impl Policy {
     /// Keys are labelled with the deployment's admin token, if it has one
     /// (until a shared store's seed replaces it, [`Policy::compile_with_keys`]).
     pub fn compile(config: Arc<Config>, metrics: &Metrics, store: &Store) -> Policy {
-        let label_key = LabelKey::for_token(config.admin.token().as_deref());
-        let keys = KeyHasher::new(config.server.ipv6_prefix).with_label_key(label_key);
+        let keys = fresh_keys(&config);
         Policy::compile_with_keys(config, metrics, store, keys)
     }
 
@@ -103,7 +103,7 @@ impl Policy {
         // (the rules below hash their tier and override keys with it).
         let keys = match previous {
             Some(previous) => previous.keys.with_ipv6_prefix(config.server.ipv6_prefix),
-            None => KeyHasher::new(config.server.ipv6_prefix),
+            None => fresh_keys(&config),
         };
         Policy::build(config, metrics, store, previous, now, keys)
     }
@@ -168,4 +168,11 @@ impl Policy {
     pub fn sends_headers(&self) -> bool {
         self.response.headers != HeaderStyle::None
     }
+}
+
+/// A new random key hasher for `config`, labelling keys with the
+/// deployment's admin token when it has one.
+fn fresh_keys(config: &Config) -> KeyHasher {
+    let label_key = LabelKey::for_token(config.admin.token().as_deref());
+    KeyHasher::new(config.server.ipv6_prefix).with_label_key(label_key)
 }

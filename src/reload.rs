@@ -419,15 +419,12 @@ fn limits_text(rule: &RuleConfig) -> String {
     if !rule.overrides.is_empty() {
         // A key with a caller's credential in it is shown elided
         // (docs/operations.md, "Keys in logs and admin views").
-        let credential = rule.key.iter().any(crate::key::label::is_credential);
         let each: Vec<String> = rule
             .overrides
             .iter()
             .map(|o| {
-                let name = match credential {
-                    true => crate::key::label::elided(&o.name),
-                    false => o.name.clone(),
-                };
+                let name = crate::key::label::elided_override(&rule.key, &o.name)
+                    .unwrap_or_else(|| o.name.clone());
                 format!("{name:?} {:?}", o.limits)
             })
             .collect();

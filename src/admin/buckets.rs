@@ -265,17 +265,13 @@ pub(super) fn limits_from(rule: &Rule, limits: &[Limit], labels: &KeyLabels) -> 
     if rule.sunset.is_some() {
         return "sunset".into();
     }
-    let Some(variant) = rule
-        .variants
+    rule.variants
         .iter()
         .find(|variant| std::ptr::eq(variant.limits.as_ptr(), limits.as_ptr()))
-    else {
-        return "rule".into();
-    };
-    match variant.label.strip_prefix("override:") {
-        Some(key) => format!("override:{}", labels.show_typed(&rule.key, key)),
-        None => variant.label.clone(),
-    }
+        .map_or_else(
+            || "rule".into(),
+            |variant| variant.shown_label(&rule.key, labels),
+        )
 }
 
 /// A bucket key as 16 hex digits: a JSON number would lose its low bits

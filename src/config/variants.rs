@@ -73,15 +73,12 @@ impl Validator<'_> {
             return Vec::new();
         }
         let mut overrides = Vec::with_capacity(raw.value.0.len());
-        // A key with a caller's credential in it is not repeated in full:
-        // the error's line and column point at it (docs/operations.md,
-        // "Keys in logs and admin views").
-        let credential = key.iter().any(crate::key::label::is_credential);
         for (name, table) in &raw.value.0 {
-            let shown = if credential {
-                format!("{:?}", crate::key::label::elided(&name.text))
-            } else {
-                key_in_path(&name.text)
+            // A key with a caller's credential in it is not repeated in
+            // full (docs/operations.md, "Keys in logs and admin views").
+            let shown = match crate::key::label::elided_override(key, &name.text) {
+                Some(elided) => format!("{elided:?}"),
+                None => key_in_path(&name.text),
             };
             let relative = format!("overrides.{shown}");
             if let Err(message) = check_bucket_key(&name.text, key, ipv6_prefix) {

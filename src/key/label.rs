@@ -97,7 +97,8 @@ const CONTEXT: &[u8] = b"sluice key labels v1";
 
 /// PBKDF2 rounds for a key made from the admin token: a caller who knows
 /// its own key and reads its label cannot try a dictionary of tokens
-/// against it at the speed of one hash each (about 20 ms once, at start).
+/// against it at the speed of one hash each (a few milliseconds, once at
+/// start: docs/benchmarks-history.md, "Keys are secrets: the label key").
 const TOKEN_ROUNDS: u32 = 60_000;
 
 impl LabelKey {
@@ -175,6 +176,13 @@ pub fn elided(value: &str) -> String {
         .collect();
     elided.push('…');
     elided
+}
+
+/// How a config error or a reload diff shows an `overrides` key of a rule
+/// keyed on `sources`: elided when the key holds a credential (the error's
+/// line and column point at it), `None` when it may be shown as written.
+pub fn elided_override(sources: &[KeySource], text: &str) -> Option<String> {
+    sources.iter().any(is_credential).then(|| elided(text))
 }
 
 /// Bytes of the keyed hash a label shows (48 bits: distinct callers share a

@@ -63,7 +63,7 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
             let overrides: Vec<serde_json::Value> = rule
                 .variants
                 .iter()
-                .filter_map(|v| Some((v.label.strip_prefix("override:")?, v)))
+                .filter_map(|v| Some((v.override_key()?, v)))
                 .map(|(key, v)| {
                     let key = policy.labels.show_typed(&rule.key, key);
                     json!({ "key": key, "limits": limits_json(&v.limits) })

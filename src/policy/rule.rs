@@ -93,6 +93,23 @@ pub struct Variant {
     pub limits: Vec<Limit>,
 }
 
+impl Variant {
+    /// An override's key as written in the config (`override:KEY`); `None`
+    /// for a tier.
+    pub fn override_key(&self) -> Option<&str> {
+        self.label.strip_prefix("override:")
+    }
+
+    /// The label as it may be shown for a rule keyed on `sources`: an
+    /// override's key is a caller's key, shown as `labels` show it.
+    pub fn shown_label(&self, sources: &[KeySource], labels: &KeyLabels) -> String {
+        match self.override_key() {
+            Some(key) => format!("override:{}", labels.show_typed(sources, key)),
+            None => self.label.clone(),
+        }
+    }
+}
+
 impl Rule {
     /// The limits for a caller with bucket key `key`: the current step of
     /// a retiring rule, else its override, else its tier, else the rule's
