@@ -34,7 +34,7 @@ use sluice::config::Rate;
 use sluice::limiter::{
     BucketState, Decision, FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow,
 };
-use sluice::store::{Ask, Grant, MemoryStore};
+use sluice::store::{Ask, DrawnFrom, MemoryStore};
 
 const DEFAULT_KEYS: usize = 1_000_000;
 
@@ -186,7 +186,7 @@ fn insert_sluice(
             hold: None,
         };
         for now in 1..=decisions {
-            assert!(store.acquire_all(&[ask], now, &mut outcome, &mut [Grant::None]));
+            assert!(store.acquire_all(&[ask], now, &mut outcome, &mut [DrawnFrom::Nowhere]));
         }
     }
     let after = rss();

@@ -214,7 +214,12 @@ fn metrics_text(proxy: &Proxy) -> String {
         metrics.set_rule_state(&rule.name, rule.bans.active(now).len(), tracked_keys);
     }
     let stats = store.stats();
-    metrics.set_store_state(store.backend_name(), stats.evicted_idle, stats.overflow);
+    metrics.set_store_state(
+        store.backend_name(),
+        &crate::store::StoreError::KINDS,
+        stats.evicted_idle,
+        stats.overflow,
+    );
     metrics.render()
 }
 
@@ -323,14 +328,14 @@ const MAX_BODY: usize = 64 * 1024;
 
 /// An admin call refused: the status and detail of its problem document.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Refusal {
+struct RefusedCall {
     status: StatusCode,
     detail: Cow<'static, str>,
 }
 
-impl Refusal {
-    fn new(status: StatusCode, detail: impl Into<Cow<'static, str>>) -> Refusal {
-        Refusal {
+impl RefusedCall {
+    fn new(status: StatusCode, detail: impl Into<Cow<'static, str>>) -> RefusedCall {
+        RefusedCall {
             status,
             detail: detail.into(),
         }

@@ -1,13 +1,20 @@
 //! Time as a parameter. The limiter core never reads a clock: callers pass
-//! `now` as [`Nanos`] since the Unix epoch. Production uses
-//! [`MonotonicClock`]; tests use [`ManualClock`], which only moves when told
-//! to. A [`Clock`] also waits ([`Clock::sleep_until`]): the proxy's holds
-//! wait on the clock its decisions read, so a test that advances a manual
-//! clock releases held requests at exact instants. Decisions, holds and
-//! settlements read only this clock. Other code reads the system's: I/O
-//! deadlines (header, body, send and upstream timeouts) run on tokio's
-//! timer, the upstream pools date idle connections with `quanta`, and
-//! metrics, the status page and logs time what they report.
+//! `now` as [`Nanos`] since the Unix epoch. The proxy reads one injected
+//! [`ProxyClock`] for what it decides and measures: decisions, holds
+//! ([`Clock::sleep_until`]), settlements, charged upstream time and the
+//! age of idle upstream connections. Its I/O deadlines (header, body, send,
+//! idle and upstream timeouts, hyper's timers) run on tokio's timers.
+//!
+//! Production uses [`MonotonicClock`]; it and tokio's timers both follow the
+//! OS monotonic clock, so a hold and a timeout that end at the same instant
+//! end together (give or take the timers' millisecond resolution). Tests use
+//! [`RuntimeClock`], which reads tokio's time: under a paused runtime
+//! (`#[tokio::test(start_paused = true)]`) that time moves only when the
+//! test calls `tokio::time::advance` or the runtime has nothing left to do
+//! and jumps to its next timer, so decisions, holds, settlements and every
+//! I/O deadline move together, by exactly as much (docs/development.md).
+//! Metrics, the status page and logs time what they report on the system's
+//! clocks.
 //!
 //! Why Unix time: fixed and sliding windows align to wall-clock boundaries
 //! (`100/m` resets at :00), and `X-RateLimit-Reset` is printed as Unix
@@ -18,11 +25,7 @@
 //! (typically milliseconds a day), which moves window boundaries by as much.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use tokio::sync::Notify;
 
 /// Nanoseconds since the clock's epoch.
 pub type Nanos = u64;
@@ -80,61 +83,58 @@ impl Clock for MonotonicClock {
     }
 }
 
-/// A clock that only moves when told to; clones share the same time.
-#[derive(Debug, Clone, Default)]
-pub struct ManualClock {
-    nanos: Arc<AtomicU64>,
-    /// Wakes the sleepers each time the clock moves.
-    moved: Arc<Notify>,
+/// The runtime's clock (`tokio::time::Instant`) as Unix time: `start` at
+/// the instant it was made. Under a paused runtime it moves only with the
+/// runtime's time, as the I/O deadlines do, so a test drives both with
+/// `tokio::time::advance` or auto-advance. On a runtime that is not
+/// paused it is real monotonic time. Clones share the same origin.
+#[derive(Debug, Clone, Copy)]
+pub struct RuntimeClock {
+    /// Unix nanoseconds at `base`.
+    start: Nanos,
+    /// The runtime's instant at which this clock read `start`.
+    base: tokio::time::Instant,
 }
 
-impl ManualClock {
-    /// A clock at `start` nanoseconds.
+impl RuntimeClock {
+    /// A clock reading `start` now. Made inside a paused runtime, it reads
+    /// that runtime's time from then on.
     pub fn new(start: Nanos) -> Self {
-        ManualClock {
-            nanos: Arc::new(AtomicU64::new(start)),
-            moved: Arc::new(Notify::new()),
+        RuntimeClock {
+            start,
+            base: tokio::time::Instant::now(),
         }
     }
-
-    /// Moves time forward.
-    pub fn advance(&self, by: Duration) {
-        self.nanos.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
-        self.moved.notify_waiters();
-    }
 }
 
-impl Clock for ManualClock {
+impl Clock for RuntimeClock {
     fn now(&self) -> Nanos {
-        self.nanos.load(Ordering::SeqCst)
+        let elapsed = tokio::time::Instant::now().duration_since(self.base);
+        self.start.saturating_add(elapsed.as_nanos() as Nanos)
     }
 
+    /// A timer of the runtime at exactly the runtime instant at which
+    /// [`Clock::now`] reads `at`; the runtime rounds it up to its next
+    /// millisecond, so it never ends before `at`.
     fn sleep_until(&self, at: Nanos) -> impl Future<Output = ()> + Send {
-        let clock = self.clone();
-        async move {
-            loop {
-                // Registered before the check, so a move in between is seen.
-                let moved = clock.moved.notified();
-                tokio::pin!(moved);
-                moved.as_mut().enable();
-                if clock.now() >= at {
-                    return;
-                }
-                moved.await;
-            }
+        let after = Duration::from_nanos(at.saturating_sub(self.start));
+        match self.base.checked_add(after) {
+            Some(deadline) => tokio::time::sleep_until(deadline),
+            // Beyond what an instant holds: as far as tokio's `sleep` goes.
+            None => tokio::time::sleep(after),
         }
     }
 }
 
 /// The clock the proxy runs on: [`MonotonicClock`] in production, a
-/// [`ManualClock`] in tests of holds, charges and refunds. A closed enum
+/// [`RuntimeClock`] in tests that drive time. A closed enum
 /// rather than a generic parameter, so the server, the admin listener and
 /// reloads keep one concrete proxy type; a read costs one predictable
 /// branch.
 #[derive(Debug, Clone)]
 pub enum ProxyClock {
     Monotonic(MonotonicClock),
-    Manual(ManualClock),
+    Runtime(RuntimeClock),
 }
 
 impl Default for ProxyClock {
@@ -148,14 +148,14 @@ impl Clock for ProxyClock {
     fn now(&self) -> Nanos {
         match self {
             ProxyClock::Monotonic(clock) => clock.now(),
-            ProxyClock::Manual(clock) => clock.now(),
+            ProxyClock::Runtime(clock) => clock.now(),
         }
     }
 
     async fn sleep_until(&self, at: Nanos) {
         match self {
             ProxyClock::Monotonic(clock) => clock.sleep_until(at).await,
-            ProxyClock::Manual(clock) => clock.sleep_until(at).await,
+            ProxyClock::Runtime(clock) => clock.sleep_until(at).await,
         }
     }
 }

@@ -26,7 +26,7 @@ impl LogGate {
     /// Whether a line may be logged at `now`: `Some(n)` with the lines held
     /// back since the last one logged, `None` when this one is held back.
     #[inline]
-    pub fn admit(&self, now: Nanos) -> Option<u64> {
+    pub fn let_through(&self, now: Nanos) -> Option<u64> {
         let second = now / 1_000_000_000 + 1;
         let seen = self.second.load(Ordering::Relaxed);
         if seen != second
@@ -70,13 +70,13 @@ mod tests {
     fn a_rule_logs_at_most_its_lines_a_second_and_counts_the_rest() {
         let gate = LogGate::default();
         let t = 1_795_000_000 * SECOND;
-        let first: Vec<_> = (0..25).map(|i| gate.admit(t + i * 1_000)).collect();
+        let first: Vec<_> = (0..25).map(|i| gate.let_through(t + i * 1_000)).collect();
         assert_eq!(first.iter().filter(|line| line.is_some()).count(), 10);
         assert_eq!(first[0], Some(0));
         assert!(first[10..].iter().all(Option::is_none));
         // The next second's first line reports the 15 held back.
-        assert_eq!(gate.admit(t + SECOND), Some(15));
-        assert_eq!(gate.admit(t + SECOND + 1), Some(0));
+        assert_eq!(gate.let_through(t + SECOND), Some(15));
+        assert_eq!(gate.let_through(t + SECOND + 1), Some(0));
     }
 
     #[test]

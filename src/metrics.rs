@@ -10,7 +10,7 @@
 //! [`Metrics::set_store_state`]): this module knows nothing of policies or
 //! stores.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -93,7 +93,11 @@ pub struct Metrics {
     queue_depth: IntGaugeVec,
     evictions_idle: IntCounter,
     evictions_overflow: IntCounter,
+    /// `sluice_store_errors_total{backend,kind}`.
     store_errors: IntCounterVec,
+    /// The `kind`s of store error met since the store last answered: each
+    /// is reported once per streak ([`Metrics::store_failed`]).
+    store_errors_in_streak: Arc<Mutex<Vec<&'static str>>>,
     /// `sluice_store_seconds{backend}`: every call to the store.
     store_seconds: HistogramVec,
     /// The one backend's `sluice_store_seconds` child, once a call named it.
@@ -184,8 +188,11 @@ impl Metrics {
         )
         .expect("static metric definition");
         let store_errors = IntCounterVec::new(
-            Opts::new("sluice_store_errors_total", "Store errors per backend."),
-            &["backend"],
+            Opts::new(
+                "sluice_store_errors_total",
+                "Store errors per backend and kind (unavailable: no answer; script: an answer that is an error).",
+            ),
+            &["backend", "kind"],
         )
         .expect("static metric definition");
         let store_seconds = HistogramVec::new(
@@ -298,6 +305,7 @@ impl Metrics {
             evictions_idle: evictions.with_label_values(&["idle"]),
             evictions_overflow: evictions.with_label_values(&["overflow"]),
             store_errors,
+            store_errors_in_streak: Arc::default(),
             store_seconds,
             store_seconds_resolved: Arc::default(),
             store_fallback_active,
@@ -333,12 +341,19 @@ impl Metrics {
         }
     }
 
-    /// Counts a failed store call; the fallback stays active until a call
-    /// succeeds again. Whether the fallback began with this call.
-    pub fn store_failed(&self, backend: &str) -> bool {
-        self.store_errors.with_label_values(&[backend]).inc();
-        self.store_fallback_active.get() == 0 && {
-            self.store_fallback_active.set(1);
+    /// Counts a failed store call, an error of `kind`; the fallback stays
+    /// active until a call succeeds again. Whether this is the streak's
+    /// first error of that kind (what the caller logs: once per streak and
+    /// kind, not once per request).
+    pub fn store_failed(&self, backend: &str, kind: &'static str) -> bool {
+        self.store_errors.with_label_values(&[backend, kind]).inc();
+        self.store_fallback_active.set(1);
+        let mut kinds = self
+            .store_errors_in_streak
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        !kinds.contains(&kind) && {
+            kinds.push(kind);
             true
         }
     }
@@ -366,6 +381,10 @@ impl Metrics {
     pub fn store_recovered(&self) -> bool {
         self.store_fallback_active.get() != 0 && {
             self.store_fallback_active.set(0);
+            self.store_errors_in_streak
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .clear();
             true
         }
     }
@@ -395,12 +414,21 @@ impl Metrics {
     }
 
     /// Sets the store's series: the evictions it counts (totals since start)
-    /// and its backend's error series, which exists at 0. The fallback gauge
-    /// is kept by the request path ([`Metrics::store_failed`]).
-    pub fn set_store_state(&self, backend: &str, evicted_idle: u64, overflow: u64) {
+    /// and its backend's error series, one per kind of error it can report
+    /// (`error_kinds`), which exist at 0. The fallback gauge is kept by the
+    /// request path ([`Metrics::store_failed`]).
+    pub fn set_store_state(
+        &self,
+        backend: &str,
+        error_kinds: &[&str],
+        evicted_idle: u64,
+        overflow: u64,
+    ) {
         catch_up(&self.evictions_idle, evicted_idle);
         catch_up(&self.evictions_overflow, overflow);
-        self.store_errors.with_label_values(&[backend]);
+        for kind in error_kinds {
+            self.store_errors.with_label_values(&[backend, kind]);
+        }
         self.store_seconds.with_label_values(&[backend]);
     }
 

@@ -1,5 +1,6 @@
-//! Listeners and the connection lifecycle: the accept loop (HTTP/1.1 and h2c
-//! through hyper-util's auto builder), the connection cap, hyper's limits and
+//! Listeners and the connection lifecycle: the accept loop (each connection
+//! served as `server/connection.rs` tells: sluice's own HTTP/1.1 server,
+//! then hyper's, HTTP/1.1 or h2c), the connection cap, hyper's limits and
 //! timeouts, and graceful shutdown.
 //!
 //! The cap: a connection beyond `max_connections` is accepted and answered
@@ -21,38 +22,39 @@
 //! connections get GOAWAY), and `serve` returns once they have, or after
 //! `shutdown_grace` at the latest: what is still running then is cut off.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, Version};
-use hyper::body::{Body, Frame, SizeHint};
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper::body::Body;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::admin::{self, Admin};
 use crate::clock::ProxyClock;
-use crate::config::Config;
+use crate::config::{Config, ServerConfig};
 use crate::problem::{self, Layout, Problem};
 use crate::proxy::deadline::BodyLimits;
-use crate::proxy::respond::{self, ProxyBody};
-use crate::proxy::{ClientBody, ClientRequest, Proxy};
+use crate::proxy::respond::ProxyBody;
+use crate::proxy::{ClientRequest, Proxy};
 use crate::reload::{Reloader, Trigger};
 
+mod connection;
 mod deadline_io;
+#[doc(hidden)]
+pub mod differential;
 mod drain;
 pub mod http1;
 
-use deadline_io::{ConnectionLimits, DeadlineIo, Exchanges, InFlight};
-use drain::{Drain, DrainHandle};
-use http1::{HeadLimits, Http1, Next};
+use connection::{Connection, Handler, HyperServers};
+use deadline_io::{ConnectionLimits, DeadlineIo, Exchanges};
+use drain::Drain;
+use http1::HeadLimits;
 
 /// Pause after a failed `accept` (e.g. out of file descriptors), so the loop
 /// does not spin while the condition lasts.
@@ -75,8 +77,8 @@ impl Server {
     }
 
     /// Binds with the proxy's decisions, holds and settling on `clock`
-    /// (tests drive a [`crate::clock::ManualClock`]; deadlines of the
-    /// connections stay on the runtime's timers).
+    /// (tests pass a [`crate::clock::RuntimeClock`] on paused tokio time,
+    /// which also runs the connections' deadlines).
     pub async fn bind_with_clock(config: Config, clock: ProxyClock) -> io::Result<Server> {
         let listener = listen(config.server.listen)?;
         let admin_listener = TcpListener::bind(config.admin.listen).await?;
@@ -134,24 +136,14 @@ impl Server {
                 tokio::spawn(reload_on_sighup(reloader)),
             )
         });
-        let builder = Arc::new(connection_builder(&config));
+        let servers = Arc::new(hyper_servers(&config.server));
         let server = &config.server;
-        let limits = ConnectionLimits {
-            header_read_timeout: server.header_read_timeout,
-            idle_timeout: server.idle_timeout,
-            send_timeout: server.send_timeout,
-            max_uri_bytes: server.max_uri_bytes,
-            max_headers: server.max_headers,
-            max_header_bytes: server.max_header_bytes,
-        };
+        let limits = connection_limits(server);
         let body_limits = BodyLimits {
             timeout: server.body_timeout,
             max_bytes: server.max_body_bytes,
         };
-        let head_limits = HeadLimits {
-            max_headers: server.max_headers,
-            max_header_bytes: server.max_header_bytes,
-        };
+        let head_limits = head_limits(server);
         let connections = Arc::new(Semaphore::new(config.server.max_connections));
         let drain = Drain::new();
 
@@ -177,12 +169,15 @@ impl Server {
             let exchanges = Arc::new(Exchanges::default());
             let io = DeadlineIo::new(stream, limits, Arc::clone(&exchanges));
             let connection = Connection {
-                proxy: proxy.clone(),
+                handler: Proxied {
+                    proxy: proxy.clone(),
+                    peer,
+                    body_limits,
+                },
                 peer,
-                body_limits,
                 head_limits,
                 exchanges,
-                builder: Arc::clone(&builder),
+                servers: Arc::clone(&servers),
             };
             let draining = drain.handle();
             tokio::spawn(async move {
@@ -193,15 +188,7 @@ impl Server {
 
         proxy.start_draining();
         drop(listener);
-        tracing::info!("shutting down: draining in-flight requests");
-        let grace = config.server.shutdown_grace;
-        drain.start();
-        if tokio::time::timeout(grace, drain.ended()).await.is_err() {
-            tracing::warn!(
-                ?grace,
-                "shutdown grace elapsed with requests still in flight"
-            );
-        }
+        shut_down(drain, config.server.shutdown_grace).await;
         admin.abort();
         if let Some((watch, sighup)) = reloading {
             watch.abort();
@@ -210,134 +197,16 @@ impl Server {
     }
 }
 
-/// A client connection and what its requests need.
-struct Connection {
-    proxy: Proxy,
-    peer: SocketAddr,
-    body_limits: BodyLimits,
-    head_limits: HeadLimits,
-    exchanges: Arc<Exchanges>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
-}
-
-impl Connection {
-    /// Serves the connection until it ends: sluice's own HTTP/1.1 server
-    /// answers while the requests are ones it takes (`server/http1.rs`),
-    /// then hyper's takes over for the rest of the connection. `draining`
-    /// changes when the server shuts down: an idle connection closes at
-    /// once, a busy one after its response (which says `Connection: close`).
-    async fn serve(self, io: DeadlineIo<TcpStream>, draining: DrainHandle) {
-        let mut drained = std::pin::pin!(draining.wait());
-        let mut http1 = Http1::new(io);
-        // Each request is read into this slot and stays there (see
-        // `proxy/client_request.rs`); each answer is written into the other.
-        let mut request = ClientRequest::vacant();
-        let mut response = respond::vacant();
-        loop {
-            let next = if http1.is_idle() {
-                tokio::select! {
-                    biased;
-                    next = http1.next(self.head_limits, &mut request) => next,
-                    _ = &mut drained => return,
-                }
-            } else {
-                http1.next(self.head_limits, &mut request).await
-            };
-            match next {
-                Next::Request => {}
-                Next::Closed => return,
-                Next::Hyper => return self.hand_over(http1, drained).await,
-            }
-            // In flight, for the read clocks, until the answer's body is
-            // sent or dropped.
-            http1.io_mut().exchange_began();
-            let answered = {
-                let exchange = std::pin::pin!(exchange(
-                    &self.proxy,
-                    &mut request,
-                    self.peer,
-                    self.body_limits,
-                    &self.exchanges,
-                    &mut response,
-                ));
-                http1.answer(exchange).await
-            };
-            // None: the client left before its answer.
-            if answered.is_none() {
-                return;
-            }
-            let own_fields = response.body_mut().take_own_fields();
-            let written = http1.respond(&mut response, &own_fields).await;
-            respond::vacate(&mut response);
-            http1.io_mut().exchange_ended();
-            // The request stays, with its map, for the next one read.
-            request.release();
-            match written {
-                Ok(true) => {}
-                Ok(false) => return http1.close().await,
-                Err(error) => {
-                    tracing::debug!(peer = %self.peer, %error, "connection ended with an error");
-                    return;
-                }
-            }
-        }
-    }
-
-    /// The rest of the connection, with hyper's server: HTTP/1.1 from the
-    /// request just read, or h2c.
-    async fn hand_over(
-        self,
-        http1: Http1<DeadlineIo<TcpStream>>,
-        drained: std::pin::Pin<&mut impl Future>,
-    ) {
-        let Connection {
-            proxy,
-            peer,
-            body_limits,
-            exchanges,
-            builder,
-            ..
-        } = self;
-        let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-            // Counted from the call, so the socket's read clocks stop
-            // while the request is in the service.
-            let in_flight = exchanges.start();
-            let exchanges = Arc::clone(&exchanges);
-            let proxy = proxy.clone();
-            async move {
-                let mut request = ClientRequest::new(request.map(ClientBody::Hyper));
-                let mut response = respond::vacant();
-                exchange(
-                    &proxy,
-                    &mut request,
-                    peer,
-                    body_limits,
-                    &exchanges,
-                    &mut response,
-                )
-                .await;
-                // hyper writes only what is in the map.
-                let own_fields = response.body_mut().take_own_fields();
-                own_fields.into_map(response.headers_mut());
-                Ok::<_, Infallible>(response.map(|body| TrackedBody {
-                    body,
-                    _in_flight: in_flight,
-                }))
-            }
-        });
-        let connection =
-            builder.serve_connection_with_upgrades(TokioIo::new(http1.into_hyper()), service);
-        let mut connection = std::pin::pin!(connection);
-        let ended = tokio::select! {
-            ended = connection.as_mut() => ended,
-            _ = drained => {
-                connection.as_mut().graceful_shutdown();
-                connection.await
-            }
-        };
-        if let Err(error) = ended {
-            tracing::debug!(%peer, error = %error, "connection ended with an error");
-        }
+/// Shutdown, once `/readyz` says 503 and the listener is closed: idle
+/// connections close, and busy ones get `grace` to finish their responses.
+async fn shut_down(drain: Drain, grace: std::time::Duration) {
+    tracing::info!("shutting down: draining in-flight requests");
+    drain.start();
+    if tokio::time::timeout(grace, drain.ended()).await.is_err() {
+        tracing::warn!(
+            ?grace,
+            "shutdown grace elapsed with requests still in flight"
+        );
     }
 }
 
@@ -350,6 +219,33 @@ async fn reload_on_sighup(reloader: Arc<Reloader>) {
     };
     while hangups.recv().await.is_some() {
         let _ = reloader.reload(Trigger::Signal).await;
+    }
+}
+
+/// The proxy, answering the requests of a connection from `peer`.
+#[derive(Clone)]
+struct Proxied {
+    proxy: Proxy,
+    peer: SocketAddr,
+    body_limits: BodyLimits,
+}
+
+impl Handler for Proxied {
+    #[inline]
+    fn handle<'a>(
+        &'a self,
+        request: &'a mut ClientRequest,
+        exchanges: &'a Exchanges,
+        response: &'a mut Response<ProxyBody>,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        exchange(
+            &self.proxy,
+            request,
+            self.peer,
+            self.body_limits,
+            exchanges,
+            response,
+        )
     }
 }
 
@@ -381,45 +277,14 @@ async fn exchange(
     }
 }
 
-/// A response body that keeps its request counted as in flight until hyper
-/// has sent it or dropped it (sluice's own server holds the count itself).
-#[derive(Debug)]
-struct TrackedBody {
-    body: ProxyBody,
-    _in_flight: InFlight,
-}
-
-impl Body for TrackedBody {
-    type Data = Bytes;
-    type Error = <ProxyBody as Body>::Error;
-
-    #[inline]
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    #[inline]
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    #[inline]
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
 /// Concurrent streams per HTTP/2 connection. Envoy's edge guide suggests
 /// 100; sluice allows more because clients multiplex held requests (a
 /// delay-mode hold keeps its stream open), and each stream costs little
 /// (tests/hold_load.rs holds 200 per connection).
 const H2_MAX_CONCURRENT_STREAMS: u32 = 250;
-/// See [`connection_builder`].
+/// See [`hyper_servers`].
 const H2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
-/// See [`connection_builder`].
+/// See [`hyper_servers`].
 const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
 
 /// How long a refused connection gets to take its 503.
@@ -449,22 +314,48 @@ async fn refuse(mut stream: tokio::net::TcpStream) {
     .await;
 }
 
-/// hyper's server settings from `[server]`.
-fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
-    let server = &config.server;
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        // DeadlineIo keeps the head clock: hyper's restarts whenever a
-        // keep-alive connection goes idle, which would make it the idle
-        // timeout as well.
-        .header_read_timeout(None)
-        .max_headers(server.max_headers)
-        // hyper's read buffer bounds the request head (its floor is 8 KiB).
-        .max_buf_size(server.max_header_bytes.max(8192));
-    builder
-        .http2()
+/// The `[server]` limits a connection's socket enforces.
+fn connection_limits(server: &ServerConfig) -> ConnectionLimits {
+    ConnectionLimits {
+        header_read_timeout: server.header_read_timeout,
+        idle_timeout: server.idle_timeout,
+        send_timeout: server.send_timeout,
+        max_uri_bytes: server.max_uri_bytes,
+        max_headers: server.max_headers,
+        max_header_bytes: server.max_header_bytes,
+    }
+}
+
+/// The `[server]` limits a head sluice's own server reads must be within.
+fn head_limits(server: &ServerConfig) -> HeadLimits {
+    HeadLimits {
+        max_headers: server.max_headers,
+        max_header_bytes: server.max_header_bytes,
+    }
+}
+
+/// hyper's HTTP/1 settings from `[server]`, for both of hyper's HTTP/1
+/// servers (the auto one's and the plain one: their builders have the same
+/// methods, but no trait in common).
+macro_rules! http1_settings {
+    ($builder:expr, $server:expr) => {
+        $builder
+            .timer(TokioTimer::new())
+            // DeadlineIo keeps the head clock: hyper's restarts whenever a
+            // keep-alive connection goes idle, which would make it the idle
+            // timeout as well.
+            .header_read_timeout(None)
+            .max_headers($server.max_headers)
+            // hyper's read buffer bounds the request head (its floor is 8 KiB).
+            .max_buf_size($server.max_header_bytes.max(8192))
+    };
+}
+
+/// hyper's servers with the settings from `[server]`.
+fn hyper_servers(server: &ServerConfig) -> HyperServers {
+    let mut auto = auto::Builder::new(TokioExecutor::new());
+    http1_settings!(auto.http1(), server);
+    auto.http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
         // Rapid reset (CVE-2023-44487): streams the client opens and resets
@@ -476,7 +367,9 @@ fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
         // 1.5.1, hyper#3782).
         .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESET_STREAMS)
         .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32);
-    builder
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1_settings!(http1, server);
+    HyperServers { auto, http1 }
 }
 
 /// Connections the kernel may queue before sluice accepts them. The usual

@@ -13,15 +13,16 @@
 //! - [`Store::settle`]: after the response (or while it streams), a receipt
 //!   is kept, given back (a refund, a cancelled reservation, a returned
 //!   permit) or charged more units (a deferred charge, which may drive the
-//!   balance below zero). [`Store::settle_detached`] does the same from a
-//!   `Drop` (a response body dropped mid-stream, a client that left while
-//!   held): the memory store settles at once, the Redis store sends the
-//!   call without waiting for its answer.
+//!   balance below zero). Sync, since it is called from a `Drop` too (a
+//!   response body dropped mid-stream, a client that left while held): the
+//!   memory store settles at once, the Redis store sends the call without
+//!   waiting for its answer.
 //! - [`Store::spend`] and [`Store::peek`]: the admin API's budget calls —
 //!   take units outside any request (even into a debt), or look at what a
 //!   request would be told without taking anything.
 //! - A failed call returns [`StoreError`] and takes nothing; the proxy maps
-//!   it through `on_error` ([`OnError`]).
+//!   it through `on_error` ([`OnError`]), whose local fallback is
+//!   [`Store::admit_locally`] ([`fallback`]).
 //!
 //! The memory store never reads a clock: `now` comes from the caller, so
 //! its tests are exact. The Redis store decides on Redis' clock, so that
@@ -30,36 +31,27 @@
 
 pub mod admission;
 pub mod bans;
+mod fallback;
 pub mod memory;
+mod open;
 pub mod redis;
 #[cfg(test)]
 pub(crate) mod suite;
 
-pub use self::redis::{RedisSettings, RedisStore, Seed};
+pub use self::redis::{LinkError, RedisSettings, RedisStore, Seed};
 use crate::clock::Nanos;
 pub use crate::key::BucketKey;
 pub use crate::limiter::Carry;
 use crate::limiter::Limiter;
 pub use admission::{
-    Admission, Ask, Asks, Decisions, Handover, Outcome, QueuedPermit, Receipt, RuleAsk, Settle,
-    StoreError, Taken,
+    Admission, Ask, Asks, Decisions, Handover, Outcome, QueuedPermit, Receipt, RuleAsk, Sent,
+    Settle, StoreError, Taken,
 };
 pub use memory::{
-    BucketTable, MemoryStore, PermitGrant, StoreStats, TableName, PERMIT_REFUSED, PERMIT_RETRY,
-    UNASKED,
+    BucketTable, DrawnFrom, MemoryStore, PermitGrant, StoreStats, TableName, PERMIT_REFUSED,
+    PERMIT_RETRY, UNASKED,
 };
-
-/// Where a granted acquisition took its units from, so that it can be given
-/// back exactly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Grant {
-    /// The key's own bucket.
-    Bucket,
-    /// The table's overflow sketch (the store was full of active buckets).
-    Overflow,
-    /// Nothing was taken (the limit denied).
-    None,
-}
+pub use open::open;
 
 pub use crate::config::OnError;
 
@@ -96,27 +88,6 @@ impl Store {
             Store::Failing(store) => {
                 store.fail_if_asked()?;
                 store.local.admit(asks, now, answer);
-            }
-        }
-        Ok(())
-    }
-
-    /// Settles `receipt` as `how` says, at `now`. `Keep` and `GiveBack` are
-    /// final (the receipt is marked settled, and settling it again does
-    /// nothing); `Charge` may be repeated.
-    pub async fn settle(
-        &self,
-        receipt: &mut Receipt,
-        how: Settle,
-        now: Nanos,
-    ) -> Result<(), StoreError> {
-        match self {
-            Store::Memory(store) => store.settle(receipt, how, now),
-            Store::Redis(store) => return store.settle(receipt, how, now).await,
-            #[cfg(test)]
-            Store::Failing(store) => {
-                store.fail_if_asked()?;
-                store.local.settle(receipt, how, now);
             }
         }
         Ok(())
@@ -169,17 +140,20 @@ impl Store {
         Ok(())
     }
 
-    /// Settles receipts from where nothing can be awaited (a `Drop`): the
-    /// memory store settles at once; a networked store hands the call to a
-    /// task (and a lease it cannot return expires on its own).
-    pub fn settle_detached(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) {
+    /// Settles `receipts` as `how` says, at `now`. `Keep` and `GiveBack`
+    /// are final (a receipt is marked settled, and settling it again does
+    /// nothing); `Charge` may be repeated. Nothing waits: the memory store
+    /// settles at once; a networked store sends the calls from a task (a
+    /// call that fails is logged and lost: a charge or a refund missed,
+    /// never a request held; a lease it cannot return expires on its own).
+    /// The calls' answers are in the [`Sent`] returned, which the request
+    /// path drops.
+    pub fn settle(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) -> Sent {
         if let Store::Redis(store) = self {
-            return store.settle_detached(receipts, how, now);
+            return store.settle(receipts, how, now);
         }
-        let local = self.local();
-        for receipt in receipts {
-            local.settle(receipt, how, now);
-        }
+        self.settle_locally(receipts, how, now);
+        Sent::default()
     }
 
     /// Completes when the permit `queued` waits for is the waiter's:
@@ -211,8 +185,9 @@ impl Store {
     }
 
     /// The in-memory store this backend decides with locally: itself, or
-    /// (for a networked store) the one it falls back to on errors.
-    pub fn local(&self) -> &MemoryStore {
+    /// (for a networked store) the one it falls back to on errors, and
+    /// where every bucket table lives.
+    fn local(&self) -> &MemoryStore {
         match self {
             Store::Memory(store) => store,
             Store::Redis(store) => store.local(),

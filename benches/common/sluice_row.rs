@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sluice::config::Rate;
 use sluice::limiter::{BucketState, Decision, Gcra, Limiter};
-use sluice::store::{Ask, BucketTable, Grant, MemoryStore};
+use sluice::store::{Ask, BucketTable, DrawnFrom, MemoryStore};
 
 /// The `allow` profile: a bucket this deep, refilled one unit per nanosecond.
 pub const BURST: u32 = 1_000_000;
@@ -69,5 +69,5 @@ pub fn decide(
         remaining: 0,
         reset_after: 0,
     })];
-    store.acquire_all(&asks, now, &mut decisions, &mut [Grant::None])
+    store.acquire_all(&asks, now, &mut decisions, &mut [DrawnFrom::Nowhere])
 }

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use smallvec::SmallVec;
 
 use super::budget::{millis, Balance, Target};
-use super::{json_response, Refusal};
+use super::{json_response, RefusedCall};
 use crate::clock::Nanos;
 use crate::key::KeyLabels;
 use crate::limiter::{Decision, Limiter};
@@ -35,10 +35,13 @@ pub(super) async fn buckets(proxy: &Proxy, query: Option<&str>) -> Response<Full
     }
 }
 
-async fn try_buckets(proxy: &Proxy, query: Option<&str>) -> Result<Response<Full<Bytes>>, Refusal> {
+async fn try_buckets(
+    proxy: &Proxy,
+    query: Option<&str>,
+) -> Result<Response<Full<Bytes>>, RefusedCall> {
     let param = |name| crate::key::query_value(query, name).map(crate::key::decode_query);
     let (Some(rule_name), Some(key)) = (param("rule"), param("key")) else {
-        return Err(Refusal::new(
+        return Err(RefusedCall::new(
             StatusCode::BAD_REQUEST,
             "name the bucket: GET /admin/buckets?rule=RULE&key=KEY (optionally &tier=TIER; \
              percent-encode '|' in keys as %7C)",
@@ -285,9 +288,9 @@ pub(super) fn ban_json(left: Nanos) -> Value {
     json!({"remaining_secs": left.div_ceil(1_000_000_000), "retry_after_ms": millis(left)})
 }
 
-pub(super) fn store_failed(error: StoreError) -> Refusal {
+pub(super) fn store_failed(error: StoreError) -> RefusedCall {
     tracing::warn!(%error, "the store failed a look at its buckets");
-    Refusal::new(
+    RefusedCall::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "the store failed; try again",
     )

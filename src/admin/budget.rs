@@ -6,7 +6,7 @@
 
 use http::StatusCode;
 
-use super::Refusal;
+use super::RefusedCall;
 use crate::clock::Nanos;
 use crate::limiter::Decision;
 use crate::policy::{Limit, Policy, Rule};
@@ -32,9 +32,9 @@ impl<'p> Target<'p> {
         key: &str,
         tier: Option<&str>,
         now: Nanos,
-    ) -> Result<Target<'p>, Refusal> {
+    ) -> Result<Target<'p>, RefusedCall> {
         let Some(found) = policy.rule(rule) else {
-            return Err(Refusal::new(
+            return Err(RefusedCall::new(
                 StatusCode::NOT_FOUND,
                 format!("no rule is named \"{rule}\""),
             ));
@@ -42,7 +42,7 @@ impl<'p> Target<'p> {
         let key = policy
             .keys
             .key_of_text(&found.key, key)
-            .map_err(|message| Refusal::new(StatusCode::BAD_REQUEST, message))?;
+            .map_err(|message| RefusedCall::new(StatusCode::BAD_REQUEST, message))?;
         Ok(Target {
             rule: found,
             key,

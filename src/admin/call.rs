@@ -15,7 +15,7 @@ use std::fmt;
 use http::StatusCode;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::Refusal;
+use super::RefusedCall;
 
 /// What a call's units member is named: `amount` (a spend) or `cost` (a
 /// check).
@@ -36,11 +36,11 @@ pub(super) enum Body<'a> {
 
 impl<'a> Body<'a> {
     /// Reads `body`; an error only when it is not JSON.
-    pub(super) fn parse(body: &'a [u8], units: Units) -> Result<Body<'a>, Refusal> {
+    pub(super) fn parse(body: &'a [u8], units: Units) -> Result<Body<'a>, RefusedCall> {
         // UTF-8 checked once for the whole body: read from bytes, serde_json
         // would check each string again (a third of a check's parsing).
         let body = std::str::from_utf8(body).map_err(|error| {
-            Refusal::new(
+            RefusedCall::new(
                 StatusCode::BAD_REQUEST,
                 format!("the request body is not valid JSON: it is not UTF-8 ({error})"),
             )
@@ -54,7 +54,7 @@ impl<'a> Body<'a> {
             .deserialize(&mut deserializer)
             .and_then(|body| deserializer.end().map(|()| body));
         parsed.map_err(|error| {
-            Refusal::new(
+            RefusedCall::new(
                 StatusCode::BAD_REQUEST,
                 format!("the request body is not valid JSON: {error}"),
             )
@@ -103,7 +103,7 @@ pub(super) struct Valid<'c> {
 impl Call<'_> {
     /// The call's rule, key, tier and units, or why it makes no sense.
     /// `units` names the units member for the messages.
-    pub(super) fn validate(&self, units: Units) -> Result<Valid<'_>, Refusal> {
+    pub(super) fn validate(&self, units: Units) -> Result<Valid<'_>, RefusedCall> {
         let example = match units {
             AMOUNT => r#"{"rule": "per-seller", "key": "seller-42", "amount": 5}"#,
             _ => r#"{"rule": "per-seller", "key": "seller-42", "cost": 1}"#,
@@ -184,7 +184,7 @@ fn text<'c>(
     value: &'c Option<Member<'_>>,
     what: &str,
     example: &str,
-) -> Result<&'c str, Refusal> {
+) -> Result<&'c str, RefusedCall> {
     match value {
         None => Err(bad(format!(
             "\"{name}\" is missing: {what}, as in {example}"
@@ -197,8 +197,8 @@ fn text<'c>(
     }
 }
 
-fn bad(detail: String) -> Refusal {
-    Refusal::new(StatusCode::BAD_REQUEST, detail)
+fn bad(detail: String) -> RefusedCall {
+    RefusedCall::new(StatusCode::BAD_REQUEST, detail)
 }
 
 /// Reads a [`Body`]: an object is one call, an array a batch.

@@ -22,7 +22,7 @@ use smallvec::SmallVec;
 
 use super::budget::{millis, Balance, Target};
 use super::call::{Body, Call, COST};
-use super::{respond, Refusal, JSON};
+use super::{respond, RefusedCall, JSON};
 use crate::clock::Nanos;
 use crate::policy::Policy;
 use crate::proxy::Proxy;
@@ -54,7 +54,7 @@ pub(super) async fn check(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>> {
             Err(refusal) => return refusal.respond(),
         },
         Body::Many(calls) if calls.len() > MAX_BATCH => {
-            return Refusal::new(
+            return RefusedCall::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
                     "a batch holds at most {MAX_BATCH} checks, not {}; split it",
@@ -110,13 +110,13 @@ impl<'a> Checker<'a> {
     }
 
     /// One check: its verdict, or why it cannot be decided.
-    async fn check(&mut self, call: &Call<'_>) -> Result<Verdict, Refusal> {
+    async fn check(&mut self, call: &Call<'_>) -> Result<CheckAnswer, RefusedCall> {
         let call = call.validate(COST)?;
         let now = self.now;
         let target = Target::find(self.policy, call.rule, call.key, call.tier, now)?;
         let rule = target.rule;
         if rule.is_concurrency() {
-            return Err(Refusal::new(
+            return Err(RefusedCall::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 format!(
                     "rule \"{}\" is a concurrency rule: a permit needs a request to hold it, \
@@ -133,7 +133,7 @@ impl<'a> Checker<'a> {
                 .then(|| rule.bans.banned(target.key, now))
                 .flatten()
             {
-                return Ok(Verdict::banned(left));
+                return Ok(CheckAnswer::banned(left));
             }
             target.ask_into(&mut self.asks, 0, false);
             store
@@ -141,7 +141,7 @@ impl<'a> Checker<'a> {
                 .await
                 .map_err(store_failed)?;
             let balance = Balance::of(&self.decisions);
-            return Ok(Verdict {
+            return Ok(CheckAnswer {
                 allowed: balance.admits(),
                 banned: false,
                 balance,
@@ -157,13 +157,13 @@ impl<'a> Checker<'a> {
         // settle after.
         admission.receipts.clear();
         match admission.outcome {
-            Outcome::Banned { left, .. } => Ok(Verdict::banned(left)),
+            Outcome::Banned { left, .. } => Ok(CheckAnswer::banned(left)),
             outcome => {
                 if !admission.bans_started.is_empty() {
                     let text = crate::key::KeyText::typed(call.key, rule.key.len());
                     rule.ban_started(target.key, text, &self.policy.labels);
                 }
-                Ok(Verdict {
+                Ok(CheckAnswer {
                     allowed: outcome == Outcome::Admitted,
                     banned: false,
                     balance: Balance::of(&admission.decisions),
@@ -173,9 +173,9 @@ impl<'a> Checker<'a> {
     }
 }
 
-fn store_failed(error: crate::store::StoreError) -> Refusal {
+fn store_failed(error: crate::store::StoreError) -> RefusedCall {
     tracing::warn!(%error, "the store failed a check");
-    Refusal::new(
+    RefusedCall::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "the store failed; nothing was taken, try again",
     )
@@ -183,17 +183,17 @@ fn store_failed(error: crate::store::StoreError) -> Refusal {
 
 /// The answer to one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Verdict {
+struct CheckAnswer {
     allowed: bool,
     /// The caller is banned by the rule: refused without asking its buckets.
     banned: bool,
     balance: Balance,
 }
 
-impl Verdict {
+impl CheckAnswer {
     /// A banned caller: nothing left until the ban ends in `left`.
-    fn banned(left: Nanos) -> Verdict {
-        Verdict {
+    fn banned(left: Nanos) -> CheckAnswer {
+        CheckAnswer {
             allowed: false,
             banned: true,
             balance: Balance {
@@ -234,7 +234,7 @@ impl Verdict {
 mod tests {
     use super::*;
 
-    fn written(verdict: Verdict) -> serde_json::Value {
+    fn written(verdict: CheckAnswer) -> serde_json::Value {
         let mut out = Vec::new();
         verdict.write(&mut out);
         serde_json::from_slice(&out).unwrap()
@@ -242,7 +242,7 @@ mod tests {
 
     #[test]
     fn a_verdict_is_written_as_json_in_milliseconds() {
-        let allowed = Verdict {
+        let allowed = CheckAnswer {
             allowed: true,
             banned: false,
             balance: Balance {
@@ -256,7 +256,7 @@ mod tests {
             serde_json::json!({"allowed": true, "remaining": 9, "retry_after_ms": 0,
                                "reset_after_ms": 6001})
         );
-        let never = Verdict {
+        let never = CheckAnswer {
             allowed: false,
             banned: false,
             balance: Balance {
@@ -266,7 +266,7 @@ mod tests {
             },
         };
         assert_eq!(written(never)["retry_after_ms"], serde_json::Value::Null);
-        let banned = written(Verdict::banned(2_500_000_000));
+        let banned = written(CheckAnswer::banned(2_500_000_000));
         assert_eq!(
             banned,
             serde_json::json!({"allowed": false, "remaining": 0, "retry_after_ms": 2500,

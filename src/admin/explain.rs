@@ -10,11 +10,13 @@
 //! [`crate::store::Store::peek`] (the same seam the Redis store answers),
 //! no strike is counted, no metric moves. So that explain cannot disagree
 //! with the request path, the request is built as an `http::Request` and
-//! read by the proxy's own functions: [`proxy::checks`] (framing, Host,
-//! sizes, path normalisation),
-//! [`proxy::facts_of`] (client IP through the trusted proxies, host) and
-//! [`proxy::stand`] (match, key, missing key, sunset, limits) rule by rule,
-//! and the buckets are asked what [`proxy::fill_asks`] asks of them.
+//! read by the proxy's own functions: [`proxy::check`] (framing, Host,
+//! sizes, path normalisation; a refusal's status and detail are
+//! [`proxy::Refusal`]'s), [`proxy::facts_of`] (client IP through the
+//! trusted proxies, host) and [`proxy::identify`] (the access lists, then
+//! each rule's match, key, missing key, sunset and limits in file order
+//! until one refuses, every standing watched), and the buckets are asked
+//! what [`proxy::fill_asks`] asks of them.
 //!
 //! `ip` is the address the request comes from (the TCP peer): behind
 //! `trusted_proxies`, a forwarding header among `headers` names the client,
@@ -35,11 +37,11 @@ use super::buckets::{
     store_failed, Held,
 };
 use super::budget::millis;
-use super::{json_response, Refusal};
+use super::{json_response, RefusedCall};
 use crate::config::MissingPolicy;
 use crate::limiter::Decision;
 use crate::policy::{Policy, Rule};
-use crate::proxy::{self, Applicable, Proxy, Standing};
+use crate::proxy::{self, Applicability, Applicable, Proxy, Standing, Unidentified, Witness};
 use crate::store::{Ask, Asks};
 
 /// The request to explain, as the body spells it.
@@ -62,7 +64,7 @@ pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>>
     }
 }
 
-async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refusal> {
+async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
     let question: Question = serde_json::from_slice(body).map_err(|error| {
         bad(format!(
             "the body is not {{\"method\": M, \"path\": P, \"headers\": {{NAME: VALUE}}, \
@@ -86,12 +88,12 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refusal> {
             "host": proxy::host_of(&request),
         },
     });
-    let checked = match proxy::checks(&request, &policy) {
+    let checked = match proxy::check(&request, &policy) {
         Ok(checked) => checked,
         Err(refusal) => {
-            let (status, detail) = proxy::refused(refusal).await;
             answer["decision"] = json!({
-                "outcome": "refused", "status": status.as_u16(), "detail": detail,
+                "outcome": "refused", "status": refusal.status().as_u16(),
+                "detail": refusal.detail(None),
             });
             answer["rules"] = json!([]);
             return Ok(answer);
@@ -100,17 +102,24 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refusal> {
     answer["request"]["normalized_path"] = json!(&*checked.path);
     let token_claims = std::cell::OnceCell::new();
     let mut facts = proxy::facts_of(&request, &checked, peer, &policy);
-    let client_ip = facts.client_ip;
-    answer["request"]["client_ip"] = json!(client_ip.to_string());
+    answer["request"]["client_ip"] = json!(facts.client_ip.to_string());
 
-    // The access lists come first, as on the request path.
-    let denied = policy.deny.iter().any(|net| net.contains(&client_ip));
-    let bypass = !denied && policy.allow.iter().any(|net| net.contains(&client_ip));
+    // The request path's own walk: the access lists, then each rule in
+    // file order until one refuses, each standing recorded.
+    let mut applicability = Applicability::default();
+    let mut standings = Standings(vec![None; policy.rules.len()]);
+    let identified = proxy::identify(
+        &mut facts,
+        &token_claims,
+        &policy,
+        now,
+        &mut applicability,
+        &mut standings,
+    );
     let mut rules = Vec::with_capacity(policy.rules.len());
     let mut enforced: SmallVec<[(usize, Applicable<'_>); 4]> = SmallVec::new();
     let mut shadowed: SmallVec<[(usize, Applicable<'_>); 4]> = SmallVec::new();
-    let mut stopped: Option<Value> = None;
-    for rule in &policy.rules {
+    for (index, rule) in policy.rules.iter().enumerate() {
         let mut entry = json!({ "rule": &*rule.name });
         if let Some(mismatch) = rule.matcher.mismatch(&facts) {
             entry["matched"] = json!(false);
@@ -121,98 +130,114 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refusal> {
         }
         entry["matched"] = json!(true);
         entry["shadow"] = json!(rule.shadow);
-        if denied || bypass || stopped.is_some() {
-            // Not looked at further by the request path.
+        let Some(standing) = standings.0[index] else {
+            // Not looked at by the request path.
             entry["applies"] = json!(false);
-            entry["reason"] = json!(if denied {
-                "the client is on access.deny: refused before any rule"
-            } else if bypass {
-                "the client is on access.allow: no rule limits it"
-            } else {
-                "not reached: an earlier rule already answered the request"
+            entry["reason"] = json!(match identified {
+                Err(Unidentified::Denied) =>
+                    "the client is on access.deny: refused before any rule",
+                Ok(()) if applicability.unlimited => {
+                    "the client is on access.allow: no rule limits it"
+                }
+                _ => "not reached: an earlier rule already answered the request",
             });
             rules.push(entry);
             continue;
-        }
-        let standing = proxy::stand(rule, &mut facts, &token_claims, &policy, now);
+        };
         let text = policy.keys.key_text(&rule.key, &facts);
         entry["key"] = json!(policy.labels.show(&rule.key, &text));
         if let Err(missing) = policy.keys.derive(&rule.key, &facts, false) {
             entry["missing_source"] = json!(rule.key[missing.0].to_string());
             entry["missing"] = json!(missing_policy(rule));
         }
-        match standing {
-            Standing::Unmatched => unreachable!("the matcher just matched"),
-            Standing::Skipped => {
-                entry["applies"] = json!(false);
-                entry["key"] = Value::Null;
-                entry["reason"] = json!("a key source is missing and missing = \"skip\"");
-            }
-            Standing::MissingKey => {
-                entry["applies"] = json!(false);
-                entry["key"] = Value::Null;
-                entry["reason"] =
-                    json!("a key source is missing and missing = \"reject\": answered 400");
-                stopped = Some(json!({
-                    "outcome": "missing_key", "status": 400, "rule": &*rule.name,
-                }));
-            }
-            Standing::Gone(sunset) => {
-                entry["applies"] = json!(false);
-                entry["reason"] = json!("the rule's sunset has ended: the route is gone (410)");
-                stopped = Some(json!({
-                    "outcome": "gone", "status": 410, "rule": &*rule.name,
-                    "sunset": sunset.sunset().to_str().ok(),
-                }));
-            }
-            Standing::Applies { key, limits } => {
-                entry["applies"] = json!(true);
-                entry["key_hash"] = json!(key_hash(key));
-                entry["limits_from"] = json!(limits_from(rule, limits, &policy.labels));
-                let ban = (!rule.shadow).then(|| rule.bans.banned(key, now)).flatten();
-                entry["banned"] = ban.map_or(Value::Null, ban_json);
-                let one = Applicable { rule, key, limits };
-                if rule.shadow {
-                    shadowed.push((rules.len(), one));
-                } else {
-                    enforced.push((rules.len(), one));
-                }
+        explain_standing(&mut entry, standing);
+        if let Standing::Applies { key, limits } = standing {
+            entry["limits_from"] = json!(limits_from(rule, limits, &policy.labels));
+            let ban = (!rule.shadow).then(|| rule.bans.banned(key, now)).flatten();
+            entry["banned"] = ban.map_or(Value::Null, ban_json);
+            let one = Applicable { rule, key, limits };
+            if rule.shadow {
+                shadowed.push((index, one));
+            } else {
+                enforced.push((index, one));
             }
         }
         rules.push(entry);
     }
 
-    let decision = if denied {
-        json!({"outcome": "denied", "status": 403})
-    } else if bypass {
-        json!({"outcome": "allowed", "unlimited": true,
-               "reason": "the client is on access.allow"})
-    } else if let Some(stopped) = stopped {
-        stopped
-    } else {
-        let looked = Looked::peek(proxy, &enforced, &shadowed, now).await?;
-        for ((index, applicable), decisions) in enforced.iter().chain(&shadowed).zip(&looked.rules)
-        {
-            let buckets: Vec<Value> = applicable
-                .limits
-                .iter()
-                .zip(decisions)
-                .map(|(limit, (as_now, next))| {
-                    let tracked = proxy.store().tracks(&limit.table, applicable.key);
-                    bucket_json(applicable.rule, limit, *as_now, *next, tracked)
-                })
-                .collect();
-            rules[*index]["buckets"] = json!(buckets);
+    let decision = match identified {
+        Err(Unidentified::Denied) => json!({"outcome": "denied", "status": 403}),
+        Err(Unidentified::MissingKey(rule)) => json!({
+            "outcome": "missing_key", "status": 400, "rule": &*rule.name,
+        }),
+        Err(Unidentified::Gone(rule, sunset)) => json!({
+            "outcome": "gone", "status": 410, "rule": &*rule.name,
+            "sunset": sunset.sunset().to_str().ok(),
+        }),
+        Ok(()) if applicability.unlimited => json!({
+            "outcome": "allowed", "unlimited": true, "reason": "the client is on access.allow",
+        }),
+        Ok(()) => {
+            let looked = Looked::peek(proxy, &enforced, &shadowed, now).await?;
+            let applicable = enforced.iter().chain(&shadowed);
+            for ((index, applicable), decisions) in applicable.zip(&looked.rules) {
+                let buckets: Vec<Value> = applicable
+                    .limits
+                    .iter()
+                    .zip(decisions)
+                    .map(|(limit, (as_now, next))| {
+                        let tracked = proxy.store().tracks(&limit.table, applicable.key);
+                        bucket_json(applicable.rule, limit, *as_now, *next, tracked)
+                    })
+                    .collect();
+                rules[*index]["buckets"] = json!(buckets);
+            }
+            decide(&policy, &enforced, &shadowed, &looked, now)
         }
-        decide(&policy, &enforced, &shadowed, &looked, now)
     };
     answer["rules"] = json!(rules);
     answer["decision"] = decision;
     Ok(answer)
 }
 
+/// Every rule's standing, by index, as the request path's walk reached it
+/// (`None`: not reached).
+struct Standings<'p>(Vec<Option<Standing<'p>>>);
+
+impl<'p> Witness<'p> for Standings<'p> {
+    fn stood(&mut self, index: usize, _: &'p Rule, standing: Standing<'p>) {
+        self.0[index] = Some(standing);
+    }
+}
+
+/// What a rule's standing means for the request, into its `entry`.
+fn explain_standing(entry: &mut Value, standing: Standing<'_>) {
+    let (applies, reason) = match standing {
+        Standing::Unmatched => unreachable!("only matched rules are explained here"),
+        Standing::Skipped => (false, "a key source is missing and missing = \"skip\""),
+        Standing::MissingKey => (
+            false,
+            "a key source is missing and missing = \"reject\": answered 400",
+        ),
+        Standing::Gone(_) => (
+            false,
+            "the rule's sunset has ended: the route is gone (410)",
+        ),
+        Standing::Applies { key, limits: _ } => {
+            entry["applies"] = json!(true);
+            entry["key_hash"] = json!(key_hash(key));
+            return;
+        }
+    };
+    entry["applies"] = json!(applies);
+    entry["reason"] = json!(reason);
+    if matches!(standing, Standing::Skipped | Standing::MissingKey) {
+        entry["key"] = Value::Null;
+    }
+}
+
 /// The request the body describes, as the proxy would receive it.
-fn synthetic_request(question: &Question) -> Result<Request<()>, Refusal> {
+fn synthetic_request(question: &Question) -> Result<Request<()>, RefusedCall> {
     let method = Method::from_bytes(question.method.as_bytes()).map_err(|_| {
         bad(format!(
             "\"method\": \"{}\" is not an HTTP method",
@@ -298,7 +323,7 @@ impl Looked {
         enforced: &[(usize, Applicable<'_>)],
         shadowed: &[(usize, Applicable<'_>)],
         now: crate::clock::Nanos,
-    ) -> Result<Looked, Refusal> {
+    ) -> Result<Looked, RefusedCall> {
         let enforced: SmallVec<[Applicable<'_>; 4]> = enforced.iter().map(|(_, a)| *a).collect();
         let shadowed: SmallVec<[Applicable<'_>; 4]> = shadowed.iter().map(|(_, a)| *a).collect();
         let mut asks = Asks::default();
@@ -416,6 +441,6 @@ fn decide(
     json!({"outcome": "allowed", "remaining": remaining, "would_limit": would_limit})
 }
 
-fn bad(detail: String) -> Refusal {
-    Refusal::new(StatusCode::BAD_REQUEST, detail)
+fn bad(detail: String) -> RefusedCall {
+    RefusedCall::new(StatusCode::BAD_REQUEST, detail)
 }

@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use super::budget::{millis, Balance, Target};
 use super::call::{Body, AMOUNT};
-use super::{json_response, Refusal};
+use super::{json_response, RefusedCall};
 use crate::config::AlgorithmKind;
 use crate::proxy::Proxy;
 
@@ -25,16 +25,16 @@ pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>> {
     }
 }
 
-async fn try_spend(proxy: &Proxy, body: &[u8]) -> Result<Response<Full<Bytes>>, Refusal> {
+async fn try_spend(proxy: &Proxy, body: &[u8]) -> Result<Response<Full<Bytes>>, RefusedCall> {
     let Body::One(call) = Body::parse(body, AMOUNT)? else {
-        return Err(Refusal::new(
+        return Err(RefusedCall::new(
             StatusCode::BAD_REQUEST,
             "spend one caller's budget per call: the body is one object, not an array",
         ));
     };
     let call = call.validate(AMOUNT)?;
     let Some(amount) = call.units else {
-        return Err(Refusal::new(
+        return Err(RefusedCall::new(
             StatusCode::BAD_REQUEST,
             "\"amount\" is missing: the units to spend, a whole number, as in \
              {\"rule\": \"per-seller\", \"key\": \"seller-42\", \"amount\": 5}",
@@ -66,7 +66,7 @@ async fn try_spend(proxy: &Proxy, body: &[u8]) -> Result<Response<Full<Bytes>>, 
     let store = proxy.store();
     let failed = |error| {
         tracing::warn!(%error, "the store failed a spend");
-        Refusal::new(
+        RefusedCall::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the store failed; nothing was spent, try again",
         )
@@ -108,6 +108,6 @@ async fn try_spend(proxy: &Proxy, body: &[u8]) -> Result<Response<Full<Bytes>>, 
     ))
 }
 
-fn unprocessable(detail: String) -> Refusal {
-    Refusal::new(StatusCode::UNPROCESSABLE_ENTITY, detail)
+fn unprocessable(detail: String) -> RefusedCall {
+    RefusedCall::new(StatusCode::UNPROCESSABLE_ENTITY, detail)
 }

@@ -50,6 +50,8 @@
 //! defaults (`acquire` and `refund`), and config refuses
 //! `on_limit = "delay"` with it.
 
+use std::marker::PhantomData;
+
 use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits, Rate};
 use crate::clock::Nanos;
 
@@ -63,18 +65,55 @@ pub struct WindowCounts {
     pub previous: u32,
 }
 
-/// `fixed_window`: at most COUNT units per aligned window.
+/// COUNT units per aligned window of a period, counted as `K` says: the
+/// configuration both window algorithms share (the algorithms themselves
+/// are [`FixedWindow`] and [`SlidingWindow`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FixedWindow {
+pub struct Window<K> {
     period: Nanos,
     count: u64,
+    counting: PhantomData<K>,
 }
 
-/// `sliding_window`: the two-window weighted counter.
+/// How [`FixedWindow`] counts: each aligned window on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlidingWindow {
-    period: Nanos,
-    count: u64,
+pub enum Fixed {}
+
+/// How [`SlidingWindow`] counts: the previous window, weighted, and the
+/// current one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sliding {}
+
+/// `fixed_window`: at most COUNT units per aligned window.
+pub type FixedWindow = Window<Fixed>;
+
+/// `sliding_window`: the two-window weighted counter.
+pub type SlidingWindow = Window<Sliding>;
+
+impl<K> Window<K> {
+    /// At most `rate.count` units per window of `rate.period` (as `K`
+    /// counts them).
+    pub fn new(rate: Rate) -> Window<K> {
+        Window {
+            period: period_nanos(rate),
+            count: rate.count.min(u64::from(u32::MAX)),
+            counting: PhantomData,
+        }
+    }
+
+    /// The period in nanoseconds and COUNT: what a networked store's script
+    /// steps with.
+    pub fn window(&self) -> (Nanos, u64) {
+        (self.period, self.count)
+    }
+
+    /// One of `instances` equal shares: COUNT divided, rounded up.
+    pub fn share(&self, instances: u64) -> Window<K> {
+        Window {
+            count: self.count.div_ceil(instances.max(1)),
+            ..*self
+        }
+    }
 }
 
 /// The period in nanoseconds, never zero (config forbids zero periods; this
@@ -132,28 +171,6 @@ const CLOSED: Decision = Decision::Deny {
 };
 
 impl FixedWindow {
-    /// At most `rate.count` units per aligned window of `rate.period`.
-    pub fn new(rate: Rate) -> FixedWindow {
-        FixedWindow {
-            period: period_nanos(rate),
-            count: rate.count.min(u64::from(u32::MAX)),
-        }
-    }
-
-    /// The period in nanoseconds and COUNT: what a networked store's script
-    /// steps with.
-    pub fn window(&self) -> (Nanos, u64) {
-        (self.period, self.count)
-    }
-
-    /// One of `instances` equal shares: COUNT divided, rounded up.
-    pub fn share(&self, instances: u64) -> FixedWindow {
-        FixedWindow {
-            count: self.count.div_ceil(instances.max(1)),
-            ..*self
-        }
-    }
-
     /// `state` aligned to `now`: the window `now` falls in (never before the
     /// state's own), and the units counted from that window's start (beyond
     /// COUNT: reserved in the windows after it).
@@ -410,28 +427,6 @@ impl Algorithm for FixedWindow {
 }
 
 impl SlidingWindow {
-    /// At most `rate.count` units in the weighted two-window estimate.
-    pub fn new(rate: Rate) -> SlidingWindow {
-        SlidingWindow {
-            period: period_nanos(rate),
-            count: rate.count.min(u64::from(u32::MAX)),
-        }
-    }
-
-    /// The period in nanoseconds and COUNT: what a networked store's script
-    /// steps with.
-    pub fn window(&self) -> (Nanos, u64) {
-        (self.period, self.count)
-    }
-
-    /// One of `instances` equal shares: COUNT divided, rounded up.
-    pub fn share(&self, instances: u64) -> SlidingWindow {
-        SlidingWindow {
-            count: self.count.div_ceil(instances.max(1)),
-            ..*self
-        }
-    }
-
     /// `state` moved to the window `now` falls in (never before its own: a
     /// `now` read slightly earlier by another thread counts as the later
     /// time), carrying a debt: each window passed takes COUNT off the count,

@@ -24,59 +24,28 @@
 //! happens.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use http::Response;
 use smallvec::SmallVec;
 
 use super::bill::Bill;
-use super::respond::Verdict;
+use super::identify::{Applicability, Applicable};
+use super::refusal::Refusal;
+use super::respond::{self, ProxyBody, Verdict};
+use super::ruling::Ruling;
 use super::settle::{self, Settlement};
+use super::tally;
 use super::ticker::Ticker;
-use super::INLINE_RULES;
 use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::limiter::{Decision, Limiter};
+use crate::key::RequestFacts;
+use crate::limiter::Decision;
 use crate::metrics::Metrics;
-use crate::policy::{Limit, Rule};
-use crate::store::admission::{Receipts, INLINE};
+use crate::policy::{Limit, Policy, Rule};
+use crate::store::admission::Receipts;
 use crate::store::{
-    Ask, Asks, BucketKey, OnError, Outcome, QueuedPermit, Store, PERMIT_REFUSED, UNASKED,
+    Ask, Asks, OnError, Outcome, QueuedPermit, Store, StoreError, PERMIT_REFUSED, UNASKED,
 };
-
-/// One rule that applies to the request, with its bucket key.
-#[derive(Debug, Clone, Copy)]
-pub struct Applicable<'p> {
-    pub rule: &'p Rule,
-    pub key: BucketKey,
-    /// The rule's limits for this caller (its tier or override, if any).
-    pub limits: &'p [Limit],
-}
-
-/// What admission decided.
-#[derive(Debug, Default)]
-pub struct Admission<'p> {
-    pub outcome: Outcome,
-    /// Every limit of every enforced applicable rule, in file order.
-    pub verdicts: SmallVec<[Verdict<'p>; INLINE_RULES]>,
-    /// What an admitted request took that must be settled when its
-    /// exchange ends (boxed: it rides on the response body, which should
-    /// stay small; `None` when there is nothing to settle).
-    pub settlement: Option<Box<Settlement>>,
-    /// Time the request was held on purpose (delay mode).
-    pub held: Nanos,
-    /// Shadow rules that would have limited the request.
-    pub would_limit: SmallVec<[&'p str; INLINE_RULES]>,
-    /// Enforced rules (indexes into the `enforced` slice) whose strike
-    /// against the caller started a ban.
-    pub bans_started: SmallVec<[usize; 1]>,
-    /// The store failed and `on_error = "allow"` let the request through
-    /// without asking any limit: no rate-limit headers describe it.
-    pub unlimited: bool,
-    /// When admission began, on this instance's clock (what
-    /// `sluice_decision_seconds` times from).
-    pub asked_at: Nanos,
-    /// The instant of the decision (Unix nanoseconds), for the headers: a
-    /// shared store's clock when it decided.
-    pub decided_at: Nanos,
-}
 
 /// What admission works with.
 #[derive(Debug, Clone, Copy)]
@@ -95,13 +64,76 @@ pub struct Admitter<'a> {
 #[derive(Debug)]
 pub struct StoreUnavailable;
 
-/// Decides into `admission` (a fresh [`Admission::default`]), and holds
-/// the request if needed; see the module docs.
-pub async fn admit<'p>(
+/// Admit: decides the request `applicable` describes into `ruling` and
+/// holds it if a rule says so ([`decide`]), times and counts the decision,
+/// and writes the answer of a request that may not pass (429, a ban, 503
+/// when the store failed and `on_error = "deny"`) into `response`. Whether
+/// the request may pass.
+pub async fn admit_request<'p>(
+    admitter: Admitter<'_>,
+    policy: &'p Policy,
+    facts: &RequestFacts<'_>,
+    applicable: &Applicability<'p>,
+    ruling: &mut Ruling<'p>,
+    response: &mut Response<ProxyBody>,
+) -> bool {
+    let Applicability {
+        enforced,
+        shadowed,
+        retiring,
+        ..
+    } = applicable;
+    let decided = decide(admitter, enforced, shadowed, ruling).await;
+    // A request no rule applies to was not decided: timing it would drag
+    // the quantiles towards zero.
+    if !(enforced.is_empty() && shadowed.is_empty()) {
+        let took = admitter
+            .clock
+            .now()
+            // On this instance's clock: `decided_at` may be a shared
+            // store's, which another machine keeps.
+            .saturating_sub(ruling.asked_at)
+            .saturating_sub(ruling.held);
+        admitter.metrics.decision_seconds.observe(took as f64 / 1e9);
+    }
+    if decided.is_err() {
+        *response = respond::refusal(Refusal::StoreUnavailable, None);
+        return false;
+    }
+    tally::count_hitters(policy, facts, enforced, shadowed, ruling);
+    match ruling.outcome {
+        Outcome::Admitted => {
+            tally::count_outcomes(&ruling.verdicts);
+            return true;
+        }
+        Outcome::Banned { rule, left } => {
+            let Applicable { rule, limits, .. } = enforced[rule];
+            rule.counters.limited.inc();
+            rule.counters.banned.inc();
+            *response = respond::banned(rule, limits, left, policy.response.status);
+        }
+        Outcome::Limited => {
+            tally::count_outcomes(&ruling.verdicts);
+            for &index in &ruling.bans_started {
+                let Applicable { rule, key, .. } = enforced[index];
+                let text = policy.keys.key_text(&rule.key, facts);
+                rule.ban_started(key, text, &policy.labels);
+            }
+            let decided_at = Duration::from_nanos(ruling.decided_at);
+            respond::limited(response, policy, &ruling.verdicts, decided_at);
+        }
+    }
+    respond::add_sunset_headers(response.headers_mut(), *retiring);
+    false
+}
+
+/// Decides into `ruling` (a fresh [`Ruling::default`]), and holds the
+/// request if needed; see the module docs.
+async fn decide<'p>(
     admitter: Admitter<'_>,
     enforced: &[Applicable<'p>],
     shadowed: &[Applicable<'p>],
-    admission: &mut Admission<'p>,
+    ruling: &mut Ruling<'p>,
 ) -> Result<(), StoreUnavailable> {
     let Admitter {
         store,
@@ -111,15 +143,15 @@ pub async fn admit<'p>(
         ..
     } = admitter;
     let now = clock.now();
-    admission.asked_at = now;
-    admission.decided_at = now;
+    ruling.asked_at = now;
+    ruling.decided_at = now;
     if enforced.is_empty() && shadowed.is_empty() {
         // No rule applies: nothing to ask, and a store that is down has no
         // say (`on_error` is about limits, not about unlimited routes).
         return Ok(());
     }
     for applicable in enforced {
-        admission
+        ruling
             .verdicts
             .extend(applicable.limits.iter().map(|limit| Verdict {
                 rule: applicable.rule,
@@ -150,73 +182,51 @@ pub async fn admit<'p>(
                 false
             }
             Err(error) => {
-                // Logged once per outage, not once per request.
-                if metrics.store_failed(store.backend_name()) {
-                    tracing::warn!(%error, ?on_error, "the store failed a decision; on_error decides until it answers");
-                }
+                report_store_error(admitter, &error);
                 match on_error {
                     OnError::Local => {
-                        admit_locally(store, &asks, now, &mut answer);
+                        store.admit_locally(&asks, now, &mut answer);
                         true
                     }
                     OnError::Allow => {
-                        admission.unlimited = true;
+                        ruling.unlimited = true;
                         return Ok(());
                     }
                     OnError::Deny => return Err(StoreUnavailable),
                 }
             }
         };
-        take_answer(&mut answer, admission, admitter, local, enforced, shadowed)
+        take_answer(&mut answer, ruling, admitter, local, enforced, shadowed)
     };
     match &mut hold {
         Some(hold) if hold.wait > 0 || hold.queued.is_some() => {
-            hold_until_passing(hold, admission, store, clock).await;
+            hold_until_passing(hold, ruling, store, clock).await;
         }
         // Passes at once, with something to settle after the response.
-        Some(hold) => pass(hold, admission),
+        Some(hold) => pass(hold, ruling),
         None => {}
     }
     Ok(())
 }
 
-/// Decides `asks` with the local store while the shared one fails. Each
-/// of the instances sharing the store, deciding alone, enforces its share
-/// of every limit ([`Limiter::share`]: the limit divided by the number of
-/// instances, rounded up), so an outage does not multiply the limits by the
-/// number of instances.
-fn admit_locally(store: &Store, asks: &Asks<'_>, now: Nanos, answer: &mut crate::store::Admission) {
-    let instances = store.instances();
-    if instances <= 1 {
-        return store.local().admit(asks, now, answer);
+/// Logs a failed store call once per streak and kind, not once per
+/// request. An outage passes on its own; an error the store answered with
+/// (its script's, an answer it should not give) will not: someone must
+/// look, so it is an error of its own.
+fn report_store_error(admitter: Admitter<'_>, error: &StoreError) {
+    let Admitter {
+        store,
+        on_error,
+        metrics,
+        ..
+    } = admitter;
+    if metrics.store_failed(store.backend_name(), error.kind()) {
+        if error.is_transient() {
+            tracing::warn!(%error, ?on_error, "the store failed a decision; on_error decides until it answers");
+        } else {
+            tracing::error!(%error, ?on_error, "the store answered a decision with an error that retrying will not fix (a bug or a misconfiguration); on_error decides until it answers");
+        }
     }
-    let shares: SmallVec<[Limiter; INLINE]> = asks
-        .limits
-        .iter()
-        .map(|ask| ask.limiter.share(instances))
-        .collect();
-    let shared = Asks {
-        // Rebuilt rather than cloned: the asks borrow the shares, which
-        // live shorter than the policy.
-        rules: asks
-            .rules
-            .iter()
-            .map(|rule| crate::store::RuleAsk {
-                limits: rule.limits.clone(),
-                shadow: rule.shadow,
-                bans: rule.bans,
-                ban: rule.ban,
-                key: rule.key,
-            })
-            .collect(),
-        limits: asks
-            .limits
-            .iter()
-            .zip(&shares)
-            .map(|(ask, limiter)| Ask { limiter, ..*ask })
-            .collect(),
-    };
-    store.local().admit(&shared, now, answer);
 }
 
 /// What an admitted request waits for before it passes.
@@ -230,13 +240,13 @@ struct Hold {
     queued: Option<Box<QueuedPermit>>,
 }
 
-/// Copies the store's answer into `admission` (decisions, counters, shadow
+/// Copies the store's answer into `ruling` (decisions, counters, shadow
 /// rules) and returns what the admitted request must wait for and settle;
 /// `None` when it was refused, or passes at once with nothing to settle
 /// after the response (its receipts are kept: nothing to do).
 fn take_answer<'p>(
     answer: &mut crate::store::Admission,
-    admission: &mut Admission<'p>,
+    ruling: &mut Ruling<'p>,
     admitter: Admitter<'_>,
     local: bool,
     enforced: &[Applicable<'p>],
@@ -248,11 +258,11 @@ fn take_answer<'p>(
         ticker,
         ..
     } = admitter;
-    admission.outcome = answer.outcome;
-    admission.decided_at = answer.at;
-    admission.bans_started = std::mem::take(&mut answer.bans_started);
+    ruling.outcome = answer.outcome;
+    ruling.decided_at = answer.at;
+    ruling.bans_started = std::mem::take(&mut answer.bans_started);
     let mut wait = 0;
-    for (verdict, decision) in admission.verdicts.iter_mut().zip(&answer.decisions) {
+    for (verdict, decision) in ruling.verdicts.iter_mut().zip(&answer.decisions) {
         verdict.decision = *decision;
         wait = wait.max(decision.wait());
     }
@@ -264,7 +274,7 @@ fn take_answer<'p>(
         let rule = applicable.rule;
         if answer.shadow_limited.contains(&index) {
             rule.counters.shadow_limited.inc();
-            admission.would_limit.push(&rule.name);
+            ruling.would_limit.push(&rule.name);
             tracing::debug!(rule = %rule.name, "shadow rule would have limited a request");
         } else {
             rule.counters.allowed.inc();
@@ -306,14 +316,14 @@ fn take_answer<'p>(
 /// took.
 async fn hold_until_passing(
     hold: &mut Hold,
-    admission: &mut Admission<'_>,
+    ruling: &mut Ruling<'_>,
     store: &Store,
     clock: &ProxyClock,
 ) {
-    let at = admission.decided_at;
-    let holding = HoldGauges::new(&admission.verdicts, clock, at);
+    let at = ruling.decided_at;
+    let holding = HoldGauges::new(&ruling.verdicts, clock, at);
     if let Some(queued) = hold.queued.take() {
-        let slot = queued_slot(&admission.verdicts, &queued);
+        let slot = queued_slot(&ruling.verdicts, &queued);
         match wait_for_permit(store, clock, queued, at).await {
             Some(receipt) => {
                 if let Some(settlement) = &mut hold.settlement {
@@ -324,26 +334,26 @@ async fn hold_until_passing(
                 // No permit within `max_delay`: refused, and everything
                 // taken is given back when `settlement` drops.
                 if let Some(slot) = slot {
-                    admission.verdicts[slot].decision = PERMIT_REFUSED;
+                    ruling.verdicts[slot].decision = PERMIT_REFUSED;
                 }
-                admission.outcome = Outcome::Limited;
+                ruling.outcome = Outcome::Limited;
                 return;
             }
         }
     }
     clock.sleep_until(at + hold.wait).await;
     drop(holding);
-    admission.held = clock.now().saturating_sub(at);
-    pass(hold, admission);
+    ruling.held = clock.now().saturating_sub(at);
+    pass(hold, ruling);
 }
 
 /// The request passes: its settlement (if anything is left to settle after
 /// the response) goes with it.
-fn pass(hold: &mut Hold, admission: &mut Admission<'_>) {
+fn pass(hold: &mut Hold, ruling: &mut Ruling<'_>) {
     if let Some(mut settlement) = hold.settlement.take() {
         settlement.passed();
         if settlement.needed_after_passing() {
-            admission.settlement = Some(settlement);
+            ruling.settlement = Some(settlement);
         }
     }
 }
@@ -434,7 +444,7 @@ impl Drop for QueuedGuard<'_> {
                 // Handed over just as the client left: give it back (a
                 // permit's return does not depend on the instant).
                 let at = queued.receipt.at;
-                self.store.settle_detached(
+                self.store.settle(
                     std::slice::from_mut(&mut queued.receipt),
                     crate::store::Settle::GiveBack,
                     at,
@@ -489,6 +499,7 @@ mod tests {
     use crate::config::Config;
     use crate::policy::Policy;
     use crate::store::suite::FailingStore;
+    use crate::store::StoreError;
 
     const NOW: Nanos = 1_800_000_000_000_000_000;
 
@@ -514,15 +525,16 @@ mod tests {
         policy: &'p Policy,
         metrics: &Metrics,
         on_error: OnError,
-    ) -> Result<Admission<'p>, StoreUnavailable> {
+    ) -> Result<Ruling<'p>, StoreUnavailable> {
         let rule = &policy.rules[0];
         let enforced = [Applicable {
             rule,
             key: 42,
             limits: &rule.limits,
         }];
-        let clock = ProxyClock::Manual(crate::clock::ManualClock::new(NOW));
-        let mut admission = Admission::default();
+        // Paused time (the tests' `start_paused`): every decision at `NOW`.
+        let clock = ProxyClock::Runtime(crate::clock::RuntimeClock::new(NOW));
+        let mut ruling = Ruling::default();
         let admitter = Admitter {
             store,
             clock: &clock,
@@ -530,20 +542,22 @@ mod tests {
             metrics,
             ticker: None,
         };
-        admit(admitter, &enforced, &[], &mut admission)
+        decide(admitter, &enforced, &[], &mut ruling)
             .await
-            .map(|()| admission)
+            .map(|()| ruling)
     }
 
     fn fallback_gauge(metrics: &Metrics, store: &Store) -> bool {
-        metrics.set_store_state(store.backend_name(), 0, 0);
+        metrics.set_store_state(store.backend_name(), &StoreError::KINDS, 0, 0);
         let text = metrics.render();
-        assert!(text.contains("sluice_store_errors_total{backend=\"failing\"}"));
+        assert!(
+            text.contains("sluice_store_errors_total{backend=\"failing\",kind=\"unavailable\"}")
+        );
         text.lines()
             .any(|line| line == "sluice_store_fallback_active 1")
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn local_decides_with_the_memory_store_while_the_store_fails() {
         let (store, policy, metrics) = setup();
         failing(&store, true);
@@ -560,7 +574,7 @@ mod tests {
         assert!(!fallback_gauge(&metrics, &store));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn allow_forwards_unlimited_and_deny_refuses() {
         let (store, policy, metrics) = setup();
         failing(&store, true);
@@ -575,8 +589,38 @@ mod tests {
         assert!(fallback_gauge(&metrics, &store));
         // Nothing was taken meanwhile: the bucket is full once back.
         failing(&store, false);
-        let admission = ask(&store, &policy, &metrics, OnError::Deny).await.unwrap();
-        assert_eq!(admission.outcome, Outcome::Admitted);
-        assert!(!admission.unlimited);
+        let ruling = ask(&store, &policy, &metrics, OnError::Deny).await.unwrap();
+        assert_eq!(ruling.outcome, Outcome::Admitted);
+        assert!(!ruling.unlimited);
+    }
+
+    #[tokio::test]
+    async fn a_script_error_is_counted_apart_and_still_answered_per_on_error() {
+        let (store, policy, metrics) = setup();
+        let Store::Failing(failing) = &*store else {
+            unreachable!("a failing store")
+        };
+        let script = StoreError::Script("ERR user_script:1: a bug".into());
+        failing.fail_with(Some(script));
+        let local = ask(&store, &policy, &metrics, OnError::Local).await;
+        assert_eq!(local.unwrap().outcome, Outcome::Admitted);
+        let allowed = ask(&store, &policy, &metrics, OnError::Allow).await;
+        assert!(allowed.unwrap().unlimited);
+        assert!(ask(&store, &policy, &metrics, OnError::Deny).await.is_err());
+        assert!(fallback_gauge(&metrics, &store));
+        let text = metrics.render();
+        let errors =
+            |kind| format!("sluice_store_errors_total{{backend=\"failing\",kind=\"{kind}\"}}");
+        assert!(text.contains(&format!("{} 3", errors("script"))), "{text}");
+        assert!(
+            text.contains(&format!("{} 0", errors("unavailable"))),
+            "{text}"
+        );
+        // Reported once per streak and kind: again after the store answered.
+        assert!(!metrics.store_failed("failing", "script"));
+        assert!(metrics.store_failed("failing", "unavailable"));
+        failing.fail_with(None);
+        let _ = ask(&store, &policy, &metrics, OnError::Local).await;
+        assert!(metrics.store_failed("failing", "script"));
     }
 }

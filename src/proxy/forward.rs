@@ -8,13 +8,16 @@
 //! Framing: the upstream only ever receives framing sluice wrote itself.
 //! hyper parses the client's request (it rejects invalid or conflicting
 //! `Content-Length`, a `Transfer-Encoding` not ending in `chunked`, TE on
-//! HTTP/1.0, bad chunk sizes); [`bad_framing`] rejects what hyper lets
+//! HTTP/1.0, bad chunk sizes); the checks (`super::checks`) reject what hyper lets
 //! through but a proxy must not guess at (`chunked` applied twice, or with
 //! another coding), and hyper's client re-frames the body it forwards. A
 //! response that carries both `Transfer-Encoding` and `Content-Length` is
-//! framed by TE, its CL dropped, and its connection never reused.
+//! framed by TE, its CL dropped, and its connection never reused; one with a
+//! `Transfer-Encoding` other than exactly `chunked` is a 502. A response is
+//! relayed as HTTP/1.1, whatever version the upstream spoke.
 
-use std::net::IpAddr;
+use std::borrow::Cow;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,15 +27,23 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use super::bill::Failure;
+use super::checks::Checked;
 use super::client_request::{ClientBody, ClientRequest};
-use super::deadline::GuardedBody;
+use super::deadline::{self, BodyWatch, GuardedBody};
 use super::fields;
 use super::pool::{self, AddedFields, ForwardError, Pool, PooledBody};
 use super::recent_value::{recent_value, RecentValue};
-use super::respond::Refusal;
-use super::settle::Settlement;
+use super::refusal::Refusal;
+use super::respond::{self, ProxyBody};
+use super::ruling::Ruling;
+use super::settle::{ChargingWhile, Settlement};
 use super::upgrade::{self, ClientUpgrade};
+use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::ServerConfig;
+use crate::key::client_ip::ForwardedHeader;
+use crate::metrics::Metrics;
+use crate::policy::Policy;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -52,7 +63,7 @@ pub struct Upstream {
 
 impl Upstream {
     /// The pool for `server.upstream` with its timeouts.
-    pub fn new(server: &ServerConfig) -> Upstream {
+    pub fn new(server: &ServerConfig, clock: ProxyClock) -> Upstream {
         let host = server.upstream.host().unwrap_or("127.0.0.1");
         let port = server.upstream.port_u16().unwrap_or(80);
         // `host` may be an IPv6 literal in brackets, which connect accepts.
@@ -62,7 +73,7 @@ impl Upstream {
             .authority()
             .map_or_else(|| address.clone(), |a| a.as_str().to_owned());
         Upstream {
-            pool: Pool::new(address, server.connect_timeout),
+            pool: Pool::new(address, server.connect_timeout, clock),
             host: HeaderValue::from_str(&authority)
                 .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
             timeout: server.upstream_timeout,
@@ -190,27 +201,6 @@ pub fn prepare_request(
     added
 }
 
-/// A request whose framing hyper accepted but a proxy must not guess at:
-/// `Transfer-Encoding` other than exactly one `chunked` (`chunked, chunked`,
-/// `gzip, chunked`, two TE lines). hyper has already answered 400 to the
-/// rest (RFC 9112 §6.1, §6.3); see the module docs.
-pub fn bad_framing<B>(request: &Request<B>) -> Option<Refusal> {
-    let headers = request.headers();
-    if !fields::has(headers, &header::TRANSFER_ENCODING) {
-        return None;
-    }
-    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
-    let first = codings.next()?;
-    let only_chunked = codings.next().is_none()
-        && first
-            .as_bytes()
-            .trim_ascii()
-            .eq_ignore_ascii_case(b"chunked");
-    (!only_chunked).then_some(Refusal::BadFraming(
-        "Transfer-Encoding must be exactly \"chunked\"",
-    ))
-}
-
 /// Turns the upstream's response into the client's: hop-by-hop fields
 /// stripped, ambiguous framing resolved, and a WebSocket switch turned into
 /// a tunnel. `settlement` (what the admission took: units, permits) is
@@ -235,19 +225,46 @@ pub fn prepare_response(
         upgrade::tunnel(client, upstream, settlement);
         return Ok(response);
     }
+    // A proxy answers in its own version (RFC 9110 §6.2): the client's
+    // server frames the body for HTTP/1.1 (the plain exchange's heads
+    // already say so).
+    *response.version_mut() = Version::HTTP_11;
     let headers = response.headers_mut();
-    if fields::has(headers, &header::TRANSFER_ENCODING)
-        && fields::has(headers, &header::CONTENT_LENGTH)
-    {
-        // hyper framed the body by TE (RFC 9112 §6.3); the CL must not reach
-        // the client, and whatever follows on the connection is suspect
-        // (response splitting, hostile-input row F4 in docs/edge-behaviour.md).
-        headers.remove(header::CONTENT_LENGTH);
-        response.body_mut().discard_connection();
+    if fields::has(headers, &header::TRANSFER_ENCODING) {
+        // A coding other than one `chunked` (`gzip`, `gzip, chunked`,
+        // `chunked, chunked`): hyper's client decoded at most the chunked
+        // layer, and sluice offered none other and cannot pass one on
+        // (docs/edge-behaviour.md, "Reading the upstream's answer"). The
+        // plain exchange refuses the same while reading the head.
+        if !only_chunked(headers) {
+            // Not even an answer without a body (a `HEAD`'s) leaves its
+            // connection to the pool: the plain exchange drops it too.
+            response.body_mut().discard_connection();
+            return Err(ForwardError::Other);
+        }
+        if fields::has(headers, &header::CONTENT_LENGTH) {
+            // hyper framed the body by TE (RFC 9112 §6.3); the CL must not
+            // reach the client, and whatever follows on the connection is
+            // suspect (response splitting, hostile-input row F4 in
+            // docs/edge-behaviour.md).
+            headers.remove(header::CONTENT_LENGTH);
+            response.body_mut().discard_connection();
+        }
     }
     strip_hop_by_hop(response.headers_mut(), false);
     response.body_mut().hold_settlement(settlement);
     Ok(response)
+}
+
+/// Whether `Transfer-Encoding` is one field of exactly `chunked`.
+fn only_chunked(headers: &HeaderMap) -> bool {
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+    codings.next().is_some_and(|first| {
+        first
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"chunked")
+    }) && codings.next().is_none()
 }
 
 /// `255.255.255.255`.
@@ -375,42 +392,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
         // to remove but `Connection` itself.
         headers.remove(header::CONNECTION);
     } else if connection {
-        // The values are cloned (a reference count, no copy) so the names
-        // they list can be removed by `&str`, which needs no allocation.
-        let listed: SmallVec<[HeaderValue; 2]> = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .cloned()
-            .collect();
-        // Same removal order as always (listed names, then Connection):
-        // removal reorders the map, and the order is what goes on the wire.
-        for value in &listed {
-            let Ok(text) = value.to_str() else { continue };
-            for name in text.split(',') {
-                let name = name.trim();
-                // Most listed options (`keep-alive`, `close`) name no field
-                // that is present: a look over the few names present is
-                // cheaper than parsing and hashing the option as a name.
-                // (Not a valid field name: nothing present matches.)
-                if headers
-                    .keys()
-                    .any(|present| present.as_str().eq_ignore_ascii_case(name))
-                {
-                    headers.remove(name);
-                }
-            }
-        }
-        headers.remove(header::CONNECTION);
-        // Connection may have named TE or a fixed field: look again.
-        fixed = false;
-        te = false;
-        for name in headers.keys() {
-            if name == header::TE {
-                te = true;
-            } else if is_fixed_hop_by_hop(name) {
-                fixed = true;
-            }
-        }
+        (fixed, te) = remove_listed_fields(headers);
     }
     if fixed {
         for name in [
@@ -425,17 +407,64 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
         }
     }
     if te {
-        let trailers = is_request
-            && headers
-                .get_all(header::TE)
-                .iter()
-                .filter_map(|value| value.to_str().ok())
-                .flat_map(|value| value.split(','))
-                .any(|item| item.trim().eq_ignore_ascii_case("trailers"));
-        headers.remove(header::TE);
-        if trailers {
-            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        keep_only_trailers(headers, is_request);
+    }
+}
+
+/// Removes the fields `Connection` names, then `Connection` itself.
+/// Whether a fixed hop-by-hop field, and `TE`, remain.
+fn remove_listed_fields(headers: &mut HeaderMap) -> (bool, bool) {
+    // The values are cloned (a reference count, no copy) so the names
+    // they list can be removed by `&str`, which needs no allocation.
+    let listed: SmallVec<[HeaderValue; 2]> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .cloned()
+        .collect();
+    // Same removal order as always (listed names, then Connection):
+    // removal reorders the map, and the order is what goes on the wire.
+    for value in &listed {
+        let Ok(text) = value.to_str() else { continue };
+        for name in text.split(',') {
+            let name = name.trim();
+            // Most listed options (`keep-alive`, `close`) name no field
+            // that is present: a look over the few names present is
+            // cheaper than parsing and hashing the option as a name.
+            // (Not a valid field name: nothing present matches.)
+            if headers
+                .keys()
+                .any(|present| present.as_str().eq_ignore_ascii_case(name))
+            {
+                headers.remove(name);
+            }
         }
+    }
+    headers.remove(header::CONNECTION);
+    // Connection may have named TE or a fixed field: look again.
+    let (mut fixed, mut te) = (false, false);
+    for name in headers.keys() {
+        if name == header::TE {
+            te = true;
+        } else if is_fixed_hop_by_hop(name) {
+            fixed = true;
+        }
+    }
+    (fixed, te)
+}
+
+/// `TE` is hop-by-hop; of a request's, only `trailers` is passed on (it
+/// tells the upstream the client reads trailer fields).
+fn keep_only_trailers(headers: &mut HeaderMap, is_request: bool) {
+    let trailers = is_request
+        && headers
+            .get_all(header::TE)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .any(|item| item.trim().eq_ignore_ascii_case("trailers"));
+    headers.remove(header::TE);
+    if trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
 }
 
@@ -459,6 +488,213 @@ fn is_fixed_hop_by_hop(name: &HeaderName) -> bool {
         || name == header::PROXY_AUTHORIZATION
         || name == KEEP_ALIVE
         || name == PROXY_CONNECTION
+}
+
+/// What forwarding works with.
+#[derive(Debug, Clone, Copy)]
+pub struct Forwarder<'a> {
+    pub upstream: &'a Upstream,
+    /// Times sluice's overhead and the upstream's answer.
+    pub clock: &'a ProxyClock,
+    pub metrics: &'a Metrics,
+}
+
+impl Forwarder<'_> {
+    /// Forward: the admitted request, rewritten, goes upstream with the
+    /// admission's settlement (`ruling.settlement`) riding on the
+    /// response body, so what the request took is settled as the exchange
+    /// unfolds and when it ends. The upstream's answer, made the client's;
+    /// or the answer to its failure (502, 504, or 408/413 for a request
+    /// body cut off by its deadline or size cap).
+    pub async fn forward(
+        self,
+        client: &mut ClientRequest,
+        path_and_query: PathAndQuery,
+        peer: SocketAddr,
+        policy: &Policy,
+        started: Nanos,
+        ruling: &mut Ruling<'_>,
+    ) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
+        let mut outgoing =
+            self.outgoing(client, path_and_query, peer, policy, started, ruling.held);
+        let mut settlement = ruling.settlement.take();
+        if let Some(settlement) = &mut settlement {
+            settlement.forwarded(outgoing.sent);
+        }
+        let upstream = self.upstream;
+        let outbound = match &mut outgoing.streamed {
+            Some(streamed) => Outbound::Streamed(streamed),
+            None => Outbound::Plain(client.get()),
+        };
+        let result = match settlement.as_deref_mut() {
+            // Upstream time is charged every second while the answer is awaited.
+            Some(settlement) if settlement.charges_elapsed() => {
+                ChargingWhile::new(upstream.send(outbound, &outgoing.added), settlement).await
+            }
+            _ => upstream.send(outbound, &outgoing.added).await,
+        };
+        let incoming = self.incoming(result, outgoing.sent, outgoing.client_upgrade, settlement);
+        incoming.map_err(|error| match outgoing.body_watch.cut_off() {
+            // A body cut off by its deadline or size cap is the client's fault.
+            Some(cut_off) => respond::refusal(
+                Refusal::BodyCutOff(cut_off, outgoing.body_watch.version()),
+                None,
+            ),
+            None => self.upstream_failed(error),
+        })
+    }
+
+    /// The admitted request rewritten for the upstream, in place
+    /// (normalised path, hop-by-hop fields stripped, forwarding headers
+    /// set); taken, with its body put under its deadline and size cap, only
+    /// when it is not a plain exchange.
+    fn outgoing(
+        self,
+        client: &mut ClientRequest,
+        path_and_query: PathAndQuery,
+        peer: SocketAddr,
+        policy: &Policy,
+        started: Nanos,
+        held: Nanos,
+    ) -> Outgoing {
+        let hop = ClientHop {
+            peer: peer.ip(),
+            trusted: policy.client_ip.is_trusted(peer.ip()),
+            rfc7239: policy.client_ip.header() == ForwardedHeader::Forwarded,
+        };
+        let request = client.get_mut();
+        let handshake = upgrade::is_websocket_handshake(request);
+        let client_upgrade = if handshake {
+            upgrade::take_client_side(request)
+        } else {
+            None
+        };
+        let added = prepare_request(request, self.upstream, path_and_query, hop, handshake);
+        // One clock read ends the overhead span and starts the upstream one.
+        // The overhead excludes the intentional hold: it is the latency
+        // sluice adds to requests that were within their limits.
+        let sent = self.clock.now();
+        self.metrics
+            .overhead_seconds
+            .observe(seconds(sent.saturating_sub(started).saturating_sub(held)));
+        let (streamed, body_watch) = if pool::is_plain(request) {
+            (None, BodyWatch::no_body(request.version()))
+        } else {
+            let (request, body_watch) = deadline::guard(client.take());
+            (Some(ClientRequest::new(request)), body_watch)
+        };
+        Outgoing {
+            streamed,
+            added,
+            body_watch,
+            client_upgrade,
+            sent,
+        }
+    }
+
+    /// The upstream's answer made the client's, carrying what the admission
+    /// took (`settlement`): it is settled when the body has been sent or
+    /// dropped (or a WebSocket tunnel closed), and permits return then. Its
+    /// bill sees the response head first: a reported cost is charged and
+    /// stripped, a 5xx or a failed exchange refunded where `refund_on` says.
+    fn incoming(
+        self,
+        mut result: Result<Response<PooledBody>, ForwardError>,
+        sent: Nanos,
+        client_upgrade: Option<ClientUpgrade>,
+        mut settlement: Option<Box<Settlement>>,
+    ) -> Result<Response<ProxyBody>, ForwardError> {
+        self.metrics
+            .upstream_seconds
+            .observe(seconds(self.clock.now().saturating_sub(sent)));
+        if let Some(bill) = &mut settlement {
+            match &mut result {
+                Ok(response) => bill.response_began(response.status(), response.headers_mut()),
+                Err(ForwardError::ClientBody) => bill.exchange_failed(Failure::ClientLeft),
+                Err(_) => bill.exchange_failed(Failure::Upstream),
+            }
+            if !bill.needed_after_response() {
+                // Nothing rides on the body: settled now (units kept).
+                settlement = None;
+            }
+        }
+        result
+            .and_then(|response| prepare_response(response, client_upgrade, settlement))
+            .map(|response| response.map(ProxyBody::upstream))
+    }
+
+    /// Counts, logs and answers an upstream failure.
+    fn upstream_failed(self, error: ForwardError) -> Response<ProxyBody> {
+        let metrics = self.metrics;
+        let refusal = match error {
+            ForwardError::Connect => {
+                metrics.upstream_errors_connect.inc();
+                Refusal::UpstreamUnreachable
+            }
+            ForwardError::Timeout => {
+                metrics.upstream_errors_timeout.inc();
+                Refusal::UpstreamTimeout
+            }
+            ForwardError::Other => {
+                metrics.upstream_errors_other.inc();
+                Refusal::UpstreamFailed
+            }
+            ForwardError::ClientBody => {
+                return respond::refusal(Refusal::BadFraming("the request body is malformed"), None)
+            }
+        };
+        tracing::warn!(%error, "upstream request failed");
+        respond::refusal(refusal, None)
+    }
+}
+
+/// An admitted request on its way upstream.
+struct Outgoing {
+    /// The request taken for hyper's client, with its body guarded; `None`
+    /// for a plain exchange, which is written from the client's request
+    /// where it is.
+    streamed: Option<ClientRequest<GuardedBody>>,
+    /// Fields added as it is written (see [`pool::AddedFields`]).
+    added: AddedFields,
+    /// Tells a body cut off by its deadline or size cap from an upstream
+    /// failure.
+    body_watch: BodyWatch,
+    client_upgrade: Option<ClientUpgrade>,
+    /// When it was sent (the end of sluice's overhead).
+    sent: Nanos,
+}
+
+/// The path and query the upstream receives: the normalised path, when
+/// normalisation changed it and `normalize_path` is on, with the query
+/// unchanged; otherwise what the client sent.
+pub fn forwarded_path<B>(
+    request: &Request<B>,
+    checked: &Checked<'_>,
+    policy: &Policy,
+) -> PathAndQuery {
+    let original = request
+        .uri()
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    match &checked.path {
+        Cow::Owned(path) if policy.normalize_path => {
+            // Only allocates when the client sent a non-normal path.
+            let rebuilt = match request.uri().query() {
+                Some(query) => format!("{path}?{query}"),
+                None => path.to_owned(),
+            };
+            PathAndQuery::try_from(rebuilt).unwrap_or(original)
+        }
+        _ if original.path().is_empty() => PathAndQuery::from_static("/"),
+        _ => original,
+    }
+}
+
+/// Nanoseconds as the seconds Prometheus histograms take.
+#[inline]
+pub fn seconds(nanos: Nanos) -> f64 {
+    nanos as f64 / 1e9
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@
 //! `GET` or `HEAD`, so sending it twice is safe) is retried once on a fresh
 //! connection.
 
+mod chunked;
 mod plain;
 mod plain_body;
 pub mod spare_map;
@@ -44,7 +45,11 @@ use tokio::time::Instant;
 use super::client_request::ClientRequest;
 use super::deadline::{BodyError, GuardedBody};
 use super::settle::Settlement;
-pub use plain::{connection_options, is_plain, only_persistence_options, parse_length, Framing};
+use crate::clock::{Clock, Nanos, ProxyClock};
+pub use plain::{
+    connection_options, is_plain, one_content_length, only_persistence_options, parse_length,
+    unreadable_connection, Framing,
+};
 use plain::{Conn, IdleConns};
 use plain_body::PlainBody;
 
@@ -87,12 +92,15 @@ pub struct Pool {
     idle: Mutex<Vec<Idle>>,
     /// Idle connections for plain exchanges.
     plain: Arc<IdleConns>,
+    /// Dates idle connections.
+    clock: ProxyClock,
 }
 
 #[derive(Debug)]
 struct Idle {
     sender: SendRequest<GuardedBody>,
-    since: quanta::Instant,
+    /// On the proxy's clock.
+    since: Nanos,
 }
 
 /// Fields a request gets as it is written to the upstream rather than
@@ -102,13 +110,15 @@ struct Idle {
 pub type AddedFields = SmallVec<[(HeaderName, HeaderValue); 3]>;
 
 impl Pool {
-    /// A pool for `address` (`host:port`).
-    pub fn new(address: String, connect_timeout: Duration) -> Arc<Pool> {
+    /// A pool for `address` (`host:port`), dating idle connections on
+    /// `clock`.
+    pub fn new(address: String, connect_timeout: Duration, clock: ProxyClock) -> Arc<Pool> {
         Arc::new(Pool {
             address,
             connect_timeout,
             idle: Mutex::new(Vec::new()),
-            plain: IdleConns::new(),
+            plain: IdleConns::new(clock.clone()),
+            clock,
         })
     }
 
@@ -154,13 +164,17 @@ impl Pool {
                 None => self.connect().await?,
             };
             match sender.try_send_request(request).await {
-                Ok(response) => {
+                Ok(mut response) => {
+                    // As the plain exchange relays several agreeing lengths,
+                    // and closes after a `Connection` it cannot read.
+                    one_content_length(response.headers_mut());
+                    let reusable = !unreadable_connection(response.headers());
                     let pool = Arc::clone(self);
                     return Ok(response.map(|body| PooledBody {
                         settlement: None,
                         body: Inner::Hyper {
                             body,
-                            connection: Some((sender, pool)),
+                            connection: reusable.then_some((sender, pool)),
                         },
                     }));
                 }
@@ -219,11 +233,26 @@ impl Pool {
         Err(ForwardError::Other)
     }
 
+    /// Whether a connection of the plain exchange would be handed out
+    /// again (it is taken out of the idle list): for the differential
+    /// check of the two clients.
+    #[cfg(any(test, feature = "differential"))]
+    pub(crate) fn reuses_plain(&self) -> bool {
+        self.plain.checkout().is_some()
+    }
+
+    /// Whether a connection of hyper's client would be handed out again
+    /// (taken, as [`Pool::reuses_plain`]).
+    #[cfg(any(test, feature = "differential"))]
+    pub(crate) async fn reuses_hyper(&self) -> bool {
+        self.checkout().await.is_some()
+    }
+
     /// A live idle connection, ready for a request.
     async fn checkout(&self) -> Option<SendRequest<GuardedBody>> {
         loop {
             let idle = self.lock().pop()?;
-            if idle.sender.is_closed() || idle.since.elapsed() > IDLE_TIMEOUT {
+            if idle.sender.is_closed() || too_old(idle.since, self.clock.now()) {
                 continue;
             }
             let mut sender = idle.sender;
@@ -277,7 +306,7 @@ impl Pool {
         if idle.len() < MAX_IDLE {
             idle.push(Idle {
                 sender,
-                since: quanta::Instant::now(),
+                since: self.clock.now(),
             });
         }
     }
@@ -288,6 +317,12 @@ impl Pool {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Whether a connection idle since `since` is past [`IDLE_TIMEOUT`] at `now`.
+#[inline]
+fn too_old(since: Nanos, now: Nanos) -> bool {
+    now.saturating_sub(since) > IDLE_TIMEOUT.as_nanos() as Nanos
 }
 
 /// Whose fault a failed exchange was: hyper's client reports an error of
@@ -412,5 +447,30 @@ impl Drop for PooledBody {
         if self.is_end_stream() {
             self.release();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::RuntimeClock;
+    use tokio::net::TcpListener;
+
+    /// Idle connections age on the proxy's clock: on paused time, exactly
+    /// as the test moves it.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_is_reused_up_to_the_idle_timeout_by_the_proxys_clock() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (_upstream_side, _) = listener.accept().await.unwrap();
+        let idle = IdleConns::new(ProxyClock::Runtime(RuntimeClock::new(0)));
+        idle.put_back(Conn::new(stream));
+        tokio::time::advance(IDLE_TIMEOUT).await;
+        let conn = idle.checkout().expect("idle for exactly IDLE_TIMEOUT");
+        idle.put_back(conn);
+        tokio::time::advance(IDLE_TIMEOUT + Duration::from_nanos(1)).await;
+        assert!(idle.checkout().is_none(), "idle for longer");
     }
 }

@@ -39,7 +39,7 @@ pub fn log(
     facts: &RequestFacts<'_>,
     key: impl FnOnce() -> String,
 ) {
-    let Some(suppressed) = gate.admit(now) else {
+    let Some(suppressed) = gate.let_through(now) else {
         return;
     };
     let key = key();

@@ -14,8 +14,8 @@ use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
 use hyper::body::{Body, Frame, SizeHint};
 
-use super::deadline::CutOff;
 use super::pool::PooledBody;
+pub use super::refusal::Refusal;
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
 use crate::limiter::Decision;
@@ -521,114 +521,17 @@ fn subsec_nanos(time: Duration) -> Nanos {
     u64::from(time.subsec_nanos())
 }
 
-/// Which synthetic answers exist, by blame: the client's fault is 4xx, the
-/// upstream's 502/504.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// An HTTP/1.1 request without exactly one valid Host (RFC 9112 §3.2).
-    BadHost(&'static str),
-    /// The path could not be normalised.
-    BadPath(crate::key::path::PathError),
-    /// Request framing a proxy must not guess at (answered with
-    /// `Connection: close`: the rest of the connection cannot be trusted).
-    BadFraming(&'static str),
-    /// The request target is longer than `server.max_uri_bytes`.
-    UriTooLong,
-    /// The declared body is larger than `server.max_body_bytes`.
-    BodyTooLarge,
-    /// The body was cut off while it streamed upstream, before the upstream
-    /// answered; the request was made over this HTTP version.
-    BodyCutOff(CutOff, http::Version),
-    /// A rule with `missing = "reject"` lacked a key source.
-    MissingKey,
-    /// The client IP is on the deny list.
-    Denied,
-    /// The upstream could not be reached.
-    UpstreamUnreachable,
-    /// The upstream did not answer within `upstream_timeout`.
-    UpstreamTimeout,
-    /// The upstream failed mid-exchange.
-    UpstreamFailed,
-    /// The store failed and `on_error = "deny"`.
-    StoreUnavailable,
-}
-
-/// The problem document for a refusal.
+/// The problem document for a refusal: its status and detail
+/// ([`Refusal::status`], [`Refusal::detail`]), and `Connection: close` when
+/// the connection cannot carry another request.
 pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
-    match refusal {
-        Refusal::BadHost(detail) => problem(StatusCode::BAD_REQUEST, detail),
-        Refusal::BadPath(error) => problem(StatusCode::BAD_REQUEST, &error.to_string()),
-        Refusal::BadFraming(detail) => {
-            let mut response = problem(StatusCode::BAD_REQUEST, detail);
-            response
-                .headers_mut()
-                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-            response
-        }
-        Refusal::UriTooLong => problem(
-            StatusCode::URI_TOO_LONG,
-            "the request target is longer than this server accepts",
-        ),
-        Refusal::BodyTooLarge => problem(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "the declared request body is larger than this server accepts",
-        ),
-        Refusal::BodyCutOff(cut_off, version) => {
-            let mut response = match cut_off {
-                CutOff::Timeout => problem(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "the request body did not arrive in time",
-                ),
-                CutOff::TooLarge => problem(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "the request body is larger than this server accepts",
-                ),
-            };
-            // The rest of the body is not going to be read: an HTTP/1
-            // connection cannot carry another request.
-            if version < http::Version::HTTP_2 {
-                response
-                    .headers_mut()
-                    .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-            }
-            response
-        }
-        Refusal::MissingKey => {
-            let detail = match rule {
-                Some(rule) => format!(
-                    "rule '{}' needs a value for every key source ({}) and this request lacks one",
-                    rule.name,
-                    describe_key(rule)
-                ),
-                None => "this request lacks a value a rule is keyed on".to_owned(),
-            };
-            problem(StatusCode::BAD_REQUEST, &detail)
-        }
-        Refusal::Denied => problem(
-            StatusCode::FORBIDDEN,
-            "requests from this address are not accepted",
-        ),
-        Refusal::UpstreamUnreachable => problem(
-            StatusCode::BAD_GATEWAY,
-            "the service behind this proxy could not be reached; try again later",
-        ),
-        Refusal::UpstreamTimeout => problem(
-            StatusCode::GATEWAY_TIMEOUT,
-            "the service behind this proxy did not answer in time",
-        ),
-        Refusal::UpstreamFailed => problem(
-            StatusCode::BAD_GATEWAY,
-            "the service behind this proxy failed to answer",
-        ),
-        Refusal::StoreUnavailable => problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "rate limits cannot be checked right now; try again later",
-        ),
+    let mut response = problem(refusal.status(), &refusal.detail(rule));
+    if refusal.closes_connection() {
+        response
+            .headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     }
-}
-
-fn describe_key(rule: &Rule) -> String {
-    join(rule.key.iter().map(|source| source.to_string()))
+    response
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::Charge;
 use crate::policy::Billing;
 use crate::store::admission::Receipts;
-use crate::store::{Receipt, Settle, Store, StoreError};
+use crate::store::{Receipt, Settle, Store};
 
 /// The receipts of one admitted request, settled exactly once each.
 #[derive(Debug)]
@@ -181,20 +181,6 @@ impl Settlement {
         }
     }
 
-    /// Settles every receipt as `how` says, now.
-    pub async fn settle(&mut self, how: Settle) -> Result<(), StoreError> {
-        let now = self.clock.now();
-        if self.ledger.local {
-            // The local store settles at once: nothing to await.
-            self.ledger.settle_detached(how, now);
-            return Ok(());
-        }
-        for receipt in &mut self.ledger.receipts {
-            self.ledger.store.settle(receipt, how, now).await?;
-        }
-        Ok(())
-    }
-
     /// Charges every `elapsed_ms` rule the upstream time not yet charged.
     fn charge_elapsed(&mut self, now: Nanos) {
         let Some(bill) = &mut self.bill else {
@@ -268,12 +254,9 @@ impl Ledger {
 /// path.
 fn settle_detached(store: &Store, local: bool, receipts: &mut [Receipt], how: Settle, now: Nanos) {
     if local {
-        let local = store.local();
-        for receipt in receipts {
-            local.settle(receipt, how, now);
-        }
+        store.settle_locally(receipts, how, now);
     } else {
-        store.settle_detached(receipts, how, now);
+        store.settle(receipts, how, now);
     }
 }
 
@@ -348,7 +331,7 @@ impl Drop for Settlement {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::clock::RuntimeClock;
     use crate::limiter::{Concurrency, Gcra, Limiter};
     use crate::store::{Ask, Asks, MemoryStore};
     use crate::testing::{rate, SEC};
@@ -370,7 +353,8 @@ mod tests {
         let tables = [store.table(&rates), store.table(&permits)];
         Fixture {
             store: Arc::new(store),
-            clock: ProxyClock::Manual(ManualClock::new(NOW)),
+            // On paused time (`start_paused`): settled at `NOW`.
+            clock: ProxyClock::Runtime(RuntimeClock::new(NOW)),
             rates,
             permits,
             tables,
@@ -403,7 +387,7 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn dropped_while_held_gives_everything_back_and_once_passed_keeps_units() {
         let fixture = fixture();
         let held = fixture.settlement().await.expect("admitted");
@@ -416,9 +400,8 @@ mod tests {
         passed.passed();
         drop(passed);
         // Kept: 3 units stay taken, the permit returned.
-        let mut again = fixture.settlement().await.expect("the permit is back");
-        again.settle(Settle::GiveBack).await.unwrap();
-        assert!(again.is_empty());
+        // Dropped before it passed: given back.
+        let again = fixture.settlement().await.expect("the permit is back");
         drop(again);
         let mut last = fixture.settlement().await.expect("admitted");
         last.passed();

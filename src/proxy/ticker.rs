@@ -107,7 +107,7 @@ fn lock(shard: &Mutex<Vec<Waker>>) -> std::sync::MutexGuard<'_, Vec<Waker>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::clock::RuntimeClock;
     use std::sync::atomic::AtomicUsize;
     use std::task::Wake;
     use std::time::Duration;
@@ -120,29 +120,34 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    /// On paused time: the ticks come exactly when the runtime's time
+    /// reaches them, and at no other instant.
+    #[tokio::test(start_paused = true)]
     async fn registered_wakers_are_woken_once_at_the_next_tick() {
-        let clock = ManualClock::new(1_000 * TICK);
-        let ticker = Ticker::new(ProxyClock::Manual(clock.clone()));
+        let t0 = tokio::time::Instant::now();
+        let ticker = Ticker::new(ProxyClock::Runtime(RuntimeClock::new(1_000 * TICK)));
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(Arc::clone(&count));
         assert_eq!(ticker.wake_at_next_tick(&waker), 0);
         assert_eq!(ticker.wake_at_next_tick(&waker), 0);
+        // The ticking task starts, and waits for 1 s from now.
         tokio::task::yield_now().await;
-        clock.advance(Duration::from_nanos(TICK - 1));
+        tokio::time::advance(Duration::from_nanos(TICK - 1)).await;
+        // A turn of the runtime without time moving: a timer due would fire.
         tokio::task::yield_now().await;
         assert_eq!(count.0.load(Ordering::SeqCst), 0, "woken before the tick");
-        clock.advance(Duration::from_nanos(1));
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
+        assert_eq!(ticker.epoch(), 0);
+        tokio::time::advance(Duration::from_nanos(1)).await;
+        // The runtime runs everything due at the tick before time moves on.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_nanos(TICK) + Duration::from_millis(1)
+        );
         assert_eq!(count.0.load(Ordering::SeqCst), 2);
         assert_eq!(ticker.epoch(), 1);
-        // Woken once: the list was emptied.
-        clock.advance(Duration::from_nanos(TICK));
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
+        // Woken once: the list was emptied. The next tick is at 2 s.
+        tokio::time::sleep(Duration::from_nanos(TICK)).await;
         assert_eq!(count.0.load(Ordering::SeqCst), 2);
         assert_eq!(ticker.epoch(), 2);
     }

@@ -326,6 +326,41 @@ impl<S> DeadlineIo<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> DeadlineIo<S> {
+    /// While the socket has nothing to read: whether a read clock ran out
+    /// (a 408 for a late head, a quiet close for an idle connection); a
+    /// busy connection's clocks are stopped.
+    #[inline]
+    fn poll_read_clock(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Phase::Busy = self.phase {
+            // An exchange of the own server ends in this task,
+            // which reads again after it: nothing to be woken.
+            if self.own_busy || self.exchanges.wake_when_idle(cx.waker()) {
+                return Poll::Pending;
+            }
+            // The exchange ended meanwhile: idle from now.
+            self.update_phase();
+        }
+        let Some((deadline, phase)) = self.read_deadline() else {
+            return Poll::Pending;
+        };
+        ready!(self.read_timer.poll_until(cx, deadline));
+        match phase {
+            Phase::Head { .. } => {
+                self.queue_answer(problem_response(
+                    408,
+                    "the request head did not arrive within header_read_timeout",
+                ));
+                ready!(self.poll_answer(cx))?;
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "request head not complete within header_read_timeout",
+                )))
+            }
+            // Idle for idle_timeout: end of stream, a quiet close.
+            _ => Poll::Ready(Ok(())),
+        }
+    }
+
     /// Writes the queued answer, if any, to its end, then lingers.
     fn poll_answer(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
@@ -446,36 +481,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for DeadlineIo<S> {
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
-            Poll::Pending => {
-                if let Phase::Busy = this.phase {
-                    // An exchange of the own server ends in this task,
-                    // which reads again after it: nothing to be woken.
-                    if this.own_busy || this.exchanges.wake_when_idle(cx.waker()) {
-                        return Poll::Pending;
-                    }
-                    // The exchange ended meanwhile: idle from now.
-                    this.update_phase();
-                }
-                let Some((deadline, phase)) = this.read_deadline() else {
-                    return Poll::Pending;
-                };
-                ready!(this.read_timer.poll_until(cx, deadline));
-                match phase {
-                    Phase::Head { .. } => {
-                        this.queue_answer(problem_response(
-                            408,
-                            "the request head did not arrive within header_read_timeout",
-                        ));
-                        ready!(this.poll_answer(cx))?;
-                        Poll::Ready(Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "request head not complete within header_read_timeout",
-                        )))
-                    }
-                    // Idle for idle_timeout: end of stream, a quiet close.
-                    _ => Poll::Ready(Ok(())),
-                }
-            }
+            Poll::Pending => this.poll_read_clock(cx),
         }
     }
 }

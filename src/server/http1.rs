@@ -150,70 +150,78 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
         );
         // Kept for the next upstream response read on this thread.
         spare_map::give(std::mem::take(response.headers_mut()));
-        let mut body = Pin::new(response.body_mut());
-        let mut left = match written.framing {
+        if written.framing != Framing::Empty {
+            self.send_body(Pin::new(response.body_mut()), written.framing)
+                .await?;
+        }
+        self.flush().await?;
+        Ok(!written.close)
+    }
+
+    /// Writes the body of a response whose head is written, as `framing`
+    /// says, flushing whenever the body has nothing more yet.
+    async fn send_body<B>(&mut self, mut body: Pin<&mut B>, framing: Framing) -> io::Result<()>
+    where
+        B: Body<Data = Bytes>,
+    {
+        let mut left = match framing {
             Framing::Empty => 0,
             Framing::Length(length) => length,
             Framing::Chunked | Framing::UntilClose => u64::MAX,
         };
-        if written.framing != Framing::Empty {
-            loop {
-                let frame = poll_fn(|cx| match body.as_mut().poll_frame(cx) {
-                    // Nothing more yet: what is written so far goes out.
-                    Poll::Pending if !self.write.is_empty() => Poll::Ready(Step::Flush),
-                    // A body that stalls is dropped, with what it holds
-                    // upstream, as soon as the client leaves.
-                    Poll::Pending if self.poll_left(cx) => Poll::Ready(Step::Failed),
-                    Poll::Pending => Poll::Pending,
-                    Poll::Ready(None) => Poll::Ready(Step::End),
-                    Poll::Ready(Some(Err(_))) => Poll::Ready(Step::Failed),
-                    Poll::Ready(Some(Ok(frame))) => {
-                        Poll::Ready(Step::Frame(frame.into_data().ok()))
-                    }
-                })
-                .await;
-                let data = match frame {
-                    Step::Flush => {
-                        self.flush().await?;
-                        continue;
-                    }
-                    Step::End => break,
-                    Step::Failed => {
-                        return Err(io::Error::other(
-                            "the response body failed, or the client left",
-                        ))
-                    }
-                    // Trailers: not asked for (a request with `TE` is hyper's).
-                    Step::Frame(None) => continue,
-                    Step::Frame(Some(data)) if data.is_empty() => continue,
-                    Step::Frame(Some(data)) => data,
-                };
-                if data.len() as u64 > left {
-                    return Err(io::Error::other(
-                        "the response body is longer than declared",
-                    ));
+        loop {
+            let frame = poll_fn(|cx| match body.as_mut().poll_frame(cx) {
+                // Nothing more yet: what is written so far goes out.
+                Poll::Pending if !self.write.is_empty() => Poll::Ready(Step::Flush),
+                // A body that stalls is dropped, with what it holds
+                // upstream, as soon as the client leaves.
+                Poll::Pending if self.poll_left(cx) => Poll::Ready(Step::Failed),
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(None) => Poll::Ready(Step::End),
+                Poll::Ready(Some(Err(_))) => Poll::Ready(Step::Failed),
+                Poll::Ready(Some(Ok(frame))) => Poll::Ready(Step::Frame(frame.into_data().ok())),
+            })
+            .await;
+            let data = match frame {
+                Step::Flush => {
+                    self.flush().await?;
+                    continue;
                 }
-                if written.framing != Framing::Chunked {
-                    left -= data.len() as u64;
-                    self.send(data).await?;
-                } else {
-                    encode::chunk_size(&mut self.write, data.len());
-                    self.send(data).await?;
-                    self.write.extend_from_slice(b"\r\n");
-                }
-            }
-            match written.framing {
-                Framing::Chunked => self.write.extend_from_slice(b"0\r\n\r\n"),
-                Framing::Length(_) if left > 0 => {
+                Step::End => break,
+                Step::Failed => {
                     return Err(io::Error::other(
-                        "the response body is shorter than declared",
+                        "the response body failed, or the client left",
                     ))
                 }
-                _ => {}
+                // Trailers: not asked for (a request with `TE` is hyper's).
+                Step::Frame(None) => continue,
+                Step::Frame(Some(data)) if data.is_empty() => continue,
+                Step::Frame(Some(data)) => data,
+            };
+            if data.len() as u64 > left {
+                return Err(io::Error::other(
+                    "the response body is longer than declared",
+                ));
+            }
+            if framing != Framing::Chunked {
+                left -= data.len() as u64;
+                self.send(data).await?;
+            } else {
+                encode::chunk_size(&mut self.write, data.len());
+                self.send(data).await?;
+                self.write.extend_from_slice(b"\r\n");
             }
         }
-        self.flush().await?;
-        Ok(!written.close)
+        match framing {
+            Framing::Chunked => self.write.extend_from_slice(b"0\r\n\r\n"),
+            Framing::Length(_) if left > 0 => {
+                return Err(io::Error::other(
+                    "the response body is shorter than declared",
+                ))
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Whether the client closed the connection (or it failed). Reads only

@@ -16,6 +16,7 @@ use std::ops::Range;
 
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 use super::bans::{BanPolicy, BanTable};
 use super::{BucketKey, BucketTable};
@@ -216,6 +217,24 @@ pub enum Settle {
     Charge(u64),
 }
 
+/// The calls one [`super::Store::settle`] sent to a networked store, on
+/// their way (none for the memory store, which settles at once). Dropping
+/// it leaves them on their way, as the request path does; awaiting
+/// [`Sent::answered`] waits until the store answered each, for a caller
+/// that reads what the settlement did (the store suite).
+#[derive(Debug, Default)]
+pub struct Sent(pub(super) SmallVec<[JoinHandle<()>; 1]>);
+
+impl Sent {
+    /// Completes once every call was answered (or failed, and was logged).
+    pub async fn answered(self) {
+        for call in self.0 {
+            // A task that panicked or was cancelled settled nothing more.
+            let _ = call.await;
+        }
+    }
+}
+
 /// A request waiting in a concurrency permit queue (delay mode).
 #[derive(Debug)]
 pub struct QueuedPermit {
@@ -242,24 +261,37 @@ pub enum Handover {
     Shared,
 }
 
-/// A store call that failed. Nothing was taken.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreError {
-    /// Whether trying again soon may succeed (a timeout, a lost
-    /// connection), as opposed to a misconfiguration the store reports.
-    pub transient: bool,
-    pub detail: String,
+/// A store call that failed. Nothing was taken. Either kind is answered
+/// through `on_error`; they differ in what an operator must do
+/// (docs/operations.md, `sluice_store_errors_total{kind}`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The store did not answer: a timeout, a lost connection, a link down
+    /// while it is probed. Trying again soon may succeed: an outage.
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
+    /// The store answered, with an error that trying again will not fix:
+    /// the script failed (a Lua error, a key of the wrong type, `NOSCRIPT`
+    /// after a reload), Redis refused the command, or the answer is not
+    /// one the protocol knows. A bug or a misconfiguration, not an outage.
+    #[error("the store answered with an error: {0}")]
+    Script(String),
 }
 
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = if self.transient {
-            "transient"
-        } else {
-            "permanent"
-        };
-        write!(f, "store error ({kind}): {}", self.detail)
+impl StoreError {
+    /// Every [`StoreError::kind`].
+    pub const KINDS: [&'static str; 2] = ["unavailable", "script"];
+
+    /// Whether trying again soon may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+
+    /// The error's `kind` label in `sluice_store_errors_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable(_) => Self::KINDS[0],
+            StoreError::Script(_) => Self::KINDS[1],
+        }
     }
 }
-
-impl std::error::Error for StoreError {}

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use arc_swap::ArcSwap;
 
-use super::{Ask, BucketKey, Grant};
+use super::{Ask, BucketKey};
 use crate::clock::Nanos;
 use crate::limiter::{
     Algorithm, Carry, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
@@ -54,6 +54,19 @@ const SWEEP_BACKOFF: Nanos = 20_000_000;
 
 /// Shards scanned per sweep attempt (the work one request may do).
 const SWEEP_SHARDS: usize = 8;
+
+/// Which part of a bucket table one acquisition drew its units from, so
+/// that they can be given back exactly. (A receipt's [`super::Taken`] is
+/// built from it: what the request holds, reservations and permits too.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawnFrom {
+    /// The key's own bucket.
+    Bucket,
+    /// The table's overflow sketch (the store was full of active buckets).
+    Overflow,
+    /// Nothing was taken (the limit denied).
+    Nowhere,
+}
 
 /// Counters read by `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -315,26 +328,26 @@ impl MemoryStore {
 
     /// Asks every limit in `asks` for its cost at `now`, writing one
     /// decision per ask into `decisions` and where each took its units into
-    /// `grants` (same order). Returns whether all admitted; when any denied,
-    /// nothing was taken from any bucket (the grants are then all `None`).
+    /// `drawn` (same order). Returns whether all admitted; when any denied,
+    /// nothing was taken from any bucket (then all of `drawn` is `Nowhere`).
     pub fn acquire_all(
         &self,
         asks: &[Ask<'_>],
         now: Nanos,
         decisions: &mut [Decision],
-        grants: &mut [Grant],
+        drawn: &mut [DrawnFrom],
     ) -> bool {
         debug_assert_eq!(asks.len(), decisions.len());
-        debug_assert_eq!(asks.len(), grants.len());
-        if let ([ask], [decision], [grant]) = (asks, &mut *decisions, &mut *grants) {
+        debug_assert_eq!(asks.len(), drawn.len());
+        if let ([ask], [decision], [from]) = (asks, &mut *decisions, &mut *drawn) {
             // One applicable limit, the common case: nothing to roll back.
-            (*decision, *grant) = self.acquire(ask, now);
+            (*decision, *from) = self.acquire(ask, now);
             return decision.is_allowed();
         }
         for (index, ask) in asks.iter().enumerate() {
-            let (decision, grant) = self.acquire(ask, now);
+            let (decision, from) = self.acquire(ask, now);
             decisions[index] = decision;
-            grants[index] = grant;
+            drawn[index] = from;
             if decision.is_allowed() {
                 continue;
             }
@@ -348,12 +361,12 @@ impl MemoryStore {
             // now.
             for (earlier, ask) in asks.iter().enumerate().take(index) {
                 match decisions[earlier] {
-                    Decision::Hold { wait, .. } if grants[earlier] == Grant::Bucket => {
+                    Decision::Hold { wait, .. } if drawn[earlier] == DrawnFrom::Bucket => {
                         self.cancel(ask, now, now + wait);
                     }
-                    _ => self.refund(ask, now, now, grants[earlier]),
+                    _ => self.refund(ask, now, now, drawn[earlier]),
                 }
-                grants[earlier] = Grant::None;
+                drawn[earlier] = DrawnFrom::Nowhere;
                 decisions[earlier] = Decision::Allow(self.peek(ask, now).state());
             }
             return false;
@@ -391,7 +404,7 @@ impl MemoryStore {
         }
     }
 
-    fn acquire(&self, ask: &Ask<'_>, now: Nanos) -> (Decision, Grant) {
+    fn acquire(&self, ask: &Ask<'_>, now: Nanos) -> (Decision, DrawnFrom) {
         with_table!(self, ask, |table, algorithm| table
             .acquire(algorithm, ask, now, self))
     }
@@ -402,10 +415,10 @@ impl MemoryStore {
             .peek(algorithm, ask, now))
     }
 
-    /// Gives back what `ask` took at `taken_at` (`grant` says where from).
-    fn refund(&self, ask: &Ask<'_>, now: Nanos, taken_at: Nanos, grant: Grant) {
+    /// Gives back what `ask` took at `taken_at` (`from` says where from).
+    fn refund(&self, ask: &Ask<'_>, now: Nanos, taken_at: Nanos, from: DrawnFrom) {
         with_table!(self, ask, |table, algorithm| table
-            .refund(algorithm, ask, now, taken_at, grant))
+            .refund(algorithm, ask, now, taken_at, from))
     }
 
     /// Gives back a reservation that was to pass at `at`.
@@ -573,13 +586,13 @@ impl<A: Algorithm + Copy + PartialEq> Table<A> {
         ask: &Ask<'_>,
         now: Nanos,
         store: &MemoryStore,
-    ) -> (Decision, Grant) {
+    ) -> (Decision, DrawnFrom) {
         let key = slot_key(ask.key);
         {
             let mut map = self.shard(key);
             if let Some(state) = map.get_mut(key) {
                 let decision = take(algorithm, state, ask, now);
-                return (decision, grant_if(decision, Grant::Bucket));
+                return (decision, drawn_if(decision, DrawnFrom::Bucket));
             }
             if let Some(decided) = self.insert_fresh(&mut map, algorithm, ask, now, &store.bound) {
                 return decided;
@@ -592,7 +605,7 @@ impl<A: Algorithm + Copy + PartialEq> Table<A> {
             if let Some(state) = map.get_mut(key) {
                 // Another request inserted the key meanwhile.
                 let decision = take(algorithm, state, ask, now);
-                return (decision, grant_if(decision, Grant::Bucket));
+                return (decision, drawn_if(decision, DrawnFrom::Bucket));
             }
             if let Some(decided) = self.insert_fresh(&mut map, algorithm, ask, now, &store.bound) {
                 return decided;
@@ -602,7 +615,7 @@ impl<A: Algorithm + Copy + PartialEq> Table<A> {
         // (conservative; the table is full of active buckets).
         store.overflow.fetch_add(1, Ordering::Relaxed);
         let decision = self.sketch().acquire(algorithm, key, now, ask.cost);
-        (decision, grant_if(decision, Grant::Overflow))
+        (decision, drawn_if(decision, DrawnFrom::Overflow))
     }
 
     fn sketch(&self) -> &Sketch<A::State> {
@@ -623,20 +636,20 @@ impl<A: Algorithm + Copy + PartialEq> Table<A> {
         ask: &Ask<'_>,
         now: Nanos,
         bound: &Bound,
-    ) -> Option<(Decision, Grant)> {
+    ) -> Option<(Decision, DrawnFrom)> {
         let mut state = A::State::default();
         let decision = take(algorithm, &mut state, ask, now);
         if !decision.is_allowed() {
             // A fresh bucket that denies (closed route, cost above capacity)
             // need not be stored.
-            return Some((decision, Grant::None));
+            return Some((decision, DrawnFrom::Nowhere));
         }
         if !bound.reserve() {
             return None;
         }
         map.insert(slot_key(ask.key), state);
         self.len.fetch_add(1, Ordering::Relaxed);
-        Some((decision, Grant::Bucket))
+        Some((decision, DrawnFrom::Bucket))
     }
 
     fn peek(&self, algorithm: &A, ask: &Ask<'_>, now: Nanos) -> Decision {
@@ -648,18 +661,19 @@ impl<A: Algorithm + Copy + PartialEq> Table<A> {
         }
     }
 
-    fn refund(&self, algorithm: &A, ask: &Ask<'_>, now: Nanos, taken_at: Nanos, grant: Grant) {
-        match grant {
-            Grant::Bucket => {
+    fn refund(&self, algorithm: &A, ask: &Ask<'_>, now: Nanos, taken_at: Nanos, from: DrawnFrom) {
+        match from {
+            DrawnFrom::Bucket => {
                 let key = slot_key(ask.key);
                 if let Some(state) = self.shard(key).get_mut(key) {
                     algorithm.refund(state, now, ask.cost, taken_at);
                 }
             }
-            Grant::Overflow => self
-                .sketch()
-                .refund(algorithm, slot_key(ask.key), now, ask.cost),
-            Grant::None => {}
+            DrawnFrom::Overflow => {
+                self.sketch()
+                    .refund(algorithm, slot_key(ask.key), now, ask.cost)
+            }
+            DrawnFrom::Nowhere => {}
         }
     }
 
@@ -712,11 +726,11 @@ fn take<A: Algorithm>(algorithm: &A, state: &mut A::State, ask: &Ask<'_>, now: N
 }
 
 #[inline]
-fn grant_if(decision: Decision, grant: Grant) -> Grant {
+fn drawn_if(decision: Decision, from: DrawnFrom) -> DrawnFrom {
     if decision.is_allowed() {
-        grant
+        from
     } else {
-        Grant::None
+        DrawnFrom::Nowhere
     }
 }
 

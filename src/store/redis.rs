@@ -23,6 +23,7 @@ mod fair_share;
 mod leases;
 mod link;
 mod permit_queue;
+mod protocol;
 mod script;
 
 use std::sync::Arc;
@@ -32,8 +33,8 @@ use redis::Cmd;
 use smallvec::SmallVec;
 
 use super::admission::{
-    Admission, Ask, Asks, Decisions, Handover, Outcome, QueuedPermit, Receipt, RuleAsk, Settle,
-    StoreError, Taken,
+    Admission, Ask, Asks, Decisions, Handover, Outcome, QueuedPermit, Receipt, RuleAsk, Sent,
+    Settle, StoreError, Taken,
 };
 use super::memory::{BucketTable, MemoryStore};
 use super::UNASKED;
@@ -41,9 +42,13 @@ use crate::clock::Nanos;
 use crate::limiter::{Decision, Limiter};
 use fair_share::FairShare;
 use leases::Leases;
-pub use link::{Link, Seed};
+pub use link::{Link, LinkError, Seed};
 use permit_queue::Waiters;
-use script::Call;
+use protocol::{
+    OP_ADMIT, OP_CLAIM, OP_PEEK, OP_SETTLE, OP_SPEND, SETTLE_CANCEL_RESERVATION, SETTLE_CHARGE,
+    SETTLE_GIVE_BACK, SETTLE_LEAVE_QUEUE, SETTLE_RETURN_LEASE,
+};
+use script::{AdmitReply, Call, ClaimReply};
 
 /// Where a Redis store connects and how long it waits.
 #[derive(Debug, Clone)]
@@ -80,14 +85,14 @@ impl RedisStore {
     /// A store on `settings.urls` with room for `max_keys` buckets in its
     /// fallback. Connects in the background: a Redis that is down at start
     /// only means the fallback decides until it is up.
-    pub fn new(settings: RedisSettings, max_keys: usize) -> Result<RedisStore, String> {
+    pub fn new(settings: RedisSettings, max_keys: usize) -> Result<RedisStore, LinkError> {
         let seed_key = format!("{}:seed", settings.prefix);
         Ok(RedisStore {
             local: MemoryStore::new(max_keys),
             link: if settings.cluster {
                 Link::cluster(&settings.urls, settings.timeout, seed_key)?
             } else {
-                let url = settings.urls.first().ok_or("no Redis URL")?;
+                let url = settings.urls.first().ok_or(LinkError::NoUrl)?;
                 Link::new(url, settings.timeout, seed_key)?
             },
             fair_share: FairShare::new(settings.instances),
@@ -123,7 +128,7 @@ impl RedisStore {
     }
 
     /// The memory store of the fallback (and of every bucket table).
-    pub fn local(&self) -> &MemoryStore {
+    pub(super) fn local(&self) -> &MemoryStore {
         &self.local
     }
 
@@ -177,17 +182,17 @@ impl RedisStore {
             return Box::pin(self.admit_rule_by_rule(asks, now, admission)).await;
         }
         let leases = self.lease_ids(&asks.limits);
-        let mut call = self.call("admit", now);
+        let mut call = self.call(OP_ADMIT, now);
         call.asks(asks, &leases);
         let answer = if self.link.is_cluster() {
             // Another request's keys may be in another slot: no batch.
             Box::pin(self.link.run(call.finish())).await?
         } else {
-            batch::admit(&self.link, call.into_body(), self.now_us(now)).await?
+            batch::decide_batched(&self.link, call.into_body(), self.now_us(now)).await?
         };
         let at = script::instant(&answer)?;
         reset(admission, asks.limits.len(), at);
-        if !self.take_verdict(asks, 0..asks.rules.len(), &answer, now, admission)? {
+        if !self.take_reply(asks, 0..asks.rules.len(), &answer, now, admission)? {
             return Ok(());
         }
         let mut leases = leases.iter().copied();
@@ -239,7 +244,7 @@ impl RedisStore {
             });
             one.push_rule(rule.key, false, bans, now_or_queue);
             let leases = self.lease_ids(limits);
-            let mut call = self.call("admit", now);
+            let mut call = self.call(OP_ADMIT, now);
             call.asks(&one, &leases);
             let answer: script::Answer = match self.link.run(call.finish()).await {
                 Ok(answer) => answer,
@@ -253,9 +258,9 @@ impl RedisStore {
                 admission.at = at;
                 first = false;
             }
-            if matches!(script::verdict(&answer)?, script::Verdict::Banned { .. }) {
+            if matches!(script::admit_reply(&answer)?, AdmitReply::Banned { .. }) {
                 self.give_back(admission, now).await;
-                self.take_verdict(asks, index..index + 1, &answer, now, admission)?;
+                self.take_reply(asks, index..index + 1, &answer, now, admission)?;
                 return Ok(());
             }
             for (offset, slot) in rule.limits.clone().enumerate() {
@@ -275,7 +280,7 @@ impl RedisStore {
                     self.report_as_they_are(asks, earlier, now, admission)
                         .await?;
                 }
-                self.take_verdict(asks, index..index + 1, &answer, now, admission)?;
+                self.take_reply(asks, index..index + 1, &answer, now, admission)?;
                 return Ok(());
             }
         }
@@ -286,7 +291,7 @@ impl RedisStore {
     /// into `admission`: the decisions of their limits, a refusal or a ban,
     /// and the bans started; a ban met or started is recorded in the rule's
     /// local table, for `/admin/bans`. Whether the request was admitted.
-    fn take_verdict(
+    fn take_reply(
         &self,
         asks: &Asks<'_>,
         rules: std::ops::Range<usize>,
@@ -300,13 +305,13 @@ impl RedisStore {
             .clone()
             .filter(|&index| !asks.rules[index].shadow && asks.rules[index].ban.is_some())
             .collect();
-        let verdict = script::verdict(answer)?;
-        if let script::Verdict::Banned { ban, left } = verdict {
+        let reply = script::admit_reply(answer)?;
+        if let AdmitReply::Banned { ban, left } = reply {
             let Some(&index) = banning.get(ban) else {
-                return Err(StoreError {
-                    transient: false,
-                    detail: format!("the Redis script named ban {ban}, of {}", banning.len()),
-                });
+                return Err(StoreError::Script(format!(
+                    "the Redis script named ban {ban}, of {}",
+                    banning.len()
+                )));
             };
             let rule = &asks.rules[index];
             if let Some(bans) = rule.bans {
@@ -318,7 +323,7 @@ impl RedisStore {
         for offset in 0..limits {
             admission.decisions[first_slot + offset] = script::decision(answer, offset)?;
         }
-        if matches!(verdict, script::Verdict::Admitted) {
+        if matches!(reply, AdmitReply::Admitted) {
             return Ok(true);
         }
         admission.outcome = Outcome::Limited;
@@ -429,17 +434,16 @@ impl RedisStore {
             rung.as_mut().enable();
             // With injected time (tests), every claim is at the admission's
             // instant.
-            let mut call = self.call("claim", receipt.at);
+            let mut call = self.call(OP_CLAIM, receipt.at);
             call.claim(receipt, id);
-            match self.link.run::<script::Answer>(call.finish()).await {
-                Ok(answer) => match answer.get(1) {
-                    Some(1) => {
-                        self.leases.taken(id, key);
-                        return true;
-                    }
-                    Some(0) => return false,
-                    _ => {}
-                },
+            let answer = self.link.run::<script::Answer>(call.finish()).await;
+            match answer.and_then(|answer| script::claim_reply(&answer)) {
+                Ok(ClaimReply::Claimed) => {
+                    self.leases.taken(id, key);
+                    return true;
+                }
+                Ok(ClaimReply::Never) => return false,
+                Ok(ClaimReply::NotYet) => {}
                 Err(error) => tracing::debug!(%error, "a queued permit not claimed yet"),
             }
             tokio::select! {
@@ -458,8 +462,8 @@ impl RedisStore {
             return;
         };
         self.leases.returned(id);
-        let mut call = self.call("settle", receipt.at);
-        call.receipt(receipt, 5, id);
+        let mut call = self.call(OP_SETTLE, receipt.at);
+        call.receipt(receipt, SETTLE_LEAVE_QUEUE, id);
         self.link.send_detached(call.finish());
     }
 
@@ -481,21 +485,6 @@ impl RedisStore {
         self.link.send_detached(lift);
     }
 
-    /// See [`crate::store::Store::settle`].
-    pub async fn settle(
-        &self,
-        receipt: &mut Receipt,
-        how: Settle,
-        now: Nanos,
-    ) -> Result<(), StoreError> {
-        let (commands, returned) = self.settling(std::slice::from_mut(receipt), how, now);
-        for command in commands {
-            self.link.run::<redis::Value>(command).await?;
-        }
-        self.wake(&returned);
-        Ok(())
-    }
-
     /// Permits of `keys` came back: their waiters here claim at once.
     fn wake(&self, keys: &[String]) {
         for key in keys {
@@ -503,23 +492,25 @@ impl RedisStore {
         }
     }
 
-    /// See [`crate::store::Store::settle_detached`]: the receipts are marked
-    /// settled now and the calls are sent by a task. A call that fails is
-    /// logged and lost: a charge or a refund missed, never a request held.
-    pub fn settle_detached(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) {
+    /// See [`crate::store::Store::settle`]: the receipts are marked settled
+    /// now and the calls are sent by a task. A call that fails is logged
+    /// and lost: a charge or a refund missed, never a request held.
+    pub fn settle(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) -> Sent {
         let (commands, returned) = self.settling(receipts, how, now);
         if returned.is_empty() {
-            for command in commands {
-                self.link.send_detached(command);
-            }
-            return;
+            let calls = commands.into_iter();
+            return Sent(
+                calls
+                    .filter_map(|call| self.link.send_detached(call))
+                    .collect(),
+            );
         }
         // A permit someone here waits for: wake them once it is back.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
+            return Sent::default();
         };
         let (link, waiters) = (self.link.clone(), Arc::clone(&self.waiters));
-        runtime.spawn(async move {
+        let task = runtime.spawn(async move {
             for command in commands {
                 if let Err(error) = link.run::<redis::Value>(command).await {
                     tracing::debug!(%error, "a settlement was not sent to Redis");
@@ -529,6 +520,7 @@ impl RedisStore {
                 waiters.wake(key);
             }
         });
+        Sent(smallvec::smallvec![task])
     }
 
     /// The settle calls for `receipts`, marking them as
@@ -556,19 +548,21 @@ impl RedisStore {
                     if self.waiters.any() {
                         returned.push(script::key_name(&self.prefix, &receipt.table, receipt.key));
                     }
-                    (3, id)
+                    (SETTLE_RETURN_LEASE, id)
                 }
                 (Taken::Lease { .. }, Settle::Charge(_)) => continue,
                 (_, Settle::Keep) => continue,
-                (Taken::Bucket, Settle::GiveBack) => (1, receipt.units),
+                (Taken::Bucket, Settle::GiveBack) => (SETTLE_GIVE_BACK, receipt.units),
                 // Cancelled while its instant is ahead, else given back at
                 // that instant (by Redis' clock: the script decides), as
                 // memory settles it.
-                (Taken::Reserved { .. }, Settle::GiveBack) => (4, receipt.units),
+                (Taken::Reserved { .. }, Settle::GiveBack) => {
+                    (SETTLE_CANCEL_RESERVATION, receipt.units)
+                }
                 (_, Settle::GiveBack) => continue,
                 (_, Settle::Charge(units)) => {
                     receipt.charged = receipt.charged.saturating_add(units);
-                    (2, units)
+                    (SETTLE_CHARGE, units)
                 }
             };
             let group = if self.link.is_cluster() {
@@ -579,7 +573,7 @@ impl RedisStore {
             let at = match calls.iter().position(|(rule, _)| *rule == group) {
                 Some(at) => at,
                 None => {
-                    calls.push((group, self.call("settle", now)));
+                    calls.push((group, self.call(OP_SETTLE, now)));
                     calls.len() - 1
                 }
             };
@@ -596,7 +590,7 @@ impl RedisStore {
         now: Nanos,
         after: &mut Decisions,
     ) -> Result<(), StoreError> {
-        self.decide_all("spend", asks, now, after).await
+        self.decide_all(OP_SPEND, asks, now, after).await
     }
 
     /// See [`crate::store::Store::peek`].
@@ -606,7 +600,7 @@ impl RedisStore {
         now: Nanos,
         decisions: &mut Decisions,
     ) -> Result<(), StoreError> {
-        self.decide_all("peek", asks, now, decisions).await
+        self.decide_all(OP_PEEK, asks, now, decisions).await
     }
 
     async fn decide_all(
@@ -645,7 +639,7 @@ impl RedisStore {
         admission: &mut Admission,
     ) -> Result<(), StoreError> {
         let limits = asks.rules[rule].limits.clone();
-        let mut call = self.call("peek", now);
+        let mut call = self.call(OP_PEEK, now);
         call.all_enforced(&asks.limits[limits.clone()]);
         let answer: script::Answer = self.link.run(call.finish()).await?;
         for (offset, slot) in limits.enumerate() {
@@ -698,4 +692,43 @@ fn permits(limits: &[Ask<'_>]) -> usize {
         .iter()
         .filter(|ask| matches!(ask.limiter, Limiter::Concurrency(_)))
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::suite::{redis_store, token_bucket, Limit, T0};
+    use crate::store::Store;
+
+    /// A key of the wrong type makes the script fail: Redis answered, so it
+    /// is no outage (the link stays up), and retrying will not fix it.
+    #[tokio::test]
+    async fn a_script_error_is_not_an_outage() {
+        let store = redis_store().await;
+        let limit = Limit::new(&store, token_bucket(10, 1));
+        let Store::Redis(shared) = &store else {
+            unreachable!("a Redis store")
+        };
+        let mut asks = Asks::default();
+        asks.push_rule(5, false, None, [limit.ask(5, 1)]);
+        let key = script::key_name(&shared.prefix, asks.limits[0].table, 5);
+        let mut hash = redis::cmd("HSET");
+        hash.arg(&key).arg("not").arg("a bucket");
+        shared.link().run::<redis::Value>(hash).await.unwrap();
+        for _ in 0..5 {
+            let error = store
+                .admit(&asks, T0, &mut Admission::default())
+                .await
+                .unwrap_err();
+            assert!(matches!(error, StoreError::Script(_)), "{error}");
+            assert!(!error.is_transient());
+            assert!(shared.link().is_up(), "a script error took the link down");
+        }
+        let mut del = redis::cmd("DEL");
+        del.arg(&key);
+        shared.link().run::<redis::Value>(del).await.unwrap();
+        let mut admission = Admission::default();
+        store.admit(&asks, T0, &mut admission).await.unwrap();
+        assert!(admission.admitted());
+    }
 }

@@ -30,6 +30,7 @@ mod lifecycle;
 mod limits;
 mod memory_store;
 mod metrics_exact;
+mod one_clock;
 mod operations;
 mod redis_store;
 mod refusal_log;

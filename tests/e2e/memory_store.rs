@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sluice::config::Rate;
 use sluice::limiter::{Decision, FixedWindow, Gcra, Limiter, SlidingLog, SlidingWindow};
-use sluice::store::{Ask, BucketTable, Grant, MemoryStore};
+use sluice::store::{Ask, BucketTable, DrawnFrom, MemoryStore};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -50,7 +50,7 @@ fn one(store: &MemoryStore, ask: Ask<'_>, now: u64) -> bool {
         remaining: 0,
         reset_after: 0,
     })];
-    store.acquire_all(&[ask], now, &mut decision, &mut [Grant::None])
+    store.acquire_all(&[ask], now, &mut decision, &mut [DrawnFrom::Nowhere])
 }
 
 fn admitted(store: &MemoryStore, ask: Ask<'_>, now: u64, tries: usize) -> usize {
@@ -69,7 +69,7 @@ fn a_request_rejected_by_one_rule_takes_nothing_from_the_others() {
     }); 2];
     let both = [ask(&tables[0], 1, &global), ask(&tables[1], 7, &per_ip)];
     let results: Vec<bool> = (0..5)
-        .map(|_| store.acquire_all(&both, now, &mut decisions, &mut [Grant::None; 2]))
+        .map(|_| store.acquire_all(&both, now, &mut decisions, &mut [DrawnFrom::Nowhere; 2]))
         .collect();
     assert_eq!(results, [true, true, false, false, false]);
     // The last denial reports the global rule as it is: 8 left, not 5.

@@ -190,10 +190,10 @@ async fn known_traffic_produces_exact_counters_for_every_outcome() {
         assert_eq!(errors, 0.0, "{kind}");
     }
     assert_eq!(after.value("sluice_store_fallback_active", &[]), 0.0);
-    assert_eq!(
-        after.value("sluice_store_errors_total", &[("backend", "memory")]),
-        0.0
-    );
+    for kind in ["unavailable", "script"] {
+        let labels = [("backend", "memory"), ("kind", kind)];
+        assert_eq!(after.value("sluice_store_errors_total", &labels), 0.0);
+    }
     // Keys tracked: alice in strict (bob was denied before any limiter),
     // the loopback address in watch and in held (both key by IP).
     assert_eq!(

@@ -189,7 +189,7 @@ async fn outage_with_fair_shares(store: &str) {
         assert_eq!(sluice.metric("sluice_store_fallback_active").await, 1.0);
         assert!(
             sluice
-                .metric("sluice_store_errors_total{backend=\"redis\"}")
+                .metric("sluice_store_errors_total{backend=\"redis\",kind=\"unavailable\"}")
                 .await
                 >= 1.0
         );
@@ -615,9 +615,44 @@ async fn a_flushed_script_is_loaded_again_on_the_same_request() {
     .await;
     assert_eq!(got.status, StatusCode::OK);
     assert_eq!(got.header("x-ratelimit-remaining"), Some("98"));
-    let errors = "sluice_store_errors_total{backend=\"redis\"}";
+    let errors = "sluice_store_errors_total{backend=\"redis\",kind=\"unavailable\"}";
     assert_eq!(sluices[0].metric(errors).await, 0.0);
     assert_eq!(sluices[0].metric("sluice_store_fallback_active").await, 0.0);
+}
+
+#[tokio::test]
+async fn a_script_error_is_counted_apart_from_outages_and_answered_per_on_error() {
+    // Redis answers, with an error retrying will not fix (here a bucket key
+    // of the wrong type): `on_error` decides all the same, and the error is
+    // counted as `kind="script"`, not as an outage.
+    let redis = RedisServer::start();
+    let rules = format!("{PER_CALLER}rate = \"100/h\"\n");
+    let (_upstream, sluices) = instances(1, &redis.url(), "", &rules).await;
+    assert_eq!(get(&sluices[0], "ines").await, StatusCode::OK);
+    let buckets = redis
+        .cli(&["--scan", "--pattern", "sluice:{per-caller*"])
+        .unwrap();
+    let buckets: Vec<&str> = buckets.lines().collect();
+    assert!(!buckets.is_empty());
+    for key in &buckets {
+        redis.cli(&["DEL", key]).unwrap();
+        redis.cli(&["HSET", key, "not", "a bucket"]).unwrap();
+    }
+    // Decided locally (`on_error = "local"`, the default).
+    for _ in 0..3 {
+        assert_eq!(get(&sluices[0], "ines").await, StatusCode::OK);
+    }
+    let errors = |kind| format!("sluice_store_errors_total{{backend=\"redis\",kind=\"{kind}\"}}");
+    assert_eq!(sluices[0].metric(&errors("script")).await, 3.0);
+    assert_eq!(sluices[0].metric(&errors("unavailable")).await, 0.0);
+    assert_eq!(sluices[0].metric("sluice_store_fallback_active").await, 1.0);
+    // The key fixed, Redis decides again.
+    for key in &buckets {
+        redis.cli(&["DEL", key]).unwrap();
+    }
+    assert_eq!(get(&sluices[0], "ines").await, StatusCode::OK);
+    assert_eq!(sluices[0].metric("sluice_store_fallback_active").await, 0.0);
+    assert_eq!(sluices[0].metric(&errors("unavailable")).await, 0.0);
 }
 
 #[tokio::test]

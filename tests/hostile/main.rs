@@ -18,4 +18,5 @@ mod hostile_ops;
 mod hostile_slow;
 mod own_server;
 mod upstream_faults;
+mod upstream_framing;
 mod upstream_responses;

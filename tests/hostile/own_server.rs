@@ -102,7 +102,8 @@ fn answer(target: &str) -> Action {
         }
         "/no-content" => bytes.extend(b"HTTP/1.1 204 No Content\r\ncontent-length: 7\r\n\r\n"),
         "/empty" => bytes.extend(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"),
-        // Its end is the upstream's close: the client's connection ends too.
+        // Its end is the upstream's close; relayed as HTTP/1.1, chunked,
+        // so the client's connection stays open.
         "/until-close" => {
             bytes.extend(b"HTTP/1.0 200 OK\r\n\r\n");
             bytes.extend(body(20_000));
@@ -134,13 +135,14 @@ async fn every_framing_of_an_answer_reaches_a_kept_connection_whole_and_in_order
     let responses = got.responses();
     let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [200, 200, 200, 204, 200, 200], "{}", got.text());
-    let bodies: Vec<Vec<u8>> = responses.iter().take(5).map(|r| r.body.clone()).collect();
+    let bodies: Vec<Vec<u8>> = responses.iter().map(|r| r.body.clone()).collect();
     let expected = [
         b"hello".to_vec(),
         body(100_000),
         body(70_000),
         vec![],
         vec![],
+        body(20_000),
     ];
     for (index, (got_body, want)) in bodies.iter().zip(&expected).enumerate() {
         assert!(
@@ -150,7 +152,7 @@ async fn every_framing_of_an_answer_reaches_a_kept_connection_whole_and_in_order
             got_body.len()
         );
     }
-    assert!(responses.iter().take(5).all(|r| r.complete));
+    assert!(responses.iter().all(|r| r.complete));
     assert_eq!(responses[0].header("x-up"), Some("1"));
     assert_eq!(responses[1].header("content-length"), Some("100000"));
     assert_eq!(responses[2].header("transfer-encoding"), Some("chunked"));
@@ -160,9 +162,8 @@ async fn every_framing_of_an_answer_reaches_a_kept_connection_whole_and_in_order
         "a 204 has no length"
     );
     assert_eq!(responses[4].header("content-length"), Some("0"));
-    // The last one's end is the close, after all of it.
-    assert!(got.closed, "{}", got.text());
-    assert!(got.bytes.ends_with(&body(20_000)));
+    assert_eq!(responses[5].header("transfer-encoding"), Some("chunked"));
+    assert!(!got.closed, "{}", got.text());
     assert!(!got.text().contains("x-trailer"));
     assert_eq!(targets(&upstream), order);
 }
@@ -260,4 +261,36 @@ async fn a_bodiless_answer_returns_its_concurrency_permit_while_the_connection_i
         );
         drop(idle);
     }
+}
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &str = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http2_preface_after_a_request_is_not_prior_knowledge_and_the_connection_closes() {
+    // Prior knowledge is only the first bytes of a connection (RFC 9113
+    // §3.3); later, the preface is an HTTP/1.1 request line with a version
+    // sluice does not speak. Answered by hyper's HTTP/1 server in both
+    // cases: it closes without an answer (docs/edge-behaviour.md, "Which
+    // server reads a request"). Never HTTP/2 frames.
+    const ANSWER: &[u8] =
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ndate: Thu, 01 Jan 2026 00:00:00 GMT\r\n\r\nok";
+    let (upstream, sluice) = behind(|_| Action::Reply(ANSWER.to_vec())).await;
+    for (server, first) in [
+        // A GET: sluice's own server answers it, then hands over.
+        ("own", "GET /first HTTP/1.1\r\nHost: a\r\n\r\n"),
+        // A body: hyper's from the first byte.
+        (
+            "hyper",
+            "POST /first HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi",
+        ),
+    ] {
+        let payload = format!("{first}{H2_PREFACE}");
+
+        let got = exchange_with(sluice.addr, payload.as_bytes(), Duration::from_secs(2)).await;
+
+        assert_eq!(got.text(), String::from_utf8_lossy(ANSWER), "{server}");
+        assert!(got.closed, "{server}: the connection is closed");
+    }
+    assert_eq!(targets(&upstream), ["/first", "/first"]);
 }

@@ -20,6 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
 pub mod exposition;
+pub mod paused;
 
 #[path = "../../src/testing/redis_server.rs"]
 mod redis_server;

@@ -18,6 +18,14 @@
 //! `Content-Length` does (several values must agree), otherwise the body
 //! runs until the connection closes. At most [`MAX_HEADERS`] fields and
 //! [`MAX_HEAD_BYTES`] of head, as hyper's defaults.
+//!
+//! Where a proxy must do more than hyper's client, it does it here for
+//! free while the head is read, and `Pool::send` does the same for hyper's
+//! answers (docs/edge-behaviour.md, "Reading the upstream's answer"): a
+//! `Transfer-Encoding` other than exactly `chunked` is refused (sluice never
+//! offers another coding, and cannot pass one on), several agreeing
+//! `Content-Length` values are relayed as one, and the answer is relayed as
+//! HTTP/1.1 whatever version the upstream spoke (RFC 9110 §6.2).
 
 use std::future::{poll_fn, Future};
 use std::mem::MaybeUninit;
@@ -27,7 +35,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::Body;
 use smallvec::SmallVec;
@@ -35,16 +43,17 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::chunked::Chunked;
 // The same limits as the pool's hyper connections.
-use super::{IDLE_TIMEOUT, MAX_IDLE};
+use super::{too_old, MAX_IDLE};
+use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::proxy::fields;
 use crate::timer::LazyTimer;
 
 /// Fields in a response head, at most (hyper's default).
 pub const MAX_HEADERS: usize = 100;
 
-/// Bytes of response head (or of a chunk-size or trailer line), at most:
-/// hyper's default read buffer limit.
+/// Bytes of response head, at most: hyper's default read buffer limit.
 pub const MAX_HEAD_BYTES: usize = 8192 + 4096 * 100;
 
 /// Read buffer of a new connection; a response head nearly always fits.
@@ -56,6 +65,10 @@ const INITIAL_BUFFER: usize = 8192;
 pub struct Conn {
     pub(super) stream: TcpStream,
     pub(super) read: BytesMut,
+    /// The decoder of the chunked body being read, if it is one: kept here
+    /// rather than in the body, so that the body (moved with every
+    /// response) stays as small as its connection's box.
+    pub(super) chunked: Chunked,
     /// The request head is written here; kept for the connection's next
     /// exchange.
     write: Vec<u8>,
@@ -72,6 +85,7 @@ impl Conn {
         Box::new(Conn {
             stream,
             read: BytesMut::with_capacity(INITIAL_BUFFER),
+            chunked: Chunked::new(),
             write: Vec::with_capacity(512),
             answer_timer: LazyTimer::new(),
         })
@@ -148,6 +162,7 @@ pub async fn exchange<B>(
         read,
         write,
         answer_timer,
+        ..
     } = conn;
     let mut exchange = pin!(write_and_read(stream, read, write, request, added));
     poll_fn(|cx| match exchange.as_mut().poll(cx) {
@@ -264,40 +279,20 @@ fn parse_head(read: &mut BytesMut, head_request: bool) -> Result<Option<Head>, F
         }
         let status = StatusCode::from_u16(code).map_err(|_| Failed::Broken)?;
         let head = read.split_to(len).freeze();
-        let mut headers = super::spare_map::take(fields.len() + ADDED_FIELDS);
         let mut framing_fields = FramingFields::default();
-        // A `Connection` field that only says `keep-alive` or `close` (what
-        // upstreams send) is not kept: it is hop-by-hop and names no field
-        // to strip, so the proxy's stripping would only find and remove it
-        // again. Put back if a field it could name turns up.
-        let mut set_aside: SmallVec<[HeaderValue; 1]> = SmallVec::new();
-        let mut named_option = false;
-        for [name_start, name_end, value_start, value_end] in fields {
-            let name = HeaderName::from_bytes(&head[name_start as usize..name_end as usize])
-                .map_err(|_| Failed::Broken)?;
-            let value = HeaderValue::from_maybe_shared(
-                head.slice(value_start as usize..value_end as usize),
-            )
-            .map_err(|_| Failed::Broken)?;
-            framing_fields.note(&name, &value);
-            if name == header::CONNECTION && only_persistence_options(&value) {
-                set_aside.push(value);
-                continue;
-            }
-            named_option |= name.as_str() == "close";
-            headers.append(name, value);
-        }
-        if named_option {
-            for value in set_aside {
-                headers.append(header::CONNECTION, value);
-            }
-        }
+        let mut headers = head_fields(&head, &fields, &mut framing_fields)?;
         let no_body = head_request || matches!(code, 204 | 304);
         let framing = framing_fields.framing(version, no_body)?;
         let keep_alive = framing != Framing::UntilClose && framing_fields.keeps_alive(version);
+        if framing_fields.listed_length && !framing_fields.bad_length {
+            if let Some(length) = framing_fields.content_length {
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+            }
+        }
+        // Relayed as HTTP/1.1 (`Response::new`'s version), whatever the
+        // upstream spoke: the version only framed what was read here.
         let mut response = Response::new(());
         *response.status_mut() = status;
-        *response.version_mut() = version;
         *response.headers_mut() = headers;
         return Ok(Some(Head {
             response,
@@ -305,6 +300,43 @@ fn parse_head(read: &mut BytesMut, head_request: bool) -> Result<Option<Head>, F
             keep_alive,
         }));
     }
+}
+
+/// The head's fields, as offsets into `head` (see [`parse_head`]), in a
+/// header map that shares `head`'s buffer, each noted in `framing_fields`.
+#[inline]
+fn head_fields(
+    head: &bytes::Bytes,
+    fields: &[[u32; 4]],
+    framing_fields: &mut FramingFields,
+) -> Result<HeaderMap, Failed> {
+    let mut headers = super::spare_map::take(fields.len() + ADDED_FIELDS);
+    // A `Connection` field that only says `keep-alive` or `close` (what
+    // upstreams send) is not kept: it is hop-by-hop and names no field
+    // to strip, so the proxy's stripping would only find and remove it
+    // again. Put back if a field it could name turns up.
+    let mut set_aside: SmallVec<[HeaderValue; 1]> = SmallVec::new();
+    let mut named_option = false;
+    for &[name_start, name_end, value_start, value_end] in fields {
+        let name = HeaderName::from_bytes(&head[name_start as usize..name_end as usize])
+            .map_err(|_| Failed::Broken)?;
+        let value =
+            HeaderValue::from_maybe_shared(head.slice(value_start as usize..value_end as usize))
+                .map_err(|_| Failed::Broken)?;
+        framing_fields.note(&name, &value);
+        if name == header::CONNECTION && only_persistence_options(&value) {
+            set_aside.push(value);
+            continue;
+        }
+        named_option |= name.as_str() == "close";
+        headers.append(name, value);
+    }
+    if named_option {
+        for value in set_aside {
+            headers.append(header::CONNECTION, value);
+        }
+    }
+    Ok(headers)
 }
 
 /// What the fields that frame a response say, noted while the head is
@@ -315,8 +347,12 @@ struct FramingFields {
     transfer_encoding: bool,
     /// The last coding of the last `Transfer-Encoding` field is `chunked`.
     chunked: bool,
+    /// `Transfer-Encoding` is anything but one field of exactly `chunked`.
+    other_coding: bool,
     /// The `Content-Length` all its values agree on.
     content_length: Option<u64>,
+    /// `Content-Length` has more than one value (a list, or several fields).
+    listed_length: bool,
     /// A `Content-Length` value is not a number, or disagrees with another.
     bad_length: bool,
     /// `Connection` lists `close` / `keep-alive`.
@@ -328,20 +364,35 @@ impl FramingFields {
     fn note(&mut self, name: &HeaderName, value: &HeaderValue) {
         let bytes = value.as_bytes();
         if name == header::TRANSFER_ENCODING {
-            self.transfer_encoding = true;
             let last = bytes.rsplit(|&b| b == b',').next().unwrap_or_default();
             self.chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
+            self.other_coding |=
+                self.transfer_encoding || !self.chunked || last.len() != bytes.len();
+            self.transfer_encoding = true;
         } else if name == header::CONTENT_LENGTH {
             // Several values (in one field or several) must all agree.
+            self.listed_length |= self.content_length.is_some() || self.bad_length;
             for item in bytes.split(|&b| b == b',') {
                 match parse_length(item.trim_ascii()) {
                     Some(n) if self.content_length.is_none_or(|seen| seen == n) => {
+                        self.listed_length |= self.content_length.is_some();
                         self.content_length = Some(n);
                     }
                     _ => self.bad_length = true,
                 }
             }
         } else if name == header::CONNECTION {
+            // The value nearly every upstream sends, whole: splitting it
+            // costs more (as in `only_persistence_options`).
+            if bytes.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive = true;
+                return;
+            }
+            // A value that is not all visible ASCII (obs-text) says nothing
+            // to hyper's client, which reads options only from text: the
+            // connection is closed after it on either client
+            // (`unreadable_connection`), whatever it lists.
+            self.close |= value.to_str().is_err();
             for option in connection_options(value) {
                 self.close |= option.eq_ignore_ascii_case(b"close");
                 self.keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");
@@ -351,6 +402,13 @@ impl FramingFields {
 
     /// RFC 9112 §6.3, as hyper's client applies it.
     fn framing(&self, version: Version, no_body: bool) -> Result<Framing, Failed> {
+        // A coding sluice never offered (it sends no `TE` but `trailers`):
+        // it could neither decode it nor pass it on (`Transfer-Encoding` is
+        // hop-by-hop, and an HTTP/2 client cannot take one), as Envoy
+        // refuses it. On every answer, as `Pool::send` refuses it.
+        if self.other_coding {
+            return Err(Failed::Broken);
+        }
         if no_body {
             return Ok(Framing::Empty);
         }
@@ -410,6 +468,39 @@ pub fn connection_options(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
         .map(<[u8]>::trim_ascii)
 }
 
+/// Whether a `Connection` field is not all visible ASCII: hyper's client
+/// reads no option in it (neither `close` nor `keep-alive`), the plain
+/// exchange would read them from the bytes; both close the connection.
+pub fn unreadable_connection(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .any(|value| value.to_str().is_err())
+}
+
+/// Makes several `Content-Length` values that agree (a list, or several
+/// fields) one field with one value, as the plain exchange relays them
+/// (RFC 9110 §8.6); anything else is left as it is.
+pub fn one_content_length(headers: &mut HeaderMap) {
+    let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
+    let Some(first) = values.next() else { return };
+    let mut agreed = None;
+    let mut count = 0;
+    for item in std::iter::once(first)
+        .chain(values)
+        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+    {
+        match parse_length(item.trim_ascii()) {
+            Some(n) if agreed.is_none_or(|seen| seen == n) => agreed = Some(n),
+            _ => return,
+        }
+        count += 1;
+    }
+    if let (Some(length), true) = (agreed, count > 1) {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
+}
+
 /// A `Content-Length` value: digits only, no sign, no overflow.
 pub fn parse_length(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() {
@@ -429,18 +520,23 @@ pub fn parse_length(digits: &[u8]) -> Option<u64> {
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// The idle plain connections of one upstream.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct IdleConns {
     /// Most recently returned last: the warmest is reused first. One short
     /// lock at checkout and one at return, never held across an await.
-    idle: Mutex<Vec<(Box<Conn>, quanta::Instant)>>,
+    idle: Mutex<Vec<(Box<Conn>, Nanos)>>,
+    /// Dates them.
+    clock: ProxyClock,
 }
 
 impl IdleConns {
     /// An empty idle list, swept every [`SWEEP_EVERY`] while it lives (when
     /// made inside a tokio runtime).
-    pub fn new() -> Arc<IdleConns> {
-        let idle = Arc::new(IdleConns::default());
+    pub fn new(clock: ProxyClock) -> Arc<IdleConns> {
+        let idle = Arc::new(IdleConns {
+            idle: Mutex::default(),
+            clock,
+        });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let weak = Arc::downgrade(&idle);
             runtime.spawn(async move {
@@ -463,7 +559,7 @@ impl IdleConns {
     pub fn checkout(&self) -> Option<Box<Conn>> {
         loop {
             let (conn, since) = self.lock().pop()?;
-            if reusable(&conn, since) {
+            if reusable(&conn, since, self.clock.now()) {
                 return Some(conn);
             }
         }
@@ -474,13 +570,15 @@ impl IdleConns {
     pub fn put_back(&self, conn: Box<Conn>) {
         let mut idle = self.lock();
         if idle.len() < MAX_IDLE {
-            idle.push((conn, quanta::Instant::now()));
+            idle.push((conn, self.clock.now()));
         }
     }
 
     /// Closes the idle connections the upstream closed, and those too old.
     pub fn sweep(&self) {
-        self.lock().retain(|(conn, since)| reusable(conn, *since));
+        let now = self.clock.now();
+        self.lock()
+            .retain(|(conn, since)| reusable(conn, *since, now));
     }
 
     /// Idle connections kept.
@@ -489,7 +587,7 @@ impl IdleConns {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Box<Conn>, quanta::Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Box<Conn>, Nanos)>> {
         // The vector is consistent after any panic (push/pop/retain only).
         self.idle
             .lock()
@@ -497,9 +595,10 @@ impl IdleConns {
     }
 }
 
-/// Whether an idle connection, idle since `since`, may carry an exchange.
-fn reusable(conn: &Conn, since: quanta::Instant) -> bool {
-    since.elapsed() <= IDLE_TIMEOUT && conn.idle_and_open()
+/// Whether an idle connection, idle since `since`, may carry an exchange
+/// at `now`.
+fn reusable(conn: &Conn, since: Nanos, now: Nanos) -> bool {
+    !too_old(since, now) && conn.idle_and_open()
 }
 
 #[cfg(test)]
@@ -542,7 +641,7 @@ mod tests {
     async fn a_sweep_drops_the_idle_connections_the_upstream_closed() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let idle = IdleConns::new();
+        let idle = IdleConns::new(ProxyClock::default());
         let closed = TcpStream::connect(address).await.unwrap();
         let (upstream_side, _) = listener.accept().await.unwrap();
         let open = TcpStream::connect(address).await.unwrap();

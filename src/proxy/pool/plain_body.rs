@@ -3,8 +3,9 @@
 //! list once the body ended exactly where its framing said.
 //!
 //! Data is passed on in the pieces the socket gave (no copy: each frame
-//! shares the read buffer). A chunked body is decoded (chunk extensions and
-//! trailer fields are dropped, as nginx drops them). A body that ends early,
+//! shares the read buffer). A chunked body is decoded as hyper's client
+//! decodes it (`chunked.rs`; chunk extensions and trailer fields are
+//! dropped, as nginx drops them). A body that ends early,
 //! or whose chunk framing is invalid, ends in an error, so the client's
 //! connection is cut rather than given a short body that looks complete; a
 //! connection is reused only when nothing followed the body.
@@ -14,11 +15,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::AsyncReadExt;
 
-use super::plain::{Conn, Framing, IdleConns, MAX_HEAD_BYTES};
+use super::chunked::{Chunked, Decoded};
+use super::plain::{Conn, Framing, IdleConns};
 
 /// Why a plain response body failed.
 #[derive(Debug, thiserror::Error)]
@@ -36,14 +38,8 @@ pub enum PlainBodyError {
 enum State {
     /// This many bytes still to come.
     Length(u64),
-    /// A chunk-size line is next.
-    ChunkSize,
-    /// This many bytes of the current chunk still to come (more than zero).
-    ChunkData(u64),
-    /// The CRLF after a chunk's data.
-    ChunkEnd,
-    /// Trailer lines, up to the empty line.
-    Trailers,
+    /// Chunked: the connection's decoder says where it stands.
+    Chunked,
     /// Until the upstream closes.
     UntilClose,
     /// Ended.
@@ -67,7 +63,7 @@ pub struct PlainBody {
 
 impl PlainBody {
     pub fn new(
-        conn: Box<Conn>,
+        mut conn: Box<Conn>,
         framing: Framing,
         keep_alive: bool,
         idle: Arc<IdleConns>,
@@ -75,7 +71,10 @@ impl PlainBody {
         let state = match framing {
             Framing::Empty => State::Done,
             Framing::Length(n) => State::Length(n),
-            Framing::Chunked => State::ChunkSize,
+            Framing::Chunked => {
+                conn.chunked = Chunked::new();
+                State::Chunked
+            }
             Framing::UntilClose => State::UntilClose,
         };
         PlainBody {
@@ -136,17 +135,12 @@ fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>, want: usize) -> Poll<std::io
 }
 
 /// Reads more of a body that has not ended: `Err` when the upstream closed
-/// the connection, or when `limit` bytes are already buffered without what
-/// the decoder looks for (a chunk-size or trailer line that never ends).
+/// the connection.
 fn poll_more(
     conn: &mut Conn,
     cx: &mut Context<'_>,
     want: usize,
-    limit: usize,
 ) -> Poll<Result<(), PlainBodyError>> {
-    if conn.read.len() >= limit {
-        return Poll::Ready(Err(PlainBodyError::BadChunk));
-    }
     Poll::Ready(match ready!(poll_fill(conn, cx, want)) {
         Ok(0) => Err(PlainBodyError::CutShort),
         Ok(_) => Ok(()),
@@ -187,10 +181,9 @@ impl Body for PlainBody {
                     return Poll::Ready(None);
                 }
                 State::Failed => return Poll::Ready(None),
-                State::Length(remaining) | State::ChunkData(remaining) => {
+                State::Length(remaining) => {
                     if conn.read.is_empty() {
-                        if let Err(error) = ready!(poll_more(conn, cx, want(remaining), usize::MAX))
-                        {
+                        if let Err(error) = ready!(poll_more(conn, cx, want(remaining))) {
                             return this.fail(error, cx);
                         }
                         continue;
@@ -200,11 +193,10 @@ impl Body for PlainBody {
                         .min(conn.read.len());
                     let data = conn.read.split_to(take).freeze();
                     let left = remaining - take as u64;
-                    match this.state {
-                        State::Length(_) if left == 0 => this.finish(),
-                        State::Length(_) => this.state = State::Length(left),
-                        _ if left == 0 => this.state = State::ChunkEnd,
-                        _ => this.state = State::ChunkData(left),
+                    if left == 0 {
+                        this.finish();
+                    } else {
+                        this.state = State::Length(left);
                     }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
@@ -225,50 +217,20 @@ impl Body for PlainBody {
                     let data = conn.read.split().freeze();
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                State::ChunkSize => match httparse::parse_chunk_size(&conn.read) {
-                    Ok(httparse::Status::Complete((used, size))) => {
-                        conn.read.advance(used);
-                        this.state = if size == 0 {
-                            State::Trailers
-                        } else {
-                            State::ChunkData(size)
-                        };
+                State::Chunked => match conn.chunked.decode(&mut conn.read) {
+                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Ok(Decoded::End) => {
+                        this.finish();
+                        return Poll::Ready(None);
                     }
-                    Ok(httparse::Status::Partial) => {
-                        if let Err(error) = ready!(poll_more(conn, cx, 8 * 1024, MAX_HEAD_BYTES)) {
+                    Ok(Decoded::More) => {
+                        let wanted = conn.chunked.remaining().map_or(8 * 1024, want);
+                        if let Err(error) = ready!(poll_more(conn, cx, wanted)) {
                             return this.fail(error, cx);
                         }
                     }
                     Err(_) => return this.fail(PlainBodyError::BadChunk, cx),
                 },
-                State::ChunkEnd => {
-                    if conn.read.len() >= 2 {
-                        if &conn.read[..2] != b"\r\n" {
-                            return this.fail(PlainBodyError::BadChunk, cx);
-                        }
-                        conn.read.advance(2);
-                        this.state = State::ChunkSize;
-                        continue;
-                    }
-                    if let Err(error) = ready!(poll_more(conn, cx, 8 * 1024, MAX_HEAD_BYTES)) {
-                        return this.fail(error, cx);
-                    }
-                }
-                State::Trailers => {
-                    // Each trailer line is skipped; the empty line ends the
-                    // body.
-                    if let Some(end) = conn.read.windows(2).position(|pair| pair == b"\r\n") {
-                        conn.read.advance(end + 2);
-                        if end == 0 {
-                            this.finish();
-                            return Poll::Ready(None);
-                        }
-                        continue;
-                    }
-                    if let Err(error) = ready!(poll_more(conn, cx, 8 * 1024, MAX_HEAD_BYTES)) {
-                        return this.fail(error, cx);
-                    }
-                }
             }
         }
     }

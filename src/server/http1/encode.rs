@@ -1,13 +1,16 @@
 //! A response head as sluice's own HTTP/1.1 server writes it, framed as
 //! hyper frames it (`hyper::proto::h1::role::Server::encode`): the fields in
 //! the map's order, then `content-length` or `transfer-encoding: chunked`
-//! when the map has neither, then `date` when it has none.
+//! when the map has neither, then `date` when it has none. Always as
+//! HTTP/1.1, the version this server speaks (RFC 9110 §6.2), whatever the
+//! response says: an upstream's HTTP/1.0 answer is relayed as HTTP/1.1
+//! (`proxy/forward.rs`), its close-delimited body chunked.
 
 use std::cell::RefCell;
 use std::time::{Duration, SystemTime};
 
 use http::header;
-use http::{Response, StatusCode, Version};
+use http::{Response, StatusCode};
 use hyper::body::SizeHint;
 
 pub use crate::proxy::pool::Framing;
@@ -33,8 +36,7 @@ pub fn head<B>(
     hint: SizeHint,
 ) -> Written {
     let status = response.status();
-    let version = response.version();
-    status_line(out, version, status);
+    status_line(out, status);
     let has_body = !(status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED);
@@ -84,7 +86,6 @@ pub fn head<B>(
                         Framing::Length(length)
                     }
                 }
-                None if version == Version::HTTP_10 => Framing::UntilClose,
                 None => {
                     out.extend_from_slice(b"transfer-encoding: chunked\r\n");
                     Framing::Chunked
@@ -105,10 +106,8 @@ pub fn head<B>(
 }
 
 /// The status line, with the status's canonical reason.
-fn status_line(out: &mut Vec<u8>, version: Version, status: StatusCode) {
-    if version == Version::HTTP_10 {
-        out.extend_from_slice(b"HTTP/1.0 ");
-    } else if status == StatusCode::OK {
+fn status_line(out: &mut Vec<u8>, status: StatusCode) {
+    if status == StatusCode::OK {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
         return;
     } else {
@@ -302,20 +301,22 @@ mod tests {
     }
 
     #[test]
-    fn connection_close_and_http_1_0_without_a_length_close() {
+    fn connection_close_closes_and_an_http_1_0_response_is_written_as_http_1_1() {
         let response = Response::builder()
             .header("connection", "Keep-Alive, Close")
             .body(())
             .unwrap();
         assert!(encoded(response, true, SizeHint::with_exact(0)).1.close);
+        // This server speaks HTTP/1.1: a body of unknown length is chunked.
         let response = Response::builder()
-            .version(Version::HTTP_10)
+            .version(http::Version::HTTP_10)
             .body(())
             .unwrap();
         let (text, written) = encoded(response, false, SizeHint::new());
-        assert!(text.starts_with("HTTP/1.0 200 OK\r\n"), "{text}");
-        assert_eq!(written.framing, Framing::UntilClose);
-        assert!(written.close);
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+        assert!(text.contains("transfer-encoding: chunked\r\n"), "{text}");
+        assert_eq!(written.framing, Framing::Chunked);
+        assert!(!written.close);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::store::admission::{
     Admission, Ask, Asks, Decisions, Handover, Outcome, QueuedPermit, Receipt, RuleAsk, Settle,
     Taken, INLINE,
 };
-use crate::store::{Grant, PermitGrant};
+use crate::store::{DrawnFrom, PermitGrant};
 
 /// A concurrency rule's 429 says to come back in a second: permits have no
 /// reset instant.
@@ -55,7 +55,7 @@ pub const UNASKED: Decision = Decision::Allow(BucketState {
 });
 
 impl MemoryStore {
-    /// See [`crate::store::Store::admit`].
+    /// See [`crate::store::Store::admit`]; the steps are the module docs'.
     pub fn admit(&self, asks: &Asks<'_>, now: Nanos, admission: &mut Admission) {
         admission.outcome = Outcome::Admitted;
         admission.decisions.clear();
@@ -70,10 +70,9 @@ impl MemoryStore {
         admission.at = now;
         admission.shadow_limited.clear();
         admission.bans_started.clear();
-        let enforced = || asks.rules.iter().enumerate().filter(|(_, r)| !r.shadow);
 
         // 1. Bans.
-        for (index, rule) in enforced() {
+        for (index, rule) in enforced(asks) {
             if let Some(bans) = rule.bans {
                 if let Some(left) = bans.banned(rule.key, now) {
                     admission.outcome = Outcome::Banned { rule: index, left };
@@ -87,9 +86,9 @@ impl MemoryStore {
             if !rule.shadow && !matches!(ask.limiter, Limiter::Concurrency(_)) {
                 // One enforced rule with one rate, the common case: nothing
                 // to roll back, no permits, no shadow rules.
-                let (decision, grant) = self.acquire(ask, now);
+                let (decision, from) = self.acquire(ask, now);
                 admission.decisions[0] = decision;
-                match rate_receipt(0, ask, &decision, grant, now) {
+                match rate_receipt(0, ask, &decision, from, now) {
                     Some(receipt) => admission.receipts.push(receipt),
                     None => {
                         admission.outcome = Outcome::Limited;
@@ -101,9 +100,39 @@ impl MemoryStore {
                 return;
             }
         }
+        let (rates_taken, rate_slots) = self.take_rates(asks, now, admission);
+
+        // 3. Permits.
+        if !self.take_permits(asks, now, admission, rates_taken) {
+            admission.outcome = Outcome::Limited;
+            if rates_taken {
+                self.give_back_all(asks, now, admission, &rate_slots);
+            }
+            // 4. Strikes.
+            self.strike(asks, admission, now);
+            return;
+        }
+
+        // 5. Shadow rules.
+        for (index, rule) in asks.rules.iter().enumerate().filter(|(_, r)| r.shadow) {
+            if !self.admit_shadow(index, rule, asks, now, admission) {
+                admission.shadow_limited.push(index);
+            }
+        }
+    }
+
+    /// Step 2 in general: every rate limit of every enforced rule, all or
+    /// nothing, with their receipts when all were taken. Whether they
+    /// were, and each rate's (rule, slot).
+    fn take_rates(
+        &self,
+        asks: &Asks<'_>,
+        now: Nanos,
+        admission: &mut Admission,
+    ) -> (bool, SmallVec<[(usize, usize); INLINE]>) {
         let mut rates: SmallVec<[Ask<'_>; INLINE]> = SmallVec::new();
         let mut slots: SmallVec<[(usize, usize); INLINE]> = SmallVec::new();
-        for (index, rule) in enforced() {
+        for (index, rule) in enforced(asks) {
             for slot in rule.limits.clone() {
                 let ask = asks.limits[slot];
                 if !matches!(ask.limiter, Limiter::Concurrency(_)) {
@@ -113,23 +142,35 @@ impl MemoryStore {
             }
         }
         let mut decisions: SmallVec<[Decision; INLINE]> = SmallVec::from_elem(UNASKED, rates.len());
-        let mut grants: SmallVec<[Grant; INLINE]> = SmallVec::from_elem(Grant::None, rates.len());
+        let mut drawn: SmallVec<[DrawnFrom; INLINE]> =
+            SmallVec::from_elem(DrawnFrom::Nowhere, rates.len());
         let admitted =
-            rates.is_empty() || self.acquire_all(&rates, now, &mut decisions, &mut grants);
-        for ((rule, slot), (decision, grant)) in slots.iter().zip(decisions.iter().zip(&grants)) {
+            rates.is_empty() || self.acquire_all(&rates, now, &mut decisions, &mut drawn);
+        for ((rule, slot), (decision, from)) in slots.iter().zip(decisions.iter().zip(&drawn)) {
             admission.decisions[*slot] = *decision;
             if admitted {
                 if let Some(receipt) =
-                    rate_receipt(*rule, &asks.limits[*slot], decision, *grant, now)
+                    rate_receipt(*rule, &asks.limits[*slot], decision, *from, now)
                 {
                     admission.receipts.push(receipt);
                 }
             }
         }
+        (admitted, slots)
+    }
 
-        // 3. Permits.
-        let mut refused = !admitted;
-        for (index, rule) in enforced() {
+    /// Step 3: the enforced rules' permits, after the rates; when the rates
+    /// were refused (`rates_taken` false), only reported as they are.
+    /// Whether the request may pass.
+    fn take_permits(
+        &self,
+        asks: &Asks<'_>,
+        now: Nanos,
+        admission: &mut Admission,
+        rates_taken: bool,
+    ) -> bool {
+        let mut refused = !rates_taken;
+        for (index, rule) in enforced(asks) {
             for slot in rule.limits.clone() {
                 let ask = &asks.limits[slot];
                 let Limiter::Concurrency(limit) = ask.limiter else {
@@ -172,33 +213,30 @@ impl MemoryStore {
                     };
             }
         }
-        if refused {
-            admission.outcome = Outcome::Limited;
-            if admitted {
-                // A permit refused the request: give back the rates (reported
-                // as they are now) and the permits taken before it.
-                for mut receipt in std::mem::take(&mut admission.receipts) {
-                    self.settle(&mut receipt, Settle::GiveBack, now);
-                }
-                if let Some(queued) = admission.queued.take() {
-                    if !self.leave_queue(&queued) {
-                        Self::permits(&queued.receipt.table).release(queued.receipt.key);
-                    }
-                }
-                for (_, slot) in &slots {
-                    admission.decisions[*slot] =
-                        Decision::Allow(self.peek(&asks.limits[*slot], now).state());
-                }
-            }
-            self.strike(asks, admission, now);
-            return;
-        }
+        !refused
+    }
 
-        // 5. Shadow rules.
-        for (index, rule) in asks.rules.iter().enumerate().filter(|(_, r)| r.shadow) {
-            if !self.admit_shadow(index, rule, asks, now, admission) {
-                admission.shadow_limited.push(index);
+    /// A permit refused a request whose rates were taken: the rates (then
+    /// reported as they are now) and the permits taken before it are given
+    /// back.
+    fn give_back_all(
+        &self,
+        asks: &Asks<'_>,
+        now: Nanos,
+        admission: &mut Admission,
+        rate_slots: &[(usize, usize)],
+    ) {
+        for mut receipt in std::mem::take(&mut admission.receipts) {
+            self.settle(&mut receipt, Settle::GiveBack, now);
+        }
+        if let Some(queued) = admission.queued.take() {
+            if !self.leave_queue(&queued) {
+                Self::permits(&queued.receipt.table).release(queued.receipt.key);
             }
+        }
+        for (_, slot) in rate_slots {
+            admission.decisions[*slot] =
+                Decision::Allow(self.peek(&asks.limits[*slot], now).state());
         }
     }
 
@@ -238,13 +276,14 @@ impl MemoryStore {
             .collect();
         let mut decisions: SmallVec<[Decision; INLINE]> =
             SmallVec::from_elem(UNASKED, limits.len());
-        let mut grants: SmallVec<[Grant; INLINE]> = SmallVec::from_elem(Grant::None, limits.len());
-        let admitted = self.acquire_all(&now_or_never, now, &mut decisions, &mut grants);
-        for (offset, (decision, grant)) in decisions.iter().zip(&grants).enumerate() {
+        let mut drawn: SmallVec<[DrawnFrom; INLINE]> =
+            SmallVec::from_elem(DrawnFrom::Nowhere, limits.len());
+        let admitted = self.acquire_all(&now_or_never, now, &mut decisions, &mut drawn);
+        for (offset, (decision, from)) in decisions.iter().zip(&drawn).enumerate() {
             admission.decisions[rule.limits.start + offset] = *decision;
             if admitted {
                 if let Some(receipt) =
-                    rate_receipt(index, &now_or_never[offset], decision, *grant, now)
+                    rate_receipt(index, &now_or_never[offset], decision, *from, now)
                 {
                     admission.receipts.push(receipt);
                 }
@@ -305,10 +344,10 @@ impl MemoryStore {
             // Given back to where they were counted: the instant they were
             // taken, or the one a reservation passed at.
             (Taken::Bucket, Settle::GiveBack) => {
-                self.refund(&ask, now, receipt.at, Grant::Bucket);
+                self.refund(&ask, now, receipt.at, DrawnFrom::Bucket);
             }
             (Taken::Reserved { at }, Settle::GiveBack) => {
-                self.refund(&ask, now, at, Grant::Bucket);
+                self.refund(&ask, now, at, DrawnFrom::Bucket);
             }
             (Taken::Bucket | Taken::Reserved { .. }, Settle::Charge(units)) => {
                 self.charge(&ask, units, now);
@@ -359,14 +398,14 @@ fn rate_receipt(
     rule: usize,
     ask: &Ask<'_>,
     decision: &Decision,
-    grant: Grant,
+    from: DrawnFrom,
     now: Nanos,
 ) -> Option<Receipt> {
-    let taken = match (grant, decision) {
-        (Grant::None, _) => return None,
-        (Grant::Overflow, _) => Taken::Overflow,
-        (Grant::Bucket, Decision::Hold { wait, .. }) => Taken::Reserved { at: now + wait },
-        (Grant::Bucket, _) => Taken::Bucket,
+    let taken = match (from, decision) {
+        (DrawnFrom::Nowhere, _) => return None,
+        (DrawnFrom::Overflow, _) => Taken::Overflow,
+        (DrawnFrom::Bucket, Decision::Hold { wait, .. }) => Taken::Reserved { at: now + wait },
+        (DrawnFrom::Bucket, _) => Taken::Bucket,
     };
     Some(Receipt {
         rule,
@@ -379,6 +418,14 @@ fn rate_receipt(
         charged: 0,
         settled: false,
     })
+}
+
+/// The enforced rules of `asks`, with their indexes.
+fn enforced<'a, 'p>(asks: &'a Asks<'p>) -> impl Iterator<Item = (usize, &'a RuleAsk<'p>)> {
+    asks.rules
+        .iter()
+        .enumerate()
+        .filter(|(_, rule)| !rule.shadow)
 }
 
 fn permit_receipt(rule: usize, ask: &Ask<'_>, now: Nanos) -> Receipt {

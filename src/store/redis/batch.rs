@@ -25,6 +25,7 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::link::Link;
+use super::protocol::{OP_ADMIT, OP_BATCH};
 use super::script::{self, Answer, Body};
 use crate::store::StoreError;
 
@@ -90,7 +91,7 @@ impl Gathering {
 /// with the other admissions this thread asks for in the same turn. The
 /// request joins its batch now; the future only waits for the answer, so
 /// that the state a request's future carries stays small.
-pub fn admit(
+pub fn decide_batched(
     link: &Link,
     request: Body,
     now_us: u64,
@@ -129,10 +130,9 @@ pub fn admit(
     });
     async move {
         answer.await.unwrap_or_else(|_| {
-            Err(StoreError {
-                transient: true,
-                detail: "the batch of this admission was never sent".into(),
-            })
+            Err(StoreError::Unavailable(
+                "the batch of this admission was never sent".into(),
+            ))
         })
     }
 }
@@ -153,7 +153,7 @@ async fn send(batch: Arc<Batch>, link: Link, yields: bool) {
         )
     };
     if let Some(first) = first {
-        let answer = link.run(first.command(link.script_hash(), "admit")).await;
+        let answer = link.run(first.command(link.script_hash(), OP_ADMIT)).await;
         if let Some(reply) = replies.into_iter().next() {
             let _ = reply.send(answer);
         }
@@ -164,12 +164,13 @@ async fn send(batch: Arc<Batch>, link: Link, yields: bool) {
     };
     let requests = gathered.requests() as usize;
     let answer: Result<Answer, StoreError> = link
-        .run(gathered.command(link.script_hash(), "batch"))
+        .run(gathered.command(link.script_hash(), OP_BATCH))
         .await;
     let answers = answer.and_then(|answer| {
-        script::split_batch(&answer, requests).ok_or_else(|| StoreError {
-            transient: false,
-            detail: format!("the Redis script answered a batch of {requests} with {answer:?}"),
+        script::split_batch(&answer, requests).ok_or_else(|| {
+            StoreError::Script(format!(
+                "the Redis script answered a batch of {requests} with {answer:?}"
+            ))
         })
     });
     match answers {

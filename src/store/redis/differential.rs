@@ -373,11 +373,8 @@ impl Side<'_> {
     }
 
     async fn settle(&mut self, index: usize, how: Settle, now: Nanos) {
-        let receipt = &mut self.receipts[index];
-        self.store
-            .settle(receipt, how, now)
-            .await
-            .expect("the store answers");
+        let receipt = &mut self.receipts[index..=index];
+        self.store.settle(receipt, how, now).answered().await;
     }
 }
 
@@ -548,10 +545,11 @@ async fn check_pair(
                     continue;
                 }
                 for (store, _, receipts) in &mut sides {
+                    let receipt = &mut receipts[which..=which];
                     store
-                        .settle(&mut receipts[which], Settle::GiveBack, now)
-                        .await
-                        .expect("the store answers");
+                        .settle(receipt, Settle::GiveBack, now)
+                        .answered()
+                        .await;
                 }
                 continue;
             }

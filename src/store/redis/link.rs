@@ -23,6 +23,7 @@ use redis::{
     RedisFuture, ServerErrorKind, Value,
 };
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::script::SOURCE;
 use crate::store::admission::StoreError;
@@ -34,6 +35,20 @@ const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// The longest a probe waits to connect: longer than a call may, since a
 /// probe holds no request.
 const PROBE_CONNECT: Duration = Duration::from_secs(1);
+
+/// Why a Redis store cannot be set up: nothing was connected yet, the
+/// URLs given are not ones the client reads.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("no Redis URL")]
+    NoUrl,
+    #[error("{urls}: {source}")]
+    Url {
+        urls: String,
+        #[source]
+        source: RedisError,
+    },
+}
 
 /// A shared, self-healing connection to one Redis node.
 #[derive(Debug, Clone)]
@@ -59,25 +74,40 @@ struct Shared {
 impl Link {
     /// A link to `url`, down until its first probe connects (started by the
     /// first call, or by [`Link::start`]).
-    pub fn new(url: &str, timeout: Duration, seed_key: String) -> Result<Link, String> {
-        let client = Node::Single(Client::open(url).map_err(|error| format!("{url}: {error}"))?);
-        Link::with_node(client, timeout, seed_key)
+    pub fn new(url: &str, timeout: Duration, seed_key: String) -> Result<Link, LinkError> {
+        let client = Client::open(url).map_err(|source| LinkError::Url {
+            urls: url.to_owned(),
+            source,
+        })?;
+        let client = Node::Single(client);
+        Ok(Link::with_node(client, timeout, seed_key))
     }
 
     /// A link to the Redis Cluster that `urls` (some of its nodes) belong
     /// to: commands go to the node serving their key's slot, following
     /// `MOVED`/`ASK` and a failed-over primary.
-    pub fn cluster(urls: &[String], timeout: Duration, seed_key: String) -> Result<Link, String> {
+    pub fn cluster(
+        urls: &[String],
+        timeout: Duration,
+        seed_key: String,
+    ) -> Result<Link, LinkError> {
         let client = ClusterClient::builder(urls.iter().map(String::as_str))
             .connection_timeout(PROBE_CONNECT)
             .response_timeout(PROBE_CONNECT)
             .build()
-            .map_err(|error| format!("{}: {error}", urls.join(", ")))?;
-        Link::with_node(Node::Cluster(Box::new(client)), timeout, seed_key)
+            .map_err(|source| LinkError::Url {
+                urls: urls.join(", "),
+                source,
+            })?;
+        Ok(Link::with_node(
+            Node::Cluster(Box::new(client)),
+            timeout,
+            seed_key,
+        ))
     }
 
-    fn with_node(client: Node, timeout: Duration, seed_key: String) -> Result<Link, String> {
-        Ok(Link(Arc::new(Shared {
+    fn with_node(client: Node, timeout: Duration, seed_key: String) -> Link {
+        Link(Arc::new(Shared {
             client,
             script_hash: redis::Script::new(SOURCE).get_hash().to_owned(),
             seed_key,
@@ -86,7 +116,7 @@ impl Link {
             up: ArcSwapOption::empty(),
             failures: AtomicU32::new(0),
             probing: AtomicBool::new(false),
-        })))
+        }))
     }
 
     /// Starts connecting in the background (call it from the runtime).
@@ -147,27 +177,24 @@ impl Link {
             // Redis answered, with an error of the script's: not an outage.
             Ok(Err(error)) if !connection_lost(&error) && !error.is_timeout() => {
                 self.0.failures.store(0, Ordering::Relaxed);
-                Err(StoreError {
-                    transient: false,
-                    detail: format!("Redis: {error}"),
-                })
+                Err(StoreError::Script(format!("Redis: {error}")))
             }
             Ok(Err(error)) => Err(self.failed(&error.to_string(), connection_lost(&error))),
             Err(_) => Err(self.failed(&format!("no answer within {:?}", self.0.timeout), false)),
         }
     }
 
-    /// Sends `command` from a task, for callers that cannot wait (a `Drop`).
-    pub fn send_detached(&self, command: Cmd) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
+    /// Sends `command` from a task, for callers that cannot wait (a `Drop`):
+    /// the task, which a caller may await (`None` outside a runtime: not
+    /// sent).
+    pub fn send_detached(&self, command: Cmd) -> Option<JoinHandle<()>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
         let link = self.clone();
-        runtime.spawn(async move {
+        Some(runtime.spawn(async move {
             if let Err(error) = link.run::<Value>(command).await {
                 tracing::debug!(%error, "a settlement was not sent to Redis");
             }
-        });
+        }))
     }
 
     /// Counts a failed call, taking the link down when the connection is
@@ -180,10 +207,7 @@ impl Link {
             }
             self.probe();
         }
-        StoreError {
-            transient: true,
-            detail: format!("Redis: {detail}"),
-        }
+        StoreError::Unavailable(format!("Redis: {detail}"))
     }
 
     /// Starts the probe task unless one runs.
@@ -363,8 +387,5 @@ fn connection_lost(error: &RedisError) -> bool {
 }
 
 fn down() -> StoreError {
-    StoreError {
-        transient: true,
-        detail: "Redis is down (probing it)".into(),
-    }
+    StoreError::Unavailable("Redis is down (probing it)".into())
 }

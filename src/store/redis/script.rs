@@ -10,6 +10,12 @@ use crate::limiter::{BucketState, Decision, HoldLimits, Limiter};
 use crate::store::admission::{Ask, Asks, Receipt, StoreError, Taken};
 use crate::store::BucketTable;
 
+use super::protocol::{
+    ALG_CONCURRENCY, ALG_FIXED_WINDOW, ALG_LEAKY_BUCKET, ALG_SLIDING_LOG, ALG_SLIDING_WINDOW,
+    ALG_TOKEN_BUCKET, CLAIM_CLAIMED, CLAIM_NEVER, CLAIM_NOT_YET, DECISION_ALLOW, DECISION_DENY,
+    DECISION_HOLD, OUTCOME_ADMITTED, OUTCOME_BANNED, OUTCOME_LIMITED, RETRY_NEVER,
+};
+
 /// How long a concurrency lease counts without renewal: a crashed
 /// instance's permits come back within this (renewed by `leases`).
 pub const LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -201,9 +207,9 @@ impl<'s> Call<'s> {
         self.body.args.push(ticket);
     }
 
-    /// One receipt to settle: `how` 1 gives back, 2 charges `units`, 3
-    /// returns lease number `units`, 4 cancels a reservation, 5 leaves the
-    /// permit queue with ticket number `units`.
+    /// One receipt to settle: `how` is one of the `SETTLE_` codes of
+    /// [`super::protocol`] (`units` names the lease or the ticket of
+    /// `SETTLE_RETURN_LEASE` and `SETTLE_LEAVE_QUEUE`).
     pub fn receipt(&mut self, receipt: &Receipt, how: u64, units: u64) {
         self.limit(&receipt.table, receipt.key, &receipt.limiter);
         let at = match receipt.taken {
@@ -271,30 +277,38 @@ fn parameters(limiter: &Limiter) -> [u64; 3] {
         Limiter::TokenBucket(gcra) => {
             let (emission, _) = gcra.intervals();
             if emission == 0 {
-                return [1, 0, 0];
+                return [ALG_TOKEN_BUCKET, 0, 0];
             }
             let emission = (emission / MICRO).max(1);
-            [1, emission, emission.saturating_mul(gcra.capacity())]
+            [
+                ALG_TOKEN_BUCKET,
+                emission,
+                emission.saturating_mul(gcra.capacity()),
+            ]
         }
         Limiter::FixedWindow(window) => {
             let (period, count) = window.window();
-            [2, (period / MICRO).max(1), count]
+            [ALG_FIXED_WINDOW, (period / MICRO).max(1), count]
         }
         Limiter::SlidingWindow(window) => {
             let (period, count) = window.window();
-            [3, (period / MICRO).max(1), count]
+            [ALG_SLIDING_WINDOW, (period / MICRO).max(1), count]
         }
-        Limiter::Concurrency(limit) => [4, limit.max_in_flight, LEASE_TTL.as_micros() as u64],
+        Limiter::Concurrency(limit) => [
+            ALG_CONCURRENCY,
+            limit.max_in_flight,
+            LEASE_TTL.as_micros() as u64,
+        ],
         Limiter::LeakyBucket(leaky) => {
             let (emission, queue) = leaky.interval();
             if emission == 0 {
-                return [5, 0, queue];
+                return [ALG_LEAKY_BUCKET, 0, queue];
             }
-            [5, (emission / MICRO).max(1), queue]
+            [ALG_LEAKY_BUCKET, (emission / MICRO).max(1), queue]
         }
         Limiter::SlidingLog(log) => {
             let (period, count) = log.window();
-            [6, (period / MICRO).max(1), count]
+            [ALG_SLIDING_LOG, (period / MICRO).max(1), count]
         }
     }
 }
@@ -348,10 +362,7 @@ fn parse_answer(text: &[u8]) -> Option<SmallVec<[i64; 16]>> {
 }
 
 fn malformed(what: &str) -> StoreError {
-    StoreError {
-        transient: false,
-        detail: format!("the Redis script answered without {what}"),
-    }
+    StoreError::Script(format!("the Redis script answered without {what}"))
 }
 
 fn field(answer: &[i64], index: usize, what: &str) -> Result<i64, StoreError> {
@@ -367,8 +378,9 @@ pub fn instant(answer: &[i64]) -> Result<Nanos, StoreError> {
     field(answer, 0, "its time").map(nanos)
 }
 
-/// How the script answered a request.
-pub enum Verdict {
+/// How the script replied to an admission (its outcome field, and the ban
+/// that refused it).
+pub enum AdmitReply {
     Admitted,
     Limited,
     /// Ban number `ban` (the order of [`Call::asks`]'s banning rules) is in
@@ -380,20 +392,21 @@ pub enum Verdict {
 }
 
 /// The outcome of an admission.
-pub fn verdict(answer: &[i64]) -> Result<Verdict, StoreError> {
+pub fn admit_reply(answer: &[i64]) -> Result<AdmitReply, StoreError> {
     Ok(match field(answer, 1, "its outcome")? {
-        1 => Verdict::Admitted,
-        3 => Verdict::Banned {
+        OUTCOME_ADMITTED => AdmitReply::Admitted,
+        OUTCOME_BANNED => AdmitReply::Banned {
             ban: field(answer, 2, "the ban")?.max(1) as usize - 1,
             left: nanos(field(answer, 3, "the ban")?),
         },
-        _ => Verdict::Limited,
+        OUTCOME_LIMITED => AdmitReply::Limited,
+        _ => return Err(malformed("a known outcome")),
     })
 }
 
 /// Whether every enforced limit admitted.
 pub fn admitted(answer: &[i64]) -> Result<bool, StoreError> {
-    field(answer, 1, "its outcome").map(|admitted| admitted == 1)
+    field(answer, 1, "its outcome").map(|outcome| outcome == OUTCOME_ADMITTED)
 }
 
 /// When this refusal's strike started ban number `ban`: how long the ban
@@ -412,18 +425,41 @@ pub fn decision(answer: &[i64], slot: usize) -> Result<Decision, StoreError> {
         reset_after: nanos(field(answer, at + 2, "a decision")?),
     };
     match allowed {
-        1 => return Ok(Decision::Allow(state)),
-        2 => {
+        DECISION_ALLOW => return Ok(Decision::Allow(state)),
+        DECISION_HOLD => {
             let wait = nanos(field(answer, at + 4, "a decision")?);
             return Ok(Decision::Hold { state, wait });
         }
-        _ => {}
+        DECISION_DENY => {}
+        _ => return Err(malformed("a known decision")),
     }
     let retry = field(answer, at + 3, "a decision")?;
     Ok(Decision::Deny {
         state,
-        retry_after: (retry >= 0).then(|| nanos(retry)),
+        // RETRY_NEVER, or any other negative number: no wait would help.
+        retry_after: (retry > RETRY_NEVER).then(|| nanos(retry)),
     })
+}
+
+/// How the script answered a claim of a queued permit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimReply {
+    /// The permit is the ticket's now.
+    Claimed,
+    /// Others are ahead in the queue: ask again.
+    NotYet,
+    /// The ticket lapsed: the permit will never come.
+    Never,
+}
+
+/// The answer to a claim.
+pub fn claim_reply(answer: &[i64]) -> Result<ClaimReply, StoreError> {
+    match field(answer, 1, "the claim")? {
+        CLAIM_CLAIMED => Ok(ClaimReply::Claimed),
+        CLAIM_NOT_YET => Ok(ClaimReply::NotYet),
+        CLAIM_NEVER => Ok(ClaimReply::Never),
+        _ => Err(malformed("a known claim")),
+    }
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@
 -- product below is kept under that bound (`cap`). Divisions go through
 -- `idiv`, which corrects the float quotient, so results are exact integers.
 --
--- ARGV[1]  the operation: "admit" | "peek" | "spend" | "settle" | "claim" |
---          "batch"
+-- ARGV[1]  the operation: OP_ADMIT | OP_PEEK | OP_SPEND | OP_SETTLE |
+--          OP_CLAIM | OP_BATCH
 -- ARGV[2]  now in microseconds, or "0" for the server's TIME (production:
 --          instances with skewed clocks agree, windows included). With an
 --          injected time (tests) no expiry is set.
@@ -29,14 +29,16 @@
 --     (microseconds) and max_queued: delay mode's bounds, both 0 when the
 --     limit refuses instead of holding
 --   settle:
---     per receipt, 6 fields: algorithm, a, b, how (0 keep, 1 give back,
---     2 charge, 3 return a lease, 4 cancel a reservation: while its instant
---     is ahead, else a give back at that instant, as memory settles it,
---     5 leave a permit queue: the ticket and any lease claimed with it),
---     units (for a lease or a ticket: its name), taken_at (microseconds;
---     for a reservation: the instant it passes)
+--     per receipt, 6 fields: algorithm, a, b, how (SETTLE_GIVE_BACK,
+--     SETTLE_CHARGE, SETTLE_RETURN_LEASE, SETTLE_CANCEL_RESERVATION: while
+--     its instant is ahead, else a give back at that instant, as memory
+--     settles it, SETTLE_LEAVE_QUEUE: the ticket and any lease claimed
+--     with it; anything else keeps), units (for a lease or a ticket: its
+--     name), taken_at (microseconds; for a reservation: the instant it
+--     passes)
 --   claim: one queued permit, KEYS[1] its limit's key, then the 4 fields
---     algorithm (4), max_in_flight, lease TTL, the ticket's name
+--     algorithm (ALG_CONCURRENCY), max_in_flight, lease TTL, the ticket's
+--     name
 --   batch: several admissions, decided one after the other as if each
 --     were a call of its own: ARGV[3] their number R, then per request
 --     its number of keys K, its number of fields F and its F fields
@@ -44,13 +46,14 @@
 --     in KEYS
 --
 -- Algorithms (a, b):
---   1 token bucket (GCRA): emission interval T, tolerance tau (microseconds)
---   2 fixed window: period (microseconds), COUNT
---   3 sliding window: period (microseconds), COUNT
---   4 concurrency permits: max_in_flight, lease TTL (microseconds); the
+--   ALG_TOKEN_BUCKET (GCRA): emission interval T, tolerance tau
+--     (microseconds)
+--   ALG_FIXED_WINDOW: period (microseconds), COUNT
+--   ALG_SLIDING_WINDOW: period (microseconds), COUNT
+--   ALG_CONCURRENCY (permits): max_in_flight, lease TTL (microseconds); the
 --     cost slot names the lease this request takes
---   5 leaky bucket: emission interval T (microseconds), queue
---   6 sliding log: period (microseconds), COUNT
+--   ALG_LEAKY_BUCKET: emission interval T (microseconds), queue
+--   ALG_SLIDING_LOG: period (microseconds), COUNT
 --
 -- Delay mode: a limit whose max_queued is above 0 reserves (`reserve`)
 -- instead of acquiring; the token bucket, the fixed window, the leaky
@@ -63,16 +66,50 @@
 -- Answers: one string of integers, each followed by a space (`reply`: a
 -- client decodes one string far faster than an array of integers, and
 -- `%d` keeps all 16 digits of a time, where `tostring` would round it):
--- { now, admitted (1/0), then per limit 5 integers: allowed (0
--- refused, 1 admitted, 2 held: reserved for `wait` from now), remaining,
--- reset_after, retry_after (-1: never), wait, then per banning rule how
+-- { now, OUTCOME_ADMITTED or OUTCOME_LIMITED, then per limit 5 integers:
+-- DECISION_DENY, DECISION_ALLOW or DECISION_HOLD (reserved for `wait`
+-- from now), remaining, reset_after, retry_after (RETRY_NEVER: never),
+-- wait, then per banning rule how
 -- long the ban its strike just started lasts (0: none) } for admit, peek
 -- and spend (spend: what a request of cost 1 would be told after the
--- spend; a permit held in its queue is "held" with wait 0); { now, 3, b,
--- left } when banning rule b bans the caller for `left` more (no bucket
--- was asked); { now } for settle; { now, claimed } for claim: 1 the permit
--- is the ticket's now, 2 not yet, 0 never (the ticket lapsed); for batch,
+-- spend; a permit held in its queue is "held" with wait 0); { now,
+-- OUTCOME_BANNED, b, left } when banning rule b bans the caller for `left`
+-- more (no bucket was asked); { now } for settle; { now, claimed } for
+-- claim: CLAIM_CLAIMED the permit is the ticket's now, CLAIM_NOT_YET,
+-- CLAIM_NEVER (the ticket lapsed); for batch,
 -- each request's admit answer after the count of its integers.
+
+-- protocol: the codes the Rust side sends and reads, named as in
+-- src/store/redis/protocol.rs (whose test checks that this block defines
+-- exactly its constants, with the same values).
+local OP_ADMIT = 'admit'
+local OP_PEEK = 'peek'
+local OP_SPEND = 'spend'
+local OP_SETTLE = 'settle'
+local OP_CLAIM = 'claim'
+local OP_BATCH = 'batch'
+local ALG_TOKEN_BUCKET = 1
+local ALG_FIXED_WINDOW = 2
+local ALG_SLIDING_WINDOW = 3
+local ALG_CONCURRENCY = 4
+local ALG_LEAKY_BUCKET = 5
+local ALG_SLIDING_LOG = 6
+local SETTLE_GIVE_BACK = 1
+local SETTLE_CHARGE = 2
+local SETTLE_RETURN_LEASE = 3
+local SETTLE_CANCEL_RESERVATION = 4
+local SETTLE_LEAVE_QUEUE = 5
+local OUTCOME_LIMITED = 0
+local OUTCOME_ADMITTED = 1
+local OUTCOME_BANNED = 3
+local DECISION_DENY = 0
+local DECISION_ALLOW = 1
+local DECISION_HOLD = 2
+local RETRY_NEVER = -1
+local CLAIM_NEVER = 0
+local CLAIM_CLAIMED = 1
+local CLAIM_NOT_YET = 2
+-- end of protocol
 
 local MAX = 4503599627370496 -- 2^52: every quantity saturates here
 
@@ -156,7 +193,7 @@ local function token_bucket()
   end
 
   local function gcra_step(s, T, tau, cost)
-    if T == 0 then return false, 0, 0, -1, nil end
+    if T == 0 then return false, 0, 0, RETRY_NEVER, nil end
     local base = math.max(s.t, now)
     local new_tat = cap(base + cap(T * cost))
     local needed = new_tat - now
@@ -164,7 +201,7 @@ local function token_bucket()
       return true, idiv(tau - needed, T), needed, 0, new_tat
     end
     local debt = base - now
-    local retry = -1
+    local retry = RETRY_NEVER
     if cap(T * cost) <= tau then retry = needed - tau end
     return false, idiv(math.max(tau - debt, 0), T), debt, retry, nil
   end
@@ -354,11 +391,11 @@ local function fixed_window()
   end
 
   local function fixed_decide(w, used, P, C, cost)
-    if C == 0 then return false, 0, 0, -1 end
+    if C == 0 then return false, 0, 0, RETRY_NEVER end
     if used + cost <= C then
       return true, C - used - cost, until_window(w + 1, P), 0
     end
-    local retry = -1
+    local retry = RETRY_NEVER
     if cost <= C then
       -- The first window with room: the rest of the one the count ends in
       -- is skipped when the cost does not fit in it.
@@ -540,7 +577,7 @@ local function sliding_window()
   -- later in this window, or in the first window whose carried count leaves
   -- room, or at the latest the one after it.
   local function sliding_retry(t, P, C, cost)
-    if cost > C then return -1 end
+    if cost > C then return RETRY_NEVER end
     local at = sliding_fits_in(t.w, t.p, t.c, cost, P, C)
     if at then return sat_sub(at, now) end
     local total = t.c
@@ -555,7 +592,7 @@ local function sliding_window()
   end
 
   local function sliding_decide(t, P, C, cost)
-    if C == 0 then return false, 0, 0, -1 end
+    if C == 0 then return false, 0, 0, RETRY_NEVER end
     local weight = sliding_weight(t, P)
     if t.c + cost <= C and weight <= C - t.c - cost then
       local taken = { w = t.w, c = count_u32(t.c + cost), p = t.p }
@@ -718,7 +755,7 @@ local function leaky_bucket()
   end
 
   function leaky.acquire(s, T, queue, cost)
-    if T == 0 then return false, 0, 0, -1 end
+    if T == 0 then return false, 0, 0, RETRY_NEVER end
     if s.e > now then return leaky_deny(T, queue, s.e - now, cost) end
     local drain = leaky_occupies(T, cost)
     s.e = cap(now + drain)
@@ -727,7 +764,7 @@ local function leaky_bucket()
   end
 
   function leaky.peek(s, T, queue, cost)
-    if T == 0 then return false, 0, 0, -1 end
+    if T == 0 then return false, 0, 0, RETRY_NEVER end
     if s.e > now then return leaky_deny(T, queue, s.e - now, cost) end
     local remaining, reset = leaky_state(T, queue, 0, cost)
     return true, remaining, reset, 0
@@ -747,7 +784,7 @@ local function leaky_bucket()
   end
 
   function leaky.reserve(s, T, queue, cost, max_wait, max_queued)
-    if T == 0 then return false, 0, 0, -1, 0 end
+    if T == 0 then return false, 0, 0, RETRY_NEVER, 0 end
     local wait = sat_sub(s.e, now)
     if wait == 0 then
       local ok, remaining, reset, retry = leaky.acquire(s, T, queue, cost)
@@ -912,14 +949,14 @@ local function sliding_log()
 
   -- The decision for `cost` units on a log without expired stamps.
   local function log_decide(s, P, C, cost)
-    if C == 0 then return false, 0, 0, -1 end
+    if C == 0 then return false, 0, 0, RETRY_NEVER end
     local counted = log_total(s)
     local reset = 0
     if counted > 0 then reset = cap(s.t[#s.t] + P) - now end
     if counted + cost <= C then
       return true, C - counted - cost, math.max(P, reset), 0
     end
-    local retry = -1
+    local retry = RETRY_NEVER
     if cost <= C then
       retry = cap(log_kth(s, P, now, counted + cost - C) + P) - now
     end
@@ -1015,8 +1052,14 @@ end
 
 -- A call builds only the algorithms its limits use, once each: building
 -- all six (about eighty functions) cost Redis some 13 µs per call.
-local builders = { token_bucket, fixed_window, sliding_window, permits,
-  leaky_bucket, sliding_log }
+local builders = {
+  [ALG_TOKEN_BUCKET] = token_bucket,
+  [ALG_FIXED_WINDOW] = fixed_window,
+  [ALG_SLIDING_WINDOW] = sliding_window,
+  [ALG_CONCURRENCY] = permits,
+  [ALG_LEAKY_BUCKET] = leaky_bucket,
+  [ALG_SLIDING_LOG] = sliding_log,
+}
 local algorithms = setmetatable({}, { __index = function(built, number)
   local algorithm = builders[number]()
   built[number] = algorithm
@@ -1115,22 +1158,22 @@ local function ask_all(limits, first, last, answer, write)
     end
     wait = (ok and wait) or 0
     waits[i] = wait
-    local code = 0
-    if ok then code = ((wait > 0 or ticket) and 2) or 1 end
+    local code = DECISION_DENY
+    if ok then code = ((wait > 0 or ticket) and DECISION_HOLD) or DECISION_ALLOW end
     report(answer, i, code, remaining, reset, retry, wait)
     if not ok and write and not refused then
       refused = true
       for j = first, i - 1 do
         local earlier = limits[j]
         local _, left, full = earlier.alg.peek(earlier.state, earlier.a, earlier.b, earlier.n)
-        report(answer, j, 1, left, full, 0, 0)
+        report(answer, j, DECISION_ALLOW, left, full, 0, 0)
       end
     end
   end
   if refused then return false end
   local all = true
   for i = first, last do
-    all = all and answer[2 + 5 * (i - 1) + 1] ~= 0
+    all = all and answer[2 + 5 * (i - 1) + 1] ~= DECISION_DENY
   end
   if not write then return all end
   local latest = 0
@@ -1140,7 +1183,7 @@ local function ask_all(limits, first, last, answer, write)
     if waits[i] < latest and limit.alg.reschedule
         and limit.alg.reschedule(taken[i], limit.a, limit.b, limit.n, now + waits[i], now + latest) then
       local at = 2 + 5 * (i - 1)
-      answer[at + 1] = 2
+      answer[at + 1] = DECISION_HOLD
       answer[at + 5] = latest
     end
     limit.state = taken[i]
@@ -1149,28 +1192,28 @@ local function ask_all(limits, first, last, answer, write)
   return true
 end
 
-if op == 'settle' then
+if op == OP_SETTLE then
   local i, base = 1, 3
   while base <= #ARGV do
     local limit = load(KEYS[i], base)
     local how = tonumber(ARGV[base + 3])
     local units = tonumber(ARGV[base + 4])
     local taken_at = tonumber(ARGV[base + 5])
-    if how == 3 then
+    if how == SETTLE_RETURN_LEASE then
       -- A lease returned: ARGV's units slot names it.
       redis.call('ZREM', limit.key, ARGV[base + 4])
-    elseif how == 5 then
+    elseif how == SETTLE_LEAVE_QUEUE then
       -- A waiter gave up: its ticket, and the lease it may have claimed
       -- just before.
       redis.call('ZREM', queue_of(limit.key), ARGV[base + 4])
       redis.call('ZREM', limit.key, ARGV[base + 4])
-    elseif how == 1 then
+    elseif how == SETTLE_GIVE_BACK then
       limit.alg.refund(limit.state, limit.a, limit.b, units, taken_at)
       store(limit)
-    elseif how == 2 then
+    elseif how == SETTLE_CHARGE then
       limit.alg.charge(limit.state, limit.a, limit.b, units)
       store(limit)
-    elseif how == 4 then
+    elseif how == SETTLE_CANCEL_RESERVATION then
       -- A reservation: cancelled while its instant is ahead, else given
       -- back as units taken then (as memory settles it).
       if now < taken_at and limit.alg.cancel then
@@ -1185,19 +1228,19 @@ if op == 'settle' then
   return reply({ now })
 end
 
-if op == 'claim' then
+if op == OP_CLAIM then
   local limit = load(KEYS[1], 3)
   local queue = queue_of(limit.key)
   redis.call('ZREMRANGEBYSCORE', queue, '-inf', now)
   local rank = redis.call('ZRANK', queue, limit.member)
-  if not rank then return reply({ now, 0 }) end
+  if not rank then return reply({ now, CLAIM_NEVER }) end
   -- The first `free` waiters may take the free permits, whichever asks
   -- first: a waiter behind them never overtakes them.
-  if rank >= limit.a - limit.state.count then return reply({ now, 2 }) end
+  if rank >= limit.a - limit.state.count then return reply({ now, CLAIM_NOT_YET }) end
   redis.call('ZREM', queue, limit.member)
   limit.state.take = true
   store(limit)
-  return reply({ now, 1 })
+  return reply({ now, CLAIM_CLAIMED })
 end
 
 -- A refused request strikes each banning rule whose limits refused it; the
@@ -1206,7 +1249,7 @@ end
 local function strike(ban, answer)
   local refused = false
   for i = ban.first, ban.last do
-    if answer[2 + 5 * (i - 1) + 1] == 0 then refused = true end
+    if answer[2 + 5 * (i - 1) + 1] == DECISION_DENY then refused = true end
   end
   if not refused then return 0 end
   local fields = redis.call('HMGET', ban.key, 'until', 'since', 'n')
@@ -1252,10 +1295,10 @@ local function decide(op, ko, ao, last)
       lasts = tonumber(ARGV[at + 4]),
     }
     bans[b] = ban
-    if op == 'admit' then
+    if op == OP_ADMIT then
       local ends = tonumber(redis.call('HGET', ban.key, 'until') or '0')
       if ends > now then
-        return { now, 3, b, ends - now }
+        return { now, OUTCOME_BANNED, b, ends - now }
       end
     end
   end
@@ -1266,8 +1309,8 @@ local function decide(op, ko, ao, last)
     limits[i].max_queued = tonumber(ARGV[base + 6 * (i - 1) + 5])
   end
 
-  local answer = { now, 1 }
-  if op == 'spend' then
+  local answer = { now, OUTCOME_ADMITTED }
+  if op == OP_SPEND then
     for i = 1, count do
       local limit = limits[i]
       limit.alg.charge(limit.state, limit.a, limit.b, limit.n)
@@ -1278,9 +1321,9 @@ local function decide(op, ko, ao, last)
     return answer
   end
 
-  local write = op == 'admit'
+  local write = op == OP_ADMIT
   local admitted = ask_all(limits, 1, enforced, answer, write)
-  answer[2] = admitted and 1 or 0
+  answer[2] = admitted and OUTCOME_ADMITTED or OUTCOME_LIMITED
   -- Shadow rules: asked only when the request is admitted (peeked otherwise,
   -- to report them), each all or nothing on its own.
   local first = enforced + 1
@@ -1295,7 +1338,7 @@ local function decide(op, ko, ao, last)
   return answer
 end
 
-if op == 'batch' then
+if op == OP_BATCH then
   -- Several requests' admissions, one after the other, each all or
   -- nothing as in a call of its own: ARGV[3] their number, then per
   -- request its number of keys, its number of fields F and its F fields
@@ -1305,7 +1348,7 @@ if op == 'batch' then
   local ko, at = 0, 4
   for r = 1, tonumber(ARGV[3]) do
     local keys, fields = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-    local answer = decide('admit', ko, at - 1, at + 1 + fields)
+    local answer = decide(OP_ADMIT, ko, at - 1, at + 1 + fields)
     parts[r] = string.format(string.rep('%d ', #answer + 1), #answer, unpack(answer))
     ko, at = ko + keys, at + 2 + fields
   end

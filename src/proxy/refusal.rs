@@ -1,0 +1,107 @@
+//! The answers sluice gives instead of forwarding, other than a 429: each
+//! one's status and detail, as data. The request path writes them as problem
+//! documents ([`super::respond::refusal`]); `POST /admin/explain` reports the
+//! same status and detail without writing a response.
+
+use std::borrow::Cow;
+
+use http::StatusCode;
+
+use super::deadline::CutOff;
+use crate::policy::Rule;
+
+/// Which synthetic answers exist, by blame: the client's fault is 4xx, the
+/// upstream's 502/504.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// An HTTP/1.1 request without exactly one valid Host (RFC 9112 §3.2).
+    BadHost(&'static str),
+    /// The path could not be normalised.
+    BadPath(crate::key::path::PathError),
+    /// Request framing a proxy must not guess at (answered with
+    /// `Connection: close`: the rest of the connection cannot be trusted).
+    BadFraming(&'static str),
+    /// The request target is longer than `server.max_uri_bytes`.
+    UriTooLong,
+    /// The declared body is larger than `server.max_body_bytes`.
+    BodyTooLarge,
+    /// The body was cut off while it streamed upstream, before the upstream
+    /// answered; the request was made over this HTTP version.
+    BodyCutOff(CutOff, http::Version),
+    /// A rule with `missing = "reject"` lacked a key source.
+    MissingKey,
+    /// The client IP is on the deny list.
+    Denied,
+    /// The upstream could not be reached.
+    UpstreamUnreachable,
+    /// The upstream did not answer within `upstream_timeout`.
+    UpstreamTimeout,
+    /// The upstream failed mid-exchange.
+    UpstreamFailed,
+    /// The store failed and `on_error = "deny"`.
+    StoreUnavailable,
+}
+
+impl Refusal {
+    /// The status it is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Refusal::BadHost(_) | Refusal::BadPath(_) | Refusal::BadFraming(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            Refusal::MissingKey => StatusCode::BAD_REQUEST,
+            Refusal::UriTooLong => StatusCode::URI_TOO_LONG,
+            Refusal::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Refusal::BodyCutOff(CutOff::Timeout, _) => StatusCode::REQUEST_TIMEOUT,
+            Refusal::BodyCutOff(CutOff::TooLarge, _) => StatusCode::PAYLOAD_TOO_LARGE,
+            Refusal::Denied => StatusCode::FORBIDDEN,
+            Refusal::UpstreamUnreachable | Refusal::UpstreamFailed => StatusCode::BAD_GATEWAY,
+            Refusal::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Refusal::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The problem document's `detail`: why, in words a client can act on.
+    /// `rule` is the rule that refused, when one did (a missing key).
+    pub fn detail(&self, rule: Option<&Rule>) -> Cow<'static, str> {
+        Cow::Borrowed(match self {
+            Refusal::BadHost(detail) | Refusal::BadFraming(detail) => detail,
+            Refusal::BadPath(error) => return Cow::Owned(error.to_string()),
+            Refusal::UriTooLong => "the request target is longer than this server accepts",
+            Refusal::BodyTooLarge => "the declared request body is larger than this server accepts",
+            Refusal::BodyCutOff(CutOff::Timeout, _) => "the request body did not arrive in time",
+            Refusal::BodyCutOff(CutOff::TooLarge, _) => {
+                "the request body is larger than this server accepts"
+            }
+            Refusal::MissingKey => match rule {
+                Some(rule) => {
+                    let sources: Vec<String> = rule.key.iter().map(|s| s.to_string()).collect();
+                    return Cow::Owned(format!(
+                        "rule '{}' needs a value for every key source ({}) and this request lacks one",
+                        rule.name,
+                        sources.join(", ")
+                    ));
+                }
+                None => "this request lacks a value a rule is keyed on",
+            },
+            Refusal::Denied => "requests from this address are not accepted",
+            Refusal::UpstreamUnreachable => {
+                "the service behind this proxy could not be reached; try again later"
+            }
+            Refusal::UpstreamTimeout => "the service behind this proxy did not answer in time",
+            Refusal::UpstreamFailed => "the service behind this proxy failed to answer",
+            Refusal::StoreUnavailable => "rate limits cannot be checked right now; try again later",
+        })
+    }
+
+    /// Whether the HTTP/1 connection must close after the answer: framing
+    /// that cannot be trusted, or a body that is not going to be read to its
+    /// end, leaves no request boundary to read the next one from.
+    pub fn closes_connection(&self) -> bool {
+        match self {
+            Refusal::BadFraming(_) => true,
+            Refusal::BodyCutOff(_, version) => *version < http::Version::HTTP_2,
+            _ => false,
+        }
+    }
+}

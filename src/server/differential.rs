@@ -1,0 +1,585 @@
+//! The differential check of sluice's HTTP/1 server: the same client bytes
+//! through a connection as sluice serves it (its own server for the common
+//! `GET`, then hyper's: `server/connection.rs`) and through hyper's servers
+//! alone, each over an in-memory stream behind the same `DeadlineIo`, with a
+//! recorder in place of the proxy. The two must agree on every request that
+//! reaches the service (method, target, version, fields, body), on every
+//! answer the client reads back (the service's byte for byte, a refusal by
+//! its status) and on whether the connection ends. The fuzz target
+//! `http1_server` and the proptest below run it; docs/edge-behaviour.md
+//! ("The two servers, checked against each other") lists what it found and
+//! what it does not compare.
+//!
+//! The client's bytes go in pieces, each once the connection has done all
+//! it can with what it has; then the client closes its side. That point is
+//! exact on a paused clock (tokio's `start_paused`), whose time moves only
+//! when every task waits, so no timing enters the outcome: [`serve`] must
+//! run on a current-thread runtime with paused time.
+//!
+//! Not part of sluice's interface: public only for the fuzz crate.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, DATE};
+use http::{Method, Response, Version};
+use http_body_util::BodyExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::connection::{Connection, Handler, HyperServers};
+use super::deadline_io::{ConnectionLimits, DeadlineIo, Exchanges};
+use super::drain::Drain;
+use super::http1::HeadLimits;
+use crate::config::Config;
+use crate::proxy::respond::ProxyBody;
+use crate::proxy::ClientRequest;
+
+/// The `[server]` limits of the check: low enough that short inputs reach
+/// `max_headers`' and `max_header_bytes`' 431 and the own server's
+/// hand-over at either. `max_uri_bytes` is beyond every input: the socket
+/// answers 414 only to a target at the start of what it reads, a target
+/// read with the request before it is refused by the proxy's own check
+/// (docs/edge-behaviour.md, "The two servers, checked against each
+/// other"), and the recorder stands in for the proxy.
+const CONFIG: &str = "[server]\nupstream = \"http://127.0.0.1:9\"\n\
+                      max_uri_bytes = 65536\nmax_headers = 8\nmax_header_bytes = 1024\n";
+
+/// The recorder's `date`, so that neither server writes the clock's.
+const DATE_VALUE: HeaderValue = HeaderValue::from_static("Thu, 01 Jan 2026 00:00:00 GMT");
+/// The recorder numbers its answers, so that each is seen to answer its
+/// own request.
+const X_SEEN: HeaderName = HeaderName::from_static("x-seen");
+
+/// Room for the answers, beyond that for the client's bytes.
+const ANSWER_ROOM: usize = 1 << 20;
+
+/// How long the connection gets to end once the client closed its side:
+/// shorter than every clock of the connection (the 2 s linger after an
+/// answer of `DeadlineIo`'s, the 10 s head clock), so a connection that
+/// only ends on one of them shows as one that did not end.
+const END_WAIT: Duration = Duration::from_secs(1);
+
+/// Which server reads the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// As sluice serves it: its own server, then hyper's.
+    Sluice,
+    /// hyper's servers from the first byte.
+    HyperAlone,
+}
+
+/// What a connection did with the client's bytes: all of it is the
+/// contract both sides must agree on, but for [`Outcome::raw`].
+#[derive(Debug)]
+pub struct Outcome {
+    /// The requests that reached the service, in order.
+    pub requests: Vec<Seen>,
+    /// What the client read back, answer by answer.
+    pub answers: Vec<Answered>,
+    /// The connection ended after the client closed its side.
+    pub ended: bool,
+    /// What the client read back, as it came (every `date` value blanked),
+    /// to show.
+    pub raw: Vec<u8>,
+}
+
+impl PartialEq for Outcome {
+    /// The same requests, answers and end; but for one thing. Bytes after
+    /// the last request that never make one (the HTTP/2 preface, a head
+    /// with too many fields that never ends) get hyper's refusal, or the
+    /// connection closed without one when the client leaves, depending on
+    /// where hyper's reads ended: it runs its parser again only once a
+    /// blank line may have arrived, and refuses the preface silently once
+    /// all 24 bytes of it are read. The two sides read in different pieces
+    /// (sluice's server hands hyper all it has at once; hyper's auto server
+    /// first reads 24 bytes to look for the preface). Either way no request
+    /// comes of those bytes and the connection ends (docs/edge-behaviour.md,
+    /// "The two servers, checked against each other"): a last refusal on
+    /// one side only is not compared.
+    fn eq(&self, other: &Outcome) -> bool {
+        fn without_last_refusal(answers: &[Answered]) -> &[Answered] {
+            match answers.split_last() {
+                Some((Answered::Refused(_), before)) => before,
+                _ => answers,
+            }
+        }
+        let answers = self.answers == other.answers
+            || without_last_refusal(&self.answers) == &other.answers[..]
+            || &self.answers[..] == without_last_refusal(&other.answers);
+        self.requests == other.requests && answers && self.ended == other.ended
+    }
+}
+
+impl Eq for Outcome {}
+
+/// One answer the client read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answered {
+    /// The service's answer, its bytes exactly.
+    Served(Vec<u8>),
+    /// An interim answer (`100 Continue`), its bytes exactly.
+    Interim(Vec<u8>),
+    /// A refusal by hyper or by the socket (`DeadlineIo`): its status only.
+    /// For a head that follows another in the same read, hyper's bare
+    /// answer is not always replaced by a problem document, and where reads
+    /// end differs between the two sides (docs/edge-behaviour.md, "The two
+    /// servers, checked against each other").
+    Refused(u16),
+    /// Bytes that do not begin an HTTP/1 answer (HTTP/2 frames), as they
+    /// are.
+    Other(Vec<u8>),
+}
+
+/// A request as the service received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub method: String,
+    pub target: String,
+    pub version: Version,
+    /// In the map's order: a name's values together, as they came.
+    pub fields: Vec<(String, Vec<u8>)>,
+    /// The body, or `None` when reading it failed.
+    pub body: Option<Vec<u8>>,
+}
+
+/// The settings both sides share.
+struct Settings {
+    limits: ConnectionLimits,
+    head_limits: HeadLimits,
+    servers: Arc<HyperServers>,
+}
+
+fn settings() -> &'static Settings {
+    static SETTINGS_ONCE: OnceLock<Settings> = OnceLock::new();
+    SETTINGS_ONCE.get_or_init(|| {
+        let config = Config::from_toml(CONFIG, "differential").expect("valid settings");
+        Settings {
+            limits: super::connection_limits(&config.server),
+            head_limits: super::head_limits(&config.server),
+            servers: Arc::new(super::hyper_servers(&config.server)),
+        }
+    })
+}
+
+/// Sends `pieces` on one connection served as `side` says (see the module
+/// docs: on a paused clock), then closes the client's side.
+pub async fn serve(side: Side, pieces: &[&[u8]]) -> Outcome {
+    let settings = settings();
+    let total: usize = pieces.iter().map(|piece| piece.len()).sum();
+    // Room for every byte each way, so that no write waits on the other
+    // side's reads (a write cut short would be one more difference).
+    let (client, server) = tokio::io::duplex(total.max(1) + ANSWER_ROOM);
+    let exchanges = Arc::new(Exchanges::default());
+    let io = DeadlineIo::new(server, settings.limits, Arc::clone(&exchanges));
+    let recorder = Recorder::default();
+    let connection = Connection {
+        handler: recorder.clone(),
+        peer: SocketAddr::from((Ipv4Addr::LOCALHOST, 1)),
+        head_limits: settings.head_limits,
+        exchanges,
+        servers: Arc::clone(&settings.servers),
+    };
+    let drain = Drain::new();
+    let draining = drain.handle();
+    let mut served = tokio::spawn(async move {
+        match side {
+            Side::Sluice => connection.serve(io, draining).await,
+            Side::HyperAlone => connection.serve_with_hyper_alone(io, draining).await,
+        }
+    });
+    let (mut from_server, mut to_server) = tokio::io::split(client);
+    let reading = tokio::spawn(async move {
+        let mut answer = Vec::new();
+        let _ = from_server.read_to_end(&mut answer).await;
+        answer
+    });
+    for piece in pieces {
+        // A server that closed takes no more; what it answered is read.
+        let _ = to_server.write_all(piece).await;
+        settle().await;
+    }
+    let _ = to_server.shutdown().await;
+    let ended = tokio::time::timeout(END_WAIT, &mut served).await.is_ok();
+    if !ended {
+        served.abort();
+        let _ = served.await;
+    }
+    drop(to_server);
+    let mut raw = reading.await.unwrap_or_default();
+    blank_dates(&mut raw);
+    drop(drain);
+    Outcome {
+        requests: recorder.taken(),
+        answers: answers(&raw),
+        ended,
+        raw,
+    }
+}
+
+/// The answers in `bytes`, in order.
+fn answers(mut bytes: &[u8]) -> Vec<Answered> {
+    let mut answers = Vec::new();
+    while !bytes.is_empty() {
+        let mut fields = [httparse::EMPTY_HEADER; 16];
+        let mut response = httparse::Response::new(&mut fields);
+        let Ok(httparse::Status::Complete(head)) = response.parse(bytes) else {
+            answers.push(Answered::Other(bytes.to_vec()));
+            break;
+        };
+        let status = response.code.unwrap_or_default();
+        let field = |name: &str| {
+            response
+                .headers
+                .iter()
+                .find(|field| field.name.eq_ignore_ascii_case(name))
+                .map(|field| field.value)
+        };
+        let length = field("content-length")
+            .and_then(|value| std::str::from_utf8(value).ok()?.parse::<usize>().ok())
+            .unwrap_or(0);
+        let served = field(X_SEEN.as_str()).is_some();
+        let interim = (100..200).contains(&status);
+        let end = if interim {
+            head
+        } else {
+            head.saturating_add(length).min(bytes.len())
+        };
+        answers.push(if interim {
+            Answered::Interim(bytes[..end].to_vec())
+        } else if served {
+            Answered::Served(bytes[..end].to_vec())
+        } else {
+            Answered::Refused(status)
+        });
+        bytes = &bytes[end..];
+    }
+    answers
+}
+
+/// Waits until every task of the runtime waits (on a paused clock, time
+/// moves only then).
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+/// Replaces each `date` field's value with dashes: hyper's own answers (a
+/// `505`, say) carry the clock's.
+fn blank_dates(answer: &mut [u8]) {
+    const FIELD: &[u8] = b"\r\ndate: ";
+    let mut from = 0;
+    while let Some(at) = find(&answer[from..], FIELD) {
+        let start = from + at + FIELD.len();
+        let end = find(&answer[start..], b"\r\n").map_or(answer.len(), |len| start + len);
+        answer[start..end].fill(b'-');
+        from = end;
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+/// Records each request it is given, body and all, and answers `200 ok`.
+#[derive(Debug, Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<Seen>>>);
+
+impl Recorder {
+    fn taken(&self) -> Vec<Seen> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl Handler for Recorder {
+    async fn handle(
+        &self,
+        request: &mut ClientRequest,
+        _exchanges: &Exchanges,
+        response: &mut Response<ProxyBody>,
+    ) {
+        let request = request.get_mut();
+        let mut body = Some(Vec::new());
+        while let Some(frame) = request.body_mut().frame().await {
+            match frame {
+                Ok(frame) => {
+                    if let (Some(body), Ok(data)) = (&mut body, frame.into_data()) {
+                        body.extend_from_slice(&data);
+                    }
+                }
+                Err(_) => {
+                    body = None;
+                    break;
+                }
+            }
+        }
+        let seen = Seen {
+            method: request.method().to_string(),
+            target: request.uri().to_string(),
+            version: request.version(),
+            fields: request
+                .headers()
+                .iter()
+                .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
+                .collect(),
+            body,
+        };
+        let count = {
+            let mut requests = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            requests.push(seen);
+            requests.len()
+        };
+        let headers = response.headers_mut();
+        headers.insert(DATE, DATE_VALUE);
+        headers.insert(X_SEEN, HeaderValue::from(count));
+        // An answer to HEAD declares no length it does not send, so
+        // that the answers can be told apart without the requests.
+        let body = if request.method() == Method::HEAD {
+            Bytes::new()
+        } else {
+            Bytes::from_static(b"ok")
+        };
+        *response.body_mut() = ProxyBody::written(body);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Both sides' outcomes for `pieces`, on a paused clock.
+    fn both(pieces: &[&[u8]]) -> (Outcome, Outcome) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            (
+                serve(Side::Sluice, pieces).await,
+                serve(Side::HyperAlone, pieces).await,
+            )
+        })
+    }
+
+    fn assert_same(pieces: &[&[u8]]) -> Outcome {
+        let (sluice, hyper) = both(pieces);
+        assert_eq!(
+            sluice,
+            hyper,
+            "{:?}\nsluice: {}\nhyper:  {}",
+            pieces
+                .iter()
+                .map(|p| String::from_utf8_lossy(p))
+                .collect::<Vec<_>>(),
+            String::from_utf8_lossy(&sluice.raw),
+            String::from_utf8_lossy(&hyper.raw),
+        );
+        sluice
+    }
+
+    const ANSWER: &str = "HTTP/1.1 200 OK\r\ndate: -----------------------------\r\n\
+                          x-seen: 1\r\ncontent-length: 2\r\n\r\nok";
+
+    #[test]
+    fn a_get_reaches_the_service_and_is_answered_alike() {
+        let outcome = assert_same(&[b"GET /a?b=1 HTTP/1.1\r\nHost: x\r\nX-K: 1\r\nX-K: 2\r\n\r\n"]);
+        assert_eq!(outcome.requests.len(), 1);
+        let seen = &outcome.requests[0];
+        assert_eq!(
+            (seen.method.as_str(), seen.target.as_str(), seen.version),
+            ("GET", "/a?b=1", Version::HTTP_11)
+        );
+        assert_eq!(
+            seen.fields,
+            [
+                ("host".to_string(), b"x".to_vec()),
+                ("x-k".to_string(), b"1".to_vec()),
+                ("x-k".to_string(), b"2".to_vec())
+            ]
+        );
+        assert_eq!(seen.body.as_deref(), Some(&b""[..]));
+        assert_eq!(String::from_utf8_lossy(&outcome.raw), ANSWER);
+        assert!(outcome.ended);
+    }
+
+    #[test]
+    fn the_http2_preface_after_a_get_is_not_prior_knowledge() {
+        // Regression: sluice handed the connection to hyper's auto server
+        // after its own answered the GET, and the preface then switched it
+        // to HTTP/2 (RFC 9113 §3.3: prior knowledge is the first bytes of a
+        // connection only). Now hyper's HTTP/1 server takes it, as it
+        // takes a connection it served from the start, and closes.
+        let outcome = assert_same(&[b"GET / HTTP/1.1\r\n\r\nPRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"]);
+        assert_eq!(outcome.requests.len(), 1);
+        assert_eq!(String::from_utf8_lossy(&outcome.raw), ANSWER);
+        assert!(outcome.ended);
+    }
+
+    #[test]
+    fn the_http2_preface_first_is_http2_on_both_sides() {
+        let outcome = assert_same(&[b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"]);
+        // The server's SETTINGS frame: a 9-byte frame header of type 4.
+        assert_eq!(outcome.raw.get(3), Some(&4), "{:?}", outcome.raw);
+    }
+
+    #[test]
+    fn bytes_that_never_make_a_request_may_be_refused_on_one_side_only() {
+        // The documented difference the comparison allows: a head with more
+        // than `max_headers` fields that never ends. sluice's server hands
+        // hyper all of it at once, and hyper refuses it; alone, hyper read
+        // the fields after it last ran its parser and waits for a blank
+        // line until the client leaves.
+        let pieces: &[&[u8]] = &[
+            b"GET / HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\n",
+            b"A: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\nF: 6\r\nG: 7\r\nH: 8\r\nI: 9\r\n",
+        ];
+        let (sluice, hyper) = both(pieces);
+        assert!(matches!(
+            sluice.answers[..],
+            [Answered::Served(_), Answered::Refused(431)]
+        ));
+        assert!(matches!(hyper.answers[..], [Answered::Served(_)]));
+        assert_eq!(sluice, hyper);
+        assert_eq!(sluice.requests.len(), 1);
+    }
+
+    #[test]
+    fn a_head_in_pieces_is_read_alike() {
+        assert_same(&[
+            b"GET /pie",
+            b"ces HTTP/1.1\r\nHo",
+            b"st: a\r\n",
+            b"\r\nGET /2 HTTP/1.1\r\n\r\n",
+        ]);
+    }
+
+    /// One request line's parts, or a head that breaks them.
+    fn request() -> impl Strategy<Value = Vec<u8>> {
+        let method = prop_oneof![
+            6 => Just("GET"),
+            1 => Just("HEAD"),
+            1 => Just("POST"),
+            1 => Just("get"),
+            1 => Just("PRI"),
+            1 => Just("G(T"),
+        ];
+        let target = prop_oneof![
+            4 => Just("/".to_string()),
+            1 => Just("/a?b=1".to_string()),
+            1 => Just("*".to_string()),
+            1 => Just("http://h/p".to_string()),
+            1 => Just("http://[::1".to_string()),
+            1 => Just("/%zz".to_string()),
+            1 => Just("/a b".to_string()),
+            1 => Just("/\u{e9}".to_string()),
+            1 => Just(format!("/{}", "x".repeat(130))),
+            1 => "[!-~]{1,12}",
+        ];
+        let version = prop_oneof![
+            6 => Just("HTTP/1.1"),
+            1 => Just("HTTP/1.0"),
+            1 => Just("HTTP/2.0"),
+            1 => Just("HTTP/1.2"),
+            1 => Just("http/1.1"),
+        ];
+        let field = prop_oneof![
+            3 => Just(("Host".to_string(), "a".to_string())),
+            1 => Just(("Connection".to_string(), "keep-alive".to_string())),
+            1 => Just(("Connection".to_string(), "Keep-Alive".to_string())),
+            1 => Just(("Connection".to_string(), "close".to_string())),
+            1 => Just(("Connection".to_string(), "keep-alive, x".to_string())),
+            1 => Just(("Content-Length".to_string(), "0".to_string())),
+            1 => Just(("Content-Length".to_string(), "2".to_string())),
+            1 => Just(("Content-Length".to_string(), "2, 2".to_string())),
+            1 => Just(("Content-Length".to_string(), "x".to_string())),
+            1 => Just(("Transfer-Encoding".to_string(), "chunked".to_string())),
+            1 => Just(("Transfer-Encoding".to_string(), "gzip".to_string())),
+            1 => Just(("Upgrade".to_string(), "websocket".to_string())),
+            1 => Just(("Expect".to_string(), "100-continue".to_string())),
+            1 => Just(("TE".to_string(), "trailers".to_string())),
+            1 => Just(("Keep-Alive".to_string(), "timeout=5".to_string())),
+            1 => Just(("X-Long".to_string(), "v".repeat(1100))),
+            1 => ("[!-~]{1,6}", "[ -~\t\u{80}\u{ff}]{0,8}"),
+        ];
+        let eol = prop_oneof![8 => Just("\r\n"), 1 => Just("\n")];
+        let body = prop_oneof![
+            1 => Just(String::new()),
+            1 => Just("hi".to_string()),
+            1 => Just("2\r\nhi\r\n0\r\n\r\n".to_string()),
+            1 => "[a-z\r\n]{0,6}",
+        ];
+        (
+            method,
+            target,
+            version,
+            prop::collection::vec(field, 0..10),
+            eol,
+            body,
+        )
+            .prop_map(|(method, target, version, fields, eol, body)| {
+                let mut bytes = format!("{method} {target} {version}{eol}").into_bytes();
+                for (name, value) in fields {
+                    bytes.extend_from_slice(name.as_bytes());
+                    bytes.extend_from_slice(b": ");
+                    // Latin-1 as bytes, so obs-text reaches the parser.
+                    bytes.extend(value.chars().map(|c| c as u32 as u8));
+                    bytes.extend_from_slice(eol.as_bytes());
+                }
+                bytes.extend_from_slice(eol.as_bytes());
+                bytes.extend_from_slice(body.as_bytes());
+                bytes
+            })
+    }
+
+    /// A connection's bytes: a few requests, maybe the HTTP/2 preface
+    /// after them, cut into up to three pieces.
+    fn connection() -> impl Strategy<Value = (Vec<u8>, Vec<usize>)> {
+        (
+            prop::collection::vec(request(), 1..4),
+            any::<bool>(),
+            prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        )
+            .prop_map(|(requests, preface, cuts)| {
+                let mut bytes = requests.concat();
+                if preface {
+                    bytes.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+                }
+                let mut cuts: Vec<usize> =
+                    cuts.iter().map(|cut| cut.index(bytes.len() + 1)).collect();
+                cuts.sort_unstable();
+                (bytes, cuts)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 1000,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn sluice_s_server_and_hyper_s_alone_agree((bytes, cuts) in connection()) {
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for cut in cuts {
+                pieces.push(&bytes[from..cut]);
+                from = cut;
+            }
+            pieces.push(&bytes[from..]);
+            let (sluice, hyper) = both(&pieces);
+            prop_assert_eq!(
+                &sluice,
+                &hyper,
+                "{:?}\nsluice: {}\nhyper:  {}",
+                pieces.iter().map(|piece| String::from_utf8_lossy(piece)).collect::<Vec<_>>(),
+                String::from_utf8_lossy(&sluice.raw),
+                String::from_utf8_lossy(&hyper.raw)
+            );
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Upstream answers whose framing a proxy must not relay as it came, on
+//! both of sluice's HTTP/1 clients: a `GET` takes the plain exchange
+//! (`src/proxy/pool/plain.rs`), a `POST` with a body takes hyper's client.
+//! Exact bytes in, exact bytes out (the `date` value masked). Rows F9–F12
+//! of docs/edge-behaviour.md's "Hostile inputs" table.
+
+use crate::support;
+use crate::wire;
+
+use support::Sluice;
+use wire::{exchange_with, Action, RawRequest, RawUpstream, Received};
+
+use std::time::Duration;
+
+/// No rule: the answers carry no rate-limit fields, so every byte of them
+/// is the upstream's or the framing's.
+async fn behind(
+    script: impl Fn(&RawRequest) -> Action + Send + Sync + 'static,
+) -> (RawUpstream, Sluice) {
+    let upstream = RawUpstream::start(script).await;
+    let sluice = Sluice::start(
+        "[server]\nupstream = \"http://{upstream}\"\n",
+        upstream.addr,
+    )
+    .await;
+    (upstream, sluice)
+}
+
+/// The two requests, one per client: (name, bytes).
+fn requests(target: &str) -> [(&'static str, String); 2] {
+    [
+        ("plain", format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n")),
+        (
+            "hyper",
+            format!("POST {target} HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi"),
+        ),
+    ]
+}
+
+/// Sends `request` on a new connection, reading until sluice closes it or
+/// stays quiet for half a second.
+async fn ask(sluice: &Sluice, request: &str) -> Received {
+    exchange_with(sluice.addr, request.as_bytes(), Duration::from_millis(500)).await
+}
+
+/// The text received, with each `date` field's value replaced by `<date>`.
+fn dateless(got: &Received) -> String {
+    let text = got.text();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("\r\ndate: ") {
+        let value = at + "\r\ndate: ".len();
+        out.push_str(&rest[..value]);
+        out.push_str("<date>");
+        rest = &rest[value..];
+        rest = &rest[rest.find("\r\n").unwrap_or(rest.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A chunk-size line needs a hex digit (RFC 9112 §7.1): an empty line, or
+/// one holding only an extension, is broken framing, never the last chunk.
+/// The head went out first, so the client gets the body cut short (no last
+/// chunk) and its connection closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f9_a_chunk_size_line_without_a_digit_cuts_the_answer_short() {
+    let (_upstream, sluice) = behind(|request| match request.target.as_str() {
+        "/empty-size" => Action::Reply(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n\r\n\r\n".to_vec(),
+        ),
+        "/extension-only" => Action::Reply(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n;ext=1\r\n\r\n"
+                .to_vec(),
+        ),
+        _ => wire::ok(),
+    })
+    .await;
+    for target in ["/empty-size", "/extension-only"] {
+        for (client, request) in requests(target) {
+            let got = ask(&sluice, &request).await;
+            assert_eq!(
+                dateless(&got),
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ndate: <date>\r\n\r\n5\r\nhello\r\n",
+                "{client} {target}"
+            );
+            assert!(got.closed, "{client} {target}: the connection stayed open");
+        }
+    }
+}
+
+/// Several `Content-Length` values that agree reach the client as one
+/// (RFC 9110 §8.6), and the upstream connection stays in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f10_agreeing_content_lengths_are_relayed_as_one() {
+    let (upstream, sluice) = behind(|request| match request.target.as_str() {
+        "/list" => Action::Reply(b"HTTP/1.1 200 OK\r\ncontent-length: 5, 5\r\n\r\nhello".to_vec()),
+        "/lines" => Action::Reply(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 5\r\n\r\nhello".to_vec(),
+        ),
+        _ => wire::ok(),
+    })
+    .await;
+    for target in ["/list", "/lines"] {
+        for (client, request) in requests(target) {
+            let got = ask(&sluice, &request).await;
+            assert_eq!(
+                dateless(&got),
+                "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ndate: <date>\r\n\r\nhello",
+                "{client} {target}"
+            );
+            assert!(!got.closed, "{client} {target}: closed");
+        }
+    }
+    // The plain and the hyper connection, each kept for its next exchange.
+    assert_eq!(upstream.conns().len(), 2);
+}
+
+/// An HTTP/1.0 answer is relayed as HTTP/1.1, sluice's own version (RFC
+/// 9110 §6.2): one that ends with the upstream's close is chunked, so the
+/// client's connection stays open; the upstream's connection, which
+/// HTTP/1.0 without `keep-alive` does not keep, is not used again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f11_an_http_1_0_answer_is_relayed_as_http_1_1_and_the_client_connection_kept() {
+    let (upstream, sluice) = behind(|request| match request.target.as_str() {
+        "/until-close" => Action::ReplyAndClose(b"HTTP/1.0 200 OK\r\n\r\nall of it".to_vec()),
+        "/sized" => Action::Reply(b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()),
+        _ => wire::ok(),
+    })
+    .await;
+    let cases = [
+        (
+            "/until-close",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ndate: <date>\r\n\r\n9\r\nall of it\r\n0\r\n\r\n",
+        ),
+        (
+            "/sized",
+            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ndate: <date>\r\n\r\nok",
+        ),
+    ];
+    for (target, expected) in cases {
+        for (client, request) in requests(target) {
+            let got = ask(&sluice, &request).await;
+            assert_eq!(dateless(&got), expected, "{client} {target}");
+            assert!(!got.closed, "{client} {target}: closed");
+        }
+    }
+    // An HTTP/1.0 client is answered in its own version by hyper's
+    // server, the body running to the close.
+    let got = ask(&sluice, "GET /until-close HTTP/1.0\r\n\r\n").await;
+    assert_eq!(
+        dateless(&got),
+        "HTTP/1.0 200 OK\r\ndate: <date>\r\n\r\nall of it"
+    );
+    assert!(got.closed);
+    // Five answers, each on a connection of its own.
+    let conns = upstream.conns();
+    assert_eq!(conns.len(), 5);
+    assert!(conns.iter().all(|conn| conn.requests.len() == 1));
+}
+
+/// A `Transfer-Encoding` other than exactly `chunked` names a coding sluice
+/// never offered and can neither undo nor pass on: the answer is a 502,
+/// before any of it reaches the client, and its connection is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f12_a_transfer_coding_other_than_chunked_is_502() {
+    let (upstream, sluice) = behind(|request| match request.target.as_str() {
+        "/gzip" => Action::ReplyAndClose(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\nzipped".to_vec(),
+        ),
+        "/gzip-chunked" => Action::Reply(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n6\r\nzipped\r\n0\r\n\r\n"
+                .to_vec(),
+        ),
+        "/chunked-chunked" => Action::Reply(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, chunked\r\n\r\n6\r\nzipped\r\n0\r\n\r\n"
+                .to_vec(),
+        ),
+        _ => wire::ok(),
+    })
+    .await;
+    let targets = ["/gzip", "/gzip-chunked", "/chunked-chunked"];
+    for target in targets {
+        for (client, request) in requests(target) {
+            let got = ask(&sluice, &request).await;
+            let body = r#"{"title":"Bad Gateway","status":502,"detail":"the service behind this proxy failed to answer"}"#;
+            assert_eq!(
+                dateless(&got),
+                format!(
+                    "HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\ndate: <date>\r\n\r\n{body}",
+                    body.len()
+                ),
+                "{client} {target}"
+            );
+            assert!(!got.text().contains("zipped"), "{client} {target}");
+        }
+    }
+    // None of the six connections carried a second exchange.
+    let conns = upstream.conns();
+    assert_eq!(conns.len(), 6);
+    assert!(conns.iter().all(|conn| conn.requests.len() == 1));
+}
