@@ -304,15 +304,12 @@ impl Proxy {
             upstream: &shared.upstream,
             clock: &shared.clock,
             metrics: &shared.metrics,
+            policy,
         };
         let forwarding =
-            forwarder.forward(client, path_and_query, peer, policy, started, &mut ruling);
-        match forwarding.await {
-            Ok(mut forwarded) => {
-                decorate::decorate(&mut forwarded, policy, &ruling, applicable.retiring);
-                *response = forwarded;
-            }
-            Err(failed) => *response = failed,
+            forwarder.forward(client, path_and_query, peer, started, &mut ruling, response);
+        if forwarding.await {
+            decorate::decorate(response, policy, &ruling, applicable.retiring);
         }
     }
 }

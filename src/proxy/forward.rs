@@ -497,26 +497,31 @@ pub struct Forwarder<'a> {
     /// Times sluice's overhead and the upstream's answer.
     pub clock: &'a ProxyClock,
     pub metrics: &'a Metrics,
+    /// The policy the request was admitted under: who is trusted to name
+    /// the client, and which forwarding header carries it.
+    pub policy: &'a Policy,
 }
 
 impl Forwarder<'_> {
     /// Forward: the admitted request, rewritten, goes upstream with the
     /// admission's settlement (`ruling.settlement`) riding on the
     /// response body, so what the request took is settled as the exchange
-    /// unfolds and when it ends. The upstream's answer, made the client's;
-    /// or the answer to its failure (502, 504, or 408/413 for a request
-    /// body cut off by its deadline or size cap).
+    /// unfolds and when it ends. Writes the upstream's answer, made the
+    /// client's, into `response` and returns `true`; or writes the answer
+    /// to its failure (502, 504, or 408/413 for a request body cut off by
+    /// its deadline or size cap) and returns `false`. Written in place, not
+    /// returned, because a response is large and every move of it is a copy
+    /// on each request.
     pub async fn forward(
         self,
         client: &mut ClientRequest,
         path_and_query: PathAndQuery,
         peer: SocketAddr,
-        policy: &Policy,
         started: Nanos,
         ruling: &mut Ruling<'_>,
-    ) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
-        let mut outgoing =
-            self.outgoing(client, path_and_query, peer, policy, started, ruling.held);
+        response: &mut Response<ProxyBody>,
+    ) -> bool {
+        let mut outgoing = self.outgoing(client, path_and_query, peer, started, ruling.held);
         let mut settlement = ruling.settlement.take();
         if let Some(settlement) = &mut settlement {
             settlement.forwarded(outgoing.sent);
@@ -534,14 +539,23 @@ impl Forwarder<'_> {
             _ => upstream.send(outbound, &outgoing.added).await,
         };
         let incoming = self.incoming(result, outgoing.sent, outgoing.client_upgrade, settlement);
-        incoming.map_err(|error| match outgoing.body_watch.cut_off() {
-            // A body cut off by its deadline or size cap is the client's fault.
-            Some(cut_off) => respond::refusal(
-                Refusal::BodyCutOff(cut_off, outgoing.body_watch.version()),
-                None,
-            ),
-            None => self.upstream_failed(error),
-        })
+        match incoming {
+            Ok(answer) => {
+                *response = answer;
+                true
+            }
+            Err(error) => {
+                *response = match outgoing.body_watch.cut_off() {
+                    // A body cut off by its deadline or size cap is the client's fault.
+                    Some(cut_off) => respond::refusal(
+                        Refusal::BodyCutOff(cut_off, outgoing.body_watch.version()),
+                        None,
+                    ),
+                    None => self.upstream_failed(error),
+                };
+                false
+            }
+        }
     }
 
     /// The admitted request rewritten for the upstream, in place
@@ -553,10 +567,10 @@ impl Forwarder<'_> {
         client: &mut ClientRequest,
         path_and_query: PathAndQuery,
         peer: SocketAddr,
-        policy: &Policy,
         started: Nanos,
         held: Nanos,
     ) -> Outgoing {
+        let policy = self.policy;
         let hop = ClientHop {
             peer: peer.ip(),
             trusted: policy.client_ip.is_trusted(peer.ip()),
