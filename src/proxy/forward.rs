@@ -50,6 +50,17 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// The RFC 9110 §7.6.1 fields other than `Connection` and `TE`.
+const FIXED_HOP_BY_HOP: [HeaderName; 6] = [
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+];
+
 static HTTP: HeaderValue = HeaderValue::from_static("http");
 
 /// The protected service and the pool of connections that reaches it.
@@ -395,14 +406,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
         (fixed, te) = remove_listed_fields(headers);
     }
     if fixed {
-        for name in [
-            KEEP_ALIVE,
-            PROXY_CONNECTION,
-            header::TRAILER,
-            header::TRANSFER_ENCODING,
-            header::UPGRADE,
-            header::PROXY_AUTHORIZATION,
-        ] {
+        for name in FIXED_HOP_BY_HOP {
             headers.remove(name);
         }
     }
@@ -479,7 +483,8 @@ fn names_no_field(headers: &HeaderMap) -> bool {
         && !headers.keys().any(|name| name.as_str() == "close")
 }
 
-/// The RFC 9110 §7.6.1 fields other than `Connection` and `TE`.
+/// Whether `name` is one of [`FIXED_HOP_BY_HOP`], compared with each in
+/// turn (every request's every field is asked).
 #[inline]
 fn is_fixed_hop_by_hop(name: &HeaderName) -> bool {
     name == header::TRAILER
@@ -781,28 +786,23 @@ mod tests {
             }
             headers.remove(header::CONNECTION);
         }
-        for name in [
-            KEEP_ALIVE,
-            PROXY_CONNECTION,
-            header::TRAILER,
-            header::TRANSFER_ENCODING,
-            header::UPGRADE,
-            header::PROXY_AUTHORIZATION,
-        ] {
+        for name in FIXED_HOP_BY_HOP {
             headers.remove(name);
         }
+        // `TE` is handled alike by both: `hop_by_hop_fields_are_stripped`
+        // checks it against written-out answers.
         if headers.contains_key(header::TE) {
-            let trailers = is_request
-                && headers
-                    .get_all(header::TE)
-                    .iter()
-                    .filter_map(|value| value.to_str().ok())
-                    .flat_map(|value| value.split(','))
-                    .any(|item| item.trim().eq_ignore_ascii_case("trailers"));
-            headers.remove(header::TE);
-            if trailers {
-                headers.insert(header::TE, HeaderValue::from_static("trailers"));
-            }
+            keep_only_trailers(headers, is_request);
+        }
+    }
+
+    #[test]
+    fn the_fixed_hop_by_hop_test_knows_exactly_the_listed_fields() {
+        for name in FIXED_HOP_BY_HOP {
+            assert!(is_fixed_hop_by_hop(&name), "{name}");
+        }
+        for name in [header::CONNECTION, header::TE, header::HOST, header::ACCEPT] {
+            assert!(!is_fixed_hop_by_hop(&name), "{name}");
         }
     }
 
