@@ -184,6 +184,20 @@ impl Store {
         }
     }
 
+    /// A queued permit request is abandoned (its client left): it leaves
+    /// the queue, and a permit handed to it meanwhile is given back at
+    /// once. Only a local queue hands permits over that way (see
+    /// [`Store::leave_queue`]), so it goes back to the local store, also
+    /// when that is a shared store's fallback.
+    pub fn abandon_queue(&self, queued: &mut QueuedPermit) {
+        if !self.leave_queue(queued) {
+            // A permit's return does not depend on the instant.
+            let at = queued.receipt.at;
+            let receipt = std::slice::from_mut(&mut queued.receipt);
+            self.settle_locally(receipt, Settle::GiveBack, at);
+        }
+    }
+
     /// The in-memory store this backend decides with locally: itself, or
     /// (for a networked store) the one it falls back to on errors, and
     /// where every bucket table lives.

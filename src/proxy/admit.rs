@@ -440,16 +440,7 @@ struct QueuedGuard<'a> {
 impl Drop for QueuedGuard<'_> {
     fn drop(&mut self) {
         if let Some(mut queued) = self.queued.take() {
-            if !self.store.leave_queue(&queued) {
-                // Handed over just as the client left: give it back (a
-                // permit's return does not depend on the instant).
-                let at = queued.receipt.at;
-                self.store.settle(
-                    std::slice::from_mut(&mut queued.receipt),
-                    crate::store::Settle::GiveBack,
-                    at,
-                );
-            }
+            self.store.abandon_queue(&mut queued);
         }
     }
 }

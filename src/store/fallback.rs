@@ -64,22 +64,29 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::suite::{token_bucket, Limit, T0};
+    use crate::limiter::HoldLimits;
+    use crate::store::suite::{concurrency, token_bucket, Limit, T0};
     use crate::store::{RedisSettings, RedisStore};
+    use crate::testing::SEC;
 
-    /// Three instances share a limit of 31: deciding alone, each admits its
-    /// share, 11 (rounded up), and settles what it took locally.
-    #[tokio::test]
-    async fn each_instance_enforces_its_share_while_the_shared_store_fails() {
+    /// A store whose Redis never answers: the fallback decides alone, as
+    /// one of three instances.
+    fn redis_down() -> Store {
         let settings = RedisSettings {
-            // Never connected: the fallback decides without Redis.
             urls: vec!["redis://127.0.0.1:1".into()],
             cluster: false,
             timeout: std::time::Duration::from_millis(10),
             prefix: "fallback".into(),
             instances: 3,
         };
-        let store = Store::Redis(RedisStore::new(settings, 100).expect("a Redis URL"));
+        Store::Redis(RedisStore::new(settings, 100).expect("a Redis URL"))
+    }
+
+    /// Three instances share a limit of 31: deciding alone, each admits its
+    /// share, 11 (rounded up), and settles what it took locally.
+    #[tokio::test]
+    async fn each_instance_enforces_its_share_while_the_shared_store_fails() {
+        let store = redis_down();
         let limit = Limit::new(&store, token_bucket(31, 60));
         let mut asks = Asks::default();
         asks.push_rule(1, false, None, [limit.ask(1, 1)]);
@@ -97,5 +104,43 @@ mod tests {
         let mut answer = Admission::default();
         store.admit_locally(&asks, T0, &mut answer);
         assert!(answer.admitted(), "a unit given back locally");
+    }
+
+    /// A local permit handed to a queued request whose client left at that
+    /// moment goes back to the local store, not to Redis, which never
+    /// lent it: the next request gets it.
+    #[tokio::test]
+    async fn a_local_permit_handed_to_an_abandoned_wait_is_given_back_locally() {
+        let store = redis_down();
+        let limit = Limit::new(&store, concurrency(1));
+        let hold = Some(HoldLimits {
+            max_wait: 5 * SEC,
+            max_queued: 10,
+        });
+        let mut plain = Asks::default();
+        plain.push_rule(1, false, None, [limit.ask(3, 1)]);
+        let mut queueing = Asks::default();
+        queueing.push_rule(
+            1,
+            false,
+            None,
+            [Ask {
+                hold,
+                ..limit.ask(3, 1)
+            }],
+        );
+        let mut holder = Admission::default();
+        store.admit_locally(&plain, T0, &mut holder);
+        assert!(holder.admitted());
+        let mut waiter = Admission::default();
+        store.admit_locally(&queueing, T0, &mut waiter);
+        let mut queued = waiter.queued.take().expect("queued for the permit");
+        // The holder finishes: its permit is handed to the waiter...
+        store.settle_locally(&mut holder.receipts, Settle::Keep, T0);
+        // ...whose client leaves before it learns so.
+        store.abandon_queue(&mut queued);
+        let mut next = Admission::default();
+        store.admit_locally(&plain, T0, &mut next);
+        assert!(next.admitted(), "the permit was lost");
     }
 }
