@@ -699,10 +699,22 @@ fn demo_once_shows_allowed_and_limited_requests_then_exits() {
     );
 }
 
+/// A child process killed when the test ends, however it ends (a failed
+/// assertion included): `Child` itself is left running when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn demo_keeps_serving_with_its_status_page_and_logs_refusals_tried_by_hand() {
     use std::io::{BufRead, BufReader};
-    let mut child = demo(false).spawn().expect("spawn sluice demo");
+    let mut demo = KillOnDrop(demo(false).spawn().expect("spawn sluice demo"));
+    let child = &mut demo.0;
     // Everything it prints up to "Ctrl-C to stop.", within 20 s.
     let (lines, printed) = std::sync::mpsc::channel();
     let stdout = BufReader::new(child.stdout.take().unwrap());
@@ -717,10 +729,7 @@ fn demo_keeps_serving_with_its_status_page_and_logs_refusals_tried_by_hand() {
         let left = deadline.saturating_duration_since(Instant::now());
         match printed.recv_timeout(left) {
             Ok(line) => shown.extend([line.as_str(), "\n"]),
-            Err(_) => {
-                let _ = child.kill();
-                panic!("the demo did not say how to go on:\n{shown}");
-            }
+            Err(_) => panic!("the demo did not say how to go on:\n{shown}"),
         }
     }
     let stderr = BufReader::new(child.stderr.take().unwrap());
@@ -781,10 +790,7 @@ fn demo_keeps_serving_with_its_status_page_and_logs_refusals_tried_by_hand() {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the demo did not stop on SIGINT");
-        }
+        assert!(Instant::now() < deadline, "the demo did not stop on SIGINT");
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status:?}");
@@ -838,6 +844,12 @@ fn check_accepts_the_example_that_opens_each_doc_page_and_readme() {
         let first_block = markdown
             .find(opening)
             .unwrap_or_else(|| panic!("{page:?} has no example"));
+        // Opens: before the page's first section.
+        let first_section = markdown.find("\n## ").unwrap_or(markdown.len());
+        assert!(
+            page.ends_with("README.md") || first_block < first_section,
+            "{page:?}: the example comes after the first section"
+        );
         let example = markdown[first_block..]
             .strip_prefix("```toml\n")
             .and_then(|rest| rest.split_once("\n```").map(|(toml, _)| toml))

@@ -23,10 +23,7 @@ async fn start_with(
     rest: &str,
     script: impl Fn(&wire::RawRequest) -> Action + Send + Sync + 'static,
 ) -> (RawUpstream, Sluice) {
-    let upstream = RawUpstream::start(script).await;
-    let config = format!("[server]\nupstream = \"http://{{upstream}}\"\n{rest}");
-    let sluice = Sluice::start(&config, upstream.addr).await;
-    (upstream, sluice)
+    crate::behind(rest, script).await
 }
 
 /// The request hidden in bodies: it must never be parsed as a request.

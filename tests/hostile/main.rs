@@ -20,3 +20,19 @@ mod own_server;
 mod upstream_faults;
 mod upstream_framing;
 mod upstream_responses;
+
+use support::Sluice;
+use wire::{Action, RawRequest, RawUpstream};
+
+/// sluice in front of a scripted raw upstream on ephemeral ports; `rest`
+/// follows the `upstream` line of `[server]` (more server keys, then
+/// rules).
+async fn behind(
+    rest: &str,
+    script: impl Fn(&RawRequest) -> Action + Send + Sync + 'static,
+) -> (RawUpstream, Sluice) {
+    let upstream = RawUpstream::start(script).await;
+    let config = format!("[server]\nupstream = \"http://{{upstream}}\"\n{rest}\n");
+    let sluice = Sluice::start(&config, upstream.addr).await;
+    (upstream, sluice)
+}

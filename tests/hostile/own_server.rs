@@ -15,16 +15,7 @@ use std::time::Duration;
 use support::Sluice;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use wire::{exchange_with, ok, read_until_quiet, Action, RawRequest, RawUpstream};
-
-async fn behind(
-    script: impl Fn(&RawRequest) -> Action + Send + Sync + 'static,
-) -> (RawUpstream, Sluice) {
-    let upstream = RawUpstream::start(script).await;
-    let toml = "[server]\nupstream = \"http://{upstream}\"\n".to_string();
-    let sluice = Sluice::start(&toml, upstream.addr).await;
-    (upstream, sluice)
-}
+use wire::{exchange_with, ok, read_until_quiet, Action, RawUpstream};
 
 fn targets(upstream: &RawUpstream) -> Vec<String> {
     upstream.requests().into_iter().map(|r| r.target).collect()
@@ -32,7 +23,7 @@ fn targets(upstream: &RawUpstream) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_connection_goes_from_sluice_s_server_to_hyper_s_and_loses_nothing() {
-    let (upstream, sluice) = behind(|_| ok()).await;
+    let (upstream, sluice) = crate::behind("", |_| ok()).await;
     // Two of sluice's, then a body (hyper's from there on), then a GET that
     // hyper now answers; all in one write.
     let payload = concat!(
@@ -57,7 +48,7 @@ async fn one_connection_goes_from_sluice_s_server_to_hyper_s_and_loses_nothing()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_that_arrives_in_pieces_is_answered_and_the_connection_kept() {
-    let (upstream, sluice) = behind(|_| ok()).await;
+    let (upstream, sluice) = crate::behind("", |_| ok()).await;
     let mut client = TcpStream::connect(sluice.addr).await.unwrap();
     client.set_nodelay(true).unwrap();
     for piece in ["GET /pie", "ces HTTP/1.1\r\nHo", "st: a\r\n", "\r\n"] {
@@ -116,7 +107,7 @@ fn answer(target: &str) -> Action {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_framing_of_an_answer_reaches_a_kept_connection_whole_and_in_order() {
-    let (upstream, sluice) = behind(|request| answer(&request.target)).await;
+    let (upstream, sluice) = crate::behind("", |request| answer(&request.target)).await;
     let order = [
         "/small",
         "/long",
@@ -275,7 +266,7 @@ async fn the_http2_preface_after_a_request_is_not_prior_knowledge_and_the_connec
     // server reads a request"). Never HTTP/2 frames.
     const ANSWER: &[u8] =
         b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ndate: Thu, 01 Jan 2026 00:00:00 GMT\r\n\r\nok";
-    let (upstream, sluice) = behind(|_| Action::Reply(ANSWER.to_vec())).await;
+    let (upstream, sluice) = crate::behind("", |_| Action::Reply(ANSWER.to_vec())).await;
     for (server, first) in [
         // A GET: sluice's own server answers it, then hands over.
         ("own", "GET /first HTTP/1.1\r\nHost: a\r\n\r\n"),

@@ -71,10 +71,7 @@ async fn behind(
     rest: &str,
     script: impl Fn(&wire::RawRequest) -> Action + Send + Sync + 'static,
 ) -> (RawUpstream, Sluice) {
-    let upstream = RawUpstream::start(script).await;
-    let toml = format!("[server]\nupstream = \"http://{{upstream}}\"\n{rest}\n{RULE}");
-    let sluice = Sluice::start(&toml, upstream.addr).await;
-    (upstream, sluice)
+    crate::behind(&format!("{rest}\n{RULE}"), script).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

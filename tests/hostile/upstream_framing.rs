@@ -2,29 +2,15 @@
 //! both of sluice's HTTP/1 clients: a `GET` takes the plain exchange
 //! (`src/proxy/pool/plain.rs`), a `POST` with a body takes hyper's client.
 //! Exact bytes in, exact bytes out (the `date` value masked). Rows F9–F12
-//! of docs/edge-behaviour.md's "Hostile inputs" table.
+//! of docs/edge-behaviour.md's "Hostile inputs" table. No rule: the
+//! answers carry no rate-limit fields, so every byte of them is the
+//! upstream's or the framing's.
 
 use crate::support;
 use crate::wire;
 
 use support::Sluice;
-use wire::{exchange_with, Action, RawRequest, RawUpstream, Received};
-
-use std::time::Duration;
-
-/// No rule: the answers carry no rate-limit fields, so every byte of them
-/// is the upstream's or the framing's.
-async fn behind(
-    script: impl Fn(&RawRequest) -> Action + Send + Sync + 'static,
-) -> (RawUpstream, Sluice) {
-    let upstream = RawUpstream::start(script).await;
-    let sluice = Sluice::start(
-        "[server]\nupstream = \"http://{upstream}\"\n",
-        upstream.addr,
-    )
-    .await;
-    (upstream, sluice)
-}
+use wire::{exchange, Action, Received};
 
 /// The two requests, one per client: (name, bytes).
 fn requests(target: &str) -> [(&'static str, String); 2] {
@@ -40,7 +26,7 @@ fn requests(target: &str) -> [(&'static str, String); 2] {
 /// Sends `request` on a new connection, reading until sluice closes it or
 /// stays quiet for half a second.
 async fn ask(sluice: &Sluice, request: &str) -> Received {
-    exchange_with(sluice.addr, request.as_bytes(), Duration::from_millis(500)).await
+    exchange(sluice.addr, request.as_bytes()).await
 }
 
 /// The text received, with each `date` field's value replaced by `<date>`.
@@ -65,7 +51,7 @@ fn dateless(got: &Received) -> String {
 /// chunk) and its connection closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f9_a_chunk_size_line_without_a_digit_cuts_the_answer_short() {
-    let (_upstream, sluice) = behind(|request| match request.target.as_str() {
+    let (_upstream, sluice) = crate::behind("", |request| match request.target.as_str() {
         "/empty-size" => Action::Reply(
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n\r\n\r\n".to_vec(),
         ),
@@ -93,7 +79,7 @@ async fn f9_a_chunk_size_line_without_a_digit_cuts_the_answer_short() {
 /// (RFC 9110 §8.6), and the upstream connection stays in use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f10_agreeing_content_lengths_are_relayed_as_one() {
-    let (upstream, sluice) = behind(|request| match request.target.as_str() {
+    let (upstream, sluice) = crate::behind("", |request| match request.target.as_str() {
         "/list" => Action::Reply(b"HTTP/1.1 200 OK\r\ncontent-length: 5, 5\r\n\r\nhello".to_vec()),
         "/lines" => Action::Reply(
             b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 5\r\n\r\nhello".to_vec(),
@@ -122,7 +108,7 @@ async fn f10_agreeing_content_lengths_are_relayed_as_one() {
 /// HTTP/1.0 without `keep-alive` does not keep, is not used again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f11_an_http_1_0_answer_is_relayed_as_http_1_1_and_the_client_connection_kept() {
-    let (upstream, sluice) = behind(|request| match request.target.as_str() {
+    let (upstream, sluice) = crate::behind("", |request| match request.target.as_str() {
         "/until-close" => Action::ReplyAndClose(b"HTTP/1.0 200 OK\r\n\r\nall of it".to_vec()),
         "/sized" => Action::Reply(b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()),
         _ => wire::ok(),
@@ -164,7 +150,7 @@ async fn f11_an_http_1_0_answer_is_relayed_as_http_1_1_and_the_client_connection
 /// before any of it reaches the client, and its connection is dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f12_a_transfer_coding_other_than_chunked_is_502() {
-    let (upstream, sluice) = behind(|request| match request.target.as_str() {
+    let (upstream, sluice) = crate::behind("", |request| match request.target.as_str() {
         "/gzip" => Action::ReplyAndClose(
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\nzipped".to_vec(),
         ),
@@ -176,27 +162,49 @@ async fn f12_a_transfer_coding_other_than_chunked_is_502() {
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, chunked\r\n\r\n6\r\nzipped\r\n0\r\n\r\n"
                 .to_vec(),
         ),
+        "/two-fields" => Action::Reply(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n6\r\nzipped\r\n0\r\n\r\n"
+                .to_vec(),
+        ),
+        // No body follows a 304 or a HEAD's answer: the coding is refused all
+        // the same.
+        "/not-modified" => {
+            Action::Reply(b"HTTP/1.1 304 Not Modified\r\ntransfer-encoding: gzip\r\n\r\n".to_vec())
+        }
+        "/head" => Action::Reply(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n".to_vec(),
+        ),
         _ => wire::ok(),
     })
     .await;
-    let targets = ["/gzip", "/gzip-chunked", "/chunked-chunked"];
+    let body = r#"{"title":"Bad Gateway","status":502,"detail":"the service behind this proxy failed to answer"}"#;
+    let bad_gateway = format!(
+        "HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\ndate: <date>\r\n\r\n",
+        body.len()
+    );
+    let targets = [
+        "/gzip",
+        "/gzip-chunked",
+        "/chunked-chunked",
+        "/two-fields",
+        "/not-modified",
+    ];
     for target in targets {
         for (client, request) in requests(target) {
             let got = ask(&sluice, &request).await;
-            let body = r#"{"title":"Bad Gateway","status":502,"detail":"the service behind this proxy failed to answer"}"#;
             assert_eq!(
                 dateless(&got),
-                format!(
-                    "HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\ndate: <date>\r\n\r\n{body}",
-                    body.len()
-                ),
+                format!("{bad_gateway}{body}"),
                 "{client} {target}"
             );
             assert!(!got.text().contains("zipped"), "{client} {target}");
         }
     }
-    // None of the six connections carried a second exchange.
+    // A `HEAD` (the plain exchange's): the 502's head, without its body.
+    let got = ask(&sluice, "HEAD /head HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert_eq!(dateless(&got), bad_gateway, "HEAD");
+    // None of the eleven connections carried a second exchange.
     let conns = upstream.conns();
-    assert_eq!(conns.len(), 6);
+    assert_eq!(conns.len(), 11);
     assert!(conns.iter().all(|conn| conn.requests.len() == 1));
 }

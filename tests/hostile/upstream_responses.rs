@@ -23,10 +23,7 @@ rate = "100000/m"
 async fn behind(
     script: impl Fn(&RawRequest) -> Action + Send + Sync + 'static,
 ) -> (RawUpstream, Sluice) {
-    let upstream = RawUpstream::start(script).await;
-    let toml = format!("[server]\nupstream = \"http://{{upstream}}\"\n{RULE}");
-    let sluice = Sluice::start(&toml, upstream.addr).await;
-    (upstream, sluice)
+    crate::behind(RULE, script).await
 }
 
 /// One request on its own client connection, which sluice closes after the
