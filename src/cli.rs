@@ -155,7 +155,12 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             out,
             "store redis{} {}  timeout {}  on_error {}  instances {instances}",
             if redis.cluster { " cluster" } else { "" },
-            redis.urls.join(", "),
+            redis
+                .urls
+                .iter()
+                .map(|url| crate::config::shown_redis_url(url))
+                .collect::<Vec<_>>()
+                .join(", "),
             format_period(redis.timeout),
             format!("{:?}", redis.on_error).to_lowercase(),
         );

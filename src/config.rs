@@ -45,6 +45,7 @@ pub use describe::{
 };
 pub use errors::{ConfigError, ConfigErrors};
 pub use startup::keep_startup_settings;
+pub use store::shown_redis_url;
 pub use units::{format_timestamp, parse_duration, parse_rate, parse_timestamp};
 
 /// The whole validated configuration.

@@ -1,5 +1,6 @@
 //! `[store]` and `[store.redis]`: where bucket state lives.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use super::raw::{RawConfig, RawRedis};
@@ -123,18 +124,57 @@ impl Validator<'_> {
 /// `[store.redis] url` when none is written.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
+/// `url` as it may be shown (by `check`, in a config error, in a log): a
+/// password in it, or user information without one, replaced by `***`
+/// (docs/operations.md, "Keys in logs and admin views").
+pub fn shown_redis_url(url: &str) -> Cow<'_, str> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.into();
+    };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let Some(at) = authority.rfind('@') else {
+        return url.into();
+    };
+    let host = &rest[at + 1..];
+    match authority[..at].split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***@{host}").into(),
+        None => format!("{scheme}://***@{host}").into(),
+    }
+}
+
 /// Checks a Redis URL the way the client will read it.
 fn redis_url(url: &str) -> Result<(), String> {
+    let shown = shown_redis_url(url);
     if !(url.starts_with("redis://") || url.starts_with("unix://")) {
         return Err(format!(
-            "\"{url}\" is not a Redis URL; use redis://host:port[/db] (TLS is not supported)"
+            "\"{shown}\" is not a Redis URL; use redis://host:port[/db] (TLS is not supported)"
         ));
     }
     let parsed = url
         .parse::<http::Uri>()
-        .map_err(|error| format!("\"{url}\" is not a valid URL: {error}"))?;
+        .map_err(|error| format!("\"{shown}\" is not a valid URL: {error}"))?;
     if url.starts_with("redis://") && parsed.host().is_none_or(str::is_empty) {
-        return Err(format!("\"{url}\" names no host"));
+        return Err(format!("\"{shown}\" names no host"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_redis_url;
+
+    #[test]
+    fn a_redis_urls_password_is_never_shown() {
+        for (url, shown) in [
+            ("redis://cache:6380/1", "redis://cache:6380/1"),
+            ("redis://u:pw@cache:6380/1", "redis://u:***@cache:6380/1"),
+            ("redis://:pw@cache", "redis://:***@cache"),
+            ("redis://pw@cache", "redis://***@cache"),
+            ("redis://u:p@w@cache/0?x=@", "redis://u:***@cache/0?x=@"),
+            ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+            ("not a url", "not a url"),
+        ] {
+            assert_eq!(shown_redis_url(url), shown, "{url}");
+        }
+    }
 }

@@ -804,7 +804,7 @@ upstream = "http://127.0.0.1:3000"
 [store]
 backend = "redis"
 [store.redis]
-url = "redis://cache:6380/1"
+url = "redis://sluice:hunter2-secret@cache:6380/1"
 timeout = "50ms"
 on_error = "deny"
 instances = 3
@@ -812,9 +812,25 @@ instances = 3
     );
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
-        stdout
-            .contains("store redis redis://cache:6380/1  timeout 50ms  on_error deny  instances 3"),
+        stdout.contains(
+            "store redis redis://sluice:***@cache:6380/1  timeout 50ms  on_error deny  instances 3"
+        ),
         "{stdout}"
+    );
+    assert!(
+        !stdout.contains("hunter2"),
+        "the password in clear: {stdout}"
+    );
+    // Nor in a config error about the URL.
+    let (code, _, stderr, _) = check(
+        "[server]\nupstream = \"http://127.0.0.1:3000\"\n[store]\nbackend = \"redis\"\n\
+         [store.redis]\nurl = \"redis://:hunter2-secret@\"\n",
+    );
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("redis://:***@"), "{stderr}");
+    assert!(
+        !stderr.contains("hunter2"),
+        "the password in clear: {stderr}"
     );
 }
 

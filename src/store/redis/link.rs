@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::script::SOURCE;
+use crate::config::shown_redis_url;
 use crate::store::admission::StoreError;
 
 /// Calls that fail in a row before the link stops sending.
@@ -76,7 +77,7 @@ impl Link {
     /// first call, or by [`Link::start`]).
     pub fn new(url: &str, timeout: Duration, seed_key: String) -> Result<Link, LinkError> {
         let client = Client::open(url).map_err(|source| LinkError::Url {
-            urls: url.to_owned(),
+            urls: shown_redis_url(url).into_owned(),
             source,
         })?;
         let client = Node::Single(client);
@@ -96,7 +97,11 @@ impl Link {
             .response_timeout(PROBE_CONNECT)
             .build()
             .map_err(|source| LinkError::Url {
-                urls: urls.join(", "),
+                urls: urls
+                    .iter()
+                    .map(|url| shown_redis_url(url))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 source,
             })?;
         Ok(Link::with_node(
