@@ -10,12 +10,16 @@
 //! [`Metrics::set_store_state`]): this module knows nothing of policies or
 //! stores.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+use crate::clock::Nanos;
+use crate::log_gate::LogGate;
 
 /// `sluice_decision_seconds`: a decision in memory takes a few hundred
 /// nanoseconds, so the buckets start at 100 ns; a shared store's round trip
@@ -95,9 +99,12 @@ pub struct Metrics {
     evictions_overflow: IntCounter,
     /// `sluice_store_errors_total{backend,kind}`.
     store_errors: IntCounterVec,
-    /// The `kind`s of store error met since the store last answered: each
-    /// is reported once per streak ([`Metrics::store_failed`]).
-    store_errors_in_streak: Arc<Mutex<Vec<&'static str>>>,
+    /// Whether the store is out (did not answer) since it last answered:
+    /// an outage is logged when it starts and when it ends.
+    store_outage: Arc<AtomicBool>,
+    /// Lines for store calls answered with an error (not an outage: one
+    /// key's, perhaps, between good answers), at most ten a second.
+    store_error_lines: Arc<LogGate>,
     /// `sluice_store_seconds{backend}`: every call to the store.
     store_seconds: HistogramVec,
     /// The one backend's `sluice_store_seconds` child, once a call named it.
@@ -305,7 +312,8 @@ impl Metrics {
             evictions_idle: evictions.with_label_values(&["idle"]),
             evictions_overflow: evictions.with_label_values(&["overflow"]),
             store_errors,
-            store_errors_in_streak: Arc::default(),
+            store_outage: Arc::default(),
+            store_error_lines: Arc::default(),
             store_seconds,
             store_seconds_resolved: Arc::default(),
             store_fallback_active,
@@ -341,21 +349,24 @@ impl Metrics {
         }
     }
 
-    /// Counts a failed store call, an error of `kind`; the fallback stays
-    /// active until a call succeeds again. Whether this is the streak's
-    /// first error of that kind (what the caller logs: once per streak and
-    /// kind, not once per request).
-    pub fn store_failed(&self, backend: &str, kind: &'static str) -> bool {
+    /// Counts a failed store call, an error of `kind`; `on_error` decides
+    /// (the fallback is active) until a call succeeds again. `outage`: the
+    /// store did not answer. Whether this starts an outage (what the caller
+    /// logs: once per outage, not once per request).
+    pub fn store_failed(&self, backend: &str, kind: &'static str, outage: bool) -> bool {
+        // Only during failures, so the label lookup is not on the common
+        // path.
         self.store_errors.with_label_values(&[backend, kind]).inc();
+        // Set before the outage flag (and on every failure), so a racing
+        // recovery can leave the gauge at 0 only until the next failure.
         self.store_fallback_active.set(1);
-        let mut kinds = self
-            .store_errors_in_streak
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        !kinds.contains(&kind) && {
-            kinds.push(kind);
-            true
-        }
+        outage && !self.store_outage.swap(true, Ordering::Relaxed)
+    }
+
+    /// Whether a line about a store call answered with an error may be
+    /// logged at `now`, as [`LogGate::let_through`] says.
+    pub fn store_error_line(&self, now: Nanos) -> Option<u64> {
+        self.store_error_lines.let_through(now)
     }
 
     /// How long one call to the store took. Every request that asks a
@@ -375,17 +386,14 @@ impl Metrics {
         }
     }
 
-    /// A store call succeeded: the fallback (if any) is over. Whether it
-    /// was active.
+    /// A store call succeeded: the fallback (if any) is over. Whether an
+    /// outage ended (what the caller logs).
     #[inline]
     pub fn store_recovered(&self) -> bool {
+        // One load on every request while the store answers.
         self.store_fallback_active.get() != 0 && {
             self.store_fallback_active.set(0);
-            self.store_errors_in_streak
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .clear();
-            true
+            self.store_outage.swap(false, Ordering::Relaxed)
         }
     }
 

@@ -177,7 +177,7 @@ async fn decide<'p>(
         let local = match decided {
             Ok(()) => {
                 if metrics.store_recovered() {
-                    tracing::info!("the store decides again; fallback over");
+                    tracing::info!("the store answers again; outage over");
                 }
                 false
             }
@@ -209,22 +209,25 @@ async fn decide<'p>(
     Ok(())
 }
 
-/// Logs a failed store call once per streak and kind, not once per
-/// request. An outage passes on its own; an error the store answered with
-/// (its script's, an answer it should not give) will not: someone must
-/// look, so it is an error of its own.
+/// Counts a failed store call and logs it: an outage when it starts, not
+/// once per request (it passes on its own); an error the store answered
+/// with (its script's, an answer it should not give) each time, at most
+/// ten lines a second, since it will not pass: someone must look, and it
+/// may be one key's among good answers.
 fn report_store_error(admitter: Admitter<'_>, error: &StoreError) {
     let Admitter {
         store,
+        clock,
         on_error,
         metrics,
         ..
     } = admitter;
-    if metrics.store_failed(store.backend_name(), error.kind()) {
-        if error.is_transient() {
-            tracing::warn!(%error, ?on_error, "the store failed a decision; on_error decides until it answers");
-        } else {
-            tracing::error!(%error, ?on_error, "the store answered a decision with an error that retrying will not fix (a bug or a misconfiguration); on_error decides until it answers");
+    let outage = error.is_transient();
+    if metrics.store_failed(store.backend_name(), error.kind(), outage) {
+        tracing::warn!(%error, ?on_error, "the store failed a decision; on_error decides until it answers");
+    } else if !outage {
+        if let Some(suppressed) = metrics.store_error_line(clock.now()) {
+            tracing::error!(%error, ?on_error, suppressed, "the store answered a decision with an error that retrying will not fix (a bug or a misconfiguration); on_error decided");
         }
     }
 }
@@ -607,11 +610,14 @@ mod tests {
             text.contains(&format!("{} 0", errors("unavailable"))),
             "{text}"
         );
-        // Reported once per streak and kind: again after the store answered.
-        assert!(!metrics.store_failed("failing", "script"));
-        assert!(metrics.store_failed("failing", "unavailable"));
+        // An answered error starts no outage; an outage is reported when
+        // it starts, and again only after the store answered.
+        assert!(!metrics.store_failed("failing", "script", false));
+        assert!(metrics.store_failed("failing", "unavailable", true));
+        assert!(!metrics.store_failed("failing", "unavailable", true));
         failing.fail_with(None);
         let _ = ask(&store, &policy, &metrics, OnError::Local).await;
-        assert!(metrics.store_failed("failing", "script"));
+        assert!(!fallback_gauge(&metrics, &store));
+        assert!(metrics.store_failed("failing", "unavailable", true));
     }
 }

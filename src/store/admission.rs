@@ -12,6 +12,7 @@
 //! so they outlive the request's borrow of the policy and are settled after
 //! the response: kept, given back, or charged more.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use smallvec::SmallVec;
@@ -269,13 +270,13 @@ pub enum StoreError {
     /// The store did not answer: a timeout, a lost connection, a link down
     /// while it is probed. Trying again soon may succeed: an outage.
     #[error("the store is unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(Cow<'static, str>),
     /// The store answered, with an error that trying again will not fix:
     /// the script failed (a Lua error, a key of the wrong type, `NOSCRIPT`
     /// after a reload), Redis refused the command, or the answer is not
     /// one the protocol knows. A bug or a misconfiguration, not an outage.
     #[error("the store answered with an error: {0}")]
-    Script(String),
+    Script(Cow<'static, str>),
 }
 
 impl StoreError {

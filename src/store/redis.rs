@@ -308,10 +308,9 @@ impl RedisStore {
         let reply = script::admit_reply(answer)?;
         if let AdmitReply::Banned { ban, left } = reply {
             let Some(&index) = banning.get(ban) else {
-                return Err(StoreError::Script(format!(
-                    "the Redis script named ban {ban}, of {}",
-                    banning.len()
-                )));
+                return Err(StoreError::Script(
+                    format!("the Redis script named ban {ban}, of {}", banning.len()).into(),
+                ));
             };
             let rule = &asks.rules[index];
             if let Some(bans) = rule.bans {
@@ -730,5 +729,39 @@ mod tests {
         let mut admission = Admission::default();
         store.admit(&asks, T0, &mut admission).await.unwrap();
         assert!(admission.admitted());
+    }
+
+    /// An error Redis answers while it cannot serve for a while (here
+    /// `READONLY`: the node became a replica, as in a failover) is an
+    /// outage, not the script's: it passes once the node serves again.
+    #[tokio::test]
+    async fn a_node_that_cannot_serve_for_now_is_an_outage() {
+        let server = crate::testing::redis_server::RedisServer::start();
+        let store = crate::store::suite::redis_store_on(vec![server.url()], false).await;
+        let limit = Limit::new(&store, token_bucket(10, 1));
+        let mut asks = Asks::default();
+        asks.push_rule(5, false, None, [limit.ask(5, 1)]);
+        store
+            .admit(&asks, T0, &mut Admission::default())
+            .await
+            .unwrap();
+        server
+            .cli(&["REPLICAOF", "127.0.0.1", "1"])
+            .expect("a replica");
+        let error = store
+            .admit(&asks, T0, &mut Admission::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(error, StoreError::Unavailable(_)), "{error}");
+        server.cli(&["REPLICAOF", "NO", "ONE"]).expect("a primary");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while store
+            .admit(&asks, T0, &mut Admission::default())
+            .await
+            .is_err()
+        {
+            assert!(std::time::Instant::now() < deadline, "never served again");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 }

@@ -168,9 +168,9 @@ async fn send(batch: Arc<Batch>, link: Link, yields: bool) {
         .await;
     let answers = answer.and_then(|answer| {
         script::split_batch(&answer, requests).ok_or_else(|| {
-            StoreError::Script(format!(
-                "the Redis script answered a batch of {requests} with {answer:?}"
-            ))
+            StoreError::Script(
+                format!("the Redis script answered a batch of {requests} with {answer:?}").into(),
+            )
         })
     });
     match answers {

@@ -10,6 +10,7 @@
 //! a request nothing but the fallback, and sluice is back on Redis within
 //! about a second of Redis answering again.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +21,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{
     AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError,
-    RedisFuture, ServerErrorKind, Value,
+    RedisFuture, RetryMethod, ServerErrorKind, Value,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -179,10 +180,16 @@ impl Link {
                 self.0.failures.store(0, Ordering::Relaxed);
                 Ok(answer)
             }
+            // Redis answered, with an error that passes on its own (it is
+            // loading its data, a failover or a resharding is under way):
+            // an outage.
+            Ok(Err(error)) if passes_on_its_own(&error) => {
+                Err(self.failed(&error.to_string(), false))
+            }
             // Redis answered, with an error of the script's: not an outage.
             Ok(Err(error)) if !connection_lost(&error) && !error.is_timeout() => {
                 self.0.failures.store(0, Ordering::Relaxed);
-                Err(StoreError::Script(format!("Redis: {error}")))
+                Err(StoreError::Script(format!("Redis: {error}").into()))
             }
             Ok(Err(error)) => Err(self.failed(&error.to_string(), connection_lost(&error))),
             Err(_) => Err(self.failed(&format!("no answer within {:?}", self.0.timeout), false)),
@@ -212,7 +219,7 @@ impl Link {
             }
             self.probe();
         }
-        StoreError::Unavailable(format!("Redis: {detail}"))
+        StoreError::Unavailable(format!("Redis: {detail}").into())
     }
 
     /// Starts the probe task unless one runs.
@@ -391,6 +398,18 @@ fn connection_lost(error: &RedisError) -> bool {
     error.is_io_error() || error.is_connection_dropped() || error.is_connection_refusal()
 }
 
+/// Errors Redis answers while it cannot serve for a while: `LOADING`,
+/// `TRYAGAIN`, `MASTERDOWN`, `CLUSTERDOWN` (wait and retry), and
+/// `READONLY` from a primary demoted by a failover.
+fn passes_on_its_own(error: &RedisError) -> bool {
+    matches!(
+        error.retry_method(),
+        RetryMethod::WaitAndRetry | RetryMethod::RefreshSlotsAndRetry
+    )
+}
+
+/// What every call answers while the link is down: no allocation, since
+/// every request asks during an outage.
 fn down() -> StoreError {
-    StoreError::Unavailable("Redis is down (probing it)".into())
+    StoreError::Unavailable(Cow::Borrowed("Redis is down (probing it)"))
 }

@@ -362,7 +362,7 @@ fn parse_answer(text: &[u8]) -> Option<SmallVec<[i64; 16]>> {
 }
 
 fn malformed(what: &str) -> StoreError {
-    StoreError::Script(format!("the Redis script answered without {what}"))
+    StoreError::Script(format!("the Redis script answered without {what}").into())
 }
 
 fn field(answer: &[i64], index: usize, what: &str) -> Result<i64, StoreError> {
