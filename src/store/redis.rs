@@ -253,20 +253,34 @@ impl RedisStore {
                     return Err(error);
                 }
             };
-            let at = script::instant(&answer)?;
+            // An answer that cannot be read gives back what the rules
+            // before it took, as a failed call does.
+            let read = script::instant(&answer).and_then(|at| {
+                let reply = script::admit_reply(&answer)?;
+                if !matches!(reply, AdmitReply::Banned { .. }) {
+                    for (offset, slot) in rule.limits.clone().enumerate() {
+                        admission.decisions[slot] = script::decision(&answer, offset)?;
+                    }
+                }
+                Ok((at, reply))
+            });
+            let (at, reply) = match read {
+                Ok(read) => read,
+                Err(error) => {
+                    self.give_back(admission, now).await;
+                    return Err(error);
+                }
+            };
             if first {
                 admission.at = at;
                 first = false;
             }
-            if matches!(script::admit_reply(&answer)?, AdmitReply::Banned { .. }) {
+            if matches!(reply, AdmitReply::Banned { .. }) {
                 self.give_back(admission, now).await;
                 self.take_reply(asks, index..index + 1, &answer, now, admission)?;
                 return Ok(());
             }
-            for (offset, slot) in rule.limits.clone().enumerate() {
-                admission.decisions[slot] = script::decision(&answer, offset)?;
-            }
-            if script::admitted(&answer)? {
+            if matches!(reply, AdmitReply::Admitted) {
                 let first_slot = rule.limits.start;
                 let leases = &mut leases.iter().copied();
                 self.push_receipts(admission, index, limits, first_slot, leases, at);

@@ -404,11 +404,6 @@ pub fn admit_reply(answer: &[i64]) -> Result<AdmitReply, StoreError> {
     })
 }
 
-/// Whether every enforced limit admitted.
-pub fn admitted(answer: &[i64]) -> Result<bool, StoreError> {
-    field(answer, 1, "its outcome").map(|outcome| outcome == OUTCOME_ADMITTED)
-}
-
 /// When this refusal's strike started ban number `ban`: how long the ban
 /// lasts from the answer's instant (after the `limits` decisions).
 pub fn ban_started(answer: &[i64], limits: usize, ban: usize) -> Option<Nanos> {
