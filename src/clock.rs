@@ -13,8 +13,9 @@
 //! test calls `tokio::time::advance` or the runtime has nothing left to do
 //! and jumps to its next timer, so decisions, holds, settlements and every
 //! I/O deadline move together, by exactly as much (docs/development.md).
-//! Metrics, the status page and logs time what they report on the system's
-//! clocks.
+//! The request path's metrics (`sluice_decision_seconds`,
+//! `sluice_overhead_seconds`, `sluice_upstream_seconds`) are timed on the
+//! same clock; the status page and logs read the system's.
 //!
 //! Why Unix time: fixed and sliding windows align to wall-clock boundaries
 //! (`100/m` resets at :00), and `X-RateLimit-Reset` is printed as Unix

@@ -21,6 +21,12 @@ use prometheus::{
 use crate::clock::Nanos;
 use crate::log_gate::LogGate;
 
+/// Nanoseconds as the seconds Prometheus histograms take.
+#[inline]
+pub fn seconds(nanos: Nanos) -> f64 {
+    nanos as f64 / 1e9
+}
+
 /// `sluice_decision_seconds`: a decision in memory takes a few hundred
 /// nanoseconds, so the buckets start at 100 ns; a shared store's round trip
 /// (milliseconds) is the top of what a decision can cost.

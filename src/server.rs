@@ -46,6 +46,7 @@ use crate::reload::{Reloader, Trigger};
 
 mod connection;
 mod deadline_io;
+#[cfg(any(test, feature = "differential"))]
 #[doc(hidden)]
 pub mod differential;
 mod drain;

@@ -150,16 +150,26 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
             entry["missing_source"] = json!(rule.key[missing.0].to_string());
             entry["missing"] = json!(missing_policy(rule));
         }
-        explain_standing(&mut entry, standing);
-        if let Standing::Applies { key, limits } = standing {
-            entry["limits_from"] = json!(limits_from(rule, limits, &policy.labels));
-            let ban = (!rule.shadow).then(|| rule.bans.banned(key, now)).flatten();
-            entry["banned"] = ban.map_or(Value::Null, ban_json);
-            let one = Applicable { rule, key, limits };
-            if rule.shadow {
-                shadowed.push((index, one));
-            } else {
-                enforced.push((index, one));
+        match standing {
+            Standing::Applies { key, limits } => {
+                entry["applies"] = json!(true);
+                entry["key_hash"] = json!(key_hash(key));
+                entry["limits_from"] = json!(limits_from(rule, limits, &policy.labels));
+                let ban = (!rule.shadow).then(|| rule.bans.banned(key, now)).flatten();
+                entry["banned"] = ban.map_or(Value::Null, ban_json);
+                let one = Applicable { rule, key, limits };
+                if rule.shadow {
+                    shadowed.push((index, one));
+                } else {
+                    enforced.push((index, one));
+                }
+            }
+            other => {
+                entry["applies"] = json!(false);
+                entry["reason"] = json!(why_not(other));
+                if matches!(other, Standing::Skipped | Standing::MissingKey) {
+                    entry["key"] = Value::Null;
+                }
             }
         }
         rules.push(entry);
@@ -205,34 +215,20 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
 struct Standings<'p>(Vec<Option<Standing<'p>>>);
 
 impl<'p> Witness<'p> for Standings<'p> {
-    fn stood(&mut self, index: usize, _: &'p Rule, standing: Standing<'p>) {
+    fn stood(&mut self, index: usize, standing: Standing<'p>) {
         self.0[index] = Some(standing);
     }
 }
 
-/// What a rule's standing means for the request, into its `entry`.
-fn explain_standing(entry: &mut Value, standing: Standing<'_>) {
-    let (applies, reason) = match standing {
-        Standing::Unmatched => unreachable!("only matched rules are explained here"),
-        Standing::Skipped => (false, "a key source is missing and missing = \"skip\""),
-        Standing::MissingKey => (
-            false,
-            "a key source is missing and missing = \"reject\": answered 400",
-        ),
-        Standing::Gone(_) => (
-            false,
-            "the rule's sunset has ended: the route is gone (410)",
-        ),
-        Standing::Applies { key, limits: _ } => {
-            entry["applies"] = json!(true);
-            entry["key_hash"] = json!(key_hash(key));
-            return;
+/// Why a matched rule that does not apply leaves the request alone.
+fn why_not(standing: Standing<'_>) -> &'static str {
+    match standing {
+        Standing::Skipped => "a key source is missing and missing = \"skip\"",
+        Standing::MissingKey => "a key source is missing and missing = \"reject\": answered 400",
+        Standing::Gone(_) => "the rule's sunset has ended: the route is gone (410)",
+        Standing::Unmatched | Standing::Applies { .. } => {
+            unreachable!("only matched rules that do not apply")
         }
-    };
-    entry["applies"] = json!(applies);
-    entry["reason"] = json!(reason);
-    if matches!(standing, Standing::Skipped | Standing::MissingKey) {
-        entry["key"] = Value::Null;
     }
 }
 

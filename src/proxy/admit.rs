@@ -40,7 +40,7 @@ use super::ticker::Ticker;
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::key::RequestFacts;
 use crate::limiter::Decision;
-use crate::metrics::Metrics;
+use crate::metrics::{seconds, Metrics};
 use crate::policy::{Limit, Policy, Rule};
 use crate::store::admission::Receipts;
 use crate::store::{
@@ -94,7 +94,7 @@ pub async fn admit_request<'p>(
             // store's, which another machine keeps.
             .saturating_sub(ruling.asked_at)
             .saturating_sub(ruling.held);
-        admitter.metrics.decision_seconds.observe(took as f64 / 1e9);
+        admitter.metrics.decision_seconds.observe(seconds(took));
     }
     if decided.is_err() {
         *response = respond::refusal(Refusal::StoreUnavailable, None);
@@ -172,7 +172,7 @@ async fn decide<'p>(
         let decided = store.admit(&asks, now, &mut answer).await;
         metrics.store_call(
             store.backend_name(),
-            clock.now().saturating_sub(now) as f64 / 1e9,
+            seconds(clock.now().saturating_sub(now)),
         );
         let local = match decided {
             Ok(()) => {
@@ -477,7 +477,7 @@ impl<'a, 'p> HoldGauges<'a, 'p> {
 
 impl Drop for HoldGauges<'_, '_> {
     fn drop(&mut self) {
-        let held = self.clock.now().saturating_sub(self.since) as f64 / 1e9;
+        let held = seconds(self.clock.now().saturating_sub(self.since));
         for rule in &self.rules {
             rule.counters.queue_depth.dec();
             rule.counters.delay_seconds.observe(held);

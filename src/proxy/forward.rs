@@ -42,7 +42,7 @@ use super::upgrade::{self, ClientUpgrade};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::ServerConfig;
 use crate::key::client_ip::ForwardedHeader;
-use crate::metrics::Metrics;
+use crate::metrics::{seconds, Metrics};
 use crate::policy::Policy;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -708,12 +708,6 @@ pub fn forwarded_path<B>(
         _ if original.path().is_empty() => PathAndQuery::from_static("/"),
         _ => original,
     }
-}
-
-/// Nanoseconds as the seconds Prometheus histograms take.
-#[inline]
-pub fn seconds(nanos: Nanos) -> f64 {
-    nanos as f64 / 1e9
 }
 
 #[cfg(test)]

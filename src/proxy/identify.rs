@@ -82,12 +82,12 @@ pub enum Standing<'p> {
 /// records every standing to report it.
 pub trait Witness<'p> {
     /// `rule`, the `index`th of the policy, stands as `standing`.
-    fn stood(&mut self, index: usize, rule: &'p Rule, standing: Standing<'p>);
+    fn stood(&mut self, index: usize, standing: Standing<'p>);
 }
 
 impl<'p> Witness<'p> for () {
     #[inline(always)]
-    fn stood(&mut self, _: usize, _: &'p Rule, _: Standing<'p>) {}
+    fn stood(&mut self, _: usize, _: Standing<'p>) {}
 }
 
 /// The facts rules match and key on, read from `request` (what
@@ -136,7 +136,7 @@ pub fn identify<'r, 'p>(
     }
     for (index, rule) in policy.rules.iter().enumerate() {
         let standing = stand(rule, facts, token_claims, policy, started);
-        witness.stood(index, rule, standing);
+        witness.stood(index, standing);
         match standing {
             Standing::Unmatched | Standing::Skipped => {}
             Standing::MissingKey => return Err(Unidentified::MissingKey(rule)),

@@ -15,7 +15,7 @@ use http_body_util::{Either, Full};
 use hyper::body::{Body, Frame, SizeHint};
 
 use super::pool::PooledBody;
-pub use super::refusal::Refusal;
+use super::refusal::Refusal;
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
 use crate::limiter::Decision;

@@ -5,16 +5,16 @@
 //! and the clock, so it lives as long as the response body that carries it:
 //! concurrency permits are returned when the body ends, the client goes
 //! away, or a WebSocket tunnel closes. Whatever ends it, it settles through
-//! the store: at once where it can await ([`Settlement::settle`]), or from
-//! its `Drop` ([`Store::settle_detached`]) as the disposition set for that
-//! case says — give back while the request is still held (its client left
+//! the store ([`Store::settle`], which never waits, or
+//! [`Store::settle_locally`] for what the local fallback took), from its
+//! `Drop` too, as the disposition set for that case says — give back while the request is still held (its client left
 //! before it passed), keep once it has passed.
 //!
 //! A request whose rules charge or refund carries a [`Bill`] in its
 //! settlement: the settlement applies it to those rules' receipts as the
 //! exchange unfolds (forwarded, response head, ticks while waiting, the
-//! end), through the detached path, since ticks and the end are reached
-//! from `poll` and `Drop`.
+//! end), the same way, since ticks and the end are reached from `poll` and
+//! `Drop`.
 
 use std::sync::Arc;
 use std::task::Context;
@@ -232,7 +232,7 @@ impl Ledger {
                 continue;
             }
             settled = true;
-            settle_detached(
+            settle_with(
                 &self.store,
                 self.local,
                 std::slice::from_mut(receipt),
@@ -243,16 +243,15 @@ impl Ledger {
         settled
     }
 
-    /// Settles every receipt as `how` says, from where nothing is awaited.
-    fn settle_detached(&mut self, how: Settle, now: Nanos) {
-        settle_detached(&self.store, self.local, &mut self.receipts, how, now);
+    /// Settles every receipt as `how` says.
+    fn settle_all(&mut self, how: Settle, now: Nanos) {
+        settle_with(&self.store, self.local, &mut self.receipts, how, now);
     }
 }
 
-/// Settles `receipts` from where nothing is awaited: with the local store
-/// when the admission was decided there, else through the store's detached
-/// path.
-fn settle_detached(store: &Store, local: bool, receipts: &mut [Receipt], how: Settle, now: Nanos) {
+/// Settles `receipts` with the local store when the admission was decided
+/// there, else with the store (neither waits).
+fn settle_with(store: &Store, local: bool, receipts: &mut [Receipt], how: Settle, now: Nanos) {
     if local {
         store.settle_locally(receipts, how, now);
     } else {
@@ -324,7 +323,7 @@ impl Drop for Settlement {
         if nothing_to_return || self.is_empty() {
             return;
         }
-        self.ledger.settle_detached(self.on_drop, self.clock.now());
+        self.ledger.settle_all(self.on_drop, self.clock.now());
     }
 }
 

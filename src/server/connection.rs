@@ -131,6 +131,7 @@ impl<H: Handler> Connection<H> {
 
     /// Serves the whole connection with hyper's servers alone, as sluice
     /// did before it had its own: the other side of the differential check.
+    #[cfg(any(test, feature = "differential"))]
     pub async fn serve_with_hyper_alone<S>(self, io: DeadlineIo<S>, draining: DrainHandle)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,

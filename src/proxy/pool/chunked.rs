@@ -1,8 +1,7 @@
 //! The chunked transfer coding of an upstream's answer (RFC 9112 §7.1),
-//! decoded for the plain exchange exactly as hyper's client decodes it
-//! (hyper's `proto::h1::decode`, state for state), so that an answer reads
-//! the same whichever of sluice's two clients took it (checked by
-//! `differential.rs`):
+//! decoded for the plain exchange exactly as hyper's client decodes it,
+//! state for state, so that an answer reads the same whichever of sluice's
+//! two clients took it (checked by `proxy/upstream_differential.rs`):
 //!
 //! - a chunk-size line is at least one hex digit (an empty line, or one
 //!   holding only an extension, is an error: RFC 9112 §7.1, where
@@ -78,12 +77,6 @@ pub struct Chunked {
     /// The trailer section as read, to be checked at its end; boxed (and
     /// only made for a body that has trailers) so the body stays small.
     trailers: Option<Box<BytesMut>>,
-}
-
-impl Default for Chunked {
-    fn default() -> Chunked {
-        Chunked::new()
-    }
 }
 
 impl Chunked {

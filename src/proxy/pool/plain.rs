@@ -12,16 +12,15 @@
 //!
 //! The response is read as hyper's client reads it (RFC 9112 §6.3):
 //! informational answers are skipped, `101` is a failure (nothing asked to
-//! switch), `HEAD` answers and `204`/`304` have no body, `Transfer-Encoding`
-//! frames the body (chunked when `chunked` is its last coding, else until
-//! the connection closes; not allowed on HTTP/1.0), otherwise a valid
+//! switch), `HEAD` answers and `204`/`304` have no body, `Transfer-Encoding:
+//! chunked` frames the body (not allowed on HTTP/1.0), otherwise a valid
 //! `Content-Length` does (several values must agree), otherwise the body
 //! runs until the connection closes. At most [`MAX_HEADERS`] fields and
 //! [`MAX_HEAD_BYTES`] of head, as hyper's defaults.
 //!
 //! Where a proxy must do more than hyper's client, it does it here for
-//! free while the head is read, and `Pool::send` does the same for hyper's
-//! answers (docs/edge-behaviour.md, "Reading the upstream's answer"): a
+//! free while the head is read, and `Pool::send` and
+//! `forward::prepare_response` do the same for hyper's answers (docs/edge-behaviour.md, "Reading the upstream's answer"): a
 //! `Transfer-Encoding` other than exactly `chunked` is refused (sluice never
 //! offers another coding, and cannot pass one on), several agreeing
 //! `Content-Length` values are relayed as one, and the answer is relayed as
@@ -405,7 +404,8 @@ impl FramingFields {
         // A coding sluice never offered (it sends no `TE` but `trailers`):
         // it could neither decode it nor pass it on (`Transfer-Encoding` is
         // hop-by-hop, and an HTTP/2 client cannot take one), as Envoy
-        // refuses it. On every answer, as `Pool::send` refuses it.
+        // refuses it. On every answer, as `forward::prepare_response`
+        // refuses hyper's.
         if self.other_coding {
             return Err(Failed::Broken);
         }

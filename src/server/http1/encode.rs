@@ -110,9 +110,8 @@ fn status_line(out: &mut Vec<u8>, status: StatusCode) {
     if status == StatusCode::OK {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
         return;
-    } else {
-        out.extend_from_slice(b"HTTP/1.1 ");
     }
+    out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
