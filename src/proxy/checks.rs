@@ -208,14 +208,7 @@ fn bad_framing<B>(request: &Request<B>) -> Option<Refusal> {
     if !fields::has(headers, &header::TRANSFER_ENCODING) {
         return None;
     }
-    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
-    let first = codings.next()?;
-    let only_chunked = codings.next().is_none()
-        && first
-            .as_bytes()
-            .trim_ascii()
-            .eq_ignore_ascii_case(b"chunked");
-    (!only_chunked).then_some(Refusal::BadFraming(
+    (!fields::only_chunked(headers)).then_some(Refusal::BadFraming(
         "Transfer-Encoding must be exactly \"chunked\"",
     ))
 }

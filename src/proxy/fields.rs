@@ -36,6 +36,18 @@ pub fn get<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h HeaderVa
     }
 }
 
+/// Whether `Transfer-Encoding` is one field of exactly `chunked`: the only
+/// coding sluice reads, from a client or an upstream.
+pub fn only_chunked(headers: &HeaderMap) -> bool {
+    let mut codings = headers.get_all(http::header::TRANSFER_ENCODING).iter();
+    codings.next().is_some_and(|first| {
+        first
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"chunked")
+    }) && codings.next().is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -247,7 +247,7 @@ pub fn prepare_response(
         // layer, and sluice offered none other and cannot pass one on
         // (docs/edge-behaviour.md, "Reading the upstream's answer"). The
         // plain exchange refuses the same while reading the head.
-        if !only_chunked(headers) {
+        if !fields::only_chunked(headers) {
             // Not even an answer without a body (a `HEAD`'s) leaves its
             // connection to the pool: the plain exchange drops it too.
             response.body_mut().discard_connection();
@@ -265,17 +265,6 @@ pub fn prepare_response(
     strip_hop_by_hop(response.headers_mut(), false);
     response.body_mut().hold_settlement(settlement);
     Ok(response)
-}
-
-/// Whether `Transfer-Encoding` is one field of exactly `chunked`.
-fn only_chunked(headers: &HeaderMap) -> bool {
-    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
-    codings.next().is_some_and(|first| {
-        first
-            .as_bytes()
-            .trim_ascii()
-            .eq_ignore_ascii_case(b"chunked")
-    }) && codings.next().is_none()
 }
 
 /// `255.255.255.255`.

@@ -46,11 +46,8 @@ use super::client_request::ClientRequest;
 use super::deadline::{BodyError, GuardedBody};
 use super::settle::Settlement;
 use crate::clock::{Clock, Nanos, ProxyClock};
-pub use plain::{
-    connection_options, is_plain, one_content_length, only_persistence_options, parse_length,
-    unreadable_connection, Framing,
-};
-use plain::{Conn, IdleConns};
+pub use plain::{connection_options, is_plain, only_persistence_options, parse_length, Framing};
+use plain::{one_content_length, unreadable_connection, Conn, IdleConns};
 use plain_body::PlainBody;
 
 /// Idle connections kept at most; more are closed when returned.

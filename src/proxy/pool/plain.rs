@@ -344,8 +344,6 @@ fn head_fields(
 struct FramingFields {
     /// A `Transfer-Encoding` field is present.
     transfer_encoding: bool,
-    /// The last coding of the last `Transfer-Encoding` field is `chunked`.
-    chunked: bool,
     /// `Transfer-Encoding` is anything but one field of exactly `chunked`.
     other_coding: bool,
     /// The `Content-Length` all its values agree on.
@@ -363,14 +361,11 @@ impl FramingFields {
     fn note(&mut self, name: &HeaderName, value: &HeaderValue) {
         let bytes = value.as_bytes();
         if name == header::TRANSFER_ENCODING {
-            let last = bytes.rsplit(|&b| b == b',').next().unwrap_or_default();
-            self.chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
             self.other_coding |=
-                self.transfer_encoding || !self.chunked || last.len() != bytes.len();
+                self.transfer_encoding || !bytes.trim_ascii().eq_ignore_ascii_case(b"chunked");
             self.transfer_encoding = true;
         } else if name == header::CONTENT_LENGTH {
             // Several values (in one field or several) must all agree.
-            self.listed_length |= self.content_length.is_some() || self.bad_length;
             for item in bytes.split(|&b| b == b',') {
                 match parse_length(item.trim_ascii()) {
                     Some(n) if self.content_length.is_none_or(|seen| seen == n) => {
@@ -412,15 +407,12 @@ impl FramingFields {
         if no_body {
             return Ok(Framing::Empty);
         }
+        // Exactly `chunked`, the one coding left.
         if self.transfer_encoding {
             if version == Version::HTTP_10 {
                 return Err(Failed::Broken);
             }
-            return Ok(if self.chunked {
-                Framing::Chunked
-            } else {
-                Framing::UntilClose
-            });
+            return Ok(Framing::Chunked);
         }
         if self.bad_length {
             return Err(Failed::Broken);
