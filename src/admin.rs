@@ -220,6 +220,9 @@ fn metrics_text(proxy: &Proxy) -> String {
         stats.evicted_idle,
         stats.overflow,
     );
+    if let Some(sync) = store.sync_stats(now) {
+        metrics.set_sync_state(&sync);
+    }
     metrics.render()
 }
 

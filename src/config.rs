@@ -128,9 +128,11 @@ pub enum StoreBackend {
     Redis(RedisConfig),
 }
 
-/// `[store.redis]` (strict mode).
+/// `[store.redis]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
+    /// `mode`: how decisions use Redis.
+    pub mode: RedisMode,
     /// `url` (one entry: `redis://[user:password@]host:port[/db]`), or
     /// `urls`: some nodes of a Redis Cluster.
     pub urls: Vec<String>,
@@ -144,6 +146,16 @@ pub struct RedisConfig {
     /// enforces its share of every limit while Redis is down); 0 = learn
     /// it from the instances' heartbeats.
     pub instances: u64,
+}
+
+/// `store.redis.mode` (docs/multi-instance.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisMode {
+    /// `"strict"`: every decision is one atomic call in Redis.
+    Strict,
+    /// `"hybrid"`: every decision is made in memory; consumption is
+    /// exchanged with Redis every `sync_interval`, off the request path.
+    Hybrid { sync_interval: Duration },
 }
 
 /// `store.redis.on_error`: what the proxy does when the store fails.

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
@@ -116,6 +116,8 @@ pub struct Metrics {
     /// The one backend's `sluice_store_seconds` child, once a call named it.
     store_seconds_resolved: Arc<OnceLock<(&'static str, Histogram)>>,
     store_fallback_active: IntGauge,
+    /// Hybrid mode's sync (set when scraped, from the store's own counts).
+    sync: SyncSeries,
     pub config_reloads_ok: IntCounter,
     pub config_reloads_error: IntCounter,
     bans_started: IntCounterVec,
@@ -302,6 +304,7 @@ impl Metrics {
             ))
             .expect("process metric names are unique");
 
+        let sync = SyncSeries::new(&registry);
         Metrics {
             registry,
             requests,
@@ -323,6 +326,7 @@ impl Metrics {
             store_seconds,
             store_seconds_resolved: Arc::default(),
             store_fallback_active,
+            sync,
             config_reloads_ok: reloads.with_label_values(&["ok"]),
             config_reloads_error: reloads.with_label_values(&["error"]),
             bans_started,
@@ -446,6 +450,21 @@ impl Metrics {
         self.store_seconds.with_label_values(&[backend]);
     }
 
+    /// Sets hybrid mode's series from the store's sync (and the fallback
+    /// gauge: a sync that failed means every limit is at its share).
+    pub fn set_sync_state(&self, sync: &crate::store::SyncStats) {
+        let series = &self.sync;
+        // Before the first sync: 0, as the age of a sync that just ran.
+        series.age.set(seconds(sync.age.unwrap_or(0)));
+        series.took.set(seconds(sync.took));
+        series.pending.set(sync.pending as i64);
+        catch_up(&series.rounds, sync.rounds);
+        catch_up(&series.calls, sync.calls);
+        catch_up(&series.errors, sync.errors);
+        catch_up(&series.dropped, sync.dropped);
+        self.store_fallback_active.set(i64::from(sync.failing));
+    }
+
     /// The text exposition of every series.
     pub fn render(&self) -> String {
         let mut out = Vec::with_capacity(8 * 1024);
@@ -458,6 +477,79 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
+    }
+}
+
+/// Hybrid mode's series (docs/operations.md).
+#[derive(Debug, Clone)]
+struct SyncSeries {
+    /// `sluice_store_sync_age_seconds`.
+    age: Gauge,
+    /// `sluice_store_sync_seconds`: how long the last sync took.
+    took: Gauge,
+    /// `sluice_store_sync_pending`: buckets whose deltas wait.
+    pending: IntGauge,
+    /// `sluice_store_syncs_total`.
+    rounds: IntCounter,
+    /// `sluice_store_sync_calls_total`: calls to Redis the syncs made.
+    calls: IntCounter,
+    /// `sluice_store_sync_errors_total`.
+    errors: IntCounter,
+    /// `sluice_store_sync_dropped_total`: deltas never sent.
+    dropped: IntCounter,
+}
+
+impl SyncSeries {
+    fn new(registry: &Registry) -> SyncSeries {
+        let gauge = |name: &str, help: &str| {
+            let gauge = Gauge::new(name, help).expect("a valid gauge");
+            registry
+                .register(Box::new(gauge.clone()))
+                .expect("a unique gauge");
+            gauge
+        };
+        let counter = |name: &str, help: &str| {
+            let counter = IntCounter::new(name, help).expect("a valid counter");
+            registry
+                .register(Box::new(counter.clone()))
+                .expect("a unique counter");
+            counter
+        };
+        let pending = IntGauge::new(
+            "sluice_store_sync_pending",
+            "Hybrid mode: buckets whose deltas wait for the next sync.",
+        )
+        .expect("a valid gauge");
+        registry
+            .register(Box::new(pending.clone()))
+            .expect("a unique gauge");
+        SyncSeries {
+            age: gauge(
+                "sluice_store_sync_age_seconds",
+                "Hybrid mode: time since the last completed sync with Redis.",
+            ),
+            took: gauge(
+                "sluice_store_sync_seconds",
+                "Hybrid mode: how long the last completed sync took.",
+            ),
+            pending,
+            rounds: counter(
+                "sluice_store_syncs_total",
+                "Hybrid mode: syncs tried (one per sync_interval).",
+            ),
+            calls: counter(
+                "sluice_store_sync_calls_total",
+                "Hybrid mode: calls to Redis made by completed syncs.",
+            ),
+            errors: counter(
+                "sluice_store_sync_errors_total",
+                "Hybrid mode: syncs that Redis did not answer.",
+            ),
+            dropped: counter(
+                "sluice_store_sync_dropped_total",
+                "Hybrid mode: deltas never sent (too many keys, or Redis down too long).",
+            ),
+        }
     }
 }
 

@@ -106,7 +106,7 @@ impl Proxy {
     /// Builds the proxy on `clock` (tests hold and release requests on a
     /// [`crate::clock::RuntimeClock`]).
     pub fn with_clock(config: Config, clock: ProxyClock) -> Proxy {
-        let (store, on_error) = crate::store::open(&config.store);
+        let (store, on_error) = crate::store::open(&config.store, &clock);
         Proxy::with_store(config, clock, store, on_error)
     }
 
@@ -197,10 +197,7 @@ impl Proxy {
     /// The shared store's key seeds as they arrive (`None` for the memory
     /// store).
     pub fn store_seeds(&self) -> Option<tokio::sync::watch::Receiver<Option<crate::store::Seed>>> {
-        match &*self.shared.store {
-            Store::Redis(store) => Some(store.link().seeds()),
-            _ => None,
-        }
+        self.shared.store.link().map(|link| link.seeds())
     }
 
     /// Serialises reloads and reseeds: each compiles against the policy it

@@ -32,13 +32,17 @@
 pub mod admission;
 pub mod bans;
 mod fallback;
+pub mod hybrid;
 pub mod memory;
 mod open;
 pub mod redis;
 #[cfg(test)]
 pub(crate) mod suite;
 
+pub use self::hybrid::{HybridStore, SyncStats};
 pub use self::redis::{LinkError, RedisSettings, RedisStore, Seed};
+use std::sync::Arc;
+
 use crate::clock::Nanos;
 pub use crate::key::BucketKey;
 pub use crate::limiter::Carry;
@@ -61,6 +65,8 @@ pub enum Store {
     Memory(MemoryStore),
     /// Budgets shared through Redis (strict mode).
     Redis(RedisStore),
+    /// Budgets shared through Redis, decided in memory (hybrid mode).
+    Hybrid(Arc<HybridStore>),
     /// A memory store whose calls fail on demand, for the `on_error` paths.
     #[cfg(test)]
     Failing(suite::FailingStore),
@@ -84,6 +90,7 @@ impl Store {
             // 500 bytes; `RedisStore::admit` boxes a cluster's 2.7 KiB round
             // trip itself), memory-store ones too.
             Store::Redis(store) => return Box::pin(store.admit(asks, now, answer)).await,
+            Store::Hybrid(store) => store.admit(asks, now, answer),
             #[cfg(test)]
             Store::Failing(store) => {
                 store.fail_if_asked()?;
@@ -108,6 +115,7 @@ impl Store {
         match self {
             Store::Memory(store) => store.spend(asks, now, after),
             Store::Redis(store) => return store.spend(asks, now, after).await,
+            Store::Hybrid(store) => store.spend(asks, now, after),
             #[cfg(test)]
             Store::Failing(store) => {
                 store.fail_if_asked()?;
@@ -131,6 +139,7 @@ impl Store {
         match self {
             Store::Memory(store) => store.peek_all(asks, now, decisions),
             Store::Redis(store) => return store.peek(asks, now, decisions).await,
+            Store::Hybrid(store) => store.local().peek_all(asks, now, decisions),
             #[cfg(test)]
             Store::Failing(store) => {
                 store.fail_if_asked()?;
@@ -149,8 +158,13 @@ impl Store {
     /// The calls' answers are in the [`Sent`] returned, which the request
     /// path drops.
     pub fn settle(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) -> Sent {
-        if let Store::Redis(store) = self {
-            return store.settle(receipts, how, now);
+        match self {
+            Store::Redis(store) => return store.settle(receipts, how, now),
+            Store::Hybrid(store) => {
+                store.settle(receipts, how, now);
+                return Sent::default();
+            }
+            _ => {}
         }
         self.settle_locally(receipts, how, now);
         Sent::default()
@@ -205,6 +219,7 @@ impl Store {
         match self {
             Store::Memory(store) => store,
             Store::Redis(store) => store.local(),
+            Store::Hybrid(store) => store.local(),
             #[cfg(test)]
             Store::Failing(store) => &store.local,
         }
@@ -213,7 +228,7 @@ impl Store {
     /// Whether the store is shared with other instances over the network.
     #[inline]
     pub fn is_shared(&self) -> bool {
-        matches!(self, Store::Redis(_))
+        matches!(self, Store::Redis(_) | Store::Hybrid(_))
     }
 
     /// How many instances share this store's budgets: while it fails, each
@@ -221,6 +236,7 @@ impl Store {
     pub fn instances(&self) -> u64 {
         match self {
             Store::Redis(store) => store.instances(),
+            Store::Hybrid(store) => store.instances(),
             _ => 1,
         }
     }
@@ -253,11 +269,29 @@ impl Store {
 
     /// Whether the store keeps a bucket of its own for `key` in `table`
     /// (admin views): `None` when it cannot tell without a round trip of
-    /// its own (a shared store; its local tables are only the fallback's).
+    /// its own (a strict shared store; its local tables are only the
+    /// fallback's). A hybrid store answers for its local view.
     pub fn tracks(&self, table: &BucketTable, key: BucketKey) -> Option<bool> {
         match self {
             Store::Redis(_) => None,
             _ => Some(self.local().tracks(table, key)),
+        }
+    }
+
+    /// A hybrid store's sync at `now` (`None` for the other backends).
+    pub fn sync_stats(&self, now: Nanos) -> Option<SyncStats> {
+        match self {
+            Store::Hybrid(store) => Some(store.sync_stats(now)),
+            _ => None,
+        }
+    }
+
+    /// The connection to Redis of a shared store.
+    pub fn link(&self) -> Option<&redis::Link> {
+        match self {
+            Store::Redis(store) => Some(store.link()),
+            Store::Hybrid(store) => Some(store.shared().link()),
+            _ => None,
         }
     }
 
@@ -275,7 +309,7 @@ impl Store {
     pub fn backend_name(&self) -> &'static str {
         match self {
             Store::Memory(_) => "memory",
-            Store::Redis(_) => "redis",
+            Store::Redis(_) | Store::Hybrid(_) => "redis",
             #[cfg(test)]
             Store::Failing(_) => "failing",
         }

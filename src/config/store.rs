@@ -4,8 +4,15 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use super::raw::{RawConfig, RawRedis};
-use super::validate::{Validator, NOT_SUPPORTED};
-use super::{OnError, RedisConfig, StoreBackend, StoreConfig};
+use super::validate::Validator;
+use super::{OnError, RedisConfig, RedisMode, StoreBackend, StoreConfig};
+
+/// The shortest `sync_interval`: below it a sync's own round trip is most
+/// of the interval.
+const MIN_SYNC_INTERVAL: Duration = Duration::from_millis(5);
+/// The longest `sync_interval`: the overshoot bound is one interval's
+/// traffic, and fresh keys wait up to one interval for their full budget.
+const MAX_SYNC_INTERVAL: Duration = Duration::from_secs(10);
 
 impl Validator<'_> {
     pub(super) fn store(&mut self, raw: &RawConfig) -> StoreConfig {
@@ -43,27 +50,35 @@ impl Validator<'_> {
     }
     /// `[store.redis]`.
     fn redis(&mut self, raw: &RawRedis) -> RedisConfig {
-        if let Some(mode) = &raw.mode {
-            match mode.get_ref().as_str() {
-                "strict" => {}
-                "hybrid" => self.error(
-                    mode.span().start,
-                    "store.redis.mode",
-                    format!("mode = \"hybrid\" {NOT_SUPPORTED}; use \"strict\""),
-                ),
-                other => self.error(
-                    mode.span().start,
-                    "store.redis.mode",
-                    format!("\"{other}\" is not allowed; use \"strict\" (or \"hybrid\", planned)"),
-                ),
-            }
-        }
-        // Hybrid mode's setting: checked, unused in strict mode.
-        self.timeout(
+        // Checked in either mode, so that switching modes reveals no old
+        // mistake.
+        let sync_interval = self.timeout(
             raw.sync_interval.as_ref(),
             "store.redis.sync_interval",
             Duration::from_millis(50),
         );
+        if let Some(field) = &raw.sync_interval {
+            if !(MIN_SYNC_INTERVAL..=MAX_SYNC_INTERVAL).contains(&sync_interval) {
+                self.error(
+                    field.span().start,
+                    "store.redis.sync_interval",
+                    "sync_interval must be between 5ms and 10s: the overshoot a fleet allows \
+                     is one interval's traffic",
+                );
+            }
+        }
+        let mut mode = RedisMode::Strict;
+        if let Some(field) = &raw.mode {
+            match field.get_ref().as_str() {
+                "strict" => {}
+                "hybrid" => mode = RedisMode::Hybrid { sync_interval },
+                other => self.error(
+                    field.span().start,
+                    "store.redis.mode",
+                    format!("\"{other}\" is not allowed; use \"strict\" or \"hybrid\""),
+                ),
+            }
+        }
         let cluster = raw.cluster.as_ref().is_some_and(|c| *c.get_ref());
         let urls = self.list(raw.urls.as_ref(), "store.redis.urls", |url| {
             redis_url(url).map(|()| url.to_owned())
@@ -94,6 +109,7 @@ impl Validator<'_> {
             None => urls,
         };
         RedisConfig {
+            mode,
             urls,
             cluster,
             timeout: self.timeout(

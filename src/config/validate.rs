@@ -233,8 +233,6 @@ pub(super) struct Validator<'a> {
     pub(super) warnings: Vec<(usize, usize, String)>,
 }
 
-pub(super) const NOT_SUPPORTED: &str = "is not supported by this version of sluice yet";
-
 impl Validator<'_> {
     pub(super) fn error(&mut self, at: usize, path: &str, message: impl Into<String>) {
         let (line, column) = self.source.position(at);

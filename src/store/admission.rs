@@ -227,6 +227,16 @@ pub enum Settle {
 pub struct Sent(pub(super) SmallVec<[JoinHandle<()>; 1]>);
 
 impl Sent {
+    /// How many calls were sent.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether nothing was sent.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Completes once every call was answered (or failed, and was logged).
     pub async fn answered(self) {
         for call in self.0 {

@@ -8,7 +8,7 @@
 use smallvec::SmallVec;
 
 use super::admission::{Admission, Ask, Asks, Receipt, RuleAsk, Settle, INLINE};
-use super::Store;
+use super::{MemoryStore, Store};
 use crate::clock::Nanos;
 use crate::limiter::Limiter;
 
@@ -18,37 +18,7 @@ impl Store {
     /// [`Store::admit`] does). Settle what it took with
     /// [`Store::settle_locally`].
     pub fn admit_locally(&self, asks: &Asks<'_>, now: Nanos, answer: &mut Admission) {
-        let instances = self.instances();
-        if instances <= 1 {
-            return self.local().admit(asks, now, answer);
-        }
-        let shares: SmallVec<[Limiter; INLINE]> = asks
-            .limits
-            .iter()
-            .map(|ask| ask.limiter.share(instances))
-            .collect();
-        let shared = Asks {
-            // Rebuilt rather than cloned: the asks borrow the shares, which
-            // live shorter than the policy.
-            rules: asks
-                .rules
-                .iter()
-                .map(|rule| RuleAsk {
-                    limits: rule.limits.clone(),
-                    shadow: rule.shadow,
-                    bans: rule.bans,
-                    ban: rule.ban,
-                    key: rule.key,
-                })
-                .collect(),
-            limits: asks
-                .limits
-                .iter()
-                .zip(&shares)
-                .map(|(ask, limiter)| Ask { limiter, ..*ask })
-                .collect(),
-        };
-        self.local().admit(&shared, now, answer);
+        admit_at_share(self.local(), self.instances(), asks, now, answer, |_| true);
     }
 
     /// Settles receipts that [`Store::admit_locally`] took, as `how` says,
@@ -59,6 +29,53 @@ impl Store {
             local.settle(receipt, how, now);
         }
     }
+}
+
+/// Decides `asks` at `now` with `local`, the limits `shared_out` picks at
+/// one of `instances` shares (the others whole), into `answer`. The
+/// receipts carry the limiters they were decided with, so they settle
+/// locally as they were taken.
+pub(super) fn admit_at_share(
+    local: &MemoryStore,
+    instances: u64,
+    asks: &Asks<'_>,
+    now: Nanos,
+    answer: &mut Admission,
+    shared_out: impl Fn(&Limiter) -> bool,
+) {
+    if instances <= 1 {
+        return local.admit(asks, now, answer);
+    }
+    let shares: SmallVec<[Limiter; INLINE]> = asks
+        .limits
+        .iter()
+        .map(|ask| match shared_out(ask.limiter) {
+            true => ask.limiter.share(instances),
+            false => *ask.limiter,
+        })
+        .collect();
+    let shared = Asks {
+        // Rebuilt rather than cloned: the asks borrow the shares, which
+        // live shorter than the policy.
+        rules: asks
+            .rules
+            .iter()
+            .map(|rule| RuleAsk {
+                limits: rule.limits.clone(),
+                shadow: rule.shadow,
+                bans: rule.bans,
+                ban: rule.ban,
+                key: rule.key,
+            })
+            .collect(),
+        limits: asks
+            .limits
+            .iter()
+            .zip(&shares)
+            .map(|(ask, limiter)| Ask { limiter, ..*ask })
+            .collect(),
+    };
+    local.admit(&shared, now, answer);
 }
 
 #[cfg(test)]

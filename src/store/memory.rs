@@ -94,6 +94,9 @@ pub struct MemoryStore {
     sweep_cursor: AtomicUsize,
     evicted_idle: AtomicU64,
     overflow: AtomicU64,
+    /// Hybrid mode: how many instances split the budget of a key none of
+    /// them has synced yet (see [`MemoryStore::split_newcomers`]).
+    newcomers: Option<Arc<AtomicU64>>,
 }
 
 /// `max_keys` across all tables.
@@ -151,6 +154,11 @@ impl BucketTable {
     pub fn name(&self) -> &TableName {
         &self.0.name
     }
+
+    /// A number no other live table has (for maps keyed by table).
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
 }
 
 /// One limit's table, typed by its algorithm.
@@ -177,6 +185,10 @@ struct Table<A: Algorithm> {
     /// Where new keys are limited while the store is full; made on first
     /// use.
     overflow: OnceLock<Sketch<A::State>>,
+    /// Hybrid mode: a new bucket starts with every other instance's share
+    /// of it spent (how many instances: this number; see
+    /// [`MemoryStore::split_newcomers`]).
+    newcomers: Option<Arc<AtomicU64>>,
     /// The store's bound, given back this table's places when it is dropped.
     bound: Arc<Bound>,
 }
@@ -249,7 +261,21 @@ impl MemoryStore {
             sweep_cursor: AtomicUsize::new(0),
             evicted_idle: AtomicU64::new(0),
             overflow: AtomicU64::new(0),
+            newcomers: None,
         }
+    }
+
+    /// Hybrid mode (docs/multi-instance.md): a key this instance has not
+    /// seen may have been spent on every other instance meanwhile, so a new
+    /// bucket of a synced algorithm (token and leaky buckets, windows)
+    /// starts with all but this instance's share spent: the capacity less
+    /// ⌈capacity / n⌉, n read from `instances` when the bucket is made.
+    /// However fast a burst on a new key reaches n instances, together they
+    /// admit at most about the limit before their first sync tells them the
+    /// truth. Applies to the tables made from now on.
+    pub fn split_newcomers(mut self, instances: Arc<AtomicU64>) -> MemoryStore {
+        self.newcomers = Some(instances);
+        self
     }
 
     /// A store and one new table per limiter, in order (for tests and
@@ -269,12 +295,14 @@ impl MemoryStore {
     /// A new, empty table for `limiter`'s buckets, named `name`.
     pub fn named_table(&self, name: TableName, limiter: &Limiter) -> BucketTable {
         let bound = &self.bound;
+        let split = &self.newcomers;
         let buckets = match *limiter {
-            Limiter::TokenBucket(a) => Buckets::TokenBucket(Table::new(a, bound)),
-            Limiter::LeakyBucket(a) => Buckets::LeakyBucket(Table::new(a, bound)),
-            Limiter::FixedWindow(a) => Buckets::FixedWindow(Table::new(a, bound)),
-            Limiter::SlidingWindow(a) => Buckets::SlidingWindow(Table::new(a, bound)),
-            Limiter::SlidingLog(a) => Buckets::SlidingLog(Table::new(a, bound)),
+            Limiter::TokenBucket(a) => Buckets::TokenBucket(Table::new(a, bound, split)),
+            Limiter::LeakyBucket(a) => Buckets::LeakyBucket(Table::new(a, bound, split)),
+            Limiter::FixedWindow(a) => Buckets::FixedWindow(Table::new(a, bound, split)),
+            Limiter::SlidingWindow(a) => Buckets::SlidingWindow(Table::new(a, bound, split)),
+            // Decided at this instance's share in hybrid mode, never synced.
+            Limiter::SlidingLog(a) => Buckets::SlidingLog(Table::new(a, bound, &None)),
             Limiter::Concurrency(_) => Buckets::Permits(Arc::default()),
         };
         let buckets = Arc::new(Named { buckets, name });
@@ -441,6 +469,35 @@ impl MemoryStore {
         ))
     }
 
+    /// Hybrid mode: makes `key`'s bucket in `table` a fresh one with
+    /// `spent` units taken at `now` (the shared view a sync brought, plus
+    /// what this instance took since the sync was sent), replacing what it
+    /// held. A key with nothing spent is dropped (a fresh bucket needs no
+    /// place); a new one is stored if the bound has room. `false`, changing
+    /// nothing, when `limiter` is not of the table's algorithm or keeps no
+    /// buckets (permits).
+    pub fn adopt(
+        &self,
+        table: &BucketTable,
+        limiter: &Limiter,
+        key: BucketKey,
+        spent: u64,
+        now: Nanos,
+    ) -> bool {
+        let bound = &self.bound;
+        match (&table.0.buckets, limiter) {
+            (Buckets::TokenBucket(t), Limiter::TokenBucket(a)) => t.adopt(a, key, spent, now, bound),
+            (Buckets::LeakyBucket(t), Limiter::LeakyBucket(a)) => t.adopt(a, key, spent, now, bound),
+            (Buckets::FixedWindow(t), Limiter::FixedWindow(a)) => t.adopt(a, key, spent, now, bound),
+            (Buckets::SlidingWindow(t), Limiter::SlidingWindow(a)) => {
+                t.adopt(a, key, spent, now, bound)
+            }
+            (Buckets::SlidingLog(t), Limiter::SlidingLog(a)) => t.adopt(a, key, spent, now, bound),
+            _ => return false,
+        }
+        true
+    }
+
     fn permits(table: &BucketTable) -> &Arc<PermitTable> {
         match &table.0.buckets {
             Buckets::Permits(permits) => permits,
@@ -536,8 +593,9 @@ impl Bound {
 }
 
 impl<A: Algorithm + Copy + PartialEq> Table<A> {
-    fn new(algorithm: A, bound: &Arc<Bound>) -> Table<A> {
+    fn new(algorithm: A, bound: &Arc<Bound>, newcomers: &Option<Arc<AtomicU64>>) -> Table<A> {
         Table {
+            newcomers: newcomers.clone(),
             algorithm: Mutex::new(algorithm),
             shards: (0..SHARDS)
                 .map(|_| Shard(Mutex::new(ProbeMap::default())))
@@ -638,6 +696,11 @@ impl<A: Algorithm + Copy + PartialEq> Table<A> {
         bound: &Bound,
     ) -> Option<(Decision, DrawnFrom)> {
         let mut state = A::State::default();
+        if let Some(instances) = &self.newcomers {
+            let capacity = algorithm.capacity();
+            let others = capacity - capacity.div_ceil(instances.load(Ordering::Relaxed).max(1));
+            algorithm.charge(&mut state, now, others);
+        }
         let decision = take(algorithm, &mut state, ask, now);
         if !decision.is_allowed() {
             // A fresh bucket that denies (closed route, cost above capacity)
@@ -687,6 +750,19 @@ impl<A: Algorithm + Copy + PartialEq> Table<A> {
         if bound.reserve() {
             let mut state = A::State::default();
             algorithm.charge(&mut state, now, units);
+            map.insert(key, state);
+            self.len.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn adopt(&self, algorithm: &A, key: BucketKey, spent: u64, now: Nanos, bound: &Bound) {
+        let key = slot_key(key);
+        let mut map = self.shard(key);
+        let mut state = A::State::default();
+        algorithm.charge(&mut state, now, spent);
+        if let Some(held) = map.get_mut(key) {
+            *held = state;
+        } else if spent > 0 && bound.reserve() {
             map.insert(key, state);
             self.len.fetch_add(1, Ordering::Relaxed);
         }

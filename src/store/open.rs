@@ -1,14 +1,18 @@
 //! The store a config asks for, opened: the memory store, or the Redis
-//! store with its link started. What the proxy does when the store fails
-//! (`on_error`) comes with it.
+//! store (strict or hybrid mode) with its link started. What the proxy does
+//! when the store fails (`on_error`) comes with it.
 
-use super::{MemoryStore, OnError, RedisSettings, RedisStore, Store};
-use crate::config::{StoreBackend, StoreConfig};
+use std::sync::Arc;
 
-/// Opens the store `config` describes. A Redis store that cannot be built
-/// (`check` validated its URLs as the client reads them, so this is rare)
-/// leaves the memory store deciding alone, said loudly.
-pub fn open(config: &StoreConfig) -> (Store, OnError) {
+use super::{HybridStore, MemoryStore, OnError, RedisSettings, RedisStore, Store};
+use crate::clock::ProxyClock;
+use crate::config::{RedisMode, StoreBackend, StoreConfig};
+
+/// Opens the store `config` describes; a hybrid store's sync reads `clock`.
+/// A Redis store that cannot be built (`check` validated its URLs as the
+/// client reads them, so this is rare) leaves the memory store deciding
+/// alone, said loudly.
+pub fn open(config: &StoreConfig, clock: &ProxyClock) -> (Store, OnError) {
     let max_keys = config.max_keys;
     let redis = match &config.backend {
         StoreBackend::Memory => return (Store::Memory(MemoryStore::new(max_keys)), OnError::Local),
@@ -21,11 +25,21 @@ pub fn open(config: &StoreConfig) -> (Store, OnError) {
         prefix: "sluice".into(),
         instances: redis.instances,
     };
-    match RedisStore::new(settings, max_keys) {
-        Ok(store) => {
+    let opened = match redis.mode {
+        RedisMode::Strict => RedisStore::new(settings, max_keys).map(|store| {
             store.start();
-            (Store::Redis(store), redis.on_error)
+            Store::Redis(store)
+        }),
+        RedisMode::Hybrid { sync_interval } => {
+            HybridStore::new(settings, max_keys, sync_interval).map(|store| {
+                let store = Arc::new(store);
+                store.start(clock.clone());
+                Store::Hybrid(store)
+            })
         }
+    };
+    match opened {
+        Ok(store) => (store, redis.on_error),
         Err(error) => {
             tracing::error!(%error, "the Redis store cannot be used; deciding in memory");
             (Store::Memory(MemoryStore::new(max_keys)), OnError::Local)

@@ -86,9 +86,15 @@ impl RedisStore {
     /// fallback. Connects in the background: a Redis that is down at start
     /// only means the fallback decides until it is up.
     pub fn new(settings: RedisSettings, max_keys: usize) -> Result<RedisStore, LinkError> {
+        RedisStore::over(settings, MemoryStore::new(max_keys))
+    }
+
+    /// A store on `settings.urls` whose local decisions (the fallback's, or
+    /// hybrid mode's every decision) use `local`.
+    pub fn over(settings: RedisSettings, local: MemoryStore) -> Result<RedisStore, LinkError> {
         let seed_key = format!("{}:seed", settings.prefix);
         Ok(RedisStore {
-            local: MemoryStore::new(max_keys),
+            local,
             link: if settings.cluster {
                 Link::cluster(&settings.urls, settings.timeout, seed_key)?
             } else {

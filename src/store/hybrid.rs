@@ -1,0 +1,196 @@
+//! The Redis store in hybrid mode (docs/multi-instance.md, "Hybrid mode"):
+//! every decision is made in memory, by the same code and at the same cost
+//! as the memory store, and no request ever waits on Redis. What each
+//! instance spends is exchanged with Redis off the request path, by one
+//! task per instance, every `sync_interval` ([`sync`]).
+//!
+//! The design is the exchange of deltas. Each admission, settlement or
+//! spend notes, per bucket it touched, the units this instance took (or
+//! gave back) since the last sync ([`deltas`]). Each interval the task
+//! sends them all in one script call (one per caller's slot on a Redis
+//! Cluster): Redis adds them to the shared bucket, with the same
+//! algorithms strict mode runs, and answers each bucket's state; the
+//! instance then makes its own bucket that state, plus what it took while
+//! the call was out ([`replica`]). So each instance decides with the
+//! fleet's spending as of its last sync:
+//!
+//! - overshoot is at most what the instances admit within one interval
+//!   (plus the call's round trip) beyond what was left at their last sync;
+//! - a key this instance has not seen starts with every other instance's
+//!   share spent ([`MemoryStore::split_newcomers`]), so a burst on a new
+//!   key reaching every instance at once admits about the limit in total,
+//!   not the limit times the instances;
+//! - budget is never stranded: an idle instance holds nothing back, and a
+//!   new key's first interval on an instance is held to its share (the
+//!   under-admission there is bounded by the other instances' shares for
+//!   one interval).
+//!
+//! Token and leaky buckets and both windows are synced. A sliding log
+//! (exact stamps) and a concurrency limit (requests in flight) are decided
+//! by each instance alone at its share of the limit (⌈limit / instances⌉),
+//! never synced. While Redis fails every limit is decided at this
+//! instance's share, as strict mode's local fallback does, and the deltas
+//! wait (bounded) to be sent when it is back.
+
+mod deltas;
+mod replica;
+mod sync;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::admission::{Admission, Asks, Decisions, Receipt, Settle};
+use super::fallback::admit_at_share;
+use super::memory::MemoryStore;
+use super::redis::{LinkError, RedisSettings, RedisStore};
+use crate::clock::{Clock, Nanos, ProxyClock};
+use crate::limiter::Limiter;
+use deltas::Deltas;
+pub use sync::SyncStats;
+use sync::SyncStatus;
+
+/// Budgets shared through Redis, decided in memory.
+#[derive(Debug)]
+pub struct HybridStore {
+    /// The link, the heartbeats that count the instances, the script, and
+    /// the memory store every decision is made in.
+    shared: RedisStore,
+    deltas: Arc<Deltas>,
+    status: Arc<SyncStatus>,
+    /// How many instances split a key none of them has synced yet (the
+    /// memory store's newcomers read it).
+    newcomers: Arc<AtomicU64>,
+    interval: Duration,
+}
+
+impl HybridStore {
+    /// A hybrid store on `settings`, syncing every `interval`, with room for
+    /// `max_keys` buckets (and as many keys' deltas waiting to be sent).
+    pub fn new(
+        settings: RedisSettings,
+        max_keys: usize,
+        interval: Duration,
+    ) -> Result<HybridStore, LinkError> {
+        let newcomers = Arc::new(AtomicU64::new(settings.instances.max(1)));
+        let local = MemoryStore::new(max_keys).split_newcomers(Arc::clone(&newcomers));
+        Ok(HybridStore {
+            shared: RedisStore::over(settings, local)?,
+            deltas: Arc::new(Deltas::new(max_keys)),
+            status: Arc::default(),
+            newcomers,
+            interval,
+        })
+    }
+
+    /// Connects, starts the heartbeats and the sync task, which reads
+    /// `clock` (the proxy's: the instants every decision is made at).
+    pub fn start(self: &Arc<Self>, clock: ProxyClock) {
+        self.shared.start();
+        sync::start(Arc::downgrade(self), clock);
+    }
+
+    /// The Redis side: the link, the instances, the script calls.
+    pub fn shared(&self) -> &RedisStore {
+        &self.shared
+    }
+
+    /// The memory store every decision is made in.
+    pub(super) fn local(&self) -> &MemoryStore {
+        self.shared.local()
+    }
+
+    /// See [`crate::store::Store::admit`]: in memory, at once. A limit that
+    /// is not synced (a sliding log, a concurrency limit), or every limit
+    /// while Redis fails, is decided at this instance's share.
+    #[inline]
+    pub fn admit(&self, asks: &Asks<'_>, now: Nanos, answer: &mut Admission) {
+        let failing = self.status.is_failing();
+        if !failing && asks.limits.iter().all(|ask| is_synced(ask.limiter)) {
+            self.local().admit(asks, now, answer);
+        } else {
+            let instances = self.instances();
+            admit_at_share(self.local(), instances, asks, now, answer, |limiter| {
+                failing || !is_synced(limiter)
+            });
+            // What a synced limit took at this instance's share is sent as
+            // units of the whole limit, the one Redis keeps.
+            for receipt in answer.receipts.iter_mut().filter(|r| is_synced(&r.limiter)) {
+                if let Some(ask) = asks.limits.iter().find(|a| a.table.same(&receipt.table)) {
+                    receipt.limiter = *ask.limiter;
+                }
+            }
+        }
+        for receipt in &answer.receipts {
+            self.deltas.took(receipt, receipt.units);
+        }
+    }
+
+    /// See [`crate::store::Store::settle`]: at once in memory; what it
+    /// changed goes to Redis with the next sync.
+    pub fn settle(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) {
+        let local = self.local();
+        for receipt in receipts {
+            match how {
+                Settle::Charge(units) => self.deltas.took(receipt, units),
+                Settle::GiveBack if !receipt.settled => self.deltas.gave_back(receipt),
+                Settle::GiveBack | Settle::Keep => {}
+            }
+            local.settle(receipt, how, now);
+        }
+    }
+
+    /// See [`crate::store::Store::spend`]: in memory, sent with the next
+    /// sync.
+    pub fn spend(&self, asks: &Asks<'_>, now: Nanos, after: &mut Decisions) {
+        self.local().spend(asks, now, after);
+        for ask in &asks.limits {
+            if is_synced(ask.limiter) {
+                self.deltas.spent(ask.table, ask.limiter, ask.key, ask.cost, now);
+            }
+        }
+    }
+
+    /// How many instances share each limit.
+    pub fn instances(&self) -> u64 {
+        self.shared.instances()
+    }
+
+    /// The sync's state, for `/metrics` and the admin views.
+    pub fn sync_stats(&self, now: Nanos) -> SyncStats {
+        self.status.stats(now, self.deltas.len(), self.deltas.dropped())
+    }
+
+    /// How often the instances sync.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Whether Redis failed the last sync (every limit is then decided at
+    /// this instance's share).
+    pub fn is_failing(&self) -> bool {
+        self.status.is_failing()
+    }
+
+    /// Tells new buckets how many instances split them.
+    fn count_instances(&self) {
+        self.newcomers.store(self.instances(), Ordering::Relaxed);
+    }
+}
+
+/// Whether hybrid mode syncs a limit of this algorithm (the others are
+/// decided at each instance's share).
+pub fn is_synced(limiter: &Limiter) -> bool {
+    matches!(
+        limiter,
+        Limiter::TokenBucket(_)
+            | Limiter::LeakyBucket(_)
+            | Limiter::FixedWindow(_)
+            | Limiter::SlidingWindow(_)
+    )
+}
+
+/// `clock`'s now (the sync task's instants are the proxy's).
+fn now_on(clock: &ProxyClock) -> Nanos {
+    clock.now()
+}

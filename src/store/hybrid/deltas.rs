@@ -1,0 +1,199 @@
+//! What this instance spent since its last sync, per bucket: the deltas
+//! the next sync sends to Redis. Noted on the request path (one shard lock,
+//! one hash lookup per bucket a request took from), drained by the sync
+//! task each interval.
+//!
+//! Bounded: at most `max_keys` buckets wait in all shards together; a
+//! bucket beyond that is not noted, and its units are counted as dropped
+//! (`sluice_store_sync_dropped_total`). Its own instance still decided with
+//! them; only the others never learn of them.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::is_synced;
+use crate::clock::Nanos;
+use crate::limiter::Limiter;
+use crate::store::admission::{Receipt, Taken};
+use crate::store::{BucketKey, BucketTable};
+
+/// Shards of the map: enough that workers rarely meet on one lock.
+const SHARDS: usize = 16;
+
+/// One bucket's units since the last sync.
+#[derive(Debug, Clone)]
+pub struct Delta {
+    pub table: BucketTable,
+    /// The limit as the request that noted it last asked it.
+    pub limiter: Limiter,
+    pub key: BucketKey,
+    /// Units taken (admissions, deferred charges, spends) and not given
+    /// back before the sync.
+    pub taken: u64,
+    /// Units given back that an earlier sync had sent as taken.
+    pub given_back: u64,
+    /// When the latest of those had been taken.
+    pub given_back_at: Nanos,
+    /// The earliest instant of the units in `taken`: a give-back of units
+    /// taken before it was sent with an earlier sync.
+    since: Nanos,
+}
+
+type Shard = HashMap<(usize, BucketKey), Delta, foldhash::fast::RandomState>;
+
+/// The deltas of every bucket this instance touched since the last sync.
+#[derive(Debug)]
+pub struct Deltas {
+    shards: Box<[Mutex<Shard>]>,
+    /// The most buckets one shard notes.
+    per_shard: usize,
+    /// Deltas not noted (a full map) or not sent (dropped oldest-first
+    /// while Redis failed).
+    dropped: AtomicU64,
+}
+
+impl Deltas {
+    /// Room for `max_keys` buckets' deltas.
+    pub fn new(max_keys: usize) -> Deltas {
+        Deltas {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            per_shard: max_keys.div_ceil(SHARDS).max(1),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// `units` were taken from `receipt`'s bucket (at admission, or charged
+    /// after the response).
+    #[inline]
+    pub fn took(&self, receipt: &Receipt, units: u64) {
+        if units == 0 || !from_a_synced_bucket(receipt) {
+            return;
+        }
+        self.note(&receipt.table, &receipt.limiter, receipt.key, receipt.at, |delta| {
+            delta.taken = delta.taken.saturating_add(units);
+        });
+    }
+
+    /// `units` were spent from a bucket outside a request (`/admin/spend`).
+    pub fn spent(
+        &self,
+        table: &BucketTable,
+        limiter: &Limiter,
+        key: BucketKey,
+        units: u64,
+        now: Nanos,
+    ) {
+        if units > 0 {
+            self.note(table, limiter, key, now, |delta| {
+                delta.taken = delta.taken.saturating_add(units);
+            });
+        }
+    }
+
+    /// `receipt`'s admission units were given back: taken off what waits to
+    /// be sent when they are still there, else sent as a give-back.
+    pub fn gave_back(&self, receipt: &Receipt) {
+        if !from_a_synced_bucket(receipt) {
+            return;
+        }
+        let units = receipt.units;
+        self.note(&receipt.table, &receipt.limiter, receipt.key, receipt.at, |delta| {
+            if delta.since <= receipt.at && delta.taken >= units {
+                delta.taken -= units;
+            } else {
+                delta.given_back = delta.given_back.saturating_add(units);
+                delta.given_back_at = delta.given_back_at.max(receipt.at);
+            }
+        });
+    }
+
+    #[inline]
+    fn note(
+        &self,
+        table: &BucketTable,
+        limiter: &Limiter,
+        key: BucketKey,
+        at: Nanos,
+        change: impl FnOnce(&mut Delta),
+    ) {
+        let id = (table.id(), key);
+        let mut shard = lock(&self.shards[shard_of(key)]);
+        if let Some(delta) = shard.get_mut(&id) {
+            delta.limiter = *limiter;
+            delta.since = delta.since.min(at);
+            return change(delta);
+        }
+        if shard.len() >= self.per_shard {
+            drop(shard);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut delta = Delta {
+            table: table.clone(),
+            limiter: *limiter,
+            key,
+            taken: 0,
+            given_back: 0,
+            given_back_at: 0,
+            since: at,
+        };
+        change(&mut delta);
+        shard.insert(id, delta);
+    }
+
+    /// Takes every delta noted so far (for a sync to send).
+    pub fn drain(&self) -> Vec<Delta> {
+        let mut all = Vec::new();
+        for shard in self.shards.iter() {
+            let taken = std::mem::take(&mut *lock(shard));
+            all.extend(taken.into_values());
+        }
+        all
+    }
+
+    /// Units taken from `table`'s bucket `key` since the last drain: what a
+    /// sync's answer, sent before them, does not count yet.
+    pub fn unsent(&self, table: &BucketTable, key: BucketKey) -> u64 {
+        lock(&self.shards[shard_of(key)])
+            .get(&(table.id(), key))
+            .map_or(0, |delta| delta.taken)
+    }
+
+    /// Buckets whose deltas wait for the next sync.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|shard| lock(shard).len()).sum()
+    }
+
+    /// The most buckets whose deltas may wait (`max_keys`).
+    pub fn capacity(&self) -> usize {
+        self.per_shard * SHARDS
+    }
+
+    /// Counts deltas that will never be sent.
+    pub fn drop_unsent(&self, count: usize) {
+        self.dropped.fetch_add(count as u64, Ordering::Relaxed);
+    }
+
+    /// Deltas dropped since start.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether a receipt's units came from a bucket of a synced limit (not a
+/// permit, a sliding log or the overflow sketch).
+#[inline]
+fn from_a_synced_bucket(receipt: &Receipt) -> bool {
+    matches!(receipt.taken, Taken::Bucket | Taken::Reserved { .. }) && is_synced(&receipt.limiter)
+}
+
+#[inline]
+fn shard_of(key: BucketKey) -> usize {
+    (key >> 40) as usize & (SHARDS - 1)
+}
+
+fn lock(shard: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
+    // A note is one assignment: a poisoned shard is still consistent.
+    shard.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

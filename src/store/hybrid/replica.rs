@@ -1,0 +1,99 @@
+//! A shared bucket's state, as Redis answers it after a sync, made this
+//! instance's own: Redis reports what a request of cost 1 would be told
+//! (`remaining`, `reset_after`, durations from its own clock), and the
+//! local bucket becomes a fresh one with as many units spent as that view
+//! implies ([`spent`]), charged at the local `now`. Durations need no
+//! common clock, so instances whose clocks disagree still agree on how
+//! much of each bucket is left.
+
+use crate::clock::Nanos;
+use crate::limiter::{BucketState, Limiter};
+
+/// The units spent from a full bucket of `limiter` that leave it looking
+/// like `view` at `now`:
+///
+/// - token and leaky buckets: `reset_after` is the time until the bucket is
+///   full (empty) again, `T` per unit, debts included: ⌈reset_after / T⌉;
+/// - windows: the current window's count is COUNT − `remaining`; a window
+///   with nothing left whose reset lies beyond the current window carries a
+///   debt into the next ones, COUNT per window.
+///
+/// Rounded towards more spent, so a replica never lets more through than
+/// the view it came from. 0 for limits that are not synced.
+pub fn spent(limiter: &Limiter, view: BucketState, now: Nanos) -> u64 {
+    let per_unit = match limiter {
+        Limiter::TokenBucket(bucket) => bucket.intervals().0,
+        Limiter::LeakyBucket(bucket) => bucket.interval().0,
+        Limiter::FixedWindow(window) => return window_spent(window.window(), view, now),
+        Limiter::SlidingWindow(window) => return window_spent(window.window(), view, now),
+        Limiter::SlidingLog(_) | Limiter::Concurrency(_) => return 0,
+    };
+    if per_unit == 0 {
+        return 0;
+    }
+    view.reset_after.div_ceil(per_unit)
+}
+
+fn window_spent((period, count): (Nanos, u64), view: BucketState, now: Nanos) -> u64 {
+    let spent = count.saturating_sub(view.remaining);
+    if view.remaining > 0 || period == 0 {
+        return spent;
+    }
+    let to_end = period - now % period;
+    let later_windows = view.reset_after.saturating_sub(to_end).div_ceil(period);
+    spent.saturating_add(count.saturating_mul(later_windows))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::limiter::{Algorithm, FixedWindow, Gcra, LeakyBucket, Rate, SlidingWindow};
+
+    const SEC: Nanos = 1_000_000_000;
+    /// 10.25 s into a minute: windows are part spent.
+    const NOW: Nanos = 1_800_000_000 * SEC + 10 * SEC + SEC / 4;
+
+    fn rate(count: u64) -> Rate {
+        Rate {
+            count,
+            period: Duration::from_secs(60),
+        }
+    }
+
+    /// Spends `units` from a full bucket of `algorithm` (a debt beyond its
+    /// capacity included), then checks that a replica made from what a
+    /// request of cost 1 is told decides the same, now and later.
+    fn round_trip<A: Algorithm>(algorithm: A, limiter: Limiter, units: u64) {
+        let mut original = A::State::default();
+        algorithm.charge(&mut original, NOW, units);
+        let view = algorithm.peek(&original, NOW, 1).state();
+        let mut replica = A::State::default();
+        algorithm.charge(&mut replica, NOW, spent(&limiter, view, NOW));
+        for later in [0, SEC / 3, 7 * SEC, 55 * SEC, 130 * SEC] {
+            let at = NOW + later;
+            assert_eq!(
+                algorithm.peek(&replica, at, 1).state().remaining,
+                algorithm.peek(&original, at, 1).state().remaining,
+                "{limiter:?} with {units} spent, {later} ns later"
+            );
+        }
+    }
+
+    #[test]
+    fn a_replica_decides_like_the_bucket_it_was_told_about() {
+        for units in [0, 1, 7, 30, 60, 95, 250] {
+            let token = Gcra::new(rate(60), 60);
+            round_trip(token, Limiter::TokenBucket(token), units);
+            let fixed = FixedWindow::new(rate(60));
+            round_trip(fixed, Limiter::FixedWindow(fixed), units);
+            let sliding = SlidingWindow::new(rate(60));
+            round_trip(sliding, Limiter::SlidingWindow(sliding), units);
+        }
+        for units in [0, 1, 4] {
+            let leaky = LeakyBucket::new(rate(60), 5);
+            round_trip(leaky, Limiter::LeakyBucket(leaky), units);
+        }
+    }
+}

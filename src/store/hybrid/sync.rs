@@ -1,0 +1,308 @@
+//! The sync: one task per instance, every `sync_interval`, whatever the
+//! request rate and even when idle (so the time since the last sync is a
+//! health signal: small while Redis answers, growing while it does not).
+//!
+//! Each round drains the deltas noted since the last one, adds them to
+//! those a failed round left (the outbox), and sends them: the units given
+//! back first (one settle call), then every bucket's units taken (one spend
+//! call per [`CHUNK`] buckets, or per bucket on a Redis Cluster, whose
+//! calls keep to one caller's slot), each answered with the shared
+//! bucket's state, which the instance then adopts ([`super::replica`]). An
+//! idle round sends a `PING`. A round that fails keeps its deltas for the
+//! next one; while Redis fails the outbox holds at most `max_keys` of them
+//! and drops the oldest first (`sluice_store_sync_dropped_total`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Weak;
+
+use tokio::time::MissedTickBehavior;
+
+use super::deltas::Delta;
+use super::{now_on, replica, HybridStore};
+use crate::clock::{Nanos, ProxyClock};
+use crate::store::admission::{Ask, Asks, Decisions, Receipt, Settle, StoreError, Taken};
+
+/// Buckets sent in one spend call: a script call holds Redis for its whole
+/// run, so a long batch is cut into calls of a few hundred microseconds.
+const CHUNK: usize = 256;
+
+/// How the sync is doing, shared with the request path (which reads only
+/// [`SyncStatus::is_failing`]) and `/metrics`.
+#[derive(Debug, Default)]
+pub struct SyncStatus {
+    /// When the last round completed (the proxy's clock; 0: none yet).
+    last: AtomicU64,
+    /// How long it took.
+    took: AtomicU64,
+    /// Whether the last round failed.
+    failing: AtomicBool,
+    rounds: AtomicU64,
+    calls: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// The sync as `/metrics` and the admin views report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncStats {
+    /// Time since the last completed sync (`None`: none yet).
+    pub age: Option<Nanos>,
+    /// How long the last completed sync took.
+    pub took: Nanos,
+    /// Buckets whose deltas wait for the next sync.
+    pub pending: usize,
+    pub rounds: u64,
+    /// Calls to Redis the syncs made.
+    pub calls: u64,
+    pub errors: u64,
+    /// Deltas never sent (a full map, or dropped while Redis failed).
+    pub dropped: u64,
+    pub failing: bool,
+}
+
+impl SyncStatus {
+    #[inline]
+    pub fn is_failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
+
+    pub fn stats(&self, now: Nanos, pending: usize, dropped: u64) -> SyncStats {
+        let last = self.last.load(Ordering::Relaxed);
+        SyncStats {
+            age: (last > 0).then(|| now.saturating_sub(last)),
+            took: self.took.load(Ordering::Relaxed),
+            pending,
+            rounds: self.rounds.load(Ordering::Relaxed),
+            calls: self.calls.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            dropped,
+            failing: self.is_failing(),
+        }
+    }
+}
+
+/// Starts the sync task of `store` (nothing outside a runtime). It ends
+/// when the store is dropped.
+pub fn start(store: Weak<HybridStore>, clock: ProxyClock) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let Some(interval) = store.upgrade().map(|store| {
+        // The age of the syncs counts from start: a Redis down from the
+        // start shows as a growing age, not as a sync that just ran.
+        store.status.last.store(now_on(&clock), Ordering::Relaxed);
+        store.interval
+    }) else {
+        return;
+    };
+    runtime.spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
+        // A round slower than the interval delays the next; none are
+        // made up in a burst.
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut outbox = Outbox::default();
+        loop {
+            ticks.tick().await;
+            let Some(store) = store.upgrade() else {
+                return;
+            };
+            store.sync_once(&mut outbox, &clock).await;
+        }
+    });
+}
+
+impl HybridStore {
+    /// One round (see the module docs).
+    async fn sync_once(&self, outbox: &mut Outbox, clock: &ProxyClock) {
+        let started = now_on(clock);
+        self.count_instances();
+        let dropped = outbox.push(self.deltas.drain(), self.deltas.capacity());
+        self.deltas.drop_unsent(dropped);
+        let batch = outbox.take_merged();
+        let answered = if batch.is_empty() {
+            self.ping().await
+        } else {
+            self.exchange(&batch, clock).await
+        };
+        let status = &self.status;
+        status.rounds.fetch_add(1, Ordering::Relaxed);
+        match answered {
+            Ok(calls) => {
+                let now = now_on(clock);
+                status.calls.fetch_add(calls, Ordering::Relaxed);
+                status.took.store(now.saturating_sub(started), Ordering::Relaxed);
+                status.last.store(now, Ordering::Relaxed);
+                if status.failing.swap(false, Ordering::Relaxed) {
+                    tracing::warn!("Redis answers the sync again: limits are shared again");
+                }
+            }
+            Err(error) => {
+                status.errors.fetch_add(1, Ordering::Relaxed);
+                let dropped = outbox.put_back(batch, self.deltas.capacity());
+                self.deltas.drop_unsent(dropped);
+                if !status.failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        %error,
+                        instances = self.instances(),
+                        "Redis did not answer the sync: each limit is enforced at this \
+                         instance's share until it does"
+                    );
+                }
+            }
+        }
+    }
+
+    /// An idle round: Redis is asked whether it answers. One call.
+    async fn ping(&self) -> Result<u64, StoreError> {
+        self.shared.link().run::<String>(redis::cmd("PING")).await?;
+        Ok(1)
+    }
+
+    /// Sends `batch` and adopts the shared state of every bucket in it.
+    /// The calls made.
+    async fn exchange(&self, batch: &[Delta], clock: &ProxyClock) -> Result<u64, StoreError> {
+        let mut calls = 0;
+        let chunk = if self.shared.link().is_cluster() {
+            1
+        } else {
+            CHUNK
+        };
+        for part in batch.chunks(chunk) {
+            calls += self.give_back(part, now_on(clock)).await;
+            let mut asks = Asks::default();
+            for delta in part {
+                let ask = Ask {
+                    table: &delta.table,
+                    key: delta.key,
+                    limiter: &delta.limiter,
+                    cost: delta.taken,
+                    hold: None,
+                };
+                asks.push_rule(delta.key, false, None, [ask]);
+            }
+            let mut views = Decisions::new();
+            self.shared.spend(&asks, now_on(clock), &mut views).await?;
+            calls += 1;
+            let now = now_on(clock);
+            for (delta, view) in part.iter().zip(&views) {
+                let spent = replica::spent(&delta.limiter, view.state(), now);
+                let unsent = self.deltas.unsent(&delta.table, delta.key);
+                self.local()
+                    .adopt(&delta.table, &delta.limiter, delta.key, spent + unsent, now);
+            }
+        }
+        Ok(calls)
+    }
+
+    /// Gives back in Redis the units of `part` that an earlier sync sent as
+    /// taken. A token or leaky bucket takes them back as units of the
+    /// current instant (Redis saw them taken when they were sent, not when
+    /// the request took them); a window, from the window they were taken
+    /// in. A give-back that fails is lost (logged): the instances then
+    /// count those units as spent, never the reverse. The calls made.
+    async fn give_back(&self, part: &[Delta], now: Nanos) -> u64 {
+        let mut receipts: Vec<Receipt> = part
+            .iter()
+            .enumerate()
+            .filter(|(_, delta)| delta.given_back > 0)
+            .map(|(rule, delta)| Receipt {
+                rule,
+                table: delta.table.clone(),
+                key: delta.key,
+                limiter: delta.limiter,
+                units: delta.given_back,
+                taken: Taken::Bucket,
+                at: match delta.limiter {
+                    crate::limiter::Limiter::TokenBucket(_)
+                    | crate::limiter::Limiter::LeakyBucket(_) => now.saturating_add(GIVE_BACK_AHEAD),
+                    _ => delta.given_back_at,
+                },
+                charged: 0,
+                settled: false,
+            })
+            .collect();
+        if receipts.is_empty() {
+            return 0;
+        }
+        let sent = self.shared.settle(&mut receipts, Settle::GiveBack, now);
+        let calls = sent.len() as u64;
+        sent.answered().await;
+        calls
+    }
+}
+
+/// How far ahead of now a bucket's give-back is dated, so that Redis
+/// counts it as taken at its own now whatever the clocks' skew.
+const GIVE_BACK_AHEAD: Nanos = 60_000_000_000;
+
+/// Deltas that failed rounds could not send, oldest first.
+#[derive(Debug, Default)]
+struct Outbox {
+    batches: VecDeque<Vec<Delta>>,
+    len: usize,
+}
+
+impl Outbox {
+    /// Adds a round's deltas; drops the oldest beyond `max`. How many were
+    /// dropped.
+    fn push(&mut self, batch: Vec<Delta>, max: usize) -> usize {
+        if !batch.is_empty() {
+            self.len += batch.len();
+            self.batches.push_back(batch);
+        }
+        self.trim(max)
+    }
+
+    /// A failed round's deltas go back, before anything newer.
+    fn put_back(&mut self, batch: Vec<Delta>, max: usize) -> usize {
+        if !batch.is_empty() {
+            self.len += batch.len();
+            self.batches.push_front(batch);
+        }
+        self.trim(max)
+    }
+
+    fn trim(&mut self, max: usize) -> usize {
+        let mut dropped = 0;
+        while self.len > max {
+            let Some(mut oldest) = self.batches.pop_front() else {
+                break;
+            };
+            let excess = (self.len - max).min(oldest.len());
+            oldest.drain(..excess);
+            self.len -= excess;
+            dropped += excess;
+            if !oldest.is_empty() {
+                self.batches.push_front(oldest);
+            }
+        }
+        dropped
+    }
+
+    /// Every delta waiting, one per bucket (later rounds' units added to
+    /// earlier ones').
+    fn take_merged(&mut self) -> Vec<Delta> {
+        self.len = 0;
+        if self.batches.len() == 1 {
+            return self.batches.pop_front().unwrap_or_default();
+        }
+        let mut merged: HashMap<(usize, u64), Delta> = HashMap::new();
+        for batch in self.batches.drain(..) {
+            for delta in batch {
+                match merged.entry((delta.table.id(), delta.key)) {
+                    std::collections::hash_map::Entry::Occupied(mut entry) => {
+                        let into = entry.get_mut();
+                        into.taken = into.taken.saturating_add(delta.taken);
+                        into.given_back = into.given_back.saturating_add(delta.given_back);
+                        into.given_back_at = into.given_back_at.max(delta.given_back_at);
+                        into.limiter = delta.limiter;
+                    }
+                    std::collections::hash_map::Entry::Vacant(entry) => {
+                        entry.insert(delta);
+                    }
+                }
+            }
+        }
+        merged.into_values().collect()
+    }
+}
