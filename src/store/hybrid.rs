@@ -122,7 +122,15 @@ impl HybridStore {
             }
         }
         for receipt in &answer.receipts {
-            self.deltas.took(receipt, receipt.units);
+            if self.deltas.took(receipt, receipt.units) {
+                // Decided on a view no sync has refreshed for two intervals
+                // or more: from now until the next sync, this instance's
+                // share at most (a new bucket started there already).
+                let share = receipt.limiter.capacity().div_ceil(self.instances());
+                let most = share.saturating_sub(receipt.units);
+                let local = self.local();
+                local.hold_to(&receipt.table, &receipt.limiter, receipt.key, most, now);
+            }
         }
     }
 
@@ -132,7 +140,9 @@ impl HybridStore {
         let local = self.local();
         for receipt in receipts {
             match how {
-                Settle::Charge(units) => self.deltas.took(receipt, units),
+                Settle::Charge(units) => {
+                    self.deltas.took(receipt, units);
+                }
                 Settle::GiveBack if !receipt.settled => self.deltas.gave_back(receipt),
                 Settle::GiveBack | Settle::Keep => {}
             }

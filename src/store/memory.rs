@@ -472,10 +472,10 @@ impl MemoryStore {
     /// Hybrid mode: makes `key`'s bucket in `table` a fresh one with
     /// `spent` units taken at `now` (the shared view a sync brought, plus
     /// what this instance took since the sync was sent), replacing what it
-    /// held. A key with nothing spent is dropped (a fresh bucket needs no
-    /// place); a new one is stored if the bound has room. `false`, changing
-    /// nothing, when `limiter` is not of the table's algorithm or keeps no
-    /// buckets (permits).
+    /// held. A key the store does not hold is stored only when something
+    /// was spent and the bound has room (a fresh bucket needs no place).
+    /// `false`, changing nothing, when `limiter` is not of the table's
+    /// algorithm or keeps no buckets (permits).
     pub fn adopt(
         &self,
         table: &BucketTable,
@@ -496,6 +496,30 @@ impl MemoryStore {
             _ => return false,
         }
         true
+    }
+
+    /// Hybrid mode: charges `key`'s bucket in `table` so that at most
+    /// `most` units are left at `now` (a bucket whose view may be stale is
+    /// held to this instance's share until the next sync). Nothing when it
+    /// holds no more, or the store holds no bucket for the key.
+    pub fn hold_to(
+        &self,
+        table: &BucketTable,
+        limiter: &Limiter,
+        key: BucketKey,
+        most: u64,
+        now: Nanos,
+    ) {
+        match (&table.0.buckets, limiter) {
+            (Buckets::TokenBucket(t), Limiter::TokenBucket(a)) => t.hold_to(a, key, most, now),
+            (Buckets::LeakyBucket(t), Limiter::LeakyBucket(a)) => t.hold_to(a, key, most, now),
+            (Buckets::FixedWindow(t), Limiter::FixedWindow(a)) => t.hold_to(a, key, most, now),
+            (Buckets::SlidingWindow(t), Limiter::SlidingWindow(a)) => {
+                t.hold_to(a, key, most, now)
+            }
+            (Buckets::SlidingLog(t), Limiter::SlidingLog(a)) => t.hold_to(a, key, most, now),
+            _ => {}
+        }
     }
 
     fn permits(table: &BucketTable) -> &Arc<PermitTable> {
@@ -765,6 +789,16 @@ impl<A: Algorithm + Copy + PartialEq> Table<A> {
         } else if spent > 0 && bound.reserve() {
             map.insert(key, state);
             self.len.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn hold_to(&self, algorithm: &A, key: BucketKey, most: u64, now: Nanos) {
+        let key = slot_key(key);
+        if let Some(state) = self.shard(key).get_mut(key) {
+            let left = algorithm.peek(state, now, 1).state().remaining;
+            if left > most {
+                algorithm.charge(state, now, left - most);
+            }
         }
     }
 

@@ -3,6 +3,14 @@
 //! one hash lookup per bucket a request took from), drained by the sync
 //! task each interval.
 //!
+//! A bucket stays *watched* from its first note until it has gone two
+//! rounds untouched: each round sends its delta, and the first round it is
+//! untouched still asks Redis for its state (a delta of 0), so its local
+//! view follows the other instances' spending for an interval more. After
+//! that its local view is stale: the next note reports it cold, and the
+//! store holds the bucket to this instance's share until the next sync
+//! ([`super::HybridStore::admit`]).
+//!
 //! Bounded: at most `max_keys` buckets wait in all shards together; a
 //! bucket beyond that is not noted, and its units are counted as dropped
 //! (`sluice_store_sync_dropped_total`). Its own instance still decided with
@@ -40,7 +48,16 @@ pub struct Delta {
     since: Nanos,
 }
 
-type Shard = HashMap<(usize, BucketKey), Delta, foldhash::fast::RandomState>;
+/// A watched bucket: its delta, and whether it was touched this round.
+#[derive(Debug)]
+struct Watched {
+    delta: Delta,
+    touched: bool,
+    /// Rounds since it was last touched.
+    idle: u8,
+}
+
+type Shard = HashMap<(usize, BucketKey), Watched, foldhash::fast::RandomState>;
 
 /// The deltas of every bucket this instance touched since the last sync.
 #[derive(Debug)]
@@ -64,15 +81,16 @@ impl Deltas {
     }
 
     /// `units` were taken from `receipt`'s bucket (at admission, or charged
-    /// after the response).
+    /// after the response). Whether the bucket was cold (not watched: its
+    /// local view may be stale).
     #[inline]
-    pub fn took(&self, receipt: &Receipt, units: u64) {
+    pub fn took(&self, receipt: &Receipt, units: u64) -> bool {
         if units == 0 || !from_a_synced_bucket(receipt) {
-            return;
+            return false;
         }
         self.note(&receipt.table, &receipt.limiter, receipt.key, receipt.at, |delta| {
             delta.taken = delta.taken.saturating_add(units);
-        });
+        })
     }
 
     /// `units` were spent from a bucket outside a request (`/admin/spend`).
@@ -116,18 +134,21 @@ impl Deltas {
         key: BucketKey,
         at: Nanos,
         change: impl FnOnce(&mut Delta),
-    ) {
+    ) -> bool {
         let id = (table.id(), key);
         let mut shard = lock(&self.shards[shard_of(key)]);
-        if let Some(delta) = shard.get_mut(&id) {
+        if let Some(watched) = shard.get_mut(&id) {
+            let delta = &mut watched.delta;
             delta.limiter = *limiter;
-            delta.since = delta.since.min(at);
-            return change(delta);
+            delta.since = if watched.touched { delta.since.min(at) } else { at };
+            watched.touched = true;
+            change(delta);
+            return false;
         }
         if shard.len() >= self.per_shard {
             drop(shard);
             self.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
+            return true;
         }
         let mut delta = Delta {
             table: table.clone(),
@@ -139,15 +160,38 @@ impl Deltas {
             since: at,
         };
         change(&mut delta);
-        shard.insert(id, delta);
+        shard.insert(
+            id,
+            Watched {
+                delta,
+                touched: true,
+                idle: 0,
+            },
+        );
+        true
     }
 
-    /// Takes every delta noted so far (for a sync to send).
+    /// Takes the deltas noted since the last drain, for a sync to send: one
+    /// per bucket touched since, and one of 0 per bucket untouched since
+    /// (its first round so, to follow the others' spending); buckets
+    /// untouched for two rounds are no longer watched.
     pub fn drain(&self) -> Vec<Delta> {
         let mut all = Vec::new();
         for shard in self.shards.iter() {
-            let taken = std::mem::take(&mut *lock(shard));
-            all.extend(taken.into_values());
+            lock(shard).retain(|_, watched| {
+                if watched.touched {
+                    watched.touched = false;
+                    watched.idle = 0;
+                } else if watched.idle == 0 {
+                    watched.idle = 1;
+                } else {
+                    return false;
+                }
+                let delta = &mut watched.delta;
+                all.push(delta.clone());
+                (delta.taken, delta.given_back, delta.given_back_at) = (0, 0, 0);
+                true
+            });
         }
         all
     }
@@ -157,10 +201,10 @@ impl Deltas {
     pub fn unsent(&self, table: &BucketTable, key: BucketKey) -> u64 {
         lock(&self.shards[shard_of(key)])
             .get(&(table.id(), key))
-            .map_or(0, |delta| delta.taken)
+            .map_or(0, |watched| watched.delta.taken)
     }
 
-    /// Buckets whose deltas wait for the next sync.
+    /// Buckets watched (whose deltas the next sync sends).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|shard| lock(shard).len()).sum()
     }

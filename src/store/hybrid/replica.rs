@@ -15,8 +15,9 @@ use crate::limiter::{BucketState, Limiter};
 /// - token and leaky buckets: `reset_after` is the time until the bucket is
 ///   full (empty) again, `T` per unit, debts included: ⌈reset_after / T⌉;
 /// - windows: the current window's count is COUNT − `remaining`; a window
-///   with nothing left whose reset lies beyond the current window carries a
-///   debt into the next ones, COUNT per window.
+///   with nothing left whose reset lies beyond the current window (beyond
+///   the next one, for a sliding window, whose count fades out over it)
+///   carries a debt into the next ones, COUNT per window.
 ///
 /// Rounded towards more spent, so a replica never lets more through than
 /// the view it came from. 0 for limits that are not synced.
@@ -24,8 +25,13 @@ pub fn spent(limiter: &Limiter, view: BucketState, now: Nanos) -> u64 {
     let per_unit = match limiter {
         Limiter::TokenBucket(bucket) => bucket.intervals().0,
         Limiter::LeakyBucket(bucket) => bucket.interval().0,
-        Limiter::FixedWindow(window) => return window_spent(window.window(), view, now),
-        Limiter::SlidingWindow(window) => return window_spent(window.window(), view, now),
+        Limiter::FixedWindow(window) => return window_spent(window.window(), 0, view, now),
+        Limiter::SlidingWindow(window) => {
+            // A sliding window is full again one period after its count
+            // stops: the count fades out over the next window.
+            let (period, _) = window.window();
+            return window_spent(window.window(), period, view, now);
+        }
         Limiter::SlidingLog(_) | Limiter::Concurrency(_) => return 0,
     };
     if per_unit == 0 {
@@ -34,12 +40,12 @@ pub fn spent(limiter: &Limiter, view: BucketState, now: Nanos) -> u64 {
     view.reset_after.div_ceil(per_unit)
 }
 
-fn window_spent((period, count): (Nanos, u64), view: BucketState, now: Nanos) -> u64 {
+fn window_spent((period, count): (Nanos, u64), fade: Nanos, view: BucketState, now: Nanos) -> u64 {
     let spent = count.saturating_sub(view.remaining);
     if view.remaining > 0 || period == 0 {
         return spent;
     }
-    let to_end = period - now % period;
+    let to_end = (period - now % period).saturating_add(fade);
     let later_windows = view.reset_after.saturating_sub(to_end).div_ceil(period);
     spent.saturating_add(count.saturating_mul(later_windows))
 }
@@ -64,8 +70,9 @@ mod tests {
 
     /// Spends `units` from a full bucket of `algorithm` (a debt beyond its
     /// capacity included), then checks that a replica made from what a
-    /// request of cost 1 is told decides the same, now and later.
-    fn round_trip<A: Algorithm>(algorithm: A, limiter: Limiter, units: u64) {
+    /// request of cost 1 is told never decides more generously, now or
+    /// later, and decides the same when `exact`.
+    fn round_trip<A: Algorithm>(algorithm: A, limiter: Limiter, units: u64, exact: bool) {
         let mut original = A::State::default();
         algorithm.charge(&mut original, NOW, units);
         let view = algorithm.peek(&original, NOW, 1).state();
@@ -73,11 +80,13 @@ mod tests {
         algorithm.charge(&mut replica, NOW, spent(&limiter, view, NOW));
         for later in [0, SEC / 3, 7 * SEC, 55 * SEC, 130 * SEC] {
             let at = NOW + later;
-            assert_eq!(
-                algorithm.peek(&replica, at, 1).state().remaining,
-                algorithm.peek(&original, at, 1).state().remaining,
-                "{limiter:?} with {units} spent, {later} ns later"
-            );
+            let copied = algorithm.peek(&replica, at, 1).state().remaining;
+            let real = algorithm.peek(&original, at, 1).state().remaining;
+            let what = format!("{limiter:?} with {units} spent, {later} ns later");
+            assert!(copied <= real, "{what}: {copied} left, more than {real}");
+            if exact {
+                assert_eq!(copied, real, "{what}");
+            }
         }
     }
 
@@ -85,15 +94,16 @@ mod tests {
     fn a_replica_decides_like_the_bucket_it_was_told_about() {
         for units in [0, 1, 7, 30, 60, 95, 250] {
             let token = Gcra::new(rate(60), 60);
-            round_trip(token, Limiter::TokenBucket(token), units);
+            round_trip(token, Limiter::TokenBucket(token), units, true);
+            // A window's debt is known from its view in whole windows only.
             let fixed = FixedWindow::new(rate(60));
-            round_trip(fixed, Limiter::FixedWindow(fixed), units);
+            round_trip(fixed, Limiter::FixedWindow(fixed), units, units <= 60);
             let sliding = SlidingWindow::new(rate(60));
-            round_trip(sliding, Limiter::SlidingWindow(sliding), units);
+            round_trip(sliding, Limiter::SlidingWindow(sliding), units, units <= 60);
         }
         for units in [0, 1, 4] {
             let leaky = LeakyBucket::new(rate(60), 5);
-            round_trip(leaky, Limiter::LeakyBucket(leaky), units);
+            round_trip(leaky, Limiter::LeakyBucket(leaky), units, true);
         }
     }
 }
