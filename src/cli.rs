@@ -7,8 +7,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{
     describe_capacity, describe_limits, describe_match, format_period, format_rate,
-    format_timestamp, Config, LimitConfig, OnChange, OnLimit, Rate, RuleConfig, StoreBackend,
-    Variant,
+    format_timestamp, AlgorithmKind, Config, LimitConfig, OnChange, OnLimit, Rate, RedisMode,
+    RuleConfig, StoreBackend, Variant,
 };
 use crate::key::{KeyLabels, LabelKey};
 
@@ -151,9 +151,15 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             0 => "counted by heartbeats".to_owned(),
             n => n.to_string(),
         };
+        let mode = match redis.mode {
+            RedisMode::Strict => "strict".to_owned(),
+            RedisMode::Hybrid { sync_interval } => {
+                format!("hybrid (sync every {})", format_period(sync_interval))
+            }
+        };
         let _ = writeln!(
             out,
-            "store redis{} {}  timeout {}  on_error {}  instances {instances}",
+            "store redis{} {}  mode {mode}  timeout {}  on_error {}  instances {instances}",
             if redis.cluster { " cluster" } else { "" },
             redis
                 .urls
@@ -164,8 +170,38 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             format_period(redis.timeout),
             format!("{:?}", redis.on_error).to_lowercase(),
         );
+        if let RedisMode::Hybrid { sync_interval } = redis.mode {
+            for rule in &config.rules {
+                let _ = writeln!(
+                    out,
+                    "rule {}: hybrid: {}",
+                    rule.name,
+                    hybrid_behaviour(rule, sync_interval)
+                );
+            }
+        }
     }
     out
+}
+
+/// What hybrid mode does with `rule` (docs/multi-instance.md, "Hybrid
+/// mode").
+fn hybrid_behaviour(rule: &RuleConfig, sync_interval: std::time::Duration) -> String {
+    let every = format_period(sync_interval);
+    match rule.algorithm {
+        AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency => format!(
+            "decided by each instance at its share of the limit (limit / instances, rounded \
+             up), not synced ({} keeps exact stamps or requests in flight)",
+            rule.algorithm.name()
+        ),
+        _ if matches!(rule.on_limit, OnLimit::Delay { .. }) => format!(
+            "decided in memory, synced every {every}; requests are held by the instance that \
+             took them, and the others learn of their slots at the next sync"
+        ),
+        _ => format!(
+            "decided in memory, synced every {every}; overshoot at most one interval's traffic"
+        ),
+    }
 }
 
 /// How `check` shows keys: labelled with the admin token's key, the one a

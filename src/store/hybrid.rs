@@ -122,7 +122,7 @@ impl HybridStore {
             }
         }
         for receipt in &answer.receipts {
-            if self.deltas.took(receipt, receipt.units) {
+            if self.deltas.took(receipt, receipt.units) && !failing {
                 // Decided on a view no sync has refreshed for two intervals
                 // or more: from now until the next sync, this instance's
                 // share at most (a new bucket started there already).
@@ -156,7 +156,8 @@ impl HybridStore {
         self.local().spend(asks, now, after);
         for ask in &asks.limits {
             if is_synced(ask.limiter) {
-                self.deltas.spent(ask.table, ask.limiter, ask.key, ask.cost, now);
+                self.deltas
+                    .spent(ask.table, ask.limiter, ask.key, ask.cost, now);
             }
         }
     }
@@ -168,7 +169,8 @@ impl HybridStore {
 
     /// The sync's state, for `/metrics` and the admin views.
     pub fn sync_stats(&self, now: Nanos) -> SyncStats {
-        self.status.stats(now, self.deltas.len(), self.deltas.dropped())
+        self.status
+            .stats(now, self.deltas.len(), self.deltas.dropped())
     }
 
     /// How often the instances sync.
@@ -182,9 +184,15 @@ impl HybridStore {
         self.status.is_failing()
     }
 
-    /// Tells new buckets how many instances split them.
+    /// Tells new buckets how many instances split them: none while Redis
+    /// fails, when every limit is already decided at this instance's share.
     fn count_instances(&self) {
-        self.newcomers.store(self.instances(), Ordering::Relaxed);
+        let split = if self.status.is_failing() {
+            1
+        } else {
+            self.instances()
+        };
+        self.newcomers.store(split, Ordering::Relaxed);
     }
 }
 

@@ -486,9 +486,15 @@ impl MemoryStore {
     ) -> bool {
         let bound = &self.bound;
         match (&table.0.buckets, limiter) {
-            (Buckets::TokenBucket(t), Limiter::TokenBucket(a)) => t.adopt(a, key, spent, now, bound),
-            (Buckets::LeakyBucket(t), Limiter::LeakyBucket(a)) => t.adopt(a, key, spent, now, bound),
-            (Buckets::FixedWindow(t), Limiter::FixedWindow(a)) => t.adopt(a, key, spent, now, bound),
+            (Buckets::TokenBucket(t), Limiter::TokenBucket(a)) => {
+                t.adopt(a, key, spent, now, bound)
+            }
+            (Buckets::LeakyBucket(t), Limiter::LeakyBucket(a)) => {
+                t.adopt(a, key, spent, now, bound)
+            }
+            (Buckets::FixedWindow(t), Limiter::FixedWindow(a)) => {
+                t.adopt(a, key, spent, now, bound)
+            }
             (Buckets::SlidingWindow(t), Limiter::SlidingWindow(a)) => {
                 t.adopt(a, key, spent, now, bound)
             }
@@ -514,9 +520,7 @@ impl MemoryStore {
             (Buckets::TokenBucket(t), Limiter::TokenBucket(a)) => t.hold_to(a, key, most, now),
             (Buckets::LeakyBucket(t), Limiter::LeakyBucket(a)) => t.hold_to(a, key, most, now),
             (Buckets::FixedWindow(t), Limiter::FixedWindow(a)) => t.hold_to(a, key, most, now),
-            (Buckets::SlidingWindow(t), Limiter::SlidingWindow(a)) => {
-                t.hold_to(a, key, most, now)
-            }
+            (Buckets::SlidingWindow(t), Limiter::SlidingWindow(a)) => t.hold_to(a, key, most, now),
             (Buckets::SlidingLog(t), Limiter::SlidingLog(a)) => t.hold_to(a, key, most, now),
             _ => {}
         }

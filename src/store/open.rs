@@ -30,13 +30,12 @@ pub fn open(config: &StoreConfig, clock: &ProxyClock) -> (Store, OnError) {
             store.start();
             Store::Redis(store)
         }),
-        RedisMode::Hybrid { sync_interval } => {
-            HybridStore::new(settings, max_keys, sync_interval).map(|store| {
+        RedisMode::Hybrid { sync_interval } => HybridStore::new(settings, max_keys, sync_interval)
+            .map(|store| {
                 let store = Arc::new(store);
                 store.start(clock.clone());
                 Store::Hybrid(store)
-            })
-        }
+            }),
     };
     match opened {
         Ok(store) => (store, redis.on_error),

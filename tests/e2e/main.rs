@@ -24,6 +24,7 @@ mod deploy_assets;
 mod forwarding;
 mod hold;
 mod hold_clock;
+mod hybrid;
 mod jwt;
 mod keys_are_secrets;
 mod lifecycle;

@@ -88,9 +88,15 @@ impl Deltas {
         if units == 0 || !from_a_synced_bucket(receipt) {
             return false;
         }
-        self.note(&receipt.table, &receipt.limiter, receipt.key, receipt.at, |delta| {
-            delta.taken = delta.taken.saturating_add(units);
-        })
+        self.note(
+            &receipt.table,
+            &receipt.limiter,
+            receipt.key,
+            receipt.at,
+            |delta| {
+                delta.taken = delta.taken.saturating_add(units);
+            },
+        )
     }
 
     /// `units` were spent from a bucket outside a request (`/admin/spend`).
@@ -116,14 +122,20 @@ impl Deltas {
             return;
         }
         let units = receipt.units;
-        self.note(&receipt.table, &receipt.limiter, receipt.key, receipt.at, |delta| {
-            if delta.since <= receipt.at && delta.taken >= units {
-                delta.taken -= units;
-            } else {
-                delta.given_back = delta.given_back.saturating_add(units);
-                delta.given_back_at = delta.given_back_at.max(receipt.at);
-            }
-        });
+        self.note(
+            &receipt.table,
+            &receipt.limiter,
+            receipt.key,
+            receipt.at,
+            |delta| {
+                if delta.since <= receipt.at && delta.taken >= units {
+                    delta.taken -= units;
+                } else {
+                    delta.given_back = delta.given_back.saturating_add(units);
+                    delta.given_back_at = delta.given_back_at.max(receipt.at);
+                }
+            },
+        );
     }
 
     #[inline]
@@ -140,7 +152,11 @@ impl Deltas {
         if let Some(watched) = shard.get_mut(&id) {
             let delta = &mut watched.delta;
             delta.limiter = *limiter;
-            delta.since = if watched.touched { delta.since.min(at) } else { at };
+            delta.since = if watched.touched {
+                delta.since.min(at)
+            } else {
+                at
+            };
             watched.touched = true;
             change(delta);
             return false;
@@ -239,5 +255,7 @@ fn shard_of(key: BucketKey) -> usize {
 
 fn lock(shard: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
     // A note is one assignment: a poisoned shard is still consistent.
-    shard.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    shard
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -130,9 +130,12 @@ impl HybridStore {
             Ok(calls) => {
                 let now = now_on(clock);
                 status.calls.fetch_add(calls, Ordering::Relaxed);
-                status.took.store(now.saturating_sub(started), Ordering::Relaxed);
+                status
+                    .took
+                    .store(now.saturating_sub(started), Ordering::Relaxed);
                 status.last.store(now, Ordering::Relaxed);
                 if status.failing.swap(false, Ordering::Relaxed) {
+                    self.count_instances();
                     tracing::warn!("Redis answers the sync again: limits are shared again");
                 }
             }
@@ -141,6 +144,7 @@ impl HybridStore {
                 let dropped = outbox.put_back(batch, self.deltas.capacity());
                 self.deltas.drop_unsent(dropped);
                 if !status.failing.swap(true, Ordering::Relaxed) {
+                    self.count_instances();
                     tracing::warn!(
                         %error,
                         instances = self.instances(),
@@ -214,7 +218,9 @@ impl HybridStore {
                 taken: Taken::Bucket,
                 at: match delta.limiter {
                     crate::limiter::Limiter::TokenBucket(_)
-                    | crate::limiter::Limiter::LeakyBucket(_) => now.saturating_add(GIVE_BACK_AHEAD),
+                    | crate::limiter::Limiter::LeakyBucket(_) => {
+                        now.saturating_add(GIVE_BACK_AHEAD)
+                    }
                     _ => delta.given_back_at,
                 },
                 charged: 0,

@@ -1,0 +1,470 @@
+//! Hybrid mode (docs/multi-instance.md, "Hybrid mode"): three real sluice
+//! instances deciding in memory and syncing through a real `redis-server`
+//! (or a real three-primary Redis Cluster) the test starts: the overshoot
+//! bound, a new key across instances, a late instance, Redis killed,
+//! frozen and restarted, charges and refunds, and Redis calls that do not
+//! follow the request rate.
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use http::{Method, StatusCode};
+
+use crate::support::{post_json, send, Got, RedisCluster, RedisServer, Sluice, Upstream};
+
+/// `[store.redis]` of a hybrid fleet of three syncing every 50 ms.
+const HYBRID: &str = "mode = \"hybrid\"\nsync_interval = \"50ms\"\ninstances = 3\n";
+
+/// `n` hybrid instances on the Redis `redis` names (`url = ...` or
+/// `cluster = true` and `urls`), with `store` added to `[store.redis]`,
+/// each once its first sync has completed.
+async fn fleet(n: usize, redis: &str, store: &str, rules: &str) -> (Upstream, Vec<Sluice>) {
+    let upstream = Upstream::start().await;
+    let config = format!(
+        "[server]\nupstream = \"http://{{upstream}}\"\n\
+         [store]\nbackend = \"redis\"\n[store.redis]\n{redis}\n{HYBRID}{store}\n{rules}"
+    );
+    let mut started = Vec::new();
+    for _ in 0..n {
+        started.push(Sluice::start(&config, upstream.addr).await);
+    }
+    for sluice in &started {
+        until_synced(sluice).await;
+    }
+    (upstream, started)
+}
+
+/// Waits until `sluice` has completed a sync with Redis (and so read the
+/// key seed the instances share) and is not failing.
+async fn until_synced(sluice: &Sluice) {
+    eventually(
+        Duration::from_secs(15),
+        "never synced with Redis",
+        || async {
+            let metrics = sluice.exposition().await;
+            metrics.value("sluice_store_sync_calls_total", &[]) >= 2.0
+                && metrics.value("sluice_store_fallback_active", &[]) == 0.0
+                && metrics.value("sluice_store_sync_age_seconds", &[]) < 0.5
+        },
+    )
+    .await;
+}
+
+async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn call(sluice: &Sluice, caller: &str) -> Got {
+    send(Method::GET, &sluice.url("/api"), &[("x-caller", caller)]).await
+}
+
+fn remaining(got: &Got) -> i64 {
+    got.header("x-ratelimit-remaining")
+        .and_then(|value| value.parse().ok())
+        .expect("X-RateLimit-Remaining")
+}
+
+/// `per-caller` at `rate` (a token bucket whose burst is the whole rate).
+fn per_caller(rate: &str) -> String {
+    format!(
+        "[[rule]]\nname = \"per-caller\"\nmatch = {{ path_prefix = \"/api\" }}\n\
+         key = [\"header:x-caller\"]\nrate = \"{rate}\"\n"
+    )
+}
+
+/// `count` requests from `caller` sent to every instance at once: how
+/// many were admitted.
+async fn burst(sluices: &[Sluice], caller: &str, count: usize) -> usize {
+    let sent = sluices
+        .iter()
+        .flat_map(|sluice| (0..count).map(move |_| call(sluice, caller)));
+    join_all(sent)
+        .await
+        .iter()
+        .filter(|got| got.status == StatusCode::OK)
+        .count()
+}
+
+#[tokio::test]
+async fn a_burst_on_a_new_key_across_three_instances_admits_about_the_limit_not_three_times_it() {
+    let redis = RedisServer::start();
+    let url = format!("url = \"{}\"", redis.url());
+    let (_upstream, sluices) = fleet(3, &url, "", &per_caller("90/h")).await;
+    // 90 requests per instance at once on a key none has seen: alone, each
+    // would admit all 90. Each may spend its share, 30, before its first
+    // sync; after it, what the others spent.
+    let admitted = burst(&sluices, "newcomer", 90).await;
+    println!("a burst of 3 × 90 on a new key with a limit of 90: {admitted} admitted");
+    // The promise: at most the limit plus (instances − 1) shares.
+    assert!(admitted <= 90 + 2 * 30, "{admitted} admitted");
+    assert!(admitted >= 80, "only {admitted} of the 90 admitted");
+    // Once synced, every instance knows the key is spent.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for sluice in &sluices {
+        assert_eq!(
+            call(sluice, "newcomer").await.status,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+}
+
+#[tokio::test]
+async fn three_instances_hammering_one_key_overshoot_by_at_most_one_intervals_traffic() {
+    let redis = RedisServer::start();
+    let url = format!("url = \"{}\"", redis.url());
+    let (_upstream, sluices) = fleet(3, &url, "", &per_caller("600/h")).await;
+    // Known to every instance first (one request each, then a sync).
+    for sluice in &sluices {
+        assert_eq!(call(sluice, "hammer").await.status, StatusCode::OK);
+    }
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let started = Instant::now();
+    let hammering = sluices.iter().map(|sluice| async move {
+        let mut answers = Vec::new();
+        while started.elapsed() < Duration::from_millis(1500) {
+            let round = join_all((0..4).map(|_| call(sluice, "hammer"))).await;
+            answers.extend(round.into_iter().map(|got| got.status));
+        }
+        answers
+    });
+    let answers: Vec<StatusCode> = join_all(hammering).await.into_iter().flatten().collect();
+    let elapsed = started.elapsed().as_secs_f64();
+    let admitted = answers.iter().filter(|s| **s == StatusCode::OK).count() + 3;
+    let per_interval = answers.len() as f64 / elapsed * 0.05;
+    println!(
+        "3 instances, 600/h, 50 ms: {admitted} admitted of {} in {elapsed:.2} s \
+         ({per_interval:.0} requests per interval)",
+        answers.len() + 3
+    );
+    // Refill over the test is a unit at most (600/h: one per 6 s).
+    assert!(admitted >= 600, "under-admitted: {admitted}");
+    // The promise: one interval's traffic, plus the sync's round trip
+    // (another interval, on a loaded test machine).
+    let bound = 601.0 + 2.0 * per_interval;
+    assert!(
+        admitted as f64 <= bound,
+        "{admitted} admitted, bound {bound:.0}"
+    );
+    assert!(
+        answers.len() > 1200,
+        "too few requests to test: {}",
+        answers.len()
+    );
+}
+
+#[tokio::test]
+async fn a_late_instance_sees_the_others_spending_within_an_interval() {
+    let redis = RedisServer::start();
+    let url = format!("url = \"{}\"", redis.url());
+    let (upstream, mut sluices) = fleet(2, &url, "", &per_caller("90/h")).await;
+    for _ in 0..25 {
+        assert_eq!(call(&sluices[0], "early").await.status, StatusCode::OK);
+        assert_eq!(call(&sluices[1], "early").await.status, StatusCode::OK);
+    }
+    let config = format!(
+        "[server]\nupstream = \"http://{{upstream}}\"\n\
+         [store]\nbackend = \"redis\"\n[store.redis]\n{url}\n{HYBRID}\n{}",
+        per_caller("90/h")
+    );
+    let late = Sluice::start(&config, upstream.addr).await;
+    until_synced(&late).await;
+    // Its first request: decided at its share (30 of 90), not as if the
+    // key were unspent.
+    let first = call(&late, "early").await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert!(remaining(&first) <= 29, "{} left", remaining(&first));
+    // Within an interval or two it knows the 50 the others took.
+    let started = Instant::now();
+    eventually(
+        Duration::from_secs(1),
+        "the late instance never caught up",
+        || async {
+            let got = call(&late, "early").await;
+            // Each probe takes one unit too.
+            got.status == StatusCode::OK && remaining(&got) <= 90 - 50 - 2 && remaining(&got) >= 30
+        },
+    )
+    .await;
+    println!("the late instance caught up in {:?}", started.elapsed());
+    sluices.push(late);
+}
+
+/// What `instance` answers to `caller`'s requests while Redis is out: no
+/// request waits on Redis, and the key is held to the instance's share.
+async fn answered_alone(sluices: &[Sluice], caller: &str) {
+    let mut admitted = 0;
+    for round in 0..60 {
+        let started = Instant::now();
+        let got = call(&sluices[round % 3], caller).await;
+        assert!(
+            started.elapsed() < Duration::from_millis(300),
+            "a request waited {:?} on Redis",
+            started.elapsed()
+        );
+        assert!(!got.status.is_server_error(), "{}", got.status);
+        admitted += usize::from(got.status == StatusCode::OK);
+    }
+    // A share of 31 is 11: 33 in all, never 3 × 31.
+    assert!(admitted <= 33, "{admitted} admitted while Redis was out");
+    assert!(
+        admitted >= 30,
+        "only {admitted} admitted while Redis was out"
+    );
+}
+
+#[tokio::test]
+async fn a_frozen_redis_holds_no_request_and_the_fleet_converges_once_it_thaws() {
+    let redis = RedisServer::start();
+    // A long timeout: a strict store would hold each request a second.
+    let url = format!("url = \"{}\"\ntimeout = \"1s\"", redis.url());
+    let (_upstream, sluices) = fleet(3, &url, "", &per_caller("31/h")).await;
+    redis.freeze(true);
+    for sluice in &sluices {
+        eventually(
+            Duration::from_secs(5),
+            "the frozen Redis went unnoticed",
+            || async { sluice.metric("sluice_store_fallback_active").await == 1.0 },
+        )
+        .await;
+    }
+    answered_alone(&sluices, "frozen").await;
+    let age = sluices[0].metric("sluice_store_sync_age_seconds").await;
+    assert!(age >= 0.5, "the sync age did not grow: {age}");
+    redis.freeze(false);
+    let thawed = Instant::now();
+    for sluice in &sluices {
+        until_synced(sluice).await;
+    }
+    println!("synced again {:?} after the thaw", thawed.elapsed());
+    assert!(thawed.elapsed() < Duration::from_secs(3));
+    // The units taken while frozen reached Redis: every instance now
+    // refuses the caller (33 spent of 31).
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for sluice in &sluices {
+        let got = call(sluice, "frozen").await;
+        assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+    }
+}
+
+#[tokio::test]
+async fn a_killed_redis_is_answered_alone_and_a_restarted_one_is_synced_within_a_second() {
+    let mut redis = RedisServer::start();
+    let url = format!("url = \"{}\"", redis.url());
+    let (_upstream, sluices) = fleet(3, &url, "", &per_caller("31/h")).await;
+    redis.kill();
+    answered_alone(&sluices, "killed").await;
+    for sluice in &sluices {
+        assert_eq!(sluice.metric("sluice_store_fallback_active").await, 1.0);
+        assert!(sluice.metric("sluice_store_sync_errors_total").await >= 1.0);
+    }
+    // Back, empty: the counts were lost (with the key seed the instances
+    // share, so buckets are named anew), never the rules. Within a second
+    // every instance syncs again, and shares budgets again.
+    redis.restart();
+    let restarted = Instant::now();
+    for sluice in &sluices {
+        until_synced(sluice).await;
+    }
+    println!("synced again {:?} after the restart", restarted.elapsed());
+    assert!(restarted.elapsed() < Duration::from_secs(2));
+    let admitted = burst(&sluices, "after", 40).await;
+    assert!(
+        (31..=31 + 2 * 11).contains(&admitted),
+        "{admitted} admitted"
+    );
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for sluice in &sluices {
+        assert_eq!(
+            call(sluice, "after").await.status,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+}
+
+/// The calls Redis was sent (`EVALSHA`, `EVAL`, `PING`: `INFO
+/// commandstats` also counts the commands a script runs, which are
+/// reported apart), and those commands.
+fn calls(redis: &RedisServer) -> (u64, u64) {
+    let stats = redis.cli(&["INFO", "commandstats"]).expect("commandstats");
+    let (mut sent, mut all) = (0, 0);
+    for line in stats.lines() {
+        let Some((name, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let Some(count) = rest
+            .strip_prefix("calls=")
+            .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        all += count;
+        if matches!(name, "cmdstat_evalsha" | "cmdstat_eval" | "cmdstat_ping") {
+            sent += count;
+        }
+    }
+    (sent, all)
+}
+
+/// Requests to `sluice` for `period`, `clients` at a time each waiting
+/// `pause` between requests, over ten callers: how many were sent, and
+/// the calls Redis was sent meanwhile (and all the commands it ran).
+async fn load(
+    sluice: &Sluice,
+    redis: &RedisServer,
+    clients: usize,
+    pause: Duration,
+    period: Duration,
+) -> (usize, (u64, u64)) {
+    let before = calls(redis);
+    let started = Instant::now();
+    let sent = join_all((0..clients).map(|client| async move {
+        let mut sent = 0;
+        while started.elapsed() < period {
+            let caller = format!("caller-{}", (client + sent) % 10);
+            call(sluice, &caller).await;
+            sent += 1;
+            tokio::time::sleep(pause).await;
+        }
+        sent
+    }))
+    .await;
+    let after = calls(redis);
+    // `INFO` itself is a command: counted once in each reading.
+    (
+        sent.iter().sum(),
+        (after.0 - before.0, after.1 - before.1 - 1),
+    )
+}
+
+#[tokio::test]
+async fn redis_calls_follow_the_interval_not_the_request_rate() {
+    let redis = RedisServer::start();
+    let url = format!("url = \"{}\"", redis.url());
+    let (_upstream, sluices) = fleet(1, &url, "", &per_caller("100000/s")).await;
+    let period = Duration::from_secs(2);
+    let (slow, slow_commands) =
+        load(&sluices[0], &redis, 1, Duration::from_millis(20), period).await;
+    let (fast, fast_commands) = load(&sluices[0], &redis, 8, Duration::ZERO, period).await;
+    println!(
+        "{slow} requests: {slow_commands:?} Redis calls (commands); \
+         {fast} requests: {fast_commands:?}"
+    );
+    assert!(
+        fast >= 10 * slow,
+        "not ten times the rate: {slow} and {fast}"
+    );
+    // One call per interval (40 in 2 s), heartbeats aside, at either rate.
+    for (calls, _) in [slow_commands, fast_commands] {
+        assert!((30..=50).contains(&calls), "{calls} calls in 2 s");
+    }
+    // The script's work follows the buckets touched per interval (ten
+    // callers at most here), not the requests.
+    assert!(fast_commands.1 < 3 * slow_commands.1, "{fast_commands:?}");
+}
+
+#[tokio::test]
+async fn charges_and_refunds_on_one_instance_reach_the_others() {
+    let redis = RedisServer::start();
+    let url = format!("url = \"{}\"", redis.url());
+    let rules = r#"
+[[rule]]
+name = "compute"
+key = ["global"]
+rate = "1000/h"
+charge = "header:x-cost"
+refund_on = ["5xx"]
+"#;
+    let (_upstream, sluices) = fleet(2, &url, "", rules).await;
+    let probe = |sluice: &Sluice| {
+        let url = sluice.url("/");
+        async move { send(Method::GET, &url, &[]).await }
+    };
+    // The second instance's view once synced (a first request on a key
+    // it never saw is held to its share).
+    probe(&sluices[1]).await;
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let before = remaining(&probe(&sluices[1]).await);
+    // 1 + 250 units on the first instance, charged after its response...
+    let got = send(Method::GET, &sluices[0].url("/cost/250"), &[]).await;
+    assert_eq!(got.status, StatusCode::OK);
+    // ...seen by the second within an interval or two (its own probes
+    // take a unit each).
+    let mut probes = 0;
+    eventually(
+        Duration::from_secs(1),
+        "the charge never reached the second instance",
+        || {
+            probes += 1;
+            let taken = probes;
+            let probe = probe(&sluices[1]);
+            async move { remaining(&probe.await) <= before - 251 - taken + 1 }
+        },
+    )
+    .await;
+    let settled = remaining(&probe(&sluices[1]).await);
+    // A 5xx on the first instance gives its unit back everywhere, well
+    // after the sync that sent it as taken.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let failed = send(Method::GET, &sluices[0].url("/status/502"), &[]).await;
+    assert_eq!(failed.status, StatusCode::BAD_GATEWAY);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = remaining(&probe(&sluices[1]).await);
+    // The probe took one: the refused request's unit is back.
+    assert_eq!(
+        after,
+        settled - 1,
+        "the refund did not reach the second instance"
+    );
+    // A spend through one instance's admin API is a debt on every one.
+    let spent = post_json(
+        &format!("http://{}/admin/spend", sluices[0].admin),
+        r#"{"rule":"compute","key":"","amount":5000}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(spent.status, StatusCode::OK, "{}", spent.body);
+    eventually(
+        Duration::from_secs(1),
+        "the spend never reached the second instance",
+        || {
+            let probe = probe(&sluices[1]);
+            async move { probe.await.status == StatusCode::TOO_MANY_REQUESTS }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_redis_cluster_shares_hybrid_budgets_across_its_primaries() {
+    let cluster = RedisCluster::start();
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| format!("\"{url}\""))
+        .collect();
+    let redis = format!("cluster = true\nurls = [{}]", urls.join(", "));
+    let (_upstream, sluices) = fleet(3, &redis, "", &per_caller("60/h")).await;
+    // Ten callers, whose buckets spread over the primaries: a burst on each
+    // across the fleet admits about its limit.
+    for caller in 0..10 {
+        let caller = format!("caller-{caller}");
+        let admitted = burst(&sluices, &caller, 40).await;
+        assert!(admitted <= 60 + 2 * 20, "{caller}: {admitted} admitted");
+        assert!(admitted >= 55, "{caller}: only {admitted} admitted");
+    }
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    for caller in 0..10 {
+        for sluice in &sluices {
+            let got = call(sluice, &format!("caller-{caller}")).await;
+            assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS, "caller-{caller}");
+        }
+    }
+}
