@@ -5,6 +5,9 @@
 //! text, as `/admin/bans` and `/admin/spend` take it, hashed as the request
 //! path hashes it.
 //!
+//! A hybrid store answers with this instance's view, and says how old it
+//! is (`view.synced_ms_ago`); the other stores' answers are the store's.
+//!
 //! Each limit is peeked twice: at cost 0, which is the bucket as it is now
 //! (`remaining` before any request), and at the cost one request of the rule
 //! takes, which is what the next request would be told (its
@@ -78,6 +81,14 @@ async fn try_buckets(
         })
         .collect();
     let balance = Balance::of(&next);
+    // Hybrid mode: this instance's view, as of its last sync.
+    let view = store.sync_stats(now).map(|sync| {
+        json!({
+            "local": true,
+            "synced_ms_ago": sync.age.map(millis),
+            "redis_failing": sync.failing,
+        })
+    });
     // A rule in delay mode holds what a peek refuses, when the wait fits.
     let holds: SmallVec<[Option<Held>; 2]> = target
         .limits
@@ -109,6 +120,7 @@ async fn try_buckets(
             "limits_from": limits_from(rule, target.limits, &policy.labels),
             "banned": ban.map(ban_json),
             "buckets": buckets,
+            "view": view,
             "next_request": match ban {
                 Some(left) => json!({"allowed": false, "banned": true, "retry_after_ms": millis(left)}),
                 None if passes_after.is_some() => json!({

@@ -833,8 +833,7 @@ name = "in-flight"
 algorithm = "concurrency"
 max_in_flight = 10
 "#;
-        // Every key is read, and this release implements all of them but
-        // hybrid mode (not written here).
+        // Every key is read, and this release implements all of them.
         valid(text);
     }
 
@@ -850,6 +849,7 @@ max_in_flight = 10
         assert_eq!(redis.timeout, Duration::from_millis(20));
         assert_eq!(redis.on_error, crate::config::OnError::Local);
         assert_eq!(redis.instances, 0);
+        assert_eq!(redis.mode, crate::config::RedisMode::Strict);
         let config = valid(
             "[server]\nupstream = \"http://127.0.0.1:3000\"\n[store]\nbackend = \"redis\"\n\
              [store.redis]\nurl = \"redis://cache:6380/2\"\ntimeout = \"50ms\"\non_error = \"deny\"\ninstances = 4\n",
@@ -873,6 +873,20 @@ max_in_flight = 10
             redis.urls,
             ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]
         );
+        for (written, interval) in [("", 50), ("sync_interval = \"10ms\"\n", 10)] {
+            let config = valid(&format!(
+                "[server]\nupstream = \"http://127.0.0.1:3000\"\n[store]\nbackend = \"redis\"\n\
+                 [store.redis]\nmode = \"hybrid\"\n{written}"
+            ));
+            let StoreBackend::Redis(redis) = config.store.backend else {
+                panic!("{:?}", config.store.backend);
+            };
+            let sync_interval = Duration::from_millis(interval);
+            assert_eq!(
+                redis.mode,
+                crate::config::RedisMode::Hybrid { sync_interval }
+            );
+        }
     }
 
     #[test]
@@ -885,7 +899,8 @@ backend = "redis"
 [store.redis]
 url = "http://127.0.0.1:6379"
 urls = ["redis://a:7000"]
-mode = "hybrid"
+mode = "eventual"
+sync_interval = "1ms"
 timeout = "0s"
 on_error = "maybe"
 "#,
@@ -895,9 +910,10 @@ on_error = "maybe"
             vec![
                 "test.toml:6:7: store.redis.url: \"http://127.0.0.1:6379\" is not a Redis URL; use redis://host:port[/db] (TLS is not supported)",
                 "test.toml:7:8: store.redis.urls: urls names the nodes of a Redis Cluster: set cluster = true, or use url",
-                "test.toml:8:8: store.redis.mode: mode = \"hybrid\" is not supported by this version of sluice yet; use \"strict\"",
-                "test.toml:9:11: store.redis.timeout: must be longer than zero (default \"20ms\")",
-                "test.toml:10:12: store.redis.on_error: \"maybe\" is not allowed; use one of \"local\", \"allow\", \"deny\"",
+                "test.toml:8:8: store.redis.mode: \"eventual\" is not allowed; use \"strict\" or \"hybrid\"",
+                "test.toml:9:17: store.redis.sync_interval: sync_interval must be between 5ms and 10s: the overshoot a fleet allows is one interval's traffic",
+                "test.toml:10:11: store.redis.timeout: must be longer than zero (default \"20ms\")",
+                "test.toml:11:12: store.redis.on_error: \"maybe\" is not allowed; use one of \"local\", \"allow\", \"deny\"",
             ],
             "{lines:#?}"
         );

@@ -813,13 +813,42 @@ instances = 3
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stdout.contains(
-            "store redis redis://sluice:***@cache:6380/1  timeout 50ms  on_error deny  instances 3"
+            "store redis redis://sluice:***@cache:6380/1  mode strict  timeout 50ms  on_error deny  \
+             instances 3"
         ),
         "{stdout}"
     );
     assert!(
         !stdout.contains("hunter2"),
         "the password in clear: {stdout}"
+    );
+    // Hybrid mode: the interval, and what it does with each rule.
+    let (code, stdout, stderr, _) = check(
+        r#"[server]
+upstream = "http://127.0.0.1:3000"
+[store]
+backend = "redis"
+[store.redis]
+mode = "hybrid"
+sync_interval = "20ms"
+[[rule]]
+name = "per-ip"
+rate = "100/s"
+[[rule]]
+name = "exact"
+algorithm = "sliding_log"
+rate = "10/m"
+"#,
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("mode hybrid (sync every 20ms)"), "{stdout}");
+    assert!(
+        stdout.contains("rule per-ip: hybrid: decided in memory, synced every 20ms"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("rule exact: hybrid: decided by each instance at its share"),
+        "{stdout}"
     );
     // Nor in a config error about the URL.
     let (code, _, stderr, _) = check(
