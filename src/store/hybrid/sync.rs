@@ -5,8 +5,8 @@
 //! Each round drains the deltas noted since the last one, adds them to
 //! those a failed round left (the outbox), and sends them: the units given
 //! back first (one settle call), then every bucket's units taken (one spend
-//! call per [`CHUNK`] buckets, or per bucket on a Redis Cluster, whose
-//! calls keep to one caller's slot), each answered with the shared
+//! call per [`CHUNK`] buckets, or per bucket, all at once, on a Redis
+//! Cluster, whose calls keep to one caller's slot), each answered with the shared
 //! bucket's state, which the instance then adopts ([`super::replica`]). An
 //! idle round sends a `PING`. A round that fails keeps its deltas for the
 //! next one; while Redis fails the outbox holds at most `max_keys` of them
@@ -16,11 +16,13 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Weak;
 
+use futures_util::future::join_all;
 use tokio::time::MissedTickBehavior;
 
 use super::deltas::Delta;
 use super::{now_on, replica, HybridStore};
 use crate::clock::{Nanos, ProxyClock};
+use crate::limiter::BucketState;
 use crate::store::admission::{Ask, Asks, Decisions, Receipt, Settle, StoreError, Taken};
 
 /// Buckets sent in one spend call: a script call holds Redis for its whole
@@ -122,7 +124,7 @@ impl HybridStore {
         let answered = if batch.is_empty() {
             self.ping().await
         } else {
-            self.exchange(&batch, clock).await
+            self.exchange(batch, clock).await
         };
         let status = &self.status;
         status.rounds.fetch_add(1, Ordering::Relaxed);
@@ -139,9 +141,9 @@ impl HybridStore {
                     tracing::warn!("Redis answers the sync again: limits are shared again");
                 }
             }
-            Err(error) => {
+            Err((error, unsent)) => {
                 status.errors.fetch_add(1, Ordering::Relaxed);
-                let dropped = outbox.put_back(batch, self.deltas.capacity());
+                let dropped = outbox.put_back(unsent, self.deltas.capacity());
                 self.deltas.drop_unsent(dropped);
                 if !status.failing.swap(true, Ordering::Relaxed) {
                     self.count_instances();
@@ -157,45 +159,122 @@ impl HybridStore {
     }
 
     /// An idle round: Redis is asked whether it answers. One call.
-    async fn ping(&self) -> Result<u64, StoreError> {
-        self.shared.link().run::<String>(redis::cmd("PING")).await?;
+    async fn ping(&self) -> Result<u64, (StoreError, Vec<Delta>)> {
+        let link = self.shared.link();
+        link.run::<String>(redis::cmd("PING"))
+            .await
+            .map_err(|error| (error, Vec::new()))?;
         Ok(1)
     }
 
-    /// Sends `batch` and adopts the shared state of every bucket in it.
-    /// The calls made.
-    async fn exchange(&self, batch: &[Delta], clock: &ProxyClock) -> Result<u64, StoreError> {
+    /// Sends `batch` and adopts the shared state of every bucket in it: the
+    /// calls made, or the error and the deltas not sent. (A call that timed
+    /// out may still have been run by Redis: its deltas are sent again,
+    /// and counted twice, which errs towards refusing.)
+    async fn exchange(
+        &self,
+        batch: Vec<Delta>,
+        clock: &ProxyClock,
+    ) -> Result<u64, (StoreError, Vec<Delta>)> {
         let mut calls = 0;
-        let chunk = if self.shared.link().is_cluster() {
-            1
-        } else {
-            CHUNK
-        };
-        for part in batch.chunks(chunk) {
+        let mut rest = batch.as_slice();
+        while !rest.is_empty() {
+            let (part, after) = rest.split_at(rest.len().min(CHUNK));
             calls += self.give_back(part, now_on(clock)).await;
-            let mut asks = Asks::default();
-            for delta in part {
-                let ask = Ask {
-                    table: &delta.table,
-                    key: delta.key,
-                    limiter: &delta.limiter,
-                    cost: delta.taken,
-                    hold: None,
-                };
-                asks.push_rule(delta.key, false, None, [ask]);
+            let answered = if self.shared.link().is_cluster() {
+                self.spend_one_by_one(part, clock).await
+            } else {
+                self.spend_together(part, clock).await
+            };
+            match answered {
+                Ok(made) => calls += made,
+                Err((error, failed)) => {
+                    let mut unsent = failed;
+                    unsent.extend_from_slice(after);
+                    return Err((error, unsent));
+                }
             }
-            let mut views = Decisions::new();
-            self.shared.spend(&asks, now_on(clock), &mut views).await?;
-            calls += 1;
-            let now = now_on(clock);
-            for (delta, view) in part.iter().zip(&views) {
-                let spent = replica::spent(&delta.limiter, view.state(), now);
-                let unsent = self.deltas.unsent(&delta.table, delta.key);
-                self.local()
-                    .adopt(&delta.table, &delta.limiter, delta.key, spent + unsent, now);
-            }
+            rest = after;
         }
         Ok(calls)
+    }
+
+    /// One spend call for every bucket of `part` (one Redis). One call, or
+    /// the error and all of `part`.
+    async fn spend_together(
+        &self,
+        part: &[Delta],
+        clock: &ProxyClock,
+    ) -> Result<u64, (StoreError, Vec<Delta>)> {
+        let mut asks = Asks::default();
+        for delta in part {
+            asks.push_rule(delta.key, false, None, [ask_of(delta)]);
+        }
+        let mut views = Decisions::new();
+        if let Err(error) = self.shared.spend(&asks, now_on(clock), &mut views).await {
+            return Err((error, part.to_vec()));
+        }
+        let now = now_on(clock);
+        for (delta, view) in part.iter().zip(&views) {
+            self.adopt(delta, view.state(), now);
+        }
+        Ok(1)
+    }
+
+    /// One spend call per bucket of `part`, all at once (a Redis Cluster,
+    /// where a call keeps to one caller's slot). The calls made, or the
+    /// first error and the buckets whose call failed.
+    async fn spend_one_by_one(
+        &self,
+        part: &[Delta],
+        clock: &ProxyClock,
+    ) -> Result<u64, (StoreError, Vec<Delta>)> {
+        let asks: Vec<Asks<'_>> = part
+            .iter()
+            .map(|delta| {
+                let mut asks = Asks::default();
+                asks.push_rule(delta.key, false, None, [ask_of(delta)]);
+                asks
+            })
+            .collect();
+        let at = now_on(clock);
+        let answers = join_all(asks.iter().map(|asks| async move {
+            let mut views = Decisions::new();
+            self.shared
+                .spend(asks, at, &mut views)
+                .await
+                .map(|()| views)
+        }))
+        .await;
+        let now = now_on(clock);
+        let mut failed = Vec::new();
+        let mut first_error = None;
+        for (delta, answer) in part.iter().zip(answers) {
+            match answer {
+                Ok(views) => {
+                    if let Some(view) = views.first() {
+                        self.adopt(delta, view.state(), now);
+                    }
+                }
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                    failed.push(delta.clone());
+                }
+            }
+        }
+        match first_error {
+            None => Ok(part.len() as u64),
+            Some(error) => Err((error, failed)),
+        }
+    }
+
+    /// Makes the shared `view` of `delta`'s bucket this instance's own, with
+    /// what it took since the sync was sent.
+    fn adopt(&self, delta: &Delta, view: BucketState, now: Nanos) {
+        let spent = replica::spent(&delta.limiter, view, now);
+        let unsent = self.deltas.unsent(&delta.table, delta.key);
+        self.local()
+            .adopt(&delta.table, &delta.limiter, delta.key, spent + unsent, now);
     }
 
     /// Gives back in Redis the units of `part` that an earlier sync sent as
@@ -234,6 +313,17 @@ impl HybridStore {
         let calls = sent.len() as u64;
         sent.answered().await;
         calls
+    }
+}
+
+/// The spend asked for `delta`: its units taken, all at once.
+fn ask_of(delta: &Delta) -> Ask<'_> {
+    Ask {
+        table: &delta.table,
+        key: delta.key,
+        limiter: &delta.limiter,
+        cost: delta.taken,
+        hold: None,
     }
 }
 
