@@ -402,3 +402,71 @@ impl Outbox {
         merged.into_values().collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::hybrid::deltas::Deltas;
+    use crate::store::memory::MemoryStore;
+    use crate::store::suite::token_bucket;
+    use crate::store::BucketTable;
+
+    fn table() -> BucketTable {
+        MemoryStore::new(10).table(&token_bucket(10, 1))
+    }
+
+    /// One round's deltas: `taken` units from each of `keys` in `table`.
+    fn deltas(table: &BucketTable, keys: std::ops::Range<u64>, taken: u64) -> Vec<Delta> {
+        let noted = Deltas::new(100);
+        for key in keys {
+            noted.spent(table, &token_bucket(10, 1), key, taken, 0);
+        }
+        noted.drain()
+    }
+
+    /// While Redis fails, the deltas wait up to the bound, the oldest
+    /// dropped first and counted; a failed round's go back before newer
+    /// ones, so they are the first to go.
+    #[test]
+    fn the_outbox_keeps_the_newest_deltas_up_to_its_bound() {
+        let table = table();
+        let deltas = |keys, taken| deltas(&table, keys, taken);
+        let mut outbox = Outbox::default();
+        assert_eq!(outbox.push(deltas(0..4, 1), 6), 0);
+        assert_eq!(
+            outbox.push(deltas(10..14, 1), 6),
+            2,
+            "two of the oldest dropped"
+        );
+        let kept: Vec<u64> = outbox.take_merged().iter().map(|d| d.key).collect();
+        let older = |kept: &[u64], keys: std::ops::Range<u64>| {
+            kept.iter().filter(|key| keys.contains(key)).count()
+        };
+        assert_eq!((older(&kept, 0..4), older(&kept, 10..14)), (2, 4));
+        assert_eq!(outbox.put_back(deltas(0..3, 1), 4), 0);
+        assert_eq!(
+            outbox.push(deltas(20..23, 1), 4),
+            2,
+            "the failed round's went first"
+        );
+        let kept: Vec<u64> = outbox.take_merged().iter().map(|d| d.key).collect();
+        assert_eq!((older(&kept, 0..3), older(&kept, 20..23)), (1, 3));
+    }
+
+    /// Rounds that failed add up per bucket when Redis is back.
+    #[test]
+    fn failed_rounds_are_sent_as_one_delta_per_bucket() {
+        let table = table();
+        let deltas = |keys, taken| deltas(&table, keys, taken);
+        let mut outbox = Outbox::default();
+        outbox.push(deltas(0..2, 3), 100);
+        outbox.push(deltas(1..3, 4), 100);
+        let mut merged: Vec<(u64, u64)> = outbox
+            .take_merged()
+            .iter()
+            .map(|d| (d.key, d.taken))
+            .collect();
+        merged.sort_unstable();
+        assert_eq!(merged, [(0, 3), (1, 7), (2, 4)]);
+    }
+}
