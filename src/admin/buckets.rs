@@ -28,7 +28,7 @@ use crate::key::KeyLabels;
 use crate::limiter::{Decision, Limiter};
 use crate::policy::{Limit, Rule};
 use crate::proxy::Proxy;
-use crate::store::{BucketKey, StoreError};
+use crate::store::{BucketKey, Store, StoreError};
 
 /// Answers one buckets call; see the module docs.
 pub(super) async fn buckets(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> {
@@ -81,14 +81,6 @@ async fn try_buckets(
         })
         .collect();
     let balance = Balance::of(&next);
-    // Hybrid mode: this instance's view, as of its last sync.
-    let view = store.sync_stats(now).map(|sync| {
-        json!({
-            "local": true,
-            "synced_ms_ago": sync.age.map(millis),
-            "redis_failing": sync.failing,
-        })
-    });
     // A rule in delay mode holds what a peek refuses, when the wait fits.
     let holds: SmallVec<[Option<Held>; 2]> = target
         .limits
@@ -120,7 +112,7 @@ async fn try_buckets(
             "limits_from": limits_from(rule, target.limits, &policy.labels),
             "banned": ban.map(ban_json),
             "buckets": buckets,
-            "view": view,
+            "view": view_json(store, now),
             "next_request": match ban {
                 Some(left) => json!({"allowed": false, "banned": true, "retry_after_ms": millis(left)}),
                 None if passes_after.is_some() => json!({
@@ -141,6 +133,19 @@ async fn try_buckets(
             },
         }),
     ))
+}
+
+/// Hybrid mode: the buckets shown are this instance's view, as of its
+/// last sync (`null` for the other stores, whose answers are the store's).
+pub(super) fn view_json(store: &Store, now: Nanos) -> Value {
+    match store.sync_stats(now) {
+        Some(sync) => json!({
+            "local": true,
+            "synced_ms_ago": sync.age.map(millis),
+            "redis_failing": sync.failing,
+        }),
+        None => Value::Null,
+    }
 }
 
 /// Units one request of `rule` asks of each limit (a concurrency rule: one

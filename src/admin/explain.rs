@@ -207,6 +207,7 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
     };
     answer["rules"] = json!(rules);
     answer["decision"] = decision;
+    answer["view"] = super::buckets::view_json(proxy.store(), now);
     Ok(answer)
 }
 

@@ -194,6 +194,12 @@ async fn a_late_instance_sees_the_others_spending_within_an_interval() {
     )
     .await;
     println!("the late instance caught up in {:?}", started.elapsed());
+    // Its admin views say they show its own view, and how old it is.
+    let url = format!("http://{}/admin/buckets?rule=per-caller&key=early", late.admin);
+    let view = crate::support::get(&url, &[]).await.json()["view"].clone();
+    assert_eq!(view["local"], true, "{view}");
+    assert!(view["synced_ms_ago"].as_u64().is_some_and(|ms| ms < 500), "{view}");
+    assert_eq!(view["redis_failing"], false, "{view}");
     sluices.push(late);
 }
 
