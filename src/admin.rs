@@ -141,13 +141,13 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
             &crate::policy::describe(&proxy.policy(), proxy.now()),
         ),
         (&Method::POST, "/admin/reload") => reload(admin).await,
-        (&Method::GET | &Method::HEAD, "/admin/bans") => bans::list(proxy),
+        (&Method::GET | &Method::HEAD, "/admin/bans") => bans::list(proxy).await,
         (&Method::GET | &Method::HEAD, "/admin/top") => top::top(proxy, request.uri().query()),
         (&Method::POST, "/admin/bans") => match read_json(request).await {
-            Ok(body) => bans::add(proxy, &body),
+            Ok(body) => bans::add(proxy, &body).await,
             Err(refusal) => refusal,
         },
-        (&Method::DELETE, "/admin/bans") => bans::lift(proxy, request.uri().query()),
+        (&Method::DELETE, "/admin/bans") => bans::lift(proxy, request.uri().query()).await,
         (&Method::GET | &Method::HEAD, "/admin/buckets") => {
             buckets::buckets(proxy, request.uri().query()).await
         }

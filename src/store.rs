@@ -286,6 +286,51 @@ impl Store {
         }
     }
 
+    /// The fleet's bans, for a store shared with other instances.
+    pub fn board(&self) -> Option<&redis::BanBoard> {
+        match self {
+            Store::Redis(store) => Some(store.board()),
+            Store::Hybrid(store) => Some(store.shared().board()),
+            _ => None,
+        }
+    }
+
+    /// Registers `bans`, the ban table of the rule named `rule` (with its
+    /// `ban`), as the policy compiles it: a shared store keeps it equal to
+    /// the fleet's bans, and in hybrid mode adds up its strikes in Redis.
+    pub fn watch_bans(&self, rule: &str, bans: &Arc<bans::BanTable>, ban: Option<bans::BanPolicy>) {
+        let mirror = match self {
+            Store::Redis(store) => store.mirror(),
+            Store::Hybrid(store) => {
+                if ban.is_some() {
+                    bans.share_strikes();
+                }
+                store.shared().mirror()
+            }
+            _ => return,
+        };
+        mirror.watch(rule, bans, ban);
+    }
+
+    /// A refusal's strike started a ban on `key` by the rule named `rule`,
+    /// lasting `lasts`; `shown` is the key as labels show it without
+    /// `reveal_keys`. A shared store posts it for every instance (from a
+    /// task: the refusal does not wait).
+    pub fn ban_started(&self, rule: &str, key: BucketKey, lasts: Nanos, shown: &str) {
+        if let Some(board) = self.board() {
+            board.post_detached(rule, key, redis::Posted::Earned(lasts), Some(shown));
+        }
+    }
+
+    /// A ban on `key` by the rule named `rule`, which this instance learned
+    /// from Redis without the key's text, was met by a request: `shown`
+    /// names it on the fleet's board (from a task).
+    pub fn ban_named(&self, rule: &str, key: BucketKey, shown: &str) {
+        if let Some(board) = self.board() {
+            board.post_detached(rule, key, redis::Posted::Named, Some(shown));
+        }
+    }
+
     /// The connection to Redis of a shared store.
     pub fn link(&self) -> Option<&redis::Link> {
         match self {

@@ -1,45 +1,100 @@
 //! `/admin/bans`: list the bans in force, ban a key by hand, lift a ban.
-//! Bans are kept by each rule's [`crate::store::bans::BanTable`]; a key is
-//! written as text and hashed as the request path hashes it. Keys are shown
-//! as the policy's [`crate::key::KeyLabels`] show them, and a ban is lifted
-//! by its key in clear or as it is shown.
+//! Bans are kept by each rule's [`crate::store::bans::BanTable`] and, with
+//! a shared store, on the fleet's board in Redis
+//! ([`crate::store::redis::BanBoard`]), so that a ban set or lifted through
+//! one instance holds or ends on all. A key is written as text and hashed
+//! as the request path hashes it. Keys are shown as the policy's
+//! [`crate::key::KeyLabels`] show them, and a ban is lifted by its key in
+//! clear or as it is shown.
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::Full;
 use serde_json::{json, Value};
 
+use std::collections::HashSet;
+
 use super::{json_response, problem};
+use crate::clock::Nanos;
 use crate::key::KeyText;
 use crate::proxy::Proxy;
-use crate::store::{BucketKey, Store};
+use crate::store::redis::Posted;
+use crate::store::{BucketKey, StoreError};
 
-/// `GET /admin/bans`: every ban in force, all rules.
-pub(super) fn list(proxy: &Proxy) -> Response<Full<Bytes>> {
+/// `GET /admin/bans`: every ban in force, all rules. With a shared store,
+/// the fleet's (the board in Redis) and this instance's own that are not
+/// on the board yet (or could not be posted); `"shared": false` when Redis
+/// could not be read, and this instance's copy is listed.
+pub(super) async fn list(proxy: &Proxy) -> Response<Full<Bytes>> {
     let now = proxy.now();
     let policy = proxy.policy();
-    let bans: Vec<Value> = policy
-        .rules
-        .iter()
-        .flat_map(|rule| {
-            let labels = &policy.labels;
-            rule.bans.active(now).into_iter().map(move |ban| {
-                let key = ban.key_text.map(|text| labels.show(&rule.key, &text));
-                json!({
-                    "rule": &*rule.name,
-                    "key": key,
-                    "until": ban.until / 1_000_000_000,
-                    "remaining_secs": (ban.until - now).div_ceil(1_000_000_000),
-                    "manual": ban.manual,
-                })
-            })
-        })
-        .collect();
-    json_response(StatusCode::OK, &json!({ "bans": bans }))
+    let labels = &policy.labels;
+    let mut bans = Vec::new();
+    let mut on_board = HashSet::new();
+    let board = match proxy.store().board() {
+        Some(board) => Some(board.list().await),
+        None => None,
+    };
+    if let Some(Ok(listed)) = &board {
+        for ban in listed {
+            let Some(rule) = policy.rule(&ban.rule) else {
+                // A rule this config no longer has.
+                continue;
+            };
+            let key = match rule.bans.key_text(ban.key) {
+                Some(text) => Some(labels.show(&rule.key, &text)),
+                None => ban.shown.clone(),
+            };
+            bans.push(ban_json(
+                &rule.name,
+                key,
+                now,
+                now.saturating_add(ban.left),
+                ban.manual,
+            ));
+            on_board.insert((&*rule.name, ban.key));
+        }
+    }
+    for rule in &policy.rules {
+        for ban in rule.bans.active(now) {
+            // A shared ban the board read does not list was lifted
+            // elsewhere (this copy learns it with its next refresh).
+            let lifted = ban.shared && matches!(board, Some(Ok(_)));
+            if lifted || on_board.contains(&(&*rule.name, ban.key)) {
+                continue;
+            }
+            let key = ban.key_text.map(|text| labels.show(&rule.key, &text));
+            bans.push(ban_json(&rule.name, key, now, ban.until, ban.manual));
+        }
+    }
+    let mut answer = json!({ "bans": bans });
+    if let Some(board) = board {
+        if let Err(error) = &board {
+            tracing::warn!(%error, "the fleet's bans could not be read; listing this instance's");
+        }
+        answer["shared"] = json!(board.is_ok());
+    }
+    json_response(StatusCode::OK, &answer)
+}
+
+/// One ban as the listing shows it.
+fn ban_json(rule: &str, key: Option<String>, now: Nanos, until: Nanos, manual: bool) -> Value {
+    json!({
+        "rule": rule,
+        "key": key,
+        "until": until / 1_000_000_000,
+        "remaining_secs": until.saturating_sub(now).div_ceil(1_000_000_000),
+        "manual": manual,
+    })
 }
 
 /// `POST /admin/bans` with `{"rule", "key", "for"}`.
-pub(super) fn add(proxy: &Proxy, body: &Value) -> Response<Full<Bytes>> {
+///
+/// With a shared store the ban is posted to Redis before the answer, so
+/// every instance refuses the key (strict: from its next decision; hybrid:
+/// within one sync interval); `"shared": false` says Redis could not be
+/// told, and the ban holds on this instance only.
+pub(super) async fn add(proxy: &Proxy, body: &Value) -> Response<Full<Bytes>> {
     let field = |name: &str| body.get(name).and_then(Value::as_str);
     let (Some(rule_name), Some(key), Some(duration)) = (field("rule"), field("key"), field("for"))
     else {
@@ -75,29 +130,42 @@ pub(super) fn add(proxy: &Proxy, body: &Value) -> Response<Full<Bytes>> {
     let nanos = duration.as_nanos().min(u128::from(u64::MAX)) as u64;
     let text = KeyText::typed(key, rule.key.len());
     let shown = policy.labels.show(&rule.key, &text);
+    let redacted = policy.labels.redacted(&rule.key, &text);
     rule.bans.ban(bucket, text, now, nanos);
-    // Shared where requests look for it: in Redis for a rule with `ban`.
-    if let (Store::Redis(store), Some(limit), Some(_)) =
-        (proxy.store(), rule.limits.first(), rule.ban.as_ref())
-    {
-        store.ban(&limit.table, bucket, nanos);
-    }
+    let shared = match proxy.store().board() {
+        Some(board) => {
+            let posted = Posted::ByHand(nanos);
+            let told = board
+                .post(&rule.name, bucket, posted, Some(&redacted))
+                .await;
+            match &told {
+                Ok(()) => rule.bans.posted(bucket),
+                Err(error) => tracing::warn!(rule = %rule.name, key = %shown, %error,
+                    "the ban holds on this instance only: Redis could not be told"),
+            }
+            Some(told.is_ok())
+        }
+        None => None,
+    };
     rule.counters.bans_started.inc();
     tracing::info!(rule = %rule.name, key = %shown, ?duration, "key banned by hand");
-    json_response(
-        StatusCode::CREATED,
-        &json!({
-            "rule": &*rule.name,
-            "key": shown,
-            "until": now.saturating_add(nanos) / 1_000_000_000,
-            "remaining_secs": nanos.div_ceil(1_000_000_000),
-            "manual": true,
-        }),
-    )
+    let mut answer = ban_json(
+        &rule.name,
+        Some(shown),
+        now,
+        now.saturating_add(nanos),
+        true,
+    );
+    if let Some(shared) = shared {
+        answer["shared"] = json!(shared);
+    }
+    json_response(StatusCode::CREATED, &answer)
 }
 
 /// `DELETE /admin/bans?rule=R&key=K`, K in clear or as the listing shows it.
-pub(super) fn lift(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> {
+/// With a shared store the ban is lifted in Redis too, so it ends on every
+/// instance.
+pub(super) async fn lift(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> {
     let param = |name| crate::key::query_value(query, name).map(crate::key::decode_query);
     let (Some(rule_name), Some(key)) = (param("rule"), param("key")) else {
         return problem(
@@ -113,21 +181,34 @@ pub(super) fn lift(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> 
         );
     };
     let now = proxy.now();
-    // The bans listed under the key as given, in clear or as its label;
-    // a ban whose key was never written (mirrored from another instance)
-    // is found by hashing the key below.
-    let labelled: Vec<(BucketKey, KeyText)> = rule
+    let board = proxy.store().board();
+    // The bans listed under the key as given, in clear or as its label:
+    // this instance's, then the fleet's (whose keys it may never have
+    // seen); else the key is hashed below.
+    let mut named: Vec<(BucketKey, String)> = rule
         .bans
         .active(now)
         .into_iter()
         .filter_map(|ban| Some((ban.key, ban.key_text?)))
         .filter(|(_, text)| policy.labels.names(&rule.key, text, &key))
+        .map(|(bucket, text)| (bucket, policy.labels.show(&rule.key, &text)))
         .collect();
-    let (buckets, shown) = match labelled.first() {
-        Some((_, text)) => {
-            let shown = policy.labels.show(&rule.key, text);
-            (labelled.iter().map(|(bucket, _)| *bucket).collect(), shown)
+    if let Some(board) = board {
+        match board.list().await {
+            Ok(listed) => named.extend(
+                listed
+                    .into_iter()
+                    .filter(|ban| *ban.rule == *rule.name && ban.shown.as_deref() == Some(&key))
+                    .map(|ban| (ban.key, key.clone())),
+            ),
+            Err(error) => return store_failed(&error),
         }
+    }
+    let (buckets, shown): (Vec<BucketKey>, String) = match named.first() {
+        Some((_, shown)) => (
+            named.iter().map(|(bucket, _)| *bucket).collect(),
+            shown.clone(),
+        ),
         None => match policy.keys.key_of_text(&rule.key, &key) {
             Ok(bucket) => (vec![bucket], policy.labels.show_typed(&rule.key, &key)),
             Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
@@ -135,10 +216,18 @@ pub(super) fn lift(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> 
     };
     let mut lifted = false;
     for bucket in buckets {
-        if let (Store::Redis(store), Some(limit)) = (proxy.store(), rule.limits.first()) {
-            store.lift(&limit.table, bucket);
+        if let Some(board) = board {
+            match board.lift(&rule.name, bucket).await {
+                Ok(was) => lifted |= was,
+                Err(error) => return store_failed(&error),
+            }
         }
-        lifted |= rule.bans.lift(bucket, now);
+        // With a shared store, the board says whether a ban it listed was
+        // in force; this instance's copy, only of a ban never posted.
+        lifted |= match rule.bans.lift(bucket, now) {
+            Some(shared) => !shared || board.is_none(),
+            None => false,
+        };
     }
     if lifted {
         tracing::info!(rule = %rule.name, key = %shown, "ban lifted by hand");
@@ -152,4 +241,15 @@ pub(super) fn lift(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> 
             &format!("rule \"{rule_name}\" has no ban in force on \"{shown}\""),
         )
     }
+}
+
+/// Redis could not be asked: 503, nothing lifted (a ban lifted here alone
+/// would hold again with the next copy of the fleet's).
+fn store_failed(error: &StoreError) -> Response<Full<Bytes>> {
+    tracing::warn!(%error, "a ban could not be lifted: Redis did not answer");
+    problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Redis did not answer, so the ban could not be lifted on every instance; nothing was \
+         lifted, try again",
+    )
 }

@@ -210,7 +210,17 @@ impl KeyLabels {
     /// The key as it may be shown: its parts joined by `|`, each credential
     /// part as its label.
     pub fn show(&self, sources: &[KeySource], key: &KeyText) -> String {
-        if self.reveal || !sources.iter().any(is_credential) {
+        if self.reveal {
+            return key.clear().to_owned();
+        }
+        self.redacted(sources, key)
+    }
+
+    /// The key with each credential part as its label, whatever
+    /// `reveal_keys` says: what leaves this instance (the ban board in a
+    /// shared Redis, which other instances and whoever reads Redis see).
+    pub fn redacted(&self, sources: &[KeySource], key: &KeyText) -> String {
+        if !sources.iter().any(is_credential) {
             return key.clear().to_owned();
         }
         let mut shown = String::with_capacity(key.clear().len() + 24);

@@ -74,6 +74,12 @@ pub(super) fn compile_rule(
             .find(|old| *old.name == *rule.name && old.key == rule.key)
     });
     let bans = kept.map_or_else(Arc::default, |old| Arc::clone(&old.bans));
+    let ban = rule.ban.map(|ban| BanPolicy {
+        after: ban.after,
+        within: saturating_nanos(ban.within),
+        duration: saturating_nanos(ban.duration),
+    });
+    store.watch_bans(&rule.name, &bans, ban);
     let hitters = kept.map_or_else(Arc::default, |old| Arc::clone(&old.hitters));
     let sunset = rule
         .sunset
@@ -87,11 +93,7 @@ pub(super) fn compile_rule(
         tier_by,
         tier_index,
         override_index,
-        ban: rule.ban.map(|ban| BanPolicy {
-            after: ban.after,
-            within: saturating_nanos(ban.within),
-            duration: saturating_nanos(ban.duration),
-        }),
+        ban,
         bans,
         hitters,
         log_gate: LogGate::default(),

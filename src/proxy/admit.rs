@@ -107,7 +107,17 @@ pub async fn admit_request<'p>(
             return true;
         }
         Outcome::Banned { rule, left } => {
-            let Applicable { rule, limits, .. } = enforced[rule];
+            let Applicable {
+                rule, limits, key, ..
+            } = enforced[rule];
+            let store = admitter.store;
+            if store.is_shared() && rule.bans.unnamed(key) {
+                // Learned from Redis, where another instance's strikes
+                // started it: named for the fleet's listing, once here.
+                let text = policy.keys.key_text(&rule.key, facts);
+                store.ban_named(&rule.name, key, &policy.labels.redacted(&rule.key, &text));
+                rule.bans.name(key, text);
+            }
             rule.counters.limited.inc();
             rule.counters.banned.inc();
             *response = respond::banned(rule, limits, left, policy.response.status);
@@ -117,6 +127,12 @@ pub async fn admit_request<'p>(
             for &index in &ruling.bans_started {
                 let Applicable { rule, key, .. } = enforced[index];
                 let text = policy.keys.key_text(&rule.key, facts);
+                if let (true, Some(ban)) = (admitter.store.is_shared(), rule.ban) {
+                    let shown = policy.labels.redacted(&rule.key, &text);
+                    admitter
+                        .store
+                        .ban_started(&rule.name, key, ban.duration, &shown);
+                }
                 rule.ban_started(key, text, &policy.labels);
             }
             let decided_at = Duration::from_nanos(ruling.decided_at);

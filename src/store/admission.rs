@@ -66,6 +66,16 @@ pub struct RuleAsk<'p> {
     pub key: BucketKey,
 }
 
+impl RuleAsk<'_> {
+    /// Whether the caller's bans by this rule are checked: on every
+    /// enforced rule, since a ban may be set by hand on any
+    /// (`POST /admin/bans`); a shadow rule never refuses.
+    #[inline]
+    pub fn checks_bans(&self) -> bool {
+        !self.shadow && self.bans.is_some()
+    }
+}
+
 /// Everything one request asks of the store. Enforced rules come before
 /// shadow rules, each group in file order; a rule's limits are adjacent.
 #[derive(Debug, Default)]

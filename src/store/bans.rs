@@ -11,6 +11,15 @@
 //! swept, and if none have, new keys are not tracked (their requests are
 //! still rate limited; they only cannot earn a ban until room frees).
 //! Time comes from the caller, so tests are exact.
+//!
+//! With a shared store the table is this instance's copy of the fleet's
+//! bans (docs/multi-instance.md, "Bans across instances"): bans read from
+//! the board in Redis are *shared* entries, replaced by what the board says
+//! ([`BanTable::reconcile`]); in hybrid mode the strikes counted here wait
+//! to be added up in Redis by the next sync ([`BanTable::take_strikes`]).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use dashmap::DashMap;
 
@@ -41,6 +50,9 @@ struct Entry {
     key_text: Option<KeyText>,
     /// Set by `POST /admin/bans` rather than earned.
     manual: bool,
+    /// Known to be in Redis (read from the board, or met in a decision
+    /// there): a ban the board no longer lists was lifted elsewhere.
+    shared: bool,
 }
 
 /// One ban in the admin listing.
@@ -52,11 +64,17 @@ pub struct ActiveBan {
     pub key_text: Option<KeyText>,
     pub until: Nanos,
     pub manual: bool,
+    /// Known to be in Redis (a shared store): the board lists it.
+    pub shared: bool,
 }
 
 /// After a sweep that freed nothing, no other sweep for this long: a table
 /// full of live strikes must not turn every new key into a full scan.
 const SWEEP_BACKOFF: Nanos = 1_000_000_000;
+
+/// Keys whose strikes wait for the next sync at most (hybrid mode); the
+/// strikes of others are counted here only.
+pub const MAX_UNSENT: usize = 10_000;
 
 /// The bans and strikes of one rule.
 #[derive(Debug, Default)]
@@ -67,6 +85,9 @@ pub struct BanTable {
     /// The latest end of any ban ever set: before it, a lookup is needed;
     /// after it, no key can be banned, and the request path skips the map.
     latest_end: std::sync::atomic::AtomicU64,
+    /// Hybrid mode: strikes counted since the last sync, per key (set up
+    /// by [`BanTable::share_strikes`]).
+    unsent: OnceLock<Mutex<HashMap<BucketKey, u64, foldhash::fast::RandomState>>>,
 }
 
 impl BanTable {
@@ -96,6 +117,12 @@ impl BanTable {
             entry.strikes = 0;
         }
         entry.strikes += 1;
+        if let Some(unsent) = self.unsent.get() {
+            let mut unsent = unsent.lock().unwrap_or_else(|p| p.into_inner());
+            if unsent.len() < MAX_UNSENT || unsent.contains_key(&key) {
+                *unsent.entry(key).or_default() += 1;
+            }
+        }
         if entry.strikes < policy.after {
             return false;
         }
@@ -105,6 +132,12 @@ impl BanTable {
         self.latest_end
             .fetch_max(entry.banned_until, std::sync::atomic::Ordering::Relaxed);
         true
+    }
+
+    /// The text of `key`, when this instance knows it (it started or met
+    /// the key's ban, or was told it by hand).
+    pub fn key_text(&self, key: BucketKey) -> Option<KeyText> {
+        self.entries.get(&key)?.key_text.clone()
     }
 
     /// Records the text of a banned key, for the admin listing.
@@ -127,9 +160,17 @@ impl BanTable {
             .fetch_max(entry.banned_until, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Notes that the board in Redis lists `key`'s ban (it was posted).
+    pub fn posted(&self, key: BucketKey) {
+        if let Some(mut entry) = self.entries.get_mut(&key) {
+            entry.shared = true;
+        }
+    }
+
     /// Records a ban a shared store holds on `key` until `until` (started by
     /// a strike there, or by another instance), so that this instance
-    /// refuses the key without asking the store and lists the ban.
+    /// refuses the key without asking the store (and its fallback still
+    /// refuses it while the store fails).
     pub fn mirror(&self, key: BucketKey, now: Nanos, until: Nanos) {
         self.make_room(now, 0);
         let mut entry = self.entries.entry(key).or_default();
@@ -137,15 +178,69 @@ impl BanTable {
             entry.banned_until = until;
             entry.strikes = 0;
         }
+        entry.shared = true;
         self.latest_end
             .fetch_max(until, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Lifts the ban on `key` and forgets its strikes; whether it was banned.
-    pub fn lift(&self, key: BucketKey, now: Nanos) -> bool {
+    /// Makes the shared bans of this table what the board lists: `listed`
+    /// holds each ban in force there (key, end, set by hand). A shared ban
+    /// the board no longer lists was lifted on another instance and is
+    /// lifted here; a ban started here and not yet on the board stays.
+    pub fn reconcile(&self, listed: &[(BucketKey, Nanos, bool)], now: Nanos) {
+        for &(key, until, manual) in listed {
+            self.make_room(now, 0);
+            let mut entry = self.entries.entry(key).or_default();
+            entry.banned_until = until;
+            entry.strikes = 0;
+            entry.manual = manual;
+            entry.shared = true;
+            self.latest_end
+                .fetch_max(until, std::sync::atomic::Ordering::Relaxed);
+        }
+        if self.latest_end.load(std::sync::atomic::Ordering::Relaxed) <= now {
+            return;
+        }
+        let listed: std::collections::HashSet<BucketKey> =
+            listed.iter().map(|&(key, ..)| key).collect();
+        self.entries.retain(|key, entry| {
+            let lifted = entry.shared && entry.banned_until > now && !listed.contains(key);
+            !lifted
+        });
+    }
+
+    /// Whether `key` is banned and its text unknown here (a ban this
+    /// instance learned from Redis): the caller then names it.
+    pub fn unnamed(&self, key: BucketKey) -> bool {
+        self.entries
+            .get(&key)
+            .is_some_and(|entry| entry.key_text.is_none())
+    }
+
+    /// Hybrid mode: from now on, strikes counted here are also kept for the
+    /// next sync to add up in Redis ([`BanTable::take_strikes`]).
+    pub fn share_strikes(&self) {
+        self.unsent.get_or_init(Mutex::default);
+    }
+
+    /// The strikes counted since the last call, per key.
+    pub fn take_strikes(&self) -> Vec<(BucketKey, u64)> {
+        let Some(unsent) = self.unsent.get() else {
+            return Vec::new();
+        };
+        let mut unsent = unsent.lock().unwrap_or_else(|p| p.into_inner());
+        unsent.drain().collect()
+    }
+
+    /// Lifts the ban on `key` and forgets its strikes: whether a ban was in
+    /// force, and if so whether the board in Redis listed it (`Some(true)`:
+    /// then whether it was in force is the board's to say, this copy may
+    /// be stale).
+    pub fn lift(&self, key: BucketKey, now: Nanos) -> Option<bool> {
         self.entries
             .remove(&key)
-            .is_some_and(|(_, entry)| entry.banned_until > now)
+            .filter(|(_, entry)| entry.banned_until > now)
+            .map(|(_, entry)| entry.shared)
     }
 
     /// The bans in force at `now`.
@@ -158,6 +253,7 @@ impl BanTable {
                 key_text: entry.key_text.clone(),
                 until: entry.banned_until,
                 manual: entry.manual,
+                shared: entry.shared,
             })
             .collect()
     }
@@ -265,11 +361,12 @@ mod tests {
                 key_text: Some(KeyText::typed("seller-9", 1)),
                 until: now + 30 * S,
                 manual: true,
+                shared: false,
             }]
         );
-        assert!(bans.lift(9, now + S));
+        assert_eq!(bans.lift(9, now + S), Some(false));
         assert_eq!(bans.banned(9, now + S), None);
-        assert!(!bans.lift(9, now + S));
+        assert_eq!(bans.lift(9, now + S), None);
         assert!(bans.active(now).is_empty());
     }
 

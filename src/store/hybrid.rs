@@ -32,6 +32,7 @@
 //! instance's share, as strict mode's local fallback does, and the deltas
 //! wait (bounded) to be sent when it is back.
 
+mod bans;
 mod deltas;
 mod replica;
 mod sync;

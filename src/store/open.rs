@@ -28,6 +28,7 @@ pub fn open(config: &StoreConfig, clock: &ProxyClock) -> (Store, OnError) {
     let opened = match redis.mode {
         RedisMode::Strict => RedisStore::new(settings, max_keys).map(|store| {
             store.start();
+            store.mirror_bans(clock.clone());
             Store::Redis(store)
         }),
         RedisMode::Hybrid { sync_interval } => HybridStore::new(settings, max_keys, sync_interval)

@@ -16,6 +16,8 @@
 //! Redis, checked and counted in the same call (docs/multi-instance.md, "Running several
 //! instances").
 
+mod ban_board;
+mod ban_mirror;
 mod batch;
 #[cfg(test)]
 mod differential;
@@ -33,13 +35,15 @@ use redis::Cmd;
 use smallvec::SmallVec;
 
 use super::admission::{
-    Admission, Ask, Asks, Decisions, Handover, Outcome, QueuedPermit, Receipt, RuleAsk, Sent,
-    Settle, StoreError, Taken,
+    Admission, Ask, Asks, Decisions, Handover, Outcome, QueuedPermit, Receipt, Sent, Settle,
+    StoreError, Taken,
 };
-use super::memory::{BucketTable, MemoryStore};
+use super::memory::MemoryStore;
 use super::UNASKED;
-use crate::clock::Nanos;
+use crate::clock::{Nanos, ProxyClock};
 use crate::limiter::{Decision, Limiter};
+pub use ban_board::{BanBoard, BoardBan, Posted};
+pub use ban_mirror::{BanMirror, WatchedTable};
 use fair_share::FairShare;
 use leases::Leases;
 pub use link::{Link, LinkError, Seed};
@@ -48,6 +52,7 @@ use protocol::{
     OP_ADMIT, OP_CLAIM, OP_PEEK, OP_SETTLE, OP_SPEND, SETTLE_CANCEL_RESERVATION, SETTLE_CHARGE,
     SETTLE_GIVE_BACK, SETTLE_LEAVE_QUEUE, SETTLE_RETURN_LEASE,
 };
+pub use script::Struck;
 use script::{AdmitReply, Call, ClaimReply};
 
 /// Where a Redis store connects and how long it waits.
@@ -75,6 +80,9 @@ pub struct RedisStore {
     leases: Arc<Leases>,
     /// Requests here waiting in a shared permit queue.
     waiters: Arc<Waiters>,
+    /// The fleet's bans, and this instance's copy of them.
+    board: BanBoard,
+    mirror: Arc<BanMirror>,
     prefix: Box<str>,
     /// Take time from Redis (`TIME`); `false` in tests, which pass exact
     /// instants.
@@ -93,14 +101,17 @@ impl RedisStore {
     /// hybrid mode's every decision) use `local`.
     pub fn over(settings: RedisSettings, local: MemoryStore) -> Result<RedisStore, LinkError> {
         let seed_key = format!("{}:seed", settings.prefix);
+        let link = if settings.cluster {
+            Link::cluster(&settings.urls, settings.timeout, seed_key)?
+        } else {
+            let url = settings.urls.first().ok_or(LinkError::NoUrl)?;
+            Link::new(url, settings.timeout, seed_key)?
+        };
         Ok(RedisStore {
             local,
-            link: if settings.cluster {
-                Link::cluster(&settings.urls, settings.timeout, seed_key)?
-            } else {
-                let url = settings.urls.first().ok_or(LinkError::NoUrl)?;
-                Link::new(url, settings.timeout, seed_key)?
-            },
+            board: BanBoard::new(link.clone(), &settings.prefix),
+            mirror: Arc::default(),
+            link,
             fair_share: FairShare::new(settings.instances),
             leases: Leases::new(random_u64()),
             waiters: Arc::default(),
@@ -143,6 +154,43 @@ impl RedisStore {
         &self.link
     }
 
+    /// The fleet's bans.
+    pub fn board(&self) -> &BanBoard {
+        &self.board
+    }
+
+    /// Adds up `struck` in Redis (hybrid mode's strikes): per entry, how
+    /// long the caller's ban lasts (`None`: none) and whether these strikes
+    /// started it.
+    pub async fn strike(
+        &self,
+        struck: &[Struck<'_>],
+    ) -> Result<Vec<(Option<Nanos>, bool)>, StoreError> {
+        let command = script::strikes(self.link.script_hash(), &self.prefix, struck);
+        let answer: script::Answer = self.link.run(command).await?;
+        (0..struck.len())
+            .map(|index| script::struck(&answer, index))
+            .collect()
+    }
+
+    /// This instance's copy of the fleet's bans.
+    pub fn mirror(&self) -> &BanMirror {
+        &self.mirror
+    }
+
+    /// Strict mode: copies the fleet's bans into the local tables every
+    /// second (the fallback decides with them while Redis fails; every
+    /// decision in Redis checks them there).
+    pub fn mirror_bans(&self, clock: ProxyClock) {
+        self.mirror
+            .refresh_every(self.board.clone(), clock, Duration::from_secs(1));
+    }
+
+    /// The prefix of every key this store writes.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     fn call(&self, op: &'static str, now: Nanos) -> Call<'_> {
         Call::new(self.link.script_hash(), op, self.now_us(now), &self.prefix)
     }
@@ -156,12 +204,13 @@ impl RedisStore {
         }
     }
 
-    /// See [`crate::store::Store::admit`]. The bans and strikes of a rule
-    /// with `ban` live in Redis, checked and counted in the script's call
-    /// (a ban this instance has seen is also recorded in the rule's local
-    /// table, for `/admin/bans`; Redis decides, so a ban lifted elsewhere
-    /// is lifted here too). A rule without `ban` can only be banned by
-    /// hand: those bans stay in the local table of the instance told.
+    /// See [`crate::store::Store::admit`]. Bans live in Redis, checked in
+    /// the script's call for every enforced rule (a ban set by hand on any
+    /// instance holds from the next decision on), and a rule with `ban`
+    /// counts its strikes there. A ban this instance has seen is also
+    /// recorded in the rule's local table, which the fallback consults
+    /// while Redis fails; Redis decides, so a ban lifted elsewhere is
+    /// lifted here too.
     pub async fn admit(
         &self,
         asks: &Asks<'_>,
@@ -172,15 +221,6 @@ impl RedisStore {
             // Nothing to ask (the memory store's answer too): no round trip.
             reset(admission, 0, now);
             return Ok(());
-        }
-        let hand_banned_only =
-            |(_, rule): &(usize, &RuleAsk<'_>)| !rule.shadow && rule.ban.is_none();
-        for (index, rule) in asks.rules.iter().enumerate().filter(hand_banned_only) {
-            if let Some(left) = rule.bans.and_then(|bans| bans.banned(rule.key, now)) {
-                reset(admission, asks.limits.len(), now);
-                admission.outcome = Outcome::Banned { rule: index, left };
-                return Ok(());
-            }
         }
         if self.link.is_cluster() && asks.rules.len() > 1 {
             // Boxed, as the cluster's call below: the common path's state
@@ -323,7 +363,7 @@ impl RedisStore {
         let limits = asks.rules[rules.end - 1].limits.end - first_slot;
         let banning: SmallVec<[usize; 2]> = rules
             .clone()
-            .filter(|&index| !asks.rules[index].shadow && asks.rules[index].ban.is_some())
+            .filter(|&index| asks.rules[index].checks_bans())
             .collect();
         let reply = script::admit_reply(answer)?;
         if let AdmitReply::Banned { ban, left } = reply {
@@ -484,24 +524,6 @@ impl RedisStore {
         let mut call = self.call(OP_SETTLE, receipt.at);
         call.receipt(receipt, SETTLE_LEAVE_QUEUE, id);
         self.link.send_detached(call.finish());
-    }
-
-    /// Bans `key` by the rule of `table` for `lasts` in Redis too, so that
-    /// every instance refuses it (a hand-made ban; sent by a task).
-    pub fn ban(&self, table: &BucketTable, key: u64, lasts: Nanos) {
-        let mut ban = redis::cmd("EVAL");
-        ban.arg(HAND_BAN)
-            .arg(1)
-            .arg(script::ban_key(&self.prefix, table, key))
-            .arg(lasts / 1_000);
-        self.link.send_detached(ban);
-    }
-
-    /// Lifts `key`'s ban by the rule of `table` in Redis (sent by a task).
-    pub fn lift(&self, table: &BucketTable, key: u64) {
-        let mut lift = redis::cmd("DEL");
-        lift.arg(script::ban_key(&self.prefix, table, key));
-        self.link.send_detached(lift);
     }
 
     /// Permits of `keys` came back: their waiters here claim at once.
@@ -669,16 +691,6 @@ impl RedisStore {
         Ok(())
     }
 }
-
-/// A ban set by hand: `KEYS[1]` the ban key, `ARGV[1]` how long it lasts
-/// in microseconds, from Redis' time.
-const HAND_BAN: &str = r"
-local t = redis.call('TIME')
-local ends = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
-redis.call('HSET', KEYS[1], 'until', ends, 'n', 0)
-redis.call('PEXPIREAT', KEYS[1], math.floor(ends / 1000) + 1)
-return 1
-";
 
 /// `admission` emptied for a new answer at `at`.
 fn reset(admission: &mut Admission, limits: usize, at: Nanos) {

@@ -37,6 +37,7 @@ mod redis_store;
 mod refusal_log;
 mod reload;
 mod request_size;
+mod shared_bans;
 mod status;
 mod status_browser;
 mod top;

@@ -7,10 +7,12 @@
 //! back first (one settle call), then every bucket's units taken (one spend
 //! call per [`CHUNK`] buckets, or per bucket, all at once, on a Redis
 //! Cluster, whose calls keep to one caller's slot), each answered with the shared
-//! bucket's state, which the instance then adopts ([`super::replica`]). An
-//! idle round sends a `PING`. A round that fails keeps its deltas for the
-//! next one; while Redis fails the outbox holds at most `max_keys` of them
-//! and drops the oldest first (`sluice_store_sync_dropped_total`).
+//! bucket's state, which the instance then adopts ([`super::replica`]).
+//! Then the bans ([`super::bans`]): the strikes counted since, and the
+//! board's version (all an idle round asks). A round that fails keeps its
+//! deltas for the next one; while Redis fails the outbox holds at most
+//! `max_keys` of them and drops the oldest first
+//! (`sluice_store_sync_dropped_total`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -121,10 +123,19 @@ impl HybridStore {
         let dropped = outbox.push(self.deltas.drain(), self.deltas.capacity());
         self.deltas.drop_unsent(dropped);
         let batch = outbox.take_merged();
-        let answered = if batch.is_empty() {
-            self.ping().await
+        let exchanged = if batch.is_empty() {
+            Ok(0)
         } else {
             self.exchange(batch, clock).await
+        };
+        // Then the bans (an idle round asks only the board's version, which
+        // tells that Redis answers).
+        let answered = match exchanged {
+            Ok(calls) => match self.follow_bans(clock).await {
+                Ok(more) => Ok(calls + more),
+                Err(error) => Err((error, Vec::new())),
+            },
+            Err(failed) => Err(failed),
         };
         let status = &self.status;
         status.rounds.fetch_add(1, Ordering::Relaxed);
@@ -156,15 +167,6 @@ impl HybridStore {
                 }
             }
         }
-    }
-
-    /// An idle round: Redis is asked whether it answers. One call.
-    async fn ping(&self) -> Result<u64, (StoreError, Vec<Delta>)> {
-        let link = self.shared.link();
-        link.run::<String>(redis::cmd("PING"))
-            .await
-            .map_err(|error| (error, Vec::new()))?;
-        Ok(1)
     }
 
     /// Sends `batch` and adopts the shared state of every bucket in it: the

@@ -36,6 +36,8 @@ protocol! {
     OP_CLAIM: &str = "claim";
     /// Several admissions in one call.
     OP_BATCH: &str = "batch";
+    /// Hybrid mode's strikes, counted since the last sync.
+    OP_STRIKE: &str = "strike";
 
     /// A limit's algorithm, first of its fields.
     ALG_TOKEN_BUCKET: u64 = 1;
@@ -142,8 +144,10 @@ mod tests {
 
     #[test]
     fn codes_of_one_kind_are_distinct() {
-        let groups =
-            [[OP_ADMIT, OP_PEEK, OP_SPEND, OP_SETTLE, OP_CLAIM, OP_BATCH].map(str::to_owned)];
+        let groups = [[
+            OP_ADMIT, OP_PEEK, OP_SPEND, OP_SETTLE, OP_CLAIM, OP_BATCH, OP_STRIKE,
+        ]
+        .map(str::to_owned)];
         let numbers: [&[i64]; 5] = [
             &[
                 ALG_TOKEN_BUCKET,

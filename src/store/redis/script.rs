@@ -8,12 +8,13 @@ use smallvec::SmallVec;
 use crate::clock::Nanos;
 use crate::limiter::{BucketState, Decision, HoldLimits, Limiter};
 use crate::store::admission::{Ask, Asks, Receipt, StoreError, Taken};
+use crate::store::bans::BanPolicy;
 use crate::store::BucketTable;
 
 use super::protocol::{
     ALG_CONCURRENCY, ALG_FIXED_WINDOW, ALG_LEAKY_BUCKET, ALG_SLIDING_LOG, ALG_SLIDING_WINDOW,
     ALG_TOKEN_BUCKET, CLAIM_CLAIMED, CLAIM_NEVER, CLAIM_NOT_YET, DECISION_ALLOW, DECISION_DENY,
-    DECISION_HOLD, OUTCOME_ADMITTED, OUTCOME_BANNED, OUTCOME_LIMITED, RETRY_NEVER,
+    DECISION_HOLD, OP_STRIKE, OUTCOME_ADMITTED, OUTCOME_BANNED, OUTCOME_LIMITED, RETRY_NEVER,
 };
 
 /// How long a concurrency lease counts without renewal: a crashed
@@ -142,22 +143,21 @@ impl<'s> Call<'s> {
         self.body.args.push(enforced as u64);
         self.body.args.push(shadow.len() as u64);
         self.body.args.extend(shadow);
-        // The enforced rules with a `ban`: where their limits are, their
-        // policy, and (after every limit's key) their ban key.
-        let banning = || {
-            asks.rules
-                .iter()
-                .filter(|rule| !rule.shadow)
-                .filter_map(|rule| Some((rule, rule.ban?)))
-        };
+        // The enforced rules, each of which may hold a ban: where their
+        // limits are, their `ban` (`after` 0 without one: no strikes), and
+        // (after every limit's key) their ban key.
+        let banning = || asks.rules.iter().filter(|rule| rule.checks_bans());
         self.body.args.push(banning().count() as u64);
-        for (rule, policy) in banning() {
+        for rule in banning() {
+            let [after, within, lasts] = rule
+                .ban
+                .map_or([0; 3], |ban| [ban.after, ban.within, ban.duration]);
             self.body.args.extend([
                 rule.limits.start as u64 + 1,
                 rule.limits.end as u64,
-                policy.after,
-                policy.within / MICRO,
-                policy.duration / MICRO,
+                after,
+                within / MICRO,
+                lasts / MICRO,
             ]);
         }
         let mut leases = leases.iter();
@@ -172,7 +172,7 @@ impl<'s> Call<'s> {
                 self.hold(ask.hold.filter(|_| !rule.shadow));
             }
         }
-        for (rule, _) in banning() {
+        for rule in banning() {
             let table = asks.limits[rule.limits.start].table;
             write_key(&mut self.body.key_text, self.prefix, table, rule.key, "ban");
             self.body.key_ends.push(self.body.key_text.len());
@@ -238,6 +238,43 @@ impl<'s> Call<'s> {
     }
 }
 
+/// One caller's strikes by one rule, counted by a hybrid instance since its
+/// last sync.
+#[derive(Debug, Clone, Copy)]
+pub struct Struck<'r> {
+    /// The rule's name.
+    pub rule: &'r str,
+    pub key: u64,
+    pub ban: BanPolicy,
+    pub strikes: u64,
+}
+
+/// The call that adds up `struck` in Redis (`strike` in `sluice.lua`), on
+/// the server's clock.
+pub fn strikes(hash: &str, prefix: &str, struck: &[Struck<'_>]) -> Cmd {
+    let mut body = Body::new(0);
+    for one in struck {
+        write_rule_key(&mut body.key_text, prefix, one.rule, one.key, "ban");
+        body.key_ends.push(body.key_text.len());
+        body.args.extend([
+            one.ban.after,
+            one.ban.within / MICRO,
+            one.ban.duration / MICRO,
+            one.strikes,
+        ]);
+    }
+    body.command(hash, OP_STRIKE)
+}
+
+/// The answer to a strike call for its key number `index`: how long the
+/// caller's ban lasts (`None`: no ban), and whether these strikes started
+/// it.
+pub fn struck(answer: &[i64], index: usize) -> Result<(Option<Nanos>, bool), StoreError> {
+    let lasts = field(answer, 1 + 2 * index, "a ban")?;
+    let started = field(answer, 2 + 2 * index, "a ban")? == 1;
+    Ok(((lasts > 0).then(|| nanos(lasts)), started))
+}
+
 /// The Redis key of `key`'s bucket in `table`: the rule and the caller in
 /// the hash tag (one caller's limits of one rule share a Cluster slot),
 /// then the limit.
@@ -247,26 +284,54 @@ pub fn key_name(prefix: &str, table: &BucketTable, key: u64) -> String {
     text
 }
 
+/// Appends `<prefix>:{<rule>:<key>}:<what>` to `text`, `<rule>` the rule
+/// `table` belongs to.
+fn write_key(text: &mut String, prefix: &str, table: &BucketTable, key: u64, what: &str) {
+    write_rule_key(text, prefix, &table.name().rule, key, what);
+}
+
 /// Appends `<prefix>:{<rule>:<key>}:<what>` to `text`.
 /// (Written piece by piece: `format!` machinery here was a visible share
 /// of every request; docs/benchmarks-history.md.)
-fn write_key(text: &mut String, prefix: &str, table: &BucketTable, key: u64, what: &str) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let hex: [u8; 16] = std::array::from_fn(|at| DIGITS[(key >> (60 - 4 * at)) as usize & 15]);
+fn write_rule_key(text: &mut String, prefix: &str, rule: &str, key: u64, what: &str) {
     text.push_str(prefix);
     text.push_str(":{");
-    text.push_str(&table.name().rule);
-    text.push(':');
-    text.push_str(std::str::from_utf8(&hex).expect("hexadecimal digits are text"));
+    write_tag(text, rule, key);
     text.push_str("}:");
     text.push_str(what);
 }
 
-/// The Redis key of `key`'s strikes and ban by the rule `table` belongs
-/// to (in the slot of the caller's buckets of that rule).
-pub fn ban_key(prefix: &str, table: &BucketTable, key: u64) -> String {
+/// Appends `<rule>:<key>`, the key as 16 hexadecimal digits: what names a
+/// caller of a rule in every key of theirs (a Cluster's hash tag).
+fn write_tag(text: &mut String, rule: &str, key: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let hex: [u8; 16] = std::array::from_fn(|at| DIGITS[(key >> (60 - 4 * at)) as usize & 15]);
+    text.push_str(rule);
+    text.push(':');
+    text.push_str(std::str::from_utf8(&hex).expect("hexadecimal digits are text"));
+}
+
+/// `<rule>:<key>` (see [`write_tag`]): how the ban board names a ban.
+pub fn tag(rule: &str, key: u64) -> String {
+    let mut text = String::with_capacity(rule.len() + 17);
+    write_tag(&mut text, rule, key);
+    text
+}
+
+/// The rule and the key a [`tag`] names.
+pub fn untag(tag: &str) -> Option<(&str, u64)> {
+    let (rule, hex) = tag.rsplit_once(':')?;
+    let key = u64::from_str_radix(hex, 16)
+        .ok()
+        .filter(|_| hex.len() == 16)?;
+    Some((rule, key))
+}
+
+/// The Redis key of `key`'s strikes and ban by the rule named `rule` (in
+/// the slot of the caller's buckets of that rule).
+pub fn ban_key(prefix: &str, rule: &str, key: u64) -> String {
     let mut text = String::new();
-    write_key(&mut text, prefix, table, key, "ban");
+    write_rule_key(&mut text, prefix, rule, key, "ban");
     text
 }
 
@@ -478,9 +543,16 @@ mod tests {
             "sluice:{per-key:00000000deadbeef}:token.1.1000"
         );
         assert_eq!(
-            ban_key("p", &table, u64::MAX),
+            ban_key("p", &table.name().rule, u64::MAX),
             "p:{per-key:ffffffffffffffff}:ban"
         );
+        // The ban board names a ban by the same tag, read back whole.
+        assert_eq!(tag("per-key", 0xdead_beef), "per-key:00000000deadbeef");
+        assert_eq!(
+            untag("a:rule:00000000deadbeef"),
+            Some(("a:rule", 0xdead_beef))
+        );
+        assert_eq!(untag("per-key:beef"), None);
     }
 
     #[test]

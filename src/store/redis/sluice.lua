@@ -9,7 +9,7 @@
 -- `idiv`, which corrects the float quotient, so results are exact integers.
 --
 -- ARGV[1]  the operation: OP_ADMIT | OP_PEEK | OP_SPEND | OP_SETTLE |
---          OP_CLAIM | OP_BATCH
+--          OP_CLAIM | OP_BATCH | OP_STRIKE
 -- ARGV[2]  now in microseconds, or "0" for the server's TIME (production:
 --          instances with skewed clocks agree, windows included). With an
 --          injected time (tests) no expiry is set.
@@ -20,11 +20,13 @@
 --     ARGV[3]   the number of enforced limits E (the first E keys): all or
 --               nothing. Then the shadow rules, each all or nothing: ARGV[4]
 --               the number of shadow rules S, then S counts of limits.
---     then the enforced rules with a `ban`: their number B, then per rule
---     5 fields: its first and last limit (1-based), after, within and for
---     (microseconds); its ban key is KEYS[L + b] (L limits, b from 1), a
---     hash of the ban's end `until` and the strikes `n` counted since
---     `since`, in the slot of the rule's buckets
+--     then the enforced rules (each may hold a ban, set by hand if not
+--     earned): their number B, then per rule 5 fields: its first and last
+--     limit (1-based), after (0: the rule has no `ban`, its refusals
+--     strike nothing), within and for (microseconds); its ban key is
+--     KEYS[L + b] (L limits, b from 1), a hash of the ban's end `until`
+--     and the strikes `n` counted since `since`, in the slot of the
+--     rule's buckets
 --     then per limit, 6 fields: algorithm, a, b, cost, max_wait
 --     (microseconds) and max_queued: delay mode's bounds, both 0 when the
 --     limit refuses instead of holding
@@ -44,6 +46,8 @@
 --     its number of keys K, its number of fields F and its F fields
 --     (admit's, from ARGV[3] on); its keys follow the previous request's
 --     in KEYS
+--   strike: hybrid mode's strikes, per ban key KEYS[i] 4 fields: after,
+--     within, for (microseconds) and how many strikes
 --
 -- Algorithms (a, b):
 --   ALG_TOKEN_BUCKET (GCRA): emission interval T, tolerance tau
@@ -77,7 +81,9 @@
 -- more (no bucket was asked); { now } for settle; { now, claimed } for
 -- claim: CLAIM_CLAIMED the permit is the ticket's now, CLAIM_NOT_YET,
 -- CLAIM_NEVER (the ticket lapsed); for batch,
--- each request's admit answer after the count of its integers.
+-- each request's admit answer after the count of its integers; for
+-- strike { now, then per ban key: how long its ban lasts from now (0:
+-- none), 1 if these strikes started it else 0 }.
 
 -- protocol: the codes the Rust side sends and reads, named as in
 -- src/store/redis/protocol.rs (whose test checks that this block defines
@@ -88,6 +94,7 @@ local OP_SPEND = 'spend'
 local OP_SETTLE = 'settle'
 local OP_CLAIM = 'claim'
 local OP_BATCH = 'batch'
+local OP_STRIKE = 'strike'
 local ALG_TOKEN_BUCKET = 1
 local ALG_FIXED_WINDOW = 2
 local ALG_SLIDING_WINDOW = 3
@@ -1243,21 +1250,17 @@ if op == OP_CLAIM then
   return reply({ now, CLAIM_CLAIMED })
 end
 
--- A refused request strikes each banning rule whose limits refused it; the
--- `after`-th strike within `within` bans the caller for `for` (a strike
--- while banned never counts). Answers how long the ban lasts, or 0.
-local function strike(ban, answer)
-  local refused = false
-  for i = ban.first, ban.last do
-    if answer[2 + 5 * (i - 1) + 1] == DECISION_DENY then refused = true end
-  end
-  if not refused then return 0 end
-  local fields = redis.call('HMGET', ban.key, 'until', 'since', 'n')
-  local since, n = tonumber(fields[2] or '0'), tonumber(fields[3] or '0')
+-- Counts `count` strikes against the caller of `ban` (a rule with `after`
+-- above 0): the `after`-th within `within` bans the caller for `for`.
+-- Answers how long the ban this started lasts, or 0. The caller checked
+-- that no ban is in force (a strike while banned never counts).
+local function count_strikes(ban, count)
+  local fields = redis.call('HMGET', ban.key, 'since', 'n')
+  local since, n = tonumber(fields[1] or '0'), tonumber(fields[2] or '0')
   if n == 0 or now - since >= ban.within then
     since, n = now, 0
   end
-  n = n + 1
+  n = n + count
   if n < ban.after then
     redis.call('HSET', ban.key, 'since', since, 'n', n)
     if expire then redis.call('PEXPIREAT', ban.key, ceil_div(since + ban.within, 1000)) end
@@ -1266,6 +1269,44 @@ local function strike(ban, answer)
   redis.call('HSET', ban.key, 'until', now + ban.lasts, 'since', since, 'n', 0)
   if expire then redis.call('PEXPIREAT', ban.key, ceil_div(now + ban.lasts, 1000)) end
   return ban.lasts
+end
+
+-- A refused request strikes each rule with a `ban` whose limits refused
+-- it (a rule without one, `after` 0, is only checked for bans set by
+-- hand). Answers how long the ban its strike started lasts, or 0.
+local function strike(ban, answer)
+  if ban.after == 0 then return 0 end
+  local refused = false
+  for i = ban.first, ban.last do
+    if answer[2 + 5 * (i - 1) + 1] == DECISION_DENY then refused = true end
+  end
+  if not refused then return 0 end
+  return count_strikes(ban, 1)
+end
+
+if op == OP_STRIKE then
+  -- Hybrid mode's strikes, counted by the instances since their last sync:
+  -- per ban key KEYS[i], 4 fields from ARGV[3] on: after, within, for
+  -- (microseconds) and the strikes. Answers { now, then per key: how long
+  -- its ban lasts from now (0: none), 1 if these strikes started it }.
+  local answer = { now }
+  for i = 1, #KEYS do
+    local at = 3 + 4 * (i - 1)
+    local ban = {
+      key = KEYS[i],
+      after = tonumber(ARGV[at]),
+      within = tonumber(ARGV[at + 1]),
+      lasts = tonumber(ARGV[at + 2]),
+    }
+    local ends = tonumber(redis.call('HGET', ban.key, 'until') or '0')
+    if ends > now then
+      answer[2 * i], answer[2 * i + 1] = ends - now, 0
+    else
+      local lasts = count_strikes(ban, tonumber(ARGV[at + 3]))
+      answer[2 * i], answer[2 * i + 1] = lasts, lasts > 0 and 1 or 0
+    end
+  end
+  return reply(answer)
 end
 
 -- One request's admit, peek or spend: its keys are KEYS[ko + 1] on, its
