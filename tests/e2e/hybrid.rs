@@ -126,6 +126,8 @@ async fn three_instances_hammering_one_key_overshoot_by_at_most_one_intervals_tr
         assert_eq!(call(sluice, "hammer").await.status, StatusCode::OK);
     }
     tokio::time::sleep(Duration::from_millis(120)).await;
+    let rounds = || join_all(sluices.iter().map(|s| s.metric("sluice_store_syncs_total")));
+    let rounds_before = rounds().await;
     let started = Instant::now();
     let hammering = sluices.iter().map(|sluice| async move {
         let mut answers = Vec::new();
@@ -137,18 +139,30 @@ async fn three_instances_hammering_one_key_overshoot_by_at_most_one_intervals_tr
     });
     let answers: Vec<StatusCode> = join_all(hammering).await.into_iter().flatten().collect();
     let elapsed = started.elapsed().as_secs_f64();
+    // The interval as the instances kept it: on a machine busy with other
+    // tests a round may start late, and the promise is about the traffic
+    // between two syncs.
+    let slowest = rounds()
+        .await
+        .iter()
+        .zip(&rounds_before)
+        .map(|(after, before)| after - before)
+        .fold(f64::MAX, f64::min);
+    let interval = (elapsed / slowest).max(0.05);
     let admitted = answers.iter().filter(|s| **s == StatusCode::OK).count() + 3;
-    let per_interval = answers.len() as f64 / elapsed * 0.05;
+    let per_interval = answers.len() as f64 / elapsed * interval;
     println!(
-        "3 instances, 600/h, 50 ms: {admitted} admitted of {} in {elapsed:.2} s \
-         ({per_interval:.0} requests per interval)",
-        answers.len() + 3
+        "3 instances, 600/h, 50 ms: {admitted} admitted of {} in {elapsed:.2} s, one sync \
+         every {:.1} ms ({per_interval:.0} requests per interval)",
+        answers.len() + 3,
+        interval * 1000.0
     );
     // Refill over the test is a unit at most (600/h: one per 6 s).
     assert!(admitted >= 600, "under-admitted: {admitted}");
-    // The promise: one interval's traffic, plus the sync's round trip
-    // (another interval, on a loaded test machine).
-    let bound = 601.0 + 2.0 * per_interval;
+    // The promise: at most one interval's traffic over the limit (the sync's
+    // round trip, under a millisecond here, is within the margin: three
+    // instances hammering evenly overshoot by about 2/3 of it).
+    let bound = 601.0 + per_interval;
     assert!(
         admitted as f64 <= bound,
         "{admitted} admitted, bound {bound:.0}"
