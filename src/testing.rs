@@ -8,6 +8,32 @@ use crate::limiter::Rate;
 /// One second in nanoseconds.
 pub const SEC: Nanos = 1_000_000_000;
 
+/// A moment well inside a second, a minute and an hour (windows align to
+/// Unix-time multiples of their period).
+pub const T0: Nanos = 1_800_000_000 * SEC + SEC / 4;
+
+/// A clock that reads what the test set.
+#[derive(Debug, Default)]
+pub struct SetClock(std::sync::atomic::AtomicU64);
+
+impl SetClock {
+    pub fn at(now: Nanos) -> SetClock {
+        SetClock(std::sync::atomic::AtomicU64::new(now))
+    }
+
+    pub fn set(&self, now: Nanos) {
+        self.0.store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl crate::clock::Clock for SetClock {
+    fn now(&self) -> Nanos {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn sleep_until(&self, _at: Nanos) {}
+}
+
 /// `count` per `secs` seconds.
 pub fn rate(count: u64, secs: u64) -> Rate {
     Rate {

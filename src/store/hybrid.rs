@@ -34,6 +34,8 @@
 
 mod bans;
 mod deltas;
+#[cfg(test)]
+mod fleet;
 mod replica;
 mod sync;
 
@@ -45,7 +47,7 @@ use super::admission::{Admission, Asks, Decisions, Receipt, Settle};
 use super::fallback::admit_at_share;
 use super::memory::MemoryStore;
 use super::redis::{LinkError, RedisSettings, RedisStore};
-use crate::clock::{Clock, Nanos, ProxyClock};
+use crate::clock::{Nanos, ProxyClock};
 use crate::limiter::Limiter;
 use deltas::Deltas;
 pub use sync::SyncStats;
@@ -58,6 +60,8 @@ pub struct HybridStore {
     /// the memory store every decision is made in.
     shared: RedisStore,
     deltas: Arc<Deltas>,
+    /// What failed rounds could not send, for the next.
+    outbox: tokio::sync::Mutex<sync::Outbox>,
     status: Arc<SyncStatus>,
     /// How many instances split a key none of them has synced yet (the
     /// memory store's newcomers read it).
@@ -78,10 +82,39 @@ impl HybridStore {
         Ok(HybridStore {
             shared: RedisStore::over(settings, local)?,
             deltas: Arc::new(Deltas::new(max_keys)),
+            outbox: tokio::sync::Mutex::default(),
             status: Arc::default(),
             newcomers,
             interval,
         })
+    }
+
+    /// For tests: a hybrid store of a fleet of `instances` on `urls`, its
+    /// keys under `prefix`, connected, deciding (in Redis too) at the
+    /// instants it is given. No task syncs it: the test calls
+    /// [`HybridStore::sync`].
+    #[cfg(test)]
+    pub async fn for_test(urls: Vec<String>, prefix: &str, instances: u64) -> HybridStore {
+        let settings = RedisSettings {
+            urls,
+            cluster: false,
+            timeout: Duration::from_secs(5),
+            prefix: prefix.into(),
+            instances,
+        };
+        let mut store =
+            HybridStore::new(settings, 10_000, Duration::from_secs(3600)).expect("a Redis URL");
+        store.shared = store.shared.with_injected_time();
+        store.shared.start();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !store.shared.link().is_up() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no connection to Redis"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        store
     }
 
     /// Connects, starts the heartbeats and the sync task, which reads
@@ -207,9 +240,4 @@ pub fn is_synced(limiter: &Limiter) -> bool {
             | Limiter::FixedWindow(_)
             | Limiter::SlidingWindow(_)
     )
-}
-
-/// `clock`'s now (the sync task's instants are the proxy's).
-fn now_on(clock: &ProxyClock) -> Nanos {
-    clock.now()
 }

@@ -12,6 +12,7 @@ use crate::clock::Nanos;
 use crate::limiter::{
     Concurrency, Decision, FixedWindow, Gcra, HoldLimits, Limiter, SlidingWindow,
 };
+use crate::testing::redis_server::shared_urls;
 use crate::testing::{rate, SEC};
 
 /// A memory store whose calls fail while told to: the `on_error` paths of
@@ -51,9 +52,7 @@ impl FailingStore {
     }
 }
 
-/// A moment well inside a second, a minute and an hour (windows align to
-/// Unix-time multiples of their period).
-pub(crate) const T0: Nanos = 1_800_000_000 * SEC + SEC / 4;
+pub(crate) use crate::testing::T0;
 
 /// One limiter and its table, as a policy snapshot would hold them.
 pub(crate) struct Limit {
@@ -689,18 +688,11 @@ macro_rules! every_check {
 
 every_check!(memory, Store::Memory(MemoryStore::new(10_000)));
 
-/// One `redis-server` for the whole test process (every check's tables
-/// have names of their own, so they never share a key), and a store on it
-/// deciding at the suite's exact instants.
+/// A strict store on the test process's Redis (every check's tables have
+/// names of their own, so they never share a key), deciding at the
+/// suite's exact instants.
 pub(crate) async fn redis_store() -> Store {
-    use crate::testing::redis_server::RedisServer;
-    static SERVER: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let urls = SERVER.get_or_init(|| {
-        // Kept running until the test process ends (its watchdog stops it).
-        let server = std::mem::ManuallyDrop::new(RedisServer::start());
-        vec![server.url()]
-    });
-    redis_store_on(urls.clone(), false).await
+    redis_store_on(shared_urls(), false).await
 }
 
 /// The same on a Redis Cluster of three primaries: a request's rules may
@@ -738,3 +730,13 @@ pub(crate) async fn redis_store_on(urls: Vec<String>, cluster: bool) -> Store {
 
 every_check!(redis, redis_store().await);
 every_check!(redis_cluster, redis_cluster_store().await);
+
+/// A hybrid store alone on the test process's Redis, whose sync runs only
+/// when a test calls it: every decision is the memory store's, as hybrid
+/// mode promises (what syncing adds is `store/hybrid/fleet.rs`'s).
+pub(crate) async fn hybrid_store() -> Store {
+    let store = crate::store::HybridStore::for_test(shared_urls(), "suite", 1).await;
+    Store::Hybrid(std::sync::Arc::new(store))
+}
+
+every_check!(hybrid, hybrid_store().await);

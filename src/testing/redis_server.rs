@@ -197,3 +197,16 @@ fn cluster_port() -> u16 {
         }
     }
 }
+
+/// One `redis-server` for the whole test process, started on first use
+/// (tests that share it keep their keys apart by name): its URL.
+pub fn shared_urls() -> Vec<String> {
+    static SERVER: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    SERVER
+        .get_or_init(|| {
+            // Kept running until the test process ends (its watchdog stops it).
+            let server = std::mem::ManuallyDrop::new(RedisServer::start());
+            vec![server.url()]
+        })
+        .clone()
+}

@@ -16,7 +16,7 @@
 //! (this instance still counted them).
 
 use super::HybridStore;
-use crate::clock::{Clock, ProxyClock};
+use crate::clock::Clock;
 use crate::store::admission::StoreError;
 use crate::store::redis::{Posted, Struck};
 
@@ -26,7 +26,7 @@ const CHUNK: usize = 256;
 
 impl HybridStore {
     /// The strikes and the board, after a round's deltas: the calls made.
-    pub(super) async fn follow_bans(&self, clock: &ProxyClock) -> Result<u64, StoreError> {
+    pub(super) async fn follow_bans(&self, clock: &impl Clock) -> Result<u64, StoreError> {
         let mut calls = self.send_strikes(clock).await?;
         let shared = self.shared();
         shared.mirror().refresh(shared.board(), clock.now()).await?;
@@ -36,7 +36,7 @@ impl HybridStore {
 
     /// Adds up in Redis the strikes counted since the last round, and
     /// copies the bans in force there: the calls made.
-    async fn send_strikes(&self, clock: &ProxyClock) -> Result<u64, StoreError> {
+    async fn send_strikes(&self, clock: &impl Clock) -> Result<u64, StoreError> {
         let shared = self.shared();
         let mut calls = 0;
         for table in shared.mirror().tables() {

@@ -220,6 +220,13 @@ impl Deltas {
             .map_or(0, |watched| watched.delta.taken)
     }
 
+    /// Whether `table`'s bucket `key` is watched (the next sync asks
+    /// Redis for its state).
+    #[cfg(test)]
+    pub fn watches(&self, table: &BucketTable, key: BucketKey) -> bool {
+        lock(&self.shards[shard_of(key)]).contains_key(&(table.id(), key))
+    }
+
     /// Buckets watched (whose deltas the next sync sends).
     pub fn len(&self) -> usize {
         self.shards.iter().map(|shard| lock(shard).len()).sum()

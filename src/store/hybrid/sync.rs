@@ -22,8 +22,8 @@ use futures_util::future::join_all;
 use tokio::time::MissedTickBehavior;
 
 use super::deltas::Delta;
-use super::{now_on, replica, HybridStore};
-use crate::clock::{Nanos, ProxyClock};
+use super::{replica, HybridStore};
+use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::limiter::BucketState;
 use crate::store::admission::{Ask, Asks, Decisions, Receipt, Settle, StoreError, Taken};
 
@@ -94,7 +94,7 @@ pub fn start(store: Weak<HybridStore>, clock: ProxyClock) {
     let Some(interval) = store.upgrade().map(|store| {
         // The age of the syncs counts from start: a Redis down from the
         // start shows as a growing age, not as a sync that just ran.
-        store.status.last.store(now_on(&clock), Ordering::Relaxed);
+        store.status.last.store(clock.now(), Ordering::Relaxed);
         store.interval
     }) else {
         return;
@@ -104,21 +104,24 @@ pub fn start(store: Weak<HybridStore>, clock: ProxyClock) {
         // A round slower than the interval delays the next; none are
         // made up in a burst.
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut outbox = Outbox::default();
         loop {
             ticks.tick().await;
             let Some(store) = store.upgrade() else {
                 return;
             };
-            store.sync_once(&mut outbox, &clock).await;
+            store.sync(&clock).await;
         }
     });
 }
 
 impl HybridStore {
-    /// One round (see the module docs).
-    async fn sync_once(&self, outbox: &mut Outbox, clock: &ProxyClock) {
-        let started = now_on(clock);
+    /// One round (see the module docs), at the instants `clock` reads: the
+    /// task runs one every interval; tests call it at their own instants.
+    pub async fn sync(&self, clock: &impl Clock) {
+        // Only the task (or a test) syncs: the lock is never contended.
+        let mut outbox = self.outbox.lock().await;
+        let outbox = &mut *outbox;
+        let started = clock.now();
         self.count_instances();
         let dropped = outbox.push(self.deltas.drain(), self.deltas.capacity());
         self.deltas.drop_unsent(dropped);
@@ -141,7 +144,7 @@ impl HybridStore {
         status.rounds.fetch_add(1, Ordering::Relaxed);
         match answered {
             Ok(calls) => {
-                let now = now_on(clock);
+                let now = clock.now();
                 status.calls.fetch_add(calls, Ordering::Relaxed);
                 status
                     .took
@@ -176,13 +179,13 @@ impl HybridStore {
     async fn exchange(
         &self,
         batch: Vec<Delta>,
-        clock: &ProxyClock,
+        clock: &impl Clock,
     ) -> Result<u64, (StoreError, Vec<Delta>)> {
         let mut calls = 0;
         let mut rest = batch.as_slice();
         while !rest.is_empty() {
             let (part, after) = rest.split_at(rest.len().min(CHUNK));
-            calls += self.give_back(part, now_on(clock)).await;
+            calls += self.give_back(part, clock.now()).await;
             let answered = if self.shared.link().is_cluster() {
                 self.spend_one_by_one(part, clock).await
             } else {
@@ -206,17 +209,17 @@ impl HybridStore {
     async fn spend_together(
         &self,
         part: &[Delta],
-        clock: &ProxyClock,
+        clock: &impl Clock,
     ) -> Result<u64, (StoreError, Vec<Delta>)> {
         let mut asks = Asks::default();
         for delta in part {
             asks.push_rule(delta.key, false, None, [ask_of(delta)]);
         }
         let mut views = Decisions::new();
-        if let Err(error) = self.shared.spend(&asks, now_on(clock), &mut views).await {
+        if let Err(error) = self.shared.spend(&asks, clock.now(), &mut views).await {
             return Err((error, part.to_vec()));
         }
-        let now = now_on(clock);
+        let now = clock.now();
         for (delta, view) in part.iter().zip(&views) {
             self.adopt(delta, view.state(), now);
         }
@@ -229,7 +232,7 @@ impl HybridStore {
     async fn spend_one_by_one(
         &self,
         part: &[Delta],
-        clock: &ProxyClock,
+        clock: &impl Clock,
     ) -> Result<u64, (StoreError, Vec<Delta>)> {
         let asks: Vec<Asks<'_>> = part
             .iter()
@@ -239,7 +242,7 @@ impl HybridStore {
                 asks
             })
             .collect();
-        let at = now_on(clock);
+        let at = clock.now();
         let answers = join_all(asks.iter().map(|asks| async move {
             let mut views = Decisions::new();
             self.shared
@@ -248,7 +251,7 @@ impl HybridStore {
                 .map(|()| views)
         }))
         .await;
-        let now = now_on(clock);
+        let now = clock.now();
         let mut failed = Vec::new();
         let mut first_error = None;
         for (delta, answer) in part.iter().zip(answers) {
@@ -335,7 +338,7 @@ const GIVE_BACK_AHEAD: Nanos = 60_000_000_000;
 
 /// Deltas that failed rounds could not send, oldest first.
 #[derive(Debug, Default)]
-struct Outbox {
+pub struct Outbox {
     batches: VecDeque<Vec<Delta>>,
     len: usize,
 }
