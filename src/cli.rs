@@ -188,7 +188,7 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
 /// mode").
 fn hybrid_behaviour(rule: &RuleConfig, sync_interval: std::time::Duration) -> String {
     let every = format_period(sync_interval);
-    match rule.algorithm {
+    let decided = match rule.algorithm {
         AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency => format!(
             "decided by each instance at its share of the limit (limit / instances, rounded \
              up), not synced ({} keeps exact stamps or requests in flight)",
@@ -199,8 +199,13 @@ fn hybrid_behaviour(rule: &RuleConfig, sync_interval: std::time::Duration) -> St
              took them, and the others learn of their slots at the next sync"
         ),
         _ => format!(
-            "decided in memory, synced every {every}; overshoot at most one interval's traffic"
+            "decided in memory, synced every {every}; overshoot at most one interval's traffic \
+             while traffic is steady, two intervals' at worst"
         ),
+    };
+    match rule.ban {
+        Some(_) => format!("{decided}; strikes added up across instances with each sync"),
+        None => decided,
     }
 }
 

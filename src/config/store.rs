@@ -10,8 +10,9 @@ use super::{OnError, RedisConfig, RedisMode, StoreBackend, StoreConfig};
 /// The shortest `sync_interval`: below it a sync's own round trip is most
 /// of the interval.
 const MIN_SYNC_INTERVAL: Duration = Duration::from_millis(5);
-/// The longest `sync_interval`: the overshoot bound is one interval's
-/// traffic, and fresh keys wait up to one interval for their full budget.
+/// The longest `sync_interval`: the overshoot grows with it (one
+/// interval's traffic, two at worst), and fresh keys wait up to one
+/// interval for their full budget.
 const MAX_SYNC_INTERVAL: Duration = Duration::from_secs(10);
 
 impl Validator<'_> {
@@ -63,7 +64,7 @@ impl Validator<'_> {
                     field.span().start,
                     "store.redis.sync_interval",
                     "sync_interval must be between 5ms and 10s: the overshoot a fleet allows \
-                     is one interval's traffic",
+                     grows with it (one interval's traffic, two at worst)",
                 );
             }
         }

@@ -911,7 +911,7 @@ on_error = "maybe"
                 "test.toml:6:7: store.redis.url: \"http://127.0.0.1:6379\" is not a Redis URL; use redis://host:port[/db] (TLS is not supported)",
                 "test.toml:7:8: store.redis.urls: urls names the nodes of a Redis Cluster: set cluster = true, or use url",
                 "test.toml:8:8: store.redis.mode: \"eventual\" is not allowed; use \"strict\" or \"hybrid\"",
-                "test.toml:9:17: store.redis.sync_interval: sync_interval must be between 5ms and 10s: the overshoot a fleet allows is one interval's traffic",
+                "test.toml:9:17: store.redis.sync_interval: sync_interval must be between 5ms and 10s: the overshoot a fleet allows grows with it (one interval's traffic, two at worst)",
                 "test.toml:10:11: store.redis.timeout: must be longer than zero (default \"20ms\")",
                 "test.toml:11:12: store.redis.on_error: \"maybe\" is not allowed; use one of \"local\", \"allow\", \"deny\"",
             ],

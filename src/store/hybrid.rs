@@ -14,8 +14,10 @@
 //! the call was out ([`replica`]). So each instance decides with the
 //! fleet's spending as of its last sync:
 //!
-//! - overshoot is at most what the instances admit within one interval
-//!   (plus the call's round trip) beyond what was left at their last sync;
+//! - overshoot is what the fleet admits before the syncs tell every
+//!   instance: about one interval's traffic while traffic is steady, at
+//!   most two intervals' (one instance's spending reaches Redis with its
+//!   next sync, and another instance with that one's next sync);
 //! - a key this instance has not seen starts with every other instance's
 //!   share spent ([`MemoryStore::split_newcomers`]), so a burst on a new
 //!   key reaching every instance at once admits about the limit in total,

@@ -524,3 +524,83 @@ async fn then_admitted(sluices: &[Sluice], caller: &str) -> usize {
     }
     admitted
 }
+
+/// The config of a hybrid instance of the real binary on `redis`: one
+/// rule, a fixed window of `count` per hour, `on_change = "keep"`.
+fn windowed(redis: &RedisServer, upstream: &Upstream, count: u64) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [store]\nbackend = \"redis\"\n[store.redis]\nurl = \"{}\"\n{HYBRID}\n\
+         [[rule]]\nname = \"per-caller\"\nmatch = {{ path_prefix = \"/api\" }}\n\
+         key = [\"header:x-caller\"]\nalgorithm = \"fixed_window\"\nrate = \"{count}/h\"\n\
+         on_change = \"keep\"\n",
+        upstream.addr,
+        redis.url()
+    )
+}
+
+/// What `GET /admin/buckets` says is left of the caller's window now.
+async fn window_left(sluice: &crate::support::SluiceProcess, caller: &str) -> u64 {
+    let url = sluice.admin_url(&format!("/admin/buckets?rule=per-caller&key={caller}"));
+    let got = crate::support::get(&url, &[]).await;
+    got.json()["buckets"][0]["remaining"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{}", got.body))
+}
+
+/// A reload that changes a limit keeps the shared buckets, as in strict
+/// mode: with `on_change = "keep"` a window keeps its count in Redis, and
+/// what one instance spends after the reload reaches the other.
+#[tokio::test]
+async fn a_reload_keeps_the_shared_buckets_on_every_instance() {
+    // Not across the end of an hour, where the window starts again.
+    let into_hour = crate::support::unix_now() % 3600;
+    if into_hour > 3590 {
+        tokio::time::sleep(Duration::from_secs(3601 - into_hour)).await;
+    }
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let paths: Vec<_> = dirs
+        .iter()
+        .map(|dir| crate::support::write_config(dir.path(), &windowed(&redis, &upstream, 30)))
+        .collect();
+    let fleet: Vec<_> = paths
+        .iter()
+        .map(|path| crate::support::SluiceProcess::spawn(path))
+        .collect();
+    let get = |at: usize| {
+        let url = fleet[at].url("/api");
+        async move { send(Method::GET, &url, &[("x-caller", "kept")]).await }
+    };
+    // Two units through each (within their shares of a new key).
+    for at in [0, 1, 0, 1] {
+        assert_eq!(get(at).await.status, StatusCode::OK);
+    }
+    eventually(Duration::from_secs(5), "the fleet never synced", || async {
+        window_left(&fleet[0], "kept").await == 26 && window_left(&fleet[1], "kept").await == 26
+    })
+    .await;
+    // 30/h → 60/h, keep: the 4 spent stay spent on both.
+    for (sluice, path) in fleet.iter().zip(&paths) {
+        std::fs::write(path, windowed(&redis, &upstream, 60)).unwrap();
+        let answer = send(Method::POST, &sluice.admin_url("/admin/reload"), &[]).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    }
+    for sluice in &fleet {
+        assert_eq!(window_left(sluice, "kept").await, 56);
+    }
+    // Spent through one after the reload, seen by the other.
+    for _ in 0..5 {
+        assert_eq!(get(0).await.status, StatusCode::OK);
+    }
+    let last = get(1).await;
+    assert_eq!(last.status, StatusCode::OK);
+    eventually(
+        Duration::from_secs(5),
+        "the second never saw the spending",
+        || async { window_left(&fleet[1], "kept").await == 50 },
+    )
+    .await;
+}
