@@ -8,7 +8,8 @@
 # Starts an nginx upstream on 127.0.0.1:18380 and sluice (1 worker) on 18381, warms up,
 # zeroes the counters, runs wrk -c64 for 5 s, and divides. Stops both by PID. KEEP=1
 # keeps the callgrind output for callgrind_annotate. HEADER="Connection: keep-alive" makes
-# wrk send that field too (as browsers do; wrk sends only Host by default). CGOPTS adds
+# wrk send that field too (as browsers do; wrk sends only Host by default). LUA=FILE gives
+# wrk a script (keys100k.lua: 100k API keys at random, for keyed-*.toml). CGOPTS adds
 # callgrind options (CGOPTS=--dump-instr=yes for scripts/callgrind/atomics.py).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +24,7 @@ for _ in $(seq 120); do
   sleep 0.5
 done
 extra=(); [ -n "${HEADER:-}" ] && extra=(-H "$HEADER")
+[ -n "${LUA:-}" ] && extra+=(-s "$LUA")
 wrk -t1 -c64 -d2s "${extra[@]}" http://127.0.0.1:18381/ >/dev/null 2>&1   # warm-up
 callgrind_control -z $sl >/dev/null 2>&1
 result=$(wrk -t1 -c64 -d5s "${extra[@]}" http://127.0.0.1:18381/ 2>&1)

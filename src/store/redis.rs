@@ -52,8 +52,8 @@ use protocol::{
     OP_ADMIT, OP_CLAIM, OP_PEEK, OP_SETTLE, OP_SPEND, SETTLE_CANCEL_RESERVATION, SETTLE_CHARGE,
     SETTLE_GIVE_BACK, SETTLE_LEAVE_QUEUE, SETTLE_RETURN_LEASE,
 };
-pub use script::Struck;
 use script::{AdmitReply, Call, ClaimReply};
+pub use script::{Struck, Synced};
 
 /// Where a Redis store connects and how long it waits.
 #[derive(Debug, Clone)]
@@ -157,6 +157,26 @@ impl RedisStore {
     /// The fleet's bans.
     pub fn board(&self) -> &BanBoard {
         &self.board
+    }
+
+    /// Adds `buckets`' units to the shared buckets and reads their states
+    /// back, at `now` (hybrid mode's sync; one call, so on a Cluster the
+    /// buckets must share a slot): one state per bucket, in order.
+    pub async fn sync(
+        &self,
+        buckets: &[Synced<'_>],
+        now: Nanos,
+    ) -> Result<Vec<crate::limiter::BucketState>, StoreError> {
+        let command = script::sync(
+            self.link.script_hash(),
+            &self.prefix,
+            self.now_us(now),
+            buckets,
+        );
+        let answer: script::Answer = self.link.run(command).await?;
+        (0..buckets.len())
+            .map(|index| script::synced(&answer, index))
+            .collect()
     }
 
     /// Adds up `struck` in Redis (hybrid mode's strikes): per entry, how

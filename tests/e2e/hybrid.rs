@@ -106,14 +106,20 @@ async fn a_burst_on_a_new_key_across_three_instances_admits_about_the_limit_not_
     // The promise: at most the limit plus (instances − 1) shares.
     assert!(admitted <= 90 + 2 * 30, "{admitted} admitted");
     assert!(admitted >= 80, "only {admitted} of the 90 admitted");
-    // Once synced, every instance knows the key is spent.
+    // Later, the caller comes back to every instance. The instance that
+    // synced the burst's last units knows the key is spent; one whose view
+    // may have missed units sent after it stopped following the key holds
+    // it to its share until its next sync: at most the other two shares
+    // more in all (and none when every instance followed the whole burst,
+    // as on an idle machine).
     tokio::time::sleep(Duration::from_millis(200)).await;
-    for sluice in &sluices {
-        assert_eq!(
-            call(sluice, "newcomer").await.status,
-            StatusCode::TOO_MANY_REQUESTS
-        );
-    }
+    let again = burst(&sluices, "newcomer", 40).await;
+    println!("then 3 × 40 more: {again} admitted");
+    assert!(
+        admitted + again <= 90 + 2 * 30,
+        "{admitted} then {again} admitted"
+    );
+    assert!(again <= 2 * 30, "{again} admitted after the burst");
 }
 
 #[tokio::test]
@@ -331,9 +337,9 @@ async fn a_killed_redis_is_answered_alone_and_a_restarted_one_is_synced_within_a
     }
 }
 
-/// The calls Redis was sent (`EVALSHA`, `EVAL`, `PING`: `INFO
+/// The script calls Redis was sent (`EVALSHA`, `EVAL`: `INFO
 /// commandstats` also counts the commands a script runs, which are
-/// reported apart), and those commands.
+/// reported apart), and every command it ran.
 fn calls(redis: &RedisServer) -> (u64, u64) {
     let stats = redis.cli(&["INFO", "commandstats"]).expect("commandstats");
     let (mut sent, mut all) = (0, 0);
@@ -348,7 +354,7 @@ fn calls(redis: &RedisServer) -> (u64, u64) {
             continue;
         };
         all += count;
-        if matches!(name, "cmdstat_evalsha" | "cmdstat_eval" | "cmdstat_ping") {
+        if matches!(name, "cmdstat_evalsha" | "cmdstat_eval") {
             sent += count;
         }
     }
@@ -356,15 +362,17 @@ fn calls(redis: &RedisServer) -> (u64, u64) {
 }
 
 /// Requests to `sluice` for `period`, `clients` at a time each waiting
-/// `pause` between requests, over ten callers: how many were sent, and
-/// the calls Redis was sent meanwhile (and all the commands it ran).
+/// `pause` between requests, over ten callers: how many were sent, the
+/// calls its syncs made meanwhile (its own count), and the script calls
+/// Redis was sent and all the commands it ran.
 async fn load(
     sluice: &Sluice,
     redis: &RedisServer,
     clients: usize,
     pause: Duration,
     period: Duration,
-) -> (usize, (u64, u64)) {
+) -> (usize, f64, (u64, u64)) {
+    let synced = sluice.metric("sluice_store_sync_calls_total").await;
     let before = calls(redis);
     let started = Instant::now();
     let sent = join_all((0..clients).map(|client| async move {
@@ -379,9 +387,11 @@ async fn load(
     }))
     .await;
     let after = calls(redis);
+    let synced = sluice.metric("sluice_store_sync_calls_total").await - synced;
     // `INFO` itself is a command: counted once in each reading.
     (
         sent.iter().sum(),
+        synced,
         (after.0 - before.0, after.1 - before.1 - 1),
     )
 }
@@ -392,20 +402,29 @@ async fn redis_calls_follow_the_interval_not_the_request_rate() {
     let url = format!("url = \"{}\"", redis.url());
     let (_upstream, sluices) = fleet(1, &url, "", &per_caller("100000/s")).await;
     let period = Duration::from_secs(2);
-    let (slow, slow_commands) =
+    let (slow, slow_synced, slow_commands) =
         load(&sluices[0], &redis, 1, Duration::from_millis(20), period).await;
-    let (fast, fast_commands) = load(&sluices[0], &redis, 8, Duration::ZERO, period).await;
+    let (fast, fast_synced, fast_commands) =
+        load(&sluices[0], &redis, 8, Duration::ZERO, period).await;
     println!(
-        "{slow} requests: {slow_commands:?} Redis calls (commands); \
-         {fast} requests: {fast_commands:?}"
+        "{slow} requests: {slow_synced} sync calls, {slow_commands:?} Redis script calls \
+         (commands); {fast} requests: {fast_synced}, {fast_commands:?}"
     );
     assert!(
         fast >= 10 * slow,
         "not ten times the rate: {slow} and {fast}"
     );
-    // One call per interval (40 in 2 s), heartbeats aside, at either rate.
-    for (calls, _) in [slow_commands, fast_commands] {
-        assert!((30..=50).contains(&calls), "{calls} calls in 2 s");
+    // Per interval, one script call (the buckets touched) and the ban
+    // board's version: 40 rounds in 2 s, at either rate.
+    for (synced, (scripts, _)) in [(slow_synced, slow_commands), (fast_synced, fast_commands)] {
+        assert!(
+            (60.0..=100.0).contains(&synced),
+            "{synced} sync calls in 2 s"
+        );
+        assert!(
+            (30..=50).contains(&scripts),
+            "{scripts} script calls in 2 s"
+        );
     }
     // The script's work follows the buckets touched per interval (ten
     // callers at most here), not the requests.

@@ -6,10 +6,15 @@
 //! A bucket stays *watched* from its first note until it has gone two
 //! rounds untouched: each round sends its delta, and the first round it is
 //! untouched still asks Redis for its state (a delta of 0), so its local
-//! view follows the other instances' spending for an interval more. After
-//! that its local view is stale: the next note reports it cold, and the
-//! store holds the bucket to this instance's share until the next sync
-//! ([`super::HybridStore::admit`]).
+//! view follows the other instances' spending for an interval more: the
+//! spending they sent after this instance's sync in the round it last
+//! took from the bucket (a burst on every instance at once, most often).
+//! After that its local view is stale: the next note reports it cold, and
+//! the store holds the bucket to this instance's share until the next sync
+//! ([`super::HybridStore::admit`]). The follow costs a second sync for a
+//! bucket touched once (docs/benchmarks-history.md, "Hybrid mode"); without
+//! it, a caller that spent its limit in a burst over every instance got up
+//! to a share more on each once it came back.
 //!
 //! Bounded: at most `max_keys` buckets wait in all shards together; a
 //! bucket beyond that is not noted, and its units are counted as dropped
@@ -53,8 +58,8 @@ pub struct Delta {
 struct Watched {
     delta: Delta,
     touched: bool,
-    /// Rounds since it was last touched.
-    idle: u8,
+    /// Whether the last round left it untouched (this round follows it).
+    idle: bool,
 }
 
 type Shard = HashMap<(usize, BucketKey), Watched, foldhash::fast::RandomState>;
@@ -181,7 +186,7 @@ impl Deltas {
             Watched {
                 delta,
                 touched: true,
-                idle: 0,
+                idle: false,
             },
         );
         true
@@ -197,9 +202,9 @@ impl Deltas {
             lock(shard).retain(|_, watched| {
                 if watched.touched {
                     watched.touched = false;
-                    watched.idle = 0;
-                } else if watched.idle == 0 {
-                    watched.idle = 1;
+                    watched.idle = false;
+                } else if !watched.idle {
+                    watched.idle = true;
                 } else {
                     return false;
                 }

@@ -25,7 +25,8 @@ use super::deltas::Delta;
 use super::{replica, HybridStore};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::limiter::BucketState;
-use crate::store::admission::{Ask, Asks, Decisions, Receipt, Settle, StoreError, Taken};
+use crate::store::admission::{Receipt, Settle, StoreError, Taken};
+use crate::store::redis::Synced;
 
 /// Buckets sent in one spend call: a script call holds Redis for its whole
 /// run, so a long batch is cut into calls of a few hundred microseconds.
@@ -182,14 +183,17 @@ impl HybridStore {
         clock: &impl Clock,
     ) -> Result<u64, (StoreError, Vec<Delta>)> {
         let mut calls = 0;
+        let mut batch = batch;
+        // One limit's buckets in a row: a call writes its parameters once.
+        batch.sort_unstable_by_key(|delta| delta.table.id());
         let mut rest = batch.as_slice();
         while !rest.is_empty() {
             let (part, after) = rest.split_at(rest.len().min(CHUNK));
             calls += self.give_back(part, clock.now()).await;
             let answered = if self.shared.link().is_cluster() {
-                self.spend_one_by_one(part, clock).await
+                self.sync_one_by_one(part, clock).await
             } else {
-                self.spend_together(part, clock).await
+                self.sync_together(part, clock).await
             };
             match answered {
                 Ok(made) => calls += made,
@@ -204,52 +208,38 @@ impl HybridStore {
         Ok(calls)
     }
 
-    /// One spend call for every bucket of `part` (one Redis). One call, or
+    /// One sync call for every bucket of `part` (one Redis). One call, or
     /// the error and all of `part`.
-    async fn spend_together(
+    async fn sync_together(
         &self,
         part: &[Delta],
         clock: &impl Clock,
     ) -> Result<u64, (StoreError, Vec<Delta>)> {
-        let mut asks = Asks::default();
-        for delta in part {
-            asks.push_rule(delta.key, false, None, [ask_of(delta)]);
-        }
-        let mut views = Decisions::new();
-        if let Err(error) = self.shared.spend(&asks, clock.now(), &mut views).await {
-            return Err((error, part.to_vec()));
-        }
+        let buckets: Vec<Synced<'_>> = part.iter().map(synced).collect();
+        let views = match self.shared.sync(&buckets, clock.now()).await {
+            Ok(views) => views,
+            Err(error) => return Err((error, part.to_vec())),
+        };
         let now = clock.now();
-        for (delta, view) in part.iter().zip(&views) {
-            self.adopt(delta, view.state(), now);
+        for (delta, view) in part.iter().zip(views) {
+            self.adopt(delta, view, now);
         }
         Ok(1)
     }
 
-    /// One spend call per bucket of `part`, all at once (a Redis Cluster,
+    /// One sync call per bucket of `part`, all at once (a Redis Cluster,
     /// where a call keeps to one caller's slot). The calls made, or the
     /// first error and the buckets whose call failed.
-    async fn spend_one_by_one(
+    async fn sync_one_by_one(
         &self,
         part: &[Delta],
         clock: &impl Clock,
     ) -> Result<u64, (StoreError, Vec<Delta>)> {
-        let asks: Vec<Asks<'_>> = part
-            .iter()
-            .map(|delta| {
-                let mut asks = Asks::default();
-                asks.push_rule(delta.key, false, None, [ask_of(delta)]);
-                asks
-            })
-            .collect();
         let at = clock.now();
-        let answers = join_all(asks.iter().map(|asks| async move {
-            let mut views = Decisions::new();
-            self.shared
-                .spend(asks, at, &mut views)
-                .await
-                .map(|()| views)
-        }))
+        let answers = join_all(
+            part.iter()
+                .map(|delta| async move { self.shared.sync(&[synced(delta)], at).await }),
+        )
         .await;
         let now = clock.now();
         let mut failed = Vec::new();
@@ -257,8 +247,8 @@ impl HybridStore {
         for (delta, answer) in part.iter().zip(answers) {
             match answer {
                 Ok(views) => {
-                    if let Some(view) = views.first() {
-                        self.adopt(delta, view.state(), now);
+                    if let Some(&view) = views.first() {
+                        self.adopt(delta, view, now);
                     }
                 }
                 Err(error) => {
@@ -321,14 +311,13 @@ impl HybridStore {
     }
 }
 
-/// The spend asked for `delta`: its units taken, all at once.
-fn ask_of(delta: &Delta) -> Ask<'_> {
-    Ask {
+/// What the sync call carries for `delta`: its units taken.
+fn synced(delta: &Delta) -> Synced<'_> {
+    Synced {
         table: &delta.table,
-        key: delta.key,
         limiter: &delta.limiter,
-        cost: delta.taken,
-        hold: None,
+        key: delta.key,
+        units: delta.taken,
     }
 }
 

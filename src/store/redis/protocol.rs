@@ -38,6 +38,8 @@ protocol! {
     OP_BATCH: &str = "batch";
     /// Hybrid mode's strikes, counted since the last sync.
     OP_STRIKE: &str = "strike";
+    /// Hybrid mode's deltas, and the shared buckets' states.
+    OP_SYNC: &str = "sync";
 
     /// A limit's algorithm, first of its fields.
     ALG_TOKEN_BUCKET: u64 = 1;
@@ -145,7 +147,7 @@ mod tests {
     #[test]
     fn codes_of_one_kind_are_distinct() {
         let groups = [[
-            OP_ADMIT, OP_PEEK, OP_SPEND, OP_SETTLE, OP_CLAIM, OP_BATCH, OP_STRIKE,
+            OP_ADMIT, OP_PEEK, OP_SPEND, OP_SETTLE, OP_CLAIM, OP_BATCH, OP_STRIKE, OP_SYNC,
         ]
         .map(str::to_owned)];
         let numbers: [&[i64]; 5] = [

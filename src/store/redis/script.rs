@@ -14,7 +14,8 @@ use crate::store::BucketTable;
 use super::protocol::{
     ALG_CONCURRENCY, ALG_FIXED_WINDOW, ALG_LEAKY_BUCKET, ALG_SLIDING_LOG, ALG_SLIDING_WINDOW,
     ALG_TOKEN_BUCKET, CLAIM_CLAIMED, CLAIM_NEVER, CLAIM_NOT_YET, DECISION_ALLOW, DECISION_DENY,
-    DECISION_HOLD, OP_STRIKE, OUTCOME_ADMITTED, OUTCOME_BANNED, OUTCOME_LIMITED, RETRY_NEVER,
+    DECISION_HOLD, OP_STRIKE, OP_SYNC, OUTCOME_ADMITTED, OUTCOME_BANNED, OUTCOME_LIMITED,
+    RETRY_NEVER,
 };
 
 /// How long a concurrency lease counts without renewal: a crashed
@@ -238,6 +239,83 @@ impl<'s> Call<'s> {
     }
 }
 
+/// One bucket of a hybrid sync: the units its instance took since its last
+/// sync.
+#[derive(Debug, Clone, Copy)]
+pub struct Synced<'d> {
+    pub table: &'d BucketTable,
+    pub limiter: &'d Limiter,
+    pub key: u64,
+    pub units: u64,
+}
+
+/// The call that adds `buckets`' units to the shared buckets and reads
+/// their states back (`sync` in `sluice.lua`), at `now_us` (0: the
+/// server's time). Buckets of one limit in a row share one group (its
+/// parameters written once): sort them by table first.
+pub fn sync(hash: &str, prefix: &str, now_us: u64, buckets: &[Synced<'_>]) -> Cmd {
+    // Written straight into the command, each key from its limit's head and
+    // tail and its hexadecimal digits: a sync writes thousands of keys a
+    // round, and building each piece by piece was most of its cost.
+    let mut cmd = Cmd::with_capacity(
+        5 + buckets.len() * 2 + 8,
+        64 + hash.len() + buckets.len() * 96,
+    );
+    cmd.arg("EVALSHA").arg(hash).arg(buckets.len());
+    let mut key = Vec::with_capacity(128);
+    let mut args: Vec<u64> = Vec::with_capacity(2 + buckets.len() + 4);
+    args.extend([now_us, 0]);
+    let mut group: Option<(&BucketTable, &Limiter, usize, usize)> = None;
+    for bucket in buckets {
+        let same = group.is_some_and(|(table, limiter, ..)| {
+            table.same(bucket.table) && *limiter == *bucket.limiter
+        });
+        if !same {
+            args[1] += 1;
+            args.extend(parameters(bucket.limiter));
+            args.push(0);
+            let name = bucket.table.name();
+            key.clear();
+            key.extend_from_slice(prefix.as_bytes());
+            key.extend_from_slice(b":{");
+            key.extend_from_slice(name.rule.as_bytes());
+            key.push(b':');
+            let head = key.len();
+            key.extend_from_slice(&[b'0'; 16]);
+            key.extend_from_slice(b"}:");
+            key.extend_from_slice(name.limit.as_bytes());
+            group = Some((bucket.table, bucket.limiter, args.len() - 1, head));
+        }
+        let Some((_, _, count_at, head)) = group else {
+            unreachable!("a group was just started")
+        };
+        args[count_at] += 1;
+        args.push(bucket.units);
+        hex_digits(&mut key[head..head + 16], bucket.key);
+        cmd.arg(&key[..]);
+    }
+    cmd.arg(OP_SYNC).arg(&args[..]);
+    cmd
+}
+
+/// Writes `key` as 16 hexadecimal digits into `into`.
+fn hex_digits(into: &mut [u8], key: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (at, byte) in key.to_be_bytes().into_iter().enumerate() {
+        into[2 * at] = DIGITS[usize::from(byte >> 4)];
+        into[2 * at + 1] = DIGITS[usize::from(byte & 15)];
+    }
+}
+
+/// The shared state of bucket number `index` in the answer to a sync
+/// call: what a request of cost 1 would be told.
+pub fn synced(answer: &[i64], index: usize) -> Result<BucketState, StoreError> {
+    Ok(BucketState {
+        remaining: field(answer, 1 + 2 * index, "a bucket's state")?.max(0) as u64,
+        reset_after: nanos(field(answer, 2 + 2 * index, "a bucket's state")?),
+    })
+}
+
 /// One caller's strikes by one rule, counted by a hybrid instance since its
 /// last sync.
 #[derive(Debug, Clone, Copy)]
@@ -304,8 +382,8 @@ fn write_rule_key(text: &mut String, prefix: &str, rule: &str, key: u64, what: &
 /// Appends `<rule>:<key>`, the key as 16 hexadecimal digits: what names a
 /// caller of a rule in every key of theirs (a Cluster's hash tag).
 fn write_tag(text: &mut String, rule: &str, key: u64) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let hex: [u8; 16] = std::array::from_fn(|at| DIGITS[(key >> (60 - 4 * at)) as usize & 15]);
+    let mut hex = [0u8; 16];
+    hex_digits(&mut hex, key);
     text.push_str(rule);
     text.push(':');
     text.push_str(std::str::from_utf8(&hex).expect("hexadecimal digits are text"));
@@ -421,9 +499,30 @@ pub fn split_batch(answer: &[i64], requests: usize) -> Option<Vec<Answer>> {
 fn parse_answer(text: &[u8]) -> Option<SmallVec<[i64; 16]>> {
     let mut numbers = SmallVec::new();
     for field in text.strip_suffix(b" ")?.split(|&byte| byte == b' ') {
-        numbers.push(std::str::from_utf8(field).ok()?.parse().ok()?);
+        numbers.push(parse_integer(field)?);
     }
     Some(numbers)
+}
+
+/// A decimal integer with an optional `-`, as `%d` writes it. (By hand: a
+/// hybrid sync reads two numbers per bucket, thousands a round, and
+/// `str::parse` with its UTF-8 check cost several times as much.)
+fn parse_integer(field: &[u8]) -> Option<i64> {
+    let (negative, digits) = match field {
+        [b'-', rest @ ..] => (true, rest),
+        digits => (false, digits),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for &digit in digits {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        value = value * 10 + i64::from(digit - b'0');
+    }
+    Some(if negative { -value } else { value })
 }
 
 fn malformed(what: &str) -> StoreError {
@@ -569,7 +668,17 @@ mod tests {
     #[test]
     fn a_malformed_answer_is_an_error_not_a_guess() {
         let answer = |value: Value| Answer::from_redis_value(value);
-        for text in ["", "1 2", "1  2 ", "1 x ", "1.5 ", "99999999999999999999 "] {
+        for text in [
+            "",
+            "1 2",
+            "1  2 ",
+            "1 x ",
+            "1.5 ",
+            "99999999999999999999 ",
+            "- ",
+            "--1 ",
+            "+1 ",
+        ] {
             assert!(answer(Value::BulkString(text.into())).is_err(), "{text:?}");
         }
         assert!(answer(Value::Array(vec![Value::Int(1)])).is_err());

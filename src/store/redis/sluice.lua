@@ -9,7 +9,7 @@
 -- `idiv`, which corrects the float quotient, so results are exact integers.
 --
 -- ARGV[1]  the operation: OP_ADMIT | OP_PEEK | OP_SPEND | OP_SETTLE |
---          OP_CLAIM | OP_BATCH | OP_STRIKE
+--          OP_CLAIM | OP_BATCH | OP_STRIKE | OP_SYNC
 -- ARGV[2]  now in microseconds, or "0" for the server's TIME (production:
 --          instances with skewed clocks agree, windows included). With an
 --          injected time (tests) no expiry is set.
@@ -48,6 +48,10 @@
 --     in KEYS
 --   strike: hybrid mode's strikes, per ban key KEYS[i] 4 fields: after,
 --     within, for (microseconds) and how many strikes
+--   sync: hybrid mode's deltas: ARGV[3] the number of groups G, then per
+--     group its limit's algorithm, a and b, its number of buckets K, and K
+--     numbers: the units each bucket's instance took since its last sync;
+--     each bucket's key is the next of KEYS
 --
 -- Algorithms (a, b):
 --   ALG_TOKEN_BUCKET (GCRA): emission interval T, tolerance tau
@@ -83,7 +87,9 @@
 -- CLAIM_NEVER (the ticket lapsed); for batch,
 -- each request's admit answer after the count of its integers; for
 -- strike { now, then per ban key: how long its ban lasts from now (0:
--- none), 1 if these strikes started it else 0 }.
+-- none), 1 if these strikes started it else 0 }; for sync { now, then per
+-- bucket: remaining and reset_after, as a request of cost 1 would be told
+-- once its units are added }.
 
 -- protocol: the codes the Rust side sends and reads, named as in
 -- src/store/redis/protocol.rs (whose test checks that this block defines
@@ -95,6 +101,7 @@ local OP_SETTLE = 'settle'
 local OP_CLAIM = 'claim'
 local OP_BATCH = 'batch'
 local OP_STRIKE = 'strike'
+local OP_SYNC = 'sync'
 local ALG_TOKEN_BUCKET = 1
 local ALG_FIXED_WINDOW = 2
 local ALG_SLIDING_WINDOW = 3
@@ -1284,6 +1291,33 @@ local function strike(ban, answer)
   return count_strikes(ban, 1)
 end
 
+if op == OP_SYNC then
+  -- Hybrid mode: a round's deltas added to the shared buckets (one group
+  -- per limit: its parameters once, then a number per bucket), and each
+  -- bucket's state read back. A bucket no unit was taken from is only read.
+  local answer = { now }
+  local at, bucket = 4, 0
+  for _ = 1, tonumber(ARGV[3]) do
+    local algorithm = algorithms[tonumber(ARGV[at])]
+    local a, b = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+    local buckets = tonumber(ARGV[at + 3])
+    for i = 1, buckets do
+      bucket = bucket + 1
+      local limit = { key = KEYS[bucket], alg = algorithm, a = a, b = b }
+      limit.state = algorithm.decode(redis.call('GET', limit.key))
+      local units = tonumber(ARGV[at + 3 + i])
+      if units > 0 then
+        algorithm.charge(limit.state, a, b, units)
+        store(limit)
+      end
+      local _, remaining, reset = algorithm.peek(limit.state, a, b, 1)
+      answer[2 * bucket], answer[2 * bucket + 1] = remaining, reset
+    end
+    at = at + 4 + buckets
+  end
+  return reply(answer)
+end
+
 if op == OP_STRIKE then
   -- Hybrid mode's strikes, counted by the instances since their last sync:
   -- per ban key KEYS[i], 4 fields from ARGV[3] on: after, within, for
@@ -1354,8 +1388,12 @@ local function decide(op, ko, ao, last)
   if op == OP_SPEND then
     for i = 1, count do
       local limit = limits[i]
-      limit.alg.charge(limit.state, limit.a, limit.b, limit.n)
-      store(limit)
+      -- Spending nothing (a hybrid sync asking how a bucket stands) writes
+      -- nothing.
+      if limit.n > 0 then
+        limit.alg.charge(limit.state, limit.a, limit.b, limit.n)
+        store(limit)
+      end
       limit.n = 1
     end
     ask_all(limits, 1, count, answer, false)
