@@ -127,6 +127,16 @@ async fn a_ban_set_through_one_instance_holds_on_both_until_lifted_through_the_o
     for text in [&everything, &board] {
         assert!(!text.contains(SECRET), "the key in clear in Redis: {text}");
     }
+    // The board and its version expire with their last ban (an hour).
+    for key in ["sluice:{bans}", "sluice:{bans}:version"] {
+        let ttl: i64 = redis
+            .cli(&["PTTL", key])
+            .expect("PTTL")
+            .trim()
+            .parse()
+            .unwrap();
+        assert!((3_500_000..=3_601_000).contains(&ttl), "{key}: PTTL {ttl}");
+    }
 
     let lift = format!("/admin/bans?rule=per-key&key={}", urlencode(&label));
     let lifted = send(Method::DELETE, &admin(&b, &lift), &[]).await;
