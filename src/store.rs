@@ -317,9 +317,14 @@ impl Store {
     /// `reveal_keys`. A shared store posts it for every instance (from a
     /// task: the refusal does not wait).
     pub fn ban_started(&self, rule: &str, key: BucketKey, lasts: Nanos, shown: &str) {
-        if let Some(board) = self.board() {
-            board.post_detached(rule, key, redis::Posted::Earned(lasts), Some(shown));
-        }
+        let (board, posted) = match self {
+            // The script that counted the strike set the caller's ban key.
+            Store::Redis(store) => (store.board(), redis::Posted::Listed(lasts)),
+            // This instance's own count started it: Redis learns it here.
+            Store::Hybrid(store) => (store.shared().board(), redis::Posted::Earned(lasts)),
+            _ => return,
+        };
+        board.post_detached(rule, key, posted, Some(shown));
     }
 
     /// A ban on `key` by the rule named `rule`, which this instance learned

@@ -223,6 +223,20 @@ impl BanTable {
         self.unsent.get_or_init(Mutex::default);
     }
 
+    /// Strikes taken with [`BanTable::take_strikes`] and not counted in
+    /// Redis after all (its call failed): they wait for the next sync.
+    pub fn restore_strikes(&self, strikes: &[(BucketKey, u64)]) {
+        let Some(unsent) = self.unsent.get() else {
+            return;
+        };
+        let mut unsent = unsent.lock().unwrap_or_else(|p| p.into_inner());
+        for &(key, count) in strikes {
+            if unsent.len() < MAX_UNSENT || unsent.contains_key(&key) {
+                *unsent.entry(key).or_default() += count;
+            }
+        }
+    }
+
     /// The strikes counted since the last call, per key.
     pub fn take_strikes(&self) -> Vec<(BucketKey, u64)> {
         let Some(unsent) = self.unsent.get() else {

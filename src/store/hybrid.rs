@@ -7,8 +7,8 @@
 //! The design is the exchange of deltas. Each admission, settlement or
 //! spend notes, per bucket it touched, the units this instance took (or
 //! gave back) since the last sync ([`deltas`]). Each interval the task
-//! sends them all in one script call (one per caller's slot on a Redis
-//! Cluster): Redis adds them to the shared bucket, with the same
+//! sends them in script calls of up to 256 buckets (one per caller's slot
+//! on a Redis Cluster): Redis adds them to the shared bucket, with the same
 //! algorithms strict mode runs, and answers each bucket's state; the
 //! instance then makes its own bucket that state, plus what it took while
 //! the call was out ([`replica`]). So each instance decides with the
@@ -64,6 +64,9 @@ pub struct HybridStore {
     deltas: Arc<Deltas>,
     /// What failed rounds could not send, for the next.
     outbox: tokio::sync::Mutex<sync::Outbox>,
+    /// Bans that strikes counted in Redis started and the board does not
+    /// list yet.
+    unlisted: bans::Unlisted,
     status: Arc<SyncStatus>,
     /// How many instances split a key none of them has synced yet (the
     /// memory store's newcomers read it).
@@ -85,6 +88,7 @@ impl HybridStore {
             shared: RedisStore::over(settings, local)?,
             deltas: Arc::new(Deltas::new(max_keys)),
             outbox: tokio::sync::Mutex::default(),
+            unlisted: bans::Unlisted::default(),
             status: Arc::default(),
             newcomers,
             interval,
@@ -150,7 +154,12 @@ impl HybridStore {
                 failing || !is_synced(limiter)
             });
             // What a synced limit took at this instance's share is sent as
-            // units of the whole limit, the one Redis keeps.
+            // units of the whole limit, the one Redis keeps: the receipt
+            // carries that limit. (Settled locally, a token or leaky
+            // bucket's units then count at the whole limit's rate: a
+            // give-back returns less than the share took, a charge takes
+            // less. Only receipts taken while Redis fails, and only here
+            // until the next sync brings the shared state.)
             for receipt in answer.receipts.iter_mut().filter(|r| is_synced(&r.limiter)) {
                 if let Some(ask) = asks.limits.iter().find(|a| a.table.same(&receipt.table)) {
                     receipt.limiter = *ask.limiter;
@@ -158,10 +167,11 @@ impl HybridStore {
             }
         }
         for receipt in &answer.receipts {
-            if self.deltas.took(receipt, receipt.units) && !failing {
-                // Decided on a view no sync has refreshed for two intervals
-                // or more: from now until the next sync, this instance's
-                // share at most (a new bucket started there already).
+            if self.deltas.took(receipt, receipt.units, now) && !failing {
+                // Decided on a view no sync refreshed for over an interval
+                // (the bucket was no longer followed): from now until the
+                // next sync, this instance's share at most (a new bucket
+                // started there already).
                 let share = receipt.limiter.capacity().div_ceil(self.instances());
                 let most = share.saturating_sub(receipt.units);
                 let local = self.local();
@@ -177,7 +187,7 @@ impl HybridStore {
         for receipt in receipts {
             match how {
                 Settle::Charge(units) => {
-                    self.deltas.took(receipt, units);
+                    self.deltas.took(receipt, units, now);
                 }
                 Settle::GiveBack if !receipt.settled => self.deltas.gave_back(receipt),
                 Settle::GiveBack | Settle::Keep => {}
@@ -193,7 +203,7 @@ impl HybridStore {
         for ask in &asks.limits {
             if is_synced(ask.limiter) {
                 self.deltas
-                    .spent(ask.table, ask.limiter, ask.key, ask.cost, now);
+                    .took_from(ask.table, ask.limiter, ask.key, ask.cost, now);
             }
         }
     }
@@ -207,11 +217,6 @@ impl HybridStore {
     pub fn sync_stats(&self, now: Nanos) -> SyncStats {
         self.status
             .stats(now, self.deltas.len(), self.deltas.dropped())
-    }
-
-    /// How often the instances sync.
-    pub fn interval(&self) -> Duration {
-        self.interval
     }
 
     /// Whether Redis failed the last sync (every limit is then decided at

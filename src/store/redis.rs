@@ -206,11 +206,6 @@ impl RedisStore {
             .refresh_every(self.board.clone(), clock, Duration::from_secs(1));
     }
 
-    /// The prefix of every key this store writes.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
     fn call(&self, op: &'static str, now: Nanos) -> Call<'_> {
         Call::new(self.link.script_hash(), op, self.now_us(now), &self.prefix)
     }

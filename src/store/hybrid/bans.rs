@@ -15,14 +15,14 @@
 //! A caller's strikes one round could not send are lost to the others
 //! (this instance still counted them).
 
+use std::sync::{Mutex, MutexGuard};
+
+use super::sync::CHUNK;
 use super::HybridStore;
-use crate::clock::Clock;
+use crate::clock::{Clock, Nanos};
 use crate::store::admission::StoreError;
 use crate::store::redis::{Posted, Struck};
-
-/// Keys whose strikes go in one call (one Redis): as a spend's chunk, a
-/// script call holds Redis for its whole run.
-const CHUNK: usize = 256;
+use crate::store::BucketKey;
 
 impl HybridStore {
     /// The strikes and the board, after a round's deltas: the calls made.
@@ -35,19 +35,21 @@ impl HybridStore {
     }
 
     /// Adds up in Redis the strikes counted since the last round, and
-    /// copies the bans in force there: the calls made.
+    /// copies the bans in force there: the calls made. Strikes a failed
+    /// call did not count go back to their table for the next round; a ban
+    /// they started that could not be listed on the board is listed with
+    /// the next round.
     async fn send_strikes(&self, clock: &impl Clock) -> Result<u64, StoreError> {
         let shared = self.shared();
-        let mut calls = 0;
+        let mut calls = self.list_unlisted(clock).await?;
         for table in shared.mirror().tables() {
             let Some(ban) = table.ban else {
                 continue;
             };
-            let struck: Vec<Struck<'_>> = table
-                .bans
-                .take_strikes()
-                .into_iter()
-                .map(|(key, strikes)| Struck {
+            let taken = table.bans.take_strikes();
+            let struck: Vec<Struck<'_>> = taken
+                .iter()
+                .map(|&(key, strikes)| Struck {
                     rule: &table.rule,
                     key,
                     ban,
@@ -56,25 +58,71 @@ impl HybridStore {
                 .collect();
             // A Cluster keeps a call to one caller's slot.
             let chunk = if shared.link().is_cluster() { 1 } else { CHUNK };
-            for part in struck.chunks(chunk) {
-                let answers = shared.strike(part).await?;
+            for (number, part) in struck.chunks(chunk).enumerate() {
+                let answers = match shared.strike(part).await {
+                    Ok(answers) => answers,
+                    Err(error) => {
+                        table.bans.restore_strikes(&taken[number * chunk..]);
+                        return Err(error);
+                    }
+                };
                 calls += 1;
                 let now = clock.now();
                 for (one, (lasts, started)) in part.iter().zip(answers) {
                     let Some(lasts) = lasts else {
                         continue;
                     };
-                    table.bans.mirror(one.key, now, now.saturating_add(lasts));
+                    let until = now.saturating_add(lasts);
+                    table.bans.mirror(one.key, now, until);
                     if started {
-                        shared
+                        calls += 1;
+                        let listed = Posted::Listed(lasts);
+                        if shared
                             .board()
-                            .post(one.rule, one.key, Posted::Earned(lasts), None)
-                            .await?;
-                        calls += 2;
+                            .post(one.rule, one.key, listed, None)
+                            .await
+                            .is_err()
+                        {
+                            lock(&self.unlisted).push((table.rule.clone(), one.key, until));
+                        }
                     }
                 }
             }
         }
         Ok(calls)
     }
+
+    /// Lists on the board the bans an earlier round's strikes started and
+    /// could not list: the calls made.
+    async fn list_unlisted(&self, clock: &impl Clock) -> Result<u64, StoreError> {
+        let waiting = std::mem::take(&mut *lock(&self.unlisted));
+        let mut calls = 0;
+        for (at, (rule, key, until)) in waiting.iter().enumerate() {
+            let left = until.saturating_sub(clock.now());
+            if left == 0 {
+                continue;
+            }
+            calls += 1;
+            let listed = self
+                .shared()
+                .board()
+                .post(rule, *key, Posted::Listed(left), None);
+            if let Err(error) = listed.await {
+                lock(&self.unlisted).extend_from_slice(&waiting[at..]);
+                return Err(error);
+            }
+        }
+        Ok(calls)
+    }
+}
+
+/// Bans whose board entry waits, as `(rule, key, until)`.
+pub(super) type Unlisted = Mutex<Vec<(Box<str>, BucketKey, Nanos)>>;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Each update is one push or take: a poisoned lock still guards a
+    // consistent list.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

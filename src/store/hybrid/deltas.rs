@@ -17,8 +17,8 @@
 //! to a share more on each once it came back.
 //!
 //! Bounded: at most `max_keys` buckets wait in all shards together; a
-//! bucket beyond that is not noted, and its units are counted as dropped
-//! (`sluice_store_sync_dropped_total`). Its own instance still decided with
+//! bucket beyond that is not noted, and each note left out is counted as a
+//! dropped delta (`sluice_store_sync_dropped_total`). Its own instance still decided with
 //! them; only the others never learn of them.
 
 use std::collections::HashMap;
@@ -46,11 +46,24 @@ pub struct Delta {
     pub taken: u64,
     /// Units given back that an earlier sync had sent as taken.
     pub given_back: u64,
-    /// When the latest of those had been taken.
+    /// When the earliest of those had been taken (a window gives them back
+    /// from that window: erring towards refusing when they span several).
     pub given_back_at: Nanos,
-    /// The earliest instant of the units in `taken`: a give-back of units
-    /// taken before it was sent with an earlier sync.
+    /// The instant of the first units in `taken` (`Nanos::MAX`: none this
+    /// round): a receipt taken before it was sent with an earlier sync, so
+    /// its give-back must be sent as one.
     since: Nanos,
+}
+
+impl Delta {
+    /// Adds units given back that an earlier sync sent as taken at `at`.
+    pub fn give_back(&mut self, units: u64, at: Nanos) {
+        self.given_back_at = match self.given_back {
+            0 => at,
+            _ => self.given_back_at.min(at),
+        };
+        self.given_back = self.given_back.saturating_add(units);
+    }
 }
 
 /// A watched bucket: its delta, and whether it was touched this round.
@@ -85,62 +98,52 @@ impl Deltas {
         }
     }
 
-    /// `units` were taken from `receipt`'s bucket (at admission, or charged
-    /// after the response). Whether the bucket was cold (not watched: its
-    /// local view may be stale).
+    /// `units` were taken at `at` from `receipt`'s bucket (at admission, or
+    /// charged after the response). Whether the bucket was cold (not
+    /// watched: its local view may be stale).
     #[inline]
-    pub fn took(&self, receipt: &Receipt, units: u64) -> bool {
-        if units == 0 || !from_a_synced_bucket(receipt) {
+    pub fn took(&self, receipt: &Receipt, units: u64, at: Nanos) -> bool {
+        if !from_a_synced_bucket(receipt) {
             return false;
         }
-        self.note(
-            &receipt.table,
-            &receipt.limiter,
-            receipt.key,
-            receipt.at,
-            |delta| {
-                delta.taken = delta.taken.saturating_add(units);
-            },
-        )
+        self.took_from(&receipt.table, &receipt.limiter, receipt.key, units, at)
     }
 
-    /// `units` were spent from a bucket outside a request (`/admin/spend`).
-    pub fn spent(
+    /// `units` were taken at `at` from `table`'s bucket `key` (by a request,
+    /// or outside one: `/admin/spend`). Whether the bucket was cold.
+    #[inline]
+    pub fn took_from(
         &self,
         table: &BucketTable,
         limiter: &Limiter,
         key: BucketKey,
         units: u64,
-        now: Nanos,
-    ) {
-        if units > 0 {
-            self.note(table, limiter, key, now, |delta| {
-                delta.taken = delta.taken.saturating_add(units);
-            });
+        at: Nanos,
+    ) -> bool {
+        if units == 0 {
+            return false;
         }
+        self.note(table, limiter, key, |delta| {
+            delta.since = delta.since.min(at);
+            delta.taken = delta.taken.saturating_add(units);
+        })
     }
 
     /// `receipt`'s admission units were given back: taken off what waits to
-    /// be sent when they are still there, else sent as a give-back.
+    /// be sent when they are still there (taken this round), else sent as a
+    /// give-back.
     pub fn gave_back(&self, receipt: &Receipt) {
         if !from_a_synced_bucket(receipt) {
             return;
         }
         let units = receipt.units;
-        self.note(
-            &receipt.table,
-            &receipt.limiter,
-            receipt.key,
-            receipt.at,
-            |delta| {
-                if delta.since <= receipt.at && delta.taken >= units {
-                    delta.taken -= units;
-                } else {
-                    delta.given_back = delta.given_back.saturating_add(units);
-                    delta.given_back_at = delta.given_back_at.max(receipt.at);
-                }
-            },
-        );
+        self.note(&receipt.table, &receipt.limiter, receipt.key, |delta| {
+            if delta.since <= receipt.at && delta.taken >= units {
+                delta.taken -= units;
+            } else {
+                delta.give_back(units, receipt.at);
+            }
+        });
     }
 
     #[inline]
@@ -149,21 +152,14 @@ impl Deltas {
         table: &BucketTable,
         limiter: &Limiter,
         key: BucketKey,
-        at: Nanos,
         change: impl FnOnce(&mut Delta),
     ) -> bool {
         let id = (table.id(), key);
         let mut shard = lock(&self.shards[shard_of(key)]);
         if let Some(watched) = shard.get_mut(&id) {
-            let delta = &mut watched.delta;
-            delta.limiter = *limiter;
-            delta.since = if watched.touched {
-                delta.since.min(at)
-            } else {
-                at
-            };
+            watched.delta.limiter = *limiter;
             watched.touched = true;
-            change(delta);
+            change(&mut watched.delta);
             return false;
         }
         if shard.len() >= self.per_shard {
@@ -178,7 +174,7 @@ impl Deltas {
             taken: 0,
             given_back: 0,
             given_back_at: 0,
-            since: at,
+            since: Nanos::MAX,
         };
         change(&mut delta);
         shard.insert(
@@ -211,6 +207,7 @@ impl Deltas {
                 let delta = &mut watched.delta;
                 all.push(delta.clone());
                 (delta.taken, delta.given_back, delta.given_back_at) = (0, 0, 0);
+                delta.since = Nanos::MAX;
                 true
             });
         }

@@ -4,7 +4,8 @@
 //! local bucket becomes a fresh one with as many units spent as that view
 //! implies ([`spent`]), charged at the local `now`. Durations need no
 //! common clock, so instances whose clocks disagree still agree on how
-//! much of each bucket is left.
+//! much of a token or leaky bucket is left; a window is aligned to the
+//! local clock, so near a window's end they disagree for their skew.
 
 use crate::clock::Nanos;
 use crate::limiter::{BucketState, Limiter};

@@ -3,11 +3,12 @@
 //! health signal: small while Redis answers, growing while it does not).
 //!
 //! Each round drains the deltas noted since the last one, adds them to
-//! those a failed round left (the outbox), and sends them: the units given
-//! back first (one settle call), then every bucket's units taken (one spend
-//! call per [`CHUNK`] buckets, or per bucket, all at once, on a Redis
-//! Cluster, whose calls keep to one caller's slot), each answered with the shared
-//! bucket's state, which the instance then adopts ([`super::replica`]).
+//! those a failed round left (the outbox), and sends them [`CHUNK`] buckets
+//! at a time, one chunk after the other: the units given back first (a
+//! settle call), then every bucket's units taken (a `sync` call of the
+//! script, or on a Redis Cluster, whose calls keep to one caller's slot,
+//! one per bucket, all at once), each answered with the shared bucket's
+//! state, which the instance then adopts ([`super::replica`]).
 //! Then the bans ([`super::bans`]): the strikes counted since, and the
 //! board's version (all an idle round asks). A round that fails keeps its
 //! deltas for the next one; while Redis fails the outbox holds at most
@@ -28,9 +29,10 @@ use crate::limiter::BucketState;
 use crate::store::admission::{Receipt, Settle, StoreError, Taken};
 use crate::store::redis::Synced;
 
-/// Buckets sent in one spend call: a script call holds Redis for its whole
-/// run, so a long batch is cut into calls of a few hundred microseconds.
-const CHUNK: usize = 256;
+/// Buckets sent in one script call: a script holds Redis for its whole
+/// run, so a long batch is cut into calls of a few hundred microseconds
+/// (the strikes too).
+pub(super) const CHUNK: usize = 256;
 
 /// How the sync is doing, shared with the request path (which reads only
 /// [`SyncStatus::is_failing`]) and `/metrics`.
@@ -127,17 +129,25 @@ impl HybridStore {
         let dropped = outbox.push(self.deltas.drain(), self.deltas.capacity());
         self.deltas.drop_unsent(dropped);
         let batch = outbox.take_merged();
-        let exchanged = if batch.is_empty() {
+        let idle = batch.is_empty();
+        let exchanged = if idle {
             Ok(0)
         } else {
             self.exchange(batch, clock).await
         };
-        // Then the bans (an idle round asks only the board's version, which
-        // tells that Redis answers).
+        // Then the bans. An idle round asks only the board's version, which
+        // tells whether Redis answers; after deltas that reached Redis, a
+        // failure here leaves the limits shared (what it missed waits for
+        // the next round).
         let answered = match exchanged {
             Ok(calls) => match self.follow_bans(clock).await {
                 Ok(more) => Ok(calls + more),
-                Err(error) => Err((error, Vec::new())),
+                Err(error) if idle => Err((error, Vec::new())),
+                Err(error) => {
+                    self.status.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%error, "the bans were not followed this round");
+                    Ok(calls)
+                }
             },
             Err(failed) => Err(failed),
         };
@@ -197,7 +207,14 @@ impl HybridStore {
             };
             match answered {
                 Ok(made) => calls += made,
-                Err((error, failed)) => {
+                Err((error, mut failed)) => {
+                    // Their give-backs went out above: put back without
+                    // them, so that a later round does not give them twice
+                    // (one that did not reach Redis is lost, which errs
+                    // towards refusing).
+                    for delta in &mut failed {
+                        delta.given_back = 0;
+                    }
                     let mut unsent = failed;
                     unsent.extend_from_slice(after);
                     return Err((error, unsent));
@@ -264,7 +281,10 @@ impl HybridStore {
     }
 
     /// Makes the shared `view` of `delta`'s bucket this instance's own, with
-    /// what it took since the sync was sent.
+    /// what it took since the sync was sent. (A request decided between the
+    /// two reads below and noted after them is missing from this view until
+    /// the next sync, which sends its units all the same: the view errs by
+    /// the requests in flight at that instant, for one interval.)
     fn adopt(&self, delta: &Delta, view: BucketState, now: Nanos) {
         let spent = replica::spent(&delta.limiter, view, now);
         let unsent = self.deltas.unsent(&delta.table, delta.key);
@@ -273,11 +293,13 @@ impl HybridStore {
     }
 
     /// Gives back in Redis the units of `part` that an earlier sync sent as
-    /// taken. A token or leaky bucket takes them back as units of the
-    /// current instant (Redis saw them taken when they were sent, not when
-    /// the request took them); a window, from the window they were taken
-    /// in. A give-back that fails is lost (logged): the instances then
-    /// count those units as spent, never the reverse. The calls made.
+    /// taken. A token bucket takes them back as units of the current
+    /// instant (Redis saw them taken when they were sent, not when the
+    /// request took them); a window, from the window the earliest was taken
+    /// in; a leaky bucket keeps them (it gives back only its last units,
+    /// taken while its outlet was idle). A give-back that fails is lost
+    /// (logged): the instances then count those units as spent, never the
+    /// reverse. The calls made.
     async fn give_back(&self, part: &[Delta], now: Nanos) -> u64 {
         let mut receipts: Vec<Receipt> = part
             .iter()
@@ -383,8 +405,9 @@ impl Outbox {
                     std::collections::hash_map::Entry::Occupied(mut entry) => {
                         let into = entry.get_mut();
                         into.taken = into.taken.saturating_add(delta.taken);
-                        into.given_back = into.given_back.saturating_add(delta.given_back);
-                        into.given_back_at = into.given_back_at.max(delta.given_back_at);
+                        if delta.given_back > 0 {
+                            into.give_back(delta.given_back, delta.given_back_at);
+                        }
                         into.limiter = delta.limiter;
                     }
                     std::collections::hash_map::Entry::Vacant(entry) => {
@@ -413,7 +436,7 @@ mod tests {
     fn deltas(table: &BucketTable, keys: std::ops::Range<u64>, taken: u64) -> Vec<Delta> {
         let noted = Deltas::new(100);
         for key in keys {
-            noted.spent(table, &token_bucket(10, 1), key, taken, 0);
+            noted.took_from(table, &token_bucket(10, 1), key, taken, 0);
         }
         noted.drain()
     }

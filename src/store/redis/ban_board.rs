@@ -32,6 +32,9 @@ pub enum Posted {
     /// Earned by strikes, for this long from now: a longer ban already in
     /// force is kept.
     Earned(Nanos),
+    /// Earned by strikes counted in Redis, which set the caller's ban key
+    /// already: only listed on the board, for this long from now.
+    Listed(Nanos),
     /// Set by hand, for this long from now: it replaces any other.
     ByHand(Nanos),
     /// Neither: only the key's label, for a ban in force whose key the
@@ -79,8 +82,8 @@ impl BanBoard {
     }
 
     /// Posts a ban of `key` by the rule named `rule`: in the caller's ban
-    /// key (unless only [`Posted::Named`]) and on the board. `shown` is the
-    /// key as labels show it without `reveal_keys`.
+    /// key (unless [`Posted::Listed`] or [`Posted::Named`]) and on the
+    /// board. `shown` is the key as labels show it without `reveal_keys`.
     pub async fn post(
         &self,
         rule: &str,
@@ -109,12 +112,13 @@ impl BanBoard {
         posted: Posted,
         shown: Option<&str>,
     ) -> impl Iterator<Item = Cmd> {
-        let (lasts, manual) = match posted {
-            Posted::Earned(lasts) => (Some(lasts), false),
-            Posted::ByHand(lasts) => (Some(lasts), true),
-            Posted::Named => (None, false),
+        let (lasts, manual, set_key) = match posted {
+            Posted::Earned(lasts) => (Some(lasts), false, true),
+            Posted::Listed(lasts) => (Some(lasts), false, false),
+            Posted::ByHand(lasts) => (Some(lasts), true, true),
+            Posted::Named => (None, false, false),
         };
-        let ban_key = lasts.map(|lasts| {
+        let ban_key = lasts.filter(|_| set_key).map(|lasts| {
             let mut command = redis::cmd("EVAL");
             command
                 .arg(SET_BAN)

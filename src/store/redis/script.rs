@@ -254,15 +254,15 @@ pub struct Synced<'d> {
 /// server's time). Buckets of one limit in a row share one group (its
 /// parameters written once): sort them by table first.
 pub fn sync(hash: &str, prefix: &str, now_us: u64, buckets: &[Synced<'_>]) -> Cmd {
-    // Written straight into the command, each key from its limit's head and
-    // tail and its hexadecimal digits: a sync writes thousands of keys a
-    // round, and building each piece by piece was most of its cost.
+    // Written straight into the command, each key its limit's key with the
+    // bucket's hexadecimal digits written over: a sync writes thousands of
+    // keys a round, and building each piece by piece was most of its cost.
     let mut cmd = Cmd::with_capacity(
         5 + buckets.len() * 2 + 8,
         64 + hash.len() + buckets.len() * 96,
     );
     cmd.arg("EVALSHA").arg(hash).arg(buckets.len());
-    let mut key = Vec::with_capacity(128);
+    let mut key = Vec::new();
     let mut args: Vec<u64> = Vec::with_capacity(2 + buckets.len() + 4);
     args.extend([now_us, 0]);
     let mut group: Option<(&BucketTable, &Limiter, usize, usize)> = None;
@@ -274,16 +274,10 @@ pub fn sync(hash: &str, prefix: &str, now_us: u64, buckets: &[Synced<'_>]) -> Cm
             args[1] += 1;
             args.extend(parameters(bucket.limiter));
             args.push(0);
-            let name = bucket.table.name();
-            key.clear();
-            key.extend_from_slice(prefix.as_bytes());
-            key.extend_from_slice(b":{");
-            key.extend_from_slice(name.rule.as_bytes());
-            key.push(b':');
-            let head = key.len();
-            key.extend_from_slice(&[b'0'; 16]);
-            key.extend_from_slice(b"}:");
-            key.extend_from_slice(name.limit.as_bytes());
+            let mut text = String::with_capacity(128);
+            let table = bucket.table;
+            let head = write_key(&mut text, prefix, table, 0, &table.name().limit);
+            key = text.into_bytes();
             group = Some((bucket.table, bucket.limiter, args.len() - 1, head));
         }
         let Some((_, _, count_at, head)) = group else {
@@ -363,30 +357,35 @@ pub fn key_name(prefix: &str, table: &BucketTable, key: u64) -> String {
 }
 
 /// Appends `<prefix>:{<rule>:<key>}:<what>` to `text`, `<rule>` the rule
-/// `table` belongs to.
-fn write_key(text: &mut String, prefix: &str, table: &BucketTable, key: u64, what: &str) {
-    write_rule_key(text, prefix, &table.name().rule, key, what);
+/// `table` belongs to; where the key's digits start in `text`.
+fn write_key(text: &mut String, prefix: &str, table: &BucketTable, key: u64, what: &str) -> usize {
+    write_rule_key(text, prefix, &table.name().rule, key, what)
 }
 
-/// Appends `<prefix>:{<rule>:<key>}:<what>` to `text`.
+/// Appends `<prefix>:{<rule>:<key>}:<what>` to `text`; where the key's
+/// digits start in `text`.
 /// (Written piece by piece: `format!` machinery here was a visible share
 /// of every request; docs/benchmarks-history.md.)
-fn write_rule_key(text: &mut String, prefix: &str, rule: &str, key: u64, what: &str) {
+fn write_rule_key(text: &mut String, prefix: &str, rule: &str, key: u64, what: &str) -> usize {
     text.push_str(prefix);
     text.push_str(":{");
-    write_tag(text, rule, key);
+    let digits = write_tag(text, rule, key);
     text.push_str("}:");
     text.push_str(what);
+    digits
 }
 
 /// Appends `<rule>:<key>`, the key as 16 hexadecimal digits: what names a
-/// caller of a rule in every key of theirs (a Cluster's hash tag).
-fn write_tag(text: &mut String, rule: &str, key: u64) {
+/// caller of a rule in every key of theirs (a Cluster's hash tag); where
+/// the digits start in `text`.
+fn write_tag(text: &mut String, rule: &str, key: u64) -> usize {
     let mut hex = [0u8; 16];
     hex_digits(&mut hex, key);
     text.push_str(rule);
     text.push(':');
+    let digits = text.len();
     text.push_str(std::str::from_utf8(&hex).expect("hexadecimal digits are text"));
+    digits
 }
 
 /// `<rule>:<key>` (see [`write_tag`]): how the ban board names a ban.
@@ -652,6 +651,68 @@ mod tests {
             Some(("a:rule", 0xdead_beef))
         );
         assert_eq!(untag("per-key:beef"), None);
+    }
+
+    #[test]
+    fn a_sync_call_names_every_bucket_and_writes_each_limit_once() {
+        let limiter = |count| {
+            let rate = crate::limiter::Rate {
+                count,
+                period: std::time::Duration::from_secs(60),
+            };
+            Limiter::TokenBucket(crate::limiter::Gcra::new(rate, count))
+        };
+        let (five, nine) = (limiter(5), limiter(9));
+        let store = crate::store::MemoryStore::new(16);
+        let name = |rule: &str| crate::store::TableName {
+            rule: rule.into(),
+            limit: "token".into(),
+        };
+        let (a, b) = (
+            store.named_table(name("a"), &five),
+            store.named_table(name("b"), &nine),
+        );
+        let bucket = |table, limiter, key, units| Synced {
+            table,
+            limiter,
+            key,
+            units,
+        };
+        let buckets = [
+            bucket(&a, &five, 1, 3),
+            bucket(&a, &five, 0xbeef, 1),
+            bucket(&b, &nine, 1, 7),
+        ];
+        let cmd = sync("sha", "p", 42, &buckets);
+        let args: Vec<String> = cmd
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
+                other => unreachable!("{other:?}"),
+            })
+            .collect();
+        let numbers = |limiter| parameters(limiter).map(|n| n.to_string());
+        let mut expected = vec!["EVALSHA".to_owned(), "sha".into(), "3".into()];
+        expected.extend([
+            key_name("p", &a, 1),
+            key_name("p", &a, 0xbeef),
+            key_name("p", &b, 1),
+        ]);
+        expected.extend(["sync".into(), "42".into(), "2".into()]);
+        expected.extend(numbers(&five));
+        expected.extend(["2", "3", "1"].map(String::from));
+        expected.extend(numbers(&nine));
+        expected.extend(["1", "7"].map(String::from));
+        assert_eq!(args, expected);
+        assert_eq!(
+            synced(&[0, 4, 1_000, 0, 0], 1).unwrap(),
+            BucketState {
+                remaining: 0,
+                reset_after: 0
+            }
+        );
+        assert_eq!(synced(&[0, 4, 1_000], 0).unwrap().reset_after, 1_000_000);
+        assert!(synced(&[0, 4], 0).is_err());
     }
 
     #[test]

@@ -1388,8 +1388,7 @@ local function decide(op, ko, ao, last)
   if op == OP_SPEND then
     for i = 1, count do
       local limit = limits[i]
-      -- Spending nothing (a hybrid sync asking how a bucket stands) writes
-      -- nothing.
+      -- Spending nothing writes nothing.
       if limit.n > 0 then
         limit.alg.charge(limit.state, limit.a, limit.b, limit.n)
         store(limit)
