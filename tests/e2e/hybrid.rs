@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use http::{Method, StatusCode};
 
-use crate::support::{post_json, send, Got, RedisCluster, RedisServer, Sluice, Upstream};
+use crate::support::{
+    eventually, post_json, send, Got, RedisCluster, RedisServer, Sluice, Upstream,
+};
 
 /// `[store.redis]` of a hybrid fleet of three syncing every 50 ms.
 const HYBRID: &str = "mode = \"hybrid\"\nsync_interval = \"50ms\"\ninstances = 3\n";
@@ -48,18 +50,6 @@ async fn until_synced(sluice: &Sluice) {
         },
     )
     .await;
-}
-
-async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 async fn call(sluice: &Sluice, caller: &str) -> Got {

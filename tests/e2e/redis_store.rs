@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use http::{Method, StatusCode};
 
-use crate::support::{send, RedisCluster, RedisServer, Sluice, Upstream};
+use crate::support::{eventually, send, RedisCluster, RedisServer, Sluice, Upstream};
 
 /// `n` sluice instances on one Redis with `rules` (and `store` settings
 /// added to `[store.redis]`).
@@ -38,20 +38,6 @@ async fn on_redis(n: usize, store: &str, rules: &str) -> (Upstream, Vec<Sluice>)
         wait_for(sluice, "sluice_store_fallback_active", 0.0).await;
     }
     (upstream, started)
-}
-
-/// Asks `check` every 20 ms until it holds; fails, saying `what`, when
-/// it still does not after `within`.
-async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Sends requests until the store answers (the link connects in the

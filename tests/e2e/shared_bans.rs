@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use http::{Method, StatusCode};
 use serde_json::Value;
 
-use crate::support::{get, post_json, send, RedisServer, Sluice, Upstream};
+use crate::support::{eventually, get, post_json, send, RedisServer, Sluice, Upstream};
 
 /// A caller's API key: it must never be shown in clear.
 const SECRET: &str = "sk_live_kim_7Hq2";
@@ -36,18 +36,6 @@ async fn pair(redis: &RedisServer, mode: &str, rules: &str) -> (Upstream, [Sluic
         .await;
     }
     (upstream, [a, b])
-}
-
-async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 async fn call(sluice: &Sluice, key: &str) -> crate::support::Got {

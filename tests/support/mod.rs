@@ -435,6 +435,20 @@ fn parse_series(series: &str) -> (String, Vec<String>) {
 }
 
 /// Seconds since the Unix epoch, as clients compare `X-RateLimit-Reset`.
+/// Asks `check` every 10 ms until it holds; fails, saying `what`, when it
+/// still does not after `within`.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + within;
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
