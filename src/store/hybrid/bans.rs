@@ -12,8 +12,8 @@
 //!   proves Redis answers), and the board when it changed: bans set or
 //!   lifted through any instance reach this one within one interval.
 //!
-//! A caller's strikes one round could not send are lost to the others
-//! (this instance still counted them).
+//! Strikes a round could not send, and a ban it could not list, wait for
+//! the next round.
 
 use std::sync::{Mutex, MutexGuard};
 
