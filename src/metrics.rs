@@ -501,28 +501,8 @@ struct SyncSeries {
 
 impl SyncSeries {
     fn new(registry: &Registry) -> SyncSeries {
-        let gauge = |name: &str, help: &str| {
-            let gauge = Gauge::new(name, help).expect("a valid gauge");
-            registry
-                .register(Box::new(gauge.clone()))
-                .expect("a unique gauge");
-            gauge
-        };
-        let counter = |name: &str, help: &str| {
-            let counter = IntCounter::new(name, help).expect("a valid counter");
-            registry
-                .register(Box::new(counter.clone()))
-                .expect("a unique counter");
-            counter
-        };
-        let pending = IntGauge::new(
-            "sluice_store_sync_pending",
-            "Hybrid mode: buckets whose deltas wait for the next sync.",
-        )
-        .expect("a valid gauge");
-        registry
-            .register(Box::new(pending.clone()))
-            .expect("a unique gauge");
+        let gauge = |name, help| registered(registry, Gauge::new(name, help));
+        let counter = |name, help| registered(registry, IntCounter::new(name, help));
         SyncSeries {
             age: gauge(
                 "sluice_store_sync_age_seconds",
@@ -532,7 +512,13 @@ impl SyncSeries {
                 "sluice_store_sync_seconds",
                 "Hybrid mode: how long the last completed sync took.",
             ),
-            pending,
+            pending: registered(
+                registry,
+                IntGauge::new(
+                    "sluice_store_sync_pending",
+                    "Hybrid mode: buckets whose deltas wait for the next sync.",
+                ),
+            ),
             rounds: counter(
                 "sluice_store_syncs_total",
                 "Hybrid mode: syncs tried (one per sync_interval).",
@@ -551,6 +537,18 @@ impl SyncSeries {
             ),
         }
     }
+}
+
+/// `metric` (as its constructor returned it), registered in `registry`.
+fn registered<M>(registry: &Registry, metric: prometheus::Result<M>) -> M
+where
+    M: prometheus::core::Collector + Clone + 'static,
+{
+    let metric = metric.expect("a valid metric name and help");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("metric names are unique");
+    metric
 }
 
 /// Advances a Prometheus counter to a total kept elsewhere.
