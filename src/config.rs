@@ -30,7 +30,7 @@ mod validate;
 mod variants;
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use http::{Method, Uri};
@@ -89,6 +89,42 @@ pub struct ServerConfig {
     pub send_timeout: Duration,
     pub forwarded_header: ForwardedHeader,
     pub ipv6_prefix: u8,
+    /// `proxy_protocol`: every connection opens with a PROXY protocol header
+    /// from a trusted proxy (docs/edge.md, "Behind an L4 load balancer").
+    pub proxy_protocol: bool,
+    /// `upstream_ca`: the authorities an https upstream is verified
+    /// against; `None` = the system's roots.
+    pub upstream_ca: Option<PathBuf>,
+    /// `access_log`: where each request's line goes.
+    pub access_log: AccessLogTarget,
+    /// `[server.tls]`: HTTPS on `listen`.
+    pub tls: Option<TlsListenerConfig>,
+}
+
+/// `[server.tls]` (docs/edge.md, "TLS").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsListenerConfig {
+    /// `certs`, in file order: the first is served when SNI picks none.
+    pub certs: Vec<CertPair>,
+}
+
+/// A certificate chain and its private key, as PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertPair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// `server.access_log` (docs/edge.md, "The access log").
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum AccessLogTarget {
+    /// `"off"`, the default.
+    #[default]
+    Off,
+    /// `"stdout"`.
+    Stdout,
+    /// A file path, appended to and reopened on every reload.
+    File(PathBuf),
 }
 
 /// `[admin]`.
@@ -146,6 +182,11 @@ pub struct RedisConfig {
     /// enforces its share of every limit while Redis is down); 0 = learn
     /// it from the instances' heartbeats.
     pub instances: u64,
+    /// `password_env`: the variable holding the password for AUTH.
+    pub password_env: Option<String>,
+    /// `ca`: the authorities a `rediss://` server is verified against;
+    /// `None` = the system's roots.
+    pub ca: Option<PathBuf>,
 }
 
 /// `store.redis.mode` (docs/multi-instance.md).

@@ -24,6 +24,7 @@
 //! - [`metrics`], [`admin`]: Prometheus metrics and the admin listener.
 //! - [`problem`]: the problem documents (RFC 9457) of every error sluice answers itself.
 //! - [`demo`]: the self-contained tour behind `sluice demo`.
+//! - [`tls`]: the crypto provider and PEM files every TLS side shares.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -45,3 +46,4 @@ pub mod store;
 #[cfg(test)]
 mod testing;
 pub mod timer;
+pub mod tls;

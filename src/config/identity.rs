@@ -282,11 +282,7 @@ impl Validator<'_> {
                 }
             };
         let path = format!("identity.jwt.{key}");
-        let written = std::path::Path::new(field.get_ref());
-        let file = match std::path::Path::new(self.origin).parent() {
-            Some(dir) if written.is_relative() => dir.join(written),
-            _ => written.to_path_buf(),
-        };
+        let file = self.file_path(field.get_ref());
         let bytes = match read_key_file(&file) {
             Ok(bytes) => bytes,
             Err(err) => {

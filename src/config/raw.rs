@@ -61,6 +61,25 @@ pub struct RawServer {
     pub send_timeout: Option<Spanned<String>>,
     pub forwarded_header: Option<Spanned<String>>,
     pub ipv6_prefix: Option<Spanned<i64>>,
+    pub proxy_protocol: Option<Spanned<bool>>,
+    pub upstream_ca: Option<Spanned<String>>,
+    pub access_log: Option<Spanned<String>>,
+    pub tls: Option<Spanned<RawTls>>,
+}
+
+/// `[server.tls]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    pub certs: Option<Spanned<Vec<Spanned<RawCertPair>>>>,
+}
+
+/// One entry of `server.tls.certs`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCertPair {
+    pub cert: Option<Spanned<String>>,
+    pub key: Option<Spanned<String>>,
 }
 
 /// `[admin]`.
@@ -93,6 +112,8 @@ pub struct RawRedis {
     pub timeout: Option<Spanned<String>>,
     pub on_error: Option<Spanned<String>>,
     pub instances: Option<Spanned<i64>>,
+    pub password_env: Option<Spanned<String>>,
+    pub ca: Option<Spanned<String>>,
 }
 
 /// `[response]`.

@@ -9,9 +9,12 @@ use http::{StatusCode, Uri};
 use ipnet::IpNet;
 use toml::Spanned;
 
-use super::raw::{OneOrMany, RawConfig, RawServer};
+use super::raw::{OneOrMany, RawConfig, RawServer, RawTls};
 use super::validate::Validator;
-use super::{AdminConfig, ForwardedHeader, HeaderStyle, ResponseConfig, ServerConfig};
+use super::{
+    AccessLogTarget, AdminConfig, CertPair, ForwardedHeader, HeaderStyle, ResponseConfig,
+    ServerConfig, TlsListenerConfig,
+};
 
 impl Validator<'_> {
     pub(super) fn server(&mut self, raw: Option<&RawServer>) -> ServerConfig {
@@ -103,7 +106,69 @@ impl Validator<'_> {
             ),
             ipv6_prefix: self.int(raw.ipv6_prefix.as_ref(), "server.ipv6_prefix", 64, 1..=128)
                 as u8,
+            proxy_protocol: raw.proxy_protocol.as_ref().is_some_and(|v| *v.get_ref()),
+            upstream_ca: raw
+                .upstream_ca
+                .as_ref()
+                .filter(|ca| !ca.get_ref().is_empty())
+                .map(|ca| self.file_path(ca.get_ref())),
+            access_log: self.access_log(raw.access_log.as_ref()),
+            tls: raw.tls.as_ref().map(|tls| self.tls(tls)),
         }
+    }
+
+    /// `server.access_log`: `"off"`, `"stdout"` or a file path.
+    fn access_log(&mut self, raw: Option<&Spanned<String>>) -> AccessLogTarget {
+        match raw.map(|field| field.get_ref().as_str()) {
+            None | Some("off") => AccessLogTarget::Off,
+            Some("stdout") => AccessLogTarget::Stdout,
+            Some("") => {
+                let at = raw.map_or(0, |field| field.span().start);
+                self.error(
+                    at,
+                    "server.access_log",
+                    "give \"off\", \"stdout\" or a file path",
+                );
+                AccessLogTarget::Off
+            }
+            Some(path) => AccessLogTarget::File(self.file_path(path)),
+        }
+    }
+
+    /// `[server.tls]`: every entry of `certs` names a certificate and a key.
+    fn tls(&mut self, raw: &Spanned<RawTls>) -> TlsListenerConfig {
+        let mut certs = Vec::new();
+        let Some(entries) = &raw.get_ref().certs else {
+            self.error(
+                raw.span().start,
+                "server.tls.certs",
+                "is required: certs = [{ cert = \"tls/api.pem\", key = \"tls/api.key\" }]",
+            );
+            return TlsListenerConfig { certs };
+        };
+        if entries.get_ref().is_empty() {
+            self.error(
+                entries.span().start,
+                "server.tls.certs",
+                "name at least one certificate: { cert = \"tls/api.pem\", key = \"tls/api.key\" }",
+            );
+        }
+        for entry in entries.get_ref() {
+            let pair = entry.get_ref();
+            let (Some(cert), Some(key)) = (&pair.cert, &pair.key) else {
+                self.error(
+                    entry.span().start,
+                    "server.tls.certs",
+                    "each entry needs both cert (a PEM chain) and key (its PEM private key)",
+                );
+                continue;
+            };
+            certs.push(CertPair {
+                cert: self.file_path(cert.get_ref()),
+                key: self.file_path(key.get_ref()),
+            });
+        }
+        TlsListenerConfig { certs }
     }
 
     fn upstream(&mut self, raw: &RawServer) -> Uri {

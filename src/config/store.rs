@@ -134,6 +134,16 @@ impl Validator<'_> {
                 0,
                 0..=1_000_000,
             ),
+            password_env: raw
+                .password_env
+                .as_ref()
+                .map(|name| name.get_ref().clone())
+                .filter(|name| !name.is_empty()),
+            ca: raw
+                .ca
+                .as_ref()
+                .filter(|ca| !ca.get_ref().is_empty())
+                .map(|ca| self.file_path(ca.get_ref())),
         }
     }
 }

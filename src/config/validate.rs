@@ -234,6 +234,16 @@ pub(super) struct Validator<'a> {
 }
 
 impl Validator<'_> {
+    /// A file the config names: a relative path is read from the config
+    /// file's directory, as nginx reads one from its prefix.
+    pub(super) fn file_path(&self, written: &str) -> std::path::PathBuf {
+        let written = std::path::Path::new(written);
+        match std::path::Path::new(self.origin).parent() {
+            Some(dir) if written.is_relative() => dir.join(written),
+            _ => written.to_path_buf(),
+        }
+    }
+
     pub(super) fn error(&mut self, at: usize, path: &str, message: impl Into<String>) {
         let (line, column) = self.source.position(at);
         self.errors.push(ConfigError {

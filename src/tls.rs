@@ -1,0 +1,87 @@
+//! What every side of sluice that speaks TLS shares: one crypto provider
+//! (aws-lc-rs), installed as the process default before anything builds a
+//! TLS config, and the PEM files certificates, keys and authorities come in
+//! (docs/edge.md).
+//!
+//! The listener (`server/tls.rs`), the https upstream pool
+//! (`proxy/pool`) and Redis over TLS (`store/redis`) build their configs
+//! from here. The `redis` crate builds its own `ClientConfig` with
+//! `ClientConfig::builder()`, which panics unless a process default
+//! provider is installed: hence [`install_provider`] at every entry point.
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::RootCertStore;
+
+/// The provider every TLS config in sluice is built with.
+pub fn provider() -> Arc<CryptoProvider> {
+    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    PROVIDER
+        .get_or_init(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .clone()
+}
+
+/// Installs [`provider`] as the process default, once; harmless when
+/// another is already installed (a library that embeds sluice chose its
+/// own).
+pub fn install_provider() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let _ = CryptoProvider::install_default((*provider()).clone());
+    });
+}
+
+/// The certificate chain in the PEM file at `path`, leaf first.
+pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| format!("{} is not a PEM certificate file: {error}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(certs)
+}
+
+/// The private key in the PEM file at `path` (PKCS#8, PKCS#1 or SEC1).
+pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path).map_err(|error| match error {
+        rustls::pki_types::pem::Error::Io(error) => {
+            format!("cannot read {}: {error}", path.display())
+        }
+        error => format!(
+            "{} holds no usable PEM private key: {error}",
+            path.display()
+        ),
+    })
+}
+
+/// The authorities a client verifies its server against: those in the PEM
+/// file at `ca`, or the system's roots when there is none.
+pub fn read_roots(ca: Option<&Path>) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            for cert in read_certs(path)? {
+                roots
+                    .add(cert)
+                    .map_err(|error| format!("{}: {error}", path.display()))?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                return Err(
+                    "the system has no root certificates (install ca-certificates, or name a CA file)"
+                        .to_string(),
+                );
+            }
+        }
+    }
+    Ok(roots)
+}
