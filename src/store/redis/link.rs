@@ -81,7 +81,7 @@ impl Link {
             urls: shown_redis_url(url).into_owned(),
             source,
         })?;
-        let client = Node::Single(client);
+        let client = Node::Single(Box::new(client));
         Ok(Link::with_node(client, timeout, seed_key))
     }
 
@@ -270,7 +270,7 @@ impl Link {
 /// Where the link connects: one Redis, or a Redis Cluster.
 #[derive(Debug)]
 enum Node {
-    Single(Client),
+    Single(Box<Client>),
     Cluster(Box<ClusterClient>),
 }
 
