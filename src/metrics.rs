@@ -120,6 +120,10 @@ pub struct Metrics {
     sync: SyncSeries,
     pub config_reloads_ok: IntCounter,
     pub config_reloads_error: IntCounter,
+    /// `sluice_tls_handshakes_total{result="ok"}`.
+    pub tls_handshakes_ok: IntCounter,
+    /// `sluice_tls_handshakes_total{result="error"}`: failed or timed out.
+    pub tls_handshakes_error: IntCounter,
     bans_started: IntCounterVec,
     banned_requests: IntCounterVec,
     bans_active: IntGaugeVec,
@@ -305,6 +309,16 @@ impl Metrics {
             .expect("process metric names are unique");
 
         let sync = SyncSeries::new(&registry);
+        let tls_handshakes = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "sluice_tls_handshakes_total",
+                    "TLS handshakes on the listener, by result (error: failed or timed out).",
+                ),
+                &["result"],
+            ),
+        );
         Metrics {
             registry,
             requests,
@@ -329,6 +343,8 @@ impl Metrics {
             sync,
             config_reloads_ok: reloads.with_label_values(&["ok"]),
             config_reloads_error: reloads.with_label_values(&["error"]),
+            tls_handshakes_ok: tls_handshakes.with_label_values(&["ok"]),
+            tls_handshakes_error: tls_handshakes.with_label_values(&["error"]),
             bans_started,
             banned_requests,
             bans_active,

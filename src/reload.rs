@@ -263,10 +263,10 @@ impl Reloader {
 /// What the watcher compares between polls: the file's identity, size and
 /// modification time, after following symlinks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Fingerprint(Option<(u64, u64, u64, Option<SystemTime>)>);
+pub struct Fingerprint(Option<(u64, u64, u64, Option<SystemTime>)>);
 
 impl Fingerprint {
-    fn of(path: &Path) -> Fingerprint {
+    pub fn of(path: &Path) -> Fingerprint {
         use std::os::unix::fs::MetadataExt;
         Fingerprint(
             std::fs::metadata(path)

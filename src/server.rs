@@ -51,11 +51,13 @@ mod deadline_io;
 pub mod differential;
 mod drain;
 pub mod http1;
+mod tls;
 
 use connection::{Connection, Handler, HyperServers};
 use deadline_io::{ConnectionLimits, DeadlineIo, Exchanges};
 use drain::Drain;
 use http1::HeadLimits;
+use tls::TlsListener;
 
 /// Pause after a failed `accept` (e.g. out of file descriptors), so the loop
 /// does not spin while the condition lasts.
@@ -69,6 +71,8 @@ pub struct Server {
     admin_listener: TcpListener,
     config: Arc<Config>,
     reloader: Option<Arc<Reloader>>,
+    /// With `[server.tls]`: the listener speaks HTTPS.
+    tls: Option<Arc<TlsListener>>,
 }
 
 impl Server {
@@ -81,6 +85,10 @@ impl Server {
     /// (tests pass a [`crate::clock::RuntimeClock`] on paused tokio time,
     /// which also runs the connections' deadlines).
     pub async fn bind_with_clock(config: Config, clock: ProxyClock) -> io::Result<Server> {
+        let tls = match &config.server.tls {
+            Some(tls) => Some(Arc::new(TlsListener::new(tls).map_err(io::Error::other)?)),
+            None => None,
+        };
         let listener = listen(config.server.listen)?;
         let admin_listener = TcpListener::bind(config.admin.listen).await?;
         let config = Arc::new(config);
@@ -94,6 +102,7 @@ impl Server {
             admin_listener,
             config,
             reloader: None,
+            tls,
         })
     }
 
@@ -126,6 +135,7 @@ impl Server {
             admin_listener,
             config,
             reloader,
+            tls,
         } = self;
         let admin = tokio::spawn(admin::serve(
             admin_listener,
@@ -137,6 +147,9 @@ impl Server {
                 tokio::spawn(reload_on_sighup(reloader)),
             )
         });
+        let following = tls
+            .clone()
+            .map(|tls| tokio::spawn(tls.follow(proxy.clone())));
         let servers = Arc::new(hyper_servers(&config.server));
         let server = &config.server;
         let limits = connection_limits(server);
@@ -168,7 +181,6 @@ impl Server {
                 continue;
             };
             let exchanges = Arc::new(Exchanges::default());
-            let io = DeadlineIo::new(stream, limits, Arc::clone(&exchanges));
             let connection = Connection {
                 handler: Proxied {
                     proxy: proxy.clone(),
@@ -181,8 +193,25 @@ impl Server {
                 servers: Arc::clone(&servers),
             };
             let draining = drain.handle();
+            let tls = tls.clone();
             tokio::spawn(async move {
-                connection.serve(io, draining).await;
+                // One branch per connection: each arm serves through the
+                // same generic path, so plain HTTP runs what it always ran.
+                match tls {
+                    None => {
+                        let io = DeadlineIo::new(stream, limits, Arc::clone(&connection.exchanges));
+                        connection.serve(io, draining).await;
+                    }
+                    Some(tls) => {
+                        let within = limits.header_read_timeout;
+                        let metrics = connection.handler.proxy.metrics();
+                        if let Some(stream) = tls.accept(stream, within, metrics).await {
+                            let io =
+                                DeadlineIo::new(stream, limits, Arc::clone(&connection.exchanges));
+                            connection.serve(io, draining).await;
+                        }
+                    }
+                }
                 drop(permit);
             });
         }
@@ -191,6 +220,9 @@ impl Server {
         drop(listener);
         shut_down(drain, config.server.shutdown_grace).await;
         admin.abort();
+        if let Some(following) = following {
+            following.abort();
+        }
         if let Some((watch, sighup)) = reloading {
             watch.abort();
             sighup.abort();

@@ -35,10 +35,31 @@ pub fn install_provider() {
     });
 }
 
+/// Largest PEM file read. Chains and CA bundles are a few hundred KiB at
+/// most; the bound keeps `/dev/zero` or a mistyped path to a huge file
+/// from taking all memory (fuzz/config writes such paths).
+const MAX_PEM_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+fn read_pem_file(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_PEM_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    if bytes.len() as u64 > MAX_PEM_FILE_BYTES {
+        return Err(format!(
+            "{} is larger than {} MiB, which no PEM file is",
+            path.display(),
+            MAX_PEM_FILE_BYTES / (1024 * 1024)
+        ));
+    }
+    Ok(bytes)
+}
+
 /// The certificate chain in the PEM file at `path`, leaf first.
 pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|error| format!("cannot read {}: {error}", path.display()))?
+    let bytes = read_pem_file(path)?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|error| format!("{} is not a PEM certificate file: {error}", path.display()))?;
     if certs.is_empty() {
@@ -49,14 +70,12 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 
 /// The private key in the PEM file at `path` (PKCS#8, PKCS#1 or SEC1).
 pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path).map_err(|error| match error {
-        rustls::pki_types::pem::Error::Io(error) => {
-            format!("cannot read {}: {error}", path.display())
-        }
-        error => format!(
+    let bytes = read_pem_file(path)?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|error| {
+        format!(
             "{} holds no usable PEM private key: {error}",
             path.display()
-        ),
+        )
     })
 }
 
@@ -84,4 +103,38 @@ pub fn read_roots(ca: Option<&Path>) -> Result<RootCertStore, String> {
         }
     }
     Ok(roots)
+}
+
+/// The certificate chain at `cert` with the private key at `key`, checked
+/// to belong together, ready to serve.
+pub fn certified_key(cert: &Path, key: &Path) -> Result<Arc<rustls::sign::CertifiedKey>, String> {
+    let chain = read_certs(cert)?;
+    let key_der = read_key(key)?;
+    let certified =
+        rustls::sign::CertifiedKey::from_der(chain, key_der, &provider()).map_err(|error| {
+            match error {
+                rustls::Error::InconsistentKeys(_) => format!(
+                    "the key in {} does not belong to the certificate in {}",
+                    key.display(),
+                    cert.display()
+                ),
+                error => format!("{}: {error}", key.display()),
+            }
+        })?;
+    Ok(Arc::new(certified))
+}
+
+/// The DNS names (subject alternative names, wildcards included) the leaf
+/// certificate of `key` is for, lower case: what SNI picks it by.
+pub fn dns_names(key: &rustls::sign::CertifiedKey) -> Vec<String> {
+    let Some(leaf) = key.cert.first() else {
+        return Vec::new();
+    };
+    match webpki::EndEntityCert::try_from(leaf) {
+        Ok(cert) => cert
+            .valid_dns_names()
+            .map(|name| name.to_ascii_lowercase())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
 }

@@ -163,10 +163,20 @@ impl Validator<'_> {
                 );
                 continue;
             };
-            certs.push(CertPair {
+            let pair = CertPair {
                 cert: self.file_path(cert.get_ref()),
                 key: self.file_path(key.get_ref()),
-            });
+            };
+            // Read now, so `check` and a reload refuse a pair that would
+            // not serve (SPEC "At the edge").
+            if let Err(error) = crate::tls::read_certs(&pair.cert) {
+                self.error(cert.span().start, "server.tls.certs", error);
+            } else if let Err(error) = crate::tls::read_key(&pair.key) {
+                self.error(key.span().start, "server.tls.certs", error);
+            } else if let Err(error) = crate::tls::certified_key(&pair.cert, &pair.key) {
+                self.error(key.span().start, "server.tls.certs", error);
+            }
+            certs.push(pair);
         }
         TlsListenerConfig { certs }
     }
@@ -364,6 +374,100 @@ fn parse_cidr(text: &str) -> Result<IpNet, String> {
 mod tests {
     use super::*;
     use crate::config::testing::*;
+    use crate::config::Config;
+
+    /// A self-signed pair for `name` written as `dir/<stem>.pem|.key`.
+    fn write_pair(dir: &std::path::Path, stem: &str, name: &str) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::write(dir.join(format!("{stem}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{stem}.key")), key.serialize_pem()).unwrap();
+    }
+
+    /// `check`'s lines for `text` read as `dir/sluice.toml`.
+    fn tls_outcome(dir: &std::path::Path, text: &str) -> Result<Config, Vec<String>> {
+        let origin = dir.join("sluice.toml").display().to_string();
+        Config::from_toml(text, &origin)
+            .map_err(|errors| errors.to_string().lines().map(str::to_owned).collect())
+    }
+
+    #[test]
+    fn tls_pairs_are_read_from_the_config_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        write_pair(dir.path(), "api", "api.test");
+        let config = tls_outcome(
+            dir.path(),
+            &format!(
+                "{UPSTREAM}[server.tls]\ncerts = [{{ cert = \"api.pem\", key = \"api.key\" }}]\n"
+            ),
+        )
+        .unwrap();
+        let tls = config.server.tls.unwrap();
+        assert_eq!(tls.certs.len(), 1);
+        assert_eq!(tls.certs[0].cert, dir.path().join("api.pem"));
+        assert_eq!(tls.certs[0].key, dir.path().join("api.key"));
+    }
+
+    #[test]
+    fn an_unreadable_or_mismatched_tls_pair_is_an_error_at_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        write_pair(dir.path(), "one", "one.test");
+        write_pair(dir.path(), "two", "two.test");
+        let table = "[server.tls]\ncerts = [\n";
+        for (entry, column, says) in [
+            (
+                "{ cert = \"none.pem\", key = \"one.key\" }",
+                12,
+                "cannot read",
+            ),
+            (
+                "{ cert = \"one.key\", key = \"one.key\" }",
+                12,
+                "holds no PEM certificate",
+            ),
+            (
+                "{ cert = \"one.pem\", key = \"none.key\" }",
+                29,
+                "cannot read",
+            ),
+            (
+                "{ cert = \"one.pem\", key = \"two.key\" }",
+                29,
+                "does not belong to the certificate",
+            ),
+        ] {
+            let errors =
+                tls_outcome(dir.path(), &format!("{UPSTREAM}{table}  {entry},\n]\n")).unwrap_err();
+            assert_eq!(errors.len(), 1, "{errors:#?}");
+            let prefix = format!("sluice.toml:5:{column}: server.tls.certs: ");
+            assert!(
+                errors[0].contains(&prefix) && errors[0].contains(says),
+                "{entry}: {errors:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn tls_needs_a_certificate_with_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        for (table, says) in [
+            ("[server.tls]\n", "server.tls.certs: is required"),
+            (
+                "[server.tls]\ncerts = []\n",
+                "name at least one certificate",
+            ),
+            (
+                "[server.tls]\ncerts = [{ cert = \"a.pem\" }]\n",
+                "needs both cert (a PEM chain) and key",
+            ),
+        ] {
+            let errors = tls_outcome(dir.path(), &format!("{UPSTREAM}{table}")).unwrap_err();
+            assert!(errors.iter().any(|line| line.contains(says)), "{errors:#?}");
+        }
+    }
 
     #[test]
     fn upstream_is_required() {

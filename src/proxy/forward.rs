@@ -62,6 +62,7 @@ const FIXED_HOP_BY_HOP: [HeaderName; 6] = [
 ];
 
 static HTTP: HeaderValue = HeaderValue::from_static("http");
+static HTTPS: HeaderValue = HeaderValue::from_static("https");
 
 /// The protected service and the pool of connections that reaches it.
 #[derive(Debug, Clone)]
@@ -127,6 +128,8 @@ pub struct ClientHop {
     /// `server.forwarded_header = "forwarded"`: the RFC 7239 `Forwarded`
     /// header is extended (or replaced) too.
     pub rfc7239: bool,
+    /// The client spoke TLS to sluice (`[server.tls]`).
+    pub https: bool,
 }
 
 /// Turns the client's request into the upstream's, in place, but for the
@@ -159,6 +162,7 @@ pub fn prepare_request(
 
     let mut buf = [0u8; IPV4_TEXT_MAX];
     let peer = ip_text(hop.peer, &mut buf);
+    let proto = if hop.https { &HTTPS } else { &HTTP };
     let mut added = AddedFields::new();
     if hop.trusted {
         append_forwarded_for(headers, &peer);
@@ -175,18 +179,18 @@ pub fn prepare_request(
             }
         }
         added.push((X_FORWARDED_FOR, peer_value(hop.peer, &peer)));
-        added.push((X_FORWARDED_PROTO, HTTP.clone()));
+        added.push((X_FORWARDED_PROTO, proto.clone()));
         if let Some(host) = &host {
             added.push((X_FORWARDED_HOST, host.clone()));
         }
     }
     if hop.rfc7239 {
-        set_forwarded(headers, hop.peer, &peer, hop.trusted);
+        set_forwarded(headers, hop.peer, &peer, hop.trusted, hop.https);
     }
     if hop.trusted {
         // A trusted proxy's own forwarding fields stay as it set them.
         if !headers.contains_key(&X_FORWARDED_PROTO) {
-            headers.insert(X_FORWARDED_PROTO, HTTP.clone());
+            headers.insert(X_FORWARDED_PROTO, proto.clone());
         }
         if let Some(host) = &host {
             if !headers.contains_key(&X_FORWARDED_HOST) {
@@ -345,7 +349,7 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: &str) {
 /// an untrusted peer's are replaced by this hop alone, so a client cannot
 /// pass forged elements to the upstream. An IPv6 node is quoted and
 /// bracketed (RFC 7239 §6).
-fn set_forwarded(headers: &mut HeaderMap, ip: IpAddr, text: &str, trusted: bool) {
+fn set_forwarded(headers: &mut HeaderMap, ip: IpAddr, text: &str, trusted: bool, https: bool) {
     let mut joined = String::with_capacity(64);
     if trusted {
         for value in headers.get_all(header::FORWARDED) {
@@ -365,6 +369,9 @@ fn set_forwarded(headers: &mut HeaderMap, ip: IpAddr, text: &str, trusted: bool)
             joined.push_str(text);
             joined.push_str("]\"");
         }
+    }
+    if https {
+        joined.push_str(";proto=https");
     }
     headers.insert(header::FORWARDED, header_value(&joined));
 }
@@ -569,6 +576,7 @@ impl Forwarder<'_> {
             peer: peer.ip(),
             trusted: policy.client_ip.is_trusted(peer.ip()),
             rfc7239: policy.client_ip.header() == ForwardedHeader::Forwarded,
+            https: policy.config.server.tls.is_some(),
         };
         let request = client.get_mut();
         let handshake = upgrade::is_websocket_handshake(request);
