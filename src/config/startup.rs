@@ -1,6 +1,7 @@
 //! The settings that only take effect when sluice starts: listen
-//! addresses, workers, the listener's and the upstream client's timeouts and
-//! limits, the admin token's variable and the store. A reload, and `sluice
+//! addresses, workers, whether the listener speaks TLS or the PROXY
+//! protocol, the listener's and the upstream client's timeouts, limits and
+//! authorities, the admin token's variable and the store. A reload, and `sluice
 //! check --diff`, keep them as they were and name the ones the new file
 //! would change (they need a restart).
 
@@ -38,7 +39,15 @@ pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str
         admin.token_env,
         store.backend,
         store.max_keys,
+        server.proxy_protocol,
+        server.upstream_ca,
     );
+    // Whether the listener speaks TLS is decided at start; which
+    // certificates it serves follows every reload (docs/edge.md).
+    if new.server.tls.is_some() != old.server.tls.is_some() {
+        kept.push("server.tls");
+        new.server.tls = old.server.tls.clone();
+    }
     kept
 }
 

@@ -40,5 +40,6 @@ mod request_size;
 mod shared_bans;
 mod status;
 mod status_browser;
+mod tls;
 mod top;
 mod upstream_pool;

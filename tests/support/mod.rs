@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 pub mod certs;
 pub mod exposition;
 pub mod paused;
+pub mod tls_client;
 
 #[path = "../../src/testing/redis_server.rs"]
 mod redis_server;
