@@ -106,10 +106,11 @@ fn check_diff(old: &std::path::Path, new: &std::path::Path) -> ExitCode {
 async fn run(config: Config, path: std::path::PathBuf) -> anyhow::Result<()> {
     let mut server = Server::bind(config)
         .await
-        .context("could not bind a listener")?;
+        .context("could not start the listeners")?;
     server.reload_from(path);
     tracing::info!(
         listen = %server.local_addr()?,
+        scheme = server.scheme(),
         admin = %server.admin_addr()?,
         "sluice is serving"
     );

@@ -117,6 +117,15 @@ impl Server {
         self.listener.local_addr()
     }
 
+    /// What the proxy listener speaks: `"https"` with `[server.tls]`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     /// The admin listener's address.
     pub fn admin_addr(&self) -> io::Result<SocketAddr> {
         self.admin_listener.local_addr()
