@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use support::Sluice;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use wire::{exchange, ok, read_until_quiet, Action, RawUpstream};
 
 /// A recording upstream that answers 200 to everything, and sluice in front.
@@ -23,7 +22,7 @@ async fn start_with(
     rest: &str,
     script: impl Fn(&wire::RawRequest) -> Action + Send + Sync + 'static,
 ) -> (RawUpstream, Sluice) {
-    crate::behind(rest, script).await
+    crate::behind_over(super::TRANSPORT, rest, script).await
 }
 
 /// The request hidden in bodies: it must never be parsed as a request.
@@ -247,7 +246,7 @@ rate = "1/m"
 /// connection if it is still open; returns the statuses in order and
 /// whether sluice closed the connection.
 async fn send_then_follow_up(addr: std::net::SocketAddr, payload: &[u8]) -> (Vec<u16>, bool) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut stream = wire::connect(addr).await;
     stream.write_all(payload).await.unwrap();
     let first = read_until_quiet(&mut stream, Duration::from_millis(400)).await;
     let mut statuses = first.statuses();
@@ -394,14 +393,14 @@ Upgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSock
 
 /// Opens a WebSocket through sluice: the handshake's answer, and the
 /// connection (a tunnel when the answer is 101).
-async fn open_websocket(addr: std::net::SocketAddr) -> (wire::Received, TcpStream) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
+async fn open_websocket(addr: std::net::SocketAddr) -> (wire::Received, wire::Stream) {
+    let mut stream = wire::connect(addr).await;
     stream.write_all(HANDSHAKE).await.unwrap();
     let answer = read_until_quiet(&mut stream, Duration::from_millis(300)).await;
     (answer, stream)
 }
 
-async fn echoes(stream: &mut TcpStream, message: &[u8]) -> bool {
+async fn echoes(stream: &mut wire::Stream, message: &[u8]) -> bool {
     if stream.write_all(message).await.is_err() {
         return false;
     }
@@ -676,21 +675,32 @@ X-Forwarded-For: 6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\nAuthorization: Bearer t\r\n\r\
     let forwarded = upstream.requests().pop().unwrap();
     // sluice's own X-Forwarded-For survives: stripping ran before it was set.
     assert_eq!(forwarded.header("x-forwarded-for"), Some("127.0.0.1"));
-    assert_eq!(forwarded.header("x-forwarded-proto"), Some("http"));
+    let proto = match super::TRANSPORT {
+        crate::Transport::Plain => "http",
+        crate::Transport::Tls => "https",
+    };
+    assert_eq!(forwarded.header("x-forwarded-proto"), Some(proto));
     assert!(!forwarded.has("x-real-ip"));
     assert!(!forwarded.has("authorization"));
 
     // Nor `Host` and the other forwarding fields: the upstream still gets
     // the host the client asked for, and sluice's own values.
-    let payload = b"GET /c2-host HTTP/1.1\r\nHost: asked.example\r\n\
+    // The forged scheme is the one the client did not speak.
+    let forged = if proto == "http" { "https" } else { "http" };
+    let payload = format!(
+        "GET /c2-host HTTP/1.1\r\nHost: asked.example\r\n\
 Connection: Host, X-Forwarded-Host, X-Forwarded-Proto\r\nX-Forwarded-Host: forged\r\n\
-X-Forwarded-Proto: https\r\n\r\n";
-    assert_eq!(exchange(sluice.addr, payload).await.statuses(), [200]);
+X-Forwarded-Proto: {forged}\r\n\r\n"
+    );
+    assert_eq!(
+        exchange(sluice.addr, payload.as_bytes()).await.statuses(),
+        [200]
+    );
     let forwarded = upstream.requests().pop().unwrap();
     assert_eq!(forwarded.target, "/c2-host");
     assert_eq!(forwarded.header("host"), Some("asked.example"));
     assert_eq!(forwarded.header("x-forwarded-host"), Some("asked.example"));
-    assert_eq!(forwarded.header("x-forwarded-proto"), Some("http"));
+    assert_eq!(forwarded.header("x-forwarded-proto"), Some(proto));
 
     // A key header named in Connection: sluice keys on it, then strips it.
     let with_key = |key: &str| {

@@ -342,10 +342,90 @@ impl Received {
     }
 }
 
+/// A client connection to sluice: plain TCP, or TLS when the address is
+/// one [`serve_tls_at`] registered (the raw-wire tests run over both).
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+/// The TLS listeners the tests started, and how to reach each.
+static TLS_LISTENERS: Mutex<Vec<(SocketAddr, tokio_rustls::TlsConnector)>> = Mutex::new(Vec::new());
+
+/// Connections to `addr` speak TLS through `connector` from now on.
+pub fn serve_tls_at(addr: SocketAddr, connector: tokio_rustls::TlsConnector) {
+    TLS_LISTENERS.lock().unwrap().push((addr, connector));
+}
+
+/// A fresh connection to `addr`, over TLS when `addr` serves it.
+pub async fn connect(addr: SocketAddr) -> Stream {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let connector = TLS_LISTENERS
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(listener, _)| *listener == addr)
+        .map(|(_, connector)| connector.clone());
+    match connector {
+        None => Stream::Plain(tcp),
+        Some(connector) => {
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            Stream::Tls(Box::new(connector.connect(name, tcp).await.unwrap()))
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Stream {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(stream) => std::pin::Pin::new(stream).poll_read(cx, buf),
+            Stream::Tls(stream) => std::pin::Pin::new(stream).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Stream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(stream) => std::pin::Pin::new(stream).poll_write(cx, buf),
+            Stream::Tls(stream) => std::pin::Pin::new(stream).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(stream) => std::pin::Pin::new(stream).poll_flush(cx),
+            Stream::Tls(stream) => std::pin::Pin::new(stream).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(stream) => std::pin::Pin::new(stream).poll_shutdown(cx),
+            Stream::Tls(stream) => std::pin::Pin::new(stream).poll_shutdown(cx),
+        }
+    }
+}
+
 /// Sends `request` as is on a fresh connection and reads until the server
 /// closes the connection or stays silent for `quiet`.
 pub async fn exchange_with(addr: SocketAddr, request: &[u8], quiet: Duration) -> Received {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut stream = connect(addr).await;
     stream.write_all(request).await.unwrap();
     read_until_quiet(&mut stream, quiet).await
 }
@@ -355,7 +435,10 @@ pub async fn exchange(addr: SocketAddr, request: &[u8]) -> Received {
     exchange_with(addr, request, Duration::from_millis(500)).await
 }
 
-pub async fn read_until_quiet(stream: &mut TcpStream, quiet: Duration) -> Received {
+pub async fn read_until_quiet(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    quiet: Duration,
+) -> Received {
     let mut bytes = Vec::new();
     let mut buffer = [0u8; 8192];
     let closed = loop {
