@@ -5,5 +5,8 @@
 
 const TRANSPORT: crate::Transport = crate::Transport::Tls;
 
+// Loaded twice on purpose: once at the crate's root over plain TCP, once
+// here over TLS, each reading its own `TRANSPORT`.
+#[allow(clippy::duplicate_mod)]
 #[path = "hostile_framing.rs"]
 mod hostile_framing;
