@@ -914,3 +914,65 @@ fn check_accepts_the_example_that_opens_each_doc_page_and_readme() {
         );
     }
 }
+
+/// Every section of docs/edge.md opens with a config `check` accepts, with
+/// the certificate, key and CA files it names in place (made by a test CA)
+/// and the Redis password variable its example names set.
+#[test]
+fn check_accepts_the_example_that_opens_each_section_of_the_edge_page() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/edge.md")).unwrap();
+    let ca = support::certs::TestCa::new("docs CA");
+    let sections: Vec<&str> = page.split("\n## ").skip(1).collect();
+    assert!(sections.len() >= 5, "{sections:?}");
+    for section in sections {
+        let title = section.lines().next().unwrap();
+        let example = section
+            .split_once("\n\n")
+            .and_then(|(_, rest)| rest.strip_prefix("```toml\n"))
+            .and_then(|rest| rest.split_once("\n```").map(|(toml, _)| toml))
+            .unwrap_or_else(|| panic!("section {title:?} does not open with a ```toml example"));
+        let (dir, path) = config_file(example);
+        // The files the example names, beside the config.
+        let beside = |named: &str| {
+            let file = dir.path().join(named);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            file
+        };
+        for line in example.lines() {
+            if let (Some(cert), Some(key)) = (quoted(line, "cert = "), quoted(line, "key = ")) {
+                let leaf = ca.leaf(&["example.com"]);
+                std::fs::write(beside(cert), &leaf.cert_pem).unwrap();
+                std::fs::write(beside(key), &leaf.key_pem).unwrap();
+            }
+            let field = line.trim_start();
+            if let Some(named) = quoted(field, "upstream_ca = ").or_else(|| {
+                field
+                    .starts_with("ca = ")
+                    .then(|| quoted(field, "ca = "))
+                    .flatten()
+            }) {
+                std::fs::write(beside(named), ca.pem()).unwrap();
+            }
+        }
+        let output = Command::new(binary())
+            .args(["check", "--config"])
+            .arg(&path)
+            .env("SLUICE_REDIS_PASSWORD", "an-example-password")
+            .output()
+            .unwrap();
+        drop(dir);
+        assert!(
+            output.status.success(),
+            "docs/edge.md, section {title:?}: {}",
+            text(&output.stderr)
+        );
+    }
+}
+
+/// The string value of `field` (`name = `) in one line of TOML.
+fn quoted<'a>(line: &'a str, field: &str) -> Option<&'a str> {
+    let rest = &line[line.find(field)? + field.len()..];
+    let rest = rest.strip_prefix('"')?;
+    Some(&rest[..rest.find('"')?])
+}
