@@ -146,6 +146,28 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
         "upstream {}  listen {}  admin {}  max_keys {}",
         config.server.upstream, config.server.listen, config.admin.listen, config.store.max_keys
     );
+    if let Some(tls) = &config.server.tls {
+        let served: Vec<String> = tls
+            .certs
+            .iter()
+            .map(|pair| {
+                let names = crate::tls::certified_key(&pair.cert, &pair.key)
+                    .map(|key| crate::tls::dns_names(&key).join(" "))
+                    .unwrap_or_default();
+                let names = if names.is_empty() {
+                    "no DNS name".to_owned()
+                } else {
+                    names
+                };
+                format!("{} ({names})", pair.cert.display())
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "tls 1.3 and 1.2, h2 and http/1.1; by SNI, else the first: {}",
+            served.join(", ")
+        );
+    }
     if let StoreBackend::Redis(redis) = &config.store.backend {
         let instances = match redis.instances {
             0 => "counted by heartbeats".to_owned(),

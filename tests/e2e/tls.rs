@@ -370,3 +370,26 @@ async fn certificates_rotate_by_atomic_rename_and_open_connections_stay() {
     .await;
     assert_eq!(open.get("localhost", "/", &[]).await.status, StatusCode::OK);
 }
+
+#[test]
+fn check_names_the_hosts_each_certificate_serves() {
+    let ca = TestCa::new("sluice test CA");
+    let dir = tempfile::tempdir().unwrap();
+    ca.write_leaf(dir.path(), "api", &["api.example.com", "*.example.com"]);
+    let config = write_config(
+        dir.path(),
+        "[server]\nupstream = \"http://127.0.0.1:3000\"\n\
+         [server.tls]\ncerts = [{ cert = \"api.pem\", key = \"api.key\" }]\n",
+    );
+    let output = std::process::Command::new(crate::support::binary())
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("api.pem (api.example.com *.example.com)"),
+        "{stdout}"
+    );
+}
