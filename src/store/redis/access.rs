@@ -140,3 +140,111 @@ pub fn auth_refused(error: &RedisError) -> bool {
         .iter()
         .any(|sign| text.contains(sign))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{Access, Password};
+    use crate::store::admission::StoreError;
+    use crate::store::redis::Link;
+    use crate::testing::certs::TestCa;
+    use crate::testing::redis_server::{RedisOptions, RedisServer};
+
+    /// A TLS-only server wanting `password`, and the file of its CA.
+    fn tls_server(name: &str, password: &str) -> (RedisServer, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("sluice-access-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = TestCa::new("redis test CA");
+        let ca_file = ca.write(&dir, "ca");
+        let (cert, key) = ca.write_leaf(&dir, "redis", &["127.0.0.1", "localhost"]);
+        let options = RedisOptions::tls(&cert, &key, &ca_file).with_password(password);
+        (RedisServer::start_with(options), ca_file)
+    }
+
+    /// `PING` through a link to `url`, until it answers or `within` passes.
+    async fn ping(url: &str, access: &Access, within: Duration) -> Result<(), StoreError> {
+        let link = Link::new(url, access, Duration::from_secs(2), "access:seed".into())
+            .expect("a Redis URL");
+        link.start();
+        let deadline = Instant::now() + within;
+        loop {
+            match link.run::<String>(redis::cmd("PING")).await {
+                Ok(_) => return Ok(()),
+                Err(error) if Instant::now() >= deadline => return Err(error),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tls_server_is_reached_with_its_ca_and_the_password_and_only_then() {
+        let (server, ca) = tls_server("single", "s3cret-pass");
+        let good = Access {
+            password: Some(Password::new("s3cret-pass")),
+            ca: Some(ca.clone()),
+        };
+        ping(&server.url(), &good, Duration::from_secs(10))
+            .await
+            .expect("the right password and CA get in");
+        // The password in the URL, for a server's default user.
+        let in_url = server
+            .url()
+            .replace("rediss://", "rediss://default:s3cret-pass@");
+        let ca_only = Access {
+            password: None,
+            ca: Some(ca.clone()),
+        };
+        ping(&in_url, &ca_only, Duration::from_secs(10))
+            .await
+            .expect("the URL's password gets in");
+        // password_env wins over the URL's.
+        let wrong_in_url = server.url().replace("rediss://", "rediss://default:wrong@");
+        ping(&wrong_in_url, &good, Duration::from_secs(10))
+            .await
+            .expect("the environment's password wins");
+        for (what, access) in [
+            (
+                "a wrong password",
+                Access {
+                    password: Some(Password::new("not-it")),
+                    ca: Some(ca.clone()),
+                },
+            ),
+            ("no password", ca_only.clone()),
+        ] {
+            let error = ping(&server.url(), &access, Duration::from_millis(600))
+                .await
+                .expect_err(what);
+            assert!(error.is_transient(), "{what}: {error}");
+        }
+        // Another CA: no connection at all, not one without verification.
+        let dir = ca.parent().unwrap();
+        let other = TestCa::new("another CA").write(dir, "other");
+        let wrong_ca = Access {
+            password: Some(Password::new("s3cret-pass")),
+            ca: Some(other),
+        };
+        let error = ping(&server.url(), &wrong_ca, Duration::from_millis(600))
+            .await
+            .expect_err("a server the CA did not sign");
+        assert!(error.is_transient(), "{error}");
+        // The system's roots do not know the test CA either.
+        let system = Access {
+            password: Some(Password::new("s3cret-pass")),
+            ca: None,
+        };
+        ping(&server.url(), &system, Duration::from_millis(600))
+            .await
+            .expect_err("a server no system root signed");
+    }
+
+    #[test]
+    fn a_password_is_never_debug_printed() {
+        let access = Access {
+            password: Some(Password::new("hunter2")),
+            ca: None,
+        };
+        assert!(!format!("{access:?}").contains("hunter2"));
+    }
+}
