@@ -258,7 +258,8 @@ async fn a_password_in_the_url_is_used_and_shown_masked_everywhere() {
     assert_nowhere(&[url_password], &surfaces);
 
     // With password_env as well, the environment's wins (the URL's is
-    // wrong here) and check says the URL's is not used, masked.
+    // wrong here) and check says the URL's is not used, masked. This
+    // instance runs in hybrid mode: its syncs go over the same link.
     let wrong = redis
         .url()
         .replace("rediss://", "rediss://default:stale-in-file-0e1@");
@@ -267,7 +268,8 @@ async fn a_password_in_the_url_is_used_and_shown_masked_everywhere() {
         &config(
             &upstream,
             &format!(
-                "url = \"{wrong}\"\nca = \"ca.pem\"\npassword_env = \"SLUICE_TEST_REDIS_PASSWORD\"\n"
+                "url = \"{wrong}\"\nca = \"ca.pem\"\npassword_env = \"SLUICE_TEST_REDIS_PASSWORD\"\n\
+                 mode = \"hybrid\"\n"
             ),
         ),
     );
@@ -282,7 +284,22 @@ async fn a_password_in_the_url_is_used_and_shown_masked_everywhere() {
         "{checked}"
     );
     let (second, second_out) = spawn(dir.path(), "second", &path, &env);
-    until_on_redis(&second).await;
+    let buckets = || {
+        redis
+            .cli(&["--scan", "--pattern", "sluice:{per-caller*"])
+            .unwrap()
+            .lines()
+            .count()
+    };
+    let before = buckets();
+    assert_eq!(call(&second, "erin").await, StatusCode::OK);
+    eventually(
+        Duration::from_secs(10),
+        "the hybrid instance never synced erin's bucket to Redis",
+        || async { buckets() > before },
+    )
+    .await;
+    assert_eq!(fallback_active(&second).await, 0.0);
     let mut surfaces = vec![("check".to_owned(), checked)];
     surfaces.extend(printed("second", &second, &second_out));
     assert_nowhere(&[url_password, "stale-in-file-0e1"], &surfaces);
