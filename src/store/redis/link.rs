@@ -92,8 +92,8 @@ impl Link {
     }
 
     /// A link to the Redis Cluster that `urls` (some of its nodes) belong
-    /// to, reached with `access`: commands go to the node serving their key's slot, following
-    /// `MOVED`/`ASK` and a failed-over primary.
+    /// to, reached with `access`: commands go to the node serving their
+    /// key's slot, following `MOVED`/`ASK` and a failed-over primary.
     pub fn cluster(
         urls: &[String],
         access: &Access,
