@@ -179,9 +179,21 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
                 format!("hybrid (sync every {})", format_period(sync_interval))
             }
         };
+        let mut reached = String::new();
+        if redis.urls.iter().any(|url| url.starts_with("rediss://")) {
+            match &redis.ca {
+                Some(ca) => {
+                    let _ = write!(reached, "  tls verified by {}", ca.display());
+                }
+                None => reached.push_str("  tls verified by the system's roots"),
+            }
+        }
+        if let Some(name) = &redis.password_env {
+            let _ = write!(reached, "  password from ${name}");
+        }
         let _ = writeln!(
             out,
-            "store redis{} {}  mode {mode}  timeout {}  on_error {}  instances {instances}",
+            "store redis{} {}  mode {mode}  timeout {}  on_error {}  instances {instances}{reached}",
             if redis.cluster { " cluster" } else { "" },
             redis
                 .urls

@@ -164,13 +164,13 @@ pub enum StoreBackend {
     Redis(RedisConfig),
 }
 
-/// `[store.redis]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `[store.redis]`. Its `Debug` masks the URLs' passwords.
+#[derive(Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     /// `mode`: how decisions use Redis.
     pub mode: RedisMode,
-    /// `url` (one entry: `redis://[user:password@]host:port[/db]`), or
-    /// `urls`: some nodes of a Redis Cluster.
+    /// `url` (one entry: `redis://[user:password@]host:port[/db]`, or
+    /// `rediss://` for TLS), or `urls`: some nodes of a Redis Cluster.
     pub urls: Vec<String>,
     /// `cluster`: the nodes are a Redis Cluster's.
     pub cluster: bool,
@@ -182,11 +182,38 @@ pub struct RedisConfig {
     /// enforces its share of every limit while Redis is down); 0 = learn
     /// it from the instances' heartbeats.
     pub instances: u64,
-    /// `password_env`: the variable holding the password for AUTH.
+    /// `password_env`: the variable holding the password for AUTH (it
+    /// wins over a password in the URLs).
     pub password_env: Option<String>,
     /// `ca`: the authorities a `rediss://` server is verified against;
     /// `None` = the system's roots.
     pub ca: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let RedisConfig {
+            mode,
+            urls,
+            cluster,
+            timeout,
+            on_error,
+            instances,
+            password_env,
+            ca,
+        } = self;
+        let urls: Vec<_> = urls.iter().map(|url| shown_redis_url(url)).collect();
+        f.debug_struct("RedisConfig")
+            .field("mode", mode)
+            .field("urls", &urls)
+            .field("cluster", cluster)
+            .field("timeout", timeout)
+            .field("on_error", on_error)
+            .field("instances", instances)
+            .field("password_env", password_env)
+            .field("ca", ca)
+            .finish()
+    }
 }
 
 /// `store.redis.mode` (docs/multi-instance.md).

@@ -40,7 +40,7 @@ pub mod redis;
 pub(crate) mod suite;
 
 pub use self::hybrid::{HybridStore, SyncStats};
-pub use self::redis::{LinkError, RedisSettings, RedisStore, Seed};
+pub use self::redis::{Access, LinkError, Password, RedisSettings, RedisStore, Seed};
 use std::sync::Arc;
 
 use crate::clock::Nanos;

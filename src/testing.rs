@@ -1,5 +1,9 @@
 //! Helpers shared by unit tests.
 
+// The integration tests' certificate maker; not all of it is used here.
+#[allow(dead_code)]
+#[path = "../tests/support/certs.rs"]
+pub mod certs;
 pub mod redis_server;
 
 use crate::clock::Nanos;

@@ -24,7 +24,8 @@ impl Validator<'_> {
             match field.get_ref().as_str() {
                 "memory" => {}
                 "redis" => {
-                    backend = StoreBackend::Redis(self.redis(redis.unwrap_or(&RawRedis::default())))
+                    backend =
+                        StoreBackend::Redis(self.redis(redis.unwrap_or(&RawRedis::default()), true))
                 }
                 other => self.error(
                     field.span().start,
@@ -35,8 +36,10 @@ impl Validator<'_> {
         }
         if let (StoreBackend::Memory, Some(redis)) = (&backend, redis) {
             // Settings for a store that is not used: validated all the same,
-            // so that switching the backend does not reveal old mistakes.
-            self.redis(redis);
+            // so that switching the backend does not reveal old mistakes
+            // (the password's variable excepted: it is the environment's,
+            // not the file's).
+            self.redis(redis, false);
         }
         let max_keys = self.int(
             store.and_then(|s| s.max_keys.as_ref()),
@@ -49,8 +52,8 @@ impl Validator<'_> {
             max_keys: usize::try_from(max_keys).unwrap_or(usize::MAX),
         }
     }
-    /// `[store.redis]`.
-    fn redis(&mut self, raw: &RawRedis) -> RedisConfig {
+    /// `[store.redis]`; `in_use` when the backend is Redis.
+    fn redis(&mut self, raw: &RawRedis, in_use: bool) -> RedisConfig {
         // Checked in either mode, so that switching modes reveals no old
         // mistake.
         let sync_interval = self.timeout(
@@ -109,6 +112,86 @@ impl Validator<'_> {
             None if urls.is_empty() => vec![DEFAULT_REDIS_URL.to_owned()],
             None => urls,
         };
+        let (urls_at, urls_path) = match (&raw.url, &raw.urls) {
+            (Some(url), _) => (url.span().start, "store.redis.url"),
+            (None, Some(urls)) => (urls.span().start, "store.redis.urls"),
+            (None, None) => (0, "store.redis.url"),
+        };
+        let over_tls = urls.iter().filter(|url| is_tls(url)).count();
+        if over_tls != 0 && over_tls != urls.len() {
+            self.error(
+                urls_at,
+                urls_path,
+                "some nodes are rediss:// (TLS) and others are not: a Cluster's nodes all speak \
+                 TLS or none does",
+            );
+        }
+        let ca = raw
+            .ca
+            .as_ref()
+            .filter(|ca| !ca.get_ref().is_empty())
+            .map(|field| {
+                let path = self.file_path(field.get_ref());
+                if let Err(error) = crate::tls::read_roots(Some(&path)) {
+                    self.error(field.span().start, "store.redis.ca", error);
+                } else if over_tls == 0 {
+                    // An error, not a warning: whoever names a CA means the
+                    // link to be verified TLS, and it would go in clear.
+                    self.error(
+                        field.span().start,
+                        "store.redis.ca",
+                        "ca verifies rediss:// servers, and no URL here is rediss://: the \
+                         connection (and any password) would go in clear; write \
+                         rediss://host:port",
+                    );
+                }
+                path
+            });
+        let password_env = raw
+            .password_env
+            .as_ref()
+            .filter(|name| !name.get_ref().is_empty())
+            .map(|field| {
+                let name = field.get_ref();
+                let at = field.span().start;
+                let path = "store.redis.password_env";
+                match std::env::var_os(name) {
+                    _ if !in_use => {}
+                    None => self.error(
+                        at,
+                        path,
+                        format!(
+                            "the environment variable {name} is not set; it must hold the \
+                             password sluice gives Redis (AUTH)"
+                        ),
+                    ),
+                    Some(value) if value.is_empty() => self.error(
+                        at,
+                        path,
+                        format!(
+                            "the environment variable {name} is empty; it must hold the Redis \
+                             password"
+                        ),
+                    ),
+                    Some(value) if value.to_str().is_none() => self.error(
+                        at,
+                        path,
+                        format!("the environment variable {name} is not UTF-8 text"),
+                    ),
+                    Some(_) => {}
+                }
+                if urls.iter().any(|url| url_has_password(url)) {
+                    self.warn(
+                        at,
+                        path,
+                        format_args!(
+                            "the password in {urls_path} is not used: the one in {name} is; \
+                             remove it from the file"
+                        ),
+                    );
+                }
+                name.clone()
+            });
         RedisConfig {
             mode,
             urls,
@@ -134,16 +217,8 @@ impl Validator<'_> {
                 0,
                 0..=1_000_000,
             ),
-            password_env: raw
-                .password_env
-                .as_ref()
-                .map(|name| name.get_ref().clone())
-                .filter(|name| !name.is_empty()),
-            ca: raw
-                .ca
-                .as_ref()
-                .filter(|ca| !ca.get_ref().is_empty())
-                .map(|ca| self.file_path(ca.get_ref())),
+            password_env,
+            ca,
         }
     }
 }
@@ -151,36 +226,107 @@ impl Validator<'_> {
 /// `[store.redis] url` when none is written.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
-/// `url` as it may be shown (by `check`, in a config error, in a log): a
-/// password in it, or user information without one, replaced by `***`
-/// (docs/operations.md, "Keys in logs and admin views").
+/// `url` as it may be shown (by `check`, in a config error, in a log, in
+/// an error message): a password in it, or user information without one
+/// (a lone word before `@` may be a password written without its colon),
+/// replaced by `***`, and so is a `pass=` in its query (where `unix://`
+/// URLs carry it). The one place a Redis URL is masked
+/// (docs/edge.md, "Managed Redis: TLS and AUTH").
 pub fn shown_redis_url(url: &str) -> Cow<'_, str> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.into();
     };
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let Some(at) = authority.rfind('@') else {
+    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    let user = authority
+        .rfind('@')
+        .map(|at| (&authority[..at], &authority[at + 1..]));
+    let query = tail
+        .find('?')
+        .map(|start| start + 1..tail.find('#').unwrap_or(tail.len()));
+    let query_has_password = query
+        .clone()
+        .is_some_and(|query| tail[query].split('&').any(|pair| pair.starts_with("pass=")));
+    if user.is_none() && !query_has_password {
         return url.into();
-    };
-    let host = &rest[at + 1..];
-    match authority[..at].split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{host}").into(),
-        None => format!("{scheme}://***@{host}").into(),
     }
+    let mut shown = format!("{scheme}://");
+    match user {
+        Some((info, host)) => {
+            match info.split_once(':') {
+                Some((name, _password)) => shown.extend([name, ":***@"]),
+                None => shown.push_str("***@"),
+            }
+            shown.push_str(host);
+        }
+        None => shown.push_str(authority),
+    }
+    match query.filter(|_| query_has_password) {
+        Some(query) => {
+            shown.push_str(&tail[..query.start]);
+            for (index, pair) in tail[query.clone()].split('&').enumerate() {
+                if index > 0 {
+                    shown.push('&');
+                }
+                shown.push_str(if pair.starts_with("pass=") {
+                    "pass=***"
+                } else {
+                    pair
+                });
+            }
+            shown.push_str(&tail[query.end..]);
+        }
+        None => shown.push_str(tail),
+    }
+    shown.into()
+}
+
+/// Whether `url` speaks TLS (`rediss://`).
+fn is_tls(url: &str) -> bool {
+    url.starts_with("rediss://")
+}
+
+/// Whether `url` carries a password (`user:password@`, or `pass=` in a
+/// `unix://` URL's query); a lone user name does not.
+fn url_has_password(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    let in_user_info = authority
+        .rfind('@')
+        .is_some_and(|at| authority[..at].contains(':'));
+    let in_query = tail.split_once('?').is_some_and(|(_, query)| {
+        query
+            .split(['&', '#'])
+            .any(|pair| pair.starts_with("pass="))
+    });
+    in_user_info || in_query
 }
 
 /// Checks a Redis URL the way the client will read it.
 fn redis_url(url: &str) -> Result<(), String> {
     let shown = shown_redis_url(url);
-    if !(url.starts_with("redis://") || url.starts_with("unix://")) {
+    if !["redis://", "rediss://", "unix://"]
+        .iter()
+        .any(|scheme| url.starts_with(scheme))
+    {
         return Err(format!(
-            "\"{shown}\" is not a Redis URL; use redis://host:port[/db] (TLS is not supported)"
+            "\"{shown}\" is not a Redis URL; use redis://host:port[/db], rediss://host:port[/db] \
+             (TLS) or unix:///path"
+        ));
+    }
+    if url.contains('#') {
+        // The client reads `#insecure` as "do not verify the server": there
+        // is no such switch here.
+        return Err(format!(
+            "\"{shown}\" has a fragment (#...); a rediss:// server is always verified, against \
+             ca or the system's roots"
         ));
     }
     let parsed = url
         .parse::<http::Uri>()
         .map_err(|error| format!("\"{shown}\" is not a valid URL: {error}"))?;
-    if url.starts_with("redis://") && parsed.host().is_none_or(str::is_empty) {
+    if !url.starts_with("unix://") && parsed.host().is_none_or(str::is_empty) {
         return Err(format!("\"{shown}\" names no host"));
     }
     Ok(())
@@ -189,19 +335,225 @@ fn redis_url(url: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::shown_redis_url;
+    use crate::config::testing::{errors, set_env, valid, UPSTREAM};
+    use crate::config::StoreBackend;
 
     #[test]
     fn a_redis_urls_password_is_never_shown() {
         for (url, shown) in [
             ("redis://cache:6380/1", "redis://cache:6380/1"),
             ("redis://u:pw@cache:6380/1", "redis://u:***@cache:6380/1"),
+            ("rediss://u:pw@cache:6380", "rediss://u:***@cache:6380"),
+            (
+                "rediss://default:pw@cache.example.com:6380/0",
+                "rediss://default:***@cache.example.com:6380/0",
+            ),
             ("redis://:pw@cache", "redis://:***@cache"),
             ("redis://pw@cache", "redis://***@cache"),
             ("redis://u:p@w@cache/0?x=@", "redis://u:***@cache/0?x=@"),
             ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+            (
+                "unix:///run/redis.sock?user=u&pass=pw&db=1",
+                "unix:///run/redis.sock?user=u&pass=***&db=1",
+            ),
+            (
+                "unix:///run/redis.sock?pass=pw#x",
+                "unix:///run/redis.sock?pass=***#x",
+            ),
+            (
+                "redis://cache:6380/1?protocol=resp3",
+                "redis://cache:6380/1?protocol=resp3",
+            ),
             ("not a url", "not a url"),
         ] {
             assert_eq!(shown_redis_url(url), shown, "{url}");
         }
+    }
+
+    /// A config on the Redis store with `redis` as its `[store.redis]`.
+    fn on_redis(redis: &str) -> String {
+        format!(
+            "{UPSTREAM}[store]\nbackend = \"redis\"\n[store.redis]\n{redis}\
+             [[rule]]\nname = \"a\"\nrate = \"1/s\"\n"
+        )
+    }
+
+    fn redis_of(text: &str) -> crate::config::RedisConfig {
+        match valid(text).store.backend {
+            StoreBackend::Redis(redis) => redis,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A PEM file of a CA made for the test, in a directory of its own.
+    fn ca_file(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("sluice-redis-ca-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cert = rcgen::generate_simple_self_signed(vec!["ca.test".to_owned()]).unwrap();
+        let path = dir.join("ca.pem");
+        std::fs::write(&path, cert.cert.pem()).unwrap();
+        path
+    }
+
+    #[test]
+    fn rediss_urls_are_read_with_their_ca() {
+        let ca = ca_file("good");
+        let redis = redis_of(&on_redis(&format!(
+            "url = \"rediss://default@cache.example.com:6380\"\nca = \"{}\"\n",
+            ca.display()
+        )));
+        assert_eq!(redis.urls, ["rediss://default@cache.example.com:6380"]);
+        assert_eq!(redis.ca.as_deref(), Some(ca.as_path()));
+        // No ca: the system's roots.
+        let redis = redis_of(&on_redis(
+            "cluster = true\nurls = [\"rediss://10.0.0.1:7000\", \"rediss://10.0.0.2:7000\"]\n",
+        ));
+        assert_eq!(redis.ca, None);
+        assert_eq!(redis.urls.len(), 2);
+    }
+
+    #[test]
+    fn a_ca_that_does_not_load_or_verifies_nothing_is_an_error_where_written() {
+        let missing = "/nonexistent/sluice/ca.pem";
+        let lines = errors(&on_redis(&format!(
+            "url = \"rediss://cache:6380\"\nca = \"{missing}\"\n"
+        )));
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "test.toml:7:6: store.redis.ca: cannot read {missing}"
+            )),
+            "{lines:#?}"
+        );
+        let not_pem = ca_file("not-pem").with_file_name("not.pem");
+        std::fs::write(&not_pem, "not a certificate\n").unwrap();
+        let lines = errors(&on_redis(&format!(
+            "url = \"rediss://cache:6380\"\nca = \"{}\"\n",
+            not_pem.display()
+        )));
+        assert_eq!(
+            lines,
+            [format!(
+                "test.toml:7:6: store.redis.ca: {} holds no PEM certificate",
+                not_pem.display()
+            )]
+        );
+        // A CA beside a URL in clear: the operator meant TLS.
+        let ca = ca_file("clear");
+        let lines = errors(&on_redis(&format!(
+            "url = \"redis://cache:6379\"\nca = \"{}\"\n",
+            ca.display()
+        )));
+        assert_eq!(
+            lines,
+            [
+                "test.toml:7:6: store.redis.ca: ca verifies rediss:// servers, and no URL here is \
+              rediss://: the connection (and any password) would go in clear; write \
+              rediss://host:port"
+            ]
+        );
+    }
+
+    #[test]
+    fn verification_cannot_be_turned_off_and_nodes_agree_on_tls() {
+        let lines = errors(&on_redis(
+            "url = \"rediss://u:secret@cache:6380/#insecure\"\n",
+        ));
+        assert_eq!(
+            lines,
+            [
+                "test.toml:6:7: store.redis.url: \"rediss://u:***@cache:6380/#insecure\" has a \
+              fragment (#...); a rediss:// server is always verified, against ca or the \
+              system's roots"
+            ]
+        );
+        let lines = errors(&on_redis(
+            "cluster = true\nurls = [\"rediss://a:7000\", \"redis://b:7000\"]\n",
+        ));
+        assert_eq!(
+            lines,
+            [
+                "test.toml:7:8: store.redis.urls: some nodes are rediss:// (TLS) and others are \
+              not: a Cluster's nodes all speak TLS or none does"
+            ]
+        );
+        let lines = errors(&on_redis("url = \"valkeys://cache:6380\"\n"));
+        assert_eq!(
+            lines,
+            [
+                "test.toml:6:7: store.redis.url: \"valkeys://cache:6380\" is not a Redis URL; use \
+              redis://host:port[/db], rediss://host:port[/db] (TLS) or unix:///path"
+            ]
+        );
+    }
+
+    #[test]
+    fn password_env_must_name_a_set_variable_when_redis_is_the_store() {
+        set_env("SLUICE_TEST_REDIS_PASSWORD_SET", "hunter2-redis");
+        let redis = redis_of(&on_redis(
+            "url = \"rediss://default@cache:6380\"\npassword_env = \"SLUICE_TEST_REDIS_PASSWORD_SET\"\n",
+        ));
+        assert_eq!(
+            redis.password_env.as_deref(),
+            Some("SLUICE_TEST_REDIS_PASSWORD_SET")
+        );
+        let lines = errors(&on_redis(
+            "url = \"rediss://cache:6380\"\npassword_env = \"SLUICE_TEST_REDIS_PASSWORD_NEVER_SET\"\n",
+        ));
+        assert_eq!(
+            lines,
+            [
+                "test.toml:7:16: store.redis.password_env: the environment variable \
+              SLUICE_TEST_REDIS_PASSWORD_NEVER_SET is not set; it must hold the password \
+              sluice gives Redis (AUTH)"
+            ]
+        );
+        set_env("SLUICE_TEST_REDIS_PASSWORD_EMPTY", "");
+        let lines = errors(&on_redis(
+            "url = \"rediss://cache:6380\"\npassword_env = \"SLUICE_TEST_REDIS_PASSWORD_EMPTY\"\n",
+        ));
+        assert_eq!(
+            lines,
+            [
+                "test.toml:7:16: store.redis.password_env: the environment variable \
+              SLUICE_TEST_REDIS_PASSWORD_EMPTY is empty; it must hold the Redis password"
+            ]
+        );
+        // The memory store does not need the variable: switching the
+        // backend to test locally needs no secret.
+        let config = valid(&format!(
+            "{UPSTREAM}[store.redis]\nurl = \"rediss://cache:6380\"\n\
+             password_env = \"SLUICE_TEST_REDIS_PASSWORD_NEVER_SET\"\n"
+        ));
+        assert_eq!(config.store.backend, StoreBackend::Memory);
+    }
+
+    #[test]
+    fn password_env_wins_over_a_urls_password_and_says_so() {
+        set_env("SLUICE_TEST_REDIS_PASSWORD_BOTH", "from-the-environment");
+        let config = valid(&on_redis(
+            "url = \"rediss://u:in-the-file@cache:6380\"\npassword_env = \"SLUICE_TEST_REDIS_PASSWORD_BOTH\"\n",
+        ));
+        assert_eq!(
+            config.warnings,
+            [
+                "test.toml:7:16: store.redis.password_env: the password in store.redis.url is not \
+              used: the one in SLUICE_TEST_REDIS_PASSWORD_BOTH is; remove it from the file"
+            ]
+        );
+        // A user name alone is what password_env wants beside it.
+        let config = valid(&on_redis(
+            "url = \"rediss://u@cache:6380\"\npassword_env = \"SLUICE_TEST_REDIS_PASSWORD_BOTH\"\n",
+        ));
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
+    fn a_redis_configs_debug_masks_its_passwords() {
+        let redis = redis_of(&on_redis("url = \"rediss://u:in-the-file@cache:6380\"\n"));
+        let shown = format!("{redis:?}");
+        assert!(!shown.contains("in-the-file"), "{shown}");
+        assert!(shown.contains("rediss://u:***@cache:6380"), "{shown}");
     }
 }

@@ -918,7 +918,7 @@ on_error = "maybe"
         assert_eq!(
             lines,
             vec![
-                "test.toml:6:7: store.redis.url: \"http://127.0.0.1:6379\" is not a Redis URL; use redis://host:port[/db] (TLS is not supported)",
+                "test.toml:6:7: store.redis.url: \"http://127.0.0.1:6379\" is not a Redis URL; use redis://host:port[/db], rediss://host:port[/db] (TLS) or unix:///path",
                 "test.toml:7:8: store.redis.urls: urls names the nodes of a Redis Cluster: set cluster = true, or use url",
                 "test.toml:8:8: store.redis.mode: \"eventual\" is not allowed; use \"strict\" or \"hybrid\"",
                 "test.toml:9:17: store.redis.sync_interval: sync_interval must be between 5ms and 10s: the overshoot a fleet allows grows with it (one interval's traffic, two at worst)",

@@ -91,6 +91,7 @@ mod tests {
     fn redis_down() -> Store {
         let settings = RedisSettings {
             urls: vec!["redis://127.0.0.1:1".into()],
+            access: Default::default(),
             cluster: false,
             timeout: std::time::Duration::from_millis(10),
             prefix: "fallback".into(),

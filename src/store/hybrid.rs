@@ -103,6 +103,7 @@ impl HybridStore {
     pub async fn for_test(urls: Vec<String>, prefix: &str, instances: u64) -> HybridStore {
         let settings = RedisSettings {
             urls,
+            access: Default::default(),
             cluster: false,
             timeout: Duration::from_secs(5),
             prefix: prefix.into(),

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::redis::{Access, Password};
 use super::{HybridStore, MemoryStore, OnError, RedisSettings, RedisStore, Store};
 use crate::clock::ProxyClock;
 use crate::config::{RedisMode, StoreBackend, StoreConfig};
@@ -18,8 +19,22 @@ pub fn open(config: &StoreConfig, clock: &ProxyClock) -> (Store, OnError) {
         StoreBackend::Memory => return (Store::Memory(MemoryStore::new(max_keys)), OnError::Local),
         StoreBackend::Redis(redis) => redis,
     };
+    let memory = || (Store::Memory(MemoryStore::new(max_keys)), OnError::Local);
+    // `check` saw the variable set; a process that lost it since says so.
+    let password = match redis.password_env.as_deref().map(Password::from_env) {
+        None => None,
+        Some(Ok(password)) => Some(password),
+        Some(Err(error)) => {
+            tracing::error!(%error, "the Redis store cannot be used (password_env); deciding in memory");
+            return memory();
+        }
+    };
     let settings = RedisSettings {
         urls: redis.urls.clone(),
+        access: Access {
+            password,
+            ca: redis.ca.clone(),
+        },
         cluster: redis.cluster,
         timeout: redis.timeout,
         prefix: "sluice".into(),
@@ -42,7 +57,7 @@ pub fn open(config: &StoreConfig, clock: &ProxyClock) -> (Store, OnError) {
         Ok(store) => (store, redis.on_error),
         Err(error) => {
             tracing::error!(%error, "the Redis store cannot be used; deciding in memory");
-            (Store::Memory(MemoryStore::new(max_keys)), OnError::Local)
+            memory()
         }
     }
 }

@@ -16,6 +16,7 @@
 //! Redis, checked and counted in the same call (docs/multi-instance.md, "Running several
 //! instances").
 
+mod access;
 mod ban_board;
 mod ban_mirror;
 mod batch;
@@ -42,6 +43,7 @@ use super::memory::MemoryStore;
 use super::UNASKED;
 use crate::clock::{Nanos, ProxyClock};
 use crate::limiter::{Decision, Limiter};
+pub use access::{Access, Password};
 pub use ban_board::{BanBoard, BoardBan, Posted};
 pub use ban_mirror::{BanMirror, WatchedTable};
 use fair_share::FairShare;
@@ -56,10 +58,13 @@ use script::{AdmitReply, Call, ClaimReply};
 pub use script::{Struck, Synced};
 
 /// Where a Redis store connects and how long it waits.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RedisSettings {
-    /// `redis://host:port[/db]`: one Redis, or some nodes of a cluster.
+    /// `redis://host:port[/db]` (`rediss://`: TLS): one Redis, or some
+    /// nodes of a cluster.
     pub urls: Vec<String>,
+    /// The password and the TLS authorities the nodes are reached with.
+    pub access: Access,
     /// Whether `urls` are a Redis Cluster's nodes.
     pub cluster: bool,
     /// The longest a call may take before `on_error` decides.
@@ -68,6 +73,34 @@ pub struct RedisSettings {
     pub prefix: String,
     /// How many instances share the store (0: count their heartbeats).
     pub instances: u64,
+}
+
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let RedisSettings {
+            urls,
+            access,
+            cluster,
+            timeout,
+            prefix,
+            instances,
+        } = self;
+        f.debug_struct("RedisSettings")
+            .field("urls", &shown_urls(urls))
+            .field("access", access)
+            .field("cluster", cluster)
+            .field("timeout", timeout)
+            .field("prefix", prefix)
+            .field("instances", instances)
+            .finish()
+    }
+}
+
+/// `urls` as they may be shown (passwords masked).
+fn shown_urls(urls: &[String]) -> Vec<std::borrow::Cow<'_, str>> {
+    urls.iter()
+        .map(|url| crate::config::shown_redis_url(url))
+        .collect()
 }
 
 /// Budgets shared through Redis (strict mode), and the memory store the
@@ -102,10 +135,10 @@ impl RedisStore {
     pub fn over(settings: RedisSettings, local: MemoryStore) -> Result<RedisStore, LinkError> {
         let seed_key = format!("{}:seed", settings.prefix);
         let link = if settings.cluster {
-            Link::cluster(&settings.urls, settings.timeout, seed_key)?
+            Link::cluster(&settings.urls, &settings.access, settings.timeout, seed_key)?
         } else {
             let url = settings.urls.first().ok_or(LinkError::NoUrl)?;
-            Link::new(url, settings.timeout, seed_key)?
+            Link::new(url, &settings.access, settings.timeout, seed_key)?
         };
         Ok(RedisStore {
             local,

@@ -708,6 +708,7 @@ pub(crate) async fn redis_store_on(urls: Vec<String>, cluster: bool) -> Store {
     use crate::store::{RedisSettings, RedisStore};
     let settings = RedisSettings {
         urls,
+        access: Default::default(),
         cluster,
         timeout: std::time::Duration::from_secs(5),
         prefix: "suite".into(),

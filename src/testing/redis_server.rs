@@ -1,11 +1,12 @@
 //! A real `redis-server` on an ephemeral loopback port, started and owned
 //! by one test: killed when dropped, and able to be stopped, frozen
-//! (SIGSTOP) and restarted (empty) on the same port. Shared by the unit
+//! (SIGSTOP) and restarted (empty) on the same port; in clear or over TLS
+//! only, with or without a password ([`RedisOptions`]). Shared by the unit
 //! tests and the integration tests (`tests/support` includes this file).
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,88 @@ pub struct RedisServer {
     dir: PathBuf,
     /// Runs as a node of a Redis Cluster.
     cluster_node: bool,
+    options: RedisOptions,
+}
+
+/// How a test's server is reached: in clear (the default) or over TLS
+/// only, with or without a password.
+#[derive(Debug, Clone, Default)]
+pub struct RedisOptions {
+    /// Speak TLS only (`--port 0 --tls-port`), with these files.
+    pub tls: Option<RedisTls>,
+    /// `requirepass`: AUTH is needed before any command.
+    pub password: Option<String>,
+}
+
+/// The PEM files of a TLS server: its certificate and key, and the CA
+/// that signed it (which `redis-cli` verifies the server against; clients
+/// need no certificate of their own).
+#[derive(Debug, Clone)]
+pub struct RedisTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+impl RedisOptions {
+    /// TLS with the files `cert`, `key` and `ca`.
+    pub fn tls(cert: &Path, key: &Path, ca: &Path) -> RedisOptions {
+        RedisOptions {
+            tls: Some(RedisTls {
+                cert: cert.to_owned(),
+                key: key.to_owned(),
+                ca: ca.to_owned(),
+            }),
+            password: None,
+        }
+    }
+
+    /// The same, with AUTH's `password`.
+    pub fn with_password(mut self, password: &str) -> RedisOptions {
+        self.password = Some(password.to_owned());
+        self
+    }
+
+    /// `redis-cli`'s arguments to reach such a server (TLS, password).
+    fn cli_args(&self) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(tls) = &self.tls {
+            args.extend(["--tls".into(), "--cacert".into(), tls.ca.clone().into()]);
+        }
+        if let Some(password) = &self.password {
+            args.extend(["-a".into(), password.into(), "--no-auth-warning".into()]);
+        }
+        args
+    }
+
+    /// `redis-server`'s arguments for the listening port and AUTH.
+    fn server_args(&self, port: u16, cluster_node: bool) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        match &self.tls {
+            None => args.extend(["--port".into(), port.to_string().into()]),
+            Some(tls) => {
+                args.extend(["--port".into(), "0".into(), "--tls-port".into()]);
+                args.push(port.to_string().into());
+                for (flag, path) in [
+                    ("--tls-cert-file", &tls.cert),
+                    ("--tls-key-file", &tls.key),
+                    ("--tls-ca-cert-file", &tls.ca),
+                ] {
+                    args.extend([flag.into(), path.clone().into()]);
+                }
+                args.extend(["--tls-auth-clients".into(), "no".into()]);
+                if cluster_node {
+                    // The cluster bus and the addresses CLUSTER SLOTS
+                    // gives are the TLS ones.
+                    args.extend(["--tls-cluster".into(), "yes".into()]);
+                }
+            }
+        }
+        if let Some(password) = &self.password {
+            args.extend(["--requirepass".into(), password.into()]);
+        }
+        args
+    }
 }
 
 /// Runs redis-server under a shell that kills it once its standard input
@@ -30,14 +113,19 @@ impl RedisServer {
     /// clear message when `redis-server` is not installed (`.ci/run`
     /// installs it).
     pub fn start() -> RedisServer {
+        RedisServer::start_with(RedisOptions::default())
+    }
+
+    /// [`RedisServer::start`], reached as `options` say (TLS, password).
+    pub fn start_with(options: RedisOptions) -> RedisServer {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
             .port();
-        RedisServer::on_port(port, false)
+        RedisServer::on_port(port, false, options)
     }
 
-    fn on_port(port: u16, cluster_node: bool) -> RedisServer {
+    fn on_port(port: u16, cluster_node: bool, options: RedisOptions) -> RedisServer {
         let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("a directory for redis-server");
@@ -46,14 +134,21 @@ impl RedisServer {
             child: None,
             dir,
             cluster_node,
+            options,
         };
         server.restart();
         server
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`, or `rediss://` over TLS (never with
+    /// the password: a test writes it where it means to).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.options.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Starts the server again (empty: nothing is persisted) on the same
@@ -70,7 +165,8 @@ impl RedisServer {
         );
         let mut child = Command::new("sh")
             .args(["-c", WATCHDOG, "sh"])
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(self.options.server_args(self.port, self.cluster_node))
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--logfile", ""])
             .args(if self.cluster_node {
                 &["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"][..]
@@ -118,6 +214,7 @@ impl RedisServer {
     pub fn cli(&self, args: &[&str]) -> Option<String> {
         let output = Command::new("redis-cli")
             .args(["-p", &self.port.to_string()])
+            .args(self.options.cli_args())
             .args(args)
             .stderr(Stdio::null())
             .output()
@@ -152,14 +249,20 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
+        RedisCluster::start_with(RedisOptions::default())
+    }
+
+    /// [`RedisCluster::start`], every node reached as `options` say.
+    pub fn start_with(options: RedisOptions) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| RedisServer::on_port(cluster_port(), true))
+            .map(|_| RedisServer::on_port(cluster_port(), true, options.clone()))
             .collect();
         let addresses: Vec<String> = nodes
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port))
             .collect();
         let created = Command::new("redis-cli")
+            .args(options.cli_args())
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
@@ -181,7 +284,7 @@ impl RedisCluster {
         RedisCluster { nodes }
     }
 
-    /// Every node's `redis://` URL.
+    /// Every node's `redis://` (or `rediss://`) URL.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }

@@ -34,6 +34,7 @@ mod metrics_exact;
 mod one_clock;
 mod operations;
 mod redis_store;
+mod redis_tls;
 mod refusal_log;
 mod reload;
 mod request_size;

@@ -28,7 +28,7 @@ pub mod tls_client;
 mod redis_server;
 // Not every test binary that shares this module starts Redis.
 #[allow(unused_imports)]
-pub use redis_server::{RedisCluster, RedisServer};
+pub use redis_server::{RedisCluster, RedisOptions, RedisServer};
 
 use sluice::clock::ProxyClock;
 use sluice::config::Config;
@@ -587,7 +587,8 @@ pub struct SluiceProcess {
     pub child: Child,
     pub addr: SocketAddr,
     pub admin: SocketAddr,
-    /// Its stderr lines after the "serving" one (the first 10,000).
+    /// Its stderr lines but the "serving" one: those before it (config
+    /// warnings, the store's first words) and after it (the first 10,000).
     pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
@@ -621,9 +622,12 @@ impl SluiceProcess {
         let stderr = child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr).lines();
         let mut addrs = None;
+        let mut early = Vec::new();
         for line in lines.by_ref() {
             let line = line.unwrap();
-            if line.contains("sluice is serving") {
+            if !line.contains("sluice is serving") {
+                early.push(line);
+            } else {
                 let field = |name: &str| -> SocketAddr {
                     let start = line.find(&format!("{name}=")).unwrap() + name.len() + 1;
                     line[start..]
@@ -637,9 +641,10 @@ impl SluiceProcess {
                 break;
             }
         }
+        let (addr, admin) = addrs.unwrap_or_else(|| panic!("sluice did not start: {early:#?}"));
         // Keep draining stderr so the child never blocks on a full pipe,
         // keeping the lines for tests that read the log.
-        let log: std::sync::Arc<std::sync::Mutex<Vec<String>>> = std::sync::Arc::default();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(early));
         let kept = std::sync::Arc::clone(&log);
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
@@ -649,7 +654,6 @@ impl SluiceProcess {
                 }
             }
         });
-        let (addr, admin) = addrs.expect("sluice did not start");
         SluiceProcess {
             child,
             addr,

@@ -26,6 +26,7 @@ use redis::{
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::access::{auth_refused, Access};
 use super::script::SOURCE;
 use crate::config::shown_redis_url;
 use crate::store::admission::StoreError;
@@ -74,10 +75,15 @@ struct Shared {
 }
 
 impl Link {
-    /// A link to `url`, down until its first probe connects (started by the
-    /// first call, or by [`Link::start`]).
-    pub fn new(url: &str, timeout: Duration, seed_key: String) -> Result<Link, LinkError> {
-        let client = Client::open(url).map_err(|source| LinkError::Url {
+    /// A link to `url`, reached with `access`, down until its first probe
+    /// connects (started by the first call, or by [`Link::start`]).
+    pub fn new(
+        url: &str,
+        access: &Access,
+        timeout: Duration,
+        seed_key: String,
+    ) -> Result<Link, LinkError> {
+        let client = access.client(url).map_err(|source| LinkError::Url {
             urls: shown_redis_url(url).into_owned(),
             source,
         })?;
@@ -86,17 +92,20 @@ impl Link {
     }
 
     /// A link to the Redis Cluster that `urls` (some of its nodes) belong
-    /// to: commands go to the node serving their key's slot, following
-    /// `MOVED`/`ASK` and a failed-over primary.
+    /// to, reached with `access`: commands go to the node serving their
+    /// key's slot, following `MOVED`/`ASK` and a failed-over primary.
     pub fn cluster(
         urls: &[String],
+        access: &Access,
         timeout: Duration,
         seed_key: String,
     ) -> Result<Link, LinkError> {
-        let client = ClusterClient::builder(urls.iter().map(String::as_str))
-            .connection_timeout(PROBE_CONNECT)
-            .response_timeout(PROBE_CONNECT)
-            .build()
+        let client = access
+            .cluster_client(urls, |builder| {
+                builder
+                    .connection_timeout(PROBE_CONNECT)
+                    .response_timeout(PROBE_CONNECT)
+            })
             .map_err(|source| LinkError::Url {
                 urls: urls
                     .iter()
@@ -186,6 +195,9 @@ impl Link {
             Ok(Err(error)) if passes_on_its_own(&error) => {
                 Err(self.failed(&error.to_string(), false))
             }
+            // Redis no longer lets this connection in (its password or
+            // user changed): an outage until a probe gets in again.
+            Ok(Err(error)) if auth_refused(&error) => Err(self.failed(&error.to_string(), true)),
             // Redis answered, with an error of the script's: not an outage.
             Ok(Err(error)) if !connection_lost(&error) && !error.is_timeout() => {
                 self.0.failures.store(0, Ordering::Relaxed);
@@ -253,6 +265,12 @@ impl Link {
                         link.probing.store(false, Ordering::Release);
                         tracing::info!("connected to Redis");
                         return;
+                    }
+                    // Once per failure streak: the calls that fail meanwhile
+                    // fail at once, without a line each.
+                    Err(error) if !logged && auth_refused(&error) => {
+                        tracing::warn!(%error, "Redis refused AUTH (the password from password_env or the URL, or its user); deciding with on_error until it lets sluice in");
+                        logged = true;
                     }
                     Err(error) if !logged => {
                         tracing::warn!(%error, "cannot reach Redis; deciding with on_error until it answers");
