@@ -51,6 +51,7 @@ mod deadline_io;
 pub mod differential;
 mod drain;
 pub mod http1;
+pub mod proxy_protocol;
 
 use connection::{Connection, Handler, HyperServers};
 use deadline_io::{ConnectionLimits, DeadlineIo, Exchanges};
@@ -168,8 +169,7 @@ impl Server {
                 continue;
             };
             let exchanges = Arc::new(Exchanges::default());
-            let io = DeadlineIo::new(stream, limits, Arc::clone(&exchanges));
-            let connection = Connection {
+            let mut connection = Connection {
                 handler: Proxied {
                     proxy: proxy.clone(),
                     peer,
@@ -181,7 +181,16 @@ impl Server {
                 servers: Arc::clone(&servers),
             };
             let draining = drain.handle();
+            let proxy_protocol = server.proxy_protocol;
             tokio::spawn(async move {
+                if proxy_protocol {
+                    let Some(client) = proxied_client(&stream, &connection, limits).await else {
+                        return;
+                    };
+                    connection.peer = client;
+                    connection.handler.peer = client;
+                }
+                let io = DeadlineIo::new(stream, limits, Arc::clone(&connection.exchanges));
                 connection.serve(io, draining).await;
                 drop(permit);
             });
@@ -196,6 +205,25 @@ impl Server {
             sighup.abort();
         }
     }
+}
+
+/// The client a `proxy_protocol` connection's header names (see
+/// `server/proxy_protocol.rs`), read before anything else within
+/// `header_read_timeout`; `None`: close the connection. Boxed, so that the
+/// connection task of a listener without it does not grow by its size.
+async fn proxied_client(
+    stream: &tokio::net::TcpStream,
+    connection: &Connection<Proxied>,
+    limits: ConnectionLimits,
+) -> Option<SocketAddr> {
+    let policy = connection.handler.proxy.policy();
+    Box::pin(proxy_protocol::accept(
+        stream,
+        connection.peer,
+        &policy.client_ip,
+        limits.header_read_timeout,
+    ))
+    .await
 }
 
 /// Shutdown, once `/readyz` says 503 and the listener is closed: idle
