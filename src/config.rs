@@ -90,7 +90,7 @@ pub struct ServerConfig {
     pub forwarded_header: ForwardedHeader,
     pub ipv6_prefix: u8,
     /// `proxy_protocol`: every connection opens with a PROXY protocol header
-    /// from a trusted proxy (docs/edge.md, "Behind an L4 load balancer").
+    /// from a trusted proxy (docs/edge.md, "Behind a load balancer").
     pub proxy_protocol: bool,
     /// `upstream_ca`: the authorities an https upstream is verified
     /// against; `None` = the system's roots.

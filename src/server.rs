@@ -51,6 +51,7 @@ mod deadline_io;
 pub mod differential;
 mod drain;
 pub mod http1;
+pub mod proxy_protocol;
 mod tls;
 
 use connection::{Connection, Handler, HyperServers};
@@ -190,7 +191,7 @@ impl Server {
                 continue;
             };
             let exchanges = Arc::new(Exchanges::default());
-            let connection = Connection {
+            let mut connection = Connection {
                 handler: Proxied {
                     proxy: proxy.clone(),
                     peer,
@@ -203,7 +204,17 @@ impl Server {
             };
             let draining = drain.handle();
             let tls = tls.clone();
+            let proxy_protocol = server.proxy_protocol;
             tokio::spawn(async move {
+                // The PROXY header comes first, on the raw socket, before
+                // TLS or a request (docs/edge.md).
+                if proxy_protocol {
+                    let Some(client) = proxied_client(&stream, &connection, limits).await else {
+                        return;
+                    };
+                    connection.peer = client;
+                    connection.handler.peer = client;
+                }
                 // One branch per connection: each arm serves through the
                 // same generic path, so plain HTTP runs what it always ran.
                 match tls {
@@ -237,6 +248,25 @@ impl Server {
             sighup.abort();
         }
     }
+}
+
+/// The client a `proxy_protocol` connection's header names (see
+/// `server/proxy_protocol.rs`), read before anything else within
+/// `header_read_timeout`; `None`: close the connection. Boxed, so that the
+/// connection task of a listener without it does not grow by its size.
+async fn proxied_client(
+    stream: &tokio::net::TcpStream,
+    connection: &Connection<Proxied>,
+    limits: ConnectionLimits,
+) -> Option<SocketAddr> {
+    let policy = connection.handler.proxy.policy();
+    Box::pin(proxy_protocol::accept(
+        stream,
+        connection.peer,
+        &policy.client_ip,
+        limits.header_read_timeout,
+    ))
+    .await
 }
 
 /// Shutdown, once `/readyz` says 503 and the listener is closed: idle

@@ -36,6 +36,7 @@ impl Validator<'_> {
                 }
             }
         }
+        let proxy_protocol = self.proxy_protocol(raw, &trusted_proxies);
         ServerConfig {
             listen: self.socket_addr(raw.listen.as_ref(), "server.listen", "0.0.0.0:8080"),
             upstream: self.upstream(raw),
@@ -106,7 +107,7 @@ impl Validator<'_> {
             ),
             ipv6_prefix: self.int(raw.ipv6_prefix.as_ref(), "server.ipv6_prefix", 64, 1..=128)
                 as u8,
-            proxy_protocol: raw.proxy_protocol.as_ref().is_some_and(|v| *v.get_ref()),
+            proxy_protocol,
             upstream_ca: raw
                 .upstream_ca
                 .as_ref()
@@ -115,6 +116,25 @@ impl Validator<'_> {
             access_log: self.access_log(raw.access_log.as_ref()),
             tls: raw.tls.as_ref().map(|tls| self.tls(tls)),
         }
+    }
+
+    /// `server.proxy_protocol`: a header is believed only from a trusted
+    /// proxy, so with none every connection would be closed.
+    fn proxy_protocol(&mut self, raw: &RawServer, trusted_proxies: &[IpNet]) -> bool {
+        let Some(field) = &raw.proxy_protocol else {
+            return false;
+        };
+        let on = *field.get_ref();
+        if on && trusted_proxies.is_empty() {
+            self.error(
+                field.span().start,
+                "server.proxy_protocol",
+                "needs trusted_proxies: a PROXY protocol header is believed only from the \
+                 balancers listed there, and every other connection is closed; list your load \
+                 balancers' addresses, for example trusted_proxies = [\"10.0.0.0/8\"]",
+            );
+        }
+        on
     }
 
     /// `server.access_log`: `"off"`, `"stdout"` or a file path.
@@ -522,6 +542,27 @@ mod tests {
             warnings.contains("10.1.2.3/8 has host bits set; it is read as 10.0.0.0/8"),
             "{warnings}"
         );
+    }
+
+    #[test]
+    fn proxy_protocol_needs_trusted_proxies() {
+        for trusted in ["", "trusted_proxies = []\n"] {
+            let line = only_error(&format!("{UPSTREAM}{trusted}proxy_protocol = true\n"));
+            let at = if trusted.is_empty() { 3 } else { 4 };
+            assert!(
+                line.starts_with(&format!(
+                    "test.toml:{at}:18: server.proxy_protocol: needs trusted_proxies"
+                )),
+                "{line}"
+            );
+        }
+        let config = valid(&format!(
+            "{UPSTREAM}trusted_proxies = [\"10.0.0.0/8\"]\nproxy_protocol = true\n"
+        ));
+        assert!(config.server.proxy_protocol);
+        let config = valid(&format!("{UPSTREAM}proxy_protocol = false\n"));
+        assert!(!config.server.proxy_protocol);
+        assert!(!valid(UPSTREAM).server.proxy_protocol);
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str
         server.body_timeout,
         server.idle_timeout,
         server.send_timeout,
+        server.proxy_protocol,
         admin.listen,
         admin.token_env,
         store.backend,

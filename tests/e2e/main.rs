@@ -33,6 +33,7 @@ mod memory_store;
 mod metrics_exact;
 mod one_clock;
 mod operations;
+mod proxy_protocol;
 mod redis_store;
 mod redis_tls;
 mod refusal_log;
