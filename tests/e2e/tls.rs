@@ -393,3 +393,42 @@ fn check_names_the_hosts_each_certificate_serves() {
         "{stdout}"
     );
 }
+
+#[tokio::test]
+async fn the_proxy_protocol_header_comes_before_the_handshake() {
+    let ca = TestCa::new("sluice test CA");
+    let dir = tempfile::tempdir().unwrap();
+    let (upstream, sluice) = https_sluice(
+        &ca,
+        dir.path(),
+        "proxy_protocol = true\ntrusted_proxies = [\"127.0.0.1\"]\n",
+        PER_IP_3,
+    )
+    .await;
+    let mut statuses = Vec::new();
+    for client in [
+        "203.0.113.7",
+        "203.0.113.7",
+        "203.0.113.7",
+        "203.0.113.7",
+        "198.51.100.9",
+    ] {
+        let mut tcp = TcpStream::connect(sluice.addr).await.unwrap();
+        tcp.write_all(format!("PROXY TCP4 {client} 127.0.0.1 40000 443\r\n").as_bytes())
+            .await
+            .unwrap();
+        let stream =
+            tls_client::connect_over(&tls_client::verifying(ca.pem(), H1), tcp, "localhost").await;
+        let got = HttpsConnection::over(stream)
+            .await
+            .get("localhost", "/", &[])
+            .await;
+        statuses.push(got.status.as_u16());
+    }
+    // The carried client is the one limited, over TLS.
+    assert_eq!(statuses, [200, 200, 200, 429, 200]);
+    let seen = upstream.seen();
+    assert_eq!(seen[0].headers["x-forwarded-for"], "203.0.113.7");
+    assert_eq!(seen[3].headers["x-forwarded-for"], "198.51.100.9");
+    assert_eq!(seen[3].headers["x-forwarded-proto"], "https");
+}

@@ -57,7 +57,16 @@ pub async fn connect(
     addr: SocketAddr,
     name: &str,
 ) -> TlsStream<TcpStream> {
-    let tcp = TcpStream::connect(addr).await.unwrap();
+    connect_over(connector, TcpStream::connect(addr).await.unwrap(), name).await
+}
+
+/// [`connect`] on a connection already open (after a PROXY header, say).
+pub async fn connect_over(
+    connector: &TlsConnector,
+    tcp: TcpStream,
+    name: &str,
+) -> TlsStream<TcpStream> {
+    let addr = tcp.peer_addr().unwrap();
     let name = ServerName::try_from(name.to_string()).unwrap();
     connector
         .connect(name, tcp)
