@@ -1921,21 +1921,27 @@ def tls_details(summary, runs, refs, cpu_key):
         s["scrape_last"] = next((r["scrape"] for r in reversed(rs) if r.get("scrape")), None)
         cpu = s.get(cpu_key)
         s["capacity_per_core"] = 1e6 / cpu if cpu else None
+        own = s.get("proxy_us_per_req")
         for ref in refs:
             rs_ = idx.get(ref)
             s["cpu_x_" + ref] = cpu / rs_[cpu_key] if cpu and rs_ and rs_.get(cpu_key) else None
             s["cpu_x_%s_paired" % ref] = paired_median(runs, s["scenario"], ref, cpu_key)
+            s["own_cpu_x_" + ref] = (own / rs_["proxy_us_per_req"]
+                                     if own and rs_ and rs_.get("proxy_us_per_req") else None)
 
 
 def tls_markdown(summary, refs, cpu_key):
     L = ["", "TLS, new connections and access log (CPU = proxy CPU busy us per request, median of clean rounds; "
          "'x REF' = ratio of medians (median of per-round ratios); capacity = 1e6 / CPU us, what one core "
-         "would serve at 100 %; the census counts the warm-up's handshakes off the loopback interface):", ""]
+         "would serve at 100 %; own CPU = the proxy processes' own CPU time per request, which other tenants "
+         "on the proxy CPU do not inflate (x the first REF); the census counts the warm-up's handshakes off "
+         "the loopback interface):", ""]
     hdr = ["scenario", "load", "negotiated", "handshakes (PSK offered / resumed / HRR)", "probe: tickets/conn, server resumes, ALPN h2 offered",
            "TCP accepts/req", "req/s median", "proxy CPU %", "CPU us/req"] + ["x " + r for r in refs] + \
-          ["capacity req/s per core", "log lines/response (bytes/line)", "checks"]
+          ["capacity req/s per core", "own CPU us/req" + (" (x %s)" % refs[0] if refs else ""),
+           "log lines/response (bytes/line)", "checks"]
     L.append("| " + " | ".join(hdr) + " |")
-    L.append("|---|---|---|---|---|" + "---:|" * (4 + len(refs) + 2) + "---|")
+    L.append("|---|---|---|---|---|" + "---:|" * (4 + len(refs) + 3) + "---|")
     for s in summary:
         if "rps_median" not in s:
             continue
@@ -1952,6 +1958,8 @@ def tls_markdown(summary, refs, cpu_key):
         for ref in refs:
             row.append("%s (%s)" % (fmt(s.get("cpu_x_" + ref), "%.3f"), fmt(s.get("cpu_x_%s_paired" % ref), "%.3f")))
         row += [fmt(s.get("capacity_per_core"), "%.0f"),
+                "%s%s" % (fmt(s.get("proxy_us_per_req"), "%.2f"),
+                          " (%s)" % fmt(s.get("own_cpu_x_" + refs[0]), "%.3f") if refs else ""),
                 "%s (%s)" % (fmt(s.get("log_lines_per_response"), "%.4f"), fmt(s.get("log_bytes_per_line"), "%.0f"))
                 if s.get("log_lines_per_response") is not None else "-",
                 "ok" if s["ok"] else "; ".join(s["checks"])[:300]]
