@@ -2,11 +2,14 @@
 //! and the address lists of `[access]` and `server.trusted_proxies`.
 
 use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::uri::Scheme;
 use http::{StatusCode, Uri};
 use ipnet::IpNet;
+use rustls::RootCertStore;
 use toml::Spanned;
 
 use super::raw::{OneOrMany, RawConfig, RawServer, RawTls};
@@ -36,9 +39,16 @@ impl Validator<'_> {
                 }
             }
         }
+        let upstream = self.upstream(raw);
+        let upstream_ca = raw
+            .upstream_ca
+            .as_ref()
+            .filter(|ca| !ca.get_ref().is_empty())
+            .map(|ca| self.file_path(ca.get_ref()));
+        let upstream_roots = self.upstream_roots(raw, &upstream, upstream_ca.as_deref());
         ServerConfig {
             listen: self.socket_addr(raw.listen.as_ref(), "server.listen", "0.0.0.0:8080"),
-            upstream: self.upstream(raw),
+            upstream,
             workers: self.int(raw.workers.as_ref(), "server.workers", 0, 0..=1024) as usize,
             trusted_proxies,
             connect_timeout: self.timeout(
@@ -107,11 +117,8 @@ impl Validator<'_> {
             ipv6_prefix: self.int(raw.ipv6_prefix.as_ref(), "server.ipv6_prefix", 64, 1..=128)
                 as u8,
             proxy_protocol: raw.proxy_protocol.as_ref().is_some_and(|v| *v.get_ref()),
-            upstream_ca: raw
-                .upstream_ca
-                .as_ref()
-                .filter(|ca| !ca.get_ref().is_empty())
-                .map(|ca| self.file_path(ca.get_ref())),
+            upstream_ca,
+            upstream_roots,
             access_log: self.access_log(raw.access_log.as_ref()),
             tls: raw.tls.as_ref().map(|tls| self.tls(tls)),
         }
@@ -194,6 +201,49 @@ impl Validator<'_> {
             Err(message) => {
                 self.error(field.span().start, path, message);
                 placeholder
+            }
+        }
+    }
+
+    /// The authorities an https upstream is verified against, loaded now so
+    /// that `check` (and a reload) reports a CA file that cannot serve:
+    /// `upstream_ca`'s certificates, or the system's roots without one.
+    /// `None` for an http:// upstream, for which `upstream_ca` is unused.
+    fn upstream_roots(
+        &mut self,
+        raw: &RawServer,
+        upstream: &Uri,
+        ca: Option<&Path>,
+    ) -> Option<Arc<RootCertStore>> {
+        let ca_field = raw
+            .upstream_ca
+            .as_ref()
+            .filter(|ca| !ca.get_ref().is_empty());
+        if upstream.scheme() != Some(&Scheme::HTTPS) {
+            if let (Some(field), Some(_)) = (ca_field, &raw.upstream) {
+                self.warn(
+                    field.span().start,
+                    "server.upstream_ca",
+                    "is unused: the upstream is http://, which is not TLS",
+                );
+            }
+            return None;
+        }
+        match crate::tls::read_roots(ca) {
+            Ok(roots) => Some(Arc::new(roots)),
+            Err(message) => {
+                match (ca_field, &raw.upstream) {
+                    (Some(field), _) => {
+                        self.error(field.span().start, "server.upstream_ca", message)
+                    }
+                    (None, Some(field)) => self.error(
+                        field.span().start,
+                        "server.upstream",
+                        format!("{message}; or name the upstream's CA in server.upstream_ca"),
+                    ),
+                    (None, None) => {}
+                }
+                None
             }
         }
     }
@@ -312,20 +362,20 @@ impl Validator<'_> {
 }
 
 fn parse_upstream(text: &str) -> Result<Uri, String> {
-    const HELP: &str = "write http://HOST[:PORT], for example \"http://127.0.0.1:3000\"";
+    const HELP: &str = "write http://HOST[:PORT] or https://HOST[:PORT], for example \
+                        \"http://127.0.0.1:3000\"";
     let uri: Uri = text
         .parse()
         .map_err(|_| format!("\"{text}\" is not a URI; {HELP}"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
+    let scheme = match uri.scheme_str() {
+        Some("http") => Scheme::HTTP,
+        Some("https") => Scheme::HTTPS,
+        _ => {
             return Err(format!(
-                "https upstreams are not supported yet; put the service on http:// or a TLS-terminating \
-                 proxy in between ({HELP})"
+                "\"{text}\" must start with http:// or https://; {HELP}"
             ))
         }
-        _ => return Err(format!("\"{text}\" must start with http://; {HELP}")),
-    }
+    };
     let authority = match uri.authority() {
         Some(authority) if !authority.host().is_empty() => authority.clone(),
         _ => return Err(format!("\"{text}\" has no host; {HELP}")),
@@ -340,8 +390,16 @@ fn parse_upstream(text: &str) -> Result<Uri, String> {
             "\"{text}\" must not have a path or query: each request keeps its own path; {HELP}"
         ));
     }
+    if scheme == Scheme::HTTPS && crate::tls::server_name(authority.host()).is_err() {
+        // The name the certificate is verified against (and sent as SNI).
+        return Err(format!(
+            "\"{}\" is neither a DNS name nor an IP address, so no certificate can be \
+             verified for it; {HELP}",
+            authority.host()
+        ));
+    }
     Uri::builder()
-        .scheme(Scheme::HTTP)
+        .scheme(scheme)
         .authority(authority)
         .path_and_query("/")
         .build()
