@@ -69,3 +69,8 @@ pub fn admitted<A: crate::limiter::Algorithm>(
         .filter(|_| limit.acquire(state, now, 1).is_allowed())
         .count() as u64
 }
+
+/// A certificate authority of the tests' own and the leaf certificates it
+/// signs (shared with the integration tests).
+#[path = "../tests/support/certs.rs"]
+pub mod certs;

@@ -436,8 +436,9 @@ mod tests {
     #[test]
     fn upstream_is_scheme_and_authority_only() {
         for (upstream, message) in [
-            ("127.0.0.1:3000", "must start with http://"),
-            ("ftp://h", "must start with http://"),
+            ("127.0.0.1:3000", "must start with http:// or https://"),
+            ("ftp://h", "must start with http:// or https://"),
+            ("https://h/api", "must not have a path or query"),
             ("http://h/api", "must not have a path or query"),
             ("http://h/?a=1", "must not have a path or query"),
             ("http://u:p@h", "must not contain user information"),
@@ -455,6 +456,82 @@ mod tests {
         assert_eq!(config.server.upstream.host(), Some("Svc"));
         assert_eq!(config.server.upstream.port_u16(), Some(8000));
         assert_eq!(config.server.upstream.path(), "/");
+    }
+
+    #[test]
+    fn an_https_upstream_is_verified_against_upstream_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = crate::testing::certs::TestCa::new("upstream CA").write(dir.path(), "ca");
+        let config = valid(&format!(
+            "[server]\nupstream = \"https://api.internal:8443\"\nupstream_ca = \"{}\"\n",
+            ca.display()
+        ));
+        assert_eq!(config.server.upstream.scheme_str(), Some("https"));
+        assert_eq!(config.server.upstream.host(), Some("api.internal"));
+        assert_eq!(config.server.upstream_ca.as_deref(), Some(ca.as_path()));
+        let roots = config.server.upstream_roots.expect("loaded");
+        assert_eq!(roots.len(), 1);
+        assert!(
+            !config.warnings.iter().any(|w| w.contains("upstream")),
+            "{:?}",
+            config.warnings
+        );
+        // An IP address is verified as one (no SNI).
+        let config = valid(&format!(
+            "[server]\nupstream = \"https://[::1]\"\nupstream_ca = \"{}\"\n",
+            ca.display()
+        ));
+        assert_eq!(config.server.upstream.port_u16(), None);
+    }
+
+    #[test]
+    fn without_upstream_ca_an_https_upstream_uses_the_systems_roots() {
+        let config = valid("[server]\nupstream = \"https://api.example.com\"\n");
+        let roots = config.server.upstream_roots.expect("the system's roots");
+        assert!(roots.len() > 1, "{roots:?}");
+        // An http:// upstream verifies nothing.
+        assert!(valid(UPSTREAM).server.upstream_roots.is_none());
+    }
+
+    #[test]
+    fn an_upstream_ca_that_cannot_serve_is_an_error_where_it_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_pem = dir.path().join("ca.der");
+        std::fs::write(&not_pem, [0x30, 0x82, 0x01, 0x0a]).unwrap();
+        let key_only = dir.path().join("key.pem");
+        let key = crate::testing::certs::TestCa::new("c").leaf(&["a"]).key_pem;
+        std::fs::write(&key_only, key).unwrap();
+        let missing = dir.path().join("missing.pem");
+        for (file, message) in [
+            (&missing, "cannot read"),
+            (&not_pem, "holds no PEM certificate"),
+            (&key_only, "holds no PEM certificate"),
+        ] {
+            let line = only_error(&format!(
+                "[server]\nupstream = \"https://api.internal\"\nupstream_ca = \"{}\"\n",
+                file.display()
+            ));
+            assert!(
+                line.starts_with("test.toml:3:15: server.upstream_ca: "),
+                "{line}"
+            );
+            assert!(line.contains(message), "{line}");
+        }
+    }
+
+    #[test]
+    fn upstream_ca_beside_an_http_upstream_is_unused() {
+        let config = valid(&format!("{UPSTREAM}upstream_ca = \"/nowhere/ca.pem\"\n"));
+        assert!(config.server.upstream_roots.is_none());
+        assert!(
+            config.warnings.contains(
+                &"test.toml:3:15: server.upstream_ca: is unused: the upstream is http://, which \
+                  is not TLS"
+                    .to_owned()
+            ),
+            "{:?}",
+            config.warnings
+        );
     }
 
     #[test]

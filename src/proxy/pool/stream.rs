@@ -51,3 +51,126 @@ impl UpstreamStream for TlsStream<TcpStream> {
         Pin::new(self).poll_fill_buf(&mut cx).is_pending()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+    use tokio_rustls::TlsAcceptor;
+
+    use super::*;
+    use crate::proxy::pool::dial::Destination;
+    use crate::proxy::pool::tls::UpstreamTls;
+    use crate::testing::certs::TestCa;
+
+    /// A TLS 1.3 connection to a loopback server: the client's end, as
+    /// the pool holds it, and the server's.
+    async fn connected() -> (
+        TlsStream<TcpStream>,
+        tokio_rustls::server::TlsStream<TcpStream>,
+    ) {
+        let ca = TestCa::new("test CA");
+        let leaf = ca.leaf(&["localhost"]);
+        let certs = CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+        let server = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        let acceptor = TlsAcceptor::from(Arc::new(server));
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca.pem().as_bytes()).unwrap())
+            .unwrap();
+        let tls = UpstreamTls::new(
+            crate::tls::server_name("localhost").unwrap(),
+            Arc::new(roots),
+            Duration::from_secs(5),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepting = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            acceptor.accept(tcp).await.unwrap()
+        });
+        let tcp = TcpStream::connect(address).await.unwrap();
+        let client = tls
+            .handshake(tcp, &Destination::Address(address))
+            .await
+            .unwrap();
+        (client, accepting.await.unwrap())
+    }
+
+    /// Waits until bytes from the server are there to be read.
+    async fn arrived(client: &TlsStream<TcpStream>) {
+        tokio::time::timeout(Duration::from_secs(5), client.get_ref().0.readable())
+            .await
+            .expect("the server's record within 5 s")
+            .unwrap();
+    }
+
+    /// The records a TLS 1.3 server sends on its own — the session tickets
+    /// after the handshake, a key update — leave an idle connection usable
+    /// (the raw byte the TCP check reads would have condemned it), and it
+    /// carries the next exchange.
+    #[tokio::test]
+    async fn session_tickets_and_key_updates_keep_an_idle_connection() {
+        let (mut client, mut server) = connected().await;
+        // The tickets were sent as the handshake ended; nothing read them.
+        arrived(&client).await;
+        assert!(client.idle_and_open(), "the session tickets condemned it");
+
+        server.get_mut().1.refresh_traffic_keys().unwrap();
+        server.flush().await.unwrap();
+        arrived(&client).await;
+        assert!(client.idle_and_open(), "a key update condemned it");
+
+        client.write_all(b"ping").await.unwrap();
+        client.flush().await.unwrap();
+        let mut ping = [0u8; 4];
+        server.read_exact(&mut ping).await.unwrap();
+        server.write_all(b"pong").await.unwrap();
+        server.flush().await.unwrap();
+        let mut pong = [0u8; 4];
+        client.read_exact(&mut pong).await.unwrap();
+        assert_eq!((&ping, &pong), (b"ping", b"pong"));
+        assert!(client.idle_and_open());
+    }
+
+    #[tokio::test]
+    async fn a_close_notify_or_unasked_data_condemns_an_idle_connection() {
+        // Each time, the session tickets are taken first, so that what is
+        // looked at next is what the server did.
+        let (mut client, mut server) = connected().await;
+        arrived(&client).await;
+        assert!(client.idle_and_open());
+        server.write_all(b"HTTP/1.1 408 ").await.unwrap();
+        server.flush().await.unwrap();
+        arrived(&client).await;
+        assert!(!client.idle_and_open(), "unasked data");
+
+        let (mut client, mut server) = connected().await;
+        arrived(&client).await;
+        assert!(client.idle_and_open());
+        server.shutdown().await.unwrap();
+        arrived(&client).await;
+        assert!(!client.idle_and_open(), "close_notify");
+
+        // The socket closed without a close_notify.
+        let (mut client, server) = connected().await;
+        arrived(&client).await;
+        assert!(client.idle_and_open());
+        drop(server);
+        arrived(&client).await;
+        assert!(!client.idle_and_open(), "closed socket");
+    }
+}
