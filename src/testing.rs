@@ -73,4 +73,5 @@ pub fn admitted<A: crate::limiter::Algorithm>(
 /// A certificate authority of the tests' own and the leaf certificates it
 /// signs (shared with the integration tests).
 #[path = "../tests/support/certs.rs"]
+#[allow(dead_code)] // the integration tests use the rest
 pub mod certs;

@@ -42,3 +42,4 @@ mod status;
 mod status_browser;
 mod top;
 mod upstream_pool;
+mod upstream_tls;
