@@ -283,3 +283,75 @@ async fn a_reload_reads_upstream_ca_again() {
     .await;
     assert_eq!(upstream.tls.plaintext(), 0);
 }
+
+/// An upstream with a self-signed certificate is trusted by naming that
+/// certificate as `upstream_ca`, and by nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_signed_upstream_is_trusted_by_naming_its_own_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let own = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let leaf = Leaf {
+        cert_pem: own.cert.pem(),
+        key_pem: own.signing_key.serialize_pem(),
+    };
+    let certificate = dir.path().join("upstream.pem");
+    std::fs::write(&certificate, &leaf.cert_pem).unwrap();
+    let upstream = Upstream::start_tls(&leaf).await;
+    let sluice = sluice_for(&localhost(upstream.addr), Some(&certificate)).await;
+    let got = get(&sluice.url("/"), &[]).await;
+    assert_eq!((got.status, got.body.as_str()), (StatusCode::OK, "ok"));
+
+    let unrelated = TestCa::new("unrelated").write(dir.path(), "unrelated");
+    let sluice = sluice_for(&localhost(upstream.addr), Some(&unrelated)).await;
+    assert_problem(&get(&sluice.url("/"), &[]).await, StatusCode::BAD_GATEWAY);
+}
+
+/// `check` loads `upstream_ca`: one that cannot serve is an error at its
+/// line and column; one that can is named with its authorities.
+#[test]
+fn check_loads_upstream_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |ca: &str| {
+        support::write_config(
+            dir.path(),
+            &format!(
+                "[server]\nupstream = \"https://api.internal:8443\"\nupstream_ca = \"{ca}\"\n\
+                 [[rule]]\nname = \"per-ip\"\nrate = \"100/m\"\n"
+            ),
+        )
+    };
+    let check = |path: &Path| {
+        std::process::Command::new(support::binary())
+            .args(["check", "--config"])
+            .arg(path)
+            .output()
+            .unwrap()
+    };
+    let output = check(&config("missing.pem"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("sluice.toml:3:15: server.upstream_ca: cannot read"),
+        "{stderr}"
+    );
+
+    std::fs::write(dir.path().join("not.pem"), "not a certificate\n").unwrap();
+    let output = check(&config("not.pem"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("holds no PEM certificate"), "{stderr}");
+
+    TestCa::new("private CA").write(dir.path(), "ca");
+    let output = check(&config("ca.pem"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("upstream https://api.internal:8443/"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("ca.pem (1 authority)"), "{stdout}");
+}
