@@ -263,9 +263,14 @@ impl Pool {
                 send_plain_on(plain, connect, request, added, deadline).await
             }
             Scheme::Https { plain, tls } => {
-                let connect = || async {
-                    let stream = self.connect_stream().await?;
-                    tls.handshake(stream, &self.destination).await
+                // Boxed: a TLS handshake's state is kilobytes, which would
+                // otherwise be room in every exchange's future, the TCP
+                // path's included.
+                let connect = || {
+                    Box::pin(async {
+                        let stream = self.connect_stream().await?;
+                        tls.handshake(stream, &self.destination).await
+                    })
                 };
                 send_plain_on(plain, connect, request, added, deadline).await
             }
@@ -310,8 +315,13 @@ impl Pool {
         let stream = self.connect_stream().await?;
         match &self.scheme {
             Scheme::Http { .. } => hyper_connection(stream).await,
+            // Boxed, as in `send_plain`: the TLS stream is kilobytes.
             Scheme::Https { tls, .. } => {
-                hyper_connection(tls.handshake(stream, &self.destination).await?).await
+                Box::pin(async {
+                    let stream = tls.handshake(stream, &self.destination).await?;
+                    hyper_connection(stream).await
+                })
+                .await
             }
         }
     }

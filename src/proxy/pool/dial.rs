@@ -54,30 +54,55 @@ impl Destination {
     /// [`ForwardError::Timeout`] when the time ran out, otherwise
     /// [`ForwardError::Connect`].
     pub async fn connect(&self, timeout: Duration) -> Result<TcpStream, ForwardError> {
-        let deadline = Instant::now() + timeout;
         let stream = match self {
+            // One address has all the time, as `in_turn` would give it:
+            // written out, so that the future every exchange carries room
+            // for stays as small as a connect's.
             Destination::Address(address) => {
-                in_turn(std::slice::from_ref(address), deadline).await?
-            }
-            Destination::Name { host, port } => {
-                let resolving = tokio::net::lookup_host((host.as_str(), *port));
-                let addresses: SmallVec<[SocketAddr; 4]> = match tokio::time::timeout_at(
-                    deadline, resolving,
-                )
-                .await
-                {
+                match tokio::time::timeout(timeout, TcpStream::connect(address)).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(error)) => return Err(failure(&error)),
                     Err(_elapsed) => return Err(ForwardError::Timeout),
-                    Ok(Err(error)) => {
-                        tracing::warn!(upstream = %self, %error, "cannot resolve the upstream's name");
-                        return Err(ForwardError::Connect);
-                    }
-                    Ok(Ok(found)) => found.collect(),
-                };
-                in_turn(&addresses, deadline).await?
+                }
+            }
+            // Boxed for the same reason: a lookup and several attempts
+            // hold more, and a name costs a lookup anyway.
+            Destination::Name { host, port } => {
+                Box::pin(self.resolve_and_connect(host, *port, timeout)).await?
             }
         };
         let _ = stream.set_nodelay(true);
         Ok(stream)
+    }
+
+    /// Resolves `host` and connects to its addresses [`in_turn`].
+    async fn resolve_and_connect(
+        &self,
+        host: &str,
+        port: u16,
+        timeout: Duration,
+    ) -> Result<TcpStream, ForwardError> {
+        let deadline = Instant::now() + timeout;
+        let resolving = tokio::net::lookup_host((host, port));
+        let addresses: SmallVec<[SocketAddr; 4]> =
+            match tokio::time::timeout_at(deadline, resolving).await {
+                Err(_elapsed) => return Err(ForwardError::Timeout),
+                Ok(Err(error)) => {
+                    tracing::warn!(upstream = %self, %error, "cannot resolve the upstream's name");
+                    return Err(ForwardError::Connect);
+                }
+                Ok(Ok(found)) => found.collect(),
+            };
+        in_turn(&addresses, deadline).await
+    }
+}
+
+/// What a failed connection attempt means for the request.
+fn failure(error: &std::io::Error) -> ForwardError {
+    if error.kind() == std::io::ErrorKind::TimedOut {
+        ForwardError::Timeout
+    } else {
+        ForwardError::Connect
     }
 }
 
@@ -97,21 +122,20 @@ pub async fn in_turn(
     addresses: &[SocketAddr],
     deadline: Instant,
 ) -> Result<TcpStream, ForwardError> {
-    let mut failure = ForwardError::Connect;
+    let mut last = ForwardError::Connect;
     for (tried, address) in addresses.iter().enumerate() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(ForwardError::Timeout);
         }
         let share = left / (addresses.len() - tried) as u32;
-        failure = match tokio::time::timeout(share, TcpStream::connect(address)).await {
+        last = match tokio::time::timeout(share, TcpStream::connect(address)).await {
             Ok(Ok(stream)) => return Ok(stream),
-            Ok(Err(error)) if error.kind() == std::io::ErrorKind::TimedOut => ForwardError::Timeout,
-            Ok(Err(_)) => ForwardError::Connect,
+            Ok(Err(error)) => failure(&error),
             Err(_elapsed) => ForwardError::Timeout,
         };
     }
-    Err(failure)
+    Err(last)
 }
 
 #[cfg(test)]
