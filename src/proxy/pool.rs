@@ -166,9 +166,9 @@ impl Pool {
 
     /// An https upstream's new connections are verified against `roots`
     /// from now on (a reload). When they differ from the authorities in
-    /// use, the idle connections are closed, so that the next exchanges go
-    /// over connections the new ones verified; nothing happens otherwise,
-    /// nor for an http:// upstream.
+    /// use, the idle connections are closed too (one in the middle of an
+    /// exchange is kept once it ends); nothing happens otherwise (the
+    /// session cache is kept), nor for an http:// upstream.
     pub fn trust(&self, roots: Arc<RootCertStore>) {
         let Scheme::Https { plain, tls } = &self.scheme else {
             return;
