@@ -168,6 +168,17 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             served.join(", ")
         );
     }
+    if let Some(roots) = &config.server.upstream_roots {
+        let authorities = match &config.server.upstream_ca {
+            Some(ca) => format!("{}", ca.display()),
+            None => "the system's roots".to_owned(),
+        };
+        let count = match roots.len() {
+            1 => "1 authority".to_owned(),
+            n => format!("{n} authorities"),
+        };
+        let _ = writeln!(out, "upstream TLS verified against {authorities} ({count})");
+    }
     if let StoreBackend::Redis(redis) = &config.store.backend {
         let instances = match redis.instances {
             0 => "counted by heartbeats".to_owned(),

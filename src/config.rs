@@ -31,6 +31,7 @@ mod variants;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Method, Uri};
@@ -68,7 +69,8 @@ pub struct Config {
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    /// Scheme + authority of the protected service (`http://host:port`), no path.
+    /// Scheme + authority of the protected service (`http://host:port` or
+    /// `https://host:port`), no path.
     pub upstream: Uri,
     /// Runtime worker threads; 0 = one per CPU.
     pub workers: usize,
@@ -95,6 +97,10 @@ pub struct ServerConfig {
     /// `upstream_ca`: the authorities an https upstream is verified
     /// against; `None` = the system's roots.
     pub upstream_ca: Option<PathBuf>,
+    /// The authorities an https upstream is verified against, loaded when
+    /// the config was validated: `upstream_ca`'s, or the system's roots.
+    /// `None` for an http:// upstream.
+    pub upstream_roots: Option<Arc<rustls::RootCertStore>>,
     /// `access_log`: where each request's line goes.
     pub access_log: AccessLogTarget,
     /// `[server.tls]`: HTTPS on `listen`.

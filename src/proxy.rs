@@ -159,6 +159,7 @@ impl Proxy {
         let old = shared.policy.load_full();
         let mut config = config;
         let ignored = crate::config::keep_startup_settings(&old.config, &mut config);
+        shared.upstream.reload(&config.server);
         let policy = Policy::recompile(
             Arc::new(config),
             &shared.metrics,

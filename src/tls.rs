@@ -138,3 +138,17 @@ pub fn dns_names(key: &rustls::sign::CertifiedKey) -> Vec<String> {
         Err(_) => Vec::new(),
     }
 }
+
+/// The name a server's certificate is verified against, as a URL writes
+/// its host (an IPv6 address in brackets): a DNS name, also sent as SNI,
+/// or an IP address, sent as no SNI and matched against the certificate's
+/// IP addresses.
+pub fn server_name(
+    host: &str,
+) -> Result<rustls::pki_types::ServerName<'static>, rustls::pki_types::InvalidDnsNameError> {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|inner| inner.strip_suffix(']'))
+        .unwrap_or(host);
+    rustls::pki_types::ServerName::try_from(bare.to_owned())
+}

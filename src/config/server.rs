@@ -2,11 +2,14 @@
 //! and the address lists of `[access]` and `server.trusted_proxies`.
 
 use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::uri::Scheme;
 use http::{StatusCode, Uri};
 use ipnet::IpNet;
+use rustls::RootCertStore;
 use toml::Spanned;
 
 use super::raw::{OneOrMany, RawConfig, RawServer, RawTls};
@@ -37,9 +40,16 @@ impl Validator<'_> {
             }
         }
         let proxy_protocol = self.proxy_protocol(raw, &trusted_proxies);
+        let upstream = self.upstream(raw);
+        let upstream_ca = raw
+            .upstream_ca
+            .as_ref()
+            .filter(|ca| !ca.get_ref().is_empty())
+            .map(|ca| self.file_path(ca.get_ref()));
+        let upstream_roots = self.upstream_roots(raw, &upstream, upstream_ca.as_deref());
         ServerConfig {
             listen: self.socket_addr(raw.listen.as_ref(), "server.listen", "0.0.0.0:8080"),
-            upstream: self.upstream(raw),
+            upstream,
             workers: self.int(raw.workers.as_ref(), "server.workers", 0, 0..=1024) as usize,
             trusted_proxies,
             connect_timeout: self.timeout(
@@ -108,11 +118,8 @@ impl Validator<'_> {
             ipv6_prefix: self.int(raw.ipv6_prefix.as_ref(), "server.ipv6_prefix", 64, 1..=128)
                 as u8,
             proxy_protocol,
-            upstream_ca: raw
-                .upstream_ca
-                .as_ref()
-                .filter(|ca| !ca.get_ref().is_empty())
-                .map(|ca| self.file_path(ca.get_ref())),
+            upstream_ca,
+            upstream_roots,
             access_log: self.access_log(raw.access_log.as_ref()),
             tls: raw.tls.as_ref().map(|tls| self.tls(tls)),
         }
@@ -224,6 +231,49 @@ impl Validator<'_> {
             Err(message) => {
                 self.error(field.span().start, path, message);
                 placeholder
+            }
+        }
+    }
+
+    /// The authorities an https upstream is verified against, loaded now so
+    /// that `check` (and a reload) reports a CA file that cannot serve:
+    /// `upstream_ca`'s certificates, or the system's roots without one.
+    /// `None` for an http:// upstream, for which `upstream_ca` is unused.
+    fn upstream_roots(
+        &mut self,
+        raw: &RawServer,
+        upstream: &Uri,
+        ca: Option<&Path>,
+    ) -> Option<Arc<RootCertStore>> {
+        let ca_field = raw
+            .upstream_ca
+            .as_ref()
+            .filter(|ca| !ca.get_ref().is_empty());
+        if upstream.scheme() != Some(&Scheme::HTTPS) {
+            if let (Some(field), Some(_)) = (ca_field, &raw.upstream) {
+                self.warn(
+                    field.span().start,
+                    "server.upstream_ca",
+                    "is unused: the upstream is http://, which is not TLS",
+                );
+            }
+            return None;
+        }
+        match crate::tls::read_roots(ca) {
+            Ok(roots) => Some(Arc::new(roots)),
+            Err(message) => {
+                match (ca_field, &raw.upstream) {
+                    (Some(field), _) => {
+                        self.error(field.span().start, "server.upstream_ca", message)
+                    }
+                    (None, Some(field)) => self.error(
+                        field.span().start,
+                        "server.upstream",
+                        format!("{message}; or name the upstream's CA in server.upstream_ca"),
+                    ),
+                    (None, None) => {}
+                }
+                None
             }
         }
     }
@@ -342,20 +392,20 @@ impl Validator<'_> {
 }
 
 fn parse_upstream(text: &str) -> Result<Uri, String> {
-    const HELP: &str = "write http://HOST[:PORT], for example \"http://127.0.0.1:3000\"";
+    const HELP: &str = "write http://HOST[:PORT] or https://HOST[:PORT], for example \
+                        \"http://127.0.0.1:3000\"";
     let uri: Uri = text
         .parse()
         .map_err(|_| format!("\"{text}\" is not a URI; {HELP}"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
+    let scheme = match uri.scheme_str() {
+        Some("http") => Scheme::HTTP,
+        Some("https") => Scheme::HTTPS,
+        _ => {
             return Err(format!(
-                "https upstreams are not supported yet; put the service on http:// or a TLS-terminating \
-                 proxy in between ({HELP})"
+                "\"{text}\" must start with http:// or https://; {HELP}"
             ))
         }
-        _ => return Err(format!("\"{text}\" must start with http://; {HELP}")),
-    }
+    };
     let authority = match uri.authority() {
         Some(authority) if !authority.host().is_empty() => authority.clone(),
         _ => return Err(format!("\"{text}\" has no host; {HELP}")),
@@ -370,8 +420,16 @@ fn parse_upstream(text: &str) -> Result<Uri, String> {
             "\"{text}\" must not have a path or query: each request keeps its own path; {HELP}"
         ));
     }
+    if scheme == Scheme::HTTPS && crate::tls::server_name(authority.host()).is_err() {
+        // The name the certificate is verified against (and sent as SNI).
+        return Err(format!(
+            "\"{}\" is neither a DNS name nor an IP address, so no certificate can be \
+             verified for it; {HELP}",
+            authority.host()
+        ));
+    }
     Uri::builder()
-        .scheme(Scheme::HTTP)
+        .scheme(scheme)
         .authority(authority)
         .path_and_query("/")
         .build()
@@ -502,8 +560,9 @@ mod tests {
     #[test]
     fn upstream_is_scheme_and_authority_only() {
         for (upstream, message) in [
-            ("127.0.0.1:3000", "must start with http://"),
-            ("ftp://h", "must start with http://"),
+            ("127.0.0.1:3000", "must start with http:// or https://"),
+            ("ftp://h", "must start with http:// or https://"),
+            ("https://h/api", "must not have a path or query"),
             ("http://h/api", "must not have a path or query"),
             ("http://h/?a=1", "must not have a path or query"),
             ("http://u:p@h", "must not contain user information"),
@@ -521,6 +580,82 @@ mod tests {
         assert_eq!(config.server.upstream.host(), Some("Svc"));
         assert_eq!(config.server.upstream.port_u16(), Some(8000));
         assert_eq!(config.server.upstream.path(), "/");
+    }
+
+    #[test]
+    fn an_https_upstream_is_verified_against_upstream_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = crate::testing::certs::TestCa::new("upstream CA").write(dir.path(), "ca");
+        let config = valid(&format!(
+            "[server]\nupstream = \"https://api.internal:8443\"\nupstream_ca = \"{}\"\n",
+            ca.display()
+        ));
+        assert_eq!(config.server.upstream.scheme_str(), Some("https"));
+        assert_eq!(config.server.upstream.host(), Some("api.internal"));
+        assert_eq!(config.server.upstream_ca.as_deref(), Some(ca.as_path()));
+        let roots = config.server.upstream_roots.expect("loaded");
+        assert_eq!(roots.len(), 1);
+        assert!(
+            !config.warnings.iter().any(|w| w.contains("upstream")),
+            "{:?}",
+            config.warnings
+        );
+        // An IP address is verified as one (no SNI).
+        let config = valid(&format!(
+            "[server]\nupstream = \"https://[::1]\"\nupstream_ca = \"{}\"\n",
+            ca.display()
+        ));
+        assert_eq!(config.server.upstream.port_u16(), None);
+    }
+
+    #[test]
+    fn without_upstream_ca_an_https_upstream_uses_the_systems_roots() {
+        let config = valid("[server]\nupstream = \"https://api.example.com\"\n");
+        let roots = config.server.upstream_roots.expect("the system's roots");
+        assert!(roots.len() > 1, "{roots:?}");
+        // An http:// upstream verifies nothing.
+        assert!(valid(UPSTREAM).server.upstream_roots.is_none());
+    }
+
+    #[test]
+    fn an_upstream_ca_that_cannot_serve_is_an_error_where_it_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_pem = dir.path().join("ca.der");
+        std::fs::write(&not_pem, [0x30, 0x82, 0x01, 0x0a]).unwrap();
+        let key_only = dir.path().join("key.pem");
+        let key = crate::testing::certs::TestCa::new("c").leaf(&["a"]).key_pem;
+        std::fs::write(&key_only, key).unwrap();
+        let missing = dir.path().join("missing.pem");
+        for (file, message) in [
+            (&missing, "cannot read"),
+            (&not_pem, "holds no PEM certificate"),
+            (&key_only, "holds no PEM certificate"),
+        ] {
+            let line = only_error(&format!(
+                "[server]\nupstream = \"https://api.internal\"\nupstream_ca = \"{}\"\n",
+                file.display()
+            ));
+            assert!(
+                line.starts_with("test.toml:3:15: server.upstream_ca: "),
+                "{line}"
+            );
+            assert!(line.contains(message), "{line}");
+        }
+    }
+
+    #[test]
+    fn upstream_ca_beside_an_http_upstream_is_unused() {
+        let config = valid(&format!("{UPSTREAM}upstream_ca = \"/nowhere/ca.pem\"\n"));
+        assert!(config.server.upstream_roots.is_none());
+        assert!(
+            config.warnings.contains(
+                &"test.toml:3:15: server.upstream_ca: is unused: the upstream is http://, which \
+                  is not TLS"
+                    .to_owned()
+            ),
+            "{:?}",
+            config.warnings
+        );
     }
 
     #[test]

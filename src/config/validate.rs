@@ -933,7 +933,7 @@ on_error = "maybe"
     fn reports_every_error_at_once_in_file_order() {
         let text = r#"[server]
 listen = "localhost:80"
-upstream = "https://example.com"
+upstream = "ftp://example.com"
 workers = 2000
 connect_timeout = "2 s"
 ipv6_prefix = 0
@@ -974,7 +974,7 @@ burst = -1
         let lines = errors(text);
         let expected = [
             "test.toml:2:10: server.listen: \"localhost:80\" is not IP:PORT",
-            "test.toml:3:12: server.upstream: https upstreams are not supported yet",
+            "test.toml:3:12: server.upstream: \"ftp://example.com\" must start with http:// or https://",
             "test.toml:4:11: server.workers: 2000 is out of range: must be between 0 and 1024",
             "test.toml:5:19: server.connect_timeout: \"2 s\" contains a space",
             "test.toml:6:15: server.ipv6_prefix: 0 is out of range: must be between 1 and 128",

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
+use http::uri::Scheme;
 use http::{Request, Response, StatusCode, Uri, Version};
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -32,6 +33,8 @@ use super::checks::Checked;
 use super::client_request::{ClientBody, ClientRequest};
 use super::deadline::{self, BodyWatch, GuardedBody};
 use super::fields;
+use super::pool::dial::Destination;
+use super::pool::tls::UpstreamTls;
 use super::pool::{self, AddedFields, ForwardError, Pool, PooledBody};
 use super::recent_value::{recent_value, RecentValue};
 use super::refusal::Refusal;
@@ -74,21 +77,35 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// The pool for `server.upstream` with its timeouts.
+    /// The pool for `server.upstream` with its timeouts, over TLS for an
+    /// https:// upstream.
     pub fn new(server: &ServerConfig, clock: ProxyClock) -> Upstream {
+        let https = server.upstream.scheme() == Some(&Scheme::HTTPS);
         let host = server.upstream.host().unwrap_or("127.0.0.1");
-        let port = server.upstream.port_u16().unwrap_or(80);
-        // `host` may be an IPv6 literal in brackets, which connect accepts.
-        let address = format!("{host}:{port}");
+        let port = (server.upstream.port_u16()).unwrap_or(if https { 443 } else { 80 });
         let authority = server
             .upstream
             .authority()
-            .map_or_else(|| address.clone(), |a| a.as_str().to_owned());
+            .map_or_else(|| format!("{host}:{port}"), |a| a.as_str().to_owned());
+        let tls = https.then(|| upstream_tls(server, host));
         Upstream {
-            pool: Pool::new(address, server.connect_timeout, clock),
+            pool: Pool::new(
+                Destination::new(host, port),
+                tls,
+                server.connect_timeout,
+                clock,
+            ),
             host: HeaderValue::from_str(&authority)
                 .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
             timeout: server.upstream_timeout,
+        }
+    }
+
+    /// Applies what a reload may change: an https upstream's authorities
+    /// (`upstream_ca`, read again by every reload).
+    pub fn reload(&self, server: &ServerConfig) {
+        if let Some(roots) = &server.upstream_roots {
+            self.pool.trust(Arc::clone(roots));
         }
     }
 
@@ -105,6 +122,27 @@ impl Upstream {
             Outbound::Streamed(request) => self.pool.send(request, added, deadline).await,
         }
     }
+}
+
+/// The TLS side of an https upstream at `host`, verified against the
+/// authorities the config was validated with. A config changed after its
+/// validation (a library's own) gets them read here, and fails closed: no
+/// authorities, or no name to verify, and no handshake succeeds.
+fn upstream_tls(server: &ServerConfig, host: &str) -> UpstreamTls {
+    let roots = server.upstream_roots.clone().unwrap_or_else(|| {
+        crate::tls::read_roots(server.upstream_ca.as_deref()).map_or_else(
+            |error| {
+                tracing::error!(%error, "no authorities to verify the https upstream with");
+                Arc::new(rustls::RootCertStore::empty())
+            },
+            Arc::new,
+        )
+    });
+    let name = crate::tls::server_name(host).unwrap_or_else(|_| {
+        tracing::error!(host, "the https upstream's host cannot be verified by TLS");
+        rustls::pki_types::ServerName::try_from("unverifiable.invalid").expect("a valid DNS name")
+    });
+    UpstreamTls::new(name, roots, server.connect_timeout)
 }
 
 /// The prepared request as the upstream side gets it.
@@ -646,6 +684,11 @@ impl Forwarder<'_> {
             ForwardError::Connect => {
                 metrics.upstream_errors_connect.inc();
                 Refusal::UpstreamUnreachable
+            }
+            ForwardError::Tls => {
+                // Logged where the handshake failed, with rustls' reason.
+                metrics.upstream_errors_tls.inc();
+                return respond::refusal(Refusal::UpstreamUnreachable, None);
             }
             ForwardError::Timeout => {
                 metrics.upstream_errors_timeout.inc();

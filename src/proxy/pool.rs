@@ -2,7 +2,10 @@
 //! connections (hyper's `client::conn::http1`), another of connections
 //! sluice speaks HTTP/1.1 on itself for plain exchanges (`plain`: a `GET` or
 //! `HEAD` without a body), the response body that hands its connection back
-//! when it ends, and why an exchange failed ([`ForwardError`]).
+//! when it ends, and why an exchange failed ([`ForwardError`]). New
+//! connections are made by `dial` (every address of the upstream's name,
+//! in turn) and, for an https:// upstream, secured by `tls`; both kinds of
+//! connection run over TCP or TLS alike (`stream`).
 //!
 //! Why not hyper-util's pooled client: sluice talks to exactly one upstream,
 //! so the general client's per-request work (hashing a pool key, a checkout
@@ -23,10 +26,14 @@
 //! connection.
 
 mod chunked;
+pub mod dial;
 mod plain;
 mod plain_body;
 pub mod spare_map;
+mod stream;
+pub mod tls;
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -38,17 +45,23 @@ use http::{Request, Response};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
+use rustls::RootCertStore;
 use smallvec::SmallVec;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+use tokio_rustls::client::TlsStream;
 
 use super::client_request::ClientRequest;
 use super::deadline::{BodyError, GuardedBody};
 use super::settle::Settlement;
 use crate::clock::{Clock, Nanos, ProxyClock};
+use dial::Destination;
 pub use plain::{connection_options, is_plain, only_persistence_options, parse_length, Framing};
 use plain::{one_content_length, unreadable_connection, Conn, IdleConns};
 use plain_body::PlainBody;
+use stream::UpstreamStream;
+use tls::UpstreamTls;
 
 /// Idle connections kept at most; more are closed when returned.
 const MAX_IDLE: usize = 1024;
@@ -60,9 +73,14 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 /// Why an upstream exchange failed, by the status it maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ForwardError {
-    /// Could not connect (refused, unreachable): 502.
+    /// Could not connect (refused, unreachable, a name that does not
+    /// resolve): 502.
     #[error("could not connect to the upstream")]
     Connect,
+    /// The TLS handshake with an https upstream failed (its certificate
+    /// did not verify, it does not speak TLS): 502, as a connect error.
+    #[error("could not make a TLS connection to the upstream")]
+    Tls,
     /// No response head within `upstream_timeout`, or no connection within
     /// `connect_timeout`: 504.
     #[error("the upstream timed out")]
@@ -77,20 +95,33 @@ pub enum ForwardError {
     ClientBody,
 }
 
-/// The pool of connections to one upstream address.
+/// The pool of connections to one upstream.
 #[derive(Debug)]
 pub struct Pool {
-    /// `host:port` to connect to (resolved on each new connection).
-    address: String,
+    /// Where new connections go.
+    destination: Destination,
     connect_timeout: Duration,
+    /// Over TCP or TLS, with the idle connections of the plain exchange.
+    scheme: Scheme,
     /// Most recently returned last: reusing the warmest connection first.
     /// One short lock per exchange (checkout and return), never held across
     /// an await.
     idle: Mutex<Vec<Idle>>,
-    /// Idle connections for plain exchanges.
-    plain: Arc<IdleConns>,
     /// Dates idle connections.
     clock: ProxyClock,
+}
+
+/// How the upstream is spoken to, with the idle connections of the plain
+/// exchange over that stream.
+#[derive(Debug)]
+enum Scheme {
+    /// http://: TCP.
+    Http { plain: Arc<IdleConns<TcpStream>> },
+    /// https://: TLS over TCP.
+    Https {
+        plain: Arc<IdleConns<TlsStream<TcpStream>>>,
+        tls: UpstreamTls,
+    },
 }
 
 #[derive(Debug)]
@@ -107,16 +138,49 @@ struct Idle {
 pub type AddedFields = SmallVec<[(HeaderName, HeaderValue); 3]>;
 
 impl Pool {
-    /// A pool for `address` (`host:port`), dating idle connections on
-    /// `clock`.
-    pub fn new(address: String, connect_timeout: Duration, clock: ProxyClock) -> Arc<Pool> {
+    /// A pool for `destination`, over TLS with `tls`, dating idle
+    /// connections on `clock`.
+    pub fn new(
+        destination: Destination,
+        tls: Option<UpstreamTls>,
+        connect_timeout: Duration,
+        clock: ProxyClock,
+    ) -> Arc<Pool> {
+        let scheme = match tls {
+            None => Scheme::Http {
+                plain: IdleConns::new(clock.clone()),
+            },
+            Some(tls) => Scheme::Https {
+                plain: IdleConns::new(clock.clone()),
+                tls,
+            },
+        };
         Arc::new(Pool {
-            address,
+            destination,
             connect_timeout,
+            scheme,
             idle: Mutex::new(Vec::new()),
-            plain: IdleConns::new(clock.clone()),
             clock,
         })
+    }
+
+    /// An https upstream's new connections are verified against `roots`
+    /// from now on (a reload). When they differ from the authorities in
+    /// use, the idle connections are closed too (one in the middle of an
+    /// exchange is kept once it ends); nothing happens otherwise (the
+    /// session cache is kept), nor for an http:// upstream.
+    pub fn trust(&self, roots: Arc<RootCertStore>) {
+        let Scheme::Https { plain, tls } = &self.scheme else {
+            return;
+        };
+        if tls.trust(roots) {
+            plain.clear();
+            self.lock().clear();
+            tracing::info!(
+                upstream = %self.destination,
+                "the upstream's certificate authorities changed: new connections are verified against them"
+            );
+        }
     }
 
     /// Sends `request` (origin-form URI, Host set) through hyper's client
@@ -193,41 +257,24 @@ impl Pool {
         added: &[(HeaderName, HeaderValue)],
         deadline: Instant,
     ) -> Result<Response<PooledBody>, ForwardError> {
-        // One retry, on a fresh connection, when a reused one gave nothing
-        // back: most likely the upstream closed it while it was idle.
-        for attempt in 0..2 {
-            let pooled = if attempt == 0 {
-                self.plain.checkout()
-            } else {
-                None
-            };
-            let (mut conn, reused) = match pooled {
-                Some(conn) => (conn, true),
-                None => {
-                    let connecting = tokio::time::timeout_at(deadline, self.connect_stream());
-                    let stream = connecting.await.map_err(|_| ForwardError::Timeout)??;
-                    (Conn::new(stream), false)
-                }
-            };
-            match plain::exchange(&mut conn, request, added, deadline).await {
-                Ok(head) => {
-                    let body = PlainBody::new(
-                        conn,
-                        head.framing,
-                        head.keep_alive,
-                        Arc::clone(&self.plain),
-                    );
-                    return Ok(head.response.map(|()| PooledBody {
-                        settlement: None,
-                        body: Inner::Plain(body),
-                    }));
-                }
-                Err(plain::Failed::NothingBack) if reused => continue,
-                Err(plain::Failed::TimedOut) => return Err(ForwardError::Timeout),
-                Err(_) => return Err(ForwardError::Other),
+        match &self.scheme {
+            Scheme::Http { plain } => {
+                let connect = || self.connect_stream();
+                send_plain_on(plain, connect, request, added, deadline).await
+            }
+            Scheme::Https { plain, tls } => {
+                // Boxed: a TLS handshake's state is kilobytes, which would
+                // otherwise be room in every exchange's future, the TCP
+                // path's included.
+                let connect = || {
+                    Box::pin(async {
+                        let stream = self.connect_stream().await?;
+                        tls.handshake(stream, &self.destination).await
+                    })
+                };
+                send_plain_on(plain, connect, request, added, deadline).await
             }
         }
-        Err(ForwardError::Other)
     }
 
     /// Whether a connection of the plain exchange would be handed out
@@ -235,7 +282,10 @@ impl Pool {
     /// check of the two clients.
     #[cfg(any(test, feature = "differential"))]
     pub(crate) fn reuses_plain(&self) -> bool {
-        self.plain.checkout().is_some()
+        match &self.scheme {
+            Scheme::Http { plain } => plain.checkout().is_some(),
+            Scheme::Https { plain, .. } => plain.checkout().is_some(),
+        }
     }
 
     /// Whether a connection of hyper's client would be handed out again
@@ -263,36 +313,22 @@ impl Pool {
 
     async fn connect(&self) -> Result<SendRequest<GuardedBody>, ForwardError> {
         let stream = self.connect_stream().await?;
-        let (sender, connection) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|_| ForwardError::Connect)?;
-        tokio::spawn(async move {
-            // With upgrades: a `101` hands the connection to a WebSocket
-            // tunnel instead of closing it.
-            if let Err(error) = connection.with_upgrades().await {
-                tracing::debug!(%error, "upstream connection ended with an error");
+        match &self.scheme {
+            Scheme::Http { .. } => hyper_connection(stream).await,
+            // Boxed, as in `send_plain`: the TLS stream is kilobytes.
+            Scheme::Https { tls, .. } => {
+                Box::pin(async {
+                    let stream = tls.handshake(stream, &self.destination).await?;
+                    hyper_connection(stream).await
+                })
+                .await
             }
-        });
-        Ok(sender)
+        }
     }
 
     /// A new TCP connection to the upstream, within `connect_timeout`.
     async fn connect_stream(&self) -> Result<TcpStream, ForwardError> {
-        let stream = match tokio::time::timeout(
-            self.connect_timeout,
-            TcpStream::connect(self.address.as_str()),
-        )
-        .await
-        {
-            Err(_elapsed) => return Err(ForwardError::Timeout),
-            Ok(Err(error)) if error.kind() == std::io::ErrorKind::TimedOut => {
-                return Err(ForwardError::Timeout)
-            }
-            Ok(Err(_)) => return Err(ForwardError::Connect),
-            Ok(Ok(stream)) => stream,
-        };
-        let _ = stream.set_nodelay(true);
-        Ok(stream)
+        self.destination.connect(self.connect_timeout).await
     }
 
     fn put_back(&self, sender: SendRequest<GuardedBody>) {
@@ -314,6 +350,67 @@ impl Pool {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// A plain exchange ([`is_plain`]) on an idle connection from `idle`, or a
+/// new one from `connect`; see [`Pool::send_plain`].
+async fn send_plain_on<S, C, F, B>(
+    idle: &Arc<IdleConns<S>>,
+    connect: C,
+    request: &Request<B>,
+    added: &[(HeaderName, HeaderValue)],
+    deadline: Instant,
+) -> Result<Response<PooledBody>, ForwardError>
+where
+    S: UpstreamStream,
+    C: Fn() -> F,
+    F: Future<Output = Result<S, ForwardError>>,
+    Inner: From<PlainBody<S>>,
+{
+    // One retry, on a fresh connection, when a reused one gave nothing
+    // back: most likely the upstream closed it while it was idle.
+    for attempt in 0..2 {
+        let pooled = if attempt == 0 { idle.checkout() } else { None };
+        let (mut conn, reused) = match pooled {
+            Some(conn) => (conn, true),
+            None => {
+                let connecting = tokio::time::timeout_at(deadline, connect());
+                let stream = connecting.await.map_err(|_| ForwardError::Timeout)??;
+                (Conn::new(stream), false)
+            }
+        };
+        match plain::exchange(&mut conn, request, added, deadline).await {
+            Ok(head) => {
+                let body = PlainBody::new(conn, head.framing, head.keep_alive, Arc::clone(idle));
+                return Ok(head.response.map(|()| PooledBody {
+                    settlement: None,
+                    body: Inner::from(body),
+                }));
+            }
+            Err(plain::Failed::NothingBack) if reused => continue,
+            Err(plain::Failed::TimedOut) => return Err(ForwardError::Timeout),
+            Err(_) => return Err(ForwardError::Other),
+        }
+    }
+    Err(ForwardError::Other)
+}
+
+/// hyper's client connection over `stream`, its task spawned.
+async fn hyper_connection<S>(stream: S) -> Result<SendRequest<GuardedBody>, ForwardError>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, connection) = http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|_| ForwardError::Connect)?;
+    tokio::spawn(async move {
+        // With upgrades: a `101` hands the connection to a WebSocket
+        // tunnel instead of closing it.
+        if let Err(error) = connection.with_upgrades().await {
+            tracing::debug!(%error, "upstream connection ended with an error");
+        }
+    });
+    Ok(sender)
 }
 
 /// Whether a connection idle since `since` is past [`IDLE_TIMEOUT`] at `now`.
@@ -359,7 +456,21 @@ enum Inner {
         connection: Option<(SendRequest<GuardedBody>, Arc<Pool>)>,
     },
     /// From a plain exchange's connection, which returns itself.
-    Plain(PlainBody),
+    Plain(PlainBody<TcpStream>),
+    /// The same over TLS.
+    PlainTls(PlainBody<TlsStream<TcpStream>>),
+}
+
+impl From<PlainBody<TcpStream>> for Inner {
+    fn from(body: PlainBody<TcpStream>) -> Inner {
+        Inner::Plain(body)
+    }
+}
+
+impl From<PlainBody<TlsStream<TcpStream>>> for Inner {
+    fn from(body: PlainBody<TlsStream<TcpStream>>) -> Inner {
+        Inner::PlainTls(body)
+    }
 }
 
 /// A body error, whichever connection it came from.
@@ -382,6 +493,7 @@ impl PooledBody {
         match &mut self.body {
             Inner::Hyper { connection, .. } => *connection = None,
             Inner::Plain(body) => body.discard_connection(),
+            Inner::PlainTls(body) => body.discard_connection(),
         }
     }
 
@@ -403,6 +515,7 @@ impl Body for PooledBody {
         let polled: Poll<Option<Result<Frame<Bytes>, BoxError>>> = match &mut self.body {
             Inner::Hyper { body, .. } => Pin::new(body).poll_frame(cx).map_err(Into::into),
             Inner::Plain(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Inner::PlainTls(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
         };
         if let Some(settlement) = &mut self.settlement {
             // Upstream time is charged every second while the body streams
@@ -424,6 +537,7 @@ impl Body for PooledBody {
         match &self.body {
             Inner::Hyper { body, .. } => body.is_end_stream(),
             Inner::Plain(body) => body.is_end_stream(),
+            Inner::PlainTls(body) => body.is_end_stream(),
         }
     }
 
@@ -431,6 +545,7 @@ impl Body for PooledBody {
         match &self.body {
             Inner::Hyper { body, .. } => body.size_hint(),
             Inner::Plain(body) => body.size_hint(),
+            Inner::PlainTls(body) => body.size_hint(),
         }
     }
 }

@@ -94,10 +94,16 @@ async fn relay_on(client: Client, method: Method, answer: Bytes) -> Relayed {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a loopback port");
-    let address = listener.local_addr().expect("its address").to_string();
+    let address = listener.local_addr().expect("its address");
     let (close, closed) = oneshot::channel::<()>();
     let upstream = tokio::spawn(upstream(listener, answer, closed));
-    let pool = Pool::new(address, TIMEOUT, crate::clock::ProxyClock::default());
+    let destination = super::pool::dial::Destination::Address(address);
+    let pool = Pool::new(
+        destination,
+        None,
+        TIMEOUT,
+        crate::clock::ProxyClock::default(),
+    );
     let mut close = Some(close);
 
     let request = Request::builder()

@@ -81,7 +81,7 @@ async fn metrics_expose_the_minimum_series_and_every_rules_counters_from_the_sta
         let tracked = format!("sluice_tracked_keys{{rule=\"{rule}\"}}");
         assert_eq!(metric(text, &tracked), Some(0.0), "{tracked} in:\n{text}");
     }
-    for kind in ["connect", "timeout", "other"] {
+    for kind in ["connect", "timeout", "other", "tls"] {
         let series = format!("sluice_upstream_errors_total{{kind=\"{kind}\"}}");
         assert_eq!(metric(text, &series), Some(0.0), "{series} in:\n{text}");
     }

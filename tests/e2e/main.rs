@@ -45,3 +45,4 @@ mod status_browser;
 mod tls;
 mod top;
 mod upstream_pool;
+mod upstream_tls;

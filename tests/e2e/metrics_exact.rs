@@ -185,7 +185,7 @@ async fn known_traffic_produces_exact_counters_for_every_outcome() {
         );
     }
     // Nothing failed upstream; the store never fell back.
-    for kind in ["connect", "timeout", "other"] {
+    for kind in ["connect", "timeout", "other", "tls"] {
         let errors = after.value("sluice_upstream_errors_total", &[("kind", kind)]);
         assert_eq!(errors, 0.0, "{kind}");
     }

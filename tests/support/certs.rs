@@ -81,3 +81,21 @@ impl Leaf {
         (cert, key)
     }
 }
+
+impl TestCa {
+    /// A leaf for `names` that expired on 1 January 2020.
+    pub fn expired_leaf(&self, names: &[&str]) -> Leaf {
+        let key = KeyPair::generate().expect("leaf key");
+        let names: Vec<String> = names.iter().map(|name| name.to_string()).collect();
+        let mut params = CertificateParams::new(names).expect("leaf params");
+        params.not_before = rcgen::date_time_ymd(2019, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2020, 1, 1);
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("leaf certificate");
+        Leaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+}

@@ -54,19 +54,105 @@ pub struct Seen {
 /// reads the request body as a stream and answers with its length; `/close`
 /// answers and closes the connection; `/hop` answers with hop-by-hop
 /// headers of its own; anything else answers 200 `ok`.
+///
+/// [`Upstream::start_tls`] serves the same over TLS (an https upstream).
 pub struct Upstream {
     pub addr: SocketAddr,
     pub seen: Arc<Mutex<Vec<Seen>>>,
     pub uploaded: Arc<AtomicU64>,
     /// TCP connections accepted so far.
     pub connections: Arc<AtomicU64>,
+    /// Connections that ended so far.
+    pub closed: Arc<AtomicU64>,
+    /// What a TLS upstream saw of its handshakes (all 0 for a plain one).
+    pub tls: Arc<TlsSeen>,
+    /// Bumped to close every idle connection (see
+    /// [`Upstream::close_idle_connections`]).
+    close_idle: tokio::sync::watch::Sender<u64>,
+}
+
+/// What a TLS upstream saw of its handshakes.
+#[derive(Debug, Default)]
+pub struct TlsSeen {
+    /// Handshakes completed.
+    pub handshakes: AtomicU64,
+    /// Of those, the ones that resumed an earlier session.
+    pub resumed: AtomicU64,
+    /// Handshakes that failed (the client refused the certificate, or
+    /// sent something else than TLS).
+    pub failed: AtomicU64,
+    /// Connections whose first byte was not a TLS handshake record: a
+    /// client speaking plaintext to it.
+    pub plaintext: AtomicU64,
+    /// The server name (SNI) of each completed handshake.
+    pub sni: Mutex<Vec<Option<String>>>,
+}
+
+impl TlsSeen {
+    pub fn handshakes(&self) -> u64 {
+        self.handshakes.load(Ordering::SeqCst)
+    }
+
+    pub fn resumed(&self) -> u64 {
+        self.resumed.load(Ordering::SeqCst)
+    }
+
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    pub fn plaintext(&self) -> u64 {
+        self.plaintext.load(Ordering::SeqCst)
+    }
+
+    pub fn sni(&self) -> Vec<Option<String>> {
+        self.sni.lock().unwrap().clone()
+    }
 }
 
 pub type TestBody = BoxBody<Bytes, Infallible>;
 
 impl Upstream {
     pub async fn start() -> Upstream {
-        Upstream::serve(TcpListener::bind("127.0.0.1:0").await.unwrap())
+        Upstream::serve(TcpListener::bind("127.0.0.1:0").await.unwrap(), None)
+    }
+
+    /// [`Upstream::start`] on a listener of the caller's (another address).
+    pub fn start_on(listener: TcpListener) -> Upstream {
+        Upstream::serve(listener, None)
+    }
+
+    /// The upstream over TLS 1.2 and 1.3 (ALPN `http/1.1`) on 127.0.0.1,
+    /// with `leaf` as its certificate.
+    pub async fn start_tls(leaf: &certs::Leaf) -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Upstream::start_tls_on(listener, leaf)
+    }
+
+    /// [`Upstream::start_tls`] on a listener of the caller's.
+    pub fn start_tls_on(listener: TcpListener, leaf: &certs::Leaf) -> Upstream {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let chain = CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+        let mut config = rustls::ServerConfig::builder_with_provider(sluice::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        Upstream::serve(listener, Some(acceptor))
+    }
+
+    /// Closes every connection that is idle now (hyper's graceful shutdown:
+    /// over TLS with a `close_notify`), as an upstream's keep-alive timeout
+    /// does; a connection mid-exchange closes after its response.
+    pub fn close_idle_connections(&self) {
+        self.close_idle.send_modify(|generation| *generation += 1);
     }
 
     /// Like [`Upstream::start`], with a listen backlog of `backlog` instead
@@ -77,30 +163,45 @@ impl Upstream {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.set_reuseaddr(true).unwrap();
         socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        Upstream::serve(socket.listen(backlog).unwrap())
+        Upstream::serve(socket.listen(backlog).unwrap(), None)
     }
 
-    fn serve(listener: TcpListener) -> Upstream {
+    fn serve(listener: TcpListener, tls: Option<tokio_rustls::TlsAcceptor>) -> Upstream {
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let uploaded = Arc::new(AtomicU64::new(0));
         let (seen_task, uploaded_task) = (seen.clone(), uploaded.clone());
         let connections = Arc::new(AtomicU64::new(0));
         let connections_task = connections.clone();
+        let closed = Arc::new(AtomicU64::new(0));
+        let closed_task = closed.clone();
+        let tls_seen = Arc::new(TlsSeen::default());
+        let tls_task = tls_seen.clone();
+        let (close_idle, _) = tokio::sync::watch::channel(0u64);
+        let close_idle_task = close_idle.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 connections_task.fetch_add(1, Ordering::SeqCst);
                 let seen = seen_task.clone();
                 let uploaded = uploaded_task.clone();
+                let closed = closed_task.clone();
+                let (tls, tls_seen) = (tls.clone(), tls_task.clone());
+                let close_idle = close_idle_task.subscribe();
                 tokio::spawn(async move {
                     let service = service_fn(move |request: Request<Incoming>| {
                         let seen = seen.clone();
                         let uploaded = uploaded.clone();
                         async move { Ok::<_, Infallible>(upstream_route(request, seen, uploaded).await) }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    match tls {
+                        None => serve_connection(stream, service, close_idle).await,
+                        Some(acceptor) => {
+                            if let Some(stream) = accept_tls(&acceptor, stream, &tls_seen).await {
+                                serve_connection(stream, service, close_idle).await;
+                            }
+                        }
+                    }
+                    closed.fetch_add(1, Ordering::SeqCst);
                 });
             }
         });
@@ -109,6 +210,9 @@ impl Upstream {
             seen,
             uploaded,
             connections,
+            closed,
+            tls: tls_seen,
+            close_idle,
         }
     }
 
@@ -131,6 +235,56 @@ impl Upstream {
         }
         panic!("the upstream saw {} requests, not {count}", self.count());
     }
+}
+
+/// The TLS handshake of a connection to a TLS upstream, noted in `seen`.
+async fn accept_tls(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    stream: tokio::net::TcpStream,
+    seen: &TlsSeen,
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    // A TLS client opens with a handshake record (content type 22).
+    let mut first = [0u8; 1];
+    if matches!(stream.peek(&mut first).await, Ok(1) if first[0] != 22) {
+        seen.plaintext.fetch_add(1, Ordering::SeqCst);
+    }
+    match acceptor.accept(stream).await {
+        Ok(stream) => {
+            let connection = stream.get_ref().1;
+            seen.handshakes.fetch_add(1, Ordering::SeqCst);
+            if connection.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                seen.resumed.fetch_add(1, Ordering::SeqCst);
+            }
+            let sni = connection.server_name().map(str::to_owned);
+            seen.sni.lock().unwrap().push(sni);
+            Some(stream)
+        }
+        Err(_) => {
+            seen.failed.fetch_add(1, Ordering::SeqCst);
+            None
+        }
+    }
+}
+
+/// Serves one connection until it ends, or shuts it down gracefully when
+/// `close_idle` changes.
+async fn serve_connection<I, S>(
+    io: I,
+    service: S,
+    mut close_idle: tokio::sync::watch::Receiver<u64>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = TestBody>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let connection =
+        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => return,
+        Ok(()) = close_idle.changed() => connection.as_mut().graceful_shutdown(),
+    }
+    let _ = connection.await;
 }
 
 async fn upstream_route(

@@ -39,10 +39,10 @@ use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::Body;
 use smallvec::SmallVec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::chunked::Chunked;
+use super::stream::UpstreamStream;
 // The same limits as the pool's hyper connections.
 use super::{too_old, MAX_IDLE};
 use crate::clock::{Clock, Nanos, ProxyClock};
@@ -58,11 +58,11 @@ pub const MAX_HEAD_BYTES: usize = 8192 + 4096 * 100;
 /// Read buffer of a new connection; a response head nearly always fits.
 const INITIAL_BUFFER: usize = 8192;
 
-/// A connection of sluice's own to the upstream, with what was read from
-/// it and not yet used.
+/// A connection of sluice's own to the upstream (over TCP or TLS), with
+/// what was read from it and not yet used.
 #[derive(Debug)]
-pub struct Conn {
-    pub(super) stream: TcpStream,
+pub struct Conn<S> {
+    pub(super) stream: S,
     pub(super) read: BytesMut,
     /// The decoder of the chunked body being read, if it is one: kept here
     /// rather than in the body, so that the body (moved with every
@@ -76,11 +76,11 @@ pub struct Conn {
     answer_timer: LazyTimer,
 }
 
-impl Conn {
+impl<S: UpstreamStream> Conn<S> {
     /// Boxed for its whole life (one allocation per connection), so that
     /// the response body that carries it, and every response moved
     /// through the proxy, stays small.
-    pub fn new(stream: TcpStream) -> Box<Conn> {
+    pub fn new(stream: S) -> Box<Conn<S>> {
         Box::new(Conn {
             stream,
             read: BytesMut::with_capacity(INITIAL_BUFFER),
@@ -88,15 +88,6 @@ impl Conn {
             write: Vec::with_capacity(512),
             answer_timer: LazyTimer::new(),
         })
-    }
-
-    /// Whether an idle connection can carry another exchange: the upstream
-    /// has neither closed it nor sent anything unasked. Costs no system call
-    /// while the runtime has seen nothing arrive on it.
-    fn idle_and_open(&self) -> bool {
-        let mut probe = [0u8; 1];
-        matches!(self.stream.try_read(&mut probe),
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock)
     }
 }
 
@@ -150,8 +141,8 @@ pub fn is_plain<B: Body>(request: &Request<B>) -> bool {
 
 /// Writes `request`'s head, with the `added` fields, on `conn` and reads
 /// the response head, by `deadline`.
-pub async fn exchange<B>(
-    conn: &mut Conn,
+pub async fn exchange<S: UpstreamStream, B>(
+    conn: &mut Conn<S>,
     request: &Request<B>,
     added: &[(HeaderName, HeaderValue)],
     deadline: Instant,
@@ -173,8 +164,8 @@ pub async fn exchange<B>(
     .await
 }
 
-async fn write_and_read<B>(
-    stream: &mut TcpStream,
+async fn write_and_read<S: UpstreamStream, B>(
+    stream: &mut S,
     read: &mut BytesMut,
     write: &mut Vec<u8>,
     request: &Request<B>,
@@ -183,6 +174,9 @@ async fn write_and_read<B>(
     write.clear();
     write_head(write, request, added);
     if stream.write_all(write).await.is_err() {
+        return Err(Failed::NothingBack);
+    }
+    if S::BUFFERS_WRITES && stream.flush().await.is_err() {
         return Err(Failed::NothingBack);
     }
     let head_request = request.method() == Method::HEAD;
@@ -513,18 +507,18 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// The idle plain connections of one upstream.
 #[derive(Debug)]
-pub struct IdleConns {
+pub struct IdleConns<S> {
     /// Most recently returned last: the warmest is reused first. One short
     /// lock at checkout and one at return, never held across an await.
-    idle: Mutex<Vec<(Box<Conn>, Nanos)>>,
+    idle: Mutex<Vec<(Box<Conn<S>>, Nanos)>>,
     /// Dates them.
     clock: ProxyClock,
 }
 
-impl IdleConns {
+impl<S: UpstreamStream> IdleConns<S> {
     /// An empty idle list, swept every [`SWEEP_EVERY`] while it lives (when
     /// made inside a tokio runtime).
-    pub fn new(clock: ProxyClock) -> Arc<IdleConns> {
+    pub fn new(clock: ProxyClock) -> Arc<IdleConns<S>> {
         let idle = Arc::new(IdleConns {
             idle: Mutex::default(),
             clock,
@@ -548,10 +542,10 @@ impl IdleConns {
     }
 
     /// An idle connection still open, if there is one.
-    pub fn checkout(&self) -> Option<Box<Conn>> {
+    pub fn checkout(&self) -> Option<Box<Conn<S>>> {
         loop {
-            let (conn, since) = self.lock().pop()?;
-            if reusable(&conn, since, self.clock.now()) {
+            let (mut conn, since) = self.lock().pop()?;
+            if reusable(&mut conn, since, self.clock.now()) {
                 return Some(conn);
             }
         }
@@ -559,7 +553,7 @@ impl IdleConns {
 
     /// Keeps `conn` for a later exchange. Its last response must have been
     /// read to the end with nothing after it.
-    pub fn put_back(&self, conn: Box<Conn>) {
+    pub fn put_back(&self, conn: Box<Conn<S>>) {
         let mut idle = self.lock();
         if idle.len() < MAX_IDLE {
             idle.push((conn, self.clock.now()));
@@ -570,7 +564,13 @@ impl IdleConns {
     pub fn sweep(&self) {
         let now = self.clock.now();
         self.lock()
-            .retain(|(conn, since)| reusable(conn, *since, now));
+            .retain_mut(|(conn, since)| reusable(conn, *since, now));
+    }
+
+    /// Closes every idle connection (new authorities for an https
+    /// upstream: the next exchanges go over connections verified by them).
+    pub fn clear(&self) {
+        self.lock().clear();
     }
 
     /// Idle connections kept.
@@ -579,7 +579,7 @@ impl IdleConns {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Box<Conn>, Nanos)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Box<Conn<S>>, Nanos)>> {
         // The vector is consistent after any panic (push/pop/retain only).
         self.idle
             .lock()
@@ -589,14 +589,14 @@ impl IdleConns {
 
 /// Whether an idle connection, idle since `since`, may carry an exchange
 /// at `now`.
-fn reusable(conn: &Conn, since: Nanos, now: Nanos) -> bool {
-    !too_old(since, now) && conn.idle_and_open()
+fn reusable<S: UpstreamStream>(conn: &mut Conn<S>, since: Nanos, now: Nanos) -> bool {
+    !too_old(since, now) && conn.stream.idle_and_open()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
 
     fn parsed(head: &str) -> Head {
         let mut read = BytesMut::from(head);

@@ -21,6 +21,7 @@ use tokio::io::AsyncReadExt;
 
 use super::chunked::{Chunked, Decoded};
 use super::plain::{Conn, Framing, IdleConns};
+use super::stream::UpstreamStream;
 
 /// Why a plain response body failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,24 +51,24 @@ enum State {
 
 /// A plain response body; see the module docs.
 #[derive(Debug)]
-pub struct PlainBody {
+pub struct PlainBody<S: UpstreamStream> {
     state: State,
     /// Dropped (closing it) on an error, or when the connection cannot be
     /// reused; handed back when the body ends.
-    conn: Option<Box<Conn>>,
+    conn: Option<Box<Conn<S>>>,
     keep_alive: bool,
-    idle: Arc<IdleConns>,
+    idle: Arc<IdleConns<S>>,
     /// The error the body broke off with, handed on at the next poll.
     failed: Option<PlainBodyError>,
 }
 
-impl PlainBody {
+impl<S: UpstreamStream> PlainBody<S> {
     pub fn new(
-        mut conn: Box<Conn>,
+        mut conn: Box<Conn<S>>,
         framing: Framing,
         keep_alive: bool,
-        idle: Arc<IdleConns>,
-    ) -> PlainBody {
+        idle: Arc<IdleConns<S>>,
+    ) -> PlainBody<S> {
         let state = match framing {
             Framing::Empty => State::Done,
             Framing::Length(n) => State::Length(n),
@@ -124,7 +125,11 @@ impl PlainBody {
 
 /// Reads more from the socket into the connection's buffer; `Ok(0)` when
 /// the upstream closed it.
-fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>, want: usize) -> Poll<std::io::Result<usize>> {
+fn poll_fill<S: UpstreamStream>(
+    conn: &mut Conn<S>,
+    cx: &mut Context<'_>,
+    want: usize,
+) -> Poll<std::io::Result<usize>> {
     if conn.read.capacity() - conn.read.len() < want.min(4096) {
         conn.read.reserve(want);
     }
@@ -136,8 +141,8 @@ fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>, want: usize) -> Poll<std::io
 
 /// Reads more of a body that has not ended: `Err` when the upstream closed
 /// the connection.
-fn poll_more(
-    conn: &mut Conn,
+fn poll_more<S: UpstreamStream>(
+    conn: &mut Conn<S>,
     cx: &mut Context<'_>,
     want: usize,
 ) -> Poll<Result<(), PlainBodyError>> {
@@ -159,7 +164,7 @@ fn want(remaining: u64) -> usize {
         .clamp(8 * 1024, 256 * 1024)
 }
 
-impl Body for PlainBody {
+impl<S: UpstreamStream> Body for PlainBody<S> {
     type Data = Bytes;
     type Error = PlainBodyError;
 
@@ -248,7 +253,7 @@ impl Body for PlainBody {
     }
 }
 
-impl Drop for PlainBody {
+impl<S: UpstreamStream> Drop for PlainBody<S> {
     fn drop(&mut self) {
         // A body with nothing to read (HEAD, 204, 304, length 0) may never
         // be polled: it is complete all the same. Anything else dropped
