@@ -42,6 +42,11 @@ pub use head::HeadLimits;
 
 /// How much is read at a time; heads are almost always shorter.
 const READ_SIZE: usize = 8 * 1024;
+/// What a new connection's first read reserves: most request heads fit,
+/// and a connection that never sends one (thousands of idle keep-alive or
+/// TLS connections) holds 1 KiB rather than 8 (docs/benchmarks-history.md,
+/// "At the edge"). A longer head grows the buffer to [`READ_SIZE`].
+const FIRST_READ_SIZE: usize = 1024;
 /// The least room worth a read while a request is in the service.
 const MIN_READ: usize = 512;
 /// Bodies up to this size are copied behind the head and written with it;
@@ -101,7 +106,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
                     head::Head::Partial => {}
                 }
             }
-            self.read.reserve(READ_SIZE);
+            let size = if self.read.capacity() == 0 {
+                FIRST_READ_SIZE
+            } else {
+                READ_SIZE
+            };
+            self.read.reserve(size);
             match self.io.read_buf(&mut self.read).await {
                 // What was read of a head, hyper answers as it would have.
                 Ok(0) if !self.read.is_empty() => return Next::Hyper,
