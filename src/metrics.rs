@@ -120,6 +120,9 @@ pub struct Metrics {
     sync: SyncSeries,
     pub config_reloads_ok: IntCounter,
     pub config_reloads_error: IntCounter,
+    /// `sluice_access_log_dropped_total`: lines the access log's buffers
+    /// had no room for (its writer was behind), or that its target lost.
+    pub access_log_dropped: IntCounter,
     bans_started: IntCounterVec,
     banned_requests: IntCounterVec,
     bans_active: IntGaugeVec,
@@ -230,6 +233,12 @@ impl Metrics {
         )
         .expect("static metric definition");
 
+        let access_log_dropped = IntCounter::new(
+            "sluice_access_log_dropped_total",
+            "Access log lines dropped because the writer was behind (or its target failed).",
+        )
+        .expect("static metric definition");
+
         let bans_started = IntCounterVec::new(
             Opts::new(
                 "sluice_bans_total",
@@ -289,6 +298,7 @@ impl Metrics {
             Box::new(store_seconds.clone()),
             Box::new(store_fallback_active.clone()),
             Box::new(reloads.clone()),
+            Box::new(access_log_dropped.clone()),
         ] {
             registry
                 .register(collector)
@@ -329,6 +339,7 @@ impl Metrics {
             sync,
             config_reloads_ok: reloads.with_label_values(&["ok"]),
             config_reloads_error: reloads.with_label_values(&["error"]),
+            access_log_dropped,
             bans_started,
             banned_requests,
             bans_active,

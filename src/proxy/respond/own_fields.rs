@@ -20,10 +20,12 @@ use std::cell::Cell;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 
+use crate::request_id::{self, RequestId};
+
 /// The names sluice writes as own fields, by index. A `static`, not a
 /// `const`: each use of a `const` array makes (and drops) a copy of all
-/// seven names, on every forwarded request.
-static NAMES: [HeaderName; 7] = [
+/// eight names, on every forwarded request.
+static NAMES: [HeaderName; 8] = [
     HeaderName::from_static("x-ratelimit-limit"),
     HeaderName::from_static("x-ratelimit-remaining"),
     HeaderName::from_static("x-ratelimit-reset"),
@@ -31,6 +33,7 @@ static NAMES: [HeaderName; 7] = [
     HeaderName::from_static("ratelimit"),
     CONTENT_TYPE,
     RETRY_AFTER,
+    request_id::HEADER,
 ];
 
 /// One of the names an own field may have.
@@ -43,6 +46,8 @@ pub enum OwnName {
     RateLimit = 4,
     ContentType = 5,
     RetryAfter = 6,
+    /// The request's id: on every response, replacing an upstream's.
+    XRequestId = 7,
 }
 
 /// Room for the five rate-limit fields of a typical response.
@@ -96,6 +101,12 @@ impl OwnFields {
         self.push_valid(name, value.as_bytes());
     }
 
+    /// Adds `x-request-id: <id>` (an id is visible ASCII by construction).
+    #[inline]
+    pub fn push_request_id(&mut self, id: &RequestId) {
+        self.push_valid(OwnName::XRequestId, id.as_bytes());
+    }
+
     /// Adds the decimal `n` as the value of `name`.
     pub fn push_number(&mut self, name: OwnName, n: u64) {
         self.push_valid(name, itoa::Buffer::new().format(n).as_bytes());
@@ -145,7 +156,12 @@ impl OwnFields {
 
     fn owned(&mut self) -> &mut Vec<u8> {
         if let Lines::Shared(bytes) = &self.lines {
-            self.lines = Lines::Owned(bytes.to_vec());
+            // A remembered refusal, to which the request's id is added:
+            // copied into the thread's spare buffer, not a new one.
+            let mut lines = SPARE.take();
+            lines.reserve(bytes.len() + TYPICAL_LINES);
+            lines.extend_from_slice(bytes);
+            self.lines = Lines::Owned(lines);
         }
         match &mut self.lines {
             Lines::Owned(lines) => {

@@ -1,0 +1,227 @@
+//! What the access log says of a request, noted by the phases as they go:
+//! what it asked once checked, and what decided it. The line rides on the
+//! response body afterwards (`respond::ProxyBody`), which knows the status,
+//! the bytes sent and when the response ended.
+//!
+//! The phases note through [`Notes`], which `()` implements with nothing at
+//! all: with the log off, the request path is compiled without a trace of
+//! it, and [`Proxy::handle`](super::Proxy::handle) pays one branch to pick.
+//!
+//! The deciding rule is the one the answer names: on a refusal the rule
+//! the problem document names, otherwise the one `X-RateLimit-*` names (the
+//! limit with the least remaining, the earliest on a tie). Its key is shown
+//! as "Keys are credentials" (SPEC) says: a credential part as its label,
+//! unless `reveal_keys`. A label is a keyed hash, so each thread keeps the
+//! labels it made for the keys it met last ([`LabelCache`]).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+use http::Request;
+
+use super::client_request::ClientBody;
+use super::identify::{Applicable, Unidentified};
+use super::ruling::Ruling;
+use crate::access_log::Line;
+use crate::clock::Nanos;
+use crate::key::client_ip;
+use crate::key::label::is_credential;
+use crate::key::{KeyLabels, KeySource, KeyText, RequestFacts};
+use crate::limiter::Decision;
+use crate::policy::{Policy, Rule};
+use crate::store::Outcome;
+
+/// What the phases tell the access log (see the module docs).
+pub trait Notes {
+    /// The request, checked: the client IP as keyed, its method, host and
+    /// normalised path.
+    fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy);
+
+    /// A request the checks refused (its path may not normalise): as it
+    /// came, the client resolved through the trusted proxies.
+    fn asked_unchecked(&mut self, request: &Request<ClientBody>, peer: SocketAddr, policy: &Policy);
+
+    /// Identification refused it: the deny list, a missing key, a retired
+    /// route.
+    fn refused(&mut self, refused: Unidentified<'_>, facts: &RequestFacts<'_>, policy: &Policy);
+
+    /// Admission ruled (`admitted`: it passes); `enforced` are the rules
+    /// that applied.
+    fn ruled(
+        &mut self,
+        admitted: bool,
+        ruling: &Ruling<'_>,
+        enforced: &[Applicable<'_>],
+        facts: &RequestFacts<'_>,
+        policy: &Policy,
+    );
+
+    /// Forwarding ended: the upstream answered (or failed) after
+    /// `upstream_took`; `None`: it was not reached.
+    fn forwarded(&mut self, upstream_took: Option<Nanos>);
+}
+
+/// The access log is off.
+impl Notes for () {
+    #[inline(always)]
+    fn asked(&mut self, _: &RequestFacts<'_>, _: &Policy) {}
+
+    #[inline(always)]
+    fn asked_unchecked(&mut self, _: &Request<ClientBody>, _: SocketAddr, _: &Policy) {}
+
+    #[inline(always)]
+    fn refused(&mut self, _: Unidentified<'_>, _: &RequestFacts<'_>, _: &Policy) {}
+
+    #[inline(always)]
+    fn ruled(
+        &mut self,
+        _: bool,
+        _: &Ruling<'_>,
+        _: &[Applicable<'_>],
+        _: &RequestFacts<'_>,
+        _: &Policy,
+    ) {
+    }
+
+    #[inline(always)]
+    fn forwarded(&mut self, _: Option<Nanos>) {}
+}
+
+impl Notes for Line {
+    fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy) {
+        let client = KeyedIp(facts.client_ip, policy.config.server.ipv6_prefix);
+        self.describe(client, facts.method.as_str(), facts.host, facts.path);
+    }
+
+    fn asked_unchecked(&mut self, request: &Request<ClientBody>, peer: SocketAddr, policy: &Policy) {
+        let client_ip = policy.client_ip.resolve(peer.ip(), request.headers());
+        let client = KeyedIp(client_ip, policy.config.server.ipv6_prefix);
+        let host = super::checks::host_of(request);
+        self.describe(client, request.method().as_str(), host, request.uri().path());
+    }
+
+    fn refused(&mut self, refused: Unidentified<'_>, facts: &RequestFacts<'_>, policy: &Policy) {
+        match refused {
+            Unidentified::Denied => self.decide("denied", None, None),
+            // The key is what is missing.
+            Unidentified::MissingKey(rule) => self.decide("missing_key", Some(&rule.name), None),
+            // Counted limited, as a retired route is.
+            Unidentified::Gone(rule, _) => {
+                let key = shown_key(rule, facts, policy);
+                self.decide("limited", Some(&rule.name), Some(&key));
+            }
+        }
+    }
+
+    fn ruled(
+        &mut self,
+        admitted: bool,
+        ruling: &Ruling<'_>,
+        enforced: &[Applicable<'_>],
+        facts: &RequestFacts<'_>,
+        policy: &Policy,
+    ) {
+        self.held = ruling.held;
+        let (rule, outcome) = match ruling.outcome {
+            // Refused although nothing limited it: the store failed and
+            // `on_error = "deny"` answered 503.
+            Outcome::Admitted if !admitted => return self.decide("denied", None, None),
+            Outcome::Banned { rule, .. } => (enforced[rule].rule, "limited"),
+            Outcome::Limited => {
+                // The rule the 429 names: the first that refused.
+                let Some(refusing) = ruling.verdicts.iter().find(|v| !v.decision.is_allowed())
+                else {
+                    return;
+                };
+                (refusing.rule, "limited")
+            }
+            Outcome::Admitted => {
+                // The limit `X-RateLimit-*` names: the least remaining,
+                // the earliest on a tie.
+                let Some(tightest) = ruling
+                    .verdicts
+                    .iter()
+                    .min_by_key(|v| v.decision.state().remaining)
+                else {
+                    return;
+                };
+                let rule = tightest.rule;
+                let held = ruling.verdicts.iter().any(|v| {
+                    std::ptr::eq(v.rule, rule) && matches!(v.decision, Decision::Hold { .. })
+                });
+                (rule, if held { "delayed" } else { "allowed" })
+            }
+        };
+        let key = shown_key(rule, facts, policy);
+        self.decide(outcome, Some(&rule.name), Some(&key));
+    }
+
+    fn forwarded(&mut self, upstream_took: Option<Nanos>) {
+        self.upstream = upstream_took;
+    }
+}
+
+/// The client IP as keys have it (an IPv6 client as its network).
+struct KeyedIp(IpAddr, u8);
+
+impl fmt::Display for KeyedIp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        client_ip::write_key(self.0, self.1, f);
+        Ok(())
+    }
+}
+
+/// `rule`'s key for the request `facts` describe, as it may be shown.
+fn shown_key(rule: &Rule, facts: &RequestFacts<'_>, policy: &Policy) -> String {
+    let text = policy.keys.key_text(&rule.key, facts);
+    if !rule.key.iter().any(is_credential) {
+        return text.clear().to_owned();
+    }
+    LABELS.with_borrow_mut(|cache| cache.show(&policy.labels, &rule.key, &text))
+}
+
+/// Labels made at most per thread before the cache starts over.
+const MOST_LABELS: usize = 1024;
+
+/// The keys a thread showed last, by their text in clear: a caller's many
+/// requests cost one keyed hash.
+#[derive(Default)]
+struct LabelCache {
+    /// What the labels were made with; another policy's may differ.
+    labels: Option<KeyLabels>,
+    /// Clear text → (which parts are credentials, one bit each; the key
+    /// as shown).
+    shown: HashMap<String, (u64, String)>,
+}
+
+thread_local! {
+    static LABELS: RefCell<LabelCache> = RefCell::default();
+}
+
+impl LabelCache {
+    fn show(&mut self, labels: &KeyLabels, sources: &[KeySource], key: &KeyText) -> String {
+        if !self.labels.as_ref().is_some_and(|own| own.same_as(labels)) {
+            self.labels = Some(labels.clone());
+            self.shown.clear();
+        }
+        let credentials = sources
+            .iter()
+            .enumerate()
+            .filter(|(_, source)| is_credential(source))
+            .fold(0u64, |mask, (index, _)| mask | 1u64 << (index % 64));
+        if let Some((mask, shown)) = self.shown.get(key.clear()) {
+            if *mask == credentials {
+                return shown.clone();
+            }
+        }
+        let shown = labels.show(sources, key);
+        if self.shown.len() >= MOST_LABELS {
+            self.shown.clear();
+        }
+        self.shown
+            .insert(key.clear().to_owned(), (credentials, shown.clone()));
+        shown
+    }
+}
