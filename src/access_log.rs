@@ -255,7 +255,11 @@ impl Shard {
         let half_full = lines.len() > SHARD_BYTES / 2;
         drop(lines);
         if half_full && !self.nudged.swap(true, Ordering::Relaxed) {
-            if let Some(writer) = self.sink.upgrade().and_then(|sink| sink.writer.get().cloned()) {
+            if let Some(writer) = self
+                .sink
+                .upgrade()
+                .and_then(|sink| sink.writer.get().cloned())
+            {
                 writer.unpark();
             }
         }
@@ -263,7 +267,9 @@ impl Shard {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
@@ -363,7 +369,15 @@ mod tests {
 
         let bare = &lines[1];
         assert_eq!(bare.as_object().unwrap().len(), names.len());
-        for name in ["client", "method", "host", "path", "upstream_ms", "rule", "key"] {
+        for name in [
+            "client",
+            "method",
+            "host",
+            "path",
+            "upstream_ms",
+            "rule",
+            "key",
+        ] {
             assert!(bare[name].is_null(), "{name}: {bare}");
         }
         assert_eq!(bare["status"], 499);

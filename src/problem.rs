@@ -381,8 +381,7 @@ mod tests {
         assert_eq!(json["status"], 400);
         // A trusted proxy's id may hold quotes and backslashes.
         let odd = r#"a"b\c"#;
-        let json: Value =
-            serde_json::from_slice(&with_request_id(&document, odd)).unwrap();
+        let json: Value = serde_json::from_slice(&with_request_id(&document, odd)).unwrap();
         assert_eq!(json["request_id"], odd);
         assert_eq!(with_request_id(b"{}", "x"), br#"{"request_id":"x"}"#);
     }

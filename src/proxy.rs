@@ -229,12 +229,15 @@ impl Proxy {
         self.shared.clock.now()
     }
 
-    /// Counts a reload refused because the new config was invalid. The
-    /// access log is opened again all the same: logrotate's SIGHUP must
-    /// not leave it writing to the renamed file. Blocks (briefly): call it
-    /// off the async workers.
+    /// Counts a reload refused because the new config was invalid.
     pub fn reload_failed(&self) {
         self.shared.metrics.config_reloads_error.inc();
+    }
+
+    /// Opens the access log again where it is, as every reload does (a
+    /// refused one too: logrotate's SIGHUP must not leave it writing to
+    /// the renamed file). Blocks briefly: call it off the async workers.
+    pub fn reopen_access_log(&self) {
         let running = self.shared.policy.load();
         self.shared
             .access_log
@@ -273,7 +276,7 @@ impl Proxy {
         let policy = self.shared.policy.load_full();
         let trusted = policy.client_ip.is_trusted(peer.ip());
         let id = RequestId::for_request(request.get().headers(), trusted);
-        if policy.config.server.access_log == AccessLogTarget::Off {
+        if matches!(policy.config.server.access_log, AccessLogTarget::Off) {
             self.process(request, peer, &policy, started, &id, &mut (), response)
                 .await;
         } else {

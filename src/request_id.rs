@@ -220,7 +220,10 @@ mod tests {
         for id in &ids {
             assert_eq!(id.as_str().len(), MADE_LEN);
             assert!(id.as_str().bytes().all(|b| HEX.contains(&b)), "{id:?}");
-            assert_eq!(id.as_bytes()[..PREFIX_DIGITS], ids[0].as_bytes()[..PREFIX_DIGITS]);
+            assert_eq!(
+                id.as_bytes()[..PREFIX_DIGITS],
+                ids[0].as_bytes()[..PREFIX_DIGITS]
+            );
         }
         // Counted: each is the previous plus one.
         let count = |id: &MadeId| u64::from_str_radix(&id.as_str()[PREFIX_DIGITS..], 16).unwrap();

@@ -171,8 +171,7 @@ impl Drop for Line {
     /// The request ended: its line goes to the thread's buffer.
     fn drop(&mut self) {
         let ended = self.shard.clock.now();
-        self.shard
-            .append(self.most(), |out| self.write(out, ended));
+        self.shard.append(self.most(), |out| self.write(out, ended));
         let head = std::mem::take(&mut self.head);
         let decision = std::mem::take(&mut self.decision);
         if head.capacity() <= MOST_KEPT && decision.capacity() <= MOST_KEPT {

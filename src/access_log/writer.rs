@@ -70,7 +70,9 @@ fn run(sink: &Weak<Sink>) {
                 let mut lines = lock(&shard.lines);
                 std::mem::swap(&mut *lines, &mut batch);
             }
-            shard.nudged.store(false, std::sync::atomic::Ordering::Relaxed);
+            shard
+                .nudged
+                .store(false, std::sync::atomic::Ordering::Relaxed);
             if !batch.is_empty() {
                 output.write(&batch, &dropped);
                 batch.clear();
@@ -107,9 +109,7 @@ impl Output {
                 .as_fd()
                 .try_clone_to_owned()
                 .map(File::from),
-            AccessLogTarget::File(path) => {
-                OpenOptions::new().create(true).append(true).open(path)
-            }
+            AccessLogTarget::File(path) => OpenOptions::new().create(true).append(true).open(path),
         };
         match opened {
             Ok(file) => {

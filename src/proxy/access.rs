@@ -95,11 +95,21 @@ impl Notes for Line {
         self.describe(client, facts.method.as_str(), facts.host, facts.path);
     }
 
-    fn asked_unchecked(&mut self, request: &Request<ClientBody>, peer: SocketAddr, policy: &Policy) {
+    fn asked_unchecked(
+        &mut self,
+        request: &Request<ClientBody>,
+        peer: SocketAddr,
+        policy: &Policy,
+    ) {
         let client_ip = policy.client_ip.resolve(peer.ip(), request.headers());
         let client = KeyedIp(client_ip, policy.config.server.ipv6_prefix);
         let host = super::checks::host_of(request);
-        self.describe(client, request.method().as_str(), host, request.uri().path());
+        self.describe(
+            client,
+            request.method().as_str(),
+            host,
+            request.uri().path(),
+        );
     }
 
     fn refused(&mut self, refused: Unidentified<'_>, facts: &RequestFacts<'_>, policy: &Policy) {

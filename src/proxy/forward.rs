@@ -643,7 +643,9 @@ impl Forwarder<'_> {
         client_upgrade: Option<ClientUpgrade>,
         mut settlement: Option<Box<Settlement>>,
     ) -> Result<Response<ProxyBody>, ForwardError> {
-        self.metrics.upstream_seconds.observe(seconds(upstream_took));
+        self.metrics
+            .upstream_seconds
+            .observe(seconds(upstream_took));
         if let Some(bill) = &mut settlement {
             match &mut result {
                 Ok(response) => bill.response_began(response.status(), response.headers_mut()),

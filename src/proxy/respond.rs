@@ -15,13 +15,13 @@ use hyper::body::{Body, Frame, SizeHint};
 
 use super::pool::{BoxError, PooledBody};
 use super::refusal::Refusal;
+use crate::access_log;
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
 use crate::limiter::Decision;
 use crate::policy::{Limit, Policy, Rule, Sunset};
 use crate::problem::{self, Layout, Problem};
 use crate::request_id::RequestId;
-use crate::access_log;
 use last_refusal::RefusalKey;
 pub use own_fields::{OwnFields, OwnName};
 
@@ -134,8 +134,7 @@ impl Body for ProxyBody {
                 std::task::Poll::Ready(Some(Ok(Frame::data(std::mem::take(bytes)))))
             }
         };
-        if let (Some(line), std::task::Poll::Ready(Some(Ok(frame)))) = (&mut this.access, &polled)
-        {
+        if let (Some(line), std::task::Poll::Ready(Some(Ok(frame)))) = (&mut this.access, &polled) {
             if let Some(data) = frame.data_ref() {
                 line.bytes_out += data.len() as u64;
             }

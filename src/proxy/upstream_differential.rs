@@ -109,11 +109,15 @@ async fn relay_on(client: Client, method: Method, answer: Bytes) -> Relayed {
     let deadline = Instant::now() + TIMEOUT;
     let sent = async {
         match client {
-            Client::Plain => pool.send_plain(&request, &AddedFields::default(), deadline).await,
+            Client::Plain => {
+                pool.send_plain(&request, &AddedFields::default(), deadline)
+                    .await
+            }
             Client::Hyper => {
                 let (guarded, _watch) = deadline::guard(request);
                 let mut request = ClientRequest::new(guarded);
-                pool.send(&mut request, &AddedFields::default(), deadline).await
+                pool.send(&mut request, &AddedFields::default(), deadline)
+                    .await
             }
         }
     };

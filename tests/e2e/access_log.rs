@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use http::{Method, StatusCode};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use support::{assert_problem, get, metric, send, write_config, SluiceProcess, Upstream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Every member a line has, in order.
 const MEMBERS: [&str; 14] = [
@@ -132,7 +132,10 @@ async fn line_of(path: &Path, id: &str) -> Value {
 
 /// A made id: 28 lowercase hexadecimal digits.
 fn is_made(id: &str) -> bool {
-    id.len() == 28 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    id.len() == 28
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// A number of milliseconds.
@@ -204,13 +207,19 @@ async fn every_request_has_a_line_with_spec_s_fields() {
     assert_eq!(line["outcome"], "allowed");
     assert_eq!(line["rule"], "api-key");
     let key = line["key"].as_str().unwrap();
-    assert!(key.starts_with("sk_l…#") && key.len() == "sk_l…#".len() + 12, "{key}");
+    assert!(
+        key.starts_with("sk_l…#") && key.len() == "sk_l…#".len() + 12,
+        "{key}"
+    );
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!text.contains("SECRET"), "a credential in the log: {text}");
     assert!(!text.contains("token"), "the query in the log: {text}");
 
     // Limited: the 429's line names the rule and the key.
-    assert_eq!(get(&sluice.url("/limited"), &[]).await.status, StatusCode::OK);
+    assert_eq!(
+        get(&sluice.url("/limited"), &[]).await.status,
+        StatusCode::OK
+    );
     let limited = get(&sluice.url("/limited"), &[]).await;
     let body = assert_problem(&limited, StatusCode::TOO_MANY_REQUESTS);
     let id = id_of(&limited);
@@ -309,7 +318,9 @@ async fn the_log_file_is_reopened_on_sighup() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     for file in [&log, &other, &rotated] {
         assert!(
-            !lines(file).iter().any(|line| line["request_id"] == quiet.as_str()),
+            !lines(file)
+                .iter()
+                .any(|line| line["request_id"] == quiet.as_str()),
             "logged while off"
         );
     }
@@ -340,7 +351,10 @@ async fn a_stdout_nobody_reads_never_slows_requests() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_config(
         dir.path(),
-        &config(&upstream, "access_log = \"stdout\"\nmax_connections = 10000"),
+        &config(
+            &upstream,
+            "access_log = \"stdout\"\nmax_connections = 10000",
+        ),
     );
     let mut command = Command::new(support::binary());
     command.args(["run", "--config"]).arg(&path);
@@ -356,10 +370,9 @@ async fn a_stdout_nobody_reads_never_slows_requests() {
         let url = sluice.url(&format!("/load/{client}"));
         tasks.push(tokio::spawn(async move {
             // One keep-alive connection per client.
-            let http = hyper_util::client::legacy::Client::builder(
-                hyper_util::rt::TokioExecutor::new(),
-            )
-            .build_http::<http_body_util::Full<bytes::Bytes>>();
+            let http =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build_http::<http_body_util::Full<bytes::Bytes>>();
             for _ in 0..EACH {
                 let response = http.get(url.parse().unwrap()).await.unwrap();
                 assert_eq!(response.status(), StatusCode::OK);
@@ -384,7 +397,10 @@ async fn a_stdout_nobody_reads_never_slows_requests() {
     // Memory stays at the buffers' size.
     let rss = sluice.memory_kib("VmRSS");
     assert!(rss < 200 * 1024, "{rss} KiB");
-    eprintln!("{} requests in {took:?}, {dropped} lines dropped", CLIENTS * EACH);
+    eprintln!(
+        "{} requests in {took:?}, {dropped} lines dropped",
+        CLIENTS * EACH
+    );
 }
 
 /// A config for request-id tests: `trusted` peers are 127.0.0.1, or none.
@@ -428,7 +444,8 @@ async fn a_trusted_proxy_s_request_id_is_kept_and_an_invalid_one_replaced() {
     let got = get(&sluice.url("/long"), &[("x-request-id", &longest)]).await;
     assert_eq!(id_of(&got), longest);
     assert_eq!(seen_ids(&upstream), [longest.as_str()]);
-    let posted = support::post_json(&sluice.url("/post"), "{}", &[("x-request-id", "post-1")]).await;
+    let posted =
+        support::post_json(&sluice.url("/post"), "{}", &[("x-request-id", "post-1")]).await;
     assert_eq!(id_of(&posted), "post-1");
     assert_eq!(seen_ids(&upstream), ["post-1"]);
 
@@ -455,7 +472,10 @@ async fn a_trusted_proxy_s_request_id_is_kept_and_an_invalid_one_replaced() {
     }
 
     // A problem document carries the id of its response.
-    assert_eq!(get(&sluice.url("/limited"), &[]).await.status, StatusCode::OK);
+    assert_eq!(
+        get(&sluice.url("/limited"), &[]).await.status,
+        StatusCode::OK
+    );
     let limited = get(&sluice.url("/limited"), &[("x-request-id", "client-429")]).await;
     let body = assert_problem(&limited, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(body["request_id"], "client-429");
@@ -473,7 +493,11 @@ async fn an_untrusted_peer_s_request_id_is_replaced() {
     let got = get(&sluice.url("/untrusted"), &[("x-request-id", "forged-1")]).await;
     let id = id_of(&got);
     assert!(is_made(&id), "{id}");
-    assert_eq!(seen_ids(&upstream), [id.as_str()], "one id upstream, sluice's");
+    assert_eq!(
+        seen_ids(&upstream),
+        [id.as_str()],
+        "one id upstream, sluice's"
+    );
     assert_eq!(line_of(&log, &id).await["path"], "/untrusted");
 
     // Sent twice, on hyper's side (a body) too.
@@ -492,7 +516,10 @@ async fn an_untrusted_peer_s_request_id_is_replaced() {
     assert!(is_made(&again) && again != id);
 
     // Its own problem documents carry its own id.
-    assert_eq!(get(&sluice.url("/limited"), &[]).await.status, StatusCode::OK);
+    assert_eq!(
+        get(&sluice.url("/limited"), &[]).await.status,
+        StatusCode::OK
+    );
     let limited = get(&sluice.url("/limited"), &[("x-request-id", "forged-4")]).await;
     let body = assert_problem(&limited, StatusCode::TOO_MANY_REQUESTS);
     let id = id_of(&limited);
