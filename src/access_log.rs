@@ -34,7 +34,7 @@ use prometheus::IntCounter;
 
 use crate::clock::{Nanos, ProxyClock};
 use crate::config::AccessLogTarget;
-pub use line::Line;
+pub use line::{Line, Parts};
 
 /// The most one thread's buffer holds before lines are dropped: about a
 /// thousand lines, several times what a busy thread ends between two of the
@@ -162,7 +162,7 @@ impl AccessLog {
     /// A line for a request that began at `started` (the proxy's clock),
     /// whose id is `request_id`; written to this thread's buffer when the
     /// line is dropped.
-    pub fn begin(&self, started: Nanos, request_id: &str) -> Box<Line> {
+    pub fn begin(&self, started: Nanos, request_id: &str) -> Line {
         Line::begin(self.shard(), started, request_id)
     }
 
@@ -304,12 +304,12 @@ mod tests {
         {
             let mut line = log.begin(started, "id-\"1\"");
             line.describe(
-                "203.0.113.7",
+                |out: &mut Vec<u8>| out.extend_from_slice(b"203.0.113.7"),
                 "GET",
                 Some("api.\"example\".com"),
                 "/a\\b/\u{e9}\u{1}",
             );
-            line.decide("delayed", Some("per-ip"), Some("203.0.113.7"));
+            line.decide_keyed_by_client("delayed", "per-ip");
             line.status = 200;
             line.bytes_out = 1234;
             line.upstream = Some(12_345_678);
@@ -394,7 +394,12 @@ mod tests {
         let mut written = 0;
         while dropped.get() == 0 {
             let mut line = log.begin(0, "id");
-            line.describe("192.0.2.1", "GET", None, &path);
+            line.describe(
+                |out: &mut Vec<u8>| out.extend_from_slice(b"192.0.2.1"),
+                "GET",
+                None,
+                &path,
+            );
             written += 1;
             assert!(written < SHARD_BYTES, "never full");
         }

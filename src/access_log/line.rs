@@ -10,7 +10,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
-use std::io::Write;
 use std::sync::Arc;
 
 use super::Shard;
@@ -29,12 +28,18 @@ const END_BYTES: usize = 256;
 /// What the decision part says until a decision is noted: no rule applied.
 const UNDECIDED: &[u8] = br#""outcome":"allowed","rule":null,"key":null"#;
 
-/// A request's line in the making; see the module docs.
-pub struct Line {
+/// A request's line in the making; see the module docs. Small (a pointer
+/// to its parts, which each thread reuses from one line to the next): it
+/// rides on the response body.
+pub struct Line(Option<Box<Parts>>);
+
+/// What a line holds.
+pub struct Parts {
     /// `{"time":…,"request_id":…,` then, once described,
     /// `"client":…,"method":…,"host":…,"path":…,`.
     head: Vec<u8>,
-    described: bool,
+    /// Where the client's text is in `head` (empty until described).
+    client: std::ops::Range<usize>,
     /// `"outcome":…,"rule":…,"key":…` once decided.
     decision: Vec<u8>,
     /// The response's status; 499 (nginx's "client closed request") until
@@ -47,74 +52,103 @@ pub struct Line {
     /// How long it was held on purpose (delay mode).
     pub held: Nanos,
     started: Nanos,
-    shard: Arc<Shard>,
+    shard: Option<Arc<Shard>>,
 }
 
 impl fmt::Debug for Line {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Line")
-            .field("head", &String::from_utf8_lossy(&self.head))
-            .field("status", &self.status)
-            .finish()
+        let head = self
+            .0
+            .as_ref()
+            .map(|parts| String::from_utf8_lossy(&parts.head));
+        f.debug_tuple("Line").field(&head).finish()
     }
 }
 
 thread_local! {
-    /// The buffers of the thread's last line, for its next.
-    static SPARE: Cell<(Vec<u8>, Vec<u8>)> = const { Cell::new((Vec::new(), Vec::new())) };
+    /// The parts of the thread's last line, for its next.
+    static SPARE: Cell<Option<Box<Parts>>> = const { Cell::new(None) };
     /// The last second written as a time, and its text
     /// (`2026-11-25T11:31:05`): most lines of a thread share their second.
     static SECOND: RefCell<(u64, [u8; 19])> = const { RefCell::new((u64::MAX, [0; 19])) };
 }
 
-impl Line {
-    pub(super) fn begin(shard: Arc<Shard>, started: Nanos, request_id: &str) -> Box<Line> {
-        let (mut head, mut decision) = SPARE.take();
-        head.clear();
-        decision.clear();
-        head.extend_from_slice(br#"{"time":""#);
-        write_time(&mut head, started);
-        head.extend_from_slice(br#"","request_id":"#);
-        push_json_str(&mut head, request_id);
-        head.push(b',');
-        decision.extend_from_slice(UNDECIDED);
-        Box::new(Line {
-            head,
-            described: false,
-            decision,
-            status: 499,
-            bytes_out: 0,
-            upstream: None,
-            held: 0,
-            started,
-            shard,
-        })
-    }
+impl std::ops::Deref for Line {
+    type Target = Parts;
 
-    /// What the request asked: the client (the IP as keyed), method, host
-    /// (`None`: none named) and path (normalised, without the query).
+    fn deref(&self) -> &Parts {
+        self.0
+            .as_deref()
+            .expect("a line is written only when dropped")
+    }
+}
+
+impl std::ops::DerefMut for Line {
+    fn deref_mut(&mut self) -> &mut Parts {
+        self.0
+            .as_deref_mut()
+            .expect("a line is written only when dropped")
+    }
+}
+
+impl Line {
+    pub(super) fn begin(shard: Arc<Shard>, started: Nanos, request_id: &str) -> Line {
+        let mut parts = SPARE.take().unwrap_or_else(|| {
+            Box::new(Parts {
+                head: Vec::with_capacity(256),
+                client: 0..0,
+                decision: Vec::with_capacity(96),
+                status: 0,
+                bytes_out: 0,
+                upstream: None,
+                held: 0,
+                started: 0,
+                shard: None,
+            })
+        });
+        let head = &mut parts.head;
+        head.clear();
+        head.extend_from_slice(br#"{"time":""#);
+        write_time(head, started);
+        head.extend_from_slice(br#"","request_id":"#);
+        push_json_str(head, request_id);
+        head.push(b',');
+        parts.client = 0..0;
+        parts.decision.clear();
+        parts.decision.extend_from_slice(UNDECIDED);
+        parts.status = 499;
+        parts.bytes_out = 0;
+        parts.upstream = None;
+        parts.held = 0;
+        parts.started = started;
+        parts.shard = Some(shard);
+        Line(Some(parts))
+    }
+}
+
+impl Parts {
+    /// What the request asked: the client (the IP as keyed, written by
+    /// `client`: an address has nothing to escape), method, host (`None`:
+    /// none named) and path (normalised, without the query).
     pub fn describe(
         &mut self,
-        client: impl fmt::Display,
+        client: impl FnOnce(&mut Vec<u8>),
         method: &str,
         host: Option<&str>,
         path: &str,
     ) {
-        if self.described {
+        if !self.client.is_empty() {
             return;
         }
-        self.described = true;
         let head = &mut self.head;
         head.extend_from_slice(br#""client":""#);
-        // An address: digits, dots, colons and a `/`, nothing to escape.
-        let _ = write!(head, "{client}");
+        let start = head.len();
+        client(head);
+        self.client = start..head.len();
         head.extend_from_slice(br#"","method":"#);
         push_json_str(head, method);
         head.extend_from_slice(br#","host":"#);
-        match host {
-            Some(host) => push_json_str(head, host),
-            None => head.extend_from_slice(b"null"),
-        }
+        push_optional(head, host);
         head.extend_from_slice(br#","path":"#);
         push_json_str(head, path);
         head.push(b',');
@@ -124,6 +158,30 @@ impl Line {
     /// `sluice_requests_total`), the deciding rule and that rule's key as it
     /// may be shown (`None`: no rule decided, no key).
     pub fn decide(&mut self, outcome: &str, rule: Option<&str>, key: Option<&str>) {
+        self.decide_with(outcome, rule, |decision| push_optional(decision, key));
+    }
+
+    /// [`Parts::decide`] for a rule keyed on the client IP alone: its key
+    /// is the `client` already written.
+    pub fn decide_keyed_by_client(&mut self, outcome: &str, rule: &str) {
+        let Parts {
+            head,
+            client,
+            decision,
+            ..
+        } = self;
+        let client = &head[client.clone()];
+        decision.clear();
+        decision.extend_from_slice(br#""outcome":"#);
+        push_json_str(decision, outcome);
+        decision.extend_from_slice(br#","rule":"#);
+        push_json_str(decision, rule);
+        decision.extend_from_slice(br#","key":""#);
+        decision.extend_from_slice(client);
+        decision.push(b'"');
+    }
+
+    fn decide_with(&mut self, outcome: &str, rule: Option<&str>, key: impl FnOnce(&mut Vec<u8>)) {
         let decision = &mut self.decision;
         decision.clear();
         decision.extend_from_slice(br#""outcome":"#);
@@ -131,13 +189,13 @@ impl Line {
         decision.extend_from_slice(br#","rule":"#);
         push_optional(decision, rule);
         decision.extend_from_slice(br#","key":"#);
-        push_optional(decision, key);
+        key(decision);
     }
 
     /// The whole line, ended at `ended`, with its newline.
     fn write(&self, out: &mut Vec<u8>, ended: Nanos) {
         out.extend_from_slice(&self.head);
-        if !self.described {
+        if self.client.is_empty() {
             out.extend_from_slice(br#""client":null,"method":null,"host":null,"path":null,"#);
         }
         let mut numbers = itoa::Buffer::new();
@@ -161,21 +219,25 @@ impl Line {
         out.extend_from_slice(b"}\n");
     }
 
-    /// The most [`Line::write`] writes.
+    /// The most [`Parts::write`] writes.
     fn most(&self) -> usize {
         self.head.len() + self.decision.len() + END_BYTES
     }
 }
 
 impl Drop for Line {
-    /// The request ended: its line goes to the thread's buffer.
+    /// The request ended: its line goes to the thread's buffer, and its
+    /// parts are kept for the thread's next line.
     fn drop(&mut self) {
-        let ended = self.shard.clock.now();
-        self.shard.append(self.most(), |out| self.write(out, ended));
-        let head = std::mem::take(&mut self.head);
-        let decision = std::mem::take(&mut self.decision);
-        if head.capacity() <= MOST_KEPT && decision.capacity() <= MOST_KEPT {
-            SPARE.set((head, decision));
+        let Some(mut parts) = self.0.take() else {
+            return;
+        };
+        if let Some(shard) = parts.shard.take() {
+            let ended = shard.clock.now();
+            shard.append(parts.most(), |out| parts.write(out, ended));
+        }
+        if parts.head.capacity() <= MOST_KEPT && parts.decision.capacity() <= MOST_KEPT {
+            SPARE.set(Some(parts));
         }
     }
 }

@@ -36,7 +36,7 @@ pub struct ProxyBody {
     body: Inner,
     fields: OwnFields,
     /// Written when the body is dropped (sent, or the client gone).
-    access: Option<Box<access_log::Line>>,
+    access: Option<access_log::Line>,
 }
 
 #[derive(Debug)]
@@ -112,7 +112,7 @@ impl ProxyBody {
 
     /// Carries the request's access log `line` until the body is sent or
     /// dropped, counting the bytes sent.
-    pub fn carry_access(&mut self, line: Box<access_log::Line>) {
+    pub fn carry_access(&mut self, line: access_log::Line) {
         self.access = Some(line);
     }
 }

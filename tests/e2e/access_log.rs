@@ -526,3 +526,85 @@ async fn an_untrusted_peer_s_request_id_is_replaced() {
     assert!(is_made(&id));
     assert_eq!(body["request_id"], id.as_str());
 }
+
+#[tokio::test]
+async fn each_refusal_names_its_outcome_rule_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    // The test's peer is trusted, so X-Forwarded-For picks each client.
+    let (_upstream, sluice) = support::start(&format!(
+        r#"{}
+trusted_proxies = ["127.0.0.1/32"]
+
+[access]
+deny = ["192.0.2.0/24"]
+allow = ["198.51.100.0/24"]
+
+[[rule]]
+name = "keyed"
+match = {{ path_prefix = "/keyed" }}
+key = ["ip", "header:x-api-key"]
+missing = "reject"
+rate = "100/m"
+
+[[rule]]
+name = "banning"
+match = {{ path_prefix = "/ban" }}
+key = ["ip"]
+rate = "1/m"
+ban = {{ after = 1, within = "1m", for = "10m" }}
+"#,
+        access_log_key(&log)
+    ))
+    .await;
+    let from = |client: &'static str| [("x-forwarded-for", client)];
+
+    let denied = get(&sluice.url("/keyed"), &from("192.0.2.9")).await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN);
+    let line = line_of(&log, &id_of(&denied)).await;
+    assert_eq!(line["client"], "192.0.2.9");
+    assert_eq!(line["outcome"], "denied");
+    assert!(line["rule"].is_null() && line["key"].is_null(), "{line}");
+
+    let allowed = get(&sluice.url("/ban"), &from("198.51.100.5")).await;
+    assert_eq!(allowed.status, StatusCode::OK);
+    let line = line_of(&log, &id_of(&allowed)).await;
+    assert_eq!(line["outcome"], "allowed");
+    assert!(line["rule"].is_null() && line["key"].is_null(), "{line}");
+
+    let keyless = get(&sluice.url("/keyed"), &from("203.0.113.1")).await;
+    assert_eq!(keyless.status, StatusCode::BAD_REQUEST);
+    let line = line_of(&log, &id_of(&keyless)).await;
+    assert_eq!(line["outcome"], "missing_key");
+    assert_eq!(line["rule"], "keyed");
+    assert!(line["key"].is_null(), "{line}");
+
+    // A composite key: the IP in clear, the credential as its label.
+    let keyed = get(
+        &sluice.url("/keyed"),
+        &[
+            ("x-forwarded-for", "203.0.113.1"),
+            ("x-api-key", "tenant-secret-42"),
+        ],
+    )
+    .await;
+    assert_eq!(keyed.status, StatusCode::OK);
+    let line = line_of(&log, &id_of(&keyed)).await;
+    let key = line["key"].as_str().unwrap();
+    assert!(key.starts_with("203.0.113.1|tena…#"), "{key}");
+    assert!(!key.contains("secret"), "{key}");
+
+    // Limited, which starts a ban; then banned, counted limited too.
+    for (expected, status) in [("allowed", 200), ("limited", 429), ("limited", 429)] {
+        let got = get(&sluice.url("/ban"), &from("203.0.113.2")).await;
+        assert_eq!(got.status.as_u16(), status, "{got:?}");
+        let line = line_of(&log, &id_of(&got)).await;
+        assert_eq!(line["outcome"], expected, "{line}");
+        assert_eq!(line["rule"], "banning");
+        assert_eq!(line["key"], "203.0.113.2");
+        assert_eq!(line["client"], "203.0.113.2");
+    }
+    let banned = get(&sluice.url("/ban"), &from("203.0.113.2")).await;
+    assert_eq!(banned.json()["banned"], true, "{banned:?}");
+    assert_eq!(banned.json()["request_id"], id_of(&banned).as_str());
+}
