@@ -34,6 +34,7 @@ use prometheus::IntCounter;
 
 use crate::clock::{Nanos, ProxyClock};
 use crate::config::AccessLogTarget;
+use crate::request_id::RequestId;
 pub use line::{Line, Parts};
 
 /// The most one thread's buffer holds before lines are dropped: about a
@@ -162,7 +163,7 @@ impl AccessLog {
     /// A line for a request that began at `started` (the proxy's clock),
     /// whose id is `request_id`; written to this thread's buffer when the
     /// line is dropped.
-    pub fn begin(&self, started: Nanos, request_id: &str) -> Line {
+    pub fn begin(&self, started: Nanos, request_id: &RequestId) -> Line {
         Line::begin(self.shard(), started, request_id)
     }
 
@@ -279,6 +280,10 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, MonotonicClock};
 
+    fn id(text: &str) -> RequestId {
+        RequestId::Kept(http::HeaderValue::from_str(text).unwrap())
+    }
+
     fn counter() -> IntCounter {
         IntCounter::new("dropped", "test").unwrap()
     }
@@ -302,7 +307,8 @@ mod tests {
         let log = AccessLog::new(&AccessLogTarget::File(path.clone()), clock(), counter());
         let started = log.sink.clock.now();
         {
-            let mut line = log.begin(started, "id-\"1\"");
+            let mut begun = log.begin(started, &id("id-\"1\""));
+            let line = begun.parts().unwrap();
             line.describe(
                 |out: &mut Vec<u8>| out.extend_from_slice(b"203.0.113.7"),
                 "GET",
@@ -317,7 +323,7 @@ mod tests {
         }
         {
             // Never described nor decided (dropped at once), not forwarded.
-            let _line = log.begin(started, "id-2");
+            let _line = log.begin(started, &id("id-2"));
         }
         log.flush(Duration::from_secs(5));
         let text = std::fs::read_to_string(&path).unwrap();
@@ -393,8 +399,8 @@ mod tests {
         let path = "/".repeat(1000);
         let mut written = 0;
         while dropped.get() == 0 {
-            let mut line = log.begin(0, "id");
-            line.describe(
+            let mut begun = log.begin(0, &id("id"));
+            begun.parts().unwrap().describe(
                 |out: &mut Vec<u8>| out.extend_from_slice(b"192.0.2.1"),
                 "GET",
                 None,
@@ -404,7 +410,7 @@ mod tests {
             assert!(written < SHARD_BYTES, "never full");
         }
         for _ in 0..10 {
-            let _line = log.begin(0, "id");
+            let _line = log.begin(0, &id("id"));
         }
         assert!(dropped.get() >= 10);
         let buffered = lock(&log.shard().lines).len();
@@ -417,18 +423,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (first, second) = (dir.path().join("a.log"), dir.path().join("b.log"));
         let log = AccessLog::new(&AccessLogTarget::File(first.clone()), clock(), counter());
-        drop(log.begin(0, "one"));
+        drop(log.begin(0, &id("one")));
         // Renamed as logrotate does; then the reload opens the path again.
         let rotated = dir.path().join("a.log.1");
         log.flush(Duration::from_secs(5));
         std::fs::rename(&first, &rotated).unwrap();
-        drop(log.begin(0, "two"));
+        drop(log.begin(0, &id("two")));
         log.configure(&AccessLogTarget::File(first.clone()));
-        drop(log.begin(0, "three"));
+        drop(log.begin(0, &id("three")));
         log.configure(&AccessLogTarget::File(second.clone()));
-        drop(log.begin(0, "four"));
+        drop(log.begin(0, &id("four")));
         log.configure(&AccessLogTarget::Off);
-        drop(log.begin(0, "five"));
+        drop(log.begin(0, &id("five")));
         log.flush(Duration::from_secs(5));
         let ids = |path: &std::path::Path| -> Vec<String> {
             lines(path)

@@ -15,6 +15,8 @@
 use http::{HeaderValue, StatusCode};
 use serde_json::Value;
 
+use crate::request_id::RequestId;
+
 /// The media type of a problem document.
 pub const MEDIA_TYPE: &str = "application/problem+json";
 
@@ -217,27 +219,23 @@ pub fn quota_exceeded_body<'n>(
     out
 }
 
-/// The extension member every document the proxy port writes carries: the
-/// request's id, as sent in `X-Request-Id`.
-pub const REQUEST_ID: &str = "request_id";
-
 /// `document` with the member `"request_id":"<id>"` added last, whatever
 /// its layout: the id is the one thing that differs between two answers
 /// that are otherwise the same, so it is added as a document leaves, after
 /// the rest was built (or sent again, `proxy/respond/last_refusal.rs`).
-pub fn with_request_id(document: &[u8], id: &str) -> Vec<u8> {
+pub fn with_request_id(document: &[u8], id: &RequestId) -> Vec<u8> {
     let Some(open) = document.strip_suffix(b"}") else {
         // Not an object: nothing sluice writes.
         return document.to_vec();
     };
-    let mut out = Vec::with_capacity(document.len() + REQUEST_ID.len() + id.len() + 8);
+    // Room for an escaped id of the longest kept: no second allocation.
+    let mut out = Vec::with_capacity(document.len() + 20 + 2 * id.as_bytes().len());
     out.extend_from_slice(open);
     if open != b"{" {
         out.push(b',');
     }
-    push_json_str(&mut out, REQUEST_ID);
-    out.push(b':');
-    push_json_str(&mut out, id);
+    out.extend_from_slice(br#""request_id":"#);
+    id.write_json(&mut out);
     out.push(b'}');
     out
 }
@@ -373,7 +371,8 @@ mod tests {
     #[test]
     fn the_request_id_is_the_last_member_escaped_as_json() {
         let document = Problem::new(StatusCode::BAD_REQUEST, "bad").to_json(Layout::ByName);
-        let stamped = with_request_id(&document, "abc-123");
+        let kept = |text: &str| RequestId::Kept(HeaderValue::from_str(text).unwrap());
+        let stamped = with_request_id(&document, &kept("abc-123"));
         let text = String::from_utf8(stamped).unwrap();
         assert!(text.ends_with(r#","request_id":"abc-123"}"#), "{text}");
         let json: Value = serde_json::from_str(&text).unwrap();
@@ -381,9 +380,9 @@ mod tests {
         assert_eq!(json["status"], 400);
         // A trusted proxy's id may hold quotes and backslashes.
         let odd = r#"a"b\c"#;
-        let json: Value = serde_json::from_slice(&with_request_id(&document, odd)).unwrap();
+        let json: Value = serde_json::from_slice(&with_request_id(&document, &kept(odd))).unwrap();
         assert_eq!(json["request_id"], odd);
-        assert_eq!(with_request_id(b"{}", "x"), br#"{"request_id":"x"}"#);
+        assert_eq!(with_request_id(b"{}", &kept("x")), br#"{"request_id":"x"}"#);
     }
 
     #[test]

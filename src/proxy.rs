@@ -55,7 +55,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use http::Response;
 
-use crate::access_log::AccessLog;
+use crate::access_log::{AccessLog, Line};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{AccessLogTarget, Config};
 use crate::metrics::Metrics;
@@ -276,17 +276,18 @@ impl Proxy {
         let policy = self.shared.policy.load_full();
         let trusted = policy.client_ip.is_trusted(peer.ip());
         let id = RequestId::for_request(request.get().headers(), trusted);
-        if matches!(policy.config.server.access_log, AccessLogTarget::Off) {
-            self.process(request, peer, &policy, started, &id, &mut (), response)
-                .await;
-        } else {
-            // Written when dropped: with the response body once it is
-            // sent or dropped, or here if the client leaves before its
-            // answer (status 499, as nginx logs it).
-            let mut line = self.shared.access_log.begin(started, id.as_str());
-            self.process(request, peer, &policy, started, &id, &mut *line, response)
-                .await;
-            line.status = response.status().as_u16();
+        // Written when dropped: with the response body once it is sent or
+        // dropped, or here if the client leaves before its answer (status
+        // 499, as nginx logs it).
+        let mut line = match policy.config.server.access_log {
+            AccessLogTarget::Off => Line::none(),
+            _ => self.shared.access_log.begin(started, &id),
+        };
+        let notes = Notes(line.parts());
+        self.process(request, peer, &policy, started, &id, notes, response)
+            .await;
+        if let Some(parts) = line.parts() {
+            parts.status = response.status().as_u16();
             response.body_mut().carry_access(line);
         }
         response.body_mut().identify(&id);
@@ -304,7 +305,7 @@ impl Proxy {
         policy: &Policy,
         started: Nanos,
         request_id: &RequestId,
-        notes: &mut impl Notes,
+        mut notes: Notes<'_>,
         response: &mut Response<ProxyBody>,
     ) {
         let shared = &*self.shared;

@@ -14,7 +14,7 @@
 //! between threads, processes and instances by the prefix (64 random bits:
 //! two threads of a fleet share a prefix among billions).
 
-use std::cell::Cell;
+use std::cell::RefCell;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
@@ -41,13 +41,11 @@ impl MadeId {
     /// The next id of this thread.
     #[inline]
     pub fn next() -> MadeId {
-        LAST.with(|last| {
-            let mut id = last.get();
-            if !advance(&mut id) {
-                id = fresh();
+        LAST.with_borrow_mut(|last| {
+            if !advance(last) {
+                *last = fresh();
             }
-            last.set(id);
-            MadeId(id)
+            MadeId(*last)
         })
     }
 
@@ -75,9 +73,9 @@ impl std::fmt::Debug for MadeId {
 }
 
 thread_local! {
-    /// The thread's last id; all zeros before the first, which `advance`
-    /// refuses, so the first call draws the prefix.
-    static LAST: Cell<[u8; MADE_LEN]> = const { Cell::new([0; MADE_LEN]) };
+    /// The thread's last id, advanced in place; all zeros before the first,
+    /// which `advance` refuses, so the first call draws the prefix.
+    static LAST: RefCell<[u8; MADE_LEN]> = const { RefCell::new([0; MADE_LEN]) };
 }
 
 /// Advances the count of `id` in place; false when it cannot (no prefix
@@ -168,6 +166,24 @@ impl RequestId {
             RequestId::Made(made) => made.as_bytes(),
             RequestId::Kept(value) => value.as_bytes(),
         }
+    }
+
+    /// Appends the id as a JSON string. A made one is hexadecimal; a kept
+    /// one is visible ASCII, of which only `"` and `\` need escaping.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.push(b'"');
+        match self {
+            RequestId::Made(made) => out.extend_from_slice(made.as_bytes()),
+            RequestId::Kept(value) => {
+                for &byte in value.as_bytes() {
+                    if byte == b'"' || byte == b'\\' {
+                        out.push(b'\\');
+                    }
+                    out.push(byte);
+                }
+            }
+        }
+        out.push(b'"');
     }
 
     /// The id made here, `None` when the request's own was kept.
@@ -262,6 +278,20 @@ mod tests {
             map.append(HEADER, HeaderValue::from_bytes(value).unwrap());
         }
         map
+    }
+
+    #[test]
+    fn an_id_is_written_as_json() {
+        for text in ["abc-123", r#"q"uote\back"#, "{}[]:,~!"] {
+            let id = RequestId::Kept(HeaderValue::from_str(text).unwrap());
+            let mut out = Vec::new();
+            id.write_json(&mut out);
+            assert_eq!(out, serde_json::to_vec(text).unwrap(), "{text}");
+        }
+        let made = RequestId::Made(MadeId::next());
+        let mut out = Vec::new();
+        made.write_json(&mut out);
+        assert_eq!(out, serde_json::to_vec(made.as_str()).unwrap());
     }
 
     #[test]

@@ -43,7 +43,7 @@ use crate::proxy::deadline::BodyLimits;
 use crate::proxy::respond::ProxyBody;
 use crate::proxy::{ClientRequest, Proxy};
 use crate::reload::{Reloader, Trigger};
-use crate::request_id::MadeId;
+use crate::request_id::{MadeId, RequestId};
 
 mod connection;
 mod deadline_io;
@@ -312,7 +312,7 @@ async fn refuse(mut stream: tokio::net::TcpStream) {
         "too many connections; try again shortly",
     )
     .to_json(Layout::Standard);
-    let body = problem::with_request_id(&body, id.as_str());
+    let body = problem::with_request_id(&body, &RequestId::Made(id));
     let mut answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: {}\r\n\
          retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\

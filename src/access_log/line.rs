@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::Shard;
 use crate::clock::{Clock, Nanos};
 use crate::problem::push_json_str;
+use crate::request_id::RequestId;
 
 /// A buffer larger than this is not kept for the thread's next line.
 const MOST_KEPT: usize = 16 * 1024;
@@ -73,26 +74,19 @@ thread_local! {
     static SECOND: RefCell<(u64, [u8; 19])> = const { RefCell::new((u64::MAX, [0; 19])) };
 }
 
-impl std::ops::Deref for Line {
-    type Target = Parts;
-
-    fn deref(&self) -> &Parts {
-        self.0
-            .as_deref()
-            .expect("a line is written only when dropped")
-    }
-}
-
-impl std::ops::DerefMut for Line {
-    fn deref_mut(&mut self) -> &mut Parts {
-        self.0
-            .as_deref_mut()
-            .expect("a line is written only when dropped")
-    }
-}
-
 impl Line {
-    pub(super) fn begin(shard: Arc<Shard>, started: Nanos, request_id: &str) -> Line {
+    /// No line: the access log is off.
+    pub const fn none() -> Line {
+        Line(None)
+    }
+
+    /// The line's parts, `None` for [`Line::none`].
+    #[inline]
+    pub fn parts(&mut self) -> Option<&mut Parts> {
+        self.0.as_deref_mut()
+    }
+
+    pub(super) fn begin(shard: Arc<Shard>, started: Nanos, request_id: &RequestId) -> Line {
         let mut parts = SPARE.take().unwrap_or_else(|| {
             Box::new(Parts {
                 head: Vec::with_capacity(256),
@@ -111,7 +105,7 @@ impl Line {
         head.extend_from_slice(br#"{"time":""#);
         write_time(head, started);
         head.extend_from_slice(br#"","request_id":"#);
-        push_json_str(head, request_id);
+        request_id.write_json(head);
         head.push(b',');
         parts.client = 0..0;
         parts.decision.clear();

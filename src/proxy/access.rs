@@ -3,9 +3,8 @@
 //! response body afterwards (`respond::ProxyBody`), which knows the status,
 //! the bytes sent and when the response ended.
 //!
-//! The phases note through [`Notes`], which `()` implements with nothing at
-//! all: with the log off, the request path is compiled without a trace of
-//! it, and [`Proxy::handle`](super::Proxy::handle) pays one branch to pick.
+//! The phases note through [`Notes`], which holds no line when the log is
+//! off: each note is then one branch not taken, and nothing is built.
 //!
 //! The deciding rule is the one the answer names: on a refusal the rule
 //! the problem document names, otherwise the one `X-RateLimit-*` names (the
@@ -32,22 +31,79 @@ use crate::limiter::Decision;
 use crate::policy::{Policy, Rule};
 use crate::store::Outcome;
 
-/// What the phases tell the access log (see the module docs).
-pub trait Notes {
+/// What the phases tell the access log (see the module docs): nothing
+/// when it is off, each note then one untaken branch.
+pub struct Notes<'l>(pub Option<&'l mut Parts>);
+
+impl Notes<'_> {
     /// The request, checked: the client IP as keyed, its method, host and
     /// normalised path.
-    fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy);
+    #[inline]
+    pub fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy) {
+        if let Some(line) = &mut self.0 {
+            line.asked(facts, policy);
+        }
+    }
 
     /// A request the checks refused (its path may not normalise): as it
     /// came, the client resolved through the trusted proxies.
-    fn asked_unchecked(&mut self, request: &Request<ClientBody>, peer: SocketAddr, policy: &Policy);
+    #[inline]
+    pub fn asked_unchecked(
+        &mut self,
+        request: &Request<ClientBody>,
+        peer: SocketAddr,
+        policy: &Policy,
+    ) {
+        if let Some(line) = &mut self.0 {
+            line.asked_unchecked(request, peer, policy);
+        }
+    }
 
     /// Identification refused it: the deny list, a missing key, a retired
     /// route.
-    fn refused(&mut self, refused: Unidentified<'_>, facts: &RequestFacts<'_>, policy: &Policy);
+    #[inline]
+    pub fn refused(
+        &mut self,
+        refused: Unidentified<'_>,
+        facts: &RequestFacts<'_>,
+        policy: &Policy,
+    ) {
+        if let Some(line) = &mut self.0 {
+            line.refused(refused, facts, policy);
+        }
+    }
 
     /// Admission ruled (`admitted`: it passes); `enforced` are the rules
     /// that applied.
+    #[inline]
+    pub fn ruled(
+        &mut self,
+        admitted: bool,
+        ruling: &Ruling<'_>,
+        enforced: &[Applicable<'_>],
+        facts: &RequestFacts<'_>,
+        policy: &Policy,
+    ) {
+        if let Some(line) = &mut self.0 {
+            line.ruled(admitted, ruling, enforced, facts, policy);
+        }
+    }
+
+    /// Forwarding ended: the upstream answered (or failed) after
+    /// `upstream_took`; `None`: it was not reached.
+    #[inline]
+    pub fn forwarded(&mut self, upstream_took: Option<Nanos>) {
+        if let Some(line) = &mut self.0 {
+            line.upstream = upstream_took;
+        }
+    }
+}
+
+/// What each note writes into the line.
+trait Note {
+    fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy);
+    fn asked_unchecked(&mut self, request: &Request<ClientBody>, peer: SocketAddr, policy: &Policy);
+    fn refused(&mut self, refused: Unidentified<'_>, facts: &RequestFacts<'_>, policy: &Policy);
     fn ruled(
         &mut self,
         admitted: bool,
@@ -56,39 +112,9 @@ pub trait Notes {
         facts: &RequestFacts<'_>,
         policy: &Policy,
     );
-
-    /// Forwarding ended: the upstream answered (or failed) after
-    /// `upstream_took`; `None`: it was not reached.
-    fn forwarded(&mut self, upstream_took: Option<Nanos>);
 }
 
-/// The access log is off.
-impl Notes for () {
-    #[inline(always)]
-    fn asked(&mut self, _: &RequestFacts<'_>, _: &Policy) {}
-
-    #[inline(always)]
-    fn asked_unchecked(&mut self, _: &Request<ClientBody>, _: SocketAddr, _: &Policy) {}
-
-    #[inline(always)]
-    fn refused(&mut self, _: Unidentified<'_>, _: &RequestFacts<'_>, _: &Policy) {}
-
-    #[inline(always)]
-    fn ruled(
-        &mut self,
-        _: bool,
-        _: &Ruling<'_>,
-        _: &[Applicable<'_>],
-        _: &RequestFacts<'_>,
-        _: &Policy,
-    ) {
-    }
-
-    #[inline(always)]
-    fn forwarded(&mut self, _: Option<Nanos>) {}
-}
-
-impl Notes for Parts {
+impl Note for Parts {
     fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy) {
         let prefix = policy.config.server.ipv6_prefix;
         let client = |out: &mut Vec<u8>| write_client(out, facts.client_ip, prefix);
@@ -171,10 +197,6 @@ impl Notes for Parts {
         }
         let key = shown_key(rule, facts, policy);
         self.decide(outcome, Some(&rule.name), Some(&key));
-    }
-
-    fn forwarded(&mut self, upstream_took: Option<Nanos>) {
-        self.upstream = upstream_took;
     }
 }
 

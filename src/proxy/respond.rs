@@ -35,20 +35,23 @@ pub use own_fields::{OwnFields, OwnName};
 pub struct ProxyBody {
     body: Inner,
     fields: OwnFields,
-    /// Written when the body is dropped (sent, or the client gone).
-    access: Option<access_log::Line>,
+    /// Written when the body is dropped (sent, or the client gone);
+    /// [`access_log::Line::none`] when the log is off.
+    access: access_log::Line,
 }
 
 #[derive(Debug)]
 enum Inner {
     /// The upstream's body, streamed.
     Upstream(PooledBody),
-    /// A body sluice wrote, until it is sent (then empty).
+    /// A body sluice wrote, until it is sent.
     Written {
         bytes: Bytes,
         /// A problem document still without its `request_id` member.
         problem: bool,
     },
+    /// No body, or one already sent (nothing to drop).
+    Empty,
 }
 
 impl ProxyBody {
@@ -57,19 +60,23 @@ impl ProxyBody {
         ProxyBody {
             body: Inner::Upstream(body),
             fields: OwnFields::default(),
-            access: None,
+            access: access_log::Line::none(),
         }
     }
 
     /// A body sluice wrote.
     pub fn written(body: Bytes) -> ProxyBody {
         ProxyBody {
-            body: Inner::Written {
-                bytes: body,
-                problem: false,
+            body: if body.is_empty() {
+                Inner::Empty
+            } else {
+                Inner::Written {
+                    bytes: body,
+                    problem: false,
+                }
             },
             fields: OwnFields::default(),
-            access: None,
+            access: access_log::Line::none(),
         }
     }
 
@@ -82,7 +89,7 @@ impl ProxyBody {
                 problem: true,
             },
             fields: OwnFields::default(),
-            access: None,
+            access: access_log::Line::none(),
         }
     }
 
@@ -105,15 +112,27 @@ impl ProxyBody {
             problem: problem @ true,
         } = &mut self.body
         {
-            *bytes = Bytes::from(problem::with_request_id(bytes, id.as_str()));
+            *bytes = Bytes::from(problem::with_request_id(bytes, id));
             *problem = false;
+        }
+    }
+
+    /// The body sluice wrote, taken to be sent (`None`: none, or sent).
+    fn take_written(&mut self) -> Option<Bytes> {
+        match std::mem::replace(&mut self.body, Inner::Empty) {
+            Inner::Written { bytes, .. } => Some(bytes),
+            upstream @ Inner::Upstream(_) => {
+                self.body = upstream;
+                None
+            }
+            Inner::Empty => None,
         }
     }
 
     /// Carries the request's access log `line` until the body is sent or
     /// dropped, counting the bytes sent.
     pub fn carry_access(&mut self, line: access_log::Line) {
-        self.access = Some(line);
+        self.access = line;
     }
 }
 
@@ -126,15 +145,26 @@ impl Body for ProxyBody {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        use std::task::Poll;
         let this = self.get_mut();
+        let Some(line) = this.access.parts() else {
+            // No access log: the frame goes as it comes.
+            return match &mut this.body {
+                Inner::Upstream(body) => std::pin::Pin::new(body).poll_frame(cx),
+                _ => Poll::Ready(this.take_written().map(|bytes| Ok(Frame::data(bytes)))),
+            };
+        };
         let polled = match &mut this.body {
             Inner::Upstream(body) => std::pin::Pin::new(body).poll_frame(cx),
-            Inner::Written { bytes, .. } if bytes.is_empty() => std::task::Poll::Ready(None),
-            Inner::Written { bytes, .. } => {
-                std::task::Poll::Ready(Some(Ok(Frame::data(std::mem::take(bytes)))))
+            written => {
+                let written = match std::mem::replace(written, Inner::Empty) {
+                    Inner::Written { bytes, .. } => Some(bytes),
+                    _ => None,
+                };
+                Poll::Ready(written.map(|bytes| Ok(Frame::data(bytes))))
             }
         };
-        if let (Some(line), std::task::Poll::Ready(Some(Ok(frame)))) = (&mut this.access, &polled) {
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
             if let Some(data) = frame.data_ref() {
                 line.bytes_out += data.len() as u64;
             }
@@ -147,6 +177,7 @@ impl Body for ProxyBody {
         match &self.body {
             Inner::Upstream(body) => body.is_end_stream(),
             Inner::Written { bytes, .. } => bytes.is_empty(),
+            Inner::Empty => true,
         }
     }
 
@@ -155,6 +186,7 @@ impl Body for ProxyBody {
         match &self.body {
             Inner::Upstream(body) => body.size_hint(),
             Inner::Written { bytes, .. } => SizeHint::with_exact(bytes.len() as u64),
+            Inner::Empty => SizeHint::with_exact(0),
         }
     }
 }

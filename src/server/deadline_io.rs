@@ -47,7 +47,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::problem::{self, Layout, Problem};
-use crate::request_id::MadeId;
+use crate::request_id::{MadeId, RequestId};
 use crate::timer::LazyTimer;
 
 /// The `[server]` settings a connection enforces.
@@ -617,7 +617,7 @@ fn problem_response(status: u16, detail: &str) -> Vec<u8> {
     let id = MadeId::next();
     let body = problem::with_request_id(
         &Problem::new(status_code, detail).to_json(Layout::ByName),
-        id.as_str(),
+        &RequestId::Made(id),
     );
     let mut response = format!(
         "HTTP/1.1 {} {title}\r\ncontent-type: {}\r\n\

@@ -511,6 +511,13 @@ async fn an_untrusted_peer_s_request_id_is_replaced() {
     assert!(is_made(&id), "{id}");
     assert_eq!(seen_ids(&upstream), [id.as_str()]);
 
+    // Over HTTP/2 (h2c) too.
+    let h2 = support::get_h2(&sluice.url("/h2"), &[("x-request-id", "forged-h2")]).await;
+    let id = id_of(&h2);
+    assert!(is_made(&id), "{id}");
+    assert_eq!(seen_ids(&upstream), [id.as_str()]);
+    assert_eq!(line_of(&log, &id).await["path"], "/h2");
+
     // Ids differ from one request to the next.
     let again = id_of(&get(&sluice.url("/untrusted"), &[]).await);
     assert!(is_made(&again) && again != id);

@@ -66,8 +66,11 @@ thread_local! {
 #[derive(Debug, Clone, Default)]
 pub struct OwnFields {
     lines: Lines,
-    /// Which of [`NAMES`] the lines hold, one bit each.
+    /// Which of [`NAMES`] the fields hold, one bit each.
     names: u8,
+    /// `x-request-id`, written after the lines: kept apart, as it differs
+    /// on every response, so that a refusal sent again shares its lines.
+    request_id: Option<RequestId>,
 }
 
 #[derive(Debug, Clone)]
@@ -104,7 +107,19 @@ impl OwnFields {
     /// Adds `x-request-id: <id>` (an id is visible ASCII by construction).
     #[inline]
     pub fn push_request_id(&mut self, id: &RequestId) {
-        self.push_valid(OwnName::XRequestId, id.as_bytes());
+        self.request_id = Some(id.clone());
+        self.names |= 1 << OwnName::XRequestId as u8;
+    }
+
+    /// Writes the fields as HTTP/1 lines, each ending in CRLF.
+    #[inline]
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.lines());
+        if let Some(id) = &self.request_id {
+            out.extend_from_slice(b"x-request-id: ");
+            out.extend_from_slice(id.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
     }
 
     /// Adds the decimal `n` as the value of `name`.
@@ -156,12 +171,7 @@ impl OwnFields {
 
     fn owned(&mut self) -> &mut Vec<u8> {
         if let Lines::Shared(bytes) = &self.lines {
-            // A remembered refusal, to which the request's id is added:
-            // copied into the thread's spare buffer, not a new one.
-            let mut lines = SPARE.take();
-            lines.reserve(bytes.len() + TYPICAL_LINES);
-            lines.extend_from_slice(bytes);
-            self.lines = Lines::Owned(lines);
+            self.lines = Lines::Owned(bytes.to_vec());
         }
         match &mut self.lines {
             Lines::Owned(lines) => {
@@ -175,7 +185,8 @@ impl OwnFields {
         }
     }
 
-    /// The lines, each ending in CRLF.
+    /// The lines, each ending in CRLF (the request id's apart:
+    /// [`OwnFields::write_to`] writes both).
     pub fn lines(&self) -> &[u8] {
         match &self.lines {
             Lines::Owned(lines) => lines,
@@ -210,6 +221,13 @@ impl OwnFields {
     pub fn into_map(self, headers: &mut HeaderMap) {
         if self.is_empty() {
             return;
+        }
+        if let Some(id) = &self.request_id {
+            let value = match id {
+                RequestId::Made(made) => made.header_value(),
+                RequestId::Kept(value) => value.clone(),
+            };
+            headers.insert(request_id::HEADER, value);
         }
         headers.reserve(self.names.count_ones() as usize);
         let mut seen = 0u8;
@@ -299,6 +317,26 @@ mod tests {
         fields.push_number(OwnName::XRateLimitLimit, 1);
         assert_eq!(fields.lines(), b"x-ratelimit-limit: 1\r\n");
         assert!(!fields.replaces(&HeaderName::from_static("ratelimit-policy")));
+    }
+
+    #[test]
+    fn the_request_id_is_written_last_and_replaces_the_map_s() {
+        let id = RequestId::Kept(HeaderValue::from_static("abc-1"));
+        let mut fields = OwnFields::default();
+        fields.push_number(OwnName::RetryAfter, 5);
+        let mut replayed = fields.shared();
+        replayed.push_request_id(&id);
+        let mut out = Vec::new();
+        replayed.write_to(&mut out);
+        assert_eq!(out, b"retry-after: 5\r\nx-request-id: abc-1\r\n");
+        assert!(replayed.replaces(&request_id::HEADER));
+        assert!(!fields.replaces(&request_id::HEADER));
+        let mut headers = HeaderMap::new();
+        headers.insert("x-request-id", HeaderValue::from_static("upstream's"));
+        replayed.into_map(&mut headers);
+        assert_eq!(headers["x-request-id"], "abc-1");
+        assert_eq!(headers.get_all("x-request-id").iter().count(), 1);
+        assert_eq!(headers["retry-after"], "5");
     }
 
     #[test]
