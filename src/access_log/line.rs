@@ -8,7 +8,7 @@
 //! when they need it) rather than through `serde_json`'s value tree: its
 //! two buffers are the thread's, reused from one request to the next.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -19,6 +19,9 @@ use crate::request_id::RequestId;
 
 /// A buffer larger than this is not kept for the thread's next line.
 const MOST_KEPT: usize = 16 * 1024;
+
+/// Spare parts a thread keeps at most (a few hundred bytes each).
+const MOST_SPARE: usize = 1024;
 
 /// Upper bound of the bytes the end of a line adds to its two parts:
 /// `"status":`, `"bytes_out":`, the three durations (up to 20 digits and
@@ -67,8 +70,12 @@ impl fmt::Debug for Line {
 }
 
 thread_local! {
-    /// The parts of the thread's last line, for its next.
-    static SPARE: Cell<Option<Box<Parts>>> = const { Cell::new(None) };
+    /// The parts of the thread's lines that ended, for its next ones: a
+    /// thread has as many requests in flight as it has connections, so
+    /// one spare would not do. Boxed, as a line holds them: handed over
+    /// without a copy or an allocation.
+    #[allow(clippy::vec_box)]
+    static SPARE: RefCell<Vec<Box<Parts>>> = const { RefCell::new(Vec::new()) };
     /// The last second written as a time, and its text
     /// (`2026-11-25T11:31:05`): most lines of a thread share their second.
     static SECOND: RefCell<(u64, [u8; 19])> = const { RefCell::new((u64::MAX, [0; 19])) };
@@ -87,7 +94,8 @@ impl Line {
     }
 
     pub(super) fn begin(shard: Arc<Shard>, started: Nanos, request_id: &RequestId) -> Line {
-        let mut parts = SPARE.take().unwrap_or_else(|| {
+        let spare = SPARE.with_borrow_mut(Vec::pop);
+        let mut parts = spare.unwrap_or_else(|| {
             Box::new(Parts {
                 head: Vec::with_capacity(256),
                 client: 0..0,
@@ -231,7 +239,11 @@ impl Drop for Line {
             shard.append(parts.most(), |out| parts.write(out, ended));
         }
         if parts.head.capacity() <= MOST_KEPT && parts.decision.capacity() <= MOST_KEPT {
-            SPARE.set(Some(parts));
+            SPARE.with_borrow_mut(|spare| {
+                if spare.len() < MOST_SPARE {
+                    spare.push(parts);
+                }
+            });
         }
     }
 }

@@ -206,18 +206,26 @@ impl Note for Parts {
 fn write_client(out: &mut Vec<u8>, ip: IpAddr, ipv6_prefix: u8) {
     match client_ip::canonical(ip) {
         IpAddr::V4(v4) => {
+            // On the stack, then copied at once: `255.255.255.255`.
+            let mut text = [0u8; 15];
+            let mut len = 0;
             for (index, octet) in v4.octets().into_iter().enumerate() {
                 if index > 0 {
-                    out.push(b'.');
+                    text[len] = b'.';
+                    len += 1;
                 }
                 if octet >= 100 {
-                    out.push(b'0' + octet / 100);
+                    text[len] = b'0' + octet / 100;
+                    len += 1;
                 }
                 if octet >= 10 {
-                    out.push(b'0' + octet / 10 % 10);
+                    text[len] = b'0' + octet / 10 % 10;
+                    len += 1;
                 }
-                out.push(b'0' + octet % 10);
+                text[len] = b'0' + octet % 10;
+                len += 1;
             }
+            out.extend_from_slice(&text[..len]);
         }
         v6 => {
             let mut text = String::with_capacity(48);

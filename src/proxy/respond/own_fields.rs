@@ -222,13 +222,6 @@ impl OwnFields {
         if self.is_empty() {
             return;
         }
-        if let Some(id) = &self.request_id {
-            let value = match id {
-                RequestId::Made(made) => made.header_value(),
-                RequestId::Kept(value) => value.clone(),
-            };
-            headers.insert(request_id::HEADER, value);
-        }
         headers.reserve(self.names.count_ones() as usize);
         let mut seen = 0u8;
         for line in self
@@ -255,6 +248,14 @@ impl OwnFields {
             } else {
                 headers.append(NAMES[index].clone(), value);
             }
+        }
+        // Last, as sluice's own server writes it.
+        if let Some(id) = &self.request_id {
+            let value = match id {
+                RequestId::Made(made) => made.header_value(),
+                RequestId::Kept(value) => value.clone(),
+            };
+            headers.insert(request_id::HEADER, value);
         }
     }
 }
