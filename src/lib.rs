@@ -22,11 +22,14 @@
 //! - [`timer`]: a deadline timer that is cheap to move later (connection and upstream clocks).
 //! - [`reload`]: hot reload (SIGHUP, `POST /admin/reload`, the file watch).
 //! - [`metrics`], [`admin`]: Prometheus metrics and the admin listener.
+//! - [`access_log`]: one JSON line per request, written off the request path.
+//! - [`request_id`]: `X-Request-Id`, kept from a trusted proxy or made per request.
 //! - [`problem`]: the problem documents (RFC 9457) of every error sluice answers itself.
 //! - [`demo`]: the self-contained tour behind `sluice demo`.
 //! - [`tls`]: the crypto provider and PEM files every TLS side shares.
 #![forbid(unsafe_code)]
 
+pub mod access_log;
 pub mod admin;
 pub mod cli;
 pub mod clock;
@@ -41,6 +44,7 @@ pub mod policy;
 pub mod problem;
 pub mod proxy;
 pub mod reload;
+pub mod request_id;
 pub mod server;
 pub mod store;
 #[cfg(test)]

@@ -125,6 +125,9 @@ pub struct Metrics {
     pub tls_handshakes_ok: IntCounter,
     /// `sluice_tls_handshakes_total{result="error"}`: failed or timed out.
     pub tls_handshakes_error: IntCounter,
+    /// `sluice_access_log_dropped_total`: lines the access log's buffers
+    /// had no room for (its writer was behind), or that its target lost.
+    pub access_log_dropped: IntCounter,
     bans_started: IntCounterVec,
     banned_requests: IntCounterVec,
     bans_active: IntGaugeVec,
@@ -235,6 +238,12 @@ impl Metrics {
         )
         .expect("static metric definition");
 
+        let access_log_dropped = IntCounter::new(
+            "sluice_access_log_dropped_total",
+            "Access log lines dropped because the writer was behind (or its target failed).",
+        )
+        .expect("static metric definition");
+
         let bans_started = IntCounterVec::new(
             Opts::new(
                 "sluice_bans_total",
@@ -294,6 +303,7 @@ impl Metrics {
             Box::new(store_seconds.clone()),
             Box::new(store_fallback_active.clone()),
             Box::new(reloads.clone()),
+            Box::new(access_log_dropped.clone()),
         ] {
             registry
                 .register(collector)
@@ -347,6 +357,7 @@ impl Metrics {
             config_reloads_error: reloads.with_label_values(&["error"]),
             tls_handshakes_ok: tls_handshakes.with_label_values(&["ok"]),
             tls_handshakes_error: tls_handshakes.with_label_values(&["error"]),
+            access_log_dropped,
             bans_started,
             banned_requests,
             bans_active,

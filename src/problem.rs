@@ -15,6 +15,8 @@
 use http::{HeaderValue, StatusCode};
 use serde_json::Value;
 
+use crate::request_id::RequestId;
+
 /// The media type of a problem document.
 pub const MEDIA_TYPE: &str = "application/problem+json";
 
@@ -36,7 +38,9 @@ pub enum Layout {
     Standard,
     /// Every member sorted by name: the admin listener's errors, a banned
     /// caller's 429, a retired route's 410, and the answers to request heads
-    /// hyper could not parse.
+    /// hyper could not parse. (`request_id`, which every document of the
+    /// proxy port carries, is added last in either layout:
+    /// [`with_request_id`].)
     ByName,
 }
 
@@ -215,9 +219,33 @@ pub fn quota_exceeded_body<'n>(
     out
 }
 
+/// `document` with the member `"request_id":"<id>"` added last, whatever
+/// its layout: the id is the one thing that differs between two answers
+/// that are otherwise the same, so it is added as a document leaves, after
+/// the rest was built (or sent again, `proxy/respond/last_refusal.rs`).
+pub fn with_request_id(document: &[u8], id: &RequestId) -> Vec<u8> {
+    let Some(open) = document.strip_suffix(b"}") else {
+        // Not an object: nothing sluice writes.
+        return document.to_vec();
+    };
+    // Room for an escaped id of the longest kept: no second allocation.
+    let mut out = Vec::with_capacity(document.len() + 20 + 2 * id.as_bytes().len());
+    out.extend_from_slice(open);
+    if open != b"{" {
+        out.push(b',');
+    }
+    out.extend_from_slice(br#""request_id":"#);
+    id.write_json(&mut out);
+    out.push(b'}');
+    out
+}
+
 /// Appends `text` as a JSON string, byte for byte what `serde_json` writes.
-fn push_json_str(out: &mut Vec<u8>, text: &str) {
-    let plain = text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
+pub fn push_json_str(out: &mut Vec<u8>, text: &str) {
+    // Without an early exit, so that the test runs on many bytes at once.
+    let plain = text.bytes().fold(true, |plain, b| {
+        plain & (b >= 0x20) & (b != b'"') & (b != b'\\')
+    });
     if plain {
         out.push(b'"');
         out.extend_from_slice(text.as_bytes());
@@ -341,6 +369,23 @@ mod tests {
             String::from_utf8(gone).unwrap(),
             r#"{"detail":"retired","link":null,"rule":"v1","status":410,"title":"Gone"}"#
         );
+    }
+
+    #[test]
+    fn the_request_id_is_the_last_member_escaped_as_json() {
+        let document = Problem::new(StatusCode::BAD_REQUEST, "bad").to_json(Layout::ByName);
+        let kept = |text: &str| RequestId::Kept(HeaderValue::from_str(text).unwrap());
+        let stamped = with_request_id(&document, &kept("abc-123"));
+        let text = String::from_utf8(stamped).unwrap();
+        assert!(text.ends_with(r#","request_id":"abc-123"}"#), "{text}");
+        let json: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(json["request_id"], "abc-123");
+        assert_eq!(json["status"], 400);
+        // A trusted proxy's id may hold quotes and backslashes.
+        let odd = r#"a"b\c"#;
+        let json: Value = serde_json::from_slice(&with_request_id(&document, &kept(odd))).unwrap();
+        assert_eq!(json["request_id"], odd);
+        assert_eq!(with_request_id(b"{}", &kept("x")), br#"{"request_id":"x"}"#);
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! completes at once; Redis will await), and a hold waits on the proxy's
 //! clock. [`Proxy::reload`] swaps the policy in atomically.
 
+mod access;
 mod admit;
 pub mod bill;
 mod checks;
@@ -54,11 +55,14 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use http::Response;
 
+use crate::access_log::{AccessLog, Line};
 use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::config::Config;
+use crate::config::{AccessLogTarget, Config};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
+use crate::request_id::RequestId;
 use crate::store::{OnError, Store};
+use access::Notes;
 pub use admit::fill_asks;
 pub use checks::{check, host_of, Checked};
 pub use client_request::{ClientBody, ClientRequest};
@@ -95,6 +99,8 @@ struct Shared {
     draining: AtomicBool,
     /// Serialises reloads: each compiles against the policy it replaces.
     reloading: std::sync::Mutex<()>,
+    /// Where each request's line goes (`server.access_log`).
+    access_log: AccessLog,
 }
 
 impl Proxy {
@@ -114,6 +120,11 @@ impl Proxy {
         let metrics = Metrics::new();
         let config = Arc::new(config);
         let upstream = Upstream::new(&config.server, clock.clone());
+        let access_log = AccessLog::new(
+            &config.server.access_log,
+            clock.clone(),
+            metrics.access_log_dropped.clone(),
+        );
         let policy = Policy::compile(config, &metrics, &store);
         Proxy {
             shared: Arc::new(Shared {
@@ -126,6 +137,7 @@ impl Proxy {
                 clock,
                 draining: AtomicBool::new(false),
                 reloading: std::sync::Mutex::new(()),
+                access_log,
             }),
         }
     }
@@ -160,6 +172,9 @@ impl Proxy {
         let mut config = config;
         let ignored = crate::config::keep_startup_settings(&old.config, &mut config);
         shared.upstream.reload(&config.server);
+        // Opened (again) before requests see the new policy: a file renamed
+        // by logrotate is written anew from here.
+        shared.access_log.configure(&config.server.access_log);
         let policy = Policy::recompile(
             Arc::new(config),
             &shared.metrics,
@@ -220,6 +235,22 @@ impl Proxy {
         self.shared.metrics.config_reloads_error.inc();
     }
 
+    /// Opens the access log again where it is, as every reload does (a
+    /// refused one too: logrotate's SIGHUP must not leave it writing to
+    /// the renamed file). Blocks briefly: call it off the async workers.
+    pub fn reopen_access_log(&self) {
+        let running = self.shared.policy.load();
+        self.shared
+            .access_log
+            .configure(&running.config.server.access_log);
+    }
+
+    /// Writes out the access log's buffered lines, waiting `within` at
+    /// most: at shutdown.
+    pub fn flush_access_log(&self, within: std::time::Duration) {
+        self.shared.access_log.flush(within);
+    }
+
     /// Marks the proxy as draining (`/readyz` answers 503).
     pub fn start_draining(&self) {
         self.shared.draining.store(true, Ordering::SeqCst);
@@ -244,19 +275,38 @@ impl Proxy {
         // read, far cheaper than `Instant::now()` on this kind of VM).
         let started = self.shared.clock.now();
         let policy = self.shared.policy.load_full();
-        self.process(request, peer, &policy, started, response)
+        let trusted = policy.client_ip.is_trusted(peer.ip());
+        let id = RequestId::for_request(request.get().headers(), trusted);
+        // Written when dropped: with the response body once it is sent or
+        // dropped, or here if the client leaves before its answer (status
+        // 499, as nginx logs it).
+        let mut line = match policy.config.server.access_log {
+            AccessLogTarget::Off => Line::none(),
+            _ => self.shared.access_log.begin(started, &id),
+        };
+        let notes = Notes(line.parts());
+        self.process(request, peer, &policy, started, &id, notes, response)
             .await;
+        if let Some(parts) = line.parts() {
+            parts.status = response.status().as_u16();
+            response.body_mut().carry_access(line);
+        }
+        response.body_mut().identify(&id);
         self.shared.metrics.count_response(response.status());
     }
 
     /// The phases of one request, each in its file: checks → identify →
-    /// admit → forward (settling rides on the response body) → decorate.
+    /// admit → forward (settling rides on the response body) → decorate;
+    /// each tells `notes` what the access log says of the request.
+    #[allow(clippy::too_many_arguments)]
     async fn process(
         &self,
         client: &mut ClientRequest,
         peer: SocketAddr,
         policy: &Policy,
         started: Nanos,
+        request_id: &RequestId,
+        mut notes: Notes<'_>,
         response: &mut Response<ProxyBody>,
     ) {
         let shared = &*self.shared;
@@ -264,12 +314,14 @@ impl Proxy {
         let checked = match checks::check(request, policy) {
             Ok(checked) => checked,
             Err(refusal) => {
+                notes.asked_unchecked(request, peer, policy);
                 *response = respond::refusal(refusal, None);
                 return;
             }
         };
         let token_claims = std::cell::OnceCell::new();
         let mut facts = identify::facts_of(request, &checked, peer.ip(), policy);
+        notes.asked(&facts, policy);
         let mut applicable = Applicability::default();
         let identified = identify::identify(
             &mut facts,
@@ -281,6 +333,7 @@ impl Proxy {
         );
         if let Err(refused) = identified {
             identify::count_refusal(refused, &facts, policy, started);
+            notes.refused(refused, &facts, policy);
             *response = identify::answer(refused);
             return;
         }
@@ -293,8 +346,10 @@ impl Proxy {
             ticker: policy.bills.then_some(&shared.ticker),
         };
         let admitted =
-            admit::admit_request(admitter, policy, &facts, &applicable, &mut ruling, response);
-        if !admitted.await {
+            admit::admit_request(admitter, policy, &facts, &applicable, &mut ruling, response)
+                .await;
+        notes.ruled(admitted, &ruling, &applicable.enforced, &facts, policy);
+        if !admitted {
             return;
         }
         let path_and_query = forward::forwarded_path(request, &checked, policy);
@@ -303,10 +358,13 @@ impl Proxy {
             clock: &shared.clock,
             metrics: &shared.metrics,
             policy,
+            request_id,
         };
         let forwarding =
             forwarder.forward(client, path_and_query, peer, started, &mut ruling, response);
-        if forwarding.await {
+        let forwarded = forwarding.await;
+        notes.forwarded(ruling.upstream_took);
+        if forwarded {
             decorate::decorate(response, policy, &ruling, applicable.retiring);
         }
     }

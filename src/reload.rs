@@ -169,6 +169,7 @@ impl Reloader {
                 }
                 Err(errors) => {
                     proxy.reload_failed();
+                    proxy.reopen_access_log();
                     Err(errors)
                 }
             };

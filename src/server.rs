@@ -43,6 +43,7 @@ use crate::proxy::deadline::BodyLimits;
 use crate::proxy::respond::ProxyBody;
 use crate::proxy::{ClientRequest, Proxy};
 use crate::reload::{Reloader, Trigger};
+use crate::request_id::{MadeId, RequestId};
 
 mod connection;
 mod deadline_io;
@@ -239,6 +240,12 @@ impl Server {
         proxy.start_draining();
         drop(listener);
         shut_down(drain, config.server.shutdown_grace).await;
+        // The last requests' lines, before the process ends.
+        let flushing = proxy.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            flushing.flush_access_log(ACCESS_LOG_FLUSH_WAIT);
+        })
+        .await;
         admin.abort();
         if let Some(following) = following {
             following.abort();
@@ -359,23 +366,31 @@ const H2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
 /// See [`hyper_servers`].
 const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
 
+/// How long shutdown waits for the access log's last lines to be written.
+const ACCESS_LOG_FLUSH_WAIT: Duration = Duration::from_secs(2);
+
 /// How long a refused connection gets to take its 503.
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Answers a connection over the cap with 503 and closes it, without
-/// reading its request (whatever it is, the answer is the same).
+/// reading its request (whatever it is, the answer is the same but for its
+/// request id, one of its own).
 async fn refuse(mut stream: tokio::net::TcpStream) {
     use tokio::io::AsyncWriteExt;
+    let id = MadeId::next();
     let body = Problem::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "too many connections; try again shortly",
     )
     .to_json(Layout::Standard);
+    let body = problem::with_request_id(&body, &RequestId::Made(id));
     let mut answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: {}\r\n\
-         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\
+         x-request-id: {}\r\n\r\n",
         problem::MEDIA_TYPE,
-        body.len()
+        body.len(),
+        id.as_str(),
     )
     .into_bytes();
     answer.extend_from_slice(&body);

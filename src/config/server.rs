@@ -158,7 +158,26 @@ impl Validator<'_> {
                 );
                 AccessLogTarget::Off
             }
-            Some(path) => AccessLogTarget::File(self.file_path(path)),
+            Some(path) => {
+                let file = self.file_path(path);
+                // The file is made if missing; its directory must be there.
+                let directory = match file.parent() {
+                    Some(dir) if !dir.as_os_str().is_empty() => dir,
+                    _ => std::path::Path::new("."),
+                };
+                if !directory.is_dir() {
+                    let at = raw.map_or(0, |field| field.span().start);
+                    self.error(
+                        at,
+                        "server.access_log",
+                        format!(
+                            "the directory {} does not exist (the file is created in it)",
+                            directory.display()
+                        ),
+                    );
+                }
+                AccessLogTarget::File(file)
+            }
         }
     }
 
@@ -708,6 +727,42 @@ mod tests {
         assert!(
             line.starts_with("test.toml:5:10: admin.listen: 127.0.0.1:9000 is also server.listen"),
             "{line}"
+        );
+    }
+
+    #[test]
+    fn the_access_log_is_off_stdout_or_a_file_in_a_directory_that_exists() {
+        let target = |value: &str| {
+            valid(&format!("{UPSTREAM}access_log = \"{value}\"\n"))
+                .server
+                .access_log
+        };
+        assert_eq!(valid(UPSTREAM).server.access_log, AccessLogTarget::Off);
+        assert_eq!(target("off"), AccessLogTarget::Off);
+        assert_eq!(target("stdout"), AccessLogTarget::Stdout);
+        let dir = std::env::temp_dir();
+        let file = dir.join("sluice-access.log");
+        assert_eq!(
+            target(&file.display().to_string()),
+            AccessLogTarget::File(file)
+        );
+        // Relative to the config file's directory ("test.toml" has none).
+        assert_eq!(
+            target("access.log"),
+            AccessLogTarget::File("access.log".into())
+        );
+        let line = only_error(&format!("{UPSTREAM}access_log = \"\"\n"));
+        assert!(
+            line.starts_with("test.toml:3:14: server.access_log: give \"off\", \"stdout\""),
+            "{line}"
+        );
+        let line = only_error(&format!(
+            "{UPSTREAM}access_log = \"/nonexistent-sluice-dir/access.log\"\n"
+        ));
+        assert_eq!(
+            line,
+            "test.toml:3:14: server.access_log: the directory /nonexistent-sluice-dir \
+             does not exist (the file is created in it)"
         );
     }
 

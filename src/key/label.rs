@@ -207,6 +207,12 @@ impl KeyLabels {
         KeyLabels { key, reveal }
     }
 
+    /// Whether `other` shows every key as this does (the same label key,
+    /// the same `reveal_keys`): what a cache of shown keys is valid for.
+    pub fn same_as(&self, other: &KeyLabels) -> bool {
+        self.reveal == other.reveal && Arc::ptr_eq(&self.key.0, &other.key.0)
+    }
+
     /// The key as it may be shown: its parts joined by `|`, each credential
     /// part as its label.
     pub fn show(&self, sources: &[KeySource], key: &KeyText) -> String {

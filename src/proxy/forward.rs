@@ -47,6 +47,7 @@ use crate::config::ServerConfig;
 use crate::key::client_ip::ForwardedHeader;
 use crate::metrics::{seconds, Metrics};
 use crate::policy::Policy;
+use crate::request_id::{self, RequestId};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -114,7 +115,7 @@ impl Upstream {
     pub async fn send(
         &self,
         request: Outbound<'_>,
-        added: &[(HeaderName, HeaderValue)],
+        added: &AddedFields,
     ) -> Result<Response<PooledBody>, ForwardError> {
         let deadline = Instant::now() + self.timeout;
         match request {
@@ -171,16 +172,20 @@ pub struct ClientHop {
 }
 
 /// Turns the client's request into the upstream's, in place, but for the
-/// forwarding fields of an untrusted peer's request: those are returned, to
-/// be added as the request is written. `handshake`: the request is a
-/// WebSocket handshake ([`upgrade::is_websocket_handshake`]), whose
-/// `Connection` and `Upgrade` go on to the upstream.
+/// forwarding fields of an untrusted peer's request and a request id sluice
+/// made: those are returned, to be added as the request is written.
+/// `handshake`: the request is a WebSocket handshake
+/// ([`upgrade::is_websocket_handshake`]), whose `Connection` and `Upgrade`
+/// go on to the upstream. A kept `request_id` is the request's own
+/// `X-Request-Id`, which stays; any other the client sent goes, so the
+/// upstream sees one id, sluice's.
 pub fn prepare_request(
     request: &mut Request<ClientBody>,
     upstream: &Upstream,
     path_and_query: PathAndQuery,
     hop: ClientHop,
     handshake: bool,
+    request_id: &RequestId,
 ) -> AddedFields {
     let host = original_host(request);
     // An absolute-form target or HTTP/2's `:authority` names the host;
@@ -201,25 +206,39 @@ pub fn prepare_request(
     let mut buf = [0u8; IPV4_TEXT_MAX];
     let peer = ip_text(hop.peer, &mut buf);
     let proto = if hop.https { &HTTPS } else { &HTTP };
-    let mut added = AddedFields::new();
+    let mut added = AddedFields {
+        request_id: request_id.made(),
+        ..AddedFields::default()
+    };
     if hop.trusted {
         append_forwarded_for(headers, &peer);
+        if added.request_id.is_some() {
+            // The trusted proxy's id was not one to keep: sluice's replaces it.
+            headers.remove(request_id::HEADER);
+        }
     } else {
-        // An untrusted peer's forwarding fields are replaced, never
-        // believed: the client's go now (one look over the names present
-        // first, as almost no client sends them), and sluice's are added as
-        // the request is written, which for a plain exchange is straight
-        // into its head (three header-map inserts spared).
-        let forwarding = [&X_FORWARDED_FOR, &X_FORWARDED_PROTO, &X_FORWARDED_HOST];
-        if headers.keys().any(|name| forwarding.contains(&name)) {
-            for name in forwarding {
+        // An untrusted peer's forwarding fields and request id are
+        // replaced, never believed: the client's go now (one look over the
+        // names present first, as almost no client sends them), and
+        // sluice's are added as the request is written, which for a plain
+        // exchange is straight into its head (four header-map inserts
+        // spared).
+        let replaced = [
+            &X_FORWARDED_FOR,
+            &X_FORWARDED_PROTO,
+            &X_FORWARDED_HOST,
+            &request_id::HEADER,
+        ];
+        if headers.keys().any(|name| replaced.contains(&name)) {
+            for name in replaced {
                 headers.remove(name);
             }
         }
-        added.push((X_FORWARDED_FOR, peer_value(hop.peer, &peer)));
-        added.push((X_FORWARDED_PROTO, proto.clone()));
+        let fields = &mut added.fields;
+        fields.push((X_FORWARDED_FOR, peer_value(hop.peer, &peer)));
+        fields.push((X_FORWARDED_PROTO, proto.clone()));
         if let Some(host) = &host {
-            added.push((X_FORWARDED_HOST, host.clone()));
+            fields.push((X_FORWARDED_HOST, host.clone()));
         }
     }
     if hop.rfc7239 {
@@ -539,6 +558,8 @@ pub struct Forwarder<'a> {
     /// The policy the request was admitted under: who is trusted to name
     /// the client, and which forwarding header carries it.
     pub policy: &'a Policy,
+    /// The request's id, sent on as `X-Request-Id`.
+    pub request_id: &'a RequestId,
 }
 
 impl Forwarder<'_> {
@@ -577,7 +598,10 @@ impl Forwarder<'_> {
             }
             _ => upstream.send(outbound, &outgoing.added).await,
         };
-        let incoming = self.incoming(result, outgoing.sent, outgoing.client_upgrade, settlement);
+        // Until the head arrived, or the exchange failed.
+        let upstream_took = self.clock.now().saturating_sub(outgoing.sent);
+        ruling.upstream_took = Some(upstream_took);
+        let incoming = self.incoming(result, upstream_took, outgoing.client_upgrade, settlement);
         match incoming {
             Ok(answer) => {
                 *response = answer;
@@ -623,7 +647,14 @@ impl Forwarder<'_> {
         } else {
             None
         };
-        let added = prepare_request(request, self.upstream, path_and_query, hop, handshake);
+        let added = prepare_request(
+            request,
+            self.upstream,
+            path_and_query,
+            hop,
+            handshake,
+            self.request_id,
+        );
         // One clock read ends the overhead span and starts the upstream one.
         // The overhead excludes the intentional hold: it is the latency
         // sluice adds to requests that were within their limits.
@@ -654,13 +685,13 @@ impl Forwarder<'_> {
     fn incoming(
         self,
         mut result: Result<Response<PooledBody>, ForwardError>,
-        sent: Nanos,
+        upstream_took: Nanos,
         client_upgrade: Option<ClientUpgrade>,
         mut settlement: Option<Box<Settlement>>,
     ) -> Result<Response<ProxyBody>, ForwardError> {
         self.metrics
             .upstream_seconds
-            .observe(seconds(self.clock.now().saturating_sub(sent)));
+            .observe(seconds(upstream_took));
         if let Some(bill) = &mut settlement {
             match &mut result {
                 Ok(response) => bill.response_began(response.status(), response.headers_mut()),

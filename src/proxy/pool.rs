@@ -56,6 +56,7 @@ use super::client_request::ClientRequest;
 use super::deadline::{BodyError, GuardedBody};
 use super::settle::Settlement;
 use crate::clock::{Clock, Nanos, ProxyClock};
+use crate::request_id::{self, MadeId};
 use dial::Destination;
 pub use plain::{connection_options, is_plain, only_persistence_options, parse_length, Framing};
 use plain::{one_content_length, unreadable_connection, Conn, IdleConns};
@@ -134,8 +135,16 @@ struct Idle {
 /// Fields a request gets as it is written to the upstream rather than
 /// through its header map: written straight into a plain exchange's head,
 /// inserted into the map for hyper's client. (The forwarding fields of an
-/// untrusted peer's request: each insert into the map hashes the name.)
-pub type AddedFields = SmallVec<[(HeaderName, HeaderValue); 3]>;
+/// untrusted peer's request, and the request id sluice made: each insert
+/// into the map hashes the name, and a header value made from the id would
+/// be copied and checked byte by byte.)
+#[derive(Debug, Default)]
+pub struct AddedFields {
+    pub fields: SmallVec<[(HeaderName, HeaderValue); 3]>,
+    /// `X-Request-Id`, when sluice made it (a kept one is already in the
+    /// request's map).
+    pub request_id: Option<MadeId>,
+}
 
 impl Pool {
     /// A pool for `destination`, over TLS with `tls`, dating idle
@@ -191,7 +200,7 @@ impl Pool {
     pub async fn send(
         self: &Arc<Pool>,
         request: &mut ClientRequest<GuardedBody>,
-        added: &[(HeaderName, HeaderValue)],
+        added: &AddedFields,
         deadline: Instant,
     ) -> Result<Response<PooledBody>, ForwardError> {
         let request = request.take();
@@ -205,10 +214,14 @@ impl Pool {
     async fn send_hyper(
         self: &Arc<Pool>,
         mut request: Request<GuardedBody>,
-        added: &[(HeaderName, HeaderValue)],
+        added: &AddedFields,
     ) -> Result<Response<PooledBody>, ForwardError> {
-        for (name, value) in added {
-            request.headers_mut().insert(name.clone(), value.clone());
+        let headers = request.headers_mut();
+        for (name, value) in &added.fields {
+            headers.insert(name.clone(), value.clone());
+        }
+        if let Some(id) = &added.request_id {
+            headers.insert(request_id::HEADER, id.header_value());
         }
         // One retry, on a fresh connection: only when a reused connection
         // turned out dead before the request was written (hyper hands the
@@ -254,7 +267,7 @@ impl Pool {
     pub async fn send_plain<B>(
         self: &Arc<Pool>,
         request: &Request<B>,
-        added: &[(HeaderName, HeaderValue)],
+        added: &AddedFields,
         deadline: Instant,
     ) -> Result<Response<PooledBody>, ForwardError> {
         match &self.scheme {
@@ -358,7 +371,7 @@ async fn send_plain_on<S, C, F, B>(
     idle: &Arc<IdleConns<S>>,
     connect: C,
     request: &Request<B>,
-    added: &[(HeaderName, HeaderValue)],
+    added: &AddedFields,
     deadline: Instant,
 ) -> Result<Response<PooledBody>, ForwardError>
 where

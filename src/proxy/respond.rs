@@ -11,43 +11,85 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
-use http_body_util::{Either, Full};
 use hyper::body::{Body, Frame, SizeHint};
 
-use super::pool::PooledBody;
+use super::pool::{BoxError, PooledBody};
 use super::refusal::Refusal;
+use crate::access_log;
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
 use crate::limiter::Decision;
 use crate::policy::{Limit, Policy, Rule, Sunset};
 use crate::problem::{self, Layout, Problem};
+use crate::request_id::RequestId;
 use last_refusal::RefusalKey;
 pub use own_fields::{OwnFields, OwnName};
 
 /// The body of every response the proxy sends (the upstream's, streamed, or
 /// one sluice wrote), and the fields sluice adds to the response's head
 /// ([`OwnFields`]). They travel with the body because the other places cost
-/// more: a response's extensions allocate, and its header map hashes.
+/// more: a response's extensions allocate, and its header map hashes. So
+/// does the request's access log line, when there is one: the body knows
+/// when the response ends and how much of it was sent.
 #[derive(Debug)]
 pub struct ProxyBody {
-    body: Either<PooledBody, Full<Bytes>>,
+    body: Inner,
     fields: OwnFields,
+    /// Written when the body is dropped (sent, or the client gone);
+    /// [`access_log::Line::none`] when the log is off.
+    access: access_log::Line,
+}
+
+#[derive(Debug)]
+enum Inner {
+    /// The upstream's body, streamed.
+    Upstream(PooledBody),
+    /// A body sluice wrote, until it is sent.
+    Written {
+        bytes: Bytes,
+        /// A problem document still without its `request_id` member.
+        problem: bool,
+    },
+    /// No body, or one already sent (nothing to drop).
+    Empty,
 }
 
 impl ProxyBody {
     /// The upstream's body, streamed.
     pub fn upstream(body: PooledBody) -> ProxyBody {
         ProxyBody {
-            body: Either::Left(body),
+            body: Inner::Upstream(body),
             fields: OwnFields::default(),
+            access: access_log::Line::none(),
         }
     }
 
     /// A body sluice wrote.
     pub fn written(body: Bytes) -> ProxyBody {
         ProxyBody {
-            body: Either::Right(Full::new(body)),
+            body: if body.is_empty() {
+                Inner::Empty
+            } else {
+                Inner::Written {
+                    bytes: body,
+                    problem: false,
+                }
+            },
             fields: OwnFields::default(),
+            access: access_log::Line::none(),
+        }
+    }
+
+    /// A problem document sluice wrote, to which [`ProxyBody::identify`]
+    /// adds the request's id.
+    fn problem(document: Bytes) -> ProxyBody {
+        ProxyBody {
+            body: Inner::Written {
+                bytes: document,
+                problem: true,
+            },
+            fields: OwnFields::default(),
+            access: access_log::Line::none(),
         }
     }
 
@@ -60,28 +102,92 @@ impl ProxyBody {
     pub fn take_own_fields(&mut self) -> OwnFields {
         std::mem::take(&mut self.fields)
     }
+
+    /// Marks the answer with the request's id: `X-Request-Id` on the head
+    /// and, when sluice wrote a problem document, its `request_id` member.
+    pub fn identify(&mut self, id: &RequestId) {
+        self.fields.push_request_id(id);
+        if let Inner::Written {
+            bytes,
+            problem: problem @ true,
+        } = &mut self.body
+        {
+            *bytes = Bytes::from(problem::with_request_id(bytes, id));
+            *problem = false;
+        }
+    }
+
+    /// The body sluice wrote, taken to be sent (`None`: none, or sent).
+    fn take_written(&mut self) -> Option<Bytes> {
+        match std::mem::replace(&mut self.body, Inner::Empty) {
+            Inner::Written { bytes, .. } => Some(bytes),
+            upstream @ Inner::Upstream(_) => {
+                self.body = upstream;
+                None
+            }
+            Inner::Empty => None,
+        }
+    }
+
+    /// Carries the request's access log `line` until the body is sent or
+    /// dropped, counting the bytes sent.
+    pub fn carry_access(&mut self, line: access_log::Line) {
+        self.access = line;
+    }
 }
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = <Either<PooledBody, Full<Bytes>> as Body>::Error;
+    type Error = BoxError;
 
     #[inline]
     fn poll_frame(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+        use std::task::Poll;
+        let this = self.get_mut();
+        let Some(line) = this.access.parts() else {
+            // No access log: the frame goes as it comes.
+            return match &mut this.body {
+                Inner::Upstream(body) => std::pin::Pin::new(body).poll_frame(cx),
+                _ => Poll::Ready(this.take_written().map(|bytes| Ok(Frame::data(bytes)))),
+            };
+        };
+        let polled = match &mut this.body {
+            Inner::Upstream(body) => std::pin::Pin::new(body).poll_frame(cx),
+            written => {
+                let written = match std::mem::replace(written, Inner::Empty) {
+                    Inner::Written { bytes, .. } => Some(bytes),
+                    _ => None,
+                };
+                Poll::Ready(written.map(|bytes| Ok(Frame::data(bytes))))
+            }
+        };
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                line.bytes_out += data.len() as u64;
+            }
+        }
+        polled
     }
 
     #[inline]
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        match &self.body {
+            Inner::Upstream(body) => body.is_end_stream(),
+            Inner::Written { bytes, .. } => bytes.is_empty(),
+            Inner::Empty => true,
+        }
     }
 
     #[inline]
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        match &self.body {
+            Inner::Upstream(body) => body.size_hint(),
+            Inner::Written { bytes, .. } => SizeHint::with_exact(bytes.len() as u64),
+            Inner::Empty => SizeHint::with_exact(0),
+        }
     }
 }
 
@@ -97,7 +203,10 @@ fn problem(status: StatusCode, detail: &str) -> Response<ProxyBody> {
 }
 
 fn with_problem_body(status: StatusCode, body: Vec<u8>) -> Response<ProxyBody> {
-    problem_response(status, problem_headers(), Bytes::from(body))
+    let mut response = Response::new(ProxyBody::problem(Bytes::from(body)));
+    *response.status_mut() = status;
+    *response.headers_mut() = problem_headers();
+    response
 }
 
 /// A header map holding `Content-Type: application/problem+json`, with room
@@ -107,13 +216,6 @@ fn problem_headers() -> HeaderMap {
     let mut headers = HeaderMap::with_capacity(8);
     headers.insert(CONTENT_TYPE, problem::CONTENT_TYPE.clone());
     headers
-}
-
-fn problem_response(status: StatusCode, headers: HeaderMap, body: Bytes) -> Response<ProxyBody> {
-    let mut response = Response::new(ProxyBody::written(body));
-    *response.status_mut() = status;
-    *response.headers_mut() = headers;
-    response
 }
 
 /// A response slot with nothing written in it yet: 200, no fields, an
@@ -145,7 +247,10 @@ fn refuse_into(
 ) {
     *response.status_mut() = status;
     let written = response.body_mut();
-    written.body = Either::Right(Full::new(body));
+    written.body = Inner::Written {
+        bytes: body,
+        problem: true,
+    };
     written.fields = fields;
 }
 

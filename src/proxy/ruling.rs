@@ -37,4 +37,7 @@ pub struct Ruling<'p> {
     /// The instant of the decision (Unix nanoseconds), for the headers: a
     /// shared store's clock when it decided.
     pub decided_at: Nanos,
+    /// Once forwarded: how long the upstream took to answer (its response
+    /// head) or to fail, as `sluice_upstream_seconds` times it.
+    pub upstream_took: Option<Nanos>,
 }

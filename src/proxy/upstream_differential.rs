@@ -37,7 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::pool::{ForwardError, Pool};
+use super::pool::{AddedFields, ForwardError, Pool};
 use crate::proxy::client_request::{ClientBody, ClientRequest};
 use crate::proxy::{deadline, forward};
 
@@ -115,11 +115,15 @@ async fn relay_on(client: Client, method: Method, answer: Bytes) -> Relayed {
     let deadline = Instant::now() + TIMEOUT;
     let sent = async {
         match client {
-            Client::Plain => pool.send_plain(&request, &[], deadline).await,
+            Client::Plain => {
+                pool.send_plain(&request, &AddedFields::default(), deadline)
+                    .await
+            }
             Client::Hyper => {
                 let (guarded, _watch) = deadline::guard(request);
                 let mut request = ClientRequest::new(guarded);
-                pool.send(&mut request, &[], deadline).await
+                pool.send(&mut request, &AddedFields::default(), deadline)
+                    .await
             }
         }
     };

@@ -47,6 +47,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::problem::{self, Layout, Problem};
+use crate::request_id::{MadeId, RequestId};
 use crate::timer::LazyTimer;
 
 /// The `[server]` settings a connection enforces.
@@ -608,17 +609,23 @@ impl TargetScan {
     }
 }
 
-/// A problem-document response that closes the connection.
+/// A problem-document response that closes the connection, with an id of
+/// its own (no request was read to keep one from).
 fn problem_response(status: u16, detail: &str) -> Vec<u8> {
     let status_code = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_REQUEST);
     let title = status_code.canonical_reason().unwrap_or("Error");
-    let body = Problem::new(status_code, detail).to_json(Layout::ByName);
+    let id = MadeId::next();
+    let body = problem::with_request_id(
+        &Problem::new(status_code, detail).to_json(Layout::ByName),
+        &RequestId::Made(id),
+    );
     let mut response = format!(
         "HTTP/1.1 {} {title}\r\ncontent-type: {}\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n",
+         content-length: {}\r\nconnection: close\r\nx-request-id: {}\r\n\r\n",
         status_code.as_u16(),
         problem::MEDIA_TYPE,
-        body.len()
+        body.len(),
+        id.as_str(),
     )
     .into_bytes();
     response.extend_from_slice(&body);
@@ -736,6 +743,11 @@ mod tests {
         assert!(head.contains(&format!("content-length: {}", body.len())));
         let json: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(json["status"], 431);
+        let id = head
+            .lines()
+            .find_map(|line| line.strip_prefix("x-request-id: "))
+            .unwrap();
+        assert_eq!(json["request_id"], id);
         assert!(json["detail"]
             .as_str()
             .unwrap()

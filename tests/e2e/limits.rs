@@ -148,7 +148,13 @@ async fn a_limited_request_gets_every_header_and_the_problem_document_of_the_spe
             "limit",
             "remaining",
             "retry_after_secs",
+            "request_id",
         ])
+    );
+    // The id of this answer, as its X-Request-Id says.
+    assert_eq!(
+        Some(body["request_id"].as_str().unwrap()),
+        got.header("x-request-id")
     );
     assert_eq!(
         body["type"],

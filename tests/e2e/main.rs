@@ -12,6 +12,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_log;
 mod admin_views;
 mod algorithms_http;
 mod bans;

@@ -280,7 +280,20 @@ async fn the_http2_preface_after_a_request_is_not_prior_knowledge_and_the_connec
 
         let got = exchange_with(sluice.addr, payload.as_bytes(), Duration::from_secs(2)).await;
 
-        assert_eq!(got.text(), String::from_utf8_lossy(ANSWER), "{server}");
+        // The upstream's answer as it came, and the request's id after its
+        // fields.
+        let text = got.text();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let (fields, id) = head.rsplit_once("\r\nx-request-id: ").unwrap();
+        assert!(
+            id.len() == 28 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id}"
+        );
+        assert_eq!(
+            format!("{fields}\r\n\r\n{body}"),
+            String::from_utf8_lossy(ANSWER),
+            "{server}"
+        );
         assert!(got.closed, "{server}: the connection is closed");
     }
     assert_eq!(targets(&upstream), ["/first", "/first"]);

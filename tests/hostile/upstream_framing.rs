@@ -1,10 +1,10 @@
 //! Upstream answers whose framing a proxy must not relay as it came, on
 //! both of sluice's HTTP/1 clients: a `GET` takes the plain exchange
 //! (`src/proxy/pool/plain.rs`), a `POST` with a body takes hyper's client.
-//! Exact bytes in, exact bytes out (the `date` value masked). Rows F9–F12
-//! of docs/edge-behaviour.md's "Hostile inputs" table. No rule: the
-//! answers carry no rate-limit fields, so every byte of them is the
-//! upstream's or the framing's.
+//! Exact bytes in, exact bytes out (the `date` and request id values
+//! masked). Rows F9–F12 of docs/edge-behaviour.md's "Hostile inputs"
+//! table. No rule: the answers carry no rate-limit fields, so every byte of
+//! them but `x-request-id` is the upstream's or the framing's.
 
 use crate::support;
 use crate::wire;
@@ -29,20 +29,47 @@ async fn ask(sluice: &Sluice, request: &str) -> Received {
     exchange(sluice.addr, request.as_bytes()).await
 }
 
-/// The text received, with each `date` field's value replaced by `<date>`.
+/// The text received, with each `date` field's value replaced by `<date>`
+/// and each request id sluice made (`x-request-id`, and the `request_id` of
+/// a problem document, which must be the same) by `<id>`.
 fn dateless(got: &Received) -> String {
     let text = got.text();
     let mut out = String::with_capacity(text.len());
     let mut rest = text.as_str();
-    while let Some(at) = rest.find("\r\ndate: ") {
-        let value = at + "\r\ndate: ".len();
+    let mut last_id = None;
+    loop {
+        let next = ["\r\ndate: ", "\r\nx-request-id: ", "\"request_id\":\""]
+            .into_iter()
+            .filter_map(|start| rest.find(start).map(|at| (at, start)))
+            .min();
+        let Some((at, start)) = next else { break };
+        let value = at + start.len();
         out.push_str(&rest[..value]);
-        out.push_str("<date>");
         rest = &rest[value..];
-        rest = &rest[rest.find("\r\n").unwrap_or(rest.len())..];
+        let end = rest.find(['\r', '"']).unwrap_or(rest.len());
+        if start == "\r\ndate: " {
+            out.push_str("<date>");
+        } else {
+            let id = &rest[..end];
+            assert!(
+                id.len() == 28 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+                "not an id sluice made: {id:?}"
+            );
+            if start.starts_with('"') {
+                assert_eq!(last_id, Some(id), "the body's id is the head's");
+            }
+            last_id = Some(id);
+            out.push_str("<id>");
+        }
+        rest = &rest[end..];
     }
     out.push_str(rest);
     out
+}
+
+/// The length of `text` once `<id>` stands for an id again.
+fn unmasked_len(text: &str) -> usize {
+    text.len() + text.matches("<id>").count() * (28 - "<id>".len())
 }
 
 /// A chunk-size line needs a hex digit (RFC 9112 §7.1): an empty line, or
@@ -67,7 +94,7 @@ async fn f9_a_chunk_size_line_without_a_digit_cuts_the_answer_short() {
             let got = ask(&sluice, &request).await;
             assert_eq!(
                 dateless(&got),
-                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ndate: <date>\r\n\r\n5\r\nhello\r\n",
+                "HTTP/1.1 200 OK\r\nx-request-id: <id>\r\ntransfer-encoding: chunked\r\ndate: <date>\r\n\r\n5\r\nhello\r\n",
                 "{client} {target}"
             );
             assert!(got.closed, "{client} {target}: the connection stayed open");
@@ -92,7 +119,7 @@ async fn f10_agreeing_content_lengths_are_relayed_as_one() {
             let got = ask(&sluice, &request).await;
             assert_eq!(
                 dateless(&got),
-                "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ndate: <date>\r\n\r\nhello",
+                "HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-request-id: <id>\r\ndate: <date>\r\n\r\nhello",
                 "{client} {target}"
             );
             assert!(!got.closed, "{client} {target}: closed");
@@ -117,11 +144,11 @@ async fn f11_an_http_1_0_answer_is_relayed_as_http_1_1_and_the_client_connection
     let cases = [
         (
             "/until-close",
-            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ndate: <date>\r\n\r\n9\r\nall of it\r\n0\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nx-request-id: <id>\r\ntransfer-encoding: chunked\r\ndate: <date>\r\n\r\n9\r\nall of it\r\n0\r\n\r\n",
         ),
         (
             "/sized",
-            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ndate: <date>\r\n\r\nok",
+            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-request-id: <id>\r\ndate: <date>\r\n\r\nok",
         ),
     ];
     for (target, expected) in cases {
@@ -136,7 +163,7 @@ async fn f11_an_http_1_0_answer_is_relayed_as_http_1_1_and_the_client_connection
     let got = ask(&sluice, "GET /until-close HTTP/1.0\r\n\r\n").await;
     assert_eq!(
         dateless(&got),
-        "HTTP/1.0 200 OK\r\ndate: <date>\r\n\r\nall of it"
+        "HTTP/1.0 200 OK\r\nx-request-id: <id>\r\ndate: <date>\r\n\r\nall of it"
     );
     assert!(got.closed);
     // Five answers, each on a connection of its own.
@@ -177,10 +204,10 @@ async fn f12_a_transfer_coding_other_than_chunked_is_502() {
         _ => wire::ok(),
     })
     .await;
-    let body = r#"{"title":"Bad Gateway","status":502,"detail":"the service behind this proxy failed to answer"}"#;
+    let body = r#"{"title":"Bad Gateway","status":502,"detail":"the service behind this proxy failed to answer","request_id":"<id>"}"#;
     let bad_gateway = format!(
-        "HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\ndate: <date>\r\n\r\n",
-        body.len()
+        "HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/problem+json\r\nx-request-id: <id>\r\ncontent-length: {}\r\ndate: <date>\r\n\r\n",
+        unmasked_len(body)
     );
     let targets = [
         "/gzip",

@@ -765,12 +765,19 @@ impl SluiceProcess {
 
     /// Runs `command` (which starts `sluice run`, possibly through a shell)
     /// with info logs on a piped stderr, and waits for its "serving" line.
-    pub fn spawn_command(mut command: Command) -> SluiceProcess {
+    pub fn spawn_command(command: Command) -> SluiceProcess {
+        SluiceProcess::spawn_command_with_stdout(command, Stdio::null())
+    }
+
+    /// [`SluiceProcess::spawn_command`] with its stdout as `stdout` says
+    /// (`Stdio::piped()`: kept in `child.stdout`, for the test to read or
+    /// to leave unread).
+    pub fn spawn_command_with_stdout(mut command: Command, stdout: Stdio) -> SluiceProcess {
         use std::io::{BufRead, BufReader};
         let mut child = command
             .env("RUST_LOG", "info")
             .stderr(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .spawn()
             .expect("spawn sluice");
         let stderr = child.stderr.take().unwrap();

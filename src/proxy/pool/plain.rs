@@ -44,7 +44,7 @@ use tokio::time::Instant;
 use super::chunked::Chunked;
 use super::stream::UpstreamStream;
 // The same limits as the pool's hyper connections.
-use super::{too_old, MAX_IDLE};
+use super::{too_old, AddedFields, MAX_IDLE};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::proxy::fields;
 use crate::timer::LazyTimer;
@@ -144,7 +144,7 @@ pub fn is_plain<B: Body>(request: &Request<B>) -> bool {
 pub async fn exchange<S: UpstreamStream, B>(
     conn: &mut Conn<S>,
     request: &Request<B>,
-    added: &[(HeaderName, HeaderValue)],
+    added: &AddedFields,
     deadline: Instant,
 ) -> Result<Head, Failed> {
     let Conn {
@@ -169,7 +169,7 @@ async fn write_and_read<S: UpstreamStream, B>(
     read: &mut BytesMut,
     write: &mut Vec<u8>,
     request: &Request<B>,
-    added: &[(HeaderName, HeaderValue)],
+    added: &AddedFields,
 ) -> Result<Head, Failed> {
     write.clear();
     write_head(write, request, added);
@@ -200,7 +200,7 @@ async fn write_and_read<S: UpstreamStream, B>(
 /// The request line and fields as hyper's client writes them for a request
 /// without a body (lower-case names, nothing of hyper's own added), then
 /// the `added` fields.
-fn write_head<B>(out: &mut Vec<u8>, request: &Request<B>, added: &[(HeaderName, HeaderValue)]) {
+fn write_head<B>(out: &mut Vec<u8>, request: &Request<B>, added: &AddedFields) {
     out.extend_from_slice(request.method().as_str().as_bytes());
     out.push(b' ');
     let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
@@ -209,11 +209,16 @@ fn write_head<B>(out: &mut Vec<u8>, request: &Request<B>, added: &[(HeaderName, 
     for (name, value) in request
         .headers()
         .iter()
-        .chain(added.iter().map(|(n, v)| (n, v)))
+        .chain(added.fields.iter().map(|(n, v)| (n, v)))
     {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some(id) = &added.request_id {
+        out.extend_from_slice(b"x-request-id: ");
+        out.extend_from_slice(id.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");

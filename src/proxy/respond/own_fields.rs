@@ -20,10 +20,12 @@ use std::cell::Cell;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 
+use crate::request_id::{self, RequestId};
+
 /// The names sluice writes as own fields, by index. A `static`, not a
 /// `const`: each use of a `const` array makes (and drops) a copy of all
-/// seven names, on every forwarded request.
-static NAMES: [HeaderName; 7] = [
+/// eight names, on every forwarded request.
+static NAMES: [HeaderName; 8] = [
     HeaderName::from_static("x-ratelimit-limit"),
     HeaderName::from_static("x-ratelimit-remaining"),
     HeaderName::from_static("x-ratelimit-reset"),
@@ -31,6 +33,7 @@ static NAMES: [HeaderName; 7] = [
     HeaderName::from_static("ratelimit"),
     CONTENT_TYPE,
     RETRY_AFTER,
+    request_id::HEADER,
 ];
 
 /// One of the names an own field may have.
@@ -43,6 +46,8 @@ pub enum OwnName {
     RateLimit = 4,
     ContentType = 5,
     RetryAfter = 6,
+    /// The request's id: on every response, replacing an upstream's.
+    XRequestId = 7,
 }
 
 /// Room for the five rate-limit fields of a typical response.
@@ -61,8 +66,11 @@ thread_local! {
 #[derive(Debug, Clone, Default)]
 pub struct OwnFields {
     lines: Lines,
-    /// Which of [`NAMES`] the lines hold, one bit each.
+    /// Which of [`NAMES`] the fields hold, one bit each.
     names: u8,
+    /// `x-request-id`, written after the lines: kept apart, as it differs
+    /// on every response, so that a refusal sent again shares its lines.
+    request_id: Option<RequestId>,
 }
 
 #[derive(Debug, Clone)]
@@ -94,6 +102,24 @@ impl OwnFields {
     /// construction).
     pub fn push(&mut self, name: OwnName, value: &HeaderValue) {
         self.push_valid(name, value.as_bytes());
+    }
+
+    /// Adds `x-request-id: <id>` (an id is visible ASCII by construction).
+    #[inline]
+    pub fn push_request_id(&mut self, id: &RequestId) {
+        self.request_id = Some(id.clone());
+        self.names |= 1 << OwnName::XRequestId as u8;
+    }
+
+    /// Writes the fields as HTTP/1 lines, each ending in CRLF.
+    #[inline]
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.lines());
+        if let Some(id) = &self.request_id {
+            out.extend_from_slice(b"x-request-id: ");
+            out.extend_from_slice(id.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
     }
 
     /// Adds the decimal `n` as the value of `name`.
@@ -159,7 +185,8 @@ impl OwnFields {
         }
     }
 
-    /// The lines, each ending in CRLF.
+    /// The lines, each ending in CRLF (the request id's apart:
+    /// [`OwnFields::write_to`] writes both).
     pub fn lines(&self) -> &[u8] {
         match &self.lines {
             Lines::Owned(lines) => lines,
@@ -222,6 +249,14 @@ impl OwnFields {
                 headers.append(NAMES[index].clone(), value);
             }
         }
+        // Last, as sluice's own server writes it.
+        if let Some(id) = &self.request_id {
+            let value = match id {
+                RequestId::Made(made) => made.header_value(),
+                RequestId::Kept(value) => value.clone(),
+            };
+            headers.insert(request_id::HEADER, value);
+        }
     }
 }
 
@@ -283,6 +318,26 @@ mod tests {
         fields.push_number(OwnName::XRateLimitLimit, 1);
         assert_eq!(fields.lines(), b"x-ratelimit-limit: 1\r\n");
         assert!(!fields.replaces(&HeaderName::from_static("ratelimit-policy")));
+    }
+
+    #[test]
+    fn the_request_id_is_written_last_and_replaces_the_map_s() {
+        let id = RequestId::Kept(HeaderValue::from_static("abc-1"));
+        let mut fields = OwnFields::default();
+        fields.push_number(OwnName::RetryAfter, 5);
+        let mut replayed = fields.shared();
+        replayed.push_request_id(&id);
+        let mut out = Vec::new();
+        replayed.write_to(&mut out);
+        assert_eq!(out, b"retry-after: 5\r\nx-request-id: abc-1\r\n");
+        assert!(replayed.replaces(&request_id::HEADER));
+        assert!(!fields.replaces(&request_id::HEADER));
+        let mut headers = HeaderMap::new();
+        headers.insert("x-request-id", HeaderValue::from_static("upstream's"));
+        replayed.into_map(&mut headers);
+        assert_eq!(headers["x-request-id"], "abc-1");
+        assert_eq!(headers.get_all("x-request-id").iter().count(), 1);
+        assert_eq!(headers["retry-after"], "5");
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub fn head<B>(
         }
         field(out, name.as_str().as_bytes(), value.as_bytes());
     }
-    out.extend_from_slice(own.lines());
+    own.write_to(out);
     let framing = if !has_body {
         Framing::Empty
     } else if empty {

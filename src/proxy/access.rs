@@ -1,0 +1,315 @@
+//! What the access log says of a request, noted by the phases as they go:
+//! what it asked once checked, and what decided it. The line rides on the
+//! response body afterwards (`respond::ProxyBody`), which knows the status,
+//! the bytes sent and when the response ended.
+//!
+//! The phases note through [`Notes`], which holds no line when the log is
+//! off: each note is then one branch not taken, and nothing is built.
+//!
+//! The deciding rule is the one the answer names: on a refusal the rule
+//! the problem document names, otherwise the one `X-RateLimit-*` names (the
+//! limit with the least remaining, the earliest on a tie). Its key is shown
+//! as "Keys are credentials" (SPEC) says: a credential part as its label,
+//! unless `reveal_keys`. A label is a keyed hash, so each thread keeps the
+//! labels it made for the keys it met last ([`LabelCache`]).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+
+use http::Request;
+
+use super::client_request::ClientBody;
+use super::identify::{Applicable, Unidentified};
+use super::ruling::Ruling;
+use crate::access_log::Parts;
+use crate::clock::Nanos;
+use crate::key::client_ip;
+use crate::key::label::is_credential;
+use crate::key::{KeyLabels, KeySource, KeyText, RequestFacts};
+use crate::limiter::Decision;
+use crate::policy::{Policy, Rule};
+use crate::store::Outcome;
+
+/// What the phases tell the access log (see the module docs): nothing
+/// when it is off, each note then one untaken branch.
+pub struct Notes<'l>(pub Option<&'l mut Parts>);
+
+impl Notes<'_> {
+    /// The request, checked: the client IP as keyed, its method, host and
+    /// normalised path.
+    #[inline]
+    pub fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy) {
+        if let Some(line) = &mut self.0 {
+            line.asked(facts, policy);
+        }
+    }
+
+    /// A request the checks refused (its path may not normalise): as it
+    /// came, the client resolved through the trusted proxies.
+    #[inline]
+    pub fn asked_unchecked(
+        &mut self,
+        request: &Request<ClientBody>,
+        peer: SocketAddr,
+        policy: &Policy,
+    ) {
+        if let Some(line) = &mut self.0 {
+            line.asked_unchecked(request, peer, policy);
+        }
+    }
+
+    /// Identification refused it: the deny list, a missing key, a retired
+    /// route.
+    #[inline]
+    pub fn refused(
+        &mut self,
+        refused: Unidentified<'_>,
+        facts: &RequestFacts<'_>,
+        policy: &Policy,
+    ) {
+        if let Some(line) = &mut self.0 {
+            line.refused(refused, facts, policy);
+        }
+    }
+
+    /// Admission ruled (`admitted`: it passes); `enforced` are the rules
+    /// that applied.
+    #[inline]
+    pub fn ruled(
+        &mut self,
+        admitted: bool,
+        ruling: &Ruling<'_>,
+        enforced: &[Applicable<'_>],
+        facts: &RequestFacts<'_>,
+        policy: &Policy,
+    ) {
+        if let Some(line) = &mut self.0 {
+            line.ruled(admitted, ruling, enforced, facts, policy);
+        }
+    }
+
+    /// Forwarding ended: the upstream answered (or failed) after
+    /// `upstream_took`; `None`: it was not reached.
+    #[inline]
+    pub fn forwarded(&mut self, upstream_took: Option<Nanos>) {
+        if let Some(line) = &mut self.0 {
+            line.upstream = upstream_took;
+        }
+    }
+}
+
+/// What each note writes into the line.
+trait Note {
+    fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy);
+    fn asked_unchecked(&mut self, request: &Request<ClientBody>, peer: SocketAddr, policy: &Policy);
+    fn refused(&mut self, refused: Unidentified<'_>, facts: &RequestFacts<'_>, policy: &Policy);
+    fn ruled(
+        &mut self,
+        admitted: bool,
+        ruling: &Ruling<'_>,
+        enforced: &[Applicable<'_>],
+        facts: &RequestFacts<'_>,
+        policy: &Policy,
+    );
+}
+
+impl Note for Parts {
+    fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy) {
+        let prefix = policy.config.server.ipv6_prefix;
+        let client = |out: &mut Vec<u8>| write_client(out, facts.client_ip, prefix);
+        self.describe(client, facts.method.as_str(), facts.host, facts.path);
+    }
+
+    fn asked_unchecked(
+        &mut self,
+        request: &Request<ClientBody>,
+        peer: SocketAddr,
+        policy: &Policy,
+    ) {
+        let client_ip = policy.client_ip.resolve(peer.ip(), request.headers());
+        let prefix = policy.config.server.ipv6_prefix;
+        let client = |out: &mut Vec<u8>| write_client(out, client_ip, prefix);
+        let host = super::checks::host_of(request);
+        self.describe(
+            client,
+            request.method().as_str(),
+            host,
+            request.uri().path(),
+        );
+    }
+
+    fn refused(&mut self, refused: Unidentified<'_>, facts: &RequestFacts<'_>, policy: &Policy) {
+        match refused {
+            Unidentified::Denied => self.decide("denied", None, None),
+            // The key is what is missing.
+            Unidentified::MissingKey(rule) => self.decide("missing_key", Some(&rule.name), None),
+            // Counted limited, as a retired route is.
+            Unidentified::Gone(rule, _) => {
+                let key = shown_key(rule, facts, policy);
+                self.decide("limited", Some(&rule.name), Some(&key));
+            }
+        }
+    }
+
+    fn ruled(
+        &mut self,
+        admitted: bool,
+        ruling: &Ruling<'_>,
+        enforced: &[Applicable<'_>],
+        facts: &RequestFacts<'_>,
+        policy: &Policy,
+    ) {
+        self.held = ruling.held;
+        let (rule, outcome) = match ruling.outcome {
+            // Refused although nothing limited it: the store failed and
+            // `on_error = "deny"` answered 503.
+            Outcome::Admitted if !admitted => return self.decide("denied", None, None),
+            Outcome::Banned { rule, .. } => (enforced[rule].rule, "limited"),
+            Outcome::Limited => {
+                // The rule the 429 names: the first that refused.
+                let Some(refusing) = ruling.verdicts.iter().find(|v| !v.decision.is_allowed())
+                else {
+                    return;
+                };
+                (refusing.rule, "limited")
+            }
+            Outcome::Admitted => {
+                // The limit `X-RateLimit-*` names: the least remaining,
+                // the earliest on a tie.
+                let Some(tightest) = ruling
+                    .verdicts
+                    .iter()
+                    .min_by_key(|v| v.decision.state().remaining)
+                else {
+                    return;
+                };
+                let rule = tightest.rule;
+                let held = ruling.verdicts.iter().any(|v| {
+                    std::ptr::eq(v.rule, rule) && matches!(v.decision, Decision::Hold { .. })
+                });
+                (rule, if held { "delayed" } else { "allowed" })
+            }
+        };
+        if let [KeySource::Ip] = rule.key[..] {
+            // The most common key, already written as the client.
+            return self.decide_keyed_by_client(outcome, &rule.name);
+        }
+        let key = shown_key(rule, facts, policy);
+        self.decide(outcome, Some(&rule.name), Some(&key));
+    }
+}
+
+/// The client IP as keys have it (an IPv6 client as its network of
+/// `ipv6_prefix` bits); IPv4 digit by digit, as `fmt` costs several times
+/// as much.
+fn write_client(out: &mut Vec<u8>, ip: IpAddr, ipv6_prefix: u8) {
+    match client_ip::canonical(ip) {
+        IpAddr::V4(v4) => {
+            // On the stack, then copied at once: `255.255.255.255`.
+            let mut text = [0u8; 15];
+            let mut len = 0;
+            for (index, octet) in v4.octets().into_iter().enumerate() {
+                if index > 0 {
+                    text[len] = b'.';
+                    len += 1;
+                }
+                if octet >= 100 {
+                    text[len] = b'0' + octet / 100;
+                    len += 1;
+                }
+                if octet >= 10 {
+                    text[len] = b'0' + octet / 10 % 10;
+                    len += 1;
+                }
+                text[len] = b'0' + octet % 10;
+                len += 1;
+            }
+            out.extend_from_slice(&text[..len]);
+        }
+        v6 => {
+            let mut text = String::with_capacity(48);
+            client_ip::write_key(v6, ipv6_prefix, &mut text);
+            out.extend_from_slice(text.as_bytes());
+        }
+    }
+}
+
+/// `rule`'s key for the request `facts` describe, as it may be shown.
+fn shown_key(rule: &Rule, facts: &RequestFacts<'_>, policy: &Policy) -> String {
+    let text = policy.keys.key_text(&rule.key, facts);
+    if !rule.key.iter().any(is_credential) {
+        return text.clear().to_owned();
+    }
+    LABELS.with_borrow_mut(|cache| cache.show(&policy.labels, &rule.key, &text))
+}
+
+/// Labels made at most per thread before the cache starts over.
+const MOST_LABELS: usize = 1024;
+
+/// The keys a thread showed last, by their text in clear: a caller's many
+/// requests cost one keyed hash.
+#[derive(Default)]
+struct LabelCache {
+    /// What the labels were made with; another policy's may differ.
+    labels: Option<KeyLabels>,
+    /// Clear text → (which parts are credentials, one bit each; the key
+    /// as shown).
+    shown: HashMap<String, (u64, String)>,
+}
+
+thread_local! {
+    static LABELS: RefCell<LabelCache> = RefCell::default();
+}
+
+impl LabelCache {
+    fn show(&mut self, labels: &KeyLabels, sources: &[KeySource], key: &KeyText) -> String {
+        if !self.labels.as_ref().is_some_and(|own| own.same_as(labels)) {
+            self.labels = Some(labels.clone());
+            self.shown.clear();
+        }
+        let credentials = sources
+            .iter()
+            .enumerate()
+            .filter(|(_, source)| is_credential(source))
+            .fold(0u64, |mask, (index, _)| mask | 1u64 << (index % 64));
+        if let Some((mask, shown)) = self.shown.get(key.clear()) {
+            if *mask == credentials {
+                return shown.clone();
+            }
+        }
+        let shown = labels.show(sources, key);
+        if self.shown.len() >= MOST_LABELS {
+            self.shown.clear();
+        }
+        self.shown
+            .insert(key.clear().to_owned(), (credentials, shown.clone()));
+        shown
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_is_written_as_keys_write_it() {
+        for (ip, prefix) in [
+            ("0.0.0.0", 64),
+            ("203.0.113.7", 64),
+            ("10.20.100.9", 64),
+            ("255.255.255.255", 64),
+            ("::ffff:198.51.100.1", 64),
+            ("2001:db8:1:2:3:4:5:6", 64),
+            ("2001:db8:1:2:3:4:5:6", 128),
+            ("::1", 48),
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let mut ours = Vec::new();
+            write_client(&mut ours, ip, prefix);
+            let mut keyed = String::new();
+            client_ip::write_key(ip, prefix, &mut keyed);
+            assert_eq!(String::from_utf8(ours).unwrap(), keyed, "{ip}/{prefix}");
+        }
+    }
+}
