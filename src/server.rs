@@ -223,14 +223,10 @@ impl Server {
                         let io = DeadlineIo::new(stream, limits, Arc::clone(&connection.exchanges));
                         connection.serve(io, draining).await;
                     }
+                    // Boxed: a plain connection's task does not carry the
+                    // size of a TLS session and its serving future.
                     Some(tls) => {
-                        let within = limits.header_read_timeout;
-                        let metrics = connection.handler.proxy.metrics();
-                        if let Some(stream) = tls.accept(stream, within, metrics).await {
-                            let io =
-                                DeadlineIo::new(stream, limits, Arc::clone(&connection.exchanges));
-                            connection.serve(io, draining).await;
-                        }
+                        Box::pin(serve_tls(&tls, stream, connection, limits, draining)).await
                     }
                 }
                 drop(permit);
@@ -274,6 +270,23 @@ async fn proxied_client(
         limits.header_read_timeout,
     ))
     .await
+}
+
+/// A TLS connection: its handshake, then its requests through the same
+/// generic path as a plain one.
+async fn serve_tls(
+    tls: &TlsListener,
+    stream: tokio::net::TcpStream,
+    connection: Connection<Proxied>,
+    limits: ConnectionLimits,
+    draining: drain::DrainHandle,
+) {
+    let within = limits.header_read_timeout;
+    let metrics = connection.handler.proxy.metrics();
+    if let Some(stream) = tls.accept(stream, within, metrics).await {
+        let io = DeadlineIo::new(stream, limits, Arc::clone(&connection.exchanges));
+        connection.serve(io, draining).await;
+    }
 }
 
 /// Shutdown, once `/readyz` says 503 and the listener is closed: idle
