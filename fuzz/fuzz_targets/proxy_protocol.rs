@@ -88,9 +88,10 @@ impl Header<'_> {
                     Some(SocketAddr::new(IpAddr::from(source), sport)),
                 )
             }
-            Header::V2Local(family, block) => {
-                (v2(0x20, family, &block[..block.len().min(MAX_LEN - 16)]), None)
-            }
+            Header::V2Local(family, block) => (
+                v2(0x20, family, &block[..block.len().min(MAX_LEN - 16)]),
+                None,
+            ),
         }
     }
 }
@@ -108,8 +109,16 @@ fn check(bytes: &[u8]) -> Parsed {
     let parsed = parse(bytes);
     match parsed {
         Parsed::Complete { len, .. } => {
-            assert!(len <= bytes.len() && len <= MAX_LEN, "{len} of {}", bytes.len());
-            assert_eq!(parse(&bytes[..len]), parsed, "the header alone reads otherwise");
+            assert!(
+                len <= bytes.len() && len <= MAX_LEN,
+                "{len} of {}",
+                bytes.len()
+            );
+            assert_eq!(
+                parse(&bytes[..len]),
+                parsed,
+                "the header alone reads otherwise"
+            );
             for end in 0..len {
                 assert_eq!(
                     parse(&bytes[..end]),
