@@ -124,6 +124,34 @@ impl ClientIpResolver {
     }
 }
 
+/// The longest IPv4 address as text: `255.255.255.255`.
+pub const IPV4_TEXT_MAX: usize = 15;
+
+/// `ip` as dotted decimal (what `to_string` gives), written digit by digit
+/// into `buf`: `fmt` costs several times as much, and the request path
+/// writes the client's address for every forwarded request.
+pub fn ipv4_text(ip: std::net::Ipv4Addr, buf: &mut [u8; IPV4_TEXT_MAX]) -> &str {
+    let mut len = 0;
+    for (index, octet) in ip.octets().into_iter().enumerate() {
+        if index > 0 {
+            buf[len] = b'.';
+            len += 1;
+        }
+        if octet >= 100 {
+            buf[len] = b'0' + octet / 100;
+            len += 1;
+        }
+        if octet >= 10 {
+            buf[len] = b'0' + octet / 10 % 10;
+            len += 1;
+        }
+        buf[len] = b'0' + octet % 10;
+        len += 1;
+    }
+    // Only ASCII digits and dots were written.
+    std::str::from_utf8(&buf[..len]).unwrap_or("0.0.0.0")
+}
+
 /// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) → IPv4, so a dual-stack listener and an
 /// IPv4 listener key the same client the same way. Everything else unchanged.
 pub fn canonical(ip: IpAddr) -> IpAddr {

@@ -44,7 +44,7 @@ use super::settle::{ChargingWhile, Settlement};
 use super::upgrade::{self, ClientUpgrade};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::ServerConfig;
-use crate::key::client_ip::ForwardedHeader;
+use crate::key::client_ip::{self, ForwardedHeader, IPV4_TEXT_MAX};
 use crate::metrics::{seconds, Metrics};
 use crate::policy::Policy;
 use crate::request_id::{self, RequestId};
@@ -328,33 +328,10 @@ pub fn prepare_response(
     Ok(response)
 }
 
-/// `255.255.255.255`.
-const IPV4_TEXT_MAX: usize = 15;
-
 /// `ip` as text (what `ip.to_string()` gives); IPv4 is formatted on the stack.
 fn ip_text(ip: IpAddr, buf: &mut [u8; IPV4_TEXT_MAX]) -> std::borrow::Cow<'_, str> {
     match ip {
-        IpAddr::V4(v4) => {
-            let mut len = 0;
-            for (index, octet) in v4.octets().into_iter().enumerate() {
-                if index > 0 {
-                    buf[len] = b'.';
-                    len += 1;
-                }
-                if octet >= 100 {
-                    buf[len] = b'0' + octet / 100;
-                    len += 1;
-                }
-                if octet >= 10 {
-                    buf[len] = b'0' + octet / 10 % 10;
-                    len += 1;
-                }
-                buf[len] = b'0' + octet % 10;
-                len += 1;
-            }
-            // Only ASCII digits and dots were written.
-            std::borrow::Cow::Borrowed(std::str::from_utf8(&buf[..len]).unwrap_or("unknown"))
-        }
+        IpAddr::V4(v4) => std::borrow::Cow::Borrowed(client_ip::ipv4_text(v4, buf)),
         IpAddr::V6(_) => std::borrow::Cow::Owned(ip.to_string()),
     }
 }
