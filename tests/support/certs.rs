@@ -48,6 +48,20 @@ impl TestCa {
 
     /// A leaf for `names` (DNS names, `*.` wildcards, or IP addresses).
     pub fn leaf(&self, names: &[&str]) -> Leaf {
+        self.signed(names, |_| {})
+    }
+
+    /// A leaf for `names` that expired on 1 January 2020.
+    pub fn expired_leaf(&self, names: &[&str]) -> Leaf {
+        self.signed(names, |params| {
+            params.not_before = rcgen::date_time_ymd(2019, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2020, 1, 1);
+        })
+    }
+
+    /// A leaf for `names` (the first is also its common name), its
+    /// parameters adjusted by `adjust`, signed by this authority.
+    fn signed(&self, names: &[&str], adjust: impl FnOnce(&mut CertificateParams)) -> Leaf {
         let key = KeyPair::generate().expect("leaf key");
         let names: Vec<String> = names.iter().map(|name| name.to_string()).collect();
         let mut params = CertificateParams::new(names.clone()).expect("leaf params");
@@ -56,6 +70,7 @@ impl TestCa {
                 .distinguished_name
                 .push(rcgen::DnType::CommonName, first.as_str());
         }
+        adjust(&mut params);
         let cert = params
             .signed_by(&key, &self.issuer)
             .expect("leaf certificate");
@@ -79,23 +94,5 @@ impl Leaf {
         std::fs::write(&cert, &self.cert_pem).expect("write certificate");
         std::fs::write(&key, &self.key_pem).expect("write key");
         (cert, key)
-    }
-}
-
-impl TestCa {
-    /// A leaf for `names` that expired on 1 January 2020.
-    pub fn expired_leaf(&self, names: &[&str]) -> Leaf {
-        let key = KeyPair::generate().expect("leaf key");
-        let names: Vec<String> = names.iter().map(|name| name.to_string()).collect();
-        let mut params = CertificateParams::new(names).expect("leaf params");
-        params.not_before = rcgen::date_time_ymd(2019, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2020, 1, 1);
-        let cert = params
-            .signed_by(&key, &self.issuer)
-            .expect("leaf certificate");
-        Leaf {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        }
     }
 }
