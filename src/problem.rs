@@ -224,21 +224,41 @@ pub fn quota_exceeded_body<'n>(
 /// that are otherwise the same, so it is added as a document leaves, after
 /// the rest was built (or sent again, `proxy/respond/last_refusal.rs`).
 pub fn with_request_id(document: &[u8], id: &RequestId) -> Vec<u8> {
+    let mut out = Vec::with_capacity(with_request_id_len(document, id));
+    push_with_request_id(&mut out, document, id);
+    out
+}
+
+/// Appends [`with_request_id`]'s document to `out`: sluice's own HTTP/1
+/// server writes it straight behind the response's head, with no document
+/// of its own made per answer.
+pub fn push_with_request_id(out: &mut Vec<u8>, document: &[u8], id: &RequestId) {
     let Some(open) = document.strip_suffix(b"}") else {
         // Not an object: nothing sluice writes.
-        return document.to_vec();
+        out.extend_from_slice(document);
+        return;
     };
-    // Room for an escaped id of the longest kept: no second allocation.
-    let mut out = Vec::with_capacity(document.len() + 20 + 2 * id.as_bytes().len());
     out.extend_from_slice(open);
     if open != b"{" {
         out.push(b',');
     }
-    out.extend_from_slice(br#""request_id":"#);
-    id.write_json(&mut out);
+    out.extend_from_slice(REQUEST_ID_MEMBER);
+    id.write_json(out);
     out.push(b'}');
-    out
 }
+
+/// The length of [`with_request_id`]'s document.
+pub fn with_request_id_len(document: &[u8], id: &RequestId) -> usize {
+    match document.strip_suffix(b"}") {
+        Some(open) => {
+            let comma = usize::from(open != b"{");
+            document.len() + comma + REQUEST_ID_MEMBER.len() + id.json_len()
+        }
+        None => document.len(),
+    }
+}
+
+const REQUEST_ID_MEMBER: &[u8] = br#""request_id":"#;
 
 /// Appends `text` as a JSON string, byte for byte what `serde_json` writes.
 pub fn push_json_str(out: &mut Vec<u8>, text: &str) {
@@ -386,6 +406,14 @@ mod tests {
         let json: Value = serde_json::from_slice(&with_request_id(&document, &kept(odd))).unwrap();
         assert_eq!(json["request_id"], odd);
         assert_eq!(with_request_id(b"{}", &kept("x")), br#"{"request_id":"x"}"#);
+        // The length declared before the document is written is its length.
+        let made = RequestId::Made(crate::request_id::MadeId::next());
+        for id in [kept("abc-123"), kept(odd), kept(r#"\\""#), made] {
+            for document in [&document[..], b"{}", b"[]"] {
+                let written = with_request_id(document, &id);
+                assert_eq!(with_request_id_len(document, &id), written.len(), "{id:?}");
+            }
+        }
     }
 
     #[test]

@@ -186,6 +186,21 @@ impl RequestId {
         out.push(b'"');
     }
 
+    /// The length of [`RequestId::write_json`]'s string.
+    pub fn json_len(&self) -> usize {
+        match self {
+            RequestId::Made(made) => made.as_bytes().len() + 2,
+            RequestId::Kept(value) => {
+                let escaped = value
+                    .as_bytes()
+                    .iter()
+                    .filter(|&&byte| byte == b'"' || byte == b'\\')
+                    .count();
+                value.len() + escaped + 2
+            }
+        }
+    }
+
     /// The id made here, `None` when the request's own was kept.
     #[inline]
     pub fn made(&self) -> Option<MadeId> {

@@ -229,22 +229,30 @@ impl Parts {
 
 impl Drop for Line {
     /// The request ended: its line goes to the thread's buffer, and its
-    /// parts are kept for the thread's next line.
+    /// parts are kept for the thread's next line. Inlined, so that a
+    /// request with the log off pays one test, not a call that saves the
+    /// registers the written line needs (about 50 instructions).
+    #[inline]
     fn drop(&mut self) {
-        let Some(mut parts) = self.0.take() else {
-            return;
-        };
-        if let Some(shard) = parts.shard.take() {
-            let ended = shard.clock.now();
-            shard.append(parts.most(), |out| parts.write(out, ended));
+        if let Some(parts) = self.0.take() {
+            ended(parts);
         }
-        if parts.head.capacity() <= MOST_KEPT && parts.decision.capacity() <= MOST_KEPT {
-            SPARE.with_borrow_mut(|spare| {
-                if spare.len() < MOST_SPARE {
-                    spare.push(parts);
-                }
-            });
-        }
+    }
+}
+
+/// Writes a request's line to the thread's buffer and keeps its parts.
+#[inline(never)]
+fn ended(mut parts: Box<Parts>) {
+    if let Some(shard) = parts.shard.take() {
+        let ended = shard.clock.now();
+        shard.append(parts.most(), |out| parts.write(out, ended));
+    }
+    if parts.head.capacity() <= MOST_KEPT && parts.decision.capacity() <= MOST_KEPT {
+        SPARE.with_borrow_mut(|spare| {
+            if spare.len() < MOST_SPARE {
+                spare.push(parts);
+            }
+        });
     }
 }
 

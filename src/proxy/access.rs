@@ -201,12 +201,12 @@ impl Note for Parts {
 }
 
 /// The client IP as keys have it (an IPv6 client as its network of
-/// `ipv6_prefix` bits); IPv4 digit by digit ([`client_ip::ipv4_text`]).
+/// `ipv6_prefix` bits); IPv4 digit by digit ([`client_ip::ipv4_bytes`]).
 fn write_client(out: &mut Vec<u8>, ip: IpAddr, ipv6_prefix: u8) {
     match client_ip::canonical(ip) {
         IpAddr::V4(v4) => {
             let mut text = [0u8; client_ip::IPV4_TEXT_MAX];
-            out.extend_from_slice(client_ip::ipv4_text(v4, &mut text).as_bytes());
+            out.extend_from_slice(client_ip::ipv4_bytes(v4, &mut text));
         }
         v6 => {
             let mut text = String::with_capacity(48);

@@ -203,15 +203,16 @@ pub fn prepare_request(
         upgrade::restore_handshake_fields(headers);
     }
 
+    // The peer's address is written out only where it is not already the
+    // thread's last value of X-Forwarded-For (a keep-alive client's).
     let mut buf = [0u8; IPV4_TEXT_MAX];
-    let peer = ip_text(hop.peer, &mut buf);
     let proto = if hop.https { &HTTPS } else { &HTTP };
     let mut added = AddedFields {
         request_id: request_id.made(),
         ..AddedFields::default()
     };
     if hop.trusted {
-        append_forwarded_for(headers, &peer);
+        append_forwarded_for(headers, &ip_text(hop.peer, &mut buf));
         if added.request_id.is_some() {
             // The trusted proxy's id was not one to keep: sluice's replaces it.
             headers.remove(request_id::HEADER);
@@ -235,13 +236,14 @@ pub fn prepare_request(
             }
         }
         let fields = &mut added.fields;
-        fields.push((X_FORWARDED_FOR, peer_value(hop.peer, &peer)));
+        fields.push((X_FORWARDED_FOR, peer_value(hop.peer)));
         fields.push((X_FORWARDED_PROTO, proto.clone()));
         if let Some(host) = &host {
             fields.push((X_FORWARDED_HOST, host.clone()));
         }
     }
     if hop.rfc7239 {
+        let peer = ip_text(hop.peer, &mut buf);
         set_forwarded(headers, hop.peer, &peer, hop.trusted, hop.https);
     }
     if hop.trusted {
@@ -355,10 +357,13 @@ thread_local! {
     static LAST_PEER: RecentValue<IpAddr> = const { std::cell::RefCell::new(None) };
 }
 
-/// `text` (`ip` written out) as a header value, the thread's last one while
-/// `ip` repeats.
-fn peer_value(ip: IpAddr, text: &str) -> HeaderValue {
-    recent_value(&LAST_PEER, ip, || header_value(text))
+/// `ip` written out as a header value, the thread's last one while `ip`
+/// repeats.
+fn peer_value(ip: IpAddr) -> HeaderValue {
+    recent_value(&LAST_PEER, ip, || {
+        let mut buf = [0u8; IPV4_TEXT_MAX];
+        header_value(&ip_text(ip, &mut buf))
+    })
 }
 
 fn append_forwarded_for(headers: &mut HeaderMap, peer: &str) {
@@ -771,9 +776,7 @@ mod tests {
             "10.0.0.2".parse().unwrap(),
         ];
         for ip in ips.iter().cycle().take(12) {
-            let mut buf = [0u8; IPV4_TEXT_MAX];
-            let text = ip_text(*ip, &mut buf);
-            assert_eq!(peer_value(*ip, &text), ip.to_string().as_str());
+            assert_eq!(peer_value(*ip), ip.to_string().as_str());
         }
     }
 

@@ -45,10 +45,16 @@ enum Inner {
     /// The upstream's body, streamed.
     Upstream(PooledBody),
     /// A body sluice wrote, until it is sent.
-    Written {
-        bytes: Bytes,
-        /// A problem document still without its `request_id` member.
-        problem: bool,
+    Written(Bytes),
+    /// A problem document sluice wrote, until it is sent, and the id its
+    /// `request_id` member will carry once [`ProxyBody::identify`] named
+    /// it. The member is added as the document is written out
+    /// ([`ProxyBody::write_whole`]), so that a refusal sent again
+    /// (`respond/last_refusal.rs`) is not copied into a new document for
+    /// each request.
+    Problem {
+        document: Bytes,
+        id: Option<RequestId>,
     },
     /// No body, or one already sent (nothing to drop).
     Empty,
@@ -70,10 +76,7 @@ impl ProxyBody {
             body: if body.is_empty() {
                 Inner::Empty
             } else {
-                Inner::Written {
-                    bytes: body,
-                    problem: false,
-                }
+                Inner::Written(body)
             },
             fields: OwnFields::default(),
             access: access_log::Line::none(),
@@ -84,10 +87,7 @@ impl ProxyBody {
     /// adds the request's id.
     fn problem(document: Bytes) -> ProxyBody {
         ProxyBody {
-            body: Inner::Written {
-                bytes: document,
-                problem: true,
-            },
+            body: Inner::Problem { document, id: None },
             fields: OwnFields::default(),
             access: access_log::Line::none(),
         }
@@ -107,32 +107,57 @@ impl ProxyBody {
     /// and, when sluice wrote a problem document, its `request_id` member.
     pub fn identify(&mut self, id: &RequestId) {
         self.fields.push_request_id(id);
-        if let Inner::Written {
-            bytes,
-            problem: problem @ true,
-        } = &mut self.body
-        {
-            *bytes = Bytes::from(problem::with_request_id(bytes, id));
-            *problem = false;
+        if let Inner::Problem { id: member, .. } = &mut self.body {
+            *member = Some(id.clone());
         }
     }
 
-    /// The body sluice wrote, taken to be sent (`None`: none, or sent).
-    fn take_written(&mut self) -> Option<Bytes> {
+    /// Writes a body sluice wrote into `out` whole, as sluice's own HTTP/1
+    /// server sends it (behind the head, in one write); false, writing
+    /// nothing, for the upstream's body, which is streamed.
+    pub fn write_whole(&mut self, out: &mut Vec<u8>) -> bool {
+        let before = out.len();
         match std::mem::replace(&mut self.body, Inner::Empty) {
-            Inner::Written { bytes, .. } => Some(bytes),
+            Inner::Written(bytes) => out.extend_from_slice(&bytes),
+            Inner::Problem { document, id } => match &id {
+                Some(id) => problem::push_with_request_id(out, &document, id),
+                None => out.extend_from_slice(&document),
+            },
+            Inner::Empty => {}
             upstream @ Inner::Upstream(_) => {
                 self.body = upstream;
-                None
+                return false;
             }
-            Inner::Empty => None,
         }
+        if let Some(line) = self.access.parts() {
+            line.bytes_out += (out.len() - before) as u64;
+        }
+        true
     }
 
     /// Carries the request's access log `line` until the body is sent or
     /// dropped, counting the bytes sent.
     pub fn carry_access(&mut self, line: access_log::Line) {
         self.access = line;
+    }
+}
+
+impl Inner {
+    /// The body sluice wrote, taken to be sent as one frame (`None`: none,
+    /// or sent; the upstream's stays).
+    fn take_written(&mut self) -> Option<Bytes> {
+        match std::mem::replace(self, Inner::Empty) {
+            Inner::Written(bytes) => Some(bytes),
+            Inner::Problem { document, id } => Some(match &id {
+                Some(id) => Bytes::from(problem::with_request_id(&document, id)),
+                None => document,
+            }),
+            upstream @ Inner::Upstream(_) => {
+                *self = upstream;
+                None
+            }
+            Inner::Empty => None,
+        }
     }
 }
 
@@ -151,18 +176,12 @@ impl Body for ProxyBody {
             // No access log: the frame goes as it comes.
             return match &mut this.body {
                 Inner::Upstream(body) => std::pin::Pin::new(body).poll_frame(cx),
-                _ => Poll::Ready(this.take_written().map(|bytes| Ok(Frame::data(bytes)))),
+                written => Poll::Ready(written.take_written().map(|bytes| Ok(Frame::data(bytes)))),
             };
         };
         let polled = match &mut this.body {
             Inner::Upstream(body) => std::pin::Pin::new(body).poll_frame(cx),
-            written => {
-                let written = match std::mem::replace(written, Inner::Empty) {
-                    Inner::Written { bytes, .. } => Some(bytes),
-                    _ => None,
-                };
-                Poll::Ready(written.map(|bytes| Ok(Frame::data(bytes))))
-            }
+            written => Poll::Ready(written.take_written().map(|bytes| Ok(Frame::data(bytes)))),
         };
         if let Poll::Ready(Some(Ok(frame))) = &polled {
             if let Some(data) = frame.data_ref() {
@@ -176,7 +195,8 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match &self.body {
             Inner::Upstream(body) => body.is_end_stream(),
-            Inner::Written { bytes, .. } => bytes.is_empty(),
+            Inner::Written(bytes) => bytes.is_empty(),
+            Inner::Problem { .. } => false,
             Inner::Empty => true,
         }
     }
@@ -185,7 +205,11 @@ impl Body for ProxyBody {
     fn size_hint(&self) -> SizeHint {
         match &self.body {
             Inner::Upstream(body) => body.size_hint(),
-            Inner::Written { bytes, .. } => SizeHint::with_exact(bytes.len() as u64),
+            Inner::Written(bytes) => SizeHint::with_exact(bytes.len() as u64),
+            Inner::Problem { document, id } => SizeHint::with_exact(match id {
+                Some(id) => problem::with_request_id_len(document, id),
+                None => document.len(),
+            } as u64),
             Inner::Empty => SizeHint::with_exact(0),
         }
     }
@@ -247,9 +271,9 @@ fn refuse_into(
 ) {
     *response.status_mut() = status;
     let written = response.body_mut();
-    written.body = Inner::Written {
-        bytes: body,
-        problem: true,
+    written.body = Inner::Problem {
+        document: body,
+        id: None,
     };
     written.fields = fields;
 }

@@ -31,7 +31,7 @@ use hyper::body::Body;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use crate::proxy::pool::spare_map;
-use crate::proxy::respond::OwnFields;
+use crate::proxy::respond::{OwnFields, ProxyBody};
 use crate::proxy::ClientRequest;
 
 mod encode;
@@ -142,14 +142,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
     /// to the end, its map taken); whether the connection may carry another
     /// request. An error (the client's, or the body's) means the connection
     /// is to be dropped.
-    pub async fn respond<B>(
+    pub async fn respond(
         &mut self,
-        response: &mut Response<B>,
+        response: &mut Response<ProxyBody>,
         own_fields: &OwnFields,
-    ) -> io::Result<bool>
-    where
-        B: Body<Data = Bytes> + Unpin,
-    {
+    ) -> io::Result<bool> {
         self.write.clear();
         let written = encode::head(
             &mut self.write,
@@ -160,7 +157,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
         );
         // Kept for the next upstream response read on this thread.
         spare_map::give(std::mem::take(response.headers_mut()));
-        if written.framing != Framing::Empty {
+        // A body sluice wrote goes behind the head as it is (a problem
+        // document with its request id, made nowhere else); the upstream's
+        // streams.
+        if written.framing != Framing::Empty && !response.body_mut().write_whole(&mut self.write) {
             self.send_body(Pin::new(response.body_mut()), written.framing)
                 .await?;
         }
