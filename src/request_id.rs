@@ -170,6 +170,7 @@ impl RequestId {
 
     /// Appends the id as a JSON string. A made one is hexadecimal; a kept
     /// one is visible ASCII, of which only `"` and `\` need escaping.
+    #[inline]
     pub fn write_json(&self, out: &mut Vec<u8>) {
         out.push(b'"');
         match self {

@@ -116,6 +116,11 @@ impl ProxyBody {
     /// server sends it (behind the head, in one write); false, writing
     /// nothing, for the upstream's body, which is streamed.
     pub fn write_whole(&mut self, out: &mut Vec<u8>) -> bool {
+        // Asked first, by reference: moving the upstream's body out and
+        // back would copy it twice on every forwarded response.
+        if let Inner::Upstream(_) = self.body {
+            return false;
+        }
         let before = out.len();
         match std::mem::replace(&mut self.body, Inner::Empty) {
             Inner::Written(bytes) => out.extend_from_slice(&bytes),
@@ -123,11 +128,7 @@ impl ProxyBody {
                 Some(id) => problem::push_with_request_id(out, &document, id),
                 None => out.extend_from_slice(&document),
             },
-            Inner::Empty => {}
-            upstream @ Inner::Upstream(_) => {
-                self.body = upstream;
-                return false;
-            }
+            Inner::Empty | Inner::Upstream(_) => {}
         }
         if let Some(line) = self.access.parts() {
             line.bytes_out += (out.len() - before) as u64;
@@ -256,7 +257,11 @@ pub fn vacant() -> Response<ProxyBody> {
 pub fn vacate(response: &mut Response<ProxyBody>) {
     *response.status_mut() = StatusCode::OK;
     *response.version_mut() = http::Version::HTTP_11;
-    response.headers_mut().clear();
+    // Almost always empty by now (sluice's own server gave the map back to
+    // `spare_map`, hyper took it): clearing an empty map still walks it.
+    if !response.headers().is_empty() {
+        response.headers_mut().clear();
+    }
     response.extensions_mut().clear();
     *response.body_mut() = ProxyBody::written(Bytes::new());
 }
@@ -524,7 +529,7 @@ fn add_one_limit_lines(
     let lines = &verdict.limit.lines;
     // A concurrency limit has no reset: it frees when a request ends.
     let resets = !verdict.limit.is_concurrency();
-    let mut digits = [0u8; 20];
+    let mut digits = itoa::Buffer::new();
     let remaining = format_u64(state.remaining, &mut digits);
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
         let names: &[OwnName] = if resets {
@@ -602,31 +607,23 @@ fn number_value(n: u64) -> HeaderValue {
 }
 
 fn format_value(n: u64) -> HeaderValue {
-    let mut digits = [0u8; 20];
+    let mut digits = itoa::Buffer::new();
     let text = format_u64(n, &mut digits);
     HeaderValue::from_maybe_shared(Bytes::copy_from_slice(text))
         .expect("decimal digits are a valid header value")
 }
 
-/// Writes `n` in decimal at the end of `buf`, returning the digits.
+/// Writes `n` in decimal into `buf`, returning the digits: two digits a
+/// step (`itoa`), as every forwarded response carries a ten-digit reset
+/// time.
 #[inline]
-fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    &buf[at..]
+fn format_u64(n: u64, buf: &mut itoa::Buffer) -> &[u8] {
+    buf.format(n).as_bytes()
 }
 
 #[inline]
 fn push_u64(out: &mut Vec<u8>, n: u64) {
-    let mut digits = [0u8; 20];
-    out.extend_from_slice(format_u64(n, &mut digits));
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 fn join<S: AsRef<str>>(items: impl Iterator<Item = S>) -> String {
