@@ -238,6 +238,7 @@ pub fn push_with_request_id(out: &mut Vec<u8>, document: &[u8], id: &RequestId) 
         out.extend_from_slice(document);
         return;
     };
+    out.reserve(with_request_id_len(document, id));
     out.extend_from_slice(open);
     if open != b"{" {
         out.push(b',');

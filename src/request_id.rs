@@ -169,22 +169,18 @@ impl RequestId {
     }
 
     /// Appends the id as a JSON string. A made one is hexadecimal; a kept
-    /// one is visible ASCII, of which only `"` and `\` need escaping.
+    /// one is visible ASCII, of which only `"` and `\` need escaping
+    /// (looked for apart, so that a made one's three copies inline).
     #[inline]
     pub fn write_json(&self, out: &mut Vec<u8>) {
-        out.push(b'"');
         match self {
-            RequestId::Made(made) => out.extend_from_slice(made.as_bytes()),
-            RequestId::Kept(value) => {
-                for &byte in value.as_bytes() {
-                    if byte == b'"' || byte == b'\\' {
-                        out.push(b'\\');
-                    }
-                    out.push(byte);
-                }
+            RequestId::Made(made) => {
+                out.push(b'"');
+                out.extend_from_slice(made.as_bytes());
+                out.push(b'"');
             }
+            RequestId::Kept(value) => write_kept_json(value.as_bytes(), out),
         }
-        out.push(b'"');
     }
 
     /// The length of [`RequestId::write_json`]'s string.
@@ -210,6 +206,17 @@ impl RequestId {
             RequestId::Kept(_) => None,
         }
     }
+}
+
+fn write_kept_json(id: &[u8], out: &mut Vec<u8>) {
+    out.push(b'"');
+    for &byte in id {
+        if byte == b'"' || byte == b'\\' {
+            out.push(b'\\');
+        }
+        out.push(byte);
+    }
+    out.push(b'"');
 }
 
 fn kept(headers: &HeaderMap) -> Option<HeaderValue> {

@@ -13,9 +13,9 @@
 //! unless `reveal_keys`. A label is a keyed hash, so each thread keeps the
 //! labels it made for the keys it met last ([`LabelCache`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use http::Request;
 
@@ -200,13 +200,28 @@ impl Note for Parts {
     }
 }
 
+thread_local! {
+    /// The IPv4 client this thread wrote last, as text (a keep-alive
+    /// connection's requests all come from one).
+    static LAST_CLIENT: Cell<(Ipv4Addr, [u8; client_ip::IPV4_TEXT_MAX], u8)> =
+        const { Cell::new((Ipv4Addr::UNSPECIFIED, [0; client_ip::IPV4_TEXT_MAX], 0)) };
+}
+
 /// The client IP as keys have it (an IPv6 client as its network of
-/// `ipv6_prefix` bits); IPv4 digit by digit ([`client_ip::ipv4_bytes`]).
+/// `ipv6_prefix` bits); IPv4 digit by digit ([`client_ip::ipv4_bytes`]),
+/// or as the thread wrote it last.
 fn write_client(out: &mut Vec<u8>, ip: IpAddr, ipv6_prefix: u8) {
     match client_ip::canonical(ip) {
         IpAddr::V4(v4) => {
-            let mut text = [0u8; client_ip::IPV4_TEXT_MAX];
-            out.extend_from_slice(client_ip::ipv4_bytes(v4, &mut text));
+            let (last, mut text, len) = LAST_CLIENT.get();
+            if last == v4 && len != 0 {
+                out.extend_from_slice(&text[..usize::from(len)]);
+                return;
+            }
+            let written = client_ip::ipv4_bytes(v4, &mut text);
+            out.extend_from_slice(written);
+            let len = written.len() as u8;
+            LAST_CLIENT.set((v4, text, len));
         }
         v6 => {
             let mut text = String::with_capacity(48);
@@ -275,7 +290,7 @@ mod tests {
 
     #[test]
     fn a_client_is_written_as_keys_write_it() {
-        for (ip, prefix) in [
+        let clients = [
             ("0.0.0.0", 64),
             ("203.0.113.7", 64),
             ("10.20.100.9", 64),
@@ -284,7 +299,11 @@ mod tests {
             ("2001:db8:1:2:3:4:5:6", 64),
             ("2001:db8:1:2:3:4:5:6", 128),
             ("::1", 48),
-        ] {
+        ];
+        // Each twice in a row (the second as the thread wrote it last),
+        // and the whole list twice (the last one changing under it).
+        let twice = clients.iter().flat_map(|client| [client, client]);
+        for &(ip, prefix) in twice.clone().chain(twice) {
             let ip: IpAddr = ip.parse().unwrap();
             let mut ours = Vec::new();
             write_client(&mut ours, ip, prefix);
