@@ -285,16 +285,27 @@ fn push_optional(out: &mut Vec<u8>, text: Option<&str>) {
 
 /// `nanos` as milliseconds with three decimals (`12.345`).
 fn push_millis(out: &mut Vec<u8>, nanos: Nanos) {
-    let micros = nanos / 1_000;
-    let mut numbers = itoa::Buffer::new();
-    out.extend_from_slice(numbers.format(micros / 1_000).as_bytes());
-    let fraction = (micros % 1_000) as u16;
-    out.extend_from_slice(&[
-        b'.',
-        b'0' + (fraction / 100) as u8,
-        b'0' + (fraction / 10 % 10) as u8,
-        b'0' + (fraction % 10) as u8,
-    ]);
+    // Written right to left on the stack, then appended at once: two
+    // durations a line, most under a millisecond.
+    let mut text = [0u8; 24];
+    let mut at = text.len();
+    let mut rest = nanos / 1_000;
+    for _ in 0..3 {
+        at -= 1;
+        text[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    at -= 1;
+    text[at] = b'.';
+    loop {
+        at -= 1;
+        text[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&text[at..]);
 }
 
 /// `at` (Unix nanoseconds) in RFC 3339, UTC, to the millisecond:
