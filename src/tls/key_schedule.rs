@@ -1,5 +1,5 @@
 //! TLS 1.3's key schedule on HMAC keys set up once per secret
-//! (docs/benchmarks-history.md, "Handshakes").
+//! (docs/benchmarks-history.md, "A handshake's cost").
 //!
 //! rustls' aws-lc-rs provider derives TLS 1.3's secrets with aws-lc-rs'
 //! `hkdf`, which keeps an extracted key as the salt and the secret and runs
