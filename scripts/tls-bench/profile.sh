@@ -15,7 +15,8 @@
 # (admin 18482): other ports than scripts/callgrind/run.sh's, so both can run at once. The
 # certificate and noresume.so are the harness's (target/tls-bench/, made here if missing).
 # Starts and stops everything it runs by PID. KEEP=1 keeps the raw output in $TMPDIR.
-# CONNS sets wrk's connections (4 under callgrind, 64 otherwise, as the harness).
+# CONNS sets wrk's connections (1 under callgrind, so a connection cut at either end of the
+# count is one request at most of ~250; 64 otherwise, as the harness).
 # WORKERS sets sluice's workers (1). CONFIG=FILE serves another sluice config template.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +27,7 @@ case "$mode" in
   syscalls) seconds=${3:-5} ;;
   *) echo "unknown mode: $mode" >&2; exit 64 ;;
 esac
-case "$mode" in callgrind) conns=${CONNS:-4} ;; *) conns=${CONNS:-64} ;; esac
+case "$mode" in callgrind) conns=${CONNS:-1} ;; *) conns=${CONNS:-64} ;; esac
 out=$(mktemp -d "${TMPDIR:-/tmp}/sluice-hs-$mode.XXXXXX")
 up=18480; port=18481; admin=18482
 url=https://127.0.0.1:$port/
