@@ -15,14 +15,9 @@
 //! `certs`. rustls' own `ResolvesServerCertUsingSni` has neither wildcards
 //! nor a default.
 //!
-//! The handshake (`drive`) runs on rustls' own calls rather than
-//! tokio-rustls' `accept`, which then carries the connection: the first
-//! bytes read tell plain HTTP from TLS (no peek, a system call per
-//! connection, before it), no read is tried once the handshake is complete,
-//! and what TLS 1.3 sends after its handshake, the session tickets, leaves
-//! with the connection's first answer ([`Held`]): one write, one segment,
-//! where tokio-rustls writes them on their own (docs/benchmarks-history.md,
-//! "A handshake's cost").
+//! Plain HTTP is told from the first byte rustls reads ([`Sniffed`]), not
+//! from a peek before the handshake, which was a system call per connection
+//! (docs/benchmarks-history.md, "A handshake's cost").
 //!
 //! Rotation: [`TlsListener::follow`] reads every pair again after each
 //! config reload and whenever one of the files changes on disk (an atomic
@@ -42,7 +37,6 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::ServerConnection;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
@@ -118,6 +112,13 @@ impl TlsListener {
         // itself, valid across rotations of the certificates.
         server.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()
             .map_err(|error| format!("TLS session tickets: {error}"))?;
+        // Two TLS 1.3 tickets per full handshake, as OpenSSL and BoringSSL
+        // servers (nginx included) send: a client should use a ticket once
+        // (RFC 8446, appendix C.4), and Chrome keeps two per server so that
+        // two new connections can both resume. A ticket costs about 2 % of
+        // a full handshake; a resumption it allows saves the signature and
+        // the certificate (docs/benchmarks-history.md, "A handshake's cost").
+        server.send_tls13_tickets = 2;
         Ok(TlsListener {
             acceptor: TlsAcceptor::from(Arc::new(server)),
             resolver,
@@ -133,46 +134,30 @@ impl TlsListener {
         stream: TcpStream,
         within: Duration,
         metrics: &Metrics,
-    ) -> Option<TlsStream<Held>> {
-        let accepted = tokio::time::timeout(within, self.handshake(stream))
-            .await
-            .ok()
-            .flatten();
+    ) -> Option<TlsStream<Sniffed>> {
+        let handshake = async {
+            let sniffed = Sniffed {
+                stream,
+                first: First::Unread,
+            };
+            match self.acceptor.accept(sniffed).into_fallible().await {
+                Ok(stream) => Some(stream),
+                Err((_, sniffed)) if sniffed.first == First::PlainHttp => {
+                    answer_plain_http(sniffed.stream).await;
+                    None
+                }
+                Err((error, _)) => {
+                    tracing::debug!(%error, "TLS handshake failed");
+                    None
+                }
+            }
+        };
+        let accepted = tokio::time::timeout(within, handshake).await.ok().flatten();
         match accepted {
             Some(_) => metrics.tls_handshakes_ok.inc(),
             None => metrics.tls_handshakes_error.inc(),
         }
         accepted
-    }
-
-    async fn handshake(&self, mut stream: TcpStream) -> Option<TlsStream<Held>> {
-        let mut session = match ServerConnection::new(Arc::clone(self.acceptor.config())) {
-            Ok(session) => session,
-            Err(error) => {
-                tracing::debug!(%error, "TLS handshake failed");
-                return None;
-            }
-        };
-        let held = match drive(&mut stream, &mut session).await {
-            Ok(Driven::Complete { held, begun }) => Held::new(stream, held, begun),
-            Ok(Driven::PlainHttp) => {
-                answer_plain_http(stream).await;
-                return None;
-            }
-            Err(error) => {
-                tracing::debug!(%error, "TLS handshake failed");
-                return None;
-            }
-        };
-        // tokio-rustls carries the connection from here. Its `accept` is
-        // handed the session whose handshake is complete, in place of the
-        // one it starts, and has nothing left to do: it flushes what the
-        // session has to send, which is nothing (`drive` took it), and
-        // returns the stream at once.
-        self.acceptor
-            .accept_with(held, move |fresh| *fresh = session)
-            .await
-            .ok()
     }
 
     /// Keeps the certificates true to the running config and to the files
@@ -241,225 +226,61 @@ impl TlsListener {
     }
 }
 
-/// How [`drive`] ended, when the handshake did not fail.
-enum Driven {
-    /// The handshake is complete: `held` is what is left to send, `begun`
-    /// whether the client sent anything after its side of it.
-    Complete { held: Vec<u8>, begun: bool },
-    /// The client's first byte is a capital letter, as a request line
-    /// starts, rather than a TLS record's content type (a handshake is
-    /// 0x16): plain HTTP sent to the TLS port.
+/// A TLS connection's socket, which looks at the first byte read from it:
+/// a capital letter, as a request line starts, rather than a TLS record's
+/// content type (a handshake is 0x16), is plain HTTP sent to the TLS port.
+/// That read then fails, before rustls sees its bytes (so it has no alert
+/// to send), and the socket, handed back by tokio-rustls, is answered 400.
+/// Every later read and write goes straight to the socket.
+#[derive(Debug)]
+pub struct Sniffed {
+    stream: TcpStream,
+    first: First,
+}
+
+/// What the first byte read said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum First {
+    Unread,
+    Tls,
     PlainHttp,
 }
 
-/// Runs `session`'s handshake over `stream`: what rustls has to send is
-/// written, then what the client sent is read and processed, until the
-/// handshake is complete (tokio-rustls' handshake loop, through the same
-/// `poll_read` and `poll_write`, so tokio skips a read it knows would find
-/// nothing). Once it is, no read is tried (a request that came with the
-/// client's Finished is already in the session; one still on its way is the
-/// connection's to read), and with TLS 1.3 what the session has to send
-/// then, the session tickets, is taken out to go with the first write
-/// ([`Held`]). With TLS 1.2 the server's last flight is the end of the
-/// handshake, and is written here.
-async fn drive(stream: &mut TcpStream, session: &mut ServerConnection) -> io::Result<Driven> {
-    let mut first_read = true;
-    std::future::poll_fn(|cx| loop {
-        let mut socket = Socket {
-            stream: &mut *stream,
-            cx: &mut *cx,
-            first: None,
-        };
-        while session.wants_write() {
-            match session.write_tls(&mut socket) {
-                Ok(_) => {}
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
-                Err(error) => return Poll::Ready(Err(error)),
-            }
-        }
-        if !session.is_handshaking() {
-            return Poll::Ready(Ok(Driven::Complete {
-                held: Vec::new(),
-                begun: true,
-            }));
-        }
-        match session.read_tls(&mut socket) {
-            Ok(0) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
-            Ok(_) => {}
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
-            Err(error) => return Poll::Ready(Err(error)),
-        }
-        if std::mem::take(&mut first_read)
-            && socket.first.is_some_and(|byte| byte.is_ascii_uppercase())
-        {
-            return Poll::Ready(Ok(Driven::PlainHttp));
-        }
-        let state = match session.process_new_packets() {
-            Ok(state) => state,
-            Err(error) => {
-                // Its alert, if it has one, in one last try (as tokio-rustls).
-                let _ = session.write_tls(&mut socket);
-                return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, error)));
-            }
-        };
-        if !session.is_handshaking()
-            && session.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3)
-        {
-            let mut held = Vec::new();
-            while session.wants_write() {
-                if let Err(error) = session.write_tls(&mut held) {
-                    return Poll::Ready(Err(error));
-                }
-            }
-            let begun = state.plaintext_bytes_to_read() > 0 || state.peer_has_closed();
-            return Poll::Ready(Ok(Driven::Complete { held, begun }));
-        }
-    })
-    .await
-}
-
-/// The socket as rustls reads and writes it in [`drive`] (`Pending` is
-/// `WouldBlock`), noting the first byte read.
-struct Socket<'a, 'b> {
-    stream: &'a mut TcpStream,
-    cx: &'a mut Context<'b>,
-    first: Option<u8>,
-}
-
-impl io::Read for Socket<'_, '_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let mut read = ReadBuf::new(buf);
-        match Pin::new(&mut *self.stream).poll_read(self.cx, &mut read) {
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(error)) => return Err(error),
-            Poll::Pending => return Err(io::ErrorKind::WouldBlock.into()),
-        }
-        let read = read.filled();
-        if let (Some(&byte), None) = (read.first(), self.first) {
-            self.first = Some(byte);
-        }
-        Ok(read.len())
-    }
-}
-
-impl io::Write for Socket<'_, '_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.write_vectored(&[IoSlice::new(buf)])
-    }
-
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        match Pin::new(&mut *self.stream).poll_write_vectored(self.cx, bufs) {
-            Poll::Ready(written) => written,
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// A TLS connection's socket with what its handshake left to send: TLS
-/// 1.3's session tickets, which no client waits for (RFC 8446 §4.6.1: the
-/// server may send them at any time after the handshake). They go out in
-/// front of the connection's first write (its first answer, or hyper's
-/// HTTP/2 settings), in the same system call and segment, or at shutdown.
-/// While the client has sent nothing after the handshake (no request yet),
-/// a read that must wait sends them first: an idle connection does not keep
-/// them in memory, and its client has them while it waits.
-#[derive(Debug)]
-pub struct Held {
-    stream: TcpStream,
-    /// Not sent yet, from `sent` on.
-    held: Vec<u8>,
-    sent: usize,
-    /// The client sent something after the handshake.
-    begun: bool,
-}
-
-impl Held {
-    fn new(stream: TcpStream, held: Vec<u8>, begun: bool) -> Held {
-        Held {
-            stream,
-            held,
-            sent: 0,
-            begun,
-        }
-    }
-
-    /// Writes what is held, with `bufs` after it (the caller's, `None`
-    /// when it has none); how much of `bufs` went out.
-    fn poll_write_held(
-        &mut self,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        while self.sent < self.held.len() {
-            let rest = &self.held[self.sent..];
-            let written = match bufs {
-                [] => ready!(Pin::new(&mut self.stream).poll_write(cx, rest))?,
-                [one] => ready!(Pin::new(&mut self.stream)
-                    .poll_write_vectored(cx, &[IoSlice::new(rest), IoSlice::new(one)]))?,
-                [one, two, ..] => ready!(Pin::new(&mut self.stream).poll_write_vectored(
-                    cx,
-                    &[IoSlice::new(rest), IoSlice::new(one), IoSlice::new(two)]
-                ))?,
-            };
-            if written == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            if written < rest.len() {
-                self.sent += written;
-                continue;
-            }
-            let past = written - rest.len();
-            self.held = Vec::new();
-            self.sent = 0;
-            if past > 0 {
-                return Poll::Ready(Ok(past));
-            }
-        }
-        if bufs.is_empty() {
-            return Poll::Ready(Ok(0));
-        }
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-}
-
-impl AsyncRead for Held {
+impl AsyncRead for Sniffed {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let filled = buf.filled().len();
-        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
-        if !this.held.is_empty() {
-            match read {
-                Poll::Ready(Ok(())) if buf.filled().len() > filled => this.begun = true,
-                // A failed write shows at the next write or read.
-                Poll::Pending if !this.begun => {
-                    let _ = this.poll_write_held(cx, &[]);
-                }
-                _ => {}
-            }
+        if this.first != First::Unread {
+            return Pin::new(&mut this.stream).poll_read(cx, buf);
         }
-        read
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.stream).poll_read(cx, buf))?;
+        match buf.filled().get(before) {
+            Some(byte) if byte.is_ascii_uppercase() => {
+                this.first = First::PlainHttp;
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "plain HTTP sent to the TLS port",
+                )));
+            }
+            Some(_) => this.first = First::Tls,
+            // The end of the stream: the handshake fails on it.
+            None => {}
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
-impl AsyncWrite for Held {
+impl AsyncWrite for Sniffed {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.held.is_empty() {
-            return Pin::new(&mut this.stream).poll_write(cx, buf);
-        }
-        this.poll_write_held(cx, &[IoSlice::new(buf)])
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -467,28 +288,19 @@ impl AsyncWrite for Held {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.held.is_empty() {
-            return Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
-        }
-        this.poll_write_held(cx, bufs)
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        true
+        self.stream.is_write_vectored()
     }
 
-    /// Flushes what was written; what is held waits for the next write.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.held.is_empty() {
-            ready!(this.poll_write_held(cx, &[]))?;
-        }
-        Pin::new(&mut this.stream).poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }
 
