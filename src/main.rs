@@ -66,7 +66,7 @@ fn demo(once: bool, levels: Option<reload::Handle<EnvFilter, Registry>>) -> Exit
     }
     let tour_done = move || {
         if let Some(levels) = levels {
-            let _ = levels.reload(EnvFilter::new("info"));
+            let _ = levels.reload(EnvFilter::new(DEFAULT_LOG_FILTER));
         }
     };
     report(runtime(0).and_then(|rt| {
@@ -159,8 +159,17 @@ fn runtime(workers: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     runtime.context("could not start the async runtime")
 }
 
+/// What is logged without `RUST_LOG`: sluice's `info`, and only rustls'
+/// errors. rustls warns about what a client sent (an IP address as SNI, as
+/// OpenSSL clients send when given one; an alert), once per connection: a
+/// line and a write per handshake, which any client can cause and no
+/// operator can act on (a failed handshake is counted in
+/// `sluice_tls_handshakes_total`, docs/edge.md).
+const DEFAULT_LOG_FILTER: &str = "info,rustls=error";
+
 fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -175,7 +184,8 @@ fn init_tracing(format: LogFormat) {
 /// the demo: the reloadable filter takes a lock for every event it lets
 /// through, which `run`'s request path should not pay.
 fn init_reloadable_tracing(format: LogFormat) -> reload::Handle<EnvFilter, Registry> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
     let (filter, handle) = reload::Layer::new(filter);
     let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)

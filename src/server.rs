@@ -172,6 +172,8 @@ impl Server {
         let connections = Arc::new(Semaphore::new(config.server.max_connections));
         let drain = Drain::new();
 
+        // Whether accepted sockets come with the listener's TCP_NODELAY.
+        let mut nodelay_inherited = None;
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -185,8 +187,13 @@ impl Server {
                     }
                 },
             };
-            // Small request/response exchanges must not wait for Nagle.
-            let _ = stream.set_nodelay(true);
+            // Small request/response exchanges must not wait for Nagle. The
+            // listener has TCP_NODELAY (`listen`), which Linux passes on to
+            // the sockets it accepts: a system call per connection less.
+            // Where the first one shows it was not, each is set.
+            if !*nodelay_inherited.get_or_insert_with(|| stream.nodelay().unwrap_or(false)) {
+                let _ = stream.set_nodelay(true);
+            }
             let Ok(permit) = connections.clone().try_acquire_owned() else {
                 tokio::spawn(refuse(stream));
                 continue;
@@ -487,6 +494,8 @@ fn listen(address: std::net::SocketAddr) -> io::Result<TcpListener> {
     };
     // As `TcpListener::bind` does, so a restart can rebind at once.
     socket.set_reuseaddr(true)?;
+    // For the sockets it accepts (see the accept loop).
+    let _ = socket.set_nodelay(true);
     socket.bind(address)?;
     socket.listen(LISTEN_BACKLOG)
 }

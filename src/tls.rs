@@ -17,11 +17,19 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::RootCertStore;
 
-/// The provider every TLS config in sluice is built with.
+mod key_schedule;
+
+/// The provider every TLS config in sluice is built with: aws-lc-rs', its
+/// TLS 1.3 key schedule on HMAC keys set up once per secret
+/// (`tls/key_schedule.rs`).
 pub fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
     PROVIDER
-        .get_or_init(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .get_or_init(|| {
+            Arc::new(key_schedule::with_prepared_hmac_keys(
+                rustls::crypto::aws_lc_rs::default_provider(),
+            ))
+        })
         .clone()
 }
 

@@ -15,6 +15,10 @@
 //! `certs`. rustls' own `ResolvesServerCertUsingSni` has neither wildcards
 //! nor a default.
 //!
+//! Plain HTTP is told from the first byte rustls reads ([`Sniffed`]), not
+//! from a peek before the handshake, which was a system call per connection
+//! (docs/benchmarks-history.md, "A handshake's cost").
+//!
 //! Rotation: [`TlsListener::follow`] reads every pair again after each
 //! config reload and whenever one of the files changes on disk (an atomic
 //! rename as certbot and cert-manager do, a symlink swap, a write), once the
@@ -24,13 +28,16 @@
 //! `sluice_config_reloads_total{result="error"}`.
 
 use std::collections::HashMap;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -105,6 +112,13 @@ impl TlsListener {
         // itself, valid across rotations of the certificates.
         server.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()
             .map_err(|error| format!("TLS session tickets: {error}"))?;
+        // Two TLS 1.3 tickets per full handshake, as OpenSSL and BoringSSL
+        // servers (nginx included) send: a client should use a ticket once
+        // (RFC 8446, appendix C.4), and Chrome keeps two per server so that
+        // two new connections can both resume. A ticket costs about 2 % of
+        // a full handshake; a resumption it allows saves the signature and
+        // the certificate (docs/benchmarks-history.md, "A handshake's cost").
+        server.send_tls13_tickets = 2;
         Ok(TlsListener {
             acceptor: TlsAcceptor::from(Arc::new(server)),
             resolver,
@@ -120,15 +134,19 @@ impl TlsListener {
         stream: TcpStream,
         within: Duration,
         metrics: &Metrics,
-    ) -> Option<TlsStream<TcpStream>> {
+    ) -> Option<TlsStream<Sniffed>> {
         let handshake = async {
-            if speaks_plain_http(&stream).await {
-                answer_plain_http(stream).await;
-                return None;
-            }
-            match self.acceptor.accept(stream).await {
+            let sniffed = Sniffed {
+                stream,
+                first: First::Unread,
+            };
+            match self.acceptor.accept(sniffed).into_fallible().await {
                 Ok(stream) => Some(stream),
-                Err(error) => {
+                Err((_, sniffed)) if sniffed.first == First::PlainHttp => {
+                    answer_plain_http(sniffed.stream).await;
+                    None
+                }
+                Err((error, _)) => {
                     tracing::debug!(%error, "TLS handshake failed");
                     None
                 }
@@ -208,11 +226,82 @@ impl TlsListener {
     }
 }
 
-/// Whether the client's first byte is a letter, as an HTTP request line
-/// starts, rather than a TLS record's content type (a handshake is 0x16).
-async fn speaks_plain_http(stream: &TcpStream) -> bool {
-    let mut first = [0u8; 1];
-    matches!(stream.peek(&mut first).await, Ok(1) if first[0].is_ascii_uppercase())
+/// A TLS connection's socket, which looks at the first byte read from it:
+/// a capital letter, as a request line starts, rather than a TLS record's
+/// content type (a handshake is 0x16), is plain HTTP sent to the TLS port.
+/// That read then fails, before rustls sees its bytes (so it has no alert
+/// to send), and the socket, handed back by tokio-rustls, is answered 400.
+/// Every later read and write goes straight to the socket.
+#[derive(Debug)]
+pub struct Sniffed {
+    stream: TcpStream,
+    first: First,
+}
+
+/// What the first byte read said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum First {
+    Unread,
+    Tls,
+    PlainHttp,
+}
+
+impl AsyncRead for Sniffed {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.first != First::Unread {
+            return Pin::new(&mut this.stream).poll_read(cx, buf);
+        }
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.stream).poll_read(cx, buf))?;
+        match buf.filled().get(before) {
+            Some(byte) if byte.is_ascii_uppercase() => {
+                this.first = First::PlainHttp;
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "plain HTTP sent to the TLS port",
+                )));
+            }
+            Some(_) => this.first = First::Tls,
+            // The end of the stream: the handshake fails on it.
+            None => {}
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Sniffed {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
 }
 
 /// How long a plain-HTTP client gets to take its 400.
