@@ -44,6 +44,12 @@ pub use head::HeadLimits;
 /// How much is read at a time; heads are almost always shorter. A quiet
 /// connection holds no buffer at all: [`first_bytes`] reads onto the stack.
 const READ_SIZE: usize = 8 * 1024;
+/// A busy connection's buffer holds this much more than [`READ_SIZE`]:
+/// each head read is split off its front, and once what is left is less
+/// than a read, `reserve` moves the unread bytes back to the start. With
+/// 1 KiB to spare that happens once every few dozen requests of a kept-alive
+/// client rather than at every one (35 instructions each, callgrind).
+const READ_SLACK: usize = 1024;
 /// The least room worth a read while a request is in the service.
 const MIN_READ: usize = 512;
 /// Bodies up to this size are copied behind the head and written with it;
@@ -86,7 +92,7 @@ pub async fn first_bytes<S: AsyncRead + Unpin>(io: &mut S) -> Option<BytesMut> {
         let mut landed = ReadBuf::uninit(&mut stack);
         match ready!(Pin::new(&mut *io).poll_read(cx, &mut landed)) {
             Ok(()) if !landed.filled().is_empty() => {
-                let mut read = BytesMut::with_capacity(READ_SIZE);
+                let mut read = BytesMut::with_capacity(READ_SIZE + READ_SLACK);
                 read.extend_from_slice(landed.filled());
                 Poll::Ready(Some(read))
             }
