@@ -22,6 +22,9 @@
 //! does not load, or whose key does not match, leaves the running
 //! certificates serving, is logged and counts
 //! `sluice_config_reloads_total{result="error"}`.
+//!
+//! The connections: rustls' unbuffered API, driven by `tls/stream.rs`, so
+//! that a connection between requests holds no TLS buffer.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,8 +35,6 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_rustls::server::TlsStream;
-use tokio_rustls::TlsAcceptor;
 
 use crate::config::{CertPair, TlsListenerConfig};
 use crate::metrics::Metrics;
@@ -41,15 +42,19 @@ use crate::problem::{self, Problem};
 use crate::proxy::Proxy;
 use crate::reload::{Fingerprint, SETTLE};
 
+mod stream;
+
+pub use stream::TlsStream;
+
 /// How often the certificate files' metadata is looked at.
 const POLL: Duration = Duration::from_millis(500);
 
 /// ALPN, in the server's order of preference.
 const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
-/// The listener's TLS side: the acceptor and the certificates it serves.
+/// The listener's TLS side: rustls' config and the certificates it serves.
 pub struct TlsListener {
-    acceptor: TlsAcceptor,
+    config: Arc<rustls::ServerConfig>,
     resolver: Arc<SniResolver>,
     /// The pairs serving now and their files' fingerprints, for
     /// [`TlsListener::follow`].
@@ -106,7 +111,7 @@ impl TlsListener {
         server.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()
             .map_err(|error| format!("TLS session tickets: {error}"))?;
         Ok(TlsListener {
-            acceptor: TlsAcceptor::from(Arc::new(server)),
+            config: Arc::new(server),
             resolver,
             loaded: Mutex::new(Loaded::of(&config.certs)),
         })
@@ -126,7 +131,7 @@ impl TlsListener {
                 answer_plain_http(stream).await;
                 return None;
             }
-            match self.acceptor.accept(stream).await {
+            match TlsStream::accept(Arc::clone(&self.config), stream).await {
                 Ok(stream) => Some(stream),
                 Err(error) => {
                     tracing::debug!(%error, "TLS handshake failed");
