@@ -120,7 +120,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
         loop {
             // What rustls has to say (a flight, tickets, an alert) goes out
             // before more is read.
-            let progress = self.take(&mut [], None)?;
+            let progress = self.take(cx, &mut [], None)?;
             ready!(self.poll_send(cx))?;
             if !self.conn.is_handshaking() {
                 return Poll::Ready(Ok(()));
@@ -137,7 +137,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
                     "the peer closed during the TLS handshake",
                 )));
             }
-            self.take(landed.filled_mut(), None)?;
+            self.take(cx, landed.filled_mut(), None)?;
         }
     }
 
@@ -146,7 +146,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
     /// room; keeps what rustls is not done with. A TLS error is answered
     /// with its alert (as far as the socket takes it now) and fails the
     /// connection.
-    fn take(&mut self, fresh: &mut [u8], into: Option<&mut ReadBuf<'_>>) -> io::Result<Progress> {
+    fn take(
+        &mut self,
+        cx: &mut Context<'_>,
+        fresh: &mut [u8],
+        into: Option<&mut ReadBuf<'_>>,
+    ) -> io::Result<Progress> {
         if self.failed {
             return Err(failed());
         }
@@ -167,7 +172,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
             }
             outcome
         };
-        outcome.map_err(|error| self.fail(error))
+        outcome.map_err(|error| self.fail(cx, error))
     }
 
     /// Feeds `data` to rustls until it needs more bytes: handshake messages
@@ -240,11 +245,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
     }
 
     /// Encrypts `data` into `outgoing`.
-    fn encrypt(&mut self, data: &[u8]) -> io::Result<()> {
+    fn encrypt(&mut self, cx: &mut Context<'_>, data: &[u8]) -> io::Result<()> {
         let records = data.len().div_ceil(MAX_FRAGMENT).max(1);
         let mut room = data.len() + records * RECORD_OVERHEAD;
         loop {
-            let encrypted = self.with_write_traffic(|mut traffic, outgoing| {
+            let encrypted = self.with_write_traffic(cx, |mut traffic, outgoing| {
                 let start = outgoing.len();
                 outgoing.resize(start + room, 0);
                 let encrypted = traffic.encrypt(data, &mut outgoing[start..]);
@@ -272,9 +277,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
     /// `None` when it gives none (the session is closed).
     fn with_write_traffic<R>(
         &mut self,
+        cx: &mut Context<'_>,
         write: impl FnOnce(WriteTraffic<'_, ServerConnectionData>, &mut Vec<u8>) -> R,
     ) -> io::Result<Option<R>> {
-        self.take(&mut [], None)?;
+        self.take(cx, &mut [], None)?;
         // rustls is given the same kept bytes every time: it may point
         // into them (a handshake message across records).
         let mut incoming = std::mem::take(&mut self.incoming);
@@ -290,7 +296,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
         if !incoming.is_empty() {
             self.incoming = incoming;
         }
-        outcome.map_err(|error| self.fail(error))
+        outcome.map_err(|error| self.fail(cx, error))
     }
 
     /// Writes `outgoing` out; ready once all of it is, and then frees it.
@@ -314,13 +320,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
     /// The connection failed with `error`: its alert (rustls queues one for
     /// most errors) is encoded and sent as far as the socket takes it now,
     /// and every later call fails.
-    fn fail(&mut self, error: rustls::Error) -> io::Error {
+    fn fail(&mut self, cx: &mut Context<'_>, error: rustls::Error) -> io::Error {
         self.failed = true;
         // The queued alert comes out before rustls looks at more input.
         let mut incoming = std::mem::take(&mut self.incoming);
         let _ = self.process(&mut incoming, None);
-        let waker = std::task::Waker::noop();
-        let _ = self.poll_send(&mut Context::from_waker(waker));
+        let _ = self.poll_send(cx);
         io::Error::new(io::ErrorKind::InvalidData, error)
     }
 }
@@ -369,7 +374,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsStream<IO> {
                 )));
             }
             let before = buf.filled().len();
-            if this.take(landed.filled_mut(), Some(buf))? == Progress::Closed {
+            if this.take(cx, landed.filled_mut(), Some(buf))? == Progress::Closed {
                 this.peer_closed = true;
             }
             if buf.filled().len() > before || this.peer_closed {
@@ -396,7 +401,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<IO> {
             return Poll::Ready(Ok(0));
         }
         let data = &data[..data.len().min(MAX_WRITE)];
-        this.encrypt(data)?;
+        this.encrypt(cx, data)?;
         // Out now as far as the socket takes it; the rest before the next
         // write, at a flush or at the next read.
         if let Poll::Ready(Err(error)) = this.poll_send(cx) {
@@ -415,7 +420,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<IO> {
         let this = self.get_mut();
         if !this.closing && !this.failed {
             this.closing = true;
-            this.with_write_traffic(|mut traffic, outgoing| {
+            this.with_write_traffic(cx, |mut traffic, outgoing| {
                 let start = outgoing.len();
                 outgoing.resize(start + RECORD_OVERHEAD, 0);
                 let written = traffic
