@@ -15,7 +15,7 @@
 use http::{HeaderValue, StatusCode};
 use serde_json::Value;
 
-use crate::request_id::RequestId;
+use crate::request_id::{MadeId, RequestId};
 
 /// The media type of a problem document.
 pub const MEDIA_TYPE: &str = "application/problem+json";
@@ -260,6 +260,29 @@ pub fn with_request_id_len(document: &[u8], id: &RequestId) -> usize {
 }
 
 const REQUEST_ID_MEMBER: &[u8] = br#""request_id":"#;
+
+/// A whole HTTP/1.1 answer with a problem document, that closes the
+/// connection, for a connection answered before (or instead of) any
+/// request: a request id of its own, as no request was read to keep one
+/// from, on the head and in the document.
+pub fn closing_answer(status: StatusCode, detail: &str, layout: Layout) -> Vec<u8> {
+    let title = status.canonical_reason().unwrap_or("Error");
+    let id = MadeId::next();
+    let body = with_request_id(
+        &Problem::new(status, detail).to_json(layout),
+        &RequestId::Made(id),
+    );
+    let mut answer = format!(
+        "HTTP/1.1 {} {title}\r\ncontent-type: {MEDIA_TYPE}\r\n\
+         content-length: {}\r\nconnection: close\r\nx-request-id: {}\r\n\r\n",
+        status.as_u16(),
+        body.len(),
+        id.as_str(),
+    )
+    .into_bytes();
+    answer.extend_from_slice(&body);
+    answer
+}
 
 /// Appends `text` as a JSON string, byte for byte what `serde_json` writes.
 pub fn push_json_str(out: &mut Vec<u8>, text: &str) {

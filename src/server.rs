@@ -199,45 +199,31 @@ impl Server {
                 continue;
             };
             let exchanges = Arc::new(Exchanges::default());
-            let mut connection = Connection {
-                handler: Proxied {
-                    proxy: proxy.clone(),
+            let accepted = Accepted {
+                stream,
+                connection: Connection {
+                    handler: Proxied {
+                        proxy: proxy.clone(),
+                        peer,
+                        body_limits,
+                    },
                     peer,
-                    body_limits,
+                    head_limits,
+                    exchanges,
+                    servers: Arc::clone(&servers),
                 },
-                peer,
-                head_limits,
-                exchanges,
-                servers: Arc::clone(&servers),
+                limits,
+                proxy_protocol: server.proxy_protocol,
+                draining: drain.handle(),
+                permit,
             };
-            let draining = drain.handle();
-            let tls = tls.clone();
-            let proxy_protocol = server.proxy_protocol;
-            tokio::spawn(async move {
-                // The PROXY header comes first, on the raw socket, before
-                // TLS or a request (docs/edge.md).
-                if proxy_protocol {
-                    let Some(client) = proxied_client(&stream, &connection, limits).await else {
-                        return;
-                    };
-                    connection.peer = client;
-                    connection.handler.peer = client;
-                }
-                // One branch per connection: each arm serves through the
-                // same generic path, so plain HTTP runs what it always ran.
-                match tls {
-                    None => {
-                        let io = DeadlineIo::new(stream, limits, Arc::clone(&connection.exchanges));
-                        connection.serve(io, draining).await;
-                    }
-                    // Boxed: a plain connection's task does not carry the
-                    // size of a TLS session and its serving future.
-                    Some(tls) => {
-                        Box::pin(serve_tls(&tls, stream, connection, limits, draining)).await
-                    }
-                }
-                drop(permit);
-            });
+            // One task type per listener kind, each the size its path
+            // needs: a plain connection's task does not carry a TLS
+            // session, and a TLS one needs no second allocation for it.
+            match &tls {
+                None => tokio::spawn(accepted.serve_plain()),
+                Some(tls) => tokio::spawn(accepted.serve_tls(Arc::clone(tls))),
+            };
         }
 
         proxy.start_draining();
@@ -260,6 +246,75 @@ impl Server {
     }
 }
 
+/// A connection just accepted, and what serving it needs.
+struct Accepted {
+    stream: tokio::net::TcpStream,
+    connection: Connection<Proxied>,
+    limits: ConnectionLimits,
+    proxy_protocol: bool,
+    draining: drain::DrainHandle,
+    /// Its place under `max_connections`, held until it ends.
+    permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Accepted {
+    /// A plain connection: the PROXY header if any, then its requests.
+    // `async` blocks rather than `async fn`s, here and below: the task
+    // keeps each value once, where an `async fn` keeps a second copy of its
+    // arguments (measured with `-Zprint-type-sizes`).
+    #[allow(clippy::manual_async_fn)]
+    fn serve_plain(mut self) -> impl Future<Output = ()> + Send {
+        async move {
+            if !self.read_proxy_header().await {
+                return;
+            }
+            let io = DeadlineIo::new(
+                self.stream,
+                self.limits,
+                Arc::clone(&self.connection.exchanges),
+            );
+            self.connection.serve(io, &self.draining).await;
+            drop(self.permit);
+        }
+    }
+
+    /// A TLS connection: the PROXY header if any, the handshake, then its
+    /// requests through the same generic path as a plain one.
+    #[allow(clippy::manual_async_fn)]
+    fn serve_tls(mut self, tls: Arc<TlsListener>) -> impl Future<Output = ()> + Send {
+        async move {
+            if !self.read_proxy_header().await {
+                return;
+            }
+            let within = self.limits.header_read_timeout;
+            let metrics = self.connection.handler.proxy.metrics();
+            let Some(stream) = tls.accept(self.stream, within, metrics).await else {
+                return;
+            };
+            let io = DeadlineIo::new(stream, self.limits, Arc::clone(&self.connection.exchanges));
+            self.connection.serve(io, &self.draining).await;
+            drop(self.permit);
+        }
+    }
+
+    /// With `proxy_protocol`, reads the PROXY header on the raw socket,
+    /// before TLS or a request (docs/edge.md), and takes its client as the
+    /// peer; false: close the connection.
+    async fn read_proxy_header(&mut self) -> bool {
+        if !self.proxy_protocol {
+            return true;
+        }
+        match proxied_client(&self.stream, &self.connection, self.limits).await {
+            Some(client) => {
+                self.connection.peer = client;
+                self.connection.handler.peer = client;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// The client a `proxy_protocol` connection's header names (see
 /// `server/proxy_protocol.rs`), read before anything else within
 /// `header_read_timeout`; `None`: close the connection. Boxed, so that the
@@ -277,23 +332,6 @@ async fn proxied_client(
         limits.header_read_timeout,
     ))
     .await
-}
-
-/// A TLS connection: its handshake, then its requests through the same
-/// generic path as a plain one.
-async fn serve_tls(
-    tls: &TlsListener,
-    stream: tokio::net::TcpStream,
-    connection: Connection<Proxied>,
-    limits: ConnectionLimits,
-    draining: drain::DrainHandle,
-) {
-    let within = limits.header_read_timeout;
-    let metrics = connection.handler.proxy.metrics();
-    if let Some(stream) = tls.accept(stream, within, metrics).await {
-        let io = DeadlineIo::new(stream, limits, Arc::clone(&connection.exchanges));
-        connection.serve(io, draining).await;
-    }
 }
 
 /// Shutdown, once `/readyz` says 503 and the listener is closed: idle

@@ -30,7 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::deadline_io::{DeadlineIo, Exchanges, InFlight};
 use super::drain::DrainHandle;
-use super::http1::{HeadLimits, Http1, Next, Prefixed};
+use super::http1::{first_bytes, HeadLimits, Http1, Next, Prefixed};
 use crate::proxy::respond::{self, ProxyBody};
 use crate::proxy::{ClientBody, ClientRequest};
 
@@ -71,31 +71,80 @@ impl<H: Handler> Connection<H> {
     /// then hyper's takes over for the rest of the connection. `draining`
     /// changes when the server shuts down: an idle connection closes at
     /// once, a busy one after its response (which says `Connection: close`).
-    pub async fn serve<S>(self, io: DeadlineIo<S>, draining: DrainHandle)
+    ///
+    /// A connection waiting for the first byte of a request holds only its
+    /// socket, its clocks and these settings: what requests need (the
+    /// buffers, the request and response slots, the future of the
+    /// exchange in flight) is [`Connection::busy`]'s, boxed, and given back
+    /// once the connection has been quiet for a while (`DeadlineIo`'s quiet
+    /// clock), so a busy connection allocates it once, not per request.
+    // Not an `async fn`: see the `async` block below.
+    #[allow(clippy::manual_async_fn)]
+    pub fn serve<'a, S>(
+        &'a self,
+        mut io: DeadlineIo<S>,
+        draining: &'a DrainHandle,
+    ) -> impl Future<Output = ()> + Send + 'a
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let mut drained = std::pin::pin!(draining.wait());
-        let mut http1 = Http1::new(io);
-        // Each request is read into this slot and stays there (see
-        // `proxy/client_request.rs`); each answer is written into the other.
+        // An `async` block rather than an `async fn`: `io` is kept once,
+        // where an `async fn` keeps a second copy of its arguments.
+        async move {
+            let mut drained = std::pin::pin!(draining.wait());
+            let mut first = true;
+            let handed_over = loop {
+                let read = tokio::select! {
+                    biased;
+                    read = first_bytes(&mut io) => read,
+                    _ = &mut drained => return,
+                };
+                let Some(read) = read else { return };
+                io.report_quiet(true);
+                let http1 = Http1::new(io, read);
+                match Box::pin(self.busy(http1, &mut first, drained.as_mut())).await {
+                    Busy::Quiet(quiet) => io = quiet,
+                    Busy::Ended => return,
+                    Busy::Hyper(prefixed) => break prefixed,
+                }
+            };
+            Box::pin(self.hand_over(handed_over, first, drained)).await
+        }
+    }
+
+    /// The connection while requests come: each is read into one slot and
+    /// stays there (see `proxy/client_request.rs`); each answer is written
+    /// into the other. `first`: nothing was served on the connection yet.
+    async fn busy<S>(
+        &self,
+        mut http1: Http1<DeadlineIo<S>>,
+        first: &mut bool,
+        mut drained: Pin<&mut impl Future>,
+    ) -> Busy<S>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let mut request = ClientRequest::vacant();
         let mut response = respond::vacant();
-        let mut first = true;
         loop {
             let next = if http1.is_idle() {
                 tokio::select! {
                     biased;
                     next = http1.next(self.head_limits, &mut request) => next,
-                    _ = &mut drained => return,
+                    _ = &mut drained => return Busy::Ended,
                 }
             } else {
                 http1.next(self.head_limits, &mut request).await
             };
             match next {
-                Next::Request => first = false,
-                Next::Closed => return,
-                Next::Hyper => return self.hand_over(http1.into_hyper(), first, drained).await,
+                Next::Request => *first = false,
+                Next::Closed => return Busy::Ended,
+                Next::Quiet => return Busy::Quiet(http1.into_io()),
+                Next::Hyper => {
+                    // hyper's reads know nothing of the quiet clock.
+                    http1.io_mut().report_quiet(false);
+                    return Busy::Hyper(http1.into_hyper());
+                }
             }
             // In flight, for the read clocks, until the answer's body is
             // sent or dropped.
@@ -110,7 +159,7 @@ impl<H: Handler> Connection<H> {
             };
             // None: the client left before its answer.
             if answered.is_none() {
-                return;
+                return Busy::Ended;
             }
             let own_fields = response.body_mut().take_own_fields();
             let written = http1.respond(&mut response, &own_fields).await;
@@ -120,10 +169,13 @@ impl<H: Handler> Connection<H> {
             request.release();
             match written {
                 Ok(true) => {}
-                Ok(false) => return http1.close().await,
+                Ok(false) => {
+                    http1.close().await;
+                    return Busy::Ended;
+                }
                 Err(error) => {
                     tracing::debug!(peer = %self.peer, %error, "connection ended with an error");
-                    return;
+                    return Busy::Ended;
                 }
             }
         }
@@ -132,32 +184,33 @@ impl<H: Handler> Connection<H> {
     /// Serves the whole connection with hyper's servers alone, as sluice
     /// did before it had its own: the other side of the differential check.
     #[cfg(any(test, feature = "differential"))]
-    pub async fn serve_with_hyper_alone<S>(self, io: DeadlineIo<S>, draining: DrainHandle)
+    pub async fn serve_with_hyper_alone<S>(&self, io: DeadlineIo<S>, draining: DrainHandle)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let drained = std::pin::pin!(draining.wait());
-        self.hand_over(Http1::new(io).into_hyper(), true, drained)
-            .await;
+        self.hand_over(
+            Http1::new(io, bytes::BytesMut::new()).into_hyper(),
+            true,
+            drained,
+        )
+        .await;
     }
 
     /// The rest of the connection, with hyper's server: the auto one (h2c
     /// or HTTP/1.1) when nothing was served yet (`first`), else HTTP/1.1.
     async fn hand_over<S>(
-        self,
+        &self,
         io: Prefixed<DeadlineIo<S>>,
         first: bool,
         drained: Pin<&mut impl Future>,
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let Connection {
-            handler,
-            peer,
-            exchanges,
-            servers,
-            ..
-        } = self;
+        let handler = self.handler.clone();
+        let exchanges = Arc::clone(&self.exchanges);
+        let peer = self.peer;
+        let servers = &self.servers;
         let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
             // Counted from the call, so the socket's read clocks stop
             // while the request is in the service.
@@ -194,6 +247,16 @@ impl<H: Handler> Connection<H> {
             .await
         }
     }
+}
+
+/// How a busy connection's requests ended.
+enum Busy<S> {
+    /// Quiet: the connection goes on, holding nothing for requests.
+    Quiet(DeadlineIo<S>),
+    /// Closed, failed, or drained.
+    Ended,
+    /// The connection is hyper's, with what was read in front.
+    Hyper(Prefixed<DeadlineIo<S>>),
 }
 
 /// Drives one of hyper's connections to its end, shutting it down

@@ -22,6 +22,12 @@
 //!   response body and so the upstream exchange behind it (nginx's
 //!   `send_timeout`).
 //!
+//! Between requests of sluice's own server a fourth clock may run, shorter
+//! than the idle one: **quiet** ([`QUIET_AFTER`]), after which a read tells
+//! the connection it may give back what it holds for requests (see
+//! [`DeadlineIo::report_quiet`]); the idle clock runs on from the same
+//! instant.
+//!
 //! While a request is in the service none of the read clocks run: the body
 //! has its own deadline ([`crate::proxy::deadline`]) and a slow upstream has
 //! `upstream_timeout`.
@@ -46,8 +52,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use crate::problem::{self, Layout, Problem};
-use crate::request_id::{MadeId, RequestId};
+use crate::problem::{self, Layout};
 use crate::timer::LazyTimer;
 
 /// The `[server]` settings a connection enforces.
@@ -154,6 +159,25 @@ enum Protocol {
     Http2,
 }
 
+/// How long a connection between requests waits, holding what its requests
+/// need, before it gives it back (see [`DeadlineIo::report_quiet`]). A
+/// connection under load never waits that long, and its quiet clock (the
+/// read clocks' timer, armed earlier) fires once per period: longer would
+/// hold the memory of used connections longer, shorter would wake busy
+/// connections more often for nothing.
+const QUIET_AFTER: Duration = Duration::from_secs(10);
+
+/// What happens when a read clock runs out.
+#[derive(Debug, Clone, Copy)]
+enum Expiry {
+    /// `header_read_timeout`: a 408, and the connection closes.
+    Head,
+    /// `idle_timeout`: the connection closes quietly.
+    Idle,
+    /// [`QUIET_AFTER`], with [`DeadlineIo::report_quiet`] on: said once.
+    Quiet,
+}
+
 /// The HTTP/2 connection preface (RFC 9113 §3.4), as far as needed to tell.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
@@ -168,6 +192,9 @@ pub struct DeadlineIo<S> {
     own_busy: bool,
     /// Exchanges sluice's own server began.
     own_calls: usize,
+    /// Whether a read that finds the connection quiet says so (see
+    /// [`DeadlineIo::report_quiet`]).
+    report_quiet: bool,
     phase: Phase,
     /// [`DeadlineIo::calls`] when the phase was last updated.
     calls_seen: usize,
@@ -211,6 +238,7 @@ impl<S> DeadlineIo<S> {
             exchanges,
             own_busy: false,
             own_calls: 0,
+            report_quiet: false,
             phase: Phase::Idle { since: None },
             calls_seen: 0,
             protocol: Protocol::Unknown,
@@ -244,6 +272,18 @@ impl<S> DeadlineIo<S> {
         self.own_busy = false;
     }
 
+    /// Whether reads say when the connection has been quiet, between
+    /// exchanges, for [`QUIET_AFTER`]: such a read fails once with
+    /// `ErrorKind::WouldBlock` (which no socket returns to an async read),
+    /// and the connection, which holds the buffers and slots of its
+    /// requests, gives them back (`server/connection.rs`). Off again once
+    /// said; the idle clock runs on from the same instant. Only for
+    /// sluice's own server: hyper must never see it.
+    pub fn report_quiet(&mut self, on: bool) {
+        // An idle clock that runs out first closes the connection anyway.
+        self.report_quiet = on && self.limits.idle_timeout > QUIET_AFTER;
+    }
+
     /// Exchanges begun so far, by either server.
     fn calls(&self) -> usize {
         self.exchanges.calls().wrapping_add(self.own_calls)
@@ -272,7 +312,7 @@ impl<S> DeadlineIo<S> {
     /// not when the phase begins: a kept-alive client's next head usually
     /// arrives whole with its first read, and then no deadline is needed.
     /// The two instants differ by the microseconds of one poll.
-    fn read_deadline(&mut self) -> Option<(Instant, Phase)> {
+    fn read_deadline(&mut self) -> Option<(Instant, Expiry)> {
         if self.upgraded() {
             return None;
         }
@@ -280,16 +320,18 @@ impl<S> DeadlineIo<S> {
         match &mut self.phase {
             Phase::Head { since } if !http2 => {
                 let since = *since.get_or_insert_with(Instant::now);
-                Some((since + self.limits.header_read_timeout, self.phase))
+                Some((since + self.limits.header_read_timeout, Expiry::Head))
             }
             // HTTP/2 heads are frames that h2 bounds itself: between
             // streams the connection is idle.
             Phase::Head { since } | Phase::Idle { since } => {
                 let since = *since.get_or_insert_with(Instant::now);
-                Some((
-                    since + self.limits.idle_timeout,
-                    Phase::Idle { since: Some(since) },
-                ))
+                let (after, expiry) = if self.report_quiet {
+                    (QUIET_AFTER, Expiry::Quiet)
+                } else {
+                    (self.limits.idle_timeout, Expiry::Idle)
+                };
+                Some((since + after, expiry))
             }
             Phase::Busy => None,
         }
@@ -341,12 +383,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> DeadlineIo<S> {
             // The exchange ended meanwhile: idle from now.
             self.update_phase();
         }
-        let Some((deadline, phase)) = self.read_deadline() else {
+        let Some((deadline, expiry)) = self.read_deadline() else {
             return Poll::Pending;
         };
         ready!(self.read_timer.poll_until(cx, deadline));
-        match phase {
-            Phase::Head { .. } => {
+        match expiry {
+            Expiry::Quiet => {
+                self.report_quiet = false;
+                Poll::Ready(Err(io::ErrorKind::WouldBlock.into()))
+            }
+            Expiry::Head => {
                 self.queue_answer(problem_response(
                     408,
                     "the request head did not arrive within header_read_timeout",
@@ -358,7 +404,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> DeadlineIo<S> {
                 )))
             }
             // Idle for idle_timeout: end of stream, a quiet close.
-            _ => Poll::Ready(Ok(())),
+            Expiry::Idle => Poll::Ready(Ok(())),
         }
     }
 
@@ -612,24 +658,8 @@ impl TargetScan {
 /// A problem-document response that closes the connection, with an id of
 /// its own (no request was read to keep one from).
 fn problem_response(status: u16, detail: &str) -> Vec<u8> {
-    let status_code = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_REQUEST);
-    let title = status_code.canonical_reason().unwrap_or("Error");
-    let id = MadeId::next();
-    let body = problem::with_request_id(
-        &Problem::new(status_code, detail).to_json(Layout::ByName),
-        &RequestId::Made(id),
-    );
-    let mut response = format!(
-        "HTTP/1.1 {} {title}\r\ncontent-type: {}\r\n\
-         content-length: {}\r\nconnection: close\r\nx-request-id: {}\r\n\r\n",
-        status_code.as_u16(),
-        problem::MEDIA_TYPE,
-        body.len(),
-        id.as_str(),
-    )
-    .into_bytes();
-    response.extend_from_slice(&body);
-    response
+    let status = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_REQUEST);
+    problem::closing_answer(status, detail, Layout::ByName)
 }
 
 /// Our problem document in place of hyper's bodiless answer `head`.
@@ -720,6 +750,71 @@ mod tests {
                 rest = tail;
             }
         }
+    }
+
+    fn limits(idle_timeout: Duration) -> ConnectionLimits {
+        ConnectionLimits {
+            header_read_timeout: Duration::from_secs(5),
+            idle_timeout,
+            send_timeout: Duration::from_secs(5),
+            max_uri_bytes: 8192,
+            max_headers: 100,
+            max_header_bytes: 32768,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_connection_is_told_once_and_its_idle_clock_runs_on() {
+        use tokio::io::AsyncReadExt;
+        let (_client, server) = tokio::io::duplex(64);
+        let idle_timeout = Duration::from_secs(60);
+        let mut io = DeadlineIo::new(server, limits(idle_timeout), Arc::default());
+        io.report_quiet(true);
+        let start = Instant::now();
+        let mut buf = [0u8; 16];
+        let told = io.read(&mut buf).await.unwrap_err();
+        assert_eq!(told.kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(start.elapsed(), QUIET_AFTER);
+        // Once: the next read waits for the idle clock, which counts from
+        // the same instant.
+        assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+        assert_eq!(start.elapsed(), idle_timeout);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_before_the_quiet_clock_are_read_and_a_head_is_never_quiet() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // Room for the 408, which is written, then lingered on.
+        let (mut client, server) = tokio::io::duplex(4096);
+        let mut io = DeadlineIo::new(server, limits(Duration::from_secs(60)), Arc::default());
+        io.report_quiet(true);
+        let start = Instant::now();
+        let writing = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(9)).await;
+            client.write_all(b"GET / HT").await.unwrap();
+            client
+        });
+        let mut buf = [0u8; 16];
+        assert_eq!(io.read(&mut buf).await.unwrap(), 8);
+        let mut client = writing.await.unwrap();
+        // A head begun: its own clock runs (5 s: a 408, then a lingering
+        // close), and the quiet one not.
+        assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+        assert_eq!(start.elapsed(), Duration::from_secs(14) + LINGER_TIME);
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.unwrap();
+        assert!(answer.starts_with(b"HTTP/1.1 408 "));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_timeout_shorter_than_the_quiet_clock_just_closes() {
+        use tokio::io::AsyncReadExt;
+        let (_client, server) = tokio::io::duplex(64);
+        let mut io = DeadlineIo::new(server, limits(Duration::from_secs(3)), Arc::default());
+        io.report_quiet(true);
+        let start = Instant::now();
+        assert_eq!(io.read(&mut [0u8; 16]).await.unwrap(), 0);
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
     }
 
     #[test]

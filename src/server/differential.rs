@@ -185,7 +185,7 @@ pub async fn serve(side: Side, pieces: &[&[u8]]) -> Outcome {
     let draining = drain.handle();
     let mut served = tokio::spawn(async move {
         match side {
-            Side::Sluice => connection.serve(io, draining).await,
+            Side::Sluice => connection.serve(io, &draining).await,
             Side::HyperAlone => connection.serve_with_hyper_alone(io, draining).await,
         }
     });

@@ -22,8 +22,9 @@
 
 use std::future::{poll_fn, Future};
 use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
 use std::pin::{pin, Pin};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::Response;
@@ -40,13 +41,15 @@ pub mod head;
 use encode::Framing;
 pub use head::HeadLimits;
 
-/// How much is read at a time; heads are almost always shorter.
+/// How much is read at a time; heads are almost always shorter. A quiet
+/// connection holds no buffer at all: [`first_bytes`] reads onto the stack.
 const READ_SIZE: usize = 8 * 1024;
-/// What a new connection's first read reserves: most request heads fit,
-/// and a connection that never sends one (thousands of idle keep-alive or
-/// TLS connections) holds 1 KiB rather than 8 (docs/benchmarks-history.md,
-/// "At the edge"). A longer head grows the buffer to [`READ_SIZE`].
-const FIRST_READ_SIZE: usize = 1024;
+/// A busy connection's buffer holds this much more than [`READ_SIZE`]:
+/// each head read is split off its front, and once what is left is less
+/// than a read, `reserve` moves the unread bytes back to the start. With
+/// 1 KiB to spare that happens once every few dozen requests of a kept-alive
+/// client rather than at every one (35 instructions each, callgrind).
+const READ_SLACK: usize = 1024;
 /// The least room worth a read while a request is in the service.
 const MIN_READ: usize = 512;
 /// Bodies up to this size are copied behind the head and written with it;
@@ -60,6 +63,10 @@ pub enum Next {
     Request,
     /// The client closed the connection, or it failed, between requests.
     Closed,
+    /// Nothing of a next request came for a while, and the connection said
+    /// so (`DeadlineIo`'s quiet clock): the connection may give back what it
+    /// holds for requests and wait with [`first_bytes`].
+    Quiet,
     /// The connection is hyper's from here: [`Http1::into_hyper`].
     Hyper,
 }
@@ -75,11 +82,33 @@ pub struct Http1<S> {
     scratch: head::Scratch,
 }
 
+/// Waits for the first bytes of a request on a connection that holds no
+/// buffer: they are read onto the stack, and only then copied into a buffer
+/// of their own (for [`Http1::new`]). `None`: the connection ended (closed,
+/// failed, or quiet for good: its idle clock ran out).
+pub async fn first_bytes<S: AsyncRead + Unpin>(io: &mut S) -> Option<BytesMut> {
+    poll_fn(|cx| {
+        let mut stack = [MaybeUninit::<u8>::uninit(); READ_SIZE];
+        let mut landed = ReadBuf::uninit(&mut stack);
+        match ready!(Pin::new(&mut *io).poll_read(cx, &mut landed)) {
+            Ok(()) if !landed.filled().is_empty() => {
+                let mut read = BytesMut::with_capacity(READ_SIZE + READ_SLACK);
+                read.extend_from_slice(landed.filled());
+                Poll::Ready(Some(read))
+            }
+            _ => Poll::Ready(None),
+        }
+    })
+    .await
+}
+
 impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
-    pub fn new(io: S) -> Http1<S> {
+    /// sluice's server on `io`, with `read` (from [`first_bytes`]) read
+    /// from it so far.
+    pub fn new(io: S, read: BytesMut) -> Http1<S> {
         Http1 {
             io,
-            read: BytesMut::new(),
+            read,
             write: Vec::new(),
             scratch: head::Scratch::default(),
         }
@@ -88,6 +117,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
     /// The connection under this server.
     pub fn io_mut(&mut self) -> &mut S {
         &mut self.io
+    }
+
+    /// The connection, once nothing of a next request has been read: the
+    /// buffers are given back.
+    pub fn into_io(self) -> S {
+        debug_assert!(self.read.is_empty());
+        self.io
     }
 
     /// Whether nothing of a next request has been read.
@@ -106,17 +142,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
                     head::Head::Partial => {}
                 }
             }
-            let size = if self.read.capacity() == 0 {
-                FIRST_READ_SIZE
-            } else {
-                READ_SIZE
-            };
-            self.read.reserve(size);
+            self.read.reserve(READ_SIZE);
             match self.io.read_buf(&mut self.read).await {
                 // What was read of a head, hyper answers as it would have.
                 Ok(0) if !self.read.is_empty() => return Next::Hyper,
-                Ok(0) | Err(_) => return Next::Closed,
+                Ok(0) => return Next::Closed,
                 Ok(_) => {}
+                // Quiet between requests (see `DeadlineIo::report_quiet`);
+                // with part of a head read, the head is still awaited.
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    if self.read.is_empty() {
+                        return Next::Quiet;
+                    }
+                }
+                Err(_) => return Next::Closed,
             }
         }
     }

@@ -15,10 +15,6 @@
 //! `certs`. rustls' own `ResolvesServerCertUsingSni` has neither wildcards
 //! nor a default.
 //!
-//! Plain HTTP is told from the first byte rustls reads ([`Sniffed`]), not
-//! from a peek before the handshake, which was a system call per connection
-//! (docs/benchmarks-history.md, "A handshake's cost").
-//!
 //! Rotation: [`TlsListener::follow`] reads every pair again after each
 //! config reload and whenever one of the files changes on disk (an atomic
 //! rename as certbot and cert-manager do, a symlink swap, a write), once the
@@ -26,27 +22,29 @@
 //! does not load, or whose key does not match, leaves the running
 //! certificates serving, is logged and counts
 //! `sluice_config_reloads_total{result="error"}`.
+//!
+//! The connections: rustls' unbuffered API, driven by `tls/stream.rs`, so
+//! that a connection between requests holds no TLS buffer.
 
 use std::collections::HashMap;
-use std::io::{self, IoSlice};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_rustls::server::TlsStream;
-use tokio_rustls::TlsAcceptor;
 
 use crate::config::{CertPair, TlsListenerConfig};
 use crate::metrics::Metrics;
-use crate::problem::{self, Problem};
+use crate::problem;
 use crate::proxy::Proxy;
 use crate::reload::{Fingerprint, SETTLE};
+
+mod stream;
+
+pub use stream::{Refused, TlsStream};
 
 /// How often the certificate files' metadata is looked at.
 const POLL: Duration = Duration::from_millis(500);
@@ -54,9 +52,9 @@ const POLL: Duration = Duration::from_millis(500);
 /// ALPN, in the server's order of preference.
 const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
-/// The listener's TLS side: the acceptor and the certificates it serves.
+/// The listener's TLS side: rustls' config and the certificates it serves.
 pub struct TlsListener {
-    acceptor: TlsAcceptor,
+    config: Arc<rustls::ServerConfig>,
     resolver: Arc<SniResolver>,
     /// The pairs serving now and their files' fingerprints, for
     /// [`TlsListener::follow`].
@@ -120,7 +118,7 @@ impl TlsListener {
         // the certificate (docs/benchmarks-history.md, "A handshake's cost").
         server.send_tls13_tickets = 2;
         Ok(TlsListener {
-            acceptor: TlsAcceptor::from(Arc::new(server)),
+            config: Arc::new(server),
             resolver,
             loaded: Mutex::new(Loaded::of(&config.certs)),
         })
@@ -134,19 +132,15 @@ impl TlsListener {
         stream: TcpStream,
         within: Duration,
         metrics: &Metrics,
-    ) -> Option<TlsStream<Sniffed>> {
+    ) -> Option<TlsStream<TcpStream>> {
         let handshake = async {
-            let sniffed = Sniffed {
-                stream,
-                first: First::Unread,
-            };
-            match self.acceptor.accept(sniffed).into_fallible().await {
+            match TlsStream::accept(Arc::clone(&self.config), stream).await {
                 Ok(stream) => Some(stream),
-                Err((_, sniffed)) if sniffed.first == First::PlainHttp => {
-                    answer_plain_http(sniffed.stream).await;
+                Err(Refused::PlainHttp(stream)) => {
+                    answer_plain_http(stream).await;
                     None
                 }
-                Err((error, _)) => {
+                Err(Refused::Failed(error)) => {
                     tracing::debug!(%error, "TLS handshake failed");
                     None
                 }
@@ -226,103 +220,17 @@ impl TlsListener {
     }
 }
 
-/// A TLS connection's socket, which looks at the first byte read from it:
-/// a capital letter, as a request line starts, rather than a TLS record's
-/// content type (a handshake is 0x16), is plain HTTP sent to the TLS port.
-/// That read then fails, before rustls sees its bytes (so it has no alert
-/// to send), and the socket, handed back by tokio-rustls, is answered 400.
-/// Every later read and write goes straight to the socket.
-#[derive(Debug)]
-pub struct Sniffed {
-    stream: TcpStream,
-    first: First,
-}
-
-/// What the first byte read said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum First {
-    Unread,
-    Tls,
-    PlainHttp,
-}
-
-impl AsyncRead for Sniffed {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.first != First::Unread {
-            return Pin::new(&mut this.stream).poll_read(cx, buf);
-        }
-        let before = buf.filled().len();
-        ready!(Pin::new(&mut this.stream).poll_read(cx, buf))?;
-        match buf.filled().get(before) {
-            Some(byte) if byte.is_ascii_uppercase() => {
-                this.first = First::PlainHttp;
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "plain HTTP sent to the TLS port",
-                )));
-            }
-            Some(_) => this.first = First::Tls,
-            // The end of the stream: the handshake fails on it.
-            None => {}
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl AsyncWrite for Sniffed {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
-    }
-}
-
 /// How long a plain-HTTP client gets to take its 400.
 const PLAIN_HTTP_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Answers an HTTP request sent in clear to the TLS port with a 400 problem
 /// document that says so, then closes.
 async fn answer_plain_http(mut stream: TcpStream) {
-    let body = Problem::new(
+    let answer = problem::closing_answer(
         http::StatusCode::BAD_REQUEST,
         "this port speaks HTTPS: the request was sent as plain HTTP",
-    )
-    .to_json(problem::Layout::Standard);
-    let mut answer = format!(
-        "HTTP/1.1 400 Bad Request\r\ncontent-type: {}\r\nconnection: close\r\n\
-         content-length: {}\r\n\r\n",
-        problem::MEDIA_TYPE,
-        body.len()
-    )
-    .into_bytes();
-    answer.extend_from_slice(&body);
+        problem::Layout::Standard,
+    );
     let _ = tokio::time::timeout(PLAIN_HTTP_WRITE_TIMEOUT, async {
         stream.write_all(&answer).await?;
         stream.shutdown().await

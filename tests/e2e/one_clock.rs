@@ -115,3 +115,85 @@ async fn a_held_uploads_body_timeout_counts_from_its_release() {
         "the upload reached the upstream once released"
     );
 }
+
+/// One answer from `stream`: its head and `content-length` body, as text.
+async fn answer(stream: &mut TcpStream) -> String {
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&received).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length: usize = head
+                .lines()
+                .find_map(|line| {
+                    line.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().to_owned())
+                })
+                .and_then(|value| value.parse().ok())
+                .unwrap_or(0);
+            if body.len() >= length {
+                return text;
+            }
+        }
+        let read = stream.read(&mut buffer).await.unwrap();
+        assert!(read > 0, "closed before a whole answer: {text}");
+        received.extend_from_slice(&buffer[..read]);
+    }
+}
+
+/// How long after `since` the server closed `stream` (reading nothing).
+async fn closed_after(stream: &mut TcpStream, since: Instant) -> Duration {
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    since.elapsed()
+}
+
+const GET_ROOT: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+
+/// A connection quiet for longer than its quiet clock (10 s: it gives back
+/// what its requests held, docs/edge-behaviour.md, "Slow clients and
+/// deadlines") takes its next request as before, and its idle clock counts
+/// from its last answer all the same.
+#[tokio::test(start_paused = true)]
+async fn a_quiet_connection_serves_on_and_closes_one_idle_timeout_after_its_last_answer() {
+    let (upstream, sluice) = start("idle_timeout = \"30s\"\n", "").await;
+    let mut stream = TcpStream::connect(sluice.addr).await.unwrap();
+    for _ in 0..2 {
+        stream.write_all(GET_ROOT).await.unwrap();
+        let got = answer(&mut stream).await;
+        assert!(got.starts_with("HTTP/1.1 200 "), "{got}");
+        tokio::time::sleep(Duration::from_secs(15)).await;
+    }
+    stream.write_all(GET_ROOT).await.unwrap();
+    assert!(answer(&mut stream).await.starts_with("HTTP/1.1 200 "));
+    let answered = Instant::now();
+    assert_eq!(
+        closed_after(&mut stream, answered).await,
+        Duration::from_secs(30)
+    );
+    assert_eq!(upstream.count(), 3);
+}
+
+/// hyper's server reads through the same socket: it never hears of the
+/// quiet clock, and its connection is kept until idle_timeout.
+#[tokio::test(start_paused = true)]
+async fn a_connection_served_by_hyper_is_kept_past_the_quiet_clock() {
+    let (upstream, sluice) = start("idle_timeout = \"30s\"\n", "").await;
+    let mut stream = TcpStream::connect(sluice.addr).await.unwrap();
+    stream
+        .write_all(b"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi")
+        .await
+        .unwrap();
+    assert!(answer(&mut stream).await.starts_with("HTTP/1.1 200 "));
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    stream.write_all(GET_ROOT).await.unwrap();
+    assert!(answer(&mut stream).await.starts_with("HTTP/1.1 200 "));
+    let answered = Instant::now();
+    assert_eq!(
+        closed_after(&mut stream, answered).await,
+        Duration::from_secs(30)
+    );
+    assert_eq!(upstream.count(), 2);
+}

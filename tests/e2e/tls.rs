@@ -244,6 +244,14 @@ async fn plain_http_sent_to_the_tls_port_is_answered_400() {
     assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
     assert!(answer.contains("application/problem+json"), "{answer}");
     assert!(answer.contains("plain HTTP"), "{answer}");
+    // Its id, on the head and in the document, as on every answer.
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let id = head
+        .lines()
+        .find_map(|line| line.strip_prefix("x-request-id: "))
+        .expect("an x-request-id");
+    let document: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(document["request_id"], id);
     assert_eq!(upstream.count(), 0);
 }
 

@@ -10,8 +10,9 @@
 //! moving. Time jumps only when every task waits for a timer, and then to
 //! the earliest one; so the server's own timeouts are set an hour long
 //! here, beyond any instant these tests reach, and a jump can only land on
-//! a timer a test is about (or on the admin listener's 1 s status sample
-//! and the pool's 10 s sweep, which change nothing a test looks at).
+//! a timer a test is about (or on the admin listener's 1 s status sample,
+//! the pool's 10 s sweep and a kept-alive connection's 10 s quiet clock,
+//! which change nothing a test looks at).
 
 use std::net::SocketAddr;
 
