@@ -134,17 +134,21 @@ impl TlsListener {
         metrics: &Metrics,
     ) -> Option<TlsStream<TcpStream>> {
         let handshake = async {
-            match TlsStream::accept(Arc::clone(&self.config), stream).await {
-                Ok(stream) => Some(stream),
-                Err(Refused::PlainHttp(stream)) => {
-                    answer_plain_http(stream).await;
-                    None
-                }
+            // The socket is taken out of the result before the 400 is
+            // awaited: a `match` that awaited in its arm would keep the
+            // whole result (a TLS session, 1.2 KB) in every connection's
+            // task for as long as the connection lives
+            // (docs/benchmarks-history.md, "At the edge, measured again").
+            let plain = match TlsStream::accept(Arc::clone(&self.config), stream).await {
+                Ok(stream) => return Some(stream),
+                Err(Refused::PlainHttp(stream)) => stream,
                 Err(Refused::Failed(error)) => {
                     tracing::debug!(%error, "TLS handshake failed");
-                    None
+                    return None;
                 }
-            }
+            };
+            answer_plain_http(plain).await;
+            None
         };
         let accepted = tokio::time::timeout(within, handshake).await.ok().flatten();
         match accepted {
@@ -384,6 +388,31 @@ mod tests {
         assert!(
             error.contains("one.pem") && error.contains("two.key"),
             "{error}"
+        );
+    }
+
+    /// A connection's task holds its handshake's future until the
+    /// handshake ends, and is as large as it for the connection's whole
+    /// life: the future must hold one TLS session, not a second one kept
+    /// across the plain-HTTP answer (docs/benchmarks-history.md, "At the
+    /// edge, measured again": 1.2 KB more per idle connection).
+    #[tokio::test]
+    async fn a_handshake_in_progress_holds_one_tls_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TlsListener::new(&TlsListenerConfig {
+            certs: vec![pair(dir.path(), "one", &["one.test"])],
+        })
+        .unwrap();
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = TcpStream::connect(tcp.local_addr().unwrap()).await.unwrap();
+        let (accepted, _) = tcp.accept().await.unwrap();
+        let metrics = Metrics::new();
+        let handshake = listener.accept(accepted, Duration::from_secs(1), &metrics);
+        let session = std::mem::size_of::<TlsStream<TcpStream>>();
+        let size = std::mem::size_of_val(&handshake);
+        assert!(
+            size < session + session / 2,
+            "the handshake's future is {size} bytes; one TLS session is {session}"
         );
     }
 
