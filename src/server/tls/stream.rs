@@ -601,6 +601,31 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// Whatever the pipe cuts records into, however much the server
+        /// reads at a time and however long the exchange, every byte
+        /// arrives in order, each way, and nothing is kept afterwards.
+        #[test]
+        fn any_cut_any_read_size_any_length_arrives_whole(
+            tls13 in proptest::bool::ANY,
+            pipe in 1usize..4_096,
+            len in 0usize..40_000,
+            chunk in 1usize..20_000,
+        ) {
+            let versions: &[&'static rustls::SupportedProtocolVersion] = if tls13 {
+                &[&rustls::version::TLS13]
+            } else {
+                &[&rustls::version::TLS12]
+            };
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(exchange(versions, pipe, len, chunk));
+        }
+    }
+
     #[tokio::test]
     async fn a_key_update_is_answered_and_reading_and_writing_go_on() {
         let (server_config, connector) = configs(&[&rustls::version::TLS13]);
