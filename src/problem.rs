@@ -15,7 +15,7 @@
 use http::{HeaderValue, StatusCode};
 use serde_json::Value;
 
-use crate::request_id::{MadeId, RequestId};
+use crate::request_id::{MadeId, RequestId, MADE_LEN};
 
 /// The media type of a problem document.
 pub const MEDIA_TYPE: &str = "application/problem+json";
@@ -238,6 +238,17 @@ pub fn push_with_request_id(out: &mut Vec<u8>, document: &[u8], id: &RequestId) 
         out.extend_from_slice(document);
         return;
     };
+    if let RequestId::Made(made) = id {
+        // The common case (every refusal of a caller sluice did not get an
+        // id for), as two copies: the document's opening, then the member
+        // and the closing brace put together on the stack.
+        let tail = made_member(made);
+        let tail = if open == b"{" { &tail[1..] } else { &tail[..] };
+        out.reserve(open.len() + tail.len());
+        out.extend_from_slice(open);
+        out.extend_from_slice(tail);
+        return;
+    }
     out.reserve(with_request_id_len(document, id));
     out.extend_from_slice(open);
     if open != b"{" {
@@ -260,6 +271,23 @@ pub fn with_request_id_len(document: &[u8], id: &RequestId) -> usize {
 }
 
 const REQUEST_ID_MEMBER: &[u8] = br#""request_id":"#;
+
+/// `,"request_id":"<id>"}`: a made id's member, with the comma before it
+/// and the document's closing brace.
+const MADE_MEMBER_LEN: usize = 1 + REQUEST_ID_MEMBER.len() + MADE_LEN + 3;
+
+#[inline]
+fn made_member(id: &MadeId) -> [u8; MADE_MEMBER_LEN] {
+    let mut member = [0u8; MADE_MEMBER_LEN];
+    let (comma, rest) = member.split_at_mut(1);
+    comma[0] = b',';
+    let (name, rest) = rest.split_at_mut(REQUEST_ID_MEMBER.len());
+    name.copy_from_slice(REQUEST_ID_MEMBER);
+    rest[0] = b'"';
+    rest[1..=MADE_LEN].copy_from_slice(id.as_bytes());
+    rest[MADE_LEN + 1..].copy_from_slice(b"\"}");
+    member
+}
 
 /// A whole HTTP/1.1 answer with a problem document, that closes the
 /// connection, for a connection answered before (or instead of) any
@@ -430,8 +458,18 @@ mod tests {
         let json: Value = serde_json::from_slice(&with_request_id(&document, &kept(odd))).unwrap();
         assert_eq!(json["request_id"], odd);
         assert_eq!(with_request_id(b"{}", &kept("x")), br#"{"request_id":"x"}"#);
+        // A made id, written from its own fast path.
+        let made_id = crate::request_id::MadeId::next();
+        let made = RequestId::Made(made_id);
+        let json: Value = serde_json::from_slice(&with_request_id(&document, &made)).unwrap();
+        assert_eq!(json["request_id"], made_id.as_str());
+        assert_eq!(json["status"], 400);
+        assert_eq!(
+            with_request_id(b"{}", &made),
+            format!(r#"{{"request_id":"{}"}}"#, made_id.as_str()).as_bytes()
+        );
+        assert_eq!(with_request_id(b"[]", &made), b"[]");
         // The length declared before the document is written is its length.
-        let made = RequestId::Made(crate::request_id::MadeId::next());
         for id in [kept("abc-123"), kept(odd), kept(r#"\\""#), made] {
             for document in [&document[..], b"{}", b"[]"] {
                 let written = with_request_id(document, &id);
