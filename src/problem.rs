@@ -239,9 +239,9 @@ pub fn push_with_request_id(out: &mut Vec<u8>, document: &[u8], id: &RequestId) 
         return;
     };
     if let RequestId::Made(made) = id {
-        // The common case (every refusal of a caller sluice did not get an
-        // id for), as two copies: the document's opening, then the member
-        // and the closing brace put together on the stack.
+        // The common case (an id sluice made: every request but those a
+        // trusted proxy named) as two copies: the document's opening, then
+        // the member and the closing brace, put together on the stack.
         let tail = made_member(made);
         let tail = if open == b"{" { &tail[1..] } else { &tail[..] };
         out.reserve(open.len() + tail.len());
