@@ -71,11 +71,6 @@ pub struct TlsStream<IO> {
     closing: bool,
     /// rustls failed: every call fails.
     failed: bool,
-    /// Something was read from the peer (the handshake looks at the first
-    /// byte: [`Refused::PlainHttp`]).
-    heard: bool,
-    /// The first byte read was plain HTTP's.
-    plain_http: bool,
 }
 
 /// Why [`TlsStream::accept`] gives no connection.
@@ -92,6 +87,14 @@ pub enum Refused<IO> {
     /// The handshake failed (its alert sent where rustls has one), or the
     /// peer left.
     Failed(io::Error),
+}
+
+/// How a handshake that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handshake {
+    Complete,
+    /// The peer's first byte was plain HTTP's ([`Refused::PlainHttp`]).
+    PlainHttp,
 }
 
 /// Where rustls stands once it has taken what it was given.
@@ -133,24 +136,28 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
             peer_closed: false,
             closing: false,
             failed: false,
-            heard: false,
-            plain_http: false,
         };
-        match poll_fn(|cx| stream.poll_handshake(cx)).await {
-            Ok(()) => Ok(stream),
-            Err(_) if stream.plain_http => Err(Refused::PlainHttp(stream.io)),
+        // Nothing read from the peer yet: its first byte tells plain HTTP.
+        let mut first_read = true;
+        match poll_fn(|cx| stream.poll_handshake(cx, &mut first_read)).await {
+            Ok(Handshake::Complete) => Ok(stream),
+            Ok(Handshake::PlainHttp) => Err(Refused::PlainHttp(stream.io)),
             Err(error) => Err(Refused::Failed(error)),
         }
     }
 
-    fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_handshake(
+        &mut self,
+        cx: &mut Context<'_>,
+        first_read: &mut bool,
+    ) -> Poll<io::Result<Handshake>> {
         loop {
             // What rustls has to say (a flight, tickets, an alert) goes out
             // before more is read.
             let progress = self.take(cx, &mut [], None)?;
             ready!(self.poll_send(cx))?;
             if !self.conn.is_handshaking() {
-                return Poll::Ready(Ok(()));
+                return Poll::Ready(Ok(Handshake::Complete));
             }
             if progress == Progress::Closed {
                 return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
@@ -164,15 +171,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
                     "the peer closed during the TLS handshake",
                 )));
             };
-            if !self.heard {
-                self.heard = true;
-                if first.is_ascii_uppercase() {
-                    self.plain_http = true;
-                    return Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "plain HTTP sent to the TLS port",
-                    )));
-                }
+            if std::mem::take(first_read) && first.is_ascii_uppercase() {
+                return Poll::Ready(Ok(Handshake::PlainHttp));
             }
             self.take(cx, landed.filled_mut(), None)?;
         }
