@@ -530,7 +530,7 @@ fn add_one_limit_lines(
     // A concurrency limit has no reset: it frees when a request ends.
     let resets = !verdict.limit.is_concurrency();
     let mut digits = itoa::Buffer::new();
-    let remaining = format_u64(state.remaining, &mut digits);
+    let remaining = digits.format(state.remaining).as_bytes();
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
         let names: &[OwnName] = if resets {
             &[
@@ -608,17 +608,8 @@ fn number_value(n: u64) -> HeaderValue {
 
 fn format_value(n: u64) -> HeaderValue {
     let mut digits = itoa::Buffer::new();
-    let text = format_u64(n, &mut digits);
-    HeaderValue::from_maybe_shared(Bytes::copy_from_slice(text))
+    HeaderValue::from_maybe_shared(Bytes::copy_from_slice(digits.format(n).as_bytes()))
         .expect("decimal digits are a valid header value")
-}
-
-/// Writes `n` in decimal into `buf`, returning the digits: two digits a
-/// step (`itoa`), as every forwarded response carries a ten-digit reset
-/// time.
-#[inline]
-fn format_u64(n: u64, buf: &mut itoa::Buffer) -> &[u8] {
-    buf.format(n).as_bytes()
 }
 
 #[inline]

@@ -819,14 +819,7 @@ mod tests {
 
     #[test]
     fn hyper_answers_become_problem_documents() {
-        let limits = ConnectionLimits {
-            header_read_timeout: Duration::from_secs(1),
-            idle_timeout: Duration::from_secs(1),
-            send_timeout: Duration::from_secs(1),
-            max_uri_bytes: 8192,
-            max_headers: 100,
-            max_header_bytes: 32768,
-        };
+        let limits = limits(Duration::from_secs(1));
         let answer = replace_automatic_error(
             b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n\r\n",
             &limits,

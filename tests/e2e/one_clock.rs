@@ -142,12 +142,17 @@ async fn answer(stream: &mut TcpStream) -> String {
     }
 }
 
-/// How long after `since` the server closed `stream` (reading nothing).
-async fn closed_after(stream: &mut TcpStream, since: Instant) -> Duration {
+/// Sends `GET /` on `stream`, takes its 200, and says how long after that
+/// answer the server closed the connection (sending nothing more).
+async fn closed_after_a_last_answer(stream: &mut TcpStream) -> Duration {
+    stream.write_all(GET_ROOT).await.unwrap();
+    let got = answer(stream).await;
+    assert!(got.starts_with("HTTP/1.1 200 "), "{got}");
+    let answered = Instant::now();
     let mut rest = Vec::new();
     stream.read_to_end(&mut rest).await.unwrap();
     assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
-    since.elapsed()
+    answered.elapsed()
 }
 
 const GET_ROOT: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
@@ -166,11 +171,8 @@ async fn a_quiet_connection_serves_on_and_closes_one_idle_timeout_after_its_last
         assert!(got.starts_with("HTTP/1.1 200 "), "{got}");
         tokio::time::sleep(Duration::from_secs(15)).await;
     }
-    stream.write_all(GET_ROOT).await.unwrap();
-    assert!(answer(&mut stream).await.starts_with("HTTP/1.1 200 "));
-    let answered = Instant::now();
     assert_eq!(
-        closed_after(&mut stream, answered).await,
+        closed_after_a_last_answer(&mut stream).await,
         Duration::from_secs(30)
     );
     assert_eq!(upstream.count(), 3);
@@ -188,11 +190,8 @@ async fn a_connection_served_by_hyper_is_kept_past_the_quiet_clock() {
         .unwrap();
     assert!(answer(&mut stream).await.starts_with("HTTP/1.1 200 "));
     tokio::time::sleep(Duration::from_secs(15)).await;
-    stream.write_all(GET_ROOT).await.unwrap();
-    assert!(answer(&mut stream).await.starts_with("HTTP/1.1 200 "));
-    let answered = Instant::now();
     assert_eq!(
-        closed_after(&mut stream, answered).await,
+        closed_after_a_last_answer(&mut stream).await,
         Duration::from_secs(30)
     );
     assert_eq!(upstream.count(), 2);
