@@ -41,6 +41,7 @@ mod spend;
 mod status;
 mod status_page;
 mod top;
+mod upstreams;
 
 use crate::problem::{self, Layout, Problem};
 use crate::proxy::Proxy;
@@ -140,6 +141,14 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
             StatusCode::OK,
             &crate::policy::describe(&proxy.policy(), proxy.now()),
         ),
+        (&Method::GET | &Method::HEAD, "/admin/upstreams") => json_response(
+            StatusCode::OK,
+            &upstreams::upstreams(
+                &proxy.upstreams().load(),
+                &proxy.policy().config.upstreams,
+                proxy.now(),
+            ),
+        ),
         (&Method::POST, "/admin/reload") => reload(admin).await,
         (&Method::GET | &Method::HEAD, "/admin/bans") => bans::list(proxy).await,
         (&Method::GET | &Method::HEAD, "/admin/top") => top::top(proxy, request.uri().query()),
@@ -166,7 +175,7 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
         (
             _,
             "/" | "/admin/status" | "/metrics" | "/healthz" | "/readyz" | "/admin/rules"
-            | "/admin/top" | "/admin/buckets",
+            | "/admin/top" | "/admin/buckets" | "/admin/upstreams",
         ) => problem(
             StatusCode::METHOD_NOT_ALLOWED,
             "this admin endpoint only answers GET",
@@ -194,7 +203,8 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
         _ => problem(
             StatusCode::NOT_FOUND,
             "unknown admin endpoint; try / (the status page), /admin/status, /metrics, /healthz, \
-             /readyz, /admin/rules, /admin/bans, /admin/buckets, POST /admin/explain, \
+             /readyz, /admin/rules, /admin/bans, /admin/buckets, /admin/upstreams, \
+             POST /admin/explain, \
              POST /admin/reload, POST /admin/spend or POST /v1/check",
         ),
     }
@@ -213,6 +223,7 @@ fn metrics_text(proxy: &Proxy) -> String {
             .sum();
         metrics.set_rule_state(&rule.name, rule.bans.active(now).len(), tracked_keys);
     }
+    proxy.upstreams().set_gauges();
     let stats = store.stats();
     metrics.set_store_state(
         store.backend_name(),

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{
-    describe_capacity, describe_limits, describe_match, format_period, format_rate,
-    format_timestamp, AlgorithmKind, Config, LimitConfig, OnChange, OnLimit, Rate, RedisMode,
-    RuleConfig, StoreBackend, Variant,
+    describe_capacity, describe_limits, describe_match, describe_upstream, format_period,
+    format_rate, format_timestamp, AlgorithmKind, Config, LimitConfig, OnChange, OnLimit, Rate,
+    RedisMode, RuleConfig, StoreBackend, Variant,
 };
 use crate::key::{KeyLabels, LabelKey};
 
@@ -141,10 +141,24 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             let _ = writeln!(out, "rule {}: {line}", rule.name);
         }
     }
+    for pool in &config.upstreams.pools {
+        let _ = writeln!(out, "upstream {}", describe_upstream(pool));
+    }
+    for route in &config.upstreams.routes {
+        let _ = writeln!(
+            out,
+            "route {} -> {}",
+            describe_match(&route.matcher),
+            config.upstreams.pools[route.upstream].name
+        );
+    }
     let _ = writeln!(
         out,
-        "upstream {}  listen {}  admin {}  max_keys {}",
-        config.server.upstream, config.server.listen, config.admin.listen, config.store.max_keys
+        "default upstream {}  listen {}  admin {}  max_keys {}",
+        config.upstreams.default_pool().name,
+        config.server.listen,
+        config.admin.listen,
+        config.store.max_keys
     );
     if let Some(tls) = &config.server.tls {
         let served: Vec<String> = tls
@@ -168,8 +182,9 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             served.join(", ")
         );
     }
-    if let Some(roots) = &config.server.upstream_roots {
-        let authorities = match &config.server.upstream_ca {
+    for pool in &config.upstreams.pools {
+        let Some(roots) = &pool.roots else { continue };
+        let authorities = match &pool.upstream_ca {
             Some(ca) => format!("{}", ca.display()),
             None => "the system's roots".to_owned(),
         };
@@ -177,7 +192,11 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             1 => "1 authority".to_owned(),
             n => format!("{n} authorities"),
         };
-        let _ = writeln!(out, "upstream TLS verified against {authorities} ({count})");
+        let _ = writeln!(
+            out,
+            "upstream {} TLS verified against {authorities} ({count})",
+            pool.name
+        );
     }
     if let StoreBackend::Redis(redis) = &config.store.backend {
         let instances = match redis.instances {

@@ -26,6 +26,7 @@ mod sunset;
 #[cfg(test)]
 mod testing;
 mod units;
+mod upstreams;
 mod validate;
 mod variants;
 
@@ -42,7 +43,8 @@ pub use crate::key::jwt::{ClaimPath, JwtAlgorithm, JwtConfig, JwtKey};
 pub use crate::key::KeySource;
 pub use crate::limiter::Rate;
 pub use describe::{
-    describe_capacity, describe_limits, describe_match, format_period, format_rate,
+    describe_capacity, describe_limits, describe_match, describe_upstream, format_period,
+    format_rate,
 };
 pub use errors::{ConfigError, ConfigErrors};
 pub use startup::keep_startup_settings;
@@ -61,6 +63,8 @@ pub struct Config {
     pub identity: IdentityConfig,
     /// Rules in file order.
     pub rules: Vec<RuleConfig>,
+    /// The pools requests are forwarded to, and the routes between them.
+    pub upstreams: UpstreamsConfig,
     /// Non-fatal findings (`check` prints them to stderr).
     pub warnings: Vec<String>,
 }
@@ -69,9 +73,6 @@ pub struct Config {
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    /// Scheme + authority of the protected service (`http://host:port` or
-    /// `https://host:port`), no path.
-    pub upstream: Uri,
     /// Runtime worker threads; 0 = one per CPU.
     pub workers: usize,
     pub trusted_proxies: Vec<IpNet>,
@@ -95,16 +96,170 @@ pub struct ServerConfig {
     /// from a trusted proxy (docs/edge.md, "Behind a load balancer").
     pub proxy_protocol: bool,
     /// `upstream_ca`: the authorities an https upstream is verified
-    /// against; `None` = the system's roots.
+    /// against; `None` = the system's roots. Pools inherit it.
     pub upstream_ca: Option<PathBuf>,
-    /// The authorities an https upstream is verified against, loaded when
-    /// the config was validated: `upstream_ca`'s, or the system's roots.
-    /// `None` for an http:// upstream.
-    pub upstream_roots: Option<Arc<rustls::RootCertStore>>,
     /// `access_log`: where each request's line goes.
     pub access_log: AccessLogTarget,
     /// `[server.tls]`: HTTPS on `listen`.
     pub tls: Option<TlsListenerConfig>,
+}
+
+/// Where requests go (docs/upstreams.md): the pools, `[server] upstream`'s
+/// URL among them as the pool `default`, and the routes between them.
+#[derive(Debug, Clone)]
+pub struct UpstreamsConfig {
+    /// Every pool, in file order; a URL in `[server] upstream` is the pool
+    /// [`DEFAULT_POOL`], first.
+    pub pools: Vec<UpstreamConfig>,
+    /// `[[route]]`s in file order: the first whose match fits wins.
+    pub routes: Vec<RouteConfig>,
+    /// The index in `pools` of the pool no route takes the requests of.
+    pub default: usize,
+}
+
+/// The name of the pool `[server] upstream = "<URL>"` makes.
+pub const DEFAULT_POOL: &str = "default";
+
+impl UpstreamsConfig {
+    /// The pool requests go to when no route fits.
+    pub fn default_pool(&self) -> &UpstreamConfig {
+        &self.pools[self.default]
+    }
+}
+
+/// One `[[upstream]]`: a pool of servers.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    pub name: String,
+    /// In file order; all `http://` or all `https://`.
+    pub servers: Vec<ServerUrl>,
+    pub protocol: UpstreamProtocol,
+    pub balance: Balance,
+    /// Host names are resolved again this often.
+    pub resolve_every: Duration,
+    /// Further attempts, each on another server.
+    pub retries: u32,
+    /// Active checks; `None`: off.
+    pub health: Option<HealthCheck>,
+    /// Passive checks; `None`: `eject = false`.
+    pub eject: Option<Eject>,
+    /// More than this share of the servers out: send to all (panic).
+    pub max_share: f64,
+    pub connect_timeout: Duration,
+    pub upstream_timeout: Duration,
+    /// `upstream_ca` (the pool's own, or `[server]`'s).
+    pub upstream_ca: Option<PathBuf>,
+    /// The authorities its https servers are verified against, loaded when
+    /// the config was validated; `None` for http:// servers.
+    pub roots: Option<Arc<rustls::RootCertStore>>,
+}
+
+impl UpstreamConfig {
+    /// Whether its servers speak TLS.
+    pub fn https(&self) -> bool {
+        self.servers
+            .first()
+            .is_some_and(|server| server.url.scheme_str() == Some("https"))
+    }
+}
+
+/// One entry of `servers`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerUrl {
+    /// Scheme and authority, path `/`.
+    pub url: Uri,
+    /// At least 1.
+    pub weight: u32,
+}
+
+impl ServerUrl {
+    /// The URL's host, as a URL writes it (an IPv6 address in brackets).
+    pub fn host(&self) -> &str {
+        self.url.host().unwrap_or("127.0.0.1")
+    }
+
+    /// The URL's port, or its scheme's.
+    pub fn port(&self) -> u16 {
+        self.url
+            .port_u16()
+            .unwrap_or(if self.url.scheme_str() == Some("https") {
+                443
+            } else {
+                80
+            })
+    }
+
+    /// `host:port` as written (the `Host` of a request that named none).
+    pub fn authority(&self) -> String {
+        self.url.authority().map_or_else(
+            || format!("{}:{}", self.host(), self.port()),
+            |a| a.as_str().to_owned(),
+        )
+    }
+
+    /// The URL without the path sluice adds: `http://10.0.0.1:3000`.
+    pub fn written(&self) -> String {
+        format!(
+            "{}://{}",
+            self.url.scheme_str().unwrap_or("http"),
+            self.authority()
+        )
+    }
+}
+
+/// An upstream's `protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    Http1,
+    /// HTTP/2 with prior knowledge, over TCP.
+    H2c,
+    /// HTTP/2 over TLS.
+    H2,
+    /// https: ALPN decides; http: HTTP/1.1.
+    Auto,
+}
+
+/// An upstream's `balance`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Balance {
+    /// Two random choices, weighted; fewer in flight wins.
+    LeastRequest,
+    /// Weighted, in turn.
+    RoundRobin,
+    /// The same value of the key source to the same server (rendezvous).
+    Hash(KeySource),
+}
+
+/// An upstream's `health`: active checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// Origin-form, starting with `/`.
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Failures in a row that take a server out.
+    pub fails: u32,
+    /// Passes in a row that bring it back.
+    pub passes: u32,
+    /// `Host` of a check; `None`: the server URL's host and port.
+    pub host: Option<String>,
+}
+
+/// An upstream's `eject`: passive checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Eject {
+    /// Failures in a row that take a server out.
+    pub after: u32,
+    /// How long, the first time (doubled when taken out again).
+    pub duration: Duration,
+}
+
+/// One `[[route]]`.
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    pub matcher: MatchConfig,
+    /// The index in [`UpstreamsConfig::pools`] of the pool it sends to.
+    pub upstream: usize,
 }
 
 /// `[server.tls]` (docs/edge.md, "TLS").

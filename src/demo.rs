@@ -87,9 +87,13 @@ pub async fn run(once: bool, tour_done: impl FnOnce()) -> Result<(), DemoError> 
     let mut config = Config::from_toml(DEMO_CONFIG, "config/demo.toml")?;
     config.server.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.admin.listen = SocketAddr::from(([127, 0, 0, 1], 0));
-    config.server.upstream = format!("http://{upstream}")
-        .parse()
-        .map_err(http::Error::from)?;
+    let default = config.upstreams.default;
+    config.upstreams.pools[default].servers = vec![crate::config::ServerUrl {
+        url: format!("http://{upstream}")
+            .parse()
+            .map_err(http::Error::from)?,
+        weight: 1,
+    }];
     config.server.shutdown_grace = Duration::from_secs(2);
     let server = Server::bind(config).await?;
     let proxy = server.local_addr()?;

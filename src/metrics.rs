@@ -94,11 +94,8 @@ pub struct Metrics {
     responses: [IntCounter; 5],
     pub decision_seconds: Histogram,
     pub overhead_seconds: Histogram,
-    pub upstream_seconds: Histogram,
-    pub upstream_errors_connect: IntCounter,
-    pub upstream_errors_timeout: IntCounter,
-    pub upstream_errors_other: IntCounter,
-    pub upstream_errors_tls: IntCounter,
+    /// The upstream pools' series, labelled with each pool's name.
+    pub upstreams: UpstreamSeries,
     tracked_keys: IntGaugeVec,
     delay_seconds: HistogramVec,
     queue_depth: IntGaugeVec,
@@ -169,16 +166,6 @@ impl Metrics {
             "Request head in to upstream request out, minus intentional delay.",
             OVERHEAD_BUCKETS,
         );
-        let upstream_seconds = histogram(
-            "sluice_upstream_seconds",
-            "Upstream request out to response head in.",
-            LONG_BUCKETS,
-        );
-        let upstream_errors = IntCounterVec::new(
-            Opts::new("sluice_upstream_errors_total", "Failed upstream exchanges."),
-            &["kind"],
-        )
-        .expect("static metric definition");
         let tracked_keys = IntGaugeVec::new(
             Opts::new("sluice_tracked_keys", "Buckets tracked per rule."),
             &["rule"],
@@ -293,8 +280,6 @@ impl Metrics {
             Box::new(responses_vec),
             Box::new(decision_seconds.clone()),
             Box::new(overhead_seconds.clone()),
-            Box::new(upstream_seconds.clone()),
-            Box::new(upstream_errors.clone()),
             Box::new(tracked_keys.clone()),
             Box::new(delay_seconds.clone()),
             Box::new(queue_depth.clone()),
@@ -320,6 +305,7 @@ impl Metrics {
             .expect("process metric names are unique");
 
         let sync = SyncSeries::new(&registry);
+        let upstreams = UpstreamSeries::new(&registry);
         let tls_handshakes = registered(
             &registry,
             IntCounterVec::new(
@@ -336,11 +322,7 @@ impl Metrics {
             responses,
             decision_seconds,
             overhead_seconds,
-            upstream_seconds,
-            upstream_errors_connect: upstream_errors.with_label_values(&["connect"]),
-            upstream_errors_timeout: upstream_errors.with_label_values(&["timeout"]),
-            upstream_errors_other: upstream_errors.with_label_values(&["other"]),
-            upstream_errors_tls: upstream_errors.with_label_values(&["tls"]),
+            upstreams,
             tracked_keys,
             delay_seconds,
             queue_depth,
@@ -506,6 +488,110 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
+    }
+}
+
+/// The upstream pools' series (docs/upstreams.md), each labelled with a
+/// pool's name, never a server's address.
+#[derive(Debug, Clone)]
+pub struct UpstreamSeries {
+    seconds: HistogramVec,
+    errors: IntCounterVec,
+    retries: IntCounterVec,
+    ejections: IntCounterVec,
+    servers: IntGaugeVec,
+    panic: IntGaugeVec,
+}
+
+/// One pool's series, resolved once when the pool is built.
+#[derive(Debug, Clone)]
+pub struct PoolSeries {
+    /// `sluice_upstream_seconds{upstream}`: each attempt, to its response
+    /// head or failure.
+    pub seconds: Histogram,
+    /// `sluice_upstream_errors_total{upstream,kind}`.
+    pub errors_connect: IntCounter,
+    pub errors_timeout: IntCounter,
+    pub errors_other: IntCounter,
+    pub errors_tls: IntCounter,
+    /// `sluice_upstream_retries_total{upstream}`.
+    pub retries: IntCounter,
+    /// `sluice_upstream_ejections_total{upstream}`.
+    pub ejections: IntCounter,
+}
+
+impl UpstreamSeries {
+    fn new(registry: &Registry) -> UpstreamSeries {
+        let counters = |name, help, labels: &[&str]| {
+            registered(registry, IntCounterVec::new(Opts::new(name, help), labels))
+        };
+        let gauges = |name, help, labels: &[&str]| {
+            registered(registry, IntGaugeVec::new(Opts::new(name, help), labels))
+        };
+        UpstreamSeries {
+            seconds: registered(
+                registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "sluice_upstream_seconds",
+                        "Upstream request out to response head in, per attempt.",
+                    )
+                    .buckets(LONG_BUCKETS.to_vec()),
+                    &["upstream"],
+                ),
+            ),
+            errors: counters(
+                "sluice_upstream_errors_total",
+                "Failed upstream attempts (a failure a retry hid included).",
+                &["upstream", "kind"],
+            ),
+            retries: counters(
+                "sluice_upstream_retries_total",
+                "Further attempts made on another server.",
+                &["upstream"],
+            ),
+            ejections: counters(
+                "sluice_upstream_ejections_total",
+                "Servers taken out by passive checks.",
+                &["upstream"],
+            ),
+            servers: gauges(
+                "sluice_upstream_servers",
+                "Servers of a pool, in or out.",
+                &["upstream", "state"],
+            ),
+            panic: gauges(
+                "sluice_upstream_panic",
+                "1 while too many of a pool's servers are out and requests go to all of them.",
+                &["upstream"],
+            ),
+        }
+    }
+
+    /// The series of the pool `name`, at 0 until counted.
+    pub fn pool(&self, name: &str) -> PoolSeries {
+        let error = |kind| self.errors.with_label_values(&[name, kind]);
+        PoolSeries {
+            seconds: self.seconds.with_label_values(&[name]),
+            errors_connect: error("connect"),
+            errors_timeout: error("timeout"),
+            errors_other: error("other"),
+            errors_tls: error("tls"),
+            retries: self.retries.with_label_values(&[name]),
+            ejections: self.ejections.with_label_values(&[name]),
+        }
+    }
+
+    /// Sets a pool's gauges (when `/metrics` is scraped): servers in and
+    /// out, and whether it is in panic.
+    pub fn set_state(&self, name: &str, servers_in: usize, servers_out: usize, panic: bool) {
+        self.servers
+            .with_label_values(&[name, "in"])
+            .set(servers_in as i64);
+        self.servers
+            .with_label_values(&[name, "out"])
+            .set(servers_out as i64);
+        self.panic.with_label_values(&[name]).set(i64::from(panic));
     }
 }
 

@@ -39,11 +39,13 @@ mod recent_value;
 mod refusal;
 mod refusal_log;
 pub mod respond;
+mod routes;
 mod ruling;
 pub mod settle;
 mod tally;
 pub mod ticker;
 pub mod upgrade;
+pub mod upstream;
 #[cfg(any(test, feature = "differential"))]
 #[doc(hidden)]
 pub mod upstream_differential;
@@ -66,12 +68,12 @@ use access::Notes;
 pub use admit::fill_asks;
 pub use checks::{check, host_of, Checked};
 pub use client_request::{ClientBody, ClientRequest};
-use forward::Upstream;
 pub use identify::{
     facts_of, identify, Applicability, Applicable, Standing, Unidentified, Witness,
 };
 pub use refusal::Refusal;
 use respond::ProxyBody;
+pub use routes::{Routes, Upstreams};
 use ruling::Ruling;
 
 /// Rules a request can match before the bookkeeping spills to the heap.
@@ -89,7 +91,8 @@ struct Shared {
     store: Arc<Store>,
     /// What to do when the store fails (`store.redis.on_error`).
     on_error: OnError,
-    upstream: Upstream,
+    /// The pools and routes requests are forwarded by.
+    upstreams: Upstreams,
     metrics: Metrics,
     /// Every decision, hold and settlement reads and waits on this clock.
     clock: ProxyClock,
@@ -119,7 +122,12 @@ impl Proxy {
     fn with_store(config: Config, clock: ProxyClock, store: Store, on_error: OnError) -> Proxy {
         let metrics = Metrics::new();
         let config = Arc::new(config);
-        let upstream = Upstream::new(&config.server, clock.clone());
+        let upstreams = Upstreams::new(
+            &config.upstreams,
+            Arc::new(upstream::resolve::SystemResolver),
+            metrics.upstreams.clone(),
+            clock.clone(),
+        );
         let access_log = AccessLog::new(
             &config.server.access_log,
             clock.clone(),
@@ -131,7 +139,7 @@ impl Proxy {
                 policy: ArcSwap::from_pointee(policy),
                 store: Arc::new(store),
                 on_error,
-                upstream,
+                upstreams,
                 metrics,
                 ticker: ticker::Ticker::new(clock.clone()),
                 clock,
@@ -150,6 +158,11 @@ impl Proxy {
     /// The metrics registry, for the admin listener.
     pub fn metrics(&self) -> &Metrics {
         &self.shared.metrics
+    }
+
+    /// The pools and routes requests are forwarded by.
+    pub fn upstreams(&self) -> &Upstreams {
+        &self.shared.upstreams
     }
 
     /// The bucket store.
@@ -171,7 +184,7 @@ impl Proxy {
         let old = shared.policy.load_full();
         let mut config = config;
         let ignored = crate::config::keep_startup_settings(&old.config, &mut config);
-        shared.upstream.reload(&config.server);
+        shared.upstreams.reload(&config.upstreams);
         // Opened (again) before requests see the new policy: a file renamed
         // by logrotate is written anew from here.
         shared.access_log.configure(&config.server.access_log);
@@ -353,8 +366,15 @@ impl Proxy {
             return;
         }
         let path_and_query = forward::forwarded_path(request, &checked, policy);
+        let routes = shared.upstreams.load();
+        let upstream = routes.route(&facts);
+        let hash = upstream.hash_source().and_then(|source| {
+            let sources = std::slice::from_ref(source);
+            policy.keys.derive(sources, &facts, false).ok()
+        });
         let forwarder = forward::Forwarder {
-            upstream: &shared.upstream,
+            upstream,
+            hash,
             clock: &shared.clock,
             metrics: &shared.metrics,
             policy,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{MatchConfig, Rate, RuleConfig};
+use super::{Balance, MatchConfig, Rate, RuleConfig, UpstreamConfig, UpstreamProtocol};
 
 /// A period in its largest whole unit: `60s` → `1m`, `90s` → `90s`,
 /// `900s` → `15m`, `500ms` → `500ms`.
@@ -57,6 +57,62 @@ pub fn describe_match(matcher: &MatchConfig) -> String {
     } else {
         parts.join(" ")
     }
+}
+
+/// A pool as `check` prints it: its name, servers (with weights other than
+/// 1) and how it balances, retries and checks its servers.
+pub fn describe_upstream(pool: &UpstreamConfig) -> String {
+    let servers: Vec<String> = pool
+        .servers
+        .iter()
+        .map(|server| match server.weight {
+            1 => server.written(),
+            weight => format!("{} (weight {weight})", server.written()),
+        })
+        .collect();
+    let balance = match &pool.balance {
+        Balance::LeastRequest => "least_request".to_owned(),
+        Balance::RoundRobin => "round_robin".to_owned(),
+        Balance::Hash(source) => format!("hash:{source}"),
+    };
+    let protocol = match pool.protocol {
+        UpstreamProtocol::Http1 => "http1",
+        UpstreamProtocol::H2c => "h2c",
+        UpstreamProtocol::H2 => "h2",
+        UpstreamProtocol::Auto => "auto",
+    };
+    let mut parts = vec![
+        balance,
+        protocol.to_owned(),
+        format!("retries {}", pool.retries),
+    ];
+    match &pool.eject {
+        Some(eject) => parts.push(format!(
+            "eject after {} for {}",
+            eject.after,
+            format_period(eject.duration)
+        )),
+        None => parts.push("no passive checks".to_owned()),
+    }
+    if let Some(health) = &pool.health {
+        parts.push(format!(
+            "checks GET {} every {} (out after {}, in after {})",
+            health.path,
+            format_period(health.interval),
+            health.fails,
+            health.passes
+        ));
+    }
+    parts.push(format!(
+        "panic over {}% out",
+        (pool.max_share * 100.0).round()
+    ));
+    format!(
+        "{}: {}  ({})",
+        pool.name,
+        servers.join(" "),
+        parts.join(", ")
+    )
 }
 
 /// A rule's limits: each rate (`100/m, 1000/h`), or a concurrency rule's

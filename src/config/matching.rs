@@ -11,8 +11,8 @@ use super::validate::Validator;
 use super::MatchConfig;
 
 impl Validator<'_> {
-    pub(super) fn matcher(&mut self, index: usize, raw: &RawMatch) -> MatchConfig {
-        let base = format!("rule[{index}].match");
+    /// A `match` table, its fields named under `base` (`rule[0].match`).
+    pub(super) fn matcher(&mut self, base: &str, raw: &RawMatch) -> MatchConfig {
         MatchConfig {
             path: self.list(raw.path.as_ref(), &format!("{base}.path"), |p| {
                 check_path(p, false).map(|()| p.to_owned())

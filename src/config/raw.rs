@@ -35,6 +35,12 @@ pub struct RawConfig {
     /// `[[rule]]` tables in file order.
     #[serde(default)]
     pub rule: Vec<RawRule>,
+    /// `[[upstream]]` pools in file order.
+    #[serde(default)]
+    pub upstream: Vec<RawUpstream>,
+    /// `[[route]]` tables in file order.
+    #[serde(default)]
+    pub route: Vec<RawRoute>,
 }
 
 /// `[server]`.
@@ -271,6 +277,152 @@ pub struct RawBan {
     pub within: Option<Spanned<String>>,
     #[serde(rename = "for")]
     pub duration: Option<Spanned<String>>,
+}
+
+/// One `[[upstream]]`: a named pool of servers.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    pub name: Option<Spanned<String>>,
+    pub servers: Option<Spanned<Vec<Spanned<RawServerUrl>>>>,
+    pub protocol: Option<Spanned<String>>,
+    pub balance: Option<Spanned<String>>,
+    pub resolve_every: Option<Spanned<String>>,
+    pub retries: Option<Spanned<i64>>,
+    pub health: Option<Located<RawHealth>>,
+    pub eject: Option<Located<RawEject>>,
+    pub connect_timeout: Option<Spanned<String>>,
+    pub upstream_timeout: Option<Spanned<String>>,
+    pub upstream_ca: Option<Spanned<String>>,
+}
+
+/// One entry of an upstream's `servers`: `"http://10.0.0.1:3000"` or
+/// `{ url = "http://10.0.0.1:3000", weight = 2 }`.
+#[derive(Debug, Default)]
+pub struct RawServerUrl {
+    pub url: Option<Spanned<String>>,
+    pub weight: Option<Spanned<i64>>,
+    /// Keys that are neither, collected for validation to name.
+    pub unknown: Vec<Key>,
+}
+
+impl<'de> Deserialize<'de> for RawServerUrl {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ServerVisitor;
+
+        impl<'de> Visitor<'de> for ServerVisitor {
+            type Value = RawServerUrl;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a URL such as \"http://10.0.0.1:3000\" or a table such as \
+                     { url = \"http://10.0.0.1:3000\", weight = 2 }",
+                )
+            }
+
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<RawServerUrl, E> {
+                // The span is the enclosing `Spanned`'s; validation puts it back.
+                Ok(RawServerUrl {
+                    url: Some(Spanned::new(0..0, value.to_owned())),
+                    ..RawServerUrl::default()
+                })
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawServerUrl, A::Error> {
+                let mut server = RawServerUrl::default();
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key.text.as_str() {
+                        "url" => server.url = Some(map.next_value()?),
+                        "weight" => server.weight = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            server.unknown.push(key);
+                        }
+                    }
+                }
+                Ok(server)
+            }
+        }
+
+        deserializer.deserialize_any(ServerVisitor)
+    }
+}
+
+/// An upstream's `health = { path, interval, timeout, fails, passes, host }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table such as { path = \"/healthz\", interval = \"5s\" }"
+)]
+pub struct RawHealth {
+    pub path: Option<Spanned<String>>,
+    pub interval: Option<Spanned<String>>,
+    pub timeout: Option<Spanned<String>>,
+    pub fails: Option<Spanned<i64>>,
+    pub passes: Option<Spanned<i64>>,
+    pub host: Option<Spanned<String>>,
+}
+
+/// An upstream's `eject`: `false`, or `{ after, for, max_share }`.
+#[derive(Debug, Default)]
+pub struct RawEject {
+    /// `eject = false` (or `true`, the default written out).
+    pub enabled: Option<bool>,
+    pub after: Option<Spanned<i64>>,
+    pub duration: Option<Spanned<String>>,
+    pub max_share: Option<Spanned<f64>>,
+    /// Keys that are none of these, collected for validation to name.
+    pub unknown: Vec<Key>,
+}
+
+impl<'de> Deserialize<'de> for RawEject {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EjectVisitor;
+
+        impl<'de> Visitor<'de> for EjectVisitor {
+            type Value = RawEject;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "false, or a table such as { after = 5, for = \"30s\", max_share = 0.5 }",
+                )
+            }
+
+            fn visit_bool<E: de::Error>(self, value: bool) -> Result<RawEject, E> {
+                Ok(RawEject {
+                    enabled: Some(value),
+                    ..RawEject::default()
+                })
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawEject, A::Error> {
+                let mut eject = RawEject::default();
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key.text.as_str() {
+                        "after" => eject.after = Some(map.next_value()?),
+                        "for" => eject.duration = Some(map.next_value()?),
+                        "max_share" => eject.max_share = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            eject.unknown.push(key);
+                        }
+                    }
+                }
+                Ok(eject)
+            }
+        }
+
+        deserializer.deserialize_any(EjectVisitor)
+    }
+}
+
+/// One `[[route]]`: which pool serves the requests its `match` fits.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    #[serde(rename = "match")]
+    pub matcher: Option<RawMatch>,
+    pub upstream: Option<Spanned<String>>,
 }
 
 /// A rule's `match` table.

@@ -102,7 +102,7 @@ impl Validator<'_> {
         let matcher = raw
             .matcher
             .as_ref()
-            .map(|m| self.matcher(index, m))
+            .map(|m| self.matcher(&format!("rule[{index}].match"), m))
             .unwrap_or_default();
 
         let key = match &raw.key {

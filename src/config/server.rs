@@ -2,14 +2,11 @@
 //! and the address lists of `[access]` and `server.trusted_proxies`.
 
 use std::net::IpAddr;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use http::uri::Scheme;
 use http::{StatusCode, Uri};
 use ipnet::IpNet;
-use rustls::RootCertStore;
 use toml::Spanned;
 
 use super::raw::{OneOrMany, RawConfig, RawServer, RawTls};
@@ -40,16 +37,13 @@ impl Validator<'_> {
             }
         }
         let proxy_protocol = self.proxy_protocol(raw, &trusted_proxies);
-        let upstream = self.upstream(raw);
         let upstream_ca = raw
             .upstream_ca
             .as_ref()
             .filter(|ca| !ca.get_ref().is_empty())
             .map(|ca| self.file_path(ca.get_ref()));
-        let upstream_roots = self.upstream_roots(raw, &upstream, upstream_ca.as_deref());
         ServerConfig {
             listen: self.socket_addr(raw.listen.as_ref(), "server.listen", "0.0.0.0:8080"),
-            upstream,
             workers: self.int(raw.workers.as_ref(), "server.workers", 0, 0..=1024) as usize,
             trusted_proxies,
             connect_timeout: self.timeout(
@@ -119,7 +113,6 @@ impl Validator<'_> {
                 as u8,
             proxy_protocol,
             upstream_ca,
-            upstream_roots,
             access_log: self.access_log(raw.access_log.as_ref()),
             tls: raw.tls.as_ref().map(|tls| self.tls(tls)),
         }
@@ -225,76 +218,6 @@ impl Validator<'_> {
             certs.push(pair);
         }
         TlsListenerConfig { certs }
-    }
-
-    fn upstream(&mut self, raw: &RawServer) -> Uri {
-        let placeholder = Uri::from_static("http://127.0.0.1/");
-        let path = "server.upstream";
-        let Some(field) = &raw.upstream else {
-            let at = self
-                .source
-                .headers("[server]")
-                .first()
-                .copied()
-                .unwrap_or(0);
-            self.error(
-                at,
-                path,
-                "is required: the address of the protected service, for example \
-                 upstream = \"http://127.0.0.1:3000\"",
-            );
-            return placeholder;
-        };
-        match parse_upstream(field.get_ref()) {
-            Ok(uri) => uri,
-            Err(message) => {
-                self.error(field.span().start, path, message);
-                placeholder
-            }
-        }
-    }
-
-    /// The authorities an https upstream is verified against, loaded now so
-    /// that `check` (and a reload) reports a CA file that cannot serve:
-    /// `upstream_ca`'s certificates, or the system's roots without one.
-    /// `None` for an http:// upstream, for which `upstream_ca` is unused.
-    fn upstream_roots(
-        &mut self,
-        raw: &RawServer,
-        upstream: &Uri,
-        ca: Option<&Path>,
-    ) -> Option<Arc<RootCertStore>> {
-        let ca_field = raw
-            .upstream_ca
-            .as_ref()
-            .filter(|ca| !ca.get_ref().is_empty());
-        if upstream.scheme() != Some(&Scheme::HTTPS) {
-            if let (Some(field), Some(_)) = (ca_field, &raw.upstream) {
-                self.warn(
-                    field.span().start,
-                    "server.upstream_ca",
-                    "is unused: the upstream is http://, which is not TLS",
-                );
-            }
-            return None;
-        }
-        match crate::tls::read_roots(ca) {
-            Ok(roots) => Some(Arc::new(roots)),
-            Err(message) => {
-                match (ca_field, &raw.upstream) {
-                    (Some(field), _) => {
-                        self.error(field.span().start, "server.upstream_ca", message)
-                    }
-                    (None, Some(field)) => self.error(
-                        field.span().start,
-                        "server.upstream",
-                        format!("{message}; or name the upstream's CA in server.upstream_ca"),
-                    ),
-                    (None, None) => {}
-                }
-                None
-            }
-        }
     }
 
     pub(super) fn admin(&mut self, raw: &RawConfig) -> AdminConfig {
@@ -410,7 +333,9 @@ impl Validator<'_> {
     }
 }
 
-fn parse_upstream(text: &str) -> Result<Uri, String> {
+/// A server's URL: `http://` or `https://`, a host and maybe a port, no
+/// path, query or user information.
+pub(super) fn parse_upstream(text: &str) -> Result<Uri, String> {
     const HELP: &str = "write http://HOST[:PORT] or https://HOST[:PORT], for example \
                         \"http://127.0.0.1:3000\"";
     let uri: Uri = text
@@ -571,7 +496,8 @@ mod tests {
         assert_eq!(
             only_error("[server]\nlisten = \"0.0.0.0:80\"\n"),
             "test.toml:1:1: server.upstream: is required: the address of the protected service, \
-             for example upstream = \"http://127.0.0.1:3000\""
+             for example upstream = \"http://127.0.0.1:3000\", or the name of an [[upstream]] \
+             pool"
         );
         assert!(only_error("").starts_with("test.toml:1:1: server.upstream: is required"));
     }
@@ -596,9 +522,15 @@ mod tests {
             assert!(line.contains(message), "{upstream}: {line}");
         }
         let config = valid("[server]\nupstream = \"http://Svc:8000/\"\n");
-        assert_eq!(config.server.upstream.host(), Some("Svc"));
-        assert_eq!(config.server.upstream.port_u16(), Some(8000));
-        assert_eq!(config.server.upstream.path(), "/");
+        assert_eq!(
+            config.upstreams.default_pool().servers[0].url.host(),
+            Some("Svc")
+        );
+        assert_eq!(
+            config.upstreams.default_pool().servers[0].url.port_u16(),
+            Some(8000)
+        );
+        assert_eq!(config.upstreams.default_pool().servers[0].url.path(), "/");
     }
 
     #[test]
@@ -609,10 +541,21 @@ mod tests {
             "[server]\nupstream = \"https://api.internal:8443\"\nupstream_ca = \"{}\"\n",
             ca.display()
         ));
-        assert_eq!(config.server.upstream.scheme_str(), Some("https"));
-        assert_eq!(config.server.upstream.host(), Some("api.internal"));
+        assert_eq!(
+            config.upstreams.default_pool().servers[0].url.scheme_str(),
+            Some("https")
+        );
+        assert_eq!(
+            config.upstreams.default_pool().servers[0].url.host(),
+            Some("api.internal")
+        );
         assert_eq!(config.server.upstream_ca.as_deref(), Some(ca.as_path()));
-        let roots = config.server.upstream_roots.expect("loaded");
+        let roots = config
+            .upstreams
+            .default_pool()
+            .roots
+            .clone()
+            .expect("loaded");
         assert_eq!(roots.len(), 1);
         assert!(
             !config.warnings.iter().any(|w| w.contains("upstream")),
@@ -624,16 +567,24 @@ mod tests {
             "[server]\nupstream = \"https://[::1]\"\nupstream_ca = \"{}\"\n",
             ca.display()
         ));
-        assert_eq!(config.server.upstream.port_u16(), None);
+        assert_eq!(
+            config.upstreams.default_pool().servers[0].url.port_u16(),
+            None
+        );
     }
 
     #[test]
     fn without_upstream_ca_an_https_upstream_uses_the_systems_roots() {
         let config = valid("[server]\nupstream = \"https://api.example.com\"\n");
-        let roots = config.server.upstream_roots.expect("the system's roots");
+        let roots = config
+            .upstreams
+            .default_pool()
+            .roots
+            .clone()
+            .expect("the system's roots");
         assert!(roots.len() > 1, "{roots:?}");
         // An http:// upstream verifies nothing.
-        assert!(valid(UPSTREAM).server.upstream_roots.is_none());
+        assert!(valid(UPSTREAM).upstreams.default_pool().roots.is_none());
     }
 
     #[test]
@@ -665,7 +616,7 @@ mod tests {
     #[test]
     fn upstream_ca_beside_an_http_upstream_is_unused() {
         let config = valid(&format!("{UPSTREAM}upstream_ca = \"/nowhere/ca.pem\"\n"));
-        assert!(config.server.upstream_roots.is_none());
+        assert!(config.upstreams.default_pool().roots.is_none());
         assert!(
             config.warnings.contains(
                 &"test.toml:3:15: server.upstream_ca: is unused: the upstream is http://, which \

@@ -1,7 +1,8 @@
 //! The settings that only take effect when sluice starts: listen
 //! addresses, workers, whether the listener speaks TLS or the PROXY
-//! protocol, the listener's and the upstream client's timeouts and limits,
-//! the admin token's variable and the store. A reload, and `sluice
+//! protocol, the listener's timeouts and limits, the admin token's
+//! variable and the store. (Upstreams, their timeouts and authorities
+//! follow every reload: docs/upstreams.md.) A reload, and `sluice
 //! check --diff`, keep them as they were and name the ones the new file
 //! would change (they need a restart).
 
@@ -21,10 +22,7 @@ pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str
     }
     keep!(
         server.listen,
-        server.upstream,
         server.workers,
-        server.connect_timeout,
-        server.upstream_timeout,
         server.header_read_timeout,
         server.max_connections,
         server.shutdown_grace,
@@ -46,14 +44,6 @@ pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str
     if new.server.tls.is_some() != old.server.tls.is_some() {
         kept.push("server.tls");
         new.server.tls = old.server.tls.clone();
-    }
-    // An https upstream's authorities go with its address: new ones for an
-    // upstream that waits for a restart wait with it, rather than verifying
-    // the running upstream against the next one's CA. (With the address
-    // unchanged, `upstream_ca` is read again on every reload.)
-    if kept.contains(&"server.upstream") {
-        keep!(server.upstream_ca);
-        new.server.upstream_roots = old.server.upstream_roots.clone();
     }
     kept
 }
@@ -77,8 +67,7 @@ mod tests {
         )
         .unwrap();
         let kept = keep_startup_settings(&old, &mut new);
-        assert_eq!(kept, ["server.upstream", "store.max_keys"]);
-        assert_eq!(new.server.upstream, old.server.upstream);
+        assert_eq!(kept, ["store.max_keys"]);
         assert_eq!(new.store.max_keys, old.store.max_keys);
         // What a reload does apply stays as the new file says.
         assert!(!new.server.normalize_path);
@@ -86,31 +75,19 @@ mod tests {
     }
 
     #[test]
-    fn upstream_ca_waits_with_an_upstream_that_needs_a_restart() {
-        let dir = tempfile::tempdir().unwrap();
-        let running = crate::testing::certs::TestCa::new("running").write(dir.path(), "a");
-        let next = crate::testing::certs::TestCa::new("next").write(dir.path(), "b");
-        let config = |upstream: &str, ca: &std::path::Path| {
+    fn upstreams_follow_a_reload() {
+        let config = |upstream: &str| {
             Config::from_toml(
-                &format!(
-                    "[server]\nupstream = \"{upstream}\"\nupstream_ca = \"{}\"\n",
-                    ca.display()
-                ),
+                &format!("[server]\nupstream = \"{upstream}\"\nupstream_timeout = \"5s\"\n"),
                 "test.toml",
             )
             .unwrap()
         };
-        let old = config("https://a.internal", &running);
-        // Same upstream: the new authorities apply.
-        let mut new = config("https://a.internal", &next);
+        let old = config("http://a.internal");
+        let mut new = config("http://b.internal:81");
         assert!(keep_startup_settings(&old, &mut new).is_empty());
-        assert_eq!(new.server.upstream_ca.as_deref(), Some(next.as_path()));
-        // Another upstream: both wait for the restart.
-        let mut new = config("https://b.internal", &next);
-        let kept = keep_startup_settings(&old, &mut new);
-        assert_eq!(kept, ["server.upstream", "server.upstream_ca"]);
-        assert_eq!(new.server.upstream_ca.as_deref(), Some(running.as_path()));
-        let roots = |config: &Config| config.server.upstream_roots.as_ref().unwrap().roots.clone();
-        assert_eq!(roots(&new), roots(&old));
+        let pool = new.upstreams.default_pool();
+        assert_eq!(pool.servers[0].written(), "http://b.internal:81");
+        assert_eq!(pool.upstream_timeout, std::time::Duration::from_secs(5));
     }
 }

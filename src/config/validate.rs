@@ -302,6 +302,7 @@ impl Validator<'_> {
             ),
         };
         let rules = self.rules(&raw.rule, server.ipv6_prefix);
+        let upstreams = self.upstreams(raw, &server);
         self.jwt_sources_need_identity(&raw.rule, identity.jwt.is_some());
         Config {
             server,
@@ -311,6 +312,7 @@ impl Validator<'_> {
             access,
             identity,
             rules,
+            upstreams,
             warnings: self.take_warnings(),
         }
     }
@@ -536,7 +538,10 @@ mod tests {
         let config = valid(UPSTREAM);
         let s = &config.server;
         assert_eq!(s.listen, "0.0.0.0:8080".parse().unwrap());
-        assert_eq!(s.upstream, "http://127.0.0.1:3000/".parse::<Uri>().unwrap());
+        assert_eq!(
+            config.upstreams.default_pool().servers[0].url,
+            "http://127.0.0.1:3000/".parse::<Uri>().unwrap()
+        );
         assert_eq!(s.workers, 0);
         assert!(s.trusted_proxies.is_empty());
         assert_eq!(s.connect_timeout, Duration::from_secs(2));
@@ -631,7 +636,10 @@ method = "DELETE"
         );
         let s = &config.server;
         assert_eq!(s.listen, "127.0.0.1:8081".parse().unwrap());
-        assert_eq!(s.upstream.to_string(), "http://backend.internal:3000/");
+        assert_eq!(
+            config.upstreams.default_pool().servers[0].url.to_string(),
+            "http://backend.internal:3000/"
+        );
         assert_eq!(s.workers, 4);
         assert_eq!(
             s.trusted_proxies,

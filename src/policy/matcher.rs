@@ -31,7 +31,7 @@ pub enum Mismatch {
 }
 
 impl Matcher {
-    pub(super) fn new(config: &MatchConfig) -> Matcher {
+    pub fn new(config: &MatchConfig) -> Matcher {
         Matcher {
             path: config.path.clone(),
             path_prefix: config.path_prefix.clone(),

@@ -56,6 +56,20 @@ impl<B> ClientRequest<B> {
         self.0 = None;
     }
 
+    /// Whether the request is still here (not yet handed to hyper's client,
+    /// or handed back unsent).
+    #[inline]
+    pub fn is_held(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Puts back a request hyper's client handed back unsent, so that it
+    /// may be sent to another server.
+    #[inline]
+    pub fn put_back(&mut self, request: Request<B>) {
+        self.0 = Some(request);
+    }
+
     /// The request itself, to forward it.
     ///
     /// # Panics

@@ -18,32 +18,27 @@
 
 use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
-use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
-use http::uri::Scheme;
 use http::{Request, Response, StatusCode, Uri, Version};
 use smallvec::SmallVec;
-use tokio::time::Instant;
 
 use super::bill::Failure;
 use super::checks::Checked;
 use super::client_request::{ClientBody, ClientRequest};
 use super::deadline::{self, BodyWatch, GuardedBody};
 use super::fields;
-use super::pool::dial::Destination;
-use super::pool::tls::UpstreamTls;
-use super::pool::{self, AddedFields, ForwardError, Pool, PooledBody};
+use super::pool::{self, AddedFields, ForwardError, PooledBody};
 use super::recent_value::{recent_value, RecentValue};
 use super::refusal::Refusal;
 use super::respond::{self, ProxyBody};
 use super::ruling::Ruling;
 use super::settle::{ChargingWhile, Settlement};
 use super::upgrade::{self, ClientUpgrade};
+pub use super::upstream::Outbound;
+use super::upstream::Upstream;
 use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::config::ServerConfig;
 use crate::key::client_ip::{self, ForwardedHeader, IPV4_TEXT_MAX};
 use crate::metrics::{seconds, Metrics};
 use crate::policy::Policy;
@@ -67,94 +62,6 @@ const FIXED_HOP_BY_HOP: [HeaderName; 6] = [
 
 static HTTP: HeaderValue = HeaderValue::from_static("http");
 static HTTPS: HeaderValue = HeaderValue::from_static("https");
-
-/// The protected service and the pool of connections that reaches it.
-#[derive(Debug, Clone)]
-pub struct Upstream {
-    pool: Arc<Pool>,
-    /// Sent as `Host` when the client named none (HTTP/1.0).
-    host: HeaderValue,
-    timeout: Duration,
-}
-
-impl Upstream {
-    /// The pool for `server.upstream` with its timeouts, over TLS for an
-    /// https:// upstream.
-    pub fn new(server: &ServerConfig, clock: ProxyClock) -> Upstream {
-        let https = server.upstream.scheme() == Some(&Scheme::HTTPS);
-        let host = server.upstream.host().unwrap_or("127.0.0.1");
-        let port = (server.upstream.port_u16()).unwrap_or(if https { 443 } else { 80 });
-        let authority = server
-            .upstream
-            .authority()
-            .map_or_else(|| format!("{host}:{port}"), |a| a.as_str().to_owned());
-        let tls = https.then(|| upstream_tls(server, host));
-        Upstream {
-            pool: Pool::new(
-                Destination::new(host, port),
-                tls,
-                server.connect_timeout,
-                clock,
-            ),
-            host: HeaderValue::from_str(&authority)
-                .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
-            timeout: server.upstream_timeout,
-        }
-    }
-
-    /// Applies what a reload may change: an https upstream's authorities
-    /// (`upstream_ca`, read again by every reload).
-    pub fn reload(&self, server: &ServerConfig) {
-        if let Some(roots) = &server.upstream_roots {
-            self.pool.trust(Arc::clone(roots));
-        }
-    }
-
-    /// Sends the prepared request; resolves when the response head arrived
-    /// (at most `upstream_timeout`, connecting included).
-    pub async fn send(
-        &self,
-        request: Outbound<'_>,
-        added: &AddedFields,
-    ) -> Result<Response<PooledBody>, ForwardError> {
-        let deadline = Instant::now() + self.timeout;
-        match request {
-            Outbound::Plain(request) => self.pool.send_plain(request, added, deadline).await,
-            Outbound::Streamed(request) => self.pool.send(request, added, deadline).await,
-        }
-    }
-}
-
-/// The TLS side of an https upstream at `host`, verified against the
-/// authorities the config was validated with. A config changed after its
-/// validation (a library's own) gets them read here, and fails closed: no
-/// authorities, or no name to verify, and no handshake succeeds.
-fn upstream_tls(server: &ServerConfig, host: &str) -> UpstreamTls {
-    let roots = server.upstream_roots.clone().unwrap_or_else(|| {
-        crate::tls::read_roots(server.upstream_ca.as_deref()).map_or_else(
-            |error| {
-                tracing::error!(%error, "no authorities to verify the https upstream with");
-                Arc::new(rustls::RootCertStore::empty())
-            },
-            Arc::new,
-        )
-    });
-    let name = crate::tls::server_name(host).unwrap_or_else(|_| {
-        tracing::error!(host, "the https upstream's host cannot be verified by TLS");
-        rustls::pki_types::ServerName::try_from("unverifiable.invalid").expect("a valid DNS name")
-    });
-    UpstreamTls::new(name, roots, server.connect_timeout)
-}
-
-/// The prepared request as the upstream side gets it.
-pub enum Outbound<'r> {
-    /// A plain exchange ([`pool::is_plain`]: no body, no upgrade), written
-    /// from where the client's request is: it is never moved.
-    Plain(&'r Request<ClientBody>),
-    /// Handed to hyper's client, which takes it: a body (under its deadline
-    /// and size cap) or an upgrade.
-    Streamed(&'r mut ClientRequest<GuardedBody>),
-}
 
 /// What the proxy knows about the client when rewriting its request.
 #[derive(Debug, Clone, Copy)]
@@ -269,7 +176,7 @@ pub fn prepare_request(
         }
         // An HTTP/1.0 client may name no host; HTTP/1.1 requires one.
         None => {
-            headers.insert(header::HOST, upstream.host.clone());
+            headers.insert(header::HOST, upstream.host().clone());
         }
     }
     added
@@ -533,7 +440,10 @@ fn is_fixed_hop_by_hop(name: &HeaderName) -> bool {
 /// What forwarding works with.
 #[derive(Debug, Clone, Copy)]
 pub struct Forwarder<'a> {
+    /// The pool the request's route names.
     pub upstream: &'a Upstream,
+    /// The request's key for the pool's `hash:` balancing, if it has one.
+    pub hash: Option<u64>,
     /// Times sluice's overhead and the upstream's answer.
     pub clock: &'a ProxyClock,
     pub metrics: &'a Metrics,
@@ -573,17 +483,25 @@ impl Forwarder<'_> {
             Some(streamed) => Outbound::Streamed(streamed),
             None => Outbound::Plain(client.get()),
         };
-        let result = match settlement.as_deref_mut() {
+        let sending = upstream.send(
+            outbound,
+            &outgoing.added,
+            self.hash,
+            outgoing.sent,
+            self.clock,
+        );
+        let sent = match settlement.as_deref_mut() {
             // Upstream time is charged every second while the answer is awaited.
             Some(settlement) if settlement.charges_elapsed() => {
-                ChargingWhile::new(upstream.send(outbound, &outgoing.added), settlement).await
+                ChargingWhile::new(sending, settlement).await
             }
-            _ => upstream.send(outbound, &outgoing.added).await,
+            _ => sending.await,
         };
-        // Until the head arrived, or the exchange failed.
-        let upstream_took = self.clock.now().saturating_sub(outgoing.sent);
+        // Until the head arrived, or the last attempt failed.
+        let upstream_took = sent.ended.saturating_sub(outgoing.sent);
         ruling.upstream_took = Some(upstream_took);
-        let incoming = self.incoming(result, upstream_took, outgoing.client_upgrade, settlement);
+        let result = sent.result;
+        let incoming = self.incoming(result, outgoing.client_upgrade, settlement);
         match incoming {
             Ok(answer) => {
                 *response = answer;
@@ -667,13 +585,9 @@ impl Forwarder<'_> {
     fn incoming(
         self,
         mut result: Result<Response<PooledBody>, ForwardError>,
-        upstream_took: Nanos,
         client_upgrade: Option<ClientUpgrade>,
         mut settlement: Option<Box<Settlement>>,
     ) -> Result<Response<ProxyBody>, ForwardError> {
-        self.metrics
-            .upstream_seconds
-            .observe(seconds(upstream_took));
         if let Some(bill) = &mut settlement {
             match &mut result {
                 Ok(response) => bill.response_began(response.status(), response.headers_mut()),
@@ -690,32 +604,25 @@ impl Forwarder<'_> {
             .map(|response| response.map(ProxyBody::upstream))
     }
 
-    /// Counts, logs and answers an upstream failure.
+    /// Logs and answers an upstream failure (each attempt's failure was
+    /// counted in the pool's series as it happened).
     fn upstream_failed(self, error: ForwardError) -> Response<ProxyBody> {
-        let metrics = self.metrics;
+        let pool = self.upstream.name();
         let refusal = match error {
-            ForwardError::Connect => {
-                metrics.upstream_errors_connect.inc();
-                Refusal::UpstreamUnreachable
-            }
-            ForwardError::Tls => {
-                // Logged where the handshake failed, with rustls' reason.
-                metrics.upstream_errors_tls.inc();
-                return respond::refusal(Refusal::UpstreamUnreachable, None);
-            }
-            ForwardError::Timeout => {
-                metrics.upstream_errors_timeout.inc();
-                Refusal::UpstreamTimeout
-            }
-            ForwardError::Other => {
-                metrics.upstream_errors_other.inc();
-                Refusal::UpstreamFailed
+            ForwardError::Connect => Refusal::UpstreamUnreachable,
+            // Logged where the handshake failed, with rustls' reason.
+            ForwardError::Tls => return respond::refusal(Refusal::UpstreamUnreachable, None),
+            ForwardError::Timeout => Refusal::UpstreamTimeout,
+            ForwardError::Other => Refusal::UpstreamFailed,
+            ForwardError::NoServer => {
+                tracing::warn!(upstream = %pool, "no server of the pool is known: its names have not resolved");
+                return respond::no_server(pool);
             }
             ForwardError::ClientBody => {
                 return respond::refusal(Refusal::BadFraming("the request body is malformed"), None)
             }
         };
-        tracing::warn!(%error, "upstream request failed");
+        tracing::warn!(upstream = %pool, %error, "upstream request failed");
         respond::refusal(refusal, None)
     }
 }

@@ -35,6 +35,7 @@ pub mod tls;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -89,6 +90,10 @@ pub enum ForwardError {
     /// The connection failed after it was made: 502.
     #[error("the upstream exchange failed")]
     Other,
+    /// The pool has no server to send to (its names never resolved): 502,
+    /// naming the pool.
+    #[error("the upstream pool has no server")]
+    NoServer,
     /// The client's request body broke off or was badly framed while it was
     /// being forwarded (e.g. an invalid chunk size): 400, and the client
     /// connection closes. The upstream saw a body without its end.
@@ -110,6 +115,9 @@ pub struct Pool {
     idle: Mutex<Vec<Idle>>,
     /// Dates idle connections.
     clock: ProxyClock,
+    /// Exchanges on this server now ([`Load`]): what `least_request`
+    /// compares.
+    in_flight: AtomicU32,
 }
 
 /// How the upstream is spoken to, with the idle connections of the plain
@@ -170,7 +178,20 @@ impl Pool {
             scheme,
             idle: Mutex::new(Vec::new()),
             clock,
+            in_flight: AtomicU32::new(0),
         })
+    }
+
+    /// Exchanges on this server now, from before each was sent until its
+    /// response body ended.
+    #[inline]
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Where its connections go.
+    pub fn destination(&self) -> &Destination {
+        &self.destination
     }
 
     /// An https upstream's new connections are verified against `roots`
@@ -196,14 +217,15 @@ impl Pool {
     /// (a body, an upgrade; see [`send_plain`](Pool::send_plain) for the
     /// rest) on a pooled or new connection, which takes it. Resolves when
     /// the response head arrived, or fails with [`ForwardError::Timeout`]
-    /// at `deadline` (connecting included).
+    /// at `deadline` (connecting included). The request stays in `request`
+    /// until a connection is ready for it, and comes back there when hyper
+    /// hands it back unsent: then it may go to another server.
     pub async fn send(
         self: &Arc<Pool>,
         request: &mut ClientRequest<GuardedBody>,
         added: &AddedFields,
         deadline: Instant,
     ) -> Result<Response<PooledBody>, ForwardError> {
-        let request = request.take();
         match tokio::time::timeout_at(deadline, self.send_hyper(request, added)).await {
             Err(_elapsed) => Err(ForwardError::Timeout),
             Ok(result) => result,
@@ -213,10 +235,10 @@ impl Pool {
     /// An exchange through hyper's client (a body, an upgrade).
     async fn send_hyper(
         self: &Arc<Pool>,
-        mut request: Request<GuardedBody>,
+        slot: &mut ClientRequest<GuardedBody>,
         added: &AddedFields,
     ) -> Result<Response<PooledBody>, ForwardError> {
-        let headers = request.headers_mut();
+        let headers = slot.get_mut().headers_mut();
         for (name, value) in &added.fields {
             headers.insert(name.clone(), value.clone());
         }
@@ -237,7 +259,7 @@ impl Pool {
                 Some(sender) => sender,
                 None => self.connect().await?,
             };
-            match sender.try_send_request(request).await {
+            match sender.try_send_request(slot.take()).await {
                 Ok(mut response) => {
                     // As the plain exchange relays several agreeing lengths,
                     // and closes after a `Connection` it cannot read.
@@ -246,6 +268,7 @@ impl Pool {
                     let pool = Arc::clone(self);
                     return Ok(response.map(|body| PooledBody {
                         settlement: None,
+                        load: None,
                         body: Inner::Hyper {
                             body,
                             connection: reusable.then_some((sender, pool)),
@@ -253,8 +276,13 @@ impl Pool {
                     }));
                 }
                 Err(mut failed) => match failed.take_message() {
-                    Some(unsent) if reused => request = unsent,
-                    _ => return Err(blame(failed.error())),
+                    Some(unsent) => {
+                        slot.put_back(unsent);
+                        if !reused {
+                            return Err(blame(failed.error()));
+                        }
+                    }
+                    None => return Err(blame(failed.error())),
                 },
             }
         }
@@ -397,6 +425,7 @@ where
                 let body = PlainBody::new(conn, head.framing, head.keep_alive, Arc::clone(idle));
                 return Ok(head.response.map(|()| PooledBody {
                     settlement: None,
+                    load: None,
                     body: Inner::from(body),
                 }));
             }
@@ -458,6 +487,29 @@ pub struct PooledBody {
     /// What the request's admission took: settled (permits returned) when
     /// the body ends or is dropped (client gone, upstream failed mid-body).
     settlement: Option<Box<Settlement>>,
+    /// Counts the exchange in its server's requests in flight until the
+    /// body ends or is dropped.
+    load: Option<Load>,
+}
+
+/// One exchange counted in a server's requests in flight
+/// ([`Pool::in_flight`]) while it lasts: from before it is sent until its
+/// response body ended or was dropped.
+#[derive(Debug)]
+pub struct Load(Arc<Pool>);
+
+impl Load {
+    /// Counts an exchange on `pool`.
+    pub fn begin(pool: &Arc<Pool>) -> Load {
+        pool.in_flight.fetch_add(1, Ordering::Relaxed);
+        Load(Arc::clone(pool))
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The body as the connection that carries it reads it.
@@ -510,6 +562,12 @@ impl PooledBody {
         }
     }
 
+    /// Counts the exchange in its server's requests in flight until this
+    /// body has been sent to the end or dropped.
+    pub fn hold_load(&mut self, load: Load) {
+        self.load = Some(load);
+    }
+
     /// Holds `settlement` until this body has been sent to the end or
     /// dropped.
     pub fn hold_settlement(&mut self, settlement: Option<Box<Settlement>>) {
@@ -539,6 +597,7 @@ impl Body for PooledBody {
             Poll::Ready(None) => {
                 self.release();
                 self.settlement = None;
+                self.load = None;
             }
             Poll::Ready(Some(Err(_))) => self.discard_connection(),
             _ => {}

@@ -221,6 +221,17 @@ const X_SLUICE_DELAY_MS: HeaderName = HeaderName::from_static("x-sluice-delay-ms
 const DEPRECATION: HeaderName = HeaderName::from_static("deprecation");
 const SUNSET: HeaderName = HeaderName::from_static("sunset");
 
+/// The 502 of a pool with no server to send to: its names never resolved.
+pub fn no_server(pool: &str) -> Response<ProxyBody> {
+    problem(
+        StatusCode::BAD_GATEWAY,
+        &format!(
+            "the service behind this proxy could not be reached: no server of the pool \
+             '{pool}' is known yet; try again later"
+        ),
+    )
+}
+
 /// A problem document for `status`, its title the status's reason phrase.
 fn problem(status: StatusCode, detail: &str) -> Response<ProxyBody> {
     let body = Problem::new(status, detail).to_json(Layout::Standard);

@@ -82,7 +82,8 @@ async fn metrics_expose_the_minimum_series_and_every_rules_counters_from_the_sta
         assert_eq!(metric(text, &tracked), Some(0.0), "{tracked} in:\n{text}");
     }
     for kind in ["connect", "timeout", "other", "tls"] {
-        let series = format!("sluice_upstream_errors_total{{kind=\"{kind}\"}}");
+        let series =
+            format!("sluice_upstream_errors_total{{upstream=\"default\",kind=\"{kind}\"}}");
         assert_eq!(metric(text, &series), Some(0.0), "{series} in:\n{text}");
     }
 }

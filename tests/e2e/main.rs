@@ -34,6 +34,7 @@ mod memory_store;
 mod metrics_exact;
 mod one_clock;
 mod operations;
+mod pools;
 mod proxy_protocol;
 mod redis_store;
 mod redis_tls;

@@ -161,7 +161,10 @@ async fn known_traffic_produces_exact_counters_for_every_outcome() {
     );
     // Forwarded requests: overhead and upstream time each once.
     assert_eq!(after.value("sluice_overhead_seconds_count", &[]), 7.0);
-    assert_eq!(after.value("sluice_upstream_seconds_count", &[]), 7.0);
+    assert_eq!(
+        after.value("sluice_upstream_seconds_count", &[("upstream", "default")]),
+        7.0
+    );
     // Two holds, each about 400 ms.
     let held = [("rule", "held")];
     assert_eq!(after.value("sluice_delay_seconds_count", &held), 2.0);
@@ -173,20 +176,25 @@ async fn known_traffic_produces_exact_counters_for_every_outcome() {
     );
     assert_eq!(after.value("sluice_queue_depth", &held), 0.0);
     // Histogram counts agree with their +Inf buckets.
-    for name in [
-        "sluice_decision_seconds",
-        "sluice_overhead_seconds",
-        "sluice_upstream_seconds",
+    for (name, labels) in [
+        ("sluice_decision_seconds", None),
+        ("sluice_overhead_seconds", None),
+        ("sluice_upstream_seconds", Some(("upstream", "default"))),
     ] {
+        let mut infinity = vec![("le", "+Inf")];
+        infinity.extend(labels);
         assert_eq!(
-            after.value(&format!("{name}_bucket"), &[("le", "+Inf")]),
-            after.value(&format!("{name}_count"), &[]),
+            after.value(&format!("{name}_bucket"), &infinity),
+            after.value(&format!("{name}_count"), &Vec::from_iter(labels)),
             "{name}"
         );
     }
     // Nothing failed upstream; the store never fell back.
     for kind in ["connect", "timeout", "other", "tls"] {
-        let errors = after.value("sluice_upstream_errors_total", &[("kind", kind)]);
+        let errors = after.value(
+            "sluice_upstream_errors_total",
+            &[("upstream", "default"), ("kind", kind)],
+        );
         assert_eq!(errors, 0.0, "{kind}");
     }
     assert_eq!(after.value("sluice_store_fallback_active", &[]), 0.0);

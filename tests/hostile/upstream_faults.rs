@@ -26,7 +26,7 @@ async fn an_unreachable_upstream_is_answered_502_and_counted_as_connect() {
     let toml =
         format!("[server]\nupstream = \"http://{{upstream}}\"\nconnect_timeout = \"1s\"\n{RULE}");
     let sluice = Sluice::start(&toml, down).await;
-    let connect = r#"sluice_upstream_errors_total{kind="connect"}"#;
+    let connect = r#"sluice_upstream_errors_total{upstream="default",kind="connect"}"#;
     assert_eq!(sluice.metric(connect).await, 0.0);
 
     let got = get(&sluice.url("/"), &[]).await;
@@ -49,7 +49,7 @@ async fn an_upstream_slower_than_upstream_timeout_is_answered_504_and_counted_as
         "[server]\nupstream = \"http://{{upstream}}\"\nupstream_timeout = \"300ms\"\n{RULE}"
     );
     let sluice = Sluice::start(&toml, upstream.addr).await;
-    let timeout = r#"sluice_upstream_errors_total{kind="timeout"}"#;
+    let timeout = r#"sluice_upstream_errors_total{upstream="default",kind="timeout"}"#;
     assert_eq!(sluice.metric(timeout).await, 0.0);
 
     let started = Instant::now();
@@ -62,7 +62,7 @@ async fn an_upstream_slower_than_upstream_timeout_is_answered_504_and_counted_as
         "answered after {waited:?}, not about 300 ms"
     );
     assert_eq!(sluice.metric(timeout).await, 1.0);
-    let connect = r#"sluice_upstream_errors_total{kind="connect"}"#;
+    let connect = r#"sluice_upstream_errors_total{upstream="default",kind="connect"}"#;
     assert_eq!(sluice.metric(connect).await, 0.0);
 }
 

@@ -235,7 +235,7 @@ async fn f7_a_malformed_answer_is_502_and_its_connection_dropped() {
             "{target}: reused"
         );
     }
-    let other = r#"sluice_upstream_errors_total{kind="other"}"#;
+    let other = r#"sluice_upstream_errors_total{upstream="default",kind="other"}"#;
     assert_eq!(sluice.metric(other).await, malformed.len() as f64);
 }
 

@@ -19,6 +19,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
+pub mod backend;
 pub mod certs;
 pub mod exposition;
 pub mod paused;

@@ -98,6 +98,7 @@ impl UpstreamTls {
             Ok(Err(error)) => {
                 tracing::warn!(
                     upstream = %destination,
+                    verified_for = %self.name.to_str(),
                     %error,
                     "TLS handshake with the upstream failed"
                 );

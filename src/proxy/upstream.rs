@@ -1,0 +1,375 @@
+//! One pool of servers (`[[upstream]]`, or the URL in `[server]`): which
+//! server takes a request, the attempts a request makes, and what each
+//! attempt tells the pool about its servers (docs/upstreams.md).
+//!
+//! An [`Upstream`] is an immutable snapshot (its servers, weights and
+//! settings); a reload or a new DNS answer makes another that shares the
+//! [`Server`]s that stay, so their connections, counts and health go on.
+//!
+//! Picking a server costs nothing for a pool of one. Otherwise the balance
+//! picks among all servers and only when its pick is out does the pool
+//! look at the others: if more than `max_share` of them are out (or all),
+//! it sends to every server as if none were (panic routing), else it picks
+//! again among those in.
+//!
+//! Attempts: a request goes to one server, then, after a failure that is
+//! safe to repeat, to another not yet tried, `retries` times at most
+//! ([`Retry`]). Every attempt is timed and its failure counted; the pool
+//! learns from each (passive checks).
+
+pub mod balance;
+pub mod eject;
+pub mod resolve;
+pub mod server;
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use smallvec::SmallVec;
+use tokio::time::Instant;
+
+use super::client_request::{ClientBody, ClientRequest};
+use super::deadline::GuardedBody;
+use super::pool::{AddedFields, ForwardError, Load, PooledBody};
+use crate::clock::{Clock, Nanos, ProxyClock};
+use crate::config::{Balance, KeySource, UpstreamConfig};
+use crate::metrics::{seconds, PoolSeries};
+use balance::{Candidate, Weights};
+pub use server::Server;
+
+/// One server of a pool snapshot, with its weight there.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub server: Arc<Server>,
+    pub weight: u32,
+}
+
+impl Candidate for Member {
+    #[inline]
+    fn weight(&self) -> u32 {
+        self.weight
+    }
+
+    #[inline]
+    fn load(&self) -> u32 {
+        self.server.pool().in_flight()
+    }
+
+    #[inline]
+    fn ring_id(&self) -> u64 {
+        self.server.ring_id()
+    }
+}
+
+/// A pool of servers, as one snapshot.
+#[derive(Debug)]
+pub struct Upstream {
+    name: Arc<str>,
+    members: Vec<Member>,
+    weights: Weights,
+    /// `round_robin`'s order of members.
+    order: Vec<u32>,
+    /// `round_robin`'s next turn.
+    turn: AtomicUsize,
+    balance: Balance,
+    retries: u32,
+    /// `eject`'s `after` and `for`.
+    eject: Option<(u32, Duration)>,
+    max_share: f64,
+    timeout: Duration,
+    /// Sent as `Host` when the client named none (HTTP/1.0).
+    host: HeaderValue,
+    series: PoolSeries,
+}
+
+/// The prepared request as the upstream side gets it.
+pub enum Outbound<'r> {
+    /// A plain exchange ([`super::pool::is_plain`]: no body, no upgrade),
+    /// written from where the client's request is: it is never moved.
+    Plain(&'r Request<ClientBody>),
+    /// Handed to hyper's client, which takes it: a body (under its deadline
+    /// and size cap) or an upgrade.
+    Streamed(&'r mut ClientRequest<GuardedBody>),
+}
+
+impl Outbound<'_> {
+    fn method(&self) -> Option<&Method> {
+        match self {
+            Outbound::Plain(request) => Some(request.method()),
+            Outbound::Streamed(slot) => slot.is_held().then(|| slot.get().method()),
+        }
+    }
+
+    /// Whether the request is still sluice's to send again: a plain
+    /// exchange always is (it has no body), a streamed one until hyper's
+    /// client took it.
+    fn is_held(&self) -> bool {
+        match self {
+            Outbound::Plain(_) => true,
+            Outbound::Streamed(slot) => slot.is_held(),
+        }
+    }
+}
+
+/// How a request's attempts ended.
+#[derive(Debug)]
+pub struct Sent {
+    pub result: Result<Response<PooledBody>, ForwardError>,
+    /// When the last attempt ended, on the proxy's clock.
+    pub ended: Nanos,
+}
+
+/// Whether a failed attempt may be made again on another server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// Nothing of the request reached a server that could have acted on
+    /// it, or the request is idempotent and whole again: another server.
+    Another,
+    /// The answer stands.
+    No,
+}
+
+impl Upstream {
+    /// The snapshot of `config`'s pool with `members` (each server once,
+    /// in the order of the config's URLs), counting into `series`.
+    pub fn new(config: &UpstreamConfig, members: Vec<Member>, series: PoolSeries) -> Upstream {
+        let weights: Vec<u32> = members.iter().map(|m| m.weight).collect();
+        let host = config
+            .servers
+            .first()
+            .and_then(|server| HeaderValue::from_str(&server.authority()).ok())
+            .unwrap_or_else(|| HeaderValue::from_static("localhost"));
+        Upstream {
+            name: Arc::from(config.name.as_str()),
+            weights: Weights::new(weights.iter().copied()),
+            order: match config.balance {
+                Balance::RoundRobin => balance::round_robin_order(&weights),
+                _ => Vec::new(),
+            },
+            turn: AtomicUsize::new(0),
+            members,
+            balance: config.balance.clone(),
+            retries: config.retries,
+            eject: config.eject.map(|eject| (eject.after, eject.duration)),
+            max_share: config.max_share,
+            timeout: config.upstream_timeout,
+            host,
+            series,
+        }
+    }
+
+    /// The pool's name (`default` for the URL in `[server]`).
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// `Host` for a request that named none.
+    pub fn host(&self) -> &HeaderValue {
+        &self.host
+    }
+
+    /// The key source of `hash:` balancing.
+    pub fn hash_source(&self) -> Option<&KeySource> {
+        match &self.balance {
+            Balance::Hash(source) => Some(source),
+            _ => None,
+        }
+    }
+
+    /// Servers in and out at `now`, and whether the pool is in panic.
+    pub fn state(&self, now: Nanos) -> (usize, usize, bool) {
+        let out = self.members.iter().filter(|m| !m.server.is_in(now)).count();
+        (self.members.len() - out, out, self.panics(out))
+    }
+
+    /// Whether `out` servers out of the pool's put it in panic.
+    fn panics(&self, out: usize) -> bool {
+        let count = self.members.len();
+        out > 0 && (out == count || out as f64 > self.max_share * count as f64)
+    }
+
+    /// The server for an attempt at `now`: not one of `tried`, in unless
+    /// the pool is in panic. `hash`: the request's key for `hash:`
+    /// balancing (`None`: its source was missing, and the request is
+    /// balanced by least request).
+    pub fn pick(&self, hash: Option<u64>, tried: &[u16], now: Nanos) -> Option<usize> {
+        let count = self.members.len();
+        if count == 1 && tried.is_empty() {
+            return Some(0);
+        }
+        if count == 0 {
+            return None;
+        }
+        let untried = |i: usize| !tried.contains(&(i as u16));
+        let first = self.choose(hash, untried)?;
+        if self.members[first].server.is_in(now) {
+            return Some(first);
+        }
+        let out = self.members.iter().filter(|m| !m.server.is_in(now)).count();
+        if self.panics(out) {
+            return Some(first);
+        }
+        self.choose(hash, |i| untried(i) && self.members[i].server.is_in(now))
+    }
+
+    fn choose(&self, hash: Option<u64>, eligible: impl Fn(usize) -> bool) -> Option<usize> {
+        match (&self.balance, hash) {
+            (Balance::Hash(_), Some(key)) => balance::rendezvous(&self.members, key, eligible),
+            (Balance::RoundRobin, _) => {
+                let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+                balance::round_robin(&self.order, turn, eligible)
+            }
+            _ => balance::least_request(&self.members, &self.weights, eligible, random),
+        }
+    }
+
+    /// Sends `request` to a server of the pool, and to others while its
+    /// attempts fail in a way that is safe to repeat. `sent`: when the first
+    /// attempt begins, on `clock`.
+    pub async fn send(
+        &self,
+        mut request: Outbound<'_>,
+        added: &AddedFields,
+        hash: Option<u64>,
+        sent: Nanos,
+        clock: &ProxyClock,
+    ) -> Sent {
+        let Some(mut index) = self.pick(hash, &[], sent) else {
+            self.series.errors_connect.inc();
+            return Sent {
+                result: Err(ForwardError::NoServer),
+                ended: sent,
+            };
+        };
+        let mut tried: SmallVec<[u16; 4]> = SmallVec::new();
+        let mut began = sent;
+        loop {
+            let server = &self.members[index].server;
+            let load = Load::begin(server.pool());
+            let deadline = Instant::now() + self.timeout;
+            let result = match &mut request {
+                Outbound::Plain(plain) => server.pool().send_plain(plain, added, deadline).await,
+                Outbound::Streamed(slot) => server.pool().send(slot, added, deadline).await,
+            };
+            let ended = clock.now();
+            self.series
+                .seconds
+                .observe(seconds(ended.saturating_sub(began)));
+            let retry = self.learn(server, &result, &request, ended);
+            if retry == Retry::Another && tried.len() < self.retries as usize {
+                tried.push(index as u16);
+                if let Some(next) = self.pick(hash, &tried, ended) {
+                    tracing::debug!(
+                        upstream = %self.name,
+                        server = %server.address(),
+                        "retrying on another server"
+                    );
+                    self.series.retries.inc();
+                    (index, began) = (next, ended);
+                    continue;
+                }
+            }
+            let result = result.map(|mut response| {
+                response.body_mut().hold_load(load);
+                response
+            });
+            return Sent { result, ended };
+        }
+    }
+
+    /// Counts an attempt's outcome on its server and the pool's series
+    /// (the passive checks learn from it), and says whether it may be made
+    /// again elsewhere.
+    fn learn(
+        &self,
+        server: &Server,
+        result: &Result<Response<PooledBody>, ForwardError>,
+        request: &Outbound<'_>,
+        now: Nanos,
+    ) -> Retry {
+        let idempotent = request.method().is_some_and(is_idempotent);
+        let plain = matches!(request, Outbound::Plain(_));
+        let held = request.is_held();
+        let (failed, retry) = match result {
+            Ok(response) => match response.status() {
+                StatusCode::BAD_GATEWAY
+                | StatusCode::SERVICE_UNAVAILABLE
+                | StatusCode::GATEWAY_TIMEOUT => {
+                    let again = if plain && idempotent {
+                        Retry::Another
+                    } else {
+                        Retry::No
+                    };
+                    (true, again)
+                }
+                _ => (false, Retry::No),
+            },
+            Err(error) => {
+                let again = match error {
+                    // Nothing reached the server: any request whose body
+                    // sluice still holds.
+                    ForwardError::Connect | ForwardError::Tls if held => Retry::Another,
+                    // Reset before any answer: a request without a body, or
+                    // one hyper handed back unsent.
+                    ForwardError::Other if held => Retry::Another,
+                    ForwardError::Timeout if held && (idempotent || !plain) => Retry::Another,
+                    _ => Retry::No,
+                };
+                match error {
+                    ForwardError::Connect => self.series.errors_connect.inc(),
+                    ForwardError::Tls => self.series.errors_tls.inc(),
+                    ForwardError::Timeout => self.series.errors_timeout.inc(),
+                    ForwardError::Other => self.series.errors_other.inc(),
+                    // The client's fault says nothing about the server.
+                    ForwardError::ClientBody | ForwardError::NoServer => return Retry::No,
+                }
+                (true, again)
+            }
+        };
+        if !failed {
+            server.succeeded();
+        } else if server.failed(now, self.eject) {
+            self.series.ejections.inc();
+            tracing::warn!(
+                upstream = %self.name,
+                server = %server.address(),
+                "server taken out by passive checks after failures in a row"
+            );
+        }
+        retry
+    }
+}
+
+/// `GET`, `HEAD`, `OPTIONS`, `PUT` and `DELETE`: sending one twice does
+/// what sending it once does (RFC 9110 §9.2.2; `TRACE` is never forwarded
+/// twice).
+fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
+    )
+}
+
+thread_local! {
+    /// This thread's xorshift state for `least_request`'s draws.
+    static DRAWS: Cell<u64> = Cell::new(getrandom::u64().unwrap_or(0x9E37_79B9_7F4A_7C15) | 1);
+}
+
+/// A random number for a draw (xorshift64; not for secrets).
+fn random() -> u64 {
+    DRAWS.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x
+    })
+}
