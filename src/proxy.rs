@@ -298,14 +298,23 @@ impl Proxy {
             _ => self.shared.access_log.begin(started, &id),
         };
         let notes = Notes(line.parts());
+        // gRPC calls are POSTs: a GET costs one comparison here.
+        let grpc = request.get().method() == http::Method::POST
+            && respond::grpc::is_grpc(request.get().headers());
         self.process(request, peer, &policy, started, &id, notes, response)
             .await;
+        // Counted and logged as what sluice decided (a 429 is a 429), and
+        // then, for a gRPC call, answered in gRPC's terms.
+        let status = response.status();
+        if grpc && response.body().is_own() {
+            respond::grpc::answer(response);
+        }
         if let Some(parts) = line.parts() {
-            parts.status = response.status().as_u16();
+            parts.status = status.as_u16();
             response.body_mut().carry_access(line);
         }
         response.body_mut().identify(&id);
-        self.shared.metrics.count_response(response.status());
+        self.shared.metrics.count_response(status);
     }
 
     /// The phases of one request, each in its file: checks → identify →

@@ -74,6 +74,17 @@ pub struct GuardedBody {
     guard: Option<Box<Active>>,
 }
 
+impl GuardedBody {
+    /// No body (a request sent again over HTTP/2, copied from one that
+    /// had none).
+    pub fn empty() -> GuardedBody {
+        GuardedBody {
+            inner: ClientBody::Empty,
+            guard: None,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Active {
     limits: BodyLimits,

@@ -35,7 +35,7 @@ pub mod tls;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -45,7 +45,8 @@ use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::RootCertStore;
 use smallvec::SmallVec;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -118,6 +119,28 @@ pub struct Pool {
     /// Exchanges on this server now ([`Load`]): what `least_request`
     /// compares.
     in_flight: AtomicU32,
+    /// Which HTTP it speaks.
+    speaks: Speaks,
+    /// `auto` over TLS: the server chose HTTP/1.1 by ALPN, so exchanges
+    /// go over HTTP/1.1 connections from now on.
+    fell_back: AtomicBool,
+    /// HTTP/2: the connection every exchange shares while it lives (one
+    /// short lock to clone its sender).
+    h2: Mutex<Option<http2::SendRequest<GuardedBody>>>,
+}
+
+/// Which HTTP a server is spoken to in (its pool's `protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speaks {
+    /// HTTP/1.1: sluice's own exchange for plain requests, hyper's
+    /// `client::conn::http1` for the rest.
+    Http1,
+    /// HTTP/2 (`h2c` over TCP, `h2` over TLS): hyper's `client::conn::http2`,
+    /// many streams on one connection.
+    H2,
+    /// `auto` over TLS: HTTP/2 when the server's ALPN chooses it, else
+    /// HTTP/1.1.
+    Auto,
 }
 
 /// How the upstream is spoken to, with the idle connections of the plain
@@ -163,6 +186,18 @@ impl Pool {
         connect_timeout: Duration,
         clock: ProxyClock,
     ) -> Arc<Pool> {
+        Pool::speaking(Speaks::Http1, destination, tls, connect_timeout, clock)
+    }
+
+    /// A pool for `destination` that speaks `speaks`; as [`Pool::new`]
+    /// otherwise.
+    pub fn speaking(
+        speaks: Speaks,
+        destination: Destination,
+        tls: Option<UpstreamTls>,
+        connect_timeout: Duration,
+        clock: ProxyClock,
+    ) -> Arc<Pool> {
         let scheme = match tls {
             None => Scheme::Http {
                 plain: IdleConns::new(clock.clone()),
@@ -179,7 +214,20 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             clock,
             in_flight: AtomicU32::new(0),
+            speaks,
+            fell_back: AtomicBool::new(false),
+            h2: Mutex::new(None),
         })
+    }
+
+    /// Whether exchanges go over HTTP/2 now.
+    #[inline]
+    fn uses_h2(&self) -> bool {
+        match self.speaks {
+            Speaks::Http1 => false,
+            Speaks::H2 => true,
+            Speaks::Auto => !self.fell_back.load(Ordering::Relaxed),
+        }
     }
 
     /// Exchanges on this server now, from before each was sent until its
@@ -245,11 +293,30 @@ impl Pool {
         if let Some(id) = &added.request_id {
             headers.insert(request_id::HEADER, id.header_value());
         }
+        if self.uses_h2() {
+            match self.send_h2(slot).await {
+                Err(Exchange::Http1(sender)) => return self.send_http1(slot, Some(sender)).await,
+                Err(Exchange::Failed(error)) => return Err(error),
+                Ok(response) => return Ok(response),
+            }
+        }
+        self.send_http1(slot, None).await
+    }
+
+    /// An exchange over HTTP/1.1 through hyper's client, on `fresh` (a
+    /// connection `auto` just made), a pooled or a new connection.
+    async fn send_http1(
+        self: &Arc<Pool>,
+        slot: &mut ClientRequest<GuardedBody>,
+        mut fresh: Option<SendRequest<GuardedBody>>,
+    ) -> Result<Response<PooledBody>, ForwardError> {
         // One retry, on a fresh connection: only when a reused connection
         // turned out dead before the request was written (hyper hands the
         // request back).
         for attempt in 0..2 {
-            let pooled = if attempt == 0 {
+            let pooled = if let Some(sender) = fresh.take() {
+                Some(sender)
+            } else if attempt == 0 {
                 self.checkout().await
             } else {
                 None
@@ -298,6 +365,11 @@ impl Pool {
         added: &AddedFields,
         deadline: Instant,
     ) -> Result<Response<PooledBody>, ForwardError> {
+        if self.speaks != Speaks::Http1 {
+            // hyper's HTTP/2 client takes the request: a copy goes.
+            let mut copy = ClientRequest::new(copy_without_body(request));
+            return self.send(&mut copy, added, deadline).await;
+        }
         match &self.scheme {
             Scheme::Http { plain } => {
                 let connect = || self.connect_stream();
@@ -334,6 +406,112 @@ impl Pool {
     #[cfg(any(test, feature = "differential"))]
     pub(crate) async fn reuses_hyper(&self) -> bool {
         self.checkout().await.is_some()
+    }
+
+    /// An exchange over HTTP/2 on the shared connection, or a new one (and
+    /// once more on a new one when the shared connection turned out to be
+    /// going away before the request was sent). `auto` over TLS: when a new
+    /// connection's ALPN chose HTTP/1.1, that connection comes back as
+    /// [`Exchange::Http1`], the request still in `slot`.
+    async fn send_h2(
+        self: &Arc<Pool>,
+        slot: &mut ClientRequest<GuardedBody>,
+    ) -> Result<Response<PooledBody>, Exchange> {
+        for attempt in 0..2 {
+            let shared = if attempt == 0 { self.shared_h2() } else { None };
+            let reused = shared.is_some();
+            let mut sender = match shared {
+                Some(sender) => sender,
+                None => self.connect_h2().await?,
+            };
+            let request = for_h2(slot.take(), self.scheme_is_https());
+            match sender.try_send_request(request).await {
+                Ok(mut response) => {
+                    one_content_length(response.headers_mut());
+                    return Ok(response.map(|body| PooledBody {
+                        settlement: None,
+                        load: None,
+                        body: Inner::Hyper {
+                            body,
+                            connection: None,
+                        },
+                    }));
+                }
+                Err(mut failed) => {
+                    let error = blame(failed.error());
+                    match failed.take_message() {
+                        Some(unsent) => {
+                            slot.put_back(from_h2(unsent));
+                            self.forget_h2();
+                            if !reused {
+                                return Err(Exchange::Failed(error));
+                            }
+                        }
+                        None => return Err(Exchange::Failed(error)),
+                    }
+                }
+            }
+        }
+        Err(Exchange::Failed(ForwardError::Other))
+    }
+
+    /// The shared HTTP/2 connection's sender, while the connection lives.
+    fn shared_h2(&self) -> Option<http2::SendRequest<GuardedBody>> {
+        let shared = self.lock_h2();
+        shared
+            .as_ref()
+            .filter(|sender| !sender.is_closed())
+            .cloned()
+    }
+
+    /// Drops the shared connection when it is going away (closed, or
+    /// taking no new streams): the next exchange makes a new one.
+    fn forget_h2(&self) {
+        let mut shared = self.lock_h2();
+        if shared
+            .as_ref()
+            .is_some_and(|s| s.is_closed() || !s.is_ready())
+        {
+            *shared = None;
+        }
+    }
+
+    /// Which HTTP it speaks.
+    pub fn speaks(&self) -> Speaks {
+        self.speaks
+    }
+
+    /// A new HTTP/2 connection, shared from now on; `auto` over TLS with a
+    /// server that chose HTTP/1.1: that connection, as HTTP/1.1.
+    async fn connect_h2(&self) -> Result<http2::SendRequest<GuardedBody>, Exchange> {
+        let stream = self.connect_stream().await.map_err(Exchange::Failed)?;
+        let sender = match &self.scheme {
+            Scheme::Http { .. } => h2_connection(stream).await?,
+            Scheme::Https { tls, .. } => {
+                Box::pin(async {
+                    let stream = tls.handshake(stream, &self.destination).await?;
+                    if self.speaks == Speaks::Auto && !tls::negotiated_h2(&stream) {
+                        self.fell_back.store(true, Ordering::Relaxed);
+                        return Err(Exchange::Http1(hyper_connection(stream).await?));
+                    }
+                    Ok(h2_connection(stream).await?)
+                })
+                .await?
+            }
+        };
+        *self.lock_h2() = Some(sender.clone());
+        Ok(sender)
+    }
+
+    fn scheme_is_https(&self) -> bool {
+        matches!(self.scheme, Scheme::Https { .. })
+    }
+
+    fn lock_h2(&self) -> std::sync::MutexGuard<'_, Option<http2::SendRequest<GuardedBody>>> {
+        // An `Option` is consistent after any panic.
+        self.h2
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// A live idle connection, ready for a request.
@@ -453,6 +631,85 @@ where
         }
     });
     Ok(sender)
+}
+
+/// hyper's HTTP/2 client connection over `stream`, its task spawned.
+async fn h2_connection<S>(stream: S) -> Result<http2::SendRequest<GuardedBody>, ForwardError>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, connection) = http2::Builder::new(TokioExecutor::new())
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|_| ForwardError::Connect)?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "upstream HTTP/2 connection ended with an error");
+        }
+    });
+    Ok(sender)
+}
+
+/// Why an HTTP/2 exchange did not happen: it failed, or `auto`'s server
+/// chose HTTP/1.1 for the connection made for it.
+enum Exchange {
+    Failed(ForwardError),
+    Http1(SendRequest<GuardedBody>),
+}
+
+impl From<ForwardError> for Exchange {
+    fn from(error: ForwardError) -> Exchange {
+        Exchange::Failed(error)
+    }
+}
+
+/// `request` as hyper's HTTP/2 client sends it: an absolute URI, whose
+/// authority becomes `:authority` (the request's `Host`, which stays).
+fn for_h2(mut request: Request<GuardedBody>, https: bool) -> Request<GuardedBody> {
+    let authority = request
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|host| host.to_str().ok())
+        .and_then(|host| host.parse::<http::uri::Authority>().ok());
+    if let Some(authority) = authority {
+        let mut parts = std::mem::take(request.uri_mut()).into_parts();
+        parts.scheme = Some(if https {
+            http::uri::Scheme::HTTPS
+        } else {
+            http::uri::Scheme::HTTP
+        });
+        parts.authority = Some(authority);
+        if parts.path_and_query.is_none() {
+            parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+        }
+        if let Ok(uri) = http::Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+    }
+    *request.version_mut() = http::Version::HTTP_2;
+    request
+}
+
+/// A request HTTP/2 handed back unsent, as it was before [`for_h2`].
+fn from_h2(mut request: Request<GuardedBody>) -> Request<GuardedBody> {
+    let origin = request
+        .uri()
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    *request.uri_mut() = http::Uri::from(origin);
+    *request.version_mut() = http::Version::HTTP_11;
+    request
+}
+
+/// A copy of a request without a body, for a client that takes requests.
+fn copy_without_body<B>(request: &Request<B>) -> Request<GuardedBody> {
+    let mut copy = Request::new(GuardedBody::empty());
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    *copy.headers_mut() = request.headers().clone();
+    copy
 }
 
 /// Whether a connection idle since `since` is past [`IDLE_TIMEOUT`] at `now`.

@@ -3,6 +3,7 @@
 //! in one place; [`crate::problem`] writes them as problem documents
 //! (RFC 9457).
 
+pub mod grpc;
 mod last_refusal;
 mod own_fields;
 
@@ -110,6 +111,20 @@ impl ProxyBody {
         if let Inner::Problem { id: member, .. } = &mut self.body {
             *member = Some(id.clone());
         }
+    }
+
+    /// Whether sluice wrote this body itself (not the upstream's answer).
+    pub fn is_own(&self) -> bool {
+        !matches!(self.body, Inner::Upstream(_))
+    }
+
+    /// A problem document's `detail`, when this body is one.
+    pub fn problem_detail(&self) -> Option<String> {
+        let Inner::Problem { document, .. } = &self.body else {
+            return None;
+        };
+        let value: serde_json::Value = serde_json::from_slice(document).ok()?;
+        value["detail"].as_str().map(str::to_owned)
     }
 
     /// Writes a body sluice wrote into `out` whole, as sluice's own HTTP/1

@@ -18,12 +18,12 @@ use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
 use super::pool::dial::Destination;
-use super::pool::tls::UpstreamTls;
-use super::pool::Pool;
+use super::pool::tls::{Alpn, UpstreamTls};
+use super::pool::{Pool, Speaks};
 use super::upstream::resolve::{self, Resolve};
 use super::upstream::{Member, Server, Upstream};
 use crate::clock::{Clock, ProxyClock};
-use crate::config::{ServerUrl, UpstreamConfig, UpstreamsConfig};
+use crate::config::{ServerUrl, UpstreamConfig, UpstreamProtocol, UpstreamsConfig};
 use crate::key::RequestFacts;
 use crate::metrics::UpstreamSeries;
 use crate::policy::Matcher;
@@ -380,7 +380,11 @@ fn members(
                 upstream
                     .members()
                     .iter()
-                    .find(|m| **m.server.url() == *written && m.server.address() == address)
+                    .find(|m| {
+                        **m.server.url() == *written
+                            && m.server.address() == address
+                            && m.server.pool().speaks() == speaks(pool)
+                    })
                     .map(|m| Arc::clone(&m.server))
             });
             let server = match kept {
@@ -418,7 +422,8 @@ fn new_server(
     clock: &ProxyClock,
 ) -> Server {
     let tls = pool.https().then(|| upstream_tls(pool, url));
-    let connections = Pool::new(
+    let connections = Pool::speaking(
+        speaks(pool),
         Destination::Address(address),
         tls,
         pool.connect_timeout,
@@ -446,5 +451,21 @@ fn upstream_tls(pool: &UpstreamConfig, url: &ServerUrl) -> UpstreamTls {
         tracing::error!(host, "the https upstream's host cannot be verified by TLS");
         rustls::pki_types::ServerName::try_from("unverifiable.invalid").expect("a valid DNS name")
     });
-    UpstreamTls::new(name, roots, pool.connect_timeout)
+    let alpn = match pool.protocol {
+        UpstreamProtocol::Http1 | UpstreamProtocol::H2c => Alpn::Http1,
+        UpstreamProtocol::H2 => Alpn::H2,
+        UpstreamProtocol::Auto => Alpn::Both,
+    };
+    UpstreamTls::new(name, roots, pool.connect_timeout, alpn)
+}
+
+/// Which HTTP `pool`'s servers are spoken to in (`auto` is HTTP/1.1 over
+/// plain TCP, where there is no ALPN to ask).
+fn speaks(pool: &UpstreamConfig) -> Speaks {
+    match pool.protocol {
+        UpstreamProtocol::Http1 => Speaks::Http1,
+        UpstreamProtocol::H2c | UpstreamProtocol::H2 => Speaks::H2,
+        UpstreamProtocol::Auto if pool.https() => Speaks::Auto,
+        UpstreamProtocol::Auto => Speaks::Http1,
+    }
 }

@@ -95,6 +95,7 @@ mod tests {
             crate::tls::server_name("localhost").unwrap(),
             Arc::new(roots),
             Duration::from_secs(5),
+            crate::proxy::pool::tls::Alpn::Http1,
         );
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();

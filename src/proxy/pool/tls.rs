@@ -24,9 +24,36 @@ use tokio_rustls::TlsConnector;
 use super::dial::Destination;
 use super::ForwardError;
 
-/// The protocol the pool speaks, offered by ALPN: both of its clients
-/// (its own exchange and hyper's `client::conn::http1`) are HTTP/1.1.
+/// HTTP/1.1 by ALPN: sluice's own exchange and hyper's `client::conn::http1`.
 const ALPN_HTTP1: &[u8] = b"http/1.1";
+/// HTTP/2 by ALPN: hyper's `client::conn::http2`.
+const ALPN_H2: &[u8] = b"h2";
+
+/// The protocols a pool offers by ALPN (its `protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alpn {
+    /// `http1`: HTTP/1.1 only.
+    Http1,
+    /// `h2`: HTTP/2 only.
+    H2,
+    /// `auto`: HTTP/2 first, HTTP/1.1 when the server prefers it.
+    Both,
+}
+
+impl Alpn {
+    fn protocols(self) -> Vec<Vec<u8>> {
+        match self {
+            Alpn::Http1 => vec![ALPN_HTTP1.to_vec()],
+            Alpn::H2 => vec![ALPN_H2.to_vec()],
+            Alpn::Both => vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()],
+        }
+    }
+}
+
+/// Whether a TLS connection's handshake settled on HTTP/2.
+pub fn negotiated_h2(stream: &TlsStream<TcpStream>) -> bool {
+    stream.get_ref().1.alpn_protocol() == Some(ALPN_H2)
+}
 
 /// How an https upstream's connections are secured.
 #[derive(Debug)]
@@ -36,6 +63,8 @@ pub struct UpstreamTls {
     trust: ArcSwap<Trust>,
     /// What the certificate must be valid for.
     name: ServerName<'static>,
+    /// What ALPN offers.
+    alpn: Alpn,
     /// The handshake's own limit, after the TCP connection's (as nginx
     /// times `proxy_ssl` handshakes with `proxy_connect_timeout`).
     handshake_timeout: Duration,
@@ -61,10 +90,12 @@ impl UpstreamTls {
         name: ServerName<'static>,
         roots: Arc<RootCertStore>,
         handshake_timeout: Duration,
+        alpn: Alpn,
     ) -> UpstreamTls {
         UpstreamTls {
-            trust: ArcSwap::from_pointee(Trust::new(roots)),
+            trust: ArcSwap::from_pointee(Trust::new(roots, alpn)),
             name,
+            alpn,
             handshake_timeout,
         }
     }
@@ -76,7 +107,7 @@ impl UpstreamTls {
         if self.trust.load().roots.roots == roots.roots {
             return false;
         }
-        self.trust.store(Arc::new(Trust::new(roots)));
+        self.trust.store(Arc::new(Trust::new(roots, self.alpn)));
         true
     }
 
@@ -109,23 +140,23 @@ impl UpstreamTls {
 }
 
 impl Trust {
-    fn new(roots: Arc<RootCertStore>) -> Trust {
+    fn new(roots: Arc<RootCertStore>, alpn: Alpn) -> Trust {
         Trust {
-            connector: TlsConnector::from(client_config(Arc::clone(&roots))),
+            connector: TlsConnector::from(client_config(Arc::clone(&roots), alpn)),
             roots,
         }
     }
 }
 
 /// The client config for `roots`: TLS 1.3 and 1.2 with sluice's provider,
-/// ALPN `http/1.1`, and rustls' default session cache (256 sessions, TLS
-/// 1.3 tickets and TLS 1.2 tickets or ids).
-pub fn client_config(roots: Arc<RootCertStore>) -> Arc<ClientConfig> {
+/// ALPN as `alpn` says, and rustls' default session cache (256 sessions,
+/// TLS 1.3 tickets and TLS 1.2 tickets or ids).
+pub fn client_config(roots: Arc<RootCertStore>, alpn: Alpn) -> Arc<ClientConfig> {
     let mut config = ClientConfig::builder_with_provider(crate::tls::provider())
         .with_safe_default_protocol_versions()
         .expect("aws-lc-rs has cipher suites for TLS 1.2 and 1.3")
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+    config.alpn_protocols = alpn.protocols();
     Arc::new(config)
 }
