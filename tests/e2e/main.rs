@@ -23,6 +23,7 @@ mod charging_clock;
 mod cli;
 mod deploy_assets;
 mod forwarding;
+mod grpc;
 mod hold;
 mod hold_clock;
 mod hybrid;
