@@ -185,6 +185,12 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
     let store = proxy.store();
     let fallback = proxy.metrics().store_fallback_active();
     let uptime = now.duration_since(status.started).as_secs();
+    let upstreams = super::upstreams::upstreams(
+        &proxy.upstreams().load(),
+        &policy.config.upstreams,
+        proxy.now(),
+    )["upstreams"]
+        .take();
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "started": unix_secs(status.started_at),
@@ -197,6 +203,7 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
         },
         "config": config_state(admin),
         "rules": rules,
+        "upstreams": upstreams,
         "top_limited": top,
     })
 }

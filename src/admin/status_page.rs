@@ -64,6 +64,10 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or(&[]);
+    let pools = snapshot["upstreams"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
     // Limited requests of all rules (a request two rules refuse counts in
     // both, which is rare and still "how much is refused"), and the rule
     // refusing most; the first such rule on a tie, as the script picks.
@@ -133,6 +137,17 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
         "reload_error" => escape_into(out, last["error"].as_str().unwrap_or_default()),
         "rules" if rules.is_empty() => empty_row(out, 7, "No rules: every request passes."),
         "rules" => rules.iter().for_each(|rule| rule_row(out, rule)),
+        "servers" => {
+            let before = out.len();
+            pools.iter().for_each(|pool| server_rows(out, pool));
+            if out.len() == before {
+                empty_row(
+                    out,
+                    6,
+                    "No pool has a server yet: its names have not resolved.",
+                );
+            }
+        }
         "keys" if keys.is_empty() => {
             empty_row(out, 3, "No key was limited in the last minute.");
         }
@@ -248,6 +263,64 @@ fn key_row(out: &mut String, entry: &Value) {
         "<td class=\"num\">{}</td></tr>",
         entry["count"].as_u64().unwrap_or(0)
     );
+}
+
+/// Each server of `pool`: its pool, URL (its address as the title), state
+/// and why, in flight, requests and failures.
+fn server_rows(out: &mut String, pool: &Value) {
+    let panic = pool["panic"].as_bool().unwrap_or(false);
+    for server in pool["servers"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        let state_in = server["state"] == "in";
+        out.push_str("<tr><td class=\"rname\">");
+        escape_into(out, pool["name"].as_str().unwrap_or_default());
+        out.push_str("</td><td class=\"key\" title=\"");
+        escape_into(out, server["address"].as_str().unwrap_or_default());
+        out.push_str("\">");
+        escape_into(out, server["url"].as_str().unwrap_or_default());
+        out.push_str(if state_in {
+            "</td><td class=\"ok\">"
+        } else {
+            "</td><td class=\"bad\">"
+        });
+        escape_into(out, &server_state(server, panic));
+        let failures = server["failures"].as_u64().unwrap_or(0);
+        let _ = write!(
+            out,
+            "</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num {}\">{failures}</td></tr>",
+            server["in_flight"].as_u64().unwrap_or(0),
+            server["requests"].as_u64().unwrap_or(0),
+            if failures > 0 { "warn" } else { "zero" },
+        );
+    }
+}
+
+/// A server's state in words (the script's `serverState`).
+fn server_state(server: &Value, panic: bool) -> String {
+    if server["state"] == "in" {
+        return if panic { "in (pool in panic)" } else { "in" }.to_owned();
+    }
+    let why: Vec<String> = server["out_because"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .map(|reason| {
+            if reason["reason"] == "ejected" {
+                format!(
+                    "ejected, {} s left",
+                    reason["remaining_secs"].as_u64().unwrap_or(0)
+                )
+            } else {
+                "failing checks".to_owned()
+            }
+        })
+        .collect();
+    let panic = if panic {
+        " (pool in panic: still sent to)"
+    } else {
+        ""
+    };
+    format!("out: {}{panic}", why.join(", "))
 }
 
 fn empty_row(out: &mut String, columns: usize, text: &str) {

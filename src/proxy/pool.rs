@@ -481,6 +481,11 @@ impl Pool {
         self.speaks
     }
 
+    /// How long a new connection may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
     /// A new HTTP/2 connection, shared from now on; `auto` over TLS with a
     /// server that chose HTTP/1.1: that connection, as HTTP/1.1.
     async fn connect_h2(&self) -> Result<http2::SendRequest<GuardedBody>, Exchange> {

@@ -384,6 +384,7 @@ fn members(
                         **m.server.url() == *written
                             && m.server.address() == address
                             && m.server.pool().speaks() == speaks(pool)
+                            && m.server.pool().connect_timeout() == pool.connect_timeout
                     })
                     .map(|m| Arc::clone(&m.server))
             });

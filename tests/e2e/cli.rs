@@ -915,13 +915,20 @@ fn check_accepts_the_example_that_opens_each_doc_page_and_readme() {
     }
 }
 
-/// Every section of docs/edge.md opens with a config `check` accepts, with
-/// the certificate, key and CA files it names in place (made by a test CA)
-/// and the Redis password variable its example names set.
+/// Every section of docs/edge.md and docs/upstreams.md opens with a config
+/// `check` accepts, with the certificate, key and CA files it names in
+/// place (made by a test CA) and the Redis password variable its example
+/// names set.
 #[test]
-fn check_accepts_the_example_that_opens_each_section_of_the_edge_page() {
+fn check_accepts_the_example_that_opens_each_section_of_the_edge_and_upstreams_pages() {
+    for page in ["docs/edge.md", "docs/upstreams.md"] {
+        check_each_section_opening(page);
+    }
+}
+
+fn check_each_section_opening(name: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let page = std::fs::read_to_string(root.join("docs/edge.md")).unwrap();
+    let page = std::fs::read_to_string(root.join(name)).unwrap();
     let ca = support::certs::TestCa::new("docs CA");
     let sections: Vec<&str> = page.split("\n## ").skip(1).collect();
     assert!(sections.len() >= 5, "{sections:?}");
@@ -964,7 +971,7 @@ fn check_accepts_the_example_that_opens_each_section_of_the_edge_page() {
         drop(dir);
         assert!(
             output.status.success(),
-            "docs/edge.md, section {title:?}: {}",
+            "{name}, section {title:?}: {}",
             text(&output.stderr)
         );
     }

@@ -262,6 +262,10 @@ async fn the_dashboard_queries_only_series_sluice_exposes() {
         "sluice_queue_depth",
         "sluice_upstream_errors_total",
         "sluice_upstream_seconds_bucket",
+        "sluice_upstream_servers",
+        "sluice_upstream_panic",
+        "sluice_upstream_retries_total",
+        "sluice_upstream_ejections_total",
         "sluice_store_fallback_active",
         "sluice_store_seconds_bucket",
         "sluice_config_reloads_total",
@@ -309,6 +313,8 @@ async fn the_alerts_query_only_series_sluice_exposes_and_say_what_to_do() {
         "SluiceConfigReloadFailed",
         "SluiceRuleLimitingMuch",
         "SluiceUpstreamErrors",
+        "SluiceUpstreamPanic",
+        "SluiceUpstreamServerOut",
         "SluiceOverheadHigh",
     ] {
         assert!(names.contains(wanted), "no alert {wanted}");
