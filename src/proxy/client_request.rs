@@ -112,12 +112,15 @@ impl ClientRequest<ClientBody> {
     }
 }
 
-/// The client's request body: hyper's, or none at all (a request sluice's
-/// own HTTP/1.1 server read, which it only does for requests without one).
+/// The client's request body: hyper's, none at all (a request sluice's
+/// own HTTP/1.1 server read, which it only does for requests without one),
+/// or one read whole so that it can be sent to another server
+/// (docs/upstreams.md, "Retries").
 #[derive(Debug)]
 pub enum ClientBody {
     Hyper(Incoming),
     Empty,
+    Read(Bytes),
 }
 
 impl Body for ClientBody {
@@ -129,9 +132,15 @@ impl Body for ClientBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.get_mut() {
+        let this = self.get_mut();
+        match this {
             ClientBody::Hyper(body) => Pin::new(body).poll_frame(cx),
             ClientBody::Empty => Poll::Ready(None),
+            ClientBody::Read(bytes) => {
+                let bytes = std::mem::take(bytes);
+                *this = ClientBody::Empty;
+                Poll::Ready((!bytes.is_empty()).then(|| Ok(Frame::data(bytes))))
+            }
         }
     }
 
@@ -140,6 +149,7 @@ impl Body for ClientBody {
         match self {
             ClientBody::Hyper(body) => body.is_end_stream(),
             ClientBody::Empty => true,
+            ClientBody::Read(bytes) => bytes.is_empty(),
         }
     }
 
@@ -148,6 +158,7 @@ impl Body for ClientBody {
         match self {
             ClientBody::Hyper(body) => body.size_hint(),
             ClientBody::Empty => SizeHint::with_exact(0),
+            ClientBody::Read(bytes) => SizeHint::with_exact(bytes.len() as u64),
         }
     }
 }

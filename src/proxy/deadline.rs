@@ -78,9 +78,28 @@ impl GuardedBody {
     /// No body (a request sent again over HTTP/2, copied from one that
     /// had none).
     pub fn empty() -> GuardedBody {
+        GuardedBody::read(Bytes::new())
+    }
+
+    /// A body read whole before it was sent, within its deadline and size
+    /// cap, so that the same bytes can go to another server.
+    pub fn read(bytes: Bytes) -> GuardedBody {
         GuardedBody {
-            inner: ClientBody::Empty,
+            inner: if bytes.is_empty() {
+                ClientBody::Empty
+            } else {
+                ClientBody::Read(bytes)
+            },
             guard: None,
+        }
+    }
+
+    /// The whole body, when it was read ([`GuardedBody::read`]).
+    pub fn bytes(&self) -> Option<&Bytes> {
+        match &self.inner {
+            ClientBody::Read(bytes) => Some(bytes),
+            ClientBody::Empty => None,
+            ClientBody::Hyper(_) => None,
         }
     }
 }

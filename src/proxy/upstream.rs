@@ -96,23 +96,20 @@ pub enum Outbound<'r> {
 }
 
 impl Outbound<'_> {
-    fn method(&self) -> Option<&Method> {
-        match self {
-            Outbound::Plain(request) => Some(request.method()),
-            Outbound::Streamed(slot) => slot.is_held().then(|| slot.get().method()),
-        }
-    }
-
     /// Whether the request is still sluice's to send again: a plain
     /// exchange always is (it has no body), a streamed one until hyper's
-    /// client took it.
-    fn is_held(&self) -> bool {
+    /// client took it, unless it was read whole (`spare`).
+    fn is_held(&self, spare: Option<&Request<GuardedBody>>) -> bool {
         match self {
             Outbound::Plain(_) => true,
-            Outbound::Streamed(slot) => slot.is_held(),
+            Outbound::Streamed(slot) => slot.is_held() || spare.is_some(),
         }
     }
 }
+
+/// A request body of at most this many bytes is read whole before it is
+/// sent when a retry could need it again (SPEC "Retries").
+pub const RESEND_MAX: u64 = 64 * 1024;
 
 /// How a request's attempts ended.
 #[derive(Debug)]
@@ -248,9 +245,34 @@ impl Upstream {
                 ended: sent,
             };
         };
+        let method = match &request {
+            Outbound::Plain(plain) => plain.method().clone(),
+            Outbound::Streamed(slot) => slot.get().method().clone(),
+        };
+        let idempotent = is_idempotent(&method);
+        // A small body is read whole first when another server may need it.
+        let spare = match &mut request {
+            Outbound::Streamed(slot) if self.retries > 0 && self.members.len() > 1 => {
+                match read_whole(slot).await {
+                    Ok(spare) => spare,
+                    Err(error) => {
+                        return Sent {
+                            result: Err(error),
+                            ended: clock.now(),
+                        }
+                    }
+                }
+            }
+            _ => None,
+        };
         let mut tried: SmallVec<[u16; 4]> = SmallVec::new();
         let mut began = sent;
         loop {
+            if let (Outbound::Streamed(slot), Some(spare)) = (&mut request, &spare) {
+                if !slot.is_held() {
+                    slot.put_back(copy_of(spare));
+                }
+            }
             let server = &self.members[index].server;
             let load = Load::begin(server.pool());
             let deadline = Instant::now() + self.timeout;
@@ -262,7 +284,8 @@ impl Upstream {
             self.series
                 .seconds
                 .observe(seconds(ended.saturating_sub(began)));
-            let retry = self.learn(server, &result, &request, ended);
+            let resendable = request.is_held(spare.as_ref());
+            let retry = self.learn(server, &result, idempotent, resendable, ended);
             if retry == Retry::Another && tried.len() < self.retries as usize {
                 tried.push(index as u16);
                 if let Some(next) = self.pick(hash, &tried, ended) {
@@ -287,22 +310,22 @@ impl Upstream {
     /// Counts an attempt's outcome on its server and the pool's series
     /// (the passive checks learn from it), and says whether it may be made
     /// again elsewhere.
+    /// `resendable`: sluice can send the request again (it has no body, its
+    /// body was read whole, or hyper's client handed it back unsent).
     fn learn(
         &self,
         server: &Server,
         result: &Result<Response<PooledBody>, ForwardError>,
-        request: &Outbound<'_>,
+        idempotent: bool,
+        resendable: bool,
         now: Nanos,
     ) -> Retry {
-        let idempotent = request.method().is_some_and(is_idempotent);
-        let plain = matches!(request, Outbound::Plain(_));
-        let held = request.is_held();
         let (failed, retry) = match result {
             Ok(response) => match response.status() {
                 StatusCode::BAD_GATEWAY
                 | StatusCode::SERVICE_UNAVAILABLE
                 | StatusCode::GATEWAY_TIMEOUT => {
-                    let again = if plain && idempotent {
+                    let again = if resendable && idempotent {
                         Retry::Another
                     } else {
                         Retry::No
@@ -313,13 +336,16 @@ impl Upstream {
             },
             Err(error) => {
                 let again = match error {
-                    // Nothing reached the server: any request whose body
-                    // sluice still holds.
-                    ForwardError::Connect | ForwardError::Tls if held => Retry::Another,
-                    // Reset before any answer: a request without a body, or
-                    // one hyper handed back unsent.
-                    ForwardError::Other if held => Retry::Another,
-                    ForwardError::Timeout if held && (idempotent || !plain) => Retry::Another,
+                    // Nothing reached the server, or it reset the exchange
+                    // before any byte of an answer: any request sluice can
+                    // send again.
+                    ForwardError::Connect | ForwardError::Tls | ForwardError::Other
+                        if resendable =>
+                    {
+                        Retry::Another
+                    }
+                    // The server may have acted on it: idempotent ones only.
+                    ForwardError::Timeout if resendable && idempotent => Retry::Another,
                     _ => Retry::No,
                 };
                 match error {
@@ -345,6 +371,52 @@ impl Upstream {
         }
         retry
     }
+}
+
+/// Reads the body of the request in `slot` whole when it is declared at
+/// most [`RESEND_MAX`] bytes (or there is none), so that it can be sent
+/// again; returns the copy to send again, or `None` for a body left to
+/// stream (larger, or of unknown length). A body that breaks off, or
+/// overruns its deadline or size cap, fails as the client's.
+async fn read_whole(
+    slot: &mut ClientRequest<GuardedBody>,
+) -> Result<Option<Request<GuardedBody>>, ForwardError> {
+    use http_body_util::BodyExt;
+    let request = slot.get_mut();
+    let declared = request
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    let small = match declared {
+        Some(length) => length <= RESEND_MAX,
+        None => http_body::Body::is_end_stream(request.body()),
+    };
+    if !small {
+        return Ok(None);
+    }
+    let body = std::mem::replace(request.body_mut(), GuardedBody::empty());
+    let bytes = body
+        .collect()
+        .await
+        .map_err(|_| ForwardError::ClientBody)?
+        .to_bytes();
+    *request.body_mut() = GuardedBody::read(bytes);
+    Ok(Some(copy_of(request)))
+}
+
+/// Another copy of a request whose body was read whole.
+fn copy_of(request: &Request<GuardedBody>) -> Request<GuardedBody> {
+    let body = request
+        .body()
+        .bytes()
+        .map_or_else(GuardedBody::empty, |bytes| GuardedBody::read(bytes.clone()));
+    let mut copy = Request::new(body);
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    *copy.headers_mut() = request.headers().clone();
+    copy
 }
 
 /// `GET`, `HEAD`, `OPTIONS`, `PUT` and `DELETE`: sending one twice does

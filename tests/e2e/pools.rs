@@ -436,6 +436,33 @@ async fn retries_follow_the_method_and_the_failure() {
         assert_eq!(got.status, StatusCode::OK, "{got:?}");
         assert_eq!(got.header("x-body-length"), Some("7"));
     }
+    // A PUT is idempotent, and its small body was read whole: it goes to b
+    // whole after a's 503.
+    for _ in 0..20 {
+        let got = put(&url(&sluice, "/fail-on/a/503"), "x".repeat(1000)).await;
+        assert_eq!(got.status, StatusCode::OK, "{got:?}");
+        assert_eq!(got.header("x-body-length"), Some("1000"));
+    }
+    // A body over 64 KiB streams to the server as it comes, so it is not
+    // sent again after a's 503...
+    let a_before = a.served().await;
+    let mut unavailable = 0;
+    for _ in 0..20 {
+        let got = put(&url(&sluice, "/fail-on/a/503"), "y".repeat(70_000)).await;
+        if got.status == StatusCode::SERVICE_UNAVAILABLE {
+            unavailable += 1;
+        } else {
+            assert_eq!(got.header("x-body-length"), Some("70000"));
+        }
+    }
+    assert!(unavailable >= 1, "a never met in 20 PUTs");
+    assert_eq!(a.served().await - a_before, unavailable);
+    // ...but a refused connection never started it: it goes to b whole.
+    for _ in 0..6 {
+        let got = put(&url(&sluice, "/half"), "z".repeat(70_000)).await;
+        assert_eq!(got.status, StatusCode::OK, "{got:?}");
+        assert_eq!(got.header("x-body-length"), Some("70000"));
+    }
     // retries = 0: a refused connection is the client's 502.
     let mut statuses = Vec::new();
     for _ in 0..4 {
@@ -443,6 +470,18 @@ async fn retries_follow_the_method_and_the_failure() {
     }
     statuses.sort_unstable();
     assert_eq!(statuses, [200, 200, 502, 502]);
+}
+
+/// `PUT url` with `body` (a declared length), on a fresh connection.
+async fn put(url: &str, body: String) -> support::Got {
+    use http_body_util::Full;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<bytes::Bytes>>();
+    let request = http::Request::put(url)
+        .body(Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    support::collect(client.request(request).await.unwrap()).await
 }
 
 /// `POST url` with a small body, on a fresh connection.
