@@ -76,6 +76,32 @@ use respond::ProxyBody;
 pub use routes::{Routes, Upstreams};
 use ruling::Ruling;
 
+/// The snapshot a request runs against, borrowed.
+#[derive(Debug, Clone, Copy)]
+struct Serving<'s> {
+    policy: &'s Policy,
+    routes: &'s Routes,
+}
+
+impl Shared {
+    /// Requests from now on run under `policy`, with the pools as they are.
+    fn publish_policy(&self, policy: Arc<Policy>) {
+        self.current.rcu(|current| Snapshot {
+            policy: Arc::clone(&policy),
+            routes: Arc::clone(&current.routes),
+        });
+    }
+
+    /// Requests from now on are forwarded by `routes`, under the policy as
+    /// it is.
+    fn publish_routes(&self, routes: Arc<Routes>) {
+        self.current.rcu(|current| Snapshot {
+            policy: Arc::clone(&current.policy),
+            routes: Arc::clone(&routes),
+        });
+    }
+}
+
 /// Rules a request can match before the bookkeeping spills to the heap.
 const INLINE_RULES: usize = 4;
 
@@ -85,9 +111,19 @@ pub struct Proxy {
     shared: Arc<Shared>,
 }
 
+/// What a request runs against, loaded once per request: the policy and
+/// the pools and routes (one load, not one each).
+#[derive(Debug)]
+struct Snapshot {
+    policy: Arc<Policy>,
+    routes: Arc<Routes>,
+}
+
 #[derive(Debug)]
 struct Shared {
-    policy: ArcSwap<Policy>,
+    /// Swapped by reloads (the policy, then the pools) and by new DNS
+    /// answers (the pools).
+    current: ArcSwap<Snapshot>,
     store: Arc<Store>,
     /// What to do when the store fails (`store.redis.on_error`).
     on_error: OnError,
@@ -133,10 +169,14 @@ impl Proxy {
             clock.clone(),
             metrics.access_log_dropped.clone(),
         );
-        let policy = Policy::compile(config, &metrics, &store);
-        Proxy {
+        let policy = Arc::new(Policy::compile(config, &metrics, &store));
+        let snapshot = Snapshot {
+            policy,
+            routes: upstreams.load(),
+        };
+        let proxy = Proxy {
             shared: Arc::new(Shared {
-                policy: ArcSwap::from_pointee(policy),
+                current: ArcSwap::from_pointee(snapshot),
                 store: Arc::new(store),
                 on_error,
                 upstreams,
@@ -147,12 +187,19 @@ impl Proxy {
                 reloading: std::sync::Mutex::new(()),
                 access_log,
             }),
-        }
+        };
+        let weak = Arc::downgrade(&proxy.shared);
+        proxy.shared.upstreams.start(Box::new(move |routes| {
+            if let Some(shared) = weak.upgrade() {
+                shared.publish_routes(routes);
+            }
+        }));
+        proxy
     }
 
     /// The current policy snapshot.
     pub fn policy(&self) -> Arc<Policy> {
-        self.shared.policy.load_full()
+        Arc::clone(&self.shared.current.load().policy)
     }
 
     /// The metrics registry, for the admin listener.
@@ -181,10 +228,10 @@ impl Proxy {
     pub fn reload(&self, config: Config) -> Vec<&'static str> {
         let shared = &*self.shared;
         let _serialised = self.recompiling();
-        let old = shared.policy.load_full();
+        let old = self.policy();
         let mut config = config;
         let ignored = crate::config::keep_startup_settings(&old.config, &mut config);
-        shared.upstreams.reload(&config.upstreams);
+        shared.publish_routes(shared.upstreams.reload(&config.upstreams));
         // Opened (again) before requests see the new policy: a file renamed
         // by logrotate is written anew from here.
         shared.access_log.configure(&config.server.access_log);
@@ -195,7 +242,7 @@ impl Proxy {
             Some(&old),
             shared.clock.now(),
         );
-        shared.policy.store(Arc::new(policy));
+        shared.publish_policy(Arc::new(policy));
         shared.metrics.config_reloads_ok.inc();
         ignored
     }
@@ -208,7 +255,7 @@ impl Proxy {
     pub fn reseed(&self, seed: crate::store::Seed) {
         let shared = &*self.shared;
         let _serialised = self.recompiling();
-        let old = shared.policy.load_full();
+        let old = self.policy();
         if old.keys.seed() == Some(seed) {
             return;
         }
@@ -219,7 +266,7 @@ impl Proxy {
             &shared.store,
             keys,
         );
-        shared.policy.store(Arc::new(policy));
+        shared.publish_policy(Arc::new(policy));
         tracing::info!("bucket keys derived with the seed the instances share");
     }
 
@@ -252,7 +299,7 @@ impl Proxy {
     /// refused one too: logrotate's SIGHUP must not leave it writing to
     /// the renamed file). Blocks briefly: call it off the async workers.
     pub fn reopen_access_log(&self) {
-        let running = self.shared.policy.load();
+        let running = self.policy();
         self.shared
             .access_log
             .configure(&running.config.server.access_log);
@@ -287,7 +334,8 @@ impl Proxy {
         // All of a request's timings come from the limiter's clock (a TSC
         // read, far cheaper than `Instant::now()` on this kind of VM).
         let started = self.shared.clock.now();
-        let policy = self.shared.policy.load_full();
+        let snapshot = self.shared.current.load_full();
+        let policy = &*snapshot.policy;
         let trusted = policy.client_ip.is_trusted(peer.ip());
         let id = RequestId::for_request(request.get().headers(), trusted);
         // Written when dropped: with the response body once it is sent or
@@ -301,7 +349,11 @@ impl Proxy {
         // gRPC calls are POSTs: a GET costs one comparison here.
         let grpc = request.get().method() == http::Method::POST
             && respond::grpc::is_grpc(request.get().headers());
-        self.process(request, peer, &policy, started, &id, notes, response)
+        let serving = Serving {
+            policy,
+            routes: &snapshot.routes,
+        };
+        self.process(request, peer, serving, started, &id, notes, response)
             .await;
         // Counted and logged as what sluice decided (a 429 is a 429), and
         // then, for a gRPC call, answered in gRPC's terms.
@@ -325,13 +377,14 @@ impl Proxy {
         &self,
         client: &mut ClientRequest,
         peer: SocketAddr,
-        policy: &Policy,
+        serving: Serving<'_>,
         started: Nanos,
         request_id: &RequestId,
         mut notes: Notes<'_>,
         response: &mut Response<ProxyBody>,
     ) {
         let shared = &*self.shared;
+        let policy = serving.policy;
         let request = client.get();
         let checked = match checks::check(request, policy) {
             Ok(checked) => checked,
@@ -375,8 +428,7 @@ impl Proxy {
             return;
         }
         let path_and_query = forward::forwarded_path(request, &checked, policy);
-        let routes = shared.upstreams.load();
-        let upstream = routes.route(&facts);
+        let upstream = serving.routes.route(&facts);
         let hash = upstream.hash_source().and_then(|source| {
             let sources = std::slice::from_ref(source);
             policy.keys.derive(sources, &facts, false).ok()

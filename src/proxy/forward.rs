@@ -483,14 +483,16 @@ impl Forwarder<'_> {
             Some(streamed) => Outbound::Streamed(streamed),
             None => Outbound::Plain(client.get()),
         };
+        let mut ended = outgoing.sent;
         let sending = upstream.send(
             outbound,
             &outgoing.added,
             self.hash,
             outgoing.sent,
             self.clock,
+            &mut ended,
         );
-        let sent = match settlement.as_deref_mut() {
+        let result = match settlement.as_deref_mut() {
             // Upstream time is charged every second while the answer is awaited.
             Some(settlement) if settlement.charges_elapsed() => {
                 ChargingWhile::new(sending, settlement).await
@@ -498,9 +500,8 @@ impl Forwarder<'_> {
             _ => sending.await,
         };
         // Until the head arrived, or the last attempt failed.
-        let upstream_took = sent.ended.saturating_sub(outgoing.sent);
+        let upstream_took = ended.saturating_sub(outgoing.sent);
         ruling.upstream_took = Some(upstream_took);
-        let result = sent.result;
         let incoming = self.incoming(result, outgoing.client_upgrade, settlement);
         match incoming {
             Ok(answer) => {

@@ -91,12 +91,26 @@ struct Inner {
     runtime: Option<tokio::runtime::Handle>,
     /// The pools' lookup and health tasks, ended at the next reload.
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Hands a snapshot a task made to the request path.
+    publish: std::sync::OnceLock<Publisher>,
+}
+
+/// What hands a new snapshot to the request path.
+pub type Publish = Box<dyn Fn(Arc<Routes>) + Send + Sync>;
+
+/// A [`Publish`], which has no `Debug` of its own.
+struct Publisher(Publish);
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Publisher")
+    }
 }
 
 impl Upstreams {
     /// The pools of `config`, their names looked up once (a name that does
     /// not resolve within two seconds leaves its pool without that server
-    /// for now), and their tasks started.
+    /// for now); their tasks start with [`Upstreams::start`].
     pub fn new(
         config: &UpstreamsConfig,
         resolver: Arc<dyn Resolve>,
@@ -115,10 +129,16 @@ impl Upstreams {
                 clock,
                 runtime: tokio::runtime::Handle::try_current().ok(),
                 tasks: Mutex::new(Vec::new()),
+                publish: std::sync::OnceLock::new(),
             }),
         };
-        upstreams.start_tasks();
         upstreams
+    }
+
+    /// Starts the pools' tasks; the snapshots they make go to `publish`.
+    pub fn start(&self, publish: Publish) {
+        let _ = self.inner.publish.set(Publisher(publish));
+        self.start_tasks();
     }
 
     /// The current snapshot.
@@ -128,26 +148,29 @@ impl Upstreams {
     }
 
     /// Applies a reloaded config: the servers that stay in a pool keep
-    /// their state; the others finish their requests in flight. Blocks for
-    /// a new name's first lookup: call it off the async workers.
-    pub fn reload(&self, config: &UpstreamsConfig) {
+    /// their state; the others finish their requests in flight. Returns the
+    /// new snapshot for the request path. Blocks for a new name's first
+    /// lookup: call it off the async workers.
+    pub fn reload(&self, config: &UpstreamsConfig) -> Arc<Routes> {
         let inner = &*self.inner;
         let config = Arc::new(config.clone());
         let current = inner.current.load_full();
         let addresses = first_lookups(&config, inner.resolver.as_ref(), Some(&current));
-        {
+        let routes = {
             let mut held = inner.lock_config();
-            let routes = build(
+            let routes = Arc::new(build(
                 &config,
                 Some(&current),
                 &addresses,
                 &inner.series,
                 &inner.clock,
-            );
-            inner.current.store(Arc::new(routes));
+            ));
+            inner.current.store(Arc::clone(&routes));
             *held = config;
-        }
+            routes
+        };
         self.start_tasks();
+        routes
     }
 
     /// Ends the tasks of the config before, and starts the current one's.
@@ -252,8 +275,17 @@ async fn keep_resolving(weak: Weak<Inner>, name: String, every: Duration) {
             let held = inner.lock_config();
             if Arc::ptr_eq(&held, &config) {
                 let current = inner.current.load_full();
-                let routes = build(&held, Some(&current), &fresh, &inner.series, &inner.clock);
-                inner.current.store(Arc::new(routes));
+                let routes = Arc::new(build(
+                    &held,
+                    Some(&current),
+                    &fresh,
+                    &inner.series,
+                    &inner.clock,
+                ));
+                inner.current.store(Arc::clone(&routes));
+                if let Some(publisher) = inner.publish.get() {
+                    (publisher.0)(routes);
+                }
                 tracing::info!(upstream = %pool.name, "a server name resolved to other addresses");
             }
         }

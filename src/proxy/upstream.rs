@@ -111,14 +111,6 @@ impl Outbound<'_> {
 /// sent when a retry could need it again (SPEC "Retries").
 pub const RESEND_MAX: u64 = 64 * 1024;
 
-/// How a request's attempts ended.
-#[derive(Debug)]
-pub struct Sent {
-    pub result: Result<Response<PooledBody>, ForwardError>,
-    /// When the last attempt ended, on the proxy's clock.
-    pub ended: Nanos,
-}
-
 /// Whether a failed attempt may be made again on another server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Retry {
@@ -229,40 +221,59 @@ impl Upstream {
 
     /// Sends `request` to a server of the pool, and to others while its
     /// attempts fail in a way that is safe to repeat. `sent`: when the first
-    /// attempt begins, on `clock`.
+    /// attempt begins, on `clock`; `ended` is set to when the last one
+    /// ended. The answer is returned as the connection gave it (a response
+    /// is large: it is not moved more than it must be).
     pub async fn send(
+        &self,
+        request: Outbound<'_>,
+        added: &AddedFields,
+        hash: Option<u64>,
+        sent: Nanos,
+        clock: &ProxyClock,
+        ended: &mut Nanos,
+    ) -> Result<Response<PooledBody>, ForwardError> {
+        if let [only] = self.members.as_slice() {
+            // Nowhere else to go: one attempt, and what it teaches.
+            let server = &only.server;
+            let load = Load::begin(server.pool());
+            let mut result = self.attempt(server, request, added).await;
+            *ended = clock.now();
+            self.series
+                .seconds
+                .observe(seconds(ended.saturating_sub(sent)));
+            self.learn(server, &result, false, false, *ended);
+            if let Ok(response) = &mut result {
+                response.body_mut().hold_load(load);
+            }
+            return result;
+        }
+        self.send_to_any(request, added, hash, sent, clock, ended)
+            .await
+    }
+
+    /// [`Upstream::send`] for a pool of several servers (or none).
+    async fn send_to_any(
         &self,
         mut request: Outbound<'_>,
         added: &AddedFields,
         hash: Option<u64>,
         sent: Nanos,
         clock: &ProxyClock,
-    ) -> Sent {
+        ended: &mut Nanos,
+    ) -> Result<Response<PooledBody>, ForwardError> {
+        *ended = sent;
         let Some(mut index) = self.pick(hash, &[], sent) else {
             self.series.errors_connect.inc();
-            return Sent {
-                result: Err(ForwardError::NoServer),
-                ended: sent,
-            };
+            return Err(ForwardError::NoServer);
         };
-        let method = match &request {
-            Outbound::Plain(plain) => plain.method().clone(),
-            Outbound::Streamed(slot) => slot.get().method().clone(),
-        };
-        let idempotent = is_idempotent(&method);
+        let idempotent = is_idempotent(match &request {
+            Outbound::Plain(plain) => plain.method(),
+            Outbound::Streamed(slot) => slot.get().method(),
+        });
         // A small body is read whole first when another server may need it.
         let spare = match &mut request {
-            Outbound::Streamed(slot) if self.retries > 0 && self.members.len() > 1 => {
-                match read_whole(slot).await {
-                    Ok(spare) => spare,
-                    Err(error) => {
-                        return Sent {
-                            result: Err(error),
-                            ended: clock.now(),
-                        }
-                    }
-                }
-            }
+            Outbound::Streamed(slot) if self.retries > 0 => read_whole(slot).await?,
             _ => None,
         };
         let mut tried: SmallVec<[u16; 4]> = SmallVec::new();
@@ -275,35 +286,48 @@ impl Upstream {
             }
             let server = &self.members[index].server;
             let load = Load::begin(server.pool());
-            let deadline = Instant::now() + self.timeout;
-            let result = match &mut request {
-                Outbound::Plain(plain) => server.pool().send_plain(plain, added, deadline).await,
-                Outbound::Streamed(slot) => server.pool().send(slot, added, deadline).await,
+            let attempt = match &mut request {
+                Outbound::Plain(plain) => Outbound::Plain(plain),
+                Outbound::Streamed(slot) => Outbound::Streamed(slot),
             };
-            let ended = clock.now();
+            let mut result = self.attempt(server, attempt, added).await;
+            *ended = clock.now();
             self.series
                 .seconds
                 .observe(seconds(ended.saturating_sub(began)));
             let resendable = request.is_held(spare.as_ref());
-            let retry = self.learn(server, &result, idempotent, resendable, ended);
+            let retry = self.learn(server, &result, idempotent, resendable, *ended);
             if retry == Retry::Another && tried.len() < self.retries as usize {
                 tried.push(index as u16);
-                if let Some(next) = self.pick(hash, &tried, ended) {
+                if let Some(next) = self.pick(hash, &tried, *ended) {
                     tracing::debug!(
                         upstream = %self.name,
                         server = %server.address(),
                         "retrying on another server"
                     );
                     self.series.retries.inc();
-                    (index, began) = (next, ended);
+                    (index, began) = (next, *ended);
                     continue;
                 }
             }
-            let result = result.map(|mut response| {
+            if let Ok(response) = &mut result {
                 response.body_mut().hold_load(load);
-                response
-            });
-            return Sent { result, ended };
+            }
+            return result;
+        }
+    }
+
+    /// One attempt on `server`, within `upstream_timeout`.
+    async fn attempt(
+        &self,
+        server: &Server,
+        request: Outbound<'_>,
+        added: &AddedFields,
+    ) -> Result<Response<PooledBody>, ForwardError> {
+        let deadline = Instant::now() + self.timeout;
+        match request {
+            Outbound::Plain(plain) => server.pool().send_plain(plain, added, deadline).await,
+            Outbound::Streamed(slot) => server.pool().send(slot, added, deadline).await,
         }
     }
 
