@@ -120,7 +120,7 @@ impl Upstreams {
         let config = Arc::new(config.clone());
         let addresses = first_lookups(&config, resolver.as_ref(), None);
         let routes = build(&config, None, &addresses, &series, &clock);
-        let upstreams = Upstreams {
+        Upstreams {
             inner: Arc::new(Inner {
                 current: ArcSwap::from_pointee(routes),
                 config: Mutex::new(config),
@@ -131,8 +131,7 @@ impl Upstreams {
                 tasks: Mutex::new(Vec::new()),
                 publish: std::sync::OnceLock::new(),
             }),
-        };
-        upstreams
+        }
     }
 
     /// Starts the pools' tasks; the snapshots they make go to `publish`.
