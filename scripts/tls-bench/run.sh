@@ -9,6 +9,7 @@
 #                        nginx_tls_hs, nginx_tls_rl_hs, sluice_tls_hs
 #          memory        10,000 idle TLS connections: nginx_tls_idle, sluice_tls_idle
 #          memory-plain  10,000 idle plain connections: nginx_idle, sluice_idle
+#          memory-pool   the same with a pool of 100 servers: sluice_idle_pool100 beside sluice_idle
 #          accesslog     plain HTTP keep-alive, access log off and on: nginx_rl_pass,
 #                        nginx_rl_log, nginx_rl_logbuf, sluice, sluice_log
 #          allocator     the TLS scenarios of keepalive, handshake and memory, each with
@@ -19,7 +20,7 @@
 # census reads the loopback interface). Results: target/tls-bench/WHAT/results.{md,json}.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-what=${1:?"usage: $0 keepalive|handshake|memory|memory-plain|accesslog|allocator [ROUNDS] [flags...]"}
+what=${1:?"usage: $0 keepalive|handshake|memory|memory-plain|memory-pool|accesslog|allocator [ROUNDS] [flags...]"}
 shift
 rounds=5
 if [[ "${1:-}" =~ ^[0-9]+$ ]]; then rounds=$1; shift; fi
@@ -28,6 +29,7 @@ case "$what" in
   handshake)    scenarios=nginx_tls_hs,nginx_tls_rl_hs; ref=nginx_tls_hs,nginx_tls_rl_hs ;;
   memory)       scenarios=nginx_tls_idle;            ref=nginx_tls_idle ;;
   memory-plain) scenarios=nginx_idle;                ref=nginx_idle ;;
+  memory-pool)  scenarios=nginx_idle;                ref=nginx_idle,sluice_idle ;;
   accesslog)    scenarios=nginx_rl_pass,nginx_rl_log,nginx_rl_logbuf; ref=sluice,nginx_rl_pass ;;
   allocator)    scenarios=nginx_tls,nginx_tls_hs,nginx_tls_idle
                 ref=nginx_tls,nginx_tls_hs,nginx_tls_idle,sluice_tls,sluice_tls_hs,sluice_tls_idle ;;

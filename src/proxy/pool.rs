@@ -294,7 +294,9 @@ impl Pool {
             headers.insert(request_id::HEADER, id.header_value());
         }
         if self.uses_h2() {
-            match self.send_h2(slot).await {
+            // Boxed: an HTTP/1.1 exchange's future does not carry room for
+            // an HTTP/2 one.
+            match Box::pin(self.send_h2(slot)).await {
                 Err(Exchange::Http1(sender)) => return self.send_http1(slot, Some(sender)).await,
                 Err(Exchange::Failed(error)) => return Err(error),
                 Ok(response) => return Ok(response),
@@ -366,9 +368,11 @@ impl Pool {
         deadline: Instant,
     ) -> Result<Response<PooledBody>, ForwardError> {
         if self.speaks != Speaks::Http1 {
-            // hyper's HTTP/2 client takes the request: a copy goes.
+            // hyper's HTTP/2 client takes the request: a copy goes. Boxed,
+            // as below: the HTTP/1.1 exchange's future, which every plain
+            // request is moved in, stays as small as it was.
             let mut copy = ClientRequest::new(copy_without_body(request));
-            return self.send(&mut copy, added, deadline).await;
+            return Box::pin(self.send(&mut copy, added, deadline)).await;
         }
         match &self.scheme {
             Scheme::Http { plain } => {
@@ -669,7 +673,8 @@ impl From<ForwardError> for Exchange {
 }
 
 /// `request` as hyper's HTTP/2 client sends it: an absolute URI, whose
-/// authority becomes `:authority` (the request's `Host`, which stays).
+/// authority becomes `:authority`, in place of the `Host` field (RFC 9113
+/// §8.3.1; nginx refuses a request with both as a duplicate host).
 fn for_h2(mut request: Request<GuardedBody>, https: bool) -> Request<GuardedBody> {
     let authority = request
         .headers()
@@ -677,6 +682,7 @@ fn for_h2(mut request: Request<GuardedBody>, https: bool) -> Request<GuardedBody
         .and_then(|host| host.to_str().ok())
         .and_then(|host| host.parse::<http::uri::Authority>().ok());
     if let Some(authority) = authority {
+        request.headers_mut().remove(http::header::HOST);
         let mut parts = std::mem::take(request.uri_mut()).into_parts();
         parts.scheme = Some(if https {
             http::uri::Scheme::HTTPS
@@ -697,6 +703,13 @@ fn for_h2(mut request: Request<GuardedBody>, https: bool) -> Request<GuardedBody
 
 /// A request HTTP/2 handed back unsent, as it was before [`for_h2`].
 fn from_h2(mut request: Request<GuardedBody>) -> Request<GuardedBody> {
+    let host = request
+        .uri()
+        .authority()
+        .and_then(|authority| http::HeaderValue::from_str(authority.as_str()).ok());
+    if let Some(host) = host {
+        request.headers_mut().insert(http::header::HOST, host);
+    }
     let origin = request
         .uri()
         .path_and_query()

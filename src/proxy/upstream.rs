@@ -237,7 +237,13 @@ impl Upstream {
             // Nowhere else to go: one attempt, and what it teaches.
             let server = &only.server;
             let load = Load::begin(server.pool());
-            let mut result = self.attempt(server, request, added).await;
+            // The attempt written out here, not through `attempt`: one
+            // future less between the request and its exchange.
+            let deadline = Instant::now() + self.timeout;
+            let mut result = match request {
+                Outbound::Plain(plain) => server.pool().send_plain(plain, added, deadline).await,
+                Outbound::Streamed(slot) => server.pool().send(slot, added, deadline).await,
+            };
             *ended = clock.now();
             self.series
                 .seconds

@@ -183,6 +183,11 @@ async fn write_and_read<S: UpstreamStream, B>(
     let mut received = false;
     loop {
         if let Some(head) = parse_head(read, head_request)? {
+            if body_to_wait_for(&head.framing, read) {
+                // Most answers come whole in one read; one whose body did
+                // not may be held back by Nagle until the head is acked.
+                stream.ack_now();
+            }
             return Ok(head);
         }
         if read.len() >= MAX_HEAD_BYTES {
@@ -194,6 +199,16 @@ async fn write_and_read<S: UpstreamStream, B>(
             Ok(0) | Err(_) => return Err(Failed::Broken),
             Ok(_) => received = true,
         }
+    }
+}
+
+/// Whether a response framed by `framing` has body still to come after
+/// what `read` holds of it.
+fn body_to_wait_for(framing: &Framing, read: &BytesMut) -> bool {
+    match *framing {
+        Framing::Empty => false,
+        Framing::Length(length) => (read.len() as u64) < length,
+        Framing::Chunked | Framing::UntilClose => read.is_empty(),
     }
 }
 
@@ -601,8 +616,21 @@ fn reusable<S: UpstreamStream>(conn: &mut Conn<S>, since: Nanos, now: Nanos) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use tokio::net::{TcpListener, TcpStream};
 
+    #[test]
+    fn a_body_still_to_come_is_one_the_buffer_does_not_hold_whole() {
+        let held = BytesMut::from(&b"hello"[..]);
+        let empty = BytesMut::new();
+        assert!(!body_to_wait_for(&Framing::Empty, &empty));
+        assert!(!body_to_wait_for(&Framing::Length(5), &held));
+        assert!(body_to_wait_for(&Framing::Length(6), &held));
+        assert!(body_to_wait_for(&Framing::Length(1), &empty));
+        assert!(body_to_wait_for(&Framing::Chunked, &empty));
+        assert!(!body_to_wait_for(&Framing::Chunked, &held));
+        assert!(body_to_wait_for(&Framing::UntilClose, &empty));
+    }
     fn parsed(head: &str) -> Head {
         let mut read = BytesMut::from(head);
         parse_head(&mut read, false).unwrap().unwrap()

@@ -22,6 +22,19 @@ pub trait UpstreamStream: AsyncRead + AsyncWrite + Unpin + Send + Debug + 'stati
     /// has neither closed it nor sent anything unasked. Costs no system
     /// call while the runtime has seen nothing arrive on it.
     fn idle_and_open(&mut self) -> bool;
+
+    /// Acknowledges what arrived at once (`TCP_QUICKACK`) rather than after
+    /// the kernel's delayed-ACK wait (up to 40 ms on Linux): an upstream
+    /// that writes a response's head and body in two writes without
+    /// `TCP_NODELAY` holds the body back (Nagle) until the head is
+    /// acknowledged (docs/benchmarks-history.md, "Nagle against delayed
+    /// ACK").
+    fn ack_now(&self);
+}
+
+/// [`UpstreamStream::ack_now`] on the TCP socket under any stream.
+fn ack_now(tcp: &TcpStream) {
+    let _ = socket2::SockRef::from(tcp).set_tcp_quickack(true);
 }
 
 impl UpstreamStream for TcpStream {
@@ -31,6 +44,10 @@ impl UpstreamStream for TcpStream {
         let mut probe = [0u8; 1];
         matches!(self.try_read(&mut probe),
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
+    fn ack_now(&self) {
+        ack_now(self);
     }
 }
 
@@ -49,6 +66,10 @@ impl UpstreamStream for TlsStream<TcpStream> {
     fn idle_and_open(&mut self) -> bool {
         let mut cx = Context::from_waker(Waker::noop());
         Pin::new(self).poll_fill_buf(&mut cx).is_pending()
+    }
+
+    fn ack_now(&self) {
+        ack_now(self.get_ref().0);
     }
 }
 
