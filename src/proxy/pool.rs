@@ -371,7 +371,7 @@ impl Pool {
             // hyper's HTTP/2 client takes the request: a copy goes. Boxed,
             // as below: the HTTP/1.1 exchange's future, which every plain
             // request is moved in, stays as small as it was.
-            let mut copy = ClientRequest::new(copy_without_body(request));
+            let mut copy = ClientRequest::new(copy_head(request, GuardedBody::empty()));
             return Box::pin(self.send(&mut copy, added, deadline)).await;
         }
         match &self.scheme {
@@ -720,9 +720,10 @@ fn from_h2(mut request: Request<GuardedBody>) -> Request<GuardedBody> {
     request
 }
 
-/// A copy of a request without a body, for a client that takes requests.
-fn copy_without_body<B>(request: &Request<B>) -> Request<GuardedBody> {
-    let mut copy = Request::new(GuardedBody::empty());
+/// A copy of a request's head with `body`, for a client that takes
+/// requests (the request itself stays where it is).
+pub fn copy_head<B>(request: &Request<B>, body: GuardedBody) -> Request<GuardedBody> {
+    let mut copy = Request::new(body);
     *copy.method_mut() = request.method().clone();
     *copy.uri_mut() = request.uri().clone();
     *copy.version_mut() = request.version();

@@ -441,12 +441,7 @@ fn copy_of(request: &Request<GuardedBody>) -> Request<GuardedBody> {
         .body()
         .bytes()
         .map_or_else(GuardedBody::empty, |bytes| GuardedBody::read(bytes.clone()));
-    let mut copy = Request::new(body);
-    *copy.method_mut() = request.method().clone();
-    *copy.uri_mut() = request.uri().clone();
-    *copy.version_mut() = request.version();
-    *copy.headers_mut() = request.headers().clone();
-    copy
+    super::pool::copy_head(request, body)
 }
 
 /// `GET`, `HEAD`, `OPTIONS`, `PUT` and `DELETE`: sending one twice does
