@@ -850,6 +850,21 @@ sunset = { start = 2025-01-01T00:00:00Z, end = "2025-06-01T00:00:00Z", to = "0/m
 name = "in-flight"
 algorithm = "concurrency"
 max_in_flight = 10
+[[upstream]]
+name = "api"
+servers = ["http://10.0.0.11:3000", { url = "http://10.0.0.12:3000", weight = 2 }]
+protocol = "h2c"
+balance = "hash:header:x-user"
+resolve_every = "30s"
+retries = 1
+health = { path = "/healthz", interval = "5s", timeout = "1s", fails = 3, passes = 2, host = "api" }
+eject = { after = 5, for = "30s", max_share = 0.5 }
+connect_timeout = "1s"
+upstream_timeout = "10s"
+upstream_ca = ""
+[[route]]
+match = { host = "grpc.example.com" }
+upstream = "api"
 "#;
         // Every key is read, and this release implements all of them.
         valid(text);
