@@ -514,8 +514,13 @@ const MAX_LOADED_P99: Duration = Duration::from_millis(250);
 const MAX_P50_RATIO: f64 = 20.0;
 /// How much higher a round may push sluice's peak memory than the round
 /// before (h2c): the allocator reuses what the first round freed, so a leak
-/// of ~2 KiB per request (a task, a request, a timer) would show.
-const MAX_NEXT_ROUND_GROWTH_MIB: f64 = 16.0;
+/// of ~2 KiB per request (a task, a request, a timer: 17.6 MiB over the
+/// 9,000 held, on top of the usual growth) would show. The usual growth,
+/// measured 2026-11-25 on one machine: +4.7 and +8.1 MiB before the
+/// upstream pools (41b51ef), +8.3 to +11.6 MiB after (each request's future
+/// carries the pool's attempt), and once +16.8 MiB in a CI run; the bound
+/// was 16 MiB before them.
+const MAX_NEXT_ROUND_GROWTH_MIB: f64 = 20.0;
 
 /// What one round of the delay-mode load measured.
 struct Round {
