@@ -207,7 +207,7 @@ impl Validator<'_> {
                 key: self.file_path(key.get_ref()),
             };
             // Read now, so `check` and a reload refuse a pair that would
-            // not serve (SPEC "At the edge").
+            // not serve (docs/edge.md, "TLS and certificate rotation").
             if let Err(error) = crate::tls::read_certs(&pair.cert) {
                 self.error(cert.span().start, "server.tls.certs", error);
             } else if let Err(error) = crate::tls::read_key(&pair.key) {

@@ -20,7 +20,7 @@ use super::{
     UpstreamProtocol, UpstreamsConfig, DEFAULT_POOL,
 };
 
-/// Passive checks' defaults (SPEC "Upstreams").
+/// Passive checks' defaults (docs/upstreams.md, "Passive checks").
 const EJECT_AFTER: u32 = 5;
 const EJECT_FOR: Duration = Duration::from_secs(30);
 const MAX_SHARE: f64 = 0.5;

@@ -9,7 +9,7 @@
 //! The deciding rule is the one the answer names: on a refusal the rule
 //! the problem document names, otherwise the one `X-RateLimit-*` names (the
 //! limit with the least remaining, the earliest on a tie). Its key is shown
-//! as "Keys are credentials" (SPEC) says: a credential part as its label,
+//! as docs/operations.md, "Keys in logs and admin views", says: a credential part as its label,
 //! unless `reveal_keys`. A label is a keyed hash, so each thread keeps the
 //! labels it made for the keys it met last ([`LabelCache`]).
 

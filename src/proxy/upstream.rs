@@ -108,7 +108,7 @@ impl Outbound<'_> {
 }
 
 /// A request body of at most this many bytes is read whole before it is
-/// sent when a retry could need it again (SPEC "Retries").
+/// sent when a retry could need it again (docs/upstreams.md, "Retries").
 pub const RESEND_MAX: u64 = 64 * 1024;
 
 /// Whether a failed attempt may be made again on another server.
