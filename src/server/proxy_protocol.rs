@@ -1,8 +1,7 @@
 //! The PROXY protocol (docs/edge.md, "Behind a load balancer: PROXY
 //! protocol or X-Forwarded-For"): with `server.proxy_protocol`, every
 //! connection opens with a header in which the L4 balancer in front names
-//! the client it carries,
-//! version 1 (one text line) or 2 (binary).
+//! the client it carries, version 1 (one text line) or 2 (binary).
 //!
 //! [`parse`] reads a header from bytes. [`accept`] reads it off a fresh
 //! connection's raw `TcpStream` before anything else does (TLS, sluice's
