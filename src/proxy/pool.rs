@@ -1,14 +1,15 @@
-//! The keep-alive connections to the upstream: a small pool of HTTP/1.1
-//! connections (hyper's `client::conn::http1`), another of connections
-//! sluice speaks HTTP/1.1 on itself for plain exchanges (`plain`: a `GET` or
-//! `HEAD` without a body), the response body that hands its connection back
-//! when it ends, and why an exchange failed ([`ForwardError`]). New
-//! connections are made by `dial` (every address of the upstream's name,
-//! in turn) and, for an https:// upstream, secured by `tls`; both kinds of
-//! connection run over TCP or TLS alike (`stream`).
+//! The keep-alive connections to one server of a pool (one address: see
+//! `super::upstream`): a small pool of HTTP/1.1 connections (hyper's
+//! `client::conn::http1`), another of connections sluice speaks HTTP/1.1
+//! on itself for plain exchanges (`plain`: a `GET` or `HEAD` without a
+//! body), the one HTTP/2 connection of a server spoken to in HTTP/2, the
+//! response body that hands its connection back when it ends, and why an
+//! exchange failed ([`ForwardError`]). New connections are made by `dial`
+//! and, for an https:// server, secured by `tls`; both kinds of connection
+//! run over TCP or TLS alike (`stream`).
 //!
-//! Why not hyper-util's pooled client: sluice talks to exactly one upstream,
-//! so the general client's per-request work (hashing a pool key, a checkout
+//! Why not hyper-util's pooled client: each `Pool` talks to exactly one
+//! server, so the general client's per-request work (hashing a pool key, a checkout
 //! future, a spawned task to return each connection) is pure overhead;
 //! measured in docs/benchmarks-history.md.
 //!
@@ -235,11 +236,6 @@ impl Pool {
     #[inline]
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Relaxed)
-    }
-
-    /// Where its connections go.
-    pub fn destination(&self) -> &Destination {
-        &self.destination
     }
 
     /// An https upstream's new connections are verified against `roots`

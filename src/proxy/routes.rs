@@ -343,18 +343,20 @@ fn first_lookups(
 
 /// The addresses `server` of pool `pool` stands for in `routes`.
 fn addresses_of(routes: &Routes, pool: &str, server: &ServerUrl) -> Vec<SocketAddr> {
-    let written = server.written();
     routes
         .pool(pool)
-        .map(|upstream| {
-            upstream
-                .members()
-                .iter()
-                .filter(|member| **member.server.url() == *written)
-                .map(|member| member.server.address())
-                .collect()
-        })
+        .map(|upstream| addresses_in(upstream, &server.written()))
         .unwrap_or_default()
+}
+
+/// The addresses the server URL written `written` stands for in `upstream`.
+fn addresses_in(upstream: &Upstream, written: &str) -> Vec<SocketAddr> {
+    upstream
+        .members()
+        .iter()
+        .filter(|member| **member.server.url() == *written)
+        .map(|member| member.server.address())
+        .collect()
 }
 
 /// The snapshot of `config`: each URL's servers are its IP address, or the
@@ -372,7 +374,7 @@ fn build(
         .iter()
         .map(|pool| {
             let before = previous.and_then(|routes| routes.pool(&pool.name));
-            let members = members(pool, before, previous, fresh, clock);
+            let members = members(pool, before, fresh, clock);
             Upstream::new(pool, members, series.pool(&pool.name))
         })
         .collect();
@@ -387,23 +389,23 @@ fn build(
     }
 }
 
-/// The members of `pool`, reusing `before`'s servers.
+/// The members of `pool`, reusing `before`'s servers (the same pool in
+/// the snapshot before).
 fn members(
     pool: &UpstreamConfig,
     before: Option<&Upstream>,
-    previous: Option<&Routes>,
     fresh: &Addresses,
     clock: &ProxyClock,
 ) -> Vec<Member> {
     let mut members = Vec::new();
-    for server in &pool.servers {
-        let written = server.written();
-        let addresses = match resolve::literal(server.host(), server.port()) {
+    for url in &pool.servers {
+        let written = url.written();
+        let addresses = match resolve::literal(url.host(), url.port()) {
             Some(address) => vec![address],
             None => fresh
                 .get(&(pool.name.clone(), written.clone()))
                 .cloned()
-                .or_else(|| previous.map(|routes| addresses_of(routes, &pool.name, server)))
+                .or_else(|| before.map(|upstream| addresses_in(upstream, &written)))
                 .unwrap_or_default(),
         };
         for address in addresses {
@@ -426,23 +428,15 @@ fn members(
                     }
                     kept
                 }
-                None => Arc::new(new_server(pool, server, address, clock)),
+                None => Arc::new(new_server(pool, url, address, clock)),
             };
             members.push(Member {
                 server,
-                weight: pool_weight(pool, &written),
+                weight: url.weight,
             });
         }
     }
     members
-}
-
-/// The weight `pool` gives the URL written `written`.
-fn pool_weight(pool: &UpstreamConfig, written: &str) -> u32 {
-    pool.servers
-        .iter()
-        .find(|server| server.written() == written)
-        .map_or(1, |server| server.weight)
 }
 
 /// A server at `address` for `url`, with a connection pool of its own
