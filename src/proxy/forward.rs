@@ -484,20 +484,22 @@ impl Forwarder<'_> {
             None => Outbound::Plain(client.get()),
         };
         let mut ended = outgoing.sent;
-        let sending = upstream.send(
-            outbound,
-            &outgoing.added,
-            self.hash,
-            outgoing.sent,
-            self.clock,
-            &mut ended,
-        );
-        let result = match settlement.as_deref_mut() {
-            // Upstream time is charged every second while the answer is awaited.
-            Some(settlement) if settlement.charges_elapsed() => {
-                ChargingWhile::new(sending, settlement).await
+        let (added, sent, clock) = (&outgoing.added, outgoing.sent, self.clock);
+        // Upstream time is charged every second while the answer is awaited.
+        let charging = settlement.as_deref_mut().filter(|s| s.charges_elapsed());
+        // Two awaits, not one future that could be either: a pool of one
+        // server's exchange is then moved about at its own size.
+        let result = match upstream.only() {
+            Some(server) => {
+                let sending =
+                    upstream.send_to_one(server, outbound, added, sent, clock, &mut ended);
+                ChargingWhile::new(sending, charging).await
             }
-            _ => sending.await,
+            None => {
+                let sending =
+                    upstream.send_to_any(outbound, added, self.hash, sent, clock, &mut ended);
+                ChargingWhile::new(sending, charging).await
+            }
         };
         // Until the head arrived, or the last attempt failed.
         let upstream_took = ended.saturating_sub(outgoing.sent);

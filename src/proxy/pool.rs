@@ -74,6 +74,10 @@ const MAX_IDLE: usize = 1024;
 /// (upstreams commonly close idle keep-alive connections after 60–75 s).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 
+/// What an exchange ends with: the response head, its body to come, or why
+/// there is none.
+pub type Exchanged = Result<Response<PooledBody>, ForwardError>;
+
 /// Why an upstream exchange failed, by the status it maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ForwardError {
@@ -264,16 +268,31 @@ impl Pool {
     /// at `deadline` (connecting included). The request stays in `request`
     /// until a connection is ready for it, and comes back there when hyper
     /// hands it back unsent: then it may go to another server.
-    pub async fn send(
+    pub fn send<'a>(
+        self: &'a Arc<Pool>,
+        request: &'a mut ClientRequest<GuardedBody>,
+        added: &'a AddedFields,
+        deadline: Instant,
+    ) -> impl Future<Output = Exchanged> + 'a {
+        self.send_then(request, added, deadline, |_| {})
+    }
+
+    /// [`send`](Pool::send), and `then` with the outcome before it is
+    /// returned, in the exchange's own future (see [`Pool::send_plain_then`]).
+    pub async fn send_then(
         self: &Arc<Pool>,
         request: &mut ClientRequest<GuardedBody>,
         added: &AddedFields,
         deadline: Instant,
-    ) -> Result<Response<PooledBody>, ForwardError> {
-        match tokio::time::timeout_at(deadline, self.send_hyper(request, added)).await {
-            Err(_elapsed) => Err(ForwardError::Timeout),
-            Ok(result) => result,
-        }
+        then: impl FnOnce(&mut Exchanged),
+    ) -> Exchanged {
+        let mut result =
+            match tokio::time::timeout_at(deadline, self.send_hyper(request, added)).await {
+                Err(_elapsed) => Err(ForwardError::Timeout),
+                Ok(result) => result,
+            };
+        then(&mut result);
+        result
     }
 
     /// An exchange through hyper's client (a body, an upgrade).
@@ -357,20 +376,35 @@ impl Pool {
     /// A plain exchange ([`is_plain`]) on a connection of sluice's own (see
     /// `plain`), written from where `request` is; as [`send`](Pool::send)
     /// otherwise. The connection's own timer keeps the deadline.
-    pub async fn send_plain<B>(
+    pub fn send_plain<'a, B>(
+        self: &'a Arc<Pool>,
+        request: &'a Request<B>,
+        added: &'a AddedFields,
+        deadline: Instant,
+    ) -> impl Future<Output = Exchanged> + 'a {
+        self.send_plain_then(request, added, deadline, |_| {})
+    }
+
+    /// [`send_plain`](Pool::send_plain), and `then` with the outcome before
+    /// it is returned: what the caller learns from an exchange is done in
+    /// the exchange's own future, with no future of the caller's around it
+    /// (each layer of futures costs every request its state and a copy of
+    /// the response).
+    pub async fn send_plain_then<B>(
         self: &Arc<Pool>,
         request: &Request<B>,
         added: &AddedFields,
         deadline: Instant,
-    ) -> Result<Response<PooledBody>, ForwardError> {
+        then: impl FnOnce(&mut Exchanged),
+    ) -> Exchanged {
         if self.speaks != Speaks::Http1 {
             // hyper's HTTP/2 client takes the request: a copy goes. Boxed,
             // as below: the HTTP/1.1 exchange's future, which every plain
             // request is moved in, stays as small as it was.
             let mut copy = ClientRequest::new(copy_head(request, GuardedBody::empty()));
-            return Box::pin(self.send(&mut copy, added, deadline)).await;
+            return Box::pin(self.send_then(&mut copy, added, deadline, then)).await;
         }
-        match &self.scheme {
+        let mut result = match &self.scheme {
             Scheme::Http { plain } => {
                 let connect = || self.connect_stream();
                 send_plain_on(plain, connect, request, added, deadline).await
@@ -387,7 +421,9 @@ impl Pool {
                 };
                 send_plain_on(plain, connect, request, added, deadline).await
             }
-        }
+        };
+        then(&mut result);
+        result
     }
 
     /// Whether a connection of the plain exchange would be handed out

@@ -450,7 +450,7 @@ fn new_server(
     let tls = pool.https().then(|| upstream_tls(pool, url));
     let connections = Pool::speaking(
         speaks(pool),
-        Destination::Address(address),
+        Destination(address),
         tls,
         pool.connect_timeout,
         clock.clone(),

@@ -260,19 +260,21 @@ fn settle_with(store: &Store, local: bool, receipts: &mut [Receipt], how: Settle
 }
 
 pin_project_lite::pin_project! {
-    /// Awaits `exchange`, charging upstream time to `settlement` every
-    /// second while it is pending. A future of its own, the exchange inline:
-    /// the request's state then overlaps it with the plain await of a
-    /// request that charges nothing, and stays as small as before.
+    /// Awaits `exchange`, charging upstream time to `settlement` (if it
+    /// charges any) every second while it is pending. A future of its own,
+    /// the exchange inline: a request that charges nothing pays one look at
+    /// an `Option` per poll, and its state is no larger.
     pub struct ChargingWhile<'s, F> {
         #[pin]
         exchange: F,
-        settlement: &'s mut Settlement,
+        settlement: Option<&'s mut Settlement>,
     }
 }
 
 impl<'s, F> ChargingWhile<'s, F> {
-    pub fn new(exchange: F, settlement: &'s mut Settlement) -> Self {
+    /// `settlement`: the request's, when it charges upstream time
+    /// ([`Settlement::charges_elapsed`]).
+    pub fn new(exchange: F, settlement: Option<&'s mut Settlement>) -> Self {
         ChargingWhile {
             exchange,
             settlement,
@@ -283,11 +285,14 @@ impl<'s, F> ChargingWhile<'s, F> {
 impl<F: std::future::Future> std::future::Future for ChargingWhile<'_, F> {
     type Output = F::Output;
 
+    #[inline]
     fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> std::task::Poll<F::Output> {
         let this = self.project();
         let polled = this.exchange.poll(cx);
         if polled.is_pending() {
-            this.settlement.poll_charges(cx);
+            if let Some(settlement) = this.settlement {
+                settlement.poll_charges(cx);
+            }
         }
         polled
     }

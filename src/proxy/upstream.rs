@@ -23,8 +23,11 @@ pub mod resolve;
 pub mod server;
 
 use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -33,7 +36,7 @@ use tokio::time::Instant;
 
 use super::client_request::{ClientBody, ClientRequest};
 use super::deadline::GuardedBody;
-use super::pool::{AddedFields, ForwardError, Load, PooledBody};
+use super::pool::{AddedFields, Exchanged, ForwardError, Load, PooledBody};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{Balance, KeySource, UpstreamConfig};
 use crate::metrics::{seconds, PoolSeries};
@@ -103,6 +106,32 @@ impl Outbound<'_> {
         match self {
             Outbound::Plain(_) => true,
             Outbound::Streamed(slot) => slot.is_held() || spare.is_some(),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`Upstream::send_to_one`]'s future: the plain exchange or the
+    /// streamed one.
+    #[project = SendingNow]
+    pub enum Sending<P, S> {
+        Plain { #[pin] exchange: P },
+        Streamed { #[pin] exchange: S },
+    }
+}
+
+impl<P, S> Future for Sending<P, S>
+where
+    P: Future<Output = Exchanged>,
+    S: Future<Output = Exchanged>,
+{
+    type Output = Exchanged;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Exchanged> {
+        match self.project() {
+            SendingNow::Plain { exchange } => exchange.poll(cx),
+            SendingNow::Streamed { exchange } => exchange.poll(cx),
         }
     }
 }
@@ -219,47 +248,67 @@ impl Upstream {
         }
     }
 
-    /// Sends `request` to a server of the pool, and to others while its
-    /// attempts fail in a way that is safe to repeat. `sent`: when the first
-    /// attempt begins, on `clock`; `ended` is set to when the last one
-    /// ended. The answer is returned as the connection gave it (a response
-    /// is large: it is not moved more than it must be).
-    pub async fn send(
-        &self,
-        request: Outbound<'_>,
-        added: &AddedFields,
-        hash: Option<u64>,
+    /// The server of a pool of one, which has nowhere else to send: its
+    /// requests go through [`Upstream::send_to_one`], others' through
+    /// [`Upstream::send_to_any`].
+    #[inline]
+    pub fn only(&self) -> Option<&Server> {
+        match self.members.as_slice() {
+            [only] => Some(&only.server),
+            _ => None,
+        }
+    }
+
+    /// Sends `request` to `server`, the pool's only one
+    /// ([`Upstream::only`]), once. `sent`: when the attempt begins, on
+    /// `clock`; `ended` is set to when it ended.
+    ///
+    /// Its future is the connection pool's own, and what the attempt
+    /// teaches is learnt there ([`Pool::send_plain_then`]): no future of
+    /// the pool's around it, and none of [`Upstream::send_to_any`]'s size
+    /// (each future is moved, a copy, on its way to being polled).
+    ///
+    /// [`Pool::send_plain_then`]: super::pool::Pool::send_plain_then
+    #[allow(clippy::type_complexity)]
+    pub fn send_to_one<'s>(
+        &'s self,
+        server: &'s Server,
+        request: Outbound<'s>,
+        added: &'s AddedFields,
         sent: Nanos,
-        clock: &ProxyClock,
-        ended: &mut Nanos,
-    ) -> Result<Response<PooledBody>, ForwardError> {
-        if let [only] = self.members.as_slice() {
-            // Nowhere else to go: one attempt, and what it teaches.
-            let server = &only.server;
-            let load = Load::begin(server.pool());
-            // The attempt written out here, not through `attempt`: one
-            // future less between the request and its exchange.
-            let deadline = Instant::now() + self.timeout;
-            let mut result = match request {
-                Outbound::Plain(plain) => server.pool().send_plain(plain, added, deadline).await,
-                Outbound::Streamed(slot) => server.pool().send(slot, added, deadline).await,
-            };
+        clock: &'s ProxyClock,
+        ended: &'s mut Nanos,
+    ) -> Sending<impl Future<Output = Exchanged> + 's, impl Future<Output = Exchanged> + 's> {
+        let load = Load::begin(server.pool());
+        let deadline = Instant::now() + self.timeout;
+        let learn = move |result: &mut Exchanged| {
             *ended = clock.now();
             self.series
                 .seconds
                 .observe(seconds(ended.saturating_sub(sent)));
-            self.learn(server, &result, false, false, *ended);
-            if let Ok(response) = &mut result {
+            self.learn(server, result, false, false, *ended);
+            if let Ok(response) = result {
                 response.body_mut().hold_load(load);
             }
-            return result;
+        };
+        let pool = server.pool();
+        match request {
+            Outbound::Plain(plain) => Sending::Plain {
+                exchange: pool.send_plain_then(plain, added, deadline, learn),
+            },
+            Outbound::Streamed(slot) => Sending::Streamed {
+                exchange: pool.send_then(slot, added, deadline, learn),
+            },
         }
-        self.send_to_any(request, added, hash, sent, clock, ended)
-            .await
     }
 
-    /// [`Upstream::send`] for a pool of several servers (or none).
-    async fn send_to_any(
+    /// Sends `request` to a server of the pool, and to others while its
+    /// attempts fail in a way that is safe to repeat: for a pool of several
+    /// servers (or none). `sent`: when the first attempt begins, on
+    /// `clock`; `ended` is set to when the last one ended. The answer is
+    /// returned as the connection gave it (a response is large: it is not
+    /// moved more than it must be).
+    pub async fn send_to_any(
         &self,
         mut request: Outbound<'_>,
         added: &AddedFields,

@@ -97,7 +97,7 @@ async fn relay_on(client: Client, method: Method, answer: Bytes) -> Relayed {
     let address = listener.local_addr().expect("its address");
     let (close, closed) = oneshot::channel::<()>();
     let upstream = tokio::spawn(upstream(listener, answer, closed));
-    let destination = super::pool::dial::Destination::Address(address);
+    let destination = super::pool::dial::Destination(address);
     let pool = Pool::new(
         destination,
         None,

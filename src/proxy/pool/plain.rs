@@ -26,11 +26,11 @@
 //! `Content-Length` values are relayed as one, and the answer is relayed as
 //! HTTP/1.1 whatever version the upstream spoke (RFC 9110 §6.2).
 
-use std::future::{poll_fn, Future};
+use std::future::Future;
 use std::mem::MaybeUninit;
-use std::pin::pin;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -141,12 +141,12 @@ pub fn is_plain<B: Body>(request: &Request<B>) -> bool {
 
 /// Writes `request`'s head, with the `added` fields, on `conn` and reads
 /// the response head, by `deadline`.
-pub async fn exchange<S: UpstreamStream, B>(
-    conn: &mut Conn<S>,
-    request: &Request<B>,
-    added: &AddedFields,
+pub fn exchange<'c, S: UpstreamStream, B>(
+    conn: &'c mut Conn<S>,
+    request: &'c Request<B>,
+    added: &'c AddedFields,
     deadline: Instant,
-) -> Result<Head, Failed> {
+) -> Exchange<'c, impl Future<Output = Result<Head, Failed>> + 'c> {
     let Conn {
         stream,
         read,
@@ -154,14 +154,40 @@ pub async fn exchange<S: UpstreamStream, B>(
         answer_timer,
         ..
     } = conn;
-    let mut exchange = pin!(write_and_read(stream, read, write, request, added));
-    poll_fn(|cx| match exchange.as_mut().poll(cx) {
-        Poll::Pending => answer_timer
-            .poll_until(cx, deadline)
-            .map(|()| Err(Failed::TimedOut)),
-        done => done,
-    })
-    .await
+    Exchange {
+        exchange: write_and_read(stream, read, write, request, added),
+        timer: answer_timer,
+        deadline,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`exchange`]'s future: the exchange, while its deadline has not
+    /// come. A future of its own rather than an `async fn`'s: one layer of
+    /// futures less between a request and its exchange, which cost each
+    /// request a copy of the response head.
+    pub struct Exchange<'c, F> {
+        #[pin]
+        exchange: F,
+        timer: &'c mut LazyTimer,
+        deadline: Instant,
+    }
+}
+
+impl<F: Future<Output = Result<Head, Failed>>> Future for Exchange<'_, F> {
+    type Output = Result<Head, Failed>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        match this.exchange.poll(cx) {
+            Poll::Pending => this
+                .timer
+                .poll_until(cx, *this.deadline)
+                .map(|()| Err(Failed::TimedOut)),
+            done => done,
+        }
+    }
 }
 
 async fn write_and_read<S: UpstreamStream, B>(

@@ -125,10 +125,7 @@ mod tests {
             acceptor.accept(tcp).await.unwrap()
         });
         let tcp = TcpStream::connect(address).await.unwrap();
-        let client = tls
-            .handshake(tcp, &Destination::Address(address))
-            .await
-            .unwrap();
+        let client = tls.handshake(tcp, &Destination(address)).await.unwrap();
         (client, accepting.await.unwrap())
     }
 

@@ -187,7 +187,7 @@ mod tests {
     fn server() -> Server {
         let address: SocketAddr = "127.0.0.1:9".parse().unwrap();
         let pool = Pool::new(
-            Destination::Address(address),
+            Destination(address),
             None,
             Duration::from_secs(1),
             ProxyClock::Runtime(RuntimeClock::new(0)),
