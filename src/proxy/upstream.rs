@@ -226,7 +226,12 @@ impl Upstream {
             return None;
         }
         let untried = |i: usize| !tried.contains(&(i as u16));
-        let first = self.choose(hash, untried)?;
+        // A first attempt has tried nothing: no list to look through.
+        let first = if tried.is_empty() {
+            self.choose(hash, |_| true)?
+        } else {
+            self.choose(hash, untried)?
+        };
         if self.members[first].server.is_in(now) {
             return Some(first);
         }

@@ -75,8 +75,10 @@ pub fn least_request<C: Candidate>(
     mut random: impl FnMut() -> u64,
 ) -> Option<usize> {
     let count = servers.len();
-    let mut first = weights.draw(random(), count);
-    let mut second = weights.draw(random(), count);
+    // Both draws from one random number, 32 bits each.
+    let both = random();
+    let mut first = weights.draw(both & 0xFFFF_FFFF, count);
+    let mut second = weights.draw(both >> 32, count);
     if !eligible(first) || !eligible(second) {
         // Some servers are out or tried: draw among the rest alone.
         let rest: SmallVec<[usize; 16]> = (0..count).filter(|&i| eligible(i)).collect();
@@ -252,13 +254,14 @@ mod tests {
         pool[0].load = 5;
         pool[1].load = 2;
         let weights = Weights::new([1, 1]);
-        // Draws 0 then 1: server 0 against server 1; 1 is lighter.
-        let mut seq = [0u64, 1].into_iter();
+        // One random number holds both draws, the first in its low 32
+        // bits: 0 then 1, server 0 against server 1; 1 is lighter.
+        let mut seq = [1u64 << 32].into_iter();
         let picked = least_request(&pool, &weights, |_| true, || seq.next().unwrap());
         assert_eq!(picked, Some(1));
         // A tie goes to the first draw.
         pool[0].load = 2;
-        let mut seq = [0u64, 1].into_iter();
+        let mut seq = [1u64 << 32].into_iter();
         let picked = least_request(&pool, &weights, |_| true, || seq.next().unwrap());
         assert_eq!(picked, Some(0));
         // Weight counts: 4 in flight on weight 4 is lighter than 2 on 1.
@@ -266,7 +269,7 @@ mod tests {
         pool[0].load = 4;
         pool[1].load = 2;
         let weights = Weights::new([4, 1]);
-        let mut seq = [4u64, 0].into_iter();
+        let mut seq = [4u64].into_iter();
         let picked = least_request(&pool, &weights, |_| true, || seq.next().unwrap());
         assert_eq!(picked, Some(0));
     }
