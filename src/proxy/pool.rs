@@ -78,6 +78,18 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 /// there is none.
 pub type Exchanged = Result<Response<PooledBody>, ForwardError>;
 
+/// What a caller does with an exchange's outcome inside the exchange's own
+/// future, before it is returned ([`Pool::send_plain_then`]).
+pub trait Then {
+    fn then(self, outcome: &mut Exchanged);
+}
+
+/// Nothing.
+impl Then for () {
+    #[inline]
+    fn then(self, _: &mut Exchanged) {}
+}
+
 /// Why an upstream exchange failed, by the status it maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ForwardError {
@@ -274,7 +286,7 @@ impl Pool {
         added: &'a AddedFields,
         deadline: Instant,
     ) -> impl Future<Output = Exchanged> + 'a {
-        self.send_then(request, added, deadline, |_| {})
+        self.send_then(request, added, deadline, ())
     }
 
     /// [`send`](Pool::send), and `then` with the outcome before it is
@@ -284,14 +296,14 @@ impl Pool {
         request: &mut ClientRequest<GuardedBody>,
         added: &AddedFields,
         deadline: Instant,
-        then: impl FnOnce(&mut Exchanged),
+        then: impl Then,
     ) -> Exchanged {
         let mut result =
             match tokio::time::timeout_at(deadline, self.send_hyper(request, added)).await {
                 Err(_elapsed) => Err(ForwardError::Timeout),
                 Ok(result) => result,
             };
-        then(&mut result);
+        then.then(&mut result);
         result
     }
 
@@ -382,7 +394,7 @@ impl Pool {
         added: &'a AddedFields,
         deadline: Instant,
     ) -> impl Future<Output = Exchanged> + 'a {
-        self.send_plain_then(request, added, deadline, |_| {})
+        self.send_plain_then(request, added, deadline, ())
     }
 
     /// [`send_plain`](Pool::send_plain), and `then` with the outcome before
@@ -395,7 +407,7 @@ impl Pool {
         request: &Request<B>,
         added: &AddedFields,
         deadline: Instant,
-        then: impl FnOnce(&mut Exchanged),
+        then: impl Then,
     ) -> Exchanged {
         if self.speaks != Speaks::Http1 {
             // hyper's HTTP/2 client takes the request: a copy goes. Boxed,
@@ -422,7 +434,7 @@ impl Pool {
                 send_plain_on(plain, connect, request, added, deadline).await
             }
         };
-        then(&mut result);
+        then.then(&mut result);
         result
     }
 

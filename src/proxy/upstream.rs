@@ -36,7 +36,7 @@ use tokio::time::Instant;
 
 use super::client_request::{ClientBody, ClientRequest};
 use super::deadline::GuardedBody;
-use super::pool::{AddedFields, Exchanged, ForwardError, Load, PooledBody};
+use super::pool::{AddedFields, Exchanged, ForwardError, Load, PooledBody, Then};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{Balance, KeySource, UpstreamConfig};
 use crate::metrics::{seconds, PoolSeries};
@@ -132,6 +132,50 @@ where
         match self.project() {
             SendingNow::Plain { exchange } => exchange.poll(cx),
             SendingNow::Streamed { exchange } => exchange.poll(cx),
+        }
+    }
+}
+
+/// What an attempt teaches the pool, learnt inside the exchange's future
+/// ([`Pool::send_plain_then`](super::pool::Pool::send_plain_then)). One
+/// type for both kinds of attempt, so that the exchange is compiled once
+/// for both, and inlined as it was before pools.
+enum Learn<'s> {
+    /// A pool of one server's only attempt ([`Upstream::send_to_one`]):
+    /// timed, learnt from, and its server's in-flight count (`load`) handed
+    /// to the response body.
+    Once {
+        upstream: &'s Upstream,
+        server: &'s Server,
+        load: Load,
+        sent: Nanos,
+        clock: &'s ProxyClock,
+        ended: &'s mut Nanos,
+    },
+    /// An attempt of [`Upstream::send_to_any`], which learns after it.
+    Later,
+}
+
+impl Then for Learn<'_> {
+    #[inline]
+    fn then(self, outcome: &mut Exchanged) {
+        let Learn::Once {
+            upstream,
+            server,
+            load,
+            sent,
+            clock,
+            ended,
+        } = self
+        else {
+            return;
+        };
+        *ended = clock.now();
+        let took = ended.saturating_sub(sent);
+        upstream.series.seconds.observe(seconds(took));
+        upstream.learn(server, outcome, false, false, *ended);
+        if let Ok(response) = outcome {
+            response.body_mut().hold_load(load);
         }
     }
 }
@@ -284,18 +328,15 @@ impl Upstream {
         clock: &'s ProxyClock,
         ended: &'s mut Nanos,
     ) -> Sending<impl Future<Output = Exchanged> + 's, impl Future<Output = Exchanged> + 's> {
-        let load = Load::begin(server.pool());
-        let deadline = Instant::now() + self.timeout;
-        let learn = move |result: &mut Exchanged| {
-            *ended = clock.now();
-            self.series
-                .seconds
-                .observe(seconds(ended.saturating_sub(sent)));
-            self.learn(server, result, false, false, *ended);
-            if let Ok(response) = result {
-                response.body_mut().hold_load(load);
-            }
+        let learn = Learn::Once {
+            upstream: self,
+            server,
+            load: Load::begin(server.pool()),
+            sent,
+            clock,
+            ended,
         };
+        let deadline = Instant::now() + self.timeout;
         let pool = server.pool();
         match request {
             Outbound::Plain(plain) => Sending::Plain {
@@ -385,9 +426,17 @@ impl Upstream {
         added: &AddedFields,
     ) -> Result<Response<PooledBody>, ForwardError> {
         let deadline = Instant::now() + self.timeout;
+        // `Learn::Later` rather than nothing: see `Learn`.
         match request {
-            Outbound::Plain(plain) => server.pool().send_plain(plain, added, deadline).await,
-            Outbound::Streamed(slot) => server.pool().send(slot, added, deadline).await,
+            Outbound::Plain(plain) => {
+                let pool = server.pool();
+                pool.send_plain_then(plain, added, deadline, Learn::Later)
+                    .await
+            }
+            Outbound::Streamed(slot) => {
+                let pool = server.pool();
+                pool.send_then(slot, added, deadline, Learn::Later).await
+            }
         }
     }
 
