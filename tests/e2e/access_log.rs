@@ -1,7 +1,8 @@
 //! The access log and request ids, on the real binary with a real
-//! upstream: one JSON line per request with SPEC's fields (a forwarded
-//! request, a 429, a held request, a malformed request's 400, a client that
-//! leaves), credential keys as labels and no query, the file reopened on
+//! upstream: one JSON line per request with the fields docs/edge.md lists
+//! ("One line per request"; a forwarded request, a 429, a held request, a
+//! malformed request's 400, a client that leaves), credential keys as
+//! labels and no query, the file reopened on
 //! SIGHUP, a stdout nobody reads that never slows requests, and
 //! `X-Request-Id` kept from trusted proxies, replaced otherwise, returned
 //! and in problem documents.

@@ -1,4 +1,4 @@
-//! The PROXY protocol (SPEC "At the edge"): raw bytes on a TCP connection
+//! The PROXY protocol (docs/edge.md, "Behind a load balancer"): raw bytes on a TCP connection
 //! to a real sluice, as an L4 balancer sends them, and what the client and
 //! the real upstream behind sluice see. The carried address is the client
 //! for "Client IP": per-IP budgets and the `X-Forwarded-For` sent upstream

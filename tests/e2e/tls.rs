@@ -1,6 +1,6 @@
-//! HTTPS on the listener (SPEC "At the edge", TLS): real TLS clients
-//! (rustls) against sluice in-process and the real binary, with
-//! certificates a test CA makes.
+//! HTTPS on the listener (docs/edge.md, "TLS and certificate rotation"):
+//! real TLS clients (rustls) against sluice in-process and the real binary,
+//! with certificates a test CA makes.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

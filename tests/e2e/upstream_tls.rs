@@ -1,4 +1,4 @@
-//! https upstreams (SPEC "At the edge"; docs/edge.md, "HTTPS upstreams"):
+//! https upstreams (docs/edge.md, "HTTPS upstreams"):
 //! sluice speaks TLS to a real TLS upstream on loopback, with SNI = the
 //! URL's host, verified against `upstream_ca` or the system's roots; keeps
 //! its TLS connections alive and resumes sessions on new ones; and answers
