@@ -20,6 +20,7 @@ mod on_limit;
 pub mod raw;
 mod rules;
 mod server;
+mod service;
 mod startup;
 mod store;
 mod sunset;
@@ -65,6 +66,8 @@ pub struct Config {
     pub rules: Vec<RuleConfig>,
     /// The pools requests are forwarded to, and the routes between them.
     pub upstreams: UpstreamsConfig,
+    /// `[rls]`: where Envoy's rate limit service is answered, if anywhere.
+    pub rls: Option<RlsConfig>,
     /// Non-fatal findings (`check` prints them to stderr).
     pub warnings: Vec<String>,
 }
@@ -286,6 +289,14 @@ pub enum AccessLogTarget {
     Stdout,
     /// A file path, appended to and reopened on every reload.
     File(PathBuf),
+}
+
+/// `[rls]`: the rate limit service (docs/rate-limit-service.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RlsConfig {
+    /// gRPC over h2c: `envoy.service.ratelimit.v3.RateLimitService` and
+    /// `grpc.health.v1.Health`.
+    pub listen: SocketAddr,
 }
 
 /// `[admin]`.
@@ -656,6 +667,19 @@ pub struct MatchConfig {
     pub method: Vec<Method>,
     /// Lower-cased, without port.
     pub host: Vec<String>,
+    /// `domain`: the rule decides rate limit service descriptors of this
+    /// domain, never proxied requests (docs/rate-limit-service.md).
+    pub domain: Option<String>,
+    /// `descriptor`: entry keys with the value each must have, sorted by
+    /// key (only with `domain`).
+    pub descriptor: Vec<(String, String)>,
+}
+
+impl MatchConfig {
+    /// Whether the rule decides rate limit service calls (not requests).
+    pub fn is_service(&self) -> bool {
+        self.domain.is_some()
+    }
 }
 
 /// `[identity]`.

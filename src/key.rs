@@ -48,6 +48,10 @@ pub enum KeySource {
     Global,
     /// `jwt:<claim>`: a claim of the request's verified token.
     Jwt(jwt::ClaimPath),
+    /// `descriptor:<entry key>`: the value of that entry of a rate limit
+    /// service descriptor (docs/rate-limit-service.md). Only rules with
+    /// `match.domain` have it; a proxied request never does.
+    Descriptor(String),
 }
 
 /// The parts of a request that rules match and key on, borrowed from it.
@@ -198,6 +202,8 @@ impl KeyHasher {
                     }
                     None => false,
                 },
+                // Validation keeps it out of rules that see requests.
+                KeySource::Descriptor(_) => false,
             };
             if !present {
                 if !allow_missing {
@@ -237,6 +243,51 @@ impl KeyHasher {
                     Some(jwt::ClaimValue::Scalar(value)) => text.push_str(&value.to_string()),
                     None => {}
                 },
+                KeySource::Descriptor(_) => {}
+            });
+        }
+        key
+    }
+
+    /// The bucket key of a rate limit service descriptor for `sources`
+    /// (each `descriptor:<k>` or `global`), `entry` giving the value of
+    /// each entry key: hashed as [`KeyHasher::key_of_text`] hashes the same
+    /// values written as text, so `/v1/check` finds the same bucket. The
+    /// rule that decides a descriptor has every entry its key names, so a
+    /// missing one (never) hashes as the missing marker.
+    pub fn derive_entries<'e>(
+        &self,
+        sources: &[KeySource],
+        entry: impl Fn(&str) -> Option<&'e str>,
+    ) -> BucketKey {
+        let mut hasher = self.state.build_hasher();
+        for source in sources {
+            match source {
+                KeySource::Descriptor(key) => match entry(key) {
+                    Some(value) => hash_bytes(&mut hasher, value.as_bytes()),
+                    None => hasher.write_u64(MISSING_MARKER),
+                },
+                KeySource::Global => hash_bytes(&mut hasher, b""),
+                // Validation allows no other source in a domain rule.
+                _ => hasher.write_u64(MISSING_MARKER),
+            }
+        }
+        hasher.finish()
+    }
+
+    /// A descriptor's key as text ([`KeyHasher::key_text`]'s form): each
+    /// `descriptor:<k>` source's value, `global` as the empty string.
+    pub fn entries_text<'e>(
+        &self,
+        sources: &[KeySource],
+        entry: impl Fn(&str) -> Option<&'e str>,
+    ) -> KeyText {
+        let mut key = KeyText::new();
+        for source in sources {
+            key.push_with(|text| {
+                if let KeySource::Descriptor(name) = source {
+                    text.push_str(entry(name).unwrap_or(""));
+                }
             });
         }
         key
@@ -298,9 +349,11 @@ impl KeyHasher {
                 }
                 KeySource::Host => hash_lowercase(&mut hasher, part.as_bytes()),
                 KeySource::Query(_) => hash_query_plain(&mut hasher, part.as_bytes()),
-                KeySource::Path | KeySource::Method | KeySource::Header(_) | KeySource::Jwt(_) => {
-                    hash_bytes(&mut hasher, part.as_bytes())
-                }
+                KeySource::Path
+                | KeySource::Method
+                | KeySource::Header(_)
+                | KeySource::Jwt(_)
+                | KeySource::Descriptor(_) => hash_bytes(&mut hasher, part.as_bytes()),
             }
         }
         Ok(hasher.finish())
@@ -455,6 +508,7 @@ impl std::fmt::Display for KeySource {
             KeySource::Header(name) => write!(f, "header:{name}"),
             KeySource::Query(name) => write!(f, "query:{name}"),
             KeySource::Jwt(claim) => write!(f, "jwt:{}", claim.0.join(".")),
+            KeySource::Descriptor(key) => write!(f, "descriptor:{key}"),
         }
     }
 }

@@ -16,6 +16,7 @@
 
 mod compile;
 mod describe;
+pub mod domains;
 mod limit;
 mod matcher;
 mod rule;
@@ -37,6 +38,7 @@ use crate::log_gate::LogGate;
 use crate::metrics::Metrics;
 use crate::store::Store;
 pub use describe::describe;
+pub use domains::Domains;
 pub use limit::{FieldLines, Limit};
 pub use matcher::{Matcher, Mismatch};
 pub use rule::{Billing, Rule, Variant, VariantIndex};
@@ -46,6 +48,8 @@ pub use sunset::Sunset;
 #[derive(Debug)]
 pub struct Policy {
     pub rules: Vec<Rule>,
+    /// Which of `rules` decide rate limit service descriptors, by domain.
+    pub domains: Domains,
     pub allow: Vec<IpNet>,
     pub deny: Vec<IpNet>,
     pub client_ip: ClientIpResolver,
@@ -133,6 +137,7 @@ impl Policy {
             .collect::<Vec<Rule>>();
         Policy {
             bills: rules.iter().any(|rule| rule.billing.is_some()),
+            domains: Domains::new(&config.rules),
             rules,
             allow: config.access.allow.clone(),
             deny: config.access.deny.clone(),

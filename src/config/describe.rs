@@ -52,6 +52,12 @@ pub fn describe_match(matcher: &MatchConfig) -> String {
     field("path", matcher.path.clone());
     field("prefix", matcher.path_prefix.clone());
     field("glob", matcher.path_glob.clone());
+    if let Some(domain) = &matcher.domain {
+        parts.push(format!("domain={domain}"));
+    }
+    for (key, value) in &matcher.descriptor {
+        parts.push(format!("descriptor.{key}={value}"));
+    }
     if parts.is_empty() {
         "*".to_owned()
     } else {

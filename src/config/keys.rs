@@ -39,8 +39,8 @@ impl Validator<'_> {
 }
 
 pub(super) fn parse_key_source(text: &str) -> Result<KeySource, String> {
-    const ALLOWED: &str =
-        "allowed: ip, path, method, host, global, header:<name>, query:<name>, jwt:<claim>";
+    const ALLOWED: &str = "allowed: ip, path, method, host, global, header:<name>, \
+                           query:<name>, jwt:<claim>, descriptor:<entry key>";
     match text {
         "ip" => return Ok(KeySource::Ip),
         "path" => return Ok(KeySource::Path),
@@ -79,6 +79,14 @@ pub(super) fn parse_key_source(text: &str) -> Result<KeySource, String> {
         return Ok(KeySource::Jwt(ClaimPath(
             claim.split('.').map(str::to_owned).collect(),
         )));
+    }
+    if let Some(key) = text.strip_prefix("descriptor:") {
+        if key.is_empty() {
+            return Err(
+                "descriptor: needs an entry key, for example descriptor:remote_address".to_owned(),
+            );
+        }
+        return Ok(KeySource::Descriptor(key.to_owned()));
     }
     Err(format!("unknown key source \"{text}\"; {ALLOWED}"))
 }

@@ -27,7 +27,55 @@ impl Validator<'_> {
             }),
             method: self.list(raw.method.as_ref(), &format!("{base}.method"), parse_method),
             host: self.list(raw.host.as_ref(), &format!("{base}.host"), parse_host),
+            domain: raw.domain.as_ref().map(|field| {
+                if field.get_ref().is_empty() {
+                    self.error(
+                        field.span().start,
+                        &format!("{base}.domain"),
+                        "must not be empty: Envoy sends the domain of its rate limit \
+                         configuration, such as \"edge\"",
+                    );
+                }
+                field.get_ref().clone()
+            }),
+            descriptor: self.descriptor(base, raw),
         }
+    }
+
+    /// `match.descriptor`: entry keys and the value each must have, sorted
+    /// by key; only beside `match.domain`.
+    fn descriptor(&mut self, base: &str, raw: &RawMatch) -> Vec<(String, String)> {
+        let Some(field) = &raw.descriptor else {
+            return Vec::new();
+        };
+        let path = format!("{base}.descriptor");
+        if raw.domain.is_none() {
+            self.error(
+                field.span().start,
+                &path,
+                "only a rule for rate limit service calls has descriptors: add \
+                 match.domain (the domain Envoy sends), or remove match.descriptor",
+            );
+        }
+        if field.get_ref().is_empty() {
+            self.error(
+                field.span().start,
+                &path,
+                "names no entry; write the entries a descriptor must carry, such as \
+                 descriptor = { generic_key = \"slow\" }",
+            );
+        }
+        for key in field.get_ref().keys() {
+            if key.is_empty() {
+                self.error(field.span().start, &path, "an entry key must not be empty");
+            }
+        }
+        // A BTreeMap: sorted by key already.
+        field
+            .get_ref()
+            .iter()
+            .map(|(key, value)| (key.clone(), value.get_ref().clone()))
+            .collect()
     }
 }
 

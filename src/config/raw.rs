@@ -41,6 +41,14 @@ pub struct RawConfig {
     /// `[[route]]` tables in file order.
     #[serde(default)]
     pub route: Vec<RawRoute>,
+    pub rls: Option<RawRls>,
+}
+
+/// `[rls]`: the rate limit service's listener.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRls {
+    pub listen: Option<Spanned<String>>,
 }
 
 /// `[server]`.
@@ -434,6 +442,10 @@ pub struct RawMatch {
     pub path_glob: Option<Spanned<OneOrMany>>,
     pub method: Option<Spanned<OneOrMany>>,
     pub host: Option<Spanned<OneOrMany>>,
+    /// A rule for rate limit service calls of this domain.
+    pub domain: Option<Spanned<String>>,
+    /// With `domain`: entry keys a descriptor must carry, with their values.
+    pub descriptor: Option<Spanned<std::collections::BTreeMap<String, Spanned<String>>>>,
 }
 
 /// A string or a list of strings (`path = "/a"` or `path = ["/a", "/b"]`).

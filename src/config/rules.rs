@@ -106,6 +106,9 @@ impl Validator<'_> {
             .unwrap_or_default();
 
         let key = match &raw.key {
+            // A service call has no client address: one bucket for the
+            // descriptors the rule decides, unless its key says otherwise.
+            None if matcher.is_service() => vec![KeySource::Global],
             None => vec![KeySource::Ip],
             Some(field) => self.key(index, field),
         };
@@ -206,7 +209,7 @@ impl Validator<'_> {
         let charge = self.charge(index, raw, algorithm);
         let refund_on = self.refund_on(index, raw, algorithm);
 
-        RuleConfig {
+        let rule = RuleConfig {
             name,
             matcher,
             key,
@@ -224,7 +227,9 @@ impl Validator<'_> {
             on_change,
             charge,
             refund_on,
-        }
+        };
+        self.who_decides(index, at, raw, &rule);
+        rule
     }
 
     /// `max_in_flight`: for concurrency only.

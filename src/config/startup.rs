@@ -1,5 +1,5 @@
 //! The settings that only take effect when sluice starts: listen
-//! addresses, workers, whether the listener speaks TLS or the PROXY
+//! addresses (`[rls] listen` too), workers, whether the listener speaks TLS or the PROXY
 //! protocol, the listener's timeouts and limits, the admin token's
 //! variable and the store. (Upstreams, their timeouts and authorities
 //! follow every reload: docs/upstreams.md.) A reload, and `sluice
@@ -44,6 +44,12 @@ pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str
     if new.server.tls.is_some() != old.server.tls.is_some() {
         kept.push("server.tls");
         new.server.tls = old.server.tls.clone();
+    }
+    // The rate limit service's listener is bound at start; its rules
+    // follow every reload.
+    if new.rls != old.rls {
+        kept.push("rls.listen");
+        new.rls = old.rls.clone();
     }
     kept
 }

@@ -16,8 +16,8 @@ use super::raw::{RawConfig, RawEject, RawHealth, RawMatch, RawRoute, RawServer, 
 use super::server::parse_upstream;
 use super::validate::Validator;
 use super::{
-    Balance, Eject, HealthCheck, MatchConfig, RouteConfig, ServerConfig, ServerUrl, UpstreamConfig,
-    UpstreamProtocol, UpstreamsConfig, DEFAULT_POOL,
+    Balance, Eject, HealthCheck, KeySource, MatchConfig, RouteConfig, ServerConfig, ServerUrl,
+    UpstreamConfig, UpstreamProtocol, UpstreamsConfig, DEFAULT_POOL,
 };
 
 /// Passive checks' defaults (docs/upstreams.md, "Passive checks").
@@ -456,6 +456,18 @@ impl Validator<'_> {
             "round_robin" => Balance::RoundRobin,
             _ => match text.strip_prefix("hash:") {
                 Some(source) => match parse_key_source(source) {
+                    Ok(KeySource::Descriptor(_)) => {
+                        self.error(
+                            field.span().start,
+                            path,
+                            format!(
+                                "\"{text}\": a proxied request has no rate limit service \
+                                 descriptor; hash on a source of the request, such as \
+                                 \"hash:header:x-user\""
+                            ),
+                        );
+                        Balance::LeastRequest
+                    }
                     Ok(source) => Balance::Hash(source),
                     Err(message) => {
                         self.error(field.span().start, path, format!("\"{text}\": {message}"));
@@ -651,6 +663,14 @@ impl Validator<'_> {
                 Some(raw_match) => self.matcher(&format!("route[{index}].match"), raw_match),
                 None => self.matcher(&format!("route[{index}].match"), &RawMatch::default()),
             };
+            if let Some(domain) = route.matcher.as_ref().and_then(|m| m.domain.as_ref()) {
+                self.error(
+                    domain.span().start,
+                    &format!("route[{index}].match.domain"),
+                    "a route sends proxied requests, and rate limit service calls are answered \
+                     by sluice itself; remove domain",
+                );
+            }
             let upstream = match &route.upstream {
                 None => {
                     self.error(

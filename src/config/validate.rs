@@ -304,6 +304,7 @@ impl Validator<'_> {
         let rules = self.rules(&raw.rule, server.ipv6_prefix);
         let upstreams = self.upstreams(raw, &server);
         self.jwt_sources_need_identity(&raw.rule, identity.jwt.is_some());
+        let rls = self.rls(raw, &[server.listen, admin.listen], &rules);
         Config {
             server,
             admin,
@@ -313,6 +314,7 @@ impl Validator<'_> {
             identity,
             rules,
             upstreams,
+            rls,
             warnings: self.take_warnings(),
         }
     }
@@ -865,6 +867,13 @@ upstream_ca = ""
 [[route]]
 match = { host = "grpc.example.com" }
 upstream = "api"
+[rls]
+listen = "127.0.0.1:8081"
+[[rule]]
+name = "envoy-edge"
+match = { domain = "edge", descriptor = { generic_key = "slow" } }
+key = ["descriptor:remote_address"]
+rate = "10/s"
 "#;
         // Every key is read, and this release implements all of them.
         valid(text);

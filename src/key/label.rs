@@ -189,9 +189,14 @@ pub fn elided_override(sources: &[KeySource], text: &str) -> Option<String> {
 /// label only among many millions).
 const LABEL_HASH_BYTES: usize = 6;
 
-/// Whether a value of `source` is a credential, shown only as a label.
+/// Whether a value of `source` is a credential, shown only as a label. A
+/// descriptor entry may carry anything Envoy read from a request (an API
+/// key header, say), so it is one too.
 pub fn is_credential(source: &KeySource) -> bool {
-    matches!(source, KeySource::Header(_) | KeySource::Query(_))
+    matches!(
+        source,
+        KeySource::Header(_) | KeySource::Query(_) | KeySource::Descriptor(_)
+    )
 }
 
 /// How one policy shows keys: labelled with the deployment's key, or in

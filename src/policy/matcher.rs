@@ -17,12 +17,17 @@ pub struct Matcher {
     path_glob_text: Vec<String>,
     method: Vec<http::Method>,
     host: Vec<String>,
+    /// `match.domain`: the rule decides rate limit service calls, and no
+    /// request fits it.
+    service: bool,
 }
 
 /// The first field of a `match` that a request does not fit, in the order
 /// they are tested.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mismatch {
+    /// The rule decides rate limit service calls (`match.domain`).
+    Domain,
     Method,
     Path,
     PathPrefix,
@@ -39,6 +44,7 @@ impl Matcher {
             path_glob_text: config.path_glob.clone(),
             method: config.method.clone(),
             host: config.host.clone(),
+            service: config.is_service(),
         }
     }
 
@@ -51,6 +57,9 @@ impl Matcher {
     /// The first field the request does not fit; `None` when it fits.
     #[inline]
     pub fn mismatch(&self, facts: &RequestFacts<'_>) -> Option<Mismatch> {
+        if self.service {
+            return Some(Mismatch::Domain);
+        }
         if !(self.method.is_empty() || self.method.iter().any(|m| m == facts.method)) {
             return Some(Mismatch::Method);
         }
@@ -83,6 +92,7 @@ impl Mismatch {
     /// The field's name as the config writes it (`method`, `path_prefix`…).
     pub fn field(self) -> &'static str {
         match self {
+            Mismatch::Domain => "domain",
             Mismatch::Method => "method",
             Mismatch::Path => "path",
             Mismatch::PathPrefix => "path_prefix",
@@ -100,6 +110,9 @@ impl Mismatch {
                 .join(", ")
         };
         match self {
+            Mismatch::Domain => "the rule decides rate limit service calls (match.domain), \
+                                 never proxied requests"
+                .to_owned(),
             Mismatch::Method => format!(
                 "method {} is not one of {}",
                 facts.method,

@@ -145,7 +145,22 @@ impl Rule {
         })
     }
 
-    /// The choice both share; `tier_of` hashes the caller's `tiers.by`
+    /// The limits for the caller `key` of a rate limit service descriptor,
+    /// whose entries `entry` looks up: as [`Rule::limits_for`], the tier
+    /// picked by a `descriptor:<k>` entry's value.
+    pub fn limits_for_entries<'e>(
+        &self,
+        key: u64,
+        keys: &KeyHasher,
+        now: Nanos,
+        entry: impl Fn(&str) -> Option<&'e str>,
+    ) -> &[Limit] {
+        self.limits_with_tier(key, now, |by| {
+            Some(keys.derive_entries(std::slice::from_ref(by), entry))
+        })
+    }
+
+    /// The choice all three share; `tier_of` hashes the caller's `tiers.by`
     /// value (asked only when the rule has tiers and the caller no
     /// override).
     #[inline]
