@@ -69,6 +69,25 @@ pub enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// Print, on stdout, the sluice [[rule]] tables equivalent to another
+    /// rate limiter's config, to append to a sluice config (exit 0); or
+    /// print on stderr why it has no equivalent, naming each field (exit 1).
+    Import {
+        #[command(subcommand)]
+        format: ImportFormat,
+    },
+}
+
+/// The configs `sluice import` reads.
+#[derive(Debug, Subcommand)]
+pub enum ImportFormat {
+    /// An envoyproxy/ratelimit YAML file (one domain): prints a rule per
+    /// descriptor entry with a rate_limit, for sluice's rate limit service
+    /// (its [rls] section).
+    EnvoyRatelimit {
+        /// The envoyproxy/ratelimit config file.
+        file: PathBuf,
+    },
 }
 
 /// The effective rules as a table, for `sluice check`. The `cost` column

@@ -4,7 +4,7 @@
 //!
 //! The modules follow the life of a request:
 //!
-//! - [`cli`]: the command line (`run`, `check`, `demo`).
+//! - [`cli`]: the command line (`run`, `check`, `demo`, `import`).
 //! - [`config`]: the TOML file → validated domain types, errors with line and column.
 //! - [`policy`]: a config compiled into the immutable snapshot the request path reads.
 //! - [`server`]: listeners, the accept loop, connection limits, graceful shutdown.
@@ -26,6 +26,7 @@
 //! - [`request_id`]: `X-Request-Id`, kept from a trusted proxy or made per request.
 //! - [`problem`]: the problem documents (RFC 9457) of every error sluice answers itself.
 //! - [`demo`]: the self-contained tour behind `sluice demo`.
+//! - [`import`]: other rate limiters' configs as sluice rules (`sluice import`).
 //! - [`tls`]: the crypto provider and PEM files every TLS side shares.
 #![forbid(unsafe_code)]
 
@@ -36,6 +37,7 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod heavy_hitters;
+pub mod import;
 pub mod key;
 pub mod limiter;
 pub mod log_gate;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser;
-use sluice::cli::{self, Cli, Command, LogFormat};
+use sluice::cli::{self, Cli, Command, ImportFormat, LogFormat};
 use sluice::config::Config;
 use sluice::server::Server;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -52,6 +52,31 @@ fn main() -> ExitCode {
             report(runtime(config.server.workers).and_then(|rt| rt.block_on(run(config, path))))
         }
         Command::Demo { once } => demo(once, levels),
+        Command::Import {
+            format: ImportFormat::EnvoyRatelimit { file },
+        } => import_envoy_ratelimit(&file),
+    }
+}
+
+/// `sluice import envoy-ratelimit FILE`: the rules on stdout, or every
+/// reason there are none on stderr (and nothing on stdout).
+fn import_envoy_ratelimit(file: &std::path::Path) -> ExitCode {
+    let yaml = match std::fs::read_to_string(file) {
+        Ok(yaml) => yaml,
+        Err(error) => {
+            eprintln!("error: could not read {}: {error}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    match sluice::import::envoy_ratelimit::translate(&yaml, &file.display().to_string()) {
+        Ok(rules) => {
+            print!("{rules}");
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -27,6 +27,7 @@ mod grpc;
 mod hold;
 mod hold_clock;
 mod hybrid;
+mod import;
 mod jwt;
 mod keys_are_secrets;
 mod lifecycle;
