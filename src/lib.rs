@@ -21,6 +21,8 @@
 //! - [`clock`]: monotonic time for the limiter, and a manual clock for tests.
 //! - [`timer`]: a deadline timer that is cheap to move later (connection and upstream clocks).
 //! - [`reload`]: hot reload (SIGHUP, `POST /admin/reload`, the file watch).
+//! - [`rls`]: Envoy's rate limit service (gRPC `ShouldRateLimit`) on the same
+//!   rules and stores, for the descriptors of rules with `match.domain`.
 //! - [`metrics`], [`admin`]: Prometheus metrics and the admin listener.
 //! - [`access_log`]: one JSON line per request, written off the request path.
 //! - [`request_id`]: `X-Request-Id`, kept from a trusted proxy or made per request.
@@ -47,6 +49,7 @@ pub mod problem;
 pub mod proxy;
 pub mod reload;
 pub mod request_id;
+pub mod rls;
 pub mod server;
 pub mod store;
 #[cfg(test)]

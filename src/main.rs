@@ -137,6 +137,7 @@ async fn run(config: Config, path: std::path::PathBuf) -> anyhow::Result<()> {
         listen = %server.local_addr()?,
         scheme = server.scheme(),
         admin = %server.admin_addr()?,
+        rls = %server.rls_addr().map_or_else(|| "-".to_owned(), |addr| addr.to_string()),
         "sluice is serving"
     );
     server.serve(shutdown_signal()).await;

@@ -65,7 +65,7 @@ use crate::policy::Policy;
 use crate::request_id::RequestId;
 use crate::store::{OnError, Store};
 use access::Notes;
-pub use admit::fill_asks;
+pub use admit::{fill_asks, report_store_error, Admitter};
 pub use checks::{check, host_of, Checked};
 pub use client_request::{ClientBody, ClientRequest};
 pub use identify::{
@@ -283,6 +283,20 @@ impl Proxy {
             .reloading
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// What deciding outside a request needs (the rate limit service):
+    /// the store and its `on_error`, the clock, the metrics; nothing
+    /// decided so is ever settled after, so no ticker.
+    pub fn admitter(&self) -> Admitter<'_> {
+        let shared = &*self.shared;
+        Admitter {
+            store: &shared.store,
+            clock: &shared.clock,
+            on_error: shared.on_error,
+            metrics: &shared.metrics,
+            ticker: None,
+        }
     }
 
     /// Now, by the limiter's clock (Unix nanoseconds).

@@ -75,6 +75,8 @@ pub struct Server {
     reloader: Option<Arc<Reloader>>,
     /// With `[server.tls]`: the listener speaks HTTPS.
     tls: Option<Arc<TlsListener>>,
+    /// With `[rls]`: the rate limit service's listener.
+    rls_listener: Option<TcpListener>,
 }
 
 impl Server {
@@ -93,6 +95,10 @@ impl Server {
         };
         let listener = listen(config.server.listen)?;
         let admin_listener = TcpListener::bind(config.admin.listen).await?;
+        let rls_listener = match &config.rls {
+            Some(rls) => Some(TcpListener::bind(rls.listen).await?),
+            None => None,
+        };
         let config = Arc::new(config);
         let proxy = Proxy::with_clock((*config).clone(), clock);
         if let Some(seeds) = proxy.store_seeds() {
@@ -105,6 +111,7 @@ impl Server {
             config,
             reloader: None,
             tls,
+            rls_listener,
         })
     }
 
@@ -133,6 +140,13 @@ impl Server {
         self.admin_listener.local_addr()
     }
 
+    /// The rate limit service's address, with `[rls]`.
+    pub fn rls_addr(&self) -> Option<SocketAddr> {
+        self.rls_listener
+            .as_ref()
+            .and_then(|listener| listener.local_addr().ok())
+    }
+
     /// The proxy this server runs.
     pub fn proxy(&self) -> &Proxy {
         &self.proxy
@@ -147,7 +161,14 @@ impl Server {
             config,
             reloader,
             tls,
+            rls_listener,
         } = self;
+        let rls_stop = Arc::new(tokio::sync::Notify::new());
+        let rls = rls_listener.map(|listener| {
+            let stop = Arc::clone(&rls_stop);
+            let stopped = async move { stop.notified().await };
+            tokio::spawn(crate::rls::serve(listener, proxy.clone(), stopped))
+        });
         let admin = tokio::spawn(admin::serve(
             admin_listener,
             Admin::new(proxy.clone(), reloader.clone()),
@@ -228,7 +249,18 @@ impl Server {
 
         proxy.start_draining();
         drop(listener);
-        shut_down(drain, config.server.shutdown_grace).await;
+        // `notify_one` keeps the wake-up should the service not wait yet.
+        rls_stop.notify_one();
+        let grace = config.server.shutdown_grace;
+        let rls_done = async move {
+            if let Some(rls) = rls {
+                let abort = rls.abort_handle();
+                if tokio::time::timeout(grace, rls).await.is_err() {
+                    abort.abort();
+                }
+            }
+        };
+        tokio::join!(shut_down(drain, grace), rls_done);
         // The last requests' lines, before the process ends.
         let flushing = proxy.clone();
         let _ = tokio::task::spawn_blocking(move || {

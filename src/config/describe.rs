@@ -11,12 +11,12 @@ use super::{Balance, MatchConfig, Rate, RuleConfig, UpstreamConfig, UpstreamProt
 /// `900s` → `15m`, `500ms` → `500ms`.
 pub fn format_period(period: Duration) -> String {
     let millis = period.as_millis();
-    if millis % 1000 != 0 {
+    if !millis.is_multiple_of(1000) {
         return format!("{millis}ms");
     }
     let secs = period.as_secs();
     for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
-        if secs >= size && secs % size == 0 {
+        if secs >= size && secs.is_multiple_of(size) {
             return format!("{}{unit}", secs / size);
         }
     }

@@ -196,7 +196,7 @@ pub fn format_timestamp(nanos: u64) -> String {
 }
 
 fn is_leap_year(year: u16) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+    year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400))
 }
 
 fn days_in_month(year: u16, month: u8) -> u8 {

@@ -21,10 +21,13 @@ pub struct Domains {
 struct DomainRule {
     /// Its index in [`super::Policy::rules`].
     rule: usize,
-    /// Every entry key it names, sorted, with the value the entry must have
-    /// (`None`: any value, one bucket each when keyed on it).
-    entries: Box<[(Box<str>, Option<Box<str>>)]>,
+    /// Every entry key it names, sorted, with the value the entry must have.
+    entries: Box<[NamedEntry]>,
 }
+
+/// An entry key a rule names, with the value it must have (`None`: any
+/// value, one bucket each when the rule keys on it).
+type NamedEntry = (Box<str>, Option<Box<str>>);
 
 impl Domains {
     /// The domain rules of `rules` (a policy's, in its order).
@@ -34,7 +37,7 @@ impl Domains {
             let Some(domain) = &rule.matcher.domain else {
                 continue;
             };
-            let mut entries: Vec<(Box<str>, Option<Box<str>>)> = rule
+            let mut entries: Vec<NamedEntry> = rule
                 .matcher
                 .descriptor
                 .iter()

@@ -230,7 +230,7 @@ async fn decide<'p>(
 /// with (its script's, an answer it should not give) each time, at most
 /// ten lines a second, since it will not pass: someone must look, and it
 /// may be one key's among good answers.
-fn report_store_error(admitter: Admitter<'_>, error: &StoreError) {
+pub fn report_store_error(admitter: Admitter<'_>, error: &StoreError) {
     let Admitter {
         store,
         clock,

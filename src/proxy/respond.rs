@@ -337,12 +337,7 @@ pub fn limited(
         .filter(|v| std::ptr::eq(v.rule, first_rule))
         .min_by_key(|v| v.decision.state().remaining)
         .expect("the first rejecting rule has a rejecting limit");
-    // Retry when every rejecting rule would admit; never, if any never will.
-    let retry_after: Option<Nanos> = rejecting().try_fold(0, |latest: Nanos, v| match v.decision {
-        Decision::Deny { retry_after, .. } => retry_after.map(|r| latest.max(r)),
-        Decision::Allow(_) | Decision::Hold { .. } => Some(latest),
-    });
-    let retry_after_secs = retry_after.map(|nanos| ceil_secs(nanos).max(1));
+    let retry_after_secs = retry_after(verdicts).map(|nanos| ceil_secs(nanos).max(1));
 
     let status = policy.response.status;
     let style = policy.response.headers;
@@ -382,6 +377,18 @@ pub fn limited(
         last_refusal::remember(key, &mut fields, &body);
     }
     refuse_into(response, status, fields, body)
+}
+
+/// How long until every limit that refused would admit; `None` when one
+/// never will (a cost above its capacity, a COUNT of 0).
+#[inline]
+pub fn retry_after(verdicts: &[Verdict<'_>]) -> Option<Nanos> {
+    verdicts
+        .iter()
+        .try_fold(0, |latest: Nanos, v| match v.decision {
+            Decision::Deny { retry_after, .. } => retry_after.map(|r| latest.max(r)),
+            Decision::Allow(_) | Decision::Hold { .. } => Some(latest),
+        })
 }
 
 /// `Deprecation`, `Sunset` and `Link: <…>; rel="sunset"` for a response on

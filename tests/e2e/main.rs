@@ -43,6 +43,7 @@ mod redis_tls;
 mod refusal_log;
 mod reload;
 mod request_size;
+mod rls;
 mod shared_bans;
 mod status;
 mod status_browser;

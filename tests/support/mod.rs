@@ -742,6 +742,8 @@ pub struct SluiceProcess {
     pub child: Child,
     pub addr: SocketAddr,
     pub admin: SocketAddr,
+    /// The rate limit service's address, with `[rls]`.
+    pub rls: Option<SocketAddr>,
     /// Its stderr lines but the "serving" one: those before it (config
     /// warnings, the store's first words) and after it (the first 10,000).
     pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
@@ -799,11 +801,16 @@ impl SluiceProcess {
                         .parse()
                         .unwrap()
                 };
-                addrs = Some((field("listen"), field("admin")));
+                let rls = line
+                    .find("rls=")
+                    .and_then(|start| line[start + 4..].split_whitespace().next())
+                    .and_then(|addr| addr.parse().ok());
+                addrs = Some((field("listen"), field("admin"), rls));
                 break;
             }
         }
-        let (addr, admin) = addrs.unwrap_or_else(|| panic!("sluice did not start: {early:#?}"));
+        let (addr, admin, rls) =
+            addrs.unwrap_or_else(|| panic!("sluice did not start: {early:#?}"));
         // Keep draining stderr so the child never blocks on a full pipe,
         // keeping the lines for tests that read the log.
         let log = std::sync::Arc::new(std::sync::Mutex::new(early));
@@ -820,6 +827,7 @@ impl SluiceProcess {
             child,
             addr,
             admin,
+            rls,
             log,
         }
     }
