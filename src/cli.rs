@@ -126,7 +126,12 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("+"),
-            format!("{:?}", rule.missing).to_lowercase(),
+            // A descriptor a rule decides carries every entry it names.
+            if rule.matcher.is_service() {
+                "-".to_owned()
+            } else {
+                format!("{:?}", rule.missing).to_lowercase()
+            },
             rule.algorithm.name().to_owned(),
             describe_limits(rule),
             describe_capacity(rule),
@@ -179,6 +184,13 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
         config.admin.listen,
         config.store.max_keys
     );
+    if let Some(rls) = &config.rls {
+        let _ = writeln!(
+            out,
+            "rate limit service {} (gRPC h2c; rules with match.domain, docs/rate-limit-service.md)",
+            rls.listen
+        );
+    }
     if let Some(tls) = &config.server.tls {
         let served: Vec<String> = tls
             .certs

@@ -1118,6 +1118,22 @@ burst = -1
     }
 
     #[test]
+    fn the_commented_rate_limit_service_example_is_valid_once_uncommented() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sluice.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let example: String = text
+            .lines()
+            .skip_while(|line| *line != "# [rls]")
+            .take_while(|line| line.starts_with('#'))
+            .map(|line| format!("{}\n", line.trim_start_matches('#').trim_start()))
+            .collect();
+        let config = valid(&format!("{UPSTREAM}{example}"));
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        assert_eq!(config.rls.unwrap().listen.port(), 8081);
+        assert_eq!(config.rules[0].matcher.domain.as_deref(), Some("edge"));
+    }
+
+    #[test]
     fn the_demo_config_has_the_rules_the_tour_expects() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
         let config = Config::load(&dir.join("demo.toml")).expect("demo.toml is valid");

@@ -536,3 +536,36 @@ async fn on_redis_a_call_is_one_script_call_at_most_and_decides_exactly() {
     let sent = script_calls(&redis) - before;
     assert!((1..=80).contains(&sent), "{sent} script calls for 80 calls");
 }
+
+#[test]
+fn check_shows_the_service_and_its_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        dir.path(),
+        &format!("[server]\nupstream = \"http://127.0.0.1:9\"\n[rls]\nlisten = \"127.0.0.1:8081\"\n{EDGE_RULES}"),
+    );
+    let output = std::process::Command::new(crate::support::binary())
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{shown}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        shown.contains("rate limit service 127.0.0.1:8081"),
+        "{shown}"
+    );
+    let line = shown
+        .lines()
+        .find(|line| line.starts_with("slow-for-one"))
+        .unwrap();
+    assert!(
+        line.contains("domain=edge descriptor.generic_key=slow")
+            && line.contains("descriptor:remote_address"),
+        "{line}"
+    );
+}
