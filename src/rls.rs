@@ -47,8 +47,8 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// Calls in flight on one connection (HTTP/2 `MAX_CONCURRENT_STREAMS`).
 pub const MAX_STREAMS: u32 = 1024;
 
-/// The largest call accepted (`RESOURCE_EXHAUSTED` above): descriptors
-/// are a few short strings.
+/// The largest call accepted (`OUT_OF_RANGE` above, tonic's answer):
+/// descriptors are a few short strings.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// The longest a call may take when its `grpc-timeout` allows more (or

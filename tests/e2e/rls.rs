@@ -370,16 +370,27 @@ async fn a_malformed_call_is_an_invalid_argument() {
 
 /// `grpc-status` of a `ShouldRateLimit` call whose message is `message`.
 async fn raw_call(addr: std::net::SocketAddr, message: &[u8]) -> String {
+    raw_call_with(addr, message, &[]).await
+}
+
+/// [`raw_call`] with more request headers.
+async fn raw_call_with(
+    addr: std::net::SocketAddr,
+    message: &[u8],
+    headers: &[(&str, &str)],
+) -> String {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut h2, connection) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(connection);
-    let request = http::Request::post(format!(
+    let mut request = http::Request::post(format!(
         "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
     ))
     .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(())
-    .unwrap();
+    .header("te", "trailers");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(()).unwrap();
     let (response, mut body) = h2.send_request(request, false).unwrap();
     let mut framed = vec![0u8];
     framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
@@ -568,4 +579,53 @@ fn check_shows_the_service_and_its_rules() {
             && line.contains("descriptor:remote_address"),
         "{line}"
     );
+}
+
+/// A `RateLimitRequest` for `user`, protobuf-encoded.
+fn encoded(user: &str) -> Vec<u8> {
+    use prost::Message;
+    call("edge", vec![descriptor(&[("user", user)], None)], 0).encode_to_vec()
+}
+
+#[tokio::test]
+async fn streams_message_sizes_and_deadlines_are_bounded() {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sluice = sluice(
+        dir.path(),
+        &format!(
+            "[store]\nbackend = \"redis\"\n[store.redis]\nurl = \"{}\"\ntimeout = \"10s\"\n\
+             on_error = \"deny\"\n\
+             [[rule]]\nname = \"users\"\nmatch.domain = \"edge\"\nkey = [\"descriptor:user\"]\nrate = \"9/m\"\n",
+            redis.url()
+        ),
+    );
+    let addr = sluice.rls.unwrap();
+    crate::support::eventually(Duration::from_secs(15), "redis answers", || async {
+        raw_call(addr, &encoded("warm")).await == "0"
+    })
+    .await;
+    // Streams per connection: the server's SETTINGS say 1024.
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (h2, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let h2 = h2.ready().await.unwrap();
+    crate::support::eventually(Duration::from_secs(5), "the server's SETTINGS", || {
+        let max = h2.current_max_send_streams();
+        async move { max == 1024 }
+    })
+    .await;
+    // A message over 64 KiB is refused before it is read whole.
+    let mut huge = encoded("x");
+    huge.extend(std::iter::repeat_n(0u8, 70 * 1024));
+    assert_eq!(raw_call(addr, &huge).await, "11", "OUT_OF_RANGE");
+    // A frozen Redis: the call's grpc-timeout answers long before the
+    // store's 10 s.
+    redis.freeze(true);
+    let started = Instant::now();
+    let status = raw_call_with(addr, &encoded("erin"), &[("grpc-timeout", "300m")]).await;
+    let took = started.elapsed();
+    redis.freeze(false);
+    assert_eq!(status, "1", "CANCELLED: the deadline passed");
+    assert!(took < Duration::from_secs(3), "{took:?}");
 }
