@@ -589,7 +589,7 @@ fn encoded(user: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn streams_message_sizes_and_deadlines_are_bounded() {
-    let mut redis = RedisServer::start();
+    let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let sluice = sluice(
         dir.path(),
