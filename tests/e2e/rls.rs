@@ -435,6 +435,8 @@ async fn a_store_that_fails_answers_per_on_error_within_its_timeout() {
     for (on_error, want) in [
         ("deny", Err(tonic::Code::Unavailable)),
         ("allow", Ok(Code::Ok)),
+        // This instance's own memory decides: carol has a fresh budget.
+        ("local", Ok(Code::Ok)),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let sluice = sluice(
@@ -628,4 +630,66 @@ async fn streams_message_sizes_and_deadlines_are_bounded() {
     redis.freeze(false);
     assert_eq!(status, "1", "CANCELLED: the deadline passed");
     assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
+#[tokio::test]
+async fn several_limits_a_ban_and_the_admin_views_work_as_for_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let sluice = sluice(
+        dir.path(),
+        "[[rule]]\nname = \"orgs\"\nmatch.domain = \"api\"\nkey = [\"descriptor:org\"]\n\
+         limits = [\"5/m\", \"3/h\"]\nban = { after = 1, within = \"1m\", for = \"10m\" }\n\
+         [response]\nheaders = \"none\"\n",
+    );
+    let mut client = client(&sluice).await;
+    let org = || call("api", vec![descriptor(&[("org", "acme")], None)], 0);
+    let first = ask(&mut client, org()).await;
+    // The limit with least left names the descriptor's limit, as
+    // X-RateLimit-* would: 2 of 3 an hour, not 4 of 5 a minute.
+    assert_eq!(
+        seen(&first.statuses[0]),
+        (Code::Ok, limit("orgs-1h", 3, Unit::Hour), 2)
+    );
+    // headers = "none": nothing for Envoy to add.
+    assert!(first.response_headers_to_add.is_empty(), "{first:?}");
+    ask(&mut client, org()).await;
+    ask(&mut client, org()).await;
+    // The fourth is refused, and that strike bans acme for 10 minutes.
+    assert_eq!(
+        ask(&mut client, org()).await.overall_code,
+        Code::OverLimit as i32
+    );
+    let banned = ask(&mut client, org()).await;
+    assert_eq!(banned.overall_code, Code::OverLimit as i32);
+    let left = banned.statuses[0].duration_until_reset.unwrap().seconds;
+    assert!((590..=600).contains(&left), "{left}");
+    assert_eq!(banned.statuses[0].limit_remaining, 0);
+    // The ban is listed, its key labelled (a descriptor value may be a
+    // credential), and counted.
+    let listed = send(
+        Method::GET,
+        &format!("http://{}/admin/bans", sluice.admin),
+        &[],
+    )
+    .await;
+    let listed = listed.json();
+    assert_eq!(listed["bans"][0]["rule"], "orgs", "{listed}");
+    let shown = listed["bans"][0]["key"].as_str().unwrap().to_owned();
+    assert!(shown != "acme" && !shown.contains("acme"), "{shown}");
+    let metrics = send(
+        Method::GET,
+        &format!("http://{}/metrics", sluice.admin),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        metric(
+            &metrics.body,
+            r#"sluice_banned_requests_total{rule="orgs"}"#
+        ),
+        Some(1.0)
+    );
+    // Another org is not banned.
+    let other = call("api", vec![descriptor(&[("org", "initech")], None)], 0);
+    assert_eq!(ask(&mut client, other).await.overall_code, Code::Ok as i32);
 }
