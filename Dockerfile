@@ -2,7 +2,8 @@
 # Build: docker build -t sluice .
 # Run:   docker run -p 8080:8080 -p 9090:9090 -v $PWD/sluice.toml:/etc/sluice/sluice.toml:ro sluice
 # The config is read from /etc/sluice/sluice.toml (override with SLUICE_CONFIG).
-# In the container, set [server] listen = "0.0.0.0:8080" and [admin] listen = "0.0.0.0:9090".
+# In the container, set [server] listen = "0.0.0.0:8080" and [admin] listen = "0.0.0.0:9090";
+# as Envoy's rate limit service, also [rls] listen = "0.0.0.0:8081" and publish 8081.
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
@@ -19,7 +20,7 @@ COPY --from=build /src/target/release/sluice /usr/local/bin/sluice
 COPY config/sluice.toml /etc/sluice/sluice.toml
 ENV SLUICE_CONFIG=/etc/sluice/sluice.toml
 USER sluice
-EXPOSE 8080 9090
+EXPOSE 8080 9090 8081
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/sluice"]
 CMD ["run"]

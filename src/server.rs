@@ -1,4 +1,6 @@
-//! Listeners and the connection lifecycle: the accept loop (each connection
+//! Listeners and the connection lifecycle (the rate limit service's
+//! listener, with `[rls]`, is served by [`crate::rls`] and drained with
+//! the rest): the accept loop (each connection
 //! served as `server/connection.rs` tells: sluice's own HTTP/1.1 server,
 //! then hyper's, HTTP/1.1 or h2c), the connection cap, hyper's limits and
 //! timeouts, and graceful shutdown.
