@@ -693,3 +693,44 @@ async fn several_limits_a_ban_and_the_admin_views_work_as_for_requests() {
     let other = call("api", vec![descriptor(&[("org", "initech")], None)], 0);
     assert_eq!(ask(&mut client, other).await.overall_code, Code::Ok as i32);
 }
+
+#[tokio::test]
+async fn a_reload_changes_the_domain_rules_and_keeps_their_buckets() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = |rate: &str, domain: &str| {
+        format!(
+            "[[rule]]\nname = \"users\"\nmatch.domain = \"{domain}\"\n\
+             key = [\"descriptor:user\"]\nrate = \"{rate}\"\non_change = \"keep\"\n"
+        )
+    };
+    let sluice = sluice(dir.path(), &rule("5/m", "edge"));
+    let mut client = client(&sluice).await;
+    let frank = |domain: &str| call(domain, vec![descriptor(&[("user", "frank")], None)], 0);
+    assert_eq!(
+        ask(&mut client, frank("edge")).await.statuses[0].limit_remaining,
+        4
+    );
+    // The rule now decides another domain with a higher rate: its bucket
+    // is kept (same name, key and algorithm).
+    let config = std::fs::read_to_string(dir.path().join("sluice.toml")).unwrap();
+    let reloaded = config.replace(&rule("5/m", "edge"), &rule("50/m", "internal"));
+    std::fs::write(dir.path().join("sluice.toml"), reloaded).unwrap();
+    sluice.signal("HUP");
+    crate::support::eventually(Duration::from_secs(10), "the reload", || {
+        let mut client = client.clone();
+        async move {
+            // Another user: frank's bucket is not touched while waiting.
+            let probe = call("edge", vec![descriptor(&[("user", "probe")], None)], 0);
+            let answer = ask(&mut client, probe).await;
+            answer.statuses[0].current_limit.is_none()
+        }
+    })
+    .await;
+    let answer = ask(&mut client, frank("internal")).await;
+    assert_eq!(
+        seen(&answer.statuses[0]).1,
+        limit("users", 50, Unit::Minute)
+    );
+    // 50, less the call before the reload and this one.
+    assert_eq!(answer.statuses[0].limit_remaining, 48);
+}
