@@ -133,6 +133,8 @@ async fn run(config: Config, path: std::path::PathBuf) -> anyhow::Result<()> {
         .await
         .context("could not start the listeners")?;
     server.reload_from(path);
+    // Caught before "serving" is logged: a SIGTERM from then on drains.
+    let shutdown = shutdown_signal();
     tracing::info!(
         listen = %server.local_addr()?,
         scheme = server.scheme(),
@@ -140,29 +142,33 @@ async fn run(config: Config, path: std::path::PathBuf) -> anyhow::Result<()> {
         rls = %server.rls_addr().map_or_else(|| "-".to_owned(), |addr| addr.to_string()),
         "sluice is serving"
     );
-    server.serve(shutdown_signal()).await;
+    server.serve(shutdown).await;
     tracing::info!("stopped");
     Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    match (
+    // Installed now, when called, not when first awaited.
+    let signals = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = int.recv() => {},
+    );
+    async move {
+        match signals {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
             }
-        }
-        _ => {
-            // Without signal handlers sluice can still be stopped by SIGKILL;
-            // serve until then.
-            tracing::warn!("could not install signal handlers");
-            std::future::pending::<()>().await;
+            _ => {
+                // Without signal handlers sluice can still be stopped by
+                // SIGKILL; serve until then.
+                tracing::warn!("could not install signal handlers");
+                std::future::pending::<()>().await;
+            }
         }
     }
 }

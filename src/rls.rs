@@ -13,11 +13,12 @@
 //! - this module: the listener and its bounds.
 //!
 //! Bounds: at most [`MAX_CONNECTIONS`] connections (one more is closed at
-//! once), [`MAX_STREAMS`] calls in flight on each, messages of at most
-//! [`MAX_MESSAGE_BYTES`], and every call within its `grpc-timeout` (at
-//! most [`CALL_TIMEOUT`]). HTTP/2's flow control keeps what a connection
-//! buffers to its window, so memory stays bounded however many streams
-//! clients open.
+//! once), [`MAX_STREAMS`] calls in flight on each and [`MAX_CALLS`] on all
+//! (one more is answered `RESOURCE_EXHAUSTED` before its message is read),
+//! messages of at most [`MAX_MESSAGE_BYTES`], and every call within its
+//! `grpc-timeout` (at most [`CALL_TIMEOUT`]). HTTP/2's flow control keeps
+//! what a connection buffers to its window, so memory stays bounded however
+//! many streams clients open.
 
 mod answer;
 mod call;
@@ -46,6 +47,10 @@ pub const MAX_CONNECTIONS: usize = 1024;
 
 /// Calls in flight on one connection (HTTP/2 `MAX_CONCURRENT_STREAMS`).
 pub const MAX_STREAMS: u32 = 1024;
+
+/// Calls in flight on all connections together; one more is answered
+/// `RESOURCE_EXHAUSTED` at once.
+pub const MAX_CALLS: usize = 10_000;
 
 /// The largest call accepted (`OUT_OF_RANGE` above, tonic's answer):
 /// descriptors are a few short strings.

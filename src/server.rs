@@ -75,6 +75,9 @@ pub struct Server {
     admin_listener: TcpListener,
     config: Arc<Config>,
     reloader: Option<Arc<Reloader>>,
+    /// SIGHUP, caught from [`Server::reload_from`] on: a hangup that comes
+    /// before serving begins reloads rather than ends the process.
+    hangups: Option<tokio::signal::unix::Signal>,
     /// With `[server.tls]`: the listener speaks HTTPS.
     tls: Option<Arc<TlsListener>>,
     /// With `[rls]`: the rate limit service's listener.
@@ -112,6 +115,7 @@ impl Server {
             admin_listener,
             config,
             reloader: None,
+            hangups: None,
             tls,
             rls_listener,
         })
@@ -121,6 +125,15 @@ impl Server {
     /// and when the file changes (see [`crate::reload`]).
     pub fn reload_from(&mut self, path: std::path::PathBuf) {
         self.reloader = Some(Reloader::new(path, self.proxy.clone()));
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(hangups) => self.hangups = Some(hangups),
+            Err(_) => {
+                tracing::warn!(
+                    "could not install the SIGHUP handler; reload with POST /admin/reload"
+                )
+            }
+        }
     }
 
     /// The proxy listener's address (useful when bound to port 0).
@@ -162,6 +175,7 @@ impl Server {
             admin_listener,
             config,
             reloader,
+            hangups,
             tls,
             rls_listener,
         } = self;
@@ -178,7 +192,7 @@ impl Server {
         let reloading = reloader.map(|reloader| {
             (
                 tokio::spawn(reloader.clone().watch()),
-                tokio::spawn(reload_on_sighup(reloader)),
+                tokio::spawn(reload_on_sighup(reloader, hangups)),
             )
         });
         let following = tls
@@ -382,12 +396,8 @@ async fn shut_down(drain: Drain, grace: std::time::Duration) {
 }
 
 /// Reloads on every SIGHUP, as nginx and HAProxy do.
-async fn reload_on_sighup(reloader: Arc<Reloader>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::warn!("could not install the SIGHUP handler; reload with POST /admin/reload");
-        return;
-    };
+async fn reload_on_sighup(reloader: Arc<Reloader>, hangups: Option<tokio::signal::unix::Signal>) {
+    let Some(mut hangups) = hangups else { return };
     while hangups.recv().await.is_some() {
         let _ = reloader.reload(Trigger::Signal).await;
     }

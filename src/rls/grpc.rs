@@ -1,8 +1,10 @@
 //! The `ShouldRateLimit` route, as tonic's generated server would be, but
-//! for one thing: a message that is not a `RateLimitRequest` (garbage
+//! for two things: a message that is not a `RateLimitRequest` (garbage
 //! bytes, a truncated field) is a malformed call, answered
 //! `INVALID_ARGUMENT`, where tonic's decoder answers `INTERNAL`, a status
-//! that blames sluice and that clients retry.
+//! that blames sluice and that clients retry; and each call's buffers start
+//! at [`CALL_BUFFER_BYTES`], not tonic's 8 KiB each way, since calls and
+//! answers are a few hundred bytes and every call in flight holds both.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -11,14 +13,27 @@ use std::task::{Context, Poll};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prost::Message;
 use tonic::body::Body;
-use tonic::codec::{Codec, DecodeBuf, Decoder};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::codegen::{BoxFuture, Service, StdError};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 use tonic_prost::ProstEncoder;
 
+use tokio::sync::Semaphore;
+
 use super::service::RateLimiter;
-use super::{MAX_MESSAGE_BYTES, SERVICE_NAME};
+use super::{MAX_CALLS, MAX_MESSAGE_BYTES, SERVICE_NAME};
+
+/// Where a call's decode and encode buffers start (they grow for a larger
+/// message, up to [`MAX_MESSAGE_BYTES`]).
+pub const CALL_BUFFER_BYTES: usize = 1024;
+
+/// tonic's own: a streamed answer yields to the runtime past 32 KiB.
+const YIELD_THRESHOLD: usize = 32 * 1024;
+
+fn buffer_settings() -> BufferSettings {
+    BufferSettings::new(CALL_BUFFER_BYTES, YIELD_THRESHOLD)
+}
 
 /// The path of the one method.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -27,12 +42,15 @@ const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/Sh
 #[derive(Debug, Clone)]
 pub struct RateLimitServer {
     limiter: Arc<RateLimiter>,
+    /// Places for the calls in flight, on every connection together.
+    calls: Arc<Semaphore>,
 }
 
 impl RateLimitServer {
     pub fn new(limiter: RateLimiter) -> RateLimitServer {
         RateLimitServer {
             limiter: Arc::new(limiter),
+            calls: Arc::new(Semaphore::new(MAX_CALLS)),
         }
     }
 }
@@ -58,8 +76,17 @@ where
         if request.uri().path() != SHOULD_RATE_LIMIT {
             return Box::pin(async { Ok(Status::unimplemented("").into_http()) });
         }
+        // Over the cap, answered before the message is read: what the calls
+        // in flight hold stays bounded whatever clients open.
+        let Ok(place) = Arc::clone(&self.calls).try_acquire_owned() else {
+            return Box::pin(async {
+                let busy = format!("{MAX_CALLS} calls are in flight; retry with backoff");
+                Ok(Status::resource_exhausted(busy).into_http())
+            });
+        };
         let method = Method(Arc::clone(&self.limiter));
         Box::pin(async move {
+            let _place = place;
             let mut grpc = Grpc::new(RequestCodec)
                 .apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), None);
             Ok(grpc.unary(method, request).await)
@@ -91,7 +118,7 @@ impl Codec for RequestCodec {
     type Decoder = RequestDecoder;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::default()
+        ProstEncoder::new(buffer_settings())
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -112,5 +139,9 @@ impl Decoder for RequestDecoder {
         RateLimitRequest::decode(buf).map(Some).map_err(|error| {
             Status::invalid_argument(format!("the message is not a RateLimitRequest: {error}"))
         })
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        buffer_settings()
     }
 }

@@ -307,3 +307,38 @@ async fn a_reload_needs_the_token_when_one_is_set() {
     assert_eq!(rules.status, StatusCode::OK);
     assert_eq!(rules.json()["rules"][0]["name"], "spend");
 }
+
+/// SIGHUP is caught from `Server::reload_from` on, before "sluice is
+/// serving" is logged: a hangup sent the moment it is (as a config manager
+/// that reloads on every change may) reloads, where the signal's default
+/// action would end the process. Here the hangup comes before serving even
+/// begins, so a regression ends this test process.
+#[tokio::test]
+async fn a_hangup_before_serving_begins_reloads_and_does_not_stop_sluice() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(&upstream, "5/m", "");
+    let path = write_config(dir.path(), &text);
+    let config = sluice::config::Config::from_toml(&text, "sluice.toml").unwrap();
+    let mut server = sluice::server::Server::bind(config).await.unwrap();
+    server.reload_from(path);
+    let admin = server.admin_addr().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &std::process::id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve(async {
+        let _ = stopped.await;
+    }));
+    // The hangup that came before serving is the reload it asked for.
+    let reloads = r#"sluice_config_reloads_total{result="ok"}"#;
+    support::eventually(Duration::from_secs(10), "the reload", || async {
+        let metrics = send(Method::GET, &format!("http://{admin}/metrics"), &[]).await;
+        metric(&metrics.body, reloads) == Some(1.0)
+    })
+    .await;
+    let _ = stop.send(());
+    serving.await.unwrap();
+}

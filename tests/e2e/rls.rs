@@ -734,3 +734,111 @@ async fn a_reload_changes_the_domain_rules_and_keeps_their_buckets() {
     // 50, less the call before the reload and this one.
     assert_eq!(answer.statuses[0].limit_remaining, 48);
 }
+
+/// The `ShouldRateLimit` request head, for raw HTTP/2 streams.
+fn raw_head(addr: std::net::SocketAddr) -> http::Request<()> {
+    http::Request::post(format!(
+        "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap()
+}
+
+/// `message` as one gRPC frame.
+fn framed(message: &[u8]) -> bytes::Bytes {
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(message);
+    framed.into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_calls_in_flight_are_held_and_more_are_refused_at_once() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sluice = sluice(
+        dir.path(),
+        &format!(
+            "[store]\nbackend = \"redis\"\n[store.redis]\nurl = \"{}\"\ntimeout = \"30s\"\n\
+             [[rule]]\nname = \"users\"\nmatch.domain = \"edge\"\nkey = [\"descriptor:user\"]\nrate = \"1000000/m\"\n",
+            redis.url()
+        ),
+    );
+    let addr = sluice.rls.unwrap();
+    crate::support::eventually(Duration::from_secs(15), "redis answers", || async {
+        raw_call(addr, &encoded("warm")).await == "0"
+    })
+    .await;
+    let before = sluice.memory_kib("VmRSS");
+    // Redis stops answering: every call that gets a place waits for it
+    // (at most its 5 s), in flight. 10,100 calls on 11 connections.
+    redis.freeze(true);
+    let message = framed(&encoded("grace"));
+    let (statuses, mut answered) = tokio::sync::mpsc::unbounded_channel::<String>();
+    for streams in [1000; 10].into_iter().chain([100]) {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // A thousand answers may arrive before their readers run: room for
+        // them all under h2's bound on small unread DATA frames.
+        let (h2, connection) = h2::client::Builder::new()
+            .data_frame_budget(1000 * 256)
+            .handshake(tcp)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let mut h2 = h2.ready().await.unwrap();
+        for _ in 0..streams {
+            h2 = h2.ready().await.unwrap();
+            let (response, mut body) = h2.send_request(raw_head(addr), false).unwrap();
+            body.send_data(message.clone(), true).unwrap();
+            let statuses = statuses.clone();
+            // Each answer is read as it comes: an HTTP/2 client that
+            // leaves answers unread is sent GOAWAY.
+            tokio::spawn(async move {
+                let response = response.await.unwrap();
+                let early = response.headers().get("grpc-status").cloned();
+                let mut body = response.into_body();
+                while let Some(chunk) = body.data().await {
+                    let length = chunk.unwrap().len();
+                    body.flow_control().release_capacity(length).unwrap();
+                }
+                let trailers = body.trailers().await.unwrap();
+                let status = early
+                    .or_else(|| trailers.and_then(|t| t.get("grpc-status").cloned()))
+                    .expect("grpc-status");
+                let _ = statuses.send(status.to_str().unwrap().to_owned());
+            });
+        }
+    }
+    drop(statuses);
+    // The hundred over the cap are answered at once, the rest held.
+    let mut refused = 0;
+    while refused < 100 {
+        let status = tokio::time::timeout(Duration::from_secs(4), answered.recv())
+            .await
+            .expect("the calls over the cap are answered at once")
+            .unwrap();
+        assert_eq!(status, "8", "RESOURCE_EXHAUSTED");
+        refused += 1;
+    }
+    let held = sluice.memory_kib("VmRSS");
+    eprintln!("VmRSS {before} kB before, {held} kB with 10,000 calls held");
+    assert!(
+        held < before + 200 * 1024,
+        "10,000 calls in flight took {} MiB",
+        (held - before) / 1024
+    );
+    // Redis answers again: every held call is answered, decided or, if its
+    // 5 s ran out first, CANCELLED.
+    redis.freeze(false);
+    let mut decided = 0;
+    while let Some(status) = tokio::time::timeout(Duration::from_secs(30), answered.recv())
+        .await
+        .expect("every held call is answered")
+    {
+        assert!(status == "0" || status == "1", "grpc-status {status}");
+        decided += 1;
+    }
+    assert_eq!(decided, 10_000);
+}
