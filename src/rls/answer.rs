@@ -12,7 +12,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use http::HeaderMap;
 use smallvec::SmallVec;
 
 use super::decide::{Decided, Slot};
@@ -174,13 +173,21 @@ fn headers(policy: &Policy, decided: &Decided<'_>) -> Vec<ProtoHeader> {
             }
         }
     }
-    let mut map = HeaderMap::new();
-    fields.into_map(&mut map);
-    map.iter()
-        .map(|(name, value)| ProtoHeader {
-            key: name.as_str().to_owned(),
-            value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            ..ProtoHeader::default()
+    // Each field is one `name: value` line, its name lower-case and each
+    // name once: copied straight into the answer, no header map between.
+    fields
+        .lines()
+        .split(|&byte| byte == b'\n')
+        .filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|&byte| byte == b':')?;
+            let (name, value) = line.split_at(colon);
+            let value = value[1..].strip_prefix(b" ").unwrap_or(&value[1..]);
+            Some(ProtoHeader {
+                key: String::from_utf8_lossy(name).into_owned(),
+                value: String::from_utf8_lossy(value).into_owned(),
+                ..ProtoHeader::default()
+            })
         })
         .collect()
 }

@@ -4,7 +4,9 @@
 //! `INVALID_ARGUMENT`, where tonic's decoder answers `INTERNAL`, a status
 //! that blames sluice and that clients retry; and each call's buffers start
 //! at [`CALL_BUFFER_BYTES`], not tonic's 8 KiB each way, since calls and
-//! answers are a few hundred bytes and every call in flight holds both.
+//! answers are a few hundred bytes and every answer waiting for its
+//! connection's window holds one (8 KiB was 82 of 120 MB with 10,000
+//! streams in flight: docs/benchmarks-history.md, "Rate limit service").
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -26,7 +28,7 @@ use super::{MAX_CALLS, MAX_MESSAGE_BYTES, SERVICE_NAME};
 
 /// Where a call's decode and encode buffers start (they grow for a larger
 /// message, up to [`MAX_MESSAGE_BYTES`]).
-pub const CALL_BUFFER_BYTES: usize = 1024;
+pub const CALL_BUFFER_BYTES: usize = 512;
 
 /// tonic's own: a streamed answer yields to the runtime past 32 KiB.
 const YIELD_THRESHOLD: usize = 32 * 1024;
