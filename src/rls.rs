@@ -16,9 +16,9 @@
 //! once), [`MAX_STREAMS`] calls in flight on each and [`MAX_CALLS`] on all
 //! (one more is answered `RESOURCE_EXHAUSTED` before its message is read),
 //! messages of at most [`MAX_MESSAGE_BYTES`], and every call within its
-//! `grpc-timeout` (at most [`CALL_TIMEOUT`]). HTTP/2's flow control keeps
-//! what a connection buffers to its window, so memory stays bounded however
-//! many streams clients open.
+//! `grpc-timeout` (at most [`CALL_TIMEOUT`]). A call in flight holds about
+//! 4 KiB and HTTP/2's flow control keeps what a connection buffers to its
+//! window, so memory stays bounded however many streams clients open.
 
 mod answer;
 mod call;
