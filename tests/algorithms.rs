@@ -2025,7 +2025,7 @@ fn check_never_reserves<A: Algorithm>(alg: &A, dc: &DelayCase) -> Result<(), Tes
     Ok(())
 }
 
-/// The delay-mode tests, for `build_delay(&case)` and `SPEC` in the calling
+/// The delay-mode tests, for `build_delay(&case)` and `DELAYS` in the calling
 /// module.
 macro_rules! delay_tests {
     () => {
@@ -2034,29 +2034,29 @@ macro_rules! delay_tests {
 
             #[test]
             fn holds_pass_within_the_bound_and_in_arrival_order(dc in delay_cases()) {
-                check_delay(&build_delay(&dc), &dc, &SPEC, DelayCheck::BoundAndOrder)?;
+                check_delay(&build_delay(&dc), &dc, &DELAYS, DelayCheck::BoundAndOrder)?;
             }
 
             #[test]
             fn holds_respect_max_wait_and_the_queue_and_refusals_are_exact(dc in delay_cases()) {
-                check_delay(&build_delay(&dc), &dc, &SPEC, DelayCheck::HoldLimits)?;
+                check_delay(&build_delay(&dc), &dc, &DELAYS, DelayCheck::HoldLimits)?;
             }
 
             #[test]
             fn passing_at_once_with_nothing_pending_is_acquire(dc in delay_cases()) {
-                check_delay(&build_delay(&dc), &dc, &SPEC, DelayCheck::LikeAcquire)?;
+                check_delay(&build_delay(&dc), &dc, &DELAYS, DelayCheck::LikeAcquire)?;
             }
 
             #[test]
             fn cancelling_the_last_then_reserving_again_gives_the_same_instant(
                 dc in delay_cases()
             ) {
-                check_delay(&build_delay(&dc), &dc, &SPEC, DelayCheck::CancelLast)?;
+                check_delay(&build_delay(&dc), &dc, &DELAYS, DelayCheck::CancelLast)?;
             }
 
             #[test]
             fn reservations_report_an_exact_reset(dc in delay_cases()) {
-                check_delay(&build_delay(&dc), &dc, &SPEC, DelayCheck::Reported)?;
+                check_delay(&build_delay(&dc), &dc, &DELAYS, DelayCheck::Reported)?;
             }
 
             #[test]
@@ -2066,7 +2066,7 @@ macro_rules! delay_tests {
 
             #[test]
             fn cancelled_holes_in_the_queue_keep_the_order_and_the_bound(dc in delay_cases()) {
-                check_holes_keep_order_and_bound(&build_delay(&dc), &dc, &SPEC)?;
+                check_holes_keep_order_and_bound(&build_delay(&dc), &dc, &DELAYS)?;
             }
 
             #[test]
@@ -2089,7 +2089,7 @@ mod token_bucket_delay {
     }
 
     /// At most burst + ⌊L / T⌋ units pass in any closed interval of length L.
-    const SPEC: DelaySpec = DelaySpec {
+    const DELAYS: DelaySpec = DelaySpec {
         bound: |dc, passes| check_burst_plus_refill(&dc.case, passes),
         holds_leave_nothing: true,
     };
@@ -2105,7 +2105,7 @@ mod fixed_window_delay {
     }
 
     /// At most COUNT units pass in any aligned window.
-    const SPEC: DelaySpec = DelaySpec {
+    const DELAYS: DelaySpec = DelaySpec {
         bound: |dc, passes| {
             let fullest = fullest_window(passes, dc.case.period);
             prop_assert!(fullest <= dc.case.count, "{} units in a window", fullest);
@@ -2125,7 +2125,7 @@ mod sliding_log_delay {
     }
 
     /// At most COUNT units pass in any period-long interval.
-    const SPEC: DelaySpec = DelaySpec {
+    const DELAYS: DelaySpec = DelaySpec {
         bound: |dc, passes| {
             let busiest = busiest(passes, dc.case.period);
             prop_assert!(busiest <= dc.case.count, "{} units in a period", busiest);
@@ -2168,7 +2168,7 @@ mod leaky_bucket {
     }
 
     /// Consecutive passes at least the earlier one's cost × T apart.
-    const SPEC: DelaySpec = DelaySpec {
+    const DELAYS: DelaySpec = DelaySpec {
         bound: |dc, passes| {
             let emission = dc.case.period / dc.case.count;
             for pair in passes.windows(2) {
