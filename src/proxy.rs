@@ -65,7 +65,7 @@ use crate::policy::Policy;
 use crate::request_id::RequestId;
 use crate::store::{OnError, Store};
 use access::Notes;
-pub use admit::{fill_asks, report_store_error, Admitter};
+pub use admit::{fill_asks, Admitter, Answered, StoreUnavailable};
 pub use checks::{check, host_of, Checked};
 pub use client_request::{ClientBody, ClientRequest};
 pub use identify::{

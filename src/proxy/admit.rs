@@ -60,9 +60,70 @@ pub struct Admitter<'a> {
     pub ticker: Option<&'a Arc<Ticker>>,
 }
 
-/// The store failed and `on_error = "deny"`: the request is answered 503.
+/// The store failed and `on_error = "deny"`: the request is answered 503
+/// (a rate limit service call `UNAVAILABLE`).
 #[derive(Debug)]
 pub struct StoreUnavailable;
+
+/// Who answered an admission, once `on_error` had its say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    /// The store.
+    ByStore,
+    /// The store failed and `on_error = "local"`: the local memory store.
+    Locally,
+    /// The store failed and `on_error = "allow"`: nobody; nothing is
+    /// limited.
+    Unlimited,
+}
+
+impl Admitter<'_> {
+    /// Asks the store everything `asks` holds at `now`, into `answer`. Every
+    /// backend's call is timed (`sluice_store_seconds{backend}`), the memory
+    /// store's too, so its series says how many calls it answered and how
+    /// fast: from `now` (the asks are built in nanoseconds), so one more
+    /// clock read per request. A failure is reported and goes through
+    /// `on_error`.
+    #[inline(always)]
+    pub async fn ask(
+        self,
+        asks: &Asks<'_>,
+        now: Nanos,
+        answer: &mut crate::store::Admission,
+    ) -> Result<Answered, StoreUnavailable> {
+        let Admitter {
+            store,
+            clock,
+            on_error,
+            metrics,
+            ..
+        } = self;
+        let decided = store.admit(asks, now, answer).await;
+        metrics.store_call(
+            store.backend_name(),
+            seconds(clock.now().saturating_sub(now)),
+        );
+        match decided {
+            Ok(()) => {
+                if metrics.store_recovered() {
+                    tracing::info!("the store answers again; outage over");
+                }
+                Ok(Answered::ByStore)
+            }
+            Err(error) => {
+                report_store_error(self, &error);
+                match on_error {
+                    OnError::Local => {
+                        store.admit_locally(asks, now, answer);
+                        Ok(Answered::Locally)
+                    }
+                    OnError::Allow => Ok(Answered::Unlimited),
+                    OnError::Deny => Err(StoreUnavailable),
+                }
+            }
+        }
+    }
+}
 
 /// Admit: decides the request `applicable` describes into `ruling` and
 /// holds it if a rule says so ([`decide`]), times and counts the decision,
@@ -151,13 +212,7 @@ async fn decide<'p>(
     shadowed: &[Applicable<'p>],
     ruling: &mut Ruling<'p>,
 ) -> Result<(), StoreUnavailable> {
-    let Admitter {
-        store,
-        clock,
-        on_error,
-        metrics,
-        ..
-    } = admitter;
+    let Admitter { store, clock, .. } = admitter;
     let now = clock.now();
     ruling.asked_at = now;
     ruling.decided_at = now;
@@ -181,35 +236,12 @@ async fn decide<'p>(
         let mut asks = Asks::default();
         fill_asks(&mut asks, enforced, shadowed);
         let mut answer = crate::store::Admission::default();
-        // Every backend's call is timed (`sluice_store_seconds{backend}`),
-        // the memory store's too, so its series says how many calls it
-        // answered and how fast: from `now` (the asks are built in
-        // nanoseconds), so one more clock read per request.
-        let decided = store.admit(&asks, now, &mut answer).await;
-        metrics.store_call(
-            store.backend_name(),
-            seconds(clock.now().saturating_sub(now)),
-        );
-        let local = match decided {
-            Ok(()) => {
-                if metrics.store_recovered() {
-                    tracing::info!("the store answers again; outage over");
-                }
-                false
-            }
-            Err(error) => {
-                report_store_error(admitter, &error);
-                match on_error {
-                    OnError::Local => {
-                        store.admit_locally(&asks, now, &mut answer);
-                        true
-                    }
-                    OnError::Allow => {
-                        ruling.unlimited = true;
-                        return Ok(());
-                    }
-                    OnError::Deny => return Err(StoreUnavailable),
-                }
+        let local = match admitter.ask(&asks, now, &mut answer).await? {
+            Answered::ByStore => false,
+            Answered::Locally => true,
+            Answered::Unlimited => {
+                ruling.unlimited = true;
+                return Ok(());
             }
         };
         take_answer(&mut answer, ruling, admitter, local, enforced, shadowed)
@@ -230,7 +262,7 @@ async fn decide<'p>(
 /// with (its script's, an answer it should not give) each time, at most
 /// ten lines a second, since it will not pass: someone must look, and it
 /// may be one key's among good answers.
-pub fn report_store_error(admitter: Admitter<'_>, error: &StoreError) {
+fn report_store_error(admitter: Admitter<'_>, error: &StoreError) {
     let Admitter {
         store,
         clock,

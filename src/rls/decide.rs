@@ -12,8 +12,8 @@ use super::call::{Call, INLINE_DESCRIPTORS};
 use crate::clock::{Clock, Nanos};
 use crate::metrics::seconds;
 use crate::policy::{Limit, Policy, Rule};
-use crate::proxy::{report_store_error, Admitter};
-use crate::store::{Admission, Ask, Asks, BucketKey, OnError, Outcome};
+use crate::proxy::{Admitter, Answered, StoreUnavailable};
+use crate::store::{Admission, Ask, Asks, BucketKey, Outcome};
 
 /// A descriptor some rule decides.
 #[derive(Debug, Clone)]
@@ -41,23 +41,13 @@ pub struct Decided<'p> {
     pub unlimited: bool,
 }
 
-/// The store failed and `on_error = "deny"`.
-#[derive(Debug)]
-pub struct StoreUnavailable;
-
 /// Decides `call` under `policy`; see the module docs.
 pub async fn decide<'p>(
     admitter: Admitter<'_>,
     policy: &'p Policy,
     call: &Call<'_>,
 ) -> Result<Decided<'p>, StoreUnavailable> {
-    let Admitter {
-        store,
-        clock,
-        on_error,
-        metrics,
-        ..
-    } = admitter;
+    let Admitter { clock, metrics, .. } = admitter;
     let now = clock.now();
     let mut decided = Decided::default();
     decided.admission.at = now;
@@ -109,28 +99,9 @@ pub async fn decide<'p>(
         return Ok(decided);
     }
     let answer = &mut decided.admission;
-    let result = store.admit(&asks, now, answer).await;
-    metrics.store_call(
-        store.backend_name(),
-        seconds(clock.now().saturating_sub(now)),
-    );
-    match result {
-        Ok(()) => {
-            if metrics.store_recovered() {
-                tracing::info!("the store answers again; outage over");
-            }
-        }
-        Err(error) => {
-            report_store_error(admitter, &error);
-            match on_error {
-                OnError::Local => store.admit_locally(&asks, now, answer),
-                OnError::Allow => {
-                    decided.unlimited = true;
-                    return Ok(decided);
-                }
-                OnError::Deny => return Err(StoreUnavailable),
-            }
-        }
+    if admitter.ask(&asks, now, answer).await? == Answered::Unlimited {
+        decided.unlimited = true;
+        return Ok(decided);
     }
     // Kept: a service call has no response to settle after.
     answer.receipts.clear();
