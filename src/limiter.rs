@@ -28,6 +28,7 @@
 //! log implement it; the sliding window has no delay mode (config refuses
 //! it); the leaky bucket ([`LeakyBucket`]) is delay mode by nature.
 
+pub mod adaptive;
 pub mod gcra;
 pub mod leaky;
 pub mod log;

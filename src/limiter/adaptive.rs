@@ -1,0 +1,341 @@
+//! `adaptive`: a concurrency limit that learns what the upstream can take
+//! from the answers it admits (docs/adaptive.md).
+//!
+//! The [`Estimator`] is the arithmetic, a pure function of the windows it
+//! is shown; the [`Controller`] feeds it live traffic: each admitted
+//! request's time to the upstream's response head, or its failure (a 5xx,
+//! a timeout, a reset), and the in-flight count each admission saw. A
+//! request the client abandoned before the answer began is no sample at
+//! all: it says nothing about the upstream (and counting it as a fast
+//! answer is how a limiter learns that dropping requests is cheap).
+//!
+//! Every window (at least [`MIN_WINDOW`] and twice the baseline latency
+//! long, and at least [`MIN_SAMPLES`] answers) the estimate moves:
+//!
+//! - a window with more than [`FAILURE_TOLERANCE`] of its answers failed
+//!   lowers it by half the failed share (all failed: halved);
+//! - else, a mean latency over [`TOLERANCE`] × the baseline lowers it to
+//!   `limit × baseline / mean × BACKOFF` (at most halved): with a queue at
+//!   the upstream, latency grows with the requests in flight, so this lands
+//!   just below the point where the queue began;
+//! - else, a limit in use (at least half of it taken at some admission of
+//!   the window) grows by its square root;
+//! - an unused limit stays: the latency of a limit nobody reaches says
+//!   nothing about it.
+//!
+//! The baseline is the latency of an upstream without a queue. It follows
+//! lower windows quickly ([`BASELINE_FALL`] of the way each window) and
+//! higher ones slowly ([`BASELINE_RISE`]), so a slower upstream becomes the
+//! new normal within seconds while the queueing a limit causes (which the
+//! backoff below the knee drains every few windows) does not lift it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::clock::Nanos;
+
+const MILLI: Nanos = 1_000_000;
+
+/// Where the limit starts: `min(INITIAL_LIMIT, max_in_flight)`.
+pub const INITIAL_LIMIT: u64 = 20;
+
+/// A window lasts at least this long (and twice the baseline).
+pub const MIN_WINDOW: Nanos = 100 * MILLI;
+
+/// A window closes only with this many answers: a mean of fewer is noise
+/// (an exponential service time's mean over 32 answers is within ±35 % of
+/// the truth 95 % of the time).
+pub const MIN_SAMPLES: u64 = 100;
+
+/// A mean latency up to this many times the baseline is no queue.
+pub const TOLERANCE: f64 = 1.5;
+
+/// A backoff lands this far below the latency's estimate of the knee, so
+/// that the next windows see the upstream without a queue (and the
+/// baseline stays true) without probing.
+pub const BACKOFF: f64 = 0.9;
+
+/// Failed answers in a window beyond this share lower the limit; fewer are
+/// the upstream's own errors, which shedding would not cure.
+pub const FAILURE_TOLERANCE: f64 = 0.05;
+
+/// The share of the distance to a lower window mean the baseline moves
+/// while the limit recovers from a backoff.
+pub const BASELINE_DROP: f64 = 0.75;
+
+/// The share of the distance to a lower window mean the baseline moves.
+pub const BASELINE_FALL: f64 = 0.25;
+
+/// The share of the distance to a higher window mean the baseline moves
+/// when the limit was not reached (the latency is the upstream's own).
+pub const BASELINE_RISE: f64 = 1.0 / 8.0;
+
+/// The share it moves when the limit was reached (some of the latency may
+/// be the queue the limit let build).
+pub const BASELINE_CREEP: f64 = 1.0 / 64.0;
+
+/// A backoff cuts at least this deep.
+pub const CUT: f64 = 0.5;
+
+/// A limit in use grows by this much of its square root each window.
+pub const GROWTH: f64 = 0.5;
+
+/// An `adaptive` rule's bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// `min_in_flight`.
+    pub floor: u64,
+    /// `max_in_flight`.
+    pub ceiling: u64,
+}
+
+impl Bounds {
+    fn clamp(self, limit: f64) -> f64 {
+        limit.clamp(self.floor as f64, self.ceiling as f64)
+    }
+
+    /// The limit an estimator starts at.
+    pub fn initial(self) -> u64 {
+        INITIAL_LIMIT.clamp(self.floor, self.ceiling)
+    }
+}
+
+/// What one window of answers looked like.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Window {
+    /// Answers that arrived (successes and failures).
+    pub samples: u64,
+    /// Of them, failures.
+    pub failures: u64,
+    /// The sum of the successes' latencies.
+    pub latency_sum: Nanos,
+    /// The most requests in flight that an admission of the window saw.
+    pub peak_in_flight: u64,
+}
+
+/// The arithmetic of the limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimator {
+    pub bounds: Bounds,
+    /// The limit, unrounded.
+    estimate: f64,
+    /// The latency without a queue; 0 until the first window.
+    baseline: f64,
+    /// The limit before the last backoff for latency: until the limit is
+    /// back there, a lower latency is the baseline at once.
+    cut_from: f64,
+}
+
+impl Estimator {
+    pub fn new(bounds: Bounds) -> Estimator {
+        Estimator {
+            bounds,
+            estimate: bounds.initial() as f64,
+            baseline: 0.0,
+            cut_from: 0.0,
+        }
+    }
+
+    /// The limit in force: the estimate, rounded down, within the bounds.
+    pub fn limit(&self) -> u64 {
+        (self.estimate.floor() as u64).clamp(self.bounds.floor, self.bounds.ceiling)
+    }
+
+    /// The baseline latency (0 before the first window).
+    pub fn baseline(&self) -> Nanos {
+        self.baseline as Nanos
+    }
+
+    /// How long the window after this one lasts at least.
+    pub fn window_length(&self) -> Nanos {
+        MIN_WINDOW.max(2 * self.baseline())
+    }
+
+    /// New bounds (a reload): the estimate is kept within them.
+    pub fn rebound(&mut self, bounds: Bounds) {
+        self.bounds = bounds;
+        self.estimate = bounds.clamp(self.estimate);
+    }
+
+    /// Learns from one closed window; returns the new limit.
+    pub fn close(&mut self, window: Window) -> u64 {
+        let limit = self.limit();
+        let used = window.peak_in_flight.saturating_mul(2) >= limit;
+        // The limit refused (or held) someone: latency above the baseline
+        // may be the queue it let build.
+        let binding = window.peak_in_flight >= limit && limit > self.bounds.floor;
+        let successes = window.samples.saturating_sub(window.failures);
+        let failed = window.failures as f64 / window.samples.max(1) as f64;
+        if failed > FAILURE_TOLERANCE {
+            self.estimate *= (1.0 - failed / 2.0).max(0.5);
+        } else if successes > 0 {
+            let mean = window.latency_sum as f64 / successes as f64;
+            if self.baseline == 0.0 {
+                // The first window only warms up: its answers are the
+                // quick ones of the requests it began with.
+                self.baseline = f64::MIN_POSITIVE;
+                return self.limit();
+            }
+            if self.baseline == f64::MIN_POSITIVE {
+                self.baseline = mean;
+            }
+            let ratio = mean / self.baseline;
+            let pull = if mean < self.baseline && self.estimate < self.cut_from {
+                // The queue shrank with the limit: what is left of the
+                // latency is the upstream's own, or still some queue.
+                BASELINE_DROP
+            } else if mean < self.baseline {
+                BASELINE_FALL
+            } else if binding {
+                BASELINE_CREEP
+            } else {
+                BASELINE_RISE
+            };
+            if ratio > TOLERANCE {
+                if used {
+                    self.cut_from = self.estimate;
+                    self.estimate *= (BACKOFF / ratio).min(CUT);
+                }
+            } else if used {
+                self.estimate += (self.estimate.sqrt() * GROWTH).max(1.0);
+            }
+            self.baseline += (mean - self.baseline) * pull;
+        }
+        self.estimate = self.bounds.clamp(self.estimate);
+        self.limit()
+    }
+}
+
+/// One rule's estimator fed by live traffic, from any thread: answers are
+/// added up in atomics, and whoever records the first answer past the
+/// window's end closes it (under a lock nobody else waits for).
+#[derive(Debug)]
+pub struct Controller {
+    /// The limit in force, read by every admission.
+    limit: AtomicU64,
+    samples: AtomicU64,
+    failures: AtomicU64,
+    latency_sum: AtomicU64,
+    peak_in_flight: AtomicU64,
+    /// When the open window may close (0: at its first answer, which also
+    /// starts it).
+    closes_at: AtomicU64,
+    estimator: Mutex<Estimator>,
+}
+
+/// What an admitted request's exchange told about the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sample {
+    /// The response head arrived after this long, with a status below 500.
+    Answered(Nanos),
+    /// A 5xx, a timeout, a reset, no server to send to.
+    Failed,
+}
+
+impl Controller {
+    pub fn new(bounds: Bounds) -> Controller {
+        Controller {
+            limit: AtomicU64::new(bounds.initial()),
+            samples: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            latency_sum: AtomicU64::new(0),
+            peak_in_flight: AtomicU64::new(0),
+            closes_at: AtomicU64::new(0),
+            estimator: Mutex::new(Estimator::new(bounds)),
+        }
+    }
+
+    /// The limit in force.
+    #[inline]
+    pub fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// The limit of a caller entitled to `share` per mille of it (a tier):
+    /// at least one request.
+    #[inline]
+    pub fn limit_for(&self, share: u16) -> u64 {
+        let limit = self.limit();
+        if share >= 1000 {
+            return limit;
+        }
+        (limit * u64::from(share)).div_ceil(1000).max(1)
+    }
+
+    /// The bounds and baseline latency, for the admin views.
+    pub fn view(&self) -> (Bounds, Nanos) {
+        let estimator = self.lock();
+        (estimator.bounds, estimator.baseline())
+    }
+
+    /// A reload changed the rule's bounds.
+    pub fn rebound(&self, bounds: Bounds) {
+        let mut estimator = self.lock();
+        estimator.rebound(bounds);
+        self.limit.store(estimator.limit(), Ordering::Relaxed);
+    }
+
+    /// An admission saw `in_flight` requests in flight, itself included.
+    #[inline]
+    pub fn admitted(&self, in_flight: u64) {
+        if in_flight > self.peak_in_flight.load(Ordering::Relaxed) {
+            self.peak_in_flight.fetch_max(in_flight, Ordering::Relaxed);
+        }
+    }
+
+    /// Records what an exchange told at `now`.
+    pub fn record(&self, sample: Sample, now: Nanos) {
+        match sample {
+            Sample::Answered(latency) => {
+                self.latency_sum.fetch_add(latency, Ordering::Relaxed);
+            }
+            Sample::Failed => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let samples = self.samples.fetch_add(1, Ordering::Relaxed) + 1;
+        let closes_at = self.closes_at.load(Ordering::Relaxed);
+        if closes_at == 0 {
+            // The first answer opens the first window.
+            let length = self.lock().window_length();
+            let _ = self.closes_at.compare_exchange(
+                0,
+                now.saturating_add(length).max(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            return;
+        }
+        if now < closes_at || samples < MIN_SAMPLES {
+            return;
+        }
+        // Whoever fails to take the lock leaves the window to its holder.
+        let Ok(mut estimator) = self.estimator.try_lock() else {
+            return;
+        };
+        if self.closes_at.load(Ordering::Relaxed) != closes_at {
+            return; // Closed meanwhile.
+        }
+        let window = Window {
+            samples: self.samples.swap(0, Ordering::Relaxed),
+            failures: self.failures.swap(0, Ordering::Relaxed),
+            latency_sum: self.latency_sum.swap(0, Ordering::Relaxed),
+            peak_in_flight: self.peak_in_flight.swap(0, Ordering::Relaxed),
+        };
+        let limit = estimator.close(window);
+        self.limit.store(limit, Ordering::Relaxed);
+        self.closes_at.store(
+            now.saturating_add(estimator.window_length()),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Estimator> {
+        self.estimator
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests;

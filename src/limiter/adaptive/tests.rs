@@ -1,0 +1,398 @@
+//! The estimator on scripted windows, and the controller in front of a
+//! simulated upstream (c workers behind a FIFO queue) on simulated time:
+//! exact and instant, where the end-to-end tests and the benchmark
+//! (docs/adaptive.md) run the real thing.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use super::*;
+
+const MS: Nanos = MILLI;
+const SECOND: Nanos = 1_000 * MILLI;
+
+fn bounds(floor: u64, ceiling: u64) -> Bounds {
+    Bounds { floor, ceiling }
+}
+
+/// A window of `samples` answers of `latency_ms` each, `peak` in flight.
+fn window(samples: u64, latency_ms: u64, peak: u64) -> Window {
+    Window {
+        samples,
+        failures: 0,
+        latency_sum: samples * latency_ms * MS,
+        peak_in_flight: peak,
+    }
+}
+
+#[test]
+fn it_starts_at_twenty_within_its_bounds() {
+    assert_eq!(Estimator::new(bounds(1, 200)).limit(), 20);
+    assert_eq!(Estimator::new(bounds(1, 8)).limit(), 8);
+    assert_eq!(Estimator::new(bounds(30, 200)).limit(), 30);
+}
+
+/// An estimator past its first window (which only warms up), with a
+/// baseline of 20 ms.
+fn warmed(floor: u64, ceiling: u64) -> Estimator {
+    let mut estimator = Estimator::new(bounds(floor, ceiling));
+    assert_eq!(estimator.close(window(100, 5, 200)), estimator.limit());
+    estimator
+}
+
+#[test]
+fn the_first_window_only_warms_up() {
+    let mut estimator = Estimator::new(bounds(1, 200));
+    assert_eq!(estimator.close(window(100, 90, 20)), 20);
+    assert_eq!(estimator.close(window(100, 20, 20)), 22); // 20 + √20 / 2
+    assert_eq!(estimator.baseline(), 20 * MS);
+}
+
+#[test]
+fn a_used_limit_at_the_baseline_grows_by_half_its_square_root() {
+    let mut estimator = warmed(1, 200);
+    assert_eq!(estimator.close(window(100, 20, 20)), 22);
+    assert_eq!(estimator.close(window(100, 20, 22)), 24); // 22.24 + 2.36
+}
+
+#[test]
+fn an_unused_limit_does_not_grow() {
+    let mut estimator = warmed(1, 200);
+    for _ in 0..100 {
+        assert_eq!(estimator.close(window(50, 20, 9)), 20);
+    }
+}
+
+#[test]
+fn a_step_up_in_latency_lands_below_the_knee_and_a_step_down_grows_again() {
+    let mut estimator = warmed(1, 200);
+    estimator.close(window(100, 20, 20));
+    let before = estimator.limit();
+    assert_eq!(before, 22);
+    // Latency doubles with the limit reached: 22.24 × min(0.9 / 2, 0.5).
+    assert_eq!(estimator.close(window(100, 40, before)), 10);
+    // The baseline crept only a little towards 40 ms.
+    assert_eq!(estimator.baseline(), 20 * MS + 20 * MS / 64);
+    // Back at 20 ms: the baseline drops towards it, and the limit grows.
+    let after = estimator.close(window(100, 20, 10));
+    assert_eq!(after, 11);
+    assert!(estimator.baseline() < 20 * MS + MS / 10, "{}", estimator.baseline());
+}
+
+#[test]
+fn a_latency_that_stays_high_while_the_limit_is_not_reached_becomes_the_baseline() {
+    let mut estimator = warmed(1, 200);
+    estimator.close(window(100, 20, 20));
+    // The upstream got slower, with few requests in flight: the latency
+    // is its own, and the baseline follows it (1/8 of the way a window).
+    for _ in 0..40 {
+        estimator.close(window(100, 40, 5));
+    }
+    assert!(estimator.baseline() > 39 * MS, "{}", estimator.baseline());
+    // The limit, in use again at 40 ms, grows.
+    let limit = estimator.limit();
+    assert!(estimator.close(window(100, 40, limit)) > limit);
+}
+
+#[test]
+fn latency_above_the_baseline_does_not_lower_an_unused_limit() {
+    let mut estimator = warmed(1, 200);
+    estimator.close(window(100, 20, 20));
+    let limit = estimator.limit();
+    assert_eq!(estimator.close(window(100, 80, 3)), limit);
+}
+
+#[test]
+fn a_ramp_in_latency_lowers_the_limit_step_by_step() {
+    let mut estimator = warmed(1, 1000);
+    for _ in 0..20 {
+        estimator.close(window(100, 20, 1000));
+    }
+    let top = estimator.limit();
+    let mut limits = Vec::new();
+    for step in 1..=20 {
+        let latency = 20 + 5 * step;
+        limits.push(estimator.close(window(100, latency, 1000)));
+    }
+    assert!(*limits.last().unwrap() < top / 2, "{top} → {limits:?}");
+    assert!(limits.iter().all(|&l| l >= 1));
+}
+
+#[test]
+fn failures_lower_it_by_half_their_share_and_a_few_are_tolerated() {
+    let mut estimator = warmed(1, 200);
+    estimator.close(window(100, 20, 20)); // 22.24
+    let failing = |failures| Window {
+        failures,
+        latency_sum: (100 - failures) * 20 * MS,
+        ..window(100, 20, 24)
+    };
+    assert_eq!(estimator.close(failing(40)), 17); // 22.24 × 0.8
+    let limit = estimator.limit();
+    // 5 % failed: tolerated, and the limit in use grows.
+    assert!(estimator.close(failing(5)) > limit);
+}
+
+#[test]
+fn all_timeouts_drive_it_to_its_floor_and_no_lower() {
+    let mut estimator = warmed(3, 200);
+    let timeouts = Window {
+        samples: 40,
+        failures: 40,
+        latency_sum: 0,
+        peak_in_flight: 200,
+    };
+    for _ in 0..20 {
+        estimator.close(timeouts);
+    }
+    assert_eq!(estimator.limit(), 3);
+}
+
+#[test]
+fn the_ceiling_holds() {
+    let mut estimator = warmed(1, 25);
+    for _ in 0..50 {
+        estimator.close(window(100, 20, 25));
+    }
+    assert_eq!(estimator.limit(), 25);
+}
+
+#[test]
+fn a_reload_keeps_the_estimate_within_new_bounds() {
+    let mut estimator = Estimator::new(bounds(1, 200));
+    estimator.rebound(bounds(1, 10));
+    assert_eq!(estimator.limit(), 10);
+    estimator.rebound(bounds(15, 200));
+    assert_eq!(estimator.limit(), 15);
+}
+
+#[test]
+fn a_window_needs_its_time_and_enough_answers() {
+    let controller = Controller::new(bounds(1, 200));
+    let t0 = 1_000 * SECOND;
+    let answer = |controller: &Controller, at: Nanos| {
+        controller.record(Sample::Answered(20 * MS), at);
+    };
+    // The first answer opens the first window, which only warms up.
+    for i in 0..=100 {
+        answer(&controller, t0 + i * MS);
+    }
+    assert_eq!(controller.limit(), 20);
+    // The second: 100 answers in 50 ms, but it lasts 100 ms.
+    controller.admitted(20);
+    for i in 1..=100 {
+        answer(&controller, t0 + 100 * MS + i * MS / 2);
+    }
+    assert_eq!(controller.limit(), 20, "the window is still open");
+    answer(&controller, t0 + 200 * MS);
+    assert_eq!(controller.limit(), 22);
+    // The third: 99 answers in 2 s are too few.
+    controller.admitted(22);
+    for i in 1..=99 {
+        answer(&controller, t0 + 200 * MS + i * 20 * MS);
+    }
+    assert_eq!(controller.limit(), 22);
+    answer(&controller, t0 + 200 * MS + 99 * 20 * MS);
+    assert_eq!(controller.limit(), 24);
+}
+
+#[test]
+fn tiers_get_their_share_and_at_least_one() {
+    let controller = Controller::new(bounds(1, 200));
+    assert_eq!(controller.limit_for(1000), 20);
+    assert_eq!(controller.limit_for(500), 10);
+    assert_eq!(controller.limit_for(333), 7);
+    assert_eq!(controller.limit_for(1), 1);
+}
+
+/// A closed-loop load on an upstream with `workers` workers behind a FIFO
+/// queue, on simulated time, through one controller.
+struct Simulation {
+    controller: Controller,
+    clients: usize,
+    /// Service time: fixed, or exponential with this mean.
+    service: Nanos,
+    exponential: bool,
+    /// A client refused waits this long before trying again.
+    backoff: Nanos,
+    /// A client answered waits this long before its next request.
+    think: Nanos,
+    rng: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Run {
+    /// Per 100 ms: (limit at its end, upstream in flight averaged over it,
+    /// answers, refusals).
+    bins: Vec<(u64, f64, u64, u64)>,
+    answered: u64,
+    refused: u64,
+    lowest_limit: u64,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Clone, Copy)]
+enum Event {
+    /// Client `n` sends a request.
+    Send(usize),
+    /// The upstream answers client `n`'s request, sent at the instant.
+    Done(usize, Nanos),
+}
+
+impl Simulation {
+    fn new(clients: usize, service_ms: u64) -> Simulation {
+        Simulation {
+            controller: Controller::new(bounds(1, 200)),
+            clients,
+            service: service_ms * MS,
+            exponential: false,
+            backoff: 50 * MS,
+            think: 0,
+            rng: 0x9e37_79b9_7f4a_7c15,
+        }
+    }
+
+    fn service_time(&mut self) -> Nanos {
+        if !self.exponential {
+            return self.service;
+        }
+        // xorshift64*, then an exponential draw.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let u = (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
+        (-(1.0 - u).ln() * self.service as f64) as Nanos
+    }
+
+    /// Runs for `seconds`, the upstream having `workers(t)` workers.
+    fn run(&mut self, seconds: u64, workers: impl Fn(Nanos) -> usize) -> Run {
+        let start = 1_000 * SECOND;
+        let end = start + seconds * SECOND;
+        let mut events = BinaryHeap::new();
+        for client in 0..self.clients {
+            events.push(Reverse((start + client as Nanos * 100_000, Event::Send(client))));
+        }
+        let mut queue: VecDeque<(usize, Nanos)> = VecDeque::new();
+        let (mut busy, mut in_flight) = (0usize, 0u64);
+        let mut run = Run {
+            lowest_limit: u64::MAX,
+            ..Run::default()
+        };
+        let mut bin = (start, 0.0f64, 0u64, 0u64); // (start, in-flight × ns, answers, refusals)
+        let mut last = start;
+        while let Some(Reverse((now, event))) = events.pop() {
+            if now >= end {
+                break;
+            }
+            bin.1 += in_flight as f64 * (now - last) as f64;
+            last = now;
+            while now >= bin.0 + 100 * MS {
+                let limit = self.controller.limit();
+                run.lowest_limit = run.lowest_limit.min(limit);
+                run.bins.push((limit, bin.1 / (100 * MS) as f64, bin.2, bin.3));
+                bin = (bin.0 + 100 * MS, 0.0, 0, 0);
+            }
+            let c = workers(now - start);
+            match event {
+                Event::Send(client) => {
+                    if in_flight < self.controller.limit() {
+                        in_flight += 1;
+                        self.controller.admitted(in_flight);
+                        queue.push_back((client, now));
+                    } else {
+                        run.refused += 1;
+                        bin.3 += 1;
+                        events.push(Reverse((now + self.backoff, Event::Send(client))));
+                    }
+                }
+                Event::Done(client, sent) => {
+                    busy -= 1;
+                    self.controller.admitted(in_flight);
+                    in_flight -= 1;
+                    self.controller.record(Sample::Answered(now - sent), now);
+                    run.answered += 1;
+                    bin.2 += 1;
+                    events.push(Reverse((now + self.think, Event::Send(client))));
+                }
+            }
+            while busy < c {
+                let Some((client, sent)) = queue.pop_front() else {
+                    break;
+                };
+                busy += 1;
+                let done = now + self.service_time();
+                events.push(Reverse((done, Event::Done(client, sent))));
+            }
+        }
+        run
+    }
+}
+
+impl Run {
+    /// Mean upstream in flight over bins `from..to` (100 ms each).
+    fn in_flight(&self, from: usize, to: usize) -> f64 {
+        let bins = &self.bins[from..to];
+        bins.iter().map(|b| b.1).sum::<f64>() / bins.len() as f64
+    }
+
+    /// Answers per second over bins `from..to`.
+    fn goodput(&self, from: usize, to: usize) -> f64 {
+        let bins = &self.bins[from..to];
+        bins.iter().map(|b| b.2).sum::<u64>() as f64 * 10.0 / bins.len() as f64
+    }
+
+    fn limits(&self, from: usize, to: usize) -> Vec<u64> {
+        self.bins[from..to].iter().map(|b| b.0).collect()
+    }
+}
+
+#[test]
+fn fifty_clients_on_ten_workers_converge_below_one_and_a_half_times_ten() {
+    let mut simulation = Simulation::new(50, 20);
+    let run = simulation.run(30, |_| 10);
+    let settled = run.in_flight(100, 299);
+    let goodput = run.goodput(100, 299);
+    assert!(settled <= 15.0, "in flight {settled}: {:?}", run.limits(0, 299));
+    assert!(goodput >= 400.0, "goodput {goodput}: {:?}", run.limits(0, 299));
+}
+
+#[test]
+fn the_limit_follows_the_upstream_down_and_back_up() {
+    let mut simulation = Simulation::new(50, 20);
+    let run = simulation.run(50, |t| if (15 * SECOND..30 * SECOND).contains(&t) { 5 } else { 10 });
+    // Within 5 s of the halving, the upstream holds at most 1.5 × 5.
+    let halved = run.in_flight(200, 300);
+    assert!(halved <= 7.5, "in flight {halved}: {:?}", run.limits(140, 300));
+    // Within 10 s of the recovery, goodput is back (≥ 80 % of 500/s).
+    let recovered = run.goodput(400, 499);
+    assert!(recovered >= 400.0, "goodput {recovered}: {:?}", run.limits(290, 499));
+}
+
+#[test]
+fn light_load_on_a_large_upstream_is_never_refused() {
+    let mut simulation = Simulation::new(10, 20);
+    simulation.think = 100 * MS;
+    let run = simulation.run(60, |_| 100);
+    assert_eq!(run.refused, 0);
+}
+
+#[test]
+fn exponential_service_times_within_capacity_are_rarely_refused() {
+    let mut simulation = Simulation::new(15, 20);
+    simulation.exponential = true;
+    let run = simulation.run(60, |_| 20);
+    let refused = run.refused as f64 / (run.refused + run.answered) as f64;
+    assert!(refused <= 0.01, "refused {refused}: {:?}", run.limits(0, 100));
+    assert!(run.lowest_limit > 1, "{:?}", run.limits(0, 600));
+}
+
+#[test]
+fn exponential_service_times_under_overload_keep_the_upstream_near_its_workers() {
+    let mut simulation = Simulation::new(50, 20);
+    simulation.exponential = true;
+    let run = simulation.run(120, |_| 10);
+    let settled = run.in_flight(100, 1199);
+    assert!(settled <= 15.0, "in flight {settled}: {:?}", run.limits(0, 1199));
+    let goodput = run.goodput(100, 1199);
+    assert!(goodput >= 400.0, "goodput {goodput}: {:?}", run.limits(0, 1199));
+    assert!(run.lowest_limit > 1, "{:?}", run.limits(0, 1199));
+}
