@@ -284,6 +284,9 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
 fn hybrid_behaviour(rule: &RuleConfig, sync_interval: std::time::Duration) -> String {
     let every = format_period(sync_interval);
     let decided = match rule.algorithm {
+        AlgorithmKind::Adaptive => "decided by each instance alone, with the limit it learned \
+                                    from its own requests (not divided, not synced)"
+            .to_owned(),
         AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency => format!(
             "decided by each instance at its share of the limit (limit / instances, rounded \
              up), not synced ({} keeps exact stamps or requests in flight)",

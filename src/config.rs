@@ -460,9 +460,13 @@ pub struct RuleConfig {
     /// `leaky_bucket`, whose `max_queue` is its `burst` (the limit's capacity;
     /// 0 only for a closed route, a COUNT of 0).
     pub on_limit: OnLimit,
-    /// `concurrency` only: requests in flight per key (default 100); `None`
-    /// for other algorithms.
+    /// `concurrency`: requests in flight per key; `adaptive`: the ceiling
+    /// of the limit it learns (default 100 for both); `None` for other
+    /// algorithms.
     pub max_in_flight: Option<u64>,
+    /// `adaptive` only: the floor of the limit it learns (default 1), at
+    /// most `max_in_flight`.
+    pub min_in_flight: Option<u64>,
     /// `tiers`: limits chosen by the value of one key source.
     pub tiers: Option<Tiers>,
     /// `overrides`: limits for individual bucket keys (checked before tiers).
@@ -556,8 +560,12 @@ pub type Override = Variant;
 pub struct Variant {
     /// The tier value (`"premium"`) or the bucket key (`"seller-42"`).
     pub name: String,
-    /// Never empty; validated like the rule's own `limits`.
+    /// Never empty (but for an `adaptive` rule's tier, which has none);
+    /// validated like the rule's own `limits`.
     pub limits: Vec<LimitConfig>,
+    /// An `adaptive` rule's tier: its share of the learned limit, per
+    /// mille (1 to 1000).
+    pub share: Option<u16>,
 }
 
 /// `sunset = { start, end, to, step, link }` (docs/identity-and-policy.md's "sunset" formula; the
@@ -630,6 +638,9 @@ pub enum AlgorithmKind {
     SlidingLog,
     /// At most `max_in_flight` requests in flight per key; no rate.
     Concurrency,
+    /// A concurrency limit learned from the upstream's latency and
+    /// failures, between `min_in_flight` and `max_in_flight`.
+    Adaptive,
 }
 
 impl AlgorithmKind {
@@ -642,7 +653,13 @@ impl AlgorithmKind {
             AlgorithmKind::SlidingWindow => "sliding_window",
             AlgorithmKind::SlidingLog => "sliding_log",
             AlgorithmKind::Concurrency => "concurrency",
+            AlgorithmKind::Adaptive => "adaptive",
         }
+    }
+
+    /// Whether it bounds requests in flight (no rate, no cost).
+    pub fn counts_in_flight(self) -> bool {
+        matches!(self, AlgorithmKind::Concurrency | AlgorithmKind::Adaptive)
     }
 }
 

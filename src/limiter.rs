@@ -344,10 +344,25 @@ pub enum Limiter {
     Concurrency(Concurrency),
 }
 
-/// A `concurrency` limit.
+/// A `concurrency` limit, or an `adaptive` one (whose permit table holds
+/// its [`adaptive::Controller`]: the limit in force is the controller's,
+/// and `max_in_flight` its ceiling).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Concurrency {
     pub max_in_flight: u64,
+    /// An adaptive rule's tier: its share of the learned limit, per mille
+    /// (1000 for every other permit).
+    pub share: u16,
+}
+
+impl Concurrency {
+    /// At most `max_in_flight` in flight, all of it.
+    pub const fn new(max_in_flight: u64) -> Concurrency {
+        Concurrency {
+            max_in_flight,
+            share: 1000,
+        }
+    }
 }
 
 impl Limiter {
@@ -363,6 +378,7 @@ impl Limiter {
             Limiter::LeakyBucket(a) => Limiter::LeakyBucket(a.share(instances)),
             Limiter::Concurrency(limit) => Limiter::Concurrency(Concurrency {
                 max_in_flight: limit.max_in_flight.div_ceil(instances.max(1)),
+                ..*limit
             }),
         }
     }
@@ -535,7 +551,7 @@ mod tests {
                 31,
             ),
             (
-                Limiter::Concurrency(Concurrency { max_in_flight: 5 }).share(2),
+                Limiter::Concurrency(Concurrency::new(5)).share(2),
                 3,
             ),
         ] {

@@ -97,6 +97,8 @@ pub struct Metrics {
     /// The upstream pools' series, labelled with each pool's name.
     pub upstreams: UpstreamSeries,
     tracked_keys: IntGaugeVec,
+    /// `sluice_adaptive_limit{rule}`.
+    adaptive_limit: IntGaugeVec,
     delay_seconds: HistogramVec,
     queue_depth: IntGaugeVec,
     evictions_idle: IntCounter,
@@ -168,6 +170,14 @@ impl Metrics {
         );
         let tracked_keys = IntGaugeVec::new(
             Opts::new("sluice_tracked_keys", "Buckets tracked per rule."),
+            &["rule"],
+        )
+        .expect("static metric definition");
+        let adaptive_limit = IntGaugeVec::new(
+            Opts::new(
+                "sluice_adaptive_limit",
+                "The limit an adaptive rule has learned: requests in flight it admits now.",
+            ),
             &["rule"],
         )
         .expect("static metric definition");
@@ -281,6 +291,7 @@ impl Metrics {
             Box::new(decision_seconds.clone()),
             Box::new(overhead_seconds.clone()),
             Box::new(tracked_keys.clone()),
+            Box::new(adaptive_limit.clone()),
             Box::new(delay_seconds.clone()),
             Box::new(queue_depth.clone()),
             Box::new(evictions.clone()),
@@ -324,6 +335,7 @@ impl Metrics {
             overhead_seconds,
             upstreams,
             tracked_keys,
+            adaptive_limit,
             delay_seconds,
             queue_depth,
             evictions_idle: evictions.with_label_values(&["idle"]),
@@ -433,6 +445,13 @@ impl Metrics {
 
     /// Sets a rule's series that mirror its state: `sluice_bans_active`
     /// (bans in force) and `sluice_tracked_keys` (buckets in all its tables).
+    /// Sets `sluice_adaptive_limit{rule}`.
+    pub fn set_adaptive_limit(&self, rule: &str, limit: u64) {
+        self.adaptive_limit
+            .with_label_values(&[rule])
+            .set(i64::try_from(limit).unwrap_or(i64::MAX));
+    }
+
     pub fn set_rule_state(&self, rule: &str, bans_active: usize, tracked_keys: usize) {
         self.bans_active
             .with_label_values(&[rule])

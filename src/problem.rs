@@ -27,6 +27,11 @@ pub static CONTENT_TYPE: HeaderValue = HeaderValue::from_static(MEDIA_TYPE);
 /// (IANA's HTTP Problem Types registry).
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
+/// The problem type of an answer to a request an `adaptive` rule shed: the
+/// upstream is saturated, which is not the caller's fault (a tag URI,
+/// RFC 4151: a name, not a page; docs/adaptive.md).
+pub const OVERLOADED: &str = "tag:sluice,2026:problems/overloaded";
+
 /// The order a document's members are written in. Clients read members by
 /// name; the order differs between surfaces only because each kept the one
 /// it was first written with.
@@ -77,6 +82,15 @@ impl<'a> Problem<'a> {
             kind: Some(QUOTA_EXCEEDED),
             title: status.canonical_reason().unwrap_or("Too Many Requests"),
             ..Problem::new(status, detail)
+        }
+    }
+
+    /// A request shed because the upstream is saturated: the overloaded
+    /// type, answered 503.
+    pub fn overloaded(detail: &'a str) -> Problem<'a> {
+        Problem {
+            kind: Some(OVERLOADED),
+            ..Problem::new(StatusCode::SERVICE_UNAVAILABLE, detail)
         }
     }
 

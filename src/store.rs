@@ -33,6 +33,7 @@ pub mod admission;
 pub mod bans;
 mod fallback;
 pub mod hybrid;
+mod instance_permits;
 pub mod memory;
 mod open;
 pub mod redis;
@@ -89,6 +90,10 @@ impl Store {
             // Boxed: every request's future would carry this state (about
             // 500 bytes; `RedisStore::admit` boxes a cluster's 2.7 KiB round
             // trip itself), memory-store ones too.
+            Store::Redis(store) if instance_permits::asks_any(asks) => {
+                let local = store.local();
+                return Box::pin(instance_permits::admit(local, store, asks, now, answer)).await;
+            }
             Store::Redis(store) => return Box::pin(store.admit(asks, now, answer)).await,
             Store::Hybrid(store) => store.admit(asks, now, answer),
             #[cfg(test)]
@@ -138,6 +143,11 @@ impl Store {
     ) -> Result<(), StoreError> {
         match self {
             Store::Memory(store) => store.peek_all(asks, now, decisions),
+            // Admin views peek one rule at a time: an adaptive one's
+            // permits are here.
+            Store::Redis(store) if instance_permits::asks_any(asks) => {
+                store.local().peek_all(asks, now, decisions)
+            }
             Store::Redis(store) => return store.peek(asks, now, decisions).await,
             Store::Hybrid(store) => store.local().peek_all(asks, now, decisions),
             #[cfg(test)]
@@ -159,7 +169,15 @@ impl Store {
     /// path drops.
     pub fn settle(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) -> Sent {
         match self {
-            Store::Redis(store) => return store.settle(receipts, how, now),
+            Store::Redis(store) => {
+                // An adaptive rule's permits are this instance's own.
+                for receipt in receipts.iter_mut() {
+                    if receipt.taken == Taken::Permit {
+                        self.local().settle(receipt, how, now);
+                    }
+                }
+                return store.settle(receipts, how, now);
+            }
             Store::Hybrid(store) => {
                 store.settle(receipts, how, now);
                 return Sent::default();
@@ -251,6 +269,18 @@ impl Store {
     /// store keeps its buckets under that name).
     pub fn named_table(&self, name: TableName, limiter: &Limiter) -> BucketTable {
         self.local().named_table(name, limiter)
+    }
+
+    /// A new, empty table for an `adaptive` rule's permits, named `name`,
+    /// limited by `controller`. Whatever the backend, it is this
+    /// instance's own: each instance learns what the upstream takes from
+    /// the requests it sends.
+    pub fn adaptive_table(
+        &self,
+        name: TableName,
+        controller: Arc<crate::limiter::adaptive::Controller>,
+    ) -> BucketTable {
+        self.local().adaptive_table(name, controller)
     }
 
     /// Keeps `table` across a reload that changes its limit from `from` to

@@ -46,11 +46,13 @@ async fn try_spend(proxy: &Proxy, body: &[u8]) -> Result<Response<Full<Bytes>>, 
     let rule = target.rule;
     match rule.algorithm {
         AlgorithmKind::TokenBucket | AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow => {}
-        AlgorithmKind::Concurrency => {
+        AlgorithmKind::Concurrency | AlgorithmKind::Adaptive => {
             return Err(unprocessable(format!(
-                "rule \"{}\" is a concurrency rule: it counts requests in flight, and has no \
-                 budget to spend",
-                rule.name
+                "rule \"{}\" is a{} {} rule: it counts requests in flight, and has no budget to \
+                 spend",
+                rule.name,
+                if rule.algorithm == AlgorithmKind::Adaptive { "n" } else { "" },
+                rule.algorithm.name()
             )))
         }
         AlgorithmKind::LeakyBucket | AlgorithmKind::SlidingLog => {

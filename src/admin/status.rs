@@ -158,9 +158,19 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
                 Some((then, span)) => counts.rates_since(&then, span.max(MIN_SPAN).as_secs_f64()),
                 None => [0.0; 4],
             };
+            let adaptive = rule.limits.first().and_then(|l| l.adaptive.as_ref());
+            let limits = match adaptive {
+                Some(controller) => format!(
+                    "{} in flight now, learned ({})",
+                    controller.limit(),
+                    crate::config::describe_limits(config)
+                ),
+                None => crate::config::describe_limits(config),
+            };
             json!({
                 "name": &*rule.name,
-                "limits": crate::config::describe_limits(config),
+                "limits": limits,
+                "adaptive_limit": adaptive.map(|controller| controller.limit()),
                 "shadow": rule.shadow,
                 "delay": rule.hold.is_some(),
                 "rates_per_sec": {

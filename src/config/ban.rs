@@ -34,6 +34,15 @@ impl Validator<'_> {
             );
             valid = false;
         }
+        if rule.algorithm == Some(super::AlgorithmKind::Adaptive) {
+            self.error(
+                at,
+                &format!("rule[{index}].ban"),
+                "an adaptive rule sheds what the upstream cannot take, which is not the caller's \
+                 fault, so it bans nobody; remove ban, or ban with a rate rule",
+            );
+            valid = false;
+        }
         let ban = &raw.value;
         let present = [
             ("after", ban.after.is_some()),

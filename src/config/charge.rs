@@ -71,7 +71,7 @@ impl Validator<'_> {
             return refund_on;
         };
         let path = format!("rule[{index}].refund_on");
-        if algorithm == Some(AlgorithmKind::Concurrency) {
+        if algorithm.is_some_and(AlgorithmKind::counts_in_flight) {
             self.not_for_concurrency(index, field.span().start, "refund_on");
             return refund_on;
         }

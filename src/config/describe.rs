@@ -124,6 +124,9 @@ pub fn describe_upstream(pool: &UpstreamConfig) -> String {
 /// A rule's limits: each rate (`100/m, 1000/h`), or a concurrency rule's
 /// bound (`100 in flight`).
 pub fn describe_limits(rule: &RuleConfig) -> String {
+    if let (Some(floor), Some(ceiling)) = (rule.min_in_flight, rule.max_in_flight) {
+        return format!("adaptive, {floor}–{ceiling} in flight");
+    }
     if let Some(max_in_flight) = rule.max_in_flight {
         return format!("{max_in_flight} in flight");
     }

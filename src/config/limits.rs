@@ -91,7 +91,7 @@ impl Validator<'_> {
 
         let burst = match (burst_field, algorithm) {
             (None, _) => None,
-            (Some(field), Some(AlgorithmKind::Concurrency)) => {
+            (Some(field), Some(kind)) if kind.counts_in_flight() => {
                 self.not_for_concurrency(index, field.span().start, "burst");
                 None
             }
@@ -157,7 +157,7 @@ impl Validator<'_> {
         };
 
         let limits: Vec<LimitConfig> = match written {
-            _ if algorithm == Some(AlgorithmKind::Concurrency) => Vec::new(),
+            _ if algorithm.is_some_and(AlgorithmKind::counts_in_flight) => Vec::new(),
             Some(written) if !written.is_empty() => written
                 .iter()
                 .enumerate()

@@ -185,6 +185,7 @@ pub struct RawRule {
     pub cost: Option<Spanned<i64>>,
     pub shadow: Option<Spanned<bool>>,
     pub max_in_flight: Option<Spanned<i64>>,
+    pub min_in_flight: Option<Spanned<i64>>,
     pub max_delay: Option<Spanned<String>>,
     pub max_queue: Option<Spanned<i64>>,
     pub charge: Option<Spanned<String>>,
@@ -204,6 +205,9 @@ pub struct RawVariant {
     /// As for the rule: a list; a single string only so validation can say so.
     pub limits: Option<Spanned<OneOrMany>>,
     pub burst: Option<Spanned<i64>>,
+    /// An `adaptive` rule's tier: its share of the learned limit (a number
+    /// from 0 to 1; validated where its rule is known).
+    pub share: Option<Spanned<toml::Value>>,
     /// Keys that are none of these. Collected rather than refused here:
     /// serde's refusal would make the whole `tiers = { ... }` line vanish
     /// (see `validate::from_toml`) and hide the other tiers' errors.
@@ -230,6 +234,7 @@ impl<'de> Deserialize<'de> for RawVariant {
                         "rate" => variant.rate = Some(map.next_value()?),
                         "limits" => variant.limits = Some(map.next_value()?),
                         "burst" => variant.burst = Some(map.next_value()?),
+                        "share" => variant.share = Some(map.next_value()?),
                         _ => {
                             map.next_value::<IgnoredAny>()?;
                             variant.unknown.push(key);

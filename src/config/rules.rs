@@ -97,7 +97,7 @@ impl Validator<'_> {
             None => Some(AlgorithmKind::TokenBucket),
             Some(field) => self.algorithm(&path("algorithm"), field),
         };
-        let concurrency = algorithm == Some(AlgorithmKind::Concurrency);
+        let concurrency = algorithm.is_some_and(AlgorithmKind::counts_in_flight);
 
         let matcher = raw
             .matcher
@@ -206,6 +206,7 @@ impl Validator<'_> {
         let queue = limits.first().map_or(1, |limit| limit.capacity);
         let on_limit = self.on_limit(index, raw, algorithm, queue);
         let max_in_flight = self.max_in_flight(index, raw, algorithm);
+        let min_in_flight = self.min_in_flight(index, raw, algorithm, max_in_flight);
         let charge = self.charge(index, raw, algorithm);
         let refund_on = self.refund_on(index, raw, algorithm);
 
@@ -220,6 +221,7 @@ impl Validator<'_> {
             shadow: raw.shadow.as_ref().is_some_and(|v| *v.get_ref()),
             on_limit,
             max_in_flight,
+            min_in_flight,
             tiers,
             overrides,
             sunset,
@@ -232,7 +234,7 @@ impl Validator<'_> {
         rule
     }
 
-    /// `max_in_flight`: for concurrency only.
+    /// `max_in_flight`: for concurrency, and an adaptive rule's ceiling.
     fn max_in_flight(
         &mut self,
         index: usize,
@@ -241,7 +243,7 @@ impl Validator<'_> {
     ) -> Option<u64> {
         let path = format!("rule[{index}].max_in_flight");
         match (&raw.max_in_flight, algorithm) {
-            (field, Some(AlgorithmKind::Concurrency)) => {
+            (field, Some(kind)) if kind.counts_in_flight() => {
                 Some(self.int(field.as_ref(), &path, 100, 1..=i64::MAX as u64))
             }
             (Some(field), Some(kind)) => {
@@ -249,9 +251,9 @@ impl Validator<'_> {
                     field.span().start,
                     &path,
                     format!(
-                        "only algorithm = \"concurrency\" takes max_in_flight: a {} rule is bounded \
-                         by its rate; remove max_in_flight, or use algorithm = \"concurrency\" to \
-                         bound requests in flight",
+                        "only algorithm = \"concurrency\" and \"adaptive\" take max_in_flight: a \
+                         {} rule is bounded by its rate; remove max_in_flight, or use algorithm = \
+                         \"concurrency\" to bound requests in flight",
                         kind.name()
                     ),
                 );
@@ -260,6 +262,53 @@ impl Validator<'_> {
             (Some(field), None) => {
                 // The algorithm is invalid (already reported): still check the value.
                 self.int(Some(field), &path, 100, 1..=i64::MAX as u64);
+                None
+            }
+            (None, _) => None,
+        }
+    }
+
+    /// `min_in_flight`: an adaptive rule's floor, at most its ceiling.
+    fn min_in_flight(
+        &mut self,
+        index: usize,
+        raw: &RawRule,
+        algorithm: Option<AlgorithmKind>,
+        ceiling: Option<u64>,
+    ) -> Option<u64> {
+        let path = format!("rule[{index}].min_in_flight");
+        let field = raw.min_in_flight.as_ref();
+        match (field, algorithm) {
+            (_, Some(AlgorithmKind::Adaptive)) => {
+                let floor = self.int(field, &path, 1, 1..=i64::MAX as u64);
+                let ceiling = ceiling.unwrap_or(100);
+                if let (Some(field), true) = (field, floor > ceiling) {
+                    self.error(
+                        field.span().start,
+                        &path,
+                        format!(
+                            "{floor} is above max_in_flight {ceiling}: the limit it learns moves \
+                             between min_in_flight and max_in_flight; lower min_in_flight or raise \
+                             max_in_flight"
+                        ),
+                    );
+                }
+                Some(floor.min(ceiling))
+            }
+            (Some(field), Some(kind)) => {
+                self.error(
+                    field.span().start,
+                    &path,
+                    format!(
+                        "only algorithm = \"adaptive\" takes min_in_flight (the floor of the limit \
+                         it learns); a {} rule has no learned limit, so remove min_in_flight",
+                        kind.name()
+                    ),
+                );
+                None
+            }
+            (Some(field), None) => {
+                self.int(Some(field), &path, 1, 1..=i64::MAX as u64);
                 None
             }
             (None, _) => None,
@@ -285,13 +334,14 @@ impl Validator<'_> {
     }
 
     fn algorithm(&mut self, path: &str, field: &Spanned<String>) -> Option<AlgorithmKind> {
-        const ALL: [AlgorithmKind; 6] = [
+        const ALL: [AlgorithmKind; 7] = [
             AlgorithmKind::TokenBucket,
             AlgorithmKind::LeakyBucket,
             AlgorithmKind::FixedWindow,
             AlgorithmKind::SlidingWindow,
             AlgorithmKind::SlidingLog,
             AlgorithmKind::Concurrency,
+            AlgorithmKind::Adaptive,
         ];
         let name = field.get_ref().as_str();
         if let Some(kind) = ALL.iter().find(|kind| kind.name() == name) {

@@ -100,14 +100,22 @@ impl Validator<'_> {
                  \"descriptor:<entry key>\" or add match.descriptor = { <entry key> = \"<value>\" }",
             );
         }
-        if rule.algorithm == AlgorithmKind::Concurrency {
+        if rule.algorithm.counts_in_flight() {
             self.error(
                 raw.algorithm
                     .as_ref()
                     .map_or(at, |field| field.span().start),
                 &path("algorithm"),
-                "a rate limit service call ends when it is answered, so nothing could give a \
-                 concurrency permit back; use a rate, or a concurrency rule for proxied requests",
+                format!(
+                    "a rate limit service call ends when it is answered, so nothing could give \
+                     {} permit back; use a rate, or a {} rule for proxied requests",
+                    if rule.algorithm == AlgorithmKind::Adaptive {
+                        "an adaptive"
+                    } else {
+                        "a concurrency"
+                    },
+                    rule.algorithm.name()
+                ),
             );
         }
         let answered_at_once = "a rate limit service call is answered at once (Envoy, not \

@@ -39,7 +39,7 @@ impl Validator<'_> {
         let index = rule.index;
         let path = |key: &str| format!("rule[{index}].sunset.{key}");
         let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
-        if rule.algorithm == Some(AlgorithmKind::Concurrency) {
+        if rule.algorithm.is_some_and(AlgorithmKind::counts_in_flight) {
             self.not_for_concurrency(index, at, "sunset");
             return None;
         }

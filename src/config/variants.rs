@@ -21,6 +21,7 @@ impl Validator<'_> {
             self.not_for_concurrency(index, at, "tiers");
             return None;
         }
+        let adaptive = rule.algorithm == Some(AlgorithmKind::Adaptive);
         let path = format!("rule[{index}].tiers");
         let by = match &raw.value.by {
             None => {
@@ -44,15 +45,24 @@ impl Validator<'_> {
             self.error(
                 at,
                 &path,
-                "lists no tier: add a table per tier value next to by, such as premium = { rate = \
-                 \"100/s\" }",
+                if adaptive {
+                    "lists no tier: add a table per tier value next to by, such as free = { share \
+                     = 0.5 }"
+                } else {
+                    "lists no tier: add a table per tier value next to by, such as premium = { rate \
+                     = \"100/s\" }"
+                },
             );
             return None;
         }
         let mut tiers = Vec::with_capacity(raw.value.tiers.len());
         for (name, table) in &raw.value.tiers {
             let relative = format!("tiers.{}", key_in_path(&name.text));
-            tiers.push(self.variant(rule, &relative, name, table));
+            tiers.push(if adaptive {
+                self.adaptive_tier(rule, &relative, name, table)
+            } else {
+                self.variant(rule, &relative, name, table)
+            });
         }
         let tiers = tiers.into_iter().collect::<Option<Vec<_>>>()?;
         Some(Tiers { by: by?, tiers })
@@ -67,7 +77,7 @@ impl Validator<'_> {
         ipv6_prefix: u8,
     ) -> Vec<Variant> {
         let index = rule.index;
-        if rule.algorithm == Some(AlgorithmKind::Concurrency) {
+        if rule.algorithm.is_some_and(AlgorithmKind::counts_in_flight) {
             let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
             self.not_for_concurrency(index, at, "overrides");
             return Vec::new();
@@ -96,6 +106,71 @@ impl Validator<'_> {
         overrides
     }
 
+    /// One tier of an `adaptive` rule: its share of the learned limit.
+    fn adaptive_tier(
+        &mut self,
+        rule: &RuleContext,
+        relative: &str,
+        name: &Key,
+        table: &Located<RawVariant>,
+    ) -> Option<Variant> {
+        let base = format!("rule[{}].{relative}", rule.index);
+        let raw = &table.value;
+        let at = name
+            .span
+            .as_ref()
+            .or(table.span.as_ref())
+            .map_or(rule.at, |span| span.start);
+        let rates = [
+            ("rate", raw.rate.as_ref().map(|f| f.span().start)),
+            ("limits", raw.limits.as_ref().map(|f| f.span().start)),
+            ("burst", raw.burst.as_ref().map(|f| f.span().start)),
+        ];
+        let named = raw.unknown.iter().map(|key| {
+            let at = key.span.as_ref().map_or(at, |span| span.start);
+            (key.text.as_str(), Some(at))
+        });
+        for (key, field_at) in rates.into_iter().chain(named) {
+            if let Some(field_at) = field_at {
+                self.error(
+                    field_at,
+                    &format!("{base}.{}", key_in_path(key)),
+                    "an adaptive rule's tier sets only share, its part of the learned limit \
+                     (free = { share = 0.5 } sheds free callers first)",
+                );
+            }
+        }
+        let Some(field) = &raw.share else {
+            self.error(
+                at,
+                &base,
+                "needs share, the part of the learned limit this tier may use: free = { share = \
+                 0.5 } sheds free callers once half the limit is in flight",
+            );
+            return None;
+        };
+        let share = match field.get_ref() {
+            toml::Value::Float(share) => Some(*share),
+            toml::Value::Integer(share) => Some(*share as f64),
+            _ => None,
+        }
+        .filter(|share| *share > 0.0 && *share <= 1.0);
+        let Some(share) = share else {
+            self.error(
+                field.span().start,
+                &format!("{base}.share"),
+                "must be a number above 0 and at most 1: the part of the learned limit this tier \
+                 may use",
+            );
+            return None;
+        };
+        Some(Variant {
+            name: name.text.clone(),
+            limits: Vec::new(),
+            share: Some(((share * 1000.0).round() as u16).max(1)),
+        })
+    }
+
     /// One tier or override: its limits, computed like the rule's own. One
     /// that sets only `burst` keeps the rule's rates; one that sets `rate`
     /// or `limits` takes its own COUNT as the default burst.
@@ -113,6 +188,14 @@ impl Validator<'_> {
             .as_ref()
             .or(table.span.as_ref())
             .map_or(rule.at, |span| span.start);
+        if let Some(field) = &raw.share {
+            self.error(
+                field.span().start,
+                &format!("{base}.share"),
+                "only a tier of an adaptive rule takes share (its part of the learned limit); \
+                 a tier or override here sets rate, limits and/or burst",
+            );
+        }
         for key in &raw.unknown {
             let at = key.span.as_ref().map_or(at, |span| span.start);
             self.error(
@@ -185,6 +268,7 @@ impl Validator<'_> {
         Some(Variant {
             name: name.text.clone(),
             limits: built.limits,
+            share: None,
         })
     }
 }
@@ -322,16 +406,19 @@ mod tests {
                 // Its own rate: the burst defaults to its own COUNT.
                 Variant {
                     name: "premium".into(),
-                    limits: vec![limit(100, 1, 100)]
+                    limits: vec![limit(100, 1, 100)],
+                    share: None,
                 },
                 Variant {
                     name: "free".into(),
-                    limits: vec![limit(10, 1, 5), limit(1000, 86_400, 1000)]
+                    limits: vec![limit(10, 1, 5), limit(1000, 86_400, 1000)],
+                    share: None,
                 },
                 // Only a burst: the rule's rate.
                 Variant {
                     name: "gold".into(),
-                    limits: vec![limit(20, 1, 50)]
+                    limits: vec![limit(20, 1, 50)],
+                    share: None,
                 },
             ]
         );
@@ -352,7 +439,8 @@ mod tests {
                 tiers.tiers,
                 vec![Variant {
                     name: "premium".into(),
-                    limits: vec![limit(100, 1, 100)]
+                    limits: vec![limit(100, 1, 100)],
+                    share: None,
                 }],
                 "{fields}"
             );
@@ -440,11 +528,13 @@ mod tests {
             vec![
                 Variant {
                     name: "203.0.113.7|seller-42".into(),
-                    limits: vec![limit(1000, 1, 1000)]
+                    limits: vec![limit(1000, 1, 1000)],
+                    share: None,
                 },
                 Variant {
                     name: "2001:db8:1:2::/64|a|b".into(),
-                    limits: vec![limit(10, 1, 20)]
+                    limits: vec![limit(10, 1, 20)],
+                    share: None,
                 },
             ]
         );

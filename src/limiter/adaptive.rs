@@ -47,6 +47,14 @@ pub const MIN_WINDOW: Nanos = 100 * MILLI;
 /// the truth 95 % of the time).
 pub const MIN_SAMPLES: u64 = 100;
 
+/// A window that has run [`SLOW_WINDOW`] past its end closes with this
+/// many answers: a low limit on a slow upstream answers few, and waiting
+/// for [`MIN_SAMPLES`] would leave it low for seconds once capacity is back.
+pub const FEW_SAMPLES: u64 = 20;
+
+/// See [`FEW_SAMPLES`].
+pub const SLOW_WINDOW: Nanos = 1_000 * MILLI;
+
 /// A mean latency up to this many times the baseline is no queue.
 pub const TOLERANCE: f64 = 1.5;
 
@@ -73,6 +81,15 @@ pub const BASELINE_RISE: f64 = 1.0 / 8.0;
 /// The share it moves when the limit was reached (some of the latency may
 /// be the queue the limit let build).
 pub const BASELINE_CREEP: f64 = 1.0 / 64.0;
+
+/// After a backoff, a mean latency that fell at least in proportion to the
+/// limit (within this factor) shows the queue draining: the limit is
+/// halved again, until the latency stops following it.
+pub const PROPORTIONAL: f64 = 1.15;
+
+/// A mean latency within this share of the baseline is the baseline: a
+/// descent stops there.
+pub const BASELINE_BAND: f64 = 0.2;
 
 /// A backoff cuts at least this deep.
 pub const CUT: f64 = 0.5;
@@ -122,8 +139,13 @@ pub struct Estimator {
     /// The latency without a queue; 0 until the first window.
     baseline: f64,
     /// The limit before the last backoff for latency: until the limit is
-    /// back there, a lower latency is the baseline at once.
+    /// back there, a lower latency pulls the baseline down faster.
     cut_from: f64,
+    /// After a backoff for latency: the limit and the mean latency of the
+    /// window that caused it.
+    descent: Option<(f64, f64)>,
+    /// Whether the next window follows a backoff (and only settles).
+    settling: bool,
 }
 
 impl Estimator {
@@ -133,6 +155,8 @@ impl Estimator {
             estimate: bounds.initial() as f64,
             baseline: 0.0,
             cut_from: 0.0,
+            descent: None,
+            settling: false,
         }
     }
 
@@ -179,7 +203,26 @@ impl Estimator {
             if self.baseline == f64::MIN_POSITIVE {
                 self.baseline = mean;
             }
+            if std::mem::take(&mut self.settling) {
+                // Its answers mix requests let in before the backoff and
+                // after: it tells nothing about either limit.
+                return self.limit();
+            }
             let ratio = mean / self.baseline;
+            let descent = self.descent.take();
+            // Near the baseline, the queue is gone (or was never there).
+            let at_baseline = (mean / self.baseline - 1.0).abs() <= BASELINE_BAND;
+            if let (Some((before, was)), true, false) = (descent, used, at_baseline) {
+                if mean <= was * (limit as f64 / before) * PROPORTIONAL {
+                    // The latency fell with the limit: it was the queue,
+                    // and the queue is not drained yet. Down again.
+                    self.baseline = self.baseline.min(mean);
+                    self.descent = Some((limit as f64, mean));
+                    self.settling = true;
+                    self.estimate = self.bounds.clamp(self.estimate * CUT);
+                    return self.limit();
+                }
+            }
             let pull = if mean < self.baseline && self.estimate < self.cut_from {
                 // The queue shrank with the limit: what is left of the
                 // latency is the upstream's own, or still some queue.
@@ -194,6 +237,8 @@ impl Estimator {
             if ratio > TOLERANCE {
                 if used {
                     self.cut_from = self.estimate;
+                    self.descent = Some((limit as f64, mean));
+                    self.settling = true;
                     self.estimate *= (BACKOFF / ratio).min(CUT);
                 }
             } else if used {
@@ -306,7 +351,9 @@ impl Controller {
             );
             return;
         }
-        if now < closes_at || samples < MIN_SAMPLES {
+        let enough = samples >= MIN_SAMPLES
+            || (samples >= FEW_SAMPLES && now >= closes_at.saturating_add(SLOW_WINDOW));
+        if now < closes_at || !enough {
             return;
         }
         // Whoever fails to take the lock leaves the window to its holder.

@@ -12,8 +12,9 @@ use super::rule::{Billing, Rule, Variant, VariantIndex};
 use super::sunset::Sunset;
 use super::Policy;
 use crate::clock::Nanos;
-use crate::config::{KeySource, OnChange, OnLimit, RuleConfig};
+use crate::config::{AlgorithmKind, KeySource, OnChange, OnLimit, RuleConfig};
 use crate::key::KeyHasher;
+use crate::limiter::adaptive::{Bounds, Controller};
 use crate::limiter::{Concurrency, HoldLimits, Limiter};
 use crate::log_gate::LogGate;
 use crate::metrics::{Metrics, RuleCounters};
@@ -39,13 +40,16 @@ pub(super) fn compile_rule(
         now,
         rule: &rule.name,
         variant: None,
+        adaptive: adaptive_bounds(rule),
     };
-    let variants = compile_variants(rule, kept, store, now, status);
-    let (tier_by, tier_index, override_index) = variant_indexes(rule, keys, variants.len());
     let limits = match rule.max_in_flight {
         Some(max_in_flight) => {
-            let limiter = Limiter::Concurrency(Concurrency { max_in_flight });
+            let limiter = Limiter::Concurrency(Concurrency::new(max_in_flight));
             let table = tables.table(1, None, &limiter);
+            if let (Some(bounds), Some(controller)) = (tables.adaptive, table.adaptive()) {
+                // A reload may have moved the bounds of the limit it learned.
+                controller.rebound(bounds);
+            }
             vec![concurrency_limit(rule, max_in_flight, table, status)]
         }
         None => rule
@@ -58,6 +62,13 @@ pub(super) fn compile_rule(
             })
             .collect(),
     };
+    let variants = match limits.first() {
+        // An adaptive rule's tiers share its permits, each up to its share
+        // of the limit learned.
+        Some(limit) if tables.adaptive.is_some() => adaptive_tiers(rule, limit, status),
+        _ => compile_variants(rule, kept, store, now, status),
+    };
+    let (tier_by, tier_index, override_index) = variant_indexes(rule, keys, variants.len());
     let hold = match rule.on_limit {
         OnLimit::Delay {
             max_delay,
@@ -130,6 +141,35 @@ fn billing(rule: &RuleConfig, counters: &RuleCounters) -> Option<Arc<Billing>> {
     })
 }
 
+/// An `adaptive` rule's floor and ceiling.
+fn adaptive_bounds(rule: &RuleConfig) -> Option<Bounds> {
+    (rule.algorithm == AlgorithmKind::Adaptive).then(|| Bounds {
+        floor: rule.min_in_flight.unwrap_or(1),
+        ceiling: rule.max_in_flight.unwrap_or(100),
+    })
+}
+
+/// An `adaptive` rule's tiers: the rule's one limit, on its table, each
+/// with the tier's share.
+fn adaptive_tiers(rule: &RuleConfig, limit: &Limit, status: http::StatusCode) -> Vec<Variant> {
+    let ceiling = limit.limiter.capacity();
+    rule.tiers
+        .iter()
+        .flat_map(|t| t.tiers.iter())
+        .map(|tier| {
+            let mut shared = concurrency_limit(rule, ceiling, limit.table.clone(), status);
+            shared.limiter = Limiter::Concurrency(Concurrency {
+                max_in_flight: ceiling,
+                share: tier.share.unwrap_or(1000),
+            });
+            Variant {
+                label: format!("tier:{}", tier.name),
+                limits: vec![shared],
+            }
+        })
+        .collect()
+}
+
 /// The limits of a rule's tiers, then its overrides, each keeping the
 /// tables of the variant of the same label in `kept`.
 fn compile_variants(
@@ -158,6 +198,7 @@ fn compile_variants(
                 now,
                 rule: &rule.name,
                 variant: Some(&label),
+                adaptive: None,
             };
             let count = variant.limits.len();
             let limits = variant
@@ -217,6 +258,8 @@ struct Tables<'a> {
     rule: &'a str,
     /// ... and the tier or override they belong to, if any.
     variant: Option<&'a str>,
+    /// An `adaptive` rule's bounds: its table holds a controller.
+    adaptive: Option<Bounds>,
 }
 
 impl Tables<'_> {
@@ -291,7 +334,12 @@ impl Tables<'_> {
             rule: self.rule.into(),
             limit: limit.into(),
         };
-        self.store.named_table(name, limiter)
+        match self.adaptive {
+            Some(bounds) => self
+                .store
+                .adaptive_table(name, Arc::new(Controller::new(bounds))),
+            None => self.store.named_table(name, limiter),
+        }
     }
 }
 

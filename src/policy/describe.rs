@@ -6,6 +6,27 @@ use super::Policy;
 use crate::clock::Nanos;
 use crate::config::describe_match;
 
+/// An adaptive rule's limit: the limit in force now (a tier's share of
+/// it), its bounds, and the baseline latency it compares answers with.
+fn adaptive_json(limit: &Limit) -> serde_json::Value {
+    let Some(controller) = &limit.adaptive else {
+        return serde_json::Value::Null;
+    };
+    let (bounds, baseline) = controller.view();
+    let share = match limit.limiter {
+        crate::limiter::Limiter::Concurrency(concurrency) => concurrency.share,
+        _ => 1000,
+    };
+    serde_json::json!({
+        "name": limit.name,
+        "limit": controller.limit_for(share),
+        "share": f64::from(share) / 1000.0,
+        "min_in_flight": bounds.floor,
+        "max_in_flight": bounds.ceiling,
+        "baseline_ms": baseline as f64 / 1e6,
+    })
+}
+
 /// The effective rules as JSON, for `GET /admin/rules`: what each rule
 /// matches and keys on and the limits in force at `now`.
 pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
@@ -14,6 +35,7 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
         limits
             .iter()
             .map(|limit| match limit.period {
+                _ if limit.adaptive.is_some() => adaptive_json(limit),
                 Some(period) => json!({
                     "name": limit.name,
                     "count": limit.count,

@@ -1,12 +1,15 @@
 //! One compiled limit of a rule: its limiter, its bucket table, and the
 //! header values and 429 body head prebuilt from the rule's config.
 
+use std::sync::Arc;
+
 use http::HeaderValue;
 
 use crate::config::{format_period, AlgorithmKind, LimitConfig, RuleConfig};
 use crate::limiter::{
     Concurrency, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
 };
+use crate::limiter::adaptive::Controller;
 use crate::problem;
 use crate::store::BucketTable;
 
@@ -43,6 +46,8 @@ pub struct Limit {
     /// Unique among every limit this process compiles: what a remembered
     /// answer is keyed on (a limit's address may be reused after a reload).
     pub serial: u64,
+    /// An `adaptive` rule's limit: its controller (its table's).
+    pub adaptive: Option<Arc<Controller>>,
 }
 
 /// A limit's rate-limit fields as sent when it is the only applicable
@@ -88,6 +93,13 @@ impl Limit {
     pub fn is_concurrency(&self) -> bool {
         matches!(self.limiter, Limiter::Concurrency(_))
     }
+
+    /// Whether this is an `adaptive` rule's limit: the upstream's capacity,
+    /// not a caller's quota (refused with 503, no rate-limit fields).
+    #[inline]
+    pub fn is_adaptive(&self) -> bool {
+        self.adaptive.is_some()
+    }
 }
 
 /// The limiter for one rate limit of a rule.
@@ -102,9 +114,9 @@ pub(super) fn limiter(algorithm: AlgorithmKind, limit: &LimitConfig) -> Limiter 
         }
         // A concurrency rule's config lists no rate limit (validation), so
         // this arm only keeps the match whole; see `concurrency_limit`.
-        AlgorithmKind::Concurrency => Limiter::Concurrency(Concurrency {
-            max_in_flight: limit.capacity,
-        }),
+        AlgorithmKind::Concurrency | AlgorithmKind::Adaptive => {
+            Limiter::Concurrency(Concurrency::new(limit.capacity))
+        }
     }
 }
 
@@ -124,8 +136,7 @@ pub(super) fn concurrency_limit(
         rule.name
     );
     Limit {
-        table,
-        limiter: Limiter::Concurrency(Concurrency { max_in_flight }),
+        limiter: Limiter::Concurrency(Concurrency::new(max_in_flight)),
         period: None,
         count: max_in_flight,
         name_json: problem::json_string(&rule.name),
@@ -138,6 +149,8 @@ pub(super) fn concurrency_limit(
         limit_header: HeaderValue::from(max_in_flight),
         problem_head: problem::quota_exceeded_head(status, &detail),
         serial: next_serial(),
+        adaptive: table.adaptive().cloned(),
+        table,
     }
 }
 
@@ -184,5 +197,6 @@ pub(super) fn compile_limit(
         limit_header: HeaderValue::from(limiter.capacity()),
         problem_head: problem::quota_exceeded_head(status, &detail),
         serial: next_serial(),
+        adaptive: None,
     }
 }

@@ -212,7 +212,7 @@ impl Rule {
     /// Whether this rule limits requests in flight (its one limit is asked
     /// for a permit, not through the rate tables).
     pub fn is_concurrency(&self) -> bool {
-        self.algorithm == AlgorithmKind::Concurrency
+        self.algorithm.counts_in_flight()
     }
 }
 

@@ -39,6 +39,7 @@ use super::upgrade::{self, ClientUpgrade};
 pub use super::upstream::Outbound;
 use super::upstream::Upstream;
 use crate::clock::{Clock, Nanos, ProxyClock};
+use crate::limiter::adaptive::Sample;
 use crate::key::client_ip::{self, ForwardedHeader, IPV4_TEXT_MAX};
 use crate::metrics::{seconds, Metrics};
 use crate::policy::Policy;
@@ -504,7 +505,8 @@ impl Forwarder<'_> {
         // Until the head arrived, or the last attempt failed.
         let upstream_took = ended.saturating_sub(outgoing.sent);
         ruling.upstream_took = Some(upstream_took);
-        let incoming = self.incoming(result, outgoing.client_upgrade, settlement);
+        let took = (upstream_took, ended);
+        let incoming = self.incoming(result, outgoing.client_upgrade, settlement, took);
         match incoming {
             Ok(answer) => {
                 *response = answer;
@@ -585,17 +587,35 @@ impl Forwarder<'_> {
     /// dropped (or a WebSocket tunnel closed), and permits return then. Its
     /// bill sees the response head first: a reported cost is charged and
     /// stripped, a 5xx or a failed exchange refunded where `refund_on` says.
+    /// Adaptive rules learn from the time to the head (`took`: how long,
+    /// and when it ended), or from the failure.
     fn incoming(
         self,
         mut result: Result<Response<PooledBody>, ForwardError>,
         client_upgrade: Option<ClientUpgrade>,
         mut settlement: Option<Box<Settlement>>,
+        (took, ended): (Nanos, Nanos),
     ) -> Result<Response<ProxyBody>, ForwardError> {
         if let Some(bill) = &mut settlement {
             match &mut result {
-                Ok(response) => bill.response_began(response.status(), response.headers_mut()),
+                Ok(response) => {
+                    let status = response.status();
+                    bill.learn(
+                        if status.is_server_error() {
+                            Sample::Failed
+                        } else {
+                            Sample::Answered(took)
+                        },
+                        ended,
+                    );
+                    bill.response_began(status, response.headers_mut())
+                }
+                // The client's body broke off: nothing about the upstream.
                 Err(ForwardError::ClientBody) => bill.exchange_failed(Failure::ClientLeft),
-                Err(_) => bill.exchange_failed(Failure::Upstream),
+                Err(_) => {
+                    bill.learn(Sample::Failed, ended);
+                    bill.exchange_failed(Failure::Upstream)
+                }
             }
             if !bill.needed_after_response() {
                 // Nothing rides on the body: settled now (units kept).

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 use hyper::body::{Body, Frame, SizeHint};
+use smallvec::SmallVec;
 
 use super::pool::{BoxError, PooledBody};
 use super::refusal::Refusal;
@@ -23,6 +24,7 @@ use crate::limiter::Decision;
 use crate::policy::{Limit, Policy, Rule, Sunset};
 use crate::problem::{self, Layout, Problem};
 use crate::request_id::RequestId;
+use crate::store::PERMIT_RETRY;
 use last_refusal::RefusalKey;
 pub use own_fields::{OwnFields, OwnName};
 
@@ -337,6 +339,9 @@ pub fn limited(
         .filter(|v| std::ptr::eq(v.rule, first_rule))
         .min_by_key(|v| v.decision.state().remaining)
         .expect("the first rejecting rule has a rejecting limit");
+    if let Some(controller) = &first.limit.adaptive {
+        return overloaded(response, first.rule, controller.limit());
+    }
     let retry_after_secs = retry_after(verdicts).map(|nanos| ceil_secs(nanos).max(1));
 
     let status = policy.response.status;
@@ -377,6 +382,32 @@ pub fn limited(
         last_refusal::remember(key, &mut fields, &body);
     }
     refuse_into(response, status, fields, body)
+}
+
+/// The answer to a request an `adaptive` rule shed: 503, the overloaded
+/// problem naming the rule and the limit in force, and `Retry-After: 1`
+/// (permits free as requests end). No rate-limit fields: the limit is the
+/// upstream's capacity, not the caller's quota.
+fn overloaded(response: &mut Response<ProxyBody>, rule: &Rule, limit: u64) {
+    let detail = format!(
+        "the upstream is saturated: rule '{}' admits {limit} requests in flight now; try again \
+         in a second",
+        rule.name
+    );
+    let body = Problem::overloaded(&detail)
+        .with("rule", &*rule.name)
+        .with("limit", limit)
+        .with("retry_after_secs", 1)
+        .to_json(Layout::Standard);
+    let mut fields = OwnFields::default();
+    fields.push(OwnName::ContentType, &problem::CONTENT_TYPE);
+    fields.push_number(OwnName::RetryAfter, ceil_secs(PERMIT_RETRY));
+    refuse_into(
+        response,
+        StatusCode::SERVICE_UNAVAILABLE,
+        fields,
+        Bytes::from(body),
+    );
 }
 
 /// How long until every limit that refused would admit; `None` when one
@@ -485,6 +516,15 @@ pub fn add_rate_limit_headers(
 ) {
     if verdicts.is_empty() || style == HeaderStyle::None {
         return;
+    }
+    if verdicts.iter().any(|v| v.limit.is_adaptive()) {
+        // The upstream's capacity is no caller's quota: not reported.
+        let quotas: SmallVec<[Verdict<'_>; 4]> = verdicts
+            .iter()
+            .filter(|v| !v.limit.is_adaptive())
+            .copied()
+            .collect();
+        return add_rate_limit_headers(fields, style, &quotas, decided_at);
     }
     match verdicts {
         [only] if !only.limit.lines.ietf.is_empty() => {

@@ -25,6 +25,7 @@ use smallvec::SmallVec;
 use super::bill::{self, Bill, Failure};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::Charge;
+use crate::limiter::adaptive::Sample;
 use crate::policy::Billing;
 use crate::store::admission::Receipts;
 use crate::store::{Receipt, Settle, Store};
@@ -123,6 +124,17 @@ impl Settlement {
     pub fn poll_charges(&mut self, cx: &mut Context<'_>) {
         if self.bill.as_mut().is_some_and(|bill| bill.poll_tick(cx)) {
             self.charge_elapsed(self.clock.now());
+        }
+    }
+
+    /// What the exchange told about the upstream, at `now`, for the
+    /// adaptive rules whose permits it holds (docs/adaptive.md).
+    #[inline]
+    pub fn learn(&self, sample: Sample, now: Nanos) {
+        for receipt in &self.ledger.receipts {
+            if let Some(controller) = receipt.table.adaptive() {
+                controller.record(sample, now);
+            }
         }
     }
 
@@ -353,7 +365,7 @@ mod tests {
     fn fixture() -> Fixture {
         let store = Store::Memory(MemoryStore::new(100));
         let rates = Limiter::TokenBucket(Gcra::new(rate(10, 60), 10));
-        let permits = Limiter::Concurrency(Concurrency { max_in_flight: 1 });
+        let permits = Limiter::Concurrency(Concurrency::new(1));
         let tables = [store.table(&rates), store.table(&permits)];
         Fixture {
             store: Arc::new(store),

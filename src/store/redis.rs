@@ -640,6 +640,9 @@ impl RedisStore {
                     (SETTLE_RETURN_LEASE, id)
                 }
                 (Taken::Lease { .. }, Settle::Charge(_)) => continue,
+                // An adaptive rule's permit, this instance's own
+                // (`Store::settle` returned it).
+                (Taken::Permit, _) => continue,
                 (_, Settle::Keep) => continue,
                 (Taken::Bucket, Settle::GiveBack) => (SETTLE_GIVE_BACK, receipt.units),
                 // Cancelled while its instant is ahead, else given back at

@@ -84,7 +84,7 @@ pub(crate) fn token_bucket(count: u64, secs: u64) -> Limiter {
 }
 
 pub(crate) fn concurrency(max_in_flight: u64) -> Limiter {
-    Limiter::Concurrency(Concurrency { max_in_flight })
+    Limiter::Concurrency(Concurrency::new(max_in_flight))
 }
 
 /// One enforced rule per limit, in order.

@@ -13,6 +13,7 @@
 mod support;
 
 mod access_log;
+mod adaptive;
 mod admin_views;
 mod algorithms_http;
 mod bans;

@@ -73,10 +73,38 @@ fn a_step_up_in_latency_lands_below_the_knee_and_a_step_down_grows_again() {
     assert_eq!(estimator.close(window(100, 40, before)), 10);
     // The baseline crept only a little towards 40 ms.
     assert_eq!(estimator.baseline(), 20 * MS + 20 * MS / 64);
-    // Back at 20 ms: the baseline drops towards it, and the limit grows.
-    let after = estimator.close(window(100, 20, 10));
-    assert_eq!(after, 11);
-    assert!(estimator.baseline() < 20 * MS + MS / 10, "{}", estimator.baseline());
+    // The next window mixes both limits' answers: it only settles.
+    assert_eq!(estimator.close(window(100, 90, 22)), 10);
+    // Then 25 ms: not the fall a queue draining shows (40 × 10/22 × 1.15
+    // = 20.9 ms), so the knee is near; within tolerance, the limit grows.
+    assert_eq!(estimator.close(window(100, 25, 10)), 11);
+    assert!(estimator.baseline() < 21 * MS, "{}", estimator.baseline());
+}
+
+#[test]
+fn while_the_latency_falls_with_the_limit_it_halves_again() {
+    let mut estimator = warmed(1, 200);
+    // Started far above the knee: 100 ms is the baseline it first sees.
+    estimator.close(window(100, 100, 20));
+    assert_eq!(estimator.limit(), 22);
+    // At 32 the latency is 160 ms: backoff to 16, a window to settle.
+    for limit in [24, 27, 29, 32] {
+        let latency = 5 * estimator.limit(); // 5 ms per request in flight
+        assert_eq!(estimator.close(window(100, latency, 100)), limit);
+    }
+    assert_eq!(estimator.close(window(100, 160, 100)), 16);
+    assert_eq!(estimator.close(window(100, 120, 100)), 16);
+    // 80 ms at 16: it fell with the limit, so it was queue. Down again.
+    assert_eq!(estimator.close(window(100, 80, 100)), 8);
+    assert_eq!(estimator.close(window(100, 60, 100)), 8);
+    assert_eq!(estimator.close(window(100, 40, 100)), 4);
+    assert_eq!(estimator.close(window(100, 30, 100)), 4);
+    // 20 ms at 4 (the upstream's 4 workers): still in proportion, so 2;
+    // 20 ms at 2 is not: the queue is gone, and 20 ms is the baseline.
+    assert_eq!(estimator.close(window(100, 20, 100)), 2);
+    assert_eq!(estimator.close(window(100, 20, 100)), 2);
+    assert_eq!(estimator.close(window(100, 20, 100)), 2 + 1);
+    assert_eq!(estimator.baseline(), 20 * MS);
 }
 
 #[test]
@@ -186,14 +214,24 @@ fn a_window_needs_its_time_and_enough_answers() {
     assert_eq!(controller.limit(), 20, "the window is still open");
     answer(&controller, t0 + 200 * MS);
     assert_eq!(controller.limit(), 22);
-    // The third: 99 answers in 2 s are too few.
+    // The third, opened at 200 ms: 99 answers within a second of its end
+    // (300 ms) are too few.
     controller.admitted(22);
     for i in 1..=99 {
-        answer(&controller, t0 + 200 * MS + i * 20 * MS);
+        answer(&controller, t0 + 200 * MS + i * 10 * MS);
     }
     assert_eq!(controller.limit(), 22);
-    answer(&controller, t0 + 200 * MS + 99 * 20 * MS);
+    answer(&controller, t0 + 1_200 * MS);
     assert_eq!(controller.limit(), 24);
+    // The fourth, opened at 1.2 s: 19 answers, the last over a second
+    // after its end, are too few; the 20th closes it.
+    controller.admitted(24);
+    for i in 1..=19 {
+        answer(&controller, t0 + 1_200 * MS + i * 100 * MS);
+    }
+    assert_eq!(controller.limit(), 24);
+    answer(&controller, t0 + 3_200 * MS);
+    assert_eq!(controller.limit(), 27); // 24.6 + 2.5
 }
 
 #[test]
@@ -395,4 +433,14 @@ fn exponential_service_times_under_overload_keep_the_upstream_near_its_workers()
     let goodput = run.goodput(100, 1199);
     assert!(goodput >= 400.0, "goodput {goodput}: {:?}", run.limits(0, 1199));
     assert!(run.lowest_limit > 1, "{:?}", run.limits(0, 1199));
+}
+
+#[test]
+fn a_start_five_times_above_the_knee_comes_down_within_five_seconds() {
+    let mut simulation = Simulation::new(32, 20);
+    let run = simulation.run(15, |_| 4);
+    let settled = run.in_flight(50, 149);
+    assert!(settled <= 6.0, "in flight {settled}: {:?}", run.limits(0, 149));
+    let goodput = run.goodput(50, 149);
+    assert!(goodput >= 160.0, "goodput {goodput}: {:?}", run.limits(0, 149));
 }

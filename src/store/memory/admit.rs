@@ -176,7 +176,7 @@ impl MemoryStore {
                 let Limiter::Concurrency(limit) = ask.limiter else {
                     continue;
                 };
-                let max = limit.max_in_flight;
+                let max = Self::permits(ask.table).max_for(limit);
                 if refused {
                     admission.decisions[slot] = self.permits_as_they_are(ask);
                     continue;
@@ -257,10 +257,10 @@ impl MemoryStore {
         }] = limits
         {
             let slot = rule.limits.start;
-            return match Self::permits(ask.table).acquire(ask.key, limit.max_in_flight, None) {
+            let max = Self::permits(ask.table).max_for(limit);
+            return match Self::permits(ask.table).acquire(ask.key, max, None) {
                 PermitGrant::Now { in_flight } => {
-                    admission.decisions[slot] =
-                        permit_decision(limit.max_in_flight.saturating_sub(in_flight));
+                    admission.decisions[slot] = permit_decision(max.saturating_sub(in_flight));
                     admission.receipts.push(permit_receipt(index, ask, now));
                     true
                 }
@@ -310,8 +310,12 @@ impl MemoryStore {
 
     /// A concurrency limit reported without taking a permit.
     fn permits_as_they_are(&self, ask: &Ask<'_>) -> Decision {
-        let in_flight = Self::permits(ask.table).in_flight(ask.key);
-        permit_decision(ask.limiter.capacity().saturating_sub(in_flight))
+        let permits = Self::permits(ask.table);
+        let max = match ask.limiter {
+            Limiter::Concurrency(limit) => permits.max_for(limit),
+            other => other.capacity(),
+        };
+        permit_decision(max.saturating_sub(permits.in_flight(ask.key)))
     }
 
     /// See [`crate::store::Store::settle`].

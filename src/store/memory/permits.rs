@@ -11,14 +11,22 @@
 //!
 //! A key's entry exists only while requests are in flight or waiting: the
 //! last release removes it, so there is nothing to sweep.
+//!
+//! An `adaptive` rule's table holds its [`Controller`]: the limit in force
+//! is the controller's (a tier's share of it), each admission and release
+//! tells the controller how many were in flight, and a release hands
+//! permits to waiters only while the key is under the limit (it may have
+//! fallen since, or risen).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
+use crate::limiter::adaptive::Controller;
+use crate::limiter::Concurrency;
 use crate::store::BucketKey;
 
 /// Shards per table, as for the rate tables.
@@ -61,6 +69,8 @@ pub struct PermitTable {
     /// Keys with requests in flight or waiting.
     len: AtomicUsize,
     next_waiter: AtomicU64,
+    /// An `adaptive` rule's limit.
+    adaptive: Option<Arc<Controller>>,
 }
 
 /// What asking for a permit gave.
@@ -84,11 +94,35 @@ impl Default for PermitTable {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             len: AtomicUsize::new(0),
             next_waiter: AtomicU64::new(0),
+            adaptive: None,
         }
     }
 }
 
 impl PermitTable {
+    /// The permits of an `adaptive` rule, limited by `controller`.
+    pub fn adaptive(controller: Arc<Controller>) -> PermitTable {
+        PermitTable {
+            adaptive: Some(controller),
+            ..PermitTable::default()
+        }
+    }
+
+    /// The controller of an `adaptive` rule's permits.
+    pub fn controller(&self) -> Option<&Arc<Controller>> {
+        self.adaptive.as_ref()
+    }
+
+    /// The permits in force for `limit`: its `max_in_flight`, or what an
+    /// adaptive rule learned (its share of it, for a tier).
+    #[inline]
+    pub fn max_for(&self, limit: &Concurrency) -> u64 {
+        match &self.adaptive {
+            Some(controller) => controller.limit_for(limit.share),
+            None => limit.max_in_flight,
+        }
+    }
+
     fn shard(
         &self,
         key: BucketKey,
@@ -109,6 +143,9 @@ impl PermitTable {
         });
         if entry.in_flight < max && entry.waiters.is_empty() {
             entry.in_flight += 1;
+            if let Some(controller) = &self.adaptive {
+                controller.admitted(entry.in_flight);
+            }
             return PermitGrant::Now {
                 in_flight: entry.in_flight,
             };
@@ -150,20 +187,33 @@ impl PermitTable {
         left
     }
 
-    /// Gives a permit back: to the first waiter still waiting, or to the key.
+    /// Gives a permit back: to the first waiter still waiting, or to the
+    /// key. An adaptive rule's permit goes to waiters only while the key is
+    /// under the limit in force: none when the limit fell below the
+    /// requests in flight, several when it rose.
     pub fn release(&self, key: BucketKey) {
         let mut shard = self.shard(key);
         let Some(entry) = shard.get_mut(&key) else {
             return;
         };
-        while let Some((_, waiter)) = entry.waiters.pop_front() {
+        let room = match &self.adaptive {
+            Some(controller) => {
+                controller.admitted(entry.in_flight);
+                controller.limit()
+            }
+            // The permit changes hands, or returns.
+            None => entry.in_flight,
+        };
+        entry.in_flight = entry.in_flight.saturating_sub(1);
+        while entry.in_flight < room {
+            let Some((_, waiter)) = entry.waiters.pop_front() else {
+                break;
+            };
             if waiter.send(()).is_ok() {
-                // The permit changes hands: in_flight stays the same.
-                return;
+                entry.in_flight += 1;
             }
         }
-        entry.in_flight = entry.in_flight.saturating_sub(1);
-        if entry.in_flight == 0 {
+        if entry.in_flight == 0 && entry.waiters.is_empty() {
             shard.remove(&key);
             self.len.fetch_sub(1, Ordering::Relaxed);
         }
