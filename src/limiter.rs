@@ -550,10 +550,7 @@ mod tests {
                 Limiter::FixedWindow(FixedWindow::new(rate(31, 60))).share(1),
                 31,
             ),
-            (
-                Limiter::Concurrency(Concurrency::new(5)).share(2),
-                3,
-            ),
+            (Limiter::Concurrency(Concurrency::new(5)).share(2), 3),
         ] {
             assert_eq!(limiter.capacity(), count, "{limiter:?}");
         }

@@ -51,7 +51,11 @@ async fn try_spend(proxy: &Proxy, body: &[u8]) -> Result<Response<Full<Bytes>>, 
                 "rule \"{}\" is a{} {} rule: it counts requests in flight, and has no budget to \
                  spend",
                 rule.name,
-                if rule.algorithm == AlgorithmKind::Adaptive { "n" } else { "" },
+                if rule.algorithm == AlgorithmKind::Adaptive {
+                    "n"
+                } else {
+                    ""
+                },
                 rule.algorithm.name()
             )))
         }

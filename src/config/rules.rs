@@ -435,12 +435,149 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_algorithm_lists_all_six() {
+    fn an_unknown_algorithm_lists_all_seven() {
         assert_eq!(
             only_error(&rule_a("rate = \"1/s\"\nalgorithm = \"gcra\"\n")),
             "test.toml:6:13: rule[0].algorithm: unknown algorithm \"gcra\"; allowed: \
              \"token_bucket\", \"leaky_bucket\", \"fixed_window\", \"sliding_window\", \
-             \"sliding_log\", \"concurrency\""
+             \"sliding_log\", \"concurrency\", \"adaptive\""
+        );
+    }
+
+    #[test]
+    fn adaptive_learns_between_min_and_max_in_flight() {
+        let config = valid(&rule_a("algorithm = \"adaptive\"\n"));
+        let rule = &config.rules[0];
+        assert_eq!(rule.algorithm, AlgorithmKind::Adaptive);
+        assert_eq!(
+            (rule.min_in_flight, rule.max_in_flight),
+            (Some(1), Some(100))
+        );
+        assert!(rule.limits.is_empty(), "{:?}", rule.limits);
+        let config = valid(&rule_a(
+            "algorithm = \"adaptive\"\nmin_in_flight = 4\nmax_in_flight = 400\n\
+             on_limit = \"delay\"\nmax_delay = \"2s\"\nmax_queue = 50\nshadow = false\n",
+        ));
+        let rule = &config.rules[0];
+        assert_eq!(
+            (rule.min_in_flight, rule.max_in_flight),
+            (Some(4), Some(400))
+        );
+        assert_eq!(rule.on_limit, delay(2, 50));
+        // min_in_flight equal to max_in_flight: a fixed limit, allowed.
+        valid(&rule_a(
+            "algorithm = \"adaptive\"\nmin_in_flight = 8\nmax_in_flight = 8\n",
+        ));
+    }
+
+    #[test]
+    fn check_refuses_a_floor_above_the_ceiling_and_a_floor_without_adaptive() {
+        assert_eq!(
+            only_error(&rule_a(
+                "algorithm = \"adaptive\"\nmin_in_flight = 50\nmax_in_flight = 10\n"
+            )),
+            "test.toml:6:17: rule[0].min_in_flight: 50 is above max_in_flight 10: the limit it \
+             learns moves between min_in_flight and max_in_flight; lower min_in_flight or raise \
+             max_in_flight"
+        );
+        assert_eq!(
+            only_error(&rule_a("algorithm = \"adaptive\"\nmin_in_flight = 101\n")),
+            "test.toml:6:17: rule[0].min_in_flight: 101 is above max_in_flight 100: the limit \
+             it learns moves between min_in_flight and max_in_flight; lower min_in_flight or \
+             raise max_in_flight"
+        );
+        assert_eq!(
+            only_error(&rule_a("algorithm = \"adaptive\"\nmin_in_flight = 0\n")),
+            "test.toml:6:17: rule[0].min_in_flight: 0 is out of range: must be at least 1 \
+             (default 1)"
+        );
+        for (kind, rate) in [("concurrency", ""), ("token_bucket", "rate = \"1/s\"\n")] {
+            assert_eq!(
+                only_error(&rule_a(&format!(
+                    "algorithm = \"{kind}\"\n{rate}min_in_flight = 2\n"
+                ))),
+                format!(
+                    "test.toml:{}:17: rule[0].min_in_flight: only algorithm = \"adaptive\" takes \
+                     min_in_flight (the floor of the limit it learns); a {kind} rule has no \
+                     learned limit, so remove min_in_flight",
+                    if rate.is_empty() { 6 } else { 7 }
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn adaptive_takes_no_rate_cost_overrides_sunset_charge_or_ban() {
+        let lines = errors(&rule_a(
+            "algorithm = \"adaptive\"\nrate = \"10/s\"\ncost = 2\n\
+             overrides = { \"1.2.3.4\" = { rate = \"1/s\" } }\n\
+             refund_on = [\"5xx\"]\nban = { after = 3, within = \"1m\", for = \"5m\" }\n",
+        ));
+        assert_eq!(lines.len(), 5, "{lines:#?}");
+        assert!(lines[0].starts_with("test.toml:6:8: rule[0].rate: concurrency counts requests in flight, so it takes no rate"), "{}", lines[0]);
+        assert!(
+            lines[1].starts_with("test.toml:7:8: rule[0].cost:"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].starts_with("test.toml:8:13: rule[0].overrides:"),
+            "{}",
+            lines[2]
+        );
+        assert!(
+            lines[3].starts_with("test.toml:9:13: rule[0].refund_on:"),
+            "{}",
+            lines[3]
+        );
+        assert_eq!(
+            lines[4],
+            "test.toml:10:7: rule[0].ban: an adaptive rule sheds what the upstream cannot take, \
+             which is not the caller's fault, so it bans nobody; remove ban, or ban with a rate \
+             rule"
+        );
+    }
+
+    #[test]
+    fn an_adaptive_rules_tiers_set_their_share() {
+        let config = valid(&rule_a(
+            "algorithm = \"adaptive\"\n\
+             tiers = { by = \"header:x-plan\", free = { share = 0.25 }, pro = { share = 1 } }\n",
+        ));
+        let tiers = config.rules[0].tiers.clone().expect("tiers");
+        let shares: Vec<_> = tiers
+            .tiers
+            .iter()
+            .map(|t| (t.name.as_str(), t.share))
+            .collect();
+        assert_eq!(shares, [("free", Some(250)), ("pro", Some(1000))]);
+        assert_eq!(
+            errors(&rule_a(
+                "algorithm = \"adaptive\"\n\
+                 tiers = { by = \"header:x-plan\", a = { share = 1.5 }, b = { rate = \"1/s\" }, c = {}, d = { share = \"half\" } }\n",
+            )),
+            vec![
+                "test.toml:6:47: rule[0].tiers.a.share: must be a number above 0 and at most 1: \
+                 the part of the learned limit this tier may use",
+                "test.toml:6:54: rule[0].tiers.b: needs share, the part of the learned limit this \
+                 tier may use: free = { share = 0.5 } sheds free callers once half the limit is \
+                 in flight",
+                "test.toml:6:67: rule[0].tiers.b.rate: an adaptive rule's tier sets only share, \
+                 its part of the learned limit (free = { share = 0.5 } sheds free callers first)",
+                "test.toml:6:76: rule[0].tiers.c: needs share, the part of the learned limit this \
+                 tier may use: free = { share = 0.5 } sheds free callers once half the limit is \
+                 in flight",
+                "test.toml:6:98: rule[0].tiers.d.share: must be a number above 0 and at most 1: \
+                 the part of the learned limit this tier may use",
+            ]
+        );
+        assert_eq!(
+            only_error(&rule_a(
+                "rate = \"1/s\"\ntiers = { by = \"header:x-plan\", free = { share = 0.5 } }\n"
+            )),
+            "test.toml:6:50: rule[0].tiers.free.share: only a tier of an adaptive rule takes \
+             share (its part of the learned limit); a tier or override here sets rate, limits \
+             and/or burst"
         );
     }
 
@@ -503,17 +640,17 @@ mod tests {
                     "algorithm = \"{kind}\"\nrate = \"10/s\"\nmax_in_flight = 5\n"
                 ))),
                 format!(
-                    "test.toml:7:17: rule[0].max_in_flight: only algorithm = \"concurrency\" takes \
-                     max_in_flight: a {kind} rule is bounded by its rate; remove max_in_flight, or \
-                     use algorithm = \"concurrency\" to bound requests in flight"
+                    "test.toml:7:17: rule[0].max_in_flight: only algorithm = \"concurrency\" and \
+                     \"adaptive\" take max_in_flight: a {kind} rule is bounded by its rate; remove \
+                     max_in_flight, or use algorithm = \"concurrency\" to bound requests in flight"
                 )
             );
         }
         let line = only_error(&rule_a("rate = \"10/s\"\nmax_in_flight = 5\n"));
         assert!(
             line.starts_with(
-                "test.toml:6:17: rule[0].max_in_flight: only algorithm = \"concurrency\" takes \
-                 max_in_flight: a token_bucket rule"
+                "test.toml:6:17: rule[0].max_in_flight: only algorithm = \"concurrency\" and \
+                 \"adaptive\" take max_in_flight: a token_bucket rule"
             ),
             "{line}"
         );

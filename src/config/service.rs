@@ -108,13 +108,12 @@ impl Validator<'_> {
                 &path("algorithm"),
                 format!(
                     "a rate limit service call ends when it is answered, so nothing could give \
-                     {} permit back; use a rate, or a {} rule for proxied requests",
-                    if rule.algorithm == AlgorithmKind::Adaptive {
+                     {kind} permit back; use a rate, or {kind} rule for proxied requests",
+                    kind = if rule.algorithm == AlgorithmKind::Adaptive {
                         "an adaptive"
                     } else {
                         "a concurrency"
                     },
-                    rule.algorithm.name()
                 ),
             );
         }
@@ -306,6 +305,16 @@ mod tests {
              match.domain = \"edge\"\nkey = [\"descriptor:k\"]\n"
         ));
         assert!(line.starts_with("test.toml:7:13: rule[0].algorithm: a rate limit service call ends when it is answered"), "{line}");
+        let line = only_error(&format!(
+            "{UPSTREAM}{RLS}[[rule]]\nname = \"a\"\nalgorithm = \"adaptive\"\n\
+             match.domain = \"edge\"\nkey = [\"descriptor:k\"]\n"
+        ));
+        assert_eq!(
+            line,
+            "test.toml:7:13: rule[0].algorithm: a rate limit service call ends when it is \
+             answered, so nothing could give an adaptive permit back; use a rate, or an adaptive \
+             rule for proxied requests"
+        );
     }
 
     #[test]

@@ -208,7 +208,7 @@ impl Validator<'_> {
             );
         }
         if raw.rate.is_none() && raw.limits.is_none() && raw.burst.is_none() {
-            if !raw.unknown.is_empty() {
+            if !raw.unknown.is_empty() || raw.share.is_some() {
                 return None;
             }
             self.error(

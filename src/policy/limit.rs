@@ -6,10 +6,10 @@ use std::sync::Arc;
 use http::HeaderValue;
 
 use crate::config::{format_period, AlgorithmKind, LimitConfig, RuleConfig};
+use crate::limiter::adaptive::Controller;
 use crate::limiter::{
     Concurrency, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
 };
-use crate::limiter::adaptive::Controller;
 use crate::problem;
 use crate::store::BucketTable;
 

@@ -57,10 +57,12 @@ fn merge(part: &Part<'_>, answer: Admission, whole: &mut Admission) {
     for (slot, decision) in part.slots.iter().zip(answer.decisions) {
         whole.decisions[*slot] = decision;
     }
-    whole.receipts.extend(answer.receipts.into_iter().map(|mut receipt| {
-        receipt.rule = part.rules[receipt.rule];
-        receipt
-    }));
+    whole
+        .receipts
+        .extend(answer.receipts.into_iter().map(|mut receipt| {
+            receipt.rule = part.rules[receipt.rule];
+            receipt
+        }));
     if let Some(mut queued) = answer.queued {
         queued.receipt.rule = part.rules[queued.receipt.rule];
         whole.queued = Some(queued);
@@ -115,7 +117,11 @@ pub async fn admit(
     whole.decisions.resize(asks.limits.len(), UNASKED);
     whole.receipts.clear();
     whole.queued = None;
-    whole.at = if there.asks.is_empty() { now } else { theirs.at };
+    whole.at = if there.asks.is_empty() {
+        now
+    } else {
+        theirs.at
+    };
     whole.shadow_limited.clear();
     whole.bans_started.clear();
     let refused_here = !mine.admitted();

@@ -307,7 +307,10 @@ impl Simulation {
         let end = start + seconds * SECOND;
         let mut events = BinaryHeap::new();
         for client in 0..self.clients {
-            events.push(Reverse((start + client as Nanos * 100_000, Event::Send(client))));
+            events.push(Reverse((
+                start + client as Nanos * 100_000,
+                Event::Send(client),
+            )));
         }
         let mut queue: VecDeque<(usize, Nanos)> = VecDeque::new();
         let (mut busy, mut in_flight) = (0usize, 0u64);
@@ -326,7 +329,8 @@ impl Simulation {
             while now >= bin.0 + 100 * MS {
                 let limit = self.controller.limit();
                 run.lowest_limit = run.lowest_limit.min(limit);
-                run.bins.push((limit, bin.1 / (100 * MS) as f64, bin.2, bin.3));
+                run.bins
+                    .push((limit, bin.1 / (100 * MS) as f64, bin.2, bin.3));
                 bin = (bin.0 + 100 * MS, 0.0, 0, 0);
             }
             let c = workers(now - start);
@@ -389,20 +393,42 @@ fn fifty_clients_on_ten_workers_converge_below_one_and_a_half_times_ten() {
     let run = simulation.run(30, |_| 10);
     let settled = run.in_flight(100, 299);
     let goodput = run.goodput(100, 299);
-    assert!(settled <= 15.0, "in flight {settled}: {:?}", run.limits(0, 299));
-    assert!(goodput >= 400.0, "goodput {goodput}: {:?}", run.limits(0, 299));
+    assert!(
+        settled <= 15.0,
+        "in flight {settled}: {:?}",
+        run.limits(0, 299)
+    );
+    assert!(
+        goodput >= 400.0,
+        "goodput {goodput}: {:?}",
+        run.limits(0, 299)
+    );
 }
 
 #[test]
 fn the_limit_follows_the_upstream_down_and_back_up() {
     let mut simulation = Simulation::new(50, 20);
-    let run = simulation.run(50, |t| if (15 * SECOND..30 * SECOND).contains(&t) { 5 } else { 10 });
+    let run = simulation.run(50, |t| {
+        if (15 * SECOND..30 * SECOND).contains(&t) {
+            5
+        } else {
+            10
+        }
+    });
     // Within 5 s of the halving, the upstream holds at most 1.5 × 5.
     let halved = run.in_flight(200, 300);
-    assert!(halved <= 7.5, "in flight {halved}: {:?}", run.limits(140, 300));
+    assert!(
+        halved <= 7.5,
+        "in flight {halved}: {:?}",
+        run.limits(140, 300)
+    );
     // Within 10 s of the recovery, goodput is back (≥ 80 % of 500/s).
     let recovered = run.goodput(400, 499);
-    assert!(recovered >= 400.0, "goodput {recovered}: {:?}", run.limits(290, 499));
+    assert!(
+        recovered >= 400.0,
+        "goodput {recovered}: {:?}",
+        run.limits(290, 499)
+    );
 }
 
 #[test]
@@ -419,7 +445,11 @@ fn exponential_service_times_within_capacity_are_rarely_refused() {
     simulation.exponential = true;
     let run = simulation.run(60, |_| 20);
     let refused = run.refused as f64 / (run.refused + run.answered) as f64;
-    assert!(refused <= 0.01, "refused {refused}: {:?}", run.limits(0, 100));
+    assert!(
+        refused <= 0.01,
+        "refused {refused}: {:?}",
+        run.limits(0, 100)
+    );
     assert!(run.lowest_limit > 1, "{:?}", run.limits(0, 600));
 }
 
@@ -429,9 +459,17 @@ fn exponential_service_times_under_overload_keep_the_upstream_near_its_workers()
     simulation.exponential = true;
     let run = simulation.run(120, |_| 10);
     let settled = run.in_flight(100, 1199);
-    assert!(settled <= 15.0, "in flight {settled}: {:?}", run.limits(0, 1199));
+    assert!(
+        settled <= 15.0,
+        "in flight {settled}: {:?}",
+        run.limits(0, 1199)
+    );
     let goodput = run.goodput(100, 1199);
-    assert!(goodput >= 400.0, "goodput {goodput}: {:?}", run.limits(0, 1199));
+    assert!(
+        goodput >= 400.0,
+        "goodput {goodput}: {:?}",
+        run.limits(0, 1199)
+    );
     assert!(run.lowest_limit > 1, "{:?}", run.limits(0, 1199));
 }
 
@@ -440,7 +478,15 @@ fn a_start_five_times_above_the_knee_comes_down_within_five_seconds() {
     let mut simulation = Simulation::new(32, 20);
     let run = simulation.run(15, |_| 4);
     let settled = run.in_flight(50, 149);
-    assert!(settled <= 6.0, "in flight {settled}: {:?}", run.limits(0, 149));
+    assert!(
+        settled <= 6.0,
+        "in flight {settled}: {:?}",
+        run.limits(0, 149)
+    );
     let goodput = run.goodput(50, 149);
-    assert!(goodput >= 160.0, "goodput {goodput}: {:?}", run.limits(0, 149));
+    assert!(
+        goodput >= 160.0,
+        "goodput {goodput}: {:?}",
+        run.limits(0, 149)
+    );
 }
