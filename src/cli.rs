@@ -330,7 +330,10 @@ fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
         let each: Vec<String> = tiers
             .tiers
             .iter()
-            .map(|tier| format!("{} {}", tier.name, describe_variant(&tier.limits)))
+            .map(|tier| match tier.share {
+                Some(share) => format!("{} share {}", tier.name, f64::from(share) / 1000.0),
+                None => format!("{} {}", tier.name, describe_variant(&tier.limits)),
+            })
             .collect();
         lines.push(format!("tiers by {}: {}", tiers.by, each.join("; ")));
     }
