@@ -171,7 +171,11 @@ pub(super) fn bucket_json(
     next: Decision,
     tracked: Option<bool>,
 ) -> Value {
-    let capacity = limit.limiter.capacity();
+    let capacity = match (&limit.adaptive, &limit.limiter) {
+        // An adaptive rule's permits: the limit it learned (a tier's share).
+        (Some(controller), Limiter::Concurrency(permits)) => controller.limit_for(permits.share),
+        _ => limit.limiter.capacity(),
+    };
     let state = as_now.state();
     let mut bucket = json!({
         "limit": limit.name,

@@ -236,9 +236,7 @@ async fn learned(sluice: &Sluice, rule: &str) -> f64 {
 }
 
 fn adaptive_rule(extra: &str) -> String {
-    format!(
-        "[[rule]]\nname = \"adaptive\"\nkey = [\"global\"]\nalgorithm = \"adaptive\"\n{extra}"
-    )
+    format!("[[rule]]\nname = \"adaptive\"\nkey = [\"global\"]\nalgorithm = \"adaptive\"\n{extra}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,9 +255,13 @@ async fn it_learns_what_a_saturated_upstream_takes_and_sheds_the_rest_with_503()
         Duration::from_secs(8),
     ));
     // Without the rule the upstream would hold 40; 8 workers serve.
-    let settled = mean_in_flight(&[&upstream], Duration::from_secs(5), Duration::from_secs(8)).await;
+    let settled =
+        mean_in_flight(&[&upstream], Duration::from_secs(5), Duration::from_secs(8)).await;
     let tally = loading.await.unwrap();
-    assert!(settled <= 16.0, "upstream in flight {settled} (8 workers, 40 clients)");
+    assert!(
+        settled <= 16.0,
+        "upstream in flight {settled} (8 workers, 40 clients)"
+    );
     let limit = learned(&sluice, "adaptive").await;
     assert!((1.0..=20.0).contains(&limit), "learned {limit}");
     // 8 workers × 50 answers/s for 8 s is 3,200: most of it served.
@@ -270,7 +272,10 @@ async fn it_learns_what_a_saturated_upstream_takes_and_sheds_the_rest_with_503()
     let (retry_after, body) = tally.first_shed.lock().unwrap().clone().unwrap();
     assert_eq!(retry_after.as_deref(), Some("1"));
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(body["type"], "tag:sluice,2026:problems/overloaded", "{body}");
+    assert_eq!(
+        body["type"], "tag:sluice,2026:problems/overloaded",
+        "{body}"
+    );
     assert_eq!(body["status"], 503, "{body}");
     assert_eq!(body["rule"], "adaptive", "{body}");
     // The 503s count as the rule's limited answers.
@@ -302,9 +307,15 @@ async fn the_limit_follows_capacity_down_and_back_up() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let recovered = mean_learned(&sluice, Duration::from_secs(2)).await;
     loading.await.unwrap();
-    assert!(halved < 0.8 * before, "{before} → {halved} when 8 workers became 4");
+    assert!(
+        halved < 0.8 * before,
+        "{before} → {halved} when 8 workers became 4"
+    );
     assert!(down <= 8.0, "upstream in flight {down} with 4 workers");
-    assert!(recovered > 1.2 * halved, "{halved} → {recovered} when the workers came back");
+    assert!(
+        recovered > 1.2 * halved,
+        "{halved} → {recovered} when the workers came back"
+    );
     sluice.shutdown().await;
 }
 
@@ -376,7 +387,13 @@ async fn in_shadow_it_learns_and_reports_but_sheds_nothing() {
     );
     let sluice = Sluice::start(&config, upstream.addr).await;
     // A quiet spell shows the latency without a queue; then overload.
-    let quiet = load(sluice.url("/"), 2, Duration::ZERO, Duration::from_millis(2500)).await;
+    let quiet = load(
+        sluice.url("/"),
+        2,
+        Duration::ZERO,
+        Duration::from_millis(2500),
+    )
+    .await;
     let tally = load(sluice.url("/"), 24, Duration::ZERO, Duration::from_secs(3)).await;
     assert_eq!(quiet.shed.load(Ordering::SeqCst), 0, "{quiet:?}");
     assert_eq!(tally.shed.load(Ordering::SeqCst), 0, "{tally:?}");
@@ -496,7 +513,10 @@ async fn a_server_taken_out_by_health_checks_lowers_the_limit_until_it_returns()
     let back = mean_learned(&sluice, Duration::from_secs(2)).await;
     loading.await.unwrap();
     assert!(one < 0.8 * both, "{both} with two servers → {one} with one");
-    assert!(on_a <= 8.0, "{on_a} in flight on the one server left (4 workers)");
+    assert!(
+        on_a <= 8.0,
+        "{on_a} in flight on the one server left (4 workers)"
+    );
     assert!(back > 1.2 * one, "{one} → {back} when the server came back");
     sluice.shutdown().await;
 }
@@ -524,6 +544,72 @@ async fn admin_views_show_the_learned_limit() {
         .json();
     let rule = &status["rules"][0];
     assert_eq!(rule["adaptive_limit"], 20, "{rule}");
-    assert_eq!(rule["limits"], "20 in flight now, learned (adaptive, 2–50 in flight)");
+    assert_eq!(
+        rule["limits"],
+        "20 in flight now, learned (adaptive, 2–50 in flight)"
+    );
     sluice.shutdown().await;
+}
+
+/// Strict Redis mode: each instance keeps its adaptive permits itself
+/// (two instances with a fixed limit of 2 admit 2 each), while the rate
+/// rule beside it is shared through Redis, and a request Redis refuses
+/// gives its permit back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_redis_each_instance_keeps_its_own_permits() {
+    let redis = support::RedisServer::start();
+    let upstream = Saturating::start(0).await; // holds every request
+    let config = format!(
+        "[server]\nupstream = \"http://{{upstream}}\"\n\
+         [store]\nbackend = \"redis\"\n[store.redis]\nurl = \"{}\"\ntimeout = \"5s\"\n\
+         {}\
+         [[rule]]\nname = \"per-caller\"\nkey = [\"header:x-caller\"]\nrate = \"5/h\"\n",
+        redis.url(),
+        adaptive_rule("min_in_flight = 2\nmax_in_flight = 2\n"),
+    );
+    let (a, b) = (
+        Sluice::start(&config, upstream.addr).await,
+        Sluice::start(&config, upstream.addr).await,
+    );
+    for sluice in [&a, &b] {
+        support::eventually(Duration::from_secs(15), "the store answers", || async {
+            sluice.metric("sluice_store_fallback_active").await == 0.0
+                && support::get(&format!("http://{}/readyz", sluice.admin), &[])
+                    .await
+                    .status
+                    == StatusCode::OK
+        })
+        .await;
+    }
+    let send = |sluice: &Sluice| {
+        let url = sluice.url("/");
+        tokio::spawn(async move { support::get(&url, &[("x-caller", "c")]).await.status })
+    };
+    let held = [send(&a), send(&a), send(&b), send(&b)];
+    support::eventually(
+        Duration::from_secs(5),
+        "4 requests at the upstream",
+        || async { upstream.in_flight() == 4 },
+    )
+    .await;
+    // Each instance is at its limit of 2; the budget in Redis has 1 left.
+    assert_eq!(send(&a).await.unwrap(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(send(&b).await.unwrap(), StatusCode::SERVICE_UNAVAILABLE);
+    upstream.set_workers(8);
+    for request in held {
+        assert_eq!(request.await.unwrap(), StatusCode::OK);
+    }
+    // The fifth unit of the shared budget, then Redis refuses: 429, and
+    // the permit taken for it here is back (two more would pass it).
+    assert_eq!(send(&a).await.unwrap(), StatusCode::OK);
+    assert_eq!(send(&a).await.unwrap(), StatusCode::TOO_MANY_REQUESTS);
+    let buckets = support::get(
+        &format!("http://{}/admin/buckets?rule=adaptive&key=", a.admin),
+        &[],
+    )
+    .await
+    .json();
+    assert_eq!(buckets["buckets"][0]["remaining"], 2, "{buckets}");
+    a.shutdown().await;
+    b.shutdown().await;
 }
