@@ -243,7 +243,7 @@ IFS='|' read -r cpu_line up_cpu_s cpu0_pct others_pct <<<"$cpu"
 info=(--info "sluice: $bin$( [ "$bin" = none ] || echo " (built $(date -r "$bin" '+%F %T')), config $config")"
       --info "upstream: c=$c${changes:+ then $changes (t:c)}, $dist service $service ms; $clients clients, think $think ms, backoff $backoff ms; ${duration} s"
       --info "$cpu_line")
-[ "${cpu0_pct:-0}" -le 85 ] || info+=(--info "WARNING: CPU 0 was ${cpu0_pct} % busy: the clients' and the upstream's timing may be off")
+[ "${cpu0_pct:-0}" -le 85 ] || [ "$scenario" = upstream ] || info+=(--info "WARNING: CPU 0 was ${cpu0_pct} % busy: the clients' and the upstream's timing may be off")
 [ "${others_pct:-0}" -le 5 ] || info+=(--info "NOISY: other processes took ${others_pct} % of a CPU the run used: latencies are not to be trusted")
 python3 "$here/analyze.py" --scenario "$scenario" --prefix "$prefix" --c "$c" --changes "$changes" \
   --clients "$clients" --duration "$duration" --service-ms "$service" --min-in-flight "$floor" \
