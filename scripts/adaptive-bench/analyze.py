@@ -266,6 +266,21 @@ def checks(d, a):
         info(f"goodput {fmt(d.rate(d.ok, 0, a.duration), '.0f')}/s; mean in-flight {fmt(d.mean_of(d.load, 0, a.duration), '.2f')}; "
              f"2xx mean latency {fmt(mean(d.all_ok_lat), '.1f')} ms")
         limit_info(0, a.duration)
+    elif s == "overload-noise":
+        bound = 1.5 * c0
+        m = d.mean_of(d.load, 10, a.duration)
+        check(m is not None and m <= bound, f"mean in-flight over 10-{a.duration:g} s: {fmt(m, '.2f')} (<= {bound:g})")
+        g = d.rate(d.ok, 10, a.duration)
+        info(f"goodput over 10-{a.duration:g} s: {fmt(g, '.0f')}/s ({fmt(100 * g / cap if g else None, '.1f')} % "
+             f"of c/service = {cap:.0f}/s; converge's 80 % is not a target here)")
+        xs = [x for x in d.limit if x is not None]
+        if xs:
+            check(min(xs) > a.min_in_flight, f"the limit never at its floor (min_in_flight = {a.min_in_flight:g}): "
+                                             f"lowest sampled {min(xs):g}")
+        else:
+            na(f"the limit never at its floor: no sluice_adaptive_limit{{rule=\"{a.rule}\"}} gauge to sample")
+        refusal_latency()
+        limit_info(10, a.duration)
     elif s == "upstream":
         rate = sum(d.ok) / a.duration
         info(f"upstream served {rate:.0f} requests/s ({sum(d.ok)} 2xx in {a.duration:g} s), using "
