@@ -119,9 +119,10 @@ impl<'a> Checker<'a> {
             return Err(RefusedCall::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 format!(
-                    "rule \"{}\" is a concurrency rule: a permit needs a request to hold it, \
-                     so it cannot be checked",
-                    rule.name
+                    "rule \"{}\" counts requests in flight ({}): a permit needs a request to \
+                     hold it, so it cannot be checked",
+                    rule.name,
+                    rule.algorithm.name()
                 ),
             ));
         }

@@ -114,13 +114,8 @@ impl Validator<'_> {
         name: &Key,
         table: &Located<RawVariant>,
     ) -> Option<Variant> {
-        let base = format!("rule[{}].{relative}", rule.index);
+        let (base, at) = place(rule, relative, name, table);
         let raw = &table.value;
-        let at = name
-            .span
-            .as_ref()
-            .or(table.span.as_ref())
-            .map_or(rule.at, |span| span.start);
         let rates = [
             ("rate", raw.rate.as_ref().map(|f| f.span().start)),
             ("limits", raw.limits.as_ref().map(|f| f.span().start)),
@@ -181,13 +176,8 @@ impl Validator<'_> {
         name: &Key,
         table: &Located<RawVariant>,
     ) -> Option<Variant> {
-        let base = format!("rule[{}].{relative}", rule.index);
+        let (base, at) = place(rule, relative, name, table);
         let raw = &table.value;
-        let at = name
-            .span
-            .as_ref()
-            .or(table.span.as_ref())
-            .map_or(rule.at, |span| span.start);
         if let Some(field) = &raw.share {
             self.error(
                 field.span().start,
@@ -271,6 +261,22 @@ impl Validator<'_> {
             share: None,
         })
     }
+}
+
+/// A tier's or an override's path in errors (`rule[0].tiers.free`) and
+/// where it starts.
+fn place(
+    rule: &RuleContext,
+    relative: &str,
+    name: &Key,
+    table: &Located<RawVariant>,
+) -> (String, usize) {
+    let at = name
+        .span
+        .as_ref()
+        .or(table.span.as_ref())
+        .map_or(rule.at, |span| span.start);
+    (format!("rule[{}].{relative}", rule.index), at)
 }
 
 /// A tier value or bucket key as it appears in an error path: bare when

@@ -235,6 +235,16 @@ async fn learned(sluice: &Sluice, rule: &str) -> f64 {
         .await
 }
 
+/// sluice in front of `upstream` with one adaptive rule (its other
+/// fields in `extra`).
+async fn adaptive_sluice(upstream: &Saturating, extra: &str) -> Sluice {
+    let config = format!(
+        "[server]\nupstream = \"http://{{upstream}}\"\n{}",
+        adaptive_rule(extra)
+    );
+    Sluice::start(&config, upstream.addr).await
+}
+
 fn adaptive_rule(extra: &str) -> String {
     format!("[[rule]]\nname = \"adaptive\"\nkey = [\"global\"]\nalgorithm = \"adaptive\"\n{extra}")
 }
@@ -242,11 +252,7 @@ fn adaptive_rule(extra: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn it_learns_what_a_saturated_upstream_takes_and_sheds_the_rest_with_503() {
     let upstream = Saturating::start(8).await;
-    let config = format!(
-        "[server]\nupstream = \"http://{{upstream}}\"\n{}",
-        adaptive_rule("max_in_flight = 200\n")
-    );
-    let sluice = Sluice::start(&config, upstream.addr).await;
+    let sluice = adaptive_sluice(&upstream, "max_in_flight = 200\n").await;
     assert_eq!(learned(&sluice, "adaptive").await, 20.0, "it starts at 20");
     let loading = tokio::spawn(load(
         sluice.url("/"),
@@ -289,11 +295,7 @@ async fn it_learns_what_a_saturated_upstream_takes_and_sheds_the_rest_with_503()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_limit_follows_capacity_down_and_back_up() {
     let upstream = Saturating::start(8).await;
-    let config = format!(
-        "[server]\nupstream = \"http://{{upstream}}\"\n{}",
-        adaptive_rule("")
-    );
-    let sluice = Sluice::start(&config, upstream.addr).await;
+    let sluice = adaptive_sluice(&upstream, "").await;
     let url = sluice.url("/");
     let loading = tokio::spawn(load(url, 40, Duration::ZERO, Duration::from_secs(20)));
     // Started at 20, far above 8 workers: it comes down first.
@@ -322,11 +324,7 @@ async fn the_limit_follows_capacity_down_and_back_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn light_load_on_a_large_upstream_is_never_shed() {
     let upstream = Saturating::start(64).await;
-    let config = format!(
-        "[server]\nupstream = \"http://{{upstream}}\"\n{}",
-        adaptive_rule("")
-    );
-    let sluice = Sluice::start(&config, upstream.addr).await;
+    let sluice = adaptive_sluice(&upstream, "").await;
     let tally = load(
         sluice.url("/"),
         6,
@@ -344,11 +342,7 @@ async fn light_load_on_a_large_upstream_is_never_shed() {
 async fn failures_drive_the_limit_to_its_floor_and_no_lower() {
     let upstream = Saturating::start(64).await;
     upstream.state.failing.store(true, Ordering::SeqCst);
-    let config = format!(
-        "[server]\nupstream = \"http://{{upstream}}\"\n{}",
-        adaptive_rule("min_in_flight = 3\n")
-    );
-    let sluice = Sluice::start(&config, upstream.addr).await;
+    let sluice = adaptive_sluice(&upstream, "min_in_flight = 3\n").await;
     let tally = load(
         sluice.url("/"),
         16,
@@ -364,11 +358,7 @@ async fn failures_drive_the_limit_to_its_floor_and_no_lower() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ceiling_bounds_the_upstream_whatever_it_could_take() {
     let upstream = Saturating::start(100).await;
-    let config = format!(
-        "[server]\nupstream = \"http://{{upstream}}\"\n{}",
-        adaptive_rule("max_in_flight = 6\n")
-    );
-    let sluice = Sluice::start(&config, upstream.addr).await;
+    let sluice = adaptive_sluice(&upstream, "max_in_flight = 6\n").await;
     assert_eq!(learned(&sluice, "adaptive").await, 6.0, "min(20, ceiling)");
     upstream.take_peak();
     let tally = load(sluice.url("/"), 24, Duration::ZERO, Duration::from_secs(2)).await;
@@ -381,11 +371,7 @@ async fn the_ceiling_bounds_the_upstream_whatever_it_could_take() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_shadow_it_learns_and_reports_but_sheds_nothing() {
     let upstream = Saturating::start(4).await;
-    let config = format!(
-        "[server]\nupstream = \"http://{{upstream}}\"\n{}",
-        adaptive_rule("shadow = true\n")
-    );
-    let sluice = Sluice::start(&config, upstream.addr).await;
+    let sluice = adaptive_sluice(&upstream, "shadow = true\n").await;
     // A quiet spell shows the latency without a queue; then overload.
     let quiet = load(
         sluice.url("/"),
@@ -409,11 +395,7 @@ async fn in_shadow_it_learns_and_reports_but_sheds_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_delay_mode_requests_over_the_limit_wait_their_turn() {
     let upstream = Saturating::start(4).await;
-    let config = format!(
-        "[server]\nupstream = \"http://{{upstream}}\"\n{}",
-        adaptive_rule("on_limit = \"delay\"\nmax_delay = \"10s\"\n")
-    );
-    let sluice = Sluice::start(&config, upstream.addr).await;
+    let sluice = adaptive_sluice(&upstream, "on_limit = \"delay\"\nmax_delay = \"10s\"\n").await;
     upstream.take_peak();
     let tally = load(sluice.url("/"), 48, Duration::ZERO, Duration::from_secs(4)).await;
     assert_eq!(tally.shed.load(Ordering::SeqCst), 0, "{tally:?}");
@@ -433,11 +415,11 @@ async fn in_delay_mode_requests_over_the_limit_wait_their_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tier_with_a_smaller_share_is_shed_first() {
     let upstream = Saturating::start(4).await;
-    let config = format!(
-        "[server]\nupstream = \"http://{{upstream}}\"\n{}",
-        adaptive_rule("tiers = { by = \"header:x-plan\", free = { share = 0.25 } }\n")
-    );
-    let sluice = Sluice::start(&config, upstream.addr).await;
+    let sluice = adaptive_sluice(
+        &upstream,
+        "tiers = { by = \"header:x-plan\", free = { share = 0.25 } }\n",
+    )
+    .await;
     // Premium callers (no tier: the whole limit) and free ones, as many.
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let counts = Arc::new(Mutex::new([(0u64, 0u64); 2]));

@@ -385,24 +385,34 @@ impl Run {
     fn limits(&self, from: usize, to: usize) -> Vec<u64> {
         self.bins[from..to].iter().map(|b| b.0).collect()
     }
+
+    /// The upstream held at most `most` on average over bins `from..to`.
+    fn assert_in_flight_at_most(&self, from: usize, to: usize, most: f64) {
+        let held = self.in_flight(from, to);
+        let limits = self.limits(0, to);
+        assert!(
+            held <= most,
+            "in flight {held} over bins {from}..{to}: limits {limits:?}"
+        );
+    }
+
+    /// At least `least` answers a second over bins `from..to`.
+    fn assert_goodput_at_least(&self, from: usize, to: usize, least: f64) {
+        let goodput = self.goodput(from, to);
+        let limits = self.limits(0, to);
+        assert!(
+            goodput >= least,
+            "goodput {goodput} over bins {from}..{to}: limits {limits:?}"
+        );
+    }
 }
 
 #[test]
 fn fifty_clients_on_ten_workers_converge_below_one_and_a_half_times_ten() {
     let mut simulation = Simulation::new(50, 20);
     let run = simulation.run(30, |_| 10);
-    let settled = run.in_flight(100, 299);
-    let goodput = run.goodput(100, 299);
-    assert!(
-        settled <= 15.0,
-        "in flight {settled}: {:?}",
-        run.limits(0, 299)
-    );
-    assert!(
-        goodput >= 400.0,
-        "goodput {goodput}: {:?}",
-        run.limits(0, 299)
-    );
+    run.assert_in_flight_at_most(100, 299, 15.0);
+    run.assert_goodput_at_least(100, 299, 400.0);
 }
 
 #[test]
@@ -416,19 +426,9 @@ fn the_limit_follows_the_upstream_down_and_back_up() {
         }
     });
     // Within 5 s of the halving, the upstream holds at most 1.5 × 5.
-    let halved = run.in_flight(200, 300);
-    assert!(
-        halved <= 7.5,
-        "in flight {halved}: {:?}",
-        run.limits(140, 300)
-    );
+    run.assert_in_flight_at_most(200, 300, 7.5);
     // Within 10 s of the recovery, goodput is back (≥ 80 % of 500/s).
-    let recovered = run.goodput(400, 499);
-    assert!(
-        recovered >= 400.0,
-        "goodput {recovered}: {:?}",
-        run.limits(290, 499)
-    );
+    run.assert_goodput_at_least(400, 499, 400.0);
 }
 
 #[test]
@@ -458,18 +458,8 @@ fn exponential_service_times_under_overload_keep_the_upstream_near_its_workers()
     let mut simulation = Simulation::new(50, 20);
     simulation.exponential = true;
     let run = simulation.run(120, |_| 10);
-    let settled = run.in_flight(100, 1199);
-    assert!(
-        settled <= 15.0,
-        "in flight {settled}: {:?}",
-        run.limits(0, 1199)
-    );
-    let goodput = run.goodput(100, 1199);
-    assert!(
-        goodput >= 400.0,
-        "goodput {goodput}: {:?}",
-        run.limits(0, 1199)
-    );
+    run.assert_in_flight_at_most(100, 1199, 15.0);
+    run.assert_goodput_at_least(100, 1199, 400.0);
     assert!(run.lowest_limit > 1, "{:?}", run.limits(0, 1199));
 }
 
@@ -477,16 +467,6 @@ fn exponential_service_times_under_overload_keep_the_upstream_near_its_workers()
 fn a_start_five_times_above_the_knee_comes_down_within_five_seconds() {
     let mut simulation = Simulation::new(32, 20);
     let run = simulation.run(15, |_| 4);
-    let settled = run.in_flight(50, 149);
-    assert!(
-        settled <= 6.0,
-        "in flight {settled}: {:?}",
-        run.limits(0, 149)
-    );
-    let goodput = run.goodput(50, 149);
-    assert!(
-        goodput >= 160.0,
-        "goodput {goodput}: {:?}",
-        run.limits(0, 149)
-    );
+    run.assert_in_flight_at_most(50, 149, 6.0);
+    run.assert_goodput_at_least(50, 149, 160.0);
 }
