@@ -157,7 +157,9 @@ pub struct Estimator {
     pub bounds: Bounds,
     /// The limit, unrounded.
     estimate: f64,
-    /// The latency without a queue; 0 until the first window.
+    /// Whether the first window with answers (which only warms up) closed.
+    warmed: bool,
+    /// The latency without a queue; 0 until the window after the first.
     baseline: f64,
     /// The limit before the last backoff for latency: until the limit is
     /// back there, a lower latency pulls the baseline down faster.
@@ -174,6 +176,7 @@ impl Estimator {
         Estimator {
             bounds,
             estimate: bounds.initial() as f64,
+            warmed: false,
             baseline: 0.0,
             cut_from: 0.0,
             descent: None,
@@ -215,13 +218,12 @@ impl Estimator {
             self.estimate *= (1.0 - failed / 2.0).max(0.5);
         } else if successes > 0 {
             let mean = window.latency_sum as f64 / successes as f64;
-            if self.baseline == 0.0 {
+            if !std::mem::replace(&mut self.warmed, true) {
                 // The first window only warms up: its answers are the
                 // quick ones of the requests it began with.
-                self.baseline = f64::MIN_POSITIVE;
                 return self.limit();
             }
-            if self.baseline == f64::MIN_POSITIVE {
+            if self.baseline == 0.0 {
                 self.baseline = mean;
             }
             if std::mem::take(&mut self.settling) {
