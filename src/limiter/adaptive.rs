@@ -63,6 +63,11 @@ pub const MIN_WINDOW: Nanos = 100 * MILLI;
 /// service times backed off on noise and lost a quarter of its goodput).
 pub const MIN_SAMPLES: u64 = 100;
 
+/// Latencies below this are the same latency (an upstream on the same
+/// host answers in tens of µs): the baseline is never 0, so a ratio to it
+/// is always a number.
+pub const LATENCY_FLOOR: f64 = 1_000.0;
+
 /// A window that has run [`SLOW_WINDOW`] past its end closes with this
 /// many answers: a low limit on a slow upstream answers few, and waiting
 /// for [`MIN_SAMPLES`] would leave it low for seconds once capacity is back.
@@ -217,7 +222,7 @@ impl Estimator {
         if failed > FAILURE_TOLERANCE {
             self.estimate *= (1.0 - failed / 2.0).max(0.5);
         } else if successes > 0 {
-            let mean = window.latency_sum as f64 / successes as f64;
+            let mean = (window.latency_sum as f64 / successes as f64).max(LATENCY_FLOOR);
             if !std::mem::replace(&mut self.warmed, true) {
                 // The first window only warms up: its answers are the
                 // quick ones of the requests it began with.

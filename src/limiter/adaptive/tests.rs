@@ -470,3 +470,18 @@ fn a_start_five_times_above_the_knee_comes_down_within_five_seconds() {
     run.assert_in_flight_at_most(50, 149, 6.0);
     run.assert_goodput_at_least(50, 149, 160.0);
 }
+
+#[test]
+fn answers_faster_than_a_microsecond_are_a_microsecond() {
+    let mut estimator = Estimator::new(bounds(1, 200));
+    let instant = |peak| Window {
+        samples: 100,
+        failures: 0,
+        latency_sum: 0,
+        peak_in_flight: peak,
+    };
+    estimator.close(instant(20));
+    assert_eq!(estimator.close(instant(20)), 22);
+    assert_eq!(estimator.baseline(), 1_000);
+    assert_eq!(estimator.close(window(100, 0, 22)), 24);
+}
