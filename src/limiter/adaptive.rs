@@ -3,7 +3,8 @@
 //!
 //! The [`Estimator`] is the arithmetic, a pure function of the windows it
 //! is shown; the [`Controller`] feeds it live traffic: each admitted
-//! request's time to the upstream's response head, or its failure (a 5xx,
+//! request's time to the upstream's response head (from the end of its
+//! body, if the client was still sending it), or its failure (a 5xx,
 //! a timeout, a reset), and the in-flight count each admission saw. A
 //! request the client abandoned before the answer began is no sample at
 //! all: it says nothing about the upstream (and counting it as a fast

@@ -19,10 +19,15 @@
 //! The server inserts the limits as a request extension ([`BodyLimits`]) on
 //! requests that have a body; [`guard`] takes them out where the request is
 //! handed to the upstream. A request without them passes unguarded.
+//!
+//! A guarded body also notes when it ended ([`BodyWatch::ended_at`]): an
+//! upstream cannot answer a request before it has all of it, so the time a
+//! slow client took to send its body is not the upstream's (adaptive rules
+//! learn from the upstream's time alone: docs/adaptive.md).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -33,6 +38,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
 use super::client_request::ClientBody;
+use crate::clock::{Clock, Nanos, ProxyClock};
 
 /// The limits on one request body, from `[server]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +69,6 @@ pub enum CutOff {
     TooLarge,
 }
 
-const NOT_TRIPPED: u8 = 0;
 const TRIPPED_TIMEOUT: u8 = 1;
 const TRIPPED_TOO_LARGE: u8 = 2;
 
@@ -110,32 +115,48 @@ struct Active {
     /// Started at the first poll.
     timer: Option<Pin<Box<Sleep>>>,
     received: u64,
-    tripped: Arc<AtomicU8>,
+    watched: Arc<Watched>,
+    /// Dates the end of the body.
+    clock: ProxyClock,
+}
+
+/// What a guarded body tells the proxy that handed it over.
+#[derive(Debug, Default)]
+struct Watched {
+    /// Which limit cut it off (0: none).
+    tripped: AtomicU8,
+    /// When its last frame was read (0: not yet).
+    ended_at: AtomicU64,
 }
 
 /// What the proxy keeps of a guarded body once it was handed over.
 #[derive(Debug)]
 pub struct BodyWatch {
-    tripped: Option<Arc<AtomicU8>>,
+    watched: Option<Arc<Watched>>,
     version: Version,
 }
 
-/// Wraps the request's body with the limits the server attached, if any.
-pub fn guard(mut request: Request<ClientBody>) -> (Request<GuardedBody>, BodyWatch) {
+/// Wraps the request's body with the limits the server attached, if any;
+/// its end is dated on `clock`.
+pub fn guard(
+    mut request: Request<ClientBody>,
+    clock: &ProxyClock,
+) -> (Request<GuardedBody>, BodyWatch) {
     let limits = request.extensions_mut().remove::<BodyLimits>();
     let version = request.version();
-    let tripped = limits.map(|_| Arc::new(AtomicU8::new(NOT_TRIPPED)));
+    let watched = limits.map(|_| Arc::new(Watched::default()));
     let watch = BodyWatch {
-        tripped: tripped.clone(),
+        watched: watched.clone(),
         version,
     };
     let request = request.map(|inner| GuardedBody {
-        guard: limits.zip(tripped).map(|(limits, tripped)| {
+        guard: limits.zip(watched).map(|(limits, watched)| {
             Box::new(Active {
                 limits,
                 timer: None,
                 received: 0,
-                tripped,
+                watched,
+                clock: clock.clone(),
             })
         }),
         inner,
@@ -147,7 +168,7 @@ impl BodyWatch {
     /// The watch of a request that has no body to guard.
     pub fn no_body(version: Version) -> BodyWatch {
         BodyWatch {
-            tripped: None,
+            watched: None,
             version,
         }
     }
@@ -155,11 +176,17 @@ impl BodyWatch {
     /// Whether the body was cut off by one of its limits; an exchange that
     /// failed then failed because of it, and the client is to blame.
     pub fn cut_off(&self) -> Option<CutOff> {
-        match self.tripped.as_ref()?.load(Ordering::Acquire) {
+        match self.watched.as_ref()?.tripped.load(Ordering::Acquire) {
             TRIPPED_TIMEOUT => Some(CutOff::Timeout),
             TRIPPED_TOO_LARGE => Some(CutOff::TooLarge),
             _ => None,
         }
+    }
+
+    /// When the body's last frame was read, if it was (a guarded body).
+    pub fn ended_at(&self) -> Option<Nanos> {
+        let at = self.watched.as_ref()?.ended_at.load(Ordering::Acquire);
+        (at != 0).then_some(at)
     }
 
     /// The HTTP version of the request whose body this watches.
@@ -175,7 +202,7 @@ impl Active {
             BodyError::TooLarge => TRIPPED_TOO_LARGE,
             BodyError::Client => return why,
         };
-        self.tripped.store(code, Ordering::Release);
+        self.watched.tripped.store(code, Ordering::Release);
         why
     }
 }
@@ -214,6 +241,8 @@ impl Body for GuardedBody {
             }
             Poll::Ready(Some(Err(_))) => Poll::Ready(Some(Err(BodyError::Client))),
             Poll::Ready(None) => {
+                let ended = active.clock.now();
+                active.watched.ended_at.store(ended, Ordering::Release);
                 // Complete: the timer is no longer needed.
                 this.guard = None;
                 Poll::Ready(None)

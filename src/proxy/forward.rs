@@ -505,7 +505,14 @@ impl Forwarder<'_> {
         // Until the head arrived, or the last attempt failed.
         let upstream_took = ended.saturating_sub(outgoing.sent);
         ruling.upstream_took = Some(upstream_took);
-        let took = (upstream_took, ended);
+        // Adaptive rules learn the upstream's time alone: from the end of
+        // a body the client was still sending.
+        let from = outgoing
+            .body_watch
+            .ended_at()
+            .unwrap_or(0)
+            .max(outgoing.sent);
+        let took = (ended.saturating_sub(from), ended);
         let incoming = self.incoming(result, outgoing.client_upgrade, settlement, took);
         match incoming {
             Ok(answer) => {
@@ -570,7 +577,7 @@ impl Forwarder<'_> {
         let (streamed, body_watch) = if pool::is_plain(request) {
             (None, BodyWatch::no_body(request.version()))
         } else {
-            let (request, body_watch) = deadline::guard(client.take());
+            let (request, body_watch) = deadline::guard(client.take(), self.clock);
             (Some(ClientRequest::new(request)), body_watch)
         };
         Outgoing {

@@ -38,6 +38,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::pool::{AddedFields, ForwardError, Pool};
+use crate::clock::ProxyClock;
 use crate::proxy::client_request::{ClientBody, ClientRequest};
 use crate::proxy::{deadline, forward};
 
@@ -120,7 +121,7 @@ async fn relay_on(client: Client, method: Method, answer: Bytes) -> Relayed {
                     .await
             }
             Client::Hyper => {
-                let (guarded, _watch) = deadline::guard(request);
+                let (guarded, _watch) = deadline::guard(request, &ProxyClock::default());
                 let mut request = ClientRequest::new(guarded);
                 pool.send(&mut request, &AddedFields::default(), deadline)
                     .await

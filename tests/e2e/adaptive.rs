@@ -120,6 +120,11 @@ impl UpstreamState {
         if self.failing.load(Ordering::SeqCst) {
             return reply(StatusCode::INTERNAL_SERVER_ERROR);
         }
+        // A request is served once it has all arrived, as an API reads its
+        // body before it answers.
+        if request.into_body().collect().await.is_err() {
+            return reply(StatusCode::BAD_REQUEST);
+        }
         let in_flight = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.peak.fetch_max(in_flight, Ordering::SeqCst);
         let worker = self.workers.acquire().await.unwrap();
@@ -594,4 +599,60 @@ async fn beside_redis_each_instance_keeps_its_own_permits() {
     assert_eq!(buckets["buckets"][0]["remaining"], 2, "{buckets}");
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// Clients that take 300 ms to send their bodies hold a permit that long,
+/// but the upstream answers each 20 ms after the body is in: the limit
+/// learns from the upstream's time, not the client's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upload_is_not_read_as_a_slow_upstream() {
+    let upstream = Saturating::start(64).await;
+    let sluice = adaptive_sluice(&upstream, "").await;
+    // Quick GETs alone first: the baseline is the upstream's 20 ms.
+    let quick = tokio::spawn(load(
+        sluice.url("/"),
+        4,
+        Duration::ZERO,
+        Duration::from_secs(6),
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let url = sluice.url("/upload");
+    let until = Instant::now() + Duration::from_secs(4);
+    let mut slow = Vec::new();
+    for _ in 0..9 {
+        let url = url.clone();
+        slow.push(tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            while Instant::now() < until {
+                // Half the body now, the rest 300 ms later.
+                let parts = futures_util::stream::unfold(0, |part| async move {
+                    match part {
+                        0 => Some((
+                            Ok(hyper::body::Frame::data(Bytes::from_static(b"half "))),
+                            1,
+                        )),
+                        1 => {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            Some((Ok(hyper::body::Frame::data(Bytes::from_static(b"rest"))), 2))
+                        }
+                        _ => None,
+                    }
+                });
+                let body = BodyExt::boxed(http_body_util::StreamBody::new(parts));
+                statuses.push(support::post_streaming(&url, body).await.status);
+            }
+            statuses
+        }));
+    }
+    let quick = quick.await.unwrap();
+    for task in slow {
+        for status in task.await.unwrap() {
+            assert_eq!(status, StatusCode::OK);
+        }
+    }
+    assert_eq!(quick.shed.load(Ordering::SeqCst), 0, "{quick:?}");
+    // In use (9 uploads and 4 GETs in flight against 20), at the
+    // upstream's 20 ms: it grew.
+    assert!(learned(&sluice, "adaptive").await > 20.0);
+    sluice.shutdown().await;
 }
