@@ -217,16 +217,19 @@ fn metrics_text(proxy: &Proxy) -> String {
     let store = proxy.store();
     let now = proxy.now();
     for rule in &proxy.policy().rules {
-        let tracked_keys = match &rule.limits[..] {
-            // An adaptive rule's tiers share its one table.
-            [limit] if limit.is_adaptive() => store.tracked_keys(&limit.table),
-            _ => rule
-                .all_limits()
-                .map(|limit| store.tracked_keys(&limit.table))
-                .sum(),
-        };
+        // Each table once: an adaptive rule's tiers share the rule's.
+        let mut counted = Vec::new();
+        let tracked_keys = rule
+            .all_limits()
+            .filter(|limit| {
+                let first = !counted.contains(&limit.table.id());
+                counted.push(limit.table.id());
+                first
+            })
+            .map(|limit| store.tracked_keys(&limit.table))
+            .sum();
         metrics.set_rule_state(&rule.name, rule.bans.active(now).len(), tracked_keys);
-        if let Some(controller) = rule.limits.first().and_then(|l| l.adaptive.as_ref()) {
+        if let Some(controller) = rule.limits.first().and_then(crate::policy::Limit::adaptive) {
             metrics.set_adaptive_limit(&rule.name, controller.limit());
         }
     }

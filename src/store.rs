@@ -87,13 +87,14 @@ impl Store {
     ) -> Result<(), StoreError> {
         match self {
             Store::Memory(store) => store.admit(asks, now, answer),
-            // Boxed: every request's future would carry this state (about
-            // 500 bytes; `RedisStore::admit` boxes a cluster's 2.7 KiB round
-            // trip itself), memory-store ones too.
+            // An adaptive rule's permits are this instance's own.
             Store::Redis(store) if instance_permits::asks_any(asks) => {
                 let local = store.local();
                 return Box::pin(instance_permits::admit(local, store, asks, now, answer)).await;
             }
+            // Boxed: every request's future would carry this state (about
+            // 500 bytes; `RedisStore::admit` boxes a cluster's 2.7 KiB round
+            // trip itself), memory-store ones too.
             Store::Redis(store) => return Box::pin(store.admit(asks, now, answer)).await,
             Store::Hybrid(store) => store.admit(asks, now, answer),
             #[cfg(test)]

@@ -186,25 +186,10 @@ if [ "$bin" != none ]; then
   [ "$admin" = - ] || metrics=$admin
 fi
 
-tick=$(getconf CLK_TCK)
-quiet() { # waits up to QUIET_WAIT s (default 120) for 3 seconds in a row in
-  # which the machine is at most 10 % busy, so other work does not share the run
-  local waited=0 calm=0 a b
-  while [ "$waited" -lt "${QUIET_WAIT:-120}" ]; do
-    a=$(( $(cpu_busy 0) + $(cpu_busy 1) )); sleep 1; b=$(( $(cpu_busy 0) + $(cpu_busy 1) ))
-    if [ $(( (b - a) * 100 / tick )) -le 20 ]; then   # 20 % of one CPU = 10 % of two
-      calm=$((calm + 1)); [ "$calm" -ge 3 ] && return 0
-    else
-      calm=0
-    fi
-    waited=$((waited + 1))
-  done
-  echo "  (the machine was not quiet within ${QUIET_WAIT:-120} s: running anyway)"
-}
+. "$here/../lib/quiet.sh"   # cpu_busy, quiet, tick
 ticks() { [ -n "$1" ] && awk '{print $14 + $15}' "/proc/$1/stat" || echo 0; }
-cpu_busy() { awk -v cpu="cpu$1" '$1 == cpu {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 echo "$scenario: $( [ "$bin" = none ] && echo "no sluice" || echo "$bin, $(basename "$config")"), c=$c ($dist $service ms${changes:+, changes $changes}), $clients clients$( [ "$think" = 0 ] || echo " (think $think ms)"), ${duration} s"
-quiet
+quiet 120
 up0=$(ticks "$up"); sl0=$(ticks "$sl"); c00=$(cpu_busy 0); c10=$(cpu_busy 1); t0=$(date +%s.%N)
 schedule=$(echo "$changes" | sed 's/:/:c=/g')
 bound=$((${duration%.*} + 20))

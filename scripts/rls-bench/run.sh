@@ -42,7 +42,7 @@ rls=http://127.0.0.1:18581/envoy.service.ratelimit.v3.RateLimitService/ShouldRat
 admin=http://127.0.0.1:18582
 python3 "$here/message.py" request "$out/call.bin" edge user alice
 printf '{"rule":"users","key":"alice"}' > "$out/check.json"
-tick=$(getconf CLK_TCK)
+. "$here/../lib/quiet.sh"   # cpu_busy, quiet, tick
 sl=
 trap '[ -n "$sl" ] && kill -TERM $sl 2>/dev/null; wait 2>/dev/null' EXIT
 
@@ -58,23 +58,6 @@ stop_sluice() { kill -TERM $sl; wait $sl 2>/dev/null; sl=; }
 ticks() { awk '{print $14 + $15}' "/proc/$sl/stat"; }
 allowed() { # the users rule's allowed outcomes so far
   curl -s "$admin/metrics" | awk '/^sluice_requests_total\{/ && /rule="users"/ && /outcome="allowed"/ {n += $NF} END {print n + 0}'
-}
-cpu_busy() { # busy ticks of CPU $1 (all processes), from /proc/stat
-  awk -v cpu="cpu$1" '$1 == cpu {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat
-}
-quiet() { # waits up to QUIET_WAIT s (default 300) for 3 seconds in a row in
-  # which the machine is at most 10 % busy, so other work does not share the run
-  local waited=0 calm=0 a b
-  while [ "$waited" -lt "${QUIET_WAIT:-300}" ]; do
-    a=$(( $(cpu_busy 0) + $(cpu_busy 1) )); sleep 1; b=$(( $(cpu_busy 0) + $(cpu_busy 1) ))
-    if [ $(( (b - a) * 100 / tick )) -le 20 ]; then   # 20 % of one CPU = 10 % of two
-      calm=$((calm + 1)); [ "$calm" -ge 3 ] && return 0
-    else
-      calm=0
-    fi
-    waited=$((waited + 1))
-  done
-  echo "  (the machine was not quiet within ${QUIET_WAIT:-300} s: running anyway)"
 }
 memory() { grep -E '^(VmHWM|VmRSS)' "/proc/$sl/status" | awk '{printf "%s %s kB  ", $1, $2}'; }
 
@@ -96,7 +79,7 @@ run() { # label; then h2load's arguments
   local label=$1; shift
   local before after counted_before counted_after result t0 t1 cpu0 cpu1
   rm -f "$out/$label.log"
-  quiet
+  quiet 300
   counted_before=$(allowed); before=$(ticks)
   cpu0=$(cpu_busy 0); cpu1=$(cpu_busy 1); t0=$(date +%s.%N)
   # h2load's own CPU: the subshell's waited-for children's (/proc, fields 16, 17).

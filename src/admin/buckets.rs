@@ -171,7 +171,7 @@ pub(super) fn bucket_json(
     next: Decision,
     tracked: Option<bool>,
 ) -> Value {
-    let capacity = match (&limit.adaptive, &limit.limiter) {
+    let capacity = match (limit.adaptive(), &limit.limiter) {
         // An adaptive rule's permits: the limit it learned (a tier's share).
         (Some(controller), Limiter::Concurrency(permits)) => controller.limit_for(permits.share),
         _ => limit.limiter.capacity(),

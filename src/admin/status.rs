@@ -158,7 +158,7 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
                 Some((then, span)) => counts.rates_since(&then, span.max(MIN_SPAN).as_secs_f64()),
                 None => [0.0; 4],
             };
-            let adaptive = rule.limits.first().and_then(|l| l.adaptive.as_ref());
+            let adaptive = rule.limits.first().and_then(crate::policy::Limit::adaptive);
             let limits = match adaptive {
                 Some(controller) => format!(
                     "{} in flight now, learned ({})",

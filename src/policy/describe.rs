@@ -5,13 +5,11 @@ use super::limit::Limit;
 use super::Policy;
 use crate::clock::Nanos;
 use crate::config::describe_match;
+use crate::limiter::adaptive::Controller;
 
 /// An adaptive rule's limit: the limit in force now (a tier's share of
 /// it), its bounds, and the baseline latency it compares answers with.
-fn adaptive_json(limit: &Limit) -> serde_json::Value {
-    let Some(controller) = &limit.adaptive else {
-        return serde_json::Value::Null;
-    };
+fn adaptive_json(limit: &Limit, controller: &Controller) -> serde_json::Value {
     let (bounds, baseline) = controller.view();
     let share = match limit.limiter {
         crate::limiter::Limiter::Concurrency(concurrency) => concurrency.share,
@@ -34,15 +32,15 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
     let limits_json = |limits: &[Limit]| -> Vec<serde_json::Value> {
         limits
             .iter()
-            .map(|limit| match limit.period {
-                _ if limit.adaptive.is_some() => adaptive_json(limit),
-                Some(period) => json!({
+            .map(|limit| match (limit.adaptive(), limit.period) {
+                (Some(controller), _) => adaptive_json(limit, controller),
+                (None, Some(period)) => json!({
                     "name": limit.name,
                     "count": limit.count,
                     "period_secs": period.as_secs_f64(),
                     "capacity": limit.limiter.capacity(),
                 }),
-                None => json!({
+                (None, None) => json!({
                     "name": limit.name,
                     "max_in_flight": limit.limiter.capacity(),
                 }),

@@ -46,8 +46,6 @@ pub struct Limit {
     /// Unique among every limit this process compiles: what a remembered
     /// answer is keyed on (a limit's address may be reused after a reload).
     pub serial: u64,
-    /// An `adaptive` rule's limit: its controller (its table's).
-    pub adaptive: Option<Arc<Controller>>,
 }
 
 /// A limit's rate-limit fields as sent when it is the only applicable
@@ -94,11 +92,18 @@ impl Limit {
         matches!(self.limiter, Limiter::Concurrency(_))
     }
 
-    /// Whether this is an `adaptive` rule's limit: the upstream's capacity,
-    /// not a caller's quota (refused with 503, no rate-limit fields).
+    /// An `adaptive` rule's controller (its permit table's): the
+    /// upstream's capacity, not a caller's quota (refused with 503, no
+    /// rate-limit fields).
+    #[inline]
+    pub fn adaptive(&self) -> Option<&Arc<Controller>> {
+        self.table.adaptive()
+    }
+
+    /// Whether this is an `adaptive` rule's limit.
     #[inline]
     pub fn is_adaptive(&self) -> bool {
-        self.adaptive.is_some()
+        self.adaptive().is_some()
     }
 }
 
@@ -149,7 +154,6 @@ pub(super) fn concurrency_limit(
         limit_header: HeaderValue::from(max_in_flight),
         problem_head: problem::quota_exceeded_head(status, &detail),
         serial: next_serial(),
-        adaptive: table.adaptive().cloned(),
         table,
     }
 }
@@ -197,6 +201,5 @@ pub(super) fn compile_limit(
         limit_header: HeaderValue::from(limiter.capacity()),
         problem_head: problem::quota_exceeded_head(status, &detail),
         serial: next_serial(),
-        adaptive: None,
     }
 }

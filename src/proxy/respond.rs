@@ -339,7 +339,7 @@ pub fn limited(
         .filter(|v| std::ptr::eq(v.rule, first_rule))
         .min_by_key(|v| v.decision.state().remaining)
         .expect("the first rejecting rule has a rejecting limit");
-    if let Some(controller) = &first.limit.adaptive {
+    if let Some(controller) = first.limit.adaptive() {
         return overloaded(response, first.rule, controller.limit());
     }
     let retry_after_secs = retry_after(verdicts).map(|nanos| ceil_secs(nanos).max(1));

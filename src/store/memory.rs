@@ -36,8 +36,7 @@ use super::{Ask, BucketKey};
 use crate::clock::Nanos;
 use crate::limiter::adaptive::Controller;
 use crate::limiter::{
-    Algorithm, Carry, Concurrency, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog,
-    SlidingWindow,
+    Algorithm, Carry, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
 };
 pub use admit::{PERMIT_REFUSED, PERMIT_RETRY, UNASKED};
 pub use permits::PermitGrant;
@@ -305,23 +304,6 @@ impl MemoryStore {
 
     /// A new, empty table for `limiter`'s buckets, named `name`.
     pub fn named_table(&self, name: TableName, limiter: &Limiter) -> BucketTable {
-        self.new_table(name, limiter, None)
-    }
-
-    /// A new, empty table for an `adaptive` rule's permits, limited by
-    /// `controller` (kept by this instance alone, whatever the backend:
-    /// docs/adaptive.md).
-    pub fn adaptive_table(&self, name: TableName, controller: Arc<Controller>) -> BucketTable {
-        let limiter = Limiter::Concurrency(Concurrency::new(controller.view().0.ceiling));
-        self.new_table(name, &limiter, Some(controller))
-    }
-
-    fn new_table(
-        &self,
-        name: TableName,
-        limiter: &Limiter,
-        adaptive: Option<Arc<Controller>>,
-    ) -> BucketTable {
         let bound = &self.bound;
         let split = &self.newcomers;
         let buckets = match *limiter {
@@ -331,11 +313,21 @@ impl MemoryStore {
             Limiter::SlidingWindow(a) => Buckets::SlidingWindow(Table::new(a, bound, split)),
             // Decided at this instance's share in hybrid mode, never synced.
             Limiter::SlidingLog(a) => Buckets::SlidingLog(Table::new(a, bound, &None)),
-            Limiter::Concurrency(_) => Buckets::Permits(Arc::new(match adaptive {
-                Some(controller) => PermitTable::adaptive(controller),
-                None => PermitTable::default(),
-            })),
+            Limiter::Concurrency(_) => Buckets::Permits(Arc::default()),
         };
+        self.register(name, buckets)
+    }
+
+    /// A new, empty table for an `adaptive` rule's permits, limited by
+    /// `controller` (kept by this instance alone, whatever the backend:
+    /// docs/adaptive.md).
+    pub fn adaptive_table(&self, name: TableName, controller: Arc<Controller>) -> BucketTable {
+        let permits = PermitTable::adaptive(controller);
+        self.register(name, Buckets::Permits(Arc::new(permits)))
+    }
+
+    /// Names `buckets` and lists them among the store's live tables.
+    fn register(&self, name: TableName, buckets: Buckets) -> BucketTable {
         let buckets = Arc::new(Named { buckets, name });
         let weak = Arc::downgrade(&buckets);
         self.tables.rcu(|tables| {
