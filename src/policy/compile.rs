@@ -12,7 +12,7 @@ use super::rule::{Billing, Rule, Variant, VariantIndex};
 use super::sunset::Sunset;
 use super::Policy;
 use crate::clock::Nanos;
-use crate::config::{AlgorithmKind, KeySource, OnChange, OnLimit, RuleConfig};
+use crate::config::{KeySource, OnChange, OnLimit, RuleConfig};
 use crate::key::KeyHasher;
 use crate::limiter::adaptive::{Bounds, Controller};
 use crate::limiter::{Concurrency, HoldLimits, Limiter};
@@ -141,12 +141,10 @@ fn billing(rule: &RuleConfig, counters: &RuleCounters) -> Option<Arc<Billing>> {
     })
 }
 
-/// An `adaptive` rule's floor and ceiling.
+/// An `adaptive` rule's floor and ceiling (only such a rule has a floor).
 fn adaptive_bounds(rule: &RuleConfig) -> Option<Bounds> {
-    (rule.algorithm == AlgorithmKind::Adaptive).then(|| Bounds {
-        floor: rule.min_in_flight.unwrap_or(1),
-        ceiling: rule.max_in_flight.unwrap_or(100),
-    })
+    let (floor, ceiling) = rule.min_in_flight.zip(rule.max_in_flight)?;
+    Some(Bounds { floor, ceiling })
 }
 
 /// An `adaptive` rule's tiers: the rule's one limit, on its table, each
