@@ -484,56 +484,192 @@ pub struct RuleConfig {
 }
 
 /// `charge`: what a request costs beyond its admission, known only once
-/// the exchange is under way.
+/// the exchange is under way (docs/charging.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Charge {
+    /// Each source with its weight, in the order written (a lone source
+    /// weighs 1). Never empty.
+    pub sources: Vec<Weighted>,
+    /// `charge_missing`: units charged for each source whose value never
+    /// arrives (not weighted).
+    pub missing: u64,
+}
+
+/// One source of a charge and what each of its units weighs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Weighted {
+    pub source: ChargeSource,
+    /// Finite, at least 0.
+    pub weight: f64,
+}
+
+/// Where a charge's units come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Charge {
+pub enum ChargeSource {
     /// `"elapsed_ms"`: milliseconds from forwarding the request (after any
     /// hold) to the end of the response body.
     ElapsedMs,
     /// `"header:<name>"`: units the upstream reports in this response
-    /// header (stripped before the client sees it).
+    /// header or trailer (stripped before the client sees it).
     Header(http::HeaderName),
+    /// `"json:<pointer>"`: a number at this pointer in the response body,
+    /// read as it streams.
+    Json(crate::body_scan::Pointer),
 }
 
-/// `refund_on`: the failures that give the admission cost back.
+impl Charge {
+    /// Whether a source charges upstream time (so the bill runs until the
+    /// response body ends, ticking).
+    pub fn charges_elapsed(&self) -> bool {
+        self.sources
+            .iter()
+            .any(|weighted| weighted.source == ChargeSource::ElapsedMs)
+    }
+}
+
+impl Weighted {
+    /// The units charged for `value` of this source: value × weight,
+    /// rounded up to a whole unit (a product within a billionth of a whole
+    /// number is that number, so `10 × 0.3` is 3, not 4), saturating.
+    pub fn units(&self, value: f64) -> u64 {
+        let product = value * self.weight;
+        let nearest = product.round();
+        let units = if (product - nearest).abs() <= 1e-9 * nearest.max(1.0) {
+            nearest
+        } else {
+            product.ceil()
+        };
+        // `as` saturates (and maps NaN, impossible here, to 0).
+        units as u64
+    }
+
+    /// The units charged for a whole `value` (a header's): exact while the
+    /// weight is whole.
+    pub fn whole_units(&self, value: u64) -> u64 {
+        if self.weight.fract() == 0.0 && self.weight < u64::MAX as f64 {
+            value.saturating_mul(self.weight as u64)
+        } else {
+            self.units(value as f64)
+        }
+    }
+}
+
+/// `refund_on`: the ends of an exchange that give the admission cost back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RefundOn {
-    /// `"5xx"`: the upstream answered with a 5xx status.
-    pub server_error: bool,
     /// `"upstream_error"`: sluice could not get an answer (connect error,
     /// timeout, a broken exchange).
     pub upstream_error: bool,
     /// `"client_abort"`: the client left before the response began.
     pub client_abort: bool,
+    /// Status classes (`"5xx"`) and codes (`"404"`), judged by the status
+    /// the client got.
+    pub statuses: StatusSet,
+}
+
+/// A set of HTTP status codes (100–599): a bit each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StatusSet([u64; 8]);
+
+impl StatusSet {
+    /// Adds `code` (100–599; others are ignored).
+    pub fn insert(&mut self, code: u16) {
+        if let Some(bit) = code.checked_sub(100).filter(|bit| *bit < 500) {
+            self.0[usize::from(bit / 64)] |= 1 << (bit % 64);
+        }
+    }
+
+    /// Whether `code` is in the set.
+    #[inline]
+    pub fn contains(&self, code: u16) -> bool {
+        code.checked_sub(100)
+            .filter(|bit| *bit < 500)
+            .is_some_and(|bit| self.0[usize::from(bit / 64)] & (1 << (bit % 64)) != 0)
+    }
+
+    /// Whether no code is in the set.
+    pub fn is_empty(&self) -> bool {
+        self.0 == [0; 8]
+    }
+
+    /// The set as the config writes it: a whole class as `"5xx"`, other
+    /// codes one by one, ascending.
+    pub fn names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for class in 1..=5u16 {
+            let codes = class * 100..class * 100 + 100;
+            if codes.clone().all(|code| self.contains(code)) {
+                names.push(format!("{class}xx"));
+            } else {
+                names.extend(
+                    codes
+                        .filter(|&code| self.contains(code))
+                        .map(|c| c.to_string()),
+                );
+            }
+        }
+        names
+    }
 }
 
 impl RefundOn {
-    /// Whether no failure refunds anything.
+    /// Whether no end of an exchange refunds anything.
     pub fn is_empty(&self) -> bool {
         *self == RefundOn::default()
     }
 
-    /// The cases as the config writes them, in the documented order
-    /// (docs/charging.md).
-    pub fn names(&self) -> Vec<&'static str> {
-        [
-            (self.server_error, "5xx"),
+    /// Whether an answer of `status` gives the cost back.
+    #[inline]
+    pub fn refunds_status(&self, status: http::StatusCode) -> bool {
+        self.statuses.contains(status.as_u16())
+    }
+
+    /// The cases as the config writes them (docs/charging.md): statuses,
+    /// then `upstream_error` and `client_abort`.
+    pub fn names(&self) -> Vec<String> {
+        let mut names = self.statuses.names();
+        for (on, name) in [
             (self.upstream_error, "upstream_error"),
             (self.client_abort, "client_abort"),
-        ]
-        .into_iter()
-        .filter_map(|(on, name)| on.then_some(name))
-        .collect()
+        ] {
+            if on {
+                names.push(name.to_owned());
+            }
+        }
+        names
+    }
+}
+
+impl std::fmt::Display for ChargeSource {
+    /// As the config writes it: `elapsed_ms`, `header:x-cost`,
+    /// `json:/usage/total_tokens`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChargeSource::ElapsedMs => f.write_str("elapsed_ms"),
+            ChargeSource::Header(name) => write!(f, "header:{name}"),
+            ChargeSource::Json(pointer) => write!(f, "json:{pointer}"),
+        }
     }
 }
 
 impl std::fmt::Display for Charge {
-    /// As the config writes it: `elapsed_ms`, `header:x-cost`.
+    /// As the config writes it: one source of weight 1 as itself
+    /// (`elapsed_ms`), otherwise the table
+    /// (`{ "json:/a" = 1, "json:/b" = 4 }`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Charge::ElapsedMs => f.write_str("elapsed_ms"),
-            Charge::Header(name) => write!(f, "header:{name}"),
+        if let [lone] = self.sources.as_slice() {
+            if lone.weight == 1.0 {
+                return write!(f, "{}", lone.source);
+            }
         }
+        f.write_str("{ ")?;
+        for (index, weighted) in self.sources.iter().enumerate() {
+            if index > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "\"{}\" = {}", weighted.source, weighted.weight)?;
+        }
+        f.write_str(" }")
     }
 }
 

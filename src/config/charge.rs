@@ -1,10 +1,14 @@
-//! Deferred charging: `charge` (units taken after the response, by upstream
-//! time or a cost the upstream reports) and `refund_on` (the admission cost
-//! given back when the exchange failed).
+//! Deferred charging: `charge` (units taken after the response: upstream
+//! time, a cost the upstream reports in a header or trailer, a number in
+//! the response body, or a weighted sum of these), `charge_missing` (what a
+//! value that never arrives costs) and `refund_on` (the admission cost
+//! given back when the exchange ended so). See docs/charging.md.
 
-use super::raw::RawRule;
+use super::raw::{RawCharge, RawRule};
+use super::rules::RuleContext;
 use super::validate::Validator;
-use super::{AlgorithmKind, Charge, RefundOn};
+use super::{AlgorithmKind, Charge, ChargeSource, RefundOn, Weighted};
+use crate::body_scan::Pointer;
 use http::HeaderName;
 
 /// Response fields sluice cannot strip without breaking the exchange: a
@@ -20,21 +24,100 @@ const UNSTRIPPABLE: [&str; 8] = [
     "content-type",
 ];
 
+/// What `refund_on` accepts, for its error message.
+const REFUND_ON_ALLOWED: &str = "allowed: a status class (\"2xx\" … \"5xx\") or code (\"404\"), \
+     judged by the status the client got, \"upstream_error\" (connect error, timeout) and \
+     \"client_abort\" (the client left before the response began)";
+
 impl Validator<'_> {
-    /// `charge`: `"elapsed_ms"` or `"header:<name>"`, on an algorithm whose
-    /// balance can go below zero.
-    pub(super) fn charge(
-        &mut self,
-        index: usize,
-        raw: &RawRule,
-        algorithm: Option<AlgorithmKind>,
-    ) -> Option<Charge> {
-        let field = raw.charge.as_ref()?;
+    /// `charge` and `charge_missing`: sources (weighted when a table), on an
+    /// algorithm whose balance can go below zero.
+    pub(super) fn charge(&mut self, rule: &RuleContext, raw: &RawRule) -> Option<Charge> {
+        let index = rule.index;
+        let missing_path = format!("rule[{index}].charge_missing");
+        let Some(field) = raw.charge.as_ref() else {
+            if let Some(missing) = &raw.charge_missing {
+                self.error(
+                    missing.span().start,
+                    &missing_path,
+                    "charge_missing is what a charge costs when its value never arrives, and \
+                     this rule has no charge; add one, such as charge = \"json:/usage/total_tokens\"",
+                );
+            }
+            return None;
+        };
         let path = format!("rule[{index}].charge");
-        let at = field.span().start;
-        let charge =
-            parse_charge(field.get_ref()).map_err(|message| self.error(at, &path, message));
-        match algorithm {
+        let at = field.span.as_ref().map_or(rule.at, |span| span.start);
+        let mut sources = Vec::new();
+        let mut valid = true;
+        match &field.value {
+            RawCharge::One(text) => match parse_source(text) {
+                Ok(source) => sources.push(Weighted {
+                    source,
+                    weight: 1.0,
+                }),
+                Err(message) => {
+                    self.error(at, &path, message);
+                    valid = false;
+                }
+            },
+            RawCharge::Table(entries) => {
+                if entries.is_empty() {
+                    self.error(
+                        at,
+                        &path,
+                        "lists no source: write charge = { \"json:/usage/prompt_tokens\" = 1, \
+                         \"json:/usage/completion_tokens\" = 4 }, or one source as a string",
+                    );
+                    valid = false;
+                }
+                for (key, weight) in entries {
+                    let entry_at = key.span.as_ref().map_or(at, |span| span.start);
+                    let entry_path = format!("{path}.\"{}\"", key.text);
+                    let source = parse_source(&key.text)
+                        .map_err(|message| self.error(entry_at, &entry_path, message));
+                    let parsed = match weight.get_ref() {
+                        toml::Value::Integer(weight) => Some(*weight as f64),
+                        toml::Value::Float(weight) => Some(*weight),
+                        _ => None,
+                    }
+                    .filter(|weight| weight.is_finite() && *weight >= 0.0);
+                    if parsed.is_none() {
+                        self.error(
+                            weight.span().start,
+                            &entry_path,
+                            format!(
+                                "the weight {} is not a number of at least 0: each unit the \
+                                 source reports is charged this many times (1 as reported, 4 \
+                                 for output tokens priced four times as high, 0.5 for half)",
+                                weight.get_ref()
+                            ),
+                        );
+                    }
+                    match (source, parsed) {
+                        (Ok(source), Some(weight)) => {
+                            if sources.iter().any(|s: &Weighted| s.source == source) {
+                                self.error(
+                                    entry_at,
+                                    &entry_path,
+                                    "is listed twice (the same source after trimming)",
+                                );
+                                valid = false;
+                            }
+                            sources.push(Weighted { source, weight });
+                        }
+                        _ => valid = false,
+                    }
+                }
+            }
+        }
+        let missing = self.int(
+            raw.charge_missing.as_ref(),
+            &missing_path,
+            0,
+            0..=i64::MAX as u64,
+        );
+        match rule.algorithm {
             Some(
                 AlgorithmKind::TokenBucket
                 | AlgorithmKind::FixedWindow
@@ -55,11 +138,12 @@ impl Validator<'_> {
                 return None;
             }
         }
-        charge.ok()
+        (valid && !sources.is_empty()).then_some(Charge { sources, missing })
     }
 
-    /// `refund_on`: any of `"5xx"`, `"upstream_error"`, `"client_abort"` (a
-    /// list; one string is taken as a list of one).
+    /// `refund_on`: any of a status class (`"4xx"`), a status code
+    /// (`"404"`), `"upstream_error"`, `"client_abort"` (a list; one string
+    /// is taken as a list of one).
     pub(super) fn refund_on(
         &mut self,
         index: usize,
@@ -77,34 +161,52 @@ impl Validator<'_> {
         }
         for (text, span) in field.get_ref().items(field.span()) {
             match text {
-                "5xx" => refund_on.server_error = true,
                 "upstream_error" => refund_on.upstream_error = true,
                 "client_abort" => refund_on.client_abort = true,
-                other => self.error(
-                    span.start,
-                    &path,
-                    format!(
-                        "unknown refund_on \"{other}\"; allowed: \"5xx\" (the upstream answered \
-                         5xx), \"upstream_error\" (connect error, timeout) and \"client_abort\" \
-                         (the client left before the response began)"
+                pattern => match status_codes(pattern) {
+                    Some(codes) => codes.for_each(|code| refund_on.statuses.insert(code)),
+                    None => self.error(
+                        span.start,
+                        &path,
+                        format!("unknown refund_on \"{pattern}\"; {REFUND_ON_ALLOWED}"),
                     ),
-                ),
+                },
             }
         }
         refund_on
     }
 }
 
-/// `"elapsed_ms"` or `"header:<name>"`.
-fn parse_charge(text: &str) -> Result<Charge, String> {
+/// A status pattern's codes: `"2xx"` (a class, 1–5) or `"404"` (100–599).
+fn status_codes(pattern: &str) -> Option<std::ops::Range<u16>> {
+    let bytes = pattern.as_bytes();
+    match bytes {
+        [class @ b'1'..=b'5', b'x' | b'X', b'x' | b'X'] => {
+            let class = u16::from(class - b'0') * 100;
+            Some(class..class + 100)
+        }
+        [b'1'..=b'5', b'0'..=b'9', b'0'..=b'9'] => {
+            let code: u16 = pattern.parse().ok()?;
+            Some(code..code + 1)
+        }
+        _ => None,
+    }
+}
+
+/// `"elapsed_ms"`, `"header:<name>"` or `"json:<pointer>"`.
+fn parse_source(text: &str) -> Result<ChargeSource, String> {
     if text == "elapsed_ms" {
-        return Ok(Charge::ElapsedMs);
+        return Ok(ChargeSource::ElapsedMs);
+    }
+    if let Some(pointer) = text.strip_prefix("json:") {
+        return Pointer::parse(pointer).map(ChargeSource::Json);
     }
     let Some(name) = text.strip_prefix("header:") else {
         return Err(format!(
             "unknown charge \"{text}\"; allowed: \"elapsed_ms\" (milliseconds from forwarding to \
-             the end of the response body) or \"header:<name>\" (units the upstream reports in a \
-             response header)"
+             the end of the response body), \"header:<name>\" (units the upstream reports in a \
+             response header or trailer) or \"json:<pointer>\" (a number in the response body, \
+             such as \"json:/usage/total_tokens\")"
         ));
     };
     let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
@@ -117,13 +219,30 @@ fn parse_charge(text: &str) -> Result<Charge, String> {
              charge = \"header:x-cost-units\""
         ));
     }
-    Ok(Charge::Header(name))
+    Ok(ChargeSource::Header(name))
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::testing::{errors, rule_a, valid};
+    use super::super::StatusSet;
     use super::*;
+
+    fn one(source: ChargeSource) -> Charge {
+        Charge {
+            sources: vec![Weighted {
+                source,
+                weight: 1.0,
+            }],
+            missing: 0,
+        }
+    }
+
+    fn statuses(codes: impl IntoIterator<Item = u16>) -> StatusSet {
+        let mut set = StatusSet::default();
+        codes.into_iter().for_each(|code| set.insert(code));
+        set
+    }
 
     #[test]
     fn charge_and_refund_on_are_read() {
@@ -131,34 +250,115 @@ mod tests {
             "rate = \"1000/s\"\ncharge = \"elapsed_ms\"\nrefund_on = [\"5xx\", \"client_abort\"]\n",
         ));
         let rule = &config.rules[0];
-        assert_eq!(rule.charge, Some(Charge::ElapsedMs));
+        assert_eq!(rule.charge, Some(one(ChargeSource::ElapsedMs)));
         assert_eq!(
             rule.refund_on,
             RefundOn {
-                server_error: true,
                 upstream_error: false,
-                client_abort: true
+                client_abort: true,
+                statuses: statuses(500..600),
             }
         );
+        assert_eq!(rule.refund_on.names(), ["5xx", "client_abort"]);
         let config = valid(&rule_a(
             "algorithm = \"sliding_window\"\nrate = \"10/s\"\ncharge = \"header:X-Cost\"\nrefund_on = \"upstream_error\"\n",
         ));
         let rule = &config.rules[0];
         assert_eq!(
             rule.charge,
-            Some(Charge::Header(HeaderName::from_static("x-cost")))
+            Some(one(ChargeSource::Header(HeaderName::from_static("x-cost"))))
         );
-        assert!(rule.refund_on.upstream_error && !rule.refund_on.server_error);
+        assert!(rule.refund_on.upstream_error && rule.refund_on.statuses.is_empty());
         let rule = &valid(&rule_a("rate = \"1/s\"\n")).rules[0];
         assert_eq!(rule.charge, None);
         assert!(rule.refund_on.is_empty());
     }
 
     #[test]
+    fn a_table_of_sources_weighs_each_and_charge_missing_is_read() {
+        let config = valid(&rule_a(
+            "rate = \"1000000/d\"\ncharge = { \"json:/usage/prompt_tokens\" = 1, \"json:/usage/completion_tokens\" = 4, \"elapsed_ms\" = 0.5 }\ncharge_missing = 2000\n",
+        ));
+        let charge = config.rules[0].charge.clone().expect("a charge");
+        let pointer = |text: &str| ChargeSource::Json(Pointer::parse(text).unwrap());
+        assert_eq!(
+            charge.sources,
+            [
+                Weighted {
+                    source: pointer("/usage/prompt_tokens"),
+                    weight: 1.0
+                },
+                Weighted {
+                    source: pointer("/usage/completion_tokens"),
+                    weight: 4.0
+                },
+                Weighted {
+                    source: ChargeSource::ElapsedMs,
+                    weight: 0.5
+                },
+            ]
+        );
+        assert_eq!(charge.missing, 2000);
+        assert!(charge.charges_elapsed());
+        assert_eq!(
+            charge.to_string(),
+            "{ \"json:/usage/prompt_tokens\" = 1, \"json:/usage/completion_tokens\" = 4, \"elapsed_ms\" = 0.5 }"
+        );
+        let lone = valid(&rule_a(
+            "rate = \"10/s\"\ncharge = \"json:/usage/total_tokens\"\n",
+        ));
+        let lone = lone.rules[0].charge.clone().unwrap();
+        assert_eq!(lone.to_string(), "json:/usage/total_tokens");
+        assert_eq!(lone.missing, 0, "charge_missing defaults to 0");
+    }
+
+    #[test]
+    fn weighted_units_round_up_and_whole_weights_are_exact() {
+        let weighted = |weight| Weighted {
+            source: ChargeSource::ElapsedMs,
+            weight,
+        };
+        assert_eq!(weighted(1.0).units(12.5), 13);
+        assert_eq!(weighted(4.0).units(3.0), 12);
+        assert_eq!(
+            weighted(0.3).units(10.0),
+            3,
+            "not 4 from 3.0000000000000004"
+        );
+        assert_eq!(weighted(0.5).units(3.0), 2);
+        assert_eq!(weighted(0.0).units(1e9), 0);
+        assert_eq!(weighted(2.0).units(1e300), u64::MAX, "saturates");
+        assert_eq!(weighted(1.0).whole_units(u64::MAX - 1), u64::MAX - 1);
+        assert_eq!(weighted(3.0).whole_units(u64::MAX / 2), u64::MAX);
+        assert_eq!(weighted(0.25).whole_units(5), 2);
+    }
+
+    #[test]
+    fn refund_on_takes_status_classes_and_codes() {
+        let config = valid(&rule_a(
+            "rate = \"5/15m\"\nrefund_on = [\"2xx\", \"3xx\", \"404\", \"429\"]\n",
+        ));
+        let refund_on = config.rules[0].refund_on;
+        for (code, refunds) in [
+            (200, true),
+            (204, true),
+            (302, true),
+            (401, false),
+            (404, true),
+            (429, true),
+            (500, false),
+        ] {
+            let status = http::StatusCode::from_u16(code).unwrap();
+            assert_eq!(refund_on.refunds_status(status), refunds, "{code}");
+        }
+        assert_eq!(refund_on.names(), ["2xx", "3xx", "404", "429"]);
+    }
+
+    #[test]
     fn a_bad_charge_or_refund_on_is_reported_where_written() {
         assert_eq!(
             errors(&rule_a("rate = \"1/s\"\ncharge = \"cpu\"\n")),
-            ["test.toml:6:10: rule[0].charge: unknown charge \"cpu\"; allowed: \"elapsed_ms\" (milliseconds from forwarding to the end of the response body) or \"header:<name>\" (units the upstream reports in a response header)"]
+            ["test.toml:6:10: rule[0].charge: unknown charge \"cpu\"; allowed: \"elapsed_ms\" (milliseconds from forwarding to the end of the response body), \"header:<name>\" (units the upstream reports in a response header or trailer) or \"json:<pointer>\" (a number in the response body, such as \"json:/usage/total_tokens\")"]
         );
         assert_eq!(
             errors(&rule_a("rate = \"1/s\"\ncharge = \"header:a b\"\n")),
@@ -170,10 +370,51 @@ mod tests {
             .starts_with(
                 "test.toml:6:10: rule[0].charge: content-length describes the response itself"
             ));
-        assert_eq!(
-            errors(&rule_a("rate = \"1/s\"\nrefund_on = [\"5xx\", \"4xx\"]\n")),
-            ["test.toml:6:21: rule[0].refund_on: unknown refund_on \"4xx\"; allowed: \"5xx\" (the upstream answered 5xx), \"upstream_error\" (connect error, timeout) and \"client_abort\" (the client left before the response began)"]
+        let lines = errors(&rule_a(
+            "rate = \"1/s\"\ncharge = \"json:usage/total_tokens\"\n",
+        ));
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("test.toml:6:10: rule[0].charge: ") && lines[0].contains("\"/\""),
+            "{lines:?}"
         );
+        for pattern in ["4xx5", "6xx", "99", "600", "2XX0", "ok"] {
+            assert_eq!(
+                errors(&rule_a(&format!("rate = \"1/s\"\nrefund_on = [\"5xx\", \"{pattern}\"]\n"))),
+                [format!("test.toml:6:21: rule[0].refund_on: unknown refund_on \"{pattern}\"; {REFUND_ON_ALLOWED}")]
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_weight_source_or_charge_missing_is_reported_where_written() {
+        let lines = errors(&rule_a(
+            "rate = \"1/s\"\ncharge = { \"json:/a\" = -1, \"json:b\" = 1, \"json:/c\" = \"x\" }\ncharge_missing = -5\n",
+        ));
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert!(lines[0].starts_with("test.toml:6:24: rule[0].charge.\"json:/a\": the weight -1 is not a number of at least 0"), "{lines:?}");
+        assert!(
+            lines[1].starts_with("test.toml:6:28: rule[0].charge.\"json:b\": "),
+            "{lines:?}"
+        );
+        assert!(
+            lines[2].starts_with(
+                "test.toml:6:54: rule[0].charge.\"json:/c\": the weight \"x\" is not a number"
+            ),
+            "{lines:?}"
+        );
+        assert!(
+            lines[3].starts_with(
+                "test.toml:7:18: rule[0].charge_missing: -5 is out of range: must be at least 0"
+            ),
+            "{lines:?}"
+        );
+        assert_eq!(
+            errors(&rule_a("rate = \"1/s\"\ncharge_missing = 5\n")),
+            ["test.toml:6:18: rule[0].charge_missing: charge_missing is what a charge costs when its value never arrives, and this rule has no charge; add one, such as charge = \"json:/usage/total_tokens\""]
+        );
+        assert!(errors(&rule_a("rate = \"1/s\"\ncharge = {}\n"))[0]
+            .starts_with("test.toml:6:10: rule[0].charge: lists no source"));
     }
 
     #[test]

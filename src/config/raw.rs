@@ -188,7 +188,8 @@ pub struct RawRule {
     pub min_in_flight: Option<Spanned<i64>>,
     pub max_delay: Option<Spanned<String>>,
     pub max_queue: Option<Spanned<i64>>,
-    pub charge: Option<Spanned<String>>,
+    pub charge: Option<Located<RawCharge>>,
+    pub charge_missing: Option<Spanned<i64>>,
     pub refund_on: Option<Spanned<OneOrMany>>,
     pub tiers: Option<Located<RawTiers>>,
     pub overrides: Option<Located<RawOverrides>>,
@@ -615,6 +616,43 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Located<T> {
 impl<T> Located<T> {
     fn unplaced(value: T) -> Located<T> {
         Located { span: None, value }
+    }
+}
+
+/// `charge`: one source (`"elapsed_ms"`), or a table of sources to
+/// weights (`{ "json:/usage/prompt_tokens" = 1, ... }`), each weight with
+/// its span (validated where the rule is known).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RawCharge {
+    One(String),
+    Table(Vec<(Key, Spanned<toml::Value>)>),
+}
+
+impl<'de> Deserialize<'de> for RawCharge {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct RawChargeVisitor;
+
+        impl<'de> Visitor<'de> for RawChargeVisitor {
+            type Value = RawCharge;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a source such as \"elapsed_ms\" or a table of sources to weights")
+            }
+
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<RawCharge, E> {
+                Ok(RawCharge::One(value.to_owned()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawCharge, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<Key>()? {
+                    entries.push((key, map.next_value()?));
+                }
+                Ok(RawCharge::Table(entries))
+            }
+        }
+
+        deserializer.deserialize_any(RawChargeVisitor)
     }
 }
 

@@ -207,7 +207,7 @@ impl Validator<'_> {
         let on_limit = self.on_limit(index, raw, algorithm, queue);
         let max_in_flight = self.max_in_flight(index, raw, algorithm);
         let min_in_flight = self.min_in_flight(index, raw, algorithm, max_in_flight);
-        let charge = self.charge(index, raw, algorithm);
+        let charge = self.charge(&context, raw);
         let refund_on = self.refund_on(index, raw, algorithm);
 
         let rule = RuleConfig {

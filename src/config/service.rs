@@ -137,8 +137,15 @@ impl Validator<'_> {
                 answered_at_once,
             ),
             (
-                raw.charge.as_ref().map(|f| f.span().start),
+                raw.charge
+                    .as_ref()
+                    .map(|c| c.span.as_ref().map_or(at, |s| s.start)),
                 "charge",
+                settled_after,
+            ),
+            (
+                raw.charge_missing.as_ref().map(|f| f.span().start),
+                "charge_missing",
                 settled_after,
             ),
             (

@@ -1,8 +1,9 @@
 //! What an admitted request owes beyond its admission cost, known only as
-//! its exchange unfolds: deferred charges (`charge`: upstream time, or a
-//! cost the upstream reports in a header) and refunds (`refund_on`: the
-//! upstream answered 5xx or failed, or the client left before the response
-//! began).
+//! its exchange unfolds: deferred charges (`charge`: upstream time, a cost
+//! the upstream reports in a header or trailer, a number in the response
+//! body, or a weighted sum of these) and refunds (`refund_on`: the status
+//! the client got, the upstream failed, or the client left before the
+//! response began). See docs/charging.md.
 //!
 //! A [`Bill`] is made at admission for the request's rules that charge or
 //! refund, and rides inside the request's [`super::settle::Settlement`],
@@ -11,7 +12,10 @@
 //! charging rule is faithful). Elapsed time is charged at least once a
 //! second while the exchange runs (the [`Ticker`] wakes whoever is waiting
 //! on the exchange: the request's future until the response head, the
-//! response body after it), and the rest when it ends.
+//! response body after it), and the rest when it ends. A source that needs
+//! the answer (a header absent from the head may come as a trailer; a
+//! `json:` value comes in the body) is *awaited*: charged when it arrives,
+//! or at the end with `charge_missing` when it never did.
 
 use std::sync::Arc;
 use std::task::Context;
@@ -20,8 +24,8 @@ use http::{HeaderMap, HeaderName};
 use smallvec::SmallVec;
 
 use super::ticker::Ticker;
+use crate::body_scan::BodyScanner;
 use crate::clock::Nanos;
-use crate::config::Charge;
 use crate::policy::{Billing, Rule};
 
 const MILLI: Nanos = 1_000_000;
@@ -45,13 +49,41 @@ pub struct Bill {
     /// Whether the response began (or the exchange failed): from then on,
     /// the client leaving is no longer `client_abort`.
     pub response_began: bool,
+    /// Sources whose value the answer has yet to bring.
+    pub awaiting: SmallVec<[Awaited; 2]>,
+    /// Reads the response body for the awaited `json:` sources, once the
+    /// head said the body is JSON or an event stream.
+    pub scanner: Option<Box<BodyScanner>>,
+}
+
+/// A source of a rule's charge still waiting for its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Awaited {
+    /// The rule's position in [`Bill::rules`].
+    pub rule: usize,
+    /// The source's position in the rule's charge.
+    pub source: usize,
+    /// A `json:` source's pointer in the scanner; `None` for a header
+    /// that may come as a trailer.
+    pub slot: Option<usize>,
+}
+
+/// What an upstream reported in a cost field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reported {
+    /// No such field.
+    Absent,
+    /// Repeated, negative or not a number.
+    Malformed,
+    Units(u64),
 }
 
 /// Why the exchange ended without an upstream response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
-    /// Connect error, timeout, a broken exchange: `upstream_error`.
-    Upstream,
+    /// Connect error, timeout, a broken exchange (`upstream_error`),
+    /// answered with this status (502, 504).
+    Upstream(http::StatusCode),
     /// The client went away (or its request body broke off) before the
     /// response began: `client_abort`.
     ClientLeft,
@@ -72,9 +104,12 @@ impl Bill {
         if rules.is_empty() {
             return None;
         }
-        let elapsed = rules
-            .iter()
-            .any(|(_, billing)| billing.charge == Some(Charge::ElapsedMs));
+        let elapsed = rules.iter().any(|(_, billing)| {
+            billing
+                .charge
+                .as_ref()
+                .is_some_and(|charge| charge.charges_elapsed())
+        });
         Some(Bill {
             rules,
             ticker: elapsed.then(|| Arc::clone(ticker)),
@@ -82,6 +117,8 @@ impl Bill {
             forwarded_at: None,
             elapsed_charged: 0,
             response_began: false,
+            awaiting: SmallVec::new(),
+            scanner: None,
         })
     }
 
@@ -102,16 +139,17 @@ impl Bill {
         self.forwarded_at.is_some()
     }
 
-    /// Milliseconds of upstream time not yet charged at `now` (0 before
-    /// forwarding); counted as charged.
-    pub fn elapsed_due(&mut self, now: Nanos) -> u64 {
+    /// Milliseconds of upstream time charged before and at `now` (equal
+    /// before forwarding, and when no whole millisecond passed); `now`'s
+    /// are counted as charged.
+    pub fn elapsed_due(&mut self, now: Nanos) -> (u64, u64) {
+        let before = self.elapsed_charged;
         let Some(since) = self.forwarded_at else {
-            return 0;
+            return (before, before);
         };
         let elapsed = now.saturating_sub(since) / MILLI;
-        let due = elapsed.saturating_sub(self.elapsed_charged);
-        self.elapsed_charged = elapsed.max(self.elapsed_charged);
-        due
+        self.elapsed_charged = elapsed.max(before);
+        (before, self.elapsed_charged)
     }
 
     /// Whether a tick passed since the exchange last asked (upstream time
@@ -132,19 +170,18 @@ impl Bill {
 }
 
 /// The units an upstream reported in `name`, removing every such field
-/// from `headers`: `None` when the field is missing, repeated, negative or
-/// not a number. A fractional number is rounded up (units are whole; the
+/// from `headers`. A fractional number is rounded up (units are whole; the
 /// upstream is not undercharged).
-pub fn take_reported_cost(headers: &mut HeaderMap, name: &HeaderName) -> Option<u64> {
+pub fn take_reported_cost(headers: &mut HeaderMap, name: &HeaderName) -> Reported {
     let http::header::Entry::Occupied(entry) = headers.entry(name) else {
-        return None;
+        return Reported::Absent;
     };
     let (_, mut values) = entry.remove_entry_mult();
-    let value = values.next()?;
-    if values.next().is_some() {
-        return None;
-    }
-    parse_units(value.as_bytes())
+    let units = match (values.next(), values.next()) {
+        (Some(value), None) => parse_units(value.as_bytes()),
+        _ => None,
+    };
+    units.map_or(Reported::Malformed, Reported::Units)
 }
 
 /// `123` or `12.5` (→ 13): digits, at most one `.` with digits after it.
@@ -205,18 +242,22 @@ mod tests {
     fn a_cost_field_is_read_and_stripped_or_refused() {
         let name = HeaderName::from_static("x-cost");
         let mut headers = HeaderMap::new();
-        assert_eq!(take_reported_cost(&mut headers, &name), None, "missing");
+        let absent = take_reported_cost(&mut headers, &name);
+        assert_eq!(absent, Reported::Absent);
         headers.insert("x-cost", "250".parse().unwrap());
         headers.insert("x-other", "1".parse().unwrap());
-        assert_eq!(take_reported_cost(&mut headers, &name), Some(250));
+        let reported = take_reported_cost(&mut headers, &name);
+        assert_eq!(reported, Reported::Units(250));
         assert!(!headers.contains_key("x-cost"));
         assert!(headers.contains_key("x-other"));
         headers.append("x-cost", "1".parse().unwrap());
         headers.append("x-cost", "2".parse().unwrap());
-        assert_eq!(take_reported_cost(&mut headers, &name), None, "repeated");
+        let repeated = take_reported_cost(&mut headers, &name);
+        assert_eq!(repeated, Reported::Malformed);
         assert!(!headers.contains_key("x-cost"));
         headers.insert("x-cost", "lots".parse().unwrap());
-        assert_eq!(take_reported_cost(&mut headers, &name), None);
+        let malformed = take_reported_cost(&mut headers, &name);
+        assert_eq!(malformed, Reported::Malformed);
         assert!(!headers.contains_key("x-cost"));
     }
 
@@ -229,14 +270,17 @@ mod tests {
             forwarded_at: None,
             elapsed_charged: 0,
             response_began: false,
+            awaiting: SmallVec::new(),
+            scanner: None,
         };
         const SEC: Nanos = 1_000_000_000;
-        assert_eq!(bill.elapsed_due(5 * SEC), 0, "not forwarded yet");
+        assert_eq!(bill.elapsed_due(5 * SEC), (0, 0), "not forwarded yet");
         bill.forwarded(SEC);
-        assert_eq!(bill.elapsed_due(SEC + 1_500_000), 1);
-        assert_eq!(bill.elapsed_due(SEC + 1_900_000), 0);
-        assert_eq!(bill.elapsed_due(2 * SEC + 500 * MILLI), 1_499);
-        assert_eq!(bill.elapsed_due(2 * SEC), 0, "time never runs backwards");
-        assert_eq!(bill.elapsed_due(3 * SEC), 500);
+        assert_eq!(bill.elapsed_due(SEC + 1_500_000), (0, 1));
+        assert_eq!(bill.elapsed_due(SEC + 1_900_000), (1, 1));
+        assert_eq!(bill.elapsed_due(2 * SEC + 500 * MILLI), (1, 1_500));
+        let backwards = bill.elapsed_due(2 * SEC);
+        assert_eq!(backwards, (1_500, 1_500), "time never runs backwards");
+        assert_eq!(bill.elapsed_due(3 * SEC), (1_500, 2_000));
     }
 }

@@ -619,9 +619,9 @@ impl Forwarder<'_> {
                 }
                 // The client's body broke off: nothing about the upstream.
                 Err(ForwardError::ClientBody) => bill.exchange_failed(Failure::ClientLeft),
-                Err(_) => {
+                Err(error) => {
                     bill.learn(Sample::Failed, ended);
-                    bill.exchange_failed(Failure::Upstream)
+                    bill.exchange_failed(Failure::Upstream(error.status()))
                 }
             }
             if !bill.needed_after_response() {

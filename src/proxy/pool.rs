@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::client::conn::http2;
@@ -117,6 +117,20 @@ pub enum ForwardError {
     /// connection closes. The upstream saw a body without its end.
     #[error("the client's request body was malformed")]
     ClientBody,
+}
+
+impl ForwardError {
+    /// The status sluice answers the client with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ForwardError::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            ForwardError::ClientBody => StatusCode::BAD_REQUEST,
+            ForwardError::Connect
+            | ForwardError::Tls
+            | ForwardError::Other
+            | ForwardError::NoServer => StatusCode::BAD_GATEWAY,
+        }
+    }
 }
 
 /// The pool of connections to one upstream.
@@ -903,7 +917,7 @@ impl Body for PooledBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let polled: Poll<Option<Result<Frame<Bytes>, BoxError>>> = match &mut self.body {
+        let mut polled: Poll<Option<Result<Frame<Bytes>, BoxError>>> = match &mut self.body {
             Inner::Hyper { body, .. } => Pin::new(body).poll_frame(cx).map_err(Into::into),
             Inner::Plain(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
             Inner::PlainTls(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
@@ -912,6 +926,12 @@ impl Body for PooledBody {
             // Upstream time is charged every second while the body streams
             // (a stalled body is woken for it).
             settlement.poll_charges(cx);
+        }
+        if let (Some(settlement), Poll::Ready(Some(Ok(frame)))) =
+            (&mut self.settlement, &mut polled)
+        {
+            // Values the answer reports in its body or trailers.
+            settlement.read_frame(frame);
         }
         match &polled {
             Poll::Ready(None) => {

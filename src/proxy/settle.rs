@@ -19,12 +19,15 @@
 use std::sync::Arc;
 use std::task::Context;
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, StatusCode};
+use http_body::Frame;
 use smallvec::SmallVec;
 
-use super::bill::{self, Bill, Failure};
+use super::bill::{self, Awaited, Bill, Failure, Reported};
+use crate::body_scan::{BodyKind, BodyScanner, Pointer, Reading};
 use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::config::Charge;
+use crate::config::{Charge, ChargeSource};
 use crate::limiter::adaptive::Sample;
 use crate::policy::Billing;
 use crate::store::admission::Receipts;
@@ -97,10 +100,13 @@ impl Settlement {
     }
 
     /// Whether anything is left to do once the response head is out: a
-    /// permit to return (see [`needed_after_response`]), or upstream time
-    /// to charge until the body ends.
+    /// permit to return (see [`needed_after_response`]), upstream time to
+    /// charge until the body ends, or a value the answer has yet to bring.
     pub fn needed_after_response(&self) -> bool {
-        self.charges_elapsed() || needed_after_response(&self.ledger.receipts)
+        self.bill
+            .as_ref()
+            .is_some_and(|bill| bill.charges_elapsed() || !bill.awaiting.is_empty())
+            || needed_after_response(&self.ledger.receipts)
     }
 
     /// Whether upstream time is charged while the exchange runs.
@@ -138,9 +144,12 @@ impl Settlement {
         }
     }
 
-    /// The upstream's response head: a 5xx is refunded where `refund_on`
-    /// says so, and reported costs are charged (their fields stripped from
-    /// `headers` before the client sees them).
+    /// The upstream's response head: its status is refunded where
+    /// `refund_on` says so, and costs reported in its fields are charged
+    /// (the fields stripped from `headers` before the client sees them).
+    /// What the head does not bring is awaited: a header may come as a
+    /// trailer, `json:` values in the body, read when the head says it is
+    /// JSON or an event stream.
     pub fn response_began(&mut self, status: StatusCode, headers: &mut HeaderMap) {
         let Some(bill) = &mut self.bill else {
             return;
@@ -149,33 +158,136 @@ impl Settlement {
         let now = self.clock.now();
         // Each field is read (and stripped) once; a shadow twin reading
         // the same field gets the same units.
-        let mut reported: SmallVec<[(&HeaderName, Option<u64>); 1]> = SmallVec::new();
-        for (rule, billing) in &bill.rules {
-            if let Some(Charge::Header(name)) = &billing.charge {
-                let units = match reported.iter().find(|(read, _)| *read == name) {
-                    Some(&(_, units)) => units,
-                    None => {
-                        let units = bill::take_reported_cost(headers, name);
-                        reported.push((name, units));
-                        units
+        let mut reported: SmallVec<[(&HeaderName, Reported); 1]> = SmallVec::new();
+        let mut pointers: SmallVec<[&Pointer; 2]> = SmallVec::new();
+        for (position, (rule, billing)) in bill.rules.iter().enumerate() {
+            if let Some(charge) = &billing.charge {
+                let mut owed = Owed::default();
+                for (source, weighted) in charge.sources.iter().enumerate() {
+                    let mut awaited = Awaited {
+                        rule: position,
+                        source,
+                        slot: None,
+                    };
+                    match &weighted.source {
+                        ChargeSource::ElapsedMs => continue,
+                        ChargeSource::Header(name) => {
+                            match read_once(&mut reported, headers, name) {
+                                Reported::Units(units) => owed.units(weighted.whole_units(units)),
+                                Reported::Malformed => owed.missing(charge),
+                                Reported::Absent => bill.awaiting.push(awaited),
+                            }
+                        }
+                        ChargeSource::Json(pointer) => {
+                            let slot = match pointers.iter().position(|p| *p == pointer) {
+                                Some(slot) => slot,
+                                None => {
+                                    pointers.push(pointer);
+                                    pointers.len() - 1
+                                }
+                            };
+                            awaited.slot = Some(slot);
+                            bill.awaiting.push(awaited);
+                        }
                     }
-                };
-                match units {
-                    Some(units) => {
-                        let how = Settle::Charge(units);
-                        self.ledger.settle_rule(*rule, how, now);
-                        billing.charged.inc_by(units);
-                    }
-                    None => billing.charge_errors.inc(),
                 }
+                owed.settle(&mut self.ledger, *rule, billing, now);
             }
-            if status.is_server_error() && billing.refund_on.server_error {
+            if billing.refund_on.refunds_status(status) {
                 self.ledger.refund(*rule, billing, now);
             }
         }
+        if !pointers.is_empty() {
+            bill.scanner =
+                BodyKind::of(headers).map(|kind| Box::new(BodyScanner::new(kind, &pointers)));
+        }
     }
 
-    /// The exchange ended without a response from the upstream.
+    /// A frame of the response body on its way to the client: its data is
+    /// read for `json:` values, its trailers for awaited cost fields (which
+    /// are stripped).
+    #[inline]
+    pub fn read_frame(&mut self, frame: &mut Frame<Bytes>) {
+        let Some(bill) = &mut self.bill else {
+            return;
+        };
+        if let Some(data) = frame.data_ref() {
+            if let Some(scanner) = &mut bill.scanner {
+                scanner.feed(data);
+            }
+        } else if let Some(trailers) = frame.trailers_mut() {
+            self.read_trailers(trailers);
+        }
+    }
+
+    /// Charges the awaited header sources that `trailers` report.
+    fn read_trailers(&mut self, trailers: &mut HeaderMap) {
+        let Some(bill) = &mut self.bill else {
+            return;
+        };
+        let now = self.clock.now();
+        let mut reported: SmallVec<[(&HeaderName, Reported); 1]> = SmallVec::new();
+        for (position, (rule, billing)) in bill.rules.iter().enumerate() {
+            let Some(charge) = &billing.charge else {
+                continue;
+            };
+            let mut owed = Owed::default();
+            bill.awaiting.retain(|awaited| {
+                let weighted = &charge.sources[awaited.source];
+                let ChargeSource::Header(name) = &weighted.source else {
+                    return true;
+                };
+                if awaited.rule != position {
+                    return true;
+                }
+                match read_once(&mut reported, trailers, name) {
+                    Reported::Units(units) => owed.units(weighted.whole_units(units)),
+                    Reported::Malformed => owed.missing(charge),
+                    Reported::Absent => return true,
+                }
+                false
+            });
+            owed.settle(&mut self.ledger, *rule, billing, now);
+        }
+    }
+
+    /// The answer is over (its body ended or broke, or the client left):
+    /// every awaited source is charged what was read of it, or
+    /// `charge_missing`.
+    fn charge_awaited(&mut self, now: Nanos) {
+        let Some(bill) = &mut self.bill else {
+            return;
+        };
+        if bill.awaiting.is_empty() {
+            return;
+        }
+        for (position, (rule, billing)) in bill.rules.iter().enumerate() {
+            let Some(charge) = &billing.charge else {
+                continue;
+            };
+            let mut owed = Owed::default();
+            for awaited in bill.awaiting.iter().filter(|a| a.rule == position) {
+                let reading = match (&bill.scanner, awaited.slot) {
+                    (Some(scanner), Some(slot)) => scanner.reading(slot),
+                    _ => Reading::Missing,
+                };
+                match reading {
+                    Reading::Number(value) => {
+                        owed.units(charge.sources[awaited.source].units(value))
+                    }
+                    Reading::Missing | Reading::Malformed => owed.missing(charge),
+                }
+            }
+            owed.settle(&mut self.ledger, *rule, billing, now);
+        }
+        bill.awaiting.clear();
+        bill.scanner = None;
+    }
+
+    /// The exchange ended without a response from the upstream: refunds
+    /// where `refund_on` says so. A client that left owes `charge_missing`
+    /// for every source that would have come with the answer; a failed
+    /// upstream gave no answer to charge by.
     pub fn exchange_failed(&mut self, failure: Failure) {
         let Some(bill) = &mut self.bill else {
             return;
@@ -184,30 +296,95 @@ impl Settlement {
         let now = self.clock.now();
         for (rule, billing) in &bill.rules {
             let refunds = match failure {
-                Failure::Upstream => billing.refund_on.upstream_error,
+                Failure::Upstream(status) => {
+                    billing.refund_on.upstream_error || billing.refund_on.refunds_status(status)
+                }
                 Failure::ClientLeft => billing.refund_on.client_abort,
             };
             if refunds {
                 self.ledger.refund(*rule, billing, now);
             }
+            if let (Failure::ClientLeft, Some(charge)) = (failure, &billing.charge) {
+                let mut owed = Owed::default();
+                charge
+                    .sources
+                    .iter()
+                    .filter(|weighted| weighted.source != ChargeSource::ElapsedMs)
+                    .for_each(|_| owed.missing(charge));
+                owed.settle(&mut self.ledger, *rule, billing, now);
+            }
         }
     }
 
-    /// Charges every `elapsed_ms` rule the upstream time not yet charged.
+    /// Charges every `elapsed_ms` source the upstream time not yet charged
+    /// (weighted: the rounded-up product of the whole time so far, less
+    /// what that came to before).
     fn charge_elapsed(&mut self, now: Nanos) {
         let Some(bill) = &mut self.bill else {
             return;
         };
-        let due = bill.elapsed_due(now);
-        if due == 0 {
+        let (before, after) = bill.elapsed_due(now);
+        if before == after {
             return;
         }
         for (rule, billing) in &bill.rules {
-            if billing.charge == Some(Charge::ElapsedMs) {
-                let how = Settle::Charge(due);
-                self.ledger.settle_rule(*rule, how, now);
-                billing.charged.inc_by(due);
+            let Some(charge) = &billing.charge else {
+                continue;
+            };
+            let mut owed = Owed::default();
+            for weighted in &charge.sources {
+                if weighted.source == ChargeSource::ElapsedMs {
+                    let due = weighted.whole_units(after) - weighted.whole_units(before);
+                    owed.units(due);
+                }
             }
+            owed.settle(&mut self.ledger, *rule, billing, now);
+        }
+    }
+}
+
+/// `name`'s units in `headers`, read (and stripped) once per field: a
+/// shadow twin reading the same field gets what the first read.
+fn read_once<'n>(
+    reported: &mut SmallVec<[(&'n HeaderName, Reported); 1]>,
+    headers: &mut HeaderMap,
+    name: &'n HeaderName,
+) -> Reported {
+    if let Some(&(_, read)) = reported.iter().find(|(read, _)| *read == name) {
+        return read;
+    }
+    let read = bill::take_reported_cost(headers, name);
+    reported.push((name, read));
+    read
+}
+
+/// What one rule owes from one step of the exchange: settled as one
+/// charge, and counted.
+#[derive(Debug, Default)]
+struct Owed {
+    units: u64,
+    /// Values that never arrived or did not read as a number.
+    errors: u64,
+}
+
+impl Owed {
+    fn units(&mut self, units: u64) {
+        self.units = self.units.saturating_add(units);
+    }
+
+    /// A value that never arrived: `charge_missing`, and an error.
+    fn missing(&mut self, charge: &Charge) {
+        self.units(charge.missing);
+        self.errors += 1;
+    }
+
+    fn settle(self, ledger: &mut Ledger, rule: usize, billing: &Billing, now: Nanos) {
+        if self.errors > 0 {
+            billing.charge_errors.inc_by(self.errors);
+        }
+        if self.units > 0 {
+            ledger.settle_rule(rule, Settle::Charge(self.units), now);
+            billing.charged.inc_by(self.units);
         }
     }
 }
@@ -328,10 +505,13 @@ impl Drop for Settlement {
                 // Forwarded, and dropped before any response: the client left.
                 self.exchange_failed(Failure::ClientLeft);
             }
+            let now = self.clock.now();
             if elapsed {
                 // What the exchange used until now, whoever ended it.
-                self.charge_elapsed(self.clock.now());
+                self.charge_elapsed(now);
             }
+            // The body ended or broke, or the client left: what was read.
+            self.charge_awaited(now);
         }
         // Kept rate units are already where they belong: only permits (or,
         // while held, everything) need the store.

@@ -242,7 +242,13 @@ async fn a_5xx_gives_the_admission_cost_back_when_listed() {
 #[tokio::test]
 async fn an_unreachable_upstream_gives_the_cost_back_when_listed() {
     let closed = support::closed_port();
-    for (refund_on, refunded) in [(r#"["upstream_error"]"#, true), (r#"["5xx"]"#, false)] {
+    // Statuses are judged by what the client got: sluice's own 502 too.
+    for (refund_on, refunded) in [
+        (r#"["upstream_error"]"#, true),
+        (r#"["5xx"]"#, true),
+        (r#"["502"]"#, true),
+        (r#"["4xx", "504"]"#, false),
+    ] {
         let config = format!(
             "[server]\nupstream = \"http://{closed}\"\n{}",
             refunding(refund_on)
