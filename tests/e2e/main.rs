@@ -20,6 +20,7 @@ mod bans;
 mod budget_api;
 mod callers;
 mod charging;
+mod charging_answer;
 mod charging_clock;
 mod cli;
 mod deploy_assets;
