@@ -409,3 +409,81 @@ refund_on = ["2xx", "3xx"]
     .await;
     assert_eq!(other.status, StatusCode::UNAUTHORIZED);
 }
+
+/// An HTTP/2 (h2c) upstream that answers `/work?u=N` with a body and then
+/// reports its cost in a trailer, as a gRPC service reports its status.
+async fn h2_reporting_in_trailers() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = service_fn(|request: Request<Incoming>| async move {
+                    let units = query(&request, "u").to_string();
+                    let mut trailers = http::HeaderMap::new();
+                    trailers.insert("x-cost-units", units.parse().unwrap());
+                    trailers.insert("grpc-status", "0".parse().unwrap());
+                    let frames = stream::iter([
+                        Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"worked"))),
+                        Ok(Frame::trailers(trailers)),
+                    ]);
+                    Ok::<_, Infallible>(Response::new(StreamBody::new(frames)))
+                });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_cost_reported_in_a_trailer_is_charged_and_stripped() {
+    let upstream = h2_reporting_in_trailers().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+upstream = "work"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[[upstream]]
+name = "work"
+protocol = "h2c"
+servers = ["http://{upstream}"]
+
+[[rule]]
+name = "work-units"
+key = ["global"]
+rate = "10000/h"
+charge = "header:x-cost-units"
+"#
+    );
+    let sluice = SluiceProcess::spawn(&write_config(dir.path(), &config));
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let request = Request::get(sluice.url("/work?u=42"))
+        .version(http::Version::HTTP_2)
+        .header("te", "trailers")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let collected = response.into_body().collect().await.unwrap();
+    let trailers = collected
+        .trailers()
+        .cloned()
+        .expect("trailers reach the client");
+    assert_eq!(trailers.get("grpc-status").unwrap(), "0");
+    assert!(
+        trailers.get("x-cost-units").is_none(),
+        "stripped: {trailers:?}"
+    );
+    assert_eq!(collected.to_bytes(), "worked");
+    charged(&sluice, "work-units", 42.0, 0.0).await;
+}
