@@ -60,6 +60,8 @@ struct Counts {
     /// Held in delay mode, then passed.
     delayed: u64,
     shadow_limited: u64,
+    /// Units charged after answers (`charge`: docs/charging.md).
+    charged: u64,
 }
 
 impl Counts {
@@ -69,19 +71,21 @@ impl Counts {
             limited: counters.limited.get(),
             delayed: counters.delayed.get(),
             shadow_limited: counters.shadow_limited.get(),
+            charged: counters.charged.get(),
         }
     }
 
     /// Per second from `earlier` to `self`, `seconds` apart. Counters only
     /// grow; `saturating_sub` keeps a reading from before a restart of the
     /// registry (none today) from going negative.
-    fn rates_since(&self, earlier: &Counts, seconds: f64) -> [f64; 4] {
+    fn rates_since(&self, earlier: &Counts, seconds: f64) -> [f64; 5] {
         let rate = |now: u64, then: u64| round1(now.saturating_sub(then) as f64 / seconds);
         [
             rate(self.admitted, earlier.admitted),
             rate(self.limited, earlier.limited),
             rate(self.delayed, earlier.delayed),
             rate(self.shadow_limited, earlier.shadow_limited),
+            rate(self.charged, earlier.charged),
         ]
     }
 }
@@ -154,10 +158,11 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
                 let (_, then) = sample.rules.iter().find(|(name, _)| *name == rule.name)?;
                 Some((*then, now.duration_since(sample.at)))
             });
-            let [admitted, limited, delayed, shadow_limited] = match since {
+            let [admitted, limited, delayed, shadow_limited, charged] = match since {
                 Some((then, span)) => counts.rates_since(&then, span.max(MIN_SPAN).as_secs_f64()),
-                None => [0.0; 4],
+                None => [0.0; 5],
             };
+            let charges = config.charge.is_some();
             let adaptive = rule.limits.first().and_then(crate::policy::Limit::adaptive);
             let limits = match adaptive {
                 Some(controller) => format!(
@@ -178,12 +183,14 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
                     "limited": limited,
                     "delayed": delayed,
                     "shadow_limited": shadow_limited,
+                    "charged": charges.then_some(charged),
                 },
                 "totals": {
                     "admitted": counts.admitted,
                     "limited": counts.limited,
                     "delayed": counts.delayed,
                     "shadow_limited": counts.shadow_limited,
+                    "charged": charges.then_some(counts.charged),
                 },
                 "queue_depth": rule.counters.queue_depth.get(),
                 "history": history(&samples, &rule.name),
@@ -232,9 +239,9 @@ fn history(samples: &VecDeque<Sample>, rule: &Arc<str>) -> Value {
     let mut limited = Vec::with_capacity(SAMPLES);
     for (before, after) in samples.iter().zip(samples.iter().skip(1)) {
         let seconds = after.at.duration_since(before.at).max(MIN_SPAN / 10);
-        let [a, l, d, _] = match (counts(before), counts(after)) {
+        let [a, l, d, _, _] = match (counts(before), counts(after)) {
             (Some(then), Some(now)) => now.rates_since(&then, seconds.as_secs_f64()),
-            _ => [0.0; 4],
+            _ => [0.0; 5],
         };
         admitted.push(round1(a + d));
         limited.push(l);

@@ -271,6 +271,12 @@ async fn an_openai_stream_is_charged_its_weighted_usage_and_reaches_the_client_w
     // 100,000 − (1 + 132) − 1.
     assert_eq!(remaining(&next), 99_866, "{next:?}");
     charged(&sluice, "tokens", 137.0, 0.0).await;
+    // The status page shows the units charged per second.
+    let status = get(&sluice.admin_url("/admin/status"), &[]).await.json();
+    let rule = &status["rules"][0];
+    assert_eq!(rule["totals"]["charged"], 137, "{rule}");
+    let per_second = rule["rates_per_sec"]["charged"].as_f64().unwrap();
+    assert!(per_second > 0.0 && per_second <= 137.0, "{rule}");
 }
 
 #[tokio::test]

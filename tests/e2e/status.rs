@@ -89,7 +89,7 @@ async fn the_status_json_has_each_rule_with_counts_and_rates_the_top_key_and_the
     assert_eq!(per_key["shadow"], false);
     assert_eq!(
         per_key["totals"],
-        serde_json::json!({"admitted": 3, "limited": 3, "delayed": 0, "shadow_limited": 0})
+        serde_json::json!({"admitted": 3, "limited": 3, "delayed": 0, "shadow_limited": 0, "charged": null})
     );
     assert_eq!(per_key["queue_depth"], 0);
     // Six requests within the first second or so: both rates are positive,
