@@ -387,7 +387,11 @@ fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
         ));
     }
     if let Some(charge) = &rule.charge {
-        lines.push(format!("charge {charge} after the response"));
+        let missing = match charge.missing {
+            0 => String::new(),
+            units => format!(" ({units} for a value that never arrives)"),
+        };
+        lines.push(format!("charge {charge} after the response{missing}"));
     }
     if !rule.refund_on.is_empty() {
         lines.push(format!("refund_on {}", rule.refund_on.names().join(", ")));

@@ -69,6 +69,7 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
                 "shadow": rule.shadow,
                 "on_change": format!("{:?}", config.on_change).to_lowercase(),
                 "charge": config.charge.as_ref().map(ToString::to_string),
+                "charge_missing": config.charge.as_ref().map(|charge| charge.missing),
                 "refund_on": config.refund_on.names(),
             });
             if let Some(by) = &rule.tier_by {
