@@ -82,7 +82,8 @@ pub struct RuleCounters {
     /// `sluice_budget_refunded_total{rule}`: admission units given back
     /// (`refund_on`).
     pub refunded: IntCounter,
-    /// `sluice_charge_errors_total{rule}`: cost headers missing or malformed.
+    /// `sluice_charge_errors_total{rule}`: charge values that never arrived
+    /// or did not read as a non-negative number.
     pub charge_errors: IntCounter,
 }
 
@@ -276,7 +277,7 @@ impl Metrics {
         );
         let charge_errors = per_rule(
             "sluice_charge_errors_total",
-            "Cost headers missing or malformed (charged nothing), per rule.",
+            "Charge values that never arrived or were malformed (charged charge_missing), per rule.",
         );
 
         for collector in [
