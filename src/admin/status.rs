@@ -301,13 +301,16 @@ mod tests {
             limited: 0,
             delayed: 5,
             shadow_limited: 0,
+            charged: 1_000,
         };
         let now = Counts {
             admitted: 110,
             limited: 33,
             delayed: 5,
             shadow_limited: 1,
+            charged: 13_345,
         };
-        assert_eq!(now.rates_since(&then, 10.0), [10.0, 3.3, 0.0, 0.1]);
+        let rates = now.rates_since(&then, 10.0);
+        assert_eq!(rates, [10.0, 3.3, 0.0, 0.1, 1234.5]);
     }
 }
