@@ -34,6 +34,7 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod body_scan;
 pub mod cli;
 pub mod clock;
 pub mod config;
