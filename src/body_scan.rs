@@ -1,65 +1,170 @@
-//! TEMPORARY stub of the scanner's API (replaced by branch `scan`).
-use std::fmt;
+//! Numbers at RFC 6901 JSON pointers in a response body, read as the body
+//! streams to the client: what a `json:<pointer>` charge costs (an LLM
+//! API's token counts, say), known only once the upstream has said it.
+//!
+//! The body is never buffered and never delayed: the caller hands each
+//! piece to a [`BodyScanner`] after (or while) relaying it, and asks for
+//! each pointer's [`Reading`] when the body ends, breaks off or the client
+//! leaves. Which bodies are read is [`BodyKind::of`]'s answer:
+//!
+//! - a JSON body (`application/json`, `…+json`) is one value, and a value
+//!   counts as soon as it is scanned (a body cut off after it still
+//!   charges it); only its first [`READ_LIMIT`] bytes are read;
+//! - a server-sent-event stream (`text/event-stream`, as LLM APIs stream)
+//!   is read event by event, each event's `data` as one JSON value, and a
+//!   pointer's value is the one in the last event that carries it (an
+//!   event that is not JSON, such as `[DONE]`, or lacks the pointer, such
+//!   as OpenAI's `"usage": null` chunks, changes nothing); an event whose
+//!   data is longer than [`READ_LIMIT`] is skipped.
+//!
+//! Both are small hand-written state machines fed arbitrary pieces
+//! (`events` splits the stream, `json` walks a value), so memory stays
+//! bounded whatever the upstream sends: they keep their state, a bit per
+//! open container, and per pointer how far the current path matches it;
+//! never an event, a string or the body. `feed` allocates nothing.
 
+mod events;
+mod json;
+mod pointer;
+#[cfg(test)]
+mod tests;
+
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use http::HeaderMap;
+use smallvec::SmallVec;
+
+pub use pointer::Pointer;
+
+/// How much of a body is read: a JSON body's first bytes, the longest
+/// event data. Values past it are missing.
 pub const READ_LIMIT: usize = 1 << 20;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pointer {
-    text: Box<str>,
-}
+/// How many pointers one scanner reads (one bit each in its masks).
+pub const MAX_POINTERS: usize = 16;
 
-impl Pointer {
-    pub fn parse(text: &str) -> Result<Pointer, String> {
-        if !text.starts_with('/') {
-            return Err(format!("\"{text}\" is not a JSON pointer: it must start with \"/\", as in \"/usage/total_tokens\""));
-        }
-        Ok(Pointer { text: text.into() })
-    }
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
-}
-
-impl fmt::Display for Pointer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
-    }
-}
-
+/// How a body is read, from its headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyKind {
+    /// One JSON value.
     Json,
+    /// Server-sent events, each event's data one JSON value.
     EventStream,
 }
 
 impl BodyKind {
-    pub fn of(_headers: &http::HeaderMap) -> Option<BodyKind> {
-        None
+    /// The kind of a response body with these headers: `None` (nothing is
+    /// read, every value is missing) for any other content type, and for a
+    /// content-coded body (`Content-Encoding` other than `identity`).
+    pub fn of(headers: &HeaderMap) -> Option<BodyKind> {
+        for coding in headers.get_all(CONTENT_ENCODING) {
+            let coding = coding.to_str().ok()?;
+            let identity = coding
+                .split(',')
+                .map(str::trim)
+                .all(|coding| coding.is_empty() || coding.eq_ignore_ascii_case("identity"));
+            if !identity {
+                return None;
+            }
+        }
+        let content_type = headers.get(CONTENT_TYPE)?.to_str().ok()?;
+        // The media type without its parameters (`; charset=utf-8`).
+        let essence = content_type.split(';').next()?.trim();
+        let (main, sub) = essence.split_once('/')?;
+        let is = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+        // `application/json`, or any `…+json` (`application/problem+json`).
+        let json_suffix = sub.len() > 5
+            && sub
+                .get(sub.len() - 5..)
+                .is_some_and(|suffix| is(suffix, "+json"));
+        if (is(main, "application") && is(sub, "json")) || (!main.is_empty() && json_suffix) {
+            Some(BodyKind::Json)
+        } else if is(main, "text") && is(sub, "event-stream") {
+            Some(BodyKind::EventStream)
+        } else {
+            None
+        }
     }
 }
 
+/// What a pointer's value is, as far as the body was read.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Reading {
+    /// Not in the body (or not in what was read of it).
     Missing,
+    /// There, but not a number ≥ 0 that fits a finite `f64`: a string
+    /// (even `"12"`), `null`, a boolean, an object, an array, a negative
+    /// number or one too large.
     Malformed,
+    /// A number ≥ 0, fractions and exponents allowed (never `-0`).
     Number(f64),
 }
 
-#[derive(Debug)]
+/// Reads the values at up to [`MAX_POINTERS`] pointers out of one response
+/// body, fed piece by piece.
+#[derive(Debug, Clone)]
 pub struct BodyScanner {
-    count: usize,
+    walker: json::Walker,
+    /// `None` for a JSON body.
+    events: Option<events::Events>,
+    /// An event stream's readings, from the events dispatched so far (a
+    /// JSON body's are the walker's own).
+    readings: SmallVec<[Reading; 4]>,
+    /// Bytes of a JSON body fed so far.
+    read: usize,
 }
 
 impl BodyScanner {
-    pub fn new(_kind: BodyKind, pointers: &[&Pointer]) -> BodyScanner {
+    /// A scanner for a body of `kind`, reading `pointers` (their readings
+    /// are asked for by index into this slice). Allocates once, for the
+    /// pointers' segments.
+    ///
+    /// # Panics
+    ///
+    /// With no pointer or more than [`MAX_POINTERS`].
+    pub fn new(kind: BodyKind, pointers: &[&Pointer]) -> BodyScanner {
+        assert!(
+            (1..=MAX_POINTERS).contains(&pointers.len()),
+            "a body scanner reads 1 to {MAX_POINTERS} pointers, not {}",
+            pointers.len()
+        );
+        let event_stream = kind == BodyKind::EventStream;
         BodyScanner {
-            count: pointers.len(),
+            walker: json::Walker::new(pointers),
+            events: event_stream.then(events::Events::new),
+            readings: SmallVec::from_elem(
+                Reading::Missing,
+                if event_stream { pointers.len() } else { 0 },
+            ),
+            read: 0,
         }
     }
-    pub fn feed(&mut self, _chunk: &[u8]) {}
+
+    /// Reads the next piece of the body. Never panics, whatever the bytes;
+    /// allocates nothing.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        match &mut self.events {
+            Some(events) => events.feed(chunk, &mut self.walker, &mut self.readings),
+            None => {
+                let unread = READ_LIMIT - self.read;
+                let piece = &chunk[..chunk.len().min(unread)];
+                self.read += piece.len();
+                if !piece.is_empty() && !self.walker.failed() {
+                    self.walker.feed(piece);
+                }
+            }
+        }
+    }
+
+    /// What pointer `index` (into the `pointers` given to [`BodyScanner::new`])
+    /// holds in the body read so far; `Missing` for an index out of range.
     pub fn reading(&self, index: usize) -> Reading {
-        let _ = self.count;
-        let _ = index;
-        Reading::Missing
+        match self.events {
+            Some(_) => self
+                .readings
+                .get(index)
+                .copied()
+                .unwrap_or(Reading::Missing),
+            None => self.walker.found(index),
+        }
     }
 }

@@ -1,0 +1,209 @@
+//! Server-sent events as the WHATWG HTML standard splits them
+//! ("Interpreting an event stream"), keeping only what `data` lines hold
+//! and streaming it straight into the JSON walk: nothing of an event is
+//! copied.
+//!
+//! Lines end in CRLF, LF or CR (a CR ending one piece and an LF starting
+//! the next are one line end); one UTF-8 byte order mark at the start is
+//! dropped; a line starting with `:` is a comment; a field's name runs to
+//! the first `:` and one space after it is dropped; the values of an
+//! event's `data` lines are joined with LF; a blank line dispatches the
+//! event. An event still open when the stream ends is never dispatched.
+
+use memchr::memchr2;
+
+use super::json::Walker;
+use super::{Reading, READ_LIMIT};
+
+const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+
+/// Where the splitter is in the current line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Line {
+    /// Nothing of the line yet: a line end here is a blank line.
+    Start,
+    /// In the field name: `matched` bytes of `data` so far, `other` once
+    /// it cannot be `data`.
+    Name { matched: u8, other: bool },
+    /// After `data:`: one space may follow.
+    DataStart,
+    /// In a `data` line's value.
+    Data,
+    /// In a line that does not matter (a comment, another field).
+    Ignore,
+}
+
+/// The event splitter's state.
+#[derive(Debug, Clone)]
+pub(super) struct Events {
+    line: Line,
+    /// The last byte was a CR: an LF now ends nothing more.
+    after_cr: bool,
+    /// Bytes of the byte order mark seen at the start, until it is settled.
+    bom_seen: u8,
+    bom_settled: bool,
+    /// The event has a `data` line (so the next one is joined with LF).
+    has_data: bool,
+    /// Bytes of the event's data so far.
+    data_len: usize,
+}
+
+impl Events {
+    pub(super) fn new() -> Events {
+        Events {
+            line: Line::Start,
+            after_cr: false,
+            bom_seen: 0,
+            bom_settled: false,
+            has_data: false,
+            data_len: 0,
+        }
+    }
+
+    /// Reads the next piece of the stream: each event's data goes through
+    /// `walker`, and the readings of an event that is one JSON value go to
+    /// `readings`.
+    pub(super) fn feed(&mut self, bytes: &[u8], walker: &mut Walker, readings: &mut [Reading]) {
+        let mut at = 0;
+        if !self.bom_settled {
+            while let Some(&byte) = bytes.get(at) {
+                if byte == BOM[usize::from(self.bom_seen)] {
+                    self.bom_seen += 1;
+                    at += 1;
+                    if usize::from(self.bom_seen) == BOM.len() {
+                        self.bom_settled = true;
+                        break;
+                    }
+                } else {
+                    // Part of a mark and then something else: those bytes
+                    // start a line whose field is not `data`.
+                    if self.bom_seen > 0 {
+                        self.line = Line::Name {
+                            matched: 0,
+                            other: true,
+                        };
+                    }
+                    self.bom_settled = true;
+                    break;
+                }
+            }
+        }
+        while at < bytes.len() {
+            if self.after_cr {
+                self.after_cr = false;
+                if bytes[at] == b'\n' {
+                    at += 1;
+                    continue;
+                }
+            }
+            match self.line {
+                Line::Start => {
+                    let rest = &bytes[at..];
+                    if rest.starts_with(b"data:") {
+                        self.line = Line::DataStart;
+                        at += 5;
+                    } else if let b'\n' | b'\r' = rest[0] {
+                        self.after_cr = rest[0] == b'\r';
+                        at += 1;
+                        self.dispatch(walker, readings);
+                    } else {
+                        self.line = Line::Name {
+                            matched: 0,
+                            other: false,
+                        };
+                    }
+                }
+                Line::Name { matched, other } => {
+                    let byte = bytes[at];
+                    at += 1;
+                    let is_data = matched == 4 && !other;
+                    self.line = match byte {
+                        b':' if is_data => Line::DataStart,
+                        b':' => Line::Ignore,
+                        b'\n' | b'\r' => {
+                            self.after_cr = byte == b'\r';
+                            // `data` alone: a data line with an empty value.
+                            if is_data {
+                                self.data_line(walker);
+                            }
+                            Line::Start
+                        }
+                        _ if !other && matched < 4 && byte == b"data"[usize::from(matched)] => {
+                            Line::Name {
+                                matched: matched + 1,
+                                other,
+                            }
+                        }
+                        _ => Line::Name {
+                            matched,
+                            other: true,
+                        },
+                    };
+                }
+                Line::DataStart => {
+                    if bytes[at] == b' ' {
+                        at += 1;
+                    }
+                    self.data_line(walker);
+                    self.line = Line::Data;
+                }
+                Line::Data | Line::Ignore => {
+                    let rest = &bytes[at..];
+                    let end = memchr2(b'\n', b'\r', rest);
+                    if self.line == Line::Data {
+                        self.data(&rest[..end.unwrap_or(rest.len())], walker);
+                    }
+                    match end {
+                        Some(end) => {
+                            self.after_cr = rest[end] == b'\r';
+                            self.line = Line::Start;
+                            at += end + 1;
+                        }
+                        None => at = bytes.len(),
+                    }
+                }
+            }
+        }
+    }
+
+    /// A `data` line starts: its value joins the event's data after an LF.
+    fn data_line(&mut self, walker: &mut Walker) {
+        if self.has_data {
+            self.data(b"\n", walker);
+        }
+        self.has_data = true;
+    }
+
+    fn data(&mut self, piece: &[u8], walker: &mut Walker) {
+        if self.data_len > READ_LIMIT {
+            return;
+        }
+        self.data_len += piece.len();
+        if self.data_len > READ_LIMIT {
+            // Too long: the event is skipped (see `dispatch`).
+            return;
+        }
+        walker.feed(piece);
+    }
+
+    /// A blank line: the event's data counts if it was one JSON value.
+    fn dispatch(&mut self, walker: &mut Walker, readings: &mut [Reading]) {
+        if !self.has_data {
+            return;
+        }
+        if self.data_len <= READ_LIMIT && walker.complete() {
+            let mut found = walker.found_any();
+            while found != 0 {
+                let p = found.trailing_zeros() as usize;
+                found &= found - 1;
+                // An event without the pointer changes nothing.
+                if walker.found(p) != Reading::Missing {
+                    readings[p] = walker.found(p);
+                }
+            }
+        }
+        walker.reset();
+        self.has_data = false;
+        self.data_len = 0;
+    }
+}
