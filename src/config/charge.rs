@@ -8,7 +8,7 @@ use super::raw::{RawCharge, RawRule};
 use super::rules::RuleContext;
 use super::validate::Validator;
 use super::{AlgorithmKind, Charge, ChargeSource, RefundOn, Weighted};
-use crate::body_scan::Pointer;
+use crate::body_scan::{Pointer, MAX_POINTERS};
 use http::HeaderName;
 
 /// Response fields sluice cannot strip without breaking the exchange: a
@@ -110,6 +110,21 @@ impl Validator<'_> {
                     }
                 }
             }
+        }
+        let pointers = sources
+            .iter()
+            .filter(|weighted| matches!(weighted.source, ChargeSource::Json(_)))
+            .count();
+        if pointers > MAX_POINTERS {
+            self.error(
+                at,
+                &path,
+                format!(
+                    "reads {pointers} json: sources; a rule reads at most {MAX_POINTERS} values \
+                     from a response body"
+                ),
+            );
+            valid = false;
         }
         let missing = self.int(
             raw.charge_missing.as_ref(),

@@ -63,8 +63,9 @@ pub struct Awaited {
     pub rule: usize,
     /// The source's position in the rule's charge.
     pub source: usize,
-    /// A `json:` source's pointer in the scanner; `None` for a header
-    /// that may come as a trailer.
+    /// A `json:` source's pointer in the scanner (`None` past the most
+    /// it reads: the value is then missing); `None` for a header that may
+    /// come as a trailer.
     pub slot: Option<usize>,
 }
 

@@ -25,7 +25,7 @@ use http_body::Frame;
 use smallvec::SmallVec;
 
 use super::bill::{self, Awaited, Bill, Failure, Reported};
-use crate::body_scan::{BodyKind, BodyScanner, Pointer, Reading};
+use crate::body_scan::{BodyKind, BodyScanner, Pointer, Reading, MAX_POINTERS};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{Charge, ChargeSource};
 use crate::limiter::adaptive::Sample;
@@ -179,14 +179,16 @@ impl Settlement {
                             }
                         }
                         ChargeSource::Json(pointer) => {
-                            let slot = match pointers.iter().position(|p| *p == pointer) {
-                                Some(slot) => slot,
-                                None => {
+                            // Past the scanner's pointers (rules matched
+                            // together naming more), a value is missing.
+                            awaited.slot = match pointers.iter().position(|p| *p == pointer) {
+                                Some(slot) => Some(slot),
+                                None if pointers.len() < MAX_POINTERS => {
                                     pointers.push(pointer);
-                                    pointers.len() - 1
+                                    Some(pointers.len() - 1)
                                 }
+                                None => None,
                             };
-                            awaited.slot = Some(slot);
                             bill.awaiting.push(awaited);
                         }
                     }
