@@ -4,9 +4,18 @@
 
 use super::*;
 use crate::limiter::calendar::Unit;
-use crate::testing::{admitted, SEC};
 
+// Not `crate::testing`'s: a test module of the limiter layer takes nothing
+// from the layers above it (ARCHITECTURE.md, "Layers").
+const SEC: Nanos = 1_000_000_000;
 const HOUR: Nanos = 3_600 * SEC;
+
+/// How many of `n` requests of cost 1 `limit` admits at `now`.
+fn admitted(limit: &FixedWindow, state: &mut WindowCounts, now: Nanos, n: u64) -> u64 {
+    (0..n)
+        .filter(|_| limit.acquire(state, now, 1).is_allowed())
+        .count() as u64
+}
 
 /// Unix nanoseconds of an RFC 3339 instant.
 fn at(text: &str) -> Nanos {
@@ -180,7 +189,10 @@ fn delay_mode_holds_a_request_until_the_next_window_starts() {
 
 #[test]
 fn a_reload_onto_a_calendar_keeps_the_spent_units() {
-    let plain = FixedWindow::new(crate::testing::rate(10, 86_400));
+    let plain = FixedWindow::new(Rate {
+        count: 10,
+        period: std::time::Duration::from_secs(86_400),
+    });
     let calendar = quota(10, "Europe/Berlin", Unit::Day);
     let now = at("2026-06-10T12:00:00Z");
     let mut state = WindowCounts::default();
