@@ -190,6 +190,8 @@ pub struct RawRule {
     pub max_queue: Option<Spanned<i64>>,
     pub charge: Option<Spanned<String>>,
     pub refund_on: Option<Spanned<OneOrMany>>,
+    /// An IANA time zone whose calendar aligns a fixed window's windows.
+    pub calendar: Option<Spanned<String>>,
     pub tiers: Option<Located<RawTiers>>,
     pub overrides: Option<Located<RawOverrides>>,
     pub ban: Option<Located<RawBan>>,

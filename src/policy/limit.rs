@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use http::HeaderValue;
 
-use crate::config::{format_period, AlgorithmKind, LimitConfig, RuleConfig};
+use crate::config::{format_limit_period, AlgorithmKind, LimitConfig, RuleConfig};
 use crate::limiter::adaptive::Controller;
 use crate::limiter::{
     Concurrency, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
@@ -111,7 +111,10 @@ impl Limit {
 pub(super) fn limiter(algorithm: AlgorithmKind, limit: &LimitConfig) -> Limiter {
     match algorithm {
         AlgorithmKind::TokenBucket => Limiter::TokenBucket(Gcra::new(limit.rate, limit.capacity)),
-        AlgorithmKind::FixedWindow => Limiter::FixedWindow(FixedWindow::new(limit.rate)),
+        AlgorithmKind::FixedWindow => Limiter::FixedWindow(match limit.calendar {
+            Some(calendar) => FixedWindow::on_calendar(limit.rate, calendar),
+            None => FixedWindow::new(limit.rate),
+        }),
         AlgorithmKind::SlidingWindow => Limiter::SlidingWindow(SlidingWindow::new(limit.rate)),
         AlgorithmKind::SlidingLog => Limiter::SlidingLog(SlidingLog::new(limit.rate)),
         AlgorithmKind::LeakyBucket => {
@@ -166,7 +169,7 @@ pub(super) fn compile_limit(
     table: BucketTable,
     status: http::StatusCode,
 ) -> Limit {
-    let period = format_period(limit.rate.period);
+    let period = format_limit_period(limit);
     let name = if limit_count > 1 {
         format!("{}-{period}", rule.name)
     } else {
@@ -177,6 +180,9 @@ pub(super) fn compile_limit(
         "rule '{}' allows {} {unit} per {period}",
         rule.name, limit.rate.count
     );
+    if let Some(calendar) = limit.calendar {
+        detail.push_str(&format!(" ({} calendar)", calendar.zone()));
+    }
     if rule.cost != 1 {
         detail.push_str(&format!("; each request costs {}", rule.cost));
     }
