@@ -211,6 +211,14 @@ impl Calendar {
         self.0.unit
     }
 
+    /// `t` as RFC 3339 with the zone's offset then
+    /// (`2026-11-01T00:00:00+01:00`), for admin views.
+    pub fn rfc3339(&self, t: Nanos) -> String {
+        let timestamp = timestamp(t);
+        let offset = self.0.tz.to_offset(timestamp);
+        timestamp.display_with_offset(offset).to_string()
+    }
+
     /// The windows around `now`: the one it falls in and the next, from the
     /// cache when `now` is in one of them (the request path), else computed
     /// (and cached when `now` is later than the cached windows).

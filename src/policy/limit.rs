@@ -7,6 +7,7 @@ use http::HeaderValue;
 
 use crate::config::{format_limit_period, AlgorithmKind, LimitConfig, RuleConfig};
 use crate::limiter::adaptive::Controller;
+use crate::limiter::calendar::Calendar;
 use crate::limiter::{
     Concurrency, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
 };
@@ -30,14 +31,17 @@ pub struct Limit {
     pub name_json: String,
     /// The rule's name as a JSON string literal, for the body's `rule`.
     pub rule_json: String,
-    /// `"name";q=COUNT;w=SECONDS` for `RateLimit-Policy`.
+    /// `"name";q=COUNT;w=SECONDS` for `RateLimit-Policy`. A calendar
+    /// window's `w` is the current window's length, written per response
+    /// (`proxy/respond.rs`); this item then carries the nominal one.
     pub policy_item: String,
     /// The same, ready to send when this is the only applicable limit.
     pub policy_header: HeaderValue,
     /// The bucket's capacity, ready for `X-RateLimit-Limit`.
     pub limit_header: HeaderValue,
     /// The fixed parts of this limit's rate-limit fields when it is the
-    /// only applicable limit, written as they are sent.
+    /// only applicable limit, written as they are sent (no IETF part for a
+    /// calendar window, whose `w` changes with the window).
     pub lines: FieldLines,
     /// The 429 body up to the violated-policies list
     /// ([`problem::quota_exceeded_head`]), whose detail reads `rule 'name'
@@ -104,6 +108,15 @@ impl Limit {
     #[inline]
     pub fn is_adaptive(&self) -> bool {
         self.adaptive().is_some()
+    }
+
+    /// The calendar a fixed window follows (`calendar`), if any.
+    #[inline]
+    pub fn calendar(&self) -> Option<Calendar> {
+        match &self.limiter {
+            Limiter::FixedWindow(window) => window.calendar(),
+            _ => None,
+        }
     }
 }
 
@@ -191,7 +204,11 @@ pub(super) fn compile_limit(
         limit.rate.count,
         limit.rate.period.as_secs().max(1)
     );
-    let lines = FieldLines::new(limiter.capacity(), &policy_item, &name);
+    let mut lines = FieldLines::new(limiter.capacity(), &policy_item, &name);
+    if limit.calendar.is_some() {
+        // Its `w` is the window's own length: written per response.
+        lines.ietf = Box::default();
+    }
     Limit {
         table,
         limiter,
