@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{
-    describe_capacity, describe_limits, describe_match, describe_upstream, format_period,
-    format_rate, format_timestamp, AlgorithmKind, Config, LimitConfig, OnChange, OnLimit, Rate,
-    RedisMode, RuleConfig, StoreBackend, Variant,
+    describe_capacity, describe_limits, describe_match, describe_upstream, format_limit,
+    format_period, format_rate, format_timestamp, AlgorithmKind, Config, LimitConfig, OnChange,
+    OnLimit, Rate, RedisMode, RuleConfig, StoreBackend, Variant,
 };
 use crate::key::{KeyLabels, LabelKey};
 
@@ -409,7 +409,7 @@ fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
 fn describe_variant(limits: &[LimitConfig]) -> String {
     let mut text = limits
         .iter()
-        .map(|limit| format_rate(limit.rate))
+        .map(format_limit)
         .collect::<Vec<_>>()
         .join(", ");
     if let Some(limit) = limits.iter().find(|l| l.capacity != l.rate.count) {

@@ -9,6 +9,7 @@
 //! proxy compiles a [`Config`] into its own request-path snapshot.
 
 mod ban;
+mod calendar;
 mod charge;
 mod describe;
 mod errors;
@@ -44,8 +45,8 @@ pub use crate::key::jwt::{ClaimPath, JwtAlgorithm, JwtConfig, JwtKey};
 pub use crate::key::KeySource;
 pub use crate::limiter::Rate;
 pub use describe::{
-    describe_capacity, describe_limits, describe_match, describe_upstream, format_period,
-    format_rate,
+    describe_capacity, describe_limits, describe_match, describe_upstream, format_limit,
+    format_limit_period, format_period, format_rate,
 };
 pub use errors::{ConfigError, ConfigErrors};
 pub use startup::keep_startup_settings;
@@ -807,6 +808,10 @@ pub struct LimitConfig {
     /// Leaky bucket: `burst`, how many may wait (default the COUNT).
     /// Windows and logs: the COUNT.
     pub capacity: u64,
+    /// `calendar`: the zone's calendar a fixed window follows, of the unit
+    /// its period names (the rate's period is then that unit's nominal
+    /// length; docs/configuration.md).
+    pub calendar: Option<crate::limiter::calendar::Calendar>,
 }
 
 /// `match = { ... }`: every given field must fit. Empty lists mean "any".

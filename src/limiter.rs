@@ -29,6 +29,7 @@
 //! it); the leaky bucket ([`LeakyBucket`]) is delay mode by nature.
 
 pub mod adaptive;
+pub mod calendar;
 pub mod gcra;
 pub mod leaky;
 pub mod log;

@@ -77,7 +77,7 @@ async fn try_buckets(
         .zip(as_now.iter().zip(&next))
         .map(|(limit, (as_now, next))| {
             let tracked = store.tracks(&limit.table, target.key);
-            bucket_json(rule, limit, *as_now, *next, tracked)
+            bucket_json(rule, limit, *as_now, *next, tracked, now)
         })
         .collect();
     let balance = Balance::of(&next);
@@ -164,12 +164,15 @@ pub(super) fn request_cost(rule: &Rule) -> u64 {
 /// would leave `cost` fewer). `debt` (token buckets only, where the store's answer tells it
 /// exactly) is the units owed beyond empty; in delay mode those units are
 /// reservations of held requests, so they are reported as `held` instead.
+/// A calendar window (`calendar`) adds the window `now` is in and the units
+/// spent in it.
 pub(super) fn bucket_json(
     rule: &Rule,
     limit: &Limit,
     as_now: Decision,
     next: Decision,
     tracked: Option<bool>,
+    now: Nanos,
 ) -> Value {
     let capacity = match (limit.adaptive(), &limit.limiter) {
         // An adaptive rule's permits: the limit it learned (a tier's share).
@@ -204,6 +207,19 @@ pub(super) fn bucket_json(
         None => {
             bucket["permits_in_use"] = json!(capacity.saturating_sub(state.remaining));
         }
+    }
+    if let (Some(calendar), Limiter::FixedWindow(window)) = (limit.calendar(), &limit.limiter) {
+        let (_, start, end) = window.window_at(now);
+        bucket["window"] = json!({
+            "calendar": calendar.zone(),
+            "unit": calendar.unit().symbol(),
+            "start": calendar.rfc3339(start),
+            "end": calendar.rfc3339(end),
+            "start_unix": start / 1_000_000_000,
+            "end_unix": end / 1_000_000_000,
+        });
+        // What the window counts, up to its COUNT (`in_debt` tells more).
+        bucket["spent"] = json!(capacity.saturating_sub(state.remaining));
     }
     bucket["next_request"] = decision_json(rule, limit, next);
     bucket

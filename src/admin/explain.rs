@@ -197,7 +197,7 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
                     .zip(decisions)
                     .map(|(limit, (as_now, next))| {
                         let tracked = proxy.store().tracks(&limit.table, applicable.key);
-                        bucket_json(applicable.rule, limit, *as_now, *next, tracked)
+                        bucket_json(applicable.rule, limit, *as_now, *next, tracked, now)
                     })
                     .collect();
                 rules[*index]["buckets"] = json!(buckets);

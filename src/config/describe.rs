@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use super::{Balance, MatchConfig, Rate, RuleConfig, UpstreamConfig, UpstreamProtocol};
+use super::{
+    Balance, LimitConfig, MatchConfig, Rate, RuleConfig, UpstreamConfig, UpstreamProtocol,
+};
 
 /// A period in its largest whole unit: `60s` → `1m`, `90s` → `90s`,
 /// `900s` → `15m`, `500ms` → `500ms`.
@@ -34,6 +36,24 @@ pub fn format_rate(rate: Rate) -> String {
         other => other,
     };
     format!("{}/{period}", rate.count)
+}
+
+/// A limit's rate as the config spells it: [`format_rate`]'s, or on a
+/// calendar its unit (`10000/mo`).
+pub fn format_limit(limit: &LimitConfig) -> String {
+    match limit.calendar {
+        Some(calendar) => format!("{}/{}", limit.rate.count, calendar.unit().symbol()),
+        None => format_rate(limit.rate),
+    }
+}
+
+/// A limit's period as a multi-limit rule's names carry it: `1m`, `15m`;
+/// on a calendar `1d`, `1w`, `1mo`, `1y`.
+pub fn format_limit_period(limit: &LimitConfig) -> String {
+    match limit.calendar {
+        Some(calendar) => format!("1{}", calendar.unit().symbol()),
+        None => format_period(limit.rate.period),
+    }
 }
 
 /// A rule's `match`: `method=GET|POST prefix=/api`, or `*` for every request.
@@ -130,11 +150,16 @@ pub fn describe_limits(rule: &RuleConfig) -> String {
     if let Some(max_in_flight) = rule.max_in_flight {
         return format!("{max_in_flight} in flight");
     }
-    rule.limits
+    let rates = rule
+        .limits
         .iter()
-        .map(|limit| format_rate(limit.rate))
+        .map(format_limit)
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    match rule.limits.iter().find_map(|limit| limit.calendar) {
+        Some(calendar) => format!("{rates} ({} calendar)", calendar.zone()),
+        None => rates,
+    }
 }
 
 /// A rule's capacities: each limit's, or a concurrency rule's bound.

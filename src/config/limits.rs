@@ -167,6 +167,9 @@ impl Validator<'_> {
                         Some(burst) if Some(i) == shortest => burst,
                         _ => limit.rate.count,
                     },
+                    // Set by the rule's `calendar` once it is read
+                    // (config/calendar.rs).
+                    calendar: None,
                 })
                 .collect(),
             _ => vec![LimitConfig {
@@ -175,6 +178,7 @@ impl Validator<'_> {
                     period: Duration::from_secs(1),
                 },
                 capacity: burst.unwrap_or(1),
+                calendar: None,
             }],
         };
         BuiltLimits {
@@ -485,7 +489,7 @@ mod tests {
                 "test.toml:5:11: rule[0].limits[0]: \"x\" is not a valid PERIOD; write \
                  COUNT/PERIOD with a whole COUNT (0 closes the route) and a PERIOD that is a unit \
                  s, m, h or d or a duration such as 15m, 2s or 500ms (for example \"100/m\" or \
-                 \"5/15m\")",
+                 \"5/15m\"); with calendar, d, w, mo or y",
                 "test.toml:6:8: rule[0].rate: cannot be used together with limits (line 5); write \
                  one limit as rate = \"100/m\" or several as limits = [\"100/m\", \"1000/h\"]",
             ]

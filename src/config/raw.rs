@@ -191,6 +191,8 @@ pub struct RawRule {
     pub charge: Option<Located<RawCharge>>,
     pub charge_missing: Option<Spanned<i64>>,
     pub refund_on: Option<Spanned<OneOrMany>>,
+    /// An IANA time zone whose calendar aligns a fixed window's windows.
+    pub calendar: Option<Spanned<String>>,
     pub tiers: Option<Located<RawTiers>>,
     pub overrides: Option<Located<RawOverrides>>,
     pub ban: Option<Located<RawBan>>,

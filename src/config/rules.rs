@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use toml::Spanned;
 
+use super::calendar::RuleCalendar;
 use super::limits::WrittenLimit;
 use super::raw::RawRule;
 use super::validate::Validator;
@@ -22,6 +23,8 @@ pub(super) struct RuleContext<'r> {
     pub(super) written: Option<&'r [WrittenLimit]>,
     /// The rule's cost when written.
     pub(super) cost: Option<u64>,
+    /// The rule's `calendar`, which its tiers' and overrides' rates follow.
+    pub(super) calendar: &'r RuleCalendar,
 }
 
 impl Validator<'_> {
@@ -141,15 +144,17 @@ impl Validator<'_> {
             self.written_limits(&base, "", at, raw.rate.as_ref(), raw.limits.as_ref())
         };
         let written = self.one_rate_if_leaky(&base, algorithm, written, raw.limits.as_ref(), at);
+        let calendar = self.calendar(index, raw, algorithm);
         for limit in written.iter().flatten() {
             self.check_limit(algorithm, limit);
+            self.calendar_period(&calendar, limit);
         }
         let default_burst = if raw.rate.is_none() && raw.limits.is_some() {
             "the COUNT of the shortest-period limit"
         } else {
             "the rate's COUNT"
         };
-        let built = self.build_limits(
+        let mut built = self.build_limits(
             index,
             &base,
             written.as_deref(),
@@ -157,6 +162,7 @@ impl Validator<'_> {
             algorithm,
             default_burst,
         );
+        calendar.attach(&mut built.limits, written.as_deref());
 
         let cost = match &raw.cost {
             Some(field) if concurrency => {
@@ -180,6 +186,7 @@ impl Validator<'_> {
             algorithm,
             written: written.as_deref(),
             cost: raw.cost.is_some().then_some(cost),
+            calendar: &calendar,
         };
         let tiers = raw.tiers.as_ref().and_then(|t| self.tiers(&context, t));
         let overrides = match &raw.overrides {
@@ -402,7 +409,8 @@ mod tests {
                     count: 100,
                     period: Duration::from_secs(60)
                 },
-                capacity: 100
+                capacity: 100,
+                calendar: None,
             }]
         );
         assert_eq!(rule.cost, 1);

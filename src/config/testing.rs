@@ -46,6 +46,7 @@ pub fn limit(count: u64, secs: u64, capacity: u64) -> LimitConfig {
             period: Duration::from_secs(secs),
         },
         capacity,
+        calendar: None,
     }
 }
 

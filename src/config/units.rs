@@ -1,6 +1,7 @@
 //! The small value languages of the config file: durations (`"250ms"`,
 //! `"2s"`, `"1m"`, `"1h"`, `"1d"`), rates (`"COUNT/PERIOD"`, e.g. `"100/m"`
-//! or `"5/15m"`) and timestamps (RFC 3339, `"2026-12-01T00:00:00Z"`).
+//! or `"5/15m"`, and the calendar units `"10000/mo"`, `"w"`, `"y"`) and
+//! timestamps (RFC 3339, `"2026-12-01T00:00:00Z"`).
 //!
 //! Pure string → value functions; they know nothing about positions.
 //! Their `Err` strings are sentences meant to follow `path:` in an error line,
@@ -11,6 +12,7 @@ use std::time::Duration;
 use toml::value::{Datetime, Offset};
 
 use super::Rate;
+use crate::limiter::calendar::Unit;
 
 /// The units a duration may end in, with their length in milliseconds.
 /// `ms` comes before `m` and `s` so the longest suffix wins.
@@ -62,11 +64,15 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 const RATE_HELP: &str = "write COUNT/PERIOD with a whole COUNT (0 closes the route) and a PERIOD \
-     that is a unit s, m, h or d or a duration such as 15m, 2s or 500ms (for example \"100/m\" or \"5/15m\")";
+     that is a unit s, m, h or d or a duration such as 15m, 2s or 500ms (for example \"100/m\" or \"5/15m\"); \
+     with calendar, d, w, mo or y";
 
 /// Parses a rate `"COUNT/PERIOD"`: COUNT is a whole number (0 means the route
 /// is closed); PERIOD is a bare unit (`s`, `m`, `h`, `d`, meaning one of it)
-/// or a duration (`15m`, `2s`, `500ms`) and must be longer than zero.
+/// or a duration (`15m`, `2s`, `500ms`) and must be longer than zero. The
+/// calendar units `w`, `mo` and `y` (bare or after a number) parse to their
+/// nominal lengths ([`Unit::nominal`]); whether the rule may use them, and
+/// how, is the rule's check ([`calendar_period`], docs/configuration.md).
 pub fn parse_rate(text: &str) -> Result<Rate, String> {
     let Some((count, period)) = text.split_once('/') else {
         return Err(format!("\"{text}\" is not a rate; {RATE_HELP}"));
@@ -92,8 +98,14 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
                 "\"{text}\" has no PERIOD after the '/'; {RATE_HELP}"
             ))
         }
-        _ => parse_duration(period)
-            .map_err(|_| format!("\"{period}\" is not a valid PERIOD; {RATE_HELP}"))?,
+        _ => match calendar_period(text) {
+            Some((n, unit)) if unit != Unit::Day => unit
+                .nominal()
+                .checked_mul(u32::try_from(n).unwrap_or(u32::MAX))
+                .ok_or_else(|| format!("\"{period}\" is too long a PERIOD; {RATE_HELP}"))?,
+            _ => parse_duration(period)
+                .map_err(|_| format!("\"{period}\" is not a valid PERIOD; {RATE_HELP}"))?,
+        },
     };
     if period.is_zero() {
         return Err(format!(
@@ -101,6 +113,24 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
         ));
     }
     Ok(Rate { count, period })
+}
+
+/// The PERIOD of the rate `text` when it is written in a calendar unit:
+/// how many (`d` and `1d` are one) and which. `"24h"` is not: a calendar
+/// rule's period names its unit.
+pub fn calendar_period(text: &str) -> Option<(u64, Unit)> {
+    let (_, period) = text.split_once('/')?;
+    let digits = period
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(period.len());
+    let (number, symbol) = period.split_at(digits);
+    let unit = Unit::from_symbol(symbol)?;
+    let n = if number.is_empty() {
+        1
+    } else {
+        number.parse().ok()?
+    };
+    Some((n, unit))
 }
 
 const TIMESTAMP_HELP: &str = "write an RFC 3339 timestamp with a date, a time and an offset, \

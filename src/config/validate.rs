@@ -698,7 +698,8 @@ method = "DELETE"
                     count: 5,
                     period: Duration::from_secs(900)
                 },
-                capacity: 2
+                capacity: 2,
+                calendar: None,
             }]
         );
         assert_eq!(search.cost, 1);

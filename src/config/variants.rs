@@ -219,6 +219,7 @@ impl Validator<'_> {
                 self.one_rate_if_leaky(&base, rule.algorithm, written, raw.limits.as_ref(), at);
             for limit in written.iter().flatten() {
                 self.check_limit(rule.algorithm, limit);
+                self.calendar_period(rule.calendar, limit);
             }
             written
         } else {
@@ -228,7 +229,7 @@ impl Validator<'_> {
             (None, Some(_)) => "the COUNT of its shortest-period limit",
             _ => "its rate's COUNT",
         };
-        let built = self.build_limits(
+        let mut built = self.build_limits(
             rule.index,
             &base,
             written.as_deref(),
@@ -236,6 +237,7 @@ impl Validator<'_> {
             rule.algorithm,
             default_burst,
         );
+        rule.calendar.attach(&mut built.limits, written.as_deref());
         let written = written?;
         // A table already refused for its own values is not judged further.
         let cost = rule.cost.filter(|_| self.errors.len() == errors_before);

@@ -2,7 +2,12 @@
 //!
 //! Windows are aligned to Unix-time multiples of the period (`now` is Unix
 //! nanoseconds): a `100/m` window starts at :00, `1/15m` at :00/:15/:30/:45,
-//! `1/d` at 00:00 UTC. Both algorithms keep one [`WindowCounts`] per key.
+//! `1/d` at 00:00 UTC. A fixed window may follow a time zone's calendar
+//! instead (`calendar`, docs/configuration.md): its windows are the
+//! [`Calendar`]'s days, weeks, months or years, of uneven lengths, numbered
+//! by the calendar; everything below holds with "window `w + 1`" meaning
+//! the calendar's next window. Both algorithms keep one [`WindowCounts`]
+//! per key.
 //!
 //! - Fixed window: at most COUNT units per aligned window. Across a boundary a
 //!   client can get COUNT at the end of one window and COUNT at the start of
@@ -52,11 +57,13 @@
 
 use std::marker::PhantomData;
 
+use super::calendar::{Calendar, Frame};
 use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits, Rate};
 use crate::clock::Nanos;
 
 /// Per-key state of both window algorithms: the index of the window
-/// `current` counts (`now / period`), and the count of the window before it.
+/// `current` counts (`now / period`, or the calendar's), and the count of
+/// the window before it.
 /// The default (window 0, nothing counted) is a fresh bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WindowCounts {
@@ -72,6 +79,9 @@ pub struct WindowCounts {
 pub struct Window<K> {
     period: Nanos,
     count: u64,
+    /// The calendar a fixed window follows instead of Unix multiples of
+    /// the period (which is then the calendar unit's nominal length).
+    calendar: Option<Calendar>,
     counting: PhantomData<K>,
 }
 
@@ -97,8 +107,14 @@ impl<K> Window<K> {
         Window {
             period: period_nanos(rate),
             count: rate.count.min(u64::from(u32::MAX)),
+            calendar: None,
             counting: PhantomData,
         }
+    }
+
+    /// The calendar the windows follow, if any.
+    pub fn calendar(&self) -> Option<Calendar> {
+        self.calendar
     }
 
     /// The period in nanoseconds and COUNT: what a networked store's script
@@ -162,6 +178,37 @@ fn until_window(index: u64, period: Nanos, now: Nanos) -> Nanos {
     index.saturating_mul(period).saturating_sub(now)
 }
 
+/// Where a fixed window's windows lie, as seen from one `now`: Unix
+/// multiples of the period, or a calendar's windows with the frame around
+/// `now` (so that the request path asks the calendar's cache once).
+#[derive(Clone, Copy)]
+enum Windows {
+    Unix(Nanos),
+    Calendar(Calendar, Frame),
+}
+
+impl Windows {
+    /// The window `t` falls in.
+    #[inline]
+    fn index(&self, t: Nanos) -> u64 {
+        match self {
+            Windows::Unix(period) => t / period,
+            Windows::Calendar(calendar, frame) => frame.index_of(*calendar, t),
+        }
+    }
+
+    /// Nanoseconds from `now` to the start of window `index`.
+    #[inline]
+    fn until(&self, index: u64, now: Nanos) -> Nanos {
+        match self {
+            Windows::Unix(period) => until_window(index, *period, now),
+            Windows::Calendar(calendar, frame) => {
+                frame.start_of(*calendar, index).saturating_sub(now)
+            }
+        }
+    }
+}
+
 const CLOSED: Decision = Decision::Deny {
     state: BucketState {
         remaining: 0,
@@ -171,12 +218,46 @@ const CLOSED: Decision = Decision::Deny {
 };
 
 impl FixedWindow {
+    /// COUNT units per window of `calendar` (a [`Rate`] whose period is the
+    /// calendar unit's nominal length).
+    pub fn on_calendar(rate: Rate, calendar: Calendar) -> FixedWindow {
+        FixedWindow {
+            calendar: Some(calendar),
+            ..FixedWindow::new(rate)
+        }
+    }
+
+    /// The window `now` falls in: its index, start and end (Unix
+    /// nanoseconds). What headers and admin views show of it.
+    pub fn window_at(&self, now: Nanos) -> (u64, Nanos, Nanos) {
+        match self.calendar {
+            None => {
+                let index = now / self.period;
+                let start = index.saturating_mul(self.period);
+                (index, start, start.saturating_add(self.period))
+            }
+            Some(calendar) => {
+                let frame = calendar.frame(now);
+                (frame.index, frame.start, frame.end)
+            }
+        }
+    }
+
+    /// Where the windows lie around `now`.
+    #[inline]
+    fn windows(&self, now: Nanos) -> Windows {
+        match self.calendar {
+            None => Windows::Unix(self.period),
+            Some(calendar) => Windows::Calendar(calendar, calendar.frame(now)),
+        }
+    }
+
     /// `state` aligned to `now`: the window `now` falls in (never before the
     /// state's own), and the units counted from that window's start (beyond
     /// COUNT: reserved in the windows after it).
     #[inline]
-    fn shift(&self, state: &WindowCounts, now: Nanos) -> (u64, u64) {
-        let window = (now / self.period).max(state.window);
+    fn shift(&self, windows: &Windows, state: &WindowCounts, now: Nanos) -> (u64, u64) {
+        let window = windows.index(now).max(state.window);
         let passed = window - state.window;
         let used = u64::from(state.current).saturating_sub(passed.saturating_mul(self.count));
         (window, used)
@@ -212,38 +293,45 @@ impl FixedWindow {
 
     /// Nanoseconds from `now` to the end of the last window holding units.
     #[inline]
-    fn until_empty(&self, window: u64, used: u64, now: Nanos) -> Nanos {
+    fn until_empty(&self, windows: &Windows, window: u64, used: u64, now: Nanos) -> Nanos {
         if used == 0 {
             return 0;
         }
         let last = window.saturating_add((used - 1) / self.count);
-        until_window(last.saturating_add(1), self.period, now)
+        windows.until(last.saturating_add(1), now)
     }
 
     /// The decision for `cost` units against an aligned state, and whether
     /// they fit in the aligned window.
     #[inline]
-    fn decide(&self, window: u64, used: u64, now: Nanos, cost: u64) -> (Decision, bool) {
+    fn decide(
+        &self,
+        windows: &Windows,
+        window: u64,
+        used: u64,
+        now: Nanos,
+        cost: u64,
+    ) -> (Decision, bool) {
         if self.count == 0 {
             return (CLOSED, false);
         }
         if used + cost <= self.count {
             let decision = Decision::Allow(BucketState {
                 remaining: self.count - used - cost,
-                reset_after: until_window(window + 1, self.period, now),
+                reset_after: windows.until(window + 1, now),
             });
             return (decision, true);
         }
         let decision = Decision::Deny {
             state: BucketState {
                 remaining: self.count.saturating_sub(used),
-                reset_after: self.until_empty(window, used, now),
+                reset_after: self.until_empty(windows, window, used, now),
             },
             // The first window with room, behind whatever is reserved (the
             // next one when nothing is); a cost above COUNT never fits.
             retry_after: (cost <= self.count).then(|| {
                 let (later, _) = self.place(used, cost);
-                until_window(window.saturating_add(later), self.period, now)
+                windows.until(window.saturating_add(later), now)
             }),
         };
         (decision, false)
@@ -255,8 +343,9 @@ impl Algorithm for FixedWindow {
 
     #[inline]
     fn acquire(&self, state: &mut WindowCounts, now: Nanos, cost: u64) -> Decision {
-        let (window, used) = self.shift(state, now);
-        let (decision, fits) = self.decide(window, used, now, cost);
+        let windows = self.windows(now);
+        let (window, used) = self.shift(&windows, state, now);
+        let (decision, fits) = self.decide(&windows, window, used, now, cost);
         if fits {
             *state = WindowCounts {
                 window,
@@ -268,11 +357,12 @@ impl Algorithm for FixedWindow {
     }
 
     fn peek(&self, state: &WindowCounts, now: Nanos, cost: u64) -> Decision {
-        let (window, used) = self.shift(state, now);
-        match self.decide(window, used, now, cost) {
+        let windows = self.windows(now);
+        let (window, used) = self.shift(&windows, state, now);
+        match self.decide(&windows, window, used, now, cost) {
             (Decision::Allow(_), _) => Decision::Allow(BucketState {
                 remaining: self.count - used,
-                reset_after: self.until_empty(window, used, now),
+                reset_after: self.until_empty(&windows, window, used, now),
             }),
             (deny, _) => deny,
         }
@@ -285,7 +375,8 @@ impl Algorithm for FixedWindow {
         if self.count == 0 || units == 0 {
             return;
         }
-        let (window, used) = self.shift(state, now);
+        let windows = self.windows(now);
+        let (window, used) = self.shift(&windows, state, now);
         *state = WindowCounts {
             window,
             current: count_u32(used.saturating_add(units)),
@@ -302,8 +393,9 @@ impl Algorithm for FixedWindow {
     /// a later window (delay mode) would lose its place, so held requests
     /// are given back with [`Algorithm::cancel`].
     fn refund(&self, state: &mut WindowCounts, now: Nanos, units: u64, taken_at: Nanos) {
-        let (window, used) = self.shift(state, now);
-        let passed = windows_since(window, taken_at, now, self.period);
+        let windows = self.windows(now);
+        let (window, used) = self.shift(&windows, state, now);
+        let passed = window.saturating_sub(windows.index(taken_at.min(now)));
         let back = units
             .saturating_sub(passed.saturating_mul(self.count))
             .min(used);
@@ -319,7 +411,7 @@ impl Algorithm for FixedWindow {
 
     #[inline]
     fn is_fresh(&self, state: &WindowCounts, now: Nanos) -> bool {
-        self.shift(state, now).1 == 0
+        self.shift(&self.windows(now), state, now).1 == 0
     }
 
     fn capacity(&self) -> u64 {
@@ -331,13 +423,14 @@ impl Algorithm for FixedWindow {
     /// the new period; the padding memory is dropped (a later cancel then
     /// gives back less, never more).
     fn carry_from(&self, from: &FixedWindow, state: &mut WindowCounts, now: Nanos, carry: Carry) {
-        let (_, units) = from.shift(state, now);
+        let (_, units) = from.shift(&from.windows(now), state, now);
         let aligned = WindowCounts {
             window: 0,
             current: count_u32(units),
             previous: 0,
         };
-        *state = carry_counts(aligned, now / self.period, from.count, self.count, carry);
+        let window = self.windows(now).index(now);
+        *state = carry_counts(aligned, window, from.count, self.count, carry);
     }
 
     /// `Allow` exactly when [`Algorithm::acquire`] admits (the units fit in
@@ -356,8 +449,9 @@ impl Algorithm for FixedWindow {
         cost: u64,
         limits: HoldLimits,
     ) -> Decision {
-        let (window, used) = self.shift(state, now);
-        let (decision, fits) = self.decide(window, used, now, cost);
+        let windows = self.windows(now);
+        let (window, used) = self.shift(&windows, state, now);
+        let (decision, fits) = self.decide(&windows, window, used, now, cost);
         if fits {
             *state = WindowCounts {
                 window,
@@ -370,7 +464,7 @@ impl Algorithm for FixedWindow {
             return decision;
         }
         let (later, pad) = self.place(used, cost);
-        let wait = until_window(window.saturating_add(later), self.period, now);
+        let wait = windows.until(window.saturating_add(later), now);
         let current = used + pad + cost;
         if wait > limits.max_wait
             || self.queued(used, cost).saturating_add(cost) > limits.max_queued
@@ -386,7 +480,7 @@ impl Algorithm for FixedWindow {
         Decision::Hold {
             state: BucketState {
                 remaining: 0,
-                reset_after: self.until_empty(window, current, now),
+                reset_after: self.until_empty(&windows, window, current, now),
             },
             wait,
         }
@@ -404,8 +498,9 @@ impl Algorithm for FixedWindow {
         if self.count == 0 || now > at {
             return;
         }
-        let (window, used) = self.shift(state, now);
-        let Some(later) = (at / self.period).checked_sub(window) else {
+        let windows = self.windows(now);
+        let (window, used) = self.shift(&windows, state, now);
+        let Some(later) = windows.index(at).checked_sub(window) else {
             return;
         };
         let floor = later.saturating_mul(self.count);
@@ -680,6 +775,9 @@ impl Algorithm for SlidingWindow {
         *state = carry_counts(aligned, now / self.period, from.count, self.count, carry);
     }
 }
+
+#[cfg(test)]
+mod calendar_tests;
 
 #[cfg(test)]
 mod tests {

@@ -308,7 +308,15 @@ impl Tables<'_> {
             }
             Limiter::FixedWindow(window) => {
                 let (period, count) = window.window();
-                format!("fixed.{period}.{count}")
+                match window.calendar() {
+                    // The zone and unit, so a calendar's buckets are its own.
+                    Some(calendar) => format!(
+                        "fixed.{}.{}.{count}",
+                        calendar.zone(),
+                        calendar.unit().symbol()
+                    ),
+                    None => format!("fixed.{period}.{count}"),
+                }
             }
             Limiter::SlidingWindow(window) => {
                 let (period, count) = window.window();

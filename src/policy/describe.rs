@@ -34,12 +34,21 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
             .iter()
             .map(|limit| match (limit.adaptive(), limit.period) {
                 (Some(controller), _) => adaptive_json(limit, controller),
-                (None, Some(period)) => json!({
-                    "name": limit.name,
-                    "count": limit.count,
-                    "period_secs": period.as_secs_f64(),
-                    "capacity": limit.limiter.capacity(),
-                }),
+                (None, Some(period)) => {
+                    let mut described = json!({
+                        "name": limit.name,
+                        "count": limit.count,
+                        "period_secs": period.as_secs_f64(),
+                        "capacity": limit.limiter.capacity(),
+                    });
+                    // A calendar window's period is its unit's nominal
+                    // length; the windows are the zone's.
+                    if let Some(calendar) = limit.calendar() {
+                        described["calendar"] = json!(calendar.zone());
+                        described["unit"] = json!(calendar.unit().symbol());
+                    }
+                    described
+                }
                 (None, None) => json!({
                     "name": limit.name,
                     "max_in_flight": limit.limiter.capacity(),

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use http::HeaderValue;
 
-use crate::config::{format_period, AlgorithmKind, LimitConfig, RuleConfig};
+use crate::config::{format_limit_period, AlgorithmKind, LimitConfig, RuleConfig};
 use crate::limiter::adaptive::Controller;
+use crate::limiter::calendar::Calendar;
 use crate::limiter::{
     Concurrency, FixedWindow, Gcra, LeakyBucket, Limiter, SlidingLog, SlidingWindow,
 };
@@ -30,14 +31,17 @@ pub struct Limit {
     pub name_json: String,
     /// The rule's name as a JSON string literal, for the body's `rule`.
     pub rule_json: String,
-    /// `"name";q=COUNT;w=SECONDS` for `RateLimit-Policy`.
+    /// `"name";q=COUNT;w=SECONDS` for `RateLimit-Policy`. A calendar
+    /// window's `w` is the current window's length, written per response
+    /// (`proxy/respond.rs`); this item then carries the nominal one.
     pub policy_item: String,
     /// The same, ready to send when this is the only applicable limit.
     pub policy_header: HeaderValue,
     /// The bucket's capacity, ready for `X-RateLimit-Limit`.
     pub limit_header: HeaderValue,
     /// The fixed parts of this limit's rate-limit fields when it is the
-    /// only applicable limit, written as they are sent.
+    /// only applicable limit, written as they are sent (no IETF part for a
+    /// calendar window, whose `w` changes with the window).
     pub lines: FieldLines,
     /// The 429 body up to the violated-policies list
     /// ([`problem::quota_exceeded_head`]), whose detail reads `rule 'name'
@@ -105,13 +109,25 @@ impl Limit {
     pub fn is_adaptive(&self) -> bool {
         self.adaptive().is_some()
     }
+
+    /// The calendar a fixed window follows (`calendar`), if any.
+    #[inline]
+    pub fn calendar(&self) -> Option<Calendar> {
+        match &self.limiter {
+            Limiter::FixedWindow(window) => window.calendar(),
+            _ => None,
+        }
+    }
 }
 
 /// The limiter for one rate limit of a rule.
 pub(super) fn limiter(algorithm: AlgorithmKind, limit: &LimitConfig) -> Limiter {
     match algorithm {
         AlgorithmKind::TokenBucket => Limiter::TokenBucket(Gcra::new(limit.rate, limit.capacity)),
-        AlgorithmKind::FixedWindow => Limiter::FixedWindow(FixedWindow::new(limit.rate)),
+        AlgorithmKind::FixedWindow => Limiter::FixedWindow(match limit.calendar {
+            Some(calendar) => FixedWindow::on_calendar(limit.rate, calendar),
+            None => FixedWindow::new(limit.rate),
+        }),
         AlgorithmKind::SlidingWindow => Limiter::SlidingWindow(SlidingWindow::new(limit.rate)),
         AlgorithmKind::SlidingLog => Limiter::SlidingLog(SlidingLog::new(limit.rate)),
         AlgorithmKind::LeakyBucket => {
@@ -166,7 +182,7 @@ pub(super) fn compile_limit(
     table: BucketTable,
     status: http::StatusCode,
 ) -> Limit {
-    let period = format_period(limit.rate.period);
+    let period = format_limit_period(limit);
     let name = if limit_count > 1 {
         format!("{}-{period}", rule.name)
     } else {
@@ -177,6 +193,9 @@ pub(super) fn compile_limit(
         "rule '{}' allows {} {unit} per {period}",
         rule.name, limit.rate.count
     );
+    if let Some(calendar) = limit.calendar {
+        detail.push_str(&format!(" ({} calendar)", calendar.zone()));
+    }
     if rule.cost != 1 {
         detail.push_str(&format!("; each request costs {}", rule.cost));
     }
@@ -185,7 +204,11 @@ pub(super) fn compile_limit(
         limit.rate.count,
         limit.rate.period.as_secs().max(1)
     );
-    let lines = FieldLines::new(limiter.capacity(), &policy_item, &name);
+    let mut lines = FieldLines::new(limiter.capacity(), &policy_item, &name);
+    if limit.calendar.is_some() {
+        // Its `w` is the window's own length: written per response.
+        lines.ietf = Box::default();
+    }
     Limit {
         table,
         limiter,

@@ -84,6 +84,7 @@ impl Sunset {
                     period: written.rate.period,
                 },
                 capacity: self.schedule.capacity_at(now),
+                calendar: written.calendar,
             };
             let limiter = limiter(self.rule.algorithm, &limit);
             vec![compile_limit(

@@ -557,17 +557,18 @@ fn add_each_limit_fields(
         }
     }
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        if let [only] = verdicts {
-            fields.push(OwnName::RateLimitPolicy, &only.limit.policy_header);
-        } else {
-            fields.push_with(OwnName::RateLimitPolicy, |value| {
+        match verdicts {
+            [only] if only.limit.calendar().is_none() => {
+                fields.push(OwnName::RateLimitPolicy, &only.limit.policy_header)
+            }
+            _ => fields.push_with(OwnName::RateLimitPolicy, |value| {
                 for (index, v) in verdicts.iter().enumerate() {
                     if index > 0 {
                         value.extend_from_slice(b", ");
                     }
-                    value.extend_from_slice(v.limit.policy_item.as_bytes());
+                    push_policy_item(value, v.limit, decided_at);
                 }
-            });
+            }),
         }
         // `"name";r=REMAINING;t=SECONDS`, one member per limit.
         fields.push_with(OwnName::RateLimit, |value| {
@@ -636,6 +637,24 @@ fn add_one_limit_lines(
             out.extend_from_slice(b"\r\n");
         });
     }
+}
+
+/// `limit`'s `RateLimit-Policy` member. A calendar window's `w` is the
+/// length of the window `decided_at` falls in (a month of 30 days and one
+/// hour across a DST change; docs/charging.md, "Calendar quotas"), not a
+/// fixed period.
+fn push_policy_item(value: &mut Vec<u8>, limit: &Limit, decided_at: Duration) {
+    let Some(calendar) = limit.calendar() else {
+        value.extend_from_slice(limit.policy_item.as_bytes());
+        return;
+    };
+    let now = u64::try_from(decided_at.as_nanos()).unwrap_or(u64::MAX);
+    value.push(b'"');
+    value.extend_from_slice(limit.name.as_bytes());
+    value.extend_from_slice(b"\";q=");
+    push_u64(value, limit.count);
+    value.extend_from_slice(b";w=");
+    push_u64(value, ceil_secs(calendar.frame(now).length()).max(1));
 }
 
 /// The Unix second a limit whose bucket refills in `reset_after` resets at,
@@ -819,6 +838,43 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_calendar_window_s_policy_is_the_current_window_s_length() {
+        // Europe/Berlin: 2026-10-25 lasts 25 hours, October 31 days and
+        // one hour; 12:00 UTC on 2026-10-25.
+        let at = Duration::from_secs(1_792_929_600);
+        let policy = crate::policy::testing::compile(
+            "[[rule]]\nname = \"quota\"\nalgorithm = \"fixed_window\"\n\
+             calendar = \"Europe/Berlin\"\nlimits = [\"10/d\", \"100/mo\"]\n",
+        );
+        let (_, headers, body) = parts(refusal(&policy, 30, at)).await;
+        let field = |name: &str| headers.iter().find(|(n, _)| n == name).unwrap().1.clone();
+        assert_eq!(field("ratelimit-policy"), "\"quota-1d\";q=10;w=90000");
+        assert!(body.contains("per 1d (Europe/Berlin calendar)"), "{body}");
+        let rule = &policy.rules[0];
+        let verdicts: Vec<Verdict<'_>> = rule
+            .limits
+            .iter()
+            .map(|limit| Verdict {
+                rule,
+                limit,
+                decision: Decision::Allow(crate::limiter::BucketState {
+                    remaining: 1,
+                    reset_after: 1,
+                }),
+            })
+            .collect();
+        let mut fields = OwnFields::default();
+        add_rate_limit_headers(&mut fields, HeaderStyle::Ietf, &verdicts, at);
+        let text = String::from_utf8_lossy(fields.lines()).into_owned();
+        assert!(
+            text.contains(
+                "ratelimit-policy: \"quota-1d\";q=10;w=90000, \"quota-1mo\";q=100;w=2682000\r\n"
+            ),
+            "{text}"
+        );
     }
 
     #[tokio::test]

@@ -473,3 +473,68 @@ max_in_flight = 1
     let after = bucket_view(&sluice, "one-at-a-time", "127.0.0.1").await;
     assert_eq!(after["buckets"][0]["permits_in_use"], 0, "{after}");
 }
+
+/// A calendar window (docs/charging.md, "Calendar quotas"): the view shows
+/// the window the clock is in, as local RFC 3339 and Unix seconds, and the
+/// units spent in it; the 429's headers count to its end, and its policy's
+/// `w` is its length.
+#[tokio::test]
+async fn buckets_shows_a_calendar_window_and_what_it_spent() {
+    let (_upstream, sluice) = start(
+        r#"
+[admin]
+# The keys here are test names, not secrets.
+reveal_keys = true
+
+[[rule]]
+name = "yearly"
+key = ["header:x-seller"]
+algorithm = "fixed_window"
+calendar = "Europe/Berlin"
+rate = "2/y"
+"#,
+    )
+    .await;
+    for _ in 0..2 {
+        assert_eq!(
+            proxied(&sluice, &[("x-seller", "s1")]).await.status,
+            StatusCode::OK
+        );
+    }
+    let refused = proxied(&sluice, &[("x-seller", "s1")]).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    // This year in Berlin, from 1 January 00:00 local to the next.
+    let tz = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();
+    let year = jiff::Timestamp::now().to_zoned_datetime(tz.clone()).year();
+    let start_of = |year: i16| {
+        jiff::civil::date(year, 1, 1)
+            .to_zoned_datetime(tz.clone())
+            .unwrap()
+            .timestamp()
+            .as_second()
+    };
+    let (start, end) = (start_of(year), start_of(year + 1));
+    assert_eq!(
+        refused.header("x-ratelimit-reset"),
+        Some(end.to_string().as_str())
+    );
+    assert_eq!(
+        refused.header("ratelimit-policy"),
+        Some(format!("\"yearly\";q=2;w={}", end - start).as_str())
+    );
+    let view = bucket_view(&sluice, "yearly", "s1").await;
+    let bucket = &view["buckets"][0];
+    assert_eq!(bucket["spent"], 2, "{view}");
+    assert_eq!(bucket["window"]["calendar"], "Europe/Berlin");
+    assert_eq!(bucket["window"]["unit"], "y");
+    assert_eq!(
+        bucket["window"]["start"],
+        format!("{year}-01-01T00:00:00+01:00")
+    );
+    assert_eq!(
+        bucket["window"]["end"],
+        format!("{}-01-01T00:00:00+01:00", year + 1)
+    );
+    assert_eq!(bucket["window"]["start_unix"], start);
+    assert_eq!(bucket["window"]["end_unix"], end);
+}

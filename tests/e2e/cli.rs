@@ -915,6 +915,28 @@ fn check_accepts_the_example_that_opens_each_doc_page_and_readme() {
     }
 }
 
+/// docs/charging.md's "Calendar quotas" opens with a config `check`
+/// accepts, and `check` shows the calendar with the rule's rates.
+#[test]
+fn check_accepts_the_calendar_quotas_example() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/charging.md")).unwrap();
+    let (_, section) = page
+        .split_once("\n## Calendar quotas\n")
+        .expect("docs/charging.md has a \"Calendar quotas\" section");
+    let example = section
+        .split_once("\n\n")
+        .and_then(|(_, rest)| rest.strip_prefix("```toml\n"))
+        .and_then(|rest| rest.split_once("\n```").map(|(toml, _)| toml))
+        .expect("the section opens with a ```toml example");
+    let (code, stdout, stderr, _) = check(example);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("20000/d, 1000000/mo (Europe/Berlin calendar)"),
+        "{stdout}"
+    );
+}
+
 /// Every section of docs/edge.md, docs/upstreams.md and docs/charging.md opens with a config
 /// `check` accepts, with the certificate, key and CA files it names in
 /// place (made by a test CA) and the Redis password variable its example
