@@ -925,8 +925,8 @@ fn check_accepts_the_calendar_quotas_example() {
         .split_once("\n## Calendar quotas\n")
         .expect("docs/charging.md has a \"Calendar quotas\" section");
     let example = section
-        .split_once("\n\n")
-        .and_then(|(_, rest)| rest.strip_prefix("```toml\n"))
+        .trim_start()
+        .strip_prefix("```toml\n")
         .and_then(|rest| rest.split_once("\n```").map(|(toml, _)| toml))
         .expect("the section opens with a ```toml example");
     let (code, stdout, stderr, _) = check(example);
@@ -939,8 +939,8 @@ fn check_accepts_the_calendar_quotas_example() {
 
 /// Every section of docs/edge.md, docs/upstreams.md and docs/charging.md opens with a config
 /// `check` accepts, with the certificate, key and CA files it names in
-/// place (made by a test CA) and the Redis password variable its example
-/// names set.
+/// place (made by a test CA) and the Redis password and JWT secret
+/// variables its examples name set.
 #[test]
 fn check_accepts_the_example_that_opens_each_section_of_the_edge_upstreams_and_charging_pages() {
     for page in ["docs/edge.md", "docs/upstreams.md", "docs/charging.md"] {
@@ -988,6 +988,7 @@ fn check_each_section_opening(name: &str) {
             .args(["check", "--config"])
             .arg(&path)
             .env("SLUICE_REDIS_PASSWORD", "an-example-password")
+            .env("SLUICE_JWT_SECRET", "an-example-secret")
             .output()
             .unwrap();
         drop(dir);
