@@ -336,7 +336,9 @@ impl Settlement {
             let mut owed = Owed::default();
             for weighted in &charge.sources {
                 if weighted.source == ChargeSource::ElapsedMs {
-                    let due = weighted.whole_units(after) - weighted.whole_units(before);
+                    let due = weighted
+                        .whole_units(after)
+                        .saturating_sub(weighted.whole_units(before));
                     owed.units(due);
                 }
             }

@@ -121,6 +121,32 @@ async fn a_long_exchange_is_charged_at_each_second_as_it_passes() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_table_charges_each_source_weighted_and_rounded_up() {
+    // Upstream time at a third of a unit a millisecond, ticked each
+    // second; a reported cost at 2.5 units each.
+    let rule = "[[rule]]\nname = \"compute\"\nkey = [\"global\"]\nrate = \"1000/s\"\n\
+                burst = 1000\ncharge = { \"elapsed_ms\" = 0.333333333333, \"header:x-cost\" = 2.5 }\n";
+    let (upstream, sluice) = start("", rule).await;
+    let slow = slow(&upstream, &sluice, 2_500).await;
+    // Each tick charges what the whole time so far comes to, less what was
+    // charged: 1,000 ms → 334 (333.33 rounded up), 2,000 ms → 667.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    until_metric(&sluice, CHARGED, 334.0).await;
+    tokio::time::advance(Duration::from_secs(1)).await;
+    until_metric(&sluice, CHARGED, 667.0).await;
+    // 2,500 ms in all: 834 (833.33 rounded up), never more from the ticks.
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert_eq!(slow.await.unwrap().status, StatusCode::OK);
+    assert_eq!(sluice.metric(CHARGED).await, 834.0);
+    // 3 reported units × 2.5 = 7.5: 8 units, and no time (answered at once).
+    assert_eq!(
+        get(&sluice.url("/cost/3"), &[]).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(sluice.metric(CHARGED).await, 842.0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn every_limit_of_a_rule_is_charged() {
     let (_upstream, sluice) = start(
         "",
