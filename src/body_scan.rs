@@ -31,7 +31,6 @@ mod tests;
 
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use http::HeaderMap;
-use smallvec::SmallVec;
 
 pub use pointer::Pointer;
 
@@ -108,7 +107,7 @@ pub struct BodyScanner {
     events: Option<events::Events>,
     /// An event stream's readings, from the events dispatched so far (a
     /// JSON body's are the walker's own).
-    readings: SmallVec<[Reading; 4]>,
+    readings: [Reading; MAX_POINTERS],
     /// Bytes of a JSON body fed so far.
     read: usize,
 }
@@ -131,10 +130,7 @@ impl BodyScanner {
         BodyScanner {
             walker: json::Walker::new(pointers),
             events: event_stream.then(events::Events::new),
-            readings: SmallVec::from_elem(
-                Reading::Missing,
-                if event_stream { pointers.len() } else { 0 },
-            ),
+            readings: [Reading::Missing; MAX_POINTERS],
             read: 0,
         }
     }
