@@ -747,9 +747,10 @@ fn has_name(text: &[u8], name: &[u8], rare: usize) -> bool {
             return false;
         };
         let after = quote + 1 + name.len();
+        // (A byte loop: names are short, a call to memcmp costs more.)
         text[quote] == b'"'
-            && text.get(quote + 1..after) == Some(name)
             && text.get(after) == Some(&b'"')
+            && text[quote + 1..after].iter().zip(name).all(|(a, b)| a == b)
     })
 }
 
