@@ -21,7 +21,9 @@
 //! (`events` splits the stream, `json` walks a value), so memory stays
 //! bounded whatever the upstream sends: they keep their state, a bit per
 //! open container, and per pointer how far the current path matches it;
-//! never an event, a string or the body. `feed` allocates nothing.
+//! never a string or the body, and of an event's data at most 16 KiB
+//! (kept so that an event which cannot hold any pointer, most of an LLM
+//! stream, is never walked; longer data is walked as it comes).
 
 mod events;
 mod json;
@@ -31,7 +33,6 @@ mod tests;
 
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use http::HeaderMap;
-use smallvec::SmallVec;
 
 pub use pointer::Pointer;
 
@@ -108,15 +109,15 @@ pub struct BodyScanner {
     events: Option<events::Events>,
     /// An event stream's readings, from the events dispatched so far (a
     /// JSON body's are the walker's own).
-    readings: SmallVec<[Reading; 4]>,
+    readings: [Reading; MAX_POINTERS],
     /// Bytes of a JSON body fed so far.
     read: usize,
 }
 
 impl BodyScanner {
     /// A scanner for a body of `kind`, reading `pointers` (their readings
-    /// are asked for by index into this slice). Allocates once, for the
-    /// pointers' segments.
+    /// are asked for by index into this slice). Allocates twice: the
+    /// pointers' segments, and a row for each level they reach.
     ///
     /// # Panics
     ///
@@ -131,16 +132,15 @@ impl BodyScanner {
         BodyScanner {
             walker: json::Walker::new(pointers),
             events: event_stream.then(events::Events::new),
-            readings: SmallVec::from_elem(
-                Reading::Missing,
-                if event_stream { pointers.len() } else { 0 },
-            ),
+            readings: [Reading::Missing; MAX_POINTERS],
             read: 0,
         }
     }
 
-    /// Reads the next piece of the body. Never panics, whatever the bytes;
-    /// allocates nothing.
+    /// Reads the next piece of the body. Never panics, whatever the bytes.
+    /// Allocates nothing for a JSON body; for an event stream, only the
+    /// buffer of the event being read, once (1 KiB), grown for a longer
+    /// event up to 16 KiB, and reused for every event after.
     pub fn feed(&mut self, chunk: &[u8]) {
         match &mut self.events {
             Some(events) => events.feed(chunk, &mut self.walker, &mut self.readings),

@@ -1,7 +1,8 @@
 //! Server-sent events as the WHATWG HTML standard splits them
-//! ("Interpreting an event stream"), keeping only what `data` lines hold
-//! and streaming it straight into the JSON walk: nothing of an event is
-//! copied.
+//! ("Interpreting an event stream"), keeping only what `data` lines hold:
+//! an event's data up to [`KEPT`] bytes, walked when the event is
+//! dispatched if it could carry a pointer at all; longer data straight
+//! into the JSON walk as it comes.
 //!
 //! Lines end in CRLF, LF or CR (a CR ending one piece and an LF starting
 //! the next are one line end); one UTF-8 byte order mark at the start is
@@ -16,6 +17,13 @@ use super::json::Walker;
 use super::{Reading, READ_LIMIT};
 
 const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+
+/// Data up to this long is kept until its event is dispatched, and walked
+/// only if it could carry a pointer (`Walker::may_carry`): most events of
+/// an LLM stream cannot (OpenAI's send `"usage":null` until the last), and
+/// looking for a name costs a fraction of walking the JSON. Longer data is
+/// walked as it comes, so no more than this is ever kept.
+const KEPT: usize = 16 * 1024;
 
 /// Where the splitter is in the current line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +54,10 @@ pub(super) struct Events {
     has_data: bool,
     /// Bytes of the event's data so far.
     data_len: usize,
+    /// The event's data, while it is at most [`KEPT`] bytes long.
+    kept: Vec<u8>,
+    /// The data outgrew `kept` and goes to the walker as it comes.
+    walking: bool,
 }
 
 impl Events {
@@ -57,6 +69,8 @@ impl Events {
             bom_settled: false,
             has_data: false,
             data_len: 0,
+            kept: Vec::new(),
+            walking: false,
         }
     }
 
@@ -183,7 +197,20 @@ impl Events {
             // Too long: the event is skipped (see `dispatch`).
             return;
         }
-        walker.feed(piece);
+        if self.walking {
+            walker.feed(piece);
+        } else if self.kept.len() + piece.len() <= KEPT {
+            if self.kept.capacity() == 0 {
+                // Once per stream: enough for most events.
+                self.kept.reserve(1024);
+            }
+            self.kept.extend_from_slice(piece);
+        } else {
+            self.walking = true;
+            walker.feed(&self.kept);
+            self.kept.clear();
+            walker.feed(piece);
+        }
     }
 
     /// A blank line: the event's data counts if it was one JSON value.
@@ -191,7 +218,16 @@ impl Events {
         if !self.has_data {
             return;
         }
-        if self.data_len <= READ_LIMIT && walker.complete() {
+        let complete = if self.walking {
+            walker.complete()
+        } else if walker.may_carry(&self.kept) {
+            walker.feed(&self.kept);
+            walker.complete()
+        } else {
+            // Nothing to commit, whether it is JSON or not.
+            false
+        };
+        if self.data_len <= READ_LIMIT && complete {
             let mut found = walker.found_any();
             while found != 0 {
                 let p = found.trailing_zeros() as usize;
@@ -205,5 +241,7 @@ impl Events {
         walker.reset();
         self.has_data = false;
         self.data_len = 0;
+        self.kept.clear();
+        self.walking = false;
     }
 }

@@ -19,21 +19,25 @@
 //!   (RFC 8259's grammar), so a document holding one still counts; at a
 //!   pointer it is malformed. serde_json refuses the whole document.
 //!
+//! And one in what a number is worth: a negative number too small for an
+//! `f64` (`-1e-400`) is negative, so malformed; serde_json reads it as
+//! `-0.0` (`-0` itself is 0 for both).
+//!
 //! Numbers at a pointer keep their first [`SIGNIFICANT`] significant digits
 //! (and whether any later digit is non-zero), so a longer number is
 //! rounded to the nearest `f64` except in ties decided past that digit;
 //! serde_json's own parser (without `float_roundtrip`) may differ from the
 //! correctly rounded value by one unit in the last place too.
 
-use memchr::memchr2;
+use memchr::{memchr, memchr2, memchr_iter};
 use smallvec::SmallVec;
 
-use super::{Pointer, Reading};
+use super::{Pointer, Reading, MAX_POINTERS};
 
 /// How many containers may be open at once: serde_json's recursion limit
 /// (its 128th nested container is an error), which a body deeper than this
 /// is not JSON for.
-pub(crate) const MAX_DEPTH: usize = 127;
+pub(super) const MAX_DEPTH: usize = 127;
 
 /// Significant digits kept of a number read at a pointer (an `f64` needs
 /// 17 to round-trip; the rest only decide rare ties).
@@ -70,8 +74,9 @@ enum State {
     LowBackslash(Text, u16),
     LowU(Text, u16),
     Number(Num),
-    /// Inside `true`, `false` or `null`: the bytes still expected.
-    Literal(&'static [u8]),
+    /// Inside one of [`LITERALS`]: which one, and the bytes of it read.
+    /// (Small variants keep `State` in a register.)
+    Literal(u8, u8),
     /// After the top-level value: only whitespace may follow.
     Done,
     /// Not JSON: nothing more is read.
@@ -87,6 +92,9 @@ enum Text {
     /// A member name compared with the pointers' segments at this level.
     ComparedKey,
 }
+
+/// The words JSON has.
+const LITERALS: [&[u8]; 3] = [b"true", b"false", b"null"];
 
 /// Where a number is in the JSON grammar
 /// (`-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`).
@@ -109,6 +117,15 @@ impl Num {
     }
 }
 
+/// A pointer's segment as the walk compares it.
+#[derive(Debug, Clone)]
+struct Slot {
+    /// The name's length (read without looking into `key`).
+    len: usize,
+    index: Option<usize>,
+    key: SmallVec<[u8; 24]>,
+}
+
 /// One level of the container stack that some pointer could reach.
 #[derive(Debug, Clone, Copy, Default)]
 struct Level {
@@ -128,15 +145,16 @@ struct Level {
 #[derive(Debug, Clone)]
 pub(super) struct Walker {
     /// Every pointer's segment at each level: `segments[(level - 1) * pointers + p]`
-    /// (an empty segment where pointer `p` is shorter than the level).
-    segments: Vec<super::pointer::Segment>,
+    /// (an empty one where pointer `p` is shorter than the level).
+    segments: Box<[Slot]>,
     pointers: usize,
     /// Levels 1..=the longest pointer's length (deeper ones need nothing).
-    levels: SmallVec<[Level; 4]>,
+    levels: Box<[Level]>,
     state: State,
     /// Containers open.
     depth: usize,
-    /// Bit `level - 1` set: that container is an object.
+    /// The containers open as a stack of bits, the innermost lowest: set
+    /// for an object.
     objects: u128,
     /// Pointers whose value is the scalar being read.
     scalar_for: u16,
@@ -146,9 +164,13 @@ pub(super) struct Walker {
     key_match: u16,
     number: Digits,
     /// What each pointer's value is, as last seen in this value.
-    found: SmallVec<[Reading; 4]>,
+    found: [Reading; MAX_POINTERS],
     /// Pointers with something in `found`.
     found_any: u16,
+    /// Per pointer, the slot of its longest segment that can only be a
+    /// member name (see [`Walker::may_carry`]) and where its rarest byte
+    /// is; `None` when it has none.
+    names: [Option<(usize, usize)>; MAX_POINTERS],
 }
 
 impl Walker {
@@ -160,7 +182,7 @@ impl Walker {
             .max()
             .unwrap_or(0);
         let mut segments = Vec::with_capacity(longest * count);
-        let mut levels = SmallVec::with_capacity(longest);
+        let mut levels = Vec::with_capacity(longest);
         for level in 1..=longest {
             let mut this = Level::default();
             for (p, pointer) in pointers.iter().enumerate() {
@@ -171,19 +193,32 @@ impl Walker {
                     _ => {}
                 }
                 segments.push(match pointer.segments().get(level - 1) {
-                    Some(segment) => segment.clone(),
-                    None => super::pointer::Segment {
-                        key: SmallVec::new(),
+                    Some(segment) => Slot {
+                        len: segment.key.len(),
+                        index: segment.index,
+                        key: segment.key.clone(),
+                    },
+                    None => Slot {
+                        len: 0,
                         index: None,
+                        key: SmallVec::new(),
                     },
                 });
             }
             levels.push(this);
         }
+        let mut names = [None; MAX_POINTERS];
+        for (p, pointer) in pointers.iter().enumerate() {
+            names[p] = (1..=pointer.segments().len())
+                .map(|level| (level - 1) * count + p)
+                .filter(|&slot| segments[slot].index.is_none())
+                .max_by_key(|&slot| segments[slot].len)
+                .map(|slot| (slot, rarest(&segments[slot].key)));
+        }
         Walker {
-            segments,
+            segments: segments.into_boxed_slice(),
             pointers: count,
-            levels,
+            levels: levels.into_boxed_slice(),
             state: State::Value,
             depth: 0,
             objects: 0,
@@ -191,8 +226,9 @@ impl Walker {
             key_len: 0,
             key_match: 0,
             number: Digits::default(),
-            found: SmallVec::from_elem(Reading::Missing, count),
+            found: [Reading::Missing; MAX_POINTERS],
             found_any: 0,
+            names,
         }
     }
 
@@ -217,6 +253,24 @@ impl Walker {
         }
     }
 
+    /// Whether `text` could carry one of the pointers: `false` only when
+    /// it cannot, so an event that is `false` need not be walked at all.
+    ///
+    /// Text without a backslash holds every member name as written, so a
+    /// pointer it carries has each of its names in it between quotes; one
+    /// name missing (its longest, the rarest) rules the pointer out. A
+    /// segment that is also an array index (`/0`) may name an element
+    /// instead, so it rules nothing out.
+    pub(super) fn may_carry(&self, text: &[u8]) -> bool {
+        if memchr(b'\\', text).is_some() {
+            return true;
+        }
+        self.names[..self.pointers].iter().any(|name| match name {
+            None => true,
+            Some((slot, rare)) => has_name(text, &self.segments[*slot].key, *rare),
+        })
+    }
+
     /// Whether the text is not JSON (nothing more will be read).
     pub(super) fn failed(&self) -> bool {
         self.state == State::Failed
@@ -236,128 +290,86 @@ impl Walker {
     }
 
     /// Reads the next piece of the text.
+    ///
+    /// Each handler returns the state and position after what it read;
+    /// the common sequences (a member name and its colon, a comma and the
+    /// next name, a value's first byte and the value) are read by one
+    /// handler calling the next, never in a cycle, so the stack stays flat.
     pub(super) fn feed(&mut self, bytes: &[u8]) {
+        let mut state = self.state;
         let mut at = 0;
         while at < bytes.len() {
-            at = match self.state {
-                State::Failed => return,
-                State::Value => {
-                    at = skip_whitespace(bytes, at);
-                    match bytes.get(at) {
-                        Some(&byte) => self.value(byte, at),
-                        None => at,
+            (state, at) = match state {
+                State::Failed => break,
+                State::Value => match token(bytes, at) {
+                    Some(at) => self.value(bytes, at),
+                    None => break,
+                },
+                State::FirstElement => match token(bytes, at) {
+                    Some(at) if bytes[at] == b']' => self.close(at),
+                    Some(at) => {
+                        self.element();
+                        self.value(bytes, at)
                     }
-                }
-                State::FirstElement => {
-                    at = skip_whitespace(bytes, at);
-                    match bytes.get(at) {
-                        Some(b']') => self.close(at),
-                        Some(&byte) => {
-                            self.element();
-                            self.value(byte, at)
-                        }
-                        None => at,
-                    }
-                }
-                State::FirstKey | State::Key => {
-                    at = skip_whitespace(bytes, at);
-                    match bytes.get(at) {
-                        Some(b'}') if self.state == State::FirstKey => self.close(at),
-                        Some(b'"') => {
-                            self.key();
-                            at + 1
-                        }
-                        Some(_) => self.fail(),
-                        None => at,
-                    }
-                }
-                State::Colon => {
-                    at = skip_whitespace(bytes, at);
-                    match bytes.get(at) {
-                        Some(b':') => {
-                            self.state = State::Value;
-                            at + 1
-                        }
-                        Some(_) => self.fail(),
-                        None => at,
-                    }
-                }
-                State::Next => {
-                    at = skip_whitespace(bytes, at);
-                    let in_object = self.in_object();
-                    match bytes.get(at) {
-                        Some(b',') if in_object => {
-                            self.state = State::Key;
-                            at + 1
-                        }
-                        Some(b',') => {
-                            if let Some(level) = self.levels.get_mut(self.depth - 1) {
-                                level.index = level.index.saturating_add(1);
-                            }
-                            self.element();
-                            self.state = State::Value;
-                            at + 1
-                        }
-                        Some(b'}') if in_object => self.close(at),
-                        Some(b']') if !in_object => self.close(at),
-                        Some(_) => self.fail(),
-                        None => at,
-                    }
-                }
+                    None => break,
+                },
+                State::FirstKey | State::Key => match token(bytes, at) {
+                    Some(at) if bytes[at] == b'"' => self.key(bytes, at + 1),
+                    Some(at) if bytes[at] == b'}' && state == State::FirstKey => self.close(at),
+                    Some(at) => (State::Failed, at),
+                    None => break,
+                },
+                State::Colon => match token(bytes, at) {
+                    Some(at) if bytes[at] == b':' => (State::Value, at + 1),
+                    Some(at) => (State::Failed, at),
+                    None => break,
+                },
+                State::Next => match token(bytes, at) {
+                    Some(at) => self.next(bytes, at),
+                    None => break,
+                },
                 State::Str(text) => self.string(text, bytes, at),
-                State::Escape(text) => self.escape(text, bytes[at], at),
+                State::Escape(text) => match unescape(bytes[at]) {
+                    Some(byte) => {
+                        if text == Text::ComparedKey {
+                            self.compare_key(&[byte]);
+                        }
+                        (State::Str(text), at + 1)
+                    }
+                    None if bytes[at] == b'u' => (State::unicode(text, 0), at + 1),
+                    None => (State::Failed, at),
+                },
                 State::Unicode {
                     text,
                     high,
                     code,
                     digits,
                 } => self.unicode(text, high, code, digits, bytes[at], at),
-                State::LowBackslash(text, high) => {
-                    self.state = if bytes[at] == b'\\' {
-                        State::LowU(text, high)
-                    } else {
-                        State::Failed
-                    };
-                    at + 1
+                State::LowBackslash(text, high) if bytes[at] == b'\\' => {
+                    (State::LowU(text, high), at + 1)
                 }
-                State::LowU(text, high) => {
-                    self.state = if bytes[at] == b'u' {
-                        State::Unicode {
-                            text,
-                            high,
-                            code: 0,
-                            digits: 0,
-                        }
-                    } else {
-                        State::Failed
-                    };
-                    at + 1
+                State::LowU(text, high) if bytes[at] == b'u' => {
+                    (State::unicode(text, high), at + 1)
                 }
+                State::LowBackslash(..) | State::LowU(..) => (State::Failed, at),
                 State::Number(num) => self.number(num, bytes, at),
-                State::Literal(rest) => self.literal(rest, bytes, at),
-                State::Done => {
-                    at = skip_whitespace(bytes, at);
-                    if at < bytes.len() {
-                        self.fail()
-                    } else {
-                        at
-                    }
-                }
+                State::Literal(word, read) => self.literal(word, read, bytes, at),
+                State::Done => match token(bytes, at) {
+                    Some(at) => (State::Failed, at),
+                    None => break,
+                },
             };
         }
-    }
-
-    fn fail(&mut self) -> usize {
-        self.state = State::Failed;
-        usize::MAX
+        self.state = state;
     }
 
     fn in_object(&self) -> bool {
-        self.objects & (1u128 << (self.depth - 1)) != 0
+        self.objects & 1 != 0
     }
 
-    /// The value starting with `byte` at `at`; returns where to go on.
-    fn value(&mut self, byte: u8, at: usize) -> usize {
+    /// The value starting at `at` (not whitespace).
+    #[inline(always)]
+    fn value(&mut self, bytes: &[u8], at: usize) -> (State, usize) {
         // Which pointers end at this value, and which go on inside it.
         let (ends, deeper) = match self.depth {
             0 => (0, self.all()),
@@ -369,30 +381,29 @@ impl Walker {
                 None => (0, 0),
             },
         };
+        let byte = bytes[at];
         match byte {
             b'{' | b'[' => {
                 self.record(ends, Reading::Malformed);
                 if self.depth == MAX_DEPTH {
-                    return self.fail();
+                    return (State::Failed, at);
                 }
                 self.depth += 1;
-                let bit = 1u128 << (self.depth - 1);
-                if byte == b'{' {
-                    self.objects |= bit;
-                    self.state = State::FirstKey;
-                } else {
-                    self.objects &= !bit;
-                    self.state = State::FirstElement;
-                }
+                self.objects = (self.objects << 1) | u128::from(byte == b'{');
                 if let Some(level) = self.levels.get_mut(self.depth - 1) {
                     level.candidates = deeper;
                     level.current = 0;
                     level.index = 0;
                 }
+                if byte == b'{' {
+                    (State::FirstKey, at + 1)
+                } else {
+                    (State::FirstElement, at + 1)
+                }
             }
             b'"' => {
                 self.scalar_for = ends;
-                self.state = State::Str(Text::Value);
+                self.string(Text::Value, bytes, at + 1)
             }
             b'-' | b'0'..=b'9' => {
                 self.scalar_for = ends;
@@ -405,23 +416,49 @@ impl Walker {
                     self.number = Digits::default();
                     self.number.push(num, byte);
                 }
-                self.state = State::Number(num);
+                self.number(num, bytes, at + 1)
             }
-            b't' => self.literal_start(ends, b"rue"),
-            b'f' => self.literal_start(ends, b"alse"),
-            b'n' => self.literal_start(ends, b"ull"),
-            _ => return self.fail(),
+            b't' | b'f' | b'n' => {
+                self.scalar_for = ends;
+                let word = match byte {
+                    b't' => 0,
+                    b'f' => 1,
+                    _ => 2,
+                };
+                self.literal(word, 1, bytes, at + 1)
+            }
+            _ => (State::Failed, at),
         }
-        at + 1
     }
 
     fn all(&self) -> u16 {
         ((1u32 << self.pointers) - 1) as u16
     }
 
-    fn literal_start(&mut self, ends: u16, rest: &'static [u8]) {
-        self.scalar_for = ends;
-        self.state = State::Literal(rest);
+    /// After a value in a container, the byte at `at` (not whitespace).
+    #[inline(always)]
+    fn next(&mut self, bytes: &[u8], at: usize) -> (State, usize) {
+        let in_object = self.in_object();
+        match bytes[at] {
+            b',' if in_object => match token(bytes, at + 1) {
+                Some(at) if bytes[at] == b'"' => self.key(bytes, at + 1),
+                Some(at) => (State::Failed, at),
+                None => (State::Key, bytes.len()),
+            },
+            b',' => {
+                if let Some(level) = self.levels.get_mut(self.depth - 1) {
+                    level.index = level.index.saturating_add(1);
+                }
+                self.element();
+                match token(bytes, at + 1) {
+                    Some(at) => self.value(bytes, at),
+                    None => (State::Value, bytes.len()),
+                }
+            }
+            b'}' if in_object => self.close(at),
+            b']' if !in_object => self.close(at),
+            _ => (State::Failed, at),
+        }
     }
 
     /// A new element of the array at the top of the stack starts.
@@ -445,23 +482,25 @@ impl Walker {
         self.levels[self.depth - 1].current = current;
     }
 
-    /// A member name starts (after its `"`).
-    fn key(&mut self) {
+    /// A member name starts at `at` (after its `"`).
+    #[inline(always)]
+    fn key(&mut self, bytes: &[u8], at: usize) -> (State, usize) {
         let candidates = self
             .levels
             .get(self.depth - 1)
             .map_or(0, |level| level.candidates);
         if candidates == 0 {
-            self.state = State::Str(Text::SkippedKey);
+            self.string(Text::SkippedKey, bytes, at)
         } else {
             self.key_len = 0;
             self.key_match = candidates;
-            self.state = State::Str(Text::ComparedKey);
+            self.string(Text::ComparedKey, bytes, at)
         }
     }
 
     /// Compares the next bytes of a member name with the candidates'
     /// segments.
+    #[inline(always)]
     fn compare_key(&mut self, piece: &[u8]) {
         let row = (self.depth - 1) * self.pointers;
         let (start, end) = (self.key_len, self.key_len + piece.len());
@@ -469,7 +508,10 @@ impl Walker {
         while matching != 0 {
             let p = matching.trailing_zeros() as usize;
             matching &= matching - 1;
-            if self.segments[row + p].key.get(start..end) != Some(piece) {
+            let slot = &self.segments[row + p];
+            // Most names differ in length: no bytes compared.
+            // (A byte loop: names are short, a call to memcmp costs more.)
+            if slot.len < end || !slot.key[start..end].iter().zip(piece).all(|(a, b)| a == b) {
                 self.key_match &= !(1 << p);
             }
         }
@@ -484,7 +526,7 @@ impl Walker {
         while matching != 0 {
             let p = matching.trailing_zeros() as usize;
             matching &= matching - 1;
-            if self.segments[row + p].key.len() == self.key_len {
+            if self.segments[row + p].len == self.key_len {
                 current |= 1 << p;
                 // A repeated name replaces what its earlier value held
                 // (the last one wins, as in serde_json's `Value`).
@@ -494,66 +536,65 @@ impl Walker {
         self.levels[self.depth - 1].current = current;
     }
 
-    fn string(&mut self, text: Text, bytes: &[u8], at: usize) -> usize {
-        let rest = &bytes[at..];
-        let (span, stop) = match memchr2(b'"', b'\\', rest) {
-            Some(end) => (&rest[..end], Some(rest[end])),
-            None => (rest, None),
-        };
-        // A raw control character is not allowed in a JSON string.
-        if span.iter().fold(false, |seen, &byte| seen | (byte < 0x20)) {
-            return self.fail();
-        }
-        if text == Text::ComparedKey {
-            self.compare_key(span);
-        }
-        match stop {
-            None => bytes.len(),
-            Some(b'\\') => {
-                self.state = State::Escape(text);
-                at + span.len() + 1
-            }
-            Some(_) => {
-                match text {
-                    Text::Value => {
-                        self.record(self.scalar_for, Reading::Malformed);
-                        self.value_end();
-                    }
-                    Text::SkippedKey => self.state = State::Colon,
-                    Text::ComparedKey => {
-                        self.key_end();
-                        self.state = State::Colon;
-                    }
+    /// Inside a string, from `at`: skips (or compares) to its end, reading
+    /// escapes that are all in this piece on the way.
+    #[inline(always)]
+    fn string(&mut self, text: Text, bytes: &[u8], mut at: usize) -> (State, usize) {
+        let compared = text == Text::ComparedKey;
+        loop {
+            let rest = &bytes[at..];
+            let Some(end) = string_stop(rest) else {
+                if compared {
+                    self.compare_key(rest);
                 }
-                at + span.len() + 1
+                return (State::Str(text), bytes.len());
+            };
+            if compared {
+                self.compare_key(&rest[..end]);
+            }
+            at += end + 1;
+            match rest[end] {
+                b'"' => return self.string_end(text, bytes, at),
+                b'\\' => {}
+                // A raw control character is not allowed in a JSON string.
+                _ => return (State::Failed, at),
+            }
+            let Some(&escaped) = bytes.get(at) else {
+                return (State::Escape(text), at);
+            };
+            match unescape(escaped) {
+                Some(byte) => {
+                    if compared {
+                        self.compare_key(&[byte]);
+                    }
+                    at += 1;
+                }
+                None if escaped == b'u' => return (State::unicode(text, 0), at + 1),
+                None => return (State::Failed, at),
             }
         }
     }
 
-    fn escape(&mut self, text: Text, byte: u8, at: usize) -> usize {
-        let unescaped = match byte {
-            b'"' | b'\\' | b'/' => byte,
-            b'b' => 0x08,
-            b'f' => 0x0c,
-            b'n' => b'\n',
-            b'r' => b'\r',
-            b't' => b'\t',
-            b'u' => {
-                self.state = State::Unicode {
-                    text,
-                    high: 0,
-                    code: 0,
-                    digits: 0,
-                };
-                return at + 1;
+    /// A string ended just before `at`.
+    #[inline(always)]
+    fn string_end(&mut self, text: Text, bytes: &[u8], at: usize) -> (State, usize) {
+        match text {
+            Text::Value => {
+                self.record(self.scalar_for, Reading::Malformed);
+                (self.value_end(), at)
             }
-            _ => return self.fail(),
-        };
-        if text == Text::ComparedKey {
-            self.compare_key(&[unescaped]);
+            Text::SkippedKey | Text::ComparedKey => {
+                if text == Text::ComparedKey {
+                    self.key_end();
+                }
+                // The colon, most often right there.
+                if bytes.get(at) == Some(&b':') {
+                    (State::Value, at + 1)
+                } else {
+                    (State::Colon, at)
+                }
+            }
         }
-        self.state = State::Str(text);
-        at + 1
     }
 
     fn unicode(
@@ -564,31 +605,28 @@ impl Walker {
         digits: u8,
         byte: u8,
         at: usize,
-    ) -> usize {
+    ) -> (State, usize) {
         let Some(digit) = (byte as char).to_digit(16) else {
-            return self.fail();
+            return (State::Failed, at);
         };
         let code = (code << 4) | digit as u16;
         if digits < 3 {
-            self.state = State::Unicode {
+            let state = State::Unicode {
                 text,
                 high,
                 code,
                 digits: digits + 1,
             };
-            return at + 1;
+            return (state, at + 1);
         }
         let scalar = match (high, code) {
-            (0, 0xD800..=0xDBFF) => {
-                self.state = State::LowBackslash(text, code);
-                return at + 1;
-            }
-            (0, 0xDC00..=0xDFFF) => return self.fail(),
+            (0, 0xD800..=0xDBFF) => return (State::LowBackslash(text, code), at + 1),
+            (0, 0xDC00..=0xDFFF) => return (State::Failed, at),
             (0, _) => u32::from(code),
             (_, 0xDC00..=0xDFFF) => {
                 0x1_0000 + (((u32::from(high) - 0xD800) << 10) | (u32::from(code) - 0xDC00))
             }
-            _ => return self.fail(),
+            _ => return (State::Failed, at),
         };
         if text == Text::ComparedKey {
             let mut utf8 = [0; 4];
@@ -598,11 +636,11 @@ impl Walker {
                 .encode_utf8(&mut utf8);
             self.compare_key(encoded.as_bytes());
         }
-        self.state = State::Str(text);
-        at + 1
+        (State::Str(text), at + 1)
     }
 
-    fn number(&mut self, mut num: Num, bytes: &[u8], mut at: usize) -> usize {
+    #[inline(always)]
+    fn number(&mut self, mut num: Num, bytes: &[u8], mut at: usize) -> (State, usize) {
         let reading = self.scalar_for != 0;
         while let Some(&byte) = bytes.get(at) {
             let next = match (num, byte) {
@@ -619,15 +657,14 @@ impl Walker {
                     b' ' | b'\t' | b'\n' | b'\r' | b',' | b']' | b'}',
                 ) => {
                     // The number ended; this byte is the next token's (a
-                    // number is counted only once something may follow it:
+                    // number counts only once something may follow it:
                     // `0x10` is not 0).
                     if reading {
                         self.record(self.scalar_for, self.number.reading());
                     }
-                    self.value_end();
-                    return at;
+                    return (self.value_end(), at);
                 }
-                _ => return self.fail(),
+                _ => return (State::Failed, at),
             };
             if reading {
                 self.number.push(next, byte);
@@ -635,44 +672,48 @@ impl Walker {
             num = next;
             at += 1;
         }
-        self.state = State::Number(num);
-        at
+        (State::Number(num), at)
     }
 
-    fn literal(&mut self, mut rest: &'static [u8], bytes: &[u8], mut at: usize) -> usize {
-        while let (Some(&want), Some(&byte)) = (rest.first(), bytes.get(at)) {
-            if want != byte {
-                return self.fail();
-            }
-            rest = &rest[1..];
-            at += 1;
+    /// Inside `LITERALS[word]`, `read` bytes of it read.
+    #[inline(always)]
+    fn literal(&mut self, word: u8, read: u8, bytes: &[u8], at: usize) -> (State, usize) {
+        let rest = &LITERALS[usize::from(word)][usize::from(read)..];
+        let here = &bytes[at..];
+        let common = rest.len().min(here.len());
+        if rest[..common] != here[..common] {
+            return (State::Failed, at);
         }
-        if rest.is_empty() {
+        if common == rest.len() {
             self.record(self.scalar_for, Reading::Malformed);
-            self.value_end();
+            (self.value_end(), at + common)
         } else {
-            self.state = State::Literal(rest);
+            (State::Literal(word, read + common as u8), at + common)
         }
-        at
     }
 
     /// The container on top of the stack ends with the byte at `at`.
-    fn close(&mut self, at: usize) -> usize {
+    #[inline(always)]
+    fn close(&mut self, at: usize) -> (State, usize) {
         self.depth -= 1;
-        self.value_end();
-        at + 1
+        self.objects >>= 1;
+        (self.value_end(), at + 1)
     }
 
-    /// A value ended.
-    fn value_end(&mut self) {
-        self.state = if self.depth == 0 {
+    /// The state after a value.
+    fn value_end(&self) -> State {
+        if self.depth == 0 {
             State::Done
         } else {
             State::Next
-        };
+        }
     }
 
+    #[inline(always)]
     fn record(&mut self, pointers: u16, reading: Reading) {
+        if pointers == 0 {
+            return;
+        }
         let mut pointers = pointers;
         self.found_any |= pointers;
         while pointers != 0 {
@@ -682,11 +723,150 @@ impl Walker {
     }
 }
 
-fn skip_whitespace(bytes: &[u8], mut at: usize) -> usize {
-    while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(at) {
+impl State {
+    fn unicode(text: Text, high: u16) -> State {
+        State::Unicode {
+            text,
+            high,
+            code: 0,
+            digits: 0,
+        }
+    }
+}
+
+/// Whether `text` holds `"name"`, looking for the byte of `name` at
+/// `rare` (its rarest) and comparing around each one found: no searcher
+/// to set up per event, and few places to compare.
+fn has_name(text: &[u8], name: &[u8], rare: usize) -> bool {
+    let Some(&byte) = name.get(rare) else {
+        // The empty name.
+        return memmem_quotes(text);
+    };
+    memchr_iter(byte, text).any(|found| {
+        let Some(quote) = found.checked_sub(rare + 1) else {
+            return false;
+        };
+        let after = quote + 1 + name.len();
+        // (A byte loop: names are short, a call to memcmp costs more.)
+        text[quote] == b'"'
+            && text.get(after) == Some(&b'"')
+            && text[quote + 1..after].iter().zip(name).all(|(a, b)| a == b)
+    })
+}
+
+/// Whether `text` holds `""`.
+fn memmem_quotes(text: &[u8]) -> bool {
+    text.windows(2).any(|pair| pair == b"\"\"")
+}
+
+/// Where the rarest byte of `name` is, by how often letters come in
+/// English text (other bytes count as common as `e`: ids and numbers are
+/// full of digits).
+fn rarest(name: &[u8]) -> usize {
+    const BY_FREQUENCY: &[u8] = b"etaoinshrdlcumwfgypbvkjxqz";
+    let rank = |byte: &u8| {
+        BY_FREQUENCY
+            .iter()
+            .position(|&letter| letter == byte.to_ascii_lowercase())
+            .unwrap_or(0)
+    };
+    name.iter()
+        .enumerate()
+        .max_by_key(|&(at, byte)| (rank(byte), std::cmp::Reverse(at)))
+        .map_or(0, |(at, _)| at)
+}
+
+/// Where the next token starts, past whitespace; `None` at the end.
+fn token(bytes: &[u8], mut at: usize) -> Option<usize> {
+    while let Some(&byte) = bytes.get(at) {
+        if !matches!(byte, b' ' | b'\t' | b'\n' | b'\r') {
+            return Some(at);
+        }
         at += 1;
     }
-    at
+    None
+}
+
+/// The byte a one-character escape (`\n`) stands for.
+fn unescape(byte: u8) -> Option<u8> {
+    match byte {
+        b'"' | b'\\' | b'/' => Some(byte),
+        b'b' => Some(0x08),
+        b'f' => Some(0x0c),
+        b'n' => Some(b'\n'),
+        b'r' => Some(b'\r'),
+        b't' => Some(b'\t'),
+        _ => None,
+    }
+}
+
+const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+
+/// The bytes of `word` below `bound` (≤ 0x80), flagged by their high bit;
+/// the lowest flag is exact (a borrow may flag bytes above it).
+fn below(word: u64, bound: u8) -> u64 {
+    word.wrapping_sub(ONES * u64::from(bound)) & !word & HIGHS
+}
+
+/// The bytes of `word` equal to `byte`, flagged as [`below`] flags them.
+fn equal(word: u64, byte: u8) -> u64 {
+    below(word ^ (ONES * u64::from(byte)), 1)
+}
+
+/// The first eight bytes of `bytes` (which has them) as one word.
+fn word(bytes: &[u8]) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[..8]);
+    u64::from_le_bytes(word)
+}
+
+/// Where a string's text stops in `bytes`: at the first `"`, `\` or raw
+/// control character (which is not allowed); `None` when all of it is
+/// text. Most strings end within a few words, read eight bytes at a time
+/// here (a call into `memchr2` costs more); a longer one is searched with
+/// `memchr2`, and what it skipped checked for control characters.
+#[inline(always)]
+fn string_stop(bytes: &[u8]) -> Option<usize> {
+    const SHORT: usize = 32;
+    let mut at = 0;
+    for chunk in bytes[..bytes.len().min(SHORT)].chunks_exact(8) {
+        let word = word(chunk);
+        let stops = equal(word, b'"') | equal(word, b'\\') | below(word, 0x20);
+        if stops != 0 {
+            return Some(at + stops.trailing_zeros() as usize / 8);
+        }
+        at += 8;
+    }
+    if bytes.len() < SHORT {
+        let tail = bytes[at..]
+            .iter()
+            .position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20);
+        return tail.map(|stop| at + stop);
+    }
+    let rest = &bytes[at..];
+    let end = memchr2(b'"', b'\\', rest);
+    let text = &rest[..end.unwrap_or(rest.len())];
+    match first_control(text) {
+        Some(control) => Some(at + control),
+        None => end.map(|end| at + end),
+    }
+}
+
+/// Where the first byte below 0x20 in `text` is, eight bytes at a time.
+fn first_control(text: &[u8]) -> Option<usize> {
+    let mut words = text.chunks_exact(8);
+    for (index, chunk) in (&mut words).enumerate() {
+        let controls = below(word(chunk), 0x20);
+        if controls != 0 {
+            return Some(index * 8 + controls.trailing_zeros() as usize / 8);
+        }
+    }
+    let tail = words.remainder();
+    let start = text.len() - tail.len();
+    tail.iter()
+        .position(|&byte| byte < 0x20)
+        .map(|stop| start + stop)
 }
 
 /// A number read at a pointer, kept in bounded space: its first

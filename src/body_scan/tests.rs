@@ -671,6 +671,68 @@ fn an_event_longer_than_a_mebibyte_is_skipped() {
 }
 
 #[test]
+fn only_events_that_could_carry_a_pointer_are_walked() {
+    let pointers = pointers(&["/usage/total_tokens", "/a/0", "/"]);
+    let refs: Vec<&Pointer> = pointers.iter().take(1).collect();
+    let walker = json::Walker::new(&refs);
+    // The longest name, between quotes, or any backslash.
+    assert!(!walker.may_carry(br#"{"usage":null,"total":1}"#));
+    assert!(!walker.may_carry(br#"{"total_tokens_x":1,"xtotal_tokens":2}"#));
+    assert!(!walker.may_carry(b"total_tokens: 1"));
+    assert!(walker.may_carry(br#"{"usage":{"total_tokens":1}}"#));
+    assert!(walker.may_carry(br#"["total_tokens"]"#));
+    assert!(walker.may_carry(br#"{"x":"\n"}"#));
+    assert!(walker.may_carry(br#""total_tokens""#));
+    // `/a/0`: `a` must be there; `0` may be an index, so rules nothing out.
+    let walker = json::Walker::new(&[&pointers[1]]);
+    assert!(!walker.may_carry(br#"{"b":[1]}"#));
+    assert!(walker.may_carry(br#"{"a":[1]}"#));
+    let only_index = Pointer::parse("/0/1").unwrap();
+    assert!(json::Walker::new(&[&only_index]).may_carry(b"{}"));
+    // The empty name.
+    let walker = json::Walker::new(&[&pointers[2]]);
+    assert!(!walker.may_carry(br#"{"a":1}"#));
+    assert!(walker.may_carry(br#"{"":1}"#));
+    // Names outside ASCII.
+    let accented = Pointer::parse("/é/ü").unwrap();
+    let walker = json::Walker::new(&[&accented]);
+    assert!(walker.may_carry("{\"é\":{\"ü\":1}}".as_bytes()));
+    assert!(!walker.may_carry("{\"e\":{\"u\":1}}".as_bytes()));
+    // As the scanner reads them: escaped names are found.
+    assert_eq!(
+        events(
+            &["/usage/total_tokens"],
+            "data: {\"usage\":{\"total_\\u0074okens\":3}}\n\n"
+        ),
+        [Number(3.0)]
+    );
+}
+
+#[test]
+fn long_events_are_walked_as_they_come() {
+    let content = "word ".repeat(8 * 1024);
+    let stream = format!(
+        "data: {{\"usage\":{{\"total_tokens\":1}}}}\n\n\
+         data: {{\"content\":\"{content}\",\"usage\":null}}\n\n\
+         data: {{\"content\":\"{content}\"}}}}\n\n\
+         data: {{\"content\":\"{content}\",\n\
+         data: \"usage\":{{\"total_tokens\":2}}}}\n\n"
+    );
+    let pointers = pointers(&["/usage/total_tokens", "/content"]);
+    for piece in [stream.len(), 4096, 1000, 7] {
+        let pieces: Vec<&[u8]> = stream.as_bytes().chunks(piece).collect();
+        assert_eq!(
+            scan_pieces(BodyKind::EventStream, &pointers, &pieces),
+            [Number(2.0), Malformed],
+            "{piece}"
+        );
+    }
+    // Not one value: nothing.
+    let broken = format!("data: {{\"usage\":{{\"total_tokens\":1}}, \"x\":\"{content}\"\n\n");
+    assert_eq!(events(&["/usage/total_tokens"], &broken), [Missing]);
+}
+
+#[test]
 fn scanners_read_up_to_sixteen_pointers_each_on_its_own() {
     let texts: Vec<String> = (0..MAX_POINTERS).map(|i| format!("/k{i}")).collect();
     let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
