@@ -88,6 +88,37 @@ impl Unit {
         })
     }
 
+    /// At least the length of any window of the unit in any zone (DST
+    /// moves a day by up to 2 hours, Antarctica/Troll's; 3 hours of
+    /// margin): what a networked store extrapolates windows it was not told
+    /// with, so that they reset later, never earlier.
+    pub fn longest(self) -> Duration {
+        const MARGIN: u64 = 3 * 3_600;
+        Duration::from_secs(
+            match self {
+                Unit::Day => 86_400,
+                Unit::Week => 7 * 86_400,
+                Unit::Month => 31 * 86_400,
+                Unit::Year => 366 * 86_400,
+            } + MARGIN,
+        )
+    }
+
+    /// At most the length of any window of the unit (see [`Unit::longest`];
+    /// a zone that skipped a whole day, as Pacific/Apia did on 2011-12-30,
+    /// is past).
+    pub fn shortest(self) -> Duration {
+        const MARGIN: u64 = 3 * 3_600;
+        Duration::from_secs(
+            match self {
+                Unit::Day => 86_400,
+                Unit::Week => 7 * 86_400,
+                Unit::Month => 28 * 86_400,
+                Unit::Year => 365 * 86_400,
+            } - MARGIN,
+        )
+    }
+
     /// The unit whose nominal length is `period`.
     pub fn of_nominal(period: Duration) -> Option<Unit> {
         Unit::ALL.into_iter().find(|unit| unit.nominal() == period)
@@ -240,6 +271,7 @@ impl Calendar {
     fn advance(&self, frame: Frame, now: Nanos) -> Frame {
         let next = Frame {
             index: frame.index + 1,
+            previous_start: frame.start,
             start: frame.end,
             end: frame.next_end,
             next_end: self.start_of(frame.index + 3),
@@ -253,6 +285,7 @@ impl Calendar {
         let index = self.index_of(now);
         let frame = Frame {
             index,
+            previous_start: self.start_of(index.saturating_sub(1)),
             start: self.start_of(index),
             end: self.start_of(index + 1),
             next_end: self.start_of(index + 2),
@@ -325,11 +358,14 @@ impl Calendar {
     }
 }
 
-/// A calendar's window at some instant and the one after it: `index` is
-/// `[start, end)`, `index + 1` is `[end, next_end)`.
+/// A calendar's window at some instant and the ones around it: `index` is
+/// `[start, end)`, `index + 1` is `[end, next_end)`, `index − 1` starts at
+/// `previous_start` (what a networked store needs to place its own clock
+/// among them, `store/redis/script.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame {
     pub index: u64,
+    pub previous_start: Nanos,
     pub start: Nanos,
     pub end: Nanos,
     pub next_end: Nanos,
@@ -375,6 +411,7 @@ impl Frame {
 struct Cache {
     sequence: AtomicU64,
     index: AtomicU64,
+    previous_start: AtomicU64,
     start: AtomicU64,
     end: AtomicU64,
     next_end: AtomicU64,
@@ -390,6 +427,7 @@ impl Cache {
         }
         let frame = Frame {
             index: self.index.load(Ordering::Relaxed),
+            previous_start: self.previous_start.load(Ordering::Relaxed),
             start: self.start.load(Ordering::Relaxed),
             end: self.end.load(Ordering::Relaxed),
             next_end: self.next_end.load(Ordering::Relaxed),
@@ -418,6 +456,8 @@ impl Cache {
         }
         fence(Ordering::Release);
         self.index.store(frame.index, Ordering::Relaxed);
+        self.previous_start
+            .store(frame.previous_start, Ordering::Relaxed);
         self.start.store(frame.start, Ordering::Relaxed);
         self.end.store(frame.end, Ordering::Relaxed);
         self.next_end.store(frame.next_end, Ordering::Relaxed);

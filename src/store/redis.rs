@@ -204,6 +204,7 @@ impl RedisStore {
             self.link.script_hash(),
             &self.prefix,
             self.now_us(now),
+            now,
             buckets,
         );
         let answer: script::Answer = self.link.run(command).await?;
@@ -240,7 +241,13 @@ impl RedisStore {
     }
 
     fn call(&self, op: &'static str, now: Nanos) -> Call<'_> {
-        Call::new(self.link.script_hash(), op, self.now_us(now), &self.prefix)
+        Call::new(
+            self.link.script_hash(),
+            op,
+            self.now_us(now),
+            now,
+            &self.prefix,
+        )
     }
 
     /// The instant a call asks for: 0 for the server's time.

@@ -18,6 +18,7 @@ mod admin_views;
 mod algorithms_http;
 mod bans;
 mod budget_api;
+mod calendar;
 mod callers;
 mod charging;
 mod charging_answer;

@@ -8,7 +8,7 @@
 //! local clock, so near a window's end they disagree for their skew.
 
 use crate::clock::Nanos;
-use crate::limiter::{BucketState, Limiter};
+use crate::limiter::{Algorithm, BucketState, FixedWindow, Limiter};
 
 /// The units spent from a full bucket of `limiter` that leave it looking
 /// like `view` at `now`:
@@ -26,6 +26,9 @@ pub fn spent(limiter: &Limiter, view: BucketState, now: Nanos) -> u64 {
     let per_unit = match limiter {
         Limiter::TokenBucket(bucket) => bucket.intervals().0,
         Limiter::LeakyBucket(bucket) => bucket.interval().0,
+        Limiter::FixedWindow(window) if window.calendar().is_some() => {
+            return calendar_spent(window, view, now)
+        }
         Limiter::FixedWindow(window) => return window_spent(window.window(), 0, view, now),
         Limiter::SlidingWindow(window) => {
             // A sliding window is full again one period after its count
@@ -49,6 +52,24 @@ fn window_spent((period, count): (Nanos, u64), fade: Nanos, view: BucketState, n
     let to_end = (period - now % period).saturating_add(fade);
     let later_windows = view.reset_after.saturating_sub(to_end).div_ceil(period);
     spent.saturating_add(count.saturating_mul(later_windows))
+}
+
+/// [`window_spent`] of a calendar window (docs/charging.md, "Calendar
+/// quotas"): the windows are the calendar's, placed by the local clock, and
+/// a reset beyond the current window counts COUNT for each window up to
+/// the one it ends.
+fn calendar_spent(window: &FixedWindow, view: BucketState, now: Nanos) -> u64 {
+    let count = window.capacity();
+    let spent = count.saturating_sub(view.remaining);
+    let (index, _, end) = window.window_at(now);
+    let Some(calendar) = window.calendar() else {
+        return spent;
+    };
+    if view.remaining > 0 || now.saturating_add(view.reset_after) <= end {
+        return spent;
+    }
+    let last = calendar.index_of(now.saturating_add(view.reset_after) - 1);
+    spent.saturating_add(count.saturating_mul(last.saturating_sub(index)))
 }
 
 #[cfg(test)]
@@ -105,6 +126,42 @@ mod tests {
         for units in [0, 1, 4] {
             let leaky = LeakyBucket::new(rate(60), 5);
             round_trip(leaky, Limiter::LeakyBucket(leaky), units, true);
+        }
+    }
+
+    #[test]
+    fn a_calendar_replica_counts_its_debt_in_the_calendar_s_windows() {
+        use crate::limiter::calendar::{Calendar, Unit};
+        // 23:00 on 2026-10-24 in Berlin: the next day lasts 25 hours.
+        let now = 1_792_875_600 * SEC;
+        let day = FixedWindow::on_calendar(
+            Rate {
+                count: 10,
+                period: Unit::Day.nominal(),
+            },
+            Calendar::new("Europe/Berlin", Unit::Day).unwrap(),
+        );
+        for units in [0, 3, 10, 15, 25, 31] {
+            let mut original = Default::default();
+            day.charge(&mut original, now, units);
+            let view = day.peek(&original, now, 1).state();
+            let mut replica = Default::default();
+            day.charge(
+                &mut replica,
+                now,
+                spent(&Limiter::FixedWindow(day), view, now),
+            );
+            for later in [0, 3_599, 3_600, 90_000 + 3_599, 90_000 + 3_600, 200_000] {
+                let at = now + later * SEC;
+                let copied = day.peek(&replica, at, 1).state().remaining;
+                let real = day.peek(&original, at, 1).state().remaining;
+                // Never more generous; a debt is known in whole windows,
+                // placed at the calendar's boundaries.
+                assert!(copied <= real, "{units} spent, {later} s later");
+                if units % 10 == 0 || units < 10 {
+                    assert_eq!(copied, real, "{units} spent, {later} s later");
+                }
+            }
         }
     }
 }

@@ -3,7 +3,8 @@
 //! cancellations at increasing instants, run on both, must get the same
 //! decisions (allowed or held, remaining, reset_after, retry_after, wait)
 //! from the token bucket, the fixed window, the sliding window (no delay
-//! mode), the leaky bucket and the sliding log.
+//! mode), the leaky bucket, the sliding log, and the fixed window on a
+//! calendar (Europe/Berlin's days, across its 25-hour 2026-10-25).
 //!
 //! The script keeps time in microseconds, so every instant, period and
 //! emission interval here is a whole number of microseconds. Where the two
@@ -42,13 +43,22 @@
 //!   microseconds.
 //! - Saturation: the script caps durations at 2^52 µs and memory at
 //!   u64::MAX ns; debts here stay far below either.
+//! - Calendar windows: the script is told the windows around the instance's
+//!   clock (the one before, the current one and the next) and estimates the
+//!   ones beyond towards later (the header of `sluice.lua`), where memory
+//!   knows every window. So a reset or retry beyond the next window may be
+//!   later in the script (never sooner), holds wait at most a day, and a
+//!   refund of units taken before the previous window is left out (the
+//!   script counts more windows passed, giving back less).
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use crate::clock::Nanos;
+use crate::limiter::calendar::{Calendar, Unit};
 use crate::limiter::{
-    Decision, FixedWindow, Gcra, HoldLimits, LeakyBucket, Limiter, Rate, SlidingLog, SlidingWindow,
+    BucketState, Decision, FixedWindow, Gcra, HoldLimits, LeakyBucket, Limiter, Rate, SlidingLog,
+    SlidingWindow,
 };
 use crate::store::suite::redis_store;
 use crate::store::{Admission, Ask, Asks, BucketTable, MemoryStore, Receipt, Settle, Store, Taken};
@@ -65,7 +75,16 @@ enum Kind {
     Sliding,
     Leaky,
     Log,
+    /// A fixed window on Europe/Berlin's days.
+    Calendar,
 }
+
+/// Where calendar cases start: 2026-10-23T00:00:00Z, two days before
+/// Berlin's 25-hour day.
+const CALENDAR_START_US: u64 = 1_792_713_600_000_000;
+
+/// A day, the calendar window's nominal period.
+const DAY_US: u64 = 86_400_000_000;
 
 impl Kind {
     /// Whether it has a delay mode.
@@ -239,6 +258,7 @@ fn case(kind: Kind) -> impl Strategy<Value = Case> {
                     // See the module doc.
                     Kind::Sliding => interval_us.max(count),
                     Kind::Fixed | Kind::Log => interval_us,
+                    Kind::Calendar => DAY_US,
                 };
                 let burst = burst.min(2 * count.max(1));
                 Case {
@@ -271,6 +291,10 @@ impl Case {
                 self.burst,
             )),
             Kind::Log => Limiter::SlidingLog(SlidingLog::new(rate(self.interval_us))),
+            Kind::Calendar => Limiter::FixedWindow(FixedWindow::on_calendar(
+                rate(self.interval_us),
+                Calendar::new("Europe/Berlin", Unit::Day).expect("a zone"),
+            )),
         }
     }
 
@@ -296,7 +320,11 @@ impl Case {
     /// Delay mode's bounds in nanoseconds and units.
     fn hold(&self, kind: Kind, hold: Hold) -> HoldLimits {
         let period = u128::from(self.period_us(kind));
-        let max_wait_us = (period * u128::from(hold.max_wait) / 1000) as u64;
+        let mut max_wait_us = (period * u128::from(hold.max_wait) / 1000) as u64;
+        if kind == Kind::Calendar {
+            // See the module doc.
+            max_wait_us = max_wait_us.min(DAY_US);
+        }
         HoldLimits {
             max_wait: max_wait_us * MICRO,
             // At least 1: the script reads 0 as "refuses instead".
@@ -378,6 +406,48 @@ impl Side<'_> {
     }
 }
 
+/// A calendar window's answer where memory's reset, retry or wait lies
+/// beyond the windows the script was told: the script's, when never sooner
+/// than memory's (see the module doc); otherwise memory's own.
+fn within_horizon(limiter: &Limiter, now: Nanos, memory: Decision, script: Decision) -> Decision {
+    let Limiter::FixedWindow(window) = limiter else {
+        return memory;
+    };
+    let Some(calendar) = window.calendar() else {
+        return memory;
+    };
+    let horizon = calendar.frame(now).next_end.saturating_sub(now);
+    let later = |m: Nanos, r: Nanos| if m > horizon && r >= m { r } else { m };
+    let state = |m: BucketState, r: BucketState| BucketState {
+        reset_after: later(m.reset_after, r.reset_after),
+        ..m
+    };
+    match (memory, script) {
+        (Decision::Allow(m), Decision::Allow(r)) => Decision::Allow(state(m, r)),
+        (Decision::Hold { state: m, wait }, Decision::Hold { state: r, .. }) => Decision::Hold {
+            state: state(m, r),
+            wait,
+        },
+        (
+            Decision::Deny {
+                state: m,
+                retry_after: m_retry,
+            },
+            Decision::Deny {
+                state: r,
+                retry_after: r_retry,
+            },
+        ) => Decision::Deny {
+            state: state(m, r),
+            retry_after: match (m_retry, r_retry) {
+                (Some(m), Some(r)) => Some(later(m, r)),
+                (m, _) => m,
+            },
+        },
+        _ => memory,
+    }
+}
+
 /// What the script should answer where memory answered `decision`: the same,
 /// with a sliding window's `retry_after` rounded up to a microsecond.
 fn expected(kind: Kind, decision: Decision) -> Decision {
@@ -406,7 +476,10 @@ async fn check(
         table: store.table(&limiter),
         receipts: Vec::new(),
     });
-    let mut now_us = START_US - START_US % period_us + case.offset_us;
+    let mut now_us = match kind {
+        Kind::Calendar => CALENDAR_START_US + case.offset_us,
+        _ => START_US - START_US % period_us + case.offset_us,
+    };
     for (index, step) in case.steps.iter().enumerate() {
         let advance =
             u128::from(period_us) * u128::from(step.advance) / (1000 * u128::from(case.slowdown));
@@ -414,6 +487,10 @@ async fn check(
         let now = now_us * MICRO;
         let [m, r] = &mut sides;
         let at = format!("step {index} ({step:?}) at {now_us} µs");
+        let expected = |kind, m_decision, r_decision| match kind {
+            Kind::Calendar => within_horizon(&limiter, now, m_decision, r_decision),
+            _ => expected(kind, m_decision),
+        };
         match step.op {
             Op::Acquire(_) | Op::Reserve(..) => {
                 let (amount, hold) = match step.op {
@@ -425,7 +502,7 @@ async fn check(
                 let (m_ok, m_decision) = m.acquire(&limiter, cost, hold, now).await;
                 let (r_ok, r_decision) = r.acquire(&limiter, cost, hold, now).await;
                 prop_assert_eq!(r_ok, m_ok, "{}", at);
-                prop_assert_eq!(r_decision, expected(kind, m_decision), "{}", at);
+                prop_assert_eq!(r_decision, expected(kind, m_decision, r_decision), "{}", at);
                 prop_assert_eq!(r.receipts.len(), m.receipts.len(), "{}", at);
                 if let (Some(m_receipt), Some(r_receipt)) = (m.receipts.last(), r.receipts.last()) {
                     prop_assert_eq!(r_receipt.taken, m_receipt.taken, "{}", at);
@@ -435,13 +512,13 @@ async fn check(
                 let cost = case.cost(kind, amount);
                 let m_decision = m.peek(&limiter, cost, now).await;
                 let r_decision = r.peek(&limiter, cost, now).await;
-                prop_assert_eq!(r_decision, expected(kind, m_decision), "{}", at);
+                prop_assert_eq!(r_decision, expected(kind, m_decision, r_decision), "{}", at);
             }
             Op::Spend(amount) => {
                 let units = amount.of(case.count);
                 let m_decision = m.spend(&limiter, units, now).await;
                 let r_decision = r.spend(&limiter, units, now).await;
-                prop_assert_eq!(r_decision, expected(kind, m_decision), "{}", at);
+                prop_assert_eq!(r_decision, expected(kind, m_decision, r_decision), "{}", at);
             }
             Op::Charge(which, amount) => {
                 if m.receipts.is_empty() {
@@ -463,6 +540,12 @@ async fn check(
                     // See the module doc.
                     continue;
                 }
+                if kind == Kind::Calendar
+                    && before_previous_window(&limiter, &m.receipts[which], now)
+                {
+                    // See the module doc.
+                    continue;
+                }
                 m.settle(which, Settle::GiveBack, now).await;
                 r.settle(which, Settle::GiveBack, now).await;
             }
@@ -473,7 +556,7 @@ async fn check(
             let r_decision = r.peek(&limiter, cost, now).await;
             prop_assert_eq!(
                 r_decision,
-                expected(kind, m_decision),
+                expected(kind, m_decision, r_decision),
                 "{}: then a peek of {}",
                 at,
                 cost
@@ -481,6 +564,17 @@ async fn check(
         }
     }
     Ok(())
+}
+
+/// Whether `receipt`'s units were taken before the window before the one
+/// `now` is in.
+fn before_previous_window(limiter: &Limiter, receipt: &Receipt, now: Nanos) -> bool {
+    let Limiter::FixedWindow(window) = limiter else {
+        return false;
+    };
+    window
+        .calendar()
+        .is_some_and(|calendar| receipt.at < calendar.frame(now).previous_start)
 }
 
 fn run(kind: Kind) {
@@ -648,4 +742,9 @@ fn leaky_buckets_decide_as_in_memory() {
 #[test]
 fn sliding_logs_decide_as_in_memory() {
     run(Kind::Log);
+}
+
+#[test]
+fn calendar_windows_decide_as_in_memory() {
+    run(Kind::Calendar);
 }

@@ -33,6 +33,9 @@ pub struct Call<'s> {
     prefix: &'s str,
     op: &'static str,
     body: Body,
+    /// This instance's clock: where it places calendar windows, which the
+    /// script then places `now` among ([`calendar_text`]).
+    local_now: Nanos,
 }
 
 /// A call's keys and numbers (`now` first), owned: what a batch of
@@ -46,6 +49,9 @@ pub struct Body {
     /// ... and where each ends in it.
     key_ends: SmallVec<[usize; 4]>,
     args: SmallVec<[u64; 24]>,
+    /// Arguments sent as text instead of the number at their position in
+    /// `args` (a calendar window's parameter, [`calendar_text`]).
+    texts: SmallVec<[(usize, String); 1]>,
 }
 
 impl Body {
@@ -56,6 +62,7 @@ impl Body {
             key_text: String::with_capacity(128),
             key_ends: SmallVec::new(),
             args,
+            texts: SmallVec::new(),
         }
     }
 
@@ -73,7 +80,14 @@ impl Body {
         let fields = &request.args[1..];
         self.args.push(request.key_ends.len() as u64);
         self.args.push(fields.len() as u64);
+        let offset = self.args.len();
         self.args.extend_from_slice(fields);
+        self.texts.extend(
+            request
+                .texts
+                .into_iter()
+                .map(|(at, text)| (offset + at - 1, text)),
+        );
         let offset = self.key_text.len();
         self.key_text.push_str(&request.key_text);
         self.key_ends
@@ -102,19 +116,43 @@ impl Body {
             cmd.arg(&self.key_text[start..end]);
             start = end;
         }
-        cmd.arg(op).arg(&self.args[..]);
+        cmd.arg(op);
+        write_args(&mut cmd, &self.args, &self.texts);
         cmd
     }
 }
 
+/// `args`, each as an argument of its own, the ones at the positions of
+/// `texts` sent as those texts.
+fn write_args(cmd: &mut Cmd, args: &[u64], texts: &[(usize, String)]) {
+    if texts.is_empty() {
+        cmd.arg(args);
+        return;
+    }
+    let mut from = 0;
+    for (at, text) in texts {
+        cmd.arg(&args[from..*at]).arg(text.as_str());
+        from = at + 1;
+    }
+    cmd.arg(&args[from..]);
+}
+
 impl<'s> Call<'s> {
-    /// A call of operation `op` at `now_us` (0: the server's time).
-    pub fn new(hash: &'s str, op: &'static str, now_us: u64, prefix: &'s str) -> Call<'s> {
+    /// A call of operation `op` at `now_us` (0: the server's time), made
+    /// at `local_now` on this instance's clock.
+    pub fn new(
+        hash: &'s str,
+        op: &'static str,
+        now_us: u64,
+        local_now: Nanos,
+        prefix: &'s str,
+    ) -> Call<'s> {
         Call {
             hash,
             prefix,
             op,
             body: Body::new(now_us),
+            local_now,
         }
     }
 
@@ -231,6 +269,10 @@ impl<'s> Call<'s> {
         );
         self.body.key_ends.push(self.body.key_text.len());
         self.body.args.extend(parameters(limiter));
+        if let Some(text) = calendar_text(limiter, self.local_now) {
+            let at = self.body.args.len() - 2;
+            self.body.texts.push((at, text));
+        }
     }
 
     /// The `EVALSHA` command.
@@ -253,7 +295,13 @@ pub struct Synced<'d> {
 /// their states back (`sync` in `sluice.lua`), at `now_us` (0: the
 /// server's time). Buckets of one limit in a row share one group (its
 /// parameters written once): sort them by table first.
-pub fn sync(hash: &str, prefix: &str, now_us: u64, buckets: &[Synced<'_>]) -> Cmd {
+pub fn sync(
+    hash: &str,
+    prefix: &str,
+    now_us: u64,
+    local_now: Nanos,
+    buckets: &[Synced<'_>],
+) -> Cmd {
     // Written straight into the command, each key its limit's key with the
     // bucket's hexadecimal digits written over: a sync writes thousands of
     // keys a round, and building each piece by piece was most of its cost.
@@ -264,6 +312,7 @@ pub fn sync(hash: &str, prefix: &str, now_us: u64, buckets: &[Synced<'_>]) -> Cm
     cmd.arg("EVALSHA").arg(hash).arg(buckets.len());
     let mut key = Vec::new();
     let mut args: Vec<u64> = Vec::with_capacity(2 + buckets.len() + 4);
+    let mut texts = Vec::new();
     args.extend([now_us, 0]);
     let mut group: Option<(&BucketTable, &Limiter, usize, usize)> = None;
     for bucket in buckets {
@@ -273,6 +322,9 @@ pub fn sync(hash: &str, prefix: &str, now_us: u64, buckets: &[Synced<'_>]) -> Cm
         if !same {
             args[1] += 1;
             args.extend(parameters(bucket.limiter));
+            if let Some(text) = calendar_text(bucket.limiter, local_now) {
+                texts.push((args.len() - 2, text));
+            }
             args.push(0);
             let mut text = String::with_capacity(128);
             let table = bucket.table;
@@ -288,7 +340,8 @@ pub fn sync(hash: &str, prefix: &str, now_us: u64, buckets: &[Synced<'_>]) -> Cm
         hex_digits(&mut key[head..head + 16], bucket.key);
         cmd.arg(&key[..]);
     }
-    cmd.arg(OP_SYNC).arg(&args[..]);
+    cmd.arg(OP_SYNC);
+    write_args(&mut cmd, &args, &texts);
     cmd
 }
 
@@ -430,6 +483,7 @@ fn parameters(limiter: &Limiter) -> [u64; 3] {
         }
         Limiter::FixedWindow(window) => {
             let (period, count) = window.window();
+            // A calendar window's period is sent as text instead.
             [ALG_FIXED_WINDOW, (period / MICRO).max(1), count]
         }
         Limiter::SlidingWindow(window) => {
@@ -453,6 +507,30 @@ fn parameters(limiter: &Limiter) -> [u64; 3] {
             [ALG_SLIDING_LOG, (period / MICRO).max(1), count]
         }
     }
+}
+
+/// A calendar window's parameter at `now` on this instance's clock (the
+/// header of `sluice.lua`): the window `now` is in, where the one before
+/// it starts, where it and the next one start and end, and bounds on the
+/// unit's length, in microseconds.
+/// From the calendar's cached frame: no time zone lookup per call.
+fn calendar_text(limiter: &Limiter, now: Nanos) -> Option<String> {
+    let Limiter::FixedWindow(window) = limiter else {
+        return None;
+    };
+    let calendar = window.calendar()?;
+    let frame = calendar.frame(now);
+    let unit = calendar.unit();
+    Some(format!(
+        "{}:{}:{}:{}:{}:{}:{}",
+        frame.index,
+        frame.previous_start / MICRO,
+        frame.start / MICRO,
+        frame.end / MICRO,
+        frame.next_end / MICRO,
+        unit.longest().as_micros(),
+        unit.shortest().as_micros(),
+    ))
 }
 
 /// The script's answer: the integers of its one reply string (`reply` in
@@ -683,7 +761,7 @@ mod tests {
             bucket(&a, &five, 0xbeef, 1),
             bucket(&b, &nine, 1, 7),
         ];
-        let cmd = sync("sha", "p", 42, &buckets);
+        let cmd = sync("sha", "p", 42, 42_000, &buckets);
         let args: Vec<String> = cmd
             .args_iter()
             .map(|arg| match arg {

@@ -56,7 +56,17 @@
 -- Algorithms (a, b):
 --   ALG_TOKEN_BUCKET (GCRA): emission interval T, tolerance tau
 --     (microseconds)
---   ALG_FIXED_WINDOW: period (microseconds), COUNT
+--   ALG_FIXED_WINDOW: period (microseconds), COUNT; or, for a calendar
+--     window (`calendar`, docs/charging.md "Calendar quotas"), instead of
+--     the period the text "i:previous:start:end:next_end:longest:shortest":
+--     the index of the window the sending instance's clock is in, where
+--     the one before it starts, where it and the next one start and end,
+--     and bounds on the calendar unit's length (microseconds). The script
+--     places `now` (Redis' clock) among them: before start, the window
+--     before (which ends at start); at or after end, the next one; so a
+--     skewed instance never moves a boundary. Windows beyond these are
+--     estimated with the bounds, always towards counting more and
+--     resetting later
 --   ALG_SLIDING_WINDOW: period (microseconds), COUNT
 --   ALG_CONCURRENCY (permits): max_in_flight, lease TTL (microseconds); the
 --     cost slot names the lease this request takes
@@ -386,15 +396,58 @@ local function until_window(index, P)
   return sat_sub(cap(index * P), now)
 end
 
--- Fixed window (a = P, b = COUNT): at most COUNT units per aligned window;
--- unit k of window w's count is in window w + k / COUNT.
+-- A fixed window's windows, from its parameter `a` (see the header): the
+-- index of the window an instant falls in, and where window k starts.
+-- Parsed once per call and parameter.
+local windows_of = {}
+setmetatable(windows_of, { __index = function(built, a)
+  local windows
+  if type(a) == 'number' then
+    local P = cap(a)
+    windows = {
+      index = function(t) return idiv(t, P) end,
+      start = function(k) return cap(k * P) end,
+    }
+  else
+    local f = {}
+    for x in string.gmatch(a, '%d+') do f[#f + 1] = tonumber(x) end
+    local i, prev, s, e, n, longest, shortest = f[1], f[2], f[3], f[4], f[5], f[6], f[7]
+    windows = {
+      index = function(t)
+        if t < prev then return sat_sub(sat_sub(i, 1), ceil_div(prev - t, shortest)) end
+        if t < s then return sat_sub(i, 1) end
+        if t < e then return i end
+        if t < n then return i + 1 end
+        return i + 2 + idiv(t - n, longest)
+      end,
+      start = function(k)
+        if k == i then return s end
+        if k == i + 1 then return e end
+        if k == i + 2 then return n end
+        if k == i - 1 then return prev end
+        if k < i then return sat_sub(prev, cap((i - 1 - k) * shortest)) end
+        return cap(n + cap((k - i - 2) * longest))
+      end,
+    }
+  end
+  built[a] = windows
+  return windows
+end })
+
+-- Fixed window (a = P or a calendar, b = COUNT): at most COUNT units per
+-- window; unit k of window w's count is in window w + k / COUNT. `P` below
+-- is the windows of `a` (`windows_of`).
 local function fixed_window()
   local fixed = { decode = window_decode, encode = window_encode }
+
+  local function until_window(index, P)
+    return sat_sub(P.start(index), now)
+  end
 
   -- The state aligned to now: the window now falls in (never before the
   -- state's own), and the units counted from its start.
   local function fixed_shift(s, P, C)
-    local w = math.max(idiv(now, P), s.w)
+    local w = math.max(P.index(now), s.w)
     return w, sat_sub(s.c, cap((w - s.w) * C))
   end
 
@@ -425,11 +478,11 @@ local function fixed_window()
   function fixed.fresh_at(s, a, C)
     if s.c == 0 then return 0 end
     if C == 0 then return MAX end
-    return cap(cap(s.w + ceil_div(s.c, C)) * cap(a))
+    return windows_of[a].start(cap(s.w + ceil_div(s.c, C)))
   end
 
   function fixed.acquire(s, a, C, cost)
-    local P = cap(a)
+    local P = windows_of[a]
     local w, used = fixed_shift(s, P, C)
     local ok, remaining, reset, retry = fixed_decide(w, used, P, C, cost)
     if ok then s.w, s.c, s.p = w, count_u32(used + cost), 0 end
@@ -437,7 +490,7 @@ local function fixed_window()
   end
 
   function fixed.peek(s, a, C, cost)
-    local P = cap(a)
+    local P = windows_of[a]
     local w, used = fixed_shift(s, P, C)
     local ok, remaining, reset, retry = fixed_decide(w, used, P, C, cost)
     if ok then return true, C - used, fixed_until_empty(w, used, P, C), 0 end
@@ -446,7 +499,7 @@ local function fixed_window()
 
   function fixed.charge(s, a, C, units)
     if C == 0 or units == 0 then return end
-    local P = cap(a)
+    local P = windows_of[a]
     local w, used = fixed_shift(s, P, C)
     s.w, s.c, s.p = w, count_u32(used + units), 0
   end
@@ -454,9 +507,9 @@ local function fixed_window()
   -- Units taken n windows before the current one still count for all but
   -- n * COUNT of them: that part comes off the top of the count.
   function fixed.refund(s, a, C, units, taken_at)
-    local P = cap(a)
+    local P = windows_of[a]
     local w, used = fixed_shift(s, P, C)
-    local passed = sat_sub(w, idiv(math.min(taken_at, now), P))
+    local passed = sat_sub(w, P.index(math.min(taken_at, now)))
     local back = math.min(sat_sub(units, cap(passed * C)), used)
     if back == 0 then return end
     s.w, s.c, s.p = w, used - back, 0
@@ -477,7 +530,7 @@ local function fixed_window()
   end
 
   function fixed.reserve(s, a, C, cost, max_wait, max_queued)
-    local P = cap(a)
+    local P = windows_of[a]
     local w, used = fixed_shift(s, P, C)
     local ok, remaining, reset, retry = fixed_decide(w, used, P, C, cost)
     if ok then
@@ -504,9 +557,9 @@ local function fixed_window()
   -- or once `at` has passed, nothing.
   function fixed.cancel(s, a, C, cost, at)
     if C == 0 or now > at then return end
-    local P = cap(a)
+    local P = windows_of[a]
     local w, used = fixed_shift(s, P, C)
-    local index = idiv(at, P)
+    local index = P.index(at)
     if index < w then return end
     local floor = cap((index - w) * C)
     local top = cap(floor + C)
@@ -1086,7 +1139,8 @@ local function load(key, base)
   local limit = {
     key = key,
     alg = algorithm,
-    a = tonumber(ARGV[base + 1]),
+    -- A number, or a calendar window's text (see the header).
+    a = tonumber(ARGV[base + 1]) or ARGV[base + 1],
     b = tonumber(ARGV[base + 2]),
     n = tonumber(ARGV[base + 3]),
   }
@@ -1299,7 +1353,7 @@ if op == OP_SYNC then
   local at, bucket = 4, 0
   for _ = 1, tonumber(ARGV[3]) do
     local algorithm = algorithms[tonumber(ARGV[at])]
-    local a, b = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+    local a, b = tonumber(ARGV[at + 1]) or ARGV[at + 1], tonumber(ARGV[at + 2])
     local buckets = tonumber(ARGV[at + 3])
     for i = 1, buckets do
       bucket = bucket + 1
