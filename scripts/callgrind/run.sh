@@ -4,6 +4,8 @@
 #
 #   scripts/callgrind/run.sh target/release/sluice scripts/callgrind/pass.toml pass
 #   scripts/callgrind/run.sh target/release/sluice scripts/callgrind/deny.toml deny
+#   scripts/callgrind/run.sh target/release/sluice scripts/callgrind/sse-charged.toml sse-charged
+#     (an 81 KB event stream per request with a json: charge; sse.toml without one)
 #
 # Starts an nginx upstream on 127.0.0.1:18380 and sluice (1 worker) on 18381, warms up,
 # zeroes the counters, runs wrk -c64 for 5 s, and divides. Stops both by PID. KEEP=1
@@ -15,6 +17,9 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${TMPDIR:-/tmp}
 bin=$1; cfg=$2; label=$3
+# The event stream upstream.conf serves on 18386 (scripts/answer-bench/stream.py).
+mkdir -p /tmp/sluice-callgrind-sse
+python3 "$here/../answer-bench/stream.py" /tmp/sluice-callgrind-sse/stream.sse >/dev/null
 nginx -c "$here/upstream.conf" -p "$out" & ng=$!
 sleep 0.5
 valgrind --tool=callgrind ${CGOPTS:-} --callgrind-out-file=$out/sluice-cg.$label.out "$bin" run --config "$cfg" 2>$out/sluice-cg.$label.log & sl=$!
