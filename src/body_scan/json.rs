@@ -314,7 +314,7 @@ impl Walker {
                     None => break,
                 },
                 State::FirstKey | State::Key => match token(bytes, at) {
-                    Some(at) if bytes[at] == b'"' => self.key(bytes, at + 1),
+                    Some(at) if bytes[at] == b'"' => self.member(bytes, at + 1),
                     Some(at) if bytes[at] == b'}' && state == State::FirstKey => self.close(at),
                     Some(at) => (State::Failed, at),
                     None => break,
@@ -441,7 +441,7 @@ impl Walker {
         let in_object = self.in_object();
         match bytes[at] {
             b',' if in_object => match token(bytes, at + 1) {
-                Some(at) if bytes[at] == b'"' => self.key(bytes, at + 1),
+                Some(at) if bytes[at] == b'"' => self.member(bytes, at + 1),
                 Some(at) => (State::Failed, at),
                 None => (State::Key, bytes.len()),
             },
@@ -480,6 +480,19 @@ impl Walker {
             }
         }
         self.levels[self.depth - 1].current = current;
+    }
+
+    /// A member starts at `at` (after its name's `"`): its name, and its
+    /// value when the name and colon are all here and the value follows
+    /// at once (as in compact JSON).
+    #[inline(always)]
+    fn member(&mut self, bytes: &[u8], at: usize) -> (State, usize) {
+        match self.key(bytes, at) {
+            (State::Value, at) if bytes.get(at).is_some_and(|&byte| !is_whitespace(byte)) => {
+                self.value(bytes, at)
+            }
+            after => after,
+        }
     }
 
     /// A member name starts at `at` (after its `"`).
@@ -776,10 +789,14 @@ fn rarest(name: &[u8]) -> usize {
         .map_or(0, |(at, _)| at)
 }
 
+fn is_whitespace(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\n' | b'\r')
+}
+
 /// Where the next token starts, past whitespace; `None` at the end.
 fn token(bytes: &[u8], mut at: usize) -> Option<usize> {
     while let Some(&byte) = bytes.get(at) {
-        if !matches!(byte, b' ' | b'\t' | b'\n' | b'\r') {
+        if !is_whitespace(byte) {
             return Some(at);
         }
         at += 1;

@@ -1072,7 +1072,10 @@ fn stream() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    // 512 cases each unless PROPTEST_CASES says otherwise.
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|cases| cases.parse().ok()).unwrap_or(512)
+    ))]
 
     /// For a JSON value, the scanner reads what serde_json does.
     #[test]
