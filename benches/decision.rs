@@ -37,7 +37,8 @@
 //! nanoseconds per decision per thread (the slower thread's time / its
 //! decisions).
 //!
-//! The other algorithms (`decision/{fixed_window,sliding_window,sliding_log}`,
+//! The other algorithms
+//! (`decision/{fixed_window,calendar_window,sliding_window,sliding_log}`,
 //! ids `decision/<algorithm>/<1k|1M>/1t` and `.../2t/<disjoint|shared>`) run
 //! the `sluice` row's loop unchanged (same keys, same visiting sequence, same
 //! clock and hashing, one ask) with only the limiter swapped, under
@@ -46,6 +47,11 @@
 //! - `fixed_window`, `sliding_window`: COUNT 1 000 000 000 per 1 s, the token
 //!   bucket's rate. The loop makes well under 1e8 decisions a second, so no
 //!   window fills; windows still roll over every second of a run.
+//! - `calendar_window`: a fixed window on Europe/Berlin's days (`calendar`,
+//!   docs/charging.md "Calendar quotas"), COUNT 4 000 000 000 per day: the
+//!   loop cannot fill it within a run. Its decision reads the calendar's
+//!   cached window (a sequence lock over atomics) where `fixed_window`
+//!   divides by the period: the pair measures what a calendar costs.
 //! - `sliding_log`: COUNT 100 per 250 µs at 1k keys and per 1 s at 1M keys.
 //!   The loop revisits a key every 1k decisions (≈ 30–70 µs) at 1k keys and
 //!   about every 1M decisions (≈ 0.1–0.25 s) at 1M keys, so each log holds
@@ -69,6 +75,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use sluice::clock::{Clock, MonotonicClock};
 use sluice::config::{KeySource, Rate};
 use sluice::key::{KeyHasher, RequestFacts};
+use sluice::limiter::calendar::{Calendar, Unit};
 use sluice::limiter::{FixedWindow, Limiter, SlidingLog, SlidingWindow};
 use sluice::store::{BucketTable, MemoryStore};
 
@@ -127,7 +134,7 @@ const LOG_COUNT: u64 = 100;
 /// The algorithms besides the token bucket, named as in the config, with
 /// parameters under which every decision of the loop admits (see the
 /// header).
-fn other_limiters(keys_count: usize) -> [(&'static str, Limiter); 3] {
+fn other_limiters(keys_count: usize) -> [(&'static str, Limiter); 4] {
     let window_rate = Rate {
         count: 1_000_000_000,
         period: Duration::from_secs(1),
@@ -141,6 +148,16 @@ fn other_limiters(keys_count: usize) -> [(&'static str, Limiter); 3] {
         (
             "fixed_window",
             Limiter::FixedWindow(FixedWindow::new(window_rate)),
+        ),
+        (
+            "calendar_window",
+            Limiter::FixedWindow(FixedWindow::on_calendar(
+                Rate {
+                    count: 4_000_000_000,
+                    period: Unit::Day.nominal(),
+                },
+                Calendar::new("Europe/Berlin", Unit::Day).expect("a zone"),
+            )),
         ),
         (
             "sliding_window",

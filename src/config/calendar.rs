@@ -17,9 +17,12 @@ use crate::limiter::calendar::{zone_named, zones_like, Calendar, Unit};
 pub(super) enum RuleCalendar {
     /// Not written: the windows are Unix-aligned.
     Absent,
-    /// Written but refused (already reported): the limits' periods are not
-    /// judged against it.
+    /// Written on another algorithm (already reported): the limits'
+    /// periods are not judged against it.
     Refused,
+    /// An unknown zone on a fixed window (already reported): the periods
+    /// are still judged, as a calendar's.
+    Unknown,
     /// The zone, as the database spells it.
     Zone(String),
 }
@@ -81,7 +84,7 @@ impl Validator<'_> {
             // The algorithm is invalid (already reported).
             None => return RuleCalendar::Refused,
         }
-        zone.map_or(RuleCalendar::Refused, RuleCalendar::Zone)
+        zone.map_or(RuleCalendar::Unknown, RuleCalendar::Zone)
     }
 
     /// One limit's period against the rule's calendar: with one, exactly
@@ -114,8 +117,9 @@ impl Validator<'_> {
                     ),
                 );
             }
-            (RuleCalendar::Absent, _) | (RuleCalendar::Zone(_), Some((1, _))) => {}
-            (RuleCalendar::Zone(_), _) => {
+            (RuleCalendar::Absent, _)
+            | (RuleCalendar::Zone(_) | RuleCalendar::Unknown, Some((1, _))) => {}
+            (RuleCalendar::Zone(_) | RuleCalendar::Unknown, _) => {
                 let (_, period) = limit.text.split_once('/').unwrap_or(("", &limit.text));
                 self.error(
                     limit.at,
@@ -236,6 +240,17 @@ mod tests {
              https://en.wikipedia.org/wiki/List_of_tz_database_time_zones, or by `timedatectl \
              list-timezones`)"
         );
+    }
+
+    #[test]
+    fn an_unknown_zone_still_has_its_periods_checked() {
+        let errors = errors(&fixed("calendar = \"Mars/Olympus\"\nrate = \"5/2d\"\n"));
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert!(
+            errors[0].contains("unknown time zone \"Mars/Olympus\""),
+            "{errors:#?}"
+        );
+        assert!(errors[1].ends_with("\"2d\" is not one"), "{errors:#?}");
     }
 
     #[test]

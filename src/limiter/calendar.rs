@@ -250,6 +250,27 @@ impl Calendar {
         timestamp.display_with_offset(offset).to_string()
     }
 
+    /// The window `now` falls in, as (index, start, end): the request
+    /// path's question, answered from the cache with five loads when `now`
+    /// is in the cached window (returned in registers, where a whole
+    /// [`Frame`] goes through memory).
+    #[inline(always)]
+    pub fn current(&self, now: Nanos) -> (u64, Nanos, Nanos) {
+        if let Some((index, start, end)) = self.0.cache.read_current() {
+            if start <= now && now < end {
+                return (index, start, end);
+            }
+        }
+        self.current_computed(now)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn current_computed(&self, now: Nanos) -> (u64, Nanos, Nanos) {
+        let frame = self.frame(now);
+        (frame.index, frame.start, frame.end)
+    }
+
     /// The windows around `now`: the one it falls in and the next, from the
     /// cache when `now` is in one of them (the request path), else computed
     /// (and cached when `now` is later than the cached windows).
@@ -294,7 +315,38 @@ impl Calendar {
         frame
     }
 
-    /// The window `t` falls in (computed; [`Frame::index`] is the fast way).
+    /// The window `t` falls in, from the cached windows when they hold it,
+    /// else computed. Never moves the cache: `t` may be ahead of the clock
+    /// (a reservation's instant).
+    pub fn index_near(&self, t: Nanos) -> u64 {
+        if let Some(frame) = self.0.cache.read() {
+            if frame.previous_start <= t && t < frame.start {
+                return frame.index.saturating_sub(1);
+            }
+            if frame.start <= t && t < frame.next_end {
+                return frame.index + u64::from(t >= frame.end);
+            }
+        }
+        self.index_of(t)
+    }
+
+    /// Where window `index` starts, from the cached windows when they hold
+    /// it, else computed; never moves the cache.
+    pub fn start_near(&self, index: u64) -> Nanos {
+        match self.0.cache.read() {
+            Some(frame) => match index.wrapping_sub(frame.index) {
+                0 => frame.start,
+                1 => frame.end,
+                2 => frame.next_end,
+                u64::MAX => frame.previous_start,
+                _ => self.start_of(index),
+            },
+            None => self.start_of(index),
+        }
+    }
+
+    /// The window `t` falls in, computed ([`Calendar::current`] is the fast
+    /// way).
     pub fn index_of(&self, t: Nanos) -> u64 {
         let timestamp = timestamp(t);
         let date = self.0.tz.to_datetime(timestamp).date();
@@ -372,30 +424,6 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// The window `t` falls in: O(1) within the two windows of the frame.
-    #[inline]
-    pub fn index_of(&self, calendar: Calendar, t: Nanos) -> u64 {
-        if self.start <= t && t < self.end {
-            self.index
-        } else if self.end <= t && t < self.next_end {
-            self.index + 1
-        } else {
-            calendar.index_of(t)
-        }
-    }
-
-    /// The first instant of window `index`: O(1) for the frame's windows
-    /// and the one after them.
-    #[inline]
-    pub fn start_of(&self, calendar: Calendar, index: u64) -> Nanos {
-        match index.wrapping_sub(self.index) {
-            0 => self.start,
-            1 => self.end,
-            2 => self.next_end,
-            _ => calendar.start_of(index),
-        }
-    }
-
     /// The length of the window the frame is in.
     pub fn length(&self) -> Nanos {
         self.end.saturating_sub(self.start)
@@ -434,6 +462,19 @@ impl Cache {
         };
         fence(Ordering::Acquire);
         (self.sequence.load(Ordering::Relaxed) == before).then_some(frame)
+    }
+
+    /// The cached window alone: [`Cache::read`]'s index, start and end.
+    #[inline(always)]
+    fn read_current(&self) -> Option<(u64, Nanos, Nanos)> {
+        let before = self.sequence.load(Ordering::Acquire);
+        let index = self.index.load(Ordering::Relaxed);
+        let start = self.start.load(Ordering::Relaxed);
+        let end = self.end.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        let after = self.sequence.load(Ordering::Relaxed);
+        // Odd: being written; 0: never written.
+        (before == after && before & 1 == 0 && before != 0).then_some((index, start, end))
     }
 
     /// Stores `frame`, computed at `now`, unless the cache already holds a
@@ -627,6 +668,19 @@ mod tests {
         // An earlier instant is computed and leaves the cache alone.
         assert_eq!(day.frame(midnight).start, midnight);
         assert_eq!(day.0.cache.read().unwrap().start, midnight + 24 * HOUR);
+        // So does a later one asked about without the clock there (a
+        // reservation's instant).
+        let tomorrow = midnight + 24 * HOUR;
+        assert_eq!(
+            day.index_near(tomorrow + 24 * HOUR),
+            day.index_of(tomorrow) + 1
+        );
+        assert_eq!(
+            day.start_near(day.index_of(tomorrow) + 2),
+            tomorrow + 48 * HOUR
+        );
+        assert_eq!(day.start_near(day.index_of(tomorrow) - 1), midnight);
+        assert_eq!(day.0.cache.read().unwrap().start, tomorrow);
         // Index and start agree far from the cache.
         for index in [0, 1, 20_000, 20_614, 30_000] {
             let start = day.start_of(index);

@@ -57,7 +57,7 @@
 
 use std::marker::PhantomData;
 
-use super::calendar::{Calendar, Frame};
+use super::calendar::Calendar;
 use super::{scale_up, Algorithm, BucketState, Carry, Decision, HoldLimits, Rate};
 use crate::clock::Nanos;
 
@@ -179,31 +179,61 @@ fn until_window(index: u64, period: Nanos, now: Nanos) -> Nanos {
 }
 
 /// Where a fixed window's windows lie, as seen from one `now`: Unix
-/// multiples of the period, or a calendar's windows with the frame around
-/// `now` (so that the request path asks the calendar's cache once).
+/// multiples of the period, or a calendar's window around `now` (so that
+/// the request path asks the calendar's cache once). Small and passed by
+/// value, so that it stays in registers: copies of a whole calendar frame
+/// through the stack (stores read back as wider loads) were the calendar
+/// decision's hottest instructions under `perf` in the
+/// `decision/calendar_window` benchmark (benches/decision.rs).
 #[derive(Clone, Copy)]
 enum Windows {
     Unix(Nanos),
-    Calendar(Calendar, Frame),
+    Calendar {
+        calendar: Calendar,
+        index: u64,
+        start: Nanos,
+        end: Nanos,
+    },
 }
 
 impl Windows {
     /// The window `t` falls in.
-    #[inline]
-    fn index(&self, t: Nanos) -> u64 {
+    #[inline(always)]
+    fn index(self, t: Nanos) -> u64 {
         match self {
             Windows::Unix(period) => t / period,
-            Windows::Calendar(calendar, frame) => frame.index_of(*calendar, t),
+            Windows::Calendar {
+                calendar,
+                index,
+                start,
+                end,
+            } => {
+                if start <= t && t < end {
+                    index
+                } else {
+                    calendar.index_near(t)
+                }
+            }
         }
     }
 
     /// Nanoseconds from `now` to the start of window `index`.
-    #[inline]
-    fn until(&self, index: u64, now: Nanos) -> Nanos {
+    #[inline(always)]
+    fn until(self, index: u64, now: Nanos) -> Nanos {
         match self {
-            Windows::Unix(period) => until_window(index, *period, now),
-            Windows::Calendar(calendar, frame) => {
-                frame.start_of(*calendar, index).saturating_sub(now)
+            Windows::Unix(period) => until_window(index, period, now),
+            Windows::Calendar {
+                calendar,
+                index: current,
+                start,
+                end,
+            } => {
+                let at = match index.wrapping_sub(current) {
+                    0 => start,
+                    1 => end,
+                    _ => calendar.start_near(index),
+                };
+                at.saturating_sub(now)
             }
         }
     }
@@ -244,11 +274,19 @@ impl FixedWindow {
     }
 
     /// Where the windows lie around `now`.
-    #[inline]
+    #[inline(always)]
     fn windows(&self, now: Nanos) -> Windows {
         match self.calendar {
             None => Windows::Unix(self.period),
-            Some(calendar) => Windows::Calendar(calendar, calendar.frame(now)),
+            Some(calendar) => {
+                let (index, start, end) = calendar.current(now);
+                Windows::Calendar {
+                    calendar,
+                    index,
+                    start,
+                    end,
+                }
+            }
         }
     }
 
@@ -256,7 +294,7 @@ impl FixedWindow {
     /// state's own), and the units counted from that window's start (beyond
     /// COUNT: reserved in the windows after it).
     #[inline]
-    fn shift(&self, windows: &Windows, state: &WindowCounts, now: Nanos) -> (u64, u64) {
+    fn shift(&self, windows: Windows, state: &WindowCounts, now: Nanos) -> (u64, u64) {
         let window = windows.index(now).max(state.window);
         let passed = window - state.window;
         let used = u64::from(state.current).saturating_sub(passed.saturating_mul(self.count));
@@ -293,7 +331,7 @@ impl FixedWindow {
 
     /// Nanoseconds from `now` to the end of the last window holding units.
     #[inline]
-    fn until_empty(&self, windows: &Windows, window: u64, used: u64, now: Nanos) -> Nanos {
+    fn until_empty(&self, windows: Windows, window: u64, used: u64, now: Nanos) -> Nanos {
         if used == 0 {
             return 0;
         }
@@ -306,7 +344,7 @@ impl FixedWindow {
     #[inline]
     fn decide(
         &self,
-        windows: &Windows,
+        windows: Windows,
         window: u64,
         used: u64,
         now: Nanos,
@@ -344,8 +382,8 @@ impl Algorithm for FixedWindow {
     #[inline]
     fn acquire(&self, state: &mut WindowCounts, now: Nanos, cost: u64) -> Decision {
         let windows = self.windows(now);
-        let (window, used) = self.shift(&windows, state, now);
-        let (decision, fits) = self.decide(&windows, window, used, now, cost);
+        let (window, used) = self.shift(windows, state, now);
+        let (decision, fits) = self.decide(windows, window, used, now, cost);
         if fits {
             *state = WindowCounts {
                 window,
@@ -358,11 +396,11 @@ impl Algorithm for FixedWindow {
 
     fn peek(&self, state: &WindowCounts, now: Nanos, cost: u64) -> Decision {
         let windows = self.windows(now);
-        let (window, used) = self.shift(&windows, state, now);
-        match self.decide(&windows, window, used, now, cost) {
+        let (window, used) = self.shift(windows, state, now);
+        match self.decide(windows, window, used, now, cost) {
             (Decision::Allow(_), _) => Decision::Allow(BucketState {
                 remaining: self.count - used,
-                reset_after: self.until_empty(&windows, window, used, now),
+                reset_after: self.until_empty(windows, window, used, now),
             }),
             (deny, _) => deny,
         }
@@ -376,7 +414,7 @@ impl Algorithm for FixedWindow {
             return;
         }
         let windows = self.windows(now);
-        let (window, used) = self.shift(&windows, state, now);
+        let (window, used) = self.shift(windows, state, now);
         *state = WindowCounts {
             window,
             current: count_u32(used.saturating_add(units)),
@@ -394,7 +432,7 @@ impl Algorithm for FixedWindow {
     /// are given back with [`Algorithm::cancel`].
     fn refund(&self, state: &mut WindowCounts, now: Nanos, units: u64, taken_at: Nanos) {
         let windows = self.windows(now);
-        let (window, used) = self.shift(&windows, state, now);
+        let (window, used) = self.shift(windows, state, now);
         let passed = window.saturating_sub(windows.index(taken_at.min(now)));
         let back = units
             .saturating_sub(passed.saturating_mul(self.count))
@@ -411,7 +449,7 @@ impl Algorithm for FixedWindow {
 
     #[inline]
     fn is_fresh(&self, state: &WindowCounts, now: Nanos) -> bool {
-        self.shift(&self.windows(now), state, now).1 == 0
+        self.shift(self.windows(now), state, now).1 == 0
     }
 
     fn capacity(&self) -> u64 {
@@ -423,7 +461,7 @@ impl Algorithm for FixedWindow {
     /// the new period; the padding memory is dropped (a later cancel then
     /// gives back less, never more).
     fn carry_from(&self, from: &FixedWindow, state: &mut WindowCounts, now: Nanos, carry: Carry) {
-        let (_, units) = from.shift(&from.windows(now), state, now);
+        let (_, units) = from.shift(from.windows(now), state, now);
         let aligned = WindowCounts {
             window: 0,
             current: count_u32(units),
@@ -450,8 +488,8 @@ impl Algorithm for FixedWindow {
         limits: HoldLimits,
     ) -> Decision {
         let windows = self.windows(now);
-        let (window, used) = self.shift(&windows, state, now);
-        let (decision, fits) = self.decide(&windows, window, used, now, cost);
+        let (window, used) = self.shift(windows, state, now);
+        let (decision, fits) = self.decide(windows, window, used, now, cost);
         if fits {
             *state = WindowCounts {
                 window,
@@ -480,7 +518,7 @@ impl Algorithm for FixedWindow {
         Decision::Hold {
             state: BucketState {
                 remaining: 0,
-                reset_after: self.until_empty(&windows, window, current, now),
+                reset_after: self.until_empty(windows, window, current, now),
             },
             wait,
         }
@@ -499,7 +537,7 @@ impl Algorithm for FixedWindow {
             return;
         }
         let windows = self.windows(now);
-        let (window, used) = self.shift(&windows, state, now);
+        let (window, used) = self.shift(windows, state, now);
         let Some(later) = windows.index(at).checked_sub(window) else {
             return;
         };

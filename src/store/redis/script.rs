@@ -794,6 +794,69 @@ mod tests {
     }
 
     #[test]
+    fn a_calendar_window_s_parameter_is_sent_as_text_in_its_place_batched_too() {
+        use super::super::protocol::{OP_ADMIT, OP_BATCH};
+        use crate::limiter::calendar::{Calendar, Unit};
+        let rate = crate::limiter::Rate {
+            count: 10,
+            period: Unit::Day.nominal(),
+        };
+        let calendar = Calendar::new("Europe/Berlin", Unit::Day).unwrap();
+        let limiter =
+            Limiter::FixedWindow(crate::limiter::FixedWindow::on_calendar(rate, calendar));
+        let store = crate::store::MemoryStore::new(16);
+        let name = crate::store::TableName {
+            rule: "quota".into(),
+            limit: "fixed".into(),
+        };
+        let table = store.named_table(name, &limiter);
+        // 12:00 UTC on Berlin's 25-hour 2026-10-25.
+        let now = 1_792_929_600 * 1_000_000_000;
+        let text = calendar_text(&limiter, now).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                "{}:1792792800000000:1792879200000000:1792969200000000:1793055600000000:{}:{}",
+                calendar.index_of(now),
+                Unit::Day.longest().as_micros(),
+                Unit::Day.shortest().as_micros()
+            )
+        );
+        let call = |cost| {
+            let mut call = Call::new("sha", OP_ADMIT, 0, now, "p");
+            call.all_enforced(&[Ask {
+                table: &table,
+                key: 1,
+                limiter: &limiter,
+                cost,
+                hold: None,
+            }]);
+            call.body
+        };
+        let args = |cmd: Cmd| -> Vec<String> {
+            cmd.args_iter()
+                .map(|arg| match arg {
+                    redis::Arg::Simple(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
+                    other => unreachable!("{other:?}"),
+                })
+                .collect()
+        };
+        let one = args(call(3).command("sha", OP_ADMIT));
+        // EVALSHA sha 1 key admit now | 1 0 0 | alg a b cost 0 0
+        assert_eq!(one[9..], ["2", &*text, "10", "3", "0", "0"]);
+        let mut batch = Body::batch(0);
+        batch.append(call(3));
+        batch.append(call(4));
+        let both = args(batch.command("sha", OP_BATCH));
+        let texts: Vec<usize> = (0..both.len()).filter(|&i| both[i] == text).collect();
+        assert_eq!(texts.len(), 2, "{both:?}");
+        for (at, cost) in texts.into_iter().zip(["3", "4"]) {
+            assert_eq!(both[at - 1], "2");
+            assert_eq!(both[at + 1..at + 3], ["10", cost]);
+        }
+    }
+
+    #[test]
     fn an_answer_is_read_back_whole() {
         let answer = |text: &str| Answer::from_redis_value(Value::BulkString(text.into()));
         let read = answer("1795000000123456 1 1 -1 4503599627370496 ").unwrap();
