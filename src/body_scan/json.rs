@@ -29,7 +29,8 @@
 //! serde_json's own parser (without `float_roundtrip`) may differ from the
 //! correctly rounded value by one unit in the last place too.
 
-use memchr::{memchr, memchr2, memchr_iter};
+use memchr::memmem::Finder;
+use memchr::{memchr, memchr2};
 use smallvec::SmallVec;
 
 use super::{Pointer, Reading, MAX_POINTERS};
@@ -167,10 +168,10 @@ pub(super) struct Walker {
     found: [Reading; MAX_POINTERS],
     /// Pointers with something in `found`.
     found_any: u16,
-    /// Per pointer, the slot of its longest segment that can only be a
-    /// member name (see [`Walker::may_carry`]) and where its rarest byte
-    /// is; `None` when it has none.
-    names: [Option<(usize, usize)>; MAX_POINTERS],
+    /// Per pointer, a searcher for its longest segment that can only be a
+    /// member name, between quotes (see [`Walker::may_carry`]); `None`
+    /// when it has none. Built once: a search then costs no setup.
+    names: SmallVec<[Option<Finder<'static>>; 4]>,
 }
 
 impl Walker {
@@ -207,14 +208,19 @@ impl Walker {
             }
             levels.push(this);
         }
-        let mut names = [None; MAX_POINTERS];
-        for (p, pointer) in pointers.iter().enumerate() {
-            names[p] = (1..=pointer.segments().len())
-                .map(|level| (level - 1) * count + p)
-                .filter(|&slot| segments[slot].index.is_none())
-                .max_by_key(|&slot| segments[slot].len)
-                .map(|slot| (slot, rarest(&segments[slot].key)));
-        }
+        let names = (0..count)
+            .map(|p| {
+                let slot = (1..=pointers[p].segments().len())
+                    .map(|level| (level - 1) * count + p)
+                    .filter(|&slot| segments[slot].index.is_none())
+                    .max_by_key(|&slot| segments[slot].len)?;
+                let mut quoted = Vec::with_capacity(segments[slot].len + 2);
+                quoted.push(b'"');
+                quoted.extend_from_slice(&segments[slot].key);
+                quoted.push(b'"');
+                Some(Finder::new(&quoted).into_owned())
+            })
+            .collect();
         Walker {
             segments: segments.into_boxed_slice(),
             pointers: count,
@@ -265,9 +271,9 @@ impl Walker {
         if memchr(b'\\', text).is_some() {
             return true;
         }
-        self.names[..self.pointers].iter().any(|name| match name {
+        self.names.iter().any(|name| match name {
             None => true,
-            Some((slot, rare)) => has_name(text, &self.segments[*slot].key, *rare),
+            Some(finder) => finder.find(text).is_some(),
         })
     }
 
@@ -745,48 +751,6 @@ impl State {
             digits: 0,
         }
     }
-}
-
-/// Whether `text` holds `"name"`, looking for the byte of `name` at
-/// `rare` (its rarest) and comparing around each one found: no searcher
-/// to set up per event, and few places to compare.
-fn has_name(text: &[u8], name: &[u8], rare: usize) -> bool {
-    let Some(&byte) = name.get(rare) else {
-        // The empty name.
-        return memmem_quotes(text);
-    };
-    memchr_iter(byte, text).any(|found| {
-        let Some(quote) = found.checked_sub(rare + 1) else {
-            return false;
-        };
-        let after = quote + 1 + name.len();
-        // (A byte loop: names are short, a call to memcmp costs more.)
-        text[quote] == b'"'
-            && text.get(after) == Some(&b'"')
-            && text[quote + 1..after].iter().zip(name).all(|(a, b)| a == b)
-    })
-}
-
-/// Whether `text` holds `""`.
-fn memmem_quotes(text: &[u8]) -> bool {
-    text.windows(2).any(|pair| pair == b"\"\"")
-}
-
-/// Where the rarest byte of `name` is, by how often letters come in
-/// English text (other bytes count as common as `e`: ids and numbers are
-/// full of digits).
-fn rarest(name: &[u8]) -> usize {
-    const BY_FREQUENCY: &[u8] = b"etaoinshrdlcumwfgypbvkjxqz";
-    let rank = |byte: &u8| {
-        BY_FREQUENCY
-            .iter()
-            .position(|&letter| letter == byte.to_ascii_lowercase())
-            .unwrap_or(0)
-    };
-    name.iter()
-        .enumerate()
-        .max_by_key(|&(at, byte)| (rank(byte), std::cmp::Reverse(at)))
-        .map_or(0, |(at, _)| at)
 }
 
 fn is_whitespace(byte: u8) -> bool {
