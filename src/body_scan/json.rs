@@ -264,7 +264,7 @@ impl Walker {
     ///
     /// Text without a backslash holds every member name as written, so a
     /// pointer it carries has each of its names in it between quotes; one
-    /// name missing (its longest, the rarest) rules the pointer out. A
+    /// name missing (its longest, the likeliest to be rare) rules the pointer out. A
     /// segment that is also an array index (`/0`) may name an element
     /// instead, so it rules nothing out.
     pub(super) fn may_carry(&self, text: &[u8]) -> bool {
