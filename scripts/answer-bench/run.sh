@@ -16,7 +16,11 @@
 #
 # 1. CPU per request. nginx (upstream.conf.tpl, one worker) serves
 #    stream.sse as text/event-stream (Content-Length, keep-alive) on
-#    127.0.0.1:18780; a sluice of each config (`workers = 1`) runs on
+#    127.0.0.1:18780, as WRITES says: `event` (the default) in writes of
+#    272 bytes, about one event each, without sendfile or coalescing, as
+#    an LLM API flushes each event as it is made; `bulk` the whole file at
+#    once (sendfile: sluice reads it in large pieces, the scanner's
+#    share of the work at its largest); a sluice of each config (`workers = 1`) runs on
 #    CPU 1 (charged on :18781, admin :18782; baseline :18783, admin :18784),
 #    nginx and the load generator on CPU 0. First each sluice forwards one
 #    request by curl (status 200, body == stream.sse; for charged, the
@@ -87,6 +91,12 @@ fill "$here/baseline.toml.tpl" "$out/baseline.toml" "$bl_listen" "$bl_admin" "$u
 fill "$here/charged.toml.tpl" "$out/timeline-charged.toml" "$tlc_listen" "$tlc_admin" "$tl_up"
 fill "$here/baseline.toml.tpl" "$out/timeline-baseline.toml" "$tlb_listen" "$tlb_admin" "$tl_up"
 fill "$here/upstream.conf.tpl" "$out/nginx.conf" "$up" - -
+case "${WRITES:-event}" in
+  event) writes="sendfile off; output_buffers 1 272; postpone_output 0; tcp_nodelay on;" ;;
+  bulk) writes="" ;;
+  *) echo "WRITES is event or bulk" >&2; exit 2 ;;
+esac
+sed -i "s|@WRITES@|$writes|" "$out/nginx.conf"
 read -r prompt completion size < <(python3 "$here/stream.py" "$out/stream.sse")
 expected=$((prompt + 4 * completion))
 

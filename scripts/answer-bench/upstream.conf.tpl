@@ -1,6 +1,7 @@
 # The upstream of run.sh's CPU rounds: nginx (one worker, on CPU 0) serving
 # stream.sse (stream.py's OpenAI stream) as text/event-stream, for any path,
-# keep-alive. @LISTEN@ and @OUT@ are filled in by run.sh.
+# keep-alive. @LISTEN@, @OUT@ and @WRITES@ (how nginx writes the body: in
+# writes of about one event, or all at once) are filled in by run.sh.
 worker_processes 1;
 daemon off;
 pid @OUT@/nginx.pid;
@@ -20,6 +21,7 @@ http {
     types { }
     default_type text/event-stream;
     location / {
+      @WRITES@
       add_header Cache-Control no-cache;
       root @OUT@;
       try_files /stream.sse =404;
