@@ -519,34 +519,19 @@ fn date(year: i64, month: i8, day: i8) -> Date {
     Date::new(year as i16, month, day).unwrap_or(Date::MAX)
 }
 
-/// Days from 1970-01-01 to `date` (Howard Hinnant's `days_from_civil`).
+/// 1970-01-01, day 0 of the day and week indexes.
+const EPOCH: Date = Date::constant(1970, 1, 1);
+
+/// Days from 1970-01-01 to `date`.
 fn days_from_civil(date: Date) -> i64 {
-    let (year, month, day) = (
-        i64::from(date.year()),
-        i64::from(date.month()),
-        i64::from(date.day()),
-    );
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
+    date.duration_since(EPOCH).as_secs().div_euclid(86_400)
 }
 
-/// The inverse of [`days_from_civil`].
+/// The date `days` after 1970-01-01 (the last one jiff knows, past it).
 fn civil_from_days(days: i64) -> Date {
-    let days = days + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    date(year.min(9999), month as i8, day as i8)
+    EPOCH
+        .checked_add(jiff::SignedDuration::from_hours(days.saturating_mul(24)))
+        .unwrap_or(Date::MAX)
 }
 
 #[cfg(test)]
