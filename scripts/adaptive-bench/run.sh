@@ -143,10 +143,7 @@ stop() { # by PID, only what this script started
 trap stop EXIT
 trap 'exit 130' INT TERM HUP
 
-in_use() { python3 -c 'import socket, sys
-h, p = sys.argv[1].rsplit(":", 1)
-s = socket.socket(); s.settimeout(0.5)
-sys.exit(0 if s.connect_ex((h, int(p))) == 0 else 1)' "$1"; }
+. "$here/../lib/quiet.sh"   # cpu_busy, quiet, tick, in_use
 ports=$upstream; [ "$bin" = none ] || ports="$ports $listen $admin"
 for a in $ports; do
   if in_use "$a"; then echo "$a is already taken (by a process this script did not start): stop it first" >&2; exit 1; fi
@@ -186,7 +183,6 @@ if [ "$bin" != none ]; then
   [ "$admin" = - ] || metrics=$admin
 fi
 
-. "$here/../lib/quiet.sh"   # cpu_busy, quiet, tick
 ticks() { [ -n "$1" ] && awk '{print $14 + $15}' "/proc/$1/stat" || echo 0; }
 echo "$scenario: $( [ "$bin" = none ] && echo "no sluice" || echo "$bin, $(basename "$config")"), c=$c ($dist $service ms${changes:+, changes $changes}), $clients clients$( [ "$think" = 0 ] || echo " (think $think ms)"), ${duration} s"
 quiet 120

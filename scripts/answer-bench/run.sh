@@ -76,7 +76,7 @@ for tool in nginx h2load curl python3 taskset; do
   command -v "$tool" >/dev/null || { echo "needs $tool (apt-get install -y nginx-light nghttp2-client)" >&2; exit 2; }
 done
 mkdir -p "$out/nginx-tmp"
-. "$here/../lib/quiet.sh"   # cpu_busy, quiet, tick
+. "$here/../lib/quiet.sh"   # cpu_busy, quiet, tick, in_use
 
 up=127.0.0.1:18780
 ch_listen=127.0.0.1:18781 ch_admin=127.0.0.1:18782
@@ -109,10 +109,6 @@ stop() { # by PID, only what this script started
 }
 trap stop EXIT
 trap 'exit 130' INT TERM HUP
-in_use() { python3 -c 'import socket, sys
-h, p = sys.argv[1].rsplit(":", 1)
-s = socket.socket(); s.settimeout(0.5)
-sys.exit(0 if s.connect_ex((h, int(p))) == 0 else 1)' "$1"; }
 for a in $up $ch_listen $ch_admin $bl_listen $bl_admin $tl_up $tlc_listen $tlc_admin $tlb_listen $tlb_admin; do
   if in_use "$a"; then echo "$a is already taken (by a process this script did not start): stop it first" >&2; exit 1; fi
 done

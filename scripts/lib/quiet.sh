@@ -3,6 +3,7 @@
 #   quiet S      waits up to QUIET_WAIT s (default S) for 3 seconds in a row in
 #                which the machine is at most 10 % busy, so other work does not
 #                share the run; says so and goes on if it never is
+#   in_use H:P   whether something already listens on H:P
 # Sets `tick` (clock ticks a second) too.
 tick=$(getconf CLK_TCK)
 cpu_busy() { awk -v cpu="cpu$1" '$1 == cpu {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
@@ -19,3 +20,7 @@ quiet() {
   done
   echo "  (the machine was not quiet within $limit s: running anyway)"
 }
+in_use() { python3 -c 'import socket, sys
+h, p = sys.argv[1].rsplit(":", 1)
+s = socket.socket(); s.settimeout(0.5)
+sys.exit(0 if s.connect_ex((h, int(p))) == 0 else 1)' "$1"; }
