@@ -40,6 +40,7 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod heavy_hitters;
+pub mod http1;
 pub mod import;
 pub mod key;
 pub mod limiter;

@@ -57,14 +57,14 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use http::Response;
 
-use crate::access_log::{AccessLog, Line};
+use crate::access_log::{AccessLog, Line, Parts};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{AccessLogTarget, Config};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::request_id::RequestId;
 use crate::store::{OnError, Store};
-use access::Notes;
+use access::Record;
 pub use admit::{fill_asks, Admitter, Answered, StoreUnavailable};
 pub use checks::{check, host_of, Checked};
 pub use client_request::{ClientBody, ClientRequest};
@@ -359,7 +359,6 @@ impl Proxy {
             AccessLogTarget::Off => Line::none(),
             _ => self.shared.access_log.begin(started, &id),
         };
-        let notes = Notes(line.parts());
         // gRPC calls are POSTs: a GET costs one comparison here.
         let grpc = request.get().method() == http::Method::POST
             && respond::grpc::is_grpc(request.get().headers());
@@ -367,7 +366,8 @@ impl Proxy {
             policy,
             routes: &snapshot.routes,
         };
-        self.process(request, peer, serving, started, &id, notes, response)
+        let upstream_took = self
+            .process(request, peer, serving, started, &id, line.parts(), response)
             .await;
         // Counted and logged as what sluice decided (a 429 is a 429), and
         // then, for a gRPC call, answered in gRPC's terms.
@@ -377,6 +377,7 @@ impl Proxy {
         }
         if let Some(parts) = line.parts() {
             parts.status = status.as_u16();
+            parts.upstream = upstream_took;
             response.body_mut().carry_access(line);
         }
         response.body_mut().identify(&id);
@@ -384,8 +385,10 @@ impl Proxy {
     }
 
     /// The phases of one request, each in its file: checks → identify →
-    /// admit → forward (settling rides on the response body) → decorate;
-    /// each tells `notes` what the access log says of the request.
+    /// admit → forward (settling rides on the response body) → decorate.
+    /// Once its outcome is known, its record goes into the access log's
+    /// `line`, once (`proxy/access.rs`); how long the upstream took, once
+    /// it was forwarded, is returned.
     #[allow(clippy::too_many_arguments)]
     async fn process(
         &self,
@@ -394,23 +397,22 @@ impl Proxy {
         serving: Serving<'_>,
         started: Nanos,
         request_id: &RequestId,
-        mut notes: Notes<'_>,
+        line: Option<&mut Parts>,
         response: &mut Response<ProxyBody>,
-    ) {
+    ) -> Option<Nanos> {
         let shared = &*self.shared;
         let policy = serving.policy;
         let request = client.get();
         let checked = match checks::check(request, policy) {
             Ok(checked) => checked,
             Err(refusal) => {
-                notes.asked_unchecked(request, peer, policy);
+                access::note(line, Record::Unchecked { request, peer }, policy);
                 *response = respond::refusal(refusal, None);
-                return;
+                return None;
             }
         };
         let token_claims = std::cell::OnceCell::new();
         let mut facts = identify::facts_of(request, &checked, peer.ip(), policy);
-        notes.asked(&facts, policy);
         let mut applicable = Applicability::default();
         let identified = identify::identify(
             &mut facts,
@@ -422,9 +424,13 @@ impl Proxy {
         );
         if let Err(refused) = identified {
             identify::count_refusal(refused, &facts, policy, started);
-            notes.refused(refused, &facts, policy);
+            let record = Record::Refused {
+                facts: &facts,
+                refused,
+            };
+            access::note(line, record, policy);
             *response = identify::answer(refused);
-            return;
+            return None;
         }
         let mut ruling = Ruling::default();
         let admitter = admit::Admitter {
@@ -437,9 +443,15 @@ impl Proxy {
         let admitted =
             admit::admit_request(admitter, policy, &facts, &applicable, &mut ruling, response)
                 .await;
-        notes.ruled(admitted, &ruling, &applicable.enforced, &facts, policy);
+        let record = Record::Ruled {
+            facts: &facts,
+            admitted,
+            ruling: &ruling,
+            enforced: &applicable.enforced,
+        };
+        access::note(line, record, policy);
         if !admitted {
-            return;
+            return None;
         }
         let path_and_query = forward::forwarded_path(request, &checked, policy);
         let upstream = serving.routes.route(&facts);
@@ -458,9 +470,9 @@ impl Proxy {
         let forwarding =
             forwarder.forward(client, path_and_query, peer, started, &mut ruling, response);
         let forwarded = forwarding.await;
-        notes.forwarded(ruling.upstream_took);
         if forwarded {
             decorate::decorate(response, policy, &ruling, applicable.retiring);
         }
+        ruling.upstream_took
     }
 }

@@ -1,9 +1,9 @@
 //! Listeners and the connection lifecycle (the rate limit service's
 //! listener, with `[rls]`, is served by [`crate::rls`] and drained with
-//! the rest): the accept loop (each connection
-//! served as `server/connection.rs` tells: sluice's own HTTP/1.1 server,
-//! then hyper's, HTTP/1.1 or h2c), the connection cap, hyper's limits and
-//! timeouts, and graceful shutdown.
+//! the rest): the accept loop (each connection served as
+//! `server/connection.rs` tells: sluice's own HTTP/1.1 server, or hyper's
+//! HTTP/2 server for a connection that opens with HTTP/2's preface), the
+//! connection cap, the limits and timeouts, and graceful shutdown.
 //!
 //! The cap: a connection beyond `max_connections` is accepted and answered
 //! at once with a 503 problem document and closed, rather than left waiting
@@ -12,10 +12,9 @@
 //!
 //! Deadlines: each connection's socket is a `DeadlineIo`
 //! (`server/deadline_io.rs`), which keeps the head (`header_read_timeout`),
-//! idle (`idle_timeout`) and send (`send_timeout`) clocks hyper lacks or
-//! gets wrong; the request body's
-//! deadline and size cap travel with the request as [`BodyLimits`] and are
-//! enforced where the body streams upstream ([`crate::proxy::deadline`]).
+//! idle (`idle_timeout`) and send (`send_timeout`) clocks; the request body's
+//! deadline and size cap are enforced where the body streams upstream
+//! ([`crate::proxy::deadline`]).
 //!
 //! Shutdown: when the `shutdown` future passed to [`Server::serve`] resolves,
 //! the proxy is marked draining (`/readyz` answers 503), the listener is
@@ -31,9 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderValue, Response, StatusCode, Version};
-use hyper::body::Body;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -41,7 +38,6 @@ use crate::admin::{self, Admin};
 use crate::clock::ProxyClock;
 use crate::config::{Config, ServerConfig};
 use crate::problem::{self, Layout, Problem};
-use crate::proxy::deadline::BodyLimits;
 use crate::proxy::respond::ProxyBody;
 use crate::proxy::{ClientRequest, Proxy};
 use crate::reload::{Reloader, Trigger};
@@ -57,7 +53,7 @@ pub mod http1;
 pub mod proxy_protocol;
 mod tls;
 
-use connection::{Connection, Handler, HyperServers};
+use connection::{Connection, Handler};
 use deadline_io::{ConnectionLimits, DeadlineIo, Exchanges};
 use drain::Drain;
 use http1::HeadLimits;
@@ -198,13 +194,9 @@ impl Server {
         let following = tls
             .clone()
             .map(|tls| tokio::spawn(tls.follow(proxy.clone())));
-        let servers = Arc::new(hyper_servers(&config.server));
+        let http2 = Arc::new(http2_server(&config.server));
         let server = &config.server;
         let limits = connection_limits(server);
-        let body_limits = BodyLimits {
-            timeout: server.body_timeout,
-            max_bytes: server.max_body_bytes,
-        };
         let head_limits = head_limits(server);
         let connections = Arc::new(Semaphore::new(config.server.max_connections));
         let drain = Drain::new();
@@ -242,12 +234,11 @@ impl Server {
                     handler: Proxied {
                         proxy: proxy.clone(),
                         peer,
-                        body_limits,
                     },
                     peer,
                     head_limits,
                     exchanges,
-                    servers: Arc::clone(&servers),
+                    http2: Arc::clone(&http2),
                 },
                 limits,
                 proxy_protocol: server.proxy_protocol,
@@ -408,7 +399,6 @@ async fn reload_on_sighup(reloader: Arc<Reloader>, hangups: Option<tokio::signal
 struct Proxied {
     proxy: Proxy,
     peer: SocketAddr,
-    body_limits: BodyLimits,
 }
 
 impl Handler for Proxied {
@@ -416,39 +406,24 @@ impl Handler for Proxied {
     fn handle<'a>(
         &'a self,
         request: &'a mut ClientRequest,
-        exchanges: &'a Exchanges,
         response: &'a mut Response<ProxyBody>,
     ) -> impl Future<Output = ()> + Send + 'a {
-        exchange(
-            &self.proxy,
-            request,
-            self.peer,
-            self.body_limits,
-            exchanges,
-            response,
-        )
+        exchange(&self.proxy, request, self.peer, response)
     }
 }
 
 /// One request through the proxy, its answer written into the
 /// [`respond::vacant`] `response`, with what the connection needs around it:
-/// the body's limits and `Connection: close` while draining.
+/// `Connection: close` while draining.
 async fn exchange(
     proxy: &Proxy,
     request: &mut ClientRequest,
     peer: SocketAddr,
-    body_limits: BodyLimits,
-    exchanges: &Exchanges,
     response: &mut Response<ProxyBody>,
 ) {
-    if !request.get().body().is_end_stream() {
-        request.get_mut().extensions_mut().insert(body_limits);
-    }
     let version = request.get().version();
     proxy.handle(request, peer, response).await;
-    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-        exchanges.mark_upgraded();
-    } else if !proxy.is_ready() && version < Version::HTTP_2 {
+    if !proxy.is_ready() && version < Version::HTTP_2 {
         // Draining: this is the connection's last exchange, and the client
         // should know before it sends another (nginx does the same on a
         // graceful stop). HTTP/2 clients are told by GOAWAY.
@@ -463,9 +438,9 @@ async fn exchange(
 /// delay-mode hold keeps its stream open), and each stream costs little
 /// (tests/hold_load.rs holds 200 per connection).
 const H2_MAX_CONCURRENT_STREAMS: u32 = 250;
-/// See [`hyper_servers`].
+/// See [`http2_server`].
 const H2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
-/// See [`hyper_servers`].
+/// See [`http2_server`].
 const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
 
 /// How long shutdown waits for the access log's last lines to be written.
@@ -509,42 +484,22 @@ fn connection_limits(server: &ServerConfig) -> ConnectionLimits {
         header_read_timeout: server.header_read_timeout,
         idle_timeout: server.idle_timeout,
         send_timeout: server.send_timeout,
-        max_uri_bytes: server.max_uri_bytes,
-        max_headers: server.max_headers,
-        max_header_bytes: server.max_header_bytes,
     }
 }
 
-/// The `[server]` limits a head sluice's own server reads must be within.
+/// The `[server]` limits a request head must be within.
 fn head_limits(server: &ServerConfig) -> HeadLimits {
     HeadLimits {
         max_headers: server.max_headers,
         max_header_bytes: server.max_header_bytes,
+        max_uri_bytes: server.max_uri_bytes,
     }
 }
 
-/// hyper's HTTP/1 settings from `[server]`, for both of hyper's HTTP/1
-/// servers (the auto one's and the plain one: their builders have the same
-/// methods, but no trait in common).
-macro_rules! http1_settings {
-    ($builder:expr, $server:expr) => {
-        $builder
-            .timer(TokioTimer::new())
-            // DeadlineIo keeps the head clock: hyper's restarts whenever a
-            // keep-alive connection goes idle, which would make it the idle
-            // timeout as well.
-            .header_read_timeout(None)
-            .max_headers($server.max_headers)
-            // hyper's read buffer bounds the request head (its floor is 8 KiB).
-            .max_buf_size($server.max_header_bytes.max(8192))
-    };
-}
-
-/// hyper's servers with the settings from `[server]`.
-fn hyper_servers(server: &ServerConfig) -> HyperServers {
-    let mut auto = auto::Builder::new(TokioExecutor::new());
-    http1_settings!(auto.http1(), server);
-    auto.http2()
+/// hyper's HTTP/2 server with the settings from `[server]`.
+fn http2_server(server: &ServerConfig) -> hyper::server::conn::http2::Builder<TokioExecutor> {
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2
         .timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
         // Rapid reset (CVE-2023-44487): streams the client opens and resets
@@ -556,9 +511,7 @@ fn hyper_servers(server: &ServerConfig) -> HyperServers {
         // 1.5.1, hyper#3782).
         .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESET_STREAMS)
         .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32);
-    let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1_settings!(http1, server);
-    HyperServers { auto, http1 }
+    http2
 }
 
 /// Connections the kernel may queue before sluice accepts them. The usual

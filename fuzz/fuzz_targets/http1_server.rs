@@ -1,11 +1,11 @@
 //! Arbitrary bytes as everything a client sends on one connection: served
-//! as sluice serves it (its own HTTP/1.1 server for the common `GET`, then
-//! hyper's) and by hyper's servers alone, the same requests reach the
-//! service (method, target, version, fields, body), the client reads the
-//! same answers (the service's byte for byte, a refusal by its status) and
-//! the connection ends alike (`sluice::server::differential`, which says
-//! what is not compared). Where `http1_head` holds the own server's head
-//! reader to httparse's reading, this holds the whole connection to hyper's.
+//! by sluice's HTTP/1.1 server and by hyper's (the oracle), the same
+//! requests reach the service (method, target, version, fields, body), the
+//! client reads the same answers (the service's byte for byte, a refusal by
+//! its status) and the connection ends alike
+//! (`sluice::server::differential`, which says what is not compared).
+//! Where `http1_head` holds the server's head reader to httparse's
+//! reading, this holds the whole connection, bodies included, to hyper's.
 //!
 //! The byte 0x1F (ASCII's unit separator, which no head may hold) cuts the
 //! input into pieces, each sent once the connection has done all it can
@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
     let (sluice, hyper) = runtime.block_on(async {
         (
             serve(Side::Sluice, &pieces).await,
-            serve(Side::HyperAlone, &pieces).await,
+            serve(Side::Hyper, &pieces).await,
         )
     });
     assert_eq!(

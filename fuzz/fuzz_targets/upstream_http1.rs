@@ -1,10 +1,14 @@
-//! Any bytes as an upstream's answer to a bodiless `GET` (or `HEAD`, when
-//! the first byte is `H`): sluice's plain exchange and hyper's client,
-//! each reading them off a loopback connection through sluice's own pool
-//! and `prepare_response`, relay the same head (status, version, fields),
-//! the same body bytes (or both fail) and make the same decision about
-//! reusing the upstream connection (`sluice::proxy::upstream_differential`,
-//! which lists the differences that are intended).
+//! Any bytes as an upstream's answer to a request: sluice's own HTTP/1.1
+//! exchange and hyper's client (the oracle), each reading them off a
+//! loopback connection, relay the same head (status, version, fields), the
+//! same body bytes (or both fail), make the same decision about reusing the
+//! upstream connection, and deliver the same request body to the upstream
+//! (`sluice::proxy::upstream_differential`, which lists the differences
+//! that are intended).
+//!
+//! The first byte picks the request: `H` a `HEAD`, `P` a `POST` with a
+//! 5-byte body, `Q` a `POST` with a 9,000-byte body (past what is copied
+//! behind the head), anything else a bodiless `GET`.
 #![no_main]
 
 use http::Method;
@@ -21,12 +25,13 @@ fuzz_target!(|data: &[u8]| {
     if answer.len() > MAX_ANSWER {
         return;
     }
-    let method = if first == b'H' {
-        Method::HEAD
-    } else {
-        Method::GET
+    let (method, body) = match first {
+        b'H' => (Method::HEAD, Vec::new()),
+        b'P' => (Method::POST, b"hello".to_vec()),
+        b'Q' => (Method::POST, vec![b'q'; 9000]),
+        _ => (Method::GET, Vec::new()),
     };
-    if let Err(divergence) = upstream_differential::compare(&method, answer) {
-        panic!("the two clients disagree: {divergence}");
+    if let Err(divergence) = upstream_differential::compare(&method, &body, answer) {
+        panic!("sluice's client and hyper's disagree: {divergence}");
     }
 });

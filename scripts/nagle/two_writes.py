@@ -1,6 +1,7 @@
 """An upstream as Python's http.server writes one: HTTP/1.1 keep-alive, the
 head flushed by end_headers() and the body in a second write, with Nagle's
-algorithm on (no TCP_NODELAY). Usage: python3 two_writes.py PORT"""
+algorithm on (no TCP_NODELAY); a POST's body is read whole first.
+Usage: python3 two_writes.py PORT"""
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -17,6 +18,17 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def do_POST(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                self.rfile.read(size + 2)
+                if size == 0:
+                    break
+        else:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.do_GET()
 
 
 HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()

@@ -1,10 +1,8 @@
-//! What the access log says of a request, noted by the phases as they go:
-//! what it asked once checked, and what decided it. The line rides on the
-//! response body afterwards (`respond::ProxyBody`), which knows the status,
-//! the bytes sent and when the response ended.
-//!
-//! The phases note through [`Notes`], which holds no line when the log is
-//! off: each note is then one branch not taken, and nothing is built.
+//! What the access log says of a request, read once, when the proxy is
+//! done with it, from the request's own [`Record`]: what it asked (once
+//! checked) and what decided it. The line rides on the response body
+//! afterwards (`respond::ProxyBody`), which knows the status, the bytes
+//! sent and when the response ended.
 //!
 //! The deciding rule is the one the answer names: on a refusal the rule
 //! the problem document names, otherwise the one `X-RateLimit-*` names (the
@@ -23,7 +21,6 @@ use super::client_request::ClientBody;
 use super::identify::{Applicable, Unidentified};
 use super::ruling::Ruling;
 use crate::access_log::Parts;
-use crate::clock::Nanos;
 use crate::key::client_ip;
 use crate::key::label::is_credential;
 use crate::key::{KeyLabels, KeySource, KeyText, RequestFacts};
@@ -31,76 +28,44 @@ use crate::limiter::Decision;
 use crate::policy::{Policy, Rule};
 use crate::store::Outcome;
 
-/// What the phases tell the access log (see the module docs): nothing
-/// when it is off, each note then one untaken branch.
-pub struct Notes<'l>(pub Option<&'l mut Parts>);
-
-impl Notes<'_> {
-    /// The request, checked: the client IP as keyed, its method, host and
-    /// normalised path.
-    #[inline]
-    pub fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy) {
-        if let Some(line) = &mut self.0 {
-            line.asked(facts, policy);
-        }
-    }
-
-    /// A request the checks refused (its path may not normalise): as it
-    /// came, the client resolved through the trusted proxies.
-    #[inline]
-    pub fn asked_unchecked(
-        &mut self,
-        request: &Request<ClientBody>,
+/// How far a request went through the proxy, and what it was known by
+/// there (`'r`: its facts' borrow of it, `'p`: the policy's rules).
+pub enum Record<'a, 'r, 'p> {
+    /// The checks refused it before its facts were read: as it came, the
+    /// client resolved through the trusted proxies.
+    Unchecked {
+        request: &'a Request<ClientBody>,
         peer: SocketAddr,
-        policy: &Policy,
-    ) {
-        if let Some(line) = &mut self.0 {
-            line.asked_unchecked(request, peer, policy);
-        }
-    }
-
+    },
     /// Identification refused it: the deny list, a missing key, a retired
     /// route.
-    #[inline]
-    pub fn refused(
-        &mut self,
-        refused: Unidentified<'_>,
-        facts: &RequestFacts<'_>,
-        policy: &Policy,
-    ) {
-        if let Some(line) = &mut self.0 {
-            line.refused(refused, facts, policy);
-        }
-    }
-
-    /// Admission ruled (`admitted`: it passes); `enforced` are the rules
-    /// that applied.
-    #[inline]
-    pub fn ruled(
-        &mut self,
+    Refused {
+        facts: &'a RequestFacts<'r>,
+        refused: Unidentified<'p>,
+    },
+    /// Admission ruled (`admitted`: it passes, to be forwarded; how long
+    /// the upstream took is added when it answered); `enforced` are the
+    /// rules that applied.
+    Ruled {
+        facts: &'a RequestFacts<'r>,
         admitted: bool,
-        ruling: &Ruling<'_>,
-        enforced: &[Applicable<'_>],
-        facts: &RequestFacts<'_>,
-        policy: &Policy,
-    ) {
-        if let Some(line) = &mut self.0 {
-            line.ruled(admitted, ruling, enforced, facts, policy);
-        }
-    }
+        ruling: &'a Ruling<'p>,
+        enforced: &'a [Applicable<'p>],
+    },
+}
 
-    /// Forwarding ended: the upstream answered (or failed) after
-    /// `upstream_took`; `None`: it was not reached.
-    #[inline]
-    pub fn forwarded(&mut self, upstream_took: Option<Nanos>) {
-        if let Some(line) = &mut self.0 {
-            line.upstream = upstream_took;
-        }
+/// Writes what `record` says into the request's line (nothing when the
+/// log is off).
+#[inline]
+pub fn note(line: Option<&mut Parts>, record: Record<'_, '_, '_>, policy: &Policy) {
+    if let Some(line) = line {
+        line.note(record, policy);
     }
 }
 
-/// What each note writes into the line.
+/// What a record writes into the line.
 trait Note {
+    fn note(&mut self, record: Record<'_, '_, '_>, policy: &Policy);
     fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy);
     fn asked_unchecked(&mut self, request: &Request<ClientBody>, peer: SocketAddr, policy: &Policy);
     fn refused(&mut self, refused: Unidentified<'_>, facts: &RequestFacts<'_>, policy: &Policy);
@@ -115,6 +80,25 @@ trait Note {
 }
 
 impl Note for Parts {
+    fn note(&mut self, record: Record<'_, '_, '_>, policy: &Policy) {
+        match record {
+            Record::Unchecked { request, peer } => self.asked_unchecked(request, peer, policy),
+            Record::Refused { facts, refused } => {
+                self.asked(facts, policy);
+                self.refused(refused, facts, policy);
+            }
+            Record::Ruled {
+                facts,
+                admitted,
+                ruling,
+                enforced,
+            } => {
+                self.asked(facts, policy);
+                self.ruled(admitted, ruling, enforced, facts, policy);
+            }
+        }
+    }
+
     fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy) {
         let prefix = policy.config.server.ipv6_prefix;
         let client = |out: &mut Vec<u8>| write_client(out, facts.client_ip, prefix);

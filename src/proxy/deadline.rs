@@ -16,9 +16,8 @@
 //! client gets 408 or 413 (what [`BodyWatch::cut_off`] says the proxy
 //! answers) and the connection is closed.
 //!
-//! The server inserts the limits as a request extension ([`BodyLimits`]) on
-//! requests that have a body; [`guard`] takes them out where the request is
-//! handed to the upstream. A request without them passes unguarded.
+//! The limits come from `[server]` ([`BodyLimits`]); [`guard`] applies them
+//! where the request's body is handed to the upstream.
 //!
 //! A guarded body also notes when it ended ([`BodyWatch::ended_at`]): an
 //! upstream cannot answer a request before it has all of it, so the time a
@@ -33,7 +32,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Version};
+use http::Version;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
@@ -77,6 +76,8 @@ const TRIPPED_TOO_LARGE: u8 = 2;
 pub struct GuardedBody {
     inner: ClientBody,
     guard: Option<Box<Active>>,
+    /// A frame was asked for: the body may be partly sent.
+    polled: bool,
 }
 
 impl GuardedBody {
@@ -96,15 +97,21 @@ impl GuardedBody {
                 ClientBody::Read(bytes)
             },
             guard: None,
+            polled: false,
         }
+    }
+
+    /// Whether a frame was asked for: then the body may be partly sent, and
+    /// cannot be sent again.
+    pub fn was_polled(&self) -> bool {
+        self.polled
     }
 
     /// The whole body, when it was read ([`GuardedBody::read`]).
     pub fn bytes(&self) -> Option<&Bytes> {
         match &self.inner {
             ClientBody::Read(bytes) => Some(bytes),
-            ClientBody::Empty => None,
-            ClientBody::Hyper(_) => None,
+            ClientBody::Empty | ClientBody::Piped(_) | ClientBody::Hyper(_) => None,
         }
     }
 }
@@ -136,32 +143,31 @@ pub struct BodyWatch {
     version: Version,
 }
 
-/// Wraps the request's body with the limits the server attached, if any;
-/// its end is dated on `clock`.
+/// Wraps a request's body (of a request of `version`) with `limits`; its
+/// end is dated on `clock`.
 pub fn guard(
-    mut request: Request<ClientBody>,
+    inner: ClientBody,
+    limits: BodyLimits,
+    version: Version,
     clock: &ProxyClock,
-) -> (Request<GuardedBody>, BodyWatch) {
-    let limits = request.extensions_mut().remove::<BodyLimits>();
-    let version = request.version();
-    let watched = limits.map(|_| Arc::new(Watched::default()));
+) -> (GuardedBody, BodyWatch) {
+    let watched = Arc::new(Watched::default());
     let watch = BodyWatch {
-        watched: watched.clone(),
+        watched: Some(Arc::clone(&watched)),
         version,
     };
-    let request = request.map(|inner| GuardedBody {
-        guard: limits.zip(watched).map(|(limits, watched)| {
-            Box::new(Active {
-                limits,
-                timer: None,
-                received: 0,
-                watched,
-                clock: clock.clone(),
-            })
-        }),
+    let body = GuardedBody {
+        guard: Some(Box::new(Active {
+            limits,
+            timer: None,
+            received: 0,
+            watched,
+            clock: clock.clone(),
+        })),
         inner,
-    });
-    (request, watch)
+        polled: false,
+    };
+    (body, watch)
 }
 
 impl BodyWatch {
@@ -216,6 +222,7 @@ impl Body for GuardedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
+        this.polled = true;
         let Some(active) = this.guard.as_deref_mut() else {
             return Pin::new(&mut this.inner)
                 .poll_frame(cx)

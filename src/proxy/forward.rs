@@ -27,18 +27,19 @@ use smallvec::SmallVec;
 use super::bill::Failure;
 use super::checks::Checked;
 use super::client_request::{ClientBody, ClientRequest};
-use super::deadline::{self, BodyWatch, GuardedBody};
+use super::deadline::{self, BodyLimits, BodyWatch};
 use super::fields;
-use super::pool::{self, AddedFields, ForwardError, PooledBody};
+use super::pool::{AddedFields, ForwardError, PooledBody, RequestBody};
 use super::recent_value::{recent_value, RecentValue};
 use super::refusal::Refusal;
 use super::respond::{self, ProxyBody};
 use super::ruling::Ruling;
 use super::settle::{ChargingWhile, Settlement};
-use super::upgrade::{self, ClientUpgrade};
+use super::upgrade;
 pub use super::upstream::Outbound;
 use super::upstream::Upstream;
 use crate::clock::{Clock, Nanos, ProxyClock};
+use crate::http1::framing;
 use crate::key::client_ip::{self, ForwardedHeader, IPV4_TEXT_MAX};
 use crate::limiter::adaptive::Sample;
 use crate::metrics::{seconds, Metrics};
@@ -81,7 +82,8 @@ pub struct ClientHop {
 
 /// Turns the client's request into the upstream's, in place, but for the
 /// forwarding fields of an untrusted peer's request and a request id sluice
-/// made: those are returned, to be added as the request is written.
+/// made: those go into `added` (empty before), to be added as the request is
+/// written (filled in place: it is large, and a move copies it).
 /// `handshake`: the request is a WebSocket handshake
 /// ([`upgrade::is_websocket_handshake`]), whose `Connection` and `Upgrade`
 /// go on to the upstream. A kept `request_id` is the request's own
@@ -94,7 +96,8 @@ pub fn prepare_request(
     hop: ClientHop,
     handshake: bool,
     request_id: &RequestId,
-) -> AddedFields {
+    added: &mut AddedFields,
+) {
     let host = original_host(request);
     // An absolute-form target or HTTP/2's `:authority` names the host;
     // otherwise the client's own Host header does.
@@ -110,15 +113,26 @@ pub fn prepare_request(
     if handshake {
         upgrade::restore_handshake_fields(headers);
     }
+    forwarding_fields(headers, hop, host.as_ref(), request_id, added);
+    set_host(headers, host, host_from_target, upstream);
+}
 
+/// Sets the forwarding fields (`X-Forwarded-*`, `Forwarded`, the request
+/// id): a trusted peer's are extended in the map, an untrusted peer's
+/// removed and sluice's put in `added`, to be added as the request is
+/// written.
+fn forwarding_fields(
+    headers: &mut HeaderMap,
+    hop: ClientHop,
+    host: Option<&HeaderValue>,
+    request_id: &RequestId,
+    added: &mut AddedFields,
+) {
     // The peer's address is written out only where it is not already the
     // thread's last value of X-Forwarded-For (a keep-alive client's).
     let mut buf = [0u8; IPV4_TEXT_MAX];
     let proto = if hop.https { &HTTPS } else { &HTTP };
-    let mut added = AddedFields {
-        request_id: request_id.made(),
-        ..AddedFields::default()
-    };
+    added.request_id = request_id.made();
     if hop.trusted {
         append_forwarded_for(headers, &ip_text(hop.peer, &mut buf));
         if added.request_id.is_some() {
@@ -129,9 +143,8 @@ pub fn prepare_request(
         // An untrusted peer's forwarding fields and request id are
         // replaced, never believed: the client's go now (one look over the
         // names present first, as almost no client sends them), and
-        // sluice's are added as the request is written, which for a plain
-        // exchange is straight into its head (four header-map inserts
-        // spared).
+        // sluice's are added as the request is written, straight into its
+        // head (four header-map inserts spared).
         let replaced = [
             &X_FORWARDED_FOR,
             &X_FORWARDED_PROTO,
@@ -146,7 +159,7 @@ pub fn prepare_request(
         let fields = &mut added.fields;
         fields.push((X_FORWARDED_FOR, peer_value(hop.peer)));
         fields.push((X_FORWARDED_PROTO, proto.clone()));
-        if let Some(host) = &host {
+        if let Some(host) = host {
             fields.push((X_FORWARDED_HOST, host.clone()));
         }
     }
@@ -159,12 +172,23 @@ pub fn prepare_request(
         if !headers.contains_key(&X_FORWARDED_PROTO) {
             headers.insert(X_FORWARDED_PROTO, proto.clone());
         }
-        if let Some(host) = &host {
+        if let Some(host) = host {
             if !headers.contains_key(&X_FORWARDED_HOST) {
                 headers.insert(X_FORWARDED_HOST, host.clone());
             }
         }
     }
+}
+
+/// `Host` as the upstream gets it: the host the client asked for
+/// (`host_from_target`: named by an absolute-form target or HTTP/2's
+/// `:authority`), else the pool's own.
+fn set_host(
+    headers: &mut HeaderMap,
+    host: Option<HeaderValue>,
+    host_from_target: bool,
+    upstream: &Upstream,
+) {
     match host {
         // The client's Host header is already the host it asked for
         // (unless `Connection` named it and it was stripped).
@@ -180,7 +204,6 @@ pub fn prepare_request(
             headers.insert(header::HOST, upstream.host().clone());
         }
     }
-    added
 }
 
 /// Turns the upstream's response into the client's: hop-by-hop fields
@@ -189,23 +212,22 @@ pub fn prepare_request(
 /// held until the response body ends (or the tunnel closes), then settled. An upstream switching protocols the client did not ask for is a
 /// failed exchange (502).
 pub fn prepare_response(
-    mut response: Response<PooledBody>,
-    client_upgrade: Option<ClientUpgrade>,
+    response: &mut Response<PooledBody>,
+    handshake: bool,
     settlement: Option<Box<Settlement>>,
-) -> Result<Response<PooledBody>, ForwardError> {
+) -> Result<(), ForwardError> {
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-        // The connection belongs to the tunnel now, never to the pool.
+        // The connection belongs to the tunnel now, never to the pool: the
+        // client's server takes it from the body once the `101` is written.
         response.body_mut().discard_connection();
-        let client = match client_upgrade {
-            Some(client) if upgrade::is_switching_to_websocket(&response) => client,
-            _ => return Err(ForwardError::Other),
-        };
-        let upstream = hyper::upgrade::on(&mut response);
+        if !handshake || !upgrade::is_switching_to_websocket(response) {
+            return Err(ForwardError::Other);
+        }
         let headers = response.headers_mut();
         strip_hop_by_hop(headers, false);
         upgrade::restore_handshake_fields(headers);
-        upgrade::tunnel(client, upstream, settlement);
-        return Ok(response);
+        response.body_mut().hold_settlement(settlement);
+        return Ok(());
     }
     // A proxy answers in its own version (RFC 9110 §6.2): the client's
     // server frames the body for HTTP/1.1 (the plain exchange's heads
@@ -235,7 +257,7 @@ pub fn prepare_response(
     }
     strip_hop_by_hop(response.headers_mut(), false);
     response.body_mut().hold_settlement(settlement);
-    Ok(response)
+    Ok(())
 }
 
 /// `ip` as text (what `ip.to_string()` gives); IPv4 is formatted on the stack.
@@ -422,7 +444,7 @@ fn names_no_field(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::CONNECTION)
         .iter()
-        .all(pool::only_persistence_options)
+        .all(framing::only_persistence_options)
         && !headers.keys().any(|name| name.as_str() == "close")
 }
 
@@ -474,18 +496,26 @@ impl Forwarder<'_> {
         ruling: &mut Ruling<'_>,
         response: &mut Response<ProxyBody>,
     ) -> bool {
-        let mut outgoing = self.outgoing(client, path_and_query, peer, started, ruling.held);
+        let mut added = AddedFields::default();
+        let mut outgoing = self.outgoing(
+            client,
+            path_and_query,
+            peer,
+            (started, ruling.held),
+            &mut added,
+        );
         let mut settlement = ruling.settlement.take();
         if let Some(settlement) = &mut settlement {
             settlement.forwarded(outgoing.sent);
         }
         let upstream = self.upstream;
-        let outbound = match &mut outgoing.streamed {
-            Some(streamed) => Outbound::Streamed(streamed),
-            None => Outbound::Plain(client.get()),
+        let outbound = Outbound {
+            request: client.get(),
+            body: &mut outgoing.body,
+            handshake: outgoing.handshake,
         };
         let mut ended = outgoing.sent;
-        let (added, sent, clock) = (&outgoing.added, outgoing.sent, self.clock);
+        let (added, sent, clock) = (&added, outgoing.sent, self.clock);
         // Upstream time is charged every second while the answer is awaited.
         let charging = settlement.as_deref_mut().filter(|s| s.charges_elapsed());
         // Two awaits, not one future that could be either: a pool of one
@@ -513,12 +543,8 @@ impl Forwarder<'_> {
             .unwrap_or(0)
             .max(outgoing.sent);
         let took = (ended.saturating_sub(from), ended);
-        let incoming = self.incoming(result, outgoing.client_upgrade, settlement, took);
-        match incoming {
-            Ok(answer) => {
-                *response = answer;
-                true
-            }
+        match self.incoming(result, outgoing.handshake, settlement, took, response) {
+            Ok(()) => true,
             Err(error) => {
                 *response = match outgoing.body_watch.cut_off() {
                     // A body cut off by its deadline or size cap is the client's fault.
@@ -535,15 +561,18 @@ impl Forwarder<'_> {
 
     /// The admitted request rewritten for the upstream, in place
     /// (normalised path, hop-by-hop fields stripped, forwarding headers
-    /// set); taken, with its body put under its deadline and size cap, only
-    /// when it is not a plain exchange.
+    /// set, or put in `added`), and its body taken out of it, under its
+    /// deadline and size cap unless it is already here whole (and within the
+    /// cap: one over it is guarded, and cut off at its first frame, as a
+    /// streamed one). `(started, held)`: when the request arrived, and how
+    /// long it was held.
     fn outgoing(
         self,
         client: &mut ClientRequest,
         path_and_query: PathAndQuery,
         peer: SocketAddr,
-        started: Nanos,
-        held: Nanos,
+        (started, held): (Nanos, Nanos),
+        added: &mut AddedFields,
     ) -> Outgoing {
         let policy = self.policy;
         let hop = ClientHop {
@@ -554,19 +583,33 @@ impl Forwarder<'_> {
         };
         let request = client.get_mut();
         let handshake = upgrade::is_websocket_handshake(request);
-        let client_upgrade = if handshake {
-            upgrade::take_client_side(request)
-        } else {
-            None
-        };
-        let added = prepare_request(
+        prepare_request(
             request,
             self.upstream,
             path_and_query,
             hop,
             handshake,
             self.request_id,
+            added,
         );
+        let version = request.version();
+        let server = &policy.config.server;
+        let limits = BodyLimits {
+            timeout: server.body_timeout,
+            max_bytes: server.max_body_bytes,
+        };
+        let within =
+            |bytes: &bytes::Bytes| limits.max_bytes == 0 || bytes.len() as u64 <= limits.max_bytes;
+        let (body, body_watch) = match std::mem::replace(request.body_mut(), ClientBody::Empty) {
+            ClientBody::Empty => (RequestBody::None, BodyWatch::no_body(version)),
+            ClientBody::Read(bytes) if within(&bytes) => {
+                (RequestBody::Whole(bytes), BodyWatch::no_body(version))
+            }
+            streamed => {
+                let (guarded, watch) = deadline::guard(streamed, limits, version, self.clock);
+                (RequestBody::Streamed(guarded), watch)
+            }
+        };
         // One clock read ends the overhead span and starts the upstream one.
         // The overhead excludes the intentional hold: it is the latency
         // sluice adds to requests that were within their limits.
@@ -574,17 +617,10 @@ impl Forwarder<'_> {
         self.metrics
             .overhead_seconds
             .observe(seconds(sent.saturating_sub(started).saturating_sub(held)));
-        let (streamed, body_watch) = if pool::is_plain(request) {
-            (None, BodyWatch::no_body(request.version()))
-        } else {
-            let (request, body_watch) = deadline::guard(client.take(), self.clock);
-            (Some(ClientRequest::new(request)), body_watch)
-        };
         Outgoing {
-            streamed,
-            added,
+            body,
             body_watch,
-            client_upgrade,
+            handshake,
             sent,
         }
     }
@@ -595,14 +631,16 @@ impl Forwarder<'_> {
     /// bill sees the response head first: a reported cost is charged and
     /// stripped, a 5xx or a failed exchange refunded where `refund_on` says.
     /// Adaptive rules learn from the time to the head (`took`: how long,
-    /// and when it ended), or from the failure.
+    /// and when it ended), or from the failure. The answer is written into
+    /// `response` (in place: every move of a response copies it).
     fn incoming(
         self,
         mut result: Result<Response<PooledBody>, ForwardError>,
-        client_upgrade: Option<ClientUpgrade>,
+        handshake: bool,
         mut settlement: Option<Box<Settlement>>,
         (took, ended): (Nanos, Nanos),
-    ) -> Result<Response<ProxyBody>, ForwardError> {
+        response: &mut Response<ProxyBody>,
+    ) -> Result<(), ForwardError> {
         if let Some(bill) = &mut settlement {
             match &mut result {
                 Ok(response) => {
@@ -629,9 +667,10 @@ impl Forwarder<'_> {
                 settlement = None;
             }
         }
-        result
-            .and_then(|response| prepare_response(response, client_upgrade, settlement))
-            .map(|response| response.map(ProxyBody::upstream))
+        let mut answer = result?;
+        prepare_response(&mut answer, handshake, settlement)?;
+        *response = answer.map(ProxyBody::upstream);
+        Ok(())
     }
 
     /// Logs and answers an upstream failure (each attempt's failure was
@@ -657,18 +696,16 @@ impl Forwarder<'_> {
     }
 }
 
-/// An admitted request on its way upstream.
+/// An admitted request on its way upstream (its head stays where the
+/// client's request is).
 struct Outgoing {
-    /// The request taken for hyper's client, with its body guarded; `None`
-    /// for a plain exchange, which is written from the client's request
-    /// where it is.
-    streamed: Option<ClientRequest<GuardedBody>>,
-    /// Fields added as it is written (see [`pool::AddedFields`]).
-    added: AddedFields,
+    /// Its body, taken out of the request.
+    body: RequestBody,
     /// Tells a body cut off by its deadline or size cap from an upstream
     /// failure.
     body_watch: BodyWatch,
-    client_upgrade: Option<ClientUpgrade>,
+    /// A WebSocket handshake: a `101` opens a tunnel.
+    handshake: bool,
     /// When it was sent (the end of sluice's overhead).
     sent: Nanos,
 }

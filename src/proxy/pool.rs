@@ -1,12 +1,12 @@
 //! The keep-alive connections to one server of a pool (one address: see
-//! `super::upstream`): a small pool of HTTP/1.1 connections (hyper's
-//! `client::conn::http1`), another of connections sluice speaks HTTP/1.1
-//! on itself for plain exchanges (`plain`: a `GET` or `HEAD` without a
-//! body), the one HTTP/2 connection of a server spoken to in HTTP/2, the
-//! response body that hands its connection back when it ends, and why an
-//! exchange failed ([`ForwardError`]). New connections are made by `dial`
-//! and, for an https:// server, secured by `tls`; both kinds of connection
-//! run over TCP or TLS alike (`stream`).
+//! `super::upstream`): the connections sluice speaks HTTP/1.1 on itself
+//! (`exchange`: every request, with or without a body, a WebSocket
+//! handshake too), the one HTTP/2 connection of a server spoken to in
+//! HTTP/2 (hyper's `client::conn::http2`), the response body that hands
+//! its connection back when it ends, and why an exchange failed
+//! ([`ForwardError`]). New connections are made by `dial` and, for an
+//! https:// server, secured by `tls`; both run over TCP or TLS alike
+//! (`stream`).
 //!
 //! Why not hyper-util's pooled client: each `Pool` talks to exactly one
 //! server, so the general client's per-request work (hashing a pool key, a checkout
@@ -14,25 +14,25 @@
 //! measured in docs/benchmarks-history.md.
 //!
 //! A connection is taken from the pool for one exchange and returned only
-//! once the response body has been read to its end, so a new request never
-//! queues behind a download still streaming on the same connection. A
-//! connection whose exchange did not finish (client went away mid-body,
-//! upstream error) is dropped, which closes it. Idle connections that the
-//! upstream closed are noticed (`is_closed`, or a plain connection's socket
-//! found closed) and discarded at checkout, plain ones also by a sweep every
-//! 10 s; a
-//! request that failed because its pooled connection died before the request
-//! was written (a plain one: before any byte of an answer came back; it is a
-//! `GET` or `HEAD`, so sending it twice is safe) is retried once on a fresh
-//! connection.
+//! once the response body has been read to its end (and the request's body
+//! sent whole), so a new request never queues behind a download still
+//! streaming on the same connection. A connection whose exchange did not
+//! finish (client went away mid-body, upstream error) is dropped, which
+//! closes it. Idle connections that the upstream closed are noticed (their
+//! socket found closed) and discarded at checkout, and by a sweep every
+//! 10 s; an idempotent request that failed because its pooled connection
+//! died before any byte of an answer came back is retried once on a fresh
+//! connection when sluice still holds all of it (no body, a body held
+//! whole, or one nothing of which was taken yet).
 
-mod chunked;
+mod answer;
 pub mod dial;
-mod plain;
-mod plain_body;
+mod exchange;
+mod idle;
 pub mod spare_map;
 mod stream;
 pub mod tls;
+mod upload;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -43,9 +43,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
-use http::{Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::{self, SendRequest};
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::RootCertStore;
@@ -55,17 +54,19 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 
-use super::client_request::ClientRequest;
 use super::deadline::{BodyError, GuardedBody};
 use super::settle::Settlement;
-use crate::clock::{Clock, Nanos, ProxyClock};
+use crate::clock::{Nanos, ProxyClock};
 use crate::request_id::{self, MadeId};
+use answer::AnswerBody;
+pub use answer::Tunnel;
 use dial::Destination;
-pub use plain::{connection_options, is_plain, only_persistence_options, parse_length, Framing};
-use plain::{one_content_length, unreadable_connection, Conn, IdleConns};
-use plain_body::PlainBody;
+use exchange::{one_content_length, Conn};
+pub use exchange::{Framing, Sent};
+use idle::IdleConns;
 use stream::UpstreamStream;
 use tls::UpstreamTls;
+pub use upload::RequestBody;
 
 /// Idle connections kept at most; more are closed when returned.
 const MAX_IDLE: usize = 1024;
@@ -139,14 +140,8 @@ pub struct Pool {
     /// Where new connections go.
     destination: Destination,
     connect_timeout: Duration,
-    /// Over TCP or TLS, with the idle connections of the plain exchange.
+    /// Over TCP or TLS, with the idle HTTP/1.1 connections over that stream.
     scheme: Scheme,
-    /// Most recently returned last: reusing the warmest connection first.
-    /// One short lock per exchange (checkout and return), never held across
-    /// an await.
-    idle: Mutex<Vec<Idle>>,
-    /// Dates idle connections.
-    clock: ProxyClock,
     /// Exchanges on this server now ([`Load`]): what `least_request`
     /// compares.
     in_flight: AtomicU32,
@@ -163,8 +158,7 @@ pub struct Pool {
 /// Which HTTP a server is spoken to in (its pool's `protocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Speaks {
-    /// HTTP/1.1: sluice's own exchange for plain requests, hyper's
-    /// `client::conn::http1` for the rest.
+    /// HTTP/1.1: sluice's own exchange (`exchange.rs`).
     Http1,
     /// HTTP/2 (`h2c` over TCP, `h2` over TLS): hyper's `client::conn::http2`,
     /// many streams on one connection.
@@ -174,32 +168,25 @@ pub enum Speaks {
     Auto,
 }
 
-/// How the upstream is spoken to, with the idle connections of the plain
-/// exchange over that stream.
+/// How the upstream is spoken to, with the idle HTTP/1.1 connections over
+/// that stream.
 #[derive(Debug)]
 enum Scheme {
     /// http://: TCP.
-    Http { plain: Arc<IdleConns<TcpStream>> },
+    Http { idle: Arc<IdleConns<TcpStream>> },
     /// https://: TLS over TCP.
     Https {
-        plain: Arc<IdleConns<TlsStream<TcpStream>>>,
+        idle: Arc<IdleConns<TlsStream<TcpStream>>>,
         tls: UpstreamTls,
     },
 }
 
-#[derive(Debug)]
-struct Idle {
-    sender: SendRequest<GuardedBody>,
-    /// On the proxy's clock.
-    since: Nanos,
-}
-
 /// Fields a request gets as it is written to the upstream rather than
-/// through its header map: written straight into a plain exchange's head,
-/// inserted into the map for hyper's client. (The forwarding fields of an
-/// untrusted peer's request, and the request id sluice made: each insert
-/// into the map hashes the name, and a header value made from the id would
-/// be copied and checked byte by byte.)
+/// through its header map: written straight into the exchange's head,
+/// inserted into the map for hyper's HTTP/2 client. (The forwarding fields
+/// of an untrusted peer's request, and the request id sluice made: each
+/// insert into the map hashes the name, and a header value made from the id
+/// would be copied and checked byte by byte.)
 #[derive(Debug, Default)]
 pub struct AddedFields {
     pub fields: SmallVec<[(HeaderName, HeaderValue); 3]>,
@@ -231,10 +218,10 @@ impl Pool {
     ) -> Arc<Pool> {
         let scheme = match tls {
             None => Scheme::Http {
-                plain: IdleConns::new(clock.clone()),
+                idle: IdleConns::new(clock),
             },
             Some(tls) => Scheme::Https {
-                plain: IdleConns::new(clock.clone()),
+                idle: IdleConns::new(clock),
                 tls,
             },
         };
@@ -242,8 +229,6 @@ impl Pool {
             destination,
             connect_timeout,
             scheme,
-            idle: Mutex::new(Vec::new()),
-            clock,
             in_flight: AtomicU32::new(0),
             speaks,
             fell_back: AtomicBool::new(false),
@@ -274,12 +259,12 @@ impl Pool {
     /// exchange is kept once it ends); nothing happens otherwise (the
     /// session cache is kept), nor for an http:// upstream.
     pub fn trust(&self, roots: Arc<RootCertStore>) {
-        let Scheme::Https { plain, tls } = &self.scheme else {
+        let Scheme::Https { idle, tls } = &self.scheme else {
             return;
         };
         if tls.trust(roots) {
-            plain.clear();
-            self.lock().clear();
+            idle.clear();
+            *self.lock_h2() = None;
             tracing::info!(
                 upstream = %self.destination,
                 "the upstream's certificate authorities changed: new connections are verified against them"
@@ -287,197 +272,132 @@ impl Pool {
         }
     }
 
-    /// Sends `request` (origin-form URI, Host set) through hyper's client
-    /// (a body, an upgrade; see [`send_plain`](Pool::send_plain) for the
-    /// rest) on a pooled or new connection, which takes it. Resolves when
-    /// the response head arrived, or fails with [`ForwardError::Timeout`]
-    /// at `deadline` (connecting included). The request stays in `request`
-    /// until a connection is ready for it, and comes back there when hyper
-    /// hands it back unsent: then it may go to another server.
-    pub fn send<'a>(
-        self: &'a Arc<Pool>,
-        request: &'a mut ClientRequest<GuardedBody>,
-        added: &'a AddedFields,
-        deadline: Instant,
-    ) -> impl Future<Output = Exchanged> + 'a {
-        self.send_then(request, added, deadline, ())
-    }
-
-    /// [`send`](Pool::send), and `then` with the outcome before it is
-    /// returned, in the exchange's own future (see [`Pool::send_plain_then`]).
-    pub async fn send_then(
-        self: &Arc<Pool>,
-        request: &mut ClientRequest<GuardedBody>,
-        added: &AddedFields,
-        deadline: Instant,
-        then: impl Then,
-    ) -> Exchanged {
-        let mut result =
-            match tokio::time::timeout_at(deadline, self.send_hyper(request, added)).await {
-                Err(_elapsed) => Err(ForwardError::Timeout),
-                Ok(result) => result,
-            };
-        then.then(&mut result);
-        result
-    }
-
-    /// An exchange through hyper's client (a body, an upgrade).
-    async fn send_hyper(
-        self: &Arc<Pool>,
-        slot: &mut ClientRequest<GuardedBody>,
-        added: &AddedFields,
-    ) -> Result<Response<PooledBody>, ForwardError> {
-        let headers = slot.get_mut().headers_mut();
-        for (name, value) in &added.fields {
-            headers.insert(name.clone(), value.clone());
-        }
-        if let Some(id) = &added.request_id {
-            headers.insert(request_id::HEADER, id.header_value());
-        }
-        if self.uses_h2() {
-            // Boxed: an HTTP/1.1 exchange's future does not carry room for
-            // an HTTP/2 one.
-            match Box::pin(self.send_h2(slot)).await {
-                Err(Exchange::Http1(sender)) => return self.send_http1(slot, Some(sender)).await,
-                Err(Exchange::Failed(error)) => return Err(error),
-                Ok(response) => return Ok(response),
-            }
-        }
-        self.send_http1(slot, None).await
-    }
-
-    /// An exchange over HTTP/1.1 through hyper's client, on `fresh` (a
-    /// connection `auto` just made), a pooled or a new connection.
-    async fn send_http1(
-        self: &Arc<Pool>,
-        slot: &mut ClientRequest<GuardedBody>,
-        mut fresh: Option<SendRequest<GuardedBody>>,
-    ) -> Result<Response<PooledBody>, ForwardError> {
-        // One retry, on a fresh connection: only when a reused connection
-        // turned out dead before the request was written (hyper hands the
-        // request back).
-        for attempt in 0..2 {
-            let pooled = if let Some(sender) = fresh.take() {
-                Some(sender)
-            } else if attempt == 0 {
-                self.checkout().await
-            } else {
-                None
-            };
-            let reused = pooled.is_some();
-            let mut sender = match pooled {
-                Some(sender) => sender,
-                None => self.connect().await?,
-            };
-            match sender.try_send_request(slot.take()).await {
-                Ok(mut response) => {
-                    // As the plain exchange relays several agreeing lengths,
-                    // and closes after a `Connection` it cannot read.
-                    one_content_length(response.headers_mut());
-                    let reusable = !unreadable_connection(response.headers());
-                    let pool = Arc::clone(self);
-                    return Ok(response.map(|body| PooledBody {
-                        settlement: None,
-                        load: None,
-                        body: Inner::Hyper {
-                            body,
-                            connection: reusable.then_some((sender, pool)),
-                        },
-                    }));
-                }
-                Err(mut failed) => match failed.take_message() {
-                    Some(unsent) => {
-                        slot.put_back(unsent);
-                        if !reused {
-                            return Err(blame(failed.error()));
-                        }
-                    }
-                    None => return Err(blame(failed.error())),
-                },
-            }
-        }
-        Err(ForwardError::Other)
-    }
-
-    /// A plain exchange ([`is_plain`]) on a connection of sluice's own (see
-    /// `plain`), written from where `request` is; as [`send`](Pool::send)
-    /// otherwise. The connection's own timer keeps the deadline.
-    pub fn send_plain<'a, B>(
+    /// Sends `request` (origin-form URI, Host set; its body in `sent`, taken
+    /// out of it) with the `added` fields, on a pooled or new connection.
+    /// Resolves when the response head arrived, or fails with
+    /// [`ForwardError::Timeout`] at `deadline` (connecting included). A
+    /// streamed body stays in `sent` until the exchange takes a frame of it
+    /// (after a failure before that, another server may be sent it).
+    pub fn send<'a, B>(
         self: &'a Arc<Pool>,
         request: &'a Request<B>,
         added: &'a AddedFields,
+        sent: Sent<'a>,
         deadline: Instant,
     ) -> impl Future<Output = Exchanged> + 'a {
-        self.send_plain_then(request, added, deadline, ())
+        self.send_then(request, added, sent, deadline, ())
     }
 
-    /// [`send_plain`](Pool::send_plain), and `then` with the outcome before
-    /// it is returned: what the caller learns from an exchange is done in
-    /// the exchange's own future, with no future of the caller's around it
+    /// [`send`](Pool::send), and `then` with the outcome before it is
+    /// returned: what the caller learns from an exchange is done in the
+    /// exchange's own future, with no future of the caller's around it
     /// (each layer of futures costs every request its state and a copy of
     /// the response).
-    pub async fn send_plain_then<B>(
+    pub async fn send_then<B>(
         self: &Arc<Pool>,
         request: &Request<B>,
         added: &AddedFields,
+        sent: Sent<'_>,
         deadline: Instant,
         then: impl Then,
     ) -> Exchanged {
-        if self.speaks != Speaks::Http1 {
-            // hyper's HTTP/2 client takes the request: a copy goes. Boxed,
-            // as below: the HTTP/1.1 exchange's future, which every plain
-            // request is moved in, stays as small as it was.
-            let mut copy = ClientRequest::new(copy_head(request, GuardedBody::empty()));
-            return Box::pin(self.send_then(&mut copy, added, deadline, then)).await;
-        }
+        // One future per kind of exchange, awaited right here: each layer
+        // of futures between a request and its exchange moves the response
+        // once more (a copy of it per request).
         let mut result = match &self.scheme {
-            Scheme::Http { plain } => {
-                let connect = || self.connect_stream();
-                send_plain_on(plain, connect, request, added, deadline).await
+            // Boxed: the HTTP/1.1 exchange's future, which every request
+            // is moved in, stays as small as it was.
+            _ if self.uses_h2() => {
+                Box::pin(self.send_h2_or_fall_back(request, added, sent, deadline)).await
             }
-            Scheme::Https { plain, tls } => {
-                // Boxed: a TLS handshake's state is kilobytes, which would
-                // otherwise be room in every exchange's future, the TCP
-                // path's included.
-                let connect = || {
-                    Box::pin(async {
-                        let stream = self.connect_stream().await?;
-                        tls.handshake(stream, &self.destination).await
-                    })
-                };
-                send_plain_on(plain, connect, request, added, deadline).await
+            Scheme::Http { idle } => {
+                let connect = || self.connect_stream();
+                send_on(idle, connect, request, added, sent, deadline).await
+            }
+            Scheme::Https { idle, tls } => {
+                let connect = || self.connect_tls(tls, None);
+                send_on(idle, connect, request, added, sent, deadline).await
             }
         };
         then.then(&mut result);
         result
     }
 
-    /// Whether a connection of the plain exchange would be handed out
-    /// again (it is taken out of the idle list): for the differential
-    /// check of the two clients.
+    /// A new TLS connection, within `connect_timeout` and the handshake's
+    /// own, or `made`, a connection `auto` made for HTTP/2 whose server
+    /// chose HTTP/1.1. Boxed: a TLS handshake's state is kilobytes, which
+    /// would otherwise be room in every exchange's future, the TCP path's
+    /// included.
+    fn connect_tls<'a>(
+        &'a self,
+        tls: &'a UpstreamTls,
+        made: Option<TlsStream<TcpStream>>,
+    ) -> Pin<Box<dyn Future<Output = Result<TlsStream<TcpStream>, ForwardError>> + Send + 'a>> {
+        Box::pin(async move {
+            if let Some(made) = made {
+                return Ok(made);
+            }
+            let stream = self.connect_stream().await?;
+            tls.handshake(stream, &self.destination).await
+        })
+    }
+
+    /// Whether an idle HTTP/1.1 connection would be handed out again (it
+    /// is taken out of the idle list): for the differential check against
+    /// hyper's client.
     #[cfg(any(test, feature = "differential"))]
-    pub(crate) fn reuses_plain(&self) -> bool {
+    pub(crate) fn reuses(&self) -> bool {
         match &self.scheme {
-            Scheme::Http { plain } => plain.checkout().is_some(),
-            Scheme::Https { plain, .. } => plain.checkout().is_some(),
+            Scheme::Http { idle } => idle.checkout().is_some(),
+            Scheme::Https { idle, .. } => idle.checkout().is_some(),
         }
     }
 
-    /// Whether a connection of hyper's client would be handed out again
-    /// (taken, as [`Pool::reuses_plain`]).
-    #[cfg(any(test, feature = "differential"))]
-    pub(crate) async fn reuses_hyper(&self) -> bool {
-        self.checkout().await.is_some()
+    /// An exchange over HTTP/2, timed out at `deadline`; or, `auto` over
+    /// TLS with a server that chose HTTP/1.1, over HTTP/1.1 on the
+    /// connection made for it.
+    async fn send_h2_or_fall_back<B>(
+        self: &Arc<Pool>,
+        request: &Request<B>,
+        added: &AddedFields,
+        sent: Sent<'_>,
+        deadline: Instant,
+    ) -> Exchanged {
+        let mut copy = copy_head(request, GuardedBody::empty());
+        for (name, value) in &added.fields {
+            copy.headers_mut().insert(name.clone(), value.clone());
+        }
+        if let Some(id) = &added.request_id {
+            copy.headers_mut()
+                .insert(request_id::HEADER, id.header_value());
+        }
+        let mut slot = Some(copy);
+        let exchanged = tokio::time::timeout_at(deadline, self.send_h2(&mut slot, sent.body)).await;
+        match exchanged {
+            Err(_elapsed) => Err(ForwardError::Timeout),
+            Ok(Err(Exchange::Failed(error))) => Err(error),
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(Exchange::Http1(stream))) => {
+                let Scheme::Https { idle, tls } = &self.scheme else {
+                    return Err(ForwardError::Other);
+                };
+                let mut made = Some(*stream);
+                let connect = || self.connect_tls(tls, made.take());
+                send_on(idle, connect, request, added, sent, deadline).await
+            }
+        }
     }
 
     /// An exchange over HTTP/2 on the shared connection, or a new one (and
     /// once more on a new one when the shared connection turned out to be
-    /// going away before the request was sent). `auto` over TLS: when a new
-    /// connection's ALPN chose HTTP/1.1, that connection comes back as
-    /// [`Exchange::Http1`], the request still in `slot`.
+    /// going away before the request was sent). `slot` holds the request's
+    /// head, `body` its body, until hyper takes them. `auto` over TLS: when
+    /// a new connection's ALPN chose HTTP/1.1, that connection comes back as
+    /// [`Exchange::Http1`].
     async fn send_h2(
         self: &Arc<Pool>,
-        slot: &mut ClientRequest<GuardedBody>,
+        slot: &mut Option<Request<GuardedBody>>,
+        body: &mut RequestBody,
     ) -> Result<Response<PooledBody>, Exchange> {
         for attempt in 0..2 {
             let shared = if attempt == 0 { self.shared_h2() } else { None };
@@ -486,24 +406,32 @@ impl Pool {
                 Some(sender) => sender,
                 None => self.connect_h2().await?,
             };
-            let request = for_h2(slot.take(), self.scheme_is_https());
+            let Some(mut request) = slot.take() else {
+                return Err(Exchange::Failed(ForwardError::Other));
+            };
+            *request.body_mut() = match body {
+                RequestBody::None => GuardedBody::empty(),
+                RequestBody::Whole(bytes) => GuardedBody::read(bytes.clone()),
+                RequestBody::Streamed(_) => body.take_streamed().unwrap_or_else(GuardedBody::empty),
+                RequestBody::Taken => return Err(Exchange::Failed(ForwardError::Other)),
+            };
+            let request = for_h2(request, self.scheme_is_https());
             match sender.try_send_request(request).await {
                 Ok(mut response) => {
                     one_content_length(response.headers_mut());
-                    return Ok(response.map(|body| PooledBody {
-                        settlement: None,
-                        load: None,
-                        body: Inner::Hyper {
-                            body,
-                            connection: None,
-                        },
-                    }));
+                    return Ok(response.map(|body| PooledBody::new(Inner::H2(body))));
                 }
                 Err(mut failed) => {
                     let error = blame(failed.error());
                     match failed.take_message() {
                         Some(unsent) => {
-                            slot.put_back(from_h2(unsent));
+                            let mut unsent = from_h2(unsent);
+                            let returned =
+                                std::mem::replace(unsent.body_mut(), GuardedBody::empty());
+                            if matches!(body, RequestBody::Taken) {
+                                *body = RequestBody::Streamed(returned);
+                            }
+                            *slot = Some(unsent);
                             self.forget_h2();
                             if !reused {
                                 return Err(Exchange::Failed(error));
@@ -549,7 +477,7 @@ impl Pool {
     }
 
     /// A new HTTP/2 connection, shared from now on; `auto` over TLS with a
-    /// server that chose HTTP/1.1: that connection, as HTTP/1.1.
+    /// server that chose HTTP/1.1: that connection, for HTTP/1.1.
     async fn connect_h2(&self) -> Result<http2::SendRequest<GuardedBody>, Exchange> {
         let stream = self.connect_stream().await.map_err(Exchange::Failed)?;
         let sender = match &self.scheme {
@@ -559,7 +487,7 @@ impl Pool {
                     let stream = tls.handshake(stream, &self.destination).await?;
                     if self.speaks == Speaks::Auto && !tls::negotiated_h2(&stream) {
                         self.fell_back.store(true, Ordering::Relaxed);
-                        return Err(Exchange::Http1(hyper_connection(stream).await?));
+                        return Err(Exchange::Http1(Box::new(stream)));
                     }
                     Ok(h2_connection(stream).await?)
                 })
@@ -581,80 +509,34 @@ impl Pool {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// A live idle connection, ready for a request.
-    async fn checkout(&self) -> Option<SendRequest<GuardedBody>> {
-        loop {
-            let idle = self.lock().pop()?;
-            if idle.sender.is_closed() || too_old(idle.since, self.clock.now()) {
-                continue;
-            }
-            let mut sender = idle.sender;
-            // Normally ready at once: connections are returned only after
-            // their response ended.
-            if sender.ready().await.is_ok() {
-                return Some(sender);
-            }
-        }
-    }
-
-    async fn connect(&self) -> Result<SendRequest<GuardedBody>, ForwardError> {
-        let stream = self.connect_stream().await?;
-        match &self.scheme {
-            Scheme::Http { .. } => hyper_connection(stream).await,
-            // Boxed, as in `send_plain`: the TLS stream is kilobytes.
-            Scheme::Https { tls, .. } => {
-                Box::pin(async {
-                    let stream = tls.handshake(stream, &self.destination).await?;
-                    hyper_connection(stream).await
-                })
-                .await
-            }
-        }
-    }
-
     /// A new TCP connection to the upstream, within `connect_timeout`.
     async fn connect_stream(&self) -> Result<TcpStream, ForwardError> {
         self.destination.connect(self.connect_timeout).await
     }
-
-    fn put_back(&self, sender: SendRequest<GuardedBody>) {
-        if sender.is_closed() {
-            return;
-        }
-        let mut idle = self.lock();
-        if idle.len() < MAX_IDLE {
-            idle.push(Idle {
-                sender,
-                since: self.clock.now(),
-            });
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
-        // The vector is consistent after any panic (push/pop only).
-        self.idle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
 }
 
-/// A plain exchange ([`is_plain`]) on an idle connection from `idle`, or a
-/// new one from `connect`; see [`Pool::send_plain`].
-async fn send_plain_on<S, C, F, B>(
+/// An exchange ([`exchange::exchange`]) on an idle connection from `idle`,
+/// or a new one from `connect`; see [`Pool::send`].
+async fn send_on<S, C, F, B>(
     idle: &Arc<IdleConns<S>>,
     connect: C,
     request: &Request<B>,
     added: &AddedFields,
+    sent: Sent<'_>,
     deadline: Instant,
-) -> Result<Response<PooledBody>, ForwardError>
+) -> Exchanged
 where
     S: UpstreamStream,
-    C: Fn() -> F,
+    C: FnMut() -> F,
     F: Future<Output = Result<S, ForwardError>>,
-    Inner: From<PlainBody<S>>,
+    Inner: From<AnswerBody<S>>,
 {
+    let mut connect = connect;
+    let Sent { body, handshake } = sent;
+    let idempotent = is_idempotent(request.method());
     // One retry, on a fresh connection, when a reused one gave nothing
-    // back: most likely the upstream closed it while it was idle.
+    // back (most likely the upstream closed it while it was idle), for an
+    // idempotent request sluice still holds whole.
     for attempt in 0..2 {
         let pooled = if attempt == 0 { idle.checkout() } else { None };
         let (mut conn, reused) = match pooled {
@@ -665,39 +547,32 @@ where
                 (Conn::new(stream), false)
             }
         };
-        match plain::exchange(&mut conn, request, added, deadline).await {
+        let sent = Sent {
+            body: &mut *body,
+            handshake,
+        };
+        match exchange::exchange(&mut conn, request, added, sent, deadline).await {
             Ok(head) => {
-                let body = PlainBody::new(conn, head.framing, head.keep_alive, Arc::clone(idle));
-                return Ok(head.response.map(|()| PooledBody {
-                    settlement: None,
-                    load: None,
-                    body: Inner::from(body),
-                }));
+                let answer = AnswerBody::new(
+                    conn,
+                    head.framing,
+                    head.keep_alive,
+                    head.switched,
+                    Arc::clone(idle),
+                );
+                return Ok(head.response.map(|()| PooledBody::new(Inner::from(answer))));
             }
-            Err(plain::Failed::NothingBack) if reused => continue,
-            Err(plain::Failed::TimedOut) => return Err(ForwardError::Timeout),
+            // A request the upstream may have acted on (a `POST`) is not
+            // sent again: the answer is a 502 (hostile-input row F2).
+            Err(exchange::Failed::NothingBack) if reused && idempotent && body.is_held() => {
+                continue
+            }
+            Err(exchange::Failed::TimedOut) => return Err(ForwardError::Timeout),
+            Err(exchange::Failed::ClientBody) => return Err(ForwardError::ClientBody),
             Err(_) => return Err(ForwardError::Other),
         }
     }
     Err(ForwardError::Other)
-}
-
-/// hyper's client connection over `stream`, its task spawned.
-async fn hyper_connection<S>(stream: S) -> Result<SendRequest<GuardedBody>, ForwardError>
-where
-    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
-    let (sender, connection) = http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|_| ForwardError::Connect)?;
-    tokio::spawn(async move {
-        // With upgrades: a `101` hands the connection to a WebSocket
-        // tunnel instead of closing it.
-        if let Err(error) = connection.with_upgrades().await {
-            tracing::debug!(%error, "upstream connection ended with an error");
-        }
-    });
-    Ok(sender)
 }
 
 /// hyper's HTTP/2 client connection over `stream`, its task spawned.
@@ -721,7 +596,7 @@ where
 /// chose HTTP/1.1 for the connection made for it.
 enum Exchange {
     Failed(ForwardError),
-    Http1(SendRequest<GuardedBody>),
+    Http1(Box<TlsStream<TcpStream>>),
 }
 
 impl From<ForwardError> for Exchange {
@@ -789,6 +664,16 @@ pub fn copy_head<B>(request: &Request<B>, body: GuardedBody) -> Request<GuardedB
     copy
 }
 
+/// `GET`, `HEAD`, `OPTIONS`, `PUT` and `DELETE`: sending one twice does
+/// what sending it once does (RFC 9110 §9.2.2; `TRACE` is never forwarded
+/// twice).
+pub fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
+    )
+}
+
 /// Whether a connection idle since `since` is past [`IDLE_TIMEOUT`] at `now`.
 #[inline]
 fn too_old(since: Nanos, now: Nanos) -> bool {
@@ -849,26 +734,23 @@ impl Drop for Load {
 /// The body as the connection that carries it reads it.
 #[derive(Debug)]
 enum Inner {
-    /// From a hyper connection, returned to the pool at the body's end.
-    Hyper {
-        body: Incoming,
-        connection: Option<(SendRequest<GuardedBody>, Arc<Pool>)>,
-    },
-    /// From a plain exchange's connection, which returns itself.
-    Plain(PlainBody<TcpStream>),
+    /// A stream of the HTTP/2 connection.
+    H2(Incoming),
+    /// From an HTTP/1.1 connection, which returns itself.
+    Http1(AnswerBody<TcpStream>),
     /// The same over TLS.
-    PlainTls(PlainBody<TlsStream<TcpStream>>),
+    Http1Tls(AnswerBody<TlsStream<TcpStream>>),
 }
 
-impl From<PlainBody<TcpStream>> for Inner {
-    fn from(body: PlainBody<TcpStream>) -> Inner {
-        Inner::Plain(body)
+impl From<AnswerBody<TcpStream>> for Inner {
+    fn from(body: AnswerBody<TcpStream>) -> Inner {
+        Inner::Http1(body)
     }
 }
 
-impl From<PlainBody<TlsStream<TcpStream>>> for Inner {
-    fn from(body: PlainBody<TlsStream<TcpStream>>) -> Inner {
-        Inner::PlainTls(body)
+impl From<AnswerBody<TlsStream<TcpStream>>> for Inner {
+    fn from(body: AnswerBody<TlsStream<TcpStream>>) -> Inner {
+        Inner::Http1Tls(body)
     }
 }
 
@@ -876,24 +758,33 @@ impl From<PlainBody<TlsStream<TcpStream>>> for Inner {
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl PooledBody {
-    /// Hands a hyper connection back to the pool.
-    fn release(&mut self) {
-        if let Inner::Hyper { connection, .. } = &mut self.body {
-            if let Some((sender, pool)) = connection.take() {
-                pool.put_back(sender);
-            }
+    fn new(body: Inner) -> PooledBody {
+        PooledBody {
+            body,
+            settlement: None,
+            load: None,
         }
     }
 
     /// Never returns this body's connection to the pool: it is closed once
-    /// the response ended (framing the pool cannot trust) or handed to a
-    /// tunnel (a `101`).
+    /// the response ended (framing the pool cannot trust).
     pub fn discard_connection(&mut self) {
         match &mut self.body {
-            Inner::Hyper { connection, .. } => *connection = None,
-            Inner::Plain(body) => body.discard_connection(),
-            Inner::PlainTls(body) => body.discard_connection(),
+            Inner::H2(_) => {}
+            Inner::Http1(body) => body.discard_connection(),
+            Inner::Http1Tls(body) => body.discard_connection(),
         }
+    }
+
+    /// The upstream's side of a WebSocket tunnel, once it answered `101`,
+    /// and the request's settlement, which the tunnel holds.
+    pub fn take_tunnel(&mut self) -> Option<(Tunnel, Option<Box<Settlement>>)> {
+        let tunnel = match &mut self.body {
+            Inner::H2(_) => None,
+            Inner::Http1(body) => body.take_tunnel(),
+            Inner::Http1Tls(body) => body.take_tunnel(),
+        }?;
+        Some((tunnel, self.settlement.take()))
     }
 
     /// Counts the exchange in its server's requests in flight until this
@@ -918,9 +809,9 @@ impl Body for PooledBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut polled: Poll<Option<Result<Frame<Bytes>, BoxError>>> = match &mut self.body {
-            Inner::Hyper { body, .. } => Pin::new(body).poll_frame(cx).map_err(Into::into),
-            Inner::Plain(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
-            Inner::PlainTls(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Inner::H2(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Inner::Http1(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Inner::Http1Tls(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
         };
         if let Some(settlement) = &mut self.settlement {
             // Upstream time is charged every second while the body streams
@@ -933,43 +824,26 @@ impl Body for PooledBody {
             // Values the answer reports in its body or trailers.
             settlement.read_frame(frame);
         }
-        match &polled {
-            Poll::Ready(None) => {
-                self.release();
-                self.settlement = None;
-                self.load = None;
-            }
-            Poll::Ready(Some(Err(_))) => self.discard_connection(),
-            _ => {}
+        if let Poll::Ready(None) = &polled {
+            self.settlement = None;
+            self.load = None;
         }
         polled
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.body {
-            Inner::Hyper { body, .. } => body.is_end_stream(),
-            Inner::Plain(body) => body.is_end_stream(),
-            Inner::PlainTls(body) => body.is_end_stream(),
+            Inner::H2(body) => body.is_end_stream(),
+            Inner::Http1(body) => body.is_end_stream(),
+            Inner::Http1Tls(body) => body.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.body {
-            Inner::Hyper { body, .. } => body.size_hint(),
-            Inner::Plain(body) => body.size_hint(),
-            Inner::PlainTls(body) => body.size_hint(),
-        }
-    }
-}
-
-impl Drop for PooledBody {
-    fn drop(&mut self) {
-        // An empty body (e.g. 204, HEAD, Content-Length: 0) may never be
-        // polled; it is complete all the same. Anything else dropped before
-        // its end leaves the connection mid-message: close it. (A plain body
-        // sees to its own connection.)
-        if self.is_end_stream() {
-            self.release();
+            Inner::H2(body) => body.size_hint(),
+            Inner::Http1(body) => body.size_hint(),
+            Inner::Http1Tls(body) => body.size_hint(),
         }
     }
 }

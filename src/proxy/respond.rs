@@ -17,6 +17,7 @@ use smallvec::SmallVec;
 
 use super::pool::{BoxError, PooledBody};
 use super::refusal::Refusal;
+use super::upgrade::Upgraded;
 use crate::access_log;
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
@@ -151,6 +152,19 @@ impl ProxyBody {
             line.bytes_out += (out.len() - before) as u64;
         }
         true
+    }
+
+    /// The upstream's side of a WebSocket tunnel its `101` opened, with
+    /// the request's settlement (see `proxy/upgrade.rs`).
+    pub fn take_tunnel(&mut self) -> Option<Upgraded> {
+        let Inner::Upstream(body) = &mut self.body else {
+            return None;
+        };
+        let (upstream, settlement) = body.take_tunnel()?;
+        Some(Upgraded {
+            upstream,
+            settlement,
+        })
     }
 
     /// Carries the request's access log `line` until the body is sent or

@@ -10,23 +10,28 @@
 //! hop-by-hop field like the rest and is stripped, so the upstream sees a
 //! plain request.
 //!
-//! Once both sides switched, bytes are copied both ways until either side
-//! closes; the request's concurrency permits are held for the tunnel's life.
+//! Once both sides switched, the client's connection carries the tunnel
+//! (`server/http1/tunnel.rs`), which copies bytes both ways until either
+//! side closes; the request's concurrency permits are held for the tunnel's
+//! life ([`Upgraded`]).
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
-use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
 
+use super::pool::Tunnel;
 use super::settle::Settlement;
 
 static UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
 static WEBSOCKET: HeaderValue = HeaderValue::from_static("websocket");
 
-/// The client's half of a WebSocket handshake: resolves to its connection
-/// once sluice has sent the `101`.
+/// The upstream's side of a tunnel its `101` opened, with what the request
+/// holds while the tunnel lives.
 #[derive(Debug)]
-pub struct ClientUpgrade(OnUpgrade);
+pub struct Upgraded {
+    pub upstream: Tunnel,
+    /// The request's admission (its permits): settled when the tunnel ends.
+    pub settlement: Option<Box<Settlement>>,
+}
 
 /// Whether `request` is a WebSocket opening handshake: an HTTP/1.1 `GET`
 /// whose `Connection` lists `upgrade` and whose `Upgrade` is `websocket`,
@@ -43,15 +48,6 @@ pub fn is_websocket_handshake<B>(request: &Request<B>) -> bool {
         && lists_token(headers, header::CONNECTION, "upgrade")
 }
 
-/// Takes the client's pending upgrade out of a request that
-/// [`is_websocket_handshake`] (`None` if hyper gave it none).
-pub fn take_client_side<B>(request: &mut Request<B>) -> Option<ClientUpgrade> {
-    request
-        .extensions_mut()
-        .remove::<OnUpgrade>()
-        .map(ClientUpgrade)
-}
-
 /// Puts back the two fields a handshake needs after hop-by-hop stripping
 /// removed them (sluice's own `Connection` option, not the client's).
 pub fn restore_handshake_fields(headers: &mut HeaderMap) {
@@ -62,31 +58,6 @@ pub fn restore_handshake_fields(headers: &mut HeaderMap) {
 /// Whether `response` is the upstream accepting a WebSocket handshake.
 pub fn is_switching_to_websocket<B>(response: &Response<B>) -> bool {
     response.status() == StatusCode::SWITCHING_PROTOCOLS && upgrade_is_websocket(response.headers())
-}
-
-/// Joins the client's and the upstream's connections once both switched
-/// protocols (the client's after sluice's `101` is flushed), copying bytes
-/// both ways until either side closes. `settlement` (the request's
-/// permits) is settled when the tunnel ends.
-pub fn tunnel(client: ClientUpgrade, upstream: OnUpgrade, settlement: Option<Box<Settlement>>) {
-    tokio::spawn(async move {
-        let _settlement = settlement;
-        let (client, upstream) = match tokio::try_join!(client.0, upstream) {
-            Ok(both) => both,
-            Err(error) => {
-                tracing::debug!(%error, "websocket upgrade failed");
-                return;
-            }
-        };
-        let mut client = TokioIo::new(client);
-        let mut upstream = TokioIo::new(upstream);
-        match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-            Ok((from_client, from_upstream)) => {
-                tracing::debug!(from_client, from_upstream, "websocket tunnel closed");
-            }
-            Err(error) => tracing::debug!(%error, "websocket tunnel ended with an error"),
-        }
-    });
 }
 
 fn upgrade_is_websocket(headers: &HeaderMap) -> bool {

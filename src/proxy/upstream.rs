@@ -24,19 +24,19 @@ pub mod server;
 
 use std::cell::Cell;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use super::client_request::{ClientBody, ClientRequest};
+use super::client_request::ClientBody;
 use super::deadline::GuardedBody;
-use super::pool::{AddedFields, Exchanged, ForwardError, Load, PooledBody, Then};
+use super::pool::{
+    is_idempotent, AddedFields, Exchanged, ForwardError, Load, PooledBody, RequestBody, Sent, Then,
+};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{Balance, KeySource, UpstreamConfig};
 use crate::metrics::{seconds, PoolSeries};
@@ -88,58 +88,29 @@ pub struct Upstream {
     series: PoolSeries,
 }
 
-/// The prepared request as the upstream side gets it.
-pub enum Outbound<'r> {
-    /// A plain exchange ([`super::pool::is_plain`]: no body, no upgrade),
-    /// written from where the client's request is: it is never moved.
-    Plain(&'r Request<ClientBody>),
-    /// Handed to hyper's client, which takes it: a body (under its deadline
-    /// and size cap) or an upgrade.
-    Streamed(&'r mut ClientRequest<GuardedBody>),
+/// The prepared request as the upstream side gets it: its head where the
+/// client's request is (never moved), and its body, taken out of it.
+pub struct Outbound<'r> {
+    pub request: &'r Request<ClientBody>,
+    pub body: &'r mut RequestBody,
+    /// A WebSocket handshake: a `101` is its answer.
+    pub handshake: bool,
 }
 
 impl Outbound<'_> {
-    /// Whether the request is still sluice's to send again: a plain
-    /// exchange always is (it has no body), a streamed one until hyper's
-    /// client took it, unless it was read whole (`spare`).
-    fn is_held(&self, spare: Option<&Request<GuardedBody>>) -> bool {
-        match self {
-            Outbound::Plain(_) => true,
-            Outbound::Streamed(slot) => slot.is_held() || spare.is_some(),
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// [`Upstream::send_to_one`]'s future: the plain exchange or the
-    /// streamed one.
-    #[project = SendingNow]
-    pub enum Sending<P, S> {
-        Plain { #[pin] exchange: P },
-        Streamed { #[pin] exchange: S },
-    }
-}
-
-impl<P, S> Future for Sending<P, S>
-where
-    P: Future<Output = Exchanged>,
-    S: Future<Output = Exchanged>,
-{
-    type Output = Exchanged;
-
-    #[inline]
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Exchanged> {
-        match self.project() {
-            SendingNow::Plain { exchange } => exchange.poll(cx),
-            SendingNow::Streamed { exchange } => exchange.poll(cx),
+    /// This attempt's part of the request.
+    fn sent(&mut self) -> Sent<'_> {
+        Sent {
+            body: &mut *self.body,
+            handshake: self.handshake,
         }
     }
 }
 
 /// What an attempt teaches the pool, learnt inside the exchange's future
-/// ([`Pool::send_plain_then`](super::pool::Pool::send_plain_then)). One
-/// type for both kinds of attempt, so that the exchange is compiled once
-/// for both, and inlined as it was before pools.
+/// ([`Pool::send_then`](super::pool::Pool::send_then)). One type for both
+/// kinds of attempt, so that the exchange is compiled once for both, and
+/// inlined as it was before pools.
 enum Learn<'s> {
     /// A pool of one server's only attempt ([`Upstream::send_to_one`]):
     /// timed, learnt from, and its server's in-flight count (`load`) handed
@@ -313,12 +284,11 @@ impl Upstream {
     /// `clock`; `ended` is set to when it ended.
     ///
     /// Its future is the connection pool's own, and what the attempt
-    /// teaches is learnt there ([`Pool::send_plain_then`]): no future of
-    /// the pool's around it, and none of [`Upstream::send_to_any`]'s size
-    /// (each future is moved, a copy, on its way to being polled).
+    /// teaches is learnt there ([`Pool::send_then`]): no future of the
+    /// pool's around it, and none of [`Upstream::send_to_any`]'s size (each
+    /// future is moved, a copy, on its way to being polled).
     ///
-    /// [`Pool::send_plain_then`]: super::pool::Pool::send_plain_then
-    #[allow(clippy::type_complexity)]
+    /// [`Pool::send_then`]: super::pool::Pool::send_then
     pub fn send_to_one<'s>(
         &'s self,
         server: &'s Server,
@@ -327,7 +297,7 @@ impl Upstream {
         sent: Nanos,
         clock: &'s ProxyClock,
         ended: &'s mut Nanos,
-    ) -> Sending<impl Future<Output = Exchanged> + 's, impl Future<Output = Exchanged> + 's> {
+    ) -> impl Future<Output = Exchanged> + 's {
         let learn = Learn::Once {
             upstream: self,
             server,
@@ -337,15 +307,15 @@ impl Upstream {
             ended,
         };
         let deadline = Instant::now() + self.timeout;
-        let pool = server.pool();
-        match request {
-            Outbound::Plain(plain) => Sending::Plain {
-                exchange: pool.send_plain_then(plain, added, deadline, learn),
-            },
-            Outbound::Streamed(slot) => Sending::Streamed {
-                exchange: pool.send_then(slot, added, deadline, learn),
-            },
-        }
+        let Outbound {
+            request,
+            body,
+            handshake,
+        } = request;
+        let sent = Sent { body, handshake };
+        server
+            .pool()
+            .send_then(request, added, sent, deadline, learn)
     }
 
     /// Sends `request` to a server of the pool, and to others while its
@@ -368,35 +338,33 @@ impl Upstream {
             self.series.errors_connect.inc();
             return Err(ForwardError::NoServer);
         };
-        let idempotent = is_idempotent(match &request {
-            Outbound::Plain(plain) => plain.method(),
-            Outbound::Streamed(slot) => slot.get().method(),
-        });
+        let idempotent = is_idempotent(request.request.method());
         // A small body is read whole first when another server may need it.
-        let spare = match &mut request {
-            Outbound::Streamed(slot) if self.retries > 0 => read_whole(slot).await?,
-            _ => None,
-        };
+        if self.retries > 0 {
+            read_whole(request.request, request.body).await?;
+        }
         let mut tried: SmallVec<[u16; 4]> = SmallVec::new();
         let mut began = sent;
         loop {
-            if let (Outbound::Streamed(slot), Some(spare)) = (&mut request, &spare) {
-                if !slot.is_held() {
-                    slot.put_back(copy_of(spare));
-                }
-            }
             let server = &self.members[index].server;
             let load = Load::begin(server.pool());
-            let attempt = match &mut request {
-                Outbound::Plain(plain) => Outbound::Plain(plain),
-                Outbound::Streamed(slot) => Outbound::Streamed(slot),
-            };
-            let mut result = self.attempt(server, attempt, added).await;
+            let deadline = Instant::now() + self.timeout;
+            // `Learn::Later` rather than nothing: see `Learn`.
+            let mut result = server
+                .pool()
+                .send_then(
+                    request.request,
+                    added,
+                    request.sent(),
+                    deadline,
+                    Learn::Later,
+                )
+                .await;
             *ended = clock.now();
             self.series
                 .seconds
                 .observe(seconds(ended.saturating_sub(began)));
-            let resendable = request.is_held(spare.as_ref());
+            let resendable = request.body.is_held();
             let retry = self.learn(server, &result, idempotent, resendable, *ended);
             if retry == Retry::Another && tried.len() < self.retries as usize {
                 tried.push(index as u16);
@@ -415,28 +383,6 @@ impl Upstream {
                 response.body_mut().hold_load(load);
             }
             return result;
-        }
-    }
-
-    /// One attempt on `server`, within `upstream_timeout`.
-    async fn attempt(
-        &self,
-        server: &Server,
-        request: Outbound<'_>,
-        added: &AddedFields,
-    ) -> Result<Response<PooledBody>, ForwardError> {
-        let deadline = Instant::now() + self.timeout;
-        // `Learn::Later` rather than nothing: see `Learn`.
-        match request {
-            Outbound::Plain(plain) => {
-                let pool = server.pool();
-                pool.send_plain_then(plain, added, deadline, Learn::Later)
-                    .await
-            }
-            Outbound::Streamed(slot) => {
-                let pool = server.pool();
-                pool.send_then(slot, added, deadline, Learn::Later).await
-            }
         }
     }
 
@@ -506,55 +452,34 @@ impl Upstream {
     }
 }
 
-/// Reads the body of the request in `slot` whole when it is declared at
-/// most [`RESEND_MAX`] bytes (or there is none), so that it can be sent
-/// again; returns the copy to send again, or `None` for a body left to
-/// stream (larger, or of unknown length). A body that breaks off, or
-/// overruns its deadline or size cap, fails as the client's.
+/// Reads a streamed `body` whole when it is declared at most [`RESEND_MAX`]
+/// bytes (`request`'s `Content-Length`), so that it can be sent again. A
+/// body that breaks off, or overruns its deadline or size cap, fails as the
+/// client's.
 async fn read_whole(
-    slot: &mut ClientRequest<GuardedBody>,
-) -> Result<Option<Request<GuardedBody>>, ForwardError> {
+    request: &Request<ClientBody>,
+    body: &mut RequestBody,
+) -> Result<(), ForwardError> {
     use http_body_util::BodyExt;
-    let request = slot.get_mut();
+    let RequestBody::Streamed(streamed) = body else {
+        return Ok(());
+    };
     let declared = request
         .headers()
         .get(http::header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
-    let small = match declared {
-        Some(length) => length <= RESEND_MAX,
-        None => http_body::Body::is_end_stream(request.body()),
-    };
-    if !small {
-        return Ok(None);
+    if declared.is_none_or(|length| length > RESEND_MAX) {
+        return Ok(());
     }
-    let body = std::mem::replace(request.body_mut(), GuardedBody::empty());
-    let bytes = body
+    let streamed = std::mem::replace(streamed, GuardedBody::empty());
+    let bytes = streamed
         .collect()
         .await
         .map_err(|_| ForwardError::ClientBody)?
         .to_bytes();
-    *request.body_mut() = GuardedBody::read(bytes);
-    Ok(Some(copy_of(request)))
-}
-
-/// Another copy of a request whose body was read whole.
-fn copy_of(request: &Request<GuardedBody>) -> Request<GuardedBody> {
-    let body = request
-        .body()
-        .bytes()
-        .map_or_else(GuardedBody::empty, |bytes| GuardedBody::read(bytes.clone()));
-    super::pool::copy_head(request, body)
-}
-
-/// `GET`, `HEAD`, `OPTIONS`, `PUT` and `DELETE`: sending one twice does
-/// what sending it once does (RFC 9110 §9.2.2; `TRACE` is never forwarded
-/// twice).
-fn is_idempotent(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
-    )
+    *body = RequestBody::Whole(bytes);
+    Ok(())
 }
 
 thread_local! {

@@ -1,59 +1,46 @@
-//! One client connection from accept to close: sluice's own HTTP/1.1 server
-//! while the requests are ones it takes (`server/http1.rs`), then hyper's
-//! for the rest of the connection, with a [`Handler`] answering each
-//! request (the proxy; a recorder in the differential check,
-//! `server/differential.rs`).
-//!
-//! Which of hyper's servers takes over depends on where the connection is.
-//! At its first byte it may be HTTP/2 with prior knowledge (RFC 9113 §3.3):
-//! hyper-util's auto server looks at the preface and picks. After a request
-//! of sluice's own, it is an HTTP/1.1 connection for good, and hyper's
-//! HTTP/1 server takes it: a preface there is a request line with an HTTP
-//! version sluice does not speak, which hyper's HTTP/1 server refuses (it
-//! closes the connection, or answers 400), as on a connection it served
-//! from the start (docs/edge-behaviour.md, "Which server reads a request").
+//! One client connection from accept to close: sluice's HTTP/1.1 server
+//! (`server/http1.rs`) answers every request, with a [`Handler`] answering
+//! each one (the proxy; a recorder in the differential check,
+//! `server/differential.rs`), unless the connection opens with HTTP/2's
+//! preface (prior knowledge, RFC 9113 §3.3): then hyper's HTTP/2 server
+//! serves it whole. Only the first bytes of a connection are prior
+//! knowledge; later, the preface is a request line with a version sluice
+//! does not speak, and the connection closes (docs/edge-behaviour.md,
+//! "Which server reads a request").
 
 use std::convert::Infallible;
-use std::fmt::Display;
 use std::future::Future;
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
 use http::Response;
 use hyper::body::{Body, Frame, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::deadline_io::{DeadlineIo, Exchanges, InFlight};
 use super::drain::DrainHandle;
-use super::http1::{first_bytes, HeadLimits, Http1, Next, Prefixed};
+use super::http1::{first_bytes, tunnel, Answered, HeadLimits, Http1, Next};
+use crate::http1::transport;
 use crate::proxy::respond::{self, ProxyBody};
 use crate::proxy::{ClientBody, ClientRequest};
 
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// What answers a connection's requests.
 pub trait Handler: Clone + Send + Sync + 'static {
-    /// Answers `request` into the [`respond::vacant`] `response`;
-    /// `exchanges` is the connection's, to mark an upgrade.
+    /// Answers `request` into the [`respond::vacant`] `response`.
     fn handle<'a>(
         &'a self,
         request: &'a mut ClientRequest,
-        exchanges: &'a Exchanges,
         response: &'a mut Response<ProxyBody>,
     ) -> impl Future<Output = ()> + Send + 'a;
-}
-
-/// hyper's two servers a connection may be handed to (see the module
-/// docs), with the same `[server]` settings.
-#[derive(Debug)]
-pub struct HyperServers {
-    /// For a connection at its first byte: HTTP/1.1 or h2c.
-    pub auto: auto::Builder<TokioExecutor>,
-    /// For a connection that already carried a request: HTTP/1.1 only.
-    pub http1: hyper::server::conn::http1::Builder,
 }
 
 /// A client connection and what its requests need.
@@ -62,15 +49,14 @@ pub struct Connection<H> {
     pub peer: SocketAddr,
     pub head_limits: HeadLimits,
     pub exchanges: Arc<Exchanges>,
-    pub servers: Arc<HyperServers>,
+    /// hyper's HTTP/2 server, with the `[server]` settings.
+    pub http2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
 }
 
 impl<H: Handler> Connection<H> {
-    /// Serves the connection until it ends: sluice's own HTTP/1.1 server
-    /// answers while the requests are ones it takes (`server/http1.rs`),
-    /// then hyper's takes over for the rest of the connection. `draining`
-    /// changes when the server shuts down: an idle connection closes at
-    /// once, a busy one after its response (which says `Connection: close`).
+    /// Serves the connection until it ends. `draining` changes when the
+    /// server shuts down: an idle connection closes at once, a busy one
+    /// after its response (which says `Connection: close`).
     ///
     /// A connection waiting for the first byte of a request holds only its
     /// socket, its clocks and these settings: what requests need (the
@@ -91,24 +77,25 @@ impl<H: Handler> Connection<H> {
         // An `async` block rather than an `async fn`: `io` is kept once,
         // where an `async fn` keeps a second copy of its arguments.
         async move {
-            let mut drained = std::pin::pin!(draining.wait());
+            let mut drained = pin!(draining.wait());
             let mut first = true;
-            let handed_over = loop {
+            loop {
                 let read = tokio::select! {
                     biased;
                     read = first_bytes(&mut io) => read,
                     _ = &mut drained => return,
                 };
-                let Some(read) = read else { return };
+                let Some(mut read) = read else { return };
+                if first && prior_knowledge(&mut io, &mut read).await {
+                    return Box::pin(self.serve_http2(io, read, drained)).await;
+                }
                 io.report_quiet(true);
                 let http1 = Http1::new(io, read);
                 match Box::pin(self.busy(http1, &mut first, drained.as_mut())).await {
                     Busy::Quiet(quiet) => io = quiet,
                     Busy::Ended => return,
-                    Busy::Hyper(prefixed) => break prefixed,
                 }
-            };
-            Box::pin(self.hand_over(handed_over, first, drained)).await
+            }
         }
     }
 
@@ -137,92 +124,78 @@ impl<H: Handler> Connection<H> {
                 http1.next(self.head_limits, &mut request).await
             };
             match next {
-                Next::Request => *first = false,
+                Next::Request => {}
                 Next::Closed => return Busy::Ended,
                 Next::Quiet => return Busy::Quiet(http1.into_io()),
-                Next::Hyper => {
-                    // hyper's reads know nothing of the quiet clock.
-                    http1.io_mut().report_quiet(false);
-                    return Busy::Hyper(http1.into_hyper());
+                Next::Refused(refused) => {
+                    if let Some((status, detail)) = refused.answer(self.head_limits) {
+                        http1.refuse(status, &detail).await;
+                    }
+                    return Busy::Ended;
                 }
-            }
+            };
+            *first = false;
             // In flight, for the read clocks, until the answer's body is
             // sent or dropped.
             http1.io_mut().exchange_began();
             let answered = {
-                let exchange = std::pin::pin!(self.handler.handle(
-                    &mut request,
-                    &self.exchanges,
-                    &mut response
-                ));
+                let exchange = pin!(self.handler.handle(&mut request, &mut response));
                 http1.answer(exchange).await
             };
             // None: the client left before its answer.
             if answered.is_none() {
                 return Busy::Ended;
             }
+            // The request stays, with its map, for the next one read; what
+            // it held goes now (a body nobody took is left, and the answer's
+            // head says whether the connection goes on after it).
+            request.release();
             let own_fields = response.body_mut().take_own_fields();
             let written = http1.respond(&mut response, &own_fields).await;
             respond::vacate(&mut response);
             http1.io_mut().exchange_ended();
-            // The request stays, with its map, for the next one read.
-            request.release();
             match written {
-                Ok(true) => {}
-                Ok(false) => {
+                Answered::Kept => {}
+                Answered::Close => {
                     http1.close().await;
                     return Busy::Ended;
                 }
-                Err(error) => {
+                Answered::Failed(error) => {
                     tracing::debug!(peer = %self.peer, %error, "connection ended with an error");
+                    return Busy::Ended;
+                }
+                Answered::Tunnel(upgraded) => {
+                    let (mut io, early) = http1.into_parts();
+                    io.mark_upgraded();
+                    tunnel::run(io, early, *upgraded).await;
                     return Busy::Ended;
                 }
             }
         }
     }
 
-    /// Serves the whole connection with hyper's servers alone, as sluice
-    /// did before it had its own: the other side of the differential check.
-    #[cfg(any(test, feature = "differential"))]
-    pub async fn serve_with_hyper_alone<S>(&self, io: DeadlineIo<S>, draining: DrainHandle)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let drained = std::pin::pin!(draining.wait());
-        self.hand_over(
-            Http1::new(io, bytes::BytesMut::new()).into_hyper(),
-            true,
-            drained,
-        )
-        .await;
-    }
-
-    /// The rest of the connection, with hyper's server: the auto one (h2c
-    /// or HTTP/1.1) when nothing was served yet (`first`), else HTTP/1.1.
-    async fn hand_over<S>(
+    /// The whole connection, HTTP/2 with prior knowledge, through hyper's
+    /// server: `read` is what was read of it so far.
+    async fn serve_http2<S>(
         &self,
-        io: Prefixed<DeadlineIo<S>>,
-        first: bool,
+        mut io: DeadlineIo<S>,
+        read: BytesMut,
         drained: Pin<&mut impl Future>,
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        io.serve_http2();
         let handler = self.handler.clone();
         let exchanges = Arc::clone(&self.exchanges);
-        let peer = self.peer;
-        let servers = &self.servers;
         let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
             // Counted from the call, so the socket's read clocks stop
             // while the request is in the service.
             let in_flight = exchanges.start();
-            let exchanges = Arc::clone(&exchanges);
             let handler = handler.clone();
             async move {
                 let mut request = ClientRequest::new(request.map(ClientBody::Hyper));
                 let mut response = respond::vacant();
-                handler
-                    .handle(&mut request, &exchanges, &mut response)
-                    .await;
+                handler.handle(&mut request, &mut response).await;
                 // hyper writes only what is in the map.
                 let own_fields = response.body_mut().take_own_fields();
                 own_fields.into_map(response.headers_mut());
@@ -232,54 +205,101 @@ impl<H: Handler> Connection<H> {
                 }))
             }
         });
-        let io = TokioIo::new(io);
-        if first {
-            let connection = servers.auto.serve_connection_with_upgrades(io, service);
-            run(connection, drained, peer, |connection| {
-                connection.graceful_shutdown()
-            })
-            .await
-        } else {
-            let connection = servers.http1.serve_connection(io, service).with_upgrades();
-            run(connection, drained, peer, |connection| {
-                connection.graceful_shutdown()
-            })
-            .await
+        let io = TokioIo::new(Rewound {
+            read: read.freeze(),
+            io,
+        });
+        let connection = self.http2.serve_connection(io, service);
+        let mut connection = pin!(connection);
+        let ended = tokio::select! {
+            ended = connection.as_mut() => ended,
+            _ = drained => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(error) = ended {
+            tracing::debug!(peer = %self.peer, %error, "connection ended with an error");
         }
     }
+}
+
+/// Whether a connection whose first bytes are `read` opens with HTTP/2's
+/// whole preface (as hyper-util's auto server tells); reads on while what
+/// came is the preface's beginning.
+async fn prior_knowledge<S>(io: &mut DeadlineIo<S>, read: &mut BytesMut) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    while read.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(read) {
+        match transport::fill(io, read, H2_PREFACE.len()).await {
+            Ok(n) if n > 0 => {}
+            _ => return false,
+        }
+    }
+    read.starts_with(H2_PREFACE)
 }
 
 /// How a busy connection's requests ended.
 enum Busy<S> {
     /// Quiet: the connection goes on, holding nothing for requests.
     Quiet(DeadlineIo<S>),
-    /// Closed, failed, or drained.
+    /// Closed, failed, drained, or a tunnel that ended.
     Ended,
-    /// The connection is hyper's, with what was read in front.
-    Hyper(Prefixed<DeadlineIo<S>>),
 }
 
-/// Drives one of hyper's connections to its end, shutting it down
-/// gracefully once `drained` resolves.
-async fn run<C, E>(
-    connection: C,
-    drained: Pin<&mut impl Future>,
-    peer: SocketAddr,
-    shutdown: impl FnOnce(Pin<&mut C>),
-) where
-    C: Future<Output = Result<(), E>>,
-    E: Display,
-{
-    let mut connection = std::pin::pin!(connection);
-    let ended = tokio::select! {
-        ended = connection.as_mut() => ended,
-        _ = drained => {
-            shutdown(connection.as_mut());
-            connection.await
+/// A socket behind bytes already read from it (HTTP/2's preface, read to
+/// tell the protocol): reads return those first.
+#[derive(Debug)]
+struct Rewound<S> {
+    read: Bytes,
+    io: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Rewound<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.read.is_empty() {
+            let n = this.read.len().min(buf.remaining());
+            buf.put_slice(&this.read[..n]);
+            this.read.advance(n);
+            return Poll::Ready(Ok(()));
         }
-    };
-    if let Err(error) = ended {
-        tracing::debug!(%peer, %error, "connection ended with an error");
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewound<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 

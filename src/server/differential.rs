@@ -1,14 +1,15 @@
-//! The differential check of sluice's HTTP/1 server: the same client bytes
-//! through a connection as sluice serves it (its own server for the common
-//! `GET`, then hyper's: `server/connection.rs`) and through hyper's servers
-//! alone, each over an in-memory stream behind the same `DeadlineIo`, with a
-//! recorder in place of the proxy. The two must agree on every request that
-//! reaches the service (method, target, version, fields, body), on every
-//! answer the client reads back (the service's byte for byte, a refusal by
-//! its status) and on whether the connection ends. The fuzz target
-//! `http1_server` and the proptest below run it; docs/edge-behaviour.md
-//! ("The two servers, checked against each other") lists what it found and
-//! what it does not compare.
+//! The differential check of sluice's HTTP/1.1 server against hyper's, the
+//! oracle: the same client bytes through a connection as sluice serves it
+//! (`server/connection.rs`, `server/http1.rs`) and through hyper-util's
+//! auto server (hyper's HTTP/1.1 server, or HTTP/2 on its preface), each
+//! over an in-memory stream behind the same `DeadlineIo`, with a recorder
+//! in place of the proxy. The two must agree on every request that reaches
+//! the service (method, target, version, fields, body), on every answer the
+//! client reads back (the service's byte for byte, a refusal by its status)
+//! and on whether the connection ends. The fuzz target `http1_server` and
+//! the proptest below run it; docs/edge-behaviour.md ("sluice's server,
+//! checked against hyper's") lists what it found and what it does not
+//! compare.
 //!
 //! The client's bytes go in pieces, each once the connection has done all
 //! it can with what it has; then the client closes its side. That point is
@@ -28,7 +29,13 @@ use http::{Method, Response, Version};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::connection::{Connection, Handler, HyperServers};
+use std::convert::Infallible;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+
+use super::connection::{Connection, Handler};
 use super::deadline_io::{ConnectionLimits, DeadlineIo, Exchanges};
 use super::drain::Drain;
 use super::http1::HeadLimits;
@@ -37,14 +44,12 @@ use crate::proxy::respond::ProxyBody;
 use crate::proxy::ClientRequest;
 
 /// The `[server]` limits of the check: low enough that short inputs reach
-/// `max_headers`' and `max_header_bytes`' 431 and the own server's
-/// hand-over at either. `max_uri_bytes` is beyond every input: the socket
-/// answers 414 only to a target at the start of what it reads, a target
-/// read with the request before it is refused by the proxy's own check
-/// (docs/edge-behaviour.md, "The two servers, checked against each
-/// other"), and the recorder stands in for the proxy.
+/// `max_headers`' 431, and `max_header_bytes` at hyper's least buffer
+/// (8 KiB), where both servers refuse a head alike. `max_uri_bytes` is
+/// beyond every input: hyper has no such limit (the proxy's checks answer
+/// it with 414, and the recorder stands in for the proxy).
 const CONFIG: &str = "[server]\nupstream = \"http://127.0.0.1:9\"\n\
-                      max_uri_bytes = 65536\nmax_headers = 8\nmax_header_bytes = 1024\n";
+                      max_uri_bytes = 65536\nmax_headers = 8\nmax_header_bytes = 8192\n";
 
 /// The recorder's `date`, so that neither server writes the clock's.
 const DATE_VALUE: HeaderValue = HeaderValue::from_static("Thu, 01 Jan 2026 00:00:00 GMT");
@@ -64,10 +69,10 @@ const END_WAIT: Duration = Duration::from_secs(1);
 /// Which server reads the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
-    /// As sluice serves it: its own server, then hyper's.
+    /// As sluice serves it.
     Sluice,
-    /// hyper's servers from the first byte.
-    HyperAlone,
+    /// hyper's servers, the oracle.
+    Hyper,
 }
 
 /// What a connection did with the client's bytes: all of it is the
@@ -86,28 +91,41 @@ pub struct Outcome {
 }
 
 impl PartialEq for Outcome {
-    /// The same requests, answers and end; but for one thing. Bytes after
-    /// the last request that never make one (the HTTP/2 preface, a head
-    /// with too many fields that never ends) get hyper's refusal, or the
-    /// connection closed without one when the client leaves, depending on
-    /// where hyper's reads ended: it runs its parser again only once a
-    /// blank line may have arrived, and refuses the preface silently once
-    /// all 24 bytes of it are read. The two sides read in different pieces
-    /// (sluice's server hands hyper all it has at once; hyper's auto server
-    /// first reads 24 bytes to look for the preface). Either way no request
-    /// comes of those bytes and the connection ends (docs/edge-behaviour.md,
-    /// "The two servers, checked against each other"): a last refusal on
-    /// one side only is not compared.
+    /// The same requests, answers and end; but for two things.
+    ///
+    /// Bytes after the last request that never make one (the HTTP/2
+    /// preface, a head with too many fields that never ends) get a refusal,
+    /// or the connection closed without one when the client leaves,
+    /// depending on where each server's reads ended: hyper runs its parser
+    /// again only once a blank line may have arrived, and refuses the
+    /// preface silently once all 24 bytes of it are read. Either way no
+    /// request comes of those bytes and the connection ends: a last refusal
+    /// on one side only is not compared.
+    ///
+    /// Answers are compared without what the two write differently on
+    /// purpose ([`comparable`]).
+    ///
+    /// An interim `100 Continue` is not compared: hyper sends one whenever
+    /// it reads the body of a request that expects it, sluice only when the
+    /// client waits for it (none of the body came with the head: RFC 9110
+    /// §10.1.1 lets a server omit it once content arrived).
     fn eq(&self, other: &Outcome) -> bool {
-        fn without_last_refusal(answers: &[Answered]) -> &[Answered] {
+        fn finals(answers: &[Answered]) -> Vec<&Answered> {
+            answers
+                .iter()
+                .filter(|answer| !matches!(answer, Answered::Interim(_)))
+                .collect()
+        }
+        fn without_last_refusal<'a>(answers: &'a [&'a Answered]) -> &'a [&'a Answered] {
             match answers.split_last() {
                 Some((Answered::Refused(_), before)) => before,
                 _ => answers,
             }
         }
-        let answers = self.answers == other.answers
-            || without_last_refusal(&self.answers) == &other.answers[..]
-            || &self.answers[..] == without_last_refusal(&other.answers);
+        let (ours, theirs) = (finals(&self.answers), finals(&other.answers));
+        let answers = ours == theirs
+            || without_last_refusal(&ours) == &theirs[..]
+            || &ours[..] == without_last_refusal(&theirs);
         self.requests == other.requests && answers && self.ended == other.ended
     }
 }
@@ -121,11 +139,8 @@ pub enum Answered {
     Served(Vec<u8>),
     /// An interim answer (`100 Continue`), its bytes exactly.
     Interim(Vec<u8>),
-    /// A refusal by hyper or by the socket (`DeadlineIo`): its status only.
-    /// For a head that follows another in the same read, hyper's bare
-    /// answer is not always replaced by a problem document, and where reads
-    /// end differs between the two sides (docs/edge-behaviour.md, "The two
-    /// servers, checked against each other").
+    /// A refusal of a head: its status only (sluice's is a problem
+    /// document, hyper's has no body).
     Refused(u16),
     /// Bytes that do not begin an HTTP/1 answer (HTTP/2 frames), as they
     /// are.
@@ -148,17 +163,36 @@ pub struct Seen {
 struct Settings {
     limits: ConnectionLimits,
     head_limits: HeadLimits,
-    servers: Arc<HyperServers>,
+    http2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    /// hyper's servers, the oracle, with the same settings.
+    hyper: auto::Builder<TokioExecutor>,
 }
 
 fn settings() -> &'static Settings {
     static SETTINGS_ONCE: OnceLock<Settings> = OnceLock::new();
     SETTINGS_ONCE.get_or_init(|| {
         let config = Config::from_toml(CONFIG, "differential").expect("valid settings");
+        let server = &config.server;
+        let mut hyper = auto::Builder::new(TokioExecutor::new());
+        hyper
+            .http1()
+            .timer(TokioTimer::new())
+            // The socket keeps the head clock, as for sluice's.
+            .header_read_timeout(None)
+            .max_headers(server.max_headers)
+            .max_buf_size(server.max_header_bytes.max(8192));
+        hyper
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(super::H2_MAX_CONCURRENT_STREAMS)
+            .max_pending_accept_reset_streams(super::H2_MAX_PENDING_ACCEPT_RESET_STREAMS)
+            .max_local_error_reset_streams(super::H2_MAX_LOCAL_ERROR_RESET_STREAMS)
+            .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32);
         Settings {
-            limits: super::connection_limits(&config.server),
-            head_limits: super::head_limits(&config.server),
-            servers: Arc::new(super::hyper_servers(&config.server)),
+            limits: super::connection_limits(server),
+            head_limits: super::head_limits(server),
+            http2: Arc::new(super::http2_server(server)),
+            hyper,
         }
     })
 }
@@ -179,14 +213,15 @@ pub async fn serve(side: Side, pieces: &[&[u8]]) -> Outcome {
         peer: SocketAddr::from((Ipv4Addr::LOCALHOST, 1)),
         head_limits: settings.head_limits,
         exchanges,
-        servers: Arc::clone(&settings.servers),
+        http2: Arc::clone(&settings.http2),
     };
     let drain = Drain::new();
     let draining = drain.handle();
+    let oracle = recorder.clone();
     let mut served = tokio::spawn(async move {
         match side {
             Side::Sluice => connection.serve(io, &draining).await,
-            Side::HyperAlone => connection.serve_with_hyper_alone(io, draining).await,
+            Side::Hyper => serve_with_hyper(io, oracle).await,
         }
     });
     let (mut from_server, mut to_server) = tokio::io::split(client);
@@ -210,12 +245,78 @@ pub async fn serve(side: Side, pieces: &[&[u8]]) -> Outcome {
     let mut raw = reading.await.unwrap_or_default();
     blank_dates(&mut raw);
     drop(drain);
+    let requests = recorder.taken();
+    let mut answers = answers(&raw);
+    for answer in &mut answers {
+        if let Answered::Served(bytes) = answer {
+            *bytes = comparable(bytes, answers_http10(bytes, &requests));
+        }
+    }
     Outcome {
-        requests: recorder.taken(),
-        answers: answers(&raw),
+        requests,
+        answers,
         ended,
         raw,
     }
+}
+
+/// Whether a served answer answers an HTTP/1.0 request (the recorder
+/// numbers its answers in `x-seen`).
+fn answers_http10(answer: &[u8], requests: &[Seen]) -> bool {
+    let head_end = find(answer, b"\r\n\r\n").unwrap_or(answer.len());
+    let head = String::from_utf8_lossy(&answer[..head_end]);
+    head.lines()
+        .find_map(|line| line.strip_prefix("x-seen: "))
+        .and_then(|count| count.trim().parse::<usize>().ok())
+        .and_then(|count| requests.get(count.checked_sub(1)?))
+        .is_some_and(|request| request.version == Version::HTTP_10)
+}
+
+/// An answer without what the two servers write differently on purpose:
+/// sluice answers an HTTP/1.0 request (`http10`) in an HTTP/1.1 status
+/// line and says `connection` (RFC 9110 §2.5, RFC 9112 §9.3), hyper in
+/// HTTP/1.0 without it; sluice says `connection: close` on an answer after
+/// which it closes because the request's body was not read whole, hyper
+/// closes without saying. Whether the connection ends is compared apart.
+fn comparable(answer: &[u8], http10: bool) -> Vec<u8> {
+    let head_end = find(answer, b"\r\n\r\n").map_or(answer.len(), |end| end + 2);
+    let mut out = Vec::with_capacity(answer.len());
+    for (index, line) in answer[..head_end]
+        .split_inclusive(|&b| b == b'\n')
+        .enumerate()
+    {
+        let lower = line.to_ascii_lowercase();
+        if index == 0 && http10 && line.starts_with(b"HTTP/1.0 ") {
+            out.extend_from_slice(b"HTTP/1.1 ");
+            out.extend_from_slice(&line[9..]);
+        } else if !(lower == b"connection: close\r\n"
+            || (http10 && lower.starts_with(b"connection: ")))
+        {
+            out.extend_from_slice(line);
+        }
+    }
+    out.extend_from_slice(&answer[head_end..]);
+    out
+}
+
+/// The connection served by hyper's auto server with `recorder` as its
+/// service (as sluice did before it had a server of its own).
+async fn serve_with_hyper(io: DeadlineIo<tokio::io::DuplexStream>, recorder: Recorder) {
+    let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+        let recorder = recorder.clone();
+        async move {
+            let mut request = ClientRequest::new(request.map(crate::proxy::ClientBody::Hyper));
+            let mut response = crate::proxy::respond::vacant();
+            recorder.handle(&mut request, &mut response).await;
+            let own_fields = response.body_mut().take_own_fields();
+            own_fields.into_map(response.headers_mut());
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let _ = settings()
+        .hyper
+        .serve_connection_with_upgrades(TokioIo::new(io), service)
+        .await;
 }
 
 /// The answers in `bytes`, in order.
@@ -294,12 +395,7 @@ impl Recorder {
 }
 
 impl Handler for Recorder {
-    async fn handle(
-        &self,
-        request: &mut ClientRequest,
-        _exchanges: &Exchanges,
-        response: &mut Response<ProxyBody>,
-    ) {
+    async fn handle(&self, request: &mut ClientRequest, response: &mut Response<ProxyBody>) {
         let request = request.get_mut();
         let mut body = Some(Vec::new());
         while let Some(frame) = request.body_mut().frame().await {
@@ -360,7 +456,7 @@ mod tests {
         runtime.block_on(async {
             (
                 serve(Side::Sluice, pieces).await,
-                serve(Side::HyperAlone, pieces).await,
+                serve(Side::Hyper, pieces).await,
             )
         })
     }

@@ -1,45 +1,47 @@
-//! sluice's own HTTP/1.1 server for the common request, in front of hyper's.
+//! sluice's HTTP/1.1 server: every request a client sends on a connection
+//! (any method, HTTP/1.0 or 1.1, bodies framed by length or chunked,
+//! `Expect: 100-continue`, pipelining, WebSocket upgrades), read and
+//! answered by the connection's own task. hyper serves only HTTP/2
+//! (`server/connection.rs`).
 //!
-//! hyper's server connection is general: it reads into its own buffer,
-//! keeps a state machine for bodies, upgrades and HTTP/1.0, and encodes the
-//! response through several layers. For the request most clients send — a
-//! `GET` with no body — that cost nearly as much as nginx spends on a whole
-//! 429 (figures in docs/benchmarks-history.md). This server reads the head with
-//! the same `httparse`, answers it, and writes the response head and body
-//! itself (`http1/encode.rs`), as the upstream side's plain exchanges do.
-//!
-//! Anything else it does not read further: the connection is handed to
-//! hyper, with the bytes read so far in front of the socket
-//! ([`Prefixed`]), and stays hyper's (`http1/head.rs` lists what is ours).
-//! So a request with a body, an upgrade, h2c, HTTP/1.0 and every head hyper
-//! would refuse get hyper's handling, and `DeadlineIo`'s clocks and answers,
-//! exactly as before; the socket is the same `DeadlineIo` either way.
+//! A head is read with `httparse` into a request built in place
+//! (`http1/head.rs`); its body is taken whole when it came with the head,
+//! else piped from the socket as the exchange asks for it
+//! (`http1/inflow.rs`); the answer's head is written as hyper frames it
+//! (`http1/encode.rs`) and its body behind it, short pieces gathered into
+//! one write (`crate::http1::outflow`). A `101` to a WebSocket handshake
+//! turns the connection into a tunnel (`http1/tunnel.rs`).
 //!
 //! As hyper does, the connection reads while a request is in the service
 //! only when nothing is buffered, to see the client leave: an end of stream
 //! then drops the request (and whatever it holds); bytes that arrive are
-//! kept for the next request.
+//! kept for the next request (or the body).
 
 use std::future::{poll_fn, Future};
-use std::io::{self, IoSlice};
+use std::io;
 use std::mem::MaybeUninit;
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use bytes::{Buf, Bytes, BytesMut};
-use http::Response;
+use bytes::{Bytes, BytesMut};
+use http::{Response, StatusCode};
 use hyper::body::Body;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::http1::outflow::{BodyOut, Outflow};
+use crate::http1::transport::Transport;
 use crate::proxy::pool::spare_map;
 use crate::proxy::respond::{OwnFields, ProxyBody};
+use crate::proxy::upgrade::Upgraded;
 use crate::proxy::ClientRequest;
 
 mod encode;
 pub mod head;
+mod inflow;
+pub mod tunnel;
 
-use encode::Framing;
-pub use head::HeadLimits;
+pub use head::{HeadLimits, Refused, RequestHead};
+use inflow::{BodyLeft, Inflow, Pumped};
 
 /// How much is read at a time; heads are almost always shorter. A quiet
 /// connection holds no buffer at all: [`first_bytes`] reads onto the stack.
@@ -52,34 +54,52 @@ const READ_SIZE: usize = 8 * 1024;
 const READ_SLACK: usize = 1024;
 /// The least room worth a read while a request is in the service.
 const MIN_READ: usize = 512;
-/// Bodies up to this size are copied behind the head and written with it;
-/// longer ones are written from where they are.
-const COPY_BELOW: usize = 8 * 1024;
 
 /// What the connection reads next.
 #[derive(Debug)]
 pub enum Next {
-    /// A request this server answers, read into the slot it was given.
+    /// A request, read into the slot it was given (what the connection
+    /// needs of its head is kept: [`Http1::head`]).
     Request,
-    /// The client closed the connection, or it failed, between requests.
+    /// The client closed the connection, or it failed, between requests
+    /// (or in the middle of a head, which hyper answers no more than this).
     Closed,
     /// Nothing of a next request came for a while, and the connection said
     /// so (`DeadlineIo`'s quiet clock): the connection may give back what it
     /// holds for requests and wait with [`first_bytes`].
     Quiet,
-    /// The connection is hyper's from here: [`Http1::into_hyper`].
-    Hyper,
+    /// A head refused: answered (see [`head::Refused::answer`]), then the
+    /// connection closes.
+    Refused(head::Refused),
 }
 
-/// A client connection while sluice's own server speaks on it.
+/// How an answer went.
+#[derive(Debug)]
+pub enum Answered {
+    /// Written; the connection may carry the next request.
+    Kept,
+    /// Written; the connection closes (lingering: the client may still be
+    /// sending what sluice did not read).
+    Close,
+    /// A `101`: the connection is a tunnel to the upstream from here.
+    Tunnel(Box<Upgraded>),
+    /// Not written whole: the connection is dropped.
+    Failed(io::Error),
+}
+
+/// A client connection while sluice's server speaks on it.
 #[derive(Debug)]
 pub struct Http1<S> {
     io: S,
     /// Read and not yet parsed.
     read: BytesMut,
-    /// The response being written.
-    write: Vec<u8>,
+    /// What is being written.
+    out: Outflow,
     scratch: head::Scratch,
+    /// What the connection needs of the request in the service's head.
+    head: RequestHead,
+    /// The body of the request in the service, still being read.
+    inflow: Option<Inflow>,
 }
 
 /// Waits for the first bytes of a request on a connection that holds no
@@ -102,15 +122,17 @@ pub async fn first_bytes<S: AsyncRead + Unpin>(io: &mut S) -> Option<BytesMut> {
     .await
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
+impl<S: Transport> Http1<S> {
     /// sluice's server on `io`, with `read` (from [`first_bytes`]) read
     /// from it so far.
     pub fn new(io: S, read: BytesMut) -> Http1<S> {
         Http1 {
             io,
             read,
-            write: Vec::new(),
+            out: Outflow::default(),
             scratch: head::Scratch::default(),
+            head: RequestHead::default(),
+            inflow: None,
         }
     }
 
@@ -131,21 +153,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
         self.read.is_empty()
     }
 
-    /// Reads until the buffer holds a request head of ours (read `into`
-    /// the slot), or something for hyper, or the connection ends.
+    /// Reads until the buffer holds a request head (read `into` the slot,
+    /// its body with it), a head to refuse, or the connection ends.
     pub async fn next(&mut self, limits: HeadLimits, into: &mut ClientRequest) -> Next {
         loop {
             if !self.read.is_empty() {
                 match head::parse(&mut self.read, limits, &mut self.scratch, into) {
-                    head::Head::Ours => return Next::Request,
-                    head::Head::Hyper => return Next::Hyper,
+                    head::Head::Request(head) => {
+                        self.head = head;
+                        // Most requests have no body: the slot's is empty
+                        // already, and no inflow is left from the last.
+                        if head.body != head::BodyFraming::Length(0) {
+                            let (body, inflow) = inflow::take(&head, &mut self.read);
+                            *into.get_mut().body_mut() = body;
+                            self.inflow = inflow;
+                        }
+                        return Next::Request;
+                    }
+                    head::Head::Refused(answer) => return Next::Refused(answer),
                     head::Head::Partial => {}
                 }
             }
             self.read.reserve(READ_SIZE);
-            match self.io.read_buf(&mut self.read).await {
-                // What was read of a head, hyper answers as it would have.
-                Ok(0) if !self.read.is_empty() => return Next::Hyper,
+            match poll_fn(|cx| self.io.poll_fill(cx, &mut self.read)).await {
                 Ok(0) => return Next::Closed,
                 Ok(_) => {}
                 // Quiet between requests (see `DeadlineIo::report_quiet`);
@@ -161,12 +191,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
     }
 
     /// Runs `exchange` (the request in the service) to its response, or
-    /// `None` when the client closed the connection first. The future is
-    /// pinned where it was made: it is large, and a move copies it.
+    /// `None` when the client closed the connection first. The request's
+    /// body is read as the exchange asks for it. The future is pinned where
+    /// it was made: it is large, and a move copies it.
     pub async fn answer<F: Future>(&mut self, mut exchange: Pin<&mut F>) -> Option<F::Output> {
         poll_fn(|cx| {
-            if let Poll::Ready(response) = exchange.as_mut().poll(cx) {
-                return Poll::Ready(Some(response));
+            loop {
+                if let Some(inflow) = &self.inflow {
+                    inflow.unpark();
+                }
+                if let Poll::Ready(response) = exchange.as_mut().poll(cx) {
+                    return Poll::Ready(Some(response));
+                }
+                match self.pump(cx) {
+                    Pumped::Progress => continue,
+                    Pumped::Waiting => break,
+                    Pumped::Left => return Poll::Ready(None),
+                }
             }
             if self.poll_left(cx) {
                 return Poll::Ready(None);
@@ -176,101 +217,146 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
         .await
     }
 
-    /// Writes `response`, head (with `own_fields` after the map's, see
-    /// `proxy/respond/own_fields.rs`) and body, where it is (its body read
-    /// to the end, its map taken); whether the connection may carry another
-    /// request. An error (the client's, or the body's) means the connection
-    /// is to be dropped.
+    /// Writes `response` to the request in service, head (with
+    /// `own_fields` after the map's, see `proxy/respond/own_fields.rs`) and
+    /// body, where it is (its body read to the end, its map taken).
     pub async fn respond(
         &mut self,
         response: &mut Response<ProxyBody>,
         own_fields: &OwnFields,
-    ) -> io::Result<bool> {
-        self.write.clear();
+    ) -> Answered {
+        let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+        // A body nobody reads, and that is not all here to be skipped,
+        // closes the connection: the head says so.
+        let body = self.body_left();
         let written = encode::head(
-            &mut self.write,
+            self.out.head(),
             response,
             own_fields,
             response.body().is_end_stream(),
             response.body().size_hint(),
+            &self.head,
+            body != BodyLeft::Unread,
         );
         // Kept for the next upstream response read on this thread.
         spare_map::give(std::mem::take(response.headers_mut()));
+        if switched {
+            if let Some(upgraded) = response.body_mut().take_tunnel() {
+                return match self.flush().await {
+                    Ok(()) => Answered::Tunnel(Box::new(upgraded)),
+                    Err(error) => Answered::Failed(error),
+                };
+            }
+        }
         // A body sluice wrote goes behind the head as it is (a problem
         // document with its request id, made nowhere else); the upstream's
         // streams.
-        if written.framing != Framing::Empty && !response.body_mut().write_whole(&mut self.write) {
-            self.send_body(Pin::new(response.body_mut()), written.framing)
-                .await?;
+        let sent = match BodyOut::of(written.framing) {
+            Some(body) if !response.body_mut().write_whole(self.out.buffer()) => {
+                self.send_body(Pin::new(response.body_mut()), body).await
+            }
+            _ => Ok(()),
+        };
+        if let Err(error) = sent {
+            return Answered::Failed(error);
         }
-        self.flush().await?;
-        Ok(!written.close)
+        if let Err(error) = self.flush().await {
+            return Answered::Failed(error);
+        }
+        // A body still going up as the answer streamed: once the answer
+        // is over, nobody wants more of it.
+        let kept = match body {
+            BodyLeft::StillWanted => self.body_left() == BodyLeft::Read,
+            BodyLeft::Read => true,
+            BodyLeft::Unread => false,
+        };
+        self.inflow = None;
+        if written.close || !kept {
+            Answered::Close
+        } else {
+            Answered::Kept
+        }
     }
 
-    /// Writes the body of a response whose head is written, as `framing`
-    /// says, flushing whenever the body has nothing more yet.
-    async fn send_body<B>(&mut self, mut body: Pin<&mut B>, framing: Framing) -> io::Result<()>
+    /// Where the request's body stands (see [`Inflow::settle`]).
+    fn body_left(&mut self) -> BodyLeft {
+        match &mut self.inflow {
+            None => BodyLeft::Read,
+            Some(inflow) => inflow.settle(&mut self.read),
+        }
+    }
+
+    /// Writes the body of a response whose head is in the outflow, framed
+    /// as `body` says, gathering the frames the body has ready and writing
+    /// whenever it has nothing more for now. A request body still being
+    /// read goes on being read meanwhile (an upstream may answer before it
+    /// has all of it).
+    async fn send_body<B>(&mut self, mut body: Pin<&mut B>, mut framing: BodyOut) -> io::Result<()>
     where
         B: Body<Data = Bytes>,
     {
-        let mut left = match framing {
-            Framing::Empty => 0,
-            Framing::Length(length) => length,
-            Framing::Chunked | Framing::UntilClose => u64::MAX,
-        };
         loop {
-            let frame = poll_fn(|cx| match body.as_mut().poll_frame(cx) {
-                // Nothing more yet: what is written so far goes out.
-                Poll::Pending if !self.write.is_empty() => Poll::Ready(Step::Flush),
-                // A body that stalls is dropped, with what it holds
-                // upstream, as soon as the client leaves.
-                Poll::Pending if self.poll_left(cx) => Poll::Ready(Step::Failed),
-                Poll::Pending => Poll::Pending,
-                Poll::Ready(None) => Poll::Ready(Step::End),
-                Poll::Ready(Some(Err(_))) => Poll::Ready(Step::Failed),
-                Poll::Ready(Some(Ok(frame))) => Poll::Ready(Step::Frame(frame.into_data().ok())),
+            let step = poll_fn(|cx| {
+                loop {
+                    if let Some(inflow) = &self.inflow {
+                        inflow.unpark();
+                    }
+                    if !self.out.has_room() {
+                        return Poll::Ready(Step::Flush);
+                    }
+                    match body.as_mut().poll_frame(cx) {
+                        Poll::Ready(None) => return Poll::Ready(Step::End),
+                        Poll::Ready(Some(Err(_))) => return Poll::Ready(Step::Failed),
+                        Poll::Ready(Some(Ok(frame))) => {
+                            // Trailer fields go to no HTTP/1.1 client (SPEC).
+                            if let Ok(data) = frame.into_data() {
+                                if self.out.push(&mut framing, data).is_err() {
+                                    return Poll::Ready(Step::Failed);
+                                }
+                            }
+                            continue;
+                        }
+                        Poll::Pending => {}
+                    }
+                    match self.pump(cx) {
+                        Pumped::Progress => continue,
+                        Pumped::Waiting => {}
+                        Pumped::Left => return Poll::Ready(Step::Failed),
+                    }
+                    // Nothing more yet: what is gathered goes out.
+                    if !self.out.is_empty() {
+                        return Poll::Ready(Step::Flush);
+                    }
+                    // A body that stalls is dropped, with what it holds
+                    // upstream, as soon as the client leaves.
+                    if self.poll_left(cx) {
+                        return Poll::Ready(Step::Failed);
+                    }
+                    return Poll::Pending;
+                }
             })
             .await;
-            let data = match frame {
-                Step::Flush => {
-                    self.flush().await?;
-                    continue;
-                }
+            match step {
+                Step::Flush => self.flush().await?,
                 Step::End => break,
                 Step::Failed => {
                     return Err(io::Error::other(
                         "the response body failed, or the client left",
                     ))
                 }
-                // Trailers: not asked for (a request with `TE` is hyper's).
-                Step::Frame(None) => continue,
-                Step::Frame(Some(data)) if data.is_empty() => continue,
-                Step::Frame(Some(data)) => data,
-            };
-            if data.len() as u64 > left {
-                return Err(io::Error::other(
-                    "the response body is longer than declared",
-                ));
-            }
-            if framing != Framing::Chunked {
-                left -= data.len() as u64;
-                self.send(data).await?;
-            } else {
-                encode::chunk_size(&mut self.write, data.len());
-                self.send(data).await?;
-                self.write.extend_from_slice(b"\r\n");
             }
         }
-        match framing {
-            Framing::Chunked => self.write.extend_from_slice(b"0\r\n\r\n"),
-            Framing::Length(_) if left > 0 => {
-                return Err(io::Error::other(
-                    "the response body is shorter than declared",
-                ))
-            }
-            _ => {}
+        self.out
+            .finish(framing)
+            .map_err(|mismatch| io::Error::other(mismatch.to_string()))
+    }
+
+    /// Moves the request body along, if one is being read.
+    fn pump(&mut self, cx: &mut Context<'_>) -> Pumped {
+        match &mut self.inflow {
+            Some(inflow) => inflow.pump(&mut self.io, &mut self.read, cx),
+            None => Pumped::Waiting,
         }
-        Ok(())
     }
 
     /// Whether the client closed the connection (or it failed). Reads only
@@ -288,116 +374,39 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Http1<S> {
             self.read.reserve(READ_SIZE);
         }
         matches!(
-            pin!(self.io.read_buf(&mut self.read)).poll(cx),
+            self.io.poll_fill(cx, &mut self.read),
             Poll::Ready(Ok(0) | Err(_))
         )
     }
 
-    /// Closes the connection after a last response: the write side is shut
-    /// so the client sees the end of the stream.
-    pub async fn close(mut self) {
-        let _ = self.io.shutdown().await;
-    }
-
-    /// The connection as hyper gets it: the socket, behind what was read.
-    pub fn into_hyper(self) -> Prefixed<S> {
-        Prefixed {
-            prefix: self.read.freeze(),
-            io: self.io,
-        }
-    }
-
-    /// Adds `data` to what is written: copied when short, else written
-    /// behind the buffered bytes without a copy.
-    async fn send(&mut self, mut data: Bytes) -> io::Result<()> {
-        if data.len() < COPY_BELOW {
-            self.write.extend_from_slice(&data);
-            return Ok(());
-        }
-        let mut head = &self.write[..];
-        while !head.is_empty() || !data.is_empty() {
-            let slices = [IoSlice::new(head), IoSlice::new(&data)];
-            let n = poll_fn(|cx| Pin::new(&mut self.io).poll_write_vectored(cx, &slices)).await?;
-            if n == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-            let from_head = n.min(head.len());
-            head = &head[from_head..];
-            data.advance(n - from_head);
-        }
-        self.write.clear();
-        Ok(())
-    }
-
     async fn flush(&mut self) -> io::Result<()> {
-        if !self.write.is_empty() {
-            self.io.write_all(&self.write).await?;
-            self.write.clear();
-        }
-        Ok(())
+        poll_fn(|cx| self.out.poll_write(&mut self.io, cx)).await
+    }
+
+    /// The connection and what was read of it past the last head, for a
+    /// tunnel.
+    pub fn into_parts(self) -> (S, BytesMut) {
+        (self.io, self.read)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Http1<crate::server::deadline_io::DeadlineIo<S>> {
+    /// Answers a refused head and closes the connection (see
+    /// `DeadlineIo::answer_and_close`).
+    pub async fn refuse(mut self, status: StatusCode, detail: &str) {
+        let answer = crate::problem::closing_answer(status, detail, crate::problem::Layout::ByName);
+        self.io.answer_and_close(answer).await;
+    }
+
+    /// Closes the connection after its last answer, lingering.
+    pub async fn close(mut self) {
+        self.io.close_lingering().await;
     }
 }
 
 /// One step of writing a body.
 enum Step {
-    Frame(Option<Bytes>),
     Flush,
     End,
     Failed,
-}
-
-/// A socket behind bytes already read from it: reads return those first.
-/// hyper gets the connection this way (hyper-util has the same type, but
-/// keeps it to itself).
-#[derive(Debug)]
-pub struct Prefixed<S> {
-    prefix: Bytes,
-    io: S,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.prefix.is_empty() {
-            let n = this.prefix.len().min(buf.remaining());
-            buf.put_slice(&this.prefix[..n]);
-            this.prefix.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
 }

@@ -594,3 +594,100 @@ async fn b8_the_read_clocks_stop_while_a_request_is_in_flight_and_idle_restarts_
     assert!(closed_within(&mut stream, Duration::from_secs(3)).await);
     assert!(answered.elapsed() >= Duration::from_millis(250));
 }
+
+/// The peak of sluice's RSS (KiB) while `work` runs, sampled every 20 ms.
+async fn peak_rss_while<T>(
+    sluice: &SluiceProcess,
+    work: impl std::future::Future<Output = T>,
+) -> (T, u64) {
+    let mut work = std::pin::pin!(work);
+    let mut peak = sluice.memory_kib("VmRSS");
+    loop {
+        tokio::select! {
+            done = &mut work => return (done, peak.max(sluice.memory_kib("VmRSS"))),
+            () = tokio::time::sleep(Duration::from_millis(20)) => {
+                peak = peak.max(sluice.memory_kib("VmRSS"));
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_1_gib_upload_streams_through_with_rss_within_64_mib() {
+    // The body goes up as the client sends it, read only as fast as the
+    // upstream takes it: one read buffer and one frame in flight, whatever
+    // the size (docs/edge-behaviour.md, "Slow clients and deadlines").
+    const SIZE: u64 = 1 << 30;
+    let (upstream, sluice, _dir) = spawn("body_timeout = \"120s\"\n", "").await;
+    warm_up(&sluice).await;
+    let baseline = sluice.memory_kib("VmRSS");
+    let upload = async {
+        let mut stream = TcpStream::connect(sluice.addr).await.unwrap();
+        let head = format!("POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: {SIZE}\r\n\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let block = vec![b'u'; 1 << 20];
+        for _ in 0..SIZE >> 20 {
+            stream.write_all(&block).await.unwrap();
+        }
+        read_response(&mut stream, Duration::from_secs(30)).await
+    };
+    let (answer, peak) = peak_rss_while(&sluice, upload).await;
+    let answer = answer.expect("an answer to the upload");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.body, SIZE.to_string(), "the upstream got all of it");
+    assert_eq!(upstream.uploaded.load(Ordering::SeqCst), SIZE);
+    let grown = peak.saturating_sub(baseline);
+    assert!(
+        grown <= 64 * 1024,
+        "RSS {baseline} → {peak} KiB (+{grown} KiB)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_8_mib_answer_to_a_client_that_reads_slowly_stays_within_64_mib() {
+    // sluice reads the answer only as fast as the client takes it.
+    const SIZE: usize = 8 << 20;
+    let (_upstream, sluice, _dir) = spawn("", "").await;
+    warm_up(&sluice).await;
+    let baseline = sluice.memory_kib("VmRSS");
+    let download = async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(16 * 1024).unwrap();
+        let mut stream = socket.connect(sluice.addr).await.unwrap();
+        stream
+            .write_all(format!("GET /download/{SIZE} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        // 64 KiB every 10 ms: about 1.3 s for all of it.
+        let mut answer = Vec::with_capacity(SIZE + 64 * 1024);
+        let mut buffer = vec![0u8; 64 * 1024];
+        while !answer.ends_with(b"\r\n0\r\n\r\n") {
+            let n = stream.read(&mut buffer).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&buffer[..n]);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The body's data, its chunks undone.
+        let mut rest = &answer[find(&answer, b"\r\n\r\n").expect("a head") + 4..];
+        let mut received = 0usize;
+        while let Some(line) = find(rest, b"\r\n") {
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..line]).unwrap(), 16)
+                .expect("a chunk size");
+            received += size;
+            rest = &rest[(line + 2 + size + 2).min(rest.len())..];
+            if size == 0 {
+                break;
+            }
+        }
+        received
+    };
+    let (received, peak) = peak_rss_while(&sluice, download).await;
+    assert_eq!(received, SIZE);
+    let grown = peak.saturating_sub(baseline);
+    assert!(
+        grown <= 64 * 1024,
+        "RSS {baseline} → {peak} KiB (+{grown} KiB)"
+    );
+}

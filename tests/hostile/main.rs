@@ -16,6 +16,7 @@ mod hostile_framing;
 mod hostile_keys;
 mod hostile_ops;
 mod hostile_slow;
+mod http1_engine;
 mod over_tls;
 mod own_server;
 mod upstream_faults;
@@ -75,5 +76,6 @@ async fn behind(
     let upstream = RawUpstream::start(script).await;
     let config = format!("[server]\nupstream = \"http://{{upstream}}\"\n{rest}\n");
     let sluice = Sluice::start(&config, upstream.addr).await;
+    wire::serve_plain_at(sluice.addr);
     (upstream, sluice)
 }

@@ -173,6 +173,7 @@ async fn answers_on_one_connection_carry_only_their_own_fields() {
     let toml = "[server]\nupstream = \"http://{upstream}\"\n\n[[rule]]\nname = \"tight\"\n\
                 key = [\"ip\"]\nmatch = { path_prefix = \"/tight\" }\nrate = \"1/h\"\n";
     let sluice = Sluice::start(toml, upstream.addr).await;
+    wire::serve_plain_at(sluice.addr);
     let payload = concat!(
         "GET /open HTTP/1.1\r\nHost: a\r\n\r\n",
         "GET /tight HTTP/1.1\r\nHost: a\r\n\r\n",

@@ -354,7 +354,17 @@ static TLS_LISTENERS: Mutex<Vec<(SocketAddr, tokio_rustls::TlsConnector)>> = Mut
 
 /// Connections to `addr` speak TLS through `connector` from now on.
 pub fn serve_tls_at(addr: SocketAddr, connector: tokio_rustls::TlsConnector) {
+    serve_plain_at(addr);
     TLS_LISTENERS.lock().unwrap().push((addr, connector));
+}
+
+/// Connections to `addr` speak plain TCP from now on: a listener of an
+/// earlier test (over TLS) may have had its port.
+pub fn serve_plain_at(addr: SocketAddr) {
+    TLS_LISTENERS
+        .lock()
+        .unwrap()
+        .retain(|(listener, _)| *listener != addr);
 }
 
 /// A fresh connection to `addr`, over TLS when `addr` serves it.

@@ -13,11 +13,6 @@ use tokio_rustls::client::TlsStream;
 
 /// A stream to the upstream that a pooled connection can run over.
 pub trait UpstreamStream: AsyncRead + AsyncWrite + Unpin + Send + Debug + 'static {
-    /// Whether written bytes may wait inside the stream until it is flushed
-    /// (a TLS record being sealed): a request head is then flushed once
-    /// written. A constant, so the TCP path carries no branch for it.
-    const BUFFERS_WRITES: bool;
-
     /// Whether an idle connection can carry another exchange: the upstream
     /// has neither closed it nor sent anything unasked. Costs no system
     /// call while the runtime has seen nothing arrive on it.
@@ -38,8 +33,6 @@ fn ack_now(tcp: &TcpStream) {
 }
 
 impl UpstreamStream for TcpStream {
-    const BUFFERS_WRITES: bool = false;
-
     fn idle_and_open(&mut self) -> bool {
         let mut probe = [0u8; 1];
         matches!(self.try_read(&mut probe),
@@ -52,8 +45,6 @@ impl UpstreamStream for TcpStream {
 }
 
 impl UpstreamStream for TlsStream<TcpStream> {
-    const BUFFERS_WRITES: bool = true;
-
     /// Reads through TLS rather than peeking at the socket: a byte that
     /// arrived on an idle TLS connection may be a record TLS keeps to
     /// itself (a TLS 1.3 server sends session tickets after the handshake,

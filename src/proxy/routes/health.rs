@@ -12,7 +12,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::Routes;
 use crate::config::HealthCheck;
-use crate::proxy::pool::AddedFields;
+use crate::proxy::pool::{AddedFields, RequestBody, Sent};
 use crate::proxy::upstream::Server;
 
 /// Checks pool `name`'s servers every `check.interval` while `routes`
@@ -66,7 +66,11 @@ async fn check_once(server: &Server, check: &HealthCheck) -> bool {
     };
     let deadline = Instant::now() + check.timeout;
     let added = AddedFields::default();
-    match server.pool().send_plain(&request, &added, deadline).await {
+    let sent = Sent {
+        body: &mut RequestBody::None,
+        handshake: false,
+    };
+    match server.pool().send(&request, &added, sent, deadline).await {
         // The body is dropped unread: a check's connection closes.
         Ok(response) => response.status().is_success(),
         Err(_) => false,

@@ -1,20 +1,22 @@
-//! A response head as sluice's own HTTP/1.1 server writes it, framed as
-//! hyper frames it (`hyper::proto::h1::role::Server::encode`): the fields in
-//! the map's order, then `content-length` or `transfer-encoding: chunked`
-//! when the map has neither, then `date` when it has none. Always as
-//! HTTP/1.1, the version this server speaks (RFC 9110 §6.2), whatever the
-//! response says: an upstream's HTTP/1.0 answer is relayed as HTTP/1.1
-//! (`proxy/forward.rs`), its close-delimited body chunked.
-
-use std::cell::RefCell;
-use std::time::{Duration, SystemTime};
+//! A response head as sluice's HTTP/1.1 server writes it, framed as hyper
+//! frames it (`hyper::proto::h1::role::Server::encode`): the fields in the
+//! map's order, then `content-length` or `transfer-encoding: chunked` when
+//! the map has neither, then `connection` when the connection closes (or
+//! is kept for an HTTP/1.0 client that asked), then `date` when the map has
+//! none. Always as HTTP/1.1, the version this server speaks (RFC 9110 §2.5,
+//! §6.2), whatever the response says: an upstream's HTTP/1.0 answer is
+//! relayed as HTTP/1.1 (`proxy/forward.rs`), its close-delimited body
+//! chunked; an HTTP/1.0 client gets a length or a close, never chunks
+//! (RFC 9112 §6.3, and nginx's answer to such a client).
 
 use http::header;
-use http::{Response, StatusCode};
+use http::{Response, StatusCode, Version};
 use hyper::body::SizeHint;
 
-pub use crate::proxy::pool::Framing;
-use crate::proxy::pool::{connection_options, parse_length};
+use super::head::RequestHead;
+use crate::http1::date;
+pub use crate::http1::framing::Framing;
+use crate::http1::framing::{lists_option, parse_length};
 use crate::proxy::respond::OwnFields;
 
 /// The head written, and what the connection does after the body.
@@ -25,90 +27,118 @@ pub struct Written {
     pub close: bool,
 }
 
-/// Writes the head of `response` (to a `GET`) into `out`: the map's fields
-/// but those `own` replaces, then `own`'s. `empty`: the body has already
-/// ended; `hint`: its size hint.
+/// Writes the head of `response` to the request `request` describes into
+/// `out`: the map's fields but those `own` replaces, then `own`'s.
+/// `empty`: the body has already ended; `hint`: its size hint; `kept`: the
+/// connection may go on after it as far as the request's body goes (a
+/// `HEAD`'s answer says what a `GET`'s would, and no body follows).
 pub fn head<B>(
     out: &mut Vec<u8>,
     response: &Response<B>,
     own: &OwnFields,
     empty: bool,
     hint: SizeHint,
+    request: &RequestHead,
+    kept: bool,
 ) -> Written {
     let status = response.status();
+    let switched = status == StatusCode::SWITCHING_PROTOCOLS;
     status_line(out, status);
     let has_body = !(status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED);
-    let headers = response.headers();
-    let mut close = false;
+    let mut close = !(request.keep_alive && kept);
     let mut declared = None;
     let mut dated = false;
-    for (name, value) in headers {
+    for (name, value) in response.headers() {
         // Framing is decided below, from the body.
         if name == header::TRANSFER_ENCODING || own.replaces(name) {
             continue;
         }
         if name == header::CONTENT_LENGTH {
             // An ended body's length is 0, whatever the map says (a 204's
-            // or 304's upstream length is not passed on); one line only.
-            if empty || declared.is_some() {
+            // or 304's upstream length is not passed on), but for a
+            // `HEAD`'s, which says the `GET`'s; one line only.
+            if !has_body || (empty && !request.head_method) || declared.is_some() {
                 continue;
             }
             declared = Some(parse_length(value.as_bytes()));
-        } else if name == header::CONNECTION {
-            close |= connection_options(value).any(|option| option.eq_ignore_ascii_case(b"close"));
+        } else if name == header::CONNECTION && !switched {
+            // Sluice's own (`close` while draining): written below. A
+            // `101`'s (`upgrade`) is the tunnel's, and goes as it is.
+            close |= lists_option(value, b"close");
+            continue;
         } else if name == header::DATE {
             dated = true;
         }
         field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     own.write_to(out);
+    // Only the close can frame a body of unknown length to an HTTP/1.0
+    // client (no chunks), or one whose declared length is not a number.
+    let sized = hint.exact().is_some();
+    let until_close = has_body
+        && !request.head_method
+        && !empty
+        && match declared {
+            Some(length) => length.is_none(),
+            None => !sized && request.version == Version::HTTP_10,
+        };
+    close |= until_close;
+    // `connection` before the length, as hyper writes it (it puts its own
+    // into the map, whose fields precede the length it adds).
+    if switched {
+        // The connection goes on as a tunnel.
+    } else if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if request.version == Version::HTTP_10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
     let framing = if !has_body {
+        Framing::Empty
+    } else if request.head_method {
+        // The `GET`'s length, when known; no body either way.
+        if let (Some(length), false, None) = (hint.exact(), empty, declared) {
+            length_field(out, length);
+        }
         Framing::Empty
     } else if empty {
         out.extend_from_slice(b"content-length: 0\r\n");
         Framing::Empty
+    } else if until_close {
+        Framing::UntilClose
+    } else if let Some(Some(length)) = declared {
+        Framing::of_length(length)
+    } else if let Some(length) = hint.exact() {
+        length_field(out, length);
+        Framing::of_length(length)
     } else {
-        match declared {
-            Some(Some(0)) => Framing::Empty,
-            Some(Some(length)) => Framing::Length(length),
-            // A length that is not one: no way to frame the body.
-            Some(None) => Framing::UntilClose,
-            None => match hint.exact() {
-                Some(length) => {
-                    out.extend_from_slice(b"content-length: ");
-                    out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
-                    out.extend_from_slice(b"\r\n");
-                    if length == 0 {
-                        Framing::Empty
-                    } else {
-                        Framing::Length(length)
-                    }
-                }
-                None => {
-                    out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-                    Framing::Chunked
-                }
-            },
-        }
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        Framing::Chunked
     };
     if !dated {
-        out.extend_from_slice(b"date: ");
-        date(out);
-        out.extend_from_slice(b"\r\n");
+        date::write_field(out);
     }
     out.extend_from_slice(b"\r\n");
-    Written {
-        framing,
-        close: close || framing == Framing::UntilClose,
-    }
+    Written { framing, close }
+}
+
+#[inline(always)]
+fn length_field(out: &mut Vec<u8>, length: u64) {
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+    out.extend_from_slice(b"\r\n");
 }
 
 /// The status line, with the status's canonical reason.
 fn status_line(out: &mut Vec<u8>, status: StatusCode) {
+    // The two sluice answers most: in one piece.
     if status == StatusCode::OK {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        return;
+    }
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        out.extend_from_slice(b"HTTP/1.1 429 Too Many Requests\r\n");
         return;
     }
     out.extend_from_slice(b"HTTP/1.1 ");
@@ -125,66 +155,36 @@ fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// The chunk-size line of a chunk of `length` bytes.
-pub fn chunk_size(out: &mut Vec<u8>, length: usize) {
-    let digits = format_hex(length);
-    out.extend_from_slice(&digits.0[digits.1..]);
-    out.extend_from_slice(b"\r\n");
-}
-
-fn format_hex(mut value: usize) -> ([u8; 16], usize) {
-    let mut digits = [0u8; 16];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b"0123456789ABCDEF"[value & 0xf];
-        value >>= 4;
-        if value == 0 {
-            return (digits, start);
-        }
-    }
-}
-
-/// Length of an IMF-fixdate (`Tue, 24 Nov 2026 01:30:00 GMT`).
-const DATE_LENGTH: usize = 29;
-
-thread_local! {
-    /// The `date` value of the current second, formatted once per second
-    /// per worker thread, as hyper does.
-    static DATE: RefCell<(u64, [u8; DATE_LENGTH])> = const { RefCell::new((u64::MAX, [0; DATE_LENGTH])) };
-}
-
-fn date(out: &mut Vec<u8>) {
-    let now = SystemTime::now();
-    let second = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_secs();
-    DATE.with(|cached| {
-        let mut cached = cached.borrow_mut();
-        if cached.0 != second {
-            let text = httpdate::fmt_http_date(now);
-            if text.len() == DATE_LENGTH {
-                cached.1.copy_from_slice(text.as_bytes());
-                cached.0 = second;
-            } else {
-                // Years past 9999: not cached, written as they are.
-                out.extend_from_slice(text.as_bytes());
-                return;
-            }
-        }
-        out.extend_from_slice(&cached.1);
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use http::{HeaderValue, Response};
 
+    /// A kept-alive HTTP/1.1 `GET`'s head.
+    fn kept_1_1() -> RequestHead {
+        RequestHead::default()
+    }
+
     fn encoded(response: Response<()>, empty: bool, hint: SizeHint) -> (String, Written) {
+        encoded_for(response, empty, hint, kept_1_1())
+    }
+
+    fn encoded_for(
+        response: Response<()>,
+        empty: bool,
+        hint: SizeHint,
+        request: RequestHead,
+    ) -> (String, Written) {
         let mut out = Vec::new();
-        let written = head(&mut out, &response, &OwnFields::default(), empty, hint);
+        let written = head(
+            &mut out,
+            &response,
+            &OwnFields::default(),
+            empty,
+            hint,
+            &request,
+            true,
+        );
         (String::from_utf8(out).unwrap(), written)
     }
 
@@ -193,6 +193,17 @@ mod tests {
             .filter(|line| !line.starts_with("date: "))
             .map(|line| format!("{line}\r\n"))
             .collect()
+    }
+
+    #[test]
+    fn every_status_line_carries_the_canonical_reason() {
+        for code in [200, 201, 204, 404, 429, 502, 599] {
+            let status = StatusCode::from_u16(code).unwrap();
+            let mut out = Vec::new();
+            status_line(&mut out, status);
+            let reason = status.canonical_reason().unwrap_or("<none>");
+            assert_eq!(out, format!("HTTP/1.1 {code} {reason}\r\n").as_bytes());
+        }
     }
 
     #[test]
@@ -258,7 +269,15 @@ mod tests {
         let mut own = OwnFields::default();
         own.push_number(crate::proxy::respond::OwnName::XRateLimitRemaining, 7);
         let mut out = Vec::new();
-        head(&mut out, &response, &own, true, SizeHint::with_exact(0));
+        head(
+            &mut out,
+            &response,
+            &own,
+            true,
+            SizeHint::with_exact(0),
+            &kept_1_1(),
+            true,
+        );
         assert_eq!(
             without_date(&String::from_utf8(out).unwrap()),
             "HTTP/1.1 200 OK\r\nserver: up\r\nx-ratelimit-remaining: 7\r\ncontent-length: 0\r\n\r\n"
@@ -305,7 +324,10 @@ mod tests {
             .header("connection", "Keep-Alive, Close")
             .body(())
             .unwrap();
-        assert!(encoded(response, true, SizeHint::with_exact(0)).1.close);
+        let (text, written) = encoded(response, true, SizeHint::with_exact(0));
+        assert!(written.close);
+        assert_eq!(text.matches("connection: ").count(), 1, "{text}");
+        assert!(text.contains("connection: close\r\n"), "{text}");
         // This server speaks HTTP/1.1: a body of unknown length is chunked.
         let response = Response::builder()
             .version(http::Version::HTTP_10)
@@ -318,17 +340,56 @@ mod tests {
         assert!(!written.close);
     }
 
+    /// RFC 9112 §6.3 and §9.3: an HTTP/1.0 client gets a length or the
+    /// close, never chunks, and hears which (nginx answers so).
     #[test]
-    fn chunk_sizes_are_hex() {
-        for (length, line) in [
-            (0, "0\r\n"),
-            (10, "A\r\n"),
-            (4096, "1000\r\n"),
-            (255, "FF\r\n"),
-        ] {
-            let mut out = Vec::new();
-            chunk_size(&mut out, length);
-            assert_eq!(out, line.as_bytes());
-        }
+    fn an_http_1_0_client_gets_a_length_or_a_close_in_an_http_1_1_status_line() {
+        let kept = RequestHead {
+            version: Version::HTTP_10,
+            ..kept_1_1()
+        };
+        let (text, written) = encoded_for(Response::new(()), false, SizeHint::new(), kept);
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+        assert!(!text.contains("chunked"), "{text}");
+        assert!(text.contains("connection: close\r\n"), "{text}");
+        assert_eq!(written.framing, Framing::UntilClose);
+        assert!(written.close);
+        let (text, written) = encoded_for(Response::new(()), false, SizeHint::with_exact(2), kept);
+        assert!(
+            text.contains("connection: keep-alive\r\ncontent-length: 2\r\n"),
+            "{text}"
+        );
+        assert!(!written.close);
+        let once = RequestHead {
+            keep_alive: false,
+            ..kept
+        };
+        let (text, written) = encoded_for(Response::new(()), false, SizeHint::with_exact(2), once);
+        assert!(text.contains("connection: close\r\n"), "{text}");
+        assert!(written.close);
+    }
+
+    #[test]
+    fn a_head_answer_keeps_the_get_s_length_and_has_no_body() {
+        let head_request = RequestHead {
+            head_method: true,
+            ..kept_1_1()
+        };
+        let response = Response::builder()
+            .header("content-length", "1000")
+            .body(())
+            .unwrap();
+        let (text, written) = encoded_for(response, true, SizeHint::with_exact(0), head_request);
+        assert!(text.contains("content-length: 1000\r\n"), "{text}");
+        assert_eq!(written.framing, Framing::Empty);
+        // A body sluice wrote: its length, not the body.
+        let (text, written) = encoded_for(
+            Response::new(()),
+            false,
+            SizeHint::with_exact(17),
+            head_request,
+        );
+        assert!(text.contains("content-length: 17\r\n"), "{text}");
+        assert_eq!(written.framing, Framing::Empty);
     }
 }

@@ -1,52 +1,51 @@
-//! The plain exchange: a `GET` or `HEAD` without a body and without an
-//! upgrade, which is nearly every request an API proxy forwards, written and
-//! read by sluice itself on a connection of its own.
+//! An exchange with an upstream over HTTP/1.1, written and read by sluice
+//! itself on a connection of its own: the request's head (and a body held
+//! whole, in the same write) goes out, then the answer's head is read,
+//! while a streamed body goes on up (`upload.rs`). The answer's body is
+//! read by `answer.rs`, from the same connection.
 //!
-//! hyper's client runs each connection as a task of its own and hands every
-//! exchange to it through a channel and a oneshot; that hop and hyper's
-//! generic dispatch were about a third of the instructions of a forwarded
-//! request when this was written (docs/benchmarks-history.md). Here the request's own task writes the head and
-//! reads the response head, and the body ([`super::plain_body::PlainBody`])
-//! reads the rest from the same socket. Requests with a body and WebSocket
-//! handshakes still go through hyper.
+//! The request's own task does all of it — no task per connection, no
+//! channel to one: hyper's client ran each connection as a task and handed
+//! every exchange to it through a channel and a oneshot, about a third of
+//! the instructions of a forwarded request (docs/benchmarks-history.md).
 //!
-//! The response is read as hyper's client reads it (RFC 9112 §6.3):
-//! informational answers are skipped, `101` is a failure (nothing asked to
-//! switch), `HEAD` answers and `204`/`304` have no body, `Transfer-Encoding:
-//! chunked` frames the body (not allowed on HTTP/1.0), otherwise a valid
-//! `Content-Length` does (several values must agree), otherwise the body
-//! runs until the connection closes. At most [`MAX_HEADERS`] fields and
-//! [`MAX_HEAD_BYTES`] of head, as hyper's defaults.
+//! The answer is read as RFC 9112 §6.3 says, and as hyper's client reads
+//! it (hyper is the oracle of `proxy/upstream_differential.rs`):
+//! informational answers are skipped (a `100 Continue` included), `101` is
+//! a tunnel when the request was a WebSocket handshake and a failure
+//! otherwise, `HEAD` answers and `204`/`304` have no body,
+//! `Transfer-Encoding: chunked` frames the body (not allowed on HTTP/1.0),
+//! otherwise a valid `Content-Length` does (several values must agree),
+//! otherwise the body runs until the connection closes. At most
+//! [`MAX_HEADERS`] fields and [`MAX_HEAD_BYTES`] of head, as hyper's
+//! defaults.
 //!
-//! Where a proxy must do more than hyper's client, it does it here for
-//! free while the head is read, and `Pool::send` and
-//! `forward::prepare_response` do the same for hyper's answers (docs/edge-behaviour.md, "Reading the upstream's answer"): a
-//! `Transfer-Encoding` other than exactly `chunked` is refused (sluice never
-//! offers another coding, and cannot pass one on), several agreeing
-//! `Content-Length` values are relayed as one, and the answer is relayed as
-//! HTTP/1.1 whatever version the upstream spoke (RFC 9110 §6.2).
+//! Where a proxy must do more than hyper's client, it does it here while
+//! the head is read (docs/edge-behaviour.md, "Reading the upstream's
+//! answer"): a `Transfer-Encoding` other than exactly `chunked` is refused
+//! (sluice never offers another coding, and cannot pass one on), several
+//! agreeing `Content-Length` values are relayed as one, and the answer is
+//! relayed as HTTP/1.1 whatever version the upstream spoke (RFC 9110 §6.2).
 
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
-use hyper::body::Body;
 use smallvec::SmallVec;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use super::chunked::Chunked;
 use super::stream::UpstreamStream;
-// The same limits as the pool's hyper connections.
-use super::{too_old, AddedFields, MAX_IDLE};
-use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::proxy::fields;
+use super::upload::{RequestBody, Upload, UploadError};
+use super::AddedFields;
+use crate::http1::chunked::Chunked;
+pub use crate::http1::framing::Framing;
+use crate::http1::framing::{connection_options, only_persistence_options, parse_length};
+use crate::http1::outflow::{Outflow, COPY_BELOW};
+use crate::http1::transport::Transport;
 use crate::timer::LazyTimer;
 
 /// Fields in a response head, at most (hyper's default).
@@ -68,12 +67,15 @@ pub struct Conn<S> {
     /// rather than in the body, so that the body (moved with every
     /// response) stays as small as its connection's box.
     pub(super) chunked: Chunked,
-    /// The request head is written here; kept for the connection's next
-    /// exchange.
-    write: Vec<u8>,
+    /// What is written: the request's head and body; kept for the
+    /// connection's next exchange.
+    pub(super) out: Outflow,
     /// `upstream_timeout`'s clock, kept armed between exchanges rather than
     /// registered and removed per exchange (see `timer.rs`).
     answer_timer: LazyTimer,
+    /// A streamed request body still going up once the answer's head came:
+    /// the answer's body sends the rest.
+    pub(super) upload: Option<Upload>,
 }
 
 impl<S: UpstreamStream> Conn<S> {
@@ -85,24 +87,11 @@ impl<S: UpstreamStream> Conn<S> {
             stream,
             read: BytesMut::with_capacity(INITIAL_BUFFER),
             chunked: Chunked::new(),
-            write: Vec::with_capacity(512),
+            out: Outflow::default(),
             answer_timer: LazyTimer::new(),
+            upload: None,
         })
     }
-}
-
-/// How a response body is delimited: the upstream's, as read here, and
-/// the client's, as sluice's own server writes it (`server/http1.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// No body.
-    Empty,
-    /// Exactly this many bytes (more than zero).
-    Length(u64),
-    /// Chunked transfer coding.
-    Chunked,
-    /// Until the sender closes the connection.
-    UntilClose,
 }
 
 /// A response head as read, and what follows it.
@@ -114,6 +103,8 @@ pub struct Head {
     /// been read (the upstream did not ask to close it, and the body's end
     /// does not depend on a close).
     pub keep_alive: bool,
+    /// A `101` to a WebSocket handshake: the connection is a tunnel now.
+    pub switched: bool,
 }
 
 /// Why an exchange failed.
@@ -127,35 +118,47 @@ pub enum Failed {
     Broken,
     /// No response head by the deadline.
     TimedOut,
+    /// The client's body failed on its way up (cut off, malformed, over
+    /// its limits): the upstream saw a request without its end.
+    ClientBody,
 }
 
-/// Whether `request` (already prepared for the upstream) is a plain
-/// exchange: `GET` or `HEAD`, no body, no upgrade. (`Transfer-Encoding`
-/// needs no look: preparing the request strips it as hop-by-hop, and a
-/// chunked body is never at its end before it is read.)
-pub fn is_plain<B: Body>(request: &Request<B>) -> bool {
-    (request.method() == Method::GET || request.method() == Method::HEAD)
-        && request.body().is_end_stream()
-        && !fields::has(request.headers(), &header::UPGRADE)
+/// What an exchange sends besides the request's head.
+#[derive(Debug)]
+pub struct Sent<'r> {
+    /// The request's body.
+    pub body: &'r mut RequestBody,
+    /// The request is a WebSocket handshake: a `101` is its answer.
+    pub handshake: bool,
 }
 
-/// Writes `request`'s head, with the `added` fields, on `conn` and reads
-/// the response head, by `deadline`.
+/// Writes `request`'s head (with the `added` fields) and what `sent`
+/// holds of its body on `conn`, and reads the response head, by
+/// `deadline`. A streamed body is moved into the connection (and back
+/// into `sent` when the exchange failed before any of it was taken).
 pub fn exchange<'c, S: UpstreamStream, B>(
     conn: &'c mut Conn<S>,
     request: &'c Request<B>,
     added: &'c AddedFields,
+    sent: Sent<'c>,
     deadline: Instant,
 ) -> Exchange<'c, impl Future<Output = Result<Head, Failed>> + 'c> {
     let Conn {
         stream,
         read,
-        write,
+        out,
         answer_timer,
+        upload,
         ..
     } = conn;
+    let wire = Wire {
+        stream,
+        read,
+        out,
+        upload,
+    };
     Exchange {
-        exchange: write_and_read(stream, read, write, request, added),
+        exchange: write_and_read(wire, request, added, sent),
         timer: answer_timer,
         deadline,
     }
@@ -191,40 +194,135 @@ impl<F: Future<Output = Result<Head, Failed>>> Future for Exchange<'_, F> {
     }
 }
 
+/// The parts of a connection an exchange uses (its timer is the
+/// [`Exchange`]'s).
+struct Wire<'c, S> {
+    stream: &'c mut S,
+    read: &'c mut BytesMut,
+    out: &'c mut Outflow,
+    upload: &'c mut Option<Upload>,
+}
+
 async fn write_and_read<S: UpstreamStream, B>(
-    stream: &mut S,
-    read: &mut BytesMut,
-    write: &mut Vec<u8>,
+    wire: Wire<'_, S>,
     request: &Request<B>,
     added: &AddedFields,
+    sent: Sent<'_>,
 ) -> Result<Head, Failed> {
-    write.clear();
-    write_head(write, request, added);
-    if stream.write_all(write).await.is_err() {
-        return Err(Failed::NothingBack);
-    }
-    if S::BUFFERS_WRITES && stream.flush().await.is_err() {
-        return Err(Failed::NothingBack);
+    let Wire {
+        stream,
+        read,
+        out,
+        upload,
+    } = wire;
+    let framing = sent.body.framing();
+    write_head(out.head(), request, added, framing);
+    match sent.body {
+        RequestBody::None => {}
+        RequestBody::Whole(bytes) => {
+            // Behind the head, in the same write: copied when short.
+            if bytes.len() < COPY_BELOW {
+                out.extend(bytes);
+            } else {
+                let mut length = crate::http1::outflow::BodyOut::Length(bytes.len() as u64);
+                let _ = out.push(&mut length, bytes.clone());
+            }
+        }
+        RequestBody::Streamed(_) => {
+            if let Some(body) = sent.body.take_streamed() {
+                *upload = Some(Upload::new(body, framing));
+            }
+        }
+        // Never sent by an exchange: `send_on` retries only what is held.
+        RequestBody::Taken => return Err(Failed::Broken),
     }
     let head_request = request.method() == Method::HEAD;
+    let handshake = sent.handshake;
+    if upload.is_none() {
+        if poll_fn(|cx| out.poll_write(stream, cx)).await.is_err() {
+            return Err(Failed::NothingBack);
+        }
+        let mut received = false;
+        return poll_fn(|cx| poll_head(stream, read, &mut received, head_request, handshake, cx))
+            .await;
+    }
+    // A streamed body: it goes up while the answer is awaited.
     let mut received = false;
-    loop {
-        if let Some(head) = parse_head(read, head_request)? {
-            if body_to_wait_for(&head.framing, read) {
-                // Most answers come whole in one read; one whose body did
-                // not may be held back by Nagle until the head is acked.
-                stream.ack_now();
+    let mut abandoned = false;
+    let answered = poll_fn(|cx| {
+        if let Some(going) = upload.as_mut() {
+            match going.poll(out, stream, cx) {
+                Poll::Ready(Ok(())) => *upload = None,
+                Poll::Ready(Err(UploadError::Upstream)) => {
+                    // It takes no more: its answer (if any) is still read,
+                    // and the connection is not reused.
+                    *upload = None;
+                    abandoned = true;
+                }
+                Poll::Ready(Err(UploadError::Client)) => {
+                    return Poll::Ready(Err(Failed::ClientBody))
+                }
+                Poll::Pending => {}
             }
-            return Ok(head);
+        }
+        poll_head(stream, read, &mut received, head_request, handshake, cx)
+    })
+    .await;
+    match answered {
+        Ok(mut head) => {
+            // An upstream that answers before it read the whole body and
+            // closes the connection after its answer reads no more of it.
+            if upload.is_some() && !head.keep_alive {
+                *upload = None;
+            }
+            head.keep_alive &= !abandoned;
+            Ok(head)
+        }
+        // Nothing of the body was taken: another attempt may send it.
+        Err(Failed::NothingBack | Failed::Broken) => {
+            if let Some(unsent) = upload.take().filter(Upload::untouched) {
+                *sent.body = RequestBody::Streamed(unsent.into_body());
+            }
+            answered
+        }
+        failed => failed,
+    }
+}
+
+/// Reads until `read` holds the answer's head; `received`: some of it
+/// arrived already.
+fn poll_head<S: UpstreamStream>(
+    stream: &mut S,
+    read: &mut BytesMut,
+    received: &mut bool,
+    head_request: bool,
+    handshake: bool,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Head, Failed>> {
+    loop {
+        // Nothing to parse before the first read (a poll after a wake-up
+        // starts here again).
+        if !read.is_empty() {
+            if let Some(head) = parse_head(read, head_request, handshake)? {
+                if body_to_wait_for(&head.framing, read) {
+                    // Most answers come whole in one read; one whose body
+                    // did not may be held back by Nagle until the head is
+                    // acked.
+                    stream.ack_now();
+                }
+                return Poll::Ready(Ok(head));
+            }
         }
         if read.len() >= MAX_HEAD_BYTES {
-            return Err(Failed::Broken);
+            return Poll::Ready(Err(Failed::Broken));
         }
-        read.reserve(INITIAL_BUFFER);
-        match stream.read_buf(read).await {
-            Ok(0) | Err(_) if !received => return Err(Failed::NothingBack),
-            Ok(0) | Err(_) => return Err(Failed::Broken),
-            Ok(_) => received = true,
+        if read.capacity() - read.len() < INITIAL_BUFFER {
+            read.reserve(INITIAL_BUFFER);
+        }
+        match ready!(stream.poll_fill(cx, read)) {
+            Ok(0) | Err(_) if !*received => return Poll::Ready(Err(Failed::NothingBack)),
+            Ok(0) | Err(_) => return Poll::Ready(Err(Failed::Broken)),
+            Ok(_) => *received = true,
         }
     }
 }
@@ -239,30 +337,53 @@ fn body_to_wait_for(framing: &Framing, read: &BytesMut) -> bool {
     }
 }
 
-/// The request line and fields as hyper's client writes them for a request
-/// without a body (lower-case names, nothing of hyper's own added), then
-/// the `added` fields.
-fn write_head<B>(out: &mut Vec<u8>, request: &Request<B>, added: &AddedFields) {
+/// The request line and fields as hyper's client writes them (lower-case
+/// names, in the map's order), then the `added` fields, then the body's
+/// framing as sluice frames it: the client's `Content-Length` and
+/// `Transfer-Encoding` never go on, nor its `Expect` (sluice answered it:
+/// docs/edge-behaviour.md, "Request framing").
+fn write_head<B>(out: &mut Vec<u8>, request: &Request<B>, added: &AddedFields, framing: Framing) {
     out.extend_from_slice(request.method().as_str().as_bytes());
     out.push(b' ');
     let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in request
-        .headers()
-        .iter()
-        .chain(added.fields.iter().map(|(n, v)| (n, v)))
-    {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+    let mut declared = false;
+    for (name, value) in request.headers() {
+        if *name == header::CONTENT_LENGTH {
+            declared = true;
+            continue;
+        }
+        if *name == header::TRANSFER_ENCODING || *name == header::EXPECT {
+            continue;
+        }
+        field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    for (name, value) in &added.fields {
+        field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     if let Some(id) = &added.request_id {
-        out.extend_from_slice(b"x-request-id: ");
-        out.extend_from_slice(id.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        field(out, b"x-request-id", id.as_bytes());
     }
+    match framing {
+        // A declared zero (what a client sends with an empty POST) is kept.
+        Framing::Empty if declared => out.extend_from_slice(b"content-length: 0\r\n"),
+        Framing::Empty | Framing::UntilClose => {}
+        Framing::Length(length) => {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+#[inline(always)]
+fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -272,7 +393,13 @@ const ADDED_FIELDS: usize = 6;
 
 /// Parses a final response head from the front of `read`, consuming it
 /// (and any informational heads before it). `None`: not complete yet.
-fn parse_head(read: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Failed> {
+/// `handshake`: a `101` is the answer (the request was a WebSocket
+/// handshake), not a failure.
+fn parse_head(
+    read: &mut BytesMut,
+    head_request: bool,
+    handshake: bool,
+) -> Result<Option<Head>, Failed> {
     loop {
         // Each field as offsets into the head (name start and end, value
         // start and end), so that its value can share the head's buffer once
@@ -309,6 +436,7 @@ fn parse_head(read: &mut BytesMut, head_request: bool) -> Result<Option<Head>, F
             (len, parsed.code.unwrap_or(0), version)
         };
         match code {
+            101 if handshake => {}
             // Nothing asked to switch protocols.
             101 => return Err(Failed::Broken),
             100..=199 => {
@@ -321,9 +449,11 @@ fn parse_head(read: &mut BytesMut, head_request: bool) -> Result<Option<Head>, F
         let head = read.split_to(len).freeze();
         let mut framing_fields = FramingFields::default();
         let mut headers = head_fields(&head, &fields, &mut framing_fields)?;
-        let no_body = head_request || matches!(code, 204 | 304);
+        let switched = code == 101;
+        let no_body = head_request || switched || matches!(code, 204 | 304);
         let framing = framing_fields.framing(version, no_body)?;
-        let keep_alive = framing != Framing::UntilClose && framing_fields.keeps_alive(version);
+        let keep_alive =
+            !switched && framing != Framing::UntilClose && framing_fields.keeps_alive(version);
         if framing_fields.listed_length && !framing_fields.bad_length {
             if let Some(length) = framing_fields.content_length {
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
@@ -338,6 +468,7 @@ fn parse_head(read: &mut BytesMut, head_request: bool) -> Result<Option<Head>, F
             response,
             framing,
             keep_alive,
+            switched,
         }));
     }
 }
@@ -476,41 +607,6 @@ impl FramingFields {
     }
 }
 
-/// Whether a `Connection` value lists nothing but `keep-alive` and `close`
-/// (`Keep-Alive`, the one field these could name besides a `Close` field, is
-/// hop-by-hop anyway).
-pub fn only_persistence_options(value: &HeaderValue) -> bool {
-    // The value nearly every client and upstream sends, checked whole
-    // first: splitting it costs several times more.
-    let whole = value.as_bytes();
-    if whole.eq_ignore_ascii_case(b"keep-alive") || whole.eq_ignore_ascii_case(b"close") {
-        return true;
-    }
-    connection_options(value).all(|option| {
-        option.is_empty()
-            || option.eq_ignore_ascii_case(b"keep-alive")
-            || option.eq_ignore_ascii_case(b"close")
-    })
-}
-
-/// The options a `Connection` value lists, trimmed.
-pub fn connection_options(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
-    value
-        .as_bytes()
-        .split(|&b| b == b',')
-        .map(<[u8]>::trim_ascii)
-}
-
-/// Whether a `Connection` field is not all visible ASCII: hyper's client
-/// reads no option in it (neither `close` nor `keep-alive`), the plain
-/// exchange would read them from the bytes; both close the connection.
-pub fn unreadable_connection(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .any(|value| value.to_str().is_err())
-}
-
 /// Makes several `Content-Length` values that agree (a list, or several
 /// fields) one field with one value, as the plain exchange relays them
 /// (RFC 9110 §8.6); anything else is left as it is.
@@ -534,117 +630,9 @@ pub fn one_content_length(headers: &mut HeaderMap) {
     }
 }
 
-/// A `Content-Length` value: digits only, no sign, no overflow.
-pub fn parse_length(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |n, &b| {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
-    })
-}
-
-/// How often idle connections are looked over, so that those the upstream
-/// closed (or that grew too old) give their descriptors back even while no
-/// request comes to take them.
-const SWEEP_EVERY: Duration = Duration::from_secs(10);
-
-/// The idle plain connections of one upstream.
-#[derive(Debug)]
-pub struct IdleConns<S> {
-    /// Most recently returned last: the warmest is reused first. One short
-    /// lock at checkout and one at return, never held across an await.
-    idle: Mutex<Vec<(Box<Conn<S>>, Nanos)>>,
-    /// Dates them.
-    clock: ProxyClock,
-}
-
-impl<S: UpstreamStream> IdleConns<S> {
-    /// An empty idle list, swept every [`SWEEP_EVERY`] while it lives (when
-    /// made inside a tokio runtime).
-    pub fn new(clock: ProxyClock) -> Arc<IdleConns<S>> {
-        let idle = Arc::new(IdleConns {
-            idle: Mutex::default(),
-            clock,
-        });
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let weak = Arc::downgrade(&idle);
-            runtime.spawn(async move {
-                let mut ticks = tokio::time::interval(SWEEP_EVERY);
-                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                ticks.tick().await;
-                loop {
-                    ticks.tick().await;
-                    match weak.upgrade() {
-                        Some(idle) => idle.sweep(),
-                        None => return,
-                    }
-                }
-            });
-        }
-        idle
-    }
-
-    /// An idle connection still open, if there is one.
-    pub fn checkout(&self) -> Option<Box<Conn<S>>> {
-        loop {
-            let (mut conn, since) = self.lock().pop()?;
-            if reusable(&mut conn, since, self.clock.now()) {
-                return Some(conn);
-            }
-        }
-    }
-
-    /// Keeps `conn` for a later exchange. Its last response must have been
-    /// read to the end with nothing after it.
-    pub fn put_back(&self, conn: Box<Conn<S>>) {
-        let mut idle = self.lock();
-        if idle.len() < MAX_IDLE {
-            idle.push((conn, self.clock.now()));
-        }
-    }
-
-    /// Closes the idle connections the upstream closed, and those too old.
-    pub fn sweep(&self) {
-        let now = self.clock.now();
-        self.lock()
-            .retain_mut(|(conn, since)| reusable(conn, *since, now));
-    }
-
-    /// Closes every idle connection (new authorities for an https
-    /// upstream: the next exchanges go over connections verified by them).
-    pub fn clear(&self) {
-        self.lock().clear();
-    }
-
-    /// Idle connections kept.
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Box<Conn<S>>, Nanos)>> {
-        // The vector is consistent after any panic (push/pop/retain only).
-        self.idle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// Whether an idle connection, idle since `since`, may carry an exchange
-/// at `now`.
-fn reusable<S: UpstreamStream>(conn: &mut Conn<S>, since: Nanos, now: Nanos) -> bool {
-    !too_old(since, now) && conn.stream.idle_and_open()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    use tokio::net::{TcpListener, TcpStream};
 
     #[test]
     fn a_body_still_to_come_is_one_the_buffer_does_not_hold_whole() {
@@ -658,9 +646,10 @@ mod tests {
         assert!(!body_to_wait_for(&Framing::Chunked, &held));
         assert!(body_to_wait_for(&Framing::UntilClose, &empty));
     }
+
     fn parsed(head: &str) -> Head {
         let mut read = BytesMut::from(head);
-        parse_head(&mut read, false).unwrap().unwrap()
+        parse_head(&mut read, false, false).unwrap().unwrap()
     }
 
     #[test]
@@ -685,37 +674,5 @@ mod tests {
             let head = parsed(head);
             assert_eq!(head.response.headers()[header::CONNECTION], "close");
         }
-    }
-
-    /// Real loopback connections: the upstream closes one of two idle
-    /// connections, and a sweep closes that one and keeps the other.
-    #[tokio::test]
-    async fn a_sweep_drops_the_idle_connections_the_upstream_closed() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let idle = IdleConns::new(ProxyClock::default());
-        let closed = TcpStream::connect(address).await.unwrap();
-        let (upstream_side, _) = listener.accept().await.unwrap();
-        let open = TcpStream::connect(address).await.unwrap();
-        let (_kept, _) = listener.accept().await.unwrap();
-        idle.put_back(Conn::new(closed));
-        idle.put_back(Conn::new(open));
-        assert_eq!(idle.len(), 2);
-
-        drop(upstream_side);
-        // The close reaches the runtime's reactor within a few turns.
-        let mut swept = false;
-        for _ in 0..100 {
-            idle.sweep();
-            if idle.len() == 1 {
-                swept = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert!(swept, "the closed connection was kept");
-        // The one left is the open one, and it is handed out.
-        assert!(idle.checkout().is_some());
-        assert!(idle.checkout().is_none());
     }
 }

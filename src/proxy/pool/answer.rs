@@ -1,37 +1,45 @@
-//! The body of a plain exchange's response, read from its connection as the
+//! The body of an upstream's answer, read from its connection as the
 //! client's side asks for it, and the connection handed back to the idle
-//! list once the body ended exactly where its framing said.
+//! list once the body ended exactly where its framing said (and the
+//! request's body, if it was still going up, went up whole).
 //!
 //! Data is passed on in the pieces the socket gave (no copy: each frame
 //! shares the read buffer). A chunked body is decoded as hyper's client
-//! decodes it (`chunked.rs`; chunk extensions and trailer fields are
-//! dropped, as nginx drops them). A body that ends early,
-//! or whose chunk framing is invalid, ends in an error, so the client's
-//! connection is cut rather than given a short body that looks complete; a
-//! connection is reused only when nothing followed the body.
+//! decodes it (`http1/chunked.rs`; chunk extensions are dropped, trailer
+//! fields passed on as a frame). A body that ends early, or whose chunk
+//! framing is invalid, ends in an error, so the client's connection is cut
+//! rather than given a short body that looks complete; a connection is
+//! reused only when nothing followed the body.
+//!
+//! While the answer streams, the rest of a request body that was still
+//! going up when the head came is sent on (`upload.rs`): an upstream may
+//! answer before it read the whole request.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use hyper::body::{Body, Frame, SizeHint};
-use tokio::io::AsyncReadExt;
 
-use super::chunked::{Chunked, Decoded};
-use super::plain::{Conn, Framing, IdleConns};
+use super::exchange::{Conn, Framing};
+use super::idle::IdleConns;
 use super::stream::UpstreamStream;
+use super::upload::UploadError;
+use crate::http1::chunked::{Chunked, Decoded};
+use crate::http1::transport::Transport;
 
-/// Why a plain response body failed.
+/// Why an answer's body failed.
 #[derive(Debug, thiserror::Error)]
-pub enum PlainBodyError {
+pub enum AnswerBodyError {
     #[error("the upstream closed the connection before the response body ended")]
     CutShort,
     #[error("the upstream's chunked response body is badly framed")]
     BadChunk,
     #[error("reading the upstream response body failed: {0}")]
     Io(#[from] std::io::Error),
+    #[error("the client's request body failed while the answer streamed")]
+    ClientBody,
 }
 
 /// Where the body stands.
@@ -47,11 +55,14 @@ enum State {
     Done,
     /// Broke off: the error is handed on at the next poll.
     Failed,
+    /// A `101`: no body; the connection is a tunnel's (see
+    /// [`AnswerBody::take_tunnel`]).
+    Switched,
 }
 
-/// A plain response body; see the module docs.
+/// An answer's body; see the module docs.
 #[derive(Debug)]
-pub struct PlainBody<S: UpstreamStream> {
+pub struct AnswerBody<S: UpstreamStream> {
     state: State,
     /// Dropped (closing it) on an error, or when the connection cannot be
     /// reused; handed back when the body ends.
@@ -59,17 +70,39 @@ pub struct PlainBody<S: UpstreamStream> {
     keep_alive: bool,
     idle: Arc<IdleConns<S>>,
     /// The error the body broke off with, handed on at the next poll.
-    failed: Option<PlainBodyError>,
+    failed: Option<AnswerBodyError>,
 }
 
-impl<S: UpstreamStream> PlainBody<S> {
+/// The upstream's side of a WebSocket tunnel: its connection, and what it
+/// sent behind its `101`.
+pub struct Tunnel {
+    pub stream: Box<dyn TunnelStream>,
+    pub early: BytesMut,
+}
+
+/// A stream a tunnel runs over.
+pub trait TunnelStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> TunnelStream for T {}
+
+impl std::fmt::Debug for Tunnel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tunnel")
+            .field("early", &self.early.len())
+            .finish()
+    }
+}
+
+impl<S: UpstreamStream> AnswerBody<S> {
     pub fn new(
         mut conn: Box<Conn<S>>,
         framing: Framing,
         keep_alive: bool,
+        switched: bool,
         idle: Arc<IdleConns<S>>,
-    ) -> PlainBody<S> {
+    ) -> AnswerBody<S> {
         let state = match framing {
+            _ if switched => State::Switched,
             Framing::Empty => State::Done,
             Framing::Length(n) => State::Length(n),
             Framing::Chunked => {
@@ -78,7 +111,7 @@ impl<S: UpstreamStream> PlainBody<S> {
             }
             Framing::UntilClose => State::UntilClose,
         };
-        PlainBody {
+        AnswerBody {
             state,
             conn: Some(conn),
             keep_alive,
@@ -92,14 +125,30 @@ impl<S: UpstreamStream> PlainBody<S> {
         self.keep_alive = false;
     }
 
+    /// The connection of a `101`, for the tunnel.
+    pub fn take_tunnel(&mut self) -> Option<Tunnel> {
+        if self.state != State::Switched {
+            return None;
+        }
+        self.state = State::Done;
+        self.keep_alive = false;
+        let conn = self.conn.take()?;
+        let Conn { stream, read, .. } = *conn;
+        Some(Tunnel {
+            stream: Box::new(stream),
+            early: read,
+        })
+    }
+
     /// The body ended: the connection goes back to the idle list if it can
     /// carry another exchange.
     fn finish(&mut self) {
         self.state = State::Done;
         if let Some(conn) = self.conn.take() {
             // Bytes after the end of the response are not an answer to
-            // anything: the connection cannot be trusted.
-            if self.keep_alive && conn.read.is_empty() {
+            // anything, and a request body not sent whole leaves the
+            // upstream mid-request: the connection cannot be trusted.
+            if self.keep_alive && conn.read.is_empty() && conn.upload.is_none() {
                 self.idle.put_back(conn);
             }
         }
@@ -112,15 +161,38 @@ impl<S: UpstreamStream> PlainBody<S> {
     /// short rather than nothing (hostile-input row F3).
     fn fail(
         &mut self,
-        error: PlainBodyError,
+        error: AnswerBodyError,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, PlainBodyError>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, AnswerBodyError>>> {
         self.state = State::Failed;
         self.conn = None;
         self.failed = Some(error);
         cx.waker().wake_by_ref();
         Poll::Pending
     }
+}
+
+/// Sends on what is ready of a request body still going up; whether the
+/// connection may still be reused. An error only when the client's body
+/// failed: an upstream that takes no more of it ends the upload (and the
+/// connection's reuse), and its answer is still read.
+fn poll_upload<S: UpstreamStream>(
+    conn: &mut Conn<S>,
+    cx: &mut Context<'_>,
+) -> Result<bool, AnswerBodyError> {
+    let Some(upload) = conn.upload.as_mut() else {
+        return Ok(true);
+    };
+    match upload.poll(&mut conn.out, &mut conn.stream, cx) {
+        Poll::Ready(Ok(())) => conn.upload = None,
+        Poll::Ready(Err(UploadError::Client)) => return Err(AnswerBodyError::ClientBody),
+        Poll::Ready(Err(UploadError::Upstream)) => {
+            conn.upload = None;
+            return Ok(false);
+        }
+        Poll::Pending => {}
+    }
+    Ok(true)
 }
 
 /// Reads more from the socket into the connection's buffer; `Ok(0)` when
@@ -133,10 +205,7 @@ fn poll_fill<S: UpstreamStream>(
     if conn.read.capacity() - conn.read.len() < want.min(4096) {
         conn.read.reserve(want);
     }
-    // `read_buf` through tokio's poll_read clears readiness after a short
-    // read, so the next read waits for the reactor instead of trying.
-    let read = conn.stream.read_buf(&mut conn.read);
-    std::pin::pin!(read).poll(cx)
+    conn.stream.poll_fill(cx, &mut conn.read)
 }
 
 /// Reads more of a body that has not ended: `Err` when the upstream closed
@@ -145,9 +214,9 @@ fn poll_more<S: UpstreamStream>(
     conn: &mut Conn<S>,
     cx: &mut Context<'_>,
     want: usize,
-) -> Poll<Result<(), PlainBodyError>> {
+) -> Poll<Result<(), AnswerBodyError>> {
     Poll::Ready(match ready!(poll_fill(conn, cx, want)) {
-        Ok(0) => Err(PlainBodyError::CutShort),
+        Ok(0) => Err(AnswerBodyError::CutShort),
         Ok(_) => Ok(()),
         Err(error) => Err(error.into()),
     })
@@ -164,17 +233,25 @@ fn want(remaining: u64) -> usize {
         .clamp(8 * 1024, 256 * 1024)
 }
 
-impl<S: UpstreamStream> Body for PlainBody<S> {
+impl<S: UpstreamStream> Body for AnswerBody<S> {
     type Data = Bytes;
-    type Error = PlainBodyError;
+    type Error = AnswerBodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, PlainBodyError>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, AnswerBodyError>>> {
         let this = &mut *self;
         if let Some(error) = this.failed.take() {
             return Poll::Ready(Some(Err(error)));
+        }
+        if let Some(conn) = this.conn.as_mut() {
+            if conn.upload.is_some() {
+                match poll_upload(conn, cx) {
+                    Ok(reusable) => this.keep_alive &= reusable,
+                    Err(error) => return this.fail(error, cx),
+                }
+            }
         }
         loop {
             let Some(conn) = this.conn.as_mut() else {
@@ -185,7 +262,7 @@ impl<S: UpstreamStream> Body for PlainBody<S> {
                     this.finish();
                     return Poll::Ready(None);
                 }
-                State::Failed => return Poll::Ready(None),
+                State::Failed | State::Switched => return Poll::Ready(None),
                 State::Length(remaining) => {
                     if conn.read.is_empty() {
                         if let Err(error) = ready!(poll_more(conn, cx, want(remaining))) {
@@ -224,6 +301,12 @@ impl<S: UpstreamStream> Body for PlainBody<S> {
                 }
                 State::Chunked => match conn.chunked.decode(&mut conn.read) {
                     Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    // The end: a server that writes the trailers (or drops
+                    // them, to an HTTP/1.1 client) asks for nothing after.
+                    Ok(Decoded::Trailers(fields)) => {
+                        this.finish();
+                        return Poll::Ready(Some(Ok(Frame::trailers(fields))));
+                    }
                     Ok(Decoded::End) => {
                         this.finish();
                         return Poll::Ready(None);
@@ -234,26 +317,26 @@ impl<S: UpstreamStream> Body for PlainBody<S> {
                             return this.fail(error, cx);
                         }
                     }
-                    Err(_) => return this.fail(PlainBodyError::BadChunk, cx),
+                    Err(_) => return this.fail(AnswerBodyError::BadChunk, cx),
                 },
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.state == State::Done
+        matches!(self.state, State::Done | State::Switched)
     }
 
     fn size_hint(&self) -> SizeHint {
         match self.state {
-            State::Done => SizeHint::with_exact(0),
+            State::Done | State::Switched => SizeHint::with_exact(0),
             State::Length(remaining) => SizeHint::with_exact(remaining),
             _ => SizeHint::default(),
         }
     }
 }
 
-impl<S: UpstreamStream> Drop for PlainBody<S> {
+impl<S: UpstreamStream> Drop for AnswerBody<S> {
     fn drop(&mut self) {
         // A body with nothing to read (HEAD, 204, 304, length 0) may never
         // be polled: it is complete all the same. Anything else dropped

@@ -1,7 +1,7 @@
-//! The chunked transfer coding of an upstream's answer (RFC 9112 §7.1),
-//! decoded for the plain exchange exactly as hyper's client decodes it,
-//! state for state, so that an answer reads the same whichever of sluice's
-//! two clients took it (checked by `proxy/upstream_differential.rs`):
+//! The chunked transfer coding (RFC 9112 §7.1) of a body sluice reads — a
+//! client's request or an upstream's answer — decoded exactly as hyper
+//! decodes it, state for state (hyper is the oracle of the differential
+//! checks, `server/differential.rs` and `proxy/upstream_differential.rs`):
 //!
 //! - a chunk-size line is at least one hex digit (an empty line, or one
 //!   holding only an extension, is an error: RFC 9112 §7.1, where
@@ -13,14 +13,15 @@
 //!   LF in one is an error;
 //! - each chunk's data ends in CRLF;
 //! - trailer lines end in CRLF, at most 100 of them and 16 KiB in all, and
-//!   must parse as fields; they are then dropped (as nginx drops them).
+//!   must parse as fields; they are handed on as a header map (an HTTP/1.1
+//!   peer then drops them, as nginx does: docs/edge-behaviour.md).
 //!
 //! Bytes are taken from the connection's buffer as they come, so a line
 //! split across reads is never scanned twice, and data is handed on as
 //! slices of the buffer (no copy).
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 /// Extension bytes a body may carry, at most (hyper's limit).
 const EXTENSIONS_LIMIT: u16 = 16 * 1024;
@@ -42,6 +43,9 @@ pub enum Decoded {
     Data(Bytes),
     /// The buffer is used up: more bytes are needed.
     More,
+    /// The trailer fields, once the last chunk and its trailer section
+    /// have been read (only when there are some; [`Decoded::End`] follows).
+    Trailers(HeaderMap),
     /// The last chunk and the trailer section have been read.
     End,
 }
@@ -77,6 +81,12 @@ pub struct Chunked {
     /// The trailer section as read, to be checked at its end; boxed (and
     /// only made for a body that has trailers) so the body stays small.
     trailers: Option<Box<BytesMut>>,
+}
+
+impl Default for Chunked {
+    fn default() -> Chunked {
+        Chunked::new()
+    }
 }
 
 impl Chunked {
@@ -121,7 +131,9 @@ impl Chunked {
                     read.advance(1);
                     self.step = self.next(byte)?;
                     if self.step == Step::End {
-                        self.check_trailers()?;
+                        if let Some(trailers) = self.trailer_fields()? {
+                            return Ok(Decoded::Trailers(trailers));
+                        }
                     }
                 }
             }
@@ -248,19 +260,22 @@ impl Chunked {
         Ok(())
     }
 
-    /// The trailer section, if any, must be fields (which are then dropped).
-    fn check_trailers(&mut self) -> Result<(), BadChunk> {
+    /// The trailer section, if any, which must be fields.
+    fn trailer_fields(&mut self) -> Result<Option<HeaderMap>, BadChunk> {
         let Some(section) = self.trailers.take() else {
-            return Ok(());
+            return Ok(None);
         };
         let mut slots = vec![httparse::EMPTY_HEADER; usize::from(self.trailer_lines)];
         match httparse::parse_headers(&section, &mut slots) {
             Ok(httparse::Status::Complete((_, fields))) => {
+                let mut map = HeaderMap::with_capacity(fields.len());
                 for field in fields {
-                    HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| BadChunk)?;
-                    HeaderValue::from_bytes(field.value).map_err(|_| BadChunk)?;
+                    let name =
+                        HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| BadChunk)?;
+                    let value = HeaderValue::from_bytes(field.value).map_err(|_| BadChunk)?;
+                    map.append(name, value);
                 }
-                Ok(())
+                Ok(Some(map))
             }
             _ => Err(BadChunk),
         }
@@ -291,6 +306,7 @@ mod tests {
                 match decoder.decode(&mut read)? {
                     Decoded::Data(data) => body.extend_from_slice(&data),
                     Decoded::More => break,
+                    Decoded::Trailers(_) => {}
                     Decoded::End => return Ok(Some(body)),
                 }
             }
@@ -318,6 +334,24 @@ mod tests {
                 assert_eq!(decode(coded, piece), Ok(Some(body.to_vec())), "{coded:?}");
             }
         }
+    }
+
+    #[test]
+    fn trailer_fields_come_once_before_the_end() {
+        let mut decoder = Chunked::new();
+        let mut read = BytesMut::from(&b"1\r\nx\r\n0\r\nX-T: 1\r\ny: 2\r\n\r\nNEXT"[..]);
+        assert_eq!(
+            decoder.decode(&mut read),
+            Ok(Decoded::Data(Bytes::from("x")))
+        );
+        let Ok(Decoded::Trailers(fields)) = decoder.decode(&mut read) else {
+            panic!("no trailers");
+        };
+        assert_eq!(fields["x-t"], "1");
+        assert_eq!(fields["y"], "2");
+        assert_eq!(decoder.decode(&mut read), Ok(Decoded::End));
+        assert_eq!(decoder.decode(&mut read), Ok(Decoded::End));
+        assert_eq!(&read[..], b"NEXT", "what follows the body is left");
     }
 
     #[test]
