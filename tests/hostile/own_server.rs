@@ -1,11 +1,11 @@
-//! The seam between sluice's own HTTP/1.1 server, which answers a `GET`
-//! without a body, and hyper's, which takes the connection at the first
-//! request sluice's does not (`src/server/http1.rs`). Not a row of the
-//! table: every row's test crosses it. These hold the seam itself: requests
-//! of both kinds on one connection, pipelined or in pieces, each answered
-//! once and in order, and every framing of an upstream's answer passed on
-//! whole by sluice's own server (the F6 rows send `Connection: close`, which
-//! is hyper's).
+//! One client connection of sluice's HTTP/1.1 server (`src/server/http1.rs`)
+//! carrying many requests and answers. Not a row of the table: every row's
+//! test crosses it. These hold what a kept connection relies on: requests
+//! with and without a body, pipelined or in pieces, each answered once and
+//! in order, every framing of an upstream's answer passed on whole, and
+//! each answer carrying only its own fields. (Until one engine served every
+//! HTTP/1 request, a connection went from sluice's server to hyper's at its
+//! first body; the first test is that seam's, kept.)
 
 use crate::support;
 use crate::wire;
@@ -22,10 +22,9 @@ fn targets(upstream: &RawUpstream) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_connection_goes_from_sluice_s_server_to_hyper_s_and_loses_nothing() {
+async fn gets_and_a_post_pipelined_on_one_connection_lose_nothing() {
     let (upstream, sluice) = crate::behind("", |_| ok()).await;
-    // Two of sluice's, then a body (hyper's from there on), then a GET that
-    // hyper now answers; all in one write.
+    // Two GETs, a body, then a GET after it; all in one write.
     let payload = concat!(
         "GET /1 HTTP/1.1\r\nHost: a\r\n\r\n",
         "GET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
@@ -262,18 +261,17 @@ const H2_PREFACE: &str = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 async fn the_http2_preface_after_a_request_is_not_prior_knowledge_and_the_connection_closes() {
     // Prior knowledge is only the first bytes of a connection (RFC 9113
     // §3.3); later, the preface is an HTTP/1.1 request line with a version
-    // sluice does not speak. Answered by hyper's HTTP/1 server in both
-    // cases: it closes without an answer (docs/edge-behaviour.md, "Which
-    // server reads a request"). Never HTTP/2 frames.
+    // sluice does not speak, after a request with or without a body: the
+    // connection closes without an answer, as hyper's HTTP/1 server does
+    // (docs/edge-behaviour.md, "Which server reads a request"). Never
+    // HTTP/2 frames.
     const ANSWER: &[u8] =
         b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ndate: Thu, 01 Jan 2026 00:00:00 GMT\r\n\r\nok";
     let (upstream, sluice) = crate::behind("", |_| Action::Reply(ANSWER.to_vec())).await;
-    for (server, first) in [
-        // A GET: sluice's own server answers it, then hands over.
-        ("own", "GET /first HTTP/1.1\r\nHost: a\r\n\r\n"),
-        // A body: hyper's from the first byte.
+    for (after, first) in [
+        ("a GET", "GET /first HTTP/1.1\r\nHost: a\r\n\r\n"),
         (
-            "hyper",
+            "a POST",
             "POST /first HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi",
         ),
     ] {
@@ -293,9 +291,9 @@ async fn the_http2_preface_after_a_request_is_not_prior_knowledge_and_the_connec
         assert_eq!(
             format!("{fields}\r\n\r\n{body}"),
             String::from_utf8_lossy(ANSWER),
-            "{server}"
+            "{after}"
         );
-        assert!(got.closed, "{server}: the connection is closed");
+        assert!(got.closed, "{after}: the connection is closed");
     }
     assert_eq!(targets(&upstream), ["/first", "/first"]);
 }
