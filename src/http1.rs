@@ -11,7 +11,7 @@
 //!   what sends it on, as fast as that asks;
 //! - [`transport`]: the one interface both sides read and write through,
 //!   where another I/O backend (io_uring) would plug in (ARCHITECTURE.md);
-//! - [`date`]: the `date` field's value, formatted once a second.
+//! - [`date`]: the `date` field, formatted once a second.
 
 pub mod chunked;
 pub mod date;

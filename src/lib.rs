@@ -8,6 +8,8 @@
 //! - [`config`]: the TOML file → validated domain types, errors with line and column.
 //! - [`policy`]: a config compiled into the immutable snapshot the request path reads.
 //! - [`server`]: listeners, the accept loop, connection limits, graceful shutdown.
+//! - [`http1`]: HTTP/1.1 on the wire (framing, chunked, bodies out and in), which
+//!   sluice's own server and its upstream client both speak.
 //! - [`proxy`]: identify → limit (`proxy::admit`) → forward ([`proxy::forward`]) →
 //!   respond ([`proxy::respond`]) → settle deferred charges ([`proxy::settle`]).
 //! - [`key`]: path normalisation, client IP, JWT claims, request → bucket key, and

@@ -336,9 +336,8 @@ impl Proxy {
     }
 
     /// Handles one client request end to end, writing its answer into
-    /// `response`, which is [`respond::vacant`]. The request is taken from
-    /// `request` if it is handed to hyper's client (a body, an upgrade), and
-    /// left there if sluice answers it or forwards it as a plain exchange.
+    /// `response`, which is [`respond::vacant`]. The request stays in
+    /// `request`; only its body is taken, when it is forwarded.
     pub async fn handle(
         &self,
         request: &mut ClientRequest,

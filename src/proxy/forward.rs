@@ -230,7 +230,7 @@ pub fn prepare_response(
         return Ok(());
     }
     // A proxy answers in its own version (RFC 9110 §6.2): the client's
-    // server frames the body for HTTP/1.1 (the plain exchange's heads
+    // server frames the body for HTTP/1.1 (sluice's HTTP/1.1 exchange's heads
     // already say so).
     *response.version_mut() = Version::HTTP_11;
     let headers = response.headers_mut();
@@ -239,10 +239,12 @@ pub fn prepare_response(
         // `chunked, chunked`): hyper's client decoded at most the chunked
         // layer, and sluice offered none other and cannot pass one on
         // (docs/edge-behaviour.md, "Reading the upstream's answer"). The
-        // plain exchange refuses the same while reading the head.
+        // HTTP/1.1 exchange (`pool/exchange.rs`) refuses the same while
+        // reading the head; this holds the oracle it is checked against
+        // (hyper's client, `upstream_differential.rs`) to the same.
         if !fields::only_chunked(headers) {
             // Not even an answer without a body (a `HEAD`'s) leaves its
-            // connection to the pool: the plain exchange drops it too.
+            // connection to the pool: the HTTP/1.1 exchange drops it too.
             response.body_mut().discard_connection();
             return Err(ForwardError::Other);
         }

@@ -608,7 +608,7 @@ impl FramingFields {
 }
 
 /// Makes several `Content-Length` values that agree (a list, or several
-/// fields) one field with one value, as the plain exchange relays them
+/// fields) one field with one value, as the HTTP/1.1 exchange relays them
 /// (RFC 9110 §8.6); anything else is left as it is.
 pub fn one_content_length(headers: &mut HeaderMap) {
     let mut values = headers.get_all(header::CONTENT_LENGTH).iter();

@@ -4,7 +4,7 @@
 //! forwarded response's is made and dropped once per request. sluice's own
 //! server hands the map back here once it has written the head
 //! ([`give`]), and the next response read on the thread takes it
-//! ([`take`]): on a worker serving plain exchanges the two alternate, so one
+//! ([`take`]): on a worker serving HTTP/1.1 exchanges the two alternate, so one
 //! kept map is enough.
 
 use std::cell::Cell;

@@ -7,10 +7,10 @@
 //! whole response head (docs/benchmarks-history.md).
 //! sluice's own HTTP/1.1 server (`server/http1.rs`) writes these lines as
 //! they are, after the map's fields, and leaves out any field of the map
-//! they replace. Whatever else writes the response (hyper's server: h2c, a
-//! request with a body) gets them in the map first ([`OwnFields::into_map`]),
-//! inserted as before, so they replace the upstream's fields of those names
-//! there too.
+//! they replace. hyper's HTTP/2 server, which writes an HTTP/2 answer from
+//! its map, gets them in the map first ([`OwnFields::into_map`]), so they
+//! replace the upstream's fields of those names there too; that is the only
+//! other form they take.
 //!
 //! A refusal keeps every field it has here (its map stays empty), so the
 //! refusal each worker sends again (`last_refusal.rs`) is one shared buffer.
