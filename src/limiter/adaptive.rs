@@ -231,6 +231,21 @@ impl Estimator {
             }
             if self.baseline == 0.0 {
                 self.baseline = mean;
+                if binding {
+                    // The limit held requests back (refused or delayed
+                    // them) in the very window that set the baseline: the
+                    // latency may already be the queue of a limit that
+                    // started above what the upstream takes, and growing
+                    // from it would grow the queue. Probe downwards once,
+                    // as after a backoff: if the latency falls with the
+                    // limit, the descent goes on; if not, the baseline was
+                    // true and the limit grows back.
+                    self.cut_from = self.estimate;
+                    self.descent = Some((limit as f64, mean));
+                    self.settling = true;
+                    self.estimate = self.bounds.clamp(self.estimate * CUT);
+                    return self.limit();
+                }
             }
             if std::mem::take(&mut self.settling) {
                 // Its answers mix requests let in before the backoff and

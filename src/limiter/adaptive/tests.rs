@@ -44,15 +44,35 @@ fn warmed(floor: u64, ceiling: u64) -> Estimator {
 fn the_first_window_only_warms_up() {
     let mut estimator = Estimator::new(bounds(1, 200));
     assert_eq!(estimator.close(window(100, 90, 20)), 20);
-    assert_eq!(estimator.close(window(100, 20, 20)), 22); // 20 + √20 / 2
+    assert_eq!(estimator.close(window(100, 20, 19)), 22); // 20 + √20 / 2
     assert_eq!(estimator.baseline(), 20 * MS);
 }
 
 #[test]
 fn a_used_limit_at_the_baseline_grows_by_half_its_square_root() {
     let mut estimator = warmed(1, 200);
-    assert_eq!(estimator.close(window(100, 20, 20)), 22);
+    assert_eq!(estimator.close(window(100, 20, 19)), 22);
     assert_eq!(estimator.close(window(100, 20, 22)), 24); // 22.24 + 2.36
+}
+
+#[test]
+fn a_baseline_learned_while_the_limit_held_requests_back_is_probed_downwards() {
+    // The window that sets the baseline reached the limit: halved, and a
+    // window to settle.
+    let mut estimator = warmed(1, 200);
+    assert_eq!(estimator.close(window(100, 40, 20)), 10);
+    assert_eq!(estimator.close(window(100, 30, 10)), 10);
+    // The latency fell with the limit: a queue, and still draining.
+    assert_eq!(estimator.close(window(100, 20, 10)), 5);
+    assert_eq!(estimator.baseline(), 20 * MS);
+
+    // The latency did not fall: the baseline was the upstream's own, and
+    // the limit grows back.
+    let mut estimator = warmed(1, 200);
+    assert_eq!(estimator.close(window(100, 20, 20)), 10);
+    assert_eq!(estimator.close(window(100, 20, 10)), 10);
+    assert_eq!(estimator.close(window(100, 20, 10)), 11); // 10 + √10 / 2
+    assert_eq!(estimator.baseline(), 20 * MS);
 }
 
 #[test]
@@ -66,7 +86,7 @@ fn an_unused_limit_does_not_grow() {
 #[test]
 fn a_step_up_in_latency_lands_below_the_knee_and_a_step_down_grows_again() {
     let mut estimator = warmed(1, 200);
-    estimator.close(window(100, 20, 20));
+    estimator.close(window(100, 20, 19));
     let before = estimator.limit();
     assert_eq!(before, 22);
     // Latency doubles with the limit reached: 22.24 × min(0.9 / 2, 0.5).
@@ -85,7 +105,7 @@ fn a_step_up_in_latency_lands_below_the_knee_and_a_step_down_grows_again() {
 fn while_the_latency_falls_with_the_limit_it_halves_again() {
     let mut estimator = warmed(1, 200);
     // Started far above the knee: 100 ms is the baseline it first sees.
-    estimator.close(window(100, 100, 20));
+    estimator.close(window(100, 100, 19));
     assert_eq!(estimator.limit(), 22);
     // At 32 the latency is 160 ms: backoff to 16, a window to settle.
     for limit in [24, 27, 29, 32] {
@@ -110,7 +130,7 @@ fn while_the_latency_falls_with_the_limit_it_halves_again() {
 #[test]
 fn a_latency_that_stays_high_while_the_limit_is_not_reached_becomes_the_baseline() {
     let mut estimator = warmed(1, 200);
-    estimator.close(window(100, 20, 20));
+    estimator.close(window(100, 20, 19));
     // The upstream got slower, with few requests in flight: the latency
     // is its own, and the baseline follows it (1/8 of the way a window).
     for _ in 0..40 {
@@ -125,7 +145,7 @@ fn a_latency_that_stays_high_while_the_limit_is_not_reached_becomes_the_baseline
 #[test]
 fn latency_above_the_baseline_does_not_lower_an_unused_limit() {
     let mut estimator = warmed(1, 200);
-    estimator.close(window(100, 20, 20));
+    estimator.close(window(100, 20, 19));
     let limit = estimator.limit();
     assert_eq!(estimator.close(window(100, 80, 3)), limit);
 }
@@ -149,7 +169,7 @@ fn a_ramp_in_latency_lowers_the_limit_step_by_step() {
 #[test]
 fn failures_lower_it_by_half_their_share_and_a_few_are_tolerated() {
     let mut estimator = warmed(1, 200);
-    estimator.close(window(100, 20, 20)); // 22.24
+    estimator.close(window(100, 20, 19)); // 22.24
     let failing = |failures| Window {
         failures,
         latency_sum: (100 - failures) * 20 * MS,
@@ -207,7 +227,7 @@ fn a_window_needs_its_time_and_enough_answers() {
     }
     assert_eq!(controller.limit(), 20);
     // The second: 100 answers in 50 ms, but it lasts 100 ms.
-    controller.admitted(20);
+    controller.admitted(19);
     for i in 1..=100 {
         answer(&controller, t0 + 100 * MS + i * MS / 2);
     }
@@ -255,6 +275,10 @@ struct Simulation {
     backoff: Nanos,
     /// A client answered waits this long before its next request.
     think: Nanos,
+    /// `on_limit = "delay"` with this `max_queue`: a request that finds the
+    /// limit reached waits for a permit (as `PermitTable` hands them over)
+    /// while fewer than this many wait; `None`: refused at once.
+    held: Option<usize>,
     rng: u64,
 }
 
@@ -285,6 +309,7 @@ impl Simulation {
             exponential: false,
             backoff: 50 * MS,
             think: 0,
+            held: None,
             rng: 0x9e37_79b9_7f4a_7c15,
         }
     }
@@ -313,6 +338,8 @@ impl Simulation {
             )));
         }
         let mut queue: VecDeque<(usize, Nanos)> = VecDeque::new();
+        // Requests held for a permit, in arrival order.
+        let mut waiting: VecDeque<usize> = VecDeque::new();
         let (mut busy, mut in_flight) = (0usize, 0u64);
         let mut run = Run {
             lowest_limit: u64::MAX,
@@ -336,10 +363,12 @@ impl Simulation {
             let c = workers(now - start);
             match event {
                 Event::Send(client) => {
-                    if in_flight < self.controller.limit() {
+                    if in_flight < self.controller.limit() && waiting.is_empty() {
                         in_flight += 1;
                         self.controller.admitted(in_flight);
                         queue.push_back((client, now));
+                    } else if self.held.is_some_and(|most| waiting.len() < most) {
+                        waiting.push_back(client);
                     } else {
                         run.refused += 1;
                         bin.3 += 1;
@@ -351,6 +380,14 @@ impl Simulation {
                     self.controller.admitted(in_flight);
                     in_flight -= 1;
                     self.controller.record(Sample::Answered(now - sent), now);
+                    // The permit goes to waiters while under the limit.
+                    while in_flight < self.controller.limit() {
+                        let Some(next) = waiting.pop_front() else {
+                            break;
+                        };
+                        in_flight += 1;
+                        queue.push_back((next, now));
+                    }
                     run.answered += 1;
                     bin.2 += 1;
                     events.push(Reverse((now + self.think, Event::Send(client))));
@@ -413,6 +450,41 @@ fn fifty_clients_on_ten_workers_converge_below_one_and_a_half_times_ten() {
     let run = simulation.run(30, |_| 10);
     run.assert_in_flight_at_most(100, 299, 15.0);
     run.assert_goodput_at_least(100, 299, 400.0);
+}
+
+#[test]
+fn held_requests_do_not_let_the_limit_climb_above_its_start() {
+    // Issue 57's setup: `on_limit = "delay"`, `max_queue = 5`, 50 clients
+    // on 10 workers. The limit starts above what the upstream takes, so the
+    // first windows' latency is already a queue's.
+    let run = |held| {
+        let mut simulation = Simulation::new(50, 20);
+        simulation.controller = Controller::new(bounds(2, 200));
+        simulation.held = held;
+        simulation.run(30, |_| 10)
+    };
+    let (delayed, refused) = (run(Some(5)), run(None));
+    for run in [&delayed, &refused] {
+        let limits = run.limits(0, 290);
+        let peak = limits.iter().max().copied().unwrap_or(0);
+        assert!(peak <= INITIAL_LIMIT, "the limit climbed to {peak}: {limits:?}");
+        // Any 4 s after the first second: within 1.5 × the workers.
+        for from in (10..=250).step_by(10) {
+            run.assert_in_flight_at_most(from, from + 40, 15.0);
+        }
+        run.assert_goodput_at_least(10, 290, 400.0);
+    }
+    // Holding saw-tooths no more than refusing does.
+    let swing = |run: &Run| {
+        let limits = run.limits(50, 290);
+        limits.iter().max().unwrap() - limits.iter().min().unwrap()
+    };
+    assert!(
+        swing(&delayed) <= swing(&refused),
+        "held {:?}, refused {:?}",
+        delayed.limits(50, 290),
+        refused.limits(50, 290)
+    );
 }
 
 #[test]
@@ -481,7 +553,7 @@ fn answers_faster_than_a_microsecond_are_a_microsecond() {
         peak_in_flight: peak,
     };
     estimator.close(instant(20));
-    assert_eq!(estimator.close(instant(20)), 22);
+    assert_eq!(estimator.close(instant(19)), 22);
     assert_eq!(estimator.baseline(), 1_000);
     assert_eq!(estimator.close(window(100, 0, 22)), 24);
 }
