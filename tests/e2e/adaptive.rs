@@ -405,15 +405,59 @@ async fn in_delay_mode_requests_over_the_limit_wait_their_turn() {
     let tally = load(sluice.url("/"), 48, Duration::ZERO, Duration::from_secs(4)).await;
     assert_eq!(tally.shed.load(Ordering::SeqCst), 0, "{tally:?}");
     assert_eq!(tally.other.load(Ordering::SeqCst), 0, "{tally:?}");
-    // The limit moves (20 at first, 32 at most before its first backoff):
-    // the 48 clients are never all at the upstream.
-    assert!(upstream.take_peak() <= 32, "held requests were let through");
+    // The limit starts at 20 and never climbs above it on a queue's
+    // latency: the 48 clients are never all at the upstream.
+    let peak = upstream.take_peak();
+    assert!(peak <= 20, "{peak} at the upstream: held requests were let through");
     assert!(
         sluice
             .metric("sluice_requests_total{rule=\"adaptive\",outcome=\"delayed\"}")
             .await
             > 0.0
     );
+    sluice.shutdown().await;
+}
+
+/// The issue 57 setup: a limit held for (`on_limit = "delay"`) must not
+/// grow on the queue it lets build. It starts at 20, twice what the
+/// upstream's 10 workers take, so the first latency it sees is already a
+/// queue's; before the fix it grew to 32 in the first second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_delay_mode_the_limit_never_climbs_above_its_start_on_a_queue() {
+    let upstream = Saturating::start(10).await;
+    let sluice = adaptive_sluice(
+        &upstream,
+        "min_in_flight = 2\nmax_in_flight = 200\non_limit = \"delay\"\nmax_delay = \"5s\"\nmax_queue = 5\n",
+    )
+    .await;
+    upstream.take_peak();
+    let loading = tokio::spawn(load(
+        sluice.url("/"),
+        50,
+        Duration::ZERO,
+        Duration::from_secs(6),
+    ));
+    // The learned limit and the upstream's peak, every 20 ms.
+    let (mut limits, mut peak) = (Vec::new(), 0);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        limits.push(learned(&sluice, "adaptive").await as u64);
+        peak = peak.max(upstream.take_peak());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let settled =
+        mean_in_flight(&[&upstream], Duration::from_millis(0), Duration::from_secs(3)).await;
+    peak = peak.max(upstream.take_peak());
+    let tally = loading.await.unwrap();
+    assert!(
+        limits.iter().all(|&limit| limit <= 20),
+        "the limit climbed: {limits:?}"
+    );
+    assert!(peak <= 20, "{peak} in flight at the upstream: {limits:?}");
+    // 1.5 × the workers, with room for a loaded machine's timing.
+    assert!(settled <= 15.0, "mean in flight {settled}: {limits:?}");
+    assert!(tally.ok.load(Ordering::SeqCst) > 0, "{tally:?}");
+    assert_eq!(tally.other.load(Ordering::SeqCst), 0, "{tally:?}");
     sluice.shutdown().await;
 }
 
