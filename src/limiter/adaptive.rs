@@ -175,6 +175,9 @@ pub struct Estimator {
     descent: Option<(f64, f64)>,
     /// Whether the next window follows a backoff (and only settles).
     settling: bool,
+    /// Whether the backoff was the probe of a baseline learned while the
+    /// limit held requests back (see [`Estimator::close`]).
+    probing: bool,
 }
 
 impl Estimator {
@@ -187,6 +190,7 @@ impl Estimator {
             cut_from: 0.0,
             descent: None,
             settling: false,
+            probing: false,
         }
     }
 
@@ -243,6 +247,7 @@ impl Estimator {
                     self.cut_from = self.estimate;
                     self.descent = Some((limit as f64, mean));
                     self.settling = true;
+                    self.probing = true;
                     self.estimate = self.bounds.clamp(self.estimate * CUT);
                     return self.limit();
                 }
@@ -254,8 +259,16 @@ impl Estimator {
             }
             let ratio = mean / self.baseline;
             let descent = self.descent.take();
+            let probed = std::mem::take(&mut self.probing);
             // Near the baseline, the queue is gone (or was never there).
             let at_baseline = (mean / self.baseline - 1.0).abs() <= BASELINE_BAND;
+            if probed && at_baseline {
+                // Half the limit, the same latency: there was no queue,
+                // and the baseline is the upstream's own. Back to where
+                // the probe began.
+                self.estimate = self.bounds.clamp(self.cut_from);
+                return self.limit();
+            }
             if let (Some((before, was)), true, false) = (descent, used, at_baseline) {
                 if mean <= was * (limit as f64 / before) * PROPORTIONAL {
                     // The latency fell with the limit: it was the queue,
