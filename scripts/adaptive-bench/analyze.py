@@ -79,6 +79,7 @@ class Data:
         self.limit = [None] * n
         self.inflight = [None] * n
         self.inflight_avg = [None] * n
+        self.inflight_max = [None] * n
         self.queued = [None] * n
         self.c = [None] * n
         self.service_ms = []
@@ -90,6 +91,7 @@ class Data:
                 self.limit[k] = num(row["limit"])
                 self.inflight[k] = num(row["in_flight"])
                 self.inflight_avg[k] = num(row["in_flight_avg"])
+                self.inflight_max[k] = num(row.get("in_flight_max", ""))
                 self.queued[k] = num(row["queued"])
                 self.c[k] = num(row["c"])
                 if num(row["service_ms_mean"]) is not None:
@@ -248,6 +250,35 @@ def checks(d, a):
              f"(c/service = {c_half / (a.service_ms / 1000.0):.0f}/s)")
         refusal_latency()
         limit_info(t_half + 5, t_back)
+    elif s == "delay":
+        bound = 1.5 * c0
+        peaks = [x for x in d.inflight_max if x is not None]
+        check(peaks and max(peaks) <= 20,
+              f"the upstream never held more than the limit's start: most in flight {fmt(max(peaks) if peaks else None, 'g')} (<= 20)")
+        worst = None
+        for k in d.rng(1, a.duration - 4):
+            m = d.mean_of(d.load, k * BIN, k * BIN + 4)
+            if m is not None and (worst is None or m > worst[1]):
+                worst = (k * BIN, m)
+        check(worst is not None and worst[1] <= bound,
+              f"every 4 s window after 1 s: mean in-flight at most {fmt(worst and worst[1], '.2f')} "
+              f"(from t = {fmt(worst and worst[0], '.1f')} s; <= {bound:g})")
+        swing = None
+        if have_limit:
+            xs = [d.limit[k] for k in d.rng(10, a.duration) if d.limit[k] is not None]
+            swing = max(xs) - min(xs) if xs else None
+        converge = os.path.join(os.path.dirname(a.prefix), "converge.csv")
+        if swing is not None and os.path.exists(converge):
+            with open(converge) as f:
+                ys = [float(r["limit"]) for r in csv.DictReader(f)
+                      if r["limit"] and 10 <= float(r["t"]) < a.duration]
+            theirs = max(ys) - min(ys) if ys else None
+            check(theirs is not None and swing <= theirs,
+                  f"the limit's swing over 10-{a.duration:g} s: {fmt(swing, 'g')} (converge's, without delay: {fmt(theirs, 'g')})")
+        else:
+            info(f"the limit's swing over 10-{a.duration:g} s: {fmt(swing, 'g')} (no converge.csv beside it to compare)")
+        info(f"goodput over 10-{a.duration:g} s: {fmt(d.rate(d.ok, 10, a.duration), '.0f')}/s (c/service = {cap:.0f}/s)")
+        limit_info(1, a.duration)
     elif s == "light":
         check(refused == 0, f"refusals over the {a.duration:g} s: {refused} (0)")
         info(f"goodput {fmt(d.rate(d.ok, 0, a.duration), '.1f')}/s; mean in-flight {fmt(d.mean_of(d.load, 0, a.duration), '.2f')}; "

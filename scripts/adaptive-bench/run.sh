@@ -3,7 +3,7 @@
 # synthetic upstream whose capacity the limit has to learn from latency:
 #
 #   scripts/adaptive-bench/run.sh target/release/sluice SCENARIO
-#   scripts/adaptive-bench/run.sh target/release/sluice all     # the five below, in turn
+#   scripts/adaptive-bench/run.sh target/release/sluice all     # the seven below, in turn
 #   scripts/adaptive-bench/run.sh none SCENARIO                 # clients straight at the upstream
 #
 # The upstream (upstream.py, Python asyncio) has c workers and one FIFO
@@ -38,6 +38,14 @@
 #             >= 400/s; refusal p99 < 1 ms. Also printed: when the limit's
 #             own 1 s mean falls under 7.5, when goodput first reaches
 #             400/s again, the goodput while halved (c/service = 250/s).
+#   delay     delay.toml (the rule of converge with min_in_flight 2,
+#             on_limit = "delay", max_delay 5s, max_queue 5); c = 10, 50
+#             clients, 30 s. Targets: the upstream never holds more than the
+#             limit's start (20: the most in flight between two samples); the
+#             mean in-flight of every 4 s window after the first second
+#             <= 1.5c; the limit's swing (max - min over 10-30 s) no wider
+#             than converge's, when converge.csv from the same OUT is there
+#             (`all` runs converge first).
 #   light     adaptive.toml; c = 100, 10 clients that think 100 ms between
 #             requests, 60 s. Target: no refusal at all.
 #   noise     adaptive.toml; exponential service times (mean 20 ms), c = 20,
@@ -84,14 +92,14 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 usage() { sed -n '/^#   scripts\/adaptive-bench\/run.sh/p' "$0" | sed 's/^# *//' >&2
-          echo "SCENARIO: converge, baseline, degrade, light, noise, overload-noise, upstream, all" >&2; exit 2; }
+          echo "SCENARIO: converge, baseline, degrade, delay, light, noise, overload-noise, upstream, all" >&2; exit 2; }
 [ $# -eq 2 ] || usage
 bin=$1; scenario=$2
 out=${OUT:-/tmp/sluice-adaptive-bench}
 mkdir -p "$out"
 
 if [ "$scenario" = all ]; then
-  for s in converge baseline degrade light noise overload-noise; do "$0" "$bin" "$s" || exit $?; echo; done
+  for s in converge baseline degrade delay light noise overload-noise; do "$0" "$bin" "$s" || exit $?; echo; done
   exit 0
 fi
 
@@ -100,6 +108,7 @@ case $scenario in
   converge) ;;
   baseline) config=$here/baseline.toml ;;
   degrade) duration=50 changes=15:5,30:10 ;;
+  delay) config=$here/delay.toml ;;
   light) c=100 clients=10 think=100 duration=60 ;;
   noise) c=20 clients=15 dist=exp ;;
   overload-noise) dist=exp ;;
