@@ -29,6 +29,13 @@
 //! - an unused limit stays: a limit nobody reaches cannot be what makes
 //!   the upstream slow, nor does reaching it show it could be higher.
 //!
+//! The window that sets the baseline is an exception: if the limit was
+//! reached in it (a request refused, or held in delay mode), its latency
+//! may be the queue of a limit that started above what the upstream takes,
+//! so the limit is halved as a probe. If the latency falls with it, the
+//! descent above goes on; if it stays at the baseline ([`BASELINE_BAND`]),
+//! there was no queue and the limit goes back to where it was.
+//!
 //! The baseline is the latency of the upstream without a queue, learned
 //! from the window after the first (which only warms up: its answers are
 //! the quick ones). A lower window pulls it down ([`BASELINE_FALL`] of the

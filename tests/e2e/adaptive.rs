@@ -410,7 +410,10 @@ async fn in_delay_mode_requests_over_the_limit_wait_their_turn() {
     // The limit starts at 20 and never climbs above it on a queue's
     // latency: the 48 clients are never all at the upstream.
     let peak = upstream.take_peak();
-    assert!(peak <= 20, "{peak} at the upstream: held requests were let through");
+    assert!(
+        peak <= 20,
+        "{peak} at the upstream: held requests were let through"
+    );
     assert!(
         sluice
             .metric("sluice_requests_total{rule=\"adaptive\",outcome=\"delayed\"}")
@@ -447,8 +450,12 @@ async fn in_delay_mode_the_limit_never_climbs_above_its_start_on_a_queue() {
         peak = peak.max(upstream.take_peak());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let settled =
-        mean_in_flight(&[&upstream], Duration::from_millis(0), Duration::from_secs(3)).await;
+    let settled = mean_in_flight(
+        &[&upstream],
+        Duration::from_millis(0),
+        Duration::from_secs(3),
+    )
+    .await;
     peak = peak.max(upstream.take_peak());
     let tally = loading.await.unwrap();
     assert!(

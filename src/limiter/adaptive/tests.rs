@@ -468,7 +468,10 @@ fn held_requests_do_not_let_the_limit_climb_above_its_start() {
     for run in [&delayed, &refused] {
         let limits = run.limits(0, 290);
         let peak = limits.iter().max().copied().unwrap_or(0);
-        assert!(peak <= INITIAL_LIMIT, "the limit climbed to {peak}: {limits:?}");
+        assert!(
+            peak <= INITIAL_LIMIT,
+            "the limit climbed to {peak}: {limits:?}"
+        );
         // Any 4 s after the first second: within 1.5 × the workers.
         for from in (10..=250).step_by(10) {
             run.assert_in_flight_at_most(from, from + 40, 15.0);
