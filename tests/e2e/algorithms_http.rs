@@ -1,15 +1,16 @@
 //! Every algorithm, several limits per rule and request costs as a client
 //! sees them over real HTTP: what is admitted, when it comes back, and the
-//! headers and body of the 429. Real time, short periods (seconds), and
-//! windows entered just after their start so a boundary never falls inside a
-//! burst.
+//! headers and body of the 429. On paused time (`support::paused`): the
+//! proxy's clock starts at a minute's start and moves only by `advance`,
+//! so every window boundary and refill falls exactly where a test puts it,
+//! however busy the machine.
 
 use crate::support;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use http::StatusCode;
-use support::{assert_problem, get, start, Got, Sluice};
+use support::{assert_problem, get, Got, Sluice};
 
 /// Sends `n` requests one after another; their status codes.
 async fn burst(sluice: &Sluice, n: usize) -> Vec<u16> {
@@ -24,23 +25,9 @@ fn codes(admitted: usize, limited: usize) -> Vec<u16> {
     [vec![200; admitted], vec![429; limited]].concat()
 }
 
-fn unix_nanos() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
-/// Sleeps until `after` past the next Unix-time multiple of `period`; returns
-/// that window's index (its start in Unix time is index × period).
-async fn enter_next_window(period: Duration, after: Duration) -> u64 {
-    let period_ns = period.as_nanos();
-    let now = unix_nanos();
-    let index = now / period_ns + 1;
-    let target = index * period_ns + after.as_nanos();
-    tokio::time::sleep(Duration::from_nanos((target - now) as u64)).await;
-    index as u64
-}
+/// The paused clock's start in Unix seconds (a minute's start, so every
+/// window of these rules begins with the test).
+const START_S: u64 = support::paused::START / 1_000_000_000;
 
 fn header_u64(got: &Got, name: &str) -> u64 {
     got.header(name)
@@ -51,9 +38,10 @@ fn header_u64(got: &Got, name: &str) -> u64 {
 
 const MARGIN: Duration = Duration::from_millis(50);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn fixed_window_admits_count_per_clock_aligned_window_and_resets_at_its_end() {
-    let (upstream, sluice) = start(
+    let (upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "fixed"
@@ -62,9 +50,9 @@ rate = "5/2s"
 "#,
     )
     .await;
-    let period = Duration::from_secs(2);
-
-    let window = enter_next_window(period, MARGIN).await;
+    // 50 ms into a window (the clock starts at a minute's start).
+    tokio::time::advance(MARGIN).await;
+    let window = START_S / 2;
     let first = burst(&sluice, 7).await;
     let limited = get(&sluice.url("/"), &[]).await;
 
@@ -85,13 +73,14 @@ rate = "5/2s"
     assert_eq!(limited.header("ratelimit"), Some(r#""fixed";r=0;t=2"#));
 
     // The next window starts empty: the boundary burst of fixed windows.
-    enter_next_window(period, MARGIN).await;
+    tokio::time::advance(Duration::from_secs(2)).await;
     assert_eq!(burst(&sluice, 6).await, codes(5, 1));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn sliding_window_weights_the_previous_window_into_the_current_one() {
-    let (_upstream, sluice) = start(
+    let (_upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "sliding"
@@ -100,9 +89,8 @@ rate = "4/2s"
 "#,
     )
     .await;
-    let period = Duration::from_secs(2);
-
-    enter_next_window(period, MARGIN).await;
+    // 50 ms into a window (the clock starts at a minute's start).
+    tokio::time::advance(MARGIN).await;
     assert_eq!(burst(&sluice, 5).await, codes(4, 1));
     let limited = get(&sluice.url("/"), &[]).await;
     // One unit fits once 4 × (P − e) / P + 1 ≤ 4, i.e. 0.5 s into the next
@@ -112,16 +100,17 @@ rate = "4/2s"
 
     // 0.6 s into the next window the previous four weigh 4 × 0.7 = 2.8:
     // exactly one more fits (3.8), a second would make 4.8.
-    enter_next_window(period, Duration::from_millis(600)).await;
+    tokio::time::advance(Duration::from_millis(2_550)).await;
     let admitted = get(&sluice.url("/"), &[]).await;
     assert_eq!(admitted.status, StatusCode::OK);
     assert_eq!(admitted.header("x-ratelimit-remaining"), Some("0"));
     assert_eq!(burst(&sluice, 1).await, codes(0, 1));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn sliding_log_frees_exactly_the_units_whose_stamps_expired() {
-    let (_upstream, sluice) = start(
+    let (_upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "log"
@@ -131,9 +120,8 @@ rate = "3/2s"
     )
     .await;
 
-    let started = tokio::time::Instant::now();
     assert_eq!(burst(&sluice, 1).await, codes(1, 0));
-    tokio::time::sleep_until(started + Duration::from_millis(1000)).await;
+    tokio::time::advance(Duration::from_millis(1000)).await;
     assert_eq!(burst(&sluice, 3).await, codes(2, 1));
     let limited = get(&sluice.url("/"), &[]).await;
     // The oldest stamp (t = 0) expires at t = 2 s: about 1 s from now.
@@ -143,13 +131,15 @@ rate = "3/2s"
     assert_eq!(body["remaining"], 0);
 
     // After t = 2 s only the first stamp has expired: one unit, not three.
-    tokio::time::sleep_until(started + Duration::from_millis(2200)).await;
+    tokio::time::advance(Duration::from_millis(1200)).await;
     assert_eq!(burst(&sluice, 2).await, codes(1, 1));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// Paused time: the second between the bursts passes by `advance`.
+#[tokio::test(start_paused = true)]
 async fn every_limit_of_a_rule_holds_and_a_rejected_request_takes_from_none() {
-    let (upstream, sluice) = start(
+    let (upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "api"
@@ -175,7 +165,7 @@ limits = ["3/s", "5/10s"]
 
     // A second later the per-second limit has refilled, but only 2 units
     // remain of the 10-second limit.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::advance(Duration::from_secs(1)).await;
     assert_eq!(burst(&sluice, 3).await, codes(2, 1));
     assert_eq!(upstream.count(), 5);
     let limited = get(&sluice.url("/"), &[]).await;
@@ -194,9 +184,11 @@ limits = ["3/s", "5/10s"]
     assert_eq!(sluice.metric(limited).await, 6.0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// Paused time: the second between the bursts passes by `advance`.
+#[tokio::test(start_paused = true)]
 async fn several_limits_work_with_window_algorithms_too() {
-    let (_upstream, sluice) = start(
+    let (_upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "windows"
@@ -207,13 +199,14 @@ limits = ["2/s", "3/10s"]
     .await;
 
     assert_eq!(burst(&sluice, 3).await, codes(2, 1));
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::advance(Duration::from_secs(1)).await;
     assert_eq!(burst(&sluice, 2).await, codes(1, 1));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_request_costing_two_units_takes_two() {
-    let (_upstream, sluice) = start(
+    let (_upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "export"
@@ -235,7 +228,7 @@ cost = 2
         body["detail"],
         "rule 'export' allows 5 units per 10s; each request costs 2"
     );
-    // 5 per 10 s refills a unit every 2 s; the second unit is 0–2 s away.
-    let retry_after = header_u64(&limited, "retry-after");
-    assert!((1..=2).contains(&retry_after), "Retry-After {retry_after}");
+    // 5 per 10 s refills a unit every 2 s, and no time has passed: the
+    // second unit is 2 s away.
+    assert_eq!(header_u64(&limited, "retry-after"), 2);
 }

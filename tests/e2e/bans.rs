@@ -104,9 +104,11 @@ rate = "3/m"
     assert_problem(&again, StatusCode::NOT_FOUND);
 }
 
-#[tokio::test]
+// Paused time: the ban's 2 s pass by `advance`, exactly, on any machine.
+#[tokio::test(start_paused = true)]
 async fn bad_ban_requests_get_problem_documents() {
-    let (_upstream, sluice) = start(
+    let (_upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "per-ip"
@@ -141,6 +143,12 @@ rate = "3/m"
         get(&sluice.url("/"), &[]).await.status,
         StatusCode::TOO_MANY_REQUESTS
     );
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    tokio::time::advance(Duration::from_nanos(2_000_000_000 - 1)).await;
+    assert_eq!(
+        get(&sluice.url("/"), &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the ban ended early"
+    );
+    tokio::time::advance(Duration::from_nanos(1)).await;
     assert_eq!(get(&sluice.url("/"), &[]).await.status, StatusCode::OK);
 }

@@ -72,9 +72,11 @@ overrides = { "seller-42" = { rate = "8/m" } }
     assert_eq!(rule["overrides"][0]["limits"][0]["count"], 8);
 }
 
-#[tokio::test]
+// Paused time: the ban's 2 s pass by `advance`, exactly, on any machine.
+#[tokio::test(start_paused = true)]
 async fn a_key_limited_too_often_is_banned_and_the_ban_expires() {
-    let (upstream, sluice) = start(
+    let (upstream, sluice) = support::paused::start(
+        "",
         r#"
 [admin]
 # The keys here are test names, not secrets (docs/operations.md, "Keys in logs and admin views").
@@ -120,7 +122,11 @@ ban = { after = 3, within = "1m", for = "2s" }
     for _ in 0..10 {
         get(&sluice.url("/api"), &abuser).await;
     }
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    tokio::time::advance(Duration::from_nanos(2_000_000_000 - 1)).await;
+    let still = get(&sluice.url("/api"), &abuser).await;
+    let body = assert_problem(&still, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(body["banned"], true, "the ban ended early: {body}");
+    tokio::time::advance(Duration::from_nanos(1)).await;
     let after = get(&sluice.url("/api"), &abuser).await;
     let body = assert_problem(&after, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(body["rule"], "per-seller");
