@@ -1,10 +1,13 @@
-//! Deferred charges and refunds over real HTTP and real time: upstream time
-//! charged while it runs and after, costs the upstream reports, refunds of
-//! failed exchanges. (Exact debts on a manual clock: `charging_clock.rs`.)
+//! Deferred charges and refunds over real HTTP: upstream time charged while
+//! it runs and after, costs the upstream reports, refunds of failed
+//! exchanges. The tests of upstream time run on paused time
+//! (`support::paused`): the upstream's pauses and the proxy's clock move
+//! together, by `advance`, so nothing depends on how busy the machine is.
+//! (Exact debts on a manual clock: `charging_clock.rs`.)
 
 use crate::support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::StatusCode;
 use support::{get, start, Got, Sluice};
@@ -19,6 +22,20 @@ fn remaining(got: &Got) -> u64 {
 
 fn series(name: &str, rule: &str) -> String {
     format!(r#"{name}{{rule="{rule}"}}"#)
+}
+
+/// The compute rule's charge once it is more than `before`, read (each a
+/// whole admin exchange) while the paused clock stands still.
+async fn charged_beyond(sluice: &Sluice, before: f64) -> f64 {
+    let series = series("sluice_budget_charged_total", "compute");
+    for _ in 0..1_000 {
+        let charged = sluice.metric(&series).await;
+        if charged > before {
+            return charged;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("{series} stayed {before}");
 }
 
 /// Sends `GET path` on a raw connection and keeps it open: the request is
@@ -39,16 +56,15 @@ burst = 1000
 charge = "elapsed_ms"
 "#;
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn upstream_time_beyond_the_rate_is_a_debt_that_refuses_until_repaid() {
     // Two 1.5 s requests at once use 3,000 ms of upstream time in 1.5 s on
     // a 1000 ms/s budget: 1,500 units of debt (a single request at a time
     // would be exactly at the rate, since the bucket refills meanwhile).
-    let (_upstream, sluice) = start(ELAPSED).await;
+    let (_upstream, sluice) = support::paused::start("", ELAPSED).await;
     let slow = sluice.url("/slow/1500");
     let (a, b) = tokio::join!(get_owned(slow.clone()), get_owned(slow));
     assert_eq!((a, b), (StatusCode::OK, StatusCode::OK));
-    let ended = Instant::now();
     let refused = get(&sluice.url("/"), &[]).await;
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{refused:?}");
     assert_eq!(remaining(&refused), 0);
@@ -64,27 +80,28 @@ async fn upstream_time_beyond_the_rate_is_a_debt_that_refuses_until_repaid() {
     assert!((3000.0..3300.0).contains(&charged), "charged {charged}");
 
     // Admitted once the debt is repaid (1.5 s after the requests ended).
-    tokio::time::sleep(Duration::from_millis(1_200).saturating_sub(ended.elapsed())).await;
+    tokio::time::advance(Duration::from_millis(1_200)).await;
     assert_eq!(
         get(&sluice.url("/"), &[]).await.status,
         StatusCode::TOO_MANY_REQUESTS,
         "still in debt 1.2 s later"
     );
-    tokio::time::sleep(Duration::from_millis(1_700).saturating_sub(ended.elapsed())).await;
+    tokio::time::advance(Duration::from_millis(500)).await;
     assert_eq!(get(&sluice.url("/"), &[]).await.status, StatusCode::OK);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_long_response_is_charged_every_second_while_it_streams() {
     // 30 chunks 100 ms apart: 3 s of streaming. Another request on the same
     // bucket sees the charge grow while the first still streams.
-    let (_upstream, sluice) = start(ELAPSED).await;
-    let started = Instant::now();
+    let (upstream, sluice) = support::paused::start("", ELAPSED).await;
     let streaming = tokio::spawn({
         let url = sluice.url("/drip/30/100");
         async move { get(&url, &[]).await }
     });
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    support::paused::until("the stream began", || upstream.count() == 1).await;
+    let started = tokio::time::Instant::now();
+    support::paused::pass(Duration::from_millis(1_500)).await;
     let mid = get(&sluice.url("/"), &[]).await;
     let at = started.elapsed();
     assert!(!streaming.is_finished(), "the stream ran shorter than 3 s");
@@ -104,20 +121,22 @@ async fn a_long_response_is_charged_every_second_while_it_streams() {
     assert!((2_900.0..3_600.0).contains(&charged), "charged {charged}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_client_that_leaves_mid_stream_is_charged_for_the_time_it_used() {
-    let (_upstream, sluice) = start(ELAPSED).await;
+    let (_upstream, sluice) = support::paused::start("", ELAPSED).await;
     let mut stream = open_request(&sluice, "/drip/100/100").await;
     // Read the head and the first chunks, then leave after ~1.5 s.
     let mut buf = [0u8; 1024];
     let n = stream.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    drop(stream);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let charged = sluice
+    support::paused::pass(Duration::from_millis(1_500)).await;
+    let ticked = sluice
         .metric(&series("sluice_budget_charged_total", "compute"))
         .await;
+    drop(stream);
+    // sluice sees the client go without time passing: the charge for the
+    // time since the last tick lands then.
+    let charged = charged_beyond(&sluice, ticked).await;
     // ~1.5 s of upstream time, not the 10 s the stream would have lasted,
     // and not only the whole seconds ticked before the client left.
     assert!((1_500.0..2_500.0).contains(&charged), "charged {charged}");

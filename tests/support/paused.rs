@@ -55,6 +55,14 @@ pub async fn start_for(upstream: SocketAddr, server: &str, rules: &str) -> Sluic
     Sluice::start_with_clock(&config, upstream, clock).await
 }
 
+/// Lets `span` of paused time pass as it would: the runtime jumps from
+/// timer to timer (the upstream's pauses, the proxy's ticks), each firing at
+/// its own instant, where one `advance` by `span` would fire them all at
+/// its end. No wall-clock time passes.
+pub async fn pass(span: std::time::Duration) {
+    tokio::time::sleep(span).await;
+}
+
 /// Lets the runtime turn, without time moving, until `done` holds: what
 /// can happen without a timer firing has happened then. Panics after
 /// 10,000 turns.
