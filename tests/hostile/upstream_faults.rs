@@ -94,12 +94,19 @@ async fn f1_a_hung_upstream_is_504_at_the_timeout_and_its_connections_closed() {
         );
     }
     // No pile-up: each timed-out exchange's connection is closed, not kept.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let conns = upstream.conns();
-    assert_eq!(conns.len(), 5, "one connection per hung exchange");
-    assert!(
-        conns.iter().all(|conn| conn.closed_at.is_some()),
-        "a hung upstream connection was left open"
+    support::eventually(
+        Duration::from_secs(5),
+        "a hung upstream connection was left open",
+        || {
+            let conns = upstream.conns();
+            async move { conns.iter().all(|conn| conn.closed_at.is_some()) }
+        },
+    )
+    .await;
+    assert_eq!(
+        upstream.conns().len(),
+        5,
+        "one connection per hung exchange"
     );
 }
 

@@ -591,7 +591,6 @@ fn parse_series(series: &str) -> (String, Vec<String>) {
     (name.trim().to_owned(), labels)
 }
 
-/// Seconds since the Unix epoch, as clients compare `X-RateLimit-Reset`.
 /// Asks `check` every 10 ms until it holds; fails, saying `what`, when it
 /// still does not after `within`.
 pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
@@ -606,6 +605,7 @@ where
     }
 }
 
+/// Seconds since the Unix epoch, as clients compare `X-RateLimit-Reset`.
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
