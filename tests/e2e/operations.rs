@@ -80,7 +80,20 @@ async fn h1_sigterm_serves_in_flight_and_held_requests_with_connection_close_the
             exchange_until_close(addr, &format!("/held/{i}"), Duration::from_secs(5)).await
         }));
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Every request is in sluice before the signal: the 20 slow ones at the
+    // upstream, the 8 held ones held or already released to it.
+    support::eventually(Duration::from_secs(5), "the 28 requests in flight", || {
+        let seen = upstream.seen();
+        let sluice = &sluice;
+        async move {
+            let at = |prefix: &str| seen.iter().filter(|s| s.target.starts_with(prefix)).count();
+            let text = support::get(&sluice.admin_url("/metrics"), &[]).await.body;
+            let held = support::metric(&text, r#"sluice_queue_depth{rule="held"}"#).unwrap_or(0.0)
+                as usize;
+            at("/slow/") == 20 && at("/held/") - 1 + held == 8
+        }
+    })
+    .await;
     sluice.terminate();
     let signalled = Instant::now();
 
@@ -104,12 +117,20 @@ async fn h1_sigterm_serves_in_flight_and_held_requests_with_connection_close_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h1_the_drain_has_a_deadline_shutdown_grace() {
-    let (_upstream, mut sluice, _dir) = spawn("shutdown_grace = \"1s\"\n", "").await;
+    let (upstream, mut sluice, _dir) = spawn("shutdown_grace = \"1s\"\n", "").await;
     let addr = sluice.addr;
     let stuck = tokio::spawn(async move {
         exchange_until_close(addr, "/slow/30000", Duration::from_secs(10)).await
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    support::eventually(
+        Duration::from_secs(5),
+        "the request at the upstream",
+        || {
+            let count = upstream.count();
+            async move { count == 1 }
+        },
+    )
+    .await;
 
     sluice.terminate();
     let signalled = Instant::now();
@@ -145,14 +166,22 @@ async fn readyz(admin: std::net::SocketAddr) -> Option<u16> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2_readyz_turns_503_within_100_ms_of_sigterm() {
-    let (_upstream, mut sluice, _dir) = spawn("shutdown_grace = \"3s\"\n", "").await;
+    let (upstream, mut sluice, _dir) = spawn("shutdown_grace = \"3s\"\n", "").await;
     assert_eq!(readyz(sluice.admin).await, Some(200));
     // A request in flight keeps the drain (and the admin port) open.
     let addr = sluice.addr;
     let in_flight = tokio::spawn(async move {
         exchange_until_close(addr, "/slow/1000", Duration::from_secs(5)).await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    support::eventually(
+        Duration::from_secs(5),
+        "the request at the upstream",
+        || {
+            let count = upstream.count();
+            async move { count == 1 }
+        },
+    )
+    .await;
 
     sluice.terminate();
     let signalled = Instant::now();
