@@ -3,15 +3,22 @@
 //! answer taking 20 ms of a worker, so that latency grows once more than
 //! `c` requests are in flight. Closed-loop clients keep it busy; the tests
 //! read what the upstream itself saw (its requests in flight) and what
-//! sluice reports (`sluice_adaptive_limit`, its 503s). Real time, so the
-//! bounds are generous: the benchmark (scripts/adaptive-bench) measures
-//! the targets.
+//! sluice reports (`sluice_adaptive_limit`, its 503s).
+//!
+//! On paused time (`support::paused::on_clock`): the upstream's 20 ms, the
+//! clients' pauses and the proxy's clock are one virtual time that jumps
+//! from event to event, so a test of 8 s runs in a fraction of one and
+//! sees the same latencies however busy the machine is (the one beside
+//! Redis, an outside process, runs on real time). The benchmark
+//! (scripts/adaptive-bench) measures the targets on real time.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -247,14 +254,14 @@ async fn adaptive_sluice(upstream: &Saturating, extra: &str) -> Sluice {
         "[server]\nupstream = \"http://{{upstream}}\"\n{}",
         adaptive_rule(extra)
     );
-    Sluice::start(&config, upstream.addr).await
+    support::paused::on_clock(&config, upstream.addr).await
 }
 
 fn adaptive_rule(extra: &str) -> String {
     format!("[[rule]]\nname = \"adaptive\"\nkey = [\"global\"]\nalgorithm = \"adaptive\"\n{extra}")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn it_learns_what_a_saturated_upstream_takes_and_sheds_the_rest_with_503() {
     let upstream = Saturating::start(8).await;
     let sluice = adaptive_sluice(&upstream, "max_in_flight = 200\n").await;
@@ -297,7 +304,7 @@ async fn it_learns_what_a_saturated_upstream_takes_and_sheds_the_rest_with_503()
     sluice.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_limit_follows_capacity_down_and_back_up() {
     let upstream = Saturating::start(8).await;
     let sluice = adaptive_sluice(&upstream, "").await;
@@ -326,7 +333,7 @@ async fn the_limit_follows_capacity_down_and_back_up() {
     sluice.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn light_load_on_a_large_upstream_is_never_shed() {
     let upstream = Saturating::start(64).await;
     let sluice = adaptive_sluice(&upstream, "").await;
@@ -343,7 +350,7 @@ async fn light_load_on_a_large_upstream_is_never_shed() {
     sluice.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn failures_drive_the_limit_to_its_floor_and_no_lower() {
     let upstream = Saturating::start(64).await;
     upstream.state.failing.store(true, Ordering::SeqCst);
@@ -360,7 +367,7 @@ async fn failures_drive_the_limit_to_its_floor_and_no_lower() {
     sluice.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_ceiling_bounds_the_upstream_whatever_it_could_take() {
     let upstream = Saturating::start(100).await;
     let sluice = adaptive_sluice(&upstream, "max_in_flight = 6\n").await;
@@ -375,7 +382,7 @@ async fn the_ceiling_bounds_the_upstream_whatever_it_could_take() {
     sluice.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn in_shadow_it_learns_and_reports_but_sheds_nothing() {
     let upstream = Saturating::start(4).await;
     let sluice = adaptive_sluice(&upstream, "shadow = true\n").await;
@@ -399,7 +406,7 @@ async fn in_shadow_it_learns_and_reports_but_sheds_nothing() {
     sluice.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn in_delay_mode_requests_over_the_limit_wait_their_turn() {
     let upstream = Saturating::start(4).await;
     let sluice = adaptive_sluice(&upstream, "on_limit = \"delay\"\nmax_delay = \"10s\"\n").await;
@@ -427,7 +434,7 @@ async fn in_delay_mode_requests_over_the_limit_wait_their_turn() {
 /// grow on the queue it lets build. It starts at 20, twice what the
 /// upstream's 10 workers take, so the first latency it sees is already a
 /// queue's; before the fix it grew to 32 in the first second.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn in_delay_mode_the_limit_never_climbs_above_its_start_on_a_queue() {
     let upstream = Saturating::start(10).await;
     let sluice = adaptive_sluice(
@@ -470,7 +477,7 @@ async fn in_delay_mode_the_limit_never_climbs_above_its_start_on_a_queue() {
     sluice.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_tier_with_a_smaller_share_is_shed_first() {
     let upstream = Saturating::start(4).await;
     let sluice = adaptive_sluice(
@@ -526,7 +533,7 @@ async fn a_tier_with_a_smaller_share_is_shed_first() {
 /// A route's pool of two servers, each with 4 workers: the health checks
 /// take one out, the pool can take half as much, and the limit of the
 /// adaptive rule on that route follows; it comes back with the server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_server_taken_out_by_health_checks_lowers_the_limit_until_it_returns() {
     let (a, b) = (Saturating::start(4).await, Saturating::start(4).await);
     let config = format!(
@@ -539,7 +546,7 @@ async fn a_server_taken_out_by_health_checks_lowers_the_limit_until_it_returns()
         b.addr,
         adaptive_rule("match = { path_prefix = \"/\" }\n")
     );
-    let sluice = Sluice::start(&config, a.addr).await;
+    let sluice = support::paused::on_clock(&config, a.addr).await;
     let url = sluice.url("/");
     let loading = tokio::spawn(load(url, 40, Duration::ZERO, Duration::from_secs(20)));
     tokio::time::sleep(Duration::from_secs(6)).await;
@@ -561,7 +568,7 @@ async fn a_server_taken_out_by_health_checks_lowers_the_limit_until_it_returns()
     sluice.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn admin_views_show_the_learned_limit() {
     let (_upstream, sluice) = support::start(&adaptive_rule(
         "min_in_flight = 2\nmax_in_flight = 50\ntiers = { by = \"header:x-plan\", free = { share = 0.5 } }\n",
@@ -657,7 +664,7 @@ async fn beside_redis_each_instance_keeps_its_own_permits() {
 /// Clients that take 300 ms to send their bodies hold a permit that long,
 /// but the upstream answers each 20 ms after the body is in: the limit
 /// learns from the upstream's time, not the client's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_slow_upload_is_not_read_as_a_slow_upstream() {
     let upstream = Saturating::start(64).await;
     let sluice = adaptive_sluice(&upstream, "").await;

@@ -55,6 +55,14 @@ pub async fn start_for(upstream: SocketAddr, server: &str, rules: &str) -> Sluic
     Sluice::start_with_clock(&config, upstream, clock).await
 }
 
+/// sluice from a whole `config` in front of `upstream`, on a
+/// [`RuntimeClock`] reading [`START`] now; its timeouts are the config's
+/// (a test whose paused time runs longer than one sets it).
+pub async fn on_clock(config: &str, upstream: SocketAddr) -> Sluice {
+    let clock = ProxyClock::Runtime(RuntimeClock::new(START));
+    Sluice::start_with_clock(config, upstream, clock).await
+}
+
 /// Lets `span` of paused time pass as it would: the runtime jumps from
 /// timer to timer (the upstream's pauses, the proxy's ticks), each firing at
 /// its own instant, where one `advance` by `span` would fire them all at
