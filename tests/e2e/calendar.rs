@@ -1,10 +1,10 @@
-//! Calendar quotas on the real binary (docs/charging.md, "Calendar
-//! quotas"), its clock set by `faketime` a few seconds before a boundary of
-//! Europe/Berlin's calendar and running in real time from there: a request
-//! refused until the boundary passes is admitted right after it, and the
-//! headers count to that local boundary. And, on a real `redis-server`, an
-//! instance whose clock runs two hours ahead counts into the window Redis'
-//! clock is in.
+//! Calendar quotas over HTTP (docs/charging.md, "Calendar quotas"), the
+//! proxy's clock started 4 s before a boundary of Europe/Berlin's calendar
+//! on paused time (`support::paused::from`): a request is refused until the
+//! boundary's very nanosecond and admitted at it, and the headers count to
+//! that local boundary. And, on the real binary beside a real
+//! `redis-server`, an instance whose clock `faketime` runs two hours ahead
+//! counts into the window Redis' clock is in.
 
 use crate::support;
 
@@ -42,35 +42,31 @@ fn header(got: &Got, name: &str) -> u64 {
 /// One `quota` rule of 1 per `unit` on Europe/Berlin's calendar, its clock
 /// started 4 s before `boundary` (Unix seconds): the first request passes,
 /// the next is refused until the boundary (Retry-After and the reset count
-/// to it), and the first after it passes, with the new window's length as
-/// `w` and its end as the reset.
-async fn crossing(test: &str, unit: &str, boundary: u64, next_boundary: u64) {
+/// to it), and the first at it passes, with the new window's length as `w`
+/// and its end as the reset.
+async fn crossing(boundary: u64, unit: &str, next_boundary: u64) {
     let upstream = Upstream::start().await;
-    let dir = tempfile::tempdir().unwrap();
     let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\n\
+        "[server]\nupstream = \"http://{{upstream}}\"\n\
          [response]\non_success = true\n\
          [[rule]]\nname = \"quota\"\nkey = [\"global\"]\nalgorithm = \"fixed_window\"\n\
-         calendar = \"Europe/Berlin\"\nrate = \"1/{unit}\"\n",
-        upstream.addr
+         calendar = \"Europe/Berlin\"\nrate = \"1/{unit}\"\n"
     );
-    let start = jiff::Timestamp::from_second(boundary as i64 - 4).unwrap();
-    let spec = format!("@{}", start.strftime("%Y-%m-%d %H:%M:%S"));
-    let Some(sluice) = faked(test, &spec, &config, dir.path()) else {
-        return;
-    };
+    let start = (boundary - 4) * 1_000_000_000;
+    let sluice = support::paused::from(&config, upstream.addr, start).await;
     let url = sluice.url("/x");
     let first = send(Method::GET, &url, &[]).await;
     assert_eq!(first.status, StatusCode::OK, "{first:?}");
     assert_eq!(header(&first, "x-ratelimit-reset"), boundary);
     let refused = send(Method::GET, &url, &[]).await;
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{refused:?}");
-    let retry = header(&refused, "retry-after");
-    assert!((1..=4).contains(&retry), "Retry-After {retry}");
+    assert_eq!(header(&refused, "retry-after"), 4);
     assert_eq!(header(&refused, "x-ratelimit-reset"), boundary);
-    // Refused until the boundary, admitted once it passed.
-    tokio::time::sleep(Duration::from_millis(retry * 1000 + 300)).await;
+    // Refused until the boundary's nanosecond, admitted at it.
+    tokio::time::advance(Duration::from_nanos(4_000_000_000 - 1)).await;
+    let before = send(Method::GET, &url, &[]).await;
+    assert_eq!(before.status, StatusCode::TOO_MANY_REQUESTS, "{before:?}");
+    tokio::time::advance(Duration::from_nanos(1)).await;
     let after = send(Method::GET, &url, &[]).await;
     assert_eq!(after.status, StatusCode::OK, "{after:?}");
     assert_eq!(header(&after, "x-ratelimit-reset"), next_boundary);
@@ -80,60 +76,32 @@ async fn crossing(test: &str, unit: &str, boundary: u64, next_boundary: u64) {
     );
     let again = send(Method::GET, &url, &[]).await;
     assert_eq!(again.status, StatusCode::TOO_MANY_REQUESTS);
-    let retry = header(&again, "retry-after");
-    let left = next_boundary - boundary;
-    assert!(
-        (left - 10..=left).contains(&retry),
-        "Retry-After {retry}, the window lasts {left}"
-    );
+    // The whole new window is left.
+    assert_eq!(header(&again, "retry-after"), next_boundary - boundary);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_monthly_quota_starts_again_at_berlin_midnight_on_the_first() {
     // 2026-11-01 00:00 CET, then 2026-12-01 00:00 CET.
-    crossing(
-        "calendar::a_monthly_quota_starts_again_at_berlin_midnight_on_the_first",
-        "mo",
-        1_793_487_600,
-        1_796_079_600,
-    )
-    .await;
+    crossing(1_793_487_600, "mo", 1_796_079_600).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_daily_quota_follows_berlin_s_23_hour_day() {
     // 2026-03-29 00:00 CET, then 2026-03-30 00:00 CEST: 23 hours.
-    crossing(
-        "calendar::a_daily_quota_follows_berlin_s_23_hour_day",
-        "d",
-        1_774_738_800,
-        1_774_821_600,
-    )
-    .await;
+    crossing(1_774_738_800, "d", 1_774_821_600).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_daily_quota_follows_berlin_s_25_hour_day() {
     // 2026-10-25 00:00 CEST, then 2026-10-26 00:00 CET: 25 hours.
-    crossing(
-        "calendar::a_daily_quota_follows_berlin_s_25_hour_day",
-        "d",
-        1_792_879_200,
-        1_792_969_200,
-    )
-    .await;
+    crossing(1_792_879_200, "d", 1_792_969_200).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_weekly_quota_starts_again_on_monday() {
     // Monday 2026-11-30 00:00 CET, then Monday 2026-12-07.
-    crossing(
-        "calendar::a_weekly_quota_starts_again_on_monday",
-        "w",
-        1_795_993_200,
-        1_796_598_000,
-    )
-    .await;
+    crossing(1_795_993_200, "w", 1_796_598_000).await;
 }
 
 /// A fixed-offset zone whose next midnight is 30 to 90 minutes away, and

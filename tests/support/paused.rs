@@ -59,7 +59,13 @@ pub async fn start_for(upstream: SocketAddr, server: &str, rules: &str) -> Sluic
 /// [`RuntimeClock`] reading [`START`] now; its timeouts are the config's
 /// (a test whose paused time runs longer than one sets it).
 pub async fn on_clock(config: &str, upstream: SocketAddr) -> Sluice {
-    let clock = ProxyClock::Runtime(RuntimeClock::new(START));
+    from(config, upstream, START).await
+}
+
+/// [`on_clock`] with the clock reading `unix_nanos` now (a moment a test
+/// needs: just before a calendar's boundary).
+pub async fn from(config: &str, upstream: SocketAddr, unix_nanos: u64) -> Sluice {
+    let clock = ProxyClock::Runtime(RuntimeClock::new(unix_nanos));
     Sluice::start_with_clock(config, upstream, clock).await
 }
 
