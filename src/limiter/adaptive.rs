@@ -250,7 +250,7 @@ impl Estimator {
                     // from it would grow the queue. Probe downwards once,
                     // as after a backoff: if the latency falls with the
                     // limit, the descent goes on; if not, the baseline was
-                    // true and the limit grows back.
+                    // true and the limit goes back to where it was.
                     self.cut_from = self.estimate;
                     self.descent = Some((limit as f64, mean));
                     self.settling = true;
