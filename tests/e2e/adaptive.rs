@@ -470,7 +470,7 @@ async fn in_delay_mode_the_limit_never_climbs_above_its_start_on_a_queue() {
         "the limit climbed: {limits:?}"
     );
     assert!(peak <= 20, "{peak} in flight at the upstream: {limits:?}");
-    // 1.5 × the workers, with room for a loaded machine's timing.
+    // Within 1.5 × the workers (issue 57's bound for any 4 s after the first second).
     assert!(settled <= 15.0, "mean in flight {settled}: {limits:?}");
     assert!(tally.ok.load(Ordering::SeqCst) > 0, "{tally:?}");
     assert_eq!(tally.other.load(Ordering::SeqCst), 0, "{tally:?}");
