@@ -180,9 +180,12 @@ max_queue = 2
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// Paused time: the leaver is held, then leaves, at instants the test
+// picks, and the next request's wait is exact.
+#[tokio::test(start_paused = true)]
 async fn a_client_that_leaves_while_held_gives_its_reservation_back() {
-    let (upstream, sluice) = start(
+    let (upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "paced"
@@ -197,33 +200,26 @@ max_delay = "10s"
 
     let first = get(&sluice.url("/"), &[("x-seq", "0")]).await;
     assert_eq!(first.status, StatusCode::OK);
-    let started = Instant::now();
-    let leaving = tokio::spawn({
-        let sluice_addr = sluice.addr;
-        async move {
-            let mut stream = TcpStream::connect(sluice_addr).await.unwrap();
-            stream
-                .write_all(b"GET /abandoned HTTP/1.1\r\nhost: test\r\nx-seq: 99\r\n\r\n")
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            drop(stream);
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(sluice.metric(depth).await, 1.0, "the request is held");
-    leaving.await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(sluice.metric(depth).await, 0.0, "the leaver left the queue");
+    let started = tokio::time::Instant::now();
+    let mut leaver = TcpStream::connect(sluice.addr).await.unwrap();
+    leaver
+        .write_all(b"GET /abandoned HTTP/1.1\r\nhost: test\r\nx-seq: 99\r\n\r\n")
+        .await
+        .unwrap();
+    support::paused::until_metric(&sluice, depth, 1.0).await;
+    // Held for its slot at 2 s; it leaves 300 ms in.
+    tokio::time::advance(Duration::from_millis(300)).await;
+    drop(leaver);
+    support::paused::until_metric(&sluice, depth, 0.0).await;
 
     // The leaver's slot (2 s after the first request) is free again: the
     // next request takes it, instead of queueing behind it until 4 s.
     let next = get(&sluice.url("/"), &[("x-seq", "1")]).await;
     assert_eq!(next.status, StatusCode::OK);
-    let waited = started.elapsed();
-    assert!(
-        waited < Duration::from_millis(3000),
-        "the next request waited {waited:?}: the leaver's budget was not given back"
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(2),
+        "the leaver's budget was not given back"
     );
     let (order, _) = arrivals(&upstream);
     assert_eq!(order, [0, 1], "the leaver never reached the upstream");
