@@ -389,9 +389,12 @@ async fn explain_and_buckets_read_the_redis_store_without_spending() {
     other.shutdown().await;
 }
 
-#[tokio::test]
+// Paused time: explain's wait and the hold it predicts are the same
+// instant, to the millisecond.
+#[tokio::test(start_paused = true)]
 async fn explain_says_a_delay_mode_rule_holds_and_buckets_counts_the_held() {
-    let (_upstream, sluice) = start(
+    let (_upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "paced"
@@ -407,26 +410,25 @@ max_delay = "3s"
     assert_eq!(first.status, StatusCode::OK);
     let answer = explain(&sluice, ask.clone()).await.json();
     assert_eq!(answer["decision"]["outcome"], "delayed", "{answer}");
-    let wait = answer["decision"]["wait_ms"].as_u64().unwrap();
-    assert!((1..=1000).contains(&wait), "{answer}");
+    // No time has passed since the first: a whole interval to wait.
+    assert_eq!(answer["decision"]["wait_ms"], 1000, "{answer}");
     // Held, as explain said: and while it is, the bucket counts it.
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let url = sluice.url("/api");
     let held = tokio::spawn(async move { get(&url, &[]).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    support::paused::until_metric(&sluice, r#"sluice_queue_depth{rule="paced"}"#, 1.0).await;
     let view = bucket_view(&sluice, "paced", "127.0.0.1").await;
     assert_eq!(view["buckets"][0]["held"], 1, "{view}");
     assert_eq!(view["buckets"][0]["next_request"]["decision"], "hold");
-    // The next one would be held too, behind it (about 2 s: within
-    // max_delay).
+    // The next one would be held too, behind it: 2 s, within max_delay.
     assert_eq!(view["next_request"]["held"], true, "{view}");
-    assert!(view["next_request"]["wait_ms"].as_u64().unwrap() > 1000);
+    assert_eq!(view["next_request"]["wait_ms"], 2000, "{view}");
     let held = held.await.unwrap();
     assert_eq!(held.status, StatusCode::OK);
-    assert!(
-        started.elapsed() + Duration::from_millis(150) >= Duration::from_millis(wait),
-        "held {:?}, explain said {wait} ms",
-        started.elapsed()
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(1000),
+        "held as long as explain said"
     );
 }
 
