@@ -140,8 +140,9 @@ impl Outflow {
     /// Ends the body: the last chunk, or a check that the declared length
     /// was written. Trailer fields are never written: an HTTP/1.1 peer
     /// gets none from sluice (hyper's client sent only those its request
-    /// declared in `Trailer`, a hop-by-hop field sluice strips; SPEC:
-    /// trailers reach HTTP/2 peers only).
+    /// declared in `Trailer`, a hop-by-hop field sluice strips; trailers
+    /// reach HTTP/2 peers only: docs/edge-behaviour.md, "Reading the
+    /// upstream's answer" and "Request framing").
     pub fn finish(&mut self, body: BodyOut) -> Result<(), Mismatch> {
         match body {
             BodyOut::Length(0) | BodyOut::UntilClose => Ok(()),

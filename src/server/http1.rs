@@ -308,7 +308,9 @@ impl<S: Transport> Http1<S> {
                         Poll::Ready(None) => return Poll::Ready(Step::End),
                         Poll::Ready(Some(Err(_))) => return Poll::Ready(Step::Failed),
                         Poll::Ready(Some(Ok(frame))) => {
-                            // Trailer fields go to no HTTP/1.1 client (SPEC).
+                            // Trailer fields go to no HTTP/1.1 client
+                            // (docs/edge-behaviour.md, "Reading the
+                            // upstream's answer").
                             if let Ok(data) = frame.into_data() {
                                 if self.out.push(&mut framing, data).is_err() {
                                     return Poll::Ready(Step::Failed);

@@ -41,6 +41,19 @@ async fn exchange_until_close(addr: std::net::SocketAddr, path: &str, limit: Dur
     String::from_utf8_lossy(&received).into_owned()
 }
 
+/// Waits until `n` requests have reached `upstream`.
+async fn at_upstream(upstream: &Upstream, n: usize) {
+    support::eventually(
+        Duration::from_secs(5),
+        "the requests at the upstream",
+        || {
+            let count = upstream.count();
+            async move { count == n }
+        },
+    )
+    .await;
+}
+
 const HELD: &str = r#"
 [[rule]]
 name = "held"
@@ -122,15 +135,7 @@ async fn h1_the_drain_has_a_deadline_shutdown_grace() {
     let stuck = tokio::spawn(async move {
         exchange_until_close(addr, "/slow/30000", Duration::from_secs(10)).await
     });
-    support::eventually(
-        Duration::from_secs(5),
-        "the request at the upstream",
-        || {
-            let count = upstream.count();
-            async move { count == 1 }
-        },
-    )
-    .await;
+    at_upstream(&upstream, 1).await;
 
     sluice.terminate();
     let signalled = Instant::now();
@@ -173,15 +178,7 @@ async fn h2_readyz_turns_503_within_100_ms_of_sigterm() {
     let in_flight = tokio::spawn(async move {
         exchange_until_close(addr, "/slow/1000", Duration::from_secs(5)).await
     });
-    support::eventually(
-        Duration::from_secs(5),
-        "the request at the upstream",
-        || {
-            let count = upstream.count();
-            async move { count == 1 }
-        },
-    )
-    .await;
+    at_upstream(&upstream, 1).await;
 
     sluice.terminate();
     let signalled = Instant::now();

@@ -595,7 +595,12 @@ async fn b8_the_read_clocks_stop_while_a_request_is_in_flight_and_idle_restarts_
     assert!(answered.elapsed() >= Duration::from_millis(250));
 }
 
-/// The peak of sluice's RSS (KiB) while `work` runs, sampled every 20 ms.
+/// How often [`peak_rss_while`] reads sluice's RSS: a measurement's
+/// interval, not a wait for anything.
+const RSS_SAMPLE_EVERY: Duration = Duration::from_millis(20);
+
+/// The peak of sluice's RSS (KiB) while `work` runs, sampled every
+/// [`RSS_SAMPLE_EVERY`].
 async fn peak_rss_while<T>(
     sluice: &SluiceProcess,
     work: impl std::future::Future<Output = T>,
@@ -605,7 +610,7 @@ async fn peak_rss_while<T>(
     loop {
         tokio::select! {
             done = &mut work => return (done, peak.max(sluice.memory_kib("VmRSS"))),
-            () = tokio::time::sleep(Duration::from_millis(20)) => {
+            () = tokio::time::sleep(RSS_SAMPLE_EVERY) => {
                 peak = peak.max(sluice.memory_kib("VmRSS"));
             }
         }
@@ -658,7 +663,9 @@ async fn an_8_mib_answer_to_a_client_that_reads_slowly_stays_within_64_mib() {
             .write_all(format!("GET /download/{SIZE} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
             .await
             .unwrap();
-        // 64 KiB every 10 ms: about 1.3 s for all of it.
+        // The slow reader under test: 64 KiB every 10 ms, about 1.3 s for
+        // all of it.
+        const READ_PAUSE: Duration = Duration::from_millis(10);
         let mut answer = Vec::with_capacity(SIZE + 64 * 1024);
         let mut buffer = vec![0u8; 64 * 1024];
         while !answer.ends_with(b"\r\n0\r\n\r\n") {
@@ -667,7 +674,7 @@ async fn an_8_mib_answer_to_a_client_that_reads_slowly_stays_within_64_mib() {
                 break;
             }
             answer.extend_from_slice(&buffer[..n]);
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(READ_PAUSE).await;
         }
         // The body's data, its chunks undone.
         let mut rest = &answer[find(&answer, b"\r\n\r\n").expect("a head") + 4..];

@@ -156,9 +156,11 @@ async fn a_chunked_body_that_trickles_in_streams_up_chunked_and_the_next_request
         b"6;last=no\r\n world\r\n",
         b"0\r\nX-Sum: 11\r\n\r\nGET /after HTTP/1.1\r\nHost: h\r\n\r\n",
     ];
+    // The trickle under test: each piece its own read at sluice.
+    const TRICKLE: Duration = Duration::from_millis(50);
     for piece in pieces {
         client.write_all(piece).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(TRICKLE).await;
     }
     let got = read_quiet(&mut client).await;
     assert_eq!(got.statuses(), [200, 200], "{}", got.text());
