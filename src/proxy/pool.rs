@@ -61,6 +61,8 @@ use crate::request_id::{self, MadeId};
 use answer::AnswerBody;
 pub use answer::Tunnel;
 use dial::Destination;
+#[cfg(any(test, feature = "differential"))]
+pub(crate) use exchange::one_content_length as merge_content_lengths;
 use exchange::{one_content_length, Conn};
 pub use exchange::{Framing, Sent};
 use idle::IdleConns;

@@ -44,7 +44,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::pool::{AddedFields, ForwardError, Pool, RequestBody, Sent};
+use super::pool::{merge_content_lengths, AddedFields, ForwardError, Pool, RequestBody, Sent};
 use crate::http1::framing::parse_length;
 use crate::proxy::client_request::ClientBody;
 use crate::proxy::{fields, forward};
@@ -248,7 +248,8 @@ fn as_a_proxy_relays(response: &mut Response<hyper::body::Incoming>) -> Result<b
         return Err(ForwardError::Other);
     }
     let headers = response.headers_mut();
-    one_content_length(headers);
+    // As sluice's exchange makes them (`pool/exchange.rs`).
+    merge_content_lengths(headers);
     let mut keep = !headers
         .get_all(header::CONNECTION)
         .iter()
@@ -265,26 +266,6 @@ fn as_a_proxy_relays(response: &mut Response<hyper::body::Incoming>) -> Result<b
     forward::strip_hop_by_hop(headers, false);
     *response.version_mut() = Version::HTTP_11;
     Ok(keep)
-}
-
-/// Several `Content-Length` values that agree, as one.
-fn one_content_length(headers: &mut http::HeaderMap) {
-    let mut agreed = None;
-    let mut count = 0;
-    for item in headers
-        .get_all(header::CONTENT_LENGTH)
-        .iter()
-        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
-    {
-        match parse_length(item.trim_ascii()) {
-            Some(n) if agreed.is_none_or(|seen| seen == n) => agreed = Some(n),
-            _ => return,
-        }
-        count += 1;
-    }
-    if let (Some(length), true) = (agreed, count > 1) {
-        headers.insert(header::CONTENT_LENGTH, http::HeaderValue::from(length));
-    }
 }
 
 fn nothing_yet() -> Relayed {
