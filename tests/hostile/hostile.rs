@@ -6,6 +6,7 @@
 //! never being parsed as a next request.
 
 use crate::support;
+use crate::wire;
 
 use std::time::Duration;
 
@@ -13,20 +14,10 @@ use support::start;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Sends `request` as is on a fresh connection and returns everything the
-/// server sent until it closed the connection or stayed silent for 500 ms.
+/// Sends `request` as is on a fresh connection and returns everything
+/// sluice answered ([`wire::exchange`]).
 async fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream.write_all(request).await.unwrap();
-    let mut received = Vec::new();
-    let mut buffer = [0u8; 4096];
-    loop {
-        match tokio::time::timeout(Duration::from_millis(500), stream.read(&mut buffer)).await {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-            Ok(Ok(n)) => received.extend_from_slice(&buffer[..n]),
-        }
-    }
-    String::from_utf8_lossy(&received).into_owned()
+    wire::exchange(addr, request).await.text()
 }
 
 /// The status code of the first response in `raw`.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use support::Sluice;
 use tokio::io::AsyncWriteExt;
-use wire::{exchange, ok, read_until_quiet, Action, RawUpstream};
+use wire::{exchange, ok, Action, RawUpstream};
 
 /// A recording upstream that answers 200 to everything, and sluice in front.
 async fn start(rest: &str) -> (RawUpstream, Sluice) {
@@ -248,18 +248,17 @@ rate = "1/m"
 async fn send_then_follow_up(addr: std::net::SocketAddr, payload: &[u8]) -> (Vec<u16>, bool) {
     let mut stream = wire::connect(addr).await;
     stream.write_all(payload).await.unwrap();
-    let first = read_until_quiet(&mut stream, Duration::from_millis(400)).await;
+    let first = wire::read_until_answered(&mut stream).await;
     let mut statuses = first.statuses();
     if first.closed {
         return (statuses, true);
     }
-    stream
-        .write_all(b"GET /follow-up HTTP/1.1\r\nHost: a\r\n\r\n")
-        .await
-        .unwrap();
-    let second = read_until_quiet(&mut stream, Duration::from_millis(400)).await;
+    // Complete answers: sluice closes after them, or reads the follow-up.
+    let follow_up = b"GET /follow-up HTTP/1.1\r\nHost: a\r\n\r\n";
+    let closed = stream.write_all(follow_up).await.is_err();
+    let second = wire::read_answers(&mut stream, follow_up).await;
     statuses.extend(second.statuses());
-    (statuses, second.closed)
+    (statuses, closed || second.closed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,7 +395,7 @@ Upgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSock
 async fn open_websocket(addr: std::net::SocketAddr) -> (wire::Received, wire::Stream) {
     let mut stream = wire::connect(addr).await;
     stream.write_all(HANDSHAKE).await.unwrap();
-    let answer = read_until_quiet(&mut stream, Duration::from_millis(300)).await;
+    let answer = wire::read_until_answered(&mut stream).await;
     (answer, stream)
 }
 
@@ -404,7 +403,7 @@ async fn echoes(stream: &mut wire::Stream, message: &[u8]) -> bool {
     if stream.write_all(message).await.is_err() {
         return false;
     }
-    let got = read_until_quiet(stream, Duration::from_millis(300)).await;
+    let got = wire::read_until(stream, |bytes| bytes.len() >= message.len()).await;
     got.bytes == message
 }
 
@@ -452,8 +451,12 @@ rate = "2/m"
 
     // Closing the client side closes the upstream side.
     drop(tunnel);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(upstream.conns()[0].closed_at.is_some());
+    support::eventually(
+        Duration::from_secs(5),
+        "the upstream side closed",
+        || async { upstream.conns()[0].closed_at.is_some() },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -474,10 +477,21 @@ max_in_flight = 1
     let (second, _) = open_websocket(sluice.addr).await;
     assert_eq!(second.statuses(), [429], "{}", second.text());
 
+    // Closed, the tunnel gives its permit back.
     drop(tunnel);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let (third, mut again) = open_websocket(sluice.addr).await;
-    assert_eq!(third.statuses(), [101], "{}", third.text());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut again = loop {
+        let (third, tunnel) = open_websocket(sluice.addr).await;
+        if third.statuses() == [101] {
+            break tunnel;
+        }
+        assert_eq!(third.statuses(), [429], "{}", third.text());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the permit never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     assert!(echoes(&mut again, b"pong").await);
 }
 

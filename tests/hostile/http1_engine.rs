@@ -16,7 +16,7 @@ use std::time::Duration;
 use support::{write_config, SluiceProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use wire::{read_until_quiet, Action, RawRequest, RawUpstream, Received};
+use wire::{Action, RawRequest, RawUpstream, Received};
 
 /// The real binary in front of `upstream`; `rest` follows `[server]`'s
 /// upstream line.
@@ -79,22 +79,22 @@ async fn connect(addr: SocketAddr) -> TcpStream {
     stream
 }
 
-async fn read_quiet(stream: &mut TcpStream) -> Received {
-    read_until_quiet(stream, Duration::from_millis(400)).await
+/// Writes `bytes` and reads every answer they draw ([`wire::read_answers`]).
+async fn send(stream: &mut TcpStream, bytes: &[u8]) -> Received {
+    stream.write_all(bytes).await.unwrap();
+    wire::read_answers(stream, bytes).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_framed_by_length_goes_up_with_its_length_and_the_next_request_follows() {
     let (upstream, proxied) = behind("", |_| Action::Reply(OK.to_vec())).await;
     let mut client = connect(proxied.sluice.addr).await;
-    client
-        .write_all(
-            b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello\
-              GET /b HTTP/1.1\r\nHost: h\r\n\r\n",
-        )
-        .await
-        .unwrap();
-    let got = read_quiet(&mut client).await;
+    let got = send(
+        &mut client,
+        b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello\
+          GET /b HTTP/1.1\r\nHost: h\r\n\r\n",
+    )
+    .await;
     assert_eq!(got.statuses(), [200, 200], "{}", got.text());
     assert!(!got.closed);
     assert_eq!(
@@ -120,17 +120,15 @@ async fn a_chunked_body_that_came_whole_goes_up_as_its_data() {
     // one gets none, as from hyper's client).
     let (upstream, proxied) = behind("", |_| Action::Reply(OK.to_vec())).await;
     let mut client = connect(proxied.sluice.addr).await;
-    client
-        .write_all(
-            b"POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n\
-              5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\n\r\n\
-              POST /d HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n\
-              5\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n\
-              GET /next HTTP/1.1\r\nHost: h\r\n\r\n",
-        )
-        .await
-        .unwrap();
-    let got = read_quiet(&mut client).await;
+    let got = send(
+        &mut client,
+        b"POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n\
+          5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\n\r\n\
+          POST /d HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n\
+          5\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n\
+          GET /next HTTP/1.1\r\nHost: h\r\n\r\n",
+    )
+    .await;
     assert_eq!(got.statuses(), [200, 200, 200], "{}", got.text());
     assert!(!got.closed);
     assert_eq!(
@@ -158,11 +156,12 @@ async fn a_chunked_body_that_trickles_in_streams_up_chunked_and_the_next_request
     ];
     // The trickle under test: each piece its own read at sluice.
     const TRICKLE: Duration = Duration::from_millis(50);
-    for piece in pieces {
+    let (last, trickled) = pieces.split_last().unwrap();
+    for piece in trickled {
         client.write_all(piece).await.unwrap();
         tokio::time::sleep(TRICKLE).await;
     }
-    let got = read_quiet(&mut client).await;
+    let got = send(&mut client, last).await;
     assert_eq!(got.statuses(), [200, 200], "{}", got.text());
     assert!(!got.closed);
     let text = upstream_text(&upstream);
@@ -194,13 +193,9 @@ async fn expect_100_continue_is_answered_when_the_body_is_wanted() {
         )
         .await
         .unwrap();
-    let interim = read_quiet(&mut client).await;
+    let interim = wire::read_until_answered(&mut client).await;
     assert_eq!(interim.text(), "HTTP/1.1 100 Continue\r\n\r\n");
-    client
-        .write_all(b"helloGET /f HTTP/1.1\r\nHost: h\r\n\r\n")
-        .await
-        .unwrap();
-    let got = read_quiet(&mut client).await;
+    let got = send(&mut client, b"helloGET /f HTTP/1.1\r\nHost: h\r\n\r\n").await;
     assert_eq!(got.statuses(), [200, 200], "{}", got.text());
     // The expectation was sluice's to answer: it does not go up.
     assert_eq!(
@@ -218,13 +213,11 @@ async fn a_refused_expecting_request_is_answered_before_its_body_and_the_connect
     let rule = "[[rule]]\nname = \"none\"\nkey = [\"global\"]\nrate = \"0/m\"\n";
     let (upstream, proxied) = behind(rule, |_| Action::Reply(OK.to_vec())).await;
     let mut client = connect(proxied.sluice.addr).await;
-    client
-        .write_all(
-            b"POST /e HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n",
-        )
-        .await
-        .unwrap();
-    let got = read_quiet(&mut client).await;
+    let got = send(
+        &mut client,
+        b"POST /e HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .await;
     // The refusal, never a 100: the body is not wanted.
     assert!(!got.text().contains("100 Continue"), "{}", got.text());
     assert_eq!(got.statuses(), [429], "{}", got.text());
@@ -276,7 +269,7 @@ async fn an_early_answer_reaches_the_client_and_the_unread_body_is_never_a_next_
     // The body that follows holds what would be a request.
     let hidden = b"GET /smuggled HTTP/1.1\r\nHost: h\r\n\r\n".repeat(100);
     let _ = client.write_all(&hidden).await;
-    let got = read_quiet(&mut client).await;
+    let got = wire::read_answers(&mut client, &hidden).await;
     assert_eq!(got.statuses(), [413], "{}", got.text());
     assert_eq!(got.responses()[0].body, b"big!");
     assert_eq!(got.responses()[0].header("connection"), Some("close"));
@@ -329,7 +322,8 @@ async fn an_answer_streamed_while_the_body_goes_up_carries_both_ways() {
     }
     assert!(head.starts_with(b"HTTP/1.1 200 OK\r\n"));
     client.write_all(&[b'd'; 20_000]).await.unwrap();
-    let rest = read_quiet(&mut client).await;
+    // The rest of the answer: up to its last chunk.
+    let rest = wire::read_until(&mut client, |bytes| bytes.ends_with(b"0\r\n\r\n")).await;
     let mut whole = head.clone();
     whole.extend_from_slice(&rest.bytes);
     let responses = wire::parse_responses(&whole);
@@ -359,8 +353,7 @@ async fn pipelined_requests_after_bodies_are_each_answered_in_order() {
         "GET /5 HTTP/1.1\r\nHost: h\r\n\r\n",
     );
     let mut client = connect(proxied.sluice.addr).await;
-    client.write_all(payload.as_bytes()).await.unwrap();
-    let got = read_quiet(&mut client).await;
+    let got = send(&mut client, payload.as_bytes()).await;
     let bodies: Vec<String> = got
         .responses()
         .iter()
@@ -403,11 +396,11 @@ async fn an_http_1_0_client_gets_an_http_1_1_answer_with_a_length_or_a_close() {
     // an HTTP/1.0 client reads, so the close ends it, and the head says so
     // (the defect hyper's server had: `connection: keep-alive` and no length).
     let mut client = connect(proxied.sluice.addr).await;
-    client
-        .write_all(b"GET /chunked HTTP/1.0\r\nHost: h\r\nConnection: keep-alive\r\n\r\n")
-        .await
-        .unwrap();
-    let got = read_quiet(&mut client).await;
+    let got = send(
+        &mut client,
+        b"GET /chunked HTTP/1.0\r\nHost: h\r\nConnection: keep-alive\r\n\r\n",
+    )
+    .await;
     let text = got.text();
     assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
     assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
@@ -423,7 +416,7 @@ async fn an_http_1_0_client_gets_an_http_1_1_answer_with_a_length_or_a_close() {
         .write_all(b"GET /ok HTTP/1.0\r\nHost: h\r\nConnection: keep-alive\r\n\r\n")
         .await
         .unwrap();
-    let got = read_quiet(&mut client).await;
+    let got = wire::read_until_answered(&mut client).await;
     assert!(got.text().starts_with("HTTP/1.1 200 OK\r\n"));
     let kept = &got.responses()[0];
     assert_eq!(
@@ -434,11 +427,7 @@ async fn an_http_1_0_client_gets_an_http_1_1_answer_with_a_length_or_a_close() {
     );
     assert_eq!(kept.header("content-length"), Some("2"));
     assert!(!got.closed);
-    client
-        .write_all(b"GET /ok HTTP/1.0\r\nHost: h\r\n\r\n")
-        .await
-        .unwrap();
-    let got = read_quiet(&mut client).await;
+    let got = send(&mut client, b"GET /ok HTTP/1.0\r\nHost: h\r\n\r\n").await;
     assert_eq!(got.statuses(), [200]);
     // Not kept alive: the close is said.
     assert_eq!(got.responses()[0].header("connection"), Some("close"));
@@ -465,8 +454,7 @@ async fn head_204_304_and_close_delimited_answers_to_bodies_keep_the_client_conn
         "GET /last HTTP/1.1\r\nHost: h\r\n\r\n",
     );
     let mut client = connect(proxied.sluice.addr).await;
-    client.write_all(payload.as_bytes()).await.unwrap();
-    let got = read_quiet(&mut client).await;
+    let got = send(&mut client, payload.as_bytes()).await;
     let text = got.text();
     // HEAD's answer: the GET's length and no body, so the next answer
     // follows its head at once.
@@ -504,7 +492,7 @@ async fn bytes_sent_behind_a_websocket_handshake_go_through_the_tunnel() {
         )
         .await
         .unwrap();
-    let got = read_quiet(&mut client).await;
+    let got = wire::read_until(&mut client, |bytes| bytes.ends_with(b"hi")).await;
     let text = got.text();
     assert!(
         text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),

@@ -15,7 +15,7 @@ use std::time::Duration;
 use support::Sluice;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use wire::{exchange_with, ok, read_until_quiet, Action, RawUpstream};
+use wire::{exchange, ok, Action, RawUpstream};
 
 fn targets(upstream: &RawUpstream) -> Vec<String> {
     upstream.requests().into_iter().map(|r| r.target).collect()
@@ -32,7 +32,7 @@ async fn gets_and_a_post_pipelined_on_one_connection_lose_nothing() {
         "GET /4 HTTP/1.1\r\nHost: a\r\n\r\n",
     );
 
-    let got = exchange_with(sluice.addr, payload.as_bytes(), Duration::from_millis(500)).await;
+    let got = exchange(sluice.addr, payload.as_bytes()).await;
 
     let responses = got.responses();
     let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
@@ -50,16 +50,16 @@ async fn a_head_that_arrives_in_pieces_is_answered_and_the_connection_kept() {
     let (upstream, sluice) = crate::behind("", |_| ok()).await;
     let mut client = TcpStream::connect(sluice.addr).await.unwrap();
     client.set_nodelay(true).unwrap();
+    // The pieces under test: each its own read at sluice.
+    const BETWEEN_PIECES: Duration = Duration::from_millis(30);
     for piece in ["GET /pie", "ces HTTP/1.1\r\nHo", "st: a\r\n", "\r\n"] {
         client.write_all(piece.as_bytes()).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::time::sleep(BETWEEN_PIECES).await;
     }
-    let first = read_until_quiet(&mut client, Duration::from_millis(300)).await;
-    client
-        .write_all(b"GET /after HTTP/1.1\r\nHost: a\r\n\r\n")
-        .await
-        .unwrap();
-    let second = read_until_quiet(&mut client, Duration::from_millis(300)).await;
+    let first = wire::read_until_answered(&mut client).await;
+    let after = b"GET /after HTTP/1.1\r\nHost: a\r\n\r\n";
+    client.write_all(after).await.unwrap();
+    let second = wire::read_answers(&mut client, after).await;
 
     assert_eq!(first.statuses(), [200], "{}", first.text());
     assert_eq!(second.statuses(), [200], "{}", second.text());
@@ -120,7 +120,7 @@ async fn every_framing_of_an_answer_reaches_a_kept_connection_whole_and_in_order
         .map(|target| format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n"))
         .collect();
 
-    let got = exchange_with(sluice.addr, payload.as_bytes(), Duration::from_secs(1)).await;
+    let got = exchange(sluice.addr, payload.as_bytes()).await;
 
     let responses = got.responses();
     let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
@@ -182,7 +182,7 @@ async fn answers_on_one_connection_carry_only_their_own_fields() {
         "GET /open HTTP/1.1\r\nHost: a\r\n\r\n",
     );
 
-    let got = exchange_with(sluice.addr, payload.as_bytes(), Duration::from_millis(500)).await;
+    let got = exchange(sluice.addr, payload.as_bytes()).await;
 
     let responses = got.responses();
     let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
@@ -241,9 +241,9 @@ async fn a_bodiless_answer_returns_its_concurrency_permit_while_the_connection_i
         // The first caller's connection stays open and idle.
         let mut idle = TcpStream::connect(sluice.addr).await.unwrap();
         idle.write_all(head.as_bytes()).await.unwrap();
-        let first = read_until_quiet(&mut idle, Duration::from_millis(300)).await;
+        let first = wire::read_until_answered(&mut idle).await;
         assert_eq!(first.statuses(), [status], "{}", first.text());
-        let second = exchange_with(sluice.addr, head.as_bytes(), Duration::from_millis(300)).await;
+        let second = exchange(sluice.addr, head.as_bytes()).await;
         assert_eq!(
             second.statuses(),
             [status],
@@ -277,7 +277,7 @@ async fn the_http2_preface_after_a_request_is_not_prior_knowledge_and_the_connec
     ] {
         let payload = format!("{first}{H2_PREFACE}");
 
-        let got = exchange_with(sluice.addr, payload.as_bytes(), Duration::from_secs(2)).await;
+        let got = exchange(sluice.addr, payload.as_bytes()).await;
 
         // The upstream's answer as it came, and the request's id after its
         // fields.

@@ -12,7 +12,7 @@ use http::StatusCode;
 use support::{assert_problem, closed_port, get, Sluice, Upstream};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use wire::{exchange, ok, read_until_quiet, Action, RawUpstream};
+use wire::{exchange, ok, Action, RawUpstream};
 
 const RULE: &str = r#"
 [[rule]]
@@ -291,13 +291,20 @@ async fn f5_a_client_abort_closes_the_upstream_connection_promptly() {
         let mut client = TcpStream::connect(sluice.addr).await.unwrap();
         let request = format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n");
         client.write_all(request.as_bytes()).await.unwrap();
-        // Wait until the exchange is under way at the upstream.
-        let seen = read_until_quiet(&mut client, Duration::from_millis(300)).await;
+        // Wait until the exchange is under way at the upstream (the stalled
+        // download's first bytes have reached the client).
+        support::eventually(
+            Duration::from_secs(5),
+            "the request reached the upstream",
+            || async { upstream.requests().len() == index + 1 },
+        )
+        .await;
+        if target == "/stall" {
+            let seen = wire::read_until(&mut client, |bytes| bytes.ends_with(b"hello\r\n")).await;
+            assert!(!seen.closed, "{}", seen.text());
+        }
         assert_eq!(upstream.conns().len(), index + 1, "{target}");
         assert!(upstream.conns()[index].closed_at.is_none(), "{target}");
-        if target == "/stall" {
-            assert!(seen.text().contains("hello"), "{}", seen.text());
-        }
 
         let aborted = Instant::now();
         drop(client);

@@ -1,6 +1,6 @@
-//! Upstream answers whose framing a proxy must not relay as it came, on
-//! both of sluice's HTTP/1 clients: a `GET` takes the plain exchange
-//! (`src/proxy/pool/plain.rs`), a `POST` with a body takes hyper's client.
+//! Upstream answers whose framing a proxy must not relay as it came, to a
+//! request without a body and to one with a body (`src/proxy/pool/exchange.rs`
+//! reads both; the body's upload is `upload.rs`).
 //! Exact bytes in, exact bytes out (the `date` and request id values
 //! masked). Rows F9–F12 of docs/edge-behaviour.md's "Hostile inputs"
 //! table. No rule: the answers carry no rate-limit fields, so every byte of
@@ -12,19 +12,22 @@ use crate::wire;
 use support::Sluice;
 use wire::{exchange, Action, Received};
 
-/// The two requests, one per client: (name, bytes).
+/// The two requests, without and with a body: (name, bytes).
 fn requests(target: &str) -> [(&'static str, String); 2] {
     [
-        ("plain", format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n")),
         (
-            "hyper",
+            "bodiless",
+            format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n"),
+        ),
+        (
+            "with a body",
             format!("POST {target} HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi"),
         ),
     ]
 }
 
-/// Sends `request` on a new connection, reading until sluice closes it or
-/// stays quiet for half a second.
+/// Sends `request` on a new connection, reading every answer it draws
+/// (`wire::exchange`).
 async fn ask(sluice: &Sluice, request: &str) -> Received {
     exchange(sluice.addr, request.as_bytes()).await
 }

@@ -1,6 +1,5 @@
 //! How sluice reads the upstream's answer to a `GET` or `HEAD` without a
-//! body (the plain exchange it speaks HTTP/1.1 for itself, see
-//! `src/proxy/pool/plain.rs`): every framing an upstream may use, sent in
+//! body (`src/proxy/pool/exchange.rs`): every framing an upstream may use, sent in
 //! one write and dribbled a byte at a time, reaches the client whole, and
 //! the upstream connection is reused exactly when it may be; malformed
 //! answers are 502; bytes beyond an answer never become the next answer.
@@ -10,9 +9,7 @@ use crate::support;
 use crate::wire;
 
 use support::Sluice;
-use wire::{exchange_with, Action, RawRequest, RawUpstream};
-
-use std::time::Duration;
+use wire::{exchange, Action, RawRequest, RawUpstream};
 
 const RULE: &str = r#"
 [[rule]]
@@ -30,7 +27,7 @@ async fn behind(
 /// answer (`Connection: close`), so the read ends at the close.
 async fn ask(sluice: &Sluice, method: &str, target: &str) -> wire::Received {
     let request = format!("{method} {target} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
-    exchange_with(sluice.addr, request.as_bytes(), Duration::from_secs(3)).await
+    exchange(sluice.addr, request.as_bytes()).await
 }
 
 /// Whether the connection that carried the last request for `target`

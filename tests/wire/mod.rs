@@ -433,16 +433,183 @@ impl tokio::io::AsyncWrite for Stream {
 }
 
 /// Sends `request` as is on a fresh connection and reads until the server
-/// closes the connection or stays silent for `quiet`.
+/// closes the connection or stays silent for `quiet`: for an exchange whose
+/// end is silence (a server that waits for more of a request).
 pub async fn exchange_with(addr: SocketAddr, request: &[u8], quiet: Duration) -> Received {
     let mut stream = connect(addr).await;
     stream.write_all(request).await.unwrap();
     read_until_quiet(&mut stream, quiet).await
 }
 
-/// [`exchange_with`] with 500 ms of silence as the end.
+/// How long an exchange may take before the test fails.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The default `max_headers` of sluice's server (docs/configuration.md).
+const MAX_HEADERS: usize = 100;
+
+/// Sends `request` as is on a fresh connection to sluice and reads every
+/// answer it draws ([`read_answers`]).
 pub async fn exchange(addr: SocketAddr, request: &[u8]) -> Received {
-    exchange_with(addr, request, Duration::from_millis(500)).await
+    let mut stream = connect(addr).await;
+    stream.write_all(request).await.unwrap();
+    read_answers(&mut stream, request).await
+}
+
+/// Reads every answer to `sent` (what was written since the last answer
+/// read) without waiting on a clock: until sluice closes the connection,
+/// or until it answers [`probe`], sent once the answers so far are
+/// complete and none said `connection: close`. HTTP/1.1 answers in order,
+/// so the probe's answer proves that nothing more was coming and that the
+/// connection was still open; it is not part of what is returned, and the
+/// connection is closed after it.
+pub async fn read_answers(
+    stream: &mut (impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin),
+    sent: &[u8],
+) -> Received {
+    let head_first = sent.starts_with(b"HEAD ");
+    let mut bytes = Vec::new();
+    let mut probed = false;
+    while read_more(stream, &mut bytes).await {
+        if !probed && open_after(&bytes, head_first) {
+            assert!(
+                !could_draw_431(sent),
+                "this request could draw the probe's answer itself: use exchange_with"
+            );
+            probed = true;
+            // Refused at once if sluice has closed meanwhile: its close is
+            // what the reads below see.
+            let _ = stream.write_all(&probe()).await;
+        }
+    }
+    let answered = probed
+        && answers(&bytes, head_first)
+            .last()
+            .is_some_and(|last| last.status == 431);
+    if answered {
+        let at = bytes
+            .windows(13)
+            .rposition(|window| window == b"HTTP/1.1 431 ")
+            .unwrap();
+        bytes.truncate(at);
+    }
+    Received {
+        bytes,
+        closed: !answered,
+    }
+}
+
+/// Reads until the answers so far are complete (an interim `100 Continue`
+/// is one) or sluice closes the connection, which stays usable: for a test
+/// that sends more on it next. What comes after those answers is read with
+/// the next request's.
+pub async fn read_until_answered(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Received {
+    read_until(stream, |bytes| {
+        let responses = parse_responses(bytes);
+        !responses.is_empty() && responses.iter().all(|response| response.complete)
+    })
+    .await
+}
+
+/// Reads until what was read is `enough`, or the connection ends.
+pub async fn read_until(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    enough: impl Fn(&[u8]) -> bool,
+) -> Received {
+    let mut bytes = Vec::new();
+    loop {
+        if !read_more(stream, &mut bytes).await {
+            return Received {
+                bytes,
+                closed: true,
+            };
+        }
+        if enough(&bytes) {
+            return Received {
+                bytes,
+                closed: false,
+            };
+        }
+    }
+}
+
+/// Appends what the next read brings to `bytes`: false at the end of the
+/// connection. A connection that brings nothing for [`PATIENCE`] fails the
+/// test.
+async fn read_more(stream: &mut (impl tokio::io::AsyncRead + Unpin), bytes: &mut Vec<u8>) -> bool {
+    let mut buffer = [0u8; 8192];
+    let read = tokio::time::timeout(PATIENCE, stream.read(&mut buffer)).await;
+    match read.unwrap_or_else(|_| {
+        panic!(
+            "nothing more from sluice in {PATIENCE:?}, after {:?}",
+            String::from_utf8_lossy(bytes)
+        )
+    }) {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            bytes.extend_from_slice(&buffer[..n]);
+            true
+        }
+    }
+}
+
+/// A request head sluice refuses with 431 and a close: more header lines
+/// than its default `max_headers`.
+fn probe() -> Vec<u8> {
+    let mut head = b"GET /probe HTTP/1.1\r\nHost: probe\r\n".to_vec();
+    for _ in 0..MAX_HEADERS {
+        head.extend_from_slice(b"x-probe: 1\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    head
+}
+
+/// Some stretch of `request` between blank lines is as long as a head that
+/// sluice refuses with 431 by default (over `max_headers` lines or 32 KiB).
+fn could_draw_431(request: &[u8]) -> bool {
+    let mut rest = request;
+    loop {
+        let end = find(rest, b"\r\n\r\n").unwrap_or(rest.len());
+        let stretch = &rest[..end];
+        let lines = stretch.windows(2).filter(|pair| pair == b"\r\n").count();
+        if lines + 1 >= MAX_HEADERS || stretch.len() >= 32 * 1024 {
+            return true;
+        }
+        if end == rest.len() {
+            return false;
+        }
+        rest = &rest[end + 4..];
+    }
+}
+
+/// The answers in `bytes`. With `head_first`, the first answers a `HEAD`:
+/// it has no body, whatever its fields say.
+fn answers(bytes: &[u8], head_first: bool) -> Vec<RawResponse> {
+    if !head_first {
+        return parse_responses(bytes);
+    }
+    let Some(end) = find(bytes, b"\r\n\r\n") else {
+        return Vec::new();
+    };
+    let mut answers = parse_responses(&bytes[..end + 4]);
+    for answer in &mut answers {
+        answer.complete = true;
+    }
+    answers.extend(parse_responses(&bytes[end + 4..]));
+    answers
+}
+
+/// The answers in `bytes` are complete, and the last neither closes the
+/// connection nor switches protocols: the connection is open for the next
+/// request.
+fn open_after(bytes: &[u8], head_first: bool) -> bool {
+    let responses = answers(bytes, head_first);
+    responses.last().is_some_and(|last| {
+        responses.iter().all(|response| response.complete)
+            && last.status != 101
+            && !last
+                .header("connection")
+                .is_some_and(|value| value.eq_ignore_ascii_case("close"))
+    })
 }
 
 pub async fn read_until_quiet(
