@@ -57,10 +57,11 @@ fn about(value: &Value, expected: u64, slack: u64) -> bool {
         .is_some_and(|ms| ms <= expected && ms + slack >= expected)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_spend_puts_the_caller_in_debt_and_its_requests_wait_it_out() {
-    // 10/s: one unit per 100 ms, 10 at most.
-    let (upstream, sluice) = start(
+    // 10/s: one unit per 100 ms, 10 at most; on paused time.
+    let (upstream, sluice) = support::paused::start(
+        "",
         r#"
 [admin]
 # The keys here are test names, not secrets (docs/operations.md, "Keys in logs and admin views").
@@ -90,7 +91,13 @@ rate = "10/s"
     assert_eq!(upstream.count(), 0);
     // Another seller is untouched.
     assert_eq!(proxied(&sluice, "s2").await.status, StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(1700)).await;
+    // Exactly as long.
+    tokio::time::advance(Duration::from_millis(1599)).await;
+    assert_eq!(
+        proxied(&sluice, "s1").await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    tokio::time::advance(Duration::from_millis(1)).await;
     assert_eq!(proxied(&sluice, "s1").await.status, StatusCode::OK);
 
     assert_eq!(

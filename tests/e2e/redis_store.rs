@@ -149,11 +149,18 @@ async fn outage_with_fair_shares(store: &str) {
     let rules = format!("{PER_CALLER}rate = \"31/h\"\n");
     let (_upstream, sluices) = instances(3, &redis.url(), store, &rules).await;
     if store.is_empty() {
-        tokio::time::sleep(Duration::from_millis(2500)).await;
-        assert_eq!(
-            redis.cli(&["ZCARD", "sluice:instances"]).as_deref(),
-            Some("3")
-        );
+        eventually(Duration::from_secs(5), "three heartbeats", || async {
+            redis.cli(&["ZCARD", "sluice:instances"]).as_deref() == Some("3")
+        })
+        .await;
+        // Each beat reads the count: once every instance has beaten again,
+        // each has read all three.
+        let first = heartbeats(&redis);
+        eventually(Duration::from_secs(5), "a second beat of each", || async {
+            let now = heartbeats(&redis);
+            now.len() == 3 && now.iter().all(|(id, at)| first[id] < *at)
+        })
+        .await;
     }
     redis.kill();
     let started = Instant::now();
@@ -311,12 +318,19 @@ async fn every_key_sluice_writes_expires_but_the_shared_seed() {
             assert!(ttl > 0, "{key} has no expiry ({ttl})");
         }
     }
-    // A full bucket is no key at all: at 100/m, 600 ms refills one unit.
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    let left = redis
-        .cli(&["--scan", "--pattern", "sluice:{per-caller*"])
-        .unwrap();
-    assert_eq!(left, "", "idle buckets stay in Redis");
+    // A full bucket is no key at all: at 100/m, 600 ms refills one unit,
+    // and Redis expires the key then.
+    eventually(
+        Duration::from_secs(5),
+        "idle buckets stay in Redis",
+        || async {
+            redis
+                .cli(&["--scan", "--pattern", "sluice:{per-caller*"])
+                .unwrap()
+                .is_empty()
+        },
+    )
+    .await;
 }
 
 const IN_FLIGHT: &str = r#"
@@ -331,6 +345,31 @@ max_in_flight = 2
 /// The leases in force in Redis for `IN_FLIGHT`'s rule.
 fn leases(redis: &RedisServer) -> usize {
     members(redis, "in-flight", false)
+}
+
+/// Each instance's heartbeat in Redis: the instant it lapses (microseconds),
+/// which every beat moves later.
+fn heartbeats(redis: &RedisServer) -> std::collections::HashMap<String, f64> {
+    let scored = redis
+        .cli(&["ZRANGE", "sluice:instances", "0", "-1", "WITHSCORES"])
+        .unwrap_or_default();
+    let lines: Vec<&str> = scored.lines().collect();
+    lines
+        .chunks(2)
+        .filter_map(|pair| Some((pair[0].to_owned(), pair.get(1)?.parse().ok()?)))
+        .collect()
+}
+
+/// The instant the one lease of `in-flight` lapses (its score, in
+/// microseconds of Redis' clock).
+fn lapse_of_the_lease(redis: &RedisServer) -> u64 {
+    let keys = redis
+        .cli(&["--scan", "--pattern", "sluice:{in-flight:*"])
+        .unwrap_or_default();
+    let key = keys.lines().find(|key| !key.ends_with(":queue")).unwrap();
+    let scored = redis.cli(&["ZRANGE", key, "0", "0", "WITHSCORES"]).unwrap();
+    let score = scored.lines().nth(1).unwrap();
+    score.parse::<f64>().unwrap() as u64
 }
 
 /// The members of `rule`'s permit sets in Redis: its leases, or the
@@ -448,11 +487,18 @@ async fn a_permit_held_longer_than_its_lease_is_renewed_while_the_request_runs()
     let redis = RedisServer::start();
     let rules = IN_FLIGHT.replace("max_in_flight = 2", "max_in_flight = 1");
     let (_upstream, sluices) = instances(1, &redis.url(), "", &rules).await;
-    let url = sluices[0].url("/slow/13000");
+    let url = sluices[0].url("/slow/5000");
     let long = tokio::spawn(async move { send(Method::GET, &url, &[]).await.status });
     until_leases(&redis, 1, Duration::from_secs(5)).await;
-    // Past the lease's 10 s: still held, so still refused.
-    tokio::time::sleep(Duration::from_millis(11_500)).await;
+    // The lease is renewed (every 3 s) while its request runs: the instant
+    // it lapses moves later, so it never lapses at the first one.
+    let taken = lapse_of_the_lease(&redis);
+    eventually(
+        Duration::from_secs(5),
+        "the lease was never renewed",
+        || async { lapse_of_the_lease(&redis) > taken },
+    )
+    .await;
     assert_eq!(leases(&redis), 1, "the lease lapsed while its request ran");
     assert_eq!(
         send(Method::GET, &sluices[0].url("/slow/0"), &[])
@@ -765,18 +811,28 @@ async fn requests_queued_for_a_permit_on_several_instances_pass_one_at_a_time_in
     let redis = RedisServer::start();
     let (upstream, sluices) = instances(2, &redis.url(), "", SERIAL).await;
     let started = Instant::now();
-    // Five requests 40 ms apart, alternating instances: the first takes
-    // the permit, the next three queue (max_queue = 3), the fifth finds
-    // the queue full.
+    // Five requests, alternating instances, each sent once the one before
+    // is in Redis: the first takes the permit, the next three queue
+    // (max_queue = 3), the fifth finds the queue full.
     let mut requests = Vec::new();
     for seq in 0..5 {
-        let url = sluices[seq % 2].url("/slow/300");
+        let url = sluices[seq % 2].url("/slow/600");
         requests.push(tokio::spawn(async move {
             let seq = seq.to_string();
             let got = send(Method::GET, &url, &[("x-seq", &seq)]).await;
             (got, started.elapsed())
         }));
-        tokio::time::sleep(Duration::from_millis(40)).await;
+        match seq {
+            0 => until_serial_leases(&redis, 1).await,
+            1..=3 => {
+                let what = format!("request {seq} never queued");
+                eventually(Duration::from_secs(5), &what, || async {
+                    tickets(&redis) == seq
+                })
+                .await;
+            }
+            _ => {}
+        }
     }
     let mut answers = Vec::new();
     for request in requests {
@@ -804,7 +860,7 @@ async fn requests_queued_for_a_permit_on_several_instances_pass_one_at_a_time_in
     for pair in slow.windows(2) {
         let gap = pair[1].at - pair[0].at;
         assert!(
-            gap >= Duration::from_millis(280),
+            gap >= Duration::from_millis(580),
             "two in flight at once: {gap:?}"
         );
     }

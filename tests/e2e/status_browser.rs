@@ -175,6 +175,59 @@ fn traffic(url: String, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// `/admin/status`, read as the page reads it.
+async fn status(admin: std::net::SocketAddr, token: Option<&str>) -> serde_json::Value {
+    let bearer = token.map(|token| format!("Bearer {token}"));
+    let headers: Vec<(&str, &str)> = bearer
+        .iter()
+        .map(|value| ("authorization", value.as_str()))
+        .collect();
+    get(&format!("http://{admin}/admin/status"), &headers)
+        .await
+        .json()
+}
+
+/// The current rates per second in `status`, as (`"rule rate"`, value).
+fn rates(status: &serde_json::Value) -> Vec<(String, f64)> {
+    let mut rates = Vec::new();
+    for rule in status["rules"].as_array().unwrap() {
+        for (name, value) in rule["rates_per_sec"].as_object().unwrap() {
+            let series = format!("{} {name}", rule["name"].as_str().unwrap());
+            // null until the sampler has two readings.
+            rates.push((series, value.as_f64().unwrap_or(0.0)));
+        }
+    }
+    rates
+}
+
+/// The rate `series` (`"rule rate"`) in `rates`.
+fn rate(rates: &[(String, f64)], series: &str) -> f64 {
+    rates.iter().find(|(s, _)| s == series).unwrap().1
+}
+
+/// Polls `/admin/status` until its rates are non-zero for every one of
+/// `series` and every rule's history has the two readings a sparkline
+/// needs: the sampler (one reading a second) has seen the traffic the page
+/// is to show.
+async fn until_rates(admin: std::net::SocketAddr, token: Option<&str>, series: &[&str]) {
+    let mut last = serde_json::Value::Null;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        last = status(admin, token).await;
+        let now = rates(&last);
+        let drawn = last["rules"].as_array().unwrap().iter().all(|rule| {
+            rule["history"]["admitted"]
+                .as_array()
+                .is_some_and(|history| history.len() >= 2)
+        });
+        if drawn && series.iter().all(|name| rate(&now, name) > 0.0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the status never showed {series:?}: {last}");
+}
+
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -195,7 +248,8 @@ async fn the_page_redraws_live_rates_in_a_real_browser_and_looks_right() {
     get(&format!("http://{}/admin/status", sluice.admin), &[]).await;
     let stop = Arc::new(AtomicBool::new(false));
     let sender = traffic(sluice.url("/api"), Arc::clone(&stop));
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let shown = ["per-key admitted", "per-key limited", "everyone admitted"];
+    until_rates(sluice.admin, None, &shown).await;
 
     let first = dump_dom(&binary, &page).await;
     assert!(polls(&first) >= 1, "the script never redrew:\n{first}");
@@ -222,19 +276,30 @@ async fn the_page_redraws_live_rates_in_a_real_browser_and_looks_right() {
         "{first}"
     );
 
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let second = dump_dom(&binary, &page).await;
-    assert!(polls(&second) >= 1, "{second}");
-    let rates = |dom: &str| {
+    // The traffic grows each second: once the sampler's rates differ from
+    // what the page showed, a second load shows them.
+    let rates_of = |dom: &str| {
         [
             cell(dom, "per-key", "admitted"),
             cell(dom, "per-key", "limited"),
             cell(dom, "everyone", "admitted"),
         ]
     };
+    let shown = rates_of(&first);
+    support::eventually(Duration::from_secs(10), "the rates never moved", || async {
+        let now = rates(&status(sluice.admin, None).await);
+        [
+            rate(&now, "per-key admitted"),
+            rate(&now, "per-key limited"),
+            rate(&now, "everyone admitted"),
+        ] != shown
+    })
+    .await;
+    let second = dump_dom(&binary, &page).await;
+    assert!(polls(&second) >= 1, "{second}");
     assert_ne!(
-        rates(&first),
-        rates(&second),
+        rates_of(&first),
+        rates_of(&second),
         "the rates did not move under changing traffic"
     );
     for (rule, key) in [("per-key", "admitted"), ("per-key", "limited")] {
@@ -275,7 +340,7 @@ async fn with_a_token_the_page_opens_with_basic_credentials_and_keeps_polling() 
     let sluice = SluiceProcess::spawn_with_env(&path, &[("SLUICE_ADMIN_TOKEN", token)]);
     let stop = Arc::new(AtomicBool::new(false));
     let sender = traffic(sluice.url("/api"), Arc::clone(&stop));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    until_rates(sluice.admin, Some(token), &["per-key limited"]).await;
 
     // Without credentials: the 401's problem document, no page.
     let refused = dump_dom(&binary, &format!("http://{}/", sluice.admin)).await;
