@@ -494,4 +494,99 @@ rate = "1/s"
             ]
         );
     }
+
+    /// The file watch on paused time: `POLL` and `SETTLE` are exact.
+    mod watch {
+        use super::*;
+
+        const TEXT: &str = "[server]\nupstream = \"http://127.0.0.1:3000\"\n";
+
+        fn text(rate: &str) -> String {
+            format!("{TEXT}[[rule]]\nname = \"r\"\nrate = \"{rate}\"\n")
+        }
+
+        /// A watcher of a config file holding `rate`, started at a poll.
+        async fn watching(rate: &str) -> (tempfile::TempDir, PathBuf, Arc<Reloader>) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("sluice.toml");
+            std::fs::write(&path, text(rate)).unwrap();
+            let config = Config::from_toml(&text(rate), "sluice.toml").unwrap();
+            let reloader = Reloader::new(path.clone(), Proxy::new(config));
+            tokio::spawn(reloader.clone().watch());
+            // The watch's first poll, at once.
+            tokio::task::yield_now().await;
+            (dir, path, reloader)
+        }
+
+        /// Waits, without time moving, until a reload has run to
+        /// `generation` (its read of the file is on a blocking thread).
+        async fn until_generation(reloader: &Reloader, generation: u64) {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while reloader.history().generation != generation {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "never generation {generation}"
+                );
+                tokio::task::yield_now().await;
+            }
+        }
+
+        /// Lets `span` of paused time pass, poll by poll.
+        async fn pass(span: Duration) {
+            tokio::time::sleep(span).await;
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_changed_file_is_applied_once_it_has_settled() {
+            let (_dir, path, reloader) = watching("1/m").await;
+            std::fs::write(&path, text("3/m")).unwrap();
+            // Seen at the next poll (250 ms), read once it stayed the same
+            // for 500 ms: at the poll of 750 ms.
+            pass(POLL * 3 - Duration::from_millis(1)).await;
+            assert_eq!(reloader.history().generation, 1, "read before it settled");
+            pass(Duration::from_millis(1)).await;
+            until_generation(&reloader, 2).await;
+            let last = reloader.history().last.unwrap();
+            assert_eq!(last.trigger, Trigger::FileChanged);
+            assert_eq!(last.result, Ok(()));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_file_written_in_pieces_is_read_once_whole() {
+            let (_dir, path, reloader) = watching("1/m").await;
+            let whole = text("5/m");
+            let (half, _) = whole.split_at(whole.len() / 2);
+            // Truncated, then written in two pieces 400 ms apart: each
+            // write restarts the settling, so no piece is read.
+            std::fs::write(&path, "").unwrap();
+            pass(Duration::from_millis(400)).await;
+            std::fs::write(&path, half).unwrap();
+            pass(Duration::from_millis(400)).await;
+            assert_eq!(reloader.history().last, None, "a piece was read");
+            std::fs::write(&path, &whole).unwrap();
+            pass(Duration::from_secs(5)).await;
+            until_generation(&reloader, 2).await;
+            let history = reloader.history();
+            assert_eq!(history.generation, 2, "applied more than once");
+            assert_eq!(history.last.unwrap().result, Ok(()), "a piece was read");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn the_same_content_written_again_is_not_reloaded() {
+            let (_dir, path, reloader) = watching("1/m").await;
+            std::fs::write(&path, text("3/m")).unwrap();
+            pass(Duration::from_secs(1)).await;
+            until_generation(&reloader, 2).await;
+            let applied = reloader.history().last.unwrap().at;
+            // A new file with the same bytes: a change to look at, nothing
+            // to apply.
+            let fresh = path.with_extension("new");
+            std::fs::write(&fresh, text("3/m")).unwrap();
+            std::fs::rename(&fresh, &path).unwrap();
+            pass(Duration::from_secs(5)).await;
+            let history = reloader.history();
+            assert_eq!(history.generation, 2);
+            assert_eq!(history.last.unwrap().at, applied, "reloaded again");
+        }
+    }
 }
