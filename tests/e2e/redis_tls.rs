@@ -306,6 +306,28 @@ async fn a_password_in_the_url_is_used_and_shown_masked_everywhere() {
 }
 
 /// How many lines of `sluice`'s log contain `needle`.
+/// How many times Redis refused sluice's AUTH: the `count` of the newest
+/// entry of its ACL log (refusals alike within a minute are one entry).
+fn auth_refusals(redis: &RedisServer) -> u64 {
+    let log = redis.cli(&["ACL", "LOG", "1"]).unwrap_or_default();
+    let mut lines = log.lines().map(str::trim);
+    lines
+        .by_ref()
+        .find(|line| *line == "count")
+        .and_then(|_| lines.next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until Redis has refused sluice's AUTH `more` times after `since`
+/// of [`auth_refusals`]: its probes (one every 250 ms) went on.
+async fn until_refused(redis: &RedisServer, since: u64, more: u64) {
+    let what = format!("Redis never refused {more} more AUTHs");
+    eventually(Duration::from_secs(10), &what, || async {
+        auth_refusals(redis) >= since + more
+    })
+    .await;
+}
+
 fn lines_with(sluice: &SluiceProcess, needle: &str) -> usize {
     sluice.logged(needle).len()
 }
@@ -330,6 +352,7 @@ async fn a_refused_password_is_a_store_error_per_on_error_logged_once_per_streak
         ),
     );
     let env = [("SLUICE_TEST_REDIS_PASSWORD", PASSWORD)];
+    let before = auth_refusals(&redis);
     let (sluice, out) = spawn(dir.path(), "sluice", &path, &env);
     let refused = "Redis refused AUTH";
     let mut denied = Vec::new();
@@ -339,7 +362,7 @@ async fn a_refused_password_is_a_store_error_per_on_error_logged_once_per_streak
         denied.push(got.body);
     }
     // Several probes were refused meanwhile (one every 250 ms).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    until_refused(&redis, before, 4).await;
     assert_eq!(fallback_active(&sluice).await, 1.0);
     assert_eq!(lines_with(&sluice, refused), 1, "{:#?}", sluice.log.lock());
     assert_eq!(
@@ -376,13 +399,14 @@ async fn a_refused_password_is_a_store_error_per_on_error_logged_once_per_streak
         || async { call(&sluice, "carol").await == StatusCode::SERVICE_UNAVAILABLE },
     )
     .await;
+    let deleted = auth_refusals(&redis);
     for _ in 0..20 {
         assert_eq!(
             call(&sluice, "carol").await,
             StatusCode::SERVICE_UNAVAILABLE
         );
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    until_refused(&redis, deleted, 4).await;
     assert_eq!(lines_with(&sluice, refused), 2, "{:#?}", sluice.log.lock());
 
     let mut surfaces: Vec<(String, String)> = denied
@@ -416,7 +440,10 @@ async fn a_server_the_ca_did_not_sign_is_a_store_error_never_an_unverified_link(
                 "{name}"
             );
         }
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        // The streak under test: several probes (one every 250 ms) fail
+        // their handshake, which Redis counts nowhere.
+        const SEVERAL_PROBES: Duration = Duration::from_millis(1000);
+        tokio::time::sleep(SEVERAL_PROBES).await;
         let unreachable = sluice.logged("cannot reach Redis");
         assert_eq!(unreachable.len(), 1, "{name}: {:#?}", sluice.log.lock());
         assert!(
