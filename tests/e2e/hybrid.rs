@@ -38,6 +38,21 @@ async fn fleet(n: usize, redis: &str, store: &str, rules: &str) -> (Upstream, Ve
 
 /// Waits until `sluice` has completed a sync with Redis (and so read the
 /// key seed the instances share) and is not failing.
+/// Waits until every instance has finished a sync round begun after this
+/// call (its rounds counted up by two), then once more: what any of them
+/// had taken has reached Redis, and every one has synced after that.
+async fn after_syncs(sluices: &[Sluice]) {
+    for _ in 0..2 {
+        let rounds = join_all(sluices.iter().map(|s| s.metric("sluice_store_syncs_total"))).await;
+        for (sluice, before) in sluices.iter().zip(rounds) {
+            eventually(Duration::from_secs(10), "no sync round", || async {
+                sluice.metric("sluice_store_syncs_total").await >= before + 2.0
+            })
+            .await;
+        }
+    }
+}
+
 async fn until_synced(sluice: &Sluice) {
     eventually(
         Duration::from_secs(15),
@@ -120,7 +135,7 @@ async fn a_burst_on_a_new_key_across_three_instances_admits_about_the_limit_not_
     // it to its share until its next sync: at most the other two shares
     // more in all (and none when every instance followed the whole burst,
     // as on an idle machine).
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    after_syncs(&sluices).await;
     let again = burst(&sluices, "newcomer", 40).await;
     println!("then 3 × 40 more: {again} admitted");
     assert!(
@@ -139,7 +154,7 @@ async fn three_instances_hammering_one_key_overshoot_by_at_most_one_intervals_tr
     for sluice in &sluices {
         assert_eq!(call(sluice, "hammer").await.status, StatusCode::OK);
     }
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    after_syncs(&sluices).await;
     let rounds = || join_all(sluices.iter().map(|s| s.metric("sluice_store_syncs_total")));
     let rounds_before = rounds().await;
     let started = Instant::now();
@@ -297,7 +312,7 @@ async fn a_frozen_redis_holds_no_request_and_the_fleet_converges_once_it_thaws()
     assert!(thawed.elapsed() < Duration::from_secs(3));
     // The units taken while frozen reached Redis: every instance now
     // refuses the caller (33 spent of 31).
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    after_syncs(&sluices).await;
     for sluice in &sluices {
         let got = call(sluice, "frozen").await;
         assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
@@ -336,7 +351,7 @@ async fn a_killed_redis_is_answered_alone_and_a_restarted_one_is_synced_within_a
         (31..=31 + 2 * 11).contains(&admitted),
         "{admitted} admitted"
     );
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    after_syncs(&sluices).await;
     for sluice in &sluices {
         assert_eq!(
             call(sluice, "after").await.status,
@@ -464,7 +479,7 @@ refund_on = ["5xx"]
     // The second instance's view once synced (a first request on a key
     // it never saw is held to its share).
     probe(&sluices[1]).await;
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    after_syncs(&sluices).await;
     let before = remaining(&probe(&sluices[1]).await);
     // 1 + 250 units on the first instance, charged after its response...
     let got = send(Method::GET, &sluices[0].url("/cost/250"), &[]).await;
@@ -498,7 +513,7 @@ refund_on = ["5xx"]
     }
     // A 5xx on the first instance gives its unit back everywhere, well
     // after the sync that sent it as taken.
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    after_syncs(&sluices).await;
     let failed = send(Method::GET, &sluices[0].url("/status/502"), &[]).await;
     assert_eq!(failed.status, StatusCode::BAD_GATEWAY);
     // Each probe takes one: once the refused request's unit is back, the
