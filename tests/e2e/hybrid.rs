@@ -11,7 +11,7 @@ use futures_util::future::join_all;
 use http::{Method, StatusCode};
 
 use crate::support::{
-    eventually, post_json, send, Got, RedisCluster, RedisServer, Sluice, Upstream,
+    after_syncs, eventually, post_json, send, Got, RedisCluster, RedisServer, Sluice, Upstream,
 };
 
 /// `[store.redis]` of a hybrid fleet of three syncing every 50 ms.
@@ -38,21 +38,6 @@ async fn fleet(n: usize, redis: &str, store: &str, rules: &str) -> (Upstream, Ve
 
 /// Waits until `sluice` has completed a sync with Redis (and so read the
 /// key seed the instances share) and is not failing.
-/// Waits until every instance has finished a sync round begun after this
-/// call (its rounds counted up by two), then once more: what any of them
-/// had taken has reached Redis, and every one has synced after that.
-async fn after_syncs(sluices: &[Sluice]) {
-    for _ in 0..2 {
-        let rounds = join_all(sluices.iter().map(|s| s.metric("sluice_store_syncs_total"))).await;
-        for (sluice, before) in sluices.iter().zip(rounds) {
-            eventually(Duration::from_secs(10), "no sync round", || async {
-                sluice.metric("sluice_store_syncs_total").await >= before + 2.0
-            })
-            .await;
-        }
-    }
-}
-
 async fn until_synced(sluice: &Sluice) {
     eventually(
         Duration::from_secs(15),

@@ -286,10 +286,11 @@ rate = "1/m"
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_drained_bucket_admits_exactly_one_more_after_one_refill_interval() {
-    // 2 per second: one request's worth every 500 ms.
-    let (_upstream, sluice) = start(
+    // 2 per second: one request's worth every 500 ms; on paused time.
+    let (_upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "per-ip"
@@ -299,7 +300,9 @@ rate = "2/1s"
     .await;
     assert_eq!(statuses(&sluice, "/", &[], 3).await, [200, 200, 429]);
 
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::advance(Duration::from_millis(499)).await;
+    assert_eq!(statuses(&sluice, "/", &[], 1).await, [429]);
+    tokio::time::advance(Duration::from_millis(1)).await;
 
     assert_eq!(statuses(&sluice, "/", &[], 2).await, [200, 429]);
 }

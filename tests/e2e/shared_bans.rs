@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use http::{Method, StatusCode};
 use serde_json::Value;
 
-use crate::support::{eventually, get, post_json, send, RedisServer, Sluice, Upstream};
+use crate::support::{
+    after_syncs, eventually, get, post_json, send, RedisServer, Sluice, Upstream,
+};
 
 /// A caller's API key: it must never be shown in clear.
 const SECRET: &str = "sk_live_kim_7Hq2";
@@ -170,9 +172,9 @@ async fn hybrid_strikes_counted_on_each_instance_add_up_to_one_ban() {
     // Known to both: a key new to an instance may take its share there (1
     // of 1) before its first sync tells it the truth.
     assert_eq!(call(&a, SECRET).await.status, StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    after_syncs([&a, &b]).await;
     let _ = call(&b, SECRET).await;
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    after_syncs([&a, &b]).await;
     // Two refusals on each: two strikes each, four in all.
     for sluice in [&a, &b, &a, &b] {
         let got = call(sluice, SECRET).await;

@@ -226,6 +226,16 @@ impl Upstream {
         self.seen.lock().unwrap().len()
     }
 
+    /// Waits until the upstream has seen `n` requests in all (a request is
+    /// seen as it arrives, before it is answered).
+    pub async fn until_count(&self, n: usize) {
+        let what = format!("the upstream never saw {n} requests");
+        eventually(Duration::from_secs(10), &what, || async {
+            self.count() >= n
+        })
+        .await;
+    }
+
     /// Waits (2 s at most) until `count` requests have arrived.
     pub async fn wait_for(&self, count: usize) {
         for _ in 0..200 {
@@ -602,6 +612,26 @@ where
     while !check().await {
         assert!(std::time::Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until every one of `instances` (hybrid mode) has finished a sync
+/// round begun after this call (its `sluice_store_syncs_total` counted up
+/// by two), then once more: what any of them had taken has reached Redis,
+/// and every one has synced after that.
+pub async fn after_syncs<'a>(instances: impl IntoIterator<Item = &'a Sluice>) {
+    let instances: Vec<&Sluice> = instances.into_iter().collect();
+    for _ in 0..2 {
+        let mut rounds = Vec::new();
+        for sluice in &instances {
+            rounds.push(sluice.metric("sluice_store_syncs_total").await);
+        }
+        for (sluice, before) in instances.iter().zip(rounds) {
+            eventually(Duration::from_secs(10), "no sync round", || async {
+                sluice.metric("sluice_store_syncs_total").await >= before + 2.0
+            })
+            .await;
+        }
     }
 }
 
