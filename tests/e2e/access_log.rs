@@ -316,7 +316,12 @@ async fn the_log_file_is_reopened_on_sighup() {
     std::fs::write(&path, config(&upstream, "access_log = \"off\"")).unwrap();
     post_reload(&sluice).await;
     let quiet = id_of(&get(&sluice.url("/quiet"), &[]).await);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Lines are written in order: once the log is on again and a later
+    // request's line is there, a line for the quiet one would be too.
+    std::fs::write(&path, config(&upstream, &access_log_key(&other))).unwrap();
+    post_reload(&sluice).await;
+    let later = id_of(&get(&sluice.url("/later"), &[]).await);
+    line_of(&other, &later).await;
     for file in [&log, &other, &rotated] {
         assert!(
             !lines(file)

@@ -305,7 +305,14 @@ async fn a_client_that_leaves_before_the_response_gets_its_cost_back_when_listed
         let stream = open_request(&sluice, "/slow/1000").await;
         upstream.wait_for(1).await;
         drop(stream);
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // sluice let go of the request (settling it) when it closed the
+        // upstream connection the request was on.
+        support::eventually(
+            Duration::from_secs(5),
+            "the upstream exchange was kept",
+            || async { upstream.closed.load(std::sync::atomic::Ordering::SeqCst) == 1 },
+        )
+        .await;
         assert_eq!(
             sluice
                 .metric(&series("sluice_budget_refunded_total", "refunding"))

@@ -120,7 +120,7 @@ async fn a_burst_on_a_new_key_across_three_instances_admits_about_the_limit_not_
     // it to its share until its next sync: at most the other two shares
     // more in all (and none when every instance followed the whole burst,
     // as on an idle machine).
-    after_syncs(&sluices).await;
+    after_syncs(sluices.iter().map(|s| s.admin)).await;
     let again = burst(&sluices, "newcomer", 40).await;
     println!("then 3 × 40 more: {again} admitted");
     assert!(
@@ -139,7 +139,7 @@ async fn three_instances_hammering_one_key_overshoot_by_at_most_one_intervals_tr
     for sluice in &sluices {
         assert_eq!(call(sluice, "hammer").await.status, StatusCode::OK);
     }
-    after_syncs(&sluices).await;
+    after_syncs(sluices.iter().map(|s| s.admin)).await;
     let rounds = || join_all(sluices.iter().map(|s| s.metric("sluice_store_syncs_total")));
     let rounds_before = rounds().await;
     let started = Instant::now();
@@ -297,7 +297,7 @@ async fn a_frozen_redis_holds_no_request_and_the_fleet_converges_once_it_thaws()
     assert!(thawed.elapsed() < Duration::from_secs(3));
     // The units taken while frozen reached Redis: every instance now
     // refuses the caller (33 spent of 31).
-    after_syncs(&sluices).await;
+    after_syncs(sluices.iter().map(|s| s.admin)).await;
     for sluice in &sluices {
         let got = call(sluice, "frozen").await;
         assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
@@ -336,7 +336,7 @@ async fn a_killed_redis_is_answered_alone_and_a_restarted_one_is_synced_within_a
         (31..=31 + 2 * 11).contains(&admitted),
         "{admitted} admitted"
     );
-    after_syncs(&sluices).await;
+    after_syncs(sluices.iter().map(|s| s.admin)).await;
     for sluice in &sluices {
         assert_eq!(
             call(sluice, "after").await.status,
@@ -464,7 +464,7 @@ refund_on = ["5xx"]
     // The second instance's view once synced (a first request on a key
     // it never saw is held to its share).
     probe(&sluices[1]).await;
-    after_syncs(&sluices).await;
+    after_syncs(sluices.iter().map(|s| s.admin)).await;
     let before = remaining(&probe(&sluices[1]).await);
     // 1 + 250 units on the first instance, charged after its response...
     let got = send(Method::GET, &sluices[0].url("/cost/250"), &[]).await;
@@ -498,7 +498,7 @@ refund_on = ["5xx"]
     }
     // A 5xx on the first instance gives its unit back everywhere, well
     // after the sync that sent it as taken.
-    after_syncs(&sluices).await;
+    after_syncs(sluices.iter().map(|s| s.admin)).await;
     let failed = send(Method::GET, &sluices[0].url("/status/502"), &[]).await;
     assert_eq!(failed.status, StatusCode::BAD_GATEWAY);
     // Each probe takes one: once the refused request's unit is back, the

@@ -18,7 +18,9 @@ use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use crate::support::{metric, post_json, send, write_config, RedisServer, SluiceProcess};
+use crate::support::{
+    a_sync_later, metric, post_json, send, write_config, RedisServer, SluiceProcess,
+};
 
 /// The binary with `rest` after `[server]` and `[rls]`, all on port 0.
 fn sluice(dir: &std::path::Path, rest: &str) -> SluiceProcess {
@@ -867,7 +869,7 @@ async fn hybrid_mode_decides_calls_in_memory_and_shares_them_through_redis() {
         if admits(ask(&mut one, grace()).await) {
             first_admitted += 1;
         }
-        tokio::time::sleep(Duration::from_millis(120)).await;
+        a_sync_later([first.admin, second.admin]).await;
     }
     assert!((4..=6).contains(&first_admitted), "{first_admitted}");
     // The second may take a new key's share before its sync, then learns
@@ -881,7 +883,7 @@ async fn hybrid_mode_decides_calls_in_memory_and_shares_them_through_redis() {
             refused = true;
             break;
         }
-        tokio::time::sleep(Duration::from_millis(120)).await;
+        a_sync_later([first.admin, second.admin]).await;
     }
     assert!(
         refused,

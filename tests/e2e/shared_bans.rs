@@ -172,9 +172,9 @@ async fn hybrid_strikes_counted_on_each_instance_add_up_to_one_ban() {
     // Known to both: a key new to an instance may take its share there (1
     // of 1) before its first sync tells it the truth.
     assert_eq!(call(&a, SECRET).await.status, StatusCode::OK);
-    after_syncs([&a, &b]).await;
+    after_syncs([a.admin, b.admin]).await;
     let _ = call(&b, SECRET).await;
-    after_syncs([&a, &b]).await;
+    after_syncs([a.admin, b.admin]).await;
     // Two refusals on each: two strikes each, four in all.
     for sluice in [&a, &b, &a, &b] {
         let got = call(sluice, SECRET).await;

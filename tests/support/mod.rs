@@ -615,24 +615,35 @@ where
     }
 }
 
-/// Waits until every one of `instances` (hybrid mode) has finished a sync
-/// round begun after this call (its `sluice_store_syncs_total` counted up
-/// by two), then once more: what any of them had taken has reached Redis,
-/// and every one has synced after that.
-pub async fn after_syncs<'a>(instances: impl IntoIterator<Item = &'a Sluice>) {
-    let instances: Vec<&Sluice> = instances.into_iter().collect();
-    for _ in 0..2 {
-        let mut rounds = Vec::new();
-        for sluice in &instances {
-            rounds.push(sluice.metric("sluice_store_syncs_total").await);
-        }
-        for (sluice, before) in instances.iter().zip(rounds) {
-            eventually(Duration::from_secs(10), "no sync round", || async {
-                sluice.metric("sluice_store_syncs_total").await >= before + 2.0
-            })
-            .await;
-        }
+/// `sluice_store_syncs_total` of the instance whose admin listener is
+/// `admin`: its hybrid sync rounds so far.
+async fn sync_rounds(admin: SocketAddr) -> f64 {
+    let text = get(&format!("http://{admin}/metrics"), &[]).await.body;
+    metric(&text, "sluice_store_syncs_total").unwrap_or(0.0)
+}
+
+/// Waits until every hybrid instance (by its admin address) has finished
+/// a sync round begun after this call: its rounds counted up by two.
+pub async fn a_sync_later(admins: impl IntoIterator<Item = SocketAddr>) {
+    let admins: Vec<SocketAddr> = admins.into_iter().collect();
+    let mut before = Vec::new();
+    for admin in &admins {
+        before.push(sync_rounds(*admin).await);
     }
+    for (admin, before) in admins.into_iter().zip(before) {
+        eventually(Duration::from_secs(10), "no sync round", || async {
+            sync_rounds(admin).await >= before + 2.0
+        })
+        .await;
+    }
+}
+
+/// [`a_sync_later`], twice: what any of the instances had taken has reached
+/// Redis, and every one has synced after that.
+pub async fn after_syncs(admins: impl IntoIterator<Item = SocketAddr>) {
+    let admins: Vec<SocketAddr> = admins.into_iter().collect();
+    a_sync_later(admins.iter().copied()).await;
+    a_sync_later(admins).await;
 }
 
 /// Seconds since the Unix epoch, as clients compare `X-RateLimit-Reset`.
