@@ -6,12 +6,13 @@
 
 use crate::support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::StatusCode;
-use support::{assert_problem, get, start, Got, Sluice, Upstream};
+use support::{assert_problem, get, Got, Sluice, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 /// Sends `n` requests to `path`, started `gap` apart, each carrying
 /// `x-seq: <index>`; their answers and how long each took, in send order.
@@ -53,9 +54,10 @@ fn arrivals(upstream: &Upstream) -> (Vec<usize>, Vec<Duration>) {
     (order, gaps)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_burst_into_a_delay_rule_is_admitted_at_the_configured_rate_in_arrival_order() {
-    let (upstream, sluice) = start(
+    let (upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "paced"
@@ -114,9 +116,10 @@ max_delay = "5s"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_request_that_would_wait_longer_than_max_delay_is_refused_at_once() {
-    let (upstream, sluice) = start(
+    let (upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "paced"
@@ -149,9 +152,10 @@ max_delay = "1500ms"
     assert_eq!(upstream.count(), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn beyond_max_queue_held_requests_the_next_is_refused_at_once() {
-    let (_upstream, sluice) = start(
+    let (_upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "paced"
@@ -230,9 +234,10 @@ max_delay = "10s"
     assert_eq!(sluice.metric(delayed).await, 1.0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_leaky_bucket_lets_requests_leave_at_its_rate_and_up_to_burst_wait() {
-    let (upstream, sluice) = start(
+    let (upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "leaky"
@@ -260,9 +265,10 @@ burst = 3
     assert_eq!(answers[4].0.header("x-ratelimit-limit"), Some("3"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn concurrency_admits_max_in_flight_and_refuses_the_rest_with_retry_after_one() {
-    let (_upstream, sluice) = start(
+    let (_upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "render"
@@ -292,9 +298,10 @@ max_in_flight = 2
     assert_eq!(statuses(&again), [200, 200]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn concurrency_in_delay_mode_serves_one_at_a_time_in_arrival_order() {
-    let (upstream, sluice) = start(
+    let (upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "serial"
@@ -330,7 +337,7 @@ async fn abort_mid_body(addr: std::net::SocketAddr, id: usize) {
     let _ = stream.read(&mut buffer).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn permits_never_leak_through_aborts_and_upstream_failures() {
     let upstream = Upstream::start().await;
     let config = r#"
@@ -344,7 +351,7 @@ algorithm = "concurrency"
 max_in_flight = 4
 key = ["header:x-id"]
 "#;
-    let sluice = Sluice::start(config, upstream.addr).await;
+    let sluice = support::paused::on_clock(config, upstream.addr).await;
     let tracked = r#"sluice_tracked_keys{rule="capped"}"#;
 
     // 1000 exchanges that end badly, 50 at a time, each caller its own key:
@@ -369,11 +376,7 @@ key = ["header:x-id"]
         }
     }
     // Aborted downloads release their permits as their tasks wind down.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while sluice.metric(tracked).await != 0.0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(sluice.metric(tracked).await, 0.0, "permits leaked");
+    support::paused::until_metric(&sluice, tracked, 0.0).await;
     // And one caller's four permits are all there.
     let mut tasks = Vec::new();
     for _ in 0..5 {
@@ -390,9 +393,10 @@ key = ["header:x-id"]
     assert_eq!(codes, [200, 200, 200, 200, 429]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn shadow_rules_never_hold_and_report_what_they_would_have_done() {
-    let (upstream, sluice) = start(
+    let (upstream, sluice) = support::paused::start(
+        "",
         r#"
 [[rule]]
 name = "trial"
@@ -417,9 +421,10 @@ shadow = true
     assert_eq!(sluice.metric(shadow_limited).await, 2.0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn requests_held_together_by_one_rule_still_pass_another_at_its_rate() {
-    let (upstream, sluice) = start(
+    let (upstream, sluice) = support::paused::start(
+        "",
         r#"
 # One outlet for /a: ten a second, one at a time.
 [[rule]]

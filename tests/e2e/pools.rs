@@ -186,19 +186,28 @@ async fn a_killed_server_costs_clients_nothing_and_comes_back_when_it_restarts()
     let loops = 4;
     let mut clients = Vec::new();
     let target = url(&sluice, "/");
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for _ in 0..loops {
         let target = target.clone();
+        let answered = answered.clone();
         clients.push(tokio::spawn(async move {
             let mut seen: HashMap<u16, usize> = HashMap::new();
             for _ in 0..100 {
                 *seen
                     .entry(get(&target, &[]).await.status.as_u16())
                     .or_default() += 1;
+                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
             seen
         }));
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The loop under way on every server before one is killed.
+    support::eventually(
+        Duration::from_secs(10),
+        "the clients never got going",
+        || async { answered.load(std::sync::atomic::Ordering::SeqCst) >= 4 * loops },
+    )
+    .await;
     backends[2].kill();
     let killed_at = Instant::now();
     for client in clients {

@@ -42,8 +42,8 @@ pub struct Seen {
     /// Path and query as received.
     pub target: String,
     pub headers: HeaderMap,
-    /// When the request arrived.
-    pub at: std::time::Instant,
+    /// When the request arrived (on paused time, the paused clock's instant).
+    pub at: tokio::time::Instant,
 }
 
 /// A real HTTP/1.1 upstream on loopback that records what it receives.
@@ -312,7 +312,7 @@ async fn upstream_route(
         method: request.method().clone(),
         target: target.clone(),
         headers: request.headers().clone(),
-        at: std::time::Instant::now(),
+        at: tokio::time::Instant::now(),
     });
     let path = request.uri().path().to_owned();
     if let Some(ms) = path.strip_prefix("/slow/") {
