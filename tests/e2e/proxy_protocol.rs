@@ -11,7 +11,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use support::{start, write_config, SluiceProcess, Upstream};
+use support::{eventually, start, write_config, SluiceProcess, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -384,6 +384,15 @@ proxy_protocol = true
 }
 
 /// CPU ticks (user + system) `pid` has used, from `/proc/<pid>/stat`.
+/// The sockets process `pid` has open.
+fn sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("socket:"))
+        .count()
+}
+
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // utime and stime are the 14th and 15th fields; the command name before
@@ -416,16 +425,24 @@ listen = "127.0.0.1:0"
     let sluice = SluiceProcess::spawn(&write_config(dir.path(), &toml));
     let pid = sluice.child.id();
     let header = b"PROXY TCP4 203.0.113.7 10.0.0.1 50000 443\r\n";
+    let idle = sockets(pid);
     let mut streams = Vec::new();
     for _ in 0..4 {
         let mut stream = TcpStream::connect(sluice.addr).await.unwrap();
         stream.write_all(&header[..20]).await.unwrap();
         streams.push(stream);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually(
+        Duration::from_secs(5),
+        "sluice never accepted the four",
+        || async { sockets(pid) >= idle + 4 },
+    )
+    .await;
 
+    // The CPU sluice uses while the four wait, over this long.
+    const MEASURED: Duration = Duration::from_secs(2);
     let before = cpu_ticks(pid);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(MEASURED).await;
     let used = cpu_ticks(pid) - before;
 
     // Spinning on 4 connections would take the whole core for 2 s (200
