@@ -140,8 +140,15 @@ async fn warm_up(sluice: &SluiceProcess) {
     read_response(&mut warm, Duration::from_secs(2))
         .await
         .unwrap();
+    let pid = sluice.child.id();
+    let with_it = fds(pid);
     drop(warm);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // sluice closes its side once it reads the hang-up.
+    let what = "the warm-up connection was never closed";
+    support::eventually(Duration::from_secs(5), what, || async {
+        fds(pid) < with_it
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,8 +295,10 @@ async fn b3_a_client_that_never_reads_is_dropped_at_send_timeout_with_bounded_me
         stuck.push(stream);
     }
     // While they are stuck: sluice holds them (and their upstream
-    // exchanges), with little memory each.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // exchanges), with little memory each. The stall under test: long
+    // enough for every buffer on the way to fill.
+    const STUCK: Duration = Duration::from_millis(600);
+    tokio::time::sleep(STUCK).await;
     let peak_fds = fds(pid);
     let peak_rss = sluice.memory_kib("VmRSS");
     assert!(
@@ -452,6 +461,7 @@ async fn b8_an_idle_timeout_longer_than_the_header_timeout_is_honoured() {
             .await
             .expect("the idle connection was closed before idle_timeout");
         assert_eq!(got.status, 200);
+        // Idle under test: past the header timeout, within idle_timeout.
         tokio::time::sleep(Duration::from_millis(1000)).await;
     }
     // The head clock still runs once a request begins.
@@ -523,13 +533,14 @@ async fn b7_out_of_file_descriptors_the_accept_loop_pauses_and_recovers() {
     for _ in 0..100 {
         hoard.push(TcpStream::connect(sluice.addr).await.unwrap());
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(fds(pid) >= 60, "the descriptor limit was not reached");
+    let what = "the descriptor limit was not reached";
+    support::eventually(Duration::from_secs(5), what, || async { fds(pid) >= 60 }).await;
 
     // No busy loop: a spinning accept would burn a whole core (100 ticks a
-    // second); the 100 ms pause costs next to nothing.
+    // second); the 100 ms pause costs next to nothing. Measured over:
+    const MEASURED: Duration = Duration::from_secs(1);
     let before = cpu_ticks(pid);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(MEASURED).await;
     let spent = cpu_ticks(pid) - before;
     assert!(
         spent < 30,

@@ -110,7 +110,7 @@ async fn f1_a_hung_upstream_is_504_at_the_timeout_and_its_connections_closed() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_hung_exchange_on_a_reused_connection_gets_its_own_full_timeout() {
     // A pooled connection keeps its answer timer armed between exchanges
     // and lets it fire early rather than moving it: the earlier exchanges'
@@ -118,7 +118,8 @@ async fn a_hung_exchange_on_a_reused_connection_gets_its_own_full_timeout() {
     // while the connection was idle (the first pause is longer than the
     // timeout) or goes off during the hung exchange (the second request's
     // deadline, 200 ms before it).
-    let (upstream, sluice) = behind("upstream_timeout = \"300ms\"", |request| {
+    // On paused time: the pauses and the timeout are exact.
+    let upstream = RawUpstream::start(|request| {
         if request.target == "/hang" {
             Action::Hang
         } else {
@@ -126,20 +127,19 @@ async fn a_hung_exchange_on_a_reused_connection_gets_its_own_full_timeout() {
         }
     })
     .await;
+    let sluice =
+        support::paused::start_for(upstream.addr, "upstream_timeout = \"300ms\"\n", "").await;
     assert_eq!(get(&sluice.url("/"), &[]).await.status, StatusCode::OK);
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(get(&sluice.url("/"), &[]).await.status, StatusCode::OK);
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let got = get(&sluice.url("/hang"), &[]).await;
     let waited = started.elapsed();
 
     assert_problem(&got, StatusCode::GATEWAY_TIMEOUT);
-    assert!(
-        waited >= Duration::from_millis(290) && waited < Duration::from_millis(1000),
-        "answered after {waited:?}, not about 300 ms"
-    );
+    assert_eq!(waited, Duration::from_millis(300), "not its own 300 ms");
     let conns = upstream.conns();
     assert_eq!(conns.len(), 1, "the three exchanges shared one connection");
     assert_eq!(conns[0].requests.len(), 3);
