@@ -121,7 +121,9 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    #[tokio::test]
+    /// On paused time: the sleep below fires only once every task waits,
+    /// so the waiter has polled its wait as far as it can.
+    #[tokio::test(start_paused = true)]
     async fn a_waiting_connection_is_told_and_the_drain_ends_when_it_does() {
         let drain = Drain::new();
         let handle = drain.handle();
