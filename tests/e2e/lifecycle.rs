@@ -153,7 +153,7 @@ async fn sigterm_finishes_in_flight_requests_refuses_new_ones_and_exits_zero() {
     );
     let slow = sluice.url("/slow/1500");
     let in_flight = tokio::spawn(async move { get(&slow, &[]).await });
-    upstream.until_count(1).await;
+    upstream.wait_for(1).await;
 
     sluice.terminate();
     let signalled = Instant::now();

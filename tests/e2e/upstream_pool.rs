@@ -82,7 +82,7 @@ async fn a_slow_exchange_does_not_hold_up_other_requests() {
     assert_eq!(get(&sluice.url("/"), &[]).await.status, StatusCode::OK);
     let slow_url = sluice.url("/slow/1500");
     let slow = tokio::spawn(async move { get(&slow_url, &[]).await });
-    upstream.until_count(2).await;
+    upstream.wait_for(2).await;
     let started = Instant::now();
     let fast = get(&sluice.url("/"), &[]).await;
     assert_eq!(fast.status, StatusCode::OK);

@@ -226,25 +226,14 @@ impl Upstream {
         self.seen.lock().unwrap().len()
     }
 
-    /// Waits until the upstream has seen `n` requests in all (a request is
-    /// seen as it arrives, before it is answered).
-    pub async fn until_count(&self, n: usize) {
-        let what = format!("the upstream never saw {n} requests");
+    /// Waits until the upstream has seen `count` requests in all (a request
+    /// is counted as it arrives, before it is answered).
+    pub async fn wait_for(&self, count: usize) {
+        let what = format!("the upstream never saw {count} requests");
         eventually(Duration::from_secs(10), &what, || async {
-            self.count() >= n
+            self.count() >= count
         })
         .await;
-    }
-
-    /// Waits (2 s at most) until `count` requests have arrived.
-    pub async fn wait_for(&self, count: usize) {
-        for _ in 0..200 {
-            if self.count() >= count {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("the upstream saw {} requests, not {count}", self.count());
     }
 }
 
