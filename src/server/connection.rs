@@ -152,7 +152,6 @@ impl<H: Handler> Connection<H> {
             request.release();
             let own_fields = response.body_mut().take_own_fields();
             let written = http1.respond(&mut response, &own_fields).await;
-            respond::vacate(&mut response);
             http1.io_mut().exchange_ended();
             match written {
                 Answered::Kept => {}

@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use crate::http1::outflow::{BodyOut, Outflow};
 use crate::http1::transport::Transport;
 use crate::proxy::pool::spare_map;
-use crate::proxy::respond::{OwnFields, ProxyBody};
+use crate::proxy::respond::{self, OwnFields, ProxyBody};
 use crate::proxy::upgrade::Upgraded;
 use crate::proxy::ClientRequest;
 
@@ -219,7 +219,8 @@ impl<S: Transport> Http1<S> {
 
     /// Writes `response` to the request in service, head (with
     /// `own_fields` after the map's, see `proxy/respond/own_fields.rs`) and
-    /// body, where it is (its body read to the end, its map taken).
+    /// body, where it is, and leaves it vacant ([`respond::vacate`]) before
+    /// the last bytes go out.
     pub async fn respond(
         &mut self,
         response: &mut Response<ProxyBody>,
@@ -242,6 +243,7 @@ impl<S: Transport> Http1<S> {
         spare_map::give(std::mem::take(response.headers_mut()));
         if switched {
             if let Some(upgraded) = response.body_mut().take_tunnel() {
+                respond::vacate(response);
                 return match self.flush().await {
                     Ok(()) => Answered::Tunnel(Box::new(upgraded)),
                     Err(error) => Answered::Failed(error),
@@ -257,6 +259,12 @@ impl<S: Transport> Http1<S> {
             }
             _ => Ok(()),
         };
+        // The whole answer is in the outflow: what its body held (a
+        // concurrency permit, the upstream connection, a settlement) goes
+        // before the last bytes do. A client that has the whole answer and
+        // asks again at once then finds the permit free; released after
+        // the write, it was still taken for that instant.
+        respond::vacate(response);
         if let Err(error) = sent {
             return Answered::Failed(error);
         }

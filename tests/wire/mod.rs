@@ -432,15 +432,6 @@ impl tokio::io::AsyncWrite for Stream {
     }
 }
 
-/// Sends `request` as is on a fresh connection and reads until the server
-/// closes the connection or stays silent for `quiet`: for an exchange whose
-/// end is silence (a server that waits for more of a request).
-pub async fn exchange_with(addr: SocketAddr, request: &[u8], quiet: Duration) -> Received {
-    let mut stream = connect(addr).await;
-    stream.write_all(request).await.unwrap();
-    read_until_quiet(&mut stream, quiet).await
-}
-
 /// How long an exchange may take before the test fails.
 const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -473,7 +464,7 @@ pub async fn read_answers(
         if !probed && open_after(&bytes, head_first) {
             assert!(
                 !could_draw_431(sent),
-                "this request could draw the probe's answer itself: use exchange_with"
+                "this request could draw the probe's answer itself: use read_until"
             );
             probed = true;
             // Refused at once if sluice has closed meanwhile: its close is
@@ -610,22 +601,6 @@ fn open_after(bytes: &[u8], head_first: bool) -> bool {
                 .header("connection")
                 .is_some_and(|value| value.eq_ignore_ascii_case("close"))
     })
-}
-
-pub async fn read_until_quiet(
-    stream: &mut (impl tokio::io::AsyncRead + Unpin),
-    quiet: Duration,
-) -> Received {
-    let mut bytes = Vec::new();
-    let mut buffer = [0u8; 8192];
-    let closed = loop {
-        match tokio::time::timeout(quiet, stream.read(&mut buffer)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => break true,
-            Ok(Ok(n)) => bytes.extend_from_slice(&buffer[..n]),
-            Err(_) => break false,
-        }
-    };
-    Received { bytes, closed }
 }
 
 /// One response as the client read it.
