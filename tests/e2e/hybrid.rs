@@ -11,7 +11,8 @@ use futures_util::future::join_all;
 use http::{Method, StatusCode};
 
 use crate::support::{
-    after_syncs, eventually, post_json, send, Got, RedisCluster, RedisServer, Sluice, Upstream,
+    after_syncs, eventually, post_json, send, sync_rounds_later, Got, RedisCluster, RedisServer,
+    Sluice, Upstream,
 };
 
 /// `[store.redis]` of a hybrid fleet of three syncing every 50 ms.
@@ -47,24 +48,6 @@ async fn until_synced(sluice: &Sluice) {
             metrics.value("sluice_store_sync_calls_total", &[]) >= 2.0
                 && metrics.value("sluice_store_fallback_active", &[]) == 0.0
                 && metrics.value("sluice_store_sync_age_seconds", &[]) < 0.5
-        },
-    )
-    .await;
-}
-
-/// Waits until each of `sluices` has completed `rounds` more syncs than
-/// it had when called.
-async fn until_rounds(sluices: &[Sluice], rounds: f64) {
-    let syncs = || join_all(sluices.iter().map(|s| s.metric("sluice_store_syncs_total")));
-    let before = syncs().await;
-    eventually(
-        Duration::from_secs(15),
-        "the instances did not sync",
-        || async {
-            let now = syncs().await;
-            now.iter()
-                .zip(&before)
-                .all(|(now, before)| now - before >= rounds)
         },
     )
     .await;
@@ -579,7 +562,7 @@ async fn a_redis_cluster_shares_hybrid_budgets_across_its_primaries() {
     // Every instance sent its units and read the others' back: three more
     // sync rounds each (a fixed sleep was too short for a busy machine,
     // where a Cluster round of ten buckets took longer).
-    until_rounds(&sluices, 3.0).await;
+    sync_rounds_later(sluices.iter().map(|s| s.admin), 3.0).await;
     for (caller, admitted) in bursts.into_iter().enumerate() {
         let caller = format!("caller-{caller}");
         let later = then_admitted(&sluices, &caller).await;

@@ -201,7 +201,7 @@ async fn a_killed_server_costs_clients_nothing_and_comes_back_when_it_restarts()
             seen
         }));
     }
-    // The loop under way on every server before one is killed.
+    // The loop under way before a server is killed.
     support::eventually(
         Duration::from_secs(10),
         "the clients never got going",

@@ -19,7 +19,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use crate::support::{
-    a_sync_later, metric, post_json, send, write_config, RedisServer, SluiceProcess,
+    metric, post_json, send, sync_rounds_later, write_config, RedisServer, SluiceProcess,
 };
 
 /// The binary with `rest` after `[server]` and `[rls]`, all on port 0.
@@ -869,7 +869,7 @@ async fn hybrid_mode_decides_calls_in_memory_and_shares_them_through_redis() {
         if admits(ask(&mut one, grace()).await) {
             first_admitted += 1;
         }
-        a_sync_later([first.admin, second.admin]).await;
+        sync_rounds_later([first.admin, second.admin], 2.0).await;
     }
     assert!((4..=6).contains(&first_admitted), "{first_admitted}");
     // The second may take a new key's share before its sync, then learns
@@ -883,7 +883,7 @@ async fn hybrid_mode_decides_calls_in_memory_and_shares_them_through_redis() {
             refused = true;
             break;
         }
-        a_sync_later([first.admin, second.admin]).await;
+        sync_rounds_later([first.admin, second.admin], 2.0).await;
     }
     assert!(
         refused,

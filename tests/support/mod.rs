@@ -611,28 +611,30 @@ async fn sync_rounds(admin: SocketAddr) -> f64 {
     metric(&text, "sluice_store_syncs_total").unwrap_or(0.0)
 }
 
-/// Waits until every hybrid instance (by its admin address) has finished
-/// a sync round begun after this call: its rounds counted up by two.
-pub async fn a_sync_later(admins: impl IntoIterator<Item = SocketAddr>) {
+/// Waits until every hybrid instance (by its admin address) has counted
+/// `rounds` more sync rounds than when called. Two make one begun after the
+/// call, and finished.
+pub async fn sync_rounds_later(admins: impl IntoIterator<Item = SocketAddr>, rounds: f64) {
     let admins: Vec<SocketAddr> = admins.into_iter().collect();
     let mut before = Vec::new();
     for admin in &admins {
         before.push(sync_rounds(*admin).await);
     }
     for (admin, before) in admins.into_iter().zip(before) {
-        eventually(Duration::from_secs(10), "no sync round", || async {
-            sync_rounds(admin).await >= before + 2.0
+        eventually(Duration::from_secs(15), "no sync round", || async {
+            sync_rounds(admin).await >= before + rounds
         })
         .await;
     }
 }
 
-/// [`a_sync_later`], twice: what any of the instances had taken has reached
-/// Redis, and every one has synced after that.
+/// A finished round begun after the call on every instance, twice: what
+/// any of them had taken has reached Redis, and every one has synced after
+/// that.
 pub async fn after_syncs(admins: impl IntoIterator<Item = SocketAddr>) {
     let admins: Vec<SocketAddr> = admins.into_iter().collect();
-    a_sync_later(admins.iter().copied()).await;
-    a_sync_later(admins).await;
+    sync_rounds_later(admins.iter().copied(), 2.0).await;
+    sync_rounds_later(admins, 2.0).await;
 }
 
 /// Seconds since the Unix epoch, as clients compare `X-RateLimit-Reset`.
