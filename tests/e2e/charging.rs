@@ -260,7 +260,8 @@ async fn a_5xx_gives_the_admission_cost_back_when_listed() {
 
 #[tokio::test]
 async fn an_unreachable_upstream_gives_the_cost_back_when_listed() {
-    let closed = support::closed_port();
+    let refusing = support::Refusing::new();
+    let closed = refusing.addr;
     // Statuses are judged by what the client got: sluice's own 502 too.
     for (refund_on, refunded) in [
         (r#"["upstream_error"]"#, true),

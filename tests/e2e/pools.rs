@@ -396,7 +396,8 @@ async fn retries_follow_the_method_and_the_failure() {
         Backend::start("a", dir.path()),
         Backend::start("b", dir.path()),
     );
-    let closed = support::closed_port();
+    let refusing = support::Refusing::new();
+    let closed = refusing.addr;
     let pools = format!(
         "[[upstream]]\nname = \"api\"\neject = false\nservers = [{}]\n\
          [[upstream]]\nname = \"half-closed\"\neject = false\nservers = [\"http://{closed}\", \"{}\"]\n\
@@ -504,7 +505,8 @@ async fn post(url: &str, body: &str) -> support::Got {
 async fn a_retried_request_is_charged_once() {
     let dir = tempfile::tempdir().unwrap();
     let b = Backend::start("b", dir.path());
-    let closed = support::closed_port();
+    let refusing = support::Refusing::new();
+    let closed = refusing.addr;
     let pools = format!(
         "[[upstream]]\nname = \"api\"\neject = false\nbalance = \"round_robin\"\n\
          servers = [\"http://{closed}\", \"{}\"]\n\

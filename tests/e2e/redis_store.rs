@@ -217,7 +217,8 @@ async fn a_frozen_redis_costs_each_request_at_most_its_timeout() {
 
 #[tokio::test]
 async fn on_error_allow_forwards_unlimited_and_deny_answers_503() {
-    let unreachable = format!("redis://{}", crate::support::closed_port());
+    let refusing = crate::support::Refusing::new();
+    let unreachable = format!("redis://{}", refusing.addr);
     let rules = format!("{PER_CALLER}rate = \"1/h\"\n");
     let upstream = Upstream::start().await;
     for (on_error, expected) in [

@@ -9,7 +9,7 @@ use crate::wire;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use support::{assert_problem, closed_port, get, Sluice, Upstream};
+use support::{assert_problem, get, Sluice, Upstream};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use wire::{exchange, ok, Action, RawUpstream};
@@ -22,7 +22,8 @@ rate = "100/m"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_upstream_is_answered_502_and_counted_as_connect() {
-    let down = closed_port();
+    let refusing = support::Refusing::new();
+    let down = refusing.addr;
     let toml =
         format!("[server]\nupstream = \"http://{{upstream}}\"\nconnect_timeout = \"1s\"\n{RULE}");
     let sluice = Sluice::start(&toml, down).await;
@@ -148,7 +149,8 @@ async fn a_hung_exchange_on_a_reused_connection_gets_its_own_full_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f2_a_refused_upstream_is_502_at_once_and_a_post_is_never_retried() {
     // Refused: 502 long before the connect timeout.
-    let down = closed_port();
+    let refusing = support::Refusing::new();
+    let down = refusing.addr;
     let toml =
         format!("[server]\nupstream = \"http://{{upstream}}\"\nconnect_timeout = \"5s\"\n{RULE}");
     let sluice = Sluice::start(&toml, down).await;

@@ -645,10 +645,31 @@ pub fn unix_now() -> u64 {
         .as_secs()
 }
 
-/// An address nothing listens on: a port that was bound, then released.
+/// A free port: bound, then released (for a process the test starts to
+/// listen on).
 pub fn closed_port() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap()
+}
+
+/// An address that refuses every connection for as long as this lives: a
+/// socket bound there that never listens, so that no other test can take
+/// the port meanwhile (as one could a port bound, then released).
+pub struct Refusing {
+    _bound: tokio::net::TcpSocket,
+    pub addr: SocketAddr,
+}
+
+impl Refusing {
+    pub fn new() -> Refusing {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = socket.local_addr().unwrap();
+        Refusing {
+            _bound: socket,
+            addr,
+        }
+    }
 }
 
 /// A body of `total` bytes produced chunk by chunk, never held in memory at once.
