@@ -191,6 +191,7 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             rls.listen
         );
     }
+    describe_tracing(&config.tracing, &mut out);
     if let Some(tls) = &config.server.tls {
         let served: Vec<String> = tls
             .certs
@@ -406,6 +407,28 @@ fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
 
 /// A tier's or override's limits: `10/s, 1000/d`, with ` burst 5` when a
 /// capacity differs from its COUNT.
+/// Tracing's effective settings, one line each with where it came from
+/// (docs/observability.md): nothing when neither `[tracing]` nor a variable
+/// asked for it.
+fn describe_tracing(tracing: &crate::config::Tracing, out: &mut String) {
+    use crate::config::Tracing;
+    match tracing {
+        Tracing::Off(why) if why.starts_with("no [tracing]") => {}
+        Tracing::Off(why) => {
+            let _ = writeln!(out, "tracing off: {why}");
+        }
+        Tracing::On(on) => {
+            for shown in &on.shown {
+                let _ = writeln!(
+                    out,
+                    "tracing {} {}  (from {})",
+                    shown.name, shown.value, shown.from
+                );
+            }
+        }
+    }
+}
+
 fn describe_variant(limits: &[LimitConfig]) -> String {
     let mut text = limits
         .iter()

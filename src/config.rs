@@ -3,7 +3,7 @@
 //!
 //! Loading is split load → parse → validate. [`Config::from_toml`] touches
 //! the filesystem and the environment only for `[identity.jwt]`'s key
-//! material, so tests feed it strings. Every problem found is
+//! material and tracing's `OTEL_*` variables, so tests feed it strings. Every problem found is
 //! reported at once, each with the line and column of the offending value
 //! ([`ConfigErrors`]). This module must not know about requests or stores; the
 //! proxy compiles a [`Config`] into its own request-path snapshot.
@@ -27,6 +27,7 @@ mod store;
 mod sunset;
 #[cfg(test)]
 mod testing;
+mod trace;
 mod units;
 mod upstreams;
 mod validate;
@@ -51,6 +52,7 @@ pub use describe::{
 pub use errors::{ConfigError, ConfigErrors};
 pub use startup::keep_startup_settings;
 pub use store::shown_redis_url;
+pub use trace::{ParentRule, Propagators, Shown, Tracing, TracingConfig, TracingExport};
 pub use units::{format_timestamp, parse_duration, parse_rate, parse_timestamp};
 
 /// The whole validated configuration.
@@ -69,6 +71,8 @@ pub struct Config {
     pub upstreams: UpstreamsConfig,
     /// `[rls]`: where Envoy's rate limit service is answered, if anywhere.
     pub rls: Option<RlsConfig>,
+    /// `[tracing]` and the `OTEL_*` variables, resolved.
+    pub tracing: Tracing,
     /// Non-fatal findings (`check` prints them to stderr).
     pub warnings: Vec<String>,
 }

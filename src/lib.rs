@@ -31,6 +31,7 @@
 //! - [`problem`]: the problem documents (RFC 9457) of every error sluice answers itself.
 //! - [`demo`]: the self-contained tour behind `sluice demo`.
 //! - [`import`]: other rate limiters' configs as sluice rules (`sluice import`).
+//! - [`trace`]: OpenTelemetry spans of sampled requests, exported over OTLP off the request path.
 //! - [`tls`]: the crypto provider and PEM files every TLS side shares.
 #![forbid(unsafe_code)]
 
@@ -60,3 +61,4 @@ pub mod store;
 mod testing;
 pub mod timer;
 pub mod tls;
+pub mod trace;

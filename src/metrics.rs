@@ -128,12 +128,22 @@ pub struct Metrics {
     /// `sluice_access_log_dropped_total`: lines the access log's buffers
     /// had no room for (its writer was behind), or that its target lost.
     pub access_log_dropped: IntCounter,
+    /// `sluice_trace_spans_total{result}`.
+    pub trace_spans: TraceSpans,
     bans_started: IntCounterVec,
     banned_requests: IntCounterVec,
     bans_active: IntGaugeVec,
     budget_charged: IntCounterVec,
     budget_refunded: IntCounterVec,
     charge_errors: IntCounterVec,
+}
+
+/// `sluice_trace_spans_total`'s series, each there from start.
+#[derive(Debug, Clone)]
+pub struct TraceSpans {
+    pub exported: IntCounter,
+    pub dropped: IntCounter,
+    pub failed: IntCounter,
 }
 
 impl Metrics {
@@ -242,6 +252,16 @@ impl Metrics {
         )
         .expect("static metric definition");
 
+        let trace_spans = IntCounterVec::new(
+            Opts::new(
+                "sluice_trace_spans_total",
+                "Spans by what became of them: exported, dropped (the queue was full), \
+                 failed (the collector refused or did not answer).",
+            ),
+            &["result"],
+        )
+        .expect("static metric definition");
+
         let bans_started = IntCounterVec::new(
             Opts::new(
                 "sluice_bans_total",
@@ -301,6 +321,7 @@ impl Metrics {
             Box::new(store_fallback_active.clone()),
             Box::new(reloads.clone()),
             Box::new(access_log_dropped.clone()),
+            Box::new(trace_spans.clone()),
         ] {
             registry
                 .register(collector)
@@ -353,6 +374,11 @@ impl Metrics {
             tls_handshakes_ok: tls_handshakes.with_label_values(&["ok"]),
             tls_handshakes_error: tls_handshakes.with_label_values(&["error"]),
             access_log_dropped,
+            trace_spans: TraceSpans {
+                exported: trace_spans.with_label_values(&["exported"]),
+                dropped: trace_spans.with_label_values(&["dropped"]),
+                failed: trace_spans.with_label_values(&["failed"]),
+            },
             bans_started,
             banned_requests,
             bans_active,

@@ -44,6 +44,7 @@ mod ruling;
 pub mod settle;
 mod tally;
 pub mod ticker;
+mod traced;
 pub mod upgrade;
 pub mod upstream;
 #[cfg(any(test, feature = "differential"))]
@@ -59,11 +60,12 @@ use http::Response;
 
 use crate::access_log::{AccessLog, Line, Parts};
 use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::config::{AccessLogTarget, Config};
+use crate::config::{AccessLogTarget, Config, Tracing};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::request_id::RequestId;
 use crate::store::{OnError, Store};
+use crate::trace::tracer::{Span, Tracer};
 use access::Record;
 pub use admit::{fill_asks, Admitter, Answered, StoreUnavailable};
 pub use checks::{check, host_of, Checked};
@@ -84,11 +86,13 @@ struct Serving<'s> {
 }
 
 impl Shared {
-    /// Requests from now on run under `policy`, with the pools as they are.
-    fn publish_policy(&self, policy: Arc<Policy>) {
+    /// Requests from now on run under `policy`, traced by `tracer`, with
+    /// the pools as they are.
+    fn publish_policy(&self, policy: Arc<Policy>, tracer: Option<Arc<Tracer>>) {
         self.current.rcu(|current| Snapshot {
             policy: Arc::clone(&policy),
             routes: Arc::clone(&current.routes),
+            tracer: tracer.clone(),
         });
     }
 
@@ -98,7 +102,32 @@ impl Shared {
         self.current.rcu(|current| Snapshot {
             policy: Arc::clone(&current.policy),
             routes: Arc::clone(&routes),
+            tracer: current.tracer.clone(),
         });
+    }
+
+    /// The tracer `config` asks for, keeping the exporter of `previous`
+    /// where it can (`trace::tracer::Tracer::new`).
+    fn tracer(&self, config: &Config, previous: Option<&Tracer>) -> Option<Arc<Tracer>> {
+        tracer_for(config, previous, &self.metrics, &self.clock)
+    }
+}
+
+/// The tracer `config` asks for: `None` when tracing is off.
+fn tracer_for(
+    config: &Config,
+    previous: Option<&Tracer>,
+    metrics: &Metrics,
+    clock: &ProxyClock,
+) -> Option<Arc<Tracer>> {
+    match &config.tracing {
+        Tracing::Off(_) => None,
+        Tracing::On(on) => Some(Arc::new(Tracer::new(
+            on,
+            previous,
+            &metrics.trace_spans,
+            clock.clone(),
+        ))),
     }
 }
 
@@ -117,6 +146,8 @@ pub struct Proxy {
 struct Snapshot {
     policy: Arc<Policy>,
     routes: Arc<Routes>,
+    /// `None` when tracing is off.
+    tracer: Option<Arc<Tracer>>,
 }
 
 #[derive(Debug)]
@@ -169,10 +200,12 @@ impl Proxy {
             clock.clone(),
             metrics.access_log_dropped.clone(),
         );
+        let tracer = tracer_for(&config, None, &metrics, &clock);
         let policy = Arc::new(Policy::compile(config, &metrics, &store));
         let snapshot = Snapshot {
             policy,
             routes: upstreams.load(),
+            tracer,
         };
         let proxy = Proxy {
             shared: Arc::new(Shared {
@@ -235,6 +268,7 @@ impl Proxy {
         // Opened (again) before requests see the new policy: a file renamed
         // by logrotate is written anew from here.
         shared.access_log.configure(&config.server.access_log);
+        let tracer = shared.tracer(&config, shared.current.load().tracer.as_deref());
         let policy = Policy::recompile(
             Arc::new(config),
             &shared.metrics,
@@ -242,7 +276,7 @@ impl Proxy {
             Some(&old),
             shared.clock.now(),
         );
-        shared.publish_policy(Arc::new(policy));
+        shared.publish_policy(Arc::new(policy), tracer);
         shared.metrics.config_reloads_ok.inc();
         ignored
     }
@@ -266,7 +300,8 @@ impl Proxy {
             &shared.store,
             keys,
         );
-        shared.publish_policy(Arc::new(policy));
+        let tracer = shared.current.load().tracer.clone();
+        shared.publish_policy(Arc::new(policy), tracer);
         tracing::info!("bucket keys derived with the seed the instances share");
     }
 
@@ -325,6 +360,21 @@ impl Proxy {
         self.shared.access_log.flush(within);
     }
 
+    /// Exports the spans still queued, waiting `within` at most: at
+    /// shutdown.
+    pub async fn flush_traces(&self, within: std::time::Duration) {
+        let tracer = self.shared.current.load().tracer.clone();
+        if let Some(tracer) = tracer {
+            tracer.flush(within).await;
+        }
+    }
+
+    /// The tracer of the running config, `None` when tracing is off (the
+    /// rate limit service records its calls with it).
+    pub fn tracer(&self) -> Option<Arc<Tracer>> {
+        self.shared.current.load().tracer.clone()
+    }
+
     /// Marks the proxy as draining (`/readyz` answers 503).
     pub fn start_draining(&self) {
         self.shared.draining.store(true, Ordering::SeqCst);
@@ -351,6 +401,10 @@ impl Proxy {
         let policy = &*snapshot.policy;
         let trusted = policy.client_ip.is_trusted(peer.ip());
         let id = RequestId::for_request(request.get().headers(), trusted);
+        let mut span = match &snapshot.tracer {
+            None => Span::none(),
+            Some(tracer) => tracer.begin(request.get(), trusted, started),
+        };
         // Written when dropped: with the response body once it is sent or
         // dropped, or here if the client leaves before its answer (status
         // 499, as nginx logs it).
@@ -366,7 +420,14 @@ impl Proxy {
             routes: &snapshot.routes,
         };
         let upstream_took = self
-            .process(request, peer, serving, started, &id, line.parts(), response)
+            .process(
+                request,
+                peer,
+                serving,
+                (started, &id),
+                (line.parts(), &mut span),
+                response,
+            )
             .await;
         // Counted and logged as what sluice decided (a 429 is a 429), and
         // then, for a gRPC call, answered in gRPC's terms.
@@ -380,23 +441,26 @@ impl Proxy {
             response.body_mut().carry_access(line);
         }
         response.body_mut().identify(&id);
+        if let Some(recording) = span.recording() {
+            traced::answered(recording, status, &id);
+            response.body_mut().carry_span(span);
+        }
         self.shared.metrics.count_response(status);
     }
 
     /// The phases of one request, each in its file: checks → identify →
     /// admit → forward (settling rides on the response body) → decorate.
     /// Once its outcome is known, its record goes into the access log's
-    /// `line`, once (`proxy/access.rs`); how long the upstream took, once
-    /// it was forwarded, is returned.
-    #[allow(clippy::too_many_arguments)]
+    /// `line`, once (`proxy/access.rs`), and into its span when sampled
+    /// (`proxy/traced.rs`); how long the upstream took, once it was
+    /// forwarded, is returned.
     async fn process(
         &self,
         client: &mut ClientRequest,
         peer: SocketAddr,
         serving: Serving<'_>,
-        started: Nanos,
-        request_id: &RequestId,
-        line: Option<&mut Parts>,
+        (started, request_id): (Nanos, &RequestId),
+        (line, span): (Option<&mut Parts>, &mut Span),
         response: &mut Response<ProxyBody>,
     ) -> Option<Nanos> {
         let shared = &*self.shared;
@@ -405,7 +469,14 @@ impl Proxy {
         let checked = match checks::check(request, policy) {
             Ok(checked) => checked,
             Err(refusal) => {
-                access::note(line, Record::Unchecked { request, peer }, policy);
+                let record = Record::Unchecked { request, peer };
+                traced::note(span.recording(), &record, policy, &shared.store);
+                traced::name(
+                    span.recording(),
+                    request.method(),
+                    serving.routes.default_pool(),
+                );
+                access::note(line, record, policy);
                 *response = respond::refusal(refusal, None);
                 return None;
             }
@@ -427,6 +498,12 @@ impl Proxy {
                 facts: &facts,
                 refused,
             };
+            traced::note(span.recording(), &record, policy, &shared.store);
+            traced::name(
+                span.recording(),
+                request.method(),
+                serving.routes.route(&facts),
+            );
             access::note(line, record, policy);
             *response = identify::answer(refused);
             return None;
@@ -448,12 +525,14 @@ impl Proxy {
             ruling: &ruling,
             enforced: &applicable.enforced,
         };
+        traced::note(span.recording(), &record, policy, &shared.store);
         access::note(line, record, policy);
+        let upstream = serving.routes.route(&facts);
+        traced::name(span.recording(), request.method(), upstream);
         if !admitted {
             return None;
         }
         let path_and_query = forward::forwarded_path(request, &checked, policy);
-        let upstream = serving.routes.route(&facts);
         let hash = upstream.hash_source().and_then(|source| {
             let sources = std::slice::from_ref(source);
             policy.keys.derive(sources, &facts, false).ok()
@@ -466,8 +545,14 @@ impl Proxy {
             policy,
             request_id,
         };
-        let forwarding =
-            forwarder.forward(client, path_and_query, peer, started, &mut ruling, response);
+        let forwarding = forwarder.forward(
+            client,
+            path_and_query,
+            peer,
+            (started, span),
+            &mut ruling,
+            response,
+        );
         let forwarded = forwarding.await;
         if forwarded {
             decorate::decorate(response, policy, &ruling, applicable.retiring);

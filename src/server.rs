@@ -274,6 +274,8 @@ impl Server {
             flushing.flush_access_log(ACCESS_LOG_FLUSH_WAIT);
         })
         .await;
+        // And the last requests' spans.
+        proxy.flush_traces(TRACE_FLUSH_WAIT).await;
         admin.abort();
         if let Some(following) = following {
             following.abort();
@@ -284,6 +286,9 @@ impl Server {
         }
     }
 }
+
+/// How long the spans still queued at shutdown may take to export.
+const TRACE_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A connection just accepted, and what serving it needs.
 struct Accepted {

@@ -386,6 +386,18 @@ impl Store {
         self.local().tracked_keys(table)
     }
 
+    /// What decides: `memory`, `redis` (strict) or `hybrid`, as a
+    /// request's span names it.
+    pub fn mode_name(&self) -> &'static str {
+        match self {
+            Store::Memory(_) => "memory",
+            Store::Redis(_) => "redis",
+            Store::Hybrid(_) => "hybrid",
+            #[cfg(test)]
+            Store::Failing(_) => "failing",
+        }
+    }
+
     /// The backend's name, as used in metric labels.
     pub fn backend_name(&self) -> &'static str {
         match self {

@@ -42,6 +42,17 @@ pub struct RawConfig {
     #[serde(default)]
     pub route: Vec<RawRoute>,
     pub rls: Option<RawRls>,
+    pub tracing: Option<RawTracing>,
+}
+
+/// `[tracing]`: OpenTelemetry traces.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTracing {
+    pub otlp: Option<Spanned<String>>,
+    pub sample: Option<Spanned<f64>>,
+    pub parent: Option<Spanned<String>>,
+    pub propagators: Option<Spanned<OneOrMany>>,
 }
 
 /// `[rls]`: the rate limit service's listener.

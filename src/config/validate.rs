@@ -305,6 +305,8 @@ impl Validator<'_> {
         let upstreams = self.upstreams(raw, &server);
         self.jwt_sources_need_identity(&raw.rule, identity.jwt.is_some());
         let rls = self.rls(raw, &[server.listen, admin.listen], &rules);
+        let tracing = self.tracing(raw);
+        let warnings = self.take_warnings();
         Config {
             server,
             admin,
@@ -315,7 +317,8 @@ impl Validator<'_> {
             rules,
             upstreams,
             rls,
-            warnings: self.take_warnings(),
+            tracing,
+            warnings,
         }
     }
 

@@ -19,6 +19,7 @@ use http::Request;
 
 use super::client_request::ClientBody;
 use super::identify::{Applicable, Unidentified};
+use super::respond::Verdict;
 use super::ruling::Ruling;
 use crate::access_log::Parts;
 use crate::key::client_ip;
@@ -69,11 +70,11 @@ trait Note {
     fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy);
     fn asked_unchecked(&mut self, request: &Request<ClientBody>, peer: SocketAddr, policy: &Policy);
     fn refused(&mut self, refused: Unidentified<'_>, facts: &RequestFacts<'_>, policy: &Policy);
-    fn ruled(
+    fn ruled<'p>(
         &mut self,
         admitted: bool,
-        ruling: &Ruling<'_>,
-        enforced: &[Applicable<'_>],
+        ruling: &Ruling<'p>,
+        enforced: &[Applicable<'p>],
         facts: &RequestFacts<'_>,
         policy: &Policy,
     );
@@ -136,44 +137,19 @@ impl Note for Parts {
         }
     }
 
-    fn ruled(
+    fn ruled<'p>(
         &mut self,
         admitted: bool,
-        ruling: &Ruling<'_>,
-        enforced: &[Applicable<'_>],
+        ruling: &Ruling<'p>,
+        enforced: &[Applicable<'p>],
         facts: &RequestFacts<'_>,
         policy: &Policy,
     ) {
         self.held = ruling.held;
-        let (rule, outcome) = match ruling.outcome {
-            // Refused although nothing limited it: the store failed and
-            // `on_error = "deny"` answered 503.
-            Outcome::Admitted if !admitted => return self.decide("denied", None, None),
-            Outcome::Banned { rule, .. } => (enforced[rule].rule, "limited"),
-            Outcome::Limited => {
-                // The rule the 429 names: the first that refused.
-                let Some(refusing) = ruling.verdicts.iter().find(|v| !v.decision.is_allowed())
-                else {
-                    return;
-                };
-                (refusing.rule, "limited")
-            }
-            Outcome::Admitted => {
-                // The limit `X-RateLimit-*` names: the least remaining,
-                // the earliest on a tie.
-                let Some(tightest) = ruling
-                    .verdicts
-                    .iter()
-                    .min_by_key(|v| v.decision.state().remaining)
-                else {
-                    return;
-                };
-                let rule = tightest.rule;
-                let held = ruling.verdicts.iter().any(|v| {
-                    std::ptr::eq(v.rule, rule) && matches!(v.decision, Decision::Hold { .. })
-                });
-                (rule, if held { "delayed" } else { "allowed" })
-            }
+        let (rule, outcome) = match deciding(admitted, ruling, enforced) {
+            Deciding::Denied => return self.decide("denied", None, None),
+            Deciding::Nothing => return,
+            Deciding::Rule { rule, outcome, .. } => (rule, outcome),
         };
         if let [KeySource::Ip] = rule.key[..] {
             // The most common key, already written as the client.
@@ -181,6 +157,68 @@ impl Note for Parts {
         }
         let key = shown_key(rule, facts, policy);
         self.decide(outcome, Some(&rule.name), Some(&key));
+    }
+}
+
+/// What decided a ruled request, as its answer names it.
+pub enum Deciding<'v, 'p> {
+    /// Refused although nothing limited it: the store failed and
+    /// `on_error = "deny"` answered 503.
+    Denied,
+    /// No limit applied.
+    Nothing,
+    /// `rule` decided it, with this `outcome` (as `sluice_requests_total`
+    /// counts it); `verdict` is the limit that decided, when a limit did
+    /// (a ban has none).
+    Rule {
+        rule: &'p Rule,
+        outcome: &'static str,
+        verdict: Option<&'v Verdict<'p>>,
+    },
+}
+
+/// The rule the answer names: on a refusal the first that refused, else
+/// the limit `X-RateLimit-*` names (the least remaining, the earliest on a
+/// tie), `delayed` when that rule held the request.
+pub fn deciding<'v, 'p>(
+    admitted: bool,
+    ruling: &'v Ruling<'p>,
+    enforced: &[Applicable<'p>],
+) -> Deciding<'v, 'p> {
+    match ruling.outcome {
+        Outcome::Admitted if !admitted => Deciding::Denied,
+        Outcome::Banned { rule, .. } => Deciding::Rule {
+            rule: enforced[rule].rule,
+            outcome: "limited",
+            verdict: None,
+        },
+        Outcome::Limited => match ruling.verdicts.iter().find(|v| !v.decision.is_allowed()) {
+            Some(refusing) => Deciding::Rule {
+                rule: refusing.rule,
+                outcome: "limited",
+                verdict: Some(refusing),
+            },
+            None => Deciding::Nothing,
+        },
+        Outcome::Admitted => {
+            let Some(tightest) = ruling
+                .verdicts
+                .iter()
+                .min_by_key(|v| v.decision.state().remaining)
+            else {
+                return Deciding::Nothing;
+            };
+            let rule = tightest.rule;
+            let held = ruling
+                .verdicts
+                .iter()
+                .any(|v| std::ptr::eq(v.rule, rule) && matches!(v.decision, Decision::Hold { .. }));
+            Deciding::Rule {
+                rule,
+                outcome: if held { "delayed" } else { "allowed" },
+                verdict: Some(tightest),
+            }
+        }
     }
 }
 
@@ -216,7 +254,7 @@ fn write_client(out: &mut Vec<u8>, ip: IpAddr, ipv6_prefix: u8) {
 }
 
 /// `rule`'s key for the request `facts` describe, as it may be shown.
-fn shown_key(rule: &Rule, facts: &RequestFacts<'_>, policy: &Policy) -> String {
+pub fn shown_key(rule: &Rule, facts: &RequestFacts<'_>, policy: &Policy) -> String {
     let text = policy.keys.key_text(&rule.key, facts);
     if !rule.key.iter().any(is_credential) {
         return text.clear().to_owned();

@@ -244,6 +244,7 @@ async fn decide<'p>(
                 return Ok(());
             }
         };
+        ruling.locally = local;
         take_answer(&mut answer, ruling, admitter, local, enforced, shadowed)
     };
     match &mut hold {

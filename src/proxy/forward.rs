@@ -39,12 +39,15 @@ use super::upgrade;
 pub use super::upstream::Outbound;
 use super::upstream::Upstream;
 use crate::clock::{Clock, Nanos, ProxyClock};
+use crate::config::Propagators;
 use crate::http1::framing;
 use crate::key::client_ip::{self, ForwardedHeader, IPV4_TEXT_MAX};
 use crate::limiter::adaptive::Sample;
 use crate::metrics::{seconds, Metrics};
 use crate::policy::Policy;
 use crate::request_id::{self, RequestId};
+use crate::trace;
+use crate::trace::tracer::Span;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -479,6 +482,24 @@ pub struct Forwarder<'a> {
     pub request_id: &'a RequestId,
 }
 
+/// A sampled request's trace, carried on to the upstream: the client's
+/// trace fields of `propagators` give way to sluice's, which each attempt
+/// writes with its own span id (`trace/propagate.rs`).
+#[cold]
+fn carry_trace(
+    span: &mut Span,
+    propagators: Propagators,
+    client: &mut ClientRequest,
+) -> Option<Box<trace::propagate::Outgoing>> {
+    let trace_id = span.recording()?.trace_id;
+    let headers = client.get_mut().headers_mut();
+    Some(Box::new(trace::propagate::Outgoing::new(
+        trace_id,
+        propagators,
+        headers,
+    )))
+}
+
 impl Forwarder<'_> {
     /// Forward: the admitted request, rewritten, goes upstream with the
     /// admission's settlement (`ruling.settlement`) riding on the
@@ -494,7 +515,7 @@ impl Forwarder<'_> {
         client: &mut ClientRequest,
         path_and_query: PathAndQuery,
         peer: SocketAddr,
-        started: Nanos,
+        (started, span): (Nanos, &mut Span),
         ruling: &mut Ruling<'_>,
         response: &mut Response<ProxyBody>,
     ) -> bool {
@@ -506,6 +527,9 @@ impl Forwarder<'_> {
             (started, ruling.held),
             &mut added,
         );
+        if let Some(propagators) = span.propagators() {
+            added.trace = carry_trace(span, propagators, client);
+        }
         let mut settlement = ruling.settlement.take();
         if let Some(settlement) = &mut settlement {
             settlement.forwarded(outgoing.sent);
@@ -524,9 +548,16 @@ impl Forwarder<'_> {
         // server's exchange is then moved about at its own size.
         let result = match upstream.only() {
             Some(server) => {
+                if let Some(trace) = &added.trace {
+                    trace.begin_attempt(server.address(), sent);
+                }
                 let sending =
                     upstream.send_to_one(server, outbound, added, sent, clock, &mut ended);
-                ChargingWhile::new(sending, charging).await
+                let result = ChargingWhile::new(sending, charging).await;
+                if let Some(trace) = &added.trace {
+                    trace.end_attempt(super::upstream::attempt_outcome(&result), ended);
+                }
+                result
             }
             None => {
                 let sending =
@@ -536,6 +567,9 @@ impl Forwarder<'_> {
         };
         // Until the head arrived, or the last attempt failed.
         let upstream_took = ended.saturating_sub(outgoing.sent);
+        if let (Some(trace), Some(recording)) = (&added.trace, span.recording()) {
+            trace.add_spans(recording, client.get().method().as_str(), upstream.name());
+        }
         ruling.upstream_took = Some(upstream_took);
         // Adaptive rules learn the upstream's time alone: from the end of
         // a body the client was still sending.

@@ -195,6 +195,8 @@ pub struct AddedFields {
     /// `X-Request-Id`, when sluice made it (a kept one is already in the
     /// request's map).
     pub request_id: Option<MadeId>,
+    /// A sampled request's trace, written as each attempt's fields.
+    pub trace: Option<Box<crate::trace::propagate::Outgoing>>,
 }
 
 impl Pool {
@@ -372,6 +374,9 @@ impl Pool {
         if let Some(id) = &added.request_id {
             copy.headers_mut()
                 .insert(request_id::HEADER, id.header_value());
+        }
+        if let Some(trace) = &added.trace {
+            trace.write_map(copy.headers_mut());
         }
         let mut slot = Some(copy);
         let exchanged = tokio::time::timeout_at(deadline, self.send_h2(&mut slot, sent.body)).await;

@@ -26,6 +26,7 @@ use crate::policy::{Limit, Policy, Rule, Sunset};
 use crate::problem::{self, Layout, Problem};
 use crate::request_id::RequestId;
 use crate::store::PERMIT_RETRY;
+use crate::trace::tracer::Span;
 use last_refusal::RefusalKey;
 pub use own_fields::{OwnFields, OwnName};
 
@@ -42,6 +43,9 @@ pub struct ProxyBody {
     /// Written when the body is dropped (sent, or the client gone);
     /// [`access_log::Line::none`] when the log is off.
     access: access_log::Line,
+    /// The request's span, ended when the body is sent or dropped;
+    /// [`Span::none`] unless the request was sampled.
+    span: Span,
 }
 
 #[derive(Debug)]
@@ -71,6 +75,7 @@ impl ProxyBody {
             body: Inner::Upstream(body),
             fields: OwnFields::default(),
             access: access_log::Line::none(),
+            span: Span::none(),
         }
     }
 
@@ -84,6 +89,7 @@ impl ProxyBody {
             },
             fields: OwnFields::default(),
             access: access_log::Line::none(),
+            span: Span::none(),
         }
     }
 
@@ -94,6 +100,7 @@ impl ProxyBody {
             body: Inner::Problem { document, id: None },
             fields: OwnFields::default(),
             access: access_log::Line::none(),
+            span: Span::none(),
         }
     }
 
@@ -171,6 +178,11 @@ impl ProxyBody {
     /// dropped, counting the bytes sent.
     pub fn carry_access(&mut self, line: access_log::Line) {
         self.access = line;
+    }
+
+    /// Carries the request's span until the body is sent or dropped.
+    pub fn carry_span(&mut self, span: Span) {
+        self.span = span;
     }
 }
 

@@ -56,6 +56,11 @@ impl Routes {
         &self.pools[index]
     }
 
+    /// The pool no route takes the requests of.
+    pub fn default_pool(&self) -> &Upstream {
+        &self.pools[self.default]
+    }
+
     /// Every pool, in the config's order.
     pub fn pools(&self) -> &[Upstream] {
         &self.pools

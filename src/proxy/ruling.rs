@@ -31,6 +31,9 @@ pub struct Ruling<'p> {
     /// The store failed and `on_error = "allow"` let the request through
     /// without asking any limit: no rate-limit headers describe it.
     pub unlimited: bool,
+    /// The store failed and `on_error = "local"` decided with the local
+    /// memory store.
+    pub locally: bool,
     /// When admission began, on this instance's clock (what
     /// `sluice_decision_seconds` times from).
     pub asked_at: Nanos,

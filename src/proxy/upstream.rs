@@ -349,6 +349,9 @@ impl Upstream {
             let server = &self.members[index].server;
             let load = Load::begin(server.pool());
             let deadline = Instant::now() + self.timeout;
+            if let Some(trace) = &added.trace {
+                trace.begin_attempt(server.address(), began);
+            }
             // `Learn::Later` rather than nothing: see `Learn`.
             let mut result = server
                 .pool()
@@ -361,6 +364,9 @@ impl Upstream {
                 )
                 .await;
             *ended = clock.now();
+            if let Some(trace) = &added.trace {
+                trace.end_attempt(attempt_outcome(&result), *ended);
+            }
             self.series
                 .seconds
                 .observe(seconds(ended.saturating_sub(began)));
@@ -449,6 +455,21 @@ impl Upstream {
             );
         }
         retry
+    }
+}
+
+/// How an attempt ended, as its span says: the status, or the kind of
+/// failure (`sluice_upstream_errors_total`'s kinds).
+pub fn attempt_outcome(
+    result: &Result<Response<PooledBody>, ForwardError>,
+) -> Result<u16, &'static str> {
+    match result {
+        Ok(response) => Ok(response.status().as_u16()),
+        Err(ForwardError::Connect | ForwardError::NoServer) => Err("connect"),
+        Err(ForwardError::Tls) => Err("tls"),
+        Err(ForwardError::Timeout) => Err("timeout"),
+        Err(ForwardError::ClientBody) => Err("client_body"),
+        Err(_) => Err("other"),
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
@@ -15,6 +16,8 @@ use crate::log_gate::truncated;
 use crate::policy::Policy;
 use crate::proxy::Proxy;
 use crate::store::Store;
+use crate::trace::context;
+use crate::trace::span::{Recording, Value};
 
 /// The rate limit service, on the proxy's policy, store and metrics.
 #[derive(Debug, Clone)]
@@ -29,17 +32,71 @@ impl RateLimiter {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let peer = request.remote_addr();
+        let policy = self.proxy.policy();
+        let mut span = self.proxy.tracer().and_then(|tracer| {
+            let trusted = peer.is_some_and(|peer| policy.client_ip.is_trusted(peer.ip()));
+            let headers = trace_fields(request.metadata());
+            let span = tracer.begin_call(&headers, trusted, SPAN_NAME)?;
+            Some((span, tracer))
+        });
         let message = request.into_inner();
         let call = Call::read(&message)?;
-        let policy = self.proxy.policy();
-        let decided = decide(self.proxy.admitter(), &policy, &call)
-            .await
-            .map_err(|_| {
-                Status::unavailable("the store failed and on_error = \"deny\"; nothing was taken")
-            })?;
+        let decided = decide(self.proxy.admitter(), &policy, &call).await;
+        let Ok(decided) = decided else {
+            if let Some((mut recording, tracer)) = span.take() {
+                recording.error = true;
+                recording.set("error.type", Value::Static("unavailable"));
+                tracer.finish(recording);
+            }
+            return Err(Status::unavailable(
+                "the store failed and on_error = \"deny\"; nothing was taken",
+            ));
+        };
         count(self.proxy.store(), &policy, &call, &decided, peer);
-        Ok(Response::new(answer(&policy, &decided)))
+        let answered = answer(&policy, &decided);
+        if let Some((mut recording, tracer)) = span {
+            describe_call(&mut recording, &call, &answered);
+            tracer.finish(recording);
+        }
+        Ok(Response::new(answered))
     }
+}
+
+/// The name of a call's span, as gRPC's conventions name it.
+const SPAN_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// The call's trace headers, copied out of its metadata (only when tracing
+/// is on).
+fn trace_fields(metadata: &tonic::metadata::MetadataMap) -> http::HeaderMap {
+    let mut headers = http::HeaderMap::new();
+    for name in [&context::TRACEPARENT, &context::TRACESTATE]
+        .into_iter()
+        .chain(&context::B3_FIELDS)
+    {
+        if let Some(value) = metadata.get(name.as_str()) {
+            if let Ok(value) = http::HeaderValue::from_bytes(value.as_bytes()) {
+                headers.insert(name.clone(), value);
+            }
+        }
+    }
+    headers
+}
+
+/// What a call's span says: the RPC, the domain, how many descriptors, and
+/// the overall answer as Envoy's own client span has it
+/// (`ratelimit_status`).
+fn describe_call(recording: &mut Recording, call: &Call<'_>, answered: &RateLimitResponse) {
+    recording.set("rpc.system", Value::Static("grpc"));
+    recording.set(
+        "rpc.service",
+        Value::Static("envoy.service.ratelimit.v3.RateLimitService"),
+    );
+    recording.set("rpc.method", Value::Static("ShouldRateLimit"));
+    recording.set_str("sluice.domain", call.domain);
+    recording.set_int("sluice.descriptors", call.descriptors.len() as i64);
+    let over = answered.overall_code == i32::from(Code::OverLimit);
+    let status = if over { "over_limit" } else { "ok" };
+    recording.set("ratelimit_status", Value::Static(status));
 }
 
 /// Counts what was decided: each decided descriptor in its rule's

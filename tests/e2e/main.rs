@@ -52,5 +52,6 @@ mod status;
 mod status_browser;
 mod tls;
 mod top;
+mod tracing;
 mod upstream_pool;
 mod upstream_tls;

@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 pub mod backend;
 pub mod certs;
 pub mod exposition;
+pub mod otlp;
 pub mod paused;
 pub mod tls_client;
 

@@ -365,6 +365,9 @@ fn write_head<B>(out: &mut Vec<u8>, request: &Request<B>, added: &AddedFields, f
     if let Some(id) = &added.request_id {
         field(out, b"x-request-id", id.as_bytes());
     }
+    if let Some(trace) = &added.trace {
+        trace.write_lines(out);
+    }
     match framing {
         // A declared zero (what a client sends with an empty POST) is kept.
         Framing::Empty if declared => out.extend_from_slice(b"content-length: 0\r\n"),

@@ -1,0 +1,186 @@
+//! The trace as the upstream gets it from a sampled request: each attempt
+//! is a `CLIENT` span, and its id is the parent the upstream's request
+//! names (`traceparent`, and B3 when asked for). The incoming headers of
+//! the propagators sluice writes are removed first, so the upstream sees
+//! one parent, sluice's; `tracestate` goes on as it came.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use http::header::{HeaderMap, HeaderValue};
+use smallvec::SmallVec;
+
+use super::context::{self, X_B3_SAMPLED, X_B3_SPAN_ID, X_B3_TRACE_ID};
+use super::ids::{SpanId, TraceId};
+use super::span::{Kind, Recording, Value};
+use crate::clock::Nanos;
+use crate::config::Propagators;
+
+/// A sampled request's trace on its way upstream.
+#[derive(Debug)]
+pub struct Outgoing {
+    trace_id: TraceId,
+    propagators: Propagators,
+    /// The current attempt's span id: what the next head written names.
+    attempt: AtomicU64,
+    /// The attempts made, in order (one, unless retried).
+    attempts: Mutex<SmallVec<[Attempt; 1]>>,
+}
+
+/// One attempt at a server of the pool.
+#[derive(Debug, Clone, Copy)]
+struct Attempt {
+    span_id: SpanId,
+    server: SocketAddr,
+    start: Nanos,
+    end: Nanos,
+    /// The answer's status, or the kind of failure.
+    outcome: Option<Result<u16, &'static str>>,
+}
+
+impl Outgoing {
+    /// The trace `trace_id` carried on under the propagators `propagators`;
+    /// removes what the client sent of theirs from `headers`.
+    pub fn new(trace_id: TraceId, propagators: Propagators, headers: &mut HeaderMap) -> Outgoing {
+        if propagators.tracecontext {
+            headers.remove(&context::TRACEPARENT);
+        }
+        if propagators.reads_b3() {
+            for name in &context::B3_FIELDS {
+                headers.remove(name);
+            }
+        }
+        Outgoing {
+            trace_id,
+            propagators,
+            attempt: AtomicU64::new(0),
+            attempts: Mutex::new(SmallVec::new()),
+        }
+    }
+
+    /// An attempt at `server` begins at `now`: the head written next
+    /// names its span.
+    pub fn begin_attempt(&self, server: SocketAddr, now: Nanos) {
+        let span_id = SpanId::random();
+        self.attempt
+            .store(u64::from_be_bytes(span_id.0), Ordering::Relaxed);
+        self.attempts().push(Attempt {
+            span_id,
+            server,
+            start: now,
+            end: now,
+            outcome: None,
+        });
+    }
+
+    /// The attempt begun last ended at `now` with `outcome`: a status, or
+    /// the kind of failure (`connect`, `timeout`, …).
+    pub fn end_attempt(&self, outcome: Result<u16, &'static str>, now: Nanos) {
+        if let Some(attempt) = self.attempts().last_mut() {
+            attempt.end = now;
+            attempt.outcome = Some(outcome);
+        }
+    }
+
+    fn attempts(&self) -> std::sync::MutexGuard<'_, SmallVec<[Attempt; 1]>> {
+        self.attempts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn span_id(&self) -> SpanId {
+        SpanId(self.attempt.load(Ordering::Relaxed).to_be_bytes())
+    }
+
+    /// The trace fields of the current attempt, as HTTP/1.1 lines.
+    pub fn write_lines(&self, out: &mut Vec<u8>) {
+        let span_id = self.span_id();
+        if self.propagators.tracecontext {
+            line(
+                out,
+                b"traceparent",
+                &context::traceparent(&self.trace_id, &span_id),
+            );
+        }
+        if self.propagators.b3 {
+            line(out, b"b3", &context::b3(&self.trace_id, &span_id));
+        }
+        if self.propagators.b3multi {
+            line(
+                out,
+                b"x-b3-traceid",
+                &context::hex::<16, 32>(&self.trace_id.0),
+            );
+            line(out, b"x-b3-spanid", &context::hex::<8, 16>(&span_id.0));
+            line(out, b"x-b3-sampled", b"1");
+        }
+    }
+
+    /// The trace fields of the current attempt, into a header map (HTTP/2).
+    pub fn write_map(&self, headers: &mut HeaderMap) {
+        let span_id = self.span_id();
+        let value = |bytes: &[u8]| HeaderValue::from_bytes(bytes).expect("hex and dashes");
+        if self.propagators.tracecontext {
+            let text = context::traceparent(&self.trace_id, &span_id);
+            headers.insert(context::TRACEPARENT, value(&text));
+        }
+        if self.propagators.b3 {
+            headers.insert(context::B3, value(&context::b3(&self.trace_id, &span_id)));
+        }
+        if self.propagators.b3multi {
+            let trace = context::hex::<16, 32>(&self.trace_id.0);
+            headers.insert(X_B3_TRACE_ID, value(&trace));
+            headers.insert(X_B3_SPAN_ID, value(&context::hex::<8, 16>(&span_id.0)));
+            headers.insert(X_B3_SAMPLED, HeaderValue::from_static("1"));
+        }
+    }
+
+    /// The attempts made so far, as `CLIENT` spans under `parent`, for the
+    /// pool `pool`.
+    pub fn add_spans(&self, parent: &mut Recording, method: &str, pool: &str) {
+        let attempts = std::mem::take(&mut *self.attempts());
+        for (number, attempt) in attempts.into_iter().enumerate() {
+            let mut span = Recording::new(
+                Kind::Client,
+                self.trace_id,
+                attempt.span_id,
+                Some(parent.span_id),
+                attempt.start,
+            );
+            span.name = method.to_owned();
+            span.end = attempt.end;
+            span.set("http.request.method", Value::Owned(method.to_owned()));
+            span.set(
+                "server.address",
+                Value::Owned(attempt.server.ip().to_string()),
+            );
+            span.set_int("server.port", i64::from(attempt.server.port()));
+            span.set("sluice.upstream", Value::Owned(pool.to_owned()));
+            span.set_int("sluice.attempt", number as i64 + 1);
+            match attempt.outcome {
+                Some(Ok(status)) => {
+                    span.set_int("http.response.status_code", i64::from(status));
+                    if status >= 500 {
+                        span.error = true;
+                        span.set("error.type", Value::Owned(status.to_string()));
+                    }
+                }
+                Some(Err(kind)) => {
+                    span.error = true;
+                    span.set("error.type", Value::Static(kind));
+                }
+                // Dropped before it ended (the client left).
+                None => span.set("error.type", Value::Static("cancelled")),
+            }
+            parent.children.push(span);
+        }
+    }
+}
+
+fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}

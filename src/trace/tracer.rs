@@ -1,0 +1,207 @@
+//! What the request path holds of tracing: the [`Tracer`] of the running
+//! config (sampler, propagators, exporter), and a request's [`Span`], which
+//! is nothing unless the request was sampled. An unsampled request reads
+//! its trace headers and draws 64 random bits, and that is all
+//! (docs/observability.md, "What tracing costs").
+
+use std::sync::Arc;
+
+use http::Request;
+
+use super::context::{self, Parent};
+use super::export::Exporter;
+use super::ids::SpanId;
+use super::sample::{Sampled, Sampler};
+use super::span::{Kind, Recording, Value};
+use crate::clock::{Clock, Nanos, ProxyClock};
+use crate::config::{Propagators, TracingConfig};
+use crate::metrics::TraceSpans;
+
+/// Tracing as the running config has it.
+#[derive(Debug)]
+pub struct Tracer {
+    pub sampler: Sampler,
+    pub propagators: Propagators,
+    exporter: Arc<Exporter>,
+    clock: ProxyClock,
+}
+
+impl Tracer {
+    /// The tracer for `config`. The exporter of `previous` (the tracer a
+    /// reload replaces) is kept when it sends where `config` says, so
+    /// that a reload loses no queued span; otherwise a new one starts (on
+    /// the current runtime) and the old one exports what it holds and ends
+    /// with its last request.
+    pub fn new(
+        config: &TracingConfig,
+        previous: Option<&Tracer>,
+        counters: &TraceSpans,
+        clock: ProxyClock,
+    ) -> Tracer {
+        let exporter = match previous {
+            Some(previous) if *previous.exporter.settings() == config.export => {
+                Arc::clone(&previous.exporter)
+            }
+            _ => Exporter::start(&config.export, counters.clone()),
+        };
+        Tracer {
+            sampler: Sampler::new(config.sample, config.parent),
+            propagators: config.propagators,
+            exporter,
+            clock,
+        }
+    }
+
+    /// A request's span: recording when the request is sampled, else
+    /// [`Span::none`]. `trusted`: the peer is one of `trusted_proxies`.
+    #[inline]
+    pub fn begin<B>(self: &Arc<Self>, request: &Request<B>, trusted: bool, started: Nanos) -> Span {
+        let parent = context::extract(request.headers(), self.propagators);
+        match self.sampler.decide(parent, trusted) {
+            Sampled::No => Span::none(),
+            sampled => self.record(request, sampled, started),
+        }
+    }
+
+    #[cold]
+    fn record<B>(self: &Arc<Self>, request: &Request<B>, sampled: Sampled, started: Nanos) -> Span {
+        let (trace_id, parent) = match sampled {
+            Sampled::Child(Parent {
+                trace_id, span_id, ..
+            }) => (trace_id, Some(span_id)),
+            Sampled::Root(trace_id) => (trace_id, None),
+            Sampled::No => return Span::none(),
+        };
+        let mut recording =
+            Recording::new(Kind::Server, trace_id, SpanId::random(), parent, started);
+        if parent.is_some() && self.propagators.tracecontext {
+            recording.trace_state = request
+                .headers()
+                .get(&context::TRACESTATE)
+                .and_then(|state| state.to_str().ok())
+                .map(Box::from);
+        }
+        describe_request(&mut recording, request);
+        Span(Some((Box::new(recording), Arc::clone(self))))
+    }
+
+    /// A call's `SERVER` span when it is sampled (a rate limit service
+    /// call: its trace headers are in `headers`), begun now; hand it to
+    /// [`Tracer::finish`] when the call is answered.
+    pub fn begin_call(
+        &self,
+        headers: &http::HeaderMap,
+        trusted: bool,
+        name: &str,
+    ) -> Option<Box<Recording>> {
+        let parent = context::extract(headers, self.propagators);
+        let (trace_id, parent) = match self.sampler.decide(parent, trusted) {
+            Sampled::No => return None,
+            Sampled::Child(parent) => (parent.trace_id, Some(parent.span_id)),
+            Sampled::Root(trace_id) => (trace_id, None),
+        };
+        let mut recording =
+            Recording::new(Kind::Server, trace_id, SpanId::random(), parent, self.now());
+        recording.name = name.to_owned();
+        Some(Box::new(recording))
+    }
+
+    /// Now, on the clock spans are timed by.
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+
+    /// Ends `recording` now and hands it to the exporter.
+    #[inline(never)]
+    pub fn finish(&self, mut recording: Box<Recording>) {
+        recording.end = self.clock.now();
+        self.exporter.submit(recording);
+    }
+
+    /// Exports what is queued, waiting `within` at most: at shutdown.
+    pub async fn flush(&self, within: std::time::Duration) {
+        self.exporter.flush(within).await;
+    }
+}
+
+/// HTTP's semantic conventions for what the request asked.
+fn describe_request<B>(recording: &mut Recording, request: &Request<B>) {
+    let method = request.method();
+    recording.set(
+        "http.request.method",
+        Value::Owned(method.as_str().to_owned()),
+    );
+    recording.set_str("url.path", request.uri().path());
+    let version = match request.version() {
+        http::Version::HTTP_10 => "1.0",
+        http::Version::HTTP_2 => "2",
+        _ => "1.1",
+    };
+    recording.set("network.protocol.version", Value::Static(version));
+    let host = request.uri().host().or_else(|| {
+        let host = request.headers().get(http::header::HOST)?;
+        host.to_str().ok().map(without_port)
+    });
+    if let Some(host) = host {
+        recording.set_str("server.address", host);
+    }
+    if let Some(agent) = request
+        .headers()
+        .get(http::header::USER_AGENT)
+        .and_then(|agent| agent.to_str().ok())
+    {
+        recording.set_str("user_agent.original", agent);
+    }
+}
+
+/// `host[:port]` without the port (an IPv6 literal keeps its brackets).
+fn without_port(host: &str) -> &str {
+    match host.rsplit_once(':') {
+        Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            if name.starts_with('[') && !name.ends_with(']') {
+                host
+            } else {
+                name
+            }
+        }
+        _ => host,
+    }
+}
+
+/// A request's span: `None` when it is not sampled (the common case when
+/// a ratio samples; one test on every path). Rides on the response body,
+/// and ends when the body is sent or dropped.
+#[derive(Debug, Default)]
+pub struct Span(Option<(Box<Recording>, Arc<Tracer>)>);
+
+impl Span {
+    /// Not sampled, or tracing off.
+    pub const fn none() -> Span {
+        Span(None)
+    }
+
+    /// The span being recorded, `None` when not sampled.
+    #[inline]
+    pub fn recording(&mut self) -> Option<&mut Recording> {
+        self.0.as_mut().map(|(recording, _)| &mut **recording)
+    }
+
+    /// The propagators of the tracer that sampled it.
+    pub fn propagators(&self) -> Option<Propagators> {
+        self.0.as_ref().map(|(_, tracer)| tracer.propagators)
+    }
+
+    /// Now, on the tracer's clock (`None` when not sampled).
+    pub fn now(&self) -> Option<Nanos> {
+        self.0.as_ref().map(|(_, tracer)| tracer.now())
+    }
+}
+
+impl Drop for Span {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some((recording, tracer)) = self.0.take() {
+            tracer.finish(recording);
+        }
+    }
+}
