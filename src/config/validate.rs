@@ -1122,6 +1122,26 @@ burst = -1
     }
 
     #[test]
+    fn the_commented_tracing_example_is_valid_once_uncommented() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sluice.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let example: String = text
+            .lines()
+            .skip_while(|line| *line != "# [tracing]")
+            .take_while(|line| line.starts_with('#'))
+            .map(|line| format!("{}\n", line.trim_start_matches('#').trim_start()))
+            .collect();
+        let rule = "[[rule]]\nname = \"r\"\nrate = \"1/s\"\n";
+        let config = valid(&format!("{UPSTREAM}{example}{rule}"));
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        let crate::config::Tracing::On(tracing) = config.tracing else {
+            panic!("{:?}", config.tracing);
+        };
+        assert_eq!(tracing.sample, 0.01);
+        assert_eq!(tracing.export.endpoint, "http://127.0.0.1:4318/v1/traces");
+    }
+
+    #[test]
     fn the_commented_rate_limit_service_example_is_valid_once_uncommented() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sluice.toml");
         let text = std::fs::read_to_string(path).unwrap();

@@ -79,12 +79,17 @@ fn attr(span: &ReceivedSpan, key: &str) -> String {
         .unwrap_or_else(|| panic!("no {key} on {:?}", span.span))
 }
 
-/// Ends `sluice` with SIGTERM, which exports what is still queued.
-fn stop(mut sluice: SluiceProcess) {
-    sluice.terminate();
-    sluice
-        .wait_exit(Duration::from_secs(10))
-        .expect("sluice exits");
+/// Ends `sluice` with SIGTERM, which exports what is still queued (to a
+/// collector on this test's runtime: the wait runs off it).
+async fn stop(mut sluice: SluiceProcess) {
+    tokio::task::spawn_blocking(move || {
+        sluice.terminate();
+        sluice
+            .wait_exit(Duration::from_secs(10))
+            .expect("sluice exits");
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -172,7 +177,7 @@ async fn a_trusted_parent_is_followed_and_the_upstream_gets_sluices_attempt_as_i
     )
     .await;
     assert_eq!(got.status, StatusCode::OK);
-    stop(sluice);
+    stop(sluice).await;
     let quiet = upstream
         .seen()
         .into_iter()
@@ -201,7 +206,7 @@ async fn a_client_cannot_make_sluice_follow_or_pick_its_trace() {
     let sluice = spawn(dir.path(), &toml, &[]);
     let got = send(Method::GET, &sluice.url("/a"), &[("traceparent", &parent)]).await;
     assert_eq!(got.status, StatusCode::OK);
-    stop(sluice);
+    stop(sluice).await;
     assert_eq!(
         upstream.seen()[0].headers["traceparent"].to_str().unwrap(),
         parent
@@ -230,7 +235,7 @@ async fn a_client_cannot_make_sluice_follow_or_pick_its_trace() {
         forwarded.starts_with(&format!("00-{}-", server.trace_id_hex())),
         "{forwarded}"
     );
-    stop(sluice);
+    stop(sluice).await;
 }
 
 #[tokio::test]
@@ -285,7 +290,7 @@ async fn refused_and_held_requests_carry_the_decision_and_no_key_in_clear() {
     assert_eq!(held.len(), 1, "{spans:#?}");
     let delay: u64 = attr(held[0], "sluice.delay_ms").parse().unwrap();
     assert!((1..=1_000).contains(&delay), "{delay}");
-    stop(sluice);
+    stop(sluice).await;
 }
 
 #[tokio::test]
@@ -373,7 +378,7 @@ upstream = "gone"
     assert!(failed.is_error());
     assert_eq!(attr(&failed, "http.response.status_code"), "502");
     assert_eq!(failed.span.name, "GET gone");
-    stop(sluice);
+    stop(sluice).await;
 }
 
 /// The server span of the request for `path`, once it arrived.
@@ -420,7 +425,7 @@ async fn b3_is_read_and_written_in_each_form() {
         seen.headers["traceparent"],
         format!("00-{TRACE}-{attempt}-01").as_str()
     );
-    stop(sluice);
+    stop(sluice).await;
 
     // OTEL_PROPAGATORS, without `propagators` in the file: B3's multi
     // headers, read and written.
@@ -447,7 +452,7 @@ async fn b3_is_read_and_written_in_each_form() {
     assert_eq!(seen.headers["x-b3-sampled"], "1");
     assert_ne!(seen.headers["x-b3-spanid"], PARENT);
     assert!(!seen.headers.contains_key("traceparent"));
-    stop(sluice);
+    stop(sluice).await;
 }
 
 /// `sluice check`'s output for `toml` with `env`.
@@ -650,7 +655,7 @@ async fn the_variables_alone_turn_tracing_on_and_the_operators_switch_turns_it_o
     let log = sluice.log.lock().unwrap().join("\n");
     assert!(!log.contains("collector-secret-42"), "{log}");
     drop(log);
-    stop(sluice);
+    stop(sluice).await;
 
     // OTEL_SDK_DISABLED=true, whatever the file says.
     let before = collector.spans().len();
@@ -668,7 +673,7 @@ async fn the_variables_alone_turn_tracing_on_and_the_operators_switch_turns_it_o
         metric(&metrics, "sluice_trace_spans_total{result=\"exported\"}"),
         Some(0.0)
     );
-    stop(sluice);
+    stop(sluice).await;
     assert_eq!(collector.spans().len(), before);
 }
 
@@ -708,7 +713,7 @@ async fn a_collector_that_hangs_or_is_gone_costs_spans_not_requests() {
         }
     })
     .await;
-    stop(sluice);
+    stop(sluice).await;
 
     // A collector that refuses connections: each export fails, counted.
     let gone = Refusing::new();
@@ -731,7 +736,7 @@ async fn a_collector_that_hangs_or_is_gone_costs_spans_not_requests() {
         }
     })
     .await;
-    stop(sluice);
+    stop(sluice).await;
 }
 
 #[tokio::test]
@@ -772,10 +777,122 @@ async fn a_reload_applies_tracing() {
     })
     .await;
     send(Method::GET, &sluice.url("/off"), &[]).await;
-    stop(sluice);
+    stop(sluice).await;
     assert!(first.spans().is_empty());
     assert!(second
         .spans()
         .iter()
         .all(|span| span.attr("url.path").as_deref() != Some("/off")));
+}
+
+#[tokio::test]
+async fn a_rate_limit_service_call_is_a_server_span_with_envoys_status() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+        rate_limit_descriptor::Entry, RateLimitDescriptor,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+
+    let dir = tempfile::tempdir().unwrap();
+    let collector = Collector::start().await;
+    let toml = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+upstream = "http://127.0.0.1:9"
+trusted_proxies = ["127.0.0.1"]
+shutdown_grace = "1s"
+[admin]
+listen = "127.0.0.1:0"
+[rls]
+listen = "127.0.0.1:0"
+{}
+[[rule]]
+name = "per-user"
+match = {{ domain = "edge" }}
+key = ["descriptor:user"]
+rate = "1/m"
+"#,
+        tracing_section(&collector, "sample = 0")
+    );
+    let sluice = spawn(dir.path(), &toml, &[]);
+    let addr = sluice
+        .rls
+        .expect("the serving line names the rate limit service");
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let parent = traceparent("01");
+    for _ in 0..2 {
+        let mut request = tonic::Request::new(RateLimitRequest {
+            domain: "edge".to_owned(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "user".to_owned(),
+                    value: "alice".to_owned(),
+                }],
+                ..Default::default()
+            }],
+            hits_addend: 1,
+        });
+        request
+            .metadata_mut()
+            .insert("traceparent", parent.parse().unwrap());
+        client.should_rate_limit(request).await.unwrap();
+    }
+    // And a call without a parent: not sampled (`sample = 0`).
+    let call = RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".to_owned(),
+                value: "bob".to_owned(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    };
+    client.should_rate_limit(call).await.unwrap();
+    stop(sluice).await;
+    let spans = collector.spans();
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    let statuses: Vec<String> = spans
+        .iter()
+        .map(|span| attr(span, "ratelimit_status"))
+        .collect();
+    assert_eq!(statuses, ["ok", "over_limit"]);
+    for span in &spans {
+        assert!(span.is_server());
+        assert!(!span.is_error());
+        assert_eq!(
+            span.span.name,
+            "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+        );
+        assert_eq!(span.trace_id_hex(), TRACE);
+        assert_eq!(span.parent_hex(), PARENT);
+        assert_eq!(attr(span, "sluice.domain"), "edge");
+        assert_eq!(attr(span, "sluice.descriptors"), "1");
+        assert_eq!(attr(span, "rpc.system"), "grpc");
+    }
+}
+
+#[tokio::test]
+async fn spans_still_queued_at_shutdown_are_exported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (upstream, collector) = (Upstream::start().await, Collector::start().await);
+    let toml = config(
+        &format!("http://{}", upstream.addr),
+        "",
+        &tracing_section(&collector, ""),
+    );
+    let path = write_config(dir.path(), &toml);
+    // A batch would wait a minute for more spans.
+    let sluice = SluiceProcess::spawn_with_env(&path, &[("OTEL_BSP_SCHEDULE_DELAY", "60000")]);
+    assert_eq!(
+        send(Method::GET, &sluice.url("/last"), &[]).await.status,
+        StatusCode::OK
+    );
+    stop(sluice).await;
+    let spans = collector.spans();
+    assert_eq!(spans.len(), 2, "{spans:#?}");
 }
