@@ -827,6 +827,11 @@ sync_interval = "50ms"
 timeout = "20ms"
 on_error = "local"
 instances = 0
+[tracing]
+otlp = "http://127.0.0.1:4318"
+sample = 0.01
+parent = "trusted"
+propagators = ["tracecontext"]
 [identity.jwt]
 header = "authorization"
 algorithms = ["HS256"]

@@ -896,3 +896,55 @@ async fn spans_still_queued_at_shutdown_are_exported() {
     let spans = collector.spans();
     assert_eq!(spans.len(), 2, "{spans:#?}");
 }
+
+/// Over HTTP/2 both ways: an h2c client's request is a span with protocol
+/// version 2, and an h2c upstream gets the attempt as its parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_clients_and_upstreams_carry_the_trace_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let collector = Collector::start().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // The h2c upstream answers with the traceparent it got.
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    |request: http::Request<hyper::body::Incoming>| async move {
+                        let seen = request
+                            .headers()
+                            .get("traceparent")
+                            .map(|value| value.to_str().unwrap().to_owned())
+                            .unwrap_or_default();
+                        Ok::<_, std::convert::Infallible>(http::Response::new(
+                            http_body_util::Full::new(bytes::Bytes::from(seen)),
+                        ))
+                    },
+                );
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+            });
+        }
+    });
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"h2\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n{}\n\
+         [[upstream]]\nname = \"h2\"\nprotocol = \"h2c\"\nservers = [\"http://{addr}\"]\n",
+        tracing_section(&collector, "")
+    );
+    let sluice = spawn(dir.path(), &toml, &[]);
+    let got = crate::support::get_h2(&sluice.url("/two"), &[]).await;
+    assert_eq!(got.status, StatusCode::OK);
+    let spans = collector.spans_eventually(2, ARRIVES).await;
+    let server = server_spans(&spans)[0];
+    let client = spans.iter().find(|span| span.is_client()).unwrap();
+    assert_eq!(attr(server, "network.protocol.version"), "2");
+    assert_eq!(server.span.name, "GET h2");
+    assert_eq!(
+        got.body,
+        format!("00-{}-{}-01", server.trace_id_hex(), client.span_id_hex())
+    );
+    stop(sluice).await;
+}
