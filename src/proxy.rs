@@ -441,8 +441,11 @@ impl Proxy {
             response.body_mut().carry_access(line);
         }
         response.body_mut().identify(&id);
-        if let Some(recording) = span.recording() {
-            traced::answered(recording, status, &id);
+        if !span.is_none() {
+            traced::answered(span, status, &id, response);
+        } else {
+            // Not dropped here: an unsampled span is a null pointer, and
+            // handing it over keeps its drop out of the request's future.
             response.body_mut().carry_span(span);
         }
         self.shared.metrics.count_response(status);
@@ -470,12 +473,7 @@ impl Proxy {
             Ok(checked) => checked,
             Err(refusal) => {
                 let record = Record::Unchecked { request, peer };
-                traced::note(span.recording(), &record, policy, &shared.store);
-                traced::name(
-                    span.recording(),
-                    request.method(),
-                    serving.routes.default_pool(),
-                );
+                traced::note(span.recording(), &record, serving, &shared.store);
                 access::note(line, record, policy);
                 *response = respond::refusal(refusal, None);
                 return None;
@@ -498,12 +496,7 @@ impl Proxy {
                 facts: &facts,
                 refused,
             };
-            traced::note(span.recording(), &record, policy, &shared.store);
-            traced::name(
-                span.recording(),
-                request.method(),
-                serving.routes.route(&facts),
-            );
+            traced::note(span.recording(), &record, serving, &shared.store);
             access::note(line, record, policy);
             *response = identify::answer(refused);
             return None;
@@ -525,14 +518,13 @@ impl Proxy {
             ruling: &ruling,
             enforced: &applicable.enforced,
         };
-        traced::note(span.recording(), &record, policy, &shared.store);
+        traced::note(span.recording(), &record, serving, &shared.store);
         access::note(line, record, policy);
-        let upstream = serving.routes.route(&facts);
-        traced::name(span.recording(), request.method(), upstream);
         if !admitted {
             return None;
         }
         let path_and_query = forward::forwarded_path(request, &checked, policy);
+        let upstream = serving.routes.route(&facts);
         let hash = upstream.hash_source().and_then(|source| {
             let sources = std::slice::from_ref(source);
             policy.keys.derive(sources, &facts, false).ok()

@@ -568,7 +568,7 @@ impl Forwarder<'_> {
         // Until the head arrived, or the last attempt failed.
         let upstream_took = ended.saturating_sub(outgoing.sent);
         if let (Some(trace), Some(recording)) = (&added.trace, span.recording()) {
-            trace.add_spans(recording, client.get().method().as_str(), upstream.name());
+            trace.add_spans(recording, client.get().method(), upstream.name());
         }
         ruling.upstream_took = Some(upstream_took);
         // Adaptive rules learn the upstream's time alone: from the end of

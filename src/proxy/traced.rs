@@ -6,47 +6,59 @@
 
 use super::access::{deciding, shown_key, Deciding, Record};
 use super::identify::Unidentified;
-use super::upstream::Upstream;
+use super::respond::ProxyBody;
+use super::Serving;
 use crate::key::client_ip;
 use crate::limiter::Decision;
-use crate::policy::Policy;
 use crate::request_id::RequestId;
 use crate::store::{Outcome, Store};
 use crate::trace::span::{Recording, Value};
-
-/// Names the span by the request's method and the pool its route picks
-/// (`GET api`).
-#[inline]
-pub fn name(span: Option<&mut Recording>, method: &http::Method, pool: &Upstream) {
-    if let Some(span) = span {
-        span.name = format!("{} {}", method.as_str(), pool.name());
-    }
-}
+use crate::trace::tracer::Span;
 
 /// What the answer was: its status (`ERROR` only for a 5xx: a 429 is the
-/// product working) and the request's id.
+/// product working) and the request's id; then the span rides on the
+/// `response`'s body, and ends with it.
 #[cold]
-pub fn answered(span: &mut Recording, status: http::StatusCode, id: &RequestId) {
-    span.set_int("http.response.status_code", i64::from(status.as_u16()));
-    span.error = status.is_server_error();
-    span.set_str("sluice.request_id", id.as_str());
+#[inline(never)]
+pub fn answered(
+    mut span: Span,
+    status: http::StatusCode,
+    id: &RequestId,
+    response: &mut http::Response<ProxyBody>,
+) {
+    if let Some(recording) = span.recording() {
+        recording.set_int("http.response.status_code", i64::from(status.as_u16()));
+        recording.error = status.is_server_error();
+        recording.set_str("sluice.request_id", id.as_str());
+    }
+    response.body_mut().carry_span(span);
 }
 
-/// Writes what `record` says into the request's span.
+/// Writes what `record` says into the request's span, and names the span
+/// by the request's method and the pool its route picks (`GET api`).
 #[inline]
 pub fn note(
     span: Option<&mut Recording>,
     record: &Record<'_, '_, '_>,
-    policy: &Policy,
+    serving: Serving<'_>,
     store: &Store,
 ) {
     if let Some(span) = span {
-        write(span, record, policy, store);
+        write(span, record, serving, store);
     }
 }
 
 #[cold]
-fn write(span: &mut Recording, record: &Record<'_, '_, '_>, policy: &Policy, store: &Store) {
+#[inline(never)]
+fn write(span: &mut Recording, record: &Record<'_, '_, '_>, serving: Serving<'_>, store: &Store) {
+    let policy = serving.policy;
+    let (method, pool) = match record {
+        Record::Unchecked { request, .. } => (request.method(), serving.routes.default_pool()),
+        Record::Refused { facts, .. } | Record::Ruled { facts, .. } => {
+            (facts.method, serving.routes.route(facts))
+        }
+    };
+    span.name = format!("{} {}", method.as_str(), pool.name());
     let prefix = policy.config.server.ipv6_prefix;
     let client = match record {
         Record::Unchecked { request, peer } => {

@@ -33,14 +33,14 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode as ProtoStatus;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
-use prost::Message as _;
+use prost::encoding::{
+    encode_key, encode_varint, encoded_len_varint, fixed32, fixed64, int32, int64, key_len,
+    WireType,
+};
 use rand::RngCore;
+use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -87,7 +87,7 @@ impl Exporter {
             counters: counters.clone(),
             queued: queued.clone(),
             client: Client::builder(TokioExecutor::new()).build(connector),
-            resource: resource(&settings.resource, &instance_id()),
+            preamble: Preamble::new(&resource(&settings.resource, &instance_id())),
         };
         tokio::spawn(task.run(receiver));
         Arc::new(Exporter {
@@ -143,7 +143,8 @@ struct Task {
     counters: TraceSpans,
     queued: Arc<AtomicUsize>,
     client: Client<HttpConnector, Full<Bytes>>,
-    resource: Vec<KeyValue>,
+    /// The resource and the scope, encoded.
+    preamble: Preamble,
 }
 
 /// The recordings of one export.
@@ -218,7 +219,9 @@ impl Task {
     /// One POST to the collector, counted and, when it fails, logged.
     async fn export(&self, batch: Batch) {
         let spans = batch.spans as u64;
-        let body = encode(self.resource.clone(), batch.recordings);
+        let body = encode(&self.preamble, &batch.recordings);
+        // The recordings are not needed past here: freed before the wait.
+        drop(batch);
         let mut request = Request::post(self.settings.endpoint.clone())
             .body(Full::new(Bytes::from(body)))
             .expect("a valid endpoint URI makes a valid request");
@@ -289,114 +292,436 @@ fn hex(bytes: &[u8]) -> String {
 
 /// The resource's attributes: the settings' pairs and the instance id
 /// (unless the settings name one already: a key appears once).
-fn resource(pairs: &[(String, String)], instance: &str) -> Vec<KeyValue> {
-    let mut attributes: Vec<KeyValue> = pairs
+fn resource<'a>(pairs: &'a [(String, String)], instance: &'a str) -> Vec<(&'a str, &'a str)> {
+    let mut attributes: Vec<(&str, &str)> = pairs
         .iter()
-        .map(|(key, value)| string(key.clone(), value.clone()))
+        .map(|(key, value)| (key.as_str(), value.as_str()))
         .collect();
     if !pairs.iter().any(|(key, _)| key == "service.instance.id") {
-        attributes.push(string(
-            "service.instance.id".to_owned(),
-            instance.to_owned(),
-        ));
+        attributes.push(("service.instance.id", instance));
     }
     attributes
 }
 
-fn string(key: String, value: String) -> KeyValue {
-    attribute(key, any_value::Value::StringValue(value))
+// The request body is written field by field, exactly as prost would
+// encode OTLP's generated messages (`opentelemetry_proto`) built from the
+// same spans, without building them: no `String` per attribute key, no
+// `Vec` per id, and each nested message's length computed once, from its
+// fields, instead of again at every level (`encoded_len`). As prost does,
+// fields go in field-number order and a singular field equal to its
+// default (empty string or bytes, 0) is left out; a message field that is
+// present (`Some`), even empty, and a oneof's value are always written.
+// The tests hold it to the generated types' encoding, byte for byte.
+
+/// OTLP's field numbers (opentelemetry-proto's generated code).
+mod field {
+    /// `opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest`.
+    pub mod request {
+        pub const RESOURCE_SPANS: u32 = 1;
+    }
+    /// `opentelemetry.proto.trace.v1.ResourceSpans`.
+    pub mod resource_spans {
+        pub const RESOURCE: u32 = 1;
+        pub const SCOPE_SPANS: u32 = 2;
+    }
+    /// `opentelemetry.proto.resource.v1.Resource`.
+    pub mod resource {
+        pub const ATTRIBUTES: u32 = 1;
+    }
+    /// `opentelemetry.proto.trace.v1.ScopeSpans`.
+    pub mod scope_spans {
+        pub const SCOPE: u32 = 1;
+        pub const SPANS: u32 = 2;
+    }
+    /// `opentelemetry.proto.common.v1.InstrumentationScope`.
+    pub mod scope {
+        pub const NAME: u32 = 1;
+        pub const VERSION: u32 = 2;
+    }
+    /// `opentelemetry.proto.trace.v1.Span`.
+    pub mod span {
+        pub const TRACE_ID: u32 = 1;
+        pub const SPAN_ID: u32 = 2;
+        pub const TRACE_STATE: u32 = 3;
+        pub const PARENT_SPAN_ID: u32 = 4;
+        pub const NAME: u32 = 5;
+        pub const KIND: u32 = 6;
+        pub const START_TIME_UNIX_NANO: u32 = 7;
+        pub const END_TIME_UNIX_NANO: u32 = 8;
+        pub const ATTRIBUTES: u32 = 9;
+        pub const STATUS: u32 = 15;
+        pub const FLAGS: u32 = 16;
+    }
+    /// `opentelemetry.proto.trace.v1.Status`.
+    pub mod status {
+        pub const CODE: u32 = 3;
+    }
+    /// `opentelemetry.proto.common.v1.KeyValue`.
+    pub mod key_value {
+        pub const KEY: u32 = 1;
+        pub const VALUE: u32 = 2;
+    }
+    /// `opentelemetry.proto.common.v1.AnyValue` (its `value` oneof).
+    pub mod any_value {
+        pub const STRING_VALUE: u32 = 1;
+        pub const INT_VALUE: u32 = 3;
+    }
 }
 
-fn attribute(key: String, value: any_value::Value) -> KeyValue {
-    KeyValue {
-        key,
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
+/// The parts of every export's body that never change, encoded once (when
+/// the exporter starts).
+struct Preamble {
+    /// `ResourceSpans.resource`, key and length included.
+    resource: Vec<u8>,
+    /// `ScopeSpans.scope`, key and length included: name "sluice" and
+    /// sluice's version.
+    scope: Vec<u8>,
+}
+
+impl Preamble {
+    fn new(attributes: &[(&str, &str)]) -> Preamble {
+        let body = attributes
+            .iter()
+            .map(|&(key, value)| {
+                delimited_len(
+                    field::resource::ATTRIBUTES,
+                    key_value_len(key, Any::Str(value)),
+                )
+            })
+            .sum();
+        let mut resource = Vec::with_capacity(delimited_len(field::resource_spans::RESOURCE, body));
+        put_delimited(field::resource_spans::RESOURCE, body, &mut resource);
+        for &(key, value) in attributes {
+            put_key_value(
+                field::resource::ATTRIBUTES,
+                key,
+                Any::Str(value),
+                &mut resource,
+            );
+        }
+        debug_assert_eq!(resource.capacity(), resource.len());
+
+        let (name, version) = ("sluice", env!("CARGO_PKG_VERSION"));
+        let body =
+            string_len(field::scope::NAME, name) + string_len(field::scope::VERSION, version);
+        let mut scope = Vec::with_capacity(delimited_len(field::scope_spans::SCOPE, body));
+        put_delimited(field::scope_spans::SCOPE, body, &mut scope);
+        put_string(field::scope::NAME, name, &mut scope);
+        put_string(field::scope::VERSION, version, &mut scope);
+        debug_assert_eq!(scope.capacity(), scope.len());
+        Preamble { resource, scope }
     }
 }
 
 /// One `ExportTraceServiceRequest`, encoded: one resource, one scope, every
-/// recording's spans.
-fn encode(resource: Vec<KeyValue>, recordings: Vec<Recording>) -> Vec<u8> {
-    let mut spans = Vec::new();
+/// recording's spans (each recording, then its children, recursively).
+fn encode(preamble: &Preamble, recordings: &[Recording]) -> Vec<u8> {
+    // Each span's length, in the order they are written (on the stack for
+    // a batch of a few requests; one allocation for a larger one).
+    let mut lengths = SmallVec::<[usize; 16]>::new();
+    let spans: usize = recordings
+        .iter()
+        .map(|recording| spans_len(recording, "", &mut lengths))
+        .sum();
+    let scope_spans = preamble.scope.len() + spans;
+    let resource_spans =
+        preamble.resource.len() + delimited_len(field::resource_spans::SCOPE_SPANS, scope_spans);
+    let total = delimited_len(field::request::RESOURCE_SPANS, resource_spans);
+    let mut out = Vec::with_capacity(total);
+    put_delimited(field::request::RESOURCE_SPANS, resource_spans, &mut out);
+    out.extend_from_slice(&preamble.resource);
+    put_delimited(field::resource_spans::SCOPE_SPANS, scope_spans, &mut out);
+    out.extend_from_slice(&preamble.scope);
+    let mut lengths = lengths.iter();
     for recording in recordings {
-        push_spans(recording, "", &mut spans);
+        put_spans(recording, "", &mut lengths, &mut out);
     }
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: resource,
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                scope: Some(InstrumentationScope {
-                    name: "sluice".to_owned(),
-                    version: env!("CARGO_PKG_VERSION").to_owned(),
-                    ..Default::default()
-                }),
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-    .encode_to_vec()
+    debug_assert_eq!(out.len(), total);
+    out
 }
 
-/// `recording` and, after it, its children (recursively) as OTLP spans. A
-/// child without a `tracestate` of its own has its parent's, as a span
-/// started under another does.
-fn push_spans(recording: Recording, inherited: &str, out: &mut Vec<Span>) {
-    let trace_state = recording
-        .trace_state
-        .map(String::from)
-        .unwrap_or_else(|| inherited.to_owned());
-    // A server span's parent came with the request: it is remote. A client
-    // span's parent is the server span, here.
-    let flags = match (recording.kind, recording.parent) {
+/// The `tracestate` a span is exported with: its own or, without one, its
+/// parent's (as a span started under another has).
+fn trace_state<'a>(recording: &'a Recording, inherited: &'a str) -> &'a str {
+    recording.trace_state.as_deref().unwrap_or(inherited)
+}
+
+/// OTLP's span flags: sampled, and whether the parent is remote. A server
+/// span's parent came with the request: it is remote. A client span's
+/// parent is the server span, here.
+fn flags(recording: &Recording) -> u32 {
+    match (recording.kind, recording.parent) {
         (Kind::Server, Some(_)) => SAMPLED | HAS_IS_REMOTE | IS_REMOTE,
         _ => SAMPLED | HAS_IS_REMOTE,
-    };
-    let attributes = recording
-        .attributes
-        .into_iter()
-        .map(|item| {
-            let value = match item.value {
-                Value::Static(text) => any_value::Value::StringValue(text.to_owned()),
-                Value::Shared(text) => any_value::Value::StringValue(String::from(&*text)),
-                Value::Owned(text) => any_value::Value::StringValue(text),
-                Value::Int(number) => any_value::Value::IntValue(number),
-            };
-            attribute(item.key.to_owned(), value)
-        })
-        .collect();
-    let code = if recording.error {
-        ProtoStatus::Error
+    }
+}
+
+fn kind(recording: &Recording) -> i32 {
+    match recording.kind {
+        Kind::Server => SpanKind::Server as i32,
+        Kind::Client => SpanKind::Client as i32,
+    }
+}
+
+/// The status: code `ERROR` when the span failed, else unset; no message.
+fn status_code(recording: &Recording) -> i32 {
+    if recording.error {
+        ProtoStatus::Error as i32
     } else {
-        ProtoStatus::Unset
-    };
-    out.push(Span {
-        trace_id: recording.trace_id.0.to_vec(),
-        span_id: recording.span_id.0.to_vec(),
-        parent_span_id: recording.parent.map(|id| id.0.to_vec()).unwrap_or_default(),
-        trace_state: trace_state.clone(),
-        flags,
-        name: recording.name,
-        kind: match recording.kind {
-            Kind::Server => SpanKind::Server,
-            Kind::Client => SpanKind::Client,
-        } as i32,
-        start_time_unix_nano: recording.start,
-        end_time_unix_nano: recording.end,
-        attributes,
-        status: Some(Status {
-            message: String::new(),
-            code: code as i32,
-        }),
-        ..Default::default()
-    });
-    for child in recording.children {
-        push_spans(child, &trace_state, out);
+        ProtoStatus::Unset as i32
+    }
+}
+
+/// The bytes `recording` and its children (recursively) take as
+/// `ScopeSpans.spans` entries, keys and lengths included; pushes each
+/// span's length onto `lengths`, in the order [`put_spans`] writes them.
+fn spans_len(recording: &Recording, inherited: &str, lengths: &mut SmallVec<[usize; 16]>) -> usize {
+    let trace_state = trace_state(recording, inherited);
+    let len = span_len(recording, trace_state);
+    lengths.push(len);
+    delimited_len(field::scope_spans::SPANS, len)
+        + recording
+            .children
+            .iter()
+            .map(|child| spans_len(child, trace_state, lengths))
+            .sum::<usize>()
+}
+
+/// A `Span` message's length.
+fn span_len(recording: &Recording, trace_state: &str) -> usize {
+    use field::span;
+    let attributes: usize = recording
+        .attributes
+        .iter()
+        .map(|attribute| {
+            delimited_len(
+                span::ATTRIBUTES,
+                key_value_len(attribute.key, Any::from(&attribute.value)),
+            )
+        })
+        .sum();
+    bytes_len(span::TRACE_ID, &recording.trace_id.0)
+        + bytes_len(span::SPAN_ID, &recording.span_id.0)
+        + string_len(span::TRACE_STATE, trace_state)
+        + recording
+            .parent
+            .map_or(0, |parent| bytes_len(span::PARENT_SPAN_ID, &parent.0))
+        + string_len(span::NAME, &recording.name)
+        + int32_len(span::KIND, kind(recording))
+        + fixed64_len(span::START_TIME_UNIX_NANO, recording.start)
+        + fixed64_len(span::END_TIME_UNIX_NANO, recording.end)
+        + attributes
+        + delimited_len(span::STATUS, status_len(recording))
+        + fixed32_len(span::FLAGS, flags(recording))
+}
+
+/// A `Status` message's length.
+fn status_len(recording: &Recording) -> usize {
+    int32_len(field::status::CODE, status_code(recording))
+}
+
+/// Writes `recording` and, after it, its children (recursively) as
+/// `ScopeSpans.spans` entries, taking their lengths from `lengths` (as
+/// [`spans_len`] left them).
+fn put_spans(
+    recording: &Recording,
+    inherited: &str,
+    lengths: &mut std::slice::Iter<usize>,
+    out: &mut Vec<u8>,
+) {
+    use field::span;
+    let trace_state = trace_state(recording, inherited);
+    let len = *lengths.next().expect("spans_len saw every span");
+    debug_assert_eq!(len, span_len(recording, trace_state));
+    put_delimited(field::scope_spans::SPANS, len, out);
+    put_bytes(span::TRACE_ID, &recording.trace_id.0, out);
+    put_bytes(span::SPAN_ID, &recording.span_id.0, out);
+    put_string(span::TRACE_STATE, trace_state, out);
+    if let Some(parent) = recording.parent {
+        put_bytes(span::PARENT_SPAN_ID, &parent.0, out);
+    }
+    put_string(span::NAME, &recording.name, out);
+    put_int32(span::KIND, kind(recording), out);
+    put_fixed64(span::START_TIME_UNIX_NANO, recording.start, out);
+    put_fixed64(span::END_TIME_UNIX_NANO, recording.end, out);
+    for attribute in &recording.attributes {
+        put_key_value(
+            span::ATTRIBUTES,
+            attribute.key,
+            Any::from(&attribute.value),
+            out,
+        );
+    }
+    put_delimited(span::STATUS, status_len(recording), out);
+    put_int32(field::status::CODE, status_code(recording), out);
+    put_fixed32(span::FLAGS, flags(recording), out);
+    for child in &recording.children {
+        put_spans(child, trace_state, lengths, out);
+    }
+}
+
+/// An attribute's value as OTLP's `AnyValue` holds it, borrowed.
+#[derive(Clone, Copy)]
+enum Any<'a> {
+    Str(&'a str),
+    Int(i64),
+}
+
+impl<'a> From<&'a Value> for Any<'a> {
+    fn from(value: &'a Value) -> Any<'a> {
+        match value {
+            Value::Static(text) => Any::Str(text),
+            Value::Shared(text) => Any::Str(text),
+            Value::Owned(text) => Any::Str(text),
+            Value::Int(number) => Any::Int(*number),
+        }
+    }
+}
+
+/// A `KeyValue` message's length (its value always present).
+fn key_value_len(key: &str, value: Any) -> usize {
+    string_len(field::key_value::KEY, key)
+        + delimited_len(field::key_value::VALUE, any_value_len(value))
+}
+
+/// An `AnyValue` message's length: a oneof's value is written even when
+/// it is its type's default ("" or 0).
+fn any_value_len(value: Any) -> usize {
+    match value {
+        Any::Str(text) => delimited_len(field::any_value::STRING_VALUE, text.len()),
+        Any::Int(number) => int64::encoded_len(field::any_value::INT_VALUE, &number),
+    }
+}
+
+/// Writes a `KeyValue` as field `tag` of the message around it.
+#[inline]
+fn put_key_value(tag: u32, key: &str, value: Any, out: &mut Vec<u8>) {
+    let any_value = any_value_len(value);
+    put_delimited(
+        tag,
+        string_len(field::key_value::KEY, key) + delimited_len(field::key_value::VALUE, any_value),
+        out,
+    );
+    put_string(field::key_value::KEY, key, out);
+    put_delimited(field::key_value::VALUE, any_value, out);
+    match value {
+        Any::Str(text) => {
+            put_delimited(field::any_value::STRING_VALUE, text.len(), out);
+            out.extend_from_slice(text.as_bytes());
+        }
+        Any::Int(number) => {
+            put_key(field::any_value::INT_VALUE, WireType::Varint, out);
+            // int64: a negative number as its two's complement, 10 bytes.
+            put_varint(number as u64, out);
+        }
+    }
+}
+
+/// A length-delimited field's size: key, length and `len` bytes.
+fn delimited_len(tag: u32, len: usize) -> usize {
+    key_len(tag) + encoded_len_varint(len as u64) + len
+}
+
+/// A length-delimited field's key and length (its `len` bytes follow).
+#[inline]
+fn put_delimited(tag: u32, len: usize, out: &mut Vec<u8>) {
+    put_key(tag, WireType::LengthDelimited, out);
+    put_varint(len as u64, out);
+}
+
+/// A field's key ([`encode_key`]): one byte for the field numbers below 16
+/// (all but `Span.flags`), known when inlined.
+#[inline(always)]
+fn put_key(tag: u32, wire_type: WireType, out: &mut Vec<u8>) {
+    if tag < 16 {
+        out.push(((tag << 3) | wire_type as u32) as u8);
+    } else {
+        encode_key(tag, wire_type, out);
+    }
+}
+
+/// A varint ([`encode_varint`]), a value below 128 (most lengths here)
+/// written without its loop.
+#[inline(always)]
+fn put_varint(value: u64, out: &mut Vec<u8>) {
+    if value < 0x80 {
+        out.push(value as u8);
+    } else {
+        encode_varint(value, out);
+    }
+}
+
+/// A singular `string` field's size: nothing when empty.
+fn string_len(tag: u32, text: &str) -> usize {
+    bytes_len(tag, text.as_bytes())
+}
+
+fn put_string(tag: u32, text: &str, out: &mut Vec<u8>) {
+    put_bytes(tag, text.as_bytes(), out);
+}
+
+/// A singular `bytes` field's size: nothing when empty.
+fn bytes_len(tag: u32, bytes: &[u8]) -> usize {
+    if bytes.is_empty() {
+        0
+    } else {
+        delimited_len(tag, bytes.len())
+    }
+}
+
+fn put_bytes(tag: u32, bytes: &[u8], out: &mut Vec<u8>) {
+    if !bytes.is_empty() {
+        put_delimited(tag, bytes.len(), out);
+        out.extend_from_slice(bytes);
+    }
+}
+
+/// A singular `int32` or enum field's size: nothing when 0.
+fn int32_len(tag: u32, value: i32) -> usize {
+    if value == 0 {
+        0
+    } else {
+        int32::encoded_len(tag, &value)
+    }
+}
+
+fn put_int32(tag: u32, value: i32, out: &mut Vec<u8>) {
+    if value != 0 {
+        put_key(tag, WireType::Varint, out);
+        // int32 as prost writes it: sign-extended to 64 bits.
+        put_varint(i64::from(value) as u64, out);
+    }
+}
+
+/// A singular `fixed64` field's size: nothing when 0.
+fn fixed64_len(tag: u32, value: u64) -> usize {
+    if value == 0 {
+        0
+    } else {
+        fixed64::encoded_len(tag, &value)
+    }
+}
+
+fn put_fixed64(tag: u32, value: u64, out: &mut Vec<u8>) {
+    if value != 0 {
+        put_key(tag, WireType::SixtyFourBit, out);
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+}
+
+/// A singular `fixed32` field's size: nothing when 0.
+fn fixed32_len(tag: u32, value: u32) -> usize {
+    if value == 0 {
+        0
+    } else {
+        fixed32::encoded_len(tag, &value)
+    }
+}
+
+fn put_fixed32(tag: u32, value: u32, out: &mut Vec<u8>) {
+    if value != 0 {
+        put_key(tag, WireType::ThirtyTwoBit, out);
+        out.extend_from_slice(&value.to_le_bytes());
     }
 }
 
@@ -414,8 +739,18 @@ mod tests {
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
 
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{
+        any_value, AnyValue, InstrumentationScope, KeyValue,
+    };
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+    use proptest::prelude::*;
+    use prost::Message as _;
+
     use super::*;
     use crate::trace::ids::{SpanId, TraceId};
+    use crate::trace::span::Attribute;
 
     /// What a test collector received: each request's headers and spans.
     #[derive(Default)]
@@ -783,10 +1118,433 @@ mod tests {
         assert_eq!(id.len(), 32);
         assert_ne!(id, instance_id());
         assert_eq!(hex(&[0x01, 0xab]), "01ab");
-        let attributes = resource(
-            &[("service.instance.id".to_owned(), "mine".to_owned())],
-            &id,
+        let pairs = [("service.instance.id".to_owned(), "mine".to_owned())];
+        let attributes = resource(&pairs, &id);
+        assert_eq!(
+            attributes,
+            [("service.instance.id", "mine")],
+            "a key appears once"
         );
-        assert_eq!(attributes.len(), 1, "a key appears once");
+    }
+
+    // The encoding as it was written with opentelemetry-proto's generated
+    // messages: the oracle the direct writer is held to, byte for byte.
+
+    /// The resource's attributes as `KeyValue`s (`resource`, then each pair
+    /// a string attribute).
+    fn oracle_resource(pairs: &[(String, String)], instance: &str) -> Vec<KeyValue> {
+        resource(pairs, instance)
+            .into_iter()
+            .map(|(key, value)| string(key.to_owned(), value.to_owned()))
+            .collect()
+    }
+
+    fn string(key: String, value: String) -> KeyValue {
+        attribute(key, any_value::Value::StringValue(value))
+    }
+
+    fn attribute(key: String, value: any_value::Value) -> KeyValue {
+        KeyValue {
+            key,
+            value: Some(AnyValue { value: Some(value) }),
+            ..Default::default()
+        }
+    }
+
+    /// One `ExportTraceServiceRequest`: one resource, one scope, every
+    /// recording's spans.
+    fn oracle(resource: Vec<KeyValue>, recordings: Vec<Recording>) -> ExportTraceServiceRequest {
+        let mut spans = Vec::new();
+        for recording in recordings {
+            oracle_spans(recording, "", &mut spans);
+        }
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes: resource,
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: "sluice".to_owned(),
+                        version: env!("CARGO_PKG_VERSION").to_owned(),
+                        ..Default::default()
+                    }),
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    /// `recording` and, after it, its children (recursively) as OTLP spans. A
+    /// child without a `tracestate` of its own has its parent's.
+    fn oracle_spans(recording: Recording, inherited: &str, out: &mut Vec<Span>) {
+        let trace_state = recording
+            .trace_state
+            .map(String::from)
+            .unwrap_or_else(|| inherited.to_owned());
+        let flags = match (recording.kind, recording.parent) {
+            (Kind::Server, Some(_)) => SAMPLED | HAS_IS_REMOTE | IS_REMOTE,
+            _ => SAMPLED | HAS_IS_REMOTE,
+        };
+        let attributes = recording
+            .attributes
+            .into_iter()
+            .map(|item| {
+                let value = match item.value {
+                    Value::Static(text) => any_value::Value::StringValue(text.to_owned()),
+                    Value::Shared(text) => any_value::Value::StringValue(String::from(&*text)),
+                    Value::Owned(text) => any_value::Value::StringValue(text),
+                    Value::Int(number) => any_value::Value::IntValue(number),
+                };
+                attribute(item.key.to_owned(), value)
+            })
+            .collect();
+        let code = if recording.error {
+            ProtoStatus::Error
+        } else {
+            ProtoStatus::Unset
+        };
+        out.push(Span {
+            trace_id: recording.trace_id.0.to_vec(),
+            span_id: recording.span_id.0.to_vec(),
+            parent_span_id: recording.parent.map(|id| id.0.to_vec()).unwrap_or_default(),
+            trace_state: trace_state.clone(),
+            flags,
+            name: recording.name,
+            kind: match recording.kind {
+                Kind::Server => SpanKind::Server,
+                Kind::Client => SpanKind::Client,
+            } as i32,
+            start_time_unix_nano: recording.start,
+            end_time_unix_nano: recording.end,
+            attributes,
+            status: Some(Status {
+                message: String::new(),
+                code: code as i32,
+            }),
+            ..Default::default()
+        });
+        for child in recording.children {
+            oracle_spans(child, &trace_state, out);
+        }
+    }
+
+    /// The direct writer's body is the oracle's encoding, byte for byte,
+    /// and decodes back to it.
+    fn assert_exact(pairs: &[(String, String)], recordings: &[Recording]) {
+        let instance = "0123456789abcdef0123456789abcdef";
+        let direct = encode(&Preamble::new(&resource(pairs, instance)), recordings);
+        let expected = oracle(oracle_resource(pairs, instance), recordings.to_vec());
+        assert_eq!(direct, expected.encode_to_vec(), "{recordings:#?}");
+        assert_eq!(
+            ExportTraceServiceRequest::decode(&direct[..]).unwrap(),
+            expected
+        );
+    }
+
+    /// An attribute key longer than 127 bytes: its length takes two bytes.
+    const LONG_KEY: &str = "sluice.a.rather.long.attribute.name.that.goes.on.and.on.past.\
+        one.hundred.and.twenty.seven.bytes.so.that.its.length.is.a.two.byte.varint";
+
+    /// A span of `kind` with every field at its default where it can be.
+    fn bare(kind: Kind) -> Recording {
+        Recording::new(kind, TraceId([0; 16]), SpanId([0; 8]), None, 0)
+    }
+
+    #[test]
+    fn the_direct_encoding_is_the_generated_types_byte_for_byte() {
+        let edge = vec![("service.name".to_owned(), "edge".to_owned())];
+        assert!(LONG_KEY.len() > 127);
+
+        // Nothing to export, and the bare minimum: no parent, no name, no
+        // times, no attributes, all-zero ids.
+        assert_exact(&edge, &[]);
+        assert_exact(&[], &[bare(Kind::Server)]);
+        assert_exact(&edge, &[bare(Kind::Client)]);
+
+        // The tests' request: a parent, a trace state its child inherits,
+        // an error, each kind of value.
+        let mut request = *recording(1);
+        request.parent = Some(SpanId([9; 8]));
+        request.trace_state = Some("vendor=1".into());
+        request.error = true;
+        request.set("http.request.method", Value::Static("GET"));
+        request.set("url.path", Value::Shared(Arc::from("/items")));
+        request.set_str("sluice.rule", "per-ip");
+        request.set_int("http.response.status_code", 503);
+        assert_exact(&edge, &[request.clone()]);
+
+        // Children with and without a trace state of their own (an empty
+        // one too), grandchildren inheriting theirs; values at their
+        // edges; unicode; times at both ends.
+        let mut parent = *recording(0);
+        parent.trace_state = Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE".into());
+        parent.start = u64::MAX;
+        parent.end = 1;
+        parent.name = "GET /café/ψ/😀".to_owned();
+        parent.set("empty.static", Value::Static(""));
+        parent.set("empty.shared", Value::Shared(Arc::from("")));
+        parent.set("empty.owned", Value::Owned(String::new()));
+        parent.set("zero", Value::Int(0));
+        parent.set("minus.one", Value::Int(-1));
+        parent.set("min", Value::Int(i64::MIN));
+        parent.set("max", Value::Int(i64::MAX));
+        parent.set("ключ.😀", Value::Owned("значение ✓".to_owned()));
+        parent.set(LONG_KEY, Value::Owned("x".repeat(300)));
+        parent.set("", Value::Static("a key left empty"));
+        let mut inheriting = bare(Kind::Client);
+        inheriting.parent = Some(parent.span_id);
+        inheriting.error = true;
+        inheriting.children.push(bare(Kind::Client));
+        let mut own = bare(Kind::Client);
+        own.trace_state = Some("own=1".into());
+        own.children.push(bare(Kind::Client));
+        let mut cleared = bare(Kind::Client);
+        cleared.trace_state = Some("".into());
+        cleared.children.push(bare(Kind::Server));
+        parent.children = vec![inheriting, own, cleared];
+        assert_exact(&edge, &[parent.clone()]);
+
+        // Many attributes and long values: spans and a body whose lengths
+        // take two and three bytes.
+        let mut many = *recording(2);
+        for (index, value) in (0..200).zip(
+            [
+                Value::Static("static"),
+                Value::Shared(Arc::from("shared")),
+                Value::Owned("y".repeat(100)),
+                Value::Int(-123_456_789),
+            ]
+            .into_iter()
+            .cycle(),
+        ) {
+            many.attributes.push(Attribute {
+                key: ["a", "b", LONG_KEY, "ключ"][index % 4],
+                value,
+            });
+        }
+        many.children[1].set("body", Value::Owned("z".repeat(20_000)));
+        assert_exact(&edge, &[many]);
+
+        // Several recordings in one export; resources of other shapes.
+        let pairs = vec![
+            ("service.name".to_owned(), "edge".to_owned()),
+            ("deployment.environment".to_owned(), String::new()),
+            ("service.instance.id".to_owned(), "mine".to_owned()),
+            ("région".to_owned(), "eu-west-3 ✓".to_owned()),
+        ];
+        assert_exact(
+            &pairs,
+            &[request, parent, *recording(3), bare(Kind::Server)],
+        );
+    }
+
+    /// Attribute keys for random spans: sluice's keys are static.
+    const KEYS: [&str; 7] = [
+        "",
+        "k",
+        "http.request.method",
+        "url.path",
+        "http.response.status_code",
+        "ключ.😀",
+        LONG_KEY,
+    ];
+
+    fn random_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            "[a-z=,./]{1,20}",
+            any::<String>(),
+            (1usize..400).prop_map(|len| "é".repeat(len)),
+        ]
+    }
+
+    fn random_value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            prop::sample::select(vec!["", "GET", "allowed", "ψ😀"]).prop_map(Value::Static),
+            random_text().prop_map(|text| Value::Shared(Arc::from(text))),
+            random_text().prop_map(Value::Owned),
+            prop_oneof![
+                Just(0),
+                Just(-1),
+                Just(i64::MIN),
+                Just(i64::MAX),
+                any::<i64>()
+            ]
+            .prop_map(Value::Int),
+        ]
+    }
+
+    fn random_time() -> impl Strategy<Value = u64> {
+        prop_oneof![Just(0), Just(u64::MAX), any::<u64>()]
+    }
+
+    /// A span without children.
+    fn random_span() -> impl Strategy<Value = Recording> {
+        (
+            (
+                any::<[u8; 16]>(),
+                any::<[u8; 8]>(),
+                prop::option::of(any::<[u8; 8]>()),
+                prop::option::of(random_text()),
+                any::<bool>(),
+            ),
+            (random_text(), random_time(), random_time(), any::<bool>()),
+            prop::collection::vec(
+                (prop::sample::select(KEYS.to_vec()), random_value()),
+                0..=30,
+            ),
+        )
+            .prop_map(
+                |(
+                    (trace_id, span_id, parent, trace_state, server),
+                    (name, start, end, error),
+                    attributes,
+                )| {
+                    let kind = if server { Kind::Server } else { Kind::Client };
+                    let mut span = Recording::new(
+                        kind,
+                        TraceId(trace_id),
+                        SpanId(span_id),
+                        parent.map(SpanId),
+                        start,
+                    );
+                    span.trace_state = trace_state.map(String::into_boxed_str);
+                    span.name = name;
+                    span.end = end;
+                    span.error = error;
+                    span.attributes = attributes
+                        .into_iter()
+                        .map(|(key, value)| Attribute { key, value })
+                        .collect();
+                    span
+                },
+            )
+    }
+
+    /// A span with 0–3 children, each with 0–1 of its own.
+    fn random_recording() -> impl Strategy<Value = Recording> {
+        (
+            random_span(),
+            prop::collection::vec(
+                (random_span(), prop::collection::vec(random_span(), 0..=1)),
+                0..=3,
+            ),
+        )
+            .prop_map(|(mut recording, children)| {
+                recording.children = children
+                    .into_iter()
+                    .map(|(mut child, grandchildren)| {
+                        child.children = grandchildren;
+                        child
+                    })
+                    .collect();
+                recording
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn random_recordings_encode_as_the_generated_types_do(
+            recordings in prop::collection::vec(random_recording(), 0..=3),
+            pairs in prop::collection::vec(
+                (prop::sample::select(vec!["service.name", "service.instance.id", "ключ", ""]), random_text()),
+                0..=3,
+            ),
+        ) {
+            let pairs: Vec<(String, String)> = pairs
+                .into_iter()
+                .map(|(key, value)| (key.to_owned(), value))
+                .collect();
+            let instance = "0123456789abcdef0123456789abcdef";
+            let direct = encode(&Preamble::new(&resource(&pairs, instance)), &recordings);
+            let expected = oracle(oracle_resource(&pairs, instance), recordings);
+            prop_assert_eq!(&direct, &expected.encode_to_vec());
+            prop_assert_eq!(ExportTraceServiceRequest::decode(&direct[..]).unwrap(), expected);
+        }
+    }
+
+    /// A proxied request's spans as the proxy records them: a server span
+    /// with 18 attributes and one upstream attempt with 7.
+    fn typical_request() -> Recording {
+        let trace_id = TraceId([0x4b; 16]);
+        let mut server = Recording::new(
+            Kind::Server,
+            trace_id,
+            SpanId([0x11; 8]),
+            Some(SpanId([0x22; 8])),
+            1_700_000_000_000_000_000,
+        );
+        server.name = "GET".to_owned();
+        server.end = server.start + 250_000;
+        server.set("http.request.method", Value::Static("GET"));
+        server.set_str("url.path", "/api/v1/items/12345");
+        server.set("url.scheme", Value::Static("http"));
+        server.set("network.protocol.version", Value::Static("1.1"));
+        server.set_str("server.address", "api.example.com");
+        server.set_int("server.port", 8080);
+        server.set_str("user_agent.original", "curl/8.5.0");
+        server.set("client.address", Value::Owned("203.0.113.7".to_owned()));
+        server.set_str("sluice.request_id", "01J8ZQ4M5X7K2V9W3Y6T8R1N0P");
+        server.set("sluice.outcome", Value::Static("allowed"));
+        server.set_str("sluice.rule", "per-ip");
+        server.set("sluice.key", Value::Owned("ip=203.0.113.7".to_owned()));
+        server.set("sluice.store", Value::Static("memory"));
+        server.set_int("sluice.remaining", 99);
+        server.set_int("sluice.delay_ms", 0);
+        server.set("sluice.upstream", Value::Shared(Arc::from("backend")));
+        server.set_int("http.response.status_code", 200);
+        server.set_int("sluice.retry_after_ms", 0);
+        assert_eq!(server.attributes.len(), 18);
+        let mut client = Recording::new(
+            Kind::Client,
+            trace_id,
+            SpanId([0x33; 8]),
+            Some(SpanId([0x11; 8])),
+            server.start + 20_000,
+        );
+        client.name = "GET".to_owned();
+        client.end = client.start + 200_000;
+        client.set("http.request.method", Value::Static("GET"));
+        client.set_str("server.address", "10.0.0.12");
+        client.set_int("server.port", 9000);
+        client.set("sluice.upstream", Value::Shared(Arc::from("backend")));
+        client.set_int("sluice.attempt", 1);
+        client.set_int("http.response.status_code", 200);
+        client.set("network.protocol.version", Value::Static("1.1"));
+        assert_eq!(client.attributes.len(), 7);
+        server.children.push(client);
+        server
+    }
+
+    /// One export of one request's spans, dropped after (the unit the
+    /// ignored test below counts under callgrind).
+    #[inline(never)]
+    fn encode_one_request(preamble: &Preamble, recordings: Vec<Recording>) -> usize {
+        let body = encode(preamble, &recordings);
+        drop(recordings);
+        std::hint::black_box(body).len()
+    }
+
+    /// Instructions for 100 exports of a typical request, with the test
+    /// binary built by `cargo test --release --lib --no-run`:
+    /// `valgrind --tool=callgrind --toggle-collect='*tests::encode_one_request'
+    /// <binary> --ignored --exact trace::export::tests::callgrind_encode_one_request`.
+    #[test]
+    #[ignore = "for callgrind"]
+    fn callgrind_encode_one_request() {
+        let preamble = Preamble::new(&resource(
+            &[("service.name".to_owned(), "edge".to_owned())],
+            &instance_id(),
+        ));
+        let batches: Vec<Vec<Recording>> = (0..100).map(|_| vec![typical_request()]).collect();
+        let mut total = 0;
+        for batch in batches {
+            total += encode_one_request(&preamble, std::hint::black_box(batch));
+        }
+        assert!(total > 0);
     }
 }

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use http::header::{HeaderMap, HeaderValue};
 use smallvec::SmallVec;
@@ -138,7 +138,7 @@ impl Outgoing {
 
     /// The attempts made so far, as `CLIENT` spans under `parent`, for the
     /// pool `pool`.
-    pub fn add_spans(&self, parent: &mut Recording, method: &str, pool: &str) {
+    pub fn add_spans(&self, parent: &mut Recording, method: &http::Method, pool: &Arc<str>) {
         let attempts = std::mem::take(&mut *self.attempts());
         for (number, attempt) in attempts.into_iter().enumerate() {
             let mut span = Recording::new(
@@ -148,15 +148,15 @@ impl Outgoing {
                 Some(parent.span_id),
                 attempt.start,
             );
-            span.name = method.to_owned();
+            span.name = method.as_str().to_owned();
             span.end = attempt.end;
-            span.set("http.request.method", Value::Owned(method.to_owned()));
+            span.set("http.request.method", Recording::method(method));
             span.set(
                 "server.address",
                 Value::Owned(attempt.server.ip().to_string()),
             );
             span.set_int("server.port", i64::from(attempt.server.port()));
-            span.set("sluice.upstream", Value::Owned(pool.to_owned()));
+            span.set("sluice.upstream", Value::Shared(Arc::clone(pool)));
             span.set_int("sluice.attempt", number as i64 + 1);
             match attempt.outcome {
                 Some(Ok(status)) => {

@@ -45,15 +45,22 @@ impl Sampler {
         Sampler { bound, parent }
     }
 
+    /// Whether a parent from a peer `trusted` or not would be followed: if
+    /// not, its headers need not be read at all.
+    #[inline]
+    pub fn follows(&self, trusted: bool) -> bool {
+        match self.parent {
+            ParentRule::Always => true,
+            ParentRule::Trusted => trusted,
+            ParentRule::Never => false,
+        }
+    }
+
     /// Decides for a request with `parent` (as its headers named it) from a
     /// peer `trusted` or not.
     #[inline]
     pub fn decide(&self, parent: Option<Parent>, trusted: bool) -> Sampled {
-        let followed = match self.parent {
-            ParentRule::Always => parent,
-            ParentRule::Trusted if trusted => parent,
-            _ => None,
-        };
+        let followed = parent.filter(|_| self.follows(trusted));
         if let Some(parent) = followed {
             return match parent.sampled {
                 true => Sampled::Child(parent),

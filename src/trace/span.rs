@@ -8,9 +8,10 @@ use super::ids::{SpanId, TraceId};
 use crate::clock::Nanos;
 
 /// OpenTelemetry's span kinds sluice records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Kind {
     /// The request sluice answered (or a rate limit service call).
+    #[default]
     Server,
     /// One attempt at the upstream.
     Client,
@@ -34,8 +35,9 @@ pub struct Attribute {
 }
 
 /// A recorded span and the spans recorded under it (a request's upstream
-/// attempts). Every recorded span is sampled.
-#[derive(Debug, Clone)]
+/// attempts). Every recorded span is sampled. The default is an empty
+/// placeholder (all-zero ids), never exported.
+#[derive(Debug, Clone, Default)]
 pub struct Recording {
     pub trace_id: TraceId,
     pub span_id: SpanId,
@@ -85,6 +87,17 @@ impl Recording {
         match self.attributes.iter_mut().find(|a| a.key == key) {
             Some(attribute) => attribute.value = value,
             None => self.attributes.push(Attribute { key, value }),
+        }
+    }
+
+    /// The method as a value: the standard ones without an allocation.
+    pub fn method(method: &http::Method) -> Value {
+        const STANDARD: [&str; 9] = [
+            "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "CONNECT", "TRACE",
+        ];
+        match STANDARD.iter().find(|name| **name == method.as_str()) {
+            Some(name) => Value::Static(name),
+            None => Value::Owned(method.as_str().to_owned()),
         }
     }
 

@@ -1,8 +1,8 @@
 //! What the request path holds of tracing: the [`Tracer`] of the running
 //! config (sampler, propagators, exporter), and a request's [`Span`], which
-//! is nothing unless the request was sampled. An unsampled request reads
-//! its trace headers and draws 64 random bits, and that is all
-//! (docs/observability.md, "What tracing costs").
+//! is nothing unless the request was sampled. An unsampled request draws
+//! 64 random bits and reads its trace headers only if their parent would be
+//! followed, and that is all (docs/observability.md, "What tracing costs").
 
 use std::sync::Arc;
 
@@ -54,9 +54,15 @@ impl Tracer {
 
     /// A request's span: recording when the request is sampled, else
     /// [`Span::none`]. `trusted`: the peer is one of `trusted_proxies`.
-    #[inline]
+    /// Not inlined: the request's own future stays small enough for the
+    /// server to inline it, tracing on or off.
+    #[inline(never)]
     pub fn begin<B>(self: &Arc<Self>, request: &Request<B>, trusted: bool, started: Nanos) -> Span {
-        let parent = context::extract(request.headers(), self.propagators);
+        // A parent that would not be followed is not even read.
+        let parent = match self.sampler.follows(trusted) {
+            true => context::extract(request.headers(), self.propagators),
+            false => None,
+        };
         match self.sampler.decide(parent, trusted) {
             Sampled::No => Span::none(),
             sampled => self.record(request, sampled, started),
@@ -82,7 +88,10 @@ impl Tracer {
                 .map(Box::from);
         }
         describe_request(&mut recording, request);
-        Span(Some((Box::new(recording), Arc::clone(self))))
+        Span(Some(Box::new(Live {
+            recording,
+            tracer: Arc::clone(self),
+        })))
     }
 
     /// A call's `SERVER` span when it is sampled (a rate limit service
@@ -94,7 +103,10 @@ impl Tracer {
         trusted: bool,
         name: &str,
     ) -> Option<Box<Recording>> {
-        let parent = context::extract(headers, self.propagators);
+        let parent = match self.sampler.follows(trusted) {
+            true => context::extract(headers, self.propagators),
+            false => None,
+        };
         let (trace_id, parent) = match self.sampler.decide(parent, trusted) {
             Sampled::No => return None,
             Sampled::Child(parent) => (parent.trace_id, Some(parent.span_id)),
@@ -169,10 +181,18 @@ fn without_port(host: &str) -> &str {
 }
 
 /// A request's span: `None` when it is not sampled (the common case when
-/// a ratio samples; one test on every path). Rides on the response body,
-/// and ends when the body is sent or dropped.
+/// a ratio samples), so that carrying it costs a null pointer and dropping
+/// it one test. Rides on the response body, and ends when the body is sent
+/// or dropped (the drop of [`Live`]).
 #[derive(Debug, Default)]
-pub struct Span(Option<(Box<Recording>, Arc<Tracer>)>);
+pub struct Span(Option<Box<Live>>);
+
+/// A sampled request's span in the making, and where it goes when it ends.
+#[derive(Debug)]
+pub struct Live {
+    recording: Recording,
+    tracer: Arc<Tracer>,
+}
 
 impl Span {
     /// Not sampled, or tracing off.
@@ -180,28 +200,29 @@ impl Span {
         Span(None)
     }
 
+    /// Whether the request is not sampled.
+    #[inline]
+    pub fn is_none(&self) -> bool {
+        self.0.is_none()
+    }
+
     /// The span being recorded, `None` when not sampled.
     #[inline]
     pub fn recording(&mut self) -> Option<&mut Recording> {
-        self.0.as_mut().map(|(recording, _)| &mut **recording)
+        self.0.as_deref_mut().map(|live| &mut live.recording)
     }
 
     /// The propagators of the tracer that sampled it.
+    #[inline]
     pub fn propagators(&self) -> Option<Propagators> {
-        self.0.as_ref().map(|(_, tracer)| tracer.propagators)
-    }
-
-    /// Now, on the tracer's clock (`None` when not sampled).
-    pub fn now(&self) -> Option<Nanos> {
-        self.0.as_ref().map(|(_, tracer)| tracer.now())
+        self.0.as_ref().map(|live| live.tracer.propagators)
     }
 }
 
-impl Drop for Span {
-    #[inline]
+impl Drop for Live {
+    /// The span ended: to the exporter.
     fn drop(&mut self) {
-        if let Some((recording, tracer)) = self.0.take() {
-            tracer.finish(recording);
-        }
+        let recording = std::mem::take(&mut self.recording);
+        self.tracer.finish(Box::new(recording));
     }
 }
