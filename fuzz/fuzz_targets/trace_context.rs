@@ -29,7 +29,10 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn check(parent: Parent, text: &[u8]) {
-    assert!(parent.trace_id.is_valid() && parent.span_id.is_valid(), "{parent:?}");
+    assert!(
+        parent.trace_id.is_valid() && parent.span_id.is_valid(),
+        "{parent:?}"
+    );
     let text = String::from_utf8_lossy(text);
     let span = hex(&parent.span_id.0);
     assert!(text.contains(&span), "{span} not in {text:?}");
