@@ -756,6 +756,8 @@ mod tests {
     #[derive(Default)]
     struct Received {
         requests: Vec<(HeaderMap, ExportTraceServiceRequest)>,
+        /// Told of each post.
+        arrived: Arc<tokio::sync::Notify>,
     }
 
     /// A collector on 127.0.0.1 that decodes every post and answers
@@ -774,7 +776,10 @@ mod tests {
                         let headers = request.headers().clone();
                         let body = request.into_body().collect().await.unwrap().to_bytes();
                         let decoded = ExportTraceServiceRequest::decode(body).unwrap();
-                        kept.lock().unwrap().requests.push((headers, decoded));
+                        let mut kept = kept.lock().unwrap();
+                        kept.requests.push((headers, decoded));
+                        kept.arrived.notify_one();
+                        drop(kept);
                         let mut response = Response::new(Full::new(Bytes::new()));
                         *response.status_mut() = status;
                         Ok::<_, Infallible>(response)
@@ -790,11 +795,11 @@ mod tests {
     }
 
     /// A collector that accepts connections and reads them, never
-    /// answering; counts the connections that sent something.
-    async fn hanging() -> (SocketAddr, Arc<AtomicUsize>) {
+    /// answering; tells of each connection's first bytes.
+    async fn hanging() -> (SocketAddr, Arc<tokio::sync::Notify>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let posts = Arc::new(AtomicUsize::new(0));
+        let posts = Arc::new(tokio::sync::Notify::new());
         let counted = posts.clone();
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
@@ -807,7 +812,7 @@ mod tests {
                             break;
                         }
                         if std::mem::take(&mut first) {
-                            counted.fetch_add(1, Ordering::SeqCst);
+                            counted.notify_one();
                         }
                     }
                 });
@@ -874,14 +879,8 @@ mod tests {
         Box::new(server)
     }
 
-    /// Waits (a few seconds at most) until `done` holds.
-    async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !done() {
-            assert!(std::time::Instant::now() < deadline, "never: {what}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
+    /// How long a test waits for the export task at most.
+    const WITHIN: Duration = Duration::from_secs(10);
 
     fn text(value: &Option<AnyValue>) -> Option<String> {
         match value.as_ref()?.value.as_ref()? {
@@ -912,7 +911,8 @@ mod tests {
         request.set_str("sluice.rule", "per-ip");
         request.set_int("http.response.status_code", 503);
         exporter.submit(request);
-        eventually("2 spans exported", || counters.exported.get() == 2).await;
+        exporter.flush(WITHIN).await;
+        assert_eq!(counters.exported.get(), 2);
 
         let received = received.lock().unwrap();
         assert_eq!(received.requests.len(), 1);
@@ -986,7 +986,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_hanging_collector_fills_the_queue_then_drops() {
-        let (addr, posts) = hanging().await;
+        let (addr, posted) = hanging().await;
         let counters = counters();
         let settings = TracingExport {
             queue: 4,
@@ -997,10 +997,9 @@ mod tests {
         };
         let exporter = Exporter::start(&settings, counters.clone());
         exporter.submit(recording(1));
-        eventually("the first export reached the collector", || {
-            posts.load(Ordering::SeqCst) == 1
-        })
-        .await;
+        tokio::time::timeout(WITHIN, posted.notified())
+            .await
+            .expect("the first export reached the collector");
         // While that export hangs, the queue takes 4 spans and drops the rest.
         let submitted = 2 + 50;
         for _ in 0..50 {
@@ -1009,7 +1008,9 @@ mod tests {
         assert!(counters.dropped.get() > 0, "the queue is bounded");
         assert!(counters.dropped.get() <= 50);
         let total = || counters.exported.get() + counters.dropped.get() + counters.failed.get();
-        eventually("every span accounted for", || total() == submitted).await;
+        // Each hung export fails on its timeout, then the next is made.
+        exporter.flush(WITHIN).await;
+        assert_eq!(total(), submitted, "every span accounted for");
         assert_eq!(counters.exported.get(), 0);
         assert!(
             counters.failed.get() >= 2,
@@ -1032,7 +1033,8 @@ mod tests {
         let answered = counters();
         let exporter = Exporter::start(&settings(addr), answered.clone());
         exporter.submit(recording(2));
-        eventually("3 spans failed", || answered.failed.get() == 3).await;
+        exporter.flush(WITHIN).await;
+        assert_eq!(answered.failed.get(), 3);
         assert_eq!(answered.exported.get(), 0);
         let log = String::from_utf8(logged.lock().unwrap().clone()).unwrap();
         assert_eq!(log.lines().count(), 1, "one line per failed export: {log}");
@@ -1050,7 +1052,8 @@ mod tests {
         let refused = counters();
         let exporter = Exporter::start(&settings(refusing.local_addr().unwrap()), refused.clone());
         exporter.submit(recording(0));
-        eventually("1 span failed", || refused.failed.get() == 1).await;
+        exporter.flush(WITHIN).await;
+        assert_eq!(refused.failed.get(), 1);
         assert_eq!(refused.exported.get(), 0);
     }
 
@@ -1072,14 +1075,21 @@ mod tests {
         tokio::task::yield_now().await;
         assert_eq!(counters.exported.get(), 0, "one handle is left");
         drop(other);
-        eventually("6 spans exported", || counters.exported.get() == 6).await;
-        let received = received.lock().unwrap();
-        let spans: usize = received
-            .requests
-            .iter()
-            .map(|(_, r)| r.resource_spans[0].scope_spans[0].spans.len())
-            .sum();
-        assert_eq!(spans, 6);
+        // The task's last export, told by the collector.
+        let spans = |received: &Received| -> usize {
+            received
+                .requests
+                .iter()
+                .map(|(_, r)| r.resource_spans[0].scope_spans[0].spans.len())
+                .sum()
+        };
+        let arrived = received.lock().unwrap().arrived.clone();
+        while spans(&received.lock().unwrap()) < 6 {
+            tokio::time::timeout(WITHIN, arrived.notified())
+                .await
+                .expect("6 spans exported");
+        }
+        assert_eq!(spans(&received.lock().unwrap()), 6);
     }
 
     #[tokio::test]

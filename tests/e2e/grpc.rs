@@ -197,26 +197,10 @@ async fn a_held_call_is_answered_once_admitted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http1_client_reaches_an_h2c_server() {
     let dir = tempfile::tempdir().unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(
-                    |request: http::Request<hyper::body::Incoming>| async move {
-                        let body = format!("{:?} {}", request.version(), request.uri().path());
-                        Ok::<_, std::convert::Infallible>(http::Response::new(
-                            http_body_util::Full::new(bytes::Bytes::from(body)),
-                        ))
-                    },
-                );
-                let _ =
-                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
-            });
-        }
-    });
+    let addr = support::h2c_upstream(|request| {
+        format!("{:?} {}", request.version(), request.uri().path())
+    })
+    .await;
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"h2\"\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n\

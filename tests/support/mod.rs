@@ -673,6 +673,27 @@ impl Refusing {
     }
 }
 
+/// An HTTP/2-only (h2c, prior knowledge) upstream on loopback whose every
+/// answer is 200 with the body `answer` writes for the request.
+pub async fn h2c_upstream(answer: fn(&Request<Incoming>) -> String) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = service_fn(move |request: Request<Incoming>| async move {
+                    let body = Full::new(Bytes::from(answer(&request)));
+                    Ok::<_, Infallible>(Response::new(body))
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
 /// A body of `total` bytes produced chunk by chunk, never held in memory at once.
 pub fn generated_body(total: u64) -> TestBody {
     const CHUNK: u64 = 64 * 1024;

@@ -92,6 +92,8 @@ struct Received {
 pub struct Collector {
     pub addr: SocketAddr,
     received: Arc<Mutex<Received>>,
+    /// Told of every post kept, so a test waits for spans, not for a time.
+    arrived: Arc<tokio::sync::Notify>,
     task: JoinHandle<()>,
 }
 
@@ -111,14 +113,16 @@ impl Collector {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Received::default()));
-        let kept = received.clone();
+        let arrived = Arc::new(tokio::sync::Notify::new());
+        let (kept, told) = (received.clone(), arrived.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let kept = kept.clone();
+                let (kept, told) = (kept.clone(), told.clone());
                 let service = service_fn(move |request: Request<Incoming>| {
-                    let kept = kept.clone();
+                    let (kept, told) = (kept.clone(), told.clone());
                     async move {
                         let response = receive(request, &kept).await;
+                        told.notify_one();
                         if !answers {
                             std::future::pending::<()>().await;
                         }
@@ -134,6 +138,7 @@ impl Collector {
         Collector {
             addr,
             received,
+            arrived,
             task,
         }
     }
@@ -157,20 +162,52 @@ impl Collector {
     /// Waits until at least `n` spans arrived; panics with those that did
     /// when `within` passes first.
     pub async fn spans_eventually(&self, n: usize, within: Duration) -> Vec<ReceivedSpan> {
-        let deadline = std::time::Instant::now() + within;
+        let what = format!("{n} spans");
+        self.arrived_where(&what, within, |spans| {
+            (spans.len() >= n).then(|| spans.to_vec())
+        })
+        .await
+    }
+
+    /// The first span received that `matches`, waiting for posts `within`
+    /// at most (panics with what arrived when none came).
+    pub async fn span_where(
+        &self,
+        what: &str,
+        within: Duration,
+        matches: impl Fn(&ReceivedSpan) -> bool,
+    ) -> ReceivedSpan {
+        self.arrived_where(what, within, |spans| {
+            spans.iter().find(|s| matches(s)).cloned()
+        })
+        .await
+    }
+
+    /// What `found` finds in the spans received, checked again at each post.
+    async fn arrived_where<T>(
+        &self,
+        what: &str,
+        within: Duration,
+        found: impl Fn(&[ReceivedSpan]) -> Option<T>,
+    ) -> T {
+        let deadline = tokio::time::Instant::now() + within;
         loop {
-            let spans = self.spans();
-            if spans.len() >= n {
-                return spans;
+            // A post kept since the last look leaves a permit: no wake-up
+            // is lost between the look and the wait.
+            if let Some(found) = found(&self.received.lock().unwrap().spans) {
+                return found;
             }
-            if std::time::Instant::now() >= deadline {
+            if tokio::time::timeout_at(deadline, self.arrived.notified())
+                .await
+                .is_err()
+            {
+                let spans = self.spans();
                 let summary: Vec<String> = spans.iter().map(summary).collect();
                 panic!(
-                    "the collector received {} spans within {within:?}, not {n}: {summary:#?}",
+                    "the collector did not receive {what} within {within:?}: {} spans: {summary:#?}",
                     spans.len()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 }
