@@ -7,6 +7,7 @@
 pub mod context;
 pub mod export;
 pub mod ids;
+pub mod otlp;
 pub mod propagate;
 pub mod sample;
 pub mod span;

@@ -176,7 +176,7 @@ pub fn write_key(ip: IpAddr, ipv6_prefix: u8, out: &mut impl fmt::Write) {
     // The only possible error comes from the caller's writer, which for the
     // `String`/stack buffers used on the request path cannot fail.
     let _ = match canonical(ip) {
-        IpAddr::V4(v4) => write!(out, "{v4}"),
+        IpAddr::V4(v4) => out.write_str(ipv4_text(v4, &mut [0; IPV4_TEXT_MAX])),
         IpAddr::V6(v6) if ipv6_prefix >= 128 => write!(out, "{v6}"),
         IpAddr::V6(v6) => {
             // `checked_shl` because a shift by 128 (prefix 0) overflows.

@@ -4,15 +4,20 @@
 //! as its label, never in clear). Only a recording span is written to:
 //! an unsampled request pays one test.
 
+use std::borrow::Cow;
+use std::net::IpAddr;
+
 use super::access::{deciding, shown_key, Deciding, Record};
+use super::checks::host_of;
 use super::identify::Unidentified;
 use super::respond::ProxyBody;
 use super::Serving;
-use crate::key::client_ip;
+use crate::key::{client_ip, KeySource, RequestFacts};
 use crate::limiter::Decision;
+use crate::policy::Rule;
 use crate::request_id::RequestId;
 use crate::store::{Outcome, Store};
-use crate::trace::span::{Recording, Value};
+use crate::trace::span::Recording;
 use crate::trace::tracer::Span;
 
 /// What the answer was: its status (`ERROR` only for a 5xx: a 429 is the
@@ -52,13 +57,25 @@ pub fn note(
 #[inline(never)]
 fn write(span: &mut Recording, record: &Record<'_, '_, '_>, serving: Serving<'_>, store: &Store) {
     let policy = serving.policy;
-    let (method, pool) = match record {
-        Record::Unchecked { request, .. } => (request.method(), serving.routes.default_pool()),
+    let (method, pool, host) = match record {
+        Record::Unchecked { request, .. } => (
+            request.method(),
+            serving.routes.default_pool(),
+            host_of(request),
+        ),
         Record::Refused { facts, .. } | Record::Ruled { facts, .. } => {
-            (facts.method, serving.routes.route(facts))
+            (facts.method, serving.routes.route(facts), facts.host)
         }
     };
-    span.name = format!("{} {}", method.as_str(), pool.name());
+    if let Some(host) = host {
+        span.set_str("server.address", host);
+    }
+    let (method, pool) = (method.as_str(), pool.name());
+    let mut name = String::with_capacity(method.len() + 1 + pool.len());
+    name.push_str(method);
+    name.push(' ');
+    name.push_str(pool);
+    span.name = name.into();
     let prefix = policy.config.server.ipv6_prefix;
     let client = match record {
         Record::Unchecked { request, peer } => {
@@ -66,27 +83,46 @@ fn write(span: &mut Recording, record: &Record<'_, '_, '_>, serving: Serving<'_>
         }
         Record::Refused { facts, .. } | Record::Ruled { facts, .. } => facts.client_ip,
     };
-    let mut text = String::with_capacity(40);
-    client_ip::write_key(client, prefix, &mut text);
-    span.set("client.address", Value::Owned(text));
+    // The client as keyed: the text of a rule keyed by the IP alone too.
+    let mut v4_text = [0; client_ip::IPV4_TEXT_MAX];
+    let v6_text;
+    let client = match client_ip::canonical(client) {
+        // Digit by digit: `fmt` costs several times as much.
+        IpAddr::V4(v4) => client_ip::ipv4_text(v4, &mut v4_text),
+        v6 => {
+            let mut text = String::with_capacity(48);
+            client_ip::write_key(v6, prefix, &mut text);
+            v6_text = text;
+            &v6_text
+        }
+    };
+    span.set_str("client.address", client);
+    // A rule's key as it may be shown; the client's text when the IP alone
+    // is the key (as the access log does).
+    let key = |rule: &Rule, facts: &RequestFacts<'_>| -> Cow<'_, str> {
+        match rule.key[..] {
+            [KeySource::Ip] => Cow::Borrowed(client),
+            _ => Cow::Owned(shown_key(rule, facts, policy)),
+        }
+    };
     let scheme = if policy.config.server.tls.is_some() {
         "https"
     } else {
         "http"
     };
-    span.set("url.scheme", Value::Static(scheme));
+    span.set_str("url.scheme", scheme);
     match record {
         Record::Unchecked { .. } => {}
         Record::Refused { facts, refused } => match refused {
-            Unidentified::Denied => span.set("sluice.outcome", Value::Static("denied")),
+            Unidentified::Denied => span.set_str("sluice.outcome", "denied"),
             Unidentified::MissingKey(rule) => {
-                span.set("sluice.outcome", Value::Static("missing_key"));
+                span.set_str("sluice.outcome", "missing_key");
                 span.set_str("sluice.rule", &rule.name);
             }
             Unidentified::Gone(rule, _) => {
-                span.set("sluice.outcome", Value::Static("limited"));
+                span.set_str("sluice.outcome", "limited");
                 span.set_str("sluice.rule", &rule.name);
-                span.set("sluice.key", Value::Owned(shown_key(rule, facts, policy)));
+                span.set_str("sluice.key", &key(rule, facts));
             }
         },
         Record::Ruled {
@@ -103,22 +139,22 @@ fn write(span: &mut Recording, record: &Record<'_, '_, '_>, serving: Serving<'_>
                 Some(store.mode_name())
             };
             if let Some(name) = store_name {
-                span.set("sluice.store", Value::Static(name));
+                span.set_str("sluice.store", name);
             }
             if ruling.held > 0 {
                 span.set_int("sluice.delay_ms", (ruling.held / 1_000_000) as i64);
             }
             match deciding(*admitted, ruling, enforced) {
-                Deciding::Denied => span.set("sluice.outcome", Value::Static("denied")),
-                Deciding::Nothing => span.set("sluice.outcome", Value::Static("allowed")),
+                Deciding::Denied => span.set_str("sluice.outcome", "denied"),
+                Deciding::Nothing => span.set_str("sluice.outcome", "allowed"),
                 Deciding::Rule {
                     rule,
                     outcome,
                     verdict,
                 } => {
-                    span.set("sluice.outcome", Value::Static(outcome));
+                    span.set_str("sluice.outcome", outcome);
                     span.set_str("sluice.rule", &rule.name);
-                    span.set("sluice.key", Value::Owned(shown_key(rule, facts, policy)));
+                    span.set_str("sluice.key", &key(rule, facts));
                     if let Some(verdict) = verdict {
                         let state = verdict.decision.state();
                         span.set_int("sluice.remaining", state.remaining as i64);

@@ -17,7 +17,7 @@ use crate::policy::Policy;
 use crate::proxy::Proxy;
 use crate::store::Store;
 use crate::trace::context;
-use crate::trace::span::{Recording, Value};
+use crate::trace::span::Recording;
 
 /// The rate limit service, on the proxy's policy, store and metrics.
 #[derive(Debug, Clone)]
@@ -45,8 +45,8 @@ impl RateLimiter {
         let Ok(decided) = decided else {
             if let Some((mut recording, tracer)) = span.take() {
                 recording.error = true;
-                recording.set("error.type", Value::Static("unavailable"));
-                tracer.finish(recording);
+                recording.set_str("error.type", "unavailable");
+                tracer.finish(*recording);
             }
             return Err(Status::unavailable(
                 "the store failed and on_error = \"deny\"; nothing was taken",
@@ -56,7 +56,7 @@ impl RateLimiter {
         let answered = answer(&policy, &decided);
         if let Some((mut recording, tracer)) = span {
             describe_call(&mut recording, &call, &answered);
-            tracer.finish(recording);
+            tracer.finish(*recording);
         }
         Ok(Response::new(answered))
     }
@@ -86,17 +86,14 @@ fn trace_fields(metadata: &tonic::metadata::MetadataMap) -> http::HeaderMap {
 /// the overall answer as Envoy's own client span has it
 /// (`ratelimit_status`).
 fn describe_call(recording: &mut Recording, call: &Call<'_>, answered: &RateLimitResponse) {
-    recording.set("rpc.system", Value::Static("grpc"));
-    recording.set(
-        "rpc.service",
-        Value::Static("envoy.service.ratelimit.v3.RateLimitService"),
-    );
-    recording.set("rpc.method", Value::Static("ShouldRateLimit"));
+    recording.set_str("rpc.system", "grpc");
+    recording.set_str("rpc.service", "envoy.service.ratelimit.v3.RateLimitService");
+    recording.set_str("rpc.method", "ShouldRateLimit");
     recording.set_str("sluice.domain", call.domain);
     recording.set_int("sluice.descriptors", call.descriptors.len() as i64);
     let over = answered.overall_code == i32::from(Code::OverLimit);
     let status = if over { "over_limit" } else { "ok" };
-    recording.set("ratelimit_status", Value::Static(status));
+    recording.set_str("ratelimit_status", status);
 }
 
 /// Counts what was decided: each decided descriptor in its rule's

@@ -5,10 +5,12 @@
 //! Why it is built this way:
 //!
 //! - A request hands its [`Recording`] over and goes on ([`Exporter::submit`]):
-//!   no lock, no await, no encoding, just an atomic add and a channel push.
-//!   Turning spans into OTLP's messages and the HTTP exchange happen in the
-//!   task, a batch of up to `batch` spans at a time, at most `delay` after
-//!   a batch's first span.
+//!   no lock, no await, no allocation, just an atomic add and a channel
+//!   push. Its attributes are in OTLP's bytes already (`trace/span.rs`);
+//!   the task writes each span around them into the batch's buffer as it
+//!   takes the recording, and posts a batch of up to `batch` spans at a
+//!   time, at most `delay` after the batch's first span. The buffer is kept
+//!   from one batch to the next.
 //! - The spans waiting are bounded, counted in spans (`queue`), not in
 //!   requests: a recording that would take the queue over its size is
 //!   dropped whole and counted (`sluice_trace_spans_total{result="dropped"}`).
@@ -35,16 +37,16 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode as ProtoStatus;
-use prost::encoding::{
-    encode_key, encode_varint, encoded_len_varint, fixed32, fixed64, int32, int64, key_len,
-    WireType,
-};
 use rand::RngCore;
-use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::span::{Kind, Recording, Value};
+use super::otlp::{bytes_len, fixed32_len, fixed64_len};
+use super::otlp::{
+    delimited_len, field, int32_len, key_value_len, put_bytes, put_delimited, put_fixed32,
+    put_fixed64, put_int32, put_key_value, put_string, string_len, Any,
+};
+use super::span::{Kind, Recording};
 use crate::config::TracingExport;
 use crate::metrics::TraceSpans;
 
@@ -58,7 +60,7 @@ const IS_REMOTE: u32 = 0x200;
 /// What the request path and [`Exporter::flush`] send the task.
 #[derive(Debug)]
 enum Message {
-    Spans(Box<Recording>),
+    Spans(Recording),
     /// Answered once everything sent before it was exported (or failed).
     Flush(oneshot::Sender<()>),
 }
@@ -101,7 +103,7 @@ impl Exporter {
     /// Hands a finished request's spans (the recording and all its
     /// children) to the export task. Never blocks: when the spans waiting
     /// would exceed `queue`, the recording is dropped and counted.
-    pub fn submit(&self, recording: Box<Recording>) {
+    pub fn submit(&self, recording: Recording) {
         let spans = recording.spans();
         let limit = self.settings.queue;
         let admitted = self
@@ -147,10 +149,11 @@ struct Task {
     preamble: Preamble,
 }
 
-/// The recordings of one export.
+/// The spans of one export, encoded as they were taken.
 #[derive(Default)]
 struct Batch {
-    recordings: Vec<Recording>,
+    /// `ScopeSpans.spans` entries ([`put_spans`]).
+    encoded: Vec<u8>,
     spans: usize,
 }
 
@@ -161,18 +164,19 @@ impl Task {
         let limit = self.settings.batch.max(1);
         // A recording that would have taken a batch over `batch` spans
         // opens the next one.
-        let mut carried: Option<Box<Recording>> = None;
+        let mut carried: Option<Recording> = None;
+        // One buffer for every batch: it grows to a batch's size once.
+        let mut batch = Batch::default();
         loop {
-            let mut batch = Batch::default();
             match carried.take() {
-                Some(recording) => self.take(&mut batch, *recording),
+                Some(recording) => self.take(&mut batch, recording),
                 None => match receiver.recv().await {
                     None => return,
                     Some(Message::Flush(ack)) => {
                         let _ = ack.send(());
                         continue;
                     }
-                    Some(Message::Spans(recording)) => self.take(&mut batch, *recording),
+                    Some(Message::Spans(recording)) => self.take(&mut batch, recording),
                 },
             }
             let deadline = Instant::now() + self.settings.delay;
@@ -194,11 +198,11 @@ impl Task {
                             carried = Some(recording);
                             break;
                         }
-                        self.take(&mut batch, *recording);
+                        self.take(&mut batch, recording);
                     }
                 }
             }
-            self.export(batch).await;
+            self.export(&mut batch).await;
             if let Some(ack) = flushed {
                 let _ = ack.send(());
             }
@@ -208,20 +212,20 @@ impl Task {
         }
     }
 
-    /// Takes a recording off the queue into `batch`.
+    /// Takes a recording off the queue into `batch`, encoded.
     fn take(&self, batch: &mut Batch, recording: Recording) {
         let spans = recording.spans();
         self.queued.fetch_sub(spans, Ordering::AcqRel);
         batch.spans += spans;
-        batch.recordings.push(recording);
+        put_spans(&recording, "", &mut batch.encoded);
     }
 
-    /// One POST to the collector, counted and, when it fails, logged.
-    async fn export(&self, batch: Batch) {
-        let spans = batch.spans as u64;
-        let body = encode(&self.preamble, &batch.recordings);
-        // The recordings are not needed past here: freed before the wait.
-        drop(batch);
+    /// One POST to the collector of what `batch` holds, counted and, when
+    /// it fails, logged; `batch` is left empty.
+    async fn export(&self, batch: &mut Batch) {
+        let spans = std::mem::take(&mut batch.spans) as u64;
+        let body = encode(&self.preamble, &batch.encoded);
+        batch.encoded.clear();
         let mut request = Request::post(self.settings.endpoint.clone())
             .body(Full::new(Bytes::from(body)))
             .expect("a valid endpoint URI makes a valid request");
@@ -303,71 +307,6 @@ fn resource<'a>(pairs: &'a [(String, String)], instance: &'a str) -> Vec<(&'a st
     attributes
 }
 
-// The request body is written field by field, exactly as prost would
-// encode OTLP's generated messages (`opentelemetry_proto`) built from the
-// same spans, without building them: no `String` per attribute key, no
-// `Vec` per id, and each nested message's length computed once, from its
-// fields, instead of again at every level (`encoded_len`). As prost does,
-// fields go in field-number order and a singular field equal to its
-// default (empty string or bytes, 0) is left out; a message field that is
-// present (`Some`), even empty, and a oneof's value are always written.
-// The tests hold it to the generated types' encoding, byte for byte.
-
-/// OTLP's field numbers (opentelemetry-proto's generated code).
-mod field {
-    /// `opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest`.
-    pub mod request {
-        pub const RESOURCE_SPANS: u32 = 1;
-    }
-    /// `opentelemetry.proto.trace.v1.ResourceSpans`.
-    pub mod resource_spans {
-        pub const RESOURCE: u32 = 1;
-        pub const SCOPE_SPANS: u32 = 2;
-    }
-    /// `opentelemetry.proto.resource.v1.Resource`.
-    pub mod resource {
-        pub const ATTRIBUTES: u32 = 1;
-    }
-    /// `opentelemetry.proto.trace.v1.ScopeSpans`.
-    pub mod scope_spans {
-        pub const SCOPE: u32 = 1;
-        pub const SPANS: u32 = 2;
-    }
-    /// `opentelemetry.proto.common.v1.InstrumentationScope`.
-    pub mod scope {
-        pub const NAME: u32 = 1;
-        pub const VERSION: u32 = 2;
-    }
-    /// `opentelemetry.proto.trace.v1.Span`.
-    pub mod span {
-        pub const TRACE_ID: u32 = 1;
-        pub const SPAN_ID: u32 = 2;
-        pub const TRACE_STATE: u32 = 3;
-        pub const PARENT_SPAN_ID: u32 = 4;
-        pub const NAME: u32 = 5;
-        pub const KIND: u32 = 6;
-        pub const START_TIME_UNIX_NANO: u32 = 7;
-        pub const END_TIME_UNIX_NANO: u32 = 8;
-        pub const ATTRIBUTES: u32 = 9;
-        pub const STATUS: u32 = 15;
-        pub const FLAGS: u32 = 16;
-    }
-    /// `opentelemetry.proto.trace.v1.Status`.
-    pub mod status {
-        pub const CODE: u32 = 3;
-    }
-    /// `opentelemetry.proto.common.v1.KeyValue`.
-    pub mod key_value {
-        pub const KEY: u32 = 1;
-        pub const VALUE: u32 = 2;
-    }
-    /// `opentelemetry.proto.common.v1.AnyValue` (its `value` oneof).
-    pub mod any_value {
-        pub const STRING_VALUE: u32 = 1;
-        pub const INT_VALUE: u32 = 3;
-    }
-}
-
 /// The parts of every export's body that never change, encoded once (when
 /// the exporter starts).
 struct Preamble {
@@ -413,17 +352,11 @@ impl Preamble {
     }
 }
 
-/// One `ExportTraceServiceRequest`, encoded: one resource, one scope, every
-/// recording's spans (each recording, then its children, recursively).
-fn encode(preamble: &Preamble, recordings: &[Recording]) -> Vec<u8> {
-    // Each span's length, in the order they are written (on the stack for
-    // a batch of a few requests; one allocation for a larger one).
-    let mut lengths = SmallVec::<[usize; 16]>::new();
-    let spans: usize = recordings
-        .iter()
-        .map(|recording| spans_len(recording, "", &mut lengths))
-        .sum();
-    let scope_spans = preamble.scope.len() + spans;
+/// One `ExportTraceServiceRequest`, encoded: one resource, one scope, and
+/// `spans`, the batch's `ScopeSpans.spans` entries as [`put_spans`] wrote
+/// them.
+fn encode(preamble: &Preamble, spans: &[u8]) -> Vec<u8> {
+    let scope_spans = preamble.scope.len() + spans.len();
     let resource_spans =
         preamble.resource.len() + delimited_len(field::resource_spans::SCOPE_SPANS, scope_spans);
     let total = delimited_len(field::request::RESOURCE_SPANS, resource_spans);
@@ -432,10 +365,7 @@ fn encode(preamble: &Preamble, recordings: &[Recording]) -> Vec<u8> {
     out.extend_from_slice(&preamble.resource);
     put_delimited(field::resource_spans::SCOPE_SPANS, scope_spans, &mut out);
     out.extend_from_slice(&preamble.scope);
-    let mut lengths = lengths.iter();
-    for recording in recordings {
-        put_spans(recording, "", &mut lengths, &mut out);
-    }
+    out.extend_from_slice(spans);
     debug_assert_eq!(out.len(), total);
     out
 }
@@ -472,34 +402,9 @@ fn status_code(recording: &Recording) -> i32 {
     }
 }
 
-/// The bytes `recording` and its children (recursively) take as
-/// `ScopeSpans.spans` entries, keys and lengths included; pushes each
-/// span's length onto `lengths`, in the order [`put_spans`] writes them.
-fn spans_len(recording: &Recording, inherited: &str, lengths: &mut SmallVec<[usize; 16]>) -> usize {
-    let trace_state = trace_state(recording, inherited);
-    let len = span_len(recording, trace_state);
-    lengths.push(len);
-    delimited_len(field::scope_spans::SPANS, len)
-        + recording
-            .children
-            .iter()
-            .map(|child| spans_len(child, trace_state, lengths))
-            .sum::<usize>()
-}
-
-/// A `Span` message's length.
+/// A `Span` message's length: its attributes are written already.
 fn span_len(recording: &Recording, trace_state: &str) -> usize {
     use field::span;
-    let attributes: usize = recording
-        .attributes
-        .iter()
-        .map(|attribute| {
-            delimited_len(
-                span::ATTRIBUTES,
-                key_value_len(attribute.key, Any::from(&attribute.value)),
-            )
-        })
-        .sum();
     bytes_len(span::TRACE_ID, &recording.trace_id.0)
         + bytes_len(span::SPAN_ID, &recording.span_id.0)
         + string_len(span::TRACE_STATE, trace_state)
@@ -510,7 +415,7 @@ fn span_len(recording: &Recording, trace_state: &str) -> usize {
         + int32_len(span::KIND, kind(recording))
         + fixed64_len(span::START_TIME_UNIX_NANO, recording.start)
         + fixed64_len(span::END_TIME_UNIX_NANO, recording.end)
-        + attributes
+        + recording.attributes().len()
         + delimited_len(span::STATUS, status_len(recording))
         + fixed32_len(span::FLAGS, flags(recording))
 }
@@ -520,19 +425,14 @@ fn status_len(recording: &Recording) -> usize {
     int32_len(field::status::CODE, status_code(recording))
 }
 
-/// Writes `recording` and, after it, its children (recursively) as
-/// `ScopeSpans.spans` entries, taking their lengths from `lengths` (as
-/// [`spans_len`] left them).
-fn put_spans(
-    recording: &Recording,
-    inherited: &str,
-    lengths: &mut std::slice::Iter<usize>,
-    out: &mut Vec<u8>,
-) {
+/// Appends `recording` and, after it, its children (recursively) to `out`
+/// as `ScopeSpans.spans` entries. `inherited`: the `tracestate` of the
+/// span it is a child of.
+fn put_spans(recording: &Recording, inherited: &str, out: &mut Vec<u8>) {
     use field::span;
     let trace_state = trace_state(recording, inherited);
-    let len = *lengths.next().expect("spans_len saw every span");
-    debug_assert_eq!(len, span_len(recording, trace_state));
+    let len = span_len(recording, trace_state);
+    out.reserve(delimited_len(field::scope_spans::SPANS, len));
     put_delimited(field::scope_spans::SPANS, len, out);
     put_bytes(span::TRACE_ID, &recording.trace_id.0, out);
     put_bytes(span::SPAN_ID, &recording.span_id.0, out);
@@ -544,184 +444,12 @@ fn put_spans(
     put_int32(span::KIND, kind(recording), out);
     put_fixed64(span::START_TIME_UNIX_NANO, recording.start, out);
     put_fixed64(span::END_TIME_UNIX_NANO, recording.end, out);
-    for attribute in &recording.attributes {
-        put_key_value(
-            span::ATTRIBUTES,
-            attribute.key,
-            Any::from(&attribute.value),
-            out,
-        );
-    }
+    out.extend_from_slice(recording.attributes());
     put_delimited(span::STATUS, status_len(recording), out);
     put_int32(field::status::CODE, status_code(recording), out);
     put_fixed32(span::FLAGS, flags(recording), out);
     for child in &recording.children {
-        put_spans(child, trace_state, lengths, out);
-    }
-}
-
-/// An attribute's value as OTLP's `AnyValue` holds it, borrowed.
-#[derive(Clone, Copy)]
-enum Any<'a> {
-    Str(&'a str),
-    Int(i64),
-}
-
-impl<'a> From<&'a Value> for Any<'a> {
-    fn from(value: &'a Value) -> Any<'a> {
-        match value {
-            Value::Static(text) => Any::Str(text),
-            Value::Shared(text) => Any::Str(text),
-            Value::Owned(text) => Any::Str(text),
-            Value::Int(number) => Any::Int(*number),
-        }
-    }
-}
-
-/// A `KeyValue` message's length (its value always present).
-fn key_value_len(key: &str, value: Any) -> usize {
-    string_len(field::key_value::KEY, key)
-        + delimited_len(field::key_value::VALUE, any_value_len(value))
-}
-
-/// An `AnyValue` message's length: a oneof's value is written even when
-/// it is its type's default ("" or 0).
-fn any_value_len(value: Any) -> usize {
-    match value {
-        Any::Str(text) => delimited_len(field::any_value::STRING_VALUE, text.len()),
-        Any::Int(number) => int64::encoded_len(field::any_value::INT_VALUE, &number),
-    }
-}
-
-/// Writes a `KeyValue` as field `tag` of the message around it.
-#[inline]
-fn put_key_value(tag: u32, key: &str, value: Any, out: &mut Vec<u8>) {
-    let any_value = any_value_len(value);
-    put_delimited(
-        tag,
-        string_len(field::key_value::KEY, key) + delimited_len(field::key_value::VALUE, any_value),
-        out,
-    );
-    put_string(field::key_value::KEY, key, out);
-    put_delimited(field::key_value::VALUE, any_value, out);
-    match value {
-        Any::Str(text) => {
-            put_delimited(field::any_value::STRING_VALUE, text.len(), out);
-            out.extend_from_slice(text.as_bytes());
-        }
-        Any::Int(number) => {
-            put_key(field::any_value::INT_VALUE, WireType::Varint, out);
-            // int64: a negative number as its two's complement, 10 bytes.
-            put_varint(number as u64, out);
-        }
-    }
-}
-
-/// A length-delimited field's size: key, length and `len` bytes.
-fn delimited_len(tag: u32, len: usize) -> usize {
-    key_len(tag) + encoded_len_varint(len as u64) + len
-}
-
-/// A length-delimited field's key and length (its `len` bytes follow).
-#[inline]
-fn put_delimited(tag: u32, len: usize, out: &mut Vec<u8>) {
-    put_key(tag, WireType::LengthDelimited, out);
-    put_varint(len as u64, out);
-}
-
-/// A field's key ([`encode_key`]): one byte for the field numbers below 16
-/// (all but `Span.flags`), known when inlined.
-#[inline(always)]
-fn put_key(tag: u32, wire_type: WireType, out: &mut Vec<u8>) {
-    if tag < 16 {
-        out.push(((tag << 3) | wire_type as u32) as u8);
-    } else {
-        encode_key(tag, wire_type, out);
-    }
-}
-
-/// A varint ([`encode_varint`]), a value below 128 (most lengths here)
-/// written without its loop.
-#[inline(always)]
-fn put_varint(value: u64, out: &mut Vec<u8>) {
-    if value < 0x80 {
-        out.push(value as u8);
-    } else {
-        encode_varint(value, out);
-    }
-}
-
-/// A singular `string` field's size: nothing when empty.
-fn string_len(tag: u32, text: &str) -> usize {
-    bytes_len(tag, text.as_bytes())
-}
-
-fn put_string(tag: u32, text: &str, out: &mut Vec<u8>) {
-    put_bytes(tag, text.as_bytes(), out);
-}
-
-/// A singular `bytes` field's size: nothing when empty.
-fn bytes_len(tag: u32, bytes: &[u8]) -> usize {
-    if bytes.is_empty() {
-        0
-    } else {
-        delimited_len(tag, bytes.len())
-    }
-}
-
-fn put_bytes(tag: u32, bytes: &[u8], out: &mut Vec<u8>) {
-    if !bytes.is_empty() {
-        put_delimited(tag, bytes.len(), out);
-        out.extend_from_slice(bytes);
-    }
-}
-
-/// A singular `int32` or enum field's size: nothing when 0.
-fn int32_len(tag: u32, value: i32) -> usize {
-    if value == 0 {
-        0
-    } else {
-        int32::encoded_len(tag, &value)
-    }
-}
-
-fn put_int32(tag: u32, value: i32, out: &mut Vec<u8>) {
-    if value != 0 {
-        put_key(tag, WireType::Varint, out);
-        // int32 as prost writes it: sign-extended to 64 bits.
-        put_varint(i64::from(value) as u64, out);
-    }
-}
-
-/// A singular `fixed64` field's size: nothing when 0.
-fn fixed64_len(tag: u32, value: u64) -> usize {
-    if value == 0 {
-        0
-    } else {
-        fixed64::encoded_len(tag, &value)
-    }
-}
-
-fn put_fixed64(tag: u32, value: u64, out: &mut Vec<u8>) {
-    if value != 0 {
-        put_key(tag, WireType::SixtyFourBit, out);
-        out.extend_from_slice(&value.to_le_bytes());
-    }
-}
-
-/// A singular `fixed32` field's size: nothing when 0.
-fn fixed32_len(tag: u32, value: u32) -> usize {
-    if value == 0 {
-        0
-    } else {
-        fixed32::encoded_len(tag, &value)
-    }
-}
-
-fn put_fixed32(tag: u32, value: u32, out: &mut Vec<u8>) {
-    if value != 0 {
-        put_key(tag, WireType::ThirtyTwoBit, out);
-        out.extend_from_slice(&value.to_le_bytes());
+        put_spans(child, trace_state, out);
     }
 }
 
@@ -750,7 +478,27 @@ mod tests {
 
     use super::*;
     use crate::trace::ids::{SpanId, TraceId};
-    use crate::trace::span::Attribute;
+
+    /// An attribute's value as the tests write it.
+    #[derive(Debug, Clone)]
+    enum Value {
+        Str(String),
+        Int(i64),
+    }
+
+    fn set(recording: &mut Recording, key: &str, value: &Value) {
+        match value {
+            Value::Str(text) => recording.set_str(key, text),
+            Value::Int(number) => recording.set_int(key, *number),
+        }
+    }
+
+    fn proto_value(value: &Value) -> any_value::Value {
+        match value {
+            Value::Str(text) => any_value::Value::StringValue(text.clone()),
+            Value::Int(number) => any_value::Value::IntValue(*number),
+        }
+    }
 
     /// What a test collector received: each request's headers and spans.
     #[derive(Default)]
@@ -860,10 +608,10 @@ mod tests {
     }
 
     /// A server span with `children` client spans.
-    fn recording(children: usize) -> Box<Recording> {
+    fn recording(children: usize) -> Recording {
         let trace_id = TraceId([7; 16]);
         let mut server = Recording::new(Kind::Server, trace_id, SpanId([1; 8]), None, 1_000);
-        server.name = "GET /items".to_owned();
+        server.name = "GET /items".into();
         server.end = 9_000;
         for index in 0..children {
             let mut client = Recording::new(
@@ -873,10 +621,10 @@ mod tests {
                 Some(SpanId([1; 8])),
                 2_000,
             );
-            client.name = format!("attempt {index}");
+            client.name = format!("attempt {index}").into();
             server.children.push(client);
         }
-        Box::new(server)
+        server
     }
 
     /// How long a test waits for the export task at most.
@@ -906,8 +654,8 @@ mod tests {
         request.parent = Some(SpanId([9; 8]));
         request.trace_state = Some("vendor=1".into());
         request.error = true;
-        request.set("http.request.method", Value::Static("GET"));
-        request.set("url.path", Value::Shared(Arc::from("/items")));
+        request.set_str("http.request.method", "GET");
+        request.set_str("url.path", "/items");
         request.set_str("sluice.rule", "per-ip");
         request.set_int("http.response.status_code", 503);
         exporter.submit(request);
@@ -1193,25 +941,19 @@ mod tests {
     fn oracle_spans(recording: Recording, inherited: &str, out: &mut Vec<Span>) {
         let trace_state = recording
             .trace_state
+            .as_deref()
             .map(String::from)
             .unwrap_or_else(|| inherited.to_owned());
         let flags = match (recording.kind, recording.parent) {
             (Kind::Server, Some(_)) => SAMPLED | HAS_IS_REMOTE | IS_REMOTE,
             _ => SAMPLED | HAS_IS_REMOTE,
         };
-        let attributes = recording
-            .attributes
-            .into_iter()
-            .map(|item| {
-                let value = match item.value {
-                    Value::Static(text) => any_value::Value::StringValue(text.to_owned()),
-                    Value::Shared(text) => any_value::Value::StringValue(String::from(&*text)),
-                    Value::Owned(text) => any_value::Value::StringValue(text),
-                    Value::Int(number) => any_value::Value::IntValue(number),
-                };
-                attribute(item.key.to_owned(), value)
-            })
-            .collect();
+        // What was set, as the span's attributes decode (their bytes are
+        // held to the generated types' by
+        // `attributes_are_written_as_the_generated_types_write_them`): what this oracle checks is the span around them.
+        let attributes = Span::decode(recording.attributes())
+            .expect("attributes decode")
+            .attributes;
         let code = if recording.error {
             ProtoStatus::Error
         } else {
@@ -1223,7 +965,7 @@ mod tests {
             parent_span_id: recording.parent.map(|id| id.0.to_vec()).unwrap_or_default(),
             trace_state: trace_state.clone(),
             flags,
-            name: recording.name,
+            name: recording.name.to_string(),
             kind: match recording.kind {
                 Kind::Server => SpanKind::Server,
                 Kind::Client => SpanKind::Client,
@@ -1242,11 +984,20 @@ mod tests {
         }
     }
 
+    /// The body of one export of `recordings`, as the task writes it.
+    fn encoded(preamble: &Preamble, recordings: &[Recording]) -> Vec<u8> {
+        let mut spans = Vec::new();
+        for recording in recordings {
+            put_spans(recording, "", &mut spans);
+        }
+        encode(preamble, &spans)
+    }
+
     /// The direct writer's body is the oracle's encoding, byte for byte,
     /// and decodes back to it.
     fn assert_exact(pairs: &[(String, String)], recordings: &[Recording]) {
         let instance = "0123456789abcdef0123456789abcdef";
-        let direct = encode(&Preamble::new(&resource(pairs, instance)), recordings);
+        let direct = encoded(&Preamble::new(&resource(pairs, instance)), recordings);
         let expected = oracle(oracle_resource(pairs, instance), recordings.to_vec());
         assert_eq!(direct, expected.encode_to_vec(), "{recordings:#?}");
         assert_eq!(
@@ -1277,12 +1028,12 @@ mod tests {
 
         // The tests' request: a parent, a trace state its child inherits,
         // an error, each kind of value.
-        let mut request = *recording(1);
+        let mut request = recording(1);
         request.parent = Some(SpanId([9; 8]));
         request.trace_state = Some("vendor=1".into());
         request.error = true;
-        request.set("http.request.method", Value::Static("GET"));
-        request.set("url.path", Value::Shared(Arc::from("/items")));
+        request.set_str("http.request.method", "GET");
+        request.set_str("url.path", "/items");
         request.set_str("sluice.rule", "per-ip");
         request.set_int("http.response.status_code", 503);
         assert_exact(&edge, &[request.clone()]);
@@ -1290,21 +1041,19 @@ mod tests {
         // Children with and without a trace state of their own (an empty
         // one too), grandchildren inheriting theirs; values at their
         // edges; unicode; times at both ends.
-        let mut parent = *recording(0);
+        let mut parent = recording(0);
         parent.trace_state = Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE".into());
         parent.start = u64::MAX;
         parent.end = 1;
-        parent.name = "GET /café/ψ/😀".to_owned();
-        parent.set("empty.static", Value::Static(""));
-        parent.set("empty.shared", Value::Shared(Arc::from("")));
-        parent.set("empty.owned", Value::Owned(String::new()));
-        parent.set("zero", Value::Int(0));
-        parent.set("minus.one", Value::Int(-1));
-        parent.set("min", Value::Int(i64::MIN));
-        parent.set("max", Value::Int(i64::MAX));
-        parent.set("ключ.😀", Value::Owned("значение ✓".to_owned()));
-        parent.set(LONG_KEY, Value::Owned("x".repeat(300)));
-        parent.set("", Value::Static("a key left empty"));
+        parent.name = "GET /café/ψ/😀".into();
+        parent.set_str("empty", "");
+        parent.set_int("zero", 0);
+        parent.set_int("minus.one", -1);
+        parent.set_int("min", i64::MIN);
+        parent.set_int("max", i64::MAX);
+        parent.set_str("ключ.😀", "значение ✓");
+        parent.set_str(LONG_KEY, &"x".repeat(300));
+        parent.set_str("", "a key left empty");
         let mut inheriting = bare(Kind::Client);
         inheriting.parent = Some(parent.span_id);
         inheriting.error = true;
@@ -1320,23 +1069,20 @@ mod tests {
 
         // Many attributes and long values: spans and a body whose lengths
         // take two and three bytes.
-        let mut many = *recording(2);
+        let mut many = recording(2);
         for (index, value) in (0..200).zip(
             [
-                Value::Static("static"),
-                Value::Shared(Arc::from("shared")),
-                Value::Owned("y".repeat(100)),
+                Value::Str("text".to_owned()),
+                Value::Str(String::new()),
+                Value::Str("y".repeat(100)),
                 Value::Int(-123_456_789),
             ]
             .into_iter()
             .cycle(),
         ) {
-            many.attributes.push(Attribute {
-                key: ["a", "b", LONG_KEY, "ключ"][index % 4],
-                value,
-            });
+            set(&mut many, ["a", "b", LONG_KEY, "ключ"][index % 4], &value);
         }
-        many.children[1].set("body", Value::Owned("z".repeat(20_000)));
+        many.children[1].set_str("body", &"z".repeat(20_000));
         assert_exact(&edge, &[many]);
 
         // Several recordings in one export; resources of other shapes.
@@ -1346,10 +1092,7 @@ mod tests {
             ("service.instance.id".to_owned(), "mine".to_owned()),
             ("région".to_owned(), "eu-west-3 ✓".to_owned()),
         ];
-        assert_exact(
-            &pairs,
-            &[request, parent, *recording(3), bare(Kind::Server)],
-        );
+        assert_exact(&pairs, &[request, parent, recording(3), bare(Kind::Server)]);
     }
 
     /// Attribute keys for random spans: sluice's keys are static.
@@ -1374,9 +1117,7 @@ mod tests {
 
     fn random_value() -> impl Strategy<Value = Value> {
         prop_oneof![
-            prop::sample::select(vec!["", "GET", "allowed", "ψ😀"]).prop_map(Value::Static),
-            random_text().prop_map(|text| Value::Shared(Arc::from(text))),
-            random_text().prop_map(Value::Owned),
+            random_text().prop_map(Value::Str),
             prop_oneof![
                 Just(0),
                 Just(-1),
@@ -1423,13 +1164,12 @@ mod tests {
                         start,
                     );
                     span.trace_state = trace_state.map(String::into_boxed_str);
-                    span.name = name;
+                    span.name = name.into();
                     span.end = end;
                     span.error = error;
-                    span.attributes = attributes
-                        .into_iter()
-                        .map(|(key, value)| Attribute { key, value })
-                        .collect();
+                    for (key, value) in &attributes {
+                        set(&mut span, key, value);
+                    }
                     span
                 },
             )
@@ -1470,10 +1210,42 @@ mod tests {
                 .map(|(key, value)| (key.to_owned(), value))
                 .collect();
             let instance = "0123456789abcdef0123456789abcdef";
-            let direct = encode(&Preamble::new(&resource(&pairs, instance)), &recordings);
+            let direct = encoded(&Preamble::new(&resource(&pairs, instance)), &recordings);
             let expected = oracle(oracle_resource(&pairs, instance), recordings);
             prop_assert_eq!(&direct, &expected.encode_to_vec());
             prop_assert_eq!(ExportTraceServiceRequest::decode(&direct[..]).unwrap(), expected);
+        }
+
+        /// A span's attributes, written as they are set, are the generated
+        /// types' `Span.attributes`, byte for byte.
+        #[test]
+        fn attributes_are_written_as_the_generated_types_write_them(
+            attributes in prop::collection::vec(
+                (
+                    prop_oneof![
+                        prop::sample::select(KEYS.to_vec()).prop_map(str::to_owned),
+                        random_text(),
+                        // Around the lengths where one length byte no
+                        // longer does (otlp.rs's short forms).
+                        "[a-z.]{95,130}",
+                    ],
+                    prop_oneof![random_value(), "[a-z]{0,130}".prop_map(Value::Str)],
+                ),
+                0..=30,
+            ),
+        ) {
+            let mut recording = bare(Kind::Server);
+            for (key, value) in &attributes {
+                set(&mut recording, key, value);
+            }
+            let expected = Span {
+                attributes: attributes
+                    .iter()
+                    .map(|(key, value)| attribute(key.clone(), proto_value(value)))
+                    .collect(),
+                ..Default::default()
+            };
+            prop_assert_eq!(recording.attributes(), &expected.encode_to_vec()[..]);
         }
     }
 }

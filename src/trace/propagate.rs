@@ -4,20 +4,24 @@
 //! the propagators sluice writes are removed first, so the upstream sees
 //! one parent, sluice's; `tracestate` goes on as it came.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use http::header::{HeaderMap, HeaderValue};
 use smallvec::SmallVec;
 
 use super::context::{self, X_B3_SAMPLED, X_B3_SPAN_ID, X_B3_TRACE_ID};
 use super::ids::{SpanId, TraceId};
-use super::span::{Kind, Recording, Value};
+use super::span::{Kind, Recording};
 use crate::clock::Nanos;
 use crate::config::Propagators;
+use crate::key::client_ip;
 
-/// A sampled request's trace on its way upstream.
+/// A sampled request's trace on its way upstream. Its methods are cold and
+/// out of line: only a sampled request calls them, and the code of the
+/// request path they are called from stays as small as it was without
+/// tracing (docs/observability.md, "What tracing costs").
 #[derive(Debug)]
 pub struct Outgoing {
     trace_id: TraceId,
@@ -61,6 +65,8 @@ impl Outgoing {
 
     /// An attempt at `server` begins at `now`: the head written next
     /// names its span.
+    #[cold]
+    #[inline(never)]
     pub fn begin_attempt(&self, server: SocketAddr, now: Nanos) {
         let span_id = SpanId::random();
         self.attempt
@@ -76,6 +82,8 @@ impl Outgoing {
 
     /// The attempt begun last ended at `now` with `outcome`: a status, or
     /// the kind of failure (`connect`, `timeout`, …).
+    #[cold]
+    #[inline(never)]
     pub fn end_attempt(&self, outcome: Result<u16, &'static str>, now: Nanos) {
         if let Some(attempt) = self.attempts().last_mut() {
             attempt.end = now;
@@ -94,6 +102,8 @@ impl Outgoing {
     }
 
     /// The trace fields of the current attempt, as HTTP/1.1 lines.
+    #[cold]
+    #[inline(never)]
     pub fn write_lines(&self, out: &mut Vec<u8>) {
         let span_id = self.span_id();
         if self.propagators.tracecontext {
@@ -118,6 +128,8 @@ impl Outgoing {
     }
 
     /// The trace fields of the current attempt, into a header map (HTTP/2).
+    #[cold]
+    #[inline(never)]
     pub fn write_map(&self, headers: &mut HeaderMap) {
         let span_id = self.span_id();
         let value = |bytes: &[u8]| HeaderValue::from_bytes(bytes).expect("hex and dashes");
@@ -138,8 +150,11 @@ impl Outgoing {
 
     /// The attempts made so far, as `CLIENT` spans under `parent`, for the
     /// pool `pool`.
-    pub fn add_spans(&self, parent: &mut Recording, method: &http::Method, pool: &Arc<str>) {
+    #[cold]
+    #[inline(never)]
+    pub fn add_spans(&self, parent: &mut Recording, method: &http::Method, pool: &str) {
         let attempts = std::mem::take(&mut *self.attempts());
+        parent.children.reserve_exact(attempts.len());
         for (number, attempt) in attempts.into_iter().enumerate() {
             let mut span = Recording::new(
                 Kind::Client,
@@ -148,30 +163,34 @@ impl Outgoing {
                 Some(parent.span_id),
                 attempt.start,
             );
-            span.name = method.as_str().to_owned();
+            span.name = Recording::method_name(method);
             span.end = attempt.end;
-            span.set("http.request.method", Recording::method(method));
-            span.set(
-                "server.address",
-                Value::Owned(attempt.server.ip().to_string()),
-            );
+            span.set_str("http.request.method", method.as_str());
+            match attempt.server.ip() {
+                // Digit by digit: `fmt` costs several times as much.
+                IpAddr::V4(v4) => {
+                    let mut text = [0; client_ip::IPV4_TEXT_MAX];
+                    span.set_str("server.address", client_ip::ipv4_text(v4, &mut text));
+                }
+                v6 => span.set_str("server.address", &v6.to_string()),
+            }
             span.set_int("server.port", i64::from(attempt.server.port()));
-            span.set("sluice.upstream", Value::Shared(Arc::clone(pool)));
+            span.set_str("sluice.upstream", pool);
             span.set_int("sluice.attempt", number as i64 + 1);
             match attempt.outcome {
                 Some(Ok(status)) => {
                     span.set_int("http.response.status_code", i64::from(status));
                     if status >= 500 {
                         span.error = true;
-                        span.set("error.type", Value::Owned(status.to_string()));
+                        span.set_str("error.type", itoa::Buffer::new().format(status));
                     }
                 }
                 Some(Err(kind)) => {
                     span.error = true;
-                    span.set("error.type", Value::Static(kind));
+                    span.set_str("error.type", kind);
                 }
                 // Dropped before it ended (the client left).
-                None => span.set("error.type", Value::Static("cancelled")),
+                None => span.set_str("error.type", "cancelled"),
             }
             parent.children.push(span);
         }

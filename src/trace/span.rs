@@ -1,10 +1,14 @@
-//! A span as sluice records it on the request path: plain fields and a
-//! list of attributes with static names, turned into OTLP's messages only
-//! by the exporter, off the request path (`trace/export.rs`).
+//! A span as sluice records it on the request path: plain fields, and its
+//! attributes already in OTLP's bytes, written as they are set into one
+//! buffer (`trace/otlp.rs`). The exporter writes the rest of the span
+//! around them, off the request path (`trace/export.rs`): setting an
+//! attribute copies its text once and allocates nothing, where a list of
+//! values cost an allocation per value and their encoding again later.
 
-use std::sync::Arc;
+use std::borrow::Cow;
 
 use super::ids::{SpanId, TraceId};
+use super::otlp::{self, field, Any};
 use crate::clock::Nanos;
 
 /// OpenTelemetry's span kinds sluice records.
@@ -15,23 +19,6 @@ pub enum Kind {
     Server,
     /// One attempt at the upstream.
     Client,
-}
-
-/// An attribute's value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    Static(&'static str),
-    Shared(Arc<str>),
-    Owned(String),
-    Int(i64),
-}
-
-/// One attribute: its name is one of the conventions' or sluice's
-/// (docs/observability.md lists them).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Attribute {
-    pub key: &'static str,
-    pub value: Value,
 }
 
 /// A recorded span and the spans recorded under it (a request's upstream
@@ -46,18 +33,24 @@ pub struct Recording {
     /// The incoming `tracestate`, passed on as it came.
     pub trace_state: Option<Box<str>>,
     pub kind: Kind,
-    pub name: String,
+    /// Borrowed when it is a constant (a client span's standard method).
+    pub name: Cow<'static, str>,
     /// Unix nanoseconds.
     pub start: Nanos,
     pub end: Nanos,
     /// Status `ERROR` (a 5xx answer, a failed attempt); else unset.
     pub error: bool,
-    pub attributes: Vec<Attribute>,
+    /// The attributes, each an encoded `Span.attributes` field (a
+    /// `KeyValue`), in the order they were set.
+    attributes: Vec<u8>,
     pub children: Vec<Recording>,
 }
 
-/// Attributes a request's span has room for before its list grows.
-const ATTRIBUTES: usize = 20;
+/// The attributes' bytes a span has room for before its buffer grows: a
+/// request's server span takes about 450 (its user agent and path
+/// included), an attempt's client span about 170.
+const SERVER_ATTRIBUTES: usize = 640;
+const CLIENT_ATTRIBUTES: usize = 256;
 
 impl Recording {
     /// A span with no name, attributes or end yet.
@@ -74,47 +67,54 @@ impl Recording {
             parent,
             trace_state: None,
             kind,
-            name: String::new(),
+            name: Cow::Borrowed(""),
             start,
             end: start,
             error: false,
-            attributes: Vec::with_capacity(ATTRIBUTES),
+            attributes: Vec::with_capacity(match kind {
+                Kind::Server => SERVER_ATTRIBUTES,
+                Kind::Client => CLIENT_ATTRIBUTES,
+            }),
             children: Vec::new(),
         }
     }
 
-    /// Adds an attribute. Each is set once per span (the request path
-    /// knows which it has written), so this only pushes: a search by name
-    /// was the largest cost of recording a span.
-    pub fn set(&mut self, key: &'static str, value: Value) {
-        debug_assert!(self.get(key).is_none(), "{key} set twice");
-        self.attributes.push(Attribute { key, value });
+    /// Adds a text attribute. Each is set once per span (the request
+    /// path knows which it has written): nothing searches for a name.
+    pub fn set_str(&mut self, key: &str, value: &str) {
+        otlp::put_key_value(
+            field::span::ATTRIBUTES,
+            key,
+            Any::Str(value),
+            &mut self.attributes,
+        );
     }
 
-    /// The method as a value: the standard ones without an allocation.
-    pub fn method(method: &http::Method) -> Value {
+    /// Adds an integer attribute (as [`Recording::set_str`]).
+    pub fn set_int(&mut self, key: &str, value: i64) {
+        otlp::put_key_value(
+            field::span::ATTRIBUTES,
+            key,
+            Any::Int(value),
+            &mut self.attributes,
+        );
+    }
+
+    /// `method` as a name: the standard ones without an allocation.
+    pub fn method_name(method: &http::Method) -> Cow<'static, str> {
         const STANDARD: [&str; 9] = [
             "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "CONNECT", "TRACE",
         ];
         match STANDARD.iter().find(|name| **name == method.as_str()) {
-            Some(name) => Value::Static(name),
-            None => Value::Owned(method.as_str().to_owned()),
+            Some(name) => Cow::Borrowed(name),
+            None => Cow::Owned(method.as_str().to_owned()),
         }
     }
 
-    pub fn set_str(&mut self, key: &'static str, value: &str) {
-        self.set(key, Value::Owned(value.to_owned()));
-    }
-
-    pub fn set_int(&mut self, key: &'static str, value: i64) {
-        self.set(key, Value::Int(value));
-    }
-
-    pub fn get(&self, key: &str) -> Option<&Value> {
-        self.attributes
-            .iter()
-            .find(|a| a.key == key)
-            .map(|a| &a.value)
+    /// The attributes, encoded: `Span.attributes` fields, one after the
+    /// other.
+    pub fn attributes(&self) -> &[u8] {
+        &self.attributes
     }
 
     /// This span and those under it.

@@ -4,6 +4,7 @@
 //! 64 random bits and reads its trace headers only if their parent would be
 //! followed, and that is all (docs/observability.md, "What tracing costs").
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use http::Request;
@@ -12,7 +13,7 @@ use super::context::{self, Parent};
 use super::export::Exporter;
 use super::ids::SpanId;
 use super::sample::{Sampled, Sampler};
-use super::span::{Kind, Recording, Value};
+use super::span::{Kind, Recording};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{Propagators, TracingConfig};
 use crate::metrics::TraceSpans;
@@ -101,7 +102,7 @@ impl Tracer {
         &self,
         headers: &http::HeaderMap,
         trusted: bool,
-        name: &str,
+        name: &'static str,
     ) -> Option<Box<Recording>> {
         let parent = match self.sampler.follows(trusted) {
             true => context::extract(headers, self.propagators),
@@ -114,7 +115,7 @@ impl Tracer {
         };
         let mut recording =
             Recording::new(Kind::Server, trace_id, SpanId::random(), parent, self.now());
-        recording.name = name.to_owned();
+        recording.name = Cow::Borrowed(name);
         Some(Box::new(recording))
     }
 
@@ -125,7 +126,7 @@ impl Tracer {
 
     /// Ends `recording` now and hands it to the exporter.
     #[inline(never)]
-    pub fn finish(&self, mut recording: Box<Recording>) {
+    pub fn finish(&self, mut recording: Recording) {
         recording.end = self.clock.now();
         self.exporter.submit(recording);
     }
@@ -138,45 +139,20 @@ impl Tracer {
 
 /// HTTP's semantic conventions for what the request asked.
 fn describe_request<B>(recording: &mut Recording, request: &Request<B>) {
-    let method = request.method();
-    recording.set(
-        "http.request.method",
-        Value::Owned(method.as_str().to_owned()),
-    );
+    recording.set_str("http.request.method", request.method().as_str());
     recording.set_str("url.path", request.uri().path());
     let version = match request.version() {
         http::Version::HTTP_10 => "1.0",
         http::Version::HTTP_2 => "2",
         _ => "1.1",
     };
-    recording.set("network.protocol.version", Value::Static(version));
-    let host = request.uri().host().or_else(|| {
-        let host = request.headers().get(http::header::HOST)?;
-        host.to_str().ok().map(without_port)
-    });
-    if let Some(host) = host {
-        recording.set_str("server.address", host);
-    }
+    recording.set_str("network.protocol.version", version);
     if let Some(agent) = request
         .headers()
         .get(http::header::USER_AGENT)
         .and_then(|agent| agent.to_str().ok())
     {
         recording.set_str("user_agent.original", agent);
-    }
-}
-
-/// `host[:port]` without the port (an IPv6 literal keeps its brackets).
-fn without_port(host: &str) -> &str {
-    match host.rsplit_once(':') {
-        Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
-            if name.starts_with('[') && !name.ends_with(']') {
-                host
-            } else {
-                name
-            }
-        }
-        _ => host,
     }
 }
 
@@ -187,7 +163,8 @@ fn without_port(host: &str) -> &str {
 #[derive(Debug, Default)]
 pub struct Span(Option<Box<Live>>);
 
-/// A sampled request's span in the making, and where it goes when it ends.
+/// A sampled request's span in the making, and where it goes when it ends
+/// (its [`Span`]'s drop).
 #[derive(Debug)]
 pub struct Live {
     recording: Recording,
@@ -219,10 +196,25 @@ impl Span {
     }
 }
 
-impl Drop for Live {
-    /// The span ended: to the exporter.
+impl Drop for Span {
+    /// The span ended: to the exporter. Inlined, so that an unsampled
+    /// span's drop is one test of its pointer, not a call.
+    #[inline(always)]
     fn drop(&mut self) {
-        let recording = std::mem::take(&mut self.recording);
-        self.tracer.finish(Box::new(recording));
+        if let Some(live) = self.0.take() {
+            live.end();
+        }
+    }
+}
+
+impl Live {
+    // Boxed: the caller, every response body's drop, passes a pointer and
+    // moves nothing.
+    #[allow(clippy::boxed_local)]
+    #[cold]
+    #[inline(never)]
+    fn end(self: Box<Live>) {
+        let Live { recording, tracer } = *self;
+        tracer.finish(recording);
     }
 }

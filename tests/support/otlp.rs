@@ -35,13 +35,14 @@ pub struct ReceivedSpan {
 }
 
 impl ReceivedSpan {
-    /// An attribute's value: a string, or a number (or bool) as text.
+    /// An attribute's value: a string, or a number (or bool) as text. An
+    /// attribute is set once per span (OpenTelemetry's rule, which sluice
+    /// keeps without checking as it records): one set twice fails here.
     pub fn attr(&self, key: &str) -> Option<String> {
-        self.span
-            .attributes
-            .iter()
-            .find(|kv| kv.key == key)
-            .and_then(|kv| text(kv.value.as_ref()))
+        let mut named = self.span.attributes.iter().filter(|kv| kv.key == key);
+        let found = named.next();
+        assert!(named.next().is_none(), "{key} set twice: {}", summary(self));
+        found.and_then(|kv| text(kv.value.as_ref()))
     }
 
     /// A resource attribute's value.
