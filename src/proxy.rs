@@ -386,8 +386,9 @@ impl Proxy {
     }
 
     /// Handles one client request end to end, writing its answer into
-    /// `response`, which is [`respond::vacant`]. The request stays in
-    /// `request`; only its body is taken, when it is forwarded.
+    /// `response`, which is [`respond::vacant`], with `Connection: close`
+    /// while draining. The request stays in `request`; only its body is
+    /// taken, when it is forwarded.
     pub async fn handle(
         &self,
         request: &mut ClientRequest,
@@ -397,6 +398,7 @@ impl Proxy {
         // All of a request's timings come from the limiter's clock (a TSC
         // read, far cheaper than `Instant::now()` on this kind of VM).
         let started = self.shared.clock.now();
+        let version = request.get().version();
         let snapshot = self.shared.current.load_full();
         let policy = &*snapshot.policy;
         let trusted = policy.client_ip.is_trusted(peer.ip());
@@ -449,6 +451,15 @@ impl Proxy {
             response.body_mut().carry_span(span);
         }
         self.shared.metrics.count_response(status);
+        if !self.is_ready() && version < http::Version::HTTP_2 {
+            // Draining: this is the connection's last exchange, and the
+            // client should know before it sends another (nginx does the
+            // same on a graceful stop). HTTP/2 clients are told by GOAWAY.
+            response.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
     }
 
     /// The phases of one request, each in its file: checks → identify →

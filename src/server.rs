@@ -29,7 +29,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderValue, Response, StatusCode, Version};
+use http::{Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -413,28 +413,9 @@ impl Handler for Proxied {
         request: &'a mut ClientRequest,
         response: &'a mut Response<ProxyBody>,
     ) -> impl Future<Output = ()> + Send + 'a {
-        exchange(&self.proxy, request, self.peer, response)
-    }
-}
-
-/// One request through the proxy, its answer written into the
-/// [`respond::vacant`] `response`, with what the connection needs around it:
-/// `Connection: close` while draining.
-async fn exchange(
-    proxy: &Proxy,
-    request: &mut ClientRequest,
-    peer: SocketAddr,
-    response: &mut Response<ProxyBody>,
-) {
-    let version = request.get().version();
-    proxy.handle(request, peer, response).await;
-    if !proxy.is_ready() && version < Version::HTTP_2 {
-        // Draining: this is the connection's last exchange, and the client
-        // should know before it sends another (nginx does the same on a
-        // graceful stop). HTTP/2 clients are told by GOAWAY.
-        response
-            .headers_mut()
-            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        // The proxy's own future, not one around it: the connection's
+        // inlines it whole (docs/observability.md, "What tracing costs").
+        self.proxy.handle(request, self.peer, response)
     }
 }
 

@@ -4,7 +4,6 @@
 //! as its label, never in clear). Only a recording span is written to:
 //! an unsampled request pays one test.
 
-use std::borrow::Cow;
 use std::net::IpAddr;
 
 use super::access::{deciding, shown_key, Deciding, Record};
@@ -34,7 +33,8 @@ pub fn answered(
     if let Some(recording) = span.recording() {
         recording.set_int("http.response.status_code", i64::from(status.as_u16()));
         recording.error = status.is_server_error();
-        recording.set_str("sluice.request_id", id.as_str());
+        // Visible ASCII only (request_id.rs).
+        recording.set_ascii("sluice.request_id", id.as_bytes());
     }
     response.body_mut().carry_span(span);
 }
@@ -86,24 +86,23 @@ fn write(span: &mut Recording, record: &Record<'_, '_, '_>, serving: Serving<'_>
     // The client as keyed: the text of a rule keyed by the IP alone too.
     let mut v4_text = [0; client_ip::IPV4_TEXT_MAX];
     let v6_text;
-    let client = match client_ip::canonical(client) {
+    let client: &[u8] = match client_ip::canonical(client) {
         // Digit by digit: `fmt` costs several times as much.
-        IpAddr::V4(v4) => client_ip::ipv4_text(v4, &mut v4_text),
+        IpAddr::V4(v4) => client_ip::ipv4_bytes(v4, &mut v4_text),
         v6 => {
             let mut text = String::with_capacity(48);
             client_ip::write_key(v6, prefix, &mut text);
             v6_text = text;
-            &v6_text
+            v6_text.as_bytes()
         }
     };
-    span.set_str("client.address", client);
+    // Digits, dots, colons, a slash: ASCII.
+    span.set_ascii("client.address", client);
     // A rule's key as it may be shown; the client's text when the IP alone
     // is the key (as the access log does).
-    let key = |rule: &Rule, facts: &RequestFacts<'_>| -> Cow<'_, str> {
-        match rule.key[..] {
-            [KeySource::Ip] => Cow::Borrowed(client),
-            _ => Cow::Owned(shown_key(rule, facts, policy)),
-        }
+    let key = |span: &mut Recording, rule: &Rule, facts: &RequestFacts<'_>| match rule.key[..] {
+        [KeySource::Ip] => span.set_ascii("sluice.key", client),
+        _ => span.set_str("sluice.key", &shown_key(rule, facts, policy)),
     };
     let scheme = if policy.config.server.tls.is_some() {
         "https"
@@ -122,7 +121,7 @@ fn write(span: &mut Recording, record: &Record<'_, '_, '_>, serving: Serving<'_>
             Unidentified::Gone(rule, _) => {
                 span.set_str("sluice.outcome", "limited");
                 span.set_str("sluice.rule", &rule.name);
-                span.set_str("sluice.key", &key(rule, facts));
+                key(span, rule, facts);
             }
         },
         Record::Ruled {
@@ -154,7 +153,7 @@ fn write(span: &mut Recording, record: &Record<'_, '_, '_>, serving: Serving<'_>
                 } => {
                     span.set_str("sluice.outcome", outcome);
                     span.set_str("sluice.rule", &rule.name);
-                    span.set_str("sluice.key", &key(rule, facts));
+                    key(span, rule, facts);
                     if let Some(verdict) = verdict {
                         let state = verdict.decision.state();
                         span.set_int("sluice.remaining", state.remaining as i64);

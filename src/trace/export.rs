@@ -324,7 +324,7 @@ impl Preamble {
             .map(|&(key, value)| {
                 delimited_len(
                     field::resource::ATTRIBUTES,
-                    key_value_len(key, Any::Str(value)),
+                    key_value_len(key, Any::Text(value.as_bytes())),
                 )
             })
             .sum();
@@ -334,7 +334,7 @@ impl Preamble {
             put_key_value(
                 field::resource::ATTRIBUTES,
                 key,
-                Any::Str(value),
+                Any::Text(value.as_bytes()),
                 &mut resource,
             );
         }
@@ -483,19 +483,22 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Value {
         Str(String),
+        /// Set through `set_ascii`.
+        Ascii(String),
         Int(i64),
     }
 
     fn set(recording: &mut Recording, key: &str, value: &Value) {
         match value {
             Value::Str(text) => recording.set_str(key, text),
+            Value::Ascii(text) => recording.set_ascii(key, text.as_bytes()),
             Value::Int(number) => recording.set_int(key, *number),
         }
     }
 
     fn proto_value(value: &Value) -> any_value::Value {
         match value {
-            Value::Str(text) => any_value::Value::StringValue(text.clone()),
+            Value::Str(text) | Value::Ascii(text) => any_value::Value::StringValue(text.clone()),
             Value::Int(number) => any_value::Value::IntValue(*number),
         }
     }
@@ -1229,7 +1232,11 @@ mod tests {
                         // longer does (otlp.rs's short forms).
                         "[a-z.]{95,130}",
                     ],
-                    prop_oneof![random_value(), "[a-z]{0,130}".prop_map(Value::Str)],
+                    prop_oneof![
+                        random_value(),
+                        "[a-z]{0,130}".prop_map(Value::Str),
+                        "[ -~]{0,130}".prop_map(Value::Ascii),
+                    ],
                 ),
                 0..=30,
             ),

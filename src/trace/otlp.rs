@@ -73,7 +73,8 @@ pub mod field {
 /// An attribute's value as OTLP's `AnyValue` holds it, borrowed.
 #[derive(Clone, Copy)]
 pub enum Any<'a> {
-    Str(&'a str),
+    /// A `string_value`: UTF-8, a `&str`'s bytes or ASCII by construction.
+    Text(&'a [u8]),
     Int(i64),
 }
 
@@ -87,7 +88,7 @@ pub fn key_value_len(key: &str, value: Any) -> usize {
 /// it is its type's default ("" or 0).
 pub fn any_value_len(value: Any) -> usize {
     match value {
-        Any::Str(text) => delimited_len(field::any_value::STRING_VALUE, text.len()),
+        Any::Text(text) => delimited_len(field::any_value::STRING_VALUE, text.len()),
         Any::Int(number) => int64::encoded_len(field::any_value::INT_VALUE, &number),
     }
 }
@@ -96,7 +97,7 @@ pub fn any_value_len(value: Any) -> usize {
 #[inline]
 pub fn put_key_value(tag: u32, key: &str, value: Any, out: &mut Vec<u8>) {
     match value {
-        Any::Str(text) if tag < 16 && key.len() + text.len() < SHORT => {
+        Any::Text(text) if tag < 16 && key.len() + text.len() < SHORT => {
             put_short_string(tag, key, text, out)
         }
         Any::Int(number) if tag < 16 && key.len() < SHORT_INT_KEY => {
@@ -119,10 +120,10 @@ const SHORT: usize = 120;
 /// its key (most of them: a method, a path, an address, a rule's name),
 /// written in one go into room made once: nine bytes of keys and lengths
 /// around the two texts.
-fn put_short_string(tag: u32, key: &str, text: &str, out: &mut Vec<u8>) {
+fn put_short_string(tag: u32, key: &str, text: &[u8], out: &mut Vec<u8>) {
     const STRING: u8 =
         ((field::any_value::STRING_VALUE << 3) | WireType::LengthDelimited as u32) as u8;
-    let (key, text) = (key.as_bytes(), text.as_bytes());
+    let key = key.as_bytes();
     // An empty key is left out, as prost leaves out an empty string.
     let key_field = if key.is_empty() { 0 } else { 2 + key.len() };
     let any_value = 2 + text.len();
@@ -176,9 +177,9 @@ fn put_any_key_value(tag: u32, key: &str, value: Any, out: &mut Vec<u8>) {
     put_string(field::key_value::KEY, key, out);
     put_delimited(field::key_value::VALUE, any_value, out);
     match value {
-        Any::Str(text) => {
+        Any::Text(text) => {
             put_delimited(field::any_value::STRING_VALUE, text.len(), out);
-            out.extend_from_slice(text.as_bytes());
+            out.extend_from_slice(text);
         }
         Any::Int(number) => {
             put_key(field::any_value::INT_VALUE, WireType::Varint, out);

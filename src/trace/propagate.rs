@@ -170,7 +170,7 @@ impl Outgoing {
                 // Digit by digit: `fmt` costs several times as much.
                 IpAddr::V4(v4) => {
                     let mut text = [0; client_ip::IPV4_TEXT_MAX];
-                    span.set_str("server.address", client_ip::ipv4_text(v4, &mut text));
+                    span.set_ascii("server.address", client_ip::ipv4_bytes(v4, &mut text));
                 }
                 v6 => span.set_str("server.address", &v6.to_string()),
             }
