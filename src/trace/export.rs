@@ -35,27 +35,16 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-use opentelemetry_proto::tonic::trace::v1::status::StatusCode as ProtoStatus;
 use rand::RngCore;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::otlp::{bytes_len, fixed32_len, fixed64_len};
 use super::otlp::{
-    delimited_len, field, int32_len, key_value_len, put_bytes, put_delimited, put_fixed32,
-    put_fixed64, put_int32, put_key_value, put_string, string_len, Any,
+    delimited_len, field, key_value_len, put_delimited, put_key_value, put_string, string_len, Any,
 };
-use super::span::{Kind, Recording};
+use super::span::{put_spans, Recording};
 use crate::config::TracingExport;
 use crate::metrics::TraceSpans;
-
-/// W3C's `sampled` trace flag: every recorded span is sampled.
-const SAMPLED: u32 = 0x01;
-/// OTLP's span flags: whether the parent is remote is known (bit 8) ...
-const HAS_IS_REMOTE: u32 = 0x100;
-/// ... and it is (bit 9).
-const IS_REMOTE: u32 = 0x200;
 
 /// What the request path and [`Exporter::flush`] send the task.
 #[derive(Debug)]
@@ -370,89 +359,6 @@ fn encode(preamble: &Preamble, spans: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The `tracestate` a span is exported with: its own or, without one, its
-/// parent's (as a span started under another has).
-fn trace_state<'a>(recording: &'a Recording, inherited: &'a str) -> &'a str {
-    recording.trace_state.as_deref().unwrap_or(inherited)
-}
-
-/// OTLP's span flags: sampled, and whether the parent is remote. A server
-/// span's parent came with the request: it is remote. A client span's
-/// parent is the server span, here.
-fn flags(recording: &Recording) -> u32 {
-    match (recording.kind, recording.parent) {
-        (Kind::Server, Some(_)) => SAMPLED | HAS_IS_REMOTE | IS_REMOTE,
-        _ => SAMPLED | HAS_IS_REMOTE,
-    }
-}
-
-fn kind(recording: &Recording) -> i32 {
-    match recording.kind {
-        Kind::Server => SpanKind::Server as i32,
-        Kind::Client => SpanKind::Client as i32,
-    }
-}
-
-/// The status: code `ERROR` when the span failed, else unset; no message.
-fn status_code(recording: &Recording) -> i32 {
-    if recording.error {
-        ProtoStatus::Error as i32
-    } else {
-        ProtoStatus::Unset as i32
-    }
-}
-
-/// A `Span` message's length: its attributes are written already.
-fn span_len(recording: &Recording, trace_state: &str) -> usize {
-    use field::span;
-    bytes_len(span::TRACE_ID, &recording.trace_id.0)
-        + bytes_len(span::SPAN_ID, &recording.span_id.0)
-        + string_len(span::TRACE_STATE, trace_state)
-        + recording
-            .parent
-            .map_or(0, |parent| bytes_len(span::PARENT_SPAN_ID, &parent.0))
-        + string_len(span::NAME, &recording.name)
-        + int32_len(span::KIND, kind(recording))
-        + fixed64_len(span::START_TIME_UNIX_NANO, recording.start)
-        + fixed64_len(span::END_TIME_UNIX_NANO, recording.end)
-        + recording.attributes().len()
-        + delimited_len(span::STATUS, status_len(recording))
-        + fixed32_len(span::FLAGS, flags(recording))
-}
-
-/// A `Status` message's length.
-fn status_len(recording: &Recording) -> usize {
-    int32_len(field::status::CODE, status_code(recording))
-}
-
-/// Appends `recording` and, after it, its children (recursively) to `out`
-/// as `ScopeSpans.spans` entries. `inherited`: the `tracestate` of the
-/// span it is a child of.
-fn put_spans(recording: &Recording, inherited: &str, out: &mut Vec<u8>) {
-    use field::span;
-    let trace_state = trace_state(recording, inherited);
-    let len = span_len(recording, trace_state);
-    out.reserve(delimited_len(field::scope_spans::SPANS, len));
-    put_delimited(field::scope_spans::SPANS, len, out);
-    put_bytes(span::TRACE_ID, &recording.trace_id.0, out);
-    put_bytes(span::SPAN_ID, &recording.span_id.0, out);
-    put_string(span::TRACE_STATE, trace_state, out);
-    if let Some(parent) = recording.parent {
-        put_bytes(span::PARENT_SPAN_ID, &parent.0, out);
-    }
-    put_string(span::NAME, &recording.name, out);
-    put_int32(span::KIND, kind(recording), out);
-    put_fixed64(span::START_TIME_UNIX_NANO, recording.start, out);
-    put_fixed64(span::END_TIME_UNIX_NANO, recording.end, out);
-    out.extend_from_slice(recording.attributes());
-    put_delimited(span::STATUS, status_len(recording), out);
-    put_int32(field::status::CODE, status_code(recording), out);
-    put_fixed32(span::FLAGS, flags(recording), out);
-    for child in &recording.children {
-        put_spans(child, trace_state, out);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
@@ -472,12 +378,15 @@ mod tests {
         any_value, AnyValue, InstrumentationScope, KeyValue,
     };
     use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+    use opentelemetry_proto::tonic::trace::v1::status::StatusCode as ProtoStatus;
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
     use proptest::prelude::*;
     use prost::Message as _;
 
     use super::*;
     use crate::trace::ids::{SpanId, TraceId};
+    use crate::trace::span::{Kind, HAS_IS_REMOTE, IS_REMOTE, SAMPLED};
 
     /// An attribute's value as the tests write it.
     #[derive(Debug, Clone)]
@@ -610,24 +519,61 @@ mod tests {
         }
     }
 
+    /// A span and the spans under it, as a test describes them: made into
+    /// a [`Recording`] by [`Tree::build`] (each child added once built, as
+    /// the request path adds its attempts), and into the generated types'
+    /// spans by [`oracle_spans`].
+    #[derive(Debug, Clone)]
+    struct Tree {
+        span: Recording,
+        children: Vec<Tree>,
+    }
+
+    impl Tree {
+        fn leaf(span: Recording) -> Tree {
+            Tree {
+                span,
+                children: Vec::new(),
+            }
+        }
+
+        fn build(&self) -> Recording {
+            let mut recording = self.span.clone();
+            for child in &self.children {
+                recording.add_child(&child.build());
+            }
+            recording
+        }
+    }
+
     /// A server span with `children` client spans.
-    fn recording(children: usize) -> Recording {
+    fn recording(children: usize) -> Tree {
         let trace_id = TraceId([7; 16]);
         let mut server = Recording::new(Kind::Server, trace_id, SpanId([1; 8]), None, 1_000);
         server.name = "GET /items".into();
         server.end = 9_000;
-        for index in 0..children {
-            let mut client = Recording::new(
-                Kind::Client,
-                trace_id,
-                SpanId([2; 8]),
-                Some(SpanId([1; 8])),
-                2_000,
-            );
-            client.name = format!("attempt {index}").into();
-            server.children.push(client);
+        let children = (0..children)
+            .map(|index| {
+                let mut client = Recording::new(
+                    Kind::Client,
+                    trace_id,
+                    SpanId([2; 8]),
+                    Some(SpanId([1; 8])),
+                    2_000,
+                );
+                client.name = format!("attempt {index}").into();
+                Tree::leaf(client)
+            })
+            .collect();
+        Tree {
+            span: server,
+            children,
         }
-        server
+    }
+
+    /// [`recording`], built.
+    fn recorded(children: usize) -> Recording {
+        recording(children).build()
     }
 
     /// How long a test waits for the export task at most.
@@ -654,14 +600,15 @@ mod tests {
         let counters = counters();
         let exporter = Exporter::start(&settings(addr), counters.clone());
         let mut request = recording(1);
-        request.parent = Some(SpanId([9; 8]));
-        request.trace_state = Some("vendor=1".into());
-        request.error = true;
-        request.set_str("http.request.method", "GET");
-        request.set_str("url.path", "/items");
-        request.set_str("sluice.rule", "per-ip");
-        request.set_int("http.response.status_code", 503);
-        exporter.submit(request);
+        let span = &mut request.span;
+        span.parent = Some(SpanId([9; 8]));
+        span.trace_state = Some("vendor=1".into());
+        span.error = true;
+        span.set_str("http.request.method", "GET");
+        span.set_str("url.path", "/items");
+        span.set_str("sluice.rule", "per-ip");
+        span.set_int("http.response.status_code", 503);
+        exporter.submit(request.build());
         exporter.flush(WITHIN).await;
         assert_eq!(counters.exported.get(), 2);
 
@@ -747,14 +694,14 @@ mod tests {
             ..settings(addr)
         };
         let exporter = Exporter::start(&settings, counters.clone());
-        exporter.submit(recording(1));
+        exporter.submit(recorded(1));
         tokio::time::timeout(WITHIN, posted.notified())
             .await
             .expect("the first export reached the collector");
         // While that export hangs, the queue takes 4 spans and drops the rest.
         let submitted = 2 + 50;
         for _ in 0..50 {
-            exporter.submit(recording(0));
+            exporter.submit(recorded(0));
         }
         assert!(counters.dropped.get() > 0, "the queue is bounded");
         assert!(counters.dropped.get() <= 50);
@@ -783,7 +730,7 @@ mod tests {
         let (addr, received) = collector(StatusCode::SERVICE_UNAVAILABLE).await;
         let answered = counters();
         let exporter = Exporter::start(&settings(addr), answered.clone());
-        exporter.submit(recording(2));
+        exporter.submit(recorded(2));
         exporter.flush(WITHIN).await;
         assert_eq!(answered.failed.get(), 3);
         assert_eq!(answered.exported.get(), 0);
@@ -802,7 +749,7 @@ mod tests {
         refusing.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let refused = counters();
         let exporter = Exporter::start(&settings(refusing.local_addr().unwrap()), refused.clone());
-        exporter.submit(recording(0));
+        exporter.submit(recorded(0));
         exporter.flush(WITHIN).await;
         assert_eq!(refused.failed.get(), 1);
         assert_eq!(refused.exported.get(), 0);
@@ -820,7 +767,7 @@ mod tests {
         let exporter = Exporter::start(&settings, counters.clone());
         let other = exporter.clone();
         for _ in 0..3 {
-            exporter.submit(recording(1));
+            exporter.submit(recorded(1));
         }
         drop(exporter);
         tokio::task::yield_now().await;
@@ -854,7 +801,7 @@ mod tests {
         };
         let exporter = Exporter::start(&settings, counters.clone());
         for _ in 0..3 {
-            exporter.submit(recording(1));
+            exporter.submit(recorded(1));
         }
         exporter.flush(Duration::from_secs(10)).await;
         assert_eq!(counters.exported.get(), 6);
@@ -914,7 +861,7 @@ mod tests {
 
     /// One `ExportTraceServiceRequest`: one resource, one scope, every
     /// recording's spans.
-    fn oracle(resource: Vec<KeyValue>, recordings: Vec<Recording>) -> ExportTraceServiceRequest {
+    fn oracle(resource: Vec<KeyValue>, recordings: Vec<Tree>) -> ExportTraceServiceRequest {
         let mut spans = Vec::new();
         for recording in recordings {
             oracle_spans(recording, "", &mut spans);
@@ -939,9 +886,15 @@ mod tests {
         }
     }
 
-    /// `recording` and, after it, its children (recursively) as OTLP spans. A
-    /// child without a `tracestate` of its own has its parent's.
-    fn oracle_spans(recording: Recording, inherited: &str, out: &mut Vec<Span>) {
+    /// `tree`'s span and, after it, its children (recursively) as OTLP
+    /// spans. A child without a `tracestate` of its own has its parent's
+    /// own (none: empty), as it was when it was added.
+    fn oracle_spans(tree: Tree, inherited: &str, out: &mut Vec<Span>) {
+        let Tree {
+            span: recording,
+            children,
+        } = tree;
+        let parents = recording.trace_state.as_deref().unwrap_or("").to_owned();
         let trace_state = recording
             .trace_state
             .as_deref()
@@ -982,23 +935,23 @@ mod tests {
             }),
             ..Default::default()
         });
-        for child in recording.children {
-            oracle_spans(child, &trace_state, out);
+        for child in children {
+            oracle_spans(child, &parents, out);
         }
     }
 
     /// The body of one export of `recordings`, as the task writes it.
-    fn encoded(preamble: &Preamble, recordings: &[Recording]) -> Vec<u8> {
+    fn encoded(preamble: &Preamble, recordings: &[Tree]) -> Vec<u8> {
         let mut spans = Vec::new();
         for recording in recordings {
-            put_spans(recording, "", &mut spans);
+            put_spans(&recording.build(), "", &mut spans);
         }
         encode(preamble, &spans)
     }
 
     /// The direct writer's body is the oracle's encoding, byte for byte,
     /// and decodes back to it.
-    fn assert_exact(pairs: &[(String, String)], recordings: &[Recording]) {
+    fn assert_exact(pairs: &[(String, String)], recordings: &[Tree]) {
         let instance = "0123456789abcdef0123456789abcdef";
         let direct = encoded(&Preamble::new(&resource(pairs, instance)), recordings);
         let expected = oracle(oracle_resource(pairs, instance), recordings.to_vec());
@@ -1018,6 +971,10 @@ mod tests {
         Recording::new(kind, TraceId([0; 16]), SpanId([0; 8]), None, 0)
     }
 
+    fn bare_leaf(kind: Kind) -> Tree {
+        Tree::leaf(bare(kind))
+    }
+
     #[test]
     fn the_direct_encoding_is_the_generated_types_byte_for_byte() {
         let edge = vec![("service.name".to_owned(), "edge".to_owned())];
@@ -1026,47 +983,49 @@ mod tests {
         // Nothing to export, and the bare minimum: no parent, no name, no
         // times, no attributes, all-zero ids.
         assert_exact(&edge, &[]);
-        assert_exact(&[], &[bare(Kind::Server)]);
-        assert_exact(&edge, &[bare(Kind::Client)]);
+        assert_exact(&[], &[bare_leaf(Kind::Server)]);
+        assert_exact(&edge, &[bare_leaf(Kind::Client)]);
 
         // The tests' request: a parent, a trace state its child inherits,
         // an error, each kind of value.
         let mut request = recording(1);
-        request.parent = Some(SpanId([9; 8]));
-        request.trace_state = Some("vendor=1".into());
-        request.error = true;
-        request.set_str("http.request.method", "GET");
-        request.set_str("url.path", "/items");
-        request.set_str("sluice.rule", "per-ip");
-        request.set_int("http.response.status_code", 503);
+        let span = &mut request.span;
+        span.parent = Some(SpanId([9; 8]));
+        span.trace_state = Some("vendor=1".into());
+        span.error = true;
+        span.set_str("http.request.method", "GET");
+        span.set_str("url.path", "/items");
+        request.span.set_str("sluice.rule", "per-ip");
+        request.span.set_int("http.response.status_code", 503);
         assert_exact(&edge, &[request.clone()]);
 
         // Children with and without a trace state of their own (an empty
         // one too), grandchildren inheriting theirs; values at their
         // edges; unicode; times at both ends.
         let mut parent = recording(0);
-        parent.trace_state = Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE".into());
-        parent.start = u64::MAX;
-        parent.end = 1;
-        parent.name = "GET /café/ψ/😀".into();
-        parent.set_str("empty", "");
-        parent.set_int("zero", 0);
-        parent.set_int("minus.one", -1);
-        parent.set_int("min", i64::MIN);
-        parent.set_int("max", i64::MAX);
-        parent.set_str("ключ.😀", "значение ✓");
-        parent.set_str(LONG_KEY, &"x".repeat(300));
-        parent.set_str("", "a key left empty");
-        let mut inheriting = bare(Kind::Client);
-        inheriting.parent = Some(parent.span_id);
-        inheriting.error = true;
-        inheriting.children.push(bare(Kind::Client));
-        let mut own = bare(Kind::Client);
-        own.trace_state = Some("own=1".into());
-        own.children.push(bare(Kind::Client));
-        let mut cleared = bare(Kind::Client);
-        cleared.trace_state = Some("".into());
-        cleared.children.push(bare(Kind::Server));
+        let span = &mut parent.span;
+        span.trace_state = Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE".into());
+        span.start = u64::MAX;
+        span.end = 1;
+        span.name = "GET /café/ψ/😀".into();
+        span.set_str("empty", "");
+        span.set_int("zero", 0);
+        span.set_int("minus.one", -1);
+        span.set_int("min", i64::MIN);
+        span.set_int("max", i64::MAX);
+        span.set_str("ключ.😀", "значение ✓");
+        span.set_str(LONG_KEY, &"x".repeat(300));
+        span.set_str("", "a key left empty");
+        let mut inheriting = bare_leaf(Kind::Client);
+        inheriting.span.parent = Some(span.span_id);
+        inheriting.span.error = true;
+        inheriting.children.push(bare_leaf(Kind::Client));
+        let mut own = bare_leaf(Kind::Client);
+        own.span.trace_state = Some("own=1".into());
+        own.children.push(bare_leaf(Kind::Client));
+        let mut cleared = bare_leaf(Kind::Client);
+        cleared.span.trace_state = Some("".into());
+        cleared.children.push(bare_leaf(Kind::Server));
         parent.children = vec![inheriting, own, cleared];
         assert_exact(&edge, &[parent.clone()]);
 
@@ -1083,9 +1042,13 @@ mod tests {
             .into_iter()
             .cycle(),
         ) {
-            set(&mut many, ["a", "b", LONG_KEY, "ключ"][index % 4], &value);
+            set(
+                &mut many.span,
+                ["a", "b", LONG_KEY, "ключ"][index % 4],
+                &value,
+            );
         }
-        many.children[1].set_str("body", &"z".repeat(20_000));
+        many.children[1].span.set_str("body", &"z".repeat(20_000));
         assert_exact(&edge, &[many]);
 
         // Several recordings in one export; resources of other shapes.
@@ -1095,7 +1058,10 @@ mod tests {
             ("service.instance.id".to_owned(), "mine".to_owned()),
             ("région".to_owned(), "eu-west-3 ✓".to_owned()),
         ];
-        assert_exact(&pairs, &[request, parent, recording(3), bare(Kind::Server)]);
+        assert_exact(
+            &pairs,
+            &[request, parent, recording(3), bare_leaf(Kind::Server)],
+        );
     }
 
     /// Attribute keys for random spans: sluice's keys are static.
@@ -1179,7 +1145,7 @@ mod tests {
     }
 
     /// A span with 0–3 children, each with 0–1 of its own.
-    fn random_recording() -> impl Strategy<Value = Recording> {
+    fn random_recording() -> impl Strategy<Value = Tree> {
         (
             random_span(),
             prop::collection::vec(
@@ -1187,15 +1153,15 @@ mod tests {
                 0..=3,
             ),
         )
-            .prop_map(|(mut recording, children)| {
-                recording.children = children
+            .prop_map(|(span, children)| Tree {
+                span,
+                children: children
                     .into_iter()
-                    .map(|(mut child, grandchildren)| {
-                        child.children = grandchildren;
-                        child
+                    .map(|(span, grandchildren)| Tree {
+                        span,
+                        children: grandchildren.into_iter().map(Tree::leaf).collect(),
                     })
-                    .collect();
-                recording
+                    .collect(),
             })
     }
 

@@ -4,6 +4,7 @@
 //! the propagators sluice writes are removed first, so the upstream sees
 //! one parent, sluice's; `tracestate` goes on as it came.
 
+use std::cell::Cell;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -154,9 +155,10 @@ impl Outgoing {
     #[inline(never)]
     pub fn add_spans(&self, parent: &mut Recording, method: &http::Method, pool: &str) {
         let attempts = std::mem::take(&mut *self.attempts());
-        parent.children.reserve_exact(attempts.len());
+        let mut buffer = ATTEMPT_ATTRIBUTES.take();
         for (number, attempt) in attempts.into_iter().enumerate() {
-            let mut span = Recording::new(
+            let mut span = Recording::new_in(
+                buffer,
                 Kind::Client,
                 self.trace_id,
                 attempt.span_id,
@@ -192,9 +194,18 @@ impl Outgoing {
                 // Dropped before it ended (the client left).
                 None => span.set_str("error.type", "cancelled"),
             }
-            parent.children.push(span);
+            parent.add_child(&span);
+            buffer = span.into_buffer();
         }
+        ATTEMPT_ATTRIBUTES.set(buffer);
     }
+}
+
+thread_local! {
+    /// The attributes' buffer of the thread's attempt spans: each is
+    /// written into its request's span as it is added, and its buffer
+    /// serves the next (an attempt's attributes are a few short texts).
+    static ATTEMPT_ATTRIBUTES: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
 fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {

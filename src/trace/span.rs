@@ -8,7 +8,13 @@
 use std::borrow::Cow;
 
 use super::ids::{SpanId, TraceId};
-use super::otlp::{self, field, Any};
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode as ProtoStatus;
+
+use super::otlp::{
+    self, bytes_len, delimited_len, field, fixed32_len, fixed64_len, int32_len, put_bytes,
+    put_delimited, put_fixed32, put_fixed64, put_int32, put_string, string_len, Any,
+};
 use crate::clock::Nanos;
 
 /// OpenTelemetry's span kinds sluice records.
@@ -43,7 +49,11 @@ pub struct Recording {
     /// The attributes, each an encoded `Span.attributes` field (a
     /// `KeyValue`), in the order they were set.
     attributes: Vec<u8>,
-    pub children: Vec<Recording>,
+    /// The spans under this one (a request's attempts), written as they
+    /// were added ([`Recording::add_child`]): `ScopeSpans.spans` entries.
+    children: Vec<u8>,
+    /// How many spans `children` holds.
+    child_spans: usize,
 }
 
 /// The attributes' bytes a span has room for before its buffer grows: a
@@ -62,6 +72,23 @@ impl Recording {
         start: Nanos,
     ) -> Recording {
         Recording {
+            attributes: Vec::with_capacity(match kind {
+                Kind::Server => SERVER_ATTRIBUTES,
+                Kind::Client => CLIENT_ATTRIBUTES,
+            }),
+            ..Recording::bare(kind, trace_id, span_id, parent, start)
+        }
+    }
+
+    /// A span without room for attributes yet.
+    fn bare(
+        kind: Kind,
+        trace_id: TraceId,
+        span_id: SpanId,
+        parent: Option<SpanId>,
+        start: Nanos,
+    ) -> Recording {
+        Recording {
             trace_id,
             span_id,
             parent,
@@ -71,12 +98,34 @@ impl Recording {
             start,
             end: start,
             error: false,
-            attributes: Vec::with_capacity(match kind {
-                Kind::Server => SERVER_ATTRIBUTES,
-                Kind::Client => CLIENT_ATTRIBUTES,
-            }),
+            attributes: Vec::new(),
             children: Vec::new(),
+            child_spans: 0,
         }
+    }
+
+    /// A span as [`Recording::new`] makes it, its attributes written into
+    /// `buffer` (cleared first): one [`Recording::into_buffer`] gave back,
+    /// so that spans written one after the other reuse one.
+    pub fn new_in(
+        mut buffer: Vec<u8>,
+        kind: Kind,
+        trace_id: TraceId,
+        span_id: SpanId,
+        parent: Option<SpanId>,
+        start: Nanos,
+    ) -> Recording {
+        buffer.clear();
+        buffer.reserve(CLIENT_ATTRIBUTES);
+        Recording {
+            attributes: buffer,
+            ..Recording::bare(kind, trace_id, span_id, parent, start)
+        }
+    }
+
+    /// The attributes' buffer, for [`Recording::new_in`].
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.attributes
     }
 
     /// Adds a text attribute. Each is set once per span (the request
@@ -130,8 +179,106 @@ impl Recording {
         &self.attributes
     }
 
+    /// Writes `child`, which has ended, and the spans under it as spans
+    /// under this one. A child without a `tracestate` of its own is
+    /// exported with this span's (a request's attempts carry the
+    /// request's); `child`'s attributes can be cleared and used again.
+    pub fn add_child(&mut self, child: &Recording) {
+        let inherited = self.trace_state.as_deref().unwrap_or("");
+        put_spans(child, inherited, &mut self.children);
+        self.child_spans += child.spans();
+    }
+
     /// This span and those under it.
     pub fn spans(&self) -> usize {
-        1 + self.children.iter().map(Recording::spans).sum::<usize>()
+        1 + self.child_spans
     }
+}
+
+/// W3C's `sampled` trace flag: every recorded span is sampled.
+pub const SAMPLED: u32 = 0x01;
+/// OTLP's span flags: whether the parent is remote is known (bit 8) ...
+pub const HAS_IS_REMOTE: u32 = 0x100;
+/// ... and it is (bit 9).
+pub const IS_REMOTE: u32 = 0x200;
+
+/// The `tracestate` a span is exported with: its own or, without one, its
+/// parent's (as a span started under another has).
+fn trace_state<'a>(recording: &'a Recording, inherited: &'a str) -> &'a str {
+    recording.trace_state.as_deref().unwrap_or(inherited)
+}
+
+/// OTLP's span flags: sampled, and whether the parent is remote. A server
+/// span's parent came with the request: it is remote. A client span's
+/// parent is the server span, here.
+fn flags(recording: &Recording) -> u32 {
+    match (recording.kind, recording.parent) {
+        (Kind::Server, Some(_)) => SAMPLED | HAS_IS_REMOTE | IS_REMOTE,
+        _ => SAMPLED | HAS_IS_REMOTE,
+    }
+}
+
+fn kind(recording: &Recording) -> i32 {
+    match recording.kind {
+        Kind::Server => SpanKind::Server as i32,
+        Kind::Client => SpanKind::Client as i32,
+    }
+}
+
+/// The status: code `ERROR` when the span failed, else unset; no message.
+fn status_code(recording: &Recording) -> i32 {
+    if recording.error {
+        ProtoStatus::Error as i32
+    } else {
+        ProtoStatus::Unset as i32
+    }
+}
+
+/// A `Span` message's length: its attributes are written already.
+fn span_len(recording: &Recording, trace_state: &str) -> usize {
+    use field::span;
+    bytes_len(span::TRACE_ID, &recording.trace_id.0)
+        + bytes_len(span::SPAN_ID, &recording.span_id.0)
+        + string_len(span::TRACE_STATE, trace_state)
+        + recording
+            .parent
+            .map_or(0, |parent| bytes_len(span::PARENT_SPAN_ID, &parent.0))
+        + string_len(span::NAME, &recording.name)
+        + int32_len(span::KIND, kind(recording))
+        + fixed64_len(span::START_TIME_UNIX_NANO, recording.start)
+        + fixed64_len(span::END_TIME_UNIX_NANO, recording.end)
+        + recording.attributes().len()
+        + delimited_len(span::STATUS, status_len(recording))
+        + fixed32_len(span::FLAGS, flags(recording))
+}
+
+/// A `Status` message's length.
+fn status_len(recording: &Recording) -> usize {
+    int32_len(field::status::CODE, status_code(recording))
+}
+
+/// Appends `recording` and, after it, the spans under it to `out` as
+/// `ScopeSpans.spans` entries. `inherited`: the `tracestate` of the span
+/// it is a child of ("" for a request's own).
+pub fn put_spans(recording: &Recording, inherited: &str, out: &mut Vec<u8>) {
+    use field::span;
+    let trace_state = trace_state(recording, inherited);
+    let len = span_len(recording, trace_state);
+    out.reserve(delimited_len(field::scope_spans::SPANS, len));
+    put_delimited(field::scope_spans::SPANS, len, out);
+    put_bytes(span::TRACE_ID, &recording.trace_id.0, out);
+    put_bytes(span::SPAN_ID, &recording.span_id.0, out);
+    put_string(span::TRACE_STATE, trace_state, out);
+    if let Some(parent) = recording.parent {
+        put_bytes(span::PARENT_SPAN_ID, &parent.0, out);
+    }
+    put_string(span::NAME, &recording.name, out);
+    put_int32(span::KIND, kind(recording), out);
+    put_fixed64(span::START_TIME_UNIX_NANO, recording.start, out);
+    put_fixed64(span::END_TIME_UNIX_NANO, recording.end, out);
+    out.extend_from_slice(recording.attributes());
+    put_delimited(span::STATUS, status_len(recording), out);
+    put_int32(field::status::CODE, status_code(recording), out);
+    put_fixed32(span::FLAGS, flags(recording), out);
+    out.extend_from_slice(&recording.children);
 }
