@@ -118,7 +118,7 @@ const SHORT: usize = 120;
 
 /// [`put_key_value`] for a text attribute shorter than [`SHORT`] with
 /// its key (most of them: a method, a path, an address, a rule's name),
-/// written in one go into room made once: nine bytes of keys and lengths
+/// written in one go into room made once: eight bytes of keys and lengths
 /// around the two texts.
 fn put_short_string(tag: u32, key: &str, text: &[u8], out: &mut Vec<u8>) {
     const STRING: u8 =

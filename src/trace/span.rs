@@ -1,9 +1,11 @@
 //! A span as sluice records it on the request path: plain fields, and its
 //! attributes already in OTLP's bytes, written as they are set into one
-//! buffer (`trace/otlp.rs`). The exporter writes the rest of the span
-//! around them, off the request path (`trace/export.rs`): setting an
-//! attribute copies its text once and allocates nothing, where a list of
-//! values cost an allocation per value and their encoding again later.
+//! buffer (`trace/otlp.rs`): setting an attribute copies its text once and
+//! allocates nothing, where a list of values cost an allocation per value
+//! and their encoding again later. The rest of a span is written around
+//! its attributes by [`put_spans`]: by the exporter, off the request path
+//! (`trace/export.rs`), and for a request's attempts as each is added to
+//! the request's span, which carries them as bytes.
 
 use std::borrow::Cow;
 
