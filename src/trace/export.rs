@@ -571,6 +571,21 @@ mod tests {
         }
     }
 
+    /// The tests' request: a parent, a trace state its child inherits, an
+    /// error, text and integer attributes.
+    fn the_request() -> Tree {
+        let mut request = recording(1);
+        let span = &mut request.span;
+        span.parent = Some(SpanId([9; 8]));
+        span.trace_state = Some("vendor=1".into());
+        span.error = true;
+        span.set_str("http.request.method", "GET");
+        span.set_str("url.path", "/items");
+        span.set_str("sluice.rule", "per-ip");
+        span.set_int("http.response.status_code", 503);
+        request
+    }
+
     /// [`recording`], built.
     fn recorded(children: usize) -> Recording {
         recording(children).build()
@@ -599,16 +614,7 @@ mod tests {
         let (addr, received) = collector(StatusCode::OK).await;
         let counters = counters();
         let exporter = Exporter::start(&settings(addr), counters.clone());
-        let mut request = recording(1);
-        let span = &mut request.span;
-        span.parent = Some(SpanId([9; 8]));
-        span.trace_state = Some("vendor=1".into());
-        span.error = true;
-        span.set_str("http.request.method", "GET");
-        span.set_str("url.path", "/items");
-        span.set_str("sluice.rule", "per-ip");
-        span.set_int("http.response.status_code", 503);
-        exporter.submit(request.build());
+        exporter.submit(the_request().build());
         exporter.flush(WITHIN).await;
         assert_eq!(counters.exported.get(), 2);
 
@@ -986,18 +992,8 @@ mod tests {
         assert_exact(&[], &[bare_leaf(Kind::Server)]);
         assert_exact(&edge, &[bare_leaf(Kind::Client)]);
 
-        // The tests' request: a parent, a trace state its child inherits,
-        // an error, each kind of value.
-        let mut request = recording(1);
-        let span = &mut request.span;
-        span.parent = Some(SpanId([9; 8]));
-        span.trace_state = Some("vendor=1".into());
-        span.error = true;
-        span.set_str("http.request.method", "GET");
-        span.set_str("url.path", "/items");
-        request.span.set_str("sluice.rule", "per-ip");
-        request.span.set_int("http.response.status_code", 503);
-        assert_exact(&edge, &[request.clone()]);
+        let request = the_request();
+        assert_exact(&edge, std::slice::from_ref(&request));
 
         // Children with and without a trace state of their own (an empty
         // one too), grandchildren inheriting theirs; values at their

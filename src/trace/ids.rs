@@ -5,11 +5,11 @@
 use rand::RngCore;
 
 /// A trace's id (W3C `trace-id`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TraceId(pub [u8; 16]);
 
 /// A span's id (W3C `parent-id`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SpanId(pub [u8; 8]);
 
 impl TraceId {

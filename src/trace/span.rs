@@ -20,19 +20,17 @@ use super::otlp::{
 use crate::clock::Nanos;
 
 /// OpenTelemetry's span kinds sluice records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// The request sluice answered (or a rate limit service call).
-    #[default]
     Server,
     /// One attempt at the upstream.
     Client,
 }
 
 /// A recorded span and the spans recorded under it (a request's upstream
-/// attempts). Every recorded span is sampled. The default is an empty
-/// placeholder (all-zero ids), never exported.
-#[derive(Debug, Clone, Default)]
+/// attempts). Every recorded span is sampled.
+#[derive(Debug, Clone)]
 pub struct Recording {
     pub trace_id: TraceId,
     pub span_id: SpanId,
@@ -73,37 +71,7 @@ impl Recording {
         parent: Option<SpanId>,
         start: Nanos,
     ) -> Recording {
-        Recording {
-            attributes: Vec::with_capacity(match kind {
-                Kind::Server => SERVER_ATTRIBUTES,
-                Kind::Client => CLIENT_ATTRIBUTES,
-            }),
-            ..Recording::bare(kind, trace_id, span_id, parent, start)
-        }
-    }
-
-    /// A span without room for attributes yet.
-    fn bare(
-        kind: Kind,
-        trace_id: TraceId,
-        span_id: SpanId,
-        parent: Option<SpanId>,
-        start: Nanos,
-    ) -> Recording {
-        Recording {
-            trace_id,
-            span_id,
-            parent,
-            trace_state: None,
-            kind,
-            name: Cow::Borrowed(""),
-            start,
-            end: start,
-            error: false,
-            attributes: Vec::new(),
-            children: Vec::new(),
-            child_spans: 0,
-        }
+        Recording::new_in(Vec::new(), kind, trace_id, span_id, parent, start)
     }
 
     /// A span as [`Recording::new`] makes it, its attributes written into
@@ -118,10 +86,23 @@ impl Recording {
         start: Nanos,
     ) -> Recording {
         buffer.clear();
-        buffer.reserve(CLIENT_ATTRIBUTES);
+        buffer.reserve(match kind {
+            Kind::Server => SERVER_ATTRIBUTES,
+            Kind::Client => CLIENT_ATTRIBUTES,
+        });
         Recording {
+            trace_id,
+            span_id,
+            parent,
+            trace_state: None,
+            kind,
+            name: Cow::Borrowed(""),
+            start,
+            end: start,
+            error: false,
             attributes: buffer,
-            ..Recording::bare(kind, trace_id, span_id, parent, start)
+            children: Vec::new(),
+            child_spans: 0,
         }
     }
 

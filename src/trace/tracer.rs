@@ -59,12 +59,7 @@ impl Tracer {
     /// server to inline it, tracing on or off.
     #[inline(never)]
     pub fn begin<B>(self: &Arc<Self>, request: &Request<B>, trusted: bool, started: Nanos) -> Span {
-        // A parent that would not be followed is not even read.
-        let parent = match self.sampler.follows(trusted) {
-            true => context::extract(request.headers(), self.propagators),
-            false => None,
-        };
-        match self.sampler.decide(parent, trusted) {
+        match self.sample(request.headers(), trusted) {
             Sampled::No => Span::none(),
             sampled => self.record(request, sampled, started),
         }
@@ -104,11 +99,7 @@ impl Tracer {
         trusted: bool,
         name: &'static str,
     ) -> Option<Box<Recording>> {
-        let parent = match self.sampler.follows(trusted) {
-            true => context::extract(headers, self.propagators),
-            false => None,
-        };
-        let (trace_id, parent) = match self.sampler.decide(parent, trusted) {
+        let (trace_id, parent) = match self.sample(headers, trusted) {
             Sampled::No => return None,
             Sampled::Child(parent) => (parent.trace_id, Some(parent.span_id)),
             Sampled::Root(trace_id) => (trace_id, None),
@@ -117,6 +108,18 @@ impl Tracer {
             Recording::new(Kind::Server, trace_id, SpanId::random(), parent, self.now());
         recording.name = Cow::Borrowed(name);
         Some(Box::new(recording))
+    }
+
+    /// Whether a request or call with trace fields `headers`, from a peer
+    /// `trusted` or not, is sampled. A parent that would not be followed
+    /// is not even read.
+    #[inline]
+    fn sample(&self, headers: &http::HeaderMap, trusted: bool) -> Sampled {
+        let parent = match self.sampler.follows(trusted) {
+            true => context::extract(headers, self.propagators),
+            false => None,
+        };
+        self.sampler.decide(parent, trusted)
     }
 
     /// Now, on the clock spans are timed by.
