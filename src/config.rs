@@ -89,6 +89,10 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     pub max_connections: usize,
     pub shutdown_grace: Duration,
+    /// `shutdown_delay`: how long a SIGTERM keeps the listener serving with
+    /// `/readyz` at 503 before the drain, so that load balancers stop
+    /// sending first (docs/operations.md, "Shutting down").
+    pub shutdown_delay: Duration,
     pub normalize_path: bool,
     pub max_header_bytes: usize,
     pub max_headers: usize,

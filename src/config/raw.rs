@@ -76,6 +76,7 @@ pub struct RawServer {
     pub header_read_timeout: Option<Spanned<String>>,
     pub max_connections: Option<Spanned<i64>>,
     pub shutdown_grace: Option<Spanned<String>>,
+    pub shutdown_delay: Option<Spanned<String>>,
     pub normalize_path: Option<Spanned<bool>>,
     pub max_header_bytes: Option<Spanned<i64>>,
     pub max_headers: Option<Spanned<i64>>,

@@ -72,6 +72,11 @@ impl Validator<'_> {
                 "server.shutdown_grace",
                 secs(30),
             ),
+            shutdown_delay: self.duration(
+                raw.shutdown_delay.as_ref(),
+                "server.shutdown_delay",
+                Duration::ZERO,
+            ),
             normalize_path: raw.normalize_path.as_ref().is_none_or(|v| *v.get_ref()),
             max_header_bytes: self.int(
                 raw.max_header_bytes.as_ref(),

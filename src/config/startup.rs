@@ -1,6 +1,8 @@
 //! The settings that only take effect when sluice starts: listen
 //! addresses (`[rls] listen` too), workers, whether the listener speaks TLS or the PROXY
-//! protocol, the listener's timeouts and limits, the admin token's
+//! protocol, the listener's timeouts and limits, how it shuts down
+//! (`shutdown_delay` and `shutdown_grace`: what a pod's termination grace
+//! period is sized to, which only a restart changes), the admin token's
 //! variable and the store. (Upstreams, their timeouts and authorities
 //! follow every reload: docs/upstreams.md.) A reload, and `sluice
 //! check --diff`, keep them as they were and name the ones the new file
@@ -26,6 +28,7 @@ pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str
         server.header_read_timeout,
         server.max_connections,
         server.shutdown_grace,
+        server.shutdown_delay,
         server.max_header_bytes,
         server.max_headers,
         server.max_uri_bytes,

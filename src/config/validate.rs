@@ -554,6 +554,7 @@ mod tests {
         assert_eq!(s.header_read_timeout, Duration::from_secs(10));
         assert_eq!(s.max_connections, 10_000);
         assert_eq!(s.shutdown_grace, Duration::from_secs(30));
+        assert_eq!(s.shutdown_delay, Duration::ZERO);
         assert!(s.normalize_path);
         assert_eq!(s.max_header_bytes, 32_768);
         assert_eq!(s.max_headers, 100);
@@ -590,6 +591,7 @@ upstream_timeout = "30s"
 header_read_timeout = "5s"
 max_connections = 50
 shutdown_grace = "0s"
+shutdown_delay = "5s"
 normalize_path = false
 max_header_bytes = 16384
 max_headers = 50
@@ -656,6 +658,7 @@ method = "DELETE"
         );
         assert_eq!(s.connect_timeout, Duration::from_millis(500));
         assert_eq!(s.shutdown_grace, Duration::ZERO);
+        assert_eq!(s.shutdown_delay, Duration::from_secs(5));
         assert!(!s.normalize_path);
         assert_eq!(s.max_body_bytes, 1_048_576);
         assert_eq!(s.send_timeout, Duration::from_secs(3600));
