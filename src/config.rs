@@ -833,6 +833,11 @@ pub struct MatchConfig {
     pub method: Vec<Method>,
     /// Lower-cased, without port.
     pub host: Vec<String>,
+    /// `header`: each header, by name, and the values it may equal, sorted
+    /// by name.
+    pub header: Vec<(http::HeaderName, Vec<http::HeaderValue>)>,
+    /// `client`: the networks the client IP (as keyed) must be in.
+    pub client: Vec<ipnet::IpNet>,
     /// `domain`: the rule decides rate limit service descriptors of this
     /// domain, never proxied requests (docs/rate-limit-service.md).
     pub domain: Option<String>,

@@ -72,6 +72,19 @@ pub fn describe_match(matcher: &MatchConfig) -> String {
     field("path", matcher.path.clone());
     field("prefix", matcher.path_prefix.clone());
     field("glob", matcher.path_glob.clone());
+    for (name, values) in &matcher.header {
+        field(
+            &format!("header.{name}"),
+            values
+                .iter()
+                .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+                .collect(),
+        );
+    }
+    field(
+        "client",
+        matcher.client.iter().map(ToString::to_string).collect(),
+    );
     if let Some(domain) = &matcher.domain {
         parts.push(format!("domain={domain}"));
     }

@@ -1,12 +1,13 @@
 //! A rule's `match`: paths, prefixes and globs written the way requests
-//! look after normalisation, methods and hosts.
+//! look after normalisation, methods, hosts, header values and the
+//! client's networks.
 
 use std::str::FromStr;
 
 use http::uri::Authority;
-use http::Method;
+use http::{HeaderName, HeaderValue, Method};
 
-use super::raw::RawMatch;
+use super::raw::{OneOrMany, RawMatch};
 use super::validate::Validator;
 use super::MatchConfig;
 
@@ -27,6 +28,8 @@ impl Validator<'_> {
             }),
             method: self.list(raw.method.as_ref(), &format!("{base}.method"), parse_method),
             host: self.list(raw.host.as_ref(), &format!("{base}.host"), parse_host),
+            header: self.headers(base, raw),
+            client: self.cidrs(raw.client.as_ref(), &format!("{base}.client")),
             domain: raw.domain.as_ref().map(|field| {
                 if field.get_ref().is_empty() {
                     self.error(
@@ -40,6 +43,58 @@ impl Validator<'_> {
             }),
             descriptor: self.descriptor(base, raw),
         }
+    }
+
+    /// `match.header`: names lower-cased and checked, each with the values
+    /// it may equal; sorted by name.
+    fn headers(&mut self, base: &str, raw: &RawMatch) -> Vec<(HeaderName, Vec<HeaderValue>)> {
+        let Some(table) = &raw.header else {
+            return Vec::new();
+        };
+        if table.value.is_empty() {
+            // Only an inline `header = {}` is empty, and it has a span.
+            self.warn(
+                table.span.as_ref().map_or(0, |span| span.start),
+                &format!("{base}.header"),
+                "an empty table restricts nothing; remove it",
+            );
+        }
+        let mut headers: Vec<(HeaderName, Vec<HeaderValue>)> = Vec::new();
+        for (written, values) in &table.value {
+            let path = format!("{base}.header.{written}");
+            let at = values.span().start;
+            let name = match parse_header_name(written) {
+                Ok(name) => name,
+                Err(message) => {
+                    self.error(at, &path, message);
+                    continue;
+                }
+            };
+            if headers.iter().any(|(seen, _)| *seen == name) {
+                self.error(
+                    at,
+                    &path,
+                    format!(
+                        "names header {name} a second time (header names ignore case); \
+                         list every value it may equal in one entry: {name} = [\"a\", \"b\"]"
+                    ),
+                );
+                continue;
+            }
+            if matches!(values.get_ref(), OneOrMany::Many(list) if list.is_empty()) {
+                self.error(
+                    at,
+                    &path,
+                    "lists no value, so no request would fit; write the values the header \
+                     may equal, or remove the entry",
+                );
+                continue;
+            }
+            let values = self.list(Some(values), &path, parse_header_value);
+            headers.push((name, values));
+        }
+        headers.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        headers
     }
 
     /// `match.descriptor`: entry keys and the value each must have, sorted
@@ -151,6 +206,38 @@ fn parse_method(text: &str) -> Result<Method, String> {
         .map_err(|_| format!("\"{text}\" is not an HTTP method (for example \"GET\" or \"POST\")"))
 }
 
+/// A header name in `match.header`, compared case-insensitively.
+fn parse_header_name(text: &str) -> Result<HeaderName, String> {
+    if text.starts_with(':') {
+        return Err(format!(
+            "\"{text}\" is an HTTP/2 pseudo-header, not a header; match the host with \
+             match.host, the path with match.path and the method with match.method"
+        ));
+    }
+    HeaderName::from_bytes(text.to_ascii_lowercase().as_bytes()).map_err(|_| {
+        format!(
+            "\"{text}\" is not a header name: write letters, digits and '-', such as \
+             \"x-plan\""
+        )
+    })
+}
+
+/// A value `match.header` compares a request's header with, byte for byte.
+fn parse_header_value(text: &str) -> Result<HeaderValue, String> {
+    if text.trim_matches([' ', '\t']) != text {
+        return Err(format!(
+            "\"{text}\" starts or ends with a space, which a request's header value never \
+             does (the space around it is not part of it); remove the space"
+        ));
+    }
+    HeaderValue::from_bytes(text.as_bytes()).map_err(|_| {
+        format!(
+            "\"{}\" contains a control character, which no header value may carry",
+            text.escape_debug()
+        )
+    })
+}
+
 fn parse_host(text: &str) -> Result<String, String> {
     let help = "write a host name such as \"api.example.com\" (a port is ignored)";
     if text.is_empty() || text.contains('@') || text.contains('/') {
@@ -193,5 +280,119 @@ mod tests {
             "{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\nmatch.path = [\"/\", \"/a/\", \"/a%2Fb\"]\n"
         ));
         assert_eq!(config.rules[0].matcher.path, vec!["/", "/a/", "/a%2Fb"]);
+    }
+
+    fn rule_with(matcher: &str) -> String {
+        format!("{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\n{matcher}\n")
+    }
+
+    #[test]
+    fn header_names_are_lower_cased_and_sorted_each_with_its_values() {
+        let config = valid(&rule_with(
+            "match.header = { \"X-Plan\" = [\"free\", \"trial\"], \"x-app\" = \"web\" }",
+        ));
+        let header: Vec<(&str, Vec<&[u8]>)> = config.rules[0]
+            .matcher
+            .header
+            .iter()
+            .map(|(name, values)| (name.as_str(), values.iter().map(|v| v.as_bytes()).collect()))
+            .collect();
+        assert_eq!(
+            header,
+            vec![
+                ("x-app", vec![&b"web"[..]]),
+                ("x-plan", vec![&b"free"[..], &b"trial"[..]])
+            ]
+        );
+        // The dotted form and a value outside ASCII.
+        let config = valid(&rule_with("match.header.x-region = \"zürich\""));
+        assert_eq!(config.rules[0].matcher.header[0].0.as_str(), "x-region");
+        assert_eq!(
+            config.rules[0].matcher.header[0].1[0].as_bytes(),
+            "zürich".as_bytes()
+        );
+    }
+
+    #[test]
+    fn a_header_entry_that_could_never_fit_is_an_error_at_its_line() {
+        for (matcher, path, message) in [
+            (
+                "match.header = { \"x plan\" = \"free\" }",
+                "rule[0].match.header.x plan",
+                "is not a header name",
+            ),
+            (
+                "match.header = { \":authority\" = \"a\" }",
+                "rule[0].match.header.:authority",
+                "match.host",
+            ),
+            (
+                "match.header = { \"x-plan\" = [] }",
+                "rule[0].match.header.x-plan",
+                "lists no value",
+            ),
+            (
+                "match.header = { \"x-plan\" = \" free\" }",
+                "rule[0].match.header.x-plan",
+                "starts or ends with a space",
+            ),
+            (
+                "match.header = { \"x-plan\" = [\"free\", \"a\\u0007\"] }",
+                "rule[0].match.header.x-plan[1]",
+                "control character",
+            ),
+            (
+                "match.header = { \"X-Plan\" = \"a\", \"x-plan\" = \"b\" }",
+                "rule[0].match.header.x-plan",
+                "a second time",
+            ),
+        ] {
+            let line = only_error(&rule_with(matcher));
+            assert!(line.starts_with("test.toml:6:"), "{matcher}: {line}");
+            assert!(line.contains(&format!(" {path}: ")), "{matcher}: {line}");
+            assert!(line.contains(message), "{matcher}: {line}");
+        }
+    }
+
+    #[test]
+    fn client_networks_are_cidrs_or_addresses() {
+        let config = valid(&rule_with(
+            "match.client = [\"10.0.0.0/8\", \"192.0.2.7\", \"2001:db8::/32\"]",
+        ));
+        let nets: Vec<String> = config.rules[0]
+            .matcher
+            .client
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(nets, ["10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32"]);
+        let line = only_error(&rule_with("match.client = [\"10.0.0.0/8\", \"office\"]"));
+        assert!(
+            line.starts_with("test.toml:6:31: rule[0].match.client[1]: \"office\" is not a CIDR"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_rule_for_rate_limit_service_calls_matches_no_header_or_client() {
+        for (matcher, field) in [
+            (
+                "match = { domain = \"edge\", header = { \"x-plan\" = \"free\" } }",
+                "header",
+            ),
+            (
+                "match = { domain = \"edge\", client = \"10.0.0.0/8\" }",
+                "client",
+            ),
+        ] {
+            let text = format!(
+                "{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\nkey = \"descriptor:k\"\n{matcher}\n"
+            );
+            let line = only_error(&text);
+            assert!(
+                line.contains(&format!("rule[0].match.{field}: a rule with match.domain")),
+                "{line}"
+            );
+        }
     }
 }

@@ -462,6 +462,10 @@ pub struct RawMatch {
     pub path_glob: Option<Spanned<OneOrMany>>,
     pub method: Option<Spanned<OneOrMany>>,
     pub host: Option<Spanned<OneOrMany>>,
+    /// Header name → the value (or values) it must equal.
+    pub header: Option<Located<std::collections::BTreeMap<String, Spanned<OneOrMany>>>>,
+    /// CIDRs the client IP must be in.
+    pub client: Option<Spanned<OneOrMany>>,
     /// A rule for rate limit service calls of this domain.
     pub domain: Option<Spanned<String>>,
     /// With `domain`: entry keys a descriptor must carry, with their values.

@@ -57,6 +57,7 @@ impl Validator<'_> {
                 ("path_glob", &matcher.path_glob),
                 ("method", &matcher.method),
                 ("host", &matcher.host),
+                ("client", &matcher.client),
             ] {
                 if let Some(field) = field {
                     self.error(
@@ -69,6 +70,20 @@ impl Validator<'_> {
                         ),
                     );
                 }
+            }
+            if let Some(header) = &matcher.header {
+                let at = match (&header.span, header.value.values().next()) {
+                    (Some(span), _) => span.start,
+                    (None, Some(first)) => first.span().start,
+                    (None, None) => at,
+                };
+                self.error(
+                    at,
+                    &path("match.header"),
+                    "a rule with match.domain decides rate limit service calls, which have no \
+                     headers (Envoy puts what it read from them in descriptor entries); match \
+                     on match.descriptor, or write a rule without domain for proxied requests",
+                );
             }
         }
         for source in &rule.key {

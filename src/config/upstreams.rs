@@ -739,8 +739,24 @@ pub(super) fn covers(earlier: &MatchConfig, later: &MatchConfig) -> bool {
                 .path_glob
                 .iter()
                 .all(|g| earlier.path_glob.contains(g)));
+    // Each header `earlier` names, `later` names too, with values among
+    // `earlier`'s.
+    let headers_hold = earlier.header.iter().all(|(name, wide)| {
+        later
+            .header
+            .iter()
+            .any(|(n, narrow)| n == name && subset(wide, narrow))
+    });
+    let clients_hold = earlier.client.is_empty()
+        || (!later.client.is_empty()
+            && later
+                .client
+                .iter()
+                .all(|narrow| earlier.client.iter().any(|wide| wide.contains(narrow))));
     subset(&earlier.method, &later.method)
         && subset(&earlier.host, &later.host)
+        && headers_hold
+        && clients_hold
         && paths_hold
         && prefixes_hold
         && globs_hold
@@ -953,6 +969,14 @@ mod tests {
                 "{ method = \"GET\", host = \"h\" }",
             ),
             ("{ host = \"h\" }", "{ host = \"h\" }"),
+            (
+                "{ header = { x-plan = [\"free\", \"trial\"] } }",
+                "{ header = { X-Plan = \"free\", x-app = \"web\" } }",
+            ),
+            (
+                "{ client = \"10.0.0.0/8\" }",
+                "{ client = [\"10.1.0.0/16\", \"10.2.3.4\"], path = \"/x\" }",
+            ),
         ] {
             let line = only_error(&routes(first, second));
             assert!(
@@ -969,6 +993,19 @@ mod tests {
             ("{ method = \"GET\" }", "{ method = [\"GET\", \"POST\"] }"),
             ("{ host = \"h\" }", "{ path = \"/x\" }"),
             ("{ path_glob = \"/a/*\" }", "{ path = \"/a/b\" }"),
+            (
+                "{ header = { x-plan = \"free\" } }",
+                "{ header = { x-plan = [\"free\", \"trial\"] } }",
+            ),
+            (
+                "{ header = { x-plan = \"free\" } }",
+                "{ header = { x-app = \"web\" } }",
+            ),
+            (
+                "{ client = \"10.1.0.0/16\" }",
+                "{ client = \"10.0.0.0/8\" }",
+            ),
+            ("{ client = \"10.0.0.0/8\" }", "{ path = \"/x\" }"),
         ] {
             valid(&routes(first, second));
         }

@@ -3,7 +3,11 @@
 //! not fit, so that `POST /admin/explain` reports the very test the request
 //! path makes ([`Matcher::matches`] is that test).
 
+use http::{HeaderName, HeaderValue};
+use ipnet::IpNet;
+
 use crate::config::MatchConfig;
+use crate::key::client_ip::canonical;
 use crate::key::glob::PathGlob;
 use crate::key::RequestFacts;
 
@@ -17,6 +21,8 @@ pub struct Matcher {
     path_glob_text: Vec<String>,
     method: Vec<http::Method>,
     host: Vec<String>,
+    header: Vec<(HeaderName, Vec<HeaderValue>)>,
+    client: Vec<IpNet>,
     /// `match.domain`: the rule decides rate limit service calls, and no
     /// request fits it.
     service: bool,
@@ -33,6 +39,8 @@ pub enum Mismatch {
     PathPrefix,
     PathGlob,
     Host,
+    Header,
+    Client,
 }
 
 impl Matcher {
@@ -44,6 +52,8 @@ impl Matcher {
             path_glob_text: config.path_glob.clone(),
             method: config.method.clone(),
             host: config.host.clone(),
+            header: config.header.clone(),
+            client: config.client.clone(),
             service: config.is_service(),
         }
     }
@@ -84,7 +94,32 @@ impl Matcher {
         {
             return Some(Mismatch::Host);
         }
+        if self.first_unmet_header(facts).is_some() {
+            return Some(Mismatch::Header);
+        }
+        if !(self.client.is_empty() || {
+            let ip = canonical(facts.client_ip);
+            self.client.iter().any(|net| net.contains(&ip))
+        }) {
+            return Some(Mismatch::Client);
+        }
         None
+    }
+
+    /// The first `match.header` entry the request does not meet: a value
+    /// of that header (any of its lines) must equal one of the entry's.
+    #[inline]
+    fn first_unmet_header(
+        &self,
+        facts: &RequestFacts<'_>,
+    ) -> Option<&(HeaderName, Vec<HeaderValue>)> {
+        self.header.iter().find(|(name, wanted)| {
+            !facts
+                .headers
+                .get_all(name)
+                .iter()
+                .any(|value| wanted.contains(value))
+        })
     }
 }
 
@@ -98,6 +133,8 @@ impl Mismatch {
             Mismatch::PathPrefix => "path_prefix",
             Mismatch::PathGlob => "path_glob",
             Mismatch::Host => "host",
+            Mismatch::Header => "header",
+            Mismatch::Client => "client",
         }
     }
 
@@ -143,6 +180,28 @@ impl Mismatch {
                     list(&mut matcher.host.iter().cloned())
                 ),
             },
+            // The request's value is not shown: a header may carry a
+            // credential (docs/operations.md, "Keys in logs and admin views").
+            Mismatch::Header => match matcher.first_unmet_header(facts) {
+                Some((name, wanted)) => {
+                    let wanted = list(
+                        &mut wanted
+                            .iter()
+                            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned()),
+                    );
+                    if facts.headers.contains_key(name) {
+                        format!("header {name} has a value other than {wanted}")
+                    } else {
+                        format!("the request has no {name} header; the rule wants one of {wanted}")
+                    }
+                }
+                None => "every header the rule names has a value it wants".to_owned(),
+            },
+            Mismatch::Client => format!(
+                "client {} is in none of {}",
+                canonical(facts.client_ip),
+                list(&mut matcher.client.iter().map(ToString::to_string))
+            ),
         }
     }
 }
@@ -193,5 +252,94 @@ rate = "1/m"
         let hostless = facts(&Method::POST, "/api/v1/items", None);
         assert_eq!(matcher.mismatch(&hostless), Some(Mismatch::Host));
         assert!(!matcher.matches(&hostless));
+    }
+
+    fn request<'a>(headers: &'a HeaderMap, client_ip: &str) -> RequestFacts<'a> {
+        RequestFacts {
+            method: &Method::GET,
+            path: "/",
+            query: None,
+            host: None,
+            headers,
+            client_ip: client_ip.parse().unwrap(),
+            claims: None,
+        }
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, http::HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn a_header_fits_when_any_of_its_lines_equals_a_wanted_value_exactly() {
+        let policy = compile(
+            r#"
+[[rule]]
+name = "free"
+match = { header = { "X-Plan" = ["free", "trial"], "x-app" = "web" } }
+rate = "1/m"
+"#,
+        );
+        let matcher = &policy.rules[0].matcher;
+        let fits = headers(&[("x-plan", "trial"), ("x-app", "web")]);
+        assert_eq!(matcher.mismatch(&request(&fits, "192.0.2.1")), None);
+        let second_line = headers(&[("x-plan", "paid"), ("x-plan", "free"), ("x-app", "web")]);
+        assert_eq!(matcher.mismatch(&request(&second_line, "192.0.2.1")), None);
+        for (sent, why) in [
+            (
+                headers(&[("x-plan", "Free"), ("x-app", "web")]),
+                "header x-plan has a value other than \"free\", \"trial\"",
+            ),
+            (
+                headers(&[("x-plan", "free, trial"), ("x-app", "web")]),
+                "header x-plan has a value other than",
+            ),
+            (
+                headers(&[("x-plan", "free")]),
+                "the request has no x-app header; the rule wants one of \"web\"",
+            ),
+        ] {
+            let facts = request(&sent, "192.0.2.1");
+            assert_eq!(matcher.mismatch(&facts), Some(Mismatch::Header), "{sent:?}");
+            let explained = Mismatch::Header.explain(matcher, &facts);
+            assert!(explained.starts_with(why), "{explained}");
+        }
+        // What the request sent is not repeated: it may be a credential.
+        let secret = headers(&[("x-plan", "sk_live_secret"), ("x-app", "web")]);
+        let explained = Mismatch::Header.explain(matcher, &request(&secret, "192.0.2.1"));
+        assert!(!explained.contains("sk_live"), "{explained}");
+    }
+
+    #[test]
+    fn a_client_fits_when_its_address_is_in_one_of_the_networks() {
+        let policy = compile(
+            r#"
+[[rule]]
+name = "office"
+match = { client = ["10.0.0.0/8", "2001:db8::/32"] }
+rate = "1/m"
+"#,
+        );
+        let matcher = &policy.rules[0].matcher;
+        let none = HeaderMap::new();
+        for inside in ["10.1.2.3", "::ffff:10.9.9.9", "2001:db8::7"] {
+            assert_eq!(matcher.mismatch(&request(&none, inside)), None, "{inside}");
+        }
+        for outside in ["11.0.0.1", "2001:db9::1", "::1"] {
+            let facts = request(&none, outside);
+            assert_eq!(
+                matcher.mismatch(&facts),
+                Some(Mismatch::Client),
+                "{outside}"
+            );
+        }
+        assert_eq!(
+            Mismatch::Client.explain(matcher, &request(&none, "::ffff:11.0.0.1")),
+            "client 11.0.0.1 is in none of \"10.0.0.0/8\", \"2001:db8::/32\""
+        );
     }
 }

@@ -608,3 +608,99 @@ rate = "100/m"
     }
     assert_eq!(upstream.count(), 0);
 }
+
+/// `match.header` and `match.client`: a rule applies only to the requests
+/// they name, and `/admin/explain` says which of them did not fit.
+const BY_PLAN_AND_NETWORK: &str = r#"trusted_proxies = ["127.0.0.1/32"]
+[[rule]]
+name = "free-plan"
+match = { header = { "x-plan" = ["free", "trial"] } }
+key = "header:x-user"
+rate = "2/m"
+
+[[rule]]
+name = "office"
+match = { client = ["10.0.0.0/8"] }
+rate = "1/m"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_matched_by_header_limits_only_requests_with_a_value_it_names() {
+    let (upstream, sluice) = start(BY_PLAN_AND_NETWORK).await;
+    let from = ("x-forwarded-for", "192.0.2.1");
+
+    // Each user on the free or trial plan has two requests a minute.
+    let free = statuses(
+        &sluice,
+        "/",
+        &[from, ("x-plan", "free"), ("x-user", "u1")],
+        3,
+    )
+    .await;
+    assert_eq!(free, [200, 200, 429]);
+    let trial = statuses(
+        &sluice,
+        "/",
+        &[from, ("x-plan", "trial"), ("x-user", "u1")],
+        1,
+    )
+    .await;
+    assert_eq!(trial, [429], "one user's bucket, whichever listed value");
+    let other_user = statuses(
+        &sluice,
+        "/",
+        &[from, ("x-plan", "free"), ("x-user", "u2")],
+        1,
+    )
+    .await;
+    assert_eq!(other_user, [200]);
+    // Another value (values are compared exactly), or no header: not limited.
+    for plan in [Some("paid"), Some("FREE"), None] {
+        let mut headers = vec![from, ("x-user", "u1")];
+        headers.extend(plan.map(|plan| ("x-plan", plan)));
+        let codes = statuses(&sluice, "/", &headers, 4).await;
+        assert_eq!(codes, repeated(200, 4), "x-plan {plan:?}");
+    }
+    assert_eq!(upstream.count(), 2 + 1 + 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_matched_by_client_network_limits_only_clients_inside_it() {
+    let (_upstream, sluice) = start(BY_PLAN_AND_NETWORK).await;
+
+    // The client as keyed: the address the trusted proxy forwarded.
+    let inside = statuses(&sluice, "/", &[("x-forwarded-for", "10.1.2.3")], 2).await;
+    assert_eq!(inside, [200, 429]);
+    let outside = statuses(&sluice, "/", &[("x-forwarded-for", "192.0.2.1")], 3).await;
+    assert_eq!(outside, repeated(200, 3));
+
+    // Explain names the field that did not fit, without the header's value.
+    let got = support::post_json(
+        &format!("http://{}/admin/explain", sluice.admin),
+        r#"{"method": "GET", "path": "/", "headers": {"x-plan": "sk_live_1234"}, "ip": "192.0.2.9"}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK, "{}", got.body);
+    let answer = got.json();
+    let rule = |name: &str| {
+        answer["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|entry| entry["rule"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(rule("free-plan")["failed"], "header", "{answer}");
+    assert_eq!(
+        rule("free-plan")["reason"],
+        "header x-plan has a value other than \"free\", \"trial\""
+    );
+    assert!(!got.body.contains("sk_live"), "{}", got.body);
+    assert_eq!(rule("office")["failed"], "client", "{answer}");
+    assert_eq!(
+        rule("office")["reason"],
+        "client 192.0.2.9 is in none of \"10.0.0.0/8\""
+    );
+}
