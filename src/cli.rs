@@ -88,6 +88,23 @@ pub enum ImportFormat {
         /// The envoyproxy/ratelimit config file.
         file: PathBuf,
     },
+    /// Envoy Gateway's BackendTrafficPolicy objects (YAML, one or more
+    /// documents): prints a rule per rate limit rule of rateLimit.global
+    /// (fixed windows) and rateLimit.local (token buckets). Other objects,
+    /// and fields such as targetRefs, are skipped and named in a comment.
+    EnvoyGateway {
+        /// The YAML file, as given to kubectl apply.
+        file: PathBuf,
+    },
+    /// Traefik's rateLimit middlewares: Middleware objects (traefik.io or
+    /// traefik.containo.us, YAML, one or more documents) or the dynamic
+    /// configuration's http.middlewares: prints a token bucket rule per
+    /// middleware. Other objects and middlewares are skipped and named in a
+    /// comment.
+    Traefik {
+        /// The YAML file.
+        file: PathBuf,
+    },
 }
 
 /// The effective rules as a table, for `sluice check`. The `cost` column

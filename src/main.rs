@@ -52,15 +52,24 @@ fn main() -> ExitCode {
             report(runtime(config.server.workers).and_then(|rt| rt.block_on(run(config, path))))
         }
         Command::Demo { once } => demo(once, levels),
-        Command::Import {
-            format: ImportFormat::EnvoyRatelimit { file },
-        } => import_envoy_ratelimit(&file),
+        Command::Import { format } => {
+            use sluice::import::{envoy_gateway, envoy_ratelimit, traefik};
+            match format {
+                ImportFormat::EnvoyRatelimit { file } => import(&file, envoy_ratelimit::translate),
+                ImportFormat::EnvoyGateway { file } => import(&file, envoy_gateway::translate),
+                ImportFormat::Traefik { file } => import(&file, traefik::translate),
+            }
+        }
     }
 }
 
-/// `sluice import envoy-ratelimit FILE`: the rules on stdout, or every
-/// reason there are none on stderr (and nothing on stdout).
-fn import_envoy_ratelimit(file: &std::path::Path) -> ExitCode {
+/// `sluice import FORMAT FILE`: the rules `translate` makes of the file on
+/// stdout, or every reason there are none on stderr (and nothing on
+/// stdout).
+fn import(
+    file: &std::path::Path,
+    translate: fn(&str, &str) -> Result<String, sluice::import::ImportError>,
+) -> ExitCode {
     let yaml = match std::fs::read_to_string(file) {
         Ok(yaml) => yaml,
         Err(error) => {
@@ -68,7 +77,7 @@ fn import_envoy_ratelimit(file: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match sluice::import::envoy_ratelimit::translate(&yaml, &file.display().to_string()) {
+    match translate(&yaml, &file.display().to_string()) {
         Ok(rules) => {
             print!("{rules}");
             ExitCode::SUCCESS

@@ -20,7 +20,8 @@ use std::fmt::Write as _;
 
 use serde_yaml::Value;
 
-use super::{ImportError, Problem};
+use super::yaml::{join, Reader};
+use super::{toml_key, toml_string, ImportError, Problem, RuleNames, Unit};
 
 /// The `[[rule]]` tables (and comments) equivalent to the envoyproxy/ratelimit
 /// config `yaml`, or every field that has no equivalent. `source_name` names
@@ -81,92 +82,7 @@ struct Limit {
     shadow: bool,
 }
 
-/// envoyproxy/ratelimit's units. Each counts fixed windows of a fixed
-/// number of seconds aligned to Unix time (`now / divider`), as sluice's
-/// `fixed_window` aligns its periods: a week, a month and a year are 7, 30
-/// and 365 days of Unix time, not calendar ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unit {
-    Second,
-    Minute,
-    Hour,
-    Day,
-    Week,
-    Month,
-    Year,
-}
-
-impl Unit {
-    const ALL: [(&'static str, Unit); 7] = [
-        ("second", Unit::Second),
-        ("minute", Unit::Minute),
-        ("hour", Unit::Hour),
-        ("day", Unit::Day),
-        ("week", Unit::Week),
-        ("month", Unit::Month),
-        ("year", Unit::Year),
-    ];
-
-    /// envoyproxy/ratelimit reads the unit whatever its case.
-    fn parse(text: &str) -> Option<Unit> {
-        Unit::ALL
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(text))
-            .map(|&(_, unit)| unit)
-    }
-
-    /// The PERIOD of a sluice rate with the same windows.
-    fn period(self) -> &'static str {
-        match self {
-            Unit::Second => "s",
-            Unit::Minute => "m",
-            Unit::Hour => "h",
-            Unit::Day => "d",
-            Unit::Week => "7d",
-            Unit::Month => "30d",
-            Unit::Year => "365d",
-        }
-    }
-
-    /// Why the period is written in days, for the units an operator might
-    /// read as calendar ones.
-    fn note(self) -> Option<&'static str> {
-        match self {
-            Unit::Week => Some(
-                "unit: week is 7 days of Unix time (from Thursday 00:00 UTC), as \"7d\" counts them",
-            ),
-            Unit::Month => Some(
-                "unit: month is 30 days of Unix time, not a calendar month, as \"30d\" counts them",
-            ),
-            Unit::Year => Some(
-                "unit: year is 365 days of Unix time, not a calendar year, as \"365d\" counts them",
-            ),
-            _ => None,
-        }
-    }
-}
-
-/// `parent.child`, or `child` at the top level.
-fn join(parent: &str, child: &str) -> String {
-    if parent.is_empty() {
-        child.to_owned()
-    } else {
-        format!("{parent}.{child}")
-    }
-}
-
-/// Reads the YAML tree, collecting every problem rather than stopping at
-/// the first.
-#[derive(Default)]
-struct Reader {
-    problems: Vec<Problem>,
-}
-
 impl Reader {
-    fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.problems.push(Problem::new(path, message));
-    }
-
     /// The top level: `domain` and the descriptor list.
     fn root(&mut self, root: &Value) -> Option<(String, Vec<Descriptor>)> {
         let fields = self.fields(
@@ -194,14 +110,7 @@ impl Reader {
     /// entries above it.
     fn list(&mut self, value: &Value, parent: &str, ancestors: &[&str]) -> Vec<Descriptor> {
         let at = join(parent, "descriptors");
-        let items = match value {
-            Value::Null => return Vec::new(),
-            Value::Sequence(items) => items,
-            _ => {
-                self.problem(at, "must be a list of descriptor entries");
-                return Vec::new();
-            }
-        };
+        let items = self.items(value, &at, "must be a list of descriptor entries");
         let mut list: Vec<Descriptor> = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let Some(descriptor) = self.descriptor(item, format!("{at}[{i}]"), ancestors) else {
@@ -364,7 +273,7 @@ impl Reader {
             return RateLimit::Unlimited;
         }
         let unit = match unit {
-            Some(text) => Unit::parse(&text).or_else(|| {
+            Some(text) => Unit::parse_any_case(&text).or_else(|| {
                 self.problem(unit_at, format!("unknown unit {text:?}; {UNITS}"));
                 None
             }),
@@ -401,78 +310,6 @@ impl Reader {
             }),
             // Already reported; the file is refused.
             _ => RateLimit::Absent,
-        }
-    }
-
-    /// The fields of a mapping, each named by a string.
-    fn fields<'v>(
-        &mut self,
-        value: &'v Value,
-        at: &str,
-        expected: &str,
-    ) -> Option<Vec<(String, &'v Value)>> {
-        let Value::Mapping(mapping) = value else {
-            self.problem(at, expected);
-            return None;
-        };
-        let mut fields = Vec::with_capacity(mapping.len());
-        for (name, field) in mapping {
-            match name {
-                Value::String(name) => fields.push((name.clone(), field)),
-                _ => self.problem(at, format!("a field name must be a string, not {name:?}")),
-            }
-        }
-        Some(fields)
-    }
-
-    /// A string field. Like envoyproxy/ratelimit (whose YAML reader takes a
-    /// scalar's text for a string), a whole number or a boolean is read as
-    /// its text; a fraction is refused, since its text is not kept. `None`
-    /// when null (absent) or invalid (reported).
-    fn text(&mut self, value: &Value, at: &str) -> Option<String> {
-        match value {
-            Value::Null => None,
-            Value::String(text) => Some(text.clone()),
-            Value::Bool(flag) => Some(flag.to_string()),
-            Value::Number(number) if number.is_i64() || number.is_u64() => Some(number.to_string()),
-            Value::Number(_) => {
-                self.problem(at, "write this number in quotes, as the text it should be");
-                None
-            }
-            _ => {
-                self.problem(at, "must be a string");
-                None
-            }
-        }
-    }
-
-    /// A field that must be there and not be empty.
-    fn required(&mut self, text: Option<String>, at: &str) -> Option<String> {
-        match text {
-            Some(text) if !text.is_empty() => Some(text),
-            Some(_) => {
-                self.problem(at, "must not be empty");
-                None
-            }
-            None => {
-                // Unless it was there but invalid, and said so.
-                if !self.problems.iter().any(|problem| problem.path == at) {
-                    self.problem(at, "is required");
-                }
-                None
-            }
-        }
-    }
-
-    /// A `true`/`false` field; null is false, as envoyproxy/ratelimit reads it.
-    fn flag(&mut self, value: &Value, at: &str) -> bool {
-        match value {
-            Value::Bool(flag) => *flag,
-            Value::Null => false,
-            _ => {
-                self.problem(at, "must be true or false");
-                false
-            }
         }
     }
 }
@@ -574,7 +411,7 @@ fn in_precedence_order<'d>(
 /// envoyproxy/ratelimit names its metrics (`edge.generic_key_foo.remote_address`);
 /// made valid and unique.
 fn rule_names(domain: &str, nodes: &[Node]) -> Vec<Option<String>> {
-    let mut taken = HashSet::new();
+    let mut names = RuleNames::default();
     nodes
         .iter()
         .map(|node| {
@@ -591,25 +428,7 @@ fn rule_names(domain: &str, nodes: &[Node]) -> Vec<Option<String>> {
                 }
                 name
             });
-            // A rule name may use only letters, digits, '_', '.' and '-'
-            // (it appears in headers).
-            let wanted: String = wanted
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            let mut name = wanted.clone();
-            let mut suffix = 2;
-            while !taken.insert(name.clone()) {
-                name = format!("{wanted}-{suffix}");
-                suffix += 1;
-            }
-            Some(name)
+            Some(names.claim(&wanted))
         })
         .collect()
 }
@@ -742,7 +561,10 @@ const HEADER: &str = "\
 ";
 
 fn write_rule(out: &mut String, domain: &str, node: &Node, limit: &Limit, name: &str) {
-    if let Some(note) = limit.unit.note() {
+    if let Some(note) = limit
+        .unit
+        .window_note(&format!("unit: {}", limit.unit.name().to_lowercase()))
+    {
         let _ = writeln!(out, "# {note}");
     }
     let _ = writeln!(out, "[[rule]]\nname = {}", toml_string(name));
@@ -778,41 +600,6 @@ fn write_rule(out: &mut String, domain: &str, node: &Node, limit: &Limit, name: 
     );
     if limit.shadow {
         out.push_str("shadow = true\n");
-    }
-}
-
-/// `text` as a TOML basic string: quotes, backslashes and control
-/// characters escaped, so any key, value or name stays on its line.
-fn toml_string(text: &str) -> String {
-    let mut quoted = String::with_capacity(text.len() + 2);
-    quoted.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            '\n' => quoted.push_str("\\n"),
-            '\t' => quoted.push_str("\\t"),
-            '\r' => quoted.push_str("\\r"),
-            c if c.is_control() => {
-                let _ = write!(quoted, "\\u{:04X}", u32::from(c));
-            }
-            c => quoted.push(c),
-        }
-    }
-    quoted.push('"');
-    quoted
-}
-
-/// `key` as a TOML key: bare when it may be, else quoted.
-fn toml_key(key: &str) -> String {
-    let bare = !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
-    if bare {
-        key.to_owned()
-    } else {
-        toml_string(key)
     }
 }
 
