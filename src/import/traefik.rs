@@ -688,3 +688,354 @@ fn go_duration(text: &str) -> Result<i128, String> {
     }
     Ok(if negative { -total } else { total })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `Middleware` named `m` whose `spec.rateLimit` is `limit` (YAML,
+    /// written from column 0).
+    fn middleware(limit: &str) -> String {
+        let mut yaml = "apiVersion: traefik.io/v1alpha1\nkind: Middleware\nmetadata:\n  name: m\n\
+                        spec:\n  rateLimit:\n"
+            .to_owned();
+        for line in limit.lines() {
+            let _ = writeln!(yaml, "    {line}");
+        }
+        yaml
+    }
+
+    /// The rule `yaml` imports to, as `field = value` lines (not its name).
+    fn only_rule(yaml: &str) -> Vec<String> {
+        let text = translate(yaml, "test.yaml").unwrap_or_else(|error| panic!("{error}"));
+        let parsed: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let rules = parsed["rule"].as_array().unwrap();
+        assert_eq!(rules.len(), 1, "{text}");
+        text.lines()
+            .skip_while(|line| *line != "[[rule]]")
+            .skip(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn problems(yaml: &str) -> Vec<String> {
+        match translate(yaml, "test.yaml") {
+            Ok(text) => panic!("imported:\n{text}"),
+            Err(error) => error
+                .problems
+                .iter()
+                .map(|p| format!("{}: {}", p.path, p.message))
+                .collect(),
+        }
+    }
+
+    /// The `# - ` lines under `title`.
+    fn listed(text: &str, title: &str) -> Vec<String> {
+        text.lines()
+            .skip_while(|line| *line != format!("# {title}"))
+            .skip(1)
+            .take_while(|line| line.starts_with("# - "))
+            .map(|line| line[4..].to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn average_period_and_burst_are_a_token_bucket_holding_as_traefik_holds() {
+        let text = translate(&middleware("average: 100\nburst: 200"), "mw.yaml").unwrap();
+        assert!(
+            text.starts_with("# Imported by `sluice import traefik` from \"mw.yaml\".\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "\n# from spec.rateLimit (Middleware \"m\")
+[[rule]]
+name = \"traefik-m\"
+key = [\"ip\"]
+algorithm = \"token_bucket\"
+rate = \"100/s\"
+burst = 200
+on_limit = \"delay\"
+max_delay = \"5ms\"
+"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_period_is_whole_seconds_or_a_go_duration() {
+        for (period, rate) in [
+            ("1m", "6/m"),
+            ("10", "6/10s"),
+            ("\"10\"", "6/10s"),
+            ("1.5s", "6/1500ms"),
+            ("1h30m", "6/90m"),
+            ("24h", "6/d"),
+            ("0", "6/s"),
+            ("0s", "6/s"),
+        ] {
+            let rule = only_rule(&middleware(&format!("average: 6\nperiod: {period}")));
+            assert_eq!(rule[2], format!("rate = \"{rate}\""), "{period}");
+        }
+        let at = "spec.rateLimit.period";
+        for (period, message) in [
+            ("-1s", "must not be negative (Traefik refuses the middleware)".to_owned()),
+            ("-3", "must not be negative (Traefik refuses the middleware)".to_owned()),
+            ("1500us", "no equivalent: sluice's periods are whole milliseconds".to_owned()),
+            (
+                "soon",
+                "\"soon\" is not whole seconds or a Go duration such as \"1m\", \"1.5s\" or \
+                 \"500ms\""
+                    .to_owned(),
+            ),
+            (
+                "1d",
+                "\"1d\" is not whole seconds or a Go duration such as \"1m\", \"1.5s\" or \
+                 \"500ms\""
+                    .to_owned(),
+            ),
+        ] {
+            assert_eq!(
+                problems(&middleware(&format!("average: 6\nperiod: {period}"))),
+                [format!("{at}: {message}")],
+                "{period}"
+            );
+        }
+        assert_eq!(go_duration(".5s"), Ok(500_000_000));
+        assert_eq!(go_duration("1h2m3s4ms5us6ns"), Ok(3_723_004_005_006));
+        assert!(go_duration("1.s").is_ok());
+        assert!(go_duration("s").is_err());
+        assert!(go_duration("").is_err());
+        assert!(go_duration("9999999999h").is_err());
+    }
+
+    #[test]
+    fn burst_defaults_to_one_and_zero_is_one() {
+        for limit in ["average: 5", "average: 5\nburst: 0", "average: 5\nburst: 1"] {
+            let rule = only_rule(&middleware(limit));
+            assert_eq!(rule[3], "burst = 1", "{limit}");
+        }
+        assert_eq!(
+            problems(&middleware("average: 5\nburst: -2")),
+            ["spec.rateLimit.burst: must be a whole number from 0 to 9223372036854775807"]
+        );
+    }
+
+    #[test]
+    fn traefiks_hold_is_half_a_token_or_500ms_below_one_a_second() {
+        for (limit, hold) in [
+            ("average: 1\nperiod: 10s", Some("500ms")),
+            ("average: 1", Some("500ms")),
+            ("average: 5\nperiod: 2s", Some("250ms")),
+            ("average: 3", Some("166ms")),
+            ("average: 1000", None),
+        ] {
+            let rule = only_rule(&middleware(limit));
+            let held = rule
+                .iter()
+                .find_map(|line| line.strip_prefix("max_delay = \""))
+                .map(|rest| rest.trim_end_matches('"'));
+            assert_eq!(held, hold, "{limit}");
+            assert_eq!(
+                rule.contains(&"on_limit = \"delay\"".to_owned()),
+                hold.is_some()
+            );
+        }
+    }
+
+    #[test]
+    fn an_average_of_zero_is_no_limit() {
+        let text = translate(&middleware("burst: 100"), "t").unwrap();
+        assert_eq!(
+            listed(&text, "Skipped:"),
+            ["spec.rateLimit: average is 0, which Traefik reads as no limit (Middleware \"m\")"]
+        );
+        assert!(text.ends_with("\n# No rate limit: nothing to add.\n"), "{text}");
+    }
+
+    #[test]
+    fn the_source_is_the_client_ip_a_header_or_the_host() {
+        let header = only_rule(&middleware(
+            "average: 5\nsourceCriterion:\n  requestHeaderName: Username",
+        ));
+        assert_eq!(header[0..2], ["key = [\"header:username\"]", "missing = \"shared\""]);
+        let text = translate(
+            &middleware("average: 5\nsourceCriterion:\n  requestHeaderName: username"),
+            "t",
+        )
+        .unwrap();
+        assert!(
+            text.contains("# requests without the header share one bucket, as Traefik groups them\n[[rule]]"),
+            "{text}"
+        );
+        let host = only_rule(&middleware("average: 5\nsourceCriterion: { requestHost: true }"));
+        assert_eq!(host[0], "key = [\"host\"]");
+        let ip = only_rule(&middleware("average: 5\nsourceCriterion: { ipStrategy: {} }"));
+        assert_eq!(ip[0], "key = [\"ip\"]");
+        assert_eq!(
+            problems(&middleware(
+                "average: 5\nsourceCriterion: { requestHost: true, requestHeaderName: u, ipStrategy: { depth: 1 } }"
+            )),
+            [
+                "spec.rateLimit.sourceCriterion: sets requestHost and requestHeaderName and \
+                 ipStrategy: Traefik refuses more than one criterion"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_ip_strategy_is_the_server_settings_to_make() {
+        let settings = |strategy: &str| {
+            let text = translate(
+                &middleware(&format!("average: 5\nsourceCriterion:\n  ipStrategy: {strategy}")),
+                "t",
+            )
+            .unwrap();
+            assert_eq!(only_rule_of(&text)[0], "key = [\"ip\"]");
+            listed(&text, "Server settings these middlewares assume:")
+        };
+        let at = "spec.rateLimit.sourceCriterion.ipStrategy";
+        assert_eq!(
+            settings("{ depth: 2, ipv6Subnet: 56 }"),
+            [
+                format!(
+                    "{at}.depth (Middleware \"m\"): Traefik takes the client IP 2 from the right \
+                     of X-Forwarded-For; sluice takes the rightmost address not in \
+                     server.trusted_proxies, from a peer in it: list the 2 proxies in front of \
+                     sluice there"
+                ),
+                format!("{at}.ipv6Subnet (Middleware \"m\"): server.ipv6_prefix = 56"),
+            ]
+        );
+        // Traefik reads ipv6Subnet only beside depth or without excludedIPs.
+        assert_eq!(
+            settings("{ excludedIPs: [127.0.0.1/32, 192.168.1.7], ipv6Subnet: 64 }"),
+            [format!(
+                "{at}.excludedIPs (Middleware \"m\"): sluice passes over the addresses in \
+                 server.trusted_proxies the same way (and reads X-Forwarded-For only from a peer \
+                 among them): trusted_proxies = [\"127.0.0.1/32\", \"192.168.1.7\"]"
+            )]
+        );
+        assert_eq!(
+            settings("{ ipv6Subnet: 64 }"),
+            [format!("{at}.ipv6Subnet (Middleware \"m\"): server.ipv6_prefix = 64")]
+        );
+        assert!(settings("{}").is_empty());
+    }
+
+    fn only_rule_of(text: &str) -> Vec<String> {
+        text.lines()
+            .skip_while(|line| *line != "[[rule]]")
+            .skip(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn the_dynamic_configuration_is_read_in_any_case_and_other_middlewares_skipped() {
+        let yaml = "http:
+  routers:
+    r: { rule: \"Host(`a`)\", middlewares: [test-ratelimit] }
+  middlewares:
+    test-ratelimit:
+      ratelimit:
+        average: 6
+        Period: 1m
+    strip:
+      stripPrefix: { prefixes: [/api] }
+tcp:
+  routers: {}
+";
+        let text = translate(yaml, "t").unwrap();
+        assert_eq!(
+            listed(&text, "Skipped:"),
+            [
+                "http.routers: not middlewares",
+                "http.middlewares.strip.stripPrefix: not a rateLimit",
+                "tcp: not HTTP middlewares",
+            ]
+        );
+        assert!(
+            text.contains(
+                "\n# from http.middlewares.test-ratelimit.ratelimit (middleware \"test-ratelimit\")\n\
+                 [[rule]]\nname = \"traefik-test-ratelimit\"\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(only_rule_of(&text)[2], "rate = \"6/m\"");
+    }
+
+    #[test]
+    fn a_middleware_object_is_read_as_kubernetes_reads_it() {
+        // The older API group too.
+        let legacy = middleware("average: 5").replace("traefik.io", "traefik.containo.us");
+        assert_eq!(only_rule(&legacy)[0], "key = [\"ip\"]");
+        let yaml = "apiVersion: traefik.io/v1alpha1
+kind: Middleware
+metadata: { name: m }
+spec:
+  ratelimit: { average: 5 }
+---
+apiVersion: traefik.io/v1alpha1
+kind: Middleware
+metadata: { name: n }
+spec:
+  rateLimit: { average: 5, Burst: 3, colour: blue, sourceCriterion: { ipstrategy: {} } }
+---
+apiVersion: traefik.io/v2
+kind: Middleware
+metadata: { name: o }
+";
+        assert_eq!(
+            problems(yaml),
+            [
+                "document 1: spec.ratelimit: unknown field: Kubernetes reads field names as \
+                 written (rateLimit), and drops this one",
+                "document 2: spec.rateLimit.Burst: unknown field: Kubernetes reads field names \
+                 as written (burst), and drops this one",
+                "document 2: spec.rateLimit.colour: unknown field; average, period, burst, \
+                 sourceCriterion, redis",
+                "document 2: spec.rateLimit.sourceCriterion.ipstrategy: unknown field: \
+                 Kubernetes reads field names as written (ipStrategy), and drops this one",
+                "document 3: apiVersion: unknown version; this import reads traefik.io/v1alpha1 \
+                 and traefik.containo.us/v1alpha1",
+            ]
+        );
+    }
+
+    #[test]
+    fn other_objects_and_redis_are_named_at_the_top() {
+        let yaml = format!(
+            "{}---\napiVersion: traefik.io/v1alpha1\nkind: IngressRoute\nmetadata: {{ name: r }}\n\
+             ---\napiVersion: traefik.io/v1alpha1\nkind: Middleware\nmetadata: {{ name: s }}\n\
+             spec:\n  stripPrefix: {{ prefixes: [/api] }}\n",
+            middleware("average: 5\nredis: { endpoints: [\"redis:6379\"] }")
+        );
+        let text = translate(&yaml, "t").unwrap();
+        assert_eq!(
+            listed(&text, "Skipped:"),
+            [
+                "document 1: spec.rateLimit.redis: Traefik shares the buckets among its \
+                 instances through Redis; sluice instances share theirs with [store] backend = \
+                 \"redis\" (Middleware \"m\")",
+                "document 2: IngressRoute \"r\": not a Traefik Middleware or dynamic \
+                 configuration",
+                "document 3: spec.stripPrefix: not a rateLimit (Middleware \"s\")",
+                "document 3: Middleware \"s\": no rateLimit",
+            ]
+        );
+    }
+
+    #[test]
+    fn rule_names_follow_the_middleware_and_stay_unique() {
+        let one = middleware("average: 5");
+        let yaml = format!("{one}---\n{}", one.replace("name: m\n", "name: m\n  namespace: x\n"));
+        let text = translate(&yaml, "t").unwrap();
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("name = "))
+            .collect();
+        assert_eq!(names, ["\"traefik-m\"", "\"traefik-m-2\""]);
+    }
+}
