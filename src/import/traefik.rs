@@ -780,9 +780,18 @@ max_delay = \"5ms\"
         }
         let at = "spec.rateLimit.period";
         for (period, message) in [
-            ("-1s", "must not be negative (Traefik refuses the middleware)".to_owned()),
-            ("-3", "must not be negative (Traefik refuses the middleware)".to_owned()),
-            ("1500us", "no equivalent: sluice's periods are whole milliseconds".to_owned()),
+            (
+                "-1s",
+                "must not be negative (Traefik refuses the middleware)".to_owned(),
+            ),
+            (
+                "-3",
+                "must not be negative (Traefik refuses the middleware)".to_owned(),
+            ),
+            (
+                "1500us",
+                "no equivalent: sluice's periods are whole milliseconds".to_owned(),
+            ),
             (
                 "soon",
                 "\"soon\" is not whole seconds or a Go duration such as \"1m\", \"1.5s\" or \
@@ -851,7 +860,10 @@ max_delay = \"5ms\"
             listed(&text, "Skipped:"),
             ["spec.rateLimit: average is 0, which Traefik reads as no limit (Middleware \"m\")"]
         );
-        assert!(text.ends_with("\n# No rate limit: nothing to add.\n"), "{text}");
+        assert!(
+            text.ends_with("\n# No rate limit: nothing to add.\n"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -859,19 +871,28 @@ max_delay = \"5ms\"
         let header = only_rule(&middleware(
             "average: 5\nsourceCriterion:\n  requestHeaderName: Username",
         ));
-        assert_eq!(header[0..2], ["key = [\"header:username\"]", "missing = \"shared\""]);
+        assert_eq!(
+            header[0..2],
+            ["key = [\"header:username\"]", "missing = \"shared\""]
+        );
         let text = translate(
             &middleware("average: 5\nsourceCriterion:\n  requestHeaderName: username"),
             "t",
         )
         .unwrap();
         assert!(
-            text.contains("# requests without the header share one bucket, as Traefik groups them\n[[rule]]"),
+            text.contains(
+                "# requests without the header share one bucket, as Traefik groups them\n[[rule]]"
+            ),
             "{text}"
         );
-        let host = only_rule(&middleware("average: 5\nsourceCriterion: { requestHost: true }"));
+        let host = only_rule(&middleware(
+            "average: 5\nsourceCriterion: { requestHost: true }",
+        ));
         assert_eq!(host[0], "key = [\"host\"]");
-        let ip = only_rule(&middleware("average: 5\nsourceCriterion: { ipStrategy: {} }"));
+        let ip = only_rule(&middleware(
+            "average: 5\nsourceCriterion: { ipStrategy: {} }",
+        ));
         assert_eq!(ip[0], "key = [\"ip\"]");
         assert_eq!(
             problems(&middleware(
@@ -888,7 +909,9 @@ max_delay = \"5ms\"
     fn the_ip_strategy_is_the_server_settings_to_make() {
         let settings = |strategy: &str| {
             let text = translate(
-                &middleware(&format!("average: 5\nsourceCriterion:\n  ipStrategy: {strategy}")),
+                &middleware(&format!(
+                    "average: 5\nsourceCriterion:\n  ipStrategy: {strategy}"
+                )),
                 "t",
             )
             .unwrap();
@@ -919,7 +942,9 @@ max_delay = \"5ms\"
         );
         assert_eq!(
             settings("{ ipv6Subnet: 64 }"),
-            [format!("{at}.ipv6Subnet (Middleware \"m\"): server.ipv6_prefix = 64")]
+            [format!(
+                "{at}.ipv6Subnet (Middleware \"m\"): server.ipv6_prefix = 64"
+            )]
         );
         assert!(settings("{}").is_empty());
     }
@@ -1030,7 +1055,10 @@ metadata: { name: o }
     #[test]
     fn rule_names_follow_the_middleware_and_stay_unique() {
         let one = middleware("average: 5");
-        let yaml = format!("{one}---\n{}", one.replace("name: m\n", "name: m\n  namespace: x\n"));
+        let yaml = format!(
+            "{one}---\n{}",
+            one.replace("name: m\n", "name: m\n  namespace: x\n")
+        );
         let text = translate(&yaml, "t").unwrap();
         let names: Vec<&str> = text
             .lines()
