@@ -14,12 +14,16 @@ COPY config ./config
 RUN cargo build --release --locked --bin sluice && strip target/release/sluice
 
 FROM debian:bookworm-slim
-RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin sluice \
+RUN groupadd --system --gid 10001 sluice \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin sluice \
  && mkdir -p /etc/sluice
 COPY --from=build /src/target/release/sluice /usr/local/bin/sluice
 COPY config/sluice.toml /etc/sluice/sluice.toml
 ENV SLUICE_CONFIG=/etc/sluice/sluice.toml
-USER sluice
+# Numeric, so that the kubelet can tell it is not root: with runAsNonRoot and
+# no runAsUser it refuses to start a container whose USER is a name
+# (deploy/kubernetes sets runAsUser 10001 too; docs/kubernetes.md).
+USER 10001:10001
 EXPOSE 8080 9090 8081
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/sluice"]

@@ -33,6 +33,7 @@ mod hybrid;
 mod import;
 mod jwt;
 mod keys_are_secrets;
+mod kubernetes;
 mod lifecycle;
 mod limits;
 mod memory_store;
