@@ -268,3 +268,80 @@ fn refused_by_check(rules: &[Written]) -> Vec<Problem> {
         })
         .collect()
 }
+
+/// An import of a file of Kubernetes objects (or other YAML documents):
+/// each object read into rules, every problem at once, then the rules
+/// written and held to sluice's own check.
+trait Objects: Default {
+    fn reader(&mut self) -> &mut yaml::Reader;
+    /// Reads one object: its rules, or what it skips, or its problems.
+    fn object(&mut self, object: &yaml::Object);
+    /// The rules read, each named through `names`.
+    fn write(&self, names: &mut RuleNames) -> Vec<Written>;
+    /// The header comment, what was skipped, then `written`.
+    fn output(&self, source_name: &str, written: &[Written]) -> String;
+}
+
+/// The rules `I` makes of `yaml`, or every reason there are none.
+fn import_objects<I: Objects>(yaml: &str, source_name: &str) -> Result<String, ImportError> {
+    let fail = |problems| ImportError {
+        source_name: source_name.to_owned(),
+        problems,
+    };
+    let documents = yaml::documents(yaml).map_err(|problem| fail(vec![problem]))?;
+    let mut import = I::default();
+    for object in yaml::objects(&documents, import.reader()) {
+        import.object(&object);
+    }
+    let problems = std::mem::take(&mut import.reader().problems);
+    if !problems.is_empty() {
+        return Err(fail(problems));
+    }
+    let written = import.write(&mut RuleNames::default());
+    let problems = refused_by_check(&written);
+    if !problems.is_empty() {
+        return Err(fail(problems));
+    }
+    Ok(import.output(source_name, &written))
+}
+
+/// What the importers' tests share.
+#[cfg(test)]
+mod testing {
+    use super::ImportError;
+
+    /// The `[[rule]]` tables of an import's output, each a TOML table.
+    pub(super) fn rules_of(imported: Result<String, ImportError>) -> Vec<toml::Table> {
+        let text = imported.unwrap_or_else(|error| panic!("{error}"));
+        let parsed: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        match parsed.get("rule") {
+            Some(toml::Value::Array(rules)) => rules
+                .iter()
+                .map(|rule| rule.as_table().cloned().unwrap())
+                .collect(),
+            None => Vec::new(),
+            Some(other) => panic!("{other:?}"),
+        }
+    }
+
+    /// Every problem of a refused import of `test.yaml`, as `path: message`.
+    pub(super) fn problems_of(imported: Result<String, ImportError>) -> Vec<String> {
+        match imported {
+            Ok(text) => panic!("imported:\n{text}"),
+            Err(error) => {
+                assert_eq!(error.source_name, "test.yaml");
+                error
+                    .problems
+                    .iter()
+                    .map(|p| format!("{}: {}", p.path, p.message))
+                    .collect()
+            }
+        }
+    }
+
+    /// The one problem of a refused import.
+    pub(super) fn only(found: Vec<String>) -> String {
+        assert_eq!(found.len(), 1, "{found:#?}");
+        found.into_iter().next().unwrap()
+    }
+}

@@ -23,37 +23,17 @@ use std::fmt::Write as _;
 use ipnet::IpNet;
 use serde_yaml::Value;
 
-use super::yaml::{documents, index, join, objects, Object, Reader};
-use super::{refused_by_check, toml_key, toml_string, ImportError, RuleNames, Unit, Written};
+use super::yaml::{index, join, Object, Reader};
+use super::{
+    import_objects, toml_key, toml_string, ImportError, Objects, RuleNames, Unit, Written,
+};
 
 /// The `[[rule]]` tables (and comments) equivalent to the
 /// `BackendTrafficPolicy` rate limits in `yaml` (one or more documents),
 /// or every field that has no equivalent. `source_name` names the file in
 /// the header comment and in errors.
 pub fn translate(yaml: &str, source_name: &str) -> Result<String, ImportError> {
-    let fail = |problems| ImportError {
-        source_name: source_name.to_owned(),
-        problems,
-    };
-    let documents = documents(yaml).map_err(|problem| fail(vec![problem]))?;
-    let mut import = Import::default();
-    for object in objects(&documents, &mut import.reader) {
-        import.object(&object);
-    }
-    if !import.reader.problems.is_empty() {
-        return Err(fail(import.reader.problems));
-    }
-    let mut names = RuleNames::default();
-    let written: Vec<Written> = import
-        .rules
-        .iter()
-        .map(|rule| rule.write(&names.claim(&rule.wanted_name)))
-        .collect();
-    let problems = refused_by_check(&written);
-    if !problems.is_empty() {
-        return Err(fail(problems));
-    }
-    Ok(import.output(source_name, &written))
+    import_objects::<Import>(yaml, source_name)
 }
 
 const API_VERSION: &str = "gateway.envoyproxy.io/v1alpha1";
@@ -126,7 +106,11 @@ const METHODS: [&str; 9] = [
 const NO_INVERT: &str =
     "no equivalent: sluice's match has no negation (every field given must fit the request)";
 
-impl Import {
+impl Objects for Import {
+    fn reader(&mut self) -> &mut Reader {
+        &mut self.reader
+    }
+
     fn object(&mut self, object: &Object) {
         if object.kind.as_deref() != Some("BackendTrafficPolicy")
             || object
@@ -144,18 +128,8 @@ impl Import {
             );
             return;
         }
-        let Some(name) = self
-            .reader
-            .required(object.name.clone(), &object.path("metadata.name"))
+        let Some((name, spec_at, spec)) = self.reader.named_spec(object, "the policy's spec")
         else {
-            return;
-        };
-        let spec_at = object.path("spec");
-        let Some(spec) = self.reader.fields(
-            object.value.get("spec").unwrap_or(&Value::Null),
-            &spec_at,
-            "must be a mapping (the policy's spec)",
-        ) else {
             return;
         };
         let mut limited = false;
@@ -186,6 +160,46 @@ impl Import {
         }
     }
 
+    fn write(&self, names: &mut RuleNames) -> Vec<Written> {
+        self.rules
+            .iter()
+            .map(|rule| rule.write(&names.claim(&rule.wanted_name)))
+            .collect()
+    }
+
+    /// The header comment, the skipped things, then each rule.
+    fn output(&self, source_name: &str, written: &[Written]) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# Imported by `sluice import envoy-gateway` from {}.",
+            toml_string(source_name)
+        );
+        out.push_str(HEADER);
+        if !self.skipped.is_empty() {
+            out.push_str("# Skipped:\n");
+            for line in &self.skipped {
+                let _ = writeln!(out, "# - {line}");
+            }
+        }
+        for (rule, written) in self.rules.iter().zip(written) {
+            let _ = writeln!(out, "\n# from {} ({})", rule.at, rule.policy);
+            if rule.scope == Scope::Global {
+                let written_unit = format!("limit.unit: {}", rule.unit.name());
+                if let Some(note) = rule.unit.window_note(&written_unit) {
+                    let _ = writeln!(out, "# {note}");
+                }
+            }
+            out.push_str(&written.toml);
+        }
+        if self.rules.is_empty() {
+            out.push_str("\n# No rate limit rule: nothing to add.\n");
+        }
+        out
+    }
+}
+
+impl Import {
     /// A comment line for something left out: `at` (or the object) and why.
     fn skip(&mut self, object: &Object, at: &str, why: &str) {
         let place = match (object.place(), at) {
@@ -778,29 +792,9 @@ impl Import {
     }
 
     fn path(&mut self, value: &Value, at: &str, rule: &mut Rule) {
-        let Some(fields) = self
-            .reader
-            .fields(value, at, "must be a mapping with type and value")
-        else {
+        let Some((kind, text)) = self.typed_value(value, at, "a path match") else {
             return;
         };
-        let (mut kind, mut text) = (None, None);
-        for (field, value) in fields {
-            let field_at = join(at, &field);
-            match field.as_str() {
-                "type" => kind = self.reader.string(value, &field_at),
-                "value" => text = self.reader.string(value, &field_at),
-                "invert" => {
-                    if self.reader.flag(value, &field_at) {
-                        self.reader.problem(field_at, NO_INVERT);
-                    }
-                }
-                _ => self.reader.problem(
-                    field_at,
-                    "unknown field; a path match has type, value and invert",
-                ),
-            }
-        }
         // Kubernetes fills in the defaults.
         let text = text.unwrap_or_else(|| "/".to_owned());
         let value_at = join(at, "value");
@@ -849,13 +843,17 @@ impl Import {
         }
     }
 
-    fn source_cidr(&mut self, value: &Value, at: &str, rule: &mut Rule) {
-        let Some(fields) = self
+    /// A path or a sourceCIDR: its `type` and `value`; `invert: true` is
+    /// refused.
+    fn typed_value(
+        &mut self,
+        value: &Value,
+        at: &str,
+        what: &str,
+    ) -> Option<(Option<String>, Option<String>)> {
+        let fields = self
             .reader
-            .fields(value, at, "must be a mapping with type and value")
-        else {
-            return;
-        };
+            .fields(value, at, "must be a mapping with type and value")?;
         let (mut kind, mut text) = (None, None);
         for (field, value) in fields {
             let field_at = join(at, &field);
@@ -869,10 +867,17 @@ impl Import {
                 }
                 _ => self.reader.problem(
                     field_at,
-                    "unknown field; a sourceCIDR has type, value and invert",
+                    format!("unknown field; {what} has type, value and invert"),
                 ),
             }
         }
+        Some((kind, text))
+    }
+
+    fn source_cidr(&mut self, value: &Value, at: &str, rule: &mut Rule) {
+        let Some((kind, text)) = self.typed_value(value, at, "a sourceCIDR") else {
+            return;
+        };
         let value_at = join(at, "value");
         let net = self.reader.required(text, &value_at).and_then(|text| {
             let net = text.parse::<IpNet>().ok();
@@ -917,37 +922,6 @@ impl Import {
         if distinct {
             add_key(rule, "ip".to_owned(), at);
         }
-    }
-
-    /// The header comment, the skipped things, then each rule.
-    fn output(&self, source_name: &str, written: &[Written]) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# Imported by `sluice import envoy-gateway` from {}.",
-            toml_string(source_name)
-        );
-        out.push_str(HEADER);
-        if !self.skipped.is_empty() {
-            out.push_str("# Skipped:\n");
-            for line in &self.skipped {
-                let _ = writeln!(out, "# - {line}");
-            }
-        }
-        for (rule, written) in self.rules.iter().zip(written) {
-            let _ = writeln!(out, "\n# from {} ({})", rule.at, rule.policy);
-            if rule.scope == Scope::Global {
-                let written_unit = format!("limit.unit: {}", rule.unit.name());
-                if let Some(note) = rule.unit.window_note(&written_unit) {
-                    let _ = writeln!(out, "# {note}");
-                }
-            }
-            out.push_str(&written.toml);
-        }
-        if self.rules.is_empty() {
-            out.push_str("\n# No rate limit rule: nothing to add.\n");
-        }
-        out
     }
 }
 
@@ -1068,6 +1042,7 @@ impl Rule {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::import::testing::{only, problems_of, rules_of};
 
     /// A policy named `p` whose `rateLimit.<scope>.rules` are `rules`
     /// (YAML list items, written from column 0).
@@ -1084,16 +1059,7 @@ mod tests {
 
     /// The rules `yaml` imports to, each a TOML table.
     fn rules(yaml: &str) -> Vec<toml::Table> {
-        let text = translate(yaml, "test.yaml").unwrap_or_else(|error| panic!("{error}"));
-        let parsed: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        match parsed.get("rule") {
-            Some(toml::Value::Array(rules)) => rules
-                .iter()
-                .map(|rule| rule.as_table().cloned().unwrap())
-                .collect(),
-            None => Vec::new(),
-            Some(other) => panic!("{other:?}"),
-        }
+        rules_of(translate(yaml, "test.yaml"))
     }
 
     fn only_rule(yaml: &str) -> toml::Table {
@@ -1115,23 +1081,11 @@ mod tests {
 
     /// Every problem as `path: message`.
     fn problems(yaml: &str) -> Vec<String> {
-        match translate(yaml, "test.yaml") {
-            Ok(text) => panic!("imported:\n{text}"),
-            Err(error) => {
-                assert_eq!(error.source_name, "test.yaml");
-                error
-                    .problems
-                    .iter()
-                    .map(|p| format!("{}: {}", p.path, p.message))
-                    .collect()
-            }
-        }
+        problems_of(translate(yaml, "test.yaml"))
     }
 
     fn only_problem(yaml: &str) -> String {
-        let found = problems(yaml);
-        assert_eq!(found.len(), 1, "{found:#?}");
-        found.into_iter().next().unwrap()
+        only(problems(yaml))
     }
 
     const LIMIT: &str = "  limit: { requests: 3, unit: Hour }";

@@ -606,19 +606,11 @@ fn write_rule(out: &mut String, domain: &str, node: &Node, limit: &Limit, name: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::import::testing::{only, problems_of, rules_of};
 
     /// The rules `yaml` imports to, each a TOML table.
     fn rules(yaml: &str) -> Vec<toml::Table> {
-        let text = translate(yaml, "test.yaml").unwrap_or_else(|error| panic!("{error}"));
-        let parsed: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        match parsed.get("rule") {
-            Some(toml::Value::Array(rules)) => rules
-                .iter()
-                .map(|rule| rule.as_table().cloned().unwrap())
-                .collect(),
-            None => Vec::new(),
-            Some(other) => panic!("{other:?}"),
-        }
+        rules_of(translate(yaml, "test.yaml"))
     }
 
     /// Each rule as `name match key rate [shadow]`, a line to compare at a glance.
@@ -644,23 +636,11 @@ mod tests {
 
     /// Every problem as `path: message`.
     fn problems(yaml: &str) -> Vec<String> {
-        match translate(yaml, "test.yaml") {
-            Ok(text) => panic!("imported:\n{text}"),
-            Err(error) => {
-                assert_eq!(error.source_name, "test.yaml");
-                error
-                    .problems
-                    .iter()
-                    .map(|p| format!("{}: {}", p.path, p.message))
-                    .collect()
-            }
-        }
+        problems_of(translate(yaml, "test.yaml"))
     }
 
     fn only_problem(yaml: &str) -> String {
-        let found = problems(yaml);
-        assert_eq!(found.len(), 1, "{found:#?}");
-        found.into_iter().next().unwrap()
+        only(problems(yaml))
     }
 
     #[test]

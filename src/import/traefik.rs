@@ -20,37 +20,15 @@ use std::fmt::Write as _;
 
 use serde_yaml::Value;
 
-use super::yaml::{documents, join, objects, Object, Reader};
-use super::{refused_by_check, toml_string, ImportError, RuleNames, Written};
+use super::yaml::{join, Object, Reader};
+use super::{import_objects, toml_string, ImportError, Objects, RuleNames, Written};
 
 /// The `[[rule]]` tables (and comments) equivalent to the `rateLimit`
 /// middlewares in `yaml` (one or more documents), or every field that has
 /// no equivalent. `source_name` names the file in the header comment and
 /// in errors.
 pub fn translate(yaml: &str, source_name: &str) -> Result<String, ImportError> {
-    let fail = |problems| ImportError {
-        source_name: source_name.to_owned(),
-        problems,
-    };
-    let documents = documents(yaml).map_err(|problem| fail(vec![problem]))?;
-    let mut import = Import::default();
-    for object in objects(&documents, &mut import.reader) {
-        import.object(&object);
-    }
-    if !import.reader.problems.is_empty() {
-        return Err(fail(import.reader.problems));
-    }
-    let mut names = RuleNames::default();
-    let written: Vec<Written> = import
-        .limits
-        .iter()
-        .map(|limit| limit.write(&names.claim(&format!("traefik-{}", limit.middleware))))
-        .collect();
-    let problems = refused_by_check(&written);
-    if !problems.is_empty() {
-        return Err(fail(problems));
-    }
-    Ok(import.output(source_name, &written))
+    import_objects::<Import>(yaml, source_name)
 }
 
 const API_VERSIONS: [&str; 2] = ["traefik.io/v1alpha1", "traefik.containo.us/v1alpha1"];
@@ -99,7 +77,11 @@ enum Names {
     AnyCase,
 }
 
-impl Import {
+impl Objects for Import {
+    fn reader(&mut self) -> &mut Reader {
+        &mut self.reader
+    }
+
     fn object(&mut self, object: &Object) {
         let traefik = object
             .api_version
@@ -129,6 +111,50 @@ impl Import {
         }
     }
 
+    fn write(&self, names: &mut RuleNames) -> Vec<Written> {
+        self.limits
+            .iter()
+            .map(|limit| limit.write(&names.claim(&format!("traefik-{}", limit.middleware))))
+            .collect()
+    }
+
+    /// The header comment, what was skipped and what to set, then each rule.
+    fn output(&self, source_name: &str, written: &[Written]) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# Imported by `sluice import traefik` from {}.",
+            toml_string(source_name)
+        );
+        out.push_str(HEADER);
+        for (title, lines) in [
+            ("Server settings these middlewares assume:", &self.settings),
+            ("Skipped:", &self.skipped),
+        ] {
+            if !lines.is_empty() {
+                let _ = writeln!(out, "# {title}");
+                for line in lines {
+                    let _ = writeln!(out, "# - {line}");
+                }
+            }
+        }
+        for (limit, written) in self.limits.iter().zip(written) {
+            let _ = writeln!(out, "\n# from {} ({})", limit.at, limit.label);
+            if let Source::Header(_) = limit.source {
+                out.push_str(
+                    "# requests without the header share one bucket, as Traefik groups them\n",
+                );
+            }
+            out.push_str(&written.toml);
+        }
+        if self.limits.is_empty() {
+            out.push_str("\n# No rate limit: nothing to add.\n");
+        }
+        out
+    }
+}
+
+impl Import {
     /// A comment line for something left out: where, what, why.
     fn skip(&mut self, place: &str, what: &str, why: &str) {
         let line = match (place, what) {
@@ -140,18 +166,8 @@ impl Import {
     }
 
     fn middleware_object(&mut self, object: &Object) {
-        let Some(name) = self
-            .reader
-            .required(object.name.clone(), &object.path("metadata.name"))
+        let Some((name, spec_at, spec)) = self.reader.named_spec(object, "the middleware's spec")
         else {
-            return;
-        };
-        let spec_at = object.path("spec");
-        let Some(spec) = self.reader.fields(
-            object.value.get("spec").unwrap_or(&Value::Null),
-            &spec_at,
-            "must be a mapping (the middleware's spec)",
-        ) else {
             return;
         };
         let mut limited = false;
@@ -500,41 +516,6 @@ impl Import {
             ));
         }
     }
-
-    /// The header comment, what was skipped and what to set, then each rule.
-    fn output(&self, source_name: &str, written: &[Written]) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# Imported by `sluice import traefik` from {}.",
-            toml_string(source_name)
-        );
-        out.push_str(HEADER);
-        for (title, lines) in [
-            ("Server settings these middlewares assume:", &self.settings),
-            ("Skipped:", &self.skipped),
-        ] {
-            if !lines.is_empty() {
-                let _ = writeln!(out, "# {title}");
-                for line in lines {
-                    let _ = writeln!(out, "# - {line}");
-                }
-            }
-        }
-        for (limit, written) in self.limits.iter().zip(written) {
-            let _ = writeln!(out, "\n# from {} ({})", limit.at, limit.label);
-            if let Source::Header(_) = limit.source {
-                out.push_str(
-                    "# requests without the header share one bucket, as Traefik groups them\n",
-                );
-            }
-            out.push_str(&written.toml);
-        }
-        if self.limits.is_empty() {
-            out.push_str("\n# No rate limit: nothing to add.\n");
-        }
-        out
-    }
 }
 
 /// What every import says first, after the source.
@@ -692,6 +673,7 @@ fn go_duration(text: &str) -> Result<i128, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::import::testing::{problems_of, rules_of};
 
     /// A `Middleware` named `m` whose `spec.rateLimit` is `limit` (YAML,
     /// written from column 0).
@@ -707,26 +689,12 @@ mod tests {
 
     /// The rule `yaml` imports to, as `field = value` lines (not its name).
     fn only_rule(yaml: &str) -> Vec<String> {
-        let text = translate(yaml, "test.yaml").unwrap_or_else(|error| panic!("{error}"));
-        let parsed: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let rules = parsed["rule"].as_array().unwrap();
-        assert_eq!(rules.len(), 1, "{text}");
-        text.lines()
-            .skip_while(|line| *line != "[[rule]]")
-            .skip(2)
-            .map(str::to_owned)
-            .collect()
+        assert_eq!(rules_of(translate(yaml, "test.yaml")).len(), 1);
+        only_rule_of(&translate(yaml, "test.yaml").unwrap())
     }
 
     fn problems(yaml: &str) -> Vec<String> {
-        match translate(yaml, "test.yaml") {
-            Ok(text) => panic!("imported:\n{text}"),
-            Err(error) => error
-                .problems
-                .iter()
-                .map(|p| format!("{}: {}", p.path, p.message))
-                .collect(),
-        }
+        problems_of(translate(yaml, "test.yaml"))
     }
 
     /// The `# - ` lines under `title`.
@@ -949,6 +917,7 @@ max_delay = \"5ms\"
         assert!(settings("{}").is_empty());
     }
 
+    /// The lines of the first rule in `text` after its name.
     fn only_rule_of(text: &str) -> Vec<String> {
         text.lines()
             .skip_while(|line| *line != "[[rule]]")

@@ -36,6 +36,9 @@ pub(super) fn documents(yaml: &str) -> Result<Vec<Value>, Problem> {
     Ok(documents)
 }
 
+/// A mapping's fields, each named by a string, in the file's order.
+pub(super) type Fields<'v> = Vec<(String, &'v Value)>;
+
 /// Reads a YAML tree, collecting every problem rather than stopping at the
 /// first.
 #[derive(Default)]
@@ -54,7 +57,7 @@ impl Reader {
         value: &'v Value,
         at: &str,
         expected: &str,
-    ) -> Option<Vec<(String, &'v Value)>> {
+    ) -> Option<Fields<'v>> {
         let Value::Mapping(mapping) = value else {
             self.problem(at, expected);
             return None;
@@ -138,6 +141,21 @@ impl Reader {
                 false
             }
         }
+    }
+
+    /// An object's `metadata.name` (required), the path of its `spec`
+    /// and the spec's fields (`what` the spec is, for the problem when it
+    /// is not a mapping).
+    pub(super) fn named_spec<'v>(
+        &mut self,
+        object: &Object<'v>,
+        what: &str,
+    ) -> Option<(String, String, Fields<'v>)> {
+        let name = self.required(object.name.clone(), &object.path("metadata.name"))?;
+        let at = object.path("spec");
+        let spec = object.value.get("spec").unwrap_or(&Value::Null);
+        let fields = self.fields(spec, &at, &format!("must be a mapping ({what})"))?;
+        Some((name, at, fields))
     }
 
     /// A whole number from 0 to `max`; `None` when null (absent) or
