@@ -143,7 +143,7 @@ async fn run(config: Config, path: std::path::PathBuf) -> anyhow::Result<()> {
         .context("could not start the listeners")?;
     server.reload_from(path);
     // Caught before "serving" is logged: a SIGTERM from then on drains.
-    let shutdown = shutdown_signal();
+    let (shutdown, hurry) = shutdown_signals();
     tracing::info!(
         listen = %server.local_addr()?,
         scheme = server.scheme(),
@@ -151,35 +151,54 @@ async fn run(config: Config, path: std::path::PathBuf) -> anyhow::Result<()> {
         rls = %server.rls_addr().map_or_else(|| "-".to_owned(), |addr| addr.to_string()),
         "sluice is serving"
     );
-    server.serve(shutdown).await;
+    server.serve_until(shutdown, hurry).await;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// Resolves on SIGTERM or SIGINT.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+/// The first SIGTERM or SIGINT (shutdown begins), and the second (it
+/// stops waiting out `shutdown_delay`: docs/operations.md, "Shutting
+/// down").
+fn shutdown_signals() -> (
+    impl std::future::Future<Output = ()>,
+    impl std::future::Future<Output = ()>,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     // Installed now, when called, not when first awaited.
     let signals = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
     );
-    async move {
-        match signals {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => {},
-                    _ = int.recv() => {},
+    // How many have come: each future waits for its count.
+    let (count, received) = tokio::sync::watch::channel(0u32);
+    match signals {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = term.recv() => {},
+                        _ = int.recv() => {},
+                    }
+                    count.send_modify(|count| *count += 1);
                 }
-            }
-            _ => {
-                // Without signal handlers sluice can still be stopped by
-                // SIGKILL; serve until then.
-                tracing::warn!("could not install signal handlers");
+            });
+        }
+        _ => {
+            // Without signal handlers sluice can still be stopped by
+            // SIGKILL; serve until then (`count` dropped: the waits below
+            // never end).
+            tracing::warn!("could not install signal handlers");
+        }
+    }
+    let nth = |n: u32| {
+        let mut received = received.clone();
+        async move {
+            if received.wait_for(|count| *count >= n).await.is_err() {
                 std::future::pending::<()>().await;
             }
         }
-    }
+    };
+    (nth(1), nth(2))
 }
 
 /// One worker uses a current-thread runtime: no cross-thread wake-ups, which

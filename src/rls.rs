@@ -63,10 +63,17 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The gRPC service name health checks ask about.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
-/// Serves the rate limit service on `listener` until `shutdown` resolves;
-/// then health checks answer `NOT_SERVING`, the listener closes, and each
-/// connection finishes its calls (the caller bounds how long).
-pub async fn serve(listener: TcpListener, proxy: Proxy, shutdown: impl Future<Output = ()>) {
+/// Serves the rate limit service on `listener`. Once `unready` resolves
+/// (shutdown has begun), health checks answer `NOT_SERVING` while calls are
+/// still answered, as `/readyz` turns 503 during `shutdown_delay`; once
+/// `shutdown` resolves too, the listener closes, and each connection
+/// finishes its calls (the caller bounds how long).
+pub async fn serve(
+    listener: TcpListener,
+    proxy: Proxy,
+    unready: impl Future<Output = ()>,
+    shutdown: impl Future<Output = ()>,
+) {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_service_status(SERVICE_NAME, ServingStatus::Serving)
@@ -74,13 +81,14 @@ pub async fn serve(listener: TcpListener, proxy: Proxy, shutdown: impl Future<Ou
     let service = grpc::RateLimitServer::new(RateLimiter { proxy });
     let incoming = accepted(listener);
     let shutdown = async move {
-        shutdown.await;
+        unready.await;
         reporter
             .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
             .await;
         reporter
             .set_service_status("", ServingStatus::NotServing)
             .await;
+        shutdown.await;
     };
     let served = tonic::transport::Server::builder()
         .max_concurrent_streams(MAX_STREAMS)

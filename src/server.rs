@@ -16,12 +16,18 @@
 //! deadline and size cap are enforced where the body streams upstream
 //! ([`crate::proxy::deadline`]).
 //!
-//! Shutdown: when the `shutdown` future passed to [`Server::serve`] resolves,
-//! the proxy is marked draining (`/readyz` answers 503), the listener is
-//! closed, every open connection is told to finish its in-flight request and
-//! close (HTTP/1 responses from then on carry `Connection: close`; HTTP/2
-//! connections get GOAWAY), and `serve` returns once they have, or after
-//! `shutdown_grace` at the latest: what is still running then is cut off.
+//! Shutdown (docs/operations.md, "Shutting down"): when the `shutdown`
+//! future passed to [`Server::serve`] resolves, the proxy is marked draining
+//! (`/readyz` answers 503, the rate limit service's health `NOT_SERVING`),
+//! HTTP/1 responses from then on carry `Connection: close` and the HTTP/2
+//! connections open then get GOAWAY, so that clients on kept-alive
+//! connections come back through their balancer. For `shutdown_delay` the
+//! listeners keep accepting and serving, while the balancers notice and stop
+//! sending here (a second signal, [`Server::serve_until`]'s `hurry`, cuts
+//! the delay short). Then the listeners close, every open connection is
+//! told to finish its in-flight request and close, and `serve` returns
+//! once they have, or after `shutdown_grace` at the latest: what is still
+//! running then is cut off. With no delay, the listeners close at once.
 
 use std::future::Future;
 use std::io;
@@ -163,8 +169,20 @@ impl Server {
         &self.proxy
     }
 
-    /// Serves until `shutdown` resolves, then drains (see the module docs).
+    /// Serves until `shutdown` resolves, then drains (see the module docs),
+    /// after the whole of `shutdown_delay`.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        self.serve_until(shutdown, std::future::pending()).await;
+    }
+
+    /// [`Server::serve`], with `shutdown_delay` cut short when `hurry`
+    /// resolves (a second SIGTERM: whoever sends it wants the process gone).
+    /// `hurry` is polled only once `shutdown` has resolved.
+    pub async fn serve_until(
+        self,
+        shutdown: impl Future<Output = ()>,
+        hurry: impl Future<Output = ()>,
+    ) {
         let Server {
             proxy,
             listener,
@@ -175,11 +193,13 @@ impl Server {
             tls,
             rls_listener,
         } = self;
+        let rls_unready = Arc::new(tokio::sync::Notify::new());
         let rls_stop = Arc::new(tokio::sync::Notify::new());
         let rls = rls_listener.map(|listener| {
-            let stop = Arc::clone(&rls_stop);
+            let (unready, stop) = (Arc::clone(&rls_unready), Arc::clone(&rls_stop));
+            let unready = async move { unready.notified().await };
             let stopped = async move { stop.notified().await };
-            tokio::spawn(crate::rls::serve(listener, proxy.clone(), stopped))
+            tokio::spawn(crate::rls::serve(listener, proxy.clone(), unready, stopped))
         });
         let admin = tokio::spawn(admin::serve(
             admin_listener,
@@ -203,19 +223,7 @@ impl Server {
 
         // Whether accepted sockets come with the listener's TCP_NODELAY.
         let mut nodelay_inherited = None;
-        tokio::pin!(shutdown);
-        loop {
-            let (stream, peer) = tokio::select! {
-                () = &mut shutdown => break,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        tracing::warn!(%error, "accept failed");
-                        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-                        continue;
-                    }
-                },
-            };
+        let mut serve_connection = |stream: tokio::net::TcpStream, peer: SocketAddr| {
             // Small request/response exchanges must not wait for Nagle. The
             // listener has TCP_NODELAY (`listen`), which Linux passes on to
             // the sockets it accepts: a system call per connection less.
@@ -225,7 +233,7 @@ impl Server {
             }
             let Ok(permit) = connections.clone().try_acquire_owned() else {
                 tokio::spawn(refuse(stream));
-                continue;
+                return;
             };
             let exchanges = Arc::new(Exchanges::default());
             let accepted = Accepted {
@@ -252,9 +260,38 @@ impl Server {
                 None => tokio::spawn(accepted.serve_plain()),
                 Some(tls) => tokio::spawn(accepted.serve_tls(Arc::clone(tls))),
             };
+        };
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                (stream, peer) = accept(&listener) => serve_connection(stream, peer),
+            }
         }
 
         proxy.start_draining();
+        drain.announce();
+        rls_unready.notify_one();
+        let delay = config.server.shutdown_delay;
+        // No timer at all without a delay: shutdown is as quick as it was.
+        if !delay.is_zero() {
+            tracing::info!(
+                "shutdown: /readyz is 503; serving for {delay:?} while load balancers remove \
+                 this instance (a second signal stops waiting)"
+            );
+            let delayed = tokio::time::sleep(delay);
+            tokio::pin!(delayed, hurry);
+            loop {
+                tokio::select! {
+                    () = &mut delayed => break,
+                    () = &mut hurry => {
+                        tracing::info!("shutdown: a second signal; not waiting out shutdown_delay");
+                        break;
+                    }
+                    (stream, peer) = accept(&listener) => serve_connection(stream, peer),
+                }
+            }
+        }
         drop(listener);
         // `notify_one` keeps the wake-up should the service not wait yet.
         rls_stop.notify_one();
@@ -376,6 +413,21 @@ async fn proxied_client(
         limits.header_read_timeout,
     ))
     .await
+}
+
+/// The next connection `listener` accepts. A failed accept (out of file
+/// descriptors, say) is logged and tried again after [`ACCEPT_ERROR_PAUSE`],
+/// so the loop does not spin while the condition lasts.
+async fn accept(listener: &TcpListener) -> (tokio::net::TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+            }
+        }
+    }
 }
 
 /// Shutdown, once `/readyz` says 503 and the listener is closed: idle

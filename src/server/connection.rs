@@ -55,8 +55,9 @@ pub struct Connection<H> {
 
 impl<H: Handler> Connection<H> {
     /// Serves the connection until it ends. `draining` changes when the
-    /// server shuts down: an idle connection closes at once, a busy one
-    /// after its response (which says `Connection: close`).
+    /// server shuts down: an idle HTTP/1 connection closes at once, a busy
+    /// one after its response (which says `Connection: close`); an HTTP/2
+    /// one is sent GOAWAY and closes once its streams are done.
     ///
     /// A connection waiting for the first byte of a request holds only its
     /// socket, its clocks and these settings: what requests need (the
@@ -87,7 +88,10 @@ impl<H: Handler> Connection<H> {
                 };
                 let Some(mut read) = read else { return };
                 if first && prior_knowledge(&mut io, &mut read).await {
-                    return Box::pin(self.serve_http2(io, read, drained)).await;
+                    // GOAWAY as shutdown begins, not only at the drain
+                    // (server/drain.rs says which).
+                    let moving = pin!(draining.moving());
+                    return Box::pin(self.serve_http2(io, read, moving)).await;
                 }
                 io.report_quiet(true);
                 let http1 = Http1::new(io, read);
@@ -174,12 +178,13 @@ impl<H: Handler> Connection<H> {
     }
 
     /// The whole connection, HTTP/2 with prior knowledge, through hyper's
-    /// server: `read` is what was read of it so far.
+    /// server: `read` is what was read of it so far. It is sent GOAWAY
+    /// when `moving` resolves.
     async fn serve_http2<S>(
         &self,
         mut io: DeadlineIo<S>,
         read: BytesMut,
-        drained: Pin<&mut impl Future>,
+        moving: Pin<&mut impl Future>,
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -212,7 +217,7 @@ impl<H: Handler> Connection<H> {
         let mut connection = pin!(connection);
         let ended = tokio::select! {
             ended = connection.as_mut() => ended,
-            _ = drained => {
+            _ = moving => {
                 connection.as_mut().graceful_shutdown();
                 connection.await
             }

@@ -1,6 +1,14 @@
 //! The server's word to its connections that it is shutting down, and how
 //! it knows they have all ended.
 //!
+//! Two words, in order: [`Drain::announce`] when shutdown begins (HTTP/2
+//! connections open then are sent GOAWAY, so their clients move while
+//! the listener still accepts; HTTP/1 responses say `Connection: close`
+//! from then on by the proxy's own flag), and [`Drain::start`] when the
+//! listener closes, after `shutdown_delay` (every connection finishes
+//! what is in flight and closes; docs/operations.md, "Shutting down").
+//! With no delay the two come together.
+//!
 //! A connection waits for it between requests, once per request. A
 //! `watch` channel's `changed()` future, polled again each time, showed in
 //! every request's profile (figures in docs/benchmarks-history.md); here a connection's task registers once
@@ -19,7 +27,7 @@ use tokio::sync::{watch, Notify};
 /// Held by the server; [`Drain::start`] tells every connection to finish.
 #[derive(Debug)]
 pub struct Drain {
-    signal: Arc<Signal>,
+    signals: Arc<Signals>,
     /// Each connection holds a receiver until it ends: the channel closes
     /// when the last one has.
     alive: watch::Sender<()>,
@@ -28,20 +36,28 @@ pub struct Drain {
 /// What a connection holds: the signal, and its place among those alive.
 #[derive(Debug)]
 pub struct DrainHandle {
-    signal: Arc<Signal>,
+    signals: Arc<Signals>,
     _alive: watch::Receiver<()>,
 }
 
 #[derive(Debug, Default)]
+struct Signals {
+    /// Shutdown has begun ([`Drain::announce`]).
+    announced: Signal,
+    /// The listener has closed ([`Drain::start`]).
+    started: Signal,
+}
+
+#[derive(Debug, Default)]
 struct Signal {
-    started: AtomicBool,
+    given: AtomicBool,
     notify: Notify,
 }
 
 impl Drain {
     pub fn new() -> Drain {
         Drain {
-            signal: Arc::default(),
+            signals: Arc::default(),
             alive: watch::channel(()).0,
         }
     }
@@ -49,16 +65,23 @@ impl Drain {
     /// A handle for a connection accepted just now.
     pub fn handle(&self) -> DrainHandle {
         DrainHandle {
-            signal: Arc::clone(&self.signal),
+            signals: Arc::clone(&self.signals),
             _alive: self.alive.subscribe(),
         }
     }
 
+    /// Says that shutdown has begun: the waits of [`DrainHandle::moving`]
+    /// made before resolve.
+    pub fn announce(&self) {
+        self.signals.announced.set();
+    }
+
     /// Tells every connection to finish: the waits of [`DrainHandle::wait`]
-    /// resolve.
+    /// (and of [`DrainHandle::moving`]) resolve. Announces too, if
+    /// [`Drain::announce`] did not.
     pub fn start(&self) {
-        self.signal.started.store(true, Ordering::Release);
-        self.signal.notify.notify_waiters();
+        self.signals.announced.set();
+        self.signals.started.set();
     }
 
     /// Resolves once every handle has been dropped.
@@ -70,22 +93,52 @@ impl Drain {
 impl DrainHandle {
     /// Waits for the drain to start; see [`Started`].
     pub fn wait(&self) -> Started<'_> {
-        let mut notified = Box::pin(self.signal.notify.notified());
-        // Registered now, so a start from here on is not missed even before
-        // the first poll.
+        self.signals.started.wait()
+    }
+
+    /// Waits for the moment an HTTP/2 connection is sent GOAWAY: shutdown's
+    /// beginning for a connection open before it; the drain's start for
+    /// one that comes after. That one came from a balancer still sending
+    /// here (it has `shutdown_delay` to stop), and GOAWAY at once would
+    /// only send its client back, round and round for one that only knows
+    /// this address.
+    pub fn moving(&self) -> Started<'_> {
+        if self.signals.announced.is_set() {
+            self.signals.started.wait()
+        } else {
+            self.signals.announced.wait()
+        }
+    }
+}
+
+impl Signal {
+    fn set(&self) {
+        self.given.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    fn is_set(&self) -> bool {
+        self.given.load(Ordering::Acquire)
+    }
+
+    fn wait(&self) -> Started<'_> {
+        let mut notified = Box::pin(self.notify.notified());
+        // Registered now, so a signal from here on is not missed even
+        // before the first poll.
         notified.as_mut().enable();
         Started {
-            started: &self.signal.started,
+            given: &self.given,
             notified,
             waker: None,
         }
     }
 }
 
-/// Resolves once the drain has started. After its first poll it holds the
-/// polling task's waker; a later poll by the same task reads the flag only.
+/// Resolves once its signal is given (the drain's start, or shutdown's
+/// announcement). After its first poll it holds the polling task's waker;
+/// a later poll by the same task reads the flag only.
 pub struct Started<'a> {
-    started: &'a AtomicBool,
+    given: &'a AtomicBool,
     notified: Pin<Box<Notified<'a>>>,
     /// The waker `notified` holds, once polled.
     waker: Option<Waker>,
@@ -96,10 +149,10 @@ impl Future for Started<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
-        if this.started.load(Ordering::Acquire) {
+        if this.given.load(Ordering::Acquire) {
             return Poll::Ready(());
         }
-        // `start` sets the flag before it wakes the waiters, so a task
+        // `set` sets the flag before it wakes the waiters, so a task
         // woken by it sees the flag above.
         if this
             .waker
@@ -151,6 +204,43 @@ mod tests {
             .await
             .expect("the connection ended once told");
         waiter.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_connection_open_at_the_announcement_moves_then_and_a_later_one_at_the_start() {
+        let drain = Drain::new();
+        let before = drain.handle();
+        let moving = before.moving();
+        let during = drain.handle();
+        drain.announce();
+        tokio::time::timeout(Duration::from_secs(5), moving)
+            .await
+            .expect("told at the announcement");
+        let mut later = std::pin::pin!(during.moving());
+        let mut started = std::pin::pin!(during.wait());
+        let polled = std::future::poll_fn(|cx| {
+            Poll::Ready(later.as_mut().poll(cx).is_ready() || started.as_mut().poll(cx).is_ready())
+        })
+        .await;
+        assert!(
+            !polled,
+            "after the announcement, the start is still to come"
+        );
+        drain.start();
+        tokio::time::timeout(Duration::from_secs(5), later)
+            .await
+            .expect("told at the start");
+    }
+
+    #[tokio::test]
+    async fn a_start_without_an_announcement_announces() {
+        let drain = Drain::new();
+        let handle = drain.handle();
+        let moving = handle.moving();
+        drain.start();
+        tokio::time::timeout(Duration::from_secs(5), moving)
+            .await
+            .expect("resolved");
     }
 
     #[tokio::test]

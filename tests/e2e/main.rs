@@ -49,6 +49,7 @@ mod reload;
 mod request_size;
 mod rls;
 mod shared_bans;
+mod shutdown_delay;
 mod status;
 mod status_browser;
 mod tls;

@@ -20,6 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
 pub mod backend;
+pub mod balancer;
 pub mod certs;
 pub mod exposition;
 pub mod otlp;
