@@ -1,7 +1,8 @@
 //! Hot reload of the real binary: SIGHUP, `POST /admin/reload` and the file
 //! watch apply a new config without a restart; buckets of unchanged rules
 //! keep their state, a changed limit carries its buckets over, a broken file
-//! keeps the old config, and reloading under load fails no request.
+//! keeps the old config, and reloading under load fails no request. A
+//! Kubernetes ConfigMap's `..data` symlink swap is noticed like a write.
 
 use crate::support;
 
@@ -337,4 +338,101 @@ async fn a_hangup_before_serving_begins_reloads_and_does_not_stop_sluice() {
     .await;
     let _ = stop.send(());
     serving.await.unwrap();
+}
+
+/// A config file laid out as the kubelet mounts a ConfigMap: the file in a
+/// timestamped directory, `..data` a symlink to that directory, and
+/// `sluice.toml` a symlink through `..data`.
+struct ConfigMapDir {
+    dir: tempfile::TempDir,
+    generations: u32,
+}
+
+impl ConfigMapDir {
+    fn new(text: &str) -> ConfigMapDir {
+        let mut volume = ConfigMapDir {
+            dir: tempfile::tempdir().unwrap(),
+            generations: 0,
+        };
+        let first = volume.write_generation(text);
+        std::os::unix::fs::symlink(&first, volume.dir.path().join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/sluice.toml", volume.path()).unwrap();
+        volume
+    }
+
+    /// What sluice is started with: `DIR/sluice.toml`.
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("sluice.toml")
+    }
+
+    /// A new timestamped directory holding `text`; its name.
+    fn write_generation(&mut self, text: &str) -> String {
+        self.generations += 1;
+        let name = format!("..2026_11_27_08_00_00.{:09}", self.generations);
+        std::fs::create_dir(self.dir.path().join(&name)).unwrap();
+        std::fs::write(self.dir.path().join(&name).join("sluice.toml"), text).unwrap();
+        name
+    }
+
+    /// An update as the kubelet's atomic writer makes it: the new
+    /// directory, a `..data_tmp` symlink to it renamed over `..data`, the
+    /// old directory removed.
+    fn swap(&mut self, text: &str) {
+        let data = self.dir.path().join("..data");
+        let old = std::fs::read_link(&data).unwrap();
+        let new = self.write_generation(text);
+        let tmp = self.dir.path().join("..data_tmp");
+        std::os::unix::fs::symlink(&new, &tmp).unwrap();
+        std::fs::rename(&tmp, &data).unwrap();
+        std::fs::remove_dir_all(self.dir.path().join(old)).unwrap();
+    }
+}
+
+/// The `X-RateLimit-Limit` a new caller of `/spend` is answered with.
+async fn spend_limit(sluice: &SluiceProcess, caller: usize) -> Option<String> {
+    let caller = format!("new-{caller}");
+    let got = get(&sluice.url("/spend"), &[("x-id", &caller)]).await;
+    got.header("x-ratelimit-limit").map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_map_swapped_as_the_kubelet_does_is_applied_within_2_s_and_a_broken_one_is_not() {
+    let upstream = Upstream::start().await;
+    let mut volume = ConfigMapDir::new(&config(&upstream, "3/m", ""));
+    let sluice = SluiceProcess::spawn(&volume.path());
+    assert_eq!(spend_limit(&sluice, 0).await.as_deref(), Some("3"));
+
+    volume.swap(&config(&upstream, "6/m", ""));
+    let swapped = Instant::now();
+    let mut callers = 1..;
+    while spend_limit(&sluice, callers.next().unwrap())
+        .await
+        .as_deref()
+        != Some("6")
+    {
+        assert!(
+            swapped.elapsed() < Duration::from_secs(2),
+            "the swapped config was not in force 2 s later"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A broken file swapped in: refused and counted, the running config
+    // stays.
+    volume.swap(&config(&upstream, "-5/m", ""));
+    await_reloads(&sluice, "error", 1.0).await;
+    assert_eq!(
+        spend_limit(&sluice, callers.next().unwrap())
+            .await
+            .as_deref(),
+        Some("6")
+    );
+    assert_eq!(statuses(&sluice, "/steady", "z", 1).await, [200]);
+    let refused = sluice.logged("config reload refused");
+    assert_eq!(refused.len(), 1, "{:?}", sluice.log);
+    let text = get(&sluice.admin_url("/metrics"), &[]).await.body;
+    assert_eq!(
+        metric(&text, r#"sluice_config_reloads_total{result="ok"}"#),
+        Some(1.0)
+    );
 }
