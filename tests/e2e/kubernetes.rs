@@ -4,10 +4,9 @@
 //! schema for) passes `kubernetes-validate --strict` for Kubernetes 1.30,
 //! and the rendered objects agree with the config they ship and with the
 //! Dockerfile: ports, probes, the termination grace period, the non-root
-//! user, the ConfigMap mounted as a directory. Last, the kubelet's update of
-//! a mounted ConfigMap (a `..data` symlink swap) reproduced on disk: the
-//! real binary reloads it, and keeps its config when the new file is
-//! invalid.
+//! user, the ConfigMap mounted as a directory. (The kubelet's update of a
+//! mounted ConfigMap, reproduced on disk, is `reload.rs`'s; a rolling update
+//! behind a lagging balancer, `shutdown_delay.rs`'s.)
 //!
 //! Without `kubectl` or `kubernetes-validate` a test prints `SKIPPED
 //! <test>: needs <tool>` and passes (docs/development.md, "Optional
@@ -17,12 +16,12 @@ use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_yaml::Value;
 use sluice::config::Config;
-use support::{binary, get, metric, SluiceProcess, Upstream};
+use support::binary;
 
 /// The base, as `kubectl apply -k deploy/kubernetes` applies it.
 const BASE: &str = "deploy/kubernetes";
@@ -545,116 +544,4 @@ fn the_docs_overlay_that_rolls_the_pods_on_a_config_change_renders() {
     );
     let volumes = &deployment(&objects)["spec"]["template"]["spec"]["volumes"];
     assert_eq!(volumes[0]["configMap"]["name"], name, "{volumes:?}");
-}
-
-/// A directory laid out as the kubelet writes a ConfigMap volume: the
-/// files in a timestamped directory, `..data` a symlink to it, and each
-/// key a symlink through `..data`.
-struct ConfigMapVolume {
-    dir: tempfile::TempDir,
-    generation: u32,
-}
-
-impl ConfigMapVolume {
-    fn new(text: &str) -> ConfigMapVolume {
-        let volume = ConfigMapVolume {
-            dir: tempfile::tempdir().unwrap(),
-            generation: 0,
-        };
-        let first = volume.write_generation(text);
-        std::os::unix::fs::symlink(&first, volume.dir.path().join("..data")).unwrap();
-        std::os::unix::fs::symlink("..data/sluice.toml", volume.path()).unwrap();
-        volume
-    }
-
-    /// The path sluice is given, `DIR/sluice.toml`.
-    fn path(&self) -> PathBuf {
-        self.dir.path().join("sluice.toml")
-    }
-
-    fn write_generation(&self, text: &str) -> String {
-        let name = format!("..2026_11_27_09_00_00.{:09}", self.generation);
-        std::fs::create_dir(self.dir.path().join(&name)).unwrap();
-        std::fs::write(self.dir.path().join(&name).join("sluice.toml"), text).unwrap();
-        name
-    }
-
-    /// An update, as the kubelet's atomic writer does it: the new files in
-    /// a new directory, a `..data_tmp` link to it renamed over `..data`,
-    /// the old directory removed.
-    fn update(&mut self, text: &str) {
-        let old = std::fs::read_link(self.dir.path().join("..data")).unwrap();
-        self.generation += 1;
-        let new = self.write_generation(text);
-        let tmp = self.dir.path().join("..data_tmp");
-        std::os::unix::fs::symlink(&new, &tmp).unwrap();
-        std::fs::rename(&tmp, self.dir.path().join("..data")).unwrap();
-        std::fs::remove_dir_all(self.dir.path().join(old)).unwrap();
-    }
-}
-
-/// Waits until `sluice_config_reloads_total{result}` reaches `count`.
-async fn await_reloads(sluice: &SluiceProcess, result: &str, count: f64) {
-    let series = format!("sluice_config_reloads_total{{result=\"{result}\"}}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = get(&sluice.admin_url("/metrics"), &[]).await.body;
-        if metric(&text, &series).unwrap_or(0.0) >= count {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {series} = {count} within 10 s:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The shipped config, on loopback ports and in front of `upstream`.
-fn shipped_config_here(upstream: &Upstream) -> String {
-    let text = std::fs::read_to_string(root().join(SHIPPED_CONFIG)).unwrap();
-    let mut replaced = 0;
-    let here: Vec<String> = text
-        .lines()
-        .map(|line| {
-            if line.starts_with("listen = ") {
-                replaced += 1;
-                "listen = \"127.0.0.1:0\"".to_owned()
-            } else if line.starts_with("upstream = ") {
-                replaced += 1;
-                format!("upstream = \"http://{}\"", upstream.addr)
-            } else {
-                line.to_owned()
-            }
-        })
-        .collect();
-    assert_eq!(replaced, 3, "listen twice and upstream once:\n{text}");
-    here.join("\n") + "\n"
-}
-
-#[tokio::test]
-async fn a_config_map_update_as_the_kubelet_writes_it_is_reloaded_and_an_invalid_one_is_not() {
-    let upstream = Upstream::start().await;
-    let config = shipped_config_here(&upstream);
-    let mut volume = ConfigMapVolume::new(&config);
-    let sluice = SluiceProcess::spawn(&volume.path());
-    assert_eq!(get(&sluice.url("/closed"), &[]).await.status, 200);
-
-    // A new rule closes /closed: the swap is noticed and applied.
-    let closed = format!(
-        "{config}\n[[rule]]\nname = \"closed\"\nmatch = {{ path_prefix = \"/closed\" }}\nrate = \"0/m\"\n"
-    );
-    volume.update(&closed);
-    await_reloads(&sluice, "ok", 1.0).await;
-    assert_eq!(get(&sluice.url("/closed"), &[]).await.status, 429);
-
-    // A file check refuses: counted as an error, the running config stays.
-    volume.update(&format!("{closed}\nnot_a_key = 1\n"));
-    await_reloads(&sluice, "error", 1.0).await;
-    assert_eq!(get(&sluice.url("/closed"), &[]).await.status, 429);
-    let text = get(&sluice.admin_url("/metrics"), &[]).await.body;
-    assert_eq!(
-        metric(&text, r#"sluice_config_reloads_total{result="ok"}"#),
-        Some(1.0)
-    );
 }
