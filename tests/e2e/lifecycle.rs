@@ -90,7 +90,7 @@ async fn metrics_expose_the_minimum_series_and_every_rules_counters_from_the_sta
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_closes_idle_kept_alive_connections_at_once() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
     // A long grace: only closing the idle connections lets sluice exit soon.
@@ -102,25 +102,8 @@ async fn sigterm_closes_idle_kept_alive_connections_at_once() {
     for _ in 0..4 {
         let mut conn = tokio::net::TcpStream::connect(sluice.addr).await.unwrap();
         for _ in 0..2 {
-            conn.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
-                .await
-                .unwrap();
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                assert_eq!(conn.read(&mut byte).await.unwrap(), 1, "{head:?}");
-                head.push(byte[0]);
-            }
-            let text = String::from_utf8_lossy(&head).to_lowercase();
-            assert!(text.starts_with("http/1.1 200"), "{text}");
-            let length: usize = text
-                .split("content-length: ")
-                .nth(1)
-                .and_then(|rest| rest.split("\r\n").next())
-                .and_then(|n| n.parse().ok())
-                .expect("a length");
-            let mut body = vec![0u8; length];
-            conn.read_exact(&mut body).await.unwrap();
+            let head = support::exchange(&mut conn).await;
+            assert!(head.starts_with("http/1.1 200"), "{head}");
         }
         idle.push(conn);
     }

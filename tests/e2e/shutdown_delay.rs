@@ -72,30 +72,6 @@ async fn exit_within(
     }
 }
 
-/// Sends `GET /a` on a kept-alive HTTP/1 connection and reads the head of
-/// the answer and its body; returns the head, lower-cased.
-async fn exchange(conn: &mut tokio::net::TcpStream) -> String {
-    conn.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(conn.read(&mut byte).await.unwrap(), 1, "{head:?}");
-        head.push(byte[0]);
-    }
-    let text = String::from_utf8_lossy(&head).to_lowercase();
-    let length: usize = text
-        .split("content-length: ")
-        .nth(1)
-        .and_then(|rest| rest.split("\r\n").next())
-        .and_then(|n| n.parse().ok())
-        .expect("a length");
-    let mut body = vec![0u8; length];
-    conn.read_exact(&mut body).await.unwrap();
-    text
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_turns_readyz_503_and_keeps_serving_new_connections_for_the_delay() {
     let upstream = Upstream::start().await;
@@ -105,7 +81,9 @@ async fn sigterm_turns_readyz_503_and_keeps_serving_new_connections_for_the_dela
     // Open before the signal: a kept-alive HTTP/1 connection and an HTTP/2
     // one, each answered once.
     let mut kept = tokio::net::TcpStream::connect(sluice.addr).await.unwrap();
-    assert!(exchange(&mut kept).await.starts_with("http/1.1 200"));
+    assert!(support::exchange(&mut kept)
+        .await
+        .starts_with("http/1.1 200"));
     let h2 = tokio::net::TcpStream::connect(sluice.addr).await.unwrap();
     let (mut h2_sender, h2_connection) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(h2))
@@ -132,7 +110,7 @@ async fn sigterm_turns_readyz_503_and_keeps_serving_new_connections_for_the_dela
         .unwrap()
         .expect("a clean end");
     // The kept-alive HTTP/1 connection's next answer says it is its last.
-    let head = exchange(&mut kept).await;
+    let head = support::exchange(&mut kept).await;
     assert!(head.starts_with("http/1.1 200"), "{head}");
     assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
     let mut rest = Vec::new();

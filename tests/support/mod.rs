@@ -975,3 +975,28 @@ impl Drop for SluiceProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Sends `GET /a` on a kept-alive HTTP/1 connection and reads the head of
+/// the answer and its body; returns the head, lower-cased.
+pub async fn exchange(conn: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    conn.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(conn.read(&mut byte).await.unwrap(), 1, "{head:?}");
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head).to_lowercase();
+    let length: usize = text
+        .split("content-length: ")
+        .nth(1)
+        .and_then(|rest| rest.split("\r\n").next())
+        .and_then(|n| n.parse().ok())
+        .expect("a length");
+    let mut body = vec![0u8; length];
+    conn.read_exact(&mut body).await.unwrap();
+    text
+}
