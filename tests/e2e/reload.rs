@@ -414,6 +414,7 @@ async fn a_config_map_swapped_as_the_kubelet_does_is_applied_within_2_s_and_a_br
             swapped.elapsed() < Duration::from_secs(2),
             "the swapped config was not in force 2 s later"
         );
+        // A poll interval while waiting for the new limit, not a wait.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 

@@ -55,6 +55,9 @@ async fn until_unready(sluice: &SluiceProcess) {
     .await;
 }
 
+/// How often [`exit_within`] looks for the exit: a poll interval, not a wait.
+const EXIT_POLL: Duration = Duration::from_millis(20);
+
 /// Waits up to `limit` for the process to exit, polling from the runtime.
 async fn exit_within(
     sluice: &mut SluiceProcess,
@@ -68,7 +71,7 @@ async fn exit_within(
         if Instant::now() >= deadline {
             return None;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(EXIT_POLL).await;
     }
 }
 
