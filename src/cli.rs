@@ -108,7 +108,8 @@ pub enum ImportFormat {
 }
 
 /// The effective rules as a table, for `sluice check`. The `cost` column
-/// appears only when some rule costs more than 1. A concurrency rule's limit
+/// appears only when some rule costs more than 1 (or its GraphQL query's:
+/// `graphql`). A concurrency rule's limit
 /// reads `100 in flight`; `on_limit` reads `reject` or `delay ≤30s q1000`
 /// (longest hold, most requests waiting per bucket). Under the table, one
 /// line per tiers, overrides, sunset, ban, charge, refund_on and non-default
@@ -118,7 +119,10 @@ pub enum ImportFormat {
 /// An override's key is shown as `labels` show it: a caller's credential as
 /// its label (docs/operations.md, "Keys in logs and admin views").
 pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
-    let show_cost = config.rules.iter().any(|rule| rule.cost != 1);
+    let show_cost = config
+        .rules
+        .iter()
+        .any(|rule| rule.cost != 1 || rule.graphql_cost);
     let mut header = vec![
         "rule",
         "match",
@@ -154,7 +158,11 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             describe_capacity(rule),
         ];
         if show_cost {
-            row.push(rule.cost.to_string());
+            row.push(if rule.graphql_cost {
+                "graphql".to_owned()
+            } else {
+                rule.cost.to_string()
+            });
         }
         row.push(describe_on_limit(rule.on_limit));
         row.push(if rule.shadow { "shadow" } else { "enforce" }.to_owned());
@@ -405,9 +413,11 @@ fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
         ));
     }
     if let Some(charge) = &rule.charge {
+        // Measured sources (time, bytes) always arrive: no missing price.
+        let awaits = charge.sources.iter().any(|s| !s.source.is_measured());
         let missing = match charge.missing {
-            0 => String::new(),
-            units => format!(" ({units} for a value that never arrives)"),
+            units if units > 0 && awaits => format!(" ({units} for a value that never arrives)"),
+            _ => String::new(),
         };
         lines.push(format!("charge {charge} after the response{missing}"));
     }

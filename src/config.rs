@@ -28,6 +28,7 @@ mod sunset;
 #[cfg(test)]
 mod testing;
 mod trace;
+mod unit;
 mod units;
 mod upstreams;
 mod validate;
@@ -99,9 +100,16 @@ pub struct ServerConfig {
     pub max_uri_bytes: usize,
     /// 0 = no limit.
     pub max_body_bytes: u64,
+    /// The most of a request body read for `body:` and `graphql:` keys
+    /// (docs/conversation.md); a longer body's such keys are missing.
+    pub max_key_body_bytes: usize,
     pub body_timeout: Duration,
     pub idle_timeout: Duration,
     pub send_timeout: Duration,
+    /// `max_message_bytes`: the largest WebSocket message (payload bytes
+    /// across its fragments) a tunnel a `unit = "message"` rule applies to
+    /// passes; a larger one closes the connection with 1009.
+    pub max_message_bytes: u64,
     pub forwarded_header: ForwardedHeader,
     pub ipv6_prefix: u8,
     /// `proxy_protocol`: every connection opens with a PROXY protocol header
@@ -464,6 +472,10 @@ pub struct RuleConfig {
     /// capacity, except for `leaky_bucket` (a larger cost just takes longer to
     /// leave); always 1 for `concurrency`.
     pub cost: u64,
+    /// `cost = "graphql"`: each request takes its GraphQL query's cost
+    /// (docs/limits-that-read-the-conversation.md); `cost` is then 1, what a
+    /// request whose query cannot be read takes.
+    pub graphql_cost: bool,
     pub shadow: bool,
     /// What happens to a request over its budget. Always `Delay` for
     /// `leaky_bucket`, whose `max_queue` is its `burst` (the limit's capacity;
@@ -490,6 +502,30 @@ pub struct RuleConfig {
     pub charge: Option<Charge>,
     /// `refund_on`: when the admission cost is given back.
     pub refund_on: RefundOn,
+    /// `unit`: what the rule counts, requests or the WebSocket messages
+    /// clients send on the tunnels its handshakes open.
+    pub unit: Unit,
+}
+
+/// `unit`: what a rule counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Unit {
+    /// Each request its `match` fits.
+    #[default]
+    Request,
+    /// Each data message a client sends on a WebSocket tunnel opened by a
+    /// handshake its `match` fits; never the handshake itself.
+    Message,
+}
+
+impl Unit {
+    /// As the config writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Request => "request",
+            Unit::Message => "message",
+        }
+    }
 }
 
 /// `charge`: what a request costs beyond its admission, known only once
@@ -524,15 +560,38 @@ pub enum ChargeSource {
     /// `"json:<pointer>"`: a number at this pointer in the response body,
     /// read as it streams.
     Json(crate::body_scan::Pointer),
+    /// `"request_bytes"`: the bytes of the request body as it is forwarded
+    /// to the upstream (not its head, not its chunk framing).
+    RequestBytes,
+    /// `"response_bytes"`: the bytes of the response body as it passes to
+    /// the client (not its head, not its chunk framing).
+    ResponseBytes,
+}
+
+impl ChargeSource {
+    /// Whether sluice measures this source itself as the exchange runs
+    /// (upstream time, body bytes): its value always arrives, so
+    /// `charge_missing` never applies to it.
+    pub fn is_measured(&self) -> bool {
+        matches!(
+            self,
+            ChargeSource::ElapsedMs | ChargeSource::RequestBytes | ChargeSource::ResponseBytes
+        )
+    }
 }
 
 impl Charge {
     /// Whether a source charges upstream time (so the bill runs until the
     /// response body ends, ticking).
     pub fn charges_elapsed(&self) -> bool {
+        self.charges(&ChargeSource::ElapsedMs)
+    }
+
+    /// Whether `source` is one of this charge's sources.
+    pub fn charges(&self, source: &ChargeSource) -> bool {
         self.sources
             .iter()
-            .any(|weighted| weighted.source == ChargeSource::ElapsedMs)
+            .any(|weighted| weighted.source == *source)
     }
 }
 
@@ -651,12 +710,14 @@ impl RefundOn {
 
 impl std::fmt::Display for ChargeSource {
     /// As the config writes it: `elapsed_ms`, `header:x-cost`,
-    /// `json:/usage/total_tokens`.
+    /// `json:/usage/total_tokens`, `response_bytes`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ChargeSource::ElapsedMs => f.write_str("elapsed_ms"),
             ChargeSource::Header(name) => write!(f, "header:{name}"),
             ChargeSource::Json(pointer) => write!(f, "json:{pointer}"),
+            ChargeSource::RequestBytes => f.write_str("request_bytes"),
+            ChargeSource::ResponseBytes => f.write_str("response_bytes"),
         }
     }
 }

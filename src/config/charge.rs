@@ -24,6 +24,13 @@ const UNSTRIPPABLE: [&str; 8] = [
     "content-type",
 ];
 
+/// What `charge` accepts, for its error message.
+const CHARGE_ALLOWED: &str = "allowed: \"elapsed_ms\" (milliseconds from forwarding to the \
+     end of the response body), \"request_bytes\" or \"response_bytes\" (the bytes of the \
+     request or response body), \"header:<name>\" (units the upstream reports in a response \
+     header or trailer) or \"json:<pointer>\" (a number in the response body, such as \
+     \"json:/usage/total_tokens\")";
+
 /// What `refund_on` accepts, for its error message.
 const REFUND_ON_ALLOWED: &str = "allowed: a status class (\"2xx\" … \"5xx\") or code (\"404\"), \
      judged by the status the client got, \"upstream_error\" (connect error, timeout) and \
@@ -132,6 +139,17 @@ impl Validator<'_> {
             0,
             0..=i64::MAX as u64,
         );
+        if let Some(written) = &raw.charge_missing {
+            if !sources.is_empty() && sources.iter().all(|s| s.source.is_measured()) {
+                self.warn(
+                    written.span().start,
+                    &missing_path,
+                    "has no effect: sluice measures elapsed_ms, request_bytes and \
+                     response_bytes itself, so their value always arrives (an empty body is 0 \
+                     bytes); charge_missing prices a header: or json: value that never came",
+                );
+            }
+        }
         match rule.algorithm {
             Some(
                 AlgorithmKind::TokenBucket
@@ -208,21 +226,20 @@ fn status_codes(pattern: &str) -> Option<std::ops::Range<u16>> {
     }
 }
 
-/// `"elapsed_ms"`, `"header:<name>"` or `"json:<pointer>"`.
+/// `"elapsed_ms"`, `"request_bytes"`, `"response_bytes"`,
+/// `"header:<name>"` or `"json:<pointer>"`.
 fn parse_source(text: &str) -> Result<ChargeSource, String> {
-    if text == "elapsed_ms" {
-        return Ok(ChargeSource::ElapsedMs);
+    match text {
+        "elapsed_ms" => return Ok(ChargeSource::ElapsedMs),
+        "request_bytes" => return Ok(ChargeSource::RequestBytes),
+        "response_bytes" => return Ok(ChargeSource::ResponseBytes),
+        _ => {}
     }
     if let Some(pointer) = text.strip_prefix("json:") {
         return Pointer::parse(pointer).map(ChargeSource::Json);
     }
     let Some(name) = text.strip_prefix("header:") else {
-        return Err(format!(
-            "unknown charge \"{text}\"; allowed: \"elapsed_ms\" (milliseconds from forwarding to \
-             the end of the response body), \"header:<name>\" (units the upstream reports in a \
-             response header or trailer) or \"json:<pointer>\" (a number in the response body, \
-             such as \"json:/usage/total_tokens\")"
-        ));
+        return Err(format!("unknown charge \"{text}\"; {CHARGE_ALLOWED}"));
     };
     let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
         format!("\"{name}\" is not a valid header name; write charge = \"header:x-cost-units\"")
@@ -349,6 +366,89 @@ mod tests {
     }
 
     #[test]
+    fn byte_sources_are_read_alone_or_weighted() {
+        let config = valid(&rule_a(
+            "rate = \"10000000/d\"\ncharge = \"response_bytes\"\n",
+        ));
+        let charge = config.rules[0].charge.clone().expect("a charge");
+        assert_eq!(charge, one(ChargeSource::ResponseBytes));
+        assert_eq!(charge.to_string(), "response_bytes");
+        assert!(!charge.charges_elapsed());
+        let config = valid(&rule_a(
+            "rate = \"10000000/d\"\ncharge = { response_bytes = 0.001, \"request_bytes\" = 2, elapsed_ms = 1 }\n",
+        ));
+        let charge = config.rules[0].charge.clone().expect("a charge");
+        let weights: Vec<_> = charge
+            .sources
+            .iter()
+            .map(|weighted| (weighted.source.clone(), weighted.weight))
+            .collect();
+        assert_eq!(
+            weights,
+            [
+                (ChargeSource::ResponseBytes, 0.001),
+                (ChargeSource::RequestBytes, 2.0),
+                (ChargeSource::ElapsedMs, 1.0),
+            ]
+        );
+        assert_eq!(
+            charge.to_string(),
+            "{ \"response_bytes\" = 0.001, \"request_bytes\" = 2, \"elapsed_ms\" = 1 }"
+        );
+        assert!(charge.charges(&ChargeSource::RequestBytes));
+        assert!(ChargeSource::RequestBytes.is_measured() && ChargeSource::ElapsedMs.is_measured());
+        assert!(!ChargeSource::Header(HeaderName::from_static("x-cost")).is_measured());
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
+    fn a_bad_byte_source_is_reported_where_written() {
+        let lines = errors(&rule_a(
+            "rate = \"1/s\"\ncharge = { response_bytes = -0.5, \"request-bytes\" = 1, request_bytes = 1, \" request_bytes\" = 2, response_bytes = inf }\n",
+        ));
+        assert_eq!(lines.len(), 5, "{lines:#?}");
+        assert!(lines[0].starts_with("test.toml:6:29: rule[0].charge.\"response_bytes\": the weight -0.5 is not a number of at least 0"), "{lines:#?}");
+        assert_eq!(
+            lines[1],
+            format!("test.toml:6:37: rule[0].charge.\"request-bytes\": unknown charge \"request-bytes\"; {CHARGE_ALLOWED}")
+        );
+        assert!(
+            lines[2]
+                .starts_with("test.toml:6:77: rule[0].charge.\" request_bytes\": unknown charge"),
+            "{lines:#?}"
+        );
+        assert!(
+            lines[3]
+                .starts_with("test.toml:6:98: rule[0].charge.\"response_bytes\": is listed twice"),
+            "{lines:#?}"
+        );
+        assert!(lines[4].starts_with("test.toml:6:115: rule[0].charge.\"response_bytes\": the weight inf is not a number"), "{lines:#?}");
+        assert_eq!(
+            errors(&rule_a(
+                "algorithm = \"sliding_log\"\nrate = \"10/s\"\ncharge = \"request_bytes\"\n"
+            )),
+            ["test.toml:7:10: rule[0].charge: a sliding_log rule cannot carry a debt, and a deferred charge may drive the balance below zero; use algorithm = \"token_bucket\", \"fixed_window\" or \"sliding_window\""]
+        );
+    }
+
+    #[test]
+    fn charge_missing_beside_measured_sources_only_is_a_warning() {
+        let config = valid(&rule_a(
+            "rate = \"1000/s\"\ncharge = { response_bytes = 1, elapsed_ms = 1 }\ncharge_missing = 5\n",
+        ));
+        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+        assert!(
+            config.warnings[0].starts_with("test.toml:7:18: rule[0].charge_missing: has no effect"),
+            "{:?}",
+            config.warnings
+        );
+        let config = valid(&rule_a(
+            "rate = \"1000/s\"\ncharge = { response_bytes = 1, \"json:/usage/total_tokens\" = 1 }\ncharge_missing = 5\n",
+        ));
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
     fn refund_on_takes_status_classes_and_codes() {
         let config = valid(&rule_a(
             "rate = \"5/15m\"\nrefund_on = [\"2xx\", \"3xx\", \"404\", \"429\"]\n",
@@ -373,7 +473,7 @@ mod tests {
     fn a_bad_charge_or_refund_on_is_reported_where_written() {
         assert_eq!(
             errors(&rule_a("rate = \"1/s\"\ncharge = \"cpu\"\n")),
-            ["test.toml:6:10: rule[0].charge: unknown charge \"cpu\"; allowed: \"elapsed_ms\" (milliseconds from forwarding to the end of the response body), \"header:<name>\" (units the upstream reports in a response header or trailer) or \"json:<pointer>\" (a number in the response body, such as \"json:/usage/total_tokens\")"]
+            ["test.toml:6:10: rule[0].charge: unknown charge \"cpu\"; allowed: \"elapsed_ms\" (milliseconds from forwarding to the end of the response body), \"request_bytes\" or \"response_bytes\" (the bytes of the request or response body), \"header:<name>\" (units the upstream reports in a response header or trailer) or \"json:<pointer>\" (a number in the response body, such as \"json:/usage/total_tokens\")"]
         );
         assert_eq!(
             errors(&rule_a("rate = \"1/s\"\ncharge = \"header:a b\"\n")),

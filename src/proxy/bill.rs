@@ -9,23 +9,28 @@
 //! refund, and rides inside the request's [`super::settle::Settlement`],
 //! which applies it to the receipts of those rules (every limit of a
 //! multi-limit rule; shadow rules like enforced ones, so a dry run of a
-//! charging rule is faithful). Elapsed time is charged at least once a
-//! second while the exchange runs (the [`Ticker`] wakes whoever is waiting
-//! on the exchange: the request's future until the response head, the
-//! response body after it), and the rest when it ends. A source that needs
+//! charging rule is faithful). Elapsed time and body bytes are charged at
+//! least once a second while the exchange runs (the [`Ticker`] wakes
+//! whoever is waiting on the exchange: the request's future until the
+//! response head, the response body after it), and the rest when it ends:
+//! a long download's bytes reach the bucket while it streams, so the
+//! caller's next request is refused once they spent its quota. A source that needs
 //! the answer (a header absent from the head may come as a trailer; a
 //! `json:` value comes in the body) is *awaited*: charged when it arrives,
 //! or at the end with `charge_missing` when it never did.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Context;
 
 use http::{HeaderMap, HeaderName};
 use smallvec::SmallVec;
 
+use super::pool::RequestBody;
 use super::ticker::Ticker;
 use crate::body_scan::BodyScanner;
 use crate::clock::Nanos;
+use crate::config::ChargeSource;
 use crate::policy::{Billing, Rule};
 
 const MILLI: Nanos = 1_000_000;
@@ -38,8 +43,10 @@ pub struct Bill {
     /// with what it settles.
     pub rules: SmallVec<[(usize, Arc<Billing>); 2]>,
     /// Wakes the exchange once a second while a rule charges upstream
-    /// time; `None` when none does.
+    /// time or body bytes; `None` when none does.
     ticker: Option<Arc<Ticker>>,
+    /// Whether a rule charges upstream time.
+    elapsed: bool,
     /// The tick the exchange waits for (registered at this epoch).
     waiting_from: Option<u64>,
     /// When the request was forwarded: elapsed time counts from here.
@@ -54,6 +61,76 @@ pub struct Bill {
     /// Reads the response body for the awaited `json:` sources, once the
     /// head said the body is JSON or an event stream.
     pub scanner: Option<Box<BodyScanner>>,
+    /// The body bytes counted for `request_bytes` and `response_bytes`;
+    /// `None` when no rule charges them (no frame is then counted).
+    pub traffic: Option<Traffic>,
+}
+
+/// The body bytes of an exchange whose rules charge them: counted as they
+/// pass, charged at each tick and at the end.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    /// Some rule charges `response_bytes`: the response's data frames are
+    /// counted.
+    counts_response: bool,
+    /// Some rule charges `request_bytes`.
+    counts_request: bool,
+    /// Response body bytes passed to the client so far.
+    response: u64,
+    /// The request body's bytes forwarded so far.
+    request: RequestBytes,
+    /// The `[request, response]` bytes charged for so far.
+    charged: [u64; 2],
+}
+
+/// Where a request body's forwarded bytes are known.
+#[derive(Debug, Default)]
+enum RequestBytes {
+    /// Not forwarded (yet), or no rule counts them.
+    #[default]
+    None,
+    /// Held whole: forwarded with the head.
+    Whole(u64),
+    /// Streamed: its guard counts the bytes it passes on.
+    Streamed(Arc<AtomicU64>),
+}
+
+impl Traffic {
+    /// A data frame of `len` bytes of the response body passes to the
+    /// client.
+    #[inline]
+    pub fn response_frame(&mut self, len: usize) {
+        if self.counts_response {
+            self.response = self.response.saturating_add(len as u64);
+        }
+    }
+
+    /// The request's body is forwarded now: its bytes are known from here
+    /// (a body held whole at once, a streamed one as it goes).
+    fn forwarded(&mut self, body: &mut RequestBody) {
+        if !self.counts_request {
+            return;
+        }
+        self.request = match body {
+            RequestBody::None | RequestBody::Taken => RequestBytes::None,
+            RequestBody::Whole(bytes) => RequestBytes::Whole(bytes.len() as u64),
+            RequestBody::Streamed(streamed) => RequestBytes::Streamed(streamed.count_bytes()),
+        };
+    }
+
+    /// The `[request, response]` bytes charged for before and now; now's
+    /// are counted as charged.
+    pub fn due(&mut self) -> ([u64; 2], [u64; 2]) {
+        let before = self.charged;
+        let request = match &self.request {
+            RequestBytes::None => 0,
+            RequestBytes::Whole(bytes) => *bytes,
+            RequestBytes::Streamed(counted) => counted.load(Ordering::Acquire),
+        };
+        // Counts only grow; `max` keeps the charged total from ever going back.
+        self.charged = [request.max(before[0]), self.response.max(before[1])];
+        (before, self.charged)
+    }
 }
 
 /// A source of a rule's charge still waiting for its value.
@@ -105,34 +182,56 @@ impl Bill {
         if rules.is_empty() {
             return None;
         }
-        let elapsed = rules.iter().any(|(_, billing)| {
-            billing
-                .charge
-                .as_ref()
-                .is_some_and(|charge| charge.charges_elapsed())
+        let charges = |source: &ChargeSource| {
+            rules.iter().any(|(_, billing)| {
+                billing
+                    .charge
+                    .as_ref()
+                    .is_some_and(|charge| charge.charges(source))
+            })
+        };
+        let elapsed = charges(&ChargeSource::ElapsedMs);
+        let counts_request = charges(&ChargeSource::RequestBytes);
+        let counts_response = charges(&ChargeSource::ResponseBytes);
+        let traffic = (counts_request || counts_response).then(|| Traffic {
+            counts_request,
+            counts_response,
+            ..Traffic::default()
         });
         Some(Bill {
             rules,
-            ticker: elapsed.then(|| Arc::clone(ticker)),
+            ticker: (elapsed || traffic.is_some()).then(|| Arc::clone(ticker)),
+            elapsed,
             waiting_from: None,
             forwarded_at: None,
             elapsed_charged: 0,
             response_began: false,
             awaiting: SmallVec::new(),
             scanner: None,
+            traffic,
         })
     }
 
-    /// Whether some rule charges upstream time (so the bill runs until the
-    /// response body ends).
+    /// Whether some rule charges what the exchange uses as it runs
+    /// (upstream time, body bytes): the bill then ticks and runs until the
+    /// response body ends.
     #[inline]
-    pub fn charges_elapsed(&self) -> bool {
+    pub fn charges_as_it_runs(&self) -> bool {
         self.ticker.is_some()
     }
 
-    /// The request was forwarded at `at`.
-    pub fn forwarded(&mut self, at: Nanos) {
+    /// Whether some rule charges upstream time.
+    #[inline]
+    pub fn charges_elapsed(&self) -> bool {
+        self.elapsed
+    }
+
+    /// The request was forwarded at `at`, with `body`.
+    pub fn forwarded(&mut self, at: Nanos, body: &mut RequestBody) {
         self.forwarded_at = Some(at);
+        if let Some(traffic) = &mut self.traffic {
+            traffic.forwarded(body);
+        }
     }
 
     /// Whether the request was forwarded.
@@ -263,20 +362,85 @@ mod tests {
     }
 
     #[test]
+    fn body_bytes_are_counted_only_where_a_rule_charges_them() {
+        let mut both = Traffic {
+            counts_request: true,
+            counts_response: true,
+            ..Traffic::default()
+        };
+        assert_eq!(both.due(), ([0, 0], [0, 0]), "nothing forwarded yet");
+        both.forwarded(&mut RequestBody::Whole(bytes::Bytes::from_static(b"12345")));
+        both.response_frame(100);
+        both.response_frame(0);
+        assert_eq!(both.due(), ([0, 0], [5, 100]));
+        both.response_frame(28);
+        assert_eq!(
+            both.due(),
+            ([5, 100], [5, 128]),
+            "a body held whole counts once"
+        );
+        assert_eq!(both.due(), ([5, 128], [5, 128]));
+
+        let mut response_only = Traffic {
+            counts_response: true,
+            ..Traffic::default()
+        };
+        response_only.forwarded(&mut RequestBody::Whole(bytes::Bytes::from_static(b"12345")));
+        response_only.response_frame(7);
+        assert_eq!(response_only.due(), ([0, 0], [0, 7]));
+        let mut request_only = Traffic {
+            counts_request: true,
+            ..Traffic::default()
+        };
+        request_only.forwarded(&mut RequestBody::None);
+        request_only.response_frame(7);
+        assert_eq!(request_only.due(), ([0, 0], [0, 0]));
+    }
+
+    #[tokio::test]
+    async fn a_streamed_request_body_is_counted_as_its_frames_pass() {
+        use crate::proxy::client_request::ClientBody;
+        use crate::proxy::deadline::{guard, BodyLimits};
+        use http_body_util::BodyExt;
+        let limits = BodyLimits {
+            timeout: std::time::Duration::from_secs(60),
+            max_bytes: 10,
+        };
+        let clock = crate::clock::ProxyClock::default();
+        let client = ClientBody::Read(bytes::Bytes::from_static(b"abcdefgh"));
+        let (guarded, _watch) = guard(client, limits, http::Version::HTTP_11, &clock);
+        let mut body = RequestBody::Streamed(guarded);
+        let mut traffic = Traffic {
+            counts_request: true,
+            ..Traffic::default()
+        };
+        traffic.forwarded(&mut body);
+        assert_eq!(traffic.due().1, [0, 0], "not yet sent");
+        let RequestBody::Streamed(guarded) = &mut body else {
+            unreachable!()
+        };
+        let frame = guarded.frame().await.unwrap().unwrap();
+        assert_eq!(frame.data_ref().map(bytes::Bytes::len), Some(8));
+        assert_eq!(traffic.due().1, [8, 0]);
+    }
+
+    #[test]
     fn elapsed_time_is_charged_once_in_whole_milliseconds() {
         let mut bill = Bill {
             rules: SmallVec::new(),
             ticker: None,
+            elapsed: true,
             waiting_from: None,
             forwarded_at: None,
             elapsed_charged: 0,
             response_began: false,
             awaiting: SmallVec::new(),
             scanner: None,
+            traffic: None,
         };
         const SEC: Nanos = 1_000_000_000;
         assert_eq!(bill.elapsed_due(5 * SEC), (0, 0), "not forwarded yet");
-        bill.forwarded(SEC);
+        bill.forwarded(SEC, &mut RequestBody::None);
         assert_eq!(bill.elapsed_due(SEC + 1_500_000), (0, 1));
         assert_eq!(bill.elapsed_due(SEC + 1_900_000), (1, 1));
         assert_eq!(bill.elapsed_due(2 * SEC + 500 * MILLI), (1, 1_500));

@@ -107,11 +107,31 @@ impl GuardedBody {
         self.polled
     }
 
+    /// Counts the bytes of this body as they are forwarded into the
+    /// returned counter, for a `request_bytes` charge (docs/charging.md):
+    /// a body read whole starts at its length. Only a body asked to counts,
+    /// so the others' frames pass as before.
+    pub fn count_bytes(&mut self) -> Arc<AtomicU64> {
+        match self.guard.as_deref_mut() {
+            Some(active) => Arc::clone(
+                active
+                    .counted
+                    .get_or_insert_with(|| Arc::new(AtomicU64::new(active.received))),
+            ),
+            None => Arc::new(AtomicU64::new(
+                self.bytes().map_or(0, |bytes| bytes.len() as u64),
+            )),
+        }
+    }
+
     /// The whole body, when it was read ([`GuardedBody::read`]).
     pub fn bytes(&self) -> Option<&Bytes> {
         match &self.inner {
             ClientBody::Read(bytes) => Some(bytes),
-            ClientBody::Empty | ClientBody::Piped(_) | ClientBody::Hyper(_) => None,
+            ClientBody::Empty
+            | ClientBody::Piped(_)
+            | ClientBody::Hyper(_)
+            | ClientBody::Prefixed(_) => None,
         }
     }
 }
@@ -122,6 +142,9 @@ struct Active {
     /// Started at the first poll.
     timer: Option<Pin<Box<Sleep>>>,
     received: u64,
+    /// Where the bytes passed on are counted, once asked
+    /// ([`GuardedBody::count_bytes`]).
+    counted: Option<Arc<AtomicU64>>,
     watched: Arc<Watched>,
     /// Dates the end of the body.
     clock: ProxyClock,
@@ -161,6 +184,7 @@ pub fn guard(
             limits,
             timer: None,
             received: 0,
+            counted: None,
             watched,
             clock: clock.clone(),
         })),
@@ -242,6 +266,9 @@ impl Body for GuardedBody {
                     let max = active.limits.max_bytes;
                     if max > 0 && active.received > max {
                         return Poll::Ready(Some(Err(active.trip(BodyError::TooLarge))));
+                    }
+                    if let Some(counted) = &active.counted {
+                        counted.store(active.received, Ordering::Release);
                     }
                 }
                 Poll::Ready(Some(Ok(frame)))

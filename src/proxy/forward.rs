@@ -532,7 +532,7 @@ impl Forwarder<'_> {
         }
         let mut settlement = ruling.settlement.take();
         if let Some(settlement) = &mut settlement {
-            settlement.forwarded(outgoing.sent);
+            settlement.forwarded(outgoing.sent, &mut outgoing.body);
         }
         let upstream = self.upstream;
         let outbound = Outbound {
@@ -542,8 +542,9 @@ impl Forwarder<'_> {
         };
         let mut ended = outgoing.sent;
         let (added, sent, clock) = (&added, outgoing.sent, self.clock);
-        // Upstream time is charged every second while the answer is awaited.
-        let charging = settlement.as_deref_mut().filter(|s| s.charges_elapsed());
+        // Upstream time and body bytes are charged every second while the
+        // answer is awaited.
+        let charging = settlement.as_deref_mut().filter(|s| s.charges_as_it_runs());
         // Two awaits, not one future that could be either: a pool of one
         // server's exchange is then moved about at its own size.
         let result = match upstream.only() {

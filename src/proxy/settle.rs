@@ -25,9 +25,10 @@ use http_body::Frame;
 use smallvec::SmallVec;
 
 use super::bill::{self, Awaited, Bill, Failure, Reported};
+use super::pool::RequestBody;
 use crate::body_scan::{BodyKind, BodyScanner, Pointer, Reading, MAX_POINTERS};
 use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::config::{Charge, ChargeSource};
+use crate::config::{Charge, ChargeSource, Weighted};
 use crate::limiter::adaptive::Sample;
 use crate::policy::Billing;
 use crate::store::admission::Receipts;
@@ -100,36 +101,39 @@ impl Settlement {
     }
 
     /// Whether anything is left to do once the response head is out: a
-    /// permit to return (see [`needed_after_response`]), upstream time to
-    /// charge until the body ends, or a value the answer has yet to bring.
+    /// permit to return (see [`needed_after_response`]), upstream time or
+    /// body bytes to charge until the body ends, or a value the answer has
+    /// yet to bring.
     pub fn needed_after_response(&self) -> bool {
         self.bill
             .as_ref()
-            .is_some_and(|bill| bill.charges_elapsed() || !bill.awaiting.is_empty())
+            .is_some_and(|bill| bill.charges_as_it_runs() || !bill.awaiting.is_empty())
             || needed_after_response(&self.ledger.receipts)
     }
 
-    /// Whether upstream time is charged while the exchange runs.
-    pub fn charges_elapsed(&self) -> bool {
+    /// Whether upstream time or body bytes are charged while the exchange
+    /// runs.
+    pub fn charges_as_it_runs(&self) -> bool {
         self.bill
             .as_ref()
-            .is_some_and(|bill| bill.charges_elapsed())
+            .is_some_and(|bill| bill.charges_as_it_runs())
     }
 
-    /// The request is forwarded now: upstream time counts from here.
-    pub fn forwarded(&mut self, at: Nanos) {
+    /// The request is forwarded now, with `body`: upstream time counts
+    /// from here, and the body's bytes as they go.
+    pub fn forwarded(&mut self, at: Nanos, body: &mut RequestBody) {
         if let Some(bill) = &mut self.bill {
-            bill.forwarded(at);
+            bill.forwarded(at, body);
         }
     }
 
-    /// Charges upstream time when a tick (a second) passed; otherwise
-    /// asks to be woken at the next one. Call it whenever the exchange is
-    /// polled: cheap when nothing is due.
+    /// Charges upstream time and body bytes when a tick (a second) passed;
+    /// otherwise asks to be woken at the next one. Call it whenever the
+    /// exchange is polled: cheap when nothing is due.
     #[inline]
     pub fn poll_charges(&mut self, cx: &mut Context<'_>) {
         if self.bill.as_mut().is_some_and(|bill| bill.poll_tick(cx)) {
-            self.charge_elapsed(self.clock.now());
+            self.charge_running(self.clock.now());
         }
     }
 
@@ -170,7 +174,10 @@ impl Settlement {
                         slot: None,
                     };
                     match &weighted.source {
-                        ChargeSource::ElapsedMs => continue,
+                        // Measured as the exchange runs.
+                        ChargeSource::ElapsedMs
+                        | ChargeSource::RequestBytes
+                        | ChargeSource::ResponseBytes => continue,
                         ChargeSource::Header(name) => {
                             match read_once(&mut reported, headers, name) {
                                 Reported::Units(units) => owed.units(weighted.whole_units(units)),
@@ -206,14 +213,17 @@ impl Settlement {
     }
 
     /// A frame of the response body on its way to the client: its data is
-    /// read for `json:` values, its trailers for awaited cost fields (which
-    /// are stripped).
+    /// counted for `response_bytes` and read for `json:` values, its
+    /// trailers for awaited cost fields (which are stripped).
     #[inline]
     pub fn read_frame(&mut self, frame: &mut Frame<Bytes>) {
         let Some(bill) = &mut self.bill else {
             return;
         };
         if let Some(data) = frame.data_ref() {
+            if let Some(traffic) = &mut bill.traffic {
+                traffic.response_frame(data.len());
+            }
             if let Some(scanner) = &mut bill.scanner {
                 scanner.feed(data);
             }
@@ -308,25 +318,39 @@ impl Settlement {
             }
             if let (Failure::ClientLeft, Some(charge)) = (failure, &billing.charge) {
                 let mut owed = Owed::default();
+                // What sluice measures arrived (the bytes that passed are
+                // charged when the settlement drops); the answer's values
+                // never will.
                 charge
                     .sources
                     .iter()
-                    .filter(|weighted| weighted.source != ChargeSource::ElapsedMs)
+                    .filter(|weighted| !weighted.source.is_measured())
                     .for_each(|_| owed.missing(charge));
                 owed.settle(&mut self.ledger, *rule, billing, now);
             }
         }
     }
 
-    /// Charges every `elapsed_ms` source the upstream time not yet charged
-    /// (weighted: the rounded-up product of the whole time so far, less
-    /// what that came to before).
-    fn charge_elapsed(&mut self, now: Nanos) {
+    /// Charges every `elapsed_ms`, `request_bytes` and `response_bytes`
+    /// source what it measured and was not yet charged (weighted: the
+    /// rounded-up product of the whole measure so far, less what that came
+    /// to before, so the total rounds once, as one product would).
+    fn charge_running(&mut self, now: Nanos) {
         let Some(bill) = &mut self.bill else {
             return;
         };
-        let (before, after) = bill.elapsed_due(now);
-        if before == after {
+        let elapsed = if bill.charges_elapsed() {
+            bill.elapsed_due(now)
+        } else {
+            (0, 0)
+        };
+        let ([request_before, response_before], [request, response]) = bill
+            .traffic
+            .as_mut()
+            .map_or(([0; 2], [0; 2]), |traffic| traffic.due());
+        let request = (request_before, request);
+        let response = (response_before, response);
+        if elapsed.0 == elapsed.1 && request.0 == request.1 && response.0 == response.1 {
             return;
         }
         for (rule, billing) in &bill.rules {
@@ -335,16 +359,27 @@ impl Settlement {
             };
             let mut owed = Owed::default();
             for weighted in &charge.sources {
-                if weighted.source == ChargeSource::ElapsedMs {
-                    let due = weighted
-                        .whole_units(after)
-                        .saturating_sub(weighted.whole_units(before));
-                    owed.units(due);
-                }
+                let (before, after) = match weighted.source {
+                    ChargeSource::ElapsedMs => elapsed,
+                    ChargeSource::RequestBytes => request,
+                    ChargeSource::ResponseBytes => response,
+                    ChargeSource::Header(_) | ChargeSource::Json(_) => continue,
+                };
+                owed.units(units_between(weighted, before, after));
             }
             owed.settle(&mut self.ledger, *rule, billing, now);
         }
     }
+}
+
+/// The units a measured source owes for growing from `before` to `after`
+/// (milliseconds, bytes): what the whole measure comes to, weighted and
+/// rounded up, less what `before` came to. Charged in steps, the total is
+/// the one product of the whole, rounded once.
+fn units_between(weighted: &Weighted, before: u64, after: u64) -> u64 {
+    weighted
+        .whole_units(after)
+        .saturating_sub(weighted.whole_units(before))
 }
 
 /// `name`'s units in `headers`, read (and stripped) once per field: a
@@ -504,15 +539,17 @@ pub fn needed_after_response(receipts: &[Receipt]) -> bool {
 impl Drop for Settlement {
     fn drop(&mut self) {
         if let Some(bill) = &self.bill {
-            let elapsed = bill.charges_elapsed();
+            let running = bill.charges_as_it_runs();
             if bill.was_forwarded() && !bill.response_began {
                 // Forwarded, and dropped before any response: the client left.
                 self.exchange_failed(Failure::ClientLeft);
             }
             let now = self.clock.now();
-            if elapsed {
-                // What the exchange used until now, whoever ended it.
-                self.charge_elapsed(now);
+            if running {
+                // What the exchange used until now, whoever ended it: the
+                // time, and the bytes that passed (all of a body that
+                // ended, what went before one cut off).
+                self.charge_running(now);
             }
             // The body ended or broke, or the client left: what was read.
             self.charge_awaited(now);
@@ -584,6 +621,32 @@ mod tests {
                     answer.receipts,
                 )
             })
+        }
+    }
+
+    #[test]
+    fn a_measure_charged_in_steps_rounds_once_as_its_total() {
+        let weighted = |weight| Weighted {
+            source: ChargeSource::ResponseBytes,
+            weight,
+        };
+        // 10 GB a day in KB: 0.001 a byte.
+        for (weight, steps, total) in [
+            (0.001, &[500u64, 1_000, 1_500, 1_500, 70_001][..], 71),
+            (1.0, &[0, 4_096, 65_536][..], 65_536),
+            (0.3, &[1, 2, 3, 10][..], 3),
+            (2.5, &[1, 3][..], 8),
+            (0.0, &[1_000_000][..], 0),
+        ] {
+            let weighted = weighted(weight);
+            let mut before = 0;
+            let mut charged = 0;
+            for &after in steps {
+                charged += units_between(&weighted, before, after);
+                before = after;
+            }
+            assert_eq!(charged, total, "{weight} × {steps:?}");
+            assert_eq!(charged, weighted.whole_units(before));
         }
     }
 
