@@ -3,6 +3,7 @@
 //! - [`path`]: path normalisation (what is matched, keyed and forwarded).
 //! - [`glob`]: `match.path_glob` patterns.
 //! - [`client_ip`]: the client address behind trusted proxies.
+//! - [`graphql`]: a GraphQL request's operation, its type and its cost.
 //! - this module: [`KeySource`], one element of a rule's `key`;
 //!   [`RequestFacts`], the borrowed view of a request that rules match and
 //!   key on; and [`KeyHasher`], which turns a rule's key sources into a
@@ -19,6 +20,7 @@
 
 pub mod client_ip;
 pub mod glob;
+pub mod graphql;
 pub mod jwt;
 pub mod label;
 pub mod path;

@@ -1,0 +1,176 @@
+//! What reading a GraphQL request costs (`graphql:operation`,
+//! `graphql:type`, `cost = "graphql"`), on one core:
+//!
+//! - `cost-100-fields`: the cost of a 100-field query with 3 nested
+//!   connections (the target is under 20 µs), sent as an
+//!   `application/graphql` body: parsing the document, selecting its
+//!   operation and walking its connections;
+//! - `json-1k`: `read` of a typical 1 KiB JSON POST (a named query with
+//!   variables, indented with `\n` escapes as clients send it, a fragment
+//!   and two connections sized by variables): what a `graphql:operation`
+//!   key adds to the request path.
+//!
+//! Each iteration is one request read whole. Before timing, a counting
+//! allocator reports the allocations of one `read`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use sluice::key::graphql::{read, GraphqlRequest};
+
+/// The system allocator, counting allocations (not frees).
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is passed on unchanged to the system allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// `count` scalar fields of an object, one a line at `indent`.
+fn scalars(prefix: &str, count: usize, indent: usize) -> String {
+    (0..count)
+        .map(|i| format!("{}{prefix}{i}\n", " ".repeat(indent)))
+        .collect()
+}
+
+/// A query of 100 fields: 3 connections nested in one another
+/// (repositories › issues › labels, with their `nodes`), and the scalar
+/// fields spread among them. 1 + 100 + 5,000 requests: a cost of 51.
+fn hundred_fields() -> String {
+    // viewer, repositories, nodes, issues, nodes, labels, nodes: 7 fields;
+    // 93 scalars.
+    format!(
+        "query Dashboard {{
+  viewer {{
+{}    repositories(first: 100) {{
+      nodes {{
+{}        issues(first: 50) {{
+          nodes {{
+{}            labels(first: 60) {{
+              nodes {{
+{}              }}
+            }}
+          }}
+        }}
+      }}
+    }}
+  }}
+}}
+",
+        scalars("login", 13, 4),
+        scalars("name", 30, 8),
+        scalars("title", 30, 12),
+        scalars("color", 20, 16),
+    )
+}
+
+/// A typical JSON POST of about 1 KiB: a named query indented with `\n`
+/// escapes, variables sizing its connections, a fragment.
+fn json_1k() -> Vec<u8> {
+    let query =
+        "query RepositoryIssues($owner: String!, $name: String!, $first: Int = 20, $labels: Int) {
+  repository(owner: $owner, name: $name) {
+    id
+    nameWithOwner
+    description
+    stargazerCount
+    issues(first: $first, states: [OPEN], orderBy: {field: UPDATED_AT, direction: DESC}) {
+      totalCount
+      pageInfo {
+        endCursor
+        hasNextPage
+      }
+      nodes {
+        ...IssueFields
+        labels(first: $labels) {
+          nodes {
+            name
+            color
+          }
+        }
+      }
+    }
+  }
+}
+
+fragment IssueFields on Issue {
+  id
+  number
+  title
+  url
+  state
+  createdAt
+  updatedAt
+  author {
+    login
+    avatarUrl
+  }
+  comments {
+    totalCount
+  }
+}
+";
+    let body = serde_json::json!({
+        "operationName": "RepositoryIssues",
+        "query": query,
+        "variables": {"owner": "octocat", "name": "hello-world", "first": 50, "labels": 10},
+    });
+    serde_json::to_vec(&body).unwrap()
+}
+
+fn graphql(c: &mut Criterion) {
+    let document = hundred_fields();
+    let fields = document
+        .lines()
+        .filter(|line| !line.trim().starts_with('}'))
+        .count();
+    assert_eq!(fields - 1, 100, "the operation line and 100 fields");
+    let json = json_1k();
+
+    let mut group = c.benchmark_group("graphql");
+    for (name, request, cost) in [
+        (
+            "cost-100-fields",
+            GraphqlRequest::Document(document.as_bytes()),
+            51,
+        ),
+        ("json-1k", GraphqlRequest::Json(&json), 6),
+    ] {
+        let bytes = match request {
+            GraphqlRequest::Document(body) | GraphqlRequest::Json(body) => body.len(),
+            GraphqlRequest::Get(query) => query.len(),
+        };
+        let operation = read(request).expect(name);
+        // json-1k: 1 + 50 + 500 requests.
+        assert_eq!(operation.cost, cost, "{name}: {operation:?}");
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        black_box(read(black_box(request)));
+        let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        println!("graphql/{name}: {bytes} bytes; {allocations} allocations per read");
+        group.throughput(Throughput::Bytes(bytes as u64));
+        group.bench_function(name, |b| b.iter(|| read(black_box(request))));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, graphql);
+criterion_main!(benches);

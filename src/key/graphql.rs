@@ -1,0 +1,136 @@
+//! GraphQL requests: the operation a request runs (`graphql:operation`), its
+//! type (`graphql:type`) and its cost as GitHub scores it (`cost =
+//! "graphql"`); docs/conversation.md, "Keys from GraphQL operations".
+//!
+//! Pure: [`read`] takes a request's body or query string, already read, and
+//! never does I/O, logs or allocates more than the document's tree, a few
+//! lists and the percent-decoded text of a GET. It parses with
+//! `apollo-parser` within [`RECURSION_LIMIT`] and [`TOKEN_LIMIT`], so any
+//! bytes a client sends take bounded time, memory and stack.
+//!
+//! - `request`: the three shapes (JSON POST, `application/graphql`, GET)
+//!   read into a document, an `operationName` and `variables`.
+//! - `document`: the document parsed, and the operation selected.
+//! - `variables`: what a `first`/`last` counts as.
+//! - `cost`: the requests of the operation's connections, and [`score`].
+//!
+//! A request is read whole or not at all: when any part of it is one a
+//! GraphQL server would refuse before running anything (see [`read`]), it
+//! has no operation, which a key counts as missing and a cost as 1.
+
+mod cost;
+mod document;
+mod request;
+mod variables;
+
+use std::borrow::Cow;
+
+pub use cost::score;
+pub use document::{RECURSION_LIMIT, TOKEN_LIMIT};
+
+/// How a GraphQL request carries its operation.
+#[derive(Debug, Clone, Copy)]
+pub enum GraphqlRequest<'a> {
+    /// A POST with a JSON body: `{"query": "...", "operationName": "...",
+    /// "variables": {...}}`.
+    Json(&'a [u8]),
+    /// A POST with `Content-Type: application/graphql`: the body is the
+    /// document.
+    Document(&'a [u8]),
+    /// A GET: the raw (percent-encoded) query string, with `query`,
+    /// `operationName` and `variables` (JSON) parameters.
+    Get(&'a str),
+}
+
+/// The type of a GraphQL operation (`graphql:type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperationType {
+    Query,
+    Mutation,
+    Subscription,
+}
+
+impl OperationType {
+    /// `query`, `mutation` or `subscription`: the key text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationType::Query => "query",
+            OperationType::Mutation => "mutation",
+            OperationType::Subscription => "subscription",
+        }
+    }
+}
+
+/// The key text of an operation without a name.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// What a GraphQL request asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operation<'a> {
+    /// `None` for an anonymous operation (its key text is [`ANONYMOUS`]).
+    /// Borrowed from the request unless the request escapes it (a JSON
+    /// escape, percent-encoding).
+    pub name: Option<Cow<'a, str>>,
+    pub kind: OperationType,
+    /// The requests filling the operation's connections takes (saturating
+    /// at `u64::MAX`): what the cost is computed from.
+    pub requests: u64,
+    /// GitHub's rate-limit score of the operation: [`score`] of `requests`,
+    /// at least 1, `u64::MAX` when the sum saturated.
+    pub cost: u64,
+}
+
+impl Operation<'_> {
+    /// The `graphql:operation` key text: the name, or [`ANONYMOUS`].
+    pub fn name_text(&self) -> &str {
+        self.name.as_deref().unwrap_or(ANONYMOUS)
+    }
+}
+
+/// Reads the operation a request runs, its type and its cost.
+///
+/// The operation is the one `operationName` names (it must name exactly one
+/// operation of the document), else the document's only operation. `None`
+/// when it cannot be known: a body that is not a JSON object, no `query`
+/// string, `variables` that are not an object, a document that does not
+/// parse (within the limits), a definition that is not executable, several
+/// operations and no `operationName`, an anonymous operation beside others,
+/// an `operationName` naming none or two of them, and, in the operation, a
+/// spread of an undefined fragment, a fragment defined twice or fragments
+/// spread in a cycle. Such a request's key is missing and its cost is 1.
+pub fn read(request: GraphqlRequest<'_>) -> Option<Operation<'_>> {
+    let parts = request::Parts::read(request)?;
+    let (name, kind, requests) = {
+        let source: &str = &parts.source;
+        let document = document::parse(source)?;
+        let selected = document::select(&document, source, parts.operation_name.as_deref())?;
+        let mut values =
+            variables::Values::new(parts.variables.as_deref(), &selected.operation, source);
+        let requests = cost::requests(&document, &selected.operation, source, &mut values)?;
+        (selected.name, selected.kind, requests)
+    };
+    let name = match (parts.operation_name, parts.source) {
+        (Some(given), _) => Some(given),
+        (None, Cow::Borrowed(source)) => {
+            name.and_then(|range| source.get(range)).map(Cow::Borrowed)
+        }
+        (None, Cow::Owned(source)) => name
+            .and_then(|range| source.get(range))
+            .map(|name| Cow::Owned(name.to_owned())),
+    };
+    Some(Operation {
+        name,
+        kind,
+        requests,
+        cost: score(requests),
+    })
+}
+
+/// The cost of a request (`cost = "graphql"`): its operation's, or 1 when
+/// it has none.
+pub fn cost_of(request: GraphqlRequest<'_>) -> u64 {
+    read(request).map_or(1, |operation| operation.cost)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,222 @@
+//! The three shapes of a GraphQL request (GraphQL over HTTP), each read into
+//! the same [`Parts`]: the document, the `operationName` and the text of the
+//! `variables` object.
+//!
+//! Borrowed from the request wherever the request spells a value as it is:
+//! a JSON string without escapes, a query parameter without `%` or `+`.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{Deserializer, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::GraphqlRequest;
+use crate::key::{decode_query, query_value};
+
+/// What a GraphQL request carries, before the document is parsed.
+#[derive(Debug)]
+pub(super) struct Parts<'a> {
+    /// The GraphQL document (`query`).
+    pub source: Cow<'a, str>,
+    /// `operationName`; an empty one is taken as none.
+    pub operation_name: Option<Cow<'a, str>>,
+    /// The text of the `variables` JSON object, read only when a cost needs
+    /// a variable (`variables::Values`).
+    pub variables: Option<Cow<'a, str>>,
+}
+
+impl<'a> Parts<'a> {
+    /// `None` for a request a GraphQL server refuses before reading the
+    /// document: a body that is not a JSON object, a `query` that is not a
+    /// string, `variables` that are not an object, a document that is not
+    /// UTF-8.
+    pub fn read(request: GraphqlRequest<'a>) -> Option<Parts<'a>> {
+        match request {
+            GraphqlRequest::Json(body) => json(body),
+            GraphqlRequest::Document(body) => Some(Parts {
+                source: Cow::Borrowed(std::str::from_utf8(body).ok()?),
+                operation_name: None,
+                variables: None,
+            }),
+            GraphqlRequest::Get(query) => get(query),
+        }
+    }
+}
+
+/// `{"query": "...", "operationName": "...", "variables": {...}}`. Other
+/// members (`extensions`) are ignored; a member given twice makes the body
+/// unreadable, as it would be ambiguous.
+#[derive(Deserialize)]
+struct JsonBody<'a> {
+    #[serde(borrow, default)]
+    query: Option<Text<'a>>,
+    #[serde(borrow, default, rename = "operationName")]
+    operation_name: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    variables: Option<&'a RawValue>,
+}
+
+fn json(body: &[u8]) -> Option<Parts<'_>> {
+    let body: JsonBody<'_> = serde_json::from_slice(body).ok()?;
+    let variables = match body.variables {
+        // `null` is read as `None` by serde; anything but an object is refused.
+        Some(raw) if !raw.get().starts_with('{') => return None,
+        raw => raw.map(|raw| Cow::Borrowed(raw.get())),
+    };
+    Some(Parts {
+        source: body.query?.0,
+        operation_name: body
+            .operation_name
+            .map(|name| name.0)
+            .filter(|n| !n.is_empty()),
+        variables,
+    })
+}
+
+/// `?query=...&operationName=...&variables=...`, percent-decoded (`+` as a
+/// space), the first of each parameter counting.
+fn get(raw: &str) -> Option<Parts<'_>> {
+    let source = Cow::Owned(decode_query(query_value(Some(raw), "query")?));
+    let operation_name = query_value(Some(raw), "operationName")
+        .map(decode)
+        .filter(|name| !name.is_empty());
+    let variables = match query_value(Some(raw), "variables").map(decode) {
+        Some(text) if text.is_empty() => None,
+        Some(text) => {
+            // Checked now, as a POST's body is, so that a request with
+            // unreadable variables is unreadable whether a cost needs them
+            // or not.
+            let value: &RawValue = serde_json::from_str(&text).ok()?;
+            match value.get() {
+                "null" => None,
+                object if object.starts_with('{') => Some(text),
+                _ => return None,
+            }
+        }
+        None => None,
+    };
+    Some(Parts {
+        source,
+        operation_name,
+        variables,
+    })
+}
+
+/// A query parameter decoded, borrowed when it holds nothing to decode.
+fn decode(raw: &str) -> Cow<'_, str> {
+    if raw.contains(['%', '+']) {
+        Cow::Owned(decode_query(raw))
+    } else {
+        Cow::Borrowed(raw)
+    }
+}
+
+/// A JSON string, borrowed from the body unless it holds escapes. (serde
+/// borrows a bare `Cow<str>` field, never one inside an `Option`.)
+pub(super) struct Text<'a>(pub Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+        impl<'de: 'a, 'a> Visitor<'de> for TextVisitor<'a> {
+            type Value = Text<'a>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(text)))
+            }
+
+            fn visit_str<E>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(text.to_owned())))
+            }
+
+            fn visit_string<E>(self, text: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(text)))
+            }
+        }
+
+        deserializer.deserialize_str(TextVisitor(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json_parts(body: &str) -> Option<Parts<'_>> {
+        Parts::read(GraphqlRequest::Json(body.as_bytes()))
+    }
+
+    #[test]
+    fn a_json_body_is_borrowed_where_it_holds_no_escapes() {
+        let parts =
+            json_parts(r#"{"query":"query A { a }","operationName":"A","variables":{"n":1}}"#)
+                .unwrap();
+        assert!(matches!(parts.source, Cow::Borrowed("query A { a }")));
+        assert!(matches!(parts.operation_name, Some(Cow::Borrowed("A"))));
+        assert_eq!(parts.variables.as_deref(), Some(r#"{"n":1}"#));
+
+        let parts = json_parts(r#"{"query":"query A {\n a }"}"#).unwrap();
+        assert!(matches!(parts.source, Cow::Owned(ref s) if s == "query A {\n a }"));
+    }
+
+    #[test]
+    fn null_and_empty_members_are_absent() {
+        let parts =
+            json_parts(r#"{"query":"{ a }","operationName":null,"variables":null}"#).unwrap();
+        assert!(parts.operation_name.is_none() && parts.variables.is_none());
+        let parts = json_parts(r#"{"query":"{ a }","operationName":""}"#).unwrap();
+        assert!(parts.operation_name.is_none());
+    }
+
+    #[test]
+    fn a_body_a_graphql_server_refuses_is_unreadable() {
+        for body in [
+            "",
+            "not json",
+            "[]",
+            r#"[{"query":"{ a }"}]"#,
+            r#"{"operationName":"A"}"#,
+            r#"{"query":null}"#,
+            r#"{"query":1}"#,
+            r#"{"query":"{ a }","operationName":1}"#,
+            r#"{"query":"{ a }","variables":[1]}"#,
+            r#"{"query":"{ a }","variables":"{}"}"#,
+            r#"{"query":"{ a }","query":"{ b }"}"#,
+            r#"{"query":"{ a }""#,
+        ] {
+            assert!(json_parts(body).is_none(), "{body}");
+        }
+    }
+
+    #[test]
+    fn a_get_is_percent_decoded() {
+        let parts = Parts::read(GraphqlRequest::Get(
+            "query=query%20A(%24n%3AInt)%7Ba%7D&operationName=A&variables=%7B%22n%22%3A3%7D",
+        ))
+        .unwrap();
+        assert_eq!(parts.source, "query A($n:Int){a}");
+        assert!(matches!(parts.operation_name, Some(Cow::Borrowed("A"))));
+        assert_eq!(parts.variables.as_deref(), Some(r#"{"n":3}"#));
+
+        let parts = Parts::read(GraphqlRequest::Get("operationName=A+B&query=%7Ba%7D")).unwrap();
+        assert_eq!(parts.operation_name.as_deref(), Some("A B"));
+        assert!(Parts::read(GraphqlRequest::Get("operationName=A")).is_none());
+        assert!(Parts::read(GraphqlRequest::Get("query={a}&variables=[1]")).is_none());
+        assert!(Parts::read(GraphqlRequest::Get("query={a}&variables=%7B")).is_none());
+        let parts = Parts::read(GraphqlRequest::Get("query={a}&variables=null")).unwrap();
+        assert!(parts.variables.is_none());
+    }
+
+    #[test]
+    fn a_document_body_must_be_utf8() {
+        assert!(Parts::read(GraphqlRequest::Document(b"{ a }")).is_some());
+        assert!(Parts::read(GraphqlRequest::Document(b"{ \xff }")).is_none());
+    }
+}
