@@ -397,6 +397,7 @@ fn bench_derive(
             headers,
             client_ip: IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)),
             claims: None,
+            body: None,
         };
         let now = clock.now();
         let key = hasher

@@ -18,6 +18,7 @@
 //! key as docs/configuration.md's "Keys" spells it, and [`KeyHasher::key_of_text`] hashes such text
 //! back to the same bucket key (overrides, admin calls).
 
+pub mod body;
 pub mod client_ip;
 pub mod glob;
 pub mod graphql;
@@ -50,6 +51,14 @@ pub enum KeySource {
     Global,
     /// `jwt:<claim>`: a claim of the request's verified token.
     Jwt(jwt::ClaimPath),
+    /// `body:<pointer>`: the string, number or boolean at that JSON pointer
+    /// of a JSON request body ([`body`]).
+    Body(crate::body_scan::Pointer),
+    /// `graphql:operation`: the name of the operation a GraphQL request
+    /// runs (`anonymous` for an unnamed one).
+    GraphqlOperation,
+    /// `graphql:type`: `query`, `mutation` or `subscription`.
+    GraphqlType,
     /// `descriptor:<entry key>`: the value of that entry of a rate limit
     /// service descriptor (docs/rate-limit-service.md). Only rules with
     /// `match.domain` have it; a proxied request never does.
@@ -71,6 +80,9 @@ pub struct RequestFacts<'a> {
     pub client_ip: IpAddr,
     /// The claims of the request's token, when it verified.
     pub claims: Option<&'a jwt::Claims>,
+    /// What `body:` and `graphql:` sources read, once a rule needing them
+    /// matched (`None`: every such source is missing).
+    pub body: Option<&'a body::BodyFacts<'a>>,
 }
 
 /// Why a key could not be derived.
@@ -205,6 +217,27 @@ impl KeyHasher {
                     None => false,
                 },
                 // Validation keeps it out of rules that see requests.
+                KeySource::Body(pointer) => match facts.body.and_then(|b| b.value_at(pointer)) {
+                    Some(value) => {
+                        hash_bytes(&mut hasher, value.as_bytes());
+                        true
+                    }
+                    None => false,
+                },
+                KeySource::GraphqlOperation => match facts.body.and_then(|b| b.operation()) {
+                    Some(operation) => {
+                        hash_bytes(&mut hasher, operation.name_text().as_bytes());
+                        true
+                    }
+                    None => false,
+                },
+                KeySource::GraphqlType => match facts.body.and_then(|b| b.operation()) {
+                    Some(operation) => {
+                        hash_bytes(&mut hasher, operation.kind.as_str().as_bytes());
+                        true
+                    }
+                    None => false,
+                },
                 KeySource::Descriptor(_) => false,
             };
             if !present {
@@ -245,6 +278,21 @@ impl KeyHasher {
                     Some(jwt::ClaimValue::Scalar(value)) => text.push_str(&value.to_string()),
                     None => {}
                 },
+                KeySource::Body(pointer) => {
+                    if let Some(value) = facts.body.and_then(|b| b.value_at(pointer)) {
+                        text.push_str(&value);
+                    }
+                }
+                KeySource::GraphqlOperation => {
+                    if let Some(operation) = facts.body.and_then(|b| b.operation()) {
+                        text.push_str(operation.name_text());
+                    }
+                }
+                KeySource::GraphqlType => {
+                    if let Some(operation) = facts.body.and_then(|b| b.operation()) {
+                        text.push_str(operation.kind.as_str());
+                    }
+                }
                 KeySource::Descriptor(_) => {}
             });
         }
@@ -355,6 +403,9 @@ impl KeyHasher {
                 | KeySource::Method
                 | KeySource::Header(_)
                 | KeySource::Jwt(_)
+                | KeySource::Body(_)
+                | KeySource::GraphqlOperation
+                | KeySource::GraphqlType
                 | KeySource::Descriptor(_) => hash_bytes(&mut hasher, part.as_bytes()),
             }
         }
@@ -498,6 +549,17 @@ pub(crate) fn query_value<'q>(query: Option<&'q str>, name: &str) -> Option<&'q 
     })
 }
 
+impl KeySource {
+    /// Whether its value comes from the request's body or GraphQL
+    /// operation, which are read only for the rules that need them.
+    pub fn reads_body(&self) -> bool {
+        matches!(
+            self,
+            KeySource::Body(_) | KeySource::GraphqlOperation | KeySource::GraphqlType
+        )
+    }
+}
+
 impl std::fmt::Display for KeySource {
     /// The source as written in the config (`ip`, `header:x-api-key`, …).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -511,6 +573,9 @@ impl std::fmt::Display for KeySource {
             KeySource::Query(name) => write!(f, "query:{name}"),
             KeySource::Jwt(claim) => write!(f, "jwt:{}", claim.0.join(".")),
             KeySource::Descriptor(key) => write!(f, "descriptor:{key}"),
+            KeySource::Body(pointer) => write!(f, "body:{}", pointer.as_str()),
+            KeySource::GraphqlOperation => f.write_str("graphql:operation"),
+            KeySource::GraphqlType => f.write_str("graphql:type"),
         }
     }
 }
@@ -529,6 +594,7 @@ mod tests {
             headers,
             client_ip: ip,
             claims: None,
+            body: None,
         }
     }
 

@@ -50,6 +50,9 @@ pub struct Policy {
     pub rules: Vec<Rule>,
     /// Which of `rules` decide rate limit service descriptors, by domain.
     pub domains: Domains,
+    /// The indexes in `rules` of those that count WebSocket messages
+    /// (`unit = "message"`), in file order: asked only for a handshake.
+    pub message_rules: Vec<usize>,
     pub allow: Vec<IpNet>,
     pub deny: Vec<IpNet>,
     pub client_ip: ClientIpResolver,
@@ -67,6 +70,9 @@ pub struct Policy {
     /// Whether some rule charges or refunds after admission (otherwise no
     /// request carries a bill, and none is looked for).
     pub bills: bool,
+    /// Whether some rule reads the request's body or GraphQL operation
+    /// (otherwise no request is looked at for it: docs/conversation.md).
+    pub reads_body: bool,
     /// The source config, for `check` and admin views.
     pub config: Arc<Config>,
     /// How many requests from denied addresses may be logged each second.
@@ -137,7 +143,12 @@ impl Policy {
             .collect::<Vec<Rule>>();
         Policy {
             bills: rules.iter().any(|rule| rule.billing.is_some()),
+            reads_body: rules.iter().any(|rule| rule.reads_body),
             domains: Domains::new(&config.rules),
+            message_rules: (config.rules.iter().enumerate())
+                .filter(|(_, rule)| rule.unit == crate::config::Unit::Message)
+                .map(|(index, _)| index)
+                .collect(),
             rules,
             allow: config.access.allow.clone(),
             deny: config.access.deny.clone(),

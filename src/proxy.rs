@@ -34,6 +34,8 @@ mod decorate;
 pub mod fields;
 pub mod forward;
 mod identify;
+mod key_body;
+mod messages;
 pub mod pool;
 mod recent_value;
 mod refusal;
@@ -61,6 +63,7 @@ use http::Response;
 use crate::access_log::{AccessLog, Line, Parts};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{AccessLogTarget, Config, Tracing};
+use crate::key::body::BodyFacts;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::request_id::RequestId;
@@ -82,10 +85,24 @@ use ruling::Ruling;
 #[derive(Debug, Clone, Copy)]
 struct Serving<'s> {
     policy: &'s Policy,
+    /// The same policy, shared: a WebSocket tunnel keeps it for its life.
+    shared_policy: &'s Arc<Policy>,
     routes: &'s Routes,
 }
 
 impl Shared {
+    /// What a WebSocket tunnel's message gate decides with, under the
+    /// policy its handshake ran under.
+    fn deciding(&self, serving: Serving<'_>) -> messages::Deciding {
+        messages::Deciding {
+            store: Arc::clone(&self.store),
+            clock: self.clock.clone(),
+            on_error: self.on_error,
+            metrics: Arc::clone(&self.metrics),
+            policy: Arc::clone(serving.shared_policy),
+        }
+    }
+
     /// Requests from now on run under `policy`, traced by `tracer`, with
     /// the pools as they are.
     fn publish_policy(&self, policy: Arc<Policy>, tracer: Option<Arc<Tracer>>) {
@@ -160,7 +177,9 @@ struct Shared {
     on_error: OnError,
     /// The pools and routes requests are forwarded by.
     upstreams: Upstreams,
-    metrics: Metrics,
+    /// Shared with the tunnels whose messages a rule counts
+    /// (`proxy/messages.rs`), which outlive their request.
+    metrics: Arc<Metrics>,
     /// Every decision, hold and settlement reads and waits on this clock.
     clock: ProxyClock,
     /// Wakes exchanges that charge upstream time, once a second.
@@ -213,7 +232,7 @@ impl Proxy {
                 store: Arc::new(store),
                 on_error,
                 upstreams,
-                metrics,
+                metrics: Arc::new(metrics),
                 ticker: ticker::Ticker::new(clock.clone()),
                 clock,
                 draining: AtomicBool::new(false),
@@ -419,6 +438,7 @@ impl Proxy {
             && respond::grpc::is_grpc(request.get().headers());
         let serving = Serving {
             policy,
+            shared_policy: &snapshot.policy,
             routes: &snapshot.routes,
         };
         let upstream_took = self
@@ -479,6 +499,23 @@ impl Proxy {
     ) -> Option<Nanos> {
         let shared = &*self.shared;
         let policy = serving.policy;
+        let key_body = if policy.reads_body {
+            match key_body::read(client, peer.ip(), policy).await {
+                Ok(read) => read,
+                Err(refusal) => {
+                    let record = Record::Unchecked {
+                        request: client.get(),
+                        peer,
+                    };
+                    traced::note(span.recording(), &record, serving, &shared.store);
+                    access::note(line, record, policy);
+                    *response = respond::refusal(refusal, None);
+                    return None;
+                }
+            }
+        } else {
+            key_body::KeyBody::NotNeeded
+        };
         let request = client.get();
         let checked = match checks::check(request, policy) {
             Ok(checked) => checked,
@@ -491,7 +528,14 @@ impl Proxy {
             }
         };
         let token_claims = std::cell::OnceCell::new();
+        let body_facts;
         let mut facts = identify::facts_of(request, &checked, peer.ip(), policy);
+        if let key_body::KeyBody::Read(body) = &key_body {
+            let query = request.uri().query();
+            body_facts =
+                BodyFacts::new(request.method(), request.headers(), query, body.as_deref());
+            facts.body = Some(&body_facts);
+        }
         let mut applicable = Applicability::default();
         let identified = identify::identify(
             &mut facts,
@@ -501,6 +545,19 @@ impl Proxy {
             &mut applicable,
             &mut (),
         );
+        let mut metered = None;
+        let identified = identified.and_then(|()| {
+            let handshake =
+                !policy.message_rules.is_empty() && upgrade::is_websocket_handshake(request);
+            messages::identify(
+                handshake,
+                &mut facts,
+                &token_claims,
+                policy,
+                started,
+                &mut metered,
+            )
+        });
         if let Err(refused) = identified {
             identify::count_refusal(refused, &facts, policy, started);
             let record = Record::Refused {
@@ -532,6 +589,9 @@ impl Proxy {
         traced::note(span.recording(), &record, serving, &shared.store);
         access::note(line, record, policy);
         if !admitted {
+            if policy.reads_body {
+                decorate::add_cost(response, policy, &applicable.enforced);
+            }
             return None;
         }
         let path_and_query = forward::forwarded_path(request, &checked, policy);
@@ -559,6 +619,15 @@ impl Proxy {
         let forwarded = forwarding.await;
         if forwarded {
             decorate::decorate(response, policy, &ruling, applicable.retiring);
+            messages::open(
+                response,
+                metered,
+                || shared.deciding(serving),
+                &shared.metrics,
+            );
+            if policy.reads_body {
+                decorate::add_cost(response, policy, &applicable.enforced);
+            }
         }
         ruling.upstream_took
     }

@@ -556,6 +556,7 @@ fn key_on(claims: &Claims) {
         headers: &headers,
         client_ip: [127, 0, 0, 1].into(),
         claims: Some(claims),
+        body: None,
     };
     let hasher = KeyHasher::new(64);
     let key = hasher.derive(&sources, &facts, true);

@@ -91,6 +91,7 @@ fuzz_target!(|input: Input| {
         headers: &headers,
         client_ip: input.client_ip,
         claims: claims.as_ref(),
+        body: None,
     };
     let hasher = KeyHasher::new(input.ipv6_prefix);
     let derive = |facts: &RequestFacts<'_>| hasher.derive(&sources, facts, input.allow_missing);
@@ -201,6 +202,7 @@ fuzz_target!(|input: Input| {
         } else {
             None
         },
+        body: None,
     };
     assert_eq!(
         key,

@@ -20,7 +20,10 @@
 //!
 //! `ip` is the address the request comes from (the TCP peer): behind
 //! `trusted_proxies`, a forwarding header among `headers` names the client,
-//! as it would for a real request.
+//! as it would for a real request. `body`, when given, is the request's
+//! body, read by `body:` and `graphql:` keys and `cost = "graphql"` as the
+//! request path reads it (at most `server.max_key_body_bytes`); a rule with
+//! `cost = "graphql"` reports the `cost` its query would take.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -39,6 +42,7 @@ use super::buckets::{
 use super::budget::millis;
 use super::{json_response, RefusedCall};
 use crate::config::MissingPolicy;
+use crate::key::body::BodyFacts;
 use crate::limiter::Decision;
 use crate::policy::{Policy, Rule};
 use crate::proxy::{self, Applicability, Applicable, Proxy, Standing, Unidentified, Witness};
@@ -54,6 +58,9 @@ struct Question {
     #[serde(default)]
     headers: BTreeMap<String, String>,
     ip: String,
+    /// The request's body, as text.
+    #[serde(default)]
+    body: Option<String>,
 }
 
 /// Answers one explain call; see the module docs.
@@ -68,7 +75,7 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
     let question: Question = serde_json::from_slice(body).map_err(|error| {
         bad(format!(
             "the body is not {{\"method\": M, \"path\": P, \"headers\": {{NAME: VALUE}}, \
-             \"ip\": IP}}: {error}"
+             \"ip\": IP, \"body\": TEXT}} (body optional): {error}"
         ))
     })?;
     let peer: IpAddr = question.ip.trim().parse().map_err(|_| {
@@ -103,6 +110,18 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
     let token_claims = std::cell::OnceCell::new();
     let mut facts = proxy::facts_of(&request, &checked, peer, &policy);
     answer["request"]["client_ip"] = json!(facts.client_ip.to_string());
+    let body_facts;
+    if policy.reads_body {
+        let bound = policy.config.server.max_key_body_bytes;
+        let body = question.body.as_deref().map(str::as_bytes);
+        body_facts = BodyFacts::new(
+            request.method(),
+            request.headers(),
+            request.uri().query(),
+            body.filter(|body| body.len() <= bound),
+        );
+        facts.body = Some(&body_facts);
+    }
 
     // The request path's own walk: the access lists, then each rule in
     // file order until one refuses, each standing recorded.
@@ -151,13 +170,21 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
             entry["missing"] = json!(missing_policy(rule));
         }
         match standing {
-            Standing::Applies { key, limits } => {
+            Standing::Applies { key, limits, cost } => {
                 entry["applies"] = json!(true);
+                if rule.graphql_cost {
+                    entry["cost"] = json!(cost);
+                }
                 entry["key_hash"] = json!(key_hash(key));
                 entry["limits_from"] = json!(limits_from(rule, limits, &policy.labels));
                 let ban = (!rule.shadow).then(|| rule.bans.banned(key, now)).flatten();
                 entry["banned"] = ban.map_or(Value::Null, ban_json);
-                let one = Applicable { rule, key, limits };
+                let one = Applicable {
+                    rule,
+                    key,
+                    limits,
+                    cost,
+                };
                 if rule.shadow {
                     shadowed.push((index, one));
                 } else {
@@ -179,6 +206,15 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
         Err(Unidentified::Denied) => json!({"outcome": "denied", "status": 403}),
         Err(Unidentified::MissingKey(rule)) => json!({
             "outcome": "missing_key", "status": 400, "rule": &*rule.name,
+        }),
+        Err(Unidentified::TooCostly {
+            rule,
+            cost,
+            capacity,
+        }) => json!({
+            "outcome": "limited", "status": 429, "rule": &*rule.name,
+            "cost": cost, "capacity": capacity,
+            "reason": "the query costs more than the rule's bucket holds: never admitted",
         }),
         Err(Unidentified::Gone(rule, sunset)) => json!({
             "outcome": "gone", "status": 410, "rule": &*rule.name,
@@ -227,6 +263,9 @@ fn why_not(standing: Standing<'_>) -> &'static str {
         Standing::Skipped => "a key source is missing and missing = \"skip\"",
         Standing::MissingKey => "a key source is missing and missing = \"reject\": answered 400",
         Standing::Gone(_) => "the rule's sunset has ended: the route is gone (410)",
+        Standing::TooCostly { .. } => {
+            "the query costs more than the rule's bucket holds: answered 429, bucket untouched"
+        }
         Standing::Unmatched | Standing::Applies { .. } => {
             unreachable!("only matched rules that do not apply")
         }

@@ -81,6 +81,15 @@ impl Pointer {
         })
     }
 
+    /// Its reference tokens in order, unescaped: each the member name it
+    /// matches in an object and the element it matches in an array, if
+    /// any (`src/key/body.rs` walks a request body by them).
+    pub fn tokens(&self) -> impl Iterator<Item = (&[u8], Option<usize>)> {
+        self.segments
+            .iter()
+            .map(|segment| (&segment.key[..], segment.index))
+    }
+
     /// The pointer as written.
     pub fn as_str(&self) -> &str {
         &self.text

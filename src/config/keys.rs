@@ -7,6 +7,7 @@ use toml::Spanned;
 use super::raw::OneOrMany;
 use super::validate::Validator;
 use super::{ClaimPath, KeySource};
+use crate::body_scan::Pointer;
 
 impl Validator<'_> {
     pub(super) fn key(&mut self, index: usize, field: &Spanned<OneOrMany>) -> Vec<KeySource> {
@@ -40,9 +41,12 @@ impl Validator<'_> {
 
 pub(super) fn parse_key_source(text: &str) -> Result<KeySource, String> {
     const ALLOWED: &str = "allowed: ip, path, method, host, global, header:<name>, \
-                           query:<name>, jwt:<claim>, descriptor:<entry key>";
+                           query:<name>, jwt:<claim>, body:<JSON pointer>, graphql:operation, \
+                           graphql:type, descriptor:<entry key>";
     match text {
         "ip" => return Ok(KeySource::Ip),
+        "graphql:operation" => return Ok(KeySource::GraphqlOperation),
+        "graphql:type" => return Ok(KeySource::GraphqlType),
         "path" => return Ok(KeySource::Path),
         "method" => return Ok(KeySource::Method),
         "host" => return Ok(KeySource::Host),
@@ -80,6 +84,17 @@ pub(super) fn parse_key_source(text: &str) -> Result<KeySource, String> {
             claim.split('.').map(str::to_owned).collect(),
         )));
     }
+    if let Some(pointer) = text.strip_prefix("body:") {
+        return Pointer::parse(pointer)
+            .map(KeySource::Body)
+            .map_err(|message| format!("body: {message} (for example body:/tenant_id)"));
+    }
+    if let Some(what) = text.strip_prefix("graphql:") {
+        return Err(format!(
+            "\"graphql:{what}\" is not a GraphQL key; use graphql:operation (the operation's \
+             name) or graphql:type (query, mutation or subscription)"
+        ));
+    }
     if let Some(key) = text.strip_prefix("descriptor:") {
         if key.is_empty() {
             return Err(
@@ -95,6 +110,72 @@ pub(super) fn parse_key_source(text: &str) -> Result<KeySource, String> {
 mod tests {
     use super::*;
     use crate::config::testing::*;
+
+    #[test]
+    fn body_and_graphql_keys_and_the_graphql_cost_are_read() {
+        let config = valid(&rule_a(
+            "rate = \"100/m\"\nkey = [\"body:/tenant/id\", \"graphql:operation\", \
+             \"graphql:type\"]\ncost = \"graphql\"\n",
+        ));
+        let rule = &config.rules[0];
+        assert_eq!(
+            rule.key,
+            vec![
+                KeySource::Body(Pointer::parse("/tenant/id").unwrap()),
+                KeySource::GraphqlOperation,
+                KeySource::GraphqlType,
+            ]
+        );
+        assert_eq!((rule.cost, rule.graphql_cost), (1, true));
+        assert_eq!(config.server.max_key_body_bytes, 65_536);
+        let config = valid(&format!(
+            "[server]\nupstream = \"http://127.0.0.1:3000\"\nmax_key_body_bytes = 4096\n"
+        ));
+        assert_eq!(config.server.max_key_body_bytes, 4096);
+    }
+
+    #[test]
+    fn bad_body_and_graphql_keys_and_costs_are_reported_where_written() {
+        let lines = errors(&rule_a(
+            "rate = \"1/s\"\nkey = [\"body:tenant\", \"graphql:name\", \"body:/a~2\"]\n",
+        ));
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(
+            lines[0].starts_with("test.toml:6:8: rule[0].key[0]: body: JSON pointer \"tenant\" must start with \"/\""),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[1].starts_with(
+                "test.toml:6:23: rule[0].key[1]: \"graphql:name\" is not a GraphQL key"
+            ),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].starts_with("test.toml:6:39: rule[0].key[2]: body:"),
+            "{}",
+            lines[2]
+        );
+        assert!(
+            only_error(&rule_a("rate = \"1/s\"\ncost = \"query\"\n")).starts_with(
+                "test.toml:6:8: rule[0].cost: \"query\" is not a cost; write a whole number"
+            )
+        );
+        assert!(
+            only_error(&rule_a("algorithm = \"concurrency\"\ncost = \"graphql\"\n"))
+                .contains("rule[0].cost: concurrency counts requests in flight")
+        );
+        assert!(only_error(&format!(
+            "[server]\nupstream = \"http://127.0.0.1:3000\"\nmax_key_body_bytes = 0\n"
+        ))
+        .starts_with("test.toml:3:22: server.max_key_body_bytes: 0 is out of range"));
+        assert!(only_error(&format!(
+            "{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\nmatch.domain = \"edge\"\n\
+             key = [\"descriptor:user\"]\ncost = \"graphql\"\n"
+        ))
+        .contains("rule[0].cost: a rule with match.domain takes no cost"));
+    }
 
     #[test]
     fn jwt_claims_may_be_nested_but_not_empty() {

@@ -82,9 +82,11 @@ pub struct RawServer {
     pub max_headers: Option<Spanned<i64>>,
     pub max_uri_bytes: Option<Spanned<i64>>,
     pub max_body_bytes: Option<Spanned<i64>>,
+    pub max_key_body_bytes: Option<Spanned<i64>>,
     pub body_timeout: Option<Spanned<String>>,
     pub idle_timeout: Option<Spanned<String>>,
     pub send_timeout: Option<Spanned<String>>,
+    pub max_message_bytes: Option<Spanned<i64>>,
     pub forwarded_header: Option<Spanned<String>>,
     pub ipv6_prefix: Option<Spanned<i64>>,
     pub proxy_protocol: Option<Spanned<bool>>,
@@ -194,7 +196,7 @@ pub struct RawRule {
     pub limits: Option<Spanned<OneOrMany>>,
     pub burst: Option<Spanned<i64>>,
     pub on_limit: Option<Spanned<String>>,
-    pub cost: Option<Spanned<i64>>,
+    pub cost: Option<Spanned<RawCost>>,
     pub shadow: Option<Spanned<bool>>,
     pub max_in_flight: Option<Spanned<i64>>,
     pub min_in_flight: Option<Spanned<i64>>,
@@ -210,6 +212,8 @@ pub struct RawRule {
     pub ban: Option<Located<RawBan>>,
     pub on_change: Option<Spanned<String>>,
     pub sunset: Option<Located<RawSunset>>,
+    /// `"request"` or `"message"` (WebSocket messages).
+    pub unit: Option<Spanned<String>>,
 }
 
 /// A tier's or an override's table: what it sets instead of the rule's own
@@ -470,6 +474,42 @@ pub struct RawMatch {
     pub domain: Option<Spanned<String>>,
     /// With `domain`: entry keys a descriptor must carry, with their values.
     pub descriptor: Option<Spanned<std::collections::BTreeMap<String, Spanned<String>>>>,
+}
+
+/// A rule's `cost`: a whole number of units, or the name of a computed
+/// cost (`"graphql"`). Checked by the validator, which knows the names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawCost {
+    Units(i64),
+    Named(String),
+}
+
+impl<'de> Deserialize<'de> for RawCost {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CostVisitor;
+
+        impl Visitor<'_> for CostVisitor {
+            type Value = RawCost;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a whole number of units or \"graphql\"")
+            }
+
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<RawCost, E> {
+                Ok(RawCost::Units(value))
+            }
+
+            fn visit_u64<E: de::Error>(self, value: u64) -> Result<RawCost, E> {
+                Ok(RawCost::Units(i64::try_from(value).unwrap_or(i64::MAX)))
+            }
+
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<RawCost, E> {
+                Ok(RawCost::Named(value.to_owned()))
+            }
+        }
+
+        deserializer.deserialize_any(CostVisitor)
+    }
 }
 
 /// A string or a list of strings (`path = "/a"` or `path = ["/a", "/b"]`).

@@ -8,9 +8,9 @@ use toml::Spanned;
 
 use super::calendar::RuleCalendar;
 use super::limits::WrittenLimit;
-use super::raw::RawRule;
+use super::raw::{RawCost, RawRule};
 use super::validate::Validator;
-use super::{AlgorithmKind, KeySource, MissingPolicy, OnChange, RuleConfig};
+use super::{AlgorithmKind, KeySource, MissingPolicy, OnChange, RuleConfig, Unit};
 
 /// What tiers, overrides, sunset and ban need to know about their rule.
 pub(super) struct RuleContext<'r> {
@@ -164,14 +164,9 @@ impl Validator<'_> {
         );
         calendar.attach(&mut built.limits, written.as_deref());
 
-        let cost = match &raw.cost {
-            Some(field) if concurrency => {
-                self.not_for_concurrency(index, field.span().start, "cost");
-                1
-            }
-            field => self.int(field.as_ref(), &path("cost"), 1, 1..=i64::MAX as u64),
-        };
-        if let (Some(field), Some(written)) = (&raw.cost, &written) {
+        let (cost, graphql_cost) = self.cost(index, raw.cost.as_ref(), concurrency);
+        let units = raw.cost.as_ref().filter(|_| !graphql_cost);
+        if let (Some(field), Some(written)) = (units, &written) {
             if let Some((_, message)) =
                 self.cost_misfit(&cost.to_string(), cost, algorithm, written, &built)
             {
@@ -185,7 +180,7 @@ impl Validator<'_> {
             at,
             algorithm,
             written: written.as_deref(),
-            cost: raw.cost.is_some().then_some(cost),
+            cost: units.is_some().then_some(cost),
             calendar: &calendar,
         };
         let tiers = raw.tiers.as_ref().and_then(|t| self.tiers(&context, t));
@@ -217,7 +212,7 @@ impl Validator<'_> {
         let charge = self.charge(&context, raw);
         let refund_on = self.refund_on(index, raw, algorithm);
 
-        let rule = RuleConfig {
+        let mut rule = RuleConfig {
             name,
             matcher,
             key,
@@ -225,6 +220,7 @@ impl Validator<'_> {
             algorithm: algorithm.unwrap_or(AlgorithmKind::TokenBucket),
             limits,
             cost,
+            graphql_cost,
             shadow: raw.shadow.as_ref().is_some_and(|v| *v.get_ref()),
             on_limit,
             max_in_flight,
@@ -236,8 +232,10 @@ impl Validator<'_> {
             on_change,
             charge,
             refund_on,
+            unit: Unit::Request,
         };
         self.who_decides(index, at, raw, &rule);
+        rule.unit = self.unit(index, at, raw, &rule);
         rule
     }
 
@@ -323,6 +321,44 @@ impl Validator<'_> {
     }
 
     /// `rate`, `limits`, `burst` or `cost` written on a concurrency rule.
+    /// A rule's `cost`: the units each request takes (1 when unset), and
+    /// whether they are its GraphQL query's cost (`"graphql"`, which takes 1
+    /// when the query cannot be read).
+    fn cost(
+        &mut self,
+        index: usize,
+        field: Option<&Spanned<RawCost>>,
+        concurrency: bool,
+    ) -> (u64, bool) {
+        let Some(field) = field else {
+            return (1, false);
+        };
+        let path = format!("rule[{index}].cost");
+        let at = field.span().start;
+        if concurrency {
+            self.not_for_concurrency(index, at, "cost");
+            return (1, false);
+        }
+        match field.get_ref() {
+            RawCost::Units(units) => {
+                let units = Spanned::new(field.span(), *units);
+                (self.int(Some(&units), &path, 1, 1..=i64::MAX as u64), false)
+            }
+            RawCost::Named(name) if name == "graphql" => (1, true),
+            RawCost::Named(name) => {
+                self.error(
+                    at,
+                    &path,
+                    format!(
+                        "\"{name}\" is not a cost; write a whole number of units (cost = 5) or \
+                         \"graphql\" for the query's cost"
+                    ),
+                );
+                (1, false)
+            }
+        }
+    }
+
     pub(super) fn not_for_concurrency(&mut self, index: usize, at: usize, key: &str) {
         let hint = match key {
             "burst" => "max_in_flight (default 100) is how many may be in flight at once",

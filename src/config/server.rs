@@ -102,9 +102,23 @@ impl Validator<'_> {
                 0,
                 0..=i64::MAX as u64,
             ),
+            // At most 64 MiB: it is read into memory for each request a
+            // body-keyed rule matches.
+            max_key_body_bytes: self.int(
+                raw.max_key_body_bytes.as_ref(),
+                "server.max_key_body_bytes",
+                65_536,
+                1..=64 << 20,
+            ) as usize,
             body_timeout: self.timeout(raw.body_timeout.as_ref(), "server.body_timeout", secs(60)),
             idle_timeout: self.timeout(raw.idle_timeout.as_ref(), "server.idle_timeout", secs(60)),
             send_timeout: self.timeout(raw.send_timeout.as_ref(), "server.send_timeout", secs(60)),
+            max_message_bytes: self.int(
+                raw.max_message_bytes.as_ref(),
+                "server.max_message_bytes",
+                1 << 20,
+                1..=i64::MAX as u64,
+            ),
             forwarded_header: self.choice(
                 raw.forwarded_header.as_ref(),
                 "server.forwarded_header",

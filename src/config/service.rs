@@ -182,6 +182,15 @@ impl Validator<'_> {
                 "a retired route is answered 410, and a service call has no route; lower the \
                  rate instead",
             ),
+            (
+                raw.cost
+                    .as_ref()
+                    .filter(|_| rule.graphql_cost)
+                    .map(|c| c.span().start),
+                "cost",
+                "\"graphql\" reads a request's GraphQL query, and a service call carries none; \
+                 a descriptor's hits_addend is its cost",
+            ),
         ];
         for (written, field, why) in unwritable {
             if let Some(written) = written {

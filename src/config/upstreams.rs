@@ -468,6 +468,18 @@ impl Validator<'_> {
                         );
                         Balance::LeastRequest
                     }
+                    Ok(source) if source.reads_body() => {
+                        self.error(
+                            field.span().start,
+                            path,
+                            format!(
+                                "\"{text}\": a request's body is read only for the rules that \
+                                 key on it, not to pick a server; hash on a field or the \
+                                 client, such as \"hash:header:x-user\""
+                            ),
+                        );
+                        Balance::LeastRequest
+                    }
                     Ok(source) => Balance::Hash(source),
                     Err(message) => {
                         self.error(field.span().start, path, format!("\"{text}\": {message}"));

@@ -191,11 +191,13 @@ const LABEL_HASH_BYTES: usize = 6;
 
 /// Whether a value of `source` is a credential, shown only as a label. A
 /// descriptor entry may carry anything Envoy read from a request (an API
-/// key header, say), so it is one too.
+/// key header, say), so it is one too, and so is a value from the body (a
+/// tenant id or token in JSON). A GraphQL operation's name or type is not:
+/// it says what is asked, not who asks.
 pub fn is_credential(source: &KeySource) -> bool {
     matches!(
         source,
-        KeySource::Header(_) | KeySource::Query(_) | KeySource::Descriptor(_)
+        KeySource::Header(_) | KeySource::Query(_) | KeySource::Body(_) | KeySource::Descriptor(_)
     )
 }
 

@@ -12,7 +12,7 @@ use super::rule::{Billing, Rule, Variant, VariantIndex};
 use super::sunset::Sunset;
 use super::Policy;
 use crate::clock::Nanos;
-use crate::config::{KeySource, OnChange, OnLimit, RuleConfig};
+use crate::config::{KeySource, OnChange, OnLimit, RuleConfig, Unit};
 use crate::key::KeyHasher;
 use crate::limiter::adaptive::{Bounds, Controller};
 use crate::limiter::{Concurrency, HoldLimits, Limiter};
@@ -109,12 +109,19 @@ pub(super) fn compile_rule(
         hitters,
         log_gate: LogGate::default(),
         name: Arc::from(rule.name.as_str()),
-        matcher: Matcher::new(&rule.matcher),
+        matcher: Matcher::new(&rule.matcher).counting_messages(rule.unit == Unit::Message),
         key: rule.key.clone(),
         missing: rule.missing,
         algorithm: rule.algorithm,
         limits,
         cost: rule.cost,
+        graphql_cost: rule.graphql_cost,
+        reads_body: rule.graphql_cost
+            || rule
+                .key
+                .iter()
+                .chain(rule.tiers.as_ref().map(|tiers| &tiers.by))
+                .any(KeySource::reads_body),
         billing: billing(rule, &counters),
         shadow: rule.shadow,
         hold,
@@ -383,6 +390,7 @@ overrides = { "s42" = { rate = "9/m" } }
                 headers,
                 client_ip: std::net::IpAddr::from([127, 0, 0, 1]),
                 claims: None,
+                body: None,
             }
         };
         let count = |headers: &http::HeaderMap| {

@@ -73,7 +73,7 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
                 "missing": format!("{:?}", rule.missing).to_lowercase(),
                 "algorithm": rule.algorithm.name(),
                 "limits": limits_json(limits),
-                "cost": rule.cost,
+                "cost": if rule.graphql_cost { json!("graphql") } else { json!(rule.cost) },
                 "on_limit": if rule.hold.is_some() { "delay" } else { "reject" },
                 "shadow": rule.shadow,
                 "on_change": format!("{:?}", config.on_change).to_lowercase(),

@@ -23,9 +23,11 @@ pub struct Matcher {
     host: Vec<String>,
     header: Vec<(HeaderName, Vec<HeaderValue>)>,
     client: Vec<IpNet>,
-    /// `match.domain`: the rule decides rate limit service calls, and no
-    /// request fits it.
-    service: bool,
+    /// Set when no request fits, whatever it holds: `match.domain` (the
+    /// rule decides rate limit service calls) or `unit = "message"` (the
+    /// rule counts the messages of the tunnels handshakes open,
+    /// [`Matcher::fits_handshake`]). One test per rule on the request path.
+    elsewhere: Option<Mismatch>,
 }
 
 /// The first field of a `match` that a request does not fit, in the order
@@ -34,6 +36,9 @@ pub struct Matcher {
 pub enum Mismatch {
     /// The rule decides rate limit service calls (`match.domain`).
     Domain,
+    /// The rule counts WebSocket messages (`unit = "message"`), never a
+    /// request.
+    Unit,
     Method,
     Path,
     PathPrefix,
@@ -54,8 +59,24 @@ impl Matcher {
             host: config.host.clone(),
             header: config.header.clone(),
             client: config.client.clone(),
-            service: config.is_service(),
+            elsewhere: config.is_service().then_some(Mismatch::Domain),
         }
+    }
+
+    /// The matcher of a rule that counts WebSocket messages: no request
+    /// fits it, and a handshake is asked [`Matcher::fits_handshake`].
+    pub fn counting_messages(mut self, messages: bool) -> Matcher {
+        if messages && self.elsewhere.is_none() {
+            self.elsewhere = Some(Mismatch::Unit);
+        }
+        self
+    }
+
+    /// Whether a WebSocket handshake fits a rule that counts its tunnel's
+    /// messages: every field of its `match`, as for a request.
+    #[inline]
+    pub fn fits_handshake(&self, facts: &RequestFacts<'_>) -> bool {
+        self.elsewhere != Some(Mismatch::Domain) && self.mismatched_field(facts).is_none()
     }
 
     /// Whether the request fits.
@@ -67,9 +88,15 @@ impl Matcher {
     /// The first field the request does not fit; `None` when it fits.
     #[inline]
     pub fn mismatch(&self, facts: &RequestFacts<'_>) -> Option<Mismatch> {
-        if self.service {
-            return Some(Mismatch::Domain);
+        if let Some(elsewhere) = self.elsewhere {
+            return Some(elsewhere);
         }
+        self.mismatched_field(facts)
+    }
+
+    /// The first field of the `match` the request does not fit.
+    #[inline]
+    fn mismatched_field(&self, facts: &RequestFacts<'_>) -> Option<Mismatch> {
         if !(self.method.is_empty() || self.method.iter().any(|m| m == facts.method)) {
             return Some(Mismatch::Method);
         }
@@ -128,6 +155,7 @@ impl Mismatch {
     pub fn field(self) -> &'static str {
         match self {
             Mismatch::Domain => "domain",
+            Mismatch::Unit => "unit",
             Mismatch::Method => "method",
             Mismatch::Path => "path",
             Mismatch::PathPrefix => "path_prefix",
@@ -149,6 +177,9 @@ impl Mismatch {
         match self {
             Mismatch::Domain => "the rule decides rate limit service calls (match.domain), \
                                  never proxied requests"
+                .to_owned(),
+            Mismatch::Unit => "the rule counts the WebSocket messages (unit = \"message\") of \
+                               the tunnels handshakes it matches open, never a request"
                 .to_owned(),
             Mismatch::Method => format!(
                 "method {} is not one of {}",
@@ -232,6 +263,7 @@ rate = "1/m"
             headers: &headers,
             client_ip: std::net::Ipv4Addr::LOCALHOST.into(),
             claims: None,
+            body: None,
         };
         let fits = facts(&Method::POST, "/api/v1/items", Some("API.example.com"));
         assert_eq!(matcher.mismatch(&fits), None);
@@ -263,6 +295,7 @@ rate = "1/m"
             headers,
             client_ip: client_ip.parse().unwrap(),
             claims: None,
+            body: None,
         }
     }
 

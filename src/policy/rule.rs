@@ -39,8 +39,15 @@ pub struct Rule {
     pub override_index: VariantIndex,
     /// `sunset`: the rule's one limit falls step by step.
     pub sunset: Option<Sunset>,
-    /// Units each request takes from every limit.
+    /// Units each request takes from every limit (1 with `graphql_cost`
+    /// when the query cannot be read).
     pub cost: u64,
+    /// `cost = "graphql"`: a request takes its query's cost instead.
+    pub graphql_cost: bool,
+    /// Whether its key, `tiers.by` or cost reads the request's body or its
+    /// GraphQL operation: a request it matches has its body read before it
+    /// is decided (docs/conversation.md).
+    pub reads_body: bool,
     /// `charge` and `refund_on`: what the rule settles after admission;
     /// `None` for most rules. Shared (an `Arc`) with the requests that
     /// carry it past their admission.

@@ -130,7 +130,7 @@ impl Note for Parts {
             // The key is what is missing.
             Unidentified::MissingKey(rule) => self.decide("missing_key", Some(&rule.name), None),
             // Counted limited, as a retired route is.
-            Unidentified::Gone(rule, _) => {
+            Unidentified::Gone(rule, _) | Unidentified::TooCostly { rule, .. } => {
                 let key = shown_key(rule, facts, policy);
                 self.decide("limited", Some(&rule.name), Some(&key));
             }

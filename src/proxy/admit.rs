@@ -442,7 +442,11 @@ fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit) -> Ask<'p> {
         table: &limit.table,
         key: applicable.key,
         limiter: &limit.limiter,
-        cost: if rule.is_concurrency() { 1 } else { rule.cost },
+        cost: if rule.is_concurrency() {
+            1
+        } else {
+            applicable.cost
+        },
         // Shadow rules never hold: the store asks them now or never.
         hold: rule.hold,
     }
@@ -499,14 +503,18 @@ impl Drop for QueuedGuard<'_> {
 
 /// The queue-depth gauge of every rule holding the request, for as long as
 /// it is held; records the hold in `sluice_delay_seconds` when it ends.
-struct HoldGauges<'a, 'p> {
+pub(super) struct HoldGauges<'a, 'p> {
     rules: SmallVec<[&'p Rule; 2]>,
     clock: &'a ProxyClock,
     since: Nanos,
 }
 
 impl<'a, 'p> HoldGauges<'a, 'p> {
-    fn new(verdicts: &[Verdict<'p>], clock: &'a ProxyClock, since: Nanos) -> HoldGauges<'a, 'p> {
+    pub(super) fn new(
+        verdicts: &[Verdict<'p>],
+        clock: &'a ProxyClock,
+        since: Nanos,
+    ) -> HoldGauges<'a, 'p> {
         let mut rules: SmallVec<[&'p Rule; 2]> = SmallVec::new();
         for verdict in verdicts {
             // A reservation for later, or a queued permit.
@@ -574,6 +582,7 @@ mod tests {
             rule,
             key: 42,
             limits: &rule.limits,
+            cost: rule.cost,
         }];
         // Paused time (the tests' `start_paused`): every decision at `NOW`.
         let clock = ProxyClock::Runtime(crate::clock::RuntimeClock::new(NOW));

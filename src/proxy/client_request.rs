@@ -98,6 +98,35 @@ pub enum ClientBody {
     Read(Bytes),
     Piped(Receiver),
     Hyper(Incoming),
+    /// One whose start was read for a rule's key and found longer than
+    /// the bound (`proxy/key_body.rs`): that start, then the rest.
+    Prefixed(Box<Prefixed>),
+}
+
+/// A body read in part: what was read, sent first, then what follows.
+#[derive(Debug)]
+pub struct Prefixed {
+    /// Not yet sent (empty once it was).
+    pub read: Bytes,
+    /// The body's trailer fields, when they came before the bound.
+    pub trailers: Option<http::HeaderMap>,
+    /// The rest of the body, as it arrives.
+    pub rest: ClientBody,
+}
+
+impl Prefixed {
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyFailure>>> {
+        if !self.read.is_empty() {
+            return Poll::Ready(Some(Ok(Frame::data(std::mem::take(&mut self.read)))));
+        }
+        if let Some(trailers) = self.trailers.take() {
+            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
 }
 
 /// A body error, whichever body it came from.
@@ -122,6 +151,7 @@ impl Body for ClientBody {
                 *this = ClientBody::Empty;
                 Poll::Ready((!bytes.is_empty()).then(|| Ok(Frame::data(bytes))))
             }
+            ClientBody::Prefixed(prefixed) => prefixed.poll_frame(cx),
         }
     }
 
@@ -132,6 +162,11 @@ impl Body for ClientBody {
             ClientBody::Piped(body) => body.is_end_stream(),
             ClientBody::Empty => true,
             ClientBody::Read(bytes) => bytes.is_empty(),
+            ClientBody::Prefixed(prefixed) => {
+                prefixed.read.is_empty()
+                    && prefixed.trailers.is_none()
+                    && prefixed.rest.is_end_stream()
+            }
         }
     }
 
@@ -142,6 +177,16 @@ impl Body for ClientBody {
             ClientBody::Piped(body) => body.size_hint(),
             ClientBody::Empty => SizeHint::with_exact(0),
             ClientBody::Read(bytes) => SizeHint::with_exact(bytes.len() as u64),
+            ClientBody::Prefixed(prefixed) => {
+                let rest = prefixed.rest.size_hint();
+                let read = prefixed.read.len() as u64;
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower().saturating_add(read));
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper.saturating_add(read));
+                }
+                hint
+            }
         }
     }
 }

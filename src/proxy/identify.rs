@@ -35,6 +35,9 @@ pub struct Applicable<'p> {
     pub key: BucketKey,
     /// The rule's limits for this caller (its tier or override, if any).
     pub limits: &'p [Limit],
+    /// Units the request takes from each of them: the rule's `cost`, or
+    /// its query's with `cost = "graphql"`.
+    pub cost: u64,
 }
 
 /// The rules that apply to a request, as [`identify`] found them.
@@ -57,6 +60,13 @@ pub enum Unidentified<'p> {
     MissingKey(&'p Rule),
     /// The rule's route is retired (410).
     Gone(&'p Rule, &'p Sunset),
+    /// The request's GraphQL query costs more than one of the rule's
+    /// buckets holds (429, without touching it).
+    TooCostly {
+        rule: &'p Rule,
+        cost: u64,
+        capacity: u64,
+    },
 }
 
 /// Where one rule stands on a request ([`stand`]).
@@ -72,9 +82,16 @@ pub enum Standing<'p> {
     MissingKey,
     /// Its route is retired: the request is answered 410.
     Gone(&'p Sunset),
-    /// It applies, with the caller's bucket key and the limits it is held
-    /// to (its tier, override or sunset step).
-    Applies { key: BucketKey, limits: &'p [Limit] },
+    /// Its query costs more than one of the caller's buckets holds
+    /// (`cost = "graphql"`): the request is answered 429.
+    TooCostly { cost: u64, capacity: u64 },
+    /// It applies, with the caller's bucket key, the limits it is held to
+    /// (its tier, override or sunset step) and what the request costs.
+    Applies {
+        key: BucketKey,
+        limits: &'p [Limit],
+        cost: u64,
+    },
 }
 
 /// Sees each rule's standing as [`identify`] reaches it. The request path
@@ -107,6 +124,7 @@ pub fn facts_of<'r, B>(
         headers: request.headers(),
         client_ip: policy.client_ip.resolve(peer, request.headers()),
         claims: None,
+        body: None,
     }
 }
 
@@ -135,17 +153,29 @@ pub fn identify<'r, 'p>(
         return Ok(());
     }
     for (index, rule) in policy.rules.iter().enumerate() {
-        let standing = stand(rule, facts, token_claims, policy, started);
+        let standing = stand(rule, facts, token_claims, policy, started, false);
         witness.stood(index, standing);
         match standing {
             Standing::Unmatched | Standing::Skipped => {}
             Standing::MissingKey => return Err(Unidentified::MissingKey(rule)),
             Standing::Gone(sunset) => return Err(Unidentified::Gone(rule, sunset)),
-            Standing::Applies { key, limits } => {
+            Standing::TooCostly { cost, capacity } => {
+                return Err(Unidentified::TooCostly {
+                    rule,
+                    cost,
+                    capacity,
+                })
+            }
+            Standing::Applies { key, limits, cost } => {
                 if let Some(sunset) = &rule.sunset {
                     applicable.retiring.get_or_insert(sunset);
                 }
-                let one = Applicable { rule, key, limits };
+                let one = Applicable {
+                    rule,
+                    key,
+                    limits,
+                    cost,
+                };
                 if rule.shadow {
                     applicable.shadowed.push(one);
                 } else {
@@ -168,8 +198,16 @@ fn stand<'r, 'p>(
     token_claims: &'r OnceCell<Option<Claims>>,
     policy: &'p Policy,
     started: Nanos,
+    handshake: bool,
 ) -> Standing<'p> {
-    if !rule.matcher.matches(facts) {
+    // `handshake` is a constant at each call: the request path's test is
+    // `matches` alone.
+    let fits = if handshake {
+        rule.matcher.fits_handshake(facts)
+    } else {
+        rule.matcher.matches(facts)
+    };
+    if !fits {
         return Standing::Unmatched;
     }
     if rule.uses_jwt && facts.claims.is_none() {
@@ -192,10 +230,36 @@ fn stand<'r, 'p>(
             return Standing::Gone(sunset);
         }
     }
-    Standing::Applies {
-        key,
-        limits: rule.limits_for(key, facts, &policy.keys, started),
+    let limits = rule.limits_for(key, facts, &policy.keys, started);
+    let mut cost = rule.cost;
+    if rule.graphql_cost {
+        cost = facts.body.map_or(1, |body| body.graphql_cost());
+        // A leaky bucket passes any cost in time (it only waits longer).
+        let capacity = limits
+            .iter()
+            .filter(|limit| !matches!(limit.limiter, crate::limiter::Limiter::LeakyBucket(_)))
+            .map(|limit| limit.limiter.capacity())
+            .min();
+        if let Some(capacity) = capacity.filter(|&capacity| cost > capacity) {
+            if !rule.shadow {
+                return Standing::TooCostly { cost, capacity };
+            }
+        }
     }
+    Standing::Applies { key, limits, cost }
+}
+
+/// Where `rule`, which counts WebSocket messages (`unit = "message"`),
+/// stands on the WebSocket handshake `facts` describe: as [`stand`] for a
+/// request, its `match` tested field by field (`proxy/messages.rs`).
+pub(super) fn stand_handshake<'r, 'p>(
+    rule: &'p Rule,
+    facts: &mut RequestFacts<'r>,
+    token_claims: &'r OnceCell<Option<Claims>>,
+    policy: &'p Policy,
+    started: Nanos,
+) -> Standing<'p> {
+    stand(rule, facts, token_claims, policy, started, true)
 }
 
 /// Counts and logs a request [`identify`] refused: a denied address in
@@ -224,7 +288,9 @@ pub fn count_refusal(
                 policy.labels.show(&rule.key, &text)
             });
         }
-        Unidentified::Gone(rule, _) => rule.counters.limited.inc(),
+        Unidentified::Gone(rule, _) | Unidentified::TooCostly { rule, .. } => {
+            rule.counters.limited.inc()
+        }
     }
 }
 
@@ -235,5 +301,10 @@ pub fn answer(refused: Unidentified<'_>) -> Response<ProxyBody> {
         Unidentified::Denied => respond::refusal(Refusal::Denied, None),
         Unidentified::MissingKey(rule) => respond::refusal(Refusal::MissingKey, Some(rule)),
         Unidentified::Gone(rule, sunset) => respond::gone(rule, sunset),
+        Unidentified::TooCostly {
+            rule,
+            cost,
+            capacity,
+        } => respond::refusal(Refusal::TooCostly { cost, capacity }, Some(rule)),
     }
 }

@@ -30,6 +30,9 @@ pub enum Refusal {
     BodyCutOff(CutOff, http::Version),
     /// A rule with `missing = "reject"` lacked a key source.
     MissingKey,
+    /// A request costs more than the rule's bucket can ever hold
+    /// (`cost = "graphql"`): waiting would not help.
+    TooCostly { cost: u64, capacity: u64 },
     /// The client IP is on the deny list.
     Denied,
     /// The upstream could not be reached.
@@ -50,6 +53,7 @@ impl Refusal {
                 StatusCode::BAD_REQUEST
             }
             Refusal::MissingKey => StatusCode::BAD_REQUEST,
+            Refusal::TooCostly { .. } => StatusCode::TOO_MANY_REQUESTS,
             Refusal::UriTooLong => StatusCode::URI_TOO_LONG,
             Refusal::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Refusal::BodyCutOff(CutOff::Timeout, _) => StatusCode::REQUEST_TIMEOUT,
@@ -84,6 +88,13 @@ impl Refusal {
                 }
                 None => "this request lacks a value a rule is keyed on",
             },
+            Refusal::TooCostly { cost, capacity } => {
+                let name = rule.map_or("", |rule| &*rule.name);
+                return Cow::Owned(format!(
+                    "this query costs {cost} units and rule '{name}' holds at most {capacity}, \
+                     so it can never be admitted: ask for fewer items (first/last)"
+                ));
+            }
             Refusal::Denied => "requests from this address are not accepted",
             Refusal::UpstreamUnreachable => {
                 "the service behind this proxy could not be reached; try again later"

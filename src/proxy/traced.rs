@@ -118,7 +118,7 @@ fn write(span: &mut Recording, record: &Record<'_, '_, '_>, serving: Serving<'_>
                 span.set_str("sluice.outcome", "missing_key");
                 span.set_str("sluice.rule", &rule.name);
             }
-            Unidentified::Gone(rule, _) => {
+            Unidentified::Gone(rule, _) | Unidentified::TooCostly { rule, .. } => {
                 span.set_str("sluice.outcome", "limited");
                 span.set_str("sluice.rule", &rule.name);
                 key(span, rule, facts);

@@ -54,7 +54,8 @@ pub struct Seen {
 /// that many bytes in 64 KiB chunks; `/drip/<chunks>/<ms>` streams a small
 /// chunk every `ms`; `/status/<code>` answers that status; `/cost/<value>`
 /// reports `value` in `x-cost` (`none`: no field, `twice`: two); `/upload`
-/// reads the request body as a stream and answers with its length; `/close`
+/// reads the request body as a stream and answers with its length; `/echo`
+/// answers with the request body as it arrived; `/close`
 /// answers and closes the connection; `/hop` answers with hop-by-hop
 /// headers of its own; anything else answers 200 `ok`.
 ///
@@ -381,6 +382,20 @@ async fn upstream_route(
         }
         uploaded.store(total, Ordering::SeqCst);
         return text(StatusCode::OK, &total.to_string());
+    }
+    if path == "/echo" {
+        // The request body as it arrived, with the content type it was sent
+        // with (bodies read for keys must arrive byte for byte).
+        let content_type = request.headers().get("content-type").cloned();
+        let body = match request.into_body().collect().await {
+            Ok(body) => body.to_bytes(),
+            Err(_) => return text(StatusCode::BAD_REQUEST, "the body broke off"),
+        };
+        let mut response = Response::new(BodyExt::boxed(Full::new(body).map_err(|e| match e {})));
+        if let Some(content_type) = content_type {
+            response.headers_mut().insert("content-type", content_type);
+        }
+        return response;
     }
     if path == "/close" {
         // The upstream closes the connection after this response.

@@ -1,0 +1,149 @@
+//! Reading a request's body before it is decided, for the rules whose key
+//! or cost is in it (`body:<pointer>`, `graphql:operation`, `graphql:type`,
+//! `cost = "graphql"`: docs/conversation.md).
+//!
+//! Only a request such a rule's `match` fits is looked at, so a policy
+//! without one reads no body, and a request no such rule matches is
+//! streamed as ever (never buffered). The body is read up to
+//! `server.max_key_body_bytes`:
+//!
+//! - one that arrived whole with its head is only looked at (no copy);
+//! - one whose `Content-Length` is over the bound is not read at all (its
+//!   keys are missing);
+//! - otherwise it is read as it arrives, within `server.body_timeout`
+//!   (408 past it; a body that breaks off is answered 400), and put back
+//!   for the upstream: whole when it ended within the bound, or as the
+//!   part read followed by the rest when it went past it (its keys are
+//!   then missing). Either way the upstream gets the same bytes.
+
+use bytes::{Bytes, BytesMut};
+use http::header::CONTENT_LENGTH;
+use http::Request;
+use http_body_util::BodyExt;
+
+use super::checks;
+use super::client_request::{ClientBody, ClientRequest, Prefixed};
+use super::refusal::Refusal;
+use crate::policy::Policy;
+use crate::proxy::deadline::CutOff;
+
+/// What was read of a request's body for its rules.
+#[derive(Debug)]
+pub enum KeyBody {
+    /// No rule that reads the body matched the request: nothing was read.
+    NotNeeded,
+    /// A rule that reads it matched: the whole body when it was read within
+    /// the bound (`None`: there is none, or it is longer).
+    Read(Option<Bytes>),
+}
+
+/// Reads the body of the request in `client` when a rule that reads it
+/// matches the request (sent from `peer`); see the module docs. A refusal
+/// (408, 400) when the body did not arrive.
+pub async fn read(
+    client: &mut ClientRequest,
+    peer: std::net::IpAddr,
+    policy: &Policy,
+) -> Result<KeyBody, Refusal> {
+    if !needed(client.get(), peer, policy) {
+        return Ok(KeyBody::NotNeeded);
+    }
+    let server = &policy.config.server;
+    let bound = server.max_key_body_bytes;
+    let request = client.get_mut();
+    let version = request.version();
+    if declared_length(request).is_some_and(|length| length > bound as u64) {
+        return Ok(KeyBody::Read(None));
+    }
+    let body = request.body_mut();
+    match body {
+        ClientBody::Empty => return Ok(KeyBody::Read(None)),
+        ClientBody::Read(bytes) => {
+            return Ok(KeyBody::Read((bytes.len() <= bound).then(|| bytes.clone())));
+        }
+        ClientBody::Piped(_) | ClientBody::Hyper(_) | ClientBody::Prefixed(_) => {}
+    }
+    match tokio::time::timeout(server.body_timeout, gather(body, bound)).await {
+        Ok(Ok(read)) => Ok(KeyBody::Read(read)),
+        Ok(Err(())) => Err(Refusal::BadFraming("the request body is malformed")),
+        Err(_) => Err(Refusal::BodyCutOff(CutOff::Timeout, version)),
+    }
+}
+
+/// Whether a rule that reads the body matches the request (the request's
+/// own checks refuse it later, when they fail).
+fn needed(request: &Request<ClientBody>, peer: std::net::IpAddr, policy: &Policy) -> bool {
+    let Ok(checked) = checks::check(request, policy) else {
+        return false;
+    };
+    let facts = super::identify::facts_of(request, &checked, peer, policy);
+    policy
+        .rules
+        .iter()
+        .any(|rule| rule.reads_body && rule.matcher.matches(&facts))
+}
+
+fn declared_length(request: &Request<ClientBody>) -> Option<u64> {
+    request
+        .headers()
+        .get(CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Reads `body` up to `bound` bytes and puts it back as the upstream will
+/// get it: the whole body, when it ended within the bound (returned too),
+/// or what was read, then its trailer fields or the rest. `Err` when the
+/// client's body failed.
+async fn gather(body: &mut ClientBody, bound: usize) -> Result<Option<Bytes>, ()> {
+    let mut streamed = std::mem::replace(body, ClientBody::Empty);
+    // The first frame is often the whole body: kept as it is, copied only
+    // when a second one follows.
+    let mut first: Option<Bytes> = None;
+    let mut joined = BytesMut::new();
+    let mut read = 0usize;
+    let mut trailers = None;
+    let mut ended = false;
+    while read <= bound {
+        let Some(frame) = streamed.frame().await else {
+            ended = true;
+            break;
+        };
+        let frame = frame.map_err(|_| ())?;
+        match frame.into_data() {
+            Ok(data) => {
+                read += data.len();
+                match first.take() {
+                    None if joined.is_empty() => first = Some(data),
+                    earlier => {
+                        if let Some(earlier) = earlier {
+                            joined.extend_from_slice(&earlier);
+                        }
+                        joined.extend_from_slice(&data);
+                    }
+                }
+            }
+            Err(frame) => {
+                // Trailer fields end the body; a body with them is sent as
+                // it came, frame by frame.
+                trailers = frame.into_trailers().ok();
+                ended = true;
+                break;
+            }
+        }
+    }
+    let bytes = first.unwrap_or_else(|| joined.freeze());
+    let whole = (ended && read <= bound).then(|| bytes.clone());
+    *body = match trailers {
+        None if whole.is_some() && bytes.is_empty() => ClientBody::Empty,
+        None if whole.is_some() => ClientBody::Read(bytes),
+        trailers => ClientBody::Prefixed(Box::new(Prefixed {
+            read: bytes,
+            trailers,
+            rest: if ended { ClientBody::Empty } else { streamed },
+        })),
+    };
+    Ok(whole)
+}
