@@ -147,3 +147,85 @@ async fn gather(body: &mut ClientBody, bound: usize) -> Result<Option<Bytes>, ()
     };
     Ok(whole)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A body arriving as `pieces`, frame by frame (each piece a frame
+    /// before the rest), then `trailers` if any.
+    fn arriving(pieces: &[Vec<u8>], trailers: bool) -> ClientBody {
+        let mut body = if trailers {
+            let mut fields = http::HeaderMap::new();
+            fields.insert("x-checksum", http::HeaderValue::from_static("1"));
+            ClientBody::Prefixed(Box::new(Prefixed {
+                read: Bytes::new(),
+                trailers: Some(fields),
+                rest: ClientBody::Empty,
+            }))
+        } else {
+            ClientBody::Empty
+        };
+        for piece in pieces.iter().rev() {
+            body = ClientBody::Prefixed(Box::new(Prefixed {
+                read: Bytes::from(piece.clone()),
+                trailers: None,
+                rest: body,
+            }));
+        }
+        body
+    }
+
+    /// Every frame of `body`: its bytes joined, and whether trailers came.
+    async fn sent(body: ClientBody) -> (Vec<u8>, bool) {
+        let collected = body.collect().await.expect("the test body never fails");
+        let trailers = collected.trailers().is_some();
+        (collected.to_bytes().to_vec(), trailers)
+    }
+
+    proptest! {
+        /// Whatever the pieces and the bound, the upstream is sent the
+        /// same bytes (and trailers) the client sent; the key reads the
+        /// whole body exactly when it ended within the bound.
+        #[test]
+        fn reading_for_a_key_never_changes_the_bytes_sent_on(
+            pieces in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..8),
+            bound in 0usize..300,
+            trailers in any::<bool>(),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let whole: Vec<u8> = pieces.concat();
+            let (read, forwarded) = runtime.block_on(async {
+                let mut body = arriving(&pieces, trailers);
+                let read = gather(&mut body, bound).await.unwrap();
+                (read, sent(body).await)
+            });
+            prop_assert_eq!(&forwarded.0, &whole);
+            prop_assert_eq!(forwarded.1, trailers);
+            match read {
+                Some(bytes) => {
+                    prop_assert!(whole.len() <= bound);
+                    prop_assert_eq!(&bytes[..], &whole[..]);
+                }
+                None => prop_assert!(whole.len() > bound),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_within_the_bound_is_put_back_whole_for_the_upstream() {
+        let mut body = arriving(&[b"{\"a\":".to_vec(), b"1}".to_vec()], false);
+        let read = gather(&mut body, 16).await.unwrap();
+        assert_eq!(read.as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert!(matches!(&body, ClientBody::Read(bytes) if bytes == &b"{\"a\":1}"[..]));
+        // Past the bound: what was read, then the rest, still to come.
+        let mut body = arriving(
+            &[b"0123456789".to_vec(), b"abcdef".to_vec(), b"xyz".to_vec()],
+            false,
+        );
+        assert_eq!(gather(&mut body, 12).await.unwrap(), None);
+        assert!(matches!(&body, ClientBody::Prefixed(prefixed) if prefixed.read.len() == 16));
+        assert_eq!(sent(body).await.0, b"0123456789abcdefxyz");
+    }
+}
