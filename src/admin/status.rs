@@ -172,6 +172,12 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
                 ),
                 None => crate::config::describe_limits(config),
             };
+            // What a request takes, when it is not one unit.
+            let limits = if rule.graphql_cost {
+                format!("{limits}, a request taking its GraphQL query's cost")
+            } else {
+                limits
+            };
             json!({
                 "name": &*rule.name,
                 "limits": limits,

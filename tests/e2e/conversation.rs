@@ -278,6 +278,13 @@ async fn a_graphql_query_takes_its_cost_as_github_computes_it() {
     assert_eq!(broken.status, StatusCode::OK, "{broken:?}");
     assert_eq!(broken.header("x-ratelimit-cost"), Some("1"));
     assert_eq!(upstream.count(), 4);
+    // The status page says what the points rule counts.
+    let status = support::get(&format!("http://{}/admin/status", sluice.admin), &[]).await;
+    let rules = status.json()["rules"].clone();
+    assert_eq!(
+        rules[0]["limits"], "100/h, a request taking its GraphQL query's cost",
+        "{rules}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
