@@ -128,9 +128,8 @@ mod tests {
         );
         assert_eq!((rule.cost, rule.graphql_cost), (1, true));
         assert_eq!(config.server.max_key_body_bytes, 65_536);
-        let config = valid(&format!(
-            "[server]\nupstream = \"http://127.0.0.1:3000\"\nmax_key_body_bytes = 4096\n"
-        ));
+        let config =
+            valid("[server]\nupstream = \"http://127.0.0.1:3000\"\nmax_key_body_bytes = 4096\n");
         assert_eq!(config.server.max_key_body_bytes, 4096);
     }
 
@@ -166,9 +165,9 @@ mod tests {
             only_error(&rule_a("algorithm = \"concurrency\"\ncost = \"graphql\"\n"))
                 .contains("rule[0].cost: concurrency counts requests in flight")
         );
-        assert!(only_error(&format!(
+        assert!(only_error(
             "[server]\nupstream = \"http://127.0.0.1:3000\"\nmax_key_body_bytes = 0\n"
-        ))
+        )
         .starts_with("test.toml:3:22: server.max_key_body_bytes: 0 is out of range"));
         assert!(only_error(&format!(
             "{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\nmatch.domain = \"edge\"\n\
