@@ -12,6 +12,9 @@
 //!   sluice's own server and its upstream client both speak.
 //! - [`proxy`]: identify → limit (`proxy::admit`) → forward ([`proxy::forward`]) →
 //!   respond ([`proxy::respond`]) → settle deferred charges ([`proxy::settle`]).
+//! - [`websocket`]: after a handshake's `101`, the tunnel; with a
+//!   `unit = "message"` rule, each message the client sends counted as its
+//!   first frame arrives (RFC 6455 frames read as they stream).
 //! - [`key`]: path normalisation, client IP, JWT claims, request → bucket key, and
 //!   the labels that stand for credential keys outside the request path.
 //! - [`limiter`]: the pure, clock-injected algorithms (token bucket as GCRA,
@@ -62,3 +65,4 @@ mod testing;
 pub mod timer;
 pub mod tls;
 pub mod trace;
+pub mod websocket;

@@ -130,12 +130,25 @@ pub struct Metrics {
     pub access_log_dropped: IntCounter,
     /// `sluice_trace_spans_total{result}`.
     pub trace_spans: TraceSpans,
+    /// `sluice_websocket_connections`: tunnels open ([`OpenTunnel`]).
+    websocket_connections: IntGauge,
     bans_started: IntCounterVec,
     banned_requests: IntCounterVec,
     bans_active: IntGaugeVec,
     budget_charged: IntCounterVec,
     budget_refunded: IntCounterVec,
     charge_errors: IntCounterVec,
+}
+
+/// A WebSocket tunnel open, counted in `sluice_websocket_connections`
+/// until dropped.
+#[derive(Debug)]
+pub struct OpenTunnel(IntGauge);
+
+impl Drop for OpenTunnel {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 /// `sluice_trace_spans_total`'s series, each there from start.
@@ -349,9 +362,17 @@ impl Metrics {
                 &["result"],
             ),
         );
+        let websocket_connections = registered(
+            &registry,
+            IntGauge::new(
+                "sluice_websocket_connections",
+                "WebSocket tunnels open (a handshake the upstream answered 101).",
+            ),
+        );
         Metrics {
             registry,
             requests,
+            websocket_connections,
             responses,
             decision_seconds,
             overhead_seconds,
@@ -386,6 +407,13 @@ impl Metrics {
             budget_refunded,
             charge_errors,
         }
+    }
+
+    /// A tunnel opened: counted in `sluice_websocket_connections` until
+    /// the guard returned is dropped.
+    pub fn tunnel_opened(&self) -> OpenTunnel {
+        self.websocket_connections.inc();
+        OpenTunnel(self.websocket_connections.clone())
     }
 
     /// The per-rule request counters; creating them makes every outcome's

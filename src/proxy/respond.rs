@@ -17,11 +17,12 @@ use smallvec::SmallVec;
 
 use super::pool::{BoxError, PooledBody};
 use super::refusal::Refusal;
-use super::upgrade::Upgraded;
+use super::upgrade::{Metering, Upgraded};
 use crate::access_log;
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
 use crate::limiter::Decision;
+use crate::metrics::OpenTunnel;
 use crate::policy::{Limit, Policy, Rule, Sunset};
 use crate::problem::{self, Layout, Problem};
 use crate::request_id::RequestId;
@@ -66,6 +67,9 @@ enum Inner {
     },
     /// No body, or one already sent (nothing to drop).
     Empty,
+    /// A `101`'s: the tunnel it opened, ready for the client's connection
+    /// ([`ProxyBody::open_tunnel`]).
+    Tunnel(Box<Upgraded>),
 }
 
 impl ProxyBody {
@@ -125,7 +129,7 @@ impl ProxyBody {
 
     /// Whether sluice wrote this body itself (not the upstream's answer).
     pub fn is_own(&self) -> bool {
-        !matches!(self.body, Inner::Upstream(_))
+        !matches!(self.body, Inner::Upstream(_) | Inner::Tunnel(_))
     }
 
     /// A problem document's `detail`, when this body is one.
@@ -143,7 +147,7 @@ impl ProxyBody {
     pub fn write_whole(&mut self, out: &mut Vec<u8>) -> bool {
         // Asked first, by reference: moving the upstream's body out and
         // back would copy it twice on every forwarded response.
-        if let Inner::Upstream(_) = self.body {
+        if let Inner::Upstream(_) | Inner::Tunnel(_) = self.body {
             return false;
         }
         let before = out.len();
@@ -153,7 +157,7 @@ impl ProxyBody {
                 Some(id) => problem::push_with_request_id(out, &document, id),
                 None => out.extend_from_slice(&document),
             },
-            Inner::Empty | Inner::Upstream(_) => {}
+            Inner::Empty | Inner::Upstream(_) | Inner::Tunnel(_) => {}
         }
         if let Some(line) = self.access.parts() {
             line.bytes_out += (out.len() - before) as u64;
@@ -162,16 +166,38 @@ impl ProxyBody {
     }
 
     /// The upstream's side of a WebSocket tunnel its `101` opened, with
-    /// the request's settlement (see `proxy/upgrade.rs`).
+    /// the request's settlement (see `proxy/upgrade.rs`), and what
+    /// [`ProxyBody::open_tunnel`] gave it.
     pub fn take_tunnel(&mut self) -> Option<Upgraded> {
-        let Inner::Upstream(body) = &mut self.body else {
-            return None;
-        };
-        let (upstream, settlement) = body.take_tunnel()?;
-        Some(Upgraded {
-            upstream,
-            settlement,
-        })
+        match std::mem::replace(&mut self.body, Inner::Empty) {
+            Inner::Tunnel(upgraded) => Some(*upgraded),
+            Inner::Upstream(mut body) => {
+                let tunnel = body.take_tunnel();
+                self.body = Inner::Upstream(body);
+                let (upstream, settlement) = tunnel?;
+                Some(Upgraded {
+                    upstream,
+                    settlement,
+                    open: None,
+                    messages: None,
+                })
+            }
+            other => {
+                self.body = other;
+                None
+            }
+        }
+    }
+
+    /// Makes the tunnel of a `101` (the upstream's switched connection)
+    /// ready for the client's connection, counted by `open` and held to
+    /// `messages`. Nothing for any other body.
+    pub fn open_tunnel(&mut self, open: OpenTunnel, messages: Option<Metering>) {
+        if let Some(mut upgraded) = self.take_tunnel() {
+            upgraded.open = Some(open);
+            upgraded.messages = messages;
+            self.body = Inner::Tunnel(Box::new(upgraded));
+        }
     }
 
     /// Carries the request's access log `line` until the body is sent or
@@ -201,7 +227,7 @@ impl Inner {
                 Some(id) => Bytes::from(problem::with_request_id(&document, id)),
                 None => document,
             }),
-            upstream @ Inner::Upstream(_) => {
+            upstream @ (Inner::Upstream(_) | Inner::Tunnel(_)) => {
                 *self = upstream;
                 None
             }
@@ -246,7 +272,7 @@ impl Body for ProxyBody {
             Inner::Upstream(body) => body.is_end_stream(),
             Inner::Written(bytes) => bytes.is_empty(),
             Inner::Problem { .. } => false,
-            Inner::Empty => true,
+            Inner::Empty | Inner::Tunnel(_) => true,
         }
     }
 
@@ -259,7 +285,7 @@ impl Body for ProxyBody {
                 Some(id) => problem::with_request_id_len(document, id),
                 None => document.len(),
             } as u64),
-            Inner::Empty => SizeHint::with_exact(0),
+            Inner::Empty | Inner::Tunnel(_) => SizeHint::with_exact(0),
         }
     }
 }

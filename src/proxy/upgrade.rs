@@ -13,13 +13,16 @@
 //! Once both sides switched, the client's connection carries the tunnel
 //! (`server/http1/tunnel.rs`), which copies bytes both ways until either
 //! side closes; the request's concurrency permits are held for the tunnel's
-//! life ([`Upgraded`]).
+//! life ([`Upgraded`]). A tunnel whose handshake a `unit = "message"` rule
+//! matched counts its client's messages ([`Metering`], `proxy/messages.rs`).
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 
 use super::pool::Tunnel;
 use super::settle::Settlement;
+use crate::metrics::OpenTunnel;
+use crate::websocket::pump::Gate;
 
 static UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
 static WEBSOCKET: HeaderValue = HeaderValue::from_static("websocket");
@@ -31,6 +34,30 @@ pub struct Upgraded {
     pub upstream: Tunnel,
     /// The request's admission (its permits): settled when the tunnel ends.
     pub settlement: Option<Box<Settlement>>,
+    /// Counted in `sluice_websocket_connections` while the tunnel lives.
+    pub open: Option<OpenTunnel>,
+    /// What the client's messages are held to; `None`: no message rule
+    /// matched the handshake, and bytes are copied as they come.
+    pub messages: Option<Metering>,
+}
+
+/// A tunnel's message limits: the gate each message of the client passes
+/// (`proxy/messages.rs`), the largest message, and the reserved bits the
+/// extensions the `101` accepted may set
+/// ([`crate::websocket::frames::rsv_for_extensions`]).
+pub struct Metering {
+    pub gate: Box<dyn Gate>,
+    pub max_message_bytes: u64,
+    pub rsv_allowed: u8,
+}
+
+impl std::fmt::Debug for Metering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metering")
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("rsv_allowed", &self.rsv_allowed)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Whether `request` is a WebSocket opening handshake: an HTTP/1.1 `GET`

@@ -28,6 +28,7 @@ use super::drain::DrainHandle;
 use super::http1::{first_bytes, tunnel, Answered, HeadLimits, Http1, Next};
 use crate::http1::transport;
 use crate::proxy::respond::{self, ProxyBody};
+use crate::proxy::upgrade::Upgraded;
 use crate::proxy::{ClientBody, ClientRequest};
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
@@ -98,6 +99,13 @@ impl<H: Handler> Connection<H> {
                 match Box::pin(self.busy(http1, &mut first, drained.as_mut())).await {
                     Busy::Quiet(quiet) => io = quiet,
                     Busy::Ended => return,
+                    // Run once the requests' slots are freed: a tunnel
+                    // holds only its sockets (boxed: every connection's
+                    // future would carry the tunnel's state).
+                    Busy::Tunnel(mut io, early, upgraded) => {
+                        io.mark_upgraded();
+                        return Box::pin(tunnel::run(io, early, *upgraded)).await;
+                    }
                 }
             }
         }
@@ -168,10 +176,8 @@ impl<H: Handler> Connection<H> {
                     return Busy::Ended;
                 }
                 Answered::Tunnel(upgraded) => {
-                    let (mut io, early) = http1.into_parts();
-                    io.mark_upgraded();
-                    tunnel::run(io, early, *upgraded).await;
-                    return Busy::Ended;
+                    let (io, early) = http1.into_parts();
+                    return Busy::Tunnel(io, early, upgraded);
                 }
             }
         }
@@ -248,8 +254,10 @@ where
 enum Busy<S> {
     /// Quiet: the connection goes on, holding nothing for requests.
     Quiet(DeadlineIo<S>),
-    /// Closed, failed, drained, or a tunnel that ended.
+    /// Closed, failed or drained.
     Ended,
+    /// A `101` was answered: the connection is a tunnel from here.
+    Tunnel(DeadlineIo<S>, BytesMut, Box<Upgraded>),
 }
 
 /// A socket behind bytes already read from it (HTTP/2's preface, read to

@@ -1,0 +1,311 @@
+//! Both directions over in-memory pipes, with gates the tests steer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::sync::Semaphore;
+
+use super::*;
+
+const KEY: [u8; 4] = [1, 2, 3, 4];
+
+/// A masked client frame.
+fn masked(first: u8, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126);
+    let mut out = vec![first, 0x80 | payload.len() as u8];
+    out.extend_from_slice(&KEY);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ KEY[i % 4]));
+    out
+}
+
+/// An unmasked server frame.
+fn server_frame(payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126);
+    let mut out = vec![0x82, payload.len() as u8];
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Admits while `permits` has one (waiting for one otherwise, as a rule in
+/// delay mode holds a message), refuses when `refuse_after` messages passed.
+struct TestGate {
+    permits: Semaphore,
+    asked: AtomicU64,
+    refuse_after: u64,
+}
+
+impl TestGate {
+    fn new(permits: usize, refuse_after: u64) -> Arc<TestGate> {
+        Arc::new(TestGate {
+            permits: Semaphore::new(permits),
+            asked: AtomicU64::new(0),
+            refuse_after,
+        })
+    }
+}
+
+impl Gate for Arc<TestGate> {
+    fn admit(&self) -> Admitting<'_> {
+        Box::pin(async move {
+            let asked = self.asked.fetch_add(1, Ordering::SeqCst);
+            if asked >= self.refuse_after {
+                return Admission::Refused(Arc::from("chat"));
+            }
+            match self.permits.acquire().await {
+                Ok(permit) => {
+                    permit.forget();
+                    Admission::Pass
+                }
+                Err(_) => Admission::Unavailable,
+            }
+        })
+    }
+}
+
+/// A metered tunnel between two pipes, run as the tunnel runs it: a
+/// closing sends the client its frame and shuts its side. Returns the
+/// client's and the server's ends.
+fn tunnel(
+    gate: Arc<TestGate>,
+    max_message: u64,
+    client_early: Vec<u8>,
+) -> (
+    DuplexStream,
+    DuplexStream,
+    tokio::task::JoinHandle<io::Result<Ended>>,
+) {
+    let (client, mut client_side) = tokio::io::duplex(1 << 16);
+    let (mut server_side, server) = tokio::io::duplex(1 << 16);
+    let task = tokio::spawn(async move {
+        let ended = metered(
+            &mut client_side,
+            &mut server_side,
+            (client_early, Vec::new()),
+            &gate,
+            (max_message, 0),
+        )
+        .await?;
+        if let Ended::Closing(closing) = &ended {
+            client_side.write_all(&closing.frame).await?;
+            client_side.shutdown().await?;
+        }
+        Ok(ended)
+    });
+    (client, server, task)
+}
+
+async fn read_exactly(stream: &mut DuplexStream, n: usize) -> Vec<u8> {
+    let mut bytes = vec![0; n];
+    stream.read_exact(&mut bytes).await.unwrap();
+    bytes
+}
+
+async fn read_to_end(stream: &mut DuplexStream) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).await.unwrap();
+    bytes
+}
+
+#[tokio::test]
+async fn plain_copies_both_ways_early_bytes_first_until_both_sides_close() {
+    let (mut client, mut client_side) = tokio::io::duplex(1 << 16);
+    let (mut server_side, mut server) = tokio::io::duplex(1 << 16);
+    let task = tokio::spawn(async move {
+        let early = (b"early-up".to_vec(), b"early-down".to_vec());
+        plain(&mut client_side, &mut server_side, early.0, early.1).await
+    });
+    client.write_all(b"+more").await.unwrap();
+    server.write_all(b"+back").await.unwrap();
+    assert_eq!(read_exactly(&mut server, 13).await, b"early-up+more");
+    assert_eq!(read_exactly(&mut client, 15).await, b"early-down+back");
+    // The client's end of stream shuts the server's side; the server still
+    // talks until it closes too.
+    client.shutdown().await.unwrap();
+    assert_eq!(read_to_end(&mut server).await, b"");
+    server.write_all(b"last").await.unwrap();
+    server.shutdown().await.unwrap();
+    assert_eq!(read_to_end(&mut client).await, b"last");
+    match task.await.unwrap().unwrap() {
+        Ended::Closed {
+            from_client,
+            from_server,
+        } => assert_eq!((from_client, from_server), (13, 19)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn each_message_is_admitted_once_and_arrives_byte_for_byte() {
+    let gate = TestGate::new(100, u64::MAX);
+    let early = masked(0x81, b"first");
+    let (mut client, mut server, task) = tunnel(Arc::clone(&gate), 1 << 20, early.clone());
+    let mut sent = early;
+    // A fragmented message with a ping between its fragments, in pieces.
+    let conversation = [
+        masked(0x01, b"frag"),
+        masked(0x89, b"ping"),
+        masked(0x80, b"ment"),
+        masked(0x82, &[0; 100]),
+    ]
+    .concat();
+    for piece in conversation.chunks(3) {
+        client.write_all(piece).await.unwrap();
+    }
+    sent.extend_from_slice(&conversation);
+    assert_eq!(read_exactly(&mut server, sent.len()).await, sent);
+    assert_eq!(gate.asked.load(Ordering::SeqCst), 3);
+    client.shutdown().await.unwrap();
+    server.shutdown().await.unwrap();
+    assert!(matches!(task.await.unwrap().unwrap(), Ended::Closed { .. }));
+}
+
+/// The Close frame's code and reason, unmasking a masked one.
+fn close_of(frame: &[u8]) -> (u16, String) {
+    assert_eq!(frame[0], 0x88, "{frame:02x?}");
+    let len = usize::from(frame[1] & 0x7F);
+    let payload: Vec<u8> = if frame[1] & 0x80 != 0 {
+        let key = &frame[2..6];
+        frame[6..6 + len]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ key[i % 4])
+            .collect()
+    } else {
+        frame[2..2 + len].to_vec()
+    };
+    (
+        u16::from_be_bytes([payload[0], payload[1]]),
+        String::from_utf8(payload[2..].to_vec()).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn a_refused_message_never_reaches_the_server_and_both_sides_get_1008() {
+    let gate = TestGate::new(100, 2);
+    let (mut client, mut server, task) = tunnel(gate, 1 << 20, Vec::new());
+    let passing = [masked(0x81, b"one"), masked(0x81, b"two")].concat();
+    client.write_all(&passing).await.unwrap();
+    client.write_all(&masked(0x81, b"three")).await.unwrap();
+    let at_server = read_to_end(&mut server).await;
+    assert!(at_server.starts_with(&passing), "{at_server:02x?}");
+    let close = &at_server[passing.len()..];
+    // Masked: sluice is the server's client.
+    assert_ne!(close[1] & 0x80, 0);
+    assert_eq!(close_of(close), (1008, "rate limited: chat".to_owned()));
+    let at_client = read_to_end(&mut client).await;
+    assert_eq!(at_client[1] & 0x80, 0);
+    assert_eq!(
+        close_of(&at_client),
+        (1008, "rate limited: chat".to_owned())
+    );
+    assert!(matches!(
+        task.await.unwrap().unwrap(),
+        Ended::Closing(Closing { code: 1008, .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_held_message_stops_the_client_while_the_server_keeps_talking() {
+    let gate = TestGate::new(1, u64::MAX);
+    let (mut client, mut server, _task) = tunnel(Arc::clone(&gate), 1 << 20, Vec::new());
+    let first = masked(0x81, b"one");
+    let second = masked(0x81, b"two");
+    client.write_all(&first).await.unwrap();
+    client.write_all(&second).await.unwrap();
+    assert_eq!(read_exactly(&mut server, first.len()).await, first);
+    // The second waits for a permit; the server's messages still flow.
+    for n in 0..3u8 {
+        let pushed = server_frame(&[n; 10]);
+        server.write_all(&pushed).await.unwrap();
+        assert_eq!(read_exactly(&mut client, pushed.len()).await, pushed);
+    }
+    tokio::task::yield_now().await;
+    let mut probe = [0u8; 1];
+    let early = tokio::time::timeout(Duration::from_millis(50), server.read(&mut probe)).await;
+    assert!(early.is_err(), "the held message arrived");
+    gate.permits.add_permits(1);
+    assert_eq!(read_exactly(&mut server, second.len()).await, second);
+}
+
+#[tokio::test]
+async fn violations_close_with_1002_and_1009_before_the_frame_passes() {
+    for (bytes, code) in [
+        (vec![0x81, 0x02, b'h', b'i'], 1002),
+        (masked(0x83, b""), 1002),
+        (masked(0x80, b"stray"), 1002),
+        // 2^20 + 1 bytes announced: refused from its header.
+        (
+            {
+                let mut header = vec![0x82, 0x80 | 127];
+                header.extend_from_slice(&((1u64 << 20) + 1).to_be_bytes());
+                header.extend_from_slice(&KEY);
+                header
+            },
+            1009,
+        ),
+    ] {
+        let gate = TestGate::new(100, u64::MAX);
+        let (mut client, mut server, task) = tunnel(gate, 1 << 20, Vec::new());
+        let ok = masked(0x81, b"ok");
+        client.write_all(&ok).await.unwrap();
+        client.write_all(&bytes).await.unwrap();
+        let at_server = read_to_end(&mut server).await;
+        assert_eq!(&at_server[..ok.len()], &ok[..]);
+        assert_eq!(close_of(&at_server[ok.len()..]).0, code, "{bytes:02x?}");
+        assert_eq!(close_of(&read_to_end(&mut client).await).0, code);
+        assert!(matches!(task.await.unwrap().unwrap(), Ended::Closing(_)));
+    }
+}
+
+#[tokio::test]
+async fn the_clients_close_frame_waits_for_the_servers_frame_in_flight() {
+    let gate = TestGate::new(100, 0);
+    let (mut client, mut server, task) = tunnel(gate, 1 << 20, Vec::new());
+    let pushed = server_frame(&[7; 100]);
+    server.write_all(&pushed[..30]).await.unwrap();
+    assert_eq!(read_exactly(&mut client, 30).await, &pushed[..30]);
+    client.write_all(&masked(0x81, b"refused")).await.unwrap();
+    // The server got its Close; the rest of its frame still reaches the
+    // client, then the client's Close.
+    let at_server = read_to_end(&mut server).await;
+    assert_eq!(close_of(&at_server).0, 1008);
+    server.write_all(&pushed[30..]).await.unwrap();
+    server.write_all(&server_frame(b"never")).await.unwrap();
+    let at_client = read_to_end(&mut client).await;
+    let rest = pushed.len() - 30;
+    assert!(at_client[..rest] == pushed[30..]);
+    assert_eq!(close_of(&at_client[rest..]).0, 1008);
+    assert_eq!(at_client.len(), rest + 2 + 2 + "rate limited: chat".len());
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn nothing_is_kept_between_reads_the_sink_takes() {
+    let (mut client, mut client_side) = tokio::io::duplex(1 << 16);
+    let (mut server_side, mut server) = tokio::io::duplex(1 << 16);
+    let mut flow = Flow::new(Reader::new(1 << 20, 0), Vec::new());
+    let frame = masked(0x81, b"hello");
+    // A header cut in two is kept, then the buffer is freed once written.
+    client.write_all(&frame[..3]).await.unwrap();
+    let polled = poll_fn(|cx| {
+        let _ = flow.poll(cx, &mut client_side, &mut server_side);
+        Poll::Ready(())
+    });
+    polled.await;
+    assert_eq!(flow.kept, &frame[..3]);
+    client.write_all(&frame[3..]).await.unwrap();
+    let stop = poll_fn(|cx| flow.poll(cx, &mut client_side, &mut server_side)).await;
+    assert_eq!(stop.unwrap(), Stop::Message(6));
+    flow.admitted();
+    client.write_all(&masked(0x89, b"")).await.unwrap();
+    client.shutdown().await.unwrap();
+    let stop = poll_fn(|cx| flow.poll(cx, &mut client_side, &mut server_side)).await;
+    assert_eq!(stop.unwrap(), Stop::End);
+    assert_eq!(flow.kept.capacity(), 0);
+    drop(server_side);
+    assert_eq!(
+        read_to_end(&mut server).await,
+        [frame, masked(0x89, b"")].concat()
+    );
+}
