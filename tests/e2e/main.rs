@@ -59,3 +59,4 @@ mod top;
 mod tracing;
 mod upstream_pool;
 mod upstream_tls;
+mod websocket_messages;

@@ -26,6 +26,7 @@ pub mod exposition;
 pub mod otlp;
 pub mod paused;
 pub mod tls_client;
+pub mod websocket;
 
 #[path = "../../src/testing/redis_server.rs"]
 mod redis_server;
