@@ -186,6 +186,15 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
         out.push('\n');
     }
     for rule in &config.rules {
+        if rule.unit == crate::config::Unit::Message {
+            let _ = writeln!(
+                out,
+                "rule {}: counts WebSocket messages, not requests (unit = message): each a client \
+                 sends on the tunnels its handshakes open, at most {} bytes \
+                 (server.max_message_bytes)",
+                rule.name, config.server.max_message_bytes
+            );
+        }
         for line in describe_extras(rule, labels) {
             let _ = writeln!(out, "rule {}: {line}", rule.name);
         }

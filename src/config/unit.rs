@@ -154,9 +154,8 @@ mod tests {
              tiers = { by = \"header:x-plan\", pro = { rate = \"100/s\" } }\nshadow = true\n",
         ));
         assert_eq!(config.rules[0].unit, Unit::Message);
-        let config = valid(&format!(
-            "[server]\nupstream = \"http://127.0.0.1:3000\"\nmax_message_bytes = 65536\n"
-        ));
+        let config =
+            valid("[server]\nupstream = \"http://127.0.0.1:3000\"\nmax_message_bytes = 65536\n");
         assert_eq!(config.server.max_message_bytes, 65_536);
     }
 
@@ -168,9 +167,7 @@ mod tests {
              \"message\""
         );
         assert_eq!(
-            only_error(&format!(
-                "[server]\nupstream = \"http://127.0.0.1:3000\"\nmax_message_bytes = 0\n"
-            )),
+            only_error("[server]\nupstream = \"http://127.0.0.1:3000\"\nmax_message_bytes = 0\n"),
             "test.toml:3:21: server.max_message_bytes: 0 is out of range: must be at least 1 \
              (default 1048576)"
         );

@@ -74,6 +74,7 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
                 "algorithm": rule.algorithm.name(),
                 "limits": limits_json(limits),
                 "cost": if rule.graphql_cost { json!("graphql") } else { json!(rule.cost) },
+                "unit": config.unit.name(),
                 "on_limit": if rule.hold.is_some() { "delay" } else { "reject" },
                 "shadow": rule.shadow,
                 "on_change": format!("{:?}", config.on_change).to_lowercase(),

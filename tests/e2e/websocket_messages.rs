@@ -15,7 +15,7 @@ use crate::support::websocket::{
     frame, masked, WsClient, WsUpstream, BINARY, CONTINUE, CONTINUE_END, PING, PONG, TEXT,
     TEXT_START,
 };
-use crate::support::{eventually, get, metric, write_config, SluiceProcess};
+use crate::support::{binary, eventually, get, metric, write_config, SluiceProcess};
 
 /// How long anything the tests wait for may take.
 const WITHIN: Duration = Duration::from_secs(10);
@@ -334,4 +334,29 @@ async fn the_gauge_counts_tunnels_open_with_and_without_a_message_rule() {
     // A tunnel ends once both sides closed.
     drop((metered, plain));
     reaches(&sluice, gauge, 0.0).await;
+}
+
+#[tokio::test]
+async fn check_and_admin_rules_say_a_rule_counts_messages() {
+    let upstream = WsUpstream::start().await;
+    let rest = "max_message_bytes = 4096\n\n[[rule]]\nname = \"chat\"\nunit = \"message\"\n\
+                rate = \"10/s\"\n";
+    let (sluice, dir) = sluice(&upstream, rest);
+    let check = std::process::Command::new(binary())
+        .args(["check", "--config"])
+        .arg(dir.path().join("sluice.toml"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{said}");
+    assert!(
+        said.contains(
+            "rule chat: counts WebSocket messages, not requests (unit = message): each a client \
+             sends on the tunnels its handshakes open, at most 4096 bytes \
+             (server.max_message_bytes)"
+        ),
+        "{said}"
+    );
+    let rules = get(&sluice.admin_url("/admin/rules"), &[]).await.json();
+    assert_eq!(rules["rules"][0]["unit"], "message", "{rules}");
 }
