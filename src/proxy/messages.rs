@@ -309,3 +309,6 @@ impl MessageGate {
         );
     }
 }
+
+#[cfg(test)]
+mod tests;
