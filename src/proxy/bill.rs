@@ -26,7 +26,6 @@ use std::task::Context;
 use http::{HeaderMap, HeaderName};
 use smallvec::SmallVec;
 
-use super::pool::RequestBody;
 use super::ticker::Ticker;
 use crate::body_scan::BodyScanner;
 use crate::clock::Nanos;
@@ -85,7 +84,7 @@ pub struct Traffic {
 
 /// Where a request body's forwarded bytes are known.
 #[derive(Debug, Default)]
-enum RequestBytes {
+pub enum RequestBytes {
     /// Not forwarded (yet), or no rule counts them.
     #[default]
     None,
@@ -107,15 +106,13 @@ impl Traffic {
 
     /// The request's body is forwarded now: its bytes are known from here
     /// (a body held whole at once, a streamed one as it goes).
-    fn forwarded(&mut self, body: &mut RequestBody) {
+    /// `bytes` says how (`proxy/settle.rs` reads it off the body), asked
+    /// only when a rule counts them.
+    fn forwarded(&mut self, bytes: impl FnOnce() -> RequestBytes) {
         if !self.counts_request {
             return;
         }
-        self.request = match body {
-            RequestBody::None | RequestBody::Taken => RequestBytes::None,
-            RequestBody::Whole(bytes) => RequestBytes::Whole(bytes.len() as u64),
-            RequestBody::Streamed(streamed) => RequestBytes::Streamed(streamed.count_bytes()),
-        };
+        self.request = bytes();
     }
 
     /// The `[request, response]` bytes charged for before and now; now's
@@ -226,11 +223,12 @@ impl Bill {
         self.elapsed
     }
 
-    /// The request was forwarded at `at`, with `body`.
-    pub fn forwarded(&mut self, at: Nanos, body: &mut RequestBody) {
+    /// The request was forwarded at `at`, its body's bytes counted as
+    /// `bytes` says.
+    pub fn forwarded(&mut self, at: Nanos, bytes: impl FnOnce() -> RequestBytes) {
         self.forwarded_at = Some(at);
         if let Some(traffic) = &mut self.traffic {
-            traffic.forwarded(body);
+            traffic.forwarded(bytes);
         }
     }
 
@@ -369,7 +367,7 @@ mod tests {
             ..Traffic::default()
         };
         assert_eq!(both.due(), ([0, 0], [0, 0]), "nothing forwarded yet");
-        both.forwarded(&mut RequestBody::Whole(bytes::Bytes::from_static(b"12345")));
+        both.forwarded(|| RequestBytes::Whole(5));
         both.response_frame(100);
         both.response_frame(0);
         assert_eq!(both.due(), ([0, 0], [5, 100]));
@@ -385,14 +383,14 @@ mod tests {
             counts_response: true,
             ..Traffic::default()
         };
-        response_only.forwarded(&mut RequestBody::Whole(bytes::Bytes::from_static(b"12345")));
+        response_only.forwarded(|| RequestBytes::Whole(5));
         response_only.response_frame(7);
         assert_eq!(response_only.due(), ([0, 0], [0, 7]));
         let mut request_only = Traffic {
             counts_request: true,
             ..Traffic::default()
         };
-        request_only.forwarded(&mut RequestBody::None);
+        request_only.forwarded(|| RequestBytes::None);
         request_only.response_frame(7);
         assert_eq!(request_only.due(), ([0, 0], [0, 0]));
     }
@@ -408,17 +406,13 @@ mod tests {
         };
         let clock = crate::clock::ProxyClock::default();
         let client = ClientBody::Read(bytes::Bytes::from_static(b"abcdefgh"));
-        let (guarded, _watch) = guard(client, limits, http::Version::HTTP_11, &clock);
-        let mut body = RequestBody::Streamed(guarded);
+        let (mut guarded, _watch) = guard(client, limits, http::Version::HTTP_11, &clock);
         let mut traffic = Traffic {
             counts_request: true,
             ..Traffic::default()
         };
-        traffic.forwarded(&mut body);
+        traffic.forwarded(|| RequestBytes::Streamed(guarded.count_bytes()));
         assert_eq!(traffic.due().1, [0, 0], "not yet sent");
-        let RequestBody::Streamed(guarded) = &mut body else {
-            unreachable!()
-        };
         let frame = guarded.frame().await.unwrap().unwrap();
         assert_eq!(frame.data_ref().map(bytes::Bytes::len), Some(8));
         assert_eq!(traffic.due().1, [8, 0]);
@@ -440,7 +434,7 @@ mod tests {
         };
         const SEC: Nanos = 1_000_000_000;
         assert_eq!(bill.elapsed_due(5 * SEC), (0, 0), "not forwarded yet");
-        bill.forwarded(SEC, &mut RequestBody::None);
+        bill.forwarded(SEC, || RequestBytes::None);
         assert_eq!(bill.elapsed_due(SEC + 1_500_000), (0, 1));
         assert_eq!(bill.elapsed_due(SEC + 1_900_000), (1, 1));
         assert_eq!(bill.elapsed_due(2 * SEC + 500 * MILLI), (1, 1_500));

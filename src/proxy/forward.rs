@@ -34,7 +34,7 @@ use super::recent_value::{recent_value, RecentValue};
 use super::refusal::Refusal;
 use super::respond::{self, ProxyBody};
 use super::ruling::Ruling;
-use super::settle::{ChargingWhile, Settlement};
+use super::settle::{ChargingWhile, RequestBytes, Settlement};
 use super::upgrade;
 pub use super::upstream::Outbound;
 use super::upstream::Upstream;
@@ -532,7 +532,12 @@ impl Forwarder<'_> {
         }
         let mut settlement = ruling.settlement.take();
         if let Some(settlement) = &mut settlement {
-            settlement.forwarded(outgoing.sent, &mut outgoing.body);
+            let body = &mut outgoing.body;
+            settlement.forwarded(outgoing.sent, || match body {
+                RequestBody::None | RequestBody::Taken => RequestBytes::None,
+                RequestBody::Whole(bytes) => RequestBytes::Whole(bytes.len() as u64),
+                RequestBody::Streamed(streamed) => RequestBytes::Streamed(streamed.count_bytes()),
+            });
         }
         let upstream = self.upstream;
         let outbound = Outbound {

@@ -24,8 +24,8 @@ use http::{HeaderMap, HeaderName, StatusCode};
 use http_body::Frame;
 use smallvec::SmallVec;
 
+pub use super::bill::RequestBytes;
 use super::bill::{self, Awaited, Bill, Failure, Reported};
-use super::pool::RequestBody;
 use crate::body_scan::{BodyKind, BodyScanner, Pointer, Reading, MAX_POINTERS};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{Charge, ChargeSource, Weighted};
@@ -121,9 +121,9 @@ impl Settlement {
 
     /// The request is forwarded now, with `body`: upstream time counts
     /// from here, and the body's bytes as they go.
-    pub fn forwarded(&mut self, at: Nanos, body: &mut RequestBody) {
+    pub fn forwarded(&mut self, at: Nanos, bytes: impl FnOnce() -> RequestBytes) {
         if let Some(bill) = &mut self.bill {
-            bill.forwarded(at, body);
+            bill.forwarded(at, bytes);
         }
     }
 
