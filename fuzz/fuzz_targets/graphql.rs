@@ -1,0 +1,62 @@
+//! Arbitrary bytes as each of a GraphQL request's three shapes, read by
+//! `key::graphql::read`: it never panics, and gives either no operation (a
+//! missing key, a cost of 1) or one whose cost is its requests' score, at
+//! least 1, with a non-empty name or none. A document read as an
+//! `application/graphql` body reads the same when sent as the `query` of a
+//! JSON POST and of a GET (percent-encoded).
+//!
+//! Input layout (so seeds are plain requests behind one byte): byte 0 picks
+//! the shape (0 JSON body, 1 document, 2 GET query string, modulo 3); the
+//! rest is the body or query string.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use sluice::key::graphql::{read, score, GraphqlRequest, Operation};
+
+/// What must hold of any reading.
+fn check(operation: &Option<Operation<'_>>) {
+    if let Some(operation) = operation {
+        assert!(operation.cost >= 1, "{operation:?}");
+        assert_eq!(operation.cost, score(operation.requests), "{operation:?}");
+        assert!(operation.name.as_deref() != Some(""), "{operation:?}");
+    }
+}
+
+/// Every byte but ASCII letters and digits as `%XX`.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| {
+            if byte.is_ascii_alphanumeric() {
+                (byte as char).to_string()
+            } else {
+                format!("%{byte:02X}")
+            }
+        })
+        .collect()
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&shape, rest)) = data.split_first() else {
+        return;
+    };
+    match shape % 3 {
+        0 => check(&read(GraphqlRequest::Json(rest))),
+        1 => {
+            let operation = read(GraphqlRequest::Document(rest));
+            check(&operation);
+            let Ok(document) = std::str::from_utf8(rest) else {
+                assert!(operation.is_none());
+                return;
+            };
+            let json = serde_json::json!({ "query": document }).to_string();
+            assert_eq!(
+                read(GraphqlRequest::Json(json.as_bytes())),
+                operation,
+                "as JSON"
+            );
+            let get = format!("query={}", percent_encode(document));
+            assert_eq!(read(GraphqlRequest::Get(&get)), operation, "as a GET");
+        }
+        _ => check(&read(GraphqlRequest::Get(&String::from_utf8_lossy(rest)))),
+    }
+});
