@@ -3,8 +3,11 @@
 //! "graphql"`); docs/conversation.md, "Keys from GraphQL operations".
 //!
 //! Pure: [`read`] takes a request's body or query string, already read, and
-//! never does I/O, logs or allocates more than the document's tree, a few
-//! lists and the percent-decoded text of a GET. It parses with
+//! never does I/O or logs. It allocates the document's tree (most of its
+//! allocations), the document's text when the request escapes it (a JSON
+//! string with escapes, a GET's percent-encoding), and a sorted list of the
+//! fragments, of the `variables` and of the defaults when the cost needs
+//! them. It parses with
 //! `apollo-parser` within [`RECURSION_LIMIT`] and [`TOKEN_LIMIT`], so any
 //! bytes a client sends take bounded time, memory and stack.
 //!
