@@ -182,7 +182,11 @@ fuzz_target!(|data: &[u8]| {
     let mut fed = 0;
     for piece in cuts(head[2].wrapping_add(1), bytes.len()) {
         if fed < last {
-            let next = boundaries.iter().find(|&&b| b > fed).copied().unwrap_or(last);
+            let next = boundaries
+                .iter()
+                .find(|&&b| b > fed)
+                .copied()
+                .unwrap_or(last);
             assert_eq!(ends.at_boundary(), boundaries.contains(&fed));
             if !ends.at_boundary() {
                 assert!(ends.to_boundary() > 0 && ends.to_boundary() <= next - fed);
