@@ -3,13 +3,14 @@
 //! "graphql"`); docs/conversation.md, "Keys from GraphQL operations".
 //!
 //! Pure: [`read`] takes a request's body or query string, already read, and
-//! never does I/O or logs. It allocates the document's tree (most of its
-//! allocations), the document's text when the request escapes it (a JSON
-//! string with escapes, a GET's percent-encoding), and a sorted list of the
-//! fragments, of the `variables` and of the defaults when the cost needs
-//! them. It parses with
-//! `apollo-parser` within [`RECURSION_LIMIT`] and [`TOKEN_LIMIT`], so any
-//! bytes a client sends take bounded time, memory and stack.
+//! never does I/O or logs. It parses with a parser of its own (`document`),
+//! within [`RECURSION_LIMIT`] and [`TOKEN_LIMIT`] and without recursing
+//! into selection sets, so any bytes a client sends take bounded time,
+//! memory and stack. It allocates the document's flat list of nodes (one
+//! list, not a tree of allocations), the document's text when the request
+//! escapes it (a JSON string with escapes, a GET's percent-encoding), and a
+//! sorted list of the fragments, of the `variables` and of the defaults
+//! when the cost needs them.
 //!
 //! - `request`: the three shapes (JSON POST, `application/graphql`, GET)
 //!   read into a document, an `operationName` and `variables`.
@@ -106,10 +107,10 @@ pub fn read(request: GraphqlRequest<'_>) -> Option<Operation<'_>> {
     let (name, kind, requests) = {
         let source: &str = &parts.source;
         let document = document::parse(source)?;
-        let selected = document::select(&document, source, parts.operation_name.as_deref())?;
-        let mut values =
-            variables::Values::new(parts.variables.as_deref(), &selected.operation, source);
-        let requests = cost::requests(&document, &selected.operation, source, &mut values)?;
+        let selected = document::select(&document, parts.operation_name.as_deref())?;
+        let defaults = document.defaults.get(selected.defaults.clone())?;
+        let mut values = variables::Values::new(parts.variables.as_deref(), defaults);
+        let requests = cost::requests(&document, selected.open, &mut values)?;
         (selected.name, selected.kind, requests)
     };
     let name = match (parts.operation_name, parts.source) {

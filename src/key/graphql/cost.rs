@@ -15,93 +15,105 @@
 //! All arithmetic saturates at `u64::MAX`: a sum that reaches it is a score
 //! of `u64::MAX`, never a wrapped small one.
 
-use apollo_parser::cst::{self, CstChildren};
+use super::document::{Definition, Document, Node};
+use super::variables::{Values, UNKNOWN_COUNT};
 
-use super::document::token_text;
-use super::variables::{literal, Count, Values, UNKNOWN_COUNT};
-
-/// The requests filling every connection of `operation` takes; `None` when a
-/// fragment spread names no fragment, or one named twice, or when fragments
-/// spread one another in a cycle (GraphQL servers refuse such documents
-/// without running them).
+/// The requests filling every connection of the operation whose selection
+/// set opens at `open` takes; `None` when a fragment spread names no
+/// fragment, or one named twice, or when fragments spread one another in a
+/// cycle (GraphQL servers refuse such documents without running them).
 ///
-/// The walk keeps its own stack (the path from the operation down to the
-/// selection set being read) rather than recursing, so neither deep nesting
-/// nor a long chain of fragments can overflow the call stack. Each named
-/// fragment's selection set is walked once, at a multiplier of 1: the
-/// requests of a fragment spread under a multiplier are that many times
-/// its total (every connection in it is nested in the same spread), so a
-/// document that spreads fragments into one another many times over costs
-/// one walk of each.
+/// The walk reads the document's flat list of nodes with its own stack
+/// (the selection sets open from the operation down to the one being
+/// read) rather than recursing, so neither deep nesting nor a long chain
+/// of fragments can overflow the call stack. Each named fragment's
+/// selection set is walked once, at a multiplier of 1: the requests of a
+/// fragment spread under a multiplier are that many times its total (every
+/// connection in it is nested in the same spread), so a document that
+/// spreads fragments into one another many times over costs one walk of
+/// each.
 pub(super) fn requests(
-    document: &cst::Document,
-    operation: &cst::OperationDefinition,
-    source: &str,
+    document: &Document<'_>,
+    open: usize,
     values: &mut Values<'_, '_>,
 ) -> Option<u64> {
+    let nodes = &document.nodes;
     let mut totals = Totals {
         operation: 0,
         fragments: None,
     };
-    let mut stack = vec![Frame {
-        selections: operation.selection_set()?.selections(),
+    let mut stack = Vec::with_capacity(16);
+    stack.push(Frame {
+        next: open + 1,
         multiplier: 1,
         owner: Owner::Operation,
         finishes: None,
-    }];
+    });
+    // The size of the field being read (the larger of its `first` and
+    // `last`), and the multiplier of the selection set of the connection
+    // just read.
+    let mut size: Option<u64> = None;
+    let mut inner = 1u64;
     while let Some(frame) = stack.last_mut() {
-        let Some(selection) = frame.selections.next() else {
-            if let Some(spread) = stack.pop().and_then(|frame| frame.finishes) {
-                let total = totals.finish(spread.fragment);
-                totals.add(spread.owner, spread.multiplier.saturating_mul(total));
-            }
-            continue;
-        };
+        let node = nodes.get(frame.next)?;
+        frame.next += 1;
         let (multiplier, owner) = (frame.multiplier, frame.owner);
-        let nested = match selection {
-            cst::Selection::Field(field) => {
-                let inner = match connection_size(&field, source, values) {
-                    Some(size) => {
-                        totals.add(owner, multiplier);
-                        multiplier.saturating_mul(size)
-                    }
-                    None => multiplier,
-                };
-                field.selection_set().map(|set| Frame {
-                    selections: set.selections(),
-                    multiplier: inner,
+        match node {
+            Node::Count(count) => {
+                let count = count.unwrap_or(UNKNOWN_COUNT);
+                size = Some(size.map_or(count, |size| size.max(count)));
+            }
+            Node::Variable(name) => {
+                let count = values.get(document.text(name)).unwrap_or(UNKNOWN_COUNT);
+                size = Some(size.map_or(count, |size| size.max(count)));
+            }
+            Node::Connection => {
+                totals.add(owner, multiplier);
+                inner = multiplier.saturating_mul(size.take().unwrap_or(UNKNOWN_COUNT));
+            }
+            Node::Open { scaled } => {
+                let multiplier = if *scaled { inner } else { multiplier };
+                let next = frame.next;
+                stack.push(Frame {
+                    next,
+                    multiplier,
                     owner,
                     finishes: None,
-                })
+                });
             }
-            cst::Selection::InlineFragment(fragment) => fragment.selection_set().map(|set| Frame {
-                selections: set.selections(),
-                multiplier,
-                owner,
-                finishes: None,
-            }),
-            cst::Selection::FragmentSpread(spread) => {
-                let name = spread.fragment_name()?.name()?.ident_token()?;
-                let name = token_text(source, &name)?;
+            Node::Close => {
+                let done = stack.pop()?;
+                match done.finishes {
+                    Some(spread) => {
+                        let total = totals.finish(spread.fragment);
+                        totals.add(spread.owner, spread.multiplier.saturating_mul(total));
+                    }
+                    // The parent goes on after the nested selection set.
+                    None => {
+                        if let Some(parent) = stack.last_mut() {
+                            parent.next = done.next;
+                        }
+                    }
+                }
+            }
+            Node::Spread(name) => {
+                let name = document.text(name);
                 let fragments = match &mut totals.fragments {
                     Some(fragments) => fragments,
-                    none => none.insert(Fragment::table(document, source)?),
+                    none => none.insert(Fragment::table(document)?),
                 };
                 let index = fragments
                     .binary_search_by(|fragment| fragment.name.cmp(name))
                     .ok()?;
                 let fragment = &mut fragments[index];
                 match fragment.state {
-                    State::Done(total) => {
-                        totals.add(owner, multiplier.saturating_mul(total));
-                        None
-                    }
+                    State::Done(total) => totals.add(owner, multiplier.saturating_mul(total)),
                     // Spread inside its own selection set, at some depth.
                     State::Open(_) => return None,
                     State::Unvisited => {
                         fragment.state = State::Open(0);
-                        fragment.selection_set.as_ref().map(|set| Frame {
-                            selections: set.selections(),
+                        stack.push(Frame {
+                            next: fragment.open + 1,
                             multiplier: 1,
                             owner: Owner::Fragment(index),
                             finishes: Some(Spread {
@@ -109,12 +121,11 @@ pub(super) fn requests(
                                 multiplier,
                                 owner,
                             }),
-                        })
+                        });
                     }
                 }
             }
-        };
-        stack.extend(nested);
+        }
     }
     Some(totals.operation)
 }
@@ -129,40 +140,10 @@ pub fn score(requests: u64) -> u64 {
     (requests / 100 + u64::from(requests % 100 >= 50)).max(1)
 }
 
-/// The larger of a field's `first` and `last` when it has either: it is a
-/// connection of that size. A value that is not a non-negative integer, or
-/// a variable with no value and no default, counts [`UNKNOWN_COUNT`].
-fn connection_size(field: &cst::Field, source: &str, values: &mut Values<'_, '_>) -> Option<u64> {
-    let mut size = None;
-    for argument in field.arguments()?.arguments() {
-        let Some(name) = argument.name().and_then(|name| name.ident_token()) else {
-            continue;
-        };
-        if !matches!(name.text(), "first" | "last") {
-            continue;
-        }
-        let count = argument
-            .value()
-            .and_then(|value| count(&value, source, values))
-            .unwrap_or(UNKNOWN_COUNT);
-        size = Some(size.map_or(count, |size: u64| size.max(count)));
-    }
-    size
-}
-
-fn count(value: &cst::Value, source: &str, values: &mut Values<'_, '_>) -> Count {
-    match value {
-        cst::Value::Variable(variable) => {
-            let name = variable.name()?.ident_token()?;
-            values.get(token_text(source, &name)?)
-        }
-        value => literal(value),
-    }
-}
-
 /// A selection set being read.
 struct Frame {
-    selections: CstChildren<cst::Selection>,
+    /// Its next node in [`Document::nodes`].
+    next: usize,
     /// The product of the sizes of the connections it is nested in, within
     /// its owner.
     multiplier: u64,
@@ -224,7 +205,8 @@ impl Totals<'_> {
 
 struct Fragment<'s> {
     name: &'s str,
-    selection_set: Option<cst::SelectionSet>,
+    /// Its selection set's `Open` in [`Document::nodes`].
+    open: usize,
     state: State,
 }
 
@@ -239,18 +221,19 @@ enum State {
 impl<'s> Fragment<'s> {
     /// The document's fragments sorted by name; `None` when a name is
     /// defined twice.
-    fn table(document: &cst::Document, source: &'s str) -> Option<Vec<Fragment<'s>>> {
-        let mut fragments = Vec::new();
-        for definition in document.definitions() {
-            if let cst::Definition::FragmentDefinition(fragment) = definition {
-                let name = fragment.fragment_name()?.name()?.ident_token()?;
-                fragments.push(Fragment {
-                    name: token_text(source, &name)?,
-                    selection_set: fragment.selection_set(),
+    fn table(document: &Document<'s>) -> Option<Vec<Fragment<'s>>> {
+        let mut fragments: Vec<Fragment<'s>> = document
+            .definitions
+            .iter()
+            .filter_map(|definition| match definition {
+                Definition::Fragment { name, open } => Some(Fragment {
+                    name: document.source.get(name.clone()).unwrap_or_default(),
+                    open: *open,
                     state: State::Unvisited,
-                });
-            }
-        }
+                }),
+                Definition::Operation { .. } => None,
+            })
+            .collect();
         fragments.sort_unstable_by(|a, b| a.name.cmp(b.name));
         if fragments
             .windows(2)

@@ -78,7 +78,7 @@ fn json(body: &[u8]) -> Option<Parts<'_>> {
 /// `?query=...&operationName=...&variables=...`, percent-decoded (`+` as a
 /// space), the first of each parameter counting.
 fn get(raw: &str) -> Option<Parts<'_>> {
-    let source = Cow::Owned(decode_query(query_value(Some(raw), "query")?));
+    let source = decode(query_value(Some(raw), "query")?);
     let operation_name = query_value(Some(raw), "operationName")
         .map(decode)
         .filter(|name| !name.is_empty());

@@ -10,11 +10,9 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use apollo_parser::cst;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::document::token_text;
 use super::request::Text;
 
 /// A non-negative integer (saturated at `u64::MAX`), or `None` for anything
@@ -33,25 +31,20 @@ pub(super) struct Values<'v, 's> {
     /// `text` read, sorted by name (a name given twice: the last one counts,
     /// as in JSON parsers that keep the last member).
     given: Option<Vec<(Cow<'v, str>, Count)>>,
-    definitions: Option<cst::VariableDefinitions>,
-    source: &'s str,
-    /// `definitions` read, sorted by name: the defaults.
+    /// The operation's defaults, in the order written.
+    written: &'s [(&'s str, Count)],
+    /// `written` sorted by name (stably: the last of a name counts).
     defaults: Option<Vec<(&'s str, Count)>>,
 }
 
 impl<'v, 's> Values<'v, 's> {
-    /// The variables of `operation` (parsed from `source`), with the
-    /// request's `variables` object `text`.
-    pub fn new(
-        text: Option<&'v str>,
-        operation: &cst::OperationDefinition,
-        source: &'s str,
-    ) -> Values<'v, 's> {
+    /// The variables of an operation whose variables' defaults are
+    /// `defaults`, with the request's `variables` object `text`.
+    pub fn new(text: Option<&'v str>, defaults: &'s [(&'s str, Count)]) -> Values<'v, 's> {
         Values {
             text,
             given: None,
-            definitions: operation.variable_definitions(),
-            source,
+            written: defaults,
             defaults: None,
         }
     }
@@ -64,10 +57,12 @@ impl<'v, 's> Values<'v, 's> {
         if let Some(count) = last_of(given, name, |entry| &entry.0) {
             return count;
         }
-        let (definitions, source) = (&self.definitions, self.source);
-        let defaults = self
-            .defaults
-            .get_or_insert_with(|| read_defaults(definitions.as_ref(), source));
+        let written = self.written;
+        let defaults = self.defaults.get_or_insert_with(|| {
+            let mut defaults = written.to_vec();
+            defaults.sort_by(|a, b| a.0.cmp(b.0));
+            defaults
+        });
         last_of(defaults, name, |entry| entry.0).flatten()
     }
 }
@@ -93,35 +88,9 @@ fn read_object(text: Option<&str>) -> Vec<(Cow<'_, str>, Count)> {
     entries
 }
 
-/// The defaults of an operation's variables, sorted by name.
-fn read_defaults<'s>(
-    definitions: Option<&cst::VariableDefinitions>,
-    source: &'s str,
-) -> Vec<(&'s str, Count)> {
-    let mut defaults: Vec<(&'s str, Count)> = definitions
-        .into_iter()
-        .flat_map(|definitions| definitions.variable_definitions())
-        .filter_map(|definition| {
-            let name = definition.variable()?.name()?.ident_token()?;
-            let default = definition.default_value()?.value()?;
-            Some((token_text(source, &name)?, literal(&default)))
-        })
-        .collect();
-    defaults.sort_by(|a, b| a.0.cmp(b.0));
-    defaults
-}
-
-/// The count of a value written in the document (not a variable).
-pub(super) fn literal(value: &cst::Value) -> Count {
-    match value {
-        cst::Value::IntValue(int) => int_count(int.int_token()?.text()),
-        _ => None,
-    }
-}
-
 /// A GraphQL `IntValue` token (`-?(0|[1-9][0-9]*)`), saturated at
 /// `u64::MAX`; `None` when negative (`-0` is 0).
-fn int_count(text: &str) -> Count {
+pub(super) fn int_count(text: &str) -> Count {
     let (negative, digits) = match text.strip_prefix('-') {
         Some(digits) => (true, digits),
         None => (false, text),
