@@ -546,18 +546,22 @@ impl Proxy {
             &mut (),
         );
         let mut metered = None;
-        let identified = identified.and_then(|()| {
-            let handshake =
-                !policy.message_rules.is_empty() && upgrade::is_websocket_handshake(request);
-            messages::identify(
-                handshake,
-                &mut facts,
-                &token_claims,
-                policy,
-                started,
-                &mut metered,
-            )
-        });
+        // A policy without message rules makes no call for them (the
+        // request path's cost: docs/conversation.md, "What it costs").
+        let identified = match identified {
+            Ok(()) if !policy.message_rules.is_empty() => {
+                let handshake = upgrade::is_websocket_handshake(request);
+                messages::identify(
+                    handshake,
+                    &mut facts,
+                    &token_claims,
+                    policy,
+                    started,
+                    &mut metered,
+                )
+            }
+            other => other,
+        };
         if let Err(refused) = identified {
             identify::count_refusal(refused, &facts, policy, started);
             let record = Record::Refused {
