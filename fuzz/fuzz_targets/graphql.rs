@@ -3,7 +3,10 @@
 //! missing key, a cost of 1) or one whose cost is its requests' score, at
 //! least 1, with a non-empty name or none. A document read as an
 //! `application/graphql` body reads the same when sent as the `query` of a
-//! JSON POST and of a GET (percent-encoded).
+//! JSON POST and of a GET (percent-encoded). And it reads what
+//! `reference` reads with `apollo-parser`: a document reads as the same
+//! operation, type and requests, or as none by both; a JSON POST sluice
+//! reads reads the same through the reference.
 //!
 //! Input layout (so seeds are plain requests behind one byte): byte 0 picks
 //! the shape (0 JSON body, 1 document, 2 GET query string, modulo 3); the
@@ -12,6 +15,20 @@
 
 use libfuzzer_sys::fuzz_target;
 use sluice::key::graphql::{read, score, GraphqlRequest, Operation};
+
+#[path = "graphql/reference.rs"]
+mod reference;
+
+/// An operation as the reference reads it.
+fn reading(operation: &Option<Operation<'_>>) -> Option<reference::Reading> {
+    operation.as_ref().map(|operation| {
+        (
+            operation.name.as_deref().map(str::to_owned),
+            operation.kind,
+            operation.requests,
+        )
+    })
+}
 
 /// What must hold of any reading.
 fn check(operation: &Option<Operation<'_>>) {
@@ -40,7 +57,23 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     match shape % 3 {
-        0 => check(&read(GraphqlRequest::Json(rest))),
+        0 => {
+            let operation = read(GraphqlRequest::Json(rest));
+            check(&operation);
+            if operation.is_some() {
+                // The members sluice read, read again.
+                let body: serde_json::Value = serde_json::from_slice(rest).unwrap();
+                let variables = body.get("variables").map(|v| v.to_string());
+                let expected = reference::read(
+                    body["query"].as_str().unwrap(),
+                    body.get("operationName")
+                        .and_then(|name| name.as_str())
+                        .filter(|name| !name.is_empty()),
+                    variables.as_deref(),
+                );
+                assert_eq!(reading(&operation), expected, "as the reference reads it");
+            }
+        }
         1 => {
             let operation = read(GraphqlRequest::Document(rest));
             check(&operation);
@@ -48,6 +81,11 @@ fuzz_target!(|data: &[u8]| {
                 assert!(operation.is_none());
                 return;
             };
+            assert_eq!(
+                reading(&operation),
+                reference::read(document, None, None),
+                "as the reference reads it"
+            );
             let json = serde_json::json!({ "query": document }).to_string();
             assert_eq!(
                 read(GraphqlRequest::Json(json.as_bytes())),
