@@ -57,6 +57,14 @@ impl BodyKind {
     /// read, every value is missing) for any other content type, and for a
     /// content-coded body (`Content-Encoding` other than `identity`).
     pub fn of(headers: &HeaderMap) -> Option<BodyKind> {
+        let content_type = headers.get(CONTENT_TYPE)?;
+        // The usual answer, `application/json` as most clients write it,
+        // without parsing the field (a request keyed on its body asks this
+        // on the request path: docs/conversation.md, "What it costs").
+        if content_type.as_bytes() == b"application/json" && !headers.contains_key(CONTENT_ENCODING)
+        {
+            return Some(BodyKind::Json);
+        }
         for coding in headers.get_all(CONTENT_ENCODING) {
             let coding = coding.to_str().ok()?;
             let identity = coding
@@ -67,7 +75,7 @@ impl BodyKind {
                 return None;
             }
         }
-        let content_type = headers.get(CONTENT_TYPE)?.to_str().ok()?;
+        let content_type = content_type.to_str().ok()?;
         // The media type without its parameters (`; charset=utf-8`).
         let essence = content_type.split(';').next()?.trim();
         let (main, sub) = essence.split_once('/')?;

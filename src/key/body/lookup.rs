@@ -16,6 +16,9 @@ use std::borrow::Cow;
 
 use smallvec::SmallVec;
 
+/// Bytes of a string looked at one by one before memchr takes over.
+const SHORT: usize = 24;
+
 /// Most containers open at once, as serde_json allows (its recursion
 /// limit of 128 counts the container being entered).
 pub const MAX_DEPTH: usize = 127;
@@ -189,7 +192,15 @@ impl<'b> Scan<'b> {
         let mut escaped = false;
         loop {
             let rest = &self.text[self.at..];
-            let stop = memchr::memchr2(b'"', b'\\', rest).ok_or(Invalid)?;
+            // Most strings of a JSON body are short (member names, ids):
+            // looked at byte by byte; a long one (a query, a text) goes to
+            // memchr, whose setup pays off only past a few words.
+            let near = &rest[..rest.len().min(SHORT)];
+            let stop = match near.iter().position(|&byte| byte == b'"' || byte == b'\\') {
+                Some(stop) => stop,
+                None if near.len() < SHORT => return Err(Invalid),
+                None => SHORT + memchr::memchr2(b'"', b'\\', &rest[SHORT..]).ok_or(Invalid)?,
+            };
             if has_control(&rest[..stop]) {
                 return Err(Invalid);
             }
@@ -269,7 +280,10 @@ impl<'b> Scan<'b> {
 /// string may not. Without an early exit, so that it compiles to a few
 /// instructions per 16 or 32 bytes rather than a few per byte.
 fn has_control(bytes: &[u8]) -> bool {
-    bytes.iter().fold(0u8, |seen, &byte| seen | u8::from(byte < 0x20)) != 0
+    bytes
+        .iter()
+        .fold(0u8, |seen, &byte| seen | u8::from(byte < 0x20))
+        != 0
 }
 
 /// A number's or boolean's text (ASCII: the whole text is UTF-8).
