@@ -8,7 +8,8 @@ what a tunnel costs sluice, with and without a `unit = "message"` rule.
 
 cpu: sluice (workers = 1, pinned to CPU 1) in front of an echo upstream;
 the client (pinned to CPU 0 with the upstream) keeps `--conns` tunnels
-busy, each sending a 64-byte masked message and waiting for its echo.
+busy, each sending a 64-byte masked message and waiting for its echo
+(`--batch N`: N messages in one write, then their N echoes).
 Round by round, interleaved: no message rule (the tunnel copies), and a
 message rule that never limits. Reports sluice's user+system CPU µs per
 message (from /proc/PID/stat), the medians and their ratio.
@@ -121,7 +122,8 @@ def start_sluice(binary, upstream, rules, cpu=None):
     command = [binary, "run", "--config", path]
     if cpu is not None:
         command = ["taskset", "-c", str(cpu)] + command
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = open(os.path.join(directory, "sluice.log"), "w")
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
     end = time.time() + 10
     while time.time() < end:
         try:
@@ -138,28 +140,29 @@ async def open_tunnel(port):
     writer.write(HANDSHAKE)
     head = await reader.readuntil(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.1 101"):
-        raise SystemExit(f"no tunnel: {head!r}")
+        raise SystemExit(f"no tunnel: {head!r} (sluice's log: /tmp/*/sluice.log)")
     return reader, writer
 
 
-async def echo_loop(port, until, counts):
+async def echo_loop(port, until, counts, batch):
     reader, writer = await open_tunnel(port)
+    burst = MESSAGE * batch
     while time.time() < until:
-        writer.write(MESSAGE)
-        await reader.readexactly(ECHO_LEN)
-        counts[0] += 1
+        writer.write(burst)
+        await reader.readexactly(ECHO_LEN * batch)
+        counts[0] += batch
     writer.close()
 
 
-async def cpu_round(binary, upstream_port, rules, seconds, conns):
+async def cpu_round(binary, upstream_port, rules, seconds, conns, batch):
     process, port = start_sluice(binary, upstream_port, rules, cpu=1)
     try:
         # Warm up, then measure.
         counts = [0]
-        await asyncio.gather(*(echo_loop(port, time.time() + 1, counts) for _ in range(conns)))
+        await asyncio.gather(*(echo_loop(port, time.time() + 1, counts, batch) for _ in range(conns)))
         before = cpu_ticks(process.pid)
         counts = [0]
-        await asyncio.gather(*(echo_loop(port, time.time() + seconds, counts) for _ in range(conns)))
+        await asyncio.gather(*(echo_loop(port, time.time() + seconds, counts, batch) for _ in range(conns)))
         used = (cpu_ticks(process.pid) - before) / os.sysconf("SC_CLK_TCK")
         return used * 1e6 / counts[0], counts[0] / seconds
     finally:
@@ -174,7 +177,8 @@ async def cpu(args):
     results = {name: [] for name in variants}
     for round_ in range(args.rounds):
         for name, rules in variants.items():
-            us, rate = await cpu_round(args.sluice, upstream_port, rules, args.seconds, args.conns)
+            us, rate = await cpu_round(args.sluice, upstream_port, rules, args.seconds, args.conns,
+                                       args.batch)
             results[name].append(us)
             print(f"round {round_ + 1} {name:16} {us:7.2f} µs CPU/message  {rate:8.0f} messages/s", flush=True)
     server.close()
@@ -202,8 +206,14 @@ async def hold(port, count, tunnel):
 
 
 async def tunnels(args):
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    # Each tunnel is two sockets here (client, upstream) and two in sluice,
+    # which inherits the limit; raising the hard limit needs root.
+    wanted = max(4 * args.count + 1000, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
+    except (ValueError, OSError):
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     server, upstream_port = await start_upstream()
     results = {}
     for name, rules, tunnel in [("idle HTTP connections", "", False),
@@ -222,6 +232,7 @@ async def tunnels(args):
             print(f"{name:28} RSS {empty} KiB → {full} KiB: {(full - empty) * 1024 / args.count:8.0f} bytes each", flush=True)
             for writer in conns:
                 writer.close()
+            await asyncio.sleep(1)
         finally:
             process.kill()
             process.wait()
@@ -271,6 +282,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--conns", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--count", type=int, default=10000)
     args = ap.parse_args()
     asyncio.run({"cpu": cpu, "tunnels": tunnels, "gigabyte": gigabyte}[args.what](args))

@@ -163,6 +163,8 @@ where
                     if let Poll::Ready(admitted) = admission.as_mut().poll(cx) {
                         return Poll::Ready(Ok::<_, io::Error>(admitted));
                     }
+                    // Waiting: what came before the message goes now.
+                    let _ = inbound.poll_flush(cx, server)?;
                     let _ = outbound.poll_to_end(cx, server, client)?;
                     Poll::Pending
                 })
@@ -180,7 +182,11 @@ where
             }
             Next::Broken(violation) => (violation.code(), violation.reason().to_owned()),
         };
-        let closing = close(&mut outbound, client, server, code, reason);
+        let closing = async {
+            // The messages admitted before the refused one go first.
+            let _ = poll_fn(|cx| inbound.poll_flush(cx, server)).await;
+            close(&mut outbound, client, server, code, reason).await
+        };
         return Ok(Ended::Closing(
             tokio::time::timeout(CLOSE_GRACE, closing)
                 .await
@@ -375,8 +381,10 @@ impl<I: Inspect> Flow<I> {
         Poll::Ready(Ok(()))
     }
 
-    /// Copies until what is decided is written and the source's bytes
-    /// stopped (a message to admit, a violation, the end).
+    /// Copies until the source's bytes stopped: a message to admit (at
+    /// once, so that messages admitted without waiting go on in one write
+    /// with what came before them), or, once what is decided is written,
+    /// a violation or the end.
     fn poll<R, W>(
         &mut self,
         cx: &mut Context<'_>,
@@ -388,6 +396,9 @@ impl<I: Inspect> Flow<I> {
         W: AsyncWrite + Unpin,
     {
         loop {
+            if let Some(stop @ Stop::Message(_)) = self.stopped {
+                return Poll::Ready(Ok(stop));
+            }
             ready!(self.poll_flush(cx, sink))?;
             if let Some(stop) = self.stopped {
                 return Poll::Ready(Ok(stop));
@@ -431,10 +442,11 @@ impl<I: Inspect> Flow<I> {
             return Poll::Ready(Ok(()));
         }
         // Written from the stack when the sink takes it; only the rest is
-        // kept.
+        // kept. Before a message, nothing is written yet: admitted at
+        // once, it goes in the same write as what came before it.
         let (decided, stopped) = decide(&mut self.inspect, bytes);
         let mut written = 0;
-        if decided > 0 {
+        if decided > 0 && !matches!(stopped, Some(Stop::Message(_))) {
             match Pin::new(&mut *sink).poll_write(cx, &bytes[..decided]) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Poll::Ready(Ok(n)) => written = n,
