@@ -178,6 +178,11 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
             } else {
                 limits
             };
+            // What it counts, when it is not requests.
+            let limits = match config.unit {
+                crate::config::Unit::Message => format!("{limits} WebSocket messages"),
+                crate::config::Unit::Request => limits,
+            };
             json!({
                 "name": &*rule.name,
                 "limits": limits,

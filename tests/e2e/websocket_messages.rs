@@ -360,3 +360,15 @@ async fn check_and_admin_rules_say_a_rule_counts_messages() {
     let rules = get(&sluice.admin_url("/admin/rules"), &[]).await.json();
     assert_eq!(rules["rules"][0]["unit"], "message", "{rules}");
 }
+
+#[tokio::test]
+async fn the_status_page_says_a_rule_counts_messages() {
+    let upstream = WsUpstream::start().await;
+    let rest = "[[rule]]\nname = \"chat\"\nunit = \"message\"\nrate = \"10/s\"\n";
+    let (sluice, _dir) = sluice(&upstream, rest);
+    let status = get(&sluice.admin_url("/admin/status"), &[]).await.json();
+    assert_eq!(
+        status["rules"][0]["limits"], "10/s WebSocket messages",
+        "{status}"
+    );
+}
