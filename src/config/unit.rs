@@ -1,6 +1,6 @@
 //! `unit`: what a rule counts. A `unit = "message"` rule counts the
 //! WebSocket messages clients send on the tunnels its handshakes open
-//! (docs/configuration.md, "WebSocket messages"), so it keeps to what a
+//! (docs/conversation.md, "WebSocket messages"), so it keeps to what a
 //! message can mean: it is counted as it starts and answered by closing
 //! the connection, so nothing is in flight to hold a permit for, no answer
 //! comes to charge or refund by, and no request is refused for it (a ban,

@@ -1,4 +1,4 @@
-//! WebSocket message limits (`unit = "message"`; docs/configuration.md,
+//! WebSocket message limits (`unit = "message"`; docs/conversation.md,
 //! "WebSocket messages"). A message rule never counts a request, its
 //! handshake included: when a WebSocket handshake is identified, each
 //! message rule its `match` fits stands on it as a request rule would (the

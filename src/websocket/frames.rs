@@ -5,7 +5,10 @@
 //! one. Neither keeps a frame: they keep a few counters, and [`Reader`]
 //! looks at a frame's header only while its caller holds it (at most
 //! [`MAX_HEADER`] bytes). Payloads are never unmasked or copied: they pass
-//! as the client sent them.
+//! as the client sent them. What is refused, with which close code, and
+//! what is left to the server (UTF-8 in text, the shortest length form,
+//! which frame of a compressed message sets RSV1) is listed in
+//! docs/conversation.md, "WebSocket messages".
 
 /// The longest frame header: 2 bytes, a 64-bit length, a masking key.
 pub const MAX_HEADER: usize = 14;

@@ -7,7 +7,7 @@
 //! and is written on from there in the same poll; only what the other
 //! side could not take at once is kept, in a buffer allocated for it and
 //! freed once written. An idle tunnel, the usual kind, holds no buffer at
-//! all (docs/edge-behaviour.md, "WebSocket").
+//! all (docs/conversation.md, "WebSocket messages").
 //!
 //! [`plain`] copies. [`metered`] reads the client's frames as they pass
 //! ([`Reader`]): the bytes of a data message are held from the first byte

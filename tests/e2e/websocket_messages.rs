@@ -1,4 +1,4 @@
-//! WebSocket message limits (`unit = "message"`; docs/configuration.md,
+//! WebSocket message limits (`unit = "message"`; docs/conversation.md,
 //! "WebSocket messages") on the real binary, in front of a WebSocket
 //! upstream on loopback (`support::websocket`): each data message counted
 //! once (a fragmented one too, pings never), the frames arriving at the
