@@ -411,7 +411,9 @@ impl<I: Inspect> Flow<I> {
     }
 
     /// Reads once, at most `limit` bytes, and decides and writes what it
-    /// can of them; what the sink does not take at once is kept.
+    /// can of them; what the sink does not take at once is kept. Not
+    /// inlined: its stack buffer stays in one frame of its own.
+    #[inline(never)]
     fn poll_read<R, W>(
         &mut self,
         cx: &mut Context<'_>,
