@@ -129,6 +129,9 @@ pub struct WsUpstream {
     pub addr: SocketAddr,
     /// Each connection, in the order accepted.
     pub conns: Arc<Mutex<Vec<Arc<Seen>>>>,
+    /// How many connections were accepted so far, for [`WsUpstream::conn`]
+    /// to wait on.
+    accepted: tokio::sync::watch::Receiver<usize>,
 }
 
 impl WsUpstream {
@@ -137,30 +140,42 @@ impl WsUpstream {
         let addr = listener.local_addr().unwrap();
         let conns: Arc<Mutex<Vec<Arc<Seen>>>> = Arc::default();
         let kept = Arc::clone(&conns);
+        let (count, accepted) = tokio::sync::watch::channel(0);
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let seen = Arc::new(Seen::default());
-                kept.lock().unwrap().push(Arc::clone(&seen));
+                let total = {
+                    let mut conns = kept.lock().unwrap();
+                    conns.push(Arc::clone(&seen));
+                    conns.len()
+                };
+                count.send_replace(total);
                 tokio::spawn(serve(stream, seen));
             }
         });
-        WsUpstream { addr, conns }
+        WsUpstream {
+            addr,
+            conns,
+            accepted,
+        }
     }
 
-    /// The `n`th connection, once it was accepted.
+    /// The `n`th connection, once it was accepted (within 5 s).
     pub async fn conn(&self, n: usize) -> Arc<Seen> {
-        for _ in 0..500 {
-            if let Some(seen) = self.conns.lock().unwrap().get(n) {
-                return Arc::clone(seen);
-            }
-            tokio::time::sleep(POLL).await;
-        }
-        panic!("the upstream never accepted connection {n}");
+        let mut accepted = self.accepted.clone();
+        let waited = tokio::time::timeout(
+            Duration::from_secs(5),
+            accepted.wait_for(|&total| total > n),
+        )
+        .await;
+        assert!(
+            matches!(waited, Ok(Ok(_))),
+            "the upstream never accepted connection {n}"
+        );
+        let conns = self.conns.lock().unwrap();
+        Arc::clone(&conns[n])
     }
 }
-
-/// How often a test looks again for what it waits for.
-pub const POLL: Duration = Duration::from_millis(10);
 
 async fn serve(stream: TcpStream, seen: Arc<Seen>) {
     let (mut read, write) = stream.into_split();
