@@ -19,37 +19,13 @@
 //! Before timing, a counting allocator reports the allocations of one
 //! such scan (the scanner's `new` included), and per read.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sluice::body_scan::{BodyKind, BodyScanner, Pointer, Reading};
 
-/// The system allocator, counting allocations (not frees).
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed on unchanged to the system allocator.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
 
 const PROMPT_TOKENS: u64 = 1_234;
 const WORDS: [&str; 12] = [
@@ -164,9 +140,7 @@ fn body_scan(c: &mut Criterion) {
             matches!(readings[1], Reading::Number(n) if n > 0.0),
             "{name}"
         );
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
-        black_box(scan(kind, pointers, reads));
-        let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let allocations = counting_alloc::allocations(|| scan(kind, pointers, reads));
         println!(
             "body_scan/{name}: {bytes} bytes in {} reads; {allocations} allocations per scan ({:.3} per read)",
             reads.len(),

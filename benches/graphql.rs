@@ -13,37 +13,13 @@
 //! Each iteration is one request read whole. Before timing, a counting
 //! allocator reports the allocations of one `read`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sluice::key::graphql::{read, GraphqlRequest};
 
-/// The system allocator, counting allocations (not frees).
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed on unchanged to the system allocator.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
 
 /// `count` scalar fields of an object, one a line at `indent`.
 fn scalars(prefix: &str, count: usize, indent: usize) -> String {
@@ -162,9 +138,7 @@ fn graphql(c: &mut Criterion) {
         };
         let operation = read(request).expect(name);
         assert_eq!(operation.cost, cost, "{name}: {operation:?}");
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
-        black_box(read(black_box(request)));
-        let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let allocations = counting_alloc::allocations(|| read(black_box(request)));
         println!("graphql/{name}: {bytes} bytes; {allocations} allocations per read");
         group.throughput(Throughput::Bytes(bytes as u64));
         group.bench_function(name, |b| b.iter(|| read(black_box(request))));
