@@ -59,7 +59,8 @@ async fn try_buckets(
     // As it is now, and as the next request of the rule would find it.
     let mut as_now = SmallVec::new();
     let mut next = SmallVec::new();
-    let cost = request_cost(rule);
+    // No request to read a query's cost from: the rule's own.
+    let cost = request_cost(rule, rule.cost);
     let peeked = async {
         store.peek(&target.asks(0, false), now, &mut as_now).await?;
         store.peek(&target.asks(cost, false), now, &mut next).await
@@ -77,7 +78,7 @@ async fn try_buckets(
         .zip(as_now.iter().zip(&next))
         .map(|(limit, (as_now, next))| {
             let tracked = store.tracks(&limit.table, target.key);
-            bucket_json(rule, limit, *as_now, *next, tracked, now)
+            bucket_json(rule, cost, limit, *as_now, *next, tracked, now)
         })
         .collect();
     let balance = Balance::of(&next);
@@ -148,19 +149,20 @@ pub(super) fn view_json(store: &Store, now: Nanos) -> Value {
     }
 }
 
-/// Units one request of `rule` asks of each limit (a concurrency rule: one
-/// permit), as the request path asks them.
-pub(super) fn request_cost(rule: &Rule) -> u64 {
+/// Units a request of `rule` that costs `cost` (the rule's `cost`, or its
+/// query's with `cost = "graphql"`) asks of each limit (a concurrency rule:
+/// one permit), as the request path asks them.
+pub(super) fn request_cost(rule: &Rule, cost: u64) -> u64 {
     if rule.is_concurrency() {
         1
     } else {
-        rule.cost
+        cost
     }
 }
 
 /// One limit's bucket: `tracked` as the store tells it (`None`: it
 /// cannot), `as_now` peeked at cost 0, `next` at a request's
-/// cost (a peek that admits reports the bucket before taking: the request
+/// `cost` (a peek that admits reports the bucket before taking: the request
 /// would leave `cost` fewer). `debt` (token buckets only, where the store's answer tells it
 /// exactly) is the units owed beyond empty; in delay mode those units are
 /// reservations of held requests, so they are reported as `held` instead.
@@ -168,6 +170,7 @@ pub(super) fn request_cost(rule: &Rule) -> u64 {
 /// spent in it.
 pub(super) fn bucket_json(
     rule: &Rule,
+    cost: u64,
     limit: &Limit,
     as_now: Decision,
     next: Decision,
@@ -221,7 +224,7 @@ pub(super) fn bucket_json(
         // What the window counts, up to its COUNT (`in_debt` tells more).
         bucket["spent"] = json!(capacity.saturating_sub(state.remaining));
     }
-    bucket["next_request"] = decision_json(rule, limit, next);
+    bucket["next_request"] = decision_json(rule, cost, limit, next);
     bucket
 }
 
@@ -230,7 +233,7 @@ pub(super) fn bucket_json(
 /// the units when the wait fits its `max_delay`; a peek only says when they
 /// would fit), `queue` (a delay-mode concurrency limit with no permit
 /// free), or `deny` with the time until it would pass (`null`: never).
-fn decision_json(rule: &Rule, limit: &Limit, decision: Decision) -> Value {
+fn decision_json(rule: &Rule, cost: u64, limit: &Limit, decision: Decision) -> Value {
     match held(rule, limit, decision) {
         Some(Held::For(wait)) => {
             return json!({"decision": "hold", "remaining": 0, "wait_ms": millis(wait)})
@@ -240,7 +243,7 @@ fn decision_json(rule: &Rule, limit: &Limit, decision: Decision) -> Value {
     }
     match decision {
         Decision::Allow(state) => {
-            json!({"decision": "allow", "remaining": left_after(state.remaining, request_cost(rule))})
+            json!({"decision": "allow", "remaining": left_after(state.remaining, cost)})
         }
         Decision::Hold { state, wait } => {
             json!({"decision": "hold", "remaining": state.remaining, "wait_ms": millis(wait)})

@@ -233,7 +233,8 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
                     .zip(decisions)
                     .map(|(limit, (as_now, next))| {
                         let tracked = proxy.store().tracks(&limit.table, applicable.key);
-                        bucket_json(applicable.rule, limit, *as_now, *next, tracked, now)
+                        let cost = request_cost(applicable.rule, applicable.cost);
+                        bucket_json(applicable.rule, cost, limit, *as_now, *next, tracked, now)
                     })
                     .collect();
                 rules[*index]["buckets"] = json!(buckets);
@@ -444,7 +445,8 @@ fn decide(
                     wait = wait.max(w);
                 }
                 (Decision::Allow(state), None) => {
-                    remaining = remaining.min(left_after(state.remaining, request_cost(rule)));
+                    let cost = request_cost(rule, applicable.cost);
+                    remaining = remaining.min(left_after(state.remaining, cost));
                 }
                 (Decision::Deny { retry_after: w, .. }, None) => {
                     if !limited_by.contains(&&*rule.name) {
