@@ -120,7 +120,10 @@ impl Settlement {
     }
 
     /// The request is forwarded now, with `body`: upstream time counts
-    /// from here, and the body's bytes as they go.
+    /// from here, and the body's bytes as they go. Out of the forwarding
+    /// future's line: only requests whose rules bill get here
+    /// (`proxy/out_of_line.rs`).
+    #[inline(never)]
     pub fn forwarded(&mut self, at: Nanos, bytes: impl FnOnce() -> RequestBytes) {
         if let Some(bill) = &mut self.bill {
             bill.forwarded(at, bytes);
@@ -439,10 +442,16 @@ struct Ledger {
 }
 
 impl Ledger {
-    /// Gives back one rule's admission units, and counts them.
+    /// Gives back one rule's admission units, and counts them: what the
+    /// admission took (the rule's `cost`, or its query's).
     fn refund(&mut self, rule: usize, billing: &Billing, now: Nanos) {
+        let taken = self
+            .receipts
+            .iter()
+            .find(|receipt| receipt.rule == rule && !receipt.taken.is_permit() && !receipt.settled)
+            .map_or(billing.cost, |receipt| receipt.units);
         if self.settle_rule(rule, Settle::GiveBack, now) {
-            billing.refunded.inc_by(billing.cost);
+            billing.refunded.inc_by(taken);
         }
     }
 
