@@ -243,6 +243,11 @@ async fn graphql(sluice: &Sluice, token: &str, body: serde_json::Value) -> Got {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graphql_query_takes_its_cost_as_github_computes_it() {
     let (upstream, sluice) = support::start(GRAPHQL).await;
+    // Explained first, the query would leave 100 - 51 of the points bucket.
+    let explained = explain(&sluice, "t1", json!({ "query": GITHUB_EXAMPLE })).await;
+    let next = &explained["rules"][0]["buckets"][0]["next_request"];
+    assert_eq!(next["decision"], "allow", "{explained}");
+    assert_eq!(next["remaining"], 49, "{explained}");
     let got = graphql(&sluice, "t1", json!({ "query": GITHUB_EXAMPLE })).await;
     assert_eq!(got.status, StatusCode::OK, "{got:?}");
     assert_eq!(got.header("x-ratelimit-cost"), Some("51"));
@@ -251,6 +256,8 @@ async fn a_graphql_query_takes_its_cost_as_github_computes_it() {
     let explained = explain(&sluice, "t1", json!({ "query": GITHUB_EXAMPLE })).await;
     let points = &explained["rules"][0];
     assert_eq!(points["cost"], 51, "{explained}");
+    assert_eq!(points["buckets"][0]["remaining"], 49, "{explained}");
+    assert_eq!(points["buckets"][0]["next_request"]["decision"], "deny");
     // A second one would need 51 of the 49 left: refused, with Retry-After.
     let got = graphql(&sluice, "t1", json!({ "query": GITHUB_EXAMPLE })).await;
     assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS, "{got:?}");
@@ -286,6 +293,32 @@ async fn a_graphql_query_takes_its_cost_as_github_computes_it() {
         rules[0]["limits"], "100/h, a request taking its GraphQL query's cost",
         "{rules}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refunded_query_gives_back_and_counts_what_it_cost() {
+    let config = r#"
+[[rule]]
+name = "points"
+match.path_prefix = "/status"
+key = ["header:authorization"]
+rate = "100/h"
+cost = "graphql"
+refund_on = ["5xx"]
+"#;
+    let (_upstream, sluice) = support::start(config).await;
+    let query = json!({ "query": GITHUB_EXAMPLE }).to_string();
+    let failing = sluice.url("/status/503");
+    // Each 503 gives its 51 back: three of them fit in a bucket of 100.
+    for _ in 0..3 {
+        let got = post_json(&failing, &query, &[("authorization", "t")]).await;
+        assert_eq!(got.status, StatusCode::SERVICE_UNAVAILABLE, "{got:?}");
+        assert_eq!(got.header("x-ratelimit-cost"), Some("51"));
+    }
+    let refunded = sluice
+        .metric(r#"sluice_budget_refunded_total{rule="points"}"#)
+        .await;
+    assert_eq!(refunded, 153.0, "three refunds of 51 units");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
