@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::{
-    binary, eventually, generated_body, get, metric, post_json, post_streaming, write_config,
+    checked, eventually, generated_body, get, metric, post_json, post_streaming, write_config,
     SluiceProcess, Upstream,
 };
 
@@ -147,13 +147,7 @@ charge = { response_bytes = 0.001, request_bytes = 0.01 }
 "#;
     let (sluice, dir) = sluice(&upstream, rules);
     // `sluice check` names the sources as written.
-    let check = std::process::Command::new(binary())
-        .args(["check", "--config"])
-        .arg(dir.path().join("sluice.toml"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&check.stdout);
-    assert!(check.status.success(), "{said}");
+    let said = checked(&dir.path().join("sluice.toml"));
     assert!(
         said.contains(
             "rule traffic: charge { \"response_bytes\" = 0.001, \"request_bytes\" = 0.01 } after the response"

@@ -15,7 +15,7 @@ use crate::support::websocket::{
     frame, masked, WsClient, WsUpstream, BINARY, CONTINUE, CONTINUE_END, PING, PONG, TEXT,
     TEXT_START,
 };
-use crate::support::{binary, eventually, get, metric, write_config, SluiceProcess};
+use crate::support::{checked, eventually, get, metric, write_config, SluiceProcess};
 
 /// How long anything the tests wait for may take.
 const WITHIN: Duration = Duration::from_secs(10);
@@ -342,13 +342,7 @@ async fn check_and_admin_rules_say_a_rule_counts_messages() {
     let rest = "max_message_bytes = 4096\n\n[[rule]]\nname = \"chat\"\nunit = \"message\"\n\
                 rate = \"10/s\"\n";
     let (sluice, dir) = sluice(&upstream, rest);
-    let check = std::process::Command::new(binary())
-        .args(["check", "--config"])
-        .arg(dir.path().join("sluice.toml"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&check.stdout);
-    assert!(check.status.success(), "{said}");
+    let said = checked(&dir.path().join("sluice.toml"));
     assert!(
         said.contains(
             "rule chat: counts WebSocket messages, not requests (unit = message): each a client \

@@ -829,6 +829,18 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_sluice"))
 }
 
+/// What `sluice check` says of the config at `path`, which it accepts.
+pub fn checked(path: &std::path::Path) -> String {
+    let check = std::process::Command::new(binary())
+        .args(["check", "--config"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout).into_owned();
+    assert!(check.status.success(), "{said}");
+    said
+}
+
 /// The sluice binary running `sluice run` on a config file.
 pub struct SluiceProcess {
     pub child: Child,
