@@ -36,6 +36,7 @@ pub mod forward;
 mod identify;
 mod key_body;
 mod messages;
+mod out_of_line;
 pub mod pool;
 mod recent_value;
 mod refusal;
@@ -58,7 +59,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use http::Response;
+use http::{Request, Response};
 
 use crate::access_log::{AccessLog, Line, Parts};
 use crate::clock::{Clock, Nanos, ProxyClock};
@@ -499,41 +500,42 @@ impl Proxy {
     ) -> Option<Nanos> {
         let shared = &*self.shared;
         let policy = serving.policy;
-        let key_body = if policy.reads_body {
+        let mut body_read = false;
+        if policy.reads_body {
             match key_body::read(client, peer.ip(), policy).await {
-                Ok(read) => read,
+                Ok(read) => body_read = read,
                 Err(refusal) => {
-                    let record = Record::Unchecked {
-                        request: client.get(),
+                    let request = client.get();
+                    return self.refuse_unchecked(
+                        request,
                         peer,
-                    };
-                    traced::note(span.recording(), &record, serving, &shared.store);
-                    access::note(line, record, policy);
-                    *response = respond::refusal(refusal, None);
-                    return None;
+                        serving,
+                        (line, span),
+                        response,
+                        refusal,
+                    );
                 }
             }
-        } else {
-            key_body::KeyBody::NotNeeded
-        };
+        }
         let request = client.get();
         let checked = match checks::check(request, policy) {
             Ok(checked) => checked,
             Err(refusal) => {
-                let record = Record::Unchecked { request, peer };
-                traced::note(span.recording(), &record, serving, &shared.store);
-                access::note(line, record, policy);
-                *response = respond::refusal(refusal, None);
-                return None;
+                return self.refuse_unchecked(
+                    request,
+                    peer,
+                    serving,
+                    (line, span),
+                    response,
+                    refusal,
+                )
             }
         };
         let token_claims = std::cell::OnceCell::new();
         let body_facts;
         let mut facts = identify::facts_of(request, &checked, peer.ip(), policy);
-        if let key_body::KeyBody::Read(body) = &key_body {
-            let query = request.uri().query();
-            body_facts =
-                BodyFacts::new(request.method(), request.headers(), query, body.as_deref());
+        if body_read {
+            body_facts = BodyFacts::of(request, key_body::body(request, policy));
             facts.body = Some(&body_facts);
         }
         let mut applicable = Applicability::default();
@@ -634,5 +636,26 @@ impl Proxy {
             }
         }
         ruling.upstream_took
+    }
+
+    /// Answers `request` with `refusal` before it was identified (a body or
+    /// a request line its checks refuse), and records it: rare, so out of
+    /// [`Proxy::process`]'s line.
+    #[cold]
+    #[inline(never)]
+    fn refuse_unchecked(
+        &self,
+        request: &Request<ClientBody>,
+        peer: SocketAddr,
+        serving: Serving<'_>,
+        (line, span): (Option<&mut Parts>, &mut Span),
+        response: &mut Response<ProxyBody>,
+        refusal: Refusal,
+    ) -> Option<Nanos> {
+        let record = Record::Unchecked { request, peer };
+        traced::note(span.recording(), &record, serving, &self.shared.store);
+        access::note(line, record, serving.policy);
+        *response = respond::refusal(refusal, None);
+        None
     }
 }

@@ -19,7 +19,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::OnceLock;
 
-use http::{HeaderMap, Method};
+use http::{HeaderMap, Method, Request};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
@@ -41,6 +41,15 @@ pub struct BodyFacts<'a> {
 }
 
 impl<'a> BodyFacts<'a> {
+    /// The facts of `request`, whose body is `body` when it was read whole
+    /// within the bound: [`BodyFacts::new`], out of the request path's line
+    /// (only requests a rule reads the body of get here).
+    #[inline(never)]
+    pub fn of<B>(request: &'a Request<B>, body: Option<&'a [u8]>) -> BodyFacts<'a> {
+        let query = request.uri().query();
+        BodyFacts::new(request.method(), request.headers(), query, body)
+    }
+
     /// The facts of a request of `method` with `headers` and the raw
     /// `query` string, whose body is `body` when it was read whole within
     /// the bound (`None`: there is none, or it was not read).

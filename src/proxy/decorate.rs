@@ -40,6 +40,7 @@ pub fn decorate(
 /// `X-RateLimit-Cost`: the units a rule with `cost = "graphql"` took for
 /// the request (or, on its 429, would have taken), when one applied and
 /// rate-limit headers are sent (docs/conversation.md).
+#[inline(never)]
 pub fn add_cost(response: &mut Response<ProxyBody>, policy: &Policy, enforced: &[Applicable<'_>]) {
     if !policy.sends_headers() {
         return;

@@ -29,6 +29,7 @@ use super::checks::Checked;
 use super::client_request::{ClientBody, ClientRequest};
 use super::deadline::{self, BodyLimits, BodyWatch};
 use super::fields;
+use super::out_of_line::OutOfLine;
 use super::pool::{AddedFields, ForwardError, PooledBody, RequestBody};
 use super::recent_value::{recent_value, RecentValue};
 use super::refusal::Refusal;
@@ -566,9 +567,13 @@ impl Forwarder<'_> {
                 result
             }
             None => {
+                // Out of line: a pool of several servers, with its retries,
+                // is most of this future's code, and the request's future
+                // stays small enough to be inlined whole
+                // (`proxy/out_of_line.rs`).
                 let sending =
                     upstream.send_to_any(outbound, added, self.hash, sent, clock, &mut ended);
-                ChargingWhile::new(sending, charging).await
+                ChargingWhile::new(OutOfLine::new(sending), charging).await
             }
         };
         // Until the head arrived, or the last attempt failed.

@@ -16,6 +16,8 @@
 //!   part read followed by the rest when it went past it (its keys are
 //!   then missing). Either way the upstream gets the same bytes.
 
+use std::future::Future;
+
 use bytes::{Bytes, BytesMut};
 use http::header::CONTENT_LENGTH;
 use http::Request;
@@ -23,51 +25,73 @@ use http_body_util::BodyExt;
 
 use super::checks;
 use super::client_request::{ClientBody, ClientRequest, Prefixed};
+use super::out_of_line::OutOfLine;
 use super::refusal::Refusal;
 use crate::policy::Policy;
 use crate::proxy::deadline::CutOff;
 
-/// What was read of a request's body for its rules.
-#[derive(Debug)]
-pub enum KeyBody {
-    /// No rule that reads the body matched the request: nothing was read.
-    NotNeeded,
-    /// A rule that reads it matched: the whole body when it was read within
-    /// the bound (`None`: there is none, or it is longer).
-    Read(Option<Bytes>),
+/// Reads the body of the request in `client` when a rule that reads it
+/// matches the request (sent from `peer`); see the module docs. Whether
+/// one does: the body is then in the request as [`body`] finds it. A
+/// refusal (408, 400) when the body did not arrive.
+///
+/// Polled out of line: the request's own future keeps only a call to it
+/// (`proxy/out_of_line.rs`).
+pub fn read<'a>(
+    client: &'a mut ClientRequest,
+    peer: std::net::IpAddr,
+    policy: &'a Policy,
+) -> impl Future<Output = Result<bool, Refusal>> + Send + 'a {
+    OutOfLine::new(reading(client, peer, policy))
 }
 
-/// Reads the body of the request in `client` when a rule that reads it
-/// matches the request (sent from `peer`); see the module docs. A refusal
-/// (408, 400) when the body did not arrive.
-pub async fn read(
+async fn reading(
     client: &mut ClientRequest,
     peer: std::net::IpAddr,
     policy: &Policy,
-) -> Result<KeyBody, Refusal> {
+) -> Result<bool, Refusal> {
     if !needed(client.get(), peer, policy) {
-        return Ok(KeyBody::NotNeeded);
+        return Ok(false);
     }
     let server = &policy.config.server;
     let bound = server.max_key_body_bytes;
     let request = client.get_mut();
     let version = request.version();
     if declared_length(request).is_some_and(|length| length > bound as u64) {
-        return Ok(KeyBody::Read(None));
+        return Ok(true);
     }
     let body = request.body_mut();
     match body {
-        ClientBody::Empty => return Ok(KeyBody::Read(None)),
-        ClientBody::Read(bytes) => {
-            return Ok(KeyBody::Read((bytes.len() <= bound).then(|| bytes.clone())));
-        }
+        ClientBody::Empty | ClientBody::Read(_) => return Ok(true),
         ClientBody::Piped(_) | ClientBody::Hyper(_) | ClientBody::Prefixed(_) => {}
     }
     match tokio::time::timeout(server.body_timeout, gather(body, bound)).await {
-        Ok(Ok(read)) => Ok(KeyBody::Read(read)),
+        Ok(Ok(_)) => Ok(true),
         Ok(Err(())) => Err(Refusal::BadFraming("the request body is malformed")),
         Err(_) => Err(Refusal::BodyCutOff(CutOff::Timeout, version)),
     }
+}
+
+/// The body of `request` as its rules read it, once [`read`] read it: the
+/// whole body when it ended within `server.max_key_body_bytes` (before
+/// its trailer fields, if any), else `None` (there is none, it is empty,
+/// or it is longer).
+pub fn body<'r>(request: &'r Request<ClientBody>, policy: &Policy) -> Option<&'r [u8]> {
+    whole_within(request.body(), policy.config.server.max_key_body_bytes)
+}
+
+/// `body`, as [`gather`] put it back, when it is whole, not empty and no
+/// longer than `bound` bytes.
+fn whole_within(body: &ClientBody, bound: usize) -> Option<&[u8]> {
+    let whole = match body {
+        ClientBody::Read(bytes) => bytes,
+        // Its trailer fields came within the bound.
+        ClientBody::Prefixed(prefixed) if matches!(prefixed.rest, ClientBody::Empty) => {
+            &prefixed.read
+        }
+        _ => return None,
+    };
+    (!whole.is_empty() && whole.len() <= bound).then_some(&whole[..])
 }
 
 /// Whether a rule that reads the body matches the request (the request's
@@ -199,6 +223,10 @@ mod tests {
             let (read, forwarded) = runtime.block_on(async {
                 let mut body = arriving(&pieces, trailers);
                 let read = gather(&mut body, bound).await.unwrap();
+                // What the request's rules then find in it (an empty body
+                // is none).
+                let found = whole_within(&body, bound).map(<[u8]>::to_vec);
+                assert_eq!(found.as_deref(), read.as_deref().filter(|read| !read.is_empty()));
                 (read, sent(body).await)
             });
             prop_assert_eq!(&forwarded.0, &whole);

@@ -80,6 +80,7 @@ impl Counted {
 /// it is a WebSocket `handshake`; those that apply into `metered`. A
 /// message rule whose key source is missing refuses the handshake under
 /// `missing = "reject"`, as a request rule would.
+#[inline(never)]
 pub fn identify<'r, 'p>(
     handshake: bool,
     facts: &mut RequestFacts<'r>,
@@ -139,9 +140,19 @@ pub fn open(
     deciding: impl FnOnce() -> Deciding,
     metrics: &Metrics,
 ) {
-    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return;
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        open_tunnel(response, metered, deciding, metrics);
     }
+}
+
+/// [`open`] once the answer is a `101`: out of the request path's line.
+#[inline(never)]
+fn open_tunnel(
+    response: &mut Response<ProxyBody>,
+    metered: Option<Box<Metered>>,
+    deciding: impl FnOnce() -> Deciding,
+    metrics: &Metrics,
+) {
     let metering = metered.map(|metered| {
         let Metered { rules, client_ip } = *metered;
         let deciding = deciding();
