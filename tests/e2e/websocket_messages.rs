@@ -15,7 +15,7 @@ use crate::support::websocket::{
     frame, masked, WsClient, WsUpstream, BINARY, CONTINUE, CONTINUE_END, PING, PONG, TEXT,
     TEXT_START,
 };
-use crate::support::{checked, eventually, get, metric, write_config, SluiceProcess};
+use crate::support::{checked, eventually, get, metric, write_config, RedisServer, SluiceProcess};
 
 /// How long anything the tests wait for may take.
 const WITHIN: Duration = Duration::from_secs(10);
@@ -365,4 +365,60 @@ async fn the_status_page_says_a_rule_counts_messages() {
         status["rules"][0]["limits"], "10/s WebSocket messages",
         "{status}"
     );
+}
+
+#[tokio::test]
+async fn instances_sharing_redis_share_a_message_budget_and_a_dead_store_closes_with_1013() {
+    let mut redis = RedisServer::start();
+    let upstream = WsUpstream::start().await;
+    let rest = format!(
+        "[store]\nbackend = \"redis\"\n[store.redis]\nurl = \"{}\"\ntimeout = \"1s\"\n\
+         on_error = \"deny\"\n\n[[rule]]\nname = \"msgs\"\nunit = \"message\"\n\
+         key = [\"header:x-user\"]\nrate = \"3/m\"\n",
+        redis.url()
+    );
+    let (a, _dir_a) = sluice(&upstream, &rest);
+    let (b, _dir_b) = sluice(&upstream, &rest);
+
+    // One caller's three messages a minute, spent through both instances.
+    let user = [("x-user", "ada")];
+    let (status, mut through_a) = WsClient::connect(a.addr, "/chat", &user).await;
+    assert_eq!(status, 101);
+    let (status, mut through_b) = WsClient::connect(b.addr, "/chat", &user).await;
+    assert_eq!(status, 101);
+    for (through, text) in [(0, &b"one"[..]), (1, b"two"), (0, b"three")] {
+        let client = if through == 0 {
+            &mut through_a
+        } else {
+            &mut through_b
+        };
+        client.send(&masked(TEXT, text)).await;
+        assert_eq!(client.next(WITHIN).await.expect("the echo").payload, text);
+    }
+    through_b.send(&masked(TEXT, b"four")).await;
+    let (_, close) = through_b.until_close(WITHIN).await;
+    assert_eq!(close, Some((1008, "rate limited: msgs".to_owned())));
+    // Another caller has a budget of their own.
+    let (_, mut other) = WsClient::connect(a.addr, "/chat", &[("x-user", "bob")]).await;
+    other.send(&masked(TEXT, b"hello")).await;
+    assert_eq!(other.next(WITHIN).await.unwrap().payload, b"hello");
+
+    // With Redis gone, `on_error = "deny"`: no message passes undecided,
+    // and the client is told to try again later.
+    redis.kill();
+    other.send(&masked(TEXT, b"anyone?")).await;
+    let (_, close) = other.until_close(WITHIN).await;
+    assert_eq!(
+        close,
+        Some((1013, "try again later: limits unavailable".to_owned()))
+    );
+    let seen = upstream.conn(2).await;
+    eventually(WITHIN, "the upstream got its Close", || async {
+        seen.close.lock().unwrap().is_some()
+    })
+    .await;
+    let passed: Vec<Vec<u8>> = (seen.messages.lock().unwrap().iter())
+        .map(|(_, payload)| payload.clone())
+        .collect();
+    assert_eq!(passed, [b"hello".to_vec()]);
 }
