@@ -33,93 +33,14 @@ use sluice::key::graphql::{read, GraphqlRequest};
 
 #[path = "../../../../benches/common/counting_alloc.rs"]
 mod counting_alloc;
+/// The inputs of benches/graphql.rs.
+#[path = "../../../../benches/common/graphql_inputs.rs"]
+mod graphql_inputs;
+
+use graphql_inputs::{hundred_fields, JSON_1K_QUERY};
 
 const RUNS: usize = 5;
 const ITERATIONS: u32 = 10_000;
-
-// ---- Inputs, copied from benches/graphql.rs ----
-
-/// `count` scalar fields of an object, one a line at `indent`.
-fn scalars(prefix: &str, count: usize, indent: usize) -> String {
-    (0..count)
-        .map(|i| format!("{}{prefix}{i}\n", " ".repeat(indent)))
-        .collect()
-}
-
-/// A query of 100 fields: 3 connections nested in one another
-/// (repositories › issues › labels, with their `nodes`), and the scalar
-/// fields spread among them. 1 + 100 + 5,000 requests: a cost of 51.
-fn hundred_fields() -> String {
-    format!(
-        "query Dashboard {{
-  viewer {{
-{}    repositories(first: 100) {{
-      nodes {{
-{}        issues(first: 50) {{
-          nodes {{
-{}            labels(first: 60) {{
-              nodes {{
-{}              }}
-            }}
-          }}
-        }}
-      }}
-    }}
-  }}
-}}
-",
-        scalars("login", 13, 4),
-        scalars("name", 30, 8),
-        scalars("title", 30, 12),
-        scalars("color", 20, 16),
-    )
-}
-
-/// The `query` of `json_1k()`: the bench sends it in a JSON body, here it
-/// is the document alone, the only thing the parser crates read.
-const JSON_1K_QUERY: &str =
-    "query RepositoryIssues($owner: String!, $name: String!, $first: Int = 20, $labels: Int) {
-  repository(owner: $owner, name: $name) {
-    id
-    nameWithOwner
-    description
-    stargazerCount
-    issues(first: $first, states: [OPEN], orderBy: {field: UPDATED_AT, direction: DESC}) {
-      totalCount
-      pageInfo {
-        endCursor
-        hasNextPage
-      }
-      nodes {
-        ...IssueFields
-        labels(first: $labels) {
-          nodes {
-            name
-            color
-          }
-        }
-      }
-    }
-  }
-}
-
-fragment IssueFields on Issue {
-  id
-  number
-  title
-  url
-  state
-  createdAt
-  updatedAt
-  author {
-    login
-    avatarUrl
-  }
-  comments {
-    totalCount
-  }
-}
-";
 
 // ---- The cost walks on each crate's tree ----
 //
