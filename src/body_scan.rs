@@ -57,14 +57,6 @@ impl BodyKind {
     /// read, every value is missing) for any other content type, and for a
     /// content-coded body (`Content-Encoding` other than `identity`).
     pub fn of(headers: &HeaderMap) -> Option<BodyKind> {
-        let content_type = headers.get(CONTENT_TYPE)?;
-        // The usual answer, `application/json` as most clients write it,
-        // without parsing the field (a request keyed on its body asks this
-        // on the request path: docs/conversation.md, "What it costs").
-        if content_type.as_bytes() == b"application/json" && !headers.contains_key(CONTENT_ENCODING)
-        {
-            return Some(BodyKind::Json);
-        }
         for coding in headers.get_all(CONTENT_ENCODING) {
             let coding = coding.to_str().ok()?;
             let identity = coding
@@ -74,6 +66,20 @@ impl BodyKind {
             if !identity {
                 return None;
             }
+        }
+        BodyKind::of_type(headers)
+    }
+
+    /// The kind of a body by its `Content-Type` alone, whatever its
+    /// coding (a request body is decoded before it is read:
+    /// `key/content_coding.rs`).
+    pub fn of_type(headers: &HeaderMap) -> Option<BodyKind> {
+        let content_type = headers.get(CONTENT_TYPE)?;
+        // The usual answer, `application/json` as most clients write it,
+        // without parsing the field (a request keyed on its body asks this
+        // on the request path: docs/conversation.md, "What it costs").
+        if content_type.as_bytes() == b"application/json" {
+            return Some(BodyKind::Json);
         }
         let content_type = content_type.to_str().ok()?;
         // The media type without its parameters (`; charset=utf-8`).

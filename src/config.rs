@@ -78,6 +78,18 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
+/// A `cost = "graphql"` rule's `unreadable`: what a request whose cost
+/// cannot be read gets (docs/conversation.md, "No query is free").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Unreadable {
+    /// Answered 400, nothing taken.
+    #[default]
+    Refuse,
+    /// Charged this many units (for each operation of a batch that cannot
+    /// be read).
+    Charge(u64),
+}
+
 /// `[server]`.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -110,6 +122,12 @@ pub struct ServerConfig {
     /// across its fragments) a tunnel a `unit = "message"` rule applies to
     /// passes; a larger one closes the connection with 1009.
     pub max_message_bytes: u64,
+    /// `max_persisted_queries`: GraphQL persisted-query documents learned
+    /// from requests, at most (docs/conversation.md, "No query is free").
+    pub max_persisted_queries: usize,
+    /// `persisted_queries`: the documents of an Apollo persisted query
+    /// manifest, by hash (empty without one).
+    pub persisted_queries: std::sync::Arc<crate::key::graphql::persisted::Manifest>,
     pub forwarded_header: ForwardedHeader,
     pub ipv6_prefix: u8,
     /// `proxy_protocol`: every connection opens with a PROXY protocol header
@@ -476,6 +494,8 @@ pub struct RuleConfig {
     /// (docs/limits-that-read-the-conversation.md); `cost` is then 1, what a
     /// request whose query cannot be read takes.
     pub graphql_cost: bool,
+    /// With `graphql_cost`: what a request whose cost cannot be read gets.
+    pub unreadable: Unreadable,
     pub shadow: bool,
     /// What happens to a request over its budget. Always `Delay` for
     /// `leaky_bucket`, whose `max_queue` is its `burst` (the limit's capacity;

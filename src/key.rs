@@ -20,10 +20,12 @@
 
 pub mod body;
 pub mod client_ip;
+pub mod content_coding;
 pub mod glob;
 pub mod graphql;
 pub mod jwt;
 pub mod label;
+pub mod number;
 pub mod path;
 
 use std::hash::{BuildHasher, Hasher};
@@ -224,16 +226,18 @@ impl KeyHasher {
                     }
                     None => false,
                 },
-                KeySource::GraphqlOperation => match facts.body.and_then(|b| b.operation()) {
-                    Some(operation) => {
-                        hash_bytes(&mut hasher, operation.name_text().as_bytes());
-                        true
+                KeySource::GraphqlOperation => {
+                    match facts.body.and_then(|b| b.graphql().operation.as_deref()) {
+                        Some(name) => {
+                            hash_bytes(&mut hasher, name.as_bytes());
+                            true
+                        }
+                        None => false,
                     }
-                    None => false,
-                },
-                KeySource::GraphqlType => match facts.body.and_then(|b| b.operation()) {
-                    Some(operation) => {
-                        hash_bytes(&mut hasher, operation.kind.as_str().as_bytes());
+                }
+                KeySource::GraphqlType => match facts.body.and_then(|b| b.graphql().kind) {
+                    Some(kind) => {
+                        hash_bytes(&mut hasher, kind.as_str().as_bytes());
                         true
                     }
                     None => false,
@@ -284,13 +288,13 @@ impl KeyHasher {
                     }
                 }
                 KeySource::GraphqlOperation => {
-                    if let Some(operation) = facts.body.and_then(|b| b.operation()) {
-                        text.push_str(operation.name_text());
+                    if let Some(name) = facts.body.and_then(|b| b.graphql().operation.as_deref()) {
+                        text.push_str(name);
                     }
                 }
                 KeySource::GraphqlType => {
-                    if let Some(operation) = facts.body.and_then(|b| b.operation()) {
-                        text.push_str(operation.kind.as_str());
+                    if let Some(kind) = facts.body.and_then(|b| b.graphql().kind) {
+                        text.push_str(kind.as_str());
                     }
                 }
                 KeySource::Descriptor(_) => {}

@@ -385,6 +385,12 @@ impl Limiter {
     }
 
     /// The limit reported as `X-RateLimit-Limit` (the bucket's capacity).
+    /// A leaky bucket: it passes any cost in time (a cost above its
+    /// capacity only waits longer).
+    pub fn is_leaky(&self) -> bool {
+        matches!(self, Limiter::LeakyBucket(_))
+    }
+
     pub fn capacity(&self) -> u64 {
         match self {
             Limiter::TokenBucket(limit) => limit.capacity(),

@@ -132,6 +132,9 @@ pub struct Metrics {
     pub trace_spans: TraceSpans,
     /// `sluice_websocket_connections`: tunnels open ([`OpenTunnel`]).
     websocket_connections: IntGauge,
+    /// `sluice_persisted_queries`: GraphQL persisted-query documents known
+    /// (the manifest's and those learned).
+    pub persisted_queries: IntGauge,
     bans_started: IntCounterVec,
     banned_requests: IntCounterVec,
     bans_active: IntGaugeVec,
@@ -369,10 +372,18 @@ impl Metrics {
                 "WebSocket tunnels open (a handshake the upstream answered 101).",
             ),
         );
+        let persisted_queries = registered(
+            &registry,
+            IntGauge::new(
+                "sluice_persisted_queries",
+                "GraphQL persisted-query hashes known: a manifest's and those learned from requests.",
+            ),
+        );
         Metrics {
             registry,
             requests,
             websocket_connections,
+            persisted_queries,
             responses,
             decision_seconds,
             overhead_seconds,

@@ -32,6 +32,14 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 /// RFC 4151: a name, not a page; docs/adaptive.md).
 pub const OVERLOADED: &str = "tag:sluice,2026:problems/overloaded";
 
+/// The problem type of a refusal by a `cost = "graphql"` rule that cannot
+/// read the request's cost (docs/conversation.md, "No query is free").
+pub const UNREADABLE_QUERY: &str = "tag:sluice,2026:problems/unreadable-query";
+
+/// The problem type of a refusal of a GraphQL query sent with a persisted
+/// query's hash that is not its own.
+pub const PERSISTED_QUERY_MISMATCH: &str = "tag:sluice,2026:problems/persisted-query-mismatch";
+
 /// The order a document's members are written in. Clients read members by
 /// name; the order differs between surfaces only because each kept the one
 /// it was first written with.
@@ -92,6 +100,12 @@ impl<'a> Problem<'a> {
             kind: Some(OVERLOADED),
             ..Problem::new(StatusCode::SERVICE_UNAVAILABLE, detail)
         }
+    }
+
+    /// Sets the problem type (`None`: `about:blank`).
+    pub fn typed(mut self, kind: Option<&'a str>) -> Problem<'a> {
+        self.kind = kind;
+        self
     }
 
     /// Replaces the reason-phrase title.

@@ -65,6 +65,7 @@ use crate::access_log::{AccessLog, Line, Parts};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{AccessLogTarget, Config, Tracing};
 use crate::key::body::BodyFacts;
+use crate::key::graphql::persisted::{Learned, Persisted};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::request_id::RequestId;
@@ -75,7 +76,7 @@ pub use admit::{fill_asks, Admitter, Answered, StoreUnavailable};
 pub use checks::{check, host_of, Checked};
 pub use client_request::{ClientBody, ClientRequest};
 pub use identify::{
-    facts_of, identify, Applicability, Applicable, Standing, Unidentified, Witness,
+    facts_of, identify, Applicability, Applicable, Standing, Uncosted, Unidentified, Witness,
 };
 pub use refusal::Refusal;
 use respond::ProxyBody;
@@ -92,6 +93,15 @@ struct Serving<'s> {
 }
 
 impl Shared {
+    /// See [`Proxy::persisted`].
+    fn persisted<'a>(&'a self, policy: &'a Policy, learns: bool) -> Persisted<'a> {
+        Persisted {
+            manifest: &policy.config.server.persisted_queries,
+            learned: &self.persisted_queries,
+            learns,
+        }
+    }
+
     /// What a WebSocket tunnel's message gate decides with, under the
     /// policy its handshake ran under.
     fn deciding(&self, serving: Serving<'_>) -> messages::Deciding {
@@ -191,6 +201,9 @@ struct Shared {
     reloading: std::sync::Mutex<()>,
     /// Where each request's line goes (`server.access_log`).
     access_log: AccessLog,
+    /// GraphQL persisted queries learned from requests; kept across
+    /// reloads, which resize it (`server.max_persisted_queries`).
+    persisted_queries: Learned,
 }
 
 impl Proxy {
@@ -221,6 +234,11 @@ impl Proxy {
             metrics.access_log_dropped.clone(),
         );
         let tracer = tracer_for(&config, None, &metrics, &clock);
+        let persisted_queries = Learned::counted(
+            config.server.max_persisted_queries,
+            metrics.persisted_queries.clone(),
+            &config.server.persisted_queries,
+        );
         let policy = Arc::new(Policy::compile(config, &metrics, &store));
         let snapshot = Snapshot {
             policy,
@@ -239,6 +257,7 @@ impl Proxy {
                 draining: AtomicBool::new(false),
                 reloading: std::sync::Mutex::new(()),
                 access_log,
+                persisted_queries,
             }),
         };
         let weak = Arc::downgrade(&proxy.shared);
@@ -270,6 +289,13 @@ impl Proxy {
         &self.shared.store
     }
 
+    /// Where `policy`'s requests find GraphQL persisted queries by hash;
+    /// `learns`: whether a query sent with its hash is learned (a question
+    /// to `POST /admin/explain` teaches nothing).
+    pub fn persisted<'a>(&'a self, policy: &'a Policy, learns: bool) -> Persisted<'a> {
+        self.shared.persisted(policy, learns)
+    }
+
     /// Replaces the policy with one compiled from `config`, atomically:
     /// requests in flight finish under the policy they started with. Rules
     /// whose name, key and algorithm are unchanged keep their buckets (a
@@ -289,6 +315,10 @@ impl Proxy {
         // by logrotate is written anew from here.
         shared.access_log.configure(&config.server.access_log);
         let tracer = shared.tracer(&config, shared.current.load().tracer.as_deref());
+        let server = &config.server;
+        shared
+            .persisted_queries
+            .serve(server.max_persisted_queries, &server.persisted_queries);
         let policy = Policy::recompile(
             Arc::new(config),
             &shared.metrics,
@@ -532,10 +562,13 @@ impl Proxy {
             }
         };
         let token_claims = std::cell::OnceCell::new();
+        let readable;
         let body_facts;
         let mut facts = identify::facts_of(request, &checked, peer.ip(), policy);
         if body_read {
-            body_facts = BodyFacts::of(request, key_body::body(request, policy));
+            readable = key_body::readable(request, policy);
+            let persisted = shared.persisted(policy, true);
+            body_facts = BodyFacts::of(request, readable.view(), persisted);
             facts.body = Some(&body_facts);
         }
         let mut applicable = Applicability::default();

@@ -42,10 +42,13 @@ use super::buckets::{
 use super::budget::millis;
 use super::{json_response, RefusedCall};
 use crate::config::MissingPolicy;
-use crate::key::body::BodyFacts;
+use crate::key::body::{BodyFacts, KeyBody};
+use crate::key::content_coding::{self, Decoded};
 use crate::limiter::Decision;
 use crate::policy::{Policy, Rule};
-use crate::proxy::{self, Applicability, Applicable, Proxy, Standing, Unidentified, Witness};
+use crate::proxy::{
+    self, Applicability, Applicable, Proxy, Refusal, Standing, Uncosted, Unidentified, Witness,
+};
 use crate::store::{Ask, Asks};
 
 /// The request to explain, as the body spells it.
@@ -110,15 +113,32 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
     let token_claims = std::cell::OnceCell::new();
     let mut facts = proxy::facts_of(&request, &checked, peer, &policy);
     answer["request"]["client_ip"] = json!(facts.client_ip.to_string());
+    let decoded;
     let body_facts;
     if policy.reads_body {
         let bound = policy.config.server.max_key_body_bytes;
-        let body = question.body.as_deref().map(str::as_bytes);
+        let body = question.body.as_deref().map_or(&[][..], str::as_bytes);
+        let read = if body.is_empty() {
+            KeyBody::Empty
+        } else if body.len() > bound {
+            KeyBody::TooLarge
+        } else {
+            match content_coding::decode(request.headers(), body, bound) {
+                Decoded::Plain => KeyBody::Whole(body),
+                Decoded::Bytes(bytes) => {
+                    decoded = bytes;
+                    KeyBody::Whole(&decoded)
+                }
+                Decoded::TooLarge => KeyBody::TooLarge,
+                Decoded::Undecodable => KeyBody::Undecodable,
+            }
+        };
         body_facts = BodyFacts::new(
             request.method(),
             request.headers(),
             request.uri().query(),
-            body.filter(|body| body.len() <= bound),
+            read,
+            proxy.persisted(&policy, false),
         );
         facts.body = Some(&body_facts);
     }
@@ -207,15 +227,25 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
         Err(Unidentified::MissingKey(rule)) => json!({
             "outcome": "missing_key", "status": 400, "rule": &*rule.name,
         }),
-        Err(Unidentified::TooCostly {
-            rule,
-            cost,
-            capacity,
-        }) => json!({
-            "outcome": "limited", "status": 429, "rule": &*rule.name,
-            "cost": cost, "capacity": capacity,
-            "reason": "the query costs more than the rule's bucket holds: never admitted",
-        }),
+        Err(Unidentified::Uncosted(rule, why)) => {
+            let (status, detail) = match why {
+                Uncosted::PersistedQueryNotFound => (
+                    200,
+                    "the persisted query's hash is unknown: answered PersistedQueryNotFound, so \
+                     the client sends the query"
+                        .into(),
+                ),
+                Uncosted::Unreadable(why) => {
+                    let refusal = Refusal::UnreadableQuery(why);
+                    (400, refusal.detail(Some(rule)))
+                }
+                Uncosted::HashMismatch => (400, Refusal::PersistedQueryMismatch.detail(None)),
+            };
+            json!({
+                "outcome": "missing_key", "status": status, "rule": &*rule.name,
+                "reason": detail,
+            })
+        }
         Err(Unidentified::Gone(rule, sunset)) => json!({
             "outcome": "gone", "status": 410, "rule": &*rule.name,
             "sunset": sunset.sunset().to_str().ok(),
@@ -264,8 +294,11 @@ fn why_not(standing: Standing<'_>) -> &'static str {
         Standing::Skipped => "a key source is missing and missing = \"skip\"",
         Standing::MissingKey => "a key source is missing and missing = \"reject\": answered 400",
         Standing::Gone(_) => "the rule's sunset has ended: the route is gone (410)",
-        Standing::TooCostly { .. } => {
-            "the query costs more than the rule's bucket holds: answered 429, bucket untouched"
+        Standing::Uncosted(Uncosted::PersistedQueryNotFound) => {
+            "the persisted query's hash is unknown: answered PersistedQueryNotFound"
+        }
+        Standing::Uncosted(_) => {
+            "the query's cost cannot be read and unreadable = \"refuse\": answered 400"
         }
         Standing::Unmatched | Standing::Applies { .. } => {
             unreachable!("only matched rules that do not apply")

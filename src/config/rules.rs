@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use toml::Spanned;
 
 use super::calendar::RuleCalendar;
-use super::limits::WrittenLimit;
+use super::limits::{BuiltLimits, WrittenLimit};
 use super::raw::{RawCost, RawRule};
 use super::validate::Validator;
-use super::{AlgorithmKind, KeySource, MissingPolicy, OnChange, RuleConfig, Unit};
+use super::{AlgorithmKind, KeySource, MissingPolicy, OnChange, RuleConfig, Unit, Unreadable};
 
 /// What tiers, overrides, sunset and ban need to know about their rule.
 pub(super) struct RuleContext<'r> {
@@ -173,6 +173,14 @@ impl Validator<'_> {
                 self.error(field.span().start, &path("cost"), message);
             }
         }
+        let unreadable = self.unreadable(
+            index,
+            raw,
+            graphql_cost,
+            algorithm,
+            written.as_deref(),
+            &built,
+        );
         let limits = built.limits;
 
         let context = RuleContext {
@@ -221,6 +229,7 @@ impl Validator<'_> {
             limits,
             cost,
             graphql_cost,
+            unreadable,
             shadow: raw.shadow.as_ref().is_some_and(|v| *v.get_ref()),
             on_limit,
             max_in_flight,
@@ -355,6 +364,60 @@ impl Validator<'_> {
                     ),
                 );
                 (1, false)
+            }
+        }
+    }
+
+    /// `unreadable`, beside `cost = "graphql"` only: `"refuse"` (the
+    /// default) or a whole number of units that fits the rule's limits.
+    fn unreadable(
+        &mut self,
+        index: usize,
+        raw: &RawRule,
+        graphql_cost: bool,
+        algorithm: Option<AlgorithmKind>,
+        written: Option<&[WrittenLimit]>,
+        built: &BuiltLimits,
+    ) -> Unreadable {
+        let Some(field) = &raw.unreadable else {
+            return Unreadable::Refuse;
+        };
+        let path = format!("rule[{index}].unreadable");
+        let at = field.span().start;
+        if !graphql_cost {
+            self.error(
+                at,
+                &path,
+                "unreadable says what a request whose GraphQL cost cannot be read is charged, \
+                 so it needs cost = \"graphql\"",
+            );
+            return Unreadable::Refuse;
+        }
+        match field.get_ref() {
+            RawCost::Named(name) if name == "refuse" => Unreadable::Refuse,
+            RawCost::Units(units) => {
+                let units = Spanned::new(field.span(), *units);
+                let units = self.int(Some(&units), &path, 1, 1..=i64::MAX as u64);
+                if let Some(written) = written {
+                    let subject = format!("unreadable = {units}");
+                    if let Some((_, message)) =
+                        self.cost_misfit(&subject, units, algorithm, written, built)
+                    {
+                        self.error(at, &path, message);
+                    }
+                }
+                Unreadable::Charge(units)
+            }
+            RawCost::Named(name) => {
+                self.error(
+                    at,
+                    &path,
+                    format!(
+                        "\"{name}\" is not what an unreadable query gets; write \"refuse\" (400, \
+                         nothing taken) or a whole number of units to charge (unreadable = 100)"
+                    ),
+                );
+                Unreadable::Refuse
             }
         }
     }

@@ -15,6 +15,7 @@ use super::{
     AccessLogTarget, AdminConfig, CertPair, ForwardedHeader, HeaderStyle, ResponseConfig,
     ServerConfig, TlsListenerConfig,
 };
+use crate::key::graphql::persisted::Manifest;
 
 impl Validator<'_> {
     pub(super) fn server(&mut self, raw: Option<&RawServer>) -> ServerConfig {
@@ -119,6 +120,13 @@ impl Validator<'_> {
                 1 << 20,
                 1..=i64::MAX as u64,
             ),
+            max_persisted_queries: self.int(
+                raw.max_persisted_queries.as_ref(),
+                "server.max_persisted_queries",
+                10_000,
+                0..=u32::MAX as u64,
+            ) as usize,
+            persisted_queries: self.persisted_queries(raw.persisted_queries.as_ref()),
             forwarded_header: self.choice(
                 raw.forwarded_header.as_ref(),
                 "server.forwarded_header",
@@ -134,6 +142,28 @@ impl Validator<'_> {
             upstream_ca,
             access_log: self.access_log(raw.access_log.as_ref()),
             tls: raw.tls.as_ref().map(|tls| self.tls(tls)),
+        }
+    }
+
+    /// `server.persisted_queries`: an Apollo persisted query manifest, read
+    /// now (a file that cannot be read or is not a manifest is an error
+    /// where it is named, with the place in the file).
+    fn persisted_queries(&mut self, field: Option<&Spanned<String>>) -> std::sync::Arc<Manifest> {
+        let Some(field) = field.filter(|field| !field.get_ref().is_empty()) else {
+            return Default::default();
+        };
+        let path = self.file_path(field.get_ref());
+        let read = std::fs::read_to_string(&path)
+            .map_err(|error| format!("cannot read {}: {error}", path.display()))
+            .and_then(|text| {
+                Manifest::parse(&text).map_err(|error| format!("{}: {error}", path.display()))
+            });
+        match read {
+            Ok(manifest) => std::sync::Arc::new(manifest),
+            Err(message) => {
+                self.error(field.span().start, "server.persisted_queries", message);
+                Default::default()
+            }
         }
     }
 

@@ -11,9 +11,11 @@
 //! string checks cost what serde_json's do. docs/conversation.md, "What it
 //! costs".)
 //!
-//! A string is the key as it is (so `"42"` and `42` share a bucket); a
-//! number or boolean is its JSON text as written (`1.50` stays `1.50`); an
-//! object, an array, `null` or no value there is a missing key.
+//! A string is the key as it is after unescaping (so `"42"` and `42` share
+//! a bucket); a number is keyed by its value, however it is written
+//! (`key/number.rs`: `42`, `42.0` and `4.2e1` are one key); a boolean is
+//! `true` or `false`; an object, an array, `null` or no value there is a
+//! missing key.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -23,12 +25,28 @@ use http::{HeaderMap, Method, Request};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::graphql::{self, GraphqlRequest, Operation};
+use super::graphql::persisted::Persisted;
+use super::graphql::{self, GraphqlRequest, Reading, Unread};
+use super::number;
 use crate::body_scan::{BodyKind, Pointer};
+
+/// A request's body as the rules read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyBody<'a> {
+    /// The body, whole within `server.max_key_body_bytes` and decoded from
+    /// its `Content-Encoding`, if it had one.
+    Whole(&'a [u8]),
+    /// No body, or an empty one.
+    Empty,
+    /// Longer than the bound, as sent or once decoded.
+    TooLarge,
+    /// In a coding sluice does not decode, or broken.
+    Undecodable,
+}
 
 /// What `body:` and `graphql:` key sources (and `cost = "graphql"`) read of
 /// one request: built once a rule that needs them matched it, with the body
-/// when sluice read it whole; the GraphQL operation is read from it at most
+/// when sluice read it whole; the GraphQL request is read from it at most
 /// once, when first asked for (a `OnceLock`: the facts are held across
 /// the admission's await, so they must be `Sync`).
 #[derive(Debug)]
@@ -37,42 +55,58 @@ pub struct BodyFacts<'a> {
     json: Option<&'a [u8]>,
     /// How the request carries a GraphQL operation, if it can.
     graphql: Option<GraphqlRequest<'a>>,
-    operation: OnceLock<Option<Operation<'a>>>,
+    /// Why a body that is there could not be read.
+    unread: Option<Unread>,
+    /// Where persisted queries are looked up.
+    persisted: Persisted<'a>,
+    reading: OnceLock<Reading<'a>>,
 }
 
 impl<'a> BodyFacts<'a> {
-    /// The facts of `request`, whose body is `body` when it was read whole
-    /// within the bound: [`BodyFacts::new`], out of the request path's line
+    /// The facts of `request`, whose body is `body`, with persisted queries
+    /// from `persisted`: [`BodyFacts::new`], out of the request path's line
     /// (only requests a rule reads the body of get here).
     #[inline(never)]
-    pub fn of<B>(request: &'a Request<B>, body: Option<&'a [u8]>) -> BodyFacts<'a> {
+    pub fn of<B>(
+        request: &'a Request<B>,
+        body: KeyBody<'a>,
+        persisted: Persisted<'a>,
+    ) -> BodyFacts<'a> {
         let query = request.uri().query();
-        BodyFacts::new(request.method(), request.headers(), query, body)
+        BodyFacts::new(request.method(), request.headers(), query, body, persisted)
     }
 
     /// The facts of a request of `method` with `headers` and the raw
-    /// `query` string, whose body is `body` when it was read whole within
-    /// the bound (`None`: there is none, or it was not read).
+    /// `query` string, whose body is `body`.
     pub fn new(
         method: &Method,
         headers: &HeaderMap,
         query: Option<&'a str>,
-        body: Option<&'a [u8]>,
+        body: KeyBody<'a>,
+        persisted: Persisted<'a>,
     ) -> BodyFacts<'a> {
-        let json = body.filter(|_| BodyKind::of(headers) == Some(BodyKind::Json));
+        let (whole, unread) = match body {
+            KeyBody::Whole(bytes) => (Some(bytes), None),
+            KeyBody::Empty => (None, None),
+            KeyBody::TooLarge => (None, Some(Unread::TooLarge)),
+            KeyBody::Undecodable => (None, Some(Unread::Undecodable)),
+        };
+        let json = whole.filter(|_| BodyKind::of_type(headers) == Some(BodyKind::Json));
         let graphql = if *method == Method::GET {
             query.map(GraphqlRequest::Get)
         } else if let Some(json) = json {
             Some(GraphqlRequest::Json(json))
         } else if is_graphql_document(headers) {
-            body.map(GraphqlRequest::Document)
+            whole.map(GraphqlRequest::Document)
         } else {
             None
         };
         BodyFacts {
             json,
             graphql,
-            operation: OnceLock::new(),
+            unread,
+            persisted,
+            reading: OnceLock::new(),
         }
     }
 
@@ -81,17 +115,13 @@ impl<'a> BodyFacts<'a> {
         value_at(self.json?, pointer)
     }
 
-    /// The GraphQL operation the request runs, when it can be read.
-    pub fn operation(&self) -> Option<&Operation<'a>> {
-        self.operation
-            .get_or_init(|| self.graphql.and_then(graphql::read))
-            .as_ref()
-    }
-
-    /// What `cost = "graphql"` takes: the operation's cost, or 1 when it
-    /// cannot be read.
-    pub fn graphql_cost(&self) -> u64 {
-        self.operation().map_or(1, |operation| operation.cost)
+    /// The GraphQL request, read once: its operations, keys and cost, or
+    /// why they cannot be read.
+    pub fn graphql(&self) -> &Reading<'a> {
+        self.reading.get_or_init(|| match self.graphql {
+            Some(request) => graphql::read_all(request, self.persisted),
+            None => Reading::unreadable(self.unread.unwrap_or(Unread::NotGraphql)),
+        })
     }
 }
 
@@ -132,8 +162,8 @@ impl<'de> DeserializeSeed<'de> for Seek<'_> {
     }
 }
 
-/// The key text of the JSON value `raw` (its text as written), if it is a
-/// string, a number or a boolean.
+/// The key text of the JSON value `raw`, if it is a string (unescaped), a
+/// number (by its value: `key/number.rs`) or a boolean.
 fn leaf(raw: &str) -> Option<Cow<'_, str>> {
     match raw.as_bytes().first()? {
         // Borrowed unless it has escapes (then `&str` fails, and it is
@@ -142,7 +172,8 @@ fn leaf(raw: &str) -> Option<Cow<'_, str>> {
             Ok(text) => Some(Cow::Borrowed(text)),
             Err(_) => serde_json::from_str::<String>(raw).ok().map(Cow::Owned),
         },
-        b't' | b'f' | b'-' | b'0'..=b'9' => Some(Cow::Borrowed(raw)),
+        b'-' | b'0'..=b'9' => number::canonical(raw),
+        b't' | b'f' => Some(Cow::Borrowed(raw)),
         _ => None,
     }
 }
@@ -241,15 +272,25 @@ mod tests {
     }
 
     #[test]
-    fn strings_numbers_and_booleans_are_keys_as_written() {
-        let body = r#"{"tenant":"acme","n":42,"price":1.50,"ok":true,"neg":-3e2}"#;
+    fn strings_are_keys_as_unescaped_and_numbers_by_value() {
+        let body = r#"{"tenant":"acme","n":42,"price":1.50,"ok":true,"neg":-3e2,"f":false}"#;
         assert_eq!(at(body, "/tenant").as_deref(), Some("acme"));
         assert_eq!(at(body, "/n").as_deref(), Some("42"));
-        assert_eq!(at(body, "/price").as_deref(), Some("1.50"));
+        assert_eq!(at(body, "/price").as_deref(), Some("1.5"));
         assert_eq!(at(body, "/ok").as_deref(), Some("true"));
-        assert_eq!(at(body, "/neg").as_deref(), Some("-3e2"));
-        // A string and a number of the same text share a bucket.
+        assert_eq!(at(body, "/f").as_deref(), Some("false"));
+        assert_eq!(at(body, "/neg").as_deref(), Some("-300"));
+        // A string and a number of the same value share a bucket, and so
+        // do a number's spellings.
         assert_eq!(at(r#"{"n":"42"}"#, "/n"), at(body, "/n"));
+        for spelling in ["42.0", "4.2e1", "420e-1", "4.20E+1"] {
+            assert_eq!(
+                at(&format!(r#"{{"n":{spelling}}}"#), "/n").as_deref(),
+                Some("42")
+            );
+        }
+        // A string is not read as a number.
+        assert_eq!(at(r#"{"n":"42.0"}"#, "/n").as_deref(), Some("42.0"));
     }
 
     #[test]
@@ -304,58 +345,101 @@ mod tests {
     fn a_json_body_gives_pointer_values_and_its_graphql_operation() {
         let body = br#"{"query":"query Viewer { viewer { login } }","tenant":"acme"}"#;
         let json = headers("application/json; charset=utf-8");
-        let facts = BodyFacts::new(&Method::POST, &json, None, Some(body));
+        let (manifest, learned) = persisted_tables();
+        let persisted = persisted(&manifest, &learned);
+        let facts = BodyFacts::new(&Method::POST, &json, None, KeyBody::Whole(body), persisted);
         let tenant = Pointer::parse("/tenant").unwrap();
         assert_eq!(facts.value_at(&tenant).as_deref(), Some("acme"));
-        let operation = facts.operation().unwrap();
+        let reading = facts.graphql();
         assert_eq!(
-            (operation.name_text(), operation.kind.as_str()),
-            ("Viewer", "query")
+            (reading.operation.as_deref(), reading.kind),
+            (Some("Viewer"), Some(graphql::OperationType::Query))
         );
-        assert_eq!(facts.graphql_cost(), 1);
-        // `…+json` is JSON too; another type, or a coded body, is not read.
+        assert_eq!((reading.cost, reading.unread), (1, 0));
+        // `…+json` is JSON too; another type is not read.
         let plus = headers("application/vnd.api+json");
-        let facts = BodyFacts::new(&Method::POST, &plus, None, Some(body));
+        let facts = BodyFacts::new(&Method::POST, &plus, None, KeyBody::Whole(body), persisted);
         assert_eq!(facts.value_at(&tenant).as_deref(), Some("acme"));
         for other in ["text/plain", "application/x-www-form-urlencoded"] {
-            let facts = BodyFacts::new(&Method::POST, &headers(other), None, Some(body));
+            let facts = BodyFacts::new(
+                &Method::POST,
+                &headers(other),
+                None,
+                KeyBody::Whole(body),
+                persisted,
+            );
             assert_eq!(facts.value_at(&tenant), None, "{other}");
-            assert!(facts.operation().is_none(), "{other}");
+            assert_eq!(facts.graphql().why, Some(Unread::NotGraphql), "{other}");
         }
-        let mut gzipped = json.clone();
-        gzipped.insert(http::header::CONTENT_ENCODING, "gzip".parse().unwrap());
-        let facts = BodyFacts::new(&Method::POST, &gzipped, None, Some(body));
-        assert_eq!(facts.value_at(&tenant), None);
-        // A body that was not read (too long) has no values.
-        let facts = BodyFacts::new(&Method::POST, &json, None, None);
-        assert_eq!(facts.value_at(&tenant), None);
-        assert_eq!(facts.graphql_cost(), 1);
+        // A body that was not read (too long, undecodable) has no values,
+        // and says why.
+        for (body, why) in [
+            (KeyBody::TooLarge, Unread::TooLarge),
+            (KeyBody::Undecodable, Unread::Undecodable),
+            (KeyBody::Empty, Unread::NotGraphql),
+        ] {
+            let facts = BodyFacts::new(&Method::POST, &json, None, body, persisted);
+            assert_eq!(facts.value_at(&tenant), None);
+            assert_eq!(
+                (facts.graphql().unread, facts.graphql().why),
+                (1, Some(why))
+            );
+        }
+    }
+
+    fn persisted_tables() -> (graphql::persisted::Manifest, graphql::persisted::Learned) {
+        (Default::default(), graphql::persisted::Learned::new(10))
+    }
+
+    fn persisted<'t>(
+        manifest: &'t graphql::persisted::Manifest,
+        learned: &'t graphql::persisted::Learned,
+    ) -> Persisted<'t> {
+        Persisted {
+            manifest,
+            learned,
+            learns: true,
+        }
     }
 
     #[test]
     fn a_graphql_document_or_a_get_gives_the_operation() {
+        let (manifest, learned) = persisted_tables();
+        let persisted = persisted(&manifest, &learned);
         let document = b"mutation AddStar { addStar(input: {}) { clientMutationId } }";
         let facts = BodyFacts::new(
             &Method::POST,
             &headers("application/graphql"),
             None,
-            Some(document),
+            KeyBody::Whole(document),
+            persisted,
         );
-        let operation = facts.operation().unwrap();
+        let reading = facts.graphql();
         assert_eq!(
-            (operation.name_text(), operation.kind.as_str()),
-            ("AddStar", "mutation")
+            (reading.operation.as_deref(), reading.kind),
+            (Some("AddStar"), Some(graphql::OperationType::Mutation))
         );
         let query =
             "query=%7B%20a(first%3A%20100)%20%7B%20b(first%3A%2050)%20%7B%20c%20%7D%20%7D%20%7D";
-        let facts = BodyFacts::new(&Method::GET, &HeaderMap::new(), Some(query), None);
-        let operation = facts.operation().unwrap();
-        assert_eq!(operation.name_text(), "anonymous");
+        let facts = BodyFacts::new(
+            &Method::GET,
+            &HeaderMap::new(),
+            Some(query),
+            KeyBody::Empty,
+            persisted,
+        );
+        assert_eq!(facts.graphql().operation.as_deref(), Some("anonymous"));
         // 1 + 100 requests: a score of 1.01, so 1.
-        assert_eq!(facts.graphql_cost(), 1);
-        // A GET without a query, or a POST of another type, has none.
-        let facts = BodyFacts::new(&Method::GET, &HeaderMap::new(), None, None);
-        assert!(facts.operation().is_none());
+        assert_eq!(facts.graphql().cost, 1);
+        // A GET without a query has none.
+        let facts = BodyFacts::new(
+            &Method::GET,
+            &HeaderMap::new(),
+            None,
+            KeyBody::Empty,
+            persisted,
+        );
+        assert_eq!(facts.graphql().why, Some(Unread::NotGraphql));
     }
 
     #[test]

@@ -17,13 +17,19 @@
 //! - `document`: the document parsed, and the operation selected.
 //! - `variables`: what a `first`/`last` counts as.
 //! - `cost`: the requests of the operation's connections, and [`score`].
+//! - `persisted`: the documents sluice knows by their hash.
+//! - `reading`: a whole request read for a rule ([`Reading`]): a batch's
+//!   operations, persisted queries, and what could not be read.
 //!
-//! A request is read whole or not at all: when any part of it is one a
+//! An operation is read whole or not at all: when any part of it is one a
 //! GraphQL server would refuse before running anything (see [`read`]), it
-//! has no operation, which a key counts as missing and a cost as 1.
+//! has no operation, which a key counts as missing and a cost rule decides
+//! by its `unreadable`.
 
 mod cost;
 mod document;
+pub mod persisted;
+mod reading;
 mod request;
 mod variables;
 
@@ -31,6 +37,7 @@ use std::borrow::Cow;
 
 pub use cost::score;
 pub use document::{RECURSION_LIMIT, TOKEN_LIMIT};
+pub use reading::{read_all, Answer, Reading, Unread};
 
 /// How a GraphQL request carries its operation.
 #[derive(Debug, Clone, Copy)]
@@ -89,6 +96,16 @@ impl Operation<'_> {
     pub fn name_text(&self) -> &str {
         self.name.as_deref().unwrap_or(ANONYMOUS)
     }
+
+    /// The same operation, owning its name.
+    pub fn into_owned(self) -> Operation<'static> {
+        Operation {
+            name: self.name.map(|name| Cow::Owned(name.into_owned())),
+            kind: self.kind,
+            requests: self.requests,
+            cost: self.cost,
+        }
+    }
 }
 
 /// Reads the operation a request runs, its type and its cost.
@@ -101,11 +118,17 @@ impl Operation<'_> {
 /// operations and no `operationName`, an anonymous operation beside others,
 /// an `operationName` naming none or two of them, and, in the operation, a
 /// spread of an undefined fragment, a fragment defined twice or fragments
-/// spread in a cycle. Such a request's key is missing and its cost is 1.
+/// spread in a cycle. Such a request's key is missing. A batch or a
+/// persisted query is read by [`read_all`].
 pub fn read(request: GraphqlRequest<'_>) -> Option<Operation<'_>> {
-    let parts = request::Parts::read(request)?;
+    operation_of(request::Parts::read(request)?)
+}
+
+/// The operation `parts` run, when they carry a document ([`read`]).
+fn operation_of(parts: request::Parts<'_>) -> Option<Operation<'_>> {
+    let source = parts.source?;
     let (name, kind, requests) = {
-        let source: &str = &parts.source;
+        let source: &str = &source;
         let document = document::parse(source)?;
         let selected = document::select(&document, parts.operation_name.as_deref())?;
         let defaults = document.defaults.get(selected.defaults.clone())?;
@@ -113,7 +136,7 @@ pub fn read(request: GraphqlRequest<'_>) -> Option<Operation<'_>> {
         let requests = cost::requests(&document, selected.open, &mut values)?;
         (selected.name, selected.kind, requests)
     };
-    let name = match (parts.operation_name, parts.source) {
+    let name = match (parts.operation_name, source) {
         (Some(given), _) => Some(given),
         (None, Cow::Borrowed(source)) => {
             name.and_then(|range| source.get(range)).map(Cow::Borrowed)
@@ -128,12 +151,6 @@ pub fn read(request: GraphqlRequest<'_>) -> Option<Operation<'_>> {
         requests,
         cost: score(requests),
     })
-}
-
-/// The cost of a request (`cost = "graphql"`): its operation's, or 1 when
-/// it has none.
-pub fn cost_of(request: GraphqlRequest<'_>) -> u64 {
-    read(request).map_or(1, |operation| operation.cost)
 }
 
 #[cfg(test)]

@@ -116,6 +116,7 @@ pub(super) fn compile_rule(
         limits,
         cost: rule.cost,
         graphql_cost: rule.graphql_cost,
+        unreadable: rule.unreadable,
         reads_body: rule.graphql_cost
             || rule
                 .key

@@ -44,6 +44,8 @@ pub struct Rule {
     pub cost: u64,
     /// `cost = "graphql"`: a request takes its query's cost instead.
     pub graphql_cost: bool,
+    /// With `graphql_cost`: what a request whose cost cannot be read gets.
+    pub unreadable: crate::config::Unreadable,
     /// Whether its key, `tiers.by` or cost reads the request's body or its
     /// GraphQL operation: a request it matches has its body read before it
     /// is decided (docs/conversation.md).

@@ -128,9 +128,12 @@ impl Note for Parts {
         match refused {
             Unidentified::Denied => self.decide("denied", None, None),
             // The key is what is missing.
-            Unidentified::MissingKey(rule) => self.decide("missing_key", Some(&rule.name), None),
+            // The key, or the query a cost is read from, is what is missing.
+            Unidentified::MissingKey(rule) | Unidentified::Uncosted(rule, _) => {
+                self.decide("missing_key", Some(&rule.name), None)
+            }
             // Counted limited, as a retired route is.
-            Unidentified::Gone(rule, _) | Unidentified::TooCostly { rule, .. } => {
+            Unidentified::Gone(rule, _) => {
                 let key = shown_key(rule, facts, policy);
                 self.decide("limited", Some(&rule.name), Some(&key));
             }

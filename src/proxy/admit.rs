@@ -197,7 +197,8 @@ pub async fn admit_request<'p>(
                 rule.ban_started(key, text, &policy.labels);
             }
             let decided_at = Duration::from_nanos(ruling.decided_at);
-            respond::limited(response, policy, &ruling.verdicts, decided_at);
+            let beyond = beyond_capacity(enforced, &ruling.verdicts);
+            respond::limited(response, policy, &ruling.verdicts, decided_at, beyond);
         }
     }
     respond::add_sunset_headers(response.headers_mut(), *retiring);
@@ -444,11 +445,43 @@ fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit) -> Ask<'p> {
         limiter: &limit.limiter,
         cost: if rule.is_concurrency() {
             1
+        } else if rule.graphql_cost {
+            graphql_ask(applicable.cost, &limit.limiter)
         } else {
             applicable.cost
         },
         // Shadow rules never hold: the store asks them now or never.
         hold: rule.hold,
+    }
+}
+
+/// The cost of the request, when the first rule that refused it takes a
+/// GraphQL query's cost larger than the refusing limit can ever hold: the
+/// refusal says so (waiting would not help).
+fn beyond_capacity(enforced: &[Applicable<'_>], verdicts: &[Verdict<'_>]) -> Option<u64> {
+    let refused = verdicts.iter().find(|v| !v.decision.is_allowed())?;
+    if !refused.rule.graphql_cost {
+        return None;
+    }
+    let applicable = enforced
+        .iter()
+        .find(|one| std::ptr::eq(one.rule, refused.rule))?;
+    let fits = verdicts
+        .iter()
+        .filter(|v| std::ptr::eq(v.rule, refused.rule))
+        .all(|v| applicable.cost <= v.limit.limiter.capacity() || v.limit.limiter.is_leaky());
+    (!fits).then_some(applicable.cost)
+}
+
+/// What a query's cost asks of `limiter`: the cost, or one unit past the
+/// capacity when it is larger (it never fits either way, and a limiter's
+/// arithmetic is then never asked about a cost near `u64::MAX`). A leaky
+/// bucket passes any cost in time, and its arithmetic saturates.
+fn graphql_ask(cost: u64, limiter: &crate::limiter::Limiter) -> u64 {
+    if limiter.is_leaky() {
+        cost
+    } else {
+        cost.min(limiter.capacity().saturating_add(1))
     }
 }
 

@@ -22,7 +22,8 @@ use super::refusal_log::{self, Refused};
 use super::respond::{self, ProxyBody};
 use super::INLINE_RULES;
 use crate::clock::Nanos;
-use crate::config::MissingPolicy;
+use crate::config::{MissingPolicy, Unreadable};
+use crate::key::graphql::{Answer, Unread};
 use crate::key::jwt::Claims;
 use crate::key::RequestFacts;
 use crate::policy::{Limit, Policy, Rule, Sunset};
@@ -60,13 +61,21 @@ pub enum Unidentified<'p> {
     MissingKey(&'p Rule),
     /// The rule's route is retired (410).
     Gone(&'p Rule, &'p Sunset),
-    /// The request's GraphQL query costs more than one of the rule's
-    /// buckets holds (429, without touching it).
-    TooCostly {
-        rule: &'p Rule,
-        cost: u64,
-        capacity: u64,
-    },
+    /// The rule takes the request's GraphQL cost and cannot (400, or
+    /// `PersistedQueryNotFound` for an unknown hash).
+    Uncosted(&'p Rule, Uncosted),
+}
+
+/// Why a `cost = "graphql"` rule cannot take a request's cost
+/// (docs/conversation.md, "No query is free").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Uncosted {
+    /// The cost cannot be read and the rule's `unreadable` is `"refuse"`.
+    Unreadable(Unread),
+    /// A query sent with a hash that is not its SHA-256.
+    HashMismatch,
+    /// A persisted query's hash alone that sluice does not know.
+    PersistedQueryNotFound,
 }
 
 /// Where one rule stands on a request ([`stand`]).
@@ -82,9 +91,9 @@ pub enum Standing<'p> {
     MissingKey,
     /// Its route is retired: the request is answered 410.
     Gone(&'p Sunset),
-    /// Its query costs more than one of the caller's buckets holds
-    /// (`cost = "graphql"`): the request is answered 429.
-    TooCostly { cost: u64, capacity: u64 },
+    /// It takes the request's GraphQL cost and cannot: answered 400, or as
+    /// Apollo Server answers an unknown persisted query.
+    Uncosted(Uncosted),
     /// It applies, with the caller's bucket key, the limits it is held to
     /// (its tier, override or sunset step) and what the request costs.
     Applies {
@@ -159,13 +168,7 @@ pub fn identify<'r, 'p>(
             Standing::Unmatched | Standing::Skipped => {}
             Standing::MissingKey => return Err(Unidentified::MissingKey(rule)),
             Standing::Gone(sunset) => return Err(Unidentified::Gone(rule, sunset)),
-            Standing::TooCostly { cost, capacity } => {
-                return Err(Unidentified::TooCostly {
-                    rule,
-                    cost,
-                    capacity,
-                })
-            }
+            Standing::Uncosted(why) => return Err(Unidentified::Uncosted(rule, why)),
             Standing::Applies { key, limits, cost } => {
                 if let Some(sunset) = &rule.sunset {
                     applicable.retiring.get_or_insert(sunset);
@@ -233,20 +236,46 @@ fn stand<'r, 'p>(
     let limits = rule.limits_for(key, facts, &policy.keys, started);
     let mut cost = rule.cost;
     if rule.graphql_cost {
-        cost = facts.body.map_or(1, |body| body.graphql_cost());
-        // A leaky bucket passes any cost in time (it only waits longer).
-        let capacity = limits
-            .iter()
-            .filter(|limit| !matches!(limit.limiter, crate::limiter::Limiter::LeakyBucket(_)))
-            .map(|limit| limit.limiter.capacity())
-            .min();
-        if let Some(capacity) = capacity.filter(|&capacity| cost > capacity) {
-            if !rule.shadow {
-                return Standing::TooCostly { cost, capacity };
-            }
-        }
+        cost = match graphql_cost(rule, facts) {
+            Ok(cost) => cost,
+            Err(why) if !rule.shadow => return Standing::Uncosted(why),
+            // A shadow rule reports what it would have done: a request it
+            // would refuse is one no bucket admits.
+            Err(_) => u64::MAX,
+        };
+        // A cost above a limit's capacity is left to the store, which
+        // refuses it as a quota exceeded for good (no Retry-After), with
+        // the usual fields, taking nothing.
     }
     Standing::Applies { key, limits, cost }
+}
+
+/// The units a `cost = "graphql"` rule takes from the request `facts`
+/// describe: the sum of its operations' costs, plus the rule's
+/// `unreadable` for each it cannot read; or why it cannot take them.
+/// Out of line: only such rules get here.
+#[inline(never)]
+fn graphql_cost(rule: &Rule, facts: &RequestFacts<'_>) -> Result<u64, Uncosted> {
+    let Some(body) = facts.body else {
+        return Err(Uncosted::Unreadable(Unread::NotGraphql));
+    };
+    let reading = body.graphql();
+    match reading.answer {
+        Some(Answer::HashMismatch) => return Err(Uncosted::HashMismatch),
+        Some(Answer::PersistedQueryNotFound) => return Err(Uncosted::PersistedQueryNotFound),
+        None => {}
+    }
+    if reading.unread == 0 {
+        return Ok(reading.cost);
+    }
+    match rule.unreadable {
+        Unreadable::Charge(units) => Ok(reading
+            .cost
+            .saturating_add(units.saturating_mul(reading.unread))),
+        Unreadable::Refuse => Err(Uncosted::Unreadable(
+            reading.why.unwrap_or(Unread::NotGraphql),
+        )),
+    }
 }
 
 /// Where `rule`, which counts WebSocket messages (`unit = "message"`),
@@ -288,23 +317,29 @@ pub fn count_refusal(
                 policy.labels.show(&rule.key, &text)
             });
         }
-        Unidentified::Gone(rule, _) | Unidentified::TooCostly { rule, .. } => {
-            rule.counters.limited.inc()
-        }
+        Unidentified::Gone(rule, _) => rule.counters.limited.inc(),
+        // A request whose cost cannot be taken (an unknown persisted query
+        // included) lacks what the rule needs, as a missing key does.
+        Unidentified::Uncosted(rule, _) => rule.counters.missing_key.inc(),
     }
 }
 
 /// The answer to a request [`identify`] refused: 403, 400 naming the rule
-/// whose key source is missing, or 410 with the retired route's sunset.
+/// whose key source is missing or whose query cannot be costed, 410 with
+/// the retired route's sunset, or Apollo's `PersistedQueryNotFound`.
 pub fn answer(refused: Unidentified<'_>) -> Response<ProxyBody> {
     match refused {
         Unidentified::Denied => respond::refusal(Refusal::Denied, None),
         Unidentified::MissingKey(rule) => respond::refusal(Refusal::MissingKey, Some(rule)),
         Unidentified::Gone(rule, sunset) => respond::gone(rule, sunset),
-        Unidentified::TooCostly {
-            rule,
-            cost,
-            capacity,
-        } => respond::refusal(Refusal::TooCostly { cost, capacity }, Some(rule)),
+        Unidentified::Uncosted(rule, Uncosted::Unreadable(why)) => {
+            respond::refusal(Refusal::UnreadableQuery(why), Some(rule))
+        }
+        Unidentified::Uncosted(rule, Uncosted::HashMismatch) => {
+            respond::refusal(Refusal::PersistedQueryMismatch, Some(rule))
+        }
+        Unidentified::Uncosted(_, Uncosted::PersistedQueryNotFound) => {
+            respond::persisted_query_not_found()
+        }
     }
 }

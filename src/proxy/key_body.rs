@@ -27,6 +27,8 @@ use super::checks;
 use super::client_request::{ClientBody, ClientRequest, Prefixed};
 use super::out_of_line::OutOfLine;
 use super::refusal::Refusal;
+use crate::key::body::KeyBody;
+use crate::key::content_coding::{self, Decoded};
 use crate::policy::Policy;
 use crate::proxy::deadline::CutOff;
 
@@ -72,12 +74,56 @@ async fn reading(
     }
 }
 
+/// A request's body as its rules read it: as sent, or decoded from its
+/// `Content-Encoding` into a buffer of its own.
+#[derive(Debug)]
+pub enum Readable<'r> {
+    Sent(KeyBody<'r>),
+    Decoded(Vec<u8>),
+}
+
+impl Readable<'_> {
+    pub fn view(&self) -> KeyBody<'_> {
+        match self {
+            Readable::Sent(body) => *body,
+            Readable::Decoded(bytes) if bytes.is_empty() => KeyBody::Empty,
+            Readable::Decoded(bytes) => KeyBody::Whole(bytes),
+        }
+    }
+}
+
 /// The body of `request` as its rules read it, once [`read`] read it: the
 /// whole body when it ended within `server.max_key_body_bytes` (before
-/// its trailer fields, if any), else `None` (there is none, it is empty,
-/// or it is longer).
-pub fn body<'r>(request: &'r Request<ClientBody>, policy: &Policy) -> Option<&'r [u8]> {
-    whole_within(request.body(), policy.config.server.max_key_body_bytes)
+/// its trailer fields, if any), decoded within that bound when it is in a
+/// `Content-Encoding` (`key/content_coding.rs`); or none, or why it cannot
+/// be read (longer, or undecodable). Out of line: only requests a rule
+/// reads the body of get here.
+#[inline(never)]
+pub fn readable<'r>(request: &'r Request<ClientBody>, policy: &Policy) -> Readable<'r> {
+    let bound = policy.config.server.max_key_body_bytes;
+    let body = request.body();
+    let Some(sent) = whole_within(body, bound) else {
+        let empty = match body {
+            ClientBody::Empty => true,
+            ClientBody::Read(bytes) => bytes.is_empty(),
+            // Trailer fields alone.
+            ClientBody::Prefixed(prefixed) => {
+                prefixed.read.is_empty() && matches!(prefixed.rest, ClientBody::Empty)
+            }
+            ClientBody::Piped(_) | ClientBody::Hyper(_) => false,
+        };
+        return Readable::Sent(if empty {
+            KeyBody::Empty
+        } else {
+            KeyBody::TooLarge
+        });
+    };
+    match content_coding::decode(request.headers(), sent, bound) {
+        Decoded::Plain => Readable::Sent(KeyBody::Whole(sent)),
+        Decoded::Bytes(bytes) => Readable::Decoded(bytes),
+        Decoded::TooLarge => Readable::Sent(KeyBody::TooLarge),
+        Decoded::Undecodable => Readable::Sent(KeyBody::Undecodable),
+    }
 }
 
 /// `body`, as [`gather`] put it back, when it is whole, not empty and no

@@ -8,7 +8,9 @@ use std::borrow::Cow;
 use http::StatusCode;
 
 use super::deadline::CutOff;
+use crate::key::graphql::Unread;
 use crate::policy::Rule;
+use crate::problem;
 
 /// Which synthetic answers exist, by blame: the client's fault is 4xx, the
 /// upstream's 502/504.
@@ -30,9 +32,12 @@ pub enum Refusal {
     BodyCutOff(CutOff, http::Version),
     /// A rule with `missing = "reject"` lacked a key source.
     MissingKey,
-    /// A request costs more than the rule's bucket can ever hold
-    /// (`cost = "graphql"`): waiting would not help.
-    TooCostly { cost: u64, capacity: u64 },
+    /// A `cost = "graphql"` rule cannot read the request's cost, and its
+    /// `unreadable` is `"refuse"`.
+    UnreadableQuery(Unread),
+    /// A GraphQL query sent with a persisted query's hash that is not its
+    /// SHA-256.
+    PersistedQueryMismatch,
     /// The client IP is on the deny list.
     Denied,
     /// The upstream could not be reached.
@@ -52,8 +57,9 @@ impl Refusal {
             Refusal::BadHost(_) | Refusal::BadPath(_) | Refusal::BadFraming(_) => {
                 StatusCode::BAD_REQUEST
             }
-            Refusal::MissingKey => StatusCode::BAD_REQUEST,
-            Refusal::TooCostly { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Refusal::MissingKey | Refusal::UnreadableQuery(_) | Refusal::PersistedQueryMismatch => {
+                StatusCode::BAD_REQUEST
+            }
             Refusal::UriTooLong => StatusCode::URI_TOO_LONG,
             Refusal::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Refusal::BodyCutOff(CutOff::Timeout, _) => StatusCode::REQUEST_TIMEOUT,
@@ -88,12 +94,16 @@ impl Refusal {
                 }
                 None => "this request lacks a value a rule is keyed on",
             },
-            Refusal::TooCostly { cost, capacity } => {
+            Refusal::UnreadableQuery(why) => {
                 let name = rule.map_or("", |rule| &*rule.name);
                 return Cow::Owned(format!(
-                    "this query costs {cost} units and rule '{name}' holds at most {capacity}, \
-                     so it can never be admitted: ask for fewer items (first/last)"
+                    "rule '{name}' charges each GraphQL query its cost, and this request's cost \
+                     cannot be read: {}",
+                    why.reason()
                 ));
+            }
+            Refusal::PersistedQueryMismatch => {
+                "the persisted query's sha256Hash is not the SHA-256 of the query sent with it"
             }
             Refusal::Denied => "requests from this address are not accepted",
             Refusal::UpstreamUnreachable => {
@@ -103,6 +113,15 @@ impl Refusal {
             Refusal::UpstreamFailed => "the service behind this proxy failed to answer",
             Refusal::StoreUnavailable => "rate limits cannot be checked right now; try again later",
         })
+    }
+
+    /// The problem type, when it is not `about:blank`.
+    pub fn kind(&self) -> Option<&'static str> {
+        match self {
+            Refusal::UnreadableQuery(_) => Some(problem::UNREADABLE_QUERY),
+            Refusal::PersistedQueryMismatch => Some(problem::PERSISTED_QUERY_MISMATCH),
+            _ => None,
+        }
     }
 
     /// Whether the HTTP/1 connection must close after the answer: framing

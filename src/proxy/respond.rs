@@ -379,11 +379,15 @@ pub struct Verdict<'p> {
 
 /// The answer to a request some rule rejected, written into the [`vacant`]
 /// `response`.
+///
+/// `beyond`: the request's GraphQL cost, when the first refusing rule can
+/// never hold it (the detail says so).
 pub fn limited(
     response: &mut Response<ProxyBody>,
     policy: &Policy,
     verdicts: &[Verdict<'_>],
     decided_at: Duration,
+    beyond: Option<u64>,
 ) {
     let rejecting = || verdicts.iter().filter(|v| !v.decision.is_allowed());
     let first_rule = rejecting()
@@ -406,7 +410,7 @@ pub fn limited(
     // A refusal by a single limit is what a caller over its limit gets
     // again and again: send the same answer again while it applies.
     let key = match verdicts {
-        [only] => {
+        [only] if beyond.is_none() => {
             let state = only.decision.state();
             Some(RefusalKey {
                 limit: only.limit.serial,
@@ -421,8 +425,22 @@ pub fn limited(
     if let Some((fields, body)) = key.as_ref().and_then(last_refusal::replay) {
         return refuse_into(response, status, fields, body);
     }
+    let costly_head;
+    let head = match beyond {
+        None => &first.limit.problem_head,
+        Some(cost) => {
+            let detail = format!(
+                "this query costs {cost} units and rule '{}' holds at most {}, so it can never \
+                 be admitted: ask for fewer items (first/last)",
+                first.rule.name,
+                first.limit.limiter.capacity()
+            );
+            costly_head = problem::quota_exceeded_head(status, &detail);
+            &costly_head
+        }
+    };
     let body = Bytes::from(problem::quota_exceeded_body(
-        &first.limit.problem_head,
+        head,
         rejecting().map(|v| v.limit.name_json.as_str()),
         &first.limit.rule_json,
         first.limit.limiter.capacity(),
@@ -777,6 +795,19 @@ fn join<S: AsRef<str>>(items: impl Iterator<Item = S>) -> String {
     out
 }
 
+/// Apollo Server's answer to a persisted query's hash it does not know
+/// (`200`, a GraphQL error `PERSISTED_QUERY_NOT_FOUND`), which makes an
+/// Apollo client send the query with its hash: sluice gives it in the
+/// upstream's place, with no rate-limit fields (nothing was decided).
+pub fn persisted_query_not_found() -> Response<ProxyBody> {
+    const BODY: &[u8] = br#"{"errors":[{"message":"PersistedQueryNotFound","extensions":{"code":"PERSISTED_QUERY_NOT_FOUND"}}]}"#;
+    let mut response = Response::new(ProxyBody::written(Bytes::from_static(BODY)));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
 /// Whole seconds, rounded up.
 #[inline]
 pub fn ceil_secs(nanos: Nanos) -> u64 {
@@ -791,7 +822,11 @@ fn subsec_nanos(time: Duration) -> Nanos {
 /// ([`Refusal::status`], [`Refusal::detail`]), and `Connection: close` when
 /// the connection cannot carry another request.
 pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
-    let mut response = problem(refusal.status(), &refusal.detail(rule));
+    let (status, detail) = (refusal.status(), refusal.detail(rule));
+    let body = Problem::new(status, &detail)
+        .typed(refusal.kind())
+        .to_json(Layout::Standard);
+    let mut response = with_problem_body(status, body);
     if refusal.closes_connection() {
         response
             .headers_mut()
@@ -843,7 +878,7 @@ mod tests {
             },
         }];
         let mut response = vacant();
-        limited(&mut response, policy, &verdicts, at);
+        limited(&mut response, policy, &verdicts, at, None);
         response
     }
 

@@ -114,11 +114,11 @@ fn write(span: &mut Recording, record: &Record<'_, '_, '_>, serving: Serving<'_>
         Record::Unchecked { .. } => {}
         Record::Refused { facts, refused } => match refused {
             Unidentified::Denied => span.set_str("sluice.outcome", "denied"),
-            Unidentified::MissingKey(rule) => {
+            Unidentified::MissingKey(rule) | Unidentified::Uncosted(rule, _) => {
                 span.set_str("sluice.outcome", "missing_key");
                 span.set_str("sluice.rule", &rule.name);
             }
-            Unidentified::Gone(rule, _) | Unidentified::TooCostly { rule, .. } => {
+            Unidentified::Gone(rule, _) => {
                 span.set_str("sluice.outcome", "limited");
                 span.set_str("sluice.rule", &rule.name);
                 key(span, rule, facts);

@@ -280,12 +280,12 @@ async fn a_graphql_query_takes_its_cost_as_github_computes_it() {
     });
     let got = graphql(&sluice, "t2", fragments).await;
     assert_eq!(got.header("x-ratelimit-cost"), Some("2"), "{got:?}");
-    // A query that does not parse costs 1, and its operation is missing
-    // (the per-operation rule puts it in the shared bucket).
+    // A query that does not parse has no cost to read: refused (the
+    // rule's `unreadable` is "refuse" by default), never sent on.
     let broken = graphql(&sluice, "t2", json!({ "query": "query { viewer { " })).await;
-    assert_eq!(broken.status, StatusCode::OK, "{broken:?}");
-    assert_eq!(broken.header("x-ratelimit-cost"), Some("1"));
-    assert_eq!(upstream.count(), 4);
+    let problem = support::assert_problem(&broken, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["type"], "tag:sluice,2026:problems/unreadable-query");
+    assert_eq!(upstream.count(), 3);
     // The status page says what the points rule counts.
     let status = support::get(&format!("http://{}/admin/status", sluice.admin), &[]).await;
     let rules = status.json()["rules"].clone();
@@ -340,6 +340,21 @@ async fn a_query_costing_more_than_the_bucket_holds_is_refused_without_touching_
         None,
         "waiting does not help: {got:?}"
     );
+    // The usual quota-exceeded answer, naming the rule, its limit and what
+    // is left (all of it), with the rate-limit fields of every 429.
+    assert_eq!(
+        problem["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(problem["rule"], "graphql-points");
+    assert_eq!(
+        (problem["limit"].as_u64(), problem["remaining"].as_u64()),
+        (Some(100), Some(100))
+    );
+    assert!(problem["retry_after_secs"].is_null(), "{problem}");
+    assert_eq!(problem["violated-policies"], json!(["graphql-points"]));
+    let policies = got.header("ratelimit-policy").unwrap_or_default();
+    assert!(policies.contains("\"graphql-points\";q=100"), "{got:?}");
     let detail = problem["detail"].as_str().unwrap();
     assert!(
         detail.contains(&u64::MAX.to_string()) && detail.contains("graphql-points"),

@@ -577,6 +577,28 @@ pub async fn post_json(url: &str, body: &str, headers: &[(&str, &str)]) -> Got {
     collect(response).await
 }
 
+/// `POST url` with `body` as it is and `headers`: the status, the fields
+/// and the body's bytes (a coded body is not text).
+pub async fn post_raw(
+    url: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> (StatusCode, HeaderMap, Bytes) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut request = Request::post(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Full::new(Bytes::from(body.to_vec()))).unwrap();
+    let response = client
+        .request(request)
+        .await
+        .unwrap_or_else(|e| panic!("request to {url} failed: {e}"));
+    let (status, fields) = (response.status(), response.headers().clone());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, fields, body)
+}
+
 /// `GET url` with headers.
 pub async fn get(url: &str, headers: &[(&str, &str)]) -> Got {
     send(Method::GET, url, headers).await

@@ -129,7 +129,6 @@ fn several_operations_without_a_name_are_unreadable() {
     assert_eq!(document(query), None);
     let body = serde_json::json!({"query": query}).to_string();
     assert_eq!(read(GraphqlRequest::Json(body.as_bytes())), None);
-    assert_eq!(cost_of(GraphqlRequest::Json(body.as_bytes())), 1);
 }
 
 #[test]
@@ -313,10 +312,9 @@ fn costs_saturate_rather_than_wrap() {
 }
 
 #[test]
-fn a_document_that_does_not_parse_is_unreadable_and_costs_1() {
+fn a_document_that_does_not_parse_is_unreadable() {
     for query in ["{ a(first: 10) { b }", "query A { a } }", "not graphql", ""] {
         assert_eq!(document(query), None, "{query}");
-        assert_eq!(cost_of(GraphqlRequest::Document(query.as_bytes())), 1);
     }
     let deep = format!(
         "{}{}",
