@@ -86,6 +86,7 @@ pub struct RawServer {
     pub body_timeout: Option<Spanned<String>>,
     pub idle_timeout: Option<Spanned<String>>,
     pub send_timeout: Option<Spanned<String>>,
+    pub tunnel_idle_timeout: Option<Spanned<String>>,
     pub max_message_bytes: Option<Spanned<i64>>,
     pub forwarded_header: Option<Spanned<String>>,
     pub ipv6_prefix: Option<Spanned<i64>>,
