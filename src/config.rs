@@ -118,6 +118,10 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     pub idle_timeout: Duration,
     pub send_timeout: Duration,
+    /// `tunnel_idle_timeout`: an upgraded connection (a WebSocket tunnel)
+    /// silent both ways this long is closed, with a Close frame 1001 to
+    /// each side (docs/conversation.md, "WebSocket messages").
+    pub tunnel_idle_timeout: Duration,
     /// `max_message_bytes`: the largest WebSocket message (payload bytes
     /// across its fragments) a tunnel a `unit = "message"` rule applies to
     /// passes; a larger one closes the connection with 1009.

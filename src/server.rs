@@ -522,6 +522,7 @@ fn connection_limits(server: &ServerConfig) -> ConnectionLimits {
         header_read_timeout: server.header_read_timeout,
         idle_timeout: server.idle_timeout,
         send_timeout: server.send_timeout,
+        tunnel_idle_timeout: server.tunnel_idle_timeout,
     }
 }
 

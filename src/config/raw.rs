@@ -86,6 +86,7 @@ pub struct RawServer {
     pub body_timeout: Option<Spanned<String>>,
     pub idle_timeout: Option<Spanned<String>>,
     pub send_timeout: Option<Spanned<String>>,
+    pub tunnel_idle_timeout: Option<Spanned<String>>,
     pub max_message_bytes: Option<Spanned<i64>>,
     pub max_persisted_queries: Option<Spanned<i64>>,
     pub persisted_queries: Option<Spanned<String>>,

@@ -114,6 +114,11 @@ impl Validator<'_> {
             body_timeout: self.timeout(raw.body_timeout.as_ref(), "server.body_timeout", secs(60)),
             idle_timeout: self.timeout(raw.idle_timeout.as_ref(), "server.idle_timeout", secs(60)),
             send_timeout: self.timeout(raw.send_timeout.as_ref(), "server.send_timeout", secs(60)),
+            tunnel_idle_timeout: self.timeout(
+                raw.tunnel_idle_timeout.as_ref(),
+                "server.tunnel_idle_timeout",
+                secs(300),
+            ),
             max_message_bytes: self.int(
                 raw.max_message_bytes.as_ref(),
                 "server.max_message_bytes",
@@ -772,6 +777,28 @@ mod tests {
         assert_eq!(
             line,
             "test.toml:3:16: server.idle_timeout: must be longer than zero (default \"60s\")"
+        );
+    }
+
+    #[test]
+    fn tunnel_idle_timeout_is_five_minutes_unless_set_to_a_duration() {
+        let config = |rest: &str| Config::from_toml(&format!("{UPSTREAM}{rest}"), "test.toml");
+        let server = |rest| config(rest).unwrap().server;
+        assert_eq!(server("").tunnel_idle_timeout, Duration::from_secs(300));
+        assert_eq!(
+            server("tunnel_idle_timeout = \"90s\"\n").tunnel_idle_timeout,
+            Duration::from_secs(90)
+        );
+        let line = only_error(&format!("{UPSTREAM}tunnel_idle_timeout = \"0s\"\n"));
+        assert_eq!(
+            line,
+            "test.toml:3:23: server.tunnel_idle_timeout: must be longer than zero \
+             (default \"300s\")"
+        );
+        let line = only_error(&format!("{UPSTREAM}tunnel_idle_timeout = \"5 minutes\"\n"));
+        assert!(
+            line.starts_with("test.toml:3:23: server.tunnel_idle_timeout: "),
+            "{line}"
         );
     }
 }

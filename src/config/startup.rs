@@ -36,6 +36,7 @@ pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str
         server.body_timeout,
         server.idle_timeout,
         server.send_timeout,
+        server.tunnel_idle_timeout,
         server.proxy_protocol,
         admin.listen,
         admin.token_env,

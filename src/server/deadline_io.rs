@@ -58,6 +58,9 @@ pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub send_timeout: Duration,
+    /// An upgraded connection (a tunnel) silent both ways this long is
+    /// closed (`server/http1/tunnel.rs`).
+    pub tunnel_idle_timeout: Duration,
 }
 
 /// What hyper's HTTP/2 service tells the connection's socket: how many of
@@ -237,6 +240,11 @@ impl<S> DeadlineIo<S> {
     /// serves it).
     pub fn serve_http2(&mut self) {
         self.http2 = true;
+    }
+
+    /// How long the connection, once a tunnel, may be silent both ways.
+    pub fn tunnel_idle_timeout(&self) -> Duration {
+        self.limits.tunnel_idle_timeout
     }
 
     /// The connection is a tunnel from now on (a `101` was answered): its
@@ -588,6 +596,7 @@ mod tests {
             header_read_timeout: Duration::from_secs(5),
             idle_timeout,
             send_timeout: Duration::from_secs(5),
+            tunnel_idle_timeout: Duration::from_secs(300),
         }
     }
 

@@ -1,8 +1,10 @@
 //! RFC 6455 §5 frames, read as they stream: a client's, to count its
 //! messages and refuse what breaks the protocol or the size limit
-//! ([`Reader`]), and a server's, only to know where its frames end
+//! ([`Reader`]), and either side's, only to know where its frames end
 //! ([`FrameEnds`]), so that sluice's own Close frame never lands inside
-//! one. Neither keeps a frame: they keep a few counters, and [`Reader`]
+//! one. Both note the first Close frame that went by whole, so that a
+//! tunnel ends once one passed each way (docs/conversation.md,
+//! "WebSocket messages"). Neither keeps a frame: they keep a few counters, and [`Reader`]
 //! looks at a frame's header only while its caller holds it (at most
 //! [`MAX_HEADER`] bytes). Payloads are never unmasked or copied: they pass
 //! as the client sent them. What is refused, with which close code, and
@@ -117,6 +119,41 @@ pub struct Reader {
     message: Option<u64>,
     /// The violation that ended the connection: every step repeats it.
     closed: Option<Violation>,
+    /// Whether a Close frame went by.
+    close: CloseSeen,
+}
+
+/// Whether a side's Close frame (RFC 6455 §5.5.1) went by whole: the
+/// first one counts, what follows it changes nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum CloseSeen {
+    #[default]
+    No,
+    /// Its header, and its payload is passing.
+    Payload,
+    Whole,
+}
+
+impl CloseSeen {
+    /// A frame header with `opcode` and `payload` bytes went by.
+    #[inline]
+    fn header(&mut self, opcode: u8, payload: u64) {
+        if opcode == CLOSE && *self == CloseSeen::No {
+            *self = if payload == 0 {
+                CloseSeen::Whole
+            } else {
+                CloseSeen::Payload
+            };
+        }
+    }
+
+    /// The current frame's payload ended.
+    #[inline]
+    fn payload_ended(&mut self) {
+        if *self == CloseSeen::Payload {
+            *self = CloseSeen::Whole;
+        }
+    }
 }
 
 /// A frame header read whole.
@@ -186,6 +223,7 @@ impl Reader {
             payload_left: 0,
             message: None,
             closed: None,
+            close: CloseSeen::No,
         }
     }
 
@@ -204,6 +242,9 @@ impl Reader {
             let n = usize::try_from(self.payload_left)
                 .map_or(input.len(), |left| left.min(input.len()));
             self.payload_left -= n as u64;
+            if self.payload_left == 0 {
+                self.close.payload_ended();
+            }
             return Step::Pass(n);
         }
         let Some(header) = Header::read(input) else {
@@ -212,6 +253,7 @@ impl Reader {
         match self.judge(&header) {
             Ok(step) => {
                 self.payload_left = header.payload;
+                self.close.header(header.opcode, header.payload);
                 step
             }
             Err(violation) => {
@@ -277,6 +319,11 @@ impl Reader {
     pub fn at_frame_start(&self) -> bool {
         self.payload_left == 0
     }
+
+    /// Whether the client's Close frame was read whole.
+    pub fn saw_close(&self) -> bool {
+        self.close == CloseSeen::Whole
+    }
 }
 
 /// The reserved bits the extensions a server's `101` accepted
@@ -305,10 +352,11 @@ pub fn rsv_for_extensions<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> u8 
     bits
 }
 
-/// Where a server's frames end, as they stream: only their lengths are
-/// read, so that sluice's own Close frame goes to the client between two
-/// of them. Keeps a header's bytes while it arrives (at most
-/// [`MAX_HEADER`]).
+/// Where one side's frames end, as they stream: only their lengths and
+/// opcodes are read, so that sluice's own Close frame goes between two of
+/// them, and so that a Close frame is seen passing. Keeps a header's
+/// bytes while it arrives (at most [`MAX_HEADER`], inline: no
+/// allocation). Masked or not, it reads either side's frames.
 #[derive(Debug, Clone, Default)]
 pub struct FrameEnds {
     head: [u8; MAX_HEADER],
@@ -316,6 +364,8 @@ pub struct FrameEnds {
     have: u8,
     /// Payload bytes of the current frame still to come.
     payload_left: u64,
+    /// Whether a Close frame went by.
+    close: CloseSeen,
 }
 
 impl FrameEnds {
@@ -327,6 +377,9 @@ impl FrameEnds {
                 let n = usize::try_from(self.payload_left)
                     .map_or(bytes.len(), |left| left.min(bytes.len()));
                 self.payload_left -= n as u64;
+                if self.payload_left == 0 {
+                    self.close.payload_ended();
+                }
                 bytes = &bytes[n..];
                 continue;
             }
@@ -335,6 +388,7 @@ impl FrameEnds {
                 // The whole header in this piece, as it almost always is.
                 if let Some(header) = Header::read(bytes) {
                     self.payload_left = header.payload;
+                    self.close.header(header.opcode, header.payload);
                     bytes = &bytes[header.len..];
                     continue;
                 }
@@ -347,14 +401,20 @@ impl FrameEnds {
             bytes = &bytes[take..];
             if let Some(header) = Header::read(&self.head[..usize::from(self.have)]) {
                 self.payload_left = header.payload;
+                self.close.header(header.opcode, header.payload);
                 self.have = 0;
             }
         }
     }
 
-    /// Whether the server's bytes so far end with a whole frame.
+    /// Whether the bytes so far end with a whole frame.
     pub fn at_boundary(&self) -> bool {
         self.have == 0 && self.payload_left == 0
+    }
+
+    /// Whether a Close frame went by whole.
+    pub fn saw_close(&self) -> bool {
+        self.close == CloseSeen::Whole
     }
 
     /// How many bytes may be read from the server without going past the

@@ -1,23 +1,30 @@
 //! A tunnel's two directions: the client's bytes to the server, the
-//! server's to the client, until both sides closed (each side's end of
-//! stream shuts the other's write side, as `tokio::io::copy_bidirectional`
-//! does).
+//! server's to the client, until the conversation is over
+//! (docs/conversation.md, "WebSocket messages"): once a Close frame passed
+//! each way, or either side's connection ended (end of stream or a
+//! reset), what was read is passed on and both sides are shut at once; a
+//! tunnel silent both ways for its idle timeout is closed by sluice with
+//! a Close frame 1001 to each side.
 //!
 //! Each read goes into a buffer on the stack of the poll that makes it,
 //! and is written on from there in the same poll; only what the other
 //! side could not take at once is kept, in a buffer allocated for it and
 //! freed once written. An idle tunnel, the usual kind, holds no buffer at
-//! all (docs/conversation.md, "WebSocket messages").
+//! all: what it keeps of each direction's frames is a few counters
+//! ([`FrameEnds`], a header's 14 bytes inline), and its idle clock one
+//! timer that moves later without touching the timer wheel
+//! ([`LazyTimer`]).
 //!
-//! [`plain`] copies. [`metered`] reads the client's frames as they pass
-//! ([`Reader`]): the bytes of a data message are held from the first byte
-//! of its first frame until its [`Gate`] admits it — the client is not
-//! read meanwhile, while the server's bytes keep flowing — and a message
-//! refused, over the size limit or breaking RFC 6455 closes the tunnel:
-//! the server gets a masked Close frame at once (the client's bytes stop
-//! at a frame boundary, since a header is held until it is judged), and
-//! the client, after the server's frame in flight ends, the Close frame
-//! [`Closing::frame`] holds.
+//! [`plain`] copies, following where each side's frames end (their
+//! headers only: the payload is never looked at). [`metered`] reads the
+//! client's frames as they pass ([`Reader`]): the bytes of a data message
+//! are held from the first byte of its first frame until its [`Gate`]
+//! admits it — the client is not read meanwhile, while the server's bytes
+//! keep flowing — and a message refused, over the size limit or breaking
+//! RFC 6455 closes the tunnel: the server gets a masked Close frame at
+//! once (the client's bytes stop at a frame boundary, since a header is
+//! held until it is judged), and the client, after the server's frame in
+//! flight ends, the Close frame [`Closing::frame`] holds.
 
 use std::future::{poll_fn, Future};
 use std::io;
@@ -28,16 +35,23 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::time::Instant;
 
 use super::frames::{close_frame, FrameEnds, Reader, Step, Violation};
+use crate::timer::LazyTimer;
 
 /// The most read in one go: a read's stack buffer.
 const SCRATCH: usize = 16 * 1024;
 
-/// How long closing waits for the server's frame in flight to end and for
-/// the server to take its Close frame, before the sockets are simply
-/// dropped.
+/// How long closing waits for what was read to be taken, for the
+/// server's frame in flight to end and for the server to take its Close
+/// frame, before the sockets are simply dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// The Close frame a tunnel silent for its idle timeout gets on each side
+/// (RFC 6455 §7.4.1: going away).
+const IDLE_CODE: u16 = 1001;
+const IDLE_REASON: &str = "idle timeout";
 
 /// What a metered tunnel asks before each message its client sends.
 pub trait Gate: Send + Sync {
@@ -66,13 +80,31 @@ pub enum Admission {
 /// How a tunnel ended.
 #[derive(Debug)]
 pub enum Ended {
-    /// Both sides closed (or one failed): bytes from the client, bytes
-    /// from the server.
-    Closed { from_client: u64, from_server: u64 },
+    /// The conversation ended (`by`): what was read went on and both
+    /// sides' write sides are shut. Bytes from the client, bytes from
+    /// the server.
+    Closed {
+        from_client: u64,
+        from_server: u64,
+        by: EndedBy,
+    },
     /// sluice closes it: the server was sent its Close frame and its
     /// stream is shut; the client's frame is to be sent, then its side
     /// closed (lingering, so that it reads the frame).
     Closing(Closing),
+}
+
+/// What ended a tunnel's conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndedBy {
+    /// A Close frame passed each way (RFC 6455 §7.1): nothing more may
+    /// come from either side.
+    CloseHandshake,
+    /// The client's connection ended (end of stream or a reset).
+    Client,
+    /// The server's connection ended (end of stream or a reset): the
+    /// client may still be sending.
+    Server,
 }
 
 /// A tunnel sluice closes.
@@ -81,50 +113,55 @@ pub struct Closing {
     pub code: u16,
     pub reason: String,
     /// The client's Close frame; empty when the client's side is already
-    /// shut (the server closed first) or its frame could not be ended.
+    /// shut (the server closed first), when the server's Close frame
+    /// already went to it, or when its frame could not be ended.
     pub frame: Vec<u8>,
 }
 
-/// Copies both ways until both sides closed. `client_early` and
-/// `server_early` were read from each side before the tunnel began (behind
-/// the handshake's head, behind the `101`) and go first (owned, so that
-/// they are freed once written, as anything kept is).
+/// Copies both ways until the conversation is over or `idle_timeout`
+/// passes with neither side sending (see the module docs). `client_early`
+/// and `server_early` were read from each side before the tunnel began
+/// (behind the handshake's head, behind the `101`) and go first (owned,
+/// so that they are freed once written, as anything kept is).
 pub async fn plain<C, S>(
     client: &mut C,
     server: &mut S,
-    client_early: Vec<u8>,
-    server_early: Vec<u8>,
+    (client_early, server_early): (Vec<u8>, Vec<u8>),
+    idle_timeout: Duration,
 ) -> io::Result<Ended>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut inbound = Flow::new(Copy, client_early);
-    let mut outbound = Flow::new(Copy, server_early);
-    poll_fn(|cx| {
-        let inbound_done = inbound.poll_to_end(cx, client, server)?;
-        let outbound_done = outbound.poll_to_end(cx, server, client)?;
-        if inbound_done.is_ready() && outbound_done.is_ready() {
-            return Poll::Ready(Ok(Ended::Closed {
-                from_client: inbound.moved,
-                from_server: outbound.moved,
-            }));
+    let mut inbound = Flow::new(FrameEnds::default(), client_early);
+    let mut outbound = Flow::new(FrameEnds::default(), server_early);
+    let mut idle = Idle::new(idle_timeout);
+    let ending = poll_fn(|cx| {
+        // These flows only copy: they stop only at their source's end.
+        if inbound.poll(cx, client, server)?.is_ready() {
+            return Poll::Ready(Ok::<_, io::Error>(Ending::Over(EndedBy::Client)));
         }
-        Poll::Pending
+        if outbound.poll(cx, server, client)?.is_ready() {
+            return Poll::Ready(Ok(Ending::Over(EndedBy::Server)));
+        }
+        poll_quiet(cx, &inbound, &outbound, &mut idle).map(Ok)
     })
-    .await
+    .await?;
+    Ok(end(ending, &mut inbound, &mut outbound, client, server).await)
 }
 
-/// Copies both ways, counting and checking the client's messages (see the
-/// module docs): each admitted by `gate`, none over `max_message` bytes,
-/// reserved bits allowed only as `rsv_allowed` says (the extensions the
-/// `101` accepted, [`super::frames::rsv_for_extensions`]).
+/// Copies both ways as [`plain`] does, counting and checking the client's
+/// messages (see the module docs): each admitted by `gate`, none over
+/// `max_message` bytes, reserved bits allowed only as `rsv_allowed` says
+/// (the extensions the `101` accepted,
+/// [`super::frames::rsv_for_extensions`]).
 pub async fn metered<C, S, G>(
     client: &mut C,
     server: &mut S,
     (client_early, server_early): (Vec<u8>, Vec<u8>),
     gate: &G,
     (max_message, rsv_allowed): (u64, u8),
+    idle_timeout: Duration,
 ) -> io::Result<Ended>
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -133,112 +170,234 @@ where
 {
     let mut inbound = Flow::new(Reader::new(max_message, rsv_allowed), client_early);
     let mut outbound = Flow::new(FrameEnds::default(), server_early);
-    loop {
-        let stopped = poll_fn(|cx| {
+    let mut idle = Idle::new(idle_timeout);
+    let ending = loop {
+        let next = poll_fn(|cx| {
             // The server's side first: it flows whatever the client does.
-            let outbound_done = outbound.poll_to_end(cx, server, client)?;
-            match ready!(inbound.poll(cx, client, server))? {
-                Stop::End => {
-                    ready!(inbound.poll_shut(cx, server))?;
-                    ready!(outbound_done);
-                    Poll::Ready(Ok::<_, io::Error>(Next::Ended))
-                }
-                Stop::Message(_) => Poll::Ready(Ok(Next::Message)),
-                Stop::Close(violation) => Poll::Ready(Ok(Next::Broken(violation))),
+            if outbound.poll(cx, server, client)?.is_ready() {
+                return Poll::Ready(Ok::<_, io::Error>(Next::End(Ending::Over(EndedBy::Server))));
             }
+            if let Poll::Ready(stop) = inbound.poll(cx, client, server)? {
+                return Poll::Ready(Ok(match stop {
+                    Stop::End => Next::End(Ending::Over(EndedBy::Client)),
+                    Stop::Message(_) => Next::Message,
+                    Stop::Close(violation) => Next::End(Ending::Close {
+                        code: violation.code(),
+                        reason: violation.reason().to_owned(),
+                        to_server: true,
+                    }),
+                }));
+            }
+            poll_quiet(cx, &inbound, &outbound, &mut idle).map(|ending| Ok(Next::End(ending)))
         })
         .await?;
-        let (code, reason) = match stopped {
-            Next::Ended => {
-                return Ok(Ended::Closed {
-                    from_client: inbound.moved,
-                    from_server: outbound.moved,
-                })
-            }
+        let ending = match next {
+            Next::End(ending) => ending,
             Next::Message => {
                 // A message: the client is not read while it waits; the
                 // server's bytes go on.
                 let mut admission = pin!(gate.admit());
                 let admitted = poll_fn(|cx| {
                     if let Poll::Ready(admitted) = admission.as_mut().poll(cx) {
-                        return Poll::Ready(Ok::<_, io::Error>(admitted));
+                        return Poll::Ready(Ok::<_, io::Error>(Some(admitted)));
                     }
                     // Waiting: what came before the message goes now.
                     let _ = inbound.poll_flush(cx, server)?;
-                    let _ = outbound.poll_to_end(cx, server, client)?;
+                    if outbound.poll(cx, server, client)?.is_ready() {
+                        return Poll::Ready(Ok(None));
+                    }
                     Poll::Pending
                 })
                 .await?;
-                match admitted {
-                    Admission::Pass => {
+                let (code, reason) = match admitted {
+                    // The server ended while the message waited: it never
+                    // passes.
+                    None => break Ending::Over(EndedBy::Server),
+                    Some(Admission::Pass) => {
                         inbound.admitted();
                         continue;
                     }
-                    Admission::Refused(rule) => (1008, format!("rate limited: {rule}")),
-                    Admission::Unavailable => {
+                    Some(Admission::Refused(rule)) => (1008, format!("rate limited: {rule}")),
+                    Some(Admission::Unavailable) => {
                         (1013, "try again later: limits unavailable".to_owned())
                     }
+                };
+                // The refused message's header is held: the server's
+                // bytes end at a frame boundary.
+                Ending::Close {
+                    code,
+                    reason,
+                    to_server: true,
                 }
             }
-            Next::Broken(violation) => (violation.code(), violation.reason().to_owned()),
         };
-        let closing = async {
-            // The messages admitted before the refused one go first.
-            let _ = poll_fn(|cx| inbound.poll_flush(cx, server)).await;
-            close(&mut outbound, client, server, code, reason).await
-        };
-        return Ok(Ended::Closing(
-            tokio::time::timeout(CLOSE_GRACE, closing)
-                .await
-                .unwrap_or_else(|_| Closing {
-                    code,
-                    reason: String::new(),
-                    frame: Vec::new(),
-                }),
-        ));
+        break ending;
+    };
+    Ok(end(ending, &mut inbound, &mut outbound, client, server).await)
+}
+
+/// Where a metered tunnel's main loop stopped.
+enum Next {
+    /// A message waits for admission.
+    Message,
+    /// The tunnel ends.
+    End(Ending),
+}
+
+/// How a tunnel is to end.
+enum Ending {
+    /// Its conversation is over: what was read goes on, then both sides
+    /// are shut.
+    Over(EndedBy),
+    /// sluice closes it with `code` and `reason`: a Close frame to the
+    /// server when `to_server` (its bytes so far end at a frame boundary)
+    /// and none passed to it yet, and one to the client likewise.
+    Close {
+        code: u16,
+        reason: String,
+        to_server: bool,
+    },
+}
+
+/// While both directions wait for bytes: whether a Close frame has
+/// passed each way (the conversation is over), or the idle clock ran out.
+fn poll_quiet<I: Inspect>(
+    cx: &mut Context<'_>,
+    inbound: &Flow<I>,
+    outbound: &Flow<FrameEnds>,
+    idle: &mut Idle,
+) -> Poll<Ending> {
+    if inbound.passed_close() && outbound.passed_close() {
+        return Poll::Ready(Ending::Over(EndedBy::CloseHandshake));
+    }
+    ready!(idle.poll(cx, inbound.moved.wrapping_add(outbound.moved)));
+    Poll::Ready(Ending::Close {
+        code: IDLE_CODE,
+        reason: IDLE_REASON.to_owned(),
+        to_server: inbound.inspect.at_boundary(),
+    })
+}
+
+/// A tunnel's idle clock: it runs out once no byte moved either way for
+/// its timeout. Moving it later costs a clock read per poll that moved
+/// bytes, and nothing in tokio's timer wheel ([`LazyTimer`]).
+struct Idle {
+    timeout: Duration,
+    timer: LazyTimer,
+    /// Bytes moved both ways when last looked at.
+    moved: u64,
+    /// When bytes last moved (or the tunnel began).
+    since: Instant,
+}
+
+impl Idle {
+    fn new(timeout: Duration) -> Idle {
+        Idle {
+            timeout,
+            timer: LazyTimer::new(),
+            moved: 0,
+            since: Instant::now(),
+        }
+    }
+
+    /// Ready once nothing moved for the timeout; `moved` is the bytes
+    /// moved both ways so far.
+    fn poll(&mut self, cx: &mut Context<'_>, moved: u64) -> Poll<()> {
+        if moved != self.moved {
+            self.moved = moved;
+            self.since = Instant::now();
+        }
+        match self.since.checked_add(self.timeout) {
+            Some(deadline) => self.timer.poll_until(cx, deadline),
+            // Past what the clock can tell: never.
+            None => Poll::Pending,
+        }
     }
 }
 
-/// Closes a metered tunnel with `code` and `reason`: the server's Close
-/// frame (masked: sluice is its client, RFC 6455 §5.3) at once, then its
-/// stream shut; the server's frame in flight to the client finished, and
-/// the client's Close frame returned to be sent.
+/// Ends a tunnel as `ending` says, within [`CLOSE_GRACE`] (a side that
+/// takes nothing longer is dropped without the rest).
+async fn end<I, C, S>(
+    ending: Ending,
+    inbound: &mut Flow<I>,
+    outbound: &mut Flow<FrameEnds>,
+    client: &mut C,
+    server: &mut S,
+) -> Ended
+where
+    I: Inspect,
+    C: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match ending {
+        Ending::Over(by) => {
+            let finished = poll_fn(|cx| {
+                let to_server = inbound.poll_finish(cx, server);
+                let to_client = outbound.poll_finish(cx, client);
+                match (to_server, to_client) {
+                    (Poll::Ready(()), Poll::Ready(())) => Poll::Ready(()),
+                    _ => Poll::Pending,
+                }
+            });
+            let _ = tokio::time::timeout(CLOSE_GRACE, finished).await;
+            Ended::Closed {
+                from_client: inbound.moved,
+                from_server: outbound.moved,
+                by,
+            }
+        }
+        Ending::Close {
+            code,
+            reason,
+            to_server,
+        } => {
+            let to_server = to_server && !inbound.passed_close();
+            let closing = async {
+                // What was admitted before goes first.
+                let _ = poll_fn(|cx| inbound.poll_flush(cx, server)).await;
+                close(outbound, client, server, (code, &reason), to_server).await
+            };
+            let frame = tokio::time::timeout(CLOSE_GRACE, closing)
+                .await
+                .unwrap_or_default();
+            Ended::Closing(Closing {
+                code,
+                reason,
+                frame,
+            })
+        }
+    }
+}
+
+/// Closes a tunnel with `code` and `reason`: the server's Close frame
+/// (masked: sluice is its client, RFC 6455 §5.3) at once when `to_server`,
+/// then its stream shut; the server's frame in flight to the client
+/// finished, and the client's Close frame returned to be sent (none when
+/// the server's Close frame already went to it).
 async fn close<C, S>(
     outbound: &mut Flow<FrameEnds>,
     client: &mut C,
     server: &mut S,
-    code: u16,
-    reason: String,
-) -> Closing
+    (code, reason): (u16, &str),
+    to_server: bool,
+) -> Vec<u8>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mask: [u8; 4] = rand::random();
-    let to_server = close_frame(code, &reason, Some(mask));
-    let _ = server.write_all(&to_server).await;
+    if to_server {
+        let mask: [u8; 4] = rand::random();
+        let _ = server
+            .write_all(&close_frame(code, reason, Some(mask)))
+            .await;
+    }
     let _ = server.shutdown().await;
     // The client's frame goes between two of the server's.
     let ended = poll_fn(|cx| outbound.poll_to_boundary(cx, server, client)).await;
-    let frame = match ended {
-        Ok(true) => close_frame(code, &reason, None),
+    match ended {
+        Ok(true) if !outbound.passed_close() => close_frame(code, reason, None),
         _ => Vec::new(),
-    };
-    Closing {
-        code,
-        reason,
-        frame,
     }
-}
-
-/// Where a metered tunnel's client side stopped.
-enum Next {
-    /// Both sides ended.
-    Ended,
-    /// A message waits for admission.
-    Message,
-    /// The client broke RFC 6455 or the size limit.
-    Broken(Violation),
 }
 
 /// What a [`Flow`] stopped at.
@@ -253,29 +412,29 @@ enum Stop {
     Close(Violation),
 }
 
-/// How a flow decides which bytes pass.
+/// How a flow decides which bytes pass, and what it tells of the frames
+/// that went by.
 trait Inspect {
     fn step(&mut self, input: &[u8]) -> Step;
-}
-
-/// Everything passes.
-struct Copy;
-
-impl Inspect for Copy {
-    #[inline]
-    fn step(&mut self, input: &[u8]) -> Step {
-        if input.is_empty() {
-            Step::More
-        } else {
-            Step::Pass(input.len())
-        }
-    }
+    /// Whether the bytes decided so far end at a frame boundary.
+    fn at_boundary(&self) -> bool;
+    /// Whether a Close frame was decided whole.
+    fn saw_close(&self) -> bool;
 }
 
 impl Inspect for Reader {
     #[inline]
     fn step(&mut self, input: &[u8]) -> Step {
         Reader::step(self, input)
+    }
+
+    fn at_boundary(&self) -> bool {
+        // A header still arriving is undecided: it has not passed.
+        self.at_frame_start()
+    }
+
+    fn saw_close(&self) -> bool {
+        Reader::saw_close(self)
     }
 }
 
@@ -288,6 +447,14 @@ impl Inspect for FrameEnds {
         }
         self.saw(input);
         Step::Pass(input.len())
+    }
+
+    fn at_boundary(&self) -> bool {
+        FrameEnds::at_boundary(self)
+    }
+
+    fn saw_close(&self) -> bool {
+        FrameEnds::saw_close(self)
     }
 }
 
@@ -345,26 +512,22 @@ impl<I: Inspect> Flow<I> {
         }
     }
 
-    /// Copies until the source ends (then the sink's write side is shut)
-    /// or an error; `Ready(())` once done.
-    fn poll_to_end<R, W>(
+    /// Passes on what is decided, then shuts the sink's write side:
+    /// `Ready` once done, or once the sink failed.
+    fn poll_finish<W: AsyncWrite + Unpin>(
         &mut self,
         cx: &mut Context<'_>,
-        source: &mut R,
         sink: &mut W,
-    ) -> Poll<io::Result<()>>
-    where
-        R: AsyncRead + Unpin,
-        W: AsyncWrite + Unpin,
-    {
-        if self.shut {
-            return Poll::Ready(Ok(()));
+    ) -> Poll<()> {
+        if ready!(self.poll_flush(cx, sink)).is_ok() {
+            let _ = ready!(self.poll_shut(cx, sink));
         }
-        match ready!(self.poll(cx, source, sink))? {
-            Stop::End => self.poll_shut(cx, sink),
-            // A flow that only copies never stops otherwise.
-            Stop::Message(_) | Stop::Close(_) => Poll::Pending,
-        }
+        Poll::Ready(())
+    }
+
+    /// Whether a Close frame passed: decided whole, and written.
+    fn passed_close(&self) -> bool {
+        self.inspect.saw_close() && self.written == self.decided
     }
 
     /// Shuts the sink's write side, once.
@@ -427,7 +590,12 @@ impl<I: Inspect> Flow<I> {
     {
         let mut scratch = [MaybeUninit::<u8>::uninit(); SCRATCH];
         let mut read = ReadBuf::uninit(&mut scratch[..limit.clamp(1, SCRATCH)]);
-        ready!(Pin::new(&mut *source).poll_read(cx, &mut read))?;
+        if ready!(Pin::new(&mut *source).poll_read(cx, &mut read)).is_err() {
+            // A reset ends the source as its end of stream does: what was
+            // read before still goes on.
+            self.eof = true;
+            return Poll::Ready(Ok(()));
+        }
         let bytes = read.filled();
         if bytes.is_empty() {
             // What is left undecided (a header cut off) never passes.

@@ -227,6 +227,22 @@ rate = "100/fortnight"
 }
 
 #[test]
+fn check_reports_a_bad_tunnel_idle_timeout_at_its_value() {
+    for (value, says) in [("\"forever\"", "forever"), ("\"0s\"", "longer than zero")] {
+        let (code, _stdout, stderr, path) = check(&format!(
+            "[server]\nupstream = \"http://127.0.0.1:3000\"\ntunnel_idle_timeout = {value}\n"
+        ));
+        assert_eq!(code, Some(1), "{stderr}");
+        let errors = located_errors(&stderr, &path);
+        assert_eq!(errors.len(), 1, "{stderr}");
+        let (line, column, message) = &errors[0];
+        assert_eq!((*line, *column), (3, 23), "{stderr}");
+        assert!(message.contains("server.tunnel_idle_timeout"), "{message}");
+        assert!(message.contains(says), "{message}");
+    }
+}
+
+#[test]
 fn check_reports_a_missing_upstream() {
     let (code, _stdout, stderr, path) = check(
         r#"[[rule]]

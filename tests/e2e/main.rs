@@ -59,6 +59,7 @@ mod status_browser;
 mod tls;
 mod top;
 mod tracing;
+mod tunnel_ends;
 mod upstream_pool;
 mod upstream_tls;
 mod websocket_messages;

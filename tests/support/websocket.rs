@@ -1,17 +1,52 @@
 //! WebSocket on loopback with plain tokio sockets (RFC 6455): an upstream
 //! that answers every handshake `101`, records every byte it receives
 //! after it and every message, echoes each message back and answers pings,
-//! and, on `/push/<ms>`, sends a message of its own every `ms`; and a
-//! client that opens a WebSocket through sluice and sends masked frames.
+//! answers a Close frame with its own and closes; on a path ending in
+//! `/push/<ms>`, it sends a message of its own every `ms`; on a path with
+//! `hold`, it keeps its connection open after the close handshake, until
+//! sluice closes it; on a path ending in `/hangup/<ms>`, it closes the
+//! connection after `ms`. And a client
+//! that opens a WebSocket through sluice and sends masked frames.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
+
+use super::{eventually, get, metric, write_config, SluiceProcess};
+
+/// sluice (the binary) in front of `upstream` with `rest` after the
+/// `[server]` table's `upstream` line (more `[server]` keys, then rules).
+pub fn sluice(upstream: &WsUpstream, rest: &str) -> (SluiceProcess, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\n[server]\nlisten = \"127.0.0.1:0\"\n\
+         upstream = \"http://{}\"\n{rest}",
+        upstream.addr
+    );
+    let path = write_config(dir.path(), &config);
+    (SluiceProcess::spawn(&path), dir)
+}
+
+/// One sample of sluice's `/metrics`; panics when it has no `series`.
+pub async fn series(sluice: &SluiceProcess, series: &str) -> f64 {
+    let text = get(&sluice.admin_url("/metrics"), &[]).await.body;
+    metric(&text, series).unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+/// Waits (10 s at most) until `name` reads `value`.
+pub async fn reaches(sluice: &SluiceProcess, name: &str, value: f64) {
+    eventually(
+        Duration::from_secs(10),
+        &format!("{name} never read {value}"),
+        || async { series(sluice, name).await == value },
+    )
+    .await;
+}
 
 /// A frame's first byte: FIN and the opcode.
 pub const TEXT: u8 = 0x81;
@@ -122,6 +157,8 @@ pub struct Seen {
     pub close: Mutex<Option<(u16, String)>>,
     /// Messages it pushed on its own.
     pub pushed: AtomicU64,
+    /// Its reads saw the connection end (sluice shut or closed it).
+    pub ended: AtomicBool,
 }
 
 /// The WebSocket upstream.
@@ -214,12 +251,17 @@ async fn serve(stream: TcpStream, seen: Arc<Seen>) {
         return;
     }
     if let Some(every) = path
-        .strip_prefix("/push/")
-        .and_then(|ms| ms.parse::<u64>().ok())
+        .split_once("/push/")
+        .and_then(|(_, ms)| ms.parse::<u64>().ok())
     {
         tokio::spawn(push(Arc::clone(&write), Arc::clone(&seen), every));
     }
     seen.bytes.lock().unwrap().extend_from_slice(&buf);
+    let hold = path.contains("hold");
+    let hangup = path
+        .split_once("/hangup/")
+        .and_then(|(_, ms)| ms.parse::<u64>().ok())
+        .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let mut message: Option<(u8, Vec<u8>)> = None;
     loop {
         while let Some((frame, len)) = parse(&buf) {
@@ -233,8 +275,10 @@ async fn serve(stream: TcpStream, seen: Arc<Seen>) {
                     let _ = write
                         .write_all(&self::frame(CLOSE, &frame.payload, None))
                         .await;
-                    let _ = write.shutdown().await;
-                    return;
+                    if !hold {
+                        let _ = write.shutdown().await;
+                        return;
+                    }
                 }
                 0x9 => {
                     let _ = write
@@ -260,8 +304,17 @@ async fn serve(stream: TcpStream, seen: Arc<Seen>) {
                 }
             }
         }
-        match read.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
+        let far = tokio::time::Instant::now() + Duration::from_secs(3600);
+        let read = tokio::select! {
+            read = read.read(&mut chunk) => read,
+            // Both halves dropped: the connection closes.
+            _ = tokio::time::sleep_until(hangup.unwrap_or(far)) => return,
+        };
+        match read {
+            Ok(0) | Err(_) => {
+                seen.ended.store(true, Ordering::SeqCst);
+                return;
+            }
             Ok(n) => {
                 seen.bytes.lock().unwrap().extend_from_slice(&chunk[..n]);
                 buf.extend_from_slice(&chunk[..n]);

@@ -378,3 +378,50 @@ fn close_frames_fit_a_control_frame_and_mask_towards_the_server() {
     assert!(std::str::from_utf8(&frame[4..]).is_ok());
     assert_eq!(frame.len() - 4, 122);
 }
+
+#[test]
+fn a_close_frame_is_seen_once_its_last_byte_went_by_from_either_side() {
+    let close_payload = [0x03, 0xE8, b'b', b'y', b'e'];
+    for masked_frames in [true, false] {
+        let before = frame(FIN | TEXT, b"hello", masked_frames, false);
+        let close = frame(FIN | CLOSE, &close_payload, masked_frames, false);
+        let after = frame(FIN | TEXT, b"late", masked_frames, false);
+        let all = [before.clone(), close.clone(), after].concat();
+        let close_end = before.len() + close.len();
+        for step in [1, 2, 5, 64] {
+            let mut ends = FrameEnds::default();
+            let mut reader = Reader::new(1 << 20, 0);
+            let mut kept = Vec::new();
+            let mut fed = 0;
+            for piece in all.chunks(step) {
+                ends.saw(piece);
+                fed += piece.len();
+                assert_eq!(ends.saw_close(), fed >= close_end, "step {step} at {fed}");
+                if masked_frames {
+                    // The reader is shown what is undecided, as a tunnel does.
+                    kept.extend_from_slice(piece);
+                    let mut decided = 0;
+                    loop {
+                        match reader.step(&kept[decided..]) {
+                            Step::Pass(n) | Step::Message(n) => decided += n,
+                            Step::More => break,
+                            Step::Close(violation) => panic!("{violation:?}"),
+                        }
+                    }
+                    kept.drain(..decided);
+                    let whole_at = fed - kept.len();
+                    assert_eq!(reader.saw_close(), whole_at >= close_end, "step {step}");
+                }
+            }
+        }
+    }
+    // An empty Close frame is whole with its header.
+    let mut ends = FrameEnds::default();
+    ends.saw(&frame(FIN | CLOSE, b"", false, false));
+    assert!(ends.saw_close());
+    // Ping and pong are not Close frames.
+    let mut ends = FrameEnds::default();
+    ends.saw(&frame(FIN | PING, b"x", false, false));
+    ends.saw(&frame(FIN | PONG, b"", false, false));
+    assert!(!ends.saw_close());
+}

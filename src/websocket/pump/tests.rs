@@ -63,9 +63,8 @@ impl Gate for Arc<TestGate> {
     }
 }
 
-/// A metered tunnel between two pipes, run as the tunnel runs it: a
-/// closing sends the client its frame and shuts its side. Returns the
-/// client's and the server's ends.
+/// A metered tunnel between two pipes, run as the tunnel runs it (see
+/// [`run`]). Returns the client's and the server's ends.
 fn tunnel(
     gate: Arc<TestGate>,
     max_message: u64,
@@ -75,17 +74,39 @@ fn tunnel(
     DuplexStream,
     tokio::task::JoinHandle<io::Result<Ended>>,
 ) {
+    run(
+        Some(gate),
+        max_message,
+        client_early,
+        Duration::from_secs(300),
+    )
+}
+
+/// A tunnel between two pipes, metered when `gate` is given, run as
+/// `server/http1/tunnel.rs` runs it: a closing sends the client its frame
+/// and shuts its side; both pipes are dropped once it ends. Returns the
+/// client's and the server's ends.
+fn run(
+    gate: Option<Arc<TestGate>>,
+    max_message: u64,
+    client_early: Vec<u8>,
+    idle_timeout: Duration,
+) -> (
+    DuplexStream,
+    DuplexStream,
+    tokio::task::JoinHandle<io::Result<Ended>>,
+) {
     let (client, mut client_side) = tokio::io::duplex(1 << 16);
     let (mut server_side, server) = tokio::io::duplex(1 << 16);
     let task = tokio::spawn(async move {
-        let ended = metered(
-            &mut client_side,
-            &mut server_side,
-            (client_early, Vec::new()),
-            &gate,
-            (max_message, 0),
-        )
-        .await?;
+        let early = (client_early, Vec::new());
+        let (client, server) = (&mut client_side, &mut server_side);
+        let ended = match &gate {
+            Some(gate) => {
+                metered(client, server, early, gate, (max_message, 0), idle_timeout).await?
+            }
+            None => plain(client, server, early, idle_timeout).await?,
+        };
         if let Ended::Closing(closing) = &ended {
             client_side.write_all(&closing.frame).await?;
             client_side.shutdown().await?;
@@ -108,30 +129,164 @@ async fn read_to_end(stream: &mut DuplexStream) -> Vec<u8> {
 }
 
 #[tokio::test]
-async fn plain_copies_both_ways_early_bytes_first_until_both_sides_close() {
+async fn plain_copies_both_ways_early_bytes_first_and_the_clients_end_closes_both() {
     let (mut client, mut client_side) = tokio::io::duplex(1 << 16);
     let (mut server_side, mut server) = tokio::io::duplex(1 << 16);
     let task = tokio::spawn(async move {
         let early = (b"early-up".to_vec(), b"early-down".to_vec());
-        plain(&mut client_side, &mut server_side, early.0, early.1).await
+        let idle = Duration::from_secs(300);
+        plain(&mut client_side, &mut server_side, early, idle).await
     });
     client.write_all(b"+more").await.unwrap();
     server.write_all(b"+back").await.unwrap();
     assert_eq!(read_exactly(&mut server, 13).await, b"early-up+more");
     assert_eq!(read_exactly(&mut client, 15).await, b"early-down+back");
-    // The client's end of stream shuts the server's side; the server still
-    // talks until it closes too.
+    // The client's end of stream closes both sides: the server need not
+    // close first.
+    client.write_all(b"+last").await.unwrap();
     client.shutdown().await.unwrap();
-    assert_eq!(read_to_end(&mut server).await, b"");
-    server.write_all(b"last").await.unwrap();
-    server.shutdown().await.unwrap();
-    assert_eq!(read_to_end(&mut client).await, b"last");
+    assert_eq!(read_to_end(&mut server).await, b"+last");
+    assert_eq!(read_to_end(&mut client).await, b"");
     match task.await.unwrap().unwrap() {
         Ended::Closed {
             from_client,
             from_server,
-        } => assert_eq!((from_client, from_server), (13, 19)),
+            by,
+        } => {
+            assert_eq!((from_client, from_server), (18, 15));
+            assert_eq!(by, EndedBy::Client);
+        }
         other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_servers_end_passes_what_it_sent_then_closes_both() {
+    for gate in [None, Some(TestGate::new(100, u64::MAX))] {
+        let metered = gate.is_some();
+        let (mut client, mut server, task) =
+            run(gate, 1 << 20, Vec::new(), Duration::from_secs(300));
+        let last = server_frame(b"last words");
+        server.write_all(&last).await.unwrap();
+        server.shutdown().await.unwrap();
+        // The client never closes; sluice does.
+        assert_eq!(read_to_end(&mut client).await, last, "metered {metered}");
+        assert_eq!(read_to_end(&mut server).await, b"");
+        assert!(matches!(
+            task.await.unwrap().unwrap(),
+            Ended::Closed {
+                by: EndedBy::Server,
+                ..
+            }
+        ));
+    }
+}
+
+/// A Close frame from the server, unmasked.
+fn server_close(code: u16) -> Vec<u8> {
+    vec![0x88, 2, (code >> 8) as u8, code as u8]
+}
+
+#[tokio::test]
+async fn a_close_frame_each_way_closes_both_sides_though_neither_closes_its_socket() {
+    for gate in [None, Some(TestGate::new(100, u64::MAX))] {
+        for client_first in [true, false] {
+            let what = format!("metered {}, client first {client_first}", gate.is_some());
+            let (mut client, mut server, task) =
+                run(gate.clone(), 1 << 20, Vec::new(), Duration::from_secs(300));
+            let from_client = masked(0x88, &1000u16.to_be_bytes());
+            let from_server = server_close(1000);
+            // A message first, so that the Close frames follow others.
+            client.write_all(&masked(0x81, b"hi")).await.unwrap();
+            read_exactly(&mut server, 8).await;
+            if client_first {
+                client.write_all(&from_client).await.unwrap();
+                assert_eq!(
+                    read_exactly(&mut server, from_client.len()).await,
+                    from_client
+                );
+                server.write_all(&from_server).await.unwrap();
+            } else {
+                server.write_all(&from_server).await.unwrap();
+                assert_eq!(
+                    read_exactly(&mut client, from_server.len()).await,
+                    from_server
+                );
+                client.write_all(&from_client).await.unwrap();
+            }
+            // Neither side shuts its socket: sluice closes both.
+            let (at_client, at_server) =
+                tokio::join!(read_to_end(&mut client), read_to_end(&mut server));
+            if client_first {
+                assert_eq!((at_client, at_server), (from_server, Vec::new()), "{what}");
+            } else {
+                assert_eq!((at_client, at_server), (Vec::new(), from_client), "{what}");
+            }
+            assert!(
+                matches!(
+                    task.await.unwrap().unwrap(),
+                    Ended::Closed {
+                        by: EndedBy::CloseHandshake,
+                        ..
+                    }
+                ),
+                "{what}"
+            );
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tunnel_silent_both_ways_for_its_idle_timeout_gets_1001_on_each_side() {
+    let idle = Duration::from_secs(10);
+    for gate in [None, Some(TestGate::new(100, u64::MAX))] {
+        let what = format!("metered {}", gate.is_some());
+        let start = tokio::time::Instant::now();
+        let (mut client, mut server, task) = run(gate, 1 << 20, Vec::new(), idle);
+        // Bytes each way move the clock on.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        client.write_all(&masked(0x81, b"hi")).await.unwrap();
+        read_exactly(&mut server, 8).await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        server.write_all(&server_frame(b"ho")).await.unwrap();
+        read_exactly(&mut client, 4).await;
+        let (at_client, at_server) =
+            tokio::join!(read_to_end(&mut client), read_to_end(&mut server));
+        assert_eq!(start.elapsed(), Duration::from_secs(22), "{what}");
+        // Masked towards the server: sluice is its client.
+        assert_ne!(at_server[1] & 0x80, 0, "{what}");
+        assert_eq!(close_of(&at_server), (1001, "idle timeout".to_owned()));
+        assert_eq!(at_client[1] & 0x80, 0, "{what}");
+        assert_eq!(close_of(&at_client), (1001, "idle timeout".to_owned()));
+        assert!(matches!(
+            task.await.unwrap().unwrap(),
+            Ended::Closing(Closing { code: 1001, .. })
+        ));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_close_never_lands_inside_a_frame() {
+    for gate in [None, Some(TestGate::new(100, u64::MAX))] {
+        let what = format!("metered {}", gate.is_some());
+        let (mut client, mut server, task) =
+            run(gate, 1 << 20, Vec::new(), Duration::from_secs(10));
+        // Half of a frame each way, then silence.
+        let up = masked(0x82, &[9; 40]);
+        let down = server_frame(&[8; 40]);
+        client.write_all(&up[..20]).await.unwrap();
+        server.write_all(&down[..20]).await.unwrap();
+        read_exactly(&mut client, 20).await;
+        let (at_client, at_server) =
+            tokio::join!(read_to_end(&mut client), read_to_end(&mut server));
+        // The server got the frame's start and no Close frame inside it;
+        // nor did the client (its frame waits for the server's to end).
+        assert_eq!(at_server, &up[..20], "{what}");
+        assert_eq!(at_client, b"", "{what}");
+        assert!(matches!(
+            task.await.unwrap().unwrap(),
+            Ended::Closing(Closing { code: 1001, .. })
+        ));
     }
 }
 
