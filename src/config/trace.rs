@@ -18,6 +18,8 @@ pub enum ParentRule {
     Always,
     /// Only a peer in `trusted_proxies`'s.
     Trusted,
+    /// None; a trusted peer's parent is still the request's, its trace id
+    /// deciding by `sample` (docs/observability.md, "Sampling").
     Never,
 }
 

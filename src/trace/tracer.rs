@@ -1,8 +1,9 @@
 //! What the request path holds of tracing: the [`Tracer`] of the running
 //! config (sampler, propagators, exporter), and a request's [`Span`], which
-//! is nothing unless the request was sampled. An unsampled request draws
-//! 64 random bits and reads its trace headers only if their parent would be
-//! followed, and that is all (docs/observability.md, "What tracing costs").
+//! is nothing unless the request was sampled. An unsampled request reads
+//! its trace headers only if their parent would be followed or its peer is
+//! trusted, draws 64 random bits if it has no such parent, and that is all
+//! (docs/observability.md, "What tracing costs").
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -111,11 +112,11 @@ impl Tracer {
     }
 
     /// Whether a request or call with trace fields `headers`, from a peer
-    /// `trusted` or not, is sampled. A parent that would not be followed
-    /// is not even read.
+    /// `trusted` or not, is sampled. A client's parent that would not be
+    /// followed is not even read.
     #[inline]
     fn sample(&self, headers: &http::HeaderMap, trusted: bool) -> Sampled {
-        let parent = match self.sampler.follows(trusted) {
+        let parent = match self.sampler.reads_parent(trusted) {
             true => context::extract(headers, self.propagators),
             false => None,
         };

@@ -1,10 +1,11 @@
 //! The Kubernetes manifests (`deploy/kubernetes`, docs/kubernetes.md): the
-//! base and the monitoring overlay render with `kubectl kustomize`, every
-//! rendered object but the ServiceMonitor (a custom resource it has no
-//! schema for) passes `kubernetes-validate --strict` for Kubernetes 1.30,
-//! and the rendered objects agree with the config they ship and with the
-//! Dockerfile: ports, probes, the termination grace period, the non-root
-//! user, the ConfigMap mounted as a directory. (The kubelet's update of a
+//! base, the monitoring overlay and the single-replica overlay render with
+//! `kubectl kustomize`, every rendered object but the ServiceMonitor (a
+//! custom resource it has no schema for) passes `kubernetes-validate
+//! --strict` for Kubernetes 1.30, and the rendered objects agree with the
+//! config they ship and with the Dockerfile: ports, probes, the termination
+//! grace period, the non-root user, the ConfigMap mounted as a directory,
+//! and the Redis the default's replicas share their budgets through. (The kubelet's update of a
 //! mounted ConfigMap, reproduced on disk, is `reload.rs`'s; a rolling update
 //! behind a lagging balancer, `shutdown_delay.rs`'s.)
 //!
@@ -27,8 +28,14 @@ use support::binary;
 const BASE: &str = "deploy/kubernetes";
 /// The overlay with the ServiceMonitor and the autoscaler.
 const OVERLAY: &str = "deploy/kubernetes/monitoring";
+/// The overlay with one replica on the memory store, without Redis.
+const SINGLE: &str = "deploy/kubernetes/single";
+/// Every kustomization shipped.
+const ALL: [&str; 3] = [BASE, OVERLAY, SINGLE];
 /// The config file kustomize makes the ConfigMap from.
 const SHIPPED_CONFIG: &str = "deploy/kubernetes/base/sluice.toml";
+/// The single-replica overlay's config file.
+const SINGLE_CONFIG: &str = "deploy/kubernetes/single/sluice.toml";
 /// The Kubernetes version the objects are validated for.
 const KUBERNETES: &str = "1.30.0";
 
@@ -135,7 +142,7 @@ fn the_base_and_the_overlay_render_and_are_valid_for_kubernetes_1_30() {
     };
     let dir = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
-    for (at, name) in [(BASE, "base"), (OVERLAY, "monitoring")] {
+    for (at, name) in [(BASE, "base"), (OVERLAY, "monitoring"), (SINGLE, "single")] {
         let objects = render(&kubectl, at);
         // Only the Prometheus Operator's custom resource is left out: the
         // schemas kubernetes-validate ships are Kubernetes' own.
@@ -148,15 +155,18 @@ fn the_base_and_the_overlay_render_and_are_valid_for_kubernetes_1_30() {
             .iter()
             .filter_map(|object| object["kind"].as_str())
             .collect();
-        let expected: &[&str] = if name == "base" {
-            &[]
-        } else {
+        let expected: &[&str] = if name == "monitoring" {
             &["ServiceMonitor"]
+        } else {
+            &[]
         };
         assert_eq!(kinds, expected, "{at}: custom resources");
+        // As JSON, which YAML reads alike under 1.1 and 1.2: serde_yaml
+        // writes the string "no" (an argument of the Redis container)
+        // bare, and kubernetes-validate's YAML 1.1 would read it as false.
         let text: String = core
             .iter()
-            .map(|object| format!("---\n{}", serde_yaml::to_string(object).unwrap()))
+            .map(|object| format!("---\n{}\n", serde_json::to_string(object).unwrap()))
             .collect();
         let file = dir.path().join(format!("{name}.yaml"));
         std::fs::write(&file, text).unwrap();
@@ -184,7 +194,7 @@ fn the_base_and_the_overlay_render_and_are_valid_for_kubernetes_1_30() {
 fn the_pods_run_as_a_non_root_user_on_a_read_only_root_file_system() {
     let test = "the_pods_run_as_a_non_root_user_on_a_read_only_root_file_system";
     let Some(kubectl) = kubectl(test) else { return };
-    for at in [BASE, OVERLAY] {
+    for at in ALL {
         let objects = render(&kubectl, at);
         let pod = &deployment(&objects)["spec"]["template"]["spec"];
         let container = container(&objects);
@@ -347,7 +357,7 @@ fn the_termination_grace_period_covers_shutdown_delay_and_grace() {
     // while it leaves the endpoints (docs/kubernetes.md).
     assert!(config.server.shutdown_delay > Duration::ZERO);
     let needed = config.server.shutdown_delay + config.server.shutdown_grace;
-    for at in [BASE, OVERLAY] {
+    for at in ALL {
         let objects = render(&kubectl, at);
         let period = deployment(&objects)["spec"]["template"]["spec"]
             ["terminationGracePeriodSeconds"]
@@ -376,7 +386,7 @@ fn has_key(value: &Value, key: &str) -> bool {
 fn the_config_map_is_mounted_as_a_directory_and_never_with_sub_path() {
     let test = "the_config_map_is_mounted_as_a_directory_and_never_with_sub_path";
     let Some(kubectl) = kubectl(test) else { return };
-    for at in [BASE, OVERLAY] {
+    for at in ALL {
         let objects = render(&kubectl, at);
         for object in &objects {
             assert!(
@@ -544,4 +554,189 @@ fn the_docs_overlay_that_rolls_the_pods_on_a_config_change_renders() {
     );
     let volumes = &deployment(&objects)["spec"]["template"]["spec"]["volumes"];
     assert_eq!(volumes[0]["configMap"]["name"], name, "{volumes:?}");
+}
+
+/// `config`, written to a file in `dir`, as sluice loads it; and `sluice
+/// check`'s verdict on it, which must be yes.
+fn load_and_check(dir: &Path, config: &str, at: &str) -> Config {
+    let path = support::write_config(dir, config);
+    let output = Command::new(binary())
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{at}: sluice check refuses the ConfigMap's config: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Config::load(&path).unwrap_or_else(|e| panic!("{at}: {e}"))
+}
+
+/// The Deployment's pod labels match every label of `selector`.
+fn selects(selector: &Value, pod_labels: &Value) -> bool {
+    let selector = selector.as_mapping().expect("a selector");
+    !selector.is_empty()
+        && selector
+            .iter()
+            .all(|(label, value)| &pod_labels[label] == value)
+}
+
+/// The default, and the autoscaler overlay on it, share every budget
+/// through the Redis they ship: the config `sluice check` accepts is in
+/// hybrid mode with fair shares on an outage, and its URL names a Service
+/// of the rendered objects that leads to the Redis container's port, which
+/// only sluice's pods may reach.
+#[test]
+fn the_default_shares_its_budgets_through_the_redis_it_ships() {
+    let test = "the_default_shares_its_budgets_through_the_redis_it_ships";
+    let Some(kubectl) = kubectl(test) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    for at in [BASE, OVERLAY] {
+        let objects = render(&kubectl, at);
+        let config = load_and_check(dir.path(), &config_map_text(&objects), at);
+        let sluice::config::StoreBackend::Redis(redis) = &config.store.backend else {
+            panic!("{at}: the store is {:?}, not shared", config.store.backend);
+        };
+        assert!(
+            matches!(redis.mode, sluice::config::RedisMode::Hybrid { .. }),
+            "{at}: {:?}",
+            redis.mode
+        );
+        assert_eq!(redis.on_error, sluice::config::OnError::Local, "{at}");
+        assert!(!redis.cluster, "{at}");
+        // The replicas count each other, as the autoscaler changes them.
+        assert_eq!(redis.instances, 0, "{at}");
+        let [url] = &redis.urls[..] else {
+            panic!("{at}: {:?}", redis.urls)
+        };
+        let authority = url
+            .strip_prefix("redis://")
+            .unwrap_or_else(|| panic!("{at}: {url}"))
+            .trim_end_matches('/');
+        let (host, port) = authority.split_once(':').unwrap_or((authority, "6379"));
+        let port: u64 = port.parse().unwrap();
+        // The URL's host is a Service of this namespace, by its short name.
+        let service = object(&objects, "Service", host);
+        let service_port = service["spec"]["ports"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .find(|p| p["port"] == port)
+            .unwrap_or_else(|| panic!("{at}: Service {host} has no port {port}"));
+        // It leads to the Redis pods, on their container's port.
+        let redis_deployment = object(&objects, "Deployment", host);
+        let pod = &redis_deployment["spec"]["template"];
+        assert!(
+            selects(&service["spec"]["selector"], &pod["metadata"]["labels"]),
+            "{at}"
+        );
+        let containers = pod["spec"]["containers"].as_sequence().unwrap();
+        assert_eq!(containers.len(), 1, "{at}");
+        let container = &containers[0];
+        assert!(
+            container["image"].as_str().unwrap().starts_with("redis:"),
+            "{at}: {:?}",
+            container["image"]
+        );
+        let target = service_port["targetPort"].as_str().expect("a named port");
+        assert_eq!(container_port(container, target), 6379, "{at}");
+        // One Redis, and never two at once (a second would split budgets).
+        assert_eq!(redis_deployment["spec"]["replicas"], 1, "{at}");
+        assert_eq!(
+            redis_deployment["spec"]["strategy"]["type"], "Recreate",
+            "{at}"
+        );
+        // Not sluice's own pods: sluice's Service must not send clients there.
+        let sluice_service = object(&objects, "Service", "sluice");
+        assert!(
+            !selects(
+                &sluice_service["spec"]["selector"],
+                &pod["metadata"]["labels"]
+            ),
+            "{at}: sluice's Service selects the Redis pods"
+        );
+        // Non-root, read-only root file system, bounded, probed.
+        let context = &container["securityContext"];
+        assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true, "{at}");
+        assert_eq!(context["runAsNonRoot"], true, "{at}");
+        assert_ne!(context["runAsUser"], 0, "{at}");
+        assert_eq!(context["readOnlyRootFilesystem"], true, "{at}");
+        assert_eq!(context["allowPrivilegeEscalation"], false, "{at}");
+        assert_eq!(pod["spec"]["automountServiceAccountToken"], false, "{at}");
+        for bound in ["requests", "limits"] {
+            for resource in ["cpu", "memory"] {
+                assert!(
+                    !container["resources"][bound][resource].is_null(),
+                    "{at}: Redis has no {bound}.{resource}"
+                );
+            }
+        }
+        for probe in ["readinessProbe", "livenessProbe"] {
+            assert!(!container[probe].is_null(), "{at}: Redis has no {probe}");
+        }
+        // Only sluice's pods reach it.
+        let policy = object(&objects, "NetworkPolicy", host);
+        assert!(selects(
+            &policy["spec"]["podSelector"]["matchLabels"],
+            &pod["metadata"]["labels"]
+        ));
+        let ingress = policy["spec"]["ingress"].as_sequence().unwrap();
+        assert_eq!(ingress.len(), 1, "{at}: {ingress:?}");
+        let from = ingress[0]["from"].as_sequence().unwrap();
+        assert_eq!(from.len(), 1, "{at}: {from:?}");
+        let sluice_pods = &deployment(&objects)["spec"]["template"]["metadata"]["labels"];
+        assert!(
+            selects(&from[0]["podSelector"]["matchLabels"], sluice_pods),
+            "{at}"
+        );
+        assert!(!selects(
+            &from[0]["podSelector"]["matchLabels"],
+            &pod["metadata"]["labels"]
+        ));
+        assert_eq!(ingress[0]["ports"][0]["port"], 6379, "{at}");
+    }
+}
+
+/// The paragraphs of a shipped config after its heading comment, those of
+/// `[store]` and `[store.redis]` left out.
+fn without_store(config: &str) -> Vec<&str> {
+    let body = &config[config.find("\n[").expect("a table") + 1..];
+    body.split("\n\n")
+        .filter(|paragraph| !paragraph.contains("[store"))
+        .collect()
+}
+
+/// The single-replica overlay: one replica, the memory store, no Redis,
+/// and otherwise the default's config as it is.
+#[test]
+fn the_single_replica_variant_runs_one_replica_on_the_memory_store() {
+    let test = "the_single_replica_variant_runs_one_replica_on_the_memory_store";
+    let Some(kubectl) = kubectl(test) else { return };
+    let objects = render(&kubectl, SINGLE);
+    assert_eq!(deployment(&objects)["spec"]["replicas"], 1);
+    let text = config_map_text(&objects);
+    assert_eq!(
+        text,
+        std::fs::read_to_string(root().join(SINGLE_CONFIG)).unwrap()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = load_and_check(dir.path(), &text, SINGLE);
+    assert_eq!(config.store.backend, sluice::config::StoreBackend::Memory);
+    // Nothing of Redis is left.
+    for object in &objects {
+        let name = object["metadata"]["name"].as_str().unwrap();
+        assert!(
+            !name.contains("redis"),
+            "{}/{name} is left",
+            object["kind"].as_str().unwrap()
+        );
+    }
+    let config_maps = objects.iter().filter(|o| o["kind"] == "ConfigMap").count();
+    assert_eq!(config_maps, 1);
+    // The default's config but for its store: the same listeners, shutdown
+    // and rules.
+    let shipped = std::fs::read_to_string(root().join(SHIPPED_CONFIG)).unwrap();
+    assert!(shipped.contains("[store.redis]"));
+    assert_eq!(without_store(&text), without_store(&shipped));
 }

@@ -15,6 +15,8 @@ use crate::support::{binary, metric, send, write_config, Refusing, SluiceProcess
 /// A parent as a trusted proxy would send it, sampled.
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT: &str = "00f067aa0ba902b7";
+/// A trace id whose low 8 bytes are under 2^63: sampled at a ratio of 0.5.
+const TRACE_UNDER_HALF: &str = "4bf92f3577b34da60000000000000001";
 
 fn traceparent(flags: &str) -> String {
     format!("00-{TRACE}-{PARENT}-{flags}")
@@ -259,6 +261,133 @@ async fn a_client_cannot_make_sluice_follow_or_pick_its_trace() {
         "{forwarded}"
     );
     stop(sluice).await;
+}
+
+/// `OTEL_TRACES_SAMPLER=traceidratio` at 0.5: `sample = 0.5` with
+/// `parent = "never"`.
+const TRACEIDRATIO_HALF: [(&str, &str); 2] = [
+    ("OTEL_TRACES_SAMPLER", "traceidratio"),
+    ("OTEL_TRACES_SAMPLER_ARG", "0.5"),
+];
+
+/// The target and `traceparent` the upstream saw for each request, by
+/// target.
+fn forwarded_traceparents(upstream: &Upstream) -> std::collections::HashMap<String, String> {
+    upstream
+        .seen()
+        .into_iter()
+        .map(|seen| {
+            let value = seen.headers["traceparent"].to_str().unwrap().to_owned();
+            (seen.target, value)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn under_traceidratio_a_trusted_peers_trace_id_decides_and_its_trace_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (upstream, collector) = (Upstream::start().await, Collector::start().await);
+    let toml = config(
+        &format!("http://{}", upstream.addr),
+        "trusted_proxies = [\"127.0.0.1\"]",
+        &tracing_section(&collector, ""),
+    );
+    let sluice = spawn(dir.path(), &toml, &TRACEIDRATIO_HALF);
+    // At 0.5 a trace id is sampled when its low 8 bytes are below 2^63,
+    // whatever its flag says: the flags are the opposite of the decision.
+    let under = ["0000000000000000", "7fffffffffffffff", "3a1c5e0f9b2d4c68"];
+    let over = ["8000000000000000", "ffffffffffffffff", "c3a1c5e0f9b2d4c6"];
+    let mut requests = Vec::new();
+    for (n, low) in under.iter().enumerate() {
+        requests.push((format!("/under/{n}"), format!("{:016x}{low}", n + 1), "00"));
+    }
+    for (n, low) in over.iter().enumerate() {
+        requests.push((format!("/over/{n}"), format!("{:016x}{low}", n + 1), "01"));
+    }
+    for (path, trace, flags) in &requests {
+        let parent = format!("00-{trace}-{PARENT}-{flags}");
+        let got = send(Method::GET, &sluice.url(path), &[("traceparent", &parent)]).await;
+        assert_eq!(got.status, StatusCode::OK, "{path}");
+    }
+    collector.spans_eventually(2 * under.len(), ARRIVES).await;
+    stop(sluice).await;
+    let spans = collector.spans();
+    assert_eq!(spans.len(), 2 * under.len(), "{spans:?}");
+    let forwarded = forwarded_traceparents(&upstream);
+    for (path, trace, flags) in &requests {
+        let sent = format!("00-{trace}-{PARENT}-{flags}");
+        let server = spans
+            .iter()
+            .find(|span| span.is_server() && span.trace_id_hex() == *trace);
+        if path.starts_with("/under/") {
+            // sluice's span is the incoming parent's child, in its trace,
+            // and the upstream's parent is sluice's attempt.
+            let server = server.unwrap_or_else(|| panic!("{path}: no span in {spans:?}"));
+            assert_eq!(server.parent_hex(), PARENT, "{path}");
+            assert_eq!(attr(server, "url.path"), *path);
+            let client = spans
+                .iter()
+                .find(|span| span.is_client() && span.parent_hex() == server.span_id_hex())
+                .unwrap_or_else(|| panic!("{path}: no attempt span"));
+            assert_eq!(client.trace_id_hex(), *trace);
+            assert_eq!(
+                forwarded[path],
+                format!("00-{trace}-{}-01", client.span_id_hex()),
+                "{path}"
+            );
+        } else {
+            // Not sampled: no span, and the upstream gets the parent as it
+            // came.
+            assert!(server.is_none(), "{path} was traced");
+            assert_eq!(forwarded[path], sent, "{path}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn under_traceidratio_a_clients_trace_id_is_replaced_by_a_fresh_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (upstream, collector) = (Upstream::start().await, Collector::start().await);
+    // No trusted peer: the client's ids, all under the bound, decide
+    // nothing. About half the requests are sampled, each in a trace of
+    // sluice's own; the others go on with their headers unchanged.
+    let toml = config(
+        &format!("http://{}", upstream.addr),
+        "",
+        &tracing_section(&collector, ""),
+    );
+    let sluice = spawn(dir.path(), &toml, &TRACEIDRATIO_HALF);
+    let sent = format!("00-{TRACE_UNDER_HALF}-{PARENT}-01");
+    const REQUESTS: usize = 32;
+    for n in 0..REQUESTS {
+        let path = format!("/client/{n}");
+        let got = send(Method::GET, &sluice.url(&path), &[("traceparent", &sent)]).await;
+        assert_eq!(got.status, StatusCode::OK, "{path}");
+    }
+    stop(sluice).await;
+    let spans = collector.spans();
+    let servers = server_spans(&spans);
+    // All 32 unsampled has a chance of 2^-32.
+    assert!(!servers.is_empty(), "no request was sampled");
+    assert!(servers.len() < REQUESTS, "every request was sampled");
+    for span in &spans {
+        assert_ne!(span.trace_id_hex(), TRACE_UNDER_HALF, "{span:?}");
+    }
+    for server in &servers {
+        assert_eq!(server.parent_hex(), "", "{server:?}");
+    }
+    let forwarded = forwarded_traceparents(&upstream);
+    assert_eq!(forwarded.len(), REQUESTS);
+    let fresh = forwarded.values().filter(|value| **value != sent).count();
+    assert_eq!(fresh, servers.len(), "{forwarded:?}");
+    for value in forwarded.values().filter(|value| **value != sent) {
+        assert!(
+            servers
+                .iter()
+                .any(|server| value.starts_with(&format!("00-{}-", server.trace_id_hex()))),
+            "{value} names no trace sluice recorded"
+        );
+    }
 }
 
 #[tokio::test]
