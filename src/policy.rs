@@ -133,6 +133,7 @@ impl Policy {
                 compile::compile_rule(
                     rule,
                     config.response.status,
+                    config.identity.jwt.as_ref().map(|jwt| &jwt.header),
                     &keys,
                     metrics,
                     store,

@@ -32,6 +32,10 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 /// RFC 4151: a name, not a page; docs/adaptive.md).
 pub const OVERLOADED: &str = "tag:sluice,2026:problems/overloaded";
 
+/// The problem type of a 400 to a request that carries a field a rule reads
+/// to decide more than once (docs/identity-and-policy.md, "Keys").
+pub const AMBIGUOUS_FIELD: &str = "tag:sluice,2026:problems/ambiguous-field";
+
 /// The order a document's members are written in. Clients read members by
 /// name; the order differs between surfaces only because each kept the one
 /// it was first written with.
@@ -92,6 +96,12 @@ impl<'a> Problem<'a> {
             kind: Some(OVERLOADED),
             ..Problem::new(StatusCode::SERVICE_UNAVAILABLE, detail)
         }
+    }
+
+    /// Of the problem type `kind` (a URI) rather than `about:blank`.
+    pub fn typed(mut self, kind: &'a str) -> Problem<'a> {
+        self.kind = Some(kind);
+        self
     }
 
     /// Replaces the reason-phrase title.

@@ -13,6 +13,7 @@ use super::sunset::Sunset;
 use super::Policy;
 use crate::clock::Nanos;
 use crate::config::{KeySource, OnChange, OnLimit, RuleConfig, Unit};
+use crate::key::read_once::FieldsRead;
 use crate::key::KeyHasher;
 use crate::limiter::adaptive::{Bounds, Controller};
 use crate::limiter::{Concurrency, HoldLimits, Limiter};
@@ -23,9 +24,11 @@ use crate::store::{BucketTable, Carry, Store, TableName};
 
 /// One `[[rule]]` compiled against `previous`: the tables, bans and
 /// variants of the rule it keeps the buckets of, carried over at `now`.
+/// `jwt_header` is the header `[identity.jwt]` reads tokens from.
 pub(super) fn compile_rule(
     rule: &RuleConfig,
     status: http::StatusCode,
+    jwt_header: Option<&http::HeaderName>,
     keys: &KeyHasher,
     metrics: &Metrics,
     store: &Store,
@@ -130,6 +133,13 @@ pub(super) fn compile_rule(
             .iter()
             .chain(rule.tiers.as_ref().map(|tiers| &tiers.by))
             .any(|source| matches!(source, KeySource::Jwt(_))),
+        reads: FieldsRead::of(
+            rule.matcher.header.iter().map(|(name, _)| name),
+            rule.key
+                .iter()
+                .chain(rule.tiers.as_ref().map(|tiers| &tiers.by)),
+            jwt_header,
+        ),
         counters,
     }
 }

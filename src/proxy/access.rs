@@ -38,8 +38,8 @@ pub enum Record<'a, 'r, 'p> {
         request: &'a Request<ClientBody>,
         peer: SocketAddr,
     },
-    /// Identification refused it: the deny list, a missing key, a retired
-    /// route.
+    /// Identification refused it: the deny list, a missing key, a field
+    /// sent twice, a retired route.
     Refused {
         facts: &'a RequestFacts<'r>,
         refused: Unidentified<'p>,
@@ -129,6 +129,8 @@ impl Note for Parts {
             Unidentified::Denied => self.decide("denied", None, None),
             // The key is what is missing.
             Unidentified::MissingKey(rule) => self.decide("missing_key", Some(&rule.name), None),
+            // No one value to key on: counted as a missing key.
+            Unidentified::Ambiguous(rule, _) => self.decide("missing_key", Some(&rule.name), None),
             // Counted limited, as a retired route is.
             Unidentified::Gone(rule, _) | Unidentified::TooCostly { rule, .. } => {
                 let key = shown_key(rule, facts, policy);

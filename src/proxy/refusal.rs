@@ -1,5 +1,5 @@
 //! The answers sluice gives instead of forwarding, other than a 429: each
-//! one's status and detail, as data. The request path writes them as problem
+//! one's status, detail and problem type, as data. The request path writes them as problem
 //! documents ([`super::respond::refusal`]); `POST /admin/explain` reports the
 //! same status and detail without writing a response.
 
@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use http::StatusCode;
 
 use super::deadline::CutOff;
+use crate::key::read_once::{Field, FieldAt};
 use crate::policy::Rule;
 
 /// Which synthetic answers exist, by blame: the client's fault is 4xx, the
@@ -30,6 +31,9 @@ pub enum Refusal {
     BodyCutOff(CutOff, http::Version),
     /// A rule with `missing = "reject"` lacked a key source.
     MissingKey,
+    /// The request carries a field the rule reads to decide more than once
+    /// (which one: the rule's [`crate::key::read_once::FieldsRead`]).
+    AmbiguousField(FieldAt),
     /// A request costs more than the rule's bucket can ever hold
     /// (`cost = "graphql"`): waiting would not help.
     TooCostly { cost: u64, capacity: u64 },
@@ -52,7 +56,7 @@ impl Refusal {
             Refusal::BadHost(_) | Refusal::BadPath(_) | Refusal::BadFraming(_) => {
                 StatusCode::BAD_REQUEST
             }
-            Refusal::MissingKey => StatusCode::BAD_REQUEST,
+            Refusal::MissingKey | Refusal::AmbiguousField(_) => StatusCode::BAD_REQUEST,
             Refusal::TooCostly { .. } => StatusCode::TOO_MANY_REQUESTS,
             Refusal::UriTooLong => StatusCode::URI_TOO_LONG,
             Refusal::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -88,6 +92,17 @@ impl Refusal {
                 }
                 None => "this request lacks a value a rule is keyed on",
             },
+            Refusal::AmbiguousField(at) => match rule {
+                Some(rule) => {
+                    return Cow::Owned(format!(
+                        "this request carries {} more than once and rule '{}' reads it to \
+                         decide: which value counts is ambiguous; send it once",
+                        rule.reads.field(*at),
+                        rule.name
+                    ))
+                }
+                None => "this request carries a field a rule reads more than once",
+            },
             Refusal::TooCostly { cost, capacity } => {
                 let name = rule.map_or("", |rule| &*rule.name);
                 return Cow::Owned(format!(
@@ -103,6 +118,23 @@ impl Refusal {
             Refusal::UpstreamFailed => "the service behind this proxy failed to answer",
             Refusal::StoreUnavailable => "rate limits cannot be checked right now; try again later",
         })
+    }
+
+    /// The problem document's `type`, when it is not `about:blank`.
+    pub fn problem_type(&self) -> Option<&'static str> {
+        match self {
+            Refusal::AmbiguousField(_) => Some(crate::problem::AMBIGUOUS_FIELD),
+            _ => None,
+        }
+    }
+
+    /// The field the refusal is about, named by `rule` (the one that
+    /// refused): the document's `field` and `in` members.
+    pub fn field<'r>(&self, rule: Option<&'r Rule>) -> Option<Field<'r>> {
+        match (self, rule) {
+            (Refusal::AmbiguousField(at), Some(rule)) => Some(rule.reads.field(*at)),
+            _ => None,
+        }
     }
 
     /// Whether the HTTP/1 connection must close after the answer: framing
