@@ -12,7 +12,7 @@ use super::rule::{Billing, Rule, Variant, VariantIndex};
 use super::sunset::Sunset;
 use super::Policy;
 use crate::clock::Nanos;
-use crate::config::{KeySource, OnChange, OnLimit, RuleConfig, Unit};
+use crate::config::{Config, KeySource, OnChange, OnLimit, RuleConfig, Unit};
 use crate::key::read_once::FieldsRead;
 use crate::key::KeyHasher;
 use crate::limiter::adaptive::{Bounds, Controller};
@@ -22,19 +22,19 @@ use crate::metrics::{Metrics, RuleCounters};
 use crate::store::bans::BanPolicy;
 use crate::store::{BucketTable, Carry, Store, TableName};
 
-/// One `[[rule]]` compiled against `previous`: the tables, bans and
-/// variants of the rule it keeps the buckets of, carried over at `now`.
-/// `jwt_header` is the header `[identity.jwt]` reads tokens from.
+/// One `[[rule]]` of `config` compiled against `previous`: the tables,
+/// bans and variants of the rule it keeps the buckets of, carried over at
+/// `now`.
 pub(super) fn compile_rule(
     rule: &RuleConfig,
-    status: http::StatusCode,
-    jwt_header: Option<&http::HeaderName>,
+    config: &Config,
     keys: &KeyHasher,
     metrics: &Metrics,
     store: &Store,
     previous: Option<&Policy>,
     now: Nanos,
 ) -> Rule {
+    let status = config.response.status;
     let kept = previous.and_then(|p| p.rules.iter().find(|old| old.keeps_buckets_for(rule)));
     let tables = Tables {
         store,
@@ -138,7 +138,8 @@ pub(super) fn compile_rule(
             rule.key
                 .iter()
                 .chain(rule.tiers.as_ref().map(|tiers| &tiers.by)),
-            jwt_header,
+            // The header `[identity.jwt]` reads tokens from.
+            config.identity.jwt.as_ref().map(|jwt| &jwt.header),
         ),
         counters,
     }

@@ -345,8 +345,8 @@ mod tests {
 
     /// Where each rule of `policy` stands on a GET of `path_and_query`
     /// carrying `lines`, and what `identify` makes of it.
-    fn walk<'p>(
-        policy: &'p Policy,
+    fn walk(
+        policy: &Policy,
         path_and_query: &str,
         lines: &[(&'static str, &'static str)],
     ) -> (Vec<&'static str>, Result<(), String>) {
