@@ -27,6 +27,7 @@ pub mod jwt;
 pub mod label;
 pub mod number;
 pub mod path;
+pub mod read_once;
 
 use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
@@ -75,7 +76,8 @@ pub struct RequestFacts<'a> {
     pub path: &'a str,
     /// The raw query string, if any.
     pub query: Option<&'a str>,
-    /// Host without port, as sent (compare case-insensitively).
+    /// Host without port and trailing dot ([`host_name`]), as sent
+    /// otherwise (compare case-insensitively).
     pub host: Option<&'a str>,
     pub headers: &'a HeaderMap,
     /// The client IP (already resolved through trusted proxies).
@@ -401,7 +403,7 @@ impl KeyHasher {
                     }
                     hash_bytes(&mut hasher, b"");
                 }
-                KeySource::Host => hash_lowercase(&mut hasher, part.as_bytes()),
+                KeySource::Host => hash_lowercase(&mut hasher, host_name(part).as_bytes()),
                 KeySource::Query(_) => hash_query_plain(&mut hasher, part.as_bytes()),
                 KeySource::Path
                 | KeySource::Method
@@ -442,6 +444,15 @@ fn hash_claim(hasher: &mut impl Hasher, value: jwt::ClaimValue<'_>) {
         jwt::ClaimValue::Text(text) => hash_bytes(hasher, text.as_bytes()),
         jwt::ClaimValue::Scalar(value) => hash_bytes(hasher, value.to_string().as_bytes()),
     }
+}
+
+/// A host (already without its port) as it is matched and keyed: without
+/// the trailing dot of a fully qualified name, so `api.example.com.` is
+/// `api.example.com` (docs/identity-and-policy.md, "Keys"). Every trailing
+/// dot goes, so that no spelling of one host is a bucket of its own.
+#[inline]
+pub fn host_name(host: &str) -> &str {
+    host.trim_end_matches('.')
 }
 
 /// Host names compare case-insensitively, so they hash lower-cased.
@@ -545,12 +556,37 @@ fn hex(digit: u8) -> u8 {
     }
 }
 
-/// The raw value of the first `name=` pair in `query`.
+/// The raw value of the first `name=` pair in `query` (a name written
+/// escaped, `k%65y`, is the name it decodes to, as the upstream reads it).
 pub(crate) fn query_value<'q>(query: Option<&'q str>, name: &str) -> Option<&'q str> {
     query?.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        (key == name).then_some(value)
+        query_name_is(key, name).then_some(value)
     })
+}
+
+/// Whether the raw query name `raw` decodes (percent escapes, `+` as
+/// space) to `name`. Compared byte by byte, without decoding into a buffer.
+pub(crate) fn query_name_is(raw: &str, name: &str) -> bool {
+    let (raw, name) = (raw.as_bytes(), name.as_bytes());
+    if !raw.iter().any(|&b| b == b'%' || b == b'+') {
+        return raw == name;
+    }
+    let mut wanted = name.iter();
+    let mut i = 0;
+    while i < raw.len() {
+        let step = escape_len(raw, i);
+        let byte = match (raw[i], step) {
+            (b'+', _) => b' ',
+            (b'%', 3) => (hex(raw[i + 1]) << 4) | hex(raw[i + 2]),
+            (byte, _) => byte,
+        };
+        if wanted.next() != Some(&byte) {
+            return false;
+        }
+        i += step;
+    }
+    wanted.next().is_none()
 }
 
 impl KeySource {
@@ -730,6 +766,36 @@ mod tests {
         );
         assert!(hasher.key_of_text(&ip_only, "not-an-ip").is_err());
         assert!(hasher.key_of_text(&sources, "only|three|parts").is_err());
+    }
+
+    #[test]
+    fn a_query_name_is_compared_as_it_decodes() {
+        assert!(query_name_is("key", "key"));
+        assert!(query_name_is("k%65y", "key"));
+        assert!(query_name_is("a+b", "a b"));
+        assert!(!query_name_is("keys", "key"));
+        assert!(!query_name_is("ke", "key"));
+        assert!(!query_name_is("k%6", "key"));
+        assert!(!query_name_is("%", "key"));
+        assert_eq!(query_value(Some("a=1&k%65y=v"), "key"), Some("v"));
+    }
+
+    #[test]
+    fn a_host_written_as_text_keys_as_the_host_it_names() {
+        let hasher = KeyHasher::new(64);
+        let headers = HeaderMap::new();
+        let mut plain = facts(&headers, None, IP);
+        plain.host = Some("api.example.com");
+        let key = hasher.derive(&[KeySource::Host], &plain, false).unwrap();
+        for text in ["api.example.com", "API.example.com.", "api.example.com.."] {
+            assert_eq!(
+                hasher.key_of_text(&[KeySource::Host], text),
+                Ok(key),
+                "{text}"
+            );
+        }
+        assert_eq!(host_name("api.example.com."), "api.example.com");
+        assert_eq!(host_name("."), "");
     }
 
     #[test]

@@ -129,17 +129,7 @@ impl Policy {
         let rules = config
             .rules
             .iter()
-            .map(|rule| {
-                compile::compile_rule(
-                    rule,
-                    config.response.status,
-                    &keys,
-                    metrics,
-                    store,
-                    previous,
-                    now,
-                )
-            })
+            .map(|rule| compile::compile_rule(rule, &config, &keys, metrics, store, previous, now))
             .collect::<Vec<Rule>>();
         Policy {
             bills: rules.iter().any(|rule| rule.billing.is_some()),

@@ -39,6 +39,9 @@ pub const UNREADABLE_QUERY: &str = "tag:sluice,2026:problems/unreadable-query";
 /// The problem type of a refusal of a GraphQL query sent with a persisted
 /// query's hash that is not its own.
 pub const PERSISTED_QUERY_MISMATCH: &str = "tag:sluice,2026:problems/persisted-query-mismatch";
+/// The problem type of a 400 to a request that carries a field a rule reads
+/// to decide more than once (docs/identity-and-policy.md, "Keys").
+pub const AMBIGUOUS_FIELD: &str = "tag:sluice,2026:problems/ambiguous-field";
 
 /// The order a document's members are written in. Clients read members by
 /// name; the order differs between surfaces only because each kept the one
@@ -102,9 +105,9 @@ impl<'a> Problem<'a> {
         }
     }
 
-    /// Sets the problem type (`None`: `about:blank`).
-    pub fn typed(mut self, kind: Option<&'a str>) -> Problem<'a> {
-        self.kind = kind;
+    /// Of the problem type `kind` (a URI) rather than `about:blank`.
+    pub fn typed(mut self, kind: &'a str) -> Problem<'a> {
+        self.kind = Some(kind);
         self
     }
 

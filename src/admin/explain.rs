@@ -59,11 +59,29 @@ struct Question {
     /// The request target's path, with its query if any.
     path: String,
     #[serde(default)]
-    headers: BTreeMap<String, String>,
+    headers: BTreeMap<String, Lines>,
     ip: String,
     /// The request's body, as text.
     #[serde(default)]
     body: Option<String>,
+}
+
+/// A header's value, or its lines when the request carries it more than
+/// once (`["a", "b"]`: two field lines).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Lines {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Lines {
+    fn iter(&self) -> impl Iterator<Item = &String> {
+        match self {
+            Lines::One(value) => std::slice::from_ref(value).iter(),
+            Lines::Many(values) => values.iter(),
+        }
+    }
 }
 
 /// Answers one explain call; see the module docs.
@@ -77,8 +95,8 @@ pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>>
 async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
     let question: Question = serde_json::from_slice(body).map_err(|error| {
         bad(format!(
-            "the body is not {{\"method\": M, \"path\": P, \"headers\": {{NAME: VALUE}}, \
-             \"ip\": IP, \"body\": TEXT}} (body optional): {error}"
+            "the body is not {{\"method\": M, \"path\": P, \"headers\": {{NAME: VALUE or \
+             [VALUE, …]}}, \"ip\": IP, \"body\": TEXT}} (body optional): {error}"
         ))
     })?;
     let peer: IpAddr = question.ip.trim().parse().map_err(|_| {
@@ -211,6 +229,13 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
                     enforced.push((index, one));
                 }
             }
+            Standing::Ambiguous(at) => {
+                // Which of the values would count is the question: no key.
+                entry["applies"] = json!(false);
+                entry["reason"] = json!(why_not(standing));
+                entry["key"] = Value::Null;
+                entry["ambiguous_field"] = field_json(rule.reads.field(at));
+            }
             other => {
                 entry["applies"] = json!(false);
                 entry["reason"] = json!(why_not(other));
@@ -244,6 +269,15 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
             json!({
                 "outcome": "missing_key", "status": status, "rule": &*rule.name,
                 "reason": detail,
+            })
+        }
+        Err(Unidentified::Ambiguous(rule, at)) => {
+            let refusal = proxy::Refusal::AmbiguousField(at);
+            let field = rule.reads.field(at);
+            json!({
+                "outcome": "ambiguous_field", "status": 400, "rule": &*rule.name,
+                "field": field.name(), "in": field.location(),
+                "detail": refusal.detail(Some(rule)),
             })
         }
         Err(Unidentified::Gone(rule, sunset)) => json!({
@@ -293,6 +327,10 @@ fn why_not(standing: Standing<'_>) -> &'static str {
     match standing {
         Standing::Skipped => "a key source is missing and missing = \"skip\"",
         Standing::MissingKey => "a key source is missing and missing = \"reject\": answered 400",
+        Standing::Ambiguous(_) => {
+            "the request carries a field the rule reads more than once: answered 400, \
+             nothing taken"
+        }
         Standing::Gone(_) => "the rule's sunset has ended: the route is gone (410)",
         Standing::Uncosted(Uncosted::PersistedQueryNotFound) => {
             "the persisted query's hash is unknown: answered PersistedQueryNotFound"
@@ -304,6 +342,11 @@ fn why_not(standing: Standing<'_>) -> &'static str {
             unreachable!("only matched rules that do not apply")
         }
     }
+}
+
+/// A field sent twice, by name and place (never a value).
+fn field_json(field: crate::key::read_once::Field<'_>) -> Value {
+    json!({"field": field.name(), "in": field.location()})
 }
 
 /// The request the body describes, as the proxy would receive it.
@@ -338,15 +381,17 @@ fn synthetic_request(question: &Question) -> Result<Request<()>, RefusedCall> {
         // HTTP/1.0, which may omit it (HTTP/1.1 would be refused for that).
         *request.version_mut() = http::Version::HTTP_10;
     }
-    for (name, value) in &question.headers {
+    for (name, lines) in &question.headers {
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| bad(format!("\"{name}\" is not a header name")))?;
-        let value = HeaderValue::from_str(value).map_err(|_| {
-            bad(format!(
-                "the value of header \"{name}\" is not a header value"
-            ))
-        })?;
-        request.headers_mut().append(name, value);
+        for value in lines.iter() {
+            let value = HeaderValue::from_str(value).map_err(|_| {
+                bad(format!(
+                    "the value of header \"{name}\" is not a header value"
+                ))
+            })?;
+            request.headers_mut().append(name.clone(), value);
+        }
     }
     Ok(request)
 }
@@ -356,7 +401,7 @@ fn synthetic_request(question: &Question) -> Result<Request<()>, RefusedCall> {
 fn shown_query(policy: &Policy, query: &str) -> String {
     let keyed = |name: &str| {
         policy.rules.iter().flat_map(|rule| &rule.key).any(
-            |source| matches!(source, crate::config::KeySource::Query(keyed) if *keyed == name),
+            |source| matches!(source, crate::config::KeySource::Query(keyed) if crate::key::query_name_is(name, keyed)),
         )
     };
     query

@@ -245,7 +245,8 @@ fn parse_host(text: &str) -> Result<String, String> {
     }
     let authority =
         Authority::from_str(text).map_err(|_| format!("\"{text}\" is not a host; {help}"))?;
-    let host = authority.host();
+    // Matched as requests' hosts are: without the trailing dot.
+    let host = crate::key::host_name(authority.host());
     if host.is_empty() {
         return Err(format!("\"{text}\" is not a host; {help}"));
     }

@@ -12,7 +12,8 @@ use super::rule::{Billing, Rule, Variant, VariantIndex};
 use super::sunset::Sunset;
 use super::Policy;
 use crate::clock::Nanos;
-use crate::config::{KeySource, OnChange, OnLimit, RuleConfig, Unit};
+use crate::config::{Config, KeySource, OnChange, OnLimit, RuleConfig, Unit};
+use crate::key::read_once::FieldsRead;
 use crate::key::KeyHasher;
 use crate::limiter::adaptive::{Bounds, Controller};
 use crate::limiter::{Concurrency, HoldLimits, Limiter};
@@ -21,17 +22,19 @@ use crate::metrics::{Metrics, RuleCounters};
 use crate::store::bans::BanPolicy;
 use crate::store::{BucketTable, Carry, Store, TableName};
 
-/// One `[[rule]]` compiled against `previous`: the tables, bans and
-/// variants of the rule it keeps the buckets of, carried over at `now`.
+/// One `[[rule]]` of `config` compiled against `previous`: the tables,
+/// bans and variants of the rule it keeps the buckets of, carried over at
+/// `now`.
 pub(super) fn compile_rule(
     rule: &RuleConfig,
-    status: http::StatusCode,
+    config: &Config,
     keys: &KeyHasher,
     metrics: &Metrics,
     store: &Store,
     previous: Option<&Policy>,
     now: Nanos,
 ) -> Rule {
+    let status = config.response.status;
     let kept = previous.and_then(|p| p.rules.iter().find(|old| old.keeps_buckets_for(rule)));
     let tables = Tables {
         store,
@@ -131,6 +134,14 @@ pub(super) fn compile_rule(
             .iter()
             .chain(rule.tiers.as_ref().map(|tiers| &tiers.by))
             .any(|source| matches!(source, KeySource::Jwt(_))),
+        reads: FieldsRead::of(
+            rule.matcher.header.iter().map(|(name, _)| name),
+            rule.key
+                .iter()
+                .chain(rule.tiers.as_ref().map(|tiers| &tiers.by)),
+            // The header `[identity.jwt]` reads tokens from.
+            config.identity.jwt.as_ref().map(|jwt| &jwt.header),
+        ),
         counters,
     }
 }

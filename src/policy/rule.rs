@@ -10,6 +10,7 @@ use super::sunset::Sunset;
 use crate::clock::Nanos;
 use crate::config::{AlgorithmKind, Charge, KeySource, MissingPolicy, RefundOn, RuleConfig};
 use crate::heavy_hitters::HeavyHitters;
+use crate::key::read_once::FieldsRead;
 use crate::key::{KeyHasher, KeyLabels, KeyText, RequestFacts};
 use crate::limiter::HoldLimits;
 use crate::log_gate::LogGate;
@@ -72,6 +73,10 @@ pub struct Rule {
     /// Whether the key (or `tiers.by`) reads a `jwt:<claim>`: only then is
     /// the request's token verified.
     pub uses_jwt: bool,
+    /// The header fields and query parameters it reads to decide: a
+    /// request it fits that carries one of them twice is refused as
+    /// ambiguous (docs/identity-and-policy.md, "Keys").
+    pub reads: FieldsRead,
     pub counters: RuleCounters,
 }
 

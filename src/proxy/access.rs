@@ -38,8 +38,8 @@ pub enum Record<'a, 'r, 'p> {
         request: &'a Request<ClientBody>,
         peer: SocketAddr,
     },
-    /// Identification refused it: the deny list, a missing key, a retired
-    /// route.
+    /// Identification refused it: the deny list, a missing key, a field
+    /// sent twice, a retired route.
     Refused {
         facts: &'a RequestFacts<'r>,
         refused: Unidentified<'p>,
@@ -127,9 +127,11 @@ impl Note for Parts {
     fn refused(&mut self, refused: Unidentified<'_>, facts: &RequestFacts<'_>, policy: &Policy) {
         match refused {
             Unidentified::Denied => self.decide("denied", None, None),
-            // The key is what is missing.
-            // The key, or the query a cost is read from, is what is missing.
-            Unidentified::MissingKey(rule) | Unidentified::Uncosted(rule, _) => {
+            // The key, or the query a cost is read from, is what is missing;
+            // an ambiguous field has no one value to key on.
+            Unidentified::MissingKey(rule)
+            | Unidentified::Uncosted(rule, _)
+            | Unidentified::Ambiguous(rule, _) => {
                 self.decide("missing_key", Some(&rule.name), None)
             }
             // Counted limited, as a retired route is.

@@ -161,8 +161,9 @@ static REG_NAME: [bool; 256] = {
     table
 };
 
-/// The host the client addressed, without port: the URI's authority
-/// (absolute-form, HTTP/2 `:authority`) or the Host header.
+/// The host the client addressed, without port and trailing dot
+/// ([`crate::key::host_name`]): the URI's authority (absolute-form, HTTP/2
+/// `:authority`) or the Host header.
 pub fn host_of<B>(request: &Request<B>) -> Option<&str> {
     addressed_host(request, request.headers().get(http::header::HOST))
 }
@@ -173,10 +174,11 @@ fn addressed_host<'r, B>(
     request: &'r Request<B>,
     host_field: Option<&'r http::HeaderValue>,
 ) -> Option<&'r str> {
-    if let Some(host) = request.uri().host() {
-        return Some(host);
-    }
-    Some(strip_port(host_field?.to_str().ok()?))
+    let host = match request.uri().host() {
+        Some(host) => host,
+        None => strip_port(host_field?.to_str().ok()?),
+    };
+    Some(crate::key::host_name(host))
 }
 
 /// The host of a `Host` value: `[v6]` of `[v6]:port`, `name` of
@@ -236,6 +238,28 @@ mod tests {
         ] {
             assert!(!valid_host(bad.as_bytes()), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_addressed_host_loses_its_port_and_trailing_dot_but_keeps_its_case() {
+        let with_host = |target: &str, host: &str| {
+            let request = Request::get(target).header("host", host).body(()).unwrap();
+            host_of(&request).map(str::to_owned)
+        };
+        assert_eq!(
+            with_host("/", "API.Example.com.:443").as_deref(),
+            Some("API.Example.com")
+        );
+        assert_eq!(
+            with_host("/", "api.example.com..").as_deref(),
+            Some("api.example.com")
+        );
+        assert_eq!(with_host("/", "[::1]:80").as_deref(), Some("[::1]"));
+        // An absolute-form target's authority names the host.
+        assert_eq!(
+            with_host("http://API.Example.com.:8080/x", "ignored").as_deref(),
+            Some("API.Example.com")
+        );
     }
 
     #[test]

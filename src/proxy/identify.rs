@@ -2,8 +2,9 @@
 //! resolved through the trusted proxies; the deny list refuses (403) and the
 //! allow list lets the caller through unlimited; then, rule by rule in file
 //! order, where the rule stands ([`stand`]): unmatched, skipped, refused for
-//! a missing key (400), retired (410), or applying with the caller's bucket
-//! key and limits. The first refusal ends the walk.
+//! a missing key or a field it reads sent twice (400), retired (410), or
+//! applying with the caller's bucket key and limits. The first refusal ends
+//! the walk.
 //!
 //! [`identify`] only decides; it counts and logs nothing, so that
 //! `POST /admin/explain` walks the rules in the very same order through it,
@@ -25,6 +26,7 @@ use crate::clock::Nanos;
 use crate::config::{MissingPolicy, Unreadable};
 use crate::key::graphql::{Answer, Unread};
 use crate::key::jwt::Claims;
+use crate::key::read_once::FieldAt;
 use crate::key::RequestFacts;
 use crate::policy::{Limit, Policy, Rule, Sunset};
 use crate::store::BucketKey;
@@ -59,6 +61,8 @@ pub enum Unidentified<'p> {
     Denied,
     /// A key source of this rule is missing and `missing = "reject"` (400).
     MissingKey(&'p Rule),
+    /// The request carries a field this rule reads more than once (400).
+    Ambiguous(&'p Rule, FieldAt),
     /// The rule's route is retired (410).
     Gone(&'p Rule, &'p Sunset),
     /// The rule takes the request's GraphQL cost and cannot (400, or
@@ -89,6 +93,9 @@ pub enum Standing<'p> {
     /// A key source is missing and `missing = "reject"`: the request is
     /// answered 400.
     MissingKey,
+    /// The request carries a field the rule reads to decide more than once
+    /// (`rule.reads`): answered 400, whatever `missing` says.
+    Ambiguous(FieldAt),
     /// Its route is retired: the request is answered 410.
     Gone(&'p Sunset),
     /// It takes the request's GraphQL cost and cannot: answered 400, or as
@@ -167,6 +174,7 @@ pub fn identify<'r, 'p>(
         match standing {
             Standing::Unmatched | Standing::Skipped => {}
             Standing::MissingKey => return Err(Unidentified::MissingKey(rule)),
+            Standing::Ambiguous(at) => return Err(Unidentified::Ambiguous(rule, at)),
             Standing::Gone(sunset) => return Err(Unidentified::Gone(rule, sunset)),
             Standing::Uncosted(why) => return Err(Unidentified::Uncosted(rule, why)),
             Standing::Applies { key, limits, cost } => {
@@ -212,6 +220,13 @@ fn stand<'r, 'p>(
     };
     if !fits {
         return Standing::Unmatched;
+    }
+    // Before any value is read. A shadow rule never refuses: it reads the
+    // first value, as a dry run may.
+    if !rule.reads.is_empty() && !rule.shadow {
+        if let Some(at) = rule.reads.ambiguous(facts.headers, facts.query) {
+            return Standing::Ambiguous(at);
+        }
     }
     if rule.uses_jwt && facts.claims.is_none() {
         let headers = facts.headers;
@@ -293,7 +308,8 @@ pub(super) fn stand_handshake<'r, 'p>(
 
 /// Counts and logs a request [`identify`] refused: a denied address in
 /// every rule its request matches, a missing key or a retired route in the
-/// rule that refused.
+/// rule that refused. A field sent twice counts as a missing key (there is
+/// no one value to key on) and is logged naming the field, never a value.
 pub fn count_refusal(
     refused: Unidentified<'_>,
     facts: &RequestFacts<'_>,
@@ -317,6 +333,14 @@ pub fn count_refusal(
                 policy.labels.show(&rule.key, &text)
             });
         }
+        Unidentified::Ambiguous(rule, at) => {
+            rule.counters.missing_key.inc();
+            let name = Some(&*rule.name);
+            let gate = &rule.log_gate;
+            refusal_log::log(gate, started, name, Refused::AmbiguousField, facts, || {
+                rule.reads.field(at).to_source()
+            });
+        }
         Unidentified::Gone(rule, _) => rule.counters.limited.inc(),
         // A request whose cost cannot be taken (an unknown persisted query
         // included) lacks what the rule needs, as a missing key does.
@@ -325,12 +349,16 @@ pub fn count_refusal(
 }
 
 /// The answer to a request [`identify`] refused: 403, 400 naming the rule
-/// whose key source is missing or whose query cannot be costed, 410 with
-/// the retired route's sunset, or Apollo's `PersistedQueryNotFound`.
+/// whose key source is missing, the field sent twice or whose query cannot
+/// be costed, 410 with the retired route's sunset, or Apollo's
+/// `PersistedQueryNotFound`.
 pub fn answer(refused: Unidentified<'_>) -> Response<ProxyBody> {
     match refused {
         Unidentified::Denied => respond::refusal(Refusal::Denied, None),
         Unidentified::MissingKey(rule) => respond::refusal(Refusal::MissingKey, Some(rule)),
+        Unidentified::Ambiguous(rule, at) => {
+            respond::refusal(Refusal::AmbiguousField(at), Some(rule))
+        }
         Unidentified::Gone(rule, sunset) => respond::gone(rule, sunset),
         Unidentified::Uncosted(rule, Uncosted::Unreadable(why)) => {
             respond::refusal(Refusal::UnreadableQuery(why), Some(rule))
@@ -341,5 +369,115 @@ pub fn answer(refused: Unidentified<'_>) -> Response<ProxyBody> {
         Unidentified::Uncosted(_, Uncosted::PersistedQueryNotFound) => {
             respond::persisted_query_not_found()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::testing::compile;
+    use http::HeaderMap;
+
+    /// Where each rule of `policy` stands on a GET of `path_and_query`
+    /// carrying `lines`, and what `identify` makes of it.
+    fn walk(
+        policy: &Policy,
+        path_and_query: &str,
+        lines: &[(&'static str, &'static str)],
+    ) -> (Vec<&'static str>, Result<(), String>) {
+        let mut request = Request::get(path_and_query).body(()).unwrap();
+        let headers: &mut HeaderMap = request.headers_mut();
+        for (name, value) in lines {
+            headers.append(*name, http::HeaderValue::from_static(value));
+        }
+        let path = request.uri().path().to_owned();
+        let checked = Checked {
+            path: path.into(),
+            host: None,
+        };
+        let mut facts = facts_of(&request, &checked, "10.0.0.1".parse().unwrap(), policy);
+        let claims = OnceCell::new();
+        let mut standings = Names(Vec::new());
+        let mut applicable = Applicability::default();
+        let result = identify(
+            &mut facts,
+            &claims,
+            policy,
+            0,
+            &mut applicable,
+            &mut standings,
+        )
+        .map_err(|refused| match refused {
+            Unidentified::Ambiguous(rule, at) => {
+                format!("{}: {}", rule.name, rule.reads.field(at))
+            }
+            other => format!("{other:?}"),
+        });
+        (standings.0, result)
+    }
+
+    struct Names(Vec<&'static str>);
+
+    impl<'p> Witness<'p> for Names {
+        fn stood(&mut self, _: usize, standing: Standing<'p>) {
+            self.0.push(match standing {
+                Standing::Unmatched => "unmatched",
+                Standing::Skipped => "skipped",
+                Standing::MissingKey => "missing",
+                Standing::Ambiguous(_) => "ambiguous",
+                Standing::Gone(_) => "gone",
+                Standing::Uncosted(_) => "uncosted",
+                Standing::Applies { .. } => "applies",
+            });
+        }
+    }
+
+    #[test]
+    fn a_field_sent_twice_refuses_only_for_an_enforced_rule_that_fits_and_reads_it() {
+        let policy = compile(
+            r#"
+[[rule]]
+name = "dry-run"
+key = ["header:x-api-key"]
+rate = "1/m"
+shadow = true
+
+[[rule]]
+name = "elsewhere"
+match = { path = "/other" }
+key = ["header:x-api-key"]
+rate = "1/m"
+
+[[rule]]
+name = "per-key"
+match = { path = "/api" }
+key = ["header:x-api-key", "query:key"]
+rate = "1/m"
+missing = "skip"
+
+[[rule]]
+name = "tiered"
+match = { path = "/tiers" }
+key = ["ip"]
+rate = "1/m"
+tiers = { by = "header:x-plan", pro = { rate = "2/m" } }
+"#,
+        );
+        let twice = [("x-api-key", "fresh"), ("x-api-key", "spent")];
+        let (stood, result) = walk(&policy, "/api", &twice);
+        assert_eq!(stood, ["applies", "unmatched", "ambiguous"]);
+        assert_eq!(result.unwrap_err(), "per-key: header x-api-key");
+        // Before any `missing` policy: a skipped rule would let it through.
+        let (_, result) = walk(&policy, "/api?key=a&key=b", &[]);
+        assert_eq!(result.unwrap_err(), "per-key: query parameter key");
+        let plans = [("x-plan", "free"), ("x-plan", "pro")];
+        let (_, result) = walk(&policy, "/tiers", &plans);
+        assert_eq!(result.unwrap_err(), "tiered: header x-plan");
+        // A rule that does not fit reads nothing; one line is one value.
+        let (stood, result) = walk(&policy, "/elsewhere", &twice);
+        assert_eq!(stood, ["applies", "unmatched", "unmatched", "unmatched"]);
+        assert!(result.is_ok());
+        let (_, result) = walk(&policy, "/api?key=a,b", &[("x-api-key", "fresh, spent")]);
+        assert!(result.is_ok());
     }
 }

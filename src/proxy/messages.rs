@@ -96,6 +96,7 @@ pub fn identify<'r, 'p>(
         let rule = &policy.rules[index];
         match identify::stand_handshake(rule, facts, token_claims, policy, started) {
             Standing::MissingKey => return Err(Unidentified::MissingKey(rule)),
+            Standing::Ambiguous(at) => return Err(Unidentified::Ambiguous(rule, at)),
             Standing::Applies { key, limits, .. } => {
                 metered.get_or_insert_default().rules.push(Counted {
                     index,

@@ -1,5 +1,5 @@
 //! The answers sluice gives instead of forwarding, other than a 429: each
-//! one's status and detail, as data. The request path writes them as problem
+//! one's status, detail and problem type, as data. The request path writes them as problem
 //! documents ([`super::respond::refusal`]); `POST /admin/explain` reports the
 //! same status and detail without writing a response.
 
@@ -9,6 +9,7 @@ use http::StatusCode;
 
 use super::deadline::CutOff;
 use crate::key::graphql::Unread;
+use crate::key::read_once::{Field, FieldAt};
 use crate::policy::Rule;
 use crate::problem;
 
@@ -38,6 +39,9 @@ pub enum Refusal {
     /// A GraphQL query sent with a persisted query's hash that is not its
     /// SHA-256.
     PersistedQueryMismatch,
+    /// The request carries a field the rule reads to decide more than once
+    /// (which one: the rule's [`crate::key::read_once::FieldsRead`]).
+    AmbiguousField(FieldAt),
     /// The client IP is on the deny list.
     Denied,
     /// The upstream could not be reached.
@@ -57,9 +61,10 @@ impl Refusal {
             Refusal::BadHost(_) | Refusal::BadPath(_) | Refusal::BadFraming(_) => {
                 StatusCode::BAD_REQUEST
             }
-            Refusal::MissingKey | Refusal::UnreadableQuery(_) | Refusal::PersistedQueryMismatch => {
-                StatusCode::BAD_REQUEST
-            }
+            Refusal::MissingKey
+            | Refusal::AmbiguousField(_)
+            | Refusal::UnreadableQuery(_)
+            | Refusal::PersistedQueryMismatch => StatusCode::BAD_REQUEST,
             Refusal::UriTooLong => StatusCode::URI_TOO_LONG,
             Refusal::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Refusal::BodyCutOff(CutOff::Timeout, _) => StatusCode::REQUEST_TIMEOUT,
@@ -94,6 +99,17 @@ impl Refusal {
                 }
                 None => "this request lacks a value a rule is keyed on",
             },
+            Refusal::AmbiguousField(at) => match rule {
+                Some(rule) => {
+                    return Cow::Owned(format!(
+                        "this request carries {} more than once and rule '{}' reads it to \
+                         decide: which value counts is ambiguous; send it once",
+                        rule.reads.field(*at),
+                        rule.name
+                    ))
+                }
+                None => "this request carries a field a rule reads more than once",
+            },
             Refusal::UnreadableQuery(why) => {
                 let name = rule.map_or("", |rule| &*rule.name);
                 return Cow::Owned(format!(
@@ -115,11 +131,21 @@ impl Refusal {
         })
     }
 
-    /// The problem type, when it is not `about:blank`.
-    pub fn kind(&self) -> Option<&'static str> {
+    /// The problem document's `type`, when it is not `about:blank`.
+    pub fn problem_type(&self) -> Option<&'static str> {
         match self {
+            Refusal::AmbiguousField(_) => Some(problem::AMBIGUOUS_FIELD),
             Refusal::UnreadableQuery(_) => Some(problem::UNREADABLE_QUERY),
             Refusal::PersistedQueryMismatch => Some(problem::PERSISTED_QUERY_MISMATCH),
+            _ => None,
+        }
+    }
+
+    /// The field the refusal is about, named by `rule` (the one that
+    /// refused): the document's `field` and `in` members.
+    pub fn field<'r>(&self, rule: Option<&'r Rule>) -> Option<Field<'r>> {
+        match (self, rule) {
+            (Refusal::AmbiguousField(at), Some(rule)) => Some(rule.reads.field(*at)),
             _ => None,
         }
     }

@@ -1,4 +1,5 @@
-//! One log line per refused request (limited, banned, denied, keyless),
+//! One log line per refused request (limited, banned, denied, keyless,
+//! ambiguous),
 //! within each rule's [`LogGate`]: at most a few lines a second a rule, the
 //! rest counted into the next line's `suppressed`.
 
@@ -13,6 +14,8 @@ pub enum Refused {
     Banned,
     Denied,
     MissingKey,
+    /// A field a rule reads was sent twice; the line's `key` names the field.
+    AmbiguousField,
 }
 
 impl Refused {
@@ -22,6 +25,7 @@ impl Refused {
             Refused::Banned => "banned",
             Refused::Denied => "denied",
             Refused::MissingKey => "missing_key",
+            Refused::AmbiguousField => "ambiguous_field",
         }
     }
 }

@@ -818,15 +818,28 @@ fn subsec_nanos(time: Duration) -> Nanos {
     u64::from(time.subsec_nanos())
 }
 
-/// The problem document for a refusal: its status and detail
-/// ([`Refusal::status`], [`Refusal::detail`]), and `Connection: close` when
+/// The problem document for a refusal: its status, detail and type
+/// ([`Refusal::status`], [`Refusal::detail`], [`Refusal::problem_type`]),
+/// the field it is about as `field` and `in`, and `Connection: close` when
 /// the connection cannot carry another request.
 pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
-    let (status, detail) = (refusal.status(), refusal.detail(rule));
-    let body = Problem::new(status, &detail)
-        .typed(refusal.kind())
-        .to_json(Layout::Standard);
-    let mut response = with_problem_body(status, body);
+    let status = refusal.status();
+    let detail = refusal.detail(rule);
+    let mut response = match (refusal.problem_type(), refusal.field(rule)) {
+        (None, None) => problem(status, &detail),
+        (kind, field) => {
+            let mut document = Problem::new(status, &detail);
+            if let Some(kind) = kind {
+                document = document.typed(kind);
+            }
+            if let Some(field) = field {
+                document = document
+                    .with("field", field.name())
+                    .with("in", field.location());
+            }
+            with_problem_body(status, document.to_json(Layout::Standard))
+        }
+    };
     if refusal.closes_connection() {
         response
             .headers_mut()
@@ -1021,5 +1034,35 @@ mod tests {
             "{}",
             other_status.2
         );
+    }
+
+    #[tokio::test]
+    async fn an_ambiguous_field_is_a_typed_400_naming_it_and_invalid_argument_in_grpc() {
+        let policy = crate::policy::testing::compile(
+            "[[rule]]\nname = \"per-key\"\nkey = [\"header:x-api-key\"]\nrate = \"1/m\"\n",
+        );
+        let rule = &policy.rules[0];
+        let mut twice = HeaderMap::new();
+        twice.append("x-api-key", HeaderValue::from_static("a"));
+        twice.append("x-api-key", HeaderValue::from_static("b"));
+        let at = rule.reads.ambiguous(&twice, None).unwrap();
+        let refused = super::refusal(Refusal::AmbiguousField(at), Some(rule));
+        let (status, _, body) = parts(refused).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["type"], problem::AMBIGUOUS_FIELD);
+        assert_eq!(body["field"], "x-api-key");
+        assert_eq!(body["in"], "header");
+        assert!(
+            body["detail"].as_str().unwrap().contains("'per-key'"),
+            "{body}"
+        );
+
+        let mut grpc = super::refusal(Refusal::AmbiguousField(at), Some(rule));
+        grpc::answer(&mut grpc);
+        assert_eq!(grpc.status(), StatusCode::OK);
+        assert_eq!(grpc.headers()["grpc-status"], "3");
+        let message = grpc.headers()["grpc-message"].to_str().unwrap();
+        assert!(message.contains("header x-api-key"), "{message}");
     }
 }

@@ -118,6 +118,13 @@ fn write(span: &mut Recording, record: &Record<'_, '_, '_>, serving: Serving<'_>
                 span.set_str("sluice.outcome", "missing_key");
                 span.set_str("sluice.rule", &rule.name);
             }
+            // Counted as a missing key (no one value to key on); the field
+            // is named, never its values.
+            Unidentified::Ambiguous(rule, at) => {
+                span.set_str("sluice.outcome", "missing_key");
+                span.set_str("sluice.rule", &rule.name);
+                span.set_str("sluice.ambiguous_field", &rule.reads.field(*at).to_source());
+            }
             Unidentified::Gone(rule, _) => {
                 span.set_str("sluice.outcome", "limited");
                 span.set_str("sluice.rule", &rule.name);

@@ -46,6 +46,7 @@ mod one_clock;
 mod operations;
 mod pools;
 mod proxy_protocol;
+mod read_once;
 mod redis_store;
 mod redis_tls;
 mod refusal_log;
