@@ -8,13 +8,21 @@
 //! operation, type and requests, or as none by both; a JSON POST sluice
 //! reads reads the same through the reference.
 //!
+//! The whole request as a cost rule reads it (`read_all`: batches and
+//! persisted queries) never panics, says why whenever it could not read an
+//! operation, and reads one operation as `read` does unless sluice answers
+//! the request itself (a persisted query's hash that is not its query's).
+//!
 //! Input layout (so seeds are plain requests behind one byte): byte 0 picks
 //! the shape (0 JSON body, 1 document, 2 GET query string, modulo 3); the
 //! rest is the body or query string.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::key::graphql::{read, score, GraphqlRequest, Operation};
+use std::sync::OnceLock;
+
+use sluice::key::graphql::persisted::{Learned, Manifest, Persisted};
+use sluice::key::graphql::{read, read_all, score, GraphqlRequest, Operation};
 
 #[path = "graphql/reference.rs"]
 mod reference;
@@ -39,6 +47,29 @@ fn check(operation: &Option<Operation<'_>>) {
     }
 }
 
+/// `request` read whole, as a `cost = "graphql"` rule reads it, against a
+/// small table that learns what the fuzzer's checked pairs teach it.
+fn check_whole(request: GraphqlRequest<'_>, single: &Option<Operation<'_>>) {
+    static LEARNED: OnceLock<Learned> = OnceLock::new();
+    static MANIFEST: OnceLock<Manifest> = OnceLock::new();
+    let persisted = Persisted {
+        manifest: MANIFEST.get_or_init(Manifest::default),
+        learned: LEARNED.get_or_init(|| Learned::new(64)),
+        learns: true,
+    };
+    let whole = read_all(request, persisted);
+    if whole.answer.is_some() {
+        return;
+    }
+    assert_eq!(whole.unread > 0, whole.why.is_some(), "{whole:?}");
+    if let Some(operation) = single {
+        assert_eq!(whole.unread, 0, "{whole:?}");
+        assert_eq!(whole.cost, operation.cost, "{whole:?}");
+        assert_eq!(whole.operation.as_deref(), Some(operation.name_text()));
+        assert_eq!(whole.kind, Some(operation.kind));
+    }
+}
+
 /// Every byte but ASCII letters and digits as `%XX`.
 fn percent_encode(text: &str) -> String {
     text.bytes()
@@ -60,6 +91,7 @@ fuzz_target!(|data: &[u8]| {
         0 => {
             let operation = read(GraphqlRequest::Json(rest));
             check(&operation);
+            check_whole(GraphqlRequest::Json(rest), &operation);
             if operation.is_some() {
                 // The members sluice read, read again.
                 let body: serde_json::Value = serde_json::from_slice(rest).unwrap();
@@ -77,6 +109,7 @@ fuzz_target!(|data: &[u8]| {
         1 => {
             let operation = read(GraphqlRequest::Document(rest));
             check(&operation);
+            check_whole(GraphqlRequest::Document(rest), &operation);
             let Ok(document) = std::str::from_utf8(rest) else {
                 assert!(operation.is_none());
                 return;
@@ -95,6 +128,11 @@ fuzz_target!(|data: &[u8]| {
             let get = format!("query={}", percent_encode(document));
             assert_eq!(read(GraphqlRequest::Get(&get)), operation, "as a GET");
         }
-        _ => check(&read(GraphqlRequest::Get(&String::from_utf8_lossy(rest)))),
+        _ => {
+            let query = String::from_utf8_lossy(rest);
+            let operation = read(GraphqlRequest::Get(&query));
+            check(&operation);
+            check_whole(GraphqlRequest::Get(&query), &operation);
+        }
     }
 });

@@ -177,6 +177,70 @@ mod tests {
     }
 
     #[test]
+    fn unreadable_and_persisted_queries_are_read_and_their_errors_placed() {
+        let graphql = "rate = \"100/m\"\ncost = \"graphql\"\n";
+        let rule = &valid(&rule_a(graphql)).rules[0];
+        assert_eq!(rule.unreadable, crate::config::Unreadable::Refuse);
+        let rule = &valid(&rule_a(&format!("{graphql}unreadable = 40\n"))).rules[0];
+        assert_eq!(rule.unreadable, crate::config::Unreadable::Charge(40));
+        let rule = &valid(&rule_a(&format!("{graphql}unreadable = \"refuse\"\n"))).rules[0];
+        assert_eq!(rule.unreadable, crate::config::Unreadable::Refuse);
+        for (extra, expected) in [
+            (
+                "rate = \"100/m\"\nunreadable = 5\n",
+                "test.toml:6:14: rule[0].unreadable: unreadable says what a request whose \
+                 GraphQL cost cannot be read is charged, so it needs cost = \"graphql\"",
+            ),
+            (
+                &*format!("{graphql}unreadable = \"free\"\n"),
+                "test.toml:7:14: rule[0].unreadable: \"free\" is not what an unreadable query \
+                 gets",
+            ),
+            (
+                &*format!("{graphql}unreadable = 0\n"),
+                "test.toml:7:14: rule[0].unreadable: 0 is out of range",
+            ),
+            (
+                &*format!("{graphql}unreadable = 101\n"),
+                "test.toml:7:14: rule[0].unreadable: unreadable = 101 can never fit",
+            ),
+        ] {
+            let error = only_error(&rule_a(extra));
+            assert!(error.starts_with(expected), "{error}");
+        }
+
+        let config = valid(UPSTREAM);
+        assert_eq!(config.server.max_persisted_queries, 10_000);
+        assert!(config.server.persisted_queries.is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = dir.path().join("manifest.json");
+        std::fs::write(
+            &manifest,
+            "{\"format\": \"apollo-persisted-query-manifest\", \"version\": 1,\n \"operations\": [}",
+        )
+        .unwrap();
+        let error = only_error(&format!(
+            "[server]\nupstream = \"http://127.0.0.1:3000\"\nmax_persisted_queries = 5\n\
+             persisted_queries = \"{}\"\n",
+            manifest.display()
+        ));
+        assert!(
+            error.starts_with(&format!(
+                "test.toml:4:21: server.persisted_queries: {}: line 2 column ",
+                manifest.display()
+            )),
+            "{error}"
+        );
+        let missing = only_error(
+            "[server]\nupstream = \"http://127.0.0.1:3000\"\npersisted_queries = \"nope.json\"\n",
+        );
+        assert!(
+            missing.starts_with("test.toml:3:21: server.persisted_queries: cannot read nope.json"),
+            "{missing}"
+        );
+    }
+
+    #[test]
     fn jwt_claims_may_be_nested_but_not_empty() {
         set_env("SLUICE_TEST_NESTED_SECRET", &"s".repeat(32));
         let config = valid(&format!(
