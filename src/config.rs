@@ -495,8 +495,8 @@ pub struct RuleConfig {
     /// leave); always 1 for `concurrency`.
     pub cost: u64,
     /// `cost = "graphql"`: each request takes its GraphQL query's cost
-    /// (docs/limits-that-read-the-conversation.md); `cost` is then 1, what a
-    /// request whose query cannot be read takes.
+    /// (docs/conversation.md); `cost` is then 1 and unused: a query whose
+    /// cost cannot be read gets `unreadable`.
     pub graphql_cost: bool,
     /// With `graphql_cost`: what a request whose cost cannot be read gets.
     pub unreadable: Unreadable,

@@ -40,8 +40,8 @@ pub struct Rule {
     pub override_index: VariantIndex,
     /// `sunset`: the rule's one limit falls step by step.
     pub sunset: Option<Sunset>,
-    /// Units each request takes from every limit (1 with `graphql_cost`
-    /// when the query cannot be read).
+    /// Units each request takes from every limit (unused with
+    /// `graphql_cost`, where the query's cost or `unreadable` decides).
     pub cost: u64,
     /// `cost = "graphql"`: a request takes its query's cost instead.
     pub graphql_cost: bool,
