@@ -197,8 +197,17 @@ pub async fn admit_request<'p>(
                 rule.ban_started(key, text, &policy.labels);
             }
             let decided_at = Duration::from_nanos(ruling.decided_at);
-            let beyond = beyond_capacity(enforced, &ruling.verdicts);
-            respond::limited(response, policy, &ruling.verdicts, decided_at, beyond);
+            // Only a policy that reads bodies has GraphQL costs: any other
+            // refusal pays one test for them.
+            match policy
+                .reads_body
+                .then(|| beyond_capacity(enforced, &ruling.verdicts))
+            {
+                Some(Some(cost)) => {
+                    respond::beyond_capacity(response, policy, &ruling.verdicts, decided_at, cost)
+                }
+                _ => respond::limited(response, policy, &ruling.verdicts, decided_at),
+            }
         }
     }
     respond::add_sunset_headers(response.headers_mut(), *retiring);
@@ -458,6 +467,7 @@ fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit) -> Ask<'p> {
 /// The cost of the request, when the first rule that refused it takes a
 /// GraphQL query's cost larger than the refusing limit can ever hold: the
 /// refusal says so (waiting would not help).
+#[inline(never)]
 fn beyond_capacity(enforced: &[Applicable<'_>], verdicts: &[Verdict<'_>]) -> Option<u64> {
     let refused = verdicts.iter().find(|v| !v.decision.is_allowed())?;
     if !refused.rule.graphql_cost {

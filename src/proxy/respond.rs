@@ -379,10 +379,35 @@ pub struct Verdict<'p> {
 
 /// The answer to a request some rule rejected, written into the [`vacant`]
 /// `response`.
-///
-/// `beyond`: the request's GraphQL cost, when the first refusing rule can
-/// never hold it (the detail says so).
+#[inline]
 pub fn limited(
+    response: &mut Response<ProxyBody>,
+    policy: &Policy,
+    verdicts: &[Verdict<'_>],
+    decided_at: Duration,
+) {
+    refuse_limited(response, policy, verdicts, decided_at, None);
+}
+
+/// [`limited`], for a request whose GraphQL query costs `cost`, more than
+/// the first refusing rule can ever hold: its detail says so (waiting would
+/// not help, and it has no `Retry-After`). Rare: out of the 429's line.
+#[cold]
+#[inline(never)]
+pub fn beyond_capacity(
+    response: &mut Response<ProxyBody>,
+    policy: &Policy,
+    verdicts: &[Verdict<'_>],
+    decided_at: Duration,
+    cost: u64,
+) {
+    refuse_limited(response, policy, verdicts, decided_at, Some(cost));
+}
+
+/// [`limited`] and [`beyond_capacity`]: `beyond` is the query's cost in the
+/// latter, a constant `None` in the former's copy.
+#[inline(always)]
+fn refuse_limited(
     response: &mut Response<ProxyBody>,
     policy: &Policy,
     verdicts: &[Verdict<'_>],
@@ -891,7 +916,7 @@ mod tests {
             },
         }];
         let mut response = vacant();
-        limited(&mut response, policy, &verdicts, at, None);
+        limited(&mut response, policy, &verdicts, at);
         response
     }
 
