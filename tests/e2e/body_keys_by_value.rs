@@ -4,8 +4,6 @@
 //! decompression bomb stops at `max_key_body_bytes`) and forwarded as it
 //! came. Against the real server and a counting upstream on loopback.
 
-use std::io::Write;
-
 use http::StatusCode;
 
 use crate::support::{self, post_json};
@@ -57,12 +55,6 @@ async fn every_spelling_of_one_number_is_one_bucket() {
     assert_eq!(upstream.count(), 7);
 }
 
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    encoder.write_all(bytes).unwrap();
-    encoder.finish().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_coded_body_is_keyed_by_what_it_decodes_to_and_a_bomb_stops_at_the_bound() {
     let config = format!("max_key_body_bytes = 65536\n{PER_TENANT}");
@@ -71,7 +63,7 @@ async fn a_coded_body_is_keyed_by_what_it_decodes_to_and_a_bomb_stops_at_the_bou
         ("content-type", "application/json"),
         ("content-encoding", "gzip"),
     ];
-    let body = gzip(br#"{"tenant":"acme"}"#);
+    let body = support::gzip(br#"{"tenant":"acme"}"#);
     for _ in 0..3 {
         let (status, _, _) = support::post_raw(&sluice.url("/rpc"), &body, &coded).await;
         assert_eq!(status, StatusCode::OK);
@@ -87,7 +79,7 @@ async fn a_coded_body_is_keyed_by_what_it_decodes_to_and_a_bomb_stops_at_the_bou
     bomb.extend_from_slice(br#"{"tenant":""#);
     bomb.resize(64 << 20, b'a');
     bomb.extend_from_slice(br#""}"#);
-    let bomb = gzip(&bomb);
+    let bomb = support::gzip(&bomb);
     assert!(bomb.len() < 65_536, "{}", bomb.len());
     let (status, _, body) = support::post_raw(&sluice.url("/rpc"), &bomb, &coded).await;
     assert_eq!(

@@ -5,8 +5,6 @@
 //! the real server and a real upstream on loopback whose received requests
 //! are counted: a refusal, a mismatch and an unknown hash reach it never.
 
-use std::io::Write;
-
 use http::StatusCode;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -224,12 +222,6 @@ async fn a_batch_costs_the_sum_of_its_operations() {
     assert_eq!(points_left(&sluice, "u").await, 100);
 }
 
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    encoder.write_all(bytes).unwrap();
-    encoder.finish().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_cannot_be_read_is_refused_or_charged_as_unreadable_says() {
     let config = format!(
@@ -297,7 +289,7 @@ async fn what_cannot_be_read_is_refused_or_charged_as_unreadable_says() {
 async fn a_compressed_query_is_costed_decoded_and_sent_as_it_came() {
     let config = POINTS.replace("match.path = \"/graphql\"", "match.path = \"/echo\"");
     let (upstream, sluice) = support::start(&config).await;
-    let sent = gzip(json!({ "query": COSTLY }).to_string().as_bytes());
+    let sent = support::gzip(json!({ "query": COSTLY }).to_string().as_bytes());
     let headers = [
         ("authorization", "t"),
         ("content-type", "application/json"),

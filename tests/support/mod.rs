@@ -599,6 +599,14 @@ pub async fn post_raw(
     (status, fields, body)
 }
 
+/// `bytes` gzipped, as a client sends a coded body.
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
 /// `GET url` with headers.
 pub async fn get(url: &str, headers: &[(&str, &str)]) -> Got {
     send(Method::GET, url, headers).await

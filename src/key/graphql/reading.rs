@@ -65,7 +65,7 @@ pub enum Answer {
 }
 
 /// A GraphQL request as the rules read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reading<'a> {
     /// The `graphql:operation` key text: the name every operation has
     /// ([`super::ANONYMOUS`] for none), when all were read and share it.
@@ -87,12 +87,9 @@ impl Reading<'_> {
     /// A request nothing could be read of, for `why`.
     pub fn unreadable(why: Unread) -> Reading<'static> {
         Reading {
-            operation: None,
-            kind: None,
-            cost: 0,
             unread: 1,
             why: Some(why),
-            answer: None,
+            ..Reading::default()
         }
     }
 }
@@ -110,14 +107,7 @@ enum Element<'a> {
 pub fn read_all<'a>(request: GraphqlRequest<'a>, persisted: Persisted<'_>) -> Reading<'a> {
     match Shape::read(request) {
         Shape::One(parts) => {
-            let mut reading = Reading {
-                operation: None,
-                kind: None,
-                cost: 0,
-                unread: 0,
-                why: None,
-                answer: None,
-            };
+            let mut reading = Reading::default();
             match element(parts, persisted) {
                 Element::Read(operation) => {
                     reading.cost = operation.cost;
@@ -144,14 +134,7 @@ fn batch<'a>(elements: Vec<Option<Parts<'a>>>, persisted: Persisted<'_>) -> Read
     if elements.is_empty() {
         return Reading::unreadable(Unread::EmptyBatch);
     }
-    let mut reading = Reading {
-        operation: None,
-        kind: None,
-        cost: 0,
-        unread: 0,
-        why: None,
-        answer: None,
-    };
+    let mut reading = Reading::default();
     // Each key: unset until the first operation read, then kept while the
     // others agree (`None` once two differ).
     let mut names: Option<Option<Cow<'a, str>>> = None;
