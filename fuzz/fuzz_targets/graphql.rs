@@ -93,8 +93,13 @@ fuzz_target!(|data: &[u8]| {
             check(&operation);
             check_whole(GraphqlRequest::Json(rest), &operation);
             if operation.is_some() {
-                // The members sluice read, read again.
-                let body: serde_json::Value = serde_json::from_slice(rest).unwrap();
+                // The members sluice read, read again. A member sluice
+                // skips is not checked for UTF-8 (serde_json skips its
+                // bytes), so a body the reference cannot read as a value
+                // may still have a readable query: nothing to compare.
+                let Ok(body) = serde_json::from_slice::<serde_json::Value>(rest) else {
+                    return;
+                };
                 let variables = body.get("variables").map(|v| v.to_string());
                 let expected = reference::read(
                     body["query"].as_str().unwrap(),
