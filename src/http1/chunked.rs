@@ -12,9 +12,12 @@
 //! - extensions are skipped, at most 16 KiB of them in a body, and a bare
 //!   LF in one is an error;
 //! - each chunk's data ends in CRLF;
-//! - trailer lines end in CRLF, at most 100 of them and 16 KiB in all, and
-//!   must parse as fields; they are handed on as a header map (an HTTP/1.1
-//!   peer then drops them, as nginx does: docs/edge-behaviour.md).
+//! - trailer lines end in CRLF, at most 16 KiB in all and at most as many
+//!   as a head may have fields (`server.max_headers` for a client's body,
+//!   100 for an upstream's, as hyper counts them: every line, a field or
+//!   not), and must parse as fields; they are handed on as a header map (an
+//!   HTTP/1.1 peer then drops them, as nginx does:
+//!   docs/edge-behaviour.md).
 //!
 //! Bytes are taken from the connection's buffer as they come, so a line
 //! split across reads is never scanned twice, and data is handed on as
@@ -29,8 +32,9 @@ const EXTENSIONS_LIMIT: u16 = 16 * 1024;
 /// Bytes of trailer section, at most (hyper's default).
 const TRAILERS_LIMIT: usize = 16 * 1024;
 
-/// Trailer lines, at most (hyper's default field count).
-const TRAILERS_MAX: u8 = 100;
+/// Trailer lines, at most, unless told otherwise (hyper's default field
+/// count).
+const TRAILERS_MAX: u32 = 100;
 
 /// The coding is broken: the body cannot be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +81,9 @@ pub struct Chunked {
     /// Extension bytes so far.
     extensions: u16,
     /// Trailer lines so far.
-    trailer_lines: u8,
+    trailer_lines: u32,
+    /// Trailer lines allowed.
+    trailers_max: u32,
     /// The trailer section as read, to be checked at its end; boxed (and
     /// only made for a body that has trailers) so the body stays small.
     trailers: Option<Box<BytesMut>>,
@@ -91,11 +97,17 @@ impl Default for Chunked {
 
 impl Chunked {
     pub const fn new() -> Chunked {
+        Chunked::with_trailers_max(TRAILERS_MAX)
+    }
+
+    /// A decoder that fails a body with more than `lines` trailer lines.
+    pub const fn with_trailers_max(lines: u32) -> Chunked {
         Chunked {
             step: Step::Start,
             size: 0,
             extensions: 0,
             trailer_lines: 0,
+            trailers_max: lines,
             trailers: None,
         }
     }
@@ -228,7 +240,7 @@ impl Chunked {
             }
             Step::TrailerLf => match byte {
                 b'\n' => {
-                    if self.trailer_lines >= TRAILERS_MAX {
+                    if self.trailer_lines >= self.trailers_max {
                         return Err(BadChunk);
                     }
                     self.trailer_lines += 1;
@@ -265,7 +277,7 @@ impl Chunked {
         let Some(section) = self.trailers.take() else {
             return Ok(None);
         };
-        let mut slots = vec![httparse::EMPTY_HEADER; usize::from(self.trailer_lines)];
+        let mut slots = vec![httparse::EMPTY_HEADER; self.trailer_lines as usize];
         match httparse::parse_headers(&section, &mut slots) {
             Ok(httparse::Status::Complete((_, fields))) => {
                 let mut map = HeaderMap::with_capacity(fields.len());
@@ -395,5 +407,28 @@ mod tests {
         let mut coded = b"0\r\nx: ".to_vec();
         coded.extend(std::iter::repeat_n(b'v', TRAILERS_LIMIT));
         assert_eq!(decode(&coded, 4096), Err(BadChunk));
+    }
+
+    #[test]
+    fn trailer_lines_count_against_the_limit_given_fields_or_not() {
+        // Found by the `http1_server` fuzz target: with `max_headers = 8`,
+        // hyper fails a section of nine lines, though httparse would stop
+        // reading fields at the bare LF after the third; this decoder took
+        // 100 lines whatever `max_headers` said, and passed the body.
+        let coded = b"0\r\nt:\r\nn: x\r\nt:\r\n\n\r\np\r\nC\r\nC\r\ns\r\n\n\r\n\r\n";
+        let with = |lines: u32| {
+            let mut decoder = Chunked::with_trailers_max(lines);
+            let mut read = BytesMut::from(&coded[..]);
+            loop {
+                match decoder.decode(&mut read) {
+                    Ok(Decoded::End) => return Ok(()),
+                    Ok(Decoded::More) => panic!("the body is all there"),
+                    Ok(_) => {}
+                    Err(bad) => return Err(bad),
+                }
+            }
+        };
+        assert_eq!(with(8), Err(BadChunk));
+        assert_eq!(with(9), Ok(()));
     }
 }

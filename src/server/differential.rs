@@ -544,6 +544,17 @@ mod tests {
     }
 
     #[test]
+    fn a_trailer_section_longer_than_max_headers_fails_the_body_alike() {
+        // Regression (the `http1_server` fuzz target's first finding): hyper
+        // counts every trailer line against `max_headers` (8 here), sluice
+        // allowed 100 and passed this nine-line section's body on.
+        let outcome = assert_same(&[b"T /a HTTP/1.1\nTransfer-Encoding:chunked\n\n\
+            0\r\nt:\r\nn:\xff\r\nt:\r\n\n\r\np\r\nC\r\nC\r\ns\r\n\n\r\n\r\n"]);
+        assert_eq!(outcome.requests.len(), 1);
+        assert_eq!(outcome.requests[0].body, None, "the body failed");
+    }
+
+    #[test]
     fn a_head_in_pieces_is_read_alike() {
         assert_same(&[
             b"GET /pie",

@@ -164,7 +164,8 @@ impl<S: Transport> Http1<S> {
                         // Most requests have no body: the slot's is empty
                         // already, and no inflow is left from the last.
                         if head.body != head::BodyFraming::Length(0) {
-                            let (body, inflow) = inflow::take(&head, &mut self.read);
+                            let (body, inflow) =
+                                inflow::take(&head, limits.max_headers, &mut self.read);
                             *into.get_mut().body_mut() = body;
                             self.inflow = inflow;
                         }

@@ -64,8 +64,19 @@ pub enum Pumped {
 /// The body `head` announces, taken from `read` whole when it is all
 /// there, else a pipe fed by the returned [`Inflow`]. A body framed both
 /// ways is piped, so that it goes upstream chunked as it was read.
-pub fn take(head: &RequestHead, read: &mut BytesMut) -> (ClientBody, Option<Inflow>) {
+/// A chunked body may have as many trailer lines as a head fields,
+/// `max_headers`.
+pub fn take(
+    head: &RequestHead,
+    max_headers: usize,
+    read: &mut BytesMut,
+) -> (ClientBody, Option<Inflow>) {
     let (framing, expect_continue) = (head.body, head.expect_continue);
+    let chunked = || {
+        Box::new(Chunked::with_trailers_max(
+            max_headers.try_into().unwrap_or(u32::MAX),
+        ))
+    };
     let decoder = match framing {
         BodyFraming::Length(0) => return (ClientBody::Empty, None),
         BodyFraming::Length(length) => {
@@ -75,9 +86,9 @@ pub fn take(head: &RequestHead, read: &mut BytesMut) -> (ClientBody, Option<Infl
             }
             Decoder::Length(length)
         }
-        BodyFraming::Chunked if head.ambiguous => Decoder::Chunked(Box::default()),
+        BodyFraming::Chunked if head.ambiguous => Decoder::Chunked(chunked()),
         BodyFraming::Chunked => {
-            let mut chunked: Box<Chunked> = Box::default();
+            let mut chunked = chunked();
             match whole_chunked(&mut chunked, read) {
                 Ok(Whole::Body(body)) => return (ClientBody::Read(body), None),
                 Ok(Whole::Started(first)) => {
