@@ -63,9 +63,9 @@ pub enum Pumped {
 
 /// The body `head` announces, taken from `read` whole when it is all
 /// there, else a pipe fed by the returned [`Inflow`]. A body framed both
-/// ways is piped, so that it goes upstream chunked as it was read.
-/// A chunked body may have as many trailer lines as a head fields,
-/// `max_headers`.
+/// ways is piped, so that it goes upstream chunked as it was read. A
+/// chunked body's trailer section may have as many lines as a head may
+/// have fields, `max_headers`.
 pub fn take(
     head: &RequestHead,
     max_headers: usize,
