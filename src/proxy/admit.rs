@@ -199,14 +199,16 @@ pub async fn admit_request<'p>(
             let decided_at = Duration::from_nanos(ruling.decided_at);
             // Only a policy that reads bodies has GraphQL costs: any other
             // refusal pays one test for them.
-            match policy
-                .reads_body
-                .then(|| beyond_capacity(enforced, &ruling.verdicts))
-            {
-                Some(Some(cost)) => {
+            let beyond = if policy.reads_body {
+                beyond_capacity(enforced, &ruling.verdicts)
+            } else {
+                None
+            };
+            match beyond {
+                Some(cost) => {
                     respond::beyond_capacity(response, policy, &ruling.verdicts, decided_at, cost)
                 }
-                _ => respond::limited(response, policy, &ruling.verdicts, decided_at),
+                None => respond::limited(response, policy, &ruling.verdicts, decided_at),
             }
         }
     }

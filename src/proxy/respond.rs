@@ -354,8 +354,8 @@ pub fn vacate(response: &mut Response<ProxyBody>) {
 /// Writes a refusal whose every field is one of sluice's own into the
 /// [`vacant`] `response`: its map stays empty. Always inlined: with two
 /// copies of the 429's builder (`limited`, `beyond_capacity`) the compiler
-/// would call it, and moving the fields by value costs a 429 about 35
-/// instructions (docs/benchmarks-history.md, issue 70).
+/// would call it and move the fields by value, which a 429 pays for
+/// (docs/benchmarks-history.md, "Limits nobody can dodge (issue 70)").
 #[inline(always)]
 fn refuse_into(
     response: &mut Response<ProxyBody>,
