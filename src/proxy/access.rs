@@ -18,9 +18,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use http::Request;
 
 use super::client_request::ClientBody;
-use super::identify::{Applicable, Unidentified};
 use super::respond::Verdict;
 use super::ruling::Ruling;
+use super::standing::{Applicable, Unidentified};
 use crate::access_log::Parts;
 use crate::key::client_ip;
 use crate::key::label::is_credential;

@@ -30,13 +30,14 @@ use http::Response;
 use smallvec::SmallVec;
 
 use super::bill::Bill;
-use super::identify::{Applicability, Applicable};
 use super::refusal::Refusal;
 use super::respond::{self, ProxyBody, Verdict};
 use super::ruling::Ruling;
 use super::settle::{self, Settlement};
+use super::standing::{Applicability, Applicable};
 use super::tally;
 use super::ticker::Ticker;
+use super::{AnswerWritten, Context};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::key::RequestFacts;
 use crate::limiter::Decision;
@@ -125,26 +126,18 @@ impl Admitter<'_> {
     }
 }
 
-/// Admit: decides the request `applicable` describes into `ruling` and
-/// holds it if a rule says so ([`decide`]), times and counts the decision,
-/// and writes the answer of a request that may not pass (429, a ban, 503
-/// when the store failed and `on_error = "deny"`) into `response`. Whether
-/// the request may pass.
-pub async fn admit_request<'p>(
-    admitter: Admitter<'_>,
-    policy: &'p Policy,
-    facts: &RequestFacts<'_>,
-    applicable: &Applicability<'p>,
-    ruling: &mut Ruling<'p>,
-    response: &mut Response<ProxyBody>,
-) -> bool {
+/// Admit, the request path's phase: decides the request the context's
+/// applicable rules describe into its ruling and holds it if a rule says so
+/// ([`decide`]), times and counts the decision, and answers a request that
+/// may not pass (429, a ban, 503 when the store failed and
+/// `on_error = "deny"`). The ruling is recorded either way.
+pub async fn phase(cx: &mut Context<'_>, facts: &RequestFacts<'_>) -> Result<(), AnswerWritten> {
+    let policy = cx.policy;
+    let admitter = cx.shared.admitter(policy);
     let Applicability {
-        enforced,
-        shadowed,
-        retiring,
-        ..
-    } = applicable;
-    let decided = decide(admitter, enforced, shadowed, ruling).await;
+        enforced, shadowed, ..
+    } = &cx.applicable;
+    let decided = decide(admitter, enforced, shadowed, &mut cx.ruling).await;
     // A request no rule applies to was not decided: timing it would drag
     // the quantiles towards zero.
     if !(enforced.is_empty() && shadowed.is_empty()) {
@@ -153,67 +146,131 @@ pub async fn admit_request<'p>(
             .now()
             // On this instance's clock: `decided_at` may be a shared
             // store's, which another machine keeps.
-            .saturating_sub(ruling.asked_at)
-            .saturating_sub(ruling.held);
+            .saturating_sub(cx.ruling.asked_at)
+            .saturating_sub(cx.ruling.held);
         admitter.metrics.decision_seconds.observe(seconds(took));
     }
-    if decided.is_err() {
-        *response = respond::refusal(Refusal::StoreUnavailable, None);
-        return false;
+    let admitted = match decided {
+        Ok(()) => judge(
+            admitter,
+            policy,
+            facts,
+            &cx.applicable,
+            &cx.ruling,
+            cx.response,
+        ),
+        Err(StoreUnavailable) => {
+            *cx.response = respond::refusal(Refusal::StoreUnavailable, None);
+            false
+        }
+    };
+    cx.note_ruled(facts, admitted);
+    if admitted {
+        return Ok(());
     }
-    tally::count_hitters(policy, facts, enforced, shadowed, ruling);
+    if policy.reads_body {
+        respond::add_cost(cx.response, policy, &cx.applicable.enforced);
+    }
+    Err(AnswerWritten)
+}
+
+/// Counts what the store ruled, and answers a request that may not pass
+/// into `response`: whether it may.
+fn judge<'p>(
+    admitter: Admitter<'_>,
+    policy: &'p Policy,
+    facts: &RequestFacts<'_>,
+    applicable: &Applicability<'p>,
+    ruling: &Ruling<'p>,
+    response: &mut Response<ProxyBody>,
+) -> bool {
+    let enforced = &applicable.enforced[..];
+    tally::count_hitters(policy, facts, enforced, &applicable.shadowed, ruling);
     match ruling.outcome {
         Outcome::Admitted => {
             tally::count_outcomes(&ruling.verdicts);
             return true;
         }
         Outcome::Banned { rule, left } => {
-            let Applicable {
-                rule, limits, key, ..
-            } = enforced[rule];
-            let store = admitter.store;
-            if store.is_shared() && rule.bans.unnamed(key) {
-                // Learned from Redis, where another instance's strikes
-                // started it: named for the fleet's listing, once here.
-                let text = policy.keys.key_text(&rule.key, facts);
-                store.ban_named(&rule.name, key, &policy.labels.redacted(&rule.key, &text));
-                rule.bans.name(key, text);
-            }
-            rule.counters.limited.inc();
-            rule.counters.banned.inc();
-            *response = respond::banned(rule, limits, left, policy.response.status);
+            *response = banned(admitter, policy, facts, enforced[rule], left);
         }
         Outcome::Limited => {
             tally::count_outcomes(&ruling.verdicts);
-            for &index in &ruling.bans_started {
-                let Applicable { rule, key, .. } = enforced[index];
-                let text = policy.keys.key_text(&rule.key, facts);
-                if let (true, Some(ban)) = (admitter.store.is_shared(), rule.ban) {
-                    let shown = policy.labels.redacted(&rule.key, &text);
-                    admitter
-                        .store
-                        .ban_started(&rule.name, key, ban.duration, &shown);
-                }
-                rule.ban_started(key, text, &policy.labels);
-            }
-            let decided_at = Duration::from_nanos(ruling.decided_at);
-            // Only a policy that reads bodies has GraphQL costs: any other
-            // refusal pays one test for them.
-            let beyond = if policy.reads_body {
-                beyond_capacity(enforced, &ruling.verdicts)
-            } else {
-                None
-            };
-            match beyond {
-                Some(cost) => {
-                    respond::beyond_capacity(response, policy, &ruling.verdicts, decided_at, cost)
-                }
-                None => respond::limited(response, policy, &ruling.verdicts, decided_at),
-            }
+            bans_started(admitter.store, policy, facts, enforced, ruling);
+            limited(policy, enforced, ruling, response);
         }
     }
-    respond::add_sunset_headers(response.headers_mut(), *retiring);
+    respond::add_sunset_headers(response.headers_mut(), applicable.retiring);
     false
+}
+
+/// The answer to a caller banned by `applicable`'s rule for `left` more:
+/// counted, and named for the fleet's listing when another instance
+/// started the ban.
+fn banned(
+    admitter: Admitter<'_>,
+    policy: &Policy,
+    facts: &RequestFacts<'_>,
+    applicable: Applicable<'_>,
+    left: Nanos,
+) -> Response<ProxyBody> {
+    let Applicable {
+        rule, limits, key, ..
+    } = applicable;
+    let store = admitter.store;
+    if store.is_shared() && rule.bans.unnamed(key) {
+        // Learned from Redis, where another instance's strikes started
+        // it: named for the fleet's listing, once here.
+        let text = policy.keys.key_text(&rule.key, facts);
+        store.ban_named(&rule.name, key, &policy.labels.redacted(&rule.key, &text));
+        rule.bans.name(key, text);
+    }
+    rule.counters.limited.inc();
+    rule.counters.banned.inc();
+    respond::banned(rule, limits, left, policy.response.status)
+}
+
+/// Starts the bans the limited request's strikes earned.
+fn bans_started(
+    store: &Store,
+    policy: &Policy,
+    facts: &RequestFacts<'_>,
+    enforced: &[Applicable<'_>],
+    ruling: &Ruling<'_>,
+) {
+    for &index in &ruling.bans_started {
+        let Applicable { rule, key, .. } = enforced[index];
+        let text = policy.keys.key_text(&rule.key, facts);
+        if let (true, Some(ban)) = (store.is_shared(), rule.ban) {
+            let shown = policy.labels.redacted(&rule.key, &text);
+            store.ban_started(&rule.name, key, ban.duration, &shown);
+        }
+        rule.ban_started(key, text, &policy.labels);
+    }
+}
+
+/// The 429 of a limited request: one beyond a limit's capacity, when its
+/// GraphQL cost is, or the usual.
+fn limited(
+    policy: &Policy,
+    enforced: &[Applicable<'_>],
+    ruling: &Ruling<'_>,
+    response: &mut Response<ProxyBody>,
+) {
+    let decided_at = Duration::from_nanos(ruling.decided_at);
+    // Only a policy that reads bodies has GraphQL costs: any other
+    // refusal pays one test for them.
+    let beyond = if policy.reads_body {
+        beyond_capacity(enforced, &ruling.verdicts)
+    } else {
+        None
+    };
+    match beyond {
+        Some(cost) => {
+            respond::beyond_capacity(response, policy, &ruling.verdicts, decided_at, cost)
+        }
+        None => respond::limited(response, policy, &ruling.verdicts, decided_at),
+    }
 }
 
 /// Decides into `ruling` (a fresh [`Ruling::default`]), and holds the

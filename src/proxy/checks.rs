@@ -4,13 +4,17 @@
 //! identify. `POST /admin/explain` runs the same checks.
 
 use std::borrow::Cow;
+use std::net::IpAddr;
 
 use http::header;
 use http::Request;
 
+use super::client_request::ClientBody;
 use super::fields;
 use super::refusal::Refusal;
+use super::{AnswerWritten, Context};
 use crate::key::path;
+use crate::key::RequestFacts;
 use crate::policy::Policy;
 
 /// What [`check`] found in a request it lets through.
@@ -20,6 +24,37 @@ pub struct Checked<'r> {
     /// The host the client addressed ([`host_of`]), read once with Host's
     /// check.
     pub host: Option<&'r str>,
+}
+
+/// Checks, the request path's phase: [`check`], and a refusal answered
+/// and recorded.
+#[inline(always)]
+pub fn phase<'r>(
+    cx: &mut Context<'_>,
+    request: &'r Request<ClientBody>,
+) -> Result<Checked<'r>, AnswerWritten> {
+    check(request, cx.policy).map_err(|refusal| cx.refuse_unchecked(request, refusal))
+}
+
+/// The facts rules match and key on, read from `request` (what
+/// [`check`] found in it: `checked`) sent by `peer`: the
+/// client IP is resolved through the trusted proxies.
+pub fn facts_of<'r, B>(
+    request: &'r Request<B>,
+    checked: &'r Checked<'r>,
+    peer: IpAddr,
+    policy: &Policy,
+) -> RequestFacts<'r> {
+    RequestFacts {
+        method: request.method(),
+        path: &checked.path,
+        query: request.uri().query(),
+        host: checked.host,
+        headers: request.headers(),
+        client_ip: policy.client_ip.resolve(peer, request.headers()),
+        claims: None,
+        body: None,
+    }
 }
 
 /// Refuses what must not reach any limiter: broken framing, a bad Host, an

@@ -1,16 +1,33 @@
 //! Decorate: what sluice says about an admitted request, added to the
 //! upstream's answer — which shadow rules would have limited it, how long it
 //! was held, a retiring route's sunset, and the rate-limit headers
-//! (`response.on_success`); and what a GraphQL query cost ([`add_cost`]).
+//! (`response.on_success`), what a GraphQL query cost, and a WebSocket
+//! tunnel's message gate.
 
 use std::time::Duration;
 
 use http::Response;
 
-use super::identify::Applicable;
+use super::messages;
 use super::respond::{self, ProxyBody};
 use super::ruling::Ruling;
+use super::Context;
 use crate::policy::{Policy, Sunset};
+
+/// Decorate, the request path's phase once the upstream answered: sluice's
+/// fields added to the answer ([`decorate`]), a WebSocket tunnel's message
+/// gate opened (`proxy/messages.rs`), and a GraphQL query's cost said.
+#[inline(always)]
+pub fn phase(cx: &mut Context<'_>) {
+    let (policy, shared, snapshot) = (cx.policy, cx.shared, cx.snapshot);
+    let applicable = &cx.applicable;
+    decorate(cx.response, policy, &cx.ruling, applicable.retiring);
+    let deciding = || shared.deciding(&snapshot.policy);
+    messages::open(cx.response, cx.metered.take(), deciding, &shared.metrics);
+    if policy.reads_body {
+        respond::add_cost(cx.response, policy, &applicable.enforced);
+    }
+}
 
 /// Adds sluice's fields to the upstream's answer to an admitted request.
 pub fn decorate(
@@ -36,21 +53,3 @@ pub fn decorate(
         );
     }
 }
-
-/// `X-RateLimit-Cost`: the units a rule with `cost = "graphql"` took for
-/// the request (or, on its 429, would have taken), when one applied and
-/// rate-limit headers are sent (docs/conversation.md).
-#[inline(never)]
-pub fn add_cost(response: &mut Response<ProxyBody>, policy: &Policy, enforced: &[Applicable<'_>]) {
-    if !policy.sends_headers() {
-        return;
-    }
-    if let Some(applicable) = enforced.iter().find(|one| one.rule.graphql_cost) {
-        response.headers_mut().insert(
-            X_RATELIMIT_COST.clone(),
-            http::HeaderValue::from(applicable.cost),
-        );
-    }
-}
-
-static X_RATELIMIT_COST: http::HeaderName = http::HeaderName::from_static("x-ratelimit-cost");

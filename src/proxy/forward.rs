@@ -39,10 +39,12 @@ use super::settle::{ChargingWhile, RequestBytes, Settlement};
 use super::upgrade;
 pub use super::upstream::Outbound;
 use super::upstream::Upstream;
+use super::{AnswerWritten, Context};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::Propagators;
 use crate::http1::framing;
 use crate::key::client_ip::{self, ForwardedHeader, IPV4_TEXT_MAX};
+use crate::key::RequestFacts;
 use crate::limiter::adaptive::Sample;
 use crate::metrics::{seconds, Metrics};
 use crate::policy::Policy;
@@ -481,6 +483,10 @@ pub struct Forwarder<'a> {
     pub policy: &'a Policy,
     /// The request's id, sent on as `X-Request-Id`.
     pub request_id: &'a RequestId,
+    /// Who sent it: named to the upstream as the forwarding headers say.
+    pub peer: SocketAddr,
+    /// When it arrived, on `clock`: the start of sluice's overhead.
+    pub started: Nanos,
 }
 
 /// A sampled request's trace, carried on to the upstream: the client's
@@ -501,6 +507,67 @@ fn carry_trace(
     )))
 }
 
+/// Where an admitted request goes: the path and query the upstream
+/// receives, the pool its route names, and its key for the pool's `hash:`
+/// balancing, if it has one.
+pub struct Destination<'a> {
+    path_and_query: PathAndQuery,
+    upstream: &'a Upstream,
+    hash: Option<u64>,
+}
+
+/// Where the request `facts` describe goes, as its checks found it
+/// (`checked`): read before the forward phase, which takes the request's
+/// body while its facts still borrow its head.
+pub fn destination<'a>(
+    cx: &Context<'a>,
+    request: &Request<ClientBody>,
+    checked: &Checked<'_>,
+    facts: &RequestFacts<'_>,
+) -> Destination<'a> {
+    let policy = cx.policy;
+    let snapshot: &'a super::shared::Snapshot = cx.snapshot;
+    let upstream = snapshot.routes.route(facts);
+    let hash = upstream.hash_source().and_then(|source| {
+        let sources = std::slice::from_ref(source);
+        policy.keys.derive(sources, facts, false).ok()
+    });
+    Destination {
+        path_and_query: forwarded_path(request, checked, policy),
+        upstream,
+        hash,
+    }
+}
+
+/// Forward, the request path's phase: the admitted request goes to its
+/// `destination` ([`Forwarder::forward`]); the upstream's answer, or the
+/// answer to its failure, goes into the context's response.
+pub async fn phase(
+    cx: &mut Context<'_>,
+    client: &mut ClientRequest,
+    destination: Destination<'_>,
+) -> Result<(), AnswerWritten> {
+    let shared = cx.shared;
+    let forwarder = Forwarder {
+        upstream: destination.upstream,
+        hash: destination.hash,
+        clock: &shared.clock,
+        metrics: &shared.metrics,
+        policy: cx.policy,
+        request_id: &cx.id,
+        peer: cx.peer,
+        started: cx.started,
+    };
+    let path_and_query = destination.path_and_query;
+    let ruling = &mut cx.ruling;
+    let forwarding = forwarder.forward(client, path_and_query, &mut cx.span, ruling, cx.response);
+    if forwarding.await {
+        Ok(())
+    } else {
+        Err(AnswerWritten)
+    }
+}
+
 impl Forwarder<'_> {
     /// Forward: the admitted request, rewritten, goes upstream with the
     /// admission's settlement (`ruling.settlement`) riding on the
@@ -515,30 +582,19 @@ impl Forwarder<'_> {
         self,
         client: &mut ClientRequest,
         path_and_query: PathAndQuery,
-        peer: SocketAddr,
-        (started, span): (Nanos, &mut Span),
+        span: &mut Span,
         ruling: &mut Ruling<'_>,
         response: &mut Response<ProxyBody>,
     ) -> bool {
         let mut added = AddedFields::default();
-        let mut outgoing = self.outgoing(
-            client,
-            path_and_query,
-            peer,
-            (started, ruling.held),
-            &mut added,
-        );
+        let mut outgoing = self.outgoing(client, path_and_query, ruling.held, &mut added);
         if let Some(propagators) = span.propagators() {
             added.trace = carry_trace(span, propagators, client);
         }
         let mut settlement = ruling.settlement.take();
         if let Some(settlement) = &mut settlement {
             let body = &mut outgoing.body;
-            settlement.forwarded(outgoing.sent, || match body {
-                RequestBody::None | RequestBody::Taken => RequestBytes::None,
-                RequestBody::Whole(bytes) => RequestBytes::Whole(bytes.len() as u64),
-                RequestBody::Streamed(streamed) => RequestBytes::Streamed(streamed.count_bytes()),
-            });
+            settlement.forwarded(outgoing.sent, || request_bytes(body));
         }
         let upstream = self.upstream;
         let outbound = Outbound {
@@ -576,33 +632,32 @@ impl Forwarder<'_> {
                 ChargingWhile::new(OutOfLine::new(sending), charging).await
             }
         };
-        // Until the head arrived, or the last attempt failed.
-        let upstream_took = ended.saturating_sub(outgoing.sent);
         if let (Some(trace), Some(recording)) = (&added.trace, span.recording()) {
             trace.add_spans(recording, client.get().method(), upstream.name());
         }
-        ruling.upstream_took = Some(upstream_took);
-        // Adaptive rules learn the upstream's time alone: from the end of
-        // a body the client was still sending.
-        let from = outgoing
-            .body_watch
-            .ended_at()
-            .unwrap_or(0)
-            .max(outgoing.sent);
-        let took = (ended.saturating_sub(from), ended);
-        match self.incoming(result, outgoing.handshake, settlement, took, response) {
+        // Until the head arrived, or the last attempt failed.
+        ruling.upstream_took = Some(ended.saturating_sub(outgoing.sent));
+        let answered = Answered {
+            handshake: outgoing.handshake,
+            took: ended.saturating_sub(outgoing.upstream_from()),
+            ended,
+        };
+        match self.incoming(result, answered, settlement, response) {
             Ok(()) => true,
             Err(error) => {
-                *response = match outgoing.body_watch.cut_off() {
-                    // A body cut off by its deadline or size cap is the client's fault.
-                    Some(cut_off) => respond::refusal(
-                        Refusal::BodyCutOff(cut_off, outgoing.body_watch.version()),
-                        None,
-                    ),
-                    None => self.upstream_failed(error),
-                };
+                *response = self.failed(&outgoing, error);
                 false
             }
+        }
+    }
+
+    /// The answer to a failed exchange: a body cut off by its deadline or
+    /// size cap is the client's fault, anything else the upstream's.
+    fn failed(self, outgoing: &Outgoing, error: ForwardError) -> Response<ProxyBody> {
+        let watch = &outgoing.body_watch;
+        match watch.cut_off() {
+            Some(cut_off) => respond::refusal(Refusal::BodyCutOff(cut_off, watch.version()), None),
+            None => self.upstream_failed(error),
         }
     }
 
@@ -611,17 +666,15 @@ impl Forwarder<'_> {
     /// set, or put in `added`), and its body taken out of it, under its
     /// deadline and size cap unless it is already here whole (and within the
     /// cap: one over it is guarded, and cut off at its first frame, as a
-    /// streamed one). `(started, held)`: when the request arrived, and how
-    /// long it was held.
+    /// streamed one). `held`: how long admission held the request.
     fn outgoing(
         self,
         client: &mut ClientRequest,
         path_and_query: PathAndQuery,
-        peer: SocketAddr,
-        (started, held): (Nanos, Nanos),
+        held: Nanos,
         added: &mut AddedFields,
     ) -> Outgoing {
-        let policy = self.policy;
+        let (policy, peer) = (self.policy, self.peer);
         let hop = ClientHop {
             peer: peer.ip(),
             trusted: policy.client_ip.is_trusted(peer.ip()),
@@ -661,9 +714,9 @@ impl Forwarder<'_> {
         // The overhead excludes the intentional hold: it is the latency
         // sluice adds to requests that were within their limits.
         let sent = self.clock.now();
-        self.metrics
-            .overhead_seconds
-            .observe(seconds(sent.saturating_sub(started).saturating_sub(held)));
+        self.metrics.overhead_seconds.observe(seconds(
+            sent.saturating_sub(self.started).saturating_sub(held),
+        ));
         Outgoing {
             body,
             body_watch,
@@ -677,17 +730,21 @@ impl Forwarder<'_> {
     /// dropped (or a WebSocket tunnel closed), and permits return then. Its
     /// bill sees the response head first: a reported cost is charged and
     /// stripped, a 5xx or a failed exchange refunded where `refund_on` says.
-    /// Adaptive rules learn from the time to the head (`took`: how long,
-    /// and when it ended), or from the failure. The answer is written into
-    /// `response` (in place: every move of a response copies it).
+    /// Adaptive rules learn from the time to the head ([`Answered`]), or
+    /// from the failure. The answer is written into `response` (in place:
+    /// every move of a response copies it).
     fn incoming(
         self,
         mut result: Result<Response<PooledBody>, ForwardError>,
-        handshake: bool,
+        answered: Answered,
         mut settlement: Option<Box<Settlement>>,
-        (took, ended): (Nanos, Nanos),
         response: &mut Response<ProxyBody>,
     ) -> Result<(), ForwardError> {
+        let Answered {
+            handshake,
+            took,
+            ended,
+        } = answered;
         if let Some(bill) = &mut settlement {
             match &mut result {
                 Ok(response) => {
@@ -755,6 +812,33 @@ struct Outgoing {
     handshake: bool,
     /// When it was sent (the end of sluice's overhead).
     sent: Nanos,
+}
+
+/// Where the bytes of a request `body` being forwarded are known, for
+/// the rules that charge them.
+fn request_bytes(body: &mut RequestBody) -> RequestBytes {
+    match body {
+        RequestBody::None | RequestBody::Taken => RequestBytes::None,
+        RequestBody::Whole(bytes) => RequestBytes::Whole(bytes.len() as u64),
+        RequestBody::Streamed(streamed) => RequestBytes::Streamed(streamed.count_bytes()),
+    }
+}
+
+impl Outgoing {
+    /// Where the upstream's own time starts, as adaptive rules learn it:
+    /// at the end of a body the client was still sending.
+    fn upstream_from(&self) -> Nanos {
+        self.body_watch.ended_at().unwrap_or(0).max(self.sent)
+    }
+}
+
+/// How an upstream answered: for a WebSocket `handshake`, `took` (its own
+/// time to the head, or to the failure), and when that `ended`.
+#[derive(Debug, Clone, Copy)]
+struct Answered {
+    handshake: bool,
+    took: Nanos,
+    ended: Nanos,
 }
 
 /// The path and query the upstream receives: the normalised path, when

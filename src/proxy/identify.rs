@@ -12,136 +12,79 @@
 //! refusal with [`count_refusal`].
 
 use std::cell::OnceCell;
-use std::net::IpAddr;
 
 use http::{Request, Response};
-use smallvec::SmallVec;
 
-use super::checks::Checked;
+use super::access::Record;
+use super::checks::{facts_of, Checked};
+use super::client_request::ClientBody;
+use super::key_body::Readings;
+use super::messages;
 use super::refusal::Refusal;
 use super::refusal_log::{self, Refused};
 use super::respond::{self, ProxyBody};
-use super::INLINE_RULES;
+use super::standing::stand;
+pub use super::standing::{Applicability, Applicable, Standing, Uncosted, Unidentified, Witness};
+use super::upgrade;
+use super::{AnswerWritten, Context};
 use crate::clock::Nanos;
-use crate::config::{MissingPolicy, Unreadable};
-use crate::key::graphql::{Answer, Unread};
 use crate::key::jwt::Claims;
-use crate::key::read_once::FieldAt;
 use crate::key::RequestFacts;
-use crate::policy::{Limit, Policy, Rule, Sunset};
-use crate::store::BucketKey;
+use crate::policy::Policy;
 
-/// One rule that applies to the request, with its bucket key.
-#[derive(Debug, Clone, Copy)]
-pub struct Applicable<'p> {
-    pub rule: &'p Rule,
-    pub key: BucketKey,
-    /// The rule's limits for this caller (its tier or override, if any).
-    pub limits: &'p [Limit],
-    /// Units the request takes from each of them: the rule's `cost`, or
-    /// its query's with `cost = "graphql"`.
-    pub cost: u64,
-}
-
-/// The rules that apply to a request, as [`identify`] found them.
-#[derive(Default)]
-pub struct Applicability<'p> {
-    pub enforced: SmallVec<[Applicable<'p>; INLINE_RULES]>,
-    pub shadowed: SmallVec<[Applicable<'p>; INLINE_RULES]>,
-    /// The first applicable rule being retired: its responses say so.
-    pub retiring: Option<&'p Sunset>,
-    /// The client is on the allow list: no rule was looked at.
-    pub unlimited: bool,
-}
-
-/// Why [`identify`] refused a request.
-#[derive(Debug, Clone, Copy)]
-pub enum Unidentified<'p> {
-    /// The client IP is on the deny list (403).
-    Denied,
-    /// A key source of this rule is missing and `missing = "reject"` (400).
-    MissingKey(&'p Rule),
-    /// The request carries a field this rule reads more than once (400).
-    Ambiguous(&'p Rule, FieldAt),
-    /// The rule's route is retired (410).
-    Gone(&'p Rule, &'p Sunset),
-    /// The rule takes the request's GraphQL cost and cannot (400, or
-    /// `PersistedQueryNotFound` for an unknown hash).
-    Uncosted(&'p Rule, Uncosted),
-}
-
-/// Why a `cost = "graphql"` rule cannot take a request's cost
-/// (docs/conversation.md, "No query is free").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Uncosted {
-    /// The cost cannot be read and the rule's `unreadable` is `"refuse"`.
-    Unreadable(Unread),
-    /// A query sent with a hash that is not its SHA-256.
-    HashMismatch,
-    /// A persisted query's hash alone that sluice does not know.
-    PersistedQueryNotFound,
-}
-
-/// Where one rule stands on a request ([`stand`]).
-#[derive(Debug, Clone, Copy)]
-pub enum Standing<'p> {
-    /// Its `match` does not fit the request.
-    Unmatched,
-    /// A key source is missing and `missing = "skip"`: the rule does not
-    /// apply.
-    Skipped,
-    /// A key source is missing and `missing = "reject"`: the request is
-    /// answered 400.
-    MissingKey,
-    /// The request carries a field the rule reads to decide more than once
-    /// (`rule.reads`): answered 400, whatever `missing` says.
-    Ambiguous(FieldAt),
-    /// Its route is retired: the request is answered 410.
-    Gone(&'p Sunset),
-    /// It takes the request's GraphQL cost and cannot: answered 400, or as
-    /// Apollo Server answers an unknown persisted query.
-    Uncosted(Uncosted),
-    /// It applies, with the caller's bucket key, the limits it is held to
-    /// (its tier, override or sunset step) and what the request costs.
-    Applies {
-        key: BucketKey,
-        limits: &'p [Limit],
-        cost: u64,
-    },
-}
-
-/// Sees each rule's standing as [`identify`] reaches it. The request path
-/// watches nothing (`()`, which compiles to nothing); `POST /admin/explain`
-/// records every standing to report it.
-pub trait Witness<'p> {
-    /// `rule`, the `index`th of the policy, stands as `standing`.
-    fn stood(&mut self, index: usize, standing: Standing<'p>);
-}
-
-impl<'p> Witness<'p> for () {
-    #[inline(always)]
-    fn stood(&mut self, _: usize, _: Standing<'p>) {}
-}
-
-/// The facts rules match and key on, read from `request` (what
-/// [`super::checks::check`] found in it: `checked`) sent by `peer`: the
-/// client IP is resolved through the trusted proxies.
-pub fn facts_of<'r, B>(
-    request: &'r Request<B>,
+/// Identify, the request path's phase: the facts rules match and key on,
+/// read from `request` as its checks found it (`checked`) and from what
+/// the body-keys phase read; the rules that apply, and the message rules a
+/// WebSocket handshake's tunnel is held to, go into the context. A refusal
+/// is counted, recorded and answered here.
+#[inline(always)]
+pub fn phase<'r, 'a: 'r>(
+    cx: &mut Context<'a>,
+    request: &'r Request<ClientBody>,
     checked: &'r Checked<'r>,
-    peer: IpAddr,
-    policy: &Policy,
-) -> RequestFacts<'r> {
-    RequestFacts {
-        method: request.method(),
-        path: &checked.path,
-        query: request.uri().query(),
-        host: checked.host,
-        headers: request.headers(),
-        client_ip: policy.client_ip.resolve(peer, request.headers()),
-        claims: None,
-        body: None,
+    readings: &'r Readings<'r>,
+) -> Result<RequestFacts<'r>, AnswerWritten> {
+    let policy = cx.policy;
+    let mut facts = facts_of(request, checked, cx.peer.ip(), policy);
+    if readings.body_read() {
+        let persisted = cx.shared.persisted(policy, true);
+        facts.body = Some(readings.body(request, policy, persisted));
     }
+    let claims = readings.token_claims();
+    let started = cx.started;
+    let mut identified = identify(
+        &mut facts,
+        claims,
+        policy,
+        started,
+        &mut cx.applicable,
+        &mut (),
+    );
+    // A policy without message rules makes no call for them (the request
+    // path's cost: docs/conversation.md, "What it costs").
+    if identified.is_ok() && !policy.message_rules.is_empty() {
+        let handshake = upgrade::is_websocket_handshake(request);
+        let metered = &mut cx.metered;
+        identified = messages::identify(handshake, &mut facts, claims, policy, started, metered);
+    }
+    match identified {
+        Ok(()) => Ok(facts),
+        Err(refused) => Err(refuse(cx, refused, &facts)),
+    }
+}
+
+/// A request identification refused: counted, recorded, answered.
+#[cold]
+#[inline(never)]
+fn refuse<'a>(
+    cx: &mut Context<'a>,
+    refused: Unidentified<'a>,
+    facts: &RequestFacts<'_>,
+) -> AnswerWritten {
+    count_refusal(refused, facts, cx.policy, cx.started);
+    cx.note(Record::Refused { facts, refused });
+    *cx.response = answer(refused);
+    AnswerWritten
 }
 
 /// Which rules apply to the request `facts` describe at `started`, into
@@ -196,114 +139,6 @@ pub fn identify<'r, 'p>(
         }
     }
     Ok(())
-}
-
-/// Where `rule` stands on the request `facts` describe at `started`: the
-/// request path's test, rule by rule, without counting anything. JWT claims
-/// are verified lazily, once, into `token_claims`, for the first rule that
-/// keys on one, and kept in `facts`.
-#[inline(always)]
-fn stand<'r, 'p>(
-    rule: &'p Rule,
-    facts: &mut RequestFacts<'r>,
-    token_claims: &'r OnceCell<Option<Claims>>,
-    policy: &'p Policy,
-    started: Nanos,
-    handshake: bool,
-) -> Standing<'p> {
-    // `handshake` is a constant at each call: the request path's test is
-    // `matches` alone.
-    let fits = if handshake {
-        rule.matcher.fits_handshake(facts)
-    } else {
-        rule.matcher.matches(facts)
-    };
-    if !fits {
-        return Standing::Unmatched;
-    }
-    // Before any value is read. A shadow rule never refuses: it reads the
-    // first value, as a dry run may.
-    if !rule.reads.is_empty() && !rule.shadow {
-        if let Some(at) = rule.reads.ambiguous(facts.headers, facts.query) {
-            return Standing::Ambiguous(at);
-        }
-    }
-    if rule.uses_jwt && facts.claims.is_none() {
-        let headers = facts.headers;
-        facts.claims = token_claims
-            .get_or_init(|| {
-                let verifier = policy.jwt.as_ref()?;
-                verifier.verify(headers, started / 1_000_000_000).ok()
-            })
-            .as_ref();
-    }
-    let allow_missing = rule.missing == MissingPolicy::Shared;
-    let key = match policy.keys.derive(&rule.key, facts, allow_missing) {
-        Ok(key) => key,
-        Err(_) if rule.missing == MissingPolicy::Skip => return Standing::Skipped,
-        Err(_) => return Standing::MissingKey,
-    };
-    if let Some(sunset) = &rule.sunset {
-        if !rule.shadow && sunset.schedule.is_gone(started) {
-            return Standing::Gone(sunset);
-        }
-    }
-    let limits = rule.limits_for(key, facts, &policy.keys, started);
-    let mut cost = rule.cost;
-    if rule.graphql_cost {
-        cost = match graphql_cost(rule, facts) {
-            Ok(cost) => cost,
-            Err(why) if !rule.shadow => return Standing::Uncosted(why),
-            // A shadow rule reports what it would have done: a request it
-            // would refuse is one no bucket admits.
-            Err(_) => u64::MAX,
-        };
-        // A cost above a limit's capacity is left to the store, which
-        // refuses it as a quota exceeded for good (no Retry-After), with
-        // the usual fields, taking nothing.
-    }
-    Standing::Applies { key, limits, cost }
-}
-
-/// The units a `cost = "graphql"` rule takes from the request `facts`
-/// describe: the sum of its operations' costs, plus the rule's
-/// `unreadable` for each it cannot read; or why it cannot take them.
-/// Out of line: only such rules get here.
-#[inline(never)]
-fn graphql_cost(rule: &Rule, facts: &RequestFacts<'_>) -> Result<u64, Uncosted> {
-    let Some(body) = facts.body else {
-        return Err(Uncosted::Unreadable(Unread::NotGraphql));
-    };
-    let reading = body.graphql();
-    match reading.answer {
-        Some(Answer::HashMismatch) => return Err(Uncosted::HashMismatch),
-        Some(Answer::PersistedQueryNotFound) => return Err(Uncosted::PersistedQueryNotFound),
-        None => {}
-    }
-    if reading.unread == 0 {
-        return Ok(reading.cost);
-    }
-    match rule.unreadable {
-        Unreadable::Charge(units) => Ok(reading
-            .cost
-            .saturating_add(units.saturating_mul(reading.unread))),
-        Unreadable::Refuse => Err(Uncosted::Unreadable(
-            reading.why.unwrap_or(Unread::NotGraphql),
-        )),
-    }
-}
-
-/// Where `rule`, which counts WebSocket messages (`unit = "message"`),
-/// stands on the WebSocket handshake `facts` describe: as [`stand`] for a
-/// request, its `match` tested field by field (`proxy/messages.rs`).
-pub(super) fn stand_handshake<'r, 'p>(
-    rule: &'p Rule,
-    facts: &mut RequestFacts<'r>,
-    token_claims: &'r OnceCell<Option<Claims>>,
-    policy: &'p Policy,
-    started: Nanos,
-) -> Standing<'p> {
-    stand(rule, facts, token_claims, policy, started, true)
 }
 
 /// Counts and logs a request [`identify`] refused: a denied address in

@@ -16,6 +16,7 @@
 //!   part read followed by the rest when it went past it (its keys are
 //!   then missing). Either way the upstream gets the same bytes.
 
+use std::cell::OnceCell;
 use std::future::Future;
 
 use bytes::{Bytes, BytesMut};
@@ -27,10 +28,80 @@ use super::checks;
 use super::client_request::{ClientBody, ClientRequest, Prefixed};
 use super::out_of_line::OutOfLine;
 use super::refusal::Refusal;
-use crate::key::body::KeyBody;
+use super::{AnswerWritten, Context};
+use crate::key::body::{BodyFacts, KeyBody};
 use crate::key::content_coding::{self, Decoded};
+use crate::key::graphql::persisted::Persisted;
+use crate::key::jwt::Claims;
 use crate::policy::Policy;
 use crate::proxy::deadline::CutOff;
+
+/// What identification reads beyond the request's head, each at most once
+/// and only when a rule needs it: the JWT's claims, verified for the first
+/// rule that keys on one, and the body the body-keys phase read
+/// ([`phase`]), decoded and parsed for the rules that key on it.
+/// Held by the request's phases, so that its facts can borrow it.
+pub struct Readings<'r> {
+    /// The body-keys phase read the body: a rule that keys on it matches.
+    body_read: bool,
+    token_claims: OnceCell<Option<Claims>>,
+    readable: OnceCell<Readable<'r>>,
+    body: OnceCell<BodyFacts<'r>>,
+}
+
+impl<'r> Readings<'r> {
+    /// Nothing read yet; the body will be when `body_read`.
+    pub fn new(body_read: bool) -> Readings<'r> {
+        Readings {
+            body_read,
+            token_claims: OnceCell::new(),
+            readable: OnceCell::new(),
+            body: OnceCell::new(),
+        }
+    }
+
+    /// Whether the body-keys phase read the body.
+    pub fn body_read(&self) -> bool {
+        self.body_read
+    }
+
+    /// Where the JWT's claims are kept once verified.
+    pub fn token_claims(&self) -> &OnceCell<Option<Claims>> {
+        &self.token_claims
+    }
+
+    /// The body of `request` as `policy`'s rules read it, decoded and
+    /// parsed once, with persisted queries from `persisted`.
+    pub fn body(
+        &'r self,
+        request: &'r Request<ClientBody>,
+        policy: &Policy,
+        persisted: Persisted<'r>,
+    ) -> &'r BodyFacts<'r> {
+        let readable = self.readable.get_or_init(|| readable(request, policy));
+        self.body
+            .get_or_init(|| BodyFacts::of(request, readable.view(), persisted))
+    }
+}
+
+/// Body keys, the request path's first phase: the body of the request in
+/// `client` is read ([`read`]) when the policy has a rule that keys on it
+/// and one matches; what identification reads of the request starts there.
+/// A body that did not arrive is answered (408, 400) and recorded.
+#[inline(always)]
+pub async fn phase<'r>(
+    cx: &mut Context<'_>,
+    client: &mut ClientRequest,
+) -> Result<Readings<'r>, AnswerWritten> {
+    let mut body_read = false;
+    if cx.policy.reads_body {
+        match read(client, cx.peer.ip(), cx.policy).await {
+            Ok(read) => body_read = read,
+            Err(refusal) => return Err(cx.refuse_unchecked(client.get(), refusal)),
+        }
+    }
+    Ok(Readings::new(body_read))
+}
 
 /// Reads the body of the request in `client` when a rule that reads it
 /// matches the request (sent from `peer`); see the module docs. Whether
@@ -146,7 +217,7 @@ fn needed(request: &Request<ClientBody>, peer: std::net::IpAddr, policy: &Policy
     let Ok(checked) = checks::check(request, policy) else {
         return false;
     };
-    let facts = super::identify::facts_of(request, &checked, peer, policy);
+    let facts = checks::facts_of(request, &checked, peer, policy);
     policy
         .rules
         .iter()

@@ -24,9 +24,9 @@ use http::{Response, StatusCode};
 use smallvec::SmallVec;
 
 use super::admit::{Admitter, Answered, HoldGauges};
-use super::identify::{self, Standing, Unidentified};
 use super::respond::{ProxyBody, Verdict};
 use super::settle::Settlement;
+use super::standing::{self, Standing, Unidentified};
 use super::tally;
 use super::upgrade::Metering;
 use crate::clock::{Clock, Nanos, ProxyClock};
@@ -94,7 +94,7 @@ pub fn identify<'r, 'p>(
     }
     for &index in &policy.message_rules {
         let rule = &policy.rules[index];
-        match identify::stand_handshake(rule, facts, token_claims, policy, started) {
+        match standing::stand_handshake(rule, facts, token_claims, policy, started) {
             Standing::MissingKey => return Err(Unidentified::MissingKey(rule)),
             Standing::Ambiguous(at) => return Err(Unidentified::Ambiguous(rule, at)),
             Standing::Applies { key, limits, .. } => {
@@ -129,6 +129,16 @@ pub struct Deciding {
     pub on_error: OnError,
     pub metrics: Arc<Metrics>,
     pub policy: Arc<Policy>,
+}
+
+/// What the store is asked for one message ([`MessageGate::asking`]):
+/// the asks, a verdict for each enforced limit, and the rules in the
+/// store's order.
+#[derive(Default)]
+struct Asking<'a> {
+    asks: Asks<'a>,
+    verdicts: SmallVec<[Verdict<'a>; 4]>,
+    order: SmallVec<[&'a Counted; 2]>,
 }
 
 /// When `response` is a `101` that opened a tunnel: counts it open
@@ -207,39 +217,11 @@ impl MessageGate {
             ticker: None,
         };
         let now = clock.now();
-        let mut asks = Asks::default();
-        let mut verdicts: SmallVec<[Verdict<'_>; 4]> = SmallVec::new();
-        // The store's rule indexes: enforced rules first, then shadow ones.
-        let mut order: SmallVec<[&Counted; 2]> = SmallVec::new();
-        for shadow in [false, true] {
-            for counted in self.rules.iter() {
-                let rule = counted.rule(policy);
-                if rule.shadow != shadow {
-                    continue;
-                }
-                let limits = counted.limits(rule);
-                asks.push_rule(
-                    counted.key,
-                    shadow,
-                    None,
-                    limits.iter().map(|limit| Ask {
-                        table: &limit.table,
-                        key: counted.key,
-                        limiter: &limit.limiter,
-                        cost: rule.cost,
-                        hold: rule.hold,
-                    }),
-                );
-                if !shadow {
-                    verdicts.extend(limits.iter().map(|limit| Verdict {
-                        rule,
-                        limit,
-                        decision: UNASKED,
-                    }));
-                }
-                order.push(counted);
-            }
-        }
+        let Asking {
+            asks,
+            mut verdicts,
+            order,
+        } = self.asking(policy);
         let mut answer = Answer::default();
         let local = match admitter.ask(&asks, now, &mut answer).await {
             Err(_) => return Admission::Unavailable,
@@ -255,28 +237,7 @@ impl MessageGate {
         }
         tally::count_outcomes(&verdicts);
         let admitted = answer.outcome == Outcome::Admitted;
-        let mut refused_by = None;
-        for (index, counted) in order.iter().enumerate() {
-            let rule = counted.rule(policy);
-            let refused = !rule.shadow
-                && !admitted
-                && verdicts
-                    .iter()
-                    .any(|v| std::ptr::eq(v.rule, rule) && !v.decision.is_allowed());
-            if rule.shadow && admitted {
-                if answer.shadow_limited.contains(&index) {
-                    rule.counters.shadow_limited.inc();
-                } else {
-                    rule.counters.allowed.inc();
-                }
-            }
-            rule.hitters
-                .count(counted.key, refused, at, || counted.text.clone());
-            if refused {
-                self.log_refusal(rule, counted, at);
-                refused_by.get_or_insert(rule);
-            }
-        }
+        let refused_by = self.count(policy, &order, &verdicts, &answer);
         if let Some(rule) = refused_by {
             return Admission::Refused(Arc::clone(&rule.name));
         }
@@ -301,6 +262,77 @@ impl MessageGate {
             settlement.passed();
         }
         Admission::Pass
+    }
+
+    /// What the store is asked for one message: every limit of every
+    /// rule, enforced rules first, then shadow ones.
+    fn asking<'a>(&'a self, policy: &'a Policy) -> Asking<'a> {
+        let mut asking = Asking::default();
+        for shadow in [false, true] {
+            for counted in self.rules.iter() {
+                let rule = counted.rule(policy);
+                if rule.shadow != shadow {
+                    continue;
+                }
+                let limits = counted.limits(rule);
+                asking.asks.push_rule(
+                    counted.key,
+                    shadow,
+                    None,
+                    limits.iter().map(|limit| Ask {
+                        table: &limit.table,
+                        key: counted.key,
+                        limiter: &limit.limiter,
+                        cost: rule.cost,
+                        hold: rule.hold,
+                    }),
+                );
+                if !shadow {
+                    asking.verdicts.extend(limits.iter().map(|limit| Verdict {
+                        rule,
+                        limit,
+                        decision: UNASKED,
+                    }));
+                }
+                asking.order.push(counted);
+            }
+        }
+        asking
+    }
+
+    /// Counts the store's `answer` in each rule asked (in `order`), and
+    /// logs a refusal: the first enforced rule that refused, if one did.
+    fn count<'p>(
+        &self,
+        policy: &'p Policy,
+        order: &[&Counted],
+        verdicts: &[Verdict<'_>],
+        answer: &Answer,
+    ) -> Option<&'p Rule> {
+        let (at, admitted) = (answer.at, answer.outcome == Outcome::Admitted);
+        let mut refused_by = None;
+        for (index, counted) in order.iter().enumerate() {
+            let rule = counted.rule(policy);
+            let refused = !rule.shadow
+                && !admitted
+                && verdicts
+                    .iter()
+                    .any(|v| std::ptr::eq(v.rule, rule) && !v.decision.is_allowed());
+            if rule.shadow && admitted {
+                if answer.shadow_limited.contains(&index) {
+                    rule.counters.shadow_limited.inc();
+                } else {
+                    rule.counters.allowed.inc();
+                }
+            }
+            rule.hitters
+                .count(counted.key, refused, at, || counted.text.clone());
+            if refused {
+                self.log_refusal(rule, counted, at);
+                refused_by.get_or_insert(rule);
+            }
+        }
+        refused_by
     }
 
     /// Logs a refused message within the rule's lines a second.

@@ -17,6 +17,7 @@ use smallvec::SmallVec;
 
 use super::pool::{BoxError, PooledBody};
 use super::refusal::Refusal;
+use super::standing::Applicable;
 use super::upgrade::{Metering, Upgraded};
 use crate::access_log;
 use crate::clock::Nanos;
@@ -876,6 +877,24 @@ pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
     }
     response
 }
+
+/// `X-RateLimit-Cost`: the units a rule with `cost = "graphql"` took for
+/// the request (or, on its 429, would have taken), when one applied and
+/// rate-limit headers are sent (docs/conversation.md).
+#[inline(never)]
+pub fn add_cost(response: &mut Response<ProxyBody>, policy: &Policy, enforced: &[Applicable<'_>]) {
+    if !policy.sends_headers() {
+        return;
+    }
+    if let Some(applicable) = enforced.iter().find(|one| one.rule.graphql_cost) {
+        response.headers_mut().insert(
+            X_RATELIMIT_COST.clone(),
+            http::HeaderValue::from(applicable.cost),
+        );
+    }
+}
+
+static X_RATELIMIT_COST: http::HeaderName = http::HeaderName::from_static("x-ratelimit-cost");
 
 #[cfg(test)]
 mod tests {

@@ -3,10 +3,10 @@
 //! (`/admin/top`), and the refusal log lines (within each rule's lines a
 //! second).
 
-use super::identify::Applicable;
 use super::refusal_log::{self, Refused};
 use super::respond::Verdict;
 use super::ruling::Ruling;
+use super::standing::Applicable;
 use crate::key::RequestFacts;
 use crate::limiter::Decision;
 use crate::policy::Policy;

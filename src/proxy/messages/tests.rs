@@ -10,8 +10,8 @@ use http::{HeaderValue, Request};
 use super::*;
 use crate::clock::RuntimeClock;
 use crate::config::Config;
+use crate::proxy::checks::facts_of;
 use crate::proxy::checks::Checked;
-use crate::proxy::identify::facts_of;
 use crate::store::MemoryStore;
 
 const NOW: Nanos = 1_800_000_000_000_000_000;

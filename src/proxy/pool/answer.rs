@@ -233,6 +233,87 @@ fn want(remaining: u64) -> usize {
         .clamp(8 * 1024, 256 * 1024)
 }
 
+/// What [`AnswerBody::poll_frame`] answers.
+type Polled = Poll<Option<Result<Frame<Bytes>, AnswerBodyError>>>;
+
+/// One turn of [`AnswerBody::poll_frame`] in each framing: what it answers,
+/// or `None` when it read more and goes round again. Each is called with
+/// the connection still there.
+impl<S: UpstreamStream> AnswerBody<S> {
+    /// A body of `remaining` more bytes: what was read of it, up to them.
+    #[inline(always)]
+    fn length_turn(&mut self, cx: &mut Context<'_>, remaining: u64) -> Option<Polled> {
+        let conn = self.conn.as_mut()?;
+        if conn.read.is_empty() {
+            return match poll_more(conn, cx, want(remaining)) {
+                Poll::Ready(Ok(())) => None,
+                Poll::Ready(Err(error)) => Some(self.fail(error, cx)),
+                Poll::Pending => Some(Poll::Pending),
+            };
+        }
+        let take = usize::try_from(remaining)
+            .unwrap_or(usize::MAX)
+            .min(conn.read.len());
+        let data = conn.read.split_to(take).freeze();
+        let left = remaining - take as u64;
+        if left == 0 {
+            self.finish();
+        } else {
+            self.state = State::Length(left);
+        }
+        Some(Poll::Ready(Some(Ok(Frame::data(data)))))
+    }
+
+    /// A body that ends with the connection: what was read of it.
+    #[inline(always)]
+    fn until_close_turn(&mut self, cx: &mut Context<'_>) -> Option<Polled> {
+        let conn = self.conn.as_mut()?;
+        if conn.read.is_empty() {
+            return match poll_fill(conn, cx, 256 * 1024) {
+                Poll::Ready(Ok(0)) => {
+                    // The close is the end; the connection is gone with it.
+                    self.conn = None;
+                    self.state = State::Done;
+                    Some(Poll::Ready(None))
+                }
+                Poll::Ready(Ok(_)) => None,
+                Poll::Ready(Err(error)) => Some(self.fail(error.into(), cx)),
+                Poll::Pending => Some(Poll::Pending),
+            };
+        }
+        let data = conn.read.split().freeze();
+        Some(Poll::Ready(Some(Ok(Frame::data(data)))))
+    }
+
+    /// A chunked body: its next chunk's data, its trailers or its end.
+    #[inline(always)]
+    fn chunked_turn(&mut self, cx: &mut Context<'_>) -> Option<Polled> {
+        let conn = self.conn.as_mut()?;
+        match conn.chunked.decode(&mut conn.read) {
+            Ok(Decoded::Data(data)) => Some(Poll::Ready(Some(Ok(Frame::data(data))))),
+            // The end: a server that writes the trailers (or drops them, to
+            // an HTTP/1.1 client) asks for nothing after.
+            Ok(Decoded::Trailers(fields)) => {
+                self.finish();
+                Some(Poll::Ready(Some(Ok(Frame::trailers(fields)))))
+            }
+            Ok(Decoded::End) => {
+                self.finish();
+                Some(Poll::Ready(None))
+            }
+            Ok(Decoded::More) => {
+                let wanted = conn.chunked.remaining().map_or(8 * 1024, want);
+                match poll_more(conn, cx, wanted) {
+                    Poll::Ready(Ok(())) => None,
+                    Poll::Ready(Err(error)) => Some(self.fail(error, cx)),
+                    Poll::Pending => Some(Poll::Pending),
+                }
+            }
+            Err(_) => Some(self.fail(AnswerBodyError::BadChunk, cx)),
+        }
+    }
+}
+
 impl<S: UpstreamStream> Body for AnswerBody<S> {
     type Data = Bytes;
     type Error = AnswerBodyError;
@@ -254,71 +335,19 @@ impl<S: UpstreamStream> Body for AnswerBody<S> {
             }
         }
         loop {
-            let Some(conn) = this.conn.as_mut() else {
-                return Poll::Ready(None);
-            };
-            match this.state {
+            let turn = match this.state {
+                _ if this.conn.is_none() => return Poll::Ready(None),
                 State::Done => {
                     this.finish();
                     return Poll::Ready(None);
                 }
                 State::Failed | State::Switched => return Poll::Ready(None),
-                State::Length(remaining) => {
-                    if conn.read.is_empty() {
-                        if let Err(error) = ready!(poll_more(conn, cx, want(remaining))) {
-                            return this.fail(error, cx);
-                        }
-                        continue;
-                    }
-                    let take = usize::try_from(remaining)
-                        .unwrap_or(usize::MAX)
-                        .min(conn.read.len());
-                    let data = conn.read.split_to(take).freeze();
-                    let left = remaining - take as u64;
-                    if left == 0 {
-                        this.finish();
-                    } else {
-                        this.state = State::Length(left);
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                State::UntilClose => {
-                    if conn.read.is_empty() {
-                        match ready!(poll_fill(conn, cx, 256 * 1024)) {
-                            Ok(0) => {
-                                // The close is the end; the connection is
-                                // gone with it.
-                                this.conn = None;
-                                this.state = State::Done;
-                                return Poll::Ready(None);
-                            }
-                            Ok(_) => continue,
-                            Err(error) => return this.fail(error.into(), cx),
-                        }
-                    }
-                    let data = conn.read.split().freeze();
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                State::Chunked => match conn.chunked.decode(&mut conn.read) {
-                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
-                    // The end: a server that writes the trailers (or drops
-                    // them, to an HTTP/1.1 client) asks for nothing after.
-                    Ok(Decoded::Trailers(fields)) => {
-                        this.finish();
-                        return Poll::Ready(Some(Ok(Frame::trailers(fields))));
-                    }
-                    Ok(Decoded::End) => {
-                        this.finish();
-                        return Poll::Ready(None);
-                    }
-                    Ok(Decoded::More) => {
-                        let wanted = conn.chunked.remaining().map_or(8 * 1024, want);
-                        if let Err(error) = ready!(poll_more(conn, cx, wanted)) {
-                            return this.fail(error, cx);
-                        }
-                    }
-                    Err(_) => return this.fail(AnswerBodyError::BadChunk, cx),
-                },
+                State::Length(remaining) => this.length_turn(cx, remaining),
+                State::UntilClose => this.until_close_turn(cx),
+                State::Chunked => this.chunked_turn(cx),
+            };
+            if let Some(polled) = turn {
+                return polled;
             }
         }
     }

@@ -217,25 +217,7 @@ async fn write_and_read<S: UpstreamStream, B>(
     } = wire;
     let framing = sent.body.framing();
     write_head(out.head(), request, added, framing);
-    match sent.body {
-        RequestBody::None => {}
-        RequestBody::Whole(bytes) => {
-            // Behind the head, in the same write: copied when short.
-            if bytes.len() < COPY_BELOW {
-                out.extend(bytes);
-            } else {
-                let mut length = crate::http1::outflow::BodyOut::Length(bytes.len() as u64);
-                let _ = out.push(&mut length, bytes.clone());
-            }
-        }
-        RequestBody::Streamed(_) => {
-            if let Some(body) = sent.body.take_streamed() {
-                *upload = Some(Upload::new(body, framing));
-            }
-        }
-        // Never sent by an exchange: `send_on` retries only what is held.
-        RequestBody::Taken => return Err(Failed::Broken),
-    }
+    queue_body(out, upload, sent.body, framing)?;
     let head_request = request.method() == Method::HEAD;
     let handshake = sent.handshake;
     if upload.is_none() {
@@ -287,6 +269,37 @@ async fn write_and_read<S: UpstreamStream, B>(
         }
         failed => failed,
     }
+}
+
+/// Queues the request's `body` behind its head: a held one in the same
+/// write (copied when short), a streamed one as the `upload` that goes up
+/// while the answer is awaited.
+#[inline(always)]
+fn queue_body(
+    out: &mut Outflow,
+    upload: &mut Option<Upload>,
+    body: &mut RequestBody,
+    framing: Framing,
+) -> Result<(), Failed> {
+    match body {
+        RequestBody::None => {}
+        RequestBody::Whole(bytes) => {
+            if bytes.len() < COPY_BELOW {
+                out.extend(bytes);
+            } else {
+                let mut length = crate::http1::outflow::BodyOut::Length(bytes.len() as u64);
+                let _ = out.push(&mut length, bytes.clone());
+            }
+        }
+        RequestBody::Streamed(_) => {
+            if let Some(streamed) = body.take_streamed() {
+                *upload = Some(Upload::new(streamed, framing));
+            }
+        }
+        // Never sent by an exchange: `send_on` retries only what is held.
+        RequestBody::Taken => return Err(Failed::Broken),
+    }
+    Ok(())
 }
 
 /// Reads until `read` holds the answer's head; `received`: some of it

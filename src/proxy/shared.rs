@@ -1,0 +1,183 @@
+//! What every request of a proxy shares: the snapshot it runs against
+//! (policy, pools and routes, tracer; swapped whole by reloads and by new
+//! DNS answers), the store, the clock, the metrics and the access log.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::admit::Admitter;
+use super::messages;
+use super::routes::{Routes, Upstreams};
+use super::ticker::Ticker;
+use super::upstream;
+use crate::access_log::AccessLog;
+use crate::clock::ProxyClock;
+use crate::config::{Config, Tracing};
+use crate::key::graphql::persisted::{Learned, Persisted};
+use crate::metrics::Metrics;
+use crate::policy::Policy;
+use crate::store::{OnError, Store};
+use crate::trace::tracer::Tracer;
+
+/// What a request runs against, loaded once per request: the policy and
+/// the pools and routes (one load, not one each).
+#[derive(Debug)]
+pub struct Snapshot {
+    pub policy: Arc<Policy>,
+    pub routes: Arc<Routes>,
+    /// `None` when tracing is off.
+    pub tracer: Option<Arc<Tracer>>,
+}
+
+#[derive(Debug)]
+pub struct Shared {
+    /// Swapped by reloads (the policy, then the pools) and by new DNS
+    /// answers (the pools).
+    pub current: ArcSwap<Snapshot>,
+    pub store: Arc<Store>,
+    /// What to do when the store fails (`store.redis.on_error`).
+    pub on_error: OnError,
+    /// The pools and routes requests are forwarded by.
+    pub upstreams: Upstreams,
+    /// Shared with the tunnels whose messages a rule counts
+    /// (`proxy/messages.rs`), which outlive their request.
+    pub metrics: Arc<Metrics>,
+    /// Every decision, hold and settlement reads and waits on this clock.
+    pub clock: ProxyClock,
+    /// Wakes exchanges that charge upstream time, once a second.
+    pub ticker: Arc<Ticker>,
+    /// Set when shutdown begins: `/readyz` turns 503.
+    pub draining: AtomicBool,
+    /// Serialises reloads: each compiles against the policy it replaces.
+    pub reloading: std::sync::Mutex<()>,
+    /// Where each request's line goes (`server.access_log`).
+    pub access_log: AccessLog,
+    /// GraphQL persisted queries learned from requests; kept across
+    /// reloads, which resize it (`server.max_persisted_queries`).
+    pub persisted_queries: Learned,
+}
+
+impl Shared {
+    /// Everything a proxy for the validated `config` shares, deciding on
+    /// `store` with `clock`.
+    pub fn new(config: Config, clock: ProxyClock, store: Store, on_error: OnError) -> Shared {
+        let metrics = Metrics::new();
+        let config = Arc::new(config);
+        let upstreams = Upstreams::new(
+            &config.upstreams,
+            Arc::new(upstream::resolve::SystemResolver),
+            metrics.upstreams.clone(),
+            clock.clone(),
+        );
+        let access_log = AccessLog::new(
+            &config.server.access_log,
+            clock.clone(),
+            metrics.access_log_dropped.clone(),
+        );
+        let tracer = tracer_for(&config, None, &metrics, &clock);
+        let persisted_queries = Learned::counted(
+            config.server.max_persisted_queries,
+            metrics.persisted_queries.clone(),
+            &config.server.persisted_queries,
+        );
+        let policy = Arc::new(Policy::compile(config, &metrics, &store));
+        let snapshot = Snapshot {
+            policy,
+            routes: upstreams.load(),
+            tracer,
+        };
+        Shared {
+            current: ArcSwap::from_pointee(snapshot),
+            store: Arc::new(store),
+            on_error,
+            upstreams,
+            metrics: Arc::new(metrics),
+            ticker: Ticker::new(clock.clone()),
+            clock,
+            draining: AtomicBool::new(false),
+            reloading: std::sync::Mutex::new(()),
+            access_log,
+            persisted_queries,
+        }
+    }
+
+    /// What admission works with under `policy`: the ticker only when a
+    /// rule of it charges or refunds.
+    #[inline]
+    pub fn admitter<'a>(&'a self, policy: &Policy) -> Admitter<'a> {
+        Admitter {
+            store: &self.store,
+            clock: &self.clock,
+            on_error: self.on_error,
+            metrics: &self.metrics,
+            ticker: policy.bills.then_some(&self.ticker),
+        }
+    }
+
+    /// See [`super::Proxy::persisted`].
+    pub fn persisted<'a>(&'a self, policy: &'a Policy, learns: bool) -> Persisted<'a> {
+        Persisted {
+            manifest: &policy.config.server.persisted_queries,
+            learned: &self.persisted_queries,
+            learns,
+        }
+    }
+
+    /// What a WebSocket tunnel's message gate decides with, under the
+    /// `policy` its handshake ran under.
+    pub fn deciding(&self, policy: &Arc<Policy>) -> messages::Deciding {
+        messages::Deciding {
+            store: Arc::clone(&self.store),
+            clock: self.clock.clone(),
+            on_error: self.on_error,
+            metrics: Arc::clone(&self.metrics),
+            policy: Arc::clone(policy),
+        }
+    }
+
+    /// Requests from now on run under `policy`, traced by `tracer`, with
+    /// the pools as they are.
+    pub fn publish_policy(&self, policy: Arc<Policy>, tracer: Option<Arc<Tracer>>) {
+        self.current.rcu(|current| Snapshot {
+            policy: Arc::clone(&policy),
+            routes: Arc::clone(&current.routes),
+            tracer: tracer.clone(),
+        });
+    }
+
+    /// Requests from now on are forwarded by `routes`, under the policy as
+    /// it is.
+    pub fn publish_routes(&self, routes: Arc<Routes>) {
+        self.current.rcu(|current| Snapshot {
+            policy: Arc::clone(&current.policy),
+            routes: Arc::clone(&routes),
+            tracer: current.tracer.clone(),
+        });
+    }
+
+    /// The tracer `config` asks for, keeping the exporter of `previous`
+    /// where it can (`trace::tracer::Tracer::new`).
+    pub fn tracer(&self, config: &Config, previous: Option<&Tracer>) -> Option<Arc<Tracer>> {
+        tracer_for(config, previous, &self.metrics, &self.clock)
+    }
+}
+
+/// The tracer `config` asks for: `None` when tracing is off.
+fn tracer_for(
+    config: &Config,
+    previous: Option<&Tracer>,
+    metrics: &Metrics,
+    clock: &ProxyClock,
+) -> Option<Arc<Tracer>> {
+    match &config.tracing {
+        Tracing::Off(_) => None,
+        Tracing::On(on) => Some(Arc::new(Tracer::new(
+            on,
+            previous,
+            &metrics.trace_spans,
+            clock.clone(),
+        ))),
+    }
+}

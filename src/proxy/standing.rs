@@ -1,0 +1,220 @@
+//! Where one rule stands on a request ([`Standing`]): unmatched, skipped,
+//! refused for a missing key, a field it reads sent twice, a retired route
+//! or a GraphQL cost it cannot take, or applying with the caller's bucket
+//! key, limits and cost ([`Applicable`]). Identification walks the rules
+//! through [`stand`] (`proxy/identify.rs`), and so does a WebSocket
+//! handshake's for the message rules (`proxy/messages.rs`).
+
+use std::cell::OnceCell;
+
+use smallvec::SmallVec;
+
+use super::INLINE_RULES;
+use crate::clock::Nanos;
+use crate::config::{MissingPolicy, Unreadable};
+use crate::key::graphql::{Answer, Unread};
+use crate::key::jwt::Claims;
+use crate::key::read_once::FieldAt;
+use crate::key::RequestFacts;
+use crate::policy::{Limit, Policy, Rule, Sunset};
+use crate::store::BucketKey;
+
+/// One rule that applies to the request, with its bucket key.
+#[derive(Debug, Clone, Copy)]
+pub struct Applicable<'p> {
+    pub rule: &'p Rule,
+    pub key: BucketKey,
+    /// The rule's limits for this caller (its tier or override, if any).
+    pub limits: &'p [Limit],
+    /// Units the request takes from each of them: the rule's `cost`, or
+    /// its query's with `cost = "graphql"`.
+    pub cost: u64,
+}
+
+/// The rules that apply to a request, as [`identify`] found them.
+#[derive(Default)]
+pub struct Applicability<'p> {
+    pub enforced: SmallVec<[Applicable<'p>; INLINE_RULES]>,
+    pub shadowed: SmallVec<[Applicable<'p>; INLINE_RULES]>,
+    /// The first applicable rule being retired: its responses say so.
+    pub retiring: Option<&'p Sunset>,
+    /// The client is on the allow list: no rule was looked at.
+    pub unlimited: bool,
+}
+
+/// Why [`identify`] refused a request.
+#[derive(Debug, Clone, Copy)]
+pub enum Unidentified<'p> {
+    /// The client IP is on the deny list (403).
+    Denied,
+    /// A key source of this rule is missing and `missing = "reject"` (400).
+    MissingKey(&'p Rule),
+    /// The request carries a field this rule reads more than once (400).
+    Ambiguous(&'p Rule, FieldAt),
+    /// The rule's route is retired (410).
+    Gone(&'p Rule, &'p Sunset),
+    /// The rule takes the request's GraphQL cost and cannot (400, or
+    /// `PersistedQueryNotFound` for an unknown hash).
+    Uncosted(&'p Rule, Uncosted),
+}
+
+/// Why a `cost = "graphql"` rule cannot take a request's cost
+/// (docs/conversation.md, "No query is free").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Uncosted {
+    /// The cost cannot be read and the rule's `unreadable` is `"refuse"`.
+    Unreadable(Unread),
+    /// A query sent with a hash that is not its SHA-256.
+    HashMismatch,
+    /// A persisted query's hash alone that sluice does not know.
+    PersistedQueryNotFound,
+}
+
+/// Where one rule stands on a request ([`stand`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Standing<'p> {
+    /// Its `match` does not fit the request.
+    Unmatched,
+    /// A key source is missing and `missing = "skip"`: the rule does not
+    /// apply.
+    Skipped,
+    /// A key source is missing and `missing = "reject"`: the request is
+    /// answered 400.
+    MissingKey,
+    /// The request carries a field the rule reads to decide more than once
+    /// (`rule.reads`): answered 400, whatever `missing` says.
+    Ambiguous(FieldAt),
+    /// Its route is retired: the request is answered 410.
+    Gone(&'p Sunset),
+    /// It takes the request's GraphQL cost and cannot: answered 400, or as
+    /// Apollo Server answers an unknown persisted query.
+    Uncosted(Uncosted),
+    /// It applies, with the caller's bucket key, the limits it is held to
+    /// (its tier, override or sunset step) and what the request costs.
+    Applies {
+        key: BucketKey,
+        limits: &'p [Limit],
+        cost: u64,
+    },
+}
+
+/// Sees each rule's standing as [`identify`] reaches it. The request path
+/// watches nothing (`()`, which compiles to nothing); `POST /admin/explain`
+/// records every standing to report it.
+pub trait Witness<'p> {
+    /// `rule`, the `index`th of the policy, stands as `standing`.
+    fn stood(&mut self, index: usize, standing: Standing<'p>);
+}
+
+impl<'p> Witness<'p> for () {
+    #[inline(always)]
+    fn stood(&mut self, _: usize, _: Standing<'p>) {}
+}
+
+/// Where `rule` stands on the request `facts` describe at `started`: the
+/// request path's test, rule by rule, without counting anything. JWT claims
+/// are verified lazily, once, into `token_claims`, for the first rule that
+/// keys on one, and kept in `facts`.
+#[inline(always)]
+pub fn stand<'r, 'p>(
+    rule: &'p Rule,
+    facts: &mut RequestFacts<'r>,
+    token_claims: &'r OnceCell<Option<Claims>>,
+    policy: &'p Policy,
+    started: Nanos,
+    handshake: bool,
+) -> Standing<'p> {
+    // `handshake` is a constant at each call: the request path's test is
+    // `matches` alone.
+    let fits = if handshake {
+        rule.matcher.fits_handshake(facts)
+    } else {
+        rule.matcher.matches(facts)
+    };
+    if !fits {
+        return Standing::Unmatched;
+    }
+    // Before any value is read. A shadow rule never refuses: it reads the
+    // first value, as a dry run may.
+    if !rule.reads.is_empty() && !rule.shadow {
+        if let Some(at) = rule.reads.ambiguous(facts.headers, facts.query) {
+            return Standing::Ambiguous(at);
+        }
+    }
+    if rule.uses_jwt && facts.claims.is_none() {
+        let headers = facts.headers;
+        facts.claims = token_claims
+            .get_or_init(|| {
+                let verifier = policy.jwt.as_ref()?;
+                verifier.verify(headers, started / 1_000_000_000).ok()
+            })
+            .as_ref();
+    }
+    let allow_missing = rule.missing == MissingPolicy::Shared;
+    let key = match policy.keys.derive(&rule.key, facts, allow_missing) {
+        Ok(key) => key,
+        Err(_) if rule.missing == MissingPolicy::Skip => return Standing::Skipped,
+        Err(_) => return Standing::MissingKey,
+    };
+    if let Some(sunset) = &rule.sunset {
+        if !rule.shadow && sunset.schedule.is_gone(started) {
+            return Standing::Gone(sunset);
+        }
+    }
+    let limits = rule.limits_for(key, facts, &policy.keys, started);
+    let mut cost = rule.cost;
+    if rule.graphql_cost {
+        cost = match graphql_cost(rule, facts) {
+            Ok(cost) => cost,
+            Err(why) if !rule.shadow => return Standing::Uncosted(why),
+            // A shadow rule reports what it would have done: a request it
+            // would refuse is one no bucket admits.
+            Err(_) => u64::MAX,
+        };
+        // A cost above a limit's capacity is left to the store, which
+        // refuses it as a quota exceeded for good (no Retry-After), with
+        // the usual fields, taking nothing.
+    }
+    Standing::Applies { key, limits, cost }
+}
+
+/// The units a `cost = "graphql"` rule takes from the request `facts`
+/// describe: the sum of its operations' costs, plus the rule's
+/// `unreadable` for each it cannot read; or why it cannot take them.
+/// Out of line: only such rules get here.
+#[inline(never)]
+fn graphql_cost(rule: &Rule, facts: &RequestFacts<'_>) -> Result<u64, Uncosted> {
+    let Some(body) = facts.body else {
+        return Err(Uncosted::Unreadable(Unread::NotGraphql));
+    };
+    let reading = body.graphql();
+    match reading.answer {
+        Some(Answer::HashMismatch) => return Err(Uncosted::HashMismatch),
+        Some(Answer::PersistedQueryNotFound) => return Err(Uncosted::PersistedQueryNotFound),
+        None => {}
+    }
+    if reading.unread == 0 {
+        return Ok(reading.cost);
+    }
+    match rule.unreadable {
+        Unreadable::Charge(units) => Ok(reading
+            .cost
+            .saturating_add(units.saturating_mul(reading.unread))),
+        Unreadable::Refuse => Err(Uncosted::Unreadable(
+            reading.why.unwrap_or(Unread::NotGraphql),
+        )),
+    }
+}
+
+/// Where `rule`, which counts WebSocket messages (`unit = "message"`),
+/// stands on the WebSocket handshake `facts` describe: as [`stand`] for a
+/// request, its `match` tested field by field (`proxy/messages.rs`).
+pub fn stand_handshake<'r, 'p>(
+    rule: &'p Rule,
+    facts: &mut RequestFacts<'r>,
+    token_claims: &'r OnceCell<Option<Claims>>,
+    policy: &'p Policy,
+    started: Nanos,
+) -> Standing<'p> {
+    stand(rule, facts, token_claims, policy, started, true)
+}
