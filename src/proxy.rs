@@ -209,7 +209,18 @@ impl Proxy {
         response: &mut Response<ProxyBody>,
     ) {
         let snapshot = self.shared.current.load_full();
-        let mut context = Context::open(&self.shared, &snapshot, request.get(), peer, response);
+        // Built in place in the request's future and lent to its context:
+        // they hold inline arrays, which a move would copy whole.
+        let mut applicable = Applicability::default();
+        let mut metered = None;
+        let mut ruling = Ruling::default();
+        let found = Findings {
+            applicable: &mut applicable,
+            metered: &mut metered,
+            ruling: &mut ruling,
+        };
+        let shared = &*self.shared;
+        let mut context = Context::open(shared, &snapshot, request.get(), peer, response, found);
         // However far the request went, it is answered the same way.
         let (Ok(()) | Err(AnswerWritten)) = phases(&mut context, request).await;
         context.answered();
@@ -221,7 +232,7 @@ impl Proxy {
 /// borrow its head and what identification read of it, so they live
 /// here, from identify to the route, and not in the context: the forward
 /// phase takes the request's body.
-async fn phases(cx: &mut Context<'_>, client: &mut ClientRequest) -> Result<(), AnswerWritten> {
+async fn phases(cx: &mut Context<'_, '_>, client: &mut ClientRequest) -> Result<(), AnswerWritten> {
     let readings: Readings<'_> = key_body::phase(cx, client).await?;
     let request = client.get();
     let checked = checks::phase(cx, request)?;
@@ -242,7 +253,7 @@ pub struct AnswerWritten;
 /// arrival to its answer: when it came and from where, its id, the
 /// snapshot it runs under, its span and access log line, the rules that
 /// apply to it, what admission ruled, and the answer being built.
-pub struct Context<'a> {
+pub struct Context<'a, 'f> {
     shared: &'a Shared,
     snapshot: &'a Snapshot,
     /// The snapshot's policy, borrowed for as long as the request runs.
@@ -260,25 +271,36 @@ pub struct Context<'a> {
     /// dropped, or when the request's future is, if the client leaves
     /// before its answer (status 499, as nginx logs it).
     line: Line,
-    /// The rules that apply, as identify found them.
-    applicable: Applicability<'a>,
-    /// The message rules a WebSocket handshake's tunnel is held to.
-    metered: Option<Box<Metered>>,
-    /// What admission ruled, and what the request must settle.
-    ruling: Ruling<'a>,
     response: &'a mut Response<ProxyBody>,
+    /// The rules that apply, as identify found them.
+    applicable: &'f mut Applicability<'a>,
+    /// The message rules a WebSocket handshake's tunnel is held to.
+    metered: &'f mut Option<Box<Metered>>,
+    /// What admission ruled, and what the request must settle.
+    ruling: &'f mut Ruling<'a>,
 }
 
-impl<'a> Context<'a> {
+/// Where a request's context keeps what the phases find out about it: the
+/// rules that apply, the message rules its tunnel is held to, and what
+/// admission ruled.
+struct Findings<'a, 'f> {
+    applicable: &'f mut Applicability<'a>,
+    metered: &'f mut Option<Box<Metered>>,
+    ruling: &'f mut Ruling<'a>,
+}
+
+impl<'a, 'f> Context<'a, 'f> {
     /// The context of `request` from `peer`, which runs under `snapshot`
-    /// and is answered in `response`.
+    /// and is answered in `response`; what the phases find goes in `found`.
+    #[inline(always)]
     fn open(
         shared: &'a Shared,
         snapshot: &'a Snapshot,
         request: &Request<ClientBody>,
         peer: SocketAddr,
         response: &'a mut Response<ProxyBody>,
-    ) -> Context<'a> {
+        found: Findings<'a, 'f>,
+    ) -> Context<'a, 'f> {
         // All of a request's timings come from the limiter's clock (a TSC
         // read, cheaper than `Instant::now()` on a VM).
         let started = shared.clock.now();
@@ -307,10 +329,10 @@ impl<'a> Context<'a> {
             grpc,
             span,
             line,
-            applicable: Applicability::default(),
-            metered: None,
-            ruling: Ruling::default(),
             response,
+            applicable: found.applicable,
+            metered: found.metered,
+            ruling: found.ruling,
         }
     }
 

@@ -131,7 +131,10 @@ impl Admitter<'_> {
 /// ([`decide`]), times and counts the decision, and answers a request that
 /// may not pass (429, a ban, 503 when the store failed and
 /// `on_error = "deny"`). The ruling is recorded either way.
-pub async fn phase(cx: &mut Context<'_>, facts: &RequestFacts<'_>) -> Result<(), AnswerWritten> {
+pub async fn phase(
+    cx: &mut Context<'_, '_>,
+    facts: &RequestFacts<'_>,
+) -> Result<(), AnswerWritten> {
     let policy = cx.policy;
     let admitter = cx.shared.admitter(policy);
     let Applicability {
@@ -200,7 +203,9 @@ fn judge<'p>(
             limited(policy, enforced, ruling, response);
         }
     }
-    respond::add_sunset_headers(response.headers_mut(), applicable.retiring);
+    if applicable.retiring.is_some() {
+        respond::add_sunset_headers(response.headers_mut(), applicable.retiring);
+    }
     false
 }
 

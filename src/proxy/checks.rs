@@ -30,7 +30,7 @@ pub struct Checked<'r> {
 /// and recorded.
 #[inline(always)]
 pub fn phase<'r>(
-    cx: &mut Context<'_>,
+    cx: &mut Context<'_, '_>,
     request: &'r Request<ClientBody>,
 ) -> Result<Checked<'r>, AnswerWritten> {
     check(request, cx.policy).map_err(|refusal| cx.refuse_unchecked(request, refusal))

@@ -18,7 +18,7 @@ use crate::policy::{Policy, Sunset};
 /// fields added to the answer ([`decorate`]), a WebSocket tunnel's message
 /// gate opened (`proxy/messages.rs`), and a GraphQL query's cost said.
 #[inline(always)]
-pub fn phase(cx: &mut Context<'_>) {
+pub fn phase(cx: &mut Context<'_, '_>) {
     let (policy, shared, snapshot) = (cx.policy, cx.shared, cx.snapshot);
     let applicable = &cx.applicable;
     decorate(cx.response, policy, &cx.ruling, applicable.retiring);

@@ -520,7 +520,7 @@ pub struct Destination<'a> {
 /// (`checked`): read before the forward phase, which takes the request's
 /// body while its facts still borrow its head.
 pub fn destination<'a>(
-    cx: &Context<'a>,
+    cx: &Context<'a, '_>,
     request: &Request<ClientBody>,
     checked: &Checked<'_>,
     facts: &RequestFacts<'_>,
@@ -543,7 +543,7 @@ pub fn destination<'a>(
 /// `destination` ([`Forwarder::forward`]); the upstream's answer, or the
 /// answer to its failure, goes into the context's response.
 pub async fn phase(
-    cx: &mut Context<'_>,
+    cx: &mut Context<'_, '_>,
     client: &mut ClientRequest,
     destination: Destination<'_>,
 ) -> Result<(), AnswerWritten> {

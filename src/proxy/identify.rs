@@ -39,7 +39,7 @@ use crate::policy::Policy;
 /// is counted, recorded and answered here.
 #[inline(always)]
 pub fn phase<'r, 'a: 'r>(
-    cx: &mut Context<'a>,
+    cx: &mut Context<'a, '_>,
     request: &'r Request<ClientBody>,
     checked: &'r Checked<'r>,
     readings: &'r Readings<'r>,
@@ -64,7 +64,7 @@ pub fn phase<'r, 'a: 'r>(
     // path's cost: docs/conversation.md, "What it costs").
     if identified.is_ok() && !policy.message_rules.is_empty() {
         let handshake = upgrade::is_websocket_handshake(request);
-        let metered = &mut cx.metered;
+        let metered = &mut *cx.metered;
         identified = messages::identify(handshake, &mut facts, claims, policy, started, metered);
     }
     match identified {
@@ -77,7 +77,7 @@ pub fn phase<'r, 'a: 'r>(
 #[cold]
 #[inline(never)]
 fn refuse<'a>(
-    cx: &mut Context<'a>,
+    cx: &mut Context<'a, '_>,
     refused: Unidentified<'a>,
     facts: &RequestFacts<'_>,
 ) -> AnswerWritten {

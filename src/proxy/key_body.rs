@@ -90,7 +90,7 @@ impl<'r> Readings<'r> {
 /// A body that did not arrive is answered (408, 400) and recorded.
 #[inline(always)]
 pub async fn phase<'r>(
-    cx: &mut Context<'_>,
+    cx: &mut Context<'_, '_>,
     client: &mut ClientRequest,
 ) -> Result<Readings<'r>, AnswerWritten> {
     let mut body_read = false;

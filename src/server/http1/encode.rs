@@ -47,13 +47,33 @@ pub fn head<B>(
     let has_body = !(status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED);
-    // An ended body's length is 0, whatever the map says (a 204's or 304's
-    // upstream length is not passed on), but for a `HEAD`'s, which says
-    // the `GET`'s.
-    let keeps_length = has_body && (!empty || request.head_method);
-    let mapped = map_fields(out, response, own, keeps_length, switched);
+    let mut close = !(request.keep_alive && kept);
+    let mut declared = None;
+    let mut dated = false;
+    for (name, value) in response.headers() {
+        // Framing is decided below, from the body.
+        if name == header::TRANSFER_ENCODING || own.replaces(name) {
+            continue;
+        }
+        if name == header::CONTENT_LENGTH {
+            // An ended body's length is 0, whatever the map says (a 204's
+            // or 304's upstream length is not passed on), but for a
+            // `HEAD`'s, which says the `GET`'s; one line only.
+            if !has_body || (empty && !request.head_method) || declared.is_some() {
+                continue;
+            }
+            declared = Some(parse_length(value.as_bytes()));
+        } else if name == header::CONNECTION && !switched {
+            // Sluice's own (`close` while draining): written below. A
+            // `101`'s (`upgrade`) is the tunnel's, and goes as it is.
+            close |= lists_option(value, b"close");
+            continue;
+        } else if name == header::DATE {
+            dated = true;
+        }
+        field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
     own.write_to(out);
-    let declared = mapped.declared;
     // Only the close can frame a body of unknown length to an HTTP/1.0
     // client (no chunks), or one whose declared length is not a number.
     let sized = hint.exact().is_some();
@@ -64,7 +84,7 @@ pub fn head<B>(
             Some(length) => length.is_none(),
             None => !sized && request.version == Version::HTTP_10,
         };
-    let close = !(request.keep_alive && kept) || mapped.close || until_close;
+    close |= until_close;
     // `connection` before the length, as hyper writes it (it puts its own
     // into the map, whose fields precede the length it adds).
     if switched {
@@ -87,72 +107,7 @@ pub fn head<B>(
         Framing::Empty
     } else if until_close {
         Framing::UntilClose
-    } else {
-        sized_framing(out, declared, hint)
-    };
-    if !mapped.dated {
-        date::write_field(out);
-    }
-    out.extend_from_slice(b"\r\n");
-    Written { framing, close }
-}
-
-/// What the response's own map said of its framing and connection.
-struct Mapped {
-    /// Its first `content-length`, when kept: the length, or `None` when
-    /// it is not a number.
-    declared: Option<Option<u64>>,
-    /// It has a `date`.
-    dated: bool,
-    /// Its `connection` lists `close`.
-    close: bool,
-}
-
-/// Writes the fields of `response`'s map but those `own` replaces and those
-/// framing decides; `keeps_length`: its first `content-length` stands;
-/// `switched`: a `101`, whose `connection` is the tunnel's and goes as it is.
-#[inline(always)]
-fn map_fields<B>(
-    out: &mut Vec<u8>,
-    response: &Response<B>,
-    own: &OwnFields,
-    keeps_length: bool,
-    switched: bool,
-) -> Mapped {
-    let mut mapped = Mapped {
-        declared: None,
-        dated: false,
-        close: false,
-    };
-    for (name, value) in response.headers() {
-        // Framing is decided from the body.
-        if name == header::TRANSFER_ENCODING || own.replaces(name) {
-            continue;
-        }
-        if name == header::CONTENT_LENGTH {
-            // One line only.
-            if !keeps_length || mapped.declared.is_some() {
-                continue;
-            }
-            mapped.declared = Some(parse_length(value.as_bytes()));
-        } else if name == header::CONNECTION && !switched {
-            // Sluice's own (`close` while draining) is written after.
-            mapped.close |= lists_option(value, b"close");
-            continue;
-        } else if name == header::DATE {
-            mapped.dated = true;
-        }
-        field(out, name.as_str().as_bytes(), value.as_bytes());
-    }
-    mapped
-}
-
-/// The framing of a body that has not ended, with a length the map
-/// `declared` or the body's `hint` gives (written when it is the hint's),
-/// or else in chunks.
-#[inline(always)]
-fn sized_framing(out: &mut Vec<u8>, declared: Option<Option<u64>>, hint: SizeHint) -> Framing {
-    if let Some(Some(length)) = declared {
+    } else if let Some(Some(length)) = declared {
         Framing::of_length(length)
     } else if let Some(length) = hint.exact() {
         length_field(out, length);
@@ -160,7 +115,12 @@ fn sized_framing(out: &mut Vec<u8>, declared: Option<Option<u64>>, hint: SizeHin
     } else {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         Framing::Chunked
+    };
+    if !dated {
+        date::write_field(out);
     }
+    out.extend_from_slice(b"\r\n");
+    Written { framing, close }
 }
 
 #[inline(always)]
