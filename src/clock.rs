@@ -41,9 +41,11 @@ pub trait Clock: Send + Sync + 'static {
 }
 
 /// The production clock: the Unix time at which it was made, advanced by
-/// the CPU's invariant TSC through `quanta` (≈ 9 ns a read here, against
-/// ≈ 25 ns for `Instant::now()`, which this VM serves slowly). `quanta` falls
-/// back to the OS monotonic clock where the TSC is unreliable.
+/// the CPU's invariant TSC through `quanta`: every decision reads the
+/// clock, and a TSC read costs a fraction of `Instant::now()`, which a VM
+/// may serve slowly (docs/benchmarks-history.md, "In-memory decision").
+/// `quanta` falls back to the OS monotonic clock where the TSC is
+/// unreliable.
 #[derive(Debug, Clone)]
 pub struct MonotonicClock {
     clock: quanta::Clock,

@@ -448,7 +448,7 @@ fn hash_claim(hasher: &mut impl Hasher, value: jwt::ClaimValue<'_>) {
 
 /// A host (already without its port) as it is matched and keyed: without
 /// the trailing dot of a fully qualified name, so `api.example.com.` is
-/// `api.example.com` (docs/identity-and-policy.md, "Keys"). Every trailing
+/// `api.example.com` (docs/configuration.md, "Keys"). Every trailing
 /// dot goes, so that no spelling of one host is a bucket of its own.
 #[inline]
 pub fn host_name(host: &str) -> &str {

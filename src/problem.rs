@@ -40,7 +40,7 @@ pub const UNREADABLE_QUERY: &str = "tag:sluice,2026:problems/unreadable-query";
 /// query's hash that is not its own.
 pub const PERSISTED_QUERY_MISMATCH: &str = "tag:sluice,2026:problems/persisted-query-mismatch";
 /// The problem type of a 400 to a request that carries a field a rule reads
-/// to decide more than once (docs/identity-and-policy.md, "Keys").
+/// to decide more than once (docs/configuration.md, "Keys").
 pub const AMBIGUOUS_FIELD: &str = "tag:sluice,2026:problems/ambiguous-field";
 
 /// The order a document's members are written in. Clients read members by

@@ -235,7 +235,8 @@ impl Drop for Line {
     /// The request ended: its line goes to the thread's buffer, and its
     /// parts are kept for the thread's next line. Inlined, so that a
     /// request with the log off pays one test, not a call that saves the
-    /// registers the written line needs (about 50 instructions).
+    /// registers the written line needs (docs/benchmarks-history.md, "At
+    /// the edge, measured again").
     #[inline]
     fn drop(&mut self) {
         if let Some(parts) = self.0.take() {

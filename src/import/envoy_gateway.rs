@@ -21,7 +21,7 @@
 use std::fmt::Write as _;
 
 use ipnet::IpNet;
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use super::yaml::{index, join, Object, Reader};
 use super::{

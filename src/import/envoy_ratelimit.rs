@@ -18,7 +18,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use super::yaml::{join, Reader};
 use super::{toml_key, toml_string, ImportError, Problem, RuleNames, Unit};
@@ -31,7 +31,7 @@ pub fn translate(yaml: &str, source_name: &str) -> Result<String, ImportError> {
         source_name: source_name.to_owned(),
         problems,
     };
-    let root: Value = serde_yaml::from_str(yaml)
+    let root: Value = serde_norway::from_str(yaml)
         .map_err(|error| fail(vec![Problem::new("", format!("not valid YAML: {error}"))]))?;
     let mut reader = Reader::default();
     let config = reader.root(&root);

@@ -18,7 +18,7 @@
 
 use std::fmt::Write as _;
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use super::yaml::{join, Object, Reader};
 use super::{import_objects, toml_string, ImportError, Objects, RuleNames, Written};

@@ -4,7 +4,7 @@
 //! kubectl splits them.
 
 use serde::Deserialize as _;
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use super::Problem;
 
@@ -26,7 +26,7 @@ pub(super) fn index(parent: &str, index: usize) -> String {
 /// why the file is not YAML.
 pub(super) fn documents(yaml: &str) -> Result<Vec<Value>, Problem> {
     let mut documents = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(yaml) {
+    for document in serde_norway::Deserializer::from_str(yaml) {
         let value = Value::deserialize(document)
             .map_err(|error| Problem::new("", format!("not valid YAML: {error}")))?;
         if !value.is_null() {
@@ -322,7 +322,7 @@ mod tests {
     #[test]
     fn values_of_the_wrong_kind_are_named_at_their_path() {
         let mut reader = Reader::default();
-        let value: Value = serde_yaml::from_str("{ s: 1, n: -1, f: yes, l: 3 }").unwrap();
+        let value: Value = serde_norway::from_str("{ s: 1, n: -1, f: yes, l: 3 }").unwrap();
         assert_eq!(reader.string(&value["s"], "s"), None);
         assert_eq!(reader.text(&value["s"], "s"), Some("1".to_owned()));
         assert_eq!(reader.whole(&value["n"], "n", 10), None);

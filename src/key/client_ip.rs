@@ -135,8 +135,10 @@ pub fn ipv4_text(ip: std::net::Ipv4Addr, buf: &mut [u8; IPV4_TEXT_MAX]) -> &str 
     std::str::from_utf8(ipv4_bytes(ip, buf)).unwrap_or("0.0.0.0")
 }
 
-/// [`ipv4_text`] as bytes, for a writer of bytes: without the UTF-8 check
-/// (a call of about 80 instructions).
+/// [`ipv4_text`] as bytes, for a writer of bytes: without the UTF-8 check,
+/// a call that the access log's line and a span's address would pay for
+/// at every request (docs/benchmarks-history.md, "At the edge, measured
+/// again").
 pub fn ipv4_bytes(ip: std::net::Ipv4Addr, buf: &mut [u8; IPV4_TEXT_MAX]) -> &[u8] {
     let mut len = 0;
     for (index, octet) in ip.octets().into_iter().enumerate() {

@@ -4,7 +4,7 @@
 //! A field a rule reads (its `header:` and `query:` key sources,
 //! `tiers.by`, `match.header`, the token header of a `jwt:` source) must
 //! have one value: with two, an upstream may read either, so a client could
-//! be limited as one caller and served as another (docs/identity-and-policy.md,
+//! be limited as one caller and served as another (docs/configuration.md,
 //! "A field read for a decision is read once"). Such a request is ambiguous.
 //! One field line whose value holds a comma is one value; the client-IP
 //! header is a list by its own syntax and is never read here.

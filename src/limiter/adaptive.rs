@@ -68,7 +68,8 @@ pub const MIN_WINDOW: Nanos = 100 * MILLI;
 /// A window closes with this many answers: the mean of 100 exponential
 /// service times is within ±20 % of the truth 95 % of the time, inside
 /// [`TOLERANCE`] (with 32 or 50, the simulated overload with exponential
-/// service times backed off on noise and lost a quarter of its goodput).
+/// service times backed off on noise and lost goodput:
+/// docs/benchmarks-history.md, "Adaptive limits (issue 48)").
 pub const MIN_SAMPLES: u64 = 100;
 
 /// Latencies below this are the same latency (an upstream on the same

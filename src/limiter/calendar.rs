@@ -168,7 +168,7 @@ pub fn zone_named(name: &str) -> Option<String> {
 
 /// The zones whose names are closest to `name` (at most `n`), for an error
 /// message about a misspelt zone: the same last part in another region
-/// first, then the fewest edits.
+/// first, then the fewest edits (Levenshtein distance).
 pub fn zones_like(name: &str, n: usize) -> Vec<String> {
     let wanted = name.to_ascii_lowercase();
     let city = |zone: &str| zone.rsplit('/').next().unwrap_or(zone).to_ascii_lowercase();
@@ -180,7 +180,7 @@ pub fn zones_like(name: &str, n: usize) -> Vec<String> {
             let score = if city(&text) == wanted_city {
                 0
             } else {
-                1 + edits(&wanted, &text.to_ascii_lowercase())
+                1 + strsim::levenshtein(&wanted, &text.to_ascii_lowercase())
             };
             (score, text)
         })
@@ -188,24 +188,6 @@ pub fn zones_like(name: &str, n: usize) -> Vec<String> {
         .collect();
     scored.sort();
     scored.into_iter().take(n).map(|(_, zone)| zone).collect()
-}
-
-/// Levenshtein distance (small strings, config time only).
-fn edits(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != cb))
-                .min(row[j] + 1)
-                .min(above + 1);
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 impl Calendar {

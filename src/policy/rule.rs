@@ -75,7 +75,7 @@ pub struct Rule {
     pub uses_jwt: bool,
     /// The header fields and query parameters it reads to decide: a
     /// request it fits that carries one of them twice is refused as
-    /// ambiguous (docs/identity-and-policy.md, "Keys").
+    /// ambiguous (docs/configuration.md, "Keys").
     pub reads: FieldsRead,
     pub counters: RuleCounters,
 }

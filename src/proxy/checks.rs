@@ -218,7 +218,8 @@ fn addressed_host<'r, B>(
 
 /// The host of a `Host` value: `[v6]` of `[v6]:port`, `name` of
 /// `name:port`. By bytes: it runs on every request, and `str`'s pattern
-/// search cost four times as much under callgrind.
+/// search cost it several times as much (docs/benchmarks-history.md, "The
+/// request lent, not moved").
 fn strip_port(host: &str) -> &str {
     let bytes = host.as_bytes();
     let end = if bytes.first() == Some(&b'[') {

@@ -3,9 +3,11 @@
 //! past its budget stops being inlined itself: a call, a frame and its
 //! spills on every request (docs/conversation.md, "What it costs").
 //! Wrapping a large or rarely run phase keeps its caller small. The step
-//! shows in callgrind (`scripts/callgrind/run.sh`) as about 45 more
-//! instructions a request, and `Proxy::process::{{closure}}` listed as a
-//! function of its own rather than inside `Proxy::handle::{{closure}}`.
+//! shows in callgrind (`scripts/callgrind/run.sh`) as more instructions a
+//! request, and `Proxy::process::{{closure}}` listed as a function of its
+//! own rather than inside `Proxy::handle::{{closure}}`
+//! (docs/benchmarks-history.md, "The request path without conversation
+//! rules").
 
 use std::future::Future;
 use std::pin::Pin;

@@ -50,7 +50,8 @@ const READ_SIZE: usize = 8 * 1024;
 /// each head read is split off its front, and once what is left is less
 /// than a read, `reserve` moves the unread bytes back to the start. With
 /// 1 KiB to spare that happens once every few dozen requests of a kept-alive
-/// client rather than at every one (35 instructions each, callgrind).
+/// client rather than at every one, where the move showed in every
+/// request's profile (docs/benchmarks-history.md, "Idle connections").
 const READ_SLACK: usize = 1024;
 /// The least room worth a read while a request is in the service.
 const MIN_READ: usize = 512;

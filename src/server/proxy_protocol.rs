@@ -3,7 +3,9 @@
 //! connection opens with a header in which the L4 balancer in front names
 //! the client it carries, version 1 (one text line) or 2 (binary).
 //!
-//! [`parse`] reads a header from bytes. [`accept`] reads it off a fresh
+//! [`parse`] reads a header from bytes: the `ppp` crate reads its fields,
+//! inside checks of sluice's own where ppp is more lenient or stricter
+//! than the protocol (each says where). [`accept`] reads it off a fresh
 //! connection's raw `TcpStream` before anything else does (TLS, sluice's
 //! HTTP/1 server or hyper's), as nginx does: it peeks until the header is
 //! complete, then consumes exactly its length, so what follows reaches them
@@ -14,10 +16,11 @@
 //! the connection before a request is read.
 
 use std::io::{self, Read};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::time::Duration;
 
+use ppp::{v1, v2};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
@@ -37,20 +40,11 @@ pub const MAX_LEN: usize = 4096;
 
 /// What opens every version 1 header.
 const V1_PREFIX: &[u8] = b"PROXY ";
-/// What opens every version 2 header: bytes no HTTP, TLS or v1 stream
-/// starts with.
-const V2_SIGNATURE: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
 /// Signature, version and command, family and transport, length.
 const V2_FIXED_LEN: usize = 16;
-
-/// Version 2 address families (the high nibble of byte 14; 0 is
-/// UNSPEC).
-const AF_INET: u8 = 1;
-const AF_INET6: u8 = 2;
-const AF_UNIX: u8 = 3;
-/// Version 2 transport `STREAM` (the low nibble of byte 14; 0 and 2 are
-/// UNSPEC and DGRAM).
-const TRANSPORT_STREAM: u8 = 1;
+/// A version 2 header's version (2) and command `LOCAL`: a balancer's own
+/// connection, such as a health check.
+const V2_LOCAL: u8 = 0x20;
 
 /// What the bytes of a connection's start are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,9 +75,16 @@ pub fn parse(bytes: &[u8]) -> Parsed {
 }
 
 const NO_HEADER: &str = "the connection does not start with a PROXY protocol header";
+const V1_FIELDS: &str = "v1 header: not two addresses and two ports, one space apart";
+const V1_PORT: &str = "v1 header: a port is not a number from 0 to 65535";
+const V2_TOO_LONG: &str = "v2 header: longer than 4096 bytes";
 
 /// `PROXY TCP4|TCP6 <source> <destination> <source port> <destination
-/// port>\r\n`, or `PROXY UNKNOWN<anything>\r\n`.
+/// port>\r\n`, or `PROXY UNKNOWN<anything>\r\n`. The line is framed here
+/// and only a whole one is handed to ppp: given a line still arriving,
+/// ppp refuses some that a few more bytes would make valid (`PROXY TCP4
+/// 203.0.113.7 192.0.2.1 1 `, cut before the destination port), and a
+/// header sent in pieces must be waited for.
 fn v1(bytes: &[u8]) -> Parsed {
     let bytes = &bytes[..bytes.len().min(V1_MAX_LEN)];
     let prefix = bytes.len().min(V1_PREFIX.len());
@@ -100,7 +101,7 @@ fn v1(bytes: &[u8]) -> Parsed {
     }
     match bytes.get(end + 1) {
         None => incomplete_v1(bytes),
-        Some(b'\n') => match v1_fields(&bytes[V1_PREFIX.len()..end]) {
+        Some(b'\n') => match v1_source(&bytes[..end + 2]) {
             Ok(source) => Parsed::Complete {
                 len: end + 2,
                 source,
@@ -120,116 +121,131 @@ fn incomplete_v1(bytes: &[u8]) -> Parsed {
     }
 }
 
-/// The line after `PROXY `, CRLF excluded: the source it carries.
-fn v1_fields(line: &[u8]) -> Result<Option<SocketAddr>, &'static str> {
-    // The protocol has the receiver ignore whatever follows UNKNOWN.
-    if line == b"UNKNOWN" || line.starts_with(b"UNKNOWN ") {
+/// A whole v1 line, `PROXY ` to CRLF: the source it carries.
+fn v1_source(line: &[u8]) -> Result<Option<SocketAddr>, &'static str> {
+    let fields = &line[V1_PREFIX.len()..line.len() - 2];
+    // The protocol has the receiver ignore whatever follows UNKNOWN. ppp
+    // reads it as UTF-8, and takes one with more than four spaces after
+    // UNKNOWN for a line not ended yet (whatever comes next), so UNKNOWN
+    // is recognised here.
+    if fields == b"UNKNOWN" || fields.starts_with(b"UNKNOWN ") {
         return Ok(None);
     }
-    let line = std::str::from_utf8(line).map_err(|_| "v1 header: not ASCII")?;
-    let mut fields = line.split(' ');
-    let ip: fn(&str) -> Option<IpAddr> = match fields.next() {
-        Some("TCP4") => |text| text.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
-        Some("TCP6") => |text| text.parse::<Ipv6Addr>().ok().map(IpAddr::V6),
-        _ => return Err("v1 header: the protocol is not TCP4, TCP6 or UNKNOWN"),
+    let source = match v1::Header::try_from(line) {
+        Ok(header) => match header.addresses {
+            v1::Addresses::Tcp4(ip) => SocketAddr::new(ip.source_address.into(), ip.source_port),
+            v1::Addresses::Tcp6(ip) => SocketAddr::new(ip.source_address.into(), ip.source_port),
+            v1::Addresses::Unknown => return Ok(None),
+        },
+        Err(error) => return Err(v1_error(error, fields)),
     };
-    let (Some(source), Some(destination), Some(source_port), Some(destination_port), None) = (
-        fields.next(),
-        fields.next(),
-        fields.next(),
-        fields.next(),
-        fields.next(),
-    ) else {
-        return Err("v1 header: not two addresses and two ports, one space apart");
-    };
-    let (Some(source), Some(_)) = (ip(source), ip(destination)) else {
-        return Err("v1 header: an address is not one of the protocol's family");
-    };
-    let (Some(source_port), Some(_)) = (port(source_port), port(destination_port)) else {
-        return Err("v1 header: a port is not a number from 0 to 65535");
-    };
-    Ok(Some(SocketAddr::new(source, source_port)))
+    // ppp reads a port as `u16::from_str` does, which takes a leading `+`;
+    // the protocol's ports are digits alone.
+    let mut ports = fields.rsplit(|&b| b == b' ').take(2);
+    if !ports.all(|port| port.iter().all(u8::is_ascii_digit)) {
+        return Err(V1_PORT);
+    }
+    Ok(Some(source))
 }
 
-/// A v1 port: decimal, 0 to 65535, without a leading zero (the protocol
-/// forbids them, so that no reader takes them for octal).
-fn port(text: &str) -> Option<u16> {
-    let digits = text.bytes().all(|b| b.is_ascii_digit());
-    let leading_zero = text.len() > 1 && text.starts_with('0');
-    if !digits || leading_zero {
-        return None;
+/// Why ppp refused the whole v1 line `PROXY <fields>\r\n`.
+fn v1_error(error: v1::BinaryParseError, fields: &[u8]) -> &'static str {
+    use v1::ParseError as E;
+    let error = match error {
+        v1::BinaryParseError::InvalidUtf8(_) => return "v1 header: not ASCII",
+        v1::BinaryParseError::Parse(error) => error,
+    };
+    match error {
+        E::InvalidPrefix
+        | E::MissingPrefix
+        | E::Partial
+        | E::MissingProtocol
+        | E::InvalidProtocol => "v1 header: the protocol is not TCP4, TCP6 or UNKNOWN",
+        // ppp names a missing or extra field after the address or port it
+        // then reads in its place.
+        _ if fields.split(|&b| b == b' ').count() != 5 => V1_FIELDS,
+        E::InvalidSourceAddress(_) | E::InvalidDestinationAddress(_) => {
+            "v1 header: an address is not one of the protocol's family"
+        }
+        E::InvalidSourcePort(_) | E::InvalidDestinationPort(_) => V1_PORT,
+        E::HeaderTooLong => "v1 header: longer than 107 bytes",
+        E::MissingSourceAddress
+        | E::MissingDestinationAddress
+        | E::MissingSourcePort
+        | E::MissingDestinationPort
+        | E::MissingNewLine
+        | E::InvalidSuffix => V1_FIELDS,
     }
-    text.parse().ok()
 }
 
 /// The signature, version 2 and a command, family and transport, the
-/// length of what follows (addresses, then TLVs, which are skipped).
+/// length of what follows (addresses, then TLVs, which ppp leaves unread
+/// until asked for them, and sluice never asks).
 fn v2(bytes: &[u8]) -> Parsed {
-    let signature = bytes.len().min(V2_SIGNATURE.len());
-    if bytes[..signature] != V2_SIGNATURE[..signature] {
-        return Parsed::Invalid(NO_HEADER);
-    }
-    let Some(&version_command) = bytes.get(12) else {
-        return Parsed::Incomplete;
+    // Nothing past the bound is handed to ppp: a longer header is known by
+    // the length it announces.
+    let bytes = &bytes[..bytes.len().min(MAX_LEN)];
+    let error = match v2::Header::try_from(bytes) {
+        Ok(header) => {
+            return Parsed::Complete {
+                len: header.len(),
+                source: v2_source(&header),
+            }
+        }
+        Err(error) => error,
     };
-    if version_command >> 4 != 2 {
-        return Parsed::Invalid("v2 header: the version is not 2");
+    use v2::ParseError as E;
+    Parsed::Invalid(match error {
+        E::Incomplete(_) => return Parsed::Incomplete,
+        E::Partial(_, block_len) if V2_FIXED_LEN + block_len > MAX_LEN => V2_TOO_LONG,
+        E::Partial(..) => return Parsed::Incomplete,
+        // LOCAL keeps the peer, and the protocol has its address block
+        // skipped unread, family included; ppp reads the family and wants
+        // room for its addresses even there, so such a LOCAL header is
+        // read here, by its length alone.
+        E::AddressFamily(_) | E::Protocol(_) | E::InvalidAddresses(..)
+            if bytes.get(12) == Some(&V2_LOCAL) =>
+        {
+            return v2_local(bytes)
+        }
+        E::Prefix => NO_HEADER,
+        E::Version(_) => "v2 header: the version is not 2",
+        E::Command(_) => "v2 header: the command is neither LOCAL nor PROXY",
+        E::AddressFamily(_) | E::Protocol(_) => "v2 header: an unknown address family or transport",
+        E::InvalidAddresses(..) => "v2 header: too short for the addresses of its family",
+        // Errors of a TLV, which ppp reads only when asked.
+        E::InvalidTLV(..) | E::Leftovers(_) => "v2 header: malformed TLVs",
+    })
+}
+
+/// The client a whole v2 header carries: `None` for LOCAL; for AF_UNSPEC,
+/// which asks for the real endpoints; for a UNIX socket or a datagram
+/// transport, which name no TCP client (HAProxy keeps the peer for these
+/// too).
+fn v2_source(header: &v2::Header) -> Option<SocketAddr> {
+    if header.command != v2::Command::Proxy || header.protocol != v2::Protocol::Stream {
+        return None;
     }
-    // LOCAL (a balancer's own connection, such as a health check) keeps
-    // the peer, and its address block is skipped unread, family included.
-    let local = match version_command & 0x0f {
-        0 => true,
-        1 => false,
-        _ => return Parsed::Invalid("v2 header: the command is neither LOCAL nor PROXY"),
-    };
-    let Some(&family_transport) = bytes.get(13) else {
-        return Parsed::Incomplete;
-    };
-    let (family, transport) = (family_transport >> 4, family_transport & 0x0f);
-    if !local && (family > AF_UNIX || transport > 2) {
-        return Parsed::Invalid("v2 header: an unknown address family or transport");
+    match header.addresses {
+        v2::Addresses::IPv4(ip) => Some(SocketAddr::new(ip.source_address.into(), ip.source_port)),
+        v2::Addresses::IPv6(ip) => Some(SocketAddr::new(ip.source_address.into(), ip.source_port)),
+        v2::Addresses::Unspecified | v2::Addresses::Unix(_) => None,
     }
+}
+
+/// A v2 LOCAL header whose family ppp refused: its length alone.
+fn v2_local(bytes: &[u8]) -> Parsed {
     let Some(&[high, low]) = bytes.get(14..V2_FIXED_LEN) else {
         return Parsed::Incomplete;
     };
-    let block_len = usize::from(u16::from_be_bytes([high, low]));
-    let len = V2_FIXED_LEN + block_len;
+    let len = V2_FIXED_LEN + usize::from(u16::from_be_bytes([high, low]));
     if len > MAX_LEN {
-        return Parsed::Invalid("v2 header: longer than 4096 bytes");
+        Parsed::Invalid(V2_TOO_LONG)
+    } else if bytes.len() < len {
+        Parsed::Incomplete
+    } else {
+        Parsed::Complete { len, source: None }
     }
-    let addresses_len = match family {
-        AF_INET => 12,
-        AF_INET6 => 36,
-        AF_UNIX => 216,
-        _ => 0,
-    };
-    if !local && block_len < addresses_len {
-        return Parsed::Invalid("v2 header: too short for the addresses of its family");
-    }
-    let Some(block) = bytes.get(V2_FIXED_LEN..len) else {
-        return Parsed::Incomplete;
-    };
-    let source = match (local, family, transport) {
-        (false, AF_INET, TRANSPORT_STREAM) => {
-            let ip: [u8; 4] = block[..4].try_into().unwrap_or_default();
-            Some(SocketAddr::new(
-                IpAddr::from(ip),
-                u16::from_be_bytes([block[8], block[9]]),
-            ))
-        }
-        (false, AF_INET6, TRANSPORT_STREAM) => {
-            let ip: [u8; 16] = block[..16].try_into().unwrap_or_default();
-            Some(SocketAddr::new(
-                IpAddr::from(ip),
-                u16::from_be_bytes([block[32], block[33]]),
-            ))
-        }
-        // LOCAL; AF_UNSPEC, which asks for the real endpoints; a UNIX
-        // socket or a datagram transport, which name no TCP client (HAProxy
-        // keeps the peer for these too).
-        _ => None,
-    };
-    Parsed::Complete { len, source }
 }
 
 /// Reads the PROXY protocol header that opens a connection from `peer`
@@ -314,8 +330,13 @@ async fn read_header(stream: &TcpStream) -> io::Result<Option<SocketAddr>> {
 
 #[cfg(test)]
 mod tests {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
     use super::*;
     use proptest::prelude::*;
+
+    /// Written out here rather than borrowed from the parser.
+    const V2_SIGNATURE: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
 
     fn complete(len: usize, source: &str) -> Parsed {
         Parsed::Complete {
@@ -509,6 +530,41 @@ mod tests {
         assert!(invalid(&fixed).contains("longer than 4096"));
         let longest = v2_inet([203, 0, 113, 7], 80, &vec![0; MAX_LEN - 28]);
         assert_eq!(parse(&longest), complete(MAX_LEN, "203.0.113.7:80"));
+    }
+
+    /// What ppp 2.3 does on its own with the inputs each check of ours
+    /// is for. Should a later ppp read one of these as the protocol does,
+    /// the check that names it may go.
+    #[test]
+    fn what_ppp_alone_reads_otherwise() {
+        use ppp::PartialResult;
+        let v1 = |line: &[u8]| v1::Header::try_from(line).map(|_| ());
+        // v1's framing: a valid line cut before its last field is final.
+        assert!(v1(b"PROXY TCP4 203.0.113.7 192.0.2.1 1 ").is_complete());
+        assert!(v1(b"PROXY TCP4 203.0.113.7 192.0.2.1 1 ").is_err());
+        // UNKNOWN: more than four spaces after it is never ended, a byte
+        // that is not UTF-8 refused.
+        assert!(v1(b"PROXY UNKNOWN a b c d e\r\n").is_incomplete());
+        assert!(v1(b"PROXY UNKNOWN \xff\r\n").is_err());
+        // A port with a sign.
+        assert!(v1(b"PROXY TCP4 203.0.113.7 192.0.2.1 +1 2\r\n").is_ok());
+        // A field missing, named as the port read in its place.
+        assert!(matches!(
+            v1(b"PROXY TCP4 203.0.113.7 192.0.2.1 1\r\n"),
+            Err(v1::BinaryParseError::Parse(
+                v1::ParseError::InvalidDestinationPort(_)
+            ))
+        ));
+        // LOCAL: its family read, and room wanted for its addresses.
+        let v2 = |header: &[u8]| v2::Header::try_from(header).map(|_| ());
+        assert_eq!(
+            v2(&v2_header(0x20, 0xff, &[1, 2, 3])),
+            Err(v2::ParseError::AddressFamily(0xf0))
+        );
+        assert_eq!(
+            v2(&v2_header(0x20, 0x11, &[1, 2, 3])),
+            Err(v2::ParseError::InvalidAddresses(3, 12))
+        );
     }
 
     /// Any header the protocol allows (a v1 line or a v2 header with up to

@@ -113,9 +113,10 @@ impl TlsListener {
         // Two TLS 1.3 tickets per full handshake, as OpenSSL and BoringSSL
         // servers (nginx included) send: a client should use a ticket once
         // (RFC 8446, appendix C.4), and Chrome keeps two per server so that
-        // two new connections can both resume. A ticket costs about 2 % of
-        // a full handshake; a resumption it allows saves the signature and
-        // the certificate (docs/benchmarks-history.md, "A handshake's cost").
+        // two new connections can both resume. A ticket costs little beside
+        // a full handshake, and a resumption it allows saves the signature
+        // and the certificate (docs/benchmarks-history.md, "A handshake's
+        // cost").
         server.send_tls13_tickets = 2;
         Ok(TlsListener {
             config: Arc::new(server),
@@ -394,8 +395,8 @@ mod tests {
     /// A connection's task holds its handshake's future until the
     /// handshake ends, and is as large as it for the connection's whole
     /// life: the future must hold one TLS session, not a second one kept
-    /// across the plain-HTTP answer (docs/benchmarks-history.md, "At the
-    /// edge, measured again": 1.2 KB more per idle connection).
+    /// across the plain-HTTP answer, which every idle connection would
+    /// carry (docs/benchmarks-history.md, "At the edge, measured again").
     #[tokio::test]
     async fn a_handshake_in_progress_holds_one_tls_session() {
         let dir = tempfile::tempdir().unwrap();

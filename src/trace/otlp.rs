@@ -70,6 +70,23 @@ pub mod field {
     }
 }
 
+/// `opentelemetry.proto.trace.v1.Span.SpanKind`: the values sluice writes,
+/// numbered as OTLP numbers them (the exporter's tests read them back with
+/// opentelemetry-proto's generated code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanKind {
+    Server = 2,
+    Client = 3,
+}
+
+/// `opentelemetry.proto.trace.v1.Status.StatusCode`: the values sluice
+/// writes, numbered as OTLP numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusCode {
+    Unset = 0,
+    Error = 2,
+}
+
 /// An attribute's value as OTLP's `AnyValue` holds it, borrowed.
 #[derive(Clone, Copy)]
 pub enum Any<'a> {

@@ -10,12 +10,11 @@
 use std::borrow::Cow;
 
 use super::ids::{SpanId, TraceId};
-use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-use opentelemetry_proto::tonic::trace::v1::status::StatusCode as ProtoStatus;
 
 use super::otlp::{
     self, bytes_len, delimited_len, field, fixed32_len, fixed64_len, int32_len, put_bytes,
-    put_delimited, put_fixed32, put_fixed64, put_int32, put_string, string_len, Any,
+    put_delimited, put_fixed32, put_fixed64, put_int32, put_string, string_len, Any, SpanKind,
+    StatusCode,
 };
 use crate::clock::Nanos;
 
@@ -211,9 +210,9 @@ fn kind(recording: &Recording) -> i32 {
 /// The status: code `ERROR` when the span failed, else unset; no message.
 fn status_code(recording: &Recording) -> i32 {
     if recording.error {
-        ProtoStatus::Error as i32
+        StatusCode::Error as i32
     } else {
-        ProtoStatus::Unset as i32
+        StatusCode::Unset as i32
     }
 }
 

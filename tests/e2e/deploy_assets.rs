@@ -279,7 +279,7 @@ async fn the_dashboard_queries_only_series_sluice_exposes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_alerts_query_only_series_sluice_exposes_and_say_what_to_do() {
     let text = asset("deploy/prometheus/alerts.yml");
-    let alerts: serde_yaml::Value = serde_yaml::from_str(&text).expect("alerts.yml is YAML");
+    let alerts: serde_norway::Value = serde_norway::from_str(&text).expect("alerts.yml is YAML");
     let metrics = running_metrics().await;
     let mut problems = Vec::new();
     let mut names = BTreeSet::new();
@@ -298,7 +298,7 @@ async fn the_alerts_query_only_series_sluice_exposes_and_say_what_to_do() {
                 "{name}: severity {severity:?}"
             );
             let annotations: BTreeMap<String, String> =
-                serde_yaml::from_value(rule["annotations"].clone())
+                serde_norway::from_value(rule["annotations"].clone())
                     .unwrap_or_else(|e| panic!("{name}: annotations ({e})"));
             for key in ["summary", "description"] {
                 let text = annotations.get(key).map(String::as_str).unwrap_or("");

@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_yaml::Value;
+use serde_norway::Value;
 use sluice::config::Config;
 use support::binary;
 
@@ -76,7 +76,7 @@ fn render(kubectl: &Path, dir: &str) -> Vec<Value> {
         String::from_utf8_lossy(&output.stderr)
     );
     let text = String::from_utf8(output.stdout).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_norway::Deserializer::from_str(&text)
         .map(|document| Value::deserialize(document).expect("kustomize renders YAML"))
         .filter(|object| !object.is_null())
         .collect()
@@ -161,7 +161,7 @@ fn the_base_and_the_overlay_render_and_are_valid_for_kubernetes_1_30() {
             &[]
         };
         assert_eq!(kinds, expected, "{at}: custom resources");
-        // As JSON, which YAML reads alike under 1.1 and 1.2: serde_yaml
+        // As JSON, which YAML reads alike under 1.1 and 1.2: serde_norway
         // writes the string "no" (an argument of the Redis container)
         // bare, and kubernetes-validate's YAML 1.1 would read it as false.
         let text: String = core
@@ -218,7 +218,7 @@ fn the_pods_run_as_a_non_root_user_on_a_read_only_root_file_system() {
         );
         assert_eq!(
             context["capabilities"]["drop"],
-            serde_yaml::from_str::<Value>("[ALL]").unwrap(),
+            serde_norway::from_str::<Value>("[ALL]").unwrap(),
             "{at}: {context:?}"
         );
         assert!(

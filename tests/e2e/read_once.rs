@@ -1,4 +1,4 @@
-//! A field read for a decision is read once (docs/identity-and-policy.md,
+//! A field read for a decision is read once (docs/configuration.md,
 //! "Keys"): a request that carries a header or query parameter a rule reads
 //! (a `header:`/`query:` key, `match.header`, the token of a `jwt:` key)
 //! more than once is answered 400 with the ambiguous-field problem, never

@@ -223,10 +223,10 @@ fn poll_more<S: UpstreamStream>(
 }
 
 /// What a read wants to fill the buffer with: the rest of a known length,
-/// between 8 and 256 KiB. Reads of at most 64 KiB took four times the
-/// system calls of hyper's (whose reads grow to 400 KiB) on a 1 MiB
-/// download; at 256 KiB it is 6 reads and 4.7 writes per MiB against
-/// hyper's 4.6 and 4.6 (docs/benchmarks-history.md).
+/// between 8 and 256 KiB. A large download read in smaller pieces made
+/// several times the system calls of hyper's (whose reads grow larger
+/// still); 256 KiB brings them close to hyper's (docs/benchmarks-history.md,
+/// "Plain exchanges").
 fn want(remaining: u64) -> usize {
     usize::try_from(remaining)
         .unwrap_or(usize::MAX)

@@ -167,9 +167,8 @@ pub fn exchange<'c, S: UpstreamStream, B>(
 pin_project_lite::pin_project! {
     /// [`exchange`]'s future: the exchange, while its deadline has not
     /// come. A future of its own rather than an `async fn`'s: one layer of
-    /// futures less between a request and its exchange (about 30
-    /// instructions a request, within callgrind's run-to-run spread;
-    /// docs/benchmarks-history.md, "A second pass").
+    /// futures less between a request and its exchange, paid on every
+    /// forwarded request (docs/benchmarks-history.md, "A second pass").
     pub struct Exchange<'c, F> {
         #[pin]
         exchange: F,

@@ -5,9 +5,9 @@
 //! every one of those answers is the same: the same limit, nothing
 //! remaining, the same `Retry-After` and reset seconds. Writing it (the
 //! problem document, seven hashed header inserts, three allocations) was
-//! about a fifth of the 429 path's instructions when measured (docs/benchmarks-history.md);
-//! sending the remembered one
-//! again is two reference counts: its fields are one shared buffer of lines
+//! a large part of the 429 path's instructions (docs/benchmarks-history.md,
+//! "The 429 path's own work"); sending the remembered one again is two
+//! reference counts: its fields are one shared buffer of lines
 //! (`own_fields.rs`) and its map is empty.
 //!
 //! Only a refusal by a single limit is remembered, and only once the same

@@ -1,4 +1,4 @@
-//! Host names in a pool's server URLs (docs/upstreams.md, "Servers"): a
+//! Host names in a pool's server URLs (docs/upstreams.md, "Pools and servers"): a
 //! name stands for every address it resolves to, looked up again every
 //! `resolve_every` off the request path, never per request. An answer
 //! with no address, or a failed lookup, keeps the last good addresses, so a
