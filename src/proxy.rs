@@ -350,7 +350,7 @@ impl<'a, 'f> Context<'a, 'f> {
         let record = Record::Ruled {
             facts,
             admitted,
-            ruling: &self.ruling,
+            ruling: self.ruling,
             enforced: &self.applicable.enforced,
         };
         let store = &self.shared.store;

@@ -140,7 +140,7 @@ pub async fn phase(
     let Applicability {
         enforced, shadowed, ..
     } = &cx.applicable;
-    let decided = decide(admitter, enforced, shadowed, &mut cx.ruling).await;
+    let decided = decide(admitter, enforced, shadowed, cx.ruling).await;
     // A request no rule applies to was not decided: timing it would drag
     // the quantiles towards zero.
     if !(enforced.is_empty() && shadowed.is_empty()) {
@@ -158,8 +158,8 @@ pub async fn phase(
             admitter,
             policy,
             facts,
-            &cx.applicable,
-            &cx.ruling,
+            cx.applicable,
+            cx.ruling,
             cx.response,
         ),
         Err(StoreUnavailable) => {

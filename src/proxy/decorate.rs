@@ -21,7 +21,7 @@ use crate::policy::{Policy, Sunset};
 pub fn phase(cx: &mut Context<'_, '_>) {
     let (policy, shared, snapshot) = (cx.policy, cx.shared, cx.snapshot);
     let applicable = &cx.applicable;
-    decorate(cx.response, policy, &cx.ruling, applicable.retiring);
+    decorate(cx.response, policy, cx.ruling, applicable.retiring);
     let deciding = || shared.deciding(&snapshot.policy);
     messages::open(cx.response, cx.metered.take(), deciding, &shared.metrics);
     if policy.reads_body {

@@ -52,14 +52,7 @@ pub fn phase<'r, 'a: 'r>(
     }
     let claims = readings.token_claims();
     let started = cx.started;
-    let mut identified = identify(
-        &mut facts,
-        claims,
-        policy,
-        started,
-        &mut cx.applicable,
-        &mut (),
-    );
+    let mut identified = identify(&mut facts, claims, policy, started, cx.applicable, &mut ());
     // A policy without message rules makes no call for them (the request
     // path's cost: docs/conversation.md, "What it costs").
     if identified.is_ok() && !policy.message_rules.is_empty() {
