@@ -69,13 +69,11 @@ use http::{Request, Response};
 use crate::access_log::Line;
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{AccessLogTarget, Config};
-use crate::key::graphql::persisted::Persisted;
 use crate::key::RequestFacts;
-use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::request_id::RequestId;
 use crate::store::{OnError, Store};
-use crate::trace::tracer::{Span, Tracer};
+use crate::trace::tracer::Span;
 use access::Record;
 pub use admit::{fill_asks, Admitter, Answered, StoreUnavailable};
 pub use checks::{check, facts_of, host_of, Checked};
@@ -123,79 +121,6 @@ impl Proxy {
             }
         }));
         proxy
-    }
-
-    /// The current policy snapshot.
-    pub fn policy(&self) -> Arc<Policy> {
-        Arc::clone(&self.shared.current.load().policy)
-    }
-
-    /// The metrics registry, for the admin listener.
-    pub fn metrics(&self) -> &Metrics {
-        &self.shared.metrics
-    }
-
-    /// The pools and routes requests are forwarded by.
-    pub fn upstreams(&self) -> &Upstreams {
-        &self.shared.upstreams
-    }
-
-    /// The bucket store.
-    pub fn store(&self) -> &Store {
-        &self.shared.store
-    }
-
-    /// Where `policy`'s requests find GraphQL persisted queries by hash;
-    /// `learns`: whether a query sent with its hash is learned (a question
-    /// to `POST /admin/explain` teaches nothing).
-    pub fn persisted<'a>(&'a self, policy: &'a Policy, learns: bool) -> Persisted<'a> {
-        self.shared.persisted(policy, learns)
-    }
-
-    /// What deciding outside a request needs (the rate limit service):
-    /// the store and its `on_error`, the clock, the metrics; nothing
-    /// decided so is ever settled after, so no ticker.
-    pub fn admitter(&self) -> Admitter<'_> {
-        Admitter {
-            ticker: None,
-            ..self.shared.admitter(&self.shared.current.load().policy)
-        }
-    }
-
-    /// Now, by the limiter's clock (Unix nanoseconds).
-    pub fn now(&self) -> Nanos {
-        self.shared.clock.now()
-    }
-
-    /// Writes out the access log's buffered lines, waiting `within` at
-    /// most: at shutdown.
-    pub fn flush_access_log(&self, within: std::time::Duration) {
-        self.shared.access_log.flush(within);
-    }
-
-    /// Exports the spans still queued, waiting `within` at most: at
-    /// shutdown.
-    pub async fn flush_traces(&self, within: std::time::Duration) {
-        let tracer = self.shared.current.load().tracer.clone();
-        if let Some(tracer) = tracer {
-            tracer.flush(within).await;
-        }
-    }
-
-    /// The tracer of the running config, `None` when tracing is off (the
-    /// rate limit service records its calls with it).
-    pub fn tracer(&self) -> Option<Arc<Tracer>> {
-        self.shared.current.load().tracer.clone()
-    }
-
-    /// Marks the proxy as draining (`/readyz` answers 503).
-    pub fn start_draining(&self) {
-        self.shared.draining.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether the proxy should receive traffic.
-    pub fn is_ready(&self) -> bool {
-        !self.shared.draining.load(Ordering::SeqCst)
     }
 
     /// Handles one client request end to end, writing its answer into

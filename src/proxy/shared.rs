@@ -1,8 +1,10 @@
 //! What every request of a proxy shares: the snapshot it runs against
 //! (policy, pools and routes, tracer; swapped whole by reloads and by new
-//! DNS answers), the store, the clock, the metrics and the access log.
+//! DNS answers), the store, the clock, the metrics and the access log; and
+//! the proxy's views of it for the admin API, the rate limit service and
+//! shutdown.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -12,8 +14,9 @@ use super::messages;
 use super::routes::{Routes, Upstreams};
 use super::ticker::Ticker;
 use super::upstream;
+use super::Proxy;
 use crate::access_log::AccessLog;
-use crate::clock::ProxyClock;
+use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{Config, Tracing};
 use crate::key::graphql::persisted::{Learned, Persisted};
 use crate::metrics::Metrics;
@@ -161,6 +164,81 @@ impl Shared {
     /// where it can (`trace::tracer::Tracer::new`).
     pub fn tracer(&self, config: &Config, previous: Option<&Tracer>) -> Option<Arc<Tracer>> {
         tracer_for(config, previous, &self.metrics, &self.clock)
+    }
+}
+
+impl Proxy {
+    /// The current policy snapshot.
+    pub fn policy(&self) -> Arc<Policy> {
+        Arc::clone(&self.shared.current.load().policy)
+    }
+
+    /// The metrics registry, for the admin listener.
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    /// The pools and routes requests are forwarded by.
+    pub fn upstreams(&self) -> &Upstreams {
+        &self.shared.upstreams
+    }
+
+    /// The bucket store.
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// Where `policy`'s requests find GraphQL persisted queries by hash;
+    /// `learns`: whether a query sent with its hash is learned (a question
+    /// to `POST /admin/explain` teaches nothing).
+    pub fn persisted<'a>(&'a self, policy: &'a Policy, learns: bool) -> Persisted<'a> {
+        self.shared.persisted(policy, learns)
+    }
+
+    /// What deciding outside a request needs (the rate limit service):
+    /// the store and its `on_error`, the clock, the metrics; nothing
+    /// decided so is ever settled after, so no ticker.
+    pub fn admitter(&self) -> Admitter<'_> {
+        Admitter {
+            ticker: None,
+            ..self.shared.admitter(&self.shared.current.load().policy)
+        }
+    }
+
+    /// Now, by the limiter's clock (Unix nanoseconds).
+    pub fn now(&self) -> Nanos {
+        self.shared.clock.now()
+    }
+
+    /// Writes out the access log's buffered lines, waiting `within` at
+    /// most: at shutdown.
+    pub fn flush_access_log(&self, within: std::time::Duration) {
+        self.shared.access_log.flush(within);
+    }
+
+    /// Exports the spans still queued, waiting `within` at most: at
+    /// shutdown.
+    pub async fn flush_traces(&self, within: std::time::Duration) {
+        let tracer = self.shared.current.load().tracer.clone();
+        if let Some(tracer) = tracer {
+            tracer.flush(within).await;
+        }
+    }
+
+    /// The tracer of the running config, `None` when tracing is off (the
+    /// rate limit service records its calls with it).
+    pub fn tracer(&self) -> Option<Arc<Tracer>> {
+        self.shared.current.load().tracer.clone()
+    }
+
+    /// Marks the proxy as draining (`/readyz` answers 503).
+    pub fn start_draining(&self) {
+        self.shared.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the proxy should receive traffic.
+    pub fn is_ready(&self) -> bool {
+        !self.shared.draining.load(Ordering::SeqCst)
     }
 }
 
