@@ -1,15 +1,17 @@
 //! Identify: who is calling and which rules apply. The client IP is
 //! resolved through the trusted proxies; the deny list refuses (403) and the
 //! allow list lets the caller through unlimited; then, rule by rule in file
-//! order, where the rule stands ([`stand`]): unmatched, skipped, refused for
-//! a missing key or a field it reads sent twice (400), retired (410), or
-//! applying with the caller's bucket key and limits. The first refusal ends
-//! the walk.
+//! order, where the rule stands (`proxy/standing.rs`): unmatched, skipped,
+//! refused for a missing key or a field it reads sent twice (400), retired
+//! (410), or applying with the caller's bucket key and limits. The first
+//! refusal ends the walk.
 //!
 //! [`identify`] only decides; it counts and logs nothing, so that
 //! `POST /admin/explain` walks the rules in the very same order through it,
 //! watching each standing ([`Witness`]). The request path counts and logs a
-//! refusal with [`count_refusal`].
+//! refusal with [`count_refusal`], in its phase ([`phase`]), which also
+//! reads the body's facts when the body-keys phase read it and asks the
+//! message rules of a WebSocket handshake (`proxy/messages.rs`).
 
 use std::cell::OnceCell;
 
