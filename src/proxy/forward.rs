@@ -517,8 +517,8 @@ pub struct Destination<'a> {
 }
 
 /// Where the request `facts` describe goes, as its checks found it
-/// (`checked`): read before the forward phase, which takes the request's
-/// body while its facts still borrow its head.
+/// (`checked`): found before the forward phase, while the facts may still
+/// borrow the request's head (that phase takes the request's body).
 pub fn destination<'a>(
     cx: &Context<'a, '_>,
     request: &Request<ClientBody>,
