@@ -48,8 +48,7 @@ pub fn head<B>(
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED);
     let mut close = !(request.keep_alive && kept);
-    let mut declared = None;
-    let mut dated = false;
+    let (mut declared, mut dated) = (None, false);
     for (name, value) in response.headers() {
         // Framing is decided below, from the body.
         if name == header::TRANSFER_ENCODING || own.replaces(name) {
@@ -94,19 +93,8 @@ pub fn head<B>(
     } else if request.version == Version::HTTP_10 {
         out.extend_from_slice(b"connection: keep-alive\r\n");
     }
-    let framing = if !has_body {
-        Framing::Empty
-    } else if request.head_method {
-        // The `GET`'s length, when known; no body either way.
-        if let (Some(length), false, None) = (hint.exact(), empty, declared) {
-            length_field(out, length);
-        }
-        Framing::Empty
-    } else if empty {
-        out.extend_from_slice(b"content-length: 0\r\n");
-        Framing::Empty
-    } else if until_close {
-        Framing::UntilClose
+    let framing = if !has_body || request.head_method || empty || until_close {
+        unstreamed_framing(out, request, has_body, empty, until_close, hint, declared)
     } else if let Some(Some(length)) = declared {
         Framing::of_length(length)
     } else if let Some(length) = hint.exact() {
@@ -121,6 +109,36 @@ pub fn head<B>(
     }
     out.extend_from_slice(b"\r\n");
     Written { framing, close }
+}
+
+/// The framing of an answer whose body does not follow as it comes: none
+/// at all (1xx, 204, 304), a `HEAD`'s (the `GET`'s length when known, no
+/// body), one that already ended (`content-length: 0`), or one the close
+/// ends. Out of [`head`]'s line: the usual answer streams a body.
+#[inline(never)]
+fn unstreamed_framing(
+    out: &mut Vec<u8>,
+    request: &RequestHead,
+    has_body: bool,
+    empty: bool,
+    until_close: bool,
+    hint: SizeHint,
+    declared: Option<Option<u64>>,
+) -> Framing {
+    if !has_body {
+        Framing::Empty
+    } else if request.head_method {
+        if let (Some(length), false, None) = (hint.exact(), empty, declared) {
+            length_field(out, length);
+        }
+        Framing::Empty
+    } else if empty {
+        out.extend_from_slice(b"content-length: 0\r\n");
+        Framing::Empty
+    } else {
+        debug_assert!(until_close);
+        Framing::UntilClose
+    }
 }
 
 #[inline(always)]
