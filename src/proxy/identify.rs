@@ -26,7 +26,7 @@ use super::refusal::Refusal;
 use super::refusal_log::{self, Refused};
 use super::respond::{self, ProxyBody};
 use super::standing::stand;
-pub use super::standing::{Applicability, Applicable, Standing, Uncosted, Unidentified, Witness};
+use super::standing::{Applicability, Applicable, Standing, Uncosted, Unidentified, Witness};
 use super::upgrade;
 use super::{AnswerWritten, Context};
 use crate::clock::Nanos;
