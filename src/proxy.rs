@@ -243,6 +243,10 @@ impl<'a, 'f> Context<'a, 'f> {
         // gRPC calls are POSTs: a GET costs one comparison here.
         let grpc =
             request.method() == http::Method::POST && respond::grpc::is_grpc(request.headers());
+        if grpc {
+            // sluice's own answers to it are given in gRPC's terms.
+            response.body_mut().speak_grpc();
+        }
         Context {
             shared,
             snapshot,
@@ -295,12 +299,12 @@ impl<'a, 'f> Context<'a, 'f> {
     ) -> AnswerWritten {
         let peer = self.peer;
         self.note(Record::Unchecked { request, peer });
-        *self.response = respond::refusal(refusal, None);
+        respond::refusal(self.response, refusal, None);
         AnswerWritten
     }
 
     /// Answered, the last phase: counted and logged as what sluice decided
-    /// (a 429 is a 429), then, for a gRPC call, answered in gRPC's terms.
+    /// (a 429 is a 429, given in gRPC's terms or not).
     /// The access log line and the span ride on the response body, which
     /// writes and ends them when it is sent.
     fn answered(self) {
@@ -315,9 +319,10 @@ impl<'a, 'f> Context<'a, 'f> {
             response,
             ..
         } = self;
-        let status = response.status();
-        if grpc && response.body().is_own() {
-            respond::grpc::answer(response);
+        let mut status = response.status();
+        if grpc {
+            // Counted and logged as the refusal it stands for.
+            status = response.body().stands_for(status);
         }
         if let Some(parts) = line.parts() {
             parts.status = status.as_u16();

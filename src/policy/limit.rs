@@ -47,6 +47,9 @@ pub struct Limit {
     /// ([`problem::quota_exceeded_head`]), whose detail reads `rule 'name'
     /// allows N requests per P`.
     pub problem_head: String,
+    /// That detail, for an answer that is not a problem document (gRPC's
+    /// `grpc-message`).
+    pub detail: Box<str>,
     /// Unique among every limit this process compiles: what a remembered
     /// answer is keyed on (a limit's address may be reused after a reload).
     pub serial: u64,
@@ -65,6 +68,11 @@ pub struct FieldLines {
     /// name is not a valid field value (the general case then leaves that
     /// field out).
     pub ietf: Box<[u8]>,
+    /// How long the first whole line of each is (`x-ratelimit-limit`'s,
+    /// `ratelimit-policy`'s, with their CRLF): where the next field's
+    /// line starts.
+    pub legacy_first: usize,
+    pub ietf_first: usize,
 }
 
 impl FieldLines {
@@ -73,7 +81,10 @@ impl FieldLines {
         let ietf = format!("ratelimit-policy: {policy_item}\r\nratelimit: \"{name}\";r=");
         let sendable =
             HeaderValue::from_str(policy_item).is_ok() && HeaderValue::from_str(name).is_ok();
+        let first_line = |lines: &str| lines.find("\r\n").map_or(0, |at| at + 2);
         FieldLines {
+            legacy_first: first_line(&legacy),
+            ietf_first: first_line(&ietf),
             legacy: legacy.into_bytes().into_boxed_slice(),
             ietf: if sendable {
                 ietf.into_bytes().into_boxed_slice()
@@ -169,6 +180,7 @@ pub(super) fn concurrency_limit(
         policy_item,
         limit_header: HeaderValue::from(max_in_flight),
         problem_head: problem::quota_exceeded_head(status, &detail),
+        detail: detail.into(),
         serial: next_serial(),
         table,
     }
@@ -223,6 +235,7 @@ pub(super) fn compile_limit(
         policy_item,
         limit_header: HeaderValue::from(limiter.capacity()),
         problem_head: problem::quota_exceeded_head(status, &detail),
+        detail: detail.into(),
         serial: next_serial(),
     }
 }

@@ -163,7 +163,7 @@ pub async fn phase(
             cx.response,
         ),
         Err(StoreUnavailable) => {
-            *cx.response = respond::refusal(Refusal::StoreUnavailable, None);
+            respond::refusal(cx.response, Refusal::StoreUnavailable, None);
             false
         }
     };
@@ -195,7 +195,7 @@ fn judge<'p>(
             return true;
         }
         Outcome::Banned { rule, left } => {
-            *response = banned(admitter, policy, facts, enforced[rule], left);
+            banned(admitter, policy, facts, enforced[rule], left, response);
         }
         Outcome::Limited => {
             tally::count_outcomes(&ruling.verdicts);
@@ -218,7 +218,8 @@ fn banned(
     facts: &RequestFacts<'_>,
     applicable: Applicable<'_>,
     left: Nanos,
-) -> Response<ProxyBody> {
+    response: &mut Response<ProxyBody>,
+) {
     let Applicable {
         rule, limits, key, ..
     } = applicable;
@@ -232,7 +233,7 @@ fn banned(
     }
     rule.counters.limited.inc();
     rule.counters.banned.inc();
-    respond::banned(rule, limits, left, policy.response.status)
+    respond::banned(response, rule, limits, left, policy.response.status)
 }
 
 /// Starts the bans the limited request's strikes earned.

@@ -645,7 +645,7 @@ impl Forwarder<'_> {
         match self.incoming(result, answered, settlement, response) {
             Ok(()) => true,
             Err(error) => {
-                *response = self.failed(&outgoing, error);
+                self.failed(&outgoing, error, response);
                 false
             }
         }
@@ -653,11 +653,14 @@ impl Forwarder<'_> {
 
     /// The answer to a failed exchange: a body cut off by its deadline or
     /// size cap is the client's fault, anything else the upstream's.
-    fn failed(self, outgoing: &Outgoing, error: ForwardError) -> Response<ProxyBody> {
+    fn failed(self, outgoing: &Outgoing, error: ForwardError, response: &mut Response<ProxyBody>) {
         let watch = &outgoing.body_watch;
         match watch.cut_off() {
-            Some(cut_off) => respond::refusal(Refusal::BodyCutOff(cut_off, watch.version()), None),
-            None => self.upstream_failed(error),
+            Some(cut_off) => {
+                let refusal = Refusal::BodyCutOff(cut_off, watch.version());
+                respond::refusal(response, refusal, None)
+            }
+            None => self.upstream_failed(error, response),
         }
     }
 
@@ -779,24 +782,27 @@ impl Forwarder<'_> {
 
     /// Logs and answers an upstream failure (each attempt's failure was
     /// counted in the pool's series as it happened).
-    fn upstream_failed(self, error: ForwardError) -> Response<ProxyBody> {
+    fn upstream_failed(self, error: ForwardError, response: &mut Response<ProxyBody>) {
         let pool = self.upstream.name();
         let refusal = match error {
             ForwardError::Connect => Refusal::UpstreamUnreachable,
             // Logged where the handshake failed, with rustls' reason.
-            ForwardError::Tls => return respond::refusal(Refusal::UpstreamUnreachable, None),
+            ForwardError::Tls => {
+                return respond::refusal(response, Refusal::UpstreamUnreachable, None)
+            }
             ForwardError::Timeout => Refusal::UpstreamTimeout,
             ForwardError::Other => Refusal::UpstreamFailed,
             ForwardError::NoServer => {
                 tracing::warn!(upstream = %pool, "no server of the pool is known: its names have not resolved");
-                return respond::no_server(pool);
+                return respond::no_server(response, pool);
             }
             ForwardError::ClientBody => {
-                return respond::refusal(Refusal::BadFraming("the request body is malformed"), None)
+                let malformed = Refusal::BadFraming("the request body is malformed");
+                return respond::refusal(response, malformed, None);
             }
         };
         tracing::warn!(upstream = %pool, %error, "upstream request failed");
-        respond::refusal(refusal, None)
+        respond::refusal(response, refusal, None)
     }
 }
 

@@ -78,7 +78,7 @@ fn refuse<'a>(
 ) -> AnswerWritten {
     count_refusal(refused, facts, cx.policy, cx.started);
     cx.note(Record::Refused { facts, refused });
-    *cx.response = answer(refused);
+    answer(cx.response, refused);
     AnswerWritten
 }
 
@@ -182,24 +182,23 @@ pub fn count_refusal(
 /// whose key source is missing, the field sent twice or whose query cannot
 /// be costed, 410 with the retired route's sunset, or Apollo's
 /// `PersistedQueryNotFound`.
-pub fn answer(refused: Unidentified<'_>) -> Response<ProxyBody> {
-    match refused {
-        Unidentified::Denied => respond::refusal(Refusal::Denied, None),
-        Unidentified::MissingKey(rule) => respond::refusal(Refusal::MissingKey, Some(rule)),
-        Unidentified::Ambiguous(rule, at) => {
-            respond::refusal(Refusal::AmbiguousField(at), Some(rule))
-        }
-        Unidentified::Gone(rule, sunset) => respond::gone(rule, sunset),
+pub fn answer(response: &mut Response<ProxyBody>, refused: Unidentified<'_>) {
+    let (refusal, rule) = match refused {
+        Unidentified::Denied => (Refusal::Denied, None),
+        Unidentified::MissingKey(rule) => (Refusal::MissingKey, Some(rule)),
+        Unidentified::Ambiguous(rule, at) => (Refusal::AmbiguousField(at), Some(rule)),
+        Unidentified::Gone(rule, sunset) => return respond::gone(response, rule, sunset),
         Unidentified::Uncosted(rule, Uncosted::Unreadable(why)) => {
-            respond::refusal(Refusal::UnreadableQuery(why), Some(rule))
+            (Refusal::UnreadableQuery(why), Some(rule))
         }
         Unidentified::Uncosted(rule, Uncosted::HashMismatch) => {
-            respond::refusal(Refusal::PersistedQueryMismatch, Some(rule))
+            (Refusal::PersistedQueryMismatch, Some(rule))
         }
         Unidentified::Uncosted(_, Uncosted::PersistedQueryNotFound) => {
-            respond::persisted_query_not_found()
+            return respond::persisted_query_not_found(response)
         }
-    }
+    };
+    respond::refusal(response, refusal, rule);
 }
 
 #[cfg(test)]

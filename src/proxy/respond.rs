@@ -10,7 +10,7 @@ mod own_fields;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Response, StatusCode};
 use hyper::body::{Body, Frame, SizeHint};
 use smallvec::SmallVec;
@@ -48,6 +48,32 @@ pub struct ProxyBody {
     /// The request's span, ended when the body is sent or dropped;
     /// [`Span::none`] unless the request was sampled.
     span: Span,
+    /// The protocol an answer sluice writes here is given in.
+    speaks: Speaking,
+}
+
+/// The protocol a refusal is rendered in ([`Said`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Speaking {
+    /// A problem document (RFC 9457) with sluice's fields, over HTTP/1 or
+    /// HTTP/2.
+    Http,
+    /// A trailers-only gRPC answer (`respond/grpc.rs`).
+    Grpc,
+}
+
+/// A refusal as the typed parts every protocol's answer is rendered from:
+/// a problem document over HTTP, a gRPC status over gRPC (and, next, a
+/// JSON-RPC error), each with the same fields ([`OwnFields`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Said<'d> {
+    /// The HTTP status; gRPC's code is mapped from it.
+    pub status: StatusCode,
+    /// Why, in words a client can act on: the document's `detail`,
+    /// gRPC's `grpc-message`.
+    pub detail: &'d str,
+    /// When to try again, if ever: `Retry-After`, gRPC's pushback.
+    pub retry_after_secs: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -71,6 +97,9 @@ enum Inner {
     /// A `101`'s: the tunnel it opened, ready for the client's connection
     /// ([`ProxyBody::open_tunnel`]).
     Tunnel(Box<Upgraded>),
+    /// A gRPC answer sluice wrote (trailers only: no body), and the HTTP
+    /// status it stands for, which the access log and metrics count.
+    Grpc(StatusCode),
 }
 
 impl ProxyBody {
@@ -81,6 +110,7 @@ impl ProxyBody {
             fields: OwnFields::default(),
             access: access_log::Line::none(),
             span: Span::none(),
+            speaks: Speaking::Http,
         }
     }
 
@@ -95,17 +125,7 @@ impl ProxyBody {
             fields: OwnFields::default(),
             access: access_log::Line::none(),
             span: Span::none(),
-        }
-    }
-
-    /// A problem document sluice wrote, to which [`ProxyBody::identify`]
-    /// adds the request's id.
-    fn problem(document: Bytes) -> ProxyBody {
-        ProxyBody {
-            body: Inner::Problem { document, id: None },
-            fields: OwnFields::default(),
-            access: access_log::Line::none(),
-            span: Span::none(),
+            speaks: Speaking::Http,
         }
     }
 
@@ -128,18 +148,19 @@ impl ProxyBody {
         }
     }
 
-    /// Whether sluice wrote this body itself (not the upstream's answer).
-    pub fn is_own(&self) -> bool {
-        !matches!(self.body, Inner::Upstream(_) | Inner::Tunnel(_))
+    /// Makes a refusal written into this (vacant) answer a gRPC one: the
+    /// request is a gRPC call.
+    pub fn speak_grpc(&mut self) {
+        self.speaks = Speaking::Grpc;
     }
 
-    /// A problem document's `detail`, when this body is one.
-    pub fn problem_detail(&self) -> Option<String> {
-        let Inner::Problem { document, .. } = &self.body else {
-            return None;
-        };
-        let value: serde_json::Value = serde_json::from_slice(document).ok()?;
-        value["detail"].as_str().map(str::to_owned)
+    /// The status the answer `status` stands for: a gRPC answer sluice
+    /// wrote is a 200 that stands for the refusal's status.
+    pub fn stands_for(&self, status: StatusCode) -> StatusCode {
+        match self.body {
+            Inner::Grpc(refused) => refused,
+            _ => status,
+        }
     }
 
     /// Writes a body sluice wrote into `out` whole, as sluice's own HTTP/1
@@ -158,7 +179,7 @@ impl ProxyBody {
                 Some(id) => problem::push_with_request_id(out, &document, id),
                 None => out.extend_from_slice(&document),
             },
-            Inner::Empty | Inner::Upstream(_) | Inner::Tunnel(_) => {}
+            Inner::Empty | Inner::Upstream(_) | Inner::Tunnel(_) | Inner::Grpc(_) => {}
         }
         if let Some(line) = self.access.parts() {
             line.bytes_out += (out.len() - before) as u64;
@@ -232,7 +253,7 @@ impl Inner {
                 *self = upstream;
                 None
             }
-            Inner::Empty => None,
+            Inner::Empty | Inner::Grpc(_) => None,
         }
     }
 }
@@ -273,7 +294,7 @@ impl Body for ProxyBody {
             Inner::Upstream(body) => body.is_end_stream(),
             Inner::Written(bytes) => bytes.is_empty(),
             Inner::Problem { .. } => false,
-            Inner::Empty | Inner::Tunnel(_) => true,
+            Inner::Empty | Inner::Tunnel(_) | Inner::Grpc(_) => true,
         }
     }
 
@@ -286,7 +307,7 @@ impl Body for ProxyBody {
                 Some(id) => problem::with_request_id_len(document, id),
                 None => document.len(),
             } as u64),
-            Inner::Empty | Inner::Tunnel(_) => SizeHint::with_exact(0),
+            Inner::Empty | Inner::Tunnel(_) | Inner::Grpc(_) => SizeHint::with_exact(0),
         }
     }
 }
@@ -297,36 +318,42 @@ const DEPRECATION: HeaderName = HeaderName::from_static("deprecation");
 const SUNSET: HeaderName = HeaderName::from_static("sunset");
 
 /// The 502 of a pool with no server to send to: its names never resolved.
-pub fn no_server(pool: &str) -> Response<ProxyBody> {
-    problem(
-        StatusCode::BAD_GATEWAY,
-        &format!(
-            "the service behind this proxy could not be reached: no server of the pool \
-             '{pool}' is known yet; try again later"
-        ),
-    )
+pub fn no_server(response: &mut Response<ProxyBody>, pool: &str) {
+    let detail = format!(
+        "the service behind this proxy could not be reached: no server of the pool '{pool}' \
+         is known yet; try again later"
+    );
+    refuse(
+        response,
+        Said::new(StatusCode::BAD_GATEWAY, &detail),
+        |said| Problem::new(said.status, said.detail).to_json(Layout::Standard),
+    );
 }
 
-/// A problem document for `status`, its title the status's reason phrase.
-fn problem(status: StatusCode, detail: &str) -> Response<ProxyBody> {
-    let body = Problem::new(status, detail).to_json(Layout::Standard);
-    with_problem_body(status, body)
+/// Writes a refusal with no fields but its `Retry-After`, whose document
+/// `document` writes, into the [`vacant`] `response`.
+fn refuse(
+    response: &mut Response<ProxyBody>,
+    said: Said<'_>,
+    document: impl FnOnce(&Said<'_>) -> Vec<u8>,
+) {
+    let mut fields = OwnFields::default();
+    fields.push(OwnName::ContentType, &problem::CONTENT_TYPE);
+    if let Some(secs) = said.retry_after_secs {
+        fields.push_number(OwnName::RetryAfter, secs);
+    }
+    refuse_into(response, said, fields, |said| Bytes::from(document(said)));
 }
 
-fn with_problem_body(status: StatusCode, body: Vec<u8>) -> Response<ProxyBody> {
-    let mut response = Response::new(ProxyBody::problem(Bytes::from(body)));
-    *response.status_mut() = status;
-    *response.headers_mut() = problem_headers();
-    response
-}
-
-/// A header map holding `Content-Type: application/problem+json`, with room
-/// for the fields a refusal other than a 429 adds (a ban's Retry-After, a
-/// retiring route's sunset fields).
-fn problem_headers() -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(8);
-    headers.insert(CONTENT_TYPE, problem::CONTENT_TYPE.clone());
-    headers
+impl<'d> Said<'d> {
+    /// A refusal with `status` and `detail`, and no time to retry at.
+    pub fn new(status: StatusCode, detail: &'d str) -> Said<'d> {
+        Said {
+            status,
+            detail,
+            retry_after_secs: None,
+        }
+    }
 }
 
 /// A response slot with nothing written in it yet: 200, no fields, an
@@ -352,25 +379,41 @@ pub fn vacate(response: &mut Response<ProxyBody>) {
     *response.body_mut() = ProxyBody::written(Bytes::new());
 }
 
-/// Writes a refusal whose every field is one of sluice's own into the
-/// [`vacant`] `response`: its map stays empty. Always inlined: with two
-/// copies of the 429's builder (`limited`, `beyond_capacity`) the compiler
-/// would call it and move the fields by value, which a 429 pays for
-/// (docs/benchmarks-history.md, "Limits nobody can dodge (issue 70)").
+/// Writes the refusal `said`, with `fields`, into the [`vacant`]
+/// `response`, in the protocol the request speaks: the one place every
+/// refusal is rendered. Over HTTP it is the problem document `document`
+/// writes, with `fields` as sluice's own (the map stays empty); over gRPC
+/// the trailers-only answer `respond/grpc.rs` renders, and no document.
+/// Always inlined: with two copies of the 429's builder (`limited`,
+/// `beyond_capacity`) the compiler would call it and move the fields by
+/// value, which a 429 pays for (docs/benchmarks-history.md, "Limits nobody
+/// can dodge (issue 70)").
 #[inline(always)]
 fn refuse_into(
     response: &mut Response<ProxyBody>,
-    status: StatusCode,
+    said: Said<'_>,
     fields: OwnFields,
-    body: Bytes,
+    document: impl FnOnce(&Said<'_>) -> Bytes,
 ) {
-    *response.status_mut() = status;
+    if response.body().speaks == Speaking::Grpc {
+        return grpc::answer(response, &said, fields);
+    }
+    *response.status_mut() = said.status;
+    let body = document(&said);
     let written = response.body_mut();
     written.body = Inner::Problem {
         document: body,
         id: None,
     };
     written.fields = fields;
+}
+
+impl ProxyBody {
+    /// The body of a gRPC answer sluice wrote for a refusal with `status`.
+    fn grpc_answer(&mut self, status: StatusCode) {
+        self.body = Inner::Grpc(status);
+        self.fields = OwnFields::default();
+    }
 }
 
 /// One limit of an applicable, enforced rule and what it decided for this
@@ -452,12 +495,9 @@ fn refuse_limited(
         }
         _ => None,
     };
-    if let Some((fields, body)) = key.as_ref().and_then(last_refusal::replay) {
-        return refuse_into(response, status, fields, body);
-    }
-    let costly_head;
-    let head = match beyond {
-        None => &first.limit.problem_head,
+    let costly;
+    let (head, detail) = match beyond {
+        None => (first.limit.problem_head.as_str(), &*first.limit.detail),
         Some(cost) => {
             let detail = format!(
                 "this query costs {cost} units and rule '{}' holds at most {}, so it can never \
@@ -465,10 +505,18 @@ fn refuse_limited(
                 first.rule.name,
                 first.limit.limiter.capacity()
             );
-            costly_head = problem::quota_exceeded_head(status, &detail);
-            &costly_head
+            costly = (problem::quota_exceeded_head(status, &detail), detail);
+            (costly.0.as_str(), costly.1.as_str())
         }
     };
+    let said = Said {
+        status,
+        detail,
+        retry_after_secs,
+    };
+    if let Some((fields, body)) = key.as_ref().and_then(last_refusal::replay) {
+        return refuse_into(response, said, fields, |_| body);
+    }
     let body = Bytes::from(problem::quota_exceeded_body(
         head,
         rejecting().map(|v| v.limit.name_json.as_str()),
@@ -486,7 +534,7 @@ fn refuse_limited(
     if let Some(key) = key {
         last_refusal::remember(key, &mut fields, &body);
     }
-    refuse_into(response, status, fields, body)
+    refuse_into(response, said, fields, |_| body)
 }
 
 /// The answer to a request an `adaptive` rule shed: 503, the overloaded
@@ -499,20 +547,18 @@ fn overloaded(response: &mut Response<ProxyBody>, rule: &Rule, limit: u64) {
          in a second",
         rule.name
     );
-    let body = Problem::overloaded(&detail)
-        .with("rule", &*rule.name)
-        .with("limit", limit)
-        .with("retry_after_secs", 1)
-        .to_json(Layout::Standard);
-    let mut fields = OwnFields::default();
-    fields.push(OwnName::ContentType, &problem::CONTENT_TYPE);
-    fields.push_number(OwnName::RetryAfter, ceil_secs(PERMIT_RETRY));
-    refuse_into(
-        response,
-        StatusCode::SERVICE_UNAVAILABLE,
-        fields,
-        Bytes::from(body),
-    );
+    let said = Said {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        detail: &detail,
+        retry_after_secs: Some(ceil_secs(PERMIT_RETRY)),
+    };
+    refuse(response, said, |said| {
+        Problem::overloaded(said.detail)
+            .with("rule", &*rule.name)
+            .with("limit", limit)
+            .with("retry_after_secs", said.retry_after_secs)
+            .to_json(Layout::Standard)
+    });
 }
 
 /// How long until every limit that refused would admit; `None` when one
@@ -541,7 +587,7 @@ pub fn add_sunset_headers(headers: &mut HeaderMap, retiring: Option<&Sunset>) {
 
 /// The answer on a retired route (its sunset ended with a COUNT of 0): 410
 /// with a problem document that says where to go.
-pub fn gone(rule: &Rule, sunset: &Sunset) -> Response<ProxyBody> {
+pub fn gone(response: &mut Response<ProxyBody>, rule: &Rule, sunset: &Sunset) {
     let ended = sunset.sunset().to_str().unwrap_or("its sunset date");
     let mut detail = format!(
         "this API was retired on {ended} (rule '{}') and no longer answers",
@@ -556,24 +602,25 @@ pub fn gone(rule: &Rule, sunset: &Sunset) -> Response<ProxyBody> {
     if let Some(target) = &link {
         detail.push_str(&format!("; see {target}"));
     }
-    let body = Problem::new(StatusCode::GONE, &detail)
-        .with("rule", &*rule.name)
-        .with("link", link)
-        .to_json(Layout::ByName);
-    let mut response = with_problem_body(StatusCode::GONE, body);
+    refuse(response, Said::new(StatusCode::GONE, &detail), |said| {
+        Problem::new(said.status, said.detail)
+            .with("rule", &*rule.name)
+            .with("link", link)
+            .to_json(Layout::ByName)
+    });
     add_sunset_headers(response.headers_mut(), Some(sunset));
-    response
 }
 
 /// The answer to a request whose key `rule` has banned for `left` more:
 /// the quota-exceeded problem type, `Retry-After` the ban's remaining
 /// seconds. The rule's buckets were not asked, so no rate-limit fields.
 pub fn banned(
+    response: &mut Response<ProxyBody>,
     rule: &Rule,
     limits: &[Limit],
     left: Nanos,
     status: StatusCode,
-) -> Response<ProxyBody> {
+) {
     let secs = ceil_secs(left).max(1);
     let detail = match rule.ban {
         Some(ban) => format!(
@@ -589,24 +636,27 @@ pub fn banned(
             rule.name
         ),
     };
-    let body = Problem::quota_exceeded(status, &detail)
-        .with("violated-policies", vec![&*rule.name])
-        .with("rule", &*rule.name)
-        // Like every 429: the limit the caller is held to (its first, in
-        // file order; the caller's tier or override if any), none left.
-        .with(
-            "limit",
-            limits.first().map_or(0, |limit| limit.limiter.capacity()),
-        )
-        .with("remaining", 0)
-        .with("banned", true)
-        .with("retry_after_secs", secs)
-        .to_json(Layout::ByName);
-    let mut response = with_problem_body(status, body);
-    response
-        .headers_mut()
-        .insert(RETRY_AFTER, number_value(secs));
-    response
+    let said = Said {
+        status,
+        detail: &detail,
+        retry_after_secs: Some(secs),
+    };
+    refuse(response, said, |said| {
+        Problem::quota_exceeded(said.status, said.detail)
+            .with("violated-policies", vec![&*rule.name])
+            .with("rule", &*rule.name)
+            // Like every 429: the limit the caller is held to (its first,
+            // in file order; the caller's tier or override if any), none
+            // left.
+            .with(
+                "limit",
+                limits.first().map_or(0, |limit| limit.limiter.capacity()),
+            )
+            .with("remaining", 0)
+            .with("banned", true)
+            .with("retry_after_secs", secs)
+            .to_json(Layout::ByName)
+    });
 }
 
 /// Adds `X-RateLimit-*` (the most constraining limit) and `RateLimit-Policy`
@@ -705,41 +755,46 @@ fn add_one_limit_lines(
     decided_at: Duration,
 ) {
     let state = verdict.decision.state();
-    let lines = &verdict.limit.lines;
+    let prebuilt = &verdict.limit.lines;
     // A concurrency limit has no reset: it frees when a request ends.
     let resets = !verdict.limit.is_concurrency();
     let mut digits = itoa::Buffer::new();
     let remaining = digits.format(state.remaining).as_bytes();
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
-        let names: &[OwnName] = if resets {
-            &[
-                OwnName::XRateLimitLimit,
-                OwnName::XRateLimitRemaining,
-                OwnName::XRateLimitReset,
-            ]
-        } else {
-            &[OwnName::XRateLimitLimit, OwnName::XRateLimitRemaining]
-        };
-        fields.push_lines(names, |out| {
-            out.extend_from_slice(&lines.legacy);
+        fields.push_lines(|lines| {
+            let start = lines.len();
+            lines.out().extend_from_slice(&prebuilt.legacy);
+            lines.ended(OwnName::XRateLimitLimit, start + prebuilt.legacy_first);
+            let out = lines.out();
             out.extend_from_slice(remaining);
+            let remaining_end = out.len() + 2;
             if resets {
                 out.extend_from_slice(b"\r\nx-ratelimit-reset: ");
                 push_u64(out, reset_at(decided_at, state.reset_after));
+                out.extend_from_slice(b"\r\n");
+                let end = out.len();
+                lines.ended(OwnName::XRateLimitRemaining, remaining_end);
+                lines.ended(OwnName::XRateLimitReset, end);
+            } else {
+                out.extend_from_slice(b"\r\n");
+                lines.ended(OwnName::XRateLimitRemaining, remaining_end);
             }
-            out.extend_from_slice(b"\r\n");
         });
     }
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        let names = [OwnName::RateLimitPolicy, OwnName::RateLimit];
-        fields.push_lines(&names, |out| {
-            out.extend_from_slice(&lines.ietf);
+        fields.push_lines(|lines| {
+            let start = lines.len();
+            let out = lines.out();
+            out.extend_from_slice(&prebuilt.ietf);
             out.extend_from_slice(remaining);
             if resets {
                 out.extend_from_slice(b";t=");
                 push_u64(out, ceil_secs(state.reset_after));
             }
             out.extend_from_slice(b"\r\n");
+            let end = out.len();
+            lines.ended(OwnName::RateLimitPolicy, start + prebuilt.ietf_first);
+            lines.ended(OwnName::RateLimit, end);
         });
     }
 }
@@ -829,13 +884,12 @@ fn join<S: AsRef<str>>(items: impl Iterator<Item = S>) -> String {
 /// (`200`, a GraphQL error `PERSISTED_QUERY_NOT_FOUND`), which makes an
 /// Apollo client send the query with its hash: sluice gives it in the
 /// upstream's place, with no rate-limit fields (nothing was decided).
-pub fn persisted_query_not_found() -> Response<ProxyBody> {
+pub fn persisted_query_not_found(response: &mut Response<ProxyBody>) {
     const BODY: &[u8] = br#"{"errors":[{"message":"PersistedQueryNotFound","extensions":{"code":"PERSISTED_QUERY_NOT_FOUND"}}]}"#;
-    let mut response = Response::new(ProxyBody::written(Bytes::from_static(BODY)));
+    response.body_mut().body = Inner::Written(Bytes::from_static(BODY));
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
 }
 
 /// Whole seconds, rounded up.
@@ -852,30 +906,25 @@ fn subsec_nanos(time: Duration) -> Nanos {
 /// ([`Refusal::status`], [`Refusal::detail`], [`Refusal::problem_type`]),
 /// the field it is about as `field` and `in`, and `Connection: close` when
 /// the connection cannot carry another request.
-pub fn refusal(refusal: Refusal, rule: Option<&Rule>) -> Response<ProxyBody> {
-    let status = refusal.status();
+pub fn refusal(response: &mut Response<ProxyBody>, refusal: Refusal, rule: Option<&Rule>) {
     let detail = refusal.detail(rule);
-    let mut response = match (refusal.problem_type(), refusal.field(rule)) {
-        (None, None) => problem(status, &detail),
-        (kind, field) => {
-            let mut document = Problem::new(status, &detail);
-            if let Some(kind) = kind {
-                document = document.typed(kind);
-            }
-            if let Some(field) = field {
-                document = document
-                    .with("field", field.name())
-                    .with("in", field.location());
-            }
-            with_problem_body(status, document.to_json(Layout::Standard))
+    refuse(response, Said::new(refusal.status(), &detail), |said| {
+        let mut document = Problem::new(said.status, said.detail);
+        if let Some(kind) = refusal.problem_type() {
+            document = document.typed(kind);
         }
-    };
+        if let Some(field) = refusal.field(rule) {
+            document = document
+                .with("field", field.name())
+                .with("in", field.location());
+        }
+        document.to_json(Layout::Standard)
+    });
     if refusal.closes_connection() {
         response
             .headers_mut()
             .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     }
-    response
 }
 
 /// `X-RateLimit-Cost`: the units a rule with `cost = "graphql"` took for
@@ -983,6 +1032,21 @@ mod tests {
                     let text =
                         |fields: &OwnFields| String::from_utf8_lossy(fields.lines()).into_owned();
                     assert_eq!(text(&prebuilt), text(&each), "{rule:?} {style:?}");
+                    let pairs = |fields: &OwnFields| {
+                        let pairs = fields.pairs().map(|(name, value)| (name.clone(), value));
+                        pairs
+                            .map(|(name, value)| {
+                                format!("{name}: {}", String::from_utf8_lossy(value))
+                            })
+                            .collect::<Vec<_>>()
+                    };
+                    assert_eq!(pairs(&prebuilt), pairs(&each), "{rule:?} {style:?}");
+                    // Each pair is its line, as written.
+                    let lines: Vec<_> = text(&each)
+                        .split_terminator("\r\n")
+                        .map(str::to_owned)
+                        .collect();
+                    assert_eq!(pairs(&each), lines, "{rule:?} {style:?}");
                     assert!(!prebuilt.is_empty());
                     for name in ["x-ratelimit-limit", "ratelimit", "x-ratelimit-reset"] {
                         let name = HeaderName::from_static(name);
@@ -1094,7 +1158,8 @@ mod tests {
         twice.append("x-api-key", HeaderValue::from_static("a"));
         twice.append("x-api-key", HeaderValue::from_static("b"));
         let at = rule.reads.ambiguous(&twice, None).unwrap();
-        let refused = super::refusal(Refusal::AmbiguousField(at), Some(rule));
+        let mut refused = vacant();
+        super::refusal(&mut refused, Refusal::AmbiguousField(at), Some(rule));
         let (status, _, body) = parts(refused).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         let body: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -1106,11 +1171,69 @@ mod tests {
             "{body}"
         );
 
-        let mut grpc = super::refusal(Refusal::AmbiguousField(at), Some(rule));
-        grpc::answer(&mut grpc);
+        let mut grpc = vacant();
+        grpc.body_mut().speak_grpc();
+        super::refusal(&mut grpc, Refusal::AmbiguousField(at), Some(rule));
         assert_eq!(grpc.status(), StatusCode::OK);
+        assert_eq!(
+            grpc.body().stands_for(grpc.status()),
+            StatusCode::BAD_REQUEST
+        );
+        assert!(grpc.body().is_end_stream(), "trailers only");
         assert_eq!(grpc.headers()["grpc-status"], "3");
         let message = grpc.headers()["grpc-message"].to_str().unwrap();
         assert!(message.contains("header x-api-key"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_429_to_a_grpc_call_is_resource_exhausted_with_its_fields_and_pushback() {
+        let policy = crate::policy::testing::compile(
+            "[[rule]]\nname = \"per-ip\"\nkey = [\"ip\"]\nrate = \"1/m\"\n",
+        );
+        let rule = &policy.rules[0];
+        let at = Duration::from_secs(1_800_000_000);
+        // Twice and more, so that the remembered HTTP answer is replayed
+        // too: a gRPC call still gets its own.
+        for _ in 0..3 {
+            let over = parts(refusal(&policy, 30, at)).await;
+            let verdicts = [Verdict {
+                rule,
+                limit: &rule.limits[0],
+                decision: Decision::Deny {
+                    state: crate::limiter::BucketState {
+                        remaining: 0,
+                        reset_after: 30_000_000_000,
+                    },
+                    retry_after: Some(30_000_000_000),
+                },
+            }];
+            let mut grpc = vacant();
+            grpc.body_mut().speak_grpc();
+            limited(&mut grpc, &policy, &verdicts, at);
+            assert_eq!(
+                grpc.body().stands_for(grpc.status()),
+                StatusCode::TOO_MANY_REQUESTS
+            );
+            let (status, headers, body) = parts(grpc).await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(body, "", "trailers only");
+            let field = |name: &str| {
+                headers
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+            };
+            assert_eq!(field("grpc-status").as_deref(), Some("8"));
+            assert_eq!(field("grpc-retry-pushback-ms").as_deref(), Some("30000"));
+            assert_eq!(field("content-type").as_deref(), Some("application/grpc"));
+            assert_eq!(
+                field("grpc-message").as_deref(),
+                Some(&*rule.limits[0].detail),
+            );
+            // Every rate-limit field the HTTP answer has.
+            for (name, value) in over.1.iter().filter(|(n, _)| n != "content-type") {
+                assert_eq!(field(name).as_ref(), Some(value), "{name}");
+            }
+        }
     }
 }

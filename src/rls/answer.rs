@@ -173,21 +173,13 @@ fn headers(policy: &Policy, decided: &Decided<'_>) -> Vec<ProtoHeader> {
             }
         }
     }
-    // Each field is one `name: value` line, its name lower-case and each
-    // name once: copied straight into the answer, no header map between.
+    // Each field is one typed pair, its name lower-case and each name once.
     fields
-        .lines()
-        .split(|&byte| byte == b'\n')
-        .filter_map(|line| {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let colon = line.iter().position(|&byte| byte == b':')?;
-            let (name, value) = line.split_at(colon);
-            let value = value[1..].strip_prefix(b" ").unwrap_or(&value[1..]);
-            Some(ProtoHeader {
-                key: String::from_utf8_lossy(name).into_owned(),
-                value: String::from_utf8_lossy(value).into_owned(),
-                ..ProtoHeader::default()
-            })
+        .pairs()
+        .map(|(name, value)| ProtoHeader {
+            key: name.as_str().to_owned(),
+            value: String::from_utf8_lossy(value).into_owned(),
+            ..ProtoHeader::default()
         })
         .collect()
 }

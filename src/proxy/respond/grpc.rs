@@ -7,10 +7,10 @@
 //! retry policy waits as long as `Retry-After` says rather than retrying
 //! at once, as it does after the `UNAVAILABLE` an HTTP 429 maps to.
 
-use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Response, StatusCode};
 
-use super::ProxyBody;
+use super::{OwnFields, ProxyBody, Said};
 
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
@@ -38,28 +38,23 @@ pub fn code_for(status: StatusCode) -> u16 {
     }
 }
 
-/// Turns `response`, an answer sluice wrote (a problem document), into
-/// the trailers-only gRPC answer it stands for.
-pub fn answer(response: &mut Response<ProxyBody>) {
-    let status = response.status();
-    let detail = response.body().problem_detail().unwrap_or_default();
-    let fields = response.body_mut().take_own_fields();
+/// Writes the refusal `said`, with `fields`, into the vacant `response` as
+/// the trailers-only gRPC answer it stands for (`respond::refuse_into`).
+#[cold]
+#[inline(never)]
+pub(super) fn answer(response: &mut Response<ProxyBody>, said: &Said<'_>, fields: OwnFields) {
     let headers = response.headers_mut();
     fields.into_map(headers);
     headers.insert(CONTENT_TYPE, APPLICATION_GRPC.clone());
-    headers.insert(GRPC_STATUS, HeaderValue::from(code_for(status)));
-    if let Ok(message) = HeaderValue::from_str(&percent_encode(&detail)) {
+    headers.insert(GRPC_STATUS, HeaderValue::from(code_for(said.status)));
+    if let Ok(message) = HeaderValue::from_str(&percent_encode(said.detail)) {
         headers.insert(GRPC_MESSAGE, message);
     }
-    let pushback = headers
-        .get(RETRY_AFTER)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|secs| secs.parse::<u64>().ok());
-    if let Some(secs) = pushback {
+    if let Some(secs) = said.retry_after_secs {
         headers.insert(GRPC_PUSHBACK, HeaderValue::from(secs.saturating_mul(1000)));
     }
     *response.status_mut() = StatusCode::OK;
-    *response.body_mut() = ProxyBody::written(bytes::Bytes::new());
+    response.body_mut().grpc_answer(said.status);
 }
 
 /// `grpc-message` as the gRPC protocol sends it: percent-encoded outside

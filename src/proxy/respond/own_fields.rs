@@ -9,8 +9,10 @@
 //! they are, after the map's fields, and leaves out any field of the map
 //! they replace. hyper's HTTP/2 server, which writes an HTTP/2 answer from
 //! its map, gets them in the map first ([`OwnFields::into_map`]), so they
-//! replace the upstream's fields of those names there too; that is the only
-//! other form they take.
+//! replace the upstream's fields of those names there too; the rate limit
+//! service's answer takes them as its header pairs ([`OwnFields::pairs`]).
+//! Both read them as typed pairs: each field's name and where its line lies
+//! are noted as it is pushed, so nothing parses the lines back.
 //!
 //! A refusal keeps every field it has here (its map stays empty), so the
 //! refusal each worker sends again (`last_refusal.rs`) is one shared buffer.
@@ -74,12 +76,21 @@ thread_local! {
     static SPARE: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
+/// The names whose lines are kept in [`OwnFields::lines`] (all but the
+/// request id's).
+const LINE_NAMES: usize = 7;
+
 /// See the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct OwnFields {
     lines: Lines,
     /// Which of [`NAMES`] the fields hold, one bit each.
     names: u8,
+    /// Where each name's line lies in `lines`, by [`OwnName`]: its start,
+    /// and its end after the CRLF. A name has one line at most. Offsets
+    /// are 16 bits, which bounds the lines to 64 KiB ([`OwnFields::push_with`]
+    /// leaves out a field that would end beyond).
+    spans: [(u16, u16); LINE_NAMES],
     /// `x-request-id`, written after the lines: kept apart, as it differs
     /// on every response, so that a refusal sent again shares its lines.
     request_id: Option<RequestId>,
@@ -154,26 +165,45 @@ impl OwnFields {
             return;
         }
         lines.extend_from_slice(b"\r\n");
-        self.names |= 1 << name as u8;
+        self.mark(name, line_start);
     }
 
-    /// Adds whole lines that `write` appends, of the fields `names`: for a
-    /// writer that knows each line it writes is `name: value\r\n` with a
-    /// valid value (prebuilt, or digits).
-    pub fn push_lines(&mut self, names: &[OwnName], write: impl FnOnce(&mut Vec<u8>)) {
-        write(self.owned());
-        for name in names {
-            self.names |= 1 << *name as u8;
-        }
+    /// Adds whole lines that `write` appends (each `name: value\r\n` with
+    /// a valid value: prebuilt, or digits), naming each as it ends it
+    /// ([`LineWriter::ended`]).
+    #[inline]
+    pub fn push_lines(&mut self, write: impl FnOnce(&mut LineWriter<'_>)) {
+        let start = self.owned().len();
+        let Lines::Owned(lines) = &mut self.lines else {
+            unreachable!("made owned above")
+        };
+        let mut writer = LineWriter {
+            out: lines,
+            start,
+            spans: &mut self.spans,
+            names: &mut self.names,
+        };
+        write(&mut writer);
     }
 
     /// Adds `name: value` for a `value` known to be a valid field value.
     fn push_valid(&mut self, name: OwnName, value: &[u8]) {
         let lines = self.owned();
+        let line_start = lines.len();
         Self::start_line(lines, name);
         lines.extend_from_slice(value);
         lines.extend_from_slice(b"\r\n");
-        self.names |= 1 << name as u8;
+        self.mark(name, line_start);
+    }
+
+    /// Notes that the line of `name` starts at `start` and ends where the
+    /// lines do now; a line ending beyond 64 KiB is taken back.
+    #[inline]
+    fn mark(&mut self, name: OwnName, start: usize) {
+        let Lines::Owned(lines) = &mut self.lines else {
+            return;
+        };
+        mark(lines, &mut self.spans, &mut self.names, name, start);
     }
 
     fn start_line(lines: &mut Vec<u8>, name: OwnName) {
@@ -233,6 +263,32 @@ impl OwnFields {
         self.clone()
     }
 
+    /// The fields as typed pairs, in the order they were pushed (the
+    /// request id's apart: [`OwnFields::request_id`]).
+    pub fn pairs(&self) -> impl Iterator<Item = (&'static HeaderName, &[u8])> + '_ {
+        let mut held: [(u16, usize); LINE_NAMES] = [(u16::MAX, 0); LINE_NAMES];
+        for (index, held) in held.iter_mut().enumerate() {
+            if self.names & (1 << index) != 0 {
+                *held = (self.spans[index].0, index);
+            }
+        }
+        held.sort_unstable();
+        let lines = self.lines();
+        held.into_iter()
+            .take_while(|&(start, _)| start != u16::MAX)
+            .map(move |(_, index)| {
+                let (start, end) = self.spans[index];
+                let name = &NAMES[index];
+                let value_start = usize::from(start) + name.as_str().len() + 2;
+                (name, &lines[value_start..usize::from(end) - 2])
+            })
+    }
+
+    /// The request id this answer carries, if any.
+    pub fn request_id(&self) -> Option<&RequestId> {
+        self.request_id.as_ref()
+    }
+
     /// Inserts the fields into `headers`, replacing fields of the same
     /// names, for a writer that only reads the map.
     pub fn into_map(self, headers: &mut HeaderMap) {
@@ -240,30 +296,11 @@ impl OwnFields {
             return;
         }
         headers.reserve(self.names.count_ones() as usize);
-        let mut seen = 0u8;
-        for line in self
-            .lines()
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-        {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let Some(colon) = line.iter().position(|&b| b == b':') else {
-                continue;
-            };
-            let (name, value) = line.split_at(colon);
-            let value = value.strip_prefix(b": ").unwrap_or_default();
-            let Some(index) = NAMES.iter().position(|n| n.as_str().as_bytes() == name) else {
-                continue;
-            };
-            let Ok(value) = HeaderValue::from_bytes(value) else {
-                continue;
-            };
-            // The first line of a name replaces the map's; later ones add.
-            if seen & (1 << index) == 0 {
-                headers.insert(NAMES[index].clone(), value);
-                seen |= 1 << index;
-            } else {
-                headers.append(NAMES[index].clone(), value);
+        for (name, value) in self.pairs() {
+            // Valid by construction: each was a header value, digits, or
+            // checked by `push_with`.
+            if let Ok(value) = HeaderValue::from_bytes(value) {
+                headers.insert(name.clone(), value);
             }
         }
         // Last, as sluice's own server writes it.
@@ -274,6 +311,62 @@ impl OwnFields {
             };
             headers.insert(request_id::HEADER, value);
         }
+    }
+}
+
+/// What [`OwnFields::push_lines`] writes with: the lines, and where each
+/// one it ends lies.
+pub struct LineWriter<'f> {
+    out: &'f mut Vec<u8>,
+    /// Where the next line starts.
+    start: usize,
+    spans: &'f mut [(u16, u16); LINE_NAMES],
+    names: &'f mut u8,
+}
+
+impl LineWriter<'_> {
+    /// The lines, to append to.
+    #[inline]
+    pub fn out(&mut self) -> &mut Vec<u8> {
+        self.out
+    }
+
+    /// Notes that the line of `name`, the next one, ends at `end` in
+    /// [`LineWriter::out`] (after its CRLF), which is written by then or
+    /// written next.
+    #[inline]
+    pub fn ended(&mut self, name: OwnName, end: usize) {
+        let start = self.start;
+        self.start = end;
+        if let (Ok(start), Ok(end)) = (u16::try_from(start), u16::try_from(end)) {
+            self.spans[name as usize] = (start, end);
+            *self.names |= 1 << name as u8;
+        }
+    }
+
+    /// Where the lines end now.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.out.len()
+    }
+}
+
+/// Notes the line of `name` from `start` to the end of `lines`, or takes it
+/// back when it ends beyond 64 KiB.
+#[inline]
+fn mark(
+    lines: &mut Vec<u8>,
+    spans: &mut [(u16, u16); LINE_NAMES],
+    names: &mut u8,
+    name: OwnName,
+    start: usize,
+) {
+    match (u16::try_from(start), u16::try_from(lines.len())) {
+        (Ok(start), Ok(end)) => {
+            spans[name as usize] = (start, end);
+            *names |= 1 << name as u8;
+        }
+        _ => lines.truncate(start),
     }
 }
 
@@ -382,5 +475,56 @@ mod tests {
         again.push_number(OwnName::XRateLimitLimit, 1);
         assert_eq!(shared.lines(), b"retry-after: 5\r\n");
         assert_eq!(again.lines(), b"retry-after: 5\r\nx-ratelimit-limit: 1\r\n");
+    }
+
+    #[test]
+    fn pairs_are_the_fields_as_pushed_named_and_unparsed() {
+        let mut fields = OwnFields::default();
+        fields.push_number(OwnName::RetryAfter, 5);
+        fields.push_with(OwnName::RateLimit, |value| {
+            value.extend_from_slice(b"\"a\";r=0")
+        });
+        fields.push_lines(|lines| {
+            let start = lines.len();
+            lines
+                .out()
+                .extend_from_slice(b"x-ratelimit-limit: 10\r\nx-ratelimit-remaining: 0\r\n");
+            lines.ended(OwnName::XRateLimitLimit, start + 23);
+            let end = lines.len();
+            lines.ended(OwnName::XRateLimitRemaining, end);
+        });
+        fields.push_request_id(&RequestId::Kept(HeaderValue::from_static("id-1")));
+        let pairs: Vec<_> = fields
+            .pairs()
+            .map(|(name, value)| (name.as_str(), std::str::from_utf8(value).unwrap()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("retry-after", "5"),
+                ("ratelimit", "\"a\";r=0"),
+                ("x-ratelimit-limit", "10"),
+                ("x-ratelimit-remaining", "0"),
+            ]
+        );
+        // A shared copy's pairs are the same.
+        assert_eq!(fields.shared().pairs().count(), 4);
+        assert!(fields.request_id().is_some());
+    }
+
+    #[test]
+    fn a_line_ending_beyond_64_kib_is_left_out() {
+        let mut fields = OwnFields::default();
+        fields.push_number(OwnName::RetryAfter, 5);
+        fields.push_with(OwnName::RateLimitPolicy, |value| {
+            value.resize(value.len() + 70_000, b'a')
+        });
+        fields.push_number(OwnName::XRateLimitLimit, 1);
+        assert_eq!(
+            fields.lines(),
+            b"retry-after: 5\r\nx-ratelimit-limit: 1\r\n"
+        );
+        assert!(!fields.replaces(&HeaderName::from_static("ratelimit-policy")));
+        assert_eq!(fields.pairs().count(), 2);
     }
 }
