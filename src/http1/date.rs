@@ -1,6 +1,14 @@
 //! The `date` field (an IMF-fixdate, RFC 9110 §5.6.7), formatted once a
 //! second per worker thread, as hyper does; kept as the whole line, so that
 //! an answer's head copies it in one piece.
+//!
+//! Whether the second has turned is asked of the TSC (`quanta`), not of the
+//! system's clock: every answer asks, and reading the wall clock and taking
+//! the epoch from it costs more than the rest of the `date` field
+//! (docs/benchmarks-history.md, "A request read as its phases"). The wall
+//! clock is read when the line is made, which also finds when its second
+//! ends; the TSC then only measures the time to that end, so the field
+//! follows the wall clock (a step of it shows at the next second).
 
 use std::cell::RefCell;
 use std::time::{Duration, SystemTime};
@@ -9,33 +17,61 @@ use std::time::{Duration, SystemTime};
 /// 29 bytes and the line end.
 const LINE_LENGTH: usize = 6 + 29 + 2;
 
+/// One worker thread's line, and the instant its second ends.
+struct Line {
+    /// `None` until the first answer, and for a year past 9999.
+    until: Option<quanta::Instant>,
+    line: [u8; LINE_LENGTH],
+}
+
 thread_local! {
-    /// The line of the current second, and which second it is.
-    static LINE: RefCell<(u64, [u8; LINE_LENGTH])> = const { RefCell::new((u64::MAX, [0; LINE_LENGTH])) };
+    static LINE: RefCell<Line> = const {
+        RefCell::new(Line {
+            until: None,
+            line: [0; LINE_LENGTH],
+        })
+    };
 }
 
 /// Appends now's `date` field line to `out`.
+#[inline]
 pub fn write_field(out: &mut Vec<u8>) {
-    let now = SystemTime::now();
-    let second = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_secs();
-    LINE.with(|cached| {
-        let mut cached = cached.borrow_mut();
-        if cached.0 != second {
-            let line = format!("date: {}\r\n", httpdate::fmt_http_date(now));
-            if line.len() == LINE_LENGTH {
-                cached.1.copy_from_slice(line.as_bytes());
-                cached.0 = second;
-            } else {
+    LINE.with_borrow_mut(|cached| {
+        if !cached
+            .until
+            .is_some_and(|until| quanta::Instant::now() < until)
+        {
+            if let Some(uncached) = cached.renew() {
                 // Years past 9999: not cached, written as they are.
-                out.extend_from_slice(line.as_bytes());
+                out.extend_from_slice(uncached.as_bytes());
                 return;
             }
         }
-        out.extend_from_slice(&cached.1);
+        out.extend_from_slice(&cached.line);
     });
+}
+
+impl Line {
+    /// Makes the line of the wall clock's current second, valid until it
+    /// ends; the line itself when it does not fit (a year past 9999).
+    #[cold]
+    fn renew(&mut self) -> Option<String> {
+        let measured = quanta::Instant::now();
+        let now = SystemTime::now();
+        let line = format!("date: {}\r\n", httpdate::fmt_http_date(now));
+        if line.len() != LINE_LENGTH {
+            self.until = None;
+            return Some(line);
+        }
+        let into_second = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+            .subsec_nanos();
+        let left = Duration::from_nanos(u64::from(1_000_000_000 - into_second));
+        self.line.copy_from_slice(line.as_bytes());
+        self.until = Some(measured + left);
+        None
+    }
 }
 
 #[cfg(test)]
@@ -50,5 +86,28 @@ mod tests {
             .and_then(|rest| rest.strip_suffix("\r\n"))
             .unwrap_or_else(|| panic!("{text:?}"));
         assert!(httpdate::parse_http_date(value).is_ok(), "{text}");
+    }
+
+    #[test]
+    fn the_line_follows_the_second_it_is_written_in() {
+        use std::time::{Duration, SystemTime};
+        // Written a second and a bit apart, each names the second the wall
+        // clock was in (or the next, when it turned between the two reads).
+        for _ in 0..2 {
+            let before = SystemTime::now();
+            let mut out = Vec::new();
+            super::write_field(&mut out);
+            let text = String::from_utf8(out).unwrap();
+            let value = &text["date: ".len()..text.len() - 2];
+            let written = httpdate::parse_http_date(value).unwrap();
+            let second = |time: SystemTime| {
+                time.duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs()
+            };
+            let (at, then) = (second(written), second(before));
+            assert!(at == then || at == then + 1, "{value} at {then}");
+            std::thread::sleep(Duration::from_millis(1_100));
+        }
     }
 }
