@@ -86,11 +86,11 @@ pub struct OwnFields {
     lines: Lines,
     /// Which of [`NAMES`] the fields hold, one bit each.
     names: u8,
-    /// Where each name's line lies in `lines`, by [`OwnName`]: its start,
-    /// and its end after the CRLF. A name has one line at most. Offsets
-    /// are 16 bits, which bounds the lines to 64 KiB ([`OwnFields::push_with`]
-    /// leaves out a field that would end beyond).
-    spans: [(u16, u16); LINE_NAMES],
+    /// Where each name's line ends in `lines` (after its CRLF), by
+    /// [`OwnName`]; it starts where the line before it ends. A name has one
+    /// line at most. Offsets are 16 bits, which bounds the lines to 64 KiB
+    /// (a field that would end beyond is left out).
+    ends: [u16; LINE_NAMES],
     /// `x-request-id`, written after the lines: kept apart, as it differs
     /// on every response, so that a refusal sent again shares its lines.
     request_id: Option<RequestId>,
@@ -170,20 +170,24 @@ impl OwnFields {
 
     /// Adds whole lines that `write` appends (each `name: value\r\n` with
     /// a valid value: prebuilt, or digits), naming each as it ends it
-    /// ([`LineWriter::ended`]).
+    /// ([`LineWriter::ended`]). Lines past the last one named within 64 KiB
+    /// are taken back.
     #[inline]
     pub fn push_lines(&mut self, write: impl FnOnce(&mut LineWriter<'_>)) {
-        let start = self.owned().len();
+        let kept = self.owned().len();
         let Lines::Owned(lines) = &mut self.lines else {
             unreachable!("made owned above")
         };
         let mut writer = LineWriter {
             out: lines,
-            start,
-            spans: &mut self.spans,
+            kept,
+            ends: &mut self.ends,
             names: &mut self.names,
         };
         write(&mut writer);
+        if writer.out.len() > usize::from(u16::MAX) {
+            writer.out.truncate(writer.kept);
+        }
     }
 
     /// Adds `name: value` for a `value` known to be a valid field value.
@@ -203,7 +207,7 @@ impl OwnFields {
         let Lines::Owned(lines) = &mut self.lines else {
             return;
         };
-        mark(lines, &mut self.spans, &mut self.names, name, start);
+        mark(lines, &mut self.ends, &mut self.names, name, start);
     }
 
     fn start_line(lines: &mut Vec<u8>, name: OwnName) {
@@ -269,18 +273,19 @@ impl OwnFields {
         let mut held: [(u16, usize); LINE_NAMES] = [(u16::MAX, 0); LINE_NAMES];
         for (index, held) in held.iter_mut().enumerate() {
             if self.names & (1 << index) != 0 {
-                *held = (self.spans[index].0, index);
+                *held = (self.ends[index], index);
             }
         }
         held.sort_unstable();
         let lines = self.lines();
+        let mut start = 0;
         held.into_iter()
-            .take_while(|&(start, _)| start != u16::MAX)
-            .map(move |(_, index)| {
-                let (start, end) = self.spans[index];
+            .take_while(|&(end, _)| end != u16::MAX)
+            .map(move |(end, index)| {
                 let name = &NAMES[index];
-                let value_start = usize::from(start) + name.as_str().len() + 2;
-                (name, &lines[value_start..usize::from(end) - 2])
+                let value_start = start + name.as_str().len() + 2;
+                start = usize::from(end);
+                (name, &lines[value_start..start - 2])
             })
     }
 
@@ -318,9 +323,9 @@ impl OwnFields {
 /// one it ends lies.
 pub struct LineWriter<'f> {
     out: &'f mut Vec<u8>,
-    /// Where the next line starts.
-    start: usize,
-    spans: &'f mut [(u16, u16); LINE_NAMES],
+    /// Where the last line named ends.
+    kept: usize,
+    ends: &'f mut [u16; LINE_NAMES],
     names: &'f mut u8,
 }
 
@@ -336,10 +341,9 @@ impl LineWriter<'_> {
     /// written next.
     #[inline]
     pub fn ended(&mut self, name: OwnName, end: usize) {
-        let start = self.start;
-        self.start = end;
-        if let (Ok(start), Ok(end)) = (u16::try_from(start), u16::try_from(end)) {
-            self.spans[name as usize] = (start, end);
+        if let Ok(short) = u16::try_from(end) {
+            self.kept = end;
+            self.ends[name as usize] = short;
             *self.names |= 1 << name as u8;
         }
     }
@@ -356,17 +360,17 @@ impl LineWriter<'_> {
 #[inline]
 fn mark(
     lines: &mut Vec<u8>,
-    spans: &mut [(u16, u16); LINE_NAMES],
+    ends: &mut [u16; LINE_NAMES],
     names: &mut u8,
     name: OwnName,
     start: usize,
 ) {
-    match (u16::try_from(start), u16::try_from(lines.len())) {
-        (Ok(start), Ok(end)) => {
-            spans[name as usize] = (start, end);
+    match u16::try_from(lines.len()) {
+        Ok(end) => {
+            ends[name as usize] = end;
             *names |= 1 << name as u8;
         }
-        _ => lines.truncate(start),
+        Err(_) => lines.truncate(start),
     }
 }
 
