@@ -17,17 +17,21 @@ use std::time::{Duration, SystemTime};
 /// 29 bytes and the line end.
 const LINE_LENGTH: usize = 6 + 29 + 2;
 
-/// One worker thread's line, and the instant its second ends.
+/// One worker thread's line, and when its second ends.
 struct Line {
-    /// `None` until the first answer, and for a year past 9999.
-    until: Option<quanta::Instant>,
+    /// This thread's TSC; `None` until the first answer.
+    clock: Option<quanta::Clock>,
+    /// The clock's raw reading at which the line's second ends (0: no
+    /// line, as for a year past 9999).
+    until: u64,
     line: [u8; LINE_LENGTH],
 }
 
 thread_local! {
     static LINE: RefCell<Line> = const {
         RefCell::new(Line {
-            until: None,
+            clock: None,
+            until: 0,
             line: [0; LINE_LENGTH],
         })
     };
@@ -37,10 +41,11 @@ thread_local! {
 #[inline]
 pub fn write_field(out: &mut Vec<u8>) {
     LINE.with_borrow_mut(|cached| {
-        if !cached
-            .until
-            .is_some_and(|until| quanta::Instant::now() < until)
-        {
+        let current = match &cached.clock {
+            Some(clock) => clock.raw() < cached.until,
+            None => false,
+        };
+        if !current {
             if let Some(uncached) = cached.renew() {
                 // Years past 9999: not cached, written as they are.
                 out.extend_from_slice(uncached.as_bytes());
@@ -56,20 +61,26 @@ impl Line {
     /// ends; the line itself when it does not fit (a year past 9999).
     #[cold]
     fn renew(&mut self) -> Option<String> {
-        let measured = quanta::Instant::now();
+        let clock = self.clock.get_or_insert_with(quanta::Clock::new);
+        // Read before the wall clock: the second is then taken to end a
+        // little early, never late.
+        let read_at = clock.raw();
         let now = SystemTime::now();
         let line = format!("date: {}\r\n", httpdate::fmt_http_date(now));
         if line.len() != LINE_LENGTH {
-            self.until = None;
+            self.until = 0;
             return Some(line);
         }
         let into_second = now
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or(Duration::ZERO)
             .subsec_nanos();
-        let left = Duration::from_nanos(u64::from(1_000_000_000 - into_second));
+        let left = u128::from(1_000_000_000 - into_second);
+        // The raw clock's ticks in those nanoseconds.
+        let nanos_per_giga_tick = u128::from(clock.delta_as_nanos(0, 1_000_000_000).max(1));
+        let ticks = left * 1_000_000_000 / nanos_per_giga_tick;
         self.line.copy_from_slice(line.as_bytes());
-        self.until = Some(measured + left);
+        self.until = read_at.saturating_add(u64::try_from(ticks).unwrap_or(u64::MAX));
         None
     }
 }
