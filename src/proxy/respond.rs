@@ -367,6 +367,7 @@ pub fn vacant() -> Response<ProxyBody> {
 
 /// Makes a written `response` [`vacant`] again. Its body is dropped now,
 /// which releases what it holds (an upstream connection, a settlement).
+#[inline]
 pub fn vacate(response: &mut Response<ProxyBody>) {
     *response.status_mut() = StatusCode::OK;
     *response.version_mut() = http::Version::HTTP_11;
@@ -405,7 +406,7 @@ fn refuse_into(
         document: body,
         id: None,
     };
-    written.fields = fields;
+    std::mem::replace(&mut written.fields, fields).discard();
 }
 
 impl ProxyBody {
