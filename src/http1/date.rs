@@ -5,7 +5,7 @@
 //! Whether the second has turned is asked of the TSC (`quanta`), not of the
 //! system's clock: every answer asks, and reading the wall clock and taking
 //! the epoch from it costs more than the rest of the `date` field
-//! (docs/benchmarks-history.md, "A request read as its phases"). The wall
+//! (docs/benchmarks-history.md, "One refusal builder"). The wall
 //! clock is read when the line is made, which also finds when its second
 //! ends; the TSC then only measures the time to that end, so the field
 //! follows the wall clock (a step of it shows at the next second).
