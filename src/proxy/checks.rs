@@ -70,7 +70,11 @@ pub fn check<'r, B>(request: &'r Request<B>, policy: &Policy) -> Result<Checked<
         return Err(refusal);
     }
     let path = path::normalize(request.uri().path()).map_err(Refusal::BadPath)?;
-    let host = addressed_host(request, host_field);
+    let host = request
+        .uri()
+        .host()
+        .or(host_field)
+        .map(crate::key::host_name);
     Ok(Checked { path, host })
 }
 
@@ -99,8 +103,9 @@ fn oversized<B>(request: &Request<B>, policy: &Policy) -> Option<Refusal> {
 /// a valid value, else 400 (hyper does not check). HTTP/1.0 may omit it, and
 /// HTTP/2 carries `:authority`. With an absolute-form target the target's
 /// authority is what sluice routes and keys by ([`host_of`]); Host must
-/// still be there.
-fn checked_host<B>(request: &Request<B>) -> Result<Option<&http::HeaderValue>, Refusal> {
+/// still be there. The host it names, without its port, comes with it:
+/// found while checking, it is not looked for again.
+fn checked_host<B>(request: &Request<B>) -> Result<Option<&str>, Refusal> {
     let headers = request.headers();
     let host = fields::get(headers, &http::header::HOST);
     // A map in which no name repeats cannot hold two Host lines: the second
@@ -112,14 +117,20 @@ fn checked_host<B>(request: &Request<B>) -> Result<Option<&http::HeaderValue>, R
             "the request carries more than one Host header",
         ));
     }
-    match host {
-        None if request.version() == http::Version::HTTP_11 => Err(Refusal::BadHost(
-            "an HTTP/1.1 request must carry a Host header",
-        )),
-        Some(value) if !valid_host(value.as_bytes()) => Err(Refusal::BadHost(
+    let Some(value) = host else {
+        return match request.version() {
+            http::Version::HTTP_11 => Err(Refusal::BadHost(
+                "an HTTP/1.1 request must carry a Host header",
+            )),
+            _ => Ok(None),
+        };
+    };
+    let bytes = value.as_bytes();
+    match host_end(bytes).map(|end| std::str::from_utf8(&bytes[..end])) {
+        Some(Ok(name)) => Ok(Some(name)),
+        _ => Err(Refusal::BadHost(
             "the Host header is not a valid host or host:port",
         )),
-        _ => Ok(host),
     }
 }
 
@@ -128,23 +139,22 @@ fn checked_host<B>(request: &Request<B>) -> Result<Option<&http::HeaderValue>, R
 /// would make it several hosts — then digits after a colon. Empty is allowed
 /// (for a target without an authority, RFC 9112 §3.2). Checked byte by byte
 /// through a table: it runs on every request, and parsing an `Authority`
-/// would copy.
-fn valid_host(value: &[u8]) -> bool {
-    let port = match value {
-        [] => return true,
+/// would copy. Where the host ends (its port after it), or `None` when the
+/// value is not valid; a valid one is ASCII.
+fn host_end(value: &[u8]) -> Option<usize> {
+    let end = match value {
+        [] => return Some(0),
         [b'[', rest @ ..] => {
-            let Some(end) = rest.iter().position(|&b| b == b']') else {
-                return false;
-            };
+            let end = rest.iter().position(|&b| b == b']')?;
             let literal = &rest[..end];
             if literal.is_empty()
                 || !literal
                     .iter()
                     .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'))
             {
-                return false;
+                return None;
             }
-            &rest[end + 1..]
+            end + 2
         }
         _ => {
             // `:` is not a reg-name byte, so the name ends at the port, or at
@@ -154,15 +164,15 @@ fn valid_host(value: &[u8]) -> bool {
                 .position(|&b| !REG_NAME[usize::from(b)])
                 .unwrap_or(value.len());
             if end == 0 {
-                return false;
+                return None;
             }
-            &value[end..]
+            end
         }
     };
-    match port {
-        [] => true,
-        [b':', digits @ ..] => digits.iter().all(u8::is_ascii_digit),
-        _ => false,
+    match &value[end..] {
+        [] => Some(end),
+        [b':', digits @ ..] if digits.iter().all(u8::is_ascii_digit) => Some(end),
+        _ => None,
     }
 }
 
@@ -203,8 +213,7 @@ pub fn host_of<B>(request: &Request<B>) -> Option<&str> {
     addressed_host(request, request.headers().get(http::header::HOST))
 }
 
-/// [`host_of`], given the request's Host field (which [`check`] has
-/// already looked up).
+/// [`host_of`], given the request's Host field.
 fn addressed_host<'r, B>(
     request: &'r Request<B>,
     host_field: Option<&'r http::HeaderValue>,
@@ -266,13 +275,16 @@ mod tests {
             "a:",
             "",
         ] {
-            assert!(valid_host(good.as_bytes()), "{good}");
+            let end = host_end(good.as_bytes());
+            assert!(end.is_some(), "{good}");
+            // Where the check finds the host is where `host_of` cuts it.
+            assert_eq!(&good[..end.unwrap()], strip_port(good), "{good}");
         }
         for bad in [
             "a, b", "a,b", "a b", "user@a", "a/b", "a:port", "[::1", "a\tb", ":80", "a:1:2", "[]",
             "[::1]x", "[::1]:8x", "h\u{e9}",
         ] {
-            assert!(!valid_host(bad.as_bytes()), "{bad}");
+            assert!(host_end(bad.as_bytes()).is_none(), "{bad}");
         }
     }
 
@@ -291,6 +303,19 @@ mod tests {
             Some("api.example.com")
         );
         assert_eq!(with_host("/", "[::1]:80").as_deref(), Some("[::1]"));
+        // The checks find the same host as they check the field.
+        let policy = crate::policy::testing::compile("");
+        for (target, host) in [
+            ("/", "API.Example.com.:443"),
+            ("/", "[::1]:80"),
+            ("/", "10.0.0.1"),
+            ("/", ""),
+            ("http://API.Example.com.:8080/x", "ignored"),
+        ] {
+            let request = Request::get(target).header("host", host).body(()).unwrap();
+            let checked = check(&request, &policy).ok().unwrap();
+            assert_eq!(checked.host, host_of(&request), "{target} {host}");
+        }
         // An absolute-form target's authority names the host.
         assert_eq!(
             with_host("http://API.Example.com.:8080/x", "ignored").as_deref(),
