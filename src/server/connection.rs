@@ -26,7 +26,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::deadline_io::{DeadlineIo, Exchanges, InFlight};
 use super::drain::DrainHandle;
 use super::http1::{first_bytes, tunnel, Answered, HeadLimits, Http1, Next};
-use crate::http1::transport;
+use crate::http1::transport::{self, Transport};
 use crate::proxy::respond::{self, ProxyBody};
 use crate::proxy::upgrade::Upgraded;
 use crate::proxy::{ClientBody, ClientRequest};
@@ -74,7 +74,7 @@ impl<H: Handler> Connection<H> {
         draining: &'a DrainHandle,
     ) -> impl Future<Output = ()> + Send + 'a
     where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: Transport + AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         // An `async` block rather than an `async fn`: `io` is kept once,
         // where an `async fn` keeps a second copy of its arguments.
@@ -121,7 +121,7 @@ impl<H: Handler> Connection<H> {
         mut drained: Pin<&mut impl Future>,
     ) -> Busy<S>
     where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: Transport + AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let mut request = ClientRequest::vacant();
         let mut response = respond::vacant();
@@ -192,7 +192,7 @@ impl<H: Handler> Connection<H> {
         read: BytesMut,
         moving: Pin<&mut impl Future>,
     ) where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: Transport + AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         io.serve_http2();
         let handler = self.handler.clone();
@@ -239,7 +239,7 @@ impl<H: Handler> Connection<H> {
 /// came is the preface's beginning.
 async fn prior_knowledge<S>(io: &mut DeadlineIo<S>, read: &mut BytesMut) -> bool
 where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
+    S: Transport,
 {
     while read.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(read) {
         match transport::fill(io, read, H2_PREFACE.len()).await {

@@ -39,16 +39,18 @@
 //! (a lingering close, as nginx's `lingering_close`).
 
 use std::future::Future;
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::http1::transport::Transport;
 use crate::problem::{self, Layout};
 use crate::timer::LazyTimer;
 
@@ -203,8 +205,16 @@ enum Answer {
     /// sends, so that closing with unread data does not reset the
     /// connection before the client read the answer (a lingering close, as
     /// nginx's `lingering_close`).
-    Lingering { drained: usize, until: Instant },
+    Lingering {
+        drained: usize,
+        until: Instant,
+        /// What each read lands in, dropped.
+        discard: BytesMut,
+    },
 }
+
+/// How much a lingering close reads at a time.
+const LINGER_READ: usize = 4096;
 
 /// How long, and how many bytes, a lingering close reads at most.
 const LINGER_TIME: Duration = Duration::from_secs(2);
@@ -368,7 +378,7 @@ impl<S> DeadlineIo<S> {
     /// the connection, lingering as the module docs say.
     pub async fn answer_and_close(&mut self, answer: Vec<u8>)
     where
-        S: AsyncRead + AsyncWrite + Unpin,
+        S: Transport,
     {
         self.queue_answer(answer);
         let _ = std::future::poll_fn(|cx| self.poll_answer(cx)).await;
@@ -380,13 +390,87 @@ impl<S> DeadlineIo<S> {
     /// the client read the answer).
     pub async fn close_lingering(&mut self)
     where
-        S: AsyncRead + AsyncWrite + Unpin,
+        S: Transport,
     {
         self.answer_and_close(Vec::new()).await;
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> DeadlineIo<S> {
+impl<S: Transport> DeadlineIo<S> {
+    /// A read of the socket by `read` (how many bytes arrived), with the
+    /// connection's clocks: what sluice's own server reads through
+    /// [`Transport`] and hyper's through `AsyncRead`.
+    #[inline(always)]
+    fn poll_read_with(
+        &mut self,
+        cx: &mut Context<'_>,
+        read: impl FnOnce(&mut S, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        if self.answer.is_some() {
+            ready!(self.poll_answer(cx))?;
+        }
+        if self.answered {
+            // What follows our answer is not read: the connection closes.
+            return Poll::Ready(Ok(0));
+        }
+        self.update_phase();
+        match read(&mut self.inner, cx) {
+            Poll::Ready(Ok(arrived)) => {
+                if arrived > 0 && !self.http2 && !self.upgraded() {
+                    if let Phase::Idle { .. } = self.phase {
+                        self.phase = Phase::Head { since: None };
+                    }
+                }
+                Poll::Ready(Ok(arrived))
+            }
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Pending => self.poll_read_clock(cx).map_ok(|()| 0),
+        }
+    }
+
+    /// A write to the socket by `write` (how many bytes went), with the
+    /// send clock running while it is blocked.
+    #[inline(always)]
+    fn poll_write_with(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(&mut S, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        if self.answer.is_some() {
+            ready!(self.poll_answer(cx))?;
+        }
+        match write(&mut self.inner, cx) {
+            Poll::Ready(result) => {
+                self.send_blocked = false;
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                self.poll_send_deadline(cx)?;
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Pushes on what the socket holds, once our own answer, if any, is
+    /// out.
+    #[inline]
+    fn poll_push_inner(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.answer.is_some() {
+            ready!(self.poll_answer(cx))?;
+        }
+        self.inner.poll_push(cx)
+    }
+
+    /// Shuts the write side, after our own answer if one is queued.
+    fn poll_close_inner(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_answer(cx))?;
+        if self.answered {
+            // Shut down after the answer already.
+            return Poll::Ready(Ok(()));
+        }
+        self.inner.poll_close(cx)
+    }
+
     /// While the socket has nothing to read: whether a read clock ran out
     /// (a 408 for a late head, a quiet close for an idle connection); a
     /// busy connection's clocks are stopped.
@@ -432,14 +516,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> DeadlineIo<S> {
             match &mut self.answer {
                 None => return Poll::Ready(Ok(())),
                 Some(Answer::Writing(bytes, written)) if *written == bytes.len() => {
-                    ready!(Pin::new(&mut self.inner).poll_shutdown(cx))?;
+                    ready!(self.inner.poll_close(cx))?;
                     let until = Instant::now() + LINGER_TIME;
-                    self.answer = Some(Answer::Lingering { drained: 0, until });
+                    self.answer = Some(Answer::Lingering {
+                        drained: 0,
+                        until,
+                        discard: BytesMut::with_capacity(LINGER_READ),
+                    });
                     // Starts the clock; it cannot have run out yet.
                     let _ = self.read_timer.poll_until(cx, until);
                 }
                 Some(Answer::Writing(bytes, written)) => {
-                    match Pin::new(&mut self.inner).poll_write(cx, &bytes[*written..]) {
+                    match self.inner.poll_send(cx, &[IoSlice::new(&bytes[*written..])]) {
                         Poll::Ready(Ok(0)) => {
                             return Poll::Ready(Err(io::ErrorKind::WriteZero.into()))
                         }
@@ -454,12 +542,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> DeadlineIo<S> {
                         }
                     }
                 }
-                Some(Answer::Lingering { drained, until }) => {
-                    let mut scratch = [0u8; 4096];
-                    let mut discard = ReadBuf::new(&mut scratch);
-                    match Pin::new(&mut self.inner).poll_read(cx, &mut discard) {
-                        Poll::Ready(Ok(())) if !discard.filled().is_empty() => {
-                            *drained += discard.filled().len();
+                Some(Answer::Lingering {
+                    drained,
+                    until,
+                    discard,
+                }) => {
+                    discard.clear();
+                    match self.inner.poll_fill(cx, discard) {
+                        Poll::Ready(Ok(arrived)) if arrived > 0 => {
+                            *drained += arrived;
                             if *drained <= LINGER_BYTES {
                                 continue;
                             }
@@ -481,58 +572,58 @@ impl<S: AsyncRead + AsyncWrite + Unpin> DeadlineIo<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for DeadlineIo<S> {
+impl<S: Transport> Transport for DeadlineIo<S> {
+    #[inline]
+    fn poll_fill(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
+        self.poll_read_with(cx, |inner, cx| inner.poll_fill(cx, buf))
+    }
+
+    #[inline]
+    fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        parts: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_write_with(cx, |inner, cx| inner.poll_send(cx, parts))
+    }
+
+    #[inline]
+    fn poll_push(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_push_inner(cx)
+    }
+
+    fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_close_inner(cx)
+    }
+}
+
+/// For hyper's HTTP/2 server, which reads and writes tokio streams: the
+/// same clocks over the same socket.
+impl<S: Transport + AsyncRead + AsyncWrite> AsyncRead for DeadlineIo<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.answer.is_some() {
-            ready!(this.poll_answer(cx))?;
-        }
-        if this.answered {
-            // What follows our answer is not read: the connection closes.
-            return Poll::Ready(Ok(()));
-        }
-        this.update_phase();
         let before = buf.filled().len();
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                let arrived = buf.filled().len() > before;
-                if arrived && !this.http2 && !this.upgraded() {
-                    if let Phase::Idle { .. } = this.phase {
-                        this.phase = Phase::Head { since: None };
-                    }
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
-            Poll::Pending => this.poll_read_clock(cx),
-        }
+        self.get_mut()
+            .poll_read_with(cx, |inner, cx| {
+                Pin::new(inner)
+                    .poll_read(cx, buf)
+                    .map_ok(|()| buf.filled().len() - before)
+            })
+            .map_ok(|_| ())
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for DeadlineIo<S> {
+impl<S: Transport + AsyncRead + AsyncWrite> AsyncWrite for DeadlineIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.answer.is_some() {
-            ready!(this.poll_answer(cx))?;
-        }
-        match Pin::new(&mut this.inner).poll_write(cx, buf) {
-            Poll::Ready(result) => {
-                this.send_blocked = false;
-                Poll::Ready(result)
-            }
-            Poll::Pending => {
-                this.poll_send_deadline(cx)?;
-                Poll::Pending
-            }
-        }
+        self.get_mut()
+            .poll_write_with(cx, |inner, cx| Pin::new(inner).poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -540,20 +631,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for DeadlineIo<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.answer.is_some() {
-            ready!(this.poll_answer(cx))?;
-        }
-        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(result) => {
-                this.send_blocked = false;
-                Poll::Ready(result)
-            }
-            Poll::Pending => {
-                this.poll_send_deadline(cx)?;
-                Poll::Pending
-            }
-        }
+        self.get_mut()
+            .poll_write_with(cx, |inner, cx| Pin::new(inner).poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -562,21 +641,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for DeadlineIo<S> {
 
     #[inline]
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.answer.is_some() {
-            ready!(this.poll_answer(cx))?;
-        }
-        Pin::new(&mut this.inner).poll_flush(cx)
+        self.get_mut().poll_push_inner(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        ready!(this.poll_answer(cx))?;
-        if this.answered {
-            // Shut down after the answer already.
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.inner).poll_shutdown(cx)
+        self.get_mut().poll_close_inner(cx)
     }
 }
 

@@ -17,16 +17,15 @@
 //! then drops the request (and whatever it holds); bytes that arrive are
 //! kept for the next request (or the body).
 
+use std::cell::Cell;
 use std::future::{poll_fn, Future};
 use std::io;
-use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::{Response, StatusCode};
 use hyper::body::Body;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::http1::outflow::{BodyOut, Outflow};
 use crate::http1::transport::Transport;
@@ -103,22 +102,31 @@ pub struct Http1<S> {
     inflow: Option<Inflow>,
 }
 
+thread_local! {
+    /// The buffer the first bytes of a request land in, this thread's: a
+    /// connection waiting for them holds none of its own. Taken for each
+    /// read and put back when nothing arrived; a transport that fills it
+    /// later takes it for as long (`http1/transport.rs`).
+    static WAITING: Cell<BytesMut> = Cell::new(BytesMut::new());
+}
+
 /// Waits for the first bytes of a request on a connection that holds no
-/// buffer: they are read onto the stack, and only then copied into a buffer
-/// of their own (for [`Http1::new`]). `None`: the connection ended (closed,
+/// buffer (for [`Http1::new`]). `None`: the connection ended (closed,
 /// failed, or quiet for good: its idle clock ran out).
-pub async fn first_bytes<S: AsyncRead + Unpin>(io: &mut S) -> Option<BytesMut> {
+pub async fn first_bytes<S: Transport>(io: &mut S) -> Option<BytesMut> {
     poll_fn(|cx| {
-        let mut stack = [MaybeUninit::<u8>::uninit(); READ_SIZE];
-        let mut landed = ReadBuf::uninit(&mut stack);
-        match ready!(Pin::new(&mut *io).poll_read(cx, &mut landed)) {
-            Ok(()) if !landed.filled().is_empty() => {
-                let mut read = BytesMut::with_capacity(READ_SIZE + READ_SLACK);
-                read.extend_from_slice(landed.filled());
-                Poll::Ready(Some(read))
-            }
-            _ => Poll::Ready(None),
+        let mut read = WAITING.take();
+        if read.capacity() == 0 {
+            read.reserve(READ_SIZE + READ_SLACK);
         }
+        let polled = io.poll_fill(cx, &mut read);
+        match polled {
+            Poll::Ready(Ok(arrived)) if arrived > 0 => return Poll::Ready(Some(read)),
+            Poll::Ready(_) => read.clear(),
+            Poll::Pending => {}
+        }
+        WAITING.set(read);
+        polled.map(|_| None)
     })
     .await
 }
@@ -402,7 +410,7 @@ impl<S: Transport> Http1<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> Http1<crate::server::deadline_io::DeadlineIo<S>> {
+impl<S: Transport> Http1<crate::server::deadline_io::DeadlineIo<S>> {
     /// Answers a refused head and closes the connection (see
     /// `DeadlineIo::answer_and_close`).
     pub async fn refuse(mut self, status: StatusCode, detail: &str) {

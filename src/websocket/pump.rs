@@ -27,21 +27,30 @@
 //! flight ends, the Close frame [`Closing::frame`] holds.
 
 use std::future::{poll_fn, Future};
-use std::io;
-use std::mem::MaybeUninit;
+use std::cell::Cell;
+use std::io::{self, IoSlice};
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use bytes::BytesMut;
 use tokio::time::Instant;
 
 use super::frames::{close_frame, FrameEnds, Reader, Step, Violation};
+use crate::http1::transport::{self, Transport};
 use crate::timer::LazyTimer;
 
-/// The most read in one go: a read's stack buffer.
+/// The most read in one go.
 const SCRATCH: usize = 16 * 1024;
+
+thread_local! {
+    /// What a tunnel's reads land in, this thread's: taken for a read and
+    /// put back after it, so that no tunnel holds a buffer while it waits
+    /// (a transport that fills it later keeps it for as long,
+    /// `http1/transport.rs`).
+    static READING: Cell<BytesMut> = Cell::new(BytesMut::new());
+}
 
 /// How long closing waits for what was read to be taken, for the
 /// server's frame in flight to end and for the server to take its Close
@@ -130,8 +139,8 @@ pub async fn plain<C, S>(
     idle_timeout: Duration,
 ) -> io::Result<Ended>
 where
-    C: AsyncRead + AsyncWrite + Unpin,
-    S: AsyncRead + AsyncWrite + Unpin,
+    C: Transport + ?Sized,
+    S: Transport + ?Sized,
 {
     let mut inbound = Flow::new(FrameEnds::default(), client_early);
     let mut outbound = Flow::new(FrameEnds::default(), server_early);
@@ -164,8 +173,8 @@ pub async fn metered<C, S, G>(
     idle_timeout: Duration,
 ) -> io::Result<Ended>
 where
-    C: AsyncRead + AsyncWrite + Unpin,
-    S: AsyncRead + AsyncWrite + Unpin,
+    C: Transport + ?Sized,
+    S: Transport + ?Sized,
     G: Gate + ?Sized,
 {
     let mut inbound = Flow::new(Reader::new(max_message, rsv_allowed), client_early);
@@ -326,8 +335,8 @@ async fn end<I, C, S>(
 ) -> Ended
 where
     I: Inspect,
-    C: AsyncRead + AsyncWrite + Unpin,
-    S: AsyncRead + AsyncWrite + Unpin,
+    C: Transport + ?Sized,
+    S: Transport + ?Sized,
 {
     match ending {
         Ending::Over(by) => {
@@ -382,16 +391,14 @@ async fn close<C, S>(
     to_server: bool,
 ) -> Vec<u8>
 where
-    C: AsyncRead + AsyncWrite + Unpin,
-    S: AsyncRead + AsyncWrite + Unpin,
+    C: Transport + ?Sized,
+    S: Transport + ?Sized,
 {
     if to_server {
         let mask: [u8; 4] = rand::random();
-        let _ = server
-            .write_all(&close_frame(code, reason, Some(mask)))
-            .await;
+        let _ = transport::send_all(server, &close_frame(code, reason, Some(mask))).await;
     }
-    let _ = server.shutdown().await;
+    let _ = poll_fn(|cx| server.poll_close(cx)).await;
     // The client's frame goes between two of the server's.
     let ended = poll_fn(|cx| outbound.poll_to_boundary(cx, server, client)).await;
     match ended {
@@ -514,7 +521,7 @@ impl<I: Inspect> Flow<I> {
 
     /// Passes on what is decided, then shuts the sink's write side:
     /// `Ready` once done, or once the sink failed.
-    fn poll_finish<W: AsyncWrite + Unpin>(
+    fn poll_finish<W: Transport + ?Sized>(
         &mut self,
         cx: &mut Context<'_>,
         sink: &mut W,
@@ -531,14 +538,14 @@ impl<I: Inspect> Flow<I> {
     }
 
     /// Shuts the sink's write side, once.
-    fn poll_shut<W: AsyncWrite + Unpin>(
+    fn poll_shut<W: Transport + ?Sized>(
         &mut self,
         cx: &mut Context<'_>,
         sink: &mut W,
     ) -> Poll<io::Result<()>> {
         if !self.shut {
             // A sink already gone is shut enough.
-            let _ = ready!(Pin::new(sink).poll_shutdown(cx));
+            let _ = ready!(sink.poll_close(cx));
             self.shut = true;
         }
         Poll::Ready(Ok(()))
@@ -555,8 +562,8 @@ impl<I: Inspect> Flow<I> {
         sink: &mut W,
     ) -> Poll<io::Result<Stop>>
     where
-        R: AsyncRead + Unpin,
-        W: AsyncWrite + Unpin,
+        R: Transport + ?Sized,
+        W: Transport + ?Sized,
     {
         loop {
             if let Some(stop @ Stop::Message(_)) = self.stopped {
@@ -574,9 +581,10 @@ impl<I: Inspect> Flow<I> {
     }
 
     /// Reads once, at most `limit` bytes, and decides and writes what it
-    /// can of them; what the sink does not take at once is kept. Not
-    /// inlined: its stack buffer stays in one frame of its own.
-    #[inline(never)]
+    /// can of them; what the sink does not take at once is kept. The read
+    /// lands in this thread's buffer ([`READING`]), so that an idle tunnel
+    /// holds none; a read of less than all it holds (to a frame's end)
+    /// lands in one of its size.
     fn poll_read<R, W>(
         &mut self,
         cx: &mut Context<'_>,
@@ -585,18 +593,43 @@ impl<I: Inspect> Flow<I> {
         limit: usize,
     ) -> Poll<io::Result<()>>
     where
-        R: AsyncRead + Unpin,
-        W: AsyncWrite + Unpin,
+        R: Transport + ?Sized,
+        W: Transport + ?Sized,
     {
-        let mut scratch = [MaybeUninit::<u8>::uninit(); SCRATCH];
-        let mut read = ReadBuf::uninit(&mut scratch[..limit.clamp(1, SCRATCH)]);
-        if ready!(Pin::new(&mut *source).poll_read(cx, &mut read)).is_err() {
+        let limit = limit.clamp(1, SCRATCH);
+        let mut read = if limit < SCRATCH {
+            BytesMut::with_capacity(limit)
+        } else {
+            READING.take()
+        };
+        if read.capacity() == 0 {
+            read.reserve(SCRATCH);
+        }
+        let polled = source.poll_fill(cx, &mut read);
+        let result = match polled {
+            Poll::Pending => Poll::Pending,
             // A reset ends the source as its end of stream does: what was
             // read before still goes on.
-            self.eof = true;
-            return Poll::Ready(Ok(()));
+            Poll::Ready(Err(_)) => {
+                self.eof = true;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Ok(_)) => self.take_read(cx, &read, sink),
+        };
+        if limit == SCRATCH {
+            read.clear();
+            READING.set(read);
         }
-        let bytes = read.filled();
+        result
+    }
+
+    /// [`Flow::poll_read`] with the bytes it read.
+    fn take_read<W: Transport + ?Sized>(
+        &mut self,
+        cx: &mut Context<'_>,
+        bytes: &[u8],
+        sink: &mut W,
+    ) -> Poll<io::Result<()>> {
         if bytes.is_empty() {
             // What is left undecided (a header cut off) never passes.
             self.eof = true;
@@ -617,7 +650,7 @@ impl<I: Inspect> Flow<I> {
         let (decided, stopped) = decide(&mut self.inspect, bytes);
         let mut written = 0;
         if decided > 0 && !matches!(stopped, Some(Stop::Message(_))) {
-            match Pin::new(&mut *sink).poll_write(cx, &bytes[..decided]) {
+            match sink.poll_send(cx, &[IoSlice::new(&bytes[..decided])]) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Poll::Ready(Ok(n)) => written = n,
                 Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
@@ -635,14 +668,14 @@ impl<I: Inspect> Flow<I> {
 
     /// Writes what is decided; frees the buffer once everything kept is
     /// written.
-    fn poll_flush<W: AsyncWrite + Unpin>(
+    fn poll_flush<W: Transport + ?Sized>(
         &mut self,
         cx: &mut Context<'_>,
         sink: &mut W,
     ) -> Poll<io::Result<()>> {
         while self.written < self.decided {
             let pending = &self.kept[self.written..self.decided];
-            match ready!(Pin::new(&mut *sink).poll_write(cx, pending))? {
+            match ready!(sink.poll_send(cx, &[IoSlice::new(pending)]))? {
                 0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 n => {
                     self.written += n;
@@ -670,8 +703,8 @@ impl Flow<FrameEnds> {
         sink: &mut W,
     ) -> Poll<io::Result<bool>>
     where
-        R: AsyncRead + Unpin,
-        W: AsyncWrite + Unpin,
+        R: Transport + ?Sized,
+        W: Transport + ?Sized,
     {
         loop {
             ready!(self.poll_flush(cx, sink))?;

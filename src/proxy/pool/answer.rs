@@ -80,10 +80,10 @@ pub struct Tunnel {
     pub early: BytesMut,
 }
 
-/// A stream a tunnel runs over.
-pub trait TunnelStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+/// A stream a tunnel runs over: a pooled connection's, whichever its type.
+pub trait TunnelStream: Transport {}
 
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> TunnelStream for T {}
+impl<T: UpstreamStream> TunnelStream for T {}
 
 impl std::fmt::Debug for Tunnel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

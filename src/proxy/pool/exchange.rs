@@ -45,7 +45,6 @@ use crate::http1::chunked::Chunked;
 pub use crate::http1::framing::Framing;
 use crate::http1::framing::{connection_options, only_persistence_options, parse_length};
 use crate::http1::outflow::{Outflow, COPY_BELOW};
-use crate::http1::transport::Transport;
 use crate::timer::LazyTimer;
 
 /// Fields in a response head, at most (hyper's default).

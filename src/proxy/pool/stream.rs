@@ -11,8 +11,16 @@ use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-/// A stream to the upstream that a pooled connection can run over.
-pub trait UpstreamStream: AsyncRead + AsyncWrite + Unpin + Send + Debug + 'static {
+use crate::http1::transport::{on_readiness, Transport};
+
+on_readiness!(impl for TlsStream<TcpStream>);
+
+/// A stream to the upstream that a pooled connection can run over: a
+/// [`Transport`] for sluice's own exchange, and a tokio stream for hyper's
+/// HTTP/2 client.
+pub trait UpstreamStream:
+    Transport + AsyncRead + AsyncWrite + Unpin + Send + Debug + 'static
+{
     /// Whether an idle connection can carry another exchange: the upstream
     /// has neither closed it nor sent anything unasked. Costs no system
     /// call while the runtime has seen nothing arrive on it.

@@ -17,7 +17,7 @@
 //! so that the client reads it before the connection closes.
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncWrite};
+use crate::http1::transport::Transport;
 
 use crate::proxy::pool::Tunnel;
 use crate::proxy::upgrade::{Metering, Upgraded};
@@ -28,7 +28,7 @@ use crate::websocket::pump::{self, Ended, EndedBy};
 /// handshake's head) and the upstream until it ends.
 pub async fn run<S>(mut client: DeadlineIo<S>, early_read: BytesMut, upgraded: Upgraded)
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: Transport,
 {
     let Upgraded {
         upstream,
@@ -47,7 +47,7 @@ where
     let early = (early_read[..].to_vec(), upstream_early[..].to_vec());
     drop((early_read, upstream_early));
     let ended = match &messages {
-        None => pump::plain(&mut client, &mut stream, early, idle_timeout).await,
+        None => pump::plain(&mut client, &mut *stream, early, idle_timeout).await,
         Some(Metering {
             gate,
             max_message_bytes,
@@ -56,7 +56,7 @@ where
             let limits = (*max_message_bytes, *rsv_allowed);
             pump::metered(
                 &mut client,
-                &mut stream,
+                &mut *stream,
                 early,
                 &**gate,
                 limits,

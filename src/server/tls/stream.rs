@@ -371,6 +371,8 @@ fn failed() -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, "the TLS connection failed")
 }
 
+crate::http1::transport::on_readiness!(impl[IO: AsyncRead + AsyncWrite + Unpin + Send] for TlsStream<IO>);
+
 impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsStream<IO> {
     fn poll_read(
         self: Pin<&mut Self>,
