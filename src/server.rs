@@ -54,7 +54,7 @@ mod deadline_io;
 #[cfg(any(test, feature = "differential"))]
 #[doc(hidden)]
 pub mod differential;
-mod drain;
+pub(crate) mod drain;
 pub mod http1;
 pub mod proxy_protocol;
 mod tls;

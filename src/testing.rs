@@ -4,6 +4,7 @@
 #[allow(dead_code)]
 #[path = "../tests/support/certs.rs"]
 pub mod certs;
+pub mod completion;
 pub mod redis_server;
 
 use crate::clock::Nanos;

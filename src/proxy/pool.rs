@@ -29,6 +29,8 @@ mod answer;
 pub mod dial;
 mod exchange;
 mod idle;
+#[cfg(test)]
+mod over_completion;
 pub mod spare_map;
 mod stream;
 pub mod tls;

@@ -527,7 +527,10 @@ impl<S: Transport> DeadlineIo<S> {
                     let _ = self.read_timer.poll_until(cx, until);
                 }
                 Some(Answer::Writing(bytes, written)) => {
-                    match self.inner.poll_send(cx, &[IoSlice::new(&bytes[*written..])]) {
+                    match self
+                        .inner
+                        .poll_send(cx, &[IoSlice::new(&bytes[*written..])])
+                    {
                         Poll::Ready(Ok(0)) => {
                             return Poll::Ready(Err(io::ErrorKind::WriteZero.into()))
                         }
@@ -631,8 +634,9 @@ impl<S: Transport + AsyncRead + AsyncWrite> AsyncWrite for DeadlineIo<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut()
-            .poll_write_with(cx, |inner, cx| Pin::new(inner).poll_write_vectored(cx, bufs))
+        self.get_mut().poll_write_with(cx, |inner, cx| {
+            Pin::new(inner).poll_write_vectored(cx, bufs)
+        })
     }
 
     fn is_write_vectored(&self) -> bool {

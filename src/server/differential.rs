@@ -242,9 +242,15 @@ pub async fn serve(side: Side, pieces: &[&[u8]]) -> Outcome {
         let _ = served.await;
     }
     drop(to_server);
-    let mut raw = reading.await.unwrap_or_default();
-    blank_dates(&mut raw);
+    let raw = reading.await.unwrap_or_default();
     drop(drain);
+    outcome(raw, ended, &recorder)
+}
+
+/// What a connection did, from what the client read back (`raw`), whether
+/// it `ended`, and what reached the `recorder`.
+fn outcome(mut raw: Vec<u8>, ended: bool, recorder: &Recorder) -> Outcome {
+    blank_dates(&mut raw);
     let requests = recorder.taken();
     let mut answers = answers(&raw);
     for answer in &mut answers {
@@ -258,6 +264,37 @@ pub async fn serve(side: Side, pieces: &[&[u8]]) -> Outcome {
         ended,
         raw,
     }
+}
+
+/// sluice's server on `io`, a connection's server end, in a task of its
+/// own, with the recorder as its service: for tests that run sluice's
+/// client engine against it (`proxy/pool/over_completion.rs`). What the
+/// service received is in the recorder; the drain ends the connection.
+#[cfg(test)]
+pub(crate) fn spawn_recorded<S>(io: S) -> (tokio::task::JoinHandle<()>, Drain, Recorder)
+where
+    S: crate::http1::transport::Transport
+        + tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + Unpin
+        + Send
+        + 'static,
+{
+    let settings = settings();
+    let exchanges = Arc::new(Exchanges::default());
+    let io = DeadlineIo::new(io, settings.limits, Arc::clone(&exchanges));
+    let recorder = Recorder::default();
+    let connection = Connection {
+        handler: recorder.clone(),
+        peer: SocketAddr::from((Ipv4Addr::LOCALHOST, 1)),
+        head_limits: settings.head_limits,
+        exchanges,
+        http2: Arc::clone(&settings.http2),
+    };
+    let drain = Drain::new();
+    let draining = drain.handle();
+    let served = tokio::spawn(async move { connection.serve(io, &draining).await });
+    (served, drain, recorder)
 }
 
 /// Whether a served answer answers an HTTP/1.0 request (the recorder
@@ -386,10 +423,11 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// Records each request it is given, body and all, and answers `200 ok`.
 #[derive(Debug, Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<Seen>>>);
+pub(crate) struct Recorder(Arc<Mutex<Vec<Seen>>>);
 
 impl Recorder {
-    fn taken(&self) -> Vec<Seen> {
+    /// The requests received so far.
+    pub(crate) fn taken(&self) -> Vec<Seen> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
@@ -461,7 +499,116 @@ mod tests {
         })
     }
 
+    /// Sends `pieces` on one connection as [`serve`] does, sluice's server
+    /// reading and writing it through a completion-based transport
+    /// (`testing/completion.rs`) instead of a tokio stream.
+    async fn serve_completing(pieces: &[&[u8]]) -> Outcome {
+        use crate::http1::transport::{self, Transport};
+        use crate::testing::completion;
+        let settings = settings();
+        let (client, server) = completion::pair();
+        let exchanges = Arc::new(Exchanges::default());
+        let io = DeadlineIo::new(server, settings.limits, Arc::clone(&exchanges));
+        let recorder = Recorder::default();
+        let connection = Connection {
+            handler: recorder.clone(),
+            peer: SocketAddr::from((Ipv4Addr::LOCALHOST, 1)),
+            head_limits: settings.head_limits,
+            exchanges,
+            http2: Arc::clone(&settings.http2),
+        };
+        let drain = Drain::new();
+        let draining = drain.handle();
+        let mut served = tokio::spawn(async move { connection.serve(io, &draining).await });
+        // One end, read and written by two tasks.
+        let client = Arc::new(Mutex::new(client));
+        let reader = Arc::clone(&client);
+        let reading = tokio::spawn(async move {
+            let mut answer = bytes::BytesMut::new();
+            loop {
+                answer.reserve(4096);
+                let read =
+                    std::future::poll_fn(|cx| reader.lock().unwrap().poll_fill(cx, &mut answer))
+                        .await;
+                if !matches!(read, Ok(n) if n > 0) {
+                    break answer.to_vec();
+                }
+            }
+        });
+        for piece in pieces {
+            let mut left: &[u8] = piece;
+            while !left.is_empty() {
+                let sent = std::future::poll_fn(|cx| {
+                    client
+                        .lock()
+                        .unwrap()
+                        .poll_send(cx, &[std::io::IoSlice::new(left)])
+                })
+                .await;
+                match sent {
+                    Ok(n) if n > 0 => left = &left[n..],
+                    // A server that closed takes no more.
+                    _ => break,
+                }
+            }
+            settle().await;
+        }
+        let _ = std::future::poll_fn(|cx| client.lock().unwrap().poll_close(cx)).await;
+        let ended = tokio::time::timeout(END_WAIT, &mut served).await.is_ok();
+        if !ended {
+            served.abort();
+            let _ = served.await;
+        }
+        let raw = reading.await.unwrap_or_default();
+        assert!(
+            client.lock().unwrap().completions > 0,
+            "the transport carried the bytes"
+        );
+        drop((drain, transport::send_all::<completion::End>));
+        outcome(raw, ended, &recorder)
+    }
+
+    /// `raw` with each request id sluice made (in `x-request-id` and a
+    /// problem document's `request_id`) blanked: each run makes its own.
+    fn without_ids(raw: &[u8]) -> Vec<u8> {
+        let mut raw = raw.to_vec();
+        for marker in [&b"x-request-id: "[..], &b"\"request_id\":\""[..]] {
+            let mut from = 0;
+            while let Some(at) = find(&raw[from..], marker) {
+                let start = from + at + marker.len();
+                let end = (start + crate::request_id::MADE_LEN).min(raw.len());
+                raw[start..end].fill(b'-');
+                from = end;
+            }
+        }
+        raw
+    }
+
+    /// sluice's server's outcome for `pieces` over a tokio stream and over
+    /// a completion-based transport, which must be the same.
+    fn over_both_transports(pieces: &[&[u8]]) -> (Outcome, Outcome) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            (
+                serve(Side::Sluice, pieces).await,
+                serve_completing(pieces).await,
+            )
+        })
+    }
+
     fn assert_same(pieces: &[&[u8]]) -> Outcome {
+        let (readiness, completing) = over_both_transports(pieces);
+        assert_eq!(
+            without_ids(&readiness.raw),
+            without_ids(&completing.raw),
+            "sluice over a completion-based transport: {}",
+            String::from_utf8_lossy(&completing.raw)
+        );
+        assert_eq!(readiness, completing);
         let (sluice, hyper) = both(pieces);
         assert_eq!(
             sluice,
@@ -669,6 +816,8 @@ mod tests {
             ..ProptestConfig::default()
         })]
 
+        /// And sluice's server reads and answers the same over a
+        /// completion-based transport as over a tokio stream.
         #[test]
         fn sluice_s_server_and_hyper_s_alone_agree((bytes, cuts) in connection()) {
             let mut pieces = Vec::new();
@@ -678,6 +827,9 @@ mod tests {
                 from = cut;
             }
             pieces.push(&bytes[from..]);
+            let (readiness, completing) = over_both_transports(&pieces);
+            prop_assert_eq!(without_ids(&readiness.raw), without_ids(&completing.raw));
+            prop_assert_eq!(&readiness, &completing);
             let (sluice, hyper) = both(&pieces);
             prop_assert_eq!(
                 &sluice,

@@ -26,8 +26,8 @@
 //! held until it is judged), and the client, after the server's frame in
 //! flight ends, the Close frame [`Closing::frame`] holds.
 
-use std::future::{poll_fn, Future};
 use std::cell::Cell;
+use std::future::{poll_fn, Future};
 use std::io::{self, IoSlice};
 use std::pin::{pin, Pin};
 use std::sync::Arc;

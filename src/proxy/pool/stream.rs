@@ -7,7 +7,7 @@ use std::fmt::Debug;
 use std::pin::Pin;
 use std::task::{Context, Waker};
 
-use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite};
+use tokio::io::AsyncBufRead;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
@@ -15,12 +15,10 @@ use crate::http1::transport::{on_readiness, Transport};
 
 on_readiness!(impl for TlsStream<TcpStream>);
 
-/// A stream to the upstream that a pooled connection can run over: a
-/// [`Transport`] for sluice's own exchange, and a tokio stream for hyper's
-/// HTTP/2 client.
-pub trait UpstreamStream:
-    Transport + AsyncRead + AsyncWrite + Unpin + Send + Debug + 'static
-{
+/// A stream to the upstream that a pooled connection of sluice's own
+/// exchange can run over: a [`Transport`] (hyper's HTTP/2 client takes the
+/// tokio stream it dialled instead).
+pub trait UpstreamStream: Transport + Debug + 'static {
     /// Whether an idle connection can carry another exchange: the upstream
     /// has neither closed it nor sent anything unasked. Costs no system
     /// call while the runtime has seen nothing arrive on it.

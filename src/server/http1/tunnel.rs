@@ -16,8 +16,8 @@
 //! with a Close frame to each side, the client's written here, lingering
 //! so that the client reads it before the connection closes.
 
-use bytes::BytesMut;
 use crate::http1::transport::Transport;
+use bytes::BytesMut;
 
 use crate::proxy::pool::Tunnel;
 use crate::proxy::upgrade::{Metering, Upgraded};
