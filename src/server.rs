@@ -56,6 +56,8 @@ mod deadline_io;
 pub mod differential;
 pub(crate) mod drain;
 pub mod http1;
+#[cfg(test)]
+mod over_completion;
 pub mod proxy_protocol;
 mod tls;
 

@@ -29,12 +29,22 @@ mod answer;
 pub mod dial;
 mod exchange;
 mod idle;
-#[cfg(test)]
-mod over_completion;
 pub mod spare_map;
 mod stream;
 pub mod tls;
 mod upload;
+
+/// The parts of sluice's own HTTP/1.1 client, for the tests that run it
+/// against sluice's server over a completion-based transport
+/// (`server/over_completion.rs`).
+#[cfg(test)]
+pub(crate) mod engine {
+    pub use super::answer::AnswerBody;
+    pub use super::exchange::{exchange, Conn, Sent};
+    pub use super::idle::IdleConns;
+    pub use super::stream::UpstreamStream;
+    pub use super::upload::RequestBody;
+}
 
 use std::future::Future;
 use std::pin::Pin;

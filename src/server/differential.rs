@@ -268,7 +268,7 @@ fn outcome(mut raw: Vec<u8>, ended: bool, recorder: &Recorder) -> Outcome {
 
 /// sluice's server on `io`, a connection's server end, in a task of its
 /// own, with the recorder as its service: for tests that run sluice's
-/// client engine against it (`proxy/pool/over_completion.rs`). What the
+/// client engine against it (`server/over_completion.rs`). What the
 /// service received is in the recorder; the drain ends the connection.
 #[cfg(test)]
 pub(crate) fn spawn_recorded<S>(io: S) -> (tokio::task::JoinHandle<()>, Drain, Recorder)
@@ -483,6 +483,7 @@ impl Handler for Recorder {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::sync::atomic::Ordering;
 
     /// Both sides' outcomes for `pieces`, on a paused clock.
     fn both(pieces: &[&[u8]]) -> (Outcome, Outcome) {
@@ -560,8 +561,9 @@ mod tests {
             let _ = served.await;
         }
         let raw = reading.await.unwrap_or_default();
+        let completions = client.lock().unwrap().completions();
         assert!(
-            client.lock().unwrap().completions > 0,
+            completions.load(Ordering::Relaxed) > 0,
             "the transport carried the bytes"
         );
         drop((drain, transport::send_all::<completion::End>));

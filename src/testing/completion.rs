@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -46,9 +47,9 @@ pub struct End {
     reading: Option<BytesMut>,
     /// The bytes a write took, until they are delivered.
     writing: Option<Vec<u8>>,
-    /// Reads completed and bytes delivered, for the tests to see the
-    /// transport was used.
-    pub completions: usize,
+    /// Reads completed and writes delivered at both ends, for the tests to
+    /// see the transport was used.
+    completions: Arc<AtomicUsize>,
     /// What a read for hyper's HTTP/2 server landed in (see the tokio
     /// implementations below).
     bridged: BytesMut,
@@ -57,18 +58,24 @@ pub struct End {
 /// A connection's two ends.
 pub fn pair() -> (End, End) {
     let pipe = Arc::new(Mutex::new(Pipe::default()));
+    let completions = Arc::new(AtomicUsize::new(0));
     let end = |side| End {
         pipe: Arc::clone(&pipe),
         side,
         reading: None,
         writing: None,
-        completions: 0,
+        completions: Arc::clone(&completions),
         bridged: BytesMut::new(),
     };
     (end(0), end(1))
 }
 
 impl End {
+    /// How many reads and writes completed at both ends so far.
+    pub fn completions(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.completions)
+    }
+
     fn pipe(&self) -> std::sync::MutexGuard<'_, Pipe> {
         self.pipe
             .lock()
@@ -97,7 +104,7 @@ impl End {
             reader.wake();
         }
         drop(pipe);
-        self.completions += 1;
+        self.completions.fetch_add(1, Ordering::Relaxed);
         Poll::Ready(Ok(bytes.len()))
     }
 }
@@ -130,7 +137,7 @@ impl Transport for End {
         }
         drop(pipe);
         *buf = held;
-        self.completions += 1;
+        self.completions.fetch_add(1, Ordering::Relaxed);
         Poll::Ready(Ok(n))
     }
 

@@ -5,6 +5,7 @@
 //! write completes on a later poll, and a read holds the engine's buffer
 //! meanwhile; the exchanges must come out as they do over TCP.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,14 +14,12 @@ use http::{header, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
-use super::answer::AnswerBody;
-use super::exchange::{exchange, Conn, Sent};
-use super::idle::IdleConns;
-use super::stream::UpstreamStream;
-use super::upload::RequestBody;
-use super::AddedFields;
+use super::differential::spawn_recorded;
 use crate::clock::ProxyClock;
-use crate::server::differential::spawn_recorded;
+use crate::proxy::pool::engine::{
+    exchange, AnswerBody, Conn, IdleConns, RequestBody, Sent, UpstreamStream,
+};
+use crate::proxy::pool::AddedFields;
 use crate::testing::completion::{self, End};
 
 impl UpstreamStream for End {
@@ -85,6 +84,7 @@ type Sends = (Method, Option<&'static [u8]>, &'static [u8]);
 #[tokio::test]
 async fn a_connection_carries_requests_with_and_without_bodies_both_ways() {
     let (client, server) = completion::pair();
+    let completions = client.completions();
     let (served, drain, recorder) = spawn_recorded(server);
     let idle = IdleConns::new(ProxyClock::default());
     let mut conn = Some(Conn::new(client));
@@ -116,7 +116,7 @@ async fn a_connection_carries_requests_with_and_without_bodies_both_ways() {
     }
     let conn = conn.expect("the connection kept alive");
     assert!(
-        conn.stream.completions > 0,
+        completions.load(Ordering::Relaxed) > 0,
         "the transport carried the bytes"
     );
     // The client leaves: the server's connection ends.
