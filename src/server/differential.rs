@@ -40,6 +40,7 @@ use super::deadline_io::{ConnectionLimits, DeadlineIo, Exchanges};
 use super::drain::Drain;
 use super::http1::HeadLimits;
 use crate::config::Config;
+use crate::http1::transport::Transport;
 use crate::proxy::respond::ProxyBody;
 use crate::proxy::ClientRequest;
 
@@ -200,30 +201,11 @@ fn settings() -> &'static Settings {
 /// Sends `pieces` on one connection served as `side` says (see the module
 /// docs: on a paused clock), then closes the client's side.
 pub async fn serve(side: Side, pieces: &[&[u8]]) -> Outcome {
-    let settings = settings();
     let total: usize = pieces.iter().map(|piece| piece.len()).sum();
     // Room for every byte each way, so that no write waits on the other
     // side's reads (a write cut short would be one more difference).
     let (client, server) = tokio::io::duplex(total.max(1) + ANSWER_ROOM);
-    let exchanges = Arc::new(Exchanges::default());
-    let io = DeadlineIo::new(server, settings.limits, Arc::clone(&exchanges));
-    let recorder = Recorder::default();
-    let connection = Connection {
-        handler: recorder.clone(),
-        peer: SocketAddr::from((Ipv4Addr::LOCALHOST, 1)),
-        head_limits: settings.head_limits,
-        exchanges,
-        http2: Arc::clone(&settings.http2),
-    };
-    let drain = Drain::new();
-    let draining = drain.handle();
-    let oracle = recorder.clone();
-    let mut served = tokio::spawn(async move {
-        match side {
-            Side::Sluice => connection.serve(io, &draining).await,
-            Side::Hyper => serve_with_hyper(io, oracle).await,
-        }
-    });
+    let mut served = spawn_served(side, server);
     let (mut from_server, mut to_server) = tokio::io::split(client);
     let reading = tokio::spawn(async move {
         let mut answer = Vec::new();
@@ -236,15 +218,71 @@ pub async fn serve(side: Side, pieces: &[&[u8]]) -> Outcome {
         settle().await;
     }
     let _ = to_server.shutdown().await;
-    let ended = tokio::time::timeout(END_WAIT, &mut served).await.is_ok();
-    if !ended {
-        served.abort();
-        let _ = served.await;
-    }
+    let ended = served.ended().await;
     drop(to_server);
     let raw = reading.await.unwrap_or_default();
-    drop(drain);
-    outcome(raw, ended, &recorder)
+    served.outcome(raw, ended)
+}
+
+/// A connection served in a task of its own ([`spawn_served`]).
+pub(crate) struct Served {
+    pub task: tokio::task::JoinHandle<()>,
+    /// Ends the connection when dropped, as a server's shutdown does.
+    pub drain: Drain,
+    /// What the service received.
+    pub recorder: Recorder,
+}
+
+/// `io`, a connection's server end, served as `side` says in a task of
+/// its own, with the recorder as its service (sluice's server runs it
+/// behind `DeadlineIo`; hyper's too, so that both have the same clocks).
+pub(crate) fn spawn_served<S>(side: Side, io: S) -> Served
+where
+    S: Transport + tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let settings = settings();
+    let exchanges = Arc::new(Exchanges::default());
+    let io = DeadlineIo::new(io, settings.limits, Arc::clone(&exchanges));
+    let recorder = Recorder::default();
+    let connection = Connection {
+        handler: recorder.clone(),
+        peer: SocketAddr::from((Ipv4Addr::LOCALHOST, 1)),
+        head_limits: settings.head_limits,
+        exchanges,
+        http2: Arc::clone(&settings.http2),
+    };
+    let drain = Drain::new();
+    let draining = drain.handle();
+    let oracle = recorder.clone();
+    let task = tokio::spawn(async move {
+        match side {
+            Side::Sluice => connection.serve(io, &draining).await,
+            Side::Hyper => serve_with_hyper(io, oracle).await,
+        }
+    });
+    Served {
+        task,
+        drain,
+        recorder,
+    }
+}
+
+impl Served {
+    /// Whether the connection ends within [`END_WAIT`] once the client
+    /// closed its side; it is stopped if not.
+    async fn ended(&mut self) -> bool {
+        let ended = tokio::time::timeout(END_WAIT, &mut self.task).await.is_ok();
+        if !ended {
+            self.task.abort();
+            let _ = (&mut self.task).await;
+        }
+        ended
+    }
+
+    /// What the connection did ([`outcome`]).
+    fn outcome(self, raw: Vec<u8>, ended: bool) -> Outcome {
+        outcome(raw, ended, &self.recorder)
+    }
 }
 
 /// What a connection did, from what the client read back (`raw`), whether
@@ -264,37 +302,6 @@ fn outcome(mut raw: Vec<u8>, ended: bool, recorder: &Recorder) -> Outcome {
         ended,
         raw,
     }
-}
-
-/// sluice's server on `io`, a connection's server end, in a task of its
-/// own, with the recorder as its service: for tests that run sluice's
-/// client engine against it (`server/over_completion.rs`). What the
-/// service received is in the recorder; the drain ends the connection.
-#[cfg(test)]
-pub(crate) fn spawn_recorded<S>(io: S) -> (tokio::task::JoinHandle<()>, Drain, Recorder)
-where
-    S: crate::http1::transport::Transport
-        + tokio::io::AsyncRead
-        + tokio::io::AsyncWrite
-        + Unpin
-        + Send
-        + 'static,
-{
-    let settings = settings();
-    let exchanges = Arc::new(Exchanges::default());
-    let io = DeadlineIo::new(io, settings.limits, Arc::clone(&exchanges));
-    let recorder = Recorder::default();
-    let connection = Connection {
-        handler: recorder.clone(),
-        peer: SocketAddr::from((Ipv4Addr::LOCALHOST, 1)),
-        head_limits: settings.head_limits,
-        exchanges,
-        http2: Arc::clone(&settings.http2),
-    };
-    let drain = Drain::new();
-    let draining = drain.handle();
-    let served = tokio::spawn(async move { connection.serve(io, &draining).await });
-    (served, drain, recorder)
 }
 
 /// Whether a served answer answers an HTTP/1.0 request (the recorder
@@ -338,7 +345,10 @@ fn comparable(answer: &[u8], http10: bool) -> Vec<u8> {
 
 /// The connection served by hyper's auto server with `recorder` as its
 /// service (as sluice did before it had a server of its own).
-async fn serve_with_hyper(io: DeadlineIo<tokio::io::DuplexStream>, recorder: Recorder) {
+async fn serve_with_hyper<S>(io: DeadlineIo<S>, recorder: Recorder)
+where
+    S: Transport + tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
         let recorder = recorder.clone();
         async move {
@@ -485,14 +495,19 @@ mod tests {
     use proptest::prelude::*;
     use std::sync::atomic::Ordering;
 
-    /// Both sides' outcomes for `pieces`, on a paused clock.
-    fn both(pieces: &[&[u8]]) -> (Outcome, Outcome) {
+    /// `run` to its end on a current-thread runtime whose clock is paused.
+    fn on_a_paused_clock<T>(run: impl std::future::Future<Output = T>) -> T {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
             .build()
             .unwrap();
-        runtime.block_on(async {
+        runtime.block_on(run)
+    }
+
+    /// Both sides' outcomes for `pieces`, on a paused clock.
+    fn both(pieces: &[&[u8]]) -> (Outcome, Outcome) {
+        on_a_paused_clock(async {
             (
                 serve(Side::Sluice, pieces).await,
                 serve(Side::Hyper, pieces).await,
@@ -504,23 +519,9 @@ mod tests {
     /// reading and writing it through a completion-based transport
     /// (`testing/completion.rs`) instead of a tokio stream.
     async fn serve_completing(pieces: &[&[u8]]) -> Outcome {
-        use crate::http1::transport::{self, Transport};
         use crate::testing::completion;
-        let settings = settings();
         let (client, server) = completion::pair();
-        let exchanges = Arc::new(Exchanges::default());
-        let io = DeadlineIo::new(server, settings.limits, Arc::clone(&exchanges));
-        let recorder = Recorder::default();
-        let connection = Connection {
-            handler: recorder.clone(),
-            peer: SocketAddr::from((Ipv4Addr::LOCALHOST, 1)),
-            head_limits: settings.head_limits,
-            exchanges,
-            http2: Arc::clone(&settings.http2),
-        };
-        let drain = Drain::new();
-        let draining = drain.handle();
-        let mut served = tokio::spawn(async move { connection.serve(io, &draining).await });
+        let mut served = spawn_served(Side::Sluice, server);
         // One end, read and written by two tasks.
         let client = Arc::new(Mutex::new(client));
         let reader = Arc::clone(&client);
@@ -555,19 +556,14 @@ mod tests {
             settle().await;
         }
         let _ = std::future::poll_fn(|cx| client.lock().unwrap().poll_close(cx)).await;
-        let ended = tokio::time::timeout(END_WAIT, &mut served).await.is_ok();
-        if !ended {
-            served.abort();
-            let _ = served.await;
-        }
+        let ended = served.ended().await;
         let raw = reading.await.unwrap_or_default();
         let completions = client.lock().unwrap().completions();
         assert!(
             completions.load(Ordering::Relaxed) > 0,
             "the transport carried the bytes"
         );
-        drop((drain, transport::send_all::<completion::End>));
-        outcome(raw, ended, &recorder)
+        served.outcome(raw, ended)
     }
 
     /// `raw` with each request id sluice made (in `x-request-id` and a
@@ -589,12 +585,7 @@ mod tests {
     /// sluice's server's outcome for `pieces` over a tokio stream and over
     /// a completion-based transport, which must be the same.
     fn over_both_transports(pieces: &[&[u8]]) -> (Outcome, Outcome) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        on_a_paused_clock(async {
             (
                 serve(Side::Sluice, pieces).await,
                 serve_completing(pieces).await,

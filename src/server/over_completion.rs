@@ -14,7 +14,7 @@ use http::{header, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
-use super::differential::spawn_recorded;
+use super::differential::{spawn_served, Served, Side};
 use crate::clock::ProxyClock;
 use crate::proxy::pool::engine::{
     exchange, AnswerBody, Conn, IdleConns, RequestBody, Sent, UpstreamStream,
@@ -85,7 +85,11 @@ type Sends = (Method, Option<&'static [u8]>, &'static [u8]);
 async fn a_connection_carries_requests_with_and_without_bodies_both_ways() {
     let (client, server) = completion::pair();
     let completions = client.completions();
-    let (served, drain, recorder) = spawn_recorded(server);
+    let Served {
+        task: served,
+        drain,
+        recorder,
+    } = spawn_served(Side::Sluice, server);
     let idle = IdleConns::new(ProxyClock::default());
     let mut conn = Some(Conn::new(client));
     let sends: [Sends; 4] = [
