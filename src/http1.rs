@@ -11,11 +11,14 @@
 //!   what sends it on, as fast as that asks;
 //! - [`transport`]: the one interface both sides read and write through,
 //!   where another I/O backend (io_uring) would plug in (ARCHITECTURE.md);
-//! - [`date`]: the `date` field, formatted once a second.
+//! - [`date`]: the `date` field, formatted once a second;
+//! - [`names`]: field names as a peer spells them, remembered per
+//!   connection.
 
 pub mod chunked;
 pub mod date;
 pub mod framing;
+pub mod names;
 pub mod outflow;
 pub mod pipe;
 pub mod transport;

@@ -44,6 +44,7 @@ use super::AddedFields;
 use crate::http1::chunked::Chunked;
 pub use crate::http1::framing::Framing;
 use crate::http1::framing::{connection_options, only_persistence_options, parse_length};
+use crate::http1::names::Names;
 use crate::http1::outflow::{Outflow, COPY_BELOW};
 use crate::timer::LazyTimer;
 
@@ -75,6 +76,8 @@ pub struct Conn<S> {
     /// A streamed request body still going up once the answer's head came:
     /// the answer's body sends the rest.
     pub(super) upload: Option<Upload>,
+    /// The names the upstream's last head had.
+    names: Names,
 }
 
 impl<S: UpstreamStream> Conn<S> {
@@ -89,6 +92,7 @@ impl<S: UpstreamStream> Conn<S> {
             out: Outflow::default(),
             answer_timer: LazyTimer::new(),
             upload: None,
+            names: Names::default(),
         })
     }
 }
@@ -148,6 +152,7 @@ pub fn exchange<'c, S: UpstreamStream, B>(
         out,
         answer_timer,
         upload,
+        names,
         ..
     } = conn;
     let wire = Wire {
@@ -155,6 +160,7 @@ pub fn exchange<'c, S: UpstreamStream, B>(
         read,
         out,
         upload,
+        names,
     };
     Exchange {
         exchange: write_and_read(wire, request, added, sent),
@@ -199,6 +205,7 @@ struct Wire<'c, S> {
     read: &'c mut BytesMut,
     out: &'c mut Outflow,
     upload: &'c mut Option<Upload>,
+    names: &'c mut Names,
 }
 
 async fn write_and_read<S: UpstreamStream, B>(
@@ -212,6 +219,7 @@ async fn write_and_read<S: UpstreamStream, B>(
         read,
         out,
         upload,
+        names,
     } = wire;
     let framing = sent.body.framing();
     write_head(out.head(), request, added, framing);
@@ -223,8 +231,17 @@ async fn write_and_read<S: UpstreamStream, B>(
             return Err(Failed::NothingBack);
         }
         let mut received = false;
-        return poll_fn(|cx| poll_head(stream, read, &mut received, head_request, handshake, cx))
-            .await;
+        return poll_fn(|cx| {
+            poll_head(
+                stream,
+                read,
+                names,
+                &mut received,
+                (head_request, handshake),
+                cx,
+            )
+        })
+        .await;
     }
     // A streamed body: it goes up while the answer is awaited.
     let mut received = false;
@@ -245,7 +262,14 @@ async fn write_and_read<S: UpstreamStream, B>(
                 Poll::Pending => {}
             }
         }
-        poll_head(stream, read, &mut received, head_request, handshake, cx)
+        poll_head(
+            stream,
+            read,
+            names,
+            &mut received,
+            (head_request, handshake),
+            cx,
+        )
     })
     .await;
     match answered {
@@ -305,16 +329,16 @@ fn queue_body(
 fn poll_head<S: UpstreamStream>(
     stream: &mut S,
     read: &mut BytesMut,
+    names: &mut Names,
     received: &mut bool,
-    head_request: bool,
-    handshake: bool,
+    (head_request, handshake): (bool, bool),
     cx: &mut Context<'_>,
 ) -> Poll<Result<Head, Failed>> {
     loop {
         // Nothing to parse before the first read (a poll after a wake-up
         // starts here again).
         if !read.is_empty() {
-            if let Some(head) = parse_head(read, head_request, handshake)? {
+            if let Some(head) = parse_head(read, names, head_request, handshake)? {
                 if body_to_wait_for(&head.framing, read) {
                     // Most answers come whole in one read; one whose body
                     // did not may be held back by Nagle until the head is
@@ -411,6 +435,7 @@ const ADDED_FIELDS: usize = 6;
 /// handshake), not a failure.
 fn parse_head(
     read: &mut BytesMut,
+    names: &mut Names,
     head_request: bool,
     handshake: bool,
 ) -> Result<Option<Head>, Failed> {
@@ -462,7 +487,7 @@ fn parse_head(
         let status = StatusCode::from_u16(code).map_err(|_| Failed::Broken)?;
         let head = read.split_to(len).freeze();
         let mut framing_fields = FramingFields::default();
-        let mut headers = head_fields(&head, &fields, &mut framing_fields)?;
+        let mut headers = head_fields(&head, &fields, names, &mut framing_fields)?;
         let switched = code == 101;
         let no_body = head_request || switched || matches!(code, 204 | 304);
         let framing = framing_fields.framing(version, no_body)?;
@@ -493,6 +518,7 @@ fn parse_head(
 fn head_fields(
     head: &bytes::Bytes,
     fields: &[[u32; 4]],
+    names: &mut Names,
     framing_fields: &mut FramingFields,
 ) -> Result<HeaderMap, Failed> {
     let mut headers = super::spare_map::take(fields.len() + ADDED_FIELDS);
@@ -502,8 +528,9 @@ fn head_fields(
     // again. Put back if a field it could name turns up.
     let mut set_aside: SmallVec<[HeaderValue; 1]> = SmallVec::new();
     let mut named_option = false;
-    for &[name_start, name_end, value_start, value_end] in fields {
-        let name = HeaderName::from_bytes(&head[name_start as usize..name_end as usize])
+    for (index, &[name_start, name_end, value_start, value_end]) in fields.iter().enumerate() {
+        let name = names
+            .find(index, &head[name_start as usize..name_end as usize])
             .map_err(|_| Failed::Broken)?;
         let value =
             HeaderValue::from_maybe_shared(head.slice(value_start as usize..value_end as usize))
@@ -663,7 +690,9 @@ mod tests {
 
     fn parsed(head: &str) -> Head {
         let mut read = BytesMut::from(head);
-        parse_head(&mut read, false, false).unwrap().unwrap()
+        parse_head(&mut read, &mut Names::default(), false, false)
+            .unwrap()
+            .unwrap()
     }
 
     #[test]

@@ -13,6 +13,7 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 
 use crate::http1::framing::{ends_in_chunked, lists_option, parse_length};
+use crate::http1::names::Names;
 use crate::proxy::ClientRequest;
 
 /// Header slots kept on the stack; a `max_headers` above it reads into slots
@@ -121,6 +122,8 @@ type Field = (HeaderName, Range<usize>);
 #[derive(Debug, Default)]
 pub struct Scratch {
     fields: Vec<Field>,
+    /// The names this connection's last head had.
+    names: Names,
 }
 
 /// Reads the head at the start of `buffer`: takes it out and puts the
@@ -171,8 +174,8 @@ pub fn parse(
     let target = span(buffer, path.as_bytes());
     let fields = &mut scratch.fields;
     fields.clear();
-    for field in request.headers.iter() {
-        let Ok(name) = HeaderName::from_bytes(field.name.as_bytes()) else {
+    for (index, field) in request.headers.iter().enumerate() {
+        let Ok(name) = scratch.names.find(index, field.name.as_bytes()) else {
             return BAD_REQUEST;
         };
         fields.push((name, span(buffer, field.value)));
