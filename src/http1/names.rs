@@ -7,8 +7,11 @@
 
 use http::header::{HeaderName, InvalidHeaderName};
 
-/// How many of a head's first fields are remembered.
+/// How many of a head's first fields are remembered, and how long a name
+/// may be to be: at most 1 KiB of names a connection, whatever a peer
+/// sends.
 const REMEMBERED: usize = 16;
+const LONGEST: usize = 64;
 
 /// See the module docs.
 #[derive(Debug, Default)]
@@ -34,6 +37,9 @@ impl Names {
     #[cold]
     fn look_up(&mut self, index: usize, spelled: &[u8]) -> Result<HeaderName, InvalidHeaderName> {
         let name = HeaderName::from_bytes(spelled)?;
+        if spelled.len() > LONGEST {
+            return Ok(name);
+        }
         let remembered = (Box::from(spelled), name.clone());
         match index {
             _ if index < self.seen.len() => self.seen[index] = remembered,
@@ -75,5 +81,8 @@ mod tests {
             names.find(index, b"X-Field").unwrap();
         }
         assert_eq!(names.seen.len(), REMEMBERED);
+        let long = [b'x'; LONGEST + 1];
+        assert!(names.find(0, &long).is_ok());
+        assert_ne!(&*names.seen[0].0, &long[..], "a long name is not kept");
     }
 }
