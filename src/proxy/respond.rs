@@ -342,8 +342,9 @@ pub fn no_server(response: &mut Response<ProxyBody>, pool: &str) {
     );
 }
 
-/// Writes a refusal with no fields but its `Retry-After`, whose document
-/// `document` writes, into the [`vacant`] `response`.
+/// Writes a refusal whose only fields are its `Content-Type` and
+/// `Retry-After`, and whose document `document` writes, into the
+/// [`vacant`] `response`.
 fn refuse(
     response: &mut Response<ProxyBody>,
     said: Said<'_>,
