@@ -513,13 +513,7 @@ fn refuse_limited(
     let (head, detail) = match beyond {
         None => (first.limit.problem_head.as_str(), &*first.limit.detail),
         Some(cost) => {
-            let detail = format!(
-                "this query costs {cost} units and rule '{}' holds at most {}, so it can never \
-                 be admitted: ask for fewer items (first/last)",
-                first.rule.name,
-                first.limit.limiter.capacity()
-            );
-            costly = (problem::quota_exceeded_head(status, &detail), detail);
+            costly = beyond_capacity_head(first, cost, status);
             (costly.0.as_str(), costly.1.as_str())
         }
     };
@@ -549,6 +543,18 @@ fn refuse_limited(
         last_refusal::remember(key, &mut fields, &body);
     }
     refuse_into(response, said, fields, |_| body)
+}
+
+/// The 429 body's head and detail for a query that costs `cost`, more than
+/// `first`'s limit can ever hold.
+fn beyond_capacity_head(first: &Verdict<'_>, cost: u64, status: StatusCode) -> (String, String) {
+    let detail = format!(
+        "this query costs {cost} units and rule '{}' holds at most {}, so it can never be \
+         admitted: ask for fewer items (first/last)",
+        first.rule.name,
+        first.limit.limiter.capacity()
+    );
+    (problem::quota_exceeded_head(status, &detail), detail)
 }
 
 /// The answer to a request an `adaptive` rule shed: 503, the overloaded

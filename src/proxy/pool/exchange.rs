@@ -224,24 +224,14 @@ async fn write_and_read<S: UpstreamStream, B>(
     let framing = sent.body.framing();
     write_head(out.head(), request, added, framing);
     queue_body(out, upload, sent.body, framing)?;
-    let head_request = request.method() == Method::HEAD;
-    let handshake = sent.handshake;
+    // What the answer's head is read as: one to a `HEAD`, to a handshake.
+    let asked = (request.method() == Method::HEAD, sent.handshake);
     if upload.is_none() {
         if poll_fn(|cx| out.poll_write(stream, cx)).await.is_err() {
             return Err(Failed::NothingBack);
         }
         let mut received = false;
-        return poll_fn(|cx| {
-            poll_head(
-                stream,
-                read,
-                names,
-                &mut received,
-                (head_request, handshake),
-                cx,
-            )
-        })
-        .await;
+        return poll_fn(|cx| poll_head(stream, read, names, &mut received, asked, cx)).await;
     }
     // A streamed body: it goes up while the answer is awaited.
     let mut received = false;
@@ -262,14 +252,7 @@ async fn write_and_read<S: UpstreamStream, B>(
                 Poll::Pending => {}
             }
         }
-        poll_head(
-            stream,
-            read,
-            names,
-            &mut received,
-            (head_request, handshake),
-            cx,
-        )
+        poll_head(stream, read, names, &mut received, asked, cx)
     })
     .await;
     match answered {
