@@ -279,9 +279,13 @@ impl Served {
         ended
     }
 
-    /// What the connection did ([`outcome`]).
+    /// What the connection did ([`outcome`]), once it is drained.
     fn outcome(self, raw: Vec<u8>, ended: bool) -> Outcome {
-        outcome(raw, ended, &self.recorder)
+        let Served {
+            drain, recorder, ..
+        } = self;
+        drop(drain);
+        outcome(raw, ended, &recorder)
     }
 }
 
