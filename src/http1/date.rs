@@ -100,10 +100,13 @@ mod tests {
     }
 
     #[test]
-    fn the_line_follows_the_second_it_is_written_in() {
+    fn the_line_follows_the_wall_clock_across_a_real_second() {
         use std::time::{Duration, SystemTime};
         // Written a second and a bit apart, each names the second the wall
         // clock was in (or the next, when it turned between the two reads).
+        // The wait is the behaviour under test: the cached line must be
+        // renewed once the real second has turned (the TSC against the
+        // wall clock, which no paused clock stands in for).
         for _ in 0..2 {
             let before = SystemTime::now();
             let mut out = Vec::new();

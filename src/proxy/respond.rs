@@ -995,6 +995,18 @@ mod tests {
     /// A refusal by `policy`'s only limit: empty, full again in 30 s, to be
     /// retried in `retry_after_secs` (less when the request costs less).
     fn refusal(policy: &Policy, retry_after_secs: u64, at: Duration) -> Response<ProxyBody> {
+        let mut response = vacant();
+        refuse_by_only_limit(&mut response, policy, retry_after_secs, at);
+        response
+    }
+
+    /// [`refusal`], written into `response`.
+    fn refuse_by_only_limit(
+        response: &mut Response<ProxyBody>,
+        policy: &Policy,
+        retry_after_secs: u64,
+        at: Duration,
+    ) {
         let rule = &policy.rules[0];
         let verdicts = [Verdict {
             rule,
@@ -1007,9 +1019,7 @@ mod tests {
                 retry_after: Some(retry_after_secs * 1_000_000_000),
             },
         }];
-        let mut response = vacant();
-        limited(&mut response, policy, &verdicts, at);
-        response
+        limited(response, policy, &verdicts, at);
     }
 
     #[test]
@@ -1216,20 +1226,9 @@ mod tests {
         // too: a gRPC call still gets its own.
         for _ in 0..3 {
             let over = parts(refusal(&policy, 30, at)).await;
-            let verdicts = [Verdict {
-                rule,
-                limit: &rule.limits[0],
-                decision: Decision::Deny {
-                    state: crate::limiter::BucketState {
-                        remaining: 0,
-                        reset_after: 30_000_000_000,
-                    },
-                    retry_after: Some(30_000_000_000),
-                },
-            }];
             let mut grpc = vacant();
             grpc.body_mut().speak_grpc();
-            limited(&mut grpc, &policy, &verdicts, at);
+            refuse_by_only_limit(&mut grpc, &policy, 30, at);
             assert_eq!(
                 grpc.body().stands_for(grpc.status()),
                 StatusCode::TOO_MANY_REQUESTS
