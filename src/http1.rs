@@ -11,6 +11,7 @@
 //!   what sends it on, as fast as that asks;
 //! - [`transport`]: the one interface both sides read and write through,
 //!   where another I/O backend (io_uring) would plug in (ARCHITECTURE.md);
+//! - [`sending`]: the bytes a write hands the transport, owned;
 //! - [`date`]: the `date` field, formatted once a second;
 //! - [`names`]: field names as a peer spells them, remembered per
 //!   connection.
@@ -21,4 +22,5 @@ pub mod framing;
 pub mod names;
 pub mod outflow;
 pub mod pipe;
+pub mod sending;
 pub mod transport;

@@ -37,6 +37,10 @@ thread_local! {
     };
 }
 
+/// The last moment an IMF-fixdate can name (9999-12-31T23:59:59Z): a wall
+/// clock beyond it, or before 1970, is written as the nearest it can.
+const LAST_SECOND: u64 = 253_402_300_799;
+
 /// Appends now's `date` field line to `out`.
 #[inline]
 pub fn write_field(out: &mut Vec<u8>) {
@@ -46,11 +50,7 @@ pub fn write_field(out: &mut Vec<u8>) {
             None => false,
         };
         if !current {
-            if let Some(uncached) = cached.renew() {
-                // Years past 9999: not cached, written as they are.
-                out.extend_from_slice(uncached.as_bytes());
-                return;
-            }
+            cached.renew();
         }
         out.extend_from_slice(&cached.line);
     });
@@ -58,30 +58,31 @@ pub fn write_field(out: &mut Vec<u8>) {
 
 impl Line {
     /// Makes the line of the wall clock's current second, valid until it
-    /// ends; the line itself when it does not fit (a year past 9999).
+    /// ends.
     #[cold]
-    fn renew(&mut self) -> Option<String> {
+    fn renew(&mut self) {
         let clock = self.clock.get_or_insert_with(quanta::Clock::new);
         // Read before the wall clock: the second is then taken to end a
         // little early, never late.
         let read_at = clock.raw();
-        let now = SystemTime::now();
-        let line = format!("date: {}\r\n", httpdate::fmt_http_date(now));
-        if line.len() != LINE_LENGTH {
-            self.until = 0;
-            return Some(line);
-        }
-        let into_second = now
+        let nanos_per_giga_tick = u128::from(clock.delta_as_nanos(0, 1_000_000_000).max(1));
+        self.renew_at(read_at, SystemTime::now(), nanos_per_giga_tick);
+    }
+
+    /// [`renew`](Line::renew) with the TSC read at `read_at`, the wall
+    /// clock at `now`, and the TSC's rate.
+    fn renew_at(&mut self, read_at: u64, now: SystemTime, nanos_per_giga_tick: u128) {
+        let since_epoch = now
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or(Duration::ZERO)
-            .subsec_nanos();
-        let left = u128::from(1_000_000_000 - into_second);
-        // The raw clock's ticks in those nanoseconds.
-        let nanos_per_giga_tick = u128::from(clock.delta_as_nanos(0, 1_000_000_000).max(1));
-        let ticks = left * 1_000_000_000 / nanos_per_giga_tick;
+            .min(Duration::new(LAST_SECOND, 999_999_999));
+        let named = SystemTime::UNIX_EPOCH + since_epoch;
+        let line = format!("date: {}\r\n", httpdate::fmt_http_date(named));
         self.line.copy_from_slice(line.as_bytes());
+        let left = u128::from(1_000_000_000 - since_epoch.subsec_nanos());
+        // The raw clock's ticks in those nanoseconds.
+        let ticks = left * 1_000_000_000 / nanos_per_giga_tick;
         self.until = read_at.saturating_add(u64::try_from(ticks).unwrap_or(u64::MAX));
-        None
     }
 }
 
@@ -100,28 +101,30 @@ mod tests {
     }
 
     #[test]
-    fn the_line_follows_the_wall_clock_across_a_real_second() {
+    fn the_line_holds_until_its_second_ends_on_the_tsc() {
         use std::time::{Duration, SystemTime};
-        // Written a second and a bit apart, each names the second the wall
-        // clock was in (or the next, when it turned between the two reads).
-        // The wait is the behaviour under test: the cached line must be
-        // renewed once the real second has turned (the TSC against the
-        // wall clock, which no paused clock stands in for).
-        for _ in 0..2 {
-            let before = SystemTime::now();
-            let mut out = Vec::new();
-            super::write_field(&mut out);
-            let text = String::from_utf8(out).unwrap();
-            let value = &text["date: ".len()..text.len() - 2];
-            let written = httpdate::parse_http_date(value).unwrap();
-            let second = |time: SystemTime| {
-                time.duration_since(SystemTime::UNIX_EPOCH)
-                    .unwrap()
-                    .as_secs()
-            };
-            let (at, then) = (second(written), second(before));
-            assert!(at == then || at == then + 1, "{value} at {then}");
-            std::thread::sleep(Duration::from_millis(1_100));
-        }
+        // 24 Nov 2026 01:30:00 UTC, a quarter into the second; a TSC of two
+        // ticks a nanosecond (500,000,000 ns a billion ticks).
+        let second = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_483_800);
+        let mut line = super::Line {
+            clock: None,
+            until: 0,
+            line: [0; super::LINE_LENGTH],
+        };
+        line.renew_at(1_000, second + Duration::from_millis(250), 500_000_000);
+        assert_eq!(&line.line, b"date: Tue, 24 Nov 2026 01:30:00 GMT\r\n");
+        // The second's last 750 ms are 1.5 billion ticks.
+        assert_eq!(line.until, 1_000 + 1_500_000_000);
+        line.renew_at(line.until, second + Duration::from_secs(1), 500_000_000);
+        assert_eq!(&line.line, b"date: Tue, 24 Nov 2026 01:30:01 GMT\r\n");
+        assert_eq!(line.until, 1_000 + 1_500_000_000 + 2_000_000_000);
+        // A wall clock an IMF-fixdate cannot name is written as the
+        // nearest moment it can, and nothing panics.
+        let far = SystemTime::UNIX_EPOCH + Duration::from_secs(300_000_000_000);
+        line.renew_at(7, far, 500_000_000);
+        assert_eq!(&line.line, b"date: Fri, 31 Dec 9999 23:59:59 GMT\r\n");
+        let early = SystemTime::UNIX_EPOCH - Duration::from_secs(1);
+        line.renew_at(7, early, 500_000_000);
+        assert_eq!(&line.line, b"date: Thu, 01 Jan 1970 00:00:00 GMT\r\n");
     }
 }

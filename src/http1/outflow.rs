@@ -14,12 +14,13 @@
 //!
 //! [`has_room`]: Outflow::has_room
 
-use std::io::{self, IoSlice};
+use std::io;
 use std::task::{ready, Context, Poll};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 
 use super::framing::{chunk_size_line, Framing};
+use super::sending::Sending;
 use super::transport::Transport;
 
 /// Frames shorter than this are copied behind what is buffered; longer
@@ -64,45 +65,35 @@ pub enum Mismatch {
 /// See the module docs.
 #[derive(Debug, Default)]
 pub struct Outflow {
-    /// Copied bytes, written first; `buf[sent..]` is what is left of them.
-    buf: Vec<u8>,
-    sent: usize,
-    /// A frame written from where it is, after `buf`.
-    long: Bytes,
-    /// What follows `long` (a chunk's CRLF).
-    after_long: &'static [u8],
+    out: Sending,
 }
 
 impl Outflow {
     /// The buffer a head is written into (nothing may be pending).
     pub fn head(&mut self) -> &mut Vec<u8> {
         debug_assert!(self.is_empty());
-        self.buf.clear();
-        self.sent = 0;
-        &mut self.buf
+        self.out.restart()
     }
 
     /// The buffer, to append bytes to as they are (a body written whole
     /// behind its head).
     pub fn buffer(&mut self) -> &mut Vec<u8> {
-        self.move_long_into_buf();
-        &mut self.buf
+        self.out.buffer()
     }
 
     /// Appends bytes as they are (a head's last part, a body held whole).
     pub fn extend(&mut self, bytes: &[u8]) {
-        self.move_long_into_buf();
-        self.buf.extend_from_slice(bytes);
+        self.out.buffer().extend_from_slice(bytes);
     }
 
     /// Whether everything pushed has been written.
     pub fn is_empty(&self) -> bool {
-        self.sent == self.buf.len() && self.long.is_empty() && self.after_long.is_empty()
+        self.out.is_empty()
     }
 
     /// Whether another frame may be gathered before writing.
     pub fn has_room(&self) -> bool {
-        self.long.is_empty() && self.buf.len() - self.sent < GATHER
+        !self.out.has_long() && self.out.buffered() < GATHER
     }
 
     /// Adds `data`, framed as `body` says (which counts it); only when
@@ -119,20 +110,21 @@ impl Outflow {
                 false
             }
             BodyOut::Chunked => {
-                chunk_size_line(&mut self.buf, data.len());
+                chunk_size_line(self.out.buffer(), data.len());
                 true
             }
             BodyOut::UntilClose => false,
         };
         if data.len() < COPY_BELOW {
-            self.buf.extend_from_slice(&data);
+            let buf = self.out.buffer();
+            buf.extend_from_slice(&data);
             if chunked {
-                self.buf.extend_from_slice(b"\r\n");
+                buf.extend_from_slice(b"\r\n");
             }
         } else {
-            debug_assert!(self.long.is_empty(), "pushed without room");
-            self.long = data;
-            self.after_long = if chunked { b"\r\n" } else { b"" };
+            debug_assert!(!self.out.has_long(), "pushed without room");
+            self.out
+                .push_long(data, if chunked { b"\r\n" } else { b"" });
         }
         Ok(())
     }
@@ -148,24 +140,12 @@ impl Outflow {
             BodyOut::Length(0) | BodyOut::UntilClose => Ok(()),
             BodyOut::Length(_) => Err(Mismatch::TooShort),
             BodyOut::Chunked => {
-                // Behind `long`, if any: it is all one write either way.
-                self.move_long_into_buf();
-                self.buf.extend_from_slice(b"0\r\n\r\n");
+                // Behind the long frame, if any: it is all one write
+                // either way.
+                self.out.buffer().extend_from_slice(b"0\r\n\r\n");
                 Ok(())
             }
         }
-    }
-
-    /// Makes the pending long frame part of the buffer (a copy), so that
-    /// more can be appended behind it.
-    fn move_long_into_buf(&mut self) {
-        if self.long.is_empty() && self.after_long.is_empty() {
-            return;
-        }
-        self.buf.extend_from_slice(&self.long);
-        self.buf.extend_from_slice(self.after_long);
-        self.long = Bytes::new();
-        self.after_long = b"";
     }
 
     /// Writes everything pending to `io` (and pushes it on); ready once
@@ -175,40 +155,13 @@ impl Outflow {
         io: &mut T,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
-        loop {
-            let n = if self.long.is_empty() && self.after_long.is_empty() {
-                // The usual: all of it in the buffer (a head, and a body
-                // gathered behind it).
-                if self.sent == self.buf.len() {
-                    break;
-                }
-                ready!(io.poll_send(cx, &[IoSlice::new(&self.buf[self.sent..])]))?
-            } else {
-                let parts = [
-                    IoSlice::new(&self.buf[self.sent..]),
-                    IoSlice::new(&self.long),
-                    IoSlice::new(self.after_long),
-                ];
-                ready!(io.poll_send(cx, &parts))?
-            };
-            if n == 0 {
+        while !self.out.is_empty() {
+            if ready!(io.poll_send(cx, &mut self.out))? == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.advance(n);
         }
-        self.buf.clear();
-        self.sent = 0;
+        self.out.restart();
         io.poll_push(cx)
-    }
-
-    fn advance(&mut self, mut n: usize) {
-        let from_buf = n.min(self.buf.len() - self.sent);
-        self.sent += from_buf;
-        n -= from_buf;
-        let from_long = n.min(self.long.len());
-        self.long.advance(from_long);
-        n -= from_long;
-        self.after_long = &self.after_long[n.min(self.after_long.len())..];
     }
 }
 

@@ -10,18 +10,20 @@
 //! [`on_readiness!`]; `DeadlineIo` wraps any transport with the client
 //! connection's clocks. A completion-based backend (io_uring) is another
 //! implementation beside these: a read hands it the buffer, which it keeps
-//! until the read completes (see [`Transport::poll_fill`]), and a write's
-//! bytes are its until they are sent. The tests run the engine over one,
+//! until the read completes (see [`Transport::poll_fill`]), and a write
+//! hands it the bytes, owned ([`Sending`]), until they are sent. The tests run the engine over one,
 //! in memory (`testing/completion.rs`). ARCHITECTURE.md ("The I/O seam")
 //! says where a new one plugs in; no protocol code changes for it.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::{pin, Pin};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+
+use super::sending::Sending;
 
 /// A byte stream the HTTP/1.1 engine speaks on.
 pub trait Transport: Unpin + Send {
@@ -36,11 +38,15 @@ pub trait Transport: Unpin + Send {
     /// `buf` as it is and polls again with it.
     fn poll_fill(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::Result<usize>>;
 
-    /// Writes from the front of `parts`, as much as the transport takes
-    /// now; how many bytes went. Bytes reported as gone are the
-    /// transport's: the caller may reuse their memory at once.
-    fn poll_send(&mut self, cx: &mut Context<'_>, parts: &[IoSlice<'_>])
-        -> Poll<io::Result<usize>>;
+    /// Sends from the front of `out`, as much as the transport takes now,
+    /// and advances `out` past it; how many bytes went.
+    ///
+    /// `out` passes by ownership, as a read's buffer does: a transport
+    /// that sends later (completion-based) takes its bytes when the write
+    /// starts ([`Sending::lend`]) and gives them back, advanced, when it
+    /// returns `Ready` ([`Sending::give_back`]). Until then the caller
+    /// leaves `out` as it is and polls again with it.
+    fn poll_send(&mut self, cx: &mut Context<'_>, out: &mut Sending) -> Poll<io::Result<usize>>;
 
     /// Sends on what the transport still holds (a TLS record being sealed,
     /// a write not yet completed).
@@ -70,12 +76,17 @@ pub mod readiness {
     pub fn poll_send<T: AsyncWrite + Unpin>(
         io: &mut T,
         cx: &mut Context<'_>,
-        parts: &[IoSlice<'_>],
+        out: &mut Sending,
     ) -> Poll<io::Result<usize>> {
-        match parts {
-            [one] => Pin::new(io).poll_write(cx, one),
-            _ => Pin::new(io).poll_write_vectored(cx, parts),
-        }
+        let [first, long, after] = out.slices();
+        let n = if long.is_empty() && after.is_empty() {
+            ready!(Pin::new(io).poll_write(cx, first))?
+        } else {
+            let parts = [IoSlice::new(first), IoSlice::new(long), IoSlice::new(after)];
+            ready!(Pin::new(io).poll_write_vectored(cx, &parts))?
+        };
+        out.advance(n);
+        Poll::Ready(Ok(n))
     }
 
     #[inline]
@@ -113,9 +124,9 @@ macro_rules! on_readiness {
             fn poll_send(
                 &mut self,
                 cx: &mut std::task::Context<'_>,
-                parts: &[std::io::IoSlice<'_>],
+                out: &mut $crate::http1::sending::Sending,
             ) -> std::task::Poll<std::io::Result<usize>> {
-                $crate::http1::transport::readiness::poll_send(self, cx, parts)
+                $crate::http1::transport::readiness::poll_send(self, cx, out)
             }
 
             #[inline]
@@ -143,13 +154,12 @@ on_readiness!(impl for tokio::net::TcpStream);
 on_readiness!(impl for tokio::io::DuplexStream);
 
 /// Writes all of `bytes` (then pushes it on), as `write_all` and `flush`.
-pub async fn send_all<T: Transport + ?Sized>(io: &mut T, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
-        let n = std::future::poll_fn(|cx| io.poll_send(cx, &[IoSlice::new(bytes)])).await?;
-        if n == 0 {
+pub async fn send_all<T: Transport + ?Sized>(io: &mut T, bytes: Bytes) -> io::Result<()> {
+    let mut out = Sending::of(bytes);
+    while !out.is_empty() {
+        if std::future::poll_fn(|cx| io.poll_send(cx, &mut out)).await? == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
-        bytes = &bytes[n..];
     }
     std::future::poll_fn(|cx| io.poll_push(cx)).await
 }

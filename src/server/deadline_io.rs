@@ -39,7 +39,7 @@
 //! (a lingering close, as nginx's `lingering_close`).
 
 use std::future::Future;
-use std::io::{self, IoSlice};
+use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,6 +50,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::http1::sending::Sending;
 use crate::http1::transport::Transport;
 use crate::problem::{self, Layout};
 use crate::timer::LazyTimer;
@@ -199,8 +200,8 @@ pub struct DeadlineIo<S> {
 /// Our own answer's progress.
 #[derive(Debug)]
 enum Answer {
-    /// The response, and how much of it was written.
-    Writing(Vec<u8>, usize),
+    /// The response, as far as it is still to write.
+    Writing(Sending),
     /// Written and the write side shut: reading what the client still
     /// sends, so that closing with unread data does not reset the
     /// connection before the client read the answer (a lingering close, as
@@ -371,7 +372,7 @@ impl<S> DeadlineIo<S> {
 
     /// Queues an answer of our own; the connection closes after it.
     fn queue_answer(&mut self, answer: Vec<u8>) {
-        self.answer = Some(Answer::Writing(answer, 0));
+        self.answer = Some(Answer::Writing(Sending::copied(answer)));
     }
 
     /// Writes `answer` (a head refused by the server, whole), then closes
@@ -515,7 +516,7 @@ impl<S: Transport> DeadlineIo<S> {
         loop {
             match &mut self.answer {
                 None => return Poll::Ready(Ok(())),
-                Some(Answer::Writing(bytes, written)) if *written == bytes.len() => {
+                Some(Answer::Writing(out)) if out.is_empty() => {
                     ready!(self.inner.poll_close(cx))?;
                     let until = Instant::now() + LINGER_TIME;
                     self.answer = Some(Answer::Lingering {
@@ -526,25 +527,15 @@ impl<S: Transport> DeadlineIo<S> {
                     // Starts the clock; it cannot have run out yet.
                     let _ = self.read_timer.poll_until(cx, until);
                 }
-                Some(Answer::Writing(bytes, written)) => {
-                    match self
-                        .inner
-                        .poll_send(cx, &[IoSlice::new(&bytes[*written..])])
-                    {
-                        Poll::Ready(Ok(0)) => {
-                            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()))
-                        }
-                        Poll::Ready(Ok(n)) => {
-                            *written += n;
-                            self.send_blocked = false;
-                        }
-                        Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
-                        Poll::Pending => {
-                            self.poll_send_deadline(cx)?;
-                            return Poll::Pending;
-                        }
+                Some(Answer::Writing(out)) => match self.inner.poll_send(cx, out) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Poll::Ready(Ok(_)) => self.send_blocked = false,
+                    Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                    Poll::Pending => {
+                        self.poll_send_deadline(cx)?;
+                        return Poll::Pending;
                     }
-                }
+                },
                 Some(Answer::Lingering {
                     drained,
                     until,
@@ -582,12 +573,8 @@ impl<S: Transport> Transport for DeadlineIo<S> {
     }
 
     #[inline]
-    fn poll_send(
-        &mut self,
-        cx: &mut Context<'_>,
-        parts: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        self.poll_write_with(cx, |inner, cx| inner.poll_send(cx, parts))
+    fn poll_send(&mut self, cx: &mut Context<'_>, out: &mut Sending) -> Poll<io::Result<usize>> {
+        self.poll_write_with(cx, |inner, cx| inner.poll_send(cx, out))
     }
 
     #[inline]

@@ -523,6 +523,7 @@ mod tests {
     /// reading and writing it through a completion-based transport
     /// (`testing/completion.rs`) instead of a tokio stream.
     async fn serve_completing(pieces: &[&[u8]]) -> Outcome {
+        use crate::http1::sending::Sending;
         use crate::testing::completion;
         let (client, server) = completion::pair();
         let mut served = spawn_served(Side::Sluice, server);
@@ -542,17 +543,12 @@ mod tests {
             }
         });
         for piece in pieces {
-            let mut left: &[u8] = piece;
-            while !left.is_empty() {
-                let sent = std::future::poll_fn(|cx| {
-                    client
-                        .lock()
-                        .unwrap()
-                        .poll_send(cx, &[std::io::IoSlice::new(left)])
-                })
-                .await;
+            let mut out = Sending::copied(piece.to_vec());
+            while !out.is_empty() {
+                let sent =
+                    std::future::poll_fn(|cx| client.lock().unwrap().poll_send(cx, &mut out)).await;
                 match sent {
-                    Ok(n) if n > 0 => left = &left[n..],
+                    Ok(n) if n > 0 => {}
                     // A server that closed takes no more.
                     _ => break,
                 }

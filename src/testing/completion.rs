@@ -8,13 +8,14 @@
 //! transport said so, breaks its tests.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice};
+use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use bytes::{BufMut, BytesMut};
 
+use crate::http1::sending::Sending;
 use crate::http1::transport::Transport;
 
 /// How many bytes may wait in each direction: a writer beyond it waits
@@ -46,13 +47,15 @@ pub struct End {
     /// The buffer a read took, until the read completes.
     reading: Option<BytesMut>,
     /// The bytes a write took, until they are delivered.
-    writing: Option<Vec<u8>>,
+    writing: Option<Sending>,
     /// Reads completed and writes delivered at both ends, for the tests to
     /// see the transport was used.
     completions: Arc<AtomicUsize>,
     /// What a read for hyper's HTTP/2 server landed in (see the tokio
     /// implementations below).
     bridged: BytesMut,
+    /// What a write for hyper's HTTP/2 server sends.
+    bridged_out: Sending,
 }
 
 /// A connection's two ends.
@@ -66,6 +69,7 @@ pub fn pair() -> (End, End) {
         writing: None,
         completions: Arc::clone(&completions),
         bridged: BytesMut::new(),
+        bridged_out: Sending::default(),
     };
     (end(0), end(1))
 }
@@ -82,11 +86,13 @@ impl End {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Delivers the write in flight, once there is room for it.
-    fn poll_deliver(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let Some(bytes) = self.writing.take() else {
-            return Poll::Ready(Ok(0));
-        };
+    /// Delivers `lent`, once there is room for it.
+    fn poll_deliver(
+        &mut self,
+        cx: &mut Context<'_>,
+        lent: &mut Sending,
+    ) -> Poll<io::Result<usize>> {
+        let bytes = lent.slices().concat();
         let other = 1 - self.side;
         let mut pipe = self.pipe();
         let toward = &mut pipe.toward[other];
@@ -95,8 +101,6 @@ impl End {
         }
         if toward.bytes.len() + bytes.len() > ROOM && !toward.bytes.is_empty() {
             toward.writer = Some(cx.waker().clone());
-            drop(pipe);
-            self.writing = Some(bytes);
             return Poll::Pending;
         }
         toward.bytes.extend(&bytes);
@@ -104,6 +108,7 @@ impl End {
             reader.wake();
         }
         drop(pipe);
+        lent.advance(bytes.len());
         self.completions.fetch_add(1, Ordering::Relaxed);
         Poll::Ready(Ok(bytes.len()))
     }
@@ -141,27 +146,30 @@ impl Transport for End {
         Poll::Ready(Ok(n))
     }
 
-    fn poll_send(
-        &mut self,
-        cx: &mut Context<'_>,
-        parts: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        if self.writing.is_none() {
+    fn poll_send(&mut self, cx: &mut Context<'_>, out: &mut Sending) -> Poll<io::Result<usize>> {
+        let Some(mut lent) = self.writing.take() else {
             // The write starts: its bytes are the transport's now, sent on
             // a later poll.
-            self.writing = Some(parts.iter().flat_map(|part| part.iter().copied()).collect());
+            self.writing = Some(out.lend());
             cx.waker().wake_by_ref();
             return Poll::Pending;
+        };
+        let delivered = self.poll_deliver(cx, &mut lent);
+        if delivered.is_pending() {
+            self.writing = Some(lent);
+        } else {
+            out.give_back(lent);
         }
-        self.poll_deliver(cx)
+        delivered
     }
 
-    fn poll_push(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.poll_deliver(cx).map_ok(|_| ())
+    fn poll_push(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        debug_assert!(self.writing.is_none(), "pushed with a write in flight");
+        Poll::Ready(Ok(()))
     }
 
-    fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        std::task::ready!(self.poll_deliver(cx))?;
+    fn poll_close(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        debug_assert!(self.writing.is_none(), "closed with a write in flight");
         let other = 1 - self.side;
         let mut pipe = self.pipe();
         pipe.toward[other].closed = true;
@@ -221,7 +229,14 @@ impl tokio::io::AsyncWrite for End {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut().poll_send(cx, &[IoSlice::new(buf)])
+        let this = self.get_mut();
+        let mut out = std::mem::take(&mut this.bridged_out);
+        if out.is_empty() {
+            out = Sending::copied(buf.to_vec());
+        }
+        let sent = this.poll_send(cx, &mut out);
+        this.bridged_out = out;
+        sent
     }
 
     fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

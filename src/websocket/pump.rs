@@ -6,10 +6,10 @@
 //! tunnel silent both ways for its idle timeout is closed by sluice with
 //! a Close frame 1001 to each side.
 //!
-//! Each read goes into a buffer on the stack of the poll that makes it,
-//! and is written on from there in the same poll; only what the other
-//! side could not take at once is kept, in a buffer allocated for it and
-//! freed once written. An idle tunnel, the usual kind, holds no buffer at
+//! Each read goes into this thread's buffer ([`READING`]) and is written
+//! on from there in the same poll, handed to the write without a copy
+//! ([`Sending`]); only what the other side could not take at once is
+//! copied and kept, in a buffer allocated for it and freed once written. An idle tunnel, the usual kind, holds no buffer at
 //! all: what it keeps of each direction's frames is a few counters
 //! ([`FrameEnds`], a header's 14 bytes inline), and its idle clock one
 //! timer that moves later without touching the timer wheel
@@ -28,16 +28,17 @@
 
 use std::cell::Cell;
 use std::future::{poll_fn, Future};
-use std::io::{self, IoSlice};
+use std::io;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::time::Instant;
 
 use super::frames::{close_frame, FrameEnds, Reader, Step, Violation};
+use crate::http1::sending::Sending;
 use crate::http1::transport::{self, Transport};
 use crate::timer::LazyTimer;
 
@@ -396,7 +397,7 @@ where
 {
     if to_server {
         let mask: [u8; 4] = rand::random();
-        let _ = transport::send_all(server, &close_frame(code, reason, Some(mask))).await;
+        let _ = transport::send_all(server, close_frame(code, reason, Some(mask)).into()).await;
     }
     let _ = poll_fn(|cx| server.poll_close(cx)).await;
     // The client's frame goes between two of the server's.
@@ -469,13 +470,12 @@ impl Inspect for FrameEnds {
 /// to a sink.
 struct Flow<I> {
     inspect: I,
-    /// Bytes read and not yet written: `[..written]` are written (dead),
-    /// `[written..decided]` may pass, the rest is undecided (a header
-    /// still arriving, or a message waiting for admission). Empty, with no
-    /// allocation, whenever everything read was written.
+    /// Decided bytes on their way to the sink, owned (a transport holds
+    /// them while its write is in flight). No allocation once written.
+    out: Sending,
+    /// Bytes read and not yet decided: a header still arriving, or a
+    /// message waiting for admission. No allocation when there are none.
     kept: Vec<u8>,
-    written: usize,
-    decided: usize,
     /// What deciding stopped at, reported once the bytes before it are
     /// written.
     stopped: Option<Stop>,
@@ -492,30 +492,39 @@ impl<I: Inspect> Flow<I> {
     fn new(inspect: I, early: Vec<u8>) -> Flow<I> {
         let mut flow = Flow {
             inspect,
+            out: Sending::default(),
             kept: early,
-            written: 0,
-            decided: 0,
             stopped: None,
             eof: false,
             shut: false,
             moved: 0,
         };
-        flow.decide();
+        flow.decide(0);
         flow
     }
 
-    /// Decides as much of the kept bytes as can be.
-    fn decide(&mut self) {
-        let (decided, stopped) = decide(&mut self.inspect, &self.kept[self.decided..]);
-        self.decided += decided;
+    /// Decides as much of the kept bytes after `from` (decided already) as
+    /// can be, and moves what passes to [`out`](Flow::out).
+    fn decide(&mut self, from: usize) {
+        let (decided, stopped) = decide(&mut self.inspect, &self.kept[from..]);
         self.stopped = stopped;
+        let passing = from + decided;
+        if passing == self.kept.len() && self.out.is_empty() {
+            // All of it, with nothing ahead of it: the buffer itself goes.
+            self.out = Sending::copied(std::mem::take(&mut self.kept));
+        } else if passing > 0 {
+            self.out.buffer().extend_from_slice(&self.kept[..passing]);
+            self.kept.drain(..passing);
+            if self.kept.is_empty() {
+                self.kept = Vec::new();
+            }
+        }
     }
 
     /// A message this flow stopped at was admitted: it passes.
     fn admitted(&mut self) {
         if let Some(Stop::Message(header)) = self.stopped.take() {
-            self.decided += header;
-            self.decide();
+            self.decide(header);
         }
     }
 
@@ -534,7 +543,7 @@ impl<I: Inspect> Flow<I> {
 
     /// Whether a Close frame passed: decided whole, and written.
     fn passed_close(&self) -> bool {
-        self.inspect.saw_close() && self.written == self.decided
+        self.inspect.saw_close() && self.out.is_empty()
     }
 
     /// Shuts the sink's write side, once.
@@ -602,9 +611,7 @@ impl<I: Inspect> Flow<I> {
         } else {
             READING.take()
         };
-        if read.capacity() == 0 {
-            read.reserve(SCRATCH);
-        }
+        read.reserve(limit);
         let polled = source.poll_fill(cx, &mut read);
         let result = match polled {
             Poll::Pending => Poll::Pending,
@@ -614,7 +621,7 @@ impl<I: Inspect> Flow<I> {
                 self.eof = true;
                 Poll::Ready(Ok(()))
             }
-            Poll::Ready(Ok(_)) => self.take_read(cx, &read, sink),
+            Poll::Ready(Ok(_)) => self.take_read(cx, read.split().freeze(), sink),
         };
         if limit == SCRATCH {
             read.clear();
@@ -627,7 +634,7 @@ impl<I: Inspect> Flow<I> {
     fn take_read<W: Transport + ?Sized>(
         &mut self,
         cx: &mut Context<'_>,
-        bytes: &[u8],
+        bytes: Bytes,
         sink: &mut W,
     ) -> Poll<io::Result<()>> {
         if bytes.is_empty() {
@@ -635,59 +642,60 @@ impl<I: Inspect> Flow<I> {
             self.eof = true;
             return Poll::Ready(Ok(()));
         }
-        if !self.kept.is_empty() {
+        if !self.kept.is_empty() || !self.out.is_empty() {
             // A header begun in an earlier read: the new bytes join it.
-            self.kept.drain(..self.written);
-            self.decided -= self.written;
-            self.written = 0;
-            self.kept.extend_from_slice(bytes);
-            self.decide();
+            self.kept.extend_from_slice(&bytes);
+            self.decide(0);
             return Poll::Ready(Ok(()));
         }
-        // Written from the stack when the sink takes it; only the rest is
-        // kept. Before a message, nothing is written yet: admitted at
-        // once, it goes in the same write as what came before it.
-        let (decided, stopped) = decide(&mut self.inspect, bytes);
-        let mut written = 0;
-        if decided > 0 && !matches!(stopped, Some(Stop::Message(_))) {
-            match sink.poll_send(cx, &[IoSlice::new(&bytes[..decided])]) {
+        // Written from the read's buffer when the sink takes it; only the
+        // rest is copied and kept. Before a message, nothing is written
+        // yet: admitted at once, it goes in the same write as what came
+        // before it.
+        let (decided, stopped) = decide(&mut self.inspect, &bytes);
+        self.stopped = stopped;
+        if matches!(stopped, Some(Stop::Message(_))) {
+            self.out.buffer().extend_from_slice(&bytes[..decided]);
+        } else if decided > 0 {
+            self.out = Sending::of(bytes.slice(..decided));
+            match sink.poll_send(cx, &mut self.out) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(n)) => written = n,
+                Poll::Ready(Ok(n)) => self.moved += n as u64,
                 Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
                 Poll::Pending => {}
             }
-            self.moved += written as u64;
+            self.release_read();
         }
-        if written < bytes.len() {
-            self.kept.extend_from_slice(&bytes[written..]);
-            self.decided = decided - written;
+        if decided < bytes.len() {
+            self.kept.extend_from_slice(&bytes[decided..]);
         }
-        self.stopped = stopped;
         Poll::Ready(Ok(()))
     }
 
-    /// Writes what is decided; frees the buffer once everything kept is
-    /// written.
+    /// Lets go of the read's buffer: what the sink did not take is copied
+    /// (unless a write in flight holds it), so that the thread's buffer
+    /// is free for the next read.
+    fn release_read(&mut self) {
+        if self.out.is_empty() {
+            self.out = Sending::default();
+        } else if self.out.left() > 0 {
+            self.out.buffer();
+        }
+    }
+
+    /// Writes what is decided; frees the buffer once it is all written.
     fn poll_flush<W: Transport + ?Sized>(
         &mut self,
         cx: &mut Context<'_>,
         sink: &mut W,
     ) -> Poll<io::Result<()>> {
-        while self.written < self.decided {
-            let pending = &self.kept[self.written..self.decided];
-            match ready!(sink.poll_send(cx, &[IoSlice::new(pending)]))? {
+        while !self.out.is_empty() {
+            match ready!(sink.poll_send(cx, &mut self.out))? {
                 0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                n => {
-                    self.written += n;
-                    self.moved += n as u64;
-                }
+                n => self.moved += n as u64,
             }
         }
-        if self.written == self.kept.len() && self.written > 0 {
-            self.kept = Vec::new();
-            self.written = 0;
-            self.decided = 0;
-        }
+        self.out = Sending::default();
         Poll::Ready(Ok(()))
     }
 }

@@ -10,7 +10,6 @@
 //! else closes the connection (hyper's `poll_drain_or_close_read`): bytes
 //! of a body are never read as a next request.
 
-use std::io::IoSlice;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -19,6 +18,7 @@ use hyper::body::Frame;
 use super::head::{BodyFraming, RequestHead};
 use crate::http1::chunked::{BadChunk, Chunked, Decoded};
 use crate::http1::pipe::{self, Broken, Demand, Sender};
+use crate::http1::sending::Sending;
 use crate::http1::transport::Transport;
 use crate::proxy::ClientBody;
 
@@ -44,8 +44,8 @@ enum Decoder {
 pub struct Inflow {
     sender: Sender,
     decoder: Decoder,
-    /// How much of `100 Continue` is written; `None`: none is owed.
-    continuing: Option<usize>,
+    /// What is left to write of `100 Continue`; `None`: none is owed.
+    continuing: Option<Sending>,
     /// How the body ended, once it did: whole, or broken off.
     ended: Option<Result<(), Broken>>,
 }
@@ -175,7 +175,7 @@ impl Inflow {
         Inflow {
             sender,
             decoder,
-            continuing: expect_continue.then_some(0),
+            continuing: expect_continue.then(|| Sending::of(Bytes::from_static(CONTINUE))),
             ended: None,
         }
     }
@@ -224,10 +224,10 @@ impl Inflow {
             }
             Demand::Abandoned => return Pumped::Waiting,
         }
-        if let Some(written) = &mut self.continuing {
-            while *written < CONTINUE.len() {
-                match io.poll_send(cx, &[IoSlice::new(&CONTINUE[*written..])]) {
-                    Poll::Ready(Ok(n)) if n > 0 => *written += n,
+        if let Some(continuing) = &mut self.continuing {
+            while !continuing.is_empty() {
+                match io.poll_send(cx, continuing) {
+                    Poll::Ready(Ok(n)) if n > 0 => {}
                     Poll::Ready(_) => return Pumped::Left,
                     Poll::Pending => return Pumped::Waiting,
                 }
@@ -311,7 +311,8 @@ impl Inflow {
         if let Some(end) = self.ended {
             return end.is_ok();
         }
-        if self.continuing == Some(0) && read.is_empty() {
+        let untold = matches!(&self.continuing, Some(c) if c.left() == CONTINUE.len());
+        if untold && read.is_empty() {
             // The client was never told to send the body: it may or may
             // not, and what comes next cannot be told apart.
             return false;
