@@ -195,6 +195,56 @@ impl Server {
             tls,
             rls_listener,
         } = self;
+        let beside = Beside::start(
+            &proxy,
+            admin_listener,
+            rls_listener,
+            reloader,
+            hangups,
+            &tls,
+        );
+        let mut acceptor = Acceptor::new(&proxy, &config, tls);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                (stream, peer) = accept(&listener) => acceptor.serve(stream, peer),
+            }
+        }
+        proxy.start_draining();
+        acceptor.drain.announce();
+        beside.rls_unready.notify_one();
+        acceptor
+            .keep_serving(&listener, config.server.shutdown_delay, hurry)
+            .await;
+        drop(listener);
+        beside
+            .stop(acceptor.drain, config.server.shutdown_grace, &proxy)
+            .await;
+    }
+}
+
+/// What runs beside the proxy's listener: the admin listener, the rate
+/// limit service's, the config's reloads and the certificate's renewals.
+struct Beside {
+    admin: tokio::task::JoinHandle<()>,
+    rls: Option<tokio::task::JoinHandle<()>>,
+    /// Tells the rate limit service that shutdown began, then to stop.
+    rls_unready: Arc<tokio::sync::Notify>,
+    rls_stop: Arc<tokio::sync::Notify>,
+    reloading: Option<(tokio::task::JoinHandle<()>, tokio::task::JoinHandle<()>)>,
+    following: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Beside {
+    fn start(
+        proxy: &Proxy,
+        admin_listener: TcpListener,
+        rls_listener: Option<TcpListener>,
+        reloader: Option<Arc<Reloader>>,
+        hangups: Option<tokio::signal::unix::Signal>,
+        tls: &Option<Arc<TlsListener>>,
+    ) -> Beside {
         let rls_unready = Arc::new(tokio::sync::Notify::new());
         let rls_stop = Arc::new(tokio::sync::Notify::new());
         let rls = rls_listener.map(|listener| {
@@ -216,88 +266,23 @@ impl Server {
         let following = tls
             .clone()
             .map(|tls| tokio::spawn(tls.follow(proxy.clone())));
-        let http2 = Arc::new(http2_server(&config.server));
-        let server = &config.server;
-        let limits = connection_limits(server);
-        let head_limits = head_limits(server);
-        let connections = Arc::new(Semaphore::new(config.server.max_connections));
-        let drain = Drain::new();
-
-        // Whether accepted sockets come with the listener's TCP_NODELAY.
-        let mut nodelay_inherited = None;
-        let mut serve_connection = |stream: tokio::net::TcpStream, peer: SocketAddr| {
-            // Small request/response exchanges must not wait for Nagle. The
-            // listener has TCP_NODELAY (`listen`), which Linux passes on to
-            // the sockets it accepts: a system call per connection less.
-            // Where the first one shows it was not, each is set.
-            if !*nodelay_inherited.get_or_insert_with(|| stream.nodelay().unwrap_or(false)) {
-                let _ = stream.set_nodelay(true);
-            }
-            let Ok(permit) = connections.clone().try_acquire_owned() else {
-                tokio::spawn(refuse(stream));
-                return;
-            };
-            let exchanges = Arc::new(Exchanges::default());
-            let accepted = Accepted {
-                stream,
-                connection: Connection {
-                    handler: Proxied {
-                        proxy: proxy.clone(),
-                        peer,
-                    },
-                    peer,
-                    head_limits,
-                    exchanges,
-                    http2: Arc::clone(&http2),
-                },
-                limits,
-                proxy_protocol: server.proxy_protocol,
-                draining: drain.handle(),
-                permit,
-            };
-            // One task type per listener kind, each the size its path
-            // needs: a plain connection's task does not carry a TLS
-            // session, and a TLS one needs no second allocation for it.
-            match &tls {
-                None => tokio::spawn(accepted.serve_plain()),
-                Some(tls) => tokio::spawn(accepted.serve_tls(Arc::clone(tls))),
-            };
-        };
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                () = &mut shutdown => break,
-                (stream, peer) = accept(&listener) => serve_connection(stream, peer),
-            }
+        Beside {
+            admin,
+            rls,
+            rls_unready,
+            rls_stop,
+            reloading,
+            following,
         }
+    }
 
-        proxy.start_draining();
-        drain.announce();
-        rls_unready.notify_one();
-        let delay = config.server.shutdown_delay;
-        // No timer at all without a delay: shutdown is as quick as it was.
-        if !delay.is_zero() {
-            tracing::info!(
-                "shutdown: /readyz is 503; serving for {delay:?} while load balancers remove \
-                 this instance (a second signal stops waiting)"
-            );
-            let delayed = tokio::time::sleep(delay);
-            tokio::pin!(delayed, hurry);
-            loop {
-                tokio::select! {
-                    () = &mut delayed => break,
-                    () = &mut hurry => {
-                        tracing::info!("shutdown: a second signal; not waiting out shutdown_delay");
-                        break;
-                    }
-                    (stream, peer) = accept(&listener) => serve_connection(stream, peer),
-                }
-            }
-        }
-        drop(listener);
+    /// Once the listener closed: the connections and the rate limit
+    /// service drain (within `grace`), the last lines and spans are
+    /// written, and the rest stops.
+    async fn stop(self, drain: Drain, grace: Duration, proxy: &Proxy) {
         // `notify_one` keeps the wake-up should the service not wait yet.
-        rls_stop.notify_one();
-        let grace = config.server.shutdown_grace;
+        self.rls_stop.notify_one();
+        let rls = self.rls;
         let rls_done = async move {
             if let Some(rls) = rls {
                 let abort = rls.abort_handle();
@@ -315,13 +300,117 @@ impl Server {
         .await;
         // And the last requests' spans.
         proxy.flush_traces(TRACE_FLUSH_WAIT).await;
-        admin.abort();
-        if let Some(following) = following {
+        self.admin.abort();
+        if let Some(following) = self.following {
             following.abort();
         }
-        if let Some((watch, sighup)) = reloading {
+        if let Some((watch, sighup)) = self.reloading {
             watch.abort();
             sighup.abort();
+        }
+    }
+}
+
+/// What each accepted connection is served with.
+struct Acceptor {
+    proxy: Proxy,
+    tls: Option<Arc<TlsListener>>,
+    http2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    limits: ConnectionLimits,
+    head_limits: HeadLimits,
+    proxy_protocol: bool,
+    connections: Arc<Semaphore>,
+    drain: Drain,
+    /// Whether accepted sockets come with the listener's TCP_NODELAY.
+    nodelay_inherited: Option<bool>,
+}
+
+impl Acceptor {
+    fn new(proxy: &Proxy, config: &Config, tls: Option<Arc<TlsListener>>) -> Acceptor {
+        let server = &config.server;
+        Acceptor {
+            proxy: proxy.clone(),
+            tls,
+            http2: Arc::new(http2_server(server)),
+            limits: connection_limits(server),
+            head_limits: head_limits(server),
+            proxy_protocol: server.proxy_protocol,
+            connections: Arc::new(Semaphore::new(server.max_connections)),
+            drain: Drain::new(),
+            nodelay_inherited: None,
+        }
+    }
+
+    /// Serves one accepted connection in a task of its own, or refuses it
+    /// beyond `max_connections`.
+    fn serve(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        // Small request/response exchanges must not wait for Nagle. The
+        // listener has TCP_NODELAY (`listen`), which Linux passes on to
+        // the sockets it accepts: a system call per connection less.
+        // Where the first one shows it was not, each is set.
+        if !*self
+            .nodelay_inherited
+            .get_or_insert_with(|| stream.nodelay().unwrap_or(false))
+        {
+            let _ = stream.set_nodelay(true);
+        }
+        let Ok(permit) = self.connections.clone().try_acquire_owned() else {
+            tokio::spawn(refuse(stream));
+            return;
+        };
+        let accepted = Accepted {
+            stream,
+            connection: Connection {
+                handler: Proxied {
+                    proxy: self.proxy.clone(),
+                    peer,
+                },
+                peer,
+                head_limits: self.head_limits,
+                exchanges: Arc::new(Exchanges::default()),
+                http2: Arc::clone(&self.http2),
+            },
+            limits: self.limits,
+            proxy_protocol: self.proxy_protocol,
+            draining: self.drain.handle(),
+            permit,
+        };
+        // One task type per listener kind, each the size its path needs:
+        // a plain connection's task does not carry a TLS session, and a
+        // TLS one needs no second allocation for it.
+        match &self.tls {
+            None => tokio::spawn(accepted.serve_plain()),
+            Some(tls) => tokio::spawn(accepted.serve_tls(Arc::clone(tls))),
+        };
+    }
+
+    /// Goes on accepting for `delay` once shutdown began, while load
+    /// balancers remove this instance, or until `hurry` resolves.
+    async fn keep_serving(
+        &mut self,
+        listener: &TcpListener,
+        delay: Duration,
+        hurry: impl Future<Output = ()>,
+    ) {
+        // No timer at all without a delay: shutdown is as quick as it was.
+        if delay.is_zero() {
+            return;
+        }
+        tracing::info!(
+            "shutdown: /readyz is 503; serving for {delay:?} while load balancers remove \
+             this instance (a second signal stops waiting)"
+        );
+        let delayed = tokio::time::sleep(delay);
+        tokio::pin!(delayed, hurry);
+        loop {
+            tokio::select! {
+                () = &mut delayed => break,
+                () = &mut hurry => {
+                    tracing::info!("shutdown: a second signal; not waiting out shutdown_delay");
+                    break;
+                }
+                (stream, peer) = accept(listener) => self.serve(stream, peer),
+            }
         }
     }
 }
