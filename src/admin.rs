@@ -172,34 +172,14 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
             Ok(body) => check::check(proxy, &body).await,
             Err(refusal) => refusal,
         },
-        (
-            _,
-            "/" | "/admin/status" | "/metrics" | "/healthz" | "/readyz" | "/admin/rules"
-            | "/admin/top" | "/admin/buckets" | "/admin/upstreams",
-        ) => problem(
+        (_, path) if GET_ONLY.contains(&path) => problem(
             StatusCode::METHOD_NOT_ALLOWED,
             "this admin endpoint only answers GET",
         ),
-        (_, "/admin/bans") => problem(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "list bans with GET, add one with POST, lift one with DELETE /admin/bans?rule=R&key=K",
-        ),
-        (_, "/admin/explain") => problem(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "explain with POST /admin/explain and {\"method\": M, \"path\": P, \"headers\": {}, \"ip\": IP}",
-        ),
-        (_, "/admin/reload") => problem(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "reload with POST /admin/reload",
-        ),
-        (_, "/admin/spend") => problem(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "spend with POST /admin/spend and {\"rule\": R, \"key\": K, \"amount\": N}",
-        ),
-        (_, "/v1/check") => problem(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "check with POST /v1/check and {\"rule\": R, \"key\": K}, or an array of them",
-        ),
+        (_, path) if WRONG_METHOD.iter().any(|(p, _)| *p == path) => {
+            let (_, how) = WRONG_METHOD.iter().find(|(p, _)| *p == path).unwrap();
+            problem(StatusCode::METHOD_NOT_ALLOWED, how)
+        }
         _ => problem(
             StatusCode::NOT_FOUND,
             "unknown admin endpoint; try / (the status page), /admin/status, /metrics, /healthz, \
@@ -209,6 +189,28 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
         ),
     }
 }
+
+/// The endpoints that answer GET (and HEAD) only.
+const GET_ONLY: [&str; 9] = [
+    "/",
+    "/admin/status",
+    "/metrics",
+    "/healthz",
+    "/readyz",
+    "/admin/rules",
+    "/admin/top",
+    "/admin/buckets",
+    "/admin/upstreams",
+];
+
+/// The other endpoints, with how to call them when called otherwise.
+const WRONG_METHOD: [(&str, &str); 5] = [
+    ("/admin/bans", "list bans with GET, add one with POST, lift one with DELETE /admin/bans?rule=R&key=K"),
+    ("/admin/explain", "explain with POST /admin/explain and {\"method\": M, \"path\": P, \"headers\": {}, \"ip\": IP}"),
+    ("/admin/reload", "reload with POST /admin/reload"),
+    ("/admin/spend", "spend with POST /admin/spend and {\"rule\": R, \"key\": K, \"amount\": N}"),
+    ("/v1/check", "check with POST /v1/check and {\"rule\": R, \"key\": K}, or an array of them"),
+];
 
 /// `GET /metrics`: the series that mirror the policy's bans and tables and
 /// the store's counters are brought up to date first.

@@ -201,6 +201,31 @@ fn bad(detail: String) -> RefusedCall {
     RefusedCall::new(StatusCode::BAD_REQUEST, detail)
 }
 
+/// The visits of a scalar, which is not a call: a call saying what it was,
+/// wrapped by `$wrap`.
+macro_rules! not_an_object_visits {
+    ($wrap:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($wrap(not_an_object("a boolean")))
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($wrap(not_an_object("a number")))
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($wrap(not_an_object("a number")))
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($wrap(not_an_object("a number")))
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($wrap(not_an_object("a string")))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($wrap(not_an_object("null")))
+        }
+    };
+}
+
 /// Reads a [`Body`]: an object is one call, an array a batch.
 struct BodySeed {
     units: Units,
@@ -241,29 +266,7 @@ impl<'de> Visitor<'de> for BodySeed {
         Ok(Body::Many(calls))
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Body<'de>, E> {
-        Ok(Body::One(not_an_object("a boolean")))
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Body<'de>, E> {
-        Ok(Body::One(not_an_object("a number")))
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Body<'de>, E> {
-        Ok(Body::One(not_an_object("a number")))
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Body<'de>, E> {
-        Ok(Body::One(not_an_object("a number")))
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Body<'de>, E> {
-        Ok(Body::One(not_an_object("a string")))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Body<'de>, E> {
-        Ok(Body::One(not_an_object("null")))
-    }
+    not_an_object_visits!(Body::One);
 }
 
 fn not_an_object(kind: &'static str) -> Call<'static> {
@@ -315,29 +318,7 @@ impl<'de> Visitor<'de> for CallSeed {
         Ok(not_an_object("an array"))
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Call<'de>, E> {
-        Ok(not_an_object("a boolean"))
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Call<'de>, E> {
-        Ok(not_an_object("a number"))
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Call<'de>, E> {
-        Ok(not_an_object("a number"))
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Call<'de>, E> {
-        Ok(not_an_object("a number"))
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Call<'de>, E> {
-        Ok(not_an_object("a string"))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Call<'de>, E> {
-        Ok(not_an_object("null"))
-    }
+    not_an_object_visits!(std::convert::identity);
 }
 
 /// A string borrowed from the body, or copied when it held escapes.
