@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::raw::{Located, RawBan, RawRule};
+use super::raw::{Located, RawBan, RawRule, Start};
 use super::rules::RuleContext;
 use super::units::parse_duration;
 use super::validate::Validator;
@@ -20,7 +20,7 @@ impl Validator<'_> {
     ) -> Option<BanConfig> {
         let index = rule.index;
         let path = |key: &str| format!("rule[{index}].ban.{key}");
-        let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+        let at = raw.start_or(rule.at);
         let mut valid = true;
         if let Some(shadow) = raw_rule.shadow.as_ref().filter(|s| *s.get_ref()) {
             let (line, _) = self.source.position(shadow.span().start);

@@ -4,7 +4,7 @@
 //! value that never arrives costs) and `refund_on` (the admission cost
 //! given back when the exchange ended so). See docs/charging.md.
 
-use super::raw::{RawCharge, RawRule};
+use super::raw::{RawCharge, RawRule, Start};
 use super::rules::RuleContext;
 use super::validate::Validator;
 use super::{AlgorithmKind, Charge, ChargeSource, RefundOn, Weighted};
@@ -54,7 +54,7 @@ impl Validator<'_> {
             return None;
         };
         let path = format!("rule[{index}].charge");
-        let at = field.span.as_ref().map_or(rule.at, |span| span.start);
+        let at = field.start_or(rule.at);
         let mut sources = Vec::new();
         let mut valid = true;
         match &field.value {
@@ -79,7 +79,7 @@ impl Validator<'_> {
                     valid = false;
                 }
                 for (key, weight) in entries {
-                    let entry_at = key.span.as_ref().map_or(at, |span| span.start);
+                    let entry_at = key.start_or(at);
                     let entry_path = format!("{path}.\"{}\"", key.text);
                     let source = parse_source(&key.text)
                         .map_err(|message| self.error(entry_at, &entry_path, message));

@@ -103,7 +103,7 @@ impl Validator<'_> {
             .map(|alg| format!("\"{}\"", alg.name()))
             .collect::<Vec<_>>()
             .join(", ");
-        let items = field.get_ref().items(field.span());
+        let items = field.get_ref().items_at(field.span(), PATH);
         if items.is_empty() {
             self.error(
                 field.span().start,
@@ -111,14 +111,8 @@ impl Validator<'_> {
                 format!("must list at least one algorithm: {allowed}"),
             );
         }
-        let many = matches!(field.get_ref(), OneOrMany::Many(_));
         let mut algorithms: Vec<JwtAlgorithm> = Vec::with_capacity(items.len());
-        for (i, (text, span)) in items.into_iter().enumerate() {
-            let path = if many {
-                format!("{PATH}[{i}]")
-            } else {
-                PATH.to_owned()
-            };
+        for (text, span, path) in items {
             let Some(alg) = JwtAlgorithm::ALL.into_iter().find(|a| a.name() == text) else {
                 let message = if text.eq_ignore_ascii_case("none") {
                     format!(

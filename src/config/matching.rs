@@ -7,7 +7,7 @@ use std::str::FromStr;
 use http::uri::Authority;
 use http::{HeaderName, HeaderValue, Method};
 
-use super::raw::{OneOrMany, RawMatch};
+use super::raw::{OneOrMany, RawMatch, Start};
 use super::validate::Validator;
 use super::MatchConfig;
 
@@ -54,7 +54,7 @@ impl Validator<'_> {
         if table.value.is_empty() {
             // Only an inline `header = {}` is empty, and it has a span.
             self.warn(
-                table.span.as_ref().map_or(0, |span| span.start),
+                table.start_or(0),
                 &format!("{base}.header"),
                 "an empty table restricts nothing; remove it",
             );

@@ -537,6 +537,20 @@ impl OneOrMany {
                 .collect(),
         }
     }
+
+    /// [`Self::items`], each with its path: `path[i]` in a list, else `path`.
+    pub fn items_at(&self, outer: Range<usize>, path: &str) -> Vec<(&str, Range<usize>, String)> {
+        let many = matches!(self, OneOrMany::Many(_));
+        let at = |i| {
+            if many {
+                format!("{path}[{i}]")
+            } else {
+                path.to_owned()
+            }
+        };
+        let items = self.items(outer).into_iter().enumerate();
+        items.map(|(i, (text, span))| (text, span, at(i))).collect()
+    }
 }
 
 impl<'de> Deserialize<'de> for OneOrMany {
@@ -715,6 +729,41 @@ impl<'de> Deserialize<'de> for RawCharge {
         }
 
         deserializer.deserialize_any(RawChargeVisitor)
+    }
+}
+
+/// Where something was written: the byte offset of its start, when toml
+/// gave a span (always for a value, not for every table or key).
+pub trait Start {
+    fn start(&self) -> Option<usize>;
+
+    /// The start, else `at` (where the enclosing table or rule starts).
+    fn start_or(&self, at: usize) -> usize {
+        self.start().unwrap_or(at)
+    }
+}
+
+impl<T> Start for Spanned<T> {
+    fn start(&self) -> Option<usize> {
+        Some(self.span().start)
+    }
+}
+
+impl<T> Start for Located<T> {
+    fn start(&self) -> Option<usize> {
+        self.span.as_ref().map(|span| span.start)
+    }
+}
+
+impl Start for Key {
+    fn start(&self) -> Option<usize> {
+        self.span.as_ref().map(|span| span.start)
+    }
+}
+
+impl<S: Start> Start for Option<S> {
+    fn start(&self) -> Option<usize> {
+        self.as_ref().and_then(Start::start)
     }
 }
 

@@ -303,14 +303,8 @@ impl Validator<'_> {
         let Some(field) = field else {
             return Vec::new();
         };
-        let many = matches!(field.get_ref(), OneOrMany::Many(_));
         let mut nets = Vec::new();
-        for (i, (text, span)) in field.get_ref().items(field.span()).into_iter().enumerate() {
-            let path = if many {
-                format!("{path}[{i}]")
-            } else {
-                path.to_owned()
-            };
+        for (text, span, path) in field.get_ref().items_at(field.span(), path) {
             match parse_cidr(text) {
                 Ok(net) => {
                     let trunc = net.trunc();

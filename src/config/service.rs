@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 
-use super::raw::{RawConfig, RawRule};
+use super::raw::{RawConfig, RawRule, Start};
 use super::validate::Validator;
 use super::{AlgorithmKind, KeySource, RlsConfig, RuleConfig};
 
@@ -21,7 +21,7 @@ impl Validator<'_> {
         raw: &RawRule,
         rule: &RuleConfig,
     ) {
-        let key_at = raw.key.as_ref().map_or(at, |key| key.span().start);
+        let key_at = raw.key.start_or(at);
         if !rule.matcher.is_service() {
             if let Some(source) = rule
                 .key
@@ -136,48 +136,24 @@ impl Validator<'_> {
                                 sluice, refuses or passes the request)";
         let settled_after = "it is settled after a response, and sluice answers only the call";
         let unwritable = [
+            (raw.on_limit.start(), "on_limit", answered_at_once),
+            (raw.max_delay.start(), "max_delay", answered_at_once),
+            (raw.max_queue.start(), "max_queue", answered_at_once),
             (
-                raw.on_limit.as_ref().map(|f| f.span().start),
-                "on_limit",
-                answered_at_once,
-            ),
-            (
-                raw.max_delay.as_ref().map(|f| f.span().start),
-                "max_delay",
-                answered_at_once,
-            ),
-            (
-                raw.max_queue.as_ref().map(|f| f.span().start),
-                "max_queue",
-                answered_at_once,
-            ),
-            (
-                raw.charge
-                    .as_ref()
-                    .map(|c| c.span.as_ref().map_or(at, |s| s.start)),
+                raw.charge.as_ref().map(|c| c.start_or(at)),
                 "charge",
                 settled_after,
             ),
+            (raw.charge_missing.start(), "charge_missing", settled_after),
+            (raw.refund_on.start(), "refund_on", settled_after),
             (
-                raw.charge_missing.as_ref().map(|f| f.span().start),
-                "charge_missing",
-                settled_after,
-            ),
-            (
-                raw.refund_on.as_ref().map(|f| f.span().start),
-                "refund_on",
-                settled_after,
-            ),
-            (
-                raw.missing.as_ref().map(|f| f.span().start),
+                raw.missing.start(),
                 "missing",
                 "a descriptor is decided by this rule only when it carries every entry the \
                  rule names, so none is ever missing",
             ),
             (
-                raw.sunset
-                    .as_ref()
-                    .map(|s| s.span.as_ref().map_or(at, |s| s.start)),
+                raw.sunset.as_ref().map(|s| s.start_or(at)),
                 "sunset",
                 "a retired route is answered 410, and a service call has no route; lower the \
                  rate instead",

@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::Uri;
 use toml::Spanned;
 
-use super::raw::{Located, RawRule, RawSunset};
+use super::raw::{Located, RawRule, RawSunset, Start};
 use super::rules::RuleContext;
 use super::units::{datetime_to_unix_nanos, parse_duration, parse_rate, parse_timestamp};
 use super::validate::Validator;
@@ -38,7 +38,7 @@ impl Validator<'_> {
     ) -> Option<SunsetConfig> {
         let index = rule.index;
         let path = |key: &str| format!("rule[{index}].sunset.{key}");
-        let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+        let at = raw.start_or(rule.at);
         if rule.algorithm.is_some_and(AlgorithmKind::counts_in_flight) {
             self.not_for_concurrency(index, at, "sunset");
             return None;

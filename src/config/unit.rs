@@ -9,7 +9,7 @@
 
 use toml::Spanned;
 
-use super::raw::RawRule;
+use super::raw::{RawRule, Start};
 use super::validate::Validator;
 use super::{KeySource, RuleConfig, Unit};
 
@@ -69,7 +69,7 @@ impl Validator<'_> {
             }
         }
         if let Some(source) = rule.key.iter().find(|source| reads_a_body(source)) {
-            let key_at = raw.key.as_ref().map_or(at, |key| key.span().start);
+            let key_at = raw.key.start_or(at);
             self.error(
                 key_at,
                 &path("key"),
@@ -80,7 +80,7 @@ impl Validator<'_> {
             );
         }
         if rule.graphql_cost {
-            let cost_at = raw.cost.as_ref().map_or(at, |cost| cost.span().start);
+            let cost_at = raw.cost.start_or(at);
             self.error(
                 cost_at,
                 &path("cost"),
@@ -90,17 +90,9 @@ impl Validator<'_> {
         }
         let no_answer = "a message gets no answer to charge or refund by";
         for (field, where_) in [
-            (
-                "charge",
-                raw.charge
-                    .as_ref()
-                    .map(|c| c.span.as_ref().map_or(at, |span| span.start)),
-            ),
-            (
-                "charge_missing",
-                raw.charge_missing.as_ref().map(|c| c.span().start),
-            ),
-            ("refund_on", raw.refund_on.as_ref().map(|r| r.span().start)),
+            ("charge", raw.charge.as_ref().map(|c| c.start_or(at))),
+            ("charge_missing", raw.charge_missing.start()),
+            ("refund_on", raw.refund_on.start()),
         ] {
             if let Some(field_at) = where_ {
                 self.error(
@@ -112,7 +104,7 @@ impl Validator<'_> {
         }
         if let Some(ban) = &raw.ban {
             self.error(
-                ban.span.as_ref().map_or(at, |span| span.start),
+                ban.start_or(at),
                 &path("ban"),
                 "a ban refuses requests, and a message over its budget closes its connection \
                  instead; ban with a rule on the handshake (unit = \"request\")",
@@ -120,7 +112,7 @@ impl Validator<'_> {
         }
         if let Some(sunset) = &raw.sunset {
             self.error(
-                sunset.span.as_ref().map_or(at, |span| span.start),
+                sunset.start_or(at),
                 &path("sunset"),
                 "a sunset retires requests (Deprecation and Sunset headers, then 410), which a \
                  message has none of; retire the handshake's route with a request rule",

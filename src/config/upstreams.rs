@@ -11,7 +11,7 @@ use rustls::RootCertStore;
 use toml::Spanned;
 
 use super::keys::parse_key_source;
-use super::raw::{Located, RawServerUrl};
+use super::raw::{Located, RawServerUrl, Start};
 use super::raw::{RawConfig, RawEject, RawHealth, RawMatch, RawRoute, RawServer, RawUpstream};
 use super::server::parse_upstream;
 use super::validate::Validator;
@@ -47,7 +47,7 @@ impl Validator<'_> {
             let at = headers
                 .as_ref()
                 .and_then(|h| h.get(index).copied())
-                .or_else(|| upstream.name.as_ref().map(|n| n.span().start))
+                .or_else(|| upstream.name.start())
                 .unwrap_or(0);
             let pool = self.pool(index, at, upstream, server);
             if let Some(field) = &upstream.name {
@@ -272,10 +272,7 @@ impl Validator<'_> {
                 .filter(|ca| !ca.get_ref().is_empty())
             {
                 Some(ca) => (ca.span().start, ca_path),
-                None => (
-                    raw.servers.as_ref().map_or(at, |s| s.span().start),
-                    servers_path,
-                ),
+                None => (raw.servers.start_or(at), servers_path),
             }
         });
         let (eject, max_share) = self.eject(index, at, raw.eject.as_ref());
@@ -375,7 +372,7 @@ impl Validator<'_> {
 
     fn server_url(&mut self, path: &str, at: usize, raw: &RawServerUrl) -> Option<ServerUrl> {
         for key in &raw.unknown {
-            let key_at = key.span.as_ref().map_or(at, |span| span.start);
+            let key_at = key.start_or(at);
             self.error(
                 key_at,
                 &format!("{path}.{}", key.text),
@@ -504,7 +501,7 @@ impl Validator<'_> {
 
     fn health(&mut self, index: usize, at: usize, raw: &Located<RawHealth>) -> Option<HealthCheck> {
         let path = |key: &str| format!("upstream[{index}].health.{key}");
-        let at = raw.span.as_ref().map_or(at, |span| span.start);
+        let at = raw.start_or(at);
         let health = &raw.value;
         let Some(check_path) = &health.path else {
             self.error(
@@ -572,7 +569,7 @@ impl Validator<'_> {
             return (Some(defaults), MAX_SHARE);
         };
         let path = |key: &str| format!("upstream[{index}].eject.{key}");
-        let at = raw.span.as_ref().map_or(at, |span| span.start);
+        let at = raw.start_or(at);
         let eject = &raw.value;
         match eject.enabled {
             Some(false) => return (None, MAX_SHARE),
@@ -580,7 +577,7 @@ impl Validator<'_> {
             None => {}
         }
         for key in &eject.unknown {
-            let key_at = key.span.as_ref().map_or(at, |span| span.start);
+            let key_at = key.start_or(at);
             self.error(
                 key_at,
                 &path(&key.text),
@@ -669,7 +666,7 @@ impl Validator<'_> {
             let at = headers
                 .as_ref()
                 .and_then(|h| h.get(index).copied())
-                .or_else(|| route.upstream.as_ref().map(|u| u.span().start))
+                .or_else(|| route.upstream.start())
                 .unwrap_or(0);
             let matcher = match &route.matcher {
                 Some(raw_match) => self.matcher(&format!("route[{index}].match"), raw_match),

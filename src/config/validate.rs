@@ -332,8 +332,7 @@ impl Validator<'_> {
         let Some(field) = field else {
             return Vec::new();
         };
-        let many = matches!(field.get_ref(), OneOrMany::Many(_));
-        let items = field.get_ref().items(field.span());
+        let items = field.get_ref().items_at(field.span(), path);
         if items.is_empty() {
             self.warn(
                 field.span().start,
@@ -342,17 +341,10 @@ impl Validator<'_> {
             );
         }
         let mut values = Vec::with_capacity(items.len());
-        for (i, (text, span)) in items.into_iter().enumerate() {
+        for (text, span, path) in items {
             match parse(text) {
                 Ok(value) => values.push(value),
-                Err(message) => {
-                    let path = if many {
-                        format!("{path}[{i}]")
-                    } else {
-                        path.to_owned()
-                    };
-                    self.error(span.start, &path, message);
-                }
+                Err(message) => self.error(span.start, &path, message),
             }
         }
         values

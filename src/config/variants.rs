@@ -7,7 +7,7 @@ use ipnet::IpNet;
 
 use super::keys::parse_key_source;
 use super::limits::WrittenLimit;
-use super::raw::{Key, Located, RawOverrides, RawTiers, RawVariant};
+use super::raw::{Key, Located, RawOverrides, RawTiers, RawVariant, Start};
 use super::rules::RuleContext;
 use super::validate::Validator;
 use super::{AlgorithmKind, KeySource, Tiers, Variant};
@@ -16,7 +16,7 @@ impl Validator<'_> {
     /// `tiers = { by = "<key source>", <value> = { rate, limits, burst }, ... }`.
     pub(super) fn tiers(&mut self, rule: &RuleContext, raw: &Located<RawTiers>) -> Option<Tiers> {
         let index = rule.index;
-        let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+        let at = raw.start_or(rule.at);
         if rule.algorithm == Some(AlgorithmKind::Concurrency) {
             self.not_for_concurrency(index, at, "tiers");
             return None;
@@ -78,7 +78,7 @@ impl Validator<'_> {
     ) -> Vec<Variant> {
         let index = rule.index;
         if rule.algorithm.is_some_and(AlgorithmKind::counts_in_flight) {
-            let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+            let at = raw.start_or(rule.at);
             self.not_for_concurrency(index, at, "overrides");
             return Vec::new();
         }
@@ -117,12 +117,12 @@ impl Validator<'_> {
         let (base, at) = place(rule, relative, name, table);
         let raw = &table.value;
         let rates = [
-            ("rate", raw.rate.as_ref().map(|f| f.span().start)),
-            ("limits", raw.limits.as_ref().map(|f| f.span().start)),
-            ("burst", raw.burst.as_ref().map(|f| f.span().start)),
+            ("rate", raw.rate.start()),
+            ("limits", raw.limits.start()),
+            ("burst", raw.burst.start()),
         ];
         let named = raw.unknown.iter().map(|key| {
-            let at = key.span.as_ref().map_or(at, |span| span.start);
+            let at = key.start_or(at);
             (key.text.as_str(), Some(at))
         });
         for (key, field_at) in rates.into_iter().chain(named) {
@@ -187,7 +187,7 @@ impl Validator<'_> {
             );
         }
         for key in &raw.unknown {
-            let at = key.span.as_ref().map_or(at, |span| span.start);
+            let at = key.start_or(at);
             self.error(
                 at,
                 &format!("{base}.{}", key_in_path(&key.text)),
