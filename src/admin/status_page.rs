@@ -56,18 +56,9 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
     let store = &snapshot["store"];
     let backend = str_of(&store["backend"]);
     let fallback = store["fallback_active"].as_bool().unwrap_or(false);
-    let rules = snapshot["rules"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    let keys = snapshot["top_limited"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    let pools = snapshot["upstreams"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
+    let rules = list(&snapshot["rules"]);
+    let keys = list(&snapshot["top_limited"]);
+    let pools = list(&snapshot["upstreams"]);
     // Limited requests of all rules (a request two rules refuse counts in
     // both, which is rare and still "how much is refused"), and the rule
     // refusing most; the first such rule on a tie, as the script picks.
@@ -269,7 +260,7 @@ fn key_row(out: &mut String, entry: &Value) {
 /// and why, in flight, requests and failures.
 fn server_rows(out: &mut String, pool: &Value) {
     let panic = pool["panic"].as_bool().unwrap_or(false);
-    for server in pool["servers"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+    for server in list(&pool["servers"]) {
         let state_in = server["state"] == "in";
         out.push_str("<tr><td class=\"rname\">");
         escape_into(out, pool["name"].as_str().unwrap_or_default());
@@ -299,10 +290,7 @@ fn server_state(server: &Value, panic: bool) -> String {
     if server["state"] == "in" {
         return if panic { "in (pool in panic)" } else { "in" }.to_owned();
     }
-    let why: Vec<String> = server["out_because"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
+    let why: Vec<String> = list(&server["out_because"])
         .iter()
         .map(|reason| {
             if reason["reason"] == "ejected" {
@@ -321,6 +309,11 @@ fn server_state(server: &Value, panic: bool) -> String {
         ""
     };
     format!("out: {}{panic}", why.join(", "))
+}
+
+/// An array's items (none when it is not one).
+fn list(value: &Value) -> &[Value] {
+    value.as_array().map_or(&[], Vec::as_slice)
 }
 
 fn empty_row(out: &mut String, columns: usize, text: &str) {

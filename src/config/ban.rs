@@ -88,17 +88,11 @@ impl Validator<'_> {
 
     /// A duration with no default that must be longer than zero.
     fn positive_duration(&mut self, field: &Spanned<String>, path: &str) -> Option<Duration> {
-        match parse_duration(field.get_ref()) {
-            Ok(duration) if !duration.is_zero() => Some(duration),
-            Ok(_) => {
-                self.error(field.span().start, path, "must be longer than zero");
-                None
-            }
-            Err(message) => {
-                self.error(field.span().start, path, message);
-                None
-            }
-        }
+        let parsed = parse_duration(field.get_ref()).and_then(|duration| match duration {
+            _ if duration.is_zero() => Err("must be longer than zero".to_owned()),
+            _ => Ok(duration),
+        });
+        self.ok(field.span().start, path, parsed)
     }
 }
 

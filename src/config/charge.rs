@@ -58,15 +58,12 @@ impl Validator<'_> {
         let mut sources = Vec::new();
         let mut valid = true;
         match &field.value {
-            RawCharge::One(text) => match parse_source(text) {
-                Ok(source) => sources.push(Weighted {
+            RawCharge::One(text) => match self.ok(at, &path, parse_source(text)) {
+                Some(source) => sources.push(Weighted {
                     source,
                     weight: 1.0,
                 }),
-                Err(message) => {
-                    self.error(at, &path, message);
-                    valid = false;
-                }
+                None => valid = false,
             },
             RawCharge::Table(entries) => {
                 if entries.is_empty() {
@@ -81,14 +78,9 @@ impl Validator<'_> {
                 for (key, weight) in entries {
                     let entry_at = key.start_or(at);
                     let entry_path = format!("{path}.\"{}\"", key.text);
-                    let source = parse_source(&key.text)
-                        .map_err(|message| self.error(entry_at, &entry_path, message));
-                    let parsed = match weight.get_ref() {
-                        toml::Value::Integer(weight) => Some(*weight as f64),
-                        toml::Value::Float(weight) => Some(*weight),
-                        _ => None,
-                    }
-                    .filter(|weight| weight.is_finite() && *weight >= 0.0);
+                    let source = self.ok(entry_at, &entry_path, parse_source(&key.text));
+                    let parsed = number(weight.get_ref())
+                        .filter(|weight| weight.is_finite() && *weight >= 0.0);
                     if parsed.is_none() {
                         self.error(
                             weight.span().start,
@@ -102,7 +94,7 @@ impl Validator<'_> {
                         );
                     }
                     match (source, parsed) {
-                        (Ok(source), Some(weight)) => {
+                        (Some(source), Some(weight)) => {
                             if sources.iter().any(|s: &Weighted| s.source == source) {
                                 self.error(
                                     entry_at,
@@ -208,6 +200,11 @@ impl Validator<'_> {
         }
         refund_on
     }
+}
+
+/// A TOML number as a float (an integer too).
+pub(super) fn number(value: &toml::Value) -> Option<f64> {
+    value.as_float().or(value.as_integer().map(|n| n as f64))
 }
 
 /// A status pattern's codes: `"2xx"` (a class, 1–5) or `"404"` (100–599).

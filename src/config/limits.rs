@@ -271,19 +271,14 @@ impl Validator<'_> {
 
     fn rate(&mut self, base: &str, prefix: &str, field: &Spanned<String>) -> Option<WrittenLimit> {
         let path = format!("{base}.rate");
-        match parse_rate(field.get_ref()) {
-            Ok(rate) => Some(WrittenLimit {
-                rate,
-                text: field.get_ref().clone(),
-                at: field.span().start,
-                key: format!("{prefix}rate"),
-                path,
-            }),
-            Err(message) => {
-                self.error(field.span().start, &path, message);
-                None
-            }
-        }
+        let rate = self.ok(field.span().start, &path, parse_rate(field.get_ref()))?;
+        Some(WrittenLimit {
+            rate,
+            text: field.get_ref().clone(),
+            at: field.span().start,
+            key: format!("{prefix}rate"),
+            path,
+        })
     }
 
     fn limit_list(

@@ -106,13 +106,8 @@ impl Validator<'_> {
             .and_then(|text| {
                 Manifest::parse(&text).map_err(|error| format!("{}: {error}", path.display()))
             });
-        match read {
-            Ok(manifest) => std::sync::Arc::new(manifest),
-            Err(message) => {
-                self.error(field.span().start, "server.persisted_queries", message);
-                Default::default()
-            }
-        }
+        let read = self.ok(field.span().start, "server.persisted_queries", read);
+        read.map(std::sync::Arc::new).unwrap_or_default()
     }
 
     /// `server.proxy_protocol`: a header is believed only from a trusted

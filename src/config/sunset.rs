@@ -162,31 +162,20 @@ impl Validator<'_> {
         };
         let step = match &sunset.step {
             None => Some(Duration::from_secs(86_400)),
-            Some(field) => match parse_duration(field.get_ref()) {
-                Ok(step) if !step.is_zero() => Some(step),
-                Ok(_) => {
-                    self.error(
-                        field.span().start,
-                        &path("step"),
-                        "must be longer than zero (default \"1d\")",
-                    );
-                    None
-                }
-                Err(message) => {
-                    self.error(field.span().start, &path("step"), message);
-                    None
-                }
-            },
+            Some(field) => {
+                let step = parse_duration(field.get_ref()).and_then(|step| match step {
+                    _ if step.is_zero() => Err("must be longer than zero (default \"1d\")".into()),
+                    _ => Ok(step),
+                });
+                self.ok(field.span().start, &path("step"), step)
+            }
         };
         let link = match &sunset.link {
             None => Some(None),
-            Some(field) => match check_link(field.get_ref()) {
-                Ok(()) => Some(Some(field.get_ref().clone())),
-                Err(message) => {
-                    self.error(field.span().start, &path("link"), message);
-                    None
-                }
-            },
+            Some(field) => {
+                let checked = check_link(field.get_ref()).map(|()| Some(field.get_ref().clone()));
+                self.ok(field.span().start, &path("link"), checked)
+            }
         };
         let step_at = sunset
             .step
@@ -229,20 +218,13 @@ impl Validator<'_> {
                 "must be a timestamp, not {} {other}; write an RFC 3339 timestamp such as \
                  2026-12-01T00:00:00Z (bare or quoted)",
                 match other {
-                    toml::Value::Integer(_) => "the number",
-                    toml::Value::Float(_) => "the number",
+                    toml::Value::Integer(_) | toml::Value::Float(_) => "the number",
                     toml::Value::Boolean(_) => "the boolean",
                     _ => "the value",
                 }
             )),
         };
-        match parsed {
-            Ok(nanos) => Some(nanos),
-            Err(message) => {
-                self.error(field.span().start, path, message);
-                None
-            }
-        }
+        self.ok(field.span().start, path, parsed)
     }
 }
 

@@ -151,13 +151,7 @@ impl Validator<'_> {
             // A name that is no pool's: reported by the caller, with the names.
             return None;
         }
-        let url = match parse_upstream(text) {
-            Ok(url) => url,
-            Err(message) => {
-                self.error(field.span().start, path, message);
-                return None;
-            }
-        };
+        let url = self.ok(field.span().start, path, parse_upstream(text))?;
         let servers = vec![ServerUrl { url, weight: 1 }];
         let roots = self.roots(&servers, server.upstream_ca.as_deref(), || {
             raw_server
@@ -397,13 +391,8 @@ impl Validator<'_> {
         } else {
             url.span().start
         };
-        match parse_upstream(url.get_ref()) {
-            Ok(url) => Some(ServerUrl { url, weight }),
-            Err(message) => {
-                self.error(url_at, path, message);
-                None
-            }
-        }
+        let url = self.ok(url_at, path, parse_upstream(url.get_ref()))?;
+        Some(ServerUrl { url, weight })
     }
 
     fn protocol(

@@ -254,6 +254,11 @@ impl Validator<'_> {
         });
     }
 
+    /// `result`'s value, or `None` with its error reported at `at`.
+    pub(super) fn ok<T>(&mut self, at: usize, path: &str, result: Result<T, String>) -> Option<T> {
+        result.map_err(|message| self.error(at, path, message)).ok()
+    }
+
     pub(super) fn warn(&mut self, at: usize, path: &str, message: impl fmt::Display) {
         let (line, column) = self.source.position(at);
         let (path, message) = (one_line(path.to_owned()), one_line(message.to_string()));
@@ -386,13 +391,8 @@ impl Validator<'_> {
         let Some(field) = field else {
             return default;
         };
-        match parse_duration(field.get_ref()) {
-            Ok(duration) => duration,
-            Err(message) => {
-                self.error(field.span().start, path, message);
-                default
-            }
-        }
+        let parsed = parse_duration(field.get_ref());
+        self.ok(field.span().start, path, parsed).unwrap_or(default)
     }
 
     /// A duration that must be longer than zero.

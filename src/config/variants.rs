@@ -5,6 +5,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use super::charge::number;
 use super::keys::parse_key_source;
 use super::limits::WrittenLimit;
 use super::raw::{Key, Located, RawOverrides, RawTiers, RawVariant, Start};
@@ -144,12 +145,7 @@ impl Validator<'_> {
             );
             return None;
         };
-        let share = match field.get_ref() {
-            toml::Value::Float(share) => Some(*share),
-            toml::Value::Integer(share) => Some(*share as f64),
-            _ => None,
-        }
-        .filter(|share| *share > 0.0 && *share <= 1.0);
+        let share = number(field.get_ref()).filter(|share| *share > 0.0 && *share <= 1.0);
         let Some(share) = share else {
             self.error(
                 field.span().start,
