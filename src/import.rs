@@ -147,48 +147,43 @@ enum Unit {
     Year,
 }
 
-impl Unit {
-    const ALL: [Unit; 7] = [
-        Unit::Second,
-        Unit::Minute,
-        Unit::Hour,
-        Unit::Day,
-        Unit::Week,
-        Unit::Month,
-        Unit::Year,
-    ];
+/// Each unit as Envoy Gateway writes it, and the PERIOD of a sluice rate
+/// of the same length.
+const UNITS: [(Unit, &str, &str); 7] = [
+    (Unit::Second, "Second", "s"),
+    (Unit::Minute, "Minute", "m"),
+    (Unit::Hour, "Hour", "h"),
+    (Unit::Day, "Day", "d"),
+    (Unit::Week, "Week", "7d"),
+    (Unit::Month, "Month", "30d"),
+    (Unit::Year, "Year", "365d"),
+];
 
+impl Unit {
     /// As Envoy Gateway writes it.
     fn name(self) -> &'static str {
-        match self {
-            Unit::Second => "Second",
-            Unit::Minute => "Minute",
-            Unit::Hour => "Hour",
-            Unit::Day => "Day",
-            Unit::Week => "Week",
-            Unit::Month => "Month",
-            Unit::Year => "Year",
-        }
+        UNITS
+            .iter()
+            .find(|(unit, ..)| *unit == self)
+            .map_or("", |row| row.1)
     }
 
-    /// The unit named `text` in any case (envoyproxy/ratelimit's reading).
-    fn parse_any_case(text: &str) -> Option<Unit> {
-        Unit::ALL
-            .into_iter()
-            .find(|unit| unit.name().eq_ignore_ascii_case(text))
+    /// The unit named `text`, in any case (envoyproxy/ratelimit's reading)
+    /// or exactly (Envoy Gateway's).
+    fn parse(text: &str, any_case: bool) -> Option<Unit> {
+        let fits = |name: &str| name == text || (any_case && name.eq_ignore_ascii_case(text));
+        UNITS
+            .iter()
+            .find(|(_, name, _)| fits(name))
+            .map(|row| row.0)
     }
 
     /// The PERIOD of a sluice rate of the same length.
     fn period(self) -> &'static str {
-        match self {
-            Unit::Second => "s",
-            Unit::Minute => "m",
-            Unit::Hour => "h",
-            Unit::Day => "d",
-            Unit::Week => "7d",
-            Unit::Month => "30d",
-            Unit::Year => "365d",
-        }
+        UNITS
+            .iter()
+            .find(|(unit, ..)| *unit == self)
+            .map_or("", |row| row.2)
     }
 
     /// Why a window's period is written in days, for the units an operator

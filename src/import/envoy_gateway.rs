@@ -431,7 +431,7 @@ impl Import {
                 }
                 "unit" => {
                     unit = self.reader.string(value, &field_at).and_then(|text| {
-                        let unit = Unit::ALL.into_iter().find(|unit| unit.name() == text);
+                        let unit = Unit::parse(&text, false);
                         if unit.is_none() {
                             self.reader
                                 .problem(&field_at, format!("unknown unit {text:?}; {UNITS}"));

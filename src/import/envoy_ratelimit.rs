@@ -273,7 +273,7 @@ impl Reader {
             return RateLimit::Unlimited;
         }
         let unit = match unit {
-            Some(text) => Unit::parse_any_case(&text).or_else(|| {
+            Some(text) => Unit::parse(&text, true).or_else(|| {
                 self.problem(unit_at, format!("unknown unit {text:?}; {UNITS}"));
                 None
             }),
