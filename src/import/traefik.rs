@@ -362,36 +362,16 @@ impl Import {
     /// `period`: whole seconds, or a Go duration (`1m`, `1.5s`); 0 is a
     /// second, as Traefik reads it.
     fn period(&mut self, value: &Value, at: &str) -> Option<u64> {
+        let wanted =
+            || "must be whole seconds or a duration such as \"1m\" or \"500ms\"".to_owned();
+        let seconds = |seconds: i64| i128::from(seconds) * 1_000_000_000;
         let nanos = match value {
             Value::Null => return None,
-            Value::Number(number) => match number.as_i64() {
-                Some(seconds) => i128::from(seconds) * 1_000_000_000,
-                None => {
-                    self.reader.problem(
-                        at,
-                        "must be whole seconds or a duration such as \"1m\" or \"500ms\"",
-                    );
-                    return None;
-                }
-            },
-            Value::String(text) => match text.parse::<i64>() {
-                Ok(seconds) => i128::from(seconds) * 1_000_000_000,
-                Err(_) => match go_duration(text) {
-                    Ok(nanos) => nanos,
-                    Err(why) => {
-                        self.reader.problem(at, why);
-                        return None;
-                    }
-                },
-            },
-            _ => {
-                self.reader.problem(
-                    at,
-                    "must be whole seconds or a duration such as \"1m\" or \"500ms\"",
-                );
-                return None;
-            }
+            Value::Number(number) => number.as_i64().map(seconds).ok_or_else(wanted),
+            Value::String(text) => text.parse().map(seconds).or_else(|_| go_duration(text)),
+            _ => Err(wanted()),
         };
+        let nanos = self.reader.ok(at, nanos)?;
         if nanos < 0 {
             self.reader
                 .problem(at, "must not be negative (Traefik refuses the middleware)");
@@ -405,13 +385,8 @@ impl Import {
                 .problem(at, "no equivalent: sluice's periods are whole milliseconds");
             return None;
         }
-        match u64::try_from(nanos / 1_000_000) {
-            Ok(ms) => Some(ms),
-            Err(_) => {
-                self.reader.problem(at, "is too long a period");
-                None
-            }
-        }
+        let ms = u64::try_from(nanos / 1_000_000).map_err(|_| "is too long a period".to_owned());
+        self.reader.ok(at, ms)
     }
 
     /// `sourceCriterion`: what a bucket is kept for.

@@ -51,6 +51,11 @@ impl Reader {
         self.problems.push(Problem::new(path, message));
     }
 
+    /// `result`'s value, or `None` with its error reported at `at`.
+    pub(super) fn ok<T>(&mut self, at: &str, result: Result<T, String>) -> Option<T> {
+        result.map_err(|why| self.problem(at, why)).ok()
+    }
+
     /// The fields of a mapping, each named by a string.
     pub(super) fn fields<'v>(
         &mut self,
