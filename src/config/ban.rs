@@ -57,15 +57,14 @@ impl Validator<'_> {
             if value >= 1 {
                 u64::try_from(value).ok()
             } else {
-                self.error(
+                self.invalid(
                     field.span().start,
                     &path("after"),
                     format!(
                         "{value} is out of range: must be at least 1 (how many limited answers \
                          within `within` start a ban)"
                     ),
-                );
-                None
+                )
             }
         });
         let within = ban

@@ -150,7 +150,7 @@ impl Validator<'_> {
             )
             | None => {}
             Some(kind) => {
-                self.error(
+                return self.invalid(
                     at,
                     &path,
                     format!(
@@ -159,8 +159,7 @@ impl Validator<'_> {
                          or \"sliding_window\"",
                         kind.name()
                     ),
-                );
-                return None;
+                )
             }
         }
         (valid && !sources.is_empty()).then_some(Charge { sources, missing })

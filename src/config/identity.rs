@@ -182,28 +182,25 @@ impl Validator<'_> {
         };
         let path = "identity.jwt.secret_env";
         if name.is_empty() {
-            self.error(at, path, "must name an environment variable");
-            return None;
+            return self.invalid(at, path, "must name an environment variable");
         }
         let secret = match std::env::var_os(name) {
             None => {
-                self.error(
+                return self.invalid(
                     at,
                     path,
                     format!(
                         "the environment variable {name} is not set; it must hold the secret \
                          tokens are signed with ({names})"
                     ),
-                );
-                return None;
+                )
             }
             Some(value) if value.is_empty() => {
-                self.error(
+                return self.invalid(
                     at,
                     path,
                     format!("the environment variable {name} is empty; it must hold the secret"),
-                );
-                return None;
+                )
             }
             Some(value) => value.into_encoded_bytes(),
         };
@@ -254,25 +251,23 @@ impl Validator<'_> {
         let (key, field, wrap): (_, _, fn(Vec<u8>) -> JwtKey) =
             match (&jwt.public_key_file, &jwt.jwks_file) {
                 (Some(_), Some(jwks)) => {
-                    self.error(
+                    return self.invalid(
                         jwks.span().start,
                         "identity.jwt.jwks_file",
                         "give either public_key_file or jwks_file, not both",
-                    );
-                    return None;
+                    )
                 }
                 (Some(pem), None) => ("public_key_file", pem, JwtKey::PublicKeyPem),
                 (None, Some(jwks)) => ("jwks_file", jwks, JwtKey::Jwks),
                 (None, None) => {
-                    self.error(
+                    return self.invalid(
                         at,
                         "identity.jwt.public_key_file",
                         format!(
                             "{names} tokens need public_key_file = \"path/to/public.pem\" (or \
                              jwks_file = \"path/to/jwks.json\")"
                         ),
-                    );
-                    return None;
+                    )
                 }
             };
         let path = format!("identity.jwt.{key}");
@@ -280,22 +275,20 @@ impl Validator<'_> {
         let bytes = match read_key_file(&file) {
             Ok(bytes) => bytes,
             Err(err) => {
-                self.error(
+                return self.invalid(
                     field.span().start,
                     &path,
                     format!("cannot read {}: {err}", file.display()),
-                );
-                return None;
+                )
             }
         };
         let key = wrap(bytes);
         if let Err(message) = crate::key::jwt::verification_keys(&key, algorithms) {
-            self.error(
+            return self.invalid(
                 field.span().start,
                 &path,
                 format!("{} {message}", file.display()),
             );
-            return None;
         }
         Some(key)
     }

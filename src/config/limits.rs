@@ -55,14 +55,13 @@ impl Validator<'_> {
         match written {
             Some(written) if algorithm == Some(AlgorithmKind::LeakyBucket) && written.len() > 1 => {
                 let at = limits.map_or(at, |field| field.span().start);
-                self.error(
+                self.invalid(
                     at,
                     &format!("{base}.limits"),
                     "a leaky bucket lets requests leave at one constant rate, so it takes a single \
                      rate such as rate = \"10/s\"; use token_bucket for several limits that must \
                      all hold",
-                );
-                None
+                )
             }
             written => written,
         }
@@ -101,7 +100,7 @@ impl Validator<'_> {
                     AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket
                 ) =>
             {
-                self.error(
+                self.invalid(
                     field.span().start,
                     &path,
                     format!(
@@ -110,8 +109,7 @@ impl Validator<'_> {
                          COUNT; remove burst, or change the COUNT",
                         kind.name()
                     ),
-                );
-                None
+                )
             }
             (Some(field), _) => {
                 let value = *field.get_ref();
@@ -235,15 +233,12 @@ impl Validator<'_> {
         limits: Option<&Spanned<OneOrMany>>,
     ) -> Option<Vec<WrittenLimit>> {
         match (rate, limits) {
-            (None, None) => {
-                self.error(
-                    at,
-                    base,
-                    "rate is required: COUNT/PERIOD such as rate = \"100/m\", or \
+            (None, None) => self.invalid(
+                at,
+                base,
+                "rate is required: COUNT/PERIOD such as rate = \"100/m\", or \
                      limits = [\"100/m\", \"1000/h\"] for several limits that must all hold",
-                );
-                None
-            }
+            ),
             (Some(rate), None) => self.rate(base, prefix, rate).map(|limit| vec![limit]),
             (None, Some(limits)) => self.limit_list(base, prefix, limits),
             (Some(rate), Some(limits)) => {
@@ -256,15 +251,14 @@ impl Validator<'_> {
                     (rate.span().start, "rate", limits.span().start, "limits")
                 };
                 let (line, _) = self.source.position(earlier);
-                self.error(
+                self.invalid(
                     later,
                     &format!("{base}.{key}"),
                     format!(
                         "cannot be used together with {other} (line {line}); write one limit as \
                          rate = \"100/m\" or several as limits = [\"100/m\", \"1000/h\"]"
                     ),
-                );
-                None
+                )
             }
         }
     }
@@ -291,24 +285,22 @@ impl Validator<'_> {
         let items = match field.get_ref() {
             OneOrMany::Many(items) => items,
             OneOrMany::One(text) => {
-                self.error(
+                return self.invalid(
                     field.span().start,
                     &path,
                     format!(
                         "must be a list of rates, such as limits = [\"{text}\"]; for a single \
                          limit rate = \"{text}\" works too"
                     ),
-                );
-                return None;
+                )
             }
         };
         if items.is_empty() {
-            self.error(
+            return self.invalid(
                 field.span().start,
                 &path,
                 "must list at least one rate, such as limits = [\"100/m\", \"1000/h\"]",
             );
-            return None;
         }
         let mut limits: Vec<WrittenLimit> = Vec::with_capacity(items.len());
         let mut valid = true;

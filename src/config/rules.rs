@@ -77,14 +77,11 @@ impl Validator<'_> {
     fn rule(&mut self, index: usize, at: usize, raw: &RawRule, ipv6_prefix: u8) -> RuleConfig {
         let path = |field: &str| format!("rule[{index}].{field}");
         let name = match &raw.name {
-            None => {
-                self.error(
-                    at,
-                    &format!("rule[{index}]"),
-                    "name is required: a unique name such as name = \"per-ip\"",
-                );
-                String::new()
-            }
+            None => self.invalid(
+                at,
+                &format!("rule[{index}]"),
+                "name is required: a unique name such as name = \"per-ip\"",
+            ),
             Some(field) => {
                 let name = field.get_ref();
                 if let Err(message) = check_rule_name(name) {
@@ -260,19 +257,16 @@ impl Validator<'_> {
             (field, Some(kind)) if kind.counts_in_flight() => {
                 Some(self.int(field.as_ref(), &path, 100, 1..=i64::MAX as u64))
             }
-            (Some(field), Some(kind)) => {
-                self.error(
-                    field.span().start,
-                    &path,
-                    format!(
-                        "only algorithm = \"concurrency\" and \"adaptive\" take max_in_flight: a \
+            (Some(field), Some(kind)) => self.invalid(
+                field.span().start,
+                &path,
+                format!(
+                    "only algorithm = \"concurrency\" and \"adaptive\" take max_in_flight: a \
                          {} rule is bounded by its rate; remove max_in_flight, or use algorithm = \
                          \"concurrency\" to bound requests in flight",
-                        kind.name()
-                    ),
-                );
-                None
-            }
+                    kind.name()
+                ),
+            ),
             (Some(field), None) => {
                 // The algorithm is invalid (already reported): still check the value.
                 self.int(Some(field), &path, 100, 1..=i64::MAX as u64);
@@ -309,18 +303,15 @@ impl Validator<'_> {
                 }
                 Some(floor.min(ceiling))
             }
-            (Some(field), Some(kind)) => {
-                self.error(
-                    field.span().start,
-                    &path,
-                    format!(
-                        "only algorithm = \"adaptive\" takes min_in_flight (the floor of the limit \
+            (Some(field), Some(kind)) => self.invalid(
+                field.span().start,
+                &path,
+                format!(
+                    "only algorithm = \"adaptive\" takes min_in_flight (the floor of the limit \
                          it learns); a {} rule has no learned limit, so remove min_in_flight",
-                        kind.name()
-                    ),
-                );
-                None
-            }
+                    kind.name()
+                ),
+            ),
             (Some(field), None) => {
                 self.int(Some(field), &path, 1, 1..=i64::MAX as u64);
                 None
@@ -458,12 +449,11 @@ impl Validator<'_> {
             .map(|kind| format!("\"{}\"", kind.name()))
             .collect::<Vec<_>>()
             .join(", ");
-        self.error(
+        self.invalid(
             field.span().start,
             path,
             format!("unknown algorithm \"{name}\"; allowed: {allowed}"),
-        );
-        None
+        )
     }
 }
 

@@ -221,13 +221,12 @@ impl Validator<'_> {
         };
         let Some(field) = &section.listen else {
             let at = self.table_position("[rls]", &[]);
-            self.error(
+            return self.invalid(
                 at,
                 "rls.listen",
                 "is required: the address Envoy's rate_limit_service cluster points at, such as \
                  \"127.0.0.1:8081\"",
             );
-            return None;
         };
         let listen = self.socket_addr(Some(field), "rls.listen", "127.0.0.1:8081");
         if listen.port() != 0 && taken.contains(&listen) {

@@ -127,10 +127,7 @@ impl Validator<'_> {
         let to = match &sunset.to {
             None => None,
             Some(field) => match parse_rate(field.get_ref()) {
-                Err(message) => {
-                    self.error(field.span().start, &path("to"), message);
-                    None
-                }
+                Err(message) => self.invalid(field.span().start, &path("to"), message),
                 Ok(to) => match rate {
                     // The rule's own rate is invalid (already reported).
                     None => None,
@@ -139,22 +136,19 @@ impl Validator<'_> {
                             / to.period.as_nanos();
                         match u64::try_from(converted) {
                             Ok(converted) if converted <= from.rate.count => Some(converted),
-                            _ => {
-                                self.error(
-                                    field.span().start,
-                                    &path("to"),
-                                    format!(
-                                        "\"{}\" is {converted} per period of the rule's {} \
+                            _ => self.invalid(
+                                field.span().start,
+                                &path("to"),
+                                format!(
+                                    "\"{}\" is {converted} per period of the rule's {} \
                                          \"{}\", more than its COUNT {}: a sunset only lowers a \
                                          limit",
-                                        field.get_ref(),
-                                        from.key,
-                                        from.text,
-                                        from.rate.count
-                                    ),
-                                );
-                                None
-                            }
+                                    field.get_ref(),
+                                    from.key,
+                                    from.text,
+                                    from.rate.count
+                                ),
+                            ),
                         }
                     }
                 },

@@ -467,10 +467,7 @@ impl Validator<'_> {
             let base = otlp.get_ref();
             match collector_url(&join_traces(base)) {
                 Ok(_) => Some(base.clone()),
-                Err(why) => {
-                    self.error(otlp.span().start, "tracing.otlp", why);
-                    None
-                }
+                Err(why) => self.invalid(otlp.span().start, "tracing.otlp", why),
             }
         });
         let sample = section.sample.as_ref().and_then(|sample| {
@@ -480,8 +477,7 @@ impl Validator<'_> {
             } else {
                 let why =
                     format!("{ratio} is not a share from 0 to 1 (0.01 traces 1 request in 100)");
-                self.error(sample.span().start, "tracing.sample", why);
-                None
+                self.invalid(sample.span().start, "tracing.sample", why)
             }
         });
         let parents = [

@@ -130,13 +130,12 @@ impl Validator<'_> {
                 .first()
                 .copied()
                 .unwrap_or(0);
-            self.error(
+            return self.invalid(
                 at,
                 path,
                 "is required: the address of the protected service, for example \
                  upstream = \"http://127.0.0.1:3000\", or the name of an [[upstream]] pool",
             );
-            return None;
         };
         let text = field.get_ref();
         let names_a_pool = raw.upstream.iter().any(|pool| {
@@ -213,14 +212,11 @@ impl Validator<'_> {
     ) -> UpstreamConfig {
         let path = |field: &str| format!("upstream[{index}].{field}");
         let name = match &raw.name {
-            None => {
-                self.error(
-                    at,
-                    &format!("upstream[{index}]"),
-                    "needs a name, for example name = \"api\"",
-                );
-                String::new()
-            }
+            None => self.invalid(
+                at,
+                &format!("upstream[{index}]"),
+                "needs a name, for example name = \"api\"",
+            ),
             Some(field) => {
                 let name = field.get_ref();
                 let fits = !name.is_empty()
@@ -312,13 +308,12 @@ impl Validator<'_> {
     fn servers(&mut self, index: usize, at: usize, raw: &RawUpstream) -> Vec<ServerUrl> {
         let base = format!("upstream[{index}].servers");
         let Some(field) = &raw.servers else {
-            self.error(
+            return self.invalid(
                 at,
                 &base,
                 "is required: the pool's servers, for example \
                  servers = [\"http://10.0.0.11:3000\", \"http://10.0.0.12:3000\"]",
             );
-            return Vec::new();
         };
         if field.get_ref().is_empty() {
             self.error(
@@ -378,12 +373,11 @@ impl Validator<'_> {
             None => 1,
         };
         let Some(url) = &raw.url else {
-            self.error(
+            return self.invalid(
                 at,
                 path,
                 "needs a url, for example { url = \"http://10.0.0.11:3000\", weight = 2 }",
             );
-            return None;
         };
         // A bare string's span is its entry's.
         let url_at = if url.span().is_empty() {
@@ -493,12 +487,11 @@ impl Validator<'_> {
         let at = raw.start_or(at);
         let health = &raw.value;
         let Some(check_path) = &health.path else {
-            self.error(
+            return self.invalid(
                 at,
                 &format!("upstream[{index}].health"),
                 "needs a path, for example health = { path = \"/healthz\", interval = \"5s\" }",
             );
-            return None;
         };
         let written = check_path.get_ref();
         let fits =
@@ -525,12 +518,11 @@ impl Validator<'_> {
             if http::HeaderValue::from_str(text).is_ok() && !text.is_empty() {
                 Some(text.clone())
             } else {
-                self.error(
+                self.invalid(
                     host.span().start,
                     &path("host"),
                     format!("\"{text}\" is not a Host value, such as \"api.example.com\""),
-                );
-                None
+                )
             }
         });
         Some(HealthCheck {
@@ -621,8 +613,7 @@ impl Validator<'_> {
                 } else {
                     format!("{message}; or name the upstream's CA in upstream_ca")
                 };
-                self.error(at, &path, message);
-                None
+                self.invalid(at, &path, message)
             }
         }
     }

@@ -254,6 +254,18 @@ impl Validator<'_> {
         });
     }
 
+    /// Reports an error and gives the placeholder validation carries on
+    /// with (`None`, an empty list, `false`).
+    pub(super) fn invalid<T: Default>(
+        &mut self,
+        at: usize,
+        path: &str,
+        message: impl Into<String>,
+    ) -> T {
+        self.error(at, path, message);
+        T::default()
+    }
+
     /// `result`'s value, or `None` with its error reported at `at`.
     pub(super) fn ok<T>(&mut self, at: usize, path: &str, result: Result<T, String>) -> Option<T> {
         result.map_err(|message| self.error(at, path, message)).ok()

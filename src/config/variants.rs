@@ -25,25 +25,19 @@ impl Validator<'_> {
         let adaptive = rule.algorithm == Some(AlgorithmKind::Adaptive);
         let path = format!("rule[{index}].tiers");
         let by = match &raw.value.by {
-            None => {
-                self.error(
-                    at,
-                    &path,
-                    "needs by = \"<key source>\", the source whose value picks the tier, such as \
+            None => self.invalid(
+                at,
+                &path,
+                "needs by = \"<key source>\", the source whose value picks the tier, such as \
                      by = \"header:x-plan\" or by = \"jwt:plan\"",
-                );
-                None
-            }
+            ),
             Some(field) => match parse_key_source(field.get_ref()) {
                 Ok(source) => Some(source),
-                Err(message) => {
-                    self.error(field.span().start, &format!("{path}.by"), message);
-                    None
-                }
+                Err(message) => self.invalid(field.span().start, &format!("{path}.by"), message),
             },
         };
         if raw.value.tiers.is_empty() {
-            self.error(
+            return self.invalid(
                 at,
                 &path,
                 if adaptive {
@@ -54,7 +48,6 @@ impl Validator<'_> {
                      = \"100/s\" }"
                 },
             );
-            return None;
         }
         let mut tiers = Vec::with_capacity(raw.value.tiers.len());
         for (name, table) in &raw.value.tiers {
@@ -137,23 +130,21 @@ impl Validator<'_> {
             }
         }
         let Some(field) = &raw.share else {
-            self.error(
+            return self.invalid(
                 at,
                 &base,
                 "needs share, the part of the learned limit this tier may use: free = { share = \
                  0.5 } sheds free callers once half the limit is in flight",
             );
-            return None;
         };
         let share = number(field.get_ref()).filter(|share| *share > 0.0 && *share <= 1.0);
         let Some(share) = share else {
-            self.error(
+            return self.invalid(
                 field.span().start,
                 &format!("{base}.share"),
                 "must be a number above 0 and at most 1: the part of the learned limit this tier \
                  may use",
             );
-            return None;
         };
         Some(Variant {
             name: name.text.clone(),
@@ -197,13 +188,12 @@ impl Validator<'_> {
             if !raw.unknown.is_empty() || raw.share.is_some() {
                 return None;
             }
-            self.error(
+            return self.invalid(
                 at,
                 &base,
                 "sets nothing: give rate, limits and/or burst, such as { rate = \"100/s\" } (one \
                  that sets only burst keeps the rule's rates)",
             );
-            return None;
         }
         let errors_before = self.errors.len();
         let own_rates = raw.rate.is_some() || raw.limits.is_some();

@@ -517,22 +517,16 @@ impl Import {
         }
         let number_at = join(at, "number");
         match from.as_deref() {
-            Some("Number") if metadata => {
-                self.reader.problem(
-                    join(at, "metadata"),
-                    "Envoy Gateway refuses both number and metadata",
-                );
-                None
-            }
+            Some("Number") if metadata => self.reader.invalid(
+                join(at, "metadata"),
+                "Envoy Gateway refuses both number and metadata",
+            ),
             Some("Number") => match number {
-                Some(0) => {
-                    self.reader.problem(
-                        number_at,
-                        "no equivalent: a cost of 0 checks the limit without taking from it, \
+                Some(0) => self.reader.invalid(
+                    number_at,
+                    "no equivalent: a cost of 0 checks the limit without taking from it, \
                          and every request a sluice rule admits takes at least 1",
-                    );
-                    None
-                }
+                ),
                 Some(number) => Some((number, number_at)),
                 None => {
                     if !self.reader.problems.iter().any(|p| p.path == number_at) {
@@ -542,21 +536,15 @@ impl Import {
                     None
                 }
             },
-            Some("Metadata") => {
-                self.reader.problem(
-                    join(at, "from"),
-                    "no equivalent: the cost comes from Envoy's dynamic metadata, which sluice \
+            Some("Metadata") => self.reader.invalid(
+                join(at, "from"),
+                "no equivalent: the cost comes from Envoy's dynamic metadata, which sluice \
                      never sees",
-                );
-                None
-            }
-            Some(other) => {
-                self.reader.problem(
-                    join(at, "from"),
-                    format!("unknown source {other:?}; Number or Metadata"),
-                );
-                None
-            }
+            ),
+            Some(other) => self.reader.invalid(
+                join(at, "from"),
+                format!("unknown source {other:?}; Number or Metadata"),
+            ),
             None => {
                 self.reader
                     .problem(join(at, "from"), "is required: Number or Metadata");

@@ -273,32 +273,23 @@ impl Reader {
             return RateLimit::Unlimited;
         }
         let unit = match unit {
-            Some(text) => Unit::parse(&text, true).or_else(|| {
-                self.problem(unit_at, format!("unknown unit {text:?}; {UNITS}"));
-                None
-            }),
-            None => {
-                self.problem(unit_at, format!("is required; {UNITS}"));
-                None
-            }
+            Some(text) => Unit::parse(&text, true)
+                .or_else(|| self.invalid(unit_at, format!("unknown unit {text:?}; {UNITS}"))),
+            None => self.invalid(unit_at, format!("is required; {UNITS}")),
         };
         let count_at = join(at, "requests_per_unit");
         let requests_per_unit =
             match requests_per_unit.map(|field| field.as_u64().map(u32::try_from)) {
                 Some(Some(Ok(count))) => Some(count),
-                Some(_) => {
-                    self.problem(count_at, "must be a whole number from 0 to 4294967295");
-                    None
-                }
+                Some(_) => self.invalid(count_at, "must be a whole number from 0 to 4294967295"),
                 None => {
                     // A missing count is 0 to envoyproxy/ratelimit, which refuses
                     // every request: too quiet a way to close a route to copy.
-                    self.problem(
+                    self.invalid(
                         count_at,
                         "is required (envoyproxy/ratelimit reads a missing one as 0, refusing \
                      every request; write 0 if that is meant)",
-                    );
-                    None
+                    )
                 }
             };
         match (unit, requests_per_unit) {

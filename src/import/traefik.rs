@@ -273,16 +273,13 @@ impl Import {
         let any_case = known.iter().find(|name| name.eq_ignore_ascii_case(written));
         match (names, any_case) {
             (Names::AnyCase, Some(name)) => Some(name),
-            (Names::Exact, Some(name)) => {
-                self.reader.problem(
-                    at,
-                    format!(
-                        "unknown field: Kubernetes reads field names as written ({name}), and \
+            (Names::Exact, Some(name)) => self.reader.invalid(
+                at,
+                format!(
+                    "unknown field: Kubernetes reads field names as written ({name}), and \
                          drops this one"
-                    ),
-                );
-                None
-            }
+                ),
+            ),
             (_, None) => {
                 self.reader
                     .problem(at, format!("unknown field; {}", known.join(", ")));
