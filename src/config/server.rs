@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use toml::Spanned;
 
 use super::raw::{OneOrMany, RawConfig, RawServer, RawTls};
-use super::validate::Validator;
+use super::validate::{non_empty, Validator};
 use super::{
     AccessLogTarget, AdminConfig, CertPair, ForwardedHeader, HeaderStyle, ResponseConfig,
     ServerConfig, TlsListenerConfig,
@@ -38,11 +38,7 @@ impl Validator<'_> {
             }
         }
         let proxy_protocol = self.proxy_protocol(raw, &trusted_proxies);
-        let upstream_ca = raw
-            .upstream_ca
-            .as_ref()
-            .filter(|ca| !ca.get_ref().is_empty())
-            .map(|ca| self.file_path(ca.get_ref()));
+        let upstream_ca = non_empty(&raw.upstream_ca).map(|ca| self.file_path(ca.get_ref()));
         // Each reader takes `raw.<key>` and names it `server.<key>`.
         macro_rules! read {
             ($how:ident, $key:ident, $($arg:expr),+) => {

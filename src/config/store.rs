@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use super::raw::{RawConfig, RawRedis};
-use super::validate::Validator;
+use super::validate::{non_empty, Validator};
 use super::{OnError, RedisConfig, RedisMode, StoreBackend, StoreConfig};
 
 /// The shortest `sync_interval`: below it a sync's own round trip is most
@@ -126,72 +126,64 @@ impl Validator<'_> {
                  TLS or none does",
             );
         }
-        let ca = raw
-            .ca
-            .as_ref()
-            .filter(|ca| !ca.get_ref().is_empty())
-            .map(|field| {
-                let path = self.file_path(field.get_ref());
-                if let Err(error) = crate::tls::read_roots(Some(&path)) {
-                    self.error(field.span().start, "store.redis.ca", error);
-                } else if over_tls == 0 {
-                    // An error, not a warning: whoever names a CA means the
-                    // link to be verified TLS, and it would go in clear.
-                    self.error(
-                        field.span().start,
-                        "store.redis.ca",
-                        "ca verifies rediss:// servers, and no URL here is rediss://: the \
+        let ca = non_empty(&raw.ca).map(|field| {
+            let path = self.file_path(field.get_ref());
+            if let Err(error) = crate::tls::read_roots(Some(&path)) {
+                self.error(field.span().start, "store.redis.ca", error);
+            } else if over_tls == 0 {
+                // An error, not a warning: whoever names a CA means the
+                // link to be verified TLS, and it would go in clear.
+                self.error(
+                    field.span().start,
+                    "store.redis.ca",
+                    "ca verifies rediss:// servers, and no URL here is rediss://: the \
                          connection (and any password) would go in clear; write \
                          rediss://host:port",
-                    );
-                }
-                path
-            });
-        let password_env = raw
-            .password_env
-            .as_ref()
-            .filter(|name| !name.get_ref().is_empty())
-            .map(|field| {
-                let name = field.get_ref();
-                let at = field.span().start;
-                let path = "store.redis.password_env";
-                match std::env::var_os(name) {
-                    _ if !in_use => {}
-                    None => self.error(
-                        at,
-                        path,
-                        format!(
-                            "the environment variable {name} is not set; it must hold the \
+                );
+            }
+            path
+        });
+        let password_env = non_empty(&raw.password_env).map(|field| {
+            let name = field.get_ref();
+            let at = field.span().start;
+            let path = "store.redis.password_env";
+            match std::env::var_os(name) {
+                _ if !in_use => {}
+                None => self.error(
+                    at,
+                    path,
+                    format!(
+                        "the environment variable {name} is not set; it must hold the \
                              password sluice gives Redis (AUTH)"
-                        ),
                     ),
-                    Some(value) if value.is_empty() => self.error(
-                        at,
-                        path,
-                        format!(
-                            "the environment variable {name} is empty; it must hold the Redis \
+                ),
+                Some(value) if value.is_empty() => self.error(
+                    at,
+                    path,
+                    format!(
+                        "the environment variable {name} is empty; it must hold the Redis \
                              password"
-                        ),
                     ),
-                    Some(value) if value.to_str().is_none() => self.error(
-                        at,
-                        path,
-                        format!("the environment variable {name} is not UTF-8 text"),
-                    ),
-                    Some(_) => {}
-                }
-                if urls.iter().any(|url| url_has_password(url)) {
-                    self.warn(
-                        at,
-                        path,
-                        format_args!(
-                            "the password in {urls_path} is not used: the one in {name} is; \
+                ),
+                Some(value) if value.to_str().is_none() => self.error(
+                    at,
+                    path,
+                    format!("the environment variable {name} is not UTF-8 text"),
+                ),
+                Some(_) => {}
+            }
+            if urls.iter().any(|url| url_has_password(url)) {
+                self.warn(
+                    at,
+                    path,
+                    format_args!(
+                        "the password in {urls_path} is not used: the one in {name} is; \
                              remove it from the file"
-                        ),
-                    );
-                }
-                name.clone()
-            });
+                    ),
+                );
+            }
+            name.clone()
+        });
         RedisConfig {
             mode,
             urls,

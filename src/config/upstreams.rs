@@ -14,7 +14,7 @@ use super::keys::parse_key_source;
 use super::raw::{Located, RawServerUrl, Start};
 use super::raw::{RawConfig, RawEject, RawHealth, RawMatch, RawRoute, RawServer, RawUpstream};
 use super::server::parse_upstream;
-use super::validate::Validator;
+use super::validate::{non_empty, Validator};
 use super::{
     Balance, Eject, HealthCheck, KeySource, MatchConfig, RouteConfig, ServerConfig, ServerUrl,
     UpstreamConfig, UpstreamProtocol, UpstreamsConfig, DEFAULT_POOL,
@@ -103,7 +103,8 @@ impl Validator<'_> {
         };
         if pools.is_empty() {
             // Reported by `default_url`; a placeholder keeps the rest whole.
-            pools.push(self.placeholder_pool(server));
+            let url = http::Uri::from_static("http://127.0.0.1/");
+            pools.push(placeholder_pool(vec![ServerUrl { url, weight: 1 }], server));
         }
         let routes = self.routes(&raw.route, &pools);
         self.unused_server_ca(raw_server, &pools);
@@ -153,53 +154,19 @@ impl Validator<'_> {
         let url = self.ok(field.span().start, path, parse_upstream(text))?;
         let servers = vec![ServerUrl { url, weight: 1 }];
         let roots = self.roots(&servers, server.upstream_ca.as_deref(), || {
-            raw_server
-                .upstream_ca
-                .as_ref()
-                .filter(|ca| !ca.get_ref().is_empty())
+            non_empty(&raw_server.upstream_ca)
                 .map(|ca| (ca.span().start, "server.upstream_ca".to_owned()))
                 .unwrap_or((field.span().start, path.to_owned()))
         });
         Some(UpstreamConfig {
-            name: DEFAULT_POOL.to_owned(),
-            servers,
-            protocol: UpstreamProtocol::Http1,
-            balance: Balance::LeastRequest,
-            resolve_every: Duration::from_secs(30),
-            retries: 1,
-            health: None,
             eject: Some(Eject {
                 after: EJECT_AFTER,
                 duration: EJECT_FOR,
             }),
-            max_share: MAX_SHARE,
-            connect_timeout: server.connect_timeout,
-            upstream_timeout: server.upstream_timeout,
             upstream_ca: server.upstream_ca.clone(),
             roots,
+            ..placeholder_pool(servers, server)
         })
-    }
-
-    /// A pool standing in for one that could not be read (already reported).
-    fn placeholder_pool(&mut self, server: &ServerConfig) -> UpstreamConfig {
-        UpstreamConfig {
-            name: DEFAULT_POOL.to_owned(),
-            servers: vec![ServerUrl {
-                url: http::Uri::from_static("http://127.0.0.1/"),
-                weight: 1,
-            }],
-            protocol: UpstreamProtocol::Http1,
-            balance: Balance::LeastRequest,
-            resolve_every: Duration::from_secs(30),
-            retries: 1,
-            health: None,
-            eject: None,
-            max_share: MAX_SHARE,
-            connect_timeout: server.connect_timeout,
-            upstream_timeout: server.upstream_timeout,
-            upstream_ca: None,
-            roots: None,
-        }
     }
 
     /// One `[[upstream]]`, starting at `at`.
@@ -245,22 +212,14 @@ impl Validator<'_> {
             None => Balance::LeastRequest,
             Some(field) => self.balance(field, &path("balance")),
         };
-        let upstream_ca = match raw
-            .upstream_ca
-            .as_ref()
-            .filter(|ca| !ca.get_ref().is_empty())
-        {
+        let upstream_ca = match non_empty(&raw.upstream_ca) {
             Some(ca) => Some(self.file_path(ca.get_ref())),
             None => server.upstream_ca.clone(),
         };
         let ca_path = path("upstream_ca");
         let servers_path = path("servers");
         let roots = self.roots(&servers, upstream_ca.as_deref(), || {
-            match raw
-                .upstream_ca
-                .as_ref()
-                .filter(|ca| !ca.get_ref().is_empty())
-            {
+            match non_empty(&raw.upstream_ca) {
                 Some(ca) => (ca.span().start, ca_path),
                 None => (raw.servers.start_or(at), servers_path),
             }
@@ -283,22 +242,16 @@ impl Validator<'_> {
                 .and_then(|health| self.health(index, at, health)),
             eject,
             max_share,
-            connect_timeout: match &raw.connect_timeout {
-                Some(_) => self.timeout(
-                    raw.connect_timeout.as_ref(),
-                    &path("connect_timeout"),
-                    server.connect_timeout,
-                ),
-                None => server.connect_timeout,
-            },
-            upstream_timeout: match &raw.upstream_timeout {
-                Some(_) => self.timeout(
-                    raw.upstream_timeout.as_ref(),
-                    &path("upstream_timeout"),
-                    server.upstream_timeout,
-                ),
-                None => server.upstream_timeout,
-            },
+            connect_timeout: self.timeout(
+                raw.connect_timeout.as_ref(),
+                &path("connect_timeout"),
+                server.connect_timeout,
+            ),
+            upstream_timeout: self.timeout(
+                raw.upstream_timeout.as_ref(),
+                &path("upstream_timeout"),
+                server.upstream_timeout,
+            ),
             upstream_ca,
             roots,
         }
@@ -368,10 +321,7 @@ impl Validator<'_> {
                 "is not a server key (allowed: url, weight)",
             );
         }
-        let weight = match &raw.weight {
-            Some(_) => self.int(raw.weight.as_ref(), &format!("{path}.weight"), 1, 1..=1000) as u32,
-            None => 1,
-        };
+        let weight = self.int(raw.weight.as_ref(), &format!("{path}.weight"), 1, 1..=1000) as u32;
         let Some(url) = &raw.url else {
             return self.invalid(
                 at,
@@ -620,11 +570,7 @@ impl Validator<'_> {
 
     /// `[server] upstream_ca` when no pool that inherits it is https://.
     fn unused_server_ca(&mut self, raw_server: &RawServer, pools: &[UpstreamConfig]) {
-        let Some(field) = raw_server
-            .upstream_ca
-            .as_ref()
-            .filter(|ca| !ca.get_ref().is_empty())
-        else {
+        let Some(field) = non_empty(&raw_server.upstream_ca) else {
             return;
         };
         if !pools.iter().any(UpstreamConfig::https) {
@@ -702,6 +648,27 @@ impl Validator<'_> {
             routes.push(RouteConfig { matcher, upstream });
         }
         routes
+    }
+}
+
+/// The pool `default` of `servers` with the defaults and `server`'s
+/// timeouts, and no passive checks or CA: as it is, the pool standing in
+/// for one that could not be read (already reported).
+fn placeholder_pool(servers: Vec<ServerUrl>, server: &ServerConfig) -> UpstreamConfig {
+    UpstreamConfig {
+        name: DEFAULT_POOL.to_owned(),
+        servers,
+        protocol: UpstreamProtocol::Http1,
+        balance: Balance::LeastRequest,
+        resolve_every: Duration::from_secs(30),
+        retries: 1,
+        health: None,
+        eject: None,
+        max_share: MAX_SHARE,
+        connect_timeout: server.connect_timeout,
+        upstream_timeout: server.upstream_timeout,
+        upstream_ca: None,
+        roots: None,
     }
 }
 

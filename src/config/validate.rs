@@ -223,6 +223,12 @@ impl<'a> Source<'a> {
     }
 }
 
+/// A string field, unless it is empty (which, for a file or a variable
+/// name, means none).
+pub(super) fn non_empty(field: &Option<Spanned<String>>) -> Option<&Spanned<String>> {
+    field.as_ref().filter(|field| !field.get_ref().is_empty())
+}
+
 /// Collects errors and warnings while turning raw values into domain values.
 /// On an error each method returns a placeholder so validation carries on.
 pub(super) struct Validator<'a> {
