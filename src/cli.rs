@@ -123,21 +123,9 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
         .rules
         .iter()
         .any(|rule| rule.cost != 1 || rule.graphql_cost);
-    let mut header = vec![
-        "rule",
-        "match",
-        "key",
-        "missing",
-        "algorithm",
-        "limits",
-        "capacity",
-    ];
-    if show_cost {
-        header.push("cost");
-    }
-    header.push("on_limit");
-    header.push("mode");
-    let mut rows: Vec<Vec<String>> = vec![header.into_iter().map(str::to_owned).collect()];
+    let header = "rule match key missing algorithm limits capacity cost on_limit mode".split(' ');
+    let header = header.filter(|column| show_cost || *column != "cost");
+    let mut rows: Vec<Vec<String>> = vec![header.map(str::to_owned).collect()];
     for rule in &config.rules {
         let mut row = vec![
             rule.name.clone(),
