@@ -246,13 +246,7 @@ pub(super) fn resolve(
     let (propagators, from) = match (file.propagators, var("OTEL_PROPAGATORS")) {
         (Some(propagators), _) => (propagators, FROM_FILE),
         (None, Some(list)) => (env_propagators(&list, warnings), "OTEL_PROPAGATORS"),
-        (None, None) => (
-            Propagators {
-                tracecontext: true,
-                ..Propagators::default()
-            },
-            DEFAULT,
-        ),
+        (None, None) => (env_propagators("tracecontext", warnings), DEFAULT),
     };
     show("propagators", propagator_names(propagators), from);
 
@@ -283,13 +277,13 @@ pub(super) fn resolve(
     if !others.is_empty() {
         show("resource", others.join(","), "OTEL_RESOURCE_ATTRIBUTES");
     }
-    resource.insert(0, ("service.name".to_owned(), service));
-    resource.insert(
-        1,
-        (
-            "service.version".to_owned(),
-            env!("CARGO_PKG_VERSION").to_owned(),
-        ),
+    let version = env!("CARGO_PKG_VERSION").to_owned();
+    resource.splice(
+        0..0,
+        [
+            ("service.name".to_owned(), service),
+            ("service.version".to_owned(), version),
+        ],
     );
 
     // Batching, OpenTelemetry's defaults but for a 10 s export timeout.
@@ -420,12 +414,18 @@ fn env_propagators(list: &str, warnings: &mut Vec<String>) -> Propagators {
     propagators
 }
 
+/// `parent`'s values, as written.
+const PARENTS: [(&str, ParentRule); 3] = [
+    ("always", ParentRule::Always),
+    ("trusted", ParentRule::Trusted),
+    ("never", ParentRule::Never),
+];
+
 pub(super) fn parent_name(parent: ParentRule) -> &'static str {
-    match parent {
-        ParentRule::Always => "always",
-        ParentRule::Trusted => "trusted",
-        ParentRule::Never => "never",
-    }
+    PARENTS
+        .iter()
+        .find(|(_, rule)| *rule == parent)
+        .map_or("", |(name, _)| name)
 }
 
 fn propagator_names(propagators: Propagators) -> String {
@@ -480,16 +480,11 @@ impl Validator<'_> {
                 self.invalid(sample.span().start, "tracing.sample", why)
             }
         });
-        let parents = [
-            ("always", ParentRule::Always),
-            ("trusted", ParentRule::Trusted),
-            ("never", ParentRule::Never),
-        ];
-        let parent = section.parent.as_ref().map(|parent| {
+        let parent = (section.parent.as_ref()).map(|parent| {
             self.choice(
                 Some(parent),
                 "tracing.parent",
-                &parents,
+                &PARENTS,
                 ParentRule::Trusted,
             )
         });
