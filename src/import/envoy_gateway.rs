@@ -402,17 +402,8 @@ impl Import {
                 rule.requests = requests;
                 rule.unit = unit;
             }
-            None => {
-                if !self
-                    .reader
-                    .problems
-                    .iter()
-                    .any(|problem| problem.path.starts_with(&rule.limit_at))
-                {
-                    self.reader.problem(&rule.limit_at, "is required");
-                }
-                return None;
-            }
+            None if self.reader.said_within(&rule.limit_at) => return None,
+            None => return self.reader.invalid(&rule.limit_at, "is required"),
         }
         Some(rule)
     }
@@ -456,13 +447,10 @@ impl Import {
         }
         for (field, missing) in [("requests", requests.is_none()), ("unit", unit.is_none())] {
             let field_at = join(at, field);
-            if missing && !self.reader.problems.iter().any(|p| p.path == field_at) {
-                let also = if field == "unit" {
-                    format!("; {UNITS}")
-                } else {
-                    String::new()
-                };
-                self.reader.problem(field_at, format!("is required{also}"));
+            if missing {
+                let also = (field == "unit").then(|| format!("; {UNITS}"));
+                let message = format!("is required{}", also.unwrap_or_default());
+                self.reader.missing(&field_at, message);
             }
         }
         Some((requests?, unit?))
@@ -529,10 +517,8 @@ impl Import {
                 ),
                 Some(number) => Some((number, number_at)),
                 None => {
-                    if !self.reader.problems.iter().any(|p| p.path == number_at) {
-                        self.reader
-                            .problem(number_at, "is required with from: Number");
-                    }
+                    self.reader
+                        .missing(&number_at, "is required with from: Number");
                     None
                 }
             },

@@ -344,7 +344,7 @@ impl Import {
             }
         }
         if limit.average == 0 {
-            if !self.reader.problems.iter().any(|p| p.path.starts_with(at)) {
+            if !self.reader.said_within(at) {
                 self.skip(
                     "",
                     at,

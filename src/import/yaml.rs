@@ -130,13 +130,25 @@ impl Reader {
             Some(text) if !text.is_empty() => Some(text),
             Some(_) => self.invalid(at, "must not be empty"),
             None => {
-                // Unless it was there but invalid, and said so.
-                if !self.problems.iter().any(|problem| problem.path == at) {
-                    self.problem(at, "is required");
-                }
+                self.missing(at, "is required");
                 None
             }
         }
+    }
+
+    /// A problem for a field that is missing, unless it was there but
+    /// invalid and said so.
+    pub(super) fn missing(&mut self, at: &str, message: impl Into<String>) {
+        if !self.problems.iter().any(|problem| problem.path == at) {
+            self.problem(at, message);
+        }
+    }
+
+    /// Whether a problem was found at `at` or inside it.
+    pub(super) fn said_within(&self, at: &str) -> bool {
+        self.problems
+            .iter()
+            .any(|problem| problem.path.starts_with(at))
     }
 
     /// A `true`/`false` field; null is false.
