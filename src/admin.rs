@@ -388,6 +388,11 @@ impl RefusedCall {
     }
 }
 
+/// A call refused for what it asked (400).
+fn bad(detail: impl Into<Cow<'static, str>>) -> RefusedCall {
+    RefusedCall::new(StatusCode::BAD_REQUEST, detail)
+}
+
 fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
     respond(status, &JSON, Bytes::from(value.to_string()))
 }

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use smallvec::SmallVec;
 
 use super::budget::{millis, Balance, Target};
-use super::{json_response, RefusedCall};
+use super::{bad, json_response, RefusedCall};
 use crate::clock::Nanos;
 use crate::key::KeyLabels;
 use crate::limiter::{Decision, Limiter};
@@ -44,8 +44,7 @@ async fn try_buckets(
 ) -> Result<Response<Full<Bytes>>, RefusedCall> {
     let param = |name| crate::key::query_value(query, name).map(crate::key::decode_query);
     let (Some(rule_name), Some(key)) = (param("rule"), param("key")) else {
-        return Err(RefusedCall::new(
-            StatusCode::BAD_REQUEST,
+        return Err(bad(
             "name the bucket: GET /admin/buckets?rule=RULE&key=KEY (optionally &tier=TIER; \
              percent-encode '|' in keys as %7C)",
         ));

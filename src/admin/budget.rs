@@ -6,7 +6,7 @@
 
 use http::StatusCode;
 
-use super::RefusedCall;
+use super::{bad, RefusedCall};
 use crate::clock::Nanos;
 use crate::limiter::Decision;
 use crate::policy::{Limit, Policy, Rule};
@@ -42,7 +42,7 @@ impl<'p> Target<'p> {
         let key = policy
             .keys
             .key_of_text(&found.key, key)
-            .map_err(|message| RefusedCall::new(StatusCode::BAD_REQUEST, message))?;
+            .map_err(|message| bad(message))?;
         Ok(Target {
             rule: found,
             key,

@@ -12,10 +12,9 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use http::StatusCode;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::RefusedCall;
+use super::{bad, RefusedCall};
 
 /// What a call's units member is named: `amount` (a spend) or `cost` (a
 /// check).
@@ -40,10 +39,9 @@ impl<'a> Body<'a> {
         // UTF-8 checked once for the whole body: read from bytes, serde_json
         // would check each string again (a third of a check's parsing).
         let body = std::str::from_utf8(body).map_err(|error| {
-            RefusedCall::new(
-                StatusCode::BAD_REQUEST,
-                format!("the request body is not valid JSON: it is not UTF-8 ({error})"),
-            )
+            bad(format!(
+                "the request body is not valid JSON: it is not UTF-8 ({error})"
+            ))
         })?;
         let mut deserializer = serde_json::Deserializer::from_str(body);
         let seed = BodySeed {
@@ -53,12 +51,7 @@ impl<'a> Body<'a> {
         let parsed = seed
             .deserialize(&mut deserializer)
             .and_then(|body| deserializer.end().map(|()| body));
-        parsed.map_err(|error| {
-            RefusedCall::new(
-                StatusCode::BAD_REQUEST,
-                format!("the request body is not valid JSON: {error}"),
-            )
-        })
+        parsed.map_err(|error| bad(format!("the request body is not valid JSON: {error}")))
     }
 }
 
@@ -195,10 +188,6 @@ fn text<'c>(
             other.describe()
         ))),
     }
-}
-
-fn bad(detail: String) -> RefusedCall {
-    RefusedCall::new(StatusCode::BAD_REQUEST, detail)
 }
 
 /// The visits of a scalar, which is not a call: a call saying what it was,
