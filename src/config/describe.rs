@@ -5,9 +5,8 @@
 
 use std::time::Duration;
 
-use super::{
-    Balance, LimitConfig, MatchConfig, Rate, RuleConfig, UpstreamConfig, UpstreamProtocol,
-};
+use super::upstreams::PROTOCOLS;
+use super::{Balance, LimitConfig, MatchConfig, Rate, RuleConfig, UpstreamConfig};
 
 /// A period in its largest whole unit: `60s` → `1m`, `90s` → `90s`,
 /// `900s` → `15m`, `500ms` → `500ms`.
@@ -114,12 +113,8 @@ pub fn describe_upstream(pool: &UpstreamConfig) -> String {
         Balance::RoundRobin => "round_robin".to_owned(),
         Balance::Hash(source) => format!("hash:{source}"),
     };
-    let protocol = match pool.protocol {
-        UpstreamProtocol::Http1 => "http1",
-        UpstreamProtocol::H2c => "h2c",
-        UpstreamProtocol::H2 => "h2",
-        UpstreamProtocol::Auto => "auto",
-    };
+    let protocol = PROTOCOLS.iter().find(|(_, p)| *p == pool.protocol);
+    let protocol = protocol.map_or("", |(name, _)| name);
     let mut parts = vec![
         balance,
         protocol.to_owned(),

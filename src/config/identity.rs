@@ -185,25 +185,14 @@ impl Validator<'_> {
             return self.invalid(at, path, "must name an environment variable");
         }
         let secret = match std::env::var_os(name) {
-            None => {
-                return self.invalid(
-                    at,
-                    path,
-                    format!(
-                        "the environment variable {name} is not set; it must hold the secret \
-                         tokens are signed with ({names})"
-                    ),
-                )
-            }
-            Some(value) if value.is_empty() => {
-                return self.invalid(
-                    at,
-                    path,
-                    format!("the environment variable {name} is empty; it must hold the secret"),
-                )
-            }
-            Some(value) => value.into_encoded_bytes(),
+            None => Err(format!(
+                "is not set; it must hold the secret tokens are signed with ({names})"
+            )),
+            Some(value) if value.is_empty() => Err("is empty; it must hold the secret".to_owned()),
+            Some(value) => Ok(value.into_encoded_bytes()),
         };
+        let secret = secret.map_err(|problem| format!("the environment variable {name} {problem}"));
+        let secret = self.ok(at, path, secret)?;
         // RFC 7518 §3.2: at least as long as the hash's output.
         let wanted = algorithms
             .iter()

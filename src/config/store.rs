@@ -147,30 +147,21 @@ impl Validator<'_> {
             let name = field.get_ref();
             let at = field.span().start;
             let path = "store.redis.password_env";
-            match std::env::var_os(name) {
-                _ if !in_use => {}
-                None => self.error(
+            let problem = match std::env::var_os(name) {
+                _ if !in_use => None,
+                None => Some("is not set; it must hold the password sluice gives Redis (AUTH)"),
+                Some(value) if value.is_empty() => {
+                    Some("is empty; it must hold the Redis password")
+                }
+                Some(value) if value.to_str().is_none() => Some("is not UTF-8 text"),
+                Some(_) => None,
+            };
+            if let Some(problem) = problem {
+                self.error(
                     at,
                     path,
-                    format!(
-                        "the environment variable {name} is not set; it must hold the \
-                             password sluice gives Redis (AUTH)"
-                    ),
-                ),
-                Some(value) if value.is_empty() => self.error(
-                    at,
-                    path,
-                    format!(
-                        "the environment variable {name} is empty; it must hold the Redis \
-                             password"
-                    ),
-                ),
-                Some(value) if value.to_str().is_none() => self.error(
-                    at,
-                    path,
-                    format!("the environment variable {name} is not UTF-8 text"),
-                ),
-                Some(_) => {}
+                    format!("the environment variable {name} {problem}"),
+                );
             }
             if urls.iter().any(|url| url_has_password(url)) {
                 self.warn(

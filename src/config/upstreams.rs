@@ -20,6 +20,14 @@ use super::{
     UpstreamConfig, UpstreamProtocol, UpstreamsConfig, DEFAULT_POOL,
 };
 
+/// `protocol`'s values, as written.
+pub(super) const PROTOCOLS: [(&str, UpstreamProtocol); 4] = [
+    ("http1", UpstreamProtocol::Http1),
+    ("h2c", UpstreamProtocol::H2c),
+    ("h2", UpstreamProtocol::H2),
+    ("auto", UpstreamProtocol::Auto),
+];
+
 /// Passive checks' defaults (docs/upstreams.md, "Passive checks").
 const EJECT_AFTER: u32 = 5;
 const EJECT_FOR: Duration = Duration::from_secs(30);
@@ -350,86 +358,49 @@ impl Validator<'_> {
         let protocol = self.choice(
             raw.protocol.as_ref(),
             &path,
-            &[
-                ("http1", UpstreamProtocol::Http1),
-                ("h2c", UpstreamProtocol::H2c),
-                ("h2", UpstreamProtocol::H2),
-                ("auto", UpstreamProtocol::Auto),
-            ],
+            &PROTOCOLS,
             UpstreamProtocol::Http1,
         );
-        let Some(field) = &raw.protocol else {
-            return protocol;
-        };
-        let at = field.span().start;
-        match protocol {
-            UpstreamProtocol::H2 if !https && !no_server => self.error(
-                at,
-                &path,
+        let problem = match protocol {
+            UpstreamProtocol::H2 if !https && !no_server => {
                 "\"h2\" is HTTP/2 over TLS, and this pool's servers are http://; use \"h2c\" \
-                 (HTTP/2 without TLS) or https:// servers",
-            ),
-            UpstreamProtocol::H2c if https => self.error(
-                at,
-                &path,
-                "\"h2c\" is HTTP/2 without TLS, and this pool's servers are https://; use \"h2\"",
-            ),
-            _ => {}
-        }
+                 (HTTP/2 without TLS) or https:// servers"
+            }
+            UpstreamProtocol::H2c if https => {
+                "\"h2c\" is HTTP/2 without TLS, and this pool's servers are https://; use \"h2\""
+            }
+            _ => return protocol,
+        };
+        self.error(raw.protocol.start_or(0), &path, problem);
         protocol
     }
 
     fn balance(&mut self, field: &Spanned<String>, path: &str) -> Balance {
         let text = field.get_ref();
-        match text.as_str() {
-            "least_request" => Balance::LeastRequest,
-            "round_robin" => Balance::RoundRobin,
-            _ => match text.strip_prefix("hash:") {
-                Some(source) => match parse_key_source(source) {
-                    Ok(KeySource::Descriptor(_)) => {
-                        self.error(
-                            field.span().start,
-                            path,
-                            format!(
-                                "\"{text}\": a proxied request has no rate limit service \
-                                 descriptor; hash on a source of the request, such as \
-                                 \"hash:header:x-user\""
-                            ),
-                        );
-                        Balance::LeastRequest
-                    }
-                    Ok(source) if source.reads_body() => {
-                        self.error(
-                            field.span().start,
-                            path,
-                            format!(
-                                "\"{text}\": a request's body is read only for the rules that \
-                                 key on it, not to pick a server; hash on a field or the \
-                                 client, such as \"hash:header:x-user\""
-                            ),
-                        );
-                        Balance::LeastRequest
-                    }
-                    Ok(source) => Balance::Hash(source),
-                    Err(message) => {
-                        self.error(field.span().start, path, format!("\"{text}\": {message}"));
-                        Balance::LeastRequest
-                    }
-                },
-                None => {
-                    self.error(
-                        field.span().start,
-                        path,
-                        format!(
-                            "\"{text}\" is not a way to balance (allowed: \"least_request\", \
-                             \"round_robin\", \"hash:<key source>\" such as \"hash:ip\" or \
-                             \"hash:header:x-user\")"
-                        ),
-                    );
-                    Balance::LeastRequest
-                }
+        let balance = match text.as_str() {
+            "least_request" => Ok(Balance::LeastRequest),
+            "round_robin" => Ok(Balance::RoundRobin),
+            _ => match text.strip_prefix("hash:").map(parse_key_source) {
+                Some(Ok(KeySource::Descriptor(_))) => Err(format!(
+                    "\"{text}\": a proxied request has no rate limit service descriptor; hash \
+                     on a source of the request, such as \"hash:header:x-user\""
+                )),
+                Some(Ok(source)) if source.reads_body() => Err(format!(
+                    "\"{text}\": a request's body is read only for the rules that key on it, \
+                     not to pick a server; hash on a field or the client, such as \
+                     \"hash:header:x-user\""
+                )),
+                Some(Ok(source)) => Ok(Balance::Hash(source)),
+                Some(Err(message)) => Err(format!("\"{text}\": {message}")),
+                None => Err(format!(
+                    "\"{text}\" is not a way to balance (allowed: \"least_request\", \
+                     \"round_robin\", \"hash:<key source>\" such as \"hash:ip\" or \
+                     \"hash:header:x-user\")"
+                )),
             },
-        }
+        };
+        let balance = self.ok(field.span().start, path, balance);
+        balance.unwrap_or(Balance::LeastRequest)
     }
 
     fn health(&mut self, index: usize, at: usize, raw: &Located<RawHealth>) -> Option<HealthCheck> {
