@@ -261,25 +261,16 @@ impl Validator<'_> {
             };
         let path = format!("identity.jwt.{key}");
         let file = self.file_path(field.get_ref());
-        let bytes = match read_key_file(&file) {
-            Ok(bytes) => bytes,
-            Err(err) => {
-                return self.invalid(
-                    field.span().start,
-                    &path,
-                    format!("cannot read {}: {err}", file.display()),
-                )
-            }
-        };
-        let key = wrap(bytes);
-        if let Err(message) = crate::key::jwt::verification_keys(&key, algorithms) {
-            return self.invalid(
-                field.span().start,
-                &path,
-                format!("{} {message}", file.display()),
+        let key = read_key_file(&file)
+            .map_err(|err| format!("cannot read {}: {err}", file.display()))
+            .map(wrap)
+            .and_then(
+                |key| match crate::key::jwt::verification_keys(&key, algorithms) {
+                    Ok(_) => Ok(key),
+                    Err(message) => Err(format!("{} {message}", file.display())),
+                },
             );
-        }
-        Some(key)
+        self.ok(field.span().start, &path, key)
     }
 
     /// Every `jwt:<claim>` in a rule's key needs `[identity.jwt]`: without

@@ -308,13 +308,9 @@ impl Validator<'_> {
             let key = format!("{prefix}limits[{i}]");
             let path = format!("{base}.limits[{i}]");
             let text = item.get_ref();
-            let rate = match parse_rate(text) {
-                Ok(rate) => rate,
-                Err(message) => {
-                    self.error(item.span().start, &path, message);
-                    valid = false;
-                    continue;
-                }
+            let Some(rate) = self.ok(item.span().start, &path, parse_rate(text)) else {
+                valid = false;
+                continue;
             };
             if let Some(first) = limits.iter().find(|l| l.rate.period == rate.period) {
                 let message = format!(

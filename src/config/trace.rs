@@ -464,21 +464,18 @@ impl Validator<'_> {
             return FileTracing::default();
         };
         let otlp = section.otlp.as_ref().and_then(|otlp| {
-            let base = otlp.get_ref();
-            match collector_url(&join_traces(base)) {
-                Ok(_) => Some(base.clone()),
-                Err(why) => self.invalid(otlp.span().start, "tracing.otlp", why),
-            }
+            let base = collector_url(&join_traces(otlp.get_ref())).map(|_| otlp.get_ref().clone());
+            self.ok(otlp.span().start, "tracing.otlp", base)
         });
         let sample = section.sample.as_ref().and_then(|sample| {
-            let ratio = *sample.get_ref();
-            if (0.0..=1.0).contains(&ratio) {
-                Some(ratio)
-            } else {
-                let why =
-                    format!("{ratio} is not a share from 0 to 1 (0.01 traces 1 request in 100)");
-                self.invalid(sample.span().start, "tracing.sample", why)
-            }
+            let ratio = Some(*sample.get_ref()).filter(|ratio| (0.0..=1.0).contains(ratio));
+            let why = || {
+                format!(
+                    "{} is not a share from 0 to 1 (0.01 traces 1 request in 100)",
+                    sample.get_ref()
+                )
+            };
+            self.ok(sample.span().start, "tracing.sample", ratio.ok_or_else(why))
         });
         let parent = (section.parent.as_ref()).map(|parent| {
             self.choice(
