@@ -7,8 +7,6 @@
 //! a sunset's 410); a handshake is a `GET` without a body, proxied, never
 //! a rate limit service call.
 
-use toml::Spanned;
-
 use super::raw::{RawRule, Start};
 use super::validate::Validator;
 use super::{KeySource, RuleConfig, Unit};
@@ -37,10 +35,9 @@ impl Validator<'_> {
 
     fn message_rule(&mut self, index: usize, at: usize, raw: &RawRule, rule: &RuleConfig) {
         let path = |field: &str| format!("rule[{index}].{field}");
-        let start = |field: Option<&Spanned<String>>| field.map_or(at, |f| f.span().start);
         if rule.algorithm.counts_in_flight() {
             self.error(
-                start(raw.algorithm.as_ref()),
+                raw.algorithm.start_or(at),
                 &path("algorithm"),
                 format!(
                     "a message is counted as it starts and holds nothing while it passes, so \
@@ -69,9 +66,8 @@ impl Validator<'_> {
             }
         }
         if let Some(source) = rule.key.iter().find(|source| reads_a_body(source)) {
-            let key_at = raw.key.start_or(at);
             self.error(
-                key_at,
+                raw.key.start_or(at),
                 &path("key"),
                 format!(
                     "\"{source}\" reads a request body, and a WebSocket handshake has none; key \
@@ -80,9 +76,8 @@ impl Validator<'_> {
             );
         }
         if rule.graphql_cost {
-            let cost_at = raw.cost.start_or(at);
             self.error(
-                cost_at,
+                raw.cost.start_or(at),
                 &path("cost"),
                 "a WebSocket message is not a GraphQL request; cost is the whole number of \
                  units each message takes",
