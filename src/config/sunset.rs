@@ -60,23 +60,13 @@ impl Validator<'_> {
                 valid = false;
             }
         }
-        for (key, field) in [
-            (
-                "tiers",
-                raw_rule.tiers.as_ref().and_then(|t| t.span.clone()),
-            ),
-            (
-                "overrides",
-                raw_rule.overrides.as_ref().and_then(|o| o.span.clone()),
-            ),
+        for (key, written) in [
+            ("tiers", raw_rule.tiers.as_ref().map(Start::start)),
+            ("overrides", raw_rule.overrides.as_ref().map(Start::start)),
         ] {
-            let present = match key {
-                "tiers" => raw_rule.tiers.is_some(),
-                _ => raw_rule.overrides.is_some(),
-            };
-            if present {
-                let line = field.map_or(String::new(), |span| {
-                    format!(" (line {})", self.source.position(span.start).0)
+            if let Some(start) = written {
+                let line = start.map_or(String::new(), |start| {
+                    format!(" (line {})", self.source.position(start).0)
                 });
                 self.error(
                     at,
@@ -98,14 +88,8 @@ impl Validator<'_> {
         let example = "sunset = { start = 2026-12-01T00:00:00Z, end = 2027-01-01T00:00:00Z, \
                        to = \"0/d\" } (step defaults to \"1d\"; link is optional)";
         valid &= self.require(at, &format!("rule[{index}].sunset"), &present, example);
-        let start = sunset
-            .start
-            .as_ref()
-            .and_then(|field| self.timestamp(field, &path("start")));
-        let end = sunset
-            .end
-            .as_ref()
-            .and_then(|field| self.timestamp(field, &path("end")));
+        let start = (sunset.start.as_ref()).and_then(|field| self.timestamp(field, &path("start")));
+        let end = (sunset.end.as_ref()).and_then(|field| self.timestamp(field, &path("end")));
         if let (Some(start), Some(end), Some(field)) = (start, end, &sunset.end) {
             if end <= start {
                 let line = sunset
@@ -124,36 +108,28 @@ impl Validator<'_> {
             .written
             .filter(|written| written.len() == 1)
             .map(|written| &written[0]);
-        let to = match &sunset.to {
-            None => None,
-            Some(field) => match parse_rate(field.get_ref()) {
-                Err(message) => self.invalid(field.span().start, &path("to"), message),
-                Ok(to) => match rate {
-                    // The rule's own rate is invalid (already reported).
-                    None => None,
-                    Some(from) => {
-                        let converted = u128::from(to.count) * from.rate.period.as_nanos()
-                            / to.period.as_nanos();
-                        match u64::try_from(converted) {
-                            Ok(converted) if converted <= from.rate.count => Some(converted),
-                            _ => self.invalid(
-                                field.span().start,
-                                &path("to"),
-                                format!(
-                                    "\"{}\" is {converted} per period of the rule's {} \
-                                         \"{}\", more than its COUNT {}: a sunset only lowers a \
-                                         limit",
-                                    field.get_ref(),
-                                    from.key,
-                                    from.text,
-                                    from.rate.count
-                                ),
-                            ),
-                        }
-                    }
-                },
-            },
-        };
+        let to = sunset.to.as_ref().and_then(|field| {
+            let to = self.ok(field.span().start, &path("to"), parse_rate(field.get_ref()))?;
+            // `None`: the rule's own rate is invalid (already reported).
+            let from = rate?;
+            let converted =
+                u128::from(to.count) * from.rate.period.as_nanos() / to.period.as_nanos();
+            match u64::try_from(converted) {
+                Ok(converted) if converted <= from.rate.count => Some(converted),
+                _ => self.invalid(
+                    field.span().start,
+                    &path("to"),
+                    format!(
+                        "\"{}\" is {converted} per period of the rule's {} \"{}\", more than its \
+                         COUNT {}: a sunset only lowers a limit",
+                        field.get_ref(),
+                        from.key,
+                        from.text,
+                        from.rate.count
+                    ),
+                ),
+            }
+        });
         let step = match &sunset.step {
             None => Some(Duration::from_secs(86_400)),
             Some(field) => {
