@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::raw::{RawConfig, RawRedis};
+use super::raw::{RawConfig, RawRedis, Start};
 use super::validate::{non_empty, Validator};
 use super::{OnError, RedisConfig, RedisMode, StoreBackend, StoreConfig};
 
@@ -87,20 +87,17 @@ impl Validator<'_> {
         let urls = self.list(raw.urls.as_ref(), "store.redis.urls", |url| {
             redis_url(url).map(|()| url.to_owned())
         });
-        if let Some(field) = &raw.urls {
-            if !cluster {
-                self.error(
-                    field.span().start,
-                    "store.redis.urls",
-                    "urls names the nodes of a Redis Cluster: set cluster = true, or use url",
-                );
-            } else if raw.url.is_some() {
-                self.error(
-                    field.span().start,
-                    "store.redis.urls",
-                    "write the cluster's nodes in urls, or one of them in url, not both",
-                );
+        let problem = match (&raw.urls, &raw.url) {
+            (Some(_), _) if !cluster => {
+                "urls names the nodes of a Redis Cluster: set cluster = true, or use url"
             }
+            (Some(_), Some(_)) => {
+                "write the cluster's nodes in urls, or one of them in url, not both"
+            }
+            _ => "",
+        };
+        if !problem.is_empty() {
+            self.error(raw.urls.start_or(0), "store.redis.urls", problem);
         }
         let urls = match &raw.url {
             Some(url) => {
@@ -128,19 +125,18 @@ impl Validator<'_> {
         }
         let ca = non_empty(&raw.ca).map(|field| {
             let path = self.file_path(field.get_ref());
-            if let Err(error) = crate::tls::read_roots(Some(&path)) {
-                self.error(field.span().start, "store.redis.ca", error);
-            } else if over_tls == 0 {
+            let read = crate::tls::read_roots(Some(&path)).and_then(|_| match over_tls {
                 // An error, not a warning: whoever names a CA means the
                 // link to be verified TLS, and it would go in clear.
-                self.error(
-                    field.span().start,
-                    "store.redis.ca",
+                0 => Err(
                     "ca verifies rediss:// servers, and no URL here is rediss://: the \
-                         connection (and any password) would go in clear; write \
-                         rediss://host:port",
-                );
-            }
+                          connection (and any password) would go in clear; write \
+                          rediss://host:port"
+                        .to_owned(),
+                ),
+                _ => Ok(()),
+            });
+            self.ok(field.span().start, "store.redis.ca", read);
             path
         });
         let password_env = non_empty(&raw.password_env).map(|field| {
