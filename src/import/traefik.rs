@@ -530,11 +530,13 @@ impl Limit {
         if let Source::Header(_) = self.source {
             toml.push_str("missing = \"shared\"\n");
         }
+        let rate = crate::config::format_rate(crate::config::Rate {
+            count: self.average,
+            period: std::time::Duration::from_millis(self.period_ms),
+        });
         let _ = writeln!(
             toml,
-            "algorithm = \"token_bucket\"\nrate = \"{}/{}\"\nburst = {}",
-            self.average,
-            period(self.period_ms),
+            "algorithm = \"token_bucket\"\nrate = \"{rate}\"\nburst = {}",
             self.burst
         );
         // sluice holds for whole milliseconds: a hold Traefik would keep
@@ -552,25 +554,6 @@ impl Limit {
             ],
         }
     }
-}
-
-/// A PERIOD for a sluice rate: the largest unit that divides it (`s`,
-/// `90s`, `1500ms`).
-fn period(ms: u64) -> String {
-    for (unit, length) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1000),
-    ] {
-        if ms.is_multiple_of(length) {
-            return match ms / length {
-                1 => unit.to_owned(),
-                n => format!("{n}{unit}"),
-            };
-        }
-    }
-    format!("{ms}ms")
 }
 
 /// A Go duration (`time.ParseDuration`: `300ms`, `-1.5h`, `2h45m`) in
