@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use super::budget::{millis, Balance, Target};
 use super::call::{Body, AMOUNT};
-use super::{json_response, RefusedCall};
+use super::{bad, json_response, RefusedCall};
 use crate::config::AlgorithmKind;
 use crate::proxy::Proxy;
 
@@ -27,15 +27,13 @@ pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>> {
 
 async fn try_spend(proxy: &Proxy, body: &[u8]) -> Result<Response<Full<Bytes>>, RefusedCall> {
     let Body::One(call) = Body::parse(body, AMOUNT)? else {
-        return Err(RefusedCall::new(
-            StatusCode::BAD_REQUEST,
+        return Err(bad(
             "spend one caller's budget per call: the body is one object, not an array",
         ));
     };
     let call = call.validate(AMOUNT)?;
     let Some(amount) = call.units else {
-        return Err(RefusedCall::new(
-            StatusCode::BAD_REQUEST,
+        return Err(bad(
             "\"amount\" is missing: the units to spend, a whole number, as in \
              {\"rule\": \"per-seller\", \"key\": \"seller-42\", \"amount\": 5}",
         ));
