@@ -72,32 +72,27 @@ pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors
         }
         working = Cow::Owned(blank_line(&working, source.line_start(offset)));
     };
-    let Some(raw) = raw else {
-        return Err(ConfigErrors {
-            origin: origin.to_owned(),
-            errors: parse_errors,
-            io: None,
-        });
-    };
-    let mut validator = Validator {
-        source,
-        origin,
-        errors: Vec::new(),
-        warnings: Vec::new(),
-    };
-    let config = validator.config(&raw);
-    if validator.errors.is_empty() && parse_errors.is_empty() {
-        Ok(config)
-    } else {
-        let mut errors = parse_errors;
+    let mut errors = parse_errors;
+    if let Some(raw) = raw {
+        let mut validator = Validator {
+            source,
+            origin,
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let config = validator.config(&raw);
+        if validator.errors.is_empty() && errors.is_empty() {
+            return Ok(config);
+        }
         errors.append(&mut validator.errors);
         errors.sort_by_key(|e| (e.line, e.column));
-        Err(ConfigErrors {
-            origin: origin.to_owned(),
-            errors,
-            io: None,
-        })
     }
+    let origin = origin.to_owned();
+    Err(ConfigErrors {
+        origin,
+        errors,
+        io: None,
+    })
 }
 
 /// toml's own syntax messages span lines ("invalid key" then "expected
