@@ -388,6 +388,14 @@ impl RefusedCall {
     }
 }
 
+/// A call naming a rule the policy does not have (404).
+fn no_rule(name: &str) -> RefusedCall {
+    RefusedCall::new(
+        StatusCode::NOT_FOUND,
+        format!("no rule is named \"{name}\""),
+    )
+}
+
 /// A call refused for what it asked (400).
 fn bad(detail: impl Into<Cow<'static, str>>) -> RefusedCall {
     RefusedCall::new(StatusCode::BAD_REQUEST, detail)

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use std::collections::HashSet;
 
-use super::{json_response, problem};
+use super::{json_response, no_rule, problem};
 use crate::clock::Nanos;
 use crate::key::KeyText;
 use crate::proxy::Proxy;
@@ -117,10 +117,7 @@ pub(super) async fn add(proxy: &Proxy, body: &Value) -> Response<Full<Bytes>> {
     };
     let policy = proxy.policy();
     let Some(rule) = policy.rule(rule_name) else {
-        return problem(
-            StatusCode::NOT_FOUND,
-            &format!("no rule is named \"{rule_name}\""),
-        );
+        return no_rule(rule_name).respond();
     };
     let bucket = match policy.keys.key_of_text(&rule.key, key) {
         Ok(bucket) => bucket,
@@ -175,10 +172,7 @@ pub(super) async fn lift(proxy: &Proxy, query: Option<&str>) -> Response<Full<By
     };
     let policy = proxy.policy();
     let Some(rule) = policy.rule(&rule_name) else {
-        return problem(
-            StatusCode::NOT_FOUND,
-            &format!("no rule is named \"{rule_name}\""),
-        );
+        return no_rule(&rule_name).respond();
     };
     let now = proxy.now();
     let board = proxy.store().board();

@@ -7,7 +7,7 @@ use http::{Response, StatusCode};
 use http_body_util::Full;
 use serde_json::{json, Value};
 
-use super::{json_response, problem};
+use super::{json_response, no_rule, problem};
 use crate::heavy_hitters::{Hitter, Kind, PERIOD};
 use crate::policy::{Policy, Rule};
 use crate::proxy::Proxy;
@@ -40,13 +40,8 @@ pub(super) fn top(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> {
     };
     let policy = proxy.policy();
     let rule = param("rule");
-    if let Some(name) = &rule {
-        if policy.rule(name).is_none() {
-            return problem(
-                StatusCode::NOT_FOUND,
-                &format!("no rule is named \"{name}\""),
-            );
-        }
+    if let Some(name) = rule.as_ref().filter(|name| policy.rule(name).is_none()) {
+        return no_rule(name).respond();
     }
     let keys = top_keys(&policy, rule.as_deref(), kind, n, proxy.now());
     json_response(
