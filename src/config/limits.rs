@@ -113,11 +113,7 @@ impl Validator<'_> {
             }
             (Some(field), _) => {
                 let value = *field.get_ref();
-                let min = if count == Some(0) || count.is_none() {
-                    0
-                } else {
-                    1
-                };
+                let min = i64::from(count.is_some_and(|count| count > 0));
                 if value < min {
                     let why = if min == 1 {
                         "must be at least 1, or no request could ever pass"
@@ -132,22 +128,18 @@ impl Validator<'_> {
                     Some(1)
                 } else {
                     let burst = u64::try_from(value).unwrap_or(0);
-                    if count == Some(0) && burst > 0 && leaky {
-                        self.warn(
-                            field.span().start,
-                            &path,
+                    if count == Some(0) && burst > 0 {
+                        let message = if leaky {
                             "with a COUNT of 0 nothing ever leaves a leaky bucket, so no request \
-                             is admitted whatever the burst",
-                        );
-                    } else if count == Some(0) && burst > 0 {
-                        self.warn(
-                            field.span().start,
-                            &path,
-                            format_args!(
+                             is admitted whatever the burst"
+                                .to_owned()
+                        } else {
+                            format!(
                                 "with a COUNT of 0 the bucket never refills: each key gets {burst} \
                                  request(s) in total"
-                            ),
-                        );
+                            )
+                        };
+                        self.warn(field.span().start, &path, message);
                     }
                     Some(burst)
                 }

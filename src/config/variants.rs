@@ -86,12 +86,8 @@ impl Validator<'_> {
             };
             let relative = format!("overrides.{shown}");
             if let Err(message) = check_bucket_key(&name.text, key, ipv6_prefix) {
-                let at = name
-                    .span
-                    .as_ref()
-                    .or(table.span.as_ref())
-                    .map_or(rule.at, |span| span.start);
-                self.error(at, &format!("rule[{index}].{relative}"), message);
+                let (path, at) = place(rule, &relative, name, table);
+                self.error(at, &path, message);
             }
             if let Some(variant) = self.variant(rule, &relative, name, table) {
                 overrides.push(variant);
@@ -259,11 +255,7 @@ fn place(
     name: &Key,
     table: &Located<RawVariant>,
 ) -> (String, usize) {
-    let at = name
-        .span
-        .as_ref()
-        .or(table.span.as_ref())
-        .map_or(rule.at, |span| span.start);
+    let at = name.start().or(table.start()).unwrap_or(rule.at);
     (format!("rule[{}].{relative}", rule.index), at)
 }
 
