@@ -72,13 +72,9 @@ impl Validator<'_> {
                 }
             }
             if let Some(header) = &matcher.header {
-                let at = match (&header.span, header.value.values().next()) {
-                    (Some(span), _) => span.start,
-                    (None, Some(first)) => first.span().start,
-                    (None, None) => at,
-                };
+                let first = header.value.values().next().map(|first| first.span().start);
                 self.error(
-                    at,
+                    header.start().or(first).unwrap_or(at),
                     &path("match.header"),
                     "a rule with match.domain decides rate limit service calls, which have no \
                      headers (Envoy puts what it read from them in descriptor entries); match \
@@ -106,8 +102,8 @@ impl Validator<'_> {
             let domain_at = raw
                 .matcher
                 .as_ref()
-                .and_then(|m| m.domain.as_ref())
-                .map_or(at, |d| d.span().start);
+                .and_then(|m| m.domain.start())
+                .unwrap_or(at);
             self.error(
                 domain_at,
                 &path("match.domain"),
@@ -117,9 +113,7 @@ impl Validator<'_> {
         }
         if rule.algorithm.counts_in_flight() {
             self.error(
-                raw.algorithm
-                    .as_ref()
-                    .map_or(at, |field| field.span().start),
+                raw.algorithm.start_or(at),
                 &path("algorithm"),
                 format!(
                     "a rate limit service call ends when it is answered, so nothing could give \

@@ -25,7 +25,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::errors::{ConfigError, ConfigErrors};
-use super::raw::{OneOrMany, RawConfig};
+use super::raw::{OneOrMany, RawConfig, Start};
 use super::units::parse_duration;
 use super::{AccessConfig, Config, IdentityConfig};
 
@@ -293,8 +293,8 @@ impl Validator<'_> {
             let at = raw
                 .admin
                 .as_ref()
-                .and_then(|a| a.listen.as_ref())
-                .map_or(0, |l| l.span().start);
+                .and_then(|a| a.listen.start())
+                .unwrap_or(0);
             self.error(
                 at,
                 "admin.listen",
