@@ -221,12 +221,9 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             .map(|pair| {
                 let names = crate::tls::certified_key(&pair.cert, &pair.key)
                     .map(|key| crate::tls::dns_names(&key).join(" "))
-                    .unwrap_or_default();
-                let names = if names.is_empty() {
-                    "no DNS name".to_owned()
-                } else {
-                    names
-                };
+                    .ok()
+                    .filter(|names| !names.is_empty())
+                    .unwrap_or_else(|| "no DNS name".to_owned());
                 format!("{} ({names})", pair.cert.display())
             })
             .collect();
@@ -238,10 +235,8 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
     }
     for pool in &config.upstreams.pools {
         let Some(roots) = &pool.roots else { continue };
-        let authorities = match &pool.upstream_ca {
-            Some(ca) => format!("{}", ca.display()),
-            None => "the system's roots".to_owned(),
-        };
+        let authorities = (pool.upstream_ca.as_ref()).map(|ca| ca.display().to_string());
+        let authorities = authorities.unwrap_or_else(|| "the system's roots".to_owned());
         let count = match roots.len() {
             1 => "1 authority".to_owned(),
             n => format!("{n} authorities"),
@@ -265,12 +260,9 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
         };
         let mut reached = String::new();
         if redis.urls.iter().any(|url| url.starts_with("rediss://")) {
-            match &redis.ca {
-                Some(ca) => {
-                    let _ = write!(reached, "  tls verified by {}", ca.display());
-                }
-                None => reached.push_str("  tls verified by the system's roots"),
-            }
+            let by = redis.ca.as_ref().map(|ca| ca.display().to_string());
+            let by = by.unwrap_or_else(|| "the system's roots".to_owned());
+            let _ = write!(reached, "  tls verified by {by}");
         }
         if let Some(name) = &redis.password_env {
             let _ = write!(reached, "  password from ${name}");
