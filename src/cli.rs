@@ -413,16 +413,12 @@ fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
     if !rule.refund_on.is_empty() {
         lines.push(format!("refund_on {}", rule.refund_on.names().join(", ")));
     }
-    match rule.on_change {
-        OnChange::Proportional => {}
-        OnChange::Keep => lines.push("on_change keep".to_owned()),
-        OnChange::Reset => lines.push("on_change reset".to_owned()),
+    if rule.on_change != OnChange::default() {
+        lines.push(format!("on_change {:?}", rule.on_change).to_lowercase());
     }
     lines
 }
 
-/// A tier's or override's limits: `10/s, 1000/d`, with ` burst 5` when a
-/// capacity differs from its COUNT.
 /// Tracing's effective settings, one line each with where it came from
 /// (docs/observability.md): nothing when neither `[tracing]` nor a variable
 /// asked for it.
@@ -445,6 +441,8 @@ fn describe_tracing(tracing: &crate::config::Tracing, out: &mut String) {
     }
 }
 
+/// A tier's or override's limits: `10/s, 1000/d`, with ` burst 5` when a
+/// capacity differs from its COUNT.
 fn describe_variant(limits: &[LimitConfig]) -> String {
     let mut text = limits
         .iter()
