@@ -212,9 +212,7 @@ impl Validator<'_> {
             }
         };
         let servers = self.servers(index, at, raw);
-        let https = servers
-            .first()
-            .is_some_and(|s| s.url.scheme_str() == Some("https"));
+        let https = servers.first().is_some_and(ServerUrl::https);
         let protocol = self.protocol(index, raw, https, servers.is_empty());
         let balance = match &raw.balance {
             None => Balance::LeastRequest,
@@ -519,10 +517,7 @@ impl Validator<'_> {
         ca: Option<&Path>,
         blame: impl FnOnce() -> (usize, String),
     ) -> Option<Arc<RootCertStore>> {
-        let https = servers
-            .first()
-            .is_some_and(|s| s.url.scheme_str() == Some("https"));
-        if !https {
+        if !servers.first().is_some_and(ServerUrl::https) {
             return None;
         }
         match crate::tls::read_roots(ca) {
