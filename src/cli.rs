@@ -7,8 +7,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{
     describe_capacity, describe_limits, describe_match, describe_upstream, format_limit,
-    format_period, format_rate, format_timestamp, AlgorithmKind, Config, LimitConfig, OnChange,
-    OnLimit, Rate, RedisMode, RuleConfig, StoreBackend, Variant,
+    format_period, format_rate, format_timestamp, joined, AlgorithmKind, Config, LimitConfig,
+    OnChange, OnLimit, Rate, RedisMode, RuleConfig, StoreBackend, Variant,
 };
 use crate::key::{KeyLabels, LabelKey};
 
@@ -130,11 +130,7 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
         let mut row = vec![
             rule.name.clone(),
             describe_match(&rule.matcher),
-            rule.key
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("+"),
+            joined(&rule.key, "+"),
             // A descriptor a rule decides carries every entry it names.
             if rule.matcher.is_service() {
                 "-".to_owned()
@@ -271,12 +267,7 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             out,
             "store redis{} {}  mode {mode}  timeout {}  on_error {}  instances {instances}{reached}",
             if redis.cluster { " cluster" } else { "" },
-            redis
-                .urls
-                .iter()
-                .map(|url| crate::config::shown_redis_url(url))
-                .collect::<Vec<_>>()
-                .join(", "),
+            joined(redis.urls.iter().map(|url| crate::config::shown_redis_url(url)), ", "),
             format_period(redis.timeout),
             format!("{:?}", redis.on_error).to_lowercase(),
         );
@@ -444,11 +435,7 @@ fn describe_tracing(tracing: &crate::config::Tracing, out: &mut String) {
 /// A tier's or override's limits: `10/s, 1000/d`, with ` burst 5` when a
 /// capacity differs from its COUNT.
 fn describe_variant(limits: &[LimitConfig]) -> String {
-    let mut text = limits
-        .iter()
-        .map(format_limit)
-        .collect::<Vec<_>>()
-        .join(", ");
+    let mut text = joined(limits.iter().map(format_limit), ", ");
     if let Some(limit) = limits.iter().find(|l| l.capacity != l.rate.count) {
         let _ = write!(text, " burst {}", limit.capacity);
     }

@@ -48,7 +48,7 @@ pub use crate::key::KeySource;
 pub use crate::limiter::Rate;
 pub use describe::{
     describe_capacity, describe_limits, describe_match, describe_upstream, format_limit,
-    format_limit_period, format_period, format_rate,
+    format_limit_period, format_period, format_rate, joined,
 };
 pub use errors::{ConfigError, ConfigErrors};
 pub use startup::keep_startup_settings;

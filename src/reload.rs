@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::config::{Config, ConfigErrors, OnChange, RuleConfig};
+use crate::config::{joined, Config, ConfigErrors, OnChange, RuleConfig};
 use crate::proxy::Proxy;
 
 /// How often the config file's metadata is looked at.
@@ -351,8 +351,8 @@ pub fn diff(old: &Config, new: &Config) -> Vec<RuleChange> {
                     rule: name,
                     why: format!(
                         "key changed ({} → {})",
-                        sources(&before.key),
-                        sources(&rule.key)
+                        joined(&before.key, "+"),
+                        joined(&rule.key, "+")
                     ),
                 };
             }
@@ -388,13 +388,6 @@ pub fn diff(old: &Config, new: &Config) -> Vec<RuleChange> {
             }),
     );
     changes
-}
-
-fn sources(key: &[crate::config::KeySource]) -> String {
-    key.iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("+")
 }
 
 /// A rule's limits as `check` shows them, with capacities and any tiers,

@@ -8,6 +8,12 @@ use std::time::Duration;
 use super::upstreams::PROTOCOLS;
 use super::{Balance, LimitConfig, MatchConfig, Rate, RuleConfig, UpstreamConfig};
 
+/// Each item as it displays, `separator` between them.
+pub fn joined<T: std::fmt::Display>(items: impl IntoIterator<Item = T>, separator: &str) -> String {
+    let items: Vec<String> = items.into_iter().map(|item| item.to_string()).collect();
+    items.join(separator)
+}
+
 /// A period in its largest whole unit: `60s` → `1m`, `90s` → `90s`,
 /// `900s` → `15m`, `500ms` → `500ms`.
 pub fn format_period(period: Duration) -> String {
@@ -158,12 +164,7 @@ pub fn describe_limits(rule: &RuleConfig) -> String {
     if let Some(max_in_flight) = rule.max_in_flight {
         return format!("{max_in_flight} in flight");
     }
-    let rates = rule
-        .limits
-        .iter()
-        .map(format_limit)
-        .collect::<Vec<_>>()
-        .join(", ");
+    let rates = joined(rule.limits.iter().map(format_limit), ", ");
     match rule.limits.iter().find_map(|limit| limit.calendar) {
         Some(calendar) => format!("{rates} ({} calendar)", calendar.zone()),
         None => rates,
@@ -175,11 +176,7 @@ pub fn describe_capacity(rule: &RuleConfig) -> String {
     if let Some(max_in_flight) = rule.max_in_flight {
         return max_in_flight.to_string();
     }
-    rule.limits
-        .iter()
-        .map(|limit| limit.capacity.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    joined(rule.limits.iter().map(|limit| limit.capacity), ", ")
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use toml::Spanned;
 use super::keys::parse_key_source;
 use super::raw::{OneOrMany, RawConfig, RawRule};
 use super::validate::Validator;
-use super::{JwtAlgorithm, JwtConfig, JwtKey, KeySource};
+use super::{joined, JwtAlgorithm, JwtConfig, JwtKey, KeySource};
 
 /// Largest `public_key_file` / `jwks_file` read. Real keys and key sets are
 /// a few KiB; the bound keeps `/dev/zero` or a mistyped path to a huge file
@@ -98,11 +98,12 @@ impl Validator<'_> {
         let Some(field) = field else {
             return vec![JwtAlgorithm::HS256];
         };
-        let allowed = JwtAlgorithm::ALL
-            .iter()
-            .map(|alg| format!("\"{}\"", alg.name()))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let allowed = joined(
+            JwtAlgorithm::ALL
+                .iter()
+                .map(|alg| format!("\"{}\"", alg.name())),
+            ", ",
+        );
         let items = field.get_ref().items_at(field.span(), PATH);
         if items.is_empty() {
             self.error(
@@ -314,11 +315,7 @@ impl Validator<'_> {
 
 /// `"HS256"`, `"HS256, HS384"`: the listed algorithms, for messages.
 fn jwt_names(algorithms: &[JwtAlgorithm]) -> String {
-    algorithms
-        .iter()
-        .map(|alg| alg.name())
-        .collect::<Vec<_>>()
-        .join(", ")
+    joined(algorithms.iter().map(|alg| alg.name()), ", ")
 }
 
 #[cfg(test)]

@@ -444,11 +444,7 @@ impl Validator<'_> {
         if let Some(kind) = ALL.iter().find(|kind| kind.name() == name) {
             return Some(*kind);
         }
-        let allowed = ALL
-            .iter()
-            .map(|kind| format!("\"{}\"", kind.name()))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let allowed = super::joined(ALL.iter().map(|kind| format!("\"{}\"", kind.name())), ", ");
         self.invalid(
             field.span().start,
             path,

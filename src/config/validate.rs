@@ -104,13 +104,7 @@ fn parse_error_message(message: &str) -> String {
     if message.starts_with("unknown field") || message.starts_with("unknown variant") {
         return one_line(message.to_owned());
     }
-    one_line(
-        message
-            .lines()
-            .map(str::trim)
-            .collect::<Vec<_>>()
-            .join("; "),
-    )
+    one_line(super::joined(message.lines().map(str::trim), "; "))
 }
 
 /// Messages quote values from the file, and a TOML string can hold a line

@@ -287,11 +287,7 @@ fn check_bucket_key(text: &str, sources: &[KeySource], ipv6_prefix: u8) -> Resul
     let parts: Vec<&str> = text.split('|').collect();
     let any_free = sources.iter().any(|s| !never_holds_a_bar(s));
     if parts.len() < sources.len() || (parts.len() > sources.len() && !any_free) {
-        let key = sources
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("|");
+        let key = super::joined(sources, "|");
         return Err(format!(
             "the key has {} part(s) but the rule's key has {} source(s) ({key}); a bucket key \
              is the sources' values joined by '|' in the order of key",
