@@ -270,12 +270,12 @@ pub(super) fn resolve(
     };
     show("service.name", service.clone(), from);
     resource.retain(|(key, _)| key != "service.name" && key != "service.version");
-    let others: Vec<String> = resource
-        .iter()
-        .map(|(key, value)| format!("{key}={value}"))
-        .collect();
+    let others = super::joined(
+        resource.iter().map(|(key, value)| format!("{key}={value}")),
+        ",",
+    );
     if !others.is_empty() {
-        show("resource", others.join(","), "OTEL_RESOURCE_ATTRIBUTES");
+        show("resource", others, "OTEL_RESOURCE_ATTRIBUTES");
     }
     let version = env!("CARGO_PKG_VERSION").to_owned();
     resource.splice(

@@ -498,17 +498,11 @@ impl Validator<'_> {
         if let Some((_, choice)) = options.iter().find(|(name, _)| name == value) {
             return *choice;
         }
-        let allowed: Vec<String> = options
-            .iter()
-            .map(|(name, _)| format!("\"{name}\""))
-            .collect();
+        let allowed = super::joined(options.iter().map(|(name, _)| format!("\"{name}\"")), ", ");
         self.error(
             field.span().start,
             path,
-            format!(
-                "\"{value}\" is not allowed; use one of {}",
-                allowed.join(", ")
-            ),
+            format!("\"{value}\" is not allowed; use one of {allowed}"),
         );
         default
     }
