@@ -8,7 +8,7 @@ use toml::Spanned;
 
 use super::calendar::RuleCalendar;
 use super::limits::{BuiltLimits, WrittenLimit};
-use super::raw::{RawCost, RawRule};
+use super::raw::{RawCost, RawRule, Start};
 use super::validate::Validator;
 use super::{AlgorithmKind, KeySource, MissingPolicy, OnChange, RuleConfig, Unit, Unreadable};
 
@@ -43,18 +43,10 @@ impl Validator<'_> {
         let mut names: HashMap<String, usize> = HashMap::new();
         let mut rules = Vec::with_capacity(raw.len());
         for (index, rule) in raw.iter().enumerate() {
+            let first = [rule.name.start(), rule.rate.start(), rule.limits.start()];
             let at = match headers.as_ref().and_then(|h| h.get(index)) {
                 Some(&header) => header,
-                None => [
-                    rule.name.as_ref().map(Spanned::span),
-                    rule.rate.as_ref().map(Spanned::span),
-                    rule.limits.as_ref().map(Spanned::span),
-                ]
-                .into_iter()
-                .flatten()
-                .map(|span| span.start)
-                .min()
-                .unwrap_or(0),
+                None => first.into_iter().flatten().min().unwrap_or(0),
             };
             let validated = self.rule(index, at, rule, ipv6_prefix);
             if let Some(field) = &rule.name {
@@ -128,12 +120,9 @@ impl Validator<'_> {
         // A concurrency rule has none: it counts requests in flight.
         let base = format!("rule[{index}]");
         let written = if concurrency {
-            for (key, field) in [
-                ("rate", raw.rate.as_ref().map(Spanned::span)),
-                ("limits", raw.limits.as_ref().map(Spanned::span)),
-            ] {
-                if let Some(span) = field {
-                    self.not_for_concurrency(index, span.start, key);
+            for (key, written) in [("rate", raw.rate.start()), ("limits", raw.limits.start())] {
+                if let Some(at) = written {
+                    self.not_for_concurrency(index, at, key);
                 }
             }
             None
