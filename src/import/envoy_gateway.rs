@@ -378,18 +378,18 @@ impl Import {
                 "limit" => limit = self.limit(value, &field_at),
                 "cost" => rule.cost = self.cost(value, &field_at),
                 "shadowMode" => rule.shadow = self.reader.flag(value, &field_at),
-                "shared" | "xRateLimitHeaders" => {
-                    if !value.is_null() {
-                        let why = if field == "shared" {
-                            "a sluice rule's buckets count every request it matches, whichever \
-                             route it is for"
-                        } else {
-                            "sluice's rate limit headers are set for every rule ([response] \
-                             headers)"
-                        };
-                        self.skip(object, &field_at, why);
-                    }
-                }
+                "shared" | "xRateLimitHeaders" if value.is_null() => {}
+                "shared" => self.skip(
+                    object,
+                    &field_at,
+                    "a sluice rule's buckets count every request it matches, whichever route it \
+                     is for",
+                ),
+                "xRateLimitHeaders" => self.skip(
+                    object,
+                    &field_at,
+                    "sluice's rate limit headers are set for every rule ([response] headers)",
+                ),
                 _ => self.reader.problem(
                     field_at,
                     "unknown field; a rate limit rule has clientSelectors, limit, cost, \
@@ -430,15 +430,12 @@ impl Import {
                         unit
                     });
                 }
-                "fromMetadata" => {
-                    if !value.is_null() {
-                        self.reader.problem(
-                            field_at,
-                            "no equivalent: the limit comes from Envoy's dynamic metadata, \
-                             which sluice never sees",
-                        );
-                    }
-                }
+                "fromMetadata" if value.is_null() => {}
+                "fromMetadata" => self.reader.problem(
+                    field_at,
+                    "no equivalent: the limit comes from Envoy's dynamic metadata, which sluice \
+                     never sees",
+                ),
                 _ => self.reader.problem(
                     field_at,
                     "unknown field; a limit has requests, unit and fromMetadata",
@@ -466,16 +463,12 @@ impl Import {
             let field_at = join(at, &field);
             match field.as_str() {
                 "request" => cost = self.cost_specifier(value, &field_at),
-                "response" => {
-                    if !value.is_null() {
-                        self.reader.problem(
-                            field_at,
-                            "no equivalent: after the response sluice charges only what it \
-                             measures or reads in it (charge), never a fixed number or Envoy's \
-                             metadata",
-                        );
-                    }
-                }
+                "response" if value.is_null() => {}
+                "response" => self.reader.problem(
+                    field_at,
+                    "no equivalent: after the response sluice charges only what it measures or \
+                     reads in it (charge), never a fixed number or Envoy's metadata",
+                ),
                 _ => self
                     .reader
                     .problem(field_at, "unknown field; a cost has request and response"),

@@ -158,22 +158,17 @@ impl Reader {
                 "rate_limit" => rate_limit = self.rate_limit(field, &path),
                 "descriptors" => children = field,
                 "shadow_mode" => shadow = self.flag(field, &path),
-                "detailed_metric" | "value_to_metric" => {
-                    if self.flag(field, &path) {
-                        notes.push(format!(
-                            "{path}: ignored: it only names envoyproxy/ratelimit's metrics"
-                        ));
-                    }
+                "detailed_metric" | "value_to_metric" if self.flag(field, &path) => {
+                    notes.push(format!(
+                        "{path}: ignored: it only names envoyproxy/ratelimit's metrics"
+                    ));
                 }
-                "quota_mode" | "share_threshold" | "metadata" => {
-                    let set = match name.as_str() {
-                        "metadata" => !field.is_null(),
-                        _ => self.flag(field, &path),
-                    };
-                    if set {
-                        self.problem(path, no_equivalent(&name));
-                    }
+                "metadata" if !field.is_null() => self.problem(path, no_equivalent(&name)),
+                "quota_mode" | "share_threshold" if self.flag(field, &path) => {
+                    self.problem(path, no_equivalent(&name));
                 }
+                "detailed_metric" | "value_to_metric" | "quota_mode" | "share_threshold"
+                | "metadata" => {}
                 _ => self.problem(
                     path,
                     "unknown field; a descriptor entry has key, value, rate_limit, descriptors, \
