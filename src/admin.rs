@@ -100,7 +100,7 @@ async fn accept(listener: TcpListener, admin: Admin) {
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let admin = admin.clone();
-                async move { Ok::<_, Infallible>(route(&admin, request).await) }
+                async move { route(&admin, request).await.or_else(Ok::<_, Infallible>) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -111,37 +111,37 @@ async fn accept(listener: TcpListener, admin: Admin) {
     }
 }
 
-async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes>> {
-    let method = request.method().clone();
+/// What an admin request is answered; `Err` when it is refused before its
+/// endpoint answers (the token, a body that cannot be read).
+async fn route(admin: &Admin, request: Request<Incoming>) -> Result<Answer, Answer> {
     if !auth::is_open(request.uri().path()) {
         if let Some(refusal) = auth::unauthorized(admin.token.as_deref(), &request) {
-            return refusal;
+            return Err(refusal);
         }
     }
     let proxy = &admin.proxy;
-    match (&method, request.uri().path()) {
-        (&Method::GET | &Method::HEAD, "/") => status_page::page(admin),
-        (&Method::GET | &Method::HEAD, "/admin/status") => {
-            json_response(StatusCode::OK, &status::snapshot(admin))
-        }
-        (&Method::GET | &Method::HEAD, "/metrics") => {
+    let method = request.method().clone();
+    let get = matches!(method, Method::GET | Method::HEAD);
+    let query = request.uri().query();
+    Ok(match (get, &method, request.uri().path()) {
+        (true, _, "/") => status_page::page(admin),
+        (true, _, "/admin/status") => json_response(StatusCode::OK, &status::snapshot(admin)),
+        (true, _, "/metrics") => {
             respond(StatusCode::OK, &PROMETHEUS_TEXT, metrics_text(proxy).into())
         }
-        (&Method::GET | &Method::HEAD, "/healthz") => {
-            respond(StatusCode::OK, &TEXT_PLAIN, "ok\n".into())
-        }
-        (&Method::GET | &Method::HEAD, "/readyz") if proxy.is_ready() => {
+        (true, _, "/healthz") => respond(StatusCode::OK, &TEXT_PLAIN, "ok\n".into()),
+        (true, _, "/readyz") if proxy.is_ready() => {
             respond(StatusCode::OK, &TEXT_PLAIN, "ready\n".into())
         }
-        (&Method::GET | &Method::HEAD, "/readyz") => problem(
+        (true, _, "/readyz") => problem(
             StatusCode::SERVICE_UNAVAILABLE,
             "sluice is shutting down and no longer accepts traffic",
         ),
-        (&Method::GET | &Method::HEAD, "/admin/rules") => json_response(
+        (true, _, "/admin/rules") => json_response(
             StatusCode::OK,
             &crate::policy::describe(&proxy.policy(), proxy.now()),
         ),
-        (&Method::GET | &Method::HEAD, "/admin/upstreams") => json_response(
+        (true, _, "/admin/upstreams") => json_response(
             StatusCode::OK,
             &upstreams::upstreams(
                 &proxy.upstreams().load(),
@@ -149,44 +149,45 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
                 proxy.now(),
             ),
         ),
-        (&Method::POST, "/admin/reload") => reload(admin).await,
-        (&Method::GET | &Method::HEAD, "/admin/bans") => bans::list(proxy).await,
-        (&Method::GET | &Method::HEAD, "/admin/top") => top::top(proxy, request.uri().query()),
-        (&Method::POST, "/admin/bans") => match read_json(request).await {
-            Ok(body) => bans::add(proxy, &body).await,
-            Err(refusal) => refusal,
-        },
-        (&Method::DELETE, "/admin/bans") => bans::lift(proxy, request.uri().query()).await,
-        (&Method::GET | &Method::HEAD, "/admin/buckets") => {
-            buckets::buckets(proxy, request.uri().query()).await
+        (_, &Method::POST, "/admin/reload") => reload(admin).await,
+        (true, _, "/admin/bans") => bans::list(proxy).await,
+        (true, _, "/admin/top") => top::top(proxy, query),
+        (_, &Method::POST, "/admin/bans") => bans::add(proxy, &read_json(request).await?).await,
+        (_, &Method::DELETE, "/admin/bans") => bans::lift(proxy, query).await,
+        (true, _, "/admin/buckets") => buckets::buckets(proxy, query).await?,
+        (_, &Method::POST, "/admin/explain") => {
+            let body = read_body(request, MAX_BODY).await?;
+            json_response(StatusCode::OK, &explain::explain(proxy, &body).await?)
         }
-        (&Method::POST, "/admin/explain") => match read_body(request, MAX_BODY).await {
-            Ok(body) => explain::explain(proxy, &body).await,
-            Err(refusal) => refusal,
-        },
-        (&Method::POST, "/admin/spend") => match read_body(request, MAX_BODY).await {
-            Ok(body) => spend::spend(proxy, &body).await,
-            Err(refusal) => refusal,
-        },
-        (&Method::POST, "/v1/check") => match read_body(request, check::MAX_BODY).await {
-            Ok(body) => check::check(proxy, &body).await,
-            Err(refusal) => refusal,
-        },
-        (_, path) if GET_ONLY.contains(&path) => problem(
+        (_, &Method::POST, "/admin/spend") => {
+            spend::spend(proxy, &read_body(request, MAX_BODY).await?).await?
+        }
+        (_, &Method::POST, "/v1/check") => {
+            check::check(proxy, &read_body(request, check::MAX_BODY).await?).await?
+        }
+        (_, _, path) if GET_ONLY.contains(&path) => problem(
             StatusCode::METHOD_NOT_ALLOWED,
             "this admin endpoint only answers GET",
         ),
-        (_, path) if WRONG_METHOD.iter().any(|(p, _)| *p == path) => {
-            let (_, how) = WRONG_METHOD.iter().find(|(p, _)| *p == path).unwrap();
-            problem(StatusCode::METHOD_NOT_ALLOWED, how)
-        }
-        _ => problem(
-            StatusCode::NOT_FOUND,
-            "unknown admin endpoint; try / (the status page), /admin/status, /metrics, /healthz, \
-             /readyz, /admin/rules, /admin/bans, /admin/buckets, /admin/upstreams, \
-             POST /admin/explain, \
-             POST /admin/reload, POST /admin/spend or POST /v1/check",
-        ),
+        (_, _, path) => match WRONG_METHOD.iter().find(|(p, _)| *p == path) {
+            Some((_, how)) => problem(StatusCode::METHOD_NOT_ALLOWED, how),
+            None => problem(
+                StatusCode::NOT_FOUND,
+                "unknown admin endpoint; try / (the status page), /admin/status, /metrics, \
+                 /healthz, /readyz, /admin/rules, /admin/bans, /admin/buckets, \
+                 /admin/upstreams, POST /admin/explain, POST /admin/reload, POST /admin/spend or \
+                 POST /v1/check",
+            ),
+        },
+    })
+}
+
+/// An admin answer.
+type Answer = Response<Full<Bytes>>;
+
+impl From<RefusedCall> for Answer {
+    fn from(refusal: RefusedCall) -> Answer {
+        refusal.respond()
     }
 }
 

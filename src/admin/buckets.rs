@@ -31,14 +31,7 @@ use crate::proxy::Proxy;
 use crate::store::{BucketKey, Store, StoreError};
 
 /// Answers one buckets call; see the module docs.
-pub(super) async fn buckets(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> {
-    match try_buckets(proxy, query).await {
-        Ok(response) => response,
-        Err(refusal) => refusal.respond(),
-    }
-}
-
-async fn try_buckets(
+pub(super) async fn buckets(
     proxy: &Proxy,
     query: Option<&str>,
 ) -> Result<Response<Full<Bytes>>, RefusedCall> {

@@ -28,9 +28,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http::{HeaderName, HeaderValue, Method, Request};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use smallvec::SmallVec;
@@ -40,7 +38,7 @@ use super::buckets::{
     store_failed, Held,
 };
 use super::budget::millis;
-use super::{bad, json_response, RefusedCall};
+use super::{bad, RefusedCall};
 use crate::key::body::{BodyFacts, KeyBody};
 use crate::key::content_coding::{self, Decoded};
 use crate::limiter::Decision;
@@ -84,14 +82,7 @@ impl Lines {
 }
 
 /// Answers one explain call; see the module docs.
-pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>> {
-    match try_explain(proxy, body).await {
-        Ok(answer) => json_response(StatusCode::OK, &answer),
-        Err(refusal) => refusal.respond(),
-    }
-}
-
-async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
+pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
     let question: Question = serde_json::from_slice(body).map_err(|error| {
         bad(format!(
             "the body is not {{\"method\": M, \"path\": P, \"headers\": {{NAME: VALUE or \

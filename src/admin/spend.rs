@@ -18,14 +18,10 @@ use crate::config::AlgorithmKind;
 use crate::proxy::Proxy;
 
 /// Answers one spend call; see the module docs.
-pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>> {
-    match try_spend(proxy, body).await {
-        Ok(response) => response,
-        Err(refusal) => refusal.respond(),
-    }
-}
-
-async fn try_spend(proxy: &Proxy, body: &[u8]) -> Result<Response<Full<Bytes>>, RefusedCall> {
+pub(super) async fn spend(
+    proxy: &Proxy,
+    body: &[u8],
+) -> Result<Response<Full<Bytes>>, RefusedCall> {
     let Body::One(call) = Body::parse(body, AMOUNT)? else {
         return Err(bad(
             "spend one caller's budget per call: the body is one object, not an array",
