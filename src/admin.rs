@@ -151,9 +151,9 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Result<Answer, Answ
         ),
         (_, &Method::POST, "/admin/reload") => reload(admin).await,
         (true, _, "/admin/bans") => bans::list(proxy).await,
-        (true, _, "/admin/top") => top::top(proxy, query),
-        (_, &Method::POST, "/admin/bans") => bans::add(proxy, &read_json(request).await?).await,
-        (_, &Method::DELETE, "/admin/bans") => bans::lift(proxy, query).await,
+        (true, _, "/admin/top") => top::top(proxy, query)?,
+        (_, &Method::POST, "/admin/bans") => bans::add(proxy, &read_json(request).await?).await?,
+        (_, &Method::DELETE, "/admin/bans") => bans::lift(proxy, query).await?,
         (true, _, "/admin/buckets") => buckets::buckets(proxy, query).await?,
         (_, &Method::POST, "/admin/explain") => {
             let body = read_body(request, MAX_BODY).await?;
@@ -251,7 +251,7 @@ fn metrics_text(proxy: &Proxy) -> String {
 }
 
 /// `POST /admin/reload`: 200 with what changed, or 422 with the errors.
-async fn reload(admin: &Admin) -> Response<Full<Bytes>> {
+async fn reload(admin: &Admin) -> Answer {
     let Some(reloader) = &admin.reloader else {
         return problem(
             StatusCode::CONFLICT,
@@ -291,7 +291,7 @@ async fn reload(admin: &Admin) -> Response<Full<Bytes>> {
 }
 
 /// Reads a JSON body of at most [`MAX_BODY`] bytes.
-async fn read_json(request: Request<Incoming>) -> Result<Value, Response<Full<Bytes>>> {
+async fn read_json(request: Request<Incoming>) -> Result<Value, Answer> {
     let body = read_body(request, MAX_BODY).await?;
     serde_json::from_slice(&body).map_err(|error| {
         problem(
@@ -304,7 +304,7 @@ async fn read_json(request: Request<Incoming>) -> Result<Value, Response<Full<By
 /// Reads a request body of at most `max` bytes: 413 beyond (at once when
 /// its declared length says so), 400 when it cannot be read. A body that
 /// arrives in one frame, as small ones do, is kept as it came, not copied.
-async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Response<Full<Bytes>>> {
+async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Answer> {
     use http_body::Body as _;
     use http_body_util::BodyExt;
     let too_large = || {
@@ -380,7 +380,7 @@ impl RefusedCall {
     }
 
     /// The refusal as a response.
-    fn respond(&self) -> Response<Full<Bytes>> {
+    fn respond(&self) -> Answer {
         respond(
             self.status,
             &problem::CONTENT_TYPE,
@@ -402,11 +402,11 @@ fn bad(detail: impl Into<Cow<'static, str>>) -> RefusedCall {
     RefusedCall::new(StatusCode::BAD_REQUEST, detail)
 }
 
-fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
+fn json_response(status: StatusCode, value: &Value) -> Answer {
     respond(status, &JSON, Bytes::from(value.to_string()))
 }
 
-fn respond(status: StatusCode, content_type: &HeaderValue, body: Bytes) -> Response<Full<Bytes>> {
+fn respond(status: StatusCode, content_type: &HeaderValue, body: Bytes) -> Answer {
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
     response
@@ -415,7 +415,7 @@ fn respond(status: StatusCode, content_type: &HeaderValue, body: Bytes) -> Respo
     response
 }
 
-fn problem(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
+fn problem(status: StatusCode, detail: &str) -> Answer {
     let body = Problem::new(status, detail).to_json(Layout::ByName);
     respond(status, &problem::CONTENT_TYPE, Bytes::from(body))
 }

@@ -5,23 +5,18 @@
 //! need be, repaid at the limit's own rate before the caller's requests pass
 //! again); bans are not consulted.
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 use serde_json::json;
 use smallvec::SmallVec;
 
 use super::budget::{millis, Balance, Target};
 use super::call::{Body, AMOUNT};
-use super::{bad, json_response, RefusedCall};
+use super::{bad, json_response, Answer, RefusedCall};
 use crate::config::AlgorithmKind;
 use crate::proxy::Proxy;
 
 /// Answers one spend call; see the module docs.
-pub(super) async fn spend(
-    proxy: &Proxy,
-    body: &[u8],
-) -> Result<Response<Full<Bytes>>, RefusedCall> {
+pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Result<Answer, RefusedCall> {
     let Body::One(call) = Body::parse(body, AMOUNT)? else {
         return Err(bad(
             "spend one caller's budget per call: the body is one object, not an array",

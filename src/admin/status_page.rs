@@ -14,11 +14,10 @@ use std::fmt::Write as _;
 
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, X_CONTENT_TYPE_OPTIONS};
-use http::{HeaderValue, Response, StatusCode};
-use http_body_util::Full;
+use http::{HeaderValue, StatusCode};
 use serde_json::Value;
 
-use super::{respond, Admin};
+use super::{respond, Admin, Answer};
 
 /// The page, with `{{name}}` slots the server fills.
 const TEMPLATE: &str = include_str!("status.html");
@@ -37,7 +36,7 @@ static POLICY: HeaderValue = HeaderValue::from_static(
 const KEY_CHARS: usize = 120;
 
 /// `GET /` (and `HEAD /`).
-pub(super) fn page(admin: &Admin) -> Response<Full<Bytes>> {
+pub(super) fn page(admin: &Admin) -> Answer {
     let snapshot = super::status::snapshot(admin);
     let html = render(&snapshot, std::time::SystemTime::now());
     let mut response = respond(StatusCode::OK, &TEXT_HTML, Bytes::from(html));
