@@ -452,9 +452,7 @@ impl Validator<'_> {
         let env = |name: &str| std::env::var(name).ok();
         let mut warnings = Vec::new();
         let tracing = resolve(&file, &env, &mut warnings);
-        for warning in warnings {
-            self.warnings.push((usize::MAX, 0, warning));
-        }
+        (self.warnings).extend(warnings.into_iter().map(|warning| (usize::MAX, 0, warning)));
         tracing
     }
 

@@ -352,14 +352,10 @@ impl Validator<'_> {
                 "an empty list restricts nothing; remove it",
             );
         }
-        let mut values = Vec::with_capacity(items.len());
-        for (text, span, path) in items {
-            match parse(text) {
-                Ok(value) => values.push(value),
-                Err(message) => self.error(span.start, &path, message),
-            }
-        }
-        values
+        let parse = |(text, span, path): (&str, Range<usize>, String)| {
+            self.ok(span.start, &path, parse(text))
+        };
+        items.into_iter().filter_map(parse).collect()
     }
 
     pub(super) fn socket_addr(
