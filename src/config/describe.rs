@@ -63,33 +63,26 @@ pub fn format_limit_period(limit: &LimitConfig) -> String {
 
 /// A rule's `match`: `method=GET|POST prefix=/api`, or `*` for every request.
 pub fn describe_match(matcher: &MatchConfig) -> String {
-    let mut parts = Vec::new();
-    let mut field = |name: &str, values: Vec<String>| {
+    /// A field that is given, its values joined by `|`.
+    fn field<T: std::fmt::Display>(parts: &mut Vec<String>, name: &str, values: &[T]) {
         if !values.is_empty() {
-            parts.push(format!("{name}={}", values.join("|")));
+            parts.push(format!("{name}={}", joined(values, "|")));
         }
-    };
-    field(
-        "method",
-        matcher.method.iter().map(ToString::to_string).collect(),
-    );
-    field("host", matcher.host.clone());
-    field("path", matcher.path.clone());
-    field("prefix", matcher.path_prefix.clone());
-    field("glob", matcher.path_glob.clone());
-    for (name, values) in &matcher.header {
-        field(
-            &format!("header.{name}"),
-            values
-                .iter()
-                .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
-                .collect(),
-        );
     }
-    field(
-        "client",
-        matcher.client.iter().map(ToString::to_string).collect(),
-    );
+    let mut parts = Vec::new();
+    field(&mut parts, "method", &matcher.method);
+    field(&mut parts, "host", &matcher.host);
+    field(&mut parts, "path", &matcher.path);
+    field(&mut parts, "prefix", &matcher.path_prefix);
+    field(&mut parts, "glob", &matcher.path_glob);
+    for (name, values) in &matcher.header {
+        let values: Vec<_> = values
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()))
+            .collect();
+        field(&mut parts, &format!("header.{name}"), &values);
+    }
+    field(&mut parts, "client", &matcher.client);
     if let Some(domain) = &matcher.domain {
         parts.push(format!("domain={domain}"));
     }
