@@ -293,12 +293,8 @@ async fn reload(admin: &Admin) -> Answer {
 /// Reads a JSON body of at most [`MAX_BODY`] bytes.
 async fn read_json(request: Request<Incoming>) -> Result<Value, Answer> {
     let body = read_body(request, MAX_BODY).await?;
-    serde_json::from_slice(&body).map_err(|error| {
-        problem(
-            StatusCode::BAD_REQUEST,
-            &format!("the request body is not valid JSON: {error}"),
-        )
-    })
+    let json = serde_json::from_slice(&body);
+    json.map_err(|error| bad(format!("the request body is not valid JSON: {error}")).respond())
 }
 
 /// Reads a request body of at most `max` bytes: 413 beyond (at once when
@@ -323,12 +319,7 @@ async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Answ
     let mut first = Bytes::new();
     let mut joined: Vec<u8> = Vec::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| {
-            problem(
-                StatusCode::BAD_REQUEST,
-                "the request body could not be read",
-            )
-        })?;
+        let frame = frame.map_err(|_| bad("the request body could not be read").respond())?;
         // Trailers carry nothing a call reads.
         let Ok(data) = frame.into_data() else {
             continue;
