@@ -309,7 +309,7 @@ impl Import {
         let rules = &self.rules[first..];
         let defaults: Vec<&Rule> = rules.iter().filter(|rule| rule.selectors == 0).collect();
         if let Some(second) = defaults.get(1) {
-            let problem = (
+            self.reader.problem(
                 second.at.clone(),
                 format!(
                     "a second local rule without clientSelectors ({} is one): Envoy Gateway \
@@ -317,11 +317,10 @@ impl Import {
                     defaults[0].at
                 ),
             );
-            self.reader.problem(problem.0, problem.1);
         }
         let selected = rules.iter().find(|rule| rule.selectors > 0);
         if let (Some(default), Some(selected)) = (defaults.first(), selected) {
-            let problem = (
+            self.reader.problem(
                 default.at.clone(),
                 format!(
                     "no equivalent: a local rule without clientSelectors is Envoy's default \
@@ -330,7 +329,6 @@ impl Import {
                     selected.at
                 ),
             );
-            self.reader.problem(problem.0, problem.1);
         }
     }
 
