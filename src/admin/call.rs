@@ -116,39 +116,32 @@ impl Call<'_> {
         let rule = text("rule", &self.rule, "the rule's name", example)?;
         let key = text("key", &self.key, "the caller's key as text", example)?;
         let tier = match &self.tier {
-            None => None,
-            Some(Member::Text(tier)) => Some(tier.as_ref()),
-            Some(other) => {
-                return Err(bad(format!(
-                    "\"tier\" must be a string (the value of the rule's tiers.by, e.g. \
-                     \"premium\"), not {}",
-                    other.describe()
-                )))
-            }
+            None => Ok(None),
+            Some(Member::Text(tier)) => Ok(Some(tier.as_ref())),
+            Some(other) => Err(format!(
+                "\"tier\" must be a string (the value of the rule's tiers.by, e.g. \"premium\"), \
+                 not {}",
+                other.describe()
+            )),
         };
+        let tier = tier.map_err(bad)?;
         let name = units.0;
         let units = match &self.units {
-            None => None,
-            Some(Member::Whole(units)) => Some(*units),
-            Some(Member::Negative(n)) => {
-                return Err(bad(format!(
-                    "\"{name}\" must not be negative ({n}): it counts units taken"
-                )))
-            }
-            Some(Member::Fraction(n)) => {
-                return Err(bad(format!(
-                    "\"{name}\" must be a whole number of units from 0 to {}, not {n}",
-                    u64::MAX
-                )))
-            }
-            Some(other) => {
-                return Err(bad(format!(
-                    "\"{name}\" must be a JSON number (a whole number of units, 0 or more), \
-                     not {}",
-                    other.describe()
-                )))
-            }
+            None => Ok(None),
+            Some(Member::Whole(units)) => Ok(Some(*units)),
+            Some(Member::Negative(n)) => Err(format!(
+                "\"{name}\" must not be negative ({n}): it counts units taken"
+            )),
+            Some(Member::Fraction(n)) => Err(format!(
+                "\"{name}\" must be a whole number of units from 0 to {}, not {n}",
+                u64::MAX
+            )),
+            Some(other) => Err(format!(
+                "\"{name}\" must be a JSON number (a whole number of units, 0 or more), not {}",
+                other.describe()
+            )),
         };
+        let units = units.map_err(bad)?;
         Ok(Valid {
             rule,
             key,
