@@ -70,11 +70,11 @@ impl Validator<'_> {
         let within = ban
             .within
             .as_ref()
-            .and_then(|field| self.positive_duration(field, &path("within")));
+            .and_then(|field| self.positive_duration(field, &path("within"), ""));
         let duration = ban
             .duration
             .as_ref()
-            .and_then(|field| self.positive_duration(field, &path("for")));
+            .and_then(|field| self.positive_duration(field, &path("for"), ""));
         if !valid {
             return None;
         }
@@ -85,10 +85,16 @@ impl Validator<'_> {
         })
     }
 
-    /// A duration with no default that must be longer than zero.
-    fn positive_duration(&mut self, field: &Spanned<String>, path: &str) -> Option<Duration> {
+    /// A duration with no default that must be longer than zero; `default`
+    /// follows the message when there is one.
+    pub(super) fn positive_duration(
+        &mut self,
+        field: &Spanned<String>,
+        path: &str,
+        default: &str,
+    ) -> Option<Duration> {
         let parsed = parse_duration(field.get_ref()).and_then(|duration| match duration {
-            _ if duration.is_zero() => Err("must be longer than zero".to_owned()),
+            _ if duration.is_zero() => Err(format!("must be longer than zero{default}")),
             _ => Ok(duration),
         });
         self.ok(field.span().start, path, parsed)

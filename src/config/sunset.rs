@@ -9,7 +9,7 @@ use toml::Spanned;
 
 use super::raw::{Located, RawRule, RawSunset, Start};
 use super::rules::RuleContext;
-use super::units::{datetime_to_unix_nanos, parse_duration, parse_rate, parse_timestamp};
+use super::units::{datetime_to_unix_nanos, parse_rate, parse_timestamp};
 use super::validate::Validator;
 use super::{AlgorithmKind, LimitConfig, SunsetConfig};
 use crate::limiter::SunsetSchedule;
@@ -132,13 +132,7 @@ impl Validator<'_> {
         });
         let step = match &sunset.step {
             None => Some(Duration::from_secs(86_400)),
-            Some(field) => {
-                let step = parse_duration(field.get_ref()).and_then(|step| match step {
-                    _ if step.is_zero() => Err("must be longer than zero (default \"1d\")".into()),
-                    _ => Ok(step),
-                });
-                self.ok(field.span().start, &path("step"), step)
-            }
+            Some(field) => self.positive_duration(field, &path("step"), " (default \"1d\")"),
         };
         let link = match &sunset.link {
             None => Some(None),
