@@ -148,17 +148,14 @@ async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
                     .unwrap_or("-")
                     .to_owned()
             };
-            let reset_in = text("x-ratelimit-reset")
-                .parse::<u64>()
-                .ok()
-                .map(|reset| {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .unwrap_or_default()
-                        .as_secs();
-                    format!("{}s", reset.saturating_sub(now))
-                })
-                .unwrap_or_else(|| "-".to_owned());
+            let now = std::time::UNIX_EPOCH
+                .elapsed()
+                .unwrap_or_default()
+                .as_secs();
+            let reset_in = match text("x-ratelimit-reset").parse::<u64>() {
+                Ok(reset) => format!("{}s", reset.saturating_sub(now)),
+                Err(_) => "-".to_owned(),
+            };
             let held = headers
                 .get("x-sluice-delay-ms")
                 .and_then(|v| v.to_str().ok())

@@ -263,10 +263,7 @@ fn config_state(admin: &Admin) -> Value {
         .unwrap_or_default();
     let History { generation, last } = history;
     let last = last.map(|last| {
-        let ago = SystemTime::now()
-            .duration_since(last.at)
-            .unwrap_or_default()
-            .as_secs();
+        let ago = last.at.elapsed().unwrap_or_default().as_secs();
         let (result, error) = match last.result {
             Ok(()) => ("ok", None),
             Err(error) => ("error", Some(error)),
