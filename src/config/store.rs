@@ -54,13 +54,15 @@ impl Validator<'_> {
     }
     /// `[store.redis]`; `in_use` when the backend is Redis.
     fn redis(&mut self, raw: &RawRedis, in_use: bool) -> RedisConfig {
+        // As [server]'s: each reader takes `raw.<key>`, named `store.redis.<key>`.
+        macro_rules! read {
+            ($how:ident, $key:ident, $($arg:expr),+) => {
+                self.$how(raw.$key.as_ref(), concat!("store.redis.", stringify!($key)), $($arg),+)
+            };
+        }
         // Checked in either mode, so that switching modes reveals no old
         // mistake.
-        let sync_interval = self.timeout(
-            raw.sync_interval.as_ref(),
-            "store.redis.sync_interval",
-            Duration::from_millis(50),
-        );
+        let sync_interval = read!(timeout, sync_interval, Duration::from_millis(50));
         if let Some(field) = &raw.sync_interval {
             if !(MIN_SYNC_INTERVAL..=MAX_SYNC_INTERVAL).contains(&sync_interval) {
                 self.error(
@@ -175,27 +177,18 @@ impl Validator<'_> {
             mode,
             urls,
             cluster,
-            timeout: self.timeout(
-                raw.timeout.as_ref(),
-                "store.redis.timeout",
-                Duration::from_millis(20),
-            ),
-            on_error: self.choice(
-                raw.on_error.as_ref(),
-                "store.redis.on_error",
+            timeout: read!(timeout, timeout, Duration::from_millis(20)),
+            on_error: read!(
+                choice,
+                on_error,
                 &[
                     ("local", OnError::Local),
                     ("allow", OnError::Allow),
                     ("deny", OnError::Deny),
                 ],
-                OnError::Local,
+                OnError::Local
             ),
-            instances: self.int(
-                raw.instances.as_ref(),
-                "store.redis.instances",
-                0,
-                0..=1_000_000,
-            ),
+            instances: read!(int, instances, 0, 0..=1_000_000),
             password_env,
             ca,
         }
