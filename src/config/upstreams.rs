@@ -186,6 +186,12 @@ impl Validator<'_> {
         server: &ServerConfig,
     ) -> UpstreamConfig {
         let path = |field: &str| format!("upstream[{index}].{field}");
+        // As [server]'s: each reader takes `raw.<key>`, named `upstream[i].<key>`.
+        macro_rules! read {
+            ($how:ident, $key:ident, $($arg:expr),+) => {
+                self.$how(raw.$key.as_ref(), &path(stringify!($key)), $($arg),+)
+            };
+        }
         let name = match &raw.name {
             None => self.invalid(
                 at,
@@ -236,28 +242,16 @@ impl Validator<'_> {
             servers,
             protocol,
             balance,
-            resolve_every: self.timeout(
-                raw.resolve_every.as_ref(),
-                &path("resolve_every"),
-                Duration::from_secs(30),
-            ),
-            retries: self.int(raw.retries.as_ref(), &path("retries"), 1, 0..=10) as u32,
+            resolve_every: read!(timeout, resolve_every, Duration::from_secs(30)),
+            retries: read!(int, retries, 1, 0..=10) as u32,
             health: raw
                 .health
                 .as_ref()
                 .and_then(|health| self.health(index, at, health)),
             eject,
             max_share,
-            connect_timeout: self.timeout(
-                raw.connect_timeout.as_ref(),
-                &path("connect_timeout"),
-                server.connect_timeout,
-            ),
-            upstream_timeout: self.timeout(
-                raw.upstream_timeout.as_ref(),
-                &path("upstream_timeout"),
-                server.upstream_timeout,
-            ),
+            connect_timeout: read!(timeout, connect_timeout, server.connect_timeout),
+            upstream_timeout: read!(timeout, upstream_timeout, server.upstream_timeout),
             upstream_ca,
             roots,
         }
