@@ -228,11 +228,8 @@ impl Object<'_> {
 pub(super) fn objects<'v>(documents: &'v [Value], reader: &mut Reader) -> Vec<Object<'v>> {
     let mut objects = Vec::new();
     for (i, document) in documents.iter().enumerate() {
-        let base = if documents.len() > 1 {
-            format!("document {}: ", i + 1)
-        } else {
-            String::new()
-        };
+        let base = (documents.len() > 1).then(|| format!("document {}: ", i + 1));
+        let base = base.unwrap_or_default();
         let read = object(document, base.clone(), reader);
         match (&read, document.get("items")) {
             (Some(list), Some(items)) if list.kind.as_deref() == Some("List") => {
