@@ -206,8 +206,14 @@ const GET_ONLY: [&str; 9] = [
 
 /// The other endpoints, with how to call them when called otherwise.
 const WRONG_METHOD: [(&str, &str); 5] = [
-    ("/admin/bans", "list bans with GET, add one with POST, lift one with DELETE /admin/bans?rule=R&key=K"),
-    ("/admin/explain", "explain with POST /admin/explain and {\"method\": M, \"path\": P, \"headers\": {}, \"ip\": IP}"),
+    (
+        "/admin/bans",
+        "list bans with GET, add one with POST, lift one with DELETE /admin/bans?rule=R&key=K",
+    ),
+    (
+        "/admin/explain",
+        "explain with POST /admin/explain and {\"method\": M, \"path\": P, \"headers\": {}, \"ip\": IP}",
+    ),
     ("/admin/reload", "reload with POST /admin/reload"),
     ("/admin/spend", "spend with POST /admin/spend and {\"rule\": R, \"key\": K, \"amount\": N}"),
     ("/v1/check", "check with POST /v1/check and {\"rule\": R, \"key\": K}, or an array of them"),

@@ -562,6 +562,16 @@ pub struct Located<T> {
     pub value: T,
 }
 
+/// The `visit_*` methods of [`Located`]'s visitor for a value that is not a
+/// table: `T` reads it, without a span.
+macro_rules! unplaced {
+    ($($visit:ident: $ty:ty),*) => {$(
+        fn $visit<E: de::Error>(self, v: $ty) -> Result<Located<T>, E> {
+            T::deserialize(de::IntoDeserializer::into_deserializer(v)).map(Located::unplaced)
+        }
+    )*};
+}
+
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Located<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct LocatedVisitor<T>(std::marker::PhantomData<T>);
@@ -613,25 +623,8 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Located<T> {
             }
 
             // Anything but a table: say so in `T`'s own words.
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Located<T>, E> {
-                T::deserialize(de::value::BoolDeserializer::new(v)).map(Located::unplaced)
-            }
-
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Located<T>, E> {
-                T::deserialize(de::value::I64Deserializer::new(v)).map(Located::unplaced)
-            }
-
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Located<T>, E> {
-                T::deserialize(de::value::U64Deserializer::new(v)).map(Located::unplaced)
-            }
-
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Located<T>, E> {
-                T::deserialize(de::value::F64Deserializer::new(v)).map(Located::unplaced)
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Located<T>, E> {
-                T::deserialize(de::value::StrDeserializer::new(v)).map(Located::unplaced)
-            }
+            unplaced!(visit_bool: bool, visit_i64: i64, visit_u64: u64);
+            unplaced!(visit_f64: f64, visit_str: &str);
 
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Located<T>, A::Error> {
                 T::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(Located::unplaced)
