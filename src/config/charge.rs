@@ -168,12 +168,8 @@ impl Validator<'_> {
     /// `refund_on`: any of a status class (`"4xx"`), a status code
     /// (`"404"`), `"upstream_error"`, `"client_abort"` (a list; one string
     /// is taken as a list of one).
-    pub(super) fn refund_on(
-        &mut self,
-        index: usize,
-        raw: &RawRule,
-        algorithm: Option<AlgorithmKind>,
-    ) -> RefundOn {
+    pub(super) fn refund_on(&mut self, rule: &RuleContext, raw: &RawRule) -> RefundOn {
+        let (index, algorithm) = (rule.index, rule.algorithm);
         let mut refund_on = RefundOn::default();
         let Some(field) = &raw.refund_on else {
             return refund_on;

@@ -200,11 +200,11 @@ impl Validator<'_> {
 
         // A leaky bucket's queue is its capacity: how many may wait.
         let queue = limits.first().map_or(1, |limit| limit.capacity);
-        let on_limit = self.on_limit(index, raw, algorithm, queue);
-        let max_in_flight = self.max_in_flight(index, raw, algorithm);
-        let min_in_flight = self.min_in_flight(index, raw, algorithm, max_in_flight);
+        let on_limit = self.on_limit(&context, raw, queue);
+        let max_in_flight = self.max_in_flight(&context, raw);
+        let min_in_flight = self.min_in_flight(&context, raw, max_in_flight);
         let charge = self.charge(&context, raw);
-        let refund_on = self.refund_on(index, raw, algorithm);
+        let refund_on = self.refund_on(&context, raw);
 
         let mut rule = RuleConfig {
             name,
@@ -229,18 +229,14 @@ impl Validator<'_> {
             refund_on,
             unit: Unit::Request,
         };
-        self.who_decides(index, at, raw, &rule);
-        rule.unit = self.unit(index, at, raw, &rule);
+        self.who_decides(&context, raw, &rule);
+        rule.unit = self.unit(&context, raw, &rule);
         rule
     }
 
     /// `max_in_flight`: for concurrency, and an adaptive rule's ceiling.
-    fn max_in_flight(
-        &mut self,
-        index: usize,
-        raw: &RawRule,
-        algorithm: Option<AlgorithmKind>,
-    ) -> Option<u64> {
+    fn max_in_flight(&mut self, rule: &RuleContext, raw: &RawRule) -> Option<u64> {
+        let (index, algorithm) = (rule.index, rule.algorithm);
         let path = format!("rule[{index}].max_in_flight");
         match (&raw.max_in_flight, algorithm) {
             (field, Some(kind)) if kind.counts_in_flight() => {
@@ -268,11 +264,11 @@ impl Validator<'_> {
     /// `min_in_flight`: an adaptive rule's floor, at most its ceiling.
     fn min_in_flight(
         &mut self,
-        index: usize,
+        rule: &RuleContext,
         raw: &RawRule,
-        algorithm: Option<AlgorithmKind>,
         ceiling: Option<u64>,
     ) -> Option<u64> {
+        let (index, algorithm) = (rule.index, rule.algorithm);
         let path = format!("rule[{index}].min_in_flight");
         let field = raw.min_in_flight.as_ref();
         match (field, algorithm) {

@@ -8,19 +8,15 @@
 use std::net::SocketAddr;
 
 use super::raw::{RawConfig, RawRule, Start};
+use super::rules::RuleContext;
 use super::validate::Validator;
 use super::{AlgorithmKind, KeySource, RlsConfig, RuleConfig};
 
 impl Validator<'_> {
-    /// Checks that `rule` (the `index`th, written at `at` as `raw`) says
+    /// Checks that `rule` (written as `raw`, in `context`) says
     /// only what the kind of caller it decides for can mean.
-    pub(super) fn who_decides(
-        &mut self,
-        index: usize,
-        at: usize,
-        raw: &RawRule,
-        rule: &RuleConfig,
-    ) {
+    pub(super) fn who_decides(&mut self, context: &RuleContext, raw: &RawRule, rule: &RuleConfig) {
+        let (index, at) = (context.index, context.at);
         let key_at = raw.key.start_or(at);
         if !rule.matcher.is_service() {
             if let Some(source) = rule

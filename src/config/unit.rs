@@ -8,19 +8,15 @@
 //! a rate limit service call.
 
 use super::raw::{RawRule, Start};
+use super::rules::RuleContext;
 use super::validate::Validator;
 use super::{KeySource, RuleConfig, Unit};
 
 impl Validator<'_> {
-    /// `rule`'s `unit` (the `index`th rule, written at `at` as `raw`), and
+    /// `rule`'s `unit` (written as `raw`, in `context`), and
     /// for a message rule every field that cannot work with it.
-    pub(super) fn unit(
-        &mut self,
-        index: usize,
-        at: usize,
-        raw: &RawRule,
-        rule: &RuleConfig,
-    ) -> Unit {
+    pub(super) fn unit(&mut self, context: &RuleContext, raw: &RawRule, rule: &RuleConfig) -> Unit {
+        let (index, at) = (context.index, context.at);
         let unit = self.choice(
             raw.unit.as_ref(),
             &format!("rule[{index}].unit"),
