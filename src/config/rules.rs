@@ -159,16 +159,6 @@ impl Validator<'_> {
                 self.error(field.span().start, &path("cost"), message);
             }
         }
-        let unreadable = self.unreadable(
-            index,
-            raw,
-            graphql_cost,
-            algorithm,
-            written.as_deref(),
-            &built,
-        );
-        let limits = built.limits;
-
         let context = RuleContext {
             index,
             at,
@@ -177,6 +167,9 @@ impl Validator<'_> {
             cost: units.is_some().then_some(cost),
             calendar: &calendar,
         };
+        let unreadable = self.unreadable(&context, raw, graphql_cost, &built);
+        let limits = built.limits;
+
         let tiers = raw.tiers.as_ref().and_then(|t| self.tiers(&context, t));
         let overrides = match &raw.overrides {
             Some(o) => self.overrides(&context, o, &key, ipv6_prefix),
@@ -348,13 +341,12 @@ impl Validator<'_> {
     /// default) or a whole number of units that fits the rule's limits.
     fn unreadable(
         &mut self,
-        index: usize,
+        rule: &RuleContext,
         raw: &RawRule,
         graphql_cost: bool,
-        algorithm: Option<AlgorithmKind>,
-        written: Option<&[WrittenLimit]>,
         built: &BuiltLimits,
     ) -> Unreadable {
+        let (index, algorithm, written) = (rule.index, rule.algorithm, rule.written);
         let Some(field) = &raw.unreadable else {
             return Unreadable::Refuse;
         };
