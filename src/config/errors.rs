@@ -60,11 +60,6 @@ impl ConfigErrors {
         }
     }
 
-    /// The problems, in file order.
-    pub fn iter(&self) -> std::slice::Iter<'_, ConfigError> {
-        self.errors.iter()
-    }
-
     /// How many problems were found.
     pub fn len(&self) -> usize {
         self.errors.len()
