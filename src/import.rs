@@ -111,16 +111,10 @@ struct RuleNames {
 
 impl RuleNames {
     fn claim(&mut self, wanted: &str) -> String {
-        let wanted: String = wanted
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let wanted = wanted.replace(
+            |c: char| !c.is_ascii_alphanumeric() && !"_.-".contains(c),
+            "_",
+        );
         let mut name = wanted.clone();
         let mut suffix = 2;
         while !self.taken.insert(name.clone()) {
