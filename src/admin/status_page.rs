@@ -101,9 +101,7 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
         }
         "uptime" => out.push_str(&uptime(snapshot["uptime_secs"].as_u64().unwrap_or(0))),
         "started" => out.push_str(&httpdate::fmt_http_date(started)),
-        "window" => {
-            let _ = write!(out, "{}", num(&snapshot["window_secs"]).floor());
-        }
+        "window" => out.push_str(&num(&snapshot["window_secs"]).floor().to_string()),
         "limited_class" => out.push_str(if limited > 0.0 { "bad" } else { "" }),
         "total_limited" => out.push_str(&rate(limited)),
         "busiest" => {
@@ -119,9 +117,7 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
         "store" => escape_into(out, &backend),
         "store_sub_class" => out.push_str(if fallback { "bad" } else { "" }),
         "store_sub" => out.push_str(store_text(&backend, fallback)),
-        "generation" => {
-            let _ = write!(out, "{}", config["generation"].as_u64().unwrap_or(1));
-        }
+        "generation" => out.push_str(&config["generation"].as_u64().unwrap_or(1).to_string()),
         "reload_class" => out.push_str(reload_class),
         "reload" => escape_into(out, &reload),
         "reload_error" => escape_into(out, last["error"].as_str().unwrap_or_default()),
