@@ -45,25 +45,15 @@ impl Validator<'_> {
                 jwt.verify.as_ref().map(Spanned::span),
             ],
         );
-        let header = match &jwt.header {
-            None => HeaderName::from_static("authorization"),
-            Some(field) => {
-                match HeaderName::from_bytes(field.get_ref().to_ascii_lowercase().as_bytes()) {
-                    Ok(name) => name,
-                    Err(_) => {
-                        self.error(
-                            field.span().start,
-                            "identity.jwt.header",
-                            format!(
-                                "\"{}\" is not a valid header name (default \"authorization\")",
-                                field.get_ref()
-                            ),
-                        );
-                        HeaderName::from_static("authorization")
-                    }
-                }
-            }
-        };
+        let header = jwt.header.as_ref().and_then(|field| {
+            let written = field.get_ref();
+            let name =
+                HeaderName::from_bytes(written.to_ascii_lowercase().as_bytes()).map_err(|_| {
+                    format!("\"{written}\" is not a valid header name (default \"authorization\")")
+                });
+            self.ok(field.span().start, "identity.jwt.header", name)
+        });
+        let header = header.unwrap_or(HeaderName::from_static("authorization"));
         let algorithms = self.jwt_algorithms(jwt.algorithms.as_ref());
         let verify = jwt.verify.as_ref().is_none_or(|v| *v.get_ref());
         if let (false, Some(field)) = (verify, &jwt.verify) {

@@ -376,17 +376,14 @@ impl Validator<'_> {
                 }
                 Unreadable::Charge(units)
             }
-            RawCost::Named(name) => {
-                self.error(
-                    at,
-                    &path,
-                    format!(
-                        "\"{name}\" is not what an unreadable query gets; write \"refuse\" (400, \
+            RawCost::Named(name) => self.invalid(
+                at,
+                &path,
+                format!(
+                    "\"{name}\" is not what an unreadable query gets; write \"refuse\" (400, \
                          nothing taken) or a whole number of units to charge (unreadable = 100)"
-                    ),
-                );
-                Unreadable::Refuse
-            }
+                ),
+            ),
         }
     }
 

@@ -127,18 +127,15 @@ impl Validator<'_> {
 
     /// `server.access_log`: `"off"`, `"stdout"` or a file path.
     fn access_log(&mut self, raw: Option<&Spanned<String>>) -> AccessLogTarget {
+        let at = raw.map_or(0, |field| field.span().start);
         match raw.map(|field| field.get_ref().as_str()) {
             None | Some("off") => AccessLogTarget::Off,
             Some("stdout") => AccessLogTarget::Stdout,
-            Some("") => {
-                let at = raw.map_or(0, |field| field.span().start);
-                self.error(
-                    at,
-                    "server.access_log",
-                    "give \"off\", \"stdout\" or a file path",
-                );
-                AccessLogTarget::Off
-            }
+            Some("") => self.invalid(
+                at,
+                "server.access_log",
+                "give \"off\", \"stdout\" or a file path",
+            ),
             Some(path) => {
                 let file = self.file_path(path);
                 // The file is made if missing; its directory must be there.
@@ -147,7 +144,6 @@ impl Validator<'_> {
                     _ => std::path::Path::new("."),
                 };
                 if !directory.is_dir() {
-                    let at = raw.map_or(0, |field| field.span().start);
                     self.error(
                         at,
                         "server.access_log",
@@ -249,28 +245,22 @@ impl Validator<'_> {
 
     pub(super) fn response(&mut self, raw: &RawConfig) -> ResponseConfig {
         let response = raw.response.as_ref();
-        let status = match response.and_then(|r| r.status.as_ref()) {
-            None => StatusCode::TOO_MANY_REQUESTS,
-            Some(field) => match u16::try_from(*field.get_ref())
+        let status = response.and_then(|r| r.status.as_ref()).and_then(|field| {
+            let code = u16::try_from(*field.get_ref())
                 .ok()
-                .filter(|code| (400..=599).contains(code))
+                .filter(|code| (400..=599).contains(code));
+            let status = code
                 .and_then(|code| StatusCode::from_u16(code).ok())
-            {
-                Some(status) => status,
-                None => {
-                    self.error(
-                        field.span().start,
-                        "response.status",
-                        format!(
-                            "{} is not a 4xx or 5xx status code; limited requests need an error \
-                             status (default 429)",
-                            field.get_ref()
-                        ),
-                    );
-                    StatusCode::TOO_MANY_REQUESTS
-                }
-            },
-        };
+                .ok_or_else(|| {
+                    format!(
+                    "{} is not a 4xx or 5xx status code; limited requests need an error status \
+                     (default 429)",
+                    field.get_ref()
+                )
+                });
+            self.ok(field.span().start, "response.status", status)
+        });
+        let status = status.unwrap_or(StatusCode::TOO_MANY_REQUESTS);
         ResponseConfig {
             status,
             headers: self.choice(

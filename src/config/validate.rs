@@ -368,21 +368,14 @@ impl Validator<'_> {
         let Some(field) = field else {
             return default.parse().unwrap_or(fallback);
         };
-        match field.get_ref().parse() {
-            Ok(addr) => addr,
-            Err(_) => {
-                self.error(
-                    field.span().start,
-                    path,
-                    format!(
-                        "\"{}\" is not IP:PORT; write an address such as \"{default}\" or \
-                         \"[::]:8080\" (host names are not resolved)",
-                        field.get_ref()
-                    ),
-                );
-                fallback
-            }
-        }
+        let addr = field.get_ref().parse().map_err(|_| {
+            format!(
+                "\"{}\" is not IP:PORT; write an address such as \"{default}\" or \"[::]:8080\" \
+                 (host names are not resolved)",
+                field.get_ref()
+            )
+        });
+        self.ok(field.span().start, path, addr).unwrap_or(fallback)
     }
 
     pub(super) fn duration(
@@ -438,23 +431,20 @@ impl Validator<'_> {
             return default;
         };
         let value = *field.get_ref();
-        match u64::try_from(value).ok().filter(|v| range.contains(v)) {
-            Some(value) => value,
-            None => {
+        let checked = u64::try_from(value)
+            .ok()
+            .filter(|v| range.contains(v))
+            .ok_or_else(|| {
                 let allowed =
                     if *range.end() >= i64::MAX as u64 || *range.end() >= u64::from(u32::MAX) {
                         format!("must be at least {}", range.start())
                     } else {
                         format!("must be between {} and {}", range.start(), range.end())
                     };
-                self.error(
-                    field.span().start,
-                    path,
-                    format!("{value} is out of range: {allowed} (default {default})"),
-                );
-                default
-            }
-        }
+                format!("{value} is out of range: {allowed} (default {default})")
+            });
+        self.ok(field.span().start, path, checked)
+            .unwrap_or(default)
     }
 
     /// Reports the keys of a table that are missing (`(key, present)`), as
