@@ -60,26 +60,20 @@ impl Validator<'_> {
             let pool = self.pool(index, at, upstream, server);
             if let Some(field) = &upstream.name {
                 let name = field.get_ref();
-                match names.get(name) {
-                    Some(&usize::MAX) => self.error(
-                        field.span().start,
-                        &format!("upstream[{index}].name"),
-                        format!(
-                            "\"{name}\" is the name of the pool [server] upstream's URL makes; \
-                             name this pool otherwise"
-                        ),
-                    ),
-                    Some(first) => self.error(
-                        field.span().start,
-                        &format!("upstream[{index}].name"),
-                        format!(
-                            "\"{name}\" is already the name of upstream[{first}]; pool names \
-                             must be unique"
-                        ),
-                    ),
-                    None => {
-                        names.insert(name.clone(), index);
+                let taken = match names.get(name) {
+                    Some(&usize::MAX) => "the name of the pool [server] upstream's URL makes; \
+                                          name this pool otherwise"
+                        .to_owned(),
+                    Some(first) => {
+                        format!("already the name of upstream[{first}]; pool names must be unique")
                     }
+                    None => String::new(),
+                };
+                if taken.is_empty() {
+                    names.insert(name.clone(), index);
+                } else {
+                    let path = format!("upstream[{index}].name");
+                    self.error(field.span().start, &path, format!("\"{name}\" is {taken}"));
                 }
             }
             pools.push(pool);
@@ -90,24 +84,21 @@ impl Validator<'_> {
                 .position(|pool| pool.name == name && !pool.name.is_empty())
         };
         let default = match raw_server.upstream.as_ref() {
-            _ if from_url || reported => 0,
-            Some(field) => match by_name(field.get_ref()) {
-                Some(found) => found,
-                None => {
+            Some(field) if !from_url && !reported => {
+                by_name(field.get_ref()).unwrap_or_else(|| {
                     let known = known_names(&pools);
-                    self.error(
+                    self.invalid(
                         field.span().start,
                         "server.upstream",
                         format!(
-                            "\"{}\" is neither a URL (http://HOST[:PORT] or https://HOST[:PORT]) \
-                             nor the name of an [[upstream]] pool{known}",
-                            field.get_ref()
-                        ),
-                    );
-                    0
-                }
-            },
-            None => 0,
+                        "\"{}\" is neither a URL (http://HOST[:PORT] or https://HOST[:PORT]) nor \
+                         the name of an [[upstream]] pool{known}",
+                        field.get_ref()
+                    ),
+                    )
+                })
+            }
+            _ => 0,
         };
         if pools.is_empty() {
             // Reported by `default_url`; a placeholder keeps the rest whole.
@@ -480,25 +471,19 @@ impl Validator<'_> {
         }
         let after = self.int(eject.after.as_ref(), &path("after"), 5, 1..=1000) as u32;
         let duration = self.timeout(eject.duration.as_ref(), &path("for"), EJECT_FOR);
-        let max_share = match &eject.max_share {
-            None => MAX_SHARE,
-            Some(field) => {
-                let value = *field.get_ref();
-                if (0.0..=1.0).contains(&value) {
-                    value
-                } else {
-                    self.error(
-                        field.span().start,
-                        &path("max_share"),
-                        format!(
-                            "{value} is out of range: must be between 0 and 1 (the share of a \
-                             pool's servers that may be out before requests go to all of them)"
-                        ),
-                    );
-                    MAX_SHARE
-                }
-            }
-        };
+        let max_share = eject.max_share.as_ref().and_then(|field| {
+            let value = *field.get_ref();
+            let share = Some(value)
+                .filter(|share| (0.0..=1.0).contains(share))
+                .ok_or_else(|| {
+                    format!(
+                        "{value} is out of range: must be between 0 and 1 (the share of a pool's \
+                     servers that may be out before requests go to all of them)"
+                    )
+                });
+            self.ok(field.span().start, &path("max_share"), share)
+        });
+        let max_share = max_share.unwrap_or(MAX_SHARE);
         (Some(Eject { after, duration }), max_share)
     }
 
