@@ -522,11 +522,9 @@ impl Import {
                 join(at, "from"),
                 format!("unknown source {other:?}; Number or Metadata"),
             ),
-            None => {
-                self.reader
-                    .problem(join(at, "from"), "is required: Number or Metadata");
-                None
-            }
+            None => self
+                .reader
+                .invalid(join(at, "from"), "is required: Number or Metadata"),
         }
     }
 

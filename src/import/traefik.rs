@@ -280,11 +280,9 @@ impl Import {
                          drops this one"
                 ),
             ),
-            (_, None) => {
-                self.reader
-                    .problem(at, format!("unknown field; {}", known.join(", ")));
-                None
-            }
+            (_, None) => self
+                .reader
+                .invalid(at, format!("unknown field; {}", known.join(", "))),
         }
     }
 
@@ -370,17 +368,17 @@ impl Import {
         };
         let nanos = self.reader.ok(at, nanos)?;
         if nanos < 0 {
-            self.reader
-                .problem(at, "must not be negative (Traefik refuses the middleware)");
-            return None;
+            return self
+                .reader
+                .invalid(at, "must not be negative (Traefik refuses the middleware)");
         }
         if nanos == 0 {
             return Some(1000);
         }
         if nanos % 1_000_000 != 0 {
-            self.reader
-                .problem(at, "no equivalent: sluice's periods are whole milliseconds");
-            return None;
+            return self
+                .reader
+                .invalid(at, "no equivalent: sluice's periods are whole milliseconds");
         }
         let ms = u64::try_from(nanos / 1_000_000).map_err(|_| "is too long a period".to_owned());
         self.reader.ok(at, ms)
