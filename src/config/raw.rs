@@ -49,7 +49,7 @@ macro_rules! visited {
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct RawConfig {
     pub server: Option<RawServer>,
     pub admin: Option<RawAdmin>,
@@ -58,13 +58,10 @@ pub struct RawConfig {
     pub identity: Option<RawIdentity>,
     pub access: Option<RawAccess>,
     /// `[[rule]]` tables in file order.
-    #[serde(default)]
     pub rule: Vec<RawRule>,
     /// `[[upstream]]` pools in file order.
-    #[serde(default)]
     pub upstream: Vec<RawUpstream>,
     /// `[[route]]` tables in file order.
-    #[serde(default)]
     pub route: Vec<RawRoute>,
     pub rls: Option<RawRls>,
     pub tracing: Option<RawTracing>,
