@@ -318,33 +318,16 @@ async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Answ
             ),
         )
     };
-    let mut body = request.into_body();
+    let body = request.into_body();
     if body.size_hint().lower() > max as u64 {
         return Err(too_large());
     }
-    let mut first = Bytes::new();
-    let mut joined: Vec<u8> = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| bad("the request body could not be read").respond())?;
-        // Trailers carry nothing a call reads.
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        if first.len() + joined.len() + data.len() > max {
-            return Err(too_large());
-        }
-        if first.is_empty() && joined.is_empty() {
-            first = data;
-        } else {
-            joined.extend_from_slice(&std::mem::take(&mut first));
-            joined.extend_from_slice(&data);
-        }
+    // Trailers carry nothing a call reads: `to_bytes` leaves them out.
+    match http_body_util::Limited::new(body, max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(_) => Err(bad("the request body could not be read").respond()),
     }
-    Ok(if joined.is_empty() {
-        first
-    } else {
-        Bytes::from(joined)
-    })
 }
 
 /// Largest admin request body read (ban and spend calls are tiny).
