@@ -277,21 +277,17 @@ pub(super) fn resolve(
     if !others.is_empty() {
         show("resource", others, "OTEL_RESOURCE_ATTRIBUTES");
     }
-    let version = env!("CARGO_PKG_VERSION").to_owned();
-    resource.splice(
-        0..0,
-        [
-            ("service.name".to_owned(), service),
-            ("service.version".to_owned(), version),
-        ],
+    let version = (
+        "service.version".to_owned(),
+        env!("CARGO_PKG_VERSION").to_owned(),
     );
+    resource.splice(0..0, [("service.name".to_owned(), service), version]);
 
     // Batching, OpenTelemetry's defaults but for a 10 s export timeout.
     let mut number =
         |name: &'static str, default: u64, min: u64, shown_as: &dyn Fn(u64) -> String| {
-            let value = match var(name) {
-                None => return (default, DEFAULT, shown_as(default)),
-                Some(text) => text,
+            let Some(value) = var(name) else {
+                return (default, DEFAULT, shown_as(default));
             };
             match value.trim().parse::<u64>() {
                 Ok(n) if n >= min => (n, name, shown_as(n)),
