@@ -52,6 +52,9 @@ static PROMETHEUS_TEXT: HeaderValue =
     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
 static JSON: HeaderValue = HeaderValue::from_static("application/json");
 
+/// An admin answer.
+type Answer = Response<Full<Bytes>>;
+
 /// What the admin endpoints work on.
 #[derive(Debug, Clone)]
 pub struct Admin {
@@ -180,15 +183,6 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Result<Answer, Answ
             ),
         },
     })
-}
-
-/// An admin answer.
-type Answer = Response<Full<Bytes>>;
-
-impl From<RefusedCall> for Answer {
-    fn from(refusal: RefusedCall) -> Answer {
-        refusal.respond()
-    }
 }
 
 /// The endpoints that answer GET (and HEAD) only.
@@ -366,6 +360,13 @@ impl RefusedCall {
             &problem::CONTENT_TYPE,
             Bytes::from(self.to_json()),
         )
+    }
+}
+
+/// A refused call answers with its problem document.
+impl From<RefusedCall> for Answer {
+    fn from(refusal: RefusedCall) -> Answer {
+        refusal.respond()
     }
 }
 
