@@ -104,42 +104,31 @@ impl Validator<'_> {
         }
         let mut algorithms: Vec<JwtAlgorithm> = Vec::with_capacity(items.len());
         for (text, span, path) in items {
-            let Some(alg) = JwtAlgorithm::ALL.into_iter().find(|a| a.name() == text) else {
-                let message = if text.eq_ignore_ascii_case("none") {
-                    format!(
-                        "\"{text}\" is never accepted: an unsigned token proves nothing, anyone \
-                         can write one; use one of {allowed}"
-                    )
-                } else {
-                    format!("\"{text}\" is not an algorithm sluice verifies; use one of {allowed}")
-                };
-                self.error(span.start, &path, message);
-                continue;
-            };
-            if algorithms.contains(&alg) {
-                self.error(
-                    span.start,
-                    &path,
-                    format!("\"{text}\" is already listed; list each algorithm once"),
-                );
-                continue;
-            }
-            if let Some(first) = algorithms.first().filter(|f| f.is_hmac() != alg.is_hmac()) {
-                self.error(
-                    span.start,
-                    &path,
-                    format!(
-                        "\"{text}\" cannot be listed with \"{}\": HMAC and public-key \
-                         algorithms together let a token \"signed\" with the public key as an \
-                         HMAC secret verify (algorithm confusion); list only HS* algorithms \
-                         (with secret_env) or only RS*/ES* ones (with public_key_file or \
-                         jwks_file)",
+            let found = JwtAlgorithm::ALL.into_iter().find(|a| a.name() == text);
+            let hmac_mixed =
+                |alg: JwtAlgorithm| algorithms.first().filter(|f| f.is_hmac() != alg.is_hmac());
+            let alg = match found {
+                None if text.eq_ignore_ascii_case("none") => Err(format!(
+                    "\"{text}\" is never accepted: an unsigned token proves nothing, anyone can \
+                     write one; use one of {allowed}"
+                )),
+                None => Err(format!("\"{text}\" is not an algorithm sluice verifies; use one of {allowed}")),
+                Some(alg) if algorithms.contains(&alg) => {
+                    Err(format!("\"{text}\" is already listed; list each algorithm once"))
+                }
+                Some(alg) => match hmac_mixed(alg) {
+                    Some(first) => Err(format!(
+                        "\"{text}\" cannot be listed with \"{}\": HMAC and public-key algorithms \
+                         together let a token \"signed\" with the public key as an HMAC secret \
+                         verify (algorithm confusion); list only HS* algorithms (with secret_env) or \
+                         only RS*/ES* ones (with public_key_file or jwks_file)",
                         first.name()
-                    ),
-                );
-                continue;
-            }
-            algorithms.push(alg);
+                    )),
+                    None => Ok(alg),
+                },
+            };
+            let alg = self.ok(span.start, &path, alg);
+            algorithms.extend(alg);
         }
         algorithms
     }
