@@ -551,32 +551,27 @@ impl Validator<'_> {
                      by sluice itself; remove domain",
                 );
             }
-            let upstream = match &route.upstream {
-                None => {
-                    self.error(
-                        at,
-                        &format!("route[{index}]"),
-                        "needs an upstream: the name of the [[upstream]] pool it sends to",
-                    );
-                    continue;
-                }
-                Some(field) => {
-                    let name = field.get_ref();
-                    match pools.iter().position(|pool| pool.name == *name) {
-                        Some(found) => found,
-                        None => {
-                            self.error(
-                                field.span().start,
-                                &format!("route[{index}].upstream"),
-                                format!(
-                                    "\"{name}\" is not the name of an [[upstream]] pool{}",
-                                    known_names(pools)
-                                ),
-                            );
-                            continue;
-                        }
-                    }
-                }
+            let Some(field) = &route.upstream else {
+                self.error(
+                    at,
+                    &format!("route[{index}]"),
+                    "needs an upstream: the name of the [[upstream]] pool it sends to",
+                );
+                continue;
+            };
+            let name = field.get_ref();
+            let found = pools
+                .iter()
+                .position(|pool| pool.name == *name)
+                .ok_or_else(|| {
+                    format!(
+                        "\"{name}\" is not the name of an [[upstream]] pool{}",
+                        known_names(pools)
+                    )
+                });
+            let path = format!("route[{index}].upstream");
+            let Some(upstream) = self.ok(field.span().start, &path, found) else {
+                continue;
             };
             if let Some(earlier) = routes.iter().position(|r| covers(&r.matcher, &matcher)) {
                 self.error(
