@@ -407,16 +407,9 @@ impl Validator<'_> {
                 format!("\"{written}\" must be a path starting with '/', such as \"/healthz\""),
             );
         }
-        let interval = self.timeout(
-            health.interval.as_ref(),
-            &path("interval"),
-            Duration::from_secs(5),
-        );
-        let timeout = self.timeout(
-            health.timeout.as_ref(),
-            &path("timeout"),
-            Duration::from_secs(1),
-        );
+        let secs = Duration::from_secs;
+        let interval = self.timeout(health.interval.as_ref(), &path("interval"), secs(5));
+        let timeout = self.timeout(health.timeout.as_ref(), &path("timeout"), secs(1));
         let host = health.host.as_ref().and_then(|host| {
             let text = host.get_ref();
             if http::HeaderValue::from_str(text).is_ok() && !text.is_empty() {
