@@ -52,6 +52,9 @@ static PROMETHEUS_TEXT: HeaderValue =
     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
 static JSON: HeaderValue = HeaderValue::from_static("application/json");
 
+/// An admin answer.
+type Answer = Response<Full<Bytes>>;
+
 /// What the admin endpoints work on.
 #[derive(Debug, Clone)]
 pub struct Admin {
@@ -100,7 +103,7 @@ async fn accept(listener: TcpListener, admin: Admin) {
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let admin = admin.clone();
-                async move { Ok::<_, Infallible>(route(&admin, request).await) }
+                async move { route(&admin, request).await.or_else(Ok::<_, Infallible>) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -111,37 +114,37 @@ async fn accept(listener: TcpListener, admin: Admin) {
     }
 }
 
-async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes>> {
-    let method = request.method().clone();
+/// What an admin request is answered; `Err` when it is refused before its
+/// endpoint answers (the token, a body that cannot be read).
+async fn route(admin: &Admin, request: Request<Incoming>) -> Result<Answer, Answer> {
     if !auth::is_open(request.uri().path()) {
         if let Some(refusal) = auth::unauthorized(admin.token.as_deref(), &request) {
-            return refusal;
+            return Err(refusal);
         }
     }
     let proxy = &admin.proxy;
-    match (&method, request.uri().path()) {
-        (&Method::GET | &Method::HEAD, "/") => status_page::page(admin),
-        (&Method::GET | &Method::HEAD, "/admin/status") => {
-            json_response(StatusCode::OK, &status::snapshot(admin))
-        }
-        (&Method::GET | &Method::HEAD, "/metrics") => {
+    let method = request.method().clone();
+    let get = matches!(method, Method::GET | Method::HEAD);
+    let query = request.uri().query();
+    Ok(match (get, &method, request.uri().path()) {
+        (true, _, "/") => status_page::page(admin),
+        (true, _, "/admin/status") => json_response(StatusCode::OK, &status::snapshot(admin)),
+        (true, _, "/metrics") => {
             respond(StatusCode::OK, &PROMETHEUS_TEXT, metrics_text(proxy).into())
         }
-        (&Method::GET | &Method::HEAD, "/healthz") => {
-            respond(StatusCode::OK, &TEXT_PLAIN, "ok\n".into())
-        }
-        (&Method::GET | &Method::HEAD, "/readyz") if proxy.is_ready() => {
+        (true, _, "/healthz") => respond(StatusCode::OK, &TEXT_PLAIN, "ok\n".into()),
+        (true, _, "/readyz") if proxy.is_ready() => {
             respond(StatusCode::OK, &TEXT_PLAIN, "ready\n".into())
         }
-        (&Method::GET | &Method::HEAD, "/readyz") => problem(
+        (true, _, "/readyz") => problem(
             StatusCode::SERVICE_UNAVAILABLE,
             "sluice is shutting down and no longer accepts traffic",
         ),
-        (&Method::GET | &Method::HEAD, "/admin/rules") => json_response(
+        (true, _, "/admin/rules") => json_response(
             StatusCode::OK,
             &crate::policy::describe(&proxy.policy(), proxy.now()),
         ),
-        (&Method::GET | &Method::HEAD, "/admin/upstreams") => json_response(
+        (true, _, "/admin/upstreams") => json_response(
             StatusCode::OK,
             &upstreams::upstreams(
                 &proxy.upstreams().load(),
@@ -149,66 +152,66 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
                 proxy.now(),
             ),
         ),
-        (&Method::POST, "/admin/reload") => reload(admin).await,
-        (&Method::GET | &Method::HEAD, "/admin/bans") => bans::list(proxy).await,
-        (&Method::GET | &Method::HEAD, "/admin/top") => top::top(proxy, request.uri().query()),
-        (&Method::POST, "/admin/bans") => match read_json(request).await {
-            Ok(body) => bans::add(proxy, &body).await,
-            Err(refusal) => refusal,
-        },
-        (&Method::DELETE, "/admin/bans") => bans::lift(proxy, request.uri().query()).await,
-        (&Method::GET | &Method::HEAD, "/admin/buckets") => {
-            buckets::buckets(proxy, request.uri().query()).await
+        (_, &Method::POST, "/admin/reload") => reload(admin).await,
+        (true, _, "/admin/bans") => bans::list(proxy).await,
+        (true, _, "/admin/top") => top::top(proxy, query)?,
+        (_, &Method::POST, "/admin/bans") => bans::add(proxy, &read_json(request).await?).await?,
+        (_, &Method::DELETE, "/admin/bans") => bans::lift(proxy, query).await?,
+        (true, _, "/admin/buckets") => buckets::buckets(proxy, query).await?,
+        (_, &Method::POST, "/admin/explain") => {
+            let body = read_body(request, MAX_BODY).await?;
+            json_response(StatusCode::OK, &explain::explain(proxy, &body).await?)
         }
-        (&Method::POST, "/admin/explain") => match read_body(request, MAX_BODY).await {
-            Ok(body) => explain::explain(proxy, &body).await,
-            Err(refusal) => refusal,
-        },
-        (&Method::POST, "/admin/spend") => match read_body(request, MAX_BODY).await {
-            Ok(body) => spend::spend(proxy, &body).await,
-            Err(refusal) => refusal,
-        },
-        (&Method::POST, "/v1/check") => match read_body(request, check::MAX_BODY).await {
-            Ok(body) => check::check(proxy, &body).await,
-            Err(refusal) => refusal,
-        },
-        (
-            _,
-            "/" | "/admin/status" | "/metrics" | "/healthz" | "/readyz" | "/admin/rules"
-            | "/admin/top" | "/admin/buckets" | "/admin/upstreams",
-        ) => problem(
+        (_, &Method::POST, "/admin/spend") => {
+            spend::spend(proxy, &read_body(request, MAX_BODY).await?).await?
+        }
+        (_, &Method::POST, "/v1/check") => {
+            check::check(proxy, &read_body(request, check::MAX_BODY).await?).await?
+        }
+        (_, _, path) if GET_ONLY.contains(&path) => problem(
             StatusCode::METHOD_NOT_ALLOWED,
             "this admin endpoint only answers GET",
         ),
-        (_, "/admin/bans") => problem(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "list bans with GET, add one with POST, lift one with DELETE /admin/bans?rule=R&key=K",
-        ),
-        (_, "/admin/explain") => problem(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "explain with POST /admin/explain and {\"method\": M, \"path\": P, \"headers\": {}, \"ip\": IP}",
-        ),
-        (_, "/admin/reload") => problem(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "reload with POST /admin/reload",
-        ),
-        (_, "/admin/spend") => problem(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "spend with POST /admin/spend and {\"rule\": R, \"key\": K, \"amount\": N}",
-        ),
-        (_, "/v1/check") => problem(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "check with POST /v1/check and {\"rule\": R, \"key\": K}, or an array of them",
-        ),
-        _ => problem(
-            StatusCode::NOT_FOUND,
-            "unknown admin endpoint; try / (the status page), /admin/status, /metrics, /healthz, \
-             /readyz, /admin/rules, /admin/bans, /admin/buckets, /admin/upstreams, \
-             POST /admin/explain, \
-             POST /admin/reload, POST /admin/spend or POST /v1/check",
-        ),
-    }
+        (_, _, path) => match WRONG_METHOD.iter().find(|(p, _)| *p == path) {
+            Some((_, how)) => problem(StatusCode::METHOD_NOT_ALLOWED, how),
+            None => problem(
+                StatusCode::NOT_FOUND,
+                "unknown admin endpoint; try / (the status page), /admin/status, /metrics, \
+                 /healthz, /readyz, /admin/rules, /admin/bans, /admin/buckets, \
+                 /admin/upstreams, POST /admin/explain, POST /admin/reload, POST /admin/spend or \
+                 POST /v1/check",
+            ),
+        },
+    })
 }
+
+/// The endpoints that answer GET (and HEAD) only.
+const GET_ONLY: [&str; 9] = [
+    "/",
+    "/admin/status",
+    "/metrics",
+    "/healthz",
+    "/readyz",
+    "/admin/rules",
+    "/admin/top",
+    "/admin/buckets",
+    "/admin/upstreams",
+];
+
+/// The other endpoints, with how to call them when called otherwise.
+const WRONG_METHOD: [(&str, &str); 5] = [
+    (
+        "/admin/bans",
+        "list bans with GET, add one with POST, lift one with DELETE /admin/bans?rule=R&key=K",
+    ),
+    (
+        "/admin/explain",
+        "explain with POST /admin/explain and {\"method\": M, \"path\": P, \"headers\": {}, \"ip\": IP}",
+    ),
+    ("/admin/reload", "reload with POST /admin/reload"),
+    ("/admin/spend", "spend with POST /admin/spend and {\"rule\": R, \"key\": K, \"amount\": N}"),
+    ("/v1/check", "check with POST /v1/check and {\"rule\": R, \"key\": K}, or an array of them"),
+];
 
 /// `GET /metrics`: the series that mirror the policy's bans and tables and
 /// the store's counters are brought up to date first.
@@ -248,7 +251,7 @@ fn metrics_text(proxy: &Proxy) -> String {
 }
 
 /// `POST /admin/reload`: 200 with what changed, or 422 with the errors.
-async fn reload(admin: &Admin) -> Response<Full<Bytes>> {
+async fn reload(admin: &Admin) -> Answer {
     let Some(reloader) = &admin.reloader else {
         return problem(
             StatusCode::CONFLICT,
@@ -288,20 +291,16 @@ async fn reload(admin: &Admin) -> Response<Full<Bytes>> {
 }
 
 /// Reads a JSON body of at most [`MAX_BODY`] bytes.
-async fn read_json(request: Request<Incoming>) -> Result<Value, Response<Full<Bytes>>> {
+async fn read_json(request: Request<Incoming>) -> Result<Value, Answer> {
     let body = read_body(request, MAX_BODY).await?;
-    serde_json::from_slice(&body).map_err(|error| {
-        problem(
-            StatusCode::BAD_REQUEST,
-            &format!("the request body is not valid JSON: {error}"),
-        )
-    })
+    let json = serde_json::from_slice(&body);
+    json.map_err(|error| bad(format!("the request body is not valid JSON: {error}")).respond())
 }
 
 /// Reads a request body of at most `max` bytes: 413 beyond (at once when
 /// its declared length says so), 400 when it cannot be read. A body that
 /// arrives in one frame, as small ones do, is kept as it came, not copied.
-async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Response<Full<Bytes>>> {
+async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Answer> {
     use http_body::Body as _;
     use http_body_util::BodyExt;
     let too_large = || {
@@ -313,38 +312,16 @@ async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Resp
             ),
         )
     };
-    let mut body = request.into_body();
+    let body = request.into_body();
     if body.size_hint().lower() > max as u64 {
         return Err(too_large());
     }
-    let mut first = Bytes::new();
-    let mut joined: Vec<u8> = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| {
-            problem(
-                StatusCode::BAD_REQUEST,
-                "the request body could not be read",
-            )
-        })?;
-        // Trailers carry nothing a call reads.
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        if first.len() + joined.len() + data.len() > max {
-            return Err(too_large());
-        }
-        if first.is_empty() && joined.is_empty() {
-            first = data;
-        } else {
-            joined.extend_from_slice(&std::mem::take(&mut first));
-            joined.extend_from_slice(&data);
-        }
+    // Trailers carry nothing a call reads: `to_bytes` leaves them out.
+    match http_body_util::Limited::new(body, max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(_) => Err(bad("the request body could not be read").respond()),
     }
-    Ok(if joined.is_empty() {
-        first
-    } else {
-        Bytes::from(joined)
-    })
 }
 
 /// Largest admin request body read (ban and spend calls are tiny).
@@ -377,7 +354,7 @@ impl RefusedCall {
     }
 
     /// The refusal as a response.
-    fn respond(&self) -> Response<Full<Bytes>> {
+    fn respond(&self) -> Answer {
         respond(
             self.status,
             &problem::CONTENT_TYPE,
@@ -386,11 +363,31 @@ impl RefusedCall {
     }
 }
 
-fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
+/// A refused call answers with its problem document.
+impl From<RefusedCall> for Answer {
+    fn from(refusal: RefusedCall) -> Answer {
+        refusal.respond()
+    }
+}
+
+/// A call naming a rule the policy does not have (404).
+fn no_rule(name: &str) -> RefusedCall {
+    RefusedCall::new(
+        StatusCode::NOT_FOUND,
+        format!("no rule is named \"{name}\""),
+    )
+}
+
+/// A call refused for what it asked (400).
+fn bad(detail: impl Into<Cow<'static, str>>) -> RefusedCall {
+    RefusedCall::new(StatusCode::BAD_REQUEST, detail)
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Answer {
     respond(status, &JSON, Bytes::from(value.to_string()))
 }
 
-fn respond(status: StatusCode, content_type: &HeaderValue, body: Bytes) -> Response<Full<Bytes>> {
+fn respond(status: StatusCode, content_type: &HeaderValue, body: Bytes) -> Answer {
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
     response
@@ -399,7 +396,7 @@ fn respond(status: StatusCode, content_type: &HeaderValue, body: Bytes) -> Respo
     response
 }
 
-fn problem(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
+fn problem(status: StatusCode, detail: &str) -> Answer {
     let body = Problem::new(status, detail).to_json(Layout::ByName);
     respond(status, &problem::CONTENT_TYPE, Bytes::from(body))
 }

@@ -7,8 +7,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{
     describe_capacity, describe_limits, describe_match, describe_upstream, format_limit,
-    format_period, format_rate, format_timestamp, AlgorithmKind, Config, LimitConfig, OnChange,
-    OnLimit, Rate, RedisMode, RuleConfig, StoreBackend, Variant,
+    format_period, format_rate, format_timestamp, joined, AlgorithmKind, Config, LimitConfig,
+    OnChange, OnLimit, Rate, RedisMode, RuleConfig, StoreBackend, Variant,
 };
 use crate::key::{KeyLabels, LabelKey};
 
@@ -123,30 +123,14 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
         .rules
         .iter()
         .any(|rule| rule.cost != 1 || rule.graphql_cost);
-    let mut header = vec![
-        "rule",
-        "match",
-        "key",
-        "missing",
-        "algorithm",
-        "limits",
-        "capacity",
-    ];
-    if show_cost {
-        header.push("cost");
-    }
-    header.push("on_limit");
-    header.push("mode");
-    let mut rows: Vec<Vec<String>> = vec![header.into_iter().map(str::to_owned).collect()];
+    let header = "rule match key missing algorithm limits capacity cost on_limit mode".split(' ');
+    let header = header.filter(|column| show_cost || *column != "cost");
+    let mut rows: Vec<Vec<String>> = vec![header.map(str::to_owned).collect()];
     for rule in &config.rules {
         let mut row = vec![
             rule.name.clone(),
             describe_match(&rule.matcher),
-            rule.key
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("+"),
+            joined(&rule.key, "+"),
             // A descriptor a rule decides carries every entry it names.
             if rule.matcher.is_service() {
                 "-".to_owned()
@@ -233,12 +217,9 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             .map(|pair| {
                 let names = crate::tls::certified_key(&pair.cert, &pair.key)
                     .map(|key| crate::tls::dns_names(&key).join(" "))
-                    .unwrap_or_default();
-                let names = if names.is_empty() {
-                    "no DNS name".to_owned()
-                } else {
-                    names
-                };
+                    .ok()
+                    .filter(|names| !names.is_empty())
+                    .unwrap_or_else(|| "no DNS name".to_owned());
                 format!("{} ({names})", pair.cert.display())
             })
             .collect();
@@ -250,10 +231,8 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
     }
     for pool in &config.upstreams.pools {
         let Some(roots) = &pool.roots else { continue };
-        let authorities = match &pool.upstream_ca {
-            Some(ca) => format!("{}", ca.display()),
-            None => "the system's roots".to_owned(),
-        };
+        let authorities = (pool.upstream_ca.as_ref()).map(|ca| ca.display().to_string());
+        let authorities = authorities.unwrap_or_else(|| "the system's roots".to_owned());
         let count = match roots.len() {
             1 => "1 authority".to_owned(),
             n => format!("{n} authorities"),
@@ -277,12 +256,9 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
         };
         let mut reached = String::new();
         if redis.urls.iter().any(|url| url.starts_with("rediss://")) {
-            match &redis.ca {
-                Some(ca) => {
-                    let _ = write!(reached, "  tls verified by {}", ca.display());
-                }
-                None => reached.push_str("  tls verified by the system's roots"),
-            }
+            let by = redis.ca.as_ref().map(|ca| ca.display().to_string());
+            let by = by.unwrap_or_else(|| "the system's roots".to_owned());
+            let _ = write!(reached, "  tls verified by {by}");
         }
         if let Some(name) = &redis.password_env {
             let _ = write!(reached, "  password from ${name}");
@@ -291,12 +267,7 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             out,
             "store redis{} {}  mode {mode}  timeout {}  on_error {}  instances {instances}{reached}",
             if redis.cluster { " cluster" } else { "" },
-            redis
-                .urls
-                .iter()
-                .map(|url| crate::config::shown_redis_url(url))
-                .collect::<Vec<_>>()
-                .join(", "),
+            joined(redis.urls.iter().map(|url| crate::config::shown_redis_url(url)), ", "),
             format_period(redis.timeout),
             format!("{:?}", redis.on_error).to_lowercase(),
         );
@@ -433,16 +404,12 @@ fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
     if !rule.refund_on.is_empty() {
         lines.push(format!("refund_on {}", rule.refund_on.names().join(", ")));
     }
-    match rule.on_change {
-        OnChange::Proportional => {}
-        OnChange::Keep => lines.push("on_change keep".to_owned()),
-        OnChange::Reset => lines.push("on_change reset".to_owned()),
+    if rule.on_change != OnChange::default() {
+        lines.push(format!("on_change {:?}", rule.on_change).to_lowercase());
     }
     lines
 }
 
-/// A tier's or override's limits: `10/s, 1000/d`, with ` burst 5` when a
-/// capacity differs from its COUNT.
 /// Tracing's effective settings, one line each with where it came from
 /// (docs/observability.md): nothing when neither `[tracing]` nor a variable
 /// asked for it.
@@ -465,12 +432,10 @@ fn describe_tracing(tracing: &crate::config::Tracing, out: &mut String) {
     }
 }
 
+/// A tier's or override's limits: `10/s, 1000/d`, with ` burst 5` when a
+/// capacity differs from its COUNT.
 fn describe_variant(limits: &[LimitConfig]) -> String {
-    let mut text = limits
-        .iter()
-        .map(format_limit)
-        .collect::<Vec<_>>()
-        .join(", ");
+    let mut text = joined(limits.iter().map(format_limit), ", ");
     if let Some(limit) = limits.iter().find(|l| l.capacity != l.rate.count) {
         let _ = write!(text, " burst {}", limit.capacity);
     }

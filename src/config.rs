@@ -48,7 +48,7 @@ pub use crate::key::KeySource;
 pub use crate::limiter::Rate;
 pub use describe::{
     describe_capacity, describe_limits, describe_match, describe_upstream, format_limit,
-    format_limit_period, format_period, format_rate,
+    format_limit_period, format_period, format_rate, joined,
 };
 pub use errors::{ConfigError, ConfigErrors};
 pub use startup::keep_startup_settings;
@@ -199,9 +199,7 @@ pub struct UpstreamConfig {
 impl UpstreamConfig {
     /// Whether its servers speak TLS.
     pub fn https(&self) -> bool {
-        self.servers
-            .first()
-            .is_some_and(|server| server.url.scheme_str() == Some("https"))
+        self.servers.first().is_some_and(ServerUrl::https)
     }
 }
 
@@ -220,15 +218,15 @@ impl ServerUrl {
         self.url.host().unwrap_or("127.0.0.1")
     }
 
+    /// Whether it is an `https://` URL.
+    pub fn https(&self) -> bool {
+        self.url.scheme_str() == Some("https")
+    }
+
     /// The URL's port, or its scheme's.
     pub fn port(&self) -> u16 {
-        self.url
-            .port_u16()
-            .unwrap_or(if self.url.scheme_str() == Some("https") {
-                443
-            } else {
-                80
-            })
+        let default = if self.https() { 443 } else { 80 };
+        self.url.port_u16().unwrap_or(default)
     }
 
     /// `host:port` as written (the `Host` of a request that named none).

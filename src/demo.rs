@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -37,45 +37,34 @@ pub enum DemoError {
     Build(#[from] http::Error),
 }
 
-/// One request of the tour.
-struct Step {
-    path: &'static str,
-    api_key: Option<&'static str>,
-    note: &'static str,
-}
+/// The tour: how many times each request is sent, its path, its API key
+/// and what it shows.
+type Step = (usize, &'static str, Option<&'static str>, &'static str);
 
-const TOUR: &[(usize, Step)] = &[
+const TOUR: &[Step] = &[
     (
         3,
-        Step {
-            path: "/api/export",
-            api_key: None,
-            note: "paced: one per 200 ms (leaky bucket)",
-        },
+        "/api/export",
+        None,
+        "paced: one per 200 ms (leaky bucket)",
     ),
     (
         5,
-        Step {
-            path: "/api/search?q=rust",
-            api_key: Some("alice"),
-            note: "alice searches (3 per 10s per API key)",
-        },
+        "/api/search?q=rust",
+        Some("alice"),
+        "alice searches (3 per 10s per API key)",
     ),
     (
         2,
-        Step {
-            path: "/api/search?q=tokio",
-            api_key: Some("bob"),
-            note: "bob has his own bucket",
-        },
+        "/api/search?q=tokio",
+        Some("bob"),
+        "bob has his own bucket",
     ),
     (
         8,
-        Step {
-            path: "/api/orders",
-            api_key: None,
-            note: "everything from this IP (15 per 10s)",
-        },
+        "/api/orders",
+        None,
+        "everything from this IP (15 per 10s)",
     ),
 ];
 
@@ -143,11 +132,11 @@ async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
         "#", "request", "status", "limit", "left", "reset in", "retry-after", "held", "RateLimit"
     );
     let mut number = 0;
-    for (count, step) in TOUR {
-        for _ in 0..*count {
+    for &(count, path, api_key, note) in TOUR {
+        for _ in 0..count {
             number += 1;
-            let mut request = Request::get(format!("http://{proxy}{}", step.path));
-            if let Some(key) = step.api_key {
+            let mut request = Request::get(format!("http://{proxy}{path}"));
+            if let Some(key) = api_key {
                 request = request.header("x-api-key", key);
             }
             let response = client.request(request.body(Empty::new())?).await?;
@@ -159,17 +148,14 @@ async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
                     .unwrap_or("-")
                     .to_owned()
             };
-            let reset_in = text("x-ratelimit-reset")
-                .parse::<u64>()
-                .ok()
-                .map(|reset| {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .unwrap_or_default()
-                        .as_secs();
-                    format!("{}s", reset.saturating_sub(now))
-                })
-                .unwrap_or_else(|| "-".to_owned());
+            let now = std::time::UNIX_EPOCH
+                .elapsed()
+                .unwrap_or_default()
+                .as_secs();
+            let reset_in = match text("x-ratelimit-reset").parse::<u64>() {
+                Ok(reset) => format!("{}s", reset.saturating_sub(now)),
+                Err(_) => "-".to_owned(),
+            };
             let held = headers
                 .get("x-sluice-delay-ms")
                 .and_then(|v| v.to_str().ok())
@@ -180,8 +166,8 @@ async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
                 number,
                 format!(
                     "{}{}",
-                    step.path.split('?').next().unwrap_or(step.path),
-                    step.api_key.map(|k| format!(" [{k}]")).unwrap_or_default()
+                    path.split('?').next().unwrap_or(path),
+                    api_key.map(|k| format!(" [{k}]")).unwrap_or_default()
                 ),
                 format!(
                     "{} {}",
@@ -194,7 +180,7 @@ async fn tour(proxy: SocketAddr) -> Result<(), DemoError> {
                 text("retry-after"),
                 held,
                 text("ratelimit"),
-                step.note
+                note
             );
             // Drain the body so the connection goes back to the pool.
             let _ = response.into_body().collect().await;
@@ -215,9 +201,7 @@ async fn start_upstream() -> Result<SocketAddr, std::io::Error> {
                         "{{\"upstream\":\"demo\",\"path\":\"{}\"}}\n",
                         request.uri().path()
                     );
-                    let mut response = Response::new(Full::new(Bytes::from(body)));
-                    *response.status_mut() = StatusCode::OK;
-                    Ok::<_, Infallible>(response)
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)

@@ -111,16 +111,10 @@ struct RuleNames {
 
 impl RuleNames {
     fn claim(&mut self, wanted: &str) -> String {
-        let wanted: String = wanted
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let wanted = wanted.replace(
+            |c: char| !c.is_ascii_alphanumeric() && !"_.-".contains(c),
+            "_",
+        );
         let mut name = wanted.clone();
         let mut suffix = 2;
         while !self.taken.insert(name.clone()) {
@@ -147,48 +141,43 @@ enum Unit {
     Year,
 }
 
-impl Unit {
-    const ALL: [Unit; 7] = [
-        Unit::Second,
-        Unit::Minute,
-        Unit::Hour,
-        Unit::Day,
-        Unit::Week,
-        Unit::Month,
-        Unit::Year,
-    ];
+/// Each unit as Envoy Gateway writes it, and the PERIOD of a sluice rate
+/// of the same length.
+const UNITS: [(Unit, &str, &str); 7] = [
+    (Unit::Second, "Second", "s"),
+    (Unit::Minute, "Minute", "m"),
+    (Unit::Hour, "Hour", "h"),
+    (Unit::Day, "Day", "d"),
+    (Unit::Week, "Week", "7d"),
+    (Unit::Month, "Month", "30d"),
+    (Unit::Year, "Year", "365d"),
+];
 
+impl Unit {
     /// As Envoy Gateway writes it.
     fn name(self) -> &'static str {
-        match self {
-            Unit::Second => "Second",
-            Unit::Minute => "Minute",
-            Unit::Hour => "Hour",
-            Unit::Day => "Day",
-            Unit::Week => "Week",
-            Unit::Month => "Month",
-            Unit::Year => "Year",
-        }
+        UNITS
+            .iter()
+            .find(|(unit, ..)| *unit == self)
+            .map_or("", |row| row.1)
     }
 
-    /// The unit named `text` in any case (envoyproxy/ratelimit's reading).
-    fn parse_any_case(text: &str) -> Option<Unit> {
-        Unit::ALL
-            .into_iter()
-            .find(|unit| unit.name().eq_ignore_ascii_case(text))
+    /// The unit named `text`, in any case (envoyproxy/ratelimit's reading)
+    /// or exactly (Envoy Gateway's).
+    fn parse(text: &str, any_case: bool) -> Option<Unit> {
+        let fits = |name: &str| name == text || (any_case && name.eq_ignore_ascii_case(text));
+        UNITS
+            .iter()
+            .find(|(_, name, _)| fits(name))
+            .map(|row| row.0)
     }
 
     /// The PERIOD of a sluice rate of the same length.
     fn period(self) -> &'static str {
-        match self {
-            Unit::Second => "s",
-            Unit::Minute => "m",
-            Unit::Hour => "h",
-            Unit::Day => "d",
-            Unit::Week => "7d",
-            Unit::Month => "30d",
-            Unit::Year => "365d",
-        }
+        UNITS
+            .iter()
+            .find(|(unit, ..)| *unit == self)
+            .map_or("", |row| row.2)
     }
 
     /// Why a window's period is written in days, for the units an operator
@@ -305,43 +294,5 @@ fn import_objects<I: Objects>(yaml: &str, source_name: &str) -> Result<String, I
     Ok(import.output(source_name, &written))
 }
 
-/// What the importers' tests share.
 #[cfg(test)]
-mod testing {
-    use super::ImportError;
-
-    /// The `[[rule]]` tables of an import's output, each a TOML table.
-    pub(super) fn rules_of(imported: Result<String, ImportError>) -> Vec<toml::Table> {
-        let text = imported.unwrap_or_else(|error| panic!("{error}"));
-        let parsed: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        match parsed.get("rule") {
-            Some(toml::Value::Array(rules)) => rules
-                .iter()
-                .map(|rule| rule.as_table().cloned().unwrap())
-                .collect(),
-            None => Vec::new(),
-            Some(other) => panic!("{other:?}"),
-        }
-    }
-
-    /// Every problem of a refused import of `test.yaml`, as `path: message`.
-    pub(super) fn problems_of(imported: Result<String, ImportError>) -> Vec<String> {
-        match imported {
-            Ok(text) => panic!("imported:\n{text}"),
-            Err(error) => {
-                assert_eq!(error.source_name, "test.yaml");
-                error
-                    .problems
-                    .iter()
-                    .map(|p| format!("{}: {}", p.path, p.message))
-                    .collect()
-            }
-        }
-    }
-
-    /// The one problem of a refused import.
-    pub(super) fn only(found: Vec<String>) -> String {
-        assert_eq!(found.len(), 1, "{found:#?}");
-        found.into_iter().next().unwrap()
-    }
-}
+mod testing;

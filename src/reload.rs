@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::config::{Config, ConfigErrors, OnChange, RuleConfig};
+use crate::config::{joined, Config, ConfigErrors, OnChange, RuleConfig};
 use crate::proxy::Proxy;
 
 /// How often the config file's metadata is looked at.
@@ -115,18 +115,12 @@ impl Reloader {
 
     /// The config generation and the last reload.
     pub fn history(&self) -> History {
-        self.history
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        lock(&self.history).clone()
     }
 
     /// Notes a reload's result in [`Reloader::history`].
     fn record(&self, trigger: Trigger, result: Result<(), String>) {
-        let mut history = self
-            .history
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut history = lock(&self.history);
         if result.is_ok() {
             history.generation += 1;
         }
@@ -191,10 +185,7 @@ impl Reloader {
                 return Err(errors);
             }
         };
-        *self
-            .last_content
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = hash;
+        *lock(&self.last_content) = hash;
         match result {
             Ok((applied, warnings)) => {
                 self.record(trigger, Ok(()));
@@ -249,11 +240,7 @@ impl Reloader {
                 continue;
             };
             let hash = content_hash(&bytes);
-            let last = *self
-                .last_content
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if last == Some(hash) {
+            if *lock(&self.last_content) == Some(hash) {
                 continue;
             }
             let _ = self.reload(Trigger::FileChanged).await;
@@ -275,6 +262,14 @@ impl Fingerprint {
                 .map(|m| (m.dev(), m.ino(), m.len(), m.modified().ok())),
         )
     }
+}
+
+/// The lock's value, also after a panic while it was held (the value is
+/// replaced whole, never left half-written).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn content_hash(bytes: &[u8]) -> u64 {
@@ -356,8 +351,8 @@ pub fn diff(old: &Config, new: &Config) -> Vec<RuleChange> {
                     rule: name,
                     why: format!(
                         "key changed ({} → {})",
-                        sources(&before.key),
-                        sources(&rule.key)
+                        joined(&before.key, "+"),
+                        joined(&rule.key, "+")
                     ),
                 };
             }
@@ -393,13 +388,6 @@ pub fn diff(old: &Config, new: &Config) -> Vec<RuleChange> {
             }),
     );
     changes
-}
-
-fn sources(key: &[crate::config::KeySource]) -> String {
-    key.iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("+")
 }
 
 /// A rule's limits as `check` shows them, with capacities and any tiers,

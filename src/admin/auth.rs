@@ -6,14 +6,12 @@
 //! `WWW-Authenticate` challenge for each scheme.
 
 use base64::Engine as _;
-use bytes::Bytes;
 use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
-use http::{HeaderValue, Request, Response, StatusCode};
-use http_body_util::Full;
+use http::{HeaderValue, Request, StatusCode};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::problem;
+use super::{problem, Answer};
 
 /// Paths that answer without the token: probes and the Prometheus scrape.
 pub(super) fn is_open(path: &str) -> bool {
@@ -21,10 +19,7 @@ pub(super) fn is_open(path: &str) -> bool {
 }
 
 /// A 401 when `token` is set and the request does not carry it.
-pub(super) fn unauthorized<B>(
-    token: Option<&str>,
-    request: &Request<B>,
-) -> Option<Response<Full<Bytes>>> {
+pub(super) fn unauthorized<B>(token: Option<&str>, request: &Request<B>) -> Option<Answer> {
     let token = token?;
     let presented = request
         .headers()

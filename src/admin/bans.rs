@@ -7,14 +7,12 @@
 //! [`crate::key::KeyLabels`] show them, and a ban is lifted by its key in
 //! clear or as it is shown.
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 use serde_json::{json, Value};
 
 use std::collections::HashSet;
 
-use super::{json_response, problem};
+use super::{bad, json_response, no_rule, Answer, RefusedCall};
 use crate::clock::Nanos;
 use crate::key::KeyText;
 use crate::proxy::Proxy;
@@ -25,7 +23,7 @@ use crate::store::{BucketKey, StoreError};
 /// the fleet's (the board in Redis) and this instance's own that are not
 /// on the board yet (or could not be posted); `"shared": false` when Redis
 /// could not be read, and this instance's copy is listed.
-pub(super) async fn list(proxy: &Proxy) -> Response<Full<Bytes>> {
+pub(super) async fn list(proxy: &Proxy) -> Answer {
     let now = proxy.now();
     let policy = proxy.policy();
     let labels = &policy.labels;
@@ -94,38 +92,26 @@ fn ban_json(rule: &str, key: Option<String>, now: Nanos, until: Nanos, manual: b
 /// every instance refuses the key (strict: from its next decision; hybrid:
 /// within one sync interval); `"shared": false` says Redis could not be
 /// told, and the ban holds on this instance only.
-pub(super) async fn add(proxy: &Proxy, body: &Value) -> Response<Full<Bytes>> {
+pub(super) async fn add(proxy: &Proxy, body: &Value) -> Result<Answer, RefusedCall> {
     let field = |name: &str| body.get(name).and_then(Value::as_str);
     let (Some(rule_name), Some(key), Some(duration)) = (field("rule"), field("key"), field("for"))
     else {
-        return problem(
-            StatusCode::BAD_REQUEST,
+        return Err(bad(
             "expected {\"rule\": NAME, \"key\": KEY, \"for\": DURATION}, for example \
              {\"rule\": \"per-seller\", \"key\": \"seller-42\", \"for\": \"10m\"}",
-        );
+        ));
     };
-    let duration = match crate::config::parse_duration(duration) {
-        Ok(duration) if !duration.is_zero() => duration,
-        _ => {
-            return problem(
-                StatusCode::BAD_REQUEST,
-                &format!(
-                    "\"for\": \"{duration}\" is not a duration such as \"90s\", \"10m\" or \"1h\""
-                ),
-            )
-        }
-    };
+    let parsed = crate::config::parse_duration(duration).ok();
+    let duration = parsed
+        .filter(|duration| !duration.is_zero())
+        .ok_or_else(|| {
+            bad(format!(
+                "\"for\": \"{duration}\" is not a duration such as \"90s\", \"10m\" or \"1h\""
+            ))
+        })?;
     let policy = proxy.policy();
-    let Some(rule) = policy.rule(rule_name) else {
-        return problem(
-            StatusCode::NOT_FOUND,
-            &format!("no rule is named \"{rule_name}\""),
-        );
-    };
-    let bucket = match policy.keys.key_of_text(&rule.key, key) {
-        Ok(bucket) => bucket,
-        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
-    };
+    let rule = policy.rule(rule_name).ok_or_else(|| no_rule(rule_name))?;
+    let bucket = policy.keys.key_of_text(&rule.key, key).map_err(bad)?;
     let now = proxy.now();
     let nanos = duration.as_nanos().min(u128::from(u64::MAX)) as u64;
     let text = KeyText::typed(key, rule.key.len());
@@ -159,27 +145,21 @@ pub(super) async fn add(proxy: &Proxy, body: &Value) -> Response<Full<Bytes>> {
     if let Some(shared) = shared {
         answer["shared"] = json!(shared);
     }
-    json_response(StatusCode::CREATED, &answer)
+    Ok(json_response(StatusCode::CREATED, &answer))
 }
 
 /// `DELETE /admin/bans?rule=R&key=K`, K in clear or as the listing shows it.
 /// With a shared store the ban is lifted in Redis too, so it ends on every
 /// instance.
-pub(super) async fn lift(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> {
+pub(super) async fn lift(proxy: &Proxy, query: Option<&str>) -> Result<Answer, RefusedCall> {
     let param = |name| crate::key::query_value(query, name).map(crate::key::decode_query);
     let (Some(rule_name), Some(key)) = (param("rule"), param("key")) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
+        return Err(bad(
             "name the ban to lift: DELETE /admin/bans?rule=RULE&key=KEY (percent-encode '|' as %7C)",
-        );
+        ));
     };
     let policy = proxy.policy();
-    let Some(rule) = policy.rule(&rule_name) else {
-        return problem(
-            StatusCode::NOT_FOUND,
-            &format!("no rule is named \"{rule_name}\""),
-        );
-    };
+    let rule = policy.rule(&rule_name).ok_or_else(|| no_rule(&rule_name))?;
     let now = proxy.now();
     let board = proxy.store().board();
     // The bans listed under the key as given, in clear or as its label:
@@ -194,33 +174,28 @@ pub(super) async fn lift(proxy: &Proxy, query: Option<&str>) -> Response<Full<By
         .map(|(bucket, text)| (bucket, policy.labels.show(&rule.key, &text)))
         .collect();
     if let Some(board) = board {
-        match board.list().await {
-            Ok(listed) => named.extend(
-                listed
-                    .into_iter()
-                    .filter(|ban| *ban.rule == *rule.name && ban.shown.as_deref() == Some(&key))
-                    .map(|ban| (ban.key, key.clone())),
-            ),
-            Err(error) => return store_failed(&error),
-        }
+        let listed = board.list().await.map_err(store_failed)?;
+        named.extend(
+            listed
+                .into_iter()
+                .filter(|ban| *ban.rule == *rule.name && ban.shown.as_deref() == Some(&key))
+                .map(|ban| (ban.key, key.clone())),
+        );
     }
     let (buckets, shown): (Vec<BucketKey>, String) = match named.first() {
         Some((_, shown)) => (
             named.iter().map(|(bucket, _)| *bucket).collect(),
             shown.clone(),
         ),
-        None => match policy.keys.key_of_text(&rule.key, &key) {
-            Ok(bucket) => (vec![bucket], policy.labels.show_typed(&rule.key, &key)),
-            Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
-        },
+        None => {
+            let bucket = policy.keys.key_of_text(&rule.key, &key).map_err(bad)?;
+            (vec![bucket], policy.labels.show_typed(&rule.key, &key))
+        }
     };
     let mut lifted = false;
     for bucket in buckets {
         if let Some(board) = board {
-            match board.lift(&rule.name, bucket).await {
-                Ok(was) => lifted |= was,
-                Err(error) => return store_failed(&error),
-            }
+            lifted |= board.lift(&rule.name, bucket).await.map_err(store_failed)?;
         }
         // With a shared store, the board says whether a ban it listed was
         // in force; this instance's copy, only of a ban never posted.
@@ -231,23 +206,19 @@ pub(super) async fn lift(proxy: &Proxy, query: Option<&str>) -> Response<Full<By
     }
     if lifted {
         tracing::info!(rule = %rule.name, key = %shown, "ban lifted by hand");
-        json_response(
-            StatusCode::OK,
-            &json!({ "rule": rule_name, "key": shown, "lifted": true }),
-        )
+        let answer = json!({ "rule": rule_name, "key": shown, "lifted": true });
+        Ok(json_response(StatusCode::OK, &answer))
     } else {
-        problem(
-            StatusCode::NOT_FOUND,
-            &format!("rule \"{rule_name}\" has no ban in force on \"{shown}\""),
-        )
+        let detail = format!("rule \"{rule_name}\" has no ban in force on \"{shown}\"");
+        Err(RefusedCall::new(StatusCode::NOT_FOUND, detail))
     }
 }
 
 /// Redis could not be asked: 503, nothing lifted (a ban lifted here alone
 /// would hold again with the next copy of the fleet's).
-fn store_failed(error: &StoreError) -> Response<Full<Bytes>> {
+fn store_failed(error: StoreError) -> RefusedCall {
     tracing::warn!(%error, "a ban could not be lifted: Redis did not answer");
-    problem(
+    RefusedCall::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "Redis did not answer, so the ban could not be lifted on every instance; nothing was \
          lifted, try again",

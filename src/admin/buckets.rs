@@ -15,14 +15,12 @@
 //! writes one limit's state; `POST /admin/explain` writes its buckets with
 //! it too.
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 use serde_json::{json, Value};
 use smallvec::SmallVec;
 
 use super::budget::{millis, Balance, Target};
-use super::{json_response, RefusedCall};
+use super::{bad, json_response, Answer, RefusedCall};
 use crate::clock::Nanos;
 use crate::key::KeyLabels;
 use crate::limiter::{Decision, Limiter};
@@ -31,21 +29,10 @@ use crate::proxy::Proxy;
 use crate::store::{BucketKey, Store, StoreError};
 
 /// Answers one buckets call; see the module docs.
-pub(super) async fn buckets(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> {
-    match try_buckets(proxy, query).await {
-        Ok(response) => response,
-        Err(refusal) => refusal.respond(),
-    }
-}
-
-async fn try_buckets(
-    proxy: &Proxy,
-    query: Option<&str>,
-) -> Result<Response<Full<Bytes>>, RefusedCall> {
+pub(super) async fn buckets(proxy: &Proxy, query: Option<&str>) -> Result<Answer, RefusedCall> {
     let param = |name| crate::key::query_value(query, name).map(crate::key::decode_query);
     let (Some(rule_name), Some(key)) = (param("rule"), param("key")) else {
-        return Err(RefusedCall::new(
-            StatusCode::BAD_REQUEST,
+        return Err(bad(
             "name the bucket: GET /admin/buckets?rule=RULE&key=KEY (optionally &tier=TIER; \
              percent-encode '|' in keys as %7C)",
         ));

@@ -4,9 +4,7 @@
 //! ([`Balance`]). Both calls work on the rule's current tables, the very
 //! buckets proxied traffic takes from.
 
-use http::StatusCode;
-
-use super::RefusedCall;
+use super::{bad, no_rule, RefusedCall};
 use crate::clock::Nanos;
 use crate::limiter::Decision;
 use crate::policy::{Limit, Policy, Rule};
@@ -33,16 +31,8 @@ impl<'p> Target<'p> {
         tier: Option<&str>,
         now: Nanos,
     ) -> Result<Target<'p>, RefusedCall> {
-        let Some(found) = policy.rule(rule) else {
-            return Err(RefusedCall::new(
-                StatusCode::NOT_FOUND,
-                format!("no rule is named \"{rule}\""),
-            ));
-        };
-        let key = policy
-            .keys
-            .key_of_text(&found.key, key)
-            .map_err(|message| RefusedCall::new(StatusCode::BAD_REQUEST, message))?;
+        let found = policy.rule(rule).ok_or_else(|| no_rule(rule))?;
+        let key = policy.keys.key_of_text(&found.key, key).map_err(bad)?;
         Ok(Target {
             rule: found,
             key,

@@ -12,10 +12,9 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use http::StatusCode;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::RefusedCall;
+use super::{bad, RefusedCall};
 
 /// What a call's units member is named: `amount` (a spend) or `cost` (a
 /// check).
@@ -40,10 +39,9 @@ impl<'a> Body<'a> {
         // UTF-8 checked once for the whole body: read from bytes, serde_json
         // would check each string again (a third of a check's parsing).
         let body = std::str::from_utf8(body).map_err(|error| {
-            RefusedCall::new(
-                StatusCode::BAD_REQUEST,
-                format!("the request body is not valid JSON: it is not UTF-8 ({error})"),
-            )
+            bad(format!(
+                "the request body is not valid JSON: it is not UTF-8 ({error})"
+            ))
         })?;
         let mut deserializer = serde_json::Deserializer::from_str(body);
         let seed = BodySeed {
@@ -53,12 +51,7 @@ impl<'a> Body<'a> {
         let parsed = seed
             .deserialize(&mut deserializer)
             .and_then(|body| deserializer.end().map(|()| body));
-        parsed.map_err(|error| {
-            RefusedCall::new(
-                StatusCode::BAD_REQUEST,
-                format!("the request body is not valid JSON: {error}"),
-            )
-        })
+        parsed.map_err(|error| bad(format!("the request body is not valid JSON: {error}")))
     }
 }
 
@@ -123,39 +116,32 @@ impl Call<'_> {
         let rule = text("rule", &self.rule, "the rule's name", example)?;
         let key = text("key", &self.key, "the caller's key as text", example)?;
         let tier = match &self.tier {
-            None => None,
-            Some(Member::Text(tier)) => Some(tier.as_ref()),
-            Some(other) => {
-                return Err(bad(format!(
-                    "\"tier\" must be a string (the value of the rule's tiers.by, e.g. \
-                     \"premium\"), not {}",
-                    other.describe()
-                )))
-            }
+            None => Ok(None),
+            Some(Member::Text(tier)) => Ok(Some(tier.as_ref())),
+            Some(other) => Err(format!(
+                "\"tier\" must be a string (the value of the rule's tiers.by, e.g. \"premium\"), \
+                 not {}",
+                other.describe()
+            )),
         };
+        let tier = tier.map_err(bad)?;
         let name = units.0;
         let units = match &self.units {
-            None => None,
-            Some(Member::Whole(units)) => Some(*units),
-            Some(Member::Negative(n)) => {
-                return Err(bad(format!(
-                    "\"{name}\" must not be negative ({n}): it counts units taken"
-                )))
-            }
-            Some(Member::Fraction(n)) => {
-                return Err(bad(format!(
-                    "\"{name}\" must be a whole number of units from 0 to {}, not {n}",
-                    u64::MAX
-                )))
-            }
-            Some(other) => {
-                return Err(bad(format!(
-                    "\"{name}\" must be a JSON number (a whole number of units, 0 or more), \
-                     not {}",
-                    other.describe()
-                )))
-            }
+            None => Ok(None),
+            Some(Member::Whole(units)) => Ok(Some(*units)),
+            Some(Member::Negative(n)) => Err(format!(
+                "\"{name}\" must not be negative ({n}): it counts units taken"
+            )),
+            Some(Member::Fraction(n)) => Err(format!(
+                "\"{name}\" must be a whole number of units from 0 to {}, not {n}",
+                u64::MAX
+            )),
+            Some(other) => Err(format!(
+                "\"{name}\" must be a JSON number (a whole number of units, 0 or more), not {}",
+                other.describe()
+            )),
         };
+        let units = units.map_err(bad)?;
         Ok(Valid {
             rule,
             key,
@@ -197,8 +183,29 @@ fn text<'c>(
     }
 }
 
-fn bad(detail: String) -> RefusedCall {
-    RefusedCall::new(StatusCode::BAD_REQUEST, detail)
+/// The visits of a scalar, which is not a call: a call saying what it was,
+/// wrapped by `$wrap`.
+macro_rules! not_an_object_visits {
+    ($wrap:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($wrap(not_an_object("a boolean")))
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($wrap(not_an_object("a number")))
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($wrap(not_an_object("a number")))
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($wrap(not_an_object("a number")))
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($wrap(not_an_object("a string")))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($wrap(not_an_object("null")))
+        }
+    };
 }
 
 /// Reads a [`Body`]: an object is one call, an array a batch.
@@ -241,29 +248,7 @@ impl<'de> Visitor<'de> for BodySeed {
         Ok(Body::Many(calls))
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Body<'de>, E> {
-        Ok(Body::One(not_an_object("a boolean")))
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Body<'de>, E> {
-        Ok(Body::One(not_an_object("a number")))
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Body<'de>, E> {
-        Ok(Body::One(not_an_object("a number")))
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Body<'de>, E> {
-        Ok(Body::One(not_an_object("a number")))
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Body<'de>, E> {
-        Ok(Body::One(not_an_object("a string")))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Body<'de>, E> {
-        Ok(Body::One(not_an_object("null")))
-    }
+    not_an_object_visits!(Body::One);
 }
 
 fn not_an_object(kind: &'static str) -> Call<'static> {
@@ -315,29 +300,7 @@ impl<'de> Visitor<'de> for CallSeed {
         Ok(not_an_object("an array"))
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Call<'de>, E> {
-        Ok(not_an_object("a boolean"))
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Call<'de>, E> {
-        Ok(not_an_object("a number"))
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Call<'de>, E> {
-        Ok(not_an_object("a number"))
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Call<'de>, E> {
-        Ok(not_an_object("a number"))
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Call<'de>, E> {
-        Ok(not_an_object("a string"))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Call<'de>, E> {
-        Ok(not_an_object("null"))
-    }
+    not_an_object_visits!(std::convert::identity);
 }
 
 /// A string borrowed from the body, or copied when it held escapes.

@@ -16,13 +16,12 @@
 //! unless it fails.
 
 use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 use smallvec::SmallVec;
 
 use super::budget::{millis, Balance, Target};
 use super::call::{Body, Call, COST};
-use super::{respond, RefusedCall, JSON};
+use super::{respond, Answer, RefusedCall, JSON};
 use crate::clock::Nanos;
 use crate::policy::Policy;
 use crate::proxy::Proxy;
@@ -36,32 +35,26 @@ pub(super) const MAX_BODY: usize = 256 * 1024;
 pub(super) const MAX_BATCH: usize = 1000;
 
 /// Answers a check or a batch of them; see the module docs.
-pub(super) async fn check(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>> {
-    let body = match Body::parse(body, COST) {
-        Ok(body) => body,
-        Err(refusal) => return refusal.respond(),
-    };
+pub(super) async fn check(proxy: &Proxy, body: &[u8]) -> Result<Answer, RefusedCall> {
+    let body = Body::parse(body, COST)?;
     let policy = proxy.policy();
     // One instant for the whole batch: its checks are decided together.
     let mut checker = Checker::new(proxy, &policy);
     let mut out = Vec::new();
     match body {
-        Body::One(call) => match checker.check(&call).await {
-            Ok(verdict) => {
-                out.reserve(VERDICT_BYTES);
-                verdict.write(&mut out);
-            }
-            Err(refusal) => return refusal.respond(),
-        },
+        Body::One(call) => {
+            let verdict = checker.check(&call).await?;
+            out.reserve(VERDICT_BYTES);
+            verdict.write(&mut out);
+        }
         Body::Many(calls) if calls.len() > MAX_BATCH => {
-            return RefusedCall::new(
+            return Err(RefusedCall::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
                     "a batch holds at most {MAX_BATCH} checks, not {}; split it",
                     calls.len()
                 ),
-            )
-            .respond();
+            ));
         }
         Body::Many(calls) => {
             out.reserve(2 + calls.len() * VERDICT_BYTES);
@@ -78,7 +71,7 @@ pub(super) async fn check(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>> {
             out.push(b']');
         }
     }
-    respond(StatusCode::OK, &JSON, Bytes::from(out))
+    Ok(respond(StatusCode::OK, &JSON, Bytes::from(out)))
 }
 
 /// Room for one verdict's JSON (the longest, with every number at its

@@ -28,9 +28,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http::{HeaderName, HeaderValue, Method, Request};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use smallvec::SmallVec;
@@ -40,12 +38,11 @@ use super::buckets::{
     store_failed, Held,
 };
 use super::budget::millis;
-use super::{json_response, RefusedCall};
-use crate::config::MissingPolicy;
+use super::{bad, RefusedCall};
 use crate::key::body::{BodyFacts, KeyBody};
 use crate::key::content_coding::{self, Decoded};
 use crate::limiter::Decision;
-use crate::policy::{Policy, Rule};
+use crate::policy::Policy;
 use crate::proxy::{
     self, Applicability, Applicable, Proxy, Refusal, Standing, Uncosted, Unidentified, Witness,
 };
@@ -85,14 +82,7 @@ impl Lines {
 }
 
 /// Answers one explain call; see the module docs.
-pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>> {
-    match try_explain(proxy, body).await {
-        Ok(answer) => json_response(StatusCode::OK, &answer),
-        Err(refusal) => refusal.respond(),
-    }
-}
-
-async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
+pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
     let question: Question = serde_json::from_slice(body).map_err(|error| {
         bad(format!(
             "the body is not {{\"method\": M, \"path\": P, \"headers\": {{NAME: VALUE or \
@@ -205,7 +195,7 @@ async fn try_explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
         entry["key"] = json!(policy.labels.show(&rule.key, &text));
         if let Err(missing) = policy.keys.derive(&rule.key, &facts, false) {
             entry["missing_source"] = json!(rule.key[missing.0].to_string());
-            entry["missing"] = json!(missing_policy(rule));
+            entry["missing"] = json!(format!("{:?}", rule.missing).to_lowercase());
         }
         match standing {
             Standing::Applies { key, limits, cost } => {
@@ -417,15 +407,6 @@ fn shown_query(policy: &Policy, query: &str) -> String {
         .join("&")
 }
 
-/// What `missing` does with a request whose key source is absent.
-fn missing_policy(rule: &Rule) -> &'static str {
-    match rule.missing {
-        MissingPolicy::Shared => "shared",
-        MissingPolicy::Skip => "skip",
-        MissingPolicy::Reject => "reject",
-    }
-}
-
 /// Every applicable rule's buckets, peeked: per rule, per limit, the bucket
 /// as it is now (cost 0) and what the request would be told.
 struct Looked {
@@ -555,8 +536,4 @@ fn decide(
                       "would_limit": would_limit});
     }
     json!({"outcome": "allowed", "remaining": remaining, "would_limit": would_limit})
-}
-
-fn bad(detail: String) -> RefusedCall {
-    RefusedCall::new(StatusCode::BAD_REQUEST, detail)
 }

@@ -5,37 +5,26 @@
 //! need be, repaid at the limit's own rate before the caller's requests pass
 //! again); bans are not consulted.
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 use serde_json::json;
 use smallvec::SmallVec;
 
 use super::budget::{millis, Balance, Target};
 use super::call::{Body, AMOUNT};
-use super::{json_response, RefusedCall};
+use super::{bad, json_response, Answer, RefusedCall};
 use crate::config::AlgorithmKind;
 use crate::proxy::Proxy;
 
 /// Answers one spend call; see the module docs.
-pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Response<Full<Bytes>> {
-    match try_spend(proxy, body).await {
-        Ok(response) => response,
-        Err(refusal) => refusal.respond(),
-    }
-}
-
-async fn try_spend(proxy: &Proxy, body: &[u8]) -> Result<Response<Full<Bytes>>, RefusedCall> {
+pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Result<Answer, RefusedCall> {
     let Body::One(call) = Body::parse(body, AMOUNT)? else {
-        return Err(RefusedCall::new(
-            StatusCode::BAD_REQUEST,
+        return Err(bad(
             "spend one caller's budget per call: the body is one object, not an array",
         ));
     };
     let call = call.validate(AMOUNT)?;
     let Some(amount) = call.units else {
-        return Err(RefusedCall::new(
-            StatusCode::BAD_REQUEST,
+        return Err(bad(
             "\"amount\" is missing: the units to spend, a whole number, as in \
              {\"rule\": \"per-seller\", \"key\": \"seller-42\", \"amount\": 5}",
         ));

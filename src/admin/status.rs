@@ -164,25 +164,18 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
             };
             let charges = config.charge.is_some();
             let adaptive = rule.limits.first().and_then(crate::policy::Limit::adaptive);
-            let limits = match adaptive {
-                Some(controller) => format!(
-                    "{} in flight now, learned ({})",
-                    controller.limit(),
-                    crate::config::describe_limits(config)
-                ),
-                None => crate::config::describe_limits(config),
-            };
+            let mut limits = crate::config::describe_limits(config);
+            if let Some(controller) = adaptive {
+                limits = format!("{} in flight now, learned ({limits})", controller.limit());
+            }
             // What a request takes, when it is not one unit.
-            let limits = if rule.graphql_cost {
-                format!("{limits}, a request taking its GraphQL query's cost")
-            } else {
-                limits
-            };
+            if rule.graphql_cost {
+                limits.push_str(", a request taking its GraphQL query's cost");
+            }
             // What it counts, when it is not requests.
-            let limits = match config.unit {
-                crate::config::Unit::Message => format!("{limits} WebSocket messages"),
-                crate::config::Unit::Request => limits,
-            };
+            if config.unit == crate::config::Unit::Message {
+                limits.push_str(" WebSocket messages");
+            }
             json!({
                 "name": &*rule.name,
                 "limits": limits,
@@ -270,10 +263,7 @@ fn config_state(admin: &Admin) -> Value {
         .unwrap_or_default();
     let History { generation, last } = history;
     let last = last.map(|last| {
-        let ago = SystemTime::now()
-            .duration_since(last.at)
-            .unwrap_or_default()
-            .as_secs();
+        let ago = last.at.elapsed().unwrap_or_default().as_secs();
         let (result, error) = match last.result {
             Ok(()) => ("ok", None),
             Err(error) => ("error", Some(error)),

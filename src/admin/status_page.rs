@@ -14,11 +14,10 @@ use std::fmt::Write as _;
 
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, X_CONTENT_TYPE_OPTIONS};
-use http::{HeaderValue, Response, StatusCode};
-use http_body_util::Full;
+use http::{HeaderValue, StatusCode};
 use serde_json::Value;
 
-use super::{respond, Admin};
+use super::{respond, Admin, Answer};
 
 /// The page, with `{{name}}` slots the server fills.
 const TEMPLATE: &str = include_str!("status.html");
@@ -37,7 +36,7 @@ static POLICY: HeaderValue = HeaderValue::from_static(
 const KEY_CHARS: usize = 120;
 
 /// `GET /` (and `HEAD /`).
-pub(super) fn page(admin: &Admin) -> Response<Full<Bytes>> {
+pub(super) fn page(admin: &Admin) -> Answer {
     let snapshot = super::status::snapshot(admin);
     let html = render(&snapshot, std::time::SystemTime::now());
     let mut response = respond(StatusCode::OK, &TEXT_HTML, Bytes::from(html));
@@ -56,18 +55,9 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
     let store = &snapshot["store"];
     let backend = str_of(&store["backend"]);
     let fallback = store["fallback_active"].as_bool().unwrap_or(false);
-    let rules = snapshot["rules"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    let keys = snapshot["top_limited"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    let pools = snapshot["upstreams"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
+    let rules = list(&snapshot["rules"]);
+    let keys = list(&snapshot["top_limited"]);
+    let pools = list(&snapshot["upstreams"]);
     // Limited requests of all rules (a request two rules refuse counts in
     // both, which is rare and still "how much is refused"), and the rule
     // refusing most; the first such rule on a tie, as the script picks.
@@ -111,9 +101,7 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
         }
         "uptime" => out.push_str(&uptime(snapshot["uptime_secs"].as_u64().unwrap_or(0))),
         "started" => out.push_str(&httpdate::fmt_http_date(started)),
-        "window" => {
-            let _ = write!(out, "{}", num(&snapshot["window_secs"]).floor());
-        }
+        "window" => out.push_str(&num(&snapshot["window_secs"]).floor().to_string()),
         "limited_class" => out.push_str(if limited > 0.0 { "bad" } else { "" }),
         "total_limited" => out.push_str(&rate(limited)),
         "busiest" => {
@@ -129,9 +117,7 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
         "store" => escape_into(out, &backend),
         "store_sub_class" => out.push_str(if fallback { "bad" } else { "" }),
         "store_sub" => out.push_str(store_text(&backend, fallback)),
-        "generation" => {
-            let _ = write!(out, "{}", config["generation"].as_u64().unwrap_or(1));
-        }
+        "generation" => out.push_str(&config["generation"].as_u64().unwrap_or(1).to_string()),
         "reload_class" => out.push_str(reload_class),
         "reload" => escape_into(out, &reload),
         "reload_error" => escape_into(out, last["error"].as_str().unwrap_or_default()),
@@ -269,7 +255,7 @@ fn key_row(out: &mut String, entry: &Value) {
 /// and why, in flight, requests and failures.
 fn server_rows(out: &mut String, pool: &Value) {
     let panic = pool["panic"].as_bool().unwrap_or(false);
-    for server in pool["servers"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+    for server in list(&pool["servers"]) {
         let state_in = server["state"] == "in";
         out.push_str("<tr><td class=\"rname\">");
         escape_into(out, pool["name"].as_str().unwrap_or_default());
@@ -299,10 +285,7 @@ fn server_state(server: &Value, panic: bool) -> String {
     if server["state"] == "in" {
         return if panic { "in (pool in panic)" } else { "in" }.to_owned();
     }
-    let why: Vec<String> = server["out_because"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
+    let why: Vec<String> = list(&server["out_because"])
         .iter()
         .map(|reason| {
             if reason["reason"] == "ejected" {
@@ -321,6 +304,11 @@ fn server_state(server: &Value, panic: bool) -> String {
         ""
     };
     format!("out: {}{panic}", why.join(", "))
+}
+
+/// An array's items (none when it is not one).
+fn list(value: &Value) -> &[Value] {
+    value.as_array().map_or(&[], Vec::as_slice)
 }
 
 fn empty_row(out: &mut String, columns: usize, text: &str) {

@@ -2,12 +2,10 @@
 //! limit (or see) most over the last 30 to 60 seconds, from each rule's
 //! bounded heavy-hitter tallies ([`crate::heavy_hitters`]).
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 use serde_json::{json, Value};
 
-use super::{json_response, problem};
+use super::{bad, json_response, no_rule, Answer, RefusedCall};
 use crate::heavy_hitters::{Hitter, Kind, PERIOD};
 use crate::policy::{Policy, Rule};
 use crate::proxy::Proxy;
@@ -16,47 +14,36 @@ use crate::proxy::Proxy;
 const MAX_N: usize = 1_000;
 
 /// `GET /admin/top`.
-pub(super) fn top(proxy: &Proxy, query: Option<&str>) -> Response<Full<Bytes>> {
+pub(super) fn top(proxy: &Proxy, query: Option<&str>) -> Result<Answer, RefusedCall> {
     let param = |name| crate::key::query_value(query, name).map(crate::key::decode_query);
     let n = match param("n").as_deref().map(str::parse::<usize>) {
         None => 20,
         Some(Ok(n)) if (1..=MAX_N).contains(&n) => n,
-        Some(_) => {
-            return problem(
-                StatusCode::BAD_REQUEST,
-                &format!("n must be a whole number from 1 to {MAX_N}"),
-            )
-        }
+        Some(_) => return Err(bad(format!("n must be a whole number from 1 to {MAX_N}"))),
     };
     let kind = match param("by").as_deref() {
         None | Some("limited") => Kind::Limited,
         Some("requests") => Kind::Requests,
         Some(other) => {
-            return problem(
-                StatusCode::BAD_REQUEST,
-                &format!("by=\"{other}\": expected \"limited\" or \"requests\""),
-            )
+            return Err(bad(format!(
+                "by=\"{other}\": expected \"limited\" or \"requests\""
+            )));
         }
     };
     let policy = proxy.policy();
     let rule = param("rule");
-    if let Some(name) = &rule {
-        if policy.rule(name).is_none() {
-            return problem(
-                StatusCode::NOT_FOUND,
-                &format!("no rule is named \"{name}\""),
-            );
-        }
+    if let Some(name) = rule.as_ref().filter(|name| policy.rule(name).is_none()) {
+        return Err(no_rule(name));
     }
     let keys = top_keys(&policy, rule.as_deref(), kind, n, proxy.now());
-    json_response(
+    Ok(json_response(
         StatusCode::OK,
         &json!({
             "by": match kind { Kind::Limited => "limited", Kind::Requests => "requests" },
             "window_secs": [PERIOD / 1_000_000_000, 2 * PERIOD / 1_000_000_000],
             "keys": keys,
         }),
-    )
+    ))
 }
 
 /// The `n` keys counted most of `kind` by `rule` (every rule: `None`), most

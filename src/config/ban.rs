@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::raw::{Located, RawBan, RawRule};
+use super::raw::{Located, RawBan, RawRule, Start};
 use super::rules::RuleContext;
 use super::units::parse_duration;
 use super::validate::Validator;
@@ -20,7 +20,7 @@ impl Validator<'_> {
     ) -> Option<BanConfig> {
         let index = rule.index;
         let path = |key: &str| format!("rule[{index}].ban.{key}");
-        let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+        let at = raw.start_or(rule.at);
         let mut valid = true;
         if let Some(shadow) = raw_rule.shadow.as_ref().filter(|s| *s.get_ref()) {
             let (line, _) = self.source.position(shadow.span().start);
@@ -57,25 +57,24 @@ impl Validator<'_> {
             if value >= 1 {
                 u64::try_from(value).ok()
             } else {
-                self.error(
+                self.invalid(
                     field.span().start,
                     &path("after"),
                     format!(
                         "{value} is out of range: must be at least 1 (how many limited answers \
                          within `within` start a ban)"
                     ),
-                );
-                None
+                )
             }
         });
         let within = ban
             .within
             .as_ref()
-            .and_then(|field| self.positive_duration(field, &path("within")));
+            .and_then(|field| self.positive_duration(field, &path("within"), ""));
         let duration = ban
             .duration
             .as_ref()
-            .and_then(|field| self.positive_duration(field, &path("for")));
+            .and_then(|field| self.positive_duration(field, &path("for"), ""));
         if !valid {
             return None;
         }
@@ -86,19 +85,19 @@ impl Validator<'_> {
         })
     }
 
-    /// A duration with no default that must be longer than zero.
-    fn positive_duration(&mut self, field: &Spanned<String>, path: &str) -> Option<Duration> {
-        match parse_duration(field.get_ref()) {
-            Ok(duration) if !duration.is_zero() => Some(duration),
-            Ok(_) => {
-                self.error(field.span().start, path, "must be longer than zero");
-                None
-            }
-            Err(message) => {
-                self.error(field.span().start, path, message);
-                None
-            }
-        }
+    /// A duration with no default that must be longer than zero; `default`
+    /// follows the message when there is one.
+    pub(super) fn positive_duration(
+        &mut self,
+        field: &Spanned<String>,
+        path: &str,
+        default: &str,
+    ) -> Option<Duration> {
+        let parsed = parse_duration(field.get_ref()).and_then(|duration| match duration {
+            _ if duration.is_zero() => Err(format!("must be longer than zero{default}")),
+            _ => Ok(duration),
+        });
+        self.ok(field.span().start, path, parsed)
     }
 }
 

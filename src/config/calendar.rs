@@ -9,7 +9,7 @@ use super::limits::WrittenLimit;
 use super::raw::RawRule;
 use super::units::calendar_period;
 use super::validate::Validator;
-use super::{AlgorithmKind, LimitConfig};
+use super::{joined, AlgorithmKind, LimitConfig};
 use crate::limiter::calendar::{zone_named, zones_like, Calendar, Unit};
 
 /// A rule's `calendar`, as far as its limits are concerned.
@@ -46,13 +46,8 @@ impl Validator<'_> {
             let hint = if like.is_empty() {
                 String::new()
             } else {
-                format!(
-                    "did you mean {}? ",
-                    like.iter()
-                        .map(|zone| format!("\"{zone}\""))
-                        .collect::<Vec<_>>()
-                        .join(" or ")
-                )
+                let quoted = like.iter().map(|zone| format!("\"{zone}\""));
+                format!("did you mean {}? ", joined(quoted, " or "))
             };
             self.error(
                 at,

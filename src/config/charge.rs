@@ -4,7 +4,7 @@
 //! value that never arrives costs) and `refund_on` (the admission cost
 //! given back when the exchange ended so). See docs/charging.md.
 
-use super::raw::{RawCharge, RawRule};
+use super::raw::{RawCharge, RawRule, Start};
 use super::rules::RuleContext;
 use super::validate::Validator;
 use super::{AlgorithmKind, Charge, ChargeSource, RefundOn, Weighted};
@@ -54,19 +54,16 @@ impl Validator<'_> {
             return None;
         };
         let path = format!("rule[{index}].charge");
-        let at = field.span.as_ref().map_or(rule.at, |span| span.start);
+        let at = field.start_or(rule.at);
         let mut sources = Vec::new();
         let mut valid = true;
         match &field.value {
-            RawCharge::One(text) => match parse_source(text) {
-                Ok(source) => sources.push(Weighted {
+            RawCharge::One(text) => match self.ok(at, &path, parse_source(text)) {
+                Some(source) => sources.push(Weighted {
                     source,
                     weight: 1.0,
                 }),
-                Err(message) => {
-                    self.error(at, &path, message);
-                    valid = false;
-                }
+                None => valid = false,
             },
             RawCharge::Table(entries) => {
                 if entries.is_empty() {
@@ -79,16 +76,11 @@ impl Validator<'_> {
                     valid = false;
                 }
                 for (key, weight) in entries {
-                    let entry_at = key.span.as_ref().map_or(at, |span| span.start);
+                    let entry_at = key.start_or(at);
                     let entry_path = format!("{path}.\"{}\"", key.text);
-                    let source = parse_source(&key.text)
-                        .map_err(|message| self.error(entry_at, &entry_path, message));
-                    let parsed = match weight.get_ref() {
-                        toml::Value::Integer(weight) => Some(*weight as f64),
-                        toml::Value::Float(weight) => Some(*weight),
-                        _ => None,
-                    }
-                    .filter(|weight| weight.is_finite() && *weight >= 0.0);
+                    let source = self.ok(entry_at, &entry_path, parse_source(&key.text));
+                    let parsed = number(weight.get_ref())
+                        .filter(|weight| weight.is_finite() && *weight >= 0.0);
                     if parsed.is_none() {
                         self.error(
                             weight.span().start,
@@ -102,7 +94,7 @@ impl Validator<'_> {
                         );
                     }
                     match (source, parsed) {
-                        (Ok(source), Some(weight)) => {
+                        (Some(source), Some(weight)) => {
                             if sources.iter().any(|s: &Weighted| s.source == source) {
                                 self.error(
                                     entry_at,
@@ -158,7 +150,7 @@ impl Validator<'_> {
             )
             | None => {}
             Some(kind) => {
-                self.error(
+                return self.invalid(
                     at,
                     &path,
                     format!(
@@ -167,8 +159,7 @@ impl Validator<'_> {
                          or \"sliding_window\"",
                         kind.name()
                     ),
-                );
-                return None;
+                )
             }
         }
         (valid && !sources.is_empty()).then_some(Charge { sources, missing })
@@ -177,12 +168,8 @@ impl Validator<'_> {
     /// `refund_on`: any of a status class (`"4xx"`), a status code
     /// (`"404"`), `"upstream_error"`, `"client_abort"` (a list; one string
     /// is taken as a list of one).
-    pub(super) fn refund_on(
-        &mut self,
-        index: usize,
-        raw: &RawRule,
-        algorithm: Option<AlgorithmKind>,
-    ) -> RefundOn {
+    pub(super) fn refund_on(&mut self, rule: &RuleContext, raw: &RawRule) -> RefundOn {
+        let (index, algorithm) = (rule.index, rule.algorithm);
         let mut refund_on = RefundOn::default();
         let Some(field) = &raw.refund_on else {
             return refund_on;
@@ -208,6 +195,11 @@ impl Validator<'_> {
         }
         refund_on
     }
+}
+
+/// A TOML number as a float (an integer too).
+pub(super) fn number(value: &toml::Value) -> Option<f64> {
+    value.as_float().or(value.as_integer().map(|n| n as f64))
 }
 
 /// A status pattern's codes: `"2xx"` (a class, 1–5) or `"404"` (100–599).

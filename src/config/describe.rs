@@ -5,9 +5,14 @@
 
 use std::time::Duration;
 
-use super::{
-    Balance, LimitConfig, MatchConfig, Rate, RuleConfig, UpstreamConfig, UpstreamProtocol,
-};
+use super::upstreams::PROTOCOLS;
+use super::{Balance, LimitConfig, MatchConfig, Rate, RuleConfig, UpstreamConfig};
+
+/// Each item as it displays, `separator` between them.
+pub fn joined<T: std::fmt::Display>(items: impl IntoIterator<Item = T>, separator: &str) -> String {
+    let items: Vec<String> = items.into_iter().map(|item| item.to_string()).collect();
+    items.join(separator)
+}
 
 /// A period in its largest whole unit: `60s` → `1m`, `90s` → `90s`,
 /// `900s` → `15m`, `500ms` → `500ms`.
@@ -58,33 +63,26 @@ pub fn format_limit_period(limit: &LimitConfig) -> String {
 
 /// A rule's `match`: `method=GET|POST prefix=/api`, or `*` for every request.
 pub fn describe_match(matcher: &MatchConfig) -> String {
-    let mut parts = Vec::new();
-    let mut field = |name: &str, values: Vec<String>| {
+    /// A field that is given, its values joined by `|`.
+    fn field<T: std::fmt::Display>(parts: &mut Vec<String>, name: &str, values: &[T]) {
         if !values.is_empty() {
-            parts.push(format!("{name}={}", values.join("|")));
+            parts.push(format!("{name}={}", joined(values, "|")));
         }
-    };
-    field(
-        "method",
-        matcher.method.iter().map(ToString::to_string).collect(),
-    );
-    field("host", matcher.host.clone());
-    field("path", matcher.path.clone());
-    field("prefix", matcher.path_prefix.clone());
-    field("glob", matcher.path_glob.clone());
-    for (name, values) in &matcher.header {
-        field(
-            &format!("header.{name}"),
-            values
-                .iter()
-                .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
-                .collect(),
-        );
     }
-    field(
-        "client",
-        matcher.client.iter().map(ToString::to_string).collect(),
-    );
+    let mut parts = Vec::new();
+    field(&mut parts, "method", &matcher.method);
+    field(&mut parts, "host", &matcher.host);
+    field(&mut parts, "path", &matcher.path);
+    field(&mut parts, "prefix", &matcher.path_prefix);
+    field(&mut parts, "glob", &matcher.path_glob);
+    for (name, values) in &matcher.header {
+        let values: Vec<_> = values
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()))
+            .collect();
+        field(&mut parts, &format!("header.{name}"), &values);
+    }
+    field(&mut parts, "client", &matcher.client);
     if let Some(domain) = &matcher.domain {
         parts.push(format!("domain={domain}"));
     }
@@ -114,12 +112,8 @@ pub fn describe_upstream(pool: &UpstreamConfig) -> String {
         Balance::RoundRobin => "round_robin".to_owned(),
         Balance::Hash(source) => format!("hash:{source}"),
     };
-    let protocol = match pool.protocol {
-        UpstreamProtocol::Http1 => "http1",
-        UpstreamProtocol::H2c => "h2c",
-        UpstreamProtocol::H2 => "h2",
-        UpstreamProtocol::Auto => "auto",
-    };
+    let protocol = PROTOCOLS.iter().find(|(_, p)| *p == pool.protocol);
+    let protocol = protocol.map_or("", |(name, _)| name);
     let mut parts = vec![
         balance,
         protocol.to_owned(),
@@ -163,12 +157,7 @@ pub fn describe_limits(rule: &RuleConfig) -> String {
     if let Some(max_in_flight) = rule.max_in_flight {
         return format!("{max_in_flight} in flight");
     }
-    let rates = rule
-        .limits
-        .iter()
-        .map(format_limit)
-        .collect::<Vec<_>>()
-        .join(", ");
+    let rates = joined(rule.limits.iter().map(format_limit), ", ");
     match rule.limits.iter().find_map(|limit| limit.calendar) {
         Some(calendar) => format!("{rates} ({} calendar)", calendar.zone()),
         None => rates,
@@ -180,11 +169,7 @@ pub fn describe_capacity(rule: &RuleConfig) -> String {
     if let Some(max_in_flight) = rule.max_in_flight {
         return max_in_flight.to_string();
     }
-    rule.limits
-        .iter()
-        .map(|limit| limit.capacity.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    joined(rule.limits.iter().map(|limit| limit.capacity), ", ")
 }
 
 #[cfg(test)]

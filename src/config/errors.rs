@@ -60,11 +60,6 @@ impl ConfigErrors {
         }
     }
 
-    /// The problems, in file order.
-    pub fn iter(&self) -> std::slice::Iter<'_, ConfigError> {
-        self.errors.iter()
-    }
-
     /// How many problems were found.
     pub fn len(&self) -> usize {
         self.errors.len()
@@ -82,11 +77,9 @@ impl fmt::Display for ConfigErrors {
             if i > 0 {
                 f.write_str("\n")?;
             }
-            if error.line == 0 {
-                write!(f, "{}: {error}", self.origin)?;
-            } else {
-                write!(f, "{}:{error}", self.origin)?;
-            }
+            // `error` starts with `LINE:COLUMN: ` when it has a position.
+            let separator = if error.line == 0 { ": " } else { ":" };
+            write!(f, "{}{separator}{error}", self.origin)?;
         }
         Ok(())
     }

@@ -8,7 +8,7 @@ use toml::Spanned;
 use super::keys::parse_key_source;
 use super::raw::{OneOrMany, RawConfig, RawRule};
 use super::validate::Validator;
-use super::{JwtAlgorithm, JwtConfig, JwtKey, KeySource};
+use super::{joined, JwtAlgorithm, JwtConfig, JwtKey, KeySource};
 
 /// Largest `public_key_file` / `jwks_file` read. Real keys and key sets are
 /// a few KiB; the bound keeps `/dev/zero` or a mistyped path to a huge file
@@ -45,25 +45,15 @@ impl Validator<'_> {
                 jwt.verify.as_ref().map(Spanned::span),
             ],
         );
-        let header = match &jwt.header {
-            None => HeaderName::from_static("authorization"),
-            Some(field) => {
-                match HeaderName::from_bytes(field.get_ref().to_ascii_lowercase().as_bytes()) {
-                    Ok(name) => name,
-                    Err(_) => {
-                        self.error(
-                            field.span().start,
-                            "identity.jwt.header",
-                            format!(
-                                "\"{}\" is not a valid header name (default \"authorization\")",
-                                field.get_ref()
-                            ),
-                        );
-                        HeaderName::from_static("authorization")
-                    }
-                }
-            }
-        };
+        let header = jwt.header.as_ref().and_then(|field| {
+            let written = field.get_ref();
+            let name =
+                HeaderName::from_bytes(written.to_ascii_lowercase().as_bytes()).map_err(|_| {
+                    format!("\"{written}\" is not a valid header name (default \"authorization\")")
+                });
+            self.ok(field.span().start, "identity.jwt.header", name)
+        });
+        let header = header.unwrap_or(HeaderName::from_static("authorization"));
         let algorithms = self.jwt_algorithms(jwt.algorithms.as_ref());
         let verify = jwt.verify.as_ref().is_none_or(|v| *v.get_ref());
         if let (false, Some(field)) = (verify, &jwt.verify) {
@@ -98,12 +88,13 @@ impl Validator<'_> {
         let Some(field) = field else {
             return vec![JwtAlgorithm::HS256];
         };
-        let allowed = JwtAlgorithm::ALL
-            .iter()
-            .map(|alg| format!("\"{}\"", alg.name()))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let items = field.get_ref().items(field.span());
+        let allowed = joined(
+            JwtAlgorithm::ALL
+                .iter()
+                .map(|alg| format!("\"{}\"", alg.name())),
+            ", ",
+        );
+        let items = field.get_ref().items_at(field.span(), PATH);
         if items.is_empty() {
             self.error(
                 field.span().start,
@@ -111,50 +102,33 @@ impl Validator<'_> {
                 format!("must list at least one algorithm: {allowed}"),
             );
         }
-        let many = matches!(field.get_ref(), OneOrMany::Many(_));
         let mut algorithms: Vec<JwtAlgorithm> = Vec::with_capacity(items.len());
-        for (i, (text, span)) in items.into_iter().enumerate() {
-            let path = if many {
-                format!("{PATH}[{i}]")
-            } else {
-                PATH.to_owned()
-            };
-            let Some(alg) = JwtAlgorithm::ALL.into_iter().find(|a| a.name() == text) else {
-                let message = if text.eq_ignore_ascii_case("none") {
-                    format!(
-                        "\"{text}\" is never accepted: an unsigned token proves nothing, anyone \
-                         can write one; use one of {allowed}"
-                    )
-                } else {
-                    format!("\"{text}\" is not an algorithm sluice verifies; use one of {allowed}")
-                };
-                self.error(span.start, &path, message);
-                continue;
-            };
-            if algorithms.contains(&alg) {
-                self.error(
-                    span.start,
-                    &path,
-                    format!("\"{text}\" is already listed; list each algorithm once"),
-                );
-                continue;
-            }
-            if let Some(first) = algorithms.first().filter(|f| f.is_hmac() != alg.is_hmac()) {
-                self.error(
-                    span.start,
-                    &path,
-                    format!(
-                        "\"{text}\" cannot be listed with \"{}\": HMAC and public-key \
-                         algorithms together let a token \"signed\" with the public key as an \
-                         HMAC secret verify (algorithm confusion); list only HS* algorithms \
-                         (with secret_env) or only RS*/ES* ones (with public_key_file or \
-                         jwks_file)",
+        for (text, span, path) in items {
+            let found = JwtAlgorithm::ALL.into_iter().find(|a| a.name() == text);
+            let hmac_mixed =
+                |alg: JwtAlgorithm| algorithms.first().filter(|f| f.is_hmac() != alg.is_hmac());
+            let alg = match found {
+                None if text.eq_ignore_ascii_case("none") => Err(format!(
+                    "\"{text}\" is never accepted: an unsigned token proves nothing, anyone can \
+                     write one; use one of {allowed}"
+                )),
+                None => Err(format!("\"{text}\" is not an algorithm sluice verifies; use one of {allowed}")),
+                Some(alg) if algorithms.contains(&alg) => {
+                    Err(format!("\"{text}\" is already listed; list each algorithm once"))
+                }
+                Some(alg) => match hmac_mixed(alg) {
+                    Some(first) => Err(format!(
+                        "\"{text}\" cannot be listed with \"{}\": HMAC and public-key algorithms \
+                         together let a token \"signed\" with the public key as an HMAC secret \
+                         verify (algorithm confusion); list only HS* algorithms (with secret_env) or \
+                         only RS*/ES* ones (with public_key_file or jwks_file)",
                         first.name()
-                    ),
-                );
-                continue;
-            }
-            algorithms.push(alg);
+                    )),
+                    None => Ok(alg),
+                },
+            };
+            let alg = self.ok(span.start, &path, alg);
+            algorithms.extend(alg);
         }
         algorithms
     }
@@ -188,31 +162,17 @@ impl Validator<'_> {
         };
         let path = "identity.jwt.secret_env";
         if name.is_empty() {
-            self.error(at, path, "must name an environment variable");
-            return None;
+            return self.invalid(at, path, "must name an environment variable");
         }
         let secret = match std::env::var_os(name) {
-            None => {
-                self.error(
-                    at,
-                    path,
-                    format!(
-                        "the environment variable {name} is not set; it must hold the secret \
-                         tokens are signed with ({names})"
-                    ),
-                );
-                return None;
-            }
-            Some(value) if value.is_empty() => {
-                self.error(
-                    at,
-                    path,
-                    format!("the environment variable {name} is empty; it must hold the secret"),
-                );
-                return None;
-            }
-            Some(value) => value.into_encoded_bytes(),
+            None => Err(format!(
+                "is not set; it must hold the secret tokens are signed with ({names})"
+            )),
+            Some(value) if value.is_empty() => Err("is empty; it must hold the secret".to_owned()),
+            Some(value) => Ok(value.into_encoded_bytes()),
         };
+        let secret = secret.map_err(|problem| format!("the environment variable {name} {problem}"));
+        let secret = self.ok(at, path, secret)?;
         // RFC 7518 §3.2: at least as long as the hash's output.
         let wanted = algorithms
             .iter()
@@ -260,50 +220,37 @@ impl Validator<'_> {
         let (key, field, wrap): (_, _, fn(Vec<u8>) -> JwtKey) =
             match (&jwt.public_key_file, &jwt.jwks_file) {
                 (Some(_), Some(jwks)) => {
-                    self.error(
+                    return self.invalid(
                         jwks.span().start,
                         "identity.jwt.jwks_file",
                         "give either public_key_file or jwks_file, not both",
-                    );
-                    return None;
+                    )
                 }
                 (Some(pem), None) => ("public_key_file", pem, JwtKey::PublicKeyPem),
                 (None, Some(jwks)) => ("jwks_file", jwks, JwtKey::Jwks),
                 (None, None) => {
-                    self.error(
+                    return self.invalid(
                         at,
                         "identity.jwt.public_key_file",
                         format!(
                             "{names} tokens need public_key_file = \"path/to/public.pem\" (or \
                              jwks_file = \"path/to/jwks.json\")"
                         ),
-                    );
-                    return None;
+                    )
                 }
             };
         let path = format!("identity.jwt.{key}");
         let file = self.file_path(field.get_ref());
-        let bytes = match read_key_file(&file) {
-            Ok(bytes) => bytes,
-            Err(err) => {
-                self.error(
-                    field.span().start,
-                    &path,
-                    format!("cannot read {}: {err}", file.display()),
-                );
-                return None;
-            }
-        };
-        let key = wrap(bytes);
-        if let Err(message) = crate::key::jwt::verification_keys(&key, algorithms) {
-            self.error(
-                field.span().start,
-                &path,
-                format!("{} {message}", file.display()),
+        let key = read_key_file(&file)
+            .map_err(|err| format!("cannot read {}: {err}", file.display()))
+            .map(wrap)
+            .and_then(
+                |key| match crate::key::jwt::verification_keys(&key, algorithms) {
+                    Ok(_) => Ok(key),
+                    Err(message) => Err(format!("{} {message}", file.display())),
+                },
             );
-            return None;
-        }
-        Some(key)
+        self.ok(field.span().start, &path, key)
     }
 
     /// Every `jwt:<claim>` in a rule's key needs `[identity.jwt]`: without
@@ -347,11 +294,7 @@ impl Validator<'_> {
 
 /// `"HS256"`, `"HS256, HS384"`: the listed algorithms, for messages.
 fn jwt_names(algorithms: &[JwtAlgorithm]) -> String {
-    algorithms
-        .iter()
-        .map(|alg| alg.name())
-        .collect::<Vec<_>>()
-        .join(", ")
+    joined(algorithms.iter().map(|alg| alg.name()), ", ")
 }
 
 #[cfg(test)]

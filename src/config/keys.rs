@@ -23,17 +23,13 @@ impl Validator<'_> {
         let mut sources: Vec<KeySource> = Vec::with_capacity(items.len());
         for (i, (text, span)) in items.into_iter().enumerate() {
             let path = format!("rule[{index}].key[{i}]");
-            match parse_key_source(text) {
-                Ok(source) if sources.contains(&source) => {
-                    self.error(
-                        span.start,
-                        &path,
-                        format!("\"{text}\" is already in this key; list each source once"),
-                    );
-                }
-                Ok(source) => sources.push(source),
-                Err(message) => self.error(span.start, &path, message),
-            }
+            let source = parse_key_source(text).and_then(|source| match source {
+                _ if sources.contains(&source) => Err(format!(
+                    "\"{text}\" is already in this key; list each source once"
+                )),
+                source => Ok(source),
+            });
+            sources.extend(self.ok(span.start, &path, source));
         }
         sources
     }

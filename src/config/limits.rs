@@ -55,14 +55,13 @@ impl Validator<'_> {
         match written {
             Some(written) if algorithm == Some(AlgorithmKind::LeakyBucket) && written.len() > 1 => {
                 let at = limits.map_or(at, |field| field.span().start);
-                self.error(
+                self.invalid(
                     at,
                     &format!("{base}.limits"),
                     "a leaky bucket lets requests leave at one constant rate, so it takes a single \
                      rate such as rate = \"10/s\"; use token_bucket for several limits that must \
                      all hold",
-                );
-                None
+                )
             }
             written => written,
         }
@@ -101,7 +100,7 @@ impl Validator<'_> {
                     AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket
                 ) =>
             {
-                self.error(
+                self.invalid(
                     field.span().start,
                     &path,
                     format!(
@@ -110,16 +109,11 @@ impl Validator<'_> {
                          COUNT; remove burst, or change the COUNT",
                         kind.name()
                     ),
-                );
-                None
+                )
             }
             (Some(field), _) => {
                 let value = *field.get_ref();
-                let min = if count == Some(0) || count.is_none() {
-                    0
-                } else {
-                    1
-                };
+                let min = i64::from(count.is_some_and(|count| count > 0));
                 if value < min {
                     let why = if min == 1 {
                         "must be at least 1, or no request could ever pass"
@@ -134,22 +128,18 @@ impl Validator<'_> {
                     Some(1)
                 } else {
                     let burst = u64::try_from(value).unwrap_or(0);
-                    if count == Some(0) && burst > 0 && leaky {
-                        self.warn(
-                            field.span().start,
-                            &path,
+                    if count == Some(0) && burst > 0 {
+                        let message = if leaky {
                             "with a COUNT of 0 nothing ever leaves a leaky bucket, so no request \
-                             is admitted whatever the burst",
-                        );
-                    } else if count == Some(0) && burst > 0 {
-                        self.warn(
-                            field.span().start,
-                            &path,
-                            format_args!(
+                             is admitted whatever the burst"
+                                .to_owned()
+                        } else {
+                            format!(
                                 "with a COUNT of 0 the bucket never refills: each key gets {burst} \
                                  request(s) in total"
-                            ),
-                        );
+                            )
+                        };
+                        self.warn(field.span().start, &path, message);
                     }
                     Some(burst)
                 }
@@ -235,15 +225,12 @@ impl Validator<'_> {
         limits: Option<&Spanned<OneOrMany>>,
     ) -> Option<Vec<WrittenLimit>> {
         match (rate, limits) {
-            (None, None) => {
-                self.error(
-                    at,
-                    base,
-                    "rate is required: COUNT/PERIOD such as rate = \"100/m\", or \
+            (None, None) => self.invalid(
+                at,
+                base,
+                "rate is required: COUNT/PERIOD such as rate = \"100/m\", or \
                      limits = [\"100/m\", \"1000/h\"] for several limits that must all hold",
-                );
-                None
-            }
+            ),
             (Some(rate), None) => self.rate(base, prefix, rate).map(|limit| vec![limit]),
             (None, Some(limits)) => self.limit_list(base, prefix, limits),
             (Some(rate), Some(limits)) => {
@@ -256,34 +243,28 @@ impl Validator<'_> {
                     (rate.span().start, "rate", limits.span().start, "limits")
                 };
                 let (line, _) = self.source.position(earlier);
-                self.error(
+                self.invalid(
                     later,
                     &format!("{base}.{key}"),
                     format!(
                         "cannot be used together with {other} (line {line}); write one limit as \
                          rate = \"100/m\" or several as limits = [\"100/m\", \"1000/h\"]"
                     ),
-                );
-                None
+                )
             }
         }
     }
 
     fn rate(&mut self, base: &str, prefix: &str, field: &Spanned<String>) -> Option<WrittenLimit> {
         let path = format!("{base}.rate");
-        match parse_rate(field.get_ref()) {
-            Ok(rate) => Some(WrittenLimit {
-                rate,
-                text: field.get_ref().clone(),
-                at: field.span().start,
-                key: format!("{prefix}rate"),
-                path,
-            }),
-            Err(message) => {
-                self.error(field.span().start, &path, message);
-                None
-            }
-        }
+        let rate = self.ok(field.span().start, &path, parse_rate(field.get_ref()))?;
+        Some(WrittenLimit {
+            rate,
+            text: field.get_ref().clone(),
+            at: field.span().start,
+            key: format!("{prefix}rate"),
+            path,
+        })
     }
 
     fn limit_list(
@@ -296,24 +277,22 @@ impl Validator<'_> {
         let items = match field.get_ref() {
             OneOrMany::Many(items) => items,
             OneOrMany::One(text) => {
-                self.error(
+                return self.invalid(
                     field.span().start,
                     &path,
                     format!(
                         "must be a list of rates, such as limits = [\"{text}\"]; for a single \
                          limit rate = \"{text}\" works too"
                     ),
-                );
-                return None;
+                )
             }
         };
         if items.is_empty() {
-            self.error(
+            return self.invalid(
                 field.span().start,
                 &path,
                 "must list at least one rate, such as limits = [\"100/m\", \"1000/h\"]",
             );
-            return None;
         }
         let mut limits: Vec<WrittenLimit> = Vec::with_capacity(items.len());
         let mut valid = true;
@@ -321,13 +300,9 @@ impl Validator<'_> {
             let key = format!("{prefix}limits[{i}]");
             let path = format!("{base}.limits[{i}]");
             let text = item.get_ref();
-            let rate = match parse_rate(text) {
-                Ok(rate) => rate,
-                Err(message) => {
-                    self.error(item.span().start, &path, message);
-                    valid = false;
-                    continue;
-                }
+            let Some(rate) = self.ok(item.span().start, &path, parse_rate(text)) else {
+                valid = false;
+                continue;
             };
             if let Some(first) = limits.iter().find(|l| l.rate.period == rate.period) {
                 let message = format!(

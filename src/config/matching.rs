@@ -7,7 +7,7 @@ use std::str::FromStr;
 use http::uri::Authority;
 use http::{HeaderName, HeaderValue, Method};
 
-use super::raw::{OneOrMany, RawMatch};
+use super::raw::{OneOrMany, RawMatch, Start};
 use super::validate::Validator;
 use super::MatchConfig;
 
@@ -54,7 +54,7 @@ impl Validator<'_> {
         if table.value.is_empty() {
             // Only an inline `header = {}` is empty, and it has a span.
             self.warn(
-                table.span.as_ref().map_or(0, |span| span.start),
+                table.start_or(0),
                 &format!("{base}.header"),
                 "an empty table restricts nothing; remove it",
             );
@@ -63,33 +63,21 @@ impl Validator<'_> {
         for (written, values) in &table.value {
             let path = format!("{base}.header.{written}");
             let at = values.span().start;
-            let name = match parse_header_name(written) {
-                Ok(name) => name,
-                Err(message) => {
-                    self.error(at, &path, message);
-                    continue;
-                }
+            let name = parse_header_name(written).and_then(|name| match name {
+                _ if headers.iter().any(|(seen, _)| *seen == name) => Err(format!(
+                    "names header {name} a second time (header names ignore case); list every \
+                     value it may equal in one entry: {name} = [\"a\", \"b\"]"
+                )),
+                _ if matches!(values.get_ref(), OneOrMany::Many(list) if list.is_empty()) => Err(
+                    "lists no value, so no request would fit; write the values the header may \
+                     equal, or remove the entry"
+                        .to_owned(),
+                ),
+                name => Ok(name),
+            });
+            let Some(name) = self.ok(at, &path, name) else {
+                continue;
             };
-            if headers.iter().any(|(seen, _)| *seen == name) {
-                self.error(
-                    at,
-                    &path,
-                    format!(
-                        "names header {name} a second time (header names ignore case); \
-                         list every value it may equal in one entry: {name} = [\"a\", \"b\"]"
-                    ),
-                );
-                continue;
-            }
-            if matches!(values.get_ref(), OneOrMany::Many(list) if list.is_empty()) {
-                self.error(
-                    at,
-                    &path,
-                    "lists no value, so no request would fit; write the values the header \
-                     may equal, or remove the entry",
-                );
-                continue;
-            }
             let values = self.list(Some(values), &path, parse_header_value);
             headers.push((name, values));
         }

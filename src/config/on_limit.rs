@@ -4,19 +4,15 @@
 use std::time::Duration;
 
 use super::raw::RawRule;
+use super::rules::RuleContext;
 use super::validate::Validator;
 use super::{AlgorithmKind, OnLimit};
 
 impl Validator<'_> {
     /// `on_limit` with its `max_delay` and `max_queue`. `queue` is a leaky
     /// bucket's capacity, which is its queue.
-    pub(super) fn on_limit(
-        &mut self,
-        index: usize,
-        raw: &RawRule,
-        algorithm: Option<AlgorithmKind>,
-        queue: u64,
-    ) -> OnLimit {
+    pub(super) fn on_limit(&mut self, rule: &RuleContext, raw: &RawRule, queue: u64) -> OnLimit {
+        let (index, algorithm) = (rule.index, rule.algorithm);
         let path = |field: &str| format!("rule[{index}].{field}");
         let leaky = algorithm == Some(AlgorithmKind::LeakyBucket);
         // Whether the rule holds requests; `None` when that is unknown (an

@@ -22,9 +22,34 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
+/// `impl Deserialize for $ty` by a visitor that expects `$expecting` and
+/// has the `visit_*` methods given, handed to the deserializer's `$how`
+/// (`deserialize_any`, `deserialize_map`, ...) after `$arg`s.
+macro_rules! visited {
+    ($ty:ident, $how:ident($($arg:expr),*), $expecting:expr; $($visit:tt)*) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct TheVisitor;
+
+                impl<'de> Visitor<'de> for TheVisitor {
+                    type Value = $ty;
+
+                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                        f.write_str($expecting)
+                    }
+
+                    $($visit)*
+                }
+
+                deserializer.$how($($arg,)* TheVisitor)
+            }
+        }
+    };
+}
+
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct RawConfig {
     pub server: Option<RawServer>,
     pub admin: Option<RawAdmin>,
@@ -33,13 +58,10 @@ pub struct RawConfig {
     pub identity: Option<RawIdentity>,
     pub access: Option<RawAccess>,
     /// `[[rule]]` tables in file order.
-    #[serde(default)]
     pub rule: Vec<RawRule>,
     /// `[[upstream]]` pools in file order.
-    #[serde(default)]
     pub upstream: Vec<RawUpstream>,
     /// `[[route]]` tables in file order.
-    #[serde(default)]
     pub route: Vec<RawRoute>,
     pub rls: Option<RawRls>,
     pub tracing: Option<RawTracing>,
@@ -237,38 +259,24 @@ pub struct RawVariant {
     pub unknown: Vec<Key>,
 }
 
-impl<'de> Deserialize<'de> for RawVariant {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct VariantVisitor;
-
-        impl<'de> Visitor<'de> for VariantVisitor {
-            type Value = RawVariant;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str(
-                    "a table such as { rate = \"100/s\" } (allowed keys: rate, limits, burst)",
-                )
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawVariant, A::Error> {
-                let mut variant = RawVariant::default();
-                while let Some(key) = map.next_key::<Key>()? {
-                    match key.text.as_str() {
-                        "rate" => variant.rate = Some(map.next_value()?),
-                        "limits" => variant.limits = Some(map.next_value()?),
-                        "burst" => variant.burst = Some(map.next_value()?),
-                        "share" => variant.share = Some(map.next_value()?),
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                            variant.unknown.push(key);
-                        }
-                    }
+visited! {
+    RawVariant, deserialize_map(),
+    "a table such as { rate = \"100/s\" } (allowed keys: rate, limits, burst)";
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawVariant, A::Error> {
+        let mut variant = RawVariant::default();
+        while let Some(key) = map.next_key::<Key>()? {
+            match key.text.as_str() {
+                "rate" => variant.rate = Some(map.next_value()?),
+                "limits" => variant.limits = Some(map.next_value()?),
+                "burst" => variant.burst = Some(map.next_value()?),
+                "share" => variant.share = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    variant.unknown.push(key);
                 }
-                Ok(variant)
             }
         }
-
-        deserializer.deserialize_map(VariantVisitor)
+        Ok(variant)
     }
 }
 
@@ -342,45 +350,31 @@ pub struct RawServerUrl {
     pub unknown: Vec<Key>,
 }
 
-impl<'de> Deserialize<'de> for RawServerUrl {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ServerVisitor;
+visited! {
+    RawServerUrl, deserialize_any(),
+    "a URL such as \"http://10.0.0.1:3000\" or a table such as \
+     { url = \"http://10.0.0.1:3000\", weight = 2 }";
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<RawServerUrl, E> {
+        // The span is the enclosing `Spanned`'s; validation puts it back.
+        Ok(RawServerUrl {
+            url: Some(Spanned::new(0..0, value.to_owned())),
+            ..RawServerUrl::default()
+        })
+    }
 
-        impl<'de> Visitor<'de> for ServerVisitor {
-            type Value = RawServerUrl;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str(
-                    "a URL such as \"http://10.0.0.1:3000\" or a table such as \
-                     { url = \"http://10.0.0.1:3000\", weight = 2 }",
-                )
-            }
-
-            fn visit_str<E: de::Error>(self, value: &str) -> Result<RawServerUrl, E> {
-                // The span is the enclosing `Spanned`'s; validation puts it back.
-                Ok(RawServerUrl {
-                    url: Some(Spanned::new(0..0, value.to_owned())),
-                    ..RawServerUrl::default()
-                })
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawServerUrl, A::Error> {
-                let mut server = RawServerUrl::default();
-                while let Some(key) = map.next_key::<Key>()? {
-                    match key.text.as_str() {
-                        "url" => server.url = Some(map.next_value()?),
-                        "weight" => server.weight = Some(map.next_value()?),
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                            server.unknown.push(key);
-                        }
-                    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawServerUrl, A::Error> {
+        let mut server = RawServerUrl::default();
+        while let Some(key) = map.next_key::<Key>()? {
+            match key.text.as_str() {
+                "url" => server.url = Some(map.next_value()?),
+                "weight" => server.weight = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    server.unknown.push(key);
                 }
-                Ok(server)
             }
         }
-
-        deserializer.deserialize_any(ServerVisitor)
+        Ok(server)
     }
 }
 
@@ -411,44 +405,30 @@ pub struct RawEject {
     pub unknown: Vec<Key>,
 }
 
-impl<'de> Deserialize<'de> for RawEject {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct EjectVisitor;
+visited! {
+    RawEject, deserialize_any(),
+    "false, or a table such as { after = 5, for = \"30s\", max_share = 0.5 }";
+    fn visit_bool<E: de::Error>(self, value: bool) -> Result<RawEject, E> {
+        Ok(RawEject {
+            enabled: Some(value),
+            ..RawEject::default()
+        })
+    }
 
-        impl<'de> Visitor<'de> for EjectVisitor {
-            type Value = RawEject;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str(
-                    "false, or a table such as { after = 5, for = \"30s\", max_share = 0.5 }",
-                )
-            }
-
-            fn visit_bool<E: de::Error>(self, value: bool) -> Result<RawEject, E> {
-                Ok(RawEject {
-                    enabled: Some(value),
-                    ..RawEject::default()
-                })
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawEject, A::Error> {
-                let mut eject = RawEject::default();
-                while let Some(key) = map.next_key::<Key>()? {
-                    match key.text.as_str() {
-                        "after" => eject.after = Some(map.next_value()?),
-                        "for" => eject.duration = Some(map.next_value()?),
-                        "max_share" => eject.max_share = Some(map.next_value()?),
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                            eject.unknown.push(key);
-                        }
-                    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawEject, A::Error> {
+        let mut eject = RawEject::default();
+        while let Some(key) = map.next_key::<Key>()? {
+            match key.text.as_str() {
+                "after" => eject.after = Some(map.next_value()?),
+                "for" => eject.duration = Some(map.next_value()?),
+                "max_share" => eject.max_share = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    eject.unknown.push(key);
                 }
-                Ok(eject)
             }
         }
-
-        deserializer.deserialize_any(EjectVisitor)
+        Ok(eject)
     }
 }
 
@@ -488,31 +468,18 @@ pub enum RawCost {
     Named(String),
 }
 
-impl<'de> Deserialize<'de> for RawCost {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct CostVisitor;
+visited! {
+    RawCost, deserialize_any(), "a whole number of units or \"graphql\"";
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<RawCost, E> {
+        Ok(RawCost::Units(value))
+    }
 
-        impl Visitor<'_> for CostVisitor {
-            type Value = RawCost;
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<RawCost, E> {
+        Ok(RawCost::Units(i64::try_from(value).unwrap_or(i64::MAX)))
+    }
 
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a whole number of units or \"graphql\"")
-            }
-
-            fn visit_i64<E: de::Error>(self, value: i64) -> Result<RawCost, E> {
-                Ok(RawCost::Units(value))
-            }
-
-            fn visit_u64<E: de::Error>(self, value: u64) -> Result<RawCost, E> {
-                Ok(RawCost::Units(i64::try_from(value).unwrap_or(i64::MAX)))
-            }
-
-            fn visit_str<E: de::Error>(self, value: &str) -> Result<RawCost, E> {
-                Ok(RawCost::Named(value.to_owned()))
-            }
-        }
-
-        deserializer.deserialize_any(CostVisitor)
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<RawCost, E> {
+        Ok(RawCost::Named(value.to_owned()))
     }
 }
 
@@ -537,37 +504,38 @@ impl OneOrMany {
                 .collect(),
         }
     }
+
+    /// [`Self::items`], each with its path: `path[i]` in a list, else `path`.
+    pub fn items_at(&self, outer: Range<usize>, path: &str) -> Vec<(&str, Range<usize>, String)> {
+        let many = matches!(self, OneOrMany::Many(_));
+        let at = |i| {
+            if many {
+                format!("{path}[{i}]")
+            } else {
+                path.to_owned()
+            }
+        };
+        let items = self.items(outer).into_iter().enumerate();
+        items.map(|(i, (text, span))| (text, span, at(i))).collect()
+    }
 }
 
-impl<'de> Deserialize<'de> for OneOrMany {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct OneOrManyVisitor;
+visited! {
+    OneOrMany, deserialize_any(), "a string or a list of strings";
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<OneOrMany, E> {
+        Ok(OneOrMany::One(value.to_owned()))
+    }
 
-        impl<'de> Visitor<'de> for OneOrManyVisitor {
-            type Value = OneOrMany;
+    fn visit_string<E: de::Error>(self, value: String) -> Result<OneOrMany, E> {
+        Ok(OneOrMany::One(value))
+    }
 
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string or a list of strings")
-            }
-
-            fn visit_str<E: de::Error>(self, value: &str) -> Result<OneOrMany, E> {
-                Ok(OneOrMany::One(value.to_owned()))
-            }
-
-            fn visit_string<E: de::Error>(self, value: String) -> Result<OneOrMany, E> {
-                Ok(OneOrMany::One(value))
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<OneOrMany, A::Error> {
-                let mut items = Vec::new();
-                while let Some(item) = seq.next_element::<Spanned<String>>()? {
-                    items.push(item);
-                }
-                Ok(OneOrMany::Many(items))
-            }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<OneOrMany, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Spanned<String>>()? {
+            items.push(item);
         }
-
-        deserializer.deserialize_any(OneOrManyVisitor)
+        Ok(OneOrMany::Many(items))
     }
 }
 
@@ -589,6 +557,16 @@ pub struct Located<T> {
     /// Byte span of the table in the file, if toml gave one.
     pub span: Option<Range<usize>>,
     pub value: T,
+}
+
+/// The `visit_*` methods of [`Located`]'s visitor for a value that is not a
+/// table: `T` reads it, without a span.
+macro_rules! unplaced {
+    ($($visit:ident: $ty:ty),*) => {$(
+        fn $visit<E: de::Error>(self, v: $ty) -> Result<Located<T>, E> {
+            T::deserialize(de::IntoDeserializer::into_deserializer(v)).map(Located::unplaced)
+        }
+    )*};
 }
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Located<T> {
@@ -642,25 +620,8 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Located<T> {
             }
 
             // Anything but a table: say so in `T`'s own words.
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Located<T>, E> {
-                T::deserialize(de::value::BoolDeserializer::new(v)).map(Located::unplaced)
-            }
-
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Located<T>, E> {
-                T::deserialize(de::value::I64Deserializer::new(v)).map(Located::unplaced)
-            }
-
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Located<T>, E> {
-                T::deserialize(de::value::U64Deserializer::new(v)).map(Located::unplaced)
-            }
-
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Located<T>, E> {
-                T::deserialize(de::value::F64Deserializer::new(v)).map(Located::unplaced)
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Located<T>, E> {
-                T::deserialize(de::value::StrDeserializer::new(v)).map(Located::unplaced)
-            }
+            unplaced!(visit_bool: bool, visit_i64: i64, visit_u64: u64);
+            unplaced!(visit_f64: f64, visit_str: &str);
 
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Located<T>, A::Error> {
                 T::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(Located::unplaced)
@@ -690,31 +651,54 @@ pub enum RawCharge {
     Table(Vec<(Key, Spanned<toml::Value>)>),
 }
 
-impl<'de> Deserialize<'de> for RawCharge {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct RawChargeVisitor;
+visited! {
+    RawCharge, deserialize_any(),
+    "a source such as \"elapsed_ms\" or a table of sources to weights";
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<RawCharge, E> {
+        Ok(RawCharge::One(value.to_owned()))
+    }
 
-        impl<'de> Visitor<'de> for RawChargeVisitor {
-            type Value = RawCharge;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a source such as \"elapsed_ms\" or a table of sources to weights")
-            }
-
-            fn visit_str<E: de::Error>(self, value: &str) -> Result<RawCharge, E> {
-                Ok(RawCharge::One(value.to_owned()))
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawCharge, A::Error> {
-                let mut entries = Vec::new();
-                while let Some(key) = map.next_key::<Key>()? {
-                    entries.push((key, map.next_value()?));
-                }
-                Ok(RawCharge::Table(entries))
-            }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawCharge, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<Key>()? {
+            entries.push((key, map.next_value()?));
         }
+        Ok(RawCharge::Table(entries))
+    }
+}
 
-        deserializer.deserialize_any(RawChargeVisitor)
+/// Where something was written: the byte offset of its start, when toml
+/// gave a span (always for a value, not for every table or key).
+pub trait Start {
+    fn start(&self) -> Option<usize>;
+
+    /// The start, else `at` (where the enclosing table or rule starts).
+    fn start_or(&self, at: usize) -> usize {
+        self.start().unwrap_or(at)
+    }
+}
+
+impl<T> Start for Spanned<T> {
+    fn start(&self) -> Option<usize> {
+        Some(self.span().start)
+    }
+}
+
+impl<T> Start for Located<T> {
+    fn start(&self) -> Option<usize> {
+        self.span.as_ref().map(|span| span.start)
+    }
+}
+
+impl Start for Key {
+    fn start(&self) -> Option<usize> {
+        self.span.as_ref().map(|span| span.start)
+    }
+}
+
+impl<S: Start> Start for Option<S> {
+    fn start(&self) -> Option<usize> {
+        self.as_ref().and_then(Start::start)
     }
 }
 
@@ -725,41 +709,28 @@ pub struct Key {
     pub span: Option<Range<usize>>,
 }
 
-impl<'de> Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
+visited! {
+    Key, deserialize_struct(SPANNED_NAME, SPANNED_FIELDS), "a key";
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Key, E> {
+        Ok(Key {
+            text: text.to_owned(),
+            span: None,
+        })
+    }
 
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a key")
-            }
-
-            fn visit_str<E: de::Error>(self, text: &str) -> Result<Key, E> {
-                Ok(Key {
-                    text: text.to_owned(),
-                    span: None,
-                })
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Key, A::Error> {
-                let (mut start, mut end, mut text) = (0, 0, String::new());
-                while let Some(field) = map.next_key::<String>()? {
-                    match field.as_str() {
-                        SPANNED_START => start = map.next_value()?,
-                        SPANNED_END => end = map.next_value()?,
-                        _ => text = map.next_value()?,
-                    }
-                }
-                Ok(Key {
-                    text,
-                    span: Some(start..end),
-                })
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Key, A::Error> {
+        let (mut start, mut end, mut text) = (0, 0, String::new());
+        while let Some(field) = map.next_key::<String>()? {
+            match field.as_str() {
+                SPANNED_START => start = map.next_value()?,
+                SPANNED_END => end = map.next_value()?,
+                _ => text = map.next_value()?,
             }
         }
-
-        deserializer.deserialize_struct(SPANNED_NAME, SPANNED_FIELDS, KeyVisitor)
+        Ok(Key {
+            text,
+            span: Some(start..end),
+        })
     }
 }
 
@@ -893,47 +864,20 @@ fn variant_entries<'de, A: MapAccess<'de>>(
     Ok(entries)
 }
 
-impl<'de> Deserialize<'de> for RawTiers {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct TiersVisitor;
-
-        impl<'de> Visitor<'de> for TiersVisitor {
-            type Value = RawTiers;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str(
-                    "a table such as { by = \"header:x-plan\", premium = { rate = \"100/s\" } }",
-                )
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawTiers, A::Error> {
-                let mut by = None;
-                let tiers = variant_entries(map, Some(&mut by))?;
-                Ok(RawTiers { by, tiers })
-            }
-        }
-
-        deserializer.deserialize_map(TiersVisitor)
+visited! {
+    RawTiers, deserialize_map(),
+    "a table such as { by = \"header:x-plan\", premium = { rate = \"100/s\" } }";
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawTiers, A::Error> {
+        let mut by = None;
+        let tiers = variant_entries(map, Some(&mut by))?;
+        Ok(RawTiers { by, tiers })
     }
 }
 
-impl<'de> Deserialize<'de> for RawOverrides {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct OverridesVisitor;
-
-        impl<'de> Visitor<'de> for OverridesVisitor {
-            type Value = RawOverrides;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a table such as { \"seller-42\" = { rate = \"1000/s\" } }")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawOverrides, A::Error> {
-                variant_entries(map, None).map(RawOverrides)
-            }
-        }
-
-        deserializer.deserialize_map(OverridesVisitor)
+visited! {
+    RawOverrides, deserialize_map(), "a table such as { \"seller-42\" = { rate = \"1000/s\" } }";
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawOverrides, A::Error> {
+        variant_entries(map, None).map(RawOverrides)
     }
 }
 

@@ -8,7 +8,7 @@ use toml::Spanned;
 
 use super::calendar::RuleCalendar;
 use super::limits::{BuiltLimits, WrittenLimit};
-use super::raw::{RawCost, RawRule};
+use super::raw::{RawCost, RawRule, Start};
 use super::validate::Validator;
 use super::{AlgorithmKind, KeySource, MissingPolicy, OnChange, RuleConfig, Unit, Unreadable};
 
@@ -43,18 +43,10 @@ impl Validator<'_> {
         let mut names: HashMap<String, usize> = HashMap::new();
         let mut rules = Vec::with_capacity(raw.len());
         for (index, rule) in raw.iter().enumerate() {
+            let first = [rule.name.start(), rule.rate.start(), rule.limits.start()];
             let at = match headers.as_ref().and_then(|h| h.get(index)) {
                 Some(&header) => header,
-                None => [
-                    rule.name.as_ref().map(Spanned::span),
-                    rule.rate.as_ref().map(Spanned::span),
-                    rule.limits.as_ref().map(Spanned::span),
-                ]
-                .into_iter()
-                .flatten()
-                .map(|span| span.start)
-                .min()
-                .unwrap_or(0),
+                None => first.into_iter().flatten().min().unwrap_or(0),
             };
             let validated = self.rule(index, at, rule, ipv6_prefix);
             if let Some(field) = &rule.name {
@@ -77,14 +69,11 @@ impl Validator<'_> {
     fn rule(&mut self, index: usize, at: usize, raw: &RawRule, ipv6_prefix: u8) -> RuleConfig {
         let path = |field: &str| format!("rule[{index}].{field}");
         let name = match &raw.name {
-            None => {
-                self.error(
-                    at,
-                    &format!("rule[{index}]"),
-                    "name is required: a unique name such as name = \"per-ip\"",
-                );
-                String::new()
-            }
+            None => self.invalid(
+                at,
+                &format!("rule[{index}]"),
+                "name is required: a unique name such as name = \"per-ip\"",
+            ),
             Some(field) => {
                 let name = field.get_ref();
                 if let Err(message) = check_rule_name(name) {
@@ -131,12 +120,9 @@ impl Validator<'_> {
         // A concurrency rule has none: it counts requests in flight.
         let base = format!("rule[{index}]");
         let written = if concurrency {
-            for (key, field) in [
-                ("rate", raw.rate.as_ref().map(Spanned::span)),
-                ("limits", raw.limits.as_ref().map(Spanned::span)),
-            ] {
-                if let Some(span) = field {
-                    self.not_for_concurrency(index, span.start, key);
+            for (key, written) in [("rate", raw.rate.start()), ("limits", raw.limits.start())] {
+                if let Some(at) = written {
+                    self.not_for_concurrency(index, at, key);
                 }
             }
             None
@@ -173,16 +159,6 @@ impl Validator<'_> {
                 self.error(field.span().start, &path("cost"), message);
             }
         }
-        let unreadable = self.unreadable(
-            index,
-            raw,
-            graphql_cost,
-            algorithm,
-            written.as_deref(),
-            &built,
-        );
-        let limits = built.limits;
-
         let context = RuleContext {
             index,
             at,
@@ -191,6 +167,9 @@ impl Validator<'_> {
             cost: units.is_some().then_some(cost),
             calendar: &calendar,
         };
+        let unreadable = self.unreadable(&context, raw, graphql_cost, &built);
+        let limits = built.limits;
+
         let tiers = raw.tiers.as_ref().and_then(|t| self.tiers(&context, t));
         let overrides = match &raw.overrides {
             Some(o) => self.overrides(&context, o, &key, ipv6_prefix),
@@ -214,11 +193,11 @@ impl Validator<'_> {
 
         // A leaky bucket's queue is its capacity: how many may wait.
         let queue = limits.first().map_or(1, |limit| limit.capacity);
-        let on_limit = self.on_limit(index, raw, algorithm, queue);
-        let max_in_flight = self.max_in_flight(index, raw, algorithm);
-        let min_in_flight = self.min_in_flight(index, raw, algorithm, max_in_flight);
+        let on_limit = self.on_limit(&context, raw, queue);
+        let max_in_flight = self.max_in_flight(&context, raw);
+        let min_in_flight = self.min_in_flight(&context, raw, max_in_flight);
         let charge = self.charge(&context, raw);
-        let refund_on = self.refund_on(index, raw, algorithm);
+        let refund_on = self.refund_on(&context, raw);
 
         let mut rule = RuleConfig {
             name,
@@ -243,36 +222,29 @@ impl Validator<'_> {
             refund_on,
             unit: Unit::Request,
         };
-        self.who_decides(index, at, raw, &rule);
-        rule.unit = self.unit(index, at, raw, &rule);
+        self.who_decides(&context, raw, &rule);
+        rule.unit = self.unit(&context, raw, &rule);
         rule
     }
 
     /// `max_in_flight`: for concurrency, and an adaptive rule's ceiling.
-    fn max_in_flight(
-        &mut self,
-        index: usize,
-        raw: &RawRule,
-        algorithm: Option<AlgorithmKind>,
-    ) -> Option<u64> {
+    fn max_in_flight(&mut self, rule: &RuleContext, raw: &RawRule) -> Option<u64> {
+        let (index, algorithm) = (rule.index, rule.algorithm);
         let path = format!("rule[{index}].max_in_flight");
         match (&raw.max_in_flight, algorithm) {
             (field, Some(kind)) if kind.counts_in_flight() => {
                 Some(self.int(field.as_ref(), &path, 100, 1..=i64::MAX as u64))
             }
-            (Some(field), Some(kind)) => {
-                self.error(
-                    field.span().start,
-                    &path,
-                    format!(
-                        "only algorithm = \"concurrency\" and \"adaptive\" take max_in_flight: a \
+            (Some(field), Some(kind)) => self.invalid(
+                field.span().start,
+                &path,
+                format!(
+                    "only algorithm = \"concurrency\" and \"adaptive\" take max_in_flight: a \
                          {} rule is bounded by its rate; remove max_in_flight, or use algorithm = \
                          \"concurrency\" to bound requests in flight",
-                        kind.name()
-                    ),
-                );
-                None
-            }
+                    kind.name()
+                ),
+            ),
             (Some(field), None) => {
                 // The algorithm is invalid (already reported): still check the value.
                 self.int(Some(field), &path, 100, 1..=i64::MAX as u64);
@@ -285,11 +257,11 @@ impl Validator<'_> {
     /// `min_in_flight`: an adaptive rule's floor, at most its ceiling.
     fn min_in_flight(
         &mut self,
-        index: usize,
+        rule: &RuleContext,
         raw: &RawRule,
-        algorithm: Option<AlgorithmKind>,
         ceiling: Option<u64>,
     ) -> Option<u64> {
+        let (index, algorithm) = (rule.index, rule.algorithm);
         let path = format!("rule[{index}].min_in_flight");
         let field = raw.min_in_flight.as_ref();
         match (field, algorithm) {
@@ -309,18 +281,15 @@ impl Validator<'_> {
                 }
                 Some(floor.min(ceiling))
             }
-            (Some(field), Some(kind)) => {
-                self.error(
-                    field.span().start,
-                    &path,
-                    format!(
-                        "only algorithm = \"adaptive\" takes min_in_flight (the floor of the limit \
+            (Some(field), Some(kind)) => self.invalid(
+                field.span().start,
+                &path,
+                format!(
+                    "only algorithm = \"adaptive\" takes min_in_flight (the floor of the limit \
                          it learns); a {} rule has no learned limit, so remove min_in_flight",
-                        kind.name()
-                    ),
-                );
-                None
-            }
+                    kind.name()
+                ),
+            ),
             (Some(field), None) => {
                 self.int(Some(field), &path, 1, 1..=i64::MAX as u64);
                 None
@@ -372,13 +341,12 @@ impl Validator<'_> {
     /// default) or a whole number of units that fits the rule's limits.
     fn unreadable(
         &mut self,
-        index: usize,
+        rule: &RuleContext,
         raw: &RawRule,
         graphql_cost: bool,
-        algorithm: Option<AlgorithmKind>,
-        written: Option<&[WrittenLimit]>,
         built: &BuiltLimits,
     ) -> Unreadable {
+        let (index, algorithm, written) = (rule.index, rule.algorithm, rule.written);
         let Some(field) = &raw.unreadable else {
             return Unreadable::Refuse;
         };
@@ -408,17 +376,14 @@ impl Validator<'_> {
                 }
                 Unreadable::Charge(units)
             }
-            RawCost::Named(name) => {
-                self.error(
-                    at,
-                    &path,
-                    format!(
-                        "\"{name}\" is not what an unreadable query gets; write \"refuse\" (400, \
+            RawCost::Named(name) => self.invalid(
+                at,
+                &path,
+                format!(
+                    "\"{name}\" is not what an unreadable query gets; write \"refuse\" (400, \
                          nothing taken) or a whole number of units to charge (unreadable = 100)"
-                    ),
-                );
-                Unreadable::Refuse
-            }
+                ),
+            ),
         }
     }
 
@@ -453,17 +418,12 @@ impl Validator<'_> {
         if let Some(kind) = ALL.iter().find(|kind| kind.name() == name) {
             return Some(*kind);
         }
-        let allowed = ALL
-            .iter()
-            .map(|kind| format!("\"{}\"", kind.name()))
-            .collect::<Vec<_>>()
-            .join(", ");
-        self.error(
+        let allowed = super::joined(ALL.iter().map(|kind| format!("\"{}\"", kind.name())), ", ");
+        self.invalid(
             field.span().start,
             path,
             format!("unknown algorithm \"{name}\"; allowed: {allowed}"),
-        );
-        None
+        )
     }
 }
 

@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use toml::Spanned;
 
 use super::raw::{OneOrMany, RawConfig, RawServer, RawTls};
-use super::validate::Validator;
+use super::validate::{non_empty, Validator};
 use super::{
     AccessLogTarget, AdminConfig, CertPair, ForwardedHeader, HeaderStyle, ResponseConfig,
     ServerConfig, TlsListenerConfig,
@@ -38,111 +38,50 @@ impl Validator<'_> {
             }
         }
         let proxy_protocol = self.proxy_protocol(raw, &trusted_proxies);
-        let upstream_ca = raw
-            .upstream_ca
-            .as_ref()
-            .filter(|ca| !ca.get_ref().is_empty())
-            .map(|ca| self.file_path(ca.get_ref()));
+        let upstream_ca = non_empty(&raw.upstream_ca).map(|ca| self.file_path(ca.get_ref()));
+        // Each reader takes `raw.<key>` and names it `server.<key>`.
+        macro_rules! read {
+            ($how:ident, $key:ident, $($arg:expr),+) => {
+                self.$how(raw.$key.as_ref(), concat!("server.", stringify!($key)), $($arg),+)
+            };
+        }
+        let at_least_1 = 1..=u32::MAX as u64;
         ServerConfig {
-            listen: self.socket_addr(raw.listen.as_ref(), "server.listen", "0.0.0.0:8080"),
-            workers: self.int(raw.workers.as_ref(), "server.workers", 0, 0..=1024) as usize,
+            listen: read!(socket_addr, listen, "0.0.0.0:8080"),
+            workers: read!(int, workers, 0, 0..=1024) as usize,
             trusted_proxies,
-            connect_timeout: self.timeout(
-                raw.connect_timeout.as_ref(),
-                "server.connect_timeout",
-                secs(2),
-            ),
-            upstream_timeout: self.timeout(
-                raw.upstream_timeout.as_ref(),
-                "server.upstream_timeout",
-                secs(60),
-            ),
-            header_read_timeout: self.timeout(
-                raw.header_read_timeout.as_ref(),
-                "server.header_read_timeout",
-                secs(10),
-            ),
-            max_connections: self.int(
-                raw.max_connections.as_ref(),
-                "server.max_connections",
-                10_000,
-                1..=u32::MAX as u64,
-            ) as usize,
-            shutdown_grace: self.duration(
-                raw.shutdown_grace.as_ref(),
-                "server.shutdown_grace",
-                secs(30),
-            ),
-            shutdown_delay: self.duration(
-                raw.shutdown_delay.as_ref(),
-                "server.shutdown_delay",
-                Duration::ZERO,
-            ),
+            connect_timeout: read!(timeout, connect_timeout, secs(2)),
+            upstream_timeout: read!(timeout, upstream_timeout, secs(60)),
+            header_read_timeout: read!(timeout, header_read_timeout, secs(10)),
+            max_connections: read!(int, max_connections, 10_000, at_least_1.clone()) as usize,
+            shutdown_grace: read!(duration, shutdown_grace, secs(30)),
+            shutdown_delay: read!(duration, shutdown_delay, Duration::ZERO),
             normalize_path: raw.normalize_path.as_ref().is_none_or(|v| *v.get_ref()),
-            max_header_bytes: self.int(
-                raw.max_header_bytes.as_ref(),
-                "server.max_header_bytes",
-                32_768,
-                1..=u32::MAX as u64,
-            ) as usize,
-            max_headers: self.int(
-                raw.max_headers.as_ref(),
-                "server.max_headers",
-                100,
-                1..=u32::MAX as u64,
-            ) as usize,
-            max_uri_bytes: self.int(
-                raw.max_uri_bytes.as_ref(),
-                "server.max_uri_bytes",
-                8_192,
-                1..=u32::MAX as u64,
-            ) as usize,
-            max_body_bytes: self.int(
-                raw.max_body_bytes.as_ref(),
-                "server.max_body_bytes",
-                0,
-                0..=i64::MAX as u64,
-            ),
+            max_header_bytes: read!(int, max_header_bytes, 32_768, at_least_1.clone()) as usize,
+            max_headers: read!(int, max_headers, 100, at_least_1.clone()) as usize,
+            max_uri_bytes: read!(int, max_uri_bytes, 8_192, at_least_1) as usize,
+            max_body_bytes: read!(int, max_body_bytes, 0, 0..=i64::MAX as u64),
             // At most 64 MiB: it is read into memory for each request a
             // body-keyed rule matches.
-            max_key_body_bytes: self.int(
-                raw.max_key_body_bytes.as_ref(),
-                "server.max_key_body_bytes",
-                65_536,
-                1..=64 << 20,
-            ) as usize,
-            body_timeout: self.timeout(raw.body_timeout.as_ref(), "server.body_timeout", secs(60)),
-            idle_timeout: self.timeout(raw.idle_timeout.as_ref(), "server.idle_timeout", secs(60)),
-            send_timeout: self.timeout(raw.send_timeout.as_ref(), "server.send_timeout", secs(60)),
-            tunnel_idle_timeout: self.timeout(
-                raw.tunnel_idle_timeout.as_ref(),
-                "server.tunnel_idle_timeout",
-                secs(300),
-            ),
-            max_message_bytes: self.int(
-                raw.max_message_bytes.as_ref(),
-                "server.max_message_bytes",
-                1 << 20,
-                1..=i64::MAX as u64,
-            ),
-            max_persisted_queries: self.int(
-                raw.max_persisted_queries.as_ref(),
-                "server.max_persisted_queries",
-                10_000,
-                0..=u32::MAX as u64,
-            ) as usize,
+            max_key_body_bytes: read!(int, max_key_body_bytes, 65_536, 1..=64 << 20) as usize,
+            body_timeout: read!(timeout, body_timeout, secs(60)),
+            idle_timeout: read!(timeout, idle_timeout, secs(60)),
+            send_timeout: read!(timeout, send_timeout, secs(60)),
+            tunnel_idle_timeout: read!(timeout, tunnel_idle_timeout, secs(300)),
+            max_message_bytes: read!(int, max_message_bytes, 1 << 20, 1..=i64::MAX as u64),
+            max_persisted_queries: read!(int, max_persisted_queries, 10_000, 0..=u32::MAX as u64)
+                as usize,
             persisted_queries: self.persisted_queries(raw.persisted_queries.as_ref()),
-            forwarded_header: self.choice(
-                raw.forwarded_header.as_ref(),
-                "server.forwarded_header",
+            forwarded_header: read!(
+                choice,
+                forwarded_header,
                 &[
                     ("x-forwarded-for", ForwardedHeader::XForwardedFor),
                     ("forwarded", ForwardedHeader::Forwarded),
                 ],
-                ForwardedHeader::XForwardedFor,
+                ForwardedHeader::XForwardedFor
             ),
-            ipv6_prefix: self.int(raw.ipv6_prefix.as_ref(), "server.ipv6_prefix", 64, 1..=128)
-                as u8,
+            ipv6_prefix: read!(int, ipv6_prefix, 64, 1..=128) as u8,
             proxy_protocol,
             upstream_ca,
             access_log: self.access_log(raw.access_log.as_ref()),
@@ -163,13 +102,8 @@ impl Validator<'_> {
             .and_then(|text| {
                 Manifest::parse(&text).map_err(|error| format!("{}: {error}", path.display()))
             });
-        match read {
-            Ok(manifest) => std::sync::Arc::new(manifest),
-            Err(message) => {
-                self.error(field.span().start, "server.persisted_queries", message);
-                Default::default()
-            }
-        }
+        let read = self.ok(field.span().start, "server.persisted_queries", read);
+        read.map(std::sync::Arc::new).unwrap_or_default()
     }
 
     /// `server.proxy_protocol`: a header is believed only from a trusted
@@ -193,18 +127,15 @@ impl Validator<'_> {
 
     /// `server.access_log`: `"off"`, `"stdout"` or a file path.
     fn access_log(&mut self, raw: Option<&Spanned<String>>) -> AccessLogTarget {
+        let at = raw.map_or(0, |field| field.span().start);
         match raw.map(|field| field.get_ref().as_str()) {
             None | Some("off") => AccessLogTarget::Off,
             Some("stdout") => AccessLogTarget::Stdout,
-            Some("") => {
-                let at = raw.map_or(0, |field| field.span().start);
-                self.error(
-                    at,
-                    "server.access_log",
-                    "give \"off\", \"stdout\" or a file path",
-                );
-                AccessLogTarget::Off
-            }
+            Some("") => self.invalid(
+                at,
+                "server.access_log",
+                "give \"off\", \"stdout\" or a file path",
+            ),
             Some(path) => {
                 let file = self.file_path(path);
                 // The file is made if missing; its directory must be there.
@@ -213,7 +144,6 @@ impl Validator<'_> {
                     _ => std::path::Path::new("."),
                 };
                 if !directory.is_dir() {
-                    let at = raw.map_or(0, |field| field.span().start);
                     self.error(
                         at,
                         "server.access_log",
@@ -315,28 +245,22 @@ impl Validator<'_> {
 
     pub(super) fn response(&mut self, raw: &RawConfig) -> ResponseConfig {
         let response = raw.response.as_ref();
-        let status = match response.and_then(|r| r.status.as_ref()) {
-            None => StatusCode::TOO_MANY_REQUESTS,
-            Some(field) => match u16::try_from(*field.get_ref())
+        let status = response.and_then(|r| r.status.as_ref()).and_then(|field| {
+            let code = u16::try_from(*field.get_ref())
                 .ok()
-                .filter(|code| (400..=599).contains(code))
+                .filter(|code| (400..=599).contains(code));
+            let status = code
                 .and_then(|code| StatusCode::from_u16(code).ok())
-            {
-                Some(status) => status,
-                None => {
-                    self.error(
-                        field.span().start,
-                        "response.status",
-                        format!(
-                            "{} is not a 4xx or 5xx status code; limited requests need an error \
-                             status (default 429)",
-                            field.get_ref()
-                        ),
-                    );
-                    StatusCode::TOO_MANY_REQUESTS
-                }
-            },
-        };
+                .ok_or_else(|| {
+                    format!(
+                    "{} is not a 4xx or 5xx status code; limited requests need an error status \
+                     (default 429)",
+                    field.get_ref()
+                )
+                });
+            self.ok(field.span().start, "response.status", status)
+        });
+        let status = status.unwrap_or(StatusCode::TOO_MANY_REQUESTS);
         ResponseConfig {
             status,
             headers: self.choice(
@@ -360,14 +284,8 @@ impl Validator<'_> {
         let Some(field) = field else {
             return Vec::new();
         };
-        let many = matches!(field.get_ref(), OneOrMany::Many(_));
         let mut nets = Vec::new();
-        for (i, (text, span)) in field.get_ref().items(field.span()).into_iter().enumerate() {
-            let path = if many {
-                format!("{path}[{i}]")
-            } else {
-                path.to_owned()
-            };
+        for (text, span, path) in field.get_ref().items_at(field.span(), path) {
             match parse_cidr(text) {
                 Ok(net) => {
                     let trunc = net.trunc();

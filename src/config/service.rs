@@ -7,21 +7,17 @@
 
 use std::net::SocketAddr;
 
-use super::raw::{RawConfig, RawRule};
+use super::raw::{RawConfig, RawRule, Start};
+use super::rules::RuleContext;
 use super::validate::Validator;
 use super::{AlgorithmKind, KeySource, RlsConfig, RuleConfig};
 
 impl Validator<'_> {
-    /// Checks that `rule` (the `index`th, written at `at` as `raw`) says
+    /// Checks that `rule` (written as `raw`, in `context`) says
     /// only what the kind of caller it decides for can mean.
-    pub(super) fn who_decides(
-        &mut self,
-        index: usize,
-        at: usize,
-        raw: &RawRule,
-        rule: &RuleConfig,
-    ) {
-        let key_at = raw.key.as_ref().map_or(at, |key| key.span().start);
+    pub(super) fn who_decides(&mut self, context: &RuleContext, raw: &RawRule, rule: &RuleConfig) {
+        let (index, at) = (context.index, context.at);
+        let key_at = raw.key.start_or(at);
         if !rule.matcher.is_service() {
             if let Some(source) = rule
                 .key
@@ -72,13 +68,9 @@ impl Validator<'_> {
                 }
             }
             if let Some(header) = &matcher.header {
-                let at = match (&header.span, header.value.values().next()) {
-                    (Some(span), _) => span.start,
-                    (None, Some(first)) => first.span().start,
-                    (None, None) => at,
-                };
+                let first = header.value.values().next().map(|first| first.span().start);
                 self.error(
-                    at,
+                    header.start().or(first).unwrap_or(at),
                     &path("match.header"),
                     "a rule with match.domain decides rate limit service calls, which have no \
                      headers (Envoy puts what it read from them in descriptor entries); match \
@@ -106,8 +98,8 @@ impl Validator<'_> {
             let domain_at = raw
                 .matcher
                 .as_ref()
-                .and_then(|m| m.domain.as_ref())
-                .map_or(at, |d| d.span().start);
+                .and_then(|m| m.domain.start())
+                .unwrap_or(at);
             self.error(
                 domain_at,
                 &path("match.domain"),
@@ -117,9 +109,7 @@ impl Validator<'_> {
         }
         if rule.algorithm.counts_in_flight() {
             self.error(
-                raw.algorithm
-                    .as_ref()
-                    .map_or(at, |field| field.span().start),
+                raw.algorithm.start_or(at),
                 &path("algorithm"),
                 format!(
                     "a rate limit service call ends when it is answered, so nothing could give \
@@ -136,48 +126,24 @@ impl Validator<'_> {
                                 sluice, refuses or passes the request)";
         let settled_after = "it is settled after a response, and sluice answers only the call";
         let unwritable = [
+            (raw.on_limit.start(), "on_limit", answered_at_once),
+            (raw.max_delay.start(), "max_delay", answered_at_once),
+            (raw.max_queue.start(), "max_queue", answered_at_once),
             (
-                raw.on_limit.as_ref().map(|f| f.span().start),
-                "on_limit",
-                answered_at_once,
-            ),
-            (
-                raw.max_delay.as_ref().map(|f| f.span().start),
-                "max_delay",
-                answered_at_once,
-            ),
-            (
-                raw.max_queue.as_ref().map(|f| f.span().start),
-                "max_queue",
-                answered_at_once,
-            ),
-            (
-                raw.charge
-                    .as_ref()
-                    .map(|c| c.span.as_ref().map_or(at, |s| s.start)),
+                raw.charge.as_ref().map(|c| c.start_or(at)),
                 "charge",
                 settled_after,
             ),
+            (raw.charge_missing.start(), "charge_missing", settled_after),
+            (raw.refund_on.start(), "refund_on", settled_after),
             (
-                raw.charge_missing.as_ref().map(|f| f.span().start),
-                "charge_missing",
-                settled_after,
-            ),
-            (
-                raw.refund_on.as_ref().map(|f| f.span().start),
-                "refund_on",
-                settled_after,
-            ),
-            (
-                raw.missing.as_ref().map(|f| f.span().start),
+                raw.missing.start(),
                 "missing",
                 "a descriptor is decided by this rule only when it carries every entry the \
                  rule names, so none is ever missing",
             ),
             (
-                raw.sunset
-                    .as_ref()
-                    .map(|s| s.span.as_ref().map_or(at, |s| s.start)),
+                raw.sunset.as_ref().map(|s| s.start_or(at)),
                 "sunset",
                 "a retired route is answered 410, and a service call has no route; lower the \
                  rate instead",
@@ -245,13 +211,12 @@ impl Validator<'_> {
         };
         let Some(field) = &section.listen else {
             let at = self.table_position("[rls]", &[]);
-            self.error(
+            return self.invalid(
                 at,
                 "rls.listen",
                 "is required: the address Envoy's rate_limit_service cluster points at, such as \
                  \"127.0.0.1:8081\"",
             );
-            return None;
         };
         let listen = self.socket_addr(Some(field), "rls.listen", "127.0.0.1:8081");
         if listen.port() != 0 && taken.contains(&listen) {

@@ -3,8 +3,8 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::raw::{RawConfig, RawRedis};
-use super::validate::Validator;
+use super::raw::{RawConfig, RawRedis, Start};
+use super::validate::{non_empty, Validator};
 use super::{OnError, RedisConfig, RedisMode, StoreBackend, StoreConfig};
 
 /// The shortest `sync_interval`: below it a sync's own round trip is most
@@ -54,13 +54,15 @@ impl Validator<'_> {
     }
     /// `[store.redis]`; `in_use` when the backend is Redis.
     fn redis(&mut self, raw: &RawRedis, in_use: bool) -> RedisConfig {
+        // As [server]'s: each reader takes `raw.<key>`, named `store.redis.<key>`.
+        macro_rules! read {
+            ($how:ident, $key:ident, $($arg:expr),+) => {
+                self.$how(raw.$key.as_ref(), concat!("store.redis.", stringify!($key)), $($arg),+)
+            };
+        }
         // Checked in either mode, so that switching modes reveals no old
         // mistake.
-        let sync_interval = self.timeout(
-            raw.sync_interval.as_ref(),
-            "store.redis.sync_interval",
-            Duration::from_millis(50),
-        );
+        let sync_interval = read!(timeout, sync_interval, Duration::from_millis(50));
         if let Some(field) = &raw.sync_interval {
             if !(MIN_SYNC_INTERVAL..=MAX_SYNC_INTERVAL).contains(&sync_interval) {
                 self.error(
@@ -87,20 +89,17 @@ impl Validator<'_> {
         let urls = self.list(raw.urls.as_ref(), "store.redis.urls", |url| {
             redis_url(url).map(|()| url.to_owned())
         });
-        if let Some(field) = &raw.urls {
-            if !cluster {
-                self.error(
-                    field.span().start,
-                    "store.redis.urls",
-                    "urls names the nodes of a Redis Cluster: set cluster = true, or use url",
-                );
-            } else if raw.url.is_some() {
-                self.error(
-                    field.span().start,
-                    "store.redis.urls",
-                    "write the cluster's nodes in urls, or one of them in url, not both",
-                );
+        let problem = match (&raw.urls, &raw.url) {
+            (Some(_), _) if !cluster => {
+                "urls names the nodes of a Redis Cluster: set cluster = true, or use url"
             }
+            (Some(_), Some(_)) => {
+                "write the cluster's nodes in urls, or one of them in url, not both"
+            }
+            _ => "",
+        };
+        if !problem.is_empty() {
+            self.error(raw.urls.start_or(0), "store.redis.urls", problem);
         }
         let urls = match &raw.url {
             Some(url) => {
@@ -126,97 +125,70 @@ impl Validator<'_> {
                  TLS or none does",
             );
         }
-        let ca = raw
-            .ca
-            .as_ref()
-            .filter(|ca| !ca.get_ref().is_empty())
-            .map(|field| {
-                let path = self.file_path(field.get_ref());
-                if let Err(error) = crate::tls::read_roots(Some(&path)) {
-                    self.error(field.span().start, "store.redis.ca", error);
-                } else if over_tls == 0 {
-                    // An error, not a warning: whoever names a CA means the
-                    // link to be verified TLS, and it would go in clear.
-                    self.error(
-                        field.span().start,
-                        "store.redis.ca",
-                        "ca verifies rediss:// servers, and no URL here is rediss://: the \
-                         connection (and any password) would go in clear; write \
-                         rediss://host:port",
-                    );
-                }
-                path
+        let ca = non_empty(&raw.ca).map(|field| {
+            let path = self.file_path(field.get_ref());
+            let read = crate::tls::read_roots(Some(&path)).and_then(|_| match over_tls {
+                // An error, not a warning: whoever names a CA means the
+                // link to be verified TLS, and it would go in clear.
+                0 => Err(
+                    "ca verifies rediss:// servers, and no URL here is rediss://: the \
+                          connection (and any password) would go in clear; write \
+                          rediss://host:port"
+                        .to_owned(),
+                ),
+                _ => Ok(()),
             });
-        let password_env = raw
-            .password_env
-            .as_ref()
-            .filter(|name| !name.get_ref().is_empty())
-            .map(|field| {
-                let name = field.get_ref();
-                let at = field.span().start;
-                let path = "store.redis.password_env";
-                match std::env::var_os(name) {
-                    _ if !in_use => {}
-                    None => self.error(
-                        at,
-                        path,
-                        format!(
-                            "the environment variable {name} is not set; it must hold the \
-                             password sluice gives Redis (AUTH)"
-                        ),
-                    ),
-                    Some(value) if value.is_empty() => self.error(
-                        at,
-                        path,
-                        format!(
-                            "the environment variable {name} is empty; it must hold the Redis \
-                             password"
-                        ),
-                    ),
-                    Some(value) if value.to_str().is_none() => self.error(
-                        at,
-                        path,
-                        format!("the environment variable {name} is not UTF-8 text"),
-                    ),
-                    Some(_) => {}
+            self.ok(field.span().start, "store.redis.ca", read);
+            path
+        });
+        let password_env = non_empty(&raw.password_env).map(|field| {
+            let name = field.get_ref();
+            let at = field.span().start;
+            let path = "store.redis.password_env";
+            let problem = match std::env::var_os(name) {
+                _ if !in_use => None,
+                None => Some("is not set; it must hold the password sluice gives Redis (AUTH)"),
+                Some(value) if value.is_empty() => {
+                    Some("is empty; it must hold the Redis password")
                 }
-                if urls.iter().any(|url| url_has_password(url)) {
-                    self.warn(
-                        at,
-                        path,
-                        format_args!(
-                            "the password in {urls_path} is not used: the one in {name} is; \
+                Some(value) if value.to_str().is_none() => Some("is not UTF-8 text"),
+                Some(_) => None,
+            };
+            if let Some(problem) = problem {
+                self.error(
+                    at,
+                    path,
+                    format!("the environment variable {name} {problem}"),
+                );
+            }
+            if urls.iter().any(|url| url_has_password(url)) {
+                self.warn(
+                    at,
+                    path,
+                    format_args!(
+                        "the password in {urls_path} is not used: the one in {name} is; \
                              remove it from the file"
-                        ),
-                    );
-                }
-                name.clone()
-            });
+                    ),
+                );
+            }
+            name.clone()
+        });
         RedisConfig {
             mode,
             urls,
             cluster,
-            timeout: self.timeout(
-                raw.timeout.as_ref(),
-                "store.redis.timeout",
-                Duration::from_millis(20),
-            ),
-            on_error: self.choice(
-                raw.on_error.as_ref(),
-                "store.redis.on_error",
+            timeout: read!(timeout, timeout, Duration::from_millis(20)),
+            on_error: read!(
+                choice,
+                on_error,
                 &[
                     ("local", OnError::Local),
                     ("allow", OnError::Allow),
                     ("deny", OnError::Deny),
                 ],
-                OnError::Local,
+                OnError::Local
             ),
-            instances: self.int(
-                raw.instances.as_ref(),
-                "store.redis.instances",
-                0,
-                0..=1_000_000,
-            ),
+            instances: read!(int, instances, 0, 0..=1_000_000),
             password_env,
             ca,
         }

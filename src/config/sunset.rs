@@ -7,9 +7,9 @@ use std::time::Duration;
 use http::Uri;
 use toml::Spanned;
 
-use super::raw::{Located, RawRule, RawSunset};
+use super::raw::{Located, RawRule, RawSunset, Start};
 use super::rules::RuleContext;
-use super::units::{datetime_to_unix_nanos, parse_duration, parse_rate, parse_timestamp};
+use super::units::{datetime_to_unix_nanos, parse_rate, parse_timestamp};
 use super::validate::Validator;
 use super::{AlgorithmKind, LimitConfig, SunsetConfig};
 use crate::limiter::SunsetSchedule;
@@ -38,7 +38,7 @@ impl Validator<'_> {
     ) -> Option<SunsetConfig> {
         let index = rule.index;
         let path = |key: &str| format!("rule[{index}].sunset.{key}");
-        let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+        let at = raw.start_or(rule.at);
         if rule.algorithm.is_some_and(AlgorithmKind::counts_in_flight) {
             self.not_for_concurrency(index, at, "sunset");
             return None;
@@ -60,23 +60,13 @@ impl Validator<'_> {
                 valid = false;
             }
         }
-        for (key, field) in [
-            (
-                "tiers",
-                raw_rule.tiers.as_ref().and_then(|t| t.span.clone()),
-            ),
-            (
-                "overrides",
-                raw_rule.overrides.as_ref().and_then(|o| o.span.clone()),
-            ),
+        for (key, written) in [
+            ("tiers", raw_rule.tiers.as_ref().map(Start::start)),
+            ("overrides", raw_rule.overrides.as_ref().map(Start::start)),
         ] {
-            let present = match key {
-                "tiers" => raw_rule.tiers.is_some(),
-                _ => raw_rule.overrides.is_some(),
-            };
-            if present {
-                let line = field.map_or(String::new(), |span| {
-                    format!(" (line {})", self.source.position(span.start).0)
+            if let Some(start) = written {
+                let line = start.map_or(String::new(), |start| {
+                    format!(" (line {})", self.source.position(start).0)
                 });
                 self.error(
                     at,
@@ -98,14 +88,8 @@ impl Validator<'_> {
         let example = "sunset = { start = 2026-12-01T00:00:00Z, end = 2027-01-01T00:00:00Z, \
                        to = \"0/d\" } (step defaults to \"1d\"; link is optional)";
         valid &= self.require(at, &format!("rule[{index}].sunset"), &present, example);
-        let start = sunset
-            .start
-            .as_ref()
-            .and_then(|field| self.timestamp(field, &path("start")));
-        let end = sunset
-            .end
-            .as_ref()
-            .and_then(|field| self.timestamp(field, &path("end")));
+        let start = (sunset.start.as_ref()).and_then(|field| self.timestamp(field, &path("start")));
+        let end = (sunset.end.as_ref()).and_then(|field| self.timestamp(field, &path("end")));
         if let (Some(start), Some(end), Some(field)) = (start, end, &sunset.end) {
             if end <= start {
                 let line = sunset
@@ -124,69 +108,38 @@ impl Validator<'_> {
             .written
             .filter(|written| written.len() == 1)
             .map(|written| &written[0]);
-        let to = match &sunset.to {
-            None => None,
-            Some(field) => match parse_rate(field.get_ref()) {
-                Err(message) => {
-                    self.error(field.span().start, &path("to"), message);
-                    None
-                }
-                Ok(to) => match rate {
-                    // The rule's own rate is invalid (already reported).
-                    None => None,
-                    Some(from) => {
-                        let converted = u128::from(to.count) * from.rate.period.as_nanos()
-                            / to.period.as_nanos();
-                        match u64::try_from(converted) {
-                            Ok(converted) if converted <= from.rate.count => Some(converted),
-                            _ => {
-                                self.error(
-                                    field.span().start,
-                                    &path("to"),
-                                    format!(
-                                        "\"{}\" is {converted} per period of the rule's {} \
-                                         \"{}\", more than its COUNT {}: a sunset only lowers a \
-                                         limit",
-                                        field.get_ref(),
-                                        from.key,
-                                        from.text,
-                                        from.rate.count
-                                    ),
-                                );
-                                None
-                            }
-                        }
-                    }
-                },
-            },
-        };
+        let to = sunset.to.as_ref().and_then(|field| {
+            let to = self.ok(field.span().start, &path("to"), parse_rate(field.get_ref()))?;
+            // `None`: the rule's own rate is invalid (already reported).
+            let from = rate?;
+            let converted =
+                u128::from(to.count) * from.rate.period.as_nanos() / to.period.as_nanos();
+            match u64::try_from(converted) {
+                Ok(converted) if converted <= from.rate.count => Some(converted),
+                _ => self.invalid(
+                    field.span().start,
+                    &path("to"),
+                    format!(
+                        "\"{}\" is {converted} per period of the rule's {} \"{}\", more than its \
+                         COUNT {}: a sunset only lowers a limit",
+                        field.get_ref(),
+                        from.key,
+                        from.text,
+                        from.rate.count
+                    ),
+                ),
+            }
+        });
         let step = match &sunset.step {
             None => Some(Duration::from_secs(86_400)),
-            Some(field) => match parse_duration(field.get_ref()) {
-                Ok(step) if !step.is_zero() => Some(step),
-                Ok(_) => {
-                    self.error(
-                        field.span().start,
-                        &path("step"),
-                        "must be longer than zero (default \"1d\")",
-                    );
-                    None
-                }
-                Err(message) => {
-                    self.error(field.span().start, &path("step"), message);
-                    None
-                }
-            },
+            Some(field) => self.positive_duration(field, &path("step"), " (default \"1d\")"),
         };
         let link = match &sunset.link {
             None => Some(None),
-            Some(field) => match check_link(field.get_ref()) {
-                Ok(()) => Some(Some(field.get_ref().clone())),
-                Err(message) => {
-                    self.error(field.span().start, &path("link"), message);
-                    None
-                }
-            },
+            Some(field) => {
+                let checked = check_link(field.get_ref()).map(|()| Some(field.get_ref().clone()));
+                self.ok(field.span().start, &path("link"), checked)
+            }
         };
         let step_at = sunset
             .step
@@ -229,20 +182,13 @@ impl Validator<'_> {
                 "must be a timestamp, not {} {other}; write an RFC 3339 timestamp such as \
                  2026-12-01T00:00:00Z (bare or quoted)",
                 match other {
-                    toml::Value::Integer(_) => "the number",
-                    toml::Value::Float(_) => "the number",
+                    toml::Value::Integer(_) | toml::Value::Float(_) => "the number",
                     toml::Value::Boolean(_) => "the boolean",
                     _ => "the value",
                 }
             )),
         };
-        match parsed {
-            Ok(nanos) => Some(nanos),
-            Err(message) => {
-                self.error(field.span().start, path, message);
-                None
-            }
-        }
+        self.ok(field.span().start, path, parsed)
     }
 }
 

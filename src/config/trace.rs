@@ -246,13 +246,7 @@ pub(super) fn resolve(
     let (propagators, from) = match (file.propagators, var("OTEL_PROPAGATORS")) {
         (Some(propagators), _) => (propagators, FROM_FILE),
         (None, Some(list)) => (env_propagators(&list, warnings), "OTEL_PROPAGATORS"),
-        (None, None) => (
-            Propagators {
-                tracecontext: true,
-                ..Propagators::default()
-            },
-            DEFAULT,
-        ),
+        (None, None) => (env_propagators("tracecontext", warnings), DEFAULT),
     };
     show("propagators", propagator_names(propagators), from);
 
@@ -276,28 +270,24 @@ pub(super) fn resolve(
     };
     show("service.name", service.clone(), from);
     resource.retain(|(key, _)| key != "service.name" && key != "service.version");
-    let others: Vec<String> = resource
-        .iter()
-        .map(|(key, value)| format!("{key}={value}"))
-        .collect();
-    if !others.is_empty() {
-        show("resource", others.join(","), "OTEL_RESOURCE_ATTRIBUTES");
-    }
-    resource.insert(0, ("service.name".to_owned(), service));
-    resource.insert(
-        1,
-        (
-            "service.version".to_owned(),
-            env!("CARGO_PKG_VERSION").to_owned(),
-        ),
+    let others = super::joined(
+        resource.iter().map(|(key, value)| format!("{key}={value}")),
+        ",",
     );
+    if !others.is_empty() {
+        show("resource", others, "OTEL_RESOURCE_ATTRIBUTES");
+    }
+    let version = (
+        "service.version".to_owned(),
+        env!("CARGO_PKG_VERSION").to_owned(),
+    );
+    resource.splice(0..0, [("service.name".to_owned(), service), version]);
 
     // Batching, OpenTelemetry's defaults but for a 10 s export timeout.
     let mut number =
         |name: &'static str, default: u64, min: u64, shown_as: &dyn Fn(u64) -> String| {
-            let value = match var(name) {
-                None => return (default, DEFAULT, shown_as(default)),
-                Some(text) => text,
+            let Some(value) = var(name) else {
+                return (default, DEFAULT, shown_as(default));
             };
             match value.trim().parse::<u64>() {
                 Ok(n) if n >= min => (n, name, shown_as(n)),
@@ -420,12 +410,18 @@ fn env_propagators(list: &str, warnings: &mut Vec<String>) -> Propagators {
     propagators
 }
 
+/// `parent`'s values, as written.
+const PARENTS: [(&str, ParentRule); 3] = [
+    ("always", ParentRule::Always),
+    ("trusted", ParentRule::Trusted),
+    ("never", ParentRule::Never),
+];
+
 pub(super) fn parent_name(parent: ParentRule) -> &'static str {
-    match parent {
-        ParentRule::Always => "always",
-        ParentRule::Trusted => "trusted",
-        ParentRule::Never => "never",
-    }
+    PARENTS
+        .iter()
+        .find(|(_, rule)| *rule == parent)
+        .map_or("", |(name, _)| name)
 }
 
 fn propagator_names(propagators: Propagators) -> String {
@@ -452,9 +448,7 @@ impl Validator<'_> {
         let env = |name: &str| std::env::var(name).ok();
         let mut warnings = Vec::new();
         let tracing = resolve(&file, &env, &mut warnings);
-        for warning in warnings {
-            self.warnings.push((usize::MAX, 0, warning));
-        }
+        (self.warnings).extend(warnings.into_iter().map(|warning| (usize::MAX, 0, warning)));
         tracing
     }
 
@@ -464,36 +458,24 @@ impl Validator<'_> {
             return FileTracing::default();
         };
         let otlp = section.otlp.as_ref().and_then(|otlp| {
-            let base = otlp.get_ref();
-            match collector_url(&join_traces(base)) {
-                Ok(_) => Some(base.clone()),
-                Err(why) => {
-                    self.error(otlp.span().start, "tracing.otlp", why);
-                    None
-                }
-            }
+            let base = collector_url(&join_traces(otlp.get_ref())).map(|_| otlp.get_ref().clone());
+            self.ok(otlp.span().start, "tracing.otlp", base)
         });
         let sample = section.sample.as_ref().and_then(|sample| {
-            let ratio = *sample.get_ref();
-            if (0.0..=1.0).contains(&ratio) {
-                Some(ratio)
-            } else {
-                let why =
-                    format!("{ratio} is not a share from 0 to 1 (0.01 traces 1 request in 100)");
-                self.error(sample.span().start, "tracing.sample", why);
-                None
-            }
+            let ratio = Some(*sample.get_ref()).filter(|ratio| (0.0..=1.0).contains(ratio));
+            let why = || {
+                format!(
+                    "{} is not a share from 0 to 1 (0.01 traces 1 request in 100)",
+                    sample.get_ref()
+                )
+            };
+            self.ok(sample.span().start, "tracing.sample", ratio.ok_or_else(why))
         });
-        let parents = [
-            ("always", ParentRule::Always),
-            ("trusted", ParentRule::Trusted),
-            ("never", ParentRule::Never),
-        ];
-        let parent = section.parent.as_ref().map(|parent| {
+        let parent = (section.parent.as_ref()).map(|parent| {
             self.choice(
                 Some(parent),
                 "tracing.parent",
-                &parents,
+                &PARENTS,
                 ParentRule::Trusted,
             )
         });

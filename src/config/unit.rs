@@ -7,22 +7,16 @@
 //! a sunset's 410); a handshake is a `GET` without a body, proxied, never
 //! a rate limit service call.
 
-use toml::Spanned;
-
-use super::raw::RawRule;
+use super::raw::{RawRule, Start};
+use super::rules::RuleContext;
 use super::validate::Validator;
 use super::{KeySource, RuleConfig, Unit};
 
 impl Validator<'_> {
-    /// `rule`'s `unit` (the `index`th rule, written at `at` as `raw`), and
+    /// `rule`'s `unit` (written as `raw`, in `context`), and
     /// for a message rule every field that cannot work with it.
-    pub(super) fn unit(
-        &mut self,
-        index: usize,
-        at: usize,
-        raw: &RawRule,
-        rule: &RuleConfig,
-    ) -> Unit {
+    pub(super) fn unit(&mut self, context: &RuleContext, raw: &RawRule, rule: &RuleConfig) -> Unit {
+        let (index, at) = (context.index, context.at);
         let unit = self.choice(
             raw.unit.as_ref(),
             &format!("rule[{index}].unit"),
@@ -37,10 +31,9 @@ impl Validator<'_> {
 
     fn message_rule(&mut self, index: usize, at: usize, raw: &RawRule, rule: &RuleConfig) {
         let path = |field: &str| format!("rule[{index}].{field}");
-        let start = |field: Option<&Spanned<String>>| field.map_or(at, |f| f.span().start);
         if rule.algorithm.counts_in_flight() {
             self.error(
-                start(raw.algorithm.as_ref()),
+                raw.algorithm.start_or(at),
                 &path("algorithm"),
                 format!(
                     "a message is counted as it starts and holds nothing while it passes, so \
@@ -69,9 +62,8 @@ impl Validator<'_> {
             }
         }
         if let Some(source) = rule.key.iter().find(|source| reads_a_body(source)) {
-            let key_at = raw.key.as_ref().map_or(at, |key| key.span().start);
             self.error(
-                key_at,
+                raw.key.start_or(at),
                 &path("key"),
                 format!(
                     "\"{source}\" reads a request body, and a WebSocket handshake has none; key \
@@ -80,9 +72,8 @@ impl Validator<'_> {
             );
         }
         if rule.graphql_cost {
-            let cost_at = raw.cost.as_ref().map_or(at, |cost| cost.span().start);
             self.error(
-                cost_at,
+                raw.cost.start_or(at),
                 &path("cost"),
                 "a WebSocket message is not a GraphQL request; cost is the whole number of \
                  units each message takes",
@@ -90,17 +81,9 @@ impl Validator<'_> {
         }
         let no_answer = "a message gets no answer to charge or refund by";
         for (field, where_) in [
-            (
-                "charge",
-                raw.charge
-                    .as_ref()
-                    .map(|c| c.span.as_ref().map_or(at, |span| span.start)),
-            ),
-            (
-                "charge_missing",
-                raw.charge_missing.as_ref().map(|c| c.span().start),
-            ),
-            ("refund_on", raw.refund_on.as_ref().map(|r| r.span().start)),
+            ("charge", raw.charge.as_ref().map(|c| c.start_or(at))),
+            ("charge_missing", raw.charge_missing.start()),
+            ("refund_on", raw.refund_on.start()),
         ] {
             if let Some(field_at) = where_ {
                 self.error(
@@ -112,7 +95,7 @@ impl Validator<'_> {
         }
         if let Some(ban) = &raw.ban {
             self.error(
-                ban.span.as_ref().map_or(at, |span| span.start),
+                ban.start_or(at),
                 &path("ban"),
                 "a ban refuses requests, and a message over its budget closes its connection \
                  instead; ban with a rule on the handshake (unit = \"request\")",
@@ -120,7 +103,7 @@ impl Validator<'_> {
         }
         if let Some(sunset) = &raw.sunset {
             self.error(
-                sunset.span.as_ref().map_or(at, |span| span.start),
+                sunset.start_or(at),
                 &path("sunset"),
                 "a sunset retires requests (Deprecation and Sunset headers, then 410), which a \
                  message has none of; retire the handshake's route with a request rule",

@@ -9,6 +9,8 @@
 
 use std::time::Duration;
 
+use jiff::tz::TimeZone;
+use jiff::Timestamp;
 use toml::value::{Datetime, Offset};
 
 use super::Rate;
@@ -176,16 +178,13 @@ pub fn datetime_to_unix_nanos(datetime: &Datetime) -> Result<u64, String> {
         Offset::Z => 0,
         Offset::Custom { minutes } => i64::from(minutes),
     };
-    if !(1..=12).contains(&date.month)
-        || date.day == 0
-        || date.day > days_in_month(date.year, date.month)
-    {
-        return Err(format!(
-            "{datetime} is not a calendar date; {TIMESTAMP_HELP}"
-        ));
-    }
-    let days = days_from_civil(i64::from(date.year), date.month, date.day);
-    let seconds = days * 86_400
+    // The Unix time of the date's midnight, a date the (proleptic Gregorian)
+    // calendar has; TOML's years, months and days have four and two digits.
+    let midnight = jiff::civil::Date::new(date.year as i16, date.month as i8, date.day as i8)
+        .and_then(|date| date.to_zoned_datetime(TimeZone::UTC))
+        .map(|midnight| midnight.timestamp().as_second())
+        .map_err(|_| format!("{datetime} is not a calendar date; {TIMESTAMP_HELP}"))?;
+    let seconds = midnight
         + i64::from(time.hour) * 3_600
         + i64::from(time.minute) * 60
         + i64::from(time.second)
@@ -207,63 +206,13 @@ pub fn datetime_to_unix_nanos(datetime: &Datetime) -> Result<u64, String> {
 /// (`2026-12-01`) at midnight UTC, else RFC 3339 in UTC
 /// (`2026-12-01T12:30:00Z`, with a fraction only when there is one).
 pub fn format_timestamp(nanos: u64) -> String {
-    let seconds = nanos / NANOS;
-    let fraction = nanos % NANOS;
-    let days = (seconds / 86_400) as i64;
-    let of_day = seconds % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    if of_day == 0 && fraction == 0 {
-        return format!("{year:04}-{month:02}-{day:02}");
+    // Within jiff's range: u64 nanoseconds end in 2554.
+    let at = Timestamp::from_nanosecond(i128::from(nanos)).unwrap_or_default();
+    if nanos.is_multiple_of(86_400 * NANOS) {
+        at.to_zoned_datetime(TimeZone::UTC).date().to_string()
+    } else {
+        at.to_string()
     }
-    let (hour, minute, second) = (of_day / 3_600, of_day / 60 % 60, of_day % 60);
-    let mut text = format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}");
-    if fraction != 0 {
-        let digits = format!(".{fraction:09}");
-        text.push_str(digits.trim_end_matches('0'));
-    }
-    text.push('Z');
-    text
-}
-
-fn is_leap_year(year: u16) -> bool {
-    year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400))
-}
-
-fn days_in_month(year: u16, month: u8) -> u8 {
-    match month {
-        2 if is_leap_year(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
-/// `days_from_civil`).
-fn days_from_civil(year: i64, month: u8, day: u8) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month = i64::from(month);
-    let day_of_year =
-        (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The inverse of [`days_from_civil`]: (year, month, day).
-fn civil_from_days(days: i64) -> (i64, u8, u8) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u8;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

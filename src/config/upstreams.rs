@@ -11,14 +11,22 @@ use rustls::RootCertStore;
 use toml::Spanned;
 
 use super::keys::parse_key_source;
-use super::raw::{Located, RawServerUrl};
+use super::raw::{Located, RawServerUrl, Start};
 use super::raw::{RawConfig, RawEject, RawHealth, RawMatch, RawRoute, RawServer, RawUpstream};
 use super::server::parse_upstream;
-use super::validate::Validator;
+use super::validate::{non_empty, Validator};
 use super::{
     Balance, Eject, HealthCheck, KeySource, MatchConfig, RouteConfig, ServerConfig, ServerUrl,
     UpstreamConfig, UpstreamProtocol, UpstreamsConfig, DEFAULT_POOL,
 };
+
+/// `protocol`'s values, as written.
+pub(super) const PROTOCOLS: [(&str, UpstreamProtocol); 4] = [
+    ("http1", UpstreamProtocol::Http1),
+    ("h2c", UpstreamProtocol::H2c),
+    ("h2", UpstreamProtocol::H2),
+    ("auto", UpstreamProtocol::Auto),
+];
 
 /// Passive checks' defaults (docs/upstreams.md, "Passive checks").
 const EJECT_AFTER: u32 = 5;
@@ -47,31 +55,25 @@ impl Validator<'_> {
             let at = headers
                 .as_ref()
                 .and_then(|h| h.get(index).copied())
-                .or_else(|| upstream.name.as_ref().map(|n| n.span().start))
+                .or_else(|| upstream.name.start())
                 .unwrap_or(0);
             let pool = self.pool(index, at, upstream, server);
             if let Some(field) = &upstream.name {
                 let name = field.get_ref();
-                match names.get(name) {
-                    Some(&usize::MAX) => self.error(
-                        field.span().start,
-                        &format!("upstream[{index}].name"),
-                        format!(
-                            "\"{name}\" is the name of the pool [server] upstream's URL makes; \
-                             name this pool otherwise"
-                        ),
-                    ),
-                    Some(first) => self.error(
-                        field.span().start,
-                        &format!("upstream[{index}].name"),
-                        format!(
-                            "\"{name}\" is already the name of upstream[{first}]; pool names \
-                             must be unique"
-                        ),
-                    ),
-                    None => {
-                        names.insert(name.clone(), index);
+                let taken = match names.get(name) {
+                    Some(&usize::MAX) => "the name of the pool [server] upstream's URL makes; \
+                                          name this pool otherwise"
+                        .to_owned(),
+                    Some(first) => {
+                        format!("already the name of upstream[{first}]; pool names must be unique")
                     }
+                    None => String::new(),
+                };
+                if taken.is_empty() {
+                    names.insert(name.clone(), index);
+                } else {
+                    let path = format!("upstream[{index}].name");
+                    self.error(field.span().start, &path, format!("\"{name}\" is {taken}"));
                 }
             }
             pools.push(pool);
@@ -82,28 +84,26 @@ impl Validator<'_> {
                 .position(|pool| pool.name == name && !pool.name.is_empty())
         };
         let default = match raw_server.upstream.as_ref() {
-            _ if from_url || reported => 0,
-            Some(field) => match by_name(field.get_ref()) {
-                Some(found) => found,
-                None => {
+            Some(field) if !from_url && !reported => {
+                by_name(field.get_ref()).unwrap_or_else(|| {
                     let known = known_names(&pools);
-                    self.error(
+                    self.invalid(
                         field.span().start,
                         "server.upstream",
                         format!(
-                            "\"{}\" is neither a URL (http://HOST[:PORT] or https://HOST[:PORT]) \
-                             nor the name of an [[upstream]] pool{known}",
-                            field.get_ref()
-                        ),
-                    );
-                    0
-                }
-            },
-            None => 0,
+                        "\"{}\" is neither a URL (http://HOST[:PORT] or https://HOST[:PORT]) nor \
+                         the name of an [[upstream]] pool{known}",
+                        field.get_ref()
+                    ),
+                    )
+                })
+            }
+            _ => 0,
         };
         if pools.is_empty() {
             // Reported by `default_url`; a placeholder keeps the rest whole.
-            pools.push(self.placeholder_pool(server));
+            let url = http::Uri::from_static("http://127.0.0.1/");
+            pools.push(placeholder_pool(vec![ServerUrl { url, weight: 1 }], server));
         }
         let routes = self.routes(&raw.route, &pools);
         self.unused_server_ca(raw_server, &pools);
@@ -130,13 +130,12 @@ impl Validator<'_> {
                 .first()
                 .copied()
                 .unwrap_or(0);
-            self.error(
+            return self.invalid(
                 at,
                 path,
                 "is required: the address of the protected service, for example \
                  upstream = \"http://127.0.0.1:3000\", or the name of an [[upstream]] pool",
             );
-            return None;
         };
         let text = field.get_ref();
         let names_a_pool = raw.upstream.iter().any(|pool| {
@@ -151,62 +150,22 @@ impl Validator<'_> {
             // A name that is no pool's: reported by the caller, with the names.
             return None;
         }
-        let url = match parse_upstream(text) {
-            Ok(url) => url,
-            Err(message) => {
-                self.error(field.span().start, path, message);
-                return None;
-            }
-        };
+        let url = self.ok(field.span().start, path, parse_upstream(text))?;
         let servers = vec![ServerUrl { url, weight: 1 }];
         let roots = self.roots(&servers, server.upstream_ca.as_deref(), || {
-            raw_server
-                .upstream_ca
-                .as_ref()
-                .filter(|ca| !ca.get_ref().is_empty())
+            non_empty(&raw_server.upstream_ca)
                 .map(|ca| (ca.span().start, "server.upstream_ca".to_owned()))
                 .unwrap_or((field.span().start, path.to_owned()))
         });
         Some(UpstreamConfig {
-            name: DEFAULT_POOL.to_owned(),
-            servers,
-            protocol: UpstreamProtocol::Http1,
-            balance: Balance::LeastRequest,
-            resolve_every: Duration::from_secs(30),
-            retries: 1,
-            health: None,
             eject: Some(Eject {
                 after: EJECT_AFTER,
                 duration: EJECT_FOR,
             }),
-            max_share: MAX_SHARE,
-            connect_timeout: server.connect_timeout,
-            upstream_timeout: server.upstream_timeout,
             upstream_ca: server.upstream_ca.clone(),
             roots,
+            ..placeholder_pool(servers, server)
         })
-    }
-
-    /// A pool standing in for one that could not be read (already reported).
-    fn placeholder_pool(&mut self, server: &ServerConfig) -> UpstreamConfig {
-        UpstreamConfig {
-            name: DEFAULT_POOL.to_owned(),
-            servers: vec![ServerUrl {
-                url: http::Uri::from_static("http://127.0.0.1/"),
-                weight: 1,
-            }],
-            protocol: UpstreamProtocol::Http1,
-            balance: Balance::LeastRequest,
-            resolve_every: Duration::from_secs(30),
-            retries: 1,
-            health: None,
-            eject: None,
-            max_share: MAX_SHARE,
-            connect_timeout: server.connect_timeout,
-            upstream_timeout: server.upstream_timeout,
-            upstream_ca: None,
-            roots: None,
-        }
     }
 
     /// One `[[upstream]]`, starting at `at`.
@@ -218,15 +177,18 @@ impl Validator<'_> {
         server: &ServerConfig,
     ) -> UpstreamConfig {
         let path = |field: &str| format!("upstream[{index}].{field}");
+        // As [server]'s: each reader takes `raw.<key>`, named `upstream[i].<key>`.
+        macro_rules! read {
+            ($how:ident, $key:ident, $($arg:expr),+) => {
+                self.$how(raw.$key.as_ref(), &path(stringify!($key)), $($arg),+)
+            };
+        }
         let name = match &raw.name {
-            None => {
-                self.error(
-                    at,
-                    &format!("upstream[{index}]"),
-                    "needs a name, for example name = \"api\"",
-                );
-                String::new()
-            }
+            None => self.invalid(
+                at,
+                &format!("upstream[{index}]"),
+                "needs a name, for example name = \"api\"",
+            ),
             Some(field) => {
                 let name = field.get_ref();
                 let fits = !name.is_empty()
@@ -247,35 +209,22 @@ impl Validator<'_> {
             }
         };
         let servers = self.servers(index, at, raw);
-        let https = servers
-            .first()
-            .is_some_and(|s| s.url.scheme_str() == Some("https"));
+        let https = servers.first().is_some_and(ServerUrl::https);
         let protocol = self.protocol(index, raw, https, servers.is_empty());
         let balance = match &raw.balance {
             None => Balance::LeastRequest,
             Some(field) => self.balance(field, &path("balance")),
         };
-        let upstream_ca = match raw
-            .upstream_ca
-            .as_ref()
-            .filter(|ca| !ca.get_ref().is_empty())
-        {
+        let upstream_ca = match non_empty(&raw.upstream_ca) {
             Some(ca) => Some(self.file_path(ca.get_ref())),
             None => server.upstream_ca.clone(),
         };
         let ca_path = path("upstream_ca");
         let servers_path = path("servers");
         let roots = self.roots(&servers, upstream_ca.as_deref(), || {
-            match raw
-                .upstream_ca
-                .as_ref()
-                .filter(|ca| !ca.get_ref().is_empty())
-            {
+            match non_empty(&raw.upstream_ca) {
                 Some(ca) => (ca.span().start, ca_path),
-                None => (
-                    raw.servers.as_ref().map_or(at, |s| s.span().start),
-                    servers_path,
-                ),
+                None => (raw.servers.start_or(at), servers_path),
             }
         });
         let (eject, max_share) = self.eject(index, at, raw.eject.as_ref());
@@ -284,34 +233,16 @@ impl Validator<'_> {
             servers,
             protocol,
             balance,
-            resolve_every: self.timeout(
-                raw.resolve_every.as_ref(),
-                &path("resolve_every"),
-                Duration::from_secs(30),
-            ),
-            retries: self.int(raw.retries.as_ref(), &path("retries"), 1, 0..=10) as u32,
+            resolve_every: read!(timeout, resolve_every, Duration::from_secs(30)),
+            retries: read!(int, retries, 1, 0..=10) as u32,
             health: raw
                 .health
                 .as_ref()
                 .and_then(|health| self.health(index, at, health)),
             eject,
             max_share,
-            connect_timeout: match &raw.connect_timeout {
-                Some(_) => self.timeout(
-                    raw.connect_timeout.as_ref(),
-                    &path("connect_timeout"),
-                    server.connect_timeout,
-                ),
-                None => server.connect_timeout,
-            },
-            upstream_timeout: match &raw.upstream_timeout {
-                Some(_) => self.timeout(
-                    raw.upstream_timeout.as_ref(),
-                    &path("upstream_timeout"),
-                    server.upstream_timeout,
-                ),
-                None => server.upstream_timeout,
-            },
+            connect_timeout: read!(timeout, connect_timeout, server.connect_timeout),
+            upstream_timeout: read!(timeout, upstream_timeout, server.upstream_timeout),
             upstream_ca,
             roots,
         }
@@ -321,13 +252,12 @@ impl Validator<'_> {
     fn servers(&mut self, index: usize, at: usize, raw: &RawUpstream) -> Vec<ServerUrl> {
         let base = format!("upstream[{index}].servers");
         let Some(field) = &raw.servers else {
-            self.error(
+            return self.invalid(
                 at,
                 &base,
                 "is required: the pool's servers, for example \
                  servers = [\"http://10.0.0.11:3000\", \"http://10.0.0.12:3000\"]",
             );
-            return Vec::new();
         };
         if field.get_ref().is_empty() {
             self.error(
@@ -375,24 +305,20 @@ impl Validator<'_> {
 
     fn server_url(&mut self, path: &str, at: usize, raw: &RawServerUrl) -> Option<ServerUrl> {
         for key in &raw.unknown {
-            let key_at = key.span.as_ref().map_or(at, |span| span.start);
+            let key_at = key.start_or(at);
             self.error(
                 key_at,
                 &format!("{path}.{}", key.text),
                 "is not a server key (allowed: url, weight)",
             );
         }
-        let weight = match &raw.weight {
-            Some(_) => self.int(raw.weight.as_ref(), &format!("{path}.weight"), 1, 1..=1000) as u32,
-            None => 1,
-        };
+        let weight = self.int(raw.weight.as_ref(), &format!("{path}.weight"), 1, 1..=1000) as u32;
         let Some(url) = &raw.url else {
-            self.error(
+            return self.invalid(
                 at,
                 path,
                 "needs a url, for example { url = \"http://10.0.0.11:3000\", weight = 2 }",
             );
-            return None;
         };
         // A bare string's span is its entry's.
         let url_at = if url.span().is_empty() {
@@ -400,13 +326,8 @@ impl Validator<'_> {
         } else {
             url.span().start
         };
-        match parse_upstream(url.get_ref()) {
-            Ok(url) => Some(ServerUrl { url, weight }),
-            Err(message) => {
-                self.error(url_at, path, message);
-                None
-            }
-        }
+        let url = self.ok(url_at, path, parse_upstream(url.get_ref()))?;
+        Some(ServerUrl { url, weight })
     }
 
     fn protocol(
@@ -420,99 +341,61 @@ impl Validator<'_> {
         let protocol = self.choice(
             raw.protocol.as_ref(),
             &path,
-            &[
-                ("http1", UpstreamProtocol::Http1),
-                ("h2c", UpstreamProtocol::H2c),
-                ("h2", UpstreamProtocol::H2),
-                ("auto", UpstreamProtocol::Auto),
-            ],
+            &PROTOCOLS,
             UpstreamProtocol::Http1,
         );
-        let Some(field) = &raw.protocol else {
-            return protocol;
-        };
-        let at = field.span().start;
-        match protocol {
-            UpstreamProtocol::H2 if !https && !no_server => self.error(
-                at,
-                &path,
+        let problem = match protocol {
+            UpstreamProtocol::H2 if !https && !no_server => {
                 "\"h2\" is HTTP/2 over TLS, and this pool's servers are http://; use \"h2c\" \
-                 (HTTP/2 without TLS) or https:// servers",
-            ),
-            UpstreamProtocol::H2c if https => self.error(
-                at,
-                &path,
-                "\"h2c\" is HTTP/2 without TLS, and this pool's servers are https://; use \"h2\"",
-            ),
-            _ => {}
-        }
+                 (HTTP/2 without TLS) or https:// servers"
+            }
+            UpstreamProtocol::H2c if https => {
+                "\"h2c\" is HTTP/2 without TLS, and this pool's servers are https://; use \"h2\""
+            }
+            _ => return protocol,
+        };
+        self.error(raw.protocol.start_or(0), &path, problem);
         protocol
     }
 
     fn balance(&mut self, field: &Spanned<String>, path: &str) -> Balance {
         let text = field.get_ref();
-        match text.as_str() {
-            "least_request" => Balance::LeastRequest,
-            "round_robin" => Balance::RoundRobin,
-            _ => match text.strip_prefix("hash:") {
-                Some(source) => match parse_key_source(source) {
-                    Ok(KeySource::Descriptor(_)) => {
-                        self.error(
-                            field.span().start,
-                            path,
-                            format!(
-                                "\"{text}\": a proxied request has no rate limit service \
-                                 descriptor; hash on a source of the request, such as \
-                                 \"hash:header:x-user\""
-                            ),
-                        );
-                        Balance::LeastRequest
-                    }
-                    Ok(source) if source.reads_body() => {
-                        self.error(
-                            field.span().start,
-                            path,
-                            format!(
-                                "\"{text}\": a request's body is read only for the rules that \
-                                 key on it, not to pick a server; hash on a field or the \
-                                 client, such as \"hash:header:x-user\""
-                            ),
-                        );
-                        Balance::LeastRequest
-                    }
-                    Ok(source) => Balance::Hash(source),
-                    Err(message) => {
-                        self.error(field.span().start, path, format!("\"{text}\": {message}"));
-                        Balance::LeastRequest
-                    }
-                },
-                None => {
-                    self.error(
-                        field.span().start,
-                        path,
-                        format!(
-                            "\"{text}\" is not a way to balance (allowed: \"least_request\", \
-                             \"round_robin\", \"hash:<key source>\" such as \"hash:ip\" or \
-                             \"hash:header:x-user\")"
-                        ),
-                    );
-                    Balance::LeastRequest
-                }
+        let balance = match text.as_str() {
+            "least_request" => Ok(Balance::LeastRequest),
+            "round_robin" => Ok(Balance::RoundRobin),
+            _ => match text.strip_prefix("hash:").map(parse_key_source) {
+                Some(Ok(KeySource::Descriptor(_))) => Err(format!(
+                    "\"{text}\": a proxied request has no rate limit service descriptor; hash \
+                     on a source of the request, such as \"hash:header:x-user\""
+                )),
+                Some(Ok(source)) if source.reads_body() => Err(format!(
+                    "\"{text}\": a request's body is read only for the rules that key on it, \
+                     not to pick a server; hash on a field or the client, such as \
+                     \"hash:header:x-user\""
+                )),
+                Some(Ok(source)) => Ok(Balance::Hash(source)),
+                Some(Err(message)) => Err(format!("\"{text}\": {message}")),
+                None => Err(format!(
+                    "\"{text}\" is not a way to balance (allowed: \"least_request\", \
+                     \"round_robin\", \"hash:<key source>\" such as \"hash:ip\" or \
+                     \"hash:header:x-user\")"
+                )),
             },
-        }
+        };
+        let balance = self.ok(field.span().start, path, balance);
+        balance.unwrap_or(Balance::LeastRequest)
     }
 
     fn health(&mut self, index: usize, at: usize, raw: &Located<RawHealth>) -> Option<HealthCheck> {
         let path = |key: &str| format!("upstream[{index}].health.{key}");
-        let at = raw.span.as_ref().map_or(at, |span| span.start);
+        let at = raw.start_or(at);
         let health = &raw.value;
         let Some(check_path) = &health.path else {
-            self.error(
+            return self.invalid(
                 at,
                 &format!("upstream[{index}].health"),
                 "needs a path, for example health = { path = \"/healthz\", interval = \"5s\" }",
             );
-            return None;
         };
         let written = check_path.get_ref();
         let fits =
@@ -524,27 +407,19 @@ impl Validator<'_> {
                 format!("\"{written}\" must be a path starting with '/', such as \"/healthz\""),
             );
         }
-        let interval = self.timeout(
-            health.interval.as_ref(),
-            &path("interval"),
-            Duration::from_secs(5),
-        );
-        let timeout = self.timeout(
-            health.timeout.as_ref(),
-            &path("timeout"),
-            Duration::from_secs(1),
-        );
+        let secs = Duration::from_secs;
+        let interval = self.timeout(health.interval.as_ref(), &path("interval"), secs(5));
+        let timeout = self.timeout(health.timeout.as_ref(), &path("timeout"), secs(1));
         let host = health.host.as_ref().and_then(|host| {
             let text = host.get_ref();
             if http::HeaderValue::from_str(text).is_ok() && !text.is_empty() {
                 Some(text.clone())
             } else {
-                self.error(
+                self.invalid(
                     host.span().start,
                     &path("host"),
                     format!("\"{text}\" is not a Host value, such as \"api.example.com\""),
-                );
-                None
+                )
             }
         });
         Some(HealthCheck {
@@ -572,7 +447,7 @@ impl Validator<'_> {
             return (Some(defaults), MAX_SHARE);
         };
         let path = |key: &str| format!("upstream[{index}].eject.{key}");
-        let at = raw.span.as_ref().map_or(at, |span| span.start);
+        let at = raw.start_or(at);
         let eject = &raw.value;
         match eject.enabled {
             Some(false) => return (None, MAX_SHARE),
@@ -580,7 +455,7 @@ impl Validator<'_> {
             None => {}
         }
         for key in &eject.unknown {
-            let key_at = key.span.as_ref().map_or(at, |span| span.start);
+            let key_at = key.start_or(at);
             self.error(
                 key_at,
                 &path(&key.text),
@@ -589,25 +464,19 @@ impl Validator<'_> {
         }
         let after = self.int(eject.after.as_ref(), &path("after"), 5, 1..=1000) as u32;
         let duration = self.timeout(eject.duration.as_ref(), &path("for"), EJECT_FOR);
-        let max_share = match &eject.max_share {
-            None => MAX_SHARE,
-            Some(field) => {
-                let value = *field.get_ref();
-                if (0.0..=1.0).contains(&value) {
-                    value
-                } else {
-                    self.error(
-                        field.span().start,
-                        &path("max_share"),
-                        format!(
-                            "{value} is out of range: must be between 0 and 1 (the share of a \
-                             pool's servers that may be out before requests go to all of them)"
-                        ),
-                    );
-                    MAX_SHARE
-                }
-            }
-        };
+        let max_share = eject.max_share.as_ref().and_then(|field| {
+            let value = *field.get_ref();
+            let share = Some(value)
+                .filter(|share| (0.0..=1.0).contains(share))
+                .ok_or_else(|| {
+                    format!(
+                        "{value} is out of range: must be between 0 and 1 (the share of a pool's \
+                     servers that may be out before requests go to all of them)"
+                    )
+                });
+            self.ok(field.span().start, &path("max_share"), share)
+        });
+        let max_share = max_share.unwrap_or(MAX_SHARE);
         (Some(Eject { after, duration }), max_share)
     }
 
@@ -620,10 +489,7 @@ impl Validator<'_> {
         ca: Option<&Path>,
         blame: impl FnOnce() -> (usize, String),
     ) -> Option<Arc<RootCertStore>> {
-        let https = servers
-            .first()
-            .is_some_and(|s| s.url.scheme_str() == Some("https"));
-        if !https {
+        if !servers.first().is_some_and(ServerUrl::https) {
             return None;
         }
         match crate::tls::read_roots(ca) {
@@ -635,19 +501,14 @@ impl Validator<'_> {
                 } else {
                     format!("{message}; or name the upstream's CA in upstream_ca")
                 };
-                self.error(at, &path, message);
-                None
+                self.invalid(at, &path, message)
             }
         }
     }
 
     /// `[server] upstream_ca` when no pool that inherits it is https://.
     fn unused_server_ca(&mut self, raw_server: &RawServer, pools: &[UpstreamConfig]) {
-        let Some(field) = raw_server
-            .upstream_ca
-            .as_ref()
-            .filter(|ca| !ca.get_ref().is_empty())
-        else {
+        let Some(field) = non_empty(&raw_server.upstream_ca) else {
             return;
         };
         if !pools.iter().any(UpstreamConfig::https) {
@@ -669,7 +530,7 @@ impl Validator<'_> {
             let at = headers
                 .as_ref()
                 .and_then(|h| h.get(index).copied())
-                .or_else(|| route.upstream.as_ref().map(|u| u.span().start))
+                .or_else(|| route.upstream.start())
                 .unwrap_or(0);
             let matcher = match &route.matcher {
                 Some(raw_match) => self.matcher(&format!("route[{index}].match"), raw_match),
@@ -683,32 +544,27 @@ impl Validator<'_> {
                      by sluice itself; remove domain",
                 );
             }
-            let upstream = match &route.upstream {
-                None => {
-                    self.error(
-                        at,
-                        &format!("route[{index}]"),
-                        "needs an upstream: the name of the [[upstream]] pool it sends to",
-                    );
-                    continue;
-                }
-                Some(field) => {
-                    let name = field.get_ref();
-                    match pools.iter().position(|pool| pool.name == *name) {
-                        Some(found) => found,
-                        None => {
-                            self.error(
-                                field.span().start,
-                                &format!("route[{index}].upstream"),
-                                format!(
-                                    "\"{name}\" is not the name of an [[upstream]] pool{}",
-                                    known_names(pools)
-                                ),
-                            );
-                            continue;
-                        }
-                    }
-                }
+            let Some(field) = &route.upstream else {
+                self.error(
+                    at,
+                    &format!("route[{index}]"),
+                    "needs an upstream: the name of the [[upstream]] pool it sends to",
+                );
+                continue;
+            };
+            let name = field.get_ref();
+            let found = pools
+                .iter()
+                .position(|pool| pool.name == *name)
+                .ok_or_else(|| {
+                    format!(
+                        "\"{name}\" is not the name of an [[upstream]] pool{}",
+                        known_names(pools)
+                    )
+                });
+            let path = format!("route[{index}].upstream");
+            let Some(upstream) = self.ok(field.span().start, &path, found) else {
+                continue;
             };
             if let Some(earlier) = routes.iter().position(|r| covers(&r.matcher, &matcher)) {
                 self.error(
@@ -725,6 +581,27 @@ impl Validator<'_> {
             routes.push(RouteConfig { matcher, upstream });
         }
         routes
+    }
+}
+
+/// The pool `default` of `servers` with the defaults and `server`'s
+/// timeouts, and no passive checks or CA: as it is, the pool standing in
+/// for one that could not be read (already reported).
+fn placeholder_pool(servers: Vec<ServerUrl>, server: &ServerConfig) -> UpstreamConfig {
+    UpstreamConfig {
+        name: DEFAULT_POOL.to_owned(),
+        servers,
+        protocol: UpstreamProtocol::Http1,
+        balance: Balance::LeastRequest,
+        resolve_every: Duration::from_secs(30),
+        retries: 1,
+        health: None,
+        eject: None,
+        max_share: MAX_SHARE,
+        connect_timeout: server.connect_timeout,
+        upstream_timeout: server.upstream_timeout,
+        upstream_ca: None,
+        roots: None,
     }
 }
 

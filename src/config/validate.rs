@@ -25,7 +25,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::errors::{ConfigError, ConfigErrors};
-use super::raw::{OneOrMany, RawConfig};
+use super::raw::{OneOrMany, RawConfig, Start};
 use super::units::parse_duration;
 use super::{AccessConfig, Config, IdentityConfig};
 
@@ -72,32 +72,27 @@ pub(super) fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigErrors
         }
         working = Cow::Owned(blank_line(&working, source.line_start(offset)));
     };
-    let Some(raw) = raw else {
-        return Err(ConfigErrors {
-            origin: origin.to_owned(),
-            errors: parse_errors,
-            io: None,
-        });
-    };
-    let mut validator = Validator {
-        source,
-        origin,
-        errors: Vec::new(),
-        warnings: Vec::new(),
-    };
-    let config = validator.config(&raw);
-    if validator.errors.is_empty() && parse_errors.is_empty() {
-        Ok(config)
-    } else {
-        let mut errors = parse_errors;
+    let mut errors = parse_errors;
+    if let Some(raw) = raw {
+        let mut validator = Validator {
+            source,
+            origin,
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let config = validator.config(&raw);
+        if validator.errors.is_empty() && errors.is_empty() {
+            return Ok(config);
+        }
         errors.append(&mut validator.errors);
         errors.sort_by_key(|e| (e.line, e.column));
-        Err(ConfigErrors {
-            origin: origin.to_owned(),
-            errors,
-            io: None,
-        })
     }
+    let origin = origin.to_owned();
+    Err(ConfigErrors {
+        origin,
+        errors,
+        io: None,
+    })
 }
 
 /// toml's own syntax messages span lines ("invalid key" then "expected
@@ -109,13 +104,7 @@ fn parse_error_message(message: &str) -> String {
     if message.starts_with("unknown field") || message.starts_with("unknown variant") {
         return one_line(message.to_owned());
     }
-    one_line(
-        message
-            .lines()
-            .map(str::trim)
-            .collect::<Vec<_>>()
-            .join("; "),
-    )
+    one_line(super::joined(message.lines().map(str::trim), "; "))
 }
 
 /// Messages quote values from the file, and a TOML string can hold a line
@@ -223,6 +212,12 @@ impl<'a> Source<'a> {
     }
 }
 
+/// A string field, unless it is empty (which, for a file or a variable
+/// name, means none).
+pub(super) fn non_empty(field: &Option<Spanned<String>>) -> Option<&Spanned<String>> {
+    field.as_ref().filter(|field| !field.get_ref().is_empty())
+}
+
 /// Collects errors and warnings while turning raw values into domain values.
 /// On an error each method returns a placeholder so validation carries on.
 pub(super) struct Validator<'a> {
@@ -254,6 +249,23 @@ impl Validator<'_> {
         });
     }
 
+    /// Reports an error and gives the placeholder validation carries on
+    /// with (`None`, an empty list, `false`).
+    pub(super) fn invalid<T: Default>(
+        &mut self,
+        at: usize,
+        path: &str,
+        message: impl Into<String>,
+    ) -> T {
+        self.error(at, path, message);
+        T::default()
+    }
+
+    /// `result`'s value, or `None` with its error reported at `at`.
+    pub(super) fn ok<T>(&mut self, at: usize, path: &str, result: Result<T, String>) -> Option<T> {
+        result.map_err(|message| self.error(at, path, message)).ok()
+    }
+
     pub(super) fn warn(&mut self, at: usize, path: &str, message: impl fmt::Display) {
         let (line, column) = self.source.position(at);
         let (path, message) = (one_line(path.to_owned()), one_line(message.to_string()));
@@ -275,8 +287,8 @@ impl Validator<'_> {
             let at = raw
                 .admin
                 .as_ref()
-                .and_then(|a| a.listen.as_ref())
-                .map_or(0, |l| l.span().start);
+                .and_then(|a| a.listen.start())
+                .unwrap_or(0);
             self.error(
                 at,
                 "admin.listen",
@@ -332,8 +344,7 @@ impl Validator<'_> {
         let Some(field) = field else {
             return Vec::new();
         };
-        let many = matches!(field.get_ref(), OneOrMany::Many(_));
-        let items = field.get_ref().items(field.span());
+        let items = field.get_ref().items_at(field.span(), path);
         if items.is_empty() {
             self.warn(
                 field.span().start,
@@ -341,21 +352,10 @@ impl Validator<'_> {
                 "an empty list restricts nothing; remove it",
             );
         }
-        let mut values = Vec::with_capacity(items.len());
-        for (i, (text, span)) in items.into_iter().enumerate() {
-            match parse(text) {
-                Ok(value) => values.push(value),
-                Err(message) => {
-                    let path = if many {
-                        format!("{path}[{i}]")
-                    } else {
-                        path.to_owned()
-                    };
-                    self.error(span.start, &path, message);
-                }
-            }
-        }
-        values
+        let parse = |(text, span, path): (&str, Range<usize>, String)| {
+            self.ok(span.start, &path, parse(text))
+        };
+        items.into_iter().filter_map(parse).collect()
     }
 
     pub(super) fn socket_addr(
@@ -368,21 +368,14 @@ impl Validator<'_> {
         let Some(field) = field else {
             return default.parse().unwrap_or(fallback);
         };
-        match field.get_ref().parse() {
-            Ok(addr) => addr,
-            Err(_) => {
-                self.error(
-                    field.span().start,
-                    path,
-                    format!(
-                        "\"{}\" is not IP:PORT; write an address such as \"{default}\" or \
-                         \"[::]:8080\" (host names are not resolved)",
-                        field.get_ref()
-                    ),
-                );
-                fallback
-            }
-        }
+        let addr = field.get_ref().parse().map_err(|_| {
+            format!(
+                "\"{}\" is not IP:PORT; write an address such as \"{default}\" or \"[::]:8080\" \
+                 (host names are not resolved)",
+                field.get_ref()
+            )
+        });
+        self.ok(field.span().start, path, addr).unwrap_or(fallback)
     }
 
     pub(super) fn duration(
@@ -394,13 +387,8 @@ impl Validator<'_> {
         let Some(field) = field else {
             return default;
         };
-        match parse_duration(field.get_ref()) {
-            Ok(duration) => duration,
-            Err(message) => {
-                self.error(field.span().start, path, message);
-                default
-            }
-        }
+        let parsed = parse_duration(field.get_ref());
+        self.ok(field.span().start, path, parsed).unwrap_or(default)
     }
 
     /// A duration that must be longer than zero.
@@ -443,23 +431,20 @@ impl Validator<'_> {
             return default;
         };
         let value = *field.get_ref();
-        match u64::try_from(value).ok().filter(|v| range.contains(v)) {
-            Some(value) => value,
-            None => {
+        let checked = u64::try_from(value)
+            .ok()
+            .filter(|v| range.contains(v))
+            .ok_or_else(|| {
                 let allowed =
                     if *range.end() >= i64::MAX as u64 || *range.end() >= u64::from(u32::MAX) {
                         format!("must be at least {}", range.start())
                     } else {
                         format!("must be between {} and {}", range.start(), range.end())
                     };
-                self.error(
-                    field.span().start,
-                    path,
-                    format!("{value} is out of range: {allowed} (default {default})"),
-                );
-                default
-            }
-        }
+                format!("{value} is out of range: {allowed} (default {default})")
+            });
+        self.ok(field.span().start, path, checked)
+            .unwrap_or(default)
     }
 
     /// Reports the keys of a table that are missing (`(key, present)`), as
@@ -499,17 +484,11 @@ impl Validator<'_> {
         if let Some((_, choice)) = options.iter().find(|(name, _)| name == value) {
             return *choice;
         }
-        let allowed: Vec<String> = options
-            .iter()
-            .map(|(name, _)| format!("\"{name}\""))
-            .collect();
+        let allowed = super::joined(options.iter().map(|(name, _)| format!("\"{name}\"")), ", ");
         self.error(
             field.span().start,
             path,
-            format!(
-                "\"{value}\" is not allowed; use one of {}",
-                allowed.join(", ")
-            ),
+            format!("\"{value}\" is not allowed; use one of {allowed}"),
         );
         default
     }

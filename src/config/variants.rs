@@ -5,9 +5,10 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use super::charge::number;
 use super::keys::parse_key_source;
 use super::limits::WrittenLimit;
-use super::raw::{Key, Located, RawOverrides, RawTiers, RawVariant};
+use super::raw::{Key, Located, RawOverrides, RawTiers, RawVariant, Start};
 use super::rules::RuleContext;
 use super::validate::Validator;
 use super::{AlgorithmKind, KeySource, Tiers, Variant};
@@ -16,7 +17,7 @@ impl Validator<'_> {
     /// `tiers = { by = "<key source>", <value> = { rate, limits, burst }, ... }`.
     pub(super) fn tiers(&mut self, rule: &RuleContext, raw: &Located<RawTiers>) -> Option<Tiers> {
         let index = rule.index;
-        let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+        let at = raw.start_or(rule.at);
         if rule.algorithm == Some(AlgorithmKind::Concurrency) {
             self.not_for_concurrency(index, at, "tiers");
             return None;
@@ -24,25 +25,19 @@ impl Validator<'_> {
         let adaptive = rule.algorithm == Some(AlgorithmKind::Adaptive);
         let path = format!("rule[{index}].tiers");
         let by = match &raw.value.by {
-            None => {
-                self.error(
-                    at,
-                    &path,
-                    "needs by = \"<key source>\", the source whose value picks the tier, such as \
+            None => self.invalid(
+                at,
+                &path,
+                "needs by = \"<key source>\", the source whose value picks the tier, such as \
                      by = \"header:x-plan\" or by = \"jwt:plan\"",
-                );
-                None
-            }
+            ),
             Some(field) => match parse_key_source(field.get_ref()) {
                 Ok(source) => Some(source),
-                Err(message) => {
-                    self.error(field.span().start, &format!("{path}.by"), message);
-                    None
-                }
+                Err(message) => self.invalid(field.span().start, &format!("{path}.by"), message),
             },
         };
         if raw.value.tiers.is_empty() {
-            self.error(
+            return self.invalid(
                 at,
                 &path,
                 if adaptive {
@@ -53,7 +48,6 @@ impl Validator<'_> {
                      = \"100/s\" }"
                 },
             );
-            return None;
         }
         let mut tiers = Vec::with_capacity(raw.value.tiers.len());
         for (name, table) in &raw.value.tiers {
@@ -78,7 +72,7 @@ impl Validator<'_> {
     ) -> Vec<Variant> {
         let index = rule.index;
         if rule.algorithm.is_some_and(AlgorithmKind::counts_in_flight) {
-            let at = raw.span.as_ref().map_or(rule.at, |span| span.start);
+            let at = raw.start_or(rule.at);
             self.not_for_concurrency(index, at, "overrides");
             return Vec::new();
         }
@@ -92,12 +86,8 @@ impl Validator<'_> {
             };
             let relative = format!("overrides.{shown}");
             if let Err(message) = check_bucket_key(&name.text, key, ipv6_prefix) {
-                let at = name
-                    .span
-                    .as_ref()
-                    .or(table.span.as_ref())
-                    .map_or(rule.at, |span| span.start);
-                self.error(at, &format!("rule[{index}].{relative}"), message);
+                let (path, at) = place(rule, &relative, name, table);
+                self.error(at, &path, message);
             }
             if let Some(variant) = self.variant(rule, &relative, name, table) {
                 overrides.push(variant);
@@ -117,12 +107,12 @@ impl Validator<'_> {
         let (base, at) = place(rule, relative, name, table);
         let raw = &table.value;
         let rates = [
-            ("rate", raw.rate.as_ref().map(|f| f.span().start)),
-            ("limits", raw.limits.as_ref().map(|f| f.span().start)),
-            ("burst", raw.burst.as_ref().map(|f| f.span().start)),
+            ("rate", raw.rate.start()),
+            ("limits", raw.limits.start()),
+            ("burst", raw.burst.start()),
         ];
         let named = raw.unknown.iter().map(|key| {
-            let at = key.span.as_ref().map_or(at, |span| span.start);
+            let at = key.start_or(at);
             (key.text.as_str(), Some(at))
         });
         for (key, field_at) in rates.into_iter().chain(named) {
@@ -136,28 +126,21 @@ impl Validator<'_> {
             }
         }
         let Some(field) = &raw.share else {
-            self.error(
+            return self.invalid(
                 at,
                 &base,
                 "needs share, the part of the learned limit this tier may use: free = { share = \
                  0.5 } sheds free callers once half the limit is in flight",
             );
-            return None;
         };
-        let share = match field.get_ref() {
-            toml::Value::Float(share) => Some(*share),
-            toml::Value::Integer(share) => Some(*share as f64),
-            _ => None,
-        }
-        .filter(|share| *share > 0.0 && *share <= 1.0);
+        let share = number(field.get_ref()).filter(|share| *share > 0.0 && *share <= 1.0);
         let Some(share) = share else {
-            self.error(
+            return self.invalid(
                 field.span().start,
                 &format!("{base}.share"),
                 "must be a number above 0 and at most 1: the part of the learned limit this tier \
                  may use",
             );
-            return None;
         };
         Some(Variant {
             name: name.text.clone(),
@@ -187,7 +170,7 @@ impl Validator<'_> {
             );
         }
         for key in &raw.unknown {
-            let at = key.span.as_ref().map_or(at, |span| span.start);
+            let at = key.start_or(at);
             self.error(
                 at,
                 &format!("{base}.{}", key_in_path(&key.text)),
@@ -201,13 +184,12 @@ impl Validator<'_> {
             if !raw.unknown.is_empty() || raw.share.is_some() {
                 return None;
             }
-            self.error(
+            return self.invalid(
                 at,
                 &base,
                 "sets nothing: give rate, limits and/or burst, such as { rate = \"100/s\" } (one \
                  that sets only burst keeps the rule's rates)",
             );
-            return None;
         }
         let errors_before = self.errors.len();
         let own_rates = raw.rate.is_some() || raw.limits.is_some();
@@ -273,11 +255,7 @@ fn place(
     name: &Key,
     table: &Located<RawVariant>,
 ) -> (String, usize) {
-    let at = name
-        .span
-        .as_ref()
-        .or(table.span.as_ref())
-        .map_or(rule.at, |span| span.start);
+    let at = name.start().or(table.start()).unwrap_or(rule.at);
     (format!("rule[{}].{relative}", rule.index), at)
 }
 
@@ -309,11 +287,7 @@ fn check_bucket_key(text: &str, sources: &[KeySource], ipv6_prefix: u8) -> Resul
     let parts: Vec<&str> = text.split('|').collect();
     let any_free = sources.iter().any(|s| !never_holds_a_bar(s));
     if parts.len() < sources.len() || (parts.len() > sources.len() && !any_free) {
-        let key = sources
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("|");
+        let key = super::joined(sources, "|");
         return Err(format!(
             "the key has {} part(s) but the rule's key has {} source(s) ({key}); a bucket key \
              is the sources' values joined by '|' in the order of key",

@@ -309,7 +309,7 @@ impl Import {
         let rules = &self.rules[first..];
         let defaults: Vec<&Rule> = rules.iter().filter(|rule| rule.selectors == 0).collect();
         if let Some(second) = defaults.get(1) {
-            let problem = (
+            self.reader.problem(
                 second.at.clone(),
                 format!(
                     "a second local rule without clientSelectors ({} is one): Envoy Gateway \
@@ -317,11 +317,10 @@ impl Import {
                     defaults[0].at
                 ),
             );
-            self.reader.problem(problem.0, problem.1);
         }
         let selected = rules.iter().find(|rule| rule.selectors > 0);
         if let (Some(default), Some(selected)) = (defaults.first(), selected) {
-            let problem = (
+            self.reader.problem(
                 default.at.clone(),
                 format!(
                     "no equivalent: a local rule without clientSelectors is Envoy's default \
@@ -330,7 +329,6 @@ impl Import {
                     selected.at
                 ),
             );
-            self.reader.problem(problem.0, problem.1);
         }
     }
 
@@ -378,18 +376,18 @@ impl Import {
                 "limit" => limit = self.limit(value, &field_at),
                 "cost" => rule.cost = self.cost(value, &field_at),
                 "shadowMode" => rule.shadow = self.reader.flag(value, &field_at),
-                "shared" | "xRateLimitHeaders" => {
-                    if !value.is_null() {
-                        let why = if field == "shared" {
-                            "a sluice rule's buckets count every request it matches, whichever \
-                             route it is for"
-                        } else {
-                            "sluice's rate limit headers are set for every rule ([response] \
-                             headers)"
-                        };
-                        self.skip(object, &field_at, why);
-                    }
-                }
+                "shared" | "xRateLimitHeaders" if value.is_null() => {}
+                "shared" => self.skip(
+                    object,
+                    &field_at,
+                    "a sluice rule's buckets count every request it matches, whichever route it \
+                     is for",
+                ),
+                "xRateLimitHeaders" => self.skip(
+                    object,
+                    &field_at,
+                    "sluice's rate limit headers are set for every rule ([response] headers)",
+                ),
                 _ => self.reader.problem(
                     field_at,
                     "unknown field; a rate limit rule has clientSelectors, limit, cost, \
@@ -402,17 +400,8 @@ impl Import {
                 rule.requests = requests;
                 rule.unit = unit;
             }
-            None => {
-                if !self
-                    .reader
-                    .problems
-                    .iter()
-                    .any(|problem| problem.path.starts_with(&rule.limit_at))
-                {
-                    self.reader.problem(&rule.limit_at, "is required");
-                }
-                return None;
-            }
+            None if self.reader.said_within(&rule.limit_at) => return None,
+            None => return self.reader.invalid(&rule.limit_at, "is required"),
         }
         Some(rule)
     }
@@ -431,7 +420,7 @@ impl Import {
                 }
                 "unit" => {
                     unit = self.reader.string(value, &field_at).and_then(|text| {
-                        let unit = Unit::ALL.into_iter().find(|unit| unit.name() == text);
+                        let unit = Unit::parse(&text, false);
                         if unit.is_none() {
                             self.reader
                                 .problem(&field_at, format!("unknown unit {text:?}; {UNITS}"));
@@ -439,15 +428,12 @@ impl Import {
                         unit
                     });
                 }
-                "fromMetadata" => {
-                    if !value.is_null() {
-                        self.reader.problem(
-                            field_at,
-                            "no equivalent: the limit comes from Envoy's dynamic metadata, \
-                             which sluice never sees",
-                        );
-                    }
-                }
+                "fromMetadata" if value.is_null() => {}
+                "fromMetadata" => self.reader.problem(
+                    field_at,
+                    "no equivalent: the limit comes from Envoy's dynamic metadata, which sluice \
+                     never sees",
+                ),
                 _ => self.reader.problem(
                     field_at,
                     "unknown field; a limit has requests, unit and fromMetadata",
@@ -456,13 +442,10 @@ impl Import {
         }
         for (field, missing) in [("requests", requests.is_none()), ("unit", unit.is_none())] {
             let field_at = join(at, field);
-            if missing && !self.reader.problems.iter().any(|p| p.path == field_at) {
-                let also = if field == "unit" {
-                    format!("; {UNITS}")
-                } else {
-                    String::new()
-                };
-                self.reader.problem(field_at, format!("is required{also}"));
+            if missing {
+                let also = (field == "unit").then(|| format!("; {UNITS}"));
+                let message = format!("is required{}", also.unwrap_or_default());
+                self.reader.missing(&field_at, message);
             }
         }
         Some((requests?, unit?))
@@ -478,16 +461,12 @@ impl Import {
             let field_at = join(at, &field);
             match field.as_str() {
                 "request" => cost = self.cost_specifier(value, &field_at),
-                "response" => {
-                    if !value.is_null() {
-                        self.reader.problem(
-                            field_at,
-                            "no equivalent: after the response sluice charges only what it \
-                             measures or reads in it (charge), never a fixed number or Envoy's \
-                             metadata",
-                        );
-                    }
-                }
+                "response" if value.is_null() => {}
+                "response" => self.reader.problem(
+                    field_at,
+                    "no equivalent: after the response sluice charges only what it measures or \
+                     reads in it (charge), never a fixed number or Envoy's metadata",
+                ),
                 _ => self
                     .reader
                     .problem(field_at, "unknown field; a cost has request and response"),
@@ -517,51 +496,35 @@ impl Import {
         }
         let number_at = join(at, "number");
         match from.as_deref() {
-            Some("Number") if metadata => {
-                self.reader.problem(
-                    join(at, "metadata"),
-                    "Envoy Gateway refuses both number and metadata",
-                );
-                None
-            }
+            Some("Number") if metadata => self.reader.invalid(
+                join(at, "metadata"),
+                "Envoy Gateway refuses both number and metadata",
+            ),
             Some("Number") => match number {
-                Some(0) => {
-                    self.reader.problem(
-                        number_at,
-                        "no equivalent: a cost of 0 checks the limit without taking from it, \
+                Some(0) => self.reader.invalid(
+                    number_at,
+                    "no equivalent: a cost of 0 checks the limit without taking from it, \
                          and every request a sluice rule admits takes at least 1",
-                    );
-                    None
-                }
+                ),
                 Some(number) => Some((number, number_at)),
                 None => {
-                    if !self.reader.problems.iter().any(|p| p.path == number_at) {
-                        self.reader
-                            .problem(number_at, "is required with from: Number");
-                    }
+                    self.reader
+                        .missing(&number_at, "is required with from: Number");
                     None
                 }
             },
-            Some("Metadata") => {
-                self.reader.problem(
-                    join(at, "from"),
-                    "no equivalent: the cost comes from Envoy's dynamic metadata, which sluice \
+            Some("Metadata") => self.reader.invalid(
+                join(at, "from"),
+                "no equivalent: the cost comes from Envoy's dynamic metadata, which sluice \
                      never sees",
-                );
-                None
-            }
-            Some(other) => {
-                self.reader.problem(
-                    join(at, "from"),
-                    format!("unknown source {other:?}; Number or Metadata"),
-                );
-                None
-            }
-            None => {
-                self.reader
-                    .problem(join(at, "from"), "is required: Number or Metadata");
-                None
-            }
+            ),
+            Some(other) => self.reader.invalid(
+                join(at, "from"),
+                format!("unknown source {other:?}; Number or Metadata"),
+            ),
+            None => self
+                .reader
+                .invalid(join(at, "from"), "is required: Number or Metadata"),
         }
     }
 

@@ -158,22 +158,17 @@ impl Reader {
                 "rate_limit" => rate_limit = self.rate_limit(field, &path),
                 "descriptors" => children = field,
                 "shadow_mode" => shadow = self.flag(field, &path),
-                "detailed_metric" | "value_to_metric" => {
-                    if self.flag(field, &path) {
-                        notes.push(format!(
-                            "{path}: ignored: it only names envoyproxy/ratelimit's metrics"
-                        ));
-                    }
+                "detailed_metric" | "value_to_metric" if self.flag(field, &path) => {
+                    notes.push(format!(
+                        "{path}: ignored: it only names envoyproxy/ratelimit's metrics"
+                    ));
                 }
-                "quota_mode" | "share_threshold" | "metadata" => {
-                    let set = match name.as_str() {
-                        "metadata" => !field.is_null(),
-                        _ => self.flag(field, &path),
-                    };
-                    if set {
-                        self.problem(path, no_equivalent(&name));
-                    }
+                "metadata" if !field.is_null() => self.problem(path, no_equivalent(&name)),
+                "quota_mode" | "share_threshold" if self.flag(field, &path) => {
+                    self.problem(path, no_equivalent(&name));
                 }
+                "detailed_metric" | "value_to_metric" | "quota_mode" | "share_threshold"
+                | "metadata" => {}
                 _ => self.problem(
                     path,
                     "unknown field; a descriptor entry has key, value, rate_limit, descriptors, \
@@ -273,32 +268,23 @@ impl Reader {
             return RateLimit::Unlimited;
         }
         let unit = match unit {
-            Some(text) => Unit::parse_any_case(&text).or_else(|| {
-                self.problem(unit_at, format!("unknown unit {text:?}; {UNITS}"));
-                None
-            }),
-            None => {
-                self.problem(unit_at, format!("is required; {UNITS}"));
-                None
-            }
+            Some(text) => Unit::parse(&text, true)
+                .or_else(|| self.invalid(unit_at, format!("unknown unit {text:?}; {UNITS}"))),
+            None => self.invalid(unit_at, format!("is required; {UNITS}")),
         };
         let count_at = join(at, "requests_per_unit");
         let requests_per_unit =
             match requests_per_unit.map(|field| field.as_u64().map(u32::try_from)) {
                 Some(Some(Ok(count))) => Some(count),
-                Some(_) => {
-                    self.problem(count_at, "must be a whole number from 0 to 4294967295");
-                    None
-                }
+                Some(_) => self.invalid(count_at, "must be a whole number from 0 to 4294967295"),
                 None => {
                     // A missing count is 0 to envoyproxy/ratelimit, which refuses
                     // every request: too quiet a way to close a route to copy.
-                    self.problem(
+                    self.invalid(
                         count_at,
                         "is required (envoyproxy/ratelimit reads a missing one as 0, refusing \
                      every request; write 0 if that is meant)",
-                    );
-                    None
+                    )
                 }
             };
         match (unit, requests_per_unit) {

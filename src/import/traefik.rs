@@ -273,21 +273,16 @@ impl Import {
         let any_case = known.iter().find(|name| name.eq_ignore_ascii_case(written));
         match (names, any_case) {
             (Names::AnyCase, Some(name)) => Some(name),
-            (Names::Exact, Some(name)) => {
-                self.reader.problem(
-                    at,
-                    format!(
-                        "unknown field: Kubernetes reads field names as written ({name}), and \
+            (Names::Exact, Some(name)) => self.reader.invalid(
+                at,
+                format!(
+                    "unknown field: Kubernetes reads field names as written ({name}), and \
                          drops this one"
-                    ),
-                );
-                None
-            }
-            (_, None) => {
-                self.reader
-                    .problem(at, format!("unknown field; {}", known.join(", ")));
-                None
-            }
+                ),
+            ),
+            (_, None) => self
+                .reader
+                .invalid(at, format!("unknown field; {}", known.join(", "))),
         }
     }
 
@@ -347,7 +342,7 @@ impl Import {
             }
         }
         if limit.average == 0 {
-            if !self.reader.problems.iter().any(|p| p.path.starts_with(at)) {
+            if !self.reader.said_within(at) {
                 self.skip(
                     "",
                     at,
@@ -362,56 +357,31 @@ impl Import {
     /// `period`: whole seconds, or a Go duration (`1m`, `1.5s`); 0 is a
     /// second, as Traefik reads it.
     fn period(&mut self, value: &Value, at: &str) -> Option<u64> {
+        let wanted =
+            || "must be whole seconds or a duration such as \"1m\" or \"500ms\"".to_owned();
+        let seconds = |seconds: i64| i128::from(seconds) * 1_000_000_000;
         let nanos = match value {
             Value::Null => return None,
-            Value::Number(number) => match number.as_i64() {
-                Some(seconds) => i128::from(seconds) * 1_000_000_000,
-                None => {
-                    self.reader.problem(
-                        at,
-                        "must be whole seconds or a duration such as \"1m\" or \"500ms\"",
-                    );
-                    return None;
-                }
-            },
-            Value::String(text) => match text.parse::<i64>() {
-                Ok(seconds) => i128::from(seconds) * 1_000_000_000,
-                Err(_) => match go_duration(text) {
-                    Ok(nanos) => nanos,
-                    Err(why) => {
-                        self.reader.problem(at, why);
-                        return None;
-                    }
-                },
-            },
-            _ => {
-                self.reader.problem(
-                    at,
-                    "must be whole seconds or a duration such as \"1m\" or \"500ms\"",
-                );
-                return None;
-            }
+            Value::Number(number) => number.as_i64().map(seconds).ok_or_else(wanted),
+            Value::String(text) => text.parse().map(seconds).or_else(|_| go_duration(text)),
+            _ => Err(wanted()),
         };
+        let nanos = self.reader.ok(at, nanos)?;
         if nanos < 0 {
-            self.reader
-                .problem(at, "must not be negative (Traefik refuses the middleware)");
-            return None;
+            return self
+                .reader
+                .invalid(at, "must not be negative (Traefik refuses the middleware)");
         }
         if nanos == 0 {
             return Some(1000);
         }
         if nanos % 1_000_000 != 0 {
-            self.reader
-                .problem(at, "no equivalent: sluice's periods are whole milliseconds");
-            return None;
+            return self
+                .reader
+                .invalid(at, "no equivalent: sluice's periods are whole milliseconds");
         }
-        match u64::try_from(nanos / 1_000_000) {
-            Ok(ms) => Some(ms),
-            Err(_) => {
-                self.reader.problem(at, "is too long a period");
-                None
-            }
-        }
+        let ms = u64::try_from(nanos / 1_000_000).map_err(|_| "is too long a period".to_owned());
+        self.reader.ok(at, ms)
     }
 
     /// `sourceCriterion`: what a bucket is kept for.
@@ -558,11 +528,13 @@ impl Limit {
         if let Source::Header(_) = self.source {
             toml.push_str("missing = \"shared\"\n");
         }
+        let rate = crate::config::format_rate(crate::config::Rate {
+            count: self.average,
+            period: std::time::Duration::from_millis(self.period_ms),
+        });
         let _ = writeln!(
             toml,
-            "algorithm = \"token_bucket\"\nrate = \"{}/{}\"\nburst = {}",
-            self.average,
-            period(self.period_ms),
+            "algorithm = \"token_bucket\"\nrate = \"{rate}\"\nburst = {}",
             self.burst
         );
         // sluice holds for whole milliseconds: a hold Traefik would keep
@@ -580,25 +552,6 @@ impl Limit {
             ],
         }
     }
-}
-
-/// A PERIOD for a sluice rate: the largest unit that divides it (`s`,
-/// `90s`, `1500ms`).
-fn period(ms: u64) -> String {
-    for (unit, length) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1000),
-    ] {
-        if ms.is_multiple_of(length) {
-            return match ms / length {
-                1 => unit.to_owned(),
-                n => format!("{n}{unit}"),
-            };
-        }
-    }
-    format!("{ms}ms")
 }
 
 /// A Go duration (`time.ParseDuration`: `300ms`, `-1.5h`, `2h45m`) in

@@ -51,6 +51,22 @@ impl Reader {
         self.problems.push(Problem::new(path, message));
     }
 
+    /// Reports a problem and gives the placeholder reading carries on with
+    /// (`None`, an empty list, `false`).
+    pub(super) fn invalid<T: Default>(
+        &mut self,
+        path: impl Into<String>,
+        message: impl Into<String>,
+    ) -> T {
+        self.problem(path, message);
+        T::default()
+    }
+
+    /// `result`'s value, or `None` with its error reported at `at`.
+    pub(super) fn ok<T>(&mut self, at: &str, result: Result<T, String>) -> Option<T> {
+        result.map_err(|why| self.problem(at, why)).ok()
+    }
+
     /// The fields of a mapping, each named by a string.
     pub(super) fn fields<'v>(
         &mut self,
@@ -59,8 +75,7 @@ impl Reader {
         expected: &str,
     ) -> Option<Fields<'v>> {
         let Value::Mapping(mapping) = value else {
-            self.problem(at, expected);
-            return None;
+            return self.invalid(at, expected);
         };
         let mut fields = Vec::with_capacity(mapping.len());
         for (name, field) in mapping {
@@ -93,8 +108,7 @@ impl Reader {
             Value::Bool(flag) => Some(flag.to_string()),
             Value::Number(number) if number.is_i64() || number.is_u64() => Some(number.to_string()),
             Value::Number(_) => {
-                self.problem(at, "write this number in quotes, as the text it should be");
-                None
+                self.invalid(at, "write this number in quotes, as the text it should be")
             }
             _ => self.string(value, at),
         }
@@ -106,10 +120,7 @@ impl Reader {
         match value {
             Value::Null => None,
             Value::String(text) => Some(text.clone()),
-            _ => {
-                self.problem(at, "must be a string");
-                None
-            }
+            _ => self.invalid(at, "must be a string"),
         }
     }
 
@@ -117,18 +128,27 @@ impl Reader {
     pub(super) fn required(&mut self, text: Option<String>, at: &str) -> Option<String> {
         match text {
             Some(text) if !text.is_empty() => Some(text),
-            Some(_) => {
-                self.problem(at, "must not be empty");
-                None
-            }
+            Some(_) => self.invalid(at, "must not be empty"),
             None => {
-                // Unless it was there but invalid, and said so.
-                if !self.problems.iter().any(|problem| problem.path == at) {
-                    self.problem(at, "is required");
-                }
+                self.missing(at, "is required");
                 None
             }
         }
+    }
+
+    /// A problem for a field that is missing, unless it was there but
+    /// invalid and said so.
+    pub(super) fn missing(&mut self, at: &str, message: impl Into<String>) {
+        if !self.problems.iter().any(|problem| problem.path == at) {
+            self.problem(at, message);
+        }
+    }
+
+    /// Whether a problem was found at `at` or inside it.
+    pub(super) fn said_within(&self, at: &str) -> bool {
+        self.problems
+            .iter()
+            .any(|problem| problem.path.starts_with(at))
     }
 
     /// A `true`/`false` field; null is false.
@@ -136,10 +156,7 @@ impl Reader {
         match value {
             Value::Bool(flag) => *flag,
             Value::Null => false,
-            _ => {
-                self.problem(at, "must be true or false");
-                false
-            }
+            _ => self.invalid(at, "must be true or false"),
         }
     }
 
@@ -164,10 +181,7 @@ impl Reader {
         match value {
             Value::Null => None,
             Value::Number(number) if number.as_u64().is_some_and(|n| n <= max) => number.as_u64(),
-            _ => {
-                self.problem(at, format!("must be a whole number from 0 to {max}"));
-                None
-            }
+            _ => self.invalid(at, format!("must be a whole number from 0 to {max}")),
         }
     }
 }
@@ -214,11 +228,8 @@ impl Object<'_> {
 pub(super) fn objects<'v>(documents: &'v [Value], reader: &mut Reader) -> Vec<Object<'v>> {
     let mut objects = Vec::new();
     for (i, document) in documents.iter().enumerate() {
-        let base = if documents.len() > 1 {
-            format!("document {}: ", i + 1)
-        } else {
-            String::new()
-        };
+        let base = (documents.len() > 1).then(|| format!("document {}: ", i + 1));
+        let base = base.unwrap_or_default();
         let read = object(document, base.clone(), reader);
         match (&read, document.get("items")) {
             (Some(list), Some(items)) if list.kind.as_deref() == Some("List") => {
@@ -239,11 +250,10 @@ pub(super) fn objects<'v>(documents: &'v [Value], reader: &mut Reader) -> Vec<Ob
 
 fn object<'v>(value: &'v Value, base: String, reader: &mut Reader) -> Option<Object<'v>> {
     if !value.is_mapping() {
-        reader.problem(
+        return reader.invalid(
             base.trim_end_matches(['.', ':', ' ']),
             "must be a mapping: a Kubernetes object, or Traefik's dynamic configuration",
         );
-        return None;
     }
     let text = |reader: &mut Reader, field: &str| {
         let at = format!("{base}{field}");
