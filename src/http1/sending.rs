@@ -98,6 +98,7 @@ impl Sending {
     /// The copied bytes' buffer, to append to: the long frame, if any, is
     /// copied into it first, so that what is appended follows it.
     pub fn buffer(&mut self) -> &mut Vec<u8> {
+        debug_assert!(!self.lent, "appended to while lent");
         if !self.long.is_empty() || !self.after_long.is_empty() {
             self.buf.extend_from_slice(&self.long);
             self.buf.extend_from_slice(self.after_long);

@@ -464,3 +464,66 @@ async fn nothing_is_kept_between_reads_the_sink_takes() {
         [frame, masked(0x89, b"")].concat()
     );
 }
+
+#[tokio::test]
+async fn messages_pass_whole_over_a_completion_transport() {
+    // Each write of the pump hands its bytes over and gets them back on a
+    // later poll (`testing/completion.rs`): what arrives is still every
+    // byte, in order, each message admitted once.
+    use crate::testing::completion;
+    let (mut client, mut client_side) = completion::pair();
+    let (mut server_side, mut server) = completion::pair();
+    let completions = client.completions();
+    let gate = TestGate::new(1_000, u64::MAX);
+    let early = masked(0x81, b"first");
+    let task = {
+        let (gate, early) = (Arc::clone(&gate), early.clone());
+        tokio::spawn(async move {
+            let early = (early, Vec::new());
+            let idle = Duration::from_secs(300);
+            metered(
+                &mut client_side,
+                &mut server_side,
+                early,
+                &gate,
+                (1 << 20, 0),
+                idle,
+            )
+            .await
+        })
+    };
+    let mut conversation = [
+        masked(0x01, b"frag"),
+        masked(0x89, b"ping"),
+        masked(0x80, b"ment"),
+    ]
+    .concat();
+    for n in 0..200u8 {
+        conversation.extend_from_slice(&masked(0x82, &[n; 100]));
+    }
+    for piece in conversation.chunks(777) {
+        client.write_all(piece).await.unwrap();
+    }
+    let sent = [early, conversation].concat();
+    let mut arrived = vec![0; sent.len()];
+    server.read_exact(&mut arrived).await.unwrap();
+    assert!(
+        arrived == sent,
+        "the server read other bytes than were sent"
+    );
+    assert_eq!(gate.asked.load(Ordering::SeqCst), 2 + 200);
+    let answer = server_frame(b"back");
+    server.write_all(&answer).await.unwrap();
+    assert_eq!(
+        {
+            let mut back = vec![0; answer.len()];
+            client.read_exact(&mut back).await.unwrap();
+            back
+        },
+        answer
+    );
+    client.shutdown().await.unwrap();
+    server.shutdown().await.unwrap();
+    assert!(matches!(task.await.unwrap().unwrap(), Ended::Closed { .. }));
+    assert!(completions.load(Ordering::SeqCst) > 10);
+}
