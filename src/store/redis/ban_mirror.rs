@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use super::ban_board::BanBoard;
 use crate::clock::{Clock, Nanos, ProxyClock};
@@ -154,7 +154,5 @@ impl BanMirror {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Each update is one assignment: a poisoned lock still guards a
     // consistent value.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
