@@ -255,11 +255,8 @@ impl Link {
                     .unwrap_or_else(|_| Err(no_answer(PROBE_CONNECT)));
                 match connected {
                     Ok((connection, seed)) => {
-                        link.seed.send_if_modified(|known| {
-                            let changed = *known != Some(seed);
-                            *known = Some(seed);
-                            changed
-                        });
+                        link.seed
+                            .send_if_modified(|known| known.replace(seed) != Some(seed));
                         link.failures.store(0, Ordering::Relaxed);
                         link.up.store(Some(Arc::new(connection)));
                         link.probing.store(false, Ordering::Release);
