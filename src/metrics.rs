@@ -176,6 +176,7 @@ impl Metrics {
             let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
             registered(&registry, HistogramVec::new(opts, labels))
         };
+        let int_gauge = |name, help| registered(&registry, IntGauge::new(name, help));
         let histogram = |name, help, buckets: &[f64]| {
             let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
             registered(&registry, Histogram::with_opts(opts))
@@ -240,12 +241,9 @@ impl Metrics {
             STORE_BUCKETS,
             &["backend"],
         );
-        let store_fallback_active = registered(
-            &registry,
-            IntGauge::new(
-                "sluice_store_fallback_active",
-                "1 while the shared store is down and local limiting is used.",
-            ),
+        let store_fallback_active = int_gauge(
+            "sluice_store_fallback_active",
+            "1 while the shared store is down and local limiting is used.",
         );
         let reloads = counters(
             "sluice_config_reloads_total",
@@ -308,19 +306,13 @@ impl Metrics {
 
         let sync = SyncSeries::new(&registry);
         let upstreams = UpstreamSeries::new(&registry);
-        let websocket_connections = registered(
-            &registry,
-            IntGauge::new(
-                "sluice_websocket_connections",
-                "WebSocket tunnels open (a handshake the upstream answered 101).",
-            ),
+        let websocket_connections = int_gauge(
+            "sluice_websocket_connections",
+            "WebSocket tunnels open (a handshake the upstream answered 101).",
         );
-        let persisted_queries = registered(
-            &registry,
-            IntGauge::new(
-                "sluice_persisted_queries",
-                "GraphQL persisted-query hashes known: a manifest's and those learned from requests.",
-            ),
+        let persisted_queries = int_gauge(
+            "sluice_persisted_queries",
+            "GraphQL persisted-query hashes known: a manifest's and those learned from requests.",
         );
         Metrics {
             registry,
