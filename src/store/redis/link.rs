@@ -107,18 +107,11 @@ impl Link {
                     .response_timeout(PROBE_CONNECT)
             })
             .map_err(|source| LinkError::Url {
-                urls: urls
-                    .iter()
-                    .map(|url| shown_redis_url(url))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                urls: super::shown_urls(urls).join(", "),
                 source,
             })?;
-        Ok(Link::with_node(
-            Node::Cluster(Box::new(client)),
-            timeout,
-            seed_key,
-        ))
+        let client = Node::Cluster(Box::new(client));
+        Ok(Link::with_node(client, timeout, seed_key))
     }
 
     fn with_node(client: Node, timeout: Duration, seed_key: String) -> Link {
