@@ -211,22 +211,20 @@ impl Learned {
     /// reload's settings.
     pub fn serve(&self, capacity: usize, manifest: &Manifest) {
         let active = active_shards(capacity);
-        if active != self.active.swap(active, Ordering::Relaxed) {
-            // Hashes now pick other shards: what was learned is forgotten
-            // (a client sends a query again when its hash is not found).
-            for shard in self.shards.iter() {
-                let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-                let Shard { documents, bytes } = &mut *shard;
+        // When `active` changed, hashes pick other shards: what was learned
+        // is forgotten (a client sends a query again when its hash is not
+        // found).
+        let moved = active != self.active.swap(active, Ordering::Relaxed);
+        for (index, shard) in self.shards.iter().enumerate() {
+            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let Shard { documents, bytes } = &mut *shard;
+            if moved {
                 if let Some(table) = documents.as_mut() {
                     self.held.fetch_sub(table.len(), Ordering::Relaxed);
                     table.clear();
                 }
                 *bytes = 0;
             }
-        }
-        for (index, shard) in self.shards.iter().enumerate() {
-            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            let Shard { documents, bytes } = &mut *shard;
             let before = documents.as_ref().map_or(0, LruCache::len);
             match (
                 NonZeroUsize::new(share(capacity, active, index)),
