@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use crate::clock::Nanos;
 use crate::key::KeyText;
@@ -107,7 +107,7 @@ impl Default for Tally {
 }
 
 /// A heavy hitter, merged over shards and periods.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Hitter {
     pub key: u64,
     /// The key's text, once written (shown only through
@@ -149,10 +149,7 @@ impl HeavyHitters {
         let period = now / PERIOD;
         let mut merged = HashMap::new();
         for shard in &self.shards {
-            let shard = match shard.lock() {
-                Ok(shard) => shard,
-                Err(poisoned) => poisoned.into_inner(),
-            };
+            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
             let periods = match kind {
                 Kind::Limited => &shard.limited,
                 Kind::Requests => &shard.requests,
@@ -281,9 +278,7 @@ fn add(
 ) {
     let hitter = merged.entry(key).or_insert_with(|| Hitter {
         key,
-        text: None,
-        count: 0,
-        error: 0,
+        ..Hitter::default()
     });
     hitter.count += u64::from(count);
     hitter.error += u64::from(error);
@@ -295,12 +290,7 @@ fn add(
 /// Sorts `hitters` most counted first (ties: least overcount, then key)
 /// and keeps the first `n`.
 fn rank(hitters: &mut Vec<Hitter>, n: usize) {
-    hitters.sort_unstable_by(|a, b| {
-        b.count
-            .cmp(&a.count)
-            .then(a.error.cmp(&b.error))
-            .then(a.key.cmp(&b.key))
-    });
+    hitters.sort_unstable_by_key(|h| (std::cmp::Reverse(h.count), h.error, h.key));
     hitters.truncate(n);
 }
 

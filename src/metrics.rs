@@ -166,25 +166,33 @@ impl Metrics {
     /// Registers every metric of the minimum set that exists in this release.
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new("sluice_requests_total", "Requests per rule and outcome."),
+        let counters = |name, help, labels: &[&str]| {
+            registered(&registry, IntCounterVec::new(Opts::new(name, help), labels))
+        };
+        let gauges = |name, help, labels: &[&str]| {
+            registered(&registry, IntGaugeVec::new(Opts::new(name, help), labels))
+        };
+        let histograms = |name, help, buckets: &[f64], labels: &[&str]| {
+            let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+            registered(&registry, HistogramVec::new(opts, labels))
+        };
+        let int_gauge = |name, help| registered(&registry, IntGauge::new(name, help));
+        let histogram = |name, help, buckets: &[f64]| {
+            let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+            registered(&registry, Histogram::with_opts(opts))
+        };
+        let requests = counters(
+            "sluice_requests_total",
+            "Requests per rule and outcome.",
             &["rule", "outcome"],
-        )
-        .expect("static metric definition");
-        let responses_vec = IntCounterVec::new(
-            Opts::new(
-                "sluice_responses_total",
-                "Responses sent to clients, by class.",
-            ),
+        );
+        let responses_vec = counters(
+            "sluice_responses_total",
+            "Responses sent to clients, by class.",
             &["code_class"],
-        )
-        .expect("static metric definition");
+        );
         let responses = ["1xx", "2xx", "3xx", "4xx", "5xx"]
             .map(|class| responses_vec.with_label_values(&[class]));
-        let histogram = |name: &str, help: &str, buckets: &[f64]| {
-            Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
-                .expect("static metric definition")
-        };
         let decision_seconds = histogram(
             "sluice_decision_seconds",
             "Time to decide a request, all its rules (requests no rule applies to are not counted).",
@@ -195,154 +203,97 @@ impl Metrics {
             "Request head in to upstream request out, minus intentional delay.",
             OVERHEAD_BUCKETS,
         );
-        let tracked_keys = IntGaugeVec::new(
-            Opts::new("sluice_tracked_keys", "Buckets tracked per rule."),
+        let tracked_keys = gauges(
+            "sluice_tracked_keys",
+            "Buckets tracked per rule.",
             &["rule"],
-        )
-        .expect("static metric definition");
-        let adaptive_limit = IntGaugeVec::new(
-            Opts::new(
-                "sluice_adaptive_limit",
-                "The limit an adaptive rule has learned: requests in flight it admits now.",
-            ),
+        );
+        let adaptive_limit = gauges(
+            "sluice_adaptive_limit",
+            "The limit an adaptive rule has learned: requests in flight it admits now.",
             &["rule"],
-        )
-        .expect("static metric definition");
-        let delay_seconds = HistogramVec::new(
-            HistogramOpts::new(
-                "sluice_delay_seconds",
-                "Time requests were held (delay mode) before being forwarded, per rule.",
-            )
-            .buckets(LONG_BUCKETS.to_vec()),
+        );
+        let delay_seconds = histograms(
+            "sluice_delay_seconds",
+            "Time requests were held (delay mode) before being forwarded, per rule.",
+            LONG_BUCKETS,
             &["rule"],
-        )
-        .expect("static metric definition");
-        let queue_depth = IntGaugeVec::new(
-            Opts::new(
-                "sluice_queue_depth",
-                "Requests held right now (delay mode: waiting for budget or a permit), per rule.",
-            ),
+        );
+        let queue_depth = gauges(
+            "sluice_queue_depth",
+            "Requests held right now (delay mode: waiting for budget or a permit), per rule.",
             &["rule"],
-        )
-        .expect("static metric definition");
-        let evictions = IntCounterVec::new(
-            Opts::new(
-                "sluice_evictions_total",
-                "idle: a fresh-equivalent bucket dropped; overflow: a decision made \
-                 through the overflow sketch because the store was full.",
-            ),
+        );
+        let evictions = counters(
+            "sluice_evictions_total",
+            "idle: a fresh-equivalent bucket dropped; overflow: a decision made \
+             through the overflow sketch because the store was full.",
             &["reason"],
-        )
-        .expect("static metric definition");
-        let store_errors = IntCounterVec::new(
-            Opts::new(
-                "sluice_store_errors_total",
-                "Store errors per backend and kind (unavailable: no answer; script: an answer that is an error).",
-            ),
+        );
+        let store_errors = counters(
+            "sluice_store_errors_total",
+            "Store errors per backend and kind (unavailable: no answer; script: an answer that is an error).",
             &["backend", "kind"],
-        )
-        .expect("static metric definition");
-        let store_seconds = HistogramVec::new(
-            HistogramOpts::new(
-                "sluice_store_seconds",
-                "Time of one call to the store (for a shared store, one round trip), per backend.",
-            )
-            .buckets(STORE_BUCKETS.to_vec()),
+        );
+        let store_seconds = histograms(
+            "sluice_store_seconds",
+            "Time of one call to the store (for a shared store, one round trip), per backend.",
+            STORE_BUCKETS,
             &["backend"],
-        )
-        .expect("static metric definition");
-        let store_fallback_active = IntGauge::new(
+        );
+        let store_fallback_active = int_gauge(
             "sluice_store_fallback_active",
             "1 while the shared store is down and local limiting is used.",
-        )
-        .expect("static metric definition");
-        let reloads = IntCounterVec::new(
-            Opts::new("sluice_config_reloads_total", "Config reloads by result."),
+        );
+        let reloads = counters(
+            "sluice_config_reloads_total",
+            "Config reloads by result.",
             &["result"],
-        )
-        .expect("static metric definition");
-
-        let access_log_dropped = IntCounter::new(
-            "sluice_access_log_dropped_total",
-            "Access log lines dropped because the writer was behind (or its target failed).",
-        )
-        .expect("static metric definition");
-
-        let trace_spans = IntCounterVec::new(
-            Opts::new(
-                "sluice_trace_spans_total",
-                "Spans by what became of them: exported, dropped (the queue was full), \
-                 failed (the collector refused or did not answer).",
+        );
+        let access_log_dropped = registered(
+            &registry,
+            IntCounter::new(
+                "sluice_access_log_dropped_total",
+                "Access log lines dropped because the writer was behind (or its target failed).",
             ),
+        );
+        let trace_spans = counters(
+            "sluice_trace_spans_total",
+            "Spans by what became of them: exported, dropped (the queue was full), \
+             failed (the collector refused or did not answer).",
             &["result"],
-        )
-        .expect("static metric definition");
-
-        let bans_started = IntCounterVec::new(
-            Opts::new(
-                "sluice_bans_total",
-                "Bans started, per rule (a key limited `after` times `within` the period).",
-            ),
+        );
+        let bans_started = counters(
+            "sluice_bans_total",
+            "Bans started, per rule (a key limited `after` times `within` the period).",
             &["rule"],
-        )
-        .expect("static metric definition");
-        let banned_requests = IntCounterVec::new(
-            Opts::new(
-                "sluice_banned_requests_total",
-                "Requests refused because their key was banned, per rule (also counted limited).",
-            ),
+        );
+        let banned_requests = counters(
+            "sluice_banned_requests_total",
+            "Requests refused because their key was banned, per rule (also counted limited).",
             &["rule"],
-        )
-        .expect("static metric definition");
-        let bans_active = IntGaugeVec::new(
-            Opts::new("sluice_bans_active", "Bans in force, per rule."),
-            &["rule"],
-        )
-        .expect("static metric definition");
-
-        let per_rule = |name: &str, help: &str| {
-            IntCounterVec::new(Opts::new(name, help), &["rule"]).expect("static metric definition")
-        };
-        let budget_charged = per_rule(
+        );
+        let bans_active = gauges("sluice_bans_active", "Bans in force, per rule.", &["rule"]);
+        let budget_charged = counters(
             "sluice_budget_charged_total",
             "Units charged after admission (deferred charges and /admin/spend), per rule.",
+            &["rule"],
         );
-        let budget_refunded = per_rule(
+        let budget_refunded = counters(
             "sluice_budget_refunded_total",
             "Admission units given back (refund_on), per rule.",
+            &["rule"],
         );
-        let charge_errors = per_rule(
+        let charge_errors = counters(
             "sluice_charge_errors_total",
             "Charge values that never arrived or were malformed (charged charge_missing), per rule.",
+            &["rule"],
         );
-
-        for collector in [
-            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(bans_started.clone()),
-            Box::new(banned_requests.clone()),
-            Box::new(bans_active.clone()),
-            Box::new(budget_charged.clone()),
-            Box::new(budget_refunded.clone()),
-            Box::new(charge_errors.clone()),
-            Box::new(responses_vec),
-            Box::new(decision_seconds.clone()),
-            Box::new(overhead_seconds.clone()),
-            Box::new(tracked_keys.clone()),
-            Box::new(adaptive_limit.clone()),
-            Box::new(delay_seconds.clone()),
-            Box::new(queue_depth.clone()),
-            Box::new(evictions.clone()),
-            Box::new(store_errors.clone()),
-            Box::new(store_seconds.clone()),
-            Box::new(store_fallback_active.clone()),
-            Box::new(reloads.clone()),
-            Box::new(access_log_dropped.clone()),
-            Box::new(trace_spans.clone()),
-        ] {
-            registry
-                .register(collector)
-                .expect("metric names are unique");
-        }
+        let tls_handshakes = counters(
+            "sluice_tls_handshakes_total",
+            "TLS handshakes on the listener, by result (error: failed or timed out).",
+            &["result"],
+        );
 
         // RSS, open descriptors, CPU seconds, threads and start time of
         // this process, read from /proc at each scrape (Linux only).
@@ -355,29 +306,13 @@ impl Metrics {
 
         let sync = SyncSeries::new(&registry);
         let upstreams = UpstreamSeries::new(&registry);
-        let tls_handshakes = registered(
-            &registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "sluice_tls_handshakes_total",
-                    "TLS handshakes on the listener, by result (error: failed or timed out).",
-                ),
-                &["result"],
-            ),
+        let websocket_connections = int_gauge(
+            "sluice_websocket_connections",
+            "WebSocket tunnels open (a handshake the upstream answered 101).",
         );
-        let websocket_connections = registered(
-            &registry,
-            IntGauge::new(
-                "sluice_websocket_connections",
-                "WebSocket tunnels open (a handshake the upstream answered 101).",
-            ),
-        );
-        let persisted_queries = registered(
-            &registry,
-            IntGauge::new(
-                "sluice_persisted_queries",
-                "GraphQL persisted-query hashes known: a manifest's and those learned from requests.",
-            ),
+        let persisted_queries = int_gauge(
+            "sluice_persisted_queries",
+            "GraphQL persisted-query hashes known: a manifest's and those learned from requests.",
         );
         Metrics {
             registry,

@@ -114,28 +114,25 @@ fn accepted(
     let places = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     futures_util::stream::unfold((listener, places), |(listener, places)| async move {
         loop {
-            match listener.accept().await {
-                Ok((stream, _)) => match Arc::clone(&places).try_acquire_owned() {
-                    Ok(place) => {
-                        let _ = stream.set_nodelay(true);
-                        let permitted = Permitted {
-                            stream,
-                            _place: place,
-                        };
-                        return Some((Ok(permitted), (listener, places)));
-                    }
-                    Err(_) => {
-                        tracing::debug!(
-                            "rate limit service connection refused: {MAX_CONNECTIONS} open"
-                        );
-                    }
-                },
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
                 Err(error) => {
                     tracing::warn!(%error, "rate limit service accept failed");
                     // Out of descriptors, say: not a spin while it lasts.
                     tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
                 }
-            }
+            };
+            let Ok(place) = Arc::clone(&places).try_acquire_owned() else {
+                tracing::debug!("rate limit service connection refused: {MAX_CONNECTIONS} open");
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let permitted = Permitted {
+                stream,
+                _place: place,
+            };
+            return Some((Ok(permitted), (listener, places)));
         }
     })
 }

@@ -135,16 +135,13 @@ pub fn certified_key(cert: &Path, key: &Path) -> Result<Arc<rustls::sign::Certif
 /// The DNS names (subject alternative names, wildcards included) the leaf
 /// certificate of `key` is for, lower case: what SNI picks it by.
 pub fn dns_names(key: &rustls::sign::CertifiedKey) -> Vec<String> {
-    let Some(leaf) = key.cert.first() else {
-        return Vec::new();
-    };
-    match webpki::EndEntityCert::try_from(leaf) {
-        Ok(cert) => cert
-            .valid_dns_names()
-            .map(|name| name.to_ascii_lowercase())
-            .collect(),
-        Err(_) => Vec::new(),
-    }
+    let leaf = key.cert.first();
+    let cert = leaf.and_then(|leaf| webpki::EndEntityCert::try_from(leaf).ok());
+    cert.map_or_else(Vec::new, |cert| {
+        cert.valid_dns_names()
+            .map(str::to_ascii_lowercase)
+            .collect()
+    })
 }
 
 /// The name a server's certificate is verified against, as a URL writes

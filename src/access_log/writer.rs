@@ -10,6 +10,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::thread::Thread;
 
@@ -27,6 +28,7 @@ pub(super) fn spawn(sink: Weak<Sink>) -> Thread {
 }
 
 /// Where lines go.
+#[derive(Default)]
 struct Output {
     /// `None`: `off`, or a file that could not be opened.
     file: Option<File>,
@@ -38,11 +40,7 @@ struct Output {
 }
 
 fn run(sink: &Weak<Sink>) {
-    let mut output = Output {
-        file: None,
-        lost: false,
-        failing: false,
-    };
+    let mut output = Output::default();
     // The emptied buffer handed to the next thread's in exchange for its
     // full one.
     let mut batch: Vec<u8> = Vec::new();
@@ -66,13 +64,8 @@ fn run(sink: &Weak<Sink>) {
             }
         }
         for shard in &shards {
-            {
-                let mut lines = lock(&shard.lines);
-                std::mem::swap(&mut *lines, &mut batch);
-            }
-            shard
-                .nudged
-                .store(false, std::sync::atomic::Ordering::Relaxed);
+            std::mem::swap(&mut *lock(&shard.lines), &mut batch);
+            shard.nudged.store(false, Ordering::Relaxed);
             if !batch.is_empty() {
                 output.write(&batch, &dropped);
                 batch.clear();
@@ -96,13 +89,9 @@ fn run(sink: &Weak<Sink>) {
 impl Output {
     /// Opens `target`, closing what was open.
     fn open(&mut self, target: &AccessLogTarget) {
-        self.failing = false;
+        *self = Output::default();
         let opened = match target {
-            AccessLogTarget::Off => {
-                self.file = None;
-                self.lost = false;
-                return;
-            }
+            AccessLogTarget::Off => return,
             // A descriptor of its own on stdout: `std::io::stdout()`'s lock
             // and line buffering are for the rest of the process.
             AccessLogTarget::Stdout => std::io::stdout()
@@ -111,21 +100,16 @@ impl Output {
                 .map(File::from),
             AccessLogTarget::File(path) => OpenOptions::new().create(true).append(true).open(path),
         };
-        match opened {
-            Ok(file) => {
-                self.file = Some(file);
-                self.lost = false;
-            }
-            Err(error) => {
+        self.lost = opened.is_err();
+        self.file = opened
+            .inspect_err(|error| {
                 tracing::error!(
                     target = ?target,
                     %error,
                     "the access log cannot be opened; its lines are dropped until a reload opens it"
                 );
-                self.file = None;
-                self.lost = true;
-            }
-        }
+            })
+            .ok();
     }
 
     /// Writes `lines` out; lines that cannot be are counted in `dropped`.

@@ -12,7 +12,7 @@ use super::rule::{Billing, Rule, Variant, VariantIndex};
 use super::sunset::Sunset;
 use super::Policy;
 use crate::clock::Nanos;
-use crate::config::{Config, KeySource, OnChange, OnLimit, RuleConfig, Unit};
+use crate::config::{Config, KeySource, LimitConfig, OnChange, OnLimit, RuleConfig, Unit};
 use crate::key::read_once::FieldsRead;
 use crate::key::KeyHasher;
 use crate::limiter::adaptive::{Bounds, Controller};
@@ -55,15 +55,7 @@ pub(super) fn compile_rule(
             }
             vec![concurrency_limit(rule, max_in_flight, table, status)]
         }
-        None => rule
-            .limits
-            .iter()
-            .map(|limit| {
-                let limiter = limiter(rule.algorithm, limit);
-                let table = tables.table(rule.limits.len(), Some(limit.rate.period), &limiter);
-                compile_limit(rule, limit, rule.limits.len(), limiter, table, status)
-            })
-            .collect(),
+        None => tables.limits(rule, &rule.limits, status),
     };
     let variants = match limits.first() {
         // An adaptive rule's tiers share its permits, each up to its share
@@ -77,7 +69,7 @@ pub(super) fn compile_rule(
             max_delay,
             max_queue,
         } if !rule.shadow => Some(HoldLimits {
-            max_wait: max_delay.as_nanos().min(u128::from(Nanos::MAX)) as Nanos,
+            max_wait: saturating_nanos(max_delay),
             max_queued: max_queue.saturating_mul(rule.cost),
         }),
         _ => None,
@@ -101,6 +93,8 @@ pub(super) fn compile_rule(
         .filter(|_| !limits.is_empty() && !rule.limits.is_empty())
         .map(|sunset| Sunset::new(rule, sunset, &limits[0], status));
     let counters = metrics.rule_counters(&rule.name);
+    // The key's sources and the tiers' `by`.
+    let sources = || rule.key.iter().chain(rule.tiers.as_ref().map(|t| &t.by));
     Rule {
         sunset,
         variants,
@@ -120,25 +114,14 @@ pub(super) fn compile_rule(
         cost: rule.cost,
         graphql_cost: rule.graphql_cost,
         unreadable: rule.unreadable,
-        reads_body: rule.graphql_cost
-            || rule
-                .key
-                .iter()
-                .chain(rule.tiers.as_ref().map(|tiers| &tiers.by))
-                .any(KeySource::reads_body),
+        reads_body: rule.graphql_cost || sources().any(KeySource::reads_body),
         billing: billing(rule, &counters),
         shadow: rule.shadow,
         hold,
-        uses_jwt: rule
-            .key
-            .iter()
-            .chain(rule.tiers.as_ref().map(|tiers| &tiers.by))
-            .any(|source| matches!(source, KeySource::Jwt(_))),
+        uses_jwt: sources().any(|source| matches!(source, KeySource::Jwt(_))),
         reads: FieldsRead::of(
             rule.matcher.header.iter().map(|(name, _)| name),
-            rule.key
-                .iter()
-                .chain(rule.tiers.as_ref().map(|tiers| &tiers.by)),
+            sources(),
             // The header `[identity.jwt]` reads tokens from.
             config.identity.jwt.as_ref().map(|jwt| &jwt.header),
         ),
@@ -217,16 +200,7 @@ fn compile_variants(
                 variant: Some(&label),
                 adaptive: None,
             };
-            let count = variant.limits.len();
-            let limits = variant
-                .limits
-                .iter()
-                .map(|limit| {
-                    let limiter = limiter(rule.algorithm, limit);
-                    let table = tables.table(count, Some(limit.rate.period), &limiter);
-                    compile_limit(rule, limit, count, limiter, table, status)
-                })
-                .collect();
+            let limits = tables.limits(rule, &variant.limits, status);
             Variant { label, limits }
         })
         .collect()
@@ -280,6 +254,24 @@ struct Tables<'a> {
 }
 
 impl Tables<'_> {
+    /// `limits` (a rule's or a variant's) compiled, each on its table.
+    fn limits(
+        &self,
+        rule: &RuleConfig,
+        limits: &[LimitConfig],
+        status: http::StatusCode,
+    ) -> Vec<Limit> {
+        let count = limits.len();
+        limits
+            .iter()
+            .map(|limit| {
+                let limiter = limiter(rule.algorithm, limit);
+                let table = self.table(count, Some(limit.rate.period), &limiter);
+                compile_limit(rule, limit, count, limiter, table, status)
+            })
+            .collect()
+    }
+
     /// The table for the rule's limit with `period` (of `count` limits):
     /// the kept rule's limit of the same period (when both rules have one
     /// limit, that one whatever its period), carried over to `limiter`; a

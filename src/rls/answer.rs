@@ -57,15 +57,13 @@ fn status(slot: &Slot<'_>, decided: &Decided<'_>) -> DescriptorStatus {
         };
     }
     // Unasked (another rule banned the caller): what the rule is, no more.
-    let decisions = match admission.decisions.get(slot.decisions.clone()) {
-        Some(decisions) if !decisions.is_empty() => decisions,
-        _ => {
-            return DescriptorStatus {
-                code: Code::Ok.into(),
-                current_limit: slot.limits.first().map(current_limit),
-                ..DescriptorStatus::default()
-            }
-        }
+    let decisions = admission.decisions.get(slot.decisions.clone());
+    let Some(decisions) = decisions.filter(|decisions| !decisions.is_empty()) else {
+        return DescriptorStatus {
+            code: Code::Ok.into(),
+            current_limit: slot.limits.first().map(current_limit),
+            ..DescriptorStatus::default()
+        };
     };
     let refused = decided.limited_by(slot);
     // The limit `X-RateLimit-*` names: the least left, the first on ties.

@@ -73,10 +73,9 @@ fn trace_fields(metadata: &tonic::metadata::MetadataMap) -> http::HeaderMap {
         .into_iter()
         .chain(&context::B3_FIELDS)
     {
-        if let Some(value) = metadata.get(name.as_str()) {
-            if let Ok(value) = http::HeaderValue::from_bytes(value.as_bytes()) {
-                headers.insert(name.clone(), value);
-            }
+        let value = metadata.get(name.as_str());
+        if let Some(value) = value.and_then(|v| http::HeaderValue::from_bytes(v.as_bytes()).ok()) {
+            headers.insert(name.clone(), value);
         }
     }
     headers

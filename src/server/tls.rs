@@ -27,7 +27,7 @@
 //! that a connection between requests holds no TLS buffer.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -210,17 +210,14 @@ impl TlsListener {
         let loaded = Loaded::of(pairs);
         let certificates = Certificates::load(pairs)?;
         self.resolver.current.store(Arc::new(certificates));
-        *self
-            .loaded
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = loaded;
+        *self.loaded.lock().unwrap_or_else(PoisonError::into_inner) = loaded;
         Ok(())
     }
 
     fn loaded(&self) -> Loaded {
         self.loaded
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 }

@@ -255,14 +255,11 @@ impl Task {
 
 /// An error and its sources, on one line.
 fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    let chain = std::iter::successors(Some(error), |error| error.source());
+    chain
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 /// `service.instance.id`: 16 random bytes as 32 hex digits, one per
@@ -274,13 +271,7 @@ fn instance_id() -> String {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        text.push(DIGITS[usize::from(byte >> 4)] as char);
-        text.push(DIGITS[usize::from(byte & 0xf)] as char);
-    }
-    text
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// The resource's attributes: the settings' pairs and the instance id

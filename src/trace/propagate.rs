@@ -7,7 +7,7 @@
 use std::cell::Cell;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use http::header::{HeaderMap, HeaderValue};
 use smallvec::SmallVec;
@@ -93,9 +93,7 @@ impl Outgoing {
     }
 
     fn attempts(&self) -> std::sync::MutexGuard<'_, SmallVec<[Attempt; 1]>> {
-        self.attempts
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.attempts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn span_id(&self) -> SpanId {

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use lru::LruCache;
 use sha2::{Digest, Sha256};
@@ -211,26 +211,20 @@ impl Learned {
     /// reload's settings.
     pub fn serve(&self, capacity: usize, manifest: &Manifest) {
         let active = active_shards(capacity);
-        if active != self.active.swap(active, Ordering::Relaxed) {
-            // Hashes now pick other shards: what was learned is forgotten
-            // (a client sends a query again when its hash is not found).
-            for shard in self.shards.iter() {
-                let mut shard = shard
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                let Shard { documents, bytes } = &mut *shard;
+        // When `active` changed, hashes pick other shards: what was learned
+        // is forgotten (a client sends a query again when its hash is not
+        // found).
+        let moved = active != self.active.swap(active, Ordering::Relaxed);
+        for (index, shard) in self.shards.iter().enumerate() {
+            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let Shard { documents, bytes } = &mut *shard;
+            if moved {
                 if let Some(table) = documents.as_mut() {
                     self.held.fetch_sub(table.len(), Ordering::Relaxed);
                     table.clear();
                 }
                 *bytes = 0;
             }
-        }
-        for (index, shard) in self.shards.iter().enumerate() {
-            let mut shard = shard
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            let Shard { documents, bytes } = &mut *shard;
             let before = documents.as_ref().map_or(0, LruCache::len);
             match (
                 NonZeroUsize::new(share(capacity, active, index)),
@@ -264,9 +258,7 @@ impl Learned {
         let shard = &self.shards[usize::from(hash[0]) % active];
         // A panic while the lock was held cannot leave the table broken
         // (each step keeps it consistent): go on with it.
-        shard
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        shard.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The document learned for `hash`, now the most recently used.

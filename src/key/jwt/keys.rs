@@ -106,18 +106,14 @@ fn key_set(json: &[u8], algorithms: &[JwtAlgorithm]) -> Result<Vec<SetKey>, Stri
         }
         let key = DecodingKey::from_jwk(jwk)
             .map_err(|_| format!("{name} is not an RSA or EC public key sluice can use"))?;
-        let pinned = match jwk.common.key_algorithm {
-            None => None,
-            Some(alg) => {
-                let text = alg.to_string();
-                let Some(alg) = algorithms.iter().copied().find(|a| a.name() == text) else {
-                    return Err(format!(
-                        "{name} is for {text}, which algorithms ({listed}) does not list"
-                    ));
-                };
-                Some(alg)
-            }
-        };
+        let pinned = jwk.common.key_algorithm.map(|alg| {
+            let text = alg.to_string();
+            let found = algorithms.iter().copied().find(|a| a.name() == text);
+            found.ok_or_else(|| {
+                format!("{name} is for {text}, which algorithms ({listed}) does not list")
+            })
+        });
+        let pinned = pinned.transpose()?;
         let usable = match pinned {
             Some(alg) => serves(&key, alg),
             None => algorithms.iter().any(|&alg| serves(&key, alg)),
@@ -145,9 +141,7 @@ fn jwt_names(algorithms: &[JwtAlgorithm]) -> String {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|window| window == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 /// What a key for `alg` looks like, for messages.

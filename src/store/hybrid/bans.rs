@@ -15,7 +15,7 @@
 //! Strikes a round could not send, and a ban it could not list, wait for
 //! the next round.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::sync::CHUNK;
 use super::HybridStore;
@@ -122,7 +122,5 @@ pub(super) type Unlisted = Mutex<Vec<(Box<str>, BucketKey, Nanos)>>;
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Each update is one push or take: a poisoned lock still guards a
     // consistent list.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use super::is_synced;
 use crate::clock::Nanos;
@@ -264,7 +264,5 @@ fn shard_of(key: BucketKey) -> usize {
 
 fn lock(shard: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
     // A note is one assignment: a poisoned shard is still consistent.
-    shard
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    shard.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -15,6 +15,7 @@
 //! `max_keys` of them and drops the oldest first
 //! (`sluice_store_sync_dropped_total`).
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Weak;
@@ -25,7 +26,7 @@ use tokio::time::MissedTickBehavior;
 use super::deltas::Delta;
 use super::{replica, HybridStore};
 use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::limiter::BucketState;
+use crate::limiter::{BucketState, Limiter};
 use crate::store::admission::{Receipt, Settle, StoreError, Taken};
 use crate::store::redis::Synced;
 
@@ -189,11 +190,10 @@ impl HybridStore {
     /// and counted twice, which errs towards refusing.)
     async fn exchange(
         &self,
-        batch: Vec<Delta>,
+        mut batch: Vec<Delta>,
         clock: &impl Clock,
     ) -> Result<u64, (StoreError, Vec<Delta>)> {
         let mut calls = 0;
-        let mut batch = batch;
         // One limit's buckets in a row: a call writes its parameters once.
         batch.sort_unstable_by_key(|delta| delta.table.id());
         let mut rest = batch.as_slice();
@@ -233,10 +233,8 @@ impl HybridStore {
         clock: &impl Clock,
     ) -> Result<u64, (StoreError, Vec<Delta>)> {
         let buckets: Vec<Synced<'_>> = part.iter().map(synced).collect();
-        let views = match self.shared.sync(&buckets, clock.now()).await {
-            Ok(views) => views,
-            Err(error) => return Err((error, part.to_vec())),
-        };
+        let synced = self.shared.sync(&buckets, clock.now()).await;
+        let views = synced.map_err(|error| (error, part.to_vec()))?;
         let now = clock.now();
         for (delta, view) in part.iter().zip(views) {
             self.adopt(delta, view, now);
@@ -262,12 +260,9 @@ impl HybridStore {
         let mut failed = Vec::new();
         let mut first_error = None;
         for (delta, answer) in part.iter().zip(answers) {
-            match answer {
-                Ok(views) => {
-                    if let Some(&view) = views.first() {
-                        self.adopt(delta, view, now);
-                    }
-                }
+            match answer.map(|views| views.first().copied()) {
+                Ok(Some(view)) => self.adopt(delta, view, now),
+                Ok(None) => {}
                 Err(error) => {
                     first_error.get_or_insert(error);
                     failed.push(delta.clone());
@@ -313,8 +308,7 @@ impl HybridStore {
                 units: delta.given_back,
                 taken: Taken::Bucket,
                 at: match delta.limiter {
-                    crate::limiter::Limiter::TokenBucket(_)
-                    | crate::limiter::Limiter::LeakyBucket(_) => {
+                    Limiter::TokenBucket(_) | Limiter::LeakyBucket(_) => {
                         now.saturating_add(GIVE_BACK_AHEAD)
                     }
                     _ => delta.given_back_at,
@@ -402,7 +396,7 @@ impl Outbox {
         for batch in self.batches.drain(..) {
             for delta in batch {
                 match merged.entry((delta.table.id(), delta.key)) {
-                    std::collections::hash_map::Entry::Occupied(mut entry) => {
+                    Entry::Occupied(mut entry) => {
                         let into = entry.get_mut();
                         into.taken = into.taken.saturating_add(delta.taken);
                         if delta.given_back > 0 {
@@ -410,7 +404,7 @@ impl Outbox {
                         }
                         into.limiter = delta.limiter;
                     }
-                    std::collections::hash_map::Entry::Vacant(entry) => {
+                    Entry::Vacant(entry) => {
                         entry.insert(delta);
                     }
                 }

@@ -92,28 +92,26 @@ impl Access {
     }
 
     fn with_password(&self, info: ConnectionInfo) -> ConnectionInfo {
-        match &self.password {
-            Some(password) => {
-                let settings = info.redis_settings().clone().set_password(&*password.0);
-                info.set_redis_settings(settings)
-            }
-            None => info,
-        }
+        let Some(password) = &self.password else {
+            return info;
+        };
+        let settings = info.redis_settings().clone().set_password(&*password.0);
+        info.set_redis_settings(settings)
     }
 
     /// The authorities: those in `ca`, or (none given) the system's roots,
     /// which the client loads itself.
     fn certificates(&self) -> Result<TlsCertificates, RedisError> {
-        let root_cert = match &self.ca {
-            Some(path) => Some(std::fs::read(path).map_err(|error| {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|error| {
                 RedisError::from((
                     ErrorKind::InvalidClientConfig,
                     "cannot read the CA file",
                     format!("{}: {error}", path.display()),
                 ))
-            })?),
-            None => None,
+            })
         };
+        let root_cert = self.ca.as_ref().map(read).transpose()?;
         Ok(TlsCertificates {
             client_tls: None,
             root_cert,

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use super::ban_board::BanBoard;
 use crate::clock::{Clock, Nanos, ProxyClock};
@@ -96,13 +96,10 @@ impl BanMirror {
             return Ok(false);
         }
         let listed = match version {
-            Some(_) => match board.list().await {
-                Ok(listed) => listed,
-                Err(error) => {
-                    self.stale.store(true, Ordering::Release);
-                    return Err(error);
-                }
-            },
+            Some(_) => board
+                .list()
+                .await
+                .inspect_err(|_| self.stale.store(true, Ordering::Release))?,
             None => Vec::new(),
         };
         let mut by_rule: HashMap<&str, Vec<(BucketKey, Nanos, bool)>> = HashMap::new();
@@ -120,9 +117,7 @@ impl BanMirror {
         *lock(&self.version) = version;
         Ok(true)
     }
-}
 
-impl BanMirror {
     /// Refreshes the mirror from `board` every `period` (strict mode),
     /// while the link is up, until the mirror is dropped.
     pub fn refresh_every(
@@ -154,7 +149,5 @@ impl BanMirror {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Each update is one assignment: a poisoned lock still guards a
     // consistent value.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

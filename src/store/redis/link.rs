@@ -107,18 +107,11 @@ impl Link {
                     .response_timeout(PROBE_CONNECT)
             })
             .map_err(|source| LinkError::Url {
-                urls: urls
-                    .iter()
-                    .map(|url| shown_redis_url(url))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                urls: super::shown_urls(urls).join(", "),
                 source,
             })?;
-        Ok(Link::with_node(
-            Node::Cluster(Box::new(client)),
-            timeout,
-            seed_key,
-        ))
+        let client = Node::Cluster(Box::new(client));
+        Ok(Link::with_node(client, timeout, seed_key))
     }
 
     fn with_node(client: Node, timeout: Duration, seed_key: String) -> Link {
@@ -255,11 +248,8 @@ impl Link {
                     .unwrap_or_else(|_| Err(no_answer(PROBE_CONNECT)));
                 match connected {
                     Ok((connection, seed)) => {
-                        link.seed.send_if_modified(|known| {
-                            let changed = *known != Some(seed);
-                            *known = Some(seed);
-                            changed
-                        });
+                        link.seed
+                            .send_if_modified(|known| known.replace(seed) != Some(seed));
                         link.failures.store(0, Ordering::Relaxed);
                         link.up.store(Some(Arc::new(connection)));
                         link.probing.store(false, Ordering::Release);
