@@ -15,13 +15,10 @@
 //! in memory (`testing/completion.rs`). ARCHITECTURE.md ("The I/O seam")
 //! says where a new one plugs in; no protocol code changes for it.
 
-use std::future::Future;
-use std::io::{self, IoSlice};
-use std::pin::{pin, Pin};
-use std::task::{ready, Context, Poll};
+use std::io;
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 use super::sending::Sending;
 
@@ -56,58 +53,8 @@ pub trait Transport: Unpin + Send {
     fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
 
-/// The readiness-based backend: what [`Transport`]'s methods are for a
-/// tokio stream, which [`on_readiness!`] makes its implementation.
-pub mod readiness {
-    use super::*;
-
-    #[inline]
-    pub fn poll_fill<T: AsyncRead + Unpin>(
-        io: &mut T,
-        cx: &mut Context<'_>,
-        buf: &mut BytesMut,
-    ) -> Poll<io::Result<usize>> {
-        // `read_buf` through tokio's `poll_read` clears readiness after a
-        // short read, so the next read waits for the reactor.
-        pin!(io.read_buf(buf)).poll(cx)
-    }
-
-    #[inline]
-    pub fn poll_send<T: AsyncWrite + Unpin>(
-        io: &mut T,
-        cx: &mut Context<'_>,
-        out: &mut Sending,
-    ) -> Poll<io::Result<usize>> {
-        let [first, long, after] = out.slices();
-        let n = if long.is_empty() && after.is_empty() {
-            ready!(Pin::new(io).poll_write(cx, first))?
-        } else {
-            let parts = [IoSlice::new(first), IoSlice::new(long), IoSlice::new(after)];
-            ready!(Pin::new(io).poll_write_vectored(cx, &parts))?
-        };
-        out.advance(n);
-        Poll::Ready(Ok(n))
-    }
-
-    #[inline]
-    pub fn poll_push<T: AsyncWrite + Unpin>(
-        io: &mut T,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(io).poll_flush(cx)
-    }
-
-    #[inline]
-    pub fn poll_close<T: AsyncWrite + Unpin>(
-        io: &mut T,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(io).poll_shutdown(cx)
-    }
-}
-
-/// Makes a tokio stream a [`Transport`] polled on readiness
-/// ([`readiness`]): `on_readiness!(impl[generics] for Type)`.
+/// Makes a tokio stream a [`Transport`] polled on readiness (epoll):
+/// `on_readiness!(impl[generics] for Type)`.
 macro_rules! on_readiness {
     (impl $([$($generics:tt)*])? for $ty:ty) => {
         impl $(<$($generics)*>)? $crate::http1::transport::Transport for $ty {
@@ -117,7 +64,12 @@ macro_rules! on_readiness {
                 cx: &mut std::task::Context<'_>,
                 buf: &mut bytes::BytesMut,
             ) -> std::task::Poll<std::io::Result<usize>> {
-                $crate::http1::transport::readiness::poll_fill(self, cx, buf)
+                use std::future::Future;
+                use tokio::io::AsyncReadExt;
+                // `read_buf` through tokio's `poll_read` clears readiness
+                // after a short read, so the next read waits for the
+                // reactor.
+                std::pin::pin!(self.read_buf(buf)).poll(cx)
             }
 
             #[inline]
@@ -126,7 +78,17 @@ macro_rules! on_readiness {
                 cx: &mut std::task::Context<'_>,
                 out: &mut $crate::http1::sending::Sending,
             ) -> std::task::Poll<std::io::Result<usize>> {
-                $crate::http1::transport::readiness::poll_send(self, cx, out)
+                use std::io::IoSlice;
+                use tokio::io::AsyncWrite;
+                let [first, long, after] = out.slices();
+                let n = std::task::ready!(if long.is_empty() && after.is_empty() {
+                    std::pin::Pin::new(&mut *self).poll_write(cx, first)
+                } else {
+                    let parts = [IoSlice::new(first), IoSlice::new(long), IoSlice::new(after)];
+                    std::pin::Pin::new(&mut *self).poll_write_vectored(cx, &parts)
+                })?;
+                out.advance(n);
+                std::task::Poll::Ready(Ok(n))
             }
 
             #[inline]
@@ -134,7 +96,7 @@ macro_rules! on_readiness {
                 &mut self,
                 cx: &mut std::task::Context<'_>,
             ) -> std::task::Poll<std::io::Result<()>> {
-                $crate::http1::transport::readiness::poll_push(self, cx)
+                tokio::io::AsyncWrite::poll_flush(std::pin::Pin::new(self), cx)
             }
 
             #[inline]
@@ -142,7 +104,7 @@ macro_rules! on_readiness {
                 &mut self,
                 cx: &mut std::task::Context<'_>,
             ) -> std::task::Poll<std::io::Result<()>> {
-                $crate::http1::transport::readiness::poll_close(self, cx)
+                tokio::io::AsyncWrite::poll_shutdown(std::pin::Pin::new(self), cx)
             }
         }
     };

@@ -118,11 +118,6 @@ impl Unit {
             } - MARGIN,
         )
     }
-
-    /// The unit whose nominal length is `period`.
-    pub fn of_nominal(period: Duration) -> Option<Unit> {
-        Unit::ALL.into_iter().find(|unit| unit.nominal() == period)
-    }
 }
 
 /// A zone's windows of one unit: a handle to the process's one instance
