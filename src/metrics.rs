@@ -408,6 +408,17 @@ impl Metrics {
     /// kept, not looked up by label each time.
     #[inline]
     pub fn store_call(&self, backend: &'static str, seconds: f64) {
+        match self.store_seconds_resolved.get() {
+            Some((name, series)) if *name == backend => series.observe(seconds),
+            _ => self.store_call_resolving(backend, seconds),
+        }
+    }
+
+    /// [`Metrics::store_call`] before the series is resolved, or for
+    /// another backend (the local fallback): small enough without it to be
+    /// inlined where every request calls it.
+    #[cold]
+    fn store_call_resolving(&self, backend: &'static str, seconds: f64) {
         let (name, series) = self
             .store_seconds_resolved
             .get_or_init(|| (backend, self.store_seconds.with_label_values(&[backend])));

@@ -92,6 +92,21 @@ impl Admitter<'_> {
         now: Nanos,
         answer: &mut crate::store::Admission,
     ) -> Result<Answered, StoreUnavailable> {
+        let decided = self.store.admit(asks, now, answer).await;
+        self.answered(decided, asks, now, answer)
+    }
+
+    /// [`Admitter::ask`] once the store answered `decided`. Its own
+    /// function, not part of `ask`'s future, so that it is inlined into
+    /// the request's phases wherever the future's poll is not.
+    #[inline(always)]
+    pub fn answered(
+        self,
+        decided: Result<(), StoreError>,
+        asks: &Asks<'_>,
+        now: Nanos,
+        answer: &mut crate::store::Admission,
+    ) -> Result<Answered, StoreUnavailable> {
         let Admitter {
             store,
             clock,
@@ -99,7 +114,6 @@ impl Admitter<'_> {
             metrics,
             ..
         } = self;
-        let decided = store.admit(asks, now, answer).await;
         metrics.store_call(
             store.backend_name(),
             seconds(clock.now().saturating_sub(now)),
@@ -311,7 +325,8 @@ async fn decide<'p>(
         let mut asks = Asks::default();
         fill_asks(&mut asks, enforced, shadowed);
         let mut answer = crate::store::Admission::default();
-        let local = match admitter.ask(&asks, now, &mut answer).await? {
+        let decided = admitter.store.admit(&asks, now, &mut answer).await;
+        let local = match admitter.answered(decided, &asks, now, &mut answer)? {
             Answered::ByStore => false,
             Answered::Locally => true,
             Answered::Unlimited => {

@@ -61,6 +61,7 @@ pub fn facts_of<'r, B>(
 /// oversized target or body, a path that cannot be normalised. Returns the
 /// normalised path and the host. Shared with `POST /admin/explain`, which
 /// reports the refusal's status and detail.
+#[inline(always)]
 pub fn check<'r, B>(request: &'r Request<B>, policy: &Policy) -> Result<Checked<'r>, Refusal> {
     if let Some(refusal) = bad_framing(request) {
         return Err(refusal);
@@ -80,6 +81,7 @@ pub fn check<'r, B>(request: &'r Request<B>, policy: &Policy) -> Result<Checked<
 
 /// A request target longer than `max_uri_bytes` (414), or a declared body
 /// larger than `max_body_bytes` (413), answered before any limiter work.
+#[inline]
 fn oversized<B>(request: &Request<B>, policy: &Policy) -> Option<Refusal> {
     let uri = request.uri();
     let target = uri.path_and_query().map_or(0, |pq| pq.as_str().len())
@@ -105,6 +107,7 @@ fn oversized<B>(request: &Request<B>, policy: &Policy) -> Option<Refusal> {
 /// authority is what sluice routes and keys by ([`host_of`]); Host must
 /// still be there. The host it names, without its port, comes with it:
 /// found while checking, it is not looked for again.
+#[inline]
 fn checked_host<B>(request: &Request<B>) -> Result<Option<&str>, Refusal> {
     let headers = request.headers();
     let host = fields::get(headers, &http::header::HOST);
