@@ -415,20 +415,12 @@ impl Metrics {
     }
 
     /// [`Metrics::store_call`] before the series is resolved, or for
-    /// another backend (the local fallback): small enough without it to be
-    /// inlined where every request calls it.
+    /// another backend (the local fallback), out of the inlined path.
     #[cold]
     fn store_call_resolving(&self, backend: &'static str, seconds: f64) {
-        let (name, series) = self
-            .store_seconds_resolved
-            .get_or_init(|| (backend, self.store_seconds.with_label_values(&[backend])));
-        if *name == backend {
-            series.observe(seconds);
-        } else {
-            self.store_seconds
-                .with_label_values(&[backend])
-                .observe(seconds);
-        }
+        let series = self.store_seconds.with_label_values(&[backend]);
+        series.observe(seconds);
+        let _ = self.store_seconds_resolved.set((backend, series));
     }
 
     /// A store call succeeded: the fallback (if any) is over. Whether an

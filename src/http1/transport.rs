@@ -1,19 +1,9 @@
 //! The one narrow interface sluice's HTTP/1.1 engine reads and writes
-//! through, on both sides: a client's connection (behind its clocks,
-//! `server/deadline_io.rs`, over TCP or TLS) and an upstream's (TCP or TLS,
-//! `proxy/pool/stream.rs`).
-//!
-//! Protocol code — heads, bodies, framing, the request and answer loops —
-//! calls these four methods and nothing else of the socket. There is no
-//! blanket implementation: each transport is one by choice. The tokio
-//! streams sluice serves and dials are polled on readiness (epoll), through
-//! [`on_readiness!`]; `DeadlineIo` wraps any transport with the client
-//! connection's clocks. A completion-based backend (io_uring) is another
-//! implementation beside these: a read hands it the buffer, which it keeps
-//! until the read completes (see [`Transport::poll_fill`]), and a write
-//! hands it the bytes, owned ([`Sending`]), until they are sent. The tests run the engine over one,
-//! in memory (`testing/completion.rs`). ARCHITECTURE.md ("The I/O seam")
-//! says where a new one plugs in; no protocol code changes for it.
+//! through, on both sides (a client's connection behind its clocks,
+//! `server/deadline_io.rs`; an upstream's, `proxy/pool/stream.rs`):
+//! protocol code calls these four methods and nothing else of a socket.
+//! What implements it, how its buffers pass by ownership and where an
+//! io_uring backend plugs in: ARCHITECTURE.md, "The I/O seam".
 
 use std::io;
 use std::task::{Context, Poll};

@@ -65,22 +65,7 @@ pub fn note(line: Option<&mut Parts>, record: Record<'_, '_, '_>, policy: &Polic
 }
 
 /// What a record writes into the line.
-trait Note {
-    fn note(&mut self, record: Record<'_, '_, '_>, policy: &Policy);
-    fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy);
-    fn asked_unchecked(&mut self, request: &Request<ClientBody>, peer: SocketAddr, policy: &Policy);
-    fn refused(&mut self, refused: Unidentified<'_>, facts: &RequestFacts<'_>, policy: &Policy);
-    fn ruled<'p>(
-        &mut self,
-        admitted: bool,
-        ruling: &Ruling<'p>,
-        enforced: &[Applicable<'p>],
-        facts: &RequestFacts<'_>,
-        policy: &Policy,
-    );
-}
-
-impl Note for Parts {
+impl Parts {
     fn note(&mut self, record: Record<'_, '_, '_>, policy: &Policy) {
         match record {
             Record::Unchecked { request, peer } => self.asked_unchecked(request, peer, policy),

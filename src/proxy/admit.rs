@@ -79,26 +79,14 @@ pub enum Answered {
 }
 
 impl Admitter<'_> {
-    /// Asks the store everything `asks` holds at `now`, into `answer`. Every
-    /// backend's call is timed (`sluice_store_seconds{backend}`), the memory
-    /// store's too, so its series says how many calls it answered and how
-    /// fast: from `now` (the asks are built in nanoseconds), so one more
-    /// clock read per request. A failure is reported and goes through
-    /// `on_error`.
-    #[inline(always)]
-    pub async fn ask(
-        self,
-        asks: &Asks<'_>,
-        now: Nanos,
-        answer: &mut crate::store::Admission,
-    ) -> Result<Answered, StoreUnavailable> {
-        let decided = self.store.admit(asks, now, answer).await;
-        self.answered(decided, asks, now, answer)
-    }
-
-    /// [`Admitter::ask`] once the store answered `decided`. Its own
-    /// function, not part of `ask`'s future, so that it is inlined into
-    /// the request's phases wherever the future's poll is not.
+    /// What the store answered (`decided`) to `asks` at `now`, into
+    /// `answer`. Every backend's call is timed (`sluice_store_seconds
+    /// {backend}`), the memory store's too, so its series says how many
+    /// calls it answered and how fast: from `now` (the asks are built in
+    /// nanoseconds), so one more clock read per request. A failure is
+    /// reported and goes through `on_error`. A plain function the caller
+    /// calls once the store's future is done, so that it is inlined into
+    /// the request's phases.
     #[inline(always)]
     pub fn answered(
         self,

@@ -223,7 +223,8 @@ impl MessageGate {
             order,
         } = self.asking(policy);
         let mut answer = Answer::default();
-        let local = match admitter.ask(&asks, now, &mut answer).await {
+        let asked = admitter.store.admit(&asks, now, &mut answer).await;
+        let local = match admitter.answered(asked, &asks, now, &mut answer) {
             Err(_) => return Admission::Unavailable,
             Ok(Answered::Unlimited) => return Admission::Pass,
             Ok(Answered::Locally) => true,

@@ -99,7 +99,8 @@ pub async fn decide<'p>(
         return Ok(decided);
     }
     let answer = &mut decided.admission;
-    if admitter.ask(&asks, now, answer).await? == Answered::Unlimited {
+    let asked = admitter.store.admit(&asks, now, answer).await;
+    if admitter.answered(asked, &asks, now, answer)? == Answered::Unlimited {
         decided.unlimited = true;
         return Ok(decided);
     }
