@@ -80,13 +80,13 @@ pub enum Answered {
 
 impl Admitter<'_> {
     /// What the store answered (`decided`) to `asks` at `now`, into
-    /// `answer`. Every backend's call is timed (`sluice_store_seconds
-    /// {backend}`), the memory store's too, so its series says how many
-    /// calls it answered and how fast: from `now` (the asks are built in
-    /// nanoseconds), so one more clock read per request. A failure is
-    /// reported and goes through `on_error`. A plain function the caller
-    /// calls once the store's future is done, so that it is inlined into
-    /// the request's phases.
+    /// `answer`. Every backend's call is timed
+    /// (`sluice_store_seconds{backend}`), the memory store's too, so its
+    /// series says how many calls it answered and how fast: from `now`
+    /// (the asks are built in nanoseconds), so one more clock read per
+    /// request. A failure is reported and goes through `on_error`. A plain
+    /// function the caller calls once the store's future is done, so that
+    /// it is inlined into the request's phases.
     #[inline(always)]
     pub fn answered(
         self,
