@@ -10,7 +10,8 @@
 //! on from there in the same poll, handed to the write without a copy
 //! ([`Sending`]); only what the other side could not take at once is
 //! copied and kept, in a buffer allocated for it and freed once written.
-//! An idle tunnel, the usual kind, holds no buffer at all: what it keeps of each direction's frames is a few counters
+//! An idle tunnel, the usual kind, holds no buffer at all: what it keeps
+//! of each direction's frames is a few counters
 //! ([`FrameEnds`], a header's 14 bytes inline), and its idle clock one
 //! timer that moves later without touching the timer wheel
 //! ([`LazyTimer`]).
