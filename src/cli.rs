@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::config::{
     describe_capacity, describe_limits, describe_match, describe_upstream, format_limit,
     format_period, format_rate, format_timestamp, joined, AlgorithmKind, Config, LimitConfig,
-    OnChange, OnLimit, Rate, RedisMode, RuleConfig, StoreBackend, Variant,
+    OnChange, OnLimit, Rate, RedisMode, Reservation, RuleConfig, StoreBackend, Variant,
 };
 use crate::key::{KeyLabels, LabelKey};
 
@@ -122,7 +122,7 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
     let show_cost = config
         .rules
         .iter()
-        .any(|rule| rule.cost != 1 || rule.graphql_cost);
+        .any(|rule| rule.cost != 1 || rule.graphql_cost || rule.reserve.is_some());
     let header = "rule match key missing algorithm limits capacity cost on_limit mode".split(' ');
     let header = header.filter(|column| show_cost || *column != "cost");
     let mut rows: Vec<Vec<String>> = vec![header.map(str::to_owned).collect()];
@@ -144,6 +144,8 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
         if show_cost {
             row.push(if rule.graphql_cost {
                 "graphql".to_owned()
+            } else if rule.reserve.is_some() {
+                "reserve".to_owned()
             } else {
                 rule.cost.to_string()
             });
@@ -327,7 +329,8 @@ const OVERRIDES_SHOWN: usize = 5;
 /// The lines under the table for one rule: `tiers by header:x-plan: premium
 /// 100/s; free 10/s, 1000/d burst 5`, `overrides "seller-42" 1000/s`,
 /// `sunset 100/d → 10/d from 2026-12-01 to 2027-01-01 step 1d (31 steps)`,
-/// `ban 20 in 1m → 10m`, `charge elapsed_ms after the response`,
+/// `ban 20 in 1m → 10m`, `charge elapsed_ms after the response`, `reserve
+/// 4000 at admission, settled by the charge`,
 /// `refund_on 5xx, client_abort`, `on_change keep` (only when not the
 /// default).
 fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
@@ -400,6 +403,17 @@ fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
             _ => String::new(),
         };
         lines.push(format!("charge {charge} after the response{missing}"));
+    }
+    if let Some(reserve) = &rule.reserve {
+        let missing = match (&reserve.amount, reserve.missing) {
+            (Reservation::Units(_), _) => String::new(),
+            (_, Some(units)) => format!(" ({units} when a source is missing)"),
+            (_, None) => " (the capacity when a source is missing)".to_owned(),
+        };
+        lines.push(format!(
+            "reserve {} at admission, settled by the charge{missing}",
+            reserve.amount
+        ));
     }
     if !rule.refund_on.is_empty() {
         lines.push(format!("refund_on {}", rule.refund_on.names().join(", ")));

@@ -19,6 +19,7 @@ mod limits;
 mod matching;
 mod on_limit;
 pub mod raw;
+mod reserve;
 mod rules;
 mod server;
 mod service;
@@ -33,6 +34,7 @@ mod units;
 mod upstreams;
 mod validate;
 mod variants;
+mod weights;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -522,6 +524,9 @@ pub struct RuleConfig {
     pub on_change: OnChange,
     /// `charge`: units taken after the response, on top of `cost`.
     pub charge: Option<Charge>,
+    /// `reserve`: with a `charge`, units taken at admission in place of
+    /// `cost` and settled against the charge.
+    pub reserve: Option<Reserve>,
     /// `refund_on`: when the admission cost is given back.
     pub refund_on: RefundOn,
     /// `unit`: what the rule counts, requests or the WebSocket messages
@@ -562,12 +567,61 @@ pub struct Charge {
     pub missing: u64,
 }
 
-/// One source of a charge and what each of its units weighs.
+/// One source of a charge (or of a reservation) and what each of its
+/// units weighs.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Weighted {
-    pub source: ChargeSource,
+pub struct Weighted<S = ChargeSource> {
+    pub source: S,
     /// Finite, at least 0.
     pub weight: f64,
+}
+
+/// `reserve` and `reserve_missing`: what a request with a `charge` takes at
+/// admission in place of `cost`, settled against the charge when it is
+/// known (docs/ai-budgets.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reserve {
+    pub amount: Reservation,
+    /// `reserve_missing`: the reservation of a request one of whose sources
+    /// is missing or malformed; `None`: the smallest capacity of the
+    /// caller's limits, the most it could take.
+    pub missing: Option<u64>,
+}
+
+/// How many units a request reserves.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reservation {
+    /// The same number for every request.
+    Units(u64),
+    /// The weighted sum of what the request says of itself, rounded up.
+    /// Never empty.
+    Sources(Vec<Weighted<ReserveSource>>),
+}
+
+/// What a reservation is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReserveSource {
+    /// `"body:<pointer>"`: a non-negative number in the JSON request body.
+    Body(crate::body_scan::Pointer),
+    /// `"request_bytes"`: the request body's length.
+    RequestBytes,
+}
+
+impl Reserve {
+    /// Whether the reservation is read from the request's body (a
+    /// `body:` value, or a length that may have to be counted).
+    pub fn reads_body(&self) -> bool {
+        matches!(self.amount, Reservation::Sources(_))
+    }
+
+    /// The most a request can reserve within `capacity` (a larger one is
+    /// refused): what a held request may take.
+    pub fn most(&self, capacity: u64) -> u64 {
+        match self.amount {
+            Reservation::Units(units) => units,
+            Reservation::Sources(_) => capacity,
+        }
+    }
 }
 
 /// Where a charge's units come from.
@@ -617,20 +671,12 @@ impl Charge {
     }
 }
 
-impl Weighted {
+impl<S> Weighted<S> {
     /// The units charged for `value` of this source: value × weight,
     /// rounded up to a whole unit (a product within a billionth of a whole
     /// number is that number, so `10 × 0.3` is 3, not 4), saturating.
     pub fn units(&self, value: f64) -> u64 {
-        let product = value * self.weight;
-        let nearest = product.round();
-        let units = if (product - nearest).abs() <= 1e-9 * nearest.max(1.0) {
-            nearest
-        } else {
-            product.ceil()
-        };
-        // `as` saturates (and maps NaN, impossible here, to 0).
-        units as u64
+        round_up(value * self.weight)
     }
 
     /// The units charged for a whole `value` (a header's): exact while the
@@ -642,6 +688,20 @@ impl Weighted {
             self.units(value as f64)
         }
     }
+}
+
+/// A weighted measure as whole units: rounded up (a product within a
+/// billionth of a whole number is that number, so `10 × 0.3` is 3, not
+/// 4), saturating.
+pub fn round_up(product: f64) -> u64 {
+    let nearest = product.round();
+    let units = if (product - nearest).abs() <= 1e-9 * nearest.max(1.0) {
+        nearest
+    } else {
+        product.ceil()
+    };
+    // `as` saturates (and maps NaN, impossible here, to 0).
+    units as u64
 }
 
 /// `refund_on`: the ends of an exchange that give the admission cost back.
@@ -754,15 +814,45 @@ impl std::fmt::Display for Charge {
                 return write!(f, "{}", lone.source);
             }
         }
-        f.write_str("{ ")?;
-        for (index, weighted) in self.sources.iter().enumerate() {
-            if index > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "\"{}\" = {}", weighted.source, weighted.weight)?;
-        }
-        f.write_str(" }")
+        write_weights(f, &self.sources)
     }
+}
+
+impl std::fmt::Display for ReserveSource {
+    /// As the config writes it: `body:/max_tokens`, `request_bytes`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReserveSource::Body(pointer) => write!(f, "body:{pointer}"),
+            ReserveSource::RequestBytes => f.write_str("request_bytes"),
+        }
+    }
+}
+
+impl std::fmt::Display for Reservation {
+    /// As the config writes it: `4000`, or
+    /// `{ "body:/max_tokens" = 4, "request_bytes" = 0.25 }`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reservation::Units(units) => write!(f, "{units}"),
+            Reservation::Sources(sources) => write_weights(f, sources),
+        }
+    }
+}
+
+/// A table of sources to weights, as the config writes it:
+/// `{ "json:/a" = 1, "json:/b" = 4 }`.
+fn write_weights<S: std::fmt::Display>(
+    f: &mut std::fmt::Formatter<'_>,
+    sources: &[Weighted<S>],
+) -> std::fmt::Result {
+    f.write_str("{ ")?;
+    for (index, weighted) in sources.iter().enumerate() {
+        if index > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "\"{}\" = {}", weighted.source, weighted.weight)?;
+    }
+    f.write_str(" }")
 }
 
 /// `tiers = { by = "jwt:plan", premium = { rate = "100/s" }, ... }`.

@@ -85,6 +85,12 @@ pub struct RuleCounters {
     /// `sluice_charge_errors_total{rule}`: charge values that never arrived
     /// or did not read as a non-negative number.
     pub charge_errors: IntCounter,
+    /// `sluice_budget_reserved_units{rule}`: units reserved by requests in
+    /// flight (`reserve`).
+    pub reserved: IntGauge,
+    /// `sluice_budget_overrun_total{rule}`: units charged beyond their
+    /// reservations.
+    pub overrun: IntCounter,
 }
 
 /// All of sluice's metrics and the registry that exports them.
@@ -141,6 +147,8 @@ pub struct Metrics {
     budget_charged: IntCounterVec,
     budget_refunded: IntCounterVec,
     charge_errors: IntCounterVec,
+    budget_reserved: IntGaugeVec,
+    budget_overrun: IntCounterVec,
 }
 
 /// A WebSocket tunnel open, counted in `sluice_websocket_connections`
@@ -289,6 +297,16 @@ impl Metrics {
             "Charge values that never arrived or were malformed (charged charge_missing), per rule.",
             &["rule"],
         );
+        let budget_reserved = gauges(
+            "sluice_budget_reserved_units",
+            "Units reserved by requests in flight (reserve), per rule.",
+            &["rule"],
+        );
+        let budget_overrun = counters(
+            "sluice_budget_overrun_total",
+            "Units charged beyond their reservations (reserve), per rule.",
+            &["rule"],
+        );
         let tls_handshakes = counters(
             "sluice_tls_handshakes_total",
             "TLS handshakes on the listener, by result (error: failed or timed out).",
@@ -352,6 +370,8 @@ impl Metrics {
             budget_charged,
             budget_refunded,
             charge_errors,
+            budget_reserved,
+            budget_overrun,
         }
     }
 
@@ -380,6 +400,8 @@ impl Metrics {
             charged: self.budget_charged.with_label_values(&[rule]),
             refunded: self.budget_refunded.with_label_values(&[rule]),
             charge_errors: self.charge_errors.with_label_values(&[rule]),
+            reserved: self.budget_reserved.with_label_values(&[rule]),
+            overrun: self.budget_overrun.with_label_values(&[rule]),
         }
     }
 

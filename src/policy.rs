@@ -70,6 +70,10 @@ pub struct Policy {
     /// Whether some rule charges or refunds after admission (otherwise no
     /// request carries a bill, and none is looked for).
     pub bills: bool,
+    /// Whether some rule takes a request's own cost (`cost = "graphql"`,
+    /// `reserve`): only then is a refusal looked at for a cost beyond a
+    /// capacity, and `X-RateLimit-Cost` written.
+    pub variable_costs: bool,
     /// Whether some rule reads the request's body or GraphQL operation
     /// (otherwise no request is looked at for it: docs/conversation.md).
     pub reads_body: bool,
@@ -134,6 +138,7 @@ impl Policy {
         Policy {
             bills: rules.iter().any(|rule| rule.billing.is_some()),
             reads_body: rules.iter().any(|rule| rule.reads_body),
+            variable_costs: rules.iter().any(|rule| rule.variable_cost),
             domains: Domains::new(&config.rules),
             message_rules: (config.rules.iter().enumerate())
                 .filter(|(_, rule)| rule.unit == crate::config::Unit::Message)

@@ -39,7 +39,7 @@ use super::buckets::{
 };
 use super::budget::millis;
 use super::{bad, RefusedCall};
-use crate::key::body::{BodyFacts, KeyBody};
+use crate::key::body::{declared_length, BodyFacts, KeyBody};
 use crate::key::content_coding::{self, Decoded};
 use crate::limiter::Decision;
 use crate::policy::Policy;
@@ -147,7 +147,8 @@ pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refused
             request.uri().query(),
             read,
             proxy.persisted(&policy, false),
-        );
+        )
+        .with_length(declared_length(request.headers()).or(Some(body.len() as u64)));
         facts.body = Some(&body_facts);
     }
 
@@ -202,6 +203,9 @@ pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refused
                 entry["applies"] = json!(true);
                 if rule.graphql_cost {
                     entry["cost"] = json!(cost);
+                }
+                if rule.reserve.is_some() {
+                    entry["reserve"] = json!(cost);
                 }
                 entry["key_hash"] = json!(key_hash(key));
                 entry["limits_from"] = json!(limits_from(rule, limits, &policy.labels));

@@ -197,6 +197,8 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
                     "charged": charges.then_some(counts.charged),
                 },
                 "queue_depth": rule.counters.queue_depth.get(),
+                // Units requests in flight hold (`reserve`), else null.
+                "reserved": config.reserve.as_ref().map(|_| rule.counters.reserved.get()),
                 "history": history(&samples, &rule.name),
             })
         })

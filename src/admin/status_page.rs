@@ -121,7 +121,7 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
         "reload_class" => out.push_str(reload_class),
         "reload" => escape_into(out, &reload),
         "reload_error" => escape_into(out, last["error"].as_str().unwrap_or_default()),
-        "rules" if rules.is_empty() => empty_row(out, 7, "No rules: every request passes."),
+        "rules" if rules.is_empty() => empty_row(out, 9, "No rules: every request passes."),
         "rules" => rules.iter().for_each(|rule| rule_row(out, rule)),
         "servers" => {
             let before = out.len();
@@ -168,6 +168,16 @@ fn rule_row(out: &mut String, rule: &Value) {
     ] {
         let value = rates[key].as_f64().unwrap_or_default();
         num_cell(out, label, key, value > 0.0, tone, &rate(value));
+    }
+    // As the script writes them: a dash for a rule that neither charges
+    // nor reserves.
+    match rates["charged"].as_f64() {
+        Some(value) => num_cell(out, "Charged/s", "charged", value > 0.0, "ok", &rate(value)),
+        None => num_cell(out, "Charged/s", "charged", false, "zero", "\u{2014}"),
+    }
+    match rule["reserved"].as_i64() {
+        Some(units) => num_cell(out, "Reserved", "reserved", units > 0, "warn", &units.to_string()),
+        None => num_cell(out, "Reserved", "reserved", false, "zero", "\u{2014}"),
     }
     let depth = rule["queue_depth"].as_i64().unwrap_or(0);
     num_cell(

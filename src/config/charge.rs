@@ -55,8 +55,7 @@ impl Validator<'_> {
         };
         let path = format!("rule[{index}].charge");
         let at = field.start_or(rule.at);
-        let mut sources = Vec::new();
-        let mut valid = true;
+        let (mut sources, mut valid) = (Vec::new(), true);
         match &field.value {
             RawCharge::One(text) => match self.ok(at, &path, parse_source(text)) {
                 Some(source) => sources.push(Weighted {
@@ -66,47 +65,11 @@ impl Validator<'_> {
                 None => valid = false,
             },
             RawCharge::Table(entries) => {
-                if entries.is_empty() {
-                    self.error(
-                        at,
-                        &path,
-                        "lists no source: write charge = { \"json:/usage/prompt_tokens\" = 1, \
-                         \"json:/usage/completion_tokens\" = 4 }, or one source as a string",
-                    );
-                    valid = false;
-                }
-                for (key, weight) in entries {
-                    let entry_at = key.start_or(at);
-                    let entry_path = format!("{path}.\"{}\"", key.text);
-                    let source = self.ok(entry_at, &entry_path, parse_source(&key.text));
-                    let parsed = number(weight.get_ref())
-                        .filter(|weight| weight.is_finite() && *weight >= 0.0);
-                    if parsed.is_none() {
-                        self.error(
-                            weight.span().start,
-                            &entry_path,
-                            format!(
-                                "the weight {} is not a number of at least 0: each unit the \
-                                 source reports is charged this many times (1 as reported, 4 \
-                                 for output tokens priced four times as high, 0.5 for half)",
-                                weight.get_ref()
-                            ),
-                        );
-                    }
-                    match (source, parsed) {
-                        (Some(source), Some(weight)) => {
-                            if sources.iter().any(|s: &Weighted| s.source == source) {
-                                self.error(
-                                    entry_at,
-                                    &entry_path,
-                                    "is listed twice (the same source after trimming)",
-                                );
-                                valid = false;
-                            }
-                            sources.push(Weighted { source, weight });
-                        }
-                        _ => valid = false,
-                    }
+                let empty = "write charge = { \"json:/usage/prompt_tokens\" = 1, \
+                             \"json:/usage/completion_tokens\" = 4 }, or one source as a string";
+                match self.weights(at, &path, entries, empty, "charged", parse_source) {
+                    Some(weights) => sources = weights,
+                    None => valid = false,
                 }
             }
         }
@@ -195,11 +158,6 @@ impl Validator<'_> {
         }
         refund_on
     }
-}
-
-/// A TOML number as a float (an integer too).
-pub(super) fn number(value: &toml::Value) -> Option<f64> {
-    value.as_float().or(value.as_integer().map(|n| n as f64))
 }
 
 /// A status pattern's codes: `"2xx"` (a class, 1–5) or `"404"` (100–599).

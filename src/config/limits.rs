@@ -201,11 +201,14 @@ impl Validator<'_> {
         } else {
             ("its COUNT", "that COUNT")
         };
+        // `subject` names the field it was written as (`reserve = 5000`),
+        // else it is the cost.
+        let field = subject.split_once(" = ").map_or("cost", |(field, _)| field);
         Some((
             i,
             format!(
                 "{subject} can never fit in {} \"{}\", whose capacity is {} ({what}): such a \
-                 request would never be admitted; lower cost or raise {raise}",
+                 request would never be admitted; lower {field} or raise {raise}",
                 written.key, written.text, limit.capacity
             ),
         ))

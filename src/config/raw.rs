@@ -230,6 +230,8 @@ pub struct RawRule {
     pub max_queue: Option<Spanned<i64>>,
     pub charge: Option<Located<RawCharge>>,
     pub charge_missing: Option<Spanned<i64>>,
+    pub reserve: Option<Located<RawReserve>>,
+    pub reserve_missing: Option<Spanned<i64>>,
     pub refund_on: Option<Spanned<OneOrMany>>,
     /// An IANA time zone whose calendar aligns a fixed window's windows.
     pub calendar: Option<Spanned<String>>,
@@ -664,6 +666,45 @@ visited! {
             entries.push((key, map.next_value()?));
         }
         Ok(RawCharge::Table(entries))
+    }
+}
+
+/// `reserve`: a number of units (`4000`), or a table of request sources to
+/// weights (`{ "body:/max_tokens" = 4 }`), each weight with its span
+/// (validated where the rule is known). Any other value is kept so that
+/// validation can say what to write instead.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RawReserve {
+    Units(i64),
+    Other(String),
+    Table(Vec<(Key, Spanned<toml::Value>)>),
+}
+
+visited! {
+    RawReserve, deserialize_any(),
+    "a whole number of units or a table of sources to weights";
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<RawReserve, E> {
+        Ok(RawReserve::Units(value))
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<RawReserve, E> {
+        Ok(RawReserve::Units(i64::try_from(value).unwrap_or(i64::MAX)))
+    }
+
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<RawReserve, E> {
+        Ok(RawReserve::Other(value.to_string()))
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<RawReserve, E> {
+        Ok(RawReserve::Other(format!("\"{value}\"")))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawReserve, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<Key>()? {
+            entries.push((key, map.next_value()?));
+        }
+        Ok(RawReserve::Table(entries))
     }
 }
 

@@ -168,6 +168,7 @@ impl Validator<'_> {
             calendar: &calendar,
         };
         let unreadable = self.unreadable(&context, raw, graphql_cost, &built);
+        let reserve = self.reserve(&context, raw, &built);
         let limits = built.limits;
 
         let tiers = raw.tiers.as_ref().and_then(|t| self.tiers(&context, t));
@@ -219,6 +220,7 @@ impl Validator<'_> {
             ban,
             on_change,
             charge,
+            reserve,
             refund_on,
             unit: Unit::Request,
         };

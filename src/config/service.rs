@@ -135,6 +135,12 @@ impl Validator<'_> {
                 settled_after,
             ),
             (raw.charge_missing.start(), "charge_missing", settled_after),
+            (
+                raw.reserve.as_ref().map(|r| r.start_or(at)),
+                "reserve",
+                settled_after,
+            ),
+            (raw.reserve_missing.start(), "reserve_missing", settled_after),
             (raw.refund_on.start(), "refund_on", settled_after),
             (
                 raw.missing.start(),

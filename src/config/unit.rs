@@ -83,6 +83,8 @@ impl Validator<'_> {
         for (field, where_) in [
             ("charge", raw.charge.as_ref().map(|c| c.start_or(at))),
             ("charge_missing", raw.charge_missing.start()),
+            ("reserve", raw.reserve.as_ref().map(|r| r.start_or(at))),
+            ("reserve_missing", raw.reserve_missing.start()),
             ("refund_on", raw.refund_on.start()),
         ] {
             if let Some(field_at) = where_ {

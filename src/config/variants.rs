@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::charge::number;
+use super::weights::number;
 use super::keys::parse_key_source;
 use super::limits::WrittenLimit;
 use super::raw::{Key, Located, RawOverrides, RawTiers, RawVariant, Start};

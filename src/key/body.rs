@@ -60,6 +60,9 @@ pub struct BodyFacts<'a> {
     /// Where persisted queries are looked up.
     persisted: Persisted<'a>,
     reading: OnceLock<Reading<'a>>,
+    /// The body's length as sent: its `Content-Length`, else the bytes
+    /// read when it came whole; `None` when neither is known.
+    length: Option<u64>,
 }
 
 impl<'a> BodyFacts<'a> {
@@ -107,12 +110,31 @@ impl<'a> BodyFacts<'a> {
             unread,
             persisted,
             reading: OnceLock::new(),
+            length: None,
         }
+    }
+
+    /// The same facts, with the body's `length` as sent (see
+    /// [`BodyFacts::length`]).
+    pub fn with_length(self, length: Option<u64>) -> BodyFacts<'a> {
+        BodyFacts { length, ..self }
     }
 
     /// The key text at `pointer` in the JSON body ([`value_at`]).
     pub fn value_at(&self, pointer: &Pointer) -> Option<Cow<'a, str>> {
         value_at(self.json?, pointer)
+    }
+
+    /// The non-negative number at `pointer` in the JSON body
+    /// ([`number_at`]).
+    pub fn number_at(&self, pointer: &Pointer) -> Option<f64> {
+        number_at(self.json?, pointer)
+    }
+
+    /// The body's length as the client sent it: its `Content-Length`, else
+    /// the bytes read when it came whole (chunked) within the bound.
+    pub fn length(&self) -> Option<u64> {
+        self.length
     }
 
     /// The GraphQL request, read once: its operations, keys and cost, or
@@ -123,6 +145,17 @@ impl<'a> BodyFacts<'a> {
             None => Reading::unreadable(self.unread.unwrap_or(Unread::NotGraphql)),
         })
     }
+}
+
+/// The body length a request's `Content-Length` declares, if it has one
+/// that reads as a number.
+pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 /// Whether the body is a GraphQL document (`Content-Type:
@@ -138,6 +171,25 @@ fn is_graphql_document(headers: &HeaderMap) -> bool {
 /// The key text at `pointer` in `body`, or `None` when it is missing (see
 /// the module docs).
 pub fn value_at<'b>(body: &'b [u8], pointer: &Pointer) -> Option<Cow<'b, str>> {
+    leaf(raw_at(body, pointer)?)
+}
+
+/// The number at `pointer` in `body` when it is a JSON number of at least
+/// 0 (a string, even of digits, is not one), as a reservation reads it
+/// (docs/ai-budgets.md).
+pub fn number_at(body: &[u8], pointer: &Pointer) -> Option<f64> {
+    let raw = raw_at(body, pointer)?;
+    if !raw.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    serde_json::from_str::<f64>(raw)
+        .ok()
+        .filter(|value| value.is_finite())
+}
+
+/// The JSON text of the value at `pointer` in `body`, which must be one
+/// JSON value.
+fn raw_at<'b>(body: &'b [u8], pointer: &Pointer) -> Option<&'b str> {
     let tokens: smallvec::SmallVec<[(&[u8], Option<usize>); 4]> = pointer.tokens().collect();
     let mut reader = serde_json::Deserializer::from_slice(body);
     let found = Seek { tokens: &tokens }.deserialize(&mut reader).ok()?;
@@ -151,12 +203,12 @@ struct Seek<'t> {
 }
 
 impl<'de> DeserializeSeed<'de> for Seek<'_> {
-    type Value = Option<Cow<'de, str>>;
+    type Value = Option<&'de str>;
 
     fn deserialize<D: Deserializer<'de>>(self, value: D) -> Result<Self::Value, D::Error> {
         if self.tokens.is_empty() {
             let raw = <&'de RawValue as serde::Deserialize>::deserialize(value)?;
-            return Ok(leaf(raw.get()));
+            return Ok(Some(raw.get()));
         }
         value.deserialize_any(self)
     }
@@ -179,7 +231,7 @@ fn leaf(raw: &str) -> Option<Cow<'_, str>> {
 }
 
 impl<'de> Visitor<'de> for Seek<'_> {
-    type Value = Option<Cow<'de, str>>;
+    type Value = Option<&'de str>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON value")

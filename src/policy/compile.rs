@@ -12,7 +12,9 @@ use super::rule::{Billing, Rule, Variant, VariantIndex};
 use super::sunset::Sunset;
 use super::Policy;
 use crate::clock::Nanos;
-use crate::config::{Config, KeySource, LimitConfig, OnChange, OnLimit, RuleConfig, Unit};
+use crate::config::{
+    Config, KeySource, LimitConfig, OnChange, OnLimit, Reserve, RuleConfig, Unit,
+};
 use crate::key::read_once::FieldsRead;
 use crate::key::KeyHasher;
 use crate::limiter::adaptive::{Bounds, Controller};
@@ -70,7 +72,7 @@ pub(super) fn compile_rule(
             max_queue,
         } if !rule.shadow => Some(HoldLimits {
             max_wait: saturating_nanos(max_delay),
-            max_queued: max_queue.saturating_mul(rule.cost),
+            max_queued: max_queue.saturating_mul(most_taken(rule)),
         }),
         _ => None,
     };
@@ -113,8 +115,12 @@ pub(super) fn compile_rule(
         limits,
         cost: rule.cost,
         graphql_cost: rule.graphql_cost,
+        reserve: rule.reserve.clone(),
+        variable_cost: rule.graphql_cost || rule.reserve.is_some(),
         unreadable: rule.unreadable,
-        reads_body: rule.graphql_cost || sources().any(KeySource::reads_body),
+        reads_body: rule.graphql_cost
+            || rule.reserve.as_ref().is_some_and(Reserve::reads_body)
+            || sources().any(KeySource::reads_body),
         billing: billing(rule, &counters),
         shadow: rule.shadow,
         hold,
@@ -136,11 +142,24 @@ fn billing(rule: &RuleConfig, counters: &RuleCounters) -> Option<Arc<Billing>> {
             charge: rule.charge.clone(),
             refund_on: rule.refund_on,
             cost: rule.cost,
+            reserves: rule.reserve.is_some(),
+            reserved: counters.reserved.clone(),
+            overrun: counters.overrun.clone(),
             charged: counters.charged.clone(),
             refunded: counters.refunded.clone(),
             charge_errors: counters.charge_errors.clone(),
         })
     })
+}
+
+/// The most one request of `rule` takes from a limit: its `cost`, or the
+/// most it can reserve (`max_queue` counts held requests of that size).
+fn most_taken(rule: &RuleConfig) -> u64 {
+    let capacity = rule.limits.iter().map(|limit| limit.capacity).min();
+    match &rule.reserve {
+        Some(reserve) => reserve.most(capacity.unwrap_or(u64::MAX)),
+        None => rule.cost,
+    }
 }
 
 /// An `adaptive` rule's floor and ceiling (only such a rule has a floor).

@@ -80,6 +80,8 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
                 "on_change": format!("{:?}", config.on_change).to_lowercase(),
                 "charge": config.charge.as_ref().map(ToString::to_string),
                 "charge_missing": config.charge.as_ref().map(|charge| charge.missing),
+                "reserve": config.reserve.as_ref().map(|reserve| reserve.amount.to_string()),
+                "reserve_missing": config.reserve.as_ref().and_then(|reserve| reserve.missing),
                 "refund_on": config.refund_on.names(),
             });
             if let Some(by) = &rule.tier_by {

@@ -8,7 +8,9 @@ use super::limit::Limit;
 use super::matcher::Matcher;
 use super::sunset::Sunset;
 use crate::clock::Nanos;
-use crate::config::{AlgorithmKind, Charge, KeySource, MissingPolicy, RefundOn, RuleConfig};
+use crate::config::{
+    AlgorithmKind, Charge, KeySource, MissingPolicy, RefundOn, Reserve, RuleConfig,
+};
 use crate::heavy_hitters::HeavyHitters;
 use crate::key::read_once::FieldsRead;
 use crate::key::{KeyHasher, KeyLabels, KeyText, RequestFacts};
@@ -16,7 +18,7 @@ use crate::limiter::HoldLimits;
 use crate::log_gate::LogGate;
 use crate::metrics::RuleCounters;
 use crate::store::bans::{BanPolicy, BanTable};
-use prometheus::IntCounter;
+use prometheus::{IntCounter, IntGauge};
 
 /// One compiled `[[rule]]`.
 #[derive(Debug)]
@@ -45,6 +47,12 @@ pub struct Rule {
     pub cost: u64,
     /// `cost = "graphql"`: a request takes its query's cost instead.
     pub graphql_cost: bool,
+    /// `reserve`: a request takes its reservation instead.
+    pub reserve: Option<Reserve>,
+    /// Whether a request's cost is its own (`graphql_cost` or `reserve`):
+    /// found when the rule applies, refused for good beyond a capacity,
+    /// and said in `X-RateLimit-Cost`.
+    pub variable_cost: bool,
     /// With `graphql_cost`: what a request whose cost cannot be read gets.
     pub unreadable: crate::config::Unreadable,
     /// Whether its key, `tiers.by` or cost reads the request's body or its
@@ -88,6 +96,14 @@ pub struct Billing {
     pub refund_on: RefundOn,
     /// Units taken at admission (what a refund gives back).
     pub cost: u64,
+    /// Whether admission took a reservation (`reserve`): charges draw from
+    /// it first, and what they did not use is given back when the request
+    /// ends.
+    pub reserves: bool,
+    /// `sluice_budget_reserved_units{rule}`.
+    pub reserved: IntGauge,
+    /// `sluice_budget_overrun_total{rule}`.
+    pub overrun: IntCounter,
     /// `sluice_budget_charged_total{rule}`.
     pub charged: IntCounter,
     /// `sluice_budget_refunded_total{rule}`.

@@ -173,7 +173,7 @@ pub async fn phase(
     if admitted {
         return Ok(());
     }
-    if policy.reads_body {
+    if policy.variable_costs {
         respond::add_cost(cx.response, policy, &cx.applicable.enforced);
     }
     Err(AnswerWritten)
@@ -258,7 +258,7 @@ fn bans_started(
 }
 
 /// The 429 of a limited request: one beyond a limit's capacity, when its
-/// GraphQL cost is, or the usual.
+/// own cost (GraphQL, reserved) is, or the usual.
 fn limited(
     policy: &Policy,
     enforced: &[Applicable<'_>],
@@ -266,9 +266,9 @@ fn limited(
     response: &mut Response<ProxyBody>,
 ) {
     let decided_at = Duration::from_nanos(ruling.decided_at);
-    // Only a policy that reads bodies has GraphQL costs: any other
-    // refusal pays one test for them.
-    let beyond = if policy.reads_body {
+    // Only a policy with costs of a request's own (GraphQL, reserved)
+    // looks: any other refusal pays one test for them.
+    let beyond = if policy.variable_costs {
         beyond_capacity(enforced, &ruling.verdicts)
     } else {
         None
@@ -522,8 +522,8 @@ fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit) -> Ask<'p> {
         limiter: &limit.limiter,
         cost: if rule.is_concurrency() {
             1
-        } else if rule.graphql_cost {
-            graphql_ask(applicable.cost, &limit.limiter)
+        } else if rule.variable_cost {
+            variable_ask(applicable.cost, &limit.limiter)
         } else {
             applicable.cost
         },
@@ -533,12 +533,13 @@ fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit) -> Ask<'p> {
 }
 
 /// The cost of the request, when the first rule that refused it takes a
-/// GraphQL query's cost larger than the refusing limit can ever hold: the
-/// refusal says so (waiting would not help).
+/// cost of the request's own (a GraphQL query's, a reservation) larger
+/// than the refusing limit can ever hold: the refusal says so (waiting
+/// would not help).
 #[inline(never)]
 fn beyond_capacity(enforced: &[Applicable<'_>], verdicts: &[Verdict<'_>]) -> Option<u64> {
     let refused = verdicts.iter().find(|v| !v.decision.is_allowed())?;
-    if !refused.rule.graphql_cost {
+    if !refused.rule.variable_cost {
         return None;
     }
     let applicable = enforced
@@ -551,11 +552,11 @@ fn beyond_capacity(enforced: &[Applicable<'_>], verdicts: &[Verdict<'_>]) -> Opt
     (!fits).then_some(applicable.cost)
 }
 
-/// What a query's cost asks of `limiter`: the cost, or one unit past the
+/// What a request's own cost asks of `limiter`: the cost, or one unit past the
 /// capacity when it is larger (it never fits either way, and a limiter's
 /// arithmetic is then never asked about a cost near `u64::MAX`). A leaky
 /// bucket passes any cost in time, and its arithmetic saturates.
-fn graphql_ask(cost: u64, limiter: &crate::limiter::Limiter) -> u64 {
+fn variable_ask(cost: u64, limiter: &crate::limiter::Limiter) -> u64 {
     if limiter.is_leaky() {
         cost
     } else {

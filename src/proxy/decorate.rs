@@ -16,7 +16,8 @@ use crate::policy::{Policy, Sunset};
 
 /// Decorate, the request path's phase once the upstream answered: sluice's
 /// fields added to the answer ([`decorate`]), a WebSocket tunnel's message
-/// gate opened (`proxy/messages.rs`), and a GraphQL query's cost said.
+/// gate opened (`proxy/messages.rs`), and a request's own cost (a GraphQL
+/// query's, a reservation) said.
 #[inline(always)]
 pub fn phase(cx: &mut Context<'_, '_>) {
     let (policy, shared, snapshot) = (cx.policy, cx.shared, cx.snapshot);
@@ -24,7 +25,7 @@ pub fn phase(cx: &mut Context<'_, '_>) {
     decorate(cx.response, policy, cx.ruling, applicable.retiring);
     let deciding = || shared.deciding(&snapshot.policy);
     messages::open(cx.response, cx.metered.take(), deciding, &shared.metrics);
-    if policy.reads_body {
+    if policy.variable_costs {
         respond::add_cost(cx.response, policy, &applicable.enforced);
     }
 }

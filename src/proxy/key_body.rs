@@ -20,7 +20,6 @@ use std::cell::OnceCell;
 use std::future::Future;
 
 use bytes::{Bytes, BytesMut};
-use http::header::CONTENT_LENGTH;
 use http::Request;
 use http_body_util::BodyExt;
 
@@ -29,7 +28,7 @@ use super::client_request::{ClientBody, ClientRequest, Prefixed};
 use super::out_of_line::OutOfLine;
 use super::refusal::Refusal;
 use super::{AnswerWritten, Context};
-use crate::key::body::{BodyFacts, KeyBody};
+use crate::key::body::{declared_length, BodyFacts, KeyBody};
 use crate::key::content_coding::{self, Decoded};
 use crate::key::graphql::persisted::Persisted;
 use crate::key::jwt::Claims;
@@ -79,8 +78,10 @@ impl<'r> Readings<'r> {
         persisted: Persisted<'r>,
     ) -> &'r BodyFacts<'r> {
         let readable = self.readable.get_or_init(|| readable(request, policy));
-        self.body
-            .get_or_init(|| BodyFacts::of(request, readable.view(), persisted))
+        self.body.get_or_init(|| {
+            let length = sent_length(request, policy.config.server.max_key_body_bytes);
+            BodyFacts::of(request, readable.view(), persisted).with_length(length)
+        })
     }
 }
 
@@ -130,7 +131,7 @@ async fn reading(
     let bound = server.max_key_body_bytes;
     let request = client.get_mut();
     let version = request.version();
-    if declared_length(request).is_some_and(|length| length > bound as u64) {
+    if declared_length(request.headers()).is_some_and(|length| length > bound as u64) {
         return Ok(true);
     }
     let body = request.body_mut();
@@ -197,6 +198,18 @@ pub fn readable<'r>(request: &'r Request<ClientBody>, policy: &Policy) -> Readab
     }
 }
 
+/// The length of `request`'s body as sent: its `Content-Length`, else the
+/// bytes [`gather`] read when the body ended within `bound`; `None` past it.
+fn sent_length(request: &Request<ClientBody>, bound: usize) -> Option<u64> {
+    if let Some(declared) = declared_length(request.headers()) {
+        return Some(declared);
+    }
+    match request.body() {
+        ClientBody::Empty => Some(0),
+        body => whole_within(body, bound).map(|whole| whole.len() as u64),
+    }
+}
+
 /// `body`, as [`gather`] put it back, when it is whole, not empty and no
 /// longer than `bound` bytes.
 fn whole_within(body: &ClientBody, bound: usize) -> Option<&[u8]> {
@@ -222,16 +235,6 @@ fn needed(request: &Request<ClientBody>, peer: std::net::IpAddr, policy: &Policy
         .rules
         .iter()
         .any(|rule| rule.reads_body && rule.matcher.matches(&facts))
-}
-
-fn declared_length(request: &Request<ClientBody>) -> Option<u64> {
-    request
-        .headers()
-        .get(CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .parse()
-        .ok()
 }
 
 /// Reads `body` up to `bound` bytes and puts it back as the upstream will

@@ -451,9 +451,10 @@ pub fn limited(
     refuse_limited(response, policy, verdicts, decided_at, None);
 }
 
-/// [`limited`], for a request whose GraphQL query costs `cost`, more than
-/// the first refusing rule can ever hold: its detail says so (waiting would
-/// not help, and it has no `Retry-After`). Rare: out of the 429's line.
+/// [`limited`], for a request whose own cost (its GraphQL query's, its
+/// reservation) is `cost`, more than the first refusing rule can ever hold:
+/// its detail says so (waiting would not help, and it has no
+/// `Retry-After`). Rare: out of the 429's line.
 #[cold]
 #[inline(never)]
 pub fn beyond_capacity(
@@ -545,15 +546,21 @@ fn refuse_limited(
     refuse_into(response, said, fields, |_| body)
 }
 
-/// The 429 body's head and detail for a query that costs `cost`, more than
-/// `first`'s limit can ever hold.
+/// The 429 body's head and detail for a request whose own cost (a query's,
+/// a reservation) is `cost`, more than `first`'s limit can ever hold.
 fn beyond_capacity_head(first: &Verdict<'_>, cost: u64, status: StatusCode) -> (String, String) {
-    let detail = format!(
-        "this query costs {cost} units and rule '{}' holds at most {}, so it can never be \
-         admitted: ask for fewer items (first/last)",
-        first.rule.name,
-        first.limit.limiter.capacity()
-    );
+    let (rule, capacity) = (&first.rule.name, first.limit.limiter.capacity());
+    let detail = if first.rule.reserve.is_some() {
+        format!(
+            "this request reserves {cost} units and rule '{rule}' holds at most {capacity}, so it \
+             can never be admitted: ask for less (a smaller max_tokens)"
+        )
+    } else {
+        format!(
+            "this query costs {cost} units and rule '{rule}' holds at most {capacity}, so it can \
+             never be admitted: ask for fewer items (first/last)"
+        )
+    };
     (problem::quota_exceeded_head(status, &detail), detail)
 }
 
@@ -947,15 +954,16 @@ pub fn refusal(response: &mut Response<ProxyBody>, refusal: Refusal, rule: Optio
     }
 }
 
-/// `X-RateLimit-Cost`: the units a rule with `cost = "graphql"` took for
-/// the request (or, on its 429, would have taken), when one applied and
-/// rate-limit headers are sent (docs/conversation.md).
+/// `X-RateLimit-Cost`: the units a rule with a cost of the request's own
+/// (`cost = "graphql"`, `reserve`) took for the request (or, on its 429,
+/// would have taken), the first such rule that applied, when rate-limit
+/// headers are sent (docs/conversation.md, docs/ai-budgets.md).
 #[inline(never)]
 pub fn add_cost(response: &mut Response<ProxyBody>, policy: &Policy, enforced: &[Applicable<'_>]) {
     if !policy.sends_headers() {
         return;
     }
-    if let Some(applicable) = enforced.iter().find(|one| one.rule.graphql_cost) {
+    if let Some(applicable) = enforced.iter().find(|one| one.rule.variable_cost) {
         response.headers_mut().insert(
             X_RATELIMIT_COST.clone(),
             http::HeaderValue::from(applicable.cost),

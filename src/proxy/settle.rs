@@ -65,8 +65,14 @@ impl Settlement {
         }
     }
 
-    /// Adds the request's deferred charges and refunds.
+    /// Adds the request's deferred charges and refunds, once it holds its
+    /// receipts: the reservations they took count as reserved from here.
     pub fn bill(&mut self, bill: Option<Bill>) {
+        if let Some(bill) = &bill {
+            for (rule, billing) in &bill.rules {
+                self.ledger.hold_reservation(*rule, billing);
+            }
+        }
         self.bill = bill;
     }
 
@@ -334,6 +340,18 @@ impl Settlement {
         }
     }
 
+    /// The request is over (its charges made, or never to come: it was
+    /// refused while held): what its reservations hold that no charge drew
+    /// goes back, once (docs/ai-budgets.md).
+    fn give_back_reservations(&mut self, now: Nanos) {
+        let Some(bill) = &self.bill else {
+            return;
+        };
+        for (rule, billing) in bill.rules.iter().filter(|(_, billing)| billing.reserves) {
+            self.ledger.give_back(*rule, billing, now);
+        }
+    }
+
     /// Charges every `elapsed_ms`, `request_bytes` and `response_bytes`
     /// source what it measured and was not yet charged (weighted: the
     /// rounded-up product of the whole measure so far, less what that came
@@ -425,7 +443,7 @@ impl Owed {
             billing.charge_errors.inc_by(self.errors);
         }
         if self.units > 0 {
-            ledger.settle_rule(rule, Settle::Charge(self.units), now);
+            ledger.charge(rule, billing, self.units, now);
             billing.charged.inc_by(self.units);
         }
     }
@@ -443,16 +461,73 @@ struct Ledger {
 
 impl Ledger {
     /// Gives back one rule's admission units, and counts them: what the
-    /// admission took (the rule's `cost`, or its query's).
+    /// admission took (the rule's `cost`, or its query's), or what is left
+    /// of its reservation.
     fn refund(&mut self, rule: usize, billing: &Billing, now: Nanos) {
-        let taken = self
-            .receipts
-            .iter()
-            .find(|receipt| receipt.rule == rule && !receipt.taken.is_permit() && !receipt.settled)
-            .map_or(billing.cost, |receipt| receipt.units);
-        if self.settle_rule(rule, Settle::GiveBack, now) {
+        let taken = self.unsettled(rule).unwrap_or(billing.cost);
+        if self.give_back(rule, billing, now) {
             billing.refunded.inc_by(taken);
         }
+    }
+
+    /// The units rule `rule`'s rate receipts would give back now: what its
+    /// admission took, less what charges drew from a reservation; `None`
+    /// when they were settled already (or it took none).
+    fn unsettled(&self, rule: usize) -> Option<u64> {
+        self.receipts
+            .iter()
+            .find(|receipt| receipt.rule == rule && !receipt.taken.is_permit() && !receipt.settled)
+            .map(|receipt| receipt.units)
+    }
+
+    /// What rule `rule` (settled by `billing`) holds reserved, counted in
+    /// its gauge while the request runs.
+    fn hold_reservation(&self, rule: usize, billing: &Billing) {
+        if billing.reserves {
+            let held = self.unsettled(rule).unwrap_or(0);
+            billing.reserved.add(i64::try_from(held).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Charges rule `rule` `units`: a reserving rule's from what it
+    /// reserved first (kept: those units are already taken), only the rest
+    /// taken from its buckets, and counted as an overrun.
+    fn charge(&mut self, rule: usize, billing: &Billing, units: u64, now: Nanos) {
+        let mut beyond = units;
+        if billing.reserves {
+            let drawn = units.min(self.unsettled(rule).unwrap_or(0));
+            if drawn > 0 {
+                for receipt in self.rates_of(rule) {
+                    receipt.units -= drawn;
+                }
+                billing.reserved.sub(drawn as i64);
+            }
+            beyond -= drawn;
+            if beyond > 0 {
+                billing.overrun.inc_by(beyond);
+            }
+        }
+        if beyond > 0 {
+            self.settle_rule(rule, Settle::Charge(beyond), now);
+        }
+    }
+
+    /// Gives back rule `rule`'s admission units (of a reservation, what no
+    /// charge drew), once. Whether it had a receipt to settle.
+    fn give_back(&mut self, rule: usize, billing: &Billing, now: Nanos) -> bool {
+        let held = self.unsettled(rule).filter(|_| billing.reserves);
+        let settled = self.settle_rule(rule, Settle::GiveBack, now);
+        if let Some(held) = held {
+            billing.reserved.sub(i64::try_from(held).unwrap_or(i64::MAX));
+        }
+        settled
+    }
+
+    /// Rule `rule`'s rate receipts not yet settled.
+    fn rates_of(&mut self, rule: usize) -> impl Iterator<Item = &mut Receipt> {
+        self.receipts.iter_mut().filter(move |receipt| {
+            receipt.rule == rule && !receipt.taken.is_permit() && !receipt.settled
+        })
     }
 
     /// Settles the rate receipts of rule `rule` (a store rule index; its
@@ -562,6 +637,7 @@ impl Drop for Settlement {
             }
             // The body ended or broke, or the client left: what was read.
             self.charge_awaited(now);
+            self.give_back_reservations(now);
         }
         // Kept rate units are already where they belong: only permits (or,
         // while held, everything) need the store.

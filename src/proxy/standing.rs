@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 
 use super::INLINE_RULES;
 use crate::clock::Nanos;
-use crate::config::{MissingPolicy, Unreadable};
+use crate::config::{round_up, MissingPolicy, Reservation, Reserve, ReserveSource, Unreadable};
 use crate::key::graphql::{Answer, Unread};
 use crate::key::jwt::Claims;
 use crate::key::read_once::FieldAt;
@@ -163,8 +163,8 @@ pub fn stand<'r, 'p>(
     }
     let limits = rule.limits_for(key, facts, &policy.keys, started);
     let mut cost = rule.cost;
-    if rule.graphql_cost {
-        cost = match graphql_cost(rule, facts) {
+    if rule.variable_cost {
+        cost = match variable_cost(rule, limits, facts) {
             Ok(cost) => cost,
             Err(why) if !rule.shadow => return Standing::Uncosted(why),
             // A shadow rule reports what it would have done: a request it
@@ -176,6 +176,44 @@ pub fn stand<'r, 'p>(
         // the usual fields, taking nothing.
     }
     Standing::Applies { key, limits, cost }
+}
+
+/// What a request takes from a rule whose cost is the request's own: its
+/// reservation, or its GraphQL query's cost (or why it cannot be taken).
+/// Out of line: only such rules get here.
+#[inline(never)]
+fn variable_cost(rule: &Rule, limits: &[Limit], facts: &RequestFacts<'_>) -> Result<u64, Uncosted> {
+    match &rule.reserve {
+        Some(reserve) => Ok(reservation(reserve, limits, facts)),
+        None => graphql_cost(rule, facts),
+    }
+}
+
+/// The units a request reserves (docs/ai-budgets.md): a rule's number, or
+/// the weighted sum of what its body says, rounded up (at least 1); when a
+/// source is missing or malformed, `reserve_missing`, else the smallest
+/// capacity of the caller's `limits` (the most it could take).
+pub fn reservation(reserve: &Reserve, limits: &[Limit], facts: &RequestFacts<'_>) -> u64 {
+    let sources = match &reserve.amount {
+        Reservation::Units(units) => return *units,
+        Reservation::Sources(sources) => sources,
+    };
+    let read = || {
+        let body = facts.body?;
+        let mut sum = 0.0;
+        for weighted in sources {
+            let value = match &weighted.source {
+                ReserveSource::Body(pointer) => body.number_at(pointer)?,
+                ReserveSource::RequestBytes => body.length()? as f64,
+            };
+            sum += value * weighted.weight;
+        }
+        Some(round_up(sum).max(1))
+    };
+    read().unwrap_or_else(|| {
+        let capacity = limits.iter().map(|limit| limit.limiter.capacity()).min();
+        reserve.missing.or(capacity).unwrap_or(1)
+    })
 }
 
 /// The units a `cost = "graphql"` rule takes from the request `facts`
