@@ -175,3 +175,156 @@ fn parse_source(text: &str) -> Result<ReserveSource, String> {
     }
     Err(format!("unknown reserve source \"{text}\"; {RESERVE_ALLOWED}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{errors, only_error, rule_a, valid};
+    use super::super::Weighted;
+    use super::*;
+
+    const CHARGED: &str = "rate = \"10000/d\"\ncharge = \"json:/usage/total_tokens\"\n";
+
+    #[test]
+    fn a_number_or_a_table_of_request_sources_is_read() {
+        let config = valid(&rule_a(&format!("{CHARGED}reserve = 4000\n")));
+        let reserve = config.rules[0].reserve.clone().expect("a reservation");
+        assert_eq!(reserve.amount, Reservation::Units(4000));
+        assert_eq!((reserve.missing, reserve.reads_body()), (None, false));
+        let config = valid(&rule_a(&format!(
+            "{CHARGED}reserve = {{ \"body:/max_tokens\" = 4, request_bytes = 0.25 }}\n\
+             reserve_missing = 5000\n"
+        )));
+        let reserve = config.rules[0].reserve.clone().expect("a reservation");
+        let max_tokens = Pointer::parse("/max_tokens").unwrap();
+        assert_eq!(
+            reserve.amount,
+            Reservation::Sources(vec![
+                Weighted {
+                    source: ReserveSource::Body(max_tokens),
+                    weight: 4.0
+                },
+                Weighted {
+                    source: ReserveSource::RequestBytes,
+                    weight: 0.25
+                },
+            ])
+        );
+        assert_eq!((reserve.missing, reserve.reads_body()), (Some(5000), true));
+        assert_eq!(
+            reserve.amount.to_string(),
+            "{ \"body:/max_tokens\" = 4, \"request_bytes\" = 0.25 }"
+        );
+        // Without reserve, nothing is reserved.
+        assert_eq!(valid(&rule_a(CHARGED)).rules[0].reserve, None);
+    }
+
+    #[test]
+    fn reserve_needs_a_charge_no_cost_and_a_balance() {
+        assert_eq!(
+            only_error(&rule_a("rate = \"100/m\"\nreserve = 10\n")),
+            "test.toml:6:11: rule[0].reserve: a reservation is settled against the rule's \
+             charge when the answer ends, and this rule has none; add one, such as charge = \
+             \"json:/usage/total_tokens\", or write cost = N for a price known at admission"
+        );
+        assert_eq!(
+            only_error(&rule_a(&format!("{CHARGED}cost = 2\nreserve = 10\n"))),
+            "test.toml:7:8: rule[0].cost: reserve is taken at admission in place of cost; \
+             remove cost (a request reserves what reserve says, then pays what its charge says)"
+        );
+        let lines = errors(&rule_a(
+            "algorithm = \"sliding_log\"\nrate = \"100/m\"\ncharge = \"elapsed_ms\"\nreserve = 10\n",
+        ));
+        assert!(
+            lines.iter().any(|line| line.starts_with(
+                "test.toml:8:11: rule[0].reserve: a sliding_log rule cannot give back part of \
+                 what it took"
+            )),
+            "{lines:#?}"
+        );
+        assert_eq!(
+            only_error(&rule_a("rate = \"100/m\"\nreserve_missing = 10\n")),
+            "test.toml:6:19: rule[0].reserve_missing: reserve_missing is the reservation of a \
+             request whose reserve sources are missing, and this rule reserves nothing; add \
+             reserve, such as reserve = { \"body:/max_tokens\" = 1 }"
+        );
+    }
+
+    #[test]
+    fn a_reservation_that_can_never_fit_or_a_wrong_source_is_refused_where_written() {
+        assert_eq!(
+            only_error(&rule_a(&format!("{CHARGED}reserve = 20000\n"))),
+            "test.toml:7:11: rule[0].reserve: reserve = 20000 can never fit in rate \"10000/d\", \
+             whose capacity is 10000 (its COUNT): such a request would never be admitted; lower \
+             reserve or raise that COUNT"
+        );
+        assert_eq!(
+            only_error(&rule_a(&format!(
+                "{CHARGED}reserve = {{ \"body:/max_tokens\" = 1 }}\nreserve_missing = 10001\n"
+            ))),
+            "test.toml:8:19: rule[0].reserve_missing: reserve_missing = 10001 can never fit in \
+             rate \"10000/d\", whose capacity is 10000 (its COUNT): such a request would never be \
+             admitted; lower reserve_missing or raise that COUNT"
+        );
+        assert_eq!(
+            only_error(&rule_a(&format!(
+                "{CHARGED}reserve = {{ \"json:/usage/total_tokens\" = 1 }}\n"
+            ))),
+            "test.toml:7:13: rule[0].reserve.\"json:/usage/total_tokens\": \
+             \"json:/usage/total_tokens\" is known only from the answer, and a reservation is \
+             taken before the request is forwarded; reserve by what the request says \
+             (\"body:/max_tokens\"), and charge by the answer; allowed: \"body:<pointer>\" (a \
+             number in the JSON request body, such as \"body:/max_tokens\") and \"request_bytes\" \
+             (the request body's length)"
+        );
+        let weight = only_error(&rule_a(&format!(
+            "{CHARGED}reserve = {{ \"body:/max_tokens\" = -1 }}\n"
+        )));
+        assert!(
+            weight.starts_with(
+                "test.toml:7:34: rule[0].reserve.\"body:/max_tokens\": the weight -1 is not a \
+                 number of at least 0: each unit the source reports is reserved this many times"
+            ),
+            "{weight}"
+        );
+        for (written, column) in [("\"max_tokens\"", 11), ("2.5", 11), ("0", 11), ("{}", 11)] {
+            let line = only_error(&rule_a(&format!("{CHARGED}reserve = {written}\n")));
+            assert!(
+                line.starts_with(&format!("test.toml:7:{column}: rule[0].reserve: ")),
+                "{written}: {line}"
+            );
+        }
+        // A fixed reservation is never missing.
+        let config = crate::config::Config::from_toml(
+            &rule_a(&format!("{CHARGED}reserve = 10\nreserve_missing = 20\n")),
+            "test.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            config.warnings,
+            ["test.toml:8:19: rule[0].reserve_missing: has no effect: a reservation of a number \
+              of units is never missing; reserve_missing is for a table of sources, such as \
+              reserve = { \"body:/max_tokens\" = 1 }"]
+        );
+    }
+
+    #[test]
+    fn messages_and_service_calls_reserve_nothing() {
+        let lines = errors(&rule_a(&format!(
+            "unit = \"message\"\n{CHARGED}reserve = 10\n"
+        )));
+        assert!(
+            lines
+                .iter()
+                .any(|line| line.starts_with("test.toml:8:11: rule[0].reserve: a message gets no answer")),
+            "{lines:#?}"
+        );
+        let lines = errors(&rule_a(&format!(
+            "match = {{ domain = \"d\" }}\nkey = [\"descriptor:k\"]\n{CHARGED}reserve = 10\n"
+        )));
+        assert!(
+            lines.iter().any(|line| line
+                .starts_with("test.toml:9:11: rule[0].reserve: a rule with match.domain takes no reserve")),
+            "{lines:#?}"
+        );
+    }
+}

@@ -761,4 +761,155 @@ mod tests {
         drop(fits);
         assert!(fixture.settlement().await.is_none(), "1 unit left");
     }
+
+    mod reservations {
+        use super::super::*;
+        use crate::config::Config;
+        use crate::metrics::Metrics;
+        use crate::policy::Policy;
+        use crate::proxy::admit::fill_asks;
+        use crate::proxy::standing::Applicable;
+        use crate::proxy::ticker::Ticker;
+        use crate::store::{Admission, Asks, MemoryStore};
+        use proptest::prelude::*;
+
+        const CAPACITY: u64 = 1_000;
+        /// Inside one window of the rule's hour, so nothing refills.
+        const AT: Nanos = 1_800_000_000 * crate::testing::SEC;
+
+        /// A reserving rule's policy on `store`: the request reserves its
+        /// `max_tokens`, and the answer's `x-cost` is its charge; a 503
+        /// gives back what is left.
+        fn policy(store: &Store) -> Policy {
+            let text = format!(
+                "[server]\nupstream = \"http://127.0.0.1:1\"\n\n[[rule]]\nname = \"tokens\"\n\
+                 algorithm = \"fixed_window\"\nrate = \"{CAPACITY}/h\"\ncharge = \"header:x-cost\"\n\
+                 reserve = {{ \"body:/max_tokens\" = 1 }}\nrefund_on = \"503\"\n"
+            );
+            let config = Config::from_toml(&text, "test.toml").expect("valid");
+            Policy::compile(Arc::new(config), &Metrics::new(), store)
+        }
+
+        #[derive(Debug, Clone)]
+        enum Step {
+            /// A request reserving this many units is admitted, or refused.
+            Admit(u64),
+            /// The answer to the nth request still open: it charges its
+            /// share (in thousandths) of the reservation, with a 200 or a
+            /// refunding 503.
+            Answer(usize, u64, bool),
+            /// The nth request still open ends (answered or not).
+            End(usize),
+        }
+
+        fn step() -> impl Strategy<Value = Step> {
+            prop_oneof![
+                (1..=400u64).prop_map(Step::Admit),
+                (0..8usize, 0..=1_000u64, any::<bool>())
+                    .prop_map(|(n, share, ok)| Step::Answer(n, share, ok)),
+                (0..8usize).prop_map(Step::End),
+            ]
+        }
+
+        /// One request in flight, and what the model says of it.
+        struct Open {
+            settlement: Settlement,
+            reserved: u64,
+            /// What its answer charged, once answered.
+            charged: Option<u64>,
+            /// Its answer was a refunding 503.
+            refunded: bool,
+        }
+
+        impl Open {
+            /// Units it holds in the bucket: its reservation until it ends,
+            /// only its charge once a refund gave the rest back.
+            fn holds(&self) -> u64 {
+                match self.charged {
+                    Some(charged) if self.refunded => charged,
+                    _ => self.reserved,
+                }
+            }
+
+            /// Units its reservation holds that no charge drew.
+            fn unused(&self) -> u64 {
+                match self.charged {
+                    None => self.reserved,
+                    Some(_) if self.refunded => 0,
+                    Some(charged) => self.reserved - charged,
+                }
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+            #[test]
+            fn reservations_never_overspend_and_settle_once(steps in proptest::collection::vec(step(), 1..80)) {
+                let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                let store = Arc::new(Store::Memory(MemoryStore::new(100)));
+                let policy = policy(&store);
+                let rule = &policy.rules[0];
+                let billing = rule.billing.as_ref().expect("it bills");
+                let ticker = Ticker::new(ProxyClock::default());
+                let clock = ProxyClock::Runtime(crate::clock::RuntimeClock::new(AT));
+                let ask = |cost| Applicable { rule, key: 7, limits: &rule.limits, cost };
+                let balance = || {
+                    let mut asks = Asks::default();
+                    fill_asks(&mut asks, &[ask(1)], &[]);
+                    let mut decisions = Default::default();
+                    runtime.block_on(store.peek(&asks, AT, &mut decisions)).unwrap();
+                    decisions[0].state().remaining
+                };
+                let mut open: Vec<Open> = Vec::new();
+                // What ended requests were charged, as the model keeps it.
+                let mut spent = 0;
+                for step in steps {
+                    match step {
+                        Step::Admit(reserve) => {
+                            let mut asks = Asks::default();
+                            fill_asks(&mut asks, &[ask(reserve)], &[]);
+                            let mut answer = Admission::default();
+                            runtime.block_on(store.admit(&asks, AT, &mut answer)).unwrap();
+                            let held: u64 = open.iter().map(Open::holds).sum();
+                            let fits = spent + held + reserve <= CAPACITY;
+                            prop_assert_eq!(answer.admitted(), fits);
+                            if fits {
+                                let mut settlement =
+                                    Settlement::new(Arc::clone(&store), clock.clone(), false, answer.receipts);
+                                settlement.bill(Bill::for_rules(std::iter::once(rule), &ticker));
+                                settlement.passed();
+                                open.push(Open { settlement, reserved: reserve, charged: None, refunded: false });
+                            }
+                        }
+                        Step::Answer(n, share, ok) => {
+                            let Some(one) = open.get_mut(n).filter(|o| o.charged.is_none()) else {
+                                continue;
+                            };
+                            let cost = one.reserved * share / 1_000;
+                            let mut headers = HeaderMap::new();
+                            headers.insert("x-cost", cost.into());
+                            let status = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+                            one.settlement.response_began(status, &mut headers);
+                            one.charged = Some(cost);
+                            one.refunded = !ok;
+                        }
+                        Step::End(n) => {
+                            if n < open.len() {
+                                let one = open.remove(n);
+                                spent += one.charged.unwrap_or(0);
+                                drop(one.settlement);
+                            }
+                        }
+                    }
+                    let held: u64 = open.iter().map(Open::holds).sum();
+                    let unused: u64 = open.iter().map(Open::unused).sum();
+                    prop_assert_eq!(balance(), CAPACITY - spent - held);
+                    prop_assert_eq!(billing.reserved.get(), unused as i64);
+                }
+                drop(open);
+                prop_assert_eq!(billing.reserved.get(), 0);
+                prop_assert_eq!(billing.overrun.get(), 0);
+            }
+        }
+    }
 }

@@ -318,6 +318,30 @@ pub async fn receipts_are_kept_given_back_or_charged(store: Store) {
     assert_eq!(remaining(&store, &limit, 3, T0).await, 5);
 }
 
+pub async fn a_reservation_gives_back_what_its_charge_did_not_use(store: Store) {
+    // A reservation's settlement (`proxy/settle.rs`) lowers its receipts'
+    // units by what charges drew from it, then gives back the rest: every
+    // algorithm that may reserve takes back exactly that part, once.
+    for limiter in [
+        token_bucket(10, 60),
+        Limiter::FixedWindow(FixedWindow::new(rate(10, 60))),
+        Limiter::SlidingWindow(SlidingWindow::new(rate(10, 60))),
+    ] {
+        let limit = Limit::new(&store, limiter);
+        let asks = one_rule_each([limit.ask(8, 10)]);
+        let mut admission = answer(&store, &asks, T0).await;
+        assert!(admission.admitted(), "{limiter:?}");
+        assert_eq!(remaining(&store, &limit, 8, T0).await, 0, "{limiter:?}");
+        let receipt = &mut admission.receipts[..1];
+        // 4 of the 10 reserved were used.
+        receipt[0].units = 6;
+        store.settle(receipt, Settle::GiveBack, T0).answered().await;
+        assert_eq!(remaining(&store, &limit, 8, T0).await, 6, "{limiter:?}");
+        store.settle(receipt, Settle::GiveBack, T0).answered().await;
+        assert_eq!(remaining(&store, &limit, 8, T0).await, 6, "{limiter:?}");
+    }
+}
+
 pub async fn a_kept_receipt_keeps_its_units_and_returns_its_permit(store: Store) {
     let limit = Limit::new(&store, token_bucket(10, 1));
     let permits = Limit::new(&store, concurrency(1));
@@ -672,6 +696,7 @@ macro_rules! every_check {
                 all_or_nothing_in_every_combination,
                 a_banned_key_is_refused_before_its_buckets_and_strikes_ban,
                 receipts_are_kept_given_back_or_charged,
+                a_reservation_gives_back_what_its_charge_did_not_use,
                 a_kept_receipt_keeps_its_units_and_returns_its_permit,
                 spending_takes_every_limit_unconditionally,
                 peeking_takes_nothing_and_reports_every_limit,
