@@ -516,6 +516,9 @@ impl Ledger {
     /// charge drew), once. Whether it had a receipt to settle.
     fn give_back(&mut self, rule: usize, billing: &Billing, now: Nanos) -> bool {
         let held = self.unsettled(rule).filter(|_| billing.reserves);
+        if held.is_some() {
+            self.rates_of(rule).for_each(|receipt| receipt.lent(now));
+        }
         let settled = self.settle_rule(rule, Settle::GiveBack, now);
         if let Some(held) = held {
             billing.reserved.sub(i64::try_from(held).unwrap_or(i64::MAX));

@@ -212,6 +212,36 @@ pub struct Receipt {
     pub settled: bool,
 }
 
+/// The instant of a receipt whose units were lent for a request's
+/// lifetime ([`Receipt::lent`]): later than any store's now, so each reads
+/// its give-back as a rollback, as of when it is settled.
+pub const LENT: Nanos = Nanos::MAX;
+
+impl Receipt {
+    /// Its units were lent for the request's lifetime, a reservation
+    /// (docs/ai-budgets.md), and come back in full when it ends at `now`
+    /// or later: a token bucket takes back what was not used as of the
+    /// give-back (a rollback: its refill while they were held was not
+    /// lost, for they were held), where a refund of units spent would come
+    /// back only as far as later takes allow. A window takes them back into
+    /// the window they were counted in, as any give-back. A delay-mode
+    /// reservation still ahead of `now` stays one, to be cancelled.
+    pub fn lent(&mut self, now: Nanos) {
+        if !matches!(self.limiter, Limiter::TokenBucket(_)) {
+            return;
+        }
+        if let Taken::Reserved { at } = self.taken {
+            if now < at {
+                return;
+            }
+        }
+        if matches!(self.taken, Taken::Bucket | Taken::Reserved { .. }) {
+            self.taken = Taken::Bucket;
+            self.at = LENT;
+        }
+    }
+}
+
 /// How to settle a receipt after the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settle {

@@ -124,6 +124,33 @@ mod tests {
         assert!(answer.admitted(), "a unit given back locally");
     }
 
+    /// A reservation decided locally while the shared store fails is
+    /// settled there: what its charge did not use comes back to this
+    /// instance's share, once.
+    #[tokio::test]
+    async fn a_reservation_decided_locally_gives_back_locally() {
+        let store = redis_down();
+        // A share of 10 of 30 an hour.
+        let limit = Limit::new(&store, token_bucket(30, 3600));
+        let ask = |cost| {
+            let mut asks = Asks::default();
+            asks.push_rule(1, false, None, [limit.ask(2, cost)]);
+            let mut answer = Admission::default();
+            store.admit_locally(&asks, T0, &mut answer);
+            answer
+        };
+        let mut reserved = ask(10);
+        assert!(reserved.admitted());
+        assert!(!ask(1).admitted(), "the share is held");
+        // 6 of the 10 were used: 4 come back.
+        reserved.receipts[0].units = 4;
+        reserved.receipts[0].lent(T0);
+        store.settle_locally(&mut reserved.receipts, Settle::GiveBack, T0);
+        store.settle_locally(&mut reserved.receipts, Settle::GiveBack, T0);
+        assert!(ask(4).admitted());
+        assert!(!ask(1).admitted(), "given back once");
+    }
+
     /// A local permit handed to a queued request whose client left at that
     /// moment goes back to the local store, not to Redis, which never
     /// lent it: the next request gets it.

@@ -320,25 +320,37 @@ pub async fn receipts_are_kept_given_back_or_charged(store: Store) {
 
 pub async fn a_reservation_gives_back_what_its_charge_did_not_use(store: Store) {
     // A reservation's settlement (`proxy/settle.rs`) lowers its receipts'
-    // units by what charges drew from it, then gives back the rest: every
-    // algorithm that may reserve takes back exactly that part, once.
+    // units by what charges drew from it, then gives back the rest as lent
+    // (`Receipt::lent`): every algorithm that may reserve takes back
+    // exactly that part, once, whatever was taken since (a token bucket's
+    // refund of spent units would come back only as far as later takes
+    // allow).
+    const MS: Nanos = SEC / 1000;
     for limiter in [
         token_bucket(10, 60),
         Limiter::FixedWindow(FixedWindow::new(rate(10, 60))),
         Limiter::SlidingWindow(SlidingWindow::new(rate(10, 60))),
     ] {
         let limit = Limit::new(&store, limiter);
-        let asks = one_rule_each([limit.ask(8, 10)]);
-        let mut admission = answer(&store, &asks, T0).await;
-        assert!(admission.admitted(), "{limiter:?}");
-        assert_eq!(remaining(&store, &limit, 8, T0).await, 0, "{limiter:?}");
-        let receipt = &mut admission.receipts[..1];
-        // 4 of the 10 reserved were used.
-        receipt[0].units = 6;
-        store.settle(receipt, Settle::GiveBack, T0).answered().await;
-        assert_eq!(remaining(&store, &limit, 8, T0).await, 6, "{limiter:?}");
-        store.settle(receipt, Settle::GiveBack, T0).answered().await;
-        assert_eq!(remaining(&store, &limit, 8, T0).await, 6, "{limiter:?}");
+        let asks = one_rule_each([limit.ask(8, 5)]);
+        // Two calls reserve 5 each, a moment apart; each uses 2.
+        let mut first = answer(&store, &asks, T0).await;
+        let mut second = answer(&store, &asks, T0 + MS).await;
+        assert!(first.admitted() && second.admitted(), "{limiter:?}");
+        assert_eq!(remaining(&store, &limit, 8, T0 + MS).await, 0, "{limiter:?}");
+        for (admission, at) in [(&mut first, T0 + SEC), (&mut second, T0 + 2 * SEC)] {
+            let receipt = &mut admission.receipts[..1];
+            receipt[0].units = 3;
+            receipt[0].lent(at);
+            store.settle(receipt, Settle::GiveBack, at).answered().await;
+        }
+        // A token bucket refilled a third of a unit meanwhile.
+        assert_eq!(remaining(&store, &limit, 8, T0 + 2 * SEC).await, 6, "{limiter:?}");
+        store
+            .settle(&mut second.receipts[..1], Settle::GiveBack, T0 + 2 * SEC)
+            .answered()
+            .await;
+        assert_eq!(remaining(&store, &limit, 8, T0 + 2 * SEC).await, 6, "{limiter:?}");
     }
 }
 

@@ -15,6 +15,7 @@ mod support;
 mod access_log;
 mod adaptive;
 mod admin_views;
+mod ai_budgets;
 mod algorithms_http;
 mod bans;
 mod body_keys_by_value;
