@@ -398,6 +398,7 @@ fn bench_derive(
             client_ip: IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)),
             claims: None,
             body: None,
+            call: None,
         };
         let now = clock.now();
         let key = hasher

@@ -10,6 +10,7 @@
 
 mod ban;
 mod calendar;
+mod calls;
 mod charge;
 mod describe;
 mod errors;

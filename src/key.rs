@@ -23,6 +23,7 @@ pub mod client_ip;
 pub mod content_coding;
 pub mod glob;
 pub mod graphql;
+pub mod jsonrpc;
 pub mod jwt;
 pub mod label;
 pub mod number;
@@ -62,6 +63,11 @@ pub enum KeySource {
     GraphqlOperation,
     /// `graphql:type`: `query`, `mutation` or `subscription`.
     GraphqlType,
+    /// `jsonrpc:method`: the `method` of a JSON-RPC call ([`jsonrpc`]); in
+    /// a batch, of each call.
+    JsonrpcMethod,
+    /// `mcp:tool`: the tool an MCP `tools/call` calls (`params.name`).
+    McpTool,
     /// `descriptor:<entry key>`: the value of that entry of a rate limit
     /// service descriptor (docs/rate-limit-service.md). Only rules with
     /// `match.domain` have it; a proxied request never does.
@@ -69,7 +75,7 @@ pub enum KeySource {
 }
 
 /// The parts of a request that rules match and key on, borrowed from it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RequestFacts<'a> {
     pub method: &'a Method,
     /// The normalised path.
@@ -87,6 +93,25 @@ pub struct RequestFacts<'a> {
     /// What `body:` and `graphql:` sources read, once a rule needing them
     /// matched (`None`: every such source is missing).
     pub body: Option<&'a body::BodyFacts<'a>>,
+    /// The call of a JSON-RPC batch a rule stands on now
+    /// (`proxy/batch.rs`); `None` outside a batch's walk, where a body of
+    /// one call is that call.
+    pub call: Option<&'a jsonrpc::Call<'a>>,
+}
+
+impl<'a> RequestFacts<'a> {
+    /// The JSON-RPC call that `jsonrpc:` and `mcp:` sources read: the
+    /// batch's call being walked, else the body's one call.
+    #[inline]
+    pub fn call(&self) -> Option<&'a jsonrpc::Call<'a>> {
+        if self.call.is_some() {
+            return self.call;
+        }
+        match self.body?.calls() {
+            jsonrpc::Calls::One(call) => Some(call),
+            jsonrpc::Calls::None | jsonrpc::Calls::Batch(_) => None,
+        }
+    }
 }
 
 /// Why a key could not be derived.
@@ -244,6 +269,8 @@ impl KeyHasher {
                     }
                     None => false,
                 },
+                KeySource::JsonrpcMethod => hash_call(&mut hasher, facts, |call| &call.method),
+                KeySource::McpTool => hash_call(&mut hasher, facts, |call| &call.tool),
                 KeySource::Descriptor(_) => false,
             };
             if !present {
@@ -299,10 +326,46 @@ impl KeyHasher {
                         text.push_str(kind.as_str());
                     }
                 }
+                KeySource::JsonrpcMethod | KeySource::McpTool => {
+                    let call = facts.call();
+                    let value = match source {
+                        KeySource::JsonrpcMethod => call.and_then(|call| call.method.as_deref()),
+                        _ => call.and_then(|call| call.tool.as_deref()),
+                    };
+                    if let Some(value) = value {
+                        text.push_str(&String::from_utf8_lossy(value));
+                    }
+                }
                 KeySource::Descriptor(_) => {}
             });
         }
         key
+    }
+
+    /// [`KeyHasher::key_text`] of the bucket `key` that `sources` derived
+    /// from the request `facts` describe: in a JSON-RPC batch, of the call
+    /// whose key it is when the sources read calls (each call has its
+    /// own). Built only where a key is shown, never on the request path.
+    pub fn key_text_of(
+        &self,
+        sources: &[KeySource],
+        facts: &RequestFacts<'_>,
+        key: BucketKey,
+    ) -> KeyText {
+        let calls = match facts.body.map(body::BodyFacts::calls) {
+            Some(jsonrpc::Calls::Batch(calls)) if sources.iter().any(KeySource::reads_call) => {
+                &calls[..]
+            }
+            _ => &[],
+        };
+        for call in calls {
+            let mut one = facts.clone();
+            one.call = Some(call);
+            if self.derive(sources, &one, true) == Ok(key) {
+                return self.key_text(sources, &one);
+            }
+        }
+        self.key_text(sources, facts)
     }
 
     /// The bucket key of a rate limit service descriptor for `sources`
@@ -412,6 +475,8 @@ impl KeyHasher {
                 | KeySource::Body(_)
                 | KeySource::GraphqlOperation
                 | KeySource::GraphqlType
+                | KeySource::JsonrpcMethod
+                | KeySource::McpTool
                 | KeySource::Descriptor(_) => hash_bytes(&mut hasher, part.as_bytes()),
             }
         }
@@ -428,6 +493,23 @@ impl KeyHasher {
                 hash_bytes(hasher, &(u128::from(v6) & mask).to_be_bytes());
             }
         }
+    }
+}
+
+/// Hashes the value `value_of` reads of the request's JSON-RPC call, if it
+/// has one: whether it did.
+#[inline]
+fn hash_call(
+    hasher: &mut impl Hasher,
+    facts: &RequestFacts<'_>,
+    value_of: impl for<'c> Fn(&'c jsonrpc::Call<'c>) -> &'c Option<std::borrow::Cow<'c, [u8]>>,
+) -> bool {
+    match facts.call().and_then(|call| value_of(call).as_deref()) {
+        Some(value) => {
+            hash_bytes(hasher, value);
+            true
+        }
+        None => false,
     }
 }
 
@@ -606,8 +688,18 @@ impl KeySource {
     pub fn reads_body(&self) -> bool {
         matches!(
             self,
-            KeySource::Body(_) | KeySource::GraphqlOperation | KeySource::GraphqlType
+            KeySource::Body(_)
+                | KeySource::GraphqlOperation
+                | KeySource::GraphqlType
+                | KeySource::JsonrpcMethod
+                | KeySource::McpTool
         )
+    }
+
+    /// Whether it reads a JSON-RPC call (`jsonrpc:method`, `mcp:tool`):
+    /// a rule keyed on one stands on each call of a batch.
+    pub fn reads_call(&self) -> bool {
+        matches!(self, KeySource::JsonrpcMethod | KeySource::McpTool)
     }
 }
 
@@ -627,6 +719,8 @@ impl std::fmt::Display for KeySource {
             KeySource::Body(pointer) => write!(f, "body:{}", pointer.as_str()),
             KeySource::GraphqlOperation => f.write_str("graphql:operation"),
             KeySource::GraphqlType => f.write_str("graphql:type"),
+            KeySource::JsonrpcMethod => f.write_str("jsonrpc:method"),
+            KeySource::McpTool => f.write_str("mcp:tool"),
         }
     }
 }
@@ -646,6 +740,7 @@ mod tests {
             client_ip: ip,
             claims: None,
             body: None,
+            call: None,
         }
     }
 

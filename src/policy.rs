@@ -70,6 +70,9 @@ pub struct Policy {
     /// Whether some rule charges or refunds after admission (otherwise no
     /// request carries a bill, and none is looked for).
     pub bills: bool,
+    /// Whether some rule keys on JSON-RPC calls (`jsonrpc:method`,
+    /// `mcp:tool`): only then may a refusal be answered in JSON-RPC.
+    pub reads_calls: bool,
     /// Whether some rule takes a request's own cost (`cost = "graphql"`,
     /// `reserve`): only then is a refusal looked at for a cost beyond a
     /// capacity, and `X-RateLimit-Cost` written.
@@ -139,6 +142,7 @@ impl Policy {
             bills: rules.iter().any(|rule| rule.billing.is_some()),
             reads_body: rules.iter().any(|rule| rule.reads_body),
             variable_costs: rules.iter().any(|rule| rule.variable_cost),
+            reads_calls: rules.iter().any(|rule| rule.per_call),
             domains: Domains::new(&config.rules),
             message_rules: (config.rules.iter().enumerate())
                 .filter(|(_, rule)| rule.unit == crate::config::Unit::Message)

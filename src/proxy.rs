@@ -29,6 +29,7 @@
 
 mod access;
 mod admit;
+mod batch;
 pub mod bill;
 mod checks;
 mod client_request;

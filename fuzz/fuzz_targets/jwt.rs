@@ -557,6 +557,7 @@ fn key_on(claims: &Claims) {
         client_ip: [127, 0, 0, 1].into(),
         claims: Some(claims),
         body: None,
+        call: None,
     };
     let hasher = KeyHasher::new(64);
     let key = hasher.derive(&sources, &facts, true);

@@ -92,6 +92,7 @@ fuzz_target!(|input: Input| {
         client_ip: input.client_ip,
         claims: claims.as_ref(),
         body: None,
+        call: None,
     };
     let hasher = KeyHasher::new(input.ipv6_prefix);
     let derive = |facts: &RequestFacts<'_>| hasher.derive(&sources, facts, input.allow_missing);

@@ -38,11 +38,13 @@ impl Validator<'_> {
 pub(super) fn parse_key_source(text: &str) -> Result<KeySource, String> {
     const ALLOWED: &str = "allowed: ip, path, method, host, global, header:<name>, \
                            query:<name>, jwt:<claim>, body:<JSON pointer>, graphql:operation, \
-                           graphql:type, descriptor:<entry key>";
+                           graphql:type, jsonrpc:method, mcp:tool, descriptor:<entry key>";
     match text {
         "ip" => return Ok(KeySource::Ip),
         "graphql:operation" => return Ok(KeySource::GraphqlOperation),
         "graphql:type" => return Ok(KeySource::GraphqlType),
+        "jsonrpc:method" => return Ok(KeySource::JsonrpcMethod),
+        "mcp:tool" => return Ok(KeySource::McpTool),
         "path" => return Ok(KeySource::Path),
         "method" => return Ok(KeySource::Method),
         "host" => return Ok(KeySource::Host),
@@ -89,6 +91,12 @@ pub(super) fn parse_key_source(text: &str) -> Result<KeySource, String> {
         return Err(format!(
             "\"graphql:{what}\" is not a GraphQL key; use graphql:operation (the operation's \
              name) or graphql:type (query, mutation or subscription)"
+        ));
+    }
+    if text.starts_with("jsonrpc:") || text.starts_with("mcp:") {
+        return Err(format!(
+            "\"{text}\" is not a JSON-RPC key; use jsonrpc:method (each call's method) or \
+             mcp:tool (the tool an MCP tools/call calls)"
         ));
     }
     if let Some(key) = text.strip_prefix("descriptor:") {

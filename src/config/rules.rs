@@ -225,6 +225,7 @@ impl Validator<'_> {
             unit: Unit::Request,
         };
         self.who_decides(&context, raw, &rule);
+        self.keyed_on_calls(&context, raw, &rule);
         rule.unit = self.unit(&context, raw, &rule);
         rule
     }

@@ -10,7 +10,7 @@
 use super::raw::{RawRule, Start};
 use super::rules::RuleContext;
 use super::validate::Validator;
-use super::{KeySource, RuleConfig, Unit};
+use super::{RuleConfig, Unit};
 
 impl Validator<'_> {
     /// `rule`'s `unit` (written as `raw`, in `context`), and
@@ -61,7 +61,7 @@ impl Validator<'_> {
                 );
             }
         }
-        if let Some(source) = rule.key.iter().find(|source| reads_a_body(source)) {
+        if let Some(source) = rule.key.iter().find(|source| source.reads_body()) {
             self.error(
                 raw.key.start_or(at),
                 &path("key"),
@@ -112,15 +112,6 @@ impl Validator<'_> {
             );
         }
     }
-}
-
-/// Whether `source` is read from a request body, which a handshake never
-/// has.
-fn reads_a_body(source: &KeySource) -> bool {
-    matches!(
-        source,
-        KeySource::Body(_) | KeySource::GraphqlOperation | KeySource::GraphqlType
-    )
 }
 
 #[cfg(test)]

@@ -439,7 +439,7 @@ mod tests {
         assert_eq!(
             lines,
             vec![
-                "test.toml:7:16: rule[0].tiers.by: unknown key source \"cookie:plan\"; allowed: ip, path, method, host, global, header:<name>, query:<name>, jwt:<claim>, body:<JSON pointer>, graphql:operation, graphql:type, descriptor:<entry key>",
+                "test.toml:7:16: rule[0].tiers.by: unknown key source \"cookie:plan\"; allowed: ip, path, method, host, global, header:<name>, query:<name>, jwt:<claim>, body:<JSON pointer>, graphql:operation, graphql:type, jsonrpc:method, mcp:tool, descriptor:<entry key>",
                 "test.toml:7:31: rule[0].tiers.a: sets nothing: give rate, limits and/or burst, such as { rate = \"100/s\" } (one that sets only burst keeps the rule's rates)",
                 "test.toml:7:62: rule[0].tiers.b.limits[1]: \"2/s\" has the same period as tiers.b.limits[0] \"1/s\"; each limit needs its own period, so keep only one of them",
                 "test.toml:7:86: rule[0].tiers.c.burst: 0 must be at least 1, or no request could ever pass; it defaults to its rate's COUNT",

@@ -27,6 +27,7 @@ use serde_json::value::RawValue;
 
 use super::graphql::persisted::Persisted;
 use super::graphql::{self, GraphqlRequest, Reading, Unread};
+use super::jsonrpc::{self, Calls};
 use super::number;
 use crate::body_scan::{BodyKind, Pointer};
 
@@ -60,6 +61,12 @@ pub struct BodyFacts<'a> {
     /// Where persisted queries are looked up.
     persisted: Persisted<'a>,
     reading: OnceLock<Reading<'a>>,
+    /// The body a `POST` sent whole, whatever its type, for its JSON-RPC
+    /// calls: a server may read a call sent as `text/plain`, so the calls
+    /// are read whatever the body claims to be.
+    posted: Option<&'a [u8]>,
+    /// Its JSON-RPC calls, read once, when first asked for.
+    calls: OnceLock<Calls<'a>>,
     /// The body's length as sent: its `Content-Length`, else the bytes
     /// read when it came whole; `None` when neither is known.
     length: Option<u64>,
@@ -110,6 +117,8 @@ impl<'a> BodyFacts<'a> {
             unread,
             persisted,
             reading: OnceLock::new(),
+            posted: whole.filter(|_| *method == Method::POST),
+            calls: OnceLock::new(),
             length: None,
         }
     }
@@ -129,6 +138,12 @@ impl<'a> BodyFacts<'a> {
     /// ([`number_at`]).
     pub fn number_at(&self, pointer: &Pointer) -> Option<f64> {
         number_at(self.json?, pointer)
+    }
+
+    /// The JSON-RPC calls of a `POST`ed body, read once
+    /// (`key/jsonrpc.rs`).
+    pub fn calls(&self) -> &Calls<'a> {
+        self.calls.get_or_init(|| self.posted.map(jsonrpc::read).unwrap_or_default())
     }
 
     /// The body's length as the client sent it: its `Content-Length`, else

@@ -121,6 +121,7 @@ pub(super) fn compile_rule(
         reads_body: rule.graphql_cost
             || rule.reserve.as_ref().is_some_and(Reserve::reads_body)
             || sources().any(KeySource::reads_body),
+        per_call: sources().any(KeySource::reads_call),
         billing: billing(rule, &counters),
         shadow: rule.shadow,
         hold,
@@ -414,6 +415,7 @@ overrides = { "s42" = { rate = "9/m" } }
                 client_ip: std::net::IpAddr::from([127, 0, 0, 1]),
                 claims: None,
                 body: None,
+                call: None,
             }
         };
         let count = |headers: &http::HeaderMap| {

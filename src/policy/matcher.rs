@@ -264,6 +264,7 @@ rate = "1/m"
             client_ip: std::net::Ipv4Addr::LOCALHOST.into(),
             claims: None,
             body: None,
+            call: None,
         };
         let fits = facts(&Method::POST, "/api/v1/items", Some("API.example.com"));
         assert_eq!(matcher.mismatch(&fits), None);
@@ -296,6 +297,7 @@ rate = "1/m"
             client_ip: client_ip.parse().unwrap(),
             claims: None,
             body: None,
+            call: None,
         }
     }
 

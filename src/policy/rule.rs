@@ -59,6 +59,10 @@ pub struct Rule {
     /// GraphQL operation: a request it matches has its body read before it
     /// is decided (docs/conversation.md).
     pub reads_body: bool,
+    /// Whether its key or `tiers.by` reads a JSON-RPC call
+    /// (`jsonrpc:method`, `mcp:tool`): each call of a batch stands on its
+    /// own (`proxy/batch.rs`).
+    pub per_call: bool,
     /// `charge` and `refund_on`: what the rule settles after admission;
     /// `None` for most rules. Shared (an `Arc`) with the requests that
     /// carry it past their admission.

@@ -176,7 +176,34 @@ pub async fn phase(
     if policy.variable_costs {
         respond::add_cost(cx.response, policy, &cx.applicable.enforced);
     }
+    if policy.reads_calls {
+        answer_calls(cx, facts);
+    }
     Err(AnswerWritten)
+}
+
+/// A limited request read as JSON-RPC, refused by a rule keyed on calls
+/// or not, is answered in JSON-RPC (`respond/jsonrpc.rs`).
+#[cold]
+#[inline(never)]
+fn answer_calls(cx: &mut Context<'_, '_>, facts: &RequestFacts<'_>) {
+    let enforced = &cx.applicable.enforced;
+    let refusing = match cx.ruling.outcome {
+        Outcome::Admitted => return,
+        Outcome::Banned { rule, .. } => enforced[rule].rule,
+        Outcome::Limited => match cx.ruling.verdicts.iter().find(|v| !v.decision.is_allowed()) {
+            // An adaptive rule's 503 says the upstream is saturated, which
+            // is no call's fault.
+            Some(verdict) if verdict.limit.adaptive().is_none() => verdict.rule,
+            _ => return,
+        },
+    };
+    let Some(calls) = facts.body.map(crate::key::body::BodyFacts::calls) else {
+        return;
+    };
+    if enforced.iter().any(|one| one.rule.per_call) && calls.any() {
+        respond::jsonrpc::answer(cx.response, calls, &refusing.name, &cx.id);
+    }
 }
 
 /// Counts what the store ruled, and answers a request that may not pass
@@ -229,7 +256,7 @@ fn banned(
     if store.is_shared() && rule.bans.unnamed(key) {
         // Learned from Redis, where another instance's strikes started
         // it: named for the fleet's listing, once here.
-        let text = policy.keys.key_text(&rule.key, facts);
+        let text = policy.keys.key_text_of(&rule.key, facts, key);
         store.ban_named(&rule.name, key, &policy.labels.redacted(&rule.key, &text));
         rule.bans.name(key, text);
     }
@@ -248,7 +275,7 @@ fn bans_started(
 ) {
     for &index in &ruling.bans_started {
         let Applicable { rule, key, .. } = enforced[index];
-        let text = policy.keys.key_text(&rule.key, facts);
+        let text = policy.keys.key_text_of(&rule.key, facts, key);
         if let (true, Some(ban)) = (store.is_shared(), rule.ban) {
             let shown = policy.labels.redacted(&rule.key, &text);
             store.ban_started(&rule.name, key, ban.duration, &shown);

@@ -54,6 +54,7 @@ pub fn facts_of<'r, B>(
         client_ip: policy.client_ip.resolve(peer, request.headers()),
         claims: None,
         body: None,
+        call: None,
     }
 }
 

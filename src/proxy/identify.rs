@@ -18,6 +18,7 @@ use std::cell::OnceCell;
 use http::{Request, Response};
 
 use super::access::Record;
+use super::batch;
 use super::checks::{facts_of, Checked};
 use super::client_request::ClientBody;
 use super::key_body::Readings;
@@ -107,30 +108,28 @@ pub fn identify<'r, 'p>(
         return Ok(());
     }
     for (index, rule) in policy.rules.iter().enumerate() {
+        if rule.per_call {
+            if let Some(calls) = batch::calls(facts) {
+                let standing =
+                    batch::stand_batch(rule, calls, facts, token_claims, policy, started, applicable);
+                witness.stood(index, standing);
+                if let Some(refused) = Unidentified::by(rule, standing) {
+                    return Err(refused);
+                }
+                continue;
+            }
+        }
         let standing = stand(rule, facts, token_claims, policy, started, false);
         witness.stood(index, standing);
-        match standing {
-            Standing::Unmatched | Standing::Skipped => {}
-            Standing::MissingKey => return Err(Unidentified::MissingKey(rule)),
-            Standing::Ambiguous(at) => return Err(Unidentified::Ambiguous(rule, at)),
-            Standing::Gone(sunset) => return Err(Unidentified::Gone(rule, sunset)),
-            Standing::Uncosted(why) => return Err(Unidentified::Uncosted(rule, why)),
-            Standing::Applies { key, limits, cost } => {
-                if let Some(sunset) = &rule.sunset {
-                    applicable.retiring.get_or_insert(sunset);
-                }
-                let one = Applicable {
-                    rule,
-                    key,
-                    limits,
-                    cost,
-                };
-                if rule.shadow {
-                    applicable.shadowed.push(one);
-                } else {
-                    applicable.enforced.push(one);
-                }
-            }
+        if let Standing::Applies { key, limits, cost } = standing {
+            applicable.push(Applicable {
+                rule,
+                key,
+                limits,
+                cost,
+            });
+        } else if let Some(refused) = Unidentified::by(rule, standing) {
+            return Err(refused);
         }
     }
     Ok(())

@@ -4,6 +4,7 @@
 //! (RFC 9457).
 
 pub mod grpc;
+pub mod jsonrpc;
 mod last_refusal;
 mod own_fields;
 

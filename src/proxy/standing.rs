@@ -42,6 +42,22 @@ pub struct Applicability<'p> {
     pub unlimited: bool,
 }
 
+impl<'p> Applicability<'p> {
+    /// Adds a rule that applies: enforced or shadowed, and a retiring
+    /// route's sunset said on its responses.
+    #[inline]
+    pub fn push(&mut self, one: Applicable<'p>) {
+        if let Some(sunset) = &one.rule.sunset {
+            self.retiring.get_or_insert(sunset);
+        }
+        if one.rule.shadow {
+            self.shadowed.push(one);
+        } else {
+            self.enforced.push(one);
+        }
+    }
+}
+
 /// Why [`identify`] refused a request.
 #[derive(Debug, Clone, Copy)]
 pub enum Unidentified<'p> {
@@ -56,6 +72,21 @@ pub enum Unidentified<'p> {
     /// The rule takes the request's GraphQL cost and cannot (400, or
     /// `PersistedQueryNotFound` for an unknown hash).
     Uncosted(&'p Rule, Uncosted),
+}
+
+impl<'p> Unidentified<'p> {
+    /// Why `rule` refuses the request where it stands so; `None` when it
+    /// does not (it applies, does not fit, or is skipped).
+    #[inline]
+    pub fn by(rule: &'p Rule, standing: Standing<'p>) -> Option<Unidentified<'p>> {
+        match standing {
+            Standing::Unmatched | Standing::Skipped | Standing::Applies { .. } => None,
+            Standing::MissingKey => Some(Unidentified::MissingKey(rule)),
+            Standing::Ambiguous(at) => Some(Unidentified::Ambiguous(rule, at)),
+            Standing::Gone(sunset) => Some(Unidentified::Gone(rule, sunset)),
+            Standing::Uncosted(why) => Some(Unidentified::Uncosted(rule, why)),
+        }
+    }
 }
 
 /// Why a `cost = "graphql"` rule cannot take a request's cost

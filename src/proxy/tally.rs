@@ -49,7 +49,10 @@ pub fn count_hitters(
     ruling: &Ruling<'_>,
 ) {
     let now = ruling.decided_at;
-    let text = |applicable: &Applicable<'_>| policy.keys.key_text(&applicable.rule.key, facts);
+    let text = |applicable: &Applicable<'_>| {
+        let keys = &policy.keys;
+        keys.key_text_of(&applicable.rule.key, facts, applicable.key)
+    };
     let refused_by = |applicable: &Applicable<'_>| match ruling.outcome {
         Outcome::Admitted => false,
         Outcome::Banned { rule, .. } => std::ptr::eq(enforced[rule].rule, applicable.rule),

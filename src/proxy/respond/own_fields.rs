@@ -64,6 +64,18 @@ pub enum OwnName {
     XRequestId = 7,
 }
 
+/// Each [`OwnName`], by its index in [`NAMES`].
+const OWN_NAMES: [OwnName; 8] = [
+    OwnName::XRateLimitLimit,
+    OwnName::XRateLimitRemaining,
+    OwnName::XRateLimitReset,
+    OwnName::RateLimitPolicy,
+    OwnName::RateLimit,
+    OwnName::ContentType,
+    OwnName::RetryAfter,
+    OwnName::XRequestId,
+];
+
 /// Room for the five rate-limit fields of a typical response.
 const TYPICAL_LINES: usize = 256;
 /// A buffer larger than this is not kept for reuse.
@@ -300,6 +312,26 @@ impl OwnFields {
                 start = usize::from(end);
                 (name, &lines[value_start..start - 2])
             })
+    }
+
+    /// The same fields with `Content-Type: value` (a refusal written again
+    /// in another protocol's body: `respond/jsonrpc.rs`).
+    pub fn with_content_type(&self, value: &HeaderValue) -> OwnFields {
+        let mut fields = OwnFields::default();
+        for (name, line) in self.pairs() {
+            let own = OWN_NAMES[NAMES.iter().position(|own| own == name).unwrap_or(0)];
+            if own == OwnName::ContentType {
+                fields.push(own, value);
+            } else {
+                fields.push_valid(own, line);
+            }
+        }
+        if self.names & (1 << OwnName::ContentType as u8) == 0 {
+            fields.push(OwnName::ContentType, value);
+        }
+        fields.request_id.clone_from(&self.request_id);
+        fields.names |= self.names & (1 << OwnName::XRequestId as u8);
+        fields
     }
 
     /// The request id this answer carries, if any.
