@@ -353,8 +353,8 @@ impl KeyHasher {
         key: BucketKey,
     ) -> KeyText {
         let calls = match facts.body.map(body::BodyFacts::calls) {
-            Some(jsonrpc::Calls::Batch(calls)) if sources.iter().any(KeySource::reads_call) => {
-                &calls[..]
+            Some(jsonrpc::Calls::Batch(batch)) if sources.iter().any(KeySource::reads_call) => {
+                &batch.calls[..]
             }
             _ => &[],
         };

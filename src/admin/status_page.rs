@@ -176,7 +176,14 @@ fn rule_row(out: &mut String, rule: &Value) {
         None => num_cell(out, "Charged/s", "charged", false, "zero", "\u{2014}"),
     }
     match rule["reserved"].as_i64() {
-        Some(units) => num_cell(out, "Reserved", "reserved", units > 0, "warn", &units.to_string()),
+        Some(units) => num_cell(
+            out,
+            "Reserved",
+            "reserved",
+            units > 0,
+            "warn",
+            &units.to_string(),
+        ),
         None => num_cell(out, "Reserved", "reserved", false, "zero", "\u{2014}"),
     }
     let depth = rule["queue_depth"].as_i64().unwrap_or(0);

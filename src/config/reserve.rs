@@ -45,7 +45,12 @@ impl Validator<'_> {
         let mut valid = self.reserve_beside(rule, raw, &path, at);
         let amount = match &field.value {
             RawReserve::Units(units) => {
-                let units = self.int(Some(&Spanned::new(at..at, *units)), &path, 1, 1..=i64::MAX as u64);
+                let units = self.int(
+                    Some(&Spanned::new(at..at, *units)),
+                    &path,
+                    1,
+                    1..=i64::MAX as u64,
+                );
                 self.fits(rule, built, &path, at, &format!("reserve = {units}"), units);
                 Reservation::Units(units)
             }
@@ -173,7 +178,9 @@ fn parse_source(text: &str) -> Result<ReserveSource, String> {
              charge by the answer; {RESERVE_ALLOWED}"
         ));
     }
-    Err(format!("unknown reserve source \"{text}\"; {RESERVE_ALLOWED}"))
+    Err(format!(
+        "unknown reserve source \"{text}\"; {RESERVE_ALLOWED}"
+    ))
 }
 
 #[cfg(test)]
@@ -313,17 +320,17 @@ mod tests {
             "unit = \"message\"\n{CHARGED}reserve = 10\n"
         )));
         assert!(
-            lines
-                .iter()
-                .any(|line| line.starts_with("test.toml:8:11: rule[0].reserve: a message gets no answer")),
+            lines.iter().any(|line| line
+                .starts_with("test.toml:8:11: rule[0].reserve: a message gets no answer")),
             "{lines:#?}"
         );
         let lines = errors(&rule_a(&format!(
             "match = {{ domain = \"d\" }}\nkey = [\"descriptor:k\"]\n{CHARGED}reserve = 10\n"
         )));
         assert!(
-            lines.iter().any(|line| line
-                .starts_with("test.toml:9:11: rule[0].reserve: a rule with match.domain takes no reserve")),
+            lines.iter().any(|line| line.starts_with(
+                "test.toml:9:11: rule[0].reserve: a rule with match.domain takes no reserve"
+            )),
             "{lines:#?}"
         );
     }

@@ -140,7 +140,11 @@ impl Validator<'_> {
                 "reserve",
                 settled_after,
             ),
-            (raw.reserve_missing.start(), "reserve_missing", settled_after),
+            (
+                raw.reserve_missing.start(),
+                "reserve_missing",
+                settled_after,
+            ),
             (raw.refund_on.start(), "refund_on", settled_after),
             (
                 raw.missing.start(),

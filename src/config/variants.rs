@@ -5,12 +5,12 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::weights::number;
 use super::keys::parse_key_source;
 use super::limits::WrittenLimit;
 use super::raw::{Key, Located, RawOverrides, RawTiers, RawVariant, Start};
 use super::rules::RuleContext;
 use super::validate::Validator;
+use super::weights::number;
 use super::{AlgorithmKind, KeySource, Tiers, Variant};
 
 impl Validator<'_> {

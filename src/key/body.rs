@@ -143,7 +143,8 @@ impl<'a> BodyFacts<'a> {
     /// The JSON-RPC calls of a `POST`ed body, read once
     /// (`key/jsonrpc.rs`).
     pub fn calls(&self) -> &Calls<'a> {
-        self.calls.get_or_init(|| self.posted.map(jsonrpc::read).unwrap_or_default())
+        self.calls
+            .get_or_init(|| self.posted.map(jsonrpc::read).unwrap_or_default())
     }
 
     /// The body's length as the client sent it: its `Content-Length`, else

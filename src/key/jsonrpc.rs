@@ -30,8 +30,17 @@ pub enum Calls<'a> {
     None,
     /// One call.
     One(Call<'a>),
-    /// A batch: each element, a call or not.
-    Batch(Vec<Call<'a>>),
+    /// A batch: its calls, in order, and how many of its elements are not
+    /// calls (counted, not kept: a body of `[0,0,…]` holds no more than
+    /// its bytes).
+    Batch(Batch<'a>),
+}
+
+/// The elements of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Batch<'a> {
+    pub calls: Vec<Call<'a>>,
+    pub others: usize,
 }
 
 /// One element of a JSON-RPC request body.
@@ -52,7 +61,7 @@ impl Calls<'_> {
         match self {
             Calls::None => false,
             Calls::One(call) => call.is_call(),
-            Calls::Batch(calls) => calls.iter().any(Call::is_call),
+            Calls::Batch(batch) => !batch.calls.is_empty(),
         }
     }
 }
@@ -90,16 +99,21 @@ impl<'a> Reader<'a> {
             b'{' => Calls::One(self.call()?),
             b'[' => {
                 self.at += 1;
-                let mut calls = Vec::new();
+                let mut batch = Batch::default();
                 if self.peek()? != b']' {
                     loop {
-                        calls.push(match self.peek()? {
+                        let call = match self.peek()? {
                             b'{' => self.call()?,
                             _ => {
                                 self.skip_value()?;
                                 Call::default()
                             }
-                        });
+                        };
+                        if call.is_call() {
+                            batch.calls.push(call);
+                        } else {
+                            batch.others += 1;
+                        }
                         if !self.comma_or(b']')? {
                             break;
                         }
@@ -107,10 +121,10 @@ impl<'a> Reader<'a> {
                 } else {
                     self.at += 1;
                 }
-                if calls.is_empty() {
+                if batch.calls.is_empty() && batch.others == 0 {
                     return Ok(Calls::None);
                 }
-                Calls::Batch(calls)
+                Calls::Batch(batch)
             }
             _ => return Ok(Calls::None),
         };
@@ -379,16 +393,16 @@ mod tests {
 
     #[test]
     fn a_call_names_its_method_tool_and_id() {
-        let call = one(
-            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call",
-                "params":{"arguments":{"q":"a \"quoted\" word","n":[1,{"x":null}]},"name":"search"}}"#,
-        );
+        let call = one(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call",
+                "params":{"arguments":{"q":"a \"quoted\" word","n":[1,{"x":null}]},"name":"search"}}"#);
         assert_eq!(text(&call.method).as_deref(), Some("tools/call"));
         assert_eq!(text(&call.tool).as_deref(), Some("search"));
         assert_eq!(call.id, Some(&b"7"[..]));
         assert!(matches!(call.method, Some(Cow::Borrowed(_))));
         // Any other method names no tool; a notification has no id.
-        let call = one(r#" { "method" : "tools/list" , "jsonrpc" : "2.0" , "params" : { "name" : "x" } } "#);
+        let call = one(
+            r#" { "method" : "tools/list" , "jsonrpc" : "2.0" , "params" : { "name" : "x" } } "#,
+        );
         assert_eq!(text(&call.method).as_deref(), Some("tools/list"));
         assert_eq!((call.tool, call.id), (None, None));
         let call = one(r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":7},"id":"a-1"}"#);
@@ -398,11 +412,15 @@ mod tests {
     #[test]
     fn what_a_server_reads_is_what_counts() {
         // The last of a member written twice, as servers' parsers read it.
-        let call = one(r#"{"jsonrpc":"2.0","method":"cheap","method":"tools/call","params":{"name":"a","name":"b"}}"#);
+        let call = one(
+            r#"{"jsonrpc":"2.0","method":"cheap","method":"tools/call","params":{"name":"a","name":"b"}}"#,
+        );
         assert_eq!(text(&call.method).as_deref(), Some("tools/call"));
         assert_eq!(text(&call.tool).as_deref(), Some("b"));
         // Escapes in names and values are read unescaped.
-        let call = one(r#"{"jsonrpc":"2.0","meth\u006fd":"tools\/call","params":{"n\u0061me":"s\u00e9arch \ud83d\ude00"}}"#);
+        let call = one(
+            r#"{"jsonrpc":"2.0","meth\u006fd":"tools\/call","params":{"n\u0061me":"s\u00e9arch \ud83d\ude00"}}"#,
+        );
         assert_eq!(text(&call.method).as_deref(), Some("tools/call"));
         assert_eq!(text(&call.tool).as_deref(), Some("séarch 😀"));
         // A method that is not a string, or no "2.0", is no call.
@@ -418,21 +436,32 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_is_each_of_its_elements() {
-        let Calls::Batch(calls) = read(
+    fn a_batch_is_its_calls_and_a_count_of_the_rest() {
+        let Calls::Batch(batch) = read(
             br#"[{"jsonrpc":"2.0","method":"a","id":1}, 3, {"jsonrpc":"2.0","method":"b"},
-                 {"jsonrpc":"2.0","method":"tools/call","params":{"name":"t"},"id":null}]"#,
+                 {"method":"c"}, {"jsonrpc":"2.0","method":"tools/call","params":{"name":"t"},"id":null}]"#,
         ) else {
             panic!("a batch")
         };
-        let methods: Vec<_> = calls.iter().map(|c| text(&c.method)).collect();
+        let methods: Vec<_> = batch.calls.iter().map(|c| text(&c.method)).collect();
         assert_eq!(
             methods,
-            [Some("a".into()), None, Some("b".into()), Some("tools/call".into())]
+            [
+                Some("a".into()),
+                Some("b".into()),
+                Some("tools/call".into())
+            ]
         );
-        assert_eq!(text(&calls[3].tool).as_deref(), Some("t"));
-        assert_eq!(calls[3].id, Some(&b"null"[..]));
-        assert!(Calls::Batch(calls).any());
+        assert_eq!(batch.others, 2);
+        assert_eq!(text(&batch.calls[2].tool).as_deref(), Some("t"));
+        assert_eq!(batch.calls[2].id, Some(&b"null"[..]));
+        assert!(Calls::Batch(batch).any());
+        // Elements that are no calls are only counted.
+        let Calls::Batch(batch) = read(b"[0, {}, []]") else {
+            panic!("a batch")
+        };
+        assert_eq!((batch.calls.len(), batch.others), (0, 3));
+        assert!(!Calls::Batch(batch).any());
     }
 
     #[test]
@@ -461,7 +490,10 @@ mod tests {
             "]".repeat(100_000)
         );
         assert!(one(&deep).is_call());
-        let unclosed = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{}"#, "[".repeat(1000));
+        let unclosed = format!(
+            r#"{{"jsonrpc":"2.0","method":"m","params":{}"#,
+            "[".repeat(1000)
+        );
         assert_eq!(read(unclosed.as_bytes()), Calls::None);
     }
 }

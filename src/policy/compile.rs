@@ -12,9 +12,7 @@ use super::rule::{Billing, Rule, Variant, VariantIndex};
 use super::sunset::Sunset;
 use super::Policy;
 use crate::clock::Nanos;
-use crate::config::{
-    Config, KeySource, LimitConfig, OnChange, OnLimit, Reserve, RuleConfig, Unit,
-};
+use crate::config::{Config, KeySource, LimitConfig, OnChange, OnLimit, Reserve, RuleConfig, Unit};
 use crate::key::read_once::FieldsRead;
 use crate::key::KeyHasher;
 use crate::limiter::adaptive::{Bounds, Controller};

@@ -12,22 +12,30 @@ use smallvec::SmallVec;
 
 use super::standing::{stand, Applicability, Applicable, Standing};
 use crate::clock::Nanos;
-use crate::key::jsonrpc::{Call, Calls};
+use crate::key::jsonrpc::{Batch, Call, Calls};
 use crate::key::jwt::Claims;
 use crate::key::RequestFacts;
 use crate::policy::{Limit, Policy, Rule};
 use crate::store::BucketKey;
 
-/// The calls of the request's body when it is a batch.
+/// The request's body when it is a batch.
 #[inline]
-pub fn calls<'r>(facts: &RequestFacts<'r>) -> Option<&'r [Call<'r>]> {
+pub fn of<'r>(facts: &RequestFacts<'r>) -> Option<&'r Batch<'r>> {
     match facts.body?.calls() {
-        Calls::Batch(calls) => Some(calls),
+        Calls::Batch(batch) => Some(batch),
         Calls::None | Calls::One(_) => None,
     }
 }
 
-/// Where `rule` stands on the batch `calls`, each call in turn in
+/// What every element of a batch that is not a call reads as: no method,
+/// no tool.
+static NOT_A_CALL: Call<'static> = Call {
+    method: None,
+    tool: None,
+    id: None,
+};
+
+/// Where `rule` stands on `batch`, each call in turn in
 /// `facts.call`: the applicable buckets go into `applicable`. The rule's
 /// standing as [`super::identify`] reports it: the first call that refuses
 /// refuses the request (a missing key under `missing = "reject"`, a field
@@ -36,7 +44,7 @@ pub fn calls<'r>(facts: &RequestFacts<'r>) -> Option<&'r [Call<'r>]> {
 #[inline(never)]
 pub fn stand_batch<'r, 'p>(
     rule: &'p Rule,
-    calls: &'r [Call<'r>],
+    batch: &'r Batch<'r>,
     facts: &mut RequestFacts<'r>,
     token_claims: &'r OnceCell<Option<Claims>>,
     policy: &'p Policy,
@@ -44,10 +52,15 @@ pub fn stand_batch<'r, 'p>(
     applicable: &mut Applicability<'p>,
 ) -> Standing<'p> {
     let mut taken: SmallVec<[(BucketKey, &'p [Limit], u64); 8]> = SmallVec::new();
-    for call in calls {
+    // The elements that are no calls stand as one, each taking the cost.
+    let others = (batch.others > 0).then_some((&NOT_A_CALL, batch.others as u64));
+    let calls = batch.calls.iter().map(|call| (call, 1)).chain(others);
+    for (call, count) in calls {
         facts.call = Some(call);
         match stand(rule, facts, token_claims, policy, started, false) {
-            Standing::Applies { key, limits, cost } => taken.push((key, limits, cost)),
+            Standing::Applies { key, limits, cost } => {
+                taken.push((key, limits, cost.saturating_mul(count)));
+            }
             Standing::Skipped => {}
             // Its `match` reads no call: no call fits if the first does not.
             not_applying => {

@@ -109,9 +109,16 @@ pub fn identify<'r, 'p>(
     }
     for (index, rule) in policy.rules.iter().enumerate() {
         if rule.per_call {
-            if let Some(calls) = batch::calls(facts) {
-                let standing =
-                    batch::stand_batch(rule, calls, facts, token_claims, policy, started, applicable);
+            if let Some(calls) = batch::of(facts) {
+                let standing = batch::stand_batch(
+                    rule,
+                    calls,
+                    facts,
+                    token_claims,
+                    policy,
+                    started,
+                    applicable,
+                );
                 witness.stood(index, standing);
                 if let Some(refused) = Unidentified::by(rule, standing) {
                     return Err(refused);

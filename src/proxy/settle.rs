@@ -485,7 +485,9 @@ impl Ledger {
     fn hold_reservation(&self, rule: usize, billing: &Billing) {
         if billing.reserves {
             let held = self.unsettled(rule).unwrap_or(0);
-            billing.reserved.add(i64::try_from(held).unwrap_or(i64::MAX));
+            billing
+                .reserved
+                .add(i64::try_from(held).unwrap_or(i64::MAX));
         }
     }
 
@@ -521,7 +523,9 @@ impl Ledger {
         }
         let settled = self.settle_rule(rule, Settle::GiveBack, now);
         if let Some(held) = held {
-            billing.reserved.sub(i64::try_from(held).unwrap_or(i64::MAX));
+            billing
+                .reserved
+                .sub(i64::try_from(held).unwrap_or(i64::MAX));
         }
         settled
     }

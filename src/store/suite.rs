@@ -337,7 +337,11 @@ pub async fn a_reservation_gives_back_what_its_charge_did_not_use(store: Store) 
         let mut first = answer(&store, &asks, T0).await;
         let mut second = answer(&store, &asks, T0 + MS).await;
         assert!(first.admitted() && second.admitted(), "{limiter:?}");
-        assert_eq!(remaining(&store, &limit, 8, T0 + MS).await, 0, "{limiter:?}");
+        assert_eq!(
+            remaining(&store, &limit, 8, T0 + MS).await,
+            0,
+            "{limiter:?}"
+        );
         for (admission, at) in [(&mut first, T0 + SEC), (&mut second, T0 + 2 * SEC)] {
             let receipt = &mut admission.receipts[..1];
             receipt[0].units = 3;
@@ -345,12 +349,20 @@ pub async fn a_reservation_gives_back_what_its_charge_did_not_use(store: Store) 
             store.settle(receipt, Settle::GiveBack, at).answered().await;
         }
         // A token bucket refilled a third of a unit meanwhile.
-        assert_eq!(remaining(&store, &limit, 8, T0 + 2 * SEC).await, 6, "{limiter:?}");
+        assert_eq!(
+            remaining(&store, &limit, 8, T0 + 2 * SEC).await,
+            6,
+            "{limiter:?}"
+        );
         store
             .settle(&mut second.receipts[..1], Settle::GiveBack, T0 + 2 * SEC)
             .answered()
             .await;
-        assert_eq!(remaining(&store, &limit, 8, T0 + 2 * SEC).await, 6, "{limiter:?}");
+        assert_eq!(
+            remaining(&store, &limit, 8, T0 + 2 * SEC).await,
+            6,
+            "{limiter:?}"
+        );
     }
 }
 

@@ -94,14 +94,22 @@ async fn answer(
         drop(guard);
         return Response::builder()
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(usage)).map_err(|e| match e {}).boxed())
+            .body(
+                Full::new(Bytes::from(usage))
+                    .map_err(|e| match e {})
+                    .boxed(),
+            )
             .unwrap();
     }
     // Ten chunks `ms / 10` apart, then the usage and `[DONE]` (or the
     // stream breaks off instead).
     let breaks = call["end"] == "break";
     let mut events: Vec<Result<String, std::io::Error>> = (0..10)
-        .map(|i| Ok(format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"w{i}\"}}}}]}}\n\n")))
+        .map(|i| {
+            Ok(format!(
+                "data: {{\"choices\":[{{\"delta\":{{\"content\":\"w{i}\"}}}}]}}\n\n"
+            ))
+        })
         .collect();
     if breaks {
         events.push(Err(std::io::Error::other("the model crashed")));
@@ -117,7 +125,10 @@ async fn answer(
             if rest.len() == 0 {
                 guard.take();
             }
-            Some((event.map(|text| Frame::data(Bytes::from(text))), (rest, guard)))
+            Some((
+                event.map(|text| Frame::data(Bytes::from(text))),
+                (rest, guard),
+            ))
         },
     );
     Response::builder()
@@ -182,7 +193,10 @@ async fn two_hundred_calls_on_ten_calls_of_budget(llm: &Llm, instances: &[&Sluic
             let mut samples = 0;
             while sampling.load(Ordering::SeqCst) {
                 let (left, in_debt) = balance(admin, key).await;
-                assert!(!in_debt && left <= 10_000, "the balance read {left}, in debt: {in_debt}");
+                assert!(
+                    !in_debt && left <= 10_000,
+                    "the balance read {left}, in debt: {in_debt}"
+                );
                 samples += 1;
                 tokio::time::sleep(SAMPLE_EVERY).await;
             }
@@ -203,7 +217,11 @@ async fn two_hundred_calls_on_ten_calls_of_budget(llm: &Llm, instances: &[&Sluic
     for answered in calls {
         let got: Got = answered.await.unwrap();
         if got.status == StatusCode::OK {
-            assert!(got.body.contains("\"completion_tokens\":600"), "{}", got.body);
+            assert!(
+                got.body.contains("\"completion_tokens\":600"),
+                "{}",
+                got.body
+            );
         }
         statuses.push(got.status);
     }
@@ -220,15 +238,19 @@ async fn two_hundred_calls_on_ten_calls_of_budget(llm: &Llm, instances: &[&Sluic
     // Settled as each answer ended: 10,000 − 10 × 600.
     for sluice in instances {
         let admin = sluice.admin;
-        eventually(Duration::from_secs(5), "every reservation settled", || async move {
-            series(admin, "sluice_budget_reserved_units").await == 0.0
-        })
+        eventually(
+            Duration::from_secs(5),
+            "every reservation settled",
+            || async move { series(admin, "sluice_budget_reserved_units").await == 0.0 },
+        )
         .await;
         assert_eq!(series(admin, "sluice_budget_overrun_total").await, 0.0);
     }
-    eventually(Duration::from_secs(5), "the balance settles at 4,000", || async {
-        balance(admin, key).await == (4_000, false)
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the balance settles at 4,000",
+        || async { balance(admin, key).await == (4_000, false) },
+    )
     .await;
     assert_eq!(llm.in_flight.load(Ordering::SeqCst), 0);
 }
@@ -301,7 +323,11 @@ async fn a_reservation_is_settled_once_however_the_call_ends() {
     assert_eq!(got.header("x-ratelimit-cost"), Some("1000"));
     assert_eq!(got.header("x-ratelimit-remaining"), Some("9000"));
     assert_eq!(settled(&sluice, "Bearer json").await, (9_880, false));
-    let got = post(json!({"max_tokens": 1000, "use": 300, "stream": true, "ms": 100}), "Bearer sse").await;
+    let got = post(
+        json!({"max_tokens": 1000, "use": 300, "stream": true, "ms": 100}),
+        "Bearer sse",
+    )
+    .await;
     assert_eq!(got.status, StatusCode::OK);
     assert!(got.body.ends_with("data: [DONE]\n\n"), "{}", got.body);
     assert_eq!(settled(&sluice, "Bearer sse").await, (9_700, false));
@@ -315,7 +341,10 @@ async fn a_reservation_is_settled_once_however_the_call_ends() {
         series(sluice.admin, "sluice_budget_reserved_units").await == 700.0
     })
     .await;
-    assert_eq!(balance(sluice.admin, "Bearer running").await, (9_300, false));
+    assert_eq!(
+        balance(sluice.admin, "Bearer running").await,
+        (9_300, false)
+    );
     let status = get(&sluice.admin_url("/admin/status"), &[]).await.json();
     assert_eq!(status["rules"][0]["reserved"], 700, "{status}");
     assert_eq!(running.await.unwrap().status, StatusCode::OK);
@@ -345,9 +374,15 @@ async fn a_reservation_is_settled_once_however_the_call_ends() {
     assert_eq!(balance(sluice.admin, "Bearer leaves").await, (9_000, false));
     drop(client);
     assert_eq!(settled(&sluice, "Bearer leaves").await, (9_950, false));
-    assert_eq!(series(sluice.admin, "sluice_budget_overrun_total").await, 0.0);
+    assert_eq!(
+        series(sluice.admin, "sluice_budget_overrun_total").await,
+        0.0
+    );
     // 120 + 300 + 10 + 50 + 50.
-    assert_eq!(series(sluice.admin, "sluice_budget_charged_total").await, 530.0);
+    assert_eq!(
+        series(sluice.admin, "sluice_budget_charged_total").await,
+        530.0
+    );
 }
 
 fn raw_post(body: &Value, key: &str) -> String {
@@ -375,7 +410,10 @@ async fn overruns_missing_sizes_and_reservations_beyond_the_budget() {
     let got = post(json!({"max_tokens": 100, "use": 130})).await;
     assert_eq!(got.status, StatusCode::OK);
     assert_eq!(settled(&sluice, "Bearer sk").await, (9_870, false));
-    assert_eq!(series(sluice.admin, "sluice_budget_overrun_total").await, 30.0);
+    assert_eq!(
+        series(sluice.admin, "sluice_budget_overrun_total").await,
+        30.0
+    );
 
     // A call that says nothing of its size, or says it as a string,
     // reserves reserve_missing.
@@ -443,7 +481,10 @@ max_delay = "600ms"
         let url = url.clone();
         async move { post_json(&url, &body.to_string(), &[("authorization", "Bearer sk")]).await }
     };
-    assert_eq!(post(json!({"max_tokens": 100, "use": 100})).await.status, StatusCode::OK);
+    assert_eq!(
+        post(json!({"max_tokens": 100, "use": 100})).await.status,
+        StatusCode::OK
+    );
     // 40 more need 400 ms of refill: held that long, then forwarded.
     let got = post(json!({"max_tokens": 40, "use": 40})).await;
     assert_eq!(got.status, StatusCode::OK);
@@ -453,7 +494,11 @@ max_delay = "600ms"
     let started = std::time::Instant::now();
     let got = post(json!({"max_tokens": 100, "use": 1})).await;
     assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
-    assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]

@@ -35,6 +35,7 @@ mod hold;
 mod hold_clock;
 mod hybrid;
 mod import;
+mod jsonrpc;
 mod jwt;
 mod keys_are_secrets;
 mod kubernetes;
