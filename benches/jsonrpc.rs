@@ -9,9 +9,10 @@
 //!   the memory store's admission (limits that always admit), for a rule
 //!   keyed on `header:x-api-key` alone (`header-key-1k`), the same rule
 //!   keyed on the caller and the tool (`mcp-tool-1k`), and a batch of 100
-//!   `tools/call`s, each of another tool (`batch-100-tools`: 100 buckets)
-//!   or all of one (`batch-100-one-tool`: one bucket taking 100). The
-//!   target for a batch of 100 is under 50 µs.
+//!   `tools/call`s of about 330 bytes each (33 KiB, within the default
+//!   `max_key_body_bytes`), each of another tool (`batch-100-tools`: 100
+//!   buckets) or all of one (`batch-100-one-tool`: one bucket taking 100).
+//!   The target for a batch of 100 is under 50 µs.
 //!
 //! Each iteration is one request; the body's calls are read anew in each
 //! (the facts are made per request, as the proxy makes them).
@@ -32,15 +33,17 @@ use sluice::policy::Policy;
 use sluice::proxy::{check, facts_of, fill_asks, identify, Applicability};
 use sluice::store::{Admission, Asks, MemoryStore, Store};
 
-/// A `tools/call` of about 1 KiB, most of it the argument.
-fn tools_call(id: u64, tool: &str) -> Value {
+/// A `tools/call` whose argument repeats a 22-byte phrase `repeat` times:
+/// 41 make a call of about 1 KiB, 12 one of about 330 bytes (a batch of
+/// 100 such calls is 33 KiB, within the default `max_key_body_bytes`).
+fn tools_call(id: u64, tool: &str, repeat: usize) -> Value {
     json!({
         "jsonrpc": "2.0",
         "id": id,
         "method": "tools/call",
         "params": {
             "name": tool,
-            "arguments": {"query": "rate limiting proxies ".repeat(40), "limit": 10},
+            "arguments": {"query": "rate limiting proxies ".repeat(repeat), "limit": 10},
         },
     })
 }
@@ -86,14 +89,15 @@ fn decide(policy: &Policy, store: &Store, request: &Request<()>, body: &[u8]) ->
 }
 
 fn jsonrpc(c: &mut Criterion) {
-    let one = serde_json::to_vec(&tools_call(1, "search")).unwrap();
+    let one = serde_json::to_vec(&tools_call(1, "search", 41)).unwrap();
     let tools: Vec<Value> = (0..100)
-        .map(|i| tools_call(i, &format!("tool-{i}")))
+        .map(|i| tools_call(i, &format!("tool-{i}"), 12))
         .collect();
-    let one_tool: Vec<Value> = (0..100).map(|i| tools_call(i, "search")).collect();
+    let one_tool: Vec<Value> = (0..100).map(|i| tools_call(i, "search", 12)).collect();
     let batch_tools = serde_json::to_vec(&tools).unwrap();
     let batch_one_tool = serde_json::to_vec(&one_tool).unwrap();
     assert!((1000..1100).contains(&one.len()), "{}", one.len());
+    assert!(batch_tools.len() <= 65_536, "{}", batch_tools.len());
     assert!(matches!(read(&one), Calls::One(_)));
 
     let mut group = c.benchmark_group("jsonrpc");
@@ -104,6 +108,7 @@ fn jsonrpc(c: &mut Criterion) {
     });
     group.throughput(Throughput::Elements(1));
     let request = Request::post("/mcp")
+        .header("host", "api.example.com")
         .header("x-api-key", "sk-7f3a9c2e")
         .header("content-type", "application/json")
         .body(())

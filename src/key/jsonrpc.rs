@@ -93,6 +93,9 @@ type Read<T> = Result<T, Malformed>;
 /// The `method` a call names for an MCP tool.
 const TOOLS_CALL: &[u8] = b"tools/call";
 
+/// How many bytes of a string are looked at a word at a time for its end.
+const SHORT: usize = 32;
+
 impl<'a> Reader<'a> {
     fn calls(&mut self) -> Read<Calls<'a>> {
         let calls = match self.peek()? {
@@ -229,8 +232,27 @@ impl<'a> Reader<'a> {
 
     /// Skips the string starting here (at its `"`); whether it has
     /// escapes.
+    #[inline]
     fn skip_string(&mut self) -> Read<bool> {
-        let mut at = self.at + 1;
+        // A member's name, a method, a tool: short strings, whose end a
+        // look at eight bytes at a time finds before `memchr2` would have
+        // set up its search.
+        let start = self.at + 1;
+        let short = &self.body[start..self.body.len().min(start + SHORT)];
+        match quote_or_escape(short) {
+            Some(offset) if short[offset] == b'"' => {
+                self.at = start + offset + 1;
+                Ok(false)
+            }
+            Some(offset) => self.skip_long_string(start + offset),
+            None => self.skip_long_string(start + short.len()),
+        }
+    }
+
+    /// [`Reader::skip_string`] from `from`, where its first bytes held no
+    /// quote or escape: by `memchr2` to the closing quote, escapes and all.
+    fn skip_long_string(&mut self, from: usize) -> Read<bool> {
+        let mut at = from;
         let mut escaped = false;
         loop {
             let found = memchr2(b'"', b'\\', &self.body[at..]).ok_or(Malformed)?;
@@ -323,6 +345,31 @@ impl<'a> Reader<'a> {
             self.at += 1;
         }
     }
+}
+
+/// The offset of the first `"` or `\\` in `bytes`, looked for eight bytes
+/// at a time (a byte equal to either leaves a zero byte in the word xored
+/// with it; the lowest such byte is exact, whatever the borrows above it).
+#[inline]
+fn quote_or_escape(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGHS: u64 = ONES << 7;
+    let has_zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS;
+    let mut words = bytes.chunks_exact(8);
+    let mut offset = 0;
+    for word in &mut words {
+        let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        let found =
+            has_zero(word ^ (ONES * u64::from(b'"'))) | has_zero(word ^ (ONES * u64::from(b'\\')));
+        if found != 0 {
+            return Some(offset + found.trailing_zeros() as usize / 8);
+        }
+        offset += 8;
+    }
+    let rest = words.remainder();
+    rest.iter()
+        .position(|&byte| byte == b'"' || byte == b'\\')
+        .map(|at| offset + at)
 }
 
 /// A JSON string with escapes (`quoted`, quotes included), unescaped as
@@ -462,6 +509,26 @@ mod tests {
         };
         assert_eq!((batch.calls.len(), batch.others), (0, 3));
         assert!(!Calls::Batch(batch).any());
+    }
+
+    #[test]
+    fn the_first_quote_or_escape_is_found_in_any_word() {
+        let mut bytes = vec![b'a'; 40];
+        assert_eq!(quote_or_escape(&bytes), None);
+        for at in 0..40 {
+            for found in [b'"', b'\\'] {
+                let mut with = bytes.clone();
+                with[at] = found;
+                // A later one, and a byte whose borrow could mislead.
+                if at + 1 < 40 {
+                    with[at + 1] = b'"';
+                }
+                assert_eq!(quote_or_escape(&with), Some(at), "{at}");
+            }
+        }
+        bytes[3] = 0x21;
+        bytes[4] = 0x5d;
+        assert_eq!(quote_or_escape(&bytes), None);
     }
 
     #[test]

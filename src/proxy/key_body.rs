@@ -198,15 +198,16 @@ pub fn readable<'r>(request: &'r Request<ClientBody>, policy: &Policy) -> Readab
     }
 }
 
-/// The length of `request`'s body as sent: its `Content-Length`, else the
-/// bytes [`gather`] read when the body ended within `bound`; `None` past it.
+/// The length of `request`'s body as sent: the bytes [`gather`] read when
+/// the body ended within `bound` (what a `Content-Length` declared, or a
+/// chunked body's), else its `Content-Length`; `None` for a chunked body
+/// past the bound.
 fn sent_length(request: &Request<ClientBody>, bound: usize) -> Option<u64> {
-    if let Some(declared) = declared_length(request.headers()) {
-        return Some(declared);
-    }
     match request.body() {
         ClientBody::Empty => Some(0),
-        body => whole_within(body, bound).map(|whole| whole.len() as u64),
+        body => whole_within(body, bound)
+            .map(|whole| whole.len() as u64)
+            .or_else(|| declared_length(request.headers())),
     }
 }
 
