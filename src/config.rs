@@ -980,6 +980,15 @@ impl AlgorithmKind {
     pub fn counts_in_flight(self) -> bool {
         matches!(self, AlgorithmKind::Concurrency | AlgorithmKind::Adaptive)
     }
+
+    /// Whether its balance can be settled after admission: charged below
+    /// zero (`charge`), and given back in part (`reserve`).
+    pub fn settles(self) -> bool {
+        matches!(
+            self,
+            AlgorithmKind::TokenBucket | AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow
+        )
+    }
 }
 
 /// One limit of a rule: its rate and its capacity (X-RateLimit-Limit).

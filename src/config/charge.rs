@@ -105,25 +105,17 @@ impl Validator<'_> {
                 );
             }
         }
-        match rule.algorithm {
-            Some(
-                AlgorithmKind::TokenBucket
-                | AlgorithmKind::FixedWindow
-                | AlgorithmKind::SlidingWindow,
-            )
-            | None => {}
-            Some(kind) => {
-                return self.invalid(
-                    at,
-                    &path,
-                    format!(
-                        "a {} rule cannot carry a debt, and a deferred charge may drive the \
-                         balance below zero; use algorithm = \"token_bucket\", \"fixed_window\" \
-                         or \"sliding_window\"",
-                        kind.name()
-                    ),
-                )
-            }
+        if let Some(kind) = rule.algorithm.filter(|kind| !kind.settles()) {
+            return self.invalid(
+                at,
+                &path,
+                format!(
+                    "a {} rule cannot carry a debt, and a deferred charge may drive the balance \
+                     below zero; use algorithm = \"token_bucket\", \"fixed_window\" or \
+                     \"sliding_window\"",
+                    kind.name()
+                ),
+            );
         }
         (valid && !sources.is_empty()).then_some(Charge { sources, missing })
     }

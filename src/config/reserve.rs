@@ -9,7 +9,7 @@ use super::limits::BuiltLimits;
 use super::raw::{RawReserve, RawRule, Start};
 use super::rules::RuleContext;
 use super::validate::Validator;
-use super::{AlgorithmKind, Reservation, Reserve, ReserveSource};
+use super::{Reservation, Reserve, ReserveSource};
 use crate::body_scan::Pointer;
 
 /// What a table of `reserve` sources accepts, for its error message.
@@ -119,25 +119,17 @@ impl Validator<'_> {
             );
             valid = false;
         }
-        match rule.algorithm {
-            Some(
-                AlgorithmKind::TokenBucket
-                | AlgorithmKind::FixedWindow
-                | AlgorithmKind::SlidingWindow,
-            )
-            | None => {}
-            Some(kind) => {
-                self.error(
-                    at,
-                    path,
-                    format!(
-                        "a {} rule cannot give back part of what it took; reserve with \
-                         algorithm = \"token_bucket\", \"fixed_window\" or \"sliding_window\"",
-                        kind.name()
-                    ),
-                );
-                valid = false;
-            }
+        if let Some(kind) = rule.algorithm.filter(|kind| !kind.settles()) {
+            self.error(
+                at,
+                path,
+                format!(
+                    "a {} rule cannot give back part of what it took; reserve with algorithm = \
+                     \"token_bucket\", \"fixed_window\" or \"sliding_window\"",
+                    kind.name()
+                ),
+            );
+            valid = false;
         }
         valid
     }

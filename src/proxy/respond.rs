@@ -965,14 +965,10 @@ pub fn add_cost(response: &mut Response<ProxyBody>, policy: &Policy, enforced: &
         return;
     }
     if let Some(applicable) = enforced.iter().find(|one| one.rule.variable_cost) {
-        response.headers_mut().insert(
-            X_RATELIMIT_COST.clone(),
-            http::HeaderValue::from(applicable.cost),
-        );
+        let fields = response.body_mut().own_fields_mut();
+        fields.push_number(OwnName::XRateLimitCost, applicable.cost);
     }
 }
-
-static X_RATELIMIT_COST: http::HeaderName = http::HeaderName::from_static("x-ratelimit-cost");
 
 #[cfg(test)]
 mod tests {

@@ -484,10 +484,9 @@ impl Ledger {
     /// its gauge while the request runs.
     fn hold_reservation(&self, rule: usize, billing: &Billing) {
         if billing.reserves {
-            let held = self.unsettled(rule).unwrap_or(0);
             billing
                 .reserved
-                .add(i64::try_from(held).unwrap_or(i64::MAX));
+                .add(gauged(self.unsettled(rule).unwrap_or(0)));
         }
     }
 
@@ -502,7 +501,7 @@ impl Ledger {
                 for receipt in self.rates_of(rule) {
                     receipt.units -= drawn;
                 }
-                billing.reserved.sub(drawn as i64);
+                billing.reserved.sub(gauged(drawn));
             }
             beyond -= drawn;
             if beyond > 0 {
@@ -523,9 +522,7 @@ impl Ledger {
         }
         let settled = self.settle_rule(rule, Settle::GiveBack, now);
         if let Some(held) = held {
-            billing
-                .reserved
-                .sub(i64::try_from(held).unwrap_or(i64::MAX));
+            billing.reserved.sub(gauged(held));
         }
         settled
     }
@@ -566,6 +563,12 @@ impl Ledger {
     fn settle_all(&mut self, how: Settle, now: Nanos) {
         settle_with(&self.store, self.local, &mut self.receipts, how, now);
     }
+}
+
+/// `units` as a gauge counts them (a reservation fits a capacity, which
+/// is at most `i64::MAX`).
+fn gauged(units: u64) -> i64 {
+    i64::try_from(units).unwrap_or(i64::MAX)
 }
 
 /// Settles `receipts` with the local store when the admission was decided

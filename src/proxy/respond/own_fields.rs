@@ -26,8 +26,8 @@ use crate::request_id::{self, RequestId};
 
 /// The names sluice writes as own fields, by index. A `static`, not a
 /// `const`: each use of a `const` array makes (and drops) a copy of all
-/// eight names, on every forwarded request.
-static NAMES: [HeaderName; 8] = [
+/// nine names, on every forwarded request.
+static NAMES: [HeaderName; 9] = [
     HeaderName::from_static("x-ratelimit-limit"),
     HeaderName::from_static("x-ratelimit-remaining"),
     HeaderName::from_static("x-ratelimit-reset"),
@@ -35,12 +35,13 @@ static NAMES: [HeaderName; 8] = [
     HeaderName::from_static("ratelimit"),
     CONTENT_TYPE,
     RETRY_AFTER,
+    HeaderName::from_static("x-ratelimit-cost"),
     request_id::HEADER,
 ];
 
 /// The lengths of [`NAMES`], one bit each (all are under 64 bytes).
 const NAME_LENGTHS: u64 = {
-    let lengths = [17, 21, 17, 16, 9, 12, 11, 12];
+    let lengths = [17, 21, 17, 16, 9, 12, 11, 16, 12];
     let mut mask = 0;
     let mut index = 0;
     while index < lengths.len() {
@@ -60,12 +61,14 @@ pub enum OwnName {
     RateLimit = 4,
     ContentType = 5,
     RetryAfter = 6,
+    /// What a request's own cost (a GraphQL query's, a reservation) took.
+    XRateLimitCost = 7,
     /// The request's id: on every response, replacing an upstream's.
-    XRequestId = 7,
+    XRequestId = 8,
 }
 
 /// Each [`OwnName`], by its index in [`NAMES`].
-const OWN_NAMES: [OwnName; 8] = [
+const OWN_NAMES: [OwnName; 9] = [
     OwnName::XRateLimitLimit,
     OwnName::XRateLimitRemaining,
     OwnName::XRateLimitReset,
@@ -73,6 +76,7 @@ const OWN_NAMES: [OwnName; 8] = [
     OwnName::RateLimit,
     OwnName::ContentType,
     OwnName::RetryAfter,
+    OwnName::XRateLimitCost,
     OwnName::XRequestId,
 ];
 
@@ -90,14 +94,14 @@ thread_local! {
 
 /// The names whose lines are kept in [`OwnFields::lines`] (all but the
 /// request id's).
-const LINE_NAMES: usize = 7;
+const LINE_NAMES: usize = 8;
 
 /// See the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct OwnFields {
     lines: Lines,
     /// Which of [`NAMES`] the fields hold, one bit each.
-    names: u8,
+    names: u16,
     /// Where each name's line ends in `lines` (after its CRLF), by
     /// [`OwnName`]; it starts where the line before it ends. A name has one
     /// line at most. Offsets are 16 bits, which bounds the lines to 64 KiB
@@ -143,7 +147,7 @@ impl OwnFields {
     #[inline]
     pub fn push_request_id(&mut self, id: &RequestId) {
         self.request_id = Some(id.clone());
-        self.names |= 1 << OwnName::XRequestId as u8;
+        self.names |= 1 << OwnName::XRequestId as u16;
     }
 
     /// Writes the fields as HTTP/1 lines, each ending in CRLF.
@@ -326,11 +330,11 @@ impl OwnFields {
                 fields.push_valid(own, line);
             }
         }
-        if self.names & (1 << OwnName::ContentType as u8) == 0 {
+        if self.names & (1 << OwnName::ContentType as u16) == 0 {
             fields.push(OwnName::ContentType, value);
         }
         fields.request_id.clone_from(&self.request_id);
-        fields.names |= self.names & (1 << OwnName::XRequestId as u8);
+        fields.names |= self.names & (1 << OwnName::XRequestId as u16);
         fields
     }
 
@@ -371,7 +375,7 @@ pub struct LineWriter<'f> {
     /// Where the last line named ends.
     kept: usize,
     ends: &'f mut [u16; LINE_NAMES],
-    names: &'f mut u8,
+    names: &'f mut u16,
 }
 
 impl LineWriter<'_> {
@@ -389,7 +393,7 @@ impl LineWriter<'_> {
         if let Ok(short) = u16::try_from(end) {
             self.kept = end;
             self.ends[name as usize] = short;
-            *self.names |= 1 << name as u8;
+            *self.names |= 1 << name as u16;
         }
     }
 
@@ -406,14 +410,14 @@ impl LineWriter<'_> {
 fn mark(
     lines: &mut Vec<u8>,
     ends: &mut [u16; LINE_NAMES],
-    names: &mut u8,
+    names: &mut u16,
     name: OwnName,
     start: usize,
 ) {
     match u16::try_from(lines.len()) {
         Ok(end) => {
             ends[name as usize] = end;
-            *names |= 1 << name as u8;
+            *names |= 1 << name as u16;
         }
         Err(_) => lines.truncate(start),
     }
@@ -436,7 +440,7 @@ mod tests {
             .fold(0u64, |mask, name| mask | 1 << name.as_str().len());
         assert_eq!(NAME_LENGTHS, mask);
         let mut every = OwnFields::default();
-        every.names = u8::MAX;
+        every.names = (1 << NAMES.len()) - 1;
         for name in &NAMES {
             assert!(every.replaces(name), "{name}");
         }
