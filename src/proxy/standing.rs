@@ -44,8 +44,9 @@ pub struct Applicability<'p> {
 
 impl<'p> Applicability<'p> {
     /// Adds a rule that applies: enforced or shadowed, and a retiring
-    /// route's sunset said on its responses.
-    #[inline]
+    /// route's sunset said on its responses. Inlined into identify's walk,
+    /// where every applying rule calls it.
+    #[inline(always)]
     pub fn push(&mut self, one: Applicable<'p>) {
         if let Some(sunset) = &one.rule.sunset {
             self.retiring.get_or_insert(sunset);
@@ -77,7 +78,7 @@ pub enum Unidentified<'p> {
 impl<'p> Unidentified<'p> {
     /// Why `rule` refuses the request where it stands so; `None` when it
     /// does not (it applies, does not fit, or is skipped).
-    #[inline]
+    #[inline(always)]
     pub fn by(rule: &'p Rule, standing: Standing<'p>) -> Option<Unidentified<'p>> {
         match standing {
             Standing::Unmatched | Standing::Skipped | Standing::Applies { .. } => None,
