@@ -88,6 +88,25 @@ struct Reader<'a> {
 /// The body is not JSON where the reader is.
 struct Malformed;
 
+/// An object member's name as written (quotes included), and whether it
+/// has escapes: compared with the names a call is read by as bytes, and
+/// unescaped only when it has escapes.
+struct Name<'a> {
+    quoted: &'a [u8],
+    escaped: bool,
+}
+
+impl Name<'_> {
+    /// Whether it is `name` once unescaped.
+    #[inline]
+    fn is(&self, name: &[u8]) -> bool {
+        if self.escaped {
+            return unescape(self.quoted).is_ok_and(|unescaped| unescaped == name);
+        }
+        &self.quoted[1..self.quoted.len() - 1] == name
+    }
+}
+
 type Read<T> = Result<T, Malformed>;
 
 /// The `method` a call names for an MCP tool.
@@ -146,16 +165,18 @@ impl<'a> Reader<'a> {
         let mut name = None;
         let mut id = None;
         self.members(|reader, member| {
-            match &*member {
-                b"jsonrpc" => version = reader.string()?.is_some_and(|v| &*v == b"2.0"),
-                b"method" => method = reader.string()?,
-                b"params" => name = reader.params_name()?,
-                b"id" => {
-                    let start = reader.at;
-                    reader.skip_value()?;
-                    id = Some(&reader.body[start..reader.at]);
-                }
-                _ => reader.skip_value()?,
+            if member.is(b"method") {
+                method = reader.string()?;
+            } else if member.is(b"params") {
+                name = reader.params_name()?;
+            } else if member.is(b"jsonrpc") {
+                version = reader.string()?.is_some_and(|v| &*v == b"2.0");
+            } else if member.is(b"id") {
+                let start = reader.at;
+                reader.skip_value()?;
+                id = Some(&reader.body[start..reader.at]);
+            } else {
+                reader.skip_value()?;
             }
             Ok(())
         })?;
@@ -174,18 +195,20 @@ impl<'a> Reader<'a> {
         }
         let mut name = None;
         self.members(|reader, member| {
-            match &*member {
-                b"name" => name = reader.string()?,
-                _ => reader.skip_value()?,
+            if member.is(b"name") {
+                name = reader.string()?;
+            } else {
+                reader.skip_value()?;
             }
             Ok(())
         })?;
         Ok(name)
     }
 
-    /// Reads the object here, calling `each` with every member's name
-    /// (unescaped) and the reader at its value, which `each` reads.
-    fn members(&mut self, mut each: impl FnMut(&mut Self, Cow<'a, [u8]>) -> Read<()>) -> Read<()> {
+    /// Reads the object here, calling `each` with every member's name and
+    /// the reader at its value, which `each` reads.
+    #[inline]
+    fn members(&mut self, mut each: impl FnMut(&mut Self, Name<'a>) -> Read<()>) -> Read<()> {
         self.at += 1; // `{`
         if self.peek()? == b'}' {
             self.at += 1;
@@ -195,7 +218,12 @@ impl<'a> Reader<'a> {
             if self.peek()? != b'"' {
                 return Err(Malformed);
             }
-            let name = self.string_here()?;
+            let start = self.at;
+            let escaped = self.skip_string()?;
+            let name = Name {
+                quoted: &self.body[start..self.at],
+                escaped,
+            };
             if self.peek()? != b':' {
                 return Err(Malformed);
             }
@@ -210,6 +238,7 @@ impl<'a> Reader<'a> {
 
     /// The string value here (unescaped), or `None` when the value is not
     /// a string (it is skipped).
+    #[inline]
     fn string(&mut self) -> Read<Option<Cow<'a, [u8]>>> {
         if self.peek()? != b'"' {
             self.skip_value()?;
@@ -220,6 +249,7 @@ impl<'a> Reader<'a> {
 
     /// The string starting here, unescaped: borrowed from the body unless
     /// it has escapes.
+    #[inline]
     fn string_here(&mut self) -> Read<Cow<'a, [u8]>> {
         let start = self.at;
         let escaped = self.skip_string()?;
@@ -271,6 +301,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Skips the value here, whatever it is: by its structure alone.
+    #[inline]
     fn skip_value(&mut self) -> Read<()> {
         match self.peek()? {
             b'"' => self.skip_string().map(drop),
@@ -318,6 +349,7 @@ impl<'a> Reader<'a> {
 
     /// After a member or an element: `true` past a comma (another
     /// follows), `false` past `close` (the end).
+    #[inline]
     fn comma_or(&mut self, close: u8) -> Read<bool> {
         match self.peek()? {
             b',' => {
