@@ -204,6 +204,7 @@ fuzz_target!(|input: Input| {
             None
         },
         body: None,
+        call: None,
     };
     assert_eq!(
         key,
