@@ -39,7 +39,7 @@ static NOT_A_CALL: Call<'static> = Call {
 /// `facts.call`: the applicable buckets go into `applicable`. The rule's
 /// standing as [`super::identify`] reports it: the first call that refuses
 /// refuses the request (a missing key under `missing = "reject"`, a field
-/// sent twice, a retired route); else it applies, as its first bucket
+/// sent twice, a retired route); else it applies, as one of its buckets
 /// (cost: that bucket's calls), or is skipped when no call applies.
 #[inline(never)]
 pub fn stand_batch<'r, 'p>(
@@ -70,8 +70,8 @@ pub fn stand_batch<'r, 'p>(
         }
     }
     facts.call = None;
-    // The calls of a bucket side by side (stable: the first call's bucket
-    // first), each bucket asked once for all of them.
+    // The calls of a bucket side by side, each bucket asked once for all
+    // of them; the rule's standing is the lowest key's bucket.
     taken.sort_by_key(|(key, ..)| *key);
     let mut buckets = taken.into_iter();
     let Some(mut bucket) = buckets.next() else {
