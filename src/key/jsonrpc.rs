@@ -88,22 +88,22 @@ struct Reader<'a> {
 /// The body is not JSON where the reader is.
 struct Malformed;
 
-/// An object member's name as written (quotes included), and whether it
-/// has escapes: compared with the names a call is read by as bytes, and
-/// unescaped only when it has escapes.
+/// An object member's name as written (quotes included), compared with
+/// the names a call is read by as bytes; a name with escapes is unescaped
+/// once, when it is read.
 struct Name<'a> {
     quoted: &'a [u8],
-    escaped: bool,
+    unescaped: Option<Vec<u8>>,
 }
 
 impl Name<'_> {
     /// Whether it is `name` once unescaped.
     #[inline]
     fn is(&self, name: &[u8]) -> bool {
-        if self.escaped {
-            return unescape(self.quoted).is_ok_and(|unescaped| unescaped == name);
+        match &self.unescaped {
+            Some(unescaped) => unescaped == name,
+            None => &self.quoted[1..self.quoted.len() - 1] == name,
         }
-        &self.quoted[1..self.quoted.len() - 1] == name
     }
 }
 
@@ -220,9 +220,14 @@ impl<'a> Reader<'a> {
             }
             let start = self.at;
             let escaped = self.skip_string()?;
+            let quoted = &self.body[start..self.at];
             let name = Name {
-                quoted: &self.body[start..self.at],
-                escaped,
+                quoted,
+                unescaped: if escaped {
+                    Some(unescape(quoted)?)
+                } else {
+                    None
+                },
             };
             if self.peek()? != b':' {
                 return Err(Malformed);
