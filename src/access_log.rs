@@ -20,6 +20,7 @@
 //! the lines of requests that end afterwards go to the new file (logrotate
 //! renames the file, then sends SIGHUP).
 
+mod keys;
 mod line;
 mod writer;
 
@@ -35,6 +36,7 @@ use prometheus::IntCounter;
 use crate::clock::{Nanos, ProxyClock};
 use crate::config::AccessLogTarget;
 use crate::request_id::RequestId;
+pub use keys::{recorded_sources, Recorded, RecordedKeys};
 pub use line::{Line, Parts};
 
 /// The most one thread's buffer holds before lines are dropped: about a
@@ -316,6 +318,11 @@ mod tests {
                 "/a\\b/\u{e9}\u{1}",
             );
             line.decide_keyed_by_client("delayed", "per-ip");
+            line.record(Some(3), |out, client| {
+                out.extend_from_slice(br#"{"ip":""#);
+                out.extend_from_slice(client);
+                out.extend_from_slice(br#"","header:x-api-key":null}"#);
+            });
             line.status = 200;
             line.bytes_out = 1234;
             line.upstream = Some(12_345_678);
@@ -343,6 +350,8 @@ mod tests {
             "outcome",
             "rule",
             "key",
+            "cost",
+            "keys",
         ]
         .to_vec();
         let mut at = 0;
@@ -357,7 +366,7 @@ mod tests {
         let line = &lines[0];
         assert_eq!(line.as_object().unwrap().len(), names.len());
         let time = line["time"].as_str().unwrap();
-        assert_eq!(time.len(), "2026-11-25T11:31:05.123Z".len(), "{time}");
+        assert_eq!(time.len(), "2026-11-25T11:31:05.123456Z".len(), "{time}");
         assert!(time.ends_with('Z') && time.as_bytes()[10] == b'T', "{time}");
         assert_eq!(line["request_id"], "id-\"1\"");
         assert_eq!(line["client"], "203.0.113.7");
@@ -372,6 +381,9 @@ mod tests {
         assert_eq!(line["outcome"], "delayed");
         assert_eq!(line["rule"], "per-ip");
         assert_eq!(line["key"], "203.0.113.7");
+        assert_eq!(line["cost"], 3);
+        assert_eq!(line["keys"]["ip"], "203.0.113.7");
+        assert!(line["keys"]["header:x-api-key"].is_null());
 
         let bare = &lines[1];
         assert_eq!(bare.as_object().unwrap().len(), names.len());
@@ -383,6 +395,8 @@ mod tests {
             "upstream_ms",
             "rule",
             "key",
+            "cost",
+            "keys",
         ] {
             assert!(bare[name].is_null(), "{name}: {bare}");
         }
@@ -398,7 +412,7 @@ mod tests {
         let log = AccessLog::new(&AccessLogTarget::Off, clock(), dropped.clone());
         let path = "/".repeat(1000);
         let mut written = 0;
-        while dropped.get() == 0 {
+        let long_line = || {
             let mut begun = log.begin(0, &id("id"));
             begun.parts().unwrap().describe(
                 |out: &mut Vec<u8>| out.extend_from_slice(b"192.0.2.1"),
@@ -406,13 +420,16 @@ mod tests {
                 None,
                 &path,
             );
+        };
+        while dropped.get() == 0 {
+            long_line();
             written += 1;
             assert!(written < SHARD_BYTES, "never full");
         }
         for _ in 0..10 {
-            let _line = log.begin(0, &id("id"));
+            long_line();
         }
-        assert!(dropped.get() >= 10);
+        assert!(dropped.get() >= 11);
         let buffered = lock(&log.shard().lines).len();
         assert!(buffered <= SHARD_BYTES, "{buffered}");
         assert!(written > 100, "{written}");

@@ -145,6 +145,9 @@ pub struct ServerConfig {
     pub upstream_ca: Option<PathBuf>,
     /// `access_log`: where each request's line goes.
     pub access_log: AccessLogTarget,
+    /// `access_log_keys`: key sources each access log line records in its
+    /// `keys` besides those the rules key and tier on (docs/replay.md).
+    pub access_log_keys: Vec<KeySource>,
     /// `[server.tls]`: HTTPS on `listen`.
     pub tls: Option<TlsListenerConfig>,
 }

@@ -291,55 +291,100 @@ impl KeyHasher {
     pub fn key_text(&self, sources: &[KeySource], facts: &RequestFacts<'_>) -> KeyText {
         let mut key = KeyText::new();
         for source in sources {
-            key.push_with(|text| match source {
-                KeySource::Ip => client_ip::write_key(facts.client_ip, self.ipv6_prefix, text),
-                KeySource::Global => {}
-                KeySource::Path => text.push_str(facts.path),
-                KeySource::Method => text.push_str(facts.method.as_str()),
-                KeySource::Host => text.push_str(&facts.host.unwrap_or("").to_ascii_lowercase()),
-                KeySource::Header(name) => {
-                    if let Some(value) = facts.headers.get(name) {
-                        text.push_str(&String::from_utf8_lossy(value.as_bytes()));
-                    }
-                }
-                KeySource::Query(name) => {
-                    let raw = query_value(facts.query, name).unwrap_or("");
-                    text.push_str(&decode_query(raw));
-                }
-                KeySource::Jwt(claim) => match facts.claims.and_then(|c| c.get(claim)) {
-                    Some(jwt::ClaimValue::Text(value)) => text.push_str(value),
-                    Some(jwt::ClaimValue::Scalar(value)) => text.push_str(&value.to_string()),
-                    None => {}
-                },
-                KeySource::Body(pointer) => {
-                    if let Some(value) = facts.body.and_then(|b| b.value_at(pointer)) {
-                        text.push_str(&value);
-                    }
-                }
-                KeySource::GraphqlOperation => {
-                    if let Some(name) = facts.body.and_then(|b| b.graphql().operation.as_deref()) {
-                        text.push_str(name);
-                    }
-                }
-                KeySource::GraphqlType => {
-                    if let Some(kind) = facts.body.and_then(|b| b.graphql().kind) {
-                        text.push_str(kind.as_str());
-                    }
-                }
-                KeySource::JsonrpcMethod | KeySource::McpTool => {
-                    let call = facts.call();
-                    let value = match source {
-                        KeySource::JsonrpcMethod => call.and_then(|call| call.method.as_deref()),
-                        _ => call.and_then(|call| call.tool.as_deref()),
-                    };
-                    if let Some(value) = value {
-                        text.push_str(&String::from_utf8_lossy(value));
-                    }
-                }
-                KeySource::Descriptor(_) => {}
+            key.push_with(|text| {
+                self.write_value(source, facts, text);
             });
         }
         key
+    }
+
+    /// Appends the value of one `source` in the request `facts` describe,
+    /// as [`KeyHasher::key_text`] writes it: whether the request has it,
+    /// as [`KeyHasher::derive`] judges (an empty header, host or query
+    /// value is missing; `global` is always there, empty).
+    pub fn write_value(
+        &self,
+        source: &KeySource,
+        facts: &RequestFacts<'_>,
+        text: &mut String,
+    ) -> bool {
+        let mut push = |value: &str| {
+            text.push_str(value);
+            !value.is_empty()
+        };
+        match source {
+            KeySource::Ip => {
+                client_ip::write_key(facts.client_ip, self.ipv6_prefix, text);
+                true
+            }
+            KeySource::Global => true,
+            KeySource::Path => {
+                text.push_str(facts.path);
+                true
+            }
+            KeySource::Method => {
+                text.push_str(facts.method.as_str());
+                true
+            }
+            KeySource::Host => push(&facts.host.unwrap_or("").to_ascii_lowercase()),
+            KeySource::Header(name) => match facts.headers.get(name) {
+                Some(value) => push(&String::from_utf8_lossy(value.as_bytes())),
+                None => false,
+            },
+            KeySource::Query(name) => {
+                let raw = query_value(facts.query, name).unwrap_or("");
+                push(&decode_query(raw))
+            }
+            KeySource::Jwt(claim) => match facts.claims.and_then(|c| c.get(claim)) {
+                Some(jwt::ClaimValue::Text(value)) => {
+                    text.push_str(value);
+                    true
+                }
+                Some(jwt::ClaimValue::Scalar(value)) => {
+                    text.push_str(&value.to_string());
+                    true
+                }
+                None => false,
+            },
+            KeySource::Body(pointer) => match facts.body.and_then(|b| b.value_at(pointer)) {
+                Some(value) => {
+                    text.push_str(&value);
+                    true
+                }
+                None => false,
+            },
+            KeySource::GraphqlOperation => {
+                match facts.body.and_then(|b| b.graphql().operation.as_deref()) {
+                    Some(name) => {
+                        text.push_str(name);
+                        true
+                    }
+                    None => false,
+                }
+            }
+            KeySource::GraphqlType => match facts.body.and_then(|b| b.graphql().kind) {
+                Some(kind) => {
+                    text.push_str(kind.as_str());
+                    true
+                }
+                None => false,
+            },
+            KeySource::JsonrpcMethod | KeySource::McpTool => {
+                let call = facts.call();
+                let value = match source {
+                    KeySource::JsonrpcMethod => call.and_then(|call| call.method.as_deref()),
+                    _ => call.and_then(|call| call.tool.as_deref()),
+                };
+                match value {
+                    Some(value) => {
+                        text.push_str(&String::from_utf8_lossy(value));
+                        true
+                    }
+                    None => false,
+                }
+            }
+            KeySource::Descriptor(_) => false,
+        }
     }
 
     /// [`KeyHasher::key_text`] of the bucket `key` that `sources` derived

@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
+use crate::access_log::RecordedKeys;
 use crate::clock::Nanos;
 use crate::config::{Config, HeaderStyle, ResponseConfig};
 use crate::key::client_ip::ClientIpResolver;
@@ -84,6 +85,8 @@ pub struct Policy {
     pub config: Arc<Config>,
     /// How many requests from denied addresses may be logged each second.
     pub denied_log: LogGate,
+    /// The key sources each access log line records (`keys`).
+    pub recorded_keys: RecordedKeys,
 }
 
 impl Policy {
@@ -168,6 +171,7 @@ impl Policy {
             normalize_path: config.server.normalize_path,
             max_uri_bytes: config.server.max_uri_bytes,
             max_body_bytes: config.server.max_body_bytes,
+            recorded_keys: RecordedKeys::of(&config),
             config,
             denied_log: LogGate::default(),
         }

@@ -26,8 +26,8 @@ const MOST_SPARE: usize = 1024;
 /// Upper bound of the bytes the end of a line adds to its two parts:
 /// `"status":`, `"bytes_out":`, the three durations (up to 20 digits and
 /// 3 decimals each), the punctuation, the newline, and the members of a
-/// line never described.
-const END_BYTES: usize = 256;
+/// line never described nor recorded.
+const END_BYTES: usize = 288;
 
 /// What the decision part says until a decision is noted: no rule applied.
 const UNDECIDED: &[u8] = br#""outcome":"allowed","rule":null,"key":null"#;
@@ -44,8 +44,11 @@ pub struct Parts {
     head: Vec<u8>,
     /// Where the client's text is in `head` (empty until described).
     client: std::ops::Range<usize>,
-    /// `"outcome":…,"rule":…,"key":…` once decided.
+    /// `"outcome":…,"rule":…,"key":…` once decided, then
+    /// `,"cost":…,"keys":…` once recorded.
     decision: Vec<u8>,
+    /// Whether `cost` and `keys` were written (else both are `null`).
+    recorded: bool,
     /// The response's status; 499 (nginx's "client closed request") until
     /// a response is written for it.
     pub status: u16,
@@ -100,6 +103,7 @@ impl Line {
                 head: Vec::with_capacity(256),
                 client: 0..0,
                 decision: Vec::with_capacity(96),
+                recorded: false,
                 status: 0,
                 bytes_out: 0,
                 upstream: None,
@@ -118,6 +122,7 @@ impl Line {
         parts.client = 0..0;
         parts.decision.clear();
         parts.decision.extend_from_slice(UNDECIDED);
+        parts.recorded = false;
         parts.status = 499;
         parts.bytes_out = 0;
         parts.upstream = None;
@@ -184,6 +189,27 @@ impl Parts {
         decision.push(b'"');
     }
 
+    /// What a replay needs besides the decision (docs/replay.md): the
+    /// units the deciding rule takes (`None`: no rule decided), and the
+    /// `keys` object, which `keys` writes given the `client` already
+    /// written. After [`Parts::decide`], if it is called.
+    pub fn record(&mut self, cost: Option<u64>, keys: impl FnOnce(&mut Vec<u8>, &[u8])) {
+        let Parts {
+            head,
+            client,
+            decision,
+            ..
+        } = self;
+        decision.extend_from_slice(br#","cost":"#);
+        match cost {
+            Some(cost) => decision.extend_from_slice(itoa::Buffer::new().format(cost).as_bytes()),
+            None => decision.extend_from_slice(b"null"),
+        }
+        decision.extend_from_slice(br#","keys":"#);
+        keys(decision, &head[client.clone()]);
+        self.recorded = true;
+    }
+
     fn decide_with(&mut self, outcome: &str, rule: Option<&str>, key: impl FnOnce(&mut Vec<u8>)) {
         let decision = &mut self.decision;
         decision.clear();
@@ -196,6 +222,7 @@ impl Parts {
         }
         decision.extend_from_slice(br#","key":"#);
         key(decision);
+        self.recorded = false;
     }
 
     /// The whole line, ended at `ended`, with its newline.
@@ -222,6 +249,9 @@ impl Parts {
         out.extend_from_slice(numbers.format(held_ms).as_bytes());
         out.push(b',');
         out.extend_from_slice(&self.decision);
+        if !self.recorded {
+            out.extend_from_slice(br#","cost":null,"keys":null"#);
+        }
         out.extend_from_slice(b"}\n");
     }
 
@@ -309,8 +339,8 @@ fn push_millis(out: &mut Vec<u8>, nanos: Nanos) {
     out.extend_from_slice(&text[at..]);
 }
 
-/// `at` (Unix nanoseconds) in RFC 3339, UTC, to the millisecond:
-/// `2026-11-25T11:31:05.123Z`.
+/// `at` (Unix nanoseconds) in RFC 3339, UTC, to the microsecond:
+/// `2026-11-25T11:31:05.123456Z` (a replay orders and decides lines by it).
 fn write_time(out: &mut Vec<u8>, at: Nanos) {
     let seconds = at / 1_000_000_000;
     SECOND.with_borrow_mut(|(second, text)| {
@@ -320,14 +350,13 @@ fn write_time(out: &mut Vec<u8>, at: Nanos) {
         }
         out.extend_from_slice(text);
     });
-    let millis = (at / 1_000_000 % 1_000) as u16;
-    out.extend_from_slice(&[
-        b'.',
-        b'0' + (millis / 100) as u8,
-        b'0' + (millis / 10 % 10) as u8,
-        b'0' + (millis % 10) as u8,
-        b'Z',
-    ]);
+    let mut micros = (at / 1_000 % 1_000_000) as u32;
+    let mut fraction = *b".000000Z";
+    for digit in fraction[1..7].iter_mut().rev() {
+        *digit = b'0' + (micros % 10) as u8;
+        micros /= 10;
+    }
+    out.extend_from_slice(&fraction);
 }
 
 /// `YYYY-MM-DDTHH:MM:SS` of a Unix second (the proleptic Gregorian
@@ -373,13 +402,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_are_rfc_3339_utc_to_the_millisecond() {
+    fn times_are_rfc_3339_utc_to_the_microsecond() {
         let cases = [
-            (0, "1970-01-01T00:00:00.000Z"),
-            (951_782_400_123_000_000, "2000-02-29T00:00:00.123Z"),
-            (1_795_000_060_999_999_999, "2026-11-18T11:07:40.999Z"),
-            (4_107_542_399_001_000_000, "2100-02-28T23:59:59.001Z"),
-            (u64::MAX, "2554-07-21T23:34:33.709Z"),
+            (0, "1970-01-01T00:00:00.000000Z"),
+            (951_782_400_123_000_000, "2000-02-29T00:00:00.123000Z"),
+            (1_795_000_060_999_999_999, "2026-11-18T11:07:40.999999Z"),
+            (4_107_542_399_001_002_999, "2100-02-28T23:59:59.001002Z"),
+            (u64::MAX, "2554-07-21T23:34:33.709551Z"),
         ];
         for (nanos, expected) in cases {
             let mut out = Vec::new();

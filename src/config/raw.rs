@@ -117,6 +117,8 @@ pub struct RawServer {
     pub proxy_protocol: Option<Spanned<bool>>,
     pub upstream_ca: Option<Spanned<String>>,
     pub access_log: Option<Spanned<String>>,
+    /// More key sources each access log line records in `keys`.
+    pub access_log_keys: Option<Spanned<OneOrMany>>,
     pub tls: Option<Spanned<RawTls>>,
 }
 

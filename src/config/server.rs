@@ -9,11 +9,12 @@ use http::{StatusCode, Uri};
 use ipnet::IpNet;
 use toml::Spanned;
 
+use super::keys::parse_key_source;
 use super::raw::{OneOrMany, RawConfig, RawServer, RawTls};
 use super::validate::{non_empty, Validator};
 use super::{
-    AccessLogTarget, AdminConfig, CertPair, ForwardedHeader, HeaderStyle, ResponseConfig,
-    ServerConfig, TlsListenerConfig,
+    AccessLogTarget, AdminConfig, CertPair, ForwardedHeader, HeaderStyle, KeySource,
+    ResponseConfig, ServerConfig, TlsListenerConfig,
 };
 use crate::key::graphql::persisted::Manifest;
 
@@ -85,6 +86,7 @@ impl Validator<'_> {
             proxy_protocol,
             upstream_ca,
             access_log: self.access_log(raw.access_log.as_ref()),
+            access_log_keys: self.access_log_keys(raw.access_log_keys.as_ref()),
             tls: raw.tls.as_ref().map(|tls| self.tls(tls)),
         }
     }
@@ -123,6 +125,30 @@ impl Validator<'_> {
             );
         }
         on
+    }
+
+    /// `server.access_log_keys`: key sources as a rule's `key` names them,
+    /// each once; a `descriptor:` entry is never a request's.
+    fn access_log_keys(&mut self, field: Option<&Spanned<OneOrMany>>) -> Vec<KeySource> {
+        let Some(field) = field else {
+            return Vec::new();
+        };
+        let mut sources: Vec<KeySource> = Vec::new();
+        for (i, (text, span)) in field.get_ref().items(field.span()).into_iter().enumerate() {
+            let source = parse_key_source(text).and_then(|source| match source {
+                KeySource::Descriptor(_) => Err(format!(
+                    "\"{text}\" is a rate limit service entry, which no request carries; \
+                     name a source a request has (header:<name>, query:<name>, jwt:<claim>, ...)"
+                )),
+                _ if sources.contains(&source) => Err(format!(
+                    "\"{text}\" is already listed; list each source once"
+                )),
+                source => Ok(source),
+            });
+            let path = format!("server.access_log_keys[{i}]");
+            sources.extend(self.ok(span.start, &path, source));
+        }
+        sources
     }
 
     /// `server.access_log`: `"off"`, `"stdout"` or a file path.
@@ -687,6 +713,31 @@ mod tests {
             "test.toml:3:14: server.access_log: the directory /nonexistent-sluice-dir \
              does not exist (the file is created in it)"
         );
+    }
+
+    #[test]
+    fn access_log_keys_are_key_sources_each_once() {
+        let config = valid(&format!(
+            "{UPSTREAM}access_log_keys = [\"header:X-Tenant\", \"jwt:org.id\"]\n"
+        ));
+        let names: Vec<String> = (config.server.access_log_keys.iter())
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(names, ["header:x-tenant", "jwt:org.id"]);
+        assert!(valid(UPSTREAM).server.access_log_keys.is_empty());
+        let line = only_error(&format!(
+            "{UPSTREAM}access_log_keys = [\"ip\", \"cookie:a\"]\n"
+        ));
+        assert!(
+            line.starts_with(
+                "test.toml:3:26: server.access_log_keys[1]: unknown key source \"cookie:a\""
+            ),
+            "{line}"
+        );
+        let line = only_error(&format!("{UPSTREAM}access_log_keys = [\"ip\", \"ip\"]\n"));
+        assert!(line.contains("already listed"), "{line}");
+        let line = only_error(&format!("{UPSTREAM}access_log_keys = \"descriptor:a\"\n"));
+        assert!(line.contains("no request carries"), "{line}");
     }
 
     #[test]

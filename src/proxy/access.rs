@@ -27,6 +27,7 @@ use crate::key::label::is_credential;
 use crate::key::{KeyLabels, KeySource, KeyText, RequestFacts};
 use crate::limiter::Decision;
 use crate::policy::{Policy, Rule};
+use crate::problem::push_json_str;
 use crate::store::Outcome;
 
 /// How far a request went through the proxy, and what it was known by
@@ -72,6 +73,7 @@ impl Parts {
             Record::Refused { facts, refused } => {
                 self.asked(facts, policy);
                 self.refused(refused, facts, policy);
+                self.recorded(None, facts, policy);
             }
             Record::Ruled {
                 facts,
@@ -80,9 +82,47 @@ impl Parts {
                 enforced,
             } => {
                 self.asked(facts, policy);
-                self.ruled(admitted, ruling, enforced, facts, policy);
+                let cost = self.ruled(admitted, ruling, enforced, facts, policy);
+                self.recorded(cost, facts, policy);
             }
         }
+    }
+
+    /// The deciding rule's `cost` and the request's `keys`: each source the
+    /// policy records, as shown (docs/replay.md).
+    fn recorded(&mut self, cost: Option<u64>, facts: &RequestFacts<'_>, policy: &Policy) {
+        self.record(cost, |out, client| {
+            out.push(b'{');
+            for (index, one) in policy.recorded_keys.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(&one.member);
+                if let KeySource::Ip = one.source {
+                    // As keys have it, already written as the client.
+                    out.push(b'"');
+                    out.extend_from_slice(client);
+                    out.push(b'"');
+                    continue;
+                }
+                VALUE.with_borrow_mut(|value| {
+                    value.clear();
+                    if !policy.keys.write_value(&one.source, facts, value) {
+                        return out.extend_from_slice(b"null");
+                    }
+                    if one.credential {
+                        let shown = LABELS.with_borrow_mut(|cache| {
+                            let key = KeyText::typed(value, 1);
+                            cache.show(&policy.labels, std::slice::from_ref(&one.source), &key)
+                        });
+                        push_json_str(out, &shown);
+                    } else {
+                        push_json_str(out, value);
+                    }
+                });
+            }
+            out.push(b'}');
+        });
     }
 
     fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy) {
@@ -127,6 +167,8 @@ impl Parts {
         }
     }
 
+    /// Writes the decision; the units the deciding rule takes, if one
+    /// decided.
     fn ruled<'p>(
         &mut self,
         admitted: bool,
@@ -134,19 +176,28 @@ impl Parts {
         enforced: &[Applicable<'p>],
         facts: &RequestFacts<'_>,
         policy: &Policy,
-    ) {
+    ) -> Option<u64> {
         self.held = ruling.held;
         let (rule, outcome) = match deciding(admitted, ruling, enforced) {
-            Deciding::Denied => return self.decide("denied", None, None),
-            Deciding::Nothing => return,
+            Deciding::Denied => {
+                self.decide("denied", None, None);
+                return None;
+            }
+            Deciding::Nothing => return None,
             Deciding::Rule { rule, outcome, .. } => (rule, outcome),
         };
+        let cost = enforced
+            .iter()
+            .find(|one| std::ptr::eq(one.rule, rule))
+            .map(|one| if rule.is_concurrency() { 1 } else { one.cost });
         if let [KeySource::Ip] = rule.key[..] {
             // The most common key, already written as the client.
-            return self.decide_keyed_by_client(outcome, &rule.name);
+            self.decide_keyed_by_client(outcome, &rule.name);
+            return cost;
         }
         let key = shown_key(rule, facts, policy);
         self.decide(outcome, Some(&rule.name), Some(&key));
+        cost
     }
 }
 
@@ -268,6 +319,8 @@ struct LabelCache {
 
 thread_local! {
     static LABELS: RefCell<LabelCache> = RefCell::default();
+    /// A recorded key's value in clear, on its way into the line.
+    static VALUE: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
 impl LabelCache {

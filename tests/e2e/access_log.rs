@@ -19,7 +19,7 @@ use support::{assert_problem, get, metric, send, write_config, SluiceProcess, Up
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Every member a line has, in order.
-const MEMBERS: [&str; 14] = [
+const MEMBERS: [&str; 16] = [
     "time",
     "request_id",
     "client",
@@ -34,6 +34,8 @@ const MEMBERS: [&str; 14] = [
     "outcome",
     "rule",
     "key",
+    "cost",
+    "keys",
 ];
 
 /// A config whose `[server]` has `server_extra`, with rules `per-ip`
@@ -191,7 +193,9 @@ async fn every_request_has_a_line_with_spec_s_fields() {
     let line = line_of(&log, &id).await;
     let time = line["time"].as_str().unwrap();
     assert!(
-        time.len() == 24 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
+        time.len() == "2026-11-28T11:31:05.123456Z".len()
+            && time.ends_with('Z')
+            && time.as_bytes()[10] == b'T',
         "{time}"
     );
     let year: u32 = time[..4].parse().unwrap();
@@ -211,6 +215,13 @@ async fn every_request_has_a_line_with_spec_s_fields() {
     assert!(
         key.starts_with("sk_l…#") && key.len() == "sk_l…#".len() + 12,
         "{key}"
+    );
+    // What a replay needs: the cost, and every source a rule keys on, a
+    // credential as the same label as `key`.
+    assert_eq!(line["cost"], 1);
+    assert_eq!(
+        line["keys"],
+        serde_json::json!({"ip": "127.0.0.1", "header:x-api-key": key}),
     );
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!text.contains("SECRET"), "a credential in the log: {text}");
@@ -233,6 +244,8 @@ async fn every_request_has_a_line_with_spec_s_fields() {
     assert_eq!(line["rule"], "per-ip");
     assert_eq!(line["key"], "127.0.0.1");
     assert_eq!(line["path"], "/limited");
+    assert_eq!(line["cost"], 1);
+    assert_eq!(line["keys"]["header:x-api-key"], Value::Null, "none sent");
 
     // Held: the second request of a second waits for the next.
     assert_eq!(get(&sluice.url("/held"), &[]).await.status, StatusCode::OK);
@@ -264,6 +277,7 @@ async fn every_request_has_a_line_with_spec_s_fields() {
     assert_eq!(line["host"], "api.example");
     assert_eq!(line["bytes_out"], body.len());
     assert!(line["rule"].is_null() && line["key"].is_null(), "{line}");
+    assert!(line["cost"].is_null() && line["keys"].is_null(), "{line}");
     assert_eq!(line["outcome"], "allowed", "no rule applied");
 
     // A client that leaves while the upstream takes its time.
