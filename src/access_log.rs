@@ -37,7 +37,7 @@ use crate::clock::{Nanos, ProxyClock};
 use crate::config::AccessLogTarget;
 use crate::request_id::RequestId;
 pub use keys::{recorded_sources, Recorded, RecordedKeys};
-pub use line::{Line, Parts};
+pub use line::{rfc3339, Line, Parts};
 
 /// The most one thread's buffer holds before lines are dropped: about a
 /// thousand lines, several times what a busy thread ends between two of the

@@ -69,6 +69,43 @@ pub enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// Decide recorded traffic with a config's rules, offline: each access
+    /// log line in time order, on a clock set to its time, compared with
+    /// what the log says happened (docs/replay.md). LOG is a file, a .gz
+    /// file or - for stdin. Exit 0 when the replay ran; 1 on a broken
+    /// config or an unreadable file.
+    Replay {
+        /// The config whose rules decide [default: $SLUICE_CONFIG, then ./sluice.toml]
+        #[arg(long, short, env = "SLUICE_CONFIG", default_value = "sluice.toml")]
+        config: PathBuf,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Stop (exit 1) at the first line that is not an access log line,
+        /// reported as FILE:LINE.
+        #[arg(long)]
+        strict: bool,
+        /// Access logs, read in turn.
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+    },
+    /// From recorded traffic, each key's busiest period of a rule, their
+    /// distribution, and a rate and burst that all but --spare percent of
+    /// the keys stayed within, as a [[rule]] to paste (docs/replay.md).
+    Suggest {
+        /// The config that names the rule [default: $SLUICE_CONFIG, then ./sluice.toml]
+        #[arg(long, short, env = "SLUICE_CONFIG", default_value = "sluice.toml")]
+        config: PathBuf,
+        /// The rule whose key, match and period are used.
+        #[arg(long)]
+        rule: String,
+        /// Percent of keys, the busiest, the suggested rate may limit.
+        #[arg(long, default_value_t = 0.1)]
+        spare: f64,
+        /// Access logs, read in turn (a .gz file, or - for stdin).
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+    },
     /// Print, on stdout, the sluice [[rule]] tables equivalent to another
     /// rate limiter's config, to append to a sluice config (exit 0); or
     /// print on stderr why it has no equivalent, naming each field (exit 1).

@@ -485,47 +485,92 @@ impl KeyHasher {
         // No part is repeated in an error either: a key written in the
         // wrong order may put a credential where the IP goes.
         for (index, (source, part)) in sources.iter().zip(parts()).enumerate() {
-            match source {
-                KeySource::Ip => {
-                    let ip = match part.parse::<IpAddr>() {
-                        Ok(ip) => ip,
-                        Err(_) => part
-                            .parse::<ipnet::IpNet>()
-                            .map(|net| net.network())
-                            .map_err(|_| {
-                                format!(
-                                    "part {} of the key ({source}) is not an IP address or \
-                                     network (for example 203.0.113.7 or 2001:db8:1:2::/64)",
-                                    index + 1
-                                )
-                            })?,
-                    };
+            self.hash_text(&mut hasher, source, part)
+                .map_err(|what| format!("part {} of the key ({source}) {what}", index + 1))?;
+        }
+        Ok(hasher.finish())
+    }
+
+    /// The bucket key of values recorded as text (`sluice replay`: an
+    /// access log line's `keys`), `value(index)` giving each source's,
+    /// `None` when the request had none: hashed as [`KeyHasher::key_of_text`]
+    /// hashes them, so that `overrides` find their callers. With
+    /// `allow_missing`, an absent value hashes as the shared marker, as
+    /// [`KeyHasher::derive`] does; otherwise the first is the error, and so
+    /// is a value that is not one of its source's (an `ip` that is not an
+    /// address). `client`, when given, is the `ip` source's value already
+    /// read from its text.
+    pub fn key_of_values<'v>(
+        &self,
+        sources: &[KeySource],
+        client: Option<IpAddr>,
+        value: impl Fn(usize) -> Option<&'v str>,
+        allow_missing: bool,
+    ) -> Result<BucketKey, MissingSource> {
+        let mut hasher = self.state.build_hasher();
+        for (index, source) in sources.iter().enumerate() {
+            let hashed = match (source, client) {
+                (KeySource::Ip, Some(ip)) => {
                     self.hash_ip(&mut hasher, ip);
+                    true
                 }
-                KeySource::Global => {
-                    if !part.is_empty() {
-                        return Err(format!(
-                            "part {} of the key (global) is always the empty string",
-                            index + 1
-                        ));
-                    }
-                    hash_bytes(&mut hasher, b"");
+                _ => match value(index) {
+                    Some(text) => self.hash_text(&mut hasher, source, text).is_ok(),
+                    None => false,
+                },
+            };
+            if !hashed {
+                if !allow_missing {
+                    return Err(MissingSource(index));
                 }
-                KeySource::Host => hash_lowercase(&mut hasher, host_name(part).as_bytes()),
-                KeySource::Query(_) => hash_query_plain(&mut hasher, part.as_bytes()),
-                KeySource::Path
-                | KeySource::Method
-                | KeySource::Header(_)
-                | KeySource::Jwt(_)
-                | KeySource::Body(_)
-                | KeySource::GraphqlOperation
-                | KeySource::GraphqlType
-                | KeySource::JsonrpcMethod
-                | KeySource::McpTool
-                | KeySource::Descriptor(_) => hash_bytes(&mut hasher, part.as_bytes()),
+                hasher.write_u64(MISSING_MARKER);
             }
         }
         Ok(hasher.finish())
+    }
+
+    /// Hashes one value written as text, as [`KeyHasher::derive`] hashes
+    /// the request's value; the error completes "part N of the key …".
+    fn hash_text(
+        &self,
+        hasher: &mut impl Hasher,
+        source: &KeySource,
+        part: &str,
+    ) -> Result<(), &'static str> {
+        match source {
+            KeySource::Ip => {
+                let ip = match part.parse::<IpAddr>() {
+                    Ok(ip) => ip,
+                    Err(_) => part
+                        .parse::<ipnet::IpNet>()
+                        .map(|net| net.network())
+                        .map_err(|_| {
+                            "is not an IP address or network (for example 203.0.113.7 or \
+                             2001:db8:1:2::/64)"
+                        })?,
+                };
+                self.hash_ip(hasher, ip);
+            }
+            KeySource::Global => {
+                if !part.is_empty() {
+                    return Err("is always the empty string");
+                }
+                hash_bytes(hasher, b"");
+            }
+            KeySource::Host => hash_lowercase(hasher, host_name(part).as_bytes()),
+            KeySource::Query(_) => hash_query_plain(hasher, part.as_bytes()),
+            KeySource::Path
+            | KeySource::Method
+            | KeySource::Header(_)
+            | KeySource::Jwt(_)
+            | KeySource::Body(_)
+            | KeySource::GraphqlOperation
+            | KeySource::GraphqlType
+            | KeySource::JsonrpcMethod
+            | KeySource::McpTool
+            | KeySource::Descriptor(_) => hash_bytes(hasher, part.as_bytes()),
+        }
+        Ok(())
     }
 
     fn hash_ip(&self, hasher: &mut impl Hasher, ip: IpAddr) {

@@ -34,6 +34,8 @@
 //! - [`problem`]: the problem documents (RFC 9457) of every error sluice answers itself.
 //! - [`demo`]: the self-contained tour behind `sluice demo`.
 //! - [`import`]: other rate limiters' configs as sluice rules (`sluice import`).
+//! - [`replay`]: recorded traffic decided with another config, offline (`sluice replay`,
+//!   `sluice suggest`).
 //! - [`trace`]: OpenTelemetry spans of sampled requests, exported over OTLP off the request path.
 //! - [`tls`]: the crypto provider and PEM files every TLS side shares.
 #![forbid(unsafe_code)]
@@ -56,6 +58,7 @@ pub mod policy;
 pub mod problem;
 pub mod proxy;
 pub mod reload;
+pub mod replay;
 pub mod request_id;
 pub mod rls;
 pub mod server;

@@ -52,6 +52,18 @@ fn main() -> ExitCode {
             report(runtime(config.server.workers).and_then(|rt| rt.block_on(run(config, path))))
         }
         Command::Demo { once } => demo(once, levels),
+        Command::Replay {
+            config,
+            json,
+            strict,
+            logs,
+        } => replay(&config, logs, json, strict),
+        Command::Suggest {
+            config,
+            rule,
+            spare,
+            logs,
+        } => suggest(&config, rule, spare, logs),
         Command::Import { format } => {
             use sluice::import::{envoy_gateway, envoy_ratelimit, traefik};
             match format {
@@ -59,6 +71,78 @@ fn main() -> ExitCode {
                 ImportFormat::EnvoyGateway { file } => import(&file, envoy_gateway::translate),
                 ImportFormat::Traefik { file } => import(&file, traefik::translate),
             }
+        }
+    }
+}
+
+/// `sluice replay --config NEW LOG...`: the report on stdout, or why the
+/// replay could not run on stderr (exit 1).
+fn replay(
+    path: &std::path::Path,
+    logs: Vec<std::path::PathBuf>,
+    json: bool,
+    strict: bool,
+) -> ExitCode {
+    let config = match Config::load(path) {
+        Ok(config) => config,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let replay = sluice::replay::Replay {
+        config,
+        logs,
+        strict,
+    };
+    match sluice::replay::replay(replay) {
+        Ok(report) if json => {
+            println!("{}", serde_json::to_string(&report).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(report) => {
+            print!("{}", report.text());
+            ExitCode::SUCCESS
+        }
+        Err(sluice::replay::Failed(why)) => {
+            eprintln!("{why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `sluice suggest --config PATH --rule NAME LOG...`.
+fn suggest(
+    path: &std::path::Path,
+    rule: String,
+    spare: f64,
+    logs: Vec<std::path::PathBuf>,
+) -> ExitCode {
+    let loaded = std::fs::read_to_string(path)
+        .map_err(|error| format!("{}: {error}", path.display()))
+        .and_then(|text| Ok((Config::load(path).map_err(|e| e.to_string())?, text)));
+    let (config, config_text) = match loaded {
+        Ok(loaded) => loaded,
+        Err(why) => {
+            eprintln!("{why}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ask = sluice::replay::suggest::Ask {
+        config,
+        config_text,
+        rule,
+        spare,
+        logs,
+    };
+    match sluice::replay::suggest::suggest(ask) {
+        Ok(suggestion) => {
+            print!("{}", suggestion.text());
+            ExitCode::SUCCESS
+        }
+        Err(sluice::replay::Failed(why)) => {
+            eprintln!("{why}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -234,7 +234,7 @@ impl Store {
     /// The in-memory store this backend decides with locally: itself, or
     /// (for a networked store) the one it falls back to on errors, and
     /// where every bucket table lives.
-    fn local(&self) -> &MemoryStore {
+    pub fn local(&self) -> &MemoryStore {
         match self {
             Store::Memory(store) => store,
             Store::Redis(store) => store.local(),

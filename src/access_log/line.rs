@@ -359,6 +359,13 @@ fn write_time(out: &mut Vec<u8>, at: Nanos) {
     out.extend_from_slice(&fraction);
 }
 
+/// `at` (Unix nanoseconds) as a line writes its `time`.
+pub fn rfc3339(at: Nanos) -> String {
+    let mut out = Vec::with_capacity(27);
+    write_time(&mut out, at);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// `YYYY-MM-DDTHH:MM:SS` of a Unix second (the proleptic Gregorian
 /// calendar, as `days_from_civil`'s inverse in Howard Hinnant's
 /// "chrono-Compatible Low-Level Date Algorithms").

@@ -79,6 +79,11 @@ impl Matcher {
         self.elsewhere != Some(Mismatch::Domain) && self.mismatched_field(facts).is_none()
     }
 
+    /// The headers its `match.header` reads.
+    pub fn header_names(&self) -> impl Iterator<Item = &HeaderName> {
+        self.header.iter().map(|(name, _)| name)
+    }
+
     /// Whether the request fits.
     #[inline]
     pub fn matches(&self, facts: &RequestFacts<'_>) -> bool {

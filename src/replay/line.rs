@@ -1,0 +1,452 @@
+//! One access log line, read for a replay: what the request asked (method,
+//! host, path, client), when (`time`, to the microsecond), how long it took
+//! and was held, what sluice decided (`outcome`, `rule`), and the values of
+//! the key sources the replay needs, from its `keys` (docs/edge.md lists
+//! the members).
+//!
+//! A line is parsed by `serde_json` into borrowed members (other members
+//! are skipped), then kept as one owned [`Recorded`]: a single string
+//! holding its texts, so that lines waiting to be decided in time order cost
+//! one allocation each.
+
+use std::borrow::Cow;
+use std::marker::PhantomData;
+use std::net::IpAddr;
+use std::ops::Range;
+
+use http::Method;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use smallvec::SmallVec;
+
+use super::scan::{scan, Members};
+use crate::clock::Nanos;
+
+/// What the log says happened to a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logged {
+    Allowed,
+    Delayed,
+    Limited,
+    /// `missing_key`, `denied`: refused, but not by a limit.
+    Refused,
+}
+
+/// A line, owned, as the replay keeps it until its turn.
+#[derive(Debug)]
+pub struct Recorded {
+    /// When the request arrived (Unix nanoseconds).
+    pub time: Nanos,
+    /// From `time` until its response was sent.
+    pub duration: Nanos,
+    /// How long sluice held it on purpose.
+    pub held: Nanos,
+    pub method: Method,
+    pub client: Option<IpAddr>,
+    pub logged: Logged,
+    /// Whether the line has `keys` (`null`: refused before any rule).
+    pub reached_rules: bool,
+    /// Where this line is: its file's number and its line number.
+    pub at: (u32, u64),
+    text: String,
+    host: Option<Range<u32>>,
+    path: Range<u32>,
+    client_text: Range<u32>,
+    rule: Option<Range<u32>>,
+    /// Each wanted source's value (see [`Wanted`]), `None` when the line
+    /// has none.
+    values: SmallVec<[Option<Range<u32>>; 4]>,
+}
+
+impl Recorded {
+    pub fn host(&self) -> Option<&str> {
+        self.host.clone().map(|at| self.slice(at))
+    }
+
+    pub fn path(&self) -> &str {
+        self.slice(self.path.clone())
+    }
+
+    /// The client as the log writes it (an IPv6 client as its network).
+    pub fn client_text(&self) -> &str {
+        self.slice(self.client_text.clone())
+    }
+
+    /// The rule the log names as deciding.
+    pub fn rule(&self) -> Option<&str> {
+        self.rule.clone().map(|at| self.slice(at))
+    }
+
+    /// The value of the `index`th wanted source.
+    pub fn value(&self, index: usize) -> Option<&str> {
+        let at = self.values.get(index)?.clone()?;
+        Some(self.slice(at))
+    }
+
+    fn slice(&self, at: Range<u32>) -> &str {
+        &self.text[at.start as usize..at.end as usize]
+    }
+}
+
+/// The key sources a replay reads from each line's `keys`, by their names
+/// as the config writes them; the rest of `keys` is skipped.
+#[derive(Debug, Default)]
+pub struct Wanted {
+    pub names: Vec<String>,
+}
+
+/// Why a line is not an access log line.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NotALine(pub String);
+
+#[derive(Deserialize)]
+struct Wire<'a> {
+    #[serde(borrow)]
+    time: Text<'a>,
+    #[serde(borrow, default)]
+    client: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    method: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    host: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    path: Option<Text<'a>>,
+    duration_ms: f64,
+    #[serde(default)]
+    delay_ms: u64,
+    #[serde(borrow)]
+    outcome: Text<'a>,
+    #[serde(borrow, default)]
+    rule: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    keys: Option<Keys<'a>>,
+}
+
+/// A string of the line: borrowed from it unless it has escapes.
+#[derive(Debug)]
+struct Text<'a>(Cow<'a, str>);
+
+impl<'a> Text<'a> {
+    fn into_inner(self) -> Cow<'a, str> {
+        self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct String<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for String<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(text)))
+            }
+            fn visit_str<E>(self, text: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(text.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(String(PhantomData))
+    }
+}
+
+/// A line's `keys`, as pairs.
+struct Keys<'a>(SmallVec<[(Text<'a>, Option<Text<'a>>); 4]>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Keys<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Pairs<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Pairs<'a> {
+            type Value = Keys<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of key sources")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Keys<'a>, A::Error> {
+                let mut pairs = SmallVec::new();
+                while let Some(name) = map.next_key::<Text<'a>>()? {
+                    let value = map.next_value::<Option<Text<'a>>>()?;
+                    pairs.push((name, value));
+                }
+                Ok(Keys(pairs))
+            }
+        }
+        deserializer.deserialize_map(Pairs(PhantomData))
+    }
+}
+
+/// Reads one line of a log (without its newline); `at` says where it is.
+pub fn read(line: &[u8], wanted: &Wanted, at: (u32, u64)) -> Result<Recorded, NotALine> {
+    // Checked here, at once: serde_json's check of each string as it reads
+    // it costs more than std's of the whole line.
+    let line = std::str::from_utf8(line)
+        .map_err(|_| NotALine("not an access log line: it is not UTF-8".to_owned()))?;
+    let members = match scan(line) {
+        Some(members) => members,
+        None => parsed(line)?,
+    };
+    let Some(time_text) = members.time.as_deref() else {
+        return Err(NotALine(
+            "not an access log line: it has no time".to_owned(),
+        ));
+    };
+    let (Some(outcome), Some(duration_ms)) = (members.outcome.as_deref(), members.duration_ms)
+    else {
+        return Err(NotALine(
+            "not an access log line: it has no outcome or duration_ms".to_owned(),
+        ));
+    };
+    let time = parse_time(time_text).ok_or_else(|| {
+        NotALine(format!(
+            "its time {time_text:?} is not an RFC 3339 time in UTC (2026-11-28T11:31:05.123456Z)"
+        ))
+    })?;
+    let logged = match outcome {
+        "allowed" => Logged::Allowed,
+        "delayed" => Logged::Delayed,
+        "limited" => Logged::Limited,
+        "missing_key" | "denied" => Logged::Refused,
+        other => return Err(NotALine(format!("its outcome {other:?} is not sluice's"))),
+    };
+    let method = match members.method.as_deref() {
+        Some(method) => Method::from_bytes(method.as_bytes())
+            .map_err(|_| NotALine(format!("its method {method:?} is not an HTTP method")))?,
+        None => Method::GET,
+    };
+    let mut text = String::with_capacity(128);
+    let mut put = |value: &str| {
+        let start = text.len() as u32;
+        text.push_str(value);
+        start..text.len() as u32
+    };
+    let client_text = put(members.client.as_deref().unwrap_or(""));
+    let client = client_ip(members.client.as_deref().unwrap_or(""));
+    let host = members.host.as_deref().map(&mut put);
+    let path = put(members.path.as_deref().unwrap_or("/"));
+    let rule = members.rule.as_deref().map(&mut put);
+    let mut values = SmallVec::new();
+    let reached_rules = members.keys.is_some();
+    if let Some(pairs) = &members.keys {
+        for name in &wanted.names {
+            let value = pairs
+                .iter()
+                .find(|(member, _)| *member == **name)
+                .and_then(|(_, value)| value.as_deref());
+            values.push(value.map(&mut put));
+        }
+    }
+    Ok(Recorded {
+        time,
+        duration: millis_to_nanos(duration_ms),
+        held: members.delay_ms.saturating_mul(1_000_000),
+        method,
+        client,
+        logged,
+        reached_rules,
+        at,
+        text,
+        host,
+        path,
+        client_text,
+        rule,
+        values,
+    })
+}
+
+/// A line [`scan`] does not read, parsed in full by `serde_json`.
+#[cold]
+fn parsed(line: &str) -> Result<Members<'_>, NotALine> {
+    let wire: Wire<'_> = serde_json::from_str(line).map_err(|error| {
+        let what = error.to_string();
+        NotALine(match error.classify() {
+            serde_json::error::Category::Data => format!("not an access log line: {what}"),
+            _ => format!("not JSON: {what}"),
+        })
+    })?;
+    Ok(Members {
+        time: Some(wire.time.0),
+        client: wire.client.map(Text::into_inner),
+        method: wire.method.map(Text::into_inner),
+        host: wire.host.map(Text::into_inner),
+        path: wire.path.map(Text::into_inner),
+        duration_ms: Some(wire.duration_ms),
+        delay_ms: wire.delay_ms,
+        outcome: Some(wire.outcome.0),
+        rule: wire.rule.map(Text::into_inner),
+        keys: wire.keys.map(|Keys(pairs)| {
+            (pairs.into_iter())
+                .map(|(name, value)| (name.0, value.map(Text::into_inner)))
+                .collect()
+        }),
+    })
+}
+
+/// The client IP of a line: an address, or an IPv6 client's network.
+fn client_ip(text: &str) -> Option<IpAddr> {
+    text.parse::<IpAddr>().ok().or_else(|| {
+        text.parse::<ipnet::IpNet>()
+            .ok()
+            .map(|network| network.network())
+    })
+}
+
+fn millis_to_nanos(millis: f64) -> Nanos {
+    if millis.is_finite() && millis > 0.0 {
+        (millis * 1e6).round() as Nanos
+    } else {
+        0
+    }
+}
+
+/// `2026-11-28T11:31:05.123456Z` (any number of decimals, or none; `Z` or
+/// `+00:00`) as Unix nanoseconds. Other offsets are read too.
+pub fn parse_time(text: &str) -> Option<Nanos> {
+    let bytes = text.as_bytes();
+    if bytes.len() < 20 || bytes[4] != b'-' || bytes[7] != b'-' || bytes[13] != b':' {
+        return None;
+    }
+    if !matches!(bytes[10], b'T' | b't' | b' ') || bytes[16] != b':' {
+        return None;
+    }
+    let number = |range: Range<usize>| -> Option<i64> {
+        let digits = bytes.get(range)?;
+        digits.iter().try_fold(0i64, |sum, &b| {
+            b.is_ascii_digit().then(|| sum * 10 + i64::from(b - b'0'))
+        })
+    };
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    if second > 60 {
+        return None;
+    }
+    let mut at = 19;
+    let mut nanos = 0i64;
+    if bytes.get(at) == Some(&b'.') {
+        at += 1;
+        let mut scale = 100_000_000;
+        let start = at;
+        while let Some(digit) = bytes.get(at).filter(|b| b.is_ascii_digit()) {
+            nanos += i64::from(digit - b'0') * scale;
+            scale /= 10;
+            at += 1;
+        }
+        if at == start {
+            return None;
+        }
+    }
+    let offset = match &bytes[at..] {
+        b"Z" | b"z" => 0,
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let digits = [*h1, *h2, *m1, *m2];
+            if !digits.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            let hours = i64::from((h1 - b'0') * 10 + (h2 - b'0'));
+            let minutes = i64::from((m1 - b'0') * 10 + (m2 - b'0'));
+            let seconds = hours * 3_600 + minutes * 60;
+            if *sign == b'+' {
+                seconds
+            } else {
+                -seconds
+            }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(year, month, day);
+    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset;
+    let total = i128::from(seconds) * 1_000_000_000 + i128::from(nanos);
+    Nanos::try_from(total).ok()
+}
+
+/// Days since 1970-01-01 of a date in the proleptic Gregorian calendar
+/// (Howard Hinnant's `days_from_civil`, the inverse of the access log's).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year.rem_euclid(400);
+    let month_index = (month + 9) % 12;
+    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access_log::rfc3339;
+
+    #[test]
+    fn times_read_back_as_the_log_writes_them() {
+        for at in [
+            0,
+            951_782_400_123_456_000,
+            1_795_000_060_999_999_000,
+            4_107_542_399_001_002_000,
+        ] {
+            assert_eq!(parse_time(&rfc3339(at)), Some(at), "{}", rfc3339(at));
+        }
+        assert_eq!(
+            parse_time("2026-11-28T12:00:00+01:00"),
+            parse_time("2026-11-28T11:00:00Z")
+        );
+        assert_eq!(
+            parse_time("2026-11-28T11:00:00.5Z"),
+            parse_time("2026-11-28T11:00:00Z").map(|at| at + 500_000_000)
+        );
+        for bad in [
+            "",
+            "yesterday",
+            "2026-13-01T00:00:00Z",
+            "2026-11-28T11:00:00",
+            "2026-11-28T11:00:00.Z",
+        ] {
+            assert_eq!(parse_time(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_line_keeps_what_a_replay_reads() {
+        let wanted = Wanted {
+            names: vec!["header:x-api-key".into(), "jwt:plan".into()],
+        };
+        let line = r#"{"time":"2026-11-28T11:31:05.123456Z","request_id":"a","client":"2001:db8:1:2::/64","method":"POST","host":"api.example","path":"/v1/\"x\"","status":429,"bytes_out":1,"duration_ms":12.5,"upstream_ms":null,"delay_ms":3,"outcome":"limited","rule":"per-key","key":"k","cost":1,"keys":{"ip":"2001:db8:1:2::/64","header:x-api-key":"sk_l…#3f9a1c2e4b7d","jwt:plan":null}}"#;
+        let read = read(line.as_bytes(), &wanted, (0, 1)).unwrap();
+        assert_eq!(
+            read.time,
+            parse_time("2026-11-28T11:31:05.123456Z").unwrap()
+        );
+        assert_eq!(read.duration, 12_500_000);
+        assert_eq!(read.held, 3_000_000);
+        assert_eq!(read.method, Method::POST);
+        assert_eq!(read.client, Some("2001:db8:1:2::".parse().unwrap()));
+        assert_eq!(read.client_text(), "2001:db8:1:2::/64");
+        assert_eq!(read.host(), Some("api.example"));
+        assert_eq!(read.path(), "/v1/\"x\"");
+        assert_eq!(read.logged, Logged::Limited);
+        assert_eq!(read.rule(), Some("per-key"));
+        assert_eq!(read.value(0), Some("sk_l…#3f9a1c2e4b7d"));
+        assert_eq!(read.value(1), None);
+        assert!(read.reached_rules);
+
+        let refused_early = line.replace(r#""keys":{"#, r#""keys":null,"x":{"#);
+        assert!(!read_ok(&refused_early, &wanted).reached_rules);
+        for bad in [
+            "",
+            "{}",
+            "[1]",
+            r#"{"time":"x","duration_ms":1,"outcome":"allowed"}"#,
+        ] {
+            assert!(
+                super::read(bad.as_bytes(), &wanted, (0, 1)).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    fn read_ok(line: &str, wanted: &Wanted) -> Recorded {
+        read(line.as_bytes(), wanted, (0, 1)).unwrap_or_else(|e| panic!("{e:?}: {line}"))
+    }
+}

@@ -1,0 +1,152 @@
+//! What a replay found, per rule, as text for a person or as one JSON
+//! document (`--json`; docs/replay.md has both).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::replayable::NotReplayed;
+use super::simulate::Tally;
+use crate::access_log::rfc3339;
+use crate::clock::Nanos;
+
+/// Keys listed per rule, most limited first.
+const TOP_KEYS: usize = 10;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub lines: u64,
+    pub skipped: u64,
+    pub rules: Vec<RuleReport>,
+    pub not_replayed: Vec<NotReplayedReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RuleReport {
+    pub rule: String,
+    pub matched: u64,
+    pub allowed: u64,
+    pub limited: u64,
+    pub held: u64,
+    pub longest_hold_ms: u64,
+    pub distinct_keys: u64,
+    pub first_limited: Option<String>,
+    pub top_keys: Vec<TopKey>,
+    pub newly_limited: u64,
+    pub no_longer_limited: u64,
+}
+
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct TopKey {
+    pub key: String,
+    pub limited: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NotReplayedReport {
+    pub rule: String,
+    pub reason: String,
+}
+
+impl Report {
+    pub fn new(
+        lines: u64,
+        skipped: u64,
+        names: impl Iterator<Item = String>,
+        tallies: Vec<Tally>,
+        not_replayed: Vec<NotReplayed>,
+    ) -> Report {
+        let rules = names
+            .zip(tallies)
+            .map(|(rule, tally)| RuleReport::new(rule, tally))
+            .collect();
+        Report {
+            lines,
+            skipped,
+            rules,
+            not_replayed: not_replayed
+                .into_iter()
+                .map(|one| NotReplayedReport {
+                    rule: one.rule,
+                    reason: one.reason,
+                })
+                .collect(),
+        }
+    }
+
+    /// The report for a person.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "replayed {} line(s){}",
+            self.lines,
+            match self.skipped {
+                0 => String::new(),
+                n => format!(" ({n} skipped: not access log lines)"),
+            }
+        );
+        for rule in &self.rules {
+            let _ = writeln!(out, "\nrule {}", rule.rule);
+            let _ = writeln!(
+                out,
+                "  matched {}: allowed {}, limited {}, held {} (longest hold {} ms)",
+                rule.matched, rule.allowed, rule.limited, rule.held, rule.longest_hold_ms
+            );
+            let _ = writeln!(
+                out,
+                "  distinct keys {}; first limited {}",
+                rule.distinct_keys,
+                rule.first_limited.as_deref().unwrap_or("never")
+            );
+            let _ = writeln!(
+                out,
+                "  against the log: {} newly limited, {} no longer limited",
+                rule.newly_limited, rule.no_longer_limited
+            );
+            if !rule.top_keys.is_empty() {
+                let keys: Vec<String> = (rule.top_keys.iter())
+                    .map(|top| format!("{} ({})", top.key, top.limited))
+                    .collect();
+                let _ = writeln!(out, "  most limited keys: {}", keys.join(", "));
+            }
+        }
+        if !self.not_replayed.is_empty() {
+            let _ = writeln!(out, "\nnot replayed:");
+            for one in &self.not_replayed {
+                let _ = writeln!(out, "  rule {}: {}", one.rule, one.reason);
+            }
+        }
+        out
+    }
+}
+
+impl RuleReport {
+    fn new(rule: String, tally: Tally) -> RuleReport {
+        let mut top: Vec<TopKey> = (tally.limited_keys.into_iter())
+            .map(|(key, limited)| TopKey { key, limited })
+            .collect();
+        // Most limited first; equal counts by key, so a report is the same
+        // every time.
+        top.sort_by(|a, b| b.limited.cmp(&a.limited).then_with(|| a.key.cmp(&b.key)));
+        top.truncate(TOP_KEYS);
+        RuleReport {
+            rule,
+            matched: tally.matched,
+            allowed: tally.allowed,
+            limited: tally.limited,
+            held: tally.held,
+            longest_hold_ms: millis(tally.longest_hold),
+            distinct_keys: tally.distinct.len() as u64,
+            first_limited: tally.first_limited.map(rfc3339),
+            top_keys: top,
+            newly_limited: tally.newly_limited,
+            no_longer_limited: tally.no_longer_limited,
+        }
+    }
+}
+
+/// Rounded as `delay_ms` is.
+fn millis(nanos: Nanos) -> u64 {
+    nanos.saturating_add(500_000) / 1_000_000
+}

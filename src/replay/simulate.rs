@@ -1,0 +1,598 @@
+//! Deciding recorded requests with a policy, on a simulated clock, with
+//! sluice's own code: each rule's `match` ([`crate::policy::Matcher`]),
+//! its bucket key from the recorded values
+//! ([`crate::key::KeyHasher::key_of_values`]),
+//! its tier or override ([`Rule::limits_for_key`]), and one admission of
+//! the memory store ([`MemoryStore::admit`]) at the line's time, as the
+//! request path asks it (`proxy::fill_asks`).
+//!
+//! What the request path waits for, the simulation schedules: a held
+//! request's units are reserved at once (delay mode's reservation), so
+//! its hold is known when it is decided; a concurrency permit is in
+//! flight from the request's admission for as long as the log says its
+//! exchange took, and returned then; a request queued for a permit (a
+//! concurrency rule in delay mode) gets one when a release hands it over,
+//! or is refused at its `max_delay`.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use smallvec::SmallVec;
+
+use super::line::{Logged, Recorded, Wanted};
+use crate::clock::Nanos;
+use crate::config::{KeySource, MissingPolicy};
+use crate::key::RequestFacts;
+use crate::limiter::Decision;
+use crate::policy::{Policy, Rule};
+use crate::proxy::{fill_asks, Applicable};
+use crate::store::{
+    Admission, Asks, Handover, MemoryStore, Outcome, QueuedPermit, Receipt, Settle, Taken,
+};
+
+/// Where a rule reads one of its key sources in a line.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Client,
+    Path,
+    Method,
+    Host,
+    Global,
+    /// The line's `keys`, the [`Wanted`] source at this index.
+    Keys(usize),
+}
+
+/// What one rule reads, found once.
+#[derive(Debug)]
+struct Plan {
+    key: Vec<Slot>,
+    tier: Option<Slot>,
+}
+
+/// One rule's figures (docs/replay.md lists them).
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub matched: u64,
+    pub allowed: u64,
+    pub limited: u64,
+    pub held: u64,
+    pub longest_hold: Nanos,
+    pub distinct: HashSet<u64, foldhash::fast::FixedState>,
+    pub first_limited: Option<Nanos>,
+    /// Refusals by key, as the log shows keys.
+    pub limited_keys: HashMap<String, u64>,
+    pub newly_limited: u64,
+    pub no_longer_limited: u64,
+}
+
+/// How the replay decided a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replayed {
+    /// Admitted, or let through unlimited.
+    Admitted,
+    /// Refused by this rule (the first in file order that refused).
+    Limited(usize),
+    /// Refused, but not by a limit: the deny list, a missing key.
+    Refused,
+}
+
+/// A request queued for a concurrency permit.
+struct Waiter {
+    queued: Box<QueuedPermit>,
+    /// The rule whose permit it waits for.
+    rule: usize,
+    key: String,
+    since: Nanos,
+    deadline: Nanos,
+    /// How long its exchange takes once admitted.
+    exchange: Nanos,
+    /// What else it took, kept or given back with it.
+    receipts: Vec<Receipt>,
+    logged: Logged,
+    logged_rule: Option<usize>,
+}
+
+/// Decides lines in time order; see the module docs.
+pub struct Simulator<'p> {
+    policy: &'p Policy,
+    store: &'p MemoryStore,
+    plans: Vec<Plan>,
+    /// The `match.header` names and where their values are.
+    headers_read: Vec<(HeaderName, usize)>,
+    headers: HeaderMap,
+    pub tallies: Vec<Tally>,
+    /// The simulated clock: the latest time decided.
+    now: Nanos,
+    /// Permits to return: when, and the receipts (by number in `returns`).
+    releases: BinaryHeap<Reverse<(Nanos, u64)>>,
+    returns: HashMap<u64, Vec<Receipt>>,
+    next_release: u64,
+    waiters: Vec<Waiter>,
+    /// The store's answer, reused (boxed: moved out and back per line).
+    answer: Option<Box<Admission>>,
+}
+
+impl<'p> Simulator<'p> {
+    /// A simulator of `policy`, whose tables are in `store`; the sources
+    /// its rules read from `keys` are added to `wanted`.
+    pub fn new(policy: &'p Policy, store: &'p MemoryStore, wanted: &mut Wanted) -> Self {
+        let mut slot = |source: &KeySource| match source {
+            KeySource::Ip => Slot::Client,
+            KeySource::Path => Slot::Path,
+            KeySource::Method => Slot::Method,
+            KeySource::Host => Slot::Host,
+            KeySource::Global => Slot::Global,
+            other => Slot::Keys(want(wanted, other)),
+        };
+        let plans = (policy.rules.iter())
+            .map(|rule| Plan {
+                key: rule.key.iter().map(&mut slot).collect(),
+                tier: rule.tier_by.as_ref().map(&mut slot),
+            })
+            .collect();
+        let mut headers_read = Vec::new();
+        for rule in &policy.rules {
+            for name in rule.matcher.header_names() {
+                if !headers_read.iter().any(|(read, _)| read == name) {
+                    let index = want(wanted, &KeySource::Header(name.clone()));
+                    headers_read.push((name.clone(), index));
+                }
+            }
+        }
+        Simulator {
+            policy,
+            store,
+            plans,
+            headers_read,
+            headers: HeaderMap::new(),
+            tallies: policy.rules.iter().map(|_| Tally::default()).collect(),
+            now: 0,
+            releases: BinaryHeap::new(),
+            returns: HashMap::new(),
+            next_release: 0,
+            waiters: Vec::new(),
+            answer: Some(Box::default()),
+        }
+    }
+
+    /// Decides `line` at its time (or the latest time decided, if it came
+    /// later than that: the clock never goes back).
+    pub fn decide(&mut self, line: &Recorded) {
+        let now = line.time.max(self.now);
+        self.advance(now);
+        if !line.reached_rules {
+            // Refused by sluice's checks before any rule was looked at.
+            return;
+        }
+        let policy = self.policy;
+        let client = client_of(line);
+        if policy.deny.iter().any(|net| net.contains(&client)) {
+            return self.compare(line, Replayed::Refused);
+        }
+        if policy.allow.iter().any(|net| net.contains(&client)) {
+            return self.compare(line, Replayed::Admitted);
+        }
+        let walked = self.with_facts(line, |simulator, facts| simulator.walk(line, facts, now));
+        let (enforced, shadowed) = match walked {
+            Ok(applicable) => applicable,
+            Err(replayed) => return self.compare(line, replayed),
+        };
+        if enforced.is_empty() && shadowed.is_empty() {
+            return self.compare(line, Replayed::Admitted);
+        }
+        let mut asks = Asks::default();
+        fill_asks(&mut asks, &enforced, &shadowed);
+        let mut answer = self.answer.take().unwrap_or_default();
+        self.store.admit(&asks, now, &mut answer);
+        let replayed = self.take(line, now, &enforced, &shadowed, &mut answer);
+        self.answer = Some(answer);
+        if let Some(replayed) = replayed {
+            self.compare(line, replayed);
+        }
+    }
+
+    /// Runs `then` with the facts rules match on, read from `line`.
+    fn with_facts<T>(
+        &mut self,
+        line: &Recorded,
+        then: impl FnOnce(&mut Self, &RequestFacts<'_>) -> T,
+    ) -> T {
+        self.headers.clear();
+        for (name, index) in &self.headers_read {
+            if let Some(value) = line.value(*index) {
+                if let Ok(value) = HeaderValue::from_str(value) {
+                    self.headers.insert(name.clone(), value);
+                }
+            }
+        }
+        let headers = std::mem::take(&mut self.headers);
+        let facts = RequestFacts {
+            method: &line.method,
+            path: line.path(),
+            query: None,
+            host: line.host(),
+            headers: &headers,
+            client_ip: client_of(line),
+            claims: None,
+            body: None,
+            call: None,
+        };
+        let result = then(self, &facts);
+        self.headers = headers;
+        result
+    }
+
+    /// The key that rule `index` counts `line` under, as the log shows
+    /// keys; `None` when the rule does not apply to it (`sluice suggest`).
+    pub fn key_of(&mut self, line: &Recorded, index: usize) -> Option<String> {
+        if !line.reached_rules {
+            return None;
+        }
+        let rule = &self.policy.rules[index];
+        let fits = self.with_facts(line, |_, facts| rule.matcher.matches(facts));
+        let plan = &self.plans[index];
+        let value = |at: usize| value_of(line, plan.key[at]);
+        let shared = rule.missing == MissingPolicy::Shared;
+        self.policy
+            .keys
+            .key_of_values(&rule.key, line.client, value, shared)
+            .ok()?;
+        fits.then(|| self.shown_key(line, index))
+    }
+
+    /// Every rule's standing on the request, in file order, as identify
+    /// walks them: the rules that apply, or how the walk refused it.
+    #[allow(clippy::type_complexity)]
+    fn walk(
+        &mut self,
+        line: &Recorded,
+        facts: &RequestFacts<'_>,
+        now: Nanos,
+    ) -> Result<(SmallVec<[Applicable<'p>; 4]>, SmallVec<[Applicable<'p>; 4]>), Replayed> {
+        let policy = self.policy;
+        let (mut enforced, mut shadowed) = (SmallVec::new(), SmallVec::new());
+        for (index, rule) in policy.rules.iter().enumerate() {
+            if !rule.matcher.matches(facts) {
+                continue;
+            }
+            let plan = &self.plans[index];
+            let value = |at: usize| value_of(line, plan.key[at]);
+            let shared = rule.missing == MissingPolicy::Shared;
+            let key = match policy
+                .keys
+                .key_of_values(&rule.key, line.client, value, shared)
+            {
+                Ok(key) => key,
+                Err(_) if rule.missing == MissingPolicy::Skip => continue,
+                Err(_) => {
+                    self.tallies[index].matched += 1;
+                    return Err(Replayed::Refused);
+                }
+            };
+            let tally = &mut self.tallies[index];
+            tally.matched += 1;
+            tally.distinct.insert(key);
+            if let Some(sunset) = &rule.sunset {
+                if !rule.shadow && sunset.schedule.is_gone(now) {
+                    self.limited(index, line, now);
+                    return Err(Replayed::Limited(index));
+                }
+            }
+            let tier = plan.tier.and_then(|slot| value_of(line, slot));
+            let limits = rule.limits_for_key(key, tier, &policy.keys, now);
+            let applicable = Applicable {
+                rule,
+                key,
+                limits,
+                cost: rule.cost,
+            };
+            if rule.shadow {
+                shadowed.push(applicable);
+            } else {
+                enforced.push(applicable);
+            }
+        }
+        Ok((enforced, shadowed))
+    }
+
+    /// Counts what the store answered; `None` while the request waits for
+    /// a permit.
+    fn take(
+        &mut self,
+        line: &Recorded,
+        now: Nanos,
+        enforced: &[Applicable<'p>],
+        shadowed: &[Applicable<'p>],
+        answer: &mut Admission,
+    ) -> Option<Replayed> {
+        let policy = self.policy;
+        let index_of = |rule: &Rule| position(policy, rule);
+        let mut decisions = &answer.decisions[..];
+        let mut refusing = None;
+        let mut hold = 0;
+        let mut counts = SmallVec::<[(usize, Nanos, bool); 4]>::new();
+        for applicable in enforced {
+            let (own, rest) = decisions.split_at(applicable.limits.len().min(decisions.len()));
+            decisions = rest;
+            let index = index_of(applicable.rule);
+            let refused = own.iter().any(|d| !d.is_allowed());
+            let wait = own.iter().map(Decision::wait).max().unwrap_or(0);
+            if refused && refusing.is_none() {
+                refusing = Some(index);
+            }
+            hold = hold.max(wait);
+            counts.push((index, wait, refused));
+        }
+        let queued_rule = answer.queued.as_ref().and_then(|queued| {
+            enforced
+                .iter()
+                .find(|one| {
+                    one.rule.is_concurrency()
+                        && one
+                            .limits
+                            .iter()
+                            .any(|l| l.table.same(&queued.receipt.table))
+                })
+                .map(|one| index_of(one.rule))
+        });
+        match answer.outcome {
+            Outcome::Banned { rule, .. } => {
+                let index = index_of(enforced[rule].rule);
+                self.limited(index, line, now);
+                return Some(Replayed::Limited(index));
+            }
+            Outcome::Limited => {
+                for (index, _, refused) in counts {
+                    if refused {
+                        self.limited(index, line, now);
+                    } else {
+                        self.tallies[index].allowed += 1;
+                    }
+                }
+                return refusing.map(Replayed::Limited);
+            }
+            Outcome::Admitted => {}
+        }
+        for (index, wait, _) in counts {
+            if Some(index) == queued_rule {
+                continue;
+            }
+            let tally = &mut self.tallies[index];
+            if wait > 0 {
+                tally.held += 1;
+                tally.longest_hold = tally.longest_hold.max(wait);
+            } else {
+                tally.allowed += 1;
+            }
+        }
+        for (at, applicable) in (enforced.len()..).zip(shadowed) {
+            let index = index_of(applicable.rule);
+            if answer.shadow_limited.contains(&at) {
+                self.limited(index, line, now);
+            } else {
+                self.tallies[index].allowed += 1;
+            }
+        }
+        let exchange = line.duration.saturating_sub(line.held);
+        let receipts: Vec<Receipt> = answer.receipts.drain(..).collect();
+        if let (Some(queued), Some(rule)) = (answer.queued.take(), queued_rule) {
+            let key = self.shown_key(line, rule);
+            self.waiters.push(Waiter {
+                deadline: now.saturating_add(queued.max_wait),
+                queued,
+                rule,
+                key,
+                since: now,
+                exchange,
+                receipts,
+                logged: line.logged,
+                logged_rule: line.rule().and_then(|name| self.rule_index(name)),
+            });
+            return None;
+        }
+        self.in_flight(receipts, now + hold + exchange);
+        Some(Replayed::Admitted)
+    }
+
+    /// Permits among `receipts` are returned at `until`; the rest is kept.
+    fn in_flight(&mut self, receipts: Vec<Receipt>, until: Nanos) {
+        let permits: Vec<Receipt> = receipts
+            .into_iter()
+            .filter(|receipt| receipt.taken == Taken::Permit)
+            .collect();
+        if permits.is_empty() {
+            return;
+        }
+        let number = self.next_release;
+        self.next_release += 1;
+        self.returns.insert(number, permits);
+        self.releases.push(Reverse((until, number)));
+    }
+
+    /// Moves the clock to `now`: permits return, queued requests get them
+    /// or give up, in time order.
+    fn advance(&mut self, now: Nanos) {
+        loop {
+            let release = self.releases.peek().map(|Reverse((at, _))| *at);
+            let deadline = self.waiters.iter().map(|w| w.deadline).min();
+            match (release, deadline) {
+                (Some(at), Some(until)) if at <= until && at <= now => self.release(at),
+                (Some(at), None) if at <= now => self.release(at),
+                (_, Some(until)) if until < now => self.expire(until),
+                _ => break,
+            }
+        }
+        self.now = now;
+    }
+
+    fn release(&mut self, at: Nanos) {
+        let Some(Reverse((_, number))) = self.releases.pop() else {
+            return;
+        };
+        for mut receipt in self.returns.remove(&number).unwrap_or_default() {
+            self.store.settle(&mut receipt, Settle::Keep, at);
+        }
+        // A returned permit goes to the next waiter in its key's queue.
+        let mut index = 0;
+        while index < self.waiters.len() {
+            let handed = match &mut self.waiters[index].queued.handover {
+                Handover::Local { ready, .. } => ready.try_recv().is_ok(),
+                Handover::Shared => false,
+            };
+            if handed {
+                let waiter = self.waiters.remove(index);
+                self.admit_waiter(waiter, at);
+            } else {
+                index += 1;
+            }
+        }
+    }
+
+    /// The earliest waiter whose `max_delay` is over at `at` gives up.
+    fn expire(&mut self, at: Nanos) {
+        let Some(index) = self.waiters.iter().position(|w| w.deadline == at) else {
+            return;
+        };
+        let mut waiter = self.waiters.remove(index);
+        if !self.store.leave_queue(&waiter.queued) {
+            // Handed over meanwhile: it has its permit.
+            return self.admit_waiter(waiter, at);
+        }
+        for receipt in &mut waiter.receipts {
+            self.store.settle(receipt, Settle::GiveBack, at);
+        }
+        let tally = &mut self.tallies[waiter.rule];
+        tally.limited += 1;
+        tally.first_limited.get_or_insert(at);
+        *tally.limited_keys.entry(waiter.key).or_default() += 1;
+        self.count_against_log(
+            waiter.logged,
+            waiter.logged_rule,
+            Replayed::Limited(waiter.rule),
+        );
+    }
+
+    fn admit_waiter(&mut self, waiter: Waiter, at: Nanos) {
+        let Waiter {
+            queued,
+            rule,
+            since,
+            exchange,
+            mut receipts,
+            logged,
+            logged_rule,
+            ..
+        } = waiter;
+        let tally = &mut self.tallies[rule];
+        tally.held += 1;
+        tally.longest_hold = tally.longest_hold.max(at - since);
+        receipts.push(queued.receipt);
+        self.in_flight(receipts, at + exchange);
+        self.count_against_log(logged, logged_rule, Replayed::Admitted);
+    }
+
+    /// Decides what is still waiting at the end of the log.
+    pub fn finish(&mut self) {
+        while !self.waiters.is_empty() || !self.releases.is_empty() {
+            let next = (self.releases.peek().map(|Reverse((at, _))| *at))
+                .into_iter()
+                .chain(self.waiters.iter().map(|w| w.deadline))
+                .min()
+                .unwrap_or(self.now);
+            self.advance(next.saturating_add(1));
+        }
+    }
+
+    /// A refusal by rule `index` of the request `line` records at `now`.
+    fn limited(&mut self, index: usize, line: &Recorded, now: Nanos) {
+        let key = self.shown_key(line, index);
+        let tally = &mut self.tallies[index];
+        tally.limited += 1;
+        tally.first_limited.get_or_insert(now);
+        *tally.limited_keys.entry(key).or_default() += 1;
+    }
+
+    /// Rule `index`'s key of `line`, as the log shows keys.
+    fn shown_key(&self, line: &Recorded, index: usize) -> String {
+        let mut shown = String::new();
+        for (at, slot) in self.plans[index].key.iter().enumerate() {
+            if at > 0 {
+                shown.push('|');
+            }
+            shown.push_str(value_of(line, *slot).unwrap_or(""));
+        }
+        shown
+    }
+
+    fn compare(&mut self, line: &Recorded, replayed: Replayed) {
+        let logged_rule = line.rule().and_then(|name| self.rule_index(name));
+        self.count_against_log(line.logged, logged_rule, replayed);
+    }
+
+    /// Newly limited: the replay refuses what the log let through (by the
+    /// rule that refuses now); no longer limited: the replay admits what
+    /// the log says a rule refused (that rule, if the config has it).
+    fn count_against_log(
+        &mut self,
+        logged: Logged,
+        logged_rule: Option<usize>,
+        replayed: Replayed,
+    ) {
+        match (logged, replayed) {
+            (Logged::Limited, Replayed::Admitted) => {
+                if let Some(rule) = logged_rule {
+                    self.tallies[rule].no_longer_limited += 1;
+                }
+            }
+            (Logged::Allowed | Logged::Delayed, Replayed::Limited(rule)) => {
+                self.tallies[rule].newly_limited += 1;
+            }
+            _ => {}
+        }
+    }
+
+    fn rule_index(&self, name: &str) -> Option<usize> {
+        self.policy
+            .rules
+            .iter()
+            .position(|rule| *rule.name == *name)
+    }
+}
+
+/// The index of `rule` in `policy`.
+fn position(policy: &Policy, rule: &Rule) -> usize {
+    (policy.rules.iter())
+        .position(|one| std::ptr::eq(one, rule))
+        .unwrap_or(0)
+}
+
+/// The index of `source` among the wanted ones, added if new.
+fn want(wanted: &mut Wanted, source: &KeySource) -> usize {
+    let name = source.to_string();
+    match wanted.names.iter().position(|one| *one == name) {
+        Some(index) => index,
+        None => {
+            wanted.names.push(name);
+            wanted.names.len() - 1
+        }
+    }
+}
+
+/// The client IP of `line`; unspecified when it has none.
+fn client_of(line: &Recorded) -> IpAddr {
+    line.client.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+}
+
+/// A source's value in `line`.
+fn value_of(line: &Recorded, slot: Slot) -> Option<&str> {
+    match slot {
+        Slot::Client => Some(line.client_text()).filter(|text| !text.is_empty()),
+        Slot::Path => Some(line.path()),
+        Slot::Method => Some(line.method.as_str()),
+        Slot::Host => line.host().filter(|host| !host.is_empty()),
+        Slot::Global => Some(""),
+        Slot::Keys(index) => line.value(index),
+    }
+}
