@@ -53,6 +53,7 @@ mod redis_store;
 mod redis_tls;
 mod refusal_log;
 mod reload;
+mod replay;
 mod request_size;
 mod rls;
 mod shared_bans;
