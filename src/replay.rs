@@ -183,3 +183,115 @@ impl Reorder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A config of one rule of each common kind, each with `rate`.
+    fn config(rate: &str) -> Config {
+        let text = format!(
+            r#"[server]
+upstream = "http://127.0.0.1:9"
+[[rule]]
+name = "tokens"
+key = ["ip"]
+rate = "{rate}"
+[[rule]]
+name = "window"
+match = {{ path_prefix = "/w" }}
+key = ["header:x-api-key"]
+algorithm = "sliding_window"
+rate = "{rate}"
+[[rule]]
+name = "held"
+match = {{ method = "POST" }}
+key = ["ip", "path"]
+rate = "{rate}"
+on_limit = "delay"
+max_delay = "1s"
+[[rule]]
+name = "flight"
+match = {{ path_prefix = "/slow" }}
+key = ["ip"]
+algorithm = "concurrency"
+max_in_flight = 2
+on_limit = "delay"
+max_delay = "500ms"
+"#
+        );
+        Config::from_toml(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// One line of a random log: (ms after the start, client, path, POST,
+    /// duration ms, key or none, logged outcome).
+    fn lines() -> impl Strategy<Value = Vec<(u32, u8, u8, bool, u16, Option<u8>, u8)>> {
+        proptest::collection::vec(
+            (
+                0u32..120_000,
+                0u8..4,
+                0u8..4,
+                any::<bool>(),
+                0u16..3000,
+                proptest::option::of(0u8..3),
+                0u8..3,
+            ),
+            0..200,
+        )
+    }
+
+    fn write(lines: &[(u32, u8, u8, bool, u16, Option<u8>, u8)]) -> tempfile::NamedTempFile {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        for &(at, client, path, post, duration, key, outcome) in lines {
+            let time =
+                crate::access_log::rfc3339(1_795_000_000_000_000_000 + u64::from(at) * 1_000_000);
+            let path = ["/a", "/w/1", "/slow", "/w/2"][usize::from(path)];
+            let outcome = ["allowed", "limited", "delayed"][usize::from(outcome)];
+            let key = key.map_or("null".to_owned(), |key| {
+                format!("\"k{key}…#00000000000{key}\"")
+            });
+            let line = format!(
+                r#"{{"time":"{time}","client":"10.0.0.{client}","method":"{}","host":"h","path":"{path}","duration_ms":{duration},"delay_ms":0,"outcome":"{outcome}","rule":"tokens","keys":{{"ip":"10.0.0.{client}","header:x-api-key":{key}}}}}"#,
+                if post { "POST" } else { "GET" },
+            );
+            std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes()).unwrap();
+        }
+        file
+    }
+
+    fn report(rate: &str, log: &tempfile::NamedTempFile) -> String {
+        let replay = Replay {
+            config: config(rate),
+            logs: vec![log.path().to_owned()],
+            strict: true,
+        };
+        serde_json::to_string(&super::replay(replay).unwrap()).unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Rules that limit nothing newly limit nothing (but requests in
+        /// flight, which no rate frees), and a replay is deterministic.
+        #[test]
+        fn a_config_that_limits_nothing_newly_limits_nothing(lines in lines()) {
+            let log = write(&lines);
+            let first = report("1000000/s", &log);
+            prop_assert_eq!(&first, &report("1000000/s", &log));
+            let parsed: serde_json::Value = serde_json::from_str(&first).unwrap();
+            prop_assert_eq!(parsed["lines"].as_u64(), Some(lines.len() as u64));
+            for row in parsed["rules"].as_array().unwrap() {
+                if row["rule"] == "flight" {
+                    continue;
+                }
+                prop_assert_eq!(row["limited"].as_u64(), Some(0), "{}", row);
+                prop_assert_eq!(row["newly_limited"].as_u64(), Some(0), "{}", row);
+                prop_assert_eq!(row["held"].as_u64(), Some(0), "{}", row);
+            }
+            let tight = report("1/m", &log);
+            prop_assert_eq!(&tight, &report("1/m", &log));
+        }
+    }
+}
