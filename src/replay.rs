@@ -227,7 +227,9 @@ max_delay = "500ms"
 
     /// One line of a random log: (ms after the start, client, path, POST,
     /// duration ms, key or none, logged outcome).
-    fn lines() -> impl Strategy<Value = Vec<(u32, u8, u8, bool, u16, Option<u8>, u8)>> {
+    type Line = (u32, u8, u8, bool, u16, Option<u8>, u8);
+
+    fn lines() -> impl Strategy<Value = Vec<Line>> {
         proptest::collection::vec(
             (
                 0u32..120_000,
@@ -242,7 +244,7 @@ max_delay = "500ms"
         )
     }
 
-    fn write(lines: &[(u32, u8, u8, bool, u16, Option<u8>, u8)]) -> tempfile::NamedTempFile {
+    fn write(lines: &[Line]) -> tempfile::NamedTempFile {
         let mut file = tempfile::NamedTempFile::new().unwrap();
         for &(at, client, path, post, duration, key, outcome) in lines {
             let time =
