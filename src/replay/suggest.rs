@@ -16,7 +16,7 @@ use std::time::Duration;
 use super::line::{self, Wanted};
 use super::{replayable, Failed, LogHolds, Logs, Simulator, Unreadable};
 use crate::clock::Nanos;
-use crate::config::{format_period, Config};
+use crate::config::{format_period, format_rate, Config};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::store::{MemoryStore, Store};
@@ -215,8 +215,8 @@ fn suggested_rule(config_text: &str, name: &str, count: u64, period: Duration) -
             let _ = writeln!(out, "{field} = {value}");
         }
     }
-    let period = format_period(period);
-    let _ = writeln!(out, "rate = \"{count}/{period}\"");
+    let rate = format_rate(crate::limiter::Rate { count, period });
+    let _ = writeln!(out, "rate = \"{rate}\"");
     let _ = writeln!(out, "burst = {count}");
     out
 }

@@ -508,7 +508,7 @@ rate = "1000/m"
     );
     // All but 1 % of the keys: the 99th percentile.
     assert!(
-        text.contains("rate = \"99/1m\"") && text.contains("burst = 99"),
+        text.contains("rate = \"99/m\"") && text.contains("burst = 99"),
         "{text}"
     );
     assert!(
