@@ -4,7 +4,7 @@
 //!
 //! The modules follow the life of a request:
 //!
-//! - [`cli`]: the command line (`run`, `check`, `demo`, `import`).
+//! - [`cli`]: the command line (`run`, `check`, `demo`, `import`, `replay`, `suggest`).
 //! - [`config`]: the TOML file → validated domain types, errors with line and column.
 //! - [`policy`]: a config compiled into the immutable snapshot the request path reads.
 //! - [`server`]: listeners, the accept loop, connection limits, graceful shutdown.
