@@ -137,19 +137,12 @@ max_delay = "3s"
         .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
         .count();
     assert_eq!(limited, 3 + 2, "{statuses:?}");
-    // Written within 100 ms of each request's end.
-    let mut lines = 0;
-    for _ in 0..50 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        lines = std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .count();
-        if lines == statuses.len() {
-            break;
-        }
-    }
-    assert_eq!(lines, statuses.len());
+    // Written within 100 ms of each request's end: waits for every line.
+    let written = || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        std::future::ready(text.lines().count() == statuses.len())
+    };
+    support::eventually(Duration::from_secs(5), "a line per request", written).await;
     drop(sluice);
 
     let report = replay(&config, &[log.to_str().unwrap()], b"");
