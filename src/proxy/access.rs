@@ -112,8 +112,7 @@ impl Parts {
                     }
                     if one.credential {
                         let shown = LABELS.with_borrow_mut(|cache| {
-                            let key = KeyText::typed(value, 1);
-                            cache.show(&policy.labels, std::slice::from_ref(&one.source), &key)
+                            cache.show_value(&policy.labels, &one.source, value)
                         });
                         push_json_str(out, &shown);
                     } else {
@@ -324,6 +323,17 @@ thread_local! {
 }
 
 impl LabelCache {
+    /// [`LabelCache::show`] of one credential value: a value met before
+    /// is found by its text, with no key built for it.
+    fn show_value(&mut self, labels: &KeyLabels, source: &KeySource, value: &str) -> String {
+        let current = self.labels.as_ref().is_some_and(|own| own.same_as(labels));
+        if let (true, Some((1, shown))) = (current, self.shown.get(value)) {
+            return shown.clone();
+        }
+        let key = KeyText::typed(value, 1);
+        self.show(labels, std::slice::from_ref(source), &key)
+    }
+
     fn show(&mut self, labels: &KeyLabels, sources: &[KeySource], key: &KeyText) -> String {
         if !self.labels.as_ref().is_some_and(|own| own.same_as(labels)) {
             self.labels = Some(labels.clone());
