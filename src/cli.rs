@@ -8,7 +8,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::config::{
     describe_capacity, describe_limits, describe_match, describe_upstream, format_limit,
     format_period, format_rate, format_timestamp, joined, AlgorithmKind, Config, LimitConfig,
-    OnChange, OnLimit, Rate, RedisMode, Reservation, RuleConfig, StoreBackend, Variant,
+    MissingCharge, OnChange, OnLimit, Rate, RedisMode, Reservation, RuleConfig, StoreBackend,
+    Variant,
 };
 use crate::key::{KeyLabels, LabelKey};
 
@@ -436,8 +437,12 @@ fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
         // Measured sources (time, bytes) always arrive: no missing price.
         let awaits = charge.sources.iter().any(|s| !s.source.is_measured());
         let missing = match charge.missing {
-            units if units > 0 && awaits => format!(" ({units} for a value that never arrives)"),
-            _ => String::new(),
+            _ if !awaits => String::new(),
+            MissingCharge::Units(0) => String::new(),
+            MissingCharge::Units(units) => format!(" ({units} for a value that never arrives)"),
+            MissingCharge::KeepReservation => {
+                " (a value that never arrives keeps the whole reservation)".to_owned()
+            }
         };
         lines.push(format!("charge {charge} after the response{missing}"));
     }

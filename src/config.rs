@@ -566,9 +566,22 @@ pub struct Charge {
     /// Each source with its weight, in the order written (a lone source
     /// weighs 1). Never empty.
     pub sources: Vec<Weighted>,
-    /// `charge_missing`: units charged for each source whose value never
-    /// arrives (not weighted).
-    pub missing: u64,
+    /// What each source whose value never arrives costs.
+    pub missing: MissingCharge,
+}
+
+/// What a charge source whose value never arrives costs (the client left,
+/// the stream broke, the field was absent or malformed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingCharge {
+    /// `charge_missing` units for each such source (not weighted); 0 on a
+    /// rule that neither reserves nor sets it.
+    Units(u64),
+    /// A rule with `reserve` and no `charge_missing`: the whole
+    /// reservation is kept, nothing given back, so hanging up before the
+    /// usage is reported is never cheaper than waiting for it
+    /// (docs/ai-budgets.md, "Nothing is free by hanging up").
+    KeepReservation,
 }
 
 /// One source of a charge (or of a reservation) and what each of its

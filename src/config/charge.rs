@@ -7,7 +7,7 @@
 use super::raw::{RawCharge, RawRule, Start};
 use super::rules::RuleContext;
 use super::validate::Validator;
-use super::{AlgorithmKind, Charge, ChargeSource, RefundOn, Weighted};
+use super::{AlgorithmKind, Charge, ChargeSource, MissingCharge, RefundOn, Weighted};
 use crate::body_scan::{Pointer, MAX_POINTERS};
 use http::HeaderName;
 
@@ -88,12 +88,18 @@ impl Validator<'_> {
             );
             valid = false;
         }
-        let missing = self.int(
+        let units = self.int(
             raw.charge_missing.as_ref(),
             &missing_path,
             0,
             0..=i64::MAX as u64,
         );
+        // Nothing is free by hanging up: a reserving rule keeps its whole
+        // reservation for a value that never came, unless it prices one.
+        let missing = match (&raw.charge_missing, &raw.reserve) {
+            (None, Some(_)) => MissingCharge::KeepReservation,
+            _ => MissingCharge::Units(units),
+        };
         if let Some(written) = &raw.charge_missing {
             if !sources.is_empty() && sources.iter().all(|s| s.source.is_measured()) {
                 self.warn(
@@ -208,7 +214,7 @@ mod tests {
                 source,
                 weight: 1.0,
             }],
-            missing: 0,
+            missing: MissingCharge::Units(0),
         }
     }
 
@@ -272,7 +278,7 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(charge.missing, 2000);
+        assert_eq!(charge.missing, MissingCharge::Units(2000));
         assert!(charge.charges_elapsed());
         assert_eq!(
             charge.to_string(),
@@ -283,7 +289,26 @@ mod tests {
         ));
         let lone = lone.rules[0].charge.clone().unwrap();
         assert_eq!(lone.to_string(), "json:/usage/total_tokens");
-        assert_eq!(lone.missing, 0, "charge_missing defaults to 0");
+        assert_eq!(
+            lone.missing,
+            MissingCharge::Units(0),
+            "charge_missing defaults to 0"
+        );
+        // With a reservation, a value that never arrives keeps it whole,
+        // unless charge_missing says otherwise.
+        let reserving = |extra: &str| {
+            valid(&rule_a(&format!(
+                "rate = \"10000/d\"\ncharge = \"json:/usage/total_tokens\"\nreserve = 500\n{extra}"
+            )))
+            .rules[0]
+                .charge
+                .clone()
+                .unwrap()
+                .missing
+        };
+        assert_eq!(reserving(""), MissingCharge::KeepReservation);
+        assert_eq!(reserving("charge_missing = 0\n"), MissingCharge::Units(0));
+        assert_eq!(reserving("charge_missing = 40\n"), MissingCharge::Units(40));
     }
 
     #[test]

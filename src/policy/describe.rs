@@ -4,7 +4,7 @@
 use super::limit::Limit;
 use super::Policy;
 use crate::clock::Nanos;
-use crate::config::describe_match;
+use crate::config::{describe_match, MissingCharge};
 use crate::limiter::adaptive::Controller;
 
 /// An adaptive rule's limit: the limit in force now (a tier's share of
@@ -79,7 +79,10 @@ pub fn describe(policy: &Policy, now: Nanos) -> serde_json::Value {
                 "shadow": rule.shadow,
                 "on_change": format!("{:?}", config.on_change).to_lowercase(),
                 "charge": config.charge.as_ref().map(ToString::to_string),
-                "charge_missing": config.charge.as_ref().map(|charge| charge.missing),
+                "charge_missing": config.charge.as_ref().map(|charge| match charge.missing {
+                    MissingCharge::Units(units) => json!(units),
+                    MissingCharge::KeepReservation => json!("reservation"),
+                }),
                 "reserve": config.reserve.as_ref().map(|reserve| reserve.amount.to_string()),
                 "reserve_missing": config.reserve.as_ref().and_then(|reserve| reserve.missing),
                 "refund_on": config.refund_on.names(),

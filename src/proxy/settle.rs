@@ -28,7 +28,7 @@ pub use super::bill::RequestBytes;
 use super::bill::{self, Awaited, Bill, Failure, Reported};
 use crate::body_scan::{BodyKind, BodyScanner, Pointer, Reading, MAX_POINTERS};
 use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::config::{Charge, ChargeSource, Weighted};
+use crate::config::{Charge, ChargeSource, MissingCharge, Weighted};
 use crate::limiter::adaptive::Sample;
 use crate::policy::Billing;
 use crate::store::admission::Receipts;
@@ -425,6 +425,9 @@ struct Owed {
     units: u64,
     /// Values that never arrived or did not read as a number.
     errors: u64,
+    /// A value never arrived on a rule that then keeps its whole
+    /// reservation (`MissingCharge::KeepReservation`).
+    keeps_reservation: bool,
 }
 
 impl Owed {
@@ -432,15 +435,24 @@ impl Owed {
         self.units = self.units.saturating_add(units);
     }
 
-    /// A value that never arrived: `charge_missing`, and an error.
+    /// A value that never arrived: `charge_missing`, or the whole
+    /// reservation, and an error.
     fn missing(&mut self, charge: &Charge) {
-        self.units(charge.missing);
+        match charge.missing {
+            MissingCharge::Units(units) => self.units(units),
+            MissingCharge::KeepReservation => self.keeps_reservation = true,
+        }
         self.errors += 1;
     }
 
-    fn settle(self, ledger: &mut Ledger, rule: usize, billing: &Billing, now: Nanos) {
+    fn settle(mut self, ledger: &mut Ledger, rule: usize, billing: &Billing, now: Nanos) {
         if self.errors > 0 {
             billing.charge_errors.inc_by(self.errors);
+        }
+        if self.keeps_reservation && billing.reserves {
+            // Nothing of the reservation goes back: the charge is at least
+            // what is left of it, and what the values read cost beyond.
+            self.units = self.units.max(ledger.unsettled(rule).unwrap_or(0));
         }
         if self.units > 0 {
             ledger.charge(rule, billing, self.units, now);
@@ -808,6 +820,13 @@ mod tests {
             /// share (in thousandths) of the reservation, with a 200 or a
             /// refunding 503.
             Answer(usize, u64, bool),
+            /// The answer to the nth request still open, a 200 or a
+            /// refunding 503, says nothing of its cost (nor will a
+            /// trailer).
+            Unreported(usize, bool),
+            /// The nth request still open, forwarded, is left by its
+            /// client before any answer.
+            Leave(usize),
             /// The nth request still open ends (answered or not).
             End(usize),
         }
@@ -817,6 +836,8 @@ mod tests {
                 (1..=400u64).prop_map(Step::Admit),
                 (0..8usize, 0..=1_000u64, any::<bool>())
                     .prop_map(|(n, share, ok)| Step::Answer(n, share, ok)),
+                (0..8usize, any::<bool>()).prop_map(|(n, ok)| Step::Unreported(n, ok)),
+                (0..8usize).prop_map(Step::Leave),
                 (0..8usize).prop_map(Step::End),
             ]
         }
@@ -829,6 +850,9 @@ mod tests {
             charged: Option<u64>,
             /// Its answer was a refunding 503.
             refunded: bool,
+            /// Its answer came without its cost: it keeps its whole
+            /// reservation (nothing is free by hanging up).
+            unreported: bool,
         }
 
         impl Open {
@@ -846,8 +870,15 @@ mod tests {
                 match self.charged {
                     None => self.reserved,
                     Some(_) if self.refunded => 0,
+                    // Drawn only when the request ends.
+                    Some(_) if self.unreported => self.reserved,
                     Some(charged) => self.reserved - charged,
                 }
+            }
+
+            /// What it was charged once it ended.
+            fn spent(&self) -> u64 {
+                self.charged.unwrap_or(0)
             }
         }
 
@@ -888,7 +919,7 @@ mod tests {
                                     Settlement::new(Arc::clone(&store), clock.clone(), false, answer.receipts);
                                 settlement.bill(Bill::for_rules(std::iter::once(rule), &ticker));
                                 settlement.passed();
-                                open.push(Open { settlement, reserved: reserve, charged: None, refunded: false });
+                                open.push(Open { settlement, reserved: reserve, charged: None, refunded: false, unreported: false });
                             }
                         }
                         Step::Answer(n, share, ok) => {
@@ -903,10 +934,31 @@ mod tests {
                             one.charged = Some(cost);
                             one.refunded = !ok;
                         }
+                        Step::Unreported(n, ok) => {
+                            let Some(one) = open.get_mut(n).filter(|o| o.charged.is_none()) else {
+                                continue;
+                            };
+                            let status = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+                            one.settlement.response_began(status, &mut HeaderMap::new());
+                            // A refund gave everything back; else the
+                            // whole reservation is kept.
+                            one.charged = Some(if ok { one.reserved } else { 0 });
+                            one.refunded = !ok;
+                            one.unreported = true;
+                        }
+                        Step::Leave(n) => {
+                            if open.get(n).is_some_and(|o| o.charged.is_none()) {
+                                let mut one = open.remove(n);
+                                one.settlement.forwarded(AT, RequestBytes::default);
+                                // The usage never came: all of it is kept.
+                                spent += one.reserved;
+                                drop(one.settlement);
+                            }
+                        }
                         Step::End(n) => {
                             if n < open.len() {
                                 let one = open.remove(n);
-                                spent += one.charged.unwrap_or(0);
+                                spent += one.spent();
                                 drop(one.settlement);
                             }
                         }
@@ -916,9 +968,12 @@ mod tests {
                     prop_assert_eq!(balance(), CAPACITY - spent - held);
                     prop_assert_eq!(billing.reserved.get(), unused as i64);
                 }
+                spent += open.iter().map(Open::spent).sum::<u64>();
                 drop(open);
                 prop_assert_eq!(billing.reserved.get(), 0);
                 prop_assert_eq!(billing.overrun.get(), 0);
+                prop_assert_eq!(billing.charged.get(), spent);
+                prop_assert_eq!(balance(), CAPACITY - spent);
             }
         }
     }

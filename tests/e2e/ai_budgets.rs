@@ -385,6 +385,79 @@ async fn a_reservation_is_settled_once_however_the_call_ends() {
     );
 }
 
+/// Nothing is free by hanging up: on a reserving rule without
+/// `charge_missing`, a client that reads every content event of a streamed
+/// answer and leaves before the usage event pays its whole reservation, as
+/// does a call whose stream breaks before its usage; an answer that reports
+/// its usage still pays only that.
+#[tokio::test]
+async fn hanging_up_before_the_usage_keeps_the_whole_reservation() {
+    let llm = Llm::start().await;
+    let (sluice, _dir) = binary(&llm, TOKENS);
+    // Three streamed answers of 3,000 tokens each, left after their last
+    // content event (the usage follows 300 ms later).
+    for n in 0..3 {
+        let call = json!({"max_tokens": 3000, "use": 2900, "stream": true, "ms": 3000});
+        let mut client = TcpStream::connect(sluice.addr).await.unwrap();
+        client
+            .write_all(raw_post(&call, "Bearer leaves").as_bytes())
+            .await
+            .unwrap();
+        let mut read = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !String::from_utf8_lossy(&read).contains("w9") {
+            let got = tokio::time::timeout(Duration::from_secs(10), client.read(&mut chunk))
+                .await
+                .expect("the stream goes on")
+                .unwrap();
+            assert!(
+                got > 0,
+                "call {n} ended early: {}",
+                String::from_utf8_lossy(&read)
+            );
+            read.extend_from_slice(&chunk[..got]);
+        }
+        assert!(!String::from_utf8_lossy(&read).contains("usage"));
+        drop(client);
+    }
+    assert_eq!(settled(&sluice, "Bearer leaves").await, (1_000, false));
+
+    // A stream that breaks before its usage keeps its reservation too.
+    let broken = json!({"max_tokens": 1000, "use": 400, "stream": true, "ms": 50, "end": "break"});
+    let mut client = TcpStream::connect(sluice.addr).await.unwrap();
+    client
+        .write_all(raw_post(&broken, "Bearer broken").as_bytes())
+        .await
+        .unwrap();
+    let mut read = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut read)).await;
+    assert_eq!(settled(&sluice, "Bearer broken").await, (9_000, false));
+
+    // A client that waits for the usage pays what it reports.
+    let got = post_json(
+        &sluice.url("/v1/chat/completions"),
+        &call(1000, 250, 50),
+        &[("authorization", "Bearer waits")],
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(settled(&sluice, "Bearer waits").await, (9_750, false));
+    // 3 × 3,000 + 1,000 kept, 250 reported: every unit counted as charged,
+    // the four values that never came as errors.
+    assert_eq!(
+        series(sluice.admin, "sluice_budget_charged_total").await,
+        10_250.0
+    );
+    assert_eq!(
+        series(sluice.admin, "sluice_charge_errors_total").await,
+        4.0
+    );
+    assert_eq!(
+        series(sluice.admin, "sluice_budget_overrun_total").await,
+        0.0
+    );
+}
+
 fn raw_post(body: &Value, key: &str) -> String {
     let body = body.to_string();
     format!(
