@@ -4,6 +4,9 @@
 //! - `read/tools-call-1k`: `key::jsonrpc::read` of a 1 KiB MCP `tools/call`
 //!   (a 900-byte argument); `read/serde-json-value-1k` parses the same
 //!   body into a `serde_json::Value`, the fuzz target's oracle, for scale;
+//!   `judge/tools-call-1k` tells whether it is strict JSON, as every body a
+//!   rule reads is judged once (docs/conversation.md, "A body sluice
+//!   cannot read");
 //! - `decide/…`: a whole decision of a POST, as the proxy makes it after
 //!   reading the body: its facts, `identify` over the policy, the asks and
 //!   the memory store's admission (limits that always admit), for a rule
@@ -28,6 +31,7 @@ use sluice::config::Config;
 use sluice::key::body::{BodyFacts, KeyBody};
 use sluice::key::graphql::persisted::{Learned, Manifest, Persisted};
 use sluice::key::jsonrpc::{read, Calls};
+use sluice::key::unreadable_body::judge;
 use sluice::metrics::Metrics;
 use sluice::policy::Policy;
 use sluice::proxy::{check, facts_of, fill_asks, identify, Applicability};
@@ -106,6 +110,7 @@ fn jsonrpc(c: &mut Criterion) {
     group.bench_function("read/serde-json-value-1k", |b| {
         b.iter(|| serde_json::from_slice::<Value>(black_box(&one)).unwrap())
     });
+    group.bench_function("judge/tools-call-1k", |b| b.iter(|| judge(black_box(&one))));
     group.throughput(Throughput::Elements(1));
     let request = Request::post("/mcp")
         .header("host", "api.example.com")

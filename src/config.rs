@@ -631,6 +631,16 @@ impl Reserve {
         matches!(self.amount, Reservation::Sources(_))
     }
 
+    /// Whether a `body:` value is among its sources (not the length alone).
+    pub fn reads_values(&self) -> bool {
+        match &self.amount {
+            Reservation::Units(_) => false,
+            Reservation::Sources(sources) => sources
+                .iter()
+                .any(|weighted| matches!(weighted.source, ReserveSource::Body(_))),
+        }
+    }
+
     /// The most a request can reserve within `capacity` (a larger one is
     /// refused): what a held request may take.
     pub fn most(&self, capacity: u64) -> u64 {

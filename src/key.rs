@@ -29,6 +29,7 @@ pub mod label;
 pub mod number;
 pub mod path;
 pub mod read_once;
+pub mod unreadable_body;
 
 use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;

@@ -42,6 +42,10 @@ pub const PERSISTED_QUERY_MISMATCH: &str = "tag:sluice,2026:problems/persisted-q
 /// The problem type of a 400 to a request that carries a field a rule reads
 /// to decide more than once (docs/configuration.md, "Keys").
 pub const AMBIGUOUS_FIELD: &str = "tag:sluice,2026:problems/ambiguous-field";
+/// The problem type of a 400 to a request whose body a rule reads, which
+/// sluice cannot read but a lenient server would (docs/conversation.md, "A
+/// body sluice cannot read").
+pub const UNREADABLE_BODY: &str = "tag:sluice,2026:problems/unreadable-body";
 
 /// The order a document's members are written in. Clients read members by
 /// name; the order differs between surfaces only because each kept the one

@@ -274,6 +274,10 @@ pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refused
                 "detail": refusal.detail(Some(rule)),
             })
         }
+        Err(Unidentified::UnreadableBody(rule, why)) => json!({
+            "outcome": "unreadable_body", "status": 400, "rule": &*rule.name,
+            "detail": Refusal::UnreadableBody(why).detail(Some(rule)),
+        }),
         Err(Unidentified::Gone(rule, sunset)) => json!({
             "outcome": "gone", "status": 410, "rule": &*rule.name,
             "sunset": sunset.sunset().to_str().ok(),
@@ -324,6 +328,10 @@ fn why_not(standing: Standing<'_>) -> &'static str {
         Standing::Ambiguous(_) => {
             "the request carries a field the rule reads more than once: answered 400, \
              nothing taken"
+        }
+        Standing::UnreadableBody(_) => {
+            "the rule reads the body, which sluice cannot read but a lenient server would: \
+             answered 400, nothing taken"
         }
         Standing::Gone(_) => "the rule's sunset has ended: the route is gone (410)",
         Standing::Uncosted(Uncosted::PersistedQueryNotFound) => {

@@ -29,6 +29,7 @@ use super::graphql::persisted::Persisted;
 use super::graphql::{self, GraphqlRequest, Reading, Unread};
 use super::jsonrpc::{self, Calls};
 use super::number;
+use super::unreadable_body::{judge, JsonText, UnreadableBody};
 use crate::body_scan::{BodyKind, Pointer};
 
 /// A request's body as the rules read it.
@@ -43,6 +44,29 @@ pub enum KeyBody<'a> {
     TooLarge,
     /// In a coding sluice does not decode, or broken.
     Undecodable,
+}
+
+/// What a rule reads of a request's body: which readings must refuse a
+/// body sluice cannot read (docs/conversation.md, "A body sluice cannot
+/// read"). `cost = "graphql"` alone is not among them: its `unreadable`
+/// decides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BodyReading {
+    /// `body:` pointers (in the key, `tiers.by` or `reserve`): a JSON
+    /// body's values.
+    pub pointers: bool,
+    /// `graphql:operation`, `graphql:type`: a POSTed GraphQL request.
+    pub graphql: bool,
+    /// `jsonrpc:method`, `mcp:tool`: a POSTed body's calls, whatever its
+    /// type says.
+    pub calls: bool,
+}
+
+impl BodyReading {
+    /// Whether it reads the body at all.
+    pub fn any(self) -> bool {
+        self.pointers || self.graphql || self.calls
+    }
 }
 
 /// What `body:` and `graphql:` key sources (and `cost = "graphql"`) read of
@@ -70,6 +94,26 @@ pub struct BodyFacts<'a> {
     /// The body's length as sent: its `Content-Length`, else the bytes
     /// read when it came whole; `None` when neither is known.
     length: Option<u64>,
+    /// The body read whole, whatever its type, for telling whether it can
+    /// be read ([`BodyFacts::unreadable`]).
+    whole: Option<&'a [u8]>,
+    /// Its `Content-Encoding` is one sluice does not decode, or it broke.
+    undecodable: bool,
+    /// What the request's head says of the body, for which readings apply.
+    said: Said,
+    /// What [`judge`] made of the whole body, once asked.
+    judged: OnceLock<JsonText>,
+}
+
+/// What a request's head says its body is.
+#[derive(Debug, Clone, Copy)]
+struct Said {
+    /// `Content-Type` is JSON (`application/json`, `…+json`).
+    json: bool,
+    /// `Content-Type: application/graphql`.
+    graphql_document: bool,
+    post: bool,
+    get: bool,
 }
 
 impl<'a> BodyFacts<'a> {
@@ -101,12 +145,18 @@ impl<'a> BodyFacts<'a> {
             KeyBody::TooLarge => (None, Some(Unread::TooLarge)),
             KeyBody::Undecodable => (None, Some(Unread::Undecodable)),
         };
-        let json = whole.filter(|_| BodyKind::of_type(headers) == Some(BodyKind::Json));
-        let graphql = if *method == Method::GET {
+        let said = Said {
+            json: BodyKind::of_type(headers) == Some(BodyKind::Json),
+            graphql_document: is_graphql_document(headers),
+            post: *method == Method::POST,
+            get: *method == Method::GET,
+        };
+        let json = whole.filter(|_| said.json);
+        let graphql = if said.get {
             query.map(GraphqlRequest::Get)
         } else if let Some(json) = json {
             Some(GraphqlRequest::Json(json))
-        } else if is_graphql_document(headers) {
+        } else if said.graphql_document {
             whole.map(GraphqlRequest::Document)
         } else {
             None
@@ -117,9 +167,39 @@ impl<'a> BodyFacts<'a> {
             unread,
             persisted,
             reading: OnceLock::new(),
-            posted: whole.filter(|_| *method == Method::POST),
+            posted: whole.filter(|_| said.post),
             calls: OnceLock::new(),
             length: None,
+            whole,
+            undecodable: unread == Some(Unread::Undecodable),
+            said,
+            judged: OnceLock::new(),
+        }
+    }
+
+    /// Why a rule that reads the body as `reading` cannot read it, when a
+    /// lenient server still would (a `Content-Encoding` sluice does not
+    /// decode, a byte-order mark, UTF-16, bytes after the value, …): the
+    /// request is then refused, whatever the rule's `missing`. `None` when
+    /// the reading does not apply to this body (a `body:` pointer in a body
+    /// that is not JSON), or sluice read it, or no reader would (then
+    /// `missing` decides).
+    pub fn unreadable(&self, reading: BodyReading) -> Option<UnreadableBody> {
+        let said = self.said;
+        let as_json = (reading.pointers && said.json)
+            || (reading.graphql && said.json && !said.get)
+            || (reading.calls && said.post);
+        let as_document = reading.graphql && said.graphql_document && !said.get;
+        if !as_json && !as_document {
+            return None;
+        }
+        if self.undecodable {
+            return Some(UnreadableBody::Coding);
+        }
+        let whole = self.whole.filter(|_| as_json)?;
+        match self.judged.get_or_init(|| judge(whole)) {
+            JsonText::Lenient(why) => Some(*why),
+            JsonText::Strict | JsonText::NotJson => None,
         }
     }
 

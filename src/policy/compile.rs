@@ -13,6 +13,7 @@ use super::sunset::Sunset;
 use super::Policy;
 use crate::clock::Nanos;
 use crate::config::{Config, KeySource, LimitConfig, OnChange, OnLimit, Reserve, RuleConfig, Unit};
+use crate::key::body::BodyReading;
 use crate::key::read_once::FieldsRead;
 use crate::key::KeyHasher;
 use crate::limiter::adaptive::{Bounds, Controller};
@@ -119,6 +120,14 @@ pub(super) fn compile_rule(
         reads_body: rule.graphql_cost
             || rule.reserve.as_ref().is_some_and(Reserve::reads_body)
             || sources().any(KeySource::reads_body),
+        body_reading: BodyReading {
+            pointers: rule.reserve.as_ref().is_some_and(Reserve::reads_values)
+                || sources().any(|source| matches!(source, KeySource::Body(_))),
+            graphql: sources().any(|source| {
+                matches!(source, KeySource::GraphqlOperation | KeySource::GraphqlType)
+            }),
+            calls: sources().any(KeySource::reads_call),
+        },
         per_call: sources().any(KeySource::reads_call),
         billing: billing(rule, &counters),
         shadow: rule.shadow,

@@ -12,6 +12,7 @@ use crate::config::{
     AlgorithmKind, Charge, KeySource, MissingPolicy, RefundOn, Reserve, RuleConfig,
 };
 use crate::heavy_hitters::HeavyHitters;
+use crate::key::body::BodyReading;
 use crate::key::read_once::FieldsRead;
 use crate::key::{KeyHasher, KeyLabels, KeyText, RequestFacts};
 use crate::limiter::HoldLimits;
@@ -59,6 +60,10 @@ pub struct Rule {
     /// GraphQL operation: a request it matches has its body read before it
     /// is decided (docs/conversation.md).
     pub reads_body: bool,
+    /// What its key, `tiers.by` and `reserve` read of the body: a body it
+    /// cannot read but a lenient server would is refused, whatever
+    /// `missing` says (`proxy/standing.rs`).
+    pub body_reading: BodyReading,
     /// Whether its key or `tiers.by` reads a JSON-RPC call
     /// (`jsonrpc:method`, `mcp:tool`): each call of a batch stands on its
     /// own (`proxy/batch.rs`).

@@ -152,10 +152,12 @@ impl Parts {
         match refused {
             Unidentified::Denied => self.decide("denied", None, None),
             // The key, or the query a cost is read from, is what is missing;
-            // an ambiguous field has no one value to key on.
+            // an ambiguous field or an unreadable body has no one value to
+            // key on.
             Unidentified::MissingKey(rule)
             | Unidentified::Uncosted(rule, _)
-            | Unidentified::Ambiguous(rule, _) => {
+            | Unidentified::Ambiguous(rule, _)
+            | Unidentified::UnreadableBody(rule, _) => {
                 self.decide("missing_key", Some(&rule.name), None)
             }
             // Counted limited, as a retired route is.

@@ -177,6 +177,14 @@ pub fn count_refusal(
                 rule.reads.field(at).to_source()
             });
         }
+        Unidentified::UnreadableBody(rule, why) => {
+            rule.counters.missing_key.inc();
+            let name = Some(&*rule.name);
+            let gate = &rule.log_gate;
+            refusal_log::log(gate, started, name, Refused::UnreadableBody, facts, || {
+                why.reason().to_owned()
+            });
+        }
         Unidentified::Gone(rule, _) => rule.counters.limited.inc(),
         // A request whose cost cannot be taken (an unknown persisted query
         // included) lacks what the rule needs, as a missing key does.
@@ -193,6 +201,7 @@ pub fn answer(response: &mut Response<ProxyBody>, refused: Unidentified<'_>) {
         Unidentified::Denied => (Refusal::Denied, None),
         Unidentified::MissingKey(rule) => (Refusal::MissingKey, Some(rule)),
         Unidentified::Ambiguous(rule, at) => (Refusal::AmbiguousField(at), Some(rule)),
+        Unidentified::UnreadableBody(rule, why) => (Refusal::UnreadableBody(why), Some(rule)),
         Unidentified::Gone(rule, sunset) => return respond::gone(response, rule, sunset),
         Unidentified::Uncosted(rule, Uncosted::Unreadable(why)) => {
             (Refusal::UnreadableQuery(why), Some(rule))
@@ -260,6 +269,7 @@ mod tests {
                 Standing::Skipped => "skipped",
                 Standing::MissingKey => "missing",
                 Standing::Ambiguous(_) => "ambiguous",
+                Standing::UnreadableBody(_) => "unreadable",
                 Standing::Gone(_) => "gone",
                 Standing::Uncosted(_) => "uncosted",
                 Standing::Applies { .. } => "applies",

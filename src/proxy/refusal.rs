@@ -10,6 +10,7 @@ use http::StatusCode;
 use super::deadline::CutOff;
 use crate::key::graphql::Unread;
 use crate::key::read_once::{Field, FieldAt};
+use crate::key::unreadable_body::UnreadableBody;
 use crate::policy::Rule;
 use crate::problem;
 
@@ -42,6 +43,9 @@ pub enum Refusal {
     /// The request carries a field the rule reads to decide more than once
     /// (which one: the rule's [`crate::key::read_once::FieldsRead`]).
     AmbiguousField(FieldAt),
+    /// A rule reads the body, which sluice cannot read but a lenient server
+    /// would.
+    UnreadableBody(UnreadableBody),
     /// The client IP is on the deny list.
     Denied,
     /// The upstream could not be reached.
@@ -63,6 +67,7 @@ impl Refusal {
             }
             Refusal::MissingKey
             | Refusal::AmbiguousField(_)
+            | Refusal::UnreadableBody(_)
             | Refusal::UnreadableQuery(_)
             | Refusal::PersistedQueryMismatch => StatusCode::BAD_REQUEST,
             Refusal::UriTooLong => StatusCode::URI_TOO_LONG,
@@ -110,6 +115,14 @@ impl Refusal {
                 }
                 None => "this request carries a field a rule reads more than once",
             },
+            Refusal::UnreadableBody(why) => {
+                let name = rule.map_or("", |rule| &*rule.name);
+                return Cow::Owned(format!(
+                    "rule '{name}' reads this request's body, and sluice cannot read it: {}; \
+                     send one JSON value in UTF-8, uncompressed or in gzip, deflate, br or zstd",
+                    why.reason()
+                ));
+            }
             Refusal::UnreadableQuery(why) => {
                 let name = rule.map_or("", |rule| &*rule.name);
                 return Cow::Owned(format!(
@@ -135,6 +148,7 @@ impl Refusal {
     pub fn problem_type(&self) -> Option<&'static str> {
         match self {
             Refusal::AmbiguousField(_) => Some(problem::AMBIGUOUS_FIELD),
+            Refusal::UnreadableBody(_) => Some(problem::UNREADABLE_BODY),
             Refusal::UnreadableQuery(_) => Some(problem::UNREADABLE_QUERY),
             Refusal::PersistedQueryMismatch => Some(problem::PERSISTED_QUERY_MISMATCH),
             _ => None,

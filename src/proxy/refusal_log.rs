@@ -16,6 +16,9 @@ pub enum Refused {
     MissingKey,
     /// A field a rule reads was sent twice; the line's `key` names the field.
     AmbiguousField,
+    /// A rule reads the body, which sluice cannot read; the line's `key`
+    /// says why.
+    UnreadableBody,
 }
 
 impl Refused {
@@ -26,6 +29,7 @@ impl Refused {
             Refused::Denied => "denied",
             Refused::MissingKey => "missing_key",
             Refused::AmbiguousField => "ambiguous_field",
+            Refused::UnreadableBody => "unreadable_body",
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Where one rule stands on a request ([`Standing`]): unmatched, skipped,
-//! refused for a missing key, a field it reads sent twice, a retired route
-//! or a GraphQL cost it cannot take, or applying with the caller's bucket
+//! refused for a missing key, a field it reads sent twice, a body it cannot
+//! read, a retired route or a GraphQL cost it cannot take, or applying with the caller's bucket
 //! key, limits and cost ([`Applicable`]). Identification walks the rules
 //! through [`stand`] (`proxy/identify.rs`), and so does a WebSocket
 //! handshake's for the message rules (`proxy/messages.rs`).
@@ -15,6 +15,7 @@ use crate::config::{round_up, MissingPolicy, Reservation, Reserve, ReserveSource
 use crate::key::graphql::{Answer, Unread};
 use crate::key::jwt::Claims;
 use crate::key::read_once::FieldAt;
+use crate::key::unreadable_body::UnreadableBody;
 use crate::key::RequestFacts;
 use crate::policy::{Limit, Policy, Rule, Sunset};
 use crate::store::BucketKey;
@@ -68,6 +69,9 @@ pub enum Unidentified<'p> {
     MissingKey(&'p Rule),
     /// The request carries a field this rule reads more than once (400).
     Ambiguous(&'p Rule, FieldAt),
+    /// This rule reads the request's body, which sluice cannot read but a
+    /// lenient server would (400).
+    UnreadableBody(&'p Rule, UnreadableBody),
     /// The rule's route is retired (410).
     Gone(&'p Rule, &'p Sunset),
     /// The rule takes the request's GraphQL cost and cannot (400, or
@@ -84,6 +88,7 @@ impl<'p> Unidentified<'p> {
             Standing::Unmatched | Standing::Skipped | Standing::Applies { .. } => None,
             Standing::MissingKey => Some(Unidentified::MissingKey(rule)),
             Standing::Ambiguous(at) => Some(Unidentified::Ambiguous(rule, at)),
+            Standing::UnreadableBody(why) => Some(Unidentified::UnreadableBody(rule, why)),
             Standing::Gone(sunset) => Some(Unidentified::Gone(rule, sunset)),
             Standing::Uncosted(why) => Some(Unidentified::Uncosted(rule, why)),
         }
@@ -116,6 +121,9 @@ pub enum Standing<'p> {
     /// The request carries a field the rule reads to decide more than once
     /// (`rule.reads`): answered 400, whatever `missing` says.
     Ambiguous(FieldAt),
+    /// The rule reads the body, which sluice cannot read but a lenient
+    /// server would: answered 400, whatever `missing` says.
+    UnreadableBody(UnreadableBody),
     /// Its route is retired: the request is answered 410.
     Gone(&'p Sunset),
     /// It takes the request's GraphQL cost and cannot: answered 400, or as
@@ -171,6 +179,14 @@ pub fn stand<'r, 'p>(
     if !rule.reads.is_empty() && !rule.shadow {
         if let Some(at) = rule.reads.ambiguous(facts.headers, facts.query) {
             return Standing::Ambiguous(at);
+        }
+    }
+    // Nor is a body passed unread that a lenient server would run
+    // (docs/conversation.md, "A body sluice cannot read").
+    if rule.body_reading.any() && !rule.shadow {
+        let reading = rule.body_reading;
+        if let Some(why) = facts.body.and_then(|body| body.unreadable(reading)) {
+            return Standing::UnreadableBody(why);
         }
     }
     if rule.uses_jwt && facts.claims.is_none() {

@@ -170,6 +170,11 @@ fn refused_by(
             span.set_str("sluice.rule", &rule.name);
             span.set_str("sluice.ambiguous_field", &rule.reads.field(at).to_source());
         }
+        Unidentified::UnreadableBody(rule, why) => {
+            span.set_str("sluice.outcome", "missing_key");
+            span.set_str("sluice.rule", &rule.name);
+            span.set_str("sluice.unreadable_body", why.reason());
+        }
         Unidentified::Gone(rule, _) => {
             span.set_str("sluice.outcome", "limited");
             span.set_str("sluice.rule", &rule.name);

@@ -64,6 +64,7 @@ mod tls;
 mod top;
 mod tracing;
 mod tunnel_ends;
+mod unreadable_body;
 mod upstream_pool;
 mod upstream_tls;
 mod websocket_messages;
