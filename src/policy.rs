@@ -31,7 +31,7 @@ use ipnet::IpNet;
 
 use crate::access_log::RecordedKeys;
 use crate::clock::Nanos;
-use crate::config::{Config, HeaderStyle, ResponseConfig};
+use crate::config::{AccessLogTarget, Config, HeaderStyle, KeySource, ResponseConfig};
 use crate::key::client_ip::ClientIpResolver;
 use crate::key::jwt::JwtVerifier;
 use crate::key::{KeyHasher, KeyLabels, LabelKey};
@@ -78,9 +78,14 @@ pub struct Policy {
     /// `reserve`): only then is a refusal looked at for a cost beyond a
     /// capacity, and `X-RateLimit-Cost` written.
     pub variable_costs: bool,
-    /// Whether some rule reads the request's body or GraphQL operation
-    /// (otherwise no request is looked at for it: docs/conversation.md).
+    /// Whether some rule reads the request's body or GraphQL operation, or
+    /// the access log records a body source (otherwise no request is
+    /// looked at for it: docs/conversation.md).
     pub reads_body: bool,
+    /// Whether the access log records a body source
+    /// (`server.access_log_keys`): every request's body is then read as a
+    /// rule would read it, for its line (docs/replay.md).
+    pub logs_body: bool,
     /// The source config, for `check` and admin views.
     pub config: Arc<Config>,
     /// How many requests from denied addresses may be logged each second.
@@ -136,6 +141,8 @@ impl Policy {
         now: Nanos,
         keys: KeyHasher,
     ) -> Policy {
+        let logs_body = config.server.access_log != AccessLogTarget::Off
+            && (config.server.access_log_keys.iter()).any(KeySource::reads_body);
         let rules = config
             .rules
             .iter()
@@ -143,7 +150,8 @@ impl Policy {
             .collect::<Vec<Rule>>();
         Policy {
             bills: rules.iter().any(|rule| rule.billing.is_some()),
-            reads_body: rules.iter().any(|rule| rule.reads_body),
+            reads_body: logs_body || rules.iter().any(|rule| rule.reads_body),
+            logs_body,
             variable_costs: rules.iter().any(|rule| rule.variable_cost),
             reads_calls: rules.iter().any(|rule| rule.per_call),
             domains: Domains::new(&config.rules),

@@ -225,12 +225,16 @@ fn whole_within(body: &ClientBody, bound: usize) -> Option<&[u8]> {
     (!whole.is_empty() && whole.len() <= bound).then_some(&whole[..])
 }
 
-/// Whether a rule that reads the body matches the request (the request's
-/// own checks refuse it later, when they fail).
+/// Whether a rule that reads the body matches the request, or the access
+/// log records a body source (the request's own checks refuse it later,
+/// when they fail).
 fn needed(request: &Request<ClientBody>, peer: std::net::IpAddr, policy: &Policy) -> bool {
     let Ok(checked) = checks::check(request, policy) else {
         return false;
     };
+    if policy.logs_body {
+        return true;
+    }
     let facts = checks::facts_of(request, &checked, peer, policy);
     policy
         .rules

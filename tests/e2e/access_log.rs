@@ -635,3 +635,59 @@ ban = {{ after = 1, within = "1m", for = "10m" }}
     assert_eq!(banned.json()["banned"], true, "{banned:?}");
     assert_eq!(banned.json()["request_id"], id_of(&banned).as_str());
 }
+
+/// A body source in `access_log_keys` reads the body as a rule would, for
+/// every request, though no rule keys on it: the value is recorded (a
+/// credential, as its label; a coded body decoded), and a body sluice
+/// cannot read is recorded as `null`, its request decided as ever.
+#[tokio::test]
+async fn a_body_source_in_access_log_keys_is_recorded_though_no_rule_reads_the_body() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let server = format!(
+        "{}\naccess_log_keys = [\"body:/tenant\", \"body:/n\"]",
+        access_log_key(&log)
+    );
+    let path = write_config(dir.path(), &config(&upstream, &server));
+    let sluice = SluiceProcess::spawn(&path);
+    let post = |body: Vec<u8>, coding: Option<&'static str>| {
+        let url = sluice.url("/anything");
+        async move {
+            let mut fields = vec![("content-type", "application/json")];
+            fields.extend(coding.map(|coding| ("content-encoding", coding)));
+            let (status, headers, _) = support::post_raw(&url, &body, &fields).await;
+            assert_eq!(status, StatusCode::OK);
+            headers["x-request-id"].to_str().unwrap().to_owned()
+        }
+    };
+    let body = br#"{"tenant":"acme-SECRET","n":4.2e1}"#;
+    let id = post(body.to_vec(), None).await;
+    let keys = line_of(&log, &id).await["keys"].clone();
+    let tenant = keys["body:/tenant"].as_str().unwrap();
+    assert!(
+        tenant.starts_with("ac") && tenant.contains("…#"),
+        "a label: {keys}"
+    );
+    // A number by its value, as a rule keys it: 4.2e1 is 42.
+    let id = post(br#"{"n":42}"#.to_vec(), None).await;
+    assert_eq!(line_of(&log, &id).await["keys"]["body:/n"], keys["body:/n"]);
+    let id = post(support::gzip(body), Some("gzip")).await;
+    assert_eq!(
+        line_of(&log, &id).await["keys"],
+        keys,
+        "decoded as a rule reads it"
+    );
+    // Unreadable (a byte-order mark) or not JSON: forwarded, recorded null.
+    for unread in [
+        [&b"\xEF\xBB\xBF"[..], body].concat(),
+        b"tenant=acme".to_vec(),
+    ] {
+        let id = post(unread, None).await;
+        let keys = &line_of(&log, &id).await["keys"];
+        assert_eq!(keys["body:/tenant"], Value::Null, "{keys}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("SECRET"), "a credential in the log: {text}");
+    assert_eq!(upstream.count(), 5);
+}
