@@ -95,8 +95,9 @@ fn decoded(body: &[u8]) -> String {
 
 /// `text` with what a lenient reader takes and serde_json does not made
 /// plain JSON: `NaN` as `null`, `Infinity` as `1`, a number beyond a float
-/// as `0`, an unpaired surrogate escape as U+FFFD; and cut after its first
-/// value's end, which serde_json finds.
+/// as `0` (each between spaces, so nothing written beside it joins it),
+/// an unpaired surrogate escape as U+FFFD; and cut after its first value's
+/// end, which serde_json finds.
 fn relaxed(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -142,20 +143,27 @@ fn relaxed(text: &str) -> String {
         } else if c == '"' {
             in_string = true;
         } else if let Some(after) = rest.strip_prefix("NaN") {
-            out.push_str("null");
+            out.push_str(" null ");
+            rest = after;
+            continue;
+        } else if let Some(after) = rest.strip_prefix("-Infinity") {
+            out.push_str(" -1 ");
             rest = after;
             continue;
         } else if let Some(after) = rest.strip_prefix("Infinity") {
-            out.push('1');
+            out.push_str(" 1 ");
             rest = after;
             continue;
-        } else if c.is_ascii_digit() {
-            let end = rest
+        } else if c.is_ascii_digit()
+            || rest.starts_with(|c| c == '-') && rest[1..].starts_with(|c: char| c.is_ascii_digit())
+        {
+            let end = 1 + rest[1..]
                 .find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c)))
-                .unwrap_or(rest.len());
+                .unwrap_or(rest.len() - 1);
             let written = &rest[..end];
-            if written.parse::<f64>().is_ok_and(f64::is_infinite) {
-                out.push('0');
+            let is_json = serde_json::from_str::<serde::de::IgnoredAny>(written).is_ok();
+            if is_json && written.parse::<f64>().is_ok_and(f64::is_infinite) {
+                out.push_str(" 0 ");
             } else {
                 out.push_str(written);
             }
