@@ -31,7 +31,7 @@ use ipnet::IpNet;
 
 use crate::access_log::RecordedKeys;
 use crate::clock::Nanos;
-use crate::config::{Config, HeaderStyle, ResponseConfig};
+use crate::config::{Config, HeaderStyle, PathsAlike, ResponseConfig};
 use crate::key::client_ip::ClientIpResolver;
 use crate::key::jwt::JwtVerifier;
 use crate::key::{KeyHasher, KeyLabels, LabelKey};
@@ -64,6 +64,9 @@ pub struct Policy {
     pub jwt: Option<JwtVerifier>,
     pub response: ResponseConfig,
     pub normalize_path: bool,
+    /// `server.paths_alike`: how a normalised path is folded for matching
+    /// and keying.
+    pub paths_alike: PathsAlike,
     /// Longest request target accepted (414 above).
     pub max_uri_bytes: usize,
     /// Largest declared request body accepted (413 above); 0 = no limit.
@@ -136,6 +139,8 @@ impl Policy {
         now: Nanos,
         keys: KeyHasher,
     ) -> Policy {
+        // Overrides and admin calls name paths as written.
+        let keys = keys.with_paths_alike(config.server.paths_alike);
         let rules = config
             .rules
             .iter()
@@ -169,6 +174,7 @@ impl Policy {
             }),
             response: config.response.clone(),
             normalize_path: config.server.normalize_path,
+            paths_alike: config.server.paths_alike,
             max_uri_bytes: config.server.max_uri_bytes,
             max_body_bytes: config.server.max_body_bytes,
             recorded_keys: RecordedKeys::of(&config),
