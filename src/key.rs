@@ -864,6 +864,31 @@ mod tests {
 
     const IP: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7));
 
+    /// An override or an admin call names a path as written; it is the
+    /// bucket of the requests whose folded path it folds to.
+    #[test]
+    fn a_path_written_as_text_is_folded_as_request_paths_are() {
+        let hasher = KeyHasher::new(64).with_paths_alike(fold::PathsAlike::ALL);
+        let headers = HeaderMap::new();
+        let sources = [KeySource::Path];
+        let request = hasher.derive(&sources, &facts(&headers, None, IP), false);
+        for written in ["/api/search", "/API/Search/", "/api/search;v=1"] {
+            assert_eq!(
+                hasher.key_of_text(&sources, written).ok(),
+                request.ok(),
+                "{written}"
+            );
+        }
+        assert!(hasher.key_of_text(&sources, "/..;/x").is_err());
+        // Matched as written: only the very spelling.
+        let as_written = KeyHasher::new(64);
+        let request = as_written.derive(&sources, &facts(&headers, None, IP), false);
+        assert_ne!(
+            as_written.key_of_text(&sources, "/API/search").ok(),
+            request.ok()
+        );
+    }
+
     #[test]
     fn the_same_sources_give_the_same_key_and_different_ones_differ() {
         let hasher = KeyHasher::new(64);
