@@ -392,6 +392,7 @@ fn bench_derive(
         let facts = RequestFacts {
             method: &Method::GET,
             path: "/v1/search",
+            normalized_path: "/v1/search",
             query: None,
             host: Some("api.example.com"),
             headers,

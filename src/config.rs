@@ -46,6 +46,7 @@ use http::{Method, Uri};
 use ipnet::IpNet;
 
 pub use crate::key::client_ip::ForwardedHeader;
+pub use crate::key::fold::PathsAlike;
 pub use crate::key::jwt::{ClaimPath, JwtAlgorithm, JwtConfig, JwtKey};
 pub use crate::key::KeySource;
 pub use crate::limiter::Rate;
@@ -110,6 +111,10 @@ pub struct ServerConfig {
     /// sending first (docs/operations.md, "Shutting down").
     pub shutdown_delay: Duration,
     pub normalize_path: bool,
+    /// `paths_alike`: what the upstream serves alike, folded in the paths
+    /// rules match and `path` keys are built on (docs/configuration.md,
+    /// "Paths an upstream treats alike").
+    pub paths_alike: PathsAlike,
     pub max_header_bytes: usize,
     pub max_headers: usize,
     pub max_uri_bytes: usize,
@@ -163,6 +168,8 @@ pub struct UpstreamsConfig {
     pub routes: Vec<RouteConfig>,
     /// The index in `pools` of the pool no route takes the requests of.
     pub default: usize,
+    /// `server.paths_alike`: routes match on the folded path, as rules do.
+    pub paths_alike: PathsAlike,
 }
 
 /// The name of the pool `[server] upstream = "<URL>"` makes.

@@ -1,6 +1,8 @@
 //! Who is calling: from a request to a bucket key.
 //!
-//! - [`path`]: path normalisation (what is matched, keyed and forwarded).
+//! - [`path`]: path normalisation (what is forwarded).
+//! - [`fold`]: the normalised path folded as `server.paths_alike` says (what
+//!   rules match and `path` keys are built on).
 //! - [`glob`]: `match.path_glob` patterns.
 //! - [`client_ip`]: the client address behind trusted proxies.
 //! - [`graphql`]: a GraphQL request's operation, its type and its cost.
@@ -21,6 +23,7 @@
 pub mod body;
 pub mod client_ip;
 pub mod content_coding;
+pub mod fold;
 pub mod glob;
 pub mod graphql;
 pub mod jsonrpc;
@@ -79,8 +82,12 @@ pub enum KeySource {
 #[derive(Debug, Clone)]
 pub struct RequestFacts<'a> {
     pub method: &'a Method,
-    /// The normalised path.
+    /// The path rules match and `path` keys are built on: normalised, then
+    /// folded as `server.paths_alike` says ([`fold`]).
     pub path: &'a str,
+    /// The normalised path, not folded: what the upstream receives, and
+    /// what logs record (`sluice replay` folds it with its own config).
+    pub normalized_path: &'a str,
     /// The raw query string, if any.
     pub query: Option<&'a str>,
     /// Host without port and trailing dot ([`host_name`]), as sent
@@ -124,6 +131,10 @@ pub struct MissingSource(pub usize);
 pub struct KeyHasher {
     state: foldhash::fast::SeedableRandomState,
     ipv6_prefix: u8,
+    /// How a `path` written as text (an override's key, an admin call's)
+    /// is folded, as request paths are ([`fold`]); none until the policy
+    /// sets `server.paths_alike` ([`KeyHasher::with_paths_alike`]).
+    paths_alike: fold::PathsAlike,
     /// The shared seed it was made with, if any.
     seed: Option<[u64; 2]>,
     /// What keys are labelled with when shown ([`label`]).
@@ -141,6 +152,7 @@ impl KeyHasher {
         KeyHasher {
             state: foldhash::fast::SeedableRandomState::random(),
             ipv6_prefix,
+            paths_alike: fold::PathsAlike::NONE,
             seed: None,
             label_key: LabelKey::random(),
         }
@@ -157,6 +169,7 @@ impl KeyHasher {
         KeyHasher {
             state: foldhash::fast::SeedableRandomState::with_seed(seed[0], shared),
             ipv6_prefix,
+            paths_alike: fold::PathsAlike::NONE,
             seed: Some(seed),
             // The instances label keys alike, with a secret they share.
             label_key: LabelKey::from_seed(seed),
@@ -174,8 +187,19 @@ impl KeyHasher {
         KeyHasher {
             state: self.state,
             ipv6_prefix,
+            paths_alike: self.paths_alike,
             seed: self.seed,
             label_key: self.label_key.clone(),
+        }
+    }
+
+    /// The same hasher, folding a `path` written as text as `alike` says
+    /// (the policy's `server.paths_alike`), so that an override of
+    /// `/Login` is the bucket of the requests to `/login`.
+    pub fn with_paths_alike(self, paths_alike: fold::PathsAlike) -> KeyHasher {
+        KeyHasher {
+            paths_alike,
+            ..self
         }
     }
 
@@ -560,8 +584,11 @@ impl KeyHasher {
             }
             KeySource::Host => hash_lowercase(hasher, host_name(part).as_bytes()),
             KeySource::Query(_) => hash_query_plain(hasher, part.as_bytes()),
-            KeySource::Path
-            | KeySource::Method
+            KeySource::Path => match fold::fold(part, self.paths_alike) {
+                Ok(path) => hash_bytes(hasher, path.as_bytes()),
+                Err(_) => return Err("climbs above the root '/' through '..;'"),
+            },
+            KeySource::Method
             | KeySource::Header(_)
             | KeySource::Jwt(_)
             | KeySource::Body(_)
@@ -825,6 +852,7 @@ mod tests {
         RequestFacts {
             method: &Method::GET,
             path: "/api/search",
+            normalized_path: "/api/search",
             query,
             host: Some("Example.COM"),
             headers,
@@ -836,6 +864,31 @@ mod tests {
     }
 
     const IP: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7));
+
+    /// An override or an admin call names a path as written; it is the
+    /// bucket of the requests whose folded path it folds to.
+    #[test]
+    fn a_path_written_as_text_is_folded_as_request_paths_are() {
+        let hasher = KeyHasher::new(64).with_paths_alike(fold::PathsAlike::ALL);
+        let headers = HeaderMap::new();
+        let sources = [KeySource::Path];
+        let request = hasher.derive(&sources, &facts(&headers, None, IP), false);
+        for written in ["/api/search", "/API/Search/", "/api/search;v=1"] {
+            assert_eq!(
+                hasher.key_of_text(&sources, written).ok(),
+                request.ok(),
+                "{written}"
+            );
+        }
+        assert!(hasher.key_of_text(&sources, "/..;/x").is_err());
+        // Matched as written: only the very spelling.
+        let as_written = KeyHasher::new(64);
+        let request = as_written.derive(&sources, &facts(&headers, None, IP), false);
+        assert_ne!(
+            as_written.key_of_text(&sources, "/API/search").ok(),
+            request.ok()
+        );
+    }
 
     #[test]
     fn the_same_sources_give_the_same_key_and_different_ones_differ() {

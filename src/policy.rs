@@ -31,7 +31,7 @@ use ipnet::IpNet;
 
 use crate::access_log::RecordedKeys;
 use crate::clock::Nanos;
-use crate::config::{AccessLogTarget, Config, HeaderStyle, KeySource, ResponseConfig};
+use crate::config::{AccessLogTarget, Config, HeaderStyle, KeySource, PathsAlike, ResponseConfig};
 use crate::key::client_ip::ClientIpResolver;
 use crate::key::jwt::JwtVerifier;
 use crate::key::{KeyHasher, KeyLabels, LabelKey};
@@ -64,6 +64,9 @@ pub struct Policy {
     pub jwt: Option<JwtVerifier>,
     pub response: ResponseConfig,
     pub normalize_path: bool,
+    /// `server.paths_alike`: how a normalised path is folded for matching
+    /// and keying.
+    pub paths_alike: PathsAlike,
     /// Longest request target accepted (414 above).
     pub max_uri_bytes: usize,
     /// Largest declared request body accepted (413 above); 0 = no limit.
@@ -143,6 +146,8 @@ impl Policy {
     ) -> Policy {
         let logs_body = config.server.access_log != AccessLogTarget::Off
             && (config.server.access_log_keys.iter()).any(KeySource::reads_body);
+        // Overrides and admin calls name paths as written.
+        let keys = keys.with_paths_alike(config.server.paths_alike);
         let rules = config
             .rules
             .iter()
@@ -177,6 +182,7 @@ impl Policy {
             }),
             response: config.response.clone(),
             normalize_path: config.server.normalize_path,
+            paths_alike: config.server.paths_alike,
             max_uri_bytes: config.server.max_uri_bytes,
             max_body_bytes: config.server.max_body_bytes,
             recorded_keys: RecordedKeys::of(&config),

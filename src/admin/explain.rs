@@ -1,6 +1,7 @@
 //! `POST /admin/explain` with `{"method", "path", "headers": {name: value},
 //! "ip"}`: what sluice would do with that request now, and why — the path
-//! as it is matched, every rule with whether it matched (and which field of
+//! as it is forwarded and as it is matched (folded by `server.paths_alike`),
+//! every rule with whether it matched (and which field of
 //! its `match` did not), each applicable rule's key (as text, as
 //! `/admin/bans` writes it, and hashed), the limits the caller is held to
 //! (tier, override, sunset step), a ban in force, every bucket's state, and
@@ -118,6 +119,8 @@ pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refused
         }
     };
     answer["request"]["normalized_path"] = json!(&*checked.path);
+    // What rules matched and `path` keys were built on.
+    answer["request"]["folded_path"] = json!(checked.folded_path());
     let token_claims = std::cell::OnceCell::new();
     let mut facts = proxy::facts_of(&request, &checked, peer, &policy);
     answer["request"]["client_ip"] = json!(facts.client_ip.to_string());

@@ -7,9 +7,11 @@ use std::str::FromStr;
 use http::uri::Authority;
 use http::{HeaderName, HeaderValue, Method};
 
-use super::raw::{OneOrMany, RawMatch, Start};
+use super::raw::{OneOrMany, RawConfig, RawMatch, Start};
 use super::validate::Validator;
-use super::MatchConfig;
+use super::{joined, MatchConfig, PathsAlike};
+use crate::key::fold::fold_pattern;
+use crate::key::path::normalize;
 
 impl Validator<'_> {
     /// A `match` table, its fields named under `base` (`rule[0].match`).
@@ -42,6 +44,70 @@ impl Validator<'_> {
                 field.get_ref().clone()
             }),
             descriptor: self.descriptor(base, raw),
+        }
+    }
+
+    /// A warning for each path pattern of a rule's or a route's `match`
+    /// that `alike` folds (upper case, a trailing slash, `;` parameters):
+    /// it fits every path that folds as it does, which the operator may
+    /// not expect (docs/configuration.md, "Paths an upstream treats alike").
+    pub(super) fn folded_patterns(&mut self, raw: &RawConfig, alike: PathsAlike) {
+        let rules = raw.rule.iter().map(|rule| (rule.matcher.as_ref(), "rule"));
+        let routes = raw
+            .route
+            .iter()
+            .map(|route| (route.matcher.as_ref(), "route"));
+        let mut counts = [0, 0];
+        for (matcher, table) in rules.chain(routes) {
+            let count = &mut counts[usize::from(table == "route")];
+            if let Some(matcher) = matcher {
+                self.folded_match(&format!("{table}[{count}].match"), matcher, alike);
+            }
+            *count += 1;
+        }
+    }
+
+    /// [`Validator::folded_patterns`] of one `match`, named `base`.
+    fn folded_match(&mut self, base: &str, raw: &RawMatch, alike: PathsAlike) {
+        let fields = [
+            ("path", &raw.path, alike),
+            (
+                "path_prefix",
+                &raw.path_prefix,
+                alike.keeping_trailing_slash(),
+            ),
+            ("path_glob", &raw.path_glob, alike),
+        ];
+        let names = joined(alike_names(alike), ", ");
+        for (field, value, folding) in fields {
+            let Some(value) = value else { continue };
+            let items = (value.get_ref()).items_at(value.span(), &format!("{base}.{field}"));
+            for (written, span, path) in items {
+                let Ok(normal) = normalize(written) else {
+                    continue;
+                };
+                let folded = fold_pattern(written, folding);
+                if folded == normal || check_path(written, field == "path_glob").is_err() {
+                    continue;
+                }
+                let bare = match field {
+                    "path_prefix" if alike.trailing_slash && folded.len() > 1 => {
+                        folded.strip_suffix('/')
+                    }
+                    _ => None,
+                };
+                let also = bare.map_or(String::new(), |bare| format!(", and also fits \"{bare}\""));
+                self.warn(
+                    span.start,
+                    &path,
+                    format_args!(
+                        "\"{written}\" is matched as \"{folded}\"{also}: request paths are folded \
+                         alike (server.paths_alike = [{names}], what the upstream serves alike), so \
+                         every spelling that folds to it fits; write \"{folded}\" to say so, or \
+                         change server.paths_alike"
+                    ),
+                );
+            }
         }
     }
 
@@ -123,7 +189,8 @@ impl Validator<'_> {
 }
 
 /// A path, prefix or glob in `match`: written the way requests look after
-/// normalisation, since that is what it is compared with.
+/// normalisation, since that is what it is compared with (folded alike:
+/// [`Validator::folded_patterns`]).
 fn check_path(path: &str, glob: bool) -> Result<(), String> {
     if !path.starts_with('/') {
         return Err(format!(
@@ -159,6 +226,13 @@ fn check_path(path: &str, glob: bool) -> Result<(), String> {
                  matching; write the resolved path"
             ));
         }
+        let bare = segment.split(';').next().unwrap_or_default();
+        if bare != *segment && matches!(bare, "." | "..") {
+            return Err(format!(
+                "\"{path}\" contains a \"{segment}\" segment, a \"{bare}\" with ';' parameters, \
+                 which an upstream that removes parameters resolves; write the resolved path"
+            ));
+        }
         if glob && segment.contains('*') && !matches!(*segment, "*" | "**") {
             return Err(format!(
                 "\"{path}\": '*' and '**' must be a whole segment (\"/api/*/report\", \"/static/**\")"
@@ -183,6 +257,11 @@ fn check_path(path: &str, glob: bool) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The kinds of `alike` as the config writes them, quoted.
+fn alike_names(alike: PathsAlike) -> impl Iterator<Item = String> {
+    alike.names().into_iter().map(|name| format!("\"{name}\""))
 }
 
 fn parse_method(text: &str) -> Result<Method, String> {
@@ -255,6 +334,8 @@ mod tests {
             ("/a b", "space"),
             ("/%zz", "two hex digits"),
             ("/%62", "%62 is 'b'"),
+            ("/a/..;/b", "a \"..\" with ';' parameters"),
+            ("/a/.;v=1", "a \".\" with ';' parameters"),
         ] {
             let line = only_error(&format!(
                 "{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\nmatch.path = \"{path}\"\n"
@@ -269,6 +350,67 @@ mod tests {
             "{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\nmatch.path = [\"/\", \"/a/\", \"/a%2Fb\"]\n"
         ));
         assert_eq!(config.rules[0].matcher.path, vec!["/", "/a/", "/a%2Fb"]);
+    }
+
+    #[test]
+    fn paths_alike_lists_what_the_upstream_serves_alike() {
+        use crate::config::PathsAlike;
+        let alike = |line: &str| valid(&format!("{UPSTREAM}{line}\n")).server.paths_alike;
+        assert_eq!(alike(""), PathsAlike::ALL);
+        assert_eq!(alike("paths_alike = []"), PathsAlike::NONE);
+        assert_eq!(alike("paths_alike = \"case\"").names(), ["case"]);
+        assert_eq!(
+            alike("paths_alike = [\"params\", \"trailing_slash\"]").names(),
+            ["trailing_slash", "params"]
+        );
+        let line = only_error(&format!("{UPSTREAM}paths_alike = [\"case\", \"slash\"]\n"));
+        assert_eq!(
+            line,
+            "test.toml:3:24: server.paths_alike[1]: \"slash\" is not allowed; use any of \
+             \"case\", \"trailing_slash\", \"params\" (what the upstream serves alike), or [] \
+             to match paths as written"
+        );
+    }
+
+    #[test]
+    fn check_warns_where_a_path_pattern_is_matched_folded() {
+        let text = format!(
+            "{UPSTREAM}[[rule]]\nname = \"a\"\nrate = \"1/s\"\n\
+             match = {{ path = [\"/login\", \"/Login/\"], path_prefix = [\"/api/\", \"/API;v=1/\"] }}\n\
+             [[rule]]\nname = \"b\"\nrate = \"1/s\"\nmatch.path_glob = \"/Static/*/\"\n\
+             [[upstream]]\nname = \"p\"\nservers = [\"http://127.0.0.1:1\"]\n\
+             [[route]]\nmatch = {{ path = \"/Pool\" }}\nupstream = \"p\"\n"
+        );
+        let warnings = valid(&text).warnings;
+        assert_eq!(warnings.len(), 4, "{warnings:#?}");
+        assert!(
+            warnings[0].starts_with(
+                "test.toml:6:29: rule[0].match.path[1]: \"/Login/\" is matched as \"/login\": \
+                 request paths are folded alike (server.paths_alike = [\"case\", \
+                 \"trailing_slash\", \"params\"]"
+            ),
+            "{warnings:#?}"
+        );
+        // A prefix keeps its slash, and fits the path without it.
+        assert!(
+            warnings[1].starts_with(
+                "test.toml:6:65: rule[0].match.path_prefix[1]: \"/API;v=1/\" is matched as \
+                 \"/api/\", and also fits \"/api\":"
+            ),
+            "{warnings:#?}"
+        );
+        assert!(
+            warnings[2]
+                .contains("rule[1].match.path_glob: \"/Static/*/\" is matched as \"/static/*\""),
+            "{warnings:#?}"
+        );
+        assert!(
+            warnings[3].contains("route[0].match.path: \"/Pool\" is matched as \"/pool\""),
+            "{warnings:#?}"
+        );
+        // Matched as written: nothing to say.
+        let as_written = text.replacen("[server]\n", "[server]\npaths_alike = []\n", 1);
+        assert_eq!(valid(&as_written).warnings, Vec::<String>::new());
     }
 
     fn rule_with(matcher: &str) -> String {

@@ -100,6 +100,9 @@ pub struct RawServer {
     pub shutdown_grace: Option<Spanned<String>>,
     pub shutdown_delay: Option<Spanned<String>>,
     pub normalize_path: Option<Spanned<bool>>,
+    /// What the upstream serves alike: any of "case", "trailing_slash",
+    /// "params"; a single string is accepted too.
+    pub paths_alike: Option<Spanned<OneOrMany>>,
     pub max_header_bytes: Option<Spanned<i64>>,
     pub max_headers: Option<Spanned<i64>>,
     pub max_uri_bytes: Option<Spanned<i64>>,

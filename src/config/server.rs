@@ -13,7 +13,7 @@ use super::keys::parse_key_source;
 use super::raw::{OneOrMany, RawConfig, RawServer, RawTls};
 use super::validate::{non_empty, Validator};
 use super::{
-    AccessLogTarget, AdminConfig, CertPair, ForwardedHeader, HeaderStyle, KeySource,
+    AccessLogTarget, AdminConfig, CertPair, ForwardedHeader, HeaderStyle, KeySource, PathsAlike,
     ResponseConfig, ServerConfig, TlsListenerConfig,
 };
 use crate::key::graphql::persisted::Manifest;
@@ -58,6 +58,7 @@ impl Validator<'_> {
             shutdown_grace: read!(duration, shutdown_grace, secs(30)),
             shutdown_delay: read!(duration, shutdown_delay, Duration::ZERO),
             normalize_path: raw.normalize_path.as_ref().is_none_or(|v| *v.get_ref()),
+            paths_alike: self.paths_alike(raw.paths_alike.as_ref()),
             max_header_bytes: read!(int, max_header_bytes, 32_768, at_least_1.clone()) as usize,
             max_headers: read!(int, max_headers, 100, at_least_1.clone()) as usize,
             max_uri_bytes: read!(int, max_uri_bytes, 8_192, at_least_1) as usize,
@@ -89,6 +90,30 @@ impl Validator<'_> {
             access_log_keys: self.access_log_keys(raw.access_log_keys.as_ref()),
             tls: raw.tls.as_ref().map(|tls| self.tls(tls)),
         }
+    }
+
+    /// `server.paths_alike`: the kinds of paths the upstream serves alike;
+    /// every kind without the key, none with `[]`.
+    fn paths_alike(&mut self, field: Option<&Spanned<OneOrMany>>) -> PathsAlike {
+        let Some(field) = field else {
+            return PathsAlike::ALL;
+        };
+        let mut alike = PathsAlike::NONE;
+        for (name, span, path) in field.get_ref().items_at(field.span(), "server.paths_alike") {
+            match alike.with(name) {
+                Some(with) => alike = with,
+                None => self.error(
+                    span.start,
+                    &path,
+                    format!(
+                        "\"{name}\" is not allowed; use any of {} (what the upstream serves \
+                         alike), or [] to match paths as written",
+                        super::joined(PathsAlike::NAMES.iter().map(|n| format!("\"{n}\"")), ", ")
+                    ),
+                ),
+            }
+        }
+        alike
     }
 
     /// `server.persisted_queries`: an Apollo persisted query manifest, read

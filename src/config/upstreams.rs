@@ -111,6 +111,7 @@ impl Validator<'_> {
             pools,
             routes,
             default,
+            paths_alike: server.paths_alike,
         }
     }
 

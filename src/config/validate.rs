@@ -316,6 +316,7 @@ impl Validator<'_> {
         let rules = self.rules(&raw.rule, server.ipv6_prefix);
         self.calls_unread_past_the_bound(&raw.rule, &rules, &server);
         let upstreams = self.upstreams(raw, &server);
+        self.folded_patterns(raw, server.paths_alike);
         self.jwt_sources_need_identity(&raw.rule, identity.jwt.is_some());
         let rls = self.rls(raw, &[server.listen, admin.listen], &rules);
         let tracing = self.tracing(raw);

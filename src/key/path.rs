@@ -10,6 +10,9 @@
 //! It must not fold case (RFC 3986 paths are case-sensitive), decode `%2F` into a
 //! separator (that would change which resource an upstream serves), interpret `;`
 //! parameters, or look at the query: callers pass the path component only.
+//! What the upstream serves alike (case, a trailing slash, `;` parameters) is
+//! folded afterwards, for matching and keying only ([`super::fold`]); the
+//! upstream receives the path as normalised here.
 
 use std::borrow::Cow;
 
@@ -26,6 +29,14 @@ pub enum PathError {
     /// A `..` segment would climb above `/`.
     #[error("the request path uses '..' to climb above the root '/'")]
     AboveRoot,
+    /// A `..` segment with `;` parameters (`/..;/admin`) would climb above
+    /// `/` once they are removed, as `server.paths_alike = ["params"]` says
+    /// the upstream removes them ([`super::fold`]).
+    #[error(
+        "the request path uses '..;' (a '..' segment with ';' parameters, which the upstream \
+         reads as '..') to climb above the root '/'"
+    )]
+    AboveRootWithParams,
     /// The path does not start with `/` (for example `*` or a relative path).
     #[error("the request path must start with '/'")]
     NotAbsolute,
@@ -326,6 +337,7 @@ mod tests {
         for e in [
             PathError::BadPercentEncoding,
             PathError::AboveRoot,
+            PathError::AboveRootWithParams,
             PathError::NotAbsolute,
         ] {
             let s = e.to_string();

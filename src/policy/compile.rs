@@ -107,7 +107,8 @@ pub(super) fn compile_rule(
         hitters,
         log_gate: LogGate::default(),
         name: Arc::from(rule.name.as_str()),
-        matcher: Matcher::new(&rule.matcher).counting_messages(rule.unit == Unit::Message),
+        matcher: Matcher::new(&rule.matcher, config.server.paths_alike)
+            .counting_messages(rule.unit == Unit::Message),
         key: rule.key.clone(),
         missing: rule.missing,
         algorithm: rule.algorithm,
@@ -416,6 +417,7 @@ overrides = { "s42" = { rate = "9/m" } }
             RequestFacts {
                 method: &http::Method::GET,
                 path: "/",
+                normalized_path: "/",
                 query: None,
                 host: None,
                 headers,

@@ -2,22 +2,34 @@
 //! request compares bytes only. [`Matcher::mismatch`] says which field did
 //! not fit, so that `POST /admin/explain` reports the very test the request
 //! path makes ([`Matcher::matches`] is that test).
+//!
+//! Requests are matched on their folded path ([`RequestFacts::path`]), so
+//! the patterns are folded the same way once, here: `match.path` and
+//! `path_glob` as the path is, a `path_prefix` keeping its trailing slash
+//! (docs/configuration.md, "Paths an upstream treats alike"). A `[[route]]`'s
+//! match is a rule's, folded alike.
 
 use http::{HeaderName, HeaderValue};
 use ipnet::IpNet;
 
 use crate::config::MatchConfig;
 use crate::key::client_ip::canonical;
+use crate::key::fold::{fold_pattern, PathsAlike};
 use crate::key::glob::PathGlob;
 use crate::key::RequestFacts;
 
 /// A rule's `match`: every given field must fit; within a field any entry may.
 #[derive(Debug, Default)]
 pub struct Matcher {
+    /// Folded as request paths are.
     path: Vec<String>,
+    /// Folded as request paths are, but each keeps its trailing slash.
     path_prefix: Vec<String>,
+    /// Whether a prefix ending in `/` also fits the path without it
+    /// (`server.paths_alike` has "trailing_slash": `/api/` fits `/api`).
+    prefix_fits_bare: bool,
     path_glob: Vec<PathGlob>,
-    /// The globs as written, for [`Mismatch::explain`].
+    /// The globs folded, for [`Mismatch::explain`].
     path_glob_text: Vec<String>,
     method: Vec<http::Method>,
     host: Vec<String>,
@@ -49,12 +61,20 @@ pub enum Mismatch {
 }
 
 impl Matcher {
-    pub fn new(config: &MatchConfig) -> Matcher {
+    /// The matcher of `config`, its paths folded as `alike` says.
+    pub fn new(config: &MatchConfig, alike: PathsAlike) -> Matcher {
+        let folded = |patterns: &[String], alike| -> Vec<String> {
+            (patterns.iter())
+                .map(|pattern| fold_pattern(pattern, alike))
+                .collect()
+        };
+        let path_glob_text = folded(&config.path_glob, alike);
         Matcher {
-            path: config.path.clone(),
-            path_prefix: config.path_prefix.clone(),
-            path_glob: config.path_glob.iter().map(|g| PathGlob::new(g)).collect(),
-            path_glob_text: config.path_glob.clone(),
+            path: folded(&config.path, alike),
+            path_prefix: folded(&config.path_prefix, alike.keeping_trailing_slash()),
+            prefix_fits_bare: alike.trailing_slash,
+            path_glob: path_glob_text.iter().map(|g| PathGlob::new(g)).collect(),
+            path_glob_text,
             method: config.method.clone(),
             host: config.host.clone(),
             header: config.header.clone(),
@@ -108,12 +128,7 @@ impl Matcher {
         if !(self.path.is_empty() || self.path.iter().any(|p| p == facts.path)) {
             return Some(Mismatch::Path);
         }
-        if !(self.path_prefix.is_empty()
-            || self
-                .path_prefix
-                .iter()
-                .any(|p| facts.path.starts_with(p.as_str())))
-        {
+        if !(self.path_prefix.is_empty() || self.fits_a_prefix(facts.path)) {
             return Some(Mismatch::PathPrefix);
         }
         if !(self.path_glob.is_empty() || self.path_glob.iter().any(|g| g.matches(facts.path))) {
@@ -136,6 +151,21 @@ impl Matcher {
             return Some(Mismatch::Client);
         }
         None
+    }
+
+    /// Whether `path` starts with one of the prefixes, or is one ending in
+    /// `/` without that slash, when the upstream serves a trailing slash
+    /// alike.
+    #[inline]
+    fn fits_a_prefix(&self, path: &str) -> bool {
+        self.path_prefix.iter().any(|prefix| {
+            path.starts_with(prefix.as_str())
+                || (self.prefix_fits_bare
+                    && prefix.len() == path.len() + 1
+                    && prefix.len() > 1
+                    && prefix.ends_with('/')
+                    && prefix.starts_with(path))
+        })
     }
 
     /// The first `match.header` entry the request does not meet: a value
@@ -244,7 +274,12 @@ impl Mismatch {
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
+    use proptest::prelude::*;
+
     use super::*;
+    use crate::key::path::normalize;
     use crate::policy::testing::compile;
     use http::{HeaderMap, Method};
 
@@ -263,6 +298,7 @@ rate = "1/m"
         let facts = |method: &'static Method, path: &'static str, host| RequestFacts {
             method,
             path,
+            normalized_path: path,
             query: None,
             host,
             headers: &headers,
@@ -296,6 +332,7 @@ rate = "1/m"
         RequestFacts {
             method: &Method::GET,
             path: "/",
+            normalized_path: "/",
             query: None,
             host: None,
             headers,
@@ -381,5 +418,147 @@ rate = "1/m"
             Mismatch::Client.explain(matcher, &request(&none, "::ffff:11.0.0.1")),
             "client 11.0.0.1 is in none of \"10.0.0.0/8\", \"2001:db8::/32\""
         );
+    }
+
+    /// A matcher of one path field: `path`, `path_prefix` or `path_glob`.
+    fn one_field(field: &str, pattern: &str, alike: PathsAlike) -> Matcher {
+        let patterns = vec![pattern.to_owned()];
+        let config = match field {
+            "path" => MatchConfig {
+                path: patterns,
+                ..MatchConfig::default()
+            },
+            "path_prefix" => MatchConfig {
+                path_prefix: patterns,
+                ..MatchConfig::default()
+            },
+            _ => MatchConfig {
+                path_glob: patterns,
+                ..MatchConfig::default()
+            },
+        };
+        Matcher::new(&config, alike)
+    }
+
+    /// Whether `matcher` fits a GET of `path` (a normalised path), folded
+    /// as `alike` says, as the request path folds it.
+    fn fits(matcher: &Matcher, path: &str, alike: PathsAlike) -> Option<bool> {
+        let folded = crate::key::fold::fold(path, alike).ok()?;
+        let headers = HeaderMap::new();
+        let facts = RequestFacts {
+            path: &folded,
+            normalized_path: path,
+            ..request(&headers, "192.0.2.1")
+        };
+        Some(matcher.matches(&facts))
+    }
+
+    #[test]
+    fn patterns_are_folded_as_request_paths_are() {
+        let all = PathsAlike::ALL;
+        let login = one_field("path", "/Login/", all);
+        for spelling in ["/login", "/LOGIN/", "/login;x=1", "/login/..;/login"] {
+            assert_eq!(fits(&login, spelling, all), Some(true), "{spelling}");
+        }
+        assert_eq!(fits(&login, "/logins", all), Some(false));
+        let glob = one_field("path_glob", "/API/*/Report/", all);
+        assert_eq!(fits(&glob, "/api/v1;x/report", all), Some(true));
+        assert_eq!(fits(&glob, "/api/v1/report/x", all), Some(false));
+        let exact = one_field("path", "/login", PathsAlike::NONE);
+        assert_eq!(fits(&exact, "/Login", PathsAlike::NONE), Some(false));
+    }
+
+    #[test]
+    fn a_prefix_keeps_its_slash_and_fits_the_path_without_it() {
+        let all = PathsAlike::ALL;
+        let api = one_field("path_prefix", "/API/", all);
+        for (path, fits_it) in [
+            ("/api/", true),
+            ("/api", true),
+            ("/Api/users", true),
+            ("/api;v=2/users", true),
+            ("/apix", false),
+            ("/ap", false),
+            ("/", false),
+        ] {
+            assert_eq!(fits(&api, path, all), Some(fits_it), "{path}");
+        }
+        let no_slash = PathsAlike {
+            trailing_slash: false,
+            ..all
+        };
+        let api = one_field("path_prefix", "/api/", no_slash);
+        assert_eq!(fits(&api, "/api", no_slash), Some(false));
+        assert_eq!(fits(&api, "/API/", no_slash), Some(true));
+        // The root prefix fits every path.
+        let root = one_field("path_prefix", "/", all);
+        assert_eq!(fits(&root, "/", all), Some(true));
+        assert_eq!(fits(&root, "/x/", all), Some(true));
+    }
+
+    /// Paths of a few segments, some with parameters and upper case, none
+    /// a dot segment once its parameters are removed (such a path is one
+    /// the upstream serves as another: `/a/..;/b` is `/b`).
+    fn paths() -> impl Strategy<Value = String> {
+        let segment = prop::sample::select(vec![
+            "a", "A", "b", "api", "Api", "x;v=1", "A;", ";", "%2F", "%C3%89", "~",
+        ]);
+        (prop::collection::vec(segment, 0..5), any::<bool>()).prop_map(|(segments, slash)| {
+            let mut path = format!("/{}", segments.join("/"));
+            if slash && path.len() > 1 {
+                path.push('/');
+            }
+            path
+        })
+    }
+
+    proptest! {
+        /// With every kind alike, a rule fits every path it fits as
+        /// written: folding only ever makes a rule match more.
+        #[test]
+        fn folding_never_makes_a_rule_fit_fewer_paths(
+            path in paths(),
+            cut in 0usize..40,
+            star in 0usize..6,
+            field in prop::sample::select(vec!["path", "path_prefix", "path_glob"]),
+        ) {
+            let Ok(path) = normalize(&path).map(Cow::into_owned) else { return Ok(()) };
+            // A pattern the path fits as written: the path, a prefix of
+            // it, or a glob with one segment a `*`.
+            let pattern = match field {
+                "path" => path.clone(),
+                "path_prefix" => path[..cut.min(path.len()).max(1)].to_owned(),
+                _ => {
+                    let mut segments: Vec<&str> = path.split('/').collect();
+                    let at = 1 + star % segments.len().max(1);
+                    // Not a segment of parameters only, which the
+                    // upstream does not see as a segment (`/;x/b` is `/b`).
+                    if at < segments.len() && !segments[at].is_empty()
+                        && !segments[at].starts_with(';')
+                    {
+                        segments[at] = "*";
+                    }
+                    segments.join("/")
+                }
+            };
+            if check_written(&pattern) {
+                let written = one_field(field, &pattern, PathsAlike::NONE);
+                prop_assume!(fits(&written, &path, PathsAlike::NONE) == Some(true));
+                let folded = one_field(field, &pattern, PathsAlike::ALL);
+                prop_assert_eq!(
+                    fits(&folded, &path, PathsAlike::ALL), Some(true),
+                    "{} {:?} fits {:?} as written, not folded", field, pattern, path
+                );
+            }
+        }
+    }
+
+    /// Whether config validation would take `pattern` (normal, no `;` on a
+    /// dot segment: see `config::matching`).
+    fn check_written(pattern: &str) -> bool {
+        matches!(normalize(pattern), Ok(Cow::Borrowed(_)))
+            && !pattern
+                .split('/')
+                .any(|segment| matches!(segment.split(';').next(), Some("." | "..")))
     }
 }

@@ -127,7 +127,10 @@ impl Parts {
     fn asked(&mut self, facts: &RequestFacts<'_>, policy: &Policy) {
         let prefix = policy.config.server.ipv6_prefix;
         let client = |out: &mut Vec<u8>| write_client(out, facts.client_ip, prefix);
-        self.describe(client, facts.method.as_str(), facts.host, facts.path);
+        // The path as normalised, not folded: a replay folds it with its
+        // own config's `paths_alike`.
+        let path = facts.normalized_path;
+        self.describe(client, facts.method.as_str(), facts.host, path);
     }
 
     fn asked_unchecked(

@@ -13,17 +13,30 @@ use super::client_request::ClientBody;
 use super::fields;
 use super::refusal::Refusal;
 use super::{AnswerWritten, Context};
+use crate::key::fold::fold;
 use crate::key::path;
 use crate::key::RequestFacts;
 use crate::policy::Policy;
 
 /// What [`check`] found in a request it lets through.
 pub struct Checked<'r> {
-    /// The normalised path.
+    /// The normalised path (what the upstream receives).
     pub path: Cow<'r, str>,
+    /// `path` folded as `server.paths_alike` says, when that changes it
+    /// (a path already folded is not copied): [`Checked::folded_path`].
+    pub folded: Option<String>,
     /// The host the client addressed ([`host_of`]), read once with Host's
     /// check.
     pub host: Option<&'r str>,
+}
+
+impl Checked<'_> {
+    /// The path rules match and `path` keys are built on: the normalised
+    /// path folded as `server.paths_alike` says.
+    #[inline]
+    pub fn folded_path(&self) -> &str {
+        self.folded.as_deref().unwrap_or(&self.path)
+    }
 }
 
 /// Checks, the request path's phase: [`check`], and a refusal answered
@@ -47,7 +60,8 @@ pub fn facts_of<'r, B>(
 ) -> RequestFacts<'r> {
     RequestFacts {
         method: request.method(),
-        path: &checked.path,
+        path: checked.folded_path(),
+        normalized_path: &checked.path,
         query: request.uri().query(),
         host: checked.host,
         headers: request.headers(),
@@ -59,8 +73,9 @@ pub fn facts_of<'r, B>(
 }
 
 /// Refuses what must not reach any limiter: broken framing, a bad Host, an
-/// oversized target or body, a path that cannot be normalised. Returns the
-/// normalised path and the host. Shared with `POST /admin/explain`, which
+/// oversized target or body, a path that cannot be normalised (nor folded:
+/// `/..;/x` with "params" alike). Returns the normalised path, folded, and
+/// the host. Shared with `POST /admin/explain`, which
 /// reports the refusal's status and detail.
 #[inline(always)]
 pub fn check<'r, B>(request: &'r Request<B>, policy: &Policy) -> Result<Checked<'r>, Refusal> {
@@ -72,12 +87,16 @@ pub fn check<'r, B>(request: &'r Request<B>, policy: &Policy) -> Result<Checked<
         return Err(refusal);
     }
     let path = path::normalize(request.uri().path()).map_err(Refusal::BadPath)?;
+    let folded = match fold(&path, policy.paths_alike).map_err(Refusal::BadPath)? {
+        Cow::Borrowed(_) => None,
+        Cow::Owned(folded) => Some(folded),
+    };
     let host = request
         .uri()
         .host()
         .or(host_field)
         .map(crate::key::host_name);
-    Ok(Checked { path, host })
+    Ok(Checked { path, folded, host })
 }
 
 /// A request target longer than `max_uri_bytes` (414), or a declared body

@@ -237,6 +237,7 @@ mod tests {
         let path = request.uri().path().to_owned();
         let checked = Checked {
             path: path.into(),
+            folded: None,
             host: None,
         };
         let mut facts = facts_of(&request, &checked, "10.0.0.1".parse().unwrap(), policy);

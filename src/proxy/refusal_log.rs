@@ -57,7 +57,7 @@ pub fn log(
         key = %truncated(&key),
         client_ip = %facts.client_ip,
         method = %facts.method,
-        path = %truncated(facts.path),
+        path = %truncated(facts.normalized_path),
         suppressed,
         "request refused"
     );

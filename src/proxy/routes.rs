@@ -387,7 +387,12 @@ fn build(
         routes: config
             .routes
             .iter()
-            .map(|route| (Matcher::new(&route.matcher), route.upstream))
+            .map(|route| {
+                (
+                    Matcher::new(&route.matcher, config.paths_alike),
+                    route.upstream,
+                )
+            })
             .collect(),
         pools,
         default: config.default,

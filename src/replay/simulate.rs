@@ -24,6 +24,7 @@ use smallvec::SmallVec;
 use super::line::{Logged, Recorded, Wanted};
 use crate::clock::Nanos;
 use crate::config::{KeySource, MissingPolicy};
+use crate::key::fold::fold;
 use crate::key::RequestFacts;
 use crate::limiter::Decision;
 use crate::policy::{Policy, Rule};
@@ -102,6 +103,9 @@ pub struct Simulator<'p> {
     /// The `match.header` names and where their values are.
     headers_read: Vec<(HeaderName, usize)>,
     headers: HeaderMap,
+    /// The line being decided's path, folded as the policy's
+    /// `paths_alike` says: what `path` keys read.
+    path: String,
     pub tallies: Vec<Tally>,
     /// The simulated clock: the latest time decided.
     now: Nanos,
@@ -147,6 +151,7 @@ impl<'p> Simulator<'p> {
             plans,
             headers_read,
             headers: HeaderMap::new(),
+            path: String::new(),
             tallies: policy.rules.iter().map(|_| Tally::default()).collect(),
             now: 0,
             releases: BinaryHeap::new(),
@@ -175,6 +180,8 @@ impl<'p> Simulator<'p> {
             return self.compare(line, Replayed::Admitted);
         }
         let walked = self.with_facts(line, |simulator, facts| simulator.walk(line, facts, now));
+        // A path that cannot be folded (`/..;/x`) is answered 400.
+        let walked = walked.unwrap_or(Err(Replayed::Refused));
         let (enforced, shadowed) = match walked {
             Ok(applicable) => applicable,
             Err(replayed) => return self.compare(line, replayed),
@@ -193,12 +200,17 @@ impl<'p> Simulator<'p> {
         }
     }
 
-    /// Runs `then` with the facts rules match on, read from `line`.
+    /// Runs `then` with the facts rules match on, read from `line`, its
+    /// path folded by the policy's `paths_alike` (the log records it
+    /// unfolded); `None` when the path cannot be folded.
     fn with_facts<T>(
         &mut self,
         line: &Recorded,
         then: impl FnOnce(&mut Self, &RequestFacts<'_>) -> T,
-    ) -> T {
+    ) -> Option<T> {
+        let path = fold(line.path(), self.policy.paths_alike).ok()?;
+        self.path.clear();
+        self.path.push_str(&path);
         self.headers.clear();
         for (name, index) in &self.headers_read {
             if let Some(value) = line.value(*index) {
@@ -210,7 +222,8 @@ impl<'p> Simulator<'p> {
         let headers = std::mem::take(&mut self.headers);
         let facts = RequestFacts {
             method: &line.method,
-            path: line.path(),
+            path: &path,
+            normalized_path: line.path(),
             query: None,
             host: line.host(),
             headers: &headers,
@@ -221,7 +234,7 @@ impl<'p> Simulator<'p> {
         };
         let result = then(self, &facts);
         self.headers = headers;
-        result
+        Some(result)
     }
 
     /// The key that rule `index` counts `line` under, as the log shows
@@ -231,9 +244,9 @@ impl<'p> Simulator<'p> {
             return None;
         }
         let rule = &self.policy.rules[index];
-        let fits = self.with_facts(line, |_, facts| rule.matcher.matches(facts));
+        let fits = self.with_facts(line, |_, facts| rule.matcher.matches(facts))?;
         let plan = &self.plans[index];
-        let value = |at: usize| value_of(line, plan.key[at]);
+        let value = |at: usize| value_of(line, &self.path, plan.key[at]);
         let shared = rule.missing == MissingPolicy::Shared;
         self.policy
             .keys
@@ -258,7 +271,7 @@ impl<'p> Simulator<'p> {
                 continue;
             }
             let plan = &self.plans[index];
-            let value = |at: usize| value_of(line, plan.key[at]);
+            let value = |at: usize| value_of(line, facts.path, plan.key[at]);
             let shared = rule.missing == MissingPolicy::Shared;
             let key = match policy
                 .keys
@@ -280,7 +293,7 @@ impl<'p> Simulator<'p> {
                     return Err(Replayed::Limited(index));
                 }
             }
-            let tier = plan.tier.and_then(|slot| value_of(line, slot));
+            let tier = plan.tier.and_then(|slot| value_of(line, facts.path, slot));
             let limits = rule.limits_for_key(key, tier, &policy.keys, now);
             let applicable = Applicable {
                 rule,
@@ -521,7 +534,7 @@ impl<'p> Simulator<'p> {
             if at > 0 {
                 shown.push('|');
             }
-            shown.push_str(value_of(line, *slot).unwrap_or(""));
+            shown.push_str(value_of(line, &self.path, *slot).unwrap_or(""));
         }
         shown
     }
@@ -585,11 +598,11 @@ fn client_of(line: &Recorded) -> IpAddr {
     line.client.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
 }
 
-/// A source's value in `line`.
-fn value_of(line: &Recorded, slot: Slot) -> Option<&str> {
+/// A source's value in `line`, whose path folded is `path`.
+fn value_of<'a>(line: &'a Recorded, path: &'a str, slot: Slot) -> Option<&'a str> {
     match slot {
         Slot::Client => Some(line.client_text()).filter(|text| !text.is_empty()),
-        Slot::Path => Some(line.path()),
+        Slot::Path => Some(path),
         Slot::Method => Some(line.method.as_str()),
         Slot::Host => line.host().filter(|host| !host.is_empty()),
         Slot::Global => Some(""),

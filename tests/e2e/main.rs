@@ -46,6 +46,7 @@ mod metrics_exact;
 mod no_query_is_free;
 mod one_clock;
 mod operations;
+mod paths_alike;
 mod pools;
 mod proxy_protocol;
 mod read_once;

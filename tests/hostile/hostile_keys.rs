@@ -328,10 +328,13 @@ async fn d1_path_tricks_charge_the_bucket_of_the_path_the_upstream_receives() {
 [[rule]]
 name = "login"
 match = { path = "/api/login" }
-rate = "6/m"
+rate = "9/m"
 "#,
     )
     .await;
+    // Spellings normalising makes `/api/login`, and those the default
+    // `server.paths_alike` folds to it (case, a trailing slash, `;`
+    // parameters: what Express, ASP.NET, Tomcat serve as `/api/login`).
     let same_path = [
         get("//api/login", &[]),
         get("/api/./login", &[]),
@@ -340,27 +343,20 @@ rate = "6/m"
         get("/api/login?a=1", &[]),
         get("http://sluice.test/api/login", &[]),
         get("/api/%2e%2e/api/login", &[]),
-    ];
-    assert_eq!(
-        statuses(sluice.addr, &same_path).await,
-        [repeated(200, 6), vec![429]].concat(),
-        "seven spellings of /api/login, one bucket"
-    );
-
-    // Other paths (RFC 3986: case, a trailing slash, `;` parameters and an
-    // encoded slash are significant): not the rule's, forwarded as matched.
-    let other_paths = [
-        get("/api%2Flogin", &[]),
-        get("/api%2flogin", &[]),
         get("/API/login", &[]),
         get("/api/login/", &[]),
         get("/api/login;x", &[]),
-        get("/api/login", &[]),
     ];
     assert_eq!(
-        statuses(sluice.addr, &other_paths).await,
-        [repeated(200, 5), vec![429]].concat()
+        statuses(sluice.addr, &same_path).await,
+        [repeated(200, 9), vec![429]].concat(),
+        "ten spellings of /api/login, one bucket"
     );
+
+    // An encoded slash is another path (no upstream reads it as a
+    // separator): not the rule's, forwarded as normalised.
+    let other_paths = [get("/api%2Flogin", &[]), get("/api%2flogin", &[])];
+    assert_eq!(statuses(sluice.addr, &other_paths).await, [200, 200]);
 
     // Paths that cannot be normalised are refused, never forwarded.
     for bad in ["/%2e%2e/api/login", "/api/%zz", "/api/login/%2"] {
@@ -368,7 +364,8 @@ rate = "6/m"
         assert_eq!(answer, [400], "{bad}");
     }
 
-    // The upstream received exactly the path sluice matched.
+    // The upstream received the normalised path (not folded: it serves
+    // those spellings alike itself); the tenth spelling was refused.
     let targets: Vec<String> = upstream.seen().into_iter().map(|s| s.target).collect();
     assert_eq!(
         targets,
@@ -379,11 +376,11 @@ rate = "6/m"
             "/api/login",
             "/api/login?a=1",
             "/api/login",
-            "/api%2Flogin",
-            "/api%2Flogin",
+            "/api/login",
             "/API/login",
             "/api/login/",
-            "/api/login;x",
+            "/api%2Flogin",
+            "/api%2Flogin",
         ]
     );
 }

@@ -44,6 +44,7 @@ fn gate_for(deciding: &Deciding, headers: &[(&str, &str)]) -> Option<MessageGate
     }
     let checked = Checked {
         path: "/chat".into(),
+        folded: None,
         host: Some("test"),
     };
     let policy = &*deciding.policy;
@@ -177,6 +178,7 @@ async fn only_a_handshake_is_metered_and_a_missing_key_refuses_it_as_missing_say
     let request = Request::get("/chat").body(()).unwrap();
     let checked = Checked {
         path: "/chat".into(),
+        folded: None,
         host: Some("test"),
     };
     let mut facts = facts_of(&request, &checked, "10.0.0.1".parse().unwrap(), policy);
