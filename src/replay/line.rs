@@ -20,6 +20,7 @@ use serde::Deserialize;
 use smallvec::SmallVec;
 
 use super::scan::{scan, Members};
+use super::time::{parse_time, Epoch};
 use crate::clock::Nanos;
 
 /// What the log says happened to a request.
@@ -175,8 +176,14 @@ impl<'de: 'a, 'a> Deserialize<'de> for Keys<'a> {
     }
 }
 
-/// Reads one line of a log (without its newline); `at` says where it is.
-pub fn read(line: &[u8], wanted: &Wanted, at: (u32, u64)) -> Result<Recorded, NotALine> {
+/// Reads one line of a log (without its newline), its time on the clock
+/// of `epoch`; `at` says where it is.
+pub fn read(
+    line: &[u8],
+    wanted: &Wanted,
+    epoch: Epoch,
+    at: (u32, u64),
+) -> Result<Recorded, NotALine> {
     // Checked here, at once: serde_json's check of each string as it reads
     // it costs more than std's of the whole line.
     let line = std::str::from_utf8(line)
@@ -196,11 +203,9 @@ pub fn read(line: &[u8], wanted: &Wanted, at: (u32, u64)) -> Result<Recorded, No
             "not an access log line: it has no outcome or duration_ms".to_owned(),
         ));
     };
-    let time = parse_time(time_text).ok_or_else(|| {
-        NotALine(format!(
-            "its time {time_text:?} is not an RFC 3339 time in UTC (2026-11-28T11:31:05.123456Z)"
-        ))
-    })?;
+    let time = parse_time(time_text)
+        .and_then(|time| epoch.nanos(time))
+        .map_err(|bad| NotALine(bad.sentence(time_text)))?;
     let logged = match outcome {
         "allowed" => Logged::Allowed,
         "delayed" => Logged::Delayed,
@@ -298,114 +303,9 @@ fn millis_to_nanos(millis: f64) -> Nanos {
     }
 }
 
-/// `2026-11-28T11:31:05.123456Z` (any number of decimals, or none; `Z` or
-/// `+00:00`) as Unix nanoseconds. Other offsets are read too.
-pub fn parse_time(text: &str) -> Option<Nanos> {
-    let bytes = text.as_bytes();
-    if bytes.len() < 20 || bytes[4] != b'-' || bytes[7] != b'-' || bytes[13] != b':' {
-        return None;
-    }
-    if !matches!(bytes[10], b'T' | b't' | b' ') || bytes[16] != b':' {
-        return None;
-    }
-    let number = |range: Range<usize>| -> Option<i64> {
-        let digits = bytes.get(range)?;
-        digits.iter().try_fold(0i64, |sum, &b| {
-            b.is_ascii_digit().then(|| sum * 10 + i64::from(b - b'0'))
-        })
-    };
-    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
-        return None;
-    }
-    if second > 60 {
-        return None;
-    }
-    let mut at = 19;
-    let mut nanos = 0i64;
-    if bytes.get(at) == Some(&b'.') {
-        at += 1;
-        let mut scale = 100_000_000;
-        let start = at;
-        while let Some(digit) = bytes.get(at).filter(|b| b.is_ascii_digit()) {
-            nanos += i64::from(digit - b'0') * scale;
-            scale /= 10;
-            at += 1;
-        }
-        if at == start {
-            return None;
-        }
-    }
-    let offset = match &bytes[at..] {
-        b"Z" | b"z" => 0,
-        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-            let digits = [*h1, *h2, *m1, *m2];
-            if !digits.iter().all(u8::is_ascii_digit) {
-                return None;
-            }
-            let hours = i64::from((h1 - b'0') * 10 + (h2 - b'0'));
-            let minutes = i64::from((m1 - b'0') * 10 + (m2 - b'0'));
-            let seconds = hours * 3_600 + minutes * 60;
-            if *sign == b'+' {
-                seconds
-            } else {
-                -seconds
-            }
-        }
-        _ => return None,
-    };
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset;
-    let total = i128::from(seconds) * 1_000_000_000 + i128::from(nanos);
-    Nanos::try_from(total).ok()
-}
-
-/// Days since 1970-01-01 of a date in the proleptic Gregorian calendar
-/// (Howard Hinnant's `days_from_civil`, the inverse of the access log's).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year.rem_euclid(400);
-    let month_index = (month + 9) % 12;
-    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::access_log::rfc3339;
-
-    #[test]
-    fn times_read_back_as_the_log_writes_them() {
-        for at in [
-            0,
-            951_782_400_123_456_000,
-            1_795_000_060_999_999_000,
-            4_107_542_399_001_002_000,
-        ] {
-            assert_eq!(parse_time(&rfc3339(at)), Some(at), "{}", rfc3339(at));
-        }
-        assert_eq!(
-            parse_time("2026-11-28T12:00:00+01:00"),
-            parse_time("2026-11-28T11:00:00Z")
-        );
-        assert_eq!(
-            parse_time("2026-11-28T11:00:00.5Z"),
-            parse_time("2026-11-28T11:00:00Z").map(|at| at + 500_000_000)
-        );
-        for bad in [
-            "",
-            "yesterday",
-            "2026-13-01T00:00:00Z",
-            "2026-11-28T11:00:00",
-            "2026-11-28T11:00:00.Z",
-        ] {
-            assert_eq!(parse_time(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn a_line_keeps_what_a_replay_reads() {
@@ -413,11 +313,8 @@ mod tests {
             names: vec!["header:x-api-key".into(), "jwt:plan".into()],
         };
         let line = r#"{"time":"2026-11-28T11:31:05.123456Z","request_id":"a","client":"2001:db8:1:2::/64","method":"POST","host":"api.example","path":"/v1/\"x\"","status":429,"bytes_out":1,"duration_ms":12.5,"upstream_ms":null,"delay_ms":3,"outcome":"limited","rule":"per-key","key":"k","cost":1,"keys":{"ip":"2001:db8:1:2::/64","header:x-api-key":"sk_l…#3f9a1c2e4b7d","jwt:plan":null}}"#;
-        let read = read(line.as_bytes(), &wanted, (0, 1)).unwrap();
-        assert_eq!(
-            read.time,
-            parse_time("2026-11-28T11:31:05.123456Z").unwrap()
-        );
+        let read = read(line.as_bytes(), &wanted, Epoch::default(), (0, 1)).unwrap();
+        assert_eq!(read.time, 1_795_865_465_123_456_000);
         assert_eq!(read.duration, 12_500_000);
         assert_eq!(read.held, 3_000_000);
         assert_eq!(read.method, Method::POST);
@@ -440,13 +337,13 @@ mod tests {
             r#"{"time":"x","duration_ms":1,"outcome":"allowed"}"#,
         ] {
             assert!(
-                super::read(bad.as_bytes(), &wanted, (0, 1)).is_err(),
+                super::read(bad.as_bytes(), &wanted, Epoch::default(), (0, 1)).is_err(),
                 "{bad}"
             );
         }
     }
 
     fn read_ok(line: &str, wanted: &Wanted) -> Recorded {
-        read(line.as_bytes(), wanted, (0, 1)).unwrap_or_else(|e| panic!("{e:?}: {line}"))
+        read(line.as_bytes(), wanted, Epoch::default(), (0, 1)).unwrap_or_else(|e| panic!("{e:?}: {line}"))
     }
 }

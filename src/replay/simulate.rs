@@ -67,6 +67,14 @@ pub struct Tally {
     pub no_longer_limited: u64,
 }
 
+/// The whole log's figures against what it says happened: each request
+/// counted once, whichever rule decides it (or none the config still has).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Totals {
+    pub newly_limited: u64,
+    pub no_longer_limited: u64,
+}
+
 /// How the replay decided a line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Replayed {
@@ -103,6 +111,7 @@ pub struct Simulator<'p> {
     headers_read: Vec<(HeaderName, usize)>,
     headers: HeaderMap,
     pub tallies: Vec<Tally>,
+    pub totals: Totals,
     /// The simulated clock: the latest time decided.
     now: Nanos,
     /// Permits to return: when, and the receipts (by number in `returns`).
@@ -148,6 +157,7 @@ impl<'p> Simulator<'p> {
             headers_read,
             headers: HeaderMap::new(),
             tallies: policy.rules.iter().map(|_| Tally::default()).collect(),
+            totals: Totals::default(),
             now: 0,
             releases: BinaryHeap::new(),
             returns: HashMap::new(),
@@ -533,7 +543,8 @@ impl<'p> Simulator<'p> {
 
     /// Newly limited: the replay refuses what the log let through (by the
     /// rule that refuses now); no longer limited: the replay admits what
-    /// the log says a rule refused (that rule, if the config has it).
+    /// the log says a rule refused (that rule, if the config has it). The
+    /// totals count both whichever the rule.
     fn count_against_log(
         &mut self,
         logged: Logged,
@@ -542,11 +553,13 @@ impl<'p> Simulator<'p> {
     ) {
         match (logged, replayed) {
             (Logged::Limited, Replayed::Admitted) => {
+                self.totals.no_longer_limited += 1;
                 if let Some(rule) = logged_rule {
                     self.tallies[rule].no_longer_limited += 1;
                 }
             }
             (Logged::Allowed | Logged::Delayed, Replayed::Limited(rule)) => {
+                self.totals.newly_limited += 1;
                 self.tallies[rule].newly_limited += 1;
             }
             _ => {}

@@ -1,0 +1,78 @@
+//! Lines put back in time order. A log is written as requests end, so its
+//! lines are not in arrival order: a line waits in a heap until the log
+//! has reached [`REORDER_AT_LEAST`] (or twice the longest request seen, if
+//! longer) past its time, by when every line that arrived before it has
+//! been read. A line that still comes later than that is decided at the
+//! clock's time. At most [`MOST_WAITING`] lines wait: past that the
+//! earliest is decided at once, so a log whose requests last hours keeps
+//! a replay's memory bounded all the same.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use super::line::Recorded;
+use super::simulate::Simulator;
+use crate::clock::Nanos;
+
+/// How far past a line's time the log is read before it is decided.
+const REORDER_AT_LEAST: Nanos = 10_000_000_000;
+
+/// Lines waiting at most (a few hundred bytes each).
+const MOST_WAITING: usize = 1 << 20;
+
+/// A line waiting: earliest time first, then in the order read.
+struct Waiting(Nanos, u64, Box<Recorded>);
+
+impl PartialEq for Waiting {
+    fn eq(&self, other: &Self) -> bool {
+        (self.0, self.1) == (other.0, other.1)
+    }
+}
+impl Eq for Waiting {}
+impl PartialOrd for Waiting {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Waiting {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.0, self.1).cmp(&(other.0, other.1))
+    }
+}
+
+/// The heap that puts lines back in time order.
+#[derive(Default)]
+pub struct Reorder {
+    heap: BinaryHeap<Reverse<Waiting>>,
+    read: u64,
+    latest: Nanos,
+    longest: Nanos,
+}
+
+impl Reorder {
+    /// Adds a line, and decides those the log is now far enough past.
+    pub fn push(&mut self, line: Recorded, simulator: &mut Simulator<'_>) {
+        self.latest = self.latest.max(line.time);
+        self.longest = self.longest.max(line.duration);
+        self.read += 1;
+        self.heap
+            .push(Reverse(Waiting(line.time, self.read, Box::new(line))));
+        let horizon = REORDER_AT_LEAST.max(self.longest.saturating_mul(2));
+        let ready = self.latest.saturating_sub(horizon);
+        while let Some(Reverse(Waiting(time, ..))) = self.heap.peek() {
+            if *time > ready && self.heap.len() <= MOST_WAITING {
+                break;
+            }
+            if let Some(Reverse(Waiting(_, _, line))) = self.heap.pop() {
+                simulator.decide(&line);
+            }
+        }
+    }
+
+    /// Decides every line still waiting.
+    pub fn drain(&mut self, simulator: &mut Simulator<'_>) {
+        while let Some(Reverse(Waiting(_, _, line))) = self.heap.pop() {
+            simulator.decide(&line);
+        }
+    }
+}
