@@ -82,19 +82,21 @@ pub fn replay(replay: Replay) -> Result<Report, Failed> {
     let names = logs.names();
     let epoch = ahead.epoch;
     let mut take = |text: Result<&[u8], TooLong>, at: (u32, u64)| -> Result<(), Failed> {
+        let mut room = reorder.room();
         let read = text
             .map_err(|too_long| line::NotALine(too_long.sentence()))
-            .and_then(|text| line::read(text, &wanted, epoch, at));
+            .and_then(|text| line::read_into(&mut room, text, &wanted, epoch, at));
+        if read.is_ok() {
+            lines += 1;
+            reorder.push(room, &mut simulator);
+            return Ok(());
+        }
+        reorder.unused(room);
         match read {
-            Ok(recorded) => {
-                lines += 1;
-                reorder.push(recorded, &mut simulator);
-                Ok(())
-            }
             Err(line::NotALine(why)) if replay.strict => {
                 Err(Failed(format!("{}:{}: {why}", names[at.0 as usize], at.1)))
             }
-            Err(_) => {
+            _ => {
                 skipped += 1;
                 Ok(())
             }

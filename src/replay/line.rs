@@ -24,8 +24,9 @@ use super::time::{parse_time, Epoch};
 use crate::clock::Nanos;
 
 /// What the log says happened to a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Logged {
+    #[default]
     Allowed,
     Delayed,
     Limited,
@@ -33,8 +34,9 @@ pub enum Logged {
     Refused,
 }
 
-/// A line, owned, as the replay keeps it until its turn.
-#[derive(Debug)]
+/// A line, owned, as the replay keeps it until its turn; one is reused
+/// for line after line ([`read_into`]), its text's room kept.
+#[derive(Debug, Default)]
 pub struct Recorded {
     /// When the request arrived (Unix nanoseconds).
     pub time: Nanos,
@@ -184,6 +186,19 @@ pub fn read(
     epoch: Epoch,
     at: (u32, u64),
 ) -> Result<Recorded, NotALine> {
+    let mut recorded = Recorded::default();
+    read_into(&mut recorded, line, wanted, epoch, at)?;
+    Ok(recorded)
+}
+
+/// [`read`] into `into`, whose text's room is reused.
+pub fn read_into(
+    into: &mut Recorded,
+    line: &[u8],
+    wanted: &Wanted,
+    epoch: Epoch,
+    at: (u32, u64),
+) -> Result<(), NotALine> {
     // Checked here, at once: serde_json's check of each string as it reads
     // it costs more than std's of the whole line.
     let line = std::str::from_utf8(line)
@@ -218,7 +233,8 @@ pub fn read(
             .map_err(|_| NotALine(format!("its method {method:?} is not an HTTP method")))?,
         None => Method::GET,
     };
-    let mut text = String::with_capacity(128);
+    let mut text = std::mem::take(&mut into.text);
+    text.clear();
     let mut put = |value: &str| {
         let start = text.len() as u32;
         text.push_str(value);
@@ -229,7 +245,8 @@ pub fn read(
     let host = members.host.as_deref().map(&mut put);
     let path = put(members.path.as_deref().unwrap_or("/"));
     let rule = members.rule.as_deref().map(&mut put);
-    let mut values = SmallVec::new();
+    let mut values = std::mem::take(&mut into.values);
+    values.clear();
     let reached_rules = members.keys.is_some();
     if let Some(pairs) = &members.keys {
         for name in &wanted.names {
@@ -240,7 +257,7 @@ pub fn read(
             values.push(value.map(&mut put));
         }
     }
-    Ok(Recorded {
+    *into = Recorded {
         time,
         duration: millis_to_nanos(duration_ms),
         held: members.delay_ms.saturating_mul(1_000_000),
@@ -255,7 +272,8 @@ pub fn read(
         client_text,
         rule,
         values,
-    })
+    };
+    Ok(())
 }
 
 /// A line [`scan`] does not read, parsed in full by `serde_json`.

@@ -44,19 +44,30 @@ impl Ord for Waiting {
 #[derive(Default)]
 pub struct Reorder {
     heap: BinaryHeap<Reverse<Waiting>>,
+    /// Lines decided, whose room the next lines reuse.
+    spare: Vec<Box<Recorded>>,
     read: u64,
     latest: Nanos,
     longest: Nanos,
 }
 
 impl Reorder {
+    /// Room for the next line read: a line decided, or a new one.
+    pub fn room(&mut self) -> Box<Recorded> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Takes back room that was not used.
+    pub fn unused(&mut self, room: Box<Recorded>) {
+        self.spare.push(room);
+    }
+
     /// Adds a line, and decides those the log is now far enough past.
-    pub fn push(&mut self, line: Recorded, simulator: &mut Simulator<'_>) {
+    pub fn push(&mut self, line: Box<Recorded>, simulator: &mut Simulator<'_>) {
         self.latest = self.latest.max(line.time);
         self.longest = self.longest.max(line.duration);
         self.read += 1;
-        self.heap
-            .push(Reverse(Waiting(line.time, self.read, Box::new(line))));
+        self.heap.push(Reverse(Waiting(line.time, self.read, line)));
         let horizon = REORDER_AT_LEAST.max(self.longest.saturating_mul(2));
         let ready = self.latest.saturating_sub(horizon);
         while let Some(Reverse(Waiting(time, ..))) = self.heap.peek() {
@@ -65,6 +76,7 @@ impl Reorder {
             }
             if let Some(Reverse(Waiting(_, _, line))) = self.heap.pop() {
                 simulator.decide(&line);
+                self.spare.push(line);
             }
         }
     }
