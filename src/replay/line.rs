@@ -199,14 +199,31 @@ pub fn read_into(
     epoch: Epoch,
     at: (u32, u64),
 ) -> Result<(), NotALine> {
+    let members = members(line, true)?;
+    keep(into, members, wanted, epoch, at)
+}
+
+/// A line's members: by [`scan`] where it reads the line (`fast`), else
+/// by `serde_json`.
+fn members(line: &[u8], fast: bool) -> Result<Members<'_>, NotALine> {
     // Checked here, at once: serde_json's check of each string as it reads
     // it costs more than std's of the whole line.
     let line = std::str::from_utf8(line)
         .map_err(|_| NotALine("not an access log line: it is not UTF-8".to_owned()))?;
-    let members = match scan(line) {
-        Some(members) => members,
-        None => parsed(line)?,
-    };
+    match fast.then(|| scan(line)).flatten() {
+        Some(members) => Ok(members),
+        None => parsed(line),
+    }
+}
+
+/// What a replay keeps of a line's `members`, into `into`.
+fn keep(
+    into: &mut Recorded,
+    members: Members<'_>,
+    wanted: &Wanted,
+    epoch: Epoch,
+    at: (u32, u64),
+) -> Result<(), NotALine> {
     let Some(time_text) = members.time.as_deref() else {
         return Err(NotALine(
             "not an access log line: it has no time".to_owned(),
@@ -363,5 +380,72 @@ mod tests {
 
     fn read_ok(line: &str, wanted: &Wanted) -> Recorded {
         read(line.as_bytes(), wanted, Epoch::default(), (0, 1)).unwrap_or_else(|e| panic!("{e:?}: {line}"))
+    }
+
+    /// A line of sluice's shape, from generated parts.
+    fn sluice_line(parts: &(u32, u8, u16, u16, u8, bool)) -> String {
+        let (at, client, duration, decimals, outcome, keys) = *parts;
+        let time = crate::access_log::rfc3339(1_795_000_000_000_000_000 + u64::from(at) * 1_000);
+        let outcome = ["allowed", "limited", "delayed", "denied", "missing_key"][usize::from(outcome % 5)];
+        let keys = if keys {
+            format!(r#"{{"ip":"10.0.0.{client}","header:x-api-key":"sk_l…#{client:012x}","jwt:plan":null}}"#)
+        } else {
+            "null".to_owned()
+        };
+        format!(
+            r#"{{"time":"{time}","request_id":"0","client":"10.0.0.{client}","method":"GET","host":"h","path":"/v1/x","status":200,"bytes_out":512,"duration_ms":{duration}.{decimals:03},"upstream_ms":null,"delay_ms":{},"outcome":"{outcome}","rule":"per-key","key":"k","cost":1,"keys":{keys}}}"#,
+            decimals % 7,
+        )
+    }
+
+    /// What reading `line` gives, by the fast scan or by serde_json alone.
+    fn read_by(line: &[u8], fast: bool) -> Result<String, ()> {
+        let wanted = Wanted {
+            names: vec!["header:x-api-key".into(), "jwt:plan".into()],
+        };
+        let members = members(line, fast).map_err(drop)?;
+        let mut into = Recorded::default();
+        keep(&mut into, members, &wanted, Epoch::default(), (0, 1)).map_err(drop)?;
+        Ok(format!("{into:?}"))
+    }
+
+    /// Bytes that change how JSON reads.
+    const TOKENS: &[&str] = &[
+        "\"", "\\", "\\\"", " ", "\t", "\u{1}", "{", "}", "[", "]", ",", ":", "0", "-", "e",
+        "E+", ".", "n", "null", "true", "é", "01", "1e400", "-0", "\"time\":\"x\",", "\"keys\":{},",
+        "\"delay_ms\":1.0,", "\"duration_ms\":-1,", "\"duration_ms\":1e2,", "\"x\":{\"a\":1},",
+        "\"host\":5,", "\"rule\":null,", "\"status\":01,", "\"time\":\"2026-11-28T00:00:00Z\",",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+
+        /// The fast scan reads exactly what serde_json reads: the same
+        /// line kept, or both refuse it, whatever is changed in a line.
+        #[test]
+        fn the_fast_scan_reads_as_serde_json_does(
+            parts in (0u32..1_000_000, 0u8..255, 0u16..20_000, 0u16..1000, 0u8..5, proptest::bool::ANY),
+            edits in proptest::collection::vec((0usize..400, 0usize..TOKENS.len(), 0u8..3), 0..3),
+        ) {
+            let mut line = sluice_line(&parts).into_bytes();
+            for (at, token, how) in edits {
+                let at = at % (line.len() + 1);
+                match how {
+                    0 => { line.splice(at..at, TOKENS[token].bytes()); }
+                    1 if at < line.len() => { line.remove(at); }
+                    _ => { line.splice(at..(at + TOKENS[token].len()).min(line.len()), TOKENS[token].bytes()); }
+                }
+            }
+            let fast = read_by(&line, true);
+            let slow = read_by(&line, false);
+            proptest::prop_assert_eq!(fast, slow, "{}", String::from_utf8_lossy(&line));
+        }
+    }
+
+    #[test]
+    fn sluice_s_own_lines_take_the_fast_way() {
+        let line = sluice_line(&(7, 3, 12, 500, 0, true));
+        assert!(scan(&line).is_some(), "{line}");
+        assert!(read_by(line.as_bytes(), true).is_ok());
     }
 }

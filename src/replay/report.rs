@@ -1,6 +1,7 @@
 //! What a replay found, per rule, as text for a person or as one JSON
 //! document (`--json`; docs/replay.md has both).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -147,7 +148,13 @@ impl Report {
 
 impl RuleReport {
     fn new(rule: String, tally: Tally, epoch: Epoch) -> RuleReport {
-        let mut top: Vec<TopKey> = (tally.limited_keys.into_iter())
+        // Keys the log shows alike (parts joined by `|`) are one.
+        let mut by_shown: HashMap<String, u64> = HashMap::new();
+        for (shown, limited) in tally.limited_keys.into_values() {
+            *by_shown.entry(shown).or_default() += limited;
+        }
+        let mut top: Vec<TopKey> = (by_shown.into_iter())
+            .filter(|(_, limited)| *limited > 0)
             .map(|(key, limited)| TopKey { key, limited })
             .collect();
         // Most limited first; equal counts by key, so a report is the same
