@@ -10,6 +10,7 @@
 //! one allocation each.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::net::IpAddr;
 use std::ops::Range;
@@ -20,7 +21,7 @@ use serde::Deserialize;
 use smallvec::SmallVec;
 
 use super::scan::{scan, Members};
-use super::time::{parse_time, Epoch};
+use super::time::{Epoch, Times};
 use crate::clock::Nanos;
 
 /// What the log says happened to a request.
@@ -51,6 +52,7 @@ pub struct Recorded {
     pub reached_rules: bool,
     /// Where this line is: its file's number and its line number.
     pub at: (u32, u64),
+    /// The line as read, then any member read unescaped.
     text: String,
     host: Option<Range<u32>>,
     path: Range<u32>,
@@ -62,6 +64,18 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// The bytes it holds, its text's room included.
+    pub fn size(&self) -> usize {
+        std::mem::size_of::<Self>() + self.text.capacity()
+    }
+
+    /// Gives back a long line's room, so that rooms kept stay small.
+    pub fn shrink(&mut self) {
+        if self.text.capacity() > 4096 {
+            self.text = String::new();
+        }
+    }
+
     pub fn host(&self) -> Option<&str> {
         self.host.clone().map(|at| self.slice(at))
     }
@@ -92,10 +106,29 @@ impl Recorded {
 }
 
 /// The key sources a replay reads from each line's `keys`, by their names
-/// as the config writes them; the rest of `keys` is skipped.
+/// as the config writes them (the rest of `keys` is skipped), and what
+/// reading the lines before tells of the next.
 #[derive(Debug, Default)]
 pub struct Wanted {
     pub names: Vec<String>,
+    /// Where in `keys` each name was found last.
+    hints: Vec<Cell<usize>>,
+    /// The last time read, to the second.
+    times: Cell<Times>,
+}
+
+impl Wanted {
+    /// The index of source `name`, added if new.
+    pub fn want(&mut self, name: String) -> usize {
+        match self.names.iter().position(|one| *one == name) {
+            Some(index) => index,
+            None => {
+                self.names.push(name);
+                self.hints.push(Cell::new(0));
+                self.names.len() - 1
+            }
+        }
+    }
 }
 
 /// Why a line is not an access log line.
@@ -199,26 +232,29 @@ pub fn read_into(
     epoch: Epoch,
     at: (u32, u64),
 ) -> Result<(), NotALine> {
-    let members = members(line, true)?;
-    keep(into, members, wanted, epoch, at)
+    let (line, members) = members(line, true)?;
+    keep(into, line, members, wanted, epoch, at)
 }
 
 /// A line's members: by [`scan`] where it reads the line (`fast`), else
 /// by `serde_json`.
-fn members(line: &[u8], fast: bool) -> Result<Members<'_>, NotALine> {
+fn members(line: &[u8], fast: bool) -> Result<(&str, Members<'_>), NotALine> {
     // Checked here, at once: serde_json's check of each string as it reads
     // it costs more than std's of the whole line.
     let line = std::str::from_utf8(line)
         .map_err(|_| NotALine("not an access log line: it is not UTF-8".to_owned()))?;
     match fast.then(|| scan(line)).flatten() {
-        Some(members) => Ok(members),
-        None => parsed(line),
+        Some(members) => Ok((line, members)),
+        None => Ok((line, parsed(line)?)),
     }
 }
 
-/// What a replay keeps of a line's `members`, into `into`.
+/// What a replay keeps of a line's `members`, into `into`: the line's text
+/// whole (one copy), and where each member is in it; a member that is not
+/// the line's own text (a string with escapes, read unescaped) after it.
 fn keep(
     into: &mut Recorded,
+    line: &str,
     members: Members<'_>,
     wanted: &Wanted,
     epoch: Epoch,
@@ -235,7 +271,7 @@ fn keep(
             "not an access log line: it has no outcome or duration_ms".to_owned(),
         ));
     };
-    let time = parse_time(time_text)
+    let time = Times::parse(&wanted.times, time_text)
         .and_then(|time| epoch.nanos(time))
         .map_err(|bad| NotALine(bad.sentence(time_text)))?;
     let logged = match outcome {
@@ -252,7 +288,14 @@ fn keep(
     };
     let mut text = std::mem::take(&mut into.text);
     text.clear();
+    text.push_str(line);
+    let within = line.as_ptr() as usize..line.as_ptr() as usize + line.len();
     let mut put = |value: &str| {
+        let start = value.as_ptr() as usize;
+        if within.contains(&start) || value.is_empty() {
+            let start = start.saturating_sub(within.start).min(line.len()) as u32;
+            return start..start + value.len() as u32;
+        }
         let start = text.len() as u32;
         text.push_str(value);
         start..text.len() as u32
@@ -266,11 +309,20 @@ fn keep(
     values.clear();
     let reached_rules = members.keys.is_some();
     if let Some(pairs) = &members.keys {
-        for name in &wanted.names {
-            let value = pairs
-                .iter()
-                .find(|(member, _)| *member == **name)
-                .and_then(|(_, value)| value.as_deref());
+        for (index, name) in wanted.names.iter().enumerate() {
+            // Lines of one log hold their keys in one order: where the
+            // name was last time is looked at first.
+            let hint = wanted.hints.get(index).map_or(0, |hint| hint.get());
+            let found = match pairs.get(hint) {
+                Some(pair) if pair.0 == **name => Some(pair),
+                _ => pairs.iter().position(|(member, _)| *member == **name).map(|at| {
+                    if let Some(hint) = wanted.hints.get(index) {
+                        hint.set(at);
+                    }
+                    &pairs[at]
+                }),
+            };
+            let value = found.and_then(|(_, value)| value.as_deref());
             values.push(value.map(&mut put));
         }
     }
@@ -344,9 +396,9 @@ mod tests {
 
     #[test]
     fn a_line_keeps_what_a_replay_reads() {
-        let wanted = Wanted {
-            names: vec!["header:x-api-key".into(), "jwt:plan".into()],
-        };
+        let mut wanted = Wanted::default();
+        wanted.want("header:x-api-key".into());
+        wanted.want("jwt:plan".into());
         let line = r#"{"time":"2026-11-28T11:31:05.123456Z","request_id":"a","client":"2001:db8:1:2::/64","method":"POST","host":"api.example","path":"/v1/\"x\"","status":429,"bytes_out":1,"duration_ms":12.5,"upstream_ms":null,"delay_ms":3,"outcome":"limited","rule":"per-key","key":"k","cost":1,"keys":{"ip":"2001:db8:1:2::/64","header:x-api-key":"sk_l…#3f9a1c2e4b7d","jwt:plan":null}}"#;
         let read = read(line.as_bytes(), &wanted, Epoch::default(), (0, 1)).unwrap();
         assert_eq!(read.time, 1_795_865_465_123_456_000);
@@ -400,13 +452,15 @@ mod tests {
 
     /// What reading `line` gives, by the fast scan or by serde_json alone.
     fn read_by(line: &[u8], fast: bool) -> Result<String, ()> {
-        let wanted = Wanted {
-            names: vec!["header:x-api-key".into(), "jwt:plan".into()],
-        };
-        let members = members(line, fast).map_err(drop)?;
+        let mut wanted = Wanted::default();
+        wanted.want("header:x-api-key".into());
+        wanted.want("jwt:plan".into());
+        let (line, members) = members(line, fast).map_err(drop)?;
         let mut into = Recorded::default();
-        keep(&mut into, members, &wanted, Epoch::default(), (0, 1)).map_err(drop)?;
-        Ok(format!("{into:?}"))
+        keep(&mut into, line, members, &wanted, Epoch::default(), (0, 1)).map_err(drop)?;
+        let values: Vec<_> = (0..2).map(|index| into.value(index)).collect();
+        let shown = (into.client_text(), into.host(), into.path(), into.rule(), values);
+        Ok(format!("{:?} {:?} {:?} {:?} {:?} {:?} {shown:?}", into.time, into.duration, into.held, into.method, into.client, into.logged))
     }
 
     /// Bytes that change how JSON reads.

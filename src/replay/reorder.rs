@@ -3,9 +3,10 @@
 //! has reached [`REORDER_AT_LEAST`] (or twice the longest request seen, if
 //! longer) past its time, by when every line that arrived before it has
 //! been read. A line that still comes later than that is decided at the
-//! clock's time. At most [`MOST_WAITING`] lines wait: past that the
-//! earliest is decided at once, so a log whose requests last hours keeps
-//! a replay's memory bounded all the same.
+//! clock's time. At most [`MOST_WAITING`] lines, of
+//! [`MOST_WAITING_BYTES`], wait: past that the earliest is decided at
+//! once, so a log whose requests last hours keeps a replay's memory
+//! bounded all the same.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -19,6 +20,9 @@ const REORDER_AT_LEAST: Nanos = 10_000_000_000;
 
 /// Lines waiting at most (a few hundred bytes each).
 const MOST_WAITING: usize = 1 << 20;
+
+/// Bytes of lines waiting at most.
+const MOST_WAITING_BYTES: usize = 256 << 20;
 
 /// A line waiting: earliest time first, then in the order read.
 struct Waiting(Nanos, u64, Box<Recorded>);
@@ -47,6 +51,8 @@ pub struct Reorder {
     /// Lines decided, whose room the next lines reuse.
     spare: Vec<Box<Recorded>>,
     read: u64,
+    /// What the lines waiting hold.
+    bytes: usize,
     latest: Nanos,
     longest: Nanos,
 }
@@ -58,7 +64,8 @@ impl Reorder {
     }
 
     /// Takes back room that was not used.
-    pub fn unused(&mut self, room: Box<Recorded>) {
+    pub fn unused(&mut self, mut room: Box<Recorded>) {
+        room.shrink();
         self.spare.push(room);
     }
 
@@ -67,16 +74,17 @@ impl Reorder {
         self.latest = self.latest.max(line.time);
         self.longest = self.longest.max(line.duration);
         self.read += 1;
+        self.bytes += line.size();
         self.heap.push(Reverse(Waiting(line.time, self.read, line)));
         let horizon = REORDER_AT_LEAST.max(self.longest.saturating_mul(2));
         let ready = self.latest.saturating_sub(horizon);
         while let Some(Reverse(Waiting(time, ..))) = self.heap.peek() {
-            if *time > ready && self.heap.len() <= MOST_WAITING {
+            let full = self.heap.len() > MOST_WAITING || self.bytes > MOST_WAITING_BYTES;
+            if *time > ready && !full {
                 break;
             }
             if let Some(Reverse(Waiting(_, _, line))) = self.heap.pop() {
-                simulator.decide(&line);
-                self.spare.push(line);
+                self.decide(line, simulator);
             }
         }
     }
@@ -84,7 +92,14 @@ impl Reorder {
     /// Decides every line still waiting.
     pub fn drain(&mut self, simulator: &mut Simulator<'_>) {
         while let Some(Reverse(Waiting(_, _, line))) = self.heap.pop() {
-            simulator.decide(&line);
+            self.decide(line, simulator);
         }
+    }
+
+    /// Decides a line that waited; its room is kept for the next.
+    fn decide(&mut self, line: Box<Recorded>, simulator: &mut Simulator<'_>) {
+        self.bytes -= line.size();
+        simulator.decide(&line);
+        self.unused(line);
     }
 }

@@ -624,14 +624,7 @@ fn position(policy: &Policy, rule: &Rule) -> usize {
 
 /// The index of `source` among the wanted ones, added if new.
 fn want(wanted: &mut Wanted, source: &KeySource) -> usize {
-    let name = source.to_string();
-    match wanted.names.iter().position(|one| *one == name) {
-        Some(index) => index,
-        None => {
-            wanted.names.push(name);
-            wanted.names.len() - 1
-        }
-    }
+    wanted.want(source.to_string())
 }
 
 /// The client IP of `line`; unspecified when it has none.

@@ -9,6 +9,8 @@
 //! log's first time; a line more than a clock's reach (about 290 years)
 //! from it is skipped (docs/replay.md, "Time").
 
+use std::cell::Cell;
+
 use crate::access_log::rfc3339;
 use crate::clock::Nanos;
 
@@ -118,16 +120,25 @@ pub fn parse_time(text: &str) -> Result<Time, BadTime> {
     }
     let (year, rest) = bytes.split_at(year_digits);
     let year = digits(year).ok_or(BadTime::Unreadable)?;
-    let time = after_year(year, rest).ok_or(BadTime::Unreadable)?;
-    if (FIRST..PAST_LAST).contains(&time.seconds) {
-        Ok(time)
-    } else {
-        Err(BadTime::OutOfRange)
-    }
+    in_range(after_year(year, rest).ok_or(BadTime::Unreadable)?)
 }
 
 /// `-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` of `year`.
 fn after_year(year: i64, bytes: &[u8]) -> Option<Time> {
+    let local = local_seconds(year, bytes)?;
+    after_second(local, bytes.get(15..)?)
+}
+
+/// `[.fraction](Z|±HH:MM)` after the second `local` (seconds since 1970
+/// as if in UTC).
+fn after_second(local: i64, bytes: &[u8]) -> Option<Time> {
+    let (nanos, at) = fraction(bytes, 0)?;
+    let seconds = local - offset(&bytes[at..])?;
+    Some(Time { seconds, nanos })
+}
+
+/// The seconds since 1970 of `-MM-DDTHH:MM:SS` of `year`, as if in UTC.
+fn local_seconds(year: i64, bytes: &[u8]) -> Option<i64> {
     if bytes.len() < 16 || bytes[0] != b'-' || bytes[3] != b'-' || bytes[9] != b':' {
         return None;
     }
@@ -143,11 +154,49 @@ fn after_year(year: i64, bytes: &[u8]) -> Option<Time> {
     if second > 60 {
         return None;
     }
-    let (nanos, at) = fraction(bytes, 15)?;
-    let offset = offset(&bytes[at..])?;
     let days = days_from_civil(year, month, day);
-    let seconds = days * DAY + hour * 3_600 + minute * 60 + second - offset;
-    Some(Time { seconds, nanos })
+    Some(days * DAY + hour * 3_600 + minute * 60 + second)
+}
+
+/// The last time read to the second (`YYYY-MM-DDTHH:MM:SS`, a four-digit
+/// year) and its seconds as if in UTC: the lines of a log mostly share it
+/// with the line before, which then reads only the rest.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Times {
+    second: [u8; 19],
+    local: i64,
+}
+
+impl Times {
+    /// [`parse_time`], remembering the second in `last`.
+    pub fn parse(last: &Cell<Times>, text: &str) -> Result<Time, BadTime> {
+        let bytes = text.as_bytes();
+        let known = last.get();
+        let time = match bytes.get(..19) {
+            Some(second) if *second == known.second => {
+                after_second(known.local, &bytes[19..]).ok_or(BadTime::Unreadable)?
+            }
+            _ => {
+                let time = parse_time(text)?;
+                let second = bytes.get(..19).and_then(|second| second.try_into().ok());
+                let local = digits(&bytes[..4]).and_then(|year| local_seconds(year, &bytes[4..]));
+                if let (Some(second), Some(local), true) = (second, local, bytes[4] == b'-') {
+                    last.set(Times { second, local });
+                }
+                return Ok(time);
+            }
+        };
+        in_range(time)
+    }
+}
+
+/// `time` if between 1970 and 9999.
+fn in_range(time: Time) -> Result<Time, BadTime> {
+    if (FIRST..PAST_LAST).contains(&time.seconds) {
+        Ok(time)
+    } else {
+        Err(BadTime::OutOfRange)
+    }
 }
 
 /// The decimals of a second from `at`, if any: nanoseconds (digits past
@@ -294,5 +343,26 @@ mod tests {
         // A sunset of the config, on the shifted clock.
         assert_eq!(late.shift(1_795_000_000_000_000_000), 0);
         assert_eq!(today.shift(1_795_000_000_000_000_000), 1_795_000_000_000_000_000);
+    }
+
+    #[test]
+    fn a_second_read_before_reads_as_a_new_one() {
+        let last = Cell::new(Times::default());
+        for text in [
+            "2026-11-28T11:31:05.1Z",
+            "2026-11-28T11:31:05.2Z",
+            "2026-11-28T11:31:05+01:00",
+            "2026-11-28T11:31:05.Z",
+            "2026-11-28T11:31:05",
+            "1969-12-31T23:59:59Z",
+            "1969-12-31T23:59:59.5Z",
+            "1970-01-01T00:59:59.5+01:00",
+            "1970-01-01T00:59:59.5+00:00",
+            "10000-01-01T00:00:00Z",
+            "9999-12-31T23:59:59.5-01:00",
+            "9999-12-31T23:59:59.5Z",
+        ] {
+            assert_eq!(Times::parse(&last, text), parse_time(text), "{text}");
+        }
     }
 }
