@@ -103,7 +103,10 @@ pub fn replay(replay: Replay) -> Result<Report, Failed> {
         }
     };
     for (index, number, text) in &ahead.lines {
-        take(text.as_deref().map_err(|too_long| *too_long), (*index as u32, *number))?;
+        take(
+            text.as_deref().map_err(|too_long| *too_long),
+            (*index as u32, *number),
+        )?;
     }
     while let Some(LogLine { log, number, text }) =
         logs.next_line().map_err(|Unreadable(why)| Failed(why))?
@@ -145,7 +148,9 @@ fn look_ahead(logs: &mut Logs) -> Result<Ahead, Failed> {
             .and_then(|text| serde_json::from_slice::<serde_json::Value>(text).ok());
         let time = parsed.as_ref().and_then(|line| line.get("time")?.as_str());
         first = first.or_else(|| time.and_then(|time| time::parse_time(time).ok()));
-        let keys = parsed.as_ref().and_then(|line| line.get("keys")?.as_object());
+        let keys = parsed
+            .as_ref()
+            .and_then(|line| line.get("keys")?.as_object());
         if let Some(keys) = keys {
             ahead.holds.keys = Some(keys.keys().cloned().collect());
         }

@@ -255,7 +255,10 @@ mod tests {
                 ]
             );
         }
-        assert_eq!(lines_of(b"a\n\nb"), [Ok(b"a".to_vec()), Ok(vec![]), Ok(b"b".to_vec())]);
+        assert_eq!(
+            lines_of(b"a\n\nb"),
+            [Ok(b"a".to_vec()), Ok(vec![]), Ok(b"b".to_vec())]
+        );
         assert!(lines_of(b"").is_empty());
     }
 }

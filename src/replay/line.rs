@@ -232,21 +232,26 @@ pub fn read_into(
     epoch: Epoch,
     at: (u32, u64),
 ) -> Result<(), NotALine> {
-    let (line, members) = members(line, true)?;
-    keep(into, line, members, wanted, epoch, at)
+    let mut members = Members::default();
+    let line = read_members(line, true, &mut members)?;
+    keep(into, line, &members, wanted, epoch, at)
 }
 
-/// A line's members: by [`scan`] where it reads the line (`fast`), else
-/// by `serde_json`.
-fn members(line: &[u8], fast: bool) -> Result<(&str, Members<'_>), NotALine> {
+/// A line's members into `members`: by [`scan`] where it reads the line
+/// (`fast`), else by `serde_json`; the line as text.
+fn read_members<'a>(
+    line: &'a [u8],
+    fast: bool,
+    members: &mut Members<'a>,
+) -> Result<&'a str, NotALine> {
     // Checked here, at once: serde_json's check of each string as it reads
     // it costs more than std's of the whole line.
     let line = std::str::from_utf8(line)
         .map_err(|_| NotALine("not an access log line: it is not UTF-8".to_owned()))?;
-    match fast.then(|| scan(line)).flatten() {
-        Some(members) => Ok((line, members)),
-        None => Ok((line, parsed(line)?)),
+    if !fast || scan(line, members).is_none() {
+        *members = parsed(line)?;
     }
+    Ok(line)
 }
 
 /// What a replay keeps of a line's `members`, into `into`: the line's text
@@ -255,7 +260,7 @@ fn members(line: &[u8], fast: bool) -> Result<(&str, Members<'_>), NotALine> {
 fn keep(
     into: &mut Recorded,
     line: &str,
-    members: Members<'_>,
+    members: &Members<'_>,
     wanted: &Wanted,
     epoch: Epoch,
     at: (u32, u64),
@@ -315,12 +320,15 @@ fn keep(
             let hint = wanted.hints.get(index).map_or(0, |hint| hint.get());
             let found = match pairs.get(hint) {
                 Some(pair) if pair.0 == **name => Some(pair),
-                _ => pairs.iter().position(|(member, _)| *member == **name).map(|at| {
-                    if let Some(hint) = wanted.hints.get(index) {
-                        hint.set(at);
-                    }
-                    &pairs[at]
-                }),
+                _ => pairs
+                    .iter()
+                    .position(|(member, _)| *member == **name)
+                    .map(|at| {
+                        if let Some(hint) = wanted.hints.get(index) {
+                            hint.set(at);
+                        }
+                        &pairs[at]
+                    }),
             };
             let value = found.and_then(|(_, value)| value.as_deref());
             values.push(value.map(&mut put));
@@ -431,16 +439,20 @@ mod tests {
     }
 
     fn read_ok(line: &str, wanted: &Wanted) -> Recorded {
-        read(line.as_bytes(), wanted, Epoch::default(), (0, 1)).unwrap_or_else(|e| panic!("{e:?}: {line}"))
+        read(line.as_bytes(), wanted, Epoch::default(), (0, 1))
+            .unwrap_or_else(|e| panic!("{e:?}: {line}"))
     }
 
     /// A line of sluice's shape, from generated parts.
     fn sluice_line(parts: &(u32, u8, u16, u16, u8, bool)) -> String {
         let (at, client, duration, decimals, outcome, keys) = *parts;
         let time = crate::access_log::rfc3339(1_795_000_000_000_000_000 + u64::from(at) * 1_000);
-        let outcome = ["allowed", "limited", "delayed", "denied", "missing_key"][usize::from(outcome % 5)];
+        let outcome =
+            ["allowed", "limited", "delayed", "denied", "missing_key"][usize::from(outcome % 5)];
         let keys = if keys {
-            format!(r#"{{"ip":"10.0.0.{client}","header:x-api-key":"sk_l…#{client:012x}","jwt:plan":null}}"#)
+            format!(
+                r#"{{"ip":"10.0.0.{client}","header:x-api-key":"sk_l…#{client:012x}","jwt:plan":null}}"#
+            )
         } else {
             "null".to_owned()
         };
@@ -455,20 +467,60 @@ mod tests {
         let mut wanted = Wanted::default();
         wanted.want("header:x-api-key".into());
         wanted.want("jwt:plan".into());
-        let (line, members) = members(line, fast).map_err(drop)?;
+        let mut members = Members::default();
+        let line = read_members(line, fast, &mut members).map_err(drop)?;
         let mut into = Recorded::default();
-        keep(&mut into, line, members, &wanted, Epoch::default(), (0, 1)).map_err(drop)?;
+        keep(&mut into, line, &members, &wanted, Epoch::default(), (0, 1)).map_err(drop)?;
         let values: Vec<_> = (0..2).map(|index| into.value(index)).collect();
-        let shown = (into.client_text(), into.host(), into.path(), into.rule(), values);
-        Ok(format!("{:?} {:?} {:?} {:?} {:?} {:?} {shown:?}", into.time, into.duration, into.held, into.method, into.client, into.logged))
+        let shown = (
+            into.client_text(),
+            into.host(),
+            into.path(),
+            into.rule(),
+            values,
+        );
+        Ok(format!(
+            "{:?} {:?} {:?} {:?} {:?} {:?} {shown:?}",
+            into.time, into.duration, into.held, into.method, into.client, into.logged
+        ))
     }
 
     /// Bytes that change how JSON reads.
     const TOKENS: &[&str] = &[
-        "\"", "\\", "\\\"", " ", "\t", "\u{1}", "{", "}", "[", "]", ",", ":", "0", "-", "e",
-        "E+", ".", "n", "null", "true", "é", "01", "1e400", "-0", "\"time\":\"x\",", "\"keys\":{},",
-        "\"delay_ms\":1.0,", "\"duration_ms\":-1,", "\"duration_ms\":1e2,", "\"x\":{\"a\":1},",
-        "\"host\":5,", "\"rule\":null,", "\"status\":01,", "\"time\":\"2026-11-28T00:00:00Z\",",
+        "\"",
+        "\\",
+        "\\\"",
+        " ",
+        "\t",
+        "\u{1}",
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        "0",
+        "-",
+        "e",
+        "E+",
+        ".",
+        "n",
+        "null",
+        "true",
+        "é",
+        "01",
+        "1e400",
+        "-0",
+        "\"time\":\"x\",",
+        "\"keys\":{},",
+        "\"delay_ms\":1.0,",
+        "\"duration_ms\":-1,",
+        "\"duration_ms\":1e2,",
+        "\"x\":{\"a\":1},",
+        "\"host\":5,",
+        "\"rule\":null,",
+        "\"status\":01,",
+        "\"time\":\"2026-11-28T00:00:00Z\",",
     ];
 
     proptest::proptest! {
@@ -499,7 +551,7 @@ mod tests {
     #[test]
     fn sluice_s_own_lines_take_the_fast_way() {
         let line = sluice_line(&(7, 3, 12, 500, 0, true));
-        assert!(scan(&line).is_some(), "{line}");
+        assert!(scan(&line, &mut Members::default()).is_some(), "{line}");
         assert!(read_by(line.as_bytes(), true).is_ok());
     }
 }

@@ -48,7 +48,9 @@ impl Ord for Waiting {
 #[derive(Default)]
 pub struct Reorder {
     heap: BinaryHeap<Reverse<Waiting>>,
-    /// Lines decided, whose room the next lines reuse.
+    /// Lines decided, whose room the next lines reuse: boxed as they
+    /// wait in the heap, whose sifting then moves a pointer, not a line.
+    #[allow(clippy::vec_box)]
     spare: Vec<Box<Recorded>>,
     read: u64,
     /// What the lines waiting hold.

@@ -38,11 +38,7 @@ impl LogHolds {
 
 /// `config` as the replay compiles it, on the clock of `epoch`, and the
 /// rules it leaves out.
-pub fn replayable(
-    config: &Config,
-    holds: &LogHolds,
-    epoch: Epoch,
-) -> (Config, Vec<NotReplayed>) {
+pub fn replayable(config: &Config, holds: &LogHolds, epoch: Epoch) -> (Config, Vec<NotReplayed>) {
     let labels = labels_of(config);
     let mut kept = config.clone();
     kept.rules.clear();
@@ -53,7 +49,9 @@ pub fn replayable(
                 rule: rule.name.clone(),
                 reason,
             }),
-            None => kept.rules.push(on_clock(labelled(rule, labels.as_ref()), epoch)),
+            None => kept
+                .rules
+                .push(on_clock(labelled(rule, labels.as_ref()), epoch)),
         }
     }
     (kept, left_out)

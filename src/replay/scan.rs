@@ -40,18 +40,18 @@ enum Value<'a> {
     Null,
 }
 
-/// The members of `line`, or `None` when it is not of the simple shape
-/// this reads (the caller then parses it in full).
-pub fn scan(line: &str) -> Option<Members<'_>> {
+/// The members of `line` into `members` (filled in place: they are a few
+/// hundred bytes), or `None` when it is not of the simple shape this
+/// reads (the caller then parses it in full).
+pub fn scan<'a>(line: &'a str, members: &mut Members<'a>) -> Option<()> {
     if !plain(line.as_bytes()) {
         return None;
     }
     let mut at = Cursor { text: line, at: 0 };
     at.expect(b'{')?;
-    let mut members = Members::default();
     if at.peek()? == b'}' {
         at.at += 1;
-        return (at.at == line.len()).then_some(members);
+        return (at.at == line.len()).then_some(());
     }
     let mut seen = 0u16;
     loop {
@@ -71,7 +71,7 @@ pub fn scan(line: &str) -> Option<Members<'_>> {
         seen |= known;
         match at.next()? {
             b',' => continue,
-            b'}' if at.at == line.len() => return Some(members),
+            b'}' if at.at == line.len() => return Some(()),
             _ => return None,
         }
     }
@@ -82,9 +82,9 @@ pub fn scan(line: &str) -> Option<Members<'_>> {
 /// each folded without a branch (the compiler makes it vector code).
 fn plain(line: &[u8]) -> bool {
     line.chunks(32).all(|chunk| {
-        let odd = chunk
-            .iter()
-            .fold(0u8, |odd, &b| odd | u8::from(b < 0x20) | u8::from(b == b'\\'));
+        let odd = chunk.iter().fold(0u8, |odd, &b| {
+            odd | u8::from(b < 0x20) | u8::from(b == b'\\')
+        });
         odd == 0
     })
 }
@@ -93,6 +93,7 @@ fn plain(line: &[u8]) -> bool {
 /// time: a word's bytes that equal `"` become zero, and the lowest zero
 /// byte is the lowest whose high bit `(x - 0x01…) & !x & 0x80…` sets (a
 /// borrow can mark bytes above it, never below).
+#[inline(always)]
 fn find_quote(bytes: &[u8], from: usize) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
@@ -203,21 +204,25 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    #[inline(always)]
     fn peek(&self) -> Option<u8> {
         self.text.as_bytes().get(self.at).copied()
     }
 
+    #[inline(always)]
     fn next(&mut self) -> Option<u8> {
         let byte = self.peek()?;
         self.at += 1;
         Some(byte)
     }
 
+    #[inline(always)]
     fn expect(&mut self, byte: u8) -> Option<()> {
         (self.next()? == byte).then_some(())
     }
 
     /// A string (the line is [`plain`]: it has no escapes).
+    #[inline(always)]
     fn string(&mut self) -> Option<&'a str> {
         self.expect(b'"')?;
         let end = find_quote(self.text.as_bytes(), self.at)?;
@@ -226,6 +231,7 @@ impl<'a> Cursor<'a> {
         Some(text)
     }
 
+    #[inline(always)]
     fn value(&mut self) -> Option<Value<'a>> {
         match self.peek()? {
             b'"' => self.string().map(Value::Text),
@@ -311,7 +317,8 @@ mod tests {
     #[test]
     fn sluice_s_own_lines_are_scanned() {
         let line = r#"{"time":"2026-11-27T00:00:00.000000Z","request_id":"0","client":"10.0.0.1","method":"GET","host":null,"path":"/v1/orders","status":200,"bytes_out":512,"duration_ms":1.250,"upstream_ms":null,"delay_ms":3,"outcome":"allowed","rule":"per-key","key":"sk_l…#000000000001","cost":1,"keys":{"ip":"10.0.0.1","header:x-api-key":"sk_l…#000000000001","jwt:plan":null}}"#;
-        let members = scan(line).expect("scanned");
+        let mut members = Members::default();
+        scan(line, &mut members).expect("scanned");
         assert_eq!(members.time.as_deref(), Some("2026-11-27T00:00:00.000000Z"));
         assert_eq!(members.client.as_deref(), Some("10.0.0.1"));
         assert_eq!(members.host, None);
@@ -330,7 +337,7 @@ mod tests {
             r#"{"time":"a"} x"#,
             r#"{"keys":{"a":1}}"#,
         ] {
-            assert!(scan(other).is_none(), "{other}");
+            assert!(scan(other, &mut Members::default()).is_none(), "{other}");
         }
     }
 }

@@ -411,7 +411,11 @@ impl<'p> Simulator<'p> {
             return None;
         }
         // Rates are kept as taken: only permits are returned.
-        if answer.receipts.iter().any(|receipt| receipt.taken == Taken::Permit) {
+        if answer
+            .receipts
+            .iter()
+            .any(|receipt| receipt.taken == Taken::Permit)
+        {
             let receipts = answer.receipts.drain(..).collect();
             self.in_flight(receipts, now + hold + exchange);
         }

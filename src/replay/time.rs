@@ -115,7 +115,7 @@ pub fn parse_time(text: &str) -> Result<Time, BadTime> {
     let bytes = text.as_bytes();
     // A year of more than four digits is read too, to say it is too late.
     let year_digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
-    if year_digits < 4 || year_digits > 6 {
+    if !(4..=6).contains(&year_digits) {
         return Err(BadTime::Unreadable);
     }
     let (year, rest) = bytes.split_at(year_digits);
@@ -337,12 +337,22 @@ mod tests {
         let beyond = parse_time("2555-01-01T00:00:00Z").unwrap();
         assert_eq!(today.nanos(beyond), Err(BadTime::OutOfReach));
         let late = Epoch::around(parse_time("9000-01-01T00:00:00Z").unwrap());
-        for (text, reached) in [("8800-01-01T00:00:00Z", true), ("8700-01-01T00:00:00Z", false)] {
-            assert_eq!(late.nanos(parse_time(text).unwrap()).is_ok(), reached, "{text}");
+        for (text, reached) in [
+            ("8800-01-01T00:00:00Z", true),
+            ("8700-01-01T00:00:00Z", false),
+        ] {
+            assert_eq!(
+                late.nanos(parse_time(text).unwrap()).is_ok(),
+                reached,
+                "{text}"
+            );
         }
         // A sunset of the config, on the shifted clock.
         assert_eq!(late.shift(1_795_000_000_000_000_000), 0);
-        assert_eq!(today.shift(1_795_000_000_000_000_000), 1_795_000_000_000_000_000);
+        assert_eq!(
+            today.shift(1_795_000_000_000_000_000),
+            1_795_000_000_000_000_000
+        );
     }
 
     #[test]

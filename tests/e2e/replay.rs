@@ -607,7 +607,10 @@ fn a_line_over_a_mebibyte_and_a_time_outside_1970_to_9999_are_skipped_and_counte
         stderr.starts_with(&at) && stderr.contains("longer than 1 MiB"),
         "{stderr}"
     );
-    for (out_of_range, time) in [(2, "1969-12-31T23:59:59.999999Z"), (3, "10000-01-01T00:00:00Z")] {
+    for (out_of_range, time) in [
+        (2, "1969-12-31T23:59:59.999999Z"),
+        (3, "10000-01-01T00:00:00Z"),
+    ] {
         let stderr = strict(&[lines[0].clone(), lines[out_of_range].clone()]);
         assert!(
             stderr.starts_with(&at) && stderr.contains(&format!("{time:?} is outside 1970–9999")),
@@ -668,19 +671,29 @@ fn the_whole_log_s_totals_count_each_request_once_whatever_its_rule() {
         "{report}"
     );
     let tight = row(&report, "tight");
-    assert_eq!((&tight["limited"], &tight["newly_limited"]), (&json!(1), &json!(1)));
+    assert_eq!(
+        (&tight["limited"], &tight["newly_limited"]),
+        (&json!(1), &json!(1))
+    );
     assert_eq!(&row(&report, "also")["limited"], 1);
     assert_eq!(&row(&report, "also")["newly_limited"], 0);
     for rule in ["tight", "also"] {
         assert_eq!(&row(&report, rule)["no_longer_limited"], 0);
     }
     let out = sluice(
-        &["replay", "--config", config.to_str().unwrap(), log.to_str().unwrap()],
+        &[
+            "replay",
+            "--config",
+            config.to_str().unwrap(),
+            log.to_str().unwrap(),
+        ],
         b"",
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("replayed 4 line(s)\nagainst the log: 1 newly limited, 2 no longer limited\n"),
+        text.contains(
+            "replayed 4 line(s)\nagainst the log: 1 newly limited, 2 no longer limited\n"
+        ),
         "{text}"
     );
 }
