@@ -5,42 +5,41 @@
 //! of traffic in seconds, never touching a live store.
 //!
 //! A log is written as requests end, so its lines are not in arrival order:
-//! a line waits in a heap until the log has reached
-//! [`REORDER_AT_LEAST`] (or twice the longest request seen, if longer)
-//! past its time, by when every line that arrived before it has been
-//! read. A line that still comes later than that is decided at the
-//! clock's time.
+//! [`reorder`] puts them back in order. Memory stays bounded whatever the
+//! log holds: lines are read in a buffer of fixed size ([`input`]), and
+//! the lines waiting for their turn are bounded in number.
 
 mod input;
 pub mod line;
+mod reorder;
 mod replayable;
 mod report;
 mod scan;
 mod simulate;
 pub mod suggest;
+pub mod time;
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use input::{Logs, Unreadable};
-use line::{Recorded, Wanted};
+pub use input::{LogLine, Logs, TooLong, Unreadable};
+use line::Wanted;
+use reorder::Reorder;
 pub use replayable::{replayable, LogHolds, NotReplayed};
 pub use report::{Report, RuleReport, TopKey};
-pub use simulate::{Simulator, Tally};
+pub use simulate::{Simulator, Tally, Totals};
+use time::Epoch;
 
-use crate::clock::Nanos;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::store::{MemoryStore, Store};
 
-/// How far past a line's time the log is read before it is decided.
-const REORDER_AT_LEAST: Nanos = 10_000_000_000;
-
 /// Lines read before the replay starts, to learn what the log records.
 const LOOK_AHEAD: usize = 10_000;
+
+/// Bytes of those lines held at most.
+const LOOK_AHEAD_BYTES: usize = 8 << 20;
 
 /// Buckets a replay's store holds at most (it forgets none sooner).
 const MOST_KEYS: usize = 64 << 20;
@@ -58,32 +57,22 @@ pub struct Replay {
     pub strict: bool,
 }
 
-/// A line waiting in the reorder heap: earliest time first, then in the
-/// order read.
-struct Waiting(Nanos, u64, Box<Recorded>);
+/// A line read ahead: its log, its number there, its bytes (or too long).
+type Early = (usize, u64, Result<Vec<u8>, TooLong>);
 
-impl PartialEq for Waiting {
-    fn eq(&self, other: &Self) -> bool {
-        (self.0, self.1) == (other.0, other.1)
-    }
-}
-impl Eq for Waiting {}
-impl PartialOrd for Waiting {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Waiting {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.0, self.1).cmp(&(other.0, other.1))
-    }
+/// What the lines read ahead show: what the log's `keys` hold, and the
+/// clock its times are held on.
+struct Ahead {
+    lines: Vec<Early>,
+    holds: LogHolds,
+    epoch: Epoch,
 }
 
 /// Runs a replay; see the module docs.
 pub fn replay(replay: Replay) -> Result<Report, Failed> {
     let mut logs = Logs::new(replay.logs);
-    let (early, holds) = look_ahead(&mut logs)?;
-    let (config, not_replayed) = replayable(&replay.config, &holds);
+    let ahead = look_ahead(&mut logs)?;
+    let (config, not_replayed) = replayable(&replay.config, &ahead.holds, ahead.epoch);
     let store = Store::Memory(MemoryStore::new(MOST_KEYS));
     let policy = Policy::compile(Arc::new(config), &Metrics::new(), &store);
     let mut wanted = Wanted::default();
@@ -91,97 +80,88 @@ pub fn replay(replay: Replay) -> Result<Report, Failed> {
     let mut reorder = Reorder::default();
     let (mut lines, mut skipped) = (0u64, 0u64);
     let names = logs.names();
-    let mut take = |text: &[u8], at: (u32, u64)| -> Result<(), Failed> {
-        match line::read(text, &wanted, at) {
-            Ok(recorded) => {
-                lines += 1;
-                reorder.push(recorded, &mut simulator);
-                Ok(())
-            }
+    let epoch = ahead.epoch;
+    let mut take = |text: Result<&[u8], TooLong>, at: (u32, u64)| -> Result<(), Failed> {
+        let mut room = reorder.room();
+        let read = text
+            .map_err(|too_long| line::NotALine(too_long.sentence()))
+            .and_then(|text| line::read_into(&mut room, text, &wanted, epoch, at));
+        if read.is_ok() {
+            lines += 1;
+            reorder.push(room, &mut simulator);
+            return Ok(());
+        }
+        reorder.unused(room);
+        match read {
             Err(line::NotALine(why)) if replay.strict => {
                 Err(Failed(format!("{}:{}: {why}", names[at.0 as usize], at.1)))
             }
-            Err(_) => {
+            _ => {
                 skipped += 1;
                 Ok(())
             }
         }
     };
-    for (index, number, text) in &early {
-        take(text, (*index as u32, *number))?;
+    for (index, number, text) in &ahead.lines {
+        take(
+            text.as_deref().map_err(|too_long| *too_long),
+            (*index as u32, *number),
+        )?;
     }
-    while let Some((index, number, text)) =
+    while let Some(LogLine { log, number, text }) =
         logs.next_line().map_err(|Unreadable(why)| Failed(why))?
     {
-        take(text, (index as u32, number))?;
+        take(text, (log as u32, number))?;
     }
     reorder.drain(&mut simulator);
     simulator.finish();
     let names = policy.rules.iter().map(|rule| rule.name.to_string());
     let tallies = std::mem::take(&mut simulator.tallies);
-    Ok(Report::new(lines, skipped, names, tallies, not_replayed))
+    let counts = report::Counts {
+        lines,
+        skipped,
+        totals: simulator.totals,
+    };
+    Ok(Report::new(counts, names, tallies, not_replayed, epoch))
 }
 
-/// Lines read ahead (log, line number, text) until one shows what the
-/// log's `keys` hold, and what they hold.
-#[allow(clippy::type_complexity)]
-fn look_ahead(logs: &mut Logs) -> Result<(Vec<(usize, u64, Vec<u8>)>, LogHolds), Failed> {
-    let mut early = Vec::new();
-    let mut holds = LogHolds {
-        keys: Some(Vec::new()),
+/// Lines read ahead (at most [`LOOK_AHEAD`], and [`LOOK_AHEAD_BYTES`])
+/// until one shows what the log's `keys` hold; the first time among them
+/// sets the clock's epoch.
+fn look_ahead(logs: &mut Logs) -> Result<Ahead, Failed> {
+    let mut ahead = Ahead {
+        lines: Vec::new(),
+        holds: LogHolds {
+            keys: Some(Vec::new()),
+        },
+        epoch: Epoch::default(),
     };
-    while early.len() < LOOK_AHEAD {
-        let Some((index, number, text)) =
+    let (mut bytes, mut first) = (0, None);
+    while ahead.lines.len() < LOOK_AHEAD && bytes < LOOK_AHEAD_BYTES {
+        let Some(LogLine { log, number, text }) =
             logs.next_line().map_err(|Unreadable(why)| Failed(why))?
         else {
             break;
         };
-        let keys = serde_json::from_slice::<serde_json::Value>(text)
+        let parsed = text
             .ok()
-            .and_then(|line| line.get("keys")?.as_object().cloned());
-        early.push((index, number, text.to_vec()));
+            .and_then(|text| serde_json::from_slice::<serde_json::Value>(text).ok());
+        let time = parsed.as_ref().and_then(|line| line.get("time")?.as_str());
+        first = first.or_else(|| time.and_then(|time| time::parse_time(time).ok()));
+        let keys = parsed
+            .as_ref()
+            .and_then(|line| line.get("keys")?.as_object());
         if let Some(keys) = keys {
-            holds.keys = Some(keys.keys().cloned().collect());
+            ahead.holds.keys = Some(keys.keys().cloned().collect());
+        }
+        bytes += text.map_or(0, <[u8]>::len);
+        ahead.lines.push((log, number, text.map(<[u8]>::to_vec)));
+        if keys.is_some() {
             break;
         }
     }
-    Ok((early, holds))
-}
-
-/// The heap that puts lines back in time order.
-#[derive(Default)]
-struct Reorder {
-    heap: BinaryHeap<Reverse<Waiting>>,
-    read: u64,
-    latest: Nanos,
-    longest: Nanos,
-}
-
-impl Reorder {
-    /// Adds a line, and decides those the log is now far enough past.
-    fn push(&mut self, line: Recorded, simulator: &mut Simulator<'_>) {
-        self.latest = self.latest.max(line.time);
-        self.longest = self.longest.max(line.duration);
-        self.read += 1;
-        self.heap
-            .push(Reverse(Waiting(line.time, self.read, Box::new(line))));
-        let horizon = REORDER_AT_LEAST.max(self.longest.saturating_mul(2));
-        let ready = self.latest.saturating_sub(horizon);
-        while let Some(Reverse(Waiting(time, ..))) = self.heap.peek() {
-            if *time > ready {
-                break;
-            }
-            if let Some(Reverse(Waiting(_, _, line))) = self.heap.pop() {
-                simulator.decide(&line);
-            }
-        }
-    }
-
-    fn drain(&mut self, simulator: &mut Simulator<'_>) {
-        while let Some(Reverse(Waiting(_, _, line))) = self.heap.pop() {
-            simulator.decide(&line);
-        }
-    }
+    ahead.epoch = first.map(Epoch::around).unwrap_or_default();
+    Ok(ahead)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! one allocation each.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::net::IpAddr;
 use std::ops::Range;
@@ -20,11 +21,13 @@ use serde::Deserialize;
 use smallvec::SmallVec;
 
 use super::scan::{scan, Members};
+use super::time::{Epoch, Times};
 use crate::clock::Nanos;
 
 /// What the log says happened to a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Logged {
+    #[default]
     Allowed,
     Delayed,
     Limited,
@@ -32,8 +35,9 @@ pub enum Logged {
     Refused,
 }
 
-/// A line, owned, as the replay keeps it until its turn.
-#[derive(Debug)]
+/// A line, owned, as the replay keeps it until its turn; one is reused
+/// for line after line ([`read_into`]), its text's room kept.
+#[derive(Debug, Default)]
 pub struct Recorded {
     /// When the request arrived (Unix nanoseconds).
     pub time: Nanos,
@@ -48,6 +52,7 @@ pub struct Recorded {
     pub reached_rules: bool,
     /// Where this line is: its file's number and its line number.
     pub at: (u32, u64),
+    /// The line as read, then any member read unescaped.
     text: String,
     host: Option<Range<u32>>,
     path: Range<u32>,
@@ -59,6 +64,18 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// The bytes it holds, its text's room included.
+    pub fn size(&self) -> usize {
+        std::mem::size_of::<Self>() + self.text.capacity()
+    }
+
+    /// Gives back a long line's room, so that rooms kept stay small.
+    pub fn shrink(&mut self) {
+        if self.text.capacity() > 4096 {
+            self.text = String::new();
+        }
+    }
+
     pub fn host(&self) -> Option<&str> {
         self.host.clone().map(|at| self.slice(at))
     }
@@ -89,10 +106,29 @@ impl Recorded {
 }
 
 /// The key sources a replay reads from each line's `keys`, by their names
-/// as the config writes them; the rest of `keys` is skipped.
+/// as the config writes them (the rest of `keys` is skipped), and what
+/// reading the lines before tells of the next.
 #[derive(Debug, Default)]
 pub struct Wanted {
     pub names: Vec<String>,
+    /// Where in `keys` each name was found last.
+    hints: Vec<Cell<usize>>,
+    /// The last time read, to the second.
+    times: Cell<Times>,
+}
+
+impl Wanted {
+    /// The index of source `name`, added if new.
+    pub fn want(&mut self, name: String) -> usize {
+        match self.names.iter().position(|one| *one == name) {
+            Some(index) => index,
+            None => {
+                self.names.push(name);
+                self.hints.push(Cell::new(0));
+                self.names.len() - 1
+            }
+        }
+    }
 }
 
 /// Why a line is not an access log line.
@@ -175,16 +211,60 @@ impl<'de: 'a, 'a> Deserialize<'de> for Keys<'a> {
     }
 }
 
-/// Reads one line of a log (without its newline); `at` says where it is.
-pub fn read(line: &[u8], wanted: &Wanted, at: (u32, u64)) -> Result<Recorded, NotALine> {
+/// Reads one line of a log (without its newline), its time on the clock
+/// of `epoch`; `at` says where it is.
+pub fn read(
+    line: &[u8],
+    wanted: &Wanted,
+    epoch: Epoch,
+    at: (u32, u64),
+) -> Result<Recorded, NotALine> {
+    let mut recorded = Recorded::default();
+    read_into(&mut recorded, line, wanted, epoch, at)?;
+    Ok(recorded)
+}
+
+/// [`read`] into `into`, whose text's room is reused.
+pub fn read_into(
+    into: &mut Recorded,
+    line: &[u8],
+    wanted: &Wanted,
+    epoch: Epoch,
+    at: (u32, u64),
+) -> Result<(), NotALine> {
+    let mut members = Members::default();
+    let line = read_members(line, true, &mut members)?;
+    keep(into, line, &members, wanted, epoch, at)
+}
+
+/// A line's members into `members`: by [`scan`] where it reads the line
+/// (`fast`), else by `serde_json`; the line as text.
+fn read_members<'a>(
+    line: &'a [u8],
+    fast: bool,
+    members: &mut Members<'a>,
+) -> Result<&'a str, NotALine> {
     // Checked here, at once: serde_json's check of each string as it reads
     // it costs more than std's of the whole line.
     let line = std::str::from_utf8(line)
         .map_err(|_| NotALine("not an access log line: it is not UTF-8".to_owned()))?;
-    let members = match scan(line) {
-        Some(members) => members,
-        None => parsed(line)?,
-    };
+    if !fast || scan(line, members).is_none() {
+        *members = parsed(line)?;
+    }
+    Ok(line)
+}
+
+/// What a replay keeps of a line's `members`, into `into`: the line's text
+/// whole (one copy), and where each member is in it; a member that is not
+/// the line's own text (a string with escapes, read unescaped) after it.
+fn keep(
+    into: &mut Recorded,
+    line: &str,
+    members: &Members<'_>,
+    wanted: &Wanted,
+    epoch: Epoch,
+    at: (u32, u64),
+) -> Result<(), NotALine> {
     let Some(time_text) = members.time.as_deref() else {
         return Err(NotALine(
             "not an access log line: it has no time".to_owned(),
@@ -196,11 +276,9 @@ pub fn read(line: &[u8], wanted: &Wanted, at: (u32, u64)) -> Result<Recorded, No
             "not an access log line: it has no outcome or duration_ms".to_owned(),
         ));
     };
-    let time = parse_time(time_text).ok_or_else(|| {
-        NotALine(format!(
-            "its time {time_text:?} is not an RFC 3339 time in UTC (2026-11-28T11:31:05.123456Z)"
-        ))
-    })?;
+    let time = Times::parse(&wanted.times, time_text)
+        .and_then(|time| epoch.nanos(time))
+        .map_err(|bad| NotALine(bad.sentence(time_text)))?;
     let logged = match outcome {
         "allowed" => Logged::Allowed,
         "delayed" => Logged::Delayed,
@@ -213,8 +291,16 @@ pub fn read(line: &[u8], wanted: &Wanted, at: (u32, u64)) -> Result<Recorded, No
             .map_err(|_| NotALine(format!("its method {method:?} is not an HTTP method")))?,
         None => Method::GET,
     };
-    let mut text = String::with_capacity(128);
+    let mut text = std::mem::take(&mut into.text);
+    text.clear();
+    text.push_str(line);
+    let within = line.as_ptr() as usize..line.as_ptr() as usize + line.len();
     let mut put = |value: &str| {
+        let start = value.as_ptr() as usize;
+        if within.contains(&start) || value.is_empty() {
+            let start = start.saturating_sub(within.start).min(line.len()) as u32;
+            return start..start + value.len() as u32;
+        }
         let start = text.len() as u32;
         text.push_str(value);
         start..text.len() as u32
@@ -224,18 +310,31 @@ pub fn read(line: &[u8], wanted: &Wanted, at: (u32, u64)) -> Result<Recorded, No
     let host = members.host.as_deref().map(&mut put);
     let path = put(members.path.as_deref().unwrap_or("/"));
     let rule = members.rule.as_deref().map(&mut put);
-    let mut values = SmallVec::new();
+    let mut values = std::mem::take(&mut into.values);
+    values.clear();
     let reached_rules = members.keys.is_some();
     if let Some(pairs) = &members.keys {
-        for name in &wanted.names {
-            let value = pairs
-                .iter()
-                .find(|(member, _)| *member == **name)
-                .and_then(|(_, value)| value.as_deref());
+        for (index, name) in wanted.names.iter().enumerate() {
+            // Lines of one log hold their keys in one order: where the
+            // name was last time is looked at first.
+            let hint = wanted.hints.get(index).map_or(0, |hint| hint.get());
+            let found = match pairs.get(hint) {
+                Some(pair) if pair.0 == **name => Some(pair),
+                _ => pairs
+                    .iter()
+                    .position(|(member, _)| *member == **name)
+                    .map(|at| {
+                        if let Some(hint) = wanted.hints.get(index) {
+                            hint.set(at);
+                        }
+                        &pairs[at]
+                    }),
+            };
+            let value = found.and_then(|(_, value)| value.as_deref());
             values.push(value.map(&mut put));
         }
     }
-    Ok(Recorded {
+    *into = Recorded {
         time,
         duration: millis_to_nanos(duration_ms),
         held: members.delay_ms.saturating_mul(1_000_000),
@@ -250,7 +349,8 @@ pub fn read(line: &[u8], wanted: &Wanted, at: (u32, u64)) -> Result<Recorded, No
         client_text,
         rule,
         values,
-    })
+    };
+    Ok(())
 }
 
 /// A line [`scan`] does not read, parsed in full by `serde_json`.
@@ -298,126 +398,18 @@ fn millis_to_nanos(millis: f64) -> Nanos {
     }
 }
 
-/// `2026-11-28T11:31:05.123456Z` (any number of decimals, or none; `Z` or
-/// `+00:00`) as Unix nanoseconds. Other offsets are read too.
-pub fn parse_time(text: &str) -> Option<Nanos> {
-    let bytes = text.as_bytes();
-    if bytes.len() < 20 || bytes[4] != b'-' || bytes[7] != b'-' || bytes[13] != b':' {
-        return None;
-    }
-    if !matches!(bytes[10], b'T' | b't' | b' ') || bytes[16] != b':' {
-        return None;
-    }
-    let number = |range: Range<usize>| -> Option<i64> {
-        let digits = bytes.get(range)?;
-        digits.iter().try_fold(0i64, |sum, &b| {
-            b.is_ascii_digit().then(|| sum * 10 + i64::from(b - b'0'))
-        })
-    };
-    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
-        return None;
-    }
-    if second > 60 {
-        return None;
-    }
-    let mut at = 19;
-    let mut nanos = 0i64;
-    if bytes.get(at) == Some(&b'.') {
-        at += 1;
-        let mut scale = 100_000_000;
-        let start = at;
-        while let Some(digit) = bytes.get(at).filter(|b| b.is_ascii_digit()) {
-            nanos += i64::from(digit - b'0') * scale;
-            scale /= 10;
-            at += 1;
-        }
-        if at == start {
-            return None;
-        }
-    }
-    let offset = match &bytes[at..] {
-        b"Z" | b"z" => 0,
-        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-            let digits = [*h1, *h2, *m1, *m2];
-            if !digits.iter().all(u8::is_ascii_digit) {
-                return None;
-            }
-            let hours = i64::from((h1 - b'0') * 10 + (h2 - b'0'));
-            let minutes = i64::from((m1 - b'0') * 10 + (m2 - b'0'));
-            let seconds = hours * 3_600 + minutes * 60;
-            if *sign == b'+' {
-                seconds
-            } else {
-                -seconds
-            }
-        }
-        _ => return None,
-    };
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset;
-    let total = i128::from(seconds) * 1_000_000_000 + i128::from(nanos);
-    Nanos::try_from(total).ok()
-}
-
-/// Days since 1970-01-01 of a date in the proleptic Gregorian calendar
-/// (Howard Hinnant's `days_from_civil`, the inverse of the access log's).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year.rem_euclid(400);
-    let month_index = (month + 9) % 12;
-    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::access_log::rfc3339;
-
-    #[test]
-    fn times_read_back_as_the_log_writes_them() {
-        for at in [
-            0,
-            951_782_400_123_456_000,
-            1_795_000_060_999_999_000,
-            4_107_542_399_001_002_000,
-        ] {
-            assert_eq!(parse_time(&rfc3339(at)), Some(at), "{}", rfc3339(at));
-        }
-        assert_eq!(
-            parse_time("2026-11-28T12:00:00+01:00"),
-            parse_time("2026-11-28T11:00:00Z")
-        );
-        assert_eq!(
-            parse_time("2026-11-28T11:00:00.5Z"),
-            parse_time("2026-11-28T11:00:00Z").map(|at| at + 500_000_000)
-        );
-        for bad in [
-            "",
-            "yesterday",
-            "2026-13-01T00:00:00Z",
-            "2026-11-28T11:00:00",
-            "2026-11-28T11:00:00.Z",
-        ] {
-            assert_eq!(parse_time(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn a_line_keeps_what_a_replay_reads() {
-        let wanted = Wanted {
-            names: vec!["header:x-api-key".into(), "jwt:plan".into()],
-        };
+        let mut wanted = Wanted::default();
+        wanted.want("header:x-api-key".into());
+        wanted.want("jwt:plan".into());
         let line = r#"{"time":"2026-11-28T11:31:05.123456Z","request_id":"a","client":"2001:db8:1:2::/64","method":"POST","host":"api.example","path":"/v1/\"x\"","status":429,"bytes_out":1,"duration_ms":12.5,"upstream_ms":null,"delay_ms":3,"outcome":"limited","rule":"per-key","key":"k","cost":1,"keys":{"ip":"2001:db8:1:2::/64","header:x-api-key":"sk_l…#3f9a1c2e4b7d","jwt:plan":null}}"#;
-        let read = read(line.as_bytes(), &wanted, (0, 1)).unwrap();
-        assert_eq!(
-            read.time,
-            parse_time("2026-11-28T11:31:05.123456Z").unwrap()
-        );
+        let read = read(line.as_bytes(), &wanted, Epoch::default(), (0, 1)).unwrap();
+        assert_eq!(read.time, 1_795_865_465_123_456_000);
         assert_eq!(read.duration, 12_500_000);
         assert_eq!(read.held, 3_000_000);
         assert_eq!(read.method, Method::POST);
@@ -440,13 +432,126 @@ mod tests {
             r#"{"time":"x","duration_ms":1,"outcome":"allowed"}"#,
         ] {
             assert!(
-                super::read(bad.as_bytes(), &wanted, (0, 1)).is_err(),
+                super::read(bad.as_bytes(), &wanted, Epoch::default(), (0, 1)).is_err(),
                 "{bad}"
             );
         }
     }
 
     fn read_ok(line: &str, wanted: &Wanted) -> Recorded {
-        read(line.as_bytes(), wanted, (0, 1)).unwrap_or_else(|e| panic!("{e:?}: {line}"))
+        read(line.as_bytes(), wanted, Epoch::default(), (0, 1))
+            .unwrap_or_else(|e| panic!("{e:?}: {line}"))
+    }
+
+    /// A line of sluice's shape, from generated parts.
+    fn sluice_line(parts: &(u32, u8, u16, u16, u8, bool)) -> String {
+        let (at, client, duration, decimals, outcome, keys) = *parts;
+        let time = crate::access_log::rfc3339(1_795_000_000_000_000_000 + u64::from(at) * 1_000);
+        let outcome =
+            ["allowed", "limited", "delayed", "denied", "missing_key"][usize::from(outcome % 5)];
+        let keys = if keys {
+            format!(
+                r#"{{"ip":"10.0.0.{client}","header:x-api-key":"sk_l…#{client:012x}","jwt:plan":null}}"#
+            )
+        } else {
+            "null".to_owned()
+        };
+        format!(
+            r#"{{"time":"{time}","request_id":"0","client":"10.0.0.{client}","method":"GET","host":"h","path":"/v1/x","status":200,"bytes_out":512,"duration_ms":{duration}.{decimals:03},"upstream_ms":null,"delay_ms":{},"outcome":"{outcome}","rule":"per-key","key":"k","cost":1,"keys":{keys}}}"#,
+            decimals % 7,
+        )
+    }
+
+    /// What reading `line` gives, by the fast scan or by serde_json alone.
+    fn read_by(line: &[u8], fast: bool) -> Result<String, ()> {
+        let mut wanted = Wanted::default();
+        wanted.want("header:x-api-key".into());
+        wanted.want("jwt:plan".into());
+        let mut members = Members::default();
+        let line = read_members(line, fast, &mut members).map_err(drop)?;
+        let mut into = Recorded::default();
+        keep(&mut into, line, &members, &wanted, Epoch::default(), (0, 1)).map_err(drop)?;
+        let values: Vec<_> = (0..2).map(|index| into.value(index)).collect();
+        let shown = (
+            into.client_text(),
+            into.host(),
+            into.path(),
+            into.rule(),
+            values,
+        );
+        Ok(format!(
+            "{:?} {:?} {:?} {:?} {:?} {:?} {shown:?}",
+            into.time, into.duration, into.held, into.method, into.client, into.logged
+        ))
+    }
+
+    /// Bytes that change how JSON reads.
+    const TOKENS: &[&str] = &[
+        "\"",
+        "\\",
+        "\\\"",
+        " ",
+        "\t",
+        "\u{1}",
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        "0",
+        "-",
+        "e",
+        "E+",
+        ".",
+        "n",
+        "null",
+        "true",
+        "é",
+        "01",
+        "1e400",
+        "-0",
+        "\"time\":\"x\",",
+        "\"keys\":{},",
+        "\"delay_ms\":1.0,",
+        "\"duration_ms\":-1,",
+        "\"duration_ms\":1e2,",
+        "\"x\":{\"a\":1},",
+        "\"host\":5,",
+        "\"rule\":null,",
+        "\"status\":01,",
+        "\"time\":\"2026-11-28T00:00:00Z\",",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+
+        /// The fast scan reads exactly what serde_json reads: the same
+        /// line kept, or both refuse it, whatever is changed in a line.
+        #[test]
+        fn the_fast_scan_reads_as_serde_json_does(
+            parts in (0u32..1_000_000, 0u8..255, 0u16..20_000, 0u16..1000, 0u8..5, proptest::bool::ANY),
+            edits in proptest::collection::vec((0usize..400, 0usize..TOKENS.len(), 0u8..3), 0..3),
+        ) {
+            let mut line = sluice_line(&parts).into_bytes();
+            for (at, token, how) in edits {
+                let at = at % (line.len() + 1);
+                match how {
+                    0 => { line.splice(at..at, TOKENS[token].bytes()); }
+                    1 if at < line.len() => { line.remove(at); }
+                    _ => { line.splice(at..(at + TOKENS[token].len()).min(line.len()), TOKENS[token].bytes()); }
+                }
+            }
+            let fast = read_by(&line, true);
+            let slow = read_by(&line, false);
+            proptest::prop_assert_eq!(fast, slow, "{}", String::from_utf8_lossy(&line));
+        }
+    }
+
+    #[test]
+    fn sluice_s_own_lines_take_the_fast_way() {
+        let line = sluice_line(&(7, 3, 12, 500, 0, true));
+        assert!(scan(&line, &mut Members::default()).is_some(), "{line}");
+        assert!(read_by(line.as_bytes(), true).is_ok());
     }
 }

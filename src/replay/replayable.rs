@@ -5,6 +5,7 @@
 //! value) turned into its label, since that is how the log holds it
 //! (docs/replay.md, "What a log cannot replay").
 
+use super::time::Epoch;
 use crate::config::{AlgorithmKind, Config, KeySource, RuleConfig, Unit};
 use crate::key::label::is_credential;
 use crate::key::{KeyLabels, KeyText, LabelKey};
@@ -35,8 +36,9 @@ impl LogHolds {
     }
 }
 
-/// `config` as the replay compiles it, and the rules it leaves out.
-pub fn replayable(config: &Config, holds: &LogHolds) -> (Config, Vec<NotReplayed>) {
+/// `config` as the replay compiles it, on the clock of `epoch`, and the
+/// rules it leaves out.
+pub fn replayable(config: &Config, holds: &LogHolds, epoch: Epoch) -> (Config, Vec<NotReplayed>) {
     let labels = labels_of(config);
     let mut kept = config.clone();
     kept.rules.clear();
@@ -47,7 +49,9 @@ pub fn replayable(config: &Config, holds: &LogHolds) -> (Config, Vec<NotReplayed
                 rule: rule.name.clone(),
                 reason,
             }),
-            None => kept.rules.push(labelled(rule, labels.as_ref())),
+            None => kept
+                .rules
+                .push(on_clock(labelled(rule, labels.as_ref()), epoch)),
         }
     }
     (kept, left_out)
@@ -132,6 +136,15 @@ fn why_not(rule: &RuleConfig, holds: &LogHolds, labels: Option<&KeyLabels>) -> O
         );
     }
     None
+}
+
+/// `rule` with the times it writes (a sunset's) on the replay's clock.
+fn on_clock(mut rule: RuleConfig, epoch: Epoch) -> RuleConfig {
+    if let Some(sunset) = &mut rule.sunset {
+        sunset.start = epoch.shift(sunset.start);
+        sunset.end = epoch.shift(sunset.end).max(sunset.start + 1);
+    }
+    rule
 }
 
 /// `rule` with every credential value it writes as the log shows it.

@@ -1,13 +1,14 @@
 //! What a replay found, per rule, as text for a person or as one JSON
 //! document (`--json`; docs/replay.md has both).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use super::replayable::NotReplayed;
-use super::simulate::Tally;
-use crate::access_log::rfc3339;
+use super::simulate::{Tally, Totals};
+use super::time::Epoch;
 use crate::clock::Nanos;
 
 /// Keys listed per rule, most limited first.
@@ -17,6 +18,9 @@ const TOP_KEYS: usize = 10;
 pub struct Report {
     pub lines: u64,
     pub skipped: u64,
+    /// The whole log's, each request once (docs/replay.md).
+    pub newly_limited: u64,
+    pub no_longer_limited: u64,
     pub rules: Vec<RuleReport>,
     pub not_replayed: Vec<NotReplayedReport>,
 }
@@ -48,21 +52,34 @@ pub struct NotReplayedReport {
     pub reason: String,
 }
 
+/// What a replay counted over the whole log.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Lines decided.
+    pub lines: u64,
+    /// Lines that are not access log lines, too long, or of a time out of
+    /// range.
+    pub skipped: u64,
+    pub totals: Totals,
+}
+
 impl Report {
     pub fn new(
-        lines: u64,
-        skipped: u64,
+        counts: Counts,
         names: impl Iterator<Item = String>,
         tallies: Vec<Tally>,
         not_replayed: Vec<NotReplayed>,
+        epoch: Epoch,
     ) -> Report {
         let rules = names
             .zip(tallies)
-            .map(|(rule, tally)| RuleReport::new(rule, tally))
+            .map(|(rule, tally)| RuleReport::new(rule, tally, epoch))
             .collect();
         Report {
-            lines,
-            skipped,
+            lines: counts.lines,
+            skipped: counts.skipped,
+            newly_limited: counts.totals.newly_limited,
+            no_longer_limited: counts.totals.no_longer_limited,
             rules,
             not_replayed: not_replayed
                 .into_iter()
@@ -83,8 +100,16 @@ impl Report {
             self.lines,
             match self.skipped {
                 0 => String::new(),
-                n => format!(" ({n} skipped: not access log lines)"),
+                n => format!(
+                    " ({n} skipped: not access log lines, longer than 1 MiB, or timed \
+                     outside 1970–9999)"
+                ),
             }
+        );
+        let _ = writeln!(
+            out,
+            "against the log: {} newly limited, {} no longer limited",
+            self.newly_limited, self.no_longer_limited
         );
         for rule in &self.rules {
             let _ = writeln!(out, "\nrule {}", rule.rule);
@@ -122,8 +147,14 @@ impl Report {
 }
 
 impl RuleReport {
-    fn new(rule: String, tally: Tally) -> RuleReport {
-        let mut top: Vec<TopKey> = (tally.limited_keys.into_iter())
+    fn new(rule: String, tally: Tally, epoch: Epoch) -> RuleReport {
+        // Keys the log shows alike (parts joined by `|`) are one.
+        let mut by_shown: HashMap<String, u64> = HashMap::new();
+        for (shown, limited) in tally.limited_keys.into_values() {
+            *by_shown.entry(shown).or_default() += limited;
+        }
+        let mut top: Vec<TopKey> = (by_shown.into_iter())
+            .filter(|(_, limited)| *limited > 0)
             .map(|(key, limited)| TopKey { key, limited })
             .collect();
         // Most limited first; equal counts by key, so a report is the same
@@ -138,7 +169,7 @@ impl RuleReport {
             held: tally.held,
             longest_hold_ms: millis(tally.longest_hold),
             distinct_keys: tally.distinct.len() as u64,
-            first_limited: tally.first_limited.map(rfc3339),
+            first_limited: tally.first_limited.map(|at| epoch.show(at)),
             top_keys: top,
             newly_limited: tally.newly_limited,
             no_longer_limited: tally.no_longer_limited,

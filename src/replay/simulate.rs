@@ -25,7 +25,7 @@ use super::line::{Logged, Recorded, Wanted};
 use crate::clock::Nanos;
 use crate::config::{KeySource, MissingPolicy};
 use crate::key::fold::fold;
-use crate::key::RequestFacts;
+use crate::key::{BucketKey, RequestFacts};
 use crate::limiter::Decision;
 use crate::policy::{Policy, Rule};
 use crate::proxy::{fill_asks, Applicable};
@@ -62,8 +62,16 @@ pub struct Tally {
     pub longest_hold: Nanos,
     pub distinct: HashSet<u64, foldhash::fast::FixedState>,
     pub first_limited: Option<Nanos>,
-    /// Refusals by key, as the log shows keys.
-    pub limited_keys: HashMap<String, u64>,
+    /// Refusals by bucket key: the key as the log shows it, and how many.
+    pub limited_keys: HashMap<BucketKey, (String, u64), foldhash::fast::FixedState>,
+    pub newly_limited: u64,
+    pub no_longer_limited: u64,
+}
+
+/// The whole log's figures against what it says happened: each request
+/// counted once, whichever rule decides it (or none the config still has).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Totals {
     pub newly_limited: u64,
     pub no_longer_limited: u64,
 }
@@ -84,7 +92,7 @@ struct Waiter {
     queued: Box<QueuedPermit>,
     /// The rule whose permit it waits for.
     rule: usize,
-    key: String,
+    key: BucketKey,
     since: Nanos,
     deadline: Nanos,
     /// How long its exchange takes once admitted.
@@ -107,6 +115,7 @@ pub struct Simulator<'p> {
     /// `paths_alike` says: what `path` keys read.
     path: String,
     pub tallies: Vec<Tally>,
+    pub totals: Totals,
     /// The simulated clock: the latest time decided.
     now: Nanos,
     /// Permits to return: when, and the receipts (by number in `returns`).
@@ -116,6 +125,8 @@ pub struct Simulator<'p> {
     waiters: Vec<Waiter>,
     /// The store's answer, reused (boxed: moved out and back per line).
     answer: Option<Box<Admission>>,
+    /// The rule name a line named last, and its index.
+    last_rule: Option<(Box<str>, Option<usize>)>,
 }
 
 impl<'p> Simulator<'p> {
@@ -153,12 +164,14 @@ impl<'p> Simulator<'p> {
             headers: HeaderMap::new(),
             path: String::new(),
             tallies: policy.rules.iter().map(|_| Tally::default()).collect(),
+            totals: Totals::default(),
             now: 0,
             releases: BinaryHeap::new(),
             returns: HashMap::new(),
             next_release: 0,
             waiters: Vec::new(),
             answer: Some(Box::default()),
+            last_rule: None,
         }
     }
 
@@ -289,7 +302,7 @@ impl<'p> Simulator<'p> {
             tally.distinct.insert(key);
             if let Some(sunset) = &rule.sunset {
                 if !rule.shadow && sunset.schedule.is_gone(now) {
-                    self.limited(index, line, now);
+                    self.limited(index, key, line, now);
                     return Err(Replayed::Limited(index));
                 }
             }
@@ -325,7 +338,7 @@ impl<'p> Simulator<'p> {
         let mut decisions = &answer.decisions[..];
         let mut refusing = None;
         let mut hold = 0;
-        let mut counts = SmallVec::<[(usize, Nanos, bool); 4]>::new();
+        let mut counts = SmallVec::<[(usize, BucketKey, Nanos, bool); 4]>::new();
         for applicable in enforced {
             let (own, rest) = decisions.split_at(applicable.limits.len().min(decisions.len()));
             decisions = rest;
@@ -336,7 +349,7 @@ impl<'p> Simulator<'p> {
                 refusing = Some(index);
             }
             hold = hold.max(wait);
-            counts.push((index, wait, refused));
+            counts.push((index, applicable.key, wait, refused));
         }
         let queued_rule = answer.queued.as_ref().and_then(|queued| {
             enforced
@@ -353,13 +366,13 @@ impl<'p> Simulator<'p> {
         match answer.outcome {
             Outcome::Banned { rule, .. } => {
                 let index = index_of(enforced[rule].rule);
-                self.limited(index, line, now);
+                self.limited(index, enforced[rule].key, line, now);
                 return Some(Replayed::Limited(index));
             }
             Outcome::Limited => {
-                for (index, _, refused) in counts {
+                for (index, key, _, refused) in counts {
                     if refused {
-                        self.limited(index, line, now);
+                        self.limited(index, key, line, now);
                     } else {
                         self.tallies[index].allowed += 1;
                     }
@@ -368,7 +381,7 @@ impl<'p> Simulator<'p> {
             }
             Outcome::Admitted => {}
         }
-        for (index, wait, _) in counts {
+        for (index, _, wait, _) in counts {
             if Some(index) == queued_rule {
                 continue;
             }
@@ -383,15 +396,20 @@ impl<'p> Simulator<'p> {
         for (at, applicable) in (enforced.len()..).zip(shadowed) {
             let index = index_of(applicable.rule);
             if answer.shadow_limited.contains(&at) {
-                self.limited(index, line, now);
+                self.limited(index, applicable.key, line, now);
             } else {
                 self.tallies[index].allowed += 1;
             }
         }
         let exchange = line.duration.saturating_sub(line.held);
-        let receipts: Vec<Receipt> = answer.receipts.drain(..).collect();
         if let (Some(queued), Some(rule)) = (answer.queued.take(), queued_rule) {
-            let key = self.shown_key(line, rule);
+            let receipts = answer.receipts.drain(..).collect();
+            let key = enforced
+                .iter()
+                .find(|one| index_of(one.rule) == rule)
+                .map_or(0, |one| one.key);
+            self.limited_names(rule, key, line);
+            let logged_rule = self.logged_rule(line);
             self.waiters.push(Waiter {
                 deadline: now.saturating_add(queued.max_wait),
                 queued,
@@ -401,11 +419,19 @@ impl<'p> Simulator<'p> {
                 exchange,
                 receipts,
                 logged: line.logged,
-                logged_rule: line.rule().and_then(|name| self.rule_index(name)),
+                logged_rule,
             });
             return None;
         }
-        self.in_flight(receipts, now + hold + exchange);
+        // Rates are kept as taken: only permits are returned.
+        if answer
+            .receipts
+            .iter()
+            .any(|receipt| receipt.taken == Taken::Permit)
+        {
+            let receipts = answer.receipts.drain(..).collect();
+            self.in_flight(receipts, now + hold + exchange);
+        }
         Some(Replayed::Admitted)
     }
 
@@ -479,7 +505,9 @@ impl<'p> Simulator<'p> {
         let tally = &mut self.tallies[waiter.rule];
         tally.limited += 1;
         tally.first_limited.get_or_insert(at);
-        *tally.limited_keys.entry(waiter.key).or_default() += 1;
+        if let Some((_, limited)) = tally.limited_keys.get_mut(&waiter.key) {
+            *limited += 1;
+        }
         self.count_against_log(
             waiter.logged,
             waiter.logged_rule,
@@ -518,13 +546,25 @@ impl<'p> Simulator<'p> {
         }
     }
 
-    /// A refusal by rule `index` of the request `line` records at `now`.
-    fn limited(&mut self, index: usize, line: &Recorded, now: Nanos) {
-        let key = self.shown_key(line, index);
+    /// A refusal by rule `index`, of `key`, of the request `line` records
+    /// at `now`.
+    fn limited(&mut self, index: usize, key: BucketKey, line: &Recorded, now: Nanos) {
+        self.limited_names(index, key, line);
         let tally = &mut self.tallies[index];
         tally.limited += 1;
         tally.first_limited.get_or_insert(now);
-        *tally.limited_keys.entry(key).or_default() += 1;
+        if let Some((_, limited)) = tally.limited_keys.get_mut(&key) {
+            *limited += 1;
+        }
+    }
+
+    /// Makes sure rule `index` knows how the log shows `key` (`line`'s),
+    /// written once per key, not per refusal.
+    fn limited_names(&mut self, index: usize, key: BucketKey, line: &Recorded) {
+        if !self.tallies[index].limited_keys.contains_key(&key) {
+            let shown = self.shown_key(line, index);
+            self.tallies[index].limited_keys.insert(key, (shown, 0));
+        }
     }
 
     /// Rule `index`'s key of `line`, as the log shows keys.
@@ -540,13 +580,29 @@ impl<'p> Simulator<'p> {
     }
 
     fn compare(&mut self, line: &Recorded, replayed: Replayed) {
-        let logged_rule = line.rule().and_then(|name| self.rule_index(name));
+        let logged_rule = self.logged_rule(line);
         self.count_against_log(line.logged, logged_rule, replayed);
+    }
+
+    /// The index of the rule the log names as deciding `line`, if the
+    /// config has it; the last name looked up is remembered, since a log
+    /// names few rules.
+    fn logged_rule(&mut self, line: &Recorded) -> Option<usize> {
+        let name = line.rule()?;
+        if let Some((last, index)) = &self.last_rule {
+            if **last == *name {
+                return *index;
+            }
+        }
+        let index = self.rule_index(name);
+        self.last_rule = Some((name.into(), index));
+        index
     }
 
     /// Newly limited: the replay refuses what the log let through (by the
     /// rule that refuses now); no longer limited: the replay admits what
-    /// the log says a rule refused (that rule, if the config has it).
+    /// the log says a rule refused (that rule, if the config has it). The
+    /// totals count both whichever the rule.
     fn count_against_log(
         &mut self,
         logged: Logged,
@@ -555,11 +611,13 @@ impl<'p> Simulator<'p> {
     ) {
         match (logged, replayed) {
             (Logged::Limited, Replayed::Admitted) => {
+                self.totals.no_longer_limited += 1;
                 if let Some(rule) = logged_rule {
                     self.tallies[rule].no_longer_limited += 1;
                 }
             }
             (Logged::Allowed | Logged::Delayed, Replayed::Limited(rule)) => {
+                self.totals.newly_limited += 1;
                 self.tallies[rule].newly_limited += 1;
             }
             _ => {}
@@ -583,14 +641,7 @@ fn position(policy: &Policy, rule: &Rule) -> usize {
 
 /// The index of `source` among the wanted ones, added if new.
 fn want(wanted: &mut Wanted, source: &KeySource) -> usize {
-    let name = source.to_string();
-    match wanted.names.iter().position(|one| *one == name) {
-        Some(index) => index,
-        None => {
-            wanted.names.push(name);
-            wanted.names.len() - 1
-        }
-    }
+    wanted.want(source.to_string())
 }
 
 /// The client IP of `line`; unspecified when it has none.

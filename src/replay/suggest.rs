@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::line::{self, Wanted};
-use super::{replayable, Failed, LogHolds, Logs, Simulator, Unreadable};
+use super::time::{parse_time, Epoch};
+use super::{replayable, Failed, LogHolds, LogLine, Logs, Simulator, Unreadable};
 use crate::clock::Nanos;
 use crate::config::{format_period, format_rate, Config};
 use crate::metrics::Metrics;
@@ -101,7 +102,11 @@ pub fn suggest(ask: Ask) -> Result<Suggestion, Failed> {
     let mut logs = Logs::new(ask.logs);
     // Keys and match are all a suggestion reads, whatever the rule counts;
     // a source the log does not record is missing from every line.
-    let (kept, left_out) = replayable(&strip_counting(alone), &LogHolds { keys: None });
+    let (kept, left_out) = replayable(
+        &strip_counting(alone),
+        &LogHolds { keys: None },
+        Epoch::default(),
+    );
     if let Some(left_out) = left_out.first() {
         return Err(Failed(format!("rule {:?}: {}", ask.rule, left_out.reason)));
     }
@@ -111,8 +116,18 @@ pub fn suggest(ask: Ask) -> Result<Suggestion, Failed> {
     let mut simulator = Simulator::new(&policy, store.local(), &mut wanted);
     let mut times: HashMap<String, Vec<Nanos>> = HashMap::new();
     let (mut lines, mut skipped) = (0, 0);
-    while let Some((_, number, text)) = logs.next_line().map_err(|Unreadable(why)| Failed(why))? {
-        let Ok(line) = line::read(text, &wanted, (0, number)) else {
+    // Times are compared, never shown: the clock's epoch is the first's.
+    let mut epoch = None;
+    while let Some(LogLine { number, text, .. }) =
+        logs.next_line().map_err(|Unreadable(why)| Failed(why))?
+    {
+        let Ok(text) = text else {
+            skipped += 1;
+            continue;
+        };
+        epoch = epoch.or_else(|| first_epoch(text));
+        let epoch = epoch.unwrap_or_default();
+        let Ok(line) = line::read(text, &wanted, epoch, (0, number)) else {
             skipped += 1;
             continue;
         };
@@ -141,6 +156,14 @@ pub fn suggest(ask: Ask) -> Result<Suggestion, Failed> {
         count,
         toml,
     })
+}
+
+/// The clock's epoch for a log whose first timed line is `text`; `None`
+/// when it has no time a replay takes.
+fn first_epoch(text: &[u8]) -> Option<Epoch> {
+    let line = serde_json::from_slice::<serde_json::Value>(text).ok()?;
+    let time = parse_time(line.get("time")?.as_str()?).ok()?;
+    Some(Epoch::around(time))
 }
 
 /// The rule with what it counts taken away: a suggestion reads only its

@@ -541,3 +541,159 @@ rate = "1000/m"
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("per-key"));
 }
+
+/// A line at `time` as it is written, from `client`, that the log says
+/// `rule` decided with `outcome`.
+fn timed(time: &str, client: &str, outcome: &str, rule: Option<&str>) -> String {
+    json!({
+        "time": time, "request_id": "r", "client": client, "method": "GET",
+        "host": "api.example", "path": "/a", "status": 200, "bytes_out": 0,
+        "duration_ms": 1.0, "upstream_ms": null, "delay_ms": 0,
+        "outcome": outcome, "rule": rule, "key": null, "cost": 1,
+        "keys": ip_keys(client),
+    })
+    .to_string()
+}
+
+fn gzipped(text: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(text).unwrap();
+    encoder.finish().unwrap()
+}
+
+#[test]
+fn a_line_over_a_mebibyte_and_a_time_outside_1970_to_9999_are_skipped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = "[[rule]]\nname = \"per-ip\"\nkey = [\"ip\"]\nrate = \"1/m\"\n";
+    let config = write_config(dir.path(), &format!("{HEAD}{rules}"));
+    let c = "192.0.2.1";
+    let first = timed("2026-11-28T00:00:01.000000Z", c, "allowed", None);
+    // An access log line in all but its length: a long path.
+    let long = timed("2026-11-28T00:00:02Z", c, "allowed", None)
+        .replace("\"/a\"", &format!("\"/{}\"", "a".repeat(3 << 19)));
+    let lines = [
+        first.clone(),
+        long,
+        timed("1969-12-31T23:59:59.999999Z", c, "allowed", None),
+        timed("10000-01-01T00:00:00Z", c, "allowed", None),
+        timed("2026-11-28T00:00:03.000000Z", c, "allowed", None),
+    ];
+    let text = lines.join("\n") + "\n";
+    let plain = dir.path().join("access.log");
+    std::fs::write(&plain, &text).unwrap();
+    let gz = dir.path().join("access.log.gz");
+    std::fs::write(&gz, gzipped(text.as_bytes())).unwrap();
+    for log in [&plain, &gz] {
+        let report = replay(&config, &[log.to_str().unwrap()], b"");
+        assert_eq!(
+            (&report["lines"], &report["skipped"]),
+            (&json!(2), &json!(3)),
+            "{}",
+            log.display()
+        );
+        assert_eq!(&row(&report, "per-ip")["limited"], 1, "{report}");
+    }
+    // --strict names the line and says why.
+    let strict = |lines: &[String]| {
+        std::fs::write(&plain, lines.join("\n")).unwrap();
+        let args = ["replay", "--strict", "--config", config.to_str().unwrap()];
+        let out = sluice(&[&args[..], &[plain.to_str().unwrap()]].concat(), b"");
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = strict(&lines[..2]);
+    let at = format!("{}:2: ", plain.display());
+    assert!(
+        stderr.starts_with(&at) && stderr.contains("longer than 1 MiB"),
+        "{stderr}"
+    );
+    for (out_of_range, time) in [
+        (2, "1969-12-31T23:59:59.999999Z"),
+        (3, "10000-01-01T00:00:00Z"),
+    ] {
+        let stderr = strict(&[lines[0].clone(), lines[out_of_range].clone()]);
+        assert!(
+            stderr.starts_with(&at) && stderr.contains(&format!("{time:?} is outside 1970–9999")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn the_first_and_last_years_a_replay_takes_are_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = "[[rule]]\nname = \"per-ip\"\nkey = [\"ip\"]\nrate = \"1/m\"\n";
+    let config = write_config(dir.path(), &format!("{HEAD}{rules}"));
+    let c = "192.0.2.1";
+    for (first, second) in [
+        ("1970-01-01T00:00:00Z", "1970-01-01T00:00:30.000000Z"),
+        ("9999-12-31T23:59:00.000000Z", "9999-12-31T23:59:59.999999Z"),
+    ] {
+        let log = dir.path().join("access.log");
+        let lines = [
+            timed(first, c, "allowed", None),
+            timed(second, c, "allowed", None),
+        ];
+        std::fs::write(&log, lines.join("\n")).unwrap();
+        let report = replay(&config, &[log.to_str().unwrap()], b"");
+        assert_eq!(
+            (&report["lines"], &report["skipped"]),
+            (&json!(2), &json!(0))
+        );
+        let row = row(&report, "per-ip");
+        assert_eq!((&row["allowed"], &row["limited"]), (&json!(1), &json!(1)));
+        assert_eq!(row["first_limited"], second, "{report}");
+    }
+}
+
+#[test]
+fn the_whole_log_s_totals_count_each_request_once_whatever_its_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    // The log's rule "old" is gone; "tight" limits what the log let by.
+    let rules = "[[rule]]\nname = \"tight\"\nmatch = { path = \"/a\" }\nkey = [\"ip\"]\n\
+                 rate = \"1/h\"\n\n[[rule]]\nname = \"also\"\nkey = [\"ip\"]\nrate = \"1/h\"\n";
+    let config = write_config(dir.path(), &format!("{HEAD}{rules}"));
+    let lines = [
+        // Limited by "old": the new config admits them (two clients).
+        timed("2026-11-28T00:00:01Z", "192.0.2.1", "limited", Some("old")),
+        timed("2026-11-28T00:00:02Z", "192.0.2.2", "limited", Some("old")),
+        // Allowed then: the second of a client is newly limited, by both
+        // rules but counted once.
+        timed("2026-11-28T00:00:03Z", "192.0.2.1", "allowed", None),
+        timed("2026-11-28T00:00:04Z", "192.0.2.3", "allowed", None),
+    ];
+    let log = dir.path().join("access.log");
+    std::fs::write(&log, lines.join("\n")).unwrap();
+    let report = replay(&config, &[log.to_str().unwrap()], b"");
+    assert_eq!(
+        (&report["newly_limited"], &report["no_longer_limited"]),
+        (&json!(1), &json!(2)),
+        "{report}"
+    );
+    let tight = row(&report, "tight");
+    assert_eq!(
+        (&tight["limited"], &tight["newly_limited"]),
+        (&json!(1), &json!(1))
+    );
+    assert_eq!(&row(&report, "also")["limited"], 1);
+    assert_eq!(&row(&report, "also")["newly_limited"], 0);
+    for rule in ["tight", "also"] {
+        assert_eq!(&row(&report, rule)["no_longer_limited"], 0);
+    }
+    let out = sluice(
+        &[
+            "replay",
+            "--config",
+            config.to_str().unwrap(),
+            log.to_str().unwrap(),
+        ],
+        b"",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "replayed 4 line(s)\nagainst the log: 1 newly limited, 2 no longer limited\n"
+        ),
+        "{text}"
+    );
+}
