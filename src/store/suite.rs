@@ -762,11 +762,12 @@ pub(crate) async fn redis_store_on(urls: Vec<String>, cluster: bool) -> Store {
         timeout: std::time::Duration::from_secs(5),
         prefix: "suite".into(),
         instances: 1,
+        settle_retry_for: std::time::Duration::from_secs(600),
     };
     let store = RedisStore::new(settings, 10_000)
         .expect("a Redis URL")
         .with_injected_time();
-    store.start();
+    store.start(crate::clock::ProxyClock::default());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !store.link().is_up() {
         assert!(
