@@ -745,6 +745,8 @@ impl RedisStore {
                 (SETTLE_RETURN_LEASE, id, true)
             }
             (Taken::Lease { .. }, Settle::Charge(_)) => return None,
+            // A reservation all drawn by charges: nothing to give back.
+            (_, Settle::GiveBack) if receipt.units == 0 => return None,
             // An adaptive rule's permit, this instance's own
             // (`Store::settle` returned it).
             (Taken::Permit, _) => return None,
