@@ -539,6 +539,38 @@ mod tests {
     }
 
     #[test]
+    fn settle_retry_for_is_ten_minutes_unless_set_within_a_second_and_a_day() {
+        assert_eq!(
+            redis_of(&on_redis("")).settle_retry_for,
+            std::time::Duration::from_secs(600)
+        );
+        assert_eq!(
+            redis_of(&on_redis("settle_retry_for = \"90s\"\n")).settle_retry_for,
+            std::time::Duration::from_secs(90)
+        );
+        let out_of_bounds = "settle_retry_for must be between 1s and 24h: how long a charge or a \
+                             give-back Redis does not take is kept and retried";
+        for (written, error) in [
+            ("\"2d\"", out_of_bounds.to_owned()),
+            ("\"500ms\"", out_of_bounds.to_owned()),
+            ("\"0s\"", "must be longer than zero (default \"600s\")".to_owned()),
+        ] {
+            let lines = errors(&on_redis(&format!("settle_retry_for = {written}\n")));
+            assert_eq!(
+                lines,
+                [format!("test.toml:6:20: store.redis.settle_retry_for: {error}")],
+                "{written}"
+            );
+        }
+        let lines = errors(&on_redis("settle_retry_for = \"soon\"\n"));
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(
+            lines[0].starts_with("test.toml:6:20: store.redis.settle_retry_for: "),
+            "{lines:#?}"
+        );
+    }
+
+    #[test]
     fn a_redis_configs_debug_masks_its_passwords() {
         let redis = redis_of(&on_redis("url = \"rediss://u:in-the-file@cache:6380\"\n"));
         let shown = format!("{redis:?}");

@@ -83,18 +83,32 @@ async fn until_up(sluice: &SluiceProcess) {
     .await;
 }
 
+/// What happens between the freeze and the end of the answer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Meanwhile {
+    /// Nothing: the settlement's first attempts reach the frozen Redis,
+    /// which runs them once thawed, their answers long lost.
+    Nothing,
+    /// Other calls fail until sluice stops sending to Redis: the
+    /// settlement's attempts never reach it, and must be sent again.
+    LinkDown,
+}
+
 /// A streamed call of `key` reserving `max_tokens` and using `used`: once
 /// it is admitted (its reservation held), `redis` is frozen; its answer
-/// then ends while Redis answers nothing. Returns once the answer ended,
-/// with the failed calls counted before the freeze.
+/// then ends while Redis answers nothing, after what `meanwhile` says.
+/// Returns once the answer ended, with the failed calls counted before
+/// the freeze.
 async fn answered_while_frozen(
     sluice: &SluiceProcess,
     redis: &RedisServer,
     key: &'static str,
     (max_tokens, used): (u64, u64),
+    meanwhile: Meanwhile,
 ) -> f64 {
     let url = sluice.url("/v1/chat/completions");
-    let body = json!({"model": "m", "max_tokens": max_tokens, "stream": true, "use": used, "ms": 600});
+    let ms = if meanwhile == Meanwhile::Nothing { 600 } else { 2_500 };
+    let body = json!({"model": "m", "max_tokens": max_tokens, "stream": true, "use": used, "ms": ms});
     let call = tokio::spawn(async move {
         post_json(&url, &body.to_string(), &[("authorization", key)]).await
     });
@@ -105,6 +119,17 @@ async fn answered_while_frozen(
     .await;
     let errors = series(admin, UNAVAILABLE).await;
     redis.freeze(true);
+    if meanwhile == Meanwhile::LinkDown {
+        // Three calls that fail in a row take the link down: each of
+        // these waits its timeout, then is decided locally.
+        let other = sluice.url("/v1/other");
+        for _ in 0..4 {
+            let got = post_json(&other, "{}", &[("authorization", "Bearer other")]).await;
+            assert_eq!(got.status, StatusCode::OK);
+        }
+        assert!(!call.is_finished(), "the answer ended before the link went down");
+        assert_eq!(series(admin, "sluice_store_fallback_active").await, 1.0);
+    }
     let got = call.await.unwrap();
     assert_eq!(got.status, StatusCode::OK);
     assert!(got.body.ends_with("data: [DONE]\n\n"), "{}", got.body);
@@ -140,7 +165,8 @@ async fn a_strict_overrun_decided_while_redis_is_frozen_is_charged_once_it_is_ba
     let (llm, redis) = (Llm::start().await, RedisServer::start());
     let (sluice, _dir) = sluice(&llm, &redis, "strict");
     until_up(&sluice).await;
-    let errors = answered_while_frozen(&sluice, &redis, "Bearer over", (10, 3_000)).await;
+    let spent = (10, 3_000);
+    let errors = answered_while_frozen(&sluice, &redis, "Bearer over", spent, Meanwhile::Nothing).await;
     // The 10 reserved are charged (Redis took them at admission); the
     // 2,990 beyond them wait.
     eventually(Duration::from_secs(5), "the reservation not drawn", || async {
@@ -165,29 +191,33 @@ async fn a_strict_give_back_decided_while_redis_is_frozen_is_not_lost() {
     let (llm, redis) = (Llm::start().await, RedisServer::start());
     let (sluice, _dir) = sluice(&llm, &redis, "strict");
     until_up(&sluice).await;
-    let errors = answered_while_frozen(&sluice, &redis, "Bearer back", (1_000, 200)).await;
+    let spent = (1_000, 200);
+    let errors = answered_while_frozen(&sluice, &redis, "Bearer back", spent, Meanwhile::Nothing).await;
     stalled_then_taken(&sluice, &redis, errors).await;
     assert_eq!(remaining(&sluice, "Bearer back").await, 9_800);
     assert_eq!(series(sluice.admin, CHARGED).await, 200.0);
-    // And a second time, on the same connection to Redis: settlements
-    // numbered on from the first are applied (none taken for a retry).
-    let errors = answered_while_frozen(&sluice, &redis, "Bearer back", (500, 100)).await;
+    // Again, the answer ending once sluice has stopped sending to Redis:
+    // the give-back is kept until Redis is back, then sent, numbered on
+    // from the first (so it is not taken for a retry of it).
+    let spent = (500, 100);
+    let errors = answered_while_frozen(&sluice, &redis, "Bearer back", spent, Meanwhile::LinkDown).await;
     stalled_then_taken(&sluice, &redis, errors).await;
     assert_eq!(remaining(&sluice, "Bearer back").await, 9_700);
 }
 
 /// Hybrid mode: the reservation reached Redis with a sync, then Redis
-/// froze and the answer gave most of it back. The give-back travels with
-/// the next sync, which fails while Redis is frozen and is sent again once
-/// it is back (main lost it every time): the instance's view, which every
-/// sync makes Redis' count, keeps it.
+/// froze, the syncs failed until sluice stopped sending to Redis, and the
+/// answer gave most of the reservation back. The give-back travels with
+/// the next sync, which cannot reach Redis, and is sent again, as it was,
+/// once Redis is back (main lost it every time): the instance's view,
+/// which every sync makes Redis' count, keeps it.
 #[tokio::test]
 async fn a_hybrid_give_back_decided_while_redis_is_frozen_is_not_lost_through_the_sync() {
     let (llm, redis) = (Llm::start().await, RedisServer::start());
     let (sluice, _dir) = sluice(&llm, &redis, "hybrid");
     until_up(&sluice).await;
     let url = sluice.url("/v1/chat/completions");
-    let body = json!({"model": "m", "max_tokens": 1_000, "stream": true, "use": 200, "ms": 1_500});
+    let body = json!({"model": "m", "max_tokens": 1_000, "stream": true, "use": 200, "ms": 2_500});
     let call = tokio::spawn(async move {
         post_json(&url, &body.to_string(), &[("authorization", "Bearer hybrid")]).await
     });
@@ -197,15 +227,21 @@ async fn a_hybrid_give_back_decided_while_redis_is_frozen_is_not_lost_through_th
     .await;
     // The reservation is in Redis.
     after_syncs([sluice.admin]).await;
-    redis.freeze(true);
-    assert_eq!(call.await.unwrap().status, StatusCode::OK);
     let errors = "sluice_store_sync_errors_total";
     let before = series(sluice.admin, errors).await;
-    eventually(Duration::from_secs(5), "no sync failed", || async {
-        series(sluice.admin, errors).await >= before + 2.0
+    redis.freeze(true);
+    // Three syncs that fail in a row take the link down.
+    eventually(Duration::from_secs(5), "the syncs did not fail", || async {
+        series(sluice.admin, errors).await >= before + 4.0
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!call.is_finished(), "the answer ended before the link went down");
+    assert_eq!(call.await.unwrap().status, StatusCode::OK);
+    let after_answer = series(sluice.admin, errors).await;
+    eventually(Duration::from_secs(5), "no sync failed after the answer", || async {
+        series(sluice.admin, errors).await >= after_answer + 2.0
+    })
+    .await;
     redis.freeze(false);
     eventually(Duration::from_secs(10), "the fleet's view never came back", || async {
         series(sluice.admin, "sluice_store_fallback_active").await == 0.0
