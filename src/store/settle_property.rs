@@ -11,7 +11,9 @@
 //!
 //! - in memory, where every settlement is applied at once;
 //! - in strict mode, the settlements' rounds driven by the test
-//!   ([`crate::store::redis`]'s settler, without its task);
+//!   ([`crate::store::redis`]'s settler, without its task), on one Redis
+//!   and on a Redis Cluster (three callers, whose keys live in different
+//!   slots: a round is then one call per slot);
 //! - in hybrid mode, its syncs driven by the test, checked in Redis
 //!   itself and in the instance's own view.
 //!
@@ -35,10 +37,13 @@ use crate::testing::{SetClock, T0};
 /// the balance never reaches zero (where a debt would hide a difference).
 const BUDGET: u64 = 1_000_000;
 
+/// The callers' keys (each its own slot on a Cluster).
+const KEYS: [u64; 3] = [7, 8, 9];
+
 #[derive(Debug, Clone)]
 enum Step {
-    /// A request reserving this many units is admitted.
-    Admit(u64),
+    /// A request of caller number `.0` reserving `.1` units is admitted.
+    Admit(usize, u64),
     /// The answer to the nth request still open: it charges this share of
     /// its reservation, in thousandths (above 1,000: an overrun).
     Answer(usize, u64),
@@ -52,7 +57,7 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        3 => (1..=500u64).prop_map(Step::Admit),
+        3 => (0..KEYS.len(), 1..=500u64).prop_map(|(caller, units)| Step::Admit(caller, units)),
         3 => (0..6usize, 0..=2_000u64).prop_map(|(n, share)| Step::Answer(n, share)),
         1 => Just(Step::Deliver),
         1 => Just(Step::Stall),
@@ -95,11 +100,12 @@ fn fresh_prefix() -> String {
     format!("settle-property{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-async fn strict(prefix: &str) -> RedisStore {
+async fn strict(prefix: &str, urls: Vec<String>) -> RedisStore {
+    let cluster = urls.len() > 1;
     let settings = RedisSettings {
-        urls: shared_urls(),
+        urls,
         access: Default::default(),
-        cluster: false,
+        cluster,
         timeout: std::time::Duration::from_secs(5),
         prefix: prefix.into(),
         instances: 1,
@@ -122,8 +128,8 @@ impl Under {
         Under::Memory(Store::Memory(MemoryStore::new(10_000)))
     }
 
-    async fn strict() -> Under {
-        let store = strict(&fresh_prefix()).await;
+    async fn strict(urls: Vec<String>) -> Under {
+        let store = strict(&fresh_prefix(), urls).await;
         let settler = store.settler();
         let outlet = settler.take_outlet().expect("no task took it");
         let queue = settler.queue();
@@ -140,7 +146,7 @@ impl Under {
         Under::Hybrid {
             store: Store::Hybrid(Arc::clone(&hybrid)),
             hybrid,
-            reader: Store::Redis(strict(&prefix).await),
+            reader: Store::Redis(strict(&prefix, shared_urls()).await),
             clock: SetClock::at(T0),
         }
     }
@@ -197,12 +203,12 @@ impl Under {
         panic!("settlements still wait after eight rounds without a fault");
     }
 
-    /// What is left of the budget where the store keeps it (Redis for a
-    /// shared store), and, for hybrid mode, in the instance's own view.
-    async fn balances(&self, table: &BucketTable, limiter: &Limiter) -> Vec<u64> {
+    /// What is left of `key`'s budget where the store keeps it (Redis for
+    /// a shared store), and, for hybrid mode, in the instance's own view.
+    async fn balances(&self, table: &BucketTable, limiter: &Limiter, key: u64) -> Vec<u64> {
         match self {
             Under::Memory(store) | Under::Strict { store, .. } => {
-                vec![remaining(store, table, limiter).await]
+                vec![remaining(store, table, limiter, key).await]
             }
             Under::Hybrid { store, reader, .. } => {
                 let name = TableName {
@@ -211,27 +217,27 @@ impl Under {
                 };
                 let shared = reader.named_table(name, limiter);
                 vec![
-                    remaining(reader, &shared, limiter).await,
-                    remaining(store, table, limiter).await,
+                    remaining(reader, &shared, limiter, key).await,
+                    remaining(store, table, limiter, key).await,
                 ]
             }
         }
     }
 }
 
-/// What `store` tells a request of cost 1 is left in `table`.
-async fn remaining(store: &Store, table: &BucketTable, limiter: &Limiter) -> u64 {
+/// What `store` tells a request of cost 1 of `key` is left in `table`.
+async fn remaining(store: &Store, table: &BucketTable, limiter: &Limiter, key: u64) -> u64 {
     let mut asks = Asks::default();
-    asks.push_rule(7, false, None, [ask(table, limiter, 1)]);
+    asks.push_rule(key, false, None, [ask(table, limiter, key, 1)]);
     let mut decisions = Default::default();
     store.peek(&asks, T0, &mut decisions).await.expect("peeked");
     decisions[0].state().remaining
 }
 
-fn ask<'a>(table: &'a BucketTable, limiter: &'a Limiter, cost: u64) -> super::Ask<'a> {
+fn ask<'a>(table: &'a BucketTable, limiter: &'a Limiter, key: u64, cost: u64) -> super::Ask<'a> {
     super::Ask {
         table,
-        key: 7,
+        key,
         limiter,
         cost,
         hold: None,
@@ -259,23 +265,25 @@ async fn run(mut under: Under, limiter: Limiter, steps: Vec<Step>) -> Result<(),
         limit: "limit".into(),
     };
     let table = under.store().named_table(name, &limiter);
-    let mut open: Vec<(Receipt, u64)> = Vec::new();
-    let mut charged = 0;
+    // Each request's receipt, reservation and caller.
+    let mut open: Vec<(Receipt, u64, usize)> = Vec::new();
+    let mut charged = [0; KEYS.len()];
     for step in steps {
         match step {
-            Step::Admit(reserve) => {
+            Step::Admit(caller, reserve) => {
+                let key = KEYS[caller];
                 let mut asks = Asks::default();
-                asks.push_rule(7, false, None, [ask(&table, &limiter, reserve)]);
+                asks.push_rule(key, false, None, [ask(&table, &limiter, key, reserve)]);
                 let mut admission = Admission::default();
                 under.store().admit(&asks, T0, &mut admission).await.expect("decided");
                 prop_assert!(admission.admitted(), "{reserve} more did not fit");
-                open.push((admission.receipts.remove(0), reserve));
+                open.push((admission.receipts.remove(0), reserve, caller));
             }
             Step::Answer(n, share) if n < open.len() => {
-                let (mut receipt, reserved) = open.remove(n);
+                let (mut receipt, reserved, caller) = open.remove(n);
                 let used = reserved * share / 1_000;
                 answer(under.store(), &mut receipt, used);
-                charged += used;
+                charged[caller] += used;
             }
             Step::Answer(..) => {}
             Step::Deliver => under.send(None).await,
@@ -283,13 +291,15 @@ async fn run(mut under: Under, limiter: Limiter, steps: Vec<Step>) -> Result<(),
             Step::LoseAnswer => under.send(Some(Fault::LoseAnswer)).await,
         }
     }
-    for (mut receipt, reserved) in open.drain(..) {
+    for (mut receipt, reserved, caller) in open.drain(..) {
         answer(under.store(), &mut receipt, reserved / 2);
-        charged += reserved / 2;
+        charged[caller] += reserved / 2;
     }
     under.send_all().await;
-    for balance in under.balances(&table, &limiter).await {
-        prop_assert_eq!(balance, BUDGET - charged);
+    for (caller, key) in KEYS.into_iter().enumerate() {
+        for balance in under.balances(&table, &limiter, key).await {
+            prop_assert_eq!(balance, BUDGET - charged[caller], "caller {}", key);
+        }
     }
     Ok(())
 }
@@ -317,7 +327,16 @@ proptest! {
         limiter in limiters(),
         steps in proptest::collection::vec(step(), 1..60),
     ) {
-        runtime().block_on(async { run(Under::strict().await, limiter, steps).await })?;
+        runtime().block_on(async { run(Under::strict(shared_urls()).await, limiter, steps).await })?;
+    }
+
+    #[test]
+    fn on_a_redis_cluster_each_charge_is_settled_once_whatever_redis_does(
+        limiter in limiters(),
+        steps in proptest::collection::vec(step(), 1..60),
+    ) {
+        let under = || Under::strict(super::suite::cluster_urls());
+        runtime().block_on(async { run(under().await, limiter, steps).await })?;
     }
 
     #[test]

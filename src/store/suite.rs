@@ -747,10 +747,17 @@ pub(crate) async fn redis_store() -> Store {
 /// The same on a Redis Cluster of three primaries: a request's rules may
 /// live in different slots, and every call keeps to one.
 pub(crate) async fn redis_cluster_store() -> Store {
+    redis_store_on(cluster_urls(), true).await
+}
+
+/// The nodes of the test process's Redis Cluster (three primaries, started
+/// on first use).
+pub(crate) fn cluster_urls() -> Vec<String> {
     use crate::testing::redis_server::RedisCluster;
     static CLUSTER: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let urls = CLUSTER.get_or_init(|| std::mem::ManuallyDrop::new(RedisCluster::start()).urls());
-    redis_store_on(urls.clone(), true).await
+    CLUSTER
+        .get_or_init(|| std::mem::ManuallyDrop::new(RedisCluster::start()).urls())
+        .clone()
 }
 
 pub(crate) async fn redis_store_on(urls: Vec<String>, cluster: bool) -> Store {

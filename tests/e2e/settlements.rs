@@ -74,6 +74,16 @@ async fn remaining(sluice: &SluiceProcess, key: &str) -> u64 {
     view.json()["buckets"][0]["remaining"].as_u64().unwrap()
 }
 
+/// What Redis itself counts in the `tokens` window of the one caller who
+/// spent from it: its bucket's key holds `window:count:previous`.
+fn counted_in_redis(redis: &RedisServer) -> u64 {
+    let keys = redis.cli(&["--scan", "--pattern", "sluice:{tokens:*"]).unwrap();
+    let keys: Vec<&str> = keys.lines().filter(|key| !key.ends_with(":ban")).collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let state = redis.cli(&["GET", keys[0]]).unwrap();
+    state.split(':').nth(1).unwrap().parse().unwrap()
+}
+
 /// Waits until the store answers admissions (its link is up).
 async fn until_up(sluice: &SluiceProcess) {
     eventually(Duration::from_secs(15), "Redis never answered", || async {
@@ -247,8 +257,13 @@ async fn a_hybrid_give_back_decided_while_redis_is_frozen_is_not_lost_through_th
         series(sluice.admin, "sluice_store_fallback_active").await == 0.0
     })
     .await;
-    // Synced since Redis is back: the view is Redis' count.
+    // In Redis: the 200 used, the 800 given back.
+    eventually(Duration::from_secs(5), "the give-back never reached Redis", || async {
+        counted_in_redis(&redis) == 200
+    })
+    .await;
     after_syncs([sluice.admin]).await;
+    assert_eq!(counted_in_redis(&redis), 200, "counted once");
     assert_eq!(remaining(&sluice, "Bearer hybrid").await, 9_800);
     assert_eq!(series(sluice.admin, CHARGED).await, 200.0);
     assert_eq!(series(sluice.admin, "sluice_store_sync_dropped_total").await, 0.0);
