@@ -553,12 +553,17 @@ mod tests {
         for (written, error) in [
             ("\"2d\"", out_of_bounds.to_owned()),
             ("\"500ms\"", out_of_bounds.to_owned()),
-            ("\"0s\"", "must be longer than zero (default \"600s\")".to_owned()),
+            (
+                "\"0s\"",
+                "must be longer than zero (default \"600s\")".to_owned(),
+            ),
         ] {
             let lines = errors(&on_redis(&format!("settle_retry_for = {written}\n")));
             assert_eq!(
                 lines,
-                [format!("test.toml:6:20: store.redis.settle_retry_for: {error}")],
+                [format!(
+                    "test.toml:6:20: store.redis.settle_retry_for: {error}"
+                )],
                 "{written}"
             );
         }

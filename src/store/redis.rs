@@ -727,7 +727,10 @@ impl RedisStore {
                 None => counter.inc_by(units),
             }
         }
-        settlements.into_iter().map(|(_, settlement)| settlement).collect()
+        settlements
+            .into_iter()
+            .map(|(_, settlement)| settlement)
+            .collect()
     }
 
     /// How `receipt` is settled as `how` says, marking it: the script's

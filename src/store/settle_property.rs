@@ -117,7 +117,10 @@ async fn strict(prefix: &str, urls: Vec<String>) -> RedisStore {
     store.start_without_settler();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !store.link().is_up() {
-        assert!(std::time::Instant::now() < deadline, "no connection to Redis");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no connection to Redis"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     store
@@ -251,7 +254,11 @@ fn answer(store: &Store, receipt: &mut Receipt, used: u64) {
     let drawn = used.min(receipt.units);
     receipt.units -= drawn;
     if used > drawn {
-        let _ = store.settle(std::slice::from_mut(receipt), Settle::Charge(used - drawn), T0);
+        let _ = store.settle(
+            std::slice::from_mut(receipt),
+            Settle::Charge(used - drawn),
+            T0,
+        );
     }
     receipt.lent(T0);
     let _ = store.settle(std::slice::from_mut(receipt), Settle::GiveBack, T0);
@@ -275,7 +282,11 @@ async fn run(mut under: Under, limiter: Limiter, steps: Vec<Step>) -> Result<(),
                 let mut asks = Asks::default();
                 asks.push_rule(key, false, None, [ask(&table, &limiter, key, reserve)]);
                 let mut admission = Admission::default();
-                under.store().admit(&asks, T0, &mut admission).await.expect("decided");
+                under
+                    .store()
+                    .admit(&asks, T0, &mut admission)
+                    .await
+                    .expect("decided");
                 prop_assert!(admission.admitted(), "{reserve} more did not fit");
                 open.push((admission.receipts.remove(0), reserve, caller));
             }

@@ -77,7 +77,9 @@ async fn remaining(sluice: &SluiceProcess, key: &str) -> u64 {
 /// What Redis itself counts in the `tokens` window of the one caller who
 /// spent from it: its bucket's key holds `window:count:previous`.
 fn counted_in_redis(redis: &RedisServer) -> u64 {
-    let keys = redis.cli(&["--scan", "--pattern", "sluice:{tokens:*"]).unwrap();
+    let keys = redis
+        .cli(&["--scan", "--pattern", "sluice:{tokens:*"])
+        .unwrap();
     let keys: Vec<&str> = keys.lines().filter(|key| !key.ends_with(":ban")).collect();
     assert_eq!(keys.len(), 1, "{keys:?}");
     let state = redis.cli(&["GET", keys[0]]).unwrap();
@@ -117,15 +119,23 @@ async fn answered_while_frozen(
     meanwhile: Meanwhile,
 ) -> f64 {
     let url = sluice.url("/v1/chat/completions");
-    let ms = if meanwhile == Meanwhile::Nothing { 600 } else { 2_500 };
-    let body = json!({"model": "m", "max_tokens": max_tokens, "stream": true, "use": used, "ms": ms});
-    let call = tokio::spawn(async move {
-        post_json(&url, &body.to_string(), &[("authorization", key)]).await
-    });
+    let ms = if meanwhile == Meanwhile::Nothing {
+        600
+    } else {
+        2_500
+    };
+    let body =
+        json!({"model": "m", "max_tokens": max_tokens, "stream": true, "use": used, "ms": ms});
+    let call =
+        tokio::spawn(
+            async move { post_json(&url, &body.to_string(), &[("authorization", key)]).await },
+        );
     let admin = sluice.admin;
-    eventually(Duration::from_secs(5), "the call never held its reservation", || async {
-        series(admin, RESERVED).await == max_tokens as f64
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the call never held its reservation",
+        || async { series(admin, RESERVED).await == max_tokens as f64 },
+    )
     .await;
     let errors = series(admin, UNAVAILABLE).await;
     redis.freeze(true);
@@ -137,7 +147,10 @@ async fn answered_while_frozen(
             let got = post_json(&other, "{}", &[("authorization", "Bearer other")]).await;
             assert_eq!(got.status, StatusCode::OK);
         }
-        assert!(!call.is_finished(), "the answer ended before the link went down");
+        assert!(
+            !call.is_finished(),
+            "the answer ended before the link went down"
+        );
         assert_eq!(series(admin, "sluice_store_fallback_active").await, 1.0);
     }
     let got = call.await.unwrap();
@@ -160,9 +173,11 @@ async fn stalled_then_taken(sluice: &SluiceProcess, redis: &RedisServer, errors:
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(series(admin, PENDING).await, 1.0, "still waiting");
     redis.freeze(false);
-    eventually(Duration::from_secs(10), "the settlement was never taken", || async {
-        series(admin, PENDING).await == 0.0
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the settlement was never taken",
+        || async { series(admin, PENDING).await == 0.0 },
+    )
     .await;
     assert_eq!(series(admin, DROPPED).await, 0.0);
 }
@@ -176,12 +191,15 @@ async fn a_strict_overrun_decided_while_redis_is_frozen_is_charged_once_it_is_ba
     let (sluice, _dir) = sluice(&llm, &redis, "strict");
     until_up(&sluice).await;
     let spent = (10, 3_000);
-    let errors = answered_while_frozen(&sluice, &redis, "Bearer over", spent, Meanwhile::Nothing).await;
+    let errors =
+        answered_while_frozen(&sluice, &redis, "Bearer over", spent, Meanwhile::Nothing).await;
     // The 10 reserved are charged (Redis took them at admission); the
     // 2,990 beyond them wait.
-    eventually(Duration::from_secs(5), "the reservation not drawn", || async {
-        series(sluice.admin, CHARGED).await == 10.0
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the reservation not drawn",
+        || async { series(sluice.admin, CHARGED).await == 10.0 },
+    )
     .await;
     stalled_then_taken(&sluice, &redis, errors).await;
     assert_eq!(series(sluice.admin, CHARGED).await, 3_000.0);
@@ -202,7 +220,8 @@ async fn a_strict_give_back_decided_while_redis_is_frozen_is_not_lost() {
     let (sluice, _dir) = sluice(&llm, &redis, "strict");
     until_up(&sluice).await;
     let spent = (1_000, 200);
-    let errors = answered_while_frozen(&sluice, &redis, "Bearer back", spent, Meanwhile::Nothing).await;
+    let errors =
+        answered_while_frozen(&sluice, &redis, "Bearer back", spent, Meanwhile::Nothing).await;
     stalled_then_taken(&sluice, &redis, errors).await;
     assert_eq!(remaining(&sluice, "Bearer back").await, 9_800);
     assert_eq!(series(sluice.admin, CHARGED).await, 200.0);
@@ -210,7 +229,8 @@ async fn a_strict_give_back_decided_while_redis_is_frozen_is_not_lost() {
     // the give-back is kept until Redis is back, then sent, numbered on
     // from the first (so it is not taken for a retry of it).
     let spent = (500, 100);
-    let errors = answered_while_frozen(&sluice, &redis, "Bearer back", spent, Meanwhile::LinkDown).await;
+    let errors =
+        answered_while_frozen(&sluice, &redis, "Bearer back", spent, Meanwhile::LinkDown).await;
     stalled_then_taken(&sluice, &redis, errors).await;
     assert_eq!(remaining(&sluice, "Bearer back").await, 9_700);
 }
@@ -229,7 +249,12 @@ async fn a_hybrid_give_back_decided_while_redis_is_frozen_is_not_lost_through_th
     let url = sluice.url("/v1/chat/completions");
     let body = json!({"model": "m", "max_tokens": 1_000, "stream": true, "use": 200, "ms": 2_500});
     let call = tokio::spawn(async move {
-        post_json(&url, &body.to_string(), &[("authorization", "Bearer hybrid")]).await
+        post_json(
+            &url,
+            &body.to_string(),
+            &[("authorization", "Bearer hybrid")],
+        )
+        .await
     });
     eventually(Duration::from_secs(5), "never reserved", || async {
         series(sluice.admin, RESERVED).await == 1_000.0
@@ -245,26 +270,38 @@ async fn a_hybrid_give_back_decided_while_redis_is_frozen_is_not_lost_through_th
         series(sluice.admin, errors).await >= before + 4.0
     })
     .await;
-    assert!(!call.is_finished(), "the answer ended before the link went down");
+    assert!(
+        !call.is_finished(),
+        "the answer ended before the link went down"
+    );
     assert_eq!(call.await.unwrap().status, StatusCode::OK);
     let after_answer = series(sluice.admin, errors).await;
-    eventually(Duration::from_secs(5), "no sync failed after the answer", || async {
-        series(sluice.admin, errors).await >= after_answer + 2.0
-    })
+    eventually(
+        Duration::from_secs(5),
+        "no sync failed after the answer",
+        || async { series(sluice.admin, errors).await >= after_answer + 2.0 },
+    )
     .await;
     redis.freeze(false);
-    eventually(Duration::from_secs(10), "the fleet's view never came back", || async {
-        series(sluice.admin, "sluice_store_fallback_active").await == 0.0
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the fleet's view never came back",
+        || async { series(sluice.admin, "sluice_store_fallback_active").await == 0.0 },
+    )
     .await;
     // In Redis: the 200 used, the 800 given back.
-    eventually(Duration::from_secs(5), "the give-back never reached Redis", || async {
-        counted_in_redis(&redis) == 200
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the give-back never reached Redis",
+        || async { counted_in_redis(&redis) == 200 },
+    )
     .await;
     after_syncs([sluice.admin]).await;
     assert_eq!(counted_in_redis(&redis), 200, "counted once");
     assert_eq!(remaining(&sluice, "Bearer hybrid").await, 9_800);
     assert_eq!(series(sluice.admin, CHARGED).await, 200.0);
-    assert_eq!(series(sluice.admin, "sluice_store_sync_dropped_total").await, 0.0);
+    assert_eq!(
+        series(sluice.admin, "sluice_store_sync_dropped_total").await,
+        0.0
+    );
 }

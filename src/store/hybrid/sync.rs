@@ -258,7 +258,12 @@ impl HybridStore {
             .into_iter()
             .map(|(slot, deltas)| outbox.calls(slot, deltas, now))
             .collect();
-        let made = join_all(slots.into_iter().map(|calls| self.send_in_order(calls, clock))).await;
+        let made = join_all(
+            slots
+                .into_iter()
+                .map(|calls| self.send_in_order(calls, clock)),
+        )
+        .await;
         let (mut calls, mut unsent, mut first_error) = (0, Vec::new(), None);
         for (sent, failed) in made {
             calls += sent;
@@ -297,7 +302,10 @@ impl HybridStore {
     async fn send(&self, call: &Call, clock: &impl Clock) -> Result<(), StoreError> {
         let at = clock.now();
         let buckets: Vec<Synced<'_>> = call.deltas.iter().map(|d| synced(d, at)).collect();
-        let views = self.shared.sync(&buckets, (call.seq, call.slot), at).await?;
+        let views = self
+            .shared
+            .sync(&buckets, (call.seq, call.slot), at)
+            .await?;
         let now = clock.now();
         for (delta, view) in call.deltas.iter().zip(views) {
             self.adopt(delta, view, now);
@@ -344,7 +352,12 @@ impl HybridStore {
     /// How many buckets' deltas wait to be sent, or answered.
     pub(super) async fn unsent(&self) -> usize {
         let outbox = self.outbox.lock().await;
-        outbox.len + outbox.unanswered.iter().map(|call| call.deltas.len()).sum::<usize>()
+        outbox.len
+            + outbox
+                .unanswered
+                .iter()
+                .map(|call| call.deltas.len())
+                .sum::<usize>()
     }
 }
 

@@ -66,7 +66,12 @@ mod tests {
 
     #[test]
     fn a_marker_falls_in_the_slot_it_counts_for() {
-        for key in ["sluice:{tokens:00000000000000ff}:limit", "x", "{a}b", "sluice:{r:1}:ban"] {
+        for key in [
+            "sluice:{tokens:00000000000000ff}:limit",
+            "x",
+            "{a}b",
+            "sluice:{r:1}:ban",
+        ] {
             let slot = slot_of(key);
             let marker = marker_key("sluice", Some(slot), "settled", "9f");
             assert_eq!(slot_of(&marker), slot, "{marker}");
