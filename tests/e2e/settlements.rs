@@ -34,9 +34,19 @@ reserve = { "body:/max_tokens" = 1 }
 /// The sluice binary in front of `llm`, on `redis` in `mode`, with a short
 /// timeout (so a frozen Redis fails calls fast) and a short sync interval.
 fn sluice(llm: &Llm, redis: &RedisServer, mode: &str) -> (SluiceProcess, tempfile::TempDir) {
+    sluice_with(llm, redis, mode, "")
+}
+
+/// [`sluice`] with `server` added to `[server]`.
+fn sluice_with(
+    llm: &Llm,
+    redis: &RedisServer,
+    mode: &str,
+    server: &str,
+) -> (SluiceProcess, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n\n[admin]\nlisten = \
+        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n{server}\n[admin]\nlisten = \
          \"127.0.0.1:0\"\n\n[store]\nbackend = \"redis\"\n\n[store.redis]\nurl = \"{}\"\n\
          mode = \"{mode}\"\ntimeout = \"150ms\"\nsync_interval = \"50ms\"\n{TOKENS}",
         llm.addr,
@@ -304,4 +314,64 @@ async fn a_hybrid_give_back_decided_while_redis_is_frozen_is_not_lost_through_th
         series(sluice.admin, "sluice_store_sync_dropped_total").await,
         0.0
     );
+}
+
+/// SIGTERM while a give-back waits for a frozen Redis: the process waits
+/// for it (what is left of `shutdown_grace`), Redis thaws meanwhile and
+/// takes it, and the process exits having lost nothing.
+#[tokio::test]
+async fn a_settlement_waiting_at_shutdown_reaches_redis_if_it_comes_back_in_time() {
+    let (llm, redis) = (Llm::start().await, RedisServer::start());
+    let (mut sluice, _dir) = sluice(&llm, &redis, "strict");
+    until_up(&sluice).await;
+    let spent = (1_000, 200);
+    answered_while_frozen(&sluice, &redis, "Bearer leaving", spent, Meanwhile::Nothing).await;
+    eventually(Duration::from_secs(5), "no settlement waiting", || async {
+        series(sluice.admin, PENDING).await == 1.0
+    })
+    .await;
+    sluice.terminate();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        sluice.child.try_wait().unwrap().is_none(),
+        "it did not wait"
+    );
+    redis.freeze(false);
+    let status = sluice.wait_exit(Duration::from_secs(10)).expect("it exits");
+    assert!(status.success(), "{status}");
+    assert_eq!(counted_in_redis(&redis), 200);
+    assert!(
+        sluice.logged("are lost").is_empty(),
+        "{:?}",
+        sluice.logged("lost")
+    );
+}
+
+/// SIGTERM while Redis stays frozen: the settlement gets what is left of
+/// `shutdown_grace` (two seconds at least), and is then said lost.
+#[tokio::test]
+async fn a_settlement_redis_does_not_take_before_the_end_of_shutdown_is_said_lost() {
+    let (llm, redis) = (Llm::start().await, RedisServer::start());
+    let server = "shutdown_grace = \"1s\"\n";
+    let (mut sluice, _dir) = sluice_with(&llm, &redis, "strict", server);
+    until_up(&sluice).await;
+    let spent = (1_000, 200);
+    answered_while_frozen(&sluice, &redis, "Bearer leaving", spent, Meanwhile::Nothing).await;
+    eventually(Duration::from_secs(5), "no settlement waiting", || async {
+        series(sluice.admin, PENDING).await == 1.0
+    })
+    .await;
+    let stopping = std::time::Instant::now();
+    sluice.terminate();
+    let status = sluice.wait_exit(Duration::from_secs(10)).expect("it exits");
+    let took = stopping.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(
+        (Duration::from_millis(1_900)..Duration::from_secs(6)).contains(&took),
+        "{took:?}"
+    );
+    let said = sluice.logged("settlements (charges, give-backs) the store had not taken are lost");
+    assert_eq!(said.len(), 1, "{:?}", sluice.logged("settle"));
+    assert!(said[0].contains("left=1"), "{said:?}");
+    redis.freeze(false);
 }
