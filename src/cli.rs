@@ -305,11 +305,19 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
         }
         let _ = writeln!(
             out,
-            "store redis{} {}  mode {mode}  timeout {}  on_error {}  instances {instances}{reached}",
+            "store redis{} {}  mode {mode}  timeout {}  on_error {}  settle_retry_for {}  \
+             instances {instances}{reached}",
             if redis.cluster { " cluster" } else { "" },
-            joined(redis.urls.iter().map(|url| crate::config::shown_redis_url(url)), ", "),
+            joined(
+                redis
+                    .urls
+                    .iter()
+                    .map(|url| crate::config::shown_redis_url(url)),
+                ", "
+            ),
             format_period(redis.timeout),
             format!("{:?}", redis.on_error).to_lowercase(),
+            format_period(redis.settle_retry_for),
         );
         if let RedisMode::Hybrid { sync_interval } = redis.mode {
             for rule in &config.rules {

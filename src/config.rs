@@ -400,6 +400,9 @@ pub struct RedisConfig {
     pub timeout: Duration,
     /// `on_error`: what decides while Redis fails.
     pub on_error: OnError,
+    /// `settle_retry_for`: how long a settlement (or a hybrid sync) Redis
+    /// does not take is retried before it is given up.
+    pub settle_retry_for: Duration,
     /// `instances`: how many sluice instances share this Redis (each
     /// enforces its share of every limit while Redis is down); 0 = learn
     /// it from the instances' heartbeats.
@@ -420,6 +423,7 @@ impl std::fmt::Debug for RedisConfig {
             cluster,
             timeout,
             on_error,
+            settle_retry_for,
             instances,
             password_env,
             ca,
@@ -431,6 +435,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("cluster", cluster)
             .field("timeout", timeout)
             .field("on_error", on_error)
+            .field("settle_retry_for", settle_retry_for)
             .field("instances", instances)
             .field("password_env", password_env)
             .field("ca", ca)

@@ -123,6 +123,11 @@ pub struct Metrics {
     /// The one backend's `sluice_store_seconds` child, once a call named it.
     store_seconds_resolved: Arc<OnceLock<(&'static str, Histogram)>>,
     store_fallback_active: IntGauge,
+    /// `sluice_store_settlements_pending`: kept by the store's settler.
+    store_settlements_pending: IntGauge,
+    /// `sluice_store_settlements_dropped_total`: kept by the store's
+    /// settler.
+    store_settlements_dropped: IntCounter,
     /// Hybrid mode's sync (set when scraped, from the store's own counts).
     sync: SyncSeries,
     pub config_reloads_ok: IntCounter,
@@ -253,6 +258,18 @@ impl Metrics {
             "sluice_store_fallback_active",
             "1 while the shared store is down and local limiting is used.",
         );
+        let store_settlements_pending = int_gauge(
+            "sluice_store_settlements_pending",
+            "Settlements (charges, give-backs, permits returned) waiting for the shared store to take them.",
+        );
+        let store_settlements_dropped = registered(
+            &registry,
+            IntCounter::new(
+                "sluice_store_settlements_dropped_total",
+                "Settlements given up: not taken within settle_retry_for, pushed out of a full \
+                 queue, or refused by the store.",
+            ),
+        );
         let reloads = counters(
             "sluice_config_reloads_total",
             "Config reloads by result.",
@@ -353,6 +370,8 @@ impl Metrics {
             store_seconds,
             store_seconds_resolved: Arc::default(),
             store_fallback_active,
+            store_settlements_pending,
+            store_settlements_dropped,
             sync,
             config_reloads_ok: reloads.with_label_values(&["ok"]),
             config_reloads_error: reloads.with_label_values(&["error"]),
@@ -417,6 +436,20 @@ impl Metrics {
         // recovery can leave the gauge at 0 only until the next failure.
         self.store_fallback_active.set(1);
         outage && !self.store_outage.swap(true, Ordering::Relaxed)
+    }
+
+    /// The series a shared store's settlements count in, its errors and
+    /// calls under `backend` (docs/operations.md): handed to the store once
+    /// ([`crate::store::Store::count_settlements`]).
+    pub fn settle_series(&self, backend: &str) -> crate::store::SettleSeries {
+        let errors = |kind| self.store_errors.with_label_values(&[backend, kind]);
+        crate::store::SettleSeries {
+            pending: self.store_settlements_pending.clone(),
+            dropped: self.store_settlements_dropped.clone(),
+            unavailable: errors("unavailable"),
+            script: errors("script"),
+            seconds: self.store_seconds.with_label_values(&[backend]),
+        }
     }
 
     /// Whether a line about a store call answered with an error may be

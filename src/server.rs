@@ -280,6 +280,7 @@ impl Beside {
     /// service drain (within `grace`), the last lines and spans are
     /// written, and the rest stops.
     async fn stop(self, drain: Drain, grace: Duration, proxy: &Proxy) {
+        let stopping = std::time::Instant::now();
         // `notify_one` keeps the wake-up should the service not wait yet.
         self.rls_stop.notify_one();
         let rls = self.rls;
@@ -292,6 +293,10 @@ impl Beside {
             }
         };
         tokio::join!(shut_down(drain, grace), rls_done);
+        // The settlements Redis has not taken yet: what is left of the
+        // grace, and a little at least (docs/operations.md).
+        let left = grace.saturating_sub(stopping.elapsed());
+        proxy.flush_settlements(left.max(SETTLE_FLUSH_WAIT)).await;
         // The last requests' lines, before the process ends.
         let flushing = proxy.clone();
         let _ = tokio::task::spawn_blocking(move || {
@@ -414,6 +419,10 @@ impl Acceptor {
         }
     }
 }
+
+/// The least time the settlements still waiting at shutdown get to reach
+/// the store, however much of `shutdown_grace` the drain used.
+const SETTLE_FLUSH_WAIT: Duration = Duration::from_secs(2);
 
 /// How long the spans still queued at shutdown may take to export.
 const TRACE_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);

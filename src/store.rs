@@ -15,8 +15,9 @@
 //!   permit) or charged more units (a deferred charge, which may drive the
 //!   balance below zero). Sync, since it is called from a `Drop` too (a
 //!   response body dropped mid-stream, a client that left while held): the
-//!   memory store settles at once, the Redis store sends the call without
-//!   waiting for its answer.
+//!   memory store settles at once, the Redis store hands the settlement to
+//!   its settler, which delivers it in order, retried until Redis takes it,
+//!   and once (docs/multi-instance.md, "When Redis is slow or away").
 //! - [`Store::spend`] and [`Store::peek`]: the admin API's budget calls —
 //!   take units outside any request (even into a debt), or look at what a
 //!   request would be told without taking anything.
@@ -38,11 +39,16 @@ pub mod memory;
 mod open;
 pub mod redis;
 #[cfg(test)]
+mod settle_property;
+#[cfg(test)]
 pub(crate) mod suite;
 
 pub use self::hybrid::{HybridStore, SyncStats};
-pub use self::redis::{Access, LinkError, Password, RedisSettings, RedisStore, Seed};
+pub use self::redis::{Access, LinkError, Password, RedisSettings, RedisStore, Seed, SettleSeries};
 use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::IntCounter;
 
 use crate::clock::Nanos;
 pub use crate::key::BucketKey;
@@ -163,12 +169,26 @@ impl Store {
     /// Settles `receipts` as `how` says, at `now`. `Keep` and `GiveBack`
     /// are final (a receipt is marked settled, and settling it again does
     /// nothing); `Charge` may be repeated. Nothing waits: the memory store
-    /// settles at once; a networked store sends the calls from a task (a
-    /// call that fails is logged and lost: a charge or a refund missed,
-    /// never a request held; a lease it cannot return expires on its own).
-    /// The calls' answers are in the [`Sent`] returned, which the request
-    /// path drops.
+    /// settles at once; a networked store hands the settlements to its
+    /// settler, which delivers them in order until the store takes each,
+    /// once, for `settle_retry_for` at least (a request is never held; a
+    /// lease it cannot return expires on its own). The settlements' fate is
+    /// in the [`Sent`] returned, which the request path drops.
     pub fn settle(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) -> Sent {
+        self.settle_counting(receipts, how, now, None)
+    }
+
+    /// [`Store::settle`], counting a charge's units in `charged` once the
+    /// store took them: at once in memory (hybrid mode's too, which the
+    /// sync then carries to Redis), when Redis answered for the Redis
+    /// store (`sluice_budget_charged_total`).
+    pub fn settle_counting(
+        &self,
+        receipts: &mut [Receipt],
+        how: Settle,
+        now: Nanos,
+        charged: Option<&IntCounter>,
+    ) -> Sent {
         match self {
             Store::Redis(store) => {
                 // An adaptive rule's permits are this instance's own.
@@ -177,16 +197,34 @@ impl Store {
                         self.local().settle(receipt, how, now);
                     }
                 }
-                return store.settle(receipts, how, now);
+                return store.settle(receipts, how, now, charged);
             }
-            Store::Hybrid(store) => {
-                store.settle(receipts, how, now);
-                return Sent::default();
-            }
+            Store::Hybrid(store) => store.settle(receipts, how, now),
+            _ => self.settle_locally(receipts, how, now),
+        }
+        if let (Settle::Charge(units), Some(charged)) = (how, charged) {
+            charged.inc_by(units);
+        }
+        Sent::default()
+    }
+
+    /// Counts the settlements of a shared store in `series` from now on.
+    pub fn count_settlements(&self, series: SettleSeries) {
+        match self {
+            Store::Redis(store) => store.settler().count_with(series),
+            Store::Hybrid(store) => store.shared().settler().count_with(series),
             _ => {}
         }
-        self.settle_locally(receipts, how, now);
-        Sent::default()
+    }
+
+    /// Waits until the store took every settlement, `within` at most (at
+    /// shutdown): how many it had not then (lost).
+    pub async fn flush_settlements(&self, within: Duration) -> usize {
+        match self {
+            Store::Redis(store) => store.settler().flush(within).await,
+            Store::Hybrid(store) => store.flush(within).await,
+            _ => 0,
+        }
     }
 
     /// Completes when the permit `queued` waits for is the waiter's:

@@ -168,6 +168,7 @@ pub struct RawRedis {
     pub mode: Option<Spanned<String>>,
     pub sync_interval: Option<Spanned<String>>,
     pub timeout: Option<Spanned<String>>,
+    pub settle_retry_for: Option<Spanned<String>>,
     pub on_error: Option<Spanned<String>>,
     pub instances: Option<Spanned<i64>>,
     pub password_env: Option<Spanned<String>>,

@@ -14,6 +14,11 @@ const MIN_SYNC_INTERVAL: Duration = Duration::from_millis(5);
 /// interval's traffic, two at worst), and fresh keys wait up to one
 /// interval for their full budget.
 const MAX_SYNC_INTERVAL: Duration = Duration::from_secs(10);
+/// The bounds of `settle_retry_for`: a second rides out no restart or
+/// failover; past a day, settlements would wait in memory (and their
+/// markers in Redis) for an outage no operator leaves unattended.
+const MIN_SETTLE_RETRY: Duration = Duration::from_secs(1);
+const MAX_SETTLE_RETRY: Duration = Duration::from_secs(24 * 3600);
 
 impl Validator<'_> {
     pub(super) fn store(&mut self, raw: &RawConfig) -> StoreConfig {
@@ -70,6 +75,17 @@ impl Validator<'_> {
                     "store.redis.sync_interval",
                     "sync_interval must be between 5ms and 10s: the overshoot a fleet allows \
                      grows with it (one interval's traffic, two at worst)",
+                );
+            }
+        }
+        let settle_retry_for = read!(timeout, settle_retry_for, Duration::from_secs(600));
+        if let Some(field) = &raw.settle_retry_for {
+            if !(MIN_SETTLE_RETRY..=MAX_SETTLE_RETRY).contains(&settle_retry_for) {
+                self.error(
+                    field.span().start,
+                    "store.redis.settle_retry_for",
+                    "settle_retry_for must be between 1s and 24h: how long a charge or a \
+                     give-back Redis does not take is kept and retried",
                 );
             }
         }
@@ -188,6 +204,7 @@ impl Validator<'_> {
                 ],
                 OnError::Local
             ),
+            settle_retry_for,
             instances: read!(int, instances, 0, 0..=1_000_000),
             password_env,
             ca,
@@ -519,6 +536,43 @@ mod tests {
             "url = \"rediss://u@cache:6380\"\npassword_env = \"SLUICE_TEST_REDIS_PASSWORD_BOTH\"\n",
         ));
         assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
+    fn settle_retry_for_is_ten_minutes_unless_set_within_a_second_and_a_day() {
+        assert_eq!(
+            redis_of(&on_redis("")).settle_retry_for,
+            std::time::Duration::from_secs(600)
+        );
+        assert_eq!(
+            redis_of(&on_redis("settle_retry_for = \"90s\"\n")).settle_retry_for,
+            std::time::Duration::from_secs(90)
+        );
+        let out_of_bounds = "settle_retry_for must be between 1s and 24h: how long a charge or a \
+                             give-back Redis does not take is kept and retried";
+        for (written, error) in [
+            ("\"2d\"", out_of_bounds.to_owned()),
+            ("\"500ms\"", out_of_bounds.to_owned()),
+            (
+                "\"0s\"",
+                "must be longer than zero (default \"600s\")".to_owned(),
+            ),
+        ] {
+            let lines = errors(&on_redis(&format!("settle_retry_for = {written}\n")));
+            assert_eq!(
+                lines,
+                [format!(
+                    "test.toml:6:20: store.redis.settle_retry_for: {error}"
+                )],
+                "{written}"
+            );
+        }
+        let lines = errors(&on_redis("settle_retry_for = \"soon\"\n"));
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(
+            lines[0].starts_with("test.toml:6:20: store.redis.settle_retry_for: "),
+            "{lines:#?}"
+        );
     }
 
     #[test]

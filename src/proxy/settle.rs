@@ -22,6 +22,7 @@ use std::task::Context;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, StatusCode};
 use http_body::Frame;
+use prometheus::IntCounter;
 use smallvec::SmallVec;
 
 pub use super::bill::RequestBytes;
@@ -456,7 +457,6 @@ impl Owed {
         }
         if self.units > 0 {
             ledger.charge(rule, billing, self.units, now);
-            billing.charged.inc_by(self.units);
         }
     }
 }
@@ -504,7 +504,9 @@ impl Ledger {
 
     /// Charges rule `rule` `units`: a reserving rule's from what it
     /// reserved first (kept: those units are already taken), only the rest
-    /// taken from its buckets, and counted as an overrun.
+    /// taken from its buckets, and counted as an overrun. Counted in
+    /// `sluice_budget_charged_total` once the store has them: what the
+    /// reservation held at once, the rest when the store took it.
     fn charge(&mut self, rule: usize, billing: &Billing, units: u64, now: Nanos) {
         let mut beyond = units;
         if billing.reserves {
@@ -514,6 +516,7 @@ impl Ledger {
                     receipt.units -= drawn;
                 }
                 billing.reserved.sub(gauged(drawn));
+                billing.charged.inc_by(drawn);
             }
             beyond -= drawn;
             if beyond > 0 {
@@ -521,7 +524,8 @@ impl Ledger {
             }
         }
         if beyond > 0 {
-            self.settle_rule(rule, Settle::Charge(beyond), now);
+            let how = Settle::Charge(beyond);
+            self.settle_rule(rule, how, now, Some(&billing.charged));
         }
     }
 
@@ -532,7 +536,7 @@ impl Ledger {
         if held.is_some() {
             self.rates_of(rule).for_each(|receipt| receipt.lent(now));
         }
-        let settled = self.settle_rule(rule, Settle::GiveBack, now);
+        let settled = self.settle_rule(rule, Settle::GiveBack, now, None);
         if let Some(held) = held {
             billing.reserved.sub(gauged(held));
         }
@@ -548,8 +552,15 @@ impl Ledger {
 
     /// Settles the rate receipts of rule `rule` (a store rule index; its
     /// permits are returned only when the request ends) from where nothing
-    /// is awaited. Whether the rule had a receipt to settle.
-    fn settle_rule(&mut self, rule: usize, how: Settle, now: Nanos) -> bool {
+    /// is awaited. A charge counts in `charged` once, with its first
+    /// receipt. Whether the rule had a receipt to settle.
+    fn settle_rule(
+        &mut self,
+        rule: usize,
+        how: Settle,
+        now: Nanos,
+        mut charged: Option<&IntCounter>,
+    ) -> bool {
         let mut settled = false;
         for receipt in self
             .receipts
@@ -560,20 +571,15 @@ impl Ledger {
                 continue;
             }
             settled = true;
-            settle_with(
-                &self.store,
-                self.local,
-                std::slice::from_mut(receipt),
-                how,
-                now,
-            );
+            let receipt = std::slice::from_mut(receipt);
+            settle_with(&self.store, self.local, receipt, how, now, charged.take());
         }
         settled
     }
 
     /// Settles every receipt as `how` says.
     fn settle_all(&mut self, how: Settle, now: Nanos) {
-        settle_with(&self.store, self.local, &mut self.receipts, how, now);
+        settle_with(&self.store, self.local, &mut self.receipts, how, now, None);
     }
 }
 
@@ -584,12 +590,23 @@ fn gauged(units: u64) -> i64 {
 }
 
 /// Settles `receipts` with the local store when the admission was decided
-/// there, else with the store (neither waits).
-fn settle_with(store: &Store, local: bool, receipts: &mut [Receipt], how: Settle, now: Nanos) {
+/// there, else with the store (neither waits); a charge counts in
+/// `charged` once the one settling took it.
+fn settle_with(
+    store: &Store,
+    local: bool,
+    receipts: &mut [Receipt],
+    how: Settle,
+    now: Nanos,
+    charged: Option<&IntCounter>,
+) {
     if local {
         store.settle_locally(receipts, how, now);
+        if let (Settle::Charge(units), Some(charged)) = (how, charged) {
+            charged.inc_by(units);
+        }
     } else {
-        store.settle(receipts, how, now);
+        store.settle_counting(receipts, how, now, charged);
     }
 }
 

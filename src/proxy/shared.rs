@@ -67,6 +67,7 @@ impl Shared {
     /// `store` with `clock`.
     pub fn new(config: Config, clock: ProxyClock, store: Store, on_error: OnError) -> Shared {
         let metrics = Metrics::new();
+        store.count_settlements(metrics.settle_series(store.backend_name()));
         let config = Arc::new(config);
         let upstreams = Upstreams::new(
             &config.upstreams,
@@ -214,6 +215,19 @@ impl Proxy {
     /// most: at shutdown.
     pub fn flush_access_log(&self, within: std::time::Duration) {
         self.shared.access_log.flush(within);
+    }
+
+    /// Waits until the store took the settlements still waiting, `within`
+    /// at most: at shutdown. What it had not taken then is lost, and said.
+    pub async fn flush_settlements(&self, within: std::time::Duration) {
+        let store = &self.shared.store;
+        let left = store.flush_settlements(within).await;
+        if left > 0 {
+            tracing::warn!(
+                left,
+                "shutdown: settlements (charges, give-backs) the store had not taken are lost"
+            );
+        }
     }
 
     /// Exports the spans still queued, waiting `within` at most: at

@@ -17,7 +17,6 @@ use std::ops::Range;
 
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use super::bans::{BanPolicy, BanTable};
 use super::{BucketKey, BucketTable};
@@ -258,30 +257,30 @@ pub enum Settle {
     Charge(u64),
 }
 
-/// The calls one [`super::Store::settle`] sent to a networked store, on
-/// their way (none for the memory store, which settles at once). Dropping
-/// it leaves them on their way, as the request path does; awaiting
-/// [`Sent::answered`] waits until the store answered each, for a caller
-/// that reads what the settlement did (the store suite).
+/// The settlements one [`super::Store::settle`] handed to a networked
+/// store, on their way (none for the memory store, which settles at
+/// once). Dropping it leaves them on their way, as the request path does;
+/// awaiting [`Sent::answered`] waits until the store took each (or gave it
+/// up), for a caller that reads what the settlement did (the store suite).
 #[derive(Debug, Default)]
-pub struct Sent(pub(super) SmallVec<[JoinHandle<()>; 1]>);
+pub struct Sent(pub(super) SmallVec<[oneshot::Receiver<()>; 1]>);
 
 impl Sent {
-    /// How many calls were sent.
+    /// How many settlements were handed over.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
-    /// Whether nothing was sent.
+    /// Whether nothing was handed over.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    /// Completes once every call was answered (or failed, and was logged).
+    /// Completes once the store took every settlement, or gave it up.
     pub async fn answered(self) {
-        for call in self.0 {
-            // A task that panicked or was cancelled settled nothing more.
-            let _ = call.await;
+        for settlement in self.0 {
+            // A settlement dropped with its store is done too.
+            let _ = settlement.await;
         }
     }
 }

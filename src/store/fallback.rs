@@ -96,6 +96,7 @@ mod tests {
             timeout: std::time::Duration::from_millis(10),
             prefix: "fallback".into(),
             instances: 3,
+            settle_retry_for: std::time::Duration::from_secs(600),
         };
         Store::Redis(RedisStore::new(settings, 100).expect("a Redis URL"))
     }

@@ -68,6 +68,8 @@ pub struct HybridStore {
     /// list yet.
     unlisted: bans::Unlisted,
     status: Arc<SyncStatus>,
+    /// The proxy's clock, once started (the last sync at shutdown reads it).
+    clock: std::sync::OnceLock<ProxyClock>,
     /// How many instances split a key none of them has synced yet (the
     /// memory store's newcomers read it).
     newcomers: Arc<AtomicU64>,
@@ -90,6 +92,7 @@ impl HybridStore {
             outbox: tokio::sync::Mutex::default(),
             unlisted: bans::Unlisted::default(),
             status: Arc::default(),
+            clock: std::sync::OnceLock::new(),
             newcomers,
             interval,
         })
@@ -108,11 +111,12 @@ impl HybridStore {
             timeout: Duration::from_secs(5),
             prefix: prefix.into(),
             instances,
+            settle_retry_for: Duration::from_secs(600),
         };
         let mut store =
             HybridStore::new(settings, 10_000, Duration::from_secs(3600)).expect("a Redis URL");
         store.shared = store.shared.with_injected_time();
-        store.shared.start();
+        store.shared.start(ProxyClock::default());
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while !store.shared.link().is_up() {
             assert!(
@@ -127,8 +131,28 @@ impl HybridStore {
     /// Connects, starts the heartbeats and the sync task, which reads
     /// `clock` (the proxy's: the instants every decision is made at).
     pub fn start(self: &Arc<Self>, clock: ProxyClock) {
-        self.shared.start();
+        self.shared.start(clock.clone());
+        let _ = self.clock.set(clock.clone());
         sync::start(Arc::downgrade(self), clock);
+    }
+
+    /// At shutdown: syncs until nothing waits to be sent, `within` at most.
+    /// How many buckets' deltas were left unsent (lost).
+    pub async fn flush(&self, within: Duration) -> usize {
+        let Some(clock) = self.clock.get() else {
+            return 0;
+        };
+        let flushing = async {
+            loop {
+                self.sync(clock).await;
+                if !self.has_unsent().await {
+                    return;
+                }
+                tokio::time::sleep(self.interval.min(Duration::from_millis(250))).await;
+            }
+        };
+        let _ = tokio::time::timeout(within, flushing).await;
+        self.unsent().await
     }
 
     /// The Redis side: the link, the instances, the script calls.

@@ -105,7 +105,7 @@ pub async fn admit(
     // other: refused instead, as one store refuses a second queue.
     if let (Some(_), Some(queued)) = (&mine.queued, theirs.queued.take()) {
         shared.leave_queue(&queued.receipt);
-        let _ = shared.settle(&mut theirs.receipts, Settle::GiveBack, now);
+        let _ = shared.settle(&mut theirs.receipts, Settle::GiveBack, now, None);
         theirs.receipts.clear();
         theirs.outcome = Outcome::Limited;
     }

@@ -275,6 +275,11 @@ impl MemoryStore {
         }
     }
 
+    /// The most buckets it keeps, all tables together (`max_keys`).
+    pub fn max_keys(&self) -> usize {
+        self.bound.max_keys
+    }
+
     /// Hybrid mode (docs/multi-instance.md): a key this instance has not
     /// seen may have been spent on every other instance meanwhile, so a new
     /// bucket of a synced algorithm (token and leaky buckets, windows)

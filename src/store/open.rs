@@ -39,10 +39,11 @@ pub fn open(config: &StoreConfig, clock: &ProxyClock) -> (Store, OnError) {
         timeout: redis.timeout,
         prefix: "sluice".into(),
         instances: redis.instances,
+        settle_retry_for: redis.settle_retry_for,
     };
     let opened = match redis.mode {
         RedisMode::Strict => RedisStore::new(settings, max_keys).map(|store| {
-            store.start();
+            store.start(clock.clone());
             store.mirror_bans(clock.clone());
             Store::Redis(store)
         }),

@@ -23,16 +23,21 @@ mod batch;
 #[cfg(test)]
 mod differential;
 mod fair_share;
+#[cfg(test)]
+pub(crate) mod faults;
 mod leases;
 mod link;
 mod permit_queue;
 mod protocol;
 mod script;
+pub(crate) mod settlements;
+mod settler;
+pub(crate) mod slots;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Cmd;
+use prometheus::IntCounter;
 use smallvec::SmallVec;
 
 use super::admission::{
@@ -51,11 +56,14 @@ use leases::Leases;
 pub use link::{Link, LinkError, Seed};
 use permit_queue::Waiters;
 use protocol::{
-    OP_ADMIT, OP_CLAIM, OP_PEEK, OP_SETTLE, OP_SPEND, SETTLE_CANCEL_RESERVATION, SETTLE_CHARGE,
+    OP_ADMIT, OP_CLAIM, OP_PEEK, OP_SPEND, SETTLE_CANCEL_RESERVATION, SETTLE_CHARGE,
     SETTLE_GIVE_BACK, SETTLE_LEAVE_QUEUE, SETTLE_RETURN_LEASE,
 };
-use script::{AdmitReply, Call, ClaimReply};
-pub use script::{Struck, Synced};
+use script::{AdmitReply, Call, ClaimReply, SettleEntry};
+pub use script::{Struck, SyncCall, Synced};
+use settlements::Settlement;
+pub use settler::SettleSeries;
+use settler::Settler;
 
 /// Where a Redis store connects and how long it waits.
 #[derive(Clone)]
@@ -73,6 +81,8 @@ pub struct RedisSettings {
     pub prefix: String,
     /// How many instances share the store (0: count their heartbeats).
     pub instances: u64,
+    /// How long a settlement Redis does not take is retried.
+    pub settle_retry_for: Duration,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -84,6 +94,7 @@ impl std::fmt::Debug for RedisSettings {
             timeout,
             prefix,
             instances,
+            settle_retry_for,
         } = self;
         f.debug_struct("RedisSettings")
             .field("urls", &shown_urls(urls))
@@ -92,6 +103,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("timeout", timeout)
             .field("prefix", prefix)
             .field("instances", instances)
+            .field("settle_retry_for", settle_retry_for)
             .finish()
     }
 }
@@ -116,6 +128,12 @@ pub struct RedisStore {
     /// The fleet's bans, and this instance's copy of them.
     board: BanBoard,
     mirror: Arc<BanMirror>,
+    /// Settlements on their way to Redis.
+    settler: Arc<Settler>,
+    /// This instance's name in the keys that remember how far its
+    /// settlements and syncs got ([`slots`]).
+    instance: Box<str>,
+    settle_retry_for: Duration,
     prefix: Box<str>,
     /// Take time from Redis (`TIME`); `false` in tests, which pass exact
     /// instants.
@@ -140,6 +158,17 @@ impl RedisStore {
             let url = settings.urls.first().ok_or(LinkError::NoUrl)?;
             Link::new(url, &settings.access, settings.timeout, seed_key)?
         };
+        let waiters = Arc::<Waiters>::default();
+        let instance = format!("{:x}", random_u64());
+        // As many settlements may wait as buckets may be kept.
+        let bounds = (local.max_keys(), settings.settle_retry_for);
+        let settler = Settler::new(
+            link.clone(),
+            &settings.prefix,
+            &instance,
+            Arc::clone(&waiters),
+            bounds,
+        );
         Ok(RedisStore {
             local,
             board: BanBoard::new(link.clone(), &settings.prefix),
@@ -147,20 +176,47 @@ impl RedisStore {
             link,
             fair_share: FairShare::new(settings.instances),
             leases: Leases::new(random_u64()),
-            waiters: Arc::default(),
+            waiters,
+            settler,
+            instance: instance.into(),
+            settle_retry_for: settings.settle_retry_for,
             prefix: settings.prefix.into(),
             server_time: true,
         })
     }
 
-    /// Connects, and starts the heartbeat that counts the instances (call
-    /// it from the runtime).
-    pub fn start(&self) {
+    /// Connects, starts the heartbeat that counts the instances and the
+    /// task that delivers settlements, on `clock` (call it from the
+    /// runtime).
+    pub fn start(&self, clock: ProxyClock) {
+        self.start_without_settler();
+        self.settler.start(clock);
+    }
+
+    /// [`RedisStore::start`] but for the settlements' task: a test then
+    /// delivers them itself, round by round.
+    pub(crate) fn start_without_settler(&self) {
         self.link.start();
         let id = format!("{:x}-{}", random_u64(), std::process::id());
         self.fair_share
             .start(self.link.clone(), format!("{}:instances", self.prefix), id);
         self.leases.start(self.link.clone());
+    }
+
+    /// The settlements on their way.
+    pub(crate) fn settler(&self) -> &Arc<Settler> {
+        &self.settler
+    }
+
+    /// How long a settlement (or a hybrid sync call) Redis does not take
+    /// is retried.
+    pub fn settle_retry_for(&self) -> Duration {
+        self.settle_retry_for
+    }
+
+    /// The Redis key of `key`'s bucket in `table`.
+    pub(crate) fn key_name(&self, table: &crate::store::BucketTable, key: u64) -> String {
+        script::key_name(&self.prefix, table, key)
     }
 
     /// How many instances share each limit: while Redis is down, each
@@ -192,21 +248,32 @@ impl RedisStore {
         &self.board
     }
 
-    /// Adds `buckets`' units to the shared buckets and reads their states
-    /// back, at `now` (hybrid mode's sync; one call, so on a Cluster the
-    /// buckets must share a slot): one state per bucket, in order.
+    /// Adds `buckets`' units to the shared buckets, unless the call number
+    /// `seq` was applied already, and reads their states back, at `now`
+    /// (hybrid mode's sync; one call, so on a Cluster the buckets must
+    /// share a slot, `slot`): one state per bucket, in order.
     pub async fn sync(
         &self,
         buckets: &[Synced<'_>],
+        (seq, slot): (u64, Option<slots::Slot>),
         now: Nanos,
     ) -> Result<Vec<crate::limiter::BucketState>, StoreError> {
+        let marker = slots::marker_key(&self.prefix, slot, "synced", &self.instance);
+        let call = SyncCall {
+            seq,
+            keep_ms: slots::marker_ms(self.settle_retry_for),
+            marker: &marker,
+        };
         let command = script::sync(
             self.link.script_hash(),
             &self.prefix,
-            self.now_us(now),
-            now,
+            (self.now_us(now), now),
+            call,
             buckets,
         );
+        #[cfg(test)]
+        let answer = self.settler.faults.run(&self.link, command).await?;
+        #[cfg(not(test))]
         let answer: script::Answer = self.link.run(command).await?;
         (0..buckets.len())
             .map(|index| script::synced(&answer, index))
@@ -453,19 +520,15 @@ impl RedisStore {
     }
 
     /// Gives back every receipt `admission` holds (a later rule refused, or
-    /// failed), and empties it.
+    /// failed), and empties it. Waited for, as long as a call may take, so
+    /// that what is reported next counts it (the settlements go on if not).
     async fn give_back(&self, admission: &mut Admission, now: Nanos) {
         if let Some(queued) = admission.queued.take() {
             self.leave_queue(&queued.receipt);
         }
         let mut receipts = std::mem::take(&mut admission.receipts);
-        let (commands, returned) = self.settling(&mut receipts, Settle::GiveBack, now);
-        for command in commands {
-            if let Err(error) = self.link.run::<redis::Value>(command).await {
-                tracing::debug!(%error, "units of a refused request not given back");
-            }
-        }
-        self.wake(&returned);
+        let sent = self.settle(&mut receipts, Settle::GiveBack, now, None);
+        let _ = tokio::time::timeout(self.link.timeout(), sent.answered()).await;
     }
 
     /// A new lease number for each concurrency limit of `limits`.
@@ -570,116 +633,140 @@ impl RedisStore {
     }
 
     /// A waiter gives up: its ticket leaves the queue, with the lease it
-    /// may have claimed just before (sent by a task).
+    /// may have claimed just before (a settlement, delivered in order).
     pub fn leave_queue(&self, receipt: &Receipt) {
         let Taken::Lease { id } = receipt.taken else {
             return;
         };
         self.leases.returned(id);
-        let mut call = self.call(OP_SETTLE, receipt.at);
-        call.receipt(receipt, SETTLE_LEAVE_QUEUE, id);
-        self.link.send_detached(call.finish());
-    }
-
-    /// Permits of `keys` came back: their waiters here claim at once.
-    fn wake(&self, keys: &[String]) {
-        for key in keys {
-            self.waiters.wake(key);
-        }
+        let mut settlement = self.settlement(receipt.at);
+        let entry = SettleEntry::new(&self.prefix, receipt, SETTLE_LEAVE_QUEUE, id, receipt.at);
+        settlement.slot = self.link.is_cluster().then(|| slots::slot_of(entry.key()));
+        settlement.entries.push(entry);
+        self.settler.send(settlement);
     }
 
     /// See [`crate::store::Store::settle`]: the receipts are marked settled
-    /// now and the calls are sent by a task. A call that fails is logged
-    /// and lost: a charge or a refund missed, never a request held.
-    pub fn settle(&self, receipts: &mut [Receipt], how: Settle, now: Nanos) -> Sent {
-        let (commands, returned) = self.settling(receipts, how, now);
-        if returned.is_empty() {
-            let calls = commands.into_iter();
-            return Sent(
-                calls
-                    .filter_map(|call| self.link.send_detached(call))
-                    .collect(),
-            );
+    /// now, and their settlements are handed to the settler, which delivers
+    /// them in order until Redis takes each ([`settler`]). `charged`
+    /// counts a charge's units once Redis took them.
+    pub fn settle(
+        &self,
+        receipts: &mut [Receipt],
+        how: Settle,
+        now: Nanos,
+        charged: Option<&IntCounter>,
+    ) -> Sent {
+        let settlements = self.settling(receipts, how, now, charged);
+        let mut sent = Sent::default();
+        for mut settlement in settlements {
+            let (done, answered) = tokio::sync::oneshot::channel();
+            settlement.done = Some(done);
+            sent.0.push(answered);
+            self.settler.send(settlement);
         }
-        // A permit someone here waits for: wake them once it is back.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Sent::default();
-        };
-        let (link, waiters) = (self.link.clone(), Arc::clone(&self.waiters));
-        let task = runtime.spawn(async move {
-            for command in commands {
-                if let Err(error) = link.run::<redis::Value>(command).await {
-                    tracing::debug!(%error, "a settlement was not sent to Redis");
-                }
-            }
-            for key in &returned {
-                waiters.wake(key);
-            }
-        });
-        Sent(smallvec::smallvec![task])
+        sent
     }
 
-    /// The settle calls for `receipts`, marking them as
-    /// [`MemoryStore::settle`] does: one call (one per rule on a Redis
-    /// Cluster, whose calls keep to one slot); none when there is nothing to
-    /// send (kept units stay where they are in Redis).
-    /// Also the keys of the permits returned that requests here wait for.
+    /// An empty settlement made at `now`.
+    fn settlement(&self, now: Nanos) -> Settlement {
+        Settlement {
+            seq: 0,
+            queued_at: 0,
+            now_us: self.now_us(now),
+            slot: None,
+            entries: SmallVec::new(),
+            charged: None,
+            wakes: Vec::new(),
+            done: None,
+        }
+    }
+
+    /// The settlements of `receipts`, marking them as
+    /// [`MemoryStore::settle`] does: one (one per rule on a Redis Cluster,
+    /// whose calls keep to one slot); none when there is nothing to send
+    /// (kept units stay where they are in Redis). A charge is counted with
+    /// the first, or at once when there is none.
     fn settling(
         &self,
         receipts: &mut [Receipt],
         how: Settle,
         now: Nanos,
-    ) -> (SmallVec<[Cmd; 1]>, Vec<String>) {
-        let mut calls: SmallVec<[(usize, Call<'_>); 1]> = SmallVec::new();
-        let mut returned = Vec::new();
+        charged: Option<&IntCounter>,
+    ) -> SmallVec<[Settlement; 1]> {
+        let mut settlements: SmallVec<[(usize, Settlement); 1]> = SmallVec::new();
         for receipt in receipts {
-            let charge = matches!(how, Settle::Charge(_));
-            if receipt.settled && !charge {
+            let Some((code, units, returned)) = self.settle_code(receipt, how) else {
                 continue;
-            }
-            receipt.settled |= !charge;
-            let (code, units) = match (receipt.taken, how) {
-                (Taken::Lease { id }, Settle::Keep | Settle::GiveBack) => {
-                    self.leases.returned(id);
-                    if self.waiters.any() {
-                        returned.push(script::key_name(&self.prefix, &receipt.table, receipt.key));
-                    }
-                    (SETTLE_RETURN_LEASE, id)
-                }
-                (Taken::Lease { .. }, Settle::Charge(_)) => continue,
-                // An adaptive rule's permit, this instance's own
-                // (`Store::settle` returned it).
-                (Taken::Permit, _) => continue,
-                (_, Settle::Keep) => continue,
-                (Taken::Bucket, Settle::GiveBack) => (SETTLE_GIVE_BACK, receipt.units),
-                // Cancelled while its instant is ahead, else given back at
-                // that instant (by Redis' clock: the script decides), as
-                // memory settles it.
-                (Taken::Reserved { .. }, Settle::GiveBack) => {
-                    (SETTLE_CANCEL_RESERVATION, receipt.units)
-                }
-                (_, Settle::GiveBack) => continue,
-                (_, Settle::Charge(units)) => {
-                    receipt.charged = receipt.charged.saturating_add(units);
-                    (SETTLE_CHARGE, units)
-                }
             };
             let group = if self.link.is_cluster() {
                 receipt.rule
             } else {
                 0
             };
-            let at = match calls.iter().position(|(rule, _)| *rule == group) {
+            let at = match settlements.iter().position(|(rule, _)| *rule == group) {
                 Some(at) => at,
                 None => {
-                    calls.push((group, self.call(OP_SETTLE, now)));
-                    calls.len() - 1
+                    settlements.push((group, self.settlement(now)));
+                    settlements.len() - 1
                 }
             };
-            calls[at].1.receipt(receipt, code, units);
+            let settlement = &mut settlements[at].1;
+            let entry = SettleEntry::new(&self.prefix, receipt, code, units, now);
+            if self.link.is_cluster() && settlement.slot.is_none() {
+                settlement.slot = Some(slots::slot_of(entry.key()));
+            }
+            if returned && self.waiters.any() {
+                settlement.wakes.push(entry.key().to_owned());
+            }
+            settlement.entries.push(entry);
         }
-        let commands = calls.into_iter().map(|(_, call)| call.finish()).collect();
-        (commands, returned)
+        if let (Settle::Charge(units), Some(counter)) = (how, charged) {
+            match settlements.first_mut() {
+                Some((_, settlement)) => settlement.charged = Some((counter.clone(), units)),
+                None => counter.inc_by(units),
+            }
+        }
+        settlements
+            .into_iter()
+            .map(|(_, settlement)| settlement)
+            .collect()
+    }
+
+    /// How `receipt` is settled as `how` says, marking it: the script's
+    /// code, its units, and whether it returns a permit; `None` when there
+    /// is nothing to send.
+    fn settle_code(&self, receipt: &mut Receipt, how: Settle) -> Option<(u64, u64, bool)> {
+        let charge = matches!(how, Settle::Charge(_));
+        if receipt.settled && !charge {
+            return None;
+        }
+        receipt.settled |= !charge;
+        Some(match (receipt.taken, how) {
+            (Taken::Lease { id }, Settle::Keep | Settle::GiveBack) => {
+                self.leases.returned(id);
+                (SETTLE_RETURN_LEASE, id, true)
+            }
+            (Taken::Lease { .. }, Settle::Charge(_)) => return None,
+            // A reservation all drawn by charges: nothing to give back.
+            (_, Settle::GiveBack) if receipt.units == 0 => return None,
+            // An adaptive rule's permit, this instance's own
+            // (`Store::settle` returned it).
+            (Taken::Permit, _) => return None,
+            (_, Settle::Keep) => return None,
+            (Taken::Bucket, Settle::GiveBack) => (SETTLE_GIVE_BACK, receipt.units, false),
+            // Cancelled while its instant is ahead, else given back at
+            // that instant (by Redis' clock: the script decides), as
+            // memory settles it.
+            (Taken::Reserved { .. }, Settle::GiveBack) => {
+                (SETTLE_CANCEL_RESERVATION, receipt.units, false)
+            }
+            (_, Settle::GiveBack) => return None,
+            (_, Settle::Charge(units)) => {
+                receipt.charged = receipt.charged.saturating_add(units);
+                (SETTLE_CHARGE, units, false)
+            }
+        })
     }
 
     /// See [`crate::store::Store::spend`].

@@ -747,10 +747,17 @@ pub(crate) async fn redis_store() -> Store {
 /// The same on a Redis Cluster of three primaries: a request's rules may
 /// live in different slots, and every call keeps to one.
 pub(crate) async fn redis_cluster_store() -> Store {
+    redis_store_on(cluster_urls(), true).await
+}
+
+/// The nodes of the test process's Redis Cluster (three primaries, started
+/// on first use).
+pub(crate) fn cluster_urls() -> Vec<String> {
     use crate::testing::redis_server::RedisCluster;
     static CLUSTER: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let urls = CLUSTER.get_or_init(|| std::mem::ManuallyDrop::new(RedisCluster::start()).urls());
-    redis_store_on(urls.clone(), true).await
+    CLUSTER
+        .get_or_init(|| std::mem::ManuallyDrop::new(RedisCluster::start()).urls())
+        .clone()
 }
 
 pub(crate) async fn redis_store_on(urls: Vec<String>, cluster: bool) -> Store {
@@ -762,11 +769,12 @@ pub(crate) async fn redis_store_on(urls: Vec<String>, cluster: bool) -> Store {
         timeout: std::time::Duration::from_secs(5),
         prefix: "suite".into(),
         instances: 1,
+        settle_retry_for: std::time::Duration::from_secs(600),
     };
     let store = RedisStore::new(settings, 10_000)
         .expect("a Redis URL")
         .with_injected_time();
-    store.start();
+    store.start(crate::clock::ProxyClock::default());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !store.link().is_up() {
         assert!(

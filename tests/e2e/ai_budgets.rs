@@ -31,8 +31,8 @@ use crate::support::{
 /// says how: `use` completion tokens, over `ms` milliseconds, as an event
 /// stream (`stream`) or one JSON body; `end = "break"` cuts the stream off
 /// before its usage. It counts the calls it serves at once.
-struct Llm {
-    addr: SocketAddr,
+pub(crate) struct Llm {
+    pub(crate) addr: SocketAddr,
     in_flight: Arc<AtomicUsize>,
     most_at_once: Arc<AtomicUsize>,
 }
@@ -40,7 +40,7 @@ struct Llm {
 type Body = BoxBody<Bytes, std::io::Error>;
 
 impl Llm {
-    async fn start() -> Llm {
+    pub(crate) async fn start() -> Llm {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let in_flight = Arc::new(AtomicUsize::new(0));

@@ -830,7 +830,7 @@ instances = 3
     assert!(
         stdout.contains(
             "store redis redis://sluice:***@cache:6380/1  mode strict  timeout 50ms  on_error deny  \
-             instances 3"
+             settle_retry_for 10m  instances 3"
         ),
         "{stdout}"
     );

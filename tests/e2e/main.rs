@@ -57,6 +57,7 @@ mod reload;
 mod replay;
 mod request_size;
 mod rls;
+mod settlements;
 mod shared_bans;
 mod shutdown_delay;
 mod status;

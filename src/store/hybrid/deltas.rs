@@ -44,7 +44,9 @@ pub struct Delta {
     /// Units taken (admissions, deferred charges, spends) and not given
     /// back before the sync.
     pub taken: u64,
-    /// Units given back that an earlier sync had sent as taken.
+    /// Units given back that an earlier sync had sent as taken (or, the
+    /// deltas of failed rounds merged, that `taken` holds: the sync call
+    /// adds `taken` first).
     pub given_back: u64,
     /// When the earliest of those had been taken (a window gives them back
     /// from that window: erring towards refusing when they span several).

@@ -3,16 +3,24 @@
 //! health signal: small while Redis answers, growing while it does not).
 //!
 //! Each round drains the deltas noted since the last one, adds them to
-//! those a failed round left (the outbox), and sends them [`CHUNK`] buckets
-//! at a time, one chunk after the other: the units given back first (a
-//! settle call), then every bucket's units taken (a `sync` call of the
-//! script, or on a Redis Cluster, whose calls keep to one caller's slot,
-//! one per bucket, all at once), each answered with the shared bucket's
-//! state, which the instance then adopts ([`super::replica`]).
-//! Then the bans ([`super::bans`]): the strikes counted since, and the
-//! board's version (all an idle round asks). A round that fails keeps its
-//! deltas for the next one; while Redis fails the outbox holds at most
-//! `max_keys` of them and drops the oldest first
+//! those a failed round left (the outbox), and sends them in `sync` calls
+//! of the script of [`CHUNK`] buckets at most: on one Redis one call after
+//! the other; on a Redis Cluster, whose calls keep to one slot, the slots'
+//! calls at once, each slot's one after the other. A call carries each
+//! bucket's units taken and the units given back of what earlier syncs
+//! sent, and is answered with the shared bucket's state, which the
+//! instance then adopts ([`super::replica`]). Then the bans
+//! ([`super::bans`]): the strikes counted since, and the board's version
+//! (all an idle round asks).
+//!
+//! Nothing is lost, nothing counted twice (docs/multi-instance.md, "When
+//! Redis is slow or away"): each call is numbered, and Redis remembers
+//! the highest number it ran for this instance (per slot), so a call that
+//! got no answer is kept as it is and sent again, before anything newer,
+//! until Redis answers: if Redis ran it already, it only reads. Such a call
+//! is given up after `settle_retry_for`. A round that fails keeps the
+//! deltas it did not send for the next one; while Redis fails the outbox
+//! holds at most `max_keys` of them and drops the oldest first
 //! (`sluice_store_sync_dropped_total`).
 
 use std::collections::hash_map::Entry;
@@ -27,7 +35,8 @@ use super::deltas::Delta;
 use super::{replica, HybridStore};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::limiter::{BucketState, Limiter};
-use crate::store::admission::{Receipt, Settle, StoreError, Taken};
+use crate::store::admission::StoreError;
+use crate::store::redis::slots::{self, Slot};
 use crate::store::redis::Synced;
 
 /// Buckets sent in one script call: a script holds Redis for its whole
@@ -122,26 +131,31 @@ impl HybridStore {
     /// One round (see the module docs), at the instants `clock` reads: the
     /// task runs one every interval; tests call it at their own instants.
     pub async fn sync(&self, clock: &impl Clock) {
-        // Only the task (or a test) syncs: the lock is never contended.
+        // Only the task (or a test, or the last flush) syncs: the lock is
+        // rarely contended.
         let mut outbox = self.outbox.lock().await;
         let outbox = &mut *outbox;
         let started = clock.now();
         self.count_instances();
         let dropped = outbox.push(self.deltas.drain(), self.deltas.capacity());
         self.deltas.drop_unsent(dropped);
-        let batch = outbox.take_merged();
-        let idle = batch.is_empty();
-        let exchanged = if idle {
-            Ok(0)
-        } else {
-            self.exchange(batch, clock).await
+        let exchanged = match self.resend(outbox, clock).await {
+            Ok(resent) => {
+                let batch = outbox.take_merged();
+                let idle = batch.is_empty() && resent == 0;
+                match self.exchange(batch, outbox, clock).await {
+                    Ok(calls) => Ok((calls + resent, idle)),
+                    Err(failed) => Err(failed),
+                }
+            }
+            Err(error) => Err((error, Vec::new())),
         };
         // Then the bans. An idle round asks only the board's version, which
         // tells whether Redis answers; after deltas that reached Redis, a
         // failure here leaves the limits shared (what it missed waits for
         // the next round).
         let answered = match exchanged {
-            Ok(calls) => match self.follow_bans(clock).await {
+            Ok((calls, idle)) => match self.follow_bans(clock).await {
                 Ok(more) => Ok(calls + more),
                 Err(error) if idle => Err((error, Vec::new())),
                 Err(error) => {
@@ -152,6 +166,18 @@ impl HybridStore {
             },
             Err(failed) => Err(failed),
         };
+        self.close_round(answered, outbox, started, clock);
+    }
+
+    /// Records how the round that started at `started` went: the deltas it
+    /// did not send go back to `outbox`.
+    fn close_round(
+        &self,
+        answered: Result<u64, (StoreError, Vec<Delta>)>,
+        outbox: &mut Outbox,
+        started: Nanos,
+        clock: &impl Clock,
+    ) {
         let status = &self.status;
         status.rounds.fetch_add(1, Ordering::Relaxed);
         match answered {
@@ -184,95 +210,126 @@ impl HybridStore {
         }
     }
 
-    /// Sends `batch` and adopts the shared state of every bucket in it: the
-    /// calls made, or the error and the deltas not sent. (A call that timed
-    /// out may still have been run by Redis: its deltas are sent again,
-    /// and counted twice, which errs towards refusing.)
+    /// Sends again, as they were and under their numbers, the calls whose
+    /// answers never came (Redis may have run them: it then only reads),
+    /// before anything newer; a call older than `settle_retry_for` is given
+    /// up. The calls made, or the first error (the calls that failed stay).
+    async fn resend(&self, outbox: &mut Outbox, clock: &impl Clock) -> Result<u64, StoreError> {
+        if outbox.unanswered.is_empty() {
+            return Ok(0);
+        }
+        let now = clock.now();
+        let retry_for = self.shared.settle_retry_for().as_nanos() as Nanos;
+        outbox.unanswered.retain(|call| {
+            let keep = now.saturating_sub(call.first_sent) < retry_for;
+            if !keep {
+                self.deltas.drop_unsent(call.deltas.len());
+            }
+            keep
+        });
+        let calls = std::mem::take(&mut outbox.unanswered);
+        let made = calls.len() as u64;
+        let answers = join_all(calls.iter().map(|call| self.send(call, clock))).await;
+        let mut first_error = None;
+        for (call, answer) in calls.into_iter().zip(answers) {
+            if let Err(error) = answer {
+                first_error.get_or_insert(error);
+                outbox.unanswered.push(call);
+            }
+        }
+        first_error.map_or(Ok(made), Err)
+    }
+
+    /// Sends `batch` and adopts the shared state of every bucket in it, in
+    /// calls of [`CHUNK`] buckets of one slot, each numbered: the slots at
+    /// once, each slot's calls one after the other. A call without an
+    /// answer waits in `outbox` to be sent again as it is; the calls after
+    /// it in its slot were not sent. The calls made, or the first error
+    /// and the deltas not sent.
     async fn exchange(
         &self,
-        mut batch: Vec<Delta>,
+        batch: Vec<Delta>,
+        outbox: &mut Outbox,
         clock: &impl Clock,
     ) -> Result<u64, (StoreError, Vec<Delta>)> {
-        let mut calls = 0;
-        // One limit's buckets in a row: a call writes its parameters once.
-        batch.sort_unstable_by_key(|delta| delta.table.id());
-        let mut rest = batch.as_slice();
-        while !rest.is_empty() {
-            let (part, after) = rest.split_at(rest.len().min(CHUNK));
-            calls += self.give_back(part, clock.now()).await;
-            let answered = if self.shared.link().is_cluster() {
-                self.sync_one_by_one(part, clock).await
-            } else {
-                self.sync_together(part, clock).await
-            };
-            match answered {
-                Ok(made) => calls += made,
-                Err((error, mut failed)) => {
-                    // Their give-backs went out above: put back without
-                    // them, so that a later round does not give them twice
-                    // (one that did not reach Redis is lost, which errs
-                    // towards refusing).
-                    for delta in &mut failed {
-                        delta.given_back = 0;
-                    }
-                    let mut unsent = failed;
-                    unsent.extend_from_slice(after);
-                    return Err((error, unsent));
-                }
-            }
-            rest = after;
-        }
-        Ok(calls)
-    }
-
-    /// One sync call for every bucket of `part` (one Redis). One call, or
-    /// the error and all of `part`.
-    async fn sync_together(
-        &self,
-        part: &[Delta],
-        clock: &impl Clock,
-    ) -> Result<u64, (StoreError, Vec<Delta>)> {
-        let buckets: Vec<Synced<'_>> = part.iter().map(synced).collect();
-        let synced = self.shared.sync(&buckets, clock.now()).await;
-        let views = synced.map_err(|error| (error, part.to_vec()))?;
         let now = clock.now();
-        for (delta, view) in part.iter().zip(views) {
-            self.adopt(delta, view, now);
-        }
-        Ok(1)
-    }
-
-    /// One sync call per bucket of `part`, all at once (a Redis Cluster,
-    /// where a call keeps to one caller's slot). The calls made, or the
-    /// first error and the buckets whose call failed.
-    async fn sync_one_by_one(
-        &self,
-        part: &[Delta],
-        clock: &impl Clock,
-    ) -> Result<u64, (StoreError, Vec<Delta>)> {
-        let at = clock.now();
-        let answers = join_all(
-            part.iter()
-                .map(|delta| async move { self.shared.sync(&[synced(delta)], at).await }),
+        let slots: Vec<Vec<Call>> = self
+            .by_slot(batch)
+            .into_iter()
+            .map(|(slot, deltas)| outbox.calls(slot, deltas, now))
+            .collect();
+        let made = join_all(
+            slots
+                .into_iter()
+                .map(|calls| self.send_in_order(calls, clock)),
         )
         .await;
-        let now = clock.now();
-        let mut failed = Vec::new();
-        let mut first_error = None;
-        for (delta, answer) in part.iter().zip(answers) {
-            match answer.map(|views| views.first().copied()) {
-                Ok(Some(view)) => self.adopt(delta, view, now),
-                Ok(None) => {}
-                Err(error) => {
-                    first_error.get_or_insert(error);
-                    failed.push(delta.clone());
-                }
+        let (mut calls, mut unsent, mut first_error) = (0, Vec::new(), None);
+        for (sent, failed) in made {
+            calls += sent;
+            if let Some((error, call, rest)) = failed {
+                first_error.get_or_insert(error);
+                outbox.unanswered.push(call);
+                unsent.extend(rest.into_iter().flat_map(|call| call.deltas));
             }
         }
         match first_error {
-            None => Ok(part.len() as u64),
-            Some(error) => Err((error, failed)),
+            None => Ok(calls),
+            Some(error) => Err((error, unsent)),
         }
+    }
+
+    /// `calls` (of one slot) one after the other: how many were answered,
+    /// and the first that was not, its error and the calls after it.
+    async fn send_in_order(
+        &self,
+        calls: Vec<Call>,
+        clock: &impl Clock,
+    ) -> (u64, Option<(StoreError, Call, Vec<Call>)>) {
+        let mut answered = 0;
+        let mut calls = calls.into_iter();
+        while let Some(call) = calls.next() {
+            match self.send(&call, clock).await {
+                Ok(()) => answered += 1,
+                Err(error) => return (answered, Some((error, call, calls.collect()))),
+            }
+        }
+        (answered, None)
+    }
+
+    /// One sync call: adds `call`'s deltas unless Redis applied it already,
+    /// and adopts the shared state of each of its buckets.
+    async fn send(&self, call: &Call, clock: &impl Clock) -> Result<(), StoreError> {
+        let at = clock.now();
+        let buckets: Vec<Synced<'_>> = call.deltas.iter().map(|d| synced(d, at)).collect();
+        let views = self
+            .shared
+            .sync(&buckets, (call.seq, call.slot), at)
+            .await?;
+        let now = clock.now();
+        for (delta, view) in call.deltas.iter().zip(views) {
+            self.adopt(delta, view, now);
+        }
+        Ok(())
+    }
+
+    /// `batch` by the slot of each bucket (one group on one Redis), each
+    /// group's buckets of one limit in a row (a call writes a limit's
+    /// parameters once for them).
+    fn by_slot(&self, mut batch: Vec<Delta>) -> Vec<(Option<Slot>, Vec<Delta>)> {
+        batch.sort_unstable_by_key(|delta| delta.table.id());
+        if !self.shared.link().is_cluster() {
+            return vec![(None, batch)];
+        }
+        let mut groups: HashMap<Slot, Vec<Delta>> = HashMap::new();
+        for delta in batch {
+            let key = self.shared.key_name(&delta.table, delta.key);
+            groups.entry(slots::slot_of(&key)).or_default().push(delta);
+        }
+        groups
+            .into_iter()
+            .map(|(slot, deltas)| (Some(slot), deltas))
+            .collect()
     }
 
     /// Makes the shared `view` of `delta`'s bucket this instance's own, with
@@ -287,53 +344,43 @@ impl HybridStore {
             .adopt(&delta.table, &delta.limiter, delta.key, spent + unsent, now);
     }
 
-    /// Gives back in Redis the units of `part` that an earlier sync sent as
-    /// taken. A token bucket takes them back as units of the current
-    /// instant (Redis saw them taken when they were sent, not when the
-    /// request took them); a window, from the window the earliest was taken
-    /// in; a leaky bucket keeps them (it gives back only its last units,
-    /// taken while its outlet was idle). A give-back that fails is lost
-    /// (logged): the instances then count those units as spent, never the
-    /// reverse. The calls made.
-    async fn give_back(&self, part: &[Delta], now: Nanos) -> u64 {
-        let mut receipts: Vec<Receipt> = part
-            .iter()
-            .enumerate()
-            .filter(|(_, delta)| delta.given_back > 0)
-            .map(|(rule, delta)| Receipt {
-                rule,
-                table: delta.table.clone(),
-                key: delta.key,
-                limiter: delta.limiter,
-                units: delta.given_back,
-                taken: Taken::Bucket,
-                at: match delta.limiter {
-                    Limiter::TokenBucket(_) | Limiter::LeakyBucket(_) => {
-                        now.saturating_add(GIVE_BACK_AHEAD)
-                    }
-                    _ => delta.given_back_at,
-                },
-                charged: 0,
-                settled: false,
-            })
-            .collect();
-        if receipts.is_empty() {
-            return 0;
-        }
-        let sent = self.shared.settle(&mut receipts, Settle::GiveBack, now);
-        let calls = sent.len() as u64;
-        sent.answered().await;
-        calls
+    /// Whether deltas wait to be sent, or calls to be answered.
+    pub(crate) async fn has_unsent(&self) -> bool {
+        self.unsent().await > 0
+    }
+
+    /// How many buckets' deltas wait to be sent, or answered.
+    pub(super) async fn unsent(&self) -> usize {
+        let outbox = self.outbox.lock().await;
+        outbox.len
+            + outbox
+                .unanswered
+                .iter()
+                .map(|call| call.deltas.len())
+                .sum::<usize>()
     }
 }
 
-/// What the sync call carries for `delta`: its units taken.
-fn synced(delta: &Delta) -> Synced<'_> {
+/// What the sync call carries for `delta`, sent at `now`: its units taken,
+/// and those given back of what earlier syncs sent. A token or leaky
+/// bucket takes the latter back as units of the current instant (Redis saw
+/// them taken when they were sent, not when the request took them), dated
+/// ahead so that Redis counts them so whatever the clocks' skew; a window,
+/// in the window the earliest was taken in (a leaky bucket gives back only
+/// its last units, taken while its outlet was idle).
+fn synced(delta: &Delta, now: Nanos) -> Synced<'_> {
     Synced {
         table: &delta.table,
         limiter: &delta.limiter,
         key: delta.key,
         units: delta.taken,
+        given_back: delta.given_back,
+        given_back_at: match delta.limiter {
+            Limiter::TokenBucket(_) | Limiter::LeakyBucket(_) => {
+                now.saturating_add(GIVE_BACK_AHEAD)
+            }
+            _ => delta.given_back_at,
+        },
     }
 }
 
@@ -341,14 +388,49 @@ fn synced(delta: &Delta) -> Synced<'_> {
 /// counts it as taken at its own now whatever the clocks' skew.
 const GIVE_BACK_AHEAD: Nanos = 60_000_000_000;
 
-/// Deltas that failed rounds could not send, oldest first.
+/// One sync call: some buckets of one slot, numbered. Kept as it is until
+/// answered: sent again, it must be the same call, so that Redis, which
+/// remembers the highest number it ran for this instance in that slot,
+/// runs it once.
+#[derive(Debug)]
+pub struct Call {
+    seq: u64,
+    slot: Option<Slot>,
+    deltas: Vec<Delta>,
+    /// When it was first sent (it is given up `settle_retry_for` later).
+    first_sent: Nanos,
+}
+
+/// Deltas that failed rounds could not send, oldest first, and the calls
+/// sent whose answers never came.
 #[derive(Debug, Default)]
 pub struct Outbox {
     batches: VecDeque<Vec<Delta>>,
     len: usize,
+    /// Sent again, as they are, before anything newer.
+    unanswered: Vec<Call>,
+    /// The number of the last call made.
+    last_seq: u64,
 }
 
 impl Outbox {
+    /// `deltas` (of one slot) as numbered calls of [`CHUNK`] buckets at
+    /// most, made at `now`.
+    fn calls(&mut self, slot: Option<Slot>, deltas: Vec<Delta>, now: Nanos) -> Vec<Call> {
+        let mut calls = Vec::with_capacity(deltas.len().div_ceil(CHUNK));
+        let mut deltas = deltas.into_iter().peekable();
+        while deltas.peek().is_some() {
+            self.last_seq += 1;
+            calls.push(Call {
+                seq: self.last_seq,
+                slot,
+                deltas: deltas.by_ref().take(CHUNK).collect(),
+                first_sent: now,
+            });
+        }
+        calls
+    }
+
     /// Adds a round's deltas; drops the oldest beyond `max`. How many were
     /// dropped.
     fn push(&mut self, batch: Vec<Delta>, max: usize) -> usize {

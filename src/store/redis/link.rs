@@ -154,6 +154,11 @@ impl Link {
         self.0.seed.subscribe()
     }
 
+    /// The longest a call may take.
+    pub fn timeout(&self) -> Duration {
+        self.0.timeout
+    }
+
     /// The script's SHA1, for `EVALSHA`.
     pub fn script_hash(&self) -> &str {
         &self.0.script_hash
@@ -209,7 +214,7 @@ impl Link {
         let link = self.clone();
         Some(runtime.spawn(async move {
             if let Err(error) = link.run::<Value>(command).await {
-                tracing::debug!(%error, "a settlement was not sent to Redis");
+                tracing::debug!(%error, "a call was not sent to Redis");
             }
         }))
     }

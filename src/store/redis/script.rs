@@ -14,8 +14,8 @@ use crate::store::BucketTable;
 use super::protocol::{
     ALG_CONCURRENCY, ALG_FIXED_WINDOW, ALG_LEAKY_BUCKET, ALG_SLIDING_LOG, ALG_SLIDING_WINDOW,
     ALG_TOKEN_BUCKET, CLAIM_CLAIMED, CLAIM_NEVER, CLAIM_NOT_YET, DECISION_ALLOW, DECISION_DENY,
-    DECISION_HOLD, OP_STRIKE, OP_SYNC, OUTCOME_ADMITTED, OUTCOME_BANNED, OUTCOME_LIMITED,
-    RETRY_NEVER,
+    DECISION_HOLD, OP_SETTLE, OP_STRIKE, OP_SYNC, OUTCOME_ADMITTED, OUTCOME_BANNED,
+    OUTCOME_LIMITED, RETRY_NEVER,
 };
 
 /// How long a concurrency lease counts without renewal: a crashed
@@ -246,19 +246,6 @@ impl<'s> Call<'s> {
         self.body.args.push(ticket);
     }
 
-    /// One receipt to settle: `how` is one of the `SETTLE_` codes of
-    /// [`super::protocol`] (`units` names the lease or the ticket of
-    /// `SETTLE_RETURN_LEASE` and `SETTLE_LEAVE_QUEUE`).
-    pub fn receipt(&mut self, receipt: &Receipt, how: u64, units: u64) {
-        self.limit(&receipt.table, receipt.key, &receipt.limiter);
-        let at = match receipt.taken {
-            // A reservation is cancelled by the instant it passes at.
-            Taken::Reserved { at } => at,
-            _ => receipt.at,
-        };
-        self.body.args.extend([how, units, at / MICRO]);
-    }
-
     fn limit(&mut self, table: &BucketTable, key: u64, limiter: &Limiter) {
         write_key(
             &mut self.body.key_text,
@@ -281,46 +268,142 @@ impl<'s> Call<'s> {
     }
 }
 
+/// One receipt of a settlement, written as the `settle` call sends it: its
+/// key and its six fields (`sluice.lua`'s header), owned, so that it waits
+/// in the settlement queue without the receipt.
+#[derive(Debug, Clone)]
+pub struct SettleEntry {
+    key: String,
+    /// algorithm, a, b, how, units, taken_at (microseconds).
+    fields: [u64; 6],
+    /// A calendar window's `a`, sent as text instead ([`calendar_text`]).
+    calendar: Option<Box<str>>,
+}
+
+impl SettleEntry {
+    /// `receipt` settled as `how` says, one of the `SETTLE_` codes of
+    /// [`super::protocol`] (`units` names the lease or the ticket of
+    /// `SETTLE_RETURN_LEASE` and `SETTLE_LEAVE_QUEUE`), its calendar window
+    /// placed at `local_now`.
+    pub fn new(
+        prefix: &str,
+        receipt: &Receipt,
+        how: u64,
+        units: u64,
+        local_now: Nanos,
+    ) -> SettleEntry {
+        let table = &receipt.table;
+        let mut key = String::with_capacity(64);
+        write_key(&mut key, prefix, table, receipt.key, &table.name().limit);
+        let at = match receipt.taken {
+            // A reservation is cancelled by the instant it passes at.
+            Taken::Reserved { at } => at,
+            _ => receipt.at,
+        };
+        let [algorithm, a, b] = parameters(&receipt.limiter);
+        SettleEntry {
+            key,
+            fields: [algorithm, a, b, how, units, at / MICRO],
+            calendar: calendar_text(&receipt.limiter, local_now).map(String::into_boxed_str),
+        }
+    }
+
+    /// The Redis key it settles.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+/// The call that applies `settlements` (each its sequence number and its
+/// receipts) in order, at most once each (`settle` in `sluice.lua`), at
+/// `now_us` (0: the server's time); `marker` is the instance's marker in
+/// their keys' slot, which Redis keeps `keep_ms` milliseconds.
+pub fn settle<'e>(
+    hash: &str,
+    now_us: u64,
+    keep_ms: u64,
+    marker: &str,
+    settlements: impl IntoIterator<Item = (u64, &'e [SettleEntry])>,
+) -> Cmd {
+    let mut body = Body::new(now_us);
+    body.args.extend([keep_ms, 0]);
+    for (seq, entries) in settlements {
+        body.args[2] += 1;
+        body.args.extend([seq, entries.len() as u64]);
+        for entry in entries {
+            body.key_text.push_str(&entry.key);
+            body.key_ends.push(body.key_text.len());
+            if let Some(text) = &entry.calendar {
+                body.texts.push((body.args.len() + 1, text.to_string()));
+            }
+            body.args.extend(entry.fields);
+        }
+    }
+    body.key_text.push_str(marker);
+    body.key_ends.push(body.key_text.len());
+    body.command(hash, OP_SETTLE)
+}
+
+/// The sequence numbers of the settlements Redis refused, in the answer
+/// to a settle call.
+pub fn refused(answer: &[i64]) -> impl Iterator<Item = u64> + '_ {
+    answer.iter().skip(1).map(|&seq| seq.max(0) as u64)
+}
+
 /// One bucket of a hybrid sync: the units its instance took since its last
-/// sync.
+/// sync, and those it gave back of what earlier syncs sent.
 #[derive(Debug, Clone, Copy)]
 pub struct Synced<'d> {
     pub table: &'d BucketTable,
     pub limiter: &'d Limiter,
     pub key: u64,
     pub units: u64,
+    pub given_back: u64,
+    /// When the units given back were taken.
+    pub given_back_at: Nanos,
 }
 
-/// The call that adds `buckets`' units to the shared buckets and reads
-/// their states back (`sync` in `sluice.lua`), at `now_us` (0: the
-/// server's time). Buckets of one limit in a row share one group (its
-/// parameters written once): sort them by table first.
+/// What a sync call is, besides its buckets: its sequence number, and the
+/// instance's marker in the buckets' slot, which Redis keeps `keep_ms`
+/// milliseconds (`sync` in `sluice.lua`).
+#[derive(Debug, Clone, Copy)]
+pub struct SyncCall<'m> {
+    pub seq: u64,
+    pub keep_ms: u64,
+    pub marker: &'m str,
+}
+
+/// The call that adds `buckets`' units to the shared buckets (at most
+/// once: `call` numbers it) and reads their states back (`sync` in
+/// `sluice.lua`), at `now_us` (0: the server's time), calendar windows
+/// placed at `local_now`. Buckets of one limit in a row share one group
+/// (its parameters written once): sort them by table first.
 pub fn sync(
     hash: &str,
     prefix: &str,
-    now_us: u64,
-    local_now: Nanos,
+    (now_us, local_now): (u64, Nanos),
+    call: SyncCall<'_>,
     buckets: &[Synced<'_>],
 ) -> Cmd {
     // Written straight into the command, each key its limit's key with the
     // bucket's hexadecimal digits written over: a sync writes thousands of
     // keys a round, and building each piece by piece was most of its cost.
     let mut cmd = Cmd::with_capacity(
-        5 + buckets.len() * 2 + 8,
-        64 + hash.len() + buckets.len() * 96,
+        6 + buckets.len() * 4 + 8,
+        64 + hash.len() + call.marker.len() + buckets.len() * 120,
     );
-    cmd.arg("EVALSHA").arg(hash).arg(buckets.len());
+    cmd.arg("EVALSHA").arg(hash).arg(buckets.len() + 1);
     let mut key = Vec::new();
-    let mut args: Vec<u64> = Vec::with_capacity(2 + buckets.len() + 4);
+    let mut args: Vec<u64> = Vec::with_capacity(4 + 3 * buckets.len() + 4);
     let mut texts = Vec::new();
-    args.extend([now_us, 0]);
+    args.extend([now_us, call.seq, call.keep_ms, 0]);
     let mut group: Option<(&BucketTable, &Limiter, usize, usize)> = None;
     for bucket in buckets {
         let same = group.is_some_and(|(table, limiter, ..)| {
             table.same(bucket.table) && *limiter == *bucket.limiter
         });
         if !same {
-            args[1] += 1;
+            args[3] += 1;
             args.extend(parameters(bucket.limiter));
             if let Some(text) = calendar_text(bucket.limiter, local_now) {
                 texts.push((args.len() - 2, text));
@@ -336,10 +419,15 @@ pub fn sync(
             unreachable!("a group was just started")
         };
         args[count_at] += 1;
-        args.push(bucket.units);
+        args.extend([
+            bucket.units,
+            bucket.given_back,
+            bucket.given_back_at / MICRO,
+        ]);
         hex_digits(&mut key[head..head + 16], bucket.key);
         cmd.arg(&key[..]);
     }
+    cmd.arg(call.marker);
     cmd.arg(OP_SYNC);
     write_args(&mut cmd, &args, &texts);
     cmd
@@ -755,13 +843,20 @@ mod tests {
             limiter,
             key,
             units,
+            given_back: units / 2,
+            given_back_at: 5_000,
         };
         let buckets = [
             bucket(&a, &five, 1, 3),
             bucket(&a, &five, 0xbeef, 1),
             bucket(&b, &nine, 1, 7),
         ];
-        let cmd = sync("sha", "p", 42, 42_000, &buckets);
+        let call = SyncCall {
+            seq: 12,
+            keep_ms: 660_000,
+            marker: "p:synced:9f",
+        };
+        let cmd = sync("sha", "p", (42, 42_000), call, &buckets);
         let args: Vec<String> = cmd
             .args_iter()
             .map(|arg| match arg {
@@ -770,17 +865,20 @@ mod tests {
             })
             .collect();
         let numbers = |limiter| parameters(limiter).map(|n| n.to_string());
-        let mut expected = vec!["EVALSHA".to_owned(), "sha".into(), "3".into()];
+        let mut expected = vec!["EVALSHA".to_owned(), "sha".into(), "4".into()];
         expected.extend([
             key_name("p", &a, 1),
             key_name("p", &a, 0xbeef),
             key_name("p", &b, 1),
+            "p:synced:9f".into(),
         ]);
-        expected.extend(["sync".into(), "42".into(), "2".into()]);
+        let strings = |all: &[&str]| all.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        expected.extend(strings(&["sync", "42", "12", "660000", "2"]));
         expected.extend(numbers(&five));
-        expected.extend(["2", "3", "1"].map(String::from));
+        // Per bucket: taken, given back, and when (in microseconds).
+        expected.extend(strings(&["2", "3", "1", "5", "1", "0", "5"]));
         expected.extend(numbers(&nine));
-        expected.extend(["1", "7"].map(String::from));
+        expected.extend(strings(&["1", "7", "3", "5"]));
         assert_eq!(args, expected);
         assert_eq!(
             synced(&[0, 4, 1_000, 0, 0], 1).unwrap(),

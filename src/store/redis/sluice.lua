@@ -30,14 +30,20 @@
 --     then per limit, 6 fields: algorithm, a, b, cost, max_wait
 --     (microseconds) and max_queued: delay mode's bounds, both 0 when the
 --     limit refuses instead of holding
---   settle:
---     per receipt, 6 fields: algorithm, a, b, how (SETTLE_GIVE_BACK,
+--   settle: several settlements of one instance, applied in order, each
+--     at most once: ARGV[3] how long (milliseconds) Redis remembers the
+--     instance's marker, ARGV[4] the number of settlements S, then per
+--     settlement its sequence number, its number of receipts R and per
+--     receipt 6 fields: algorithm, a, b, how (SETTLE_GIVE_BACK,
 --     SETTLE_CHARGE, SETTLE_RETURN_LEASE, SETTLE_CANCEL_RESERVATION: while
 --     its instant is ahead, else a give back at that instant, as memory
 --     settles it, SETTLE_LEAVE_QUEUE: the ticket and any lease claimed
 --     with it; anything else keeps), units (for a lease or a ticket: its
 --     name), taken_at (microseconds; for a reservation: the instant it
---     passes)
+--     passes). KEYS: each receipt's key, in order, then the marker: the
+--     highest sequence number of the instance's settlements applied (in
+--     these keys' slot). A settlement numbered at or below it was applied
+--     by an earlier call whose answer was lost, and is skipped
 --   claim: one queued permit, KEYS[1] its limit's key, then the 4 fields
 --     algorithm (ALG_CONCURRENCY), max_in_flight, lease TTL, the ticket's
 --     name
@@ -48,10 +54,15 @@
 --     in KEYS
 --   strike: hybrid mode's strikes, per ban key KEYS[i] 4 fields: after,
 --     within, for (microseconds) and how many strikes
---   sync: hybrid mode's deltas: ARGV[3] the number of groups G, then per
---     group its limit's algorithm, a and b, its number of buckets K, and K
---     numbers: the units each bucket's instance took since its last sync;
---     each bucket's key is the next of KEYS
+--   sync: hybrid mode's deltas: ARGV[3] the call's sequence number, ARGV[4]
+--     how long (milliseconds) Redis remembers the instance's marker,
+--     ARGV[5] the number of groups G, then per group its limit's
+--     algorithm, a and b, its number of buckets K, and per bucket 3
+--     numbers: the units its instance took since its last sync, the units
+--     it gave back of those earlier syncs sent, and when those were taken
+--     (microseconds); each bucket's key is the next of KEYS, and the last
+--     key is the marker (as settle's): a call numbered at or below it was
+--     applied already, and only reads the buckets
 --
 -- Algorithms (a, b):
 --   ALG_TOKEN_BUCKET (GCRA): emission interval T, tolerance tau
@@ -92,7 +103,9 @@
 -- and spend (spend: what a request of cost 1 would be told after the
 -- spend; a permit held in its queue is "held" with wait 0); { now,
 -- OUTCOME_BANNED, b, left } when banning rule b bans the caller for `left`
--- more (no bucket was asked); { now } for settle; { now, claimed } for
+-- more (no bucket was asked); { now, then the sequence numbers of the
+-- settlements Redis refused (a key of the wrong type: left at that) } for
+-- settle; { now, claimed } for
 -- claim: CLAIM_CLAIMED the permit is the ticket's now, CLAIM_NOT_YET,
 -- CLAIM_NEVER (the ticket lapsed); for batch,
 -- each request's admit answer after the count of its integers; for
@@ -1260,40 +1273,67 @@ local function ask_all(limits, first, last, answer, write)
   return true
 end
 
-if op == OP_SETTLE then
-  local i, base = 1, 3
-  while base <= #ARGV do
-    local limit = load(KEYS[i], base)
-    local how = tonumber(ARGV[base + 3])
-    local units = tonumber(ARGV[base + 4])
-    local taken_at = tonumber(ARGV[base + 5])
-    if how == SETTLE_RETURN_LEASE then
-      -- A lease returned: ARGV's units slot names it.
-      redis.call('ZREM', limit.key, ARGV[base + 4])
-    elseif how == SETTLE_LEAVE_QUEUE then
-      -- A waiter gave up: its ticket, and the lease it may have claimed
-      -- just before.
-      redis.call('ZREM', queue_of(limit.key), ARGV[base + 4])
-      redis.call('ZREM', limit.key, ARGV[base + 4])
-    elseif how == SETTLE_GIVE_BACK then
+-- Settles one receipt of limit `limit` as `how` says (see the header).
+local function settle_one(limit, how, units, taken_at, name)
+  if how == SETTLE_RETURN_LEASE then
+    -- A lease returned: ARGV's units slot names it.
+    redis.call('ZREM', limit.key, name)
+  elseif how == SETTLE_LEAVE_QUEUE then
+    -- A waiter gave up: its ticket, and the lease it may have claimed
+    -- just before.
+    redis.call('ZREM', queue_of(limit.key), name)
+    redis.call('ZREM', limit.key, name)
+  elseif how == SETTLE_GIVE_BACK then
+    limit.alg.refund(limit.state, limit.a, limit.b, units, taken_at)
+    store(limit)
+  elseif how == SETTLE_CHARGE then
+    limit.alg.charge(limit.state, limit.a, limit.b, units)
+    store(limit)
+  elseif how == SETTLE_CANCEL_RESERVATION then
+    -- A reservation: cancelled while its instant is ahead, else given
+    -- back as units taken then (as memory settles it).
+    if now < taken_at and limit.alg.cancel then
+      limit.alg.cancel(limit.state, limit.a, limit.b, units, taken_at)
+    else
       limit.alg.refund(limit.state, limit.a, limit.b, units, taken_at)
-      store(limit)
-    elseif how == SETTLE_CHARGE then
-      limit.alg.charge(limit.state, limit.a, limit.b, units)
-      store(limit)
-    elseif how == SETTLE_CANCEL_RESERVATION then
-      -- A reservation: cancelled while its instant is ahead, else given
-      -- back as units taken then (as memory settles it).
-      if now < taken_at and limit.alg.cancel then
-        limit.alg.cancel(limit.state, limit.a, limit.b, units, taken_at)
-      else
-        limit.alg.refund(limit.state, limit.a, limit.b, units, taken_at)
-      end
-      store(limit)
     end
-    i, base = i + 1, base + 6
+    store(limit)
   end
-  return reply({ now })
+end
+
+-- The `count` receipts of one settlement, the first's key KEYS[first] and
+-- its fields from ARGV[base] on.
+local function settle_receipts(first, base, count)
+  for r = 0, count - 1 do
+    local at = base + 6 * r
+    local limit = load(KEYS[first + r], at)
+    settle_one(limit, tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]),
+      tonumber(ARGV[at + 5]), ARGV[at + 4])
+  end
+end
+
+if op == OP_SETTLE then
+  local marker = KEYS[#KEYS]
+  local applied = tonumber(redis.call('GET', marker) or '0')
+  local last = applied
+  local answer = { now }
+  local first, base = 1, 5
+  for _ = 1, tonumber(ARGV[4]) do
+    local seq, count = tonumber(ARGV[base]), tonumber(ARGV[base + 1])
+    if seq > applied then
+      -- One settlement Redis refuses (an error of `redis.call`) leaves the
+      -- others applied: retrying it would fail alike.
+      if not pcall(settle_receipts, first, base + 2, count) then
+        answer[#answer + 1] = seq
+      end
+      if seq > last then last = seq end
+    end
+    first, base = first + count, base + 2 + 6 * count
+  end
+  if last > applied then
+    redis.call('SET', marker, last, 'PX', tonumber(ARGV[3]))
+  end
+  return reply(answer)
 end
 
 if op == OP_CLAIM then
@@ -1347,11 +1387,19 @@ end
 
 if op == OP_SYNC then
   -- Hybrid mode: a round's deltas added to the shared buckets (one group
-  -- per limit: its parameters once, then a number per bucket), and each
-  -- bucket's state read back. A bucket no unit was taken from is only read.
+  -- per limit: its parameters once, then three numbers per bucket), and
+  -- each bucket's state read back. The units taken go first: units given
+  -- back were taken by an earlier call, or (deltas of failed rounds
+  -- merged) by this one. A call applied already (its number not above the
+  -- marker: a retry whose answer was lost) or a bucket with nothing to add
+  -- is only read.
+  local marker = KEYS[#KEYS]
+  local seq = tonumber(ARGV[3])
+  local applies = seq > tonumber(redis.call('GET', marker) or '0')
+  if applies then redis.call('SET', marker, seq, 'PX', tonumber(ARGV[4])) end
   local answer = { now }
-  local at, bucket = 4, 0
-  for _ = 1, tonumber(ARGV[3]) do
+  local at, bucket = 6, 0
+  for _ = 1, tonumber(ARGV[5]) do
     local algorithm = algorithms[tonumber(ARGV[at])]
     local a, b = tonumber(ARGV[at + 1]) or ARGV[at + 1], tonumber(ARGV[at + 2])
     local buckets = tonumber(ARGV[at + 3])
@@ -1359,15 +1407,17 @@ if op == OP_SYNC then
       bucket = bucket + 1
       local limit = { key = KEYS[bucket], alg = algorithm, a = a, b = b }
       limit.state = algorithm.decode(redis.call('GET', limit.key))
-      local units = tonumber(ARGV[at + 3 + i])
-      if units > 0 then
-        algorithm.charge(limit.state, a, b, units)
+      local field = at + 4 + 3 * (i - 1)
+      local taken, back = tonumber(ARGV[field]), tonumber(ARGV[field + 1])
+      if applies and (taken > 0 or back > 0) then
+        if taken > 0 then algorithm.charge(limit.state, a, b, taken) end
+        if back > 0 then algorithm.refund(limit.state, a, b, back, tonumber(ARGV[field + 2])) end
         store(limit)
       end
       local _, remaining, reset = algorithm.peek(limit.state, a, b, 1)
       answer[2 * bucket], answer[2 * bucket + 1] = remaining, reset
     end
-    at = at + 4 + buckets
+    at = at + 4 + 3 * buckets
   end
   return reply(answer)
 end
