@@ -51,11 +51,11 @@ use crate::request_id::{MadeId, RequestId};
 
 mod connection;
 mod deadline_io;
-mod h2_frames;
 #[cfg(any(test, feature = "differential"))]
 #[doc(hidden)]
 pub mod differential;
 pub(crate) mod drain;
+mod h2_frames;
 pub mod http1;
 mod http2;
 #[cfg(test)]

@@ -792,10 +792,9 @@ mod tests {
             "test.toml:3:31: server.max_requests_per_connection: 0 is out of range: must be at \
              least 1 (default 10000)"
         );
-        let line = only_error(&format!("{UPSTREAM}max_requests_per_connection = \"many\"\n"));
-        assert!(
-            line.starts_with("test.toml:3:31: "),
-            "{line}"
-        );
+        let line = only_error(&format!(
+            "{UPSTREAM}max_requests_per_connection = \"many\"\n"
+        ));
+        assert!(line.starts_with("test.toml:3:31: "), "{line}");
     }
 }

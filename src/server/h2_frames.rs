@@ -93,7 +93,8 @@ impl FrameScan {
     /// A whole frame header: whether it opens or ends a header block, then
     /// its payload.
     fn frame(&mut self, header: &[u8; FRAME_HEADER_LEN]) {
-        let length = usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+        let length =
+            usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
         let (kind, flags) = (header[3], header[4]);
         if kind == HEADERS || kind == CONTINUATION {
             self.open_block = flags & END_HEADERS == 0;

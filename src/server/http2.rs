@@ -103,9 +103,8 @@ pub fn refused() -> h2::Error {
 pub fn field_lines<B>(request: &Request<B>) -> usize {
     let headers = request.headers();
     let crumbs = headers.get_all(header::COOKIE).iter().count();
-    let host = usize::from(
-        request.uri().authority().is_some() && !headers.contains_key(header::HOST),
-    );
+    let host =
+        usize::from(request.uri().authority().is_some() && !headers.contains_key(header::HOST));
     headers.len() - crumbs.saturating_sub(1) + host
 }
 
@@ -226,7 +225,10 @@ mod tests {
     fn fields_count_as_the_lines_of_an_http1_head() {
         // `:authority` stands for the Host line.
         assert_eq!(field_lines(&request(&[])), 1);
-        assert_eq!(field_lines(&request(&[("accept", "*/*"), ("a", "1"), ("a", "2")])), 4);
+        assert_eq!(
+            field_lines(&request(&[("accept", "*/*"), ("a", "1"), ("a", "2")])),
+            4
+        );
         // Cookie crumbs are one line.
         let crumbs = [("cookie", "a=1"), ("cookie", "b=2"), ("cookie", "c=3")];
         assert_eq!(field_lines(&request(&crumbs)), 2);

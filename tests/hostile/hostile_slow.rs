@@ -18,7 +18,10 @@ use tokio::net::TcpStream;
 
 /// sluice as a process in front of a fresh upstream; `server` adds lines to
 /// `[server]`, `rest` follows it.
-pub(crate) async fn spawn(server: &str, rest: &str) -> (Upstream, SluiceProcess, tempfile::TempDir) {
+pub(crate) async fn spawn(
+    server: &str,
+    rest: &str,
+) -> (Upstream, SluiceProcess, tempfile::TempDir) {
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
     let toml = config_text(&upstream, server, rest);
@@ -565,7 +568,7 @@ async fn b7_out_of_file_descriptors_the_accept_loop_pauses_and_recovers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b8_a_connection_that_never_sends_a_byte_is_closed_at_idle_timeout() {
+async fn b8_a_connection_that_never_sends_a_byte_is_closed_at_idle_timeout_when_that_comes_first() {
     let (_upstream, sluice, _dir) = spawn(
         "idle_timeout = \"500ms\"\nheader_read_timeout = \"5s\"\n",
         "",

@@ -7,9 +7,7 @@
 //! library would not (a header block left open, GOAWAY ignored). sluice
 //! runs as the real binary, so its descriptors are its own.
 
-use crate::hostile_slow::{
-    closed_within, fds, fds_settle, read_response, spawn, warm_up, GET,
-};
+use crate::hostile_slow::{closed_within, fds, fds_settle, read_response, spawn, warm_up, GET};
 
 use std::time::{Duration, Instant};
 
@@ -86,7 +84,8 @@ async fn frames_until_closed(
     let mut frames = Vec::new();
     let mut at = 0;
     while bytes.len() >= at + 9 {
-        let len = (bytes[at] as usize) << 16 | (bytes[at + 1] as usize) << 8 | bytes[at + 2] as usize;
+        let len =
+            (bytes[at] as usize) << 16 | (bytes[at + 1] as usize) << 8 | bytes[at + 2] as usize;
         if bytes.len() < at + 9 + len {
             break;
         }
@@ -137,7 +136,9 @@ async fn b9_a_stream_whose_window_stays_shut_is_reset_at_send_timeout_and_its_up
         // The clock starts once sluice has the answer, after the request
         // was sent: the reset comes at least send_timeout after this.
         let sent = Instant::now();
-        let (response, _) = ready.send_request(h2_get("/download/8388608"), true).unwrap();
+        let (response, _) = ready
+            .send_request(h2_get("/download/8388608"), true)
+            .unwrap();
         stalled.push(tokio::spawn(async move {
             let response = response.await.unwrap();
             assert_eq!(response.status(), 200);
@@ -145,7 +146,10 @@ async fn b9_a_stream_whose_window_stays_shut_is_reset_at_send_timeout_and_its_up
             let ended = tokio::time::timeout(Duration::from_secs(5), body.data())
                 .await
                 .expect("the stalled stream was never reset");
-            (sent.elapsed(), ended.map(|data| data.map(|data| data.len())))
+            (
+                sent.elapsed(),
+                ended.map(|data| data.map(|data| data.len())),
+            )
         }));
     }
     // Held meanwhile: one upstream connection per stream.
@@ -172,8 +176,14 @@ async fn b9_a_stream_whose_window_stays_shut_is_reset_at_send_timeout_and_its_up
     })
     .await;
     let settled = fds_settle(pid, baseline + 1, Duration::from_secs(3)).await;
-    assert!(settled <= baseline + 1, "fds {settled} > baseline {baseline} + 1");
-    assert!(!connection.is_finished(), "the connection itself was closed");
+    assert!(
+        settled <= baseline + 1,
+        "fds {settled} > baseline {baseline} + 1"
+    );
+    assert!(
+        !connection.is_finished(),
+        "the connection itself was closed"
+    );
     let got = crate::support::get_h2(&sluice.url("/"), &[]).await;
     assert_eq!(got.status, 200);
 }
@@ -187,7 +197,9 @@ async fn b9_a_client_that_reads_slowly_but_steadily_gets_the_whole_answer() {
     let (send, connection) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(connection);
     let mut ready = send.ready().await.unwrap();
-    let (response, _) = ready.send_request(h2_get("/download/196608"), true).unwrap();
+    let (response, _) = ready
+        .send_request(h2_get("/download/196608"), true)
+        .unwrap();
     let response = response.await.unwrap();
     assert_eq!(response.status(), 200);
     let started = Instant::now();
@@ -201,7 +213,11 @@ async fn b9_a_client_that_reads_slowly_but_steadily_gets_the_whole_answer() {
     }
     assert_eq!(received, 196_608);
     // It did take longer than send_timeout, several times over.
-    assert!(started.elapsed() >= Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,10 +231,15 @@ async fn b10_a_connection_that_sends_nothing_is_closed_at_header_read_timeout() 
     let connected = Instant::now();
     let mut silent = TcpStream::connect(sluice.addr).await.unwrap();
     let mut received = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(3), silent.read_to_end(&mut received)).await;
+    let read =
+        tokio::time::timeout(Duration::from_secs(3), silent.read_to_end(&mut received)).await;
     assert!(read.is_ok(), "the silent connection was kept");
     let lived = connected.elapsed();
-    assert!(received.is_empty(), "{:?}", String::from_utf8_lossy(&received));
+    assert!(
+        received.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&received)
+    );
     assert!(lived >= Duration::from_millis(450), "{lived:?}");
     assert!(lived <= Duration::from_millis(1500), "{lived:?}");
 
@@ -234,7 +255,9 @@ async fn b10_a_connection_that_sends_nothing_is_closed_at_header_read_timeout() 
     let mut kept = TcpStream::connect(sluice.addr).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     kept.write_all(GET).await.unwrap();
-    let got = read_response(&mut kept, Duration::from_secs(2)).await.unwrap();
+    let got = read_response(&mut kept, Duration::from_secs(2))
+        .await
+        .unwrap();
     assert_eq!(got.status, 200);
     assert!(!closed_within(&mut kept, Duration::from_millis(1500)).await);
 }
@@ -242,15 +265,17 @@ async fn b10_a_connection_that_sends_nothing_is_closed_at_header_read_timeout() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b10_a_header_block_without_its_last_continuation_closes_the_connection_at_header_read_timeout(
 ) {
-    let (upstream, sluice, _dir) = spawn(
-        "header_read_timeout = \"1s\"\nidle_timeout = \"60s\"\n",
-        "",
-    )
-    .await;
+    let (upstream, sluice, _dir) =
+        spawn("header_read_timeout = \"1s\"\nidle_timeout = \"60s\"\n", "").await;
     // A slow request in flight (the other read clocks stop for it), then a
     // second request's block begun and never ended.
     let mut stream = raw_h2(sluice.addr).await;
-    let mut bytes = frame(HEADERS, END_STREAM | END_HEADERS, 1, &get_block("/slow/5000"));
+    let mut bytes = frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        1,
+        &get_block("/slow/5000"),
+    );
     bytes.extend(frame(HEADERS, END_STREAM, 3, &get_block("/")));
     stream.write_all(&bytes).await.unwrap();
     let begun = Instant::now();
@@ -258,14 +283,20 @@ async fn b10_a_header_block_without_its_last_continuation_closes_the_connection_
     let lived = ended.expect("the connection with an open header block was kept") - begun;
     assert!(lived >= Duration::from_millis(900), "{lived:?}");
     assert!(lived <= Duration::from_millis(2500), "{lived:?}");
-    assert!(!frames.iter().any(|f| f.kind == HEADERS && f.stream == 3), "{frames:?}");
+    assert!(
+        !frames.iter().any(|f| f.kind == HEADERS && f.stream == 3),
+        "{frames:?}"
+    );
     assert_eq!(upstream.count(), 1);
 
     // A block whose last CONTINUATION comes in time is a request like any.
     let mut stream = raw_h2(sluice.addr).await;
     let block = get_block("/");
     let (first, last) = block.split_at(3);
-    stream.write_all(&frame(HEADERS, END_STREAM, 1, first)).await.unwrap();
+    stream
+        .write_all(&frame(HEADERS, END_STREAM, 1, first))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     stream
         .write_all(&frame(CONTINUATION, END_HEADERS, 1, last))
@@ -273,7 +304,10 @@ async fn b10_a_header_block_without_its_last_continuation_closes_the_connection_
         .unwrap();
     let (frames, ended) = frames_until_closed(&mut stream, Duration::from_millis(1500)).await;
     assert!(ended.is_none(), "the connection was closed: {frames:?}");
-    assert!(frames.iter().any(|f| f.kind == HEADERS && f.stream == 1), "{frames:?}");
+    assert!(
+        frames.iter().any(|f| f.kind == HEADERS && f.stream == 1),
+        "{frames:?}"
+    );
     assert_eq!(upstream.count(), 2);
 }
 
@@ -286,7 +320,9 @@ async fn h2_with_fields(addr: std::net::SocketAddr, fields: usize) -> (u16, serd
     let mut request = h2_get("/");
     for i in 0..fields {
         let name = http::HeaderName::from_bytes(format!("x{i}").as_bytes()).unwrap();
-        request.headers_mut().insert(name, http::HeaderValue::from_static("v"));
+        request
+            .headers_mut()
+            .insert(name, http::HeaderValue::from_static("v"));
     }
     let mut ready = send.ready().await.unwrap();
     let (response, _) = ready.send_request(request, true).unwrap();
@@ -316,7 +352,10 @@ async fn b11_an_http2_request_with_more_fields_than_max_headers_is_431() {
     let (status, problem) = h2_with_fields(sluice.addr, 800).await;
     assert_eq!(status, 431);
     assert_eq!(problem["status"], 431, "{problem}");
-    assert!(problem["detail"].as_str().unwrap().contains("100"), "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("100"),
+        "{problem}"
+    );
     assert_eq!(upstream.count(), 0);
 
     // Counted as HTTP/1.1 lines: with :authority as Host, 49 fields are
@@ -334,7 +373,9 @@ async fn b12_an_http1_connection_carries_max_requests_per_connection_then_closes
     let mut stream = TcpStream::connect(sluice.addr).await.unwrap();
     for i in 1..=3 {
         stream.write_all(GET).await.unwrap();
-        let got = read_response(&mut stream, Duration::from_secs(2)).await.unwrap();
+        let got = read_response(&mut stream, Duration::from_secs(2))
+            .await
+            .unwrap();
         assert_eq!(got.status, 200);
         assert_eq!(got.head.contains("connection: close"), i == 3, "{got:?}");
     }
@@ -387,7 +428,11 @@ async fn b12_streams_reset_just_after_they_were_sent_cannot_make_more_upstream_r
             assert_eq!(error.reason(), Some(h2::Reason::NO_ERROR), "{error:?}");
         }
     }
-    assert!(upstream.count() <= 50, "{} upstream requests", upstream.count());
+    assert!(
+        upstream.count() <= 50,
+        "{} upstream requests",
+        upstream.count()
+    );
     assert!(sent < 5_000, "all {sent} streams were sent");
 }
 
@@ -400,7 +445,8 @@ async fn b12_a_client_that_ignores_goaway_is_refused_then_disconnected() {
     let (mut reading, mut writing) = stream.into_split();
     let reader = tokio::spawn(async move {
         let mut bytes = Vec::new();
-        let _ = tokio::time::timeout(Duration::from_secs(20), reading.read_to_end(&mut bytes)).await;
+        let _ =
+            tokio::time::timeout(Duration::from_secs(20), reading.read_to_end(&mut bytes)).await;
         bytes
     });
     let mut id = 1u32;
@@ -408,7 +454,12 @@ async fn b12_a_client_that_ignores_goaway_is_refused_then_disconnected() {
     'sending: for _ in 0..60 {
         let mut batch = Vec::new();
         for _ in 0..50 {
-            batch.extend(frame(HEADERS, END_STREAM | END_HEADERS, id, &get_block("/")));
+            batch.extend(frame(
+                HEADERS,
+                END_STREAM | END_HEADERS,
+                id,
+                &get_block("/"),
+            ));
             id += 2;
         }
         if writing.write_all(&batch).await.is_err() {
@@ -424,7 +475,8 @@ async fn b12_a_client_that_ignores_goaway_is_refused_then_disconnected() {
     let mut frames = Vec::new();
     let mut at = 0;
     while bytes.len() >= at + 9 {
-        let len = (bytes[at] as usize) << 16 | (bytes[at + 1] as usize) << 8 | bytes[at + 2] as usize;
+        let len =
+            (bytes[at] as usize) << 16 | (bytes[at + 1] as usize) << 8 | bytes[at + 2] as usize;
         if bytes.len() < at + 9 + len {
             break;
         }
@@ -442,6 +494,9 @@ async fn b12_a_client_that_ignores_goaway_is_refused_then_disconnected() {
         .count();
     assert!(refused >= 100, "{refused} streams refused");
     assert!(opened < 3_000, "all {opened} streams were sent");
-    assert!(upstream.count() <= 50, "{} upstream requests", upstream.count());
+    assert!(
+        upstream.count() <= 50,
+        "{} upstream requests",
+        upstream.count()
+    );
 }
-
