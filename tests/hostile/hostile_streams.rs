@@ -81,6 +81,11 @@ async fn frames_until_closed(
             Err(_) => break None,
         }
     };
+    (parse_frames(&bytes), ended)
+}
+
+/// The whole frames in `bytes`.
+fn parse_frames(bytes: &[u8]) -> Vec<Received> {
     let mut frames = Vec::new();
     let mut at = 0;
     while bytes.len() >= at + 9 {
@@ -97,7 +102,7 @@ async fn frames_until_closed(
         });
         at += 9 + len;
     }
-    (frames, ended)
+    frames
 }
 
 /// Upstream connections open now.
@@ -471,26 +476,15 @@ async fn b12_a_client_that_ignores_goaway_is_refused_then_disconnected() {
             break;
         }
     }
-    let bytes = reader.await.unwrap();
-    let mut frames = Vec::new();
-    let mut at = 0;
-    while bytes.len() >= at + 9 {
-        let len =
-            (bytes[at] as usize) << 16 | (bytes[at + 1] as usize) << 8 | bytes[at + 2] as usize;
-        if bytes.len() < at + 9 + len {
-            break;
-        }
-        frames.push((bytes[at + 3], bytes[at + 9..at + 9 + len].to_vec()));
-        at += 9 + len;
-    }
+    let frames = parse_frames(&reader.await.unwrap());
     let goaway = frames
         .iter()
-        .find(|(kind, _)| *kind == GOAWAY)
+        .find(|frame| frame.kind == GOAWAY)
         .expect("no GOAWAY");
-    assert_eq!(&goaway.1[4..8], &[0, 0, 0, 0], "GOAWAY NO_ERROR");
+    assert_eq!(&goaway.payload[4..8], &[0, 0, 0, 0], "GOAWAY NO_ERROR");
     let refused = frames
         .iter()
-        .filter(|(kind, payload)| *kind == RST_STREAM && payload[..] == [0, 0, 0, 7])
+        .filter(|frame| frame.kind == RST_STREAM && frame.payload[..] == [0, 0, 0, 7])
         .count();
     assert!(refused >= 100, "{refused} streams refused");
     assert!(opened < 3_000, "all {opened} streams were sent");
