@@ -8,10 +8,13 @@
 //!
 //! ```sh
 //! cargo build --release --bin sluice
-//! cargo run --release --example zero_window                 # 40 connections × 250 streams, send_timeout 5 s
-//! cargo run --release --example zero_window -- 20 250 2     # CONNECTIONS STREAMS SEND_TIMEOUT_SECS
-//! SLUICE=path/to/sluice cargo run --release --example zero_window
+//! cargo run --example zero_window                 # 40 connections × 250 streams, send_timeout 5 s
+//! cargo run --example zero_window -- 20 250 2     # CONNECTIONS STREAMS SEND_TIMEOUT_SECS
+//! SLUICE=path/to/sluice cargo run --example zero_window
 //! ```
+//!
+//! The attack and the upstream need no optimised build (a debug one keeps
+//! up); sluice is the release binary.
 //!
 //! It runs, all on loopback: an upstream in this process (HTTP/1.1,
 //! hyper) that answers `/big` with 16 MiB and anything else with `ok`,
@@ -83,7 +86,12 @@ async fn attack(
     for _ in 0..5 {
         normal_get(sluice.addr).await?;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The normal clients run from before the baseline: the normal one's
+    // kept connection is part of it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let normal = tokio::spawn(normal_client(sluice.addr, Arc::clone(&stop)));
+    let admin = tokio::spawn(admin_client(sluice.admin, Arc::clone(&stop)));
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let base_fds = sluice.fds();
     let base_upstream = upstream.open();
     println!(
@@ -91,9 +99,6 @@ async fn attack(
          attack: {connections} connections × {streams} streams, send_timeout {send_timeout:?}"
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let normal = tokio::spawn(normal_client(sluice.addr, Arc::clone(&stop)));
-    let admin = tokio::spawn(admin_client(sluice.admin, Arc::clone(&stop)));
     let peaks = tokio::spawn(watch_peaks(
         sluice.pid,
         Arc::clone(&upstream.open),
