@@ -341,6 +341,15 @@ impl<S> DeadlineIo<S> {
         self.report_quiet = on && self.limits.idle_timeout > QUIET_AFTER;
     }
 
+    /// Whether an HTTP/2 header block is open (see [`Http2Reads`]).
+    #[inline]
+    fn http2_block_open(&self) -> bool {
+        match &self.http2 {
+            None => false,
+            Some(reads) => reads.block_since().is_some(),
+        }
+    }
+
     /// Exchanges begun so far, by either server.
     fn calls(&self) -> usize {
         self.exchanges.calls().wrapping_add(self.own_calls)
@@ -372,43 +381,36 @@ impl<S> DeadlineIo<S> {
         if self.upgraded() {
             return None;
         }
-        let limits = self.limits;
-        let http2 = match &self.http2 {
-            Some(reads) => match reads.block_since() {
-                Some(since) => {
-                    return Some((since + limits.header_read_timeout, Expiry::HeaderBlock))
-                }
-                None => true,
-            },
-            None => false,
-        };
-        // No request yet: a silent connection is idle as well as late.
-        let first_within = limits.header_read_timeout.min(limits.idle_timeout);
+        if self.http2.is_some() {
+            return self.http2_read_deadline();
+        }
         match &mut self.phase {
-            Phase::Opening { since } => {
-                let since = *since.get_or_insert_with(Instant::now);
-                Some((since + first_within, Expiry::Idle))
-            }
-            Phase::Head { since } if !http2 => {
-                let since = *since.get_or_insert_with(Instant::now);
-                Some((since + limits.header_read_timeout, Expiry::Head))
-            }
-            // An HTTP/2 connection that has sent no request yet (only its
-            // preface, settings, pings): its first must come in time.
+            Phase::Opening { since } => Some(first_request_deadline(since, self.limits)),
             Phase::Head { since } => {
                 let since = *since.get_or_insert_with(Instant::now);
-                Some((since + first_within, Expiry::Idle))
+                Some((since + self.limits.header_read_timeout, Expiry::Head))
             }
-            // Between streams, an HTTP/2 connection is idle.
-            Phase::Idle { since } => {
-                let since = *since.get_or_insert_with(Instant::now);
-                let (after, expiry) = if self.report_quiet {
-                    (QUIET_AFTER, Expiry::Quiet)
-                } else {
-                    (self.limits.idle_timeout, Expiry::Idle)
-                };
-                Some((since + after, expiry))
+            Phase::Idle { since } => Some(idle_deadline(since, self.limits, self.report_quiet)),
+            Phase::Busy => None,
+        }
+    }
+
+    /// [`DeadlineIo::read_deadline`] over HTTP/2: a header block begun
+    /// must end in time, whatever else goes on; before its first request
+    /// the connection is timed as a silent one, between streams as an idle
+    /// one. Out of line: sluice's own server never asks.
+    #[inline(never)]
+    fn http2_read_deadline(&mut self) -> Option<(Instant, Expiry)> {
+        let block_since = self.http2.as_ref().and_then(|reads| reads.block_since());
+        if let Some(since) = block_since {
+            return Some((since + self.limits.header_read_timeout, Expiry::HeaderBlock));
+        }
+        match &mut self.phase {
+            // No request yet (its preface, settings, pings are none).
+            Phase::Opening { since } | Phase::Head { since } => {
+                Some(first_request_deadline(since, self.limits))
             }
+            Phase::Idle { since } => Some(idle_deadline(since, self.limits, self.report_quiet)),
             Phase::Busy => None,
         }
     }
@@ -548,11 +550,8 @@ impl<S: Transport> DeadlineIo<S> {
     /// busy connection's clocks are stopped.
     #[inline]
     fn poll_read_clock(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let block_open = self
-            .http2
-            .as_ref()
-            .is_some_and(|reads| reads.block_since().is_some());
-        if let (Phase::Busy, false) = (self.phase, block_open) {
+        // An HTTP/2 header block is timed even while requests are in flight.
+        if matches!(self.phase, Phase::Busy) && !self.http2_block_open() {
             // An exchange of the own server ends in this task,
             // which reads again after it: nothing to be woken.
             if self.own_busy || self.exchanges.wake_when_idle(cx.waker()) {
@@ -722,6 +721,35 @@ impl<S: Transport + AsyncRead + AsyncWrite> AsyncWrite for DeadlineIo<S> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.get_mut().poll_close_inner(cx)
     }
+}
+
+/// When a connection that has sent no request yet is closed: a silent one
+/// is late and idle both, so whichever timeout comes first (from `since`,
+/// its first wait, set now if not yet).
+fn first_request_deadline(
+    since: &mut Option<Instant>,
+    limits: ConnectionLimits,
+) -> (Instant, Expiry) {
+    let since = *since.get_or_insert_with(Instant::now);
+    let within = limits.header_read_timeout.min(limits.idle_timeout);
+    (since + within, Expiry::Idle)
+}
+
+/// When a connection idle between requests since `since` (set now if not
+/// yet) is told it is quiet, or closed.
+#[inline]
+fn idle_deadline(
+    since: &mut Option<Instant>,
+    limits: ConnectionLimits,
+    report_quiet: bool,
+) -> (Instant, Expiry) {
+    let since = *since.get_or_insert_with(Instant::now);
+    let (after, expiry) = if report_quiet {
+        (QUIET_AFTER, Expiry::Quiet)
+    } else {
+        (limits.idle_timeout, Expiry::Idle)
+    };
+    (since + after, expiry)
 }
 
 /// A problem-document response that closes the connection, with an id of
