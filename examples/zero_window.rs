@@ -16,40 +16,35 @@
 //! The attack and the upstream need no optimised build (a debug one keeps
 //! up); sluice is the release binary.
 //!
-//! It runs, all on loopback: an upstream in this process (HTTP/1.1,
-//! hyper) that answers `/big` with 16 MiB and anything else with `ok`,
-//! counting its open connections; sluice (`target/release/sluice`, or
+//! It runs, all on loopback: nginx as the upstream (`/big` a 16 MiB file,
+//! anything else `ok`; its connections counted in `/proc/net/tcp`); sluice (`target/release/sluice`, or
 //! `$SLUICE`) in front of it, as a child process; a normal client that
 //! asks sluice for `/` on a kept-alive HTTP/1.1 connection every 50 ms and
 //! the admin port for `/readyz` every 200 ms throughout; and the attack.
-//! It prints when each stream was reset after its request was sent, the
+//! It prints when each stream was reset after its request was sent and
+//! after its answer's head arrived (the clock starts once sluice has the
+//! answer, so a slow upstream adds to the first figure only), the
 //! peaks of sluice's open descriptors (`/proc/PID/fd`) and of upstream
 //! connections, how long both took to come back to their level before the
 //! attack (first with the attacking connections still open, which hold one
 //! descriptor each, then once they close), and the normal client's
 //! latencies. It exits non-zero when a stream was not reset within
-//! `send_timeout` plus a second, when descriptors or upstream connections
+//! `send_timeout` plus a second of its answer's head, when descriptors or upstream connections
 //! did not come back, or when a normal request failed.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::Frame;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
-/// The large answer's size, and the pieces the upstream writes it in.
+/// The large answer's size.
 const BIG: usize = 16 << 20;
-const CHUNK: usize = 64 << 10;
 
 #[tokio::main]
 async fn main() {
@@ -61,8 +56,8 @@ async fn main() {
     let streams = args.get(1).copied().unwrap_or(250) as usize;
     let send_timeout = Duration::from_secs(args.get(2).copied().unwrap_or(5));
 
-    let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(dir.path());
     let mut sluice = Sluice::start(dir.path(), upstream.addr, send_timeout).await;
     let result = attack(&sluice, &upstream, connections, streams, send_timeout).await;
     sluice.stop();
@@ -101,18 +96,21 @@ async fn attack(
 
     let peaks = tokio::spawn(watch_peaks(
         sluice.pid,
-        Arc::clone(&upstream.open),
+        upstream.addr.port(),
         Arc::clone(&stop),
     ));
 
     let started = Instant::now();
     let (attackers, resets) = open_stalled(sluice.addr, connections, streams).await;
     let opened = started.elapsed();
-    let mut after: Vec<Duration> = Vec::new();
+    let (mut after, mut after_head): (Vec<Duration>, Vec<Duration>) = (Vec::new(), Vec::new());
     let mut other = 0;
     for reset in resets {
         match reset.await.unwrap() {
-            Ok(elapsed) => after.push(elapsed),
+            Ok((elapsed, since_head)) => {
+                after.push(elapsed);
+                after_head.push(since_head);
+            }
             Err(what) => {
                 other += 1;
                 if other <= 3 {
@@ -122,15 +120,15 @@ async fn attack(
         }
     }
     after.sort();
+    after_head.sort();
     let reset_done = started.elapsed();
     println!(
         "{} streams opened in {opened:.2?}; {} reset CANCEL, {other} otherwise; \
-         reset after its request: min {:.2?}, median {:.2?}, max {:.2?}; all by {reset_done:.2?}",
+         reset after its request: {}; after its answer's head: {}; all by {reset_done:.2?}",
         connections * streams,
         after.len(),
-        after.first().copied().unwrap_or_default(),
-        after.get(after.len() / 2).copied().unwrap_or_default(),
-        after.last().copied().unwrap_or_default(),
+        spread(&after),
+        spread(&after_head),
     );
 
     // Back to the level before, with the attackers still connected (one
@@ -163,7 +161,7 @@ async fn attack(
     report("normal client GET /", &normal);
     report("admin GET /readyz", &admin);
 
-    let late = after
+    let late = after_head
         .iter()
         .filter(|&&elapsed| elapsed > send_timeout + Duration::from_secs(1))
         .count();
@@ -173,7 +171,7 @@ async fn attack(
     }
     if late > 0 {
         failed.push(format!(
-            "{late} streams reset later than send_timeout + 1 s"
+            "{late} streams reset later than send_timeout + 1 s after their answer's head"
         ));
     }
     if back.is_none() || gone.is_none() {
@@ -198,7 +196,7 @@ async fn open_stalled(
     streams: usize,
 ) -> (
     Vec<AbortOnDrop>,
-    Vec<tokio::task::JoinHandle<Result<Duration, String>>>,
+    Vec<tokio::task::JoinHandle<Result<(Duration, Duration), String>>>,
 ) {
     let mut attackers = Vec::new();
     let mut resets = Vec::new();
@@ -221,10 +219,11 @@ async fn open_stalled(
             let (response, _) = ready.send_request(request, true).unwrap();
             resets.push(tokio::spawn(async move {
                 let response = response.await.map_err(|e| format!("no answer: {e}"))?;
+                let headed = Instant::now();
                 let mut body = response.into_body();
                 match tokio::time::timeout(Duration::from_secs(120), body.data()).await {
                     Ok(Some(Err(e))) if e.reason() == Some(h2::Reason::CANCEL) => {
-                        Ok(sent.elapsed())
+                        Ok((sent.elapsed(), headed.elapsed()))
                     }
                     Ok(other) => Err(format!("{:?}", other.map(|data| data.map(|d| d.len())))),
                     Err(_) => Err("not reset within 120 s".to_owned()),
@@ -233,6 +232,17 @@ async fn open_stalled(
         }
     }
     (attackers, resets)
+}
+
+/// Min, median and max of sorted `times`.
+fn spread(times: &[Duration]) -> String {
+    let at = |i: usize| times.get(i).copied().unwrap_or_default();
+    format!(
+        "min {:.2?}, median {:.2?}, max {:.2?}",
+        at(0),
+        at(times.len() / 2),
+        at(times.len().saturating_sub(1))
+    )
 }
 
 /// Polls `done` every 50 ms for 30 s; how long it took, if it came.
@@ -291,7 +301,7 @@ async fn normal_client(addr: SocketAddr, stop: Arc<AtomicBool>) -> Served {
             Some(stream) => Ok(stream),
             None => TcpStream::connect(addr).await,
         };
-        let answered = match stream {
+        let answered: Result<(), String> = match stream {
             Ok(mut stream) => {
                 let exchanged = tokio::time::timeout(
                     Duration::from_secs(10),
@@ -306,17 +316,25 @@ async fn normal_client(addr: SocketAddr, stop: Arc<AtomicBool>) -> Served {
                         if kept {
                             conn = Some(stream);
                         }
-                        true
+                        Ok(())
                     }
-                    _ => false,
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err("no answer within 10 s".to_owned()),
                 }
             }
-            Err(_) => false,
+            Err(e) => Err(format!("connect: {e}")),
         };
-        if answered {
-            served.latencies.push(started.elapsed());
-        } else {
-            served.errors += 1;
+        match answered {
+            Ok(()) => served.latencies.push(started.elapsed()),
+            Err(why) => {
+                served.errors += 1;
+                if served.errors <= 3 {
+                    eprintln!(
+                        "a normal request failed after {:.2?}: {why}",
+                        started.elapsed()
+                    );
+                }
+            }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -391,15 +409,11 @@ async fn normal_get(addr: SocketAddr) -> Result<(), String> {
 
 /// Samples sluice's descriptors and RSS and the upstream's open
 /// connections every 20 ms until `stop`; their peaks.
-async fn watch_peaks(
-    pid: u32,
-    upstream: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-) -> (usize, u64, u64) {
+async fn watch_peaks(pid: u32, upstream: u16, stop: Arc<AtomicBool>) -> (usize, u64, u64) {
     let (mut fds, mut conns, mut rss) = (0, 0, 0);
     while !stop.load(Ordering::SeqCst) {
         fds = fds.max(count_fds(pid));
-        conns = conns.max(upstream.load(Ordering::SeqCst));
+        conns = conns.max(established_to(upstream));
         rss = rss.max(rss_kib(pid));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -433,59 +447,78 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The upstream: `/big` is 16 MiB, anything else `ok`; its connections
-/// open now are counted.
+/// The upstream: nginx on loopback, `/big` a 16 MiB file, anything else
+/// `ok`; its connections open now are sluice's sockets to its port
+/// (`/proc/net/tcp`, established).
 struct Upstream {
     addr: SocketAddr,
-    open: Arc<AtomicU64>,
+    nginx: Child,
 }
 
 impl Upstream {
-    async fn start() -> Upstream {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let open = Arc::new(AtomicU64::new(0));
-        let counted = Arc::clone(&open);
-        let chunk = Bytes::from(vec![b'x'; CHUNK]);
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let open = Arc::clone(&counted);
-                let chunk = chunk.clone();
-                open.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let service =
-                        service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                            let chunk = chunk.clone();
-                            async move {
-                                let body = if request.uri().path() == "/big" {
-                                    let frames = (0..BIG / CHUNK).map(move |_| {
-                                        Ok::<_, Infallible>(Frame::data(chunk.clone()))
-                                    });
-                                    StreamBody::new(futures_util::stream::iter(frames)).boxed()
-                                } else {
-                                    Full::new(Bytes::from_static(b"ok"))
-                                        .map_err(|e| match e {})
-                                        .boxed()
-                                };
-                                Ok::<_, Infallible>(http::Response::new(body))
-                            }
-                        });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                    open.fetch_sub(1, Ordering::SeqCst);
-                });
-            }
-        });
-        Upstream { addr, open }
+    fn start(dir: &std::path::Path) -> Upstream {
+        let addr = free_port();
+        let root = dir.join("www");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("big"), vec![b'x'; BIG]).unwrap();
+        let conf = dir.join("nginx.conf");
+        let text = format!(
+            "worker_processes 1;\ndaemon off;\npid {dir}/nginx.pid;\n\
+             error_log {dir}/nginx-error.log;\nworker_rlimit_nofile 19000;\n\
+             events {{ worker_connections 18000; }}\n\
+             http {{ access_log off; server {{ listen {addr} backlog=4096;\n\
+             keepalive_requests 1000000; root {root};\n\
+             location = /big {{ }}\nlocation / {{ return 200 \"ok\\n\"; }} }} }}\n",
+            dir = dir.display(),
+            root = root.display(),
+        );
+        std::fs::write(&conf, text).unwrap();
+        let nginx = Command::new("nginx")
+            .arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx is needed for the upstream (apt-get install nginx)");
+        let start = Instant::now();
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "nginx did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Upstream { addr, nginx }
     }
 
     fn open(&self) -> u64 {
-        self.open.load(Ordering::SeqCst)
+        established_to(self.addr.port())
     }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.nginx.kill();
+        let _ = self.nginx.wait();
+    }
+}
+
+/// Established TCP connections whose remote port is `port`.
+fn established_to(port: u16) -> u64 {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return 0;
+    };
+    let remote = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 3 && fields[2].ends_with(&remote) && fields[3] == "01"
+        })
+        .count() as u64
 }
 
 /// sluice as a child process.
