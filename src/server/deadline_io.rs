@@ -341,6 +341,17 @@ impl<S> DeadlineIo<S> {
         self.report_quiet = on && self.limits.idle_timeout > QUIET_AFTER;
     }
 
+    /// The first bytes of the connection's first request arrived: its
+    /// head's clock runs on from the accept. Once per connection, out of
+    /// the reads' line.
+    #[cold]
+    #[inline(never)]
+    fn first_head_begun(&mut self) {
+        if let Phase::Opening { since } = self.phase {
+            self.phase = Phase::Head { since };
+        }
+    }
+
     /// Whether an HTTP/2 header block is open (see [`Http2Reads`]).
     #[inline]
     fn http2_block_open(&self) -> bool {
@@ -490,8 +501,7 @@ impl<S: Transport> DeadlineIo<S> {
                 if arrived > 0 && self.http2.is_none() && !self.upgraded() {
                     match self.phase {
                         Phase::Idle { .. } => self.phase = Phase::Head { since: None },
-                        // The first head's clock runs from the accept.
-                        Phase::Opening { since } => self.phase = Phase::Head { since },
+                        Phase::Opening { .. } => self.first_head_begun(),
                         Phase::Head { .. } | Phase::Busy => {}
                     }
                 }
@@ -645,7 +655,9 @@ impl<S: Transport> DeadlineIo<S> {
 }
 
 impl<S: Transport> Transport for DeadlineIo<S> {
-    #[inline]
+    // Always: it is most of a read of sluice's own server, which LLVM
+    // otherwise leaves out of line once the clocks grew.
+    #[inline(always)]
     fn poll_fill(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
         self.poll_read_with(cx, |inner, cx| inner.poll_fill(cx, buf))
     }
@@ -725,7 +737,8 @@ impl<S: Transport + AsyncRead + AsyncWrite> AsyncWrite for DeadlineIo<S> {
 
 /// When a connection that has sent no request yet is closed: a silent one
 /// is late and idle both, so whichever timeout comes first (from `since`,
-/// its first wait, set now if not yet).
+/// its first wait, set now if not yet). Once per connection.
+#[cold]
 fn first_request_deadline(
     since: &mut Option<Instant>,
     limits: ConnectionLimits,
