@@ -130,6 +130,11 @@ pub struct ServerConfig {
     /// silent both ways this long is closed, with a Close frame 1001 to
     /// each side (docs/conversation.md, "WebSocket messages").
     pub tunnel_idle_timeout: Duration,
+    /// `max_requests_per_connection`: requests a client connection carries
+    /// at most; the last one's answer says `Connection: close`, an HTTP/2
+    /// connection is sent GOAWAY (docs/edge-behaviour.md, "Slow clients and
+    /// deadlines").
+    pub max_requests_per_connection: u32,
     /// `max_message_bytes`: the largest WebSocket message (payload bytes
     /// across its fragments) a tunnel a `unit = "message"` rule applies to
     /// passes; a larger one closes the connection with 1009.

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -55,7 +55,9 @@ mod deadline_io;
 #[doc(hidden)]
 pub mod differential;
 pub(crate) mod drain;
+mod h2_frames;
 pub mod http1;
+mod http2;
 #[cfg(test)]
 mod over_completion;
 pub mod proxy_protocol;
@@ -65,6 +67,7 @@ use connection::{Connection, Handler};
 use deadline_io::{ConnectionLimits, DeadlineIo, Exchanges};
 use drain::Drain;
 use http1::HeadLimits;
+use http2::StreamExecutor;
 use tls::TlsListener;
 
 /// Pause after a failed `accept` (e.g. out of file descriptors), so the loop
@@ -320,9 +323,10 @@ impl Beside {
 struct Acceptor {
     proxy: Proxy,
     tls: Option<Arc<TlsListener>>,
-    http2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    http2: Arc<hyper::server::conn::http2::Builder<StreamExecutor>>,
     limits: ConnectionLimits,
     head_limits: HeadLimits,
+    max_requests: u32,
     proxy_protocol: bool,
     connections: Arc<Semaphore>,
     drain: Drain,
@@ -339,6 +343,7 @@ impl Acceptor {
             http2: Arc::new(http2_server(server)),
             limits: connection_limits(server),
             head_limits: head_limits(server),
+            max_requests: server.max_requests_per_connection,
             proxy_protocol: server.proxy_protocol,
             connections: Arc::new(Semaphore::new(server.max_connections)),
             drain: Drain::new(),
@@ -372,6 +377,7 @@ impl Acceptor {
                 },
                 peer,
                 head_limits: self.head_limits,
+                max_requests: self.max_requests,
                 exchanges: Arc::new(Exchanges::default()),
                 http2: Arc::clone(&self.http2),
             },
@@ -636,8 +642,10 @@ fn head_limits(server: &ServerConfig) -> HeadLimits {
 }
 
 /// hyper's HTTP/2 server with the settings from `[server]`.
-fn http2_server(server: &ServerConfig) -> hyper::server::conn::http2::Builder<TokioExecutor> {
-    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+fn http2_server(server: &ServerConfig) -> hyper::server::conn::http2::Builder<StreamExecutor> {
+    // Each stream's task with its own send clock (`server/http2/stalled.rs`).
+    let streams = StreamExecutor::new(server.send_timeout);
+    let mut http2 = hyper::server::conn::http2::Builder::new(streams);
     http2
         .timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)

@@ -112,6 +112,7 @@ pub struct RawServer {
     pub idle_timeout: Option<Spanned<String>>,
     pub send_timeout: Option<Spanned<String>>,
     pub tunnel_idle_timeout: Option<Spanned<String>>,
+    pub max_requests_per_connection: Option<Spanned<i64>>,
     pub max_message_bytes: Option<Spanned<i64>>,
     pub max_persisted_queries: Option<Spanned<i64>>,
     pub persisted_queries: Option<Spanned<String>>,

@@ -70,6 +70,12 @@ impl Validator<'_> {
             idle_timeout: read!(timeout, idle_timeout, secs(60)),
             send_timeout: read!(timeout, send_timeout, secs(60)),
             tunnel_idle_timeout: read!(timeout, tunnel_idle_timeout, secs(300)),
+            max_requests_per_connection: read!(
+                int,
+                max_requests_per_connection,
+                10_000,
+                1..=u32::MAX as u64
+            ) as u32,
             max_message_bytes: read!(int, max_message_bytes, 1 << 20, 1..=i64::MAX as u64),
             max_persisted_queries: read!(int, max_persisted_queries, 10_000, 0..=u32::MAX as u64)
                 as usize,
@@ -794,5 +800,26 @@ mod tests {
             line.starts_with("test.toml:3:23: server.tunnel_idle_timeout: "),
             "{line}"
         );
+    }
+
+    #[test]
+    fn max_requests_per_connection_is_ten_thousand_unless_set_to_a_positive_count() {
+        let config = |rest: &str| Config::from_toml(&format!("{UPSTREAM}{rest}"), "test.toml");
+        let server = |rest| config(rest).unwrap().server;
+        assert_eq!(server("").max_requests_per_connection, 10_000);
+        assert_eq!(
+            server("max_requests_per_connection = 1\n").max_requests_per_connection,
+            1
+        );
+        let line = only_error(&format!("{UPSTREAM}max_requests_per_connection = 0\n"));
+        assert_eq!(
+            line,
+            "test.toml:3:31: server.max_requests_per_connection: 0 is out of range: must be at \
+             least 1 (default 10000)"
+        );
+        let line = only_error(&format!(
+            "{UPSTREAM}max_requests_per_connection = \"many\"\n"
+        ));
+        assert!(line.starts_with("test.toml:3:31: "), "{line}");
     }
 }

@@ -37,6 +37,7 @@ pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str
         server.idle_timeout,
         server.send_timeout,
         server.tunnel_idle_timeout,
+        server.max_requests_per_connection,
         server.proxy_protocol,
         admin.listen,
         admin.token_env,

@@ -8,8 +8,7 @@
 //! does not speak, and the connection closes (docs/edge-behaviour.md,
 //! "Which server reads a request").
 
-use std::convert::Infallible;
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::pin::{pin, Pin};
@@ -18,14 +17,14 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::Response;
-use hyper::body::{Body, Frame, SizeHint};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::deadline_io::{DeadlineIo, Exchanges, InFlight};
+use super::deadline_io::{DeadlineIo, Exchanges};
 use super::drain::DrainHandle;
 use super::http1::{first_bytes, tunnel, Answered, HeadLimits, Http1, Next};
+use super::http2::{self, Admission, RequestCap, StreamExecutor, TrackedBody};
 use crate::http1::transport::{self, Transport};
 use crate::proxy::respond::{self, ProxyBody};
 use crate::proxy::upgrade::Upgraded;
@@ -49,9 +48,11 @@ pub struct Connection<H> {
     pub handler: H,
     pub peer: SocketAddr,
     pub head_limits: HeadLimits,
+    /// `server.max_requests_per_connection`.
+    pub max_requests: u32,
     pub exchanges: Arc<Exchanges>,
     /// hyper's HTTP/2 server, with the `[server]` settings.
-    pub http2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    pub http2: Arc<hyper::server::conn::http2::Builder<StreamExecutor>>,
 }
 
 impl<H: Handler> Connection<H> {
@@ -80,7 +81,8 @@ impl<H: Handler> Connection<H> {
         // where an `async fn` keeps a second copy of its arguments.
         async move {
             let mut drained = pin!(draining.wait());
-            let mut first = true;
+            // Requests read so far, against `max_requests`.
+            let mut served = 0;
             loop {
                 let read = tokio::select! {
                     biased;
@@ -88,7 +90,7 @@ impl<H: Handler> Connection<H> {
                     _ = &mut drained => return,
                 };
                 let Some(mut read) = read else { return };
-                if first && prior_knowledge(&mut io, &mut read).await {
+                if served == 0 && prior_knowledge(&mut io, &mut read).await {
                     // GOAWAY as shutdown begins, not only at the drain
                     // (server/drain.rs says which).
                     let moving = pin!(draining.moving());
@@ -96,7 +98,7 @@ impl<H: Handler> Connection<H> {
                 }
                 io.report_quiet(true);
                 let http1 = Http1::new(io, read);
-                match Box::pin(self.busy(http1, &mut first, drained.as_mut())).await {
+                match Box::pin(self.busy(http1, &mut served, drained.as_mut())).await {
                     Busy::Quiet(quiet) => io = quiet,
                     Busy::Ended => return,
                     // Run once the requests' slots are freed: a tunnel
@@ -113,11 +115,12 @@ impl<H: Handler> Connection<H> {
 
     /// The connection while requests come: each is read into one slot and
     /// stays there (see `proxy/client_request.rs`); each answer is written
-    /// into the other. `first`: nothing was served on the connection yet.
+    /// into the other. `served`: the requests read on the connection so far;
+    /// the answer to the `max_requests`th says `connection: close`.
     async fn busy<S>(
         &self,
         mut http1: Http1<DeadlineIo<S>>,
-        first: &mut bool,
+        served: &mut u32,
         mut drained: Pin<&mut impl Future>,
     ) -> Busy<S>
     where
@@ -146,7 +149,10 @@ impl<H: Handler> Connection<H> {
                     return Busy::Ended;
                 }
             };
-            *first = false;
+            *served += 1;
+            if *served >= self.max_requests {
+                http1.close_after();
+            }
             // In flight, for the read clocks, until the answer's body is
             // sent or dropped.
             http1.io_mut().exchange_began();
@@ -184,53 +190,88 @@ impl<H: Handler> Connection<H> {
     }
 
     /// The whole connection, HTTP/2 with prior knowledge, through hyper's
-    /// server: `read` is what was read of it so far. It is sent GOAWAY
-    /// when `moving` resolves.
+    /// server (with what `server/http2.rs` adds): `read` is what was read
+    /// of it so far. It is sent GOAWAY when `moving` resolves, or once it
+    /// has carried `max_requests` requests.
     async fn serve_http2<S>(
         &self,
         mut io: DeadlineIo<S>,
         read: BytesMut,
-        moving: Pin<&mut impl Future>,
+        mut moving: Pin<&mut impl Future>,
     ) where
         S: Transport + AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        io.serve_http2();
+        io.serve_http2(&read);
+        let cap = Arc::new(RequestCap::new(self.max_requests));
+        let service = self.http2_service(Arc::clone(&cap));
+        let io = TokioIo::new(Rewound {
+            read: read.freeze(),
+            io,
+        });
+        let mut connection = pin!(self.http2.serve_connection(io, service));
+        let mut going_away = false;
+        let ended = poll_fn(|cx| loop {
+            if !going_away && (cap.reached() || moving.as_mut().poll(cx).is_ready()) {
+                going_away = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            let polled = connection.as_mut().poll(cx);
+            if polled.is_ready() {
+                return polled;
+            }
+            if cap.overrun() {
+                tracing::debug!(peer = %self.peer, "HTTP/2 client ignored GOAWAY: disconnected");
+                return Poll::Ready(Ok(()));
+            }
+            // The service took the last request in that poll.
+            if going_away || !cap.reached() {
+                return Poll::Pending;
+            }
+        })
+        .await;
+        if let Err(error) = ended {
+            tracing::debug!(peer = %self.peer, %error, "connection ended with an error");
+        }
+    }
+
+    /// The service hyper's HTTP/2 server calls for each stream it accepts:
+    /// counted against `cap`, refused beyond it, answered 431 beyond
+    /// `max_headers`, else handed to the handler.
+    fn http2_service(
+        &self,
+        cap: Arc<RequestCap>,
+    ) -> impl hyper::service::Service<
+        http::Request<hyper::body::Incoming>,
+        Response = Response<TrackedBody>,
+        Error = h2::Error,
+        Future = impl Future<Output = Result<Response<TrackedBody>, h2::Error>> + Send,
+    > + Send {
         let handler = self.handler.clone();
         let exchanges = Arc::clone(&self.exchanges);
-        let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+        let max_headers = self.head_limits.max_headers;
+        service_fn(move |request: http::Request<hyper::body::Incoming>| {
+            let admission = cap.admit();
             // Counted from the call, so the socket's read clocks stop
             // while the request is in the service.
             let in_flight = exchanges.start();
             let handler = handler.clone();
             async move {
-                let mut request = ClientRequest::new(request.map(ClientBody::Hyper));
+                if admission == Admission::Refused {
+                    return Err(http2::refused());
+                }
                 let mut response = respond::vacant();
-                handler.handle(&mut request, &mut response).await;
-                // hyper writes only what is in the map.
-                let own_fields = response.body_mut().take_own_fields();
-                own_fields.into_map(response.headers_mut());
-                Ok::<_, Infallible>(response.map(|body| TrackedBody {
-                    body,
-                    _in_flight: in_flight,
-                }))
+                if http2::field_lines(&request) > max_headers {
+                    http2::too_many_fields(&mut response, max_headers);
+                } else {
+                    let mut request = ClientRequest::new(request.map(ClientBody::Hyper));
+                    handler.handle(&mut request, &mut response).await;
+                    // hyper writes only what is in the map.
+                    let own_fields = response.body_mut().take_own_fields();
+                    own_fields.into_map(response.headers_mut());
+                }
+                Ok(response.map(|body| TrackedBody::new(body, in_flight)))
             }
-        });
-        let io = TokioIo::new(Rewound {
-            read: read.freeze(),
-            io,
-        });
-        let connection = self.http2.serve_connection(io, service);
-        let mut connection = pin!(connection);
-        let ended = tokio::select! {
-            ended = connection.as_mut() => ended,
-            _ = moving => {
-                connection.as_mut().graceful_shutdown();
-                connection.await
-            }
-        };
-        if let Err(error) = ended {
-            tracing::debug!(peer = %self.peer, %error, "connection ended with an error");
-        }
+        })
     }
 }
 
@@ -312,36 +353,5 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewound<S> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
-/// A response body that keeps its request counted as in flight until hyper
-/// has sent it or dropped it (sluice's own server holds the count itself).
-#[derive(Debug)]
-struct TrackedBody {
-    body: ProxyBody,
-    _in_flight: InFlight,
-}
-
-impl Body for TrackedBody {
-    type Data = Bytes;
-    type Error = <ProxyBody as Body>::Error;
-
-    #[inline]
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    #[inline]
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    #[inline]
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }

@@ -6,15 +6,22 @@
 //! flight (sluice's HTTP/1.1 server tells it in plain fields; hyper's
 //! HTTP/2 server's service futures through [`Exchanges`]):
 //!
-//! - **head** (`header_read_timeout`): from the first byte of a request
-//!   until the server has read its head. A head that is still incomplete
-//!   then gets a 408 problem document and the connection is closed, however
-//!   fast the client trickles (as HAProxy's `timeout http-request`).
-//! - **idle** (`idle_timeout`): from the accept, or the end of the last
-//!   response, until the next byte. The connection is then closed quietly,
-//!   as nginx's `keepalive_timeout` does. A new connection that has not
-//!   sent a byte is idle, not slow: it holds a slot, which
-//!   `max_connections` bounds, but no buffer.
+//! - **head** (`header_read_timeout`): from the accept until the server
+//!   has read the first request's head (as nginx's `client_header_timeout`),
+//!   and from the first byte of each later request until its head is read.
+//!   A head that is still incomplete then gets a 408 problem document and
+//!   the connection is closed, however fast the client trickles (as
+//!   HAProxy's `timeout http-request`); a new connection that has sent
+//!   nothing at all is closed quietly, at `idle_timeout` if that comes
+//!   first, so silent sockets cannot fill `max_connections`. Over HTTP/2
+//!   the first request must arrive within it too (the connection then
+//!   closes quietly), and so must the rest of any header block the client
+//!   has begun: a `HEADERS` frame whose last `CONTINUATION` does not come
+//!   in time closes the connection, whatever is in flight on it
+//!   (`server/h2_frames.rs` finds the blocks).
+//! - **idle** (`idle_timeout`): from the end of the last response until
+//!   the next byte. The connection is then closed quietly, as nginx's
+//!   `keepalive_timeout` does.
 //! - **send** (`send_timeout`): while a write makes no progress because the
 //!   client does not read. The connection is then dropped, which drops the
 //!   response body and so the upstream exchange behind it (nginx's
@@ -26,11 +33,14 @@
 //! [`DeadlineIo::report_quiet`]); the idle clock runs on from the same
 //! instant.
 //!
-//! While a request is in the service none of the read clocks run: the body
-//! has its own deadline ([`crate::proxy::deadline`]) and a slow upstream has
-//! `upstream_timeout`. An HTTP/2 connection (its server says so) keeps only
-//! the idle clock between its streams, an upgraded one (a tunnel) only the
-//! send clock.
+//! While a request is in the service none of the read clocks run (but an
+//! HTTP/2 header block's): the body has its own deadline
+//! ([`crate::proxy::deadline`]) and a slow upstream has `upstream_timeout`.
+//! An HTTP/2 connection (its server says so) keeps only the idle clock
+//! between its streams, an upgraded one (a tunnel) only the send clock. An
+//! HTTP/2 stream whose client takes nothing of its answer has a send clock
+//! of its own (`server/http2/stalled.rs`): the socket's sees only the
+//! connection.
 //!
 //! A connection that closes with an answer of its own (the 408, or the
 //! server's refusal of a head) writes it here and then reads, dropping what
@@ -50,6 +60,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use super::h2_frames::FrameScan;
 use crate::http1::sending::Sending;
 use crate::http1::transport::Transport;
 use crate::problem::{self, Layout};
@@ -136,6 +147,8 @@ impl Drop for InFlight {
 /// Where the connection is, as far as the read clocks are concerned.
 #[derive(Debug, Clone, Copy)]
 enum Phase {
+    /// Accepted at `since`, and not a byte of a request read yet.
+    Opening { since: Option<Instant> },
     /// Waiting for (the rest of) a request head that began at `since`.
     Head { since: Option<Instant> },
     /// Between exchanges since `since`, no byte of a next request yet.
@@ -157,10 +170,39 @@ const QUIET_AFTER: Duration = Duration::from_secs(10);
 enum Expiry {
     /// `header_read_timeout`: a 408, and the connection closes.
     Head,
+    /// `header_read_timeout` in an HTTP/2 header block: the connection
+    /// closes (nothing to answer a stream with that never began).
+    HeaderBlock,
     /// `idle_timeout`: the connection closes quietly.
     Idle,
     /// [`QUIET_AFTER`], with [`DeadlineIo::report_quiet`] on: said once.
     Quiet,
+}
+
+/// What an HTTP/2 connection's reads tell its head clock.
+#[derive(Debug)]
+struct Http2Reads {
+    frames: FrameScan,
+    /// Since when a header block has been open, if one is.
+    block_since: Option<Instant>,
+}
+
+impl Http2Reads {
+    /// Reads `bytes`, the next the client sent: a header block left open
+    /// by them starts its clock, one they end stops it.
+    fn read(&mut self, bytes: &[u8]) {
+        self.frames.read(bytes);
+        match (self.frames.block_open(), self.block_since) {
+            (true, None) => self.block_since = Some(Instant::now()),
+            (false, Some(_)) => self.block_since = None,
+            _ => {}
+        }
+    }
+
+    /// Since when a header block has been open, if one is.
+    fn block_since(&self) -> Option<Instant> {
+        self.block_since
+    }
 }
 
 /// See the module docs.
@@ -181,8 +223,8 @@ pub struct DeadlineIo<S> {
     /// [`DeadlineIo::calls`] when the phase was last updated.
     calls_seen: usize,
     /// The connection speaks HTTP/2: between streams it is idle, never
-    /// reading a head.
-    http2: bool,
+    /// reading a head. Boxed: only HTTP/2 connections scan their frames.
+    http2: Option<Box<Http2Reads>>,
     /// A tunnel: no read clock runs.
     upgraded: bool,
     /// The read clocks' timer: the idle deadline moves later after every
@@ -231,9 +273,9 @@ impl<S> DeadlineIo<S> {
             own_busy: false,
             own_calls: 0,
             report_quiet: false,
-            phase: Phase::Idle { since: None },
+            phase: Phase::Opening { since: None },
             calls_seen: 0,
-            http2: false,
+            http2: None,
             upgraded: false,
             read_timer: LazyTimer::new(),
             send_timer: None,
@@ -248,9 +290,15 @@ impl<S> DeadlineIo<S> {
     }
 
     /// The connection speaks HTTP/2 from its first byte (hyper's server
-    /// serves it).
-    pub fn serve_http2(&mut self) {
-        self.http2 = true;
+    /// serves it); `read` is what was read of it so far (the preface
+    /// first), which hyper reads before the socket.
+    pub fn serve_http2(&mut self, read: &[u8]) {
+        let mut reads = Box::new(Http2Reads {
+            frames: FrameScan::new(),
+            block_since: None,
+        });
+        reads.read(read);
+        self.http2 = Some(reads);
     }
 
     /// How long the connection, once a tunnel, may be silent both ways.
@@ -293,6 +341,26 @@ impl<S> DeadlineIo<S> {
         self.report_quiet = on && self.limits.idle_timeout > QUIET_AFTER;
     }
 
+    /// The first bytes of the connection's first request arrived: its
+    /// head's clock runs on from the accept. Once per connection, out of
+    /// the reads' line.
+    #[cold]
+    #[inline(never)]
+    fn first_head_begun(&mut self) {
+        if let Phase::Opening { since } = self.phase {
+            self.phase = Phase::Head { since };
+        }
+    }
+
+    /// Whether an HTTP/2 header block is open (see [`Http2Reads`]).
+    #[inline]
+    fn http2_block_open(&self) -> bool {
+        match &self.http2 {
+            None => false,
+            Some(reads) => reads.block_since().is_some(),
+        }
+    }
+
     /// Exchanges begun so far, by either server.
     fn calls(&self) -> usize {
         self.exchanges.calls().wrapping_add(self.own_calls)
@@ -324,23 +392,36 @@ impl<S> DeadlineIo<S> {
         if self.upgraded() {
             return None;
         }
-        let http2 = self.http2;
+        if self.http2.is_some() {
+            return self.http2_read_deadline();
+        }
         match &mut self.phase {
-            Phase::Head { since } if !http2 => {
+            Phase::Opening { since } => Some(first_request_deadline(since, self.limits)),
+            Phase::Head { since } => {
                 let since = *since.get_or_insert_with(Instant::now);
                 Some((since + self.limits.header_read_timeout, Expiry::Head))
             }
-            // HTTP/2 heads are frames that h2 bounds itself: between
-            // streams the connection is idle.
-            Phase::Head { since } | Phase::Idle { since } => {
-                let since = *since.get_or_insert_with(Instant::now);
-                let (after, expiry) = if self.report_quiet {
-                    (QUIET_AFTER, Expiry::Quiet)
-                } else {
-                    (self.limits.idle_timeout, Expiry::Idle)
-                };
-                Some((since + after, expiry))
+            Phase::Idle { since } => Some(idle_deadline(since, self.limits, self.report_quiet)),
+            Phase::Busy => None,
+        }
+    }
+
+    /// [`DeadlineIo::read_deadline`] over HTTP/2: a header block begun
+    /// must end in time, whatever else goes on; before its first request
+    /// the connection is timed as a silent one, between streams as an idle
+    /// one. Out of line: sluice's own server never asks.
+    #[inline(never)]
+    fn http2_read_deadline(&mut self) -> Option<(Instant, Expiry)> {
+        let block_since = self.http2.as_ref().and_then(|reads| reads.block_since());
+        if let Some(since) = block_since {
+            return Some((since + self.limits.header_read_timeout, Expiry::HeaderBlock));
+        }
+        match &mut self.phase {
+            // No request yet (its preface, settings, pings are none).
+            Phase::Opening { since } | Phase::Head { since } => {
+                Some(first_request_deadline(since, self.limits))
             }
+            Phase::Idle { since } => Some(idle_deadline(since, self.limits, self.report_quiet)),
             Phase::Busy => None,
         }
     }
@@ -417,9 +498,11 @@ impl<S: Transport> DeadlineIo<S> {
         self.update_phase();
         match read(&mut self.inner, cx) {
             Poll::Ready(Ok(arrived)) => {
-                if arrived > 0 && !self.http2 && !self.upgraded() {
-                    if let Phase::Idle { .. } = self.phase {
-                        self.phase = Phase::Head { since: None };
+                if arrived > 0 && self.http2.is_none() && !self.upgraded() {
+                    match self.phase {
+                        Phase::Idle { .. } => self.phase = Phase::Head { since: None },
+                        Phase::Opening { .. } => self.first_head_begun(),
+                        Phase::Head { .. } | Phase::Busy => {}
                     }
                 }
                 Poll::Ready(Ok(arrived))
@@ -477,7 +560,8 @@ impl<S: Transport> DeadlineIo<S> {
     /// busy connection's clocks are stopped.
     #[inline]
     fn poll_read_clock(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if let Phase::Busy = self.phase {
+        // An HTTP/2 header block is timed even while requests are in flight.
+        if matches!(self.phase, Phase::Busy) && !self.http2_block_open() {
             // An exchange of the own server ends in this task,
             // which reads again after it: nothing to be woken.
             if self.own_busy || self.exchanges.wake_when_idle(cx.waker()) {
@@ -506,6 +590,10 @@ impl<S: Transport> DeadlineIo<S> {
                     "request head not complete within header_read_timeout",
                 )))
             }
+            Expiry::HeaderBlock => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "HTTP/2 header block not complete within header_read_timeout",
+            ))),
             // Idle for idle_timeout: end of stream, a quiet close.
             Expiry::Idle => Poll::Ready(Ok(())),
         }
@@ -567,7 +655,9 @@ impl<S: Transport> DeadlineIo<S> {
 }
 
 impl<S: Transport> Transport for DeadlineIo<S> {
-    #[inline]
+    // Always: it is most of a read of sluice's own server, which LLVM
+    // otherwise leaves out of line once the clocks grew.
+    #[inline(always)]
     fn poll_fill(&mut self, cx: &mut Context<'_>, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
         self.poll_read_with(cx, |inner, cx| inner.poll_fill(cx, buf))
     }
@@ -596,13 +686,18 @@ impl<S: Transport + AsyncRead + AsyncWrite> AsyncRead for DeadlineIo<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        self.get_mut()
-            .poll_read_with(cx, |inner, cx| {
-                Pin::new(inner)
-                    .poll_read(cx, buf)
-                    .map_ok(|()| buf.filled().len() - before)
-            })
-            .map_ok(|_| ())
+        let this = self.get_mut();
+        let read = this.poll_read_with(cx, |inner, cx| {
+            Pin::new(inner)
+                .poll_read(cx, buf)
+                .map_ok(|()| buf.filled().len() - before)
+        });
+        if let (Poll::Ready(Ok(arrived)), Some(reads)) = (&read, &mut this.http2) {
+            if *arrived > 0 {
+                reads.read(&buf.filled()[before..]);
+            }
+        }
+        read.map_ok(|_| ())
     }
 }
 
@@ -640,6 +735,36 @@ impl<S: Transport + AsyncRead + AsyncWrite> AsyncWrite for DeadlineIo<S> {
     }
 }
 
+/// When a connection that has sent no request yet is closed: a silent one
+/// is late and idle both, so whichever timeout comes first (from `since`,
+/// its first wait, set now if not yet). Once per connection.
+#[cold]
+fn first_request_deadline(
+    since: &mut Option<Instant>,
+    limits: ConnectionLimits,
+) -> (Instant, Expiry) {
+    let since = *since.get_or_insert_with(Instant::now);
+    let within = limits.header_read_timeout.min(limits.idle_timeout);
+    (since + within, Expiry::Idle)
+}
+
+/// When a connection idle between requests since `since` (set now if not
+/// yet) is told it is quiet, or closed.
+#[inline]
+fn idle_deadline(
+    since: &mut Option<Instant>,
+    limits: ConnectionLimits,
+    report_quiet: bool,
+) -> (Instant, Expiry) {
+    let since = *since.get_or_insert_with(Instant::now);
+    let (after, expiry) = if report_quiet {
+        (QUIET_AFTER, Expiry::Quiet)
+    } else {
+        (limits.idle_timeout, Expiry::Idle)
+    };
+    (since + after, expiry)
+}
+
 /// A problem-document response that closes the connection, with an id of
 /// its own (no request was read to keep one from).
 fn problem_response(status: u16, detail: &str) -> Vec<u8> {
@@ -660,12 +785,19 @@ mod tests {
         }
     }
 
+    /// A connection past its first exchange, between requests.
+    fn kept_alive<S>(inner: S, limits: ConnectionLimits) -> DeadlineIo<S> {
+        let mut io = DeadlineIo::new(inner, limits, Arc::default());
+        io.phase = Phase::Idle { since: None };
+        io
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_quiet_connection_is_told_once_and_its_idle_clock_runs_on() {
         use tokio::io::AsyncReadExt;
         let (_client, server) = tokio::io::duplex(64);
         let idle_timeout = Duration::from_secs(60);
-        let mut io = DeadlineIo::new(server, limits(idle_timeout), Arc::default());
+        let mut io = kept_alive(server, limits(idle_timeout));
         io.report_quiet(true);
         let start = Instant::now();
         let mut buf = [0u8; 16];
@@ -683,7 +815,7 @@ mod tests {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         // Room for the 408, which is written, then lingered on.
         let (mut client, server) = tokio::io::duplex(4096);
-        let mut io = DeadlineIo::new(server, limits(Duration::from_secs(60)), Arc::default());
+        let mut io = kept_alive(server, limits(Duration::from_secs(60)));
         io.report_quiet(true);
         let start = Instant::now();
         let writing = tokio::spawn(async move {
@@ -707,10 +839,100 @@ mod tests {
     async fn an_idle_timeout_shorter_than_the_quiet_clock_just_closes() {
         use tokio::io::AsyncReadExt;
         let (_client, server) = tokio::io::duplex(64);
-        let mut io = DeadlineIo::new(server, limits(Duration::from_secs(3)), Arc::default());
+        let mut io = kept_alive(server, limits(Duration::from_secs(3)));
         io.report_quiet(true);
         let start = Instant::now();
         assert_eq!(io.read(&mut [0u8; 16]).await.unwrap(), 0);
         assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_connection_that_sends_nothing_is_closed_quietly_at_the_header_timeout() {
+        use tokio::io::AsyncReadExt;
+        let (mut client, server) = tokio::io::duplex(4096);
+        let mut io = DeadlineIo::new(server, limits(Duration::from_secs(60)), Arc::default());
+        let start = Instant::now();
+        assert_eq!(io.read(&mut [0u8; 16]).await.unwrap(), 0);
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        drop(io);
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.unwrap();
+        assert!(answer.is_empty(), "{answer:?}");
+        // An idle timeout shorter than the header timeout comes first.
+        let (_client, server) = tokio::io::duplex(64);
+        let mut io = DeadlineIo::new(server, limits(Duration::from_secs(2)), Arc::default());
+        let start = Instant::now();
+        assert_eq!(io.read(&mut [0u8; 16]).await.unwrap(), 0);
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_head_is_timed_from_the_accept() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(4096);
+        let mut io = DeadlineIo::new(server, limits(Duration::from_secs(60)), Arc::default());
+        let start = Instant::now();
+        let writing = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            client.write_all(b"GET / HT").await.unwrap();
+            client
+        });
+        let mut buf = [0u8; 16];
+        assert_eq!(io.read(&mut buf).await.unwrap(), 8);
+        let mut client = writing.await.unwrap();
+        assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+        assert_eq!(start.elapsed(), Duration::from_secs(5) + LINGER_TIME);
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.unwrap();
+        assert!(answer.starts_with(b"HTTP/1.1 408 "));
+    }
+
+    /// An HTTP/2 frame header and payload, on stream 1.
+    fn h2_frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len();
+        let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        out.extend_from_slice(&1u32.to_be_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_header_block_left_open_fails_the_reads_at_the_header_timeout() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(4096);
+        let exchanges = Arc::new(Exchanges::default());
+        let mut io = DeadlineIo::new(server, limits(Duration::from_secs(60)), exchanges.clone());
+        io.serve_http2(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        // A request in flight stops the other read clocks, not this one.
+        let _in_flight = exchanges.start();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        client
+            .write_all(&h2_frame(0x1, 0, b"\x82\x86"))
+            .await
+            .unwrap();
+        let start = Instant::now();
+        let mut buf = [0u8; 64];
+        assert_eq!(io.read(&mut buf).await.unwrap(), 11);
+        let error = io.read(&mut buf).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        // Its last frame in time: no clock left but the idle one, stopped
+        // while the request is in flight.
+        let (mut client, server) = tokio::io::duplex(4096);
+        let mut io = DeadlineIo::new(server, limits(Duration::from_secs(60)), exchanges.clone());
+        io.serve_http2(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        client
+            .write_all(&h2_frame(0x1, 0, b"\x82\x86"))
+            .await
+            .unwrap();
+        assert_eq!(io.read(&mut buf).await.unwrap(), 11);
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        client
+            .write_all(&h2_frame(0x9, 0x4, b"\x84"))
+            .await
+            .unwrap();
+        assert_eq!(io.read(&mut buf).await.unwrap(), 10);
+        let read = tokio::time::timeout(Duration::from_secs(30), io.read(&mut buf)).await;
+        assert!(read.is_err(), "{read:?}");
     }
 }

@@ -39,6 +39,7 @@ use super::connection::{Connection, Handler};
 use super::deadline_io::{ConnectionLimits, DeadlineIo, Exchanges};
 use super::drain::Drain;
 use super::http1::HeadLimits;
+use super::http2::StreamExecutor;
 use crate::config::Config;
 use crate::http1::transport::Transport;
 use crate::proxy::respond::ProxyBody;
@@ -164,7 +165,8 @@ pub struct Seen {
 struct Settings {
     limits: ConnectionLimits,
     head_limits: HeadLimits,
-    http2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    max_requests: u32,
+    http2: Arc<hyper::server::conn::http2::Builder<StreamExecutor>>,
     /// hyper's servers, the oracle, with the same settings.
     hyper: auto::Builder<TokioExecutor>,
 }
@@ -192,6 +194,7 @@ fn settings() -> &'static Settings {
         Settings {
             limits: super::connection_limits(server),
             head_limits: super::head_limits(server),
+            max_requests: server.max_requests_per_connection,
             http2: Arc::new(super::http2_server(server)),
             hyper,
         }
@@ -248,6 +251,7 @@ where
         handler: recorder.clone(),
         peer: SocketAddr::from((Ipv4Addr::LOCALHOST, 1)),
         head_limits: settings.head_limits,
+        max_requests: settings.max_requests,
         exchanges,
         http2: Arc::clone(&settings.http2),
     };

@@ -418,6 +418,12 @@ impl<S: Transport> Http1<crate::server::deadline_io::DeadlineIo<S>> {
         self.io.answer_and_close(answer).await;
     }
 
+    /// The request being served is the connection's last: its answer says
+    /// `connection: close`, and the connection closes after it.
+    pub fn close_after(&mut self) {
+        self.head.keep_alive = false;
+    }
+
     /// Closes the connection after its last answer, lingering.
     pub async fn close(mut self) {
         self.io.close_lingering().await;

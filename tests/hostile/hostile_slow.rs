@@ -18,7 +18,10 @@ use tokio::net::TcpStream;
 
 /// sluice as a process in front of a fresh upstream; `server` adds lines to
 /// `[server]`, `rest` follows it.
-async fn spawn(server: &str, rest: &str) -> (Upstream, SluiceProcess, tempfile::TempDir) {
+pub(crate) async fn spawn(
+    server: &str,
+    rest: &str,
+) -> (Upstream, SluiceProcess, tempfile::TempDir) {
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
     let toml = config_text(&upstream, server, rest);
@@ -35,7 +38,7 @@ fn config_text(upstream: &Upstream, server: &str, rest: &str) -> String {
 }
 
 /// Open file descriptors of `pid`.
-fn fds(pid: u32) -> usize {
+pub(crate) fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .count()
@@ -43,7 +46,7 @@ fn fds(pid: u32) -> usize {
 
 /// Waits up to `limit` for `pid`'s descriptor count to fall to `at_most`;
 /// returns the last count seen.
-async fn fds_settle(pid: u32, at_most: usize, limit: Duration) -> usize {
+pub(crate) async fn fds_settle(pid: u32, at_most: usize, limit: Duration) -> usize {
     let deadline = Instant::now() + limit;
     loop {
         let now = fds(pid);
@@ -56,11 +59,11 @@ async fn fds_settle(pid: u32, at_most: usize, limit: Duration) -> usize {
 
 /// One HTTP/1.1 response read off a raw socket.
 #[derive(Debug)]
-struct Raw {
-    status: u16,
+pub(crate) struct Raw {
+    pub(crate) status: u16,
     /// The head, lower-cased.
-    head: String,
-    body: String,
+    pub(crate) head: String,
+    pub(crate) body: String,
 }
 
 impl Raw {
@@ -69,7 +72,7 @@ impl Raw {
     }
 
     /// A problem document with this status.
-    fn assert_problem(&self, status: u16) {
+    pub(crate) fn assert_problem(&self, status: u16) {
         assert_eq!(self.status, status, "{self:?}");
         assert!(
             self.head.contains("content-type: application/problem+json"),
@@ -84,7 +87,7 @@ impl Raw {
 
 /// Reads one response (head and a Content-Length body); `None` when the
 /// connection closed or nothing came within `limit`.
-async fn read_response(stream: &mut TcpStream, limit: Duration) -> Option<Raw> {
+pub(crate) async fn read_response(stream: &mut TcpStream, limit: Duration) -> Option<Raw> {
     let deadline = tokio::time::Instant::now() + limit;
     let mut received = Vec::new();
     let mut buffer = [0u8; 8192];
@@ -118,7 +121,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// Waits up to `limit` for the server to close `stream` (EOF or reset).
-async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
+pub(crate) async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + limit;
     let mut buffer = [0u8; 8192];
     loop {
@@ -130,11 +133,11 @@ async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
     }
 }
 
-const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n";
+pub(crate) const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n";
 
 /// One exchange on a closed connection, so that a descriptor baseline
 /// includes the warm runtime and a pooled upstream connection.
-async fn warm_up(sluice: &SluiceProcess) {
+pub(crate) async fn warm_up(sluice: &SluiceProcess) {
     let mut warm = TcpStream::connect(sluice.addr).await.unwrap();
     warm.write_all(GET).await.unwrap();
     read_response(&mut warm, Duration::from_secs(2))
@@ -565,7 +568,7 @@ async fn b7_out_of_file_descriptors_the_accept_loop_pauses_and_recovers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b8_a_connection_that_never_sends_a_byte_is_closed_at_idle_timeout() {
+async fn b8_a_connection_that_never_sends_a_byte_is_closed_at_idle_timeout_when_that_comes_first() {
     let (_upstream, sluice, _dir) = spawn(
         "idle_timeout = \"500ms\"\nheader_read_timeout = \"5s\"\n",
         "",

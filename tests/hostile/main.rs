@@ -16,6 +16,7 @@ mod hostile_framing;
 mod hostile_keys;
 mod hostile_ops;
 mod hostile_slow;
+mod hostile_streams;
 mod http1_engine;
 mod over_tls;
 mod own_server;
