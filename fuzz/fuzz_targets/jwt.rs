@@ -551,6 +551,7 @@ fn key_on(claims: &Claims) {
     let facts = RequestFacts {
         method: &Method::GET,
         path: "/",
+        normalized_path: "/",
         query: None,
         host: None,
         headers: &headers,

@@ -86,6 +86,7 @@ fuzz_target!(|input: Input| {
     let facts = RequestFacts {
         method: &method,
         path: &input.path,
+        normalized_path: &input.path,
         query: input.query.as_deref(),
         host: input.host.as_deref(),
         headers: &headers,
@@ -178,6 +179,8 @@ fuzz_target!(|input: Input| {
         } else {
             "/"
         },
+        // Logs read the unfolded path; no key source does.
+        normalized_path: "/",
         query: if uses(|s| matches!(s, KeySource::Query(_))) {
             facts.query
         } else {
