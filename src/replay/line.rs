@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 use std::cell::Cell;
 use std::marker::PhantomData;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::ops::Range;
 
 use http::Method;
@@ -383,11 +383,43 @@ fn parsed(line: &str) -> Result<Members<'_>, NotALine> {
 
 /// The client IP of a line: an address, or an IPv6 client's network.
 fn client_ip(text: &str) -> Option<IpAddr> {
+    if let Some(v4) = dotted_quad(text.as_bytes()) {
+        return Some(IpAddr::V4(v4));
+    }
     text.parse::<IpAddr>().ok().or_else(|| {
         text.parse::<ipnet::IpNet>()
             .ok()
             .map(|network| network.network())
     })
+}
+
+/// An IPv4 address as `Ipv4Addr::from_str` reads one (four parts of one
+/// to three digits, none with a leading zero, each at most 255), at a
+/// third of its cost; `None` for anything else, which `client_ip` then
+/// gives to std.
+fn dotted_quad(bytes: &[u8]) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    // The part being read: its number, its digits, its index.
+    let (mut value, mut digits, mut part) = (0u16, 0, 0);
+    for &byte in bytes {
+        if byte == b'.' {
+            if digits == 0 || part == 3 {
+                return None;
+            }
+            octets[part] = u8::try_from(value).ok()?;
+            (value, digits, part) = (0, 0, part + 1);
+        } else if byte.is_ascii_digit() && digits < 3 && (digits == 0 || value != 0) {
+            value = value * 10 + u16::from(byte - b'0');
+            digits += 1;
+        } else {
+            return None;
+        }
+    }
+    if digits == 0 || part != 3 {
+        return None;
+    }
+    octets[3] = u8::try_from(value).ok()?;
+    Some(Ipv4Addr::from(octets))
 }
 
 fn millis_to_nanos(millis: f64) -> Nanos {
@@ -545,6 +577,33 @@ mod tests {
             let fast = read_by(&line, true);
             let slow = read_by(&line, false);
             proptest::prop_assert_eq!(fast, slow, "{}", String::from_utf8_lossy(&line));
+        }
+    }
+
+    #[test]
+    fn a_dotted_quad_reads_as_std_reads_it() {
+        for text in [
+            "10.0.0.1",
+            "255.255.255.255",
+            "0.0.0.0",
+            "256.0.0.1",
+            "01.0.0.1",
+            "1.0.0.00",
+            "1.2.3",
+            "1.2.3.4.",
+            "1.2.3.4.5",
+            ".1.2.3",
+            "1..2.3",
+            "1.2.3.1000",
+            "1.2.3.+4",
+            "1.2.3.a",
+            "",
+            "::1",
+            "2001:db8::/64",
+            "10.0.0.0/8",
+        ] {
+            let std = text.parse::<Ipv4Addr>().ok();
+            assert_eq!(dotted_quad(text.as_bytes()), std, "{text}");
         }
     }
 

@@ -9,7 +9,7 @@
 //! bounded all the same.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::line::Recorded;
 use super::simulate::Simulator;
@@ -48,6 +48,11 @@ impl Ord for Waiting {
 #[derive(Default)]
 pub struct Reorder {
     heap: BinaryHeap<Reverse<Waiting>>,
+    /// Lines no earlier than the one read before them wait in a queue
+    /// instead, in order without sifting (most of a log: a line waits in
+    /// the heap only if one read before it came later); the earliest line
+    /// is the front of one or the other.
+    run: VecDeque<Waiting>,
     /// Lines decided, whose room the next lines reuse: boxed as they
     /// wait in the heap, whose sifting then moves a pointer, not a line.
     #[allow(clippy::vec_box)]
@@ -77,15 +82,20 @@ impl Reorder {
         self.longest = self.longest.max(line.duration);
         self.read += 1;
         self.bytes += line.size();
-        self.heap.push(Reverse(Waiting(line.time, self.read, line)));
+        let waiting = Waiting(line.time, self.read, line);
+        match self.run.back() {
+            Some(last) if last.0 > waiting.0 => self.heap.push(Reverse(waiting)),
+            _ => self.run.push_back(waiting),
+        }
         let horizon = REORDER_AT_LEAST.max(self.longest.saturating_mul(2));
         let ready = self.latest.saturating_sub(horizon);
-        while let Some(Reverse(Waiting(time, ..))) = self.heap.peek() {
-            let full = self.heap.len() > MOST_WAITING || self.bytes > MOST_WAITING_BYTES;
-            if *time > ready && !full {
+        while let Some(time) = self.earliest() {
+            let waiting = self.heap.len() + self.run.len();
+            let full = waiting > MOST_WAITING || self.bytes > MOST_WAITING_BYTES;
+            if time > ready && !full {
                 break;
             }
-            if let Some(Reverse(Waiting(_, _, line))) = self.heap.pop() {
+            if let Some(line) = self.pop() {
                 self.decide(line, simulator);
             }
         }
@@ -93,9 +103,35 @@ impl Reorder {
 
     /// Decides every line still waiting.
     pub fn drain(&mut self, simulator: &mut Simulator<'_>) {
-        while let Some(Reverse(Waiting(_, _, line))) = self.heap.pop() {
+        while let Some(line) = self.pop() {
             self.decide(line, simulator);
         }
+    }
+
+    /// The time of the earliest line waiting.
+    fn earliest(&self) -> Option<Nanos> {
+        let run = self.run.front().map(|first| first.0);
+        let heap = self.heap.peek().map(|Reverse(first)| first.0);
+        match (run, heap) {
+            (Some(run), Some(heap)) => Some(run.min(heap)),
+            (one, other) => one.or(other),
+        }
+    }
+
+    /// The earliest line waiting (time, then order read), out of the
+    /// queue or the heap.
+    fn pop(&mut self) -> Option<Box<Recorded>> {
+        let from_heap = match (self.run.front(), self.heap.peek()) {
+            (Some(run), Some(Reverse(heap))) => heap < run,
+            (None, _) => true,
+            (Some(_), None) => false,
+        };
+        let Waiting(_, _, line) = if from_heap {
+            self.heap.pop()?.0
+        } else {
+            self.run.pop_front()?
+        };
+        Some(line)
     }
 
     /// Decides a line that waited; its room is kept for the next.

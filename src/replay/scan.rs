@@ -54,16 +54,37 @@ pub fn scan<'a>(line: &'a str, members: &mut Members<'a>) -> Option<()> {
         return (at.at == line.len()).then_some(());
     }
     let mut seen = 0u16;
+    // Where in sluice's order the next member should be.
+    let mut next = 0;
     loop {
-        let name = at.string()?;
-        at.expect(b':')?;
+        let member = match ORDER
+            .get(next)
+            .filter(|one| one.starts(line.as_bytes(), at.at))
+        {
+            Some(expected) => {
+                at.at += expected.len;
+                next += 1;
+                expected.member
+            }
+            None => {
+                let member = Member::named(at.string()?);
+                at.expect(b':')?;
+                // Back in step after a member out of place (any other is
+                // skipped over: the next is still expected).
+                let known = ORDER.iter().position(|one| one.member == member);
+                if let (Some(known), false) = (known, member == Member::Other) {
+                    next = known + 1;
+                }
+                member
+            }
+        };
         let value = if at.peek()? == b'{' {
-            (name == "keys").then_some(())?;
+            (member == Member::Keys).then_some(())?;
             Err(at.pairs()?)
         } else {
             Ok(at.value()?)
         };
-        let known = members.take(name, value)?;
+        let known = members.take(member, value)?;
         // serde_json refuses a member it reads given twice.
         if seen & known != 0 {
             return None;
@@ -76,6 +97,112 @@ pub fn scan<'a>(line: &'a str, members: &mut Members<'a>) -> Option<()> {
         }
     }
 }
+
+/// The members a replay reads; `Other` for the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Member {
+    Time,
+    Client,
+    Method,
+    Host,
+    Path,
+    DurationMs,
+    DelayMs,
+    Outcome,
+    Rule,
+    Keys,
+    Other,
+}
+
+impl Member {
+    fn named(name: &str) -> Member {
+        match name {
+            "time" => Member::Time,
+            "client" => Member::Client,
+            "method" => Member::Method,
+            "host" => Member::Host,
+            "path" => Member::Path,
+            "duration_ms" => Member::DurationMs,
+            "delay_ms" => Member::DelayMs,
+            "outcome" => Member::Outcome,
+            "rule" => Member::Rule,
+            "keys" => Member::Keys,
+            _ => Member::Other,
+        }
+    }
+}
+
+/// A member's name as a line writes it, `"name":`, held in a `u128`
+/// (little-endian, the rest zero): compared with the line's next bytes in
+/// one masked comparison rather than by finding the name's end and
+/// matching it.
+struct Expected {
+    word: u128,
+    mask: u128,
+    len: usize,
+    member: Member,
+}
+
+impl Expected {
+    /// `name` (at most 13 bytes, without quotes: what fits in 16).
+    const fn new(name: &[u8], member: Member) -> Expected {
+        let mut bytes = [0u8; 16];
+        bytes[0] = b'"';
+        let mut at = 0;
+        while at < name.len() {
+            bytes[at + 1] = name[at];
+            at += 1;
+        }
+        bytes[name.len() + 1] = b'"';
+        bytes[name.len() + 2] = b':';
+        let len = name.len() + 3;
+        let mask = if len == 16 {
+            u128::MAX
+        } else {
+            (1 << (8 * len)) - 1
+        };
+        Expected {
+            word: u128::from_le_bytes(bytes),
+            mask,
+            len,
+            member,
+        }
+    }
+
+    /// Whether `bytes` from `at` start with this name.
+    #[inline(always)]
+    fn starts(&self, bytes: &[u8], at: usize) -> bool {
+        match bytes.get(at..at + 16) {
+            Some(next) => {
+                let next = u128::from_le_bytes(next.try_into().unwrap_or_default());
+                next & self.mask == self.word
+            }
+            None => bytes.get(at..at + self.len) == Some(&self.word.to_le_bytes()[..self.len]),
+        }
+    }
+}
+
+/// The members sluice writes, in the order it writes them (src/access_log:
+/// a line of another order or with other members is read all the same,
+/// by name).
+const ORDER: [Expected; 16] = [
+    Expected::new(b"time", Member::Time),
+    Expected::new(b"request_id", Member::Other),
+    Expected::new(b"client", Member::Client),
+    Expected::new(b"method", Member::Method),
+    Expected::new(b"host", Member::Host),
+    Expected::new(b"path", Member::Path),
+    Expected::new(b"status", Member::Other),
+    Expected::new(b"bytes_out", Member::Other),
+    Expected::new(b"duration_ms", Member::DurationMs),
+    Expected::new(b"upstream_ms", Member::Other),
+    Expected::new(b"delay_ms", Member::DelayMs),
+    Expected::new(b"outcome", Member::Outcome),
+    Expected::new(b"rule", Member::Rule),
+    Expected::new(b"key", Member::Other),
+    Expected::new(b"cost", Member::Other),
+    Expected::new(b"keys", Member::Keys),
+];
 
 /// Whether `line` has no `\` and no control character: then its strings
 /// have no escapes and its tokens no space between them. Chunk by chunk,
@@ -111,60 +238,69 @@ fn find_quote(bytes: &[u8], from: usize) -> Option<usize> {
     rest.iter().position(|&b| b == b'"').map(|end| at + end)
 }
 
+/// Where the ASCII digits of `bytes` from `at` end.
+#[inline(always)]
+fn digits(bytes: &[u8], mut at: usize) -> usize {
+    while bytes.get(at).is_some_and(u8::is_ascii_digit) {
+        at += 1;
+    }
+    at
+}
+
 impl<'a> Members<'a> {
-    /// Takes member `name`'s value (`Err`: an object, `keys`); `None`
+    /// Takes `member`'s value (`Err`: an object, `keys`); `None`
     /// when it is not what the member holds. The member's bit, if it is
     /// one a replay reads (0 for others).
-    fn take(&mut self, name: &str, value: Result<Value<'a>, Pairs<'a>>) -> Option<u16> {
+    fn take(&mut self, member: Member, value: Result<Value<'a>, Pairs<'a>>) -> Option<u16> {
         let text = |value| match value {
             Ok(Value::Text(text)) => Some(Some(Cow::Borrowed(text))),
             Ok(Value::Null) => Some(None),
             _ => None,
         };
-        let bit = match name {
-            "time" => {
+        let bit = match member {
+            Member::Time => {
                 self.time = text(value)?;
                 1
             }
-            "client" => {
+            Member::Client => {
                 self.client = text(value)?;
                 2
             }
-            "method" => {
+            Member::Method => {
                 self.method = text(value)?;
                 4
             }
-            "host" => {
+            Member::Host => {
                 self.host = text(value)?;
                 8
             }
-            "path" => {
+            Member::Path => {
                 self.path = text(value)?;
                 16
             }
-            "outcome" => {
+            Member::Outcome => {
                 self.outcome = text(value)?;
                 32
             }
-            "rule" => {
+            Member::Rule => {
                 self.rule = text(value)?;
                 64
             }
-            "duration_ms" => {
+            Member::DurationMs => {
                 let Ok(Value::Number(number)) = value else {
                     return None;
                 };
                 self.duration_ms = Some(millis(number)?);
                 128
             }
-            "delay_ms" => {
+            Member::DelayMs => {
                 let Ok(Value::Number(number)) = value else {
                     return None;
                 };
                 self.delay_ms = number.parse().ok()?;
                 256
             }
-            "keys" => {
+            Member::Keys => {
                 match value {
                     Err(pairs) => self.keys = Some(pairs),
                     Ok(Value::Null) => self.keys = None,
@@ -172,7 +308,7 @@ impl<'a> Members<'a> {
                 }
                 512
             }
-            _ => match value {
+            Member::Other => match value {
                 Ok(_) => 0,
                 // An object other than `keys`: serde_json reads it.
                 Err(_) => return None,
@@ -184,18 +320,29 @@ impl<'a> Members<'a> {
 
 /// A `duration_ms` as `serde_json` reads it into an `f64`, for the plain
 /// decimals sluice writes (`1.250`); `None` for any other number (the
-/// caller then parses the line in full).
+/// caller then parses the line in full). Fifteen digits at most are exact
+/// in an `f64`, as is a power of ten up to 10⁶: their quotient is the
+/// decimal rounded once, as `serde_json` and `str::parse` give it, without
+/// the cost of a general parse.
 fn millis(number: &str) -> Option<f64> {
-    let (whole, decimals) = number.split_once('.').unwrap_or((number, ""));
-    let plain = |digits: &str| digits.bytes().all(|b| b.is_ascii_digit());
+    const TENS: [f64; 7] = [1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
+    let bytes = number.as_bytes();
+    let point = bytes.iter().position(|&b| b == b'.');
+    let (whole, decimals) = match point {
+        Some(point) => (&bytes[..point], &bytes[point + 1..]),
+        None => (bytes, &[][..]),
+    };
     if whole.is_empty() || whole.len() > 9 || decimals.len() > 6 {
         return None;
     }
-    if !plain(whole) || !plain(decimals) {
-        return None;
+    let mut units = 0u64;
+    for &digit in whole.iter().chain(decimals) {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        units = units * 10 + u64::from(digit - b'0');
     }
-    // Fifteen digits at most: exact in an f64, as serde_json reads them.
-    number.parse().ok()
+    Some(units as f64 / TENS[decimals.len()])
 }
 
 struct Cursor<'a> {
@@ -248,40 +395,32 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// A number as JSON writes one:
-    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+    /// A number as sluice writes one, `-?(0|[1-9][0-9]*)(\.[0-9]+)?`, in
+    /// one pass over its bytes; `None` for any other (an exponent, `01`):
+    /// the caller then leaves the line to `serde_json`, which reads every
+    /// JSON number.
+    #[inline(always)]
     fn number(&mut self) -> Option<&'a str> {
         let start = self.at;
-        let bytes = self.text.as_bytes();
-        let digits = |at: &mut usize| {
-            let from = *at;
-            while bytes.get(*at).is_some_and(u8::is_ascii_digit) {
-                *at += 1;
-            }
-            *at > from
-        };
-        let mut at = start;
-        if bytes.get(at) == Some(&b'-') {
-            at += 1;
-        }
-        if bytes.get(at) == Some(&b'0') {
-            at += 1;
-        } else if !digits(&mut at) {
+        let bytes = self.text.as_bytes().get(start..)?;
+        let negative = usize::from(bytes.first() == Some(&b'-'));
+        let whole = digits(bytes, negative);
+        let leading_zero = bytes.get(negative) == Some(&b'0') && whole > negative + 1;
+        if whole == negative || leading_zero {
             return None;
         }
-        if bytes.get(at) == Some(&b'.') {
-            at += 1;
-            digits(&mut at).then_some(())?;
-        }
-        if matches!(bytes.get(at), Some(b'e' | b'E')) {
-            at += 1;
-            if matches!(bytes.get(at), Some(b'+' | b'-')) {
-                at += 1;
+        let mut end = whole;
+        if bytes.get(end) == Some(&b'.') {
+            end = digits(bytes, end + 1);
+            if end == whole + 1 {
+                return None;
             }
-            digits(&mut at).then_some(())?;
         }
-        self.at = at;
-        Some(&self.text[start..at])
+        if matches!(bytes.get(end), Some(b'e' | b'E')) {
+            return None;
+        }
+        self.at = start + end;
+        self.text.get(start..start + end)
     }
 
     /// An object of strings or nulls.

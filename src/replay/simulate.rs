@@ -52,6 +52,13 @@ struct Plan {
     tier: Option<Slot>,
 }
 
+/// The rules that apply to a request: enforced, then shadow ones.
+#[derive(Default)]
+struct Rules<'p> {
+    enforced: Vec<Applicable<'p>>,
+    shadowed: Vec<Applicable<'p>>,
+}
+
 /// One rule's figures (docs/replay.md lists them).
 #[derive(Debug, Default)]
 pub struct Tally {
@@ -110,7 +117,9 @@ pub struct Simulator<'p> {
     plans: Vec<Plan>,
     /// The `match.header` names and where their values are.
     headers_read: Vec<(HeaderName, usize)>,
-    headers: HeaderMap,
+    /// The headers rules match on, taken out while a line is decided
+    /// (an `Option`: taking it leaves no empty map to drop).
+    headers: Option<HeaderMap>,
     /// The line being decided's path, folded as the policy's
     /// `paths_alike` says: what `path` keys read.
     path: String,
@@ -125,6 +134,10 @@ pub struct Simulator<'p> {
     waiters: Vec<Waiter>,
     /// The store's answer, reused (boxed: moved out and back per line).
     answer: Option<Box<Admission>>,
+    /// What a line asks of the store, and the rules that apply to it:
+    /// reused too, their room kept.
+    asks: Option<Box<Asks<'p>>>,
+    applicable: Option<Box<Rules<'p>>>,
     /// The rule name a line named last, and its index.
     last_rule: Option<(Box<str>, Option<usize>)>,
 }
@@ -161,7 +174,7 @@ impl<'p> Simulator<'p> {
             store,
             plans,
             headers_read,
-            headers: HeaderMap::new(),
+            headers: Some(HeaderMap::new()),
             path: String::new(),
             tallies: policy.rules.iter().map(|_| Tally::default()).collect(),
             totals: Totals::default(),
@@ -171,6 +184,8 @@ impl<'p> Simulator<'p> {
             next_release: 0,
             waiters: Vec::new(),
             answer: Some(Box::default()),
+            asks: Some(Box::default()),
+            applicable: Some(Box::default()),
             last_rule: None,
         }
     }
@@ -192,25 +207,46 @@ impl<'p> Simulator<'p> {
         if policy.allow.iter().any(|net| net.contains(&client)) {
             return self.compare(line, Replayed::Admitted);
         }
-        let walked = self.with_facts(line, |simulator, facts| simulator.walk(line, facts, now));
+        // The rules that apply, into lists kept from line to line.
+        let mut applicable = self.applicable.take().unwrap_or_default();
+        let walked = self.with_facts(line, |simulator, facts| {
+            simulator.walk(line, facts, now, &mut applicable)
+        });
         // A path that cannot be folded (`/..;/x`) is answered 400.
-        let walked = walked.unwrap_or(Err(Replayed::Refused));
-        let (enforced, shadowed) = match walked {
-            Ok(applicable) => applicable,
-            Err(replayed) => return self.compare(line, replayed),
+        let replayed = match walked.unwrap_or(Err(Replayed::Refused)) {
+            Ok(()) => self.admit(line, now, &applicable),
+            Err(replayed) => Some(replayed),
         };
-        if enforced.is_empty() && shadowed.is_empty() {
-            return self.compare(line, Replayed::Admitted);
-        }
-        let mut asks = Asks::default();
-        fill_asks(&mut asks, &enforced, &shadowed);
-        let mut answer = self.answer.take().unwrap_or_default();
-        self.store.admit(&asks, now, &mut answer);
-        let replayed = self.take(line, now, &enforced, &shadowed, &mut answer);
-        self.answer = Some(answer);
+        applicable.enforced.clear();
+        applicable.shadowed.clear();
+        self.applicable = Some(applicable);
         if let Some(replayed) = replayed {
             self.compare(line, replayed);
         }
+    }
+
+    /// Asks the store for the rules that apply to `line`; how it was
+    /// decided (`None` while it waits for a permit).
+    fn admit(&mut self, line: &Recorded, now: Nanos, rules: &Rules<'p>) -> Option<Replayed> {
+        let Rules { enforced, shadowed } = rules;
+        if enforced.is_empty() && shadowed.is_empty() {
+            return Some(Replayed::Admitted);
+        }
+        let mut asks = self.asks.take().unwrap_or_default();
+        // Every field, so that one added is cleared too.
+        let Asks {
+            rules: asked,
+            limits,
+        } = &mut *asks;
+        asked.clear();
+        limits.clear();
+        fill_asks(&mut asks, enforced, shadowed);
+        let mut answer = self.answer.take().unwrap_or_default();
+        self.store.admit(&asks, now, &mut answer);
+        self.asks = Some(asks);
+        let replayed = self.take(line, now, enforced, shadowed, &mut answer);
+        self.answer = Some(answer);
+        replayed
     }
 
     /// Runs `then` with the facts rules match on, read from `line`, its
@@ -224,15 +260,18 @@ impl<'p> Simulator<'p> {
         let path = fold(line.path(), self.policy.paths_alike).ok()?;
         self.path.clear();
         self.path.push_str(&path);
-        self.headers.clear();
+        let mut headers = self.headers.take().unwrap_or_default();
+        // Most configs match on no header: the map stays empty.
+        if !headers.is_empty() {
+            headers.clear();
+        }
         for (name, index) in &self.headers_read {
             if let Some(value) = line.value(*index) {
                 if let Ok(value) = HeaderValue::from_str(value) {
-                    self.headers.insert(name.clone(), value);
+                    headers.insert(name.clone(), value);
                 }
             }
         }
-        let headers = std::mem::take(&mut self.headers);
         let facts = RequestFacts {
             method: &line.method,
             path: &path,
@@ -246,7 +285,7 @@ impl<'p> Simulator<'p> {
             call: None,
         };
         let result = then(self, &facts);
-        self.headers = headers;
+        self.headers = Some(headers);
         Some(result)
     }
 
@@ -269,16 +308,17 @@ impl<'p> Simulator<'p> {
     }
 
     /// Every rule's standing on the request, in file order, as identify
-    /// walks them: the rules that apply, or how the walk refused it.
-    #[allow(clippy::type_complexity)]
+    /// walks them: the rules that apply (into `rules`, empty), or how the
+    /// walk refused it.
     fn walk(
         &mut self,
         line: &Recorded,
         facts: &RequestFacts<'_>,
         now: Nanos,
-    ) -> Result<(SmallVec<[Applicable<'p>; 4]>, SmallVec<[Applicable<'p>; 4]>), Replayed> {
+        rules: &mut Rules<'p>,
+    ) -> Result<(), Replayed> {
         let policy = self.policy;
-        let (mut enforced, mut shadowed) = (SmallVec::new(), SmallVec::new());
+        let Rules { enforced, shadowed } = rules;
         for (index, rule) in policy.rules.iter().enumerate() {
             if !rule.matcher.matches(facts) {
                 continue;
@@ -320,7 +360,7 @@ impl<'p> Simulator<'p> {
                 enforced.push(applicable);
             }
         }
-        Ok((enforced, shadowed))
+        Ok(())
     }
 
     /// Counts what the store answered; `None` while the request waits for

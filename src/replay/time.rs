@@ -158,35 +158,49 @@ fn local_seconds(year: i64, bytes: &[u8]) -> Option<i64> {
     Some(days * DAY + hour * 3_600 + minute * 60 + second)
 }
 
-/// The last time read to the second (`YYYY-MM-DDTHH:MM:SS`, a four-digit
+/// The last time read to the minute (`YYYY-MM-DDTHH:MM`, a four-digit
 /// year) and its seconds as if in UTC: the lines of a log mostly share it
-/// with the line before, which then reads only the rest.
+/// with the line before, which then reads only its second and the rest.
+/// (To the minute rather than the second: a day of 100,000 requests has a
+/// new second every other line, but a new minute every seventieth.)
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Times {
-    second: [u8; 19],
+    minute: [u8; 16],
     local: i64,
 }
 
 impl Times {
-    /// [`parse_time`], remembering the second in `last`.
+    /// [`parse_time`], remembering the minute in `last`.
     pub fn parse(last: &Cell<Times>, text: &str) -> Result<Time, BadTime> {
         let bytes = text.as_bytes();
         let known = last.get();
-        let time = match bytes.get(..19) {
-            Some(second) if *second == known.second => {
-                after_second(known.local, &bytes[19..]).ok_or(BadTime::Unreadable)?
+        // A minute remembered starts with a digit; none is all zero bytes.
+        match bytes.get(..16) {
+            Some(minute) if *minute == known.minute && known.minute[0] != 0 => {
+                let second = match bytes.get(16..19) {
+                    Some([b':', second @ ..]) => digits(second).filter(|second| *second <= 60),
+                    _ => None,
+                };
+                let second = second.ok_or(BadTime::Unreadable)?;
+                let time = after_second(known.local + second, &bytes[19..]);
+                in_range(time.ok_or(BadTime::Unreadable)?)
             }
             _ => {
                 let time = parse_time(text)?;
-                let second = bytes.get(..19).and_then(|second| second.try_into().ok());
+                let minute = bytes.get(..16).and_then(|minute| minute.try_into().ok());
                 let local = digits(&bytes[..4]).and_then(|year| local_seconds(year, &bytes[4..]));
-                if let (Some(second), Some(local), true) = (second, local, bytes[4] == b'-') {
-                    last.set(Times { second, local });
+                let second = bytes.get(17..19).and_then(digits);
+                if let (Some(minute), Some(local), Some(second), b'-') =
+                    (minute, local, second, bytes[4])
+                {
+                    last.set(Times {
+                        minute,
+                        local: local - second,
+                    });
                 }
-                return Ok(time);
+                Ok(time)
             }
-        };
-        in_range(time)
+        }
     }
 }
 
@@ -202,19 +216,33 @@ fn in_range(time: Time) -> Result<Time, BadTime> {
 /// The decimals of a second from `at`, if any: nanoseconds (digits past
 /// the ninth dropped), and where they end.
 fn fraction(bytes: &[u8], mut at: usize) -> Option<(u32, usize)> {
+    const TENS: [u32; 10] = [
+        1_000_000_000,
+        100_000_000,
+        10_000_000,
+        1_000_000,
+        100_000,
+        10_000,
+        1_000,
+        100,
+        10,
+        1,
+    ];
     if bytes.get(at) != Some(&b'.') {
         return Some((0, at));
     }
     at += 1;
     let start = at;
     let mut nanos = 0;
-    let mut scale = 100_000_000;
     while let Some(digit) = bytes.get(at).filter(|b| b.is_ascii_digit()) {
-        nanos += u32::from(digit - b'0') * scale;
-        scale /= 10;
+        if at - start < 9 {
+            nanos = nanos * 10 + u32::from(digit - b'0');
+        }
         at += 1;
     }
-    (at > start).then_some((nanos, at))
+    // Scaled once at the end (no division per digit).
+    let read = (at - start).min(9);
+    (at > start).then_some((nanos * TENS[read], at))
 }
 
 /// `Z`, or `±HH:MM` east of UTC, in seconds.
@@ -364,6 +392,15 @@ mod tests {
             "2026-11-28T11:31:05+01:00",
             "2026-11-28T11:31:05.Z",
             "2026-11-28T11:31:05",
+            "2026-11-28T11:31:59.999999Z",
+            "2026-11-28T11:31:60Z",
+            "2026-11-28T11:31:61Z",
+            "2026-11-28T11:31:6",
+            "2026-11-28T11:31:6Z",
+            "2026-11-28T11:31x05Z",
+            "2026-11-28T11:31:0aZ",
+            "2026-11-28T11:31:07-00:30",
+            "2026-11-28T11:31",
             "1969-12-31T23:59:59Z",
             "1969-12-31T23:59:59.5Z",
             "1970-01-01T00:59:59.5+01:00",
