@@ -499,8 +499,17 @@ impl Upstream {
 }
 
 impl Drop for Upstream {
+    /// SIGTERM, so the master stops its worker too (a SIGKILL left the
+    /// worker running, orphaned, after the example ended).
     fn drop(&mut self) {
-        let _ = self.nginx.kill();
+        let terminated = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.nginx.id().to_string())
+            .status()
+            .is_ok_and(|status| status.success());
+        if !terminated {
+            let _ = self.nginx.kill();
+        }
         let _ = self.nginx.wait();
     }
 }
