@@ -180,7 +180,7 @@ async fn stalled_then_taken(sluice: &SluiceProcess, redis: &RedisServer, errors:
             && metric(&text, UNAVAILABLE).is_some_and(|now| now >= errors + 2.0)
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    redis_stays_frozen_for(Duration::from_millis(800)).await;
     assert_eq!(series(admin, PENDING).await, 1.0, "still waiting");
     redis.freeze(false);
     eventually(
@@ -331,7 +331,7 @@ async fn a_settlement_waiting_at_shutdown_reaches_redis_if_it_comes_back_in_time
     })
     .await;
     sluice.terminate();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    redis_stays_frozen_for(Duration::from_millis(600)).await;
     assert!(
         sluice.child.try_wait().unwrap().is_none(),
         "it did not wait"
@@ -374,4 +374,10 @@ async fn a_settlement_redis_does_not_take_before_the_end_of_shutdown_is_said_los
     assert_eq!(said.len(), 1, "{:?}", sluice.logged("settle"));
     assert!(said[0].contains("left=1"), "{said:?}");
     redis.freeze(false);
+}
+
+/// Redis stays frozen a while longer: the stall is the behaviour under
+/// test (a settlement must outlast it), not a wait for sluice.
+async fn redis_stays_frozen_for(stall: Duration) {
+    tokio::time::sleep(stall).await;
 }

@@ -213,7 +213,7 @@ async fn b9_a_client_that_reads_slowly_but_steadily_gets_the_whole_answer() {
     while let Some(data) = body.data().await {
         let data = data.expect("the slow reader's stream was reset");
         received += data.len();
-        tokio::time::sleep(Duration::from_secs_f64(data.len() as f64 / 40_000.0)).await;
+        client_pauses(Duration::from_secs_f64(data.len() as f64 / 40_000.0)).await;
         body.flow_control().release_capacity(data.len()).unwrap();
     }
     assert_eq!(received, 196_608);
@@ -258,7 +258,7 @@ async fn b10_a_connection_that_sends_nothing_is_closed_at_header_read_timeout() 
 
     // A first request in time keeps the connection to idle_timeout.
     let mut kept = TcpStream::connect(sluice.addr).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    client_pauses(Duration::from_millis(200)).await;
     kept.write_all(GET).await.unwrap();
     let got = read_response(&mut kept, Duration::from_secs(2))
         .await
@@ -302,7 +302,7 @@ async fn b10_a_header_block_without_its_last_continuation_closes_the_connection_
         .write_all(&frame(HEADERS, END_STREAM, 1, first))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    client_pauses(Duration::from_millis(600)).await;
     stream
         .write_all(&frame(CONTINUATION, END_HEADERS, 1, last))
         .await
@@ -417,7 +417,7 @@ async fn b12_streams_reset_just_after_they_were_sent_cannot_make_more_upstream_r
             break;
         };
         sent += 1;
-        tokio::time::sleep(Duration::from_millis(3)).await;
+        client_pauses(Duration::from_millis(3)).await;
         stream.send_reset(h2::Reason::CANCEL);
     }
     assert!(sent >= 50, "only {sent} streams were sent");
@@ -471,7 +471,7 @@ async fn b12_a_client_that_ignores_goaway_is_refused_then_disconnected() {
             break 'sending;
         }
         opened += 50;
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        client_pauses(Duration::from_millis(20)).await;
         if reader.is_finished() {
             break;
         }
@@ -493,4 +493,11 @@ async fn b12_a_client_that_ignores_goaway_is_refused_then_disconnected() {
         "{} upstream requests",
         upstream.count()
     );
+}
+
+/// The client waits before its next step: a pause that is the behaviour
+/// under test (a slow reader, a late first request, a late CONTINUATION,
+/// a reset just after a request), not a wait for sluice.
+async fn client_pauses(pause: Duration) {
+    tokio::time::sleep(pause).await;
 }
