@@ -775,6 +775,7 @@ fn problem_response(status: u16, detail: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::h2_frames::frame as h2_frame;
 
     fn limits(idle_timeout: Duration) -> ConnectionLimits {
         ConnectionLimits {
@@ -885,15 +886,6 @@ mod tests {
         let mut answer = Vec::new();
         client.read_to_end(&mut answer).await.unwrap();
         assert!(answer.starts_with(b"HTTP/1.1 408 "));
-    }
-
-    /// An HTTP/2 frame header and payload, on stream 1.
-    fn h2_frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
-        let len = payload.len();
-        let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-        out.extend_from_slice(&1u32.to_be_bytes());
-        out.extend_from_slice(payload);
-        out
     }
 
     #[tokio::test(start_paused = true)]

@@ -110,19 +110,22 @@ impl FrameScan {
     }
 }
 
+/// An HTTP/2 frame, its header and payload, on stream 1: what the
+/// server's tests write.
+#[cfg(test)]
+pub(crate) fn frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    out.extend_from_slice(&1u32.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-    fn frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
-        let len = payload.len();
-        let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-        out.extend_from_slice(&1u32.to_be_bytes());
-        out.extend_from_slice(payload);
-        out
-    }
 
     /// Whether a block is open after each of `pieces` is read in turn.
     fn open_after(pieces: &[&[u8]]) -> Vec<bool> {
