@@ -421,46 +421,12 @@ impl<'p> Simulator<'p> {
             }
             Outcome::Admitted => {}
         }
-        for (index, _, wait, _) in counts {
-            if Some(index) == queued_rule {
-                continue;
-            }
-            let tally = &mut self.tallies[index];
-            if wait > 0 {
-                tally.held += 1;
-                tally.longest_hold = tally.longest_hold.max(wait);
-            } else {
-                tally.allowed += 1;
-            }
-        }
-        for (at, applicable) in (enforced.len()..).zip(shadowed) {
-            let index = index_of(applicable.rule);
-            if answer.shadow_limited.contains(&at) {
-                self.limited(index, applicable.key, line, now);
-            } else {
-                self.tallies[index].allowed += 1;
-            }
-        }
+        self.count_admitted(&counts, queued_rule);
+        self.count_shadows(line, now, enforced.len(), shadowed, answer);
         let exchange = line.duration.saturating_sub(line.held);
         if let (Some(queued), Some(rule)) = (answer.queued.take(), queued_rule) {
             let receipts = answer.receipts.drain(..).collect();
-            let key = enforced
-                .iter()
-                .find(|one| index_of(one.rule) == rule)
-                .map_or(0, |one| one.key);
-            self.limited_names(rule, key, line);
-            let logged_rule = self.logged_rule(line);
-            self.waiters.push(Waiter {
-                deadline: now.saturating_add(queued.max_wait),
-                queued,
-                rule,
-                key,
-                since: now,
-                exchange,
-                receipts,
-                logged: line.logged,
-                logged_rule,
-            });
+            self.wait_for_permit(line, now, enforced, rule, queued, receipts);
             return None;
         }
         // Rates are kept as taken: only permits are returned.
@@ -473,6 +439,78 @@ impl<'p> Simulator<'p> {
             self.in_flight(receipts, now + hold + exchange);
         }
         Some(Replayed::Admitted)
+    }
+
+    /// An admitted request's enforced rules: held (a wait) or allowed;
+    /// the rule it queues for a permit of counts once it has one.
+    fn count_admitted(
+        &mut self,
+        counts: &[(usize, BucketKey, Nanos, bool)],
+        queued_rule: Option<usize>,
+    ) {
+        for &(index, _, wait, _) in counts {
+            if Some(index) == queued_rule {
+                continue;
+            }
+            let tally = &mut self.tallies[index];
+            if wait > 0 {
+                tally.held += 1;
+                tally.longest_hold = tally.longest_hold.max(wait);
+            } else {
+                tally.allowed += 1;
+            }
+        }
+    }
+
+    /// The shadow rules of an admitted request (asked after the `enforced`
+    /// ones): limited or allowed, as the store answered.
+    fn count_shadows(
+        &mut self,
+        line: &Recorded,
+        now: Nanos,
+        enforced: usize,
+        shadowed: &[Applicable<'p>],
+        answer: &Admission,
+    ) {
+        for (at, applicable) in (enforced..).zip(shadowed) {
+            let index = position(self.policy, applicable.rule);
+            if answer.shadow_limited.contains(&at) {
+                self.limited(index, applicable.key, line, now);
+            } else {
+                self.tallies[index].allowed += 1;
+            }
+        }
+    }
+
+    /// A request queued for a permit of concurrency rule `rule` waits
+    /// among the waiters, its exchange to run once it has one.
+    fn wait_for_permit(
+        &mut self,
+        line: &Recorded,
+        now: Nanos,
+        enforced: &[Applicable<'p>],
+        rule: usize,
+        queued: Box<QueuedPermit>,
+        receipts: Vec<Receipt>,
+    ) {
+        let policy = self.policy;
+        let key = enforced
+            .iter()
+            .find(|one| position(policy, one.rule) == rule)
+            .map_or(0, |one| one.key);
+        self.limited_names(rule, key, line);
+        let logged_rule = self.logged_rule(line);
+        self.waiters.push(Waiter {
+            deadline: now.saturating_add(queued.max_wait),
+            queued,
+            rule,
+            key,
+            since: now,
+            exchange: line.duration.saturating_sub(line.held),
+            receipts,
+            logged: line.logged,
+            logged_rule,
+        });
     }
 
     /// Permits among `receipts` are returned at `until`; the rest is kept.
