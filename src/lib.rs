@@ -10,6 +10,8 @@
 //! - [`server`]: listeners, the accept loop, connection limits, graceful shutdown.
 //! - [`http1`]: HTTP/1.1 on the wire (framing, chunked, bodies out and in), which
 //!   sluice's own server and its upstream client both speak.
+//! - [`decider`]: one way to decide for every way in (requests, messages, the rate
+//!   limit service, `/v1/check`, `/admin/spend`): asks → store → `on_error` → counting.
 //! - [`proxy`]: identify → limit (`proxy::admit`) → forward ([`proxy::forward`]) →
 //!   respond ([`proxy::respond`]) → settle deferred charges ([`proxy::settle`]).
 //! - [`websocket`]: after a handshake's `101`, the tunnel; with a
@@ -46,6 +48,7 @@ pub mod body_scan;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod decider;
 pub mod demo;
 pub mod heavy_hitters;
 pub mod http1;

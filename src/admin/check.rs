@@ -7,8 +7,10 @@
 //! The body is one check, answered with one verdict, or an array of at most
 //! [`MAX_BATCH`] checks, answered with an array of verdicts in the same
 //! order, each decided on its own (a bad check's slot holds its problem
-//! document, the others are answered). Checks are not proxied traffic: they
-//! are not counted in `sluice_requests_total`.
+//! document, the others are answered). A check is decided and counted
+//! through the decider, as a proxied request is ([`crate::decider`]): the
+//! same `on_error`, store metrics, `sluice_requests_total`, heavy hitters
+//! and bans.
 //!
 //! This is a hot path for backends that ask per unit of work, so the
 //! verdicts are written straight into the response bytes, the store's
@@ -23,7 +25,13 @@ use super::budget::{millis, Balance, Target};
 use super::call::{Body, Call, COST};
 use super::{respond, Answer, RefusedCall, JSON};
 use crate::clock::Nanos;
-use crate::policy::Policy;
+use crate::decider::{
+    self, fill_asks, Answered, Applicable, Caller, Decided, Decider, Holds, StoreUnavailable,
+    Verdict,
+};
+use crate::key::KeyText;
+use crate::log_gate::truncated;
+use crate::policy::{Policy, Rule};
 use crate::proxy::Proxy;
 use crate::store::{Admission, Asks, Decisions, Outcome};
 
@@ -79,10 +87,10 @@ pub(super) async fn check(proxy: &Proxy, body: &[u8]) -> Result<Answer, RefusedC
 /// their buffer.
 const VERDICT_BYTES: usize = 136;
 
-/// Decides checks against one policy snapshot at one instant, reusing the
-/// store's answer from check to check.
+/// Decides checks against one policy snapshot at one instant, through the
+/// decider, reusing the store's answer from check to check.
 struct Checker<'a> {
-    proxy: &'a Proxy,
+    decider: Decider<'a>,
     policy: &'a Policy,
     now: Nanos,
     asks: Asks<'a>,
@@ -93,7 +101,7 @@ struct Checker<'a> {
 impl<'a> Checker<'a> {
     fn new(proxy: &'a Proxy, policy: &'a Policy) -> Checker<'a> {
         Checker {
-            proxy,
+            decider: proxy.decider(),
             policy,
             now: proxy.now(),
             asks: Asks::default(),
@@ -105,8 +113,7 @@ impl<'a> Checker<'a> {
     /// One check: its verdict, or why it cannot be decided.
     async fn check(&mut self, call: &Call<'_>) -> Result<CheckAnswer, RefusedCall> {
         let call = call.validate(COST)?;
-        let now = self.now;
-        let target = Target::find(self.policy, call.rule, call.key, call.tier, now)?;
+        let target = Target::find(self.policy, call.rule, call.key, call.tier, self.now)?;
         let rule = target.rule;
         if rule.is_concurrency() {
             return Err(RefusedCall::new(
@@ -119,59 +126,123 @@ impl<'a> Checker<'a> {
                 ),
             ));
         }
-        let store = self.proxy.store();
-        let cost = call.units.unwrap_or(rule.cost);
-        if cost == 0 {
-            // Only a look: bans are read, nothing is taken or struck.
-            if let Some(left) = (!rule.shadow)
-                .then(|| rule.bans.banned(target.key, now))
-                .flatten()
-            {
-                return Ok(CheckAnswer::banned(left));
-            }
-            target.ask_into(&mut self.asks, 0, false);
-            store
-                .peek(&self.asks, now, &mut self.decisions)
-                .await
-                .map_err(store_failed)?;
-            let balance = Balance::of(&self.decisions);
-            return Ok(CheckAnswer {
-                allowed: balance.admits(),
-                banned: false,
-                balance,
-            });
+        let applicable = Applicable {
+            rule,
+            key: target.key,
+            limits: target.limits,
+            cost: call.units.unwrap_or(rule.cost),
+        };
+        self.asks.rules.clear();
+        self.asks.limits.clear();
+        if applicable.cost == 0 {
+            return self.look(applicable).await;
         }
-        target.ask_into(&mut self.asks, cost, true);
-        let admission = &mut self.admission;
-        store
-            .admit(&self.asks, now, admission)
-            .await
+        // A shadow rule is checked for what it would decide, as proxied
+        // traffic asks it: without bans, and never refusing.
+        let (enforced, shadowed) = match rule.shadow {
+            false => (std::slice::from_ref(&applicable), &[][..]),
+            true => (&[][..], std::slice::from_ref(&applicable)),
+        };
+        fill_asks(&mut self.asks, enforced, shadowed, Holds::Never);
+        let answered = (self
+            .decider
+            .admit(&self.asks, self.now, &mut self.admission)
+            .await)
             .map_err(store_failed)?;
+        if answered == Answered::Unlimited {
+            return Ok(CheckAnswer::unlimited());
+        }
+        let admission = &mut self.admission;
         // An admitted check keeps what it took: there is no response to
         // settle after.
         admission.receipts.clear();
-        match admission.outcome {
-            Outcome::Banned { left, .. } => Ok(CheckAnswer::banned(left)),
-            outcome => {
-                if !admission.bans_started.is_empty() {
-                    let text = crate::key::KeyText::typed(call.key, rule.key.len());
-                    rule.ban_started(target.key, text, &self.policy.labels);
-                }
-                Ok(CheckAnswer {
-                    allowed: outcome == Outcome::Admitted,
-                    banned: false,
-                    balance: Balance::of(&admission.decisions),
-                })
-            }
+        let verdicts: SmallVec<[Verdict<'_>; 2]> = (enforced.iter())
+            .flat_map(|applicable| applicable.limits)
+            .zip(&admission.decisions)
+            .map(|(limit, decision)| Verdict {
+                rule,
+                limit,
+                decision: *decision,
+            })
+            .collect();
+        let shadow_limited = |_| !admission.shadow_limited.is_empty();
+        let decided = Decided {
+            enforced,
+            shadowed,
+            verdicts: &verdicts,
+            outcome: admission.outcome,
+            shadow_limited: &shadow_limited,
+            bans_started: &admission.bans_started,
+            at: admission.at,
+        };
+        decider::count(
+            self.decider.store,
+            self.policy,
+            &decided,
+            &Checked(call.key),
+        );
+        Ok(match admission.outcome {
+            Outcome::Banned { left, .. } => CheckAnswer::banned(left),
+            outcome => CheckAnswer {
+                allowed: outcome == Outcome::Admitted && admission.shadow_limited.is_empty(),
+                banned: false,
+                balance: Some(Balance::of(&admission.decisions)),
+            },
+        })
+    }
+
+    /// A check of cost 0 only looks: bans are read, nothing is taken or
+    /// struck, nothing counted.
+    async fn look(&mut self, applicable: Applicable<'a>) -> Result<CheckAnswer, RefusedCall> {
+        let Applicable { rule, key, .. } = applicable;
+        if let Some(left) = (!rule.shadow)
+            .then(|| rule.bans.banned(key, self.now))
+            .flatten()
+        {
+            return Ok(CheckAnswer::banned(left));
         }
+        fill_asks(&mut self.asks, &[applicable], &[], Holds::Never);
+        let looked = self.decider.peek(&self.asks, self.now, &mut self.decisions);
+        if looked.await.map_err(store_failed)? == Answered::Unlimited {
+            return Ok(CheckAnswer::unlimited());
+        }
+        let balance = Balance::of(&self.decisions);
+        Ok(CheckAnswer {
+            allowed: balance.admits(),
+            banned: false,
+            balance: Some(balance),
+        })
     }
 }
 
-fn store_failed(error: crate::store::StoreError) -> RefusedCall {
-    tracing::warn!(%error, "the store failed a check");
+/// A checked key, as the decider's counting knows its caller.
+struct Checked<'a>(&'a str);
+
+impl Caller for Checked<'_> {
+    fn key_text(&self, _: usize, applicable: &Applicable<'_>) -> KeyText {
+        KeyText::typed(self.0, applicable.rule.key.len())
+    }
+
+    /// A refused check's line, within its rule's lines a second.
+    fn log_refusal(&self, rule: &Rule, banned: bool, now: Nanos, key: &dyn Fn() -> String) {
+        let Some(suppressed) = rule.log_gate.let_through(now) else {
+            return;
+        };
+        tracing::info!(
+            rule = %rule.name,
+            outcome = if banned { "banned" } else { "limited" },
+            key = %truncated(&key()),
+            suppressed,
+            "check refused"
+        );
+    }
+}
+
+/// The store failed and `on_error = "deny"`.
+fn store_failed(_: StoreUnavailable) -> RefusedCall {
     RefusedCall::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        "the store failed; nothing was taken, try again",
+        "the store failed and on_error = \"deny\"; nothing was taken, try again",
     )
 }
 
@@ -181,7 +252,9 @@ struct CheckAnswer {
     allowed: bool,
     /// The caller is banned by the rule: refused without asking its buckets.
     banned: bool,
-    balance: Balance,
+    /// `None` when the store failed and `on_error = "allow"`: nothing was
+    /// asked, so nothing is known of the balance.
+    balance: Option<Balance>,
 }
 
 impl CheckAnswer {
@@ -190,17 +263,27 @@ impl CheckAnswer {
         CheckAnswer {
             allowed: false,
             banned: true,
-            balance: Balance {
+            balance: Some(Balance {
                 remaining: 0,
                 retry_after: Some(left),
                 reset_after: left,
-            },
+            }),
+        }
+    }
+
+    /// The store failed and `on_error = "allow"`: allowed, unknown balance.
+    fn unlimited() -> CheckAnswer {
+        CheckAnswer {
+            allowed: true,
+            banned: false,
+            balance: None,
         }
     }
 
     /// `{"allowed":..,"remaining":..,"retry_after_ms":..,"reset_after_ms":..}`,
     /// with `"banned":true` last when banned. `retry_after_ms` is 0 when
-    /// allowed, `null` when the cost can never be admitted.
+    /// allowed, `null` when the cost can never be admitted; `remaining` is
+    /// `null` when nothing was asked (`on_error = "allow"`).
     fn write(&self, out: &mut Vec<u8>) {
         let mut numbers = itoa::Buffer::new();
         out.extend_from_slice(if self.allowed {
@@ -208,14 +291,18 @@ impl CheckAnswer {
         } else {
             b"{\"allowed\":false,\"remaining\":"
         });
-        out.extend_from_slice(numbers.format(self.balance.remaining).as_bytes());
+        let Some(balance) = self.balance else {
+            out.extend_from_slice(b"null,\"retry_after_ms\":0,\"reset_after_ms\":0}");
+            return;
+        };
+        out.extend_from_slice(numbers.format(balance.remaining).as_bytes());
         out.extend_from_slice(b",\"retry_after_ms\":");
-        match self.balance.retry_after {
+        match balance.retry_after {
             Some(wait) => out.extend_from_slice(numbers.format(millis(wait)).as_bytes()),
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"reset_after_ms\":");
-        out.extend_from_slice(numbers.format(millis(self.balance.reset_after)).as_bytes());
+        out.extend_from_slice(numbers.format(millis(balance.reset_after)).as_bytes());
         out.extend_from_slice(if self.banned {
             b",\"banned\":true}"
         } else {
@@ -239,11 +326,11 @@ mod tests {
         let allowed = CheckAnswer {
             allowed: true,
             banned: false,
-            balance: Balance {
+            balance: Some(Balance {
                 remaining: 9,
                 retry_after: Some(0),
                 reset_after: 6_000_000_001,
-            },
+            }),
         };
         assert_eq!(
             written(allowed),
@@ -253,13 +340,18 @@ mod tests {
         let never = CheckAnswer {
             allowed: false,
             banned: false,
-            balance: Balance {
+            balance: Some(Balance {
                 remaining: 0,
                 retry_after: None,
                 reset_after: 0,
-            },
+            }),
         };
         assert_eq!(written(never)["retry_after_ms"], serde_json::Value::Null);
+        assert_eq!(
+            written(CheckAnswer::unlimited()),
+            serde_json::json!({"allowed": true, "remaining": null, "retry_after_ms": 0,
+                               "reset_after_ms": 0})
+        );
         let banned = written(CheckAnswer::banned(2_500_000_000));
         assert_eq!(
             banned,

@@ -17,7 +17,7 @@
 //! trusted proxies, host) and [`proxy::identify`] (the access lists, then
 //! each rule's match, key, missing key, sunset and limits in file order
 //! until one refuses, every standing watched), and the buckets are asked
-//! what [`proxy::fill_asks`] asks of them.
+//! what [`decider::fill_asks`] asks of them.
 //!
 //! `ip` is the address the request comes from (the TCP peer): behind
 //! `trusted_proxies`, a forwarding header among `headers` names the client,
@@ -40,6 +40,7 @@ use super::buckets::{
 };
 use super::budget::millis;
 use super::{bad, RefusedCall};
+use crate::decider;
 use crate::key::body::{declared_length, BodyFacts, KeyBody};
 use crate::key::content_coding::{self, Decoded};
 use crate::limiter::Decision;
@@ -438,7 +439,7 @@ impl Looked {
         let enforced: SmallVec<[Applicable<'_>; 4]> = enforced.iter().map(|(_, a)| *a).collect();
         let shadowed: SmallVec<[Applicable<'_>; 4]> = shadowed.iter().map(|(_, a)| *a).collect();
         let mut asks = Asks::default();
-        proxy::fill_asks(&mut asks, &enforced, &shadowed);
+        decider::fill_asks(&mut asks, &enforced, &shadowed, decider::Holds::AsRuled);
         if asks.is_empty() {
             return Ok(Looked { rules: Vec::new() });
         }

@@ -3,7 +3,10 @@
 //! request, on the buckets proxied traffic takes from. The units are taken
 //! from every limit the caller is held to, unconditionally (into a debt if
 //! need be, repaid at the limit's own rate before the caller's requests pass
-//! again); bans are not consulted.
+//! again); bans are not consulted. The store is called through the decider
+//! (timed in `sluice_store_seconds`, a failure counted in
+//! `sluice_store_errors_total`), and a store that fails spends nothing
+//! whatever `on_error` says: 503, try again.
 
 use http::StatusCode;
 use serde_json::json;
@@ -13,6 +16,7 @@ use super::budget::{millis, Balance, Target};
 use super::call::{Body, AMOUNT};
 use super::{bad, json_response, Answer, RefusedCall};
 use crate::config::AlgorithmKind;
+use crate::decider::{Answered, StoreUnavailable};
 use crate::proxy::Proxy;
 
 /// Answers one spend call; see the module docs.
@@ -58,9 +62,8 @@ pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Result<Answer, RefusedC
         }
     }
 
-    let store = proxy.store();
-    let failed = |error| {
-        tracing::warn!(%error, "the store failed a spend");
+    let decider = proxy.decider();
+    let failed = |_| {
         RefusedCall::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the store failed; nothing was spent, try again",
@@ -69,9 +72,9 @@ pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Result<Answer, RefusedC
     let mut after = SmallVec::new();
     if amount == 0 {
         // Spending nothing only reports the balance.
-        store.peek(&target.asks(1, false), now, &mut after).await
+        looked(decider.peek(&target.asks(1, false), now, &mut after).await)
     } else {
-        store
+        decider
             .spend(&target.asks(amount, false), now, &mut after)
             .await
     }
@@ -81,10 +84,8 @@ pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Result<Answer, RefusedC
         // `after` says when a request of cost 1 would pass; the rule's
         // requests cost more.
         let mut decisions = SmallVec::new();
-        store
-            .peek(&target.asks(rule.cost, false), now, &mut decisions)
-            .await
-            .map_err(failed)?;
+        let asks = target.asks(rule.cost, false);
+        looked(decider.peek(&asks, now, &mut decisions).await).map_err(failed)?;
         balance.retry_after = Balance::of(&decisions).retry_after;
     }
     rule.counters.charged.inc_by(amount);
@@ -101,6 +102,16 @@ pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Result<Answer, RefusedC
             "reset_after_ms": millis(balance.reset_after),
         }),
     ))
+}
+
+/// A look at the balance the store answered; one it could not answer is
+/// a failure here whatever `on_error` says (a spend's report is the shared
+/// budget's or nothing).
+fn looked(peeked: Result<Answered, StoreUnavailable>) -> Result<(), StoreUnavailable> {
+    match peeked? {
+        Answered::ByStore => Ok(()),
+        Answered::Locally | Answered::Unlimited => Err(StoreUnavailable),
+    }
 }
 
 fn unprocessable(detail: String) -> RefusedCall {

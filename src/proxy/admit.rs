@@ -31,101 +31,32 @@ use smallvec::SmallVec;
 
 use super::bill::Bill;
 use super::refusal::Refusal;
-use super::respond::{self, ProxyBody, Verdict};
+use super::refusal_log::{self, Refused};
+use super::respond::{self, ProxyBody};
 use super::ruling::Ruling;
 use super::settle::{self, Settlement};
-use super::standing::{Applicability, Applicable};
-use super::tally;
+use super::standing::Applicability;
 use super::ticker::Ticker;
 use super::{AnswerWritten, Context};
 use crate::clock::{Clock, Nanos, ProxyClock};
-use crate::key::RequestFacts;
-use crate::limiter::Decision;
-use crate::metrics::{seconds, Metrics};
-use crate::policy::{Limit, Policy, Rule};
-use crate::store::admission::Receipts;
-use crate::store::{
-    Ask, Asks, OnError, Outcome, QueuedPermit, Store, StoreError, PERMIT_REFUSED, UNASKED,
+use crate::decider::{
+    self, fill_asks, Answered, Applicable, Caller, Decided, Decider, Holds, StoreUnavailable,
+    Verdict,
 };
+use crate::key::{KeyText, RequestFacts};
+use crate::limiter::Decision;
+use crate::metrics::seconds;
+use crate::policy::{Policy, Rule};
+use crate::store::admission::Receipts;
+use crate::store::{Asks, Outcome, QueuedPermit, Store, PERMIT_REFUSED, UNASKED};
 
-/// What admission works with.
+/// What admission works with: the decider, and what wakes exchanges
+/// that charge upstream time (`None` when no rule of the policy charges or
+/// refunds: no bill is then looked for).
 #[derive(Debug, Clone, Copy)]
 pub struct Admitter<'a> {
-    pub store: &'a Arc<Store>,
-    /// Decisions are taken, and holds wait, on this clock.
-    pub clock: &'a ProxyClock,
-    pub on_error: OnError,
-    pub metrics: &'a Metrics,
-    /// Wakes exchanges that charge upstream time; `None` when no rule of
-    /// the policy charges or refunds (no bill is then looked for).
+    pub decider: Decider<'a>,
     pub ticker: Option<&'a Arc<Ticker>>,
-}
-
-/// The store failed and `on_error = "deny"`: the request is answered 503
-/// (a rate limit service call `UNAVAILABLE`).
-#[derive(Debug)]
-pub struct StoreUnavailable;
-
-/// Who answered an admission, once `on_error` had its say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answered {
-    /// The store.
-    ByStore,
-    /// The store failed and `on_error = "local"`: the local memory store.
-    Locally,
-    /// The store failed and `on_error = "allow"`: nobody; nothing is
-    /// limited.
-    Unlimited,
-}
-
-impl Admitter<'_> {
-    /// What the store answered (`decided`) to `asks` at `now`, into
-    /// `answer`. Every backend's call is timed
-    /// (`sluice_store_seconds{backend}`), the memory store's too, so its
-    /// series says how many calls it answered and how fast: from `now`
-    /// (the asks are built in nanoseconds), so one more clock read per
-    /// request. A failure is reported and goes through `on_error`. A plain
-    /// function the caller calls once the store's future is done, so that
-    /// it is inlined into the request's phases.
-    #[inline(always)]
-    pub fn answered(
-        self,
-        decided: Result<(), StoreError>,
-        asks: &Asks<'_>,
-        now: Nanos,
-        answer: &mut crate::store::Admission,
-    ) -> Result<Answered, StoreUnavailable> {
-        let Admitter {
-            store,
-            clock,
-            on_error,
-            metrics,
-            ..
-        } = self;
-        metrics.store_call(
-            store.backend_name(),
-            seconds(clock.now().saturating_sub(now)),
-        );
-        match decided {
-            Ok(()) => {
-                if metrics.store_recovered() {
-                    tracing::info!("the store answers again; outage over");
-                }
-                Ok(Answered::ByStore)
-            }
-            Err(error) => {
-                report_store_error(self, &error);
-                match on_error {
-                    OnError::Local => {
-                        store.admit_locally(asks, now, answer);
-                        Ok(Answered::Locally)
-                    }
-                    OnError::Allow => Ok(Answered::Unlimited),
-                    OnError::Deny => Err(StoreUnavailable),
-                }
-            }
-        }
-    }
 }
 
 /// Admit, the request path's phase: decides the request the context's
@@ -147,13 +78,14 @@ pub async fn phase(
     // the quantiles towards zero.
     if !(enforced.is_empty() && shadowed.is_empty()) {
         let took = admitter
+            .decider
             .clock
             .now()
             // On this instance's clock: `decided_at` may be a shared
             // store's, which another machine keeps.
             .saturating_sub(cx.ruling.asked_at)
             .saturating_sub(cx.ruling.held);
-        admitter.metrics.decision_seconds.observe(seconds(took));
+        (admitter.decider.metrics.decision_seconds).observe(seconds(took));
     }
     let admitted = match decided {
         Ok(()) => judge(
@@ -206,8 +138,8 @@ fn answer_calls(cx: &mut Context<'_, '_>, facts: &RequestFacts<'_>) {
     }
 }
 
-/// Counts what the store ruled, and answers a request that may not pass
-/// into `response`: whether it may.
+/// Counts what the store ruled ([`decider::count`]), and answers a
+/// request that may not pass into `response`: whether it may.
 fn judge<'p>(
     admitter: Admitter<'_>,
     policy: &'p Policy,
@@ -217,20 +149,33 @@ fn judge<'p>(
     response: &mut Response<ProxyBody>,
 ) -> bool {
     let enforced = &applicable.enforced[..];
-    tally::count_hitters(policy, facts, enforced, &applicable.shadowed, ruling);
+    let shadowed = &applicable.shadowed[..];
+    let would_limit = |index: usize| {
+        let name: &str = &shadowed[index].rule.name;
+        ruling.would_limit.iter().any(|n| std::ptr::eq(*n, name))
+    };
+    let decided = Decided {
+        enforced,
+        shadowed,
+        verdicts: &ruling.verdicts,
+        outcome: ruling.outcome,
+        shadow_limited: &would_limit,
+        bans_started: &ruling.bans_started,
+        at: ruling.decided_at,
+    };
+    decider::count(
+        admitter.decider.store,
+        policy,
+        &decided,
+        &Request { policy, facts },
+    );
     match ruling.outcome {
-        Outcome::Admitted => {
-            tally::count_outcomes(&ruling.verdicts);
-            return true;
-        }
+        Outcome::Admitted => return true,
         Outcome::Banned { rule, left } => {
-            banned(admitter, policy, facts, enforced[rule], left, response);
+            let Applicable { rule, limits, .. } = enforced[rule];
+            respond::banned(response, rule, limits, left, policy.response.status)
         }
-        Outcome::Limited => {
-            tally::count_outcomes(&ruling.verdicts);
-            bans_started(admitter.store, policy, facts, enforced, ruling);
-            limited(policy, enforced, ruling, response);
-        }
+        Outcome::Limited => limited(policy, enforced, ruling, response),
     }
     if applicable.retiring.is_some() {
         respond::add_sunset_headers(response.headers_mut(), applicable.retiring);
@@ -238,49 +183,26 @@ fn judge<'p>(
     false
 }
 
-/// The answer to a caller banned by `applicable`'s rule for `left` more:
-/// counted, and named for the fleet's listing when another instance
-/// started the ban.
-fn banned(
-    admitter: Admitter<'_>,
-    policy: &Policy,
-    facts: &RequestFacts<'_>,
-    applicable: Applicable<'_>,
-    left: Nanos,
-    response: &mut Response<ProxyBody>,
-) {
-    let Applicable {
-        rule, limits, key, ..
-    } = applicable;
-    let store = admitter.store;
-    if store.is_shared() && rule.bans.unnamed(key) {
-        // Learned from Redis, where another instance's strikes started
-        // it: named for the fleet's listing, once here.
-        let text = policy.keys.key_text_of(&rule.key, facts, key);
-        store.ban_named(&rule.name, key, &policy.labels.redacted(&rule.key, &text));
-        rule.bans.name(key, text);
-    }
-    rule.counters.limited.inc();
-    rule.counters.banned.inc();
-    respond::banned(response, rule, limits, left, policy.response.status)
+/// A proxied request as the decider's counting knows its caller.
+struct Request<'a, 'r> {
+    policy: &'a Policy,
+    facts: &'a RequestFacts<'r>,
 }
 
-/// Starts the bans the limited request's strikes earned.
-fn bans_started(
-    store: &Store,
-    policy: &Policy,
-    facts: &RequestFacts<'_>,
-    enforced: &[Applicable<'_>],
-    ruling: &Ruling<'_>,
-) {
-    for &index in &ruling.bans_started {
-        let Applicable { rule, key, .. } = enforced[index];
-        let text = policy.keys.key_text_of(&rule.key, facts, key);
-        if let (true, Some(ban)) = (store.is_shared(), rule.ban) {
-            let shown = policy.labels.redacted(&rule.key, &text);
-            store.ban_started(&rule.name, key, ban.duration, &shown);
-        }
-        rule.ban_started(key, text, &policy.labels);
+impl Caller for Request<'_, '_> {
+    fn key_text(&self, _: usize, applicable: &Applicable<'_>) -> KeyText {
+        let rule = applicable.rule;
+        (self.policy.keys).key_text_of(&rule.key, self.facts, applicable.key)
+    }
+
+    fn log_refusal(&self, rule: &Rule, banned: bool, now: Nanos, key: &dyn Fn() -> String) {
+        let refused = if banned {
+            Refused::Banned
+        } else {
+            Refused::Limited
+        };
+        let name = Some(&*rule.name);
+        refusal_log::log(&rule.log_gate, now, name, refused, self.facts, key);
     }
 }
 
@@ -316,7 +238,7 @@ async fn decide<'p>(
     shadowed: &[Applicable<'p>],
     ruling: &mut Ruling<'p>,
 ) -> Result<(), StoreUnavailable> {
-    let Admitter { store, clock, .. } = admitter;
+    let Decider { store, clock, .. } = admitter.decider;
     let now = clock.now();
     ruling.asked_at = now;
     ruling.decided_at = now;
@@ -338,10 +260,11 @@ async fn decide<'p>(
     // that may follow carries as little as possible.
     let mut hold = {
         let mut asks = Asks::default();
-        fill_asks(&mut asks, enforced, shadowed);
+        fill_asks(&mut asks, enforced, shadowed, Holds::AsRuled);
         let mut answer = crate::store::Admission::default();
-        let decided = admitter.store.admit(&asks, now, &mut answer).await;
-        let local = match admitter.answered(decided, &asks, now, &mut answer)? {
+        let decider = admitter.decider;
+        let decided = decider.ask(&asks, now, &mut answer).await;
+        let local = match decider.answered(decided, &asks, now, &mut answer)? {
             Answered::ByStore => false,
             Answered::Locally => true,
             Answered::Unlimited => {
@@ -361,29 +284,6 @@ async fn decide<'p>(
         None => {}
     }
     Ok(())
-}
-
-/// Counts a failed store call and logs it: an outage when it starts, not
-/// once per request (it passes on its own); an error the store answered
-/// with (its script's, an answer it should not give) each time, at most
-/// ten lines a second, since it will not pass: someone must look, and it
-/// may be one key's among good answers.
-fn report_store_error(admitter: Admitter<'_>, error: &StoreError) {
-    let Admitter {
-        store,
-        clock,
-        on_error,
-        metrics,
-        ..
-    } = admitter;
-    let outage = error.is_transient();
-    if metrics.store_failed(store.backend_name(), error.kind(), outage) {
-        tracing::warn!(%error, ?on_error, "the store failed a decision; on_error decides until it answers");
-    } else if !outage {
-        if let Some(suppressed) = metrics.store_error_line(clock.now()) {
-            tracing::error!(%error, ?on_error, suppressed, "the store answered a decision with an error that retrying will not fix (a bug or a misconfiguration); on_error decided");
-        }
-    }
 }
 
 /// What an admitted request waits for before it passes.
@@ -409,12 +309,8 @@ fn take_answer<'p>(
     enforced: &[Applicable<'p>],
     shadowed: &[Applicable<'p>],
 ) -> Option<Hold> {
-    let Admitter {
-        store,
-        clock,
-        ticker,
-        ..
-    } = admitter;
+    let Admitter { decider, ticker } = admitter;
+    let Decider { store, clock, .. } = decider;
     ruling.outcome = answer.outcome;
     ruling.decided_at = answer.at;
     ruling.bans_started = std::mem::take(&mut answer.bans_started);
@@ -428,13 +324,8 @@ fn take_answer<'p>(
     }
     // Shadow rules follow the enforced ones in the store's rule indexes.
     for (index, applicable) in (enforced.len()..).zip(shadowed) {
-        let rule = applicable.rule;
         if answer.shadow_limited.contains(&index) {
-            rule.counters.shadow_limited.inc();
-            ruling.would_limit.push(&rule.name);
-            tracing::debug!(rule = %rule.name, "shadow rule would have limited a request");
-        } else {
-            rule.counters.allowed.inc();
+            ruling.would_limit.push(&applicable.rule.name);
         }
     }
     let queued = answer.queued.take();
@@ -515,50 +406,6 @@ fn pass(hold: &mut Hold, ruling: &mut Ruling<'_>) {
     }
 }
 
-/// Everything the request asks of the store: the enforced rules (with
-/// their bans) in file order, then the shadow rules.
-pub fn fill_asks<'p>(
-    asks: &mut Asks<'p>,
-    enforced: &[Applicable<'p>],
-    shadowed: &[Applicable<'p>],
-) {
-    for applicable in enforced {
-        let rule = applicable.rule;
-        asks.push_rule(
-            applicable.key,
-            false,
-            Some((&*rule.bans, rule.ban.as_ref())),
-            applicable.limits.iter().map(|limit| ask(applicable, limit)),
-        );
-    }
-    for applicable in shadowed {
-        asks.push_rule(
-            applicable.key,
-            true,
-            None,
-            applicable.limits.iter().map(|limit| ask(applicable, limit)),
-        );
-    }
-}
-
-fn ask<'p>(applicable: &Applicable<'p>, limit: &'p Limit) -> Ask<'p> {
-    let rule = applicable.rule;
-    Ask {
-        table: &limit.table,
-        key: applicable.key,
-        limiter: &limit.limiter,
-        cost: if rule.is_concurrency() {
-            1
-        } else if rule.variable_cost {
-            variable_ask(applicable.cost, &limit.limiter)
-        } else {
-            applicable.cost
-        },
-        // Shadow rules never hold: the store asks them now or never.
-        hold: rule.hold,
-    }
-}
-
 /// The cost of the request, when the first rule that refused it takes a
 /// cost of the request's own (a GraphQL query's, a reservation) larger
 /// than the refusing limit can ever hold: the refusal says so (waiting
@@ -577,18 +424,6 @@ fn beyond_capacity(enforced: &[Applicable<'_>], verdicts: &[Verdict<'_>]) -> Opt
         .filter(|v| std::ptr::eq(v.rule, refused.rule))
         .all(|v| applicable.cost <= v.limit.limiter.capacity() || v.limit.limiter.is_leaky());
     (!fits).then_some(applicable.cost)
-}
-
-/// What a request's own cost asks of `limiter`: the cost, or one unit past the
-/// capacity when it is larger (it never fits either way, and a limiter's
-/// arithmetic is then never asked about a cost near `u64::MAX`). A leaky
-/// bucket passes any cost in time, and its arithmetic saturates.
-fn variable_ask(cost: u64, limiter: &crate::limiter::Limiter) -> u64 {
-    if limiter.is_leaky() {
-        cost
-    } else {
-        cost.min(limiter.capacity().saturating_add(1))
-    }
 }
 
 /// The verdict of the concurrency limit a permit is queued for.
@@ -687,9 +522,10 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
+    use crate::metrics::Metrics;
     use crate::policy::Policy;
     use crate::store::suite::FailingStore;
-    use crate::store::StoreError;
+    use crate::store::{OnError, StoreError};
 
     const NOW: Nanos = 1_800_000_000_000_000_000;
 
@@ -727,10 +563,12 @@ mod tests {
         let clock = ProxyClock::Runtime(crate::clock::RuntimeClock::new(NOW));
         let mut ruling = Ruling::default();
         let admitter = Admitter {
-            store,
-            clock: &clock,
-            on_error,
-            metrics,
+            decider: Decider {
+                store,
+                clock: &clock,
+                on_error,
+                metrics,
+            },
             ticker: None,
         };
         decide(admitter, &enforced, &[], &mut ruling)

@@ -12,9 +12,12 @@
 //! rules; a delay-mode rule holds the message (the client is not read
 //! meanwhile), a refusal closes the tunnel with 1008.
 //!
-//! Each message counts in `sluice_requests_total{rule,outcome}` and in the
-//! rule's heavy hitters, and a refused one in its refusal log; no ban is
-//! asked or struck (a message rule has none).
+//! The gate decides through the decider, as every way in does
+//! ([`crate::decider`]): each message counts in
+//! `sluice_requests_total{rule,outcome}` and in the rule's heavy hitters,
+//! and a refused one in its refusal log; a ban set on a message rule's key
+//! by hand refuses its messages, and none is struck (a message rule has no
+//! `ban`).
 
 use std::cell::OnceCell;
 use std::net::IpAddr;
@@ -23,20 +26,23 @@ use std::sync::Arc;
 use http::{Response, StatusCode};
 use smallvec::SmallVec;
 
-use super::admit::{Admitter, Answered, HoldGauges};
-use super::respond::{ProxyBody, Verdict};
+use super::admit::HoldGauges;
+use super::respond::ProxyBody;
 use super::settle::Settlement;
 use super::standing::{self, Standing, Unidentified};
-use super::tally;
 use super::upgrade::Metering;
 use crate::clock::{Clock, Nanos, ProxyClock};
+use crate::decider::{
+    self, fill_asks, Answered, Applicable, Caller, Decided, Decider, Holds, StoreUnavailable,
+    Verdict,
+};
 use crate::key::jwt::Claims;
 use crate::key::{KeyText, RequestFacts};
 use crate::log_gate::truncated;
 use crate::metrics::Metrics;
 use crate::policy::{Limit, Policy, Rule};
 use crate::store::admission::Receipts;
-use crate::store::{Admission as Answer, Ask, Asks, BucketKey, OnError, Outcome, Store, UNASKED};
+use crate::store::{Admission as Answer, Asks, BucketKey, OnError, Outcome, Store, UNASKED};
 use crate::websocket::frames::rsv_for_extensions;
 use crate::websocket::pump::{Admission, Admitting, Gate};
 
@@ -131,14 +137,15 @@ pub struct Deciding {
     pub policy: Arc<Policy>,
 }
 
-/// What the store is asked for one message ([`MessageGate::asking`]):
-/// the asks, a verdict for each enforced limit, and the rules in the
-/// store's order.
+/// The rules one message stands under ([`MessageGate::asking`]): enforced
+/// and shadow ones, a verdict for each enforced limit, and each rule's key
+/// as text, in the store's order.
 #[derive(Default)]
 struct Asking<'a> {
-    asks: Asks<'a>,
-    verdicts: SmallVec<[Verdict<'a>; 4]>,
-    order: SmallVec<[&'a Counted; 2]>,
+    enforced: SmallVec<[Applicable<'a>; 1]>,
+    shadowed: SmallVec<[Applicable<'a>; 1]>,
+    verdicts: SmallVec<[Verdict<'a>; 2]>,
+    texts: SmallVec<[&'a KeyText; 2]>,
 }
 
 /// When `response` is a `101` that opened a tunnel: counts it open
@@ -198,9 +205,9 @@ impl Gate for MessageGate {
 }
 
 impl MessageGate {
-    /// One message: every limit of every rule asked at once (enforced
-    /// rules first, then shadow ones), counted, and held while a
-    /// delay-mode rule says so.
+    /// One message: every limit of every rule asked at once by the
+    /// decider (enforced rules first, then shadow ones), counted, and held
+    /// while a delay-mode rule says so.
     async fn decide(&self) -> Admission {
         let Deciding {
             store,
@@ -209,46 +216,55 @@ impl MessageGate {
             metrics,
             policy,
         } = &self.deciding;
-        let admitter = Admitter {
+        let decider = Decider {
             store,
             clock,
             on_error: *on_error,
             metrics,
-            ticker: None,
         };
         let now = clock.now();
-        let Asking {
-            asks,
-            mut verdicts,
-            order,
-        } = self.asking(policy);
+        let mut asking = self.asking(policy);
+        let mut asks = Asks::default();
+        fill_asks(
+            &mut asks,
+            &asking.enforced,
+            &asking.shadowed,
+            Holds::AsRuled,
+        );
         let mut answer = Answer::default();
-        let asked = admitter.store.admit(&asks, now, &mut answer).await;
-        let local = match admitter.answered(asked, &asks, now, &mut answer) {
-            Err(_) => return Admission::Unavailable,
+        let local = match decider.admit(&asks, now, &mut answer).await {
+            Err(StoreUnavailable) => return Admission::Unavailable,
             Ok(Answered::Unlimited) => return Admission::Pass,
-            Ok(Answered::Locally) => true,
-            Ok(Answered::ByStore) => false,
+            Ok(answered) => answered == Answered::Locally,
         };
+        drop(asks);
         let at = answer.at;
         let mut wait = 0;
-        for (verdict, decision) in verdicts.iter_mut().zip(&answer.decisions) {
+        for (verdict, decision) in asking.verdicts.iter_mut().zip(&answer.decisions) {
             verdict.decision = *decision;
             wait = wait.max(decision.wait());
         }
-        tally::count_outcomes(&verdicts);
-        let admitted = answer.outcome == Outcome::Admitted;
-        let refused_by = self.count(policy, &order, &verdicts, &answer);
-        if let Some(rule) = refused_by {
-            return Admission::Refused(Arc::clone(&rule.name));
-        }
-        if !admitted {
-            // Refused by a rule whose verdict could not be told apart:
-            // the first enforced one answers for it.
-            return match verdicts.first() {
-                Some(verdict) => Admission::Refused(Arc::clone(&verdict.rule.name)),
-                None => Admission::Pass,
+        let refused = {
+            let first_shadow = asking.enforced.len();
+            let shadow_limited = |index| answer.shadow_limited.contains(&(first_shadow + index));
+            let decided = Decided {
+                enforced: &asking.enforced,
+                shadowed: &asking.shadowed,
+                verdicts: &asking.verdicts,
+                outcome: answer.outcome,
+                shadow_limited: &shadow_limited,
+                bans_started: &answer.bans_started,
+                at,
             };
+            let tunnel = Tunnel {
+                gate: self,
+                asking: &asking,
+            };
+            decider::count(store, policy, &decided, &tunnel);
+            refused_by(&decided)
+        };
+        if let Some(rule) = refused {
+            return Admission::Refused(Arc::clone(&rule.name));
         }
         if wait > 0 {
             // Held: what was reserved is given back if the tunnel ends
@@ -257,7 +273,7 @@ impl MessageGate {
                 Settlement::new(Arc::clone(store), clock.clone(), local, Receipts::new());
             settlement.take_receipts(&mut answer.receipts);
             drop(answer);
-            let holding = HoldGauges::new(&verdicts, clock, at);
+            let holding = HoldGauges::new(&asking.verdicts, clock, at);
             clock.sleep_until(at + wait).await;
             drop(holding);
             settlement.passed();
@@ -265,8 +281,8 @@ impl MessageGate {
         Admission::Pass
     }
 
-    /// What the store is asked for one message: every limit of every
-    /// rule, enforced rules first, then shadow ones.
+    /// What the store is asked for one message: every rule, enforced
+    /// rules first, then shadow ones, as the decider takes them.
     fn asking<'a>(&'a self, policy: &'a Policy) -> Asking<'a> {
         let mut asking = Asking::default();
         for shadow in [false, true] {
@@ -276,79 +292,67 @@ impl MessageGate {
                     continue;
                 }
                 let limits = counted.limits(rule);
-                asking.asks.push_rule(
-                    counted.key,
-                    shadow,
-                    None,
-                    limits.iter().map(|limit| Ask {
-                        table: &limit.table,
-                        key: counted.key,
-                        limiter: &limit.limiter,
-                        cost: rule.cost,
-                        hold: rule.hold,
-                    }),
-                );
-                if !shadow {
+                let applicable = Applicable {
+                    rule,
+                    key: counted.key,
+                    limits,
+                    cost: rule.cost,
+                };
+                if shadow {
+                    asking.shadowed.push(applicable);
+                } else {
+                    asking.enforced.push(applicable);
                     asking.verdicts.extend(limits.iter().map(|limit| Verdict {
                         rule,
                         limit,
                         decision: UNASKED,
                     }));
                 }
-                asking.order.push(counted);
+                asking.texts.push(&counted.text);
             }
         }
         asking
     }
+}
 
-    /// Counts the store's `answer` in each rule asked (in `order`), and
-    /// logs a refusal: the first enforced rule that refused, if one did.
-    fn count<'p>(
-        &self,
-        policy: &'p Policy,
-        order: &[&Counted],
-        verdicts: &[Verdict<'_>],
-        answer: &Answer,
-    ) -> Option<&'p Rule> {
-        let (at, admitted) = (answer.at, answer.outcome == Outcome::Admitted);
-        let mut refused_by = None;
-        for (index, counted) in order.iter().enumerate() {
-            let rule = counted.rule(policy);
-            let refused = !rule.shadow
-                && !admitted
-                && verdicts
-                    .iter()
-                    .any(|v| std::ptr::eq(v.rule, rule) && !v.decision.is_allowed());
-            if rule.shadow && admitted {
-                if answer.shadow_limited.contains(&index) {
-                    rule.counters.shadow_limited.inc();
-                } else {
-                    rule.counters.allowed.inc();
-                }
-            }
-            rule.hitters
-                .count(counted.key, refused, at, || counted.text.clone());
-            if refused {
-                self.log_refusal(rule, counted, at);
-                refused_by.get_or_insert(rule);
-            }
-        }
-        refused_by
+/// The rule a refused message is closed for: the banning one, the first
+/// whose limit refused, or (a refusal that could not be told apart) the
+/// first enforced one.
+fn refused_by<'p>(decided: &Decided<'_, 'p>) -> Option<&'p Rule> {
+    match decided.outcome {
+        Outcome::Admitted => None,
+        Outcome::Banned { rule, .. } => Some(decided.enforced[rule].rule),
+        Outcome::Limited => decided
+            .verdicts
+            .iter()
+            .find(|verdict| !verdict.decision.is_allowed())
+            .or(decided.verdicts.first())
+            .map(|verdict| verdict.rule),
+    }
+}
+
+/// A tunnel's client as the decider's counting knows it.
+struct Tunnel<'a, 'p> {
+    gate: &'a MessageGate,
+    asking: &'a Asking<'p>,
+}
+
+impl Caller for Tunnel<'_, '_> {
+    fn key_text(&self, asked: usize, _: &Applicable<'_>) -> KeyText {
+        self.asking.texts[asked].clone()
     }
 
     /// Logs a refused message within the rule's lines a second.
-    fn log_refusal(&self, rule: &Rule, counted: &Counted, now: Nanos) {
+    fn log_refusal(&self, rule: &Rule, banned: bool, now: Nanos, key: &dyn Fn() -> String) {
         let Some(suppressed) = rule.log_gate.let_through(now) else {
             return;
         };
-        let policy = &self.deciding.policy;
-        let key = policy.labels.show(&rule.key, &counted.text);
-        let client_ip = self.client_ip.map(|ip| ip.to_string()).unwrap_or_default();
+        let client_ip = self.gate.client_ip.map(|ip| ip.to_string());
         tracing::info!(
             rule = &*rule.name,
-            outcome = "limited",
-            key = %truncated(&key),
-            client_ip,
+            outcome = if banned { "banned" } else { "limited" },
+            key = %truncated(&key()),
+            client_ip = client_ip.unwrap_or_default(),
             suppressed,
             "websocket message refused"
         );

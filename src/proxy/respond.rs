@@ -18,11 +18,12 @@ use smallvec::SmallVec;
 
 use super::pool::{BoxError, PooledBody};
 use super::refusal::Refusal;
-use super::standing::Applicable;
 use super::upgrade::{Metering, Upgraded};
 use crate::access_log;
 use crate::clock::Nanos;
 use crate::config::HeaderStyle;
+use crate::decider::Applicable;
+pub use crate::decider::Verdict;
 use crate::limiter::Decision;
 use crate::metrics::OpenTunnel;
 use crate::policy::{Limit, Policy, Rule, Sunset};
@@ -429,15 +430,6 @@ impl ProxyBody {
         self.body = Inner::Grpc(status);
         self.fields = OwnFields::default();
     }
-}
-
-/// One limit of an applicable, enforced rule and what it decided for this
-/// request.
-#[derive(Debug, Clone, Copy)]
-pub struct Verdict<'p> {
-    pub rule: &'p Rule,
-    pub limit: &'p Limit,
-    pub decision: Decision,
 }
 
 /// The answer to a request some rule rejected, written into the [`vacant`]

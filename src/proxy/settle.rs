@@ -804,10 +804,9 @@ mod tests {
     mod reservations {
         use super::super::*;
         use crate::config::Config;
+        use crate::decider::{fill_asks, Applicable, Holds};
         use crate::metrics::Metrics;
         use crate::policy::Policy;
-        use crate::proxy::admit::fill_asks;
-        use crate::proxy::standing::Applicable;
         use crate::proxy::ticker::Ticker;
         use crate::store::{Admission, Asks, MemoryStore};
         use proptest::prelude::*;
@@ -913,7 +912,7 @@ mod tests {
                 let ask = |cost| Applicable { rule, key: 7, limits: &rule.limits, cost };
                 let balance = || {
                     let mut asks = Asks::default();
-                    fill_asks(&mut asks, &[ask(1)], &[]);
+                    fill_asks(&mut asks, &[ask(1)], &[], Holds::AsRuled);
                     let mut decisions = Default::default();
                     runtime.block_on(store.peek(&asks, AT, &mut decisions)).unwrap();
                     decisions[0].state().remaining
@@ -925,7 +924,7 @@ mod tests {
                     match step {
                         Step::Admit(reserve) => {
                             let mut asks = Asks::default();
-                            fill_asks(&mut asks, &[ask(reserve)], &[]);
+                            fill_asks(&mut asks, &[ask(reserve)], &[], Holds::AsRuled);
                             let mut answer = Admission::default();
                             runtime.block_on(store.admit(&asks, AT, &mut answer)).unwrap();
                             let held: u64 = open.iter().map(Open::holds).sum();

@@ -18,6 +18,7 @@ use super::Proxy;
 use crate::access_log::AccessLog;
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::config::{Config, Tracing};
+use crate::decider::Decider;
 use crate::key::graphql::persisted::{Learned, Persisted};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
@@ -112,11 +113,19 @@ impl Shared {
     #[inline]
     pub fn admitter<'a>(&'a self, policy: &Policy) -> Admitter<'a> {
         Admitter {
+            decider: self.decider(),
+            ticker: policy.bills.then_some(&self.ticker),
+        }
+    }
+
+    /// The decider every way in asks the store through.
+    #[inline]
+    pub fn decider(&self) -> Decider<'_> {
+        Decider {
             store: &self.store,
             clock: &self.clock,
             on_error: self.on_error,
             metrics: &self.metrics,
-            ticker: policy.bills.then_some(&self.ticker),
         }
     }
 
@@ -196,14 +205,11 @@ impl Proxy {
         self.shared.persisted(policy, learns)
     }
 
-    /// What deciding outside a request needs (the rate limit service):
-    /// the store and its `on_error`, the clock, the metrics; nothing
-    /// decided so is ever settled after, so no ticker.
-    pub fn admitter(&self) -> Admitter<'_> {
-        Admitter {
-            ticker: None,
-            ..self.shared.admitter(&self.shared.current.load().policy)
-        }
+    /// What deciding outside a request needs (messages, the rate limit
+    /// service, `/v1/check`, `/admin/spend`): the store and its
+    /// `on_error`, the clock, the metrics.
+    pub fn decider(&self) -> Decider<'_> {
+        self.shared.decider()
     }
 
     /// Now, by the limiter's clock (Unix nanoseconds).

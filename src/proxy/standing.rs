@@ -20,18 +20,7 @@ use crate::key::RequestFacts;
 use crate::policy::{Limit, Policy, Rule, Sunset};
 use crate::store::BucketKey;
 
-/// One rule that applies to the request, with its bucket key.
-#[derive(Debug, Clone, Copy)]
-pub struct Applicable<'p> {
-    pub rule: &'p Rule,
-    pub key: BucketKey,
-    /// The rule's limits for this caller (its tier or override, if any).
-    pub limits: &'p [Limit],
-    /// Units the request takes from each of them: the rule's `cost`, or
-    /// its query's with `cost = "graphql"`.
-    pub cost: u64,
-}
-
+pub use crate::decider::Applicable;
 /// The rules that apply to a request, as [`identify`] found them.
 #[derive(Default)]
 pub struct Applicability<'p> {

@@ -24,11 +24,11 @@ use smallvec::SmallVec;
 use super::line::{Logged, Recorded, Wanted};
 use crate::clock::Nanos;
 use crate::config::{KeySource, MissingPolicy};
+use crate::decider::{fill_asks, Applicable, Holds};
 use crate::key::fold::fold;
 use crate::key::{BucketKey, RequestFacts};
 use crate::limiter::Decision;
 use crate::policy::{Policy, Rule};
-use crate::proxy::{fill_asks, Applicable};
 use crate::store::{
     Admission, Asks, Handover, MemoryStore, Outcome, QueuedPermit, Receipt, Settle, Taken,
 };
@@ -240,7 +240,7 @@ impl<'p> Simulator<'p> {
         } = &mut *asks;
         asked.clear();
         limits.clear();
-        fill_asks(&mut asks, enforced, shadowed);
+        fill_asks(&mut asks, enforced, shadowed, Holds::AsRuled);
         let mut answer = self.answer.take().unwrap_or_default();
         self.store.admit(&asks, now, &mut answer);
         self.asks = Some(asks);

@@ -1,8 +1,8 @@
 //! Deciding a call: each descriptor's rule ([`crate::policy::Domains`]),
-//! its bucket key and limits, then one store call for every descriptor
-//! together, all or nothing, as the rules of a proxied request are
-//! (docs/rate-limit-service.md). A store that fails is answered through
-//! `on_error`, as for requests.
+//! its bucket key and limits, then one decision through the decider for
+//! every descriptor together, all or nothing, as the rules of a proxied
+//! request are (docs/rate-limit-service.md). A store that fails is
+//! answered through `on_error`, as for requests.
 
 use std::ops::Range;
 
@@ -10,10 +10,10 @@ use smallvec::SmallVec;
 
 use super::call::{Call, INLINE_DESCRIPTORS};
 use crate::clock::{Clock, Nanos};
+use crate::decider::{fill_asks, Answered, Applicable, Decider, Holds, StoreUnavailable};
 use crate::metrics::seconds;
 use crate::policy::{Limit, Policy, Rule};
-use crate::proxy::{Admitter, Answered, StoreUnavailable};
-use crate::store::{Admission, Ask, Asks, BucketKey, Outcome};
+use crate::store::{Admission, Asks, BucketKey, Outcome};
 
 /// A descriptor some rule decides.
 #[derive(Debug, Clone)]
@@ -34,6 +34,12 @@ pub struct Slot<'p> {
 pub struct Decided<'p> {
     /// Per descriptor, in the call's order: `None` when no rule decides it.
     pub slots: SmallVec<[Option<Slot<'p>>; INLINE_DESCRIPTORS]>,
+    /// The decided descriptors as the decider asked them: enforced rules,
+    /// then shadow ones.
+    pub enforced: SmallVec<[Applicable<'p>; INLINE_DESCRIPTORS]>,
+    pub shadowed: SmallVec<[Applicable<'p>; INLINE_DESCRIPTORS]>,
+    /// The descriptor (its index in the call) of each rule asked.
+    pub descriptor_of: SmallVec<[usize; INLINE_DESCRIPTORS]>,
     /// The store's answer (its receipts kept: nothing is settled after a
     /// service call).
     pub admission: Admission,
@@ -43,15 +49,14 @@ pub struct Decided<'p> {
 
 /// Decides `call` under `policy`; see the module docs.
 pub async fn decide<'p>(
-    admitter: Admitter<'_>,
+    decider: Decider<'_>,
     policy: &'p Policy,
     call: &Call<'_>,
 ) -> Result<Decided<'p>, StoreUnavailable> {
-    let Admitter { clock, metrics, .. } = admitter;
+    let Decider { clock, metrics, .. } = decider;
     let now = clock.now();
     let mut decided = Decided::default();
     decided.admission.at = now;
-    let mut asks = Asks::default();
     for descriptor in &call.descriptors {
         let slot = policy
             .domains
@@ -70,37 +75,19 @@ pub async fn decide<'p>(
             });
         decided.slots.push(slot);
     }
-    // Enforced rules first, then shadow rules, as the store takes them.
-    for shadow in [false, true] {
-        for (slot, descriptor) in decided.slots.iter_mut().zip(&call.descriptors) {
-            let Some(slot) = slot.as_mut().filter(|slot| slot.rule.shadow == shadow) else {
-                continue;
-            };
-            let rule = slot.rule;
-            slot.ask = asks.rules.len();
-            let start = asks.limits.len();
-            asks.push_rule(
-                slot.key,
-                shadow,
-                (!shadow).then(|| (&*rule.bans, rule.ban.as_ref())),
-                slot.limits.iter().map(|limit| Ask {
-                    table: &limit.table,
-                    key: slot.key,
-                    limiter: &limit.limiter,
-                    cost: descriptor.cost,
-                    // A call is answered at once: never held.
-                    hold: None,
-                }),
-            );
-            slot.decisions = start..asks.limits.len();
-        }
-    }
-    if asks.is_empty() {
+    decided.place(call);
+    if decided.descriptor_of.is_empty() {
         return Ok(decided);
     }
+    let mut asks = Asks::default();
+    fill_asks(
+        &mut asks,
+        &decided.enforced,
+        &decided.shadowed,
+        Holds::Never,
+    );
     let answer = &mut decided.admission;
-    let asked = admitter.store.admit(&asks, now, answer).await;
-    if admitter.answered(asked, &asks, now, answer)? == Answered::Unlimited {
+    if decider.admit(&asks, now, answer).await? == Answered::Unlimited {
         decided.unlimited = true;
         return Ok(decided);
     }
@@ -112,7 +99,35 @@ pub async fn decide<'p>(
     Ok(decided)
 }
 
-impl Decided<'_> {
+impl<'p> Decided<'p> {
+    /// Places each decided descriptor in the decider's order (enforced
+    /// rules first, then shadow ones, as the store takes them): its rule's
+    /// index among the asks and its decisions' range.
+    fn place(&mut self, call: &Call<'_>) {
+        let mut asked = 0;
+        for shadow in [false, true] {
+            for (at, slot) in self.slots.iter_mut().enumerate() {
+                let Some(slot) = slot.as_mut().filter(|slot| slot.rule.shadow == shadow) else {
+                    continue;
+                };
+                let applicable = Applicable {
+                    rule: slot.rule,
+                    key: slot.key,
+                    limits: slot.limits,
+                    cost: call.descriptors[at].cost,
+                };
+                slot.ask = self.descriptor_of.len();
+                slot.decisions = asked..asked + slot.limits.len();
+                asked = slot.decisions.end;
+                self.descriptor_of.push(at);
+                match shadow {
+                    false => self.enforced.push(applicable),
+                    true => self.shadowed.push(applicable),
+                }
+            }
+        }
+    }
+
     /// How long more the caller `slot` names is banned by its rule, when
     /// that ban refused the call (no bucket was then asked).
     pub fn banned_by(&self, slot: &Slot<'_>) -> Option<Nanos> {

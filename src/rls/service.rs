@@ -1,7 +1,8 @@
 //! `ShouldRateLimit`: a call read ([`super::call`]), decided
-//! ([`super::decide`]), counted as proxied traffic is (each decided
-//! descriptor once in its rule's `sluice_requests_total`, heavy hitters,
-//! refusal log lines and bans), and answered ([`super::answer`]).
+//! ([`super::decide`]) and counted through the decider as proxied traffic
+//! is ([`crate::decider::count`]: each decided descriptor once in its
+//! rule's `sluice_requests_total`, heavy hitters, refusal log lines and
+//! bans), and answered ([`super::answer`]).
 
 use std::net::SocketAddr;
 
@@ -10,10 +11,15 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use tonic::{Request, Response, Status};
 
 use super::answer::answer;
-use super::call::Call;
-use super::decide::{decide, Decided, Slot};
+use smallvec::SmallVec;
+
+use super::call::{Call, INLINE_DESCRIPTORS};
+use super::decide::{decide, Decided};
+use crate::clock::Nanos;
+use crate::decider::{self, Applicable, Caller, Decided as Ruled, Verdict};
+use crate::key::KeyText;
 use crate::log_gate::truncated;
-use crate::policy::Policy;
+use crate::policy::{Policy, Rule};
 use crate::proxy::Proxy;
 use crate::store::Store;
 use crate::trace::context;
@@ -41,7 +47,7 @@ impl RateLimiter {
         });
         let message = request.into_inner();
         let call = Call::read(&message)?;
-        let decided = decide(self.proxy.admitter(), &policy, &call).await;
+        let decided = decide(self.proxy.decider(), &policy, &call).await;
         let Ok(decided) = decided else {
             if let Some((mut recording, tracer)) = span.take() {
                 recording.error = true;
@@ -95,10 +101,11 @@ fn describe_call(recording: &mut Recording, call: &Call<'_>, answered: &RateLimi
     recording.set_str("ratelimit_status", status);
 }
 
-/// Counts what was decided: each decided descriptor in its rule's
-/// outcomes and heavy hitters, a refusal in its rule's log lines, and the
-/// bans the refusal started. A call the store could not decide
-/// (`on_error = "allow"`) counts nothing, as such a request does not.
+/// Counts what was decided through the decider, as a request's decision
+/// is counted: each decided descriptor in its rule's outcomes and heavy
+/// hitters, a refusal in its rule's log lines, and the bans the refusal
+/// met or started. A call the store could not decide (`on_error =
+/// "allow"`) counts nothing, as such a request does not.
 fn count(
     store: &Store,
     policy: &Policy,
@@ -106,94 +113,71 @@ fn count(
     decided: &Decided<'_>,
     peer: Option<SocketAddr>,
 ) {
-    if decided.unlimited {
+    if decided.unlimited || decided.descriptor_of.is_empty() {
         return;
     }
     let admission = &decided.admission;
-    let now = admission.at;
-    let admitted = admission.outcome == crate::store::Outcome::Admitted;
-    for (slot, descriptor) in decided.slots.iter().zip(&call.descriptors) {
-        let Some(slot) = slot else { continue };
-        let rule = slot.rule;
-        let text = || {
-            policy
-                .keys
-                .entries_text(&rule.key, |key| descriptor.entry(key))
-        };
-        let banned = decided.banned_by(slot).is_some();
-        let refused = banned || decided.limited_by(slot);
-        if rule.shadow {
-            // Asked only when the call was admitted, as for a request.
-            if admitted {
-                if admission.shadow_limited.contains(&slot.ask) {
-                    rule.counters.shadow_limited.inc();
-                } else {
-                    rule.counters.allowed.inc();
-                }
-            }
-        } else if refused {
-            rule.counters.limited.inc();
-            if banned {
-                rule.counters.banned.inc();
-                if store.is_shared() && rule.bans.unnamed(slot.key) {
-                    // Learned from Redis, where another instance's strikes
-                    // started it: named for the fleet's listing, once here.
-                    let text = text();
-                    let shown = policy.labels.redacted(&rule.key, &text);
-                    store.ban_named(&rule.name, slot.key, &shown);
-                    rule.bans.name(slot.key, text);
-                }
-            }
-        } else {
-            rule.counters.allowed.inc();
-        }
-        rule.hitters.count(slot.key, refused, now, text);
-        if refused {
-            log_refusal(policy, slot, call.domain, banned, peer, now, text);
-        }
-    }
-    for &started in &admission.bans_started {
-        let slots = decided.slots.iter().zip(&call.descriptors);
-        let Some((Some(slot), descriptor)) = slots
-            .into_iter()
-            .find(|(slot, _)| slot.as_ref().is_some_and(|s| s.ask == started))
-        else {
-            continue;
-        };
-        let rule = slot.rule;
-        let text = policy
-            .keys
-            .entries_text(&rule.key, |key| descriptor.entry(key));
-        if let (true, Some(ban)) = (store.is_shared(), rule.ban) {
-            let shown = policy.labels.redacted(&rule.key, &text);
-            store.ban_started(&rule.name, slot.key, ban.duration, &shown);
-        }
-        rule.ban_started(slot.key, text, &policy.labels);
-    }
+    let decisions = admission.decisions.iter();
+    let limits = decided.enforced.iter().flat_map(|applicable| {
+        let rule = applicable.rule;
+        applicable.limits.iter().map(move |limit| (rule, limit))
+    });
+    let verdicts: SmallVec<[Verdict<'_>; INLINE_DESCRIPTORS]> = limits
+        .zip(decisions)
+        .map(|((rule, limit), decision)| Verdict {
+            rule,
+            limit,
+            decision: *decision,
+        })
+        .collect();
+    let first_shadow = decided.enforced.len();
+    let shadow_limited = |index| admission.shadow_limited.contains(&(first_shadow + index));
+    let ruled = Ruled {
+        enforced: &decided.enforced,
+        shadowed: &decided.shadowed,
+        verdicts: &verdicts,
+        outcome: admission.outcome,
+        shadow_limited: &shadow_limited,
+        bans_started: &admission.bans_started,
+        at: admission.at,
+    };
+    let caller = Descriptors {
+        policy,
+        call,
+        decided,
+        peer,
+    };
+    decider::count(store, policy, &ruled, &caller);
 }
 
-/// A refused descriptor's line, within its rule's lines a second.
-fn log_refusal(
-    policy: &Policy,
-    slot: &Slot<'_>,
-    domain: &str,
-    banned: bool,
+/// A call's descriptors as the decider's counting knows its callers.
+struct Descriptors<'a, 'c, 'p> {
+    policy: &'a Policy,
+    call: &'a Call<'c>,
+    decided: &'a Decided<'p>,
     peer: Option<SocketAddr>,
-    now: crate::clock::Nanos,
-    text: impl Fn() -> crate::key::KeyText,
-) {
-    let rule = slot.rule;
-    let Some(suppressed) = rule.log_gate.let_through(now) else {
-        return;
-    };
-    let key = policy.labels.show(&rule.key, &text());
-    tracing::info!(
-        rule = %rule.name,
-        outcome = if banned { "banned" } else { "limited" },
-        key = %truncated(&key),
-        domain = %truncated(domain),
-        peer = %peer.map_or_else(|| "-".to_owned(), |peer| peer.to_string()),
-        suppressed,
-        "rate limit service call refused"
-    );
+}
+
+impl Caller for Descriptors<'_, '_, '_> {
+    fn key_text(&self, asked: usize, applicable: &Applicable<'_>) -> KeyText {
+        let descriptor = &self.call.descriptors[self.decided.descriptor_of[asked]];
+        (self.policy.keys).entries_text(&applicable.rule.key, |key| descriptor.entry(key))
+    }
+
+    /// A refused descriptor's line, within its rule's lines a second.
+    fn log_refusal(&self, rule: &Rule, banned: bool, now: Nanos, key: &dyn Fn() -> String) {
+        let Some(suppressed) = rule.log_gate.let_through(now) else {
+            return;
+        };
+        let peer = self.peer.map(|peer| peer.to_string());
+        tracing::info!(
+            rule = %rule.name,
+            outcome = if banned { "banned" } else { "limited" },
+            key = %truncated(&key()),
+            domain = %truncated(self.call.domain),
+            peer = peer.as_deref().unwrap_or("-"),
+            suppressed,
+            "rate limit service call refused"
+        );
+    }
 }

@@ -7,7 +7,7 @@
 
 use smallvec::SmallVec;
 
-use super::admission::{Admission, Ask, Asks, Receipt, RuleAsk, Settle, INLINE};
+use super::admission::{Admission, Ask, Asks, Decisions, Receipt, RuleAsk, Settle, INLINE};
 use super::{MemoryStore, Store};
 use crate::clock::Nanos;
 use crate::limiter::Limiter;
@@ -19,6 +19,18 @@ impl Store {
     /// [`Store::settle_locally`].
     pub fn admit_locally(&self, asks: &Asks<'_>, now: Nanos, answer: &mut Admission) {
         admit_at_share(self.local(), self.instances(), asks, now, answer, |_| true);
+    }
+
+    /// What every limit of `asks` would decide at `now` with the local
+    /// memory store, at this instance's share (as [`Store::peek`] does).
+    pub fn peek_locally(&self, asks: &Asks<'_>, now: Nanos, decisions: &mut Decisions) {
+        let local = self.local();
+        at_share(
+            self.instances(),
+            asks,
+            |_| true,
+            |asks| local.peek_all(asks, now, decisions),
+        );
     }
 
     /// Settles receipts that [`Store::admit_locally`] took, as `how` says,
@@ -43,8 +55,21 @@ pub(super) fn admit_at_share(
     answer: &mut Admission,
     shared_out: impl Fn(&Limiter) -> bool,
 ) {
+    at_share(instances, asks, shared_out, |asks| {
+        local.admit(asks, now, answer)
+    });
+}
+
+/// Runs `then` on `asks` with the limits `shared_out` picks at one of
+/// `instances` shares (the others whole).
+fn at_share(
+    instances: u64,
+    asks: &Asks<'_>,
+    shared_out: impl Fn(&Limiter) -> bool,
+    then: impl FnOnce(&Asks<'_>),
+) {
     if instances <= 1 {
-        return local.admit(asks, now, answer);
+        return then(asks);
     }
     let shares: SmallVec<[Limiter; INLINE]> = asks
         .limits
@@ -75,7 +100,7 @@ pub(super) fn admit_at_share(
             .map(|(ask, limiter)| Ask { limiter, ..*ask })
             .collect(),
     };
-    local.admit(&shared, now, answer);
+    then(&shared);
 }
 
 #[cfg(test)]
