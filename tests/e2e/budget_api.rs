@@ -281,18 +281,24 @@ async fn a_check_takes_units_and_tells_what_is_left_exactly() {
     assert_eq!(premium["remaining"], 99, "{premium}");
     assert_eq!(premium["reset_after_ms"], 36_000);
 
-    // Checks are not proxied traffic.
+    // Checks are decided as requests are: counted in the rule's outcomes
+    // (three allowed, two limited) and heavy hitters.
+    for (outcome, count) in [("allowed", 3.0), ("limited", 2.0)] {
+        let series = format!(r#"sluice_requests_total{{rule="per-seller",outcome="{outcome}"}}"#);
+        assert_eq!(sluice.metric(&series).await, count, "{series}");
+    }
+    let top = get(
+        &format!("http://{}/admin/top?rule=per-seller", sluice.admin),
+        &[],
+    )
+    .await;
+    let top = top.json();
+    let keys = top["keys"].as_array().expect("a list");
+    let refused: Vec<_> = keys.iter().map(|k| (&k["key"], &k["count"])).collect();
     assert_eq!(
-        sluice
-            .metric(r#"sluice_requests_total{rule="per-seller",outcome="allowed"}"#)
-            .await,
-        0.0
-    );
-    assert_eq!(
-        sluice
-            .metric(r#"sluice_requests_total{rule="per-seller",outcome="limited"}"#)
-            .await,
-        0.0
+        refused,
+        [(&json!("s1"), &json!(1)), (&json!("s2"), &json!(1))],
+        "{top}"
     );
 }
 

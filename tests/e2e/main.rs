@@ -45,6 +45,7 @@ mod memory_store;
 mod metrics_exact;
 mod no_query_is_free;
 mod one_clock;
+mod one_decider;
 mod operations;
 mod paths_alike;
 mod pools;
