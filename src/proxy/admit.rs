@@ -23,6 +23,7 @@
 //! queue-depth gauges are kept by a guard, so they return to zero whatever
 //! happens.
 
+use std::cell::OnceCell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +36,7 @@ use super::refusal_log::{self, Refused};
 use super::respond::{self, ProxyBody};
 use super::ruling::Ruling;
 use super::settle::{self, Settlement};
-use super::standing::Applicability;
+use super::standing::{stand, Applicability, Standing};
 use super::ticker::Ticker;
 use super::{AnswerWritten, Context};
 use crate::clock::{Clock, Nanos, ProxyClock};
@@ -43,6 +44,7 @@ use crate::decider::{
     self, fill_asks, Answered, Applicable, Caller, Decided, Decider, Holds, StoreUnavailable,
     Verdict,
 };
+use crate::key::jwt::Claims;
 use crate::key::{KeyText, RequestFacts};
 use crate::limiter::Decision;
 use crate::metrics::seconds;
@@ -87,6 +89,19 @@ pub async fn phase(
             .saturating_sub(cx.ruling.held);
         (admitter.decider.metrics.decision_seconds).observe(seconds(took));
     }
+    conclude(cx, facts, decided)
+}
+
+/// What admission ruled (`decided`), counted, recorded and answered:
+/// `Ok` when the request passes.
+#[inline(always)]
+fn conclude(
+    cx: &mut Context<'_, '_>,
+    facts: &RequestFacts<'_>,
+    decided: Result<(), StoreUnavailable>,
+) -> Result<(), AnswerWritten> {
+    let policy = cx.policy;
+    let admitter = cx.shared.admitter(policy);
     let admitted = match decided {
         Ok(()) => judge(
             admitter,
@@ -112,6 +127,48 @@ pub async fn phase(
         answer_calls(cx, facts);
     }
     Err(AnswerWritten)
+}
+
+/// A ban the head alone shows, answered before the body is read (SPEC
+/// "Cheap refusals come first"): the first enforced rule that does not
+/// read the body, applies to the request `facts` describe, and whose key
+/// is banned here. Answered, counted and recorded as a ban found by the
+/// store is: whether it was. A ban only Redis knows of yet is found by
+/// the store once the body is read.
+#[inline(never)]
+pub(super) fn banned_before_body<'r>(
+    cx: &mut Context<'_, '_>,
+    facts: &mut RequestFacts<'r>,
+    token_claims: &'r OnceCell<Option<Claims>>,
+) -> bool {
+    let (policy, now) = (cx.policy, cx.started);
+    for rule in &policy.rules {
+        if rule.shadow || rule.reads_body || !rule.bans.any(now) {
+            continue;
+        }
+        let Standing::Applies { key, limits, cost } =
+            stand(rule, facts, token_claims, policy, now, false)
+        else {
+            continue;
+        };
+        let Some(left) = rule.bans.banned(key, now) else {
+            continue;
+        };
+        let enforced = &mut cx.applicable.enforced;
+        enforced.push(Applicable {
+            rule,
+            key,
+            limits,
+            cost,
+        });
+        cx.ruling.outcome = Outcome::Banned {
+            rule: enforced.len() - 1,
+            left,
+        };
+        (cx.ruling.asked_at, cx.ruling.decided_at) = (now, now);
+        return conclude(cx, facts, Ok(())).is_err();
+    }
+    false
 }
 
 /// A limited request read as JSON-RPC, refused by a rule keyed on calls

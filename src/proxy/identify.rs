@@ -72,7 +72,7 @@ pub fn phase<'r, 'a: 'r>(
 /// A request identification refused: counted, recorded, answered.
 #[cold]
 #[inline(never)]
-fn refuse<'a>(
+pub(super) fn refuse<'a>(
     cx: &mut Context<'a, '_>,
     refused: Unidentified<'a>,
     facts: &RequestFacts<'_>,

@@ -23,10 +23,11 @@ use bytes::{Bytes, BytesMut};
 use http::Request;
 use http_body_util::BodyExt;
 
-use super::checks;
 use super::client_request::{ClientBody, ClientRequest, Prefixed};
 use super::out_of_line::OutOfLine;
 use super::refusal::Refusal;
+use super::standing::Unidentified;
+use super::{admit, checks, identify};
 use super::{AnswerWritten, Context};
 use crate::key::body::{declared_length, BodyFacts, KeyBody};
 use crate::key::content_coding::{self, Decoded};
@@ -85,10 +86,13 @@ impl<'r> Readings<'r> {
     }
 }
 
-/// Body keys, the request path's first phase: the body of the request in
-/// `client` is read ([`read`]) when the policy has a rule that keys on it
-/// and one matches; what identification reads of the request starts there.
-/// A body that did not arrive is answered (408, 400) and recorded.
+/// Body keys, the request path's first phase: when the policy has a rule
+/// that keys on the body, what the head alone says comes first
+/// ([`first_look`]: a `deny`ed client or a banned key is answered before
+/// any of the body is read, and told no `100 Continue`); then the body is
+/// read ([`read`]) when such a rule matches, and what identification reads
+/// of the request starts there. A body that did not arrive is answered
+/// (408, 400) and recorded.
 #[inline(always)]
 pub async fn phase<'r>(
     cx: &mut Context<'_, '_>,
@@ -96,51 +100,85 @@ pub async fn phase<'r>(
 ) -> Result<Readings<'r>, AnswerWritten> {
     let mut body_read = false;
     if cx.policy.reads_body {
-        match read(client, cx.peer.ip(), cx.policy).await {
-            Ok(read) => body_read = read,
-            Err(refusal) => return Err(cx.refuse_unchecked(client.get(), refusal)),
+        match first_look(cx, client.get()) {
+            FirstLook::Answered => return Err(AnswerWritten),
+            FirstLook::Unread => {}
+            FirstLook::Read => match read(client, cx.policy).await {
+                Ok(()) => body_read = true,
+                Err(refusal) => return Err(cx.refuse_unchecked(client.get(), refusal)),
+            },
         }
     }
     Ok(Readings::new(body_read))
 }
 
-/// Reads the body of the request in `client` when a rule that reads it
-/// matches the request (sent from `peer`); see the module docs. Whether
-/// one does: the body is then in the request as [`body`] finds it. A
+/// What the head of a request says before its body is read.
+enum FirstLook {
+    /// No rule that reads the body matches (nor does the access log
+    /// record a body source), or the request's checks refuse it (in their
+    /// phase): the body is not read.
+    Unread,
+    /// Refused for what the head says: answered.
+    Answered,
+    /// Read the body.
+    Read,
+}
+
+/// Cheap refusals first (docs/operations.md, "Cheap refusals come
+/// first"): the request's checks, the `deny` list and the bans its head
+/// shows are looked at before its body is read, so a refused client costs
+/// no more for the body it sends than for its head.
+#[inline(never)]
+fn first_look(cx: &mut Context<'_, '_>, request: &Request<ClientBody>) -> FirstLook {
+    let policy = cx.policy;
+    let token_claims = OnceCell::new();
+    let Ok(checked) = checks::check(request, policy) else {
+        return FirstLook::Unread;
+    };
+    let mut facts = checks::facts_of(request, &checked, cx.peer.ip(), policy);
+    if policy.deny.iter().any(|net| net.contains(&facts.client_ip)) {
+        identify::refuse(cx, Unidentified::Denied, &facts);
+        return FirstLook::Answered;
+    }
+    let wanted = policy.logs_body
+        || (policy.rules.iter()).any(|rule| rule.reads_body && rule.matcher.matches(&facts));
+    if !wanted {
+        return FirstLook::Unread;
+    }
+    if admit::banned_before_body(cx, &mut facts, &token_claims) {
+        return FirstLook::Answered;
+    }
+    FirstLook::Read
+}
+
+/// Reads the body of the request in `client`, which a rule reads; see the
+/// module docs. The body is then in the request as [`body`] finds it. A
 /// refusal (408, 400) when the body did not arrive.
 ///
 /// Polled out of line: the request's own future keeps only a call to it
 /// (`proxy/out_of_line.rs`).
 pub fn read<'a>(
     client: &'a mut ClientRequest,
-    peer: std::net::IpAddr,
     policy: &'a Policy,
-) -> impl Future<Output = Result<bool, Refusal>> + Send + 'a {
-    OutOfLine::new(reading(client, peer, policy))
+) -> impl Future<Output = Result<(), Refusal>> + Send + 'a {
+    OutOfLine::new(reading(client, policy))
 }
 
-async fn reading(
-    client: &mut ClientRequest,
-    peer: std::net::IpAddr,
-    policy: &Policy,
-) -> Result<bool, Refusal> {
-    if !needed(client.get(), peer, policy) {
-        return Ok(false);
-    }
+async fn reading(client: &mut ClientRequest, policy: &Policy) -> Result<(), Refusal> {
     let server = &policy.config.server;
     let bound = server.max_key_body_bytes;
     let request = client.get_mut();
     let version = request.version();
     if declared_length(request.headers()).is_some_and(|length| length > bound as u64) {
-        return Ok(true);
+        return Ok(());
     }
     let body = request.body_mut();
     match body {
-        ClientBody::Empty | ClientBody::Read(_) => return Ok(true),
+        ClientBody::Empty | ClientBody::Read(_) => return Ok(()),
         ClientBody::Piped(_) | ClientBody::Hyper(_) | ClientBody::Prefixed(_) => {}
     }
     match tokio::time::timeout(server.body_timeout, gather(body, bound)).await {
-        Ok(Ok(_)) => Ok(true),
+        Ok(Ok(_)) => Ok(()),
         Ok(Err(())) => Err(Refusal::BadFraming("the request body is malformed")),
         Err(_) => Err(Refusal::BodyCutOff(CutOff::Timeout, version)),
     }
@@ -223,23 +261,6 @@ fn whole_within(body: &ClientBody, bound: usize) -> Option<&[u8]> {
         _ => return None,
     };
     (!whole.is_empty() && whole.len() <= bound).then_some(&whole[..])
-}
-
-/// Whether a rule that reads the body matches the request, or the access
-/// log records a body source (the request's own checks refuse it later,
-/// when they fail).
-fn needed(request: &Request<ClientBody>, peer: std::net::IpAddr, policy: &Policy) -> bool {
-    let Ok(checked) = checks::check(request, policy) else {
-        return false;
-    };
-    if policy.logs_body {
-        return true;
-    }
-    let facts = checks::facts_of(request, &checked, peer, policy);
-    policy
-        .rules
-        .iter()
-        .any(|rule| rule.reads_body && rule.matcher.matches(&facts))
 }
 
 /// Reads `body` up to `bound` bytes and puts it back as the upstream will

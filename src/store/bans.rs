@@ -94,11 +94,18 @@ impl BanTable {
     /// When `key` is banned at `now`: the time left.
     #[inline]
     pub fn banned(&self, key: BucketKey, now: Nanos) -> Option<Nanos> {
-        if now >= self.latest_end.load(std::sync::atomic::Ordering::Relaxed) {
+        if !self.any(now) {
             return None;
         }
         let entry = self.entries.get(&key)?;
         (entry.banned_until > now).then(|| entry.banned_until - now)
+    }
+
+    /// Whether a ban may be in force at `now`: one load, and most rules
+    /// have none.
+    #[inline]
+    pub fn any(&self, now: Nanos) -> bool {
+        now < self.latest_end.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Counts one limited answer for `key`. Returns `true` when this strike

@@ -26,6 +26,7 @@ mod callers;
 mod charging;
 mod charging_answer;
 mod charging_clock;
+mod cheap_refusals;
 mod cli;
 mod conversation;
 mod deploy_assets;

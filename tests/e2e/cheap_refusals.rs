@@ -1,0 +1,88 @@
+//! Cheap refusals come first (docs/operations.md): a client on the `deny`
+//! list, or whose key is banned, is answered as soon as its head arrives,
+//! over a raw socket, even though a rule would read its body: no
+//! `100 Continue`, no body read, nothing forwarded.
+
+use std::time::Duration;
+
+use http::StatusCode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{post_json, Sluice, Upstream};
+
+/// A rule keyed on an API key (no body) and one keyed on the body, both on
+/// `/api`, with a 16 MiB bound on the body read for keys; `more` after.
+fn config(more: &str) -> String {
+    format!(
+        "[server]\nupstream = \"http://{{upstream}}\"\nmax_key_body_bytes = 16777216\n{more}\n\
+         [[rule]]\nname = \"per-key\"\nmatch = {{ path_prefix = \"/api\" }}\n\
+         key = [\"header:x-api-key\"]\nrate = \"1000/s\"\n\
+         [[rule]]\nname = \"per-tenant\"\nmatch = {{ path_prefix = \"/api\" }}\n\
+         key = [\"body:/tenant\"]\nrate = \"1000/s\"\n"
+    )
+}
+
+/// Sends the head of a 10 MB JSON POST that waits for `100 Continue`, and
+/// no body; what sluice answered within three seconds.
+async fn head_only(sluice: &Sluice, key: &str) -> String {
+    let mut socket = TcpStream::connect(sluice.addr).await.unwrap();
+    let head = format!(
+        "POST /api/jobs HTTP/1.1\r\nhost: example.test\r\nx-api-key: {key}\r\n\
+         content-type: application/json\r\ncontent-length: 10000000\r\n\
+         expect: 100-continue\r\n\r\n"
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(3), async {
+        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = socket.read(&mut buffer).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&buffer[..n]);
+        }
+    });
+    read.await.expect("an answer to the head alone within 3 s");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn a_banned_key_is_refused_on_its_head_before_any_body_is_read() {
+    let upstream = Upstream::start().await;
+    let sluice = Sluice::start(&config(""), upstream.addr).await;
+    let ban = r#"{"rule":"per-key","key":"k-banned","for":"1h"}"#;
+    let url = format!("http://{}/admin/bans", sluice.admin);
+    assert_eq!(post_json(&url, ban, &[]).await.status, StatusCode::CREATED);
+
+    let answer = head_only(&sluice, "k-banned").await;
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(!answer.contains("100 Continue"), "{answer}");
+    // The body was never asked for: the connection cannot be reused.
+    assert!(
+        answer.to_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    assert_eq!(upstream.count(), 0);
+    let banned = r#"sluice_banned_requests_total{rule="per-key"}"#;
+    assert_eq!(sluice.metric(banned).await, 1.0);
+    let limited = r#"sluice_requests_total{rule="per-key",outcome="limited"}"#;
+    assert_eq!(sluice.metric(limited).await, 1.0);
+
+    // A key that is not banned is told to send its body, which is read.
+    let answer = head_only(&sluice, "k-fine").await;
+    assert!(answer.starts_with("HTTP/1.1 100 Continue"), "{answer}");
+}
+
+#[tokio::test]
+async fn a_denied_client_is_refused_on_its_head_before_any_body_is_read() {
+    let upstream = Upstream::start().await;
+    let sluice = Sluice::start(&config("[access]\ndeny = [\"127.0.0.0/8\"]"), upstream.addr).await;
+    let answer = head_only(&sluice, "k-any").await;
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(!answer.contains("100 Continue"), "{answer}");
+    assert_eq!(upstream.count(), 0);
+    let denied = r#"sluice_requests_total{rule="per-tenant",outcome="denied"}"#;
+    assert_eq!(sluice.metric(denied).await, 1.0);
+}
