@@ -63,6 +63,7 @@ use rustls::RootCertStore;
 use smallvec::SmallVec;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 
@@ -164,9 +165,28 @@ pub struct Pool {
     /// `auto` over TLS: the server chose HTTP/1.1 by ALPN, so exchanges
     /// go over HTTP/1.1 connections from now on.
     fell_back: AtomicBool,
-    /// HTTP/2: the connection every exchange shares while it lives (one
-    /// short lock to clone its sender).
-    h2: Mutex<Option<http2::SendRequest<GuardedBody>>>,
+    /// HTTP/2: the latest dial of the connection every exchange shares
+    /// while it lives (one short lock to clone its sender). Its outcome is
+    /// `None` while the dial is under way: the exchanges that want the
+    /// connection meanwhile wait for it rather than dial one each.
+    h2: Mutex<Option<watch::Receiver<Dialed>>>,
+}
+
+/// A server's HTTP/2 connection.
+type H2Sender = http2::SendRequest<GuardedBody>;
+
+/// How a dial of a server's HTTP/2 connection ended, for every exchange
+/// that waited for it: `None` while it is under way.
+type Dialed = Option<Result<H2Sender, ForwardError>>;
+
+/// What an exchange does for the HTTP/2 connection ([`Pool::h2_turn`]).
+enum H2Turn {
+    /// Sends on the shared one, dialed by `.1`.
+    Up(H2Sender, watch::Receiver<Dialed>),
+    /// Waits for the dial under way.
+    Wait(watch::Receiver<Dialed>),
+    /// Dials it, and tells those waiting how that went.
+    Dial(watch::Sender<Dialed>),
 }
 
 /// Which HTTP a server is spoken to in (its pool's `protocol`).
@@ -280,6 +300,7 @@ impl Pool {
         };
         if tls.trust(roots) {
             idle.clear();
+            // A dial under way still answers those waiting for it.
             *self.lock_h2() = None;
             tracing::info!(
                 upstream = %self.destination,
@@ -400,7 +421,7 @@ impl Pool {
                 let Scheme::Https { idle, tls } = &self.scheme else {
                     return Err(ForwardError::Other);
                 };
-                let mut made = Some(*stream);
+                let mut made = stream.map(|stream| *stream);
                 let connect = || self.connect_tls(tls, made.take());
                 send_on(idle, connect, request, added, sent, deadline).await
             }
@@ -418,13 +439,8 @@ impl Pool {
         slot: &mut Option<Request<GuardedBody>>,
         body: &mut RequestBody,
     ) -> Result<Response<PooledBody>, Exchange> {
-        for attempt in 0..2 {
-            let shared = if attempt == 0 { self.shared_h2() } else { None };
-            let reused = shared.is_some();
-            let mut sender = match shared {
-                Some(sender) => sender,
-                None => self.connect_h2().await?,
-            };
+        for _attempt in 0..2 {
+            let (mut sender, dial, reused) = self.h2_sender().await?;
             let Some(mut request) = slot.take() else {
                 return Err(Exchange::Failed(ForwardError::Other));
             };
@@ -451,7 +467,7 @@ impl Pool {
                                 *body = RequestBody::Streamed(returned);
                             }
                             *slot = Some(unsent);
-                            self.forget_h2();
+                            self.forget_h2(&dial);
                             if !reused {
                                 return Err(Exchange::Failed(error));
                             }
@@ -464,24 +480,94 @@ impl Pool {
         Err(Exchange::Failed(ForwardError::Other))
     }
 
-    /// The shared HTTP/2 connection's sender, while the connection lives.
-    fn shared_h2(&self) -> Option<http2::SendRequest<GuardedBody>> {
-        let shared = self.lock_h2();
-        shared
-            .as_ref()
-            .filter(|sender| !sender.is_closed())
-            .cloned()
+    /// The HTTP/2 connection for an exchange, the dial that made it, and
+    /// whether it was shared already (not dialed for or during this
+    /// exchange).
+    async fn h2_sender(&self) -> Result<(H2Sender, watch::Receiver<Dialed>, bool), Exchange> {
+        loop {
+            match self.h2_turn() {
+                H2Turn::Up(sender, dial) => return Ok((sender, dial, true)),
+                H2Turn::Dial(done) => {
+                    let sender = self.dial_h2(&done).await?;
+                    return Ok((sender, done.subscribe(), false));
+                }
+                H2Turn::Wait(dial) => {
+                    if let Some(sender) = self.wait_h2(&dial).await? {
+                        return Ok((sender, dial, false));
+                    }
+                }
+            }
+        }
     }
 
-    /// Drops the shared connection when it is going away (closed, or
-    /// taking no new streams): the next exchange makes a new one.
-    fn forget_h2(&self) {
-        let mut shared = self.lock_h2();
-        if shared
-            .as_ref()
-            .is_some_and(|s| s.is_closed() || !s.is_ready())
-        {
-            *shared = None;
+    /// The shared HTTP/2 connection while it lives; else the dial under
+    /// way; else (none, or it failed, or its exchange was dropped
+    /// mid-dial) a new dial, which this exchange makes.
+    fn h2_turn(&self) -> H2Turn {
+        let mut latest = self.lock_h2();
+        if let Some(dial) = &*latest {
+            match &*dial.borrow() {
+                Some(Ok(sender)) if !sender.is_closed() => {
+                    return H2Turn::Up(sender.clone(), dial.clone())
+                }
+                None if dial.has_changed().is_ok() => return H2Turn::Wait(dial.clone()),
+                _ => {}
+            }
+        }
+        let (done, dial) = watch::channel(None);
+        *latest = Some(dial);
+        H2Turn::Dial(done)
+    }
+
+    /// A new HTTP/2 connection ([`Pool::connect_h2`]), its outcome told to
+    /// the exchanges waiting on `done`.
+    async fn dial_h2(&self, done: &watch::Sender<Dialed>) -> Result<H2Sender, Exchange> {
+        let dialed = self.connect_h2().await;
+        done.send_replace(match &dialed {
+            Ok(sender) => Some(Ok(sender.clone())),
+            Err(Exchange::Failed(error)) => Some(Err(*error)),
+            // Told by the dial ending with nothing, and `fell_back`.
+            Err(Exchange::Http1(_)) => None,
+        });
+        dialed
+    }
+
+    /// The connection `dial` makes, or its failure, waited for as long as
+    /// a dial of this exchange's own could take; `None` when the exchange
+    /// that dialed was dropped mid-dial (another dial is due).
+    async fn wait_h2(&self, dial: &watch::Receiver<Dialed>) -> Result<Option<H2Sender>, Exchange> {
+        let mut dial = dial.clone();
+        let waited = tokio::time::timeout(self.dial_timeout(), dial.wait_for(Option::is_some));
+        let waited = waited.await;
+        match waited {
+            Err(_elapsed) => Err(Exchange::Failed(ForwardError::Timeout)),
+            Ok(Ok(dialed)) => match &*dialed {
+                Some(Ok(sender)) => Ok(Some(sender.clone())),
+                Some(Err(error)) => Err(Exchange::Failed(*error)),
+                None => Ok(None),
+            },
+            // `auto` over TLS: the server chose HTTP/1.1.
+            Ok(Err(_ended)) if self.fell_back.load(Ordering::Relaxed) => Err(Exchange::Http1(None)),
+            Ok(Err(_ended)) => Ok(None),
+        }
+    }
+
+    /// The longest a new connection may take: `connect_timeout`, then an
+    /// https server's TLS handshake's own (docs/edge.md, "HTTPS
+    /// upstreams").
+    fn dial_timeout(&self) -> Duration {
+        match &self.scheme {
+            Scheme::Http { .. } => self.connect_timeout,
+            Scheme::Https { tls, .. } => self.connect_timeout + tls.handshake_timeout(),
+        }
+    }
+
+    /// No new exchange goes on the connection `dial` made, which handed a
+    /// request back unsent (it is going away): the next one dials anew.
+    fn forget_h2(&self, dial: &watch::Receiver<Dialed>) {
+        let mut latest = self.lock_h2();
+        if latest.as_ref().is_some_and(|l| l.same_channel(dial)) {
+            *latest = None;
         }
     }
 
@@ -495,9 +581,9 @@ impl Pool {
         self.connect_timeout
     }
 
-    /// A new HTTP/2 connection, shared from now on; `auto` over TLS with a
-    /// server that chose HTTP/1.1: that connection, for HTTP/1.1.
-    async fn connect_h2(&self) -> Result<http2::SendRequest<GuardedBody>, Exchange> {
+    /// A new HTTP/2 connection; `auto` over TLS with a server that chose
+    /// HTTP/1.1: that connection, for HTTP/1.1.
+    async fn connect_h2(&self) -> Result<H2Sender, Exchange> {
         let stream = self.connect_stream().await.map_err(Exchange::Failed)?;
         let sender = match &self.scheme {
             Scheme::Http { .. } => h2_connection(stream).await?,
@@ -506,14 +592,13 @@ impl Pool {
                     let stream = tls.handshake(stream, &self.destination).await?;
                     if self.speaks == Speaks::Auto && !tls::negotiated_h2(&stream) {
                         self.fell_back.store(true, Ordering::Relaxed);
-                        return Err(Exchange::Http1(Box::new(stream)));
+                        return Err(Exchange::Http1(Some(Box::new(stream))));
                     }
                     Ok(h2_connection(stream).await?)
                 })
                 .await?
             }
         };
-        *self.lock_h2() = Some(sender.clone());
         Ok(sender)
     }
 
@@ -521,7 +606,7 @@ impl Pool {
         matches!(self.scheme, Scheme::Https { .. })
     }
 
-    fn lock_h2(&self) -> std::sync::MutexGuard<'_, Option<http2::SendRequest<GuardedBody>>> {
+    fn lock_h2(&self) -> std::sync::MutexGuard<'_, Option<watch::Receiver<Dialed>>> {
         // An `Option` is consistent after any panic.
         self.h2
             .lock()
@@ -612,10 +697,11 @@ where
 }
 
 /// Why an HTTP/2 exchange did not happen: it failed, or `auto`'s server
-/// chose HTTP/1.1 for the connection made for it.
+/// chose HTTP/1.1, for the connection this exchange made (`Some`) or
+/// another's.
 enum Exchange {
     Failed(ForwardError),
-    Http1(Box<TlsStream<TcpStream>>),
+    Http1(Option<Box<TlsStream<TcpStream>>>),
 }
 
 impl From<ForwardError> for Exchange {

@@ -1,13 +1,20 @@
 //! sluice keeps its connections to the upstream alive and reuses them, but
 //! only ever for one exchange at a time and only after the previous response
 //! ended: closed, aborted or busy connections are never handed a request.
+//! An HTTP/2 server's one connection is dialed once, however many requests
+//! want it first (docs/upstreams.md, "HTTP/2 and gRPC").
 
 use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use http::StatusCode;
+use bytes::Bytes;
+use futures_util::future::join_all;
+use http::{Request, StatusCode};
+use http_body_util::Empty;
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use support::{get, Sluice, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -93,4 +100,63 @@ async fn a_slow_exchange_does_not_hold_up_other_requests() {
     );
     assert_eq!(slow.await.unwrap().status, StatusCode::OK);
     assert_eq!(upstream.connections.load(Ordering::SeqCst), 2);
+}
+
+/// An `h2c` pool whose connections wait `connect_timeout` at most.
+const H2C: &str = r#"
+[server]
+upstream = "h2"
+connect_timeout = "5s"
+
+[[upstream]]
+name = "h2"
+protocol = "h2c"
+servers = ["http://{upstream}"]
+"#;
+
+/// The statuses of `n` requests sent at once to `sluice` as streams of one
+/// HTTP/2 connection: they leave in one write, so they reach sluice
+/// together.
+async fn at_once(sluice: &Sluice, n: usize) -> Vec<StatusCode> {
+    let stream = TcpStream::connect(sluice.addr).await.unwrap();
+    let (mut sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+        .await
+        .unwrap();
+    let request = || Request::get(sluice.url("/")).body(Empty::<Bytes>::new());
+    let sent: Vec<_> = (0..n)
+        .map(|_| sender.send_request(request().unwrap()))
+        .collect();
+    // Queued before the connection runs, so none leaves ahead of the rest.
+    tokio::spawn(connection);
+    let answers = join_all(sent).await;
+    let statuses = answers.into_iter().map(|answer| answer.unwrap().status());
+    statuses.collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_requests_to_an_h2c_server_share_one_dial() {
+    // Several rounds, each a new sluice: in any one of them the first
+    // request's dial may happen to end before the others ask for it.
+    for round in 0..5 {
+        let (addr, accepted) = support::h2c_upstream_counting(|_| "ok".to_owned()).await;
+        let sluice = Sluice::start(H2C, addr).await;
+        let statuses = at_once(&sluice, 20).await;
+        assert_eq!(statuses, vec![StatusCode::OK; 20], "round {round}");
+        let accepted = accepted.load(Ordering::SeqCst);
+        assert_eq!(accepted, 1, "connections accepted in round {round}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_h2c_dial_answers_every_waiting_request_at_once() {
+    let refusing = support::Refusing::new();
+    let sluice = Sluice::start(H2C, refusing.addr).await;
+    let started = Instant::now();
+    let statuses = at_once(&sluice, 20).await;
+    assert_eq!(statuses, vec![StatusCode::BAD_GATEWAY; 20]);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "answered after {:?}",
+        started.elapsed()
+    );
 }

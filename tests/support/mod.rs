@@ -723,10 +723,20 @@ impl Refusing {
 /// An HTTP/2-only (h2c, prior knowledge) upstream on loopback whose every
 /// answer is 200 with the body `answer` writes for the request.
 pub async fn h2c_upstream(answer: fn(&Request<Incoming>) -> String) -> SocketAddr {
+    h2c_upstream_counting(answer).await.0
+}
+
+/// [`h2c_upstream`], with the number of TCP connections it accepted.
+pub async fn h2c_upstream_counting(
+    answer: fn(&Request<Incoming>) -> String,
+) -> (SocketAddr, Arc<AtomicU64>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&accepted);
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(async move {
                 let service = service_fn(move |request: Request<Incoming>| async move {
                     let body = Full::new(Bytes::from(answer(&request)));
@@ -738,7 +748,7 @@ pub async fn h2c_upstream(answer: fn(&Request<Incoming>) -> String) -> SocketAdd
             });
         }
     });
-    addr
+    (addr, accepted)
 }
 
 /// A body of `total` bytes produced chunk by chunk, never held in memory at once.

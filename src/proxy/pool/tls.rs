@@ -111,6 +111,11 @@ impl UpstreamTls {
         true
     }
 
+    /// How long a handshake may take.
+    pub fn handshake_timeout(&self) -> Duration {
+        self.handshake_timeout
+    }
+
     /// The TLS handshake on `tcp`, a new connection to `destination`. A
     /// failure (a certificate that does not verify, a server that does not
     /// speak TLS, an alert) is logged with rustls' reason and is
