@@ -144,14 +144,17 @@ fn rule_and_period(ask: &Ask) -> Result<(&RuleConfig, Duration), Failed> {
     Ok((rule, period))
 }
 
+/// The times of the lines of each key.
+type KeyTimes = HashMap<String, Vec<Nanos>>;
+
 /// The times of the logs' lines by the key the rule gives them, with how
 /// many lines were read and how many skipped.
 fn key_times(
     logs: &mut Logs,
     simulator: &mut Simulator<'_>,
     wanted: &Wanted,
-) -> Result<(HashMap<String, Vec<Nanos>>, u64, u64), Failed> {
-    let mut times: HashMap<String, Vec<Nanos>> = HashMap::new();
+) -> Result<(KeyTimes, u64, u64), Failed> {
+    let mut times = KeyTimes::new();
     let (mut lines, mut skipped) = (0, 0);
     // Times are compared, never shown: the clock's epoch is the first's.
     let mut epoch = None;
