@@ -79,13 +79,7 @@ impl Validator<'_> {
             .as_ref()
             .map(|m| self.matcher(&format!("rule[{index}].match"), m))
             .unwrap_or_default();
-        let key = match &raw.key {
-            // A service call has no client address: one bucket for the
-            // descriptors the rule decides, unless its key says otherwise.
-            None if matcher.is_service() => vec![KeySource::Global],
-            None => vec![KeySource::Ip],
-            Some(field) => self.key(index, field),
-        };
+        let key = self.rule_key(index, raw, matcher.is_service());
         let missing = self.missing(index, raw);
         let (written, calendar, built) = self.rule_limits(index, at, raw, algorithm);
         let (cost, graphql_cost, units) =
@@ -186,6 +180,16 @@ impl Validator<'_> {
             }
         }
         (cost, graphql_cost, units.is_some())
+    }
+
+    /// `key`, by default the client's address (a service call has none:
+    /// one bucket for the descriptors the rule decides).
+    fn rule_key(&mut self, index: usize, raw: &RawRule, service: bool) -> Vec<KeySource> {
+        match &raw.key {
+            None if service => vec![KeySource::Global],
+            None => vec![KeySource::Ip],
+            Some(field) => self.key(index, field),
+        }
     }
 
     /// `missing`: what a request without a key source gets.
