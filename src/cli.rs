@@ -7,9 +7,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{
     describe_capacity, describe_limits, describe_match, describe_upstream, format_limit,
-    format_period, format_rate, format_timestamp, joined, AlgorithmKind, Config, LimitConfig,
-    MissingCharge, OnChange, OnLimit, Rate, RedisMode, Reservation, RuleConfig, StoreBackend,
-    Variant,
+    format_period, format_rate, format_timestamp, joined, AlgorithmKind, Charge, Config,
+    LimitConfig, MissingCharge, OnChange, OnLimit, Rate, RedisConfig, RedisMode, Reservation,
+    Reserve, RuleConfig, StoreBackend, SunsetConfig, Tiers, Variant,
 };
 use crate::key::{KeyLabels, LabelKey};
 
@@ -157,58 +157,7 @@ pub enum ImportFormat {
 /// An override's key is shown as `labels` show it: a caller's credential as
 /// its label (docs/operations.md, "Keys in logs and admin views").
 pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
-    let show_cost = config
-        .rules
-        .iter()
-        .any(|rule| rule.cost != 1 || rule.graphql_cost || rule.reserve.is_some());
-    let header = "rule match key missing algorithm limits capacity cost on_limit mode".split(' ');
-    let header = header.filter(|column| show_cost || *column != "cost");
-    let mut rows: Vec<Vec<String>> = vec![header.map(str::to_owned).collect()];
-    for rule in &config.rules {
-        let mut row = vec![
-            rule.name.clone(),
-            describe_match(&rule.matcher),
-            joined(&rule.key, "+"),
-            // A descriptor a rule decides carries every entry it names.
-            if rule.matcher.is_service() {
-                "-".to_owned()
-            } else {
-                format!("{:?}", rule.missing).to_lowercase()
-            },
-            rule.algorithm.name().to_owned(),
-            describe_limits(rule),
-            describe_capacity(rule),
-        ];
-        if show_cost {
-            row.push(if rule.graphql_cost {
-                "graphql".to_owned()
-            } else if rule.reserve.is_some() {
-                "reserve".to_owned()
-            } else {
-                rule.cost.to_string()
-            });
-        }
-        row.push(describe_on_limit(rule.on_limit));
-        row.push(if rule.shadow { "shadow" } else { "enforce" }.to_owned());
-        rows.push(row);
-    }
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|column| {
-            rows.iter()
-                .map(|row| row[column].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        for (column, cell) in row.iter().enumerate() {
-            // `{:<width$}` pads by characters, like the widths ("≤" is one).
-            let _ = write!(out, "{cell:<width$}  ", width = widths[column]);
-        }
-        out.truncate(out.trim_end().len());
-        out.push('\n');
-    }
+    let mut out = rule_table(&config.rules);
     for rule in &config.rules {
         if rule.unit == crate::config::Unit::Message {
             let _ = writeln!(
@@ -250,6 +199,76 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
         );
     }
     describe_tracing(&config.tracing, &mut out);
+    describe_tls(config, &mut out);
+    if let StoreBackend::Redis(redis) = &config.store.backend {
+        describe_redis(redis, &config.rules, &mut out);
+    }
+    out
+}
+
+/// The rules as a table, a row each under the header, columns padded to
+/// their widest cell.
+fn rule_table(rules: &[RuleConfig]) -> String {
+    let show_cost = rules
+        .iter()
+        .any(|rule| rule.cost != 1 || rule.graphql_cost || rule.reserve.is_some());
+    let header = "rule match key missing algorithm limits capacity cost on_limit mode".split(' ');
+    let header = header.filter(|column| show_cost || *column != "cost");
+    let mut rows: Vec<Vec<String>> = vec![header.map(str::to_owned).collect()];
+    rows.extend(rules.iter().map(|rule| rule_row(rule, show_cost)));
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|column| {
+            rows.iter()
+                .map(|row| row[column].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        for (column, cell) in row.iter().enumerate() {
+            // `{:<width$}` pads by characters, like the widths ("≤" is one).
+            let _ = write!(out, "{cell:<width$}  ", width = widths[column]);
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+    }
+    out
+}
+
+/// One rule's row of [`rule_table`].
+fn rule_row(rule: &RuleConfig, show_cost: bool) -> Vec<String> {
+    let mut row = vec![
+        rule.name.clone(),
+        describe_match(&rule.matcher),
+        joined(&rule.key, "+"),
+        // A descriptor a rule decides carries every entry it names.
+        if rule.matcher.is_service() {
+            "-".to_owned()
+        } else {
+            format!("{:?}", rule.missing).to_lowercase()
+        },
+        rule.algorithm.name().to_owned(),
+        describe_limits(rule),
+        describe_capacity(rule),
+    ];
+    if show_cost {
+        row.push(if rule.graphql_cost {
+            "graphql".to_owned()
+        } else if rule.reserve.is_some() {
+            "reserve".to_owned()
+        } else {
+            rule.cost.to_string()
+        });
+    }
+    row.push(describe_on_limit(rule.on_limit));
+    row.push(if rule.shadow { "shadow" } else { "enforce" }.to_owned());
+    row
+}
+
+/// The listener's certificates (with the names each serves) and the
+/// authorities each upstream's TLS is verified against.
+fn describe_tls(config: &Config, out: &mut String) {
     if let Some(tls) = &config.server.tls {
         let served: Vec<String> = tls
             .certs
@@ -283,54 +302,55 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
             pool.name
         );
     }
-    if let StoreBackend::Redis(redis) = &config.store.backend {
-        let instances = match redis.instances {
-            0 => "counted by heartbeats".to_owned(),
-            n => n.to_string(),
-        };
-        let mode = match redis.mode {
-            RedisMode::Strict => "strict".to_owned(),
-            RedisMode::Hybrid { sync_interval } => {
-                format!("hybrid (sync every {})", format_period(sync_interval))
-            }
-        };
-        let mut reached = String::new();
-        if redis.urls.iter().any(|url| url.starts_with("rediss://")) {
-            let by = redis.ca.as_ref().map(|ca| ca.display().to_string());
-            let by = by.unwrap_or_else(|| "the system's roots".to_owned());
-            let _ = write!(reached, "  tls verified by {by}");
+}
+
+/// A Redis store's line, and in hybrid mode what it does with each rule.
+fn describe_redis(redis: &RedisConfig, rules: &[RuleConfig], out: &mut String) {
+    let instances = match redis.instances {
+        0 => "counted by heartbeats".to_owned(),
+        n => n.to_string(),
+    };
+    let mode = match redis.mode {
+        RedisMode::Strict => "strict".to_owned(),
+        RedisMode::Hybrid { sync_interval } => {
+            format!("hybrid (sync every {})", format_period(sync_interval))
         }
-        if let Some(name) = &redis.password_env {
-            let _ = write!(reached, "  password from ${name}");
-        }
-        let _ = writeln!(
-            out,
-            "store redis{} {}  mode {mode}  timeout {}  on_error {}  settle_retry_for {}  \
-             instances {instances}{reached}",
-            if redis.cluster { " cluster" } else { "" },
-            joined(
-                redis
-                    .urls
-                    .iter()
-                    .map(|url| crate::config::shown_redis_url(url)),
-                ", "
-            ),
-            format_period(redis.timeout),
-            format!("{:?}", redis.on_error).to_lowercase(),
-            format_period(redis.settle_retry_for),
-        );
-        if let RedisMode::Hybrid { sync_interval } = redis.mode {
-            for rule in &config.rules {
-                let _ = writeln!(
-                    out,
-                    "rule {}: hybrid: {}",
-                    rule.name,
-                    hybrid_behaviour(rule, sync_interval)
-                );
-            }
+    };
+    let mut reached = String::new();
+    if redis.urls.iter().any(|url| url.starts_with("rediss://")) {
+        let by = redis.ca.as_ref().map(|ca| ca.display().to_string());
+        let by = by.unwrap_or_else(|| "the system's roots".to_owned());
+        let _ = write!(reached, "  tls verified by {by}");
+    }
+    if let Some(name) = &redis.password_env {
+        let _ = write!(reached, "  password from ${name}");
+    }
+    let _ = writeln!(
+        out,
+        "store redis{} {}  mode {mode}  timeout {}  on_error {}  settle_retry_for {}  \
+         instances {instances}{reached}",
+        if redis.cluster { " cluster" } else { "" },
+        joined(
+            redis
+                .urls
+                .iter()
+                .map(|url| crate::config::shown_redis_url(url)),
+            ", "
+        ),
+        format_period(redis.timeout),
+        format!("{:?}", redis.on_error).to_lowercase(),
+        format_period(redis.settle_retry_for),
+    );
+    if let RedisMode::Hybrid { sync_interval } = redis.mode {
+        for rule in rules {
+            let _ = writeln!(
+                out,
+                "rule {}: hybrid: {}",
+                rule.name,
+                hybrid_behaviour(rule, sync_interval)
+            );
         }
     }
-    out
 }
 
 /// What hybrid mode does with `rule` (docs/multi-instance.md, "Hybrid
@@ -381,57 +401,12 @@ const OVERRIDES_SHOWN: usize = 5;
 /// default).
 fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
     let mut lines = Vec::new();
-    if let Some(tiers) = &rule.tiers {
-        let each: Vec<String> = tiers
-            .tiers
-            .iter()
-            .map(|tier| match tier.share {
-                Some(share) => format!("{} share {}", tier.name, f64::from(share) / 1000.0),
-                None => format!("{} {}", tier.name, describe_variant(&tier.limits)),
-            })
-            .collect();
-        lines.push(format!("tiers by {}: {}", tiers.by, each.join("; ")));
-    }
+    lines.extend(rule.tiers.as_ref().map(describe_tiers));
     if !rule.overrides.is_empty() {
-        let mut each: Vec<String> = rule
-            .overrides
-            .iter()
-            .take(OVERRIDES_SHOWN)
-            .map(|o: &Variant| {
-                let key = labels.show_typed(&rule.key, &o.name);
-                format!("{key:?} {}", describe_variant(&o.limits))
-            })
-            .collect();
-        if rule.overrides.len() > OVERRIDES_SHOWN {
-            each.push(format!(
-                "and {} more",
-                rule.overrides.len() - OVERRIDES_SHOWN
-            ));
-        }
-        lines.push(format!("overrides {}", each.join("; ")));
+        lines.push(describe_overrides(rule, labels));
     }
     if let (Some(sunset), Some(limit)) = (&rule.sunset, rule.limits.first()) {
-        let schedule = sunset.schedule(limit);
-        let to = Rate {
-            count: sunset.to,
-            period: limit.rate.period,
-        };
-        let mut line = format!(
-            "sunset {} → {} from {} to {} step {} ({} steps)",
-            format_rate(limit.rate),
-            format_rate(to),
-            format_timestamp(sunset.start),
-            format_timestamp(sunset.end),
-            format_period(sunset.step),
-            schedule.steps()
-        );
-        if sunset.to == 0 {
-            line.push_str(", then 410");
-        }
-        if let Some(link) = &sunset.link {
-            let _ = write!(line, ", link {link}");
-        }
-        lines.push(line);
+        lines.push(describe_sunset(sunset, limit));
     }
     if let Some(ban) = &rule.ban {
         lines.push(format!(
@@ -441,30 +416,8 @@ fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
             format_period(ban.duration)
         ));
     }
-    if let Some(charge) = &rule.charge {
-        // Measured sources (time, bytes) always arrive: no missing price.
-        let awaits = charge.sources.iter().any(|s| !s.source.is_measured());
-        let missing = match charge.missing {
-            _ if !awaits => String::new(),
-            MissingCharge::Units(0) => String::new(),
-            MissingCharge::Units(units) => format!(" ({units} for a value that never arrives)"),
-            MissingCharge::KeepReservation => {
-                " (a value that never arrives keeps the whole reservation)".to_owned()
-            }
-        };
-        lines.push(format!("charge {charge} after the response{missing}"));
-    }
-    if let Some(reserve) = &rule.reserve {
-        let missing = match (&reserve.amount, reserve.missing) {
-            (Reservation::Units(_), _) => String::new(),
-            (_, Some(units)) => format!(" ({units} when a source is missing)"),
-            (_, None) => " (the capacity when a source is missing)".to_owned(),
-        };
-        lines.push(format!(
-            "reserve {} at admission, settled by the charge{missing}",
-            reserve.amount
-        ));
-    }
+    lines.extend(rule.charge.as_ref().map(describe_charge));
+    lines.extend(rule.reserve.as_ref().map(describe_reserve));
     if !rule.refund_on.is_empty() {
         lines.push(format!("refund_on {}", rule.refund_on.names().join(", ")));
     }
@@ -472,6 +425,96 @@ fn describe_extras(rule: &RuleConfig, labels: &KeyLabels) -> Vec<String> {
         lines.push(format!("on_change {:?}", rule.on_change).to_lowercase());
     }
     lines
+}
+
+/// `tiers by header:x-plan: premium 100/s; free share 0.1`.
+fn describe_tiers(tiers: &Tiers) -> String {
+    let each: Vec<String> = tiers
+        .tiers
+        .iter()
+        .map(|tier| match tier.share {
+            Some(share) => format!("{} share {}", tier.name, f64::from(share) / 1000.0),
+            None => format!("{} {}", tier.name, describe_variant(&tier.limits)),
+        })
+        .collect();
+    format!("tiers by {}: {}", tiers.by, each.join("; "))
+}
+
+/// `overrides "seller-42" 1000/s`, the first [`OVERRIDES_SHOWN`] by key
+/// (as `labels` show it), the rest counted.
+fn describe_overrides(rule: &RuleConfig, labels: &KeyLabels) -> String {
+    let mut each: Vec<String> = rule
+        .overrides
+        .iter()
+        .take(OVERRIDES_SHOWN)
+        .map(|o: &Variant| {
+            let key = labels.show_typed(&rule.key, &o.name);
+            format!("{key:?} {}", describe_variant(&o.limits))
+        })
+        .collect();
+    if rule.overrides.len() > OVERRIDES_SHOWN {
+        each.push(format!(
+            "and {} more",
+            rule.overrides.len() - OVERRIDES_SHOWN
+        ));
+    }
+    format!("overrides {}", each.join("; "))
+}
+
+/// `sunset 100/d → 10/d from … to … step 1d (31 steps)`, of the rule's
+/// first limit.
+fn describe_sunset(sunset: &SunsetConfig, limit: &LimitConfig) -> String {
+    let schedule = sunset.schedule(limit);
+    let to = Rate {
+        count: sunset.to,
+        period: limit.rate.period,
+    };
+    let mut line = format!(
+        "sunset {} → {} from {} to {} step {} ({} steps)",
+        format_rate(limit.rate),
+        format_rate(to),
+        format_timestamp(sunset.start),
+        format_timestamp(sunset.end),
+        format_period(sunset.step),
+        schedule.steps()
+    );
+    if sunset.to == 0 {
+        line.push_str(", then 410");
+    }
+    if let Some(link) = &sunset.link {
+        let _ = write!(line, ", link {link}");
+    }
+    line
+}
+
+/// `charge elapsed_ms after the response`, with what a value that never
+/// arrives is charged.
+fn describe_charge(charge: &Charge) -> String {
+    // Measured sources (time, bytes) always arrive: no missing price.
+    let awaits = charge.sources.iter().any(|s| !s.source.is_measured());
+    let missing = match charge.missing {
+        _ if !awaits => String::new(),
+        MissingCharge::Units(0) => String::new(),
+        MissingCharge::Units(units) => format!(" ({units} for a value that never arrives)"),
+        MissingCharge::KeepReservation => {
+            " (a value that never arrives keeps the whole reservation)".to_owned()
+        }
+    };
+    format!("charge {charge} after the response{missing}")
+}
+
+/// `reserve 4000 at admission, settled by the charge`, with what a missing
+/// source reserves.
+fn describe_reserve(reserve: &Reserve) -> String {
+    let missing = match (&reserve.amount, reserve.missing) {
+        (Reservation::Units(_), _) => String::new(),
+        (_, Some(units)) => format!(" ({units} when a source is missing)"),
+        (_, None) => " (the capacity when a source is missing)".to_owned(),
+    };
+    format!(
+        "reserve {} at admission, settled by the charge{missing}",
+        reserve.amount
+    )
 }
 
 /// Tracing's effective settings, one line each with where it came from

@@ -37,7 +37,7 @@ pub mod unreadable_body;
 use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 
-use http::{HeaderMap, Method};
+use http::{HeaderMap, HeaderValue, Method};
 
 pub use label::{KeyLabels, KeyText, LabelKey};
 
@@ -225,80 +225,7 @@ impl KeyHasher {
     ) -> Result<BucketKey, MissingSource> {
         let mut hasher = self.state.build_hasher();
         for (index, source) in sources.iter().enumerate() {
-            let present = match source {
-                KeySource::Ip => {
-                    self.hash_ip(&mut hasher, facts.client_ip);
-                    true
-                }
-                KeySource::Global => {
-                    hash_bytes(&mut hasher, b"");
-                    true
-                }
-                KeySource::Path => {
-                    hash_bytes(&mut hasher, facts.path.as_bytes());
-                    true
-                }
-                KeySource::Method => {
-                    hash_bytes(&mut hasher, facts.method.as_str().as_bytes());
-                    true
-                }
-                KeySource::Host => match facts.host {
-                    Some(host) if !host.is_empty() => {
-                        hash_lowercase(&mut hasher, host.as_bytes());
-                        true
-                    }
-                    _ => false,
-                },
-                KeySource::Header(name) => match facts.headers.get(name) {
-                    Some(value) if !value.is_empty() => {
-                        hash_bytes(&mut hasher, value.as_bytes());
-                        true
-                    }
-                    _ => false,
-                },
-                KeySource::Query(name) => match query_value(facts.query, name) {
-                    Some(value) if !value.is_empty() => {
-                        hash_query_value(&mut hasher, value.as_bytes());
-                        true
-                    }
-                    _ => false,
-                },
-                KeySource::Jwt(claim) => match facts.claims.and_then(|c| c.get(claim)) {
-                    Some(value) => {
-                        hash_claim(&mut hasher, value);
-                        true
-                    }
-                    None => false,
-                },
-                // Validation keeps it out of rules that see requests.
-                KeySource::Body(pointer) => match facts.body.and_then(|b| b.value_at(pointer)) {
-                    Some(value) => {
-                        hash_bytes(&mut hasher, value.as_bytes());
-                        true
-                    }
-                    None => false,
-                },
-                KeySource::GraphqlOperation => {
-                    match facts.body.and_then(|b| b.graphql().operation.as_deref()) {
-                        Some(name) => {
-                            hash_bytes(&mut hasher, name.as_bytes());
-                            true
-                        }
-                        None => false,
-                    }
-                }
-                KeySource::GraphqlType => match facts.body.and_then(|b| b.graphql().kind) {
-                    Some(kind) => {
-                        hash_bytes(&mut hasher, kind.as_str().as_bytes());
-                        true
-                    }
-                    None => false,
-                },
-                KeySource::JsonrpcMethod => hash_call(&mut hasher, facts, |call| &call.method),
-                KeySource::McpTool => hash_call(&mut hasher, facts, |call| &call.tool),
-                KeySource::Descriptor(_) => false,
-            };
-            if !present {
+            if !self.hash_source(&mut hasher, source, facts) {
                 if !allow_missing {
                     return Err(MissingSource(index));
                 }
@@ -306,6 +233,57 @@ impl KeyHasher {
             }
         }
         Ok(hasher.finish())
+    }
+
+    /// Hashes the value of one `source` in the request `facts` describe;
+    /// whether the request has it (an empty host, header or query value is
+    /// missing).
+    #[inline]
+    fn hash_source(
+        &self,
+        hasher: &mut impl Hasher,
+        source: &KeySource,
+        facts: &RequestFacts<'_>,
+    ) -> bool {
+        match source {
+            KeySource::Ip => {
+                self.hash_ip(hasher, facts.client_ip);
+                true
+            }
+            KeySource::Global => hash_some(hasher, Some(&[])),
+            KeySource::Path => hash_some(hasher, Some(facts.path.as_bytes())),
+            KeySource::Method => hash_some(hasher, Some(facts.method.as_str().as_bytes())),
+            KeySource::Host => (facts.host.filter(|host| !host.is_empty()))
+                .map(|host| hash_lowercase(hasher, host.as_bytes()))
+                .is_some(),
+            KeySource::Header(name) => {
+                let value = facts.headers.get(name).map(HeaderValue::as_bytes);
+                hash_some(hasher, value.filter(|value| !value.is_empty()))
+            }
+            KeySource::Query(name) => (query_value(facts.query, name))
+                .filter(|value| !value.is_empty())
+                .map(|value| hash_query_value(hasher, value.as_bytes()))
+                .is_some(),
+            KeySource::Jwt(claim) => (facts.claims.and_then(|c| c.get(claim)))
+                .map(|value| hash_claim(hasher, value))
+                .is_some(),
+            // Validation keeps it out of rules that see requests.
+            KeySource::Body(pointer) => {
+                let value = facts.body.and_then(|b| b.value_at(pointer));
+                hash_some(hasher, value.as_deref().map(str::as_bytes))
+            }
+            KeySource::GraphqlOperation => {
+                let name = facts.body.and_then(|b| b.graphql().operation.as_deref());
+                hash_some(hasher, name.map(str::as_bytes))
+            }
+            KeySource::GraphqlType => {
+                let kind = facts.body.and_then(|b| b.graphql().kind);
+                hash_some(hasher, kind.map(|kind| kind.as_str().as_bytes()))
+            }
+            KeySource::JsonrpcMethod => hash_call(hasher, facts, |call| &call.method),
+            KeySource::McpTool => hash_call(hasher, facts, |call| &call.tool),
+            KeySource::Descriptor(_) => false,
+        }
     }
 
     /// The bucket key as text (docs/operations.md, "Admin endpoints"): the
@@ -343,14 +321,8 @@ impl KeyHasher {
                 true
             }
             KeySource::Global => true,
-            KeySource::Path => {
-                text.push_str(facts.path);
-                true
-            }
-            KeySource::Method => {
-                text.push_str(facts.method.as_str());
-                true
-            }
+            KeySource::Path => write_some(text, Some(facts.path)),
+            KeySource::Method => write_some(text, Some(facts.method.as_str())),
             KeySource::Host => push(&facts.host.unwrap_or("").to_ascii_lowercase()),
             KeySource::Header(name) => match facts.headers.get(name) {
                 Some(value) => push(&String::from_utf8_lossy(value.as_bytes())),
@@ -361,52 +333,30 @@ impl KeyHasher {
                 push(&decode_query(raw))
             }
             KeySource::Jwt(claim) => match facts.claims.and_then(|c| c.get(claim)) {
-                Some(jwt::ClaimValue::Text(value)) => {
-                    text.push_str(value);
-                    true
-                }
-                Some(jwt::ClaimValue::Scalar(value)) => {
-                    text.push_str(&value.to_string());
-                    true
-                }
+                Some(jwt::ClaimValue::Text(value)) => write_some(text, Some(value)),
+                Some(jwt::ClaimValue::Scalar(value)) => write_some(text, Some(&value.to_string())),
                 None => false,
             },
-            KeySource::Body(pointer) => match facts.body.and_then(|b| b.value_at(pointer)) {
-                Some(value) => {
-                    text.push_str(&value);
-                    true
-                }
-                None => false,
-            },
+            KeySource::Body(pointer) => write_some(
+                text,
+                facts.body.and_then(|b| b.value_at(pointer)).as_deref(),
+            ),
             KeySource::GraphqlOperation => {
-                match facts.body.and_then(|b| b.graphql().operation.as_deref()) {
-                    Some(name) => {
-                        text.push_str(name);
-                        true
-                    }
-                    None => false,
-                }
+                let name = facts.body.and_then(|b| b.graphql().operation.as_deref());
+                write_some(text, name)
             }
-            KeySource::GraphqlType => match facts.body.and_then(|b| b.graphql().kind) {
-                Some(kind) => {
-                    text.push_str(kind.as_str());
-                    true
-                }
-                None => false,
-            },
+            KeySource::GraphqlType => {
+                let kind = facts.body.and_then(|b| b.graphql().kind);
+                write_some(text, kind.map(|kind| kind.as_str()))
+            }
             KeySource::JsonrpcMethod | KeySource::McpTool => {
                 let call = facts.call();
                 let value = match source {
                     KeySource::JsonrpcMethod => call.and_then(|call| call.method.as_deref()),
                     _ => call.and_then(|call| call.tool.as_deref()),
                 };
-                match value {
-                    Some(value) => {
-                        text.push_str(&String::from_utf8_lossy(value));
-                        true
-                    }
-                    None => false,
-                }
+                let value = value.map(String::from_utf8_lossy);
+                write_some(text, value.as_deref())
             }
             KeySource::Descriptor(_) => false,
         }
@@ -629,6 +579,18 @@ fn hash_call(
         }
         None => false,
     }
+}
+
+/// Hashes `value` when there is one; whether there is.
+#[inline]
+fn hash_some(hasher: &mut impl Hasher, value: Option<&[u8]>) -> bool {
+    value.map(|value| hash_bytes(hasher, value)).is_some()
+}
+
+/// Appends `value` to `text` when there is one; whether there is.
+#[inline]
+fn write_some(text: &mut String, value: Option<&str>) -> bool {
+    value.map(|value| text.push_str(value)).is_some()
 }
 
 #[inline]

@@ -179,176 +179,22 @@ impl Metrics {
     /// Registers every metric of the minimum set that exists in this release.
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        let counters = |name, help, labels: &[&str]| {
-            registered(&registry, IntCounterVec::new(Opts::new(name, help), labels))
-        };
-        let gauges = |name, help, labels: &[&str]| {
-            registered(&registry, IntGaugeVec::new(Opts::new(name, help), labels))
-        };
-        let histograms = |name, help, buckets: &[f64], labels: &[&str]| {
-            let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
-            registered(&registry, HistogramVec::new(opts, labels))
-        };
-        let int_gauge = |name, help| registered(&registry, IntGauge::new(name, help));
-        let histogram = |name, help, buckets: &[f64]| {
-            let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
-            registered(&registry, Histogram::with_opts(opts))
-        };
-        let requests = counters(
-            "sluice_requests_total",
-            "Requests per rule and outcome.",
-            &["rule", "outcome"],
-        );
-        let responses_vec = counters(
-            "sluice_responses_total",
-            "Responses sent to clients, by class.",
-            &["code_class"],
-        );
-        let responses = ["1xx", "2xx", "3xx", "4xx", "5xx"]
-            .map(|class| responses_vec.with_label_values(&[class]));
-        let decision_seconds = histogram(
-            "sluice_decision_seconds",
-            "Time to decide a request, all its rules (requests no rule applies to are not counted).",
-            DECISION_BUCKETS,
-        );
-        let overhead_seconds = histogram(
-            "sluice_overhead_seconds",
-            "Request head in to upstream request out, minus intentional delay.",
-            OVERHEAD_BUCKETS,
-        );
-        let tracked_keys = gauges(
-            "sluice_tracked_keys",
-            "Buckets tracked per rule.",
-            &["rule"],
-        );
-        let adaptive_limit = gauges(
-            "sluice_adaptive_limit",
-            "The limit an adaptive rule has learned: requests in flight it admits now.",
-            &["rule"],
-        );
-        let delay_seconds = histograms(
-            "sluice_delay_seconds",
-            "Time requests were held (delay mode) before being forwarded, per rule.",
-            LONG_BUCKETS,
-            &["rule"],
-        );
-        let queue_depth = gauges(
-            "sluice_queue_depth",
-            "Requests held right now (delay mode: waiting for budget or a permit), per rule.",
-            &["rule"],
-        );
-        let evictions = counters(
-            "sluice_evictions_total",
-            "idle: a fresh-equivalent bucket dropped; overflow: a decision made \
-             through the overflow sketch because the store was full.",
-            &["reason"],
-        );
-        let store_errors = counters(
-            "sluice_store_errors_total",
-            "Store errors per backend and kind (unavailable: no answer; script: an answer that is an error).",
-            &["backend", "kind"],
-        );
-        let store_seconds = histograms(
-            "sluice_store_seconds",
-            "Time of one call to the store (for a shared store, one round trip), per backend.",
-            STORE_BUCKETS,
-            &["backend"],
-        );
-        let store_fallback_active = int_gauge(
-            "sluice_store_fallback_active",
-            "1 while the shared store is down and local limiting is used.",
-        );
-        let store_settlements_pending = int_gauge(
-            "sluice_store_settlements_pending",
-            "Settlements (charges, give-backs, permits returned) waiting for the shared store to take them.",
-        );
-        let store_settlements_dropped = registered(
-            &registry,
-            IntCounter::new(
-                "sluice_store_settlements_dropped_total",
-                "Settlements given up: not taken within settle_retry_for, pushed out of a full \
-                 queue, or refused by the store.",
-            ),
-        );
-        let reloads = counters(
-            "sluice_config_reloads_total",
-            "Config reloads by result.",
-            &["result"],
-        );
-        let access_log_dropped = registered(
-            &registry,
-            IntCounter::new(
-                "sluice_access_log_dropped_total",
-                "Access log lines dropped because the writer was behind (or its target failed).",
-            ),
-        );
-        let trace_spans = counters(
-            "sluice_trace_spans_total",
-            "Spans by what became of them: exported, dropped (the queue was full), \
-             failed (the collector refused or did not answer).",
-            &["result"],
-        );
-        let bans_started = counters(
-            "sluice_bans_total",
-            "Bans started, per rule (a key limited `after` times `within` the period).",
-            &["rule"],
-        );
-        let banned_requests = counters(
-            "sluice_banned_requests_total",
-            "Requests refused because their key was banned, per rule (also counted limited).",
-            &["rule"],
-        );
-        let bans_active = gauges("sluice_bans_active", "Bans in force, per rule.", &["rule"]);
-        let budget_charged = counters(
-            "sluice_budget_charged_total",
-            "Units charged after admission (deferred charges and /admin/spend), per rule.",
-            &["rule"],
-        );
-        let budget_refunded = counters(
-            "sluice_budget_refunded_total",
-            "Admission units given back (refund_on), per rule.",
-            &["rule"],
-        );
-        let charge_errors = counters(
-            "sluice_charge_errors_total",
-            "Charge values that never arrived or were malformed (charged charge_missing), per rule.",
-            &["rule"],
-        );
-        let budget_reserved = gauges(
-            "sluice_budget_reserved_units",
-            "Units reserved by requests in flight (reserve), per rule.",
-            &["rule"],
-        );
-        let budget_overrun = counters(
-            "sluice_budget_overrun_total",
-            "Units charged beyond their reservations (reserve), per rule.",
-            &["rule"],
-        );
-        let tls_handshakes = counters(
-            "sluice_tls_handshakes_total",
-            "TLS handshakes on the listener, by result (error: failed or timed out).",
-            &["result"],
-        );
-
-        // RSS, open descriptors, CPU seconds, threads and start time of
-        // this process, read from /proc at each scrape (Linux only).
-        #[cfg(target_os = "linux")]
-        registry
-            .register(Box::new(
-                prometheus::process_collector::ProcessCollector::for_self(),
-            ))
-            .expect("process metric names are unique");
-
+        let new = Families(&registry);
+        let (requests, responses, decision_seconds, overhead_seconds) = new.requests();
+        let (tracked_keys, adaptive_limit, delay_seconds, queue_depth) = new.held();
+        let [evictions_idle, evictions_overflow] = new.evictions();
+        let (store_errors, store_seconds, store_fallback_active) = new.store();
+        let (store_settlements_pending, store_settlements_dropped) = new.settlements();
+        let ([config_reloads_ok, config_reloads_error], access_log_dropped, trace_spans) =
+            new.operations();
+        let (bans_started, banned_requests, bans_active) = new.bans();
+        let (budget_charged, budget_refunded, charge_errors) = new.budgets();
+        let (budget_reserved, budget_overrun) = new.reservations();
+        let [tls_handshakes_ok, tls_handshakes_error] = new.tls_handshakes();
+        new.process();
         let sync = SyncSeries::new(&registry);
         let upstreams = UpstreamSeries::new(&registry);
-        let websocket_connections = int_gauge(
-            "sluice_websocket_connections",
-            "WebSocket tunnels open (a handshake the upstream answered 101).",
-        );
-        let persisted_queries = int_gauge(
-            "sluice_persisted_queries",
-            "GraphQL persisted-query hashes known: a manifest's and those learned from requests.",
-        );
+        let (websocket_connections, persisted_queries) = new.connections();
         Metrics {
             registry,
             requests,
@@ -362,8 +208,8 @@ impl Metrics {
             adaptive_limit,
             delay_seconds,
             queue_depth,
-            evictions_idle: evictions.with_label_values(&["idle"]),
-            evictions_overflow: evictions.with_label_values(&["overflow"]),
+            evictions_idle,
+            evictions_overflow,
             store_errors,
             store_outage: Arc::default(),
             store_error_lines: Arc::default(),
@@ -373,16 +219,12 @@ impl Metrics {
             store_settlements_pending,
             store_settlements_dropped,
             sync,
-            config_reloads_ok: reloads.with_label_values(&["ok"]),
-            config_reloads_error: reloads.with_label_values(&["error"]),
-            tls_handshakes_ok: tls_handshakes.with_label_values(&["ok"]),
-            tls_handshakes_error: tls_handshakes.with_label_values(&["error"]),
+            config_reloads_ok,
+            config_reloads_error,
+            tls_handshakes_ok,
+            tls_handshakes_error,
             access_log_dropped,
-            trace_spans: TraceSpans {
-                exported: trace_spans.with_label_values(&["exported"]),
-                dropped: trace_spans.with_label_values(&["dropped"]),
-                failed: trace_spans.with_label_values(&["failed"]),
-            },
+            trace_spans,
             bans_started,
             banned_requests,
             bans_active,
@@ -742,6 +584,260 @@ where
         .register(Box::new(metric.clone()))
         .expect("metric names are unique");
     metric
+}
+
+/// A labelled family's children, one per label value.
+fn children<const N: usize>(family: &IntCounterVec, values: [&str; N]) -> [IntCounter; N] {
+    values.map(|value| family.with_label_values(&[value]))
+}
+
+/// [`Metrics::new`]'s series, registered in one registry as they are made,
+/// by family.
+struct Families<'r>(&'r Registry);
+
+impl Families<'_> {
+    fn counters(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        registered(self.0, IntCounterVec::new(Opts::new(name, help), labels))
+    }
+
+    fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        registered(self.0, IntGaugeVec::new(Opts::new(name, help), labels))
+    }
+
+    fn histograms(&self, name: &str, help: &str, buckets: &[f64], labels: &[&str]) -> HistogramVec {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        registered(self.0, HistogramVec::new(opts, labels))
+    }
+
+    fn counter(&self, name: &str, help: &str) -> IntCounter {
+        registered(self.0, IntCounter::new(name, help))
+    }
+
+    fn int_gauge(&self, name: &str, help: &str) -> IntGauge {
+        registered(self.0, IntGauge::new(name, help))
+    }
+
+    fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> Histogram {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        registered(self.0, Histogram::with_opts(opts))
+    }
+
+    /// Requests per rule and outcome, responses by class, and the time a
+    /// request takes to decide and to pass through.
+    fn requests(&self) -> (IntCounterVec, [IntCounter; 5], Histogram, Histogram) {
+        let requests = self.counters(
+            "sluice_requests_total",
+            "Requests per rule and outcome.",
+            &["rule", "outcome"],
+        );
+        let responses = self.counters(
+            "sluice_responses_total",
+            "Responses sent to clients, by class.",
+            &["code_class"],
+        );
+        let decision_seconds = self.histogram(
+            "sluice_decision_seconds",
+            "Time to decide a request, all its rules (requests no rule applies to are not counted).",
+            DECISION_BUCKETS,
+        );
+        let overhead_seconds = self.histogram(
+            "sluice_overhead_seconds",
+            "Request head in to upstream request out, minus intentional delay.",
+            OVERHEAD_BUCKETS,
+        );
+        let responses = children(&responses, ["1xx", "2xx", "3xx", "4xx", "5xx"]);
+        (requests, responses, decision_seconds, overhead_seconds)
+    }
+
+    /// What each rule holds: buckets tracked, an adaptive limit, requests
+    /// held and how long.
+    fn held(&self) -> (IntGaugeVec, IntGaugeVec, HistogramVec, IntGaugeVec) {
+        let tracked_keys = self.gauges(
+            "sluice_tracked_keys",
+            "Buckets tracked per rule.",
+            &["rule"],
+        );
+        let adaptive_limit = self.gauges(
+            "sluice_adaptive_limit",
+            "The limit an adaptive rule has learned: requests in flight it admits now.",
+            &["rule"],
+        );
+        let delay_seconds = self.histograms(
+            "sluice_delay_seconds",
+            "Time requests were held (delay mode) before being forwarded, per rule.",
+            LONG_BUCKETS,
+            &["rule"],
+        );
+        let queue_depth = self.gauges(
+            "sluice_queue_depth",
+            "Requests held right now (delay mode: waiting for budget or a permit), per rule.",
+            &["rule"],
+        );
+        (tracked_keys, adaptive_limit, delay_seconds, queue_depth)
+    }
+
+    /// The store's errors, call times and fallback.
+    fn store(&self) -> (IntCounterVec, HistogramVec, IntGauge) {
+        let store_errors = self.counters(
+            "sluice_store_errors_total",
+            "Store errors per backend and kind (unavailable: no answer; script: an answer that is an error).",
+            &["backend", "kind"],
+        );
+        let store_seconds = self.histograms(
+            "sluice_store_seconds",
+            "Time of one call to the store (for a shared store, one round trip), per backend.",
+            STORE_BUCKETS,
+            &["backend"],
+        );
+        let store_fallback_active = self.int_gauge(
+            "sluice_store_fallback_active",
+            "1 while the shared store is down and local limiting is used.",
+        );
+        (store_errors, store_seconds, store_fallback_active)
+    }
+
+    /// The store's settler: settlements waiting and given up.
+    fn settlements(&self) -> (IntGauge, IntCounter) {
+        let pending = self.int_gauge(
+            "sluice_store_settlements_pending",
+            "Settlements (charges, give-backs, permits returned) waiting for the shared store to take them.",
+        );
+        let dropped = self.counter(
+            "sluice_store_settlements_dropped_total",
+            "Settlements given up: not taken within settle_retry_for, pushed out of a full \
+             queue, or refused by the store.",
+        );
+        (pending, dropped)
+    }
+
+    /// `idle` and `overflow` evictions.
+    fn evictions(&self) -> [IntCounter; 2] {
+        let evictions = self.counters(
+            "sluice_evictions_total",
+            "idle: a fresh-equivalent bucket dropped; overflow: a decision made \
+             through the overflow sketch because the store was full.",
+            &["reason"],
+        );
+        children(&evictions, ["idle", "overflow"])
+    }
+
+    /// TLS handshakes on the listener, `ok` and `error`.
+    fn tls_handshakes(&self) -> [IntCounter; 2] {
+        let tls_handshakes = self.counters(
+            "sluice_tls_handshakes_total",
+            "TLS handshakes on the listener, by result (error: failed or timed out).",
+            &["result"],
+        );
+        children(&tls_handshakes, ["ok", "error"])
+    }
+
+    /// RSS, open descriptors, CPU seconds, threads and start time of this
+    /// process, read from /proc at each scrape (Linux only).
+    fn process(&self) {
+        #[cfg(target_os = "linux")]
+        self.0
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("process metric names are unique");
+    }
+
+    /// Config reloads (`ok`, `error`), access log lines dropped and trace
+    /// spans.
+    fn operations(&self) -> ([IntCounter; 2], IntCounter, TraceSpans) {
+        let reloads = self.counters(
+            "sluice_config_reloads_total",
+            "Config reloads by result.",
+            &["result"],
+        );
+        let access_log_dropped = self.counter(
+            "sluice_access_log_dropped_total",
+            "Access log lines dropped because the writer was behind (or its target failed).",
+        );
+        let trace_spans = self.counters(
+            "sluice_trace_spans_total",
+            "Spans by what became of them: exported, dropped (the queue was full), \
+             failed (the collector refused or did not answer).",
+            &["result"],
+        );
+        let [exported, dropped, failed] = children(&trace_spans, ["exported", "dropped", "failed"]);
+        let trace_spans = TraceSpans {
+            exported,
+            dropped,
+            failed,
+        };
+        (
+            children(&reloads, ["ok", "error"]),
+            access_log_dropped,
+            trace_spans,
+        )
+    }
+
+    /// Bans started, requests they refused and bans in force, per rule.
+    fn bans(&self) -> (IntCounterVec, IntCounterVec, IntGaugeVec) {
+        let bans_started = self.counters(
+            "sluice_bans_total",
+            "Bans started, per rule (a key limited `after` times `within` the period).",
+            &["rule"],
+        );
+        let banned_requests = self.counters(
+            "sluice_banned_requests_total",
+            "Requests refused because their key was banned, per rule (also counted limited).",
+            &["rule"],
+        );
+        let bans_active = self.gauges("sluice_bans_active", "Bans in force, per rule.", &["rule"]);
+        (bans_started, banned_requests, bans_active)
+    }
+
+    /// Units charged after admission, given back, and charges that failed,
+    /// per rule.
+    fn budgets(&self) -> (IntCounterVec, IntCounterVec, IntCounterVec) {
+        let charged = self.counters(
+            "sluice_budget_charged_total",
+            "Units charged after admission (deferred charges and /admin/spend), per rule.",
+            &["rule"],
+        );
+        let refunded = self.counters(
+            "sluice_budget_refunded_total",
+            "Admission units given back (refund_on), per rule.",
+            &["rule"],
+        );
+        let errors = self.counters(
+            "sluice_charge_errors_total",
+            "Charge values that never arrived or were malformed (charged charge_missing), per rule.",
+            &["rule"],
+        );
+        (charged, refunded, errors)
+    }
+
+    /// Units reserved by requests in flight and charged beyond them, per
+    /// rule.
+    fn reservations(&self) -> (IntGaugeVec, IntCounterVec) {
+        let reserved = self.gauges(
+            "sluice_budget_reserved_units",
+            "Units reserved by requests in flight (reserve), per rule.",
+            &["rule"],
+        );
+        let overrun = self.counters(
+            "sluice_budget_overrun_total",
+            "Units charged beyond their reservations (reserve), per rule.",
+            &["rule"],
+        );
+        (reserved, overrun)
+    }
+
+    /// WebSocket tunnels open and persisted queries known.
+    fn connections(&self) -> (IntGauge, IntGauge) {
+        let websocket_connections = self.int_gauge(
+            "sluice_websocket_connections",
+            "WebSocket tunnels open (a handshake the upstream answered 101).",
+        );
+        let persisted_queries = self.int_gauge(
+            "sluice_persisted_queries",
+            "GraphQL persisted-query hashes known: a manifest's and those learned from requests.",
+        );
+        (websocket_connections, persisted_queries)
+    }
 }
 
 /// Advances a Prometheus counter to a total kept elsewhere.

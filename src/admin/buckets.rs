@@ -69,14 +69,37 @@ pub(super) async fn buckets(proxy: &Proxy, query: Option<&str>) -> Result<Answer
         })
         .collect();
     let balance = Balance::of(&next);
-    // A rule in delay mode holds what a peek refuses, when the wait fits.
-    let holds: SmallVec<[Option<Held>; 2]> = target
-        .limits
+    let passes_after = passes_after(rule, target.limits, &next, &balance);
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "rule": &*rule.name,
+            "key": policy.labels.show_typed(&rule.key, &key),
+            "key_hash": key_hash(target.key),
+            "limits_from": limits_from(rule, target.limits, &policy.labels),
+            "banned": ban.map(ban_json),
+            "buckets": buckets,
+            "view": view_json(store, now),
+            "next_request": next_request_json(ban, passes_after, &balance, cost),
+        }),
+    ))
+}
+
+/// A rule in delay mode holds what a peek refuses, when the wait fits:
+/// when the next request would be held rather than refused, the longest
+/// wait (`None` inside: a wait for a permit, of no known length).
+fn passes_after(
+    rule: &Rule,
+    limits: &[Limit],
+    next: &[Decision],
+    balance: &Balance,
+) -> Option<Option<u64>> {
+    let holds: SmallVec<[Option<Held>; 2]> = limits
         .iter()
-        .zip(&next)
+        .zip(next)
         .map(|(limit, next)| held(rule, limit, *next))
         .collect();
-    let passes_after = (!balance.admits()
+    (!balance.admits()
         && next
             .iter()
             .zip(&holds)
@@ -90,37 +113,35 @@ pub(super) async fn buckets(proxy: &Proxy, query: Option<&str>) -> Result<Answer
             })
             .max()
             .flatten()
-    });
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({
-            "rule": &*rule.name,
-            "key": policy.labels.show_typed(&rule.key, &key),
-            "key_hash": key_hash(target.key),
-            "limits_from": limits_from(rule, target.limits, &policy.labels),
-            "banned": ban.map(ban_json),
-            "buckets": buckets,
-            "view": view_json(store, now),
-            "next_request": match ban {
-                Some(left) => json!({"allowed": false, "banned": true, "retry_after_ms": millis(left)}),
-                None if passes_after.is_some() => json!({
-                    "allowed": true,
-                    "held": true,
-                    "remaining": 0,
-                    "wait_ms": passes_after.flatten(),
-                }),
-                None => json!({
-                    "allowed": balance.admits(),
-                    "remaining": if balance.admits() {
-                        left_after(balance.remaining, cost)
-                    } else {
-                        0
-                    },
-                    "retry_after_ms": balance.retry_after.map(millis),
-                }),
-            },
+    })
+}
+
+/// What the next request would be told: banned, held, or admitted or
+/// refused by the balance.
+fn next_request_json(
+    ban: Option<Nanos>,
+    passes_after: Option<Option<u64>>,
+    balance: &Balance,
+    cost: u64,
+) -> Value {
+    match ban {
+        Some(left) => json!({"allowed": false, "banned": true, "retry_after_ms": millis(left)}),
+        None if passes_after.is_some() => json!({
+            "allowed": true,
+            "held": true,
+            "remaining": 0,
+            "wait_ms": passes_after.flatten(),
         }),
-    ))
+        None => json!({
+            "allowed": balance.admits(),
+            "remaining": if balance.admits() {
+                left_after(balance.remaining, cost)
+            } else {
+                0
+            },
+            "retry_after_ms": balance.retry_after.map(millis),
+        }),
+    }
 }
 
 /// Hybrid mode: the buckets shown are this instance's view, as of its

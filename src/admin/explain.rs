@@ -43,8 +43,9 @@ use super::{bad, RefusedCall};
 use crate::decider;
 use crate::key::body::{declared_length, BodyFacts, KeyBody};
 use crate::key::content_coding::{self, Decoded};
+use crate::key::RequestFacts;
 use crate::limiter::Decision;
-use crate::policy::Policy;
+use crate::policy::{Policy, Rule};
 use crate::proxy::{
     self, Applicability, Applicable, Proxy, Refusal, Standing, Uncosted, Unidentified, Witness,
 };
@@ -85,18 +86,7 @@ impl Lines {
 
 /// Answers one explain call; see the module docs.
 pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, RefusedCall> {
-    let question: Question = serde_json::from_slice(body).map_err(|error| {
-        bad(format!(
-            "the body is not {{\"method\": M, \"path\": P, \"headers\": {{NAME: VALUE or \
-             [VALUE, …]}}, \"ip\": IP, \"body\": TEXT}} (body optional): {error}"
-        ))
-    })?;
-    let peer: IpAddr = question.ip.trim().parse().map_err(|_| {
-        bad(format!(
-            "\"ip\": \"{}\" is not an IP address (for example 203.0.113.7 or 2001:db8::1)",
-            question.ip
-        ))
-    })?;
+    let (question, peer) = question_of(body)?;
     let request = synthetic_request(&question)?;
     let policy = proxy.policy();
     let now = proxy.now();
@@ -125,34 +115,11 @@ pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refused
     let token_claims = std::cell::OnceCell::new();
     let mut facts = proxy::facts_of(&request, &checked, peer, &policy);
     answer["request"]["client_ip"] = json!(facts.client_ip.to_string());
-    let decoded;
+    let mut decoded = None;
     let body_facts;
     if policy.reads_body {
-        let bound = policy.config.server.max_key_body_bytes;
         let body = question.body.as_deref().map_or(&[][..], str::as_bytes);
-        let read = if body.is_empty() {
-            KeyBody::Empty
-        } else if body.len() > bound {
-            KeyBody::TooLarge
-        } else {
-            match content_coding::decode(request.headers(), body, bound) {
-                Decoded::Plain => KeyBody::Whole(body),
-                Decoded::Bytes(bytes) => {
-                    decoded = bytes;
-                    KeyBody::Whole(&decoded)
-                }
-                Decoded::TooLarge => KeyBody::TooLarge,
-                Decoded::Undecodable => KeyBody::Undecodable,
-            }
-        };
-        body_facts = BodyFacts::new(
-            request.method(),
-            request.headers(),
-            request.uri().query(),
-            read,
-            proxy.persisted(&policy, false),
-        )
-        .with_length(declared_length(request.headers()).or(Some(body.len() as u64)));
+        body_facts = body_facts_of(proxy, &policy, &request, body, &mut decoded);
         facts.body = Some(&body_facts);
     }
 
@@ -168,89 +135,223 @@ pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refused
         &mut applicability,
         &mut standings,
     );
+    let (mut rules, enforced, shadowed) = rules_json(
+        &policy,
+        &facts,
+        &standings,
+        &identified,
+        &applicability,
+        now,
+    );
+
+    let decision = match identified {
+        Ok(()) if applicability.unlimited => json!({
+            "outcome": "allowed", "unlimited": true, "reason": "the client is on access.allow",
+        }),
+        Ok(()) => {
+            let looked = Looked::peek(proxy, &enforced, &shadowed, now).await?;
+            add_buckets(proxy, &mut rules, &enforced, &shadowed, &looked, now);
+            decide(&policy, &enforced, &shadowed, &looked, now)
+        }
+        Err(unidentified) => unidentified_json(unidentified),
+    };
+    answer["rules"] = json!(rules);
+    answer["decision"] = decision;
+    answer["view"] = super::buckets::view_json(proxy.store(), now);
+    Ok(answer)
+}
+
+/// The body read as the question and its `ip` as the request's peer.
+fn question_of(body: &[u8]) -> Result<(Question, IpAddr), RefusedCall> {
+    let question: Question = serde_json::from_slice(body).map_err(|error| {
+        bad(format!(
+            "the body is not {{\"method\": M, \"path\": P, \"headers\": {{NAME: VALUE or \
+             [VALUE, …]}}, \"ip\": IP, \"body\": TEXT}} (body optional): {error}"
+        ))
+    })?;
+    let peer: IpAddr = question.ip.trim().parse().map_err(|_| {
+        bad(format!(
+            "\"ip\": \"{}\" is not an IP address (for example 203.0.113.7 or 2001:db8::1)",
+            question.ip
+        ))
+    })?;
+    Ok((question, peer))
+}
+
+/// The question's body as the request path reads it for keys and costs:
+/// bounded by `server.max_key_body_bytes`, decoded from its coding (into
+/// `decoded`).
+fn body_facts_of<'a>(
+    proxy: &'a Proxy,
+    policy: &'a Policy,
+    request: &'a Request<()>,
+    body: &'a [u8],
+    decoded: &'a mut Option<Vec<u8>>,
+) -> BodyFacts<'a> {
+    let bound = policy.config.server.max_key_body_bytes;
+    let read = if body.is_empty() {
+        KeyBody::Empty
+    } else if body.len() > bound {
+        KeyBody::TooLarge
+    } else {
+        match content_coding::decode(request.headers(), body, bound) {
+            Decoded::Plain => KeyBody::Whole(body),
+            Decoded::Bytes(bytes) => KeyBody::Whole(decoded.insert(bytes)),
+            Decoded::TooLarge => KeyBody::TooLarge,
+            Decoded::Undecodable => KeyBody::Undecodable,
+        }
+    };
+    BodyFacts::new(
+        request.method(),
+        request.headers(),
+        request.uri().query(),
+        read,
+        proxy.persisted(policy, false),
+    )
+    .with_length(declared_length(request.headers()).or(Some(body.len() as u64)))
+}
+
+/// Every rule's entry, in file order, and the rules that apply, enforced
+/// and shadowed, with their indices.
+fn rules_json<'p>(
+    policy: &'p Policy,
+    facts: &RequestFacts<'_>,
+    standings: &Standings<'p>,
+    identified: &Result<(), Unidentified<'p>>,
+    applicability: &Applicability<'p>,
+    now: crate::clock::Nanos,
+) -> (Vec<Value>, Applied<'p>, Applied<'p>) {
+    let unreached = match identified {
+        Err(Unidentified::Denied) => "the client is on access.deny: refused before any rule",
+        Ok(()) if applicability.unlimited => "the client is on access.allow: no rule limits it",
+        _ => "not reached: an earlier rule already answered the request",
+    };
     let mut rules = Vec::with_capacity(policy.rules.len());
-    let mut enforced: SmallVec<[(usize, Applicable<'_>); 4]> = SmallVec::new();
-    let mut shadowed: SmallVec<[(usize, Applicable<'_>); 4]> = SmallVec::new();
+    let (mut enforced, mut shadowed) = (Applied::new(), Applied::new());
     for (index, rule) in policy.rules.iter().enumerate() {
-        let mut entry = json!({ "rule": &*rule.name });
-        if let Some(mismatch) = rule.matcher.mismatch(&facts) {
-            entry["matched"] = json!(false);
-            entry["failed"] = json!(mismatch.field());
-            entry["reason"] = json!(mismatch.explain(&rule.matcher, &facts));
-            rules.push(entry);
-            continue;
-        }
-        entry["matched"] = json!(true);
-        entry["shadow"] = json!(rule.shadow);
-        let Some(standing) = standings.0[index] else {
-            // Not looked at by the request path.
-            entry["applies"] = json!(false);
-            entry["reason"] = json!(match identified {
-                Err(Unidentified::Denied) =>
-                    "the client is on access.deny: refused before any rule",
-                Ok(()) if applicability.unlimited => {
-                    "the client is on access.allow: no rule limits it"
-                }
-                _ => "not reached: an earlier rule already answered the request",
-            });
-            rules.push(entry);
-            continue;
-        };
-        let text = policy.keys.key_text(&rule.key, &facts);
-        entry["key"] = json!(policy.labels.show(&rule.key, &text));
-        if let Err(missing) = policy.keys.derive(&rule.key, &facts, false) {
-            entry["missing_source"] = json!(rule.key[missing.0].to_string());
-            entry["missing"] = json!(format!("{:?}", rule.missing).to_lowercase());
-        }
-        match standing {
-            Standing::Applies { key, limits, cost } => {
-                entry["applies"] = json!(true);
-                if rule.graphql_cost {
-                    entry["cost"] = json!(cost);
-                }
-                if rule.reserve.is_some() {
-                    entry["reserve"] = json!(cost);
-                }
-                entry["key_hash"] = json!(key_hash(key));
-                entry["limits_from"] = json!(limits_from(rule, limits, &policy.labels));
-                let ban = (!rule.shadow).then(|| rule.bans.banned(key, now)).flatten();
-                entry["banned"] = ban.map_or(Value::Null, ban_json);
-                let one = Applicable {
-                    rule,
-                    key,
-                    limits,
-                    cost,
-                };
-                if rule.shadow {
-                    shadowed.push((index, one));
-                } else {
-                    enforced.push((index, one));
-                }
-            }
-            Standing::Ambiguous(at) => {
-                // Which of the values would count is the question: no key.
-                entry["applies"] = json!(false);
-                entry["reason"] = json!(why_not(standing));
-                entry["key"] = Value::Null;
-                entry["ambiguous_field"] = field_json(rule.reads.field(at));
-            }
-            other => {
-                entry["applies"] = json!(false);
-                entry["reason"] = json!(why_not(other));
-                if matches!(other, Standing::Skipped | Standing::MissingKey) {
-                    entry["key"] = Value::Null;
-                }
-            }
+        let (entry, applies) = rule_json(policy, rule, facts, standings.0[index], unreached, now);
+        match applies {
+            Some(one) if rule.shadow => shadowed.push((index, one)),
+            Some(one) => enforced.push((index, one)),
+            None => {}
         }
         rules.push(entry);
     }
+    (rules, enforced, shadowed)
+}
 
-    let decision = match identified {
-        Err(Unidentified::Denied) => json!({"outcome": "denied", "status": 403}),
-        Err(Unidentified::MissingKey(rule)) => json!({
+/// Rules that apply, with their indices in the policy.
+type Applied<'p> = SmallVec<[(usize, Applicable<'p>); 4]>;
+
+/// One rule's entry: whether it matched (and which field did not), its key
+/// and whether it applies (`unreached`: why not, when the walk stopped
+/// before it); with the rule as it applies, when it does.
+fn rule_json<'p>(
+    policy: &Policy,
+    rule: &'p Rule,
+    facts: &RequestFacts<'_>,
+    standing: Option<Standing<'p>>,
+    unreached: &str,
+    now: crate::clock::Nanos,
+) -> (Value, Option<Applicable<'p>>) {
+    let mut entry = json!({ "rule": &*rule.name });
+    if let Some(mismatch) = rule.matcher.mismatch(facts) {
+        entry["matched"] = json!(false);
+        entry["failed"] = json!(mismatch.field());
+        entry["reason"] = json!(mismatch.explain(&rule.matcher, facts));
+        return (entry, None);
+    }
+    entry["matched"] = json!(true);
+    entry["shadow"] = json!(rule.shadow);
+    let Some(standing) = standing else {
+        // Not looked at by the request path.
+        entry["applies"] = json!(false);
+        entry["reason"] = json!(unreached);
+        return (entry, None);
+    };
+    let text = policy.keys.key_text(&rule.key, facts);
+    entry["key"] = json!(policy.labels.show(&rule.key, &text));
+    if let Err(missing) = policy.keys.derive(&rule.key, facts, false) {
+        entry["missing_source"] = json!(rule.key[missing.0].to_string());
+        entry["missing"] = json!(format!("{:?}", rule.missing).to_lowercase());
+    }
+    let applies = standing_json(&mut entry, policy, rule, standing, now);
+    (entry, applies)
+}
+
+/// A matched, reached rule's standing written into its entry; the rule as it
+/// applies, when it does.
+fn standing_json<'p>(
+    entry: &mut Value,
+    policy: &Policy,
+    rule: &'p Rule,
+    standing: Standing<'p>,
+    now: crate::clock::Nanos,
+) -> Option<Applicable<'p>> {
+    let Standing::Applies { key, limits, cost } = standing else {
+        entry["applies"] = json!(false);
+        entry["reason"] = json!(why_not(standing));
+        if let Standing::Ambiguous(at) = standing {
+            // Which of the values would count is the question: no key.
+            entry["key"] = Value::Null;
+            entry["ambiguous_field"] = field_json(rule.reads.field(at));
+        } else if matches!(standing, Standing::Skipped | Standing::MissingKey) {
+            entry["key"] = Value::Null;
+        }
+        return None;
+    };
+    entry["applies"] = json!(true);
+    if rule.graphql_cost {
+        entry["cost"] = json!(cost);
+    }
+    if rule.reserve.is_some() {
+        entry["reserve"] = json!(cost);
+    }
+    entry["key_hash"] = json!(key_hash(key));
+    entry["limits_from"] = json!(limits_from(rule, limits, &policy.labels));
+    let ban = (!rule.shadow).then(|| rule.bans.banned(key, now)).flatten();
+    entry["banned"] = ban.map_or(Value::Null, ban_json);
+    Some(Applicable {
+        rule,
+        key,
+        limits,
+        cost,
+    })
+}
+
+/// Each applicable rule's buckets, as peeked, into its entry.
+fn add_buckets(
+    proxy: &Proxy,
+    rules: &mut [Value],
+    enforced: &[(usize, Applicable<'_>)],
+    shadowed: &[(usize, Applicable<'_>)],
+    looked: &Looked,
+    now: crate::clock::Nanos,
+) {
+    for ((index, applicable), decisions) in enforced.iter().chain(shadowed).zip(&looked.rules) {
+        let buckets: Vec<Value> = applicable
+            .limits
+            .iter()
+            .zip(decisions)
+            .map(|(limit, (as_now, next))| {
+                let tracked = proxy.store().tracks(&limit.table, applicable.key);
+                let cost = request_cost(applicable.rule, applicable.cost);
+                bucket_json(applicable.rule, cost, limit, *as_now, *next, tracked, now)
+            })
+            .collect();
+        rules[*index]["buckets"] = json!(buckets);
+    }
+}
+
+/// The decision when the request path's walk refused the request before
+/// its buckets.
+fn unidentified_json(unidentified: Unidentified<'_>) -> Value {
+    match unidentified {
+        Unidentified::Denied => json!({"outcome": "denied", "status": 403}),
+        Unidentified::MissingKey(rule) => json!({
             "outcome": "missing_key", "status": 400, "rule": &*rule.name,
         }),
-        Err(Unidentified::Uncosted(rule, why)) => {
+        Unidentified::Uncosted(rule, why) => {
             let (status, detail) = match why {
                 Uncosted::PersistedQueryNotFound => (
                     200,
@@ -269,7 +370,7 @@ pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refused
                 "reason": detail,
             })
         }
-        Err(Unidentified::Ambiguous(rule, at)) => {
+        Unidentified::Ambiguous(rule, at) => {
             let refusal = proxy::Refusal::AmbiguousField(at);
             let field = rule.reads.field(at);
             json!({
@@ -278,40 +379,15 @@ pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refused
                 "detail": refusal.detail(Some(rule)),
             })
         }
-        Err(Unidentified::UnreadableBody(rule, why)) => json!({
+        Unidentified::UnreadableBody(rule, why) => json!({
             "outcome": "unreadable_body", "status": 400, "rule": &*rule.name,
             "detail": Refusal::UnreadableBody(why).detail(Some(rule)),
         }),
-        Err(Unidentified::Gone(rule, sunset)) => json!({
+        Unidentified::Gone(rule, sunset) => json!({
             "outcome": "gone", "status": 410, "rule": &*rule.name,
             "sunset": sunset.sunset().to_str().ok(),
         }),
-        Ok(()) if applicability.unlimited => json!({
-            "outcome": "allowed", "unlimited": true, "reason": "the client is on access.allow",
-        }),
-        Ok(()) => {
-            let looked = Looked::peek(proxy, &enforced, &shadowed, now).await?;
-            let applicable = enforced.iter().chain(&shadowed);
-            for ((index, applicable), decisions) in applicable.zip(&looked.rules) {
-                let buckets: Vec<Value> = applicable
-                    .limits
-                    .iter()
-                    .zip(decisions)
-                    .map(|(limit, (as_now, next))| {
-                        let tracked = proxy.store().tracks(&limit.table, applicable.key);
-                        let cost = request_cost(applicable.rule, applicable.cost);
-                        bucket_json(applicable.rule, cost, limit, *as_now, *next, tracked, now)
-                    })
-                    .collect();
-                rules[*index]["buckets"] = json!(buckets);
-            }
-            decide(&policy, &enforced, &shadowed, &looked, now)
-        }
-    };
-    answer["rules"] = json!(rules);
-    answer["decision"] = decision;
-    answer["view"] = super::buckets::view_json(proxy.store(), now);
-    Ok(answer)
+    }
 }
 
 /// Every rule's standing, by index, as the request path's walk reached it

@@ -19,9 +19,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use super::Admin;
+use crate::config::RuleConfig;
 use crate::heavy_hitters::Kind;
+use crate::limiter::adaptive::Controller;
 use crate::metrics::RuleCounters;
-use crate::policy::Policy;
+use crate::policy::{Policy, Rule};
 use crate::reload::History;
 
 /// How often the counters are read.
@@ -150,58 +152,7 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
         .rules
         .iter()
         .zip(&policy.config.rules)
-        .map(|(rule, config)| {
-            let counts = Counts::of(&rule.counters);
-            // The oldest reading that knows the rule: a rule added by a
-            // reload has its rates from when it was first read.
-            let since = samples.iter().find_map(|sample| {
-                let (_, then) = sample.rules.iter().find(|(name, _)| *name == rule.name)?;
-                Some((*then, now.duration_since(sample.at)))
-            });
-            let [admitted, limited, delayed, shadow_limited, charged] = match since {
-                Some((then, span)) => counts.rates_since(&then, span.max(MIN_SPAN).as_secs_f64()),
-                None => [0.0; 5],
-            };
-            let charges = config.charge.is_some();
-            let adaptive = rule.limits.first().and_then(crate::policy::Limit::adaptive);
-            let mut limits = crate::config::describe_limits(config);
-            if let Some(controller) = adaptive {
-                limits = format!("{} in flight now, learned ({limits})", controller.limit());
-            }
-            // What a request takes, when it is not one unit.
-            if rule.graphql_cost {
-                limits.push_str(", a request taking its GraphQL query's cost");
-            }
-            // What it counts, when it is not requests.
-            if config.unit == crate::config::Unit::Message {
-                limits.push_str(" WebSocket messages");
-            }
-            json!({
-                "name": &*rule.name,
-                "limits": limits,
-                "adaptive_limit": adaptive.map(|controller| controller.limit()),
-                "shadow": rule.shadow,
-                "delay": rule.hold.is_some(),
-                "rates_per_sec": {
-                    "admitted": admitted,
-                    "limited": limited,
-                    "delayed": delayed,
-                    "shadow_limited": shadow_limited,
-                    "charged": charges.then_some(charged),
-                },
-                "totals": {
-                    "admitted": counts.admitted,
-                    "limited": counts.limited,
-                    "delayed": counts.delayed,
-                    "shadow_limited": counts.shadow_limited,
-                    "charged": charges.then_some(counts.charged),
-                },
-                "queue_depth": rule.counters.queue_depth.get(),
-                // Units requests in flight hold (`reserve`), else null.
-                "reserved": config.reserve.as_ref().map(|_| rule.counters.reserved.get()),
-                "history": history(&samples, &rule.name),
-            })
-        })
+        .map(|(rule, config)| rule_status(rule, config, &samples, now))
         .collect();
     drop(samples);
     let top = super::top::top_keys(&policy, None, Kind::Limited, TOP_KEYS, proxy.now());
@@ -229,6 +180,73 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
         "upstreams": upstreams,
         "top_limited": top,
     })
+}
+
+/// One rule's entry: its limits, rates since the oldest reading that knows
+/// it, totals, requests held and history.
+fn rule_status(
+    rule: &Rule,
+    config: &RuleConfig,
+    samples: &VecDeque<Sample>,
+    now: Instant,
+) -> Value {
+    let counts = Counts::of(&rule.counters);
+    // The oldest reading that knows the rule: a rule added by a
+    // reload has its rates from when it was first read.
+    let since = samples.iter().find_map(|sample| {
+        let (_, then) = sample.rules.iter().find(|(name, _)| *name == rule.name)?;
+        Some((*then, now.duration_since(sample.at)))
+    });
+    let [admitted, limited, delayed, shadow_limited, charged] = match since {
+        Some((then, span)) => counts.rates_since(&then, span.max(MIN_SPAN).as_secs_f64()),
+        None => [0.0; 5],
+    };
+    let charges = config.charge.is_some();
+    let adaptive = rule.limits.first().and_then(crate::policy::Limit::adaptive);
+    let limits = limits_text(rule, config, adaptive);
+    json!({
+        "name": &*rule.name,
+        "limits": limits,
+        "adaptive_limit": adaptive.map(|controller| controller.limit()),
+        "shadow": rule.shadow,
+        "delay": rule.hold.is_some(),
+        "rates_per_sec": {
+            "admitted": admitted,
+            "limited": limited,
+            "delayed": delayed,
+            "shadow_limited": shadow_limited,
+            "charged": charges.then_some(charged),
+        },
+        "totals": {
+            "admitted": counts.admitted,
+            "limited": counts.limited,
+            "delayed": counts.delayed,
+            "shadow_limited": counts.shadow_limited,
+            "charged": charges.then_some(counts.charged),
+        },
+        "queue_depth": rule.counters.queue_depth.get(),
+        // Units requests in flight hold (`reserve`), else null.
+        "reserved": config.reserve.as_ref().map(|_| rule.counters.reserved.get()),
+        "history": history(samples, &rule.name),
+    })
+}
+
+/// A rule's limits as the page says them: learned, costed or counting
+/// messages when they are.
+fn limits_text(rule: &Rule, config: &RuleConfig, adaptive: Option<&Arc<Controller>>) -> String {
+    let mut limits = crate::config::describe_limits(config);
+    if let Some(controller) = adaptive {
+        limits = format!("{} in flight now, learned ({limits})", controller.limit());
+    }
+    // What a request takes, when it is not one unit.
+    if rule.graphql_cost {
+        limits.push_str(", a request taking its GraphQL query's cost");
+    }
+    // What it counts, when it is not requests.
+    if config.unit == crate::config::Unit::Message {
+        limits.push_str(" WebSocket messages");
+    }
+    limits
 }
 
 /// Per-second admitted (at once or after a hold) and limited requests

@@ -58,34 +58,10 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
     let rules = list(&snapshot["rules"]);
     let keys = list(&snapshot["top_limited"]);
     let pools = list(&snapshot["upstreams"]);
-    // Limited requests of all rules (a request two rules refuse counts in
-    // both, which is rare and still "how much is refused"), and the rule
-    // refusing most; the first such rule on a tie, as the script picks.
-    let (mut limited, mut held) = (0.0, 0);
-    let mut busiest: Option<(&str, f64)> = None;
-    for rule in rules {
-        let rule_limited = num(&rule["rates_per_sec"]["limited"]);
-        limited += rule_limited;
-        held += rule["queue_depth"].as_i64().unwrap_or(0);
-        if rule_limited > 0.0 && busiest.is_none_or(|(_, most)| rule_limited > most) {
-            busiest = Some((rule["name"].as_str().unwrap_or_default(), rule_limited));
-        }
-    }
+    let (limited, held, busiest) = limited_of(rules);
     let config = &snapshot["config"];
     let last = &config["last_reload"];
-    let (reload, reload_class) = if last.is_object() {
-        let result = str_of(&last["result"]);
-        let text = format!(
-            "last reload {result}, {} ({})",
-            ago(last["ago_secs"].as_u64().unwrap_or(0)),
-            str_of(&last["trigger"])
-        );
-        (text, if result == "ok" { "" } else { "bad" })
-    } else if config["reloadable"].as_bool().unwrap_or(false) {
-        ("not reloaded since start".to_owned(), "")
-    } else {
-        ("started without a config file".to_owned(), "")
-    };
+    let (reload, reload_class) = reload_of(config);
     let started = std::time::UNIX_EPOCH
         + std::time::Duration::from_secs(snapshot["started"].as_u64().unwrap_or(0));
     fill(TEMPLATE, |slot, out| match slot {
@@ -141,6 +117,44 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
         "generated" => out.push_str(&httpdate::fmt_http_date(now)),
         _ => {}
     })
+}
+
+/// Limited requests of all `rules` per second (a request two rules refuse
+/// counts in both, which is rare and still "how much is refused"),
+/// requests held, and the rule refusing most; the first such rule on a
+/// tie, as the script picks.
+fn limited_of(rules: &[Value]) -> (f64, i64, Option<(&str, f64)>) {
+    let (mut limited, mut held) = (0.0, 0);
+    let mut busiest: Option<(&str, f64)> = None;
+    for rule in rules {
+        let rule_limited = rule["rates_per_sec"]["limited"]
+            .as_f64()
+            .unwrap_or_default();
+        limited += rule_limited;
+        held += rule["queue_depth"].as_i64().unwrap_or(0);
+        if rule_limited > 0.0 && busiest.is_none_or(|(_, most)| rule_limited > most) {
+            busiest = Some((rule["name"].as_str().unwrap_or_default(), rule_limited));
+        }
+    }
+    (limited, held, busiest)
+}
+
+/// The last reload as the page says it, and its class.
+fn reload_of(config: &Value) -> (String, &'static str) {
+    let last = &config["last_reload"];
+    if last.is_object() {
+        let result = last["result"].as_str().unwrap_or_default();
+        let text = format!(
+            "last reload {result}, {} ({})",
+            ago(last["ago_secs"].as_u64().unwrap_or(0)),
+            last["trigger"].as_str().unwrap_or_default()
+        );
+        (text, if result == "ok" { "" } else { "bad" })
+    } else if config["reloadable"].as_bool().unwrap_or(false) {
+        ("not reloaded since start".to_owned(), "")
+    } else {
+        ("started without a config file".to_owned(), "")
+    }
 }
 
 /// One rule: its name and limits, its rates, requests held, and a

@@ -78,30 +78,11 @@ impl Events {
     /// `walker`, and the readings of an event that is one JSON value go to
     /// `readings`.
     pub(super) fn feed(&mut self, bytes: &[u8], walker: &mut Walker, readings: &mut [Reading]) {
-        let mut at = 0;
-        if !self.bom_settled {
-            while let Some(&byte) = bytes.get(at) {
-                if byte == BOM[usize::from(self.bom_seen)] {
-                    self.bom_seen += 1;
-                    at += 1;
-                    if usize::from(self.bom_seen) == BOM.len() {
-                        self.bom_settled = true;
-                        break;
-                    }
-                } else {
-                    // Part of a mark and then something else: those bytes
-                    // start a line whose field is not `data`.
-                    if self.bom_seen > 0 {
-                        self.line = Line::Name {
-                            matched: 0,
-                            other: true,
-                        };
-                    }
-                    self.bom_settled = true;
-                    break;
-                }
-            }
-        }
+        let mut at = if self.bom_settled {
+            0
+        } else {
+            self.settle_bom(bytes)
+        };
         while at < bytes.len() {
             if self.after_cr {
                 self.after_cr = false;
@@ -111,48 +92,10 @@ impl Events {
                 }
             }
             match self.line {
-                Line::Start => {
-                    let rest = &bytes[at..];
-                    if rest.starts_with(b"data:") {
-                        self.line = Line::DataStart;
-                        at += 5;
-                    } else if let b'\n' | b'\r' = rest[0] {
-                        self.after_cr = rest[0] == b'\r';
-                        at += 1;
-                        self.dispatch(walker, readings);
-                    } else {
-                        self.line = Line::Name {
-                            matched: 0,
-                            other: false,
-                        };
-                    }
-                }
+                Line::Start => at += self.line_start(&bytes[at..], walker, readings),
                 Line::Name { matched, other } => {
-                    let byte = bytes[at];
+                    self.line = self.name(bytes[at], matched, other, walker);
                     at += 1;
-                    let is_data = matched == 4 && !other;
-                    self.line = match byte {
-                        b':' if is_data => Line::DataStart,
-                        b':' => Line::Ignore,
-                        b'\n' | b'\r' => {
-                            self.after_cr = byte == b'\r';
-                            // `data` alone: a data line with an empty value.
-                            if is_data {
-                                self.data_line(walker);
-                            }
-                            Line::Start
-                        }
-                        _ if !other && matched < 4 && byte == b"data"[usize::from(matched)] => {
-                            Line::Name {
-                                matched: matched + 1,
-                                other,
-                            }
-                        }
-                        _ => Line::Name {
-                            matched,
-                            other: true,
-                        },
-                    };
                 }
                 Line::DataStart => {
                     if bytes[at] == b' ' {
@@ -161,22 +104,103 @@ impl Events {
                     self.data_line(walker);
                     self.line = Line::Data;
                 }
-                Line::Data | Line::Ignore => {
-                    let rest = &bytes[at..];
-                    let end = memchr2(b'\n', b'\r', rest);
-                    if self.line == Line::Data {
-                        self.data(&rest[..end.unwrap_or(rest.len())], walker);
-                    }
-                    match end {
-                        Some(end) => {
-                            self.after_cr = rest[end] == b'\r';
-                            self.line = Line::Start;
-                            at += end + 1;
-                        }
-                        None => at = bytes.len(),
-                    }
-                }
+                Line::Data | Line::Ignore => at += self.line_rest(&bytes[at..], walker),
             }
+        }
+    }
+
+    /// Reads the byte order mark (or the part of one) at the stream's start:
+    /// how many bytes of `bytes` it took.
+    #[cold]
+    fn settle_bom(&mut self, bytes: &[u8]) -> usize {
+        let mut at = 0;
+        while let Some(&byte) = bytes.get(at) {
+            if byte == BOM[usize::from(self.bom_seen)] {
+                self.bom_seen += 1;
+                at += 1;
+                if usize::from(self.bom_seen) == BOM.len() {
+                    self.bom_settled = true;
+                    break;
+                }
+            } else {
+                // Part of a mark and then something else: those bytes
+                // start a line whose field is not `data`.
+                if self.bom_seen > 0 {
+                    self.line = Line::Name {
+                        matched: 0,
+                        other: true,
+                    };
+                }
+                self.bom_settled = true;
+                break;
+            }
+        }
+        at
+    }
+
+    /// A line's first bytes (`rest`, not empty): `data:`, a blank line
+    /// (which dispatches the event) or another field's name. How many
+    /// bytes it took.
+    #[inline]
+    fn line_start(&mut self, rest: &[u8], walker: &mut Walker, readings: &mut [Reading]) -> usize {
+        if rest.starts_with(b"data:") {
+            self.line = Line::DataStart;
+            5
+        } else if let b'\n' | b'\r' = rest[0] {
+            self.after_cr = rest[0] == b'\r';
+            self.dispatch(walker, readings);
+            1
+        } else {
+            self.line = Line::Name {
+                matched: 0,
+                other: false,
+            };
+            0
+        }
+    }
+
+    /// The next byte of a field's name, `matched` bytes of `data` so far
+    /// (`other`: it cannot be `data`): where the line is after it.
+    #[inline]
+    fn name(&mut self, byte: u8, matched: u8, other: bool, walker: &mut Walker) -> Line {
+        let is_data = matched == 4 && !other;
+        match byte {
+            b':' if is_data => Line::DataStart,
+            b':' => Line::Ignore,
+            b'\n' | b'\r' => {
+                self.after_cr = byte == b'\r';
+                // `data` alone: a data line with an empty value.
+                if is_data {
+                    self.data_line(walker);
+                }
+                Line::Start
+            }
+            _ if !other && matched < 4 && byte == b"data"[usize::from(matched)] => Line::Name {
+                matched: matched + 1,
+                other,
+            },
+            _ => Line::Name {
+                matched,
+                other: true,
+            },
+        }
+    }
+
+    /// The rest of a `data` line's value, or of a line that does not
+    /// matter, up to its end: how many bytes of `rest` it took.
+    #[inline]
+    fn line_rest(&mut self, rest: &[u8], walker: &mut Walker) -> usize {
+        let end = memchr2(b'\n', b'\r', rest);
+        if self.line == Line::Data {
+            self.data(&rest[..end.unwrap_or(rest.len())], walker);
+        }
+        match end {
+            Some(end) => {
+                self.after_cr = rest[end] == b'\r';
+                self.line = Line::Start;
+                end + 1
+            }
+            None => rest.len(),
         }
     }
 

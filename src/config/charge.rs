@@ -55,62 +55,8 @@ impl Validator<'_> {
         };
         let path = format!("rule[{index}].charge");
         let at = field.start_or(rule.at);
-        let (mut sources, mut valid) = (Vec::new(), true);
-        match &field.value {
-            RawCharge::One(text) => match self.ok(at, &path, parse_source(text)) {
-                Some(source) => sources.push(Weighted {
-                    source,
-                    weight: 1.0,
-                }),
-                None => valid = false,
-            },
-            RawCharge::Table(entries) => {
-                let empty = "write charge = { \"json:/usage/prompt_tokens\" = 1, \
-                             \"json:/usage/completion_tokens\" = 4 }, or one source as a string";
-                match self.weights(at, &path, entries, empty, "charged", parse_source) {
-                    Some(weights) => sources = weights,
-                    None => valid = false,
-                }
-            }
-        }
-        let pointers = sources
-            .iter()
-            .filter(|weighted| matches!(weighted.source, ChargeSource::Json(_)))
-            .count();
-        if pointers > MAX_POINTERS {
-            self.error(
-                at,
-                &path,
-                format!(
-                    "reads {pointers} json: sources; a rule reads at most {MAX_POINTERS} values \
-                     from a response body"
-                ),
-            );
-            valid = false;
-        }
-        let units = self.int(
-            raw.charge_missing.as_ref(),
-            &missing_path,
-            0,
-            0..=i64::MAX as u64,
-        );
-        // Nothing is free by hanging up: a reserving rule keeps its whole
-        // reservation for a value that never came, unless it prices one.
-        let missing = match (&raw.charge_missing, &raw.reserve) {
-            (None, Some(_)) => MissingCharge::KeepReservation,
-            _ => MissingCharge::Units(units),
-        };
-        if let Some(written) = &raw.charge_missing {
-            if !sources.is_empty() && sources.iter().all(|s| s.source.is_measured()) {
-                self.warn(
-                    written.span().start,
-                    &missing_path,
-                    "has no effect: sluice measures elapsed_ms, request_bytes and \
-                     response_bytes itself, so their value always arrives (an empty body is 0 \
-                     bytes); charge_missing prices a header: or json: value that never came",
-                );
-            }
-        }
+        let (sources, valid) = self.charge_sources(at, &path, &field.value);
+        let missing = self.charge_missing(raw, &sources, &missing_path);
         if let Some(kind) = rule.algorithm.filter(|kind| !kind.settles()) {
             return self.invalid(
                 at,
@@ -124,6 +70,83 @@ impl Validator<'_> {
             );
         }
         (valid && !sources.is_empty()).then_some(Charge { sources, missing })
+    }
+
+    /// A charge's sources (`valid`: each reads, and few enough read the
+    /// response body).
+    fn charge_sources(
+        &mut self,
+        at: usize,
+        path: &str,
+        value: &RawCharge,
+    ) -> (Vec<Weighted>, bool) {
+        let (mut sources, mut valid) = (Vec::new(), true);
+        match value {
+            RawCharge::One(text) => match self.ok(at, path, parse_source(text)) {
+                Some(source) => sources.push(Weighted {
+                    source,
+                    weight: 1.0,
+                }),
+                None => valid = false,
+            },
+            RawCharge::Table(entries) => {
+                let empty = "write charge = { \"json:/usage/prompt_tokens\" = 1, \
+                             \"json:/usage/completion_tokens\" = 4 }, or one source as a string";
+                match self.weights(at, path, entries, empty, "charged", parse_source) {
+                    Some(weights) => sources = weights,
+                    None => valid = false,
+                }
+            }
+        }
+        let pointers = sources
+            .iter()
+            .filter(|weighted| matches!(weighted.source, ChargeSource::Json(_)))
+            .count();
+        if pointers > MAX_POINTERS {
+            self.error(
+                at,
+                path,
+                format!(
+                    "reads {pointers} json: sources; a rule reads at most {MAX_POINTERS} values \
+                     from a response body"
+                ),
+            );
+            valid = false;
+        }
+        (sources, valid)
+    }
+
+    /// `charge_missing`: what a charge costs when its value never arrives.
+    fn charge_missing(
+        &mut self,
+        raw: &RawRule,
+        sources: &[Weighted],
+        missing_path: &str,
+    ) -> MissingCharge {
+        let units = self.int(
+            raw.charge_missing.as_ref(),
+            missing_path,
+            0,
+            0..=i64::MAX as u64,
+        );
+        // Nothing is free by hanging up: a reserving rule keeps its whole
+        // reservation for a value that never came, unless it prices one.
+        let missing = match (&raw.charge_missing, &raw.reserve) {
+            (None, Some(_)) => MissingCharge::KeepReservation,
+            _ => MissingCharge::Units(units),
+        };
+        if let Some(written) = &raw.charge_missing {
+            if !sources.is_empty() && sources.iter().all(|s| s.source.is_measured()) {
+                self.warn(
+                    written.span().start,
+                    missing_path,
+                    "has no effect: sluice measures elapsed_ms, request_bytes and \
+                     response_bytes itself, so their value always arrives (an empty body is 0 \
+                     bytes); charge_missing prices a header: or json: value that never came",
+                );
+            }
+        }
+        missing
     }
 
     /// `refund_on`: any of a status class (`"4xx"`), a status code

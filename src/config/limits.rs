@@ -111,69 +111,56 @@ impl Validator<'_> {
                     ),
                 )
             }
-            (Some(field), _) => {
-                let value = *field.get_ref();
-                let min = i64::from(count.is_some_and(|count| count > 0));
-                if value < min {
-                    let why = if min == 1 {
-                        "must be at least 1, or no request could ever pass"
-                    } else {
-                        "cannot be negative"
-                    };
-                    self.error(
-                        field.span().start,
-                        &path,
-                        format!("{value} {why}; it defaults to {default_burst}"),
-                    );
-                    Some(1)
-                } else {
-                    let burst = u64::try_from(value).unwrap_or(0);
-                    if count == Some(0) && burst > 0 {
-                        let message = if leaky {
-                            "with a COUNT of 0 nothing ever leaves a leaky bucket, so no request \
-                             is admitted whatever the burst"
-                                .to_owned()
-                        } else {
-                            format!(
-                                "with a COUNT of 0 the bucket never refills: each key gets {burst} \
-                                 request(s) in total"
-                            )
-                        };
-                        self.warn(field.span().start, &path, message);
-                    }
-                    Some(burst)
-                }
-            }
+            (Some(field), _) => Some(self.burst(field, &path, count, leaky, default_burst)),
         };
 
-        let limits: Vec<LimitConfig> = match written {
-            _ if algorithm.is_some_and(AlgorithmKind::counts_in_flight) => Vec::new(),
-            Some(written) if !written.is_empty() => written
-                .iter()
-                .enumerate()
-                .map(|(i, limit)| LimitConfig {
-                    rate: limit.rate,
-                    capacity: match burst {
-                        Some(burst) if Some(i) == shortest => burst,
-                        _ => limit.rate.count,
-                    },
-                    // Set by the rule's `calendar` once it is read
-                    // (config/calendar.rs).
-                    calendar: None,
-                })
-                .collect(),
-            _ => vec![LimitConfig {
-                rate: Rate {
-                    count: 1,
-                    period: Duration::from_secs(1),
-                },
-                capacity: burst.unwrap_or(1),
-                calendar: None,
-            }],
-        };
+        let limits = limit_configs(written, algorithm, burst, shortest);
         BuiltLimits {
             limits,
             burst_sized: burst.and(shortest),
+        }
+    }
+
+    /// A token or leaky bucket's `burst`: at least 1 when the COUNT is (else
+    /// an error, and 1), warned when a COUNT of 0 makes it meaningless.
+    fn burst(
+        &mut self,
+        field: &Spanned<i64>,
+        path: &str,
+        count: Option<u64>,
+        leaky: bool,
+        default_burst: &str,
+    ) -> u64 {
+        let value = *field.get_ref();
+        let min = i64::from(count.is_some_and(|count| count > 0));
+        if value < min {
+            let why = if min == 1 {
+                "must be at least 1, or no request could ever pass"
+            } else {
+                "cannot be negative"
+            };
+            self.error(
+                field.span().start,
+                path,
+                format!("{value} {why}; it defaults to {default_burst}"),
+            );
+            1
+        } else {
+            let burst = u64::try_from(value).unwrap_or(0);
+            if count == Some(0) && burst > 0 {
+                let message = if leaky {
+                    "with a COUNT of 0 nothing ever leaves a leaky bucket, so no request \
+                     is admitted whatever the burst"
+                        .to_owned()
+                } else {
+                    format!(
+                        "with a COUNT of 0 the bucket never refills: each key gets {burst} \
+                         request(s) in total"
+                    )
+                };
+                self.warn(field.span().start, path, message);
+            }
+            burst
         }
     }
 
@@ -391,6 +378,41 @@ fn format_bytes(bytes: u64) -> String {
         format!("{} {unit}", text.trim_end_matches(".0"))
     } else {
         format!("{value:.0} {unit}")
+    }
+}
+
+/// The limits of `written`, the shortest-period one's capacity its `burst`
+/// if any (none for a concurrency rule; one of 1/s when none are written).
+fn limit_configs(
+    written: Option<&[WrittenLimit]>,
+    algorithm: Option<AlgorithmKind>,
+    burst: Option<u64>,
+    shortest: Option<usize>,
+) -> Vec<LimitConfig> {
+    match written {
+        _ if algorithm.is_some_and(AlgorithmKind::counts_in_flight) => Vec::new(),
+        Some(written) if !written.is_empty() => written
+            .iter()
+            .enumerate()
+            .map(|(i, limit)| LimitConfig {
+                rate: limit.rate,
+                capacity: match burst {
+                    Some(burst) if Some(i) == shortest => burst,
+                    _ => limit.rate.count,
+                },
+                // Set by the rule's `calendar` once it is read
+                // (config/calendar.rs).
+                calendar: None,
+            })
+            .collect(),
+        _ => vec![LimitConfig {
+            rate: Rate {
+                count: 1,
+                period: Duration::from_secs(1),
+            },
+            capacity: burst.unwrap_or(1),
+            calendar: None,
+        }],
     }
 }
 

@@ -18,44 +18,7 @@ impl Validator<'_> {
         // Whether the rule holds requests; `None` when that is unknown (an
         // invalid on_limit or algorithm, already reported), so that
         // max_delay and max_queue are not judged against a guess.
-        let mut delay = Some(false);
-        if let Some(field) = &raw.on_limit {
-            let at = field.span().start;
-            match (field.get_ref().as_str(), algorithm) {
-                ("reject", Some(AlgorithmKind::LeakyBucket)) => self.error(
-                    at,
-                    &path("on_limit"),
-                    "a leaky bucket always holds requests until they can leave at its rate, so \
-                     it cannot reject at once; remove on_limit, or use algorithm = \
-                     \"token_bucket\" to answer at once",
-                ),
-                ("reject", _) => {}
-                ("delay", Some(AlgorithmKind::SlidingWindow)) => {
-                    self.error(
-                        at,
-                        &path("on_limit"),
-                        "delay is not supported with sliding_window; use token_bucket, \
-                         leaky_bucket, fixed_window or sliding_log",
-                    );
-                    delay = Some(true);
-                }
-                ("delay", _) => delay = Some(true),
-                (other, _) => {
-                    self.error(
-                        at,
-                        &path("on_limit"),
-                        format!("unknown on_limit \"{other}\"; allowed: \"reject\" or \"delay\""),
-                    );
-                    delay = None;
-                }
-            }
-        }
-        if leaky {
-            delay = Some(true);
-        } else if algorithm.is_none() && delay == Some(false) {
-            delay = None;
-        }
-
+        let delay = self.holds(index, algorithm, raw);
         let default_delay = Duration::from_secs(30);
         let max_delay = match &raw.max_delay {
             Some(field) if delay == Some(false) => {
@@ -93,6 +56,55 @@ impl Validator<'_> {
             },
             _ => OnLimit::Reject,
         }
+    }
+
+    /// `on_limit`: whether the rule holds requests (a leaky bucket always
+    /// does), `None` when that is unknown.
+    fn holds(
+        &mut self,
+        index: usize,
+        algorithm: Option<AlgorithmKind>,
+        raw: &RawRule,
+    ) -> Option<bool> {
+        let path = format!("rule[{index}].on_limit");
+        let mut delay = Some(false);
+        if let Some(field) = &raw.on_limit {
+            let at = field.span().start;
+            match (field.get_ref().as_str(), algorithm) {
+                ("reject", Some(AlgorithmKind::LeakyBucket)) => self.error(
+                    at,
+                    &path,
+                    "a leaky bucket always holds requests until they can leave at its rate, so \
+                     it cannot reject at once; remove on_limit, or use algorithm = \
+                     \"token_bucket\" to answer at once",
+                ),
+                ("reject", _) => {}
+                ("delay", Some(AlgorithmKind::SlidingWindow)) => {
+                    self.error(
+                        at,
+                        &path,
+                        "delay is not supported with sliding_window; use token_bucket, \
+                         leaky_bucket, fixed_window or sliding_log",
+                    );
+                    delay = Some(true);
+                }
+                ("delay", _) => delay = Some(true),
+                (other, _) => {
+                    self.error(
+                        at,
+                        &path,
+                        format!("unknown on_limit \"{other}\"; allowed: \"reject\" or \"delay\""),
+                    );
+                    delay = None;
+                }
+            }
+        }
+        if algorithm == Some(AlgorithmKind::LeakyBucket) {
+            delay = Some(true);
+        } else if algorithm.is_none() && delay == Some(false) {
+            delay = None;
+        }
+        delay
     }
 
     /// `max_delay` or `max_queue` written on a rule that rejects at once.

@@ -67,8 +67,83 @@ impl Validator<'_> {
     }
 
     fn rule(&mut self, index: usize, at: usize, raw: &RawRule, ipv6_prefix: u8) -> RuleConfig {
-        let path = |field: &str| format!("rule[{index}].{field}");
-        let name = match &raw.name {
+        let name = self.rule_name(index, at, raw);
+        // `None` when the algorithm is invalid (already reported), so that
+        // nothing is judged against a made-up algorithm.
+        let algorithm = match &raw.algorithm {
+            None => Some(AlgorithmKind::TokenBucket),
+            Some(field) => self.algorithm(&format!("rule[{index}].algorithm"), field),
+        };
+        let matcher = raw
+            .matcher
+            .as_ref()
+            .map(|m| self.matcher(&format!("rule[{index}].match"), m))
+            .unwrap_or_default();
+        let key = self.rule_key(index, raw, matcher.is_service());
+        let missing = self.missing(index, raw);
+        let (written, calendar, built) = self.rule_limits(index, at, raw, algorithm);
+        let (cost, graphql_cost, units) =
+            self.rule_cost(index, raw, algorithm, written.as_deref(), &built);
+        let context = RuleContext {
+            index,
+            at,
+            algorithm,
+            written: written.as_deref(),
+            cost: units.then_some(cost),
+            calendar: &calendar,
+        };
+        let unreadable = self.unreadable(&context, raw, graphql_cost, &built);
+        let reserve = self.reserve(&context, raw, &built);
+        let limits = built.limits;
+        let tiers = raw.tiers.as_ref().and_then(|t| self.tiers(&context, t));
+        let overrides = match &raw.overrides {
+            Some(o) => self.overrides(&context, o, &key, ipv6_prefix),
+            None => Vec::new(),
+        };
+        let sunset = raw
+            .sunset
+            .as_ref()
+            .and_then(|s| self.sunset(&context, s, raw));
+        let ban = raw.ban.as_ref().and_then(|b| self.ban(&context, b, raw));
+        let on_change = self.on_change(index, raw);
+        // A leaky bucket's queue is its capacity: how many may wait.
+        let queue = limits.first().map_or(1, |limit| limit.capacity);
+        let on_limit = self.on_limit(&context, raw, queue);
+        let max_in_flight = self.max_in_flight(&context, raw);
+        let min_in_flight = self.min_in_flight(&context, raw, max_in_flight);
+        let mut rule = RuleConfig {
+            name,
+            matcher,
+            key,
+            missing,
+            algorithm: algorithm.unwrap_or(AlgorithmKind::TokenBucket),
+            limits,
+            cost,
+            graphql_cost,
+            unreadable,
+            shadow: raw.shadow.as_ref().is_some_and(|v| *v.get_ref()),
+            on_limit,
+            max_in_flight,
+            min_in_flight,
+            tiers,
+            overrides,
+            sunset,
+            ban,
+            on_change,
+            charge: self.charge(&context, raw),
+            reserve,
+            refund_on: self.refund_on(&context, raw),
+            unit: Unit::Request,
+        };
+        self.who_decides(&context, raw, &rule);
+        self.keyed_on_calls(&context, raw, &rule);
+        rule.unit = self.unit(&context, raw, &rule);
+        rule
+    }
+
+    /// `name`: required, and a name a metric label and a log line can carry.
+    fn rule_name(&mut self, index: usize, at: usize, raw: &RawRule) -> String {
+        match &raw.name {
             None => self.invalid(
                 at,
                 &format!("rule[{index}]"),
@@ -77,49 +152,87 @@ impl Validator<'_> {
             Some(field) => {
                 let name = field.get_ref();
                 if let Err(message) = check_rule_name(name) {
-                    self.error(field.span().start, &path("name"), message);
+                    self.error(field.span().start, &format!("rule[{index}].name"), message);
                 }
                 name.clone()
             }
-        };
+        }
+    }
 
-        // `None` when the algorithm is invalid (already reported), so that
-        // nothing is judged against a made-up algorithm.
-        let algorithm = match &raw.algorithm {
-            None => Some(AlgorithmKind::TokenBucket),
-            Some(field) => self.algorithm(&path("algorithm"), field),
-        };
+    /// `cost`, and whether it is units written (which must fit the
+    /// rule's limits).
+    fn rule_cost(
+        &mut self,
+        index: usize,
+        raw: &RawRule,
+        algorithm: Option<AlgorithmKind>,
+        written: Option<&[WrittenLimit]>,
+        built: &BuiltLimits,
+    ) -> (u64, bool, bool) {
         let concurrency = algorithm.is_some_and(AlgorithmKind::counts_in_flight);
+        let (cost, graphql_cost) = self.cost(index, raw.cost.as_ref(), concurrency);
+        let units = raw.cost.as_ref().filter(|_| !graphql_cost);
+        if let (Some(field), Some(written)) = (units, written) {
+            if let Some((_, message)) =
+                self.cost_misfit(&cost.to_string(), cost, algorithm, written, built)
+            {
+                self.error(field.span().start, &format!("rule[{index}].cost"), message);
+            }
+        }
+        (cost, graphql_cost, units.is_some())
+    }
 
-        let matcher = raw
-            .matcher
-            .as_ref()
-            .map(|m| self.matcher(&format!("rule[{index}].match"), m))
-            .unwrap_or_default();
-
-        let key = match &raw.key {
-            // A service call has no client address: one bucket for the
-            // descriptors the rule decides, unless its key says otherwise.
-            None if matcher.is_service() => vec![KeySource::Global],
+    /// `key`, by default the client's address (a service call has none:
+    /// one bucket for the descriptors the rule decides).
+    fn rule_key(&mut self, index: usize, raw: &RawRule, service: bool) -> Vec<KeySource> {
+        match &raw.key {
+            None if service => vec![KeySource::Global],
             None => vec![KeySource::Ip],
             Some(field) => self.key(index, field),
-        };
-        let missing = self.choice(
+        }
+    }
+
+    /// `missing`: what a request without a key source gets.
+    fn missing(&mut self, index: usize, raw: &RawRule) -> MissingPolicy {
+        self.choice(
             raw.missing.as_ref(),
-            &path("missing"),
+            &format!("rule[{index}].missing"),
             &[
                 ("shared", MissingPolicy::Shared),
                 ("skip", MissingPolicy::Skip),
                 ("reject", MissingPolicy::Reject),
             ],
             MissingPolicy::Shared,
-        );
+        )
+    }
 
-        // `None` when the limits are missing or invalid (already reported),
-        // so that `burst` and `cost` are not judged against made-up ones.
-        // A concurrency rule has none: it counts requests in flight.
+    /// `on_change`: what a reload does to the rule's buckets.
+    fn on_change(&mut self, index: usize, raw: &RawRule) -> OnChange {
+        self.choice(
+            raw.on_change.as_ref(),
+            &format!("rule[{index}].on_change"),
+            &[
+                ("keep", OnChange::Keep),
+                ("proportional", OnChange::Proportional),
+                ("reset", OnChange::Reset),
+            ],
+            OnChange::Proportional,
+        )
+    }
+
+    /// The rule's limits as written (`None` when missing or invalid, already
+    /// reported, so that `burst` and `cost` are not judged against made-up
+    /// ones; a concurrency rule has none: it counts requests in flight), its
+    /// calendar, and its limits as built.
+    fn rule_limits(
+        &mut self,
+        index: usize,
+        at: usize,
+        raw: &RawRule,
+        algorithm: Option<AlgorithmKind>,
+    ) -> (Option<Vec<WrittenLimit>>, RuleCalendar, BuiltLimits) {
         let base = format!("rule[{index}]");
-        let written = if concurrency {
+        let written = if algorithm.is_some_and(AlgorithmKind::counts_in_flight) {
             for (key, written) in [("rate", raw.rate.start()), ("limits", raw.limits.start())] {
                 if let Some(at) = written {
                     self.not_for_concurrency(index, at, key);
@@ -149,85 +262,7 @@ impl Validator<'_> {
             default_burst,
         );
         calendar.attach(&mut built.limits, written.as_deref());
-
-        let (cost, graphql_cost) = self.cost(index, raw.cost.as_ref(), concurrency);
-        let units = raw.cost.as_ref().filter(|_| !graphql_cost);
-        if let (Some(field), Some(written)) = (units, &written) {
-            if let Some((_, message)) =
-                self.cost_misfit(&cost.to_string(), cost, algorithm, written, &built)
-            {
-                self.error(field.span().start, &path("cost"), message);
-            }
-        }
-        let context = RuleContext {
-            index,
-            at,
-            algorithm,
-            written: written.as_deref(),
-            cost: units.is_some().then_some(cost),
-            calendar: &calendar,
-        };
-        let unreadable = self.unreadable(&context, raw, graphql_cost, &built);
-        let reserve = self.reserve(&context, raw, &built);
-        let limits = built.limits;
-
-        let tiers = raw.tiers.as_ref().and_then(|t| self.tiers(&context, t));
-        let overrides = match &raw.overrides {
-            Some(o) => self.overrides(&context, o, &key, ipv6_prefix),
-            None => Vec::new(),
-        };
-        let sunset = raw
-            .sunset
-            .as_ref()
-            .and_then(|s| self.sunset(&context, s, raw));
-        let ban = raw.ban.as_ref().and_then(|b| self.ban(&context, b, raw));
-        let on_change = self.choice(
-            raw.on_change.as_ref(),
-            &path("on_change"),
-            &[
-                ("keep", OnChange::Keep),
-                ("proportional", OnChange::Proportional),
-                ("reset", OnChange::Reset),
-            ],
-            OnChange::Proportional,
-        );
-
-        // A leaky bucket's queue is its capacity: how many may wait.
-        let queue = limits.first().map_or(1, |limit| limit.capacity);
-        let on_limit = self.on_limit(&context, raw, queue);
-        let max_in_flight = self.max_in_flight(&context, raw);
-        let min_in_flight = self.min_in_flight(&context, raw, max_in_flight);
-        let charge = self.charge(&context, raw);
-        let refund_on = self.refund_on(&context, raw);
-
-        let mut rule = RuleConfig {
-            name,
-            matcher,
-            key,
-            missing,
-            algorithm: algorithm.unwrap_or(AlgorithmKind::TokenBucket),
-            limits,
-            cost,
-            graphql_cost,
-            unreadable,
-            shadow: raw.shadow.as_ref().is_some_and(|v| *v.get_ref()),
-            on_limit,
-            max_in_flight,
-            min_in_flight,
-            tiers,
-            overrides,
-            sunset,
-            ban,
-            on_change,
-            charge,
-            reserve,
-            refund_on,
-            unit: Unit::Request,
-        };
-        self.who_decides(&context, raw, &rule);
-        self.keyed_on_calls(&context, raw, &rule);
-        rule.unit = self.unit(&context, raw, &rule);
-        rule
+        (written, calendar, built)
     }
 
     /// `max_in_flight`: for concurrency, and an adaptive rule's ceiling.

@@ -16,35 +16,66 @@ impl Validator<'_> {
     /// Checks that `rule` (written as `raw`, in `context`) says
     /// only what the kind of caller it decides for can mean.
     pub(super) fn who_decides(&mut self, context: &RuleContext, raw: &RawRule, rule: &RuleConfig) {
-        let (index, at) = (context.index, context.at);
-        let key_at = raw.key.start_or(at);
         if !rule.matcher.is_service() {
-            if let Some(source) = rule
-                .key
-                .iter()
-                .find(|s| matches!(s, KeySource::Descriptor(_)))
-            {
+            return self.proxied_only(context, raw, rule);
+        }
+        self.service_match(context, raw);
+        self.service_key(context, raw, rule);
+        self.service_unwritable(context, raw, rule);
+        if let Some(tiers) = &rule.tiers {
+            let names_an_entry = match &tiers.by {
+                KeySource::Descriptor(key) => {
+                    rule.key.contains(&tiers.by)
+                        || rule.matcher.descriptor.iter().any(|(k, _)| k == key)
+                }
+                _ => false,
+            };
+            if !names_an_entry {
                 self.error(
-                    key_at,
-                    &format!("rule[{index}].key"),
+                    tier_at(raw, context.at),
+                    &format!("rule[{}].tiers.by", context.index),
                     format!(
-                        "\"{source}\" reads a rate limit service descriptor, which only a rule \
-                         with match.domain decides; add match.domain, or key on the request"
+                        "\"{}\" is not an entry this rule's descriptors carry; pick the tier by \
+                         one of its \"descriptor:<entry key>\" sources",
+                        tiers.by
                     ),
                 );
             }
-            if let Some(tiers) = &rule.tiers {
-                if matches!(tiers.by, KeySource::Descriptor(_)) {
-                    self.error(
-                        tier_at(raw, at),
-                        &format!("rule[{index}].tiers.by"),
-                        "a proxied request has no rate limit service descriptor; pick the tier \
-                         by a source of the request, such as by = \"header:x-plan\"",
-                    );
-                }
-            }
-            return;
         }
+    }
+
+    /// A rule for proxied requests reads no descriptor.
+    fn proxied_only(&mut self, context: &RuleContext, raw: &RawRule, rule: &RuleConfig) {
+        let (index, at) = (context.index, context.at);
+        if let Some(source) = rule
+            .key
+            .iter()
+            .find(|s| matches!(s, KeySource::Descriptor(_)))
+        {
+            self.error(
+                raw.key.start_or(at),
+                &format!("rule[{index}].key"),
+                format!(
+                    "\"{source}\" reads a rate limit service descriptor, which only a rule \
+                     with match.domain decides; add match.domain, or key on the request"
+                ),
+            );
+        }
+        if let Some(tiers) = &rule.tiers {
+            if matches!(tiers.by, KeySource::Descriptor(_)) {
+                self.error(
+                    tier_at(raw, at),
+                    &format!("rule[{index}].tiers.by"),
+                    "a proxied request has no rate limit service descriptor; pick the tier \
+                     by a source of the request, such as by = \"header:x-plan\"",
+                );
+            }
+        }
+    }
+
+    /// A rule for service calls matches on none of a request's parts.
+    fn service_match(&mut self, context: &RuleContext, raw: &RawRule) {
+        let (index, at) = (context.index, context.at);
         let path = |field: &str| format!("rule[{index}].{field}");
         if let Some(matcher) = &raw.matcher {
             for (name, field) in [
@@ -78,10 +109,17 @@ impl Validator<'_> {
                 );
             }
         }
+    }
+
+    /// A rule for service calls keys on descriptor entries only, and names
+    /// one (by its key or its match).
+    fn service_key(&mut self, context: &RuleContext, raw: &RawRule, rule: &RuleConfig) {
+        let (index, at) = (context.index, context.at);
+        let path = |field: &str| format!("rule[{index}].{field}");
         for source in &rule.key {
             if !matches!(source, KeySource::Descriptor(_) | KeySource::Global) {
                 self.error(
-                    key_at,
+                    raw.key.start_or(at),
                     &path("key"),
                     format!(
                         "\"{source}\" is a source of proxied requests; a rule with match.domain \
@@ -107,6 +145,13 @@ impl Validator<'_> {
                  \"descriptor:<entry key>\" or add match.descriptor = { <entry key> = \"<value>\" }",
             );
         }
+    }
+
+    /// A rule for service calls counts no permits, holds nothing and
+    /// settles nothing.
+    fn service_unwritable(&mut self, context: &RuleContext, raw: &RawRule, rule: &RuleConfig) {
+        let (index, at) = (context.index, context.at);
+        let path = |field: &str| format!("rule[{index}].{field}");
         if rule.algorithm.counts_in_flight() {
             self.error(
                 raw.algorithm.start_or(at),
@@ -174,26 +219,6 @@ impl Validator<'_> {
                     written,
                     &path(field),
                     format!("a rule with match.domain takes no {field}: {why}"),
-                );
-            }
-        }
-        if let Some(tiers) = &rule.tiers {
-            let names_an_entry = match &tiers.by {
-                KeySource::Descriptor(key) => {
-                    rule.key.contains(&tiers.by)
-                        || rule.matcher.descriptor.iter().any(|(k, _)| k == key)
-                }
-                _ => false,
-            };
-            if !names_an_entry {
-                self.error(
-                    tier_at(raw, at),
-                    &path("tiers.by"),
-                    format!(
-                        "\"{}\" is not an entry this rule's descriptors carry; pick the tier by \
-                         one of its \"descriptor:<entry key>\" sources",
-                        tiers.by
-                    ),
                 );
             }
         }

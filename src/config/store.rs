@@ -1,7 +1,11 @@
 //! `[store]` and `[store.redis]`: where bucket state lives.
 
 use std::borrow::Cow;
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
 use std::time::Duration;
+
+use toml::Spanned;
 
 use super::raw::{RawConfig, RawRedis, Start};
 use super::validate::{non_empty, Validator};
@@ -67,28 +71,22 @@ impl Validator<'_> {
         }
         // Checked in either mode, so that switching modes reveals no old
         // mistake.
-        let sync_interval = read!(timeout, sync_interval, Duration::from_millis(50));
-        if let Some(field) = &raw.sync_interval {
-            if !(MIN_SYNC_INTERVAL..=MAX_SYNC_INTERVAL).contains(&sync_interval) {
-                self.error(
-                    field.span().start,
-                    "store.redis.sync_interval",
-                    "sync_interval must be between 5ms and 10s: the overshoot a fleet allows \
-                     grows with it (one interval's traffic, two at worst)",
-                );
-            }
-        }
-        let settle_retry_for = read!(timeout, settle_retry_for, Duration::from_secs(600));
-        if let Some(field) = &raw.settle_retry_for {
-            if !(MIN_SETTLE_RETRY..=MAX_SETTLE_RETRY).contains(&settle_retry_for) {
-                self.error(
-                    field.span().start,
-                    "store.redis.settle_retry_for",
-                    "settle_retry_for must be between 1s and 24h: how long a charge or a \
-                     give-back Redis does not take is kept and retried",
-                );
-            }
-        }
+        let sync_interval = self.timeout_within(
+            raw.sync_interval.as_ref(),
+            "store.redis.sync_interval",
+            Duration::from_millis(50),
+            MIN_SYNC_INTERVAL..=MAX_SYNC_INTERVAL,
+            "sync_interval must be between 5ms and 10s: the overshoot a fleet allows grows \
+             with it (one interval's traffic, two at worst)",
+        );
+        let settle_retry_for = self.timeout_within(
+            raw.settle_retry_for.as_ref(),
+            "store.redis.settle_retry_for",
+            Duration::from_secs(600),
+            MIN_SETTLE_RETRY..=MAX_SETTLE_RETRY,
+            "settle_retry_for must be between 1s and 24h: how long a charge or a give-back \
+             Redis does not take is kept and retried",
+        );
         let mut mode = RedisMode::Strict;
         if let Some(field) = &raw.mode {
             match field.get_ref().as_str() {
@@ -102,6 +100,60 @@ impl Validator<'_> {
             }
         }
         let cluster = raw.cluster.as_ref().is_some_and(|c| *c.get_ref());
+        let (urls, urls_at, urls_path) = self.redis_urls(raw, cluster);
+        let over_tls = urls.iter().filter(|url| is_tls(url)).count();
+        if over_tls != 0 && over_tls != urls.len() {
+            self.error(
+                urls_at,
+                urls_path,
+                "some nodes are rediss:// (TLS) and others are not: a Cluster's nodes all speak \
+                 TLS or none does",
+            );
+        }
+        let ca = non_empty(&raw.ca).map(|field| self.redis_ca(field, over_tls));
+        let password_env = non_empty(&raw.password_env)
+            .map(|field| self.password_env(field, in_use, &urls, urls_path));
+        RedisConfig {
+            mode,
+            urls,
+            cluster,
+            timeout: read!(timeout, timeout, Duration::from_millis(20)),
+            on_error: read!(
+                choice,
+                on_error,
+                &[
+                    ("local", OnError::Local),
+                    ("allow", OnError::Allow),
+                    ("deny", OnError::Deny),
+                ],
+                OnError::Local
+            ),
+            settle_retry_for,
+            instances: read!(int, instances, 0, 0..=1_000_000),
+            password_env,
+            ca,
+        }
+    }
+
+    /// A duration that must lie in `range` (else `why`, where written).
+    fn timeout_within(
+        &mut self,
+        field: Option<&Spanned<String>>,
+        path: &str,
+        default: Duration,
+        range: RangeInclusive<Duration>,
+        why: &str,
+    ) -> Duration {
+        let duration = self.timeout(field, path, default);
+        if let Some(field) = field.filter(|_| !range.contains(&duration)) {
+            self.error(field.span().start, path, why);
+        }
+        duration
+    }
+
+    /// `url` or `urls` (the nodes of a cluster), with where they are
+    /// written and as what, for errors about them all.
+    fn redis_urls(&mut self, raw: &RawRedis, cluster: bool) -> (Vec<String>, usize, &'static str) {
         let urls = self.list(raw.urls.as_ref(), "store.redis.urls", |url| {
             redis_url(url).map(|()| url.to_owned())
         });
@@ -132,83 +184,64 @@ impl Validator<'_> {
             (None, Some(urls)) => (urls.span().start, "store.redis.urls"),
             (None, None) => (0, "store.redis.url"),
         };
-        let over_tls = urls.iter().filter(|url| is_tls(url)).count();
-        if over_tls != 0 && over_tls != urls.len() {
+        (urls, urls_at, urls_path)
+    }
+
+    /// `ca`: roots that verify rediss:// servers (`over_tls` of the URLs).
+    fn redis_ca(&mut self, field: &Spanned<String>, over_tls: usize) -> PathBuf {
+        let path = self.file_path(field.get_ref());
+        let read = crate::tls::read_roots(Some(&path)).and_then(|_| match over_tls {
+            // An error, not a warning: whoever names a CA means the
+            // link to be verified TLS, and it would go in clear.
+            0 => Err(
+                "ca verifies rediss:// servers, and no URL here is rediss://: the \
+                      connection (and any password) would go in clear; write \
+                      rediss://host:port"
+                    .to_owned(),
+            ),
+            _ => Ok(()),
+        });
+        self.ok(field.span().start, "store.redis.ca", read);
+        path
+    }
+
+    /// `password_env`: a variable that, when the store is `in_use`, holds
+    /// the password; a password in the URLs is then not used.
+    fn password_env(
+        &mut self,
+        field: &Spanned<String>,
+        in_use: bool,
+        urls: &[String],
+        urls_path: &str,
+    ) -> String {
+        let name = field.get_ref();
+        let at = field.span().start;
+        let path = "store.redis.password_env";
+        let problem = match std::env::var_os(name) {
+            _ if !in_use => None,
+            None => Some("is not set; it must hold the password sluice gives Redis (AUTH)"),
+            Some(value) if value.is_empty() => Some("is empty; it must hold the Redis password"),
+            Some(value) if value.to_str().is_none() => Some("is not UTF-8 text"),
+            Some(_) => None,
+        };
+        if let Some(problem) = problem {
             self.error(
-                urls_at,
-                urls_path,
-                "some nodes are rediss:// (TLS) and others are not: a Cluster's nodes all speak \
-                 TLS or none does",
+                at,
+                path,
+                format!("the environment variable {name} {problem}"),
             );
         }
-        let ca = non_empty(&raw.ca).map(|field| {
-            let path = self.file_path(field.get_ref());
-            let read = crate::tls::read_roots(Some(&path)).and_then(|_| match over_tls {
-                // An error, not a warning: whoever names a CA means the
-                // link to be verified TLS, and it would go in clear.
-                0 => Err(
-                    "ca verifies rediss:// servers, and no URL here is rediss://: the \
-                          connection (and any password) would go in clear; write \
-                          rediss://host:port"
-                        .to_owned(),
+        if urls.iter().any(|url| url_has_password(url)) {
+            self.warn(
+                at,
+                path,
+                format_args!(
+                    "the password in {urls_path} is not used: the one in {name} is; \
+                         remove it from the file"
                 ),
-                _ => Ok(()),
-            });
-            self.ok(field.span().start, "store.redis.ca", read);
-            path
-        });
-        let password_env = non_empty(&raw.password_env).map(|field| {
-            let name = field.get_ref();
-            let at = field.span().start;
-            let path = "store.redis.password_env";
-            let problem = match std::env::var_os(name) {
-                _ if !in_use => None,
-                None => Some("is not set; it must hold the password sluice gives Redis (AUTH)"),
-                Some(value) if value.is_empty() => {
-                    Some("is empty; it must hold the Redis password")
-                }
-                Some(value) if value.to_str().is_none() => Some("is not UTF-8 text"),
-                Some(_) => None,
-            };
-            if let Some(problem) = problem {
-                self.error(
-                    at,
-                    path,
-                    format!("the environment variable {name} {problem}"),
-                );
-            }
-            if urls.iter().any(|url| url_has_password(url)) {
-                self.warn(
-                    at,
-                    path,
-                    format_args!(
-                        "the password in {urls_path} is not used: the one in {name} is; \
-                             remove it from the file"
-                    ),
-                );
-            }
-            name.clone()
-        });
-        RedisConfig {
-            mode,
-            urls,
-            cluster,
-            timeout: read!(timeout, timeout, Duration::from_millis(20)),
-            on_error: read!(
-                choice,
-                on_error,
-                &[
-                    ("local", OnError::Local),
-                    ("allow", OnError::Allow),
-                    ("deny", OnError::Deny),
-                ],
-                OnError::Local
-            ),
-            settle_retry_for,
-            instances: read!(int, instances, 0, 0..=1_000_000),
-            password_env,
-            ca,
+            );
         }
+        name.clone()
     }
 }
 

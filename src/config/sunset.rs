@@ -43,6 +43,64 @@ impl Validator<'_> {
             self.not_for_concurrency(index, at, "sunset");
             return None;
         }
+        let mut valid = self.sunset_alone(rule, raw_rule, at);
+        let sunset = &raw.value;
+        let present = [
+            ("start", sunset.start.is_some()),
+            ("end", sunset.end.is_some()),
+            ("to", sunset.to.is_some()),
+        ];
+        let example = "sunset = { start = 2026-12-01T00:00:00Z, end = 2027-01-01T00:00:00Z, \
+                       to = \"0/d\" } (step defaults to \"1d\"; link is optional)";
+        valid &= self.require(at, &format!("rule[{index}].sunset"), &present, example);
+        let start = (sunset.start.as_ref()).and_then(|field| self.timestamp(field, &path("start")));
+        let end = (sunset.end.as_ref()).and_then(|field| self.timestamp(field, &path("end")));
+        if let (Some(start), Some(end), Some(field)) = (start, end, &sunset.end) {
+            if end <= start {
+                let line = sunset
+                    .start
+                    .as_ref()
+                    .map_or(0, |s| self.source.position(s.span().start).0);
+                self.error(
+                    field.span().start,
+                    &path("end"),
+                    format!("must be after start (line {line}): the limit falls from start to end"),
+                );
+                valid = false;
+            }
+        }
+        let to = sunset
+            .to
+            .as_ref()
+            .and_then(|field| self.sunset_to(rule, field));
+        let step = match &sunset.step {
+            None => Some(Duration::from_secs(86_400)),
+            Some(field) => self.positive_duration(field, &path("step"), " (default \"1d\")"),
+        };
+        let link = match &sunset.link {
+            None => Some(None),
+            Some(field) => {
+                let checked = check_link(field.get_ref()).map(|()| Some(field.get_ref().clone()));
+                self.ok(field.span().start, &path("link"), checked)
+            }
+        };
+        valid &= self.sunset_steps(index, sunset, start.zip(end), step);
+        if !valid {
+            return None;
+        }
+        Some(SunsetConfig {
+            start: start?,
+            end: end?,
+            to: to?,
+            step: step?,
+            link: link?,
+        })
+    }
+
+    /// A sunset lowers the rule's one rate for every caller: no more rates,
+    /// no tiers, no overrides.
+    fn sunset_alone(&mut self, rule: &RuleContext, raw_rule: &RawRule, at: usize) -> bool {
+        let index = rule.index;
         let mut valid = true;
         if let (Some(written), Some(limits)) = (rule.written, &raw_rule.limits) {
             if written.len() > 1 {
@@ -79,98 +137,67 @@ impl Validator<'_> {
                 valid = false;
             }
         }
-        let sunset = &raw.value;
-        let present = [
-            ("start", sunset.start.is_some()),
-            ("end", sunset.end.is_some()),
-            ("to", sunset.to.is_some()),
-        ];
-        let example = "sunset = { start = 2026-12-01T00:00:00Z, end = 2027-01-01T00:00:00Z, \
-                       to = \"0/d\" } (step defaults to \"1d\"; link is optional)";
-        valid &= self.require(at, &format!("rule[{index}].sunset"), &present, example);
-        let start = (sunset.start.as_ref()).and_then(|field| self.timestamp(field, &path("start")));
-        let end = (sunset.end.as_ref()).and_then(|field| self.timestamp(field, &path("end")));
-        if let (Some(start), Some(end), Some(field)) = (start, end, &sunset.end) {
-            if end <= start {
-                let line = sunset
-                    .start
-                    .as_ref()
-                    .map_or(0, |s| self.source.position(s.span().start).0);
-                self.error(
-                    field.span().start,
-                    &path("end"),
-                    format!("must be after start (line {line}): the limit falls from start to end"),
-                );
-                valid = false;
-            }
-        }
+        valid
+    }
+
+    /// `to`: a rate no higher than the rule's, as a count per its period.
+    fn sunset_to(&mut self, rule: &RuleContext, field: &Spanned<String>) -> Option<u64> {
+        let path = format!("rule[{}].sunset.to", rule.index);
         let rate = rule
             .written
             .filter(|written| written.len() == 1)
             .map(|written| &written[0]);
-        let to = sunset.to.as_ref().and_then(|field| {
-            let to = self.ok(field.span().start, &path("to"), parse_rate(field.get_ref()))?;
-            // `None`: the rule's own rate is invalid (already reported).
-            let from = rate?;
-            let converted =
-                u128::from(to.count) * from.rate.period.as_nanos() / to.period.as_nanos();
-            match u64::try_from(converted) {
-                Ok(converted) if converted <= from.rate.count => Some(converted),
-                _ => self.invalid(
-                    field.span().start,
-                    &path("to"),
-                    format!(
-                        "\"{}\" is {converted} per period of the rule's {} \"{}\", more than its \
-                         COUNT {}: a sunset only lowers a limit",
-                        field.get_ref(),
-                        from.key,
-                        from.text,
-                        from.rate.count
-                    ),
+        let to = self.ok(field.span().start, &path, parse_rate(field.get_ref()))?;
+        // `None`: the rule's own rate is invalid (already reported).
+        let from = rate?;
+        let converted = u128::from(to.count) * from.rate.period.as_nanos() / to.period.as_nanos();
+        match u64::try_from(converted) {
+            Ok(converted) if converted <= from.rate.count => Some(converted),
+            _ => self.invalid(
+                field.span().start,
+                &path,
+                format!(
+                    "\"{}\" is {converted} per period of the rule's {} \"{}\", more than its \
+                     COUNT {}: a sunset only lowers a limit",
+                    field.get_ref(),
+                    from.key,
+                    from.text,
+                    from.rate.count
                 ),
-            }
-        });
-        let step = match &sunset.step {
-            None => Some(Duration::from_secs(86_400)),
-            Some(field) => self.positive_duration(field, &path("step"), " (default \"1d\")"),
-        };
-        let link = match &sunset.link {
-            None => Some(None),
-            Some(field) => {
-                let checked = check_link(field.get_ref()).map(|()| Some(field.get_ref().clone()));
-                self.ok(field.span().start, &path("link"), checked)
-            }
-        };
+            ),
+        }
+    }
+
+    /// At most [`MAX_STEPS`](crate::limiter::sunset::MAX_STEPS) steps from
+    /// start to end.
+    fn sunset_steps(
+        &mut self,
+        index: usize,
+        sunset: &RawSunset,
+        span: Option<(u64, u64)>,
+        step: Option<Duration>,
+    ) -> bool {
         let step_at = sunset
             .step
             .as_ref()
             .map(Spanned::span)
             .or_else(|| sunset.end.as_ref().map(Spanned::span));
-        if let (Some(start), Some(end), Some(step_len), Some(at)) = (start, end, step, step_at) {
+        if let (Some((start, end)), Some(step_len), Some(at)) = (span, step, step_at) {
             let steps = u128::from(end.saturating_sub(start)).div_ceil(step_len.as_nanos().max(1));
             if steps > u128::from(crate::limiter::sunset::MAX_STEPS) {
                 self.error(
                     at.start,
-                    &path("step"),
+                    &format!("rule[{index}].sunset.step"),
                     format!(
                         "makes {steps} steps from start to end; at most {} are allowed, so use a \
                          longer step",
                         crate::limiter::sunset::MAX_STEPS
                     ),
                 );
-                valid = false;
+                return false;
             }
         }
-        if !valid {
-            return None;
-        }
-        Some(SunsetConfig {
-            start: start?,
-            end: end?,
-            to: to?,
-            step: step?,
-            link: link?,
-        })
+        true
     }
 
     /// A timestamp: an RFC 3339 string or a TOML offset datetime.

@@ -132,205 +132,277 @@ pub(super) fn resolve(
     env: &dyn Fn(&str) -> Option<String>,
     warnings: &mut Vec<String>,
 ) -> Tracing {
-    let var = |name: &str| env(name).filter(|value| !value.trim().is_empty());
-    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+    let mut read = Reading {
+        env,
+        warnings,
+        shown: Vec::new(),
+    };
+    if read
+        .var("OTEL_SDK_DISABLED")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    {
         return Tracing::Off("OTEL_SDK_DISABLED=true");
     }
-    let traces_endpoint = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
-    let endpoint = var("OTEL_EXPORTER_OTLP_ENDPOINT");
+    let traces_endpoint = read.var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    let endpoint = read.var("OTEL_EXPORTER_OTLP_ENDPOINT");
     if !file.present && traces_endpoint.is_none() && endpoint.is_none() {
         return Tracing::Off("no [tracing] and no OTEL_EXPORTER_OTLP_*ENDPOINT");
     }
-    if var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim() == "none") {
+    if read
+        .var("OTEL_TRACES_EXPORTER")
+        .is_some_and(|v| v.trim() == "none")
+    {
         return Tracing::Off("OTEL_TRACES_EXPORTER=none");
     }
-    let mut shown = Vec::new();
-    let mut show = |name: &'static str, value: String, from: &str| {
-        shown.push(Shown {
-            name,
-            value,
-            from: from.to_owned(),
-        });
+    let Some(endpoint) = read.endpoint(file, traces_endpoint, endpoint) else {
+        return Tracing::Off("the collector's URL cannot be used");
     };
-
-    // Where spans go.
-    let (url, from) = match (&file.otlp, &traces_endpoint, &endpoint) {
-        (Some(base), _, _) => (join_traces(base), FROM_FILE),
-        (None, Some(full), _) => (full.trim().to_owned(), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-        (None, None, Some(base)) => (join_traces(base), "OTEL_EXPORTER_OTLP_ENDPOINT"),
-        (None, None, None) => (join_traces(DEFAULT_ENDPOINT), DEFAULT),
-    };
-    let endpoint = match collector_url(&url) {
-        Ok(uri) => uri,
-        Err(why) => {
-            warnings.push(format!("{from}: {why}; tracing is off"));
-            return Tracing::Off("the collector's URL cannot be used");
-        }
-    };
-    show("endpoint", endpoint.to_string(), from);
-    if let Some(protocol) = var("OTEL_EXPORTER_OTLP_PROTOCOL") {
-        if protocol.trim() != "http/protobuf" {
-            warnings.push(format!(
-                "OTEL_EXPORTER_OTLP_PROTOCOL: sluice exports with http/protobuf only, not {:?}",
-                protocol.trim()
-            ));
-        }
-    }
-
-    // Headers: the traces variable's win over the general one's, by name.
-    let mut headers: Vec<(http::HeaderName, http::HeaderValue)> = Vec::new();
-    for name in [
-        "OTEL_EXPORTER_OTLP_HEADERS",
-        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-    ] {
-        let Some(list) = var(name) else { continue };
-        for (key, value) in pairs(&list) {
-            let parsed = (
-                http::HeaderName::from_bytes(key.as_bytes()),
-                http::HeaderValue::from_str(&value),
-            );
-            let (Ok(key), Ok(mut value)) = parsed else {
-                warnings.push(format!(
-                    "{name}: {key:?} is not a header that can be sent; left out"
-                ));
-                continue;
-            };
-            value.set_sensitive(true);
-            headers.retain(|(existing, _)| *existing != key);
-            show("header", format!("{key}: (hidden)"), name);
-            headers.push((key, value));
-        }
-    }
-
-    // Sampling: the file's keys, else the sampler variables.
-    let sampler = var("OTEL_TRACES_SAMPLER").map(|s| s.trim().to_owned());
-    let sampler_arg =
-        var("OTEL_TRACES_SAMPLER_ARG").and_then(|arg| match arg.trim().parse::<f64>() {
-            Ok(ratio) if (0.0..=1.0).contains(&ratio) => Some(ratio),
-            _ => {
-                warnings.push(format!(
-                    "OTEL_TRACES_SAMPLER_ARG: {:?} is not a ratio from 0 to 1; 1 is used",
-                    arg.trim()
-                ));
-                None
-            }
-        });
-    let (env_sample, env_parent) = match sampler.as_deref() {
-        None => (None, None),
-        Some("always_on" | "parentbased_always_on") => (Some(1.0), None),
-        Some("always_off" | "parentbased_always_off") => (Some(0.0), None),
-        Some("traceidratio") => (Some(sampler_arg.unwrap_or(1.0)), Some(ParentRule::Never)),
-        Some("parentbased_traceidratio") => (Some(sampler_arg.unwrap_or(1.0)), None),
-        Some(other) => {
-            warnings.push(format!(
-                "OTEL_TRACES_SAMPLER: {other:?} is not one sluice has (always_on, always_off, \
-                 traceidratio, parentbased_*); the defaults are used"
-            ));
-            (None, None)
-        }
-    };
-    let (sample, from) = match (file.sample, env_sample) {
-        (Some(sample), _) => (sample, FROM_FILE),
-        (None, Some(sample)) => (sample, "OTEL_TRACES_SAMPLER"),
-        (None, None) => (1.0, DEFAULT),
-    };
-    show("sample", sample.to_string(), from);
-    let (parent, from) = match (file.parent, env_parent) {
-        (Some(parent), _) => (parent, FROM_FILE),
-        (None, Some(parent)) => (parent, "OTEL_TRACES_SAMPLER"),
-        (None, None) => (ParentRule::Trusted, DEFAULT),
-    };
-    show("parent", parent_name(parent).to_owned(), from);
-
+    let headers = read.headers();
+    let (sample, parent) = read.sampling(file);
     // Propagators.
-    let (propagators, from) = match (file.propagators, var("OTEL_PROPAGATORS")) {
+    let (propagators, from) = match (file.propagators, read.var("OTEL_PROPAGATORS")) {
         (Some(propagators), _) => (propagators, FROM_FILE),
-        (None, Some(list)) => (env_propagators(&list, warnings), "OTEL_PROPAGATORS"),
-        (None, None) => (env_propagators("tracecontext", warnings), DEFAULT),
+        (None, Some(list)) => (env_propagators(&list, read.warnings), "OTEL_PROPAGATORS"),
+        (None, None) => (env_propagators("tracecontext", read.warnings), DEFAULT),
     };
-    show("propagators", propagator_names(propagators), from);
-
-    // The resource.
-    let mut resource: Vec<(String, String)> = Vec::new();
-    if let Some(list) = var("OTEL_RESOURCE_ATTRIBUTES") {
-        for (key, value) in pairs(&list) {
-            resource.retain(|(existing, _)| *existing != key);
-            resource.push((key, value));
-        }
-    }
-    let named = var("OTEL_SERVICE_NAME").map(|name| name.trim().to_owned());
-    let in_resource = resource
-        .iter()
-        .find(|(key, _)| key == "service.name")
-        .map(|(_, value)| value.clone());
-    let (service, from) = match (named, in_resource) {
-        (Some(name), _) => (name, "OTEL_SERVICE_NAME"),
-        (None, Some(name)) => (name, "OTEL_RESOURCE_ATTRIBUTES"),
-        (None, None) => ("sluice".to_owned(), DEFAULT),
-    };
-    show("service.name", service.clone(), from);
-    resource.retain(|(key, _)| key != "service.name" && key != "service.version");
-    let others = super::joined(
-        resource.iter().map(|(key, value)| format!("{key}={value}")),
-        ",",
-    );
-    if !others.is_empty() {
-        show("resource", others, "OTEL_RESOURCE_ATTRIBUTES");
-    }
-    let version = (
-        "service.version".to_owned(),
-        env!("CARGO_PKG_VERSION").to_owned(),
-    );
-    resource.splice(0..0, [("service.name".to_owned(), service), version]);
-
-    // Batching, OpenTelemetry's defaults but for a 10 s export timeout.
-    let mut number =
-        |name: &'static str, default: u64, min: u64, shown_as: &dyn Fn(u64) -> String| {
-            let Some(value) = var(name) else {
-                return (default, DEFAULT, shown_as(default));
-            };
-            match value.trim().parse::<u64>() {
-                Ok(n) if n >= min => (n, name, shown_as(n)),
-                _ => {
-                    warnings.push(format!(
-                        "{name}: {:?} is not a whole number of at least {min}; {default} is used",
-                        value.trim()
-                    ));
-                    (default, DEFAULT, shown_as(default))
-                }
-            }
-        };
-    let count = |n: u64| n.to_string();
-    let millis = |n: u64| format!("{n}ms");
-    let queue = number("OTEL_BSP_MAX_QUEUE_SIZE", 2048, 1, &count);
-    let batch = number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, 1, &count);
-    let delay = number("OTEL_BSP_SCHEDULE_DELAY", 5000, 0, &millis);
-    let timeout = number("OTEL_BSP_EXPORT_TIMEOUT", 10_000, 1, &millis);
-    for (name, (_, from, value)) in [
-        ("queue", &queue),
-        ("batch", &batch),
-        ("delay", &delay),
-        ("timeout", &timeout),
-    ] {
-        show(name, value.clone(), from);
-    }
-    let export = TracingExport {
-        endpoint,
-        headers,
-        resource,
-        queue: queue.0 as usize,
-        // A batch never holds more than the queue can.
-        batch: batch.0.min(queue.0) as usize,
-        delay: Duration::from_millis(delay.0),
-        timeout: Duration::from_millis(timeout.0),
-    };
+    read.show("propagators", propagator_names(propagators), from);
+    let resource = read.resource();
+    let export = read.export(endpoint, headers, resource);
     Tracing::On(Box::new(TracingConfig {
         sample,
         parent,
         propagators,
         export,
-        shown,
+        shown: read.shown,
     }))
+}
+
+/// The variables as [`resolve`] reads them: what they set, shown with
+/// where it came from, and what they set wrong, as warnings.
+struct Reading<'a> {
+    env: &'a dyn Fn(&str) -> Option<String>,
+    warnings: &'a mut Vec<String>,
+    shown: Vec<Shown>,
+}
+
+impl Reading<'_> {
+    /// A variable, unless unset or blank.
+    fn var(&self, name: &str) -> Option<String> {
+        (self.env)(name).filter(|value| !value.trim().is_empty())
+    }
+
+    fn show(&mut self, name: &'static str, value: String, from: &str) {
+        self.shown.push(Shown {
+            name,
+            value,
+            from: from.to_owned(),
+        });
+    }
+
+    /// Where spans go (`None`: nowhere sluice can send them, warned).
+    fn endpoint(
+        &mut self,
+        file: &FileTracing,
+        traces_endpoint: Option<String>,
+        endpoint: Option<String>,
+    ) -> Option<http::Uri> {
+        let (url, from) = match (&file.otlp, &traces_endpoint, &endpoint) {
+            (Some(base), _, _) => (join_traces(base), FROM_FILE),
+            (None, Some(full), _) => (full.trim().to_owned(), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+            (None, None, Some(base)) => (join_traces(base), "OTEL_EXPORTER_OTLP_ENDPOINT"),
+            (None, None, None) => (join_traces(DEFAULT_ENDPOINT), DEFAULT),
+        };
+        let endpoint = match collector_url(&url) {
+            Ok(uri) => uri,
+            Err(why) => {
+                self.warnings.push(format!("{from}: {why}; tracing is off"));
+                return None;
+            }
+        };
+        self.show("endpoint", endpoint.to_string(), from);
+        if let Some(protocol) = self.var("OTEL_EXPORTER_OTLP_PROTOCOL") {
+            if protocol.trim() != "http/protobuf" {
+                self.warnings.push(format!(
+                    "OTEL_EXPORTER_OTLP_PROTOCOL: sluice exports with http/protobuf only, not {:?}",
+                    protocol.trim()
+                ));
+            }
+        }
+        Some(endpoint)
+    }
+
+    /// Headers: the traces variable's win over the general one's, by name.
+    fn headers(&mut self) -> Vec<(http::HeaderName, http::HeaderValue)> {
+        let mut headers: Vec<(http::HeaderName, http::HeaderValue)> = Vec::new();
+        for name in [
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        ] {
+            let Some(list) = self.var(name) else { continue };
+            for (key, value) in pairs(&list) {
+                let parsed = (
+                    http::HeaderName::from_bytes(key.as_bytes()),
+                    http::HeaderValue::from_str(&value),
+                );
+                let (Ok(key), Ok(mut value)) = parsed else {
+                    self.warnings.push(format!(
+                        "{name}: {key:?} is not a header that can be sent; left out"
+                    ));
+                    continue;
+                };
+                value.set_sensitive(true);
+                headers.retain(|(existing, _)| *existing != key);
+                self.show("header", format!("{key}: (hidden)"), name);
+                headers.push((key, value));
+            }
+        }
+        headers
+    }
+
+    /// Sampling: the file's keys, else the sampler variables.
+    fn sampling(&mut self, file: &FileTracing) -> (f64, ParentRule) {
+        let (env_sample, env_parent) = self.sampler();
+        let (sample, from) = match (file.sample, env_sample) {
+            (Some(sample), _) => (sample, FROM_FILE),
+            (None, Some(sample)) => (sample, "OTEL_TRACES_SAMPLER"),
+            (None, None) => (1.0, DEFAULT),
+        };
+        self.show("sample", sample.to_string(), from);
+        let (parent, from) = match (file.parent, env_parent) {
+            (Some(parent), _) => (parent, FROM_FILE),
+            (None, Some(parent)) => (parent, "OTEL_TRACES_SAMPLER"),
+            (None, None) => (ParentRule::Trusted, DEFAULT),
+        };
+        self.show("parent", parent_name(parent).to_owned(), from);
+        (sample, parent)
+    }
+
+    /// The sample and parent rule the sampler variables set, if any.
+    fn sampler(&mut self) -> (Option<f64>, Option<ParentRule>) {
+        let sampler = self.var("OTEL_TRACES_SAMPLER").map(|s| s.trim().to_owned());
+        let sampler_arg =
+            self.var("OTEL_TRACES_SAMPLER_ARG")
+                .and_then(|arg| match arg.trim().parse::<f64>() {
+                    Ok(ratio) if (0.0..=1.0).contains(&ratio) => Some(ratio),
+                    _ => {
+                        self.warnings.push(format!(
+                            "OTEL_TRACES_SAMPLER_ARG: {:?} is not a ratio from 0 to 1; 1 is used",
+                            arg.trim()
+                        ));
+                        None
+                    }
+                });
+        match sampler.as_deref() {
+            None => (None, None),
+            Some("always_on" | "parentbased_always_on") => (Some(1.0), None),
+            Some("always_off" | "parentbased_always_off") => (Some(0.0), None),
+            Some("traceidratio") => (Some(sampler_arg.unwrap_or(1.0)), Some(ParentRule::Never)),
+            Some("parentbased_traceidratio") => (Some(sampler_arg.unwrap_or(1.0)), None),
+            Some(other) => {
+                self.warnings.push(format!(
+                    "OTEL_TRACES_SAMPLER: {other:?} is not one sluice has (always_on, always_off, \
+                     traceidratio, parentbased_*); the defaults are used"
+                ));
+                (None, None)
+            }
+        }
+    }
+
+    /// The resource: `service.name` and `service.version` first.
+    fn resource(&mut self) -> Vec<(String, String)> {
+        let mut resource: Vec<(String, String)> = Vec::new();
+        if let Some(list) = self.var("OTEL_RESOURCE_ATTRIBUTES") {
+            for (key, value) in pairs(&list) {
+                resource.retain(|(existing, _)| *existing != key);
+                resource.push((key, value));
+            }
+        }
+        let named = self
+            .var("OTEL_SERVICE_NAME")
+            .map(|name| name.trim().to_owned());
+        let in_resource = resource
+            .iter()
+            .find(|(key, _)| key == "service.name")
+            .map(|(_, value)| value.clone());
+        let (service, from) = match (named, in_resource) {
+            (Some(name), _) => (name, "OTEL_SERVICE_NAME"),
+            (None, Some(name)) => (name, "OTEL_RESOURCE_ATTRIBUTES"),
+            (None, None) => ("sluice".to_owned(), DEFAULT),
+        };
+        self.show("service.name", service.clone(), from);
+        resource.retain(|(key, _)| key != "service.name" && key != "service.version");
+        let others = super::joined(
+            resource.iter().map(|(key, value)| format!("{key}={value}")),
+            ",",
+        );
+        if !others.is_empty() {
+            self.show("resource", others, "OTEL_RESOURCE_ATTRIBUTES");
+        }
+        let version = (
+            "service.version".to_owned(),
+            env!("CARGO_PKG_VERSION").to_owned(),
+        );
+        resource.splice(0..0, [("service.name".to_owned(), service), version]);
+        resource
+    }
+
+    /// The export, batched as OpenTelemetry's defaults but for a 10 s export
+    /// timeout.
+    fn export(
+        &mut self,
+        endpoint: http::Uri,
+        headers: Vec<(http::HeaderName, http::HeaderValue)>,
+        resource: Vec<(String, String)>,
+    ) -> TracingExport {
+        let count = |n: u64| n.to_string();
+        let millis = |n: u64| format!("{n}ms");
+        let queue = self.number("OTEL_BSP_MAX_QUEUE_SIZE", 2048, 1, &count);
+        let batch = self.number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, 1, &count);
+        let delay = self.number("OTEL_BSP_SCHEDULE_DELAY", 5000, 0, &millis);
+        let timeout = self.number("OTEL_BSP_EXPORT_TIMEOUT", 10_000, 1, &millis);
+        for (name, (_, from, value)) in [
+            ("queue", &queue),
+            ("batch", &batch),
+            ("delay", &delay),
+            ("timeout", &timeout),
+        ] {
+            self.show(name, value.clone(), from);
+        }
+        TracingExport {
+            endpoint,
+            headers,
+            resource,
+            queue: queue.0 as usize,
+            // A batch never holds more than the queue can.
+            batch: batch.0.min(queue.0) as usize,
+            delay: Duration::from_millis(delay.0),
+            timeout: Duration::from_millis(timeout.0),
+        }
+    }
+
+    /// A whole number of at least `min` (else `default`, warned), where it
+    /// came from, and as shown.
+    fn number(
+        &mut self,
+        name: &'static str,
+        default: u64,
+        min: u64,
+        shown_as: &dyn Fn(u64) -> String,
+    ) -> (u64, &'static str, String) {
+        let Some(value) = self.var(name) else {
+            return (default, DEFAULT, shown_as(default));
+        };
+        match value.trim().parse::<u64>() {
+            Ok(n) if n >= min => (n, name, shown_as(n)),
+            _ => {
+                self.warnings.push(format!(
+                    "{name}: {:?} is not a whole number of at least {min}; {default} is used",
+                    value.trim()
+                ));
+                (default, DEFAULT, shown_as(default))
+            }
+        }
+    }
 }
 
 /// `base` + `/v1/traces`, as the OTLP specification joins an

@@ -29,6 +29,8 @@ impl Validator<'_> {
         unit
     }
 
+    /// A message rule's fields that cannot work with messages, each an
+    /// error.
     fn message_rule(&mut self, index: usize, at: usize, raw: &RawRule, rule: &RuleConfig) {
         let path = |field: &str| format!("rule[{index}].{field}");
         if rule.algorithm.counts_in_flight() {
@@ -79,6 +81,13 @@ impl Validator<'_> {
                  units each message takes",
             );
         }
+        self.message_unanswered(index, at, raw);
+    }
+
+    /// A message gets no answer: nothing charges or refunds it, no ban or
+    /// sunset refuses it.
+    fn message_unanswered(&mut self, index: usize, at: usize, raw: &RawRule) {
+        let path = |field: &str| format!("rule[{index}].{field}");
         let no_answer = "a message gets no answer to charge or refund by";
         for (field, where_) in [
             ("charge", raw.charge.as_ref().map(|c| c.start_or(at))),

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::keys::parse_key_source;
-use super::limits::WrittenLimit;
+use super::limits::{BuiltLimits, WrittenLimit};
 use super::raw::{Key, Located, RawOverrides, RawTiers, RawVariant, Start};
 use super::rules::RuleContext;
 use super::validate::Validator;
@@ -161,6 +161,42 @@ impl Validator<'_> {
     ) -> Option<Variant> {
         let (base, at) = place(rule, relative, name, table);
         let raw = &table.value;
+        self.variant_sets(&base, at, raw)?;
+        let errors_before = self.errors.len();
+        let own_rates = raw.rate.is_some() || raw.limits.is_some();
+        let written = if own_rates {
+            self.variant_rates(rule, relative, &base, at, raw)
+        } else {
+            rule.written.map(<[WrittenLimit]>::to_vec)
+        };
+        let default_burst = match (&raw.rate, &raw.limits) {
+            (None, Some(_)) => "the COUNT of its shortest-period limit",
+            _ => "its rate's COUNT",
+        };
+        let mut built = self.build_limits(
+            rule.index,
+            &base,
+            written.as_deref(),
+            raw.burst.as_ref(),
+            rule.algorithm,
+            default_burst,
+        );
+        rule.calendar.attach(&mut built.limits, written.as_deref());
+        let written = written?;
+        // A table already refused for its own values is not judged further.
+        if let Some(cost) = rule.cost.filter(|_| self.errors.len() == errors_before) {
+            self.variant_cost(rule, &base, raw, own_rates, cost, (&written, &built));
+        }
+        Some(Variant {
+            name: name.text.clone(),
+            limits: built.limits,
+            share: None,
+        })
+    }
+
+    /// The keys a tier or override may not set (an error each); `None`
+    /// when it sets nothing it may.
+    fn variant_sets(&mut self, base: &str, at: usize, raw: &RawVariant) -> Option<()> {
         if let Some(field) = &raw.share {
             self.error(
                 field.span().start,
@@ -181,69 +217,65 @@ impl Validator<'_> {
             );
         }
         if raw.rate.is_none() && raw.limits.is_none() && raw.burst.is_none() {
-            if !raw.unknown.is_empty() || raw.share.is_some() {
-                return None;
+            if raw.unknown.is_empty() && raw.share.is_none() {
+                self.error(
+                    at,
+                    base,
+                    "sets nothing: give rate, limits and/or burst, such as { rate = \"100/s\" } \
+                     (one that sets only burst keeps the rule's rates)",
+                );
             }
-            return self.invalid(
-                at,
-                &base,
-                "sets nothing: give rate, limits and/or burst, such as { rate = \"100/s\" } (one \
-                 that sets only burst keeps the rule's rates)",
-            );
+            return None;
         }
-        let errors_before = self.errors.len();
-        let own_rates = raw.rate.is_some() || raw.limits.is_some();
-        let written = if own_rates {
-            let prefix = format!("{relative}.");
-            let written =
-                self.written_limits(&base, &prefix, at, raw.rate.as_ref(), raw.limits.as_ref());
-            let written =
-                self.one_rate_if_leaky(&base, rule.algorithm, written, raw.limits.as_ref(), at);
-            for limit in written.iter().flatten() {
-                self.check_limit(rule.algorithm, limit);
-                self.calendar_period(rule.calendar, limit);
-            }
-            written
-        } else {
-            rule.written.map(<[WrittenLimit]>::to_vec)
-        };
-        let default_burst = match (&raw.rate, &raw.limits) {
-            (None, Some(_)) => "the COUNT of its shortest-period limit",
-            _ => "its rate's COUNT",
-        };
-        let mut built = self.build_limits(
-            rule.index,
-            &base,
-            written.as_deref(),
-            raw.burst.as_ref(),
-            rule.algorithm,
-            default_burst,
-        );
-        rule.calendar.attach(&mut built.limits, written.as_deref());
-        let written = written?;
-        // A table already refused for its own values is not judged further.
-        let cost = rule.cost.filter(|_| self.errors.len() == errors_before);
-        if let Some(cost) = cost {
-            let subject = format!("the rule's cost {cost}");
-            if let Some((i, message)) =
-                self.cost_misfit(&subject, cost, rule.algorithm, &written, &built)
-            {
-                // An inherited rate that cannot hold the cost was reported
-                // at the rule already; only this table's own values are new.
-                match (&raw.burst, built.burst_sized == Some(i)) {
-                    (Some(burst), true) => {
-                        self.error(burst.span().start, &format!("{base}.burst"), message)
-                    }
-                    _ if own_rates => self.error(written[i].at, &written[i].path, message),
-                    _ => {}
+        Some(())
+    }
+
+    /// A tier's or override's own `rate` or `limits`, checked as the rule's.
+    fn variant_rates(
+        &mut self,
+        rule: &RuleContext,
+        relative: &str,
+        base: &str,
+        at: usize,
+        raw: &RawVariant,
+    ) -> Option<Vec<WrittenLimit>> {
+        let prefix = format!("{relative}.");
+        let written =
+            self.written_limits(base, &prefix, at, raw.rate.as_ref(), raw.limits.as_ref());
+        let written =
+            self.one_rate_if_leaky(base, rule.algorithm, written, raw.limits.as_ref(), at);
+        for limit in written.iter().flatten() {
+            self.check_limit(rule.algorithm, limit);
+            self.calendar_period(rule.calendar, limit);
+        }
+        written
+    }
+
+    /// The rule's `cost` against a tier's or override's limits (`written`
+    /// and as built): an error at this table's own values that cannot hold
+    /// it.
+    fn variant_cost(
+        &mut self,
+        rule: &RuleContext,
+        base: &str,
+        raw: &RawVariant,
+        own_rates: bool,
+        cost: u64,
+        (written, built): (&[WrittenLimit], &BuiltLimits),
+    ) {
+        let subject = format!("the rule's cost {cost}");
+        if let Some((i, message)) = self.cost_misfit(&subject, cost, rule.algorithm, written, built)
+        {
+            // An inherited rate that cannot hold the cost was reported
+            // at the rule already; only this table's own values are new.
+            match (&raw.burst, built.burst_sized == Some(i)) {
+                (Some(burst), true) => {
+                    self.error(burst.span().start, &format!("{base}.burst"), message)
                 }
+                _ if own_rates => self.error(written[i].at, &written[i].path, message),
+                _ => {}
             }
         }
-        Some(Variant {
-            name: name.text.clone(),
-            limits: built.limits,
-            share: None,
-        })
     }
 }
 

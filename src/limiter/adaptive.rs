@@ -236,83 +236,99 @@ impl Estimator {
             self.estimate *= (1.0 - failed / 2.0).max(0.5);
         } else if successes > 0 {
             let mean = (window.latency_sum as f64 / successes as f64).max(LATENCY_FLOOR);
-            if !std::mem::replace(&mut self.warmed, true) {
-                // The first window only warms up: its answers are the
-                // quick ones of the requests it began with.
+            if self.learn(mean, limit, used, binding) {
                 return self.limit();
             }
-            if self.baseline == 0.0 {
-                self.baseline = mean;
-                if binding {
-                    // The limit held requests back (refused or delayed
-                    // them) in the very window that set the baseline: the
-                    // latency may already be the queue of a limit that
-                    // started above what the upstream takes, and growing
-                    // from it would grow the queue. Probe downwards once,
-                    // as after a backoff: if the latency falls with the
-                    // limit, the descent goes on; if not, the baseline was
-                    // true and the limit goes back to where it was.
-                    self.cut_from = self.estimate;
-                    self.descent = Some((limit as f64, mean));
-                    self.settling = true;
-                    self.probing = true;
-                    self.estimate = self.bounds.clamp(self.estimate * CUT);
-                    return self.limit();
-                }
-            }
-            if std::mem::take(&mut self.settling) {
-                // Its answers mix requests let in before the backoff and
-                // after: it tells nothing about either limit.
-                return self.limit();
-            }
-            let ratio = mean / self.baseline;
-            let descent = self.descent.take();
-            let probed = std::mem::take(&mut self.probing);
-            // Near the baseline, the queue is gone (or was never there).
-            let at_baseline = (mean / self.baseline - 1.0).abs() <= BASELINE_BAND;
-            if probed && at_baseline {
-                // Half the limit, the same latency: there was no queue,
-                // and the baseline is the upstream's own. Back to where
-                // the probe began.
-                self.estimate = self.bounds.clamp(self.cut_from);
-                return self.limit();
-            }
-            if let (Some((before, was)), true, false) = (descent, used, at_baseline) {
-                if mean <= was * (limit as f64 / before) * PROPORTIONAL {
-                    // The latency fell with the limit: it was the queue,
-                    // and the queue is not drained yet. Down again.
-                    self.baseline = self.baseline.min(mean);
-                    self.descent = Some((limit as f64, mean));
-                    self.settling = true;
-                    self.estimate = self.bounds.clamp(self.estimate * CUT);
-                    return self.limit();
-                }
-            }
-            let pull = if mean < self.baseline && self.estimate < self.cut_from {
-                // The queue shrank with the limit: what is left of the
-                // latency is the upstream's own, or still some queue.
-                BASELINE_DROP
-            } else if mean < self.baseline {
-                BASELINE_FALL
-            } else if binding {
-                BASELINE_CREEP
-            } else {
-                BASELINE_RISE
-            };
-            if ratio > TOLERANCE {
-                if used {
-                    self.cut_from = self.estimate;
-                    self.descent = Some((limit as f64, mean));
-                    self.settling = true;
-                    self.estimate *= (BACKOFF / ratio).min(CUT);
-                }
-            } else if used {
-                self.estimate += (self.estimate.sqrt() * GROWTH).max(1.0);
-            }
-            self.baseline += (mean - self.baseline) * pull;
         }
         self.estimate = self.bounds.clamp(self.estimate);
         self.limit()
+    }
+
+    /// Learns from a window's mean latency; `true` when the estimate stays
+    /// as it is now (the window warms up, probes or tells nothing).
+    fn learn(&mut self, mean: f64, limit: u64, used: bool, binding: bool) -> bool {
+        if !std::mem::replace(&mut self.warmed, true) {
+            // The first window only warms up: its answers are the
+            // quick ones of the requests it began with.
+            return true;
+        }
+        if self.baseline == 0.0 {
+            self.baseline = mean;
+            if binding {
+                // The limit held requests back (refused or delayed
+                // them) in the very window that set the baseline: the
+                // latency may already be the queue of a limit that
+                // started above what the upstream takes, and growing
+                // from it would grow the queue. Probe downwards once,
+                // as after a backoff: if the latency falls with the
+                // limit, the descent goes on; if not, the baseline was
+                // true and the limit goes back to where it was.
+                self.cut_from = self.estimate;
+                self.descent = Some((limit as f64, mean));
+                self.settling = true;
+                self.probing = true;
+                self.estimate = self.bounds.clamp(self.estimate * CUT);
+                return true;
+            }
+        }
+        if std::mem::take(&mut self.settling) {
+            // Its answers mix requests let in before the backoff and
+            // after: it tells nothing about either limit.
+            return true;
+        }
+        let ratio = mean / self.baseline;
+        let descent = self.descent.take();
+        let probed = std::mem::take(&mut self.probing);
+        // Near the baseline, the queue is gone (or was never there).
+        let at_baseline = (mean / self.baseline - 1.0).abs() <= BASELINE_BAND;
+        if probed && at_baseline {
+            // Half the limit, the same latency: there was no queue,
+            // and the baseline is the upstream's own. Back to where
+            // the probe began.
+            self.estimate = self.bounds.clamp(self.cut_from);
+            return true;
+        }
+        if let (Some((before, was)), true, false) = (descent, used, at_baseline) {
+            if mean <= was * (limit as f64 / before) * PROPORTIONAL {
+                // The latency fell with the limit: it was the queue,
+                // and the queue is not drained yet. Down again.
+                self.baseline = self.baseline.min(mean);
+                self.descent = Some((limit as f64, mean));
+                self.settling = true;
+                self.estimate = self.bounds.clamp(self.estimate * CUT);
+                return true;
+            }
+        }
+        self.adjust(mean, ratio, limit, used, binding);
+        false
+    }
+
+    /// Backs off when the latency rose past the tolerance, grows when not
+    /// (either only when the limit was used), and moves the baseline
+    /// towards `mean`.
+    fn adjust(&mut self, mean: f64, ratio: f64, limit: u64, used: bool, binding: bool) {
+        let pull = if mean < self.baseline && self.estimate < self.cut_from {
+            // The queue shrank with the limit: what is left of the
+            // latency is the upstream's own, or still some queue.
+            BASELINE_DROP
+        } else if mean < self.baseline {
+            BASELINE_FALL
+        } else if binding {
+            BASELINE_CREEP
+        } else {
+            BASELINE_RISE
+        };
+        if ratio > TOLERANCE {
+            if used {
+                self.cut_from = self.estimate;
+                self.descent = Some((limit as f64, mean));
+                self.settling = true;
+                self.estimate *= (BACKOFF / ratio).min(CUT);
+            }
+        } else if used {
+            self.estimate += (self.estimate.sqrt() * GROWTH).max(1.0);
+        }
+        self.baseline += (mean - self.baseline) * pull;
     }
 }
 

@@ -13,6 +13,7 @@ use super::sunset::Sunset;
 use super::Policy;
 use crate::clock::Nanos;
 use crate::config::{Config, KeySource, LimitConfig, OnChange, OnLimit, Reserve, RuleConfig, Unit};
+use crate::heavy_hitters::HeavyHitters;
 use crate::key::body::BodyReading;
 use crate::key::read_once::FieldsRead;
 use crate::key::KeyHasher;
@@ -20,7 +21,7 @@ use crate::limiter::adaptive::{Bounds, Controller};
 use crate::limiter::{Concurrency, HoldLimits, Limiter};
 use crate::log_gate::LogGate;
 use crate::metrics::{Metrics, RuleCounters};
-use crate::store::bans::BanPolicy;
+use crate::store::bans::{BanPolicy, BanTable};
 use crate::store::{BucketTable, Carry, Store, TableName};
 
 /// One `[[rule]]` of `config` compiled against `previous`: the tables,
@@ -36,58 +37,10 @@ pub(super) fn compile_rule(
     now: Nanos,
 ) -> Rule {
     let status = config.response.status;
-    let kept = previous.and_then(|p| p.rules.iter().find(|old| old.keeps_buckets_for(rule)));
-    let tables = Tables {
-        store,
-        kept: kept.map(|old| old.limits.as_slice()),
-        on_change: rule.on_change,
-        now,
-        rule: &rule.name,
-        variant: None,
-        adaptive: adaptive_bounds(rule),
-    };
-    let limits = match rule.max_in_flight {
-        Some(max_in_flight) => {
-            let limiter = Limiter::Concurrency(Concurrency::new(max_in_flight));
-            let table = tables.table(1, None, &limiter);
-            if let (Some(bounds), Some(controller)) = (tables.adaptive, table.adaptive()) {
-                // A reload may have moved the bounds of the limit it learned.
-                controller.rebound(bounds);
-            }
-            vec![concurrency_limit(rule, max_in_flight, table, status)]
-        }
-        None => tables.limits(rule, &rule.limits, status),
-    };
-    let variants = match limits.first() {
-        // An adaptive rule's tiers share its permits, each up to its share
-        // of the limit learned.
-        Some(limit) if tables.adaptive.is_some() => adaptive_tiers(rule, limit, status),
-        _ => compile_variants(rule, kept, store, now, status),
-    };
+    let (limits, variants) = limits_and_variants(rule, store, previous, now, status);
     let (tier_by, tier_index, override_index) = variant_indexes(rule, keys, variants.len());
-    let hold = match rule.on_limit {
-        OnLimit::Delay {
-            max_delay,
-            max_queue,
-        } if !rule.shadow => Some(HoldLimits {
-            max_wait: saturating_nanos(max_delay),
-            max_queued: max_queue.saturating_mul(most_taken(rule)),
-        }),
-        _ => None,
-    };
-    let kept = previous.and_then(|p| {
-        p.rules
-            .iter()
-            .find(|old| *old.name == *rule.name && old.key == rule.key)
-    });
-    let bans = kept.map_or_else(Arc::default, |old| Arc::clone(&old.bans));
-    let ban = rule.ban.map(|ban| BanPolicy {
-        after: ban.after,
-        within: saturating_nanos(ban.within),
-        duration: saturating_nanos(ban.duration),
-    });
-    store.watch_bans(&rule.name, &bans, ban);
-    let hitters = kept.map_or_else(Arc::default, |old| Arc::clone(&old.hitters));
+    let hold = hold_limits(rule);
+    let (ban, bans, hitters) = kept_bans(rule, previous, store);
     let sunset = rule
         .sunset
         .as_ref()
@@ -142,6 +95,85 @@ pub(super) fn compile_rule(
         ),
         counters,
     }
+}
+
+/// How long and how many of the rule's requests may be held, when it delays
+/// (a shadow rule holds none).
+fn hold_limits(rule: &RuleConfig) -> Option<HoldLimits> {
+    match rule.on_limit {
+        OnLimit::Delay {
+            max_delay,
+            max_queue,
+        } if !rule.shadow => Some(HoldLimits {
+            max_wait: saturating_nanos(max_delay),
+            max_queued: max_queue.saturating_mul(most_taken(rule)),
+        }),
+        _ => None,
+    }
+}
+
+/// The rule's ban, and the bans and heavy hitters it keeps from the
+/// previous policy's rule of its name and key (else new ones), watched by
+/// the store.
+fn kept_bans(
+    rule: &RuleConfig,
+    previous: Option<&Policy>,
+    store: &Store,
+) -> (Option<BanPolicy>, Arc<BanTable>, Arc<HeavyHitters>) {
+    let kept = previous.and_then(|p| {
+        p.rules
+            .iter()
+            .find(|old| *old.name == *rule.name && old.key == rule.key)
+    });
+    let bans = kept.map_or_else(Arc::default, |old| Arc::clone(&old.bans));
+    let ban = rule.ban.map(|ban| BanPolicy {
+        after: ban.after,
+        within: saturating_nanos(ban.within),
+        duration: saturating_nanos(ban.duration),
+    });
+    store.watch_bans(&rule.name, &bans, ban);
+    let hitters = kept.map_or_else(Arc::default, |old| Arc::clone(&old.hitters));
+    (ban, bans, hitters)
+}
+
+/// The rule's limits and its tiers' and overrides', their tables kept
+/// from the previous policy's rule whose buckets it keeps (else new).
+fn limits_and_variants(
+    rule: &RuleConfig,
+    store: &Store,
+    previous: Option<&Policy>,
+    now: Nanos,
+    status: http::StatusCode,
+) -> (Vec<Limit>, Vec<Variant>) {
+    let kept = previous.and_then(|p| p.rules.iter().find(|old| old.keeps_buckets_for(rule)));
+    let tables = Tables {
+        store,
+        kept: kept.map(|old| old.limits.as_slice()),
+        on_change: rule.on_change,
+        now,
+        rule: &rule.name,
+        variant: None,
+        adaptive: adaptive_bounds(rule),
+    };
+    let limits = match rule.max_in_flight {
+        Some(max_in_flight) => {
+            let limiter = Limiter::Concurrency(Concurrency::new(max_in_flight));
+            let table = tables.table(1, None, &limiter);
+            if let (Some(bounds), Some(controller)) = (tables.adaptive, table.adaptive()) {
+                // A reload may have moved the bounds of the limit it learned.
+                controller.rebound(bounds);
+            }
+            vec![concurrency_limit(rule, max_in_flight, table, status)]
+        }
+        None => tables.limits(rule, &rule.limits, status),
+    };
+    let variants = match limits.first() {
+        // An adaptive rule's tiers share its permits, each up to its share
+        // of the limit learned.
+        Some(limit) if tables.adaptive.is_some() => adaptive_tiers(rule, limit, status),
+        _ => compile_variants(rule, kept, store, now, status),
+    };
+    (limits, variants)
 }
 
 /// The rule's `charge` and `refund_on`, when it has either.

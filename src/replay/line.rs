@@ -20,7 +20,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use smallvec::SmallVec;
 
-use super::scan::{scan, Members};
+use super::scan::{scan, Members, Pairs};
 use super::time::{Epoch, Times};
 use crate::clock::Nanos;
 
@@ -118,6 +118,28 @@ pub struct Wanted {
 }
 
 impl Wanted {
+    /// The value in `pairs` of the `index`th name wanted. Lines of one log
+    /// hold their keys in one order: where the name was last time is looked
+    /// at first.
+    #[inline]
+    fn value_in<'p>(&self, pairs: &'p Pairs<'_>, index: usize) -> Option<&'p str> {
+        let name = &self.names[index];
+        let hint = self.hints.get(index).map_or(0, |hint| hint.get());
+        let found = match pairs.get(hint) {
+            Some(pair) if pair.0 == **name => Some(pair),
+            _ => pairs
+                .iter()
+                .position(|(member, _)| *member == **name)
+                .map(|at| {
+                    if let Some(hint) = self.hints.get(index) {
+                        hint.set(at);
+                    }
+                    &pairs[at]
+                }),
+        };
+        found.and_then(|(_, value)| value.as_deref())
+    }
+
     /// The index of source `name`, added if new.
     pub fn want(&mut self, name: String) -> usize {
         match self.names.iter().position(|one| *one == name) {
@@ -265,6 +287,61 @@ fn keep(
     epoch: Epoch,
     at: (u32, u64),
 ) -> Result<(), NotALine> {
+    let (time, duration_ms, logged, method) = judged(members, wanted, epoch)?;
+    let mut text = std::mem::take(&mut into.text);
+    text.clear();
+    text.push_str(line);
+    let within = line.as_ptr() as usize..line.as_ptr() as usize + line.len();
+    let mut put = |value: &str| {
+        let start = value.as_ptr() as usize;
+        if within.contains(&start) || value.is_empty() {
+            let start = start.saturating_sub(within.start).min(line.len()) as u32;
+            return start..start + value.len() as u32;
+        }
+        let start = text.len() as u32;
+        text.push_str(value);
+        start..text.len() as u32
+    };
+    let client_text = put(members.client.as_deref().unwrap_or(""));
+    let client = client_ip(members.client.as_deref().unwrap_or(""));
+    let host = members.host.as_deref().map(&mut put);
+    let path = put(members.path.as_deref().unwrap_or("/"));
+    let rule = members.rule.as_deref().map(&mut put);
+    let mut values = std::mem::take(&mut into.values);
+    values.clear();
+    let reached_rules = members.keys.is_some();
+    if let Some(pairs) = &members.keys {
+        for index in 0..wanted.names.len() {
+            let value = wanted.value_in(pairs, index);
+            values.push(value.map(&mut put));
+        }
+    }
+    *into = Recorded {
+        time,
+        duration: millis_to_nanos(duration_ms),
+        held: members.delay_ms.saturating_mul(1_000_000),
+        method,
+        client,
+        logged,
+        reached_rules,
+        at,
+        text,
+        host,
+        path,
+        client_text,
+        rule,
+        values,
+    };
+    Ok(())
+}
+
+/// What a line says happened: when, for how long, to which method, and how
+/// it was answered; an error when it does not say it as sluice's lines do.
+fn judged(
+    members: &Members<'_>,
+    wanted: &Wanted,
+    epoch: Epoch,
+) -> Result<(Nanos, f64, Logged, Method), NotALine> {
     let Some(time_text) = members.time.as_deref() else {
         return Err(NotALine(
             "not an access log line: it has no time".to_owned(),
@@ -291,66 +368,7 @@ fn keep(
             .map_err(|_| NotALine(format!("its method {method:?} is not an HTTP method")))?,
         None => Method::GET,
     };
-    let mut text = std::mem::take(&mut into.text);
-    text.clear();
-    text.push_str(line);
-    let within = line.as_ptr() as usize..line.as_ptr() as usize + line.len();
-    let mut put = |value: &str| {
-        let start = value.as_ptr() as usize;
-        if within.contains(&start) || value.is_empty() {
-            let start = start.saturating_sub(within.start).min(line.len()) as u32;
-            return start..start + value.len() as u32;
-        }
-        let start = text.len() as u32;
-        text.push_str(value);
-        start..text.len() as u32
-    };
-    let client_text = put(members.client.as_deref().unwrap_or(""));
-    let client = client_ip(members.client.as_deref().unwrap_or(""));
-    let host = members.host.as_deref().map(&mut put);
-    let path = put(members.path.as_deref().unwrap_or("/"));
-    let rule = members.rule.as_deref().map(&mut put);
-    let mut values = std::mem::take(&mut into.values);
-    values.clear();
-    let reached_rules = members.keys.is_some();
-    if let Some(pairs) = &members.keys {
-        for (index, name) in wanted.names.iter().enumerate() {
-            // Lines of one log hold their keys in one order: where the
-            // name was last time is looked at first.
-            let hint = wanted.hints.get(index).map_or(0, |hint| hint.get());
-            let found = match pairs.get(hint) {
-                Some(pair) if pair.0 == **name => Some(pair),
-                _ => pairs
-                    .iter()
-                    .position(|(member, _)| *member == **name)
-                    .map(|at| {
-                        if let Some(hint) = wanted.hints.get(index) {
-                            hint.set(at);
-                        }
-                        &pairs[at]
-                    }),
-            };
-            let value = found.and_then(|(_, value)| value.as_deref());
-            values.push(value.map(&mut put));
-        }
-    }
-    *into = Recorded {
-        time,
-        duration: millis_to_nanos(duration_ms),
-        held: members.delay_ms.saturating_mul(1_000_000),
-        method,
-        client,
-        logged,
-        reached_rules,
-        at,
-        text,
-        host,
-        path,
-        client_text,
-        rule,
-        values,
-    };
-    Ok(())
+    Ok((time, duration_ms, logged, method))
 }
 
 /// A line [`scan`] does not read, parsed in full by `serde_json`.

@@ -17,7 +17,7 @@ use super::line::{self, Wanted};
 use super::time::{parse_time, Epoch};
 use super::{replayable, Failed, LogHolds, LogLine, Logs, Simulator, Unreadable};
 use crate::clock::Nanos;
-use crate::config::{format_period, format_rate, Config};
+use crate::config::{format_period, format_rate, Config, RuleConfig};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::store::{MemoryStore, Store};
@@ -77,26 +77,7 @@ pub fn busiest(sorted: &[Nanos], period: Nanos) -> u64 {
 }
 
 pub fn suggest(ask: Ask) -> Result<Suggestion, Failed> {
-    let Some(rule) = ask.config.rules.iter().find(|rule| rule.name == ask.rule) else {
-        let names: Vec<&str> = ask.config.rules.iter().map(|r| r.name.as_str()).collect();
-        return Err(Failed(format!(
-            "the config has no rule named {:?}; its rules: {}",
-            ask.rule,
-            names.join(", ")
-        )));
-    };
-    let Some(period) = rule.limits.iter().map(|limit| limit.rate.period).min() else {
-        return Err(Failed(format!(
-            "rule {:?} has no rate (a concurrency rule counts requests in flight): nothing \
-             to suggest",
-            ask.rule
-        )));
-    };
-    if !(0.0..100.0).contains(&ask.spare) {
-        return Err(Failed(
-            "--spare is a percent of keys, at least 0 and less than 100".into(),
-        ));
-    }
+    let (rule, period) = rule_and_period(&ask)?;
     let mut alone = ask.config.clone();
     alone.rules = vec![rule.clone()];
     let mut logs = Logs::new(ask.logs);
@@ -114,28 +95,7 @@ pub fn suggest(ask: Ask) -> Result<Suggestion, Failed> {
     let policy = Policy::compile(Arc::new(kept), &Metrics::new(), &store);
     let mut wanted = Wanted::default();
     let mut simulator = Simulator::new(&policy, store.local(), &mut wanted);
-    let mut times: HashMap<String, Vec<Nanos>> = HashMap::new();
-    let (mut lines, mut skipped) = (0, 0);
-    // Times are compared, never shown: the clock's epoch is the first's.
-    let mut epoch = None;
-    while let Some(LogLine { number, text, .. }) =
-        logs.next_line().map_err(|Unreadable(why)| Failed(why))?
-    {
-        let Ok(text) = text else {
-            skipped += 1;
-            continue;
-        };
-        epoch = epoch.or_else(|| first_epoch(text));
-        let epoch = epoch.unwrap_or_default();
-        let Ok(line) = line::read(text, &wanted, epoch, (0, number)) else {
-            skipped += 1;
-            continue;
-        };
-        lines += 1;
-        if let Some(key) = simulator.key_of(&line, 0) {
-            times.entry(key).or_default().push(line.time);
-        }
-    }
+    let (times, lines, skipped) = key_times(&mut logs, &mut simulator, &wanted)?;
     let period_nanos = period.as_nanos() as Nanos;
     let mut peaks: Vec<u64> = (times.into_values())
         .map(|mut times| {
@@ -156,6 +116,67 @@ pub fn suggest(ask: Ask) -> Result<Suggestion, Failed> {
         count,
         toml,
     })
+}
+
+/// The rule asked about and its shortest period, once the ask is known to
+/// make sense.
+fn rule_and_period(ask: &Ask) -> Result<(&RuleConfig, Duration), Failed> {
+    let Some(rule) = ask.config.rules.iter().find(|rule| rule.name == ask.rule) else {
+        let names: Vec<&str> = ask.config.rules.iter().map(|r| r.name.as_str()).collect();
+        return Err(Failed(format!(
+            "the config has no rule named {:?}; its rules: {}",
+            ask.rule,
+            names.join(", ")
+        )));
+    };
+    let Some(period) = rule.limits.iter().map(|limit| limit.rate.period).min() else {
+        return Err(Failed(format!(
+            "rule {:?} has no rate (a concurrency rule counts requests in flight): nothing \
+             to suggest",
+            ask.rule
+        )));
+    };
+    if !(0.0..100.0).contains(&ask.spare) {
+        return Err(Failed(
+            "--spare is a percent of keys, at least 0 and less than 100".into(),
+        ));
+    }
+    Ok((rule, period))
+}
+
+/// The times of the lines of each key.
+type KeyTimes = HashMap<String, Vec<Nanos>>;
+
+/// The times of the logs' lines by the key the rule gives them, with how
+/// many lines were read and how many skipped.
+fn key_times(
+    logs: &mut Logs,
+    simulator: &mut Simulator<'_>,
+    wanted: &Wanted,
+) -> Result<(KeyTimes, u64, u64), Failed> {
+    let mut times = KeyTimes::new();
+    let (mut lines, mut skipped) = (0, 0);
+    // Times are compared, never shown: the clock's epoch is the first's.
+    let mut epoch = None;
+    while let Some(LogLine { number, text, .. }) =
+        logs.next_line().map_err(|Unreadable(why)| Failed(why))?
+    {
+        let Ok(text) = text else {
+            skipped += 1;
+            continue;
+        };
+        epoch = epoch.or_else(|| first_epoch(text));
+        let epoch = epoch.unwrap_or_default();
+        let Ok(line) = line::read(text, wanted, epoch, (0, number)) else {
+            skipped += 1;
+            continue;
+        };
+        lines += 1;
+        if let Some(key) = simulator.key_of(&line, 0) {
+            times.entry(key).or_default().push(line.time);
+        }
+    }
+    Ok((times, lines, skipped))
 }
 
 /// The clock's epoch for a log whose first timed line is `text`; `None`

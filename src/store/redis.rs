@@ -41,8 +41,8 @@ use prometheus::IntCounter;
 use smallvec::SmallVec;
 
 use super::admission::{
-    Admission, Ask, Asks, Decisions, Handover, Outcome, QueuedPermit, Receipt, Sent, Settle,
-    StoreError, Taken,
+    Admission, Ask, Asks, Decisions, Handover, Outcome, QueuedPermit, Receipt, RuleAsk, Sent,
+    Settle, StoreError, Taken,
 };
 use super::memory::MemoryStore;
 use super::UNASKED;
@@ -396,49 +396,15 @@ impl RedisStore {
         let mut first = true;
         for (index, rule) in asks.rules.iter().enumerate() {
             let limits = &asks.limits[rule.limits.clone()];
-            // Decided as an enforced group of its own (a shadow rule is
-            // still asked only once admitted, and never bans).
-            let bans = rule
-                .bans
-                .filter(|_| !rule.shadow)
-                .map(|bans| (bans, rule.ban));
-            let mut one = Asks::default();
-            // A request queues for one permit at most: once it waits for
-            // one, a later rule's permit is taken now or refused.
-            let queueing = admission.queued.is_none();
-            let now_or_queue = limits.iter().map(|ask| match ask.limiter {
-                Limiter::Concurrency(_) if !queueing => Ask { hold: None, ..*ask },
-                _ => *ask,
-            });
-            one.push_rule(rule.key, false, bans, now_or_queue);
             let leases = self.lease_ids(limits);
-            let mut call = self.call(OP_ADMIT, now);
-            call.asks(&one, &leases);
-            let answer: script::Answer = match self.link.run(call.finish()).await {
-                Ok(answer) => answer,
-                Err(error) => {
-                    self.give_back(admission, now).await;
-                    return Err(error);
-                }
-            };
-            // An answer that cannot be read gives back what the rules
-            // before it took, as a failed call does.
-            let read = script::instant(&answer).and_then(|at| {
-                let reply = script::admit_reply(&answer)?;
-                if !matches!(reply, AdmitReply::Banned { .. }) {
-                    for (offset, slot) in rule.limits.clone().enumerate() {
-                        admission.decisions[slot] = script::decision(&answer, offset)?;
+            let (answer, at, reply) =
+                match self.admit_one(rule, limits, &leases, now, admission).await {
+                    Ok(answered) => answered,
+                    Err(error) => {
+                        self.give_back(admission, now).await;
+                        return Err(error);
                     }
-                }
-                Ok((at, reply))
-            });
-            let (at, reply) = match read {
-                Ok(read) => read,
-                Err(error) => {
-                    self.give_back(admission, now).await;
-                    return Err(error);
-                }
-            };
+                };
             if first {
                 admission.at = at;
                 first = false;
@@ -467,6 +433,50 @@ impl RedisStore {
             }
         }
         Ok(())
+    }
+
+    /// One rule of [`RedisStore::admit_rule_by_rule`] asked in a call of its
+    /// own, with `leases` for its permits: the answer, its time and what it
+    /// says; the rule's decisions read into `admission` (none when banned).
+    async fn admit_one(
+        &self,
+        rule: &RuleAsk<'_>,
+        limits: &[Ask<'_>],
+        leases: &[u64],
+        now: Nanos,
+        admission: &mut Admission,
+    ) -> Result<(script::Answer, Nanos, AdmitReply), StoreError> {
+        // Decided as an enforced group of its own (a shadow rule is
+        // still asked only once admitted, and never bans).
+        let bans = rule
+            .bans
+            .filter(|_| !rule.shadow)
+            .map(|bans| (bans, rule.ban));
+        let mut one = Asks::default();
+        // A request queues for one permit at most: once it waits for
+        // one, a later rule's permit is taken now or refused.
+        let queueing = admission.queued.is_none();
+        let now_or_queue = limits.iter().map(|ask| match ask.limiter {
+            Limiter::Concurrency(_) if !queueing => Ask { hold: None, ..*ask },
+            _ => *ask,
+        });
+        one.push_rule(rule.key, false, bans, now_or_queue);
+        let mut call = self.call(OP_ADMIT, now);
+        call.asks(&one, leases);
+        let answer: script::Answer = self.link.run(call.finish()).await?;
+        // An answer that cannot be read gives back what the rules
+        // before it took, as a failed call does.
+        let read = script::instant(&answer).and_then(|at| {
+            let reply = script::admit_reply(&answer)?;
+            if !matches!(reply, AdmitReply::Banned { .. }) {
+                for (offset, slot) in rule.limits.clone().enumerate() {
+                    admission.decisions[slot] = script::decision(&answer, offset)?;
+                }
+            }
+            Ok((at, reply))
+        });
+        let (at, reply) = read?;
+        Ok((answer, at, reply))
     }
 
     /// Reads the answer to the rules `rules` of `asks` (asked in one call)

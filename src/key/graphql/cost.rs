@@ -59,13 +59,12 @@ pub(super) fn requests(
         frame.next += 1;
         let (multiplier, owner) = (frame.multiplier, frame.owner);
         match node {
-            Node::Count(count) => {
-                let count = count.unwrap_or(UNKNOWN_COUNT);
-                size = Some(size.map_or(count, |size| size.max(count)));
-            }
+            Node::Count(count) => widen(&mut size, count.unwrap_or(UNKNOWN_COUNT)),
             Node::Variable(name) => {
-                let count = values.get(document.text(name)).unwrap_or(UNKNOWN_COUNT);
-                size = Some(size.map_or(count, |size| size.max(count)));
+                widen(
+                    &mut size,
+                    values.get(document.text(name)).unwrap_or(UNKNOWN_COUNT),
+                );
             }
             Node::Connection => {
                 totals.add(owner, multiplier);
@@ -81,49 +80,9 @@ pub(super) fn requests(
                     finishes: None,
                 });
             }
-            Node::Close => {
-                let done = stack.pop()?;
-                match done.finishes {
-                    Some(spread) => {
-                        let total = totals.finish(spread.fragment);
-                        totals.add(spread.owner, spread.multiplier.saturating_mul(total));
-                    }
-                    // The parent goes on after the nested selection set.
-                    None => {
-                        if let Some(parent) = stack.last_mut() {
-                            parent.next = done.next;
-                        }
-                    }
-                }
-            }
+            Node::Close => totals.close(&mut stack)?,
             Node::Spread(name) => {
-                let name = document.text(name);
-                let fragments = match &mut totals.fragments {
-                    Some(fragments) => fragments,
-                    none => none.insert(Fragment::table(document)?),
-                };
-                let index = fragments
-                    .binary_search_by(|fragment| fragment.name.cmp(name))
-                    .ok()?;
-                let fragment = &mut fragments[index];
-                match fragment.state {
-                    State::Done(total) => totals.add(owner, multiplier.saturating_mul(total)),
-                    // Spread inside its own selection set, at some depth.
-                    State::Open(_) => return None,
-                    State::Unvisited => {
-                        fragment.state = State::Open(0);
-                        stack.push(Frame {
-                            next: fragment.open + 1,
-                            multiplier: 1,
-                            owner: Owner::Fragment(index),
-                            finishes: Some(Spread {
-                                fragment: index,
-                                multiplier,
-                                owner,
-                            }),
-                        });
-                    }
-                }
+                totals.spread(document, document.text(name), owner, multiplier, &mut stack)?;
             }
         }
     }
@@ -176,7 +135,73 @@ struct Totals<'s> {
     fragments: Option<Vec<Fragment<'s>>>,
 }
 
-impl Totals<'_> {
+/// A field's size so far widened to `count` (a connection counts the
+/// larger of its `first` and `last`).
+fn widen(size: &mut Option<u64>, count: u64) {
+    *size = Some(size.map_or(count, |size| size.max(count)));
+}
+
+impl<'s> Totals<'s> {
+    /// A selection set closes: a named fragment's total goes where it was
+    /// spread; a nested one's parent goes on after it. `None`: nothing was
+    /// open.
+    fn close(&mut self, stack: &mut Vec<Frame>) -> Option<()> {
+        let done = stack.pop()?;
+        match done.finishes {
+            Some(spread) => {
+                let total = self.finish(spread.fragment);
+                self.add(spread.owner, spread.multiplier.saturating_mul(total));
+            }
+            // The parent goes on after the nested selection set.
+            None => {
+                if let Some(parent) = stack.last_mut() {
+                    parent.next = done.next;
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// The fragment `name` spread under `multiplier` for `owner`: its total
+    /// when known, else its selection set opened to total it. `None` when
+    /// no fragment (or two) has that name, or it is spread inside itself.
+    fn spread(
+        &mut self,
+        document: &Document<'s>,
+        name: &str,
+        owner: Owner,
+        multiplier: u64,
+        stack: &mut Vec<Frame>,
+    ) -> Option<()> {
+        let fragments = match &mut self.fragments {
+            Some(fragments) => fragments,
+            none => none.insert(Fragment::table(document)?),
+        };
+        let index = fragments
+            .binary_search_by(|fragment| fragment.name.cmp(name))
+            .ok()?;
+        let fragment = &mut fragments[index];
+        match fragment.state {
+            State::Done(total) => self.add(owner, multiplier.saturating_mul(total)),
+            // Spread inside its own selection set, at some depth.
+            State::Open(_) => return None,
+            State::Unvisited => {
+                fragment.state = State::Open(0);
+                stack.push(Frame {
+                    next: fragment.open + 1,
+                    multiplier: 1,
+                    owner: Owner::Fragment(index),
+                    finishes: Some(Spread {
+                        fragment: index,
+                        multiplier,
+                        owner,
+                    }),
+                });
+            }
+        }
+        Some(())
+    }
+
     fn add(&mut self, owner: Owner, requests: u64) {
         let total = match owner {
             Owner::Operation => &mut self.operation,
