@@ -160,6 +160,20 @@ impl<'a> Decider<'a> {
         }
     }
 
+    /// What every limit of `asks` would decide at `now`, for a view that
+    /// shows the store's own figures (`/admin/buckets`, `/admin/explain`,
+    /// a spend's report): a store that fails is a failure here, whatever
+    /// `on_error` says.
+    pub async fn look(
+        self,
+        asks: &Asks<'_>,
+        now: Nanos,
+        decisions: &mut Decisions,
+    ) -> Result<(), StoreUnavailable> {
+        let peeked = self.store.peek(asks, now, decisions).await;
+        self.timed(peeked, now).map_err(|()| StoreUnavailable)
+    }
+
     /// Spends every limit of `asks` unconditionally at `now`
     /// ([`Store::spend`]), `after` receiving what a cost of 1 would be told
     /// now. Work a backend already did is owed to the shared budget, not

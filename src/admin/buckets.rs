@@ -22,11 +22,12 @@ use smallvec::SmallVec;
 use super::budget::{millis, Balance, Target};
 use super::{bad, json_response, Answer, RefusedCall};
 use crate::clock::Nanos;
+use crate::decider::StoreUnavailable;
 use crate::key::KeyLabels;
 use crate::limiter::{Decision, Limiter};
 use crate::policy::{Limit, Rule};
 use crate::proxy::Proxy;
-use crate::store::{BucketKey, Store, StoreError};
+use crate::store::{BucketKey, Store};
 
 /// Answers one buckets call; see the module docs.
 pub(super) async fn buckets(proxy: &Proxy, query: Option<&str>) -> Result<Answer, RefusedCall> {
@@ -48,9 +49,14 @@ pub(super) async fn buckets(proxy: &Proxy, query: Option<&str>) -> Result<Answer
     let mut next = SmallVec::new();
     // No request to read a query's cost from: the rule's own.
     let cost = request_cost(rule, rule.cost);
+    let decider = proxy.decider();
     let peeked = async {
-        store.peek(&target.asks(0, false), now, &mut as_now).await?;
-        store.peek(&target.asks(cost, false), now, &mut next).await
+        decider
+            .look(&target.asks(0, false), now, &mut as_now)
+            .await?;
+        decider
+            .look(&target.asks(cost, false), now, &mut next)
+            .await
     };
     peeked.await.map_err(store_failed)?;
     for (limit, next) in target.limits.iter().zip(next.iter_mut()) {
@@ -336,8 +342,7 @@ pub(super) fn ban_json(left: Nanos) -> Value {
     json!({"remaining_secs": left.div_ceil(1_000_000_000), "retry_after_ms": millis(left)})
 }
 
-pub(super) fn store_failed(error: StoreError) -> RefusedCall {
-    tracing::warn!(%error, "the store failed a look at its buckets");
+pub(super) fn store_failed(_: StoreUnavailable) -> RefusedCall {
     RefusedCall::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "the store failed; try again",

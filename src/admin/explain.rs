@@ -531,16 +531,12 @@ impl Looked {
                 })
                 .collect(),
         };
-        let store = proxy.store();
+        let decider = proxy.decider();
         let (mut now_decisions, mut next_decisions) = (SmallVec::new(), SmallVec::new());
-        store
-            .peek(&as_now, now, &mut now_decisions)
-            .await
-            .map_err(store_failed)?;
-        store
-            .peek(&asks, now, &mut next_decisions)
-            .await
-            .map_err(store_failed)?;
+        let looked = decider.look(&as_now, now, &mut now_decisions).await;
+        looked.map_err(store_failed)?;
+        let looked = decider.look(&asks, now, &mut next_decisions).await;
+        looked.map_err(store_failed)?;
         let limits = enforced.iter().chain(&shadowed).flat_map(|a| a.limits);
         for (limit, next) in limits.zip(next_decisions.iter_mut()) {
             *next = as_asked(limit, *next);

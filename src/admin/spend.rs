@@ -16,7 +16,7 @@ use super::budget::{millis, Balance, Target};
 use super::call::{Body, AMOUNT};
 use super::{bad, json_response, Answer, RefusedCall};
 use crate::config::AlgorithmKind;
-use crate::decider::{Answered, StoreUnavailable};
+use crate::policy::Rule;
 use crate::proxy::Proxy;
 
 /// Answers one spend call; see the module docs.
@@ -37,31 +37,7 @@ pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Result<Answer, RefusedC
     let now = proxy.now();
     let target = Target::find(&policy, call.rule, call.key, call.tier, now)?;
     let rule = target.rule;
-    match rule.algorithm {
-        AlgorithmKind::TokenBucket | AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow => {}
-        AlgorithmKind::Concurrency | AlgorithmKind::Adaptive => {
-            return Err(unprocessable(format!(
-                "rule \"{}\" is a{} {} rule: it counts requests in flight, and has no budget to \
-                 spend",
-                rule.name,
-                if rule.algorithm == AlgorithmKind::Adaptive {
-                    "n"
-                } else {
-                    ""
-                },
-                rule.algorithm.name()
-            )))
-        }
-        AlgorithmKind::LeakyBucket | AlgorithmKind::SlidingLog => {
-            return Err(unprocessable(format!(
-                "rule \"{}\" uses {}, which cannot carry a debt; spending needs token_bucket, \
-                 fixed_window or sliding_window",
-                rule.name,
-                rule.algorithm.name()
-            )))
-        }
-    }
-
+    spendable(rule)?;
     let decider = proxy.decider();
     let failed = |_| {
         RefusedCall::new(
@@ -72,7 +48,7 @@ pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Result<Answer, RefusedC
     let mut after = SmallVec::new();
     if amount == 0 {
         // Spending nothing only reports the balance.
-        looked(decider.peek(&target.asks(1, false), now, &mut after).await)
+        decider.look(&target.asks(1, false), now, &mut after).await
     } else {
         decider
             .spend(&target.asks(amount, false), now, &mut after)
@@ -85,7 +61,10 @@ pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Result<Answer, RefusedC
         // requests cost more.
         let mut decisions = SmallVec::new();
         let asks = target.asks(rule.cost, false);
-        looked(decider.peek(&asks, now, &mut decisions).await).map_err(failed)?;
+        decider
+            .look(&asks, now, &mut decisions)
+            .await
+            .map_err(failed)?;
         balance.retry_after = Balance::of(&decisions).retry_after;
     }
     rule.counters.charged.inc_by(amount);
@@ -104,13 +83,29 @@ pub(super) async fn spend(proxy: &Proxy, body: &[u8]) -> Result<Answer, RefusedC
     ))
 }
 
-/// A look at the balance the store answered; one it could not answer is
-/// a failure here whatever `on_error` says (a spend's report is the shared
-/// budget's or nothing).
-fn looked(peeked: Result<Answered, StoreUnavailable>) -> Result<(), StoreUnavailable> {
-    match peeked? {
-        Answered::ByStore => Ok(()),
-        Answered::Locally | Answered::Unlimited => Err(StoreUnavailable),
+/// Whether `rule` has a budget that can carry a debt: 422 saying why not.
+fn spendable(rule: &Rule) -> Result<(), RefusedCall> {
+    match rule.algorithm {
+        AlgorithmKind::TokenBucket | AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow => {
+            Ok(())
+        }
+        AlgorithmKind::Concurrency | AlgorithmKind::Adaptive => Err(unprocessable(format!(
+            "rule \"{}\" is a{} {} rule: it counts requests in flight, and has no budget to \
+                 spend",
+            rule.name,
+            if rule.algorithm == AlgorithmKind::Adaptive {
+                "n"
+            } else {
+                ""
+            },
+            rule.algorithm.name()
+        ))),
+        AlgorithmKind::LeakyBucket | AlgorithmKind::SlidingLog => Err(unprocessable(format!(
+            "rule \"{}\" uses {}, which cannot carry a debt; spending needs token_bucket, \
+                 fixed_window or sliding_window",
+            rule.name,
+            rule.algorithm.name()
+        ))),
     }
 }
 
