@@ -60,6 +60,7 @@ pub mod upstream;
 #[doc(hidden)]
 pub mod upstream_differential;
 
+use std::cell::OnceCell;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -154,16 +155,23 @@ impl Proxy {
 
 /// A request's phases, in order, each in its module: each hands the
 /// request on, or writes its answer and ends it. The request's facts
-/// borrow its head and what identification read of it, so they live
-/// here, from identify to the route, and not in the context: the forward
-/// phase takes the request's body.
+/// borrow its head, what its checks found and what identification read
+/// of it, so they live here, found once, from the checks to the route,
+/// and not in the context. A body a rule reads is taken out of the
+/// request for the body-keys phase to read while the head is lent, and
+/// put back for the forward phase, which sends it.
 async fn phases(cx: &mut Context<'_, '_>, client: &mut ClientRequest) -> Result<(), AnswerWritten> {
-    let readings: Readings<'_> = key_body::phase(cx, client).await?;
+    let token_claims = OnceCell::new();
+    let mut body = key_body::take(cx.policy, client);
     let request = client.get();
     let checked = checks::phase(cx, request)?;
-    let facts = identify::phase(cx, request, &checked, &readings)?;
+    let mut facts = checks::facts_of(request, &checked, cx.peer.ip(), cx.policy);
+    let to_read = key_body::look(cx, &mut facts, &token_claims)?;
+    let readings: Readings<'_> = key_body::phase(cx, request, to_read, &mut body).await?;
+    identify::phase(cx, request, &mut facts, &token_claims, &readings)?;
     admit::phase(cx, &facts).await?;
     let destination = forward::destination(cx, request, &checked, &facts);
+    key_body::put_back(cx.policy, client, body);
     forward::phase(cx, client, destination).await?;
     decorate::phase(cx);
     Ok(())

@@ -19,7 +19,6 @@ use http::{Request, Response};
 
 use super::access::Record;
 use super::batch;
-use super::checks::{facts_of, Checked};
 use super::client_request::ClientBody;
 use super::key_body::Readings;
 use super::messages;
@@ -35,38 +34,34 @@ use crate::key::jwt::Claims;
 use crate::key::RequestFacts;
 use crate::policy::Policy;
 
-/// Identify, the request path's phase: the facts rules match and key on,
-/// read from `request` as its checks found it (`checked`) and from what
-/// the body-keys phase read; the rules that apply, and the message rules a
-/// WebSocket handshake's tunnel is held to, go into the context. A refusal
-/// is counted, recorded and answered here.
+/// Identify, the request path's phase: the rules that apply to the
+/// request `facts` describe (as its checks found it, with what the
+/// body-keys phase read, added here), and the message rules a WebSocket
+/// handshake's tunnel is held to, go into the context. A refusal is
+/// counted, recorded and answered here.
 #[inline(always)]
 pub fn phase<'r, 'a: 'r>(
     cx: &mut Context<'a, '_>,
     request: &'r Request<ClientBody>,
-    checked: &'r Checked<'r>,
+    facts: &mut RequestFacts<'r>,
+    claims: &'r OnceCell<Option<Claims>>,
     readings: &'r Readings<'r>,
-) -> Result<RequestFacts<'r>, AnswerWritten> {
+) -> Result<(), AnswerWritten> {
     let policy = cx.policy;
-    let mut facts = facts_of(request, checked, cx.peer.ip(), policy);
     if readings.body_read() {
         let persisted = cx.shared.persisted(policy, true);
         facts.body = Some(readings.body(request, policy, persisted));
     }
-    let claims = readings.token_claims();
     let started = cx.started;
-    let mut identified = identify(&mut facts, claims, policy, started, cx.applicable, &mut ());
+    let mut identified = identify(facts, claims, policy, started, cx.applicable, &mut ());
     // A policy without message rules makes no call for them (the request
     // path's cost: docs/conversation.md, "What it costs").
     if identified.is_ok() && !policy.message_rules.is_empty() {
         let handshake = upgrade::is_websocket_handshake(request);
         let metered = &mut *cx.metered;
-        identified = messages::identify(handshake, &mut facts, claims, policy, started, metered);
+        identified = messages::identify(handshake, facts, claims, policy, started, metered);
     }
-    match identified {
-        Ok(()) => Ok(facts),
-        Err(refused) => Err(refuse(cx, refused, &facts)),
-    }
+    identified.map_err(|refused| refuse(cx, refused, facts))
 }
 
 /// A request identification refused: counted, recorded, answered.
@@ -220,6 +215,7 @@ pub fn answer(response: &mut Response<ProxyBody>, refused: Unidentified<'_>) {
 mod tests {
     use super::*;
     use crate::policy::testing::compile;
+    use crate::proxy::checks::{facts_of, Checked};
     use http::HeaderMap;
 
     /// Where each rule of `policy` stands on a GET of `path_and_query`

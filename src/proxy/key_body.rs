@@ -20,41 +20,42 @@ use std::cell::OnceCell;
 use std::future::Future;
 
 use bytes::{Bytes, BytesMut};
-use http::Request;
+use http::{HeaderMap, Request};
 use http_body_util::BodyExt;
 
 use super::client_request::{ClientBody, ClientRequest, Prefixed};
 use super::out_of_line::OutOfLine;
 use super::refusal::Refusal;
 use super::standing::Unidentified;
-use super::{admit, checks, identify};
+use super::{admit, identify};
 use super::{AnswerWritten, Context};
 use crate::key::body::{declared_length, BodyFacts, KeyBody};
 use crate::key::content_coding::{self, Decoded};
 use crate::key::graphql::persisted::Persisted;
 use crate::key::jwt::Claims;
+use crate::key::RequestFacts;
 use crate::policy::Policy;
 use crate::proxy::deadline::CutOff;
 
-/// What identification reads beyond the request's head, each at most once
-/// and only when a rule needs it: the JWT's claims, verified for the first
-/// rule that keys on one, and the body the body-keys phase read
-/// ([`phase`]), decoded and parsed for the rules that key on it.
+/// What identification reads of the body the body-keys phase read
+/// ([`phase`]), at most once and only when a rule needs it: decoded and
+/// parsed for the rules that key on it.
 /// Held by the request's phases, so that its facts can borrow it.
 pub struct Readings<'r> {
     /// The body-keys phase read the body: a rule that keys on it matches.
     body_read: bool,
-    token_claims: OnceCell<Option<Claims>>,
+    /// The body as read, out of the request until the forward phase.
+    sent: &'r ClientBody,
     readable: OnceCell<Readable<'r>>,
     body: OnceCell<BodyFacts<'r>>,
 }
 
 impl<'r> Readings<'r> {
-    /// Nothing read yet; the body will be when `body_read`.
-    pub fn new(body_read: bool) -> Readings<'r> {
+    /// Nothing read yet; the body `sent` will be when `body_read`.
+    pub fn new(body_read: bool, sent: &'r ClientBody) -> Readings<'r> {
         Readings {
             body_read,
-            token_claims: OnceCell::new(),
+            sent,
             readable: OnceCell::new(),
             body: OnceCell::new(),
         }
@@ -65,11 +66,6 @@ impl<'r> Readings<'r> {
         self.body_read
     }
 
-    /// Where the JWT's claims are kept once verified.
-    pub fn token_claims(&self) -> &OnceCell<Option<Claims>> {
-        &self.token_claims
-    }
-
     /// The body of `request` as `policy`'s rules read it, decoded and
     /// parsed once, with persisted queries from `persisted`.
     pub fn body(
@@ -78,45 +74,79 @@ impl<'r> Readings<'r> {
         policy: &Policy,
         persisted: Persisted<'r>,
     ) -> &'r BodyFacts<'r> {
-        let readable = self.readable.get_or_init(|| readable(request, policy));
+        let readable =
+            (self.readable).get_or_init(|| readable(request.headers(), self.sent, policy));
         self.body.get_or_init(|| {
-            let length = sent_length(request, policy.config.server.max_key_body_bytes);
+            let bound = policy.config.server.max_key_body_bytes;
+            let length = sent_length(request.headers(), self.sent, bound);
             BodyFacts::of(request, readable.view(), persisted).with_length(length)
         })
     }
 }
 
-/// Body keys, the request path's first phase: when the policy has a rule
-/// that keys on the body, what the head alone says comes first
-/// ([`first_look`]: a `deny`ed client or a banned key is answered before
-/// any of the body is read, and told no `100 Continue`); then the body is
-/// read ([`read`]) when such a rule matches, and what identification reads
-/// of the request starts there. A body that did not arrive is answered
-/// (408, 400) and recorded.
+/// The body of the request in `client`, taken out of it when a rule of
+/// `policy` reads bodies (else left there: empty here), so that the body
+/// can be read while its head is lent to the phases.
+#[inline(always)]
+pub fn take(policy: &Policy, client: &mut ClientRequest) -> ClientBody {
+    match policy.reads_body {
+        true => std::mem::replace(client.get_mut().body_mut(), ClientBody::Empty),
+        false => ClientBody::Empty,
+    }
+}
+
+/// Puts the body [`take`] took back into the request, for the upstream.
+#[inline(always)]
+pub fn put_back(policy: &Policy, client: &mut ClientRequest, body: ClientBody) {
+    if policy.reads_body {
+        *client.get_mut().body_mut() = body;
+    }
+}
+
+/// What the head alone says, when the policy has a rule that keys on the
+/// body (SPEC "On the wire": [`first_look`]): a `deny`ed client or a banned
+/// key is answered (`Err`) before any of the body is read, and told no
+/// `100 Continue`. Whether the body is to be read: such a rule matches.
+/// Claims a ban's key needs are verified into `token_claims`, once.
+#[inline(always)]
+pub fn look<'r>(
+    cx: &mut Context<'_, '_>,
+    facts: &mut RequestFacts<'r>,
+    token_claims: &'r OnceCell<Option<Claims>>,
+) -> Result<bool, AnswerWritten> {
+    if !cx.policy.reads_body {
+        return Ok(false);
+    }
+    match first_look(cx, facts, token_claims) {
+        FirstLook::Answered => Err(AnswerWritten),
+        FirstLook::Unread => Ok(false),
+        FirstLook::Read => Ok(true),
+    }
+}
+
+/// Body keys, the request path's phase after the checks: `body` (the
+/// request's, [`take`]n out of it) is read ([`read`]) when [`look`] said
+/// so, and what identification reads of the request starts there. A body
+/// that did not arrive is answered (408, 400) and recorded.
 #[inline(always)]
 pub async fn phase<'r>(
     cx: &mut Context<'_, '_>,
-    client: &mut ClientRequest,
+    request: &'r Request<ClientBody>,
+    to_read: bool,
+    body: &'r mut ClientBody,
 ) -> Result<Readings<'r>, AnswerWritten> {
-    let mut body_read = false;
-    if cx.policy.reads_body {
-        match first_look(cx, client.get()) {
-            FirstLook::Answered => return Err(AnswerWritten),
-            FirstLook::Unread => {}
-            FirstLook::Read => match read(client, cx.policy).await {
-                Ok(()) => body_read = true,
-                Err(refusal) => return Err(cx.refuse_unchecked(client.get(), refusal)),
-            },
+    if to_read {
+        if let Err(refusal) = read(request, body, cx.policy).await {
+            return Err(cx.refuse_unchecked(request, refusal));
         }
     }
-    Ok(Readings::new(body_read))
+    Ok(Readings::new(to_read, body))
 }
 
 /// What the head of a request says before its body is read.
 enum FirstLook {
     /// No rule that reads the body matches (nor does the access log
-    /// record a body source), or the request's checks refuse it (in their
-    /// phase): the body is not read.
+    /// record a body source): the body is not read.
     Unread,
     /// Refused for what the head says: answered.
     Answered,
@@ -125,54 +155,57 @@ enum FirstLook {
 }
 
 /// Cheap refusals first (docs/operations.md, "Cheap refusals come
-/// first"): the request's checks, the `deny` list and the bans its head
-/// shows are looked at before its body is read, so a refused client costs
-/// no more for the body it sends than for its head.
+/// first"): after the request's checks, the `deny` list and the bans the
+/// head of the request `facts` describe shows are looked at before its
+/// body is read, so a refused client costs no more for the body it sends
+/// than for its head.
 #[inline(never)]
-fn first_look(cx: &mut Context<'_, '_>, request: &Request<ClientBody>) -> FirstLook {
+fn first_look<'r>(
+    cx: &mut Context<'_, '_>,
+    facts: &mut RequestFacts<'r>,
+    token_claims: &'r OnceCell<Option<Claims>>,
+) -> FirstLook {
     let policy = cx.policy;
-    let token_claims = OnceCell::new();
-    let Ok(checked) = checks::check(request, policy) else {
-        return FirstLook::Unread;
-    };
-    let mut facts = checks::facts_of(request, &checked, cx.peer.ip(), policy);
     if policy.deny.iter().any(|net| net.contains(&facts.client_ip)) {
-        identify::refuse(cx, Unidentified::Denied, &facts);
+        identify::refuse(cx, Unidentified::Denied, facts);
         return FirstLook::Answered;
     }
     let wanted = policy.logs_body
-        || (policy.rules.iter()).any(|rule| rule.reads_body && rule.matcher.matches(&facts));
+        || (policy.rules.iter()).any(|rule| rule.reads_body && rule.matcher.matches(facts));
     if !wanted {
         return FirstLook::Unread;
     }
-    if admit::banned_before_body(cx, &mut facts, &token_claims) {
+    if admit::banned_before_body(cx, facts, token_claims) {
         return FirstLook::Answered;
     }
     FirstLook::Read
 }
 
-/// Reads the body of the request in `client`, which a rule reads; see the
-/// module docs. The body is then in the request as [`body`] finds it. A
-/// refusal (408, 400) when the body did not arrive.
+/// Reads `body`, which a rule reads, of `request`; see the module docs.
+/// The body is then as [`readable`] finds it. A refusal (408, 400) when
+/// the body did not arrive.
 ///
 /// Polled out of line: the request's own future keeps only a call to it
 /// (`proxy/out_of_line.rs`).
 pub fn read<'a>(
-    client: &'a mut ClientRequest,
+    request: &'a Request<ClientBody>,
+    body: &'a mut ClientBody,
     policy: &'a Policy,
 ) -> impl Future<Output = Result<(), Refusal>> + Send + 'a {
-    OutOfLine::new(reading(client, policy))
+    OutOfLine::new(reading(request, body, policy))
 }
 
-async fn reading(client: &mut ClientRequest, policy: &Policy) -> Result<(), Refusal> {
+async fn reading(
+    request: &Request<ClientBody>,
+    body: &mut ClientBody,
+    policy: &Policy,
+) -> Result<(), Refusal> {
     let server = &policy.config.server;
     let bound = server.max_key_body_bytes;
-    let request = client.get_mut();
     let version = request.version();
     if declared_length(request.headers()).is_some_and(|length| length > bound as u64) {
         return Ok(());
     }
-    let body = request.body_mut();
     match body {
         ClientBody::Empty | ClientBody::Read(_) => return Ok(()),
         ClientBody::Piped(_) | ClientBody::Hyper(_) | ClientBody::Prefixed(_) => {}
@@ -202,16 +235,15 @@ impl Readable<'_> {
     }
 }
 
-/// The body of `request` as its rules read it, once [`read`] read it: the
+/// The `body` sent with `headers` as its rules read it, once [`read`] read it: the
 /// whole body when it ended within `server.max_key_body_bytes` (before
 /// its trailer fields, if any), decoded within that bound when it is in a
 /// `Content-Encoding` (`key/content_coding.rs`); or none, or why it cannot
 /// be read (longer, or undecodable). Out of line: only requests a rule
 /// reads the body of get here.
 #[inline(never)]
-pub fn readable<'r>(request: &'r Request<ClientBody>, policy: &Policy) -> Readable<'r> {
+pub fn readable<'r>(headers: &HeaderMap, body: &'r ClientBody, policy: &Policy) -> Readable<'r> {
     let bound = policy.config.server.max_key_body_bytes;
-    let body = request.body();
     let Some(sent) = whole_within(body, bound) else {
         let empty = match body {
             ClientBody::Empty => true,
@@ -228,7 +260,7 @@ pub fn readable<'r>(request: &'r Request<ClientBody>, policy: &Policy) -> Readab
             KeyBody::TooLarge
         });
     };
-    match content_coding::decode(request.headers(), sent, bound) {
+    match content_coding::decode(headers, sent, bound) {
         Decoded::Plain => Readable::Sent(KeyBody::Whole(sent)),
         Decoded::Bytes(bytes) => Readable::Decoded(bytes),
         Decoded::TooLarge => Readable::Sent(KeyBody::TooLarge),
@@ -236,16 +268,16 @@ pub fn readable<'r>(request: &'r Request<ClientBody>, policy: &Policy) -> Readab
     }
 }
 
-/// The length of `request`'s body as sent: the bytes [`gather`] read when
-/// the body ended within `bound` (what a `Content-Length` declared, or a
-/// chunked body's), else its `Content-Length`; `None` for a chunked body
-/// past the bound.
-fn sent_length(request: &Request<ClientBody>, bound: usize) -> Option<u64> {
-    match request.body() {
+/// The length of `body` as sent with `headers`: the bytes [`gather`] read
+/// when the body ended within `bound` (what a `Content-Length` declared,
+/// or a chunked body's), else its `Content-Length`; `None` for a chunked
+/// body past the bound.
+fn sent_length(headers: &HeaderMap, body: &ClientBody, bound: usize) -> Option<u64> {
+    match body {
         ClientBody::Empty => Some(0),
         body => whole_within(body, bound)
             .map(|whole| whole.len() as u64)
-            .or_else(|| declared_length(request.headers())),
+            .or_else(|| declared_length(headers)),
     }
 }
 
