@@ -55,6 +55,13 @@ const READ_SLACK: usize = 1024;
 /// The least room worth a read while a request is in the service.
 const MIN_READ: usize = 512;
 
+/// What is left of a refused request's body, read after its answer and
+/// dropped so that the connection serves on, at the most (more, and the
+/// answer says `connection: close`); and how long it may take to come
+/// (docs/operations.md, "Cheap refusals come first").
+const DISCARDED_AT_MOST: u64 = 64 * 1024;
+const DISCARDED_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What the connection reads next.
 #[derive(Debug)]
 pub enum Next {
@@ -240,6 +247,8 @@ impl<S: Transport> Http1<S> {
         // A body nobody reads, and that is not all here to be skipped,
         // closes the connection: the head says so.
         let body = self.body_left();
+        let discarding = body == BodyLeft::Unread
+            && (self.inflow.as_ref()).is_some_and(|inflow| inflow.discardable(DISCARDED_AT_MOST));
         let written = encode::head(
             self.out.head(),
             response,
@@ -247,7 +256,7 @@ impl<S: Transport> Http1<S> {
             response.body().is_end_stream(),
             response.body().size_hint(),
             &self.head,
-            body != BodyLeft::Unread,
+            body != BodyLeft::Unread || discarding,
         );
         // Kept for the next upstream response read on this thread.
         spare_map::give(std::mem::take(response.headers_mut()));
@@ -286,7 +295,7 @@ impl<S: Transport> Http1<S> {
         let kept = match body {
             BodyLeft::StillWanted => self.body_left() == BodyLeft::Read,
             BodyLeft::Read => true,
-            BodyLeft::Unread => false,
+            BodyLeft::Unread => discarding && self.discard().await,
         };
         self.inflow = None;
         if written.close || !kept {
@@ -294,6 +303,27 @@ impl<S: Transport> Http1<S> {
         } else {
             Answered::Kept
         }
+    }
+
+    /// Reads what is left of a body nobody read and drops it, for
+    /// [`DISCARDED_WITHIN`] at the most: whether all of it came, so that
+    /// the connection may read a next request.
+    async fn discard(&mut self) -> bool {
+        let discarded = async {
+            while self.body_left() != BodyLeft::Read {
+                if self.read.capacity() - self.read.len() < MIN_READ {
+                    self.read.reserve(READ_SIZE);
+                }
+                let filled = poll_fn(|cx| self.io.poll_fill(cx, &mut self.read)).await;
+                if matches!(filled, Ok(0) | Err(_)) {
+                    return false;
+                }
+            }
+            true
+        };
+        tokio::time::timeout(DISCARDED_WITHIN, discarded)
+            .await
+            .unwrap_or(false)
     }
 
     /// Where the request's body stands (see [`Inflow::settle`]).

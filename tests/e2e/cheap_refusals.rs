@@ -86,3 +86,76 @@ async fn a_denied_client_is_refused_on_its_head_before_any_body_is_read() {
     let denied = r#"sluice_requests_total{rule="per-tenant",outcome="denied"}"#;
     assert_eq!(sluice.metric(denied).await, 1.0);
 }
+
+/// Reads one answer's head and its `content-length` body from `socket`.
+async fn answer(socket: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            let text = String::from_utf8_lossy(&got).to_lowercase();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length = text
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length: "))
+                    .map_or(0, |n| n.trim().parse::<usize>().unwrap());
+                if got.len() >= end + 4 + length {
+                    return;
+                }
+            }
+            let n = socket.read(&mut buffer).await.unwrap();
+            assert_ne!(
+                n,
+                0,
+                "closed before a whole answer: {}",
+                String::from_utf8_lossy(&got)
+            );
+            got.extend_from_slice(&buffer[..n]);
+        }
+    });
+    read.await.expect("an answer within 3 s");
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test]
+async fn a_refused_clients_small_body_is_discarded_and_its_connection_kept() {
+    let upstream = Upstream::start().await;
+    let sluice = Sluice::start(&config(""), upstream.addr).await;
+    let ban = r#"{"rule":"per-key","key":"k-banned","for":"1h"}"#;
+    let url = format!("http://{}/admin/bans", sluice.admin);
+    assert_eq!(post_json(&url, ban, &[]).await.status, StatusCode::CREATED);
+    let body = format!("{{\"tenant\":\"{}\"}}", "t".repeat(2000));
+    let head = |key: &str| {
+        format!(
+            "POST /api/jobs HTTP/1.1\r\nhost: example.test\r\nx-api-key: {key}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+    };
+
+    // The head alone is answered; the body that follows is dropped, and
+    // the same connection serves the next request.
+    let mut socket = TcpStream::connect(sluice.addr).await.unwrap();
+    socket.write_all(head("k-banned").as_bytes()).await.unwrap();
+    let refused = answer(&mut socket).await;
+    assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+    assert!(
+        !refused.to_lowercase().contains("connection: close"),
+        "{refused}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    socket.write_all(body.as_bytes()).await.unwrap();
+    socket.write_all(head("k-fine").as_bytes()).await.unwrap();
+    socket.write_all(body.as_bytes()).await.unwrap();
+    let served = answer(&mut socket).await;
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+    assert_eq!(upstream.count(), 1, "only the second request went up");
+
+    // A body that does not come within a second: the connection closes.
+    let mut socket = TcpStream::connect(sluice.addr).await.unwrap();
+    socket.write_all(head("k-banned").as_bytes()).await.unwrap();
+    assert!(answer(&mut socket).await.starts_with("HTTP/1.1 429"));
+    let mut rest = [0u8; 64];
+    let closed = tokio::time::timeout(Duration::from_secs(3), socket.read(&mut rest)).await;
+    assert_eq!(closed.expect("closed within 3 s").unwrap_or(0), 0);
+}

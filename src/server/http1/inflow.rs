@@ -305,6 +305,16 @@ impl Inflow {
         }
     }
 
+    /// Whether what is left of a body nobody reads may be read and dropped
+    /// after its answer: at most `most` bytes of a body framed by its
+    /// length, whose client was told to send it (or sent it unasked).
+    pub fn discardable(&self, most: u64) -> bool {
+        let untold = matches!(&self.continuing, Some(c) if c.left() == CONTINUE.len());
+        self.ended.is_none()
+            && !untold
+            && matches!(self.decoder, Decoder::Length(left) if left <= most)
+    }
+
     /// Skips what is left of the body when it is all in `read`; whether the
     /// connection may read a next request.
     fn skip_rest(&mut self, read: &mut BytesMut) -> bool {
