@@ -88,6 +88,22 @@ fn toml_string(text: &str) -> String {
     quoted
 }
 
+/// An import's opening comment: where it came from, `header`, then each
+/// titled list that has lines.
+fn opening(tool: &str, source_name: &str, header: &str, lists: &[(&str, &[String])]) -> String {
+    let mut out = format!(
+        "# Imported by `sluice import {tool}` from {}.\n{header}",
+        toml_string(source_name)
+    );
+    for (title, lines) in lists.iter().filter(|(_, lines)| !lines.is_empty()) {
+        let _ = writeln!(out, "# {title}");
+        for line in lines.iter() {
+            let _ = writeln!(out, "# - {line}");
+        }
+    }
+    out
+}
+
 /// `key` as a TOML key: bare when it may be, else quoted.
 fn toml_key(key: &str) -> String {
     let bare = !key.is_empty()

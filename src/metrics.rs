@@ -344,15 +344,14 @@ impl Metrics {
         self.responses[class].inc();
     }
 
-    /// Sets a rule's series that mirror its state: `sluice_bans_active`
-    /// (bans in force) and `sluice_tracked_keys` (buckets in all its tables).
     /// Sets `sluice_adaptive_limit{rule}`.
     pub fn set_adaptive_limit(&self, rule: &str, limit: u64) {
-        self.adaptive_limit
-            .with_label_values(&[rule])
-            .set(i64::try_from(limit).unwrap_or(i64::MAX));
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.adaptive_limit.with_label_values(&[rule]).set(limit);
     }
 
+    /// Sets a rule's series that mirror its state: `sluice_bans_active`
+    /// (bans in force) and `sluice_tracked_keys` (buckets in all its tables).
     pub fn set_rule_state(&self, rule: &str, bans_active: usize, tracked_keys: usize) {
         self.bans_active
             .with_label_values(&[rule])
@@ -442,45 +441,35 @@ pub struct PoolSeries {
 
 impl UpstreamSeries {
     fn new(registry: &Registry) -> UpstreamSeries {
-        let counters = |name, help, labels: &[&str]| {
-            registered(registry, IntCounterVec::new(Opts::new(name, help), labels))
-        };
-        let gauges = |name, help, labels: &[&str]| {
-            registered(registry, IntGaugeVec::new(Opts::new(name, help), labels))
-        };
+        let families = Families(registry);
         UpstreamSeries {
-            seconds: registered(
-                registry,
-                HistogramVec::new(
-                    HistogramOpts::new(
-                        "sluice_upstream_seconds",
-                        "Upstream request out to response head in, per attempt.",
-                    )
-                    .buckets(LONG_BUCKETS.to_vec()),
-                    &["upstream"],
-                ),
+            seconds: families.histograms(
+                "sluice_upstream_seconds",
+                "Upstream request out to response head in, per attempt.",
+                LONG_BUCKETS,
+                &["upstream"],
             ),
-            errors: counters(
+            errors: families.counters(
                 "sluice_upstream_errors_total",
                 "Failed upstream attempts (a failure a retry hid included).",
                 &["upstream", "kind"],
             ),
-            retries: counters(
+            retries: families.counters(
                 "sluice_upstream_retries_total",
                 "Further attempts made on another server.",
                 &["upstream"],
             ),
-            ejections: counters(
+            ejections: families.counters(
                 "sluice_upstream_ejections_total",
                 "Servers taken out by passive checks.",
                 &["upstream"],
             ),
-            servers: gauges(
+            servers: families.gauges(
                 "sluice_upstream_servers",
                 "Servers of a pool, in or out.",
                 &["upstream", "state"],
             ),
-            panic: gauges(
+            panic: families.gauges(
                 "sluice_upstream_panic",
                 "1 while too many of a pool's servers are out and requests go to all of them.",
                 &["upstream"],
@@ -547,12 +536,9 @@ impl SyncSeries {
                 "sluice_store_sync_seconds",
                 "Hybrid mode: how long the last completed sync took.",
             ),
-            pending: registered(
-                registry,
-                IntGauge::new(
-                    "sluice_store_sync_pending",
-                    "Hybrid mode: buckets whose deltas wait for the next sync.",
-                ),
+            pending: Families(registry).int_gauge(
+                "sluice_store_sync_pending",
+                "Hybrid mode: buckets whose deltas wait for the next sync.",
             ),
             rounds: counter(
                 "sluice_store_syncs_total",

@@ -346,25 +346,17 @@ pub fn diff(old: &Config, new: &Config) -> Vec<RuleChange> {
             let Some(before) = old.rules.iter().find(|o| o.name == rule.name) else {
                 return RuleChange::Added { rule: name };
             };
-            if before.key != rule.key {
-                return RuleChange::Replaced {
-                    rule: name,
-                    why: format!(
-                        "key changed ({} → {})",
-                        joined(&before.key, "+"),
-                        joined(&rule.key, "+")
-                    ),
-                };
-            }
-            if before.algorithm != rule.algorithm {
-                return RuleChange::Replaced {
-                    rule: name,
-                    why: format!(
-                        "algorithm changed ({} → {})",
-                        before.algorithm.name(),
-                        rule.algorithm.name()
-                    ),
-                };
+            let (old_key, new_key) = (joined(&before.key, "+"), joined(&rule.key, "+"));
+            let (was, is) = (before.algorithm.name(), rule.algorithm.name());
+            let why = if before.key != rule.key {
+                format!("key changed ({old_key} → {new_key})")
+            } else if before.algorithm != rule.algorithm {
+                format!("algorithm changed ({was} → {is})")
+            } else {
+                String::new()
+            };
+            if !why.is_empty() {
+                return RuleChange::Replaced { rule: name, why };
             }
             let (from, to) = (limits_text(before), limits_text(rule));
             if from == to && before.overrides == rule.overrides {

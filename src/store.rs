@@ -126,7 +126,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         match self {
             Store::Memory(store) => store.spend(asks, now, after),
-            Store::Redis(store) => return store.spend(asks, now, after).await,
+            Store::Redis(store) => return store.decide_all(true, asks, now, after).await,
             Store::Hybrid(store) => store.spend(asks, now, after),
             #[cfg(test)]
             Store::Failing(store) => {
@@ -155,7 +155,7 @@ impl Store {
             Store::Redis(store) if instance_permits::asks_any(asks) => {
                 store.local().peek_all(asks, now, decisions)
             }
-            Store::Redis(store) => return store.peek(asks, now, decisions).await,
+            Store::Redis(store) => return store.decide_all(false, asks, now, decisions).await,
             Store::Hybrid(store) => store.local().peek_all(asks, now, decisions),
             #[cfg(test)]
             Store::Failing(store) => {

@@ -303,15 +303,10 @@ impl Validator<'_> {
         let identity = IdentityConfig {
             jwt: self.identity(raw),
         };
+        let raw_access = raw.access.as_ref();
         let access = AccessConfig {
-            allow: self.cidrs(
-                raw.access.as_ref().and_then(|a| a.allow.as_ref()),
-                "access.allow",
-            ),
-            deny: self.cidrs(
-                raw.access.as_ref().and_then(|a| a.deny.as_ref()),
-                "access.deny",
-            ),
+            allow: self.cidrs(raw_access.and_then(|a| a.allow.as_ref()), "access.allow"),
+            deny: self.cidrs(raw_access.and_then(|a| a.deny.as_ref()), "access.deny"),
         };
         let rules = self.rules(&raw.rule, server.ipv6_prefix);
         self.calls_unread_past_the_bound(&raw.rule, &rules, &server);
@@ -402,21 +397,13 @@ impl Validator<'_> {
     ) -> Duration {
         let duration = self.duration(field, path, default);
         if let (Some(field), true) = (field, duration.is_zero()) {
-            self.error(
-                field.span().start,
-                path,
-                if default.subsec_nanos() == 0 {
-                    format!(
-                        "must be longer than zero (default \"{}s\")",
-                        default.as_secs()
-                    )
-                } else {
-                    format!(
-                        "must be longer than zero (default \"{}ms\")",
-                        default.as_millis()
-                    )
-                },
-            );
+            let shown = if default.subsec_nanos() == 0 {
+                format!("{}s", default.as_secs())
+            } else {
+                format!("{}ms", default.as_millis())
+            };
+            let message = format!("must be longer than zero (default \"{shown}\")");
+            self.error(field.span().start, path, message);
             return default;
         }
         duration

@@ -25,7 +25,7 @@ use serde_norway::Value;
 
 use super::yaml::{index, join, Object, Reader};
 use super::{
-    import_objects, toml_key, toml_string, ImportError, Objects, RuleNames, Unit, Written,
+    import_objects, opening, toml_key, toml_string, ImportError, Objects, RuleNames, Unit, Written,
 };
 
 /// The `[[rule]]` tables (and comments) equivalent to the
@@ -169,19 +169,8 @@ impl Objects for Import {
 
     /// The header comment, the skipped things, then each rule.
     fn output(&self, source_name: &str, written: &[Written]) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# Imported by `sluice import envoy-gateway` from {}.",
-            toml_string(source_name)
-        );
-        out.push_str(HEADER);
-        if !self.skipped.is_empty() {
-            out.push_str("# Skipped:\n");
-            for line in &self.skipped {
-                let _ = writeln!(out, "# - {line}");
-            }
-        }
+        let skipped = [("Skipped:", &self.skipped[..])];
+        let mut out = opening("envoy-gateway", source_name, HEADER, &skipped);
         for (rule, written) in self.rules.iter().zip(written) {
             let _ = writeln!(out, "\n# from {} ({})", rule.at, rule.policy);
             if rule.scope == Scope::Global {

@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use serde_norway::Value;
 
 use super::yaml::{join, Object, Reader};
-use super::{import_objects, toml_string, ImportError, Objects, RuleNames, Written};
+use super::{import_objects, opening, toml_string, ImportError, Objects, RuleNames, Written};
 
 /// The `[[rule]]` tables (and comments) equivalent to the `rateLimit`
 /// middlewares in `yaml` (one or more documents), or every field that has
@@ -120,24 +120,14 @@ impl Objects for Import {
 
     /// The header comment, what was skipped and what to set, then each rule.
     fn output(&self, source_name: &str, written: &[Written]) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# Imported by `sluice import traefik` from {}.",
-            toml_string(source_name)
-        );
-        out.push_str(HEADER);
-        for (title, lines) in [
-            ("Server settings these middlewares assume:", &self.settings),
-            ("Skipped:", &self.skipped),
-        ] {
-            if !lines.is_empty() {
-                let _ = writeln!(out, "# {title}");
-                for line in lines {
-                    let _ = writeln!(out, "# - {line}");
-                }
-            }
-        }
+        let lists = [
+            (
+                "Server settings these middlewares assume:",
+                &self.settings[..],
+            ),
+            ("Skipped:", &self.skipped[..]),
+        ];
+        let mut out = opening("traefik", source_name, HEADER, &lists);
         for (limit, written) in self.limits.iter().zip(written) {
             let _ = writeln!(out, "\n# from {} ({})", limit.at, limit.label);
             if let Source::Header(_) = limit.source {

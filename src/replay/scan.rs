@@ -257,48 +257,27 @@ impl<'a> Members<'a> {
             Ok(Value::Null) => Some(None),
             _ => None,
         };
-        let bit = match member {
-            Member::Time => {
-                self.time = text(value)?;
-                1
-            }
-            Member::Client => {
-                self.client = text(value)?;
-                2
-            }
-            Member::Method => {
-                self.method = text(value)?;
-                4
-            }
-            Member::Host => {
-                self.host = text(value)?;
-                8
-            }
-            Member::Path => {
-                self.path = text(value)?;
-                16
-            }
-            Member::Outcome => {
-                self.outcome = text(value)?;
-                32
-            }
-            Member::Rule => {
-                self.rule = text(value)?;
-                64
-            }
+        let (slot, bit) = match member {
+            Member::Time => (&mut self.time, 1),
+            Member::Client => (&mut self.client, 2),
+            Member::Method => (&mut self.method, 4),
+            Member::Host => (&mut self.host, 8),
+            Member::Path => (&mut self.path, 16),
+            Member::Outcome => (&mut self.outcome, 32),
+            Member::Rule => (&mut self.rule, 64),
             Member::DurationMs => {
                 let Ok(Value::Number(number)) = value else {
                     return None;
                 };
                 self.duration_ms = Some(millis(number)?);
-                128
+                return Some(128);
             }
             Member::DelayMs => {
                 let Ok(Value::Number(number)) = value else {
                     return None;
                 };
                 self.delay_ms = number.parse().ok()?;
-                256
+                return Some(256);
             }
             Member::Keys => {
                 match value {
@@ -306,14 +285,14 @@ impl<'a> Members<'a> {
                     Ok(Value::Null) => self.keys = None,
                     Ok(_) => return None,
                 }
-                512
+                return Some(512);
             }
-            Member::Other => match value {
-                Ok(_) => 0,
+            Member::Other => {
                 // An object other than `keys`: serde_json reads it.
-                Err(_) => return None,
-            },
+                return value.is_ok().then_some(0);
+            }
         };
+        *slot = text(value)?;
         Some(bit)
     }
 }

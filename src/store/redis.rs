@@ -779,33 +779,16 @@ impl RedisStore {
         })
     }
 
-    /// See [`crate::store::Store::spend`].
-    pub async fn spend(
+    /// See [`crate::store::Store::spend`] (`spend`) and
+    /// [`crate::store::Store::peek`].
+    pub async fn decide_all(
         &self,
-        asks: &Asks<'_>,
-        now: Nanos,
-        after: &mut Decisions,
-    ) -> Result<(), StoreError> {
-        self.decide_all(OP_SPEND, asks, now, after).await
-    }
-
-    /// See [`crate::store::Store::peek`].
-    pub async fn peek(
-        &self,
+        spend: bool,
         asks: &Asks<'_>,
         now: Nanos,
         decisions: &mut Decisions,
     ) -> Result<(), StoreError> {
-        self.decide_all(OP_PEEK, asks, now, decisions).await
-    }
-
-    async fn decide_all(
-        &self,
-        op: &'static str,
-        asks: &Asks<'_>,
-        now: Nanos,
-        decisions: &mut Decisions,
-    ) -> Result<(), StoreError> {
+        let op = if spend { OP_SPEND } else { OP_PEEK };
         decisions.clear();
         // One call, or on a Redis Cluster one per rule (a call's keys must
         // share a slot; one rule's do).

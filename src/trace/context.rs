@@ -83,14 +83,7 @@ pub fn parse_traceparent(value: &[u8]) -> Option<Parent> {
     let trace_id = TraceId(hex_array(&value[3..35])?);
     let span_id = SpanId(hex_array(&value[36..52])?);
     let flags = hex_byte(&value[53..55])?;
-    if !trace_id.is_valid() || !span_id.is_valid() {
-        return None;
-    }
-    Some(Parent {
-        trace_id,
-        span_id,
-        sampled: flags & 1 == 1,
-    })
+    valid(trace_id, span_id, flags & 1 == 1)
 }
 
 /// B3's single header: `traceid-spanid[-sampling[-parentspanid]]`, the
@@ -109,14 +102,10 @@ pub fn parse_b3(value: &[u8]) -> Option<Parent> {
     if let Some(parent) = parts.next() {
         hex_array::<8>(parent)?;
     }
-    if parts.next().is_some() || !trace_id.is_valid() || !span_id.is_valid() {
+    if parts.next().is_some() {
         return None;
     }
-    Some(Parent {
-        trace_id,
-        span_id,
-        sampled,
-    })
+    valid(trace_id, span_id, sampled)
 }
 
 /// B3's multi headers: `X-B3-TraceId` and `X-B3-SpanId`, with
@@ -134,10 +123,12 @@ fn b3_multi(headers: &HeaderMap) -> Option<Parent> {
         Some(b"0" | b"false") => debug,
         Some(_) => return None,
     };
-    if !trace_id.is_valid() || !span_id.is_valid() {
-        return None;
-    }
-    Some(Parent {
+    valid(trace_id, span_id, sampled)
+}
+
+/// The parent these name, if both ids are valid (not all zeros).
+fn valid(trace_id: TraceId, span_id: SpanId, sampled: bool) -> Option<Parent> {
+    (trace_id.is_valid() && span_id.is_valid()).then_some(Parent {
         trace_id,
         span_id,
         sampled,

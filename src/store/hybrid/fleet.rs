@@ -271,7 +271,7 @@ async fn fleet_against_memory(instances: usize, limiter: Limiter, rounds: Vec<Ro
     let mut shared = Decisions::new();
     let redis = fleet.stores[0].shared();
     redis
-        .peek(&fleet.ask(0, key, 1), now, &mut shared)
+        .decide_all(false, &fleet.ask(0, key, 1), now, &mut shared)
         .await
         .expect("Redis answers");
     assert_eq!(
