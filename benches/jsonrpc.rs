@@ -28,13 +28,14 @@ use futures_util::FutureExt;
 use http::Request;
 use serde_json::{json, Value};
 use sluice::config::Config;
+use sluice::decider::{fill_asks, Holds};
 use sluice::key::body::{BodyFacts, KeyBody};
 use sluice::key::graphql::persisted::{Learned, Manifest, Persisted};
 use sluice::key::jsonrpc::{read, Calls};
 use sluice::key::unreadable_body::judge;
 use sluice::metrics::Metrics;
 use sluice::policy::Policy;
-use sluice::proxy::{check, facts_of, fill_asks, identify, Applicability};
+use sluice::proxy::{check, facts_of, identify, Applicability};
 use sluice::store::{Admission, Asks, MemoryStore, Store};
 
 /// A `tools/call` whose argument repeats a 22-byte phrase `repeat` times:
@@ -82,7 +83,12 @@ fn decide(policy: &Policy, store: &Store, request: &Request<()>, body: &[u8]) ->
     let mut applicable = Applicability::default();
     identify(&mut facts, &claims, policy, 1, &mut applicable, &mut ()).expect("identified");
     let mut asks = Asks::default();
-    fill_asks(&mut asks, &applicable.enforced, &applicable.shadowed);
+    fill_asks(
+        &mut asks,
+        &applicable.enforced,
+        &applicable.shadowed,
+        Holds::AsRuled,
+    );
     let mut answer = Admission::default();
     store
         .admit(&asks, 1_800_000_000_000_000_000, &mut answer)

@@ -48,6 +48,9 @@ pub struct Inflow {
     continuing: Option<Sending>,
     /// How the body ended, once it did: whole, or broken off.
     ended: Option<Result<(), Broken>>,
+    /// The request's reader asked for the body: it was not refused on
+    /// its head alone.
+    asked: bool,
 }
 
 /// What a turn of the pump did.
@@ -177,6 +180,7 @@ impl Inflow {
             decoder,
             continuing: expect_continue.then(|| Sending::of(Bytes::from_static(CONTINUE))),
             ended: None,
+            asked: false,
         }
     }
 
@@ -217,7 +221,7 @@ impl Inflow {
             return Pumped::Waiting;
         }
         match self.sender.demand() {
-            Demand::Frame => {}
+            Demand::Frame => self.asked = true,
             Demand::None => {
                 self.sender.park(cx);
                 return Pumped::Waiting;
@@ -305,14 +309,15 @@ impl Inflow {
         }
     }
 
-    /// Whether what is left of a body nobody reads may be read and dropped
+    /// Whether what is left of a body nobody read may be read and dropped
     /// after its answer: at most `most` bytes of a body framed by its
-    /// length, whose client was told to send it (or sent it unasked).
+    /// length, of a request refused on its head alone (its reader never
+    /// asked for it: one cut off by `body_timeout` was), whose client did
+    /// not wait for `100 Continue`.
     pub fn discardable(&self, most: u64) -> bool {
         let untold = matches!(&self.continuing, Some(c) if c.left() == CONTINUE.len());
-        self.ended.is_none()
-            && !untold
-            && matches!(self.decoder, Decoder::Length(left) if left <= most)
+        let left = matches!(self.decoder, Decoder::Length(left) if left <= most);
+        self.ended.is_none() && !self.asked && !untold && left
     }
 
     /// Skips what is left of the body when it is all in `read`; whether the
