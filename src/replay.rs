@@ -27,13 +27,12 @@ use line::Wanted;
 use reorder::Reorder;
 pub use replayable::{replayable, LogHolds, NotReplayed};
 pub use report::{Report, RuleReport, TopKey};
-pub use simulate::{Simulator, Tally, Totals};
+pub use simulate::{SimulatedStore, Simulator, Tally, Totals};
 use time::Epoch;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
-use crate::store::{MemoryStore, Store};
 
 /// Lines read before the replay starts, to learn what the log records.
 const LOOK_AHEAD: usize = 10_000;
@@ -73,10 +72,10 @@ pub fn replay(replay: Replay) -> Result<Report, Failed> {
     let mut logs = Logs::new(replay.logs);
     let ahead = look_ahead(&mut logs)?;
     let (config, not_replayed) = replayable(&replay.config, &ahead.holds, ahead.epoch);
-    let store = Store::Memory(MemoryStore::new(MOST_KEYS));
-    let policy = Policy::compile(Arc::new(config), &Metrics::new(), &store);
+    let store = SimulatedStore::new(MOST_KEYS);
+    let policy = Policy::compile(Arc::new(config), &Metrics::new(), store.store());
     let mut wanted = Wanted::default();
-    let mut simulator = Simulator::new(&policy, store.local(), &mut wanted);
+    let mut simulator = Simulator::new(&policy, &store, &mut wanted);
     let mut reorder = Reorder::default();
     let (mut lines, mut skipped) = (0u64, 0u64);
     let names = logs.names();

@@ -3,8 +3,9 @@
 //! its bucket key from the recorded values
 //! ([`crate::key::KeyHasher::key_of_values`]),
 //! its tier or override ([`Rule::limits_for_key`]), and one admission of
-//! the memory store ([`MemoryStore::admit`]) at the line's time, as the
-//! request path asks it (`proxy::fill_asks`).
+//! its own memory store at the line's time, asked through the decider as
+//! the request path asks it ([`crate::decider`]: `fill_asks`, then
+//! `Decider::admit`, which the memory store answers at once).
 //!
 //! What the request path waits for, the simulation schedules: a held
 //! request's units are reserved at once (delay mode's reservation), so
@@ -17,20 +18,26 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use futures_util::FutureExt;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
 use super::line::{Logged, Recorded, Wanted};
 use crate::clock::Nanos;
+use crate::clock::ProxyClock;
 use crate::config::{KeySource, MissingPolicy};
-use crate::decider::{fill_asks, Applicable, Holds};
+use crate::decider::{fill_asks, Answered, Applicable, Decider, Holds};
 use crate::key::fold::fold;
 use crate::key::{BucketKey, RequestFacts};
 use crate::limiter::Decision;
+use crate::metrics::Metrics;
 use crate::policy::{Policy, Rule};
 use crate::store::{
-    Admission, Asks, Handover, MemoryStore, Outcome, QueuedPermit, Receipt, Settle, Taken,
+    Admission, Asks, Handover, MemoryStore, OnError, Outcome, QueuedPermit, Receipt, Settle, Store,
+    Taken,
 };
 
 /// Where a rule reads one of its key sources in a line.
@@ -110,9 +117,46 @@ struct Waiter {
     logged_rule: Option<usize>,
 }
 
+/// The store a replay decides on: a memory store of its own, asked
+/// through the decider as every way in asks (docs/operations.md, "Every
+/// decision goes one way"), its call timed on a clock and counted in
+/// metrics nobody reads. It answers at once and never fails.
+pub struct SimulatedStore {
+    store: Arc<Store>,
+    clock: ProxyClock,
+    metrics: Metrics,
+}
+
+impl SimulatedStore {
+    /// A simulated store of at most `max_keys` keys a table.
+    pub fn new(max_keys: usize) -> SimulatedStore {
+        SimulatedStore {
+            store: Arc::new(Store::Memory(MemoryStore::new(max_keys))),
+            clock: ProxyClock::default(),
+            metrics: Metrics::new(),
+        }
+    }
+
+    /// The store a policy is compiled against.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn decider(&self) -> Decider<'_> {
+        Decider {
+            store: &self.store,
+            clock: &self.clock,
+            on_error: OnError::Deny,
+            metrics: &self.metrics,
+        }
+    }
+}
+
 /// Decides lines in time order; see the module docs.
 pub struct Simulator<'p> {
     policy: &'p Policy,
+    decider: Decider<'p>,
+    /// The decider's memory store, where permits return.
     store: &'p MemoryStore,
     plans: Vec<Plan>,
     /// The `match.header` names and where their values are.
@@ -145,7 +189,7 @@ pub struct Simulator<'p> {
 impl<'p> Simulator<'p> {
     /// A simulator of `policy`, whose tables are in `store`; the sources
     /// its rules read from `keys` are added to `wanted`.
-    pub fn new(policy: &'p Policy, store: &'p MemoryStore, wanted: &mut Wanted) -> Self {
+    pub fn new(policy: &'p Policy, store: &'p SimulatedStore, wanted: &mut Wanted) -> Self {
         let mut slot = |source: &KeySource| match source {
             KeySource::Ip => Slot::Client,
             KeySource::Path => Slot::Path,
@@ -171,7 +215,8 @@ impl<'p> Simulator<'p> {
         }
         Simulator {
             policy,
-            store,
+            decider: store.decider(),
+            store: store.store.local(),
             plans,
             headers_read,
             headers: Some(HeaderMap::new()),
@@ -242,7 +287,9 @@ impl<'p> Simulator<'p> {
         limits.clear();
         fill_asks(&mut asks, enforced, shadowed, Holds::AsRuled);
         let mut answer = self.answer.take().unwrap_or_default();
-        self.store.admit(&asks, now, &mut answer);
+        let decided = self.decider.admit(&asks, now, &mut answer).now_or_never();
+        // The memory store answers at once, and never fails.
+        debug_assert!(matches!(decided, Some(Ok(Answered::ByStore))));
         self.asks = Some(asks);
         let replayed = self.take(line, now, enforced, shadowed, &mut answer);
         self.answer = Some(answer);

@@ -15,12 +15,11 @@ use std::time::Duration;
 
 use super::line::{self, Wanted};
 use super::time::{parse_time, Epoch};
-use super::{replayable, Failed, LogHolds, LogLine, Logs, Simulator, Unreadable};
+use super::{replayable, Failed, LogHolds, LogLine, Logs, SimulatedStore, Simulator, Unreadable};
 use crate::clock::Nanos;
 use crate::config::{format_period, format_rate, Config, RuleConfig};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
-use crate::store::{MemoryStore, Store};
 
 /// What `suggest` is asked.
 pub struct Ask {
@@ -91,10 +90,10 @@ pub fn suggest(ask: Ask) -> Result<Suggestion, Failed> {
     if let Some(left_out) = left_out.first() {
         return Err(Failed(format!("rule {:?}: {}", ask.rule, left_out.reason)));
     }
-    let store = Store::Memory(MemoryStore::new(1));
-    let policy = Policy::compile(Arc::new(kept), &Metrics::new(), &store);
+    let store = SimulatedStore::new(1);
+    let policy = Policy::compile(Arc::new(kept), &Metrics::new(), store.store());
     let mut wanted = Wanted::default();
-    let mut simulator = Simulator::new(&policy, store.local(), &mut wanted);
+    let mut simulator = Simulator::new(&policy, &store, &mut wanted);
     let (times, lines, skipped) = key_times(&mut logs, &mut simulator, &wanted)?;
     let period_nanos = period.as_nanos() as Nanos;
     let mut peaks: Vec<u64> = (times.into_values())
