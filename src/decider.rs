@@ -125,14 +125,21 @@ impl<'a> Decider<'a> {
     ) -> Result<Answered, StoreUnavailable> {
         match self.timed(decided, now) {
             Ok(()) => Ok(Answered::ByStore),
-            Err(()) => match self.on_error {
-                OnError::Local => {
-                    self.store.admit_locally(asks, now, answer);
-                    Ok(Answered::Locally)
-                }
-                OnError::Allow => Ok(Answered::Unlimited),
-                OnError::Deny => Err(StoreUnavailable),
-            },
+            Err(()) => self.fall_back(|| self.store.admit_locally(asks, now, answer)),
+        }
+    }
+
+    /// What `on_error` makes of a failed store call: `locally` decides
+    /// with the local memory store, at this instance's share.
+    #[cold]
+    fn fall_back(self, locally: impl FnOnce()) -> Result<Answered, StoreUnavailable> {
+        match self.on_error {
+            OnError::Local => {
+                locally();
+                Ok(Answered::Locally)
+            }
+            OnError::Allow => Ok(Answered::Unlimited),
+            OnError::Deny => Err(StoreUnavailable),
         }
     }
 
@@ -149,14 +156,7 @@ impl<'a> Decider<'a> {
         let peeked = self.store.peek(asks, now, decisions).await;
         match self.timed(peeked, now) {
             Ok(()) => Ok(Answered::ByStore),
-            Err(()) => match self.on_error {
-                OnError::Local => {
-                    self.store.peek_locally(asks, now, decisions);
-                    Ok(Answered::Locally)
-                }
-                OnError::Allow => Ok(Answered::Unlimited),
-                OnError::Deny => Err(StoreUnavailable),
-            },
+            Err(()) => self.fall_back(|| self.store.peek_locally(asks, now, decisions)),
         }
     }
 
