@@ -129,8 +129,8 @@ fn conclude(
     Err(AnswerWritten)
 }
 
-/// A ban the head alone shows, answered before the body is read (SPEC
-/// "Cheap refusals come first"): the first enforced rule that does not
+/// A ban the head alone shows, answered before the body is read
+/// (docs/operations.md, "Cheap refusals come first"): the first enforced rule that does not
 /// read the body, applies to the request `facts` describe, and whose key
 /// is banned here. Answered, counted and recorded as a ban found by the
 /// store is: whether it was. A ban only Redis knows of yet is found by

@@ -104,9 +104,9 @@ pub fn put_back(policy: &Policy, client: &mut ClientRequest, body: ClientBody) {
 }
 
 /// What the head alone says, when the policy has a rule that keys on the
-/// body (SPEC "On the wire": [`first_look`]): a `deny`ed client or a banned
-/// key is answered (`Err`) before any of the body is read, and told no
-/// `100 Continue`. Whether the body is to be read: such a rule matches.
+/// body ([`first_look`]; docs/operations.md, "Cheap refusals come
+/// first"): a `deny`ed client or a banned key is answered (`Err`) before
+/// any of the body is read, and told no `100 Continue`. Whether the body is to be read: such a rule matches.
 /// Claims a ban's key needs are verified into `token_claims`, once.
 #[inline(always)]
 pub fn look<'r>(

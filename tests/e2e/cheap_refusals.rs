@@ -23,17 +23,28 @@ fn config(more: &str) -> String {
     )
 }
 
+/// The head of a JSON POST with `key` announcing `length` bytes of body,
+/// and `more` fields.
+fn post_head(key: &str, length: usize, more: &str) -> String {
+    format!(
+        "POST /api/jobs HTTP/1.1\r\nhost: example.test\r\nx-api-key: {key}\r\n\
+         content-type: application/json\r\ncontent-length: {length}\r\n{more}\r\n"
+    )
+}
+
 /// Sends the head of a 10 MB JSON POST that waits for `100 Continue`, and
 /// no body; what sluice answered first, within three seconds.
 async fn head_only(sluice: &Sluice, key: &str) -> String {
     let mut socket = TcpStream::connect(sluice.addr).await.unwrap();
-    let head = format!(
-        "POST /api/jobs HTTP/1.1\r\nhost: example.test\r\nx-api-key: {key}\r\n\
-         content-type: application/json\r\ncontent-length: 10000000\r\n\
-         expect: 100-continue\r\n\r\n"
-    );
+    let head = post_head(key, 10_000_000, "expect: 100-continue\r\n");
     socket.write_all(head.as_bytes()).await.unwrap();
     answer(&mut socket).await
+}
+
+/// The client takes `pause` to send its body after its head: the behaviour
+/// under test (a refused head is answered before the body comes).
+async fn client_pauses(pause: Duration) {
+    tokio::time::sleep(pause).await;
 }
 
 #[tokio::test]
@@ -113,13 +124,7 @@ async fn a_refused_clients_small_body_is_discarded_and_its_connection_kept() {
     let url = format!("http://{}/admin/bans", sluice.admin);
     assert_eq!(post_json(&url, ban, &[]).await.status, StatusCode::CREATED);
     let body = format!("{{\"tenant\":\"{}\"}}", "t".repeat(2000));
-    let head = |key: &str| {
-        format!(
-            "POST /api/jobs HTTP/1.1\r\nhost: example.test\r\nx-api-key: {key}\r\n\
-             content-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            body.len()
-        )
-    };
+    let head = |key: &str| post_head(key, body.len(), "");
 
     // The head alone is answered; the body that follows is dropped, and
     // the same connection serves the next request.
@@ -131,7 +136,7 @@ async fn a_refused_clients_small_body_is_discarded_and_its_connection_kept() {
         !refused.to_lowercase().contains("connection: close"),
         "{refused}"
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    client_pauses(Duration::from_millis(200)).await;
     socket.write_all(body.as_bytes()).await.unwrap();
     socket.write_all(head("k-fine").as_bytes()).await.unwrap();
     socket.write_all(body.as_bytes()).await.unwrap();

@@ -61,7 +61,9 @@ use crate::limiter::{
     SlidingWindow,
 };
 use crate::store::suite::redis_store;
-use crate::store::{Admission, Ask, Asks, BucketTable, MemoryStore, Receipt, Settle, Store, Taken};
+use crate::store::{
+    Admission, Ask, Asks, BucketTable, Decisions, MemoryStore, Receipt, Settle, Store, Taken,
+};
 
 const MICRO: Nanos = 1_000;
 
@@ -485,85 +487,127 @@ async fn check(
             u128::from(period_us) * u128::from(step.advance) / (1000 * u128::from(case.slowdown));
         now_us += advance as u64 + step.jitter_us;
         let now = now_us * MICRO;
-        let [m, r] = &mut sides;
         let at = format!("step {index} ({step:?}) at {now_us} µs");
-        let expected = |kind, m_decision, r_decision| match kind {
-            Kind::Calendar => within_horizon(&limiter, now, m_decision, r_decision),
-            _ => expected(kind, m_decision),
+        let ruling = Ruling {
+            kind,
+            case,
+            limiter: &limiter,
+            now,
+            at: &at,
         };
-        match step.op {
-            Op::Acquire(_) | Op::Reserve(..) => {
-                let (amount, hold) = match step.op {
-                    Op::Reserve(amount, hold) => (amount, Some(case.hold(kind, hold))),
-                    Op::Acquire(amount) => (amount, None),
-                    _ => unreachable!(),
-                };
-                let cost = case.cost(kind, amount);
-                let (m_ok, m_decision) = m.acquire(&limiter, cost, hold, now).await;
-                let (r_ok, r_decision) = r.acquire(&limiter, cost, hold, now).await;
-                prop_assert_eq!(r_ok, m_ok, "{}", at);
-                prop_assert_eq!(r_decision, expected(kind, m_decision, r_decision), "{}", at);
-                prop_assert_eq!(r.receipts.len(), m.receipts.len(), "{}", at);
-                if let (Some(m_receipt), Some(r_receipt)) = (m.receipts.last(), r.receipts.last()) {
-                    prop_assert_eq!(r_receipt.taken, m_receipt.taken, "{}", at);
-                }
-            }
-            Op::Peek(amount) => {
-                let cost = case.cost(kind, amount);
-                let m_decision = m.peek(&limiter, cost, now).await;
-                let r_decision = r.peek(&limiter, cost, now).await;
-                prop_assert_eq!(r_decision, expected(kind, m_decision, r_decision), "{}", at);
-            }
-            Op::Spend(amount) => {
-                let units = amount.of(case.count);
-                let m_decision = m.spend(&limiter, units, now).await;
-                let r_decision = r.spend(&limiter, units, now).await;
-                prop_assert_eq!(r_decision, expected(kind, m_decision, r_decision), "{}", at);
-            }
-            Op::Charge(which, amount) => {
-                if m.receipts.is_empty() {
-                    continue;
-                }
-                let which = m.receipts.len() - 1 - which % m.receipts.len();
-                let units = amount.of(case.count);
-                m.settle(which, Settle::Charge(units), now).await;
-                r.settle(which, Settle::Charge(units), now).await;
-            }
-            Op::Refund(which) => {
-                if m.receipts.is_empty() {
-                    continue;
-                }
-                let which = m.receipts.len() - 1 - which % m.receipts.len();
-                if kind == Kind::TokenBucket
-                    && !matches!(m.receipts[which].taken, Taken::Reserved { at } if now <= at)
-                {
-                    // See the module doc.
-                    continue;
-                }
-                if kind == Kind::Calendar
-                    && before_previous_window(&limiter, &m.receipts[which], now)
-                {
-                    // See the module doc.
-                    continue;
-                }
-                m.settle(which, Settle::GiveBack, now).await;
-                r.settle(which, Settle::GiveBack, now).await;
-            }
-        }
+        let [m, r] = &mut sides;
+        ruling.step(m, r, step.op).await?;
         // Whatever the step was, both buckets read the same afterwards.
         for cost in [1, case.count.max(1)] {
             let m_decision = m.peek(&limiter, cost, now).await;
             let r_decision = r.peek(&limiter, cost, now).await;
-            prop_assert_eq!(
-                r_decision,
-                expected(kind, m_decision, r_decision),
-                "{}: then a peek of {}",
-                at,
-                cost
-            );
+            let expected = ruling.expected(m_decision, r_decision);
+            prop_assert_eq!(r_decision, expected, "{}: then a peek of {}", at, cost);
         }
     }
     Ok(())
+}
+
+/// One step of a case, taken on both stores at `now` (`at` says which).
+struct Ruling<'a> {
+    kind: Kind,
+    case: &'a Case,
+    limiter: &'a Limiter,
+    now: Nanos,
+    at: &'a str,
+}
+
+impl Ruling<'_> {
+    /// What the script should answer where memory answered `memory`.
+    fn expected(&self, memory: Decision, script: Decision) -> Decision {
+        match self.kind {
+            Kind::Calendar => within_horizon(self.limiter, self.now, memory, script),
+            kind => expected(kind, memory),
+        }
+    }
+
+    /// Takes `op` on memory (`m`) and Redis (`r`); they must agree.
+    async fn step(&self, m: &mut Side<'_>, r: &mut Side<'_>, op: Op) -> Result<(), TestCaseError> {
+        let Ruling {
+            kind,
+            case,
+            limiter,
+            now,
+            at,
+        } = *self;
+        match op {
+            Op::Acquire(amount) => self.acquire(m, r, amount, None).await?,
+            Op::Reserve(amount, hold) => {
+                let hold = Some(case.hold(kind, hold));
+                self.acquire(m, r, amount, hold).await?
+            }
+            Op::Peek(amount) => {
+                let cost = case.cost(kind, amount);
+                let m_decision = m.peek(limiter, cost, now).await;
+                let r_decision = r.peek(limiter, cost, now).await;
+                prop_assert_eq!(r_decision, self.expected(m_decision, r_decision), "{}", at);
+            }
+            Op::Spend(amount) => {
+                let units = amount.of(case.count);
+                let m_decision = m.spend(limiter, units, now).await;
+                let r_decision = r.spend(limiter, units, now).await;
+                prop_assert_eq!(r_decision, self.expected(m_decision, r_decision), "{}", at);
+            }
+            Op::Charge(which, amount) => {
+                if let Some(which) = latest(&m.receipts, which) {
+                    let units = amount.of(case.count);
+                    m.settle(which, Settle::Charge(units), now).await;
+                    r.settle(which, Settle::Charge(units), now).await;
+                }
+            }
+            Op::Refund(which) => {
+                let Some(which) = latest(&m.receipts, which) else {
+                    return Ok(());
+                };
+                if self.refundable(&m.receipts[which]) {
+                    m.settle(which, Settle::GiveBack, now).await;
+                    r.settle(which, Settle::GiveBack, now).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes `amount` on both sides, holding as `hold` says.
+    async fn acquire(
+        &self,
+        m: &mut Side<'_>,
+        r: &mut Side<'_>,
+        amount: Amount,
+        hold: Option<HoldLimits>,
+    ) -> Result<(), TestCaseError> {
+        let (limiter, now, at) = (self.limiter, self.now, self.at);
+        let cost = self.case.cost(self.kind, amount);
+        let (m_ok, m_decision) = m.acquire(limiter, cost, hold, now).await;
+        let (r_ok, r_decision) = r.acquire(limiter, cost, hold, now).await;
+        prop_assert_eq!(r_ok, m_ok, "{}", at);
+        prop_assert_eq!(r_decision, self.expected(m_decision, r_decision), "{}", at);
+        prop_assert_eq!(r.receipts.len(), m.receipts.len(), "{}", at);
+        if let (Some(m_receipt), Some(r_receipt)) = (m.receipts.last(), r.receipts.last()) {
+            prop_assert_eq!(r_receipt.taken, m_receipt.taken, "{}", at);
+        }
+        Ok(())
+    }
+
+    /// Whether giving `receipt` back is compared (see the module doc for
+    /// the two that are not).
+    fn refundable(&self, receipt: &Receipt) -> bool {
+        match self.kind {
+            Kind::TokenBucket => matches!(receipt.taken, Taken::Reserved { at } if self.now <= at),
+            Kind::Calendar => !before_previous_window(self.limiter, receipt, self.now),
+            _ => true,
+        }
+    }
+}
+
+/// The receipt `which` counts back from the latest of `receipts`, if any.
+fn latest(receipts: &[Receipt], which: usize) -> Option<usize> {
+    (!receipts.is_empty()).then(|| receipts.len() - 1 - which % receipts.len())
 }
 
 /// Whether `receipt`'s units were taken before the window before the one
@@ -626,32 +670,13 @@ async fn check_pair(
             Op::Reserve(amount, hold) => (amount, Some(hold), true),
             Op::Peek(amount) => (amount, None, false),
             Op::Refund(which) => {
-                let receipts = sides[0].2.len();
-                if receipts == 0 {
-                    continue;
-                }
-                let which = receipts - 1 - which % receipts;
-                let limit = which % 2;
-                if kinds[limit] == Kind::TokenBucket
-                    && !matches!(sides[0].2[which].taken, Taken::Reserved { at } if now <= at)
-                {
-                    // See the module doc.
-                    continue;
-                }
-                for (store, _, receipts) in &mut sides {
-                    let receipt = &mut receipts[which..=which];
-                    store
-                        .settle(receipt, Settle::GiveBack, now)
-                        .answered()
-                        .await;
-                }
+                refund_pair(&mut sides, kinds, which, now).await;
                 continue;
             }
             Op::Spend(_) | Op::Charge(..) => continue,
         };
         let mut answers = Vec::new();
         for (store, tables, receipts) in &mut sides {
-            let mut asks = Asks::default();
             let limits = [0, 1].map(|limit| Ask {
                 table: &tables[limit],
                 key: KEY,
@@ -659,22 +684,7 @@ async fn check_pair(
                 cost: cases[limit].cost(kinds[limit], amount),
                 hold: hold.map(|hold| cases[limit].hold(kinds[limit], hold)),
             });
-            asks.push_rule(KEY, false, None, limits);
-            let mut admission = Admission::default();
-            if write {
-                store
-                    .admit(&asks, now, &mut admission)
-                    .await
-                    .expect("the store answers");
-            } else {
-                store
-                    .peek(&asks, now, &mut admission.decisions)
-                    .await
-                    .expect("the store answers");
-            }
-            let taken: Vec<Taken> = admission.receipts.iter().map(|r| r.taken).collect();
-            receipts.extend(admission.receipts.drain(..));
-            answers.push((admission.admitted(), admission.decisions.clone(), taken));
+            answers.push(ask_pair(store, limits, write, now, receipts).await);
         }
         let expect = |decisions: &[Decision]| -> Vec<Decision> {
             decisions
@@ -688,6 +698,54 @@ async fn check_pair(
         prop_assert_eq!(&answers[1].2, &answers[0].2, "{}", at);
     }
     Ok(())
+}
+
+/// One store's answer to both limits (`write`: an admission, its
+/// receipts kept in `receipts`; else a peek): admitted, the decisions,
+/// what each receipt took.
+async fn ask_pair(
+    store: &Store,
+    limits: [Ask<'_>; 2],
+    write: bool,
+    now: Nanos,
+    receipts: &mut Vec<Receipt>,
+) -> (bool, Decisions, Vec<Taken>) {
+    let mut asks = Asks::default();
+    asks.push_rule(KEY, false, None, limits);
+    let mut admission = Admission::default();
+    let answered = match write {
+        true => store.admit(&asks, now, &mut admission).await,
+        false => store.peek(&asks, now, &mut admission.decisions).await,
+    };
+    answered.expect("the store answers");
+    let taken: Vec<Taken> = admission.receipts.iter().map(|r| r.taken).collect();
+    receipts.extend(admission.receipts.drain(..));
+    (admission.admitted(), admission.decisions, taken)
+}
+
+/// Gives back, on both stores, the receipt `which` counts back from the
+/// latest (a token bucket's only while its reservation is ahead: see the
+/// module doc).
+async fn refund_pair(
+    sides: &mut [(&Store, [BucketTable; 2], Vec<Receipt>); 2],
+    kinds: [Kind; 2],
+    which: usize,
+    now: Nanos,
+) {
+    let Some(which) = latest(&sides[0].2, which) else {
+        return;
+    };
+    let reserved_ahead = matches!(sides[0].2[which].taken, Taken::Reserved { at } if now <= at);
+    if kinds[which % 2] == Kind::TokenBucket && !reserved_ahead {
+        return;
+    }
+    for (store, _, receipts) in sides {
+        let receipt = &mut receipts[which..=which];
+        store
+            .settle(receipt, Settle::GiveBack, now)
+            .answered()
+            .await;
+    }
 }
 
 #[test]
