@@ -51,6 +51,7 @@ pub mod config;
 pub mod decider;
 pub mod demo;
 pub mod heavy_hitters;
+pub mod histogram;
 pub mod http1;
 pub mod import;
 pub mod key;

@@ -19,6 +19,7 @@ use prometheus::{
 };
 
 use crate::clock::Nanos;
+use crate::histogram::{PerThreadHistogram, PerThreadHistograms};
 use crate::log_gate::LogGate;
 
 /// Nanoseconds as the seconds Prometheus histograms take.
@@ -99,8 +100,8 @@ pub struct Metrics {
     registry: Registry,
     requests: IntCounterVec,
     responses: [IntCounter; 5],
-    pub decision_seconds: Histogram,
-    pub overhead_seconds: Histogram,
+    pub decision_seconds: PerThreadHistogram,
+    pub overhead_seconds: PerThreadHistogram,
     /// The upstream pools' series, labelled with each pool's name.
     pub upstreams: UpstreamSeries,
     tracked_keys: IntGaugeVec,
@@ -119,9 +120,9 @@ pub struct Metrics {
     /// key's, perhaps, between good answers), at most ten a second.
     store_error_lines: Arc<LogGate>,
     /// `sluice_store_seconds{backend}`: every call to the store.
-    store_seconds: HistogramVec,
+    store_seconds: PerThreadHistograms,
     /// The one backend's `sluice_store_seconds` child, once a call named it.
-    store_seconds_resolved: Arc<OnceLock<(&'static str, Histogram)>>,
+    store_seconds_resolved: Arc<OnceLock<(&'static str, PerThreadHistogram)>>,
     store_fallback_active: IntGauge,
     /// `sluice_store_settlements_pending`: kept by the store's settler.
     store_settlements_pending: IntGauge,
@@ -414,7 +415,7 @@ impl Default for Metrics {
 /// pool's name, never a server's address.
 #[derive(Debug, Clone)]
 pub struct UpstreamSeries {
-    seconds: HistogramVec,
+    seconds: PerThreadHistograms,
     errors: IntCounterVec,
     retries: IntCounterVec,
     ejections: IntCounterVec,
@@ -427,7 +428,7 @@ pub struct UpstreamSeries {
 pub struct PoolSeries {
     /// `sluice_upstream_seconds{upstream}`: each attempt, to its response
     /// head or failure.
-    pub seconds: Histogram,
+    pub seconds: PerThreadHistogram,
     /// `sluice_upstream_errors_total{upstream,kind}`.
     pub errors_connect: IntCounter,
     pub errors_timeout: IntCounter,
@@ -443,7 +444,7 @@ impl UpstreamSeries {
     fn new(registry: &Registry) -> UpstreamSeries {
         let families = Families(registry);
         UpstreamSeries {
-            seconds: families.histograms(
+            seconds: families.per_thread_histograms(
                 "sluice_upstream_seconds",
                 "Upstream request out to response head in, per attempt.",
                 LONG_BUCKETS,
@@ -595,6 +596,25 @@ impl Families<'_> {
         registered(self.0, HistogramVec::new(opts, labels))
     }
 
+    /// A family of histograms observed without atomic read-modify-writes
+    /// (`histogram.rs`): those a request observes.
+    fn per_thread_histograms(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: &[f64],
+        labels: &[&str],
+    ) -> PerThreadHistograms {
+        let family = PerThreadHistograms::new(name, help, buckets, labels);
+        registered(self.0, family)
+    }
+
+    /// The one series of an unlabelled [`Families::per_thread_histograms`].
+    fn per_thread_histogram(&self, name: &str, help: &str, buckets: &[f64]) -> PerThreadHistogram {
+        self.per_thread_histograms(name, help, buckets, &[])
+            .with_label_values(&[])
+    }
+
     fn counter(&self, name: &str, help: &str) -> IntCounter {
         registered(self.0, IntCounter::new(name, help))
     }
@@ -603,14 +623,16 @@ impl Families<'_> {
         registered(self.0, IntGauge::new(name, help))
     }
 
-    fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> Histogram {
-        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
-        registered(self.0, Histogram::with_opts(opts))
-    }
-
     /// Requests per rule and outcome, responses by class, and the time a
     /// request takes to decide and to pass through.
-    fn requests(&self) -> (IntCounterVec, [IntCounter; 5], Histogram, Histogram) {
+    fn requests(
+        &self,
+    ) -> (
+        IntCounterVec,
+        [IntCounter; 5],
+        PerThreadHistogram,
+        PerThreadHistogram,
+    ) {
         let requests = self.counters(
             "sluice_requests_total",
             "Requests per rule and outcome.",
@@ -621,12 +643,12 @@ impl Families<'_> {
             "Responses sent to clients, by class.",
             &["code_class"],
         );
-        let decision_seconds = self.histogram(
+        let decision_seconds = self.per_thread_histogram(
             "sluice_decision_seconds",
             "Time to decide a request, all its rules (requests no rule applies to are not counted).",
             DECISION_BUCKETS,
         );
-        let overhead_seconds = self.histogram(
+        let overhead_seconds = self.per_thread_histogram(
             "sluice_overhead_seconds",
             "Request head in to upstream request out, minus intentional delay.",
             OVERHEAD_BUCKETS,
@@ -663,13 +685,13 @@ impl Families<'_> {
     }
 
     /// The store's errors, call times and fallback.
-    fn store(&self) -> (IntCounterVec, HistogramVec, IntGauge) {
+    fn store(&self) -> (IntCounterVec, PerThreadHistograms, IntGauge) {
         let store_errors = self.counters(
             "sluice_store_errors_total",
             "Store errors per backend and kind (unavailable: no answer; script: an answer that is an error).",
             &["backend", "kind"],
         );
-        let store_seconds = self.histograms(
+        let store_seconds = self.per_thread_histograms(
             "sluice_store_seconds",
             "Time of one call to the store (for a shared store, one round trip), per backend.",
             STORE_BUCKETS,

@@ -12,7 +12,10 @@
 # keeps the callgrind output for callgrind_annotate. HEADER="Connection: keep-alive" makes
 # wrk send that field too (as browsers do; wrk sends only Host by default). LUA=FILE gives
 # wrk a script (keys100k.lua: 100k API keys at random, for keyed-*.toml). CGOPTS adds
-# callgrind options (CGOPTS=--dump-instr=yes for scripts/callgrind/atomics.py).
+# callgrind options (CGOPTS=--dump-instr=yes for scripts/callgrind/atomics.py). CACHE=1 adds
+# valgrind's cache and branch simulation and prints every event per request (events.py:
+# L1 and last-level misses, mispredicted branches); TOP="D1mw 20" adds the functions with
+# the most of one event. scripts/callgrind/nginx.sh measures nginx + limit_req the same way.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${TMPDIR:-/tmp}
@@ -22,7 +25,8 @@ mkdir -p /tmp/sluice-callgrind-sse
 python3 "$here/../answer-bench/stream.py" /tmp/sluice-callgrind-sse/stream.sse >/dev/null
 nginx -c "$here/upstream.conf" -p "$out" & ng=$!
 sleep 0.5
-valgrind --tool=callgrind ${CGOPTS:-} --callgrind-out-file=$out/sluice-cg.$label.out "$bin" run --config "$cfg" 2>$out/sluice-cg.$label.log & sl=$!
+cache=(); [ -n "${CACHE:-}" ] && cache=(--cache-sim=yes --branch-sim=yes)
+valgrind --tool=callgrind "${cache[@]}" ${CGOPTS:-} --callgrind-out-file=$out/sluice-cg.$label.out "$bin" run --config "$cfg" 2>$out/sluice-cg.$label.log & sl=$!
 # Valgrind starts slowly on a busy machine: wait until sluice answers (60 s at most).
 for _ in $(seq 120); do
   curl -s -o /dev/null http://127.0.0.1:18381/ && break
@@ -41,4 +45,8 @@ kill -TERM $sl; wait $sl 2>/dev/null
 kill -TERM $ng; wait $ng 2>/dev/null
 ir=$(for f in $out/sluice-cg.$label.out.*; do callgrind_annotate "$f" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}'; done | sort -n | tail -1)
 echo "$label: requests=$reqs Ir=$ir per_req=$(python3 -c "print(round($ir/$reqs))")"
+if [ -n "${CACHE:-}" ]; then
+  top=(); [ -n "${TOP:-}" ] && top=(--top $TOP)
+  python3 "$here/events.py" "$reqs" $out/sluice-cg.$label.out.* "${top[@]}"
+fi
 [ -n "${KEEP:-}" ] || rm -f $out/sluice-cg.$label.out*

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use prometheus::{Histogram, IntCounter, IntGauge};
+use prometheus::{IntCounter, IntGauge};
 use redis::cluster_routing::Slot;
 use redis::Cmd;
 use smallvec::SmallVec;
@@ -66,7 +66,7 @@ pub struct SettleSeries {
     /// `sluice_store_errors_total{backend,kind="script"}`.
     pub script: IntCounter,
     /// `sluice_store_seconds{backend}`.
-    pub seconds: Histogram,
+    pub seconds: crate::histogram::PerThreadHistogram,
 }
 
 /// What one round did.
