@@ -36,4 +36,6 @@ out=$(taskset -c 0 wrk -t1 -c64 -d5s http://127.0.0.1:18381/ 2>&1)
 read u1 s1 < <(awk '{print $14, $15}' /proc/$px/stat)
 reqs=$(echo "$out" | awk '/requests in/ {print $1}')
 kill $px; wait $px 2>/dev/null; kill $up; wait $up 2>/dev/null
-python3 -c "u=($u1-$u0)*1e4/$reqs; s=($s1-$s0)*1e4/$reqs; print(f'$kind ${2##*/} ${a3##*/}: requests $reqs user {u:.2f} us/req sys {s:.2f} us/req total {u+s:.2f} user share {u/(u+s):.0%}')"
+label=$(echo "$kind ${2##*/} ${a3##*/}" | sed 's/ *$//')
+# utime and stime are in ticks of 10 ms: 1e4 µs each.
+python3 -c "u=($u1-$u0)*1e4/$reqs; s=($s1-$s0)*1e4/$reqs; print(f'$label: requests $reqs user {u:.2f} us/req sys {s:.2f} us/req total {u+s:.2f} user share {u/(u+s):.0%}')"
