@@ -14,7 +14,9 @@
 //! A thread's cells are its own for the life of the process: the first
 //! [`OWN_SLOTS`] threads that observe any histogram each get a slot; a
 //! thread past those shares one slot, written with read-modify-writes, so
-//! no observation is lost whatever the threads. The exposition is the one
+//! no observation is lost whatever the threads. Each slot's cells take a
+//! cache line per eight cells (three for sluice's 16 or 17 buckets): 12.5 KiB
+//! a histogram over its 65 slots. The exposition is the one
 //! `prometheus` writes: the same names, labels, buckets and `_sum`/`_count`.
 
 use std::cell::Cell;
