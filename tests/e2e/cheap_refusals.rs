@@ -41,6 +41,16 @@ async fn head_only(sluice: &Sluice, key: &str) -> String {
     answer(&mut socket).await
 }
 
+/// sluice before `upstream`, with the key `k-banned` banned for an hour on
+/// the `per-key` rule through the admin API.
+async fn with_k_banned(upstream: &Upstream) -> Sluice {
+    let sluice = Sluice::start(&config(""), upstream.addr).await;
+    let ban = r#"{"rule":"per-key","key":"k-banned","for":"1h"}"#;
+    let url = format!("http://{}/admin/bans", sluice.admin);
+    assert_eq!(post_json(&url, ban, &[]).await.status, StatusCode::CREATED);
+    sluice
+}
+
 /// The client takes `pause` to send its body after its head: the behaviour
 /// under test (a refused head is answered before the body comes).
 async fn client_pauses(pause: Duration) {
@@ -50,10 +60,7 @@ async fn client_pauses(pause: Duration) {
 #[tokio::test]
 async fn a_banned_key_is_refused_on_its_head_before_any_body_is_read() {
     let upstream = Upstream::start().await;
-    let sluice = Sluice::start(&config(""), upstream.addr).await;
-    let ban = r#"{"rule":"per-key","key":"k-banned","for":"1h"}"#;
-    let url = format!("http://{}/admin/bans", sluice.admin);
-    assert_eq!(post_json(&url, ban, &[]).await.status, StatusCode::CREATED);
+    let sluice = with_k_banned(&upstream).await;
 
     let answer = head_only(&sluice, "k-banned").await;
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
@@ -119,10 +126,7 @@ async fn answer(socket: &mut TcpStream) -> String {
 #[tokio::test]
 async fn a_refused_clients_small_body_is_discarded_and_its_connection_kept() {
     let upstream = Upstream::start().await;
-    let sluice = Sluice::start(&config(""), upstream.addr).await;
-    let ban = r#"{"rule":"per-key","key":"k-banned","for":"1h"}"#;
-    let url = format!("http://{}/admin/bans", sluice.admin);
-    assert_eq!(post_json(&url, ban, &[]).await.status, StatusCode::CREATED);
+    let sluice = with_k_banned(&upstream).await;
     let body = format!("{{\"tenant\":\"{}\"}}", "t".repeat(2000));
     let head = |key: &str| post_head(key, body.len(), "");
 
