@@ -144,6 +144,8 @@ pub struct Metrics {
     pub trace_spans: TraceSpans,
     /// `sluice_websocket_connections`: tunnels open ([`OpenTunnel`]).
     websocket_connections: IntGauge,
+    /// `sluice_grpc_streams`: gRPC calls open under a message rule.
+    grpc_streams: IntGauge,
     /// `sluice_persisted_queries`: GraphQL persisted-query documents known
     /// (the manifest's and those learned).
     pub persisted_queries: IntGauge,
@@ -158,7 +160,8 @@ pub struct Metrics {
 }
 
 /// A WebSocket tunnel open, counted in `sluice_websocket_connections`
-/// until dropped.
+/// until dropped (or a gRPC call under a message rule, in
+/// `sluice_grpc_streams`).
 #[derive(Debug)]
 pub struct OpenTunnel(IntGauge);
 
@@ -195,11 +198,12 @@ impl Metrics {
         new.process();
         let sync = SyncSeries::new(&registry);
         let upstreams = UpstreamSeries::new(&registry);
-        let (websocket_connections, persisted_queries) = new.connections();
+        let (websocket_connections, grpc_streams, persisted_queries) = new.connections();
         Metrics {
             registry,
             requests,
             websocket_connections,
+            grpc_streams,
             persisted_queries,
             responses,
             decision_seconds,
@@ -242,6 +246,13 @@ impl Metrics {
     pub fn tunnel_opened(&self) -> OpenTunnel {
         self.websocket_connections.inc();
         OpenTunnel(self.websocket_connections.clone())
+    }
+
+    /// A gRPC call a message rule applies to opened: counted in
+    /// `sluice_grpc_streams` until the guard returned is dropped.
+    pub fn grpc_stream_opened(&self) -> OpenTunnel {
+        self.grpc_streams.inc();
+        OpenTunnel(self.grpc_streams.clone())
     }
 
     /// The per-rule request counters; creating them makes every outcome's
@@ -834,17 +845,22 @@ impl Families<'_> {
         (reserved, overrun)
     }
 
-    /// WebSocket tunnels open and persisted queries known.
-    fn connections(&self) -> (IntGauge, IntGauge) {
+    /// WebSocket tunnels open, gRPC calls open under a message rule, and
+    /// persisted queries known.
+    fn connections(&self) -> (IntGauge, IntGauge, IntGauge) {
         let websocket_connections = self.int_gauge(
             "sluice_websocket_connections",
             "WebSocket tunnels open (a handshake the upstream answered 101).",
+        );
+        let grpc_streams = self.int_gauge(
+            "sluice_grpc_streams",
+            "gRPC calls open that a unit = \"message\" rule applies to.",
         );
         let persisted_queries = self.int_gauge(
             "sluice_persisted_queries",
             "GraphQL persisted-query hashes known: a manifest's and those learned from requests.",
         );
-        (websocket_connections, persisted_queries)
+        (websocket_connections, grpc_streams, persisted_queries)
     }
 }
 

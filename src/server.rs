@@ -657,9 +657,21 @@ fn http2_server(server: &ServerConfig) -> hyper::server::conn::http2::Builder<St
         // a GOAWAY (RUSTSEC-2024-0003; hyper passes it to h2 correctly since
         // 1.5.1, hyper#3782).
         .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESET_STREAMS)
-        .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32);
+        .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32)
+        // A stream sluice stops reading (a gRPC call a message rule holds:
+        // docs/streams.md) keeps at most its own window unread, a quarter
+        // of the connection's, so the connection's other streams flow on.
+        // Fixed windows: an adaptive one would grow a held stream's.
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW);
     http2
 }
+
+/// Each HTTP/2 stream's receive window (hyper's default is 1 MiB).
+const H2_STREAM_WINDOW: u32 = 256 * 1024;
+/// Each HTTP/2 connection's receive window, four streams' worth (hyper's
+/// default: what a connection may make sluice keep stays as it was).
+const H2_CONNECTION_WINDOW: u32 = 4 * H2_STREAM_WINDOW;
 
 /// Connections the kernel may queue before sluice accepts them. The usual
 /// default (128) overflows when a burst of clients connects at once (each

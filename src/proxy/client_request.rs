@@ -18,6 +18,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Method, Request, Uri, Version};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+use sync_wrapper::SyncWrapper;
 
 use crate::http1::pipe::Receiver;
 
@@ -101,7 +102,15 @@ pub enum ClientBody {
     /// One whose start was read for a rule's key and found longer than
     /// the bound (`proxy/key_body.rs`): that start, then the rest.
     Prefixed(Box<Prefixed>),
+    /// A gRPC call's, its messages each admitted by the call's message
+    /// rules before they pass (`proxy/messages/grpc.rs`).
+    Metered(MeteredBody),
 }
+
+/// A body whose frames a gate lets through ([`ClientBody::Metered`]);
+/// only ever polled, so made `Sync` by [`SyncWrapper`] (its admissions'
+/// futures are `Send` alone).
+pub type MeteredBody = SyncWrapper<Pin<Box<dyn Body<Data = Bytes, Error = BodyFailure> + Send>>>;
 
 /// A body read in part: what was read, sent first, then what follows.
 #[derive(Debug)]
@@ -152,6 +161,7 @@ impl Body for ClientBody {
                 Poll::Ready((!bytes.is_empty()).then(|| Ok(Frame::data(bytes))))
             }
             ClientBody::Prefixed(prefixed) => prefixed.poll_frame(cx),
+            ClientBody::Metered(body) => body.get_mut().as_mut().poll_frame(cx),
         }
     }
 
@@ -167,6 +177,8 @@ impl Body for ClientBody {
                     && prefixed.trailers.is_none()
                     && prefixed.rest.is_end_stream()
             }
+            // Unknown until polled: its end is a frame like another.
+            ClientBody::Metered(_) => false,
         }
     }
 
@@ -187,6 +199,7 @@ impl Body for ClientBody {
                 }
                 hint
             }
+            ClientBody::Metered(_) => SizeHint::default(),
         }
     }
 }

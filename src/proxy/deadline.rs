@@ -48,15 +48,48 @@ pub struct BodyLimits {
     pub max_bytes: u64,
 }
 
+impl BodyLimits {
+    /// These limits without the deadline (a stream that may last).
+    pub fn without_deadline(self) -> BodyLimits {
+        BodyLimits {
+            timeout: Duration::MAX,
+            ..self
+        }
+    }
+}
+
 /// Why a guarded body was cut off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyError {
-    #[error("the request body did not arrive within body_timeout")]
     Timeout,
-    #[error("the request body is longer than max_body_bytes")]
     TooLarge,
-    #[error("the client's request body failed")]
     Client,
+    /// sluice ended the call the body belongs to (its messages:
+    /// `proxy/messages/grpc.rs`): the server's stream is reset with
+    /// HTTP/2's `CANCEL`, which hyper finds as this error's source.
+    Cancelled,
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BodyError::Timeout => "the request body did not arrive within body_timeout",
+            BodyError::TooLarge => "the request body is longer than max_body_bytes",
+            BodyError::Client => "the client's request body failed",
+            BodyError::Cancelled => "sluice ended the call",
+        })
+    }
+}
+
+impl std::error::Error for BodyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        static CANCEL: std::sync::LazyLock<h2::Error> =
+            std::sync::LazyLock::new(|| h2::Error::from(h2::Reason::CANCEL));
+        match self {
+            BodyError::Cancelled => Some(&*CANCEL),
+            BodyError::Timeout | BodyError::TooLarge | BodyError::Client => None,
+        }
+    }
 }
 
 /// Which of its limits cut a body off.
@@ -131,7 +164,8 @@ impl GuardedBody {
             ClientBody::Empty
             | ClientBody::Piped(_)
             | ClientBody::Hyper(_)
-            | ClientBody::Prefixed(_) => None,
+            | ClientBody::Prefixed(_)
+            | ClientBody::Metered(_) => None,
         }
     }
 }
@@ -230,10 +264,22 @@ impl Active {
         let code = match why {
             BodyError::Timeout => TRIPPED_TIMEOUT,
             BodyError::TooLarge => TRIPPED_TOO_LARGE,
-            BodyError::Client => return why,
+            BodyError::Client | BodyError::Cancelled => return why,
         };
         self.watched.tripped.store(code, Ordering::Release);
         why
+    }
+}
+
+/// What a body's `failure` is to the upstream: sluice's own ending of a
+/// call (a `CANCEL`), else the client's failure.
+fn failed(failure: &(dyn std::error::Error + Send + Sync + 'static)) -> BodyError {
+    match failure
+        .downcast_ref::<h2::Error>()
+        .and_then(h2::Error::reason)
+    {
+        Some(h2::Reason::CANCEL) => BodyError::Cancelled,
+        _ => BodyError::Client,
     }
 }
 
@@ -250,7 +296,7 @@ impl Body for GuardedBody {
         let Some(active) = this.guard.as_deref_mut() else {
             return Pin::new(&mut this.inner)
                 .poll_frame(cx)
-                .map_err(|_| BodyError::Client);
+                .map_err(|failure| failed(&*failure));
         };
         let timeout = active.limits.timeout;
         let timer = active
@@ -273,7 +319,7 @@ impl Body for GuardedBody {
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(_))) => Poll::Ready(Some(Err(BodyError::Client))),
+            Poll::Ready(Some(Err(failure))) => Poll::Ready(Some(Err(failed(&*failure)))),
             Poll::Ready(None) => {
                 let ended = active.clock.now();
                 active.watched.ended_at.store(ended, Ordering::Release);

@@ -18,6 +18,7 @@
 
 use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
@@ -29,10 +30,12 @@ use super::checks::Checked;
 use super::client_request::{ClientBody, ClientRequest};
 use super::deadline::{self, BodyLimits, BodyWatch};
 use super::fields;
+use super::messages::{self, Metered};
 use super::out_of_line::OutOfLine;
 use super::pool::{AddedFields, ForwardError, PooledBody, RequestBody};
 use super::recent_value::{recent_value, RecentValue};
 use super::refusal::Refusal;
+use super::respond::grpc::CallEnd;
 use super::respond::{self, ProxyBody};
 use super::ruling::Ruling;
 use super::settle::{ChargingWhile, RequestBytes, Settlement};
@@ -559,13 +562,63 @@ pub async fn phase(
         started: cx.started,
     };
     let path_and_query = destination.path_and_query;
+    // A gRPC call a message rule applies to: its messages are metered as
+    // they are forwarded (`proxy/messages/grpc.rs`).
+    let call = match cx.grpc {
+        true => cx
+            .metered
+            .take()
+            .map(|metered| meter_call(cx, client, metered)),
+        false => None,
+    };
     let ruling = &mut cx.ruling;
     let forwarding = forwarder.forward(client, path_and_query, &mut cx.span, ruling, cx.response);
-    if forwarding.await {
+    let forwarded = forwarding.await;
+    if let Some(end) = call {
+        return call_answered(end, forwarded, cx.response);
+    }
+    if forwarded {
         Ok(())
     } else {
         Err(AnswerWritten)
     }
+}
+
+/// Meters the messages of `client`'s call under `metered`'s rules.
+#[cold]
+#[inline(never)]
+fn meter_call(
+    cx: &Context<'_, '_>,
+    client: &mut ClientRequest,
+    metered: Box<Metered>,
+) -> Arc<CallEnd> {
+    let shared = cx.shared;
+    let body = client.get_mut().body_mut();
+    let deciding = shared.deciding(&cx.snapshot.policy);
+    let unmetered = std::mem::replace(body, ClientBody::Empty);
+    let (metered, end) = messages::grpc::meter(unmetered, metered, deciding, &shared.metrics);
+    *body = metered;
+    end
+}
+
+/// The answer to a metered call (`forwarded`: the server answered it):
+/// ended with the call's status should sluice end the call first, or,
+/// when the server had not answered yet, that status alone.
+#[cold]
+#[inline(never)]
+fn call_answered(
+    end: Arc<CallEnd>,
+    forwarded: bool,
+    response: &mut Response<ProxyBody>,
+) -> Result<(), AnswerWritten> {
+    if forwarded {
+        response.body_mut().end_call_with(end);
+        return Ok(());
+    }
+    if let Some(ending) = end.ending() {
+        respond::grpc::answer_ended(response, ending);
+    }
+    Err(AnswerWritten)
 }
 
 impl Forwarder<'_> {
@@ -709,6 +762,12 @@ impl Forwarder<'_> {
                 (RequestBody::Whole(bytes), BodyWatch::no_body(version))
             }
             streamed => {
+                // A metered call is a stream as long as its messages are
+                // admitted: `body_timeout` does not end it.
+                let limits = match streamed {
+                    ClientBody::Metered(_) => limits.without_deadline(),
+                    _ => limits,
+                };
                 let (guarded, watch) = deadline::guard(streamed, limits, version, self.clock);
                 (RequestBody::Streamed(guarded), watch)
             }

@@ -22,6 +22,7 @@ use super::batch;
 use super::client_request::ClientBody;
 use super::key_body::Readings;
 use super::messages;
+use super::messages::Carrier;
 use super::refusal::Refusal;
 use super::refusal_log::{self, Refused};
 use super::respond::{self, ProxyBody};
@@ -57,9 +58,15 @@ pub fn phase<'r, 'a: 'r>(
     // A policy without message rules makes no call for them (the request
     // path's cost: docs/conversation.md, "What it costs").
     if identified.is_ok() && !policy.message_rules.is_empty() {
-        let handshake = upgrade::is_websocket_handshake(request);
+        let carrier = if upgrade::is_websocket_handshake(request) {
+            Some(Carrier::WebSocket)
+        } else if cx.grpc && request.version() == http::Version::HTTP_2 {
+            Some(Carrier::Grpc)
+        } else {
+            None
+        };
         let metered = &mut *cx.metered;
-        identified = messages::identify(handshake, facts, claims, policy, started, metered);
+        identified = messages::identify(carrier, facts, claims, policy, started, metered);
     }
     identified.map_err(|refused| refuse(cx, refused, facts))
 }

@@ -208,7 +208,10 @@ async fn reading(
     }
     match body {
         ClientBody::Empty | ClientBody::Read(_) => return Ok(()),
-        ClientBody::Piped(_) | ClientBody::Hyper(_) | ClientBody::Prefixed(_) => {}
+        ClientBody::Piped(_)
+        | ClientBody::Hyper(_)
+        | ClientBody::Prefixed(_)
+        | ClientBody::Metered(_) => {}
     }
     match tokio::time::timeout(server.body_timeout, gather(body, bound)).await {
         Ok(Ok(_)) => Ok(()),
@@ -252,7 +255,7 @@ pub fn readable<'r>(headers: &HeaderMap, body: &'r ClientBody, policy: &Policy) 
             ClientBody::Prefixed(prefixed) => {
                 prefixed.read.is_empty() && matches!(prefixed.rest, ClientBody::Empty)
             }
-            ClientBody::Piped(_) | ClientBody::Hyper(_) => false,
+            ClientBody::Piped(_) | ClientBody::Hyper(_) | ClientBody::Metered(_) => false,
         };
         return Readable::Sent(if empty {
             KeyBody::Empty

@@ -1,11 +1,13 @@
-//! WebSocket message limits (`unit = "message"`; docs/conversation.md,
-//! "WebSocket messages"). A message rule never counts a request, its
-//! handshake included: when a WebSocket handshake is identified, each
+//! Message limits (`unit = "message"`; docs/conversation.md, "WebSocket
+//! messages", and docs/streams.md). A message rule never counts a
+//! request, the one that opens the conversation included: when a
+//! WebSocket handshake or a gRPC call over HTTP/2 is identified, each
 //! message rule its `match` fits stands on it as a request rule would (the
-//! bucket key, tiers and overrides from the handshake; `missing` as
-//! usual, a refusal answered 400), and those that apply are what the
-//! tunnel's client is held to ([`Metered`]). Once the upstream answers
-//! `101`, the tunnel gets a [`MessageGate`]: the tunnel reads the client's
+//! bucket key, tiers and overrides from the request; `missing` as usual, a
+//! refusal answered 400), and those that apply are what its client's
+//! messages are held to ([`Metered`]). A gRPC call's body is metered as it
+//! is forwarded (`messages/grpc.rs`). Once the upstream answers a
+//! handshake `101`, the tunnel gets a [`MessageGate`]: the tunnel reads the client's
 //! frames (`websocket/pump.rs`) and, before each data message passes, asks
 //! the gate, which asks the store once for every limit of every rule, as a
 //! request's admission does: enforced rules all or nothing, then shadow
@@ -38,6 +40,7 @@ use crate::decider::{
 };
 use crate::key::jwt::Claims;
 use crate::key::{KeyText, RequestFacts};
+use crate::limiter::Decision;
 use crate::log_gate::truncated;
 use crate::metrics::Metrics;
 use crate::policy::{Limit, Policy, Rule};
@@ -46,13 +49,25 @@ use crate::store::{Admission as Answer, Asks, BucketKey, OnError, Outcome, Store
 use crate::websocket::frames::rsv_for_extensions;
 use crate::websocket::pump::{Admission, Admitting, Gate};
 
-/// The message rules a handshake's tunnel is held to, found as the
-/// handshake is identified; boxed, and only then (a request carries
-/// `None`: its future stays as small as it was).
-#[derive(Debug, Default)]
+pub mod grpc;
+
+/// What carries a request's messages, when it carries any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carrier {
+    /// A WebSocket handshake's tunnel, once the upstream answers `101`.
+    WebSocket,
+    /// A gRPC call's request body (over HTTP/2).
+    Grpc,
+}
+
+/// The message rules a handshake's tunnel or a gRPC call is held to,
+/// found as the request is identified; boxed, and only then (a request
+/// carries `None`: its future stays as small as it was).
+#[derive(Debug)]
 pub struct Metered {
     rules: SmallVec<[Counted; 1]>,
     client_ip: Option<IpAddr>,
+    carrier: Carrier,
 }
 
 /// One message rule that applies to a tunnel.
@@ -83,28 +98,35 @@ impl Counted {
 }
 
 /// Where each message rule stands on the request `facts` describe, when
-/// it is a WebSocket `handshake`; those that apply into `metered`. A
-/// message rule whose key source is missing refuses the handshake under
+/// it carries messages (`carrier`); those that apply into `metered`. A
+/// message rule whose key source is missing refuses the request under
 /// `missing = "reject"`, as a request rule would.
 #[inline(never)]
 pub fn identify<'r, 'p>(
-    handshake: bool,
+    carrier: Option<Carrier>,
     facts: &mut RequestFacts<'r>,
     token_claims: &'r OnceCell<Option<Claims>>,
     policy: &'p Policy,
     started: Nanos,
     metered: &mut Option<Box<Metered>>,
 ) -> Result<(), Unidentified<'p>> {
-    if !handshake {
+    let Some(carrier) = carrier else {
         return Ok(());
-    }
+    };
     for &index in &policy.message_rules {
         let rule = &policy.rules[index];
         match standing::stand_handshake(rule, facts, token_claims, policy, started) {
             Standing::MissingKey => return Err(Unidentified::MissingKey(rule)),
             Standing::Ambiguous(at) => return Err(Unidentified::Ambiguous(rule, at)),
             Standing::Applies { key, limits, .. } => {
-                metered.get_or_insert_default().rules.push(Counted {
+                let metered = metered.get_or_insert_with(|| {
+                    Box::new(Metered {
+                        rules: SmallVec::new(),
+                        client_ip: None,
+                        carrier,
+                    })
+                });
+                metered.rules.push(Counted {
                     index,
                     key,
                     variant: rule
@@ -172,7 +194,11 @@ fn open_tunnel(
     metrics: &Metrics,
 ) {
     let metering = metered.map(|metered| {
-        let Metered { rules, client_ip } = *metered;
+        let Metered {
+            rules,
+            client_ip,
+            carrier,
+        } = *metered;
         let deciding = deciding();
         let extensions = response.headers().get_all("sec-websocket-extensions");
         Metering {
@@ -182,6 +208,7 @@ fn open_tunnel(
                 deciding,
                 client_ip,
                 rules,
+                carrier,
             }) as Box<dyn Gate>,
         }
     });
@@ -196,6 +223,7 @@ struct MessageGate {
     deciding: Deciding,
     rules: SmallVec<[Counted; 1]>,
     client_ip: Option<IpAddr>,
+    carrier: Carrier,
 }
 
 impl Gate for MessageGate {
@@ -264,7 +292,10 @@ impl MessageGate {
             refused_by(&decided)
         };
         if let Some(rule) = refused {
-            return Admission::Refused(Arc::clone(&rule.name));
+            return Admission::Refused {
+                rule: Arc::clone(&rule.name),
+                retry_after: retry_after(&asking.verdicts),
+            };
         }
         if wait > 0 {
             // Held: what was reserved is given back if the tunnel ends
@@ -331,6 +362,19 @@ fn refused_by<'p>(decided: &Decided<'_, 'p>) -> Option<&'p Rule> {
     }
 }
 
+/// How long a refused message's client should wait before it tries
+/// again: the longest any refusing limit says (0 when none can tell).
+fn retry_after(verdicts: &[Verdict<'_>]) -> Nanos {
+    verdicts
+        .iter()
+        .filter_map(|verdict| match verdict.decision {
+            Decision::Deny { retry_after, .. } => retry_after,
+            Decision::Allow(_) | Decision::Hold { .. } => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// A tunnel's client as the decider's counting knows it.
 struct Tunnel<'a, 'p> {
     gate: &'a MessageGate,
@@ -348,13 +392,22 @@ impl Caller for Tunnel<'_, '_> {
             return;
         };
         let client_ip = self.gate.client_ip.map(|ip| ip.to_string());
+        let outcome = if banned { "banned" } else { "limited" };
+        let key = key();
+        let key = truncated(&key);
+        let client_ip = client_ip.unwrap_or_default();
+        let on = match self.gate.carrier {
+            Carrier::WebSocket => "websocket",
+            Carrier::Grpc => "grpc",
+        };
         tracing::info!(
             rule = &*rule.name,
-            outcome = if banned { "banned" } else { "limited" },
-            key = %truncated(&key()),
-            client_ip = client_ip.unwrap_or_default(),
+            outcome,
+            key = %key,
+            client_ip,
+            on,
             suppressed,
-            "websocket message refused"
+            "message refused"
         );
     }
 }

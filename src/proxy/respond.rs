@@ -102,6 +102,9 @@ enum Inner {
     /// A gRPC answer sluice wrote (trailers only: no body), and the HTTP
     /// status it stands for, which the access log and metrics count.
     Grpc(StatusCode),
+    /// The server's answer to a call a message rule applies to, which
+    /// sluice may end (`respond/grpc.rs`).
+    Call(Box<grpc::CallAnswer>),
 }
 
 impl ProxyBody {
@@ -183,7 +186,7 @@ impl ProxyBody {
     pub fn write_whole(&mut self, out: &mut Vec<u8>) -> bool {
         // Asked first, by reference: moving the upstream's body out and
         // back would copy it twice on every forwarded response.
-        if let Inner::Upstream(_) | Inner::Tunnel(_) = self.body {
+        if let Inner::Upstream(_) | Inner::Tunnel(_) | Inner::Call(_) = self.body {
             return false;
         }
         let before = out.len();
@@ -193,7 +196,11 @@ impl ProxyBody {
                 Some(id) => problem::push_with_request_id(out, &document, id),
                 None => out.extend_from_slice(&document),
             },
-            Inner::Empty | Inner::Upstream(_) | Inner::Tunnel(_) | Inner::Grpc(_) => {}
+            Inner::Empty
+            | Inner::Upstream(_)
+            | Inner::Tunnel(_)
+            | Inner::Grpc(_)
+            | Inner::Call(_) => {}
         }
         if let Some(line) = self.access.parts() {
             line.bytes_out += (out.len() - before) as u64;
@@ -236,6 +243,17 @@ impl ProxyBody {
         }
     }
 
+    /// Makes the upstream's answer to a call a message rule applies to
+    /// end as `end` says, should sluice end the call first.
+    pub fn end_call_with(&mut self, end: std::sync::Arc<grpc::CallEnd>) {
+        if let Inner::Upstream(_) = self.body {
+            let Inner::Upstream(body) = std::mem::replace(&mut self.body, Inner::Empty) else {
+                unreachable!("the upstream's body")
+            };
+            self.body = Inner::Call(Box::new(grpc::CallAnswer::new(body, end)));
+        }
+    }
+
     /// Carries the request's access log `line` until the body is sent or
     /// dropped, counting the bytes sent.
     pub fn carry_access(&mut self, line: access_log::Line) {
@@ -263,7 +281,7 @@ impl Inner {
                 Some(id) => Bytes::from(problem::with_request_id(&document, id)),
                 None => document,
             }),
-            upstream @ (Inner::Upstream(_) | Inner::Tunnel(_)) => {
+            upstream @ (Inner::Upstream(_) | Inner::Tunnel(_) | Inner::Call(_)) => {
                 *self = upstream;
                 None
             }
@@ -287,11 +305,13 @@ impl Body for ProxyBody {
             // No access log: the frame goes as it comes.
             return match &mut this.body {
                 Inner::Upstream(body) => std::pin::Pin::new(body).poll_frame(cx),
+                Inner::Call(call) => call.poll_frame(cx),
                 written => Poll::Ready(written.take_written().map(|bytes| Ok(Frame::data(bytes)))),
             };
         };
         let polled = match &mut this.body {
             Inner::Upstream(body) => std::pin::Pin::new(body).poll_frame(cx),
+            Inner::Call(call) => call.poll_frame(cx),
             written => Poll::Ready(written.take_written().map(|bytes| Ok(Frame::data(bytes)))),
         };
         if let Poll::Ready(Some(Ok(frame))) = &polled {
@@ -306,6 +326,7 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match &self.body {
             Inner::Upstream(body) => body.is_end_stream(),
+            Inner::Call(call) => call.is_end_stream(),
             Inner::Written(bytes) => bytes.is_empty(),
             Inner::Problem { .. } => false,
             Inner::Empty | Inner::Tunnel(_) | Inner::Grpc(_) => true,
@@ -322,6 +343,7 @@ impl Body for ProxyBody {
                 None => document.len(),
             } as u64),
             Inner::Empty | Inner::Tunnel(_) | Inner::Grpc(_) => SizeHint::with_exact(0),
+            Inner::Call(_) => SizeHint::default(),
         }
     }
 }

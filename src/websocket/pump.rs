@@ -39,6 +39,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::time::Instant;
 
 use super::frames::{close_frame, FrameEnds, Reader, Step, Violation};
+use crate::clock::Nanos;
 use crate::http1::sending::Sending;
 use crate::http1::transport::{self, Transport};
 use crate::timer::LazyTimer;
@@ -81,8 +82,9 @@ pub type Admitting<'g> = Pin<Box<dyn Future<Output = Admission> + Send + 'g>>;
 pub enum Admission {
     /// The message passes.
     Pass,
-    /// The named rule refused it: the tunnel closes with 1008.
-    Refused(Arc<str>),
+    /// The named rule refused it: the tunnel closes with 1008 (a gRPC
+    /// call ends `RESOURCE_EXHAUSTED`, its pushback `retry_after`).
+    Refused { rule: Arc<str>, retry_after: Nanos },
     /// It could not be decided (the store failed and `on_error = "deny"`):
     /// the tunnel closes with 1013, try again later.
     Unavailable,
@@ -228,7 +230,9 @@ where
                         inbound.admitted();
                         continue;
                     }
-                    Some(Admission::Refused(rule)) => (1008, format!("rate limited: {rule}")),
+                    Some(Admission::Refused { rule, .. }) => {
+                        (1008, format!("rate limited: {rule}"))
+                    }
                     Some(Admission::Unavailable) => {
                         (1013, "try again later: limits unavailable".to_owned())
                     }

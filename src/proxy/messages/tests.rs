@@ -14,11 +14,17 @@ use crate::proxy::checks::facts_of;
 use crate::proxy::checks::Checked;
 use crate::store::MemoryStore;
 
-const NOW: Nanos = 1_800_000_000_000_000_000;
+pub(super) const NOW: Nanos = 1_800_000_000_000_000_000;
+pub(super) const SECOND: Nanos = 1_000_000_000;
 
 /// The policy of `rules`, compiled against the store its gate asks.
-fn deciding(rules: &str) -> Deciding {
-    let text = format!("[server]\nupstream = \"http://127.0.0.1:1\"\n{rules}");
+pub(super) fn deciding(rules: &str) -> Deciding {
+    deciding_under("", rules)
+}
+
+/// [`deciding`], with `server`'s lines added to `[server]`.
+pub(super) fn deciding_under(server: &str, rules: &str) -> Deciding {
+    let text = format!("[server]\nupstream = \"http://127.0.0.1:1\"\n{server}\n{rules}");
     let config = Config::from_toml(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"));
     let store = Arc::new(Store::Memory(MemoryStore::new(1000)));
     let metrics = Arc::new(Metrics::new());
@@ -35,6 +41,22 @@ fn deciding(rules: &str) -> Deciding {
 /// Identifies a WebSocket handshake with `headers` under `deciding`'s
 /// policy: its gate, or `None` when no message rule applies.
 fn gate_for(deciding: &Deciding, headers: &[(&str, &str)]) -> Option<MessageGate> {
+    metered_for(deciding, Carrier::WebSocket, headers).map(|metered| MessageGate {
+        deciding: deciding.clone(),
+        rules: metered.rules,
+        client_ip: metered.client_ip,
+        carrier: metered.carrier,
+    })
+}
+
+/// Identifies a request that carries messages on `carrier`, with
+/// `headers`, under `deciding`'s policy: the rules its messages are held
+/// to, or `None` when no message rule applies.
+pub(super) fn metered_for(
+    deciding: &Deciding,
+    carrier: Carrier,
+    headers: &[(&str, &str)],
+) -> Option<Box<Metered>> {
     let mut request = Request::get("/chat").body(()).unwrap();
     for (name, value) in headers {
         let name = http::HeaderName::from_bytes(name.as_bytes()).unwrap();
@@ -51,15 +73,19 @@ fn gate_for(deciding: &Deciding, headers: &[(&str, &str)]) -> Option<MessageGate
     let mut facts = facts_of(&request, &checked, "10.0.0.1".parse().unwrap(), policy);
     let claims = OnceCell::new();
     let mut metered = None;
-    identify(true, &mut facts, &claims, policy, NOW, &mut metered).unwrap();
-    metered.map(|metered| MessageGate {
-        deciding: deciding.clone(),
-        rules: metered.rules,
-        client_ip: metered.client_ip,
-    })
+    identify(
+        Some(carrier),
+        &mut facts,
+        &claims,
+        policy,
+        NOW,
+        &mut metered,
+    )
+    .unwrap();
+    metered
 }
 
-fn counter(deciding: &Deciding, rule: &str, outcome: &str) -> u64 {
+pub(super) fn counter(deciding: &Deciding, rule: &str, outcome: &str) -> u64 {
     let counters = &deciding.policy.rule(rule).unwrap().counters;
     match outcome {
         "allowed" => counters.allowed.get(),
@@ -81,7 +107,13 @@ async fn each_message_takes_from_the_handshakes_bucket_until_the_rule_refuses() 
     assert_eq!(alice.admit().await, Admission::Pass);
     // Another tunnel of the same key spends the same budget.
     assert_eq!(again.admit().await, Admission::Pass);
-    assert_eq!(alice.admit().await, Admission::Refused(Arc::from("msgs")));
+    assert_eq!(
+        alice.admit().await,
+        Admission::Refused {
+            rule: Arc::from("msgs"),
+            retry_after: 30 * SECOND
+        }
+    );
     assert_eq!(bob.admit().await, Admission::Pass);
     assert_eq!(counter(&deciding, "msgs", "allowed"), 3);
     assert_eq!(counter(&deciding, "msgs", "limited"), 1);
@@ -134,7 +166,13 @@ async fn a_held_message_waits_on_the_clock_and_gives_its_units_back_if_dropped()
         assert!(futures_poll(one).is_pending());
     }
     let started = tokio::time::Instant::now();
-    assert_eq!(gate.admit().await, Admission::Refused(Arc::from("paced")));
+    assert_eq!(
+        gate.admit().await,
+        Admission::Refused {
+            rule: Arc::from("paced"),
+            retry_after: 6 * SECOND
+        }
+    );
     assert_eq!(started.elapsed(), Duration::ZERO);
 }
 
@@ -185,10 +223,17 @@ async fn only_a_handshake_is_metered_and_a_missing_key_refuses_it_as_missing_say
     let claims = OnceCell::new();
     let mut metered = None;
     // Not a handshake: no message rule is looked at.
-    identify(false, &mut facts, &claims, policy, NOW, &mut metered).unwrap();
+    identify(None, &mut facts, &claims, policy, NOW, &mut metered).unwrap();
     assert!(metered.is_none());
     // A handshake without x-b: the rejecting rule refuses it.
-    let refused = identify(true, &mut facts, &claims, policy, NOW, &mut metered);
+    let refused = identify(
+        Some(Carrier::WebSocket),
+        &mut facts,
+        &claims,
+        policy,
+        NOW,
+        &mut metered,
+    );
     assert!(matches!(refused, Err(Unidentified::MissingKey(rule)) if &*rule.name == "reject"));
     // With x-b: only that rule applies (x-a skipped, /other unmatched).
     let gate = gate_for(&deciding, &[("x-b", "1")]).unwrap();
@@ -201,7 +246,7 @@ async fn only_a_handshake_is_metered_and_a_missing_key_refuses_it_as_missing_say
 }
 
 /// Polls `future` once.
-fn futures_poll<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+pub(super) fn futures_poll<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);
     std::pin::Pin::new(future).poll(&mut cx)

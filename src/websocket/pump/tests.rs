@@ -50,7 +50,10 @@ impl Gate for Arc<TestGate> {
         Box::pin(async move {
             let asked = self.asked.fetch_add(1, Ordering::SeqCst);
             if asked >= self.refuse_after {
-                return Admission::Refused(Arc::from("chat"));
+                return Admission::Refused {
+                    rule: Arc::from("chat"),
+                    retry_after: 0,
+                };
             }
             match self.permits.acquire().await {
                 Ok(permit) => {
