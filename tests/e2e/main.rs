@@ -32,6 +32,7 @@ mod conversation;
 mod deploy_assets;
 mod forwarding;
 mod grpc;
+mod grpc_messages;
 mod hold;
 mod hold_clock;
 mod hybrid;
