@@ -162,9 +162,9 @@ pub fn describe_rules(config: &Config, labels: &KeyLabels) -> String {
         if rule.unit == crate::config::Unit::Message {
             let _ = writeln!(
                 out,
-                "rule {}: counts WebSocket messages, not requests (unit = message): each a client \
-                 sends on the tunnels its handshakes open, at most {} bytes \
-                 (server.max_message_bytes)",
+                "rule {}: counts messages, not requests (unit = message): each a client sends \
+                 on the WebSocket tunnels its handshakes open and on the gRPC calls it matches, \
+                 at most {} bytes (server.max_message_bytes)",
                 rule.name, config.server.max_message_bytes
             );
         }

@@ -82,6 +82,7 @@ pub use client_request::{ClientBody, ClientRequest};
 pub use identify::identify;
 use key_body::Readings;
 use messages::Metered;
+pub use messages::{carrier_of, Carrier};
 pub use refusal::Refusal;
 use respond::ProxyBody;
 pub use routes::{Routes, Upstreams};

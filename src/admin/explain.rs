@@ -46,8 +46,10 @@ use crate::key::content_coding::{self, Decoded};
 use crate::key::RequestFacts;
 use crate::limiter::Decision;
 use crate::policy::{Policy, Rule};
+use crate::proxy::respond;
 use crate::proxy::{
-    self, Applicability, Applicable, Proxy, Refusal, Standing, Uncosted, Unidentified, Witness,
+    self, Applicability, Applicable, Carrier, Proxy, Refusal, Standing, Uncosted, Unidentified,
+    Witness,
 };
 use crate::store::{Ask, Asks};
 
@@ -143,6 +145,12 @@ pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refused
         &applicability,
         now,
     );
+    // A gRPC call is explained as one over HTTP/2, which the question
+    // does not say.
+    let grpc_call = request.method() == Method::POST && respond::grpc::is_grpc(request.headers());
+    if let (Ok(()), Some(carrier)) = (&identified, proxy::carrier_of(&request, grpc_call)) {
+        mark_message_rules(&mut rules, &policy, &facts, carrier);
+    }
 
     let decision = match identified {
         Ok(()) if applicability.unlimited => json!({
@@ -238,6 +246,39 @@ fn rules_json<'p>(
         rules.push(entry);
     }
     (rules, enforced, shadowed)
+}
+
+/// The entries of the message rules whose messages the request would
+/// carry (`carrier`): matched, with the key its messages are counted
+/// against (the request itself counts nothing for them).
+fn mark_message_rules(
+    rules: &mut [Value],
+    policy: &Policy,
+    facts: &RequestFacts<'_>,
+    carrier: Carrier,
+) {
+    let what = match carrier {
+        Carrier::WebSocket => "the messages of the WebSocket this handshake opens",
+        Carrier::Grpc => "the messages the client sends on this gRPC call",
+    };
+    for &index in &policy.message_rules {
+        let rule = &policy.rules[index];
+        if !rule.matcher.fits_handshake(facts) {
+            continue;
+        }
+        let text = policy.keys.key_text(&rule.key, facts);
+        let entry = &mut rules[index];
+        entry["matched"] = json!(true);
+        entry["counts_messages"] = json!(true);
+        entry["key"] = json!(policy.labels.show(&rule.key, &text));
+        entry["reason"] = json!(format!(
+            "the rule counts {what} (unit = \"message\"), each against this key; \
+             the request itself is not counted"
+        ));
+        if let Some(entry) = entry.as_object_mut() {
+            entry.remove("failed");
+        }
+    }
 }
 
 /// Rules that apply, with their indices in the policy.

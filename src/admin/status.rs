@@ -244,7 +244,7 @@ fn limits_text(rule: &Rule, config: &RuleConfig, adaptive: Option<&Arc<Controlle
     }
     // What it counts, when it is not requests.
     if config.unit == crate::config::Unit::Message {
-        limits.push_str(" WebSocket messages");
+        limits.push_str(" WebSocket and gRPC messages");
     }
     limits
 }

@@ -1,6 +1,7 @@
 //! `unit`: what a rule counts. A `unit = "message"` rule counts the
-//! WebSocket messages clients send on the tunnels its handshakes open
-//! (docs/conversation.md, "WebSocket messages"), so it keeps to what a
+//! messages clients send on the WebSocket tunnels its handshakes open
+//! (docs/conversation.md, "WebSocket messages") and on the gRPC calls it
+//! matches (docs/streams.md), so it keeps to what a
 //! message can mean: it is counted as it starts and answered by closing
 //! the connection, so nothing is in flight to hold a permit for, no answer
 //! comes to charge or refund by, and no request is refused for it (a ban,
@@ -49,17 +50,18 @@ impl Validator<'_> {
             self.error(
                 domain.span().start,
                 &path("match.domain"),
-                "a rate limit service call opens no WebSocket, so unit = \"message\" cannot \
-                 apply to it; remove match.domain, or count requests",
+                "a rate limit service call opens no WebSocket or gRPC stream, so unit = \
+                 \"message\" cannot apply to it; remove match.domain, or count requests",
             );
         }
         if let Some(method) = raw.matcher.as_ref().and_then(|m| m.method.as_ref()) {
-            if !rule.matcher.method.contains(&http::Method::GET) {
+            let methods = &rule.matcher.method;
+            if !methods.contains(&http::Method::GET) && !methods.contains(&http::Method::POST) {
                 self.error(
                     method.span().start,
                     &path("match.method"),
-                    "a WebSocket handshake is a GET, so this rule would never count a message; \
-                     add \"GET\" or remove match.method",
+                    "a WebSocket handshake is a GET and a gRPC call a POST, so this rule would \
+                     never count a message; add \"GET\" or \"POST\", or remove match.method",
                 );
             }
         }
@@ -162,15 +164,16 @@ mod tests {
     fn a_message_rule_refuses_what_a_message_cannot_mean() {
         assert_eq!(
             errors(&rule_a(
-                "unit = \"message\"\nalgorithm = \"concurrency\"\nmatch = { method = \"POST\" }\n",
+                "unit = \"message\"\nalgorithm = \"concurrency\"\nmatch = { method = \"PUT\" }\n",
             )),
             vec![
                 "test.toml:6:13: rule[0].algorithm: a message is counted as it starts and holds \
                  nothing while it passes, so unit = \"message\" takes a rate, not concurrency; \
                  bound open connections with a concurrency rule on the handshake (unit = \
                  \"request\")",
-                "test.toml:7:20: rule[0].match.method: a WebSocket handshake is a GET, so this \
-                 rule would never count a message; add \"GET\" or remove match.method",
+                "test.toml:7:20: rule[0].match.method: a WebSocket handshake is a GET and a \
+                 gRPC call a POST, so this rule would never count a message; add \"GET\" or \
+                 \"POST\", or remove match.method",
             ]
         );
         assert_eq!(
@@ -215,8 +218,8 @@ mod tests {
         assert!(
             lines.iter().any(|line| line
                 == "test.toml:7:20: rule[0].match.domain: a rate limit service call opens no \
-                    WebSocket, so unit = \"message\" cannot apply to it; remove match.domain, or \
-                    count requests"),
+                    WebSocket or gRPC stream, so unit = \"message\" cannot apply to it; remove \
+                    match.domain, or count requests"),
             "{lines:#?}"
         );
 

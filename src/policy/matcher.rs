@@ -213,8 +213,8 @@ impl Mismatch {
             Mismatch::Domain => "the rule decides rate limit service calls (match.domain), \
                                  never proxied requests"
                 .to_owned(),
-            Mismatch::Unit => "the rule counts the WebSocket messages (unit = \"message\") of \
-                               the tunnels handshakes it matches open, never a request"
+            Mismatch::Unit => "the rule counts messages (unit = \"message\"): those of the \
+                               WebSocket tunnels and gRPC calls it matches, never a request"
                 .to_owned(),
             Mismatch::Method => format!(
                 "method {} is not one of {}",

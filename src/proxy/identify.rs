@@ -58,13 +58,8 @@ pub fn phase<'r, 'a: 'r>(
     // A policy without message rules makes no call for them (the request
     // path's cost: docs/conversation.md, "What it costs").
     if identified.is_ok() && !policy.message_rules.is_empty() {
-        let carrier = if upgrade::is_websocket_handshake(request) {
-            Some(Carrier::WebSocket)
-        } else if cx.grpc && request.version() == http::Version::HTTP_2 {
-            Some(Carrier::Grpc)
-        } else {
-            None
-        };
+        let grpc_call = cx.grpc && request.version() == http::Version::HTTP_2;
+        let carrier = messages::carrier_of(request, grpc_call);
         let metered = &mut *cx.metered;
         identified = messages::identify(carrier, facts, claims, policy, started, metered);
     }

@@ -32,7 +32,7 @@ use super::admit::HoldGauges;
 use super::respond::ProxyBody;
 use super::settle::Settlement;
 use super::standing::{self, Standing, Unidentified};
-use super::upgrade::Metering;
+use super::upgrade::{self, Metering};
 use crate::clock::{Clock, Nanos, ProxyClock};
 use crate::decider::{
     self, fill_asks, Answered, Applicable, Caller, Decided, Decider, Holds, StoreUnavailable,
@@ -58,6 +58,19 @@ pub enum Carrier {
     WebSocket,
     /// A gRPC call's request body (over HTTP/2).
     Grpc,
+}
+
+/// What carries the messages of `request`, if anything does: a WebSocket
+/// handshake's tunnel, or the call itself when `grpc_call` (a gRPC call
+/// over HTTP/2).
+pub fn carrier_of<B>(request: &http::Request<B>, grpc_call: bool) -> Option<Carrier> {
+    if upgrade::is_websocket_handshake(request) {
+        Some(Carrier::WebSocket)
+    } else if grpc_call {
+        Some(Carrier::Grpc)
+    } else {
+        None
+    }
 }
 
 /// The message rules a handshake's tunnel or a gRPC call is held to,

@@ -190,7 +190,9 @@ fn settings() -> &'static Settings {
             .max_concurrent_streams(super::H2_MAX_CONCURRENT_STREAMS)
             .max_pending_accept_reset_streams(super::H2_MAX_PENDING_ACCEPT_RESET_STREAMS)
             .max_local_error_reset_streams(super::H2_MAX_LOCAL_ERROR_RESET_STREAMS)
-            .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32);
+            .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32)
+            .initial_stream_window_size(super::H2_STREAM_WINDOW)
+            .initial_connection_window_size(super::H2_CONNECTION_WINDOW);
         Settings {
             limits: super::connection_limits(server),
             head_limits: super::head_limits(server),

@@ -456,3 +456,43 @@ async fn a_held_call_is_slowed_by_flow_control_while_another_on_its_connection_f
     );
     drop(messages);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_and_check_show_the_message_rules_a_call_is_held_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = EchoServer::start().await;
+    let rules = "[[rule]]\nname = \"msgs\"\nunit = \"message\"\nkey = [\"header:x-user\"]\n\
+                 match = { path_prefix = \"/echo.Echo/\" }\nrate = \"5/m\"\n";
+    let sluice = sluice_for(dir.path(), &server, rules);
+    let explain = |content_type: &'static str| {
+        let question = serde_json::json!({
+            "method": "POST",
+            "path": "/echo.Echo/Stream",
+            "headers": {"content-type": content_type, "x-user": "alice"},
+            "ip": "203.0.113.7",
+        });
+        let url = format!("http://{}/admin/explain", sluice.admin);
+        async move {
+            crate::support::post_json(&url, &question.to_string(), &[])
+                .await
+                .json()
+        }
+    };
+    let call = explain("application/grpc").await;
+    let rule = &call["rules"][0];
+    assert_eq!(rule["matched"], true, "{call}");
+    assert_eq!(rule["counts_messages"], true, "{call}");
+    // Its key as keys are shown: a header may be a credential.
+    assert!(rule["key"].as_str().unwrap().starts_with("a…#"), "{call}");
+    assert!(!call.to_string().contains("alice"), "{call}");
+    assert!(
+        rule["reason"].as_str().unwrap().contains("gRPC call"),
+        "{call}"
+    );
+    // A POST that is not a gRPC call carries no messages.
+    let post = explain("application/json").await;
+    assert_eq!(post["rules"][0]["matched"], false, "{post}");
+    assert_eq!(post["rules"][0]["failed"], "unit", "{post}");
+    let said = crate::support::checked(&dir.path().join("sluice.toml"));
+    assert!(said.contains("on the gRPC calls it matches"), "{said}");
+}

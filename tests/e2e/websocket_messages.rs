@@ -319,9 +319,9 @@ async fn check_and_admin_rules_say_a_rule_counts_messages() {
     let said = checked(&dir.path().join("sluice.toml"));
     assert!(
         said.contains(
-            "rule chat: counts WebSocket messages, not requests (unit = message): each a client \
-             sends on the tunnels its handshakes open, at most 4096 bytes \
-             (server.max_message_bytes)"
+            "rule chat: counts messages, not requests (unit = message): each a client sends on \
+             the WebSocket tunnels its handshakes open and on the gRPC calls it matches, at most \
+             4096 bytes (server.max_message_bytes)"
         ),
         "{said}"
     );
@@ -336,7 +336,7 @@ async fn the_status_page_says_a_rule_counts_messages() {
     let (sluice, _dir) = sluice(&upstream, rest);
     let status = get(&sluice.admin_url("/admin/status"), &[]).await.json();
     assert_eq!(
-        status["rules"][0]["limits"], "10/s WebSocket messages",
+        status["rules"][0]["limits"], "10/s WebSocket and gRPC messages",
         "{status}"
     );
 }
