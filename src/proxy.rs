@@ -173,6 +173,9 @@ async fn phases(cx: &mut Context<'_, '_>, client: &mut ClientRequest) -> Result<
     let destination = forward::destination(cx, request, &checked, &facts);
     key_body::put_back(cx.policy, client, body);
     forward::phase(cx, client, destination).await?;
+    if upgrade::over_h2::may_be_extended_connect(cx.version) {
+        upgrade::over_h2::confirm(cx, client.get())?;
+    }
     decorate::phase(cx);
     Ok(())
 }

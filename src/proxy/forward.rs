@@ -792,6 +792,10 @@ impl Forwarder<'_> {
             }
             ForwardError::Timeout => Refusal::UpstreamTimeout,
             ForwardError::Other => Refusal::UpstreamFailed,
+            ForwardError::NoExtendedConnect => Refusal::WebSocketUpstream(
+                "the upstream's HTTP/2 connection does not advertise extended CONNECT \
+                 (RFC 8441), so a WebSocket cannot be opened on it",
+            ),
             ForwardError::NoServer => {
                 tracing::warn!(upstream = %pool, "no server of the pool is known: its names have not resolved");
                 return respond::no_server(response, pool);
