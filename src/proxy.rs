@@ -16,7 +16,8 @@
 //! - **forward** sends the request upstream ([`forward`]) with the
 //!   admission's [`settle::Settlement`] riding on the response body, so what
 //!   the request took is settled as the exchange unfolds and when it ends
-//!   (`bill`);
+//!   (`bill`), and the switch an HTTP/2 client's WebSocket (an extended
+//!   `CONNECT`) asked for is checked ([`upgrade::over_h2::confirm`]);
 //! - **decorate** adds sluice's headers to the upstream's answer
 //!   ([`respond`]) and opens a WebSocket tunnel's message gate;
 //! - **answered** gives a gRPC call its answer in gRPC's terms, and hands
@@ -173,9 +174,6 @@ async fn phases(cx: &mut Context<'_, '_>, client: &mut ClientRequest) -> Result<
     let destination = forward::destination(cx, request, &checked, &facts);
     key_body::put_back(cx.policy, client, body);
     forward::phase(cx, client, destination).await?;
-    if upgrade::over_h2::may_be_extended_connect(cx.version) {
-        upgrade::over_h2::confirm(cx, client.get())?;
-    }
     decorate::phase(cx);
     Ok(())
 }

@@ -643,6 +643,7 @@ impl Forwarder<'_> {
             ended,
         };
         match self.incoming(result, answered, settlement, response) {
+            Ok(()) if outgoing.handshake => upgrade::over_h2::confirm(client.get(), response),
             Ok(()) => true,
             Err(error) => {
                 self.failed(&outgoing, error, response);

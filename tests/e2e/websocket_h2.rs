@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use http::StatusCode;
 
+use crate::support::certs::TestCa;
+use crate::support::tls_client::{self, H2_AND_H1};
 use crate::support::websocket::{
     masked, reaches, series, sluice, WsClient, WsUpstream, BINARY, CLOSE, TEXT,
 };
@@ -344,4 +346,61 @@ async fn an_h2c_upstream_that_does_not_advertise_it_is_a_502_that_says_why() {
     assert_eq!(client.get("/plain").await.body, "plain");
     assert_eq!(upstream.received().len(), 1);
     assert_eq!(series(&sluice, GAUGE).await, 0.0);
+}
+
+#[tokio::test]
+async fn a_tls_listener_that_chose_h2_advertises_and_carries_websockets_too() {
+    let upstream = WsUpstream::start().await;
+    let ca = TestCa::new("sluice test CA");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = ca.write_leaf(dir.path(), "localhost", &["localhost", "127.0.0.1"]);
+    let config = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n\n[server]\nlisten = \"127.0.0.1:0\"\n\
+         upstream = \"http://{}\"\n\n[server.tls]\n\
+         certs = [{{ cert = \"{}\", key = \"{}\" }}]\n",
+        upstream.addr,
+        cert.display(),
+        key.display()
+    );
+    let sluice = SluiceProcess::spawn(&write_config(dir.path(), &config));
+    let connector = tls_client::verifying(ca.pem(), H2_AND_H1);
+    let stream = tls_client::connect(&connector, sluice.addr, "localhost").await;
+    assert_eq!(tls_client::alpn(&stream).as_deref(), Some(&b"h2"[..]));
+    let client = H2Client::over(stream).await;
+    assert!(
+        client.advertised().await,
+        "no SETTINGS_ENABLE_CONNECT_PROTOCOL"
+    );
+    let (answer, ws) = client.open("/secure", &[]).await;
+    let mut ws = ws.unwrap_or_else(|| panic!("not opened: {answer:?}"));
+    ws.text("over tls").await;
+    assert_eq!(ws.next(WITHIN).await.unwrap().payload, b"over tls");
+    reaches(&sluice, GAUGE, 1.0).await;
+}
+
+/// Longer than the connection's `idle_timeout` below: silence on purpose.
+const PAST_CONNECTION_IDLE: Duration = Duration::from_millis(2500);
+
+#[tokio::test]
+async fn a_quiet_websocket_keeps_its_connection_past_the_connections_idle_timeout() {
+    let upstream = WsUpstream::start().await;
+    let (sluice, _dir) = sluice(&upstream, "idle_timeout = \"1s\"\n");
+    let client = H2Client::connect(sluice.addr).await;
+    let (_, ws) = client.open("/quiet", &[]).await;
+    let mut ws = ws.expect("opened");
+    // Neither side sends; the tunnel's own clock is 5 minutes.
+    tokio::time::sleep(PAST_CONNECTION_IDLE).await;
+    assert!(
+        client.is_up(),
+        "the connection was closed under its WebSocket"
+    );
+    ws.text("still open").await;
+    assert_eq!(ws.next(WITHIN).await.unwrap().payload, b"still open");
+    // Once it ends, the connection is idle again, and closes.
+    ws.send(&masked(CLOSE, &[0x03, 0xe8])).await;
+    assert!(ws.until_close(WITHIN).await.1.is_some());
+    eventually(WITHIN, "the idle connection closed", || async {
+        !client.is_up()
+    })
+    .await;
 }

@@ -18,6 +18,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -46,7 +47,14 @@ pub struct Answer {
 impl H2Client {
     /// An h2c connection (prior knowledge) to `addr`.
     pub async fn connect(addr: SocketAddr) -> H2Client {
-        let stream = TcpStream::connect(addr).await.unwrap();
+        H2Client::over(TcpStream::connect(addr).await.unwrap()).await
+    }
+
+    /// HTTP/2 over `stream` (a TLS one that chose `h2`, say).
+    pub async fn over<S>(stream: S) -> H2Client
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let (send, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
             .handshake(TokioIo::new(stream))
             .await

@@ -4,17 +4,16 @@
 //! HTTP/2 server rewrites it into that `GET` ([`as_handshake`]) before the
 //! request path sees it, so rules, admission, message rules and the
 //! tunnel treat both alike. What differs is checked here, once the
-//! upstream answered ([`confirm`]): sluice made the handshake's key, so
+//! upstream answered ([`confirm`], in the forward phase): sluice made the handshake's key, so
 //! sluice checks the server's answer to it, and the client takes any 2xx
 //! for the tunnel's opening, so a 2xx that is not a switch is a failed
 //! exchange.
 
 use http::header::{HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Version};
+use http::{Method, Request, Response, StatusCode};
 
 use super::super::refusal::Refusal;
 use super::super::respond::{self, ProxyBody};
-use super::super::{AnswerWritten, Context};
 use super::{restore_handshake_fields, upgrade_is_websocket};
 use crate::websocket::handshake;
 
@@ -82,23 +81,25 @@ pub fn key_of<B>(request: &Request<B>) -> Option<&HeaderValue> {
     Some(&request.extensions().get::<ExtendedConnect>()?.key)
 }
 
-/// Confirm, the request path's step between forward and decorate for an
-/// HTTP/2 client's request (`version`, as it came): when it was an
-/// extended `CONNECT`'s handshake, the upstream's answer must be a `101`
-/// that switched to WebSocket with the accept of sluice's key, or not a
-/// success at all (a refusal passes on as over HTTP/1.1). Anything else is
-/// answered 502, and what the exchange held (the upstream's connection,
-/// the request's permits) goes with the answer dropped.
-pub fn confirm<B>(cx: &mut Context<'_, '_>, request: &Request<B>) -> Result<(), AnswerWritten> {
-    match key_of(request) {
-        Some(key) => match failed_switch(key, cx.response) {
-            None => Ok(()),
-            Some(why) => {
-                respond::refusal(cx.response, Refusal::WebSocketUpstream(why), None);
-                Err(AnswerWritten)
-            }
-        },
-        None => Ok(()),
+/// Whether the upstream's answer in `response` to the handshake `request`
+/// may go to the client (`Forwarder::forward` asks, for handshakes only).
+/// When the handshake was an extended `CONNECT`'s, the answer must be a
+/// `101` that switched to WebSocket with the accept of sluice's key, or
+/// not a success at all (a refusal passes on as over HTTP/1.1); anything
+/// else is answered 502 here, and what the exchange held (the upstream's
+/// connection, the request's permits) goes with the answer dropped.
+pub fn confirm<B>(request: &Request<B>, response: &mut Response<ProxyBody>) -> bool {
+    let Some(key) = key_of(request) else {
+        return true;
+    };
+    match failed_switch(key, response) {
+        None => true,
+        Some(why) => {
+            // The upstream's answer goes, with what its body held.
+            respond::vacate(response);
+            respond::refusal(response, Refusal::WebSocketUpstream(why), None);
+            false
+        }
     }
 }
 
@@ -122,16 +123,11 @@ fn failed_switch(key: &HeaderValue, response: &Response<ProxyBody>) -> Option<&'
         .then_some("the upstream answered the WebSocket opening without switching protocols")
 }
 
-/// Whether `version` is HTTP/2's, where [`confirm`] has something to check.
-#[inline]
-pub fn may_be_extended_connect(version: Version) -> bool {
-    version == Version::HTTP_2
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::proxy::upgrade::is_websocket_handshake;
+    use http::Version;
 
     fn extended_connect(protocol: Option<&'static str>) -> Request<()> {
         let mut request = Request::builder()
