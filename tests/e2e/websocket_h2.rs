@@ -214,29 +214,87 @@ async fn an_idle_websocket_stream_is_closed_with_1001_and_the_connection_goes_on
 }
 
 #[tokio::test]
-async fn the_gauge_counts_each_websocket_on_one_connection_until_its_stream_ends() {
+async fn each_websocket_on_one_connection_is_counted_until_its_stream_or_its_server_ends() {
+    use std::sync::atomic::Ordering;
+    use tokio::io::AsyncWriteExt;
+
     let upstream = WsUpstream::start().await;
     let (sluice, _dir) = sluice(&upstream, "");
     let client = H2Client::connect(sluice.addr).await;
-    let (_, one) = client.open("/one", &[]).await;
-    let (_, two) = client.open("/two", &[]).await;
-    let (mut one, two) = (one.expect("one opened"), two.expect("two opened"));
-    reaches(&sluice, GAUGE, 2.0).await;
+    let mut opened = Vec::new();
+    for path in ["/closes", "/ends-its-stream", "/is-reset", "/hangup/300"] {
+        let (answer, ws) = client.open(path, &[]).await;
+        opened.push(ws.unwrap_or_else(|| panic!("{path} not opened: {answer:?}")));
+    }
+    let [mut closes, mut ends, reset, mut hung_up] = <[_; 4]>::try_from(opened).ok().unwrap();
+    // The upstream hangs up on the last after 300 ms: its stream ends.
+    assert!(hung_up.ends(WITHIN).await);
+    reaches(&sluice, GAUGE, 3.0).await;
 
-    // One closes with a close handshake, the other's stream is reset.
-    one.send(&masked(CLOSE, &[0x03, 0xe8])).await;
-    assert!(one.until_close(WITHIN).await.1.is_some());
-    reaches(&sluice, GAUGE, 1.0).await;
-    drop(two);
-    reaches(&sluice, GAUGE, 0.0).await;
-    let reset = upstream.conn(1).await;
+    // A close handshake.
+    closes.send(&masked(CLOSE, &[0x03, 0xe8])).await;
+    assert!(closes.until_close(WITHIN).await.1.is_some());
+    reaches(&sluice, GAUGE, 2.0).await;
+    // The client ends its stream (END_STREAM): the server's side closes.
+    ends.stream.shutdown().await.unwrap();
+    let ended = upstream.conn(1).await;
     eventually(
         WITHIN,
-        "the upstream's side of the reset stream closed",
-        || async { reset.ended.load(std::sync::atomic::Ordering::SeqCst) },
+        "the ended stream's upstream side closed",
+        || async { ended.ended.load(Ordering::SeqCst) },
     )
     .await;
+    reaches(&sluice, GAUGE, 1.0).await;
+    // The client resets its stream (RST_STREAM).
+    drop(reset);
+    let reset = upstream.conn(2).await;
+    eventually(
+        WITHIN,
+        "the reset stream's upstream side closed",
+        || async { reset.ended.load(Ordering::SeqCst) },
+    )
+    .await;
+    reaches(&sluice, GAUGE, 0.0).await;
     assert_eq!(client.get("/plain").await.status, StatusCode::OK);
+}
+
+const ONE_AT_A_TIME: &str = r#"
+[[rule]]
+name = "one-socket"
+algorithm = "concurrency"
+key = ["global"]
+max_in_flight = 1
+"#;
+
+#[tokio::test]
+async fn a_websocket_over_h2_holds_its_concurrency_permit_until_it_ends() {
+    let upstream = WsUpstream::start().await;
+    let (sluice, _dir) = sluice(&upstream, ONE_AT_A_TIME);
+    let client = H2Client::connect(sluice.addr).await;
+    let (_, first) = client.open("/first", &[]).await;
+    let mut first = first.expect("first opened");
+    first.text("hold").await;
+    assert_eq!(first.next(WITHIN).await.unwrap().payload, b"hold");
+    let (second, ws) = client.open("/second", &[]).await;
+    assert!(ws.is_none());
+    assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS, "{second:?}");
+
+    first.send(&masked(CLOSE, &[0x03, 0xe8])).await;
+    assert!(first.until_close(WITHIN).await.1.is_some());
+    // Polled (the permit comes back as the tunnel's task ends).
+    let deadline = std::time::Instant::now() + WITHIN;
+    let mut third = loop {
+        if let (_, Some(ws)) = client.open("/third", &[]).await {
+            break ws;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the permit never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    third.text("again").await;
+    assert_eq!(third.next(WITHIN).await.unwrap().payload, b"again");
 }
 
 #[tokio::test]
