@@ -260,7 +260,6 @@ impl<H: Handler> Connection<H> {
             // while the request is in the service.
             let in_flight = exchanges.start();
             let handler = handler.clone();
-            let exchanges = Arc::clone(&exchanges);
             async move {
                 if admission == Admission::Refused {
                     return Err(http2::refused());
@@ -268,17 +267,21 @@ impl<H: Handler> Connection<H> {
                 let mut response = respond::vacant();
                 if http2::field_lines(&request) > max_headers {
                     http2::too_many_fields(&mut response, max_headers);
-                } else if request.method() == Method::CONNECT {
-                    let tunnel = || TunnelSettings {
-                        idle_timeout: tunnel_idle_timeout,
-                        in_flight: exchanges.start(),
-                    };
-                    websocket::serve_connect(&handler, request, &mut response, tunnel).await;
-                    let own_fields = response.body_mut().take_own_fields();
-                    own_fields.into_map(response.headers_mut());
                 } else {
-                    let mut request = ClientRequest::new(request.map(ClientBody::Hyper));
-                    handler.handle(&mut request, &mut response).await;
+                    if request.method() == Method::CONNECT {
+                        let tunnel = || TunnelSettings {
+                            idle_timeout: tunnel_idle_timeout,
+                            in_flight: in_flight.another(),
+                        };
+                        // Boxed: every stream's future would otherwise
+                        // have room for a CONNECT's.
+                        let serving =
+                            websocket::serve_connect(&handler, request, &mut response, tunnel);
+                        Box::pin(serving).await;
+                    } else {
+                        let mut request = ClientRequest::new(request.map(ClientBody::Hyper));
+                        handler.handle(&mut request, &mut response).await;
+                    }
                     // hyper writes only what is in the map.
                     let own_fields = response.body_mut().take_own_fields();
                     own_fields.into_map(response.headers_mut());
