@@ -16,7 +16,8 @@
 //! - **forward** sends the request upstream ([`forward`]) with the
 //!   admission's [`settle::Settlement`] riding on the response body, so what
 //!   the request took is settled as the exchange unfolds and when it ends
-//!   (`bill`);
+//!   (`bill`), and the switch an HTTP/2 client's WebSocket (an extended
+//!   `CONNECT`) asked for is checked ([`upgrade::over_h2::confirm`]);
 //! - **decorate** adds sluice's headers to the upstream's answer
 //!   ([`respond`]) and opens a WebSocket tunnel's message gate;
 //! - **answered** gives a gRPC call its answer in gRPC's terms, and hands

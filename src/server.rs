@@ -340,7 +340,7 @@ impl Acceptor {
         Acceptor {
             proxy: proxy.clone(),
             tls,
-            http2: Arc::new(http2_server(server)),
+            http2: Arc::new(http2::websocket::advertised(http2_server(server))),
             limits: connection_limits(server),
             head_limits: head_limits(server),
             max_requests: server.max_requests_per_connection,

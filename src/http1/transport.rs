@@ -104,6 +104,10 @@ pub(crate) use on_readiness;
 on_readiness!(impl for tokio::net::TcpStream);
 // In-memory streams: the differential check against hyper, and tests.
 on_readiness!(impl for tokio::io::DuplexStream);
+// A WebSocket's HTTP/2 stream, on either side (RFC 8441): hyper's
+// upgraded `CONNECT` stream (`server/http2/tunnel.rs`,
+// `proxy/pool/extended_connect.rs`).
+on_readiness!(impl for hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>);
 
 /// Writes all of `bytes` (then pushes it on), as `write_all` and `flush`.
 pub async fn send_all<T: Transport + ?Sized>(io: &mut T, bytes: Bytes) -> io::Result<()> {

@@ -696,6 +696,7 @@ impl Forwarder<'_> {
             ended,
         };
         match self.incoming(result, answered, settlement, response) {
+            Ok(()) if outgoing.handshake => upgrade::over_h2::confirm(client.get(), response),
             Ok(()) => true,
             Err(error) => {
                 self.failed(&outgoing, error, response);
@@ -851,6 +852,10 @@ impl Forwarder<'_> {
             }
             ForwardError::Timeout => Refusal::UpstreamTimeout,
             ForwardError::Other => Refusal::UpstreamFailed,
+            ForwardError::NoExtendedConnect => Refusal::WebSocketUpstream(
+                "the upstream's HTTP/2 connection does not advertise extended CONNECT \
+                 (RFC 8441), so a WebSocket cannot be opened on it",
+            ),
             ForwardError::NoServer => {
                 tracing::warn!(upstream = %pool, "no server of the pool is known: its names have not resolved");
                 return respond::no_server(response, pool);

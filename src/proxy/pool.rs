@@ -28,6 +28,8 @@
 mod answer;
 pub mod dial;
 mod exchange;
+mod extended_connect;
+mod h2_settings;
 mod idle;
 pub mod spare_map;
 mod stream;
@@ -78,6 +80,7 @@ use dial::Destination;
 pub(crate) use exchange::one_content_length as merge_content_lengths;
 use exchange::{one_content_length, Conn};
 pub use exchange::{Framing, Sent};
+use h2_settings::PeerSettings;
 use idle::IdleConns;
 use stream::UpstreamStream;
 use tls::UpstreamTls;
@@ -133,6 +136,10 @@ pub enum ForwardError {
     /// connection closes. The upstream saw a body without its end.
     #[error("the client's request body was malformed")]
     ClientBody,
+    /// A WebSocket for an HTTP/2 server whose connection does not
+    /// advertise extended `CONNECT` (RFC 8441): 502, saying so.
+    #[error("the upstream's HTTP/2 connection does not advertise extended CONNECT")]
+    NoExtendedConnect,
 }
 
 impl ForwardError {
@@ -144,7 +151,8 @@ impl ForwardError {
             ForwardError::Connect
             | ForwardError::Tls
             | ForwardError::Other
-            | ForwardError::NoServer => StatusCode::BAD_GATEWAY,
+            | ForwardError::NoServer
+            | ForwardError::NoExtendedConnect => StatusCode::BAD_GATEWAY,
         }
     }
 }
@@ -172,8 +180,13 @@ pub struct Pool {
     h2: Mutex<Option<watch::Receiver<Dialed>>>,
 }
 
-/// A server's HTTP/2 connection.
-type H2Sender = http2::SendRequest<GuardedBody>;
+/// A server's HTTP/2 connection: hyper's handle for its requests, and
+/// what the server's first `SETTINGS` said (`h2_settings.rs`).
+#[derive(Debug, Clone)]
+struct H2Sender {
+    send: http2::SendRequest<GuardedBody>,
+    settings: PeerSettings,
+}
 
 /// How a dial of a server's HTTP/2 connection ended, for every exchange
 /// that waited for it: `None` while it is under way.
@@ -412,7 +425,8 @@ impl Pool {
             trace.write_map(copy.headers_mut());
         }
         let mut slot = Some(copy);
-        let exchanged = tokio::time::timeout_at(deadline, self.send_h2(&mut slot, sent.body)).await;
+        let sending = self.send_h2(&mut slot, sent.body, sent.handshake);
+        let exchanged = tokio::time::timeout_at(deadline, sending).await;
         match exchanged {
             Err(_elapsed) => Err(ForwardError::Timeout),
             Ok(Err(Exchange::Failed(error))) => Err(error),
@@ -433,17 +447,24 @@ impl Pool {
     /// going away before the request was sent). `slot` holds the request's
     /// head, `body` its body, until hyper takes them. `auto` over TLS: when
     /// a new connection's ALPN chose HTTP/1.1, that connection comes back as
-    /// [`Exchange::Http1`].
+    /// [`Exchange::Http1`]. A WebSocket `handshake` opens the server's side
+    /// with an extended `CONNECT` (`extended_connect.rs`).
     async fn send_h2(
         self: &Arc<Pool>,
         slot: &mut Option<Request<GuardedBody>>,
         body: &mut RequestBody,
+        handshake: bool,
     ) -> Result<Response<PooledBody>, Exchange> {
         for _attempt in 0..2 {
             let (mut sender, dial, reused) = self.h2_sender().await?;
             let Some(mut request) = slot.take() else {
                 return Err(Exchange::Failed(ForwardError::Other));
             };
+            if handshake {
+                let request = for_h2(request, self.scheme_is_https());
+                let opened = extended_connect::open(&mut sender, request).await;
+                return opened.map_err(Exchange::Failed);
+            }
             *request.body_mut() = match body {
                 RequestBody::None => GuardedBody::empty(),
                 RequestBody::Whole(bytes) => GuardedBody::read(bytes.clone()),
@@ -451,7 +472,7 @@ impl Pool {
                 RequestBody::Taken => return Err(Exchange::Failed(ForwardError::Other)),
             };
             let request = for_h2(request, self.scheme_is_https());
-            match sender.try_send_request(request).await {
+            match sender.send.try_send_request(request).await {
                 Ok(mut response) => {
                     one_content_length(response.headers_mut());
                     return Ok(response.map(|body| PooledBody::new(Inner::H2(body))));
@@ -507,7 +528,7 @@ impl Pool {
         let mut latest = self.lock_h2();
         if let Some(dial) = &*latest {
             match &*dial.borrow() {
-                Some(Ok(sender)) if !sender.is_closed() => {
+                Some(Ok(sender)) if !sender.send.is_closed() => {
                     return H2Turn::Up(sender.clone(), dial.clone())
                 }
                 None if dial.has_changed().is_ok() => return H2Turn::Wait(dial.clone()),
@@ -679,12 +700,14 @@ where
     Err(ForwardError::Other)
 }
 
-/// hyper's HTTP/2 client connection over `stream`, its task spawned.
-async fn h2_connection<S>(stream: S) -> Result<http2::SendRequest<GuardedBody>, ForwardError>
+/// hyper's HTTP/2 client connection over `stream`, its task spawned, with
+/// what the server's first `SETTINGS` will say.
+async fn h2_connection<S>(stream: S) -> Result<H2Sender, ForwardError>
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let (sender, connection) = http2::Builder::new(TokioExecutor::new())
+    let (stream, settings) = h2_settings::watch(stream);
+    let (send, connection) = http2::Builder::new(TokioExecutor::new())
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|_| ForwardError::Connect)?;
@@ -693,7 +716,7 @@ where
             tracing::debug!(%error, "upstream HTTP/2 connection ended with an error");
         }
     });
-    Ok(sender)
+    Ok(H2Sender { send, settings })
 }
 
 /// Why an HTTP/2 exchange did not happen: it failed, or `auto`'s server
@@ -841,6 +864,10 @@ impl Drop for Load {
 enum Inner {
     /// A stream of the HTTP/2 connection.
     H2(Incoming),
+    /// An HTTP/2 server's answer to an extended `CONNECT` that opened a
+    /// WebSocket, made a `101` (`extended_connect.rs`): no body, the
+    /// stream until the tunnel takes it.
+    Switched(Option<Tunnel>),
     /// From an HTTP/1.1 connection, which returns itself.
     Http1(AnswerBody<TcpStream>),
     /// The same over TLS.
@@ -875,7 +902,7 @@ impl PooledBody {
     /// the response ended (framing the pool cannot trust).
     pub fn discard_connection(&mut self) {
         match &mut self.body {
-            Inner::H2(_) => {}
+            Inner::H2(_) | Inner::Switched(_) => {}
             Inner::Http1(body) => body.discard_connection(),
             Inner::Http1Tls(body) => body.discard_connection(),
         }
@@ -886,6 +913,7 @@ impl PooledBody {
     pub fn take_tunnel(&mut self) -> Option<(Tunnel, Option<Box<Settlement>>)> {
         let tunnel = match &mut self.body {
             Inner::H2(_) => None,
+            Inner::Switched(tunnel) => tunnel.take(),
             Inner::Http1(body) => body.take_tunnel(),
             Inner::Http1Tls(body) => body.take_tunnel(),
         }?;
@@ -915,6 +943,7 @@ impl Body for PooledBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut polled: Poll<Option<Result<Frame<Bytes>, BoxError>>> = match &mut self.body {
             Inner::H2(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Inner::Switched(_) => Poll::Ready(None),
             Inner::Http1(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
             Inner::Http1Tls(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
         };
@@ -939,6 +968,7 @@ impl Body for PooledBody {
     fn is_end_stream(&self) -> bool {
         match &self.body {
             Inner::H2(body) => body.is_end_stream(),
+            Inner::Switched(_) => true,
             Inner::Http1(body) => body.is_end_stream(),
             Inner::Http1Tls(body) => body.is_end_stream(),
         }
@@ -947,6 +977,7 @@ impl Body for PooledBody {
     fn size_hint(&self) -> SizeHint {
         match &self.body {
             Inner::H2(body) => body.size_hint(),
+            Inner::Switched(_) => SizeHint::with_exact(0),
             Inner::Http1(body) => body.size_hint(),
             Inner::Http1Tls(body) => body.size_hint(),
         }

@@ -54,6 +54,12 @@ pub enum Refusal {
     UpstreamTimeout,
     /// The upstream failed mid-exchange.
     UpstreamFailed,
+    /// The server's side of a WebSocket opened over HTTP/2 could not be
+    /// opened as the server speaks (why, for the client): 502
+    /// (docs/conversation.md, "WebSockets over HTTP/2").
+    WebSocketUpstream(&'static str),
+    /// An extended CONNECT for a protocol other than WebSocket: 501.
+    UnknownProtocol,
     /// The store failed and `on_error = "deny"`.
     StoreUnavailable,
 }
@@ -75,7 +81,10 @@ impl Refusal {
             Refusal::BodyCutOff(CutOff::Timeout, _) => StatusCode::REQUEST_TIMEOUT,
             Refusal::BodyCutOff(CutOff::TooLarge, _) => StatusCode::PAYLOAD_TOO_LARGE,
             Refusal::Denied => StatusCode::FORBIDDEN,
-            Refusal::UpstreamUnreachable | Refusal::UpstreamFailed => StatusCode::BAD_GATEWAY,
+            Refusal::UpstreamUnreachable
+            | Refusal::UpstreamFailed
+            | Refusal::WebSocketUpstream(_) => StatusCode::BAD_GATEWAY,
+            Refusal::UnknownProtocol => StatusCode::NOT_IMPLEMENTED,
             Refusal::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Refusal::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -85,7 +94,12 @@ impl Refusal {
     /// `rule` is the rule that refused, when one did (a missing key).
     pub fn detail(&self, rule: Option<&Rule>) -> Cow<'static, str> {
         Cow::Borrowed(match self {
-            Refusal::BadHost(detail) | Refusal::BadFraming(detail) => detail,
+            Refusal::BadHost(detail)
+            | Refusal::BadFraming(detail)
+            | Refusal::WebSocketUpstream(detail) => detail,
+            Refusal::UnknownProtocol => {
+                "this server opens only WebSockets with an extended CONNECT (:protocol websocket)"
+            }
             Refusal::BadPath(error) => return Cow::Owned(error.to_string()),
             Refusal::UriTooLong => "the request target is longer than this server accepts",
             Refusal::BodyTooLarge => "the declared request body is larger than this server accepts",

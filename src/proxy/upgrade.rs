@@ -15,6 +15,12 @@
 //! side closes; the request's concurrency permits are held for the tunnel's
 //! life ([`Upgraded`]). A tunnel whose handshake a `unit = "message"` rule
 //! matched counts its client's messages ([`Metering`], `proxy/messages.rs`).
+//!
+//! Over HTTP/2 a WebSocket opens with an extended `CONNECT` (RFC 8441),
+//! which the HTTP/2 server rewrites into the handshake it stands for
+//! ([`over_h2`]).
+
+pub mod over_h2;
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
@@ -62,13 +68,27 @@ impl std::fmt::Debug for Metering {
 
 /// Whether `request` is a WebSocket opening handshake: an HTTP/1.1 `GET`
 /// whose `Connection` lists `upgrade` and whose `Upgrade` is `websocket`,
-/// without a body.
+/// without a body; or the one the HTTP/2 server made of an extended
+/// `CONNECT` ([`over_h2::ExtendedConnect`]).
 pub fn is_websocket_handshake<B>(request: &Request<B>) -> bool {
+    match request.version() {
+        Version::HTTP_11 => is_http1_handshake(request),
+        // No extension at all on an HTTP/2 request but that mark: the
+        // usual answer is one pointer found empty, not a lookup.
+        Version::HTTP_2 => request
+            .extensions()
+            .get::<over_h2::ExtendedConnect>()
+            .is_some(),
+        _ => false,
+    }
+}
+
+#[inline]
+fn is_http1_handshake<B>(request: &Request<B>) -> bool {
     let headers = request.headers();
     // Runs on every request: `Upgrade` first, which almost no request
     // carries, so the usual answer costs one header lookup instead of four.
-    request.version() == Version::HTTP_11
-        && request.method() == Method::GET
+    request.method() == Method::GET
         && upgrade_is_websocket(headers)
         && !headers.contains_key(header::CONTENT_LENGTH)
         && !headers.contains_key(header::TRANSFER_ENCODING)

@@ -439,7 +439,10 @@ impl Upstream {
                     ForwardError::Timeout => self.series.errors_timeout.inc(),
                     ForwardError::Other => self.series.errors_other.inc(),
                     // The client's fault says nothing about the server.
-                    ForwardError::ClientBody | ForwardError::NoServer => return Retry::No,
+                    // Nor does a server's not speaking WebSocket over HTTP/2.
+                    ForwardError::ClientBody
+                    | ForwardError::NoServer
+                    | ForwardError::NoExtendedConnect => return Retry::No,
                 }
                 (true, again)
             }

@@ -14,9 +14,10 @@ use std::net::SocketAddr;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::Response;
+use http::{Method, Response};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -24,6 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::deadline_io::{DeadlineIo, Exchanges};
 use super::drain::DrainHandle;
 use super::http1::{first_bytes, tunnel, Answered, HeadLimits, Http1, Next};
+use super::http2::websocket::{self, TunnelSettings};
 use super::http2::{self, Admission, RequestCap, StreamExecutor, TrackedBody};
 use crate::http1::transport::{self, Transport};
 use crate::proxy::respond::{self, ProxyBody};
@@ -203,7 +205,7 @@ impl<H: Handler> Connection<H> {
     {
         io.serve_http2(&read);
         let cap = Arc::new(RequestCap::new(self.max_requests));
-        let service = self.http2_service(Arc::clone(&cap));
+        let service = self.http2_service(Arc::clone(&cap), io.tunnel_idle_timeout());
         let io = TokioIo::new(Rewound {
             read: read.freeze(),
             io,
@@ -236,10 +238,13 @@ impl<H: Handler> Connection<H> {
 
     /// The service hyper's HTTP/2 server calls for each stream it accepts:
     /// counted against `cap`, refused beyond it, answered 431 beyond
-    /// `max_headers`, else handed to the handler.
+    /// `max_headers`, else handed to the handler (a `CONNECT` through
+    /// `server/http2/websocket.rs`, whose tunnels idle out after
+    /// `tunnel_idle_timeout`).
     fn http2_service(
         &self,
         cap: Arc<RequestCap>,
+        tunnel_idle_timeout: Duration,
     ) -> impl hyper::service::Service<
         http::Request<hyper::body::Incoming>,
         Response = Response<TrackedBody>,
@@ -263,8 +268,20 @@ impl<H: Handler> Connection<H> {
                 if http2::field_lines(&request) > max_headers {
                     http2::too_many_fields(&mut response, max_headers);
                 } else {
-                    let mut request = ClientRequest::new(request.map(ClientBody::Hyper));
-                    handler.handle(&mut request, &mut response).await;
+                    if request.method() == Method::CONNECT {
+                        let tunnel = || TunnelSettings {
+                            idle_timeout: tunnel_idle_timeout,
+                            in_flight: in_flight.another(),
+                        };
+                        // Boxed: every stream's future would otherwise
+                        // have room for a CONNECT's.
+                        let serving =
+                            websocket::serve_connect(&handler, request, &mut response, tunnel);
+                        Box::pin(serving).await;
+                    } else {
+                        let mut request = ClientRequest::new(request.map(ClientBody::Hyper));
+                        handler.handle(&mut request, &mut response).await;
+                    }
                     // hyper writes only what is in the map.
                     let own_fields = response.body_mut().take_own_fields();
                     own_fields.into_map(response.headers_mut());

@@ -128,6 +128,15 @@ impl Exchanges {
 #[derive(Debug)]
 pub struct InFlight(Arc<Exchanges>);
 
+impl InFlight {
+    /// Another exchange on the same connection: a WebSocket that outlives
+    /// its request (`server/http2/tunnel.rs`), which keeps the connection
+    /// busy, not idle.
+    pub fn another(&self) -> InFlight {
+        self.0.start()
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {

@@ -13,8 +13,12 @@
 //!   streams the client opens after it are refused (`REFUSED_STREAM`, safe
 //!   to retry elsewhere) without reaching the upstream, and a client that
 //!   goes on opening them is disconnected.
+//! - An extended `CONNECT` for a WebSocket (RFC 8441) opens one on its
+//!   stream ([`websocket`], [`tunnel`]).
 
 mod stalled;
+mod tunnel;
+pub mod websocket;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};

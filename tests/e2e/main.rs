@@ -72,4 +72,5 @@ mod tunnel_ends;
 mod unreadable_body;
 mod upstream_pool;
 mod upstream_tls;
+mod websocket_h2;
 mod websocket_messages;

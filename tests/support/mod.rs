@@ -27,6 +27,7 @@ pub mod otlp;
 pub mod paused;
 pub mod tls_client;
 pub mod websocket;
+pub mod websocket_h2;
 
 #[path = "../../src/testing/redis_server.rs"]
 mod redis_server;

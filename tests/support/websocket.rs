@@ -5,7 +5,9 @@
 //! `/push/<ms>`, it sends a message of its own every `ms`; on a path with
 //! `hold`, it keeps its connection open after the close handshake, until
 //! sluice closes it; on a path ending in `/hangup/<ms>`, it closes the
-//! connection after `ms`. And a client
+//! connection after `ms`; on a path with `wrong-accept`, its `101`'s
+//! `Sec-WebSocket-Accept` answers another key. A request that is no
+//! handshake is answered `200 plain`. And a client
 //! that opens a WebSocket through sluice and sends masked frames.
 
 use std::net::SocketAddr;
@@ -13,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -231,11 +233,28 @@ async fn serve(stream: TcpStream, seen: Arc<Seen>) {
     let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
     *seen.head.lock().unwrap() = head.clone();
     buf.drain(..head_end);
+    if field(&head, "upgrade").is_none() {
+        // Not a handshake: a plain answer, and the connection closes.
+        let mut write = write;
+        let plain = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nplain";
+        let _ = write.write_all(plain).await;
+        let _ = write.shutdown().await;
+        return;
+    }
     let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
-    let mut answer = String::from(
+    let accept = if path.contains("wrong-accept") {
+        "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".to_owned()
+    } else {
+        accept_for(field(&head, "sec-websocket-key").unwrap_or_default())
+    };
+    let mut answer = format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n",
+         Sec-WebSocket-Accept: {accept}\r\n"
     );
+    if let Some(protocol) = field(&head, "sec-websocket-protocol") {
+        let first = protocol.split(',').next().unwrap_or_default().trim();
+        answer.push_str(&format!("Sec-WebSocket-Protocol: {first}\r\n"));
+    }
     if path.contains("deflate") {
         answer.push_str("Sec-WebSocket-Extensions: permessage-deflate\r\n");
     }
@@ -323,6 +342,24 @@ async fn serve(stream: TcpStream, seen: Arc<Seen>) {
     }
 }
 
+/// The value of the field `name` in the HTTP/1.1 `head`, if it has one.
+pub fn field<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+    head.lines().find_map(|line| {
+        let (field, value) = line.split_once(':')?;
+        field.eq_ignore_ascii_case(name).then(|| value.trim())
+    })
+}
+
+/// The `Sec-WebSocket-Accept` answering `key` (RFC 6455 §4.2.2).
+pub fn accept_for(key: &str) -> String {
+    use base64::Engine as _;
+    let hashed = aws_lc_rs::digest::digest(
+        &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
+        format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes(),
+    );
+    base64::engine::general_purpose::STANDARD.encode(hashed.as_ref())
+}
+
 /// Sends `push <n>` every `every` ms until the connection ends.
 async fn push(write: Arc<tokio::sync::Mutex<OwnedWriteHalf>>, seen: Arc<Seen>, every: u64) {
     let mut tick = tokio::time::interval(Duration::from_millis(every));
@@ -337,9 +374,9 @@ async fn push(write: Arc<tokio::sync::Mutex<OwnedWriteHalf>>, seen: Arc<Seen>, e
 }
 
 /// A client of sluice's, over a WebSocket once the handshake was answered
-/// `101`.
-pub struct WsClient {
-    pub stream: TcpStream,
+/// `101` (or, over HTTP/2, on the stream its `CONNECT` opened).
+pub struct WsClient<S = TcpStream> {
+    pub stream: S,
     buf: Vec<u8>,
 }
 
@@ -378,6 +415,16 @@ impl WsClient {
             .unwrap();
         buf.drain(..end);
         (status, WsClient { stream, buf })
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> WsClient<S> {
+    /// A client over `stream`, a WebSocket already open.
+    pub fn over(stream: S) -> WsClient<S> {
+        WsClient {
+            stream,
+            buf: Vec::new(),
+        }
     }
 
     /// Sends `bytes` as they are.

@@ -80,10 +80,15 @@ pub struct Tunnel {
     pub early: BytesMut,
 }
 
-/// A stream a tunnel runs over: a pooled connection's, whichever its type.
+/// A stream a tunnel runs over: a pooled connection's, whichever its type,
+/// or an HTTP/2 stream's.
 pub trait TunnelStream: Transport {}
 
 impl<T: UpstreamStream> TunnelStream for T {}
+
+/// A server's HTTP/2 stream its extended `CONNECT` opened
+/// (`extended_connect.rs`).
+impl TunnelStream for hyper_util::rt::TokioIo<hyper::upgrade::Upgraded> {}
 
 impl std::fmt::Debug for Tunnel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
