@@ -145,11 +145,8 @@ pub(super) async fn explain(proxy: &Proxy, body: &[u8]) -> Result<Value, Refused
         &applicability,
         now,
     );
-    // A gRPC call is explained as one over HTTP/2, which the question
-    // does not say.
-    let grpc_call = request.method() == Method::POST && respond::grpc::is_grpc(request.headers());
-    if let (Ok(()), Some(carrier)) = (&identified, proxy::carrier_of(&request, grpc_call)) {
-        mark_message_rules(&mut rules, &policy, &facts, carrier);
+    if identified.is_ok() {
+        mark_message_rules(&mut rules, &policy, &request, &facts);
     }
 
     let decision = match identified {
@@ -248,15 +245,20 @@ fn rules_json<'p>(
     (rules, enforced, shadowed)
 }
 
-/// The entries of the message rules whose messages the request would
-/// carry (`carrier`): matched, with the key its messages are counted
-/// against (the request itself counts nothing for them).
+/// The entries of the message rules whose messages `request` would
+/// carry, if it carries any: matched, with the key its messages are
+/// counted against (the request itself counts nothing for them). A gRPC
+/// call is explained as one over HTTP/2, which the question does not say.
 fn mark_message_rules(
     rules: &mut [Value],
     policy: &Policy,
+    request: &Request<()>,
     facts: &RequestFacts<'_>,
-    carrier: Carrier,
 ) {
+    let grpc_call = request.method() == Method::POST && respond::grpc::is_grpc(request.headers());
+    let Some(carrier) = proxy::carrier_of(request, grpc_call) else {
+        return;
+    };
     let what = match carrier {
         Carrier::WebSocket => "the messages of the WebSocket this handshake opens",
         Carrier::Grpc => "the messages the client sends on this gRPC call",

@@ -90,6 +90,11 @@ pub enum Admission {
     Unavailable,
 }
 
+/// The reason a refused message's Close frame gives.
+fn refused_reason(rule: &str) -> String {
+    format!("rate limited: {rule}")
+}
+
 /// How a tunnel ended.
 #[derive(Debug)]
 pub enum Ended {
@@ -230,9 +235,7 @@ where
                         inbound.admitted();
                         continue;
                     }
-                    Some(Admission::Refused { rule, .. }) => {
-                        (1008, format!("rate limited: {rule}"))
-                    }
+                    Some(Admission::Refused { rule, .. }) => (1008, refused_reason(&rule)),
                     Some(Admission::Unavailable) => {
                         (1013, "try again later: limits unavailable".to_owned())
                     }
