@@ -568,7 +568,7 @@ pub async fn phase(
         true => cx
             .metered
             .take()
-            .map(|metered| meter_call(cx, client, metered)),
+            .map(|metered| meter_call(cx, client, *metered)),
         false => None,
     };
     let ruling = &mut cx.ruling;
@@ -587,11 +587,7 @@ pub async fn phase(
 /// Meters the messages of `client`'s call under `metered`'s rules.
 #[cold]
 #[inline(never)]
-fn meter_call(
-    cx: &Context<'_, '_>,
-    client: &mut ClientRequest,
-    metered: Box<Metered>,
-) -> Arc<CallEnd> {
+fn meter_call(cx: &Context<'_, '_>, client: &mut ClientRequest, metered: Metered) -> Arc<CallEnd> {
     let shared = cx.shared;
     let body = client.get_mut().body_mut();
     let deciding = shared.deciding(&cx.snapshot.policy);

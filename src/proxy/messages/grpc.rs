@@ -42,7 +42,7 @@ const PREFIX: usize = 5;
 #[inline(never)]
 pub fn meter(
     body: ClientBody,
-    metered: Box<Metered>,
+    metered: Metered,
     deciding: Deciding,
     metrics: &Metrics,
 ) -> (ClientBody, Arc<CallEnd>) {
@@ -50,7 +50,7 @@ pub fn meter(
         rules,
         client_ip,
         carrier,
-    } = *metered;
+    } = metered;
     let max_message_bytes = deciding.policy.config.server.max_message_bytes;
     let end = Arc::new(CallEnd::new(metrics.grpc_stream_opened()));
     let gate = Arc::new(MessageGate {

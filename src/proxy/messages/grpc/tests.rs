@@ -62,6 +62,7 @@ fn call(
     };
     let metered = metered_for(deciding, Carrier::Grpc, &[]).expect("a message rule applies");
     let metrics = Arc::clone(&deciding.metrics);
+    let metered = *metered;
     let (body, end) = meter(
         ClientBody::Metered(SyncWrapper::new(Box::pin(client))),
         metered,
