@@ -38,7 +38,7 @@
 use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -74,7 +74,7 @@ fn main() {
         _ => Err("usage: grpc_stream_load serve PORT | held ADDR ... | load ADDR ...".into()),
     };
     if let Err(error) = outcome {
-        eprintln!("grpc_stream_load: {error}");
+        eprintln!("grpc_stream_load: {error} ({error:?})");
         std::process::exit(1);
     }
 }
@@ -228,6 +228,7 @@ async fn serve(args: &[String]) -> Result<(), Error> {
                 first: None,
                 cells: Vec::new(),
                 ended: None,
+                empty_frames: 0,
             };
             let response = Response::builder()
                 .header("content-type", "application/grpc")
@@ -241,7 +242,9 @@ async fn serve(args: &[String]) -> Result<(), Error> {
                     .serve_connection(hyper_util::rt::TokioIo::new(socket), service)
                     .await;
             if let Err(error) = served {
-                eprintln!("upstream connection: {error}");
+                // Debug: hyper's Display says only "http2 error"; the h2
+                // error under it names the reason and who sent it.
+                println!("upstream connection: {error:?}");
             }
         });
     }
@@ -259,6 +262,8 @@ struct Echo {
     cells: Vec<u32>,
     /// How the body ended, once it did.
     ended: Option<&'static str>,
+    /// Empty chunks of the body, not echoed.
+    empty_frames: u64,
 }
 
 impl Echo {
@@ -295,12 +300,13 @@ impl Echo {
             .map(|&n| u64::from(n))
             .sum();
         println!(
-            "call path={} messages={} out_of_order={} partial_bytes={} end={} \
+            "call path={} messages={} out_of_order={} partial_bytes={} empty_frames={} end={} \
              in_first_30s={} rate_first_30s={:.1} rate_5_to_25s={:.1} last_message_ms={}",
             self.path,
             self.reader.messages,
             self.reader.out_of_order,
             self.reader.partial.len(),
+            self.empty_frames,
             self.ended.unwrap_or("dropped"),
             in_30s,
             in_30s as f64 / 30.0,
@@ -329,6 +335,15 @@ impl Body for Echo {
         loop {
             return match std::task::ready!(Pin::new(&mut this.body).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
+                    // An empty chunk (the client's end of stream comes as
+                    // one) is not echoed: h2 0.4.20 answers a peer that
+                    // sends more than 100 empty DATA frames on a connection
+                    // with GOAWAY, and sluice's pool carries every call on
+                    // one connection to this server.
+                    Ok(data) if data.is_empty() => {
+                        this.empty_frames += 1;
+                        continue;
+                    }
                     Ok(data) => {
                         this.count(&data);
                         Poll::Ready(Some(Ok(Frame::data(data))))
@@ -446,15 +461,40 @@ async fn read_answer(
     }
 }
 
-/// `pid`'s resident set, in KiB (`VmRSS` in `/proc/PID/status`).
-fn rss_kib(pid: u32) -> u64 {
+/// `pid`'s memory from `/proc/PID/status`, in KiB: `VmRSS`, and its
+/// anonymous part (`RssAnon`: the heap, what buffers cost) apart from the
+/// file-backed one (`RssFile`: mostly the binary's code, which grows as
+/// code runs for the first time).
+#[derive(Clone, Copy, Default)]
+struct Memory {
+    rss: u64,
+    anon: u64,
+    file: u64,
+}
+
+fn memory_of(pid: u32) -> Memory {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse().ok())
-        .unwrap_or(0)
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|kib| kib.parse().ok())
+            .unwrap_or(0)
+    };
+    Memory {
+        rss: field("VmRSS:"),
+        anon: field("RssAnon:"),
+        file: field("RssFile:"),
+    }
+}
+
+/// The median and the largest of `values`.
+fn median_max(values: &[u64]) -> (u64, u64) {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0);
+    (median, sorted.last().copied().unwrap_or(0))
 }
 
 /// `pid`'s CPU: utime+stime in clock ticks (`/proc/PID/stat`, as
@@ -559,13 +599,32 @@ async fn held_run(args: &Args) -> Result<(), Error> {
         n => n as u64,
     };
     let client = connect(args.addr).await?;
-    // Warm the connection and both paths' code up: a second of pings on a
-    // call of its own, then the RSS taken as the level before.
+    // Warm the connection and both paths' code up, so that the level
+    // before counts the code pages they fault in: a second of pings on a
+    // call of its own, and a short call on the held path (30 messages, some
+    // over the burst and so delayed), in both modes.
     let warm = open(&client, "/bench.Load/Ping").await?;
     let warmed = ping_pong(warm, Instant::now() + Duration::from_secs(1)).await?;
+    let Call { mut send, answer } = open(&client, "/bench.Load/Held").await?;
+    let answer = tokio::spawn(read_answer(
+        answer,
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(Notify::new()),
+    ));
+    send_within_window(&mut send, messages(0, 30)).await?;
+    send.send_data(Bytes::new(), true)?;
+    let warm_held = answer.await??;
+    // The 30 messages took a tenth of the bucket's refill: full again.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let rss_before = rss_kib(args.sluice_pid);
-    println!("warm pings={} rss_before_kib={rss_before}", warmed.len());
+    let before = memory_of(args.sluice_pid);
+    println!(
+        "warm pings={} held_messages={} rss_before_kib={} anon_before_kib={} file_before_kib={}",
+        warmed.len(),
+        warm_held.messages,
+        before.rss,
+        before.anon,
+        before.file
+    );
 
     let began = Instant::now();
     let send_until = began + Duration::from_secs_f64(args.seconds);
@@ -580,7 +639,7 @@ async fn held_run(args: &Args) -> Result<(), Error> {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         while Instant::now() < send_until {
             tick.tick().await;
-            samples.push((began.elapsed().as_secs_f64(), rss_kib(pid)));
+            samples.push((began.elapsed().as_secs_f64(), memory_of(pid)));
         }
         samples
     });
@@ -619,22 +678,34 @@ async fn held_run(args: &Args) -> Result<(), Error> {
         }
     }
     // From the settle on: the held stream at its full window by then.
-    let steady: Vec<u64> = samples
+    let steady: Vec<Memory> = samples
         .iter()
         .filter(|(at, _)| *at >= args.settle)
-        .map(|&(_, rss)| rss)
+        .map(|&(_, memory)| memory)
         .collect();
-    let max = steady.iter().copied().max().unwrap_or(0);
-    let mut sorted = steady.clone();
-    sorted.sort_unstable();
-    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0);
+    let growth = |part: fn(&Memory) -> u64| {
+        let values: Vec<u64> = steady.iter().map(part).collect();
+        let (median, max) = median_max(&values);
+        let base = part(&before) as i64;
+        (median as i64 - base, max as i64 - base)
+    };
+    let (rss_median, rss_max) = growth(|m| m.rss);
+    let (anon_median, anon_max) = growth(|m| m.anon);
+    let (file_median, file_max) = growth(|m| m.file);
+    // VmRSS each second, for the shape of the growth.
+    let series: Vec<String> = samples
+        .iter()
+        .step_by(4)
+        .map(|(_, memory)| memory.rss.to_string())
+        .collect();
     println!(
-        "rss held={} before_kib={rss_before} during_median_kib={median} during_max_kib={max} \
-         growth_median_kib={} growth_max_kib={} samples={}",
+        "rss held={} samples={} growth_median_kib={rss_median} growth_max_kib={rss_max} \
+         anon_growth_median_kib={anon_median} anon_growth_max_kib={anon_max} \
+         file_growth_median_kib={file_median} file_growth_max_kib={file_max} \
+         vmrss_each_second_kib={}",
         !args.no_held,
-        median as i64 - rss_before as i64,
-        max as i64 - rss_before as i64,
-        steady.len()
+        steady.len(),
+        series.join(",")
     );
     latencies.sort_unstable();
     println!(
@@ -673,11 +744,22 @@ async fn load_run(args: &Args) -> Result<(), Error> {
     for Call { mut send, answer } in calls {
         let echoed = Arc::new(AtomicU64::new(0));
         let progress = Arc::new(Notify::new());
-        let answer = tokio::spawn(read_answer(
-            answer,
-            Arc::clone(&echoed),
-            Arc::clone(&progress),
-        ));
+        // Set once the answer ended, well or not: a sender waiting for
+        // echoes stops waiting then.
+        let ended = Arc::new(AtomicBool::new(false));
+        let answer = tokio::spawn({
+            let (echoed, progress, ended) = (
+                Arc::clone(&echoed),
+                Arc::clone(&progress),
+                Arc::clone(&ended),
+            );
+            async move {
+                let read = read_answer(answer, echoed, Arc::clone(&progress)).await;
+                ended.store(true, Ordering::Release);
+                progress.notify_one();
+                read
+            }
+        });
         let (total, depth) = (args.messages, args.depth);
         let sender = tokio::spawn(async move {
             let mut sent = 0;
@@ -687,6 +769,9 @@ async fn load_run(args: &Args) -> Result<(), Error> {
                 let batch = per_frame.min(total - sent);
                 let mut in_flight = sent - echoed.load(Ordering::Acquire);
                 while in_flight + batch > depth {
+                    if ended.load(Ordering::Acquire) {
+                        return Err("the answer ended before every message was sent".into());
+                    }
                     // A permit stored by a `notify_one` before this wait
                     // wakes it at once: no echo is missed.
                     progress.notified().await;
@@ -703,8 +788,11 @@ async fn load_run(args: &Args) -> Result<(), Error> {
     let mut sent = 0;
     let mut echoed = 0;
     for (sender, answer) in streams {
-        sent += sender.await??;
-        let reader = answer.await??;
+        let answered = answer.await?;
+        let sending = sender.await?;
+        // The answer's error first: it says why the sender stopped.
+        let reader = answered?;
+        sent += sending?;
         if reader.out_of_order > 0 {
             return Err("echoes out of order".into());
         }

@@ -659,19 +659,22 @@ fn http2_server(server: &ServerConfig) -> hyper::server::conn::http2::Builder<St
         .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESET_STREAMS)
         .max_header_list_size(server.max_header_bytes.min(u32::MAX as usize) as u32)
         // A stream sluice stops reading (a gRPC call a message rule holds:
-        // docs/streams.md) keeps at most its own window unread, a quarter
-        // of the connection's, so the connection's other streams flow on.
+        // docs/streams.md) keeps at most its own window unread, a sixteenth
+        // of the connection's, so the connection's other streams flow on;
+        // and its small frames stay within what h2 lets a connection's
+        // buffered frames cost (half its window) before it sends GOAWAY.
         // Fixed windows: an adaptive one would grow a held stream's.
         .initial_stream_window_size(H2_STREAM_WINDOW)
         .initial_connection_window_size(H2_CONNECTION_WINDOW);
     http2
 }
 
-/// Each HTTP/2 stream's receive window (hyper's default is 1 MiB).
-const H2_STREAM_WINDOW: u32 = 256 * 1024;
-/// Each HTTP/2 connection's receive window, four streams' worth (hyper's
+/// Each HTTP/2 stream's receive window: nginx's (`http2_body_preread_size`,
+/// 64 KiB); hyper's default is 1 MiB.
+const H2_STREAM_WINDOW: u32 = 64 * 1024;
+/// Each HTTP/2 connection's receive window, sixteen streams' worth (hyper's
 /// default: what a connection may make sluice keep stays as it was).
-const H2_CONNECTION_WINDOW: u32 = 4 * H2_STREAM_WINDOW;
+const H2_CONNECTION_WINDOW: u32 = 16 * H2_STREAM_WINDOW;
 
 /// Connections the kernel may queue before sluice accepts them. The usual
 /// default (128) overflows when a burst of clients connects at once (each
