@@ -5,9 +5,10 @@
 //! admitted by the call's [`MessageGate`] before its first byte passes.
 //!
 //! The client's body is read as it is forwarded ([`MeteredCall`]): bytes
-//! pass as they come, cut only where a message begins, so a message is
-//! never gathered whole; only a prefix split across two frames is copied
-//! (its 5 bytes). While a message waits for its admission the body is not
+//! pass as they come, cut only where a message that is not admitted at
+//! once begins (a frame of messages the store admits without waiting
+//! leaves as one frame), so a message is never gathered whole; only a
+//! prefix split across two frames is copied (its 5 bytes). While a message waits for its admission the body is not
 //! read, so hyper releases none of the stream's flow-control window and
 //! HTTP/2 holds the sender back (what sluice keeps of a held call: the
 //! frames the window let in, and the one frame being cut). A refusal, a
@@ -70,6 +71,7 @@ pub fn meter(
         message: None,
         passing: 0,
         admitting: None,
+        decided: None,
         ended: false,
     };
     (ClientBody::Metered(SyncWrapper::new(Box::pin(call))), end)
@@ -96,6 +98,9 @@ struct MeteredCall {
     /// Bytes of the admitted message (its prefix included) still to pass.
     passing: u64,
     admitting: Option<Admitting>,
+    /// An admission that was decided while the frame before its message
+    /// was being passed, to act on next.
+    decided: Option<Admission>,
     /// The call was ended: nothing more passes.
     ended: bool,
 }
@@ -134,7 +139,7 @@ impl MeteredCall {
         let copied = self.frame.split_to(take);
         self.prefix[self.prefix_held..self.prefix_held + take].copy_from_slice(&copied);
         self.prefix_held += take;
-        (self.prefix_held == PREFIX).then(|| length(&self.prefix))
+        (self.prefix_held == PREFIX).then(|| message_length(&self.prefix))
     }
 
     /// The message whose prefix was read may pass: its bytes, the prefix
@@ -147,6 +152,44 @@ impl MeteredCall {
         }
         self.passing = PREFIX as u64 + length;
         None
+    }
+
+    /// How much of the frame may pass now: what is left of the admitted
+    /// message in it, and the messages after it in the same frame that
+    /// are admitted at once (the memory store answers without waiting),
+    /// so that a frame of several messages leaves as one frame. The first
+    /// message not admitted at once stays at the front of what is left,
+    /// its admission under way (or decided) for the next poll.
+    fn admitted_run(&mut self, cx: &mut Context<'_>) -> usize {
+        let mut take = self.passing.min(self.frame.len() as u64) as usize;
+        self.passing -= take as u64;
+        while self.passing == 0 && self.frame.len() - take >= PREFIX {
+            let length = message_length(&self.frame[take..take + PREFIX]);
+            if length > self.max_message_bytes {
+                // Found again, and ended for, at the next poll.
+                break;
+            }
+            let mut admitting = Arc::clone(&self.gate).admit_owned();
+            match admitting.as_mut().poll(cx) {
+                Poll::Ready(Admission::Pass) => {
+                    let message = PREFIX as u64 + length;
+                    let here = message.min((self.frame.len() - take) as u64);
+                    take += here as usize;
+                    self.passing = message - here;
+                }
+                Poll::Ready(admission) => {
+                    self.message = Some(length);
+                    self.decided = Some(admission);
+                    break;
+                }
+                Poll::Pending => {
+                    self.message = Some(length);
+                    self.admitting = Some(admitting);
+                    break;
+                }
+            }
+        }
+        take
     }
 
     fn refused(&mut self, admission: Admission) -> Poll<Option<Result<Frame<Bytes>, BodyFailure>>> {
@@ -162,6 +205,13 @@ impl MeteredCall {
 
 const MILLISECOND: Nanos = 1_000_000;
 
+/// The length a message's `prefix` gives (its bytes after the flag).
+fn message_length(prefix: &[u8]) -> u64 {
+    u64::from(u32::from_be_bytes([
+        prefix[1], prefix[2], prefix[3], prefix[4],
+    ]))
+}
+
 impl Body for MeteredCall {
     type Data = Bytes;
     type Error = BodyFailure;
@@ -175,8 +225,12 @@ impl Body for MeteredCall {
             if this.ended {
                 return Poll::Ready(None);
             }
-            if let Some(admitting) = &mut this.admitting {
-                let admission = ready!(admitting.as_mut().poll(cx));
+            let decided = match (this.decided.take(), &mut this.admitting) {
+                (Some(admission), _) => Some(admission),
+                (None, Some(admitting)) => Some(ready!(admitting.as_mut().poll(cx))),
+                (None, None) => None,
+            };
+            if let Some(admission) = decided {
                 this.admitting = None;
                 let length = this.message.take().unwrap_or_default();
                 if admission != Admission::Pass {
@@ -187,12 +241,11 @@ impl Body for MeteredCall {
                 }
             }
             if this.passing > 0 && !this.frame.is_empty() {
-                let take = this.passing.min(this.frame.len() as u64);
-                this.passing -= take;
-                let data = if take == this.frame.len() as u64 {
+                let take = this.admitted_run(cx);
+                let data = if take == this.frame.len() {
                     std::mem::take(&mut this.frame)
                 } else {
-                    this.frame.split_to(take as usize)
+                    this.frame.split_to(take)
                 };
                 return Poll::Ready(Some(Ok(Frame::data(data))));
             }

@@ -45,9 +45,15 @@ pub async fn run(
             return;
         }
     };
-    let Tunnel { mut stream, early } = upstream;
-    // The client sends nothing before its `200`; the server may have.
-    let early = (Vec::new(), early[..].to_vec());
+    let Tunnel {
+        mut stream,
+        early: upstream_early,
+    } = upstream;
+    // The client sends nothing before its `200`; the server may have. Only
+    // those bytes are kept: the read buffer they came in (8 KiB) is freed
+    // rather than held for the tunnel's life.
+    let early = (Vec::new(), upstream_early[..].to_vec());
+    drop(upstream_early);
     let ended = copy(&mut client, &mut *stream, early, &messages, idle_timeout).await;
     drop(held);
     drop(stream);

@@ -75,10 +75,16 @@ fn call(
 /// What the body passes until it ends or fails: the bytes, and whether
 /// it failed with HTTP/2's `CANCEL`.
 async fn drain(body: &mut ClientBody) -> (Vec<u8>, bool) {
+    let (frames, cancelled) = drain_frames(body).await;
+    (frames.concat(), cancelled)
+}
+
+/// [`drain`], frame by frame.
+async fn drain_frames(body: &mut ClientBody) -> (Vec<Vec<u8>>, bool) {
     let mut passed = Vec::new();
     loop {
         match std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
-            Some(Ok(frame)) => passed.extend_from_slice(&frame.into_data().unwrap()),
+            Some(Ok(frame)) => passed.push(frame.into_data().unwrap().to_vec()),
             Some(Err(failure)) => {
                 let reason = failure
                     .downcast_ref::<h2::Error>()
@@ -108,6 +114,26 @@ async fn messages_pass_byte_for_byte_however_the_frames_cut_them_and_count_once_
     assert!(deciding.metrics.render().contains("sluice_grpc_streams 1"));
     drop((body, end));
     assert!(deciding.metrics.render().contains("sluice_grpc_streams 0"));
+}
+
+#[tokio::test]
+async fn a_frame_of_messages_admitted_at_once_leaves_as_one_frame() {
+    let three = [message(b"one"), message(b"two"), message(b"three")].concat();
+    let first = deciding(PER_MINUTE);
+    let (mut body, _end, _) = call(&first, frames_of(&three, &[]));
+    let (frames, cancelled) = drain_frames(&mut body).await;
+    assert_eq!(frames, [three.clone()]);
+    assert!(!cancelled);
+    assert_eq!(counter(&first, "msgs", "allowed"), 3);
+    // A frame of four, the fourth over the limit: the three before it
+    // pass as one frame, then the call ends.
+    let second = deciding(PER_MINUTE);
+    let four = [three.clone(), message(b"four")].concat();
+    let (mut body, end, _) = call(&second, frames_of(&four, &[]));
+    let (frames, cancelled) = drain_frames(&mut body).await;
+    assert_eq!(frames, [three]);
+    assert!(cancelled);
+    assert!(matches!(end.ending(), Some(CallEnding::Limited { .. })));
 }
 
 #[tokio::test]
