@@ -122,7 +122,7 @@ async fn a_frame_of_messages_admitted_at_once_leaves_as_one_frame() {
     let first = deciding(PER_MINUTE);
     let (mut body, _end, _) = call(&first, frames_of(&three, &[]));
     let (frames, cancelled) = drain_frames(&mut body).await;
-    assert_eq!(frames, [three.clone()]);
+    assert_eq!(frames, std::slice::from_ref(&three));
     assert!(!cancelled);
     assert_eq!(counter(&first, "msgs", "allowed"), 3);
     // A frame of four, the fourth over the limit: the three before it
