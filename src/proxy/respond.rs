@@ -246,12 +246,10 @@ impl ProxyBody {
     /// Makes the upstream's answer to a call a message rule applies to
     /// end as `end` says, should sluice end the call first.
     pub fn end_call_with(&mut self, end: std::sync::Arc<grpc::CallEnd>) {
-        if let Inner::Upstream(_) = self.body {
-            let Inner::Upstream(body) = std::mem::replace(&mut self.body, Inner::Empty) else {
-                unreachable!("the upstream's body")
-            };
-            self.body = Inner::Call(Box::new(grpc::CallAnswer::new(body, end)));
-        }
+        self.body = match std::mem::replace(&mut self.body, Inner::Empty) {
+            Inner::Upstream(body) => Inner::Call(Box::new(grpc::CallAnswer::new(body, end))),
+            other => other,
+        };
     }
 
     /// Carries the request's access log `line` until the body is sent or
