@@ -57,13 +57,17 @@ async fn grpc_server() -> GrpcServer {
     }
 }
 
-/// sluice in front of `server` with `rules`, the pool speaking h2c.
-fn sluice_for(dir: &std::path::Path, server: &GrpcServer, rules: &str) -> SluiceProcess {
+/// sluice in front of the gRPC server at `server` with `rules`, the pool
+/// speaking h2c (`grpc_messages.rs` stands its own server there too).
+pub(crate) fn sluice_for(
+    dir: &std::path::Path,
+    server: std::net::SocketAddr,
+    rules: &str,
+) -> SluiceProcess {
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"grpc\"\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n\
-         [[upstream]]\nname = \"grpc\"\nprotocol = \"h2c\"\nservers = [\"http://{}\"]\n{rules}",
-        server.addr
+         [[upstream]]\nname = \"grpc\"\nprotocol = \"h2c\"\nservers = [\"http://{server}\"]\n{rules}"
     );
     SluiceProcess::spawn(&write_config(dir, &config))
 }
@@ -91,7 +95,7 @@ fn ask(service: &str) -> Request<HealthCheckRequest> {
 async fn unary_and_streaming_calls_go_through_with_their_metadata_and_trailers() {
     let dir = tempfile::tempdir().unwrap();
     let server = grpc_server().await;
-    let sluice = sluice_for(dir.path(), &server, "");
+    let sluice = sluice_for(dir.path(), server.addr, "");
     let mut health = client(&sluice).await;
     // Unary: the answer, and its grpc-status trailer (tonic fails a call
     // whose trailers never came).
@@ -129,7 +133,7 @@ async fn a_refused_call_is_resource_exhausted_with_the_pushback() {
     let rules =
         "[[rule]]\nname = \"checks\"\nmatch = { path = \"/grpc.health.v1.Health/Check\" }\n\
                  key = [\"global\"]\nrate = \"2/m\"\n";
-    let sluice = sluice_for(dir.path(), &server, rules);
+    let sluice = sluice_for(dir.path(), server.addr, rules);
     let mut health = client(&sluice).await;
     for _ in 0..2 {
         health.check(ask("orders")).await.unwrap();
@@ -178,7 +182,7 @@ async fn a_held_call_is_answered_once_admitted() {
     let server = grpc_server().await;
     let rules = "[[rule]]\nname = \"paced\"\nkey = [\"global\"]\nrate = \"5/s\"\nburst = 1\n\
                  on_limit = \"delay\"\n";
-    let sluice = sluice_for(dir.path(), &server, rules);
+    let sluice = sluice_for(dir.path(), server.addr, rules);
     let mut health = client(&sluice).await;
     let started = Instant::now();
     for _ in 0..3 {

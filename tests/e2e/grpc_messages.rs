@@ -21,8 +21,9 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
+use crate::grpc::sluice_for;
 use crate::support::websocket::{reaches, series};
-use crate::support::{write_config, SluiceProcess};
+use crate::support::SluiceProcess;
 
 /// How long anything the tests wait for may take.
 const WITHIN: Duration = Duration::from_secs(10);
@@ -186,16 +187,6 @@ fn framed(payload: &[u8]) -> Vec<u8> {
     bytes
 }
 
-fn sluice_for(dir: &std::path::Path, server: &EchoServer, rules: &str) -> SluiceProcess {
-    let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nupstream = \"grpc\"\n\
-         [admin]\nlisten = \"127.0.0.1:0\"\n\
-         [[upstream]]\nname = \"grpc\"\nprotocol = \"h2c\"\nservers = [\"http://{}\"]\n{rules}",
-        server.addr
-    );
-    SluiceProcess::spawn(&write_config(dir, &config))
-}
-
 /// One HTTP/2 connection to sluice, which every call of the client shares.
 async fn client(sluice: &SluiceProcess) -> tonic::client::Grpc<Channel> {
     let channel = Channel::from_shared(format!("http://{}", sluice.addr))
@@ -254,7 +245,7 @@ async fn each_message_counts_once_and_reaches_the_server_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();
     let server = EchoServer::start().await;
     let rules = "[[rule]]\nname = \"msgs\"\nunit = \"message\"\nmatch = { path_prefix = \"/echo.Echo/\" }\nrate = \"5/m\"\n";
-    let sluice = sluice_for(dir.path(), &server, rules);
+    let sluice = sluice_for(dir.path(), server.addr, rules);
     let grpc = client(&sluice).await;
     let (messages, answer) = open(&grpc, STREAM);
     let payloads: [&[u8]; 3] = [b"first", b"", &[9; 20_000]];
@@ -322,7 +313,7 @@ const TWO_A_MINUTE: &str = "[[rule]]\nname = \"msgs\"\nunit = \"message\"\nrate 
 async fn a_message_over_the_limit_ends_the_call_resource_exhausted_and_cancels_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let server = EchoServer::start().await;
-    let sluice = sluice_for(dir.path(), &server, TWO_A_MINUTE);
+    let sluice = sluice_for(dir.path(), server.addr, TWO_A_MINUTE);
     let grpc = client(&sluice).await;
     // The server answered before the refusal (the echoes of the messages
     // before it came first), or had not answered at all (the status is
@@ -381,7 +372,7 @@ async fn a_message_longer_than_max_message_bytes_ends_the_call() {
     let server = EchoServer::start().await;
     let sluice = sluice_for(
         dir.path(),
-        &server,
+        server.addr,
         "[[rule]]\nname = \"msgs\"\nunit = \"message\"\nrate = \"100/m\"\n",
     );
     let grpc = client(&sluice).await;
@@ -400,7 +391,7 @@ async fn a_held_call_is_slowed_by_flow_control_while_another_on_its_connection_f
     let rules = "[[rule]]\nname = \"paced\"\nunit = \"message\"\n\
                  match = { path = \"/echo.Echo/Stream\" }\n\
                  rate = \"10/s\"\nburst = 1\non_limit = \"delay\"\nmax_delay = \"30s\"\n";
-    let sluice = sluice_for(dir.path(), &server, rules);
+    let sluice = sluice_for(dir.path(), server.addr, rules);
     let grpc = client(&sluice).await;
     let (messages, answer) = open(&grpc, STREAM);
     // 20 messages of 16 KiB, sent as fast as the client may: held to
@@ -463,7 +454,7 @@ async fn explain_and_check_show_the_message_rules_a_call_is_held_to() {
     let server = EchoServer::start().await;
     let rules = "[[rule]]\nname = \"msgs\"\nunit = \"message\"\nkey = [\"header:x-user\"]\n\
                  match = { path_prefix = \"/echo.Echo/\" }\nrate = \"5/m\"\n";
-    let sluice = sluice_for(dir.path(), &server, rules);
+    let sluice = sluice_for(dir.path(), server.addr, rules);
     let explain = |content_type: &'static str| {
         let question = serde_json::json!({
             "method": "POST",
