@@ -327,6 +327,7 @@ mod tests {
             line.bytes_out = 1234;
             line.upstream = Some(12_345_678);
             line.held = 250_400_000;
+            line.protocol = "HTTP/3";
         }
         {
             // Never described nor decided (dropped at once), not forwarded.
@@ -342,6 +343,7 @@ mod tests {
             "method",
             "host",
             "path",
+            "protocol",
             "status",
             "bytes_out",
             "duration_ms",
@@ -373,6 +375,8 @@ mod tests {
         assert_eq!(line["method"], "GET");
         assert_eq!(line["host"], "api.\"example\".com");
         assert_eq!(line["path"], "/a\\b/\u{e9}\u{1}");
+        assert_eq!(line["protocol"], "HTTP/3");
+        assert_eq!(lines[1]["protocol"], "HTTP/1.1");
         assert_eq!(line["status"], 200);
         assert_eq!(line["bytes_out"], 1234);
         assert!(line["duration_ms"].as_f64().unwrap() >= 0.0);

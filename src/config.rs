@@ -325,6 +325,30 @@ pub struct RouteConfig {
 pub struct TlsListenerConfig {
     /// `certs`, in file order: the first is served when SNI picks none.
     pub certs: Vec<CertPair>,
+    /// `http3`: HTTP/3 over QUIC on the listener's UDP port too.
+    pub http3: bool,
+    /// `quic_retry`: when a QUIC client's address is proved by a Retry
+    /// before its handshake.
+    pub quic_retry: QuicRetry,
+}
+
+/// `server.tls.quic_retry` (docs/edge.md, "HTTP/3"): when a QUIC client
+/// whose address is not proved yet is sent a Retry (RFC 9000 §8.1) rather
+/// than a handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuicRetry {
+    /// `"always"`.
+    Always,
+    /// `"never"`: a completed handshake proves the address.
+    Never,
+    /// A number: once at least this many handshakes are in progress.
+    Busy(u32),
+}
+
+impl Default for QuicRetry {
+    fn default() -> QuicRetry {
+        QuicRetry::Busy(100)
+    }
 }
 
 /// A certificate chain and its private key, as PEM files.

@@ -235,6 +235,15 @@ impl KeyHasher {
         Ok(hasher.finish())
     }
 
+    /// The bucket key of a rule keyed on `ip` alone for the client `ip`:
+    /// what [`KeyHasher::derive`] makes of `[KeySource::Ip]`, with no
+    /// request to read it from (a QUIC handshake's, `proxy/handshake.rs`).
+    pub fn derive_ip(&self, ip: IpAddr) -> BucketKey {
+        let mut hasher = self.state.build_hasher();
+        self.hash_ip(&mut hasher, ip);
+        hasher.finish()
+    }
+
     /// Hashes the value of one `source` in the request `facts` describe;
     /// whether the request has it (an empty host, header or query value is
     /// missing).
@@ -863,6 +872,23 @@ mod tests {
         let other_ip = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 8));
         let c = hasher.derive(&sources, &facts(&headers, None, other_ip), false);
         assert_ne!(a, c);
+    }
+
+    /// A QUIC handshake finds a ban by the key a request from its address
+    /// would have, IPv6 networks and IPv4-mapped addresses alike.
+    #[test]
+    fn an_address_alone_has_the_key_its_requests_have() {
+        let hasher = KeyHasher::new(64);
+        let headers = HeaderMap::new();
+        let v6: IpAddr = "2001:db8:1:2::7".parse().unwrap();
+        let same_64: IpAddr = "2001:db8:1:2::99".parse().unwrap();
+        let mapped: IpAddr = "::ffff:203.0.113.7".parse().unwrap();
+        for (ip, of) in [(IP, IP), (v6, v6), (same_64, v6), (mapped, IP)] {
+            let request = hasher.derive(&[KeySource::Ip], &facts(&headers, None, of), false);
+            assert_eq!(Ok(hasher.derive_ip(ip)), request, "{ip}");
+        }
+        let other = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 8));
+        assert_ne!(hasher.derive_ip(other), hasher.derive_ip(IP));
     }
 
     #[test]

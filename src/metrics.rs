@@ -142,10 +142,15 @@ pub struct Metrics {
     pub access_log_dropped: IntCounter,
     /// `sluice_trace_spans_total{result}`.
     pub trace_spans: TraceSpans,
-    /// `sluice_websocket_connections`: tunnels open ([`OpenTunnel`]).
+    /// `sluice_websocket_connections`: tunnels open ([`Counted`]).
     websocket_connections: IntGauge,
     /// `sluice_grpc_streams`: gRPC calls open under a message rule.
     grpc_streams: IntGauge,
+    /// `sluice_connections{protocol}`.
+    pub connections: ConnectionGauges,
+    /// `sluice_quic_retries_total`: Retry packets sent to prove a QUIC
+    /// client's address.
+    pub quic_retries: IntCounter,
     /// `sluice_persisted_queries`: GraphQL persisted-query documents known
     /// (the manifest's and those learned).
     pub persisted_queries: IntGauge,
@@ -159,15 +164,72 @@ pub struct Metrics {
     budget_overrun: IntCounterVec,
 }
 
-/// A WebSocket tunnel open, counted in `sluice_websocket_connections`
-/// until dropped (or a gRPC call under a message rule, in
-/// `sluice_grpc_streams`).
+/// Something open, counted in its gauge until dropped: a WebSocket tunnel
+/// (`sluice_websocket_connections`), a gRPC call under a message rule
+/// (`sluice_grpc_streams`), a client connection (`sluice_connections`).
 #[derive(Debug)]
-pub struct OpenTunnel(IntGauge);
+pub struct Counted(IntGauge);
 
-impl Drop for OpenTunnel {
+impl Drop for Counted {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+/// What a client connection speaks, as `sluice_connections` labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    H2,
+    H3,
+}
+
+/// `sluice_connections{protocol}`: client connections open, by protocol.
+#[derive(Debug, Clone)]
+pub struct ConnectionGauges([IntGauge; 3]);
+
+impl ConnectionGauges {
+    /// A connection opened: counted under `protocol` until the guard
+    /// returned is dropped.
+    pub fn opened(&self, protocol: Protocol) -> Counted {
+        let gauge = self.gauge(protocol);
+        gauge.inc();
+        Counted(gauge.clone())
+    }
+
+    /// A connection counted under `from` found to speak `to` (an HTTP/1
+    /// connection that opened with HTTP/2's preface): counted under `to`
+    /// instead until the guard returned is dropped.
+    pub fn moved(&self, from: Protocol, to: Protocol) -> Moved {
+        self.gauge(from).dec();
+        self.gauge(to).inc();
+        Moved {
+            from: self.gauge(from).clone(),
+            to: self.gauge(to).clone(),
+        }
+    }
+
+    /// How many are open under `protocol`.
+    pub fn open(&self, protocol: Protocol) -> i64 {
+        self.gauge(protocol).get()
+    }
+
+    fn gauge(&self, protocol: Protocol) -> &IntGauge {
+        &self.0[protocol as usize]
+    }
+}
+
+/// See [`ConnectionGauges::moved`].
+#[derive(Debug)]
+pub struct Moved {
+    from: IntGauge,
+    to: IntGauge,
+}
+
+impl Drop for Moved {
+    fn drop(&mut self) {
+        self.to.dec();
+        self.from.inc();
     }
 }
 
@@ -199,7 +261,10 @@ impl Metrics {
         let sync = SyncSeries::new(&registry);
         let upstreams = UpstreamSeries::new(&registry);
         let (websocket_connections, grpc_streams, persisted_queries) = new.connections();
+        let (connections, quic_retries) = new.clients();
         Metrics {
+            connections,
+            quic_retries,
             registry,
             requests,
             websocket_connections,
@@ -243,16 +308,16 @@ impl Metrics {
 
     /// A tunnel opened: counted in `sluice_websocket_connections` until
     /// the guard returned is dropped.
-    pub fn tunnel_opened(&self) -> OpenTunnel {
+    pub fn tunnel_opened(&self) -> Counted {
         self.websocket_connections.inc();
-        OpenTunnel(self.websocket_connections.clone())
+        Counted(self.websocket_connections.clone())
     }
 
     /// A gRPC call a message rule applies to opened: counted in
     /// `sluice_grpc_streams` until the guard returned is dropped.
-    pub fn grpc_stream_opened(&self) -> OpenTunnel {
+    pub fn grpc_stream_opened(&self) -> Counted {
         self.grpc_streams.inc();
-        OpenTunnel(self.grpc_streams.clone())
+        Counted(self.grpc_streams.clone())
     }
 
     /// The per-rule request counters; creating them makes every outcome's
@@ -861,6 +926,27 @@ impl Families<'_> {
             "GraphQL persisted-query hashes known: a manifest's and those learned from requests.",
         );
         (websocket_connections, grpc_streams, persisted_queries)
+    }
+
+    /// Client connections by protocol, and the Retries sent to QUIC ones.
+    fn clients(&self) -> (ConnectionGauges, IntCounter) {
+        let connections = registered(
+            self.0,
+            IntGaugeVec::new(
+                Opts::new(
+                    "sluice_connections",
+                    "Client connections open, by protocol (http1 | h2 | h3).",
+                ),
+                &["protocol"],
+            ),
+        );
+        let gauge = |protocol| connections.with_label_values(&[protocol]);
+        let gauges = ConnectionGauges([gauge("http1"), gauge("h2"), gauge("h3")]);
+        let retries = self.counter(
+            "sluice_quic_retries_total",
+            "Retry packets sent to prove a QUIC client's address before its handshake.",
+        );
+        (gauges, retries)
     }
 }
 

@@ -38,6 +38,7 @@ pub mod deadline;
 mod decorate;
 pub mod fields;
 pub mod forward;
+mod handshake;
 mod identify;
 mod key_body;
 mod messages;
@@ -79,7 +80,7 @@ use crate::trace::tracer::Span;
 use access::Record;
 pub use admit::Admitter;
 pub use checks::{check, facts_of, host_of, Checked};
-pub use client_request::{ClientBody, ClientRequest};
+pub use client_request::{BodyFailure, ClientBody, ClientRequest, StreamedBody};
 pub use identify::identify;
 use key_body::Readings;
 use messages::Metered;
@@ -179,6 +180,22 @@ async fn phases(cx: &mut Context<'_, '_>, client: &mut ClientRequest) -> Result<
     Ok(())
 }
 
+/// The access log line of a request that arrived at `started`, saying
+/// which protocol the client spoke.
+#[inline(never)]
+fn begin_line(shared: &Shared, started: Nanos, id: &RequestId, version: http::Version) -> Line {
+    let mut line = shared.access_log.begin(started, id);
+    if let Some(parts) = line.parts() {
+        parts.protocol = match version {
+            http::Version::HTTP_2 => "HTTP/2",
+            http::Version::HTTP_3 => "HTTP/3",
+            http::Version::HTTP_10 => "HTTP/1.0",
+            _ => "HTTP/1.1",
+        };
+    }
+    line
+}
+
 /// A phase wrote the request's answer into its context's response: the
 /// request goes no further.
 #[derive(Debug)]
@@ -248,7 +265,7 @@ impl<'a, 'f> Context<'a, 'f> {
         };
         let line = match policy.config.server.access_log {
             AccessLogTarget::Off => Line::none(),
-            _ => shared.access_log.begin(started, &id),
+            _ => begin_line(shared, started, &id, request.version()),
         };
         // gRPC calls are POSTs: a GET costs one comparison here.
         let grpc =
@@ -348,6 +365,15 @@ impl<'a, 'f> Context<'a, 'f> {
             response.body_mut().carry_span(span);
         }
         shared.metrics.count_response(status);
+        if let Some(alt_svc) = shared.alt_svc.get() {
+            // HTTP/3 is there too (docs/edge.md, "HTTP/3"): said on the
+            // answers over TCP.
+            if version != http::Version::HTTP_3 {
+                response
+                    .headers_mut()
+                    .insert(http::header::ALT_SVC, alt_svc.clone());
+            }
+        }
         if shared.draining.load(Ordering::SeqCst) && version < http::Version::HTTP_2 {
             // Draining: this is the connection's last exchange, and the
             // client should know before it sends another (nginx does the

@@ -43,6 +43,7 @@ use tokio::sync::Semaphore;
 use crate::admin::{self, Admin};
 use crate::clock::ProxyClock;
 use crate::config::{Config, ServerConfig};
+use crate::metrics::{Counted, Protocol};
 use crate::problem::{self, Layout, Problem};
 use crate::proxy::respond::ProxyBody;
 use crate::proxy::{ClientRequest, Proxy};
@@ -58,6 +59,7 @@ pub(crate) mod drain;
 mod h2_frames;
 pub mod http1;
 mod http2;
+mod http3;
 #[cfg(test)]
 mod over_completion;
 pub mod proxy_protocol;
@@ -68,6 +70,7 @@ use deadline_io::{ConnectionLimits, DeadlineIo, Exchanges};
 use drain::Drain;
 use http1::HeadLimits;
 use http2::StreamExecutor;
+use http3::Http3Listener;
 use tls::TlsListener;
 
 /// Pause after a failed `accept` (e.g. out of file descriptors), so the loop
@@ -89,6 +92,8 @@ pub struct Server {
     tls: Option<Arc<TlsListener>>,
     /// With `[rls]`: the rate limit service's listener.
     rls_listener: Option<TcpListener>,
+    /// With `http3 = true` in `[server.tls]`: the QUIC listener.
+    http3: Option<Http3Listener>,
 }
 
 impl Server {
@@ -111,6 +116,15 @@ impl Server {
             Some(rls) => Some(TcpListener::bind(rls.listen).await?),
             None => None,
         };
+        let http3 = match (&tls, &config.server.tls) {
+            (Some(tls), Some(settings)) if settings.http3 => {
+                // The TLS listener's address and port (the system's choice
+                // when `listen` says port 0), over UDP.
+                let address = listener.local_addr()?;
+                Some(Http3Listener::bind(address, tls, &config.server)?)
+            }
+            _ => None,
+        };
         let config = Arc::new(config);
         let proxy = Proxy::with_clock((*config).clone(), clock);
         if let Some(seeds) = proxy.store_seeds() {
@@ -125,6 +139,7 @@ impl Server {
             hangups: None,
             tls,
             rls_listener,
+            http3,
         })
     }
 
@@ -162,6 +177,11 @@ impl Server {
         self.admin_listener.local_addr()
     }
 
+    /// The HTTP/3 listener's UDP address, with `http3 = true`.
+    pub fn http3_addr(&self) -> Option<SocketAddr> {
+        (self.http3.as_ref()).and_then(|listener| listener.local_addr().ok())
+    }
+
     /// The rate limit service's address, with `[rls]`.
     pub fn rls_addr(&self) -> Option<SocketAddr> {
         self.rls_listener
@@ -197,6 +217,7 @@ impl Server {
             hangups,
             tls,
             rls_listener,
+            http3,
         } = self;
         let beside = Beside::start(
             &proxy,
@@ -207,6 +228,14 @@ impl Server {
             &tls,
         );
         let mut acceptor = Acceptor::new(&proxy, &config, tls);
+        if let Some(http3) = http3 {
+            if let Ok(address) = http3.local_addr() {
+                proxy.announce_http3(address);
+            }
+            let connections = Arc::clone(&acceptor.connections);
+            let draining = acceptor.drain.handle();
+            tokio::spawn(http3.serve(proxy.clone(), connections, draining));
+        }
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -368,7 +397,9 @@ impl Acceptor {
             tokio::spawn(refuse(stream));
             return;
         };
+        let metrics = self.proxy.metrics();
         let accepted = Accepted {
+            _open: metrics.connections.opened(Protocol::Http1),
             stream,
             connection: Connection {
                 handler: Proxied {
@@ -380,6 +411,7 @@ impl Acceptor {
                 max_requests: self.max_requests,
                 exchanges: Arc::new(Exchanges::default()),
                 http2: Arc::clone(&self.http2),
+                gauges: metrics.connections.clone(),
             },
             limits: self.limits,
             proxy_protocol: self.proxy_protocol,
@@ -442,6 +474,8 @@ struct Accepted {
     draining: drain::DrainHandle,
     /// Its place under `max_connections`, held until it ends.
     permit: tokio::sync::OwnedSemaphorePermit,
+    /// Counted in `sluice_connections` until it ends.
+    _open: Counted,
 }
 
 impl Accepted {

@@ -24,10 +24,10 @@ const MOST_KEPT: usize = 16 * 1024;
 const MOST_SPARE: usize = 1024;
 
 /// Upper bound of the bytes the end of a line adds to its two parts:
-/// `"status":`, `"bytes_out":`, the three durations (up to 20 digits and
+/// `"protocol":…`, `"status":`, `"bytes_out":`, the three durations (up to 20 digits and
 /// 3 decimals each), the punctuation, the newline, and the members of a
 /// line never described nor recorded.
-const END_BYTES: usize = 288;
+const END_BYTES: usize = 320;
 
 /// What the decision part says until a decision is noted: no rule applied.
 const UNDECIDED: &[u8] = br#""outcome":"allowed","rule":null,"key":null"#;
@@ -58,6 +58,8 @@ pub struct Parts {
     pub upstream: Option<Nanos>,
     /// How long it was held on purpose (delay mode).
     pub held: Nanos,
+    /// What the client spoke: `"HTTP/1.1"`, `"HTTP/2"`, `"HTTP/3"`.
+    pub protocol: &'static str,
     started: Nanos,
     shard: Option<Arc<Shard>>,
 }
@@ -108,6 +110,7 @@ impl Line {
                 bytes_out: 0,
                 upstream: None,
                 held: 0,
+                protocol: "HTTP/1.1",
                 started: 0,
                 shard: None,
             })
@@ -127,6 +130,7 @@ impl Line {
         parts.bytes_out = 0;
         parts.upstream = None;
         parts.held = 0;
+        parts.protocol = "HTTP/1.1";
         parts.started = started;
         parts.shard = Some(shard);
         Line(Some(parts))
@@ -232,7 +236,9 @@ impl Parts {
             out.extend_from_slice(br#""client":null,"method":null,"host":null,"path":null,"#);
         }
         let mut numbers = itoa::Buffer::new();
-        out.extend_from_slice(br#""status":"#);
+        out.extend_from_slice(br#""protocol":""#);
+        out.extend_from_slice(self.protocol.as_bytes());
+        out.extend_from_slice(br#"","status":"#);
         out.extend_from_slice(numbers.format(self.status).as_bytes());
         out.extend_from_slice(br#","bytes_out":"#);
         out.extend_from_slice(numbers.format(self.bytes_out).as_bytes());

@@ -131,6 +131,9 @@ pub struct RawServer {
 #[serde(deny_unknown_fields)]
 pub struct RawTls {
     pub certs: Option<Spanned<Vec<Spanned<RawCertPair>>>>,
+    pub http3: Option<Spanned<bool>>,
+    /// `"always"`, `"never"` or a number of handshakes.
+    pub quic_retry: Option<Spanned<toml::Value>>,
 }
 
 /// One entry of `server.tls.certs`.

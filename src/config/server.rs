@@ -14,7 +14,7 @@ use super::raw::{OneOrMany, RawConfig, RawServer, RawTls};
 use super::validate::{non_empty, Validator};
 use super::{
     AccessLogTarget, AdminConfig, CertPair, ForwardedHeader, HeaderStyle, KeySource, PathsAlike,
-    ResponseConfig, ServerConfig, TlsListenerConfig,
+    QuicRetry, ResponseConfig, ServerConfig, TlsListenerConfig,
 };
 use crate::key::graphql::persisted::Manifest;
 
@@ -224,7 +224,11 @@ impl Validator<'_> {
                 "server.tls.certs",
                 "is required: certs = [{ cert = \"tls/api.pem\", key = \"tls/api.key\" }]",
             );
-            return TlsListenerConfig { certs };
+            return TlsListenerConfig {
+                certs,
+                http3: false,
+                quic_retry: QuicRetry::default(),
+            };
         };
         if entries.get_ref().is_empty() {
             self.error(
@@ -258,7 +262,37 @@ impl Validator<'_> {
             }
             certs.push(pair);
         }
-        TlsListenerConfig { certs }
+        let raw = raw.get_ref();
+        TlsListenerConfig {
+            certs,
+            http3: raw.http3.as_ref().is_some_and(|on| *on.get_ref()),
+            quic_retry: self.quic_retry(raw.quic_retry.as_ref()),
+        }
+    }
+
+    /// `server.tls.quic_retry`: `"always"`, `"never"` or a number of
+    /// handshakes in progress.
+    fn quic_retry(&mut self, field: Option<&Spanned<toml::Value>>) -> QuicRetry {
+        let Some(field) = field else {
+            return QuicRetry::default();
+        };
+        match field.get_ref() {
+            toml::Value::String(word) if word == "always" => return QuicRetry::Always,
+            toml::Value::String(word) if word == "never" => return QuicRetry::Never,
+            toml::Value::Integer(n) => {
+                if let Ok(n) = u32::try_from(*n) {
+                    return QuicRetry::Busy(n);
+                }
+            }
+            _ => {}
+        }
+        self.error(
+            field.span().start,
+            "server.tls.quic_retry",
+            "give \"always\", \"never\" or a number of handshakes in progress (0 or more) \
+             beyond which a Retry is sent",
+        );
+        QuicRetry::default()
     }
 
     pub(super) fn admin(&mut self, raw: &RawConfig) -> AdminConfig {

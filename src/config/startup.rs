@@ -50,6 +50,13 @@ pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str
         kept.push("server.tls");
         new.server.tls = old.server.tls.clone();
     }
+    // So is whether it listens on UDP too; `quic_retry` follows reloads.
+    if let (Some(new), Some(old)) = (&mut new.server.tls, &old.server.tls) {
+        if new.http3 != old.http3 {
+            kept.push("server.tls.http3");
+            new.http3 = old.http3;
+        }
+    }
     // The rate limit service's listener is bound at start; its rules
     // follow every reload.
     if new.rls != old.rls {

@@ -99,6 +99,22 @@ impl Matcher {
         self.elsewhere != Some(Mismatch::Domain) && self.mismatched_field(facts).is_none()
     }
 
+    /// Whether every request from the client `ip` fits, whatever it asks:
+    /// the `match` has no field but `client`, and `ip` is within it.
+    pub fn fits_every_request_from(&self, ip: std::net::IpAddr) -> bool {
+        self.elsewhere.is_none()
+            && self.method.is_empty()
+            && self.path.is_empty()
+            && self.path_prefix.is_empty()
+            && self.path_glob.is_empty()
+            && self.host.is_empty()
+            && self.header.is_empty()
+            && (self.client.is_empty() || {
+                let ip = canonical(ip);
+                self.client.iter().any(|net| net.contains(&ip))
+            })
+    }
+
     /// The headers its `match.header` reads.
     pub fn header_names(&self) -> impl Iterator<Item = &HeaderName> {
         self.header.iter().map(|(name, _)| name)

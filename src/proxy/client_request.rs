@@ -92,7 +92,8 @@ impl ClientRequest {
 /// The client's request body: none at all, one here whole (it arrived with
 /// its head, or was read whole so that it can be sent to another server:
 /// docs/upstreams.md, "Retries"), one arriving through the connection's
-/// pipe (`http1/pipe.rs`), or hyper's, of an HTTP/2 stream.
+/// pipe (`http1/pipe.rs`), hyper's, of an HTTP/2 stream, or another
+/// server's (HTTP/3).
 #[derive(Debug)]
 pub enum ClientBody {
     Empty,
@@ -105,6 +106,18 @@ pub enum ClientBody {
     /// A gRPC call's, its messages each admitted by the call's message
     /// rules before they pass (`proxy/messages/grpc.rs`).
     Metered(MeteredBody),
+    /// One another server reads for the proxy: an HTTP/3 request's
+    /// (`server/http3/body.rs`).
+    Streamed(StreamedBody),
+}
+
+/// A body a server reads its own way ([`ClientBody::Streamed`]).
+pub struct StreamedBody(pub Pin<Box<dyn Body<Data = Bytes, Error = BodyFailure> + Send + Sync>>);
+
+impl std::fmt::Debug for StreamedBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamedBody").finish_non_exhaustive()
+    }
 }
 
 /// A body whose frames a gate lets through ([`ClientBody::Metered`]);
@@ -162,6 +175,7 @@ impl Body for ClientBody {
             }
             ClientBody::Prefixed(prefixed) => prefixed.poll_frame(cx),
             ClientBody::Metered(body) => body.get_mut().as_mut().poll_frame(cx),
+            ClientBody::Streamed(body) => body.0.as_mut().poll_frame(cx),
         }
     }
 
@@ -179,6 +193,7 @@ impl Body for ClientBody {
             }
             // Unknown until polled: its end is a frame like another.
             ClientBody::Metered(_) => false,
+            ClientBody::Streamed(body) => body.0.is_end_stream(),
         }
     }
 
@@ -200,6 +215,7 @@ impl Body for ClientBody {
                 hint
             }
             ClientBody::Metered(_) => SizeHint::default(),
+            ClientBody::Streamed(body) => body.0.size_hint(),
         }
     }
 }

@@ -165,7 +165,8 @@ impl GuardedBody {
             | ClientBody::Piped(_)
             | ClientBody::Hyper(_)
             | ClientBody::Prefixed(_)
-            | ClientBody::Metered(_) => None,
+            | ClientBody::Metered(_)
+            | ClientBody::Streamed(_) => None,
         }
     }
 }

@@ -211,7 +211,8 @@ async fn reading(
         ClientBody::Piped(_)
         | ClientBody::Hyper(_)
         | ClientBody::Prefixed(_)
-        | ClientBody::Metered(_) => {}
+        | ClientBody::Metered(_)
+        | ClientBody::Streamed(_) => {}
     }
     match tokio::time::timeout(server.body_timeout, gather(body, bound)).await {
         Ok(Ok(_)) => Ok(()),
@@ -255,7 +256,10 @@ pub fn readable<'r>(headers: &HeaderMap, body: &'r ClientBody, policy: &Policy) 
             ClientBody::Prefixed(prefixed) => {
                 prefixed.read.is_empty() && matches!(prefixed.rest, ClientBody::Empty)
             }
-            ClientBody::Piped(_) | ClientBody::Hyper(_) | ClientBody::Metered(_) => false,
+            ClientBody::Piped(_)
+            | ClientBody::Hyper(_)
+            | ClientBody::Metered(_)
+            | ClientBody::Streamed(_) => false,
         };
         return Readable::Sent(if empty {
             KeyBody::Empty

@@ -25,7 +25,7 @@ use crate::config::HeaderStyle;
 use crate::decider::Applicable;
 pub use crate::decider::Verdict;
 use crate::limiter::Decision;
-use crate::metrics::OpenTunnel;
+use crate::metrics::Counted;
 use crate::policy::{Limit, Policy, Rule, Sunset};
 use crate::problem::{self, Layout, Problem};
 use crate::request_id::RequestId;
@@ -235,7 +235,7 @@ impl ProxyBody {
     /// Makes the tunnel of a `101` (the upstream's switched connection)
     /// ready for the client's connection, counted by `open` and held to
     /// `messages`. Nothing for any other body.
-    pub fn open_tunnel(&mut self, open: OpenTunnel, messages: Option<Metering>) {
+    pub fn open_tunnel(&mut self, open: Counted, messages: Option<Metering>) {
         if let Some(mut upgraded) = self.take_tunnel() {
             upgraded.open = Some(open);
             upgraded.messages = messages;

@@ -61,6 +61,9 @@ pub struct Shared {
     /// GraphQL persisted queries learned from requests; kept across
     /// reloads, which resize it (`server.max_persisted_queries`).
     pub persisted_queries: Learned,
+    /// `Alt-Svc` for the answers over TCP, once the HTTP/3 listener is
+    /// bound (`Proxy::announce_http3`).
+    pub alt_svc: std::sync::OnceLock<http::HeaderValue>,
 }
 
 impl Shared {
@@ -105,6 +108,7 @@ impl Shared {
             reloading: std::sync::Mutex::new(()),
             access_log,
             persisted_queries,
+            alt_svc: std::sync::OnceLock::new(),
         }
     }
 

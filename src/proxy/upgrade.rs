@@ -27,7 +27,7 @@ use http::{Method, Request, Response, StatusCode, Version};
 
 use super::pool::Tunnel;
 use super::settle::Settlement;
-use crate::metrics::OpenTunnel;
+use crate::metrics::Counted;
 use crate::websocket::pump::Gate;
 
 static UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
@@ -41,7 +41,7 @@ pub struct Upgraded {
     /// The request's admission (its permits): settled when the tunnel ends.
     pub settlement: Option<Box<Settlement>>,
     /// Counted in `sluice_websocket_connections` while the tunnel lives.
-    pub open: Option<OpenTunnel>,
+    pub open: Option<Counted>,
     /// What the client's messages are held to; `None`: no message rule
     /// matched the handshake, and bytes are copied as they come.
     pub messages: Option<Metering>,

@@ -28,6 +28,7 @@ use super::http1::{first_bytes, tunnel, Answered, HeadLimits, Http1, Next};
 use super::http2::websocket::{self, TunnelSettings};
 use super::http2::{self, Admission, RequestCap, StreamExecutor, TrackedBody};
 use crate::http1::transport::{self, Transport};
+use crate::metrics::{ConnectionGauges, Protocol};
 use crate::proxy::respond::{self, ProxyBody};
 use crate::proxy::upgrade::Upgraded;
 use crate::proxy::{ClientBody, ClientRequest};
@@ -55,6 +56,9 @@ pub struct Connection<H> {
     pub exchanges: Arc<Exchanges>,
     /// hyper's HTTP/2 server, with the `[server]` settings.
     pub http2: Arc<hyper::server::conn::http2::Builder<StreamExecutor>>,
+    /// `sluice_connections`: the connection is counted as HTTP/1 from its
+    /// accept, as HTTP/2 once it opens with HTTP/2's preface.
+    pub gauges: ConnectionGauges,
 }
 
 impl<H: Handler> Connection<H> {
@@ -204,6 +208,7 @@ impl<H: Handler> Connection<H> {
         S: Transport + AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         io.serve_http2(&read);
+        let _counted = self.gauges.moved(Protocol::Http1, Protocol::H2);
         let cap = Arc::new(RequestCap::new(self.max_requests));
         let service = self.http2_service(Arc::clone(&cap), io.tunnel_idle_timeout());
         let io = TokioIo::new(Rewound {

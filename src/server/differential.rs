@@ -256,6 +256,7 @@ where
         max_requests: settings.max_requests,
         exchanges,
         http2: Arc::clone(&settings.http2),
+        gauges: crate::metrics::Metrics::new().connections.clone(),
     };
     let drain = Drain::new();
     let draining = drain.handle();

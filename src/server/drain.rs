@@ -91,6 +91,15 @@ impl Drain {
 }
 
 impl DrainHandle {
+    /// A handle for another connection, from a listener that holds this
+    /// one (HTTP/3's, `server/http3.rs`).
+    pub fn another(&self) -> DrainHandle {
+        DrainHandle {
+            signals: Arc::clone(&self.signals),
+            _alive: self._alive.clone(),
+        }
+    }
+
     /// Waits for the drain to start; see [`Started`].
     pub fn wait(&self) -> Started<'_> {
         self.signals.started.wait()

@@ -125,6 +125,27 @@ impl TlsListener {
         })
     }
 
+    /// The rustls config of the HTTP/3 listener (`server/http3.rs`): TLS
+    /// 1.3, QUIC's only version, with ALPN `h3`, and the same certificates
+    /// and SNI choice through the same resolver, so that a rotation reaches
+    /// both listeners. Early data is declined (`max_early_data_size` stays
+    /// 0): a request sent in 0-RTT is sent again once the handshake is
+    /// done, so replayed early data cannot spend or dodge a budget twice
+    /// (docs/edge.md, "HTTP/3").
+    pub fn for_quic(&self) -> Result<rustls::ServerConfig, String> {
+        let mut server = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|error| format!("TLS for QUIC: {error}"))?
+            .with_no_client_auth()
+            .with_cert_resolver(self.resolver.clone());
+        server.alpn_protocols = vec![b"h3".to_vec()];
+        server.max_early_data_size = 0;
+        server.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()
+            .map_err(|error| format!("TLS session tickets: {error}"))?;
+        server.send_tls13_tickets = 2;
+        Ok(server)
+    }
+
     /// The TLS handshake of a new connection, within `within`; `None` when
     /// it failed or took too long (the connection is then closed). Plain
     /// HTTP sent to the TLS port is answered 400 first, as nginx does.
@@ -399,6 +420,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let listener = TlsListener::new(&TlsListenerConfig {
             certs: vec![pair(dir.path(), "one", &["one.test"])],
+            http3: false,
+            quic_retry: Default::default(),
         })
         .unwrap();
         let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -420,6 +443,8 @@ mod tests {
         let good = pair(dir.path(), "good", &["good.test"]);
         let listener = TlsListener::new(&TlsListenerConfig {
             certs: vec![good.clone()],
+            http3: false,
+            quic_retry: Default::default(),
         })
         .unwrap();
         let before = Arc::clone(listener.resolver.current.load().pick(None));

@@ -35,6 +35,7 @@ mod grpc;
 mod grpc_messages;
 mod hold;
 mod hold_clock;
+mod http3;
 mod hybrid;
 mod import;
 mod jsonrpc;

@@ -23,6 +23,7 @@ pub mod backend;
 pub mod balancer;
 pub mod certs;
 pub mod exposition;
+pub mod h3_client;
 pub mod otlp;
 pub mod paused;
 pub mod tls_client;

@@ -18,7 +18,7 @@ use http::{Response, StatusCode};
 use hyper::body::{Body, Frame};
 
 use super::{OwnFields, ProxyBody, Said};
-use crate::metrics::OpenTunnel;
+use crate::metrics::Counted;
 use crate::proxy::pool::{BoxError, PooledBody};
 
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -118,11 +118,11 @@ impl CallEnding {
 pub struct CallEnd {
     ending: OnceLock<CallEnding>,
     answer: AtomicWaker,
-    _open: OpenTunnel,
+    _open: Counted,
 }
 
 impl CallEnd {
-    pub fn new(open: OpenTunnel) -> CallEnd {
+    pub fn new(open: Counted) -> CallEnd {
         CallEnd {
             ending: OnceLock::new(),
             answer: AtomicWaker::new(),
