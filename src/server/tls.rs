@@ -128,10 +128,11 @@ impl TlsListener {
     /// The rustls config of the HTTP/3 listener (`server/http3.rs`): TLS
     /// 1.3, QUIC's only version, with ALPN `h3`, and the same certificates
     /// and SNI choice through the same resolver, so that a rotation reaches
-    /// both listeners. Early data is declined (`max_early_data_size` stays
-    /// 0): a request sent in 0-RTT is sent again once the handshake is
-    /// done, so replayed early data cannot spend or dodge a budget twice
-    /// (docs/edge.md, "HTTP/3").
+    /// both listeners. Early data is declined: `max_early_data_size` is 0,
+    /// and rustls never offers it with stateless tickets anyway. A request
+    /// sent in 0-RTT is sent again once the handshake is done, so replayed
+    /// early data cannot spend or dodge a budget twice (docs/edge.md,
+    /// "HTTP/3").
     pub fn for_quic(&self) -> Result<rustls::ServerConfig, String> {
         let mut server = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
             .with_protocol_versions(&[&rustls::version::TLS13])

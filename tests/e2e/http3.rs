@@ -298,23 +298,55 @@ async fn a_handshake_that_does_not_finish_in_header_read_timeout_is_dropped() {
     assert_eq!(open(&sluice, "h3").await, 0.0);
 }
 
+/// Another make of client (Python's aioquic): served through a Retry, and
+/// when it resumes its session, its request is not taken as early data,
+/// so it is charged once, after the handshake.
 #[tokio::test]
-async fn early_data_is_declined() {
+async fn an_aioquic_client_is_served_and_its_early_data_declined() {
+    const TEST: &str = "http3::an_aioquic_client_is_served_and_its_early_data_declined";
+    let has_aioquic = std::process::Command::new("python3")
+        .args(["-c", "import aioquic"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !has_aioquic {
+        println!("SKIPPED {TEST}: needs aioquic (pip install aioquic)");
+        return;
+    }
     let ca = TestCa::new("sluice test CA");
     let dir = tempfile::tempdir().unwrap();
-    let (_upstream, sluice) = h3_sluice(&ca, dir.path(), "", "", "").await;
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    endpoint.set_default_client_config(h3_client::early_data(ca.pem()));
-    // A first connection leaves the client a session ticket.
-    let first = endpoint
-        .connect(sluice.addr, "localhost")
-        .unwrap()
+    let ca_pem = ca.write(dir.path(), "ca");
+    let (upstream, sluice) =
+        h3_sluice(&ca, dir.path(), "", "quic_retry = \"always\"", PER_IP_3).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/h3_aioquic.py");
+    let run = tokio::process::Command::new("python3")
+        .arg(script)
+        .arg(&ca_pem)
+        .arg(sluice.addr.port().to_string())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), run)
         .await
+        .expect("aioquic's client done in 30 s")
         .unwrap();
-    let _ = H3Client::on(first.clone()).await.get("/", &[]).await;
-    first.close(0u32.into(), b"done");
-    endpoint.wait_idle().await;
-    // The next may resume, but may not send early data.
-    let connecting = endpoint.connect(sluice.addr, "localhost").unwrap();
-    assert!(connecting.into_0rtt().is_err(), "0-RTT offered");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["first"]["status"], 200, "{got}");
+    assert_eq!(
+        got["first"]["headers"]["x-ratelimit-remaining"], "2",
+        "{got}"
+    );
+    assert_eq!(got["second"]["status"], 200, "{got}");
+    assert_eq!(
+        got["second"]["headers"]["x-ratelimit-remaining"], "1",
+        "{got}"
+    );
+    // Proved by a Retry first.
+    assert_eq!(got["retries"], 1, "{got}");
+    // Resumed with a ticket that offered no early data.
+    assert!(got["tickets"].as_u64().unwrap() >= 1, "{got}");
+    assert_eq!(got["resumed"], true, "{got}");
+    assert_eq!(got["ticket_offers_early_data"], false, "{got}");
+    assert_eq!(got["early_data_accepted"], false, "{got}");
+    assert_eq!(per_ip(&sluice, "allowed").await, 2.0);
+    assert_eq!(upstream.count(), 2);
 }
