@@ -1,7 +1,7 @@
 //! `GET /admin/status`: what the status page (`GET /`, [`super::status_page`])
 //! shows, as JSON: each rule's live rates and held requests, the most
-//! limited keys, the store's state, the config generation and last reload,
-//! uptime and version.
+//! limited keys, the store's state, client connections by protocol, the
+//! config generation and last reload, uptime and version.
 //!
 //! Rates need history, and the request path must not pay for it: a task
 //! that runs with the admin listener ([`sample`]) reads every rule's
@@ -175,10 +175,22 @@ pub(super) fn snapshot(admin: &Admin) -> Value {
             "backend": store.backend_name(),
             "fallback_active": fallback,
         },
+        "connections": connections(proxy.metrics()),
         "config": config_state(admin),
         "rules": rules,
         "upstreams": upstreams,
         "top_limited": top,
+    })
+}
+
+/// Client connections open now, by protocol (`sluice_connections`).
+fn connections(metrics: &crate::metrics::Metrics) -> Value {
+    use crate::metrics::Protocol;
+    let open = |protocol| metrics.connections.open(protocol);
+    json!({
+        "http1": open(Protocol::Http1),
+        "h2": open(Protocol::H2),
+        "h3": open(Protocol::H3),
     })
 }
 

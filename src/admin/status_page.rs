@@ -93,6 +93,7 @@ pub(super) fn render(snapshot: &Value, now: std::time::SystemTime) -> String {
         "store" => escape_into(out, &backend),
         "store_sub_class" => out.push_str(if fallback { "bad" } else { "" }),
         "store_sub" => out.push_str(store_text(&backend, fallback)),
+        "connections" | "protocols" => connections(out, slot, &snapshot["connections"]),
         "generation" => out.push_str(&config["generation"].as_u64().unwrap_or(1).to_string()),
         "reload_class" => out.push_str(reload_class),
         "reload" => escape_into(out, &reload),
@@ -410,6 +411,19 @@ fn store_text(backend: &str, fallback: bool) -> &'static str {
     } else {
         "shared with the other instances"
     }
+}
+
+/// The connections card: all open (`connections`), and by protocol
+/// (`protocols`), as the script writes them.
+fn connections(out: &mut String, slot: &str, open: &Value) {
+    let [http1, h2, h3] = ["http1", "h2", "h3"].map(|p| open[p].as_i64().unwrap_or(0));
+    let _ = match slot {
+        "connections" => write!(out, "{}", http1 + h2 + h3),
+        _ => write!(
+            out,
+            "HTTP/1.1 {http1} \u{b7} HTTP/2 {h2} \u{b7} HTTP/3 {h3}"
+        ),
+    };
 }
 
 /// `3d 4h`, `5h 6m`, `7m 8s`, `9s` (the script's `uptime`).

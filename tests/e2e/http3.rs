@@ -102,6 +102,21 @@ async fn http3_is_forwarded_and_limited_as_tcp_is_in_one_budget() {
     assert_eq!(open(&sluice, "h2").await, 1.0);
     assert_eq!(open(&sluice, "http1").await, 0.0);
     assert_eq!(handshakes(&sluice, "ok").await, 2.0);
+    // The status page counts them by protocol too.
+    let status = crate::support::get(&format!("http://{}/admin/status", sluice.admin), &[]).await;
+    let connections = &status.json()["connections"];
+    assert_eq!(
+        (connections["http1"].as_i64(), connections["h2"].as_i64()),
+        (Some(0), Some(1))
+    );
+    assert_eq!(connections["h3"], 1);
+    let page = crate::support::get(&format!("http://{}/", sluice.admin), &[]).await;
+    assert!(
+        page.body
+            .contains("HTTP/1.1 0 \u{b7} HTTP/2 1 \u{b7} HTTP/3 1"),
+        "{}",
+        page.body
+    );
     h3.connection.close(0u32.into(), b"done");
     eventually(
         Duration::from_secs(5),
