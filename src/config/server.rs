@@ -555,6 +555,38 @@ mod tests {
     }
 
     #[test]
+    fn http3_and_quic_retry_are_read_and_a_wrong_retry_is_an_error_at_its_place() {
+        let dir = tempfile::tempdir().unwrap();
+        write_pair(dir.path(), "api", "api.test");
+        let table = "[server.tls]\ncerts = [{ cert = \"api.pem\", key = \"api.key\" }]\n";
+        let read = |more: &str| tls_outcome(dir.path(), &format!("{UPSTREAM}{table}{more}"));
+        let tls = read("").unwrap().server.tls.unwrap();
+        assert_eq!((tls.http3, tls.quic_retry), (false, QuicRetry::Busy(100)));
+        for (more, retry) in [
+            ("quic_retry = \"always\"\n", QuicRetry::Always),
+            ("quic_retry = \"never\"\n", QuicRetry::Never),
+            ("quic_retry = 0\n", QuicRetry::Busy(0)),
+            ("quic_retry = 250\n", QuicRetry::Busy(250)),
+        ] {
+            let tls = read(&format!("http3 = true\n{more}"))
+                .unwrap()
+                .server
+                .tls
+                .unwrap();
+            assert_eq!((tls.http3, tls.quic_retry), (true, retry), "{more}");
+        }
+        for wrong in ["\"sometimes\"", "-1", "1.5", "true"] {
+            let errors = read(&format!("quic_retry = {wrong}\n")).unwrap_err();
+            let line = UPSTREAM.lines().count() + 3;
+            let at = format!("sluice.toml:{line}:14: server.tls.quic_retry: give \"always\"");
+            assert!(
+                errors.iter().any(|error| error.contains(&at)),
+                "{wrong}: {errors:#?}"
+            );
+        }
+    }
+
+    #[test]
     fn upstream_is_required() {
         assert_eq!(
             only_error("[server]\nlisten = \"0.0.0.0:80\"\n"),

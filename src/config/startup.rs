@@ -70,6 +70,37 @@ pub fn keep_startup_settings(old: &Config, new: &mut Config) -> Vec<&'static str
 mod tests {
     use super::*;
 
+    /// Whether sluice listens on UDP is decided at start; when a retry is
+    /// sent follows the reload.
+    #[test]
+    fn http3_needs_a_restart_and_quic_retry_does_not() {
+        let tls = |more: &str| {
+            let mut config = Config::from_toml(
+                "[server]\nupstream = \"http://127.0.0.1:3000\"\n",
+                "test.toml",
+            )
+            .unwrap();
+            let http3 = more.contains("http3");
+            let quic_retry = if more.contains("always") {
+                crate::config::QuicRetry::Always
+            } else {
+                crate::config::QuicRetry::default()
+            };
+            config.server.tls = Some(crate::config::TlsListenerConfig {
+                certs: Vec::new(),
+                http3,
+                quic_retry,
+            });
+            config
+        };
+        let old = tls("");
+        let mut new = tls("http3 always");
+        assert_eq!(keep_startup_settings(&old, &mut new), ["server.tls.http3"]);
+        let kept = new.server.tls.unwrap();
+        assert!(!kept.http3);
+        assert_eq!(kept.quic_retry, crate::config::QuicRetry::Always);
+    }
+
     #[test]
     fn startup_settings_are_kept_and_named() {
         let old = Config::from_toml(
