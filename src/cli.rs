@@ -8,8 +8,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::config::{
     describe_capacity, describe_limits, describe_match, describe_upstream, format_limit,
     format_period, format_rate, format_timestamp, joined, AlgorithmKind, Charge, Config,
-    LimitConfig, MissingCharge, OnChange, OnLimit, Rate, RedisConfig, RedisMode, Reservation,
-    Reserve, RuleConfig, StoreBackend, SunsetConfig, Tiers, Variant,
+    LimitConfig, MissingCharge, OnChange, OnLimit, QuicRetry, Rate, RedisConfig, RedisMode,
+    Reservation, Reserve, RuleConfig, StoreBackend, SunsetConfig, Tiers, Variant,
 };
 use crate::key::{KeyLabels, LabelKey};
 
@@ -287,6 +287,19 @@ fn describe_tls(config: &Config, out: &mut String) {
             "tls 1.3 and 1.2, h2 and http/1.1; by SNI, else the first: {}",
             served.join(", ")
         );
+        if tls.http3 {
+            let retry = match tls.quic_retry {
+                QuicRetry::Always => "always".to_owned(),
+                QuicRetry::Never => "never (a completed handshake proves it)".to_owned(),
+                QuicRetry::Busy(n) => format!("once {n} handshakes are in progress"),
+            };
+            let _ = writeln!(
+                out,
+                "http/3 on udp {}, the same certificates; an unproved address is sent a Retry \
+                 {retry}",
+                config.server.listen
+            );
+        }
     }
     for pool in &config.upstreams.pools {
         let Some(roots) = &pool.roots else { continue };

@@ -1022,3 +1022,27 @@ fn quoted<'a>(line: &'a str, field: &str) -> Option<&'a str> {
     let rest = rest.strip_prefix('"')?;
     Some(&rest[..rest.find('"')?])
 }
+
+/// `check` says that HTTP/3 is on, where, and when a Retry is sent.
+#[test]
+fn check_says_where_http3_listens_and_when_a_retry_is_sent() {
+    let ca = support::certs::TestCa::new("check CA");
+    let dir = tempfile::tempdir().unwrap();
+    ca.write_leaf(dir.path(), "api", &["api.example.com"]);
+    let toml = format!(
+        "[server]\nlisten = \"0.0.0.0:8443\"\nupstream = \"http://127.0.0.1:3000\"\n\
+         [server.tls]\ncerts = [{{ cert = \"{}\", key = \"{}\" }}]\nhttp3 = true\n\
+         quic_retry = 20\n",
+        dir.path().join("api.pem").display(),
+        dir.path().join("api.key").display(),
+    );
+    let (code, stdout, stderr, _) = check(&toml);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains(
+            "http/3 on udp 0.0.0.0:8443, the same certificates; an unproved address is sent \
+             a Retry once 20 handshakes are in progress"
+        ),
+        "{stdout}"
+    );
+}
