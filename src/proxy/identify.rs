@@ -56,7 +56,8 @@ pub fn phase<'r, 'a: 'r>(
     // A policy without message rules makes no call for them (the request
     // path's cost: docs/conversation.md, "What it costs").
     if identified.is_ok() && !policy.message_rules.is_empty() {
-        let grpc_call = cx.grpc && request.version() == http::Version::HTTP_2;
+        // gRPC needs HTTP/2 or HTTP/3 (docs/streams.md).
+        let grpc_call = cx.grpc && request.version() >= http::Version::HTTP_2;
         let carrier = messages::carrier_of(request, grpc_call);
         let metered = &mut *cx.metered;
         identified = messages::identify(carrier, facts, claims, policy, started, metered);

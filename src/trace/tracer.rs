@@ -148,6 +148,7 @@ fn describe_request<B>(recording: &mut Recording, request: &Request<B>) {
     let version = match request.version() {
         http::Version::HTTP_10 => "1.0",
         http::Version::HTTP_2 => "2",
+        http::Version::HTTP_3 => "3",
         _ => "1.1",
     };
     recording.set_str("network.protocol.version", version);
