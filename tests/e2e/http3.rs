@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bytes::Buf;
 use http::StatusCode;
 
 use crate::support::certs::TestCa;
@@ -311,6 +312,34 @@ async fn a_handshake_that_does_not_finish_in_header_read_timeout_is_dropped() {
     .await;
     assert_eq!(sluice.metric("sluice_quic_retries_total").await, 0.0);
     assert_eq!(open(&sluice, "h3").await, 0.0);
+}
+
+/// How long the client below takes nothing: past `send_timeout` (1 s).
+const STALL: Duration = Duration::from_millis(2_500);
+
+#[tokio::test]
+async fn an_answer_the_client_takes_nothing_of_is_abandoned_after_send_timeout() {
+    let ca = TestCa::new("sluice test CA");
+    let dir = tempfile::tempdir().unwrap();
+    let (_upstream, sluice) = h3_sluice(&ca, dir.path(), "send_timeout = \"1s\"", "", "").await;
+    let mut h3 = H3Client::connect(ca.pem(), sluice.addr, "localhost").await;
+    // 64 MiB: far more than the windows of the stream, the connection and
+    // the sockets between hold.
+    let total = 64 << 20;
+    let mut stream = h3.open(&format!("/download/{total}")).await;
+    tokio::time::sleep(STALL).await;
+    let mut got = 0usize;
+    let ended = loop {
+        match stream.recv_data().await {
+            Ok(Some(data)) => got += data.remaining(),
+            Ok(None) => break Ok(()),
+            Err(error) => break Err(error),
+        }
+    };
+    assert!(ended.is_err(), "the whole answer came: {got} bytes");
+    assert!(got < total, "{got}");
+    // The connection goes on.
+    assert_eq!(h3.get("/", &[]).await.status, StatusCode::OK);
 }
 
 /// Another make of client (Python's aioquic): served through a Retry, and

@@ -84,6 +84,20 @@ impl H3Client {
         }
     }
 
+    /// `GET path`, its answer's head read and its body left to the caller.
+    pub async fn open(
+        &mut self,
+        path: &str,
+    ) -> h3::client::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes> {
+        let request = Request::get(format!("https://localhost{path}"))
+            .body(())
+            .unwrap();
+        let mut stream = self.send.send_request(request).await.expect("request sent");
+        stream.finish().await.expect("request finished");
+        stream.recv_response().await.expect("an answer");
+        stream
+    }
+
     /// `GET path` with `headers`.
     pub async fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> Got {
         self.request("GET", path, headers, None).await
