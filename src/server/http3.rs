@@ -38,8 +38,12 @@ use crate::proxy::Proxy;
 use connection::Settings;
 use proof::Step;
 
-/// Concurrent request streams per connection, as over HTTP/2.
-const MAX_CONCURRENT_STREAMS: u32 = super::H2_MAX_CONCURRENT_STREAMS;
+/// Concurrent request streams per connection: Envoy's and quinn's 100,
+/// not HTTP/2's 250. quinn keeps state for every stream a client may open
+/// from the connection's start, about 70 bytes each way, so the bound is
+/// most of what an idle connection costs (docs/benchmarks-history.md,
+/// "HTTP/3 (issue 86)").
+const MAX_CONCURRENT_STREAMS: u32 = 100;
 /// Unidirectional streams a client may open: HTTP/3 needs three (control,
 /// QPACK encoder and decoder); a few more for the unknown types clients
 /// send to grease the protocol.
