@@ -314,6 +314,32 @@ async fn a_handshake_that_does_not_finish_in_header_read_timeout_is_dropped() {
     assert_eq!(open(&sluice, "h3").await, 0.0);
 }
 
+#[tokio::test]
+async fn shutdown_sends_goaway_and_closes_an_idle_connection_at_once() {
+    let ca = TestCa::new("sluice test CA");
+    let dir = tempfile::tempdir().unwrap();
+    let (_upstream, sluice) = h3_sluice(&ca, dir.path(), "shutdown_grace = \"30s\"", "", "").await;
+    let mut h3 = H3Client::connect(ca.pem(), sluice.addr, "localhost").await;
+    assert_eq!(h3.get("/", &[]).await.status, StatusCode::OK);
+    // Well within the grace: nothing is in flight, so nothing to wait for.
+    tokio::time::timeout(Duration::from_secs(5), sluice.shutdown())
+        .await
+        .expect("shutdown waited on an idle HTTP/3 connection");
+    let closed = tokio::time::timeout(Duration::from_secs(5), h3.connection.closed())
+        .await
+        .expect("the connection closed");
+    match closed {
+        quinn::ConnectionError::ApplicationClosed(close) => {
+            assert_eq!(
+                close.error_code,
+                quinn::VarInt::from_u32(0x100),
+                "{close:?}"
+            )
+        }
+        other => panic!("closed with {other:?}"),
+    }
+}
+
 /// How long the client below takes nothing: past `send_timeout` (1 s).
 const STALL: Duration = Duration::from_millis(2_500);
 

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use h3::server::RequestResolver;
+use tokio::sync::mpsc::Sender;
 
 use super::body;
 use crate::config::ServerConfig;
@@ -55,7 +56,9 @@ impl Settings {
 type Resolver = RequestResolver<h3_quinn::Connection, Bytes>;
 
 /// Serves `quic` until the client closes it, it fails, or it has been sent
-/// GOAWAY (shutdown, or its last request) and its requests are done.
+/// GOAWAY (shutdown, or its last request) and its requests are done: then
+/// it is closed, idle or not (a client need not close a connection it was
+/// told is going away).
 pub async fn serve(
     quic: quinn::Connection,
     proxy: &Proxy,
@@ -71,15 +74,20 @@ pub async fn serve(
         Err(error) => return tracing::debug!(%error, "HTTP/3 connection failed to start"),
     };
     let mut moving = pin!(draining.moving());
+    // Each request's task holds a sender: once the connection has gone
+    // away and dropped its own, the receiver ends with the last request.
+    let (in_flight, mut all_done) = tokio::sync::mpsc::channel::<()>(1);
+    let mut accepting = Some(in_flight);
     let mut served = 0u32;
-    let mut going_away = false;
     loop {
         let accepted = tokio::select! {
             biased;
-            _ = &mut moving, if !going_away => {
-                going_away = true;
-                let _ = h3.shutdown(0).await;
+            _ = &mut moving, if accepting.is_some() => {
+                go_away(&mut h3, &mut accepting).await;
                 continue;
+            }
+            _ = all_done.recv(), if accepting.is_none() => {
+                return quic.close(H3_NO_ERROR, b"");
             }
             accepted = h3.accept() => accepted,
         };
@@ -92,19 +100,27 @@ pub async fn serve(
         // The client's address now: a path it moved to is proved before
         // quinn uses it.
         let peer = quic.remote_address();
-        let request_settings = RequestSettings::of(settings);
-        tokio::spawn(serve_request(
-            resolver,
-            proxy.clone(),
-            peer,
-            request_settings,
-        ));
-        if served >= settings.max_requests && !going_away {
-            going_away = true;
-            let _ = h3.shutdown(0).await;
+        let request = Request {
+            settings: RequestSettings::of(settings),
+            _in_flight: accepting.clone(),
+        };
+        tokio::spawn(request.serve(resolver, proxy.clone(), peer));
+        if served >= settings.max_requests && accepting.is_some() {
+            go_away(&mut h3, &mut accepting).await;
         }
     }
 }
+
+/// HTTP/3's "no error" (RFC 9114 §8.1): a connection closed as it should.
+const H3_NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);
+
+/// Sends GOAWAY: no request after those already accepted.
+async fn go_away(h3: &mut Connection, accepting: &mut Option<Sender<()>>) {
+    *accepting = None;
+    let _ = h3.shutdown(0).await;
+}
+
+type Connection = h3::server::Connection<h3_quinn::Connection, Bytes>;
 
 /// What a request's task keeps of the connection's settings.
 #[derive(Debug, Clone, Copy)]
@@ -126,31 +142,37 @@ impl RequestSettings {
     }
 }
 
-/// One request: its head within `header_read_timeout`, answered through
-/// the proxy (or 431 beyond `max_headers`), the answer sent back.
-async fn serve_request(
-    resolver: Resolver,
-    proxy: Proxy,
-    peer: SocketAddr,
+/// One request's task: its settings, and its place among the connection's
+/// requests in flight.
+struct Request {
     settings: RequestSettings,
-) {
-    let resolved =
-        tokio::time::timeout(settings.header_read_timeout, resolver.resolve_request()).await;
-    let (request, stream) = match resolved {
-        Ok(Ok(resolved)) => resolved,
-        Ok(Err(error)) => return tracing::debug!(%error, "HTTP/3 request refused"),
-        Err(_) => return tracing::debug!(%peer, "HTTP/3 request head not complete in time"),
-    };
-    let (mut send, recv) = stream.split();
-    let mut response = respond::vacant();
-    if http2::field_lines(&request) > settings.max_headers {
-        http2::too_many_fields(&mut response, settings.max_headers);
-    } else {
-        let client_body = body::of_request(recv, request.headers(), settings.body_timeout).await;
-        let mut request = ClientRequest::new(request.map(|()| client_body));
-        proxy.handle(&mut request, peer, &mut response).await;
-        let own_fields = response.body_mut().take_own_fields();
-        own_fields.into_map(response.headers_mut());
+    _in_flight: Option<Sender<()>>,
+}
+
+impl Request {
+    /// The request: its head within `header_read_timeout`, answered
+    /// through the proxy (or 431 beyond `max_headers`), the answer sent
+    /// back.
+    async fn serve(self, resolver: Resolver, proxy: Proxy, peer: SocketAddr) {
+        let settings = self.settings;
+        let resolved =
+            tokio::time::timeout(settings.header_read_timeout, resolver.resolve_request()).await;
+        let (request, stream) = match resolved {
+            Ok(Ok(resolved)) => resolved,
+            Ok(Err(error)) => return tracing::debug!(%error, "HTTP/3 request refused"),
+            Err(_) => return tracing::debug!(%peer, "HTTP/3 request head not complete in time"),
+        };
+        let (mut send, recv) = stream.split();
+        let mut response = respond::vacant();
+        if http2::field_lines(&request) > settings.max_headers {
+            http2::too_many_fields(&mut response, settings.max_headers);
+        } else {
+            let body = body::of_request(recv, request.headers(), settings.body_timeout).await;
+            let mut request = ClientRequest::new(request.map(|()| body));
+            proxy.handle(&mut request, peer, &mut response).await;
+            let own_fields = response.body_mut().take_own_fields();
+            own_fields.into_map(response.headers_mut());
+        }
+        body::answer(&mut send, response, settings.send_timeout).await;
     }
-    body::answer(&mut send, response, settings.send_timeout).await;
 }
