@@ -233,6 +233,7 @@ async fn run(config: Config, path: std::path::PathBuf) -> anyhow::Result<()> {
         scheme = server.scheme(),
         admin = %server.admin_addr()?,
         rls = %server.rls_addr().map_or_else(|| "-".to_owned(), |addr| addr.to_string()),
+        http3 = %server.http3_addr().map_or_else(|| "-".to_owned(), |addr| addr.to_string()),
         "sluice is serving"
     );
     server.serve_until(shutdown, hurry).await;
