@@ -185,13 +185,14 @@ impl Expected {
 /// The members sluice writes, in the order it writes them (src/access_log:
 /// a line of another order or with other members is read all the same,
 /// by name).
-const ORDER: [Expected; 16] = [
+const ORDER: [Expected; 17] = [
     Expected::new(b"time", Member::Time),
     Expected::new(b"request_id", Member::Other),
     Expected::new(b"client", Member::Client),
     Expected::new(b"method", Member::Method),
     Expected::new(b"host", Member::Host),
     Expected::new(b"path", Member::Path),
+    Expected::new(b"protocol", Member::Other),
     Expected::new(b"status", Member::Other),
     Expected::new(b"bytes_out", Member::Other),
     Expected::new(b"duration_ms", Member::DurationMs),
@@ -431,6 +432,22 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A line as sluice writes it now (with `protocol`) and as it wrote
+    /// it before: read alike.
+    #[test]
+    fn lines_with_and_without_the_protocol_are_read_alike() {
+        let before = r#"{"time":"t","request_id":"0","client":"10.0.0.1","method":"GET","host":"h","path":"/p","status":200,"bytes_out":1,"duration_ms":1.5,"upstream_ms":null,"delay_ms":2,"outcome":"allowed","rule":null,"key":null,"cost":null,"keys":null}"#;
+        let now = before.replace(r#""path":"/p","#, r#""path":"/p","protocol":"HTTP/3","#);
+        for line in [before, now.as_str()] {
+            let mut members = Members::default();
+            scan(line, &mut members).expect("scanned");
+            assert_eq!(members.client.as_deref(), Some("10.0.0.1"), "{line}");
+            assert_eq!(members.duration_ms, Some(1.5), "{line}");
+            assert_eq!(members.delay_ms, 2, "{line}");
+            assert_eq!(members.outcome.as_deref(), Some("allowed"), "{line}");
+        }
+    }
 
     #[test]
     fn sluice_s_own_lines_are_scanned() {

@@ -19,13 +19,14 @@ use support::{assert_problem, get, metric, send, write_config, SluiceProcess, Up
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Every member a line has, in order.
-const MEMBERS: [&str; 16] = [
+const MEMBERS: [&str; 17] = [
     "time",
     "request_id",
     "client",
     "method",
     "host",
     "path",
+    "protocol",
     "status",
     "bytes_out",
     "duration_ms",
@@ -204,6 +205,7 @@ async fn every_request_has_a_line_with_spec_s_fields() {
     assert_eq!(line["method"], "GET");
     assert_eq!(line["host"], "127.0.0.1");
     assert_eq!(line["path"], "/keyed/items/one", "normalised, no query");
+    assert_eq!(line["protocol"], "HTTP/1.1");
     assert_eq!(line["status"], 200);
     assert_eq!(line["bytes_out"], forwarded.body.len());
     assert!(millis(&line["upstream_ms"]) >= 0.0);

@@ -44,26 +44,30 @@ pub async fn of_request(mut recv: Receiving, headers: &HeaderMap, within: Durati
         Some(_) => next.now_or_never(),
         None => tokio::time::timeout(within, next).await.ok(),
     };
-    let first = match first {
-        // Ended with its head, or with trailers alone (rare: read as they
-        // come).
+    let (first, state) = match first {
+        // Ended with its head, or with trailers alone (rare).
         Some(Ok(None)) => {
             let trailers = std::future::poll_fn(|cx| recv.poll_recv_trailers(cx)).now_or_never();
-            if let Some(Ok(None)) = trailers {
-                return ClientBody::Empty;
+            match trailers {
+                Some(Ok(None)) => return ClientBody::Empty,
+                Some(Ok(Some(trailers))) => (Some(Frame::trailers(trailers)), State::Done),
+                // Still to come, or the error again when the proxy reads.
+                Some(Err(_)) | None => (None, State::Trailers),
             }
-            None
         }
-        Some(Ok(Some(data))) => Some(data),
+        Some(Ok(Some(data))) => (Some(Frame::data(data)), State::Data),
         // The error comes again when the proxy reads on.
-        Some(Err(_)) | None => None,
+        Some(Err(_)) | None => (None, State::Data),
     };
-    let sent = first.as_ref().map_or(0, |data| data.len() as u64);
+    let sent = first
+        .as_ref()
+        .and_then(Frame::data_ref)
+        .map_or(0, |data| data.len() as u64);
     ClientBody::Streamed(StreamedBody(Box::pin(RequestBody {
         recv,
         first,
         left: length.map(|length| length.saturating_sub(sent)),
-        state: State::Data,
+        state,
     })))
 }
 
@@ -74,8 +78,8 @@ fn to_bytes(data: Option<impl Buf>) -> Option<Bytes> {
 /// A request body arriving on its stream.
 struct RequestBody {
     recv: Receiving,
-    /// Data read before the proxy asked, handed on first.
-    first: Option<Bytes>,
+    /// What was read before the proxy asked, handed on first.
+    first: Option<Frame<Bytes>>,
     /// What `content-length` says is still to come.
     left: Option<u64>,
     state: State,
@@ -98,7 +102,7 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyFailure>>> {
         let this = &mut *self;
         if let Some(first) = this.first.take() {
-            return Poll::Ready(Some(Ok(Frame::data(first))));
+            return Poll::Ready(Some(Ok(first)));
         }
         loop {
             match this.state {
@@ -135,11 +139,11 @@ impl Body for RequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.state == State::Done
+        self.first.is_none() && self.state == State::Done
     }
 
     fn size_hint(&self) -> SizeHint {
-        let first = self.first.as_ref().map_or(0, |first| first.len() as u64);
+        let first = (self.first.as_ref().and_then(Frame::data_ref)).map_or(0, |d| d.len() as u64);
         match self.left {
             Some(left) => SizeHint::with_exact(left + first),
             None => {
