@@ -487,3 +487,53 @@ async fn explain_and_check_show_the_message_rules_a_call_is_held_to() {
     let said = crate::support::checked(&dir.path().join("sluice.toml"));
     assert!(said.contains("on the gRPC calls it matches"), "{said}");
 }
+
+/// Over HTTP/3 too (docs/streams.md): a call's messages are admitted one by
+/// one, and the one over the limit ends the call `RESOURCE_EXHAUSTED`,
+/// the server's stream reset with `CANCEL`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_over_http3_is_metered_message_by_message() {
+    let ca = crate::support::certs::TestCa::new("sluice test CA");
+    let dir = tempfile::tempdir().unwrap();
+    ca.write_leaf(dir.path(), "localhost", &["localhost"]);
+    let server = EchoServer::start().await;
+    let config = format!(
+        "[server]\nupstream = \"grpc\"\n[server.tls]\n\
+         certs = [{{ cert = \"{cert}\", key = \"{key}\" }}]\nhttp3 = true\n\
+         [[upstream]]\nname = \"grpc\"\nprotocol = \"h2c\"\nservers = [\"http://{echo}\"]\n\
+         {TWO_A_MINUTE}",
+        cert = dir.path().join("localhost.pem").display(),
+        key = dir.path().join("localhost.key").display(),
+        echo = server.addr,
+    );
+    let sluice = crate::support::Sluice::start(&config, server.addr).await;
+    let mut h3 =
+        crate::support::h3_client::H3Client::connect(ca.pem(), sluice.addr, "localhost").await;
+    let headers = [("content-type", "application/grpc"), ("te", "trailers")];
+    // Two messages within the budget reach the server byte for byte.
+    let both = [framed(b"one"), framed(b"two")].concat();
+    let (got, trailers) = h3.exchange("POST", STREAM, &headers, Some(&both)).await;
+    assert_eq!(got.status, http::StatusCode::OK);
+    assert_eq!(got.body.as_bytes(), both);
+    assert_eq!(trailers.expect("the server's status")["grpc-status"], "0");
+    assert_eq!(server.call(0).lock().unwrap().bytes, both);
+    // The next is refused before any byte of it reaches the server (which
+    // may not see the call at all); the status is the whole answer, or
+    // comes after the server's.
+    let three = framed(b"three");
+    let (got, trailers) = h3.exchange("POST", STREAM, &headers, Some(&three)).await;
+    assert_eq!(got.status, http::StatusCode::OK);
+    let status = trailers.as_ref().unwrap_or(&got.headers);
+    assert_eq!(status["grpc-status"], "8", "{got:?} {trailers:?}");
+    assert_eq!(status["grpc-message"], "rate limited: msgs");
+    let calls = server.calls.lock().unwrap().clone();
+    let reached: Vec<u8> = calls
+        .iter()
+        .flat_map(|call| call.lock().unwrap().bytes.clone())
+        .collect();
+    assert_eq!(reached, both);
+    let outcome =
+        |outcome: &str| format!("sluice_requests_total{{rule=\"msgs\",outcome=\"{outcome}\"}}");
+    assert_eq!(sluice.metric(&outcome("allowed")).await, 2.0);
+    assert_eq!(sluice.metric(&outcome("limited")).await, 1.0);
+}

@@ -111,6 +111,17 @@ impl H3Client {
         headers: &[(&str, &str)],
         body: Option<&[u8]>,
     ) -> Got {
+        self.exchange(method, path, headers, body).await.0
+    }
+
+    /// [`H3Client::request`], with the answer's trailer fields, if any.
+    pub async fn exchange(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> (Got, Option<http::HeaderMap>) {
         let mut request = Request::builder()
             .method(method)
             .uri(format!("https://localhost{path}"));
@@ -134,11 +145,13 @@ impl H3Client {
         while let Some(mut data) = stream.recv_data().await.expect("the answer's body") {
             body.extend_from_slice(&data.copy_to_bytes(data.remaining()));
         }
-        Got {
+        let trailers = stream.recv_trailers().await.expect("the answer's end");
+        let got = Got {
             status: response.status(),
             headers: response.headers().clone(),
             body: String::from_utf8_lossy(&body).into_owned(),
-        }
+        };
+        (got, trailers)
     }
 }
 
