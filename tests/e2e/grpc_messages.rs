@@ -1,5 +1,6 @@
 //! gRPC message limits (`unit = "message"`; docs/streams.md) on the real
-//! binary: a tonic client speaking to sluice over HTTP/2, a hyper HTTP/2
+//! binary: a tonic client speaking to sluice over HTTP/2 (and an HTTP/3
+//! client, to sluice in-process), a hyper HTTP/2
 //! server behind it that echoes each chunk of a call as it arrives and
 //! records the bytes it got and how the call's body ended. Each message
 //! counted once and passed byte for byte, a refused one ending the call
