@@ -145,6 +145,41 @@ async fn http3_is_forwarded_and_limited_as_tcp_is_in_one_budget() {
     assert_eq!(lines()[3]["status"], 429);
 }
 
+/// The TLS listener's certificates and SNI choice (docs/edge.md, "TLS and
+/// certificate rotation"), over QUIC too.
+#[tokio::test]
+async fn sni_picks_the_certificate_over_quic_as_over_tcp() {
+    let ca = TestCa::new("sluice test CA");
+    let dir = tempfile::tempdir().unwrap();
+    let pair = |stem: &str, name: &str| {
+        let (cert, key) = ca.write_leaf(dir.path(), stem, &[name]);
+        format!(
+            "{{ cert = \"{}\", key = \"{}\" }}",
+            cert.display(),
+            key.display()
+        )
+    };
+    // `localhost` first (the default), then `api.test`.
+    let certs = [pair("localhost", "localhost"), pair("api", "api.test")].join(", ");
+    let upstream = Upstream::start().await;
+    let config = format!(
+        "[server]\nupstream = \"http://{{upstream}}\"\n\
+         [server.tls]\ncerts = [{certs}]\nhttp3 = true\n"
+    );
+    let sluice = Sluice::start(&config, upstream.addr).await;
+    // Each name gets the certificate that names it (the client verifies
+    // it against that name); an unknown one the default.
+    for name in ["api.test", "localhost"] {
+        let mut h3 = H3Client::connect(ca.pem(), sluice.addr, name).await;
+        assert_eq!(h3.get("/", &[]).await.status, StatusCode::OK, "{name}");
+    }
+    let unknown = H3Client::try_connect(ca.pem(), sluice.addr, "other.test").await;
+    assert!(
+        unknown.is_err(),
+        "other.test was served a certificate naming it"
+    );
+}
+
 #[tokio::test]
 async fn a_body_over_http3_arrives_byte_for_byte() {
     let ca = TestCa::new("sluice test CA");
