@@ -46,8 +46,9 @@ impl Proxy {
     /// now on (`Alt-Svc: h3=":PORT"; ma=86400`).
     pub fn announce_http3(&self, listener: SocketAddr) {
         let value = format!("h3=\":{}\"; ma=86400", listener.port());
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            let _ = self.shared.alt_svc.set(value);
-        }
+        // Static, once per server: each answer's copy of it is then a copy
+        // of a pointer, not a reference count moved up and down.
+        let value: &'static str = Box::leak(value.into_boxed_str());
+        let _ = self.shared.alt_svc.set(HeaderValue::from_static(value));
     }
 }

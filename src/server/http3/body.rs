@@ -25,6 +25,7 @@ use http::{header, HeaderMap, Response};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 
+use crate::proxy::forward::strip_hop_by_hop;
 use crate::proxy::respond::ProxyBody;
 use crate::proxy::{BodyFailure, ClientBody, StreamedBody};
 
@@ -155,22 +156,13 @@ impl Body for RequestBody {
     }
 }
 
-/// Fields HTTP/3 forbids (RFC 9114 §4.2): they are the connection's, and
-/// an HTTP/3 connection has none of its own.
-const CONNECTION_FIELDS: [header::HeaderName; 5] = [
-    header::CONNECTION,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::HeaderName::from_static("keep-alive"),
-    header::HeaderName::from_static("proxy-connection"),
-];
-
 /// Sends `response` on `send` (see the module docs).
 pub async fn answer(send: &mut Sending, response: Response<ProxyBody>, send_timeout: Duration) {
     let (mut head, mut body) = response.into_parts();
-    for name in CONNECTION_FIELDS {
-        head.headers.remove(name);
-    }
+    // HTTP/3 has no connection-specific fields (RFC 9114 §4.2): an
+    // upstream's were stripped as it answered, and this holds sluice's own
+    // answers to the same, in one pass over the names.
+    strip_hop_by_hop(&mut head.headers, false);
     let sent = tokio::time::timeout(
         send_timeout,
         send.send_response(Response::from_parts(head, ())),
